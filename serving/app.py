@@ -1,0 +1,299 @@
+"""Ray Serve glue and composition root: the only module that imports `ray.serve`.
+
+Layout on Ray: one Serve application per endpoint holding one deployment per
+container, plus one `serving-gateway` application whose replica runs the HTTP
+server (router + control routes). A small registry actor tells the gateway which
+endpoints exist and where each container replica's data port listens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+from typing import Any
+
+import ray
+from ray import serve
+from starlette.applications import Starlette
+
+from serving._http_server import BackgroundServer
+from serving.container import DEFAULT_MAX_CONCURRENCY, MAX_CONCURRENCY_ENV, ContainerApp
+from serving.control import EndpointRecord, StatusBoard
+from serving.modelstore import materialize
+from serving.router import EndpointRoute, Router
+from serving.runtimes import runtime_for
+from serving.settings import ServerSettings
+from serving.spec import EndpointSpec
+from serving.transport import ContainerTransport
+
+logger = logging.getLogger("serving.app")
+
+NAMESPACE = "serving"
+REGISTRY_NAME = "serving-registry"
+GATEWAY_APP = "serving-gateway"
+STATUS_POLL_S = 1.0
+
+
+# --- registry ------------------------------------------------------------------------
+@ray.remote(num_cpus=0, max_restarts=-1)
+class Registry:
+    """Endpoints and the data-port URL of every container replica, with a change counter."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self.endpoints: dict[str, dict[str, Any]] = {}
+        self.replicas: dict[str, tuple[str, str]] = {}  # url -> (endpoint, container)
+
+    def put_endpoint(self, name: str, record: dict[str, Any]) -> None:
+        self.endpoints[name] = record
+        self.version += 1
+
+    def delete_endpoint(self, name: str) -> None:
+        self.endpoints.pop(name, None)
+        self.replicas = {url: key for url, key in self.replicas.items() if key[0] != name}
+        self.version += 1
+
+    def register(self, endpoint: str, container: str, url: str) -> None:
+        self.replicas[url] = (endpoint, container)
+        self.version += 1
+
+    def deregister(self, url: str) -> None:
+        if self.replicas.pop(url, None) is not None:
+            self.version += 1
+
+    def snapshot(self, since: int) -> dict[str, Any] | None:
+        """Everything, or None when nothing changed since version `since`."""
+        if since == self.version:
+            return None
+        table: dict[tuple[str, str], list[str]] = {}
+        for url, key in self.replicas.items():
+            table.setdefault(key, []).append(url)
+        return {"version": self.version, "endpoints": dict(self.endpoints), "replicas": table}
+
+
+def _registry():
+    return Registry.options(name=REGISTRY_NAME, namespace=NAMESPACE, get_if_exists=True, lifetime="detached").remote()
+
+
+# --- container replicas ---------------------------------------------------------------
+class ContainerReplica:
+    """A Serve replica that loads one model and serves it on its own HTTP data port."""
+
+    def __init__(self, endpoint: str, hostname: str, image: str, model_data: str | None,
+                 environment: dict[str, str], bind_host: str, peers: list | None = None) -> None:
+        # `peers`: handles to the endpoint's other containers, bound only to keep them in this app.
+        runtime = runtime_for(image, materialize(model_data), environment)
+        runtime.load()  # a failure here marks the container (and endpoint) Failed with this error
+        limit = int(environment.get(MAX_CONCURRENCY_ENV, DEFAULT_MAX_CONCURRENCY))
+        self.app = ContainerApp(runtime, hostname, limit)
+        host = ray.util.get_node_ip_address() if bind_host == "node" else bind_host
+        self.server = BackgroundServer(self.app, host)
+        if not self.server.wait_started():
+            raise RuntimeError(f"container {hostname}: data port did not start")
+        self.registry = _registry()
+        ray.get(self.registry.register.remote(endpoint, hostname, self.server.url), timeout=30)
+
+    def check_health(self) -> None:
+        if not self.server.alive:
+            raise RuntimeError("data port server stopped")
+
+    def data_port(self) -> str:
+        return self.server.url
+
+    def __del__(self) -> None:
+        # Leave the routing table first, give the router a poll to notice, then drain.
+        try:
+            ray.get(self.registry.deregister.remote(self.server.url), timeout=5)
+            time.sleep(0.5)
+        except Exception:  # the registry may already be gone at cluster shutdown
+            pass
+        self.server.stop()
+
+
+# --- gateway ------------------------------------------------------------------------
+class Gateway:
+    """A Serve replica running the endpoint HTTP server: router plus control routes."""
+
+    def __init__(self, settings: dict[str, Any]) -> None:
+        self.settings = ServerSettings(**settings)
+        self.registry = _registry()
+        self.transport = ContainerTransport()
+        self.router = Router(self.settings, self.transport)
+        self.board = StatusBoard()
+        self._stop = threading.Event()
+        app = Starlette(routes=self.board.routes() + self.router.routes(), lifespan=self._lifespan)
+        self.server = BackgroundServer(app, self.settings.host, self.settings.port)
+        if not self.server.wait_started():
+            raise RuntimeError(f"endpoint server did not start on {self.server.url}")
+        threading.Thread(target=self._poll_status, name="status-poll", daemon=True).start()
+
+    def _lifespan(self, app):
+        gateway = self
+
+        class _Lifespan:
+            async def __aenter__(self):
+                await gateway.transport.start()
+                self.task = asyncio.create_task(gateway._poll_registry())
+
+            async def __aexit__(self, *exc):
+                self.task.cancel()
+                await gateway.transport.close()
+
+        return _Lifespan()
+
+    async def _poll_registry(self) -> None:
+        version = -1
+        while True:
+            try:
+                snapshot = await asyncio.wrap_future(self.registry.snapshot.remote(version).future())
+                if snapshot is not None:
+                    version = snapshot["version"]
+                    self.board.records = {
+                        name: self.board.records.get(name) or EndpointRecord(**record)
+                        if self.board.records.get(name) is None or self.board.records[name].containers != record["containers"]
+                        else self.board.records[name]
+                        for name, record in snapshot["endpoints"].items()
+                    }
+                    self.transport.update(snapshot["replicas"])
+                self.router.endpoints = {
+                    name: EndpointRoute(name, record.mode, tuple(c["ContainerHostname"] for c in record.containers),
+                                        failure=self.board.failure(name))
+                    for name, record in self.board.records.items()
+                }
+            except Exception:
+                logger.exception("registry poll failed")
+            await asyncio.sleep(self.settings.registry_poll_s)
+
+    def _poll_status(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.board.refresh(serve_status())
+            except Exception:
+                logger.exception("status poll failed")
+            self._stop.wait(STATUS_POLL_S)
+
+    def check_health(self) -> None:
+        if not self.server.alive:
+            raise RuntimeError("endpoint HTTP server stopped")
+
+    def url(self) -> str:
+        return self.server.url
+
+    def __del__(self) -> None:
+        self._stop.set()
+        self.server.stop()
+
+
+def serve_status() -> dict[str, dict[str, Any]]:
+    """Serve's application statuses as plain dicts (what control.StatusBoard reads)."""
+    applications = {}
+    for name, app in serve.status().applications.items():
+        applications[name] = {
+            "status": str(getattr(app.status, "value", app.status)),
+            "message": app.message or "",
+            "deployments": {
+                dep_name: {
+                    "status": str(getattr(dep.status, "value", dep.status)),
+                    "message": dep.message or "",
+                    "replicas": {str(getattr(k, "value", k)): v for k, v in dep.replica_states.items()},
+                }
+                for dep_name, dep in app.deployments.items()
+            },
+        }
+    return applications
+
+
+# --- control-plane operations ---------------------------------------------------------
+def start_local_ray(num_cpus: int | None = None) -> None:
+    """Start a fresh Ray on this machine (never attach to a cluster found by accident)."""
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # local only: Ray's ports stay on this machine
+    ray.init(address="local", include_dashboard=False, num_cpus=num_cpus, namespace=NAMESPACE,
+             log_to_driver=os.environ.get("SERVING_RAY_LOGS", "0") == "1", configure_logging=False)
+
+
+def connect_cluster(address: str) -> None:
+    """Attach to an existing Ray cluster (RAY_ADDRESS or --address)."""
+    ray.init(address=address, namespace=NAMESPACE)
+
+
+def start_gateway(settings: ServerSettings) -> str:
+    """Start Serve without its own proxy, the registry, and the endpoint HTTP server; returns its URL."""
+    serve.start(proxy_location="Disabled")
+    _registry()
+    gateway = serve.deployment(Gateway).options(
+        name="gateway", num_replicas=1, max_ongoing_requests=8, health_check_period_s=5,
+        ray_actor_options={"num_cpus": 0, "resources": {"node:__internal_head__": 0.001}},
+    )
+    try:
+        handle = serve.run(gateway.bind(settings.model_dump()), name=GATEWAY_APP, route_prefix=None)
+    except RuntimeError as error:
+        raise RuntimeError(f"could not start the endpoint server on {settings.host}:{settings.port}: {error}") from None
+    return handle.url.remote().result(timeout_s=30)
+
+
+def record_for(spec: EndpointSpec) -> dict[str, Any]:
+    """The registry's summary of a spec (what the router and status board need)."""
+    return {
+        "name": spec.EndpointName,
+        "mode": spec.mode.value,
+        "containers": [
+            {"ContainerHostname": c.ContainerHostname, "Image": c.Image, "Mode": c.Mode.value, "DesiredReplicas": c.replicas}
+            for c in spec.Containers
+        ],
+    }
+
+
+def build_endpoint_app(spec: EndpointSpec, settings: ServerSettings):
+    """One Serve application with a deployment per container."""
+    bound = []
+    for container in spec.Containers:
+        resources = container.Resources
+        actor_options: dict[str, Any] = {
+            "num_cpus": resources.Cpus,
+            "num_gpus": resources.Gpus,
+            "runtime_env": {"env_vars": dict(container.Environment)},
+        }
+        if resources.MemoryMb:
+            actor_options["memory"] = resources.MemoryMb * 1024 * 1024
+        deployment = serve.deployment(ContainerReplica).options(
+            name=container.ContainerHostname, num_replicas=container.replicas, ray_actor_options=actor_options,
+            max_ongoing_requests=8, health_check_period_s=5, graceful_shutdown_timeout_s=20,
+        )
+        args = (spec.EndpointName, container.ContainerHostname, container.Image, container.ModelDataUrl,
+                dict(container.Environment), settings.container_host)
+        bound.append((deployment, args))
+    # Serve needs one ingress per application: the first container is it, and the
+    # others ride along as its `peers` so that Serve keeps them in this application.
+    # Requests never take Serve's ingress path: the gateway calls each replica's data port.
+    (first, first_args), *others = bound
+    return first.bind(*first_args, peers=[deployment.bind(*args) for deployment, args in others])
+
+
+def deploy_endpoint(spec: EndpointSpec, settings: ServerSettings) -> None:
+    """Register the endpoint and start deploying it; returns without waiting (see describe)."""
+    if spec.EndpointName == GATEWAY_APP:
+        raise ValueError(f"EndpointName {GATEWAY_APP!r} is reserved")
+    ray.get(_registry().put_endpoint.remote(spec.EndpointName, record_for(spec)), timeout=30)
+    # serve.run would block until every replica is up (or raise); the status board
+    # reports progress and failures instead, so deploy without waiting.
+    from ray.serve.api import RunTarget, _run_many  # the non-blocking form of serve.run
+
+    target = RunTarget(target=build_endpoint_app(spec, settings), name=spec.EndpointName, route_prefix=None)
+    _run_many([target], wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)
+
+
+def delete_endpoint(name: str) -> None:
+    """Stop routing to the endpoint, then remove its containers."""
+    ray.get(_registry().delete_endpoint.remote(name), timeout=30)
+    serve.delete(name)
+
+
+def shutdown() -> None:
+    """Stop Serve and, for an embedded Ray, Ray itself."""
+    try:
+        serve.shutdown()
+    finally:
+        ray.shutdown()

@@ -1,0 +1,185 @@
+"""The data plane's HTTP edge: InvokeEndpoint -> target or chain -> response or error.
+
+Request path: parse and check headers and payload -> pick the target container
+(Direct) or the whole chain (Serial) -> one HTTP hop per container -> shape the
+SageMaker response. Every failure leaves through `error_response`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from dataclasses import dataclass
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from serving import protocol
+from serving.errors import (
+    PASS_THROUGH_CODES,
+    ModelError,
+    ServiceUnavailableError,
+    ServingError,
+    ValidationError,
+    error_from_wire,
+    wire_error,
+)
+from serving.settings import ServerSettings
+from serving.transport import ContainerTransport, HopResponse
+
+logger = logging.getLogger("serving.router")
+
+_HOSTNAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+_FORWARDED = ("content-type", "accept", protocol.CUSTOM_ATTRIBUTES, protocol.TARGET_MODEL, protocol.INFERENCE_ID)
+
+
+@dataclass(frozen=True)
+class EndpointRoute:
+    """What the router needs to know of one endpoint."""
+
+    name: str
+    mode: str  # "Direct" or "Serial"
+    containers: tuple[str, ...]
+    failure: str | None = None  # set when the endpoint is Failed
+
+
+def error_response(error: ServingError) -> Response:
+    """The one place a ServingError becomes an HTTP response."""
+    status, headers, body = wire_error(error)
+    return Response(body, status_code=status, headers=headers)
+
+
+class Router:
+    """Routes InvokeEndpoint requests to containers; the table is refreshed from outside."""
+
+    def __init__(self, settings: ServerSettings, transport: ContainerTransport) -> None:
+        self.settings = settings
+        self.transport = transport
+        self.endpoints: dict[str, EndpointRoute] = {}
+
+    def routes(self) -> list[Route]:
+        return [Route("/endpoints/{name}/invocations", self.invoke, methods=["POST"])]
+
+    async def invoke(self, request: Request) -> Response:
+        try:
+            return await self._invoke(request)
+        except ServingError as error:
+            return error_response(error)
+        except Exception:  # a bug of ours: say so in the documented shape, keep serving
+            logger.exception("invocation failed inside the router")
+            return error_response(ServingError("internal failure in the endpoint router"))
+
+    async def _invoke(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        endpoint = self.endpoints.get(name)
+        if endpoint is None:
+            raise ValidationError(f"Endpoint {name} not found.")
+        if endpoint.failure is not None:
+            raise ServiceUnavailableError(f"Endpoint {name} is Failed: {endpoint.failure}")
+        headers = request.headers
+        chain = self._chain(endpoint, headers)
+        self._check_headers(headers)
+        body = await self._read_body(request)
+        forwarded = {key: headers[key] for key in _FORWARDED if key in headers}
+        last = await self._run_chain(endpoint, chain, body, forwarded)
+        response_headers = {protocol.INVOKED_VARIANT: protocol.DEFAULT_VARIANT}
+        if last.custom_attributes:
+            response_headers[protocol.CUSTOM_ATTRIBUTES] = last.custom_attributes
+        return Response(last.body, headers=response_headers, media_type=last.content_type or "application/octet-stream")
+
+    def _chain(self, endpoint: EndpointRoute, headers) -> tuple[str, ...]:
+        target = headers.get(protocol.TARGET_CONTAINER)
+        if endpoint.mode == "Serial":
+            if target is not None:
+                raise ValidationError(
+                    f"{protocol.TARGET_CONTAINER} is not allowed: endpoint {endpoint.name} runs its containers in Serial mode"
+                )
+            return endpoint.containers
+        if target is None:
+            if len(endpoint.containers) == 1:
+                return endpoint.containers
+            raise ValidationError(
+                f"{protocol.TARGET_CONTAINER} is required: endpoint {endpoint.name} has {len(endpoint.containers)} "
+                f"containers ({', '.join(endpoint.containers)})"
+            )
+        if not _HOSTNAME.match(target) or target not in endpoint.containers:
+            raise ValidationError(
+                f"{protocol.TARGET_CONTAINER} {target!r} names no container of endpoint {endpoint.name}; "
+                f"containers: {', '.join(endpoint.containers)}"
+            )
+        return (target,)
+
+    def _check_headers(self, headers) -> None:
+        variant = headers.get(protocol.TARGET_VARIANT)
+        if variant is not None and variant != protocol.DEFAULT_VARIANT:
+            raise ValidationError(f"{protocol.TARGET_VARIANT} {variant!r} does not exist; the only variant is {protocol.DEFAULT_VARIANT}")
+        if protocol.TARGET_MODEL in headers:
+            raise ValidationError(f"{protocol.TARGET_MODEL} is only valid for MultiModel containers")
+        attributes = headers.get(protocol.CUSTOM_ATTRIBUTES)
+        if attributes is not None and (len(attributes) > protocol.MAX_CUSTOM_ATTRIBUTES or not attributes.isascii()):
+            raise ValidationError(f"{protocol.CUSTOM_ATTRIBUTES} must be at most {protocol.MAX_CUSTOM_ATTRIBUTES} ASCII characters")
+
+    async def _read_body(self, request: Request) -> bytes:
+        limit = self.settings.max_payload_bytes
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise ValidationError(f"payload of {int(declared)} bytes exceeds the limit of {limit} bytes")
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise ValidationError(f"payload exceeds the limit of {limit} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def _run_chain(self, endpoint: EndpointRoute, chain: tuple[str, ...], body: bytes, headers: dict[str, str]) -> HopResponse:
+        timeout = self.settings.invocation_timeout_s
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        attributes = None
+        response: HopResponse | None = None
+        headers = dict(headers)
+        # The caller's Accept is for the last container; earlier ones emit their default
+        # (SAGEMAKER_DEFAULT_INVOCATIONS_ACCEPT), which is what the next one reads.
+        accept = headers.pop("accept", None)
+        for position, container in enumerate(chain, start=1):
+            hop_headers = headers if position < len(chain) or accept is None else {**headers, "accept": accept}
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise _timed_out(container, timeout)
+            try:
+                response = await asyncio.wait_for(
+                    self.transport.send(endpoint.name, container, body, hop_headers, remaining), remaining
+                )
+            except (asyncio.TimeoutError, TimeoutError):
+                raise _timed_out(container, timeout) from None
+            if response.status >= 400:
+                raise _container_failure(endpoint, container, position, len(chain), response)
+            attributes = response.custom_attributes or attributes
+            body = response.body
+            if response.content_type:
+                headers["content-type"] = response.content_type
+        assert response is not None
+        return HopResponse(response.status, response.body, response.content_type, attributes)
+
+
+def _timed_out(container: str, timeout: float) -> ModelError:
+    return ModelError(
+        f"Your invocation timed out while waiting for a response from container {container} ({timeout:g} s).",
+        container=container, original_status=408, original_message="invocation timeout",
+    )
+
+
+def _container_failure(endpoint: EndpointRoute, container: str, position: int, length: int, response: HopResponse) -> ServingError:
+    where = f"container {container}" if length == 1 else f"container {container} (position {position} of {length})"
+    reported = error_from_wire(response.body)
+    if reported is not None and reported.code in PASS_THROUGH_CODES:
+        reported.message = f"{where}: {reported.message}"
+        return reported
+    original = reported.message if reported is not None else response.body[:1024].decode("utf-8", "replace")
+    return ModelError(
+        f"Received server error ({response.status}) from {where} with message \"{original}\".",
+        container=container, original_status=response.status, original_message=original,
+    )

@@ -1,0 +1,33 @@
+"""Serving stacks, one module each, behind the `Runtime` interface in `base`.
+
+Framework modules are imported only when a container of that stack starts, so a
+replica pays only for the framework it serves.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Mapping
+
+from serving.runtimes.base import InvocationContext, Runtime
+
+STACK_CLASSES = {
+    "sklearn": "serving.runtimes.sklearn:SklearnRuntime",
+    "python": "serving.runtimes.python:PythonRuntime",
+}
+
+
+def runtime_for(image: str, model_dir: Path | None, environment: Mapping[str, str]) -> Runtime:
+    """A not-yet-loaded runtime for a container's Image."""
+    try:
+        module_name, class_name = STACK_CLASSES[image].split(":")
+    except KeyError:
+        raise ValueError(f"unknown serving stack {image!r}") from None
+    runtime_class = getattr(importlib.import_module(module_name), class_name)
+    return runtime_class(model_dir, environment)
+
+
+STACKS = tuple(STACK_CLASSES)
+
+__all__ = ["STACKS", "InvocationContext", "Runtime", "runtime_for"]

@@ -1,0 +1,111 @@
+"""The runtime interface every serving stack implements, with SageMaker hook overrides.
+
+A runtime turns request bytes into response bytes in four steps named after the
+SageMaker handler functions: `model_fn` (load), `input_fn` (decode), `predict_fn`,
+`output_fn` (encode). A stack provides framework defaults; a user's
+`code/inference.py` overrides any subset of the four.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from serving import codecs
+from serving.errors import ValidationError
+from serving.runtimes.handler import HOOK_NAMES, load_user_hooks
+
+# Default response type when a request has no Accept (SageMaker's own variable name,
+# used by inference pipelines to make one container emit what the next one reads).
+DEFAULT_ACCEPT_ENV = "SAGEMAKER_DEFAULT_INVOCATIONS_ACCEPT"
+
+
+@dataclass
+class InvocationContext:
+    """Request metadata a handler may read, and the custom attributes it may set."""
+
+    custom_attributes: str | None = None
+    target_model: str | None = None
+    inference_id: str | None = None
+    response_custom_attributes: str | None = None
+
+
+class Runtime:
+    """One loaded model behind the four SageMaker hooks; subclasses set framework defaults."""
+
+    name = "base"
+
+    def __init__(self, model_dir: Path | None, environment: Mapping[str, str]) -> None:
+        self.model_dir = model_dir
+        self.environment = dict(environment)
+        self.default_accept = self.environment.get(DEFAULT_ACCEPT_ENV, codecs.DEFAULT_ACCEPT)
+        self._hooks: dict[str, Callable[..., Any]] = {}
+        self.model: Any = None
+
+    # --- framework defaults (override in subclasses) -------------------------------
+    def model_fn(self, model_dir: Path | None) -> Any:
+        """Load the model from its directory."""
+        raise NotImplementedError
+
+    def input_fn(self, body: bytes, content_type: str | None) -> Any:
+        """Decode the request body."""
+        return codecs.decode(body, content_type)
+
+    def predict_fn(self, data: Any, model: Any) -> Any:
+        """Run the model on decoded input."""
+        raise NotImplementedError
+
+    def output_fn(self, prediction: Any, accept: str | None) -> tuple[bytes, str]:
+        """Encode the prediction; returns (body, content type)."""
+        return codecs.encode(prediction, accept)
+
+    # --- lifecycle and invocation ---------------------------------------------------
+    def load(self) -> None:
+        """Load user hooks (if any), then the model; called once per replica."""
+        if self.model_dir is not None:
+            self._hooks = load_user_hooks(self.model_dir)
+        self.model = self._call("model_fn", self.model_dir)
+
+    def invoke(self, body: bytes, content_type: str | None, accept: str | None, context: InvocationContext) -> tuple[bytes, str]:
+        """Decode, predict and encode one request."""
+        if not accept or codecs.media_type(accept) in ("*/*", ""):
+            accept = self.default_accept
+        if "output_fn" not in self._hooks:
+            accept = codecs.choose_accept(accept)  # refuse a bad Accept before predicting
+        data = self._call("input_fn", body, content_type, context=context)
+        prediction = self._call("predict_fn", data, self.model, context=context)
+        result = self._call("output_fn", prediction, accept, context=context)
+        return _as_body(result, accept)
+
+    def _call(self, hook: str, *args: Any, context: InvocationContext | None = None) -> Any:
+        user = self._hooks.get(hook)
+        if user is None:
+            return getattr(self, hook)(*args)
+        if context is not None and _accepts_context(user):
+            return user(*args, context)
+        return user(*args)
+
+
+def _accepts_context(function: Callable[..., Any]) -> bool:
+    try:
+        parameters = inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return False
+    return "context" in parameters
+
+
+def _as_body(result: Any, accept: str) -> tuple[bytes, str]:
+    """Normalize what an output_fn returned: bytes/str, or (body, content type)."""
+    content_type = accept
+    if isinstance(result, tuple) and len(result) == 2:
+        result, content_type = result
+    if isinstance(result, str):
+        result = result.encode()
+    if not isinstance(result, (bytes, bytearray, memoryview)):
+        raise TypeError(f"output_fn must return bytes, str or (body, content_type), got {type(result).__name__}")
+    return bytes(result), content_type
+
+
+__all__ = ["HOOK_NAMES", "InvocationContext", "Runtime", "ValidationError"]

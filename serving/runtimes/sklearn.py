@@ -1,0 +1,90 @@
+"""scikit-learn stack: skops files by default, joblib/pickle only when the spec opts in."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from serving.errors import ValidationError
+from serving.runtimes.base import Runtime
+
+ALLOW_PICKLE_ENV = "SERVING_ALLOW_PICKLE"          # "true": also load model.joblib / model.pkl
+TRUSTED_TYPES_ENV = "SERVING_SKOPS_TRUSTED_TYPES"  # comma-separated extra types skops may build
+METHOD_ENV = "SERVING_SKLEARN_METHOD"              # predict | predict_proba | transform | decision_function
+
+SKOPS_NAMES = ("model.skops",)
+PICKLE_NAMES = ("model.joblib", "model.pkl", "model.pickle")
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def to_matrix(data: Any) -> np.ndarray:
+    """Rows for an estimator: TF-Serving style `{"instances": ...}` or a bare list; one row if 1-D."""
+    if isinstance(data, dict):
+        for key in ("instances", "inputs"):
+            if key in data:
+                data = data[key]
+                break
+        else:
+            raise ValidationError('JSON object input needs an "instances" or "inputs" field')
+    try:
+        array = np.asarray(data)
+    except ValueError as error:
+        raise ValidationError(f"input is not a rectangular array: {error}") from None
+    if array.dtype == object:
+        raise ValidationError("input is not a rectangular array of numbers")
+    return array.reshape(1, -1) if array.ndim == 1 else array
+
+
+class SklearnRuntime(Runtime):
+    """Serves one scikit-learn estimator or pipeline."""
+
+    name = "sklearn"
+
+    def model_fn(self, model_dir: Path | None) -> Any:
+        if model_dir is None:
+            raise FileNotFoundError("the sklearn stack needs ModelDataUrl")
+        for name in SKOPS_NAMES:
+            if (model_dir / name).is_file():
+                return self._load_skops(model_dir / name)
+        skops_files = sorted(model_dir.glob("*.skops"))
+        if skops_files:
+            return self._load_skops(skops_files[0])
+        pickles = [model_dir / name for name in PICKLE_NAMES if (model_dir / name).is_file()]
+        if pickles:
+            if not _truthy(self.environment.get(ALLOW_PICKLE_ENV)):
+                raise PermissionError(
+                    f"refusing to unpickle {pickles[0].name}: pickle runs arbitrary code. Save the model with skops, "
+                    f"or set Environment {ALLOW_PICKLE_ENV}: 'true' if you trust this artifact"
+                )
+            import joblib
+
+            return joblib.load(pickles[0])
+        raise FileNotFoundError(f"no model.skops (or opted-in model.joblib) in {model_dir}")
+
+    def _load_skops(self, path: Path) -> Any:
+        import skops.io
+
+        extra = [t.strip() for t in self.environment.get(TRUSTED_TYPES_ENV, "").split(",") if t.strip()]
+        # scikit-learn's own classes (e.g. sklearn.tree._tree.Tree) are data holders, not
+        # code-execution gadgets; anything else must be trusted explicitly.
+        untrusted = [t for t in skops.io.get_untrusted_types(file=path) if t not in extra and not t.startswith("sklearn.")]
+        if untrusted:
+            raise PermissionError(
+                f"{path.name} contains types skops does not trust: {', '.join(untrusted)}; "
+                f"list them in Environment {TRUSTED_TYPES_ENV} if you trust this artifact"
+            )
+        return skops.io.load(path, trusted=skops.io.get_untrusted_types(file=path))
+
+    def input_fn(self, body: bytes, content_type: str | None) -> Any:
+        return to_matrix(super().input_fn(body, content_type))
+
+    def predict_fn(self, data: Any, model: Any) -> Any:
+        method = self.environment.get(METHOD_ENV) or ("predict" if hasattr(model, "predict") else "transform")
+        if not hasattr(model, method):
+            raise AttributeError(f"{type(model).__name__} has no method {method!r} ({METHOD_ENV})")
+        return getattr(model, method)(data)

@@ -1,0 +1,96 @@
+"""Router -> container hops: pooled HTTP/1.1 keep-alive connections to replica data ports.
+
+The replica table comes from the registry; a replica that refuses connections is
+dropped at once and the request goes to another (it never reached the dead one,
+so the retry cannot run it twice).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import aiohttp
+
+from serving.errors import ModelNotReadyError
+
+
+@dataclass
+class Replica:
+    """One replica's data port and the requests now in flight to it."""
+
+    url: str
+    in_flight: int = 0
+    invocations_url: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.invocations_url = self.url + "/invocations"
+
+
+@dataclass(frozen=True)
+class HopResponse:
+    """What a container answered (any status)."""
+
+    status: int
+    body: bytes
+    content_type: str | None
+    custom_attributes: str | None
+
+
+class ContainerTransport:
+    """Sends invocations to the least-busy replica of a container."""
+
+    def __init__(self) -> None:
+        self._replicas: dict[tuple[str, str], list[Replica]] = {}
+        self._turn = itertools.count()
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30, enable_cleanup_closed=True)
+        self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False, skip_auto_headers=("User-Agent",))
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    def update(self, table: Mapping[tuple[str, str], list[str]]) -> None:
+        """Replace the replica table, keeping in-flight counts of replicas that stay."""
+        current = {(key, r.url): r for key, replicas in self._replicas.items() for r in replicas}
+        self._replicas = {
+            key: [current.get((key, url)) or Replica(url) for url in sorted(urls)] for key, urls in table.items()
+        }
+
+    def replica_count(self, endpoint: str, container: str) -> int:
+        return len(self._replicas.get((endpoint, container), ()))
+
+    def _pick(self, replicas: list[Replica]) -> Replica:
+        start = next(self._turn) % len(replicas)
+        ordered = replicas[start:] + replicas[:start]
+        return min(ordered, key=lambda replica: replica.in_flight)
+
+    async def send(self, endpoint: str, container: str, body: bytes, headers: dict[str, str], timeout: float) -> HopResponse:
+        """POST /invocations on one replica of the container; raises ModelNotReadyError if none answers."""
+        assert self._session is not None, "transport not started"
+        key = (endpoint, container)
+        while self._replicas.get(key):
+            replicas = self._replicas[key]
+            replica = self._pick(replicas)
+            replica.in_flight += 1
+            try:
+                async with self._session.post(
+                    replica.invocations_url, data=body, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout)
+                ) as response:
+                    return HopResponse(
+                        status=response.status,
+                        body=await response.read(),
+                        content_type=response.headers.get("content-type"),
+                        custom_attributes=response.headers.get("x-amzn-sagemaker-custom-attributes"),
+                    )
+            except aiohttp.ClientConnectorError:
+                # Refused: the replica is gone. Forget it until the registry says otherwise.
+                if replica in replicas:
+                    replicas.remove(replica)
+            finally:
+                replica.in_flight -= 1
+        raise ModelNotReadyError(f"container {container} of endpoint {endpoint} has no ready replica; retry shortly")
