@@ -20,13 +20,13 @@ from ray import serve
 from starlette.applications import Starlette
 
 from serving._http_server import BackgroundServer
-from serving.container import DEFAULT_MAX_CONCURRENCY, MAX_CONCURRENCY_ENV, ContainerApp
+from serving.container import ContainerApp
 from serving.control import EndpointRecord, StatusBoard
 from serving.modelstore import materialize
 from serving.router import EndpointRoute, Router
 from serving.runtimes import runtime_for
 from serving.settings import ServerSettings
-from serving.spec import EndpointSpec
+from serving.spec import DEFAULT_MAX_CONCURRENCY, EndpointSpec
 from serving.transport import ContainerTransport
 
 logger = logging.getLogger("serving.app")
@@ -38,14 +38,23 @@ STATUS_POLL_S = 1.0
 
 
 # --- registry ------------------------------------------------------------------------
+REPLICA_TTL_S = 15.0  # a replica not heard from for this long (crashed, node lost) leaves the table
+HEARTBEAT_S = 5.0
+
+
 @ray.remote(num_cpus=0, max_restarts=-1)
 class Registry:
-    """Endpoints and the data-port URL of every container replica, with a change counter."""
+    """Endpoints and the data-port URL of every live container replica, with a change counter.
+
+    Replicas re-register every HEARTBEAT_S, so a restarted registry refills itself and a
+    replica that died without deregistering expires after REPLICA_TTL_S.
+    """
 
     def __init__(self) -> None:
         self.version = 0
         self.endpoints: dict[str, dict[str, Any]] = {}
         self.replicas: dict[str, tuple[str, str]] = {}  # url -> (endpoint, container)
+        self.seen: dict[str, float] = {}  # url -> last heartbeat (monotonic)
 
     def put_endpoint(self, name: str, record: dict[str, Any]) -> None:
         self.endpoints[name] = record
@@ -57,15 +66,21 @@ class Registry:
         self.version += 1
 
     def register(self, endpoint: str, container: str, url: str) -> None:
-        self.replicas[url] = (endpoint, container)
-        self.version += 1
+        self.seen[url] = time.monotonic()
+        if self.replicas.get(url) != (endpoint, container):
+            self.replicas[url] = (endpoint, container)
+            self.version += 1
 
     def deregister(self, url: str) -> None:
+        self.seen.pop(url, None)
         if self.replicas.pop(url, None) is not None:
             self.version += 1
 
     def snapshot(self, since: int) -> dict[str, Any] | None:
         """Everything, or None when nothing changed since version `since`."""
+        now = time.monotonic()
+        for url in [url for url, seen in self.seen.items() if now - seen > REPLICA_TTL_S]:
+            self.deregister(url)
         if since == self.version:
             return None
         table: dict[tuple[str, str], list[str]] = {}
@@ -74,8 +89,14 @@ class Registry:
         return {"version": self.version, "endpoints": dict(self.endpoints), "replicas": table}
 
 
+# Control-plane actors live on the head node, which outlives worker nodes.
+_ON_HEAD = {"node:__internal_head__": 0.001}
+
+
 def _registry():
-    return Registry.options(name=REGISTRY_NAME, namespace=NAMESPACE, get_if_exists=True, lifetime="detached").remote()
+    return Registry.options(
+        name=REGISTRY_NAME, namespace=NAMESPACE, get_if_exists=True, lifetime="detached", resources=_ON_HEAD,
+    ).remote()
 
 
 # --- container replicas ---------------------------------------------------------------
@@ -87,14 +108,20 @@ class ContainerReplica:
         # `peers`: handles to the endpoint's other containers, bound only to keep them in this app.
         runtime = runtime_for(image, materialize(model_data), environment)
         runtime.load()  # a failure here marks the container (and endpoint) Failed with this error
-        limit = int(environment.get(MAX_CONCURRENCY_ENV, DEFAULT_MAX_CONCURRENCY))
-        self.app = ContainerApp(runtime, hostname, limit)
+        self.app = ContainerApp(runtime, hostname)
         host = ray.util.get_node_ip_address() if bind_host == "node" else bind_host
         self.server = BackgroundServer(self.app, host)
         if not self.server.wait_started():
             raise RuntimeError(f"container {hostname}: data port did not start")
         self.registry = _registry()
-        ray.get(self.registry.register.remote(endpoint, hostname, self.server.url), timeout=30)
+        self._registration = (endpoint, hostname, self.server.url)
+        ray.get(self.registry.register.remote(*self._registration), timeout=30)
+        self._stopping = threading.Event()
+        threading.Thread(target=self._heartbeat, name="registry-heartbeat", daemon=True).start()
+
+    def _heartbeat(self) -> None:
+        while not self._stopping.wait(HEARTBEAT_S):
+            self.registry.register.remote(*self._registration)
 
     def check_health(self) -> None:
         if not self.server.alive:
@@ -105,6 +132,7 @@ class ContainerReplica:
 
     def __del__(self) -> None:
         # Leave the routing table first, give the router a poll to notice, then drain.
+        self._stopping.set()
         try:
             ray.get(self.registry.deregister.remote(self.server.url), timeout=5)
             time.sleep(0.5)
@@ -120,7 +148,7 @@ class Gateway:
     def __init__(self, settings: dict[str, Any]) -> None:
         self.settings = ServerSettings(**settings)
         self.registry = _registry()
-        self.transport = ContainerTransport()
+        self.transport = ContainerTransport(default_limit=DEFAULT_MAX_CONCURRENCY)
         self.router = Router(self.settings, self.transport)
         self.board = StatusBoard()
         self._stop = threading.Event()
@@ -152,12 +180,14 @@ class Gateway:
                 if snapshot is not None:
                     version = snapshot["version"]
                     self.board.records = {
-                        name: self.board.records.get(name) or EndpointRecord(**record)
-                        if self.board.records.get(name) is None or self.board.records[name].containers != record["containers"]
-                        else self.board.records[name]
+                        name: _keep_or_replace(self.board.records.get(name), record)
                         for name, record in snapshot["endpoints"].items()
                     }
-                    self.transport.update(snapshot["replicas"])
+                    limits = {(name, host): limit for name, record in snapshot["endpoints"].items()
+                              for host, limit in record["limits"].items()}
+                    self.transport.update(snapshot["replicas"], limits)
+                for url in self.transport.take_dropped():
+                    self.registry.deregister.remote(url)
                 self.router.endpoints = {
                     name: EndpointRoute(name, record.mode, tuple(c["ContainerHostname"] for c in record.containers),
                                         failure=self.board.failure(name))
@@ -185,6 +215,14 @@ class Gateway:
     def __del__(self) -> None:
         self._stop.set()
         self.server.stop()
+
+
+def _keep_or_replace(current: EndpointRecord | None, record: dict[str, Any]) -> EndpointRecord:
+    """Keep an endpoint's history (was it InService, scaling activities) unless its spec changed."""
+    fresh = EndpointRecord(**record)
+    if current is not None and (current.mode, current.containers, current.limits) == (fresh.mode, fresh.containers, fresh.limits):
+        return current
+    return fresh
 
 
 def serve_status() -> dict[str, dict[str, Any]]:
@@ -225,7 +263,7 @@ def start_gateway(settings: ServerSettings) -> str:
     _registry()
     gateway = serve.deployment(Gateway).options(
         name="gateway", num_replicas=1, max_ongoing_requests=8, health_check_period_s=5,
-        ray_actor_options={"num_cpus": 0, "resources": {"node:__internal_head__": 0.001}},
+        ray_actor_options={"num_cpus": 0, "resources": _ON_HEAD},
     )
     try:
         handle = serve.run(gateway.bind(settings.model_dump()), name=GATEWAY_APP, route_prefix=None)
@@ -243,6 +281,7 @@ def record_for(spec: EndpointSpec) -> dict[str, Any]:
             {"ContainerHostname": c.ContainerHostname, "Image": c.Image, "Mode": c.Mode.value, "DesiredReplicas": c.replicas}
             for c in spec.Containers
         ],
+        "limits": {c.ContainerHostname: c.max_concurrency for c in spec.Containers},
     }
 
 
@@ -261,6 +300,7 @@ def build_endpoint_app(spec: EndpointSpec, settings: ServerSettings):
         deployment = serve.deployment(ContainerReplica).options(
             name=container.ContainerHostname, num_replicas=container.replicas, ray_actor_options=actor_options,
             max_ongoing_requests=8, health_check_period_s=5, graceful_shutdown_timeout_s=20,
+            max_constructor_retry_count=3,  # a model that fails to load fails again: report it soon
         )
         args = (spec.EndpointName, container.ContainerHostname, container.Image, container.ModelDataUrl,
                 dict(container.Environment), settings.container_host)
@@ -274,8 +314,6 @@ def build_endpoint_app(spec: EndpointSpec, settings: ServerSettings):
 
 def deploy_endpoint(spec: EndpointSpec, settings: ServerSettings) -> None:
     """Register the endpoint and start deploying it; returns without waiting (see describe)."""
-    if spec.EndpointName == GATEWAY_APP:
-        raise ValueError(f"EndpointName {GATEWAY_APP!r} is reserved")
     ray.get(_registry().put_endpoint.remote(spec.EndpointName, record_for(spec)), timeout=30)
     # serve.run would block until every replica is up (or raise); the status board
     # reports progress and failures instead, so deploy without waiting.
@@ -292,8 +330,22 @@ def delete_endpoint(name: str) -> None:
 
 
 def shutdown() -> None:
-    """Stop Serve and, for an embedded Ray, Ray itself."""
+    """Stop Serve and the embedded Ray (never used on a shared cluster)."""
     try:
         serve.shutdown()
     finally:
         ray.shutdown()
+
+
+def describe_endpoints() -> dict[str, dict[str, Any]]:
+    """Descriptions of every endpoint, read from the registry and Serve (no HTTP needed)."""
+    snapshot = ray.get(_registry().snapshot.remote(-1), timeout=30)
+    board = StatusBoard()
+    board.records = {name: EndpointRecord(**record) for name, record in snapshot["endpoints"].items()}
+    board.refresh(serve_status())
+    return board.descriptions
+
+
+def disconnect() -> None:
+    """Leave a cluster, its Serve applications running."""
+    ray.shutdown()

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 
 from serving.spec import EndpointSpec, SpecError, load_spec
 
@@ -42,25 +39,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _get_json(url: str, timeout: float = 5.0) -> dict:
-    with urllib.request.urlopen(url, timeout=timeout) as response:
-        return json.loads(response.read())
-
-
-def wait_for_endpoints(base_url: str, names: list[str], timeout: float) -> dict[str, dict]:
-    """Poll GET /endpoints/{name} until each is InService or Failed (or the timeout passes)."""
+def wait_for_endpoints(describe, names: list[str], timeout: float) -> dict[str, dict]:
+    """Poll descriptions until each endpoint is InService or Failed (or the timeout passes)."""
     deadline = time.monotonic() + timeout
     latest: dict[str, dict] = {}
-    while time.monotonic() < deadline:
-        for name in names:
-            try:
-                latest[name] = _get_json(f"{base_url}/endpoints/{name}")
-            except (urllib.error.URLError, OSError, ValueError):
-                continue
-        if len(latest) == len(names) and all(d["EndpointStatus"] in ("InService", "Failed") for d in latest.values()):
-            break
+    while True:
+        latest = {name: d for name, d in describe().items() if name in names}
+        settled = len(latest) == len(names) and all(d["EndpointStatus"] in ("InService", "Failed") for d in latest.values())
+        if settled or time.monotonic() >= deadline:
+            return latest
         time.sleep(0.5)
-    return latest
 
 
 def example_calls(base_url: str, spec: EndpointSpec) -> list[str]:
@@ -86,50 +74,53 @@ def cmd_up(args: argparse.Namespace) -> int:
     from serving import app  # imports Ray: only once the specs are known to be good
     from serving.settings import ServerSettings
 
-    overrides = {k: v for k, v in {"host": args.host, "port": args.port}.items() if v is not None}
     address = args.address or os.environ.get("RAY_ADDRESS")
-    if not address and "container_host" not in overrides:
-        overrides["container_host"] = "127.0.0.1"
+    overrides = {k: v for k, v in {"host": args.host, "port": args.port}.items() if v is not None}
+    if address and "SERVING_CONTAINER_HOST" not in os.environ:
+        overrides["container_host"] = "node"  # replicas on other nodes must be reachable
     settings = ServerSettings(**overrides)
 
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
-
-    print(f"Starting {'Ray cluster at ' + address if address else 'an embedded local Ray'} ...", flush=True)
+    print(f"Starting {'on the Ray cluster at ' + address if address else 'an embedded local Ray'} ...", flush=True)
     if address:
         app.connect_cluster(address)
     else:
         app.start_local_ray(num_cpus=args.num_cpus)
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):  # after ray.init, which installs its own
+        signal.signal(signum, lambda *_: stop.set())
     try:
         base_url = app.start_gateway(settings)
         for spec in specs:
             app.deploy_endpoint(spec, settings)
         print(f"\nEndpoint server: {base_url}", flush=True)
         for spec in specs:
-            print(f"\n{spec.EndpointName} ({spec.mode.value}) - example calls:")
+            print(f"\n{spec.EndpointName} ({spec.mode.value}) - example calls (use your model's input):")
             for line in example_calls(base_url, spec):
                 print(f"  {line}")
         print("\nWaiting for containers to load ...", flush=True)
-        states = wait_for_endpoints(base_url, [s.EndpointName for s in specs], args.wait_timeout)
+        states = wait_for_endpoints(app.describe_endpoints, [s.EndpointName for s in specs], args.wait_timeout)
         failed = False
         for spec in specs:
-            description = states.get(spec.EndpointName, {"EndpointStatus": "Creating", "FailureReason": "no status yet"})
+            description = states.get(spec.EndpointName, {"EndpointStatus": "Creating"})
             status = description["EndpointStatus"]
             reason = f": {description['FailureReason']}" if description.get("FailureReason") else ""
             print(f"  {spec.EndpointName}: {status}{reason}", flush=True)
             failed |= status != "InService"
-        if args.exit_after_ready:
+        if args.exit_after_ready or (address and args.detach):
             return 1 if failed else 0
         print("\nServing. Press Ctrl-C to stop.", flush=True)
         stop.wait()
         print("Shutting down ...", flush=True)
         return 0
     finally:
-        if address:
-            for spec in specs:
+        if not address:
+            app.shutdown()
+        elif not args.detach:
+            for spec in specs:  # leave the rest of the cluster's Serve applications alone
                 app.delete_endpoint(spec.EndpointName)
-        app.shutdown()
+            app.disconnect()
+        else:
+            app.disconnect()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -148,6 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--num-cpus", type=int, help="CPUs the embedded Ray may use (default: all)")
     up.add_argument("--wait-timeout", type=float, default=180.0, help="seconds to wait for containers to load")
     up.add_argument("--exit-after-ready", action="store_true", help="stop once every endpoint is InService or Failed")
+    up.add_argument("--detach", action="store_true",
+                    help="with --address: deploy, wait for readiness and return, leaving the endpoints running")
     up.set_defaults(func=cmd_up)
     return parser
 

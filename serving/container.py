@@ -15,13 +15,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from serving import protocol
-from serving.errors import ModelNotReadyError, ServingError, wire_error
+from serving.errors import ServingError, wire_error
 from serving.runtimes import InvocationContext, Runtime
 
 logger = logging.getLogger("serving.container")
 
-MAX_CONCURRENCY_ENV = "SERVING_MAX_CONCURRENCY"  # in-flight requests per replica before 429
-DEFAULT_MAX_CONCURRENCY = 256
 
 
 def _error_response(error: ServingError) -> Response:
@@ -30,12 +28,11 @@ def _error_response(error: ServingError) -> Response:
 
 
 class ContainerApp:
-    """ASGI app wrapping one loaded runtime, with a per-replica concurrency bound."""
+    """ASGI app wrapping one loaded runtime (the router bounds how many requests reach it)."""
 
-    def __init__(self, runtime: Runtime, hostname: str, max_concurrency: int = DEFAULT_MAX_CONCURRENCY) -> None:
+    def __init__(self, runtime: Runtime, hostname: str) -> None:
         self.runtime = runtime
         self.hostname = hostname
-        self.max_concurrency = max_concurrency
         self.in_flight = 0
         self.invocations = 0
         self.app = Starlette(
@@ -52,10 +49,6 @@ class ContainerApp:
         return Response(b"", status_code=200)
 
     async def invoke(self, request: Request) -> Response:
-        if self.in_flight >= self.max_concurrency:
-            return _error_response(ModelNotReadyError(
-                f"container {self.hostname} is at its limit of {self.max_concurrency} concurrent requests per replica"
-            ))
         self.in_flight += 1
         self.invocations += 1
         try:

@@ -44,6 +44,7 @@ class EndpointRecord:
     name: str
     mode: str
     containers: list[dict[str, Any]]  # ContainerHostname, Image, Mode, DesiredReplicas
+    limits: dict[str, int] = field(default_factory=dict)  # per-replica in-flight bound by hostname
     was_in_service: bool = False
     scaling_activities: list[dict[str, Any]] = field(default_factory=list)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from dataclasses import dataclass
 
 from starlette.requests import Request
@@ -31,7 +30,6 @@ from serving.transport import ContainerTransport, HopResponse
 
 logger = logging.getLogger("serving.router")
 
-_HOSTNAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 _FORWARDED = ("content-type", "accept", protocol.CUSTOM_ATTRIBUTES, protocol.TARGET_MODEL, protocol.INFERENCE_ID)
 
 
@@ -82,7 +80,7 @@ class Router:
         chain = self._chain(endpoint, headers)
         self._check_headers(headers)
         body = await self._read_body(request)
-        forwarded = {key: headers[key] for key in _FORWARDED if key in headers}
+        forwarded = {key: headers[key] for key in _FORWARDED if key in headers}  # case-insensitive lookups
         last = await self._run_chain(endpoint, chain, body, forwarded)
         response_headers = {protocol.INVOKED_VARIANT: protocol.DEFAULT_VARIANT}
         if last.custom_attributes:
@@ -104,7 +102,7 @@ class Router:
                 f"{protocol.TARGET_CONTAINER} is required: endpoint {endpoint.name} has {len(endpoint.containers)} "
                 f"containers ({', '.join(endpoint.containers)})"
             )
-        if not _HOSTNAME.match(target) or target not in endpoint.containers:
+        if target not in endpoint.containers:
             raise ValidationError(
                 f"{protocol.TARGET_CONTAINER} {target!r} names no container of endpoint {endpoint.name}; "
                 f"containers: {', '.join(endpoint.containers)}"
@@ -117,6 +115,9 @@ class Router:
             raise ValidationError(f"{protocol.TARGET_VARIANT} {variant!r} does not exist; the only variant is {protocol.DEFAULT_VARIANT}")
         if protocol.TARGET_MODEL in headers:
             raise ValidationError(f"{protocol.TARGET_MODEL} is only valid for MultiModel containers")
+        inference_id = headers.get(protocol.INFERENCE_ID)
+        if inference_id is not None and not (1 <= len(inference_id) <= protocol.MAX_INFERENCE_ID and inference_id.isascii()):
+            raise ValidationError(f"{protocol.INFERENCE_ID} must be 1-{protocol.MAX_INFERENCE_ID} ASCII characters")
         attributes = headers.get(protocol.CUSTOM_ATTRIBUTES)
         if attributes is not None and (len(attributes) > protocol.MAX_CUSTOM_ATTRIBUTES or not attributes.isascii()):
             raise ValidationError(f"{protocol.CUSTOM_ATTRIBUTES} must be at most {protocol.MAX_CUSTOM_ATTRIBUTES} ASCII characters")

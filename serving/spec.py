@@ -15,11 +15,14 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic import ValidationError as PydanticValidationError
 
-# SageMaker's pattern for EndpointName and ContainerHostname.
-NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$"
+from serving.protocol import NAME_PATTERN
 MAX_CONTAINERS = 15
+RESERVED_NAME = "serving-gateway"  # the Ray Serve application of the endpoint server
 
 from serving.runtimes import STACKS as KNOWN_IMAGES  # noqa: E402  (one module per stack)
+
+MAX_CONCURRENCY_ENV = "SERVING_MAX_CONCURRENCY"  # per-replica in-flight bound, set in a container's Environment
+DEFAULT_MAX_CONCURRENCY = 128
 
 
 class SpecError(ValueError):
@@ -96,7 +99,7 @@ class ContainerMode(str, Enum):
 class ContainerSpec(_Model):
     """One serving stack plus its model, with its own hostname and resources."""
 
-    ContainerHostname: Annotated[str, Field(pattern=NAME_PATTERN, description="1-63 letters, digits or hyphens; unique in the endpoint.")]
+    ContainerHostname: Annotated[str, Field(pattern=NAME_PATTERN, max_length=63, description="1-63 letters, digits or hyphens; unique in the endpoint.")]
     Image: str = Field(description=f"Serving stack: one of {', '.join(KNOWN_IMAGES)}.")
     ModelDataUrl: str | None = Field(None, description="Model artifact: a directory, file:// URL or .tar.gz, relative to the spec file.")
     Mode: ContainerMode = ContainerMode.SINGLE
@@ -110,6 +113,13 @@ class ContainerSpec(_Model):
         if image not in KNOWN_IMAGES:
             raise ValueError(f"unknown Image {image!r}; this version serves: {', '.join(KNOWN_IMAGES)}")
         return image
+
+    @field_validator("AutoScaling")
+    @classmethod
+    def _no_autoscaling_yet(cls, value: AutoScalingConfig | None) -> AutoScalingConfig | None:
+        if value is not None:
+            raise ValueError("autoscaling is not available in this version; remove AutoScaling (one replica is started)")
+        return value
 
     @field_validator("Mode")
     @classmethod
@@ -136,6 +146,19 @@ class ContainerSpec(_Model):
         return str(path.resolve())
 
     @property
+    def max_concurrency(self) -> int:
+        """In-flight requests the router lets reach one replica before answering 429."""
+        return int(self.Environment.get(MAX_CONCURRENCY_ENV, DEFAULT_MAX_CONCURRENCY))
+
+    @field_validator("Environment")
+    @classmethod
+    def _concurrency_is_a_count(cls, environment: dict[str, str]) -> dict[str, str]:
+        value = environment.get(MAX_CONCURRENCY_ENV)
+        if value is not None and not (value.isdigit() and int(value) >= 1):
+            raise ValueError(f"{MAX_CONCURRENCY_ENV} must be a whole number of at least 1, got {value!r}")
+        return environment
+
+    @property
     def replicas(self) -> int:
         """Replicas started with the container (autoscaling starts at its minimum)."""
         return self.AutoScaling.MinCapacity if self.AutoScaling else 1
@@ -150,10 +173,17 @@ class AccessControlConfig(_Model):
 class EndpointSpec(_Model):
     """An endpoint: 1 to 15 containers behind one name, Direct or Serial."""
 
-    EndpointName: Annotated[str, Field(pattern=NAME_PATTERN, description="1-63 letters, digits or hyphens.")]
+    EndpointName: Annotated[str, Field(pattern=NAME_PATTERN, max_length=63, description="1-63 letters, digits or hyphens.")]
     InferenceExecutionConfig: ExecutionConfig = ExecutionConfig()
     Containers: list[ContainerSpec] = Field(min_length=1, max_length=MAX_CONTAINERS)
     AccessControl: AccessControlConfig | None = None
+
+    @field_validator("EndpointName")
+    @classmethod
+    def _not_reserved(cls, name: str) -> str:
+        if name == RESERVED_NAME:
+            raise ValueError(f"{name!r} is reserved for the endpoint server itself")
+        return name
 
     @field_validator("AccessControl")
     @classmethod

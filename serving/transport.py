@@ -13,7 +13,8 @@ from typing import Mapping
 
 import aiohttp
 
-from serving.errors import ModelNotReadyError
+from serving import protocol
+from serving.errors import ModelError, ModelNotReadyError
 
 
 @dataclass
@@ -41,8 +42,11 @@ class HopResponse:
 class ContainerTransport:
     """Sends invocations to the least-busy replica of a container."""
 
-    def __init__(self) -> None:
+    def __init__(self, default_limit: int) -> None:
         self._replicas: dict[tuple[str, str], list[Replica]] = {}
+        self._limits: dict[tuple[str, str], int] = {}
+        self.default_limit = default_limit
+        self._dropped: list[str] = []
         self._turn = itertools.count()
         self._session: aiohttp.ClientSession | None = None
 
@@ -54,12 +58,19 @@ class ContainerTransport:
         if self._session is not None:
             await self._session.close()
 
-    def update(self, table: Mapping[tuple[str, str], list[str]]) -> None:
-        """Replace the replica table, keeping in-flight counts of replicas that stay."""
+    def update(self, table: Mapping[tuple[str, str], list[str]], limits: Mapping[tuple[str, str], int] | None = None) -> None:
+        """Replace the replica table (and per-replica in-flight limits), keeping counts of replicas that stay."""
+        if limits is not None:
+            self._limits = dict(limits)
         current = {(key, r.url): r for key, replicas in self._replicas.items() for r in replicas}
         self._replicas = {
             key: [current.get((key, url)) or Replica(url) for url in sorted(urls)] for key, urls in table.items()
         }
+
+    def take_dropped(self) -> list[str]:
+        """URLs dropped since the last call (to tell the registry)."""
+        dropped, self._dropped = self._dropped, []
+        return dropped
 
     def replica_count(self, endpoint: str, container: str) -> int:
         return len(self._replicas.get((endpoint, container), ()))
@@ -76,6 +87,13 @@ class ContainerTransport:
         while self._replicas.get(key):
             replicas = self._replicas[key]
             replica = self._pick(replicas)
+            limit = self._limits.get(key, self.default_limit)
+            if replica.in_flight >= limit:
+                # Shed load here rather than queue without bound: the caller retries (429).
+                raise ModelNotReadyError(
+                    f"container {container} is busy: {len(replicas)} replica(s) each at the limit of {limit} "
+                    "concurrent requests; retry shortly"
+                )
             replica.in_flight += 1
             try:
                 async with self._session.post(
@@ -85,12 +103,21 @@ class ContainerTransport:
                         status=response.status,
                         body=await response.read(),
                         content_type=response.headers.get("content-type"),
-                        custom_attributes=response.headers.get("x-amzn-sagemaker-custom-attributes"),
+                        custom_attributes=response.headers.get(protocol.CUSTOM_ATTRIBUTES),
                     )
             except aiohttp.ClientConnectorError:
                 # Refused: the replica is gone. Forget it until the registry says otherwise.
                 if replica in replicas:
                     replicas.remove(replica)
+                    self._dropped.append(replica.url)
+            except TimeoutError:
+                raise  # the router reports the invocation timeout
+            except aiohttp.ClientError as error:
+                # The request may have run: never retry it, report the container as failed.
+                raise ModelError(
+                    f"connection to container {container} was lost during the invocation ({type(error).__name__})",
+                    container=container, original_status=502, original_message=str(error) or type(error).__name__,
+                ) from None
             finally:
                 replica.in_flight -= 1
         raise ModelNotReadyError(f"container {container} of endpoint {endpoint} has no ready replica; retry shortly")

@@ -1,0 +1,106 @@
+"""Every error code of the HTTP contract, produced by a real request, in the documented shape."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROW = [[5.1, 3.5, 1.4, 0.2]]
+
+
+def assert_error(response, status: int, code: str, *fragments: str) -> dict:
+    assert response.status_code == status, response.text
+    assert response.headers["x-amzn-errortype"] == code
+    body = response.json()
+    assert body["__type"] == code
+    for fragment in fragments:
+        assert fragment in body["message"], body["message"]
+    return body
+
+
+def test_unknown_endpoint(server):
+    assert_error(server.invoke("no-such-endpoint", ROW), 400, "ValidationError", "no-such-endpoint")
+
+
+def test_missing_target_header_with_several_containers(server):
+    assert_error(server.invoke("it-direct", ROW), 400, "ValidationError",
+                 "X-Amzn-SageMaker-Target-Container-Hostname", "iris")
+
+
+def test_unknown_target_hostname(server):
+    assert_error(server.invoke("it-direct", ROW, target="nosuch"), 400, "ValidationError", "nosuch")
+
+
+def test_target_header_on_serial_endpoint(server):
+    assert_error(server.invoke("it-serial", ROW, target="classifier"), 400, "ValidationError", "Serial")
+
+
+def test_unsupported_content_type_is_a_validation_error(server):
+    body = assert_error(server.invoke("it-single", b"<xml/>", content_type="application/xml"), 400,
+                        "ValidationError", "application/xml", "container only")
+    assert "ModelError" not in body["message"]
+
+
+def test_payload_over_the_limit(server):
+    big = b"[" + b"1.0," * 400_000 + b"1.0]"  # ~1.6 MB against the session's 1 MB limit
+    assert_error(server.invoke("it-single", big), 400, "ValidationError", "limit")
+    # the server keeps serving
+    assert server.invoke("it-single", ROW).status_code == 200
+
+
+def test_model_failure_names_the_container(server):
+    body = assert_error(server.invoke("it-direct", ROW, target="faulty"), 424, "ModelError", "faulty")
+    assert body["OriginalStatusCode"] == 500
+    assert "cannot score this input" in body["OriginalMessage"]
+
+
+def test_wrong_feature_count_is_a_model_error(server):
+    body = assert_error(server.invoke("it-direct", [[1.0, 2.0]], target="iris"), 424, "ModelError", "iris")
+    assert "features" in body["OriginalMessage"]
+
+
+def test_serial_failure_names_container_and_position(server):
+    body = assert_error(server.invoke("it-serial-fail", ROW), 424, "ModelError", "faulty", "position 2 of 3")
+    assert body["ContainerHostname"] == "faulty"
+
+
+def test_invocation_timeout(server):
+    body = assert_error(server.invoke("it-direct", b"{}", target="sleepy",
+                                      headers={"X-Amzn-SageMaker-Custom-Attributes": "sleep=5"}),
+                        424, "ModelError", "timed out", "sleepy")
+    assert body["OriginalStatusCode"] == 408
+
+
+def test_backpressure_is_model_not_ready(server):
+    slow_started = threading.Event()
+    results = {}
+
+    def slow_call():
+        slow_started.set()
+        results["slow"] = server.invoke("it-direct", b"{}", target="narrow",
+                                        headers={"X-Amzn-SageMaker-Custom-Attributes": "sleep=2"})
+
+    worker = threading.Thread(target=slow_call)
+    worker.start()
+    slow_started.wait(5)
+    import time
+    time.sleep(0.5)  # let the slow request reach the replica
+    rejected = server.invoke("it-direct", b"{}", target="narrow", headers={"X-Amzn-SageMaker-Custom-Attributes": "sleep=0"})
+    worker.join(30)
+    assert_error(rejected, 429, "ModelNotReadyException", "narrow", "limit of 1")
+    assert results["slow"].status_code == 200  # what was accepted is not lost
+
+
+def test_failed_endpoint_is_service_unavailable(server):
+    assert_error(server.invoke("it-broken", ROW, target="fine"), 503, "ServiceUnavailable", "broken",
+                 "weights file is corrupt")
+
+
+def test_bad_variant_and_target_model_headers(server):
+    assert_error(server.invoke("it-single", ROW, headers={"X-Amzn-SageMaker-Target-Variant": "Blue"}),
+                 400, "ValidationError", "Blue")
+    assert_error(server.invoke("it-single", ROW, headers={"X-Amzn-SageMaker-Target-Model": "m.tar.gz"}),
+                 400, "ValidationError", "MultiModel")

@@ -1,0 +1,83 @@
+"""Direct and Serial invocation through real Ray Serve replicas over loopback HTTP."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_iris, load_wine
+
+pytestmark = pytest.mark.integration
+
+IRIS = load_iris()
+WINE = load_wine()
+
+
+def test_direct_routes_to_each_named_container(server):
+    iris = server.invoke("it-direct", IRIS.data[[0, 60, 120]].tolist(), target="iris")
+    assert iris.status_code == 200, iris.text
+    assert iris.json() == [0, 1, 2]
+    assert iris.headers["x-amzn-invoked-production-variant"] == "AllTraffic"
+
+    wine = server.invoke("it-direct", WINE.data[:2].tolist(), target="wine")
+    assert wine.status_code == 200, wine.text
+    probabilities = np.array(wine.json())
+    assert probabilities.shape == (2, 3) and np.allclose(probabilities.sum(axis=1), 1.0)
+
+    labels = server.invoke("it-direct", [0, 2], target="labels")
+    assert labels.json() == {"labels": ["setosa", "virginica"]}
+
+
+def test_single_container_endpoint_needs_no_target_header(server):
+    response = server.invoke("it-single", IRIS.data[:1].tolist())
+    assert response.status_code == 200 and response.json() == [0]
+
+
+@pytest.mark.parametrize("content_type, body", [
+    ("text/csv", b"5.1,3.5,1.4,0.2\n6.7,3.0,5.2,2.3\n"),
+    ("application/x-npy", None),
+    ("application/json", json.dumps({"instances": [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]]}).encode()),
+])
+def test_content_types_are_decoded(server, content_type, body):
+    if body is None:
+        buffer = io.BytesIO()
+        np.save(buffer, np.array([[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]]))
+        body = buffer.getvalue()
+    response = server.invoke("it-single", body, content_type=content_type)
+    assert response.status_code == 200, response.text
+    assert response.json() == [0, 2]
+
+
+@pytest.mark.parametrize("accept, expected_type", [("text/csv", "text/csv"), ("application/x-npy", "application/x-npy")])
+def test_accept_selects_the_response_encoding(server, accept, expected_type):
+    response = server.invoke("it-single", [[5.1, 3.5, 1.4, 0.2]], headers={"Accept": accept})
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith(expected_type)
+    if expected_type == "text/csv":
+        assert response.text.strip() == "0"
+    else:
+        assert np.load(io.BytesIO(response.content)).tolist() == [0]
+
+
+def test_serial_chain_runs_every_container_in_order(server):
+    rows = IRIS.data[[0, 60, 120]].tolist()
+    response = server.invoke("it-serial", rows)
+    assert response.status_code == 200, response.text
+    assert response.json() == {"labels": ["setosa", "versicolor", "virginica"]}
+
+
+def test_serial_hands_off_body_and_content_type(server):
+    response = server.invoke("it-handoff", b"ignored", content_type="application/octet-stream")
+    assert response.status_code == 200, response.text
+    received = response.json()
+    assert received["content_type"] == "text/csv"
+    assert received["body"] == "1.0,2.0\n3.0,4.0\n"
+
+
+def test_custom_attributes_reach_the_container_and_come_back(server):
+    response = server.invoke("it-serial", IRIS.data[:2].tolist(),
+                             headers={"X-Amzn-SageMaker-Custom-Attributes": "trace-id=abc"})
+    assert response.status_code == 200
+    assert response.headers["x-amzn-sagemaker-custom-attributes"] == "trace-id=abc;labelled=2"
