@@ -1,0 +1,34 @@
+"""The README's demo, end to end, exactly as a user runs it (`examples/demo.py`).
+
+It starts its own embedded Ray in a subprocess, so it runs before the shared
+integration instance is started (tests/e2e sorts first) and stops it itself.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_demo_serves_both_endpoints_and_sample_calls_succeed():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "demo.py"), "--exit", "--port", str(port)],
+        capture_output=True, text=True, timeout=420,
+    )
+    output = result.stdout
+    assert result.returncode == 0, output[-3000:] + result.stderr[-3000:]
+    assert output.count("-> 200") == 4
+    assert '{"labels": ["setosa", "virginica"]}' in output
+    assert "botocore ValidationError" in output and "X-Amzn-SageMaker-Target-Container-Hostname" in output
+    assert "mce-direct: InService" in output and "mce-serial: InService" in output
