@@ -1,0 +1,283 @@
+"""serving.spec: every rejection names the field at fault and says why."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from serving.spec import DEFAULT_MAX_CONCURRENCY, MAX_CONTAINERS, ContainerMode, ExecutionMode, SpecError, load_spec, parse_spec
+
+
+def container(hostname: str = "english", **fields: Any) -> dict[str, Any]:
+    return {"ContainerHostname": hostname, "Image": "python", **fields}
+
+
+def endpoint(*containers: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    return {"EndpointName": "mce-demo", "Containers": list(containers) or [container()], **fields}
+
+
+@pytest.fixture
+def spec_dir(tmp_path: Path) -> Path:
+    """A spec folder with a model directory, an archive and a plain file under models/."""
+    (tmp_path / "models" / "english" / "1").mkdir(parents=True)
+    (tmp_path / "models" / "model.tar.gz").write_bytes(b"not read by the spec")
+    (tmp_path / "models" / "weights.bin").write_bytes(b"\0")
+    return tmp_path
+
+
+def write_yaml(folder: Path, document: Any, name: str = "endpoint.yaml") -> Path:
+    path = folder / name
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
+# --- accepted specs -------------------------------------------------------------------
+
+def test_yaml_direct_spec_resolves_model_paths_against_its_folder(spec_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir("/")  # relative paths must not depend on the working directory
+    path = spec_dir / "endpoint.yaml"
+    path.write_text(
+        """\
+EndpointName: mce-demo
+InferenceExecutionConfig: {Mode: Direct}
+Containers:
+  - ContainerHostname: english
+    Image: sklearn
+    ModelDataUrl: models/english/1
+    Environment: {SERVING_LOG_LEVEL: info}
+    Resources: {Cpus: 0.5, MemoryMb: 1024, Gpus: 0}
+  - ContainerHostname: labels
+    Image: python
+    ModelDataUrl: file://models/model.tar.gz
+"""
+    )
+    spec = load_spec(path)
+    assert spec.EndpointName == "mce-demo"
+    assert spec.mode is ExecutionMode.DIRECT
+    english, labels = spec.Containers
+    assert english.ModelDataUrl == str((spec_dir / "models" / "english" / "1").resolve())
+    assert labels.ModelDataUrl == str((spec_dir / "models" / "model.tar.gz").resolve())
+    assert english.Mode is ContainerMode.SINGLE
+    assert english.Environment == {"SERVING_LOG_LEVEL": "info"}
+    assert english.Resources.Cpus == 0.5 and english.Resources.MemoryMb == 1024
+    assert english.replicas == labels.replicas == 1
+    assert spec.container("labels") is labels
+    assert spec.container("nope") is None
+
+
+def test_json_serial_spec(spec_dir: Path) -> None:
+    document = endpoint(
+        container("preprocess", Image="sklearn", ModelDataUrl=str(spec_dir / "models" / "english" / "1")),
+        container("labels"),
+        InferenceExecutionConfig={"Mode": "Serial"},
+    )
+    path = spec_dir / "endpoint.json"
+    path.write_text(json.dumps(document))
+    spec = load_spec(path)
+    assert spec.mode is ExecutionMode.SERIAL
+    assert [c.ContainerHostname for c in spec.Containers] == ["preprocess", "labels"]
+    assert spec.Containers[1].ModelDataUrl is None
+
+
+def test_defaults_of_a_minimal_spec() -> None:
+    spec = parse_spec(endpoint())
+    assert spec.mode is ExecutionMode.DIRECT
+    only = spec.Containers[0]
+    assert only.Mode is ContainerMode.SINGLE and only.Environment == {} and only.AutoScaling is None
+    assert only.Resources.Cpus > 0 and only.Resources.Gpus == 0
+    assert spec.AccessControl is None
+
+
+def test_fifteen_containers_and_a_63_character_name_are_accepted() -> None:
+    name = "a" * 63
+    spec = parse_spec(endpoint(*(container(f"c{i}") for i in range(MAX_CONTAINERS)), EndpointName=name))
+    assert len(spec.Containers) == MAX_CONTAINERS
+    assert spec.EndpointName == name
+
+
+@pytest.mark.parametrize(("environment", "limit"), [({}, DEFAULT_MAX_CONCURRENCY), ({"SERVING_MAX_CONCURRENCY": "8"}, 8)])
+def test_max_concurrency_comes_from_the_environment(environment: dict[str, str], limit: int) -> None:
+    assert parse_spec(endpoint(container(Environment=environment))).Containers[0].max_concurrency == limit
+
+
+def test_parse_spec_resolves_relative_paths_against_base_dir(spec_dir: Path) -> None:
+    spec = parse_spec(endpoint(container(ModelDataUrl="models/english/1")), base_dir=spec_dir)
+    assert Path(spec.Containers[0].ModelDataUrl) == (spec_dir / "models" / "english" / "1").resolve()
+
+
+# --- rejected specs -------------------------------------------------------------------
+# (id, document, field path, reason fragment); each document is written to a YAML file
+# in a folder holding models/english/1, models/model.tar.gz and models/weights.bin.
+REJECTED = [
+    ("no containers", endpoint(Containers=[]), "Containers", "at least 1"),
+    ("16 containers", endpoint(*(container(f"c{i}") for i in range(16))), "Containers", "at most 15 containers"),
+    (
+        "duplicate hostnames",
+        endpoint(container("a"), container("b"), container("a")),
+        "Containers[2].ContainerHostname",
+        "duplicates Containers[0]",
+    ),
+    ("hostname with underscore", endpoint(container("bad_name")), "Containers[0].ContainerHostname", "1-63 letters"),
+    ("hostname starting with hyphen", endpoint(container("-abc")), "Containers[0].ContainerHostname", "1-63 letters"),
+    ("hostname ending with hyphen", endpoint(container("abc-")), "Containers[0].ContainerHostname", "1-63 letters"),
+    ("hostname of 64 characters", endpoint(container("a" * 64)), "Containers[0].ContainerHostname", "63"),
+    (
+        "hostname of 82 characters made of hyphens",
+        endpoint(container("a" + "-" * 80 + "b")),
+        "Containers[0].ContainerHostname",
+        "63",
+    ),
+    ("empty hostname", endpoint(container("")), "Containers[0].ContainerHostname", "1-63 letters"),
+    ("endpoint name with a space", endpoint(EndpointName="mce demo"), "EndpointName", "1-63 letters"),
+    ("endpoint name of 64 characters", endpoint(EndpointName="e" * 64), "EndpointName", "63"),
+    ("endpoint name of 82 characters made of hyphens", endpoint(EndpointName="e" + "-" * 80 + "e"), "EndpointName", "63"),
+    ("reserved endpoint name", endpoint(EndpointName="serving-gateway"), "EndpointName", "reserved"),
+    ("missing endpoint name", {"Containers": [container()]}, "EndpointName", "required"),
+    ("unknown top-level field", endpoint(Bogus=1), "Bogus", "unknown field"),
+    ("unknown container field", endpoint(container(Bogus="x")), "Containers[0].Bogus", "unknown field"),
+    (
+        "unknown field nested in a container",
+        endpoint(container("a"), container("b", Resources={"Cpus": 1, "Bogus": 2})),
+        "Containers[1].Resources.Bogus",
+        "unknown field",
+    ),
+    ("unknown Image", endpoint(container(Image="tensorflow")), "Containers[0].Image", "unknown Image 'tensorflow'"),
+    ("missing Image", endpoint({"ContainerHostname": "english"}), "Containers[0].Image", "required"),
+    ("missing model directory", endpoint(container(ModelDataUrl="models/french/1")), "Containers[0].ModelDataUrl", "does not exist"),
+    (
+        "missing file:// model",
+        endpoint(container(ModelDataUrl="file://models/french.tar.gz")),
+        "Containers[0].ModelDataUrl",
+        "does not exist",
+    ),
+    (
+        "plain file that is not an archive",
+        endpoint(container(ModelDataUrl="models/weights.bin")),
+        "Containers[0].ModelDataUrl",
+        "must be a directory or a .tar.gz archive",
+    ),
+    (
+        "s3 model store",
+        endpoint(container(ModelDataUrl="s3://bucket/model.tar.gz")),
+        "Containers[0].ModelDataUrl",
+        "s3:// model stores are not available",
+    ),
+    (
+        "MinCapacity above MaxCapacity",
+        endpoint(container(AutoScaling={"MinCapacity": 3, "MaxCapacity": 2})),
+        "Containers[0].AutoScaling",
+        "MinCapacity (3) must not exceed MaxCapacity (2)",
+    ),
+    (
+        "AutoScaling",
+        endpoint(container(AutoScaling={"MinCapacity": 1, "MaxCapacity": 2})),
+        "Containers[0].AutoScaling",
+        "autoscaling is not available",
+    ),
+    (
+        "zero TargetValue",
+        endpoint(container(AutoScaling={"TargetTrackingScalingPolicyConfiguration": {"TargetValue": 0}})),
+        "Containers[0].AutoScaling.TargetTrackingScalingPolicyConfiguration.TargetValue",
+        "greater than 0",
+    ),
+    ("bad container Mode", endpoint(container(Mode="Dual")), "Containers[0].Mode", "'SingleModel' or 'MultiModel'"),
+    ("MultiModel container", endpoint(container(Mode="MultiModel")), "Containers[0].Mode", "MultiModel containers are not available"),
+    (
+        "bad execution Mode",
+        endpoint(InferenceExecutionConfig={"Mode": "Parallel"}),
+        "InferenceExecutionConfig.Mode",
+        "'Direct' or 'Serial'",
+    ),
+    (
+        "AccessControl",
+        endpoint(AccessControl={"IdentitiesFile": "identities.yaml"}),
+        "AccessControl",
+        "access policies are not available",
+    ),
+    ("zero Cpus", endpoint(container(Resources={"Cpus": 0})), "Containers[0].Resources.Cpus", "greater than 0"),
+    (
+        "Environment key with a hyphen",
+        endpoint(container(Environment={"BAD-KEY": "x"})),
+        "Containers[0].Environment.BAD-KEY",
+        "pattern",
+    ),
+    ("Environment value not a string", endpoint(container(Environment={"SERVING_X": 5})), "Containers[0].Environment.SERVING_X", "string"),
+    (
+        "zero max concurrency",
+        endpoint(container(Environment={"SERVING_MAX_CONCURRENCY": "0"})),
+        "Containers[0].Environment",
+        "SERVING_MAX_CONCURRENCY must be a whole number of at least 1, got '0'",
+    ),
+    (
+        "fractional max concurrency",
+        endpoint(container(Environment={"SERVING_MAX_CONCURRENCY": "2.5"})),
+        "Containers[0].Environment",
+        "whole number",
+    ),
+    ("spec that is a list", [endpoint()], "(spec)", "must be a mapping"),
+    ("empty spec file", None, "(spec)", "must be a mapping"),
+]
+
+
+def _names(path: str, field: str) -> bool:
+    """Whether an error line's path is `field` or lies inside it."""
+    return path == field or path.startswith(field + ".")
+
+
+@pytest.mark.parametrize(("document", "field", "reason"), [case[1:] for case in REJECTED], ids=[case[0] for case in REJECTED])
+def test_rejected_spec_names_field_and_reason(spec_dir: Path, document: Any, field: str, reason: str) -> None:
+    with pytest.raises(SpecError) as caught:
+        load_spec(write_yaml(spec_dir, document))
+    message = str(caught.value)
+    # A cross-field check reports at "(spec)" and names the field in its text.
+    line = next(
+        (line for line in message.splitlines() if _names(line.split(": ", 1)[0], field) or line.startswith(f"(spec): {field}")),
+        None,
+    )
+    assert line is not None, f"no line for {field} in:\n{message}"
+    assert reason in line, f"{reason!r} not in {line!r}"
+
+
+def test_every_field_at_fault_is_named() -> None:
+    document = endpoint(
+        container("a", Image="tensorflow"),
+        container("b_", Bogus=1),
+        EndpointName="bad name",
+    )
+    with pytest.raises(SpecError) as caught:
+        parse_spec(document)
+    fields = {line.split(":", 1)[0] for line in str(caught.value).splitlines()}
+    assert {"EndpointName", "Containers[0].Image", "Containers[1].ContainerHostname", "Containers[1].Bogus"} <= fields
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "reason"),
+    [
+        ("endpoint.yaml", "EndpointName: [unclosed\n", "is not valid YAML"),
+        ("endpoint.yaml", "EndpointName: a\n  Containers: - b\n", "is not valid YAML"),
+        ("endpoint.json", '{"EndpointName": "a",', "is not valid JSON"),
+    ],
+    ids=["unclosed flow list", "bad indentation", "truncated json"],
+)
+def test_unparseable_file_names_the_file(tmp_path: Path, name: str, text: str, reason: str) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(SpecError) as caught:
+        load_spec(path)
+    assert str(path) in str(caught.value)
+    assert reason in str(caught.value)
+
+
+def test_missing_spec_file(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="cannot read spec"):
+        load_spec(tmp_path / "absent.yaml")
+
+
+def test_spec_error_is_a_value_error() -> None:
+    # CLI code and users catch ValueError; SpecError must stay one.
+    with pytest.raises(ValueError):
+        parse_spec({"EndpointName": "x"})
