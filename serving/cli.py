@@ -9,14 +9,15 @@ import sys
 import threading
 import time
 
+from serving.settings import ServerSettings, is_loopback
 from serving.spec import EndpointSpec, SpecError, load_spec
 
 
-def _load_all(paths: list[str]) -> list[EndpointSpec]:
+def _load_all(paths: list[str], identities: str | None = None) -> list[EndpointSpec]:
     specs, failed = [], False
     for path in paths:
         try:
-            specs.append(load_spec(path))
+            specs.append(load_spec(path, identities_file=identities))
         except SpecError as error:
             failed = True
             print(f"{path}: INVALID", file=sys.stderr)
@@ -32,11 +33,39 @@ def _load_all(paths: list[str]) -> list[EndpointSpec]:
     return specs
 
 
+def _access_summary(spec: EndpointSpec) -> str:
+    if spec.AccessControl is None:
+        return ""
+    identities = spec.AccessControl.identities.identities
+    return f"; AccessControl: {len(identities)} identities ({', '.join(i.principal for i in identities)})"
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
-    for path, spec in zip(args.specs, _load_all(args.specs)):
+    for path, spec in zip(args.specs, _load_all(args.specs, args.identities)):
         hostnames = ", ".join(c.ContainerHostname for c in spec.Containers)
-        print(f"{path}: OK  endpoint {spec.EndpointName} ({spec.mode.value}, {len(spec.Containers)} containers: {hostnames})")
+        print(f"{path}: OK  endpoint {spec.EndpointName} ({spec.mode.value}, {len(spec.Containers)} containers: {hostnames}"
+              f"{_access_summary(spec)})")
     return 0
+
+
+def check_anonymous(specs: list[EndpointSpec], host: str, allow_anonymous: bool) -> str | None:
+    """The warning to print about endpoints without AccessControl; raises SystemExit(2) if they may not be served."""
+    anonymous = [spec.EndpointName for spec in specs if spec.AccessControl is None]
+    if not anonymous:
+        return None
+    names = ", ".join(anonymous)
+    if not is_loopback(host) and not allow_anonymous:
+        print(
+            f"refusing to serve {names} without authentication on {host}, which is not a loopback address: "
+            "add AccessControl to the spec (or --identities FILE; see docs/security.md), "
+            "or pass --allow-anonymous to serve it to anyone who can reach the port",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+    who = "anyone who can reach this machine" if is_loopback(host) else f"ANYONE who can reach {host}"
+    bar = "!" * 78
+    return (f"{bar}\n!! WARNING: no authentication for {names}: {who} can invoke every container.\n"
+            f"!! Add AccessControl (docs/security.md) before exposing the server.\n{bar}")
 
 
 def wait_for_endpoints(describe, names: list[str], timeout: float) -> dict[str, dict]:
@@ -51,18 +80,23 @@ def wait_for_endpoints(describe, names: list[str], timeout: float) -> dict[str, 
         time.sleep(0.5)
 
 
-def example_calls(base_url: str, spec: EndpointSpec) -> list[str]:
-    """Copy-pasteable calls for an endpoint, shown at start-up."""
+def example_calls(base_url: str, spec: EndpointSpec, region: str = "us-east-1") -> list[str]:
+    """Copy-pasteable calls for an endpoint, shown at start-up (with placeholders, never secrets)."""
     url = f"{base_url}/endpoints/{spec.EndpointName}/invocations"
     lines = []
+    secured = spec.AccessControl is not None
+    bearer = " -H 'Authorization: Bearer <ApiKey>'" if secured else ""
     targets = [None] if spec.mode.value == "Serial" or len(spec.Containers) == 1 else [c.ContainerHostname for c in spec.Containers]
     for target in targets[:3]:
         header = f" -H 'X-Amzn-SageMaker-Target-Container-Hostname: {target}'" if target else ""
-        lines.append(f"curl -s {url} -H 'Content-Type: application/json'{header} -d '[[5.1, 3.5, 1.4, 0.2]]'")
+        lines.append(f"curl -s {url} -H 'Content-Type: application/json'{header}{bearer} -d '[[5.1, 3.5, 1.4, 0.2]]'")
     target_arg = f", TargetContainerHostname='{targets[0]}'" if targets[0] else ""
+    key, secret = ("<AccessKeyId>", "<SecretAccessKey>") if secured else ("x", "x")
+    if secured:
+        lines.append(f"(<ApiKey>, <AccessKeyId>, <SecretAccessKey>: a caller's credentials from {spec.AccessControl.IdentitiesFile})")
     lines.append(
         "python -c \"import boto3; rt = boto3.client('sagemaker-runtime', endpoint_url='" + base_url + "', "
-        "region_name='us-east-1', aws_access_key_id='x', aws_secret_access_key='x'); "
+        f"region_name='{region}', aws_access_key_id='{key}', aws_secret_access_key='{secret}'); "
         f"print(rt.invoke_endpoint(EndpointName='{spec.EndpointName}', ContentType='application/json', "
         f"Body='[[5.1, 3.5, 1.4, 0.2]]'{target_arg})['Body'].read())\""
     )
@@ -70,15 +104,16 @@ def example_calls(base_url: str, spec: EndpointSpec) -> list[str]:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    specs = _load_all(args.specs)
-    from serving import app  # imports Ray: only once the specs are known to be good
-    from serving.settings import ServerSettings
-
+    specs = _load_all(args.specs, args.identities)
     address = args.address or os.environ.get("RAY_ADDRESS")
     overrides = {k: v for k, v in {"host": args.host, "port": args.port}.items() if v is not None}
+    if args.allow_anonymous:
+        overrides["allow_anonymous"] = True
     if address and "SERVING_CONTAINER_HOST" not in os.environ:
         overrides["container_host"] = "node"  # replicas on other nodes must be reachable
     settings = ServerSettings(**overrides)
+    warning = check_anonymous(specs, settings.host, settings.allow_anonymous)
+    from serving import app  # imports Ray: only once the specs and settings are known to be good
 
     print(f"Starting {'on the Ray cluster at ' + address if address else 'an embedded local Ray'} ...", flush=True)
     if address:
@@ -95,8 +130,10 @@ def cmd_up(args: argparse.Namespace) -> int:
         print(f"\nEndpoint server: {base_url}", flush=True)
         for spec in specs:
             print(f"\n{spec.EndpointName} ({spec.mode.value}) - example calls (use your model's input):")
-            for line in example_calls(base_url, spec):
+            for line in example_calls(base_url, spec, settings.region):
                 print(f"  {line}")
+        if warning:
+            print(f"\n{warning}", file=sys.stderr, flush=True)
         print("\nWaiting for containers to load ...", flush=True)
         states = wait_for_endpoints(app.describe_endpoints, [s.EndpointName for s in specs], args.wait_timeout)
         failed = False
@@ -129,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     validate = commands.add_parser("validate", help="check endpoint specs and print the verdict")
     validate.add_argument("specs", nargs="+", metavar="SPEC")
+    validate.add_argument("--identities", metavar="FILE", help="identities file to use instead of each spec's AccessControl")
     validate.set_defaults(func=cmd_validate)
 
     up = commands.add_parser("up", help="serve endpoints until interrupted")
@@ -136,6 +174,10 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--host", help="address to bind (default 127.0.0.1, or SERVING_HOST)")
     up.add_argument("--port", type=int, help="port to bind (default 8080, or SERVING_PORT)")
     up.add_argument("--address", help="deploy onto this existing Ray cluster (default: RAY_ADDRESS, else embedded)")
+    up.add_argument("--identities", metavar="FILE",
+                    help="identities file (callers, keys, policies) for every endpoint, replacing the specs' AccessControl")
+    up.add_argument("--allow-anonymous", action="store_true",
+                    help="serve endpoints without AccessControl to anyone even on a non-loopback --host")
     up.add_argument("--num-cpus", type=int, help="CPUs the embedded Ray may use (default: all)")
     up.add_argument("--wait-timeout", type=float, default=180.0, help="seconds to wait for containers to load")
     up.add_argument("--exit-after-ready", action="store_true", help="stop once every endpoint is InService or Failed")

@@ -45,6 +45,8 @@ class EndpointRecord:
     mode: str
     containers: list[dict[str, Any]]  # ContainerHostname, Image, Mode, DesiredReplicas
     limits: dict[str, int] = field(default_factory=dict)  # per-replica in-flight bound by hostname
+    # Identities and policies (Identities.to_record) or None; never part of a description.
+    access: dict[str, Any] | None = field(default=None, repr=False)
     was_in_service: bool = False
     scaling_activities: list[dict[str, Any]] = field(default_factory=list)
 

@@ -43,6 +43,27 @@ class AccessDeniedError(ServingError):
     status = 403
 
 
+class UnrecognizedClientError(ServingError):
+    """The access key id or API key is not one the endpoint knows."""
+
+    code = "UnrecognizedClientException"
+    status = 403
+
+
+class InvalidSignatureError(ServingError):
+    """The Signature V4 does not verify: wrong secret, tampered request, wrong scope, outside the time window."""
+
+    code = "InvalidSignatureException"
+    status = 403
+
+
+class MissingAuthenticationTokenError(ServingError):
+    """The endpoint requires authentication and the request carries none it can use."""
+
+    code = "MissingAuthenticationTokenException"
+    status = 403
+
+
 class ModelNotReadyError(ServingError):
     """The container is not ready yet or is shedding load; retry later."""
 

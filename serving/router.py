@@ -1,8 +1,10 @@
 """The data plane's HTTP edge: InvokeEndpoint -> target or chain -> response or error.
 
-Request path: parse and check headers and payload -> pick the target container
-(Direct) or the whole chain (Serial) -> one HTTP hop per container -> shape the
-SageMaker response. Every failure leaves through `error_response`.
+Request path: authenticate the caller (endpoints with AccessControl) -> pick the
+target container (Direct) or the whole chain (Serial) -> authorize every container
+of it -> check headers and payload -> one HTTP hop per container -> shape the
+SageMaker response. Nothing reaches a container before the caller is allowed to run
+it. Every failure leaves through `error_response`.
 """
 
 from __future__ import annotations
@@ -10,14 +12,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from urllib.parse import quote
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from serving import protocol
+from serving.access import EndpointAccess
+from serving.auth import Caller, RawRequest
 from serving.errors import (
     PASS_THROUGH_CODES,
+    AccessDeniedError,
     ModelError,
     ServiceUnavailableError,
     ServingError,
@@ -41,6 +47,7 @@ class EndpointRoute:
     mode: str  # "Direct" or "Serial"
     containers: tuple[str, ...]
     failure: str | None = None  # set when the endpoint is Failed
+    access: EndpointAccess | None = None  # None: no AccessControl (anonymous, see ServerSettings.anonymous_allowed)
 
 
 def error_response(error: ServingError) -> Response:
@@ -74,12 +81,25 @@ class Router:
         endpoint = self.endpoints.get(name)
         if endpoint is None:
             raise ValidationError(f"Endpoint {name} not found.")
+        body: bytes | None = None
+        caller: Caller | None = None
+        if endpoint.access is not None:
+            body = await self._read_body(request)  # the signature covers the payload
+            caller = endpoint.access.authenticate(name, _raw_request(request, body))
+        elif not self.settings.anonymous_allowed:
+            raise AccessDeniedError(
+                f"Endpoint {name} has no AccessControl and this server is not bound to a loopback address, "
+                "so it accepts no callers (start the server with --allow-anonymous to serve it without authentication)"
+            )
         if endpoint.failure is not None:
             raise ServiceUnavailableError(f"Endpoint {name} is Failed: {endpoint.failure}")
         headers = request.headers
         chain = self._chain(endpoint, headers)
+        if caller is not None:
+            endpoint.access.authorize(name, caller, chain, headers.get(protocol.TARGET_MODEL))
         self._check_headers(headers)
-        body = await self._read_body(request)
+        if body is None:
+            body = await self._read_body(request)
         forwarded = {key: headers[key] for key in _FORWARDED if key in headers}  # case-insensitive lookups
         last = await self._run_chain(endpoint, chain, body, forwarded)
         response_headers = {protocol.INVOKED_VARIANT: protocol.DEFAULT_VARIANT}
@@ -164,6 +184,19 @@ class Router:
                 headers["content-type"] = response.content_type
         assert response is not None
         return HopResponse(response.status, response.body, response.content_type, attributes)
+
+
+def _raw_request(request: Request, body: bytes) -> RawRequest:
+    """The request as it arrived on the wire, for signature verification."""
+    scope = request.scope
+    raw_path = scope.get("raw_path") or quote(scope["path"]).encode()
+    return RawRequest(
+        method=request.method,
+        path=raw_path.decode("latin-1").split("?", 1)[0],
+        query=scope.get("query_string", b"").decode("latin-1"),
+        headers=tuple((key.decode("latin-1"), value.decode("latin-1")) for key, value in request.headers.raw),
+        body=body,
+    )
 
 
 def _timed_out(container: str, timeout: float) -> ModelError:

@@ -2,8 +2,20 @@
 
 from __future__ import annotations
 
+import ipaddress
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding `host` keeps the server reachable from this machine only."""
+    if host.strip("[]").lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # any other host name may resolve to anything
+        return False
 
 
 class ServerSettings(BaseSettings):
@@ -20,7 +32,21 @@ class ServerSettings(BaseSettings):
         description="Address container replicas bind their data port to; 'node' for the Ray node's IP (clusters).",
     )
     registry_poll_s: float = Field(0.25, gt=0, description="How often the router refreshes its replica table.")
+    region: str = Field(
+        "us-east-1", pattern=r"^[a-z0-9-]{1,32}$",
+        description="Region in endpoint ARNs and the one SigV4 credential scopes must name (clients' region_name).",
+    )
+    account_id: str = Field("000000000000", pattern=r"^\d{12}$", description="Account id in endpoint ARNs.")
+    allow_anonymous: bool = Field(
+        False,
+        description="Serve endpoints without AccessControl to anyone even when `host` is not a loopback address.",
+    )
 
     @property
     def max_payload_bytes(self) -> int:
         return int(self.max_payload_mb * 1_000_000)
+
+    @property
+    def anonymous_allowed(self) -> bool:
+        """Whether endpoints without AccessControl may be invoked without credentials."""
+        return self.allow_anonymous or is_loopback(self.host)

@@ -1,0 +1,350 @@
+"""IAM-style access-policy documents: loading, validation and evaluation.
+
+A document is `{"Version", "Statement": [...]}` with `Effect`, `Action`/`NotAction`,
+`Resource`/`NotResource` and an optional `Condition`, as in AWS IAM. Evaluation follows
+IAM: an explicit Deny wins, otherwise an Allow must match, otherwise the request is
+denied. Case rules follow IAM too: action names are case-insensitive, resource ARNs and
+condition values case-sensitive, condition keys case-insensitive.
+No web framework and no Ray here: this module is pure.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable, Literal, Mapping, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ValidationError as PydanticValidationError
+
+__all__ = [
+    "ACTION_INVOKE",
+    "KEY_TARGET_CONTAINER",
+    "KEY_TARGET_MODEL",
+    "Decision",
+    "Policy",
+    "PolicyError",
+    "RequestContext",
+    "describe_errors",
+    "endpoint_arn",
+    "evaluate",
+    "glob_match",
+    "load_policy",
+    "parse_policy",
+]
+
+ACTION_INVOKE = "sagemaker:InvokeEndpoint"
+KEY_TARGET_CONTAINER = "sagemaker:TargetContainerHostname"
+KEY_TARGET_MODEL = "sagemaker:TargetModel"
+# Condition keys are matched case-insensitively, as IAM does.
+CONDITION_KEYS = {key.lower(): key for key in (KEY_TARGET_CONTAINER, KEY_TARGET_MODEL)}
+OPERATORS = ("StringEquals", "StringNotEquals", "StringLike", "StringNotLike")
+SET_PREFIXES = ("ForAnyValue:", "ForAllValues:")
+VERSIONS = ("2012-10-17", "2008-10-17")
+
+
+class PolicyError(ValueError):
+    """A policy document that cannot be used; each line names the statement and field at fault."""
+
+
+def endpoint_arn(region: str, account_id: str, endpoint: str) -> str:
+    """The ARN policies match an endpoint by; SageMaker lower-cases endpoint names in ARNs."""
+    return f"arn:aws:sagemaker:{region}:{account_id}:endpoint/{endpoint.lower()}"
+
+
+# --- documents (validated with pydantic) --------------------------------------------------
+
+def _as_list(value: Any) -> Any:
+    return [value] if isinstance(value, str) else value
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PolicyStatement(_Model):
+    """One IAM statement; there is no Principal: the identity the document is attached to is the caller."""
+
+    Sid: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,128}$", description="Optional statement id, shown in audit logs.")
+    Effect: Literal["Allow", "Deny"]
+    Action: list[str] | None = Field(None, min_length=1, description="Actions this statement applies to.")
+    NotAction: list[str] | None = Field(None, min_length=1, description="Applies to every action except these.")
+    Resource: list[str] | None = Field(None, min_length=1, description="Endpoint ARNs (wildcards * and ?).")
+    NotResource: list[str] | None = Field(None, min_length=1, description="Applies to every resource except these.")
+    Condition: dict[str, dict[str, list[str]]] | None = Field(None, description="Operator -> condition key -> values.")
+
+    @field_validator("Action", "NotAction", "Resource", "NotResource", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return _as_list(value)
+
+    @field_validator("Condition", mode="before")
+    @classmethod
+    def _condition_values(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {
+                op: {key: _as_list(v) for key, v in keys.items()} if isinstance(keys, dict) else keys
+                for op, keys in value.items()
+            }
+        return value
+
+    @field_validator("Action", "NotAction")
+    @classmethod
+    def _action_names(cls, actions: list[str] | None) -> list[str] | None:
+        for action in actions or ():
+            if action != "*" and not re.fullmatch(r"[A-Za-z0-9*?-]+:[A-Za-z0-9*?]+", action):
+                raise ValueError(f"{action!r} is not an action: use '*' or 'service:Action', e.g. {ACTION_INVOKE!r}")
+        return actions
+
+    @field_validator("Resource", "NotResource")
+    @classmethod
+    def _resource_arns(cls, resources: list[str] | None) -> list[str] | None:
+        for resource in resources or ():
+            if resource != "*" and not (resource.startswith("arn:") and resource.count(":") >= 5):
+                raise ValueError(
+                    f"{resource!r} is not a resource: use '*' or an ARN such as "
+                    "'arn:aws:sagemaker:us-east-1:000000000000:endpoint/my-endpoint'"
+                )
+        return resources
+
+    @field_validator("Condition")
+    @classmethod
+    def _known_conditions(cls, condition: dict[str, dict[str, list[str]]] | None) -> dict[str, dict[str, list[str]]] | None:
+        for operator, keys in (condition or {}).items():
+            base = next((operator[len(p):] for p in SET_PREFIXES if operator.startswith(p)), operator)
+            if base not in OPERATORS:
+                raise ValueError(
+                    f"unsupported condition operator {operator!r}; supported: {', '.join(OPERATORS)} "
+                    f"(optionally prefixed with {' or '.join(SET_PREFIXES)})"
+                )
+            if not keys:
+                raise ValueError(f"{operator} names no condition key")
+            for key, values in keys.items():
+                if key.lower() not in CONDITION_KEYS:
+                    raise ValueError(
+                        f"{operator}: unsupported condition key {key!r}; supported: {', '.join(CONDITION_KEYS.values())}"
+                    )
+                if not values:
+                    raise ValueError(f"{operator}.{key} lists no values")
+        return condition
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> PolicyStatement:
+        for name, negated in (("Action", "NotAction"), ("Resource", "NotResource")):
+            if (getattr(self, name) is None) == (getattr(self, negated) is None):
+                raise ValueError(f"exactly one of {name} or {negated} is required")
+        return self
+
+
+class PolicyDocument(_Model):
+    """An IAM-style identity policy document."""
+
+    Version: Literal["2012-10-17", "2008-10-17"] = Field("2012-10-17", description="Policy language version.")
+    Id: str | None = Field(None, description="Optional document id.")
+    Statement: list[PolicyStatement] = Field(min_length=1, description="One statement or a list of them.")
+
+    @field_validator("Statement", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return [value] if isinstance(value, dict) else value
+
+    @model_validator(mode="after")
+    def _unique_sids(self) -> PolicyDocument:
+        seen: dict[str, int] = {}
+        for index, statement in enumerate(self.Statement):
+            if statement.Sid is not None:
+                if statement.Sid in seen:
+                    raise ValueError(f"Statement[{index}].Sid {statement.Sid!r} duplicates Statement[{seen[statement.Sid]}]")
+                seen[statement.Sid] = index
+        return self
+
+
+def field_path(loc: Sequence[Any]) -> str:
+    """`('Statement', 1, 'Effect')` -> `Statement[1].Effect` (pydantic's internal steps left out)."""
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif str(part).startswith(("function-", "constrained-")):
+            continue
+        else:
+            path += f".{part}" if path else str(part)
+    return path or "(document)"
+
+
+def describe_errors(error: PydanticValidationError, unknown: str = "unknown field") -> list[str]:
+    """One `path: message` line per problem; never echoes input values (they may be secrets)."""
+    lines = []
+    for item in error.errors(include_input=False, include_url=False):
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "extra_forbidden":
+            message = unknown
+        lines.append(f"{field_path(item['loc'])}: {message}")
+    return lines
+
+
+# --- evaluation -------------------------------------------------------------------------
+
+@lru_cache(maxsize=4096)
+def _glob(pattern: str, ignore_case: bool = False) -> re.Pattern[str]:
+    """`*` any run of characters, `?` exactly one; everything else literal."""
+    regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+    return re.compile(regex, re.DOTALL | (re.IGNORECASE if ignore_case else 0))
+
+
+def glob_match(pattern: str, value: str, ignore_case: bool = False) -> bool:
+    """Whether `value` matches the IAM wildcard `pattern` as a whole."""
+    return _glob(pattern, ignore_case).fullmatch(value) is not None
+
+
+def _arn_match(pattern: str, arn: str) -> bool:
+    # ARNs match segment by segment (partition, service, region, account), then the
+    # resource part as a whole, so a wildcard never spills across a segment boundary.
+    if pattern == "*":
+        return True
+    want, have = pattern.split(":", 5), arn.split(":", 5)
+    return len(want) == len(have) == 6 and all(glob_match(w, h) for w, h in zip(want, have))
+
+
+@dataclass(frozen=True)
+class RequestContext:
+    """What one authorization question is about: an action on a resource, with condition keys."""
+
+    action: str
+    resource: str
+    keys: Mapping[str, str]  # condition key -> value; a key that is absent is "missing"
+
+    def value(self, key: str) -> str | None:
+        wanted = key.lower()
+        return next((v for k, v in self.keys.items() if k.lower() == wanted), None)
+
+
+def _condition_holds(operator: str, values: list[str], present: str | None) -> bool:
+    prefix = next((p for p in SET_PREFIXES if operator.startswith(p)), "")
+    base = operator[len(prefix):]
+    negated = "Not" in base
+    like = base.endswith("Like")
+
+    def matches(value: str) -> bool:
+        return any(glob_match(v, value) if like else v == value for v in values)
+
+    if present is None:
+        # IAM: a missing key fails positive operators and satisfies negated ones; ForAnyValue
+        # over an empty set is false and ForAllValues over an empty set is (vacuously) true.
+        if prefix == "ForAnyValue:":
+            return False
+        if prefix == "ForAllValues:":
+            return True
+        return negated
+    # Our keys are single-valued, so the set forms reduce to the plain operator.
+    return not matches(present) if negated else matches(present)
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    label: str
+    effect: str
+    statement: PolicyStatement
+
+    def applies(self, request: RequestContext) -> bool:
+        s = self.statement
+        if s.Action is not None:
+            action_ok = any(glob_match(p, request.action, ignore_case=True) for p in s.Action)
+        else:
+            action_ok = not any(glob_match(p, request.action, ignore_case=True) for p in s.NotAction or ())
+        if not action_ok:
+            return False
+        if s.Resource is not None:
+            resource_ok = any(_arn_match(p, request.resource) for p in s.Resource)
+        else:
+            resource_ok = not any(_arn_match(p, request.resource) for p in s.NotResource or ())
+        if not resource_ok:
+            return False
+        for operator, keys in (s.Condition or {}).items():
+            for key, values in keys.items():
+                if not _condition_holds(operator, values, request.value(key)):
+                    return False
+        return True
+
+
+class Policy:
+    """A validated policy document, ready to evaluate; `name` identifies it in audit logs."""
+
+    def __init__(self, name: str, document: PolicyDocument) -> None:
+        self.name = name
+        self.document = document
+        self._statements = tuple(
+            _Compiled(f"{name}#{s.Sid or f'Statement[{i}]'}", s.Effect, s) for i, s in enumerate(document.Statement)
+        )
+
+    def matching(self, request: RequestContext) -> Iterable[_Compiled]:
+        return (s for s in self._statements if s.applies(request))
+
+    def to_record(self) -> dict[str, Any]:
+        """Plain data (name and document) to hand to another process."""
+        return {"Name": self.name, "Document": self.document.model_dump(exclude_none=True)}
+
+    def __repr__(self) -> str:
+        return f"Policy({self.name!r}, {len(self._statements)} statements)"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The outcome: allowed or not, and the statement that decided (None: no statement matched)."""
+
+    allowed: bool
+    statement: str | None
+
+    @property
+    def explicit(self) -> bool:
+        return self.statement is not None
+
+
+def evaluate(policies: Sequence[Policy], request: RequestContext) -> Decision:
+    """IAM's rule: any matching Deny wins; else the first matching Allow; else an implicit deny."""
+    allow = None
+    for policy in policies:
+        for statement in policy.matching(request):
+            if statement.effect == "Deny":
+                return Decision(False, statement.label)
+            allow = allow or statement.label
+    return Decision(allow is not None, allow)
+
+
+# --- loading ----------------------------------------------------------------------------
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [key for key, _ in pairs]
+    duplicates = sorted({key for key in keys if keys.count(key) > 1})
+    if duplicates:
+        raise PolicyError(f"duplicate key {duplicates[0]!r} in one JSON object (a later value would hide an earlier one)")
+    return dict(pairs)
+
+
+def parse_policy(document: Any, name: str = "policy") -> Policy:
+    """Validate an already-parsed document; raises PolicyError naming each statement and field at fault."""
+    if not isinstance(document, dict):
+        raise PolicyError("(document): a policy document must be a JSON object with Version and Statement")
+    try:
+        return Policy(name, PolicyDocument.model_validate(document))
+    except PydanticValidationError as error:
+        raise PolicyError("\n".join(describe_errors(error, "unknown field (not part of an identity policy)"))) from None
+
+
+def load_policy(path: str | Path, name: str | None = None) -> Policy:
+    """Read and validate a JSON policy document."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise PolicyError(f"cannot read policy {path}: {error.strerror}") from None
+    try:
+        document = json.loads(text, object_pairs_hook=_no_duplicate_keys)
+    except ValueError as error:
+        if isinstance(error, PolicyError):
+            raise
+        raise PolicyError(f"not valid JSON: {error}") from None
+    return parse_policy(document, name or path.name)
