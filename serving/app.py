@@ -20,10 +20,13 @@ from ray import serve
 from starlette.applications import Starlette
 
 from serving._http_server import BackgroundServer
+from serving.access import EndpointAccess, configure_audit_log
+from serving.auth import Identities
 from serving.container import ContainerApp
 from serving.control import EndpointRecord, StatusBoard
 from serving.modelstore import materialize
 from serving.router import EndpointRoute, Router
+from serving.runtime_env import ray_runtime_env, replica_environment
 from serving.runtimes import runtime_for
 from serving.settings import ServerSettings
 from serving.spec import DEFAULT_MAX_CONCURRENCY, EndpointSpec
@@ -147,10 +150,12 @@ class Gateway:
 
     def __init__(self, settings: dict[str, Any]) -> None:
         self.settings = ServerSettings(**settings)
+        configure_audit_log()  # access decisions: JSON lines on this replica's stderr
         self.registry = _registry()
         self.transport = ContainerTransport(default_limit=DEFAULT_MAX_CONCURRENCY)
         self.router = Router(self.settings, self.transport)
         self.board = StatusBoard()
+        self.access: dict[str, EndpointAccess] = {}
         self._stop = threading.Event()
         app = Starlette(routes=self.board.routes() + self.router.routes(), lifespan=self._lifespan)
         self.server = BackgroundServer(app, self.settings.host, self.settings.port)
@@ -186,16 +191,31 @@ class Gateway:
                     limits = {(name, host): limit for name, record in snapshot["endpoints"].items()
                               for host, limit in record["limits"].items()}
                     self.transport.update(snapshot["replicas"], limits)
+                    self.access = self._access_of(self.board.records)
                 for url in self.transport.take_dropped():
                     self.registry.deregister.remote(url)
                 self.router.endpoints = {
                     name: EndpointRoute(name, record.mode, tuple(c["ContainerHostname"] for c in record.containers),
-                                        failure=self.board.failure(name))
+                                        failure=self.board.failure(name), access=self.access.get(name))
                     for name, record in self.board.records.items()
                 }
             except Exception:
                 logger.exception("registry poll failed")
             await asyncio.sleep(self.settings.registry_poll_s)
+
+    def _access_of(self, records: dict[str, EndpointRecord]) -> dict[str, EndpointAccess]:
+        """Access control of each endpoint that has it, built once per registry change."""
+        access = {}
+        for name, record in records.items():
+            if record.access is not None:
+                try:
+                    access[name] = EndpointAccess.from_record(
+                        record.access, region=self.settings.region, account_id=self.settings.account_id)
+                except Exception:  # validated at deploy; if not, refuse every call rather than serve openly
+                    logger.exception("access control of endpoint %s could not be built; refusing its calls", name)
+                    access[name] = EndpointAccess(  # no identities: nobody authenticates
+                        Identities([]), region=self.settings.region, account_id=self.settings.account_id)
+        return access
 
     def _poll_status(self) -> None:
         while not self._stop.is_set():
@@ -220,7 +240,8 @@ class Gateway:
 def _keep_or_replace(current: EndpointRecord | None, record: dict[str, Any]) -> EndpointRecord:
     """Keep an endpoint's history (was it InService, scaling activities) unless its spec changed."""
     fresh = EndpointRecord(**record)
-    if current is not None and (current.mode, current.containers, current.limits) == (fresh.mode, fresh.containers, fresh.limits):
+    same = ("mode", "containers", "limits", "access")
+    if current is not None and all(getattr(current, key) == getattr(fresh, key) for key in same):
         return current
     return fresh
 
@@ -282,6 +303,8 @@ def record_for(spec: EndpointSpec) -> dict[str, Any]:
             for c in spec.Containers
         ],
         "limits": {c.ContainerHostname: c.max_concurrency for c in spec.Containers},
+        # Secrets travel to the gateway only inside the Ray cluster, and never appear in a description.
+        "access": spec.AccessControl.identities.to_record() if spec.AccessControl else None,
     }
 
 
@@ -293,7 +316,7 @@ def build_endpoint_app(spec: EndpointSpec, settings: ServerSettings):
         actor_options: dict[str, Any] = {
             "num_cpus": resources.Cpus,
             "num_gpus": resources.Gpus,
-            "runtime_env": {"env_vars": dict(container.Environment)},
+            "runtime_env": ray_runtime_env(container),  # Environment + CPU/GPU share, RuntimeEnvironment
         }
         if resources.MemoryMb:
             actor_options["memory"] = resources.MemoryMb * 1024 * 1024
@@ -303,7 +326,7 @@ def build_endpoint_app(spec: EndpointSpec, settings: ServerSettings):
             max_constructor_retry_count=3,  # a model that fails to load fails again: report it soon
         )
         args = (spec.EndpointName, container.ContainerHostname, container.Image, container.ModelDataUrl,
-                dict(container.Environment), settings.container_host)
+                replica_environment(container), settings.container_host)
         bound.append((deployment, args))
     # Serve needs one ingress per application: the first container is it, and the
     # others ride along as its `peers` so that Serve keeps them in this application.

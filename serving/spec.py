@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 from pydantic import ValidationError as PydanticValidationError
 
+from serving.auth import Identities, IdentitiesError, load_identities
 from serving.protocol import NAME_PATTERN
 MAX_CONTAINERS = 15
 RESERVED_NAME = "serving-gateway"  # the Ray Serve application of the endpoint server
@@ -96,6 +97,46 @@ class ContainerMode(str, Enum):
     MULTI = "MultiModel"
 
 
+def _local_path(value: str, info: ValidationInfo) -> Path:
+    """A path from the spec: `file://` stripped, `~` expanded, relative to the spec file's folder."""
+    path = Path(value.removeprefix("file://")).expanduser()
+    base = (info.context or {}).get("base_dir")
+    if not path.is_absolute() and base is not None:
+        path = Path(base) / path
+    return path
+
+
+class RuntimeEnvironmentConfig(_Model):
+    """The container's own Python environment on Ray (its replicas' Ray `runtime_env`); environment
+    variables come from the container's `Environment`."""
+
+    Pip: list[Annotated[str, Field(min_length=1, max_length=512)]] = Field(
+        default_factory=list, max_length=100,
+        description="Requirement specifiers (`name==1.2`) Ray installs into a virtualenv for this container's "
+                    "replicas, on top of the node's packages (Ray runtime_env `pip`). Needs the package index on every node.")
+    WorkingDir: str | None = Field(
+        None, description="A directory or .zip, relative to the spec file: the replicas' working directory, importable "
+                          "from code/inference.py (Ray runtime_env `working_dir`). Cluster mode: the same path on every node.")
+
+    @field_validator("Pip")
+    @classmethod
+    def _requirements_only(cls, packages: list[str]) -> list[str]:
+        for package in packages:
+            if package.lstrip().startswith("-"):
+                raise ValueError(f"{package!r}: list requirement specifiers only, not pip options")
+        return packages
+
+    @field_validator("WorkingDir")
+    @classmethod
+    def _resolve_working_dir(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        path = _local_path(value, info)
+        if not (path.is_dir() or (path.is_file() and path.suffix == ".zip")):
+            raise ValueError(f"working dir {value!r} must be an existing directory or .zip file (looked at {path})")
+        return str(path.resolve())
+
+
 class ContainerSpec(_Model):
     """One serving stack plus its model, with its own hostname and resources."""
 
@@ -106,19 +147,27 @@ class ContainerSpec(_Model):
     Environment: dict[Annotated[str, Field(pattern=r"^[a-zA-Z_][a-zA-Z0-9_]{0,1023}$")], str] = Field(default_factory=dict)
     Resources: ResourceConfig = Field(default_factory=ResourceConfig)
     AutoScaling: AutoScalingConfig | None = None
+    RuntimeEnvironment: RuntimeEnvironmentConfig | None = Field(
+        None, description="Extra pip packages and a working directory for this container's replicas.")
 
     @field_validator("Image")
     @classmethod
     def _known_image(cls, image: str) -> str:
         if image not in KNOWN_IMAGES:
-            raise ValueError(f"unknown Image {image!r}; this version serves: {', '.join(KNOWN_IMAGES)}")
+            hint = " (OCI image references are not run by this version: see containers/README.md)" if "/" in image or ":" in image else ""
+            raise ValueError(f"unknown Image {image!r}; this version serves: {', '.join(KNOWN_IMAGES)}{hint}")
         return image
 
     @field_validator("AutoScaling")
     @classmethod
-    def _no_autoscaling_yet(cls, value: AutoScalingConfig | None) -> AutoScalingConfig | None:
-        if value is not None:
-            raise ValueError("autoscaling is not available in this version; remove AutoScaling (one replica is started)")
+    def _fixed_count_only(cls, value: AutoScalingConfig | None) -> AutoScalingConfig | None:
+        # Target tracking is not built yet: a fixed count (MinCapacity == MaxCapacity) is
+        # served as asked; anything that would need scaling is refused, not silently ignored.
+        if value is not None and (value.MinCapacity != value.MaxCapacity or value.TargetTrackingScalingPolicyConfiguration):
+            raise ValueError(
+                "autoscaling is not available in this version; for a fixed replica count set MinCapacity = MaxCapacity "
+                "and no TargetTrackingScalingPolicyConfiguration"
+            )
         return value
 
     @field_validator("Mode")
@@ -167,7 +216,35 @@ class ContainerSpec(_Model):
 class AccessControlConfig(_Model):
     """Where the identities and their policies live (never inline secrets)."""
 
-    IdentitiesFile: str
+    IdentitiesFile: str = Field(description="Identities YAML file, relative to the spec file; outside every model directory.")
+    _identities: Identities | None = PrivateAttr(None)
+
+    @field_validator("IdentitiesFile")
+    @classmethod
+    def _resolve_identities_file(cls, value: str, info: ValidationInfo) -> str:
+        path = Path(value).expanduser()
+        base = (info.context or {}).get("base_dir")
+        if not path.is_absolute() and base is not None:
+            path = Path(base) / path
+        if not path.is_file():
+            raise ValueError(f"identities file {value!r} does not exist (looked at {path})")
+        return str(path.resolve())
+
+    @model_validator(mode="after")
+    def _load_identities(self) -> AccessControlConfig:
+        # Loaded once, here, so that `serving validate` reports bad identities and policies.
+        try:
+            self._identities = load_identities(self.IdentitiesFile)
+        except IdentitiesError as error:
+            name = Path(self.IdentitiesFile).name
+            raise ValueError("\n".join(f"IdentitiesFile {name}: {line}" for line in str(error).splitlines())) from None
+        return self
+
+    @property
+    def identities(self) -> Identities:
+        """The identities and their policies, as validated."""
+        assert self._identities is not None
+        return self._identities
 
 
 class EndpointSpec(_Model):
@@ -185,12 +262,20 @@ class EndpointSpec(_Model):
             raise ValueError(f"{name!r} is reserved for the endpoint server itself")
         return name
 
-    @field_validator("AccessControl")
-    @classmethod
-    def _no_access_control_yet(cls, value: AccessControlConfig | None) -> AccessControlConfig | None:
-        if value is not None:
-            raise ValueError("access policies are not available in this version; remove AccessControl")
-        return value
+    @model_validator(mode="after")
+    def _secrets_outside_model_data(self) -> EndpointSpec:
+        # A container's code can read its own model directory: the secrets must not be in it.
+        if self.AccessControl is None:
+            return self
+        secrets = Path(self.AccessControl.IdentitiesFile)
+        for index, container in enumerate(self.Containers):
+            model_dir = Path(container.ModelDataUrl) if container.ModelDataUrl else None
+            if model_dir is not None and model_dir.is_dir() and secrets.is_relative_to(model_dir):
+                raise ValueError(
+                    f"AccessControl.IdentitiesFile lies inside Containers[{index}].ModelDataUrl ({model_dir}); "
+                    "keep the identities file out of every model directory"
+                )
+        return self
 
     @model_validator(mode="after")
     def _unique_hostnames(self) -> EndpointSpec:
@@ -227,7 +312,7 @@ def _field_path(loc: tuple[Any, ...]) -> str:
 
 def _describe(error: PydanticValidationError) -> str:
     lines = []
-    for item in error.errors():
+    for item in error.errors(include_url=False):
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             message = "unknown field (not part of the endpoint spec)"
@@ -235,22 +320,27 @@ def _describe(error: PydanticValidationError) -> str:
             message = f"{item['input']!r} must be 1-63 letters, digits or hyphens, starting and ending with a letter or digit"
         elif item["type"] == "too_long" and item["loc"] == ("Containers",):
             message = f"an endpoint holds at most {MAX_CONTAINERS} containers"
-        lines.append(f"{_field_path(item['loc'])}: {message}")
+        lines.extend(f"{_field_path(item['loc'])}: {line}" for line in message.splitlines())
     return "\n".join(lines)
 
 
-def parse_spec(document: Any, base_dir: str | Path | None = None) -> EndpointSpec:
-    """Validate an already-parsed spec document; relative model paths resolve against base_dir."""
+def parse_spec(document: Any, base_dir: str | Path | None = None, identities_file: str | Path | None = None) -> EndpointSpec:
+    """Validate an already-parsed spec document; relative model paths resolve against base_dir.
+
+    `identities_file` (`serving up --identities`) replaces the spec's AccessControl.IdentitiesFile.
+    """
     if not isinstance(document, dict):
         raise SpecError("(spec): the spec must be a mapping with EndpointName and Containers")
+    if identities_file is not None:
+        document = {**document, "AccessControl": {"IdentitiesFile": str(Path(identities_file).resolve())}}
     try:
         return EndpointSpec.model_validate(document, context={"base_dir": str(base_dir) if base_dir else None})
     except PydanticValidationError as error:
         raise SpecError(_describe(error)) from None
 
 
-def load_spec(path: str | Path) -> EndpointSpec:
-    """Read a YAML or JSON spec file and validate it."""
+def load_spec(path: str | Path, identities_file: str | Path | None = None) -> EndpointSpec:
+    """Read a YAML or JSON spec file and validate it (see parse_spec for `identities_file`)."""
     path = Path(path)
     try:
         text = path.read_text()
@@ -260,4 +350,4 @@ def load_spec(path: str | Path) -> EndpointSpec:
         document = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (ValueError, yaml.YAMLError) as error:
         raise SpecError(f"{path} is not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {error}") from None
-    return parse_spec(document, base_dir=path.parent.resolve())
+    return parse_spec(document, base_dir=path.parent.resolve(), identities_file=identities_file)

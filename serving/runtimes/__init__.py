@@ -14,6 +14,9 @@ from serving.runtimes.base import InvocationContext, Runtime
 
 STACK_CLASSES = {
     "sklearn": "serving.runtimes.sklearn:SklearnRuntime",
+    "pytorch": "serving.runtimes.pytorch:PyTorchRuntime",
+    "tensorflow": "serving.runtimes.tensorflow:TensorFlowRuntime",
+    "onnx": "serving.runtimes.onnx:OnnxRuntime",
     "python": "serving.runtimes.python:PythonRuntime",
 }
 

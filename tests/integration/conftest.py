@@ -11,13 +11,22 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 from serving.settings import ServerSettings
 from serving.spec import parse_spec
 
 pytestmark = pytest.mark.integration
 
-READY_TIMEOUT_S = 240
+READY_TIMEOUT_S = 420  # ~60 replicas, TensorFlow and PyTorch ones among them, start on 2 shared CPUs
+
+
+def pytest_collection_modifyitems(items):
+    # The session's set-up (training, Ray, every endpoint) is bounded by READY_TIMEOUT_S, not by the
+    # per-test timeout of whichever test happens to request it first: that one times its own body only.
+    for item in items:
+        if item.get_closest_marker("integration") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(item.config.getini("timeout") or 300, func_only=True))
 
 HANDLERS = {
     # predict_fn fails for every input: the model's own error must reach the caller as ModelError.
@@ -91,15 +100,128 @@ def handler_models(tmp_path_factory) -> dict[str, Path]:
     return {name: _handler_dir(root, name) for name in HANDLERS}
 
 
+# Callers of it-secure, the one endpoint with AccessControl: SageMaker's documented example
+# (team-a may invoke customIps* and common* containers only, team-b everything but special*).
+ACCESS_CALLERS = {
+    "team-a": {"AccessKeyId": "AKIAINTEGTEAMA0001", "SecretAccessKey": "team-a-integration-secret",
+               "PolicyDocuments": ["customips-and-common.json"]},
+    "team-b": {"AccessKeyId": "AKIAINTEGTEAMB0002", "SecretAccessKey": "team-b-integration-secret",
+               "PolicyDocuments": ["all-but-special.json"]},
+    "batch-job": {"ApiKey": "batch-job-integration-api-key", "PolicyDocuments": ["all-but-special.json"]},
+}
+
+
+@pytest.fixture(scope="session")
+def access_callers() -> dict[str, dict]:
+    """Principal -> its credentials (and policy file names) in it-secure's identities file."""
+    return ACCESS_CALLERS
+
+
+@pytest.fixture(scope="session")
+def identities_file(tmp_path_factory) -> Path:
+    """it-secure's identities file, attaching the example policies shipped in policies/."""
+    policies = Path(__file__).resolve().parents[2] / "policies"
+    entries = [{"Principal": name, **fields, "PolicyDocuments": [str(policies / p) for p in fields["PolicyDocuments"]]}
+               for name, fields in ACCESS_CALLERS.items()]
+    path = tmp_path_factory.mktemp("access") / "identities.yaml"
+    path.write_text(yaml.safe_dump({"Identities": entries}))
+    return path
+
+
+def access_endpoint_spec(demo: Path, identities: Path) -> dict:
+    """it-secure: Direct, three containers named after the documented example, with AccessControl."""
+    return {"EndpointName": "it-secure", "AccessControl": {"IdentitiesFile": str(identities)}, "Containers": [
+        {"ContainerHostname": "customIps-iris", "Image": "sklearn", "ModelDataUrl": str(demo / "iris-classifier")},
+        {"ContainerHostname": "common-wine", "Image": "sklearn", "ModelDataUrl": str(demo / "wine-classifier")},
+        {"ContainerHostname": "special-labels", "Image": "python", "ModelDataUrl": str(demo / "iris-labels.tar.gz")},
+    ]}
+
+
+# it-fifteen: three containers of each of the five stacks, one per artifact layout of
+# examples/train_hetero.py. Hostname -> (Image, model folder in hetero_models, Environment).
+FIFTEEN = {
+    "sklearn-features": ("sklearn", "hetero-features", {}),
+    "sklearn-iris": ("sklearn", "hetero-iris-sklearn", {}),
+    "sklearn-wine": ("sklearn", "hetero-wine-sklearn", {"SERVING_SKLEARN_METHOD": "predict_proba"}),
+    "pytorch-script": ("pytorch", "hetero-iris-torchscript", {}),
+    "pytorch-export": ("pytorch", "hetero-wine-export", {}),
+    "pytorch-state": ("pytorch", "hetero-iris-state", {}),
+    "tensorflow-saved": ("tensorflow", "hetero-tf-features", {}),
+    "tensorflow-keras": ("tensorflow", "hetero-tf-iris", {}),
+    "tensorflow-archive": ("tensorflow", "hetero-tf-wine.tar.gz", {}),
+    "onnx-iris": ("onnx", "hetero-onnx-iris", {}),
+    "onnx-two": ("onnx", "hetero-onnx-two", {}),
+    "onnx-features": ("onnx", "hetero-onnx-features", {}),
+    "python-labels": ("python", "hetero-labels", {}),
+    "python-wine-labels": ("python", "hetero-wine-labels", {}),
+    "python-rules": ("python", "hetero-rules", {}),
+}
+
+
+@pytest.fixture(scope="session")
+def fifteen_containers() -> dict[str, tuple[str, str, dict]]:
+    """it-fifteen's containers: hostname -> (Image, model folder of hetero_models, Environment)."""
+    return FIFTEEN
+
+
+# it-runtime-env: a handler importing a module that only its RuntimeEnvironment.WorkingDir holds.
+WORKING_DIR_HANDLER = """
+import json, os
+import wd_helper  # lives in the working dir, not in the model directory
+
+def predict_fn(data, model):
+    return {"helper": wd_helper.NAME, "cwd": os.getcwd(), "cpus": os.environ.get("SERVING_CPUS")}
+
+def output_fn(prediction, accept):
+    return json.dumps(prediction), "application/json"
+"""
+
+
+@pytest.fixture(scope="session")
+def working_dir_model(tmp_path_factory) -> tuple[Path, Path]:
+    """(model directory, working directory) of it-runtime-env."""
+    root = tmp_path_factory.mktemp("runtime-env")
+    (root / "model" / "code").mkdir(parents=True)
+    (root / "model" / "code" / "inference.py").write_text(WORKING_DIR_HANDLER)
+    (root / "lib").mkdir()
+    (root / "lib" / "wd_helper.py").write_text("NAME = 'from the working dir'\n")
+    return root / "model", root / "lib"
+
+
+# The session's Ray has 2 logical CPUs and every other replica reserves 0.05 of them: the
+# containers added after it-fifteen reserve less, so that all replicas can be placed.
+TINY = {"Cpus": 0.01}
+
+
+def hetero_endpoint_specs(hetero: Path, working_dir_model: tuple[Path, Path]) -> list[dict]:
+    """it-fifteen (Direct, all five stacks), two Serial chains across frameworks, and it-runtime-env."""
+    c = lambda host, image, model, **extra: {"ContainerHostname": host, "Image": image, "ModelDataUrl": str(hetero / model),
+                                             "Resources": TINY, **extra}
+    fifteen = [c(host, image, model, Environment=env, Resources={"Cpus": 0.05}) for host, (image, model, env) in FIFTEEN.items()]
+    return [
+        {"EndpointName": "it-fifteen", "Containers": fifteen},
+        # scikit-learn features -> TensorFlow classifier -> Python labels (examples/hetero-serial.yaml)
+        {"EndpointName": "it-hetero-serial", "InferenceExecutionConfig": {"Mode": "Serial"}, "Containers": [
+            c("features", "sklearn", "hetero-features"),
+            c("classifier", "tensorflow", "hetero-tf-features"),
+            c("labels", "python", "hetero-labels"),
+        ]},
+        # the same chain with an ONNX classifier, handed NPY by the first container
+        {"EndpointName": "it-hetero-serial-onnx", "InferenceExecutionConfig": {"Mode": "Serial"}, "Containers": [
+            c("features", "sklearn", "hetero-features", Environment={"SAGEMAKER_DEFAULT_INVOCATIONS_ACCEPT": "application/x-npy"}),
+            c("classifier", "onnx", "hetero-onnx-features"),
+            c("labels", "python", "hetero-labels"),
+        ]},
+        {"EndpointName": "it-runtime-env", "Containers": [
+            {"ContainerHostname": "wd", "Image": "python", "ModelDataUrl": str(working_dir_model[0]), "Resources": TINY,
+             "RuntimeEnvironment": {"WorkingDir": str(working_dir_model[1])}},
+        ]},
+    ]
+
+
 def endpoint_specs(demo: Path, handlers: dict[str, Path]) -> list[dict]:
     py = lambda host, name, **extra: {"ContainerHostname": host, "Image": "python", "ModelDataUrl": str(handlers[name]), **extra}
     sk = lambda host, model, **extra: {"ContainerHostname": host, "Image": "sklearn", "ModelDataUrl": str(demo / model), **extra}
-    fifteen = [
-        sk(f"iris-{i}", "iris-classifier") if i % 3 == 0 else
-        sk(f"wine-{i}", "wine-classifier") if i % 3 == 1 else
-        py(f"echo-{i}", "echo")
-        for i in range(15)
-    ]
     return [
         {"EndpointName": "it-direct", "Containers": [
             sk("iris", "iris-classifier"),
@@ -109,7 +231,8 @@ def endpoint_specs(demo: Path, handlers: dict[str, Path]) -> list[dict]:
             py("sleepy", "sleepy"),
             py("narrow", "sleepy", Environment={"SERVING_MAX_CONCURRENCY": "1"}),
         ]},
-        {"EndpointName": "it-single", "Containers": [sk("only", "iris-classifier")]},
+        {"EndpointName": "it-single", "Containers": [
+            sk("only", "iris-classifier", AutoScaling={"MinCapacity": 2, "MaxCapacity": 2})]},
         {"EndpointName": "it-serial", "InferenceExecutionConfig": {"Mode": "Serial"}, "Containers": [
             sk("preprocess", "iris-preprocess"),
             sk("classifier", "iris-on-features"),
@@ -122,7 +245,6 @@ def endpoint_specs(demo: Path, handlers: dict[str, Path]) -> list[dict]:
             sk("preprocess", "iris-preprocess"), py("faulty", "faulty"), py("never", "echo"),
         ]},
         {"EndpointName": "it-broken", "Containers": [py("fine", "echo"), py("broken", "broken")]},
-        {"EndpointName": "it-fifteen", "Containers": fifteen},
     ]
 
 
@@ -154,7 +276,7 @@ class Server:
 
 
 @pytest.fixture(scope="session")
-def server(demo_models, handler_models):
+def server(demo_models, handler_models, identities_file, hetero_models, working_dir_model):
     """Embedded Ray, the endpoint server and every test endpoint; torn down after the session."""
     from serving import app
 
@@ -162,7 +284,9 @@ def server(demo_models, handler_models):
     app.start_local_ray(num_cpus=2)
     try:
         url = app.start_gateway(settings)
-        specs = [parse_spec(doc) for doc in _small(endpoint_specs(demo_models, handler_models))]
+        documents = endpoint_specs(demo_models, handler_models) + [access_endpoint_spec(demo_models, identities_file)]
+        documents += hetero_endpoint_specs(hetero_models, working_dir_model)
+        specs = [parse_spec(doc) for doc in _small(documents)]
         for spec in specs:
             app.deploy_endpoint(spec, settings)
         running = Server(url)

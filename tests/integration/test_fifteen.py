@@ -1,30 +1,40 @@
-"""Fifteen containers on one endpoint each answer on their own hostname; a sixteenth is refused."""
+"""Fifteen containers of all five stacks on one endpoint each answer correctly; a sixteenth is refused."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
-from sklearn.datasets import load_iris, load_wine
 
 from serving.spec import SpecError, parse_spec
 
 pytestmark = pytest.mark.integration
 
 
-def test_fifteen_containers_each_answer(server):
-    iris_row, wine_row = load_iris().data[:1].tolist(), load_wine().data[:1].tolist()
+def test_fifteen_heterogeneous_containers_are_in_service(server, fifteen_containers) -> None:
     description = server.describe("it-fifteen")
-    assert description["EndpointStatus"] == "InService"
-    hostnames = [c["ContainerHostname"] for c in description["Containers"]]
-    assert len(hostnames) == 15
-    for hostname in hostnames:
-        kind = hostname.split("-")[0]
-        body = {"iris": iris_row, "wine": wine_row, "echo": {"from": hostname}}[kind]
-        response = server.invoke("it-fifteen", body, target=hostname)
-        assert response.status_code == 200, (hostname, response.text)
-        if kind == "echo":
-            assert f'\\"from\\": \\"{hostname}\\"' in response.text or hostname in response.json()["body"]
-        else:
-            assert response.json() == [0]
+    assert description["EndpointStatus"] == "InService", description
+    containers = {c["ContainerHostname"]: c for c in description["Containers"]}
+    assert list(containers) == list(fifteen_containers)
+    assert {c["Image"] for c in containers.values()} == {"sklearn", "pytorch", "tensorflow", "onnx", "python"}
+    assert all(c["Status"] == "InService" for c in containers.values()), containers
+
+
+@pytest.mark.parametrize("hostname", [
+    "sklearn-features", "sklearn-iris", "sklearn-wine", "pytorch-script", "pytorch-export", "pytorch-state",
+    "tensorflow-saved", "tensorflow-keras", "tensorflow-archive", "onnx-iris", "onnx-two", "onnx-features",
+    "python-labels", "python-wine-labels", "python-rules",
+])
+def test_each_container_answers_correctly(server, fifteen_containers, hetero_expected, answer_matches, hostname) -> None:
+    image, model, _ = fifteen_containers[hostname]
+    expected = hetero_expected[model]
+    response = server.invoke("it-fifteen", expected["request"], target=hostname)
+    assert response.status_code == 200, (hostname, response.text)
+    got = response.json()
+    # The same answer the framework gave in the training process...
+    assert answer_matches(got, expected["response"]), (hostname, got, expected["response"])
+    if expected["classes"]:  # ...and a right one: the probe rows are one of each class
+        values = np.asarray(got.get("predictions", got.get("outputs")) if isinstance(got, dict) else got)
+        assert (values.argmax(axis=1) if values.ndim == 2 else values).tolist() == expected["classes"], hostname
 
 
 def test_sixteenth_container_is_refused():

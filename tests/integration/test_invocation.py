@@ -35,6 +35,13 @@ def test_single_container_endpoint_needs_no_target_header(server):
     assert response.status_code == 200 and response.json() == [0]
 
 
+def test_fixed_replica_count_serves_from_every_replica(server):
+    container = server.describe("it-single")["Containers"][0]
+    assert container["DesiredReplicas"] == container["CurrentReplicas"] == 2
+    answers = [server.invoke("it-single", IRIS.data[i:i + 1].tolist()).json() for i in (0, 50, 100) * 4]
+    assert answers == [[0], [1], [2]] * 4
+
+
 @pytest.mark.parametrize("content_type, body", [
     ("text/csv", b"5.1,3.5,1.4,0.2\n6.7,3.0,5.2,2.3\n"),
     ("application/x-npy", None),

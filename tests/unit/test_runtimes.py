@@ -37,8 +37,8 @@ def invoke(runtime: Runtime, body: bytes, content_type: str | None = "applicatio
 
 
 def test_unknown_stack_is_refused() -> None:
-    with pytest.raises(ValueError, match="unknown serving stack 'tensorflow'"):
-        runtime_for("tensorflow", None, {})
+    with pytest.raises(ValueError, match="unknown serving stack 'caffe'"):
+        runtime_for("caffe", None, {})
 
 
 # --- sklearn ---------------------------------------------------------------------------

@@ -145,7 +145,7 @@ REJECTED = [
         "Containers[1].Resources.Bogus",
         "unknown field",
     ),
-    ("unknown Image", endpoint(container(Image="tensorflow")), "Containers[0].Image", "unknown Image 'tensorflow'"),
+    ("unknown Image", endpoint(container(Image="caffe")), "Containers[0].Image", "unknown Image 'caffe'"),
     ("missing Image", endpoint({"ContainerHostname": "english"}), "Containers[0].Image", "required"),
     ("missing model directory", endpoint(container(ModelDataUrl="models/french/1")), "Containers[0].ModelDataUrl", "does not exist"),
     (
@@ -193,11 +193,12 @@ REJECTED = [
         "'Direct' or 'Serial'",
     ),
     (
-        "AccessControl",
+        "AccessControl without its file",
         endpoint(AccessControl={"IdentitiesFile": "identities.yaml"}),
-        "AccessControl",
-        "access policies are not available",
+        "AccessControl.IdentitiesFile",
+        "identities file 'identities.yaml' does not exist",
     ),
+    ("AccessControl with an unknown field", endpoint(AccessControl={"Identities": []}), "AccessControl.Identities", "unknown field"),
     ("zero Cpus", endpoint(container(Resources={"Cpus": 0})), "Containers[0].Resources.Cpus", "greater than 0"),
     (
         "Environment key with a hyphen",
@@ -244,7 +245,7 @@ def test_rejected_spec_names_field_and_reason(spec_dir: Path, document: Any, fie
 
 def test_every_field_at_fault_is_named() -> None:
     document = endpoint(
-        container("a", Image="tensorflow"),
+        container("a", Image="caffe"),
         container("b_", Bogus=1),
         EndpointName="bad name",
     )
@@ -281,3 +282,75 @@ def test_spec_error_is_a_value_error() -> None:
     # CLI code and users catch ValueError; SpecError must stay one.
     with pytest.raises(ValueError):
         parse_spec({"EndpointName": "x"})
+
+
+def test_fixed_replica_count_is_accepted():
+    spec = parse_spec({"EndpointName": "e", "Containers": [
+        {"ContainerHostname": "c", "Image": "python", "AutoScaling": {"MinCapacity": 3, "MaxCapacity": 3}}]})
+    assert spec.Containers[0].replicas == 3
+
+
+# --- AccessControl ---------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+ALLOW_ALL = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+
+
+def write_identities(folder: Path, policy: dict[str, Any] = ALLOW_ALL, name: str = "identities.yaml") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "policy.json").write_text(json.dumps(policy))
+    identities = {"Identities": [{"Principal": "team-a", "AccessKeyId": "AKIASPECTEST00001",
+                                  "SecretAccessKey": "spec-test-secret-0001", "PolicyDocuments": ["policy.json"]}]}
+    return write_yaml(folder, identities, name)
+
+
+def test_access_control_is_loaded_relative_to_the_spec(spec_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir("/")
+    write_identities(spec_dir / "secrets")
+    path = write_yaml(spec_dir, endpoint(container(ModelDataUrl="models/english/1"),
+                                         AccessControl={"IdentitiesFile": "secrets/identities.yaml"}))
+    spec = load_spec(path)
+    assert spec.AccessControl.IdentitiesFile == str((spec_dir / "secrets" / "identities.yaml").resolve())
+    identity = spec.AccessControl.identities.by_access_key_id("AKIASPECTEST00001")
+    assert identity.principal == "team-a" and [p.name for p in identity.policies] == ["policy.json"]
+
+
+def test_identities_inside_a_model_directory_are_refused(spec_dir: Path) -> None:
+    write_identities(spec_dir / "models" / "english" / "1")
+    path = write_yaml(spec_dir, endpoint(container(ModelDataUrl="models/english/1"),
+                                         AccessControl={"IdentitiesFile": "models/english/1/identities.yaml"}))
+    with pytest.raises(SpecError, match=r"AccessControl.IdentitiesFile lies inside Containers\[0\].ModelDataUrl"):
+        load_spec(path)
+
+
+def test_bad_policy_is_reported_with_statement_and_field(spec_dir: Path) -> None:
+    write_identities(spec_dir, {"Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"},
+                                              {"Effect": "Maybe", "Action": "*", "Resource": "*"}]})
+    path = write_yaml(spec_dir, endpoint(AccessControl={"IdentitiesFile": "identities.yaml"}))
+    with pytest.raises(SpecError) as raised:
+        load_spec(path)
+    assert str(raised.value) == (
+        "AccessControl: IdentitiesFile identities.yaml: Identities[0].PolicyDocuments[0] (policy.json): "
+        "Statement[1].Effect: Input should be 'Allow' or 'Deny'"
+    )
+
+
+def test_identities_file_argument_replaces_the_spec(spec_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    other = write_identities(tmp_path_factory.mktemp("elsewhere"))
+    path = write_yaml(spec_dir, endpoint(AccessControl={"IdentitiesFile": "missing.yaml"}))
+    assert load_spec(path, identities_file=other).AccessControl.IdentitiesFile == str(other.resolve())
+    plain = write_yaml(spec_dir, endpoint(), "plain.yaml")
+    assert load_spec(plain).AccessControl is None
+    assert load_spec(plain, identities_file=other).AccessControl is not None
+
+
+def test_the_secure_example_validates(demo_models: Path, tmp_path: Path) -> None:
+    # The example as shipped, laid out as in the repository, with freshly trained demo models.
+    for name in ("examples/secure.yaml", "examples/identities.yaml", "policies/customips-and-common.json",
+                 "policies/all-but-special.json"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text((ROOT / name).read_text())
+    (tmp_path / "examples" / "models").symlink_to(demo_models)
+    spec = load_spec(tmp_path / "examples" / "secure.yaml")
+    assert [c.ContainerHostname for c in spec.Containers] == ["customIps-iris", "common-wine", "special-labels"]
+    assert [i.principal for i in spec.AccessControl.identities.identities] == ["team-a", "team-b", "batch-job"]

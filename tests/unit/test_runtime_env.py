@@ -1,0 +1,69 @@
+"""serving.runtime_env: a container's spec as its replicas' Ray runtime_env and environment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from serving.runtime_env import ray_runtime_env, replica_environment
+from serving.spec import KNOWN_IMAGES, SpecError, parse_spec
+
+
+def container(base_dir: Path | None = None, **fields: Any):
+    document = {"EndpointName": "env", "Containers": [{"ContainerHostname": "c", "Image": "onnx", **fields}]}
+    return parse_spec(document, base_dir=base_dir).Containers[0]
+
+
+def test_all_five_stacks_are_known_images() -> None:
+    assert set(KNOWN_IMAGES) == {"sklearn", "pytorch", "tensorflow", "onnx", "python"}
+
+
+def test_environment_and_resource_share_become_env_vars() -> None:
+    spec = container(Environment={"A": "1"}, Resources={"Cpus": 0.25, "Gpus": 1})
+    assert ray_runtime_env(spec) == {"env_vars": {"A": "1", "SERVING_CPUS": "0.25", "SERVING_GPUS": "1"}}
+    assert replica_environment(spec) == {"A": "1", "SERVING_CPUS": "0.25", "SERVING_GPUS": "1"}
+
+
+def test_the_reservation_wins_over_environment() -> None:
+    spec = container(Environment={"SERVING_CPUS": "8"}, Resources={"Cpus": 1})
+    assert replica_environment(spec)["SERVING_CPUS"] == "1"
+
+
+def test_pip_and_working_dir(tmp_path: Path) -> None:
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "bundle.zip").write_bytes(b"PK\x05\x06" + b"\0" * 18)
+    spec = container(tmp_path, RuntimeEnvironment={"Pip": ["tabulate==0.9.0"], "WorkingDir": "lib"})
+    env = ray_runtime_env(spec)
+    assert env["pip"] == {"packages": ["tabulate==0.9.0"], "pip_check": False}
+    assert env["working_dir"] == f"local://{(tmp_path / 'lib').resolve()}"
+    zipped = container(tmp_path, RuntimeEnvironment={"WorkingDir": "bundle.zip"})
+    assert ray_runtime_env(zipped)["working_dir"] == f"file://{(tmp_path / 'bundle.zip').resolve()}"
+
+
+def test_empty_runtime_environment_adds_nothing() -> None:
+    assert set(ray_runtime_env(container(RuntimeEnvironment={}))) == {"env_vars"}
+
+
+@pytest.mark.parametrize(
+    ("runtime_environment", "field", "reason"),
+    [
+        ({"Pip": ["--index-url=https://example.com"]}, "Containers[0].RuntimeEnvironment.Pip", "requirement specifiers only"),
+        ({"Pip": [""]}, "Containers[0].RuntimeEnvironment.Pip[0]", "at least 1 character"),
+        ({"WorkingDir": "missing"}, "Containers[0].RuntimeEnvironment.WorkingDir", "existing directory or .zip"),
+        ({"WorkingDir": "notes.txt"}, "Containers[0].RuntimeEnvironment.WorkingDir", "existing directory or .zip"),
+        ({"Conda": "env.yaml"}, "Containers[0].RuntimeEnvironment.Conda", "unknown field"),
+    ],
+)
+def test_bad_runtime_environment_names_the_field(tmp_path: Path, runtime_environment: dict, field: str, reason: str) -> None:
+    (tmp_path / "notes.txt").write_text("not a zip")
+    with pytest.raises(SpecError) as caught:
+        container(tmp_path, RuntimeEnvironment=runtime_environment)
+    line = next(line for line in str(caught.value).splitlines() if line.startswith(field + ":"))
+    assert reason in line
+
+
+def test_oci_image_reference_is_refused_with_a_pointer() -> None:
+    with pytest.raises(SpecError, match="OCI image references .* containers/README.md"):
+        container(Image="123456789012.dkr.ecr.us-east-1.amazonaws.com/serving-onnx:0.1.0")
