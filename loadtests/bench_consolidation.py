@@ -1,0 +1,429 @@
+"""Consolidation benchmark: one 15-container endpoint against fifteen single-model endpoints.
+
+    .venv/bin/python loadtests/bench_consolidation.py [--out FILE.json] [--markdown FILE.md]
+                                                      [--scenarios consolidated,separate-endpoints,separate-servers]
+
+Serves the fifteen models of examples/fifteen.yaml (trained by examples/train_hetero.py from
+scikit-learn's bundled data into a temporary folder; three of each stack: sklearn, pytorch,
+tensorflow, onnx, python), each container reserving Resources.Cpus 0.1, in three ways:
+
+  consolidated        one embedded Ray, one endpoint with the 15 containers (Direct)
+  separate-endpoints  one embedded Ray, 15 endpoints of one container each
+  separate-servers    15 embedded Rays, one after another, each serving one single-container
+                      endpoint: what 15 single-model endpoints on their own machines (SageMaker's
+                      one-instance-per-endpoint case) cost, measured one at a time and summed
+
+Each scenario runs in a child process that is the Ray driver, so that it starts from a fresh
+Ray and its process tree holds exactly what the scenario started. It measures:
+
+  start-up   seconds from the first deploy call to every endpoint InService (Ray and the
+             endpoint server are started first and timed separately)
+  memory     PSS (proportional set size, from /proc/PID/smaps_rollup) summed over the
+             driver (what `serving up` is) and every process it started (GCS, raylet, agents,
+             Serve controller, registry, gateway, replicas, idle workers), and per replica grouped
+             by stack, with USS
+             (memory no other process shares) as the marginal cost of one more replica
+  idle CPU   CPU seconds all those processes use per second over 30 s without requests
+  reserved   logical CPUs the containers reserve from Ray
+
+Every wait is bounded; everything a scenario starts is stopped at its end (also on failure).
+The numbers depend on the machine's load: run it when nothing else is running (`uptime`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib.metadata as metadata
+import importlib.util
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+FIFTEEN_SPEC = ROOT / "examples" / "fifteen.yaml"
+SCENARIOS = ("consolidated", "separate-endpoints", "separate-servers")
+READY_TIMEOUT_S = 600
+IDLE_WINDOW_S = 30
+SETTLE_S = 10
+CPUS_PER_CONTAINER = 0.1
+# Everything that is not a container replica: what each separate endpoint server pays again.
+SYSTEM_ROLES = ("driver", "ray-system", "serve-controller", "registry", "gateway", "idle-worker")
+
+
+def _containers(models: Path) -> list[dict[str, Any]]:
+    """examples/fifteen.yaml's containers, with model paths in `models` and the benchmark's reservation."""
+    import yaml
+
+    document = yaml.safe_load(FIFTEEN_SPEC.read_text())
+    containers = []
+    for container in document["Containers"]:
+        container = dict(container)
+        container["ModelDataUrl"] = str(models / Path(container["ModelDataUrl"]).name)
+        container["Resources"] = {"Cpus": CPUS_PER_CONTAINER}
+        containers.append(container)
+    return containers
+
+
+# --- measurements (run inside the scenario's child process), from /proc -------------------------
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _parent_of(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])  # the field after the state; comm may hold spaces
+
+
+def _tree() -> list[int]:
+    """This driver (what `serving up` is) and every process it started: Ray's, Serve's, the replicas."""
+    parents = {int(entry.name): _parent_of(int(entry.name)) for entry in Path("/proc").iterdir() if entry.name.isdigit()}
+    tree, frontier = [os.getpid()], [os.getpid()]
+    while frontier:
+        children = [pid for pid, parent in parents.items() if parent in frontier]
+        tree += children
+        frontier = children
+    return tree
+
+
+def _role(pid: int, stacks: dict[str, str]) -> str:
+    """What a process of the Ray tree is: a replica's stack, or a part of Ray/Serve/serving."""
+    if pid == os.getpid():
+        return "driver"
+    try:
+        title = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return "gone"
+    if "ServeReplica:serving-gateway" in title:
+        return "gateway"
+    if "ServeReplica:" in title:
+        deployment = title.split("ServeReplica:", 1)[1].split()[0].split(".")[0].split(":")[-1]
+        return "replica:" + stacks.get(deployment, "unknown")
+    if "ServeController" in title:
+        return "serve-controller"
+    if "ray::Registry" in title:
+        return "registry"
+    if "ray::IDLE" in title:
+        return "idle-worker"
+    return "ray-system"
+
+
+def _smaps(pid: int) -> dict[str, int] | None:
+    """PSS, USS (private pages) and RSS of a process, in bytes, from /proc/PID/smaps_rollup."""
+    try:
+        text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    except OSError:
+        return None
+    kib = {}
+    for line in text.splitlines()[1:]:
+        key, _, value = line.partition(":")
+        if value.strip().endswith("kB"):
+            kib[key] = int(value.split()[0])
+    return {"pss": kib.get("Pss", 0) * 1024, "rss": kib.get("Rss", 0) * 1024,
+            "uss": (kib.get("Private_Clean", 0) + kib.get("Private_Dirty", 0)) * 1024}
+
+
+def _memory(stacks: dict[str, str]) -> dict[str, Any]:
+    total_pss = 0
+    groups: dict[str, list[dict[str, int]]] = {}
+    for pid in _tree():
+        info = _smaps(pid)
+        if info is None:  # exited meanwhile
+            continue
+        total_pss += info["pss"]
+        groups.setdefault(_role(pid, stacks), []).append(info)
+    return {"total_pss": total_pss, "groups": groups}
+
+
+def _cpu_seconds() -> float:
+    total = 0.0
+    for pid in _tree():
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
+    return total
+
+
+def _idle_cpu(window: float) -> float:
+    before = _cpu_seconds()
+    time.sleep(window)
+    return (_cpu_seconds() - before) / window
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait_in_service(url: str, names: list[str]) -> float:
+    import httpx
+
+    started = time.monotonic()
+    pending = set(names)
+    while pending:
+        if time.monotonic() - started > READY_TIMEOUT_S:
+            raise TimeoutError(f"not InService after {READY_TIMEOUT_S} s: {sorted(pending)}")
+        for name in list(pending):
+            state = httpx.get(f"{url}/endpoints/{name}", timeout=10).json().get("EndpointStatus")
+            if state == "Failed":
+                raise RuntimeError(f"endpoint {name} failed: {httpx.get(f'{url}/endpoints/{name}').json()}")
+            if state == "InService":
+                pending.discard(name)
+        time.sleep(0.2)
+    return time.monotonic() - started
+
+
+def _check_answers(url: str, targets: list[tuple[str, str, str]], expected: dict[str, Any]) -> int:
+    """Invoke every container once with its sample request; the number that answered 200."""
+    import httpx
+
+    ok = 0
+    for endpoint, hostname, model in targets:
+        response = httpx.post(f"{url}/endpoints/{endpoint}/invocations", json=expected[model]["request"], timeout=60,
+                              headers={"X-Amzn-SageMaker-Target-Container-Hostname": hostname})
+        ok += response.status_code == 200
+    return ok
+
+
+def run_scenario(name: str, models: Path, containers: list[dict[str, Any]]) -> dict[str, Any]:
+    """Start Ray + the endpoint server, deploy, measure, stop. Runs in a child process."""
+    sys.path.insert(0, str(ROOT))
+    from serving import app
+    from serving.settings import ServerSettings
+    from serving.spec import parse_spec
+
+    expected = json.loads((models / "expected.json").read_text())
+    if name == "consolidated":
+        documents = [{"EndpointName": "fifteen", "Containers": containers}]
+    else:
+        documents = [{"EndpointName": f"single-{c['ContainerHostname']}", "Containers": [c]} for c in containers]
+    targets = [(d["EndpointName"], c["ContainerHostname"], Path(c["ModelDataUrl"]).name)
+               for d in documents for c in d["Containers"]]
+    stacks = {c["ContainerHostname"]: c["Image"] for c in containers}
+    settings = ServerSettings(port=_free_port(), invocation_timeout_s=60.0)
+    started = time.monotonic()
+    app.start_local_ray(num_cpus=2)
+    try:
+        url = app.start_gateway(settings)
+        server_s = time.monotonic() - started
+        specs = [parse_spec(document) for document in documents]
+        deploy_started = time.monotonic()
+        for spec in specs:
+            app.deploy_endpoint(spec, settings)
+        _wait_in_service(url, [spec.EndpointName for spec in specs])
+        startup_s = time.monotonic() - deploy_started
+        answered = _check_answers(url, targets, expected)
+        time.sleep(SETTLE_S)
+        memory = _memory(stacks)
+        idle_cpu = _idle_cpu(IDLE_WINDOW_S if len(containers) > 1 else IDLE_WINDOW_S / 3)
+        return {"scenario": name, "containers": len(containers), "endpoints": len(documents),
+                "server_start_s": server_s, "startup_s": startup_s, "answered": answered, "memory": memory,
+                "idle_cpu_cores": idle_cpu, "reserved_cpus": CPUS_PER_CONTAINER * len(containers)}
+    finally:
+        app.shutdown()
+
+
+def _child(args: argparse.Namespace) -> int:
+    containers = json.loads(Path(args.containers).read_text())
+    result = run_scenario(args.child, Path(args.models), containers)
+    Path(args.result).write_text(json.dumps(result))
+    return 0
+
+
+# --- orchestration (parent process) ---------------------------------------------------------
+def _spawn(scenario: str, models: Path, containers: list[dict[str, Any]], workdir: Path, tag: str) -> dict[str, Any]:
+    spec_file = workdir / f"{tag}.containers.json"
+    result_file = workdir / f"{tag}.result.json"
+    spec_file.write_text(json.dumps(containers))
+    command = [sys.executable, __file__, "--child", scenario, "--models", str(models), "--containers", str(spec_file),
+               "--result", str(result_file)]
+    environment = {**os.environ, "RAY_DEDUP_LOGS": "1"}
+    completed = subprocess.run(command, cwd=ROOT, env=environment, timeout=READY_TIMEOUT_S + 300,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if completed.returncode != 0 or not result_file.exists():
+        raise RuntimeError(f"scenario {scenario} ({tag}) failed:\n{completed.stderr[-4000:]}")
+    return json.loads(result_file.read_text())
+
+
+def _train(models: Path) -> None:
+    spec = importlib.util.spec_from_file_location("train_hetero", ROOT / "examples" / "train_hetero.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.train(models)
+
+
+def _per_stack(result: dict[str, Any]) -> dict[str, dict[str, float]]:
+    stacks = {}
+    for role, entries in result["memory"]["groups"].items():
+        if role.startswith("replica:"):
+            stacks[role.split(":", 1)[1]] = {
+                "replicas": len(entries),
+                "pss_mb": statistics.mean(e["pss"] for e in entries) / 2**20,
+                "uss_mb": statistics.mean(e["uss"] for e in entries) / 2**20,
+                "rss_mb": statistics.mean(e["rss"] for e in entries) / 2**20,
+            }
+    return stacks
+
+
+def _group_mb(result: dict[str, Any], role: str) -> float:
+    return sum(e["pss"] for e in result["memory"]["groups"].get(role, [])) / 2**20
+
+
+def _versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for package in ("ray", "torch", "tensorflow-cpu", "keras", "onnxruntime", "scikit-learn", "numpy"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = "-"
+    return versions
+
+
+def _machine() -> dict[str, Any]:
+    total_kib = int(Path("/proc/meminfo").read_text().split("MemTotal:", 1)[1].split()[0])
+    return {"cpus": os.cpu_count(), "memory_gib": round(total_kib / 2**20, 1),
+            "load_average": [round(x, 2) for x in os.getloadavg()], "platform": platform.platform()}
+
+
+def summarize(results: dict[str, Any]) -> dict[str, Any]:
+    """One row per scenario (separate-servers summed over its fifteen runs) plus per-stack footprints."""
+    rows = {}
+    for scenario, result in results.items():
+        if scenario == "separate-servers":
+            runs = result
+            rows[scenario] = {
+                "endpoints": len(runs), "startup_s": sum(r["startup_s"] for r in runs),
+                "startup_max_s": max(r["startup_s"] for r in runs),
+                "server_start_s": sum(r["server_start_s"] for r in runs),
+                "pss_mb": sum(r["memory"]["total_pss"] for r in runs) / 2**20,
+                "idle_cpu_cores": sum(r["idle_cpu_cores"] for r in runs),
+                "reserved_cpus": sum(r["reserved_cpus"] for r in runs),
+                "answered": sum(r["answered"] for r in runs), "containers": len(runs),
+                "system_mb": sum(_group_mb(r, g) for r in runs for g in SYSTEM_ROLES),
+            }
+        else:
+            rows[scenario] = {
+                "endpoints": result["endpoints"], "startup_s": result["startup_s"], "startup_max_s": result["startup_s"],
+                "server_start_s": result["server_start_s"], "pss_mb": result["memory"]["total_pss"] / 2**20,
+                "idle_cpu_cores": result["idle_cpu_cores"], "reserved_cpus": result["reserved_cpus"],
+                "answered": result["answered"], "containers": result["containers"],
+                "system_mb": sum(_group_mb(result, g) for g in SYSTEM_ROLES),
+            }
+    stacks = {}
+    if "consolidated" in results:
+        stacks["consolidated"] = _per_stack(results["consolidated"])
+    if "separate-servers" in results:
+        merged: dict[str, list[dict[str, float]]] = {}
+        for run in results["separate-servers"]:
+            for stack, numbers in _per_stack(run).items():
+                merged.setdefault(stack, []).append(numbers)
+        stacks["alone"] = {stack: {key: statistics.mean(n[key] for n in entries) for key in ("pss_mb", "uss_mb", "rss_mb")}
+                           | {"replicas": len(entries)} for stack, entries in merged.items()}
+        stacks["alone_system_mb"] = statistics.mean(
+            sum(_group_mb(r, g) for g in SYSTEM_ROLES)
+            for r in results["separate-servers"])
+    return {"rows": rows, "stacks": stacks}
+
+
+def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
+    rows, stacks = summary["rows"], summary["stacks"]
+    lines = ["| scenario | endpoints | containers answering | start-up (deploy → InService) | memory (PSS, all Ray processes) "
+             "| of which not replicas | idle CPU (cores) | reserved CPUs |", "|---|---|---|---|---|---|---|---|"]
+    labels = {"consolidated": "one endpoint, {n} containers", "separate-endpoints": "{n} endpoints, one Ray",
+              "separate-servers": "{n} endpoints, {n} Rays (summed)"}
+    for scenario in SCENARIOS:
+        if scenario not in rows:
+            continue
+        row = rows[scenario]
+        startup = f"{row['startup_s']:.1f} s" + (f" (sum; longest {row['startup_max_s']:.1f} s)"
+                                                 if scenario == "separate-servers" else "")
+        lines.append(f"| {labels[scenario].format(n=row['containers'])} | {row['endpoints']} | {row['answered']}/15 | {startup} | "
+                     f"{row['pss_mb']:,.0f} MiB | {row['system_mb']:,.0f} MiB | {row['idle_cpu_cores']:.3f} | "
+                     f"{row['reserved_cpus']:.1f} |")
+    for key, title in (("consolidated", "Per-stack replica footprint in the consolidated endpoint (mean per replica)"),
+                       ("alone", "Per-stack replica footprint alone on its own Ray (mean over that stack's runs)")):
+        if key not in stacks:
+            continue
+        lines += ["", f"{title}:", "", "| stack | replicas | PSS | USS | RSS |", "|---|---|---|---|---|"]
+        for stack in ("sklearn", "pytorch", "tensorflow", "onnx", "python"):
+            if stack in stacks[key]:
+                s = stacks[key][stack]
+                lines.append(f"| {stack} | {s['replicas']} | {s['pss_mb']:.0f} MiB | {s['uss_mb']:.0f} MiB | {s['rss_mb']:.0f} MiB |")
+    if "alone_system_mb" in stacks:
+        lines += ["", f"Everything but the replica in one single-container server (driver, Ray, Serve, gateway, registry): {stacks['alone_system_mb']:.0f} MiB PSS."]
+    lines += ["", f"Run: `{meta['command']}` at {meta['started']} ({meta['duration_s']:.0f} s); load average before "
+              f"{meta['machine_before']['load_average']}, after {meta['machine_after']['load_average']}; "
+              f"{meta['machine_before']['cpus']} CPUs, {meta['machine_before']['memory_gib']} GiB.",
+              "Versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS))
+    parser.add_argument("--out", type=Path, help="write all results as JSON")
+    parser.add_argument("--markdown", type=Path, help="write the result tables as Markdown")
+    parser.add_argument("--limit", type=int, default=15, help="serve only the first N containers (a quick smoke run)")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--models", help=argparse.SUPPRESS)
+    parser.add_argument("--containers", help=argparse.SUPPRESS)
+    parser.add_argument("--result", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        return _child(args)
+
+    scenarios = [s for s in args.scenarios.split(",") if s]
+    unknown = set(scenarios) - set(SCENARIOS)
+    if unknown:
+        parser.error(f"unknown scenarios: {', '.join(sorted(unknown))}")
+    meta: dict[str, Any] = {"command": " ".join([Path(sys.executable).name, *sys.argv]),
+                            "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                            "machine_before": _machine(), "versions": _versions()}
+    began = time.monotonic()
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-consolidation-") as tmp:
+        workdir = Path(tmp)
+        models = workdir / "models"
+        print("training the fifteen models ...", flush=True)
+        _train(models)
+        containers = _containers(models)[:args.limit]
+        for scenario in scenarios:
+            print(f"scenario {scenario} ...", flush=True)
+            if scenario == "separate-servers":
+                results[scenario] = []
+                for index, container in enumerate(containers):
+                    run = _spawn(scenario, models, [container], workdir, f"{scenario}-{index}")
+                    print(f"  {container['ContainerHostname']}: start-up {run['startup_s']:.1f} s, "
+                          f"{run['memory']['total_pss'] / 2**20:.0f} MiB", flush=True)
+                    results[scenario].append(run)
+            else:
+                results[scenario] = _spawn(scenario, models, containers, workdir, scenario)
+                print(f"  start-up {results[scenario]['startup_s']:.1f} s, "
+                      f"{results[scenario]['memory']['total_pss'] / 2**20:.0f} MiB", flush=True)
+    meta["duration_s"] = time.monotonic() - began
+    meta["machine_after"] = _machine()
+    summary = summarize(results)
+    report = markdown(summary, meta)
+    print(report)
+    if args.out:
+        args.out.write_text(json.dumps({"meta": meta, "summary": summary, "results": results}, indent=1))
+    if args.markdown:
+        args.markdown.write_text(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
