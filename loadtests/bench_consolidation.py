@@ -214,6 +214,7 @@ def run_scenario(name: str, models: Path, containers: list[dict[str, Any]]) -> d
                for d in documents for c in d["Containers"]]
     stacks = {c["ContainerHostname"]: c["Image"] for c in containers}
     settings = ServerSettings(port=_free_port(), invocation_timeout_s=60.0)
+    load_start = os.getloadavg()[0]
     started = time.monotonic()
     app.start_local_ray(num_cpus=2)
     try:
@@ -229,7 +230,8 @@ def run_scenario(name: str, models: Path, containers: list[dict[str, Any]]) -> d
         time.sleep(SETTLE_S)
         memory = _memory(stacks)
         idle_cpu = _idle_cpu(IDLE_WINDOW_S if len(containers) > 1 else IDLE_WINDOW_S / 3)
-        return {"scenario": name, "containers": len(containers), "endpoints": len(documents),
+        return {"scenario": name, "containers": len(containers), "endpoints": len(documents), "load_start": load_start,
+                "load_end": os.getloadavg()[0],
                 "server_start_s": server_s, "startup_s": startup_s, "answered": answered, "memory": memory,
                 "idle_cpu_cores": idle_cpu, "reserved_cpus": CPUS_PER_CONTAINER * len(containers)}
     finally:
@@ -305,6 +307,7 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
         if scenario == "separate-servers":
             runs = result
             rows[scenario] = {
+                "load": max(max(r["load_start"], r["load_end"]) for r in runs),
                 "endpoints": len(runs), "startup_s": sum(r["startup_s"] for r in runs),
                 "startup_max_s": max(r["startup_s"] for r in runs),
                 "server_start_s": sum(r["server_start_s"] for r in runs),
@@ -316,6 +319,7 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
             }
         else:
             rows[scenario] = {
+                "load": max(result["load_start"], result["load_end"]),
                 "endpoints": result["endpoints"], "startup_s": result["startup_s"], "startup_max_s": result["startup_s"],
                 "server_start_s": result["server_start_s"], "pss_mb": result["memory"]["total_pss"] / 2**20,
                 "idle_cpu_cores": result["idle_cpu_cores"], "reserved_cpus": result["reserved_cpus"],
@@ -341,7 +345,8 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
 def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
     rows, stacks = summary["rows"], summary["stacks"]
     lines = ["| scenario | endpoints | containers answering | start-up (deploy → InService) | memory (PSS, all Ray processes) "
-             "| of which not replicas | idle CPU (cores) | reserved CPUs |", "|---|---|---|---|---|---|---|---|"]
+             "| of which not replicas | idle CPU (cores) | reserved CPUs | load avg (max seen) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     labels = {"consolidated": "one endpoint, {n} containers", "separate-endpoints": "{n} endpoints, one Ray",
               "separate-servers": "{n} endpoints, {n} Rays (summed)"}
     for scenario in SCENARIOS:
@@ -352,7 +357,7 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
                                                  if scenario == "separate-servers" else "")
         lines.append(f"| {labels[scenario].format(n=row['containers'])} | {row['endpoints']} | {row['answered']}/15 | {startup} | "
                      f"{row['pss_mb']:,.0f} MiB | {row['system_mb']:,.0f} MiB | {row['idle_cpu_cores']:.3f} | "
-                     f"{row['reserved_cpus']:.1f} |")
+                     f"{row['reserved_cpus']:.1f} | {row['load']:.1f} |")
     for key, title in (("consolidated", "Per-stack replica footprint in the consolidated endpoint (mean per replica)"),
                        ("alone", "Per-stack replica footprint alone on its own Ray (mean over that stack's runs)")):
         if key not in stacks:
@@ -377,6 +382,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="write all results as JSON")
     parser.add_argument("--markdown", type=Path, help="write the result tables as Markdown")
     parser.add_argument("--limit", type=int, default=15, help="serve only the first N containers (a quick smoke run)")
+    parser.add_argument("--wait-quiet", type=float, default=0, metavar="S",
+                        help="first wait up to S seconds for the 1-minute load average to drop below 1")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--models", help=argparse.SUPPRESS)
     parser.add_argument("--containers", help=argparse.SUPPRESS)
@@ -389,6 +396,9 @@ def main() -> int:
     unknown = set(scenarios) - set(SCENARIOS)
     if unknown:
         parser.error(f"unknown scenarios: {', '.join(sorted(unknown))}")
+    waited = time.monotonic()
+    while args.wait_quiet and os.getloadavg()[0] >= 1.0 and time.monotonic() - waited < args.wait_quiet:
+        time.sleep(10)
     meta: dict[str, Any] = {"command": " ".join([Path(sys.executable).name, *sys.argv]),
                             "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                             "machine_before": _machine(), "versions": _versions()}

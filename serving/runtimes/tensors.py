@@ -147,9 +147,10 @@ def wrap_outputs(outputs: Any, response_key: str | None) -> Any:
     if response_key is None:
         return outputs
     if response_key == "predictions" and isinstance(outputs, dict):
-        # Row format: one object per instance, keyed by output name.
-        rows = len(next(iter(outputs.values())))
-        outputs = [{name: value[i] for name, value in outputs.items()} for i in range(rows)]
+        # Row format: one object per instance, keyed by output name (an output without a batch axis repeats).
+        rows = max((len(value) for value in outputs.values() if np.ndim(value) > 0), default=1)
+        outputs = [{name: value[i] if np.ndim(value) > 0 and len(value) == rows else value
+                    for name, value in outputs.items()} for i in range(rows)]
     return {response_key: outputs}
 
 

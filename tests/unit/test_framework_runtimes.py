@@ -455,6 +455,9 @@ def test_wrap_outputs_follows_tf_serving() -> None:
     assert wrap_outputs({"out": one}, "predictions") == {"predictions": one}
     rows = wrap_outputs({"a": np.array([1, 2]), "b": np.array([3, 4])}, "predictions")
     assert rows == {"predictions": [{"a": 1, "b": 3}, {"a": 2, "b": 4}]}
+    with_scalar = wrap_outputs({"a": np.array([1, 2]), "n": np.array(2)}, "predictions")
+    assert with_scalar == {"predictions": [{"a": 1, "n": 2}, {"a": 2, "n": 2}]}
+    assert wrap_outputs({"a": np.array([1]), "b": np.array([2])}, "outputs") == {"outputs": {"a": np.array([1]), "b": np.array([2])}}
 
 
 def test_conform_out_of_range_integers() -> None:
