@@ -246,18 +246,29 @@ def _child(args: argparse.Namespace) -> int:
 
 
 # --- orchestration (parent process) ---------------------------------------------------------
-def _spawn(scenario: str, models: Path, containers: list[dict[str, Any]], workdir: Path, tag: str) -> dict[str, Any]:
+def _spawn(scenario: str, models: Path, containers: list[dict[str, Any]], workdir: Path, tag: str,
+           attempts: int = 2) -> dict[str, Any]:
+    """Run one scenario in a child process; once more if it fails or hangs (a `ray.init` can hang on a
+    machine where other Ray instances come and go)."""
     spec_file = workdir / f"{tag}.containers.json"
     result_file = workdir / f"{tag}.result.json"
+    log_file = workdir / f"{tag}.log"
     spec_file.write_text(json.dumps(containers))
     command = [sys.executable, __file__, "--child", scenario, "--models", str(models), "--containers", str(spec_file),
                "--result", str(result_file)]
-    environment = {**os.environ, "RAY_DEDUP_LOGS": "1"}
-    completed = subprocess.run(command, cwd=ROOT, env=environment, timeout=READY_TIMEOUT_S + 300,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if completed.returncode != 0 or not result_file.exists():
-        raise RuntimeError(f"scenario {scenario} ({tag}) failed:\n{completed.stderr[-4000:]}")
-    return json.loads(result_file.read_text())
+    timeout = 240 + 40 * len(containers)
+    for attempt in range(1, attempts + 1):
+        with log_file.open("w") as log:
+            child = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            try:
+                child.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(child.pid, 15)  # the child and the Ray processes it started
+                child.wait(30)
+        if child.returncode == 0 and result_file.exists():
+            return json.loads(result_file.read_text())
+        print(f"  {tag}: attempt {attempt} failed (exit {child.returncode}):\n{log_file.read_text()[-2000:]}", flush=True)
+    raise RuntimeError(f"scenario {scenario} ({tag}) failed {attempts} times")
 
 
 def _train(models: Path) -> None:

@@ -26,7 +26,8 @@ def pytest_collection_modifyitems(items):
     # per-test timeout of whichever test happens to request it first: that one times its own body only.
     for item in items:
         if item.get_closest_marker("integration") and not item.get_closest_marker("timeout"):
-            item.add_marker(pytest.mark.timeout(item.config.getini("timeout") or 300, func_only=True))
+            item.add_marker(pytest.mark.timeout(float(item.config.getini("timeout") or 300), func_only=True))
+
 
 HANDLERS = {
     # predict_fn fails for every input: the model's own error must reach the caller as ModelError.
