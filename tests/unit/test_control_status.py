@@ -9,7 +9,7 @@ import pytest
 import httpx
 from starlette.applications import Starlette
 
-from serving.control import EndpointRecord, StatusBoard, describe, short_reason
+from serving.control import EndpointRecord, StatusBoard, applications_from_serve_details, describe, short_reason
 
 TRACEBACK = """\
 The deployment failed to start 3 times in a row. This may be due to a problem with its constructor or initial health check failing. See controller logs for details. Error:
@@ -255,3 +255,38 @@ def test_describe_unknown_endpoint(board: StatusBoard) -> None:
     assert response.status_code == 400
     assert response.headers["x-amzn-ErrorType"] == "ValidationError"
     assert response.json() == {"__type": "ValidationError", "message": "Could not find endpoint nope."}
+
+
+def test_applications_from_serve_details() -> None:
+    """The controller's instance details (Ray's REST schema, trimmed) -> the snapshot `describe` reads."""
+    details = {
+        "proxy_location": "Disabled",
+        "applications": {
+            "mce-demo": {
+                "name": "mce-demo", "status": "DEPLOYING", "message": "", "route_prefix": None,
+                "deployments": {
+                    "english": {"name": "english", "status": "HEALTHY", "status_trigger": "CONFIG_UPDATE_COMPLETED",
+                                "message": "", "replicas": [{"replica_id": "a", "state": "RUNNING"},
+                                                            {"replica_id": "b", "state": "RUNNING"}]},
+                    "german": {"name": "german", "status": "UPDATING", "message": "starting",
+                               "replicas": [{"replica_id": "c", "state": "STARTING"}, {"replica_id": "d", "state": "RUNNING"}]},
+                    "french": {"name": "french", "status": "UPDATING"},  # no replicas yet, no message
+                },
+            },
+            "empty": {"status": "NOT_STARTED", "message": None},
+        },
+    }
+    applications = applications_from_serve_details(details)
+    assert applications == {
+        "mce-demo": {"status": "DEPLOYING", "message": "", "deployments": {
+            "english": {"status": "HEALTHY", "message": "", "replicas": {"RUNNING": 2}},
+            "german": {"status": "UPDATING", "message": "starting", "replicas": {"STARTING": 1, "RUNNING": 1}},
+            "french": {"status": "UPDATING", "message": "", "replicas": {}},
+        }},
+        "empty": {"status": "NOT_STARTED", "message": "", "deployments": {}},
+    }
+    description = describe(record("english", "german", "french"), applications["mce-demo"])
+    assert description["EndpointStatus"] == "Creating"
+    assert [(c["Status"], c["CurrentReplicas"]) for c in description["Containers"]] == [
+        ("InService", 2), ("Creating", 1), ("Creating", 0)]
+    assert applications_from_serve_details({}) == {}
