@@ -428,6 +428,23 @@ def test_gpu_share_without_cuda_falls_back_to_cpu(hetero_models: Path, caplog: p
     assert np.asarray(invoke(runtime, IRIS_ROWS)).argmax(axis=1).tolist() == [0, 1, 2]
 
 
+@pytest.mark.parametrize(("gpus", "available", "chosen"), [
+    ("1", ["CUDAExecutionProvider", "CPUExecutionProvider"], ["CUDAExecutionProvider", "CPUExecutionProvider"]),
+    ("0", ["CUDAExecutionProvider", "CPUExecutionProvider"], ["CPUExecutionProvider"]),
+    ("1", ["CPUExecutionProvider"], ["CPUExecutionProvider"]),
+])
+def test_onnx_provider_choice(gpus: str, available: list[str], chosen: list[str]) -> None:
+    # A stand-in for onnxruntime's provider list: no onnxruntime build with CUDA can be installed here
+    # (CUDA itself ran on a GPU machine: loadtests/bench_gpu.py, docs/performance.md).
+    class FakeOrt:
+        @staticmethod
+        def get_available_providers() -> list[str]:
+            return available
+
+    runtime = runtime_for("onnx", None, {"SERVING_GPUS": gpus})
+    assert runtime.providers(FakeOrt) == chosen
+
+
 def test_pytorch_sets_threads_from_the_cpu_share(hetero_models: Path) -> None:
     import torch
 
