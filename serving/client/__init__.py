@@ -1,0 +1,32 @@
+"""Python SDK of a serving endpoint server: `Client` (blocking) and `AsyncClient` (asyncio).
+
+    from serving.client import Client
+    client = Client("http://127.0.0.1:8080")
+    print(client.invoke("mce-demo", [[5.1, 3.5, 1.4, 0.2]], target="iris").body)
+
+See docs/client.md.
+"""
+
+from serving.client._clients import AsyncClient, Client
+from serving.client._core import InvokeResult, RetryPolicy
+from serving.client.errors import (
+    AccessDenied,
+    ConnectionFailed,
+    InternalFailure,
+    InvalidSignature,
+    MissingAuthenticationToken,
+    ModelError,
+    ModelNotReady,
+    ServiceUnavailable,
+    ServingClientError,
+    UnknownServerError,
+    UnrecognizedClient,
+    ValidationError,
+    WaiterError,
+)
+
+__all__ = [
+    "AccessDenied", "AsyncClient", "Client", "ConnectionFailed", "InternalFailure", "InvalidSignature", "InvokeResult",
+    "MissingAuthenticationToken", "ModelError", "ModelNotReady", "RetryPolicy", "ServiceUnavailable",
+    "ServingClientError", "UnknownServerError", "UnrecognizedClient", "ValidationError", "WaiterError",
+]
