@@ -14,14 +14,15 @@ from urllib.parse import quote
 
 from serving.client.errors import ServingClientError, error_from_response
 
-# Header names of the SageMaker Runtime protocol (docs/api.md).
-TARGET_CONTAINER = "X-Amzn-SageMaker-Target-Container-Hostname"
-TARGET_MODEL = "X-Amzn-SageMaker-Target-Model"
-TARGET_VARIANT = "X-Amzn-SageMaker-Target-Variant"
-CUSTOM_ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
-INFERENCE_ID = "X-Amzn-SageMaker-Inference-Id"
-INVOKED_VARIANT = "x-Amzn-Invoked-Production-Variant"
-NAME_PATTERN = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+from serving.protocol import (  # the wire protocol's header names, shared with the server
+    CUSTOM_ATTRIBUTES,
+    INFERENCE_ID,
+    INVOKED_VARIANT,
+    NAME_PATTERN,
+    TARGET_CONTAINER,
+    TARGET_MODEL,
+    TARGET_VARIANT,
+)
 
 JSON, CSV, NPY, OCTET = "application/json", "text/csv", "application/x-npy", "application/octet-stream"
 
@@ -104,7 +105,7 @@ def _csv(data: Any) -> str:
 # --- requests and results ---------------------------------------------------------------------
 
 def invocation_path(endpoint: str) -> str:
-    if not isinstance(endpoint, str) or not NAME_PATTERN.match(endpoint):
+    if not isinstance(endpoint, str) or not re.match(NAME_PATTERN, endpoint):
         raise ValueError(f"endpoint name {endpoint!r} is not valid: 1-63 letters, digits and hyphens, "
                          "starting and ending with a letter or digit")
     return f"/endpoints/{quote(endpoint)}/invocations"
