@@ -1,0 +1,416 @@
+"""A replica's cache of loaded models for a MultiModel container (SageMaker multi-model semantics).
+
+Contract:
+
+- `async with cache.acquire(name) as model:` hands out a loaded model and pins it for the block; a
+  pinned model is never unloaded, so no request loses its model half-way.
+- A miss loads the model with the blocking `load(name)` in an executor, so the event loop keeps serving.
+  Loads are single-flight: concurrent first requests for one name share one load. A failed load raises
+  the same exception to all of them and leaves nothing behind; the next request loads again.
+- Loads and unloads run one at a time per cache (one lock, as Ray Serve's model multiplexing does), so
+  the growth of process memory across a load is that model's size: entries are measured, not guessed.
+  After an unload, freed memory is handed back to the OS (glibc only, `release_memory`), otherwise
+  eviction would not shrink the process and the next load would measure as free.
+- Eviction is least recently used first, until at most `max_models` models are cached (loads in flight
+  hold a place) and, when given, their measured sizes sum to at most `max_bytes`. Room by count is made
+  before a load; the byte bound, which needs the new model's size, is enforced right after it, before
+  the model is handed out. Pinned models are skipped: when everything is pinned the cache overshoots
+  and evicts as soon as a request releases. A model larger than `max_bytes` alone is still served:
+  loaded, used, and evicted when its last request releases it.
+- `enabled=False` (SageMaker `ModelCacheSetting: Disabled`): each request loads its own copy, uses it
+  and unloads it on release; no sharing, no single-flight, no hits, nothing counted as cached.
+- All state lives on the event loop; only `load`, `unload` and `measure` run in the executor.
+
+ModelLoadingWaitTime (`CacheObserver.waited`), precisely: for each request that did not find its model
+cached, the time from entering `acquire` until the model is handed to it. That covers queueing behind
+other loads and unloads, evictions that make room, and the load itself; a request that joins a load
+already in flight reports its own, shorter, wait. Hits report no wait; a failed load reports no wait
+(`load_failed` fires once per load instead). ModelLoadingTime (`loaded`) is the load alone, lock held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import functools
+import logging
+import os
+import sys
+import time
+from collections import OrderedDict
+from concurrent.futures import Executor
+from typing import Any, AsyncIterator, Callable
+
+try:
+    import resource
+except ImportError:  # not on Windows
+    resource = None  # type: ignore[assignment]
+
+__all__ = ["CacheObserver", "ModelCache", "process_memory"]
+
+logger = logging.getLogger("serving.modelcache")
+
+_LOADING, _CACHED, _LEAVING, _GONE, _FAILED = "loading", "cached", "leaving", "gone", "failed"
+_M_MMAP_THRESHOLD = -3  # mallopt(3)
+_MMAP_THRESHOLD = 128 * 1024  # glibc's default, made fixed
+
+
+class CacheObserver:
+    """Receives the cache's events on the event loop; metrics subclass it. Every method defaults to a no-op.
+
+    ModelCacheHit: `hit`/`miss`; ModelLoadingWaitTime: `waited`; ModelLoadingTime: `loaded`;
+    ModelUnloadingTime: `unloaded`; LoadedModelCount: `changed`.
+    """
+
+    def hit(self, name: str) -> None:
+        """A request found `name` cached."""
+
+    def miss(self, name: str) -> None:
+        """A request did not find `name` cached (it starts or joins a load)."""
+
+    def waited(self, name: str, seconds: float) -> None:
+        """A request that missed got its model after `seconds` (see the module docstring)."""
+
+    def loaded(self, name: str, seconds: float, nbytes: int) -> None:
+        """One load of `name` took `seconds` and grew the process by `nbytes`."""
+
+    def unloaded(self, name: str, seconds: float) -> None:
+        """One unload of `name` took `seconds`."""
+
+    def load_failed(self, name: str, error: BaseException) -> None:
+        """One load of `name` raised `error` (every request waiting on it gets the same error)."""
+
+    def changed(self, loaded_count: int, total_bytes: int) -> None:
+        """The set of cached models changed."""
+
+
+def process_memory() -> int:
+    """Memory a model load grows, in bytes: RssAnon, else RSS, else peak RSS (which only grows)."""
+    try:
+        with open("/proc/self/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"RssAnon:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        pass
+    if resource is None:
+        return 0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
+
+
+@functools.cache
+def _glibc() -> Any:
+    """glibc with its mmap threshold fixed (once per process), or None elsewhere.
+
+    glibc raises the threshold after freeing a large block, so the next large model lands in a heap
+    that is never given back: eviction would not shrink the process and the reused memory would
+    measure as free. A fixed threshold keeps large blocks in mmap, returned to the OS when freed.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt, malloc_trim = libc.mallopt, libc.malloc_trim
+    except (OSError, AttributeError):  # musl and others: nothing to tune
+        return None
+    mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)
+    return malloc_trim
+
+
+def _release_freed_memory() -> None:
+    """Return free heap pages to the OS, so an unload shows up in the process's memory."""
+    malloc_trim = _glibc()
+    if malloc_trim is not None:
+        malloc_trim(0)
+
+
+class _Entry:
+    """One load of one model, from the load through its unload."""
+
+    __slots__ = ("name", "model", "nbytes", "pins", "state", "task", "unloading", "done")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.model: Any = None
+        self.nbytes = 0
+        self.pins = 0  # requests holding or waiting for this entry
+        self.state = _LOADING
+        self.task: asyncio.Task[None] | None = None
+        self.unloading: asyncio.Task[None] | None = None  # set once: the one and only unload
+        self.done = asyncio.Event()  # set when unloaded or failed
+
+
+class ModelCache:
+    """LRU cache of loaded models bounded by count and measured bytes; see the module docstring."""
+
+    def __init__(
+        self,
+        load: Callable[[str], Any],
+        unload: Callable[[Any], None] | None = None,
+        *,
+        max_models: int,
+        max_bytes: int | None = None,
+        enabled: bool = True,
+        measure: Callable[[], int] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        observer: CacheObserver | None = None,
+        executor: Executor | None = None,
+        release_memory: bool = True,
+    ) -> None:
+        if not callable(load):
+            raise ValueError("load must be a callable taking a model name")
+        if unload is not None and not callable(unload):
+            raise ValueError("unload must be a callable taking a loaded model, or None")
+        if isinstance(max_models, bool) or not isinstance(max_models, int) or max_models < 1:
+            raise ValueError(f"max_models must be an integer of at least 1, got {max_models!r}")
+        if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1):
+            raise ValueError(f"max_bytes must be a positive integer or None, got {max_bytes!r}")
+        self._load_fn = load
+        self._unload_fn = unload
+        self._max_models = max_models
+        self._max_bytes = max_bytes
+        self._enabled = enabled
+        self._measure = measure or process_memory
+        self._clock = clock
+        self._observer = observer or CacheObserver()
+        self._executor = executor
+        self._release_memory = release_memory
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()  # cached, least recently used first
+        self._loading: dict[str, _Entry] = {}  # single-flight loads in flight
+        self._live: set[_Entry] = set()  # every entry not yet unloaded or failed
+        self._bytes = 0
+        self._lock = asyncio.Lock()  # one load or unload at a time: memory deltas stay attributable
+
+    # -- reading -------------------------------------------------------------------------------------
+
+    def loaded_models(self) -> list[str]:
+        """Cached model names, least recently used first."""
+        return list(self._entries)
+
+    @property
+    def loaded_count(self) -> int:
+        """Models cached now (entries being unloaded no longer count)."""
+        return len(self._entries)
+
+    @property
+    def total_bytes(self) -> int:
+        """Sum of the cached models' measured sizes."""
+        return self._bytes
+
+    def entry_bytes(self, name: str) -> int:
+        """Measured size of cached model `name`; KeyError when it is not cached."""
+        return self._entries[name].nbytes
+
+    # -- requests ------------------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def acquire(self, name: str) -> AsyncIterator[Any]:
+        """The loaded model `name`, pinned until the block exits; loads it on a miss."""
+        start = self._clock()
+        entry = self._entries.get(name) if self._enabled else None
+        missed = entry is None
+        if entry is not None:
+            self._entries.move_to_end(name)
+            self._notify("hit", name)
+        else:
+            entry = self._loading.get(name) if self._enabled else None
+            if entry is None:
+                entry = self._start_load(name)
+            self._notify("miss", name)
+        entry.pins += 1
+        try:
+            if missed:
+                assert entry.task is not None
+                await asyncio.shield(entry.task)  # raises the load's own exception
+                self._notify("waited", name, self._clock() - start)
+            yield entry.model
+        finally:
+            entry.pins -= 1
+            if entry.pins == 0:
+                await self._released(entry)
+
+    async def evict(self, name: str) -> bool:
+        """Unload cached model `name` (after its last request releases it); False if it was not cached."""
+        entry = self._entries.get(name)
+        if entry is None:
+            return False
+        self._retire(entry)
+        self._changed()
+        await entry.done.wait()
+        return True
+
+    async def unload_all(self) -> None:
+        """Unload everything, waiting for loads in flight and requests still holding models (shutdown).
+
+        Returns once nothing is loaded; call it after the replica stopped taking requests.
+        """
+        while self._live:
+            if self._entries:
+                for entry in list(self._entries.values()):
+                    self._retire(entry)
+                self._changed()
+            entry = next(iter(self._live))
+            if entry.state == _LOADING:
+                assert entry.task is not None
+                await asyncio.wait([entry.task])
+            else:
+                await entry.done.wait()
+
+    # -- loading -------------------------------------------------------------------------------------
+
+    def _start_load(self, name: str) -> _Entry:
+        entry = _Entry(name)
+        self._live.add(entry)
+        if self._enabled:
+            self._loading[name] = entry
+            task = asyncio.get_running_loop().create_task(self._fill(entry))
+        else:
+            task = asyncio.get_running_loop().create_task(self._load_alone(entry))
+        task.add_done_callback(functools.partial(self._load_ended, entry))
+        entry.task = task
+        return entry
+
+    async def _fill(self, entry: _Entry) -> None:
+        """The single-flight load into the cache: room by count, load, then both bounds."""
+        try:
+            await self._enforce_bounds()
+            await self._load(entry)
+        except BaseException as error:
+            self._fail(entry, error)
+            raise
+        finally:
+            del self._loading[entry.name]
+        entry.state = _CACHED
+        self._entries[entry.name] = entry
+        self._bytes += entry.nbytes
+        self._changed()
+        await self._enforce_bounds()
+
+    async def _load_alone(self, entry: _Entry) -> None:
+        """A Disabled cache's per-request load: the copy is unloaded when its request releases it."""
+        try:
+            await self._load(entry)
+        except BaseException as error:
+            self._fail(entry, error)
+            raise
+        entry.state = _LEAVING
+        if entry.pins == 0:  # its request was cancelled while waiting
+            self._start_unload(entry)
+
+    async def _load(self, entry: _Entry) -> None:
+        loop = asyncio.get_running_loop()
+        async with self._lock:
+            started = self._clock()
+            entry.model, entry.nbytes = await loop.run_in_executor(self._executor, self._measured_load, entry.name)
+            seconds = self._clock() - started
+        self._notify("loaded", entry.name, seconds, entry.nbytes)
+
+    def _measured_load(self, name: str) -> tuple[Any, int]:
+        """In the executor: the model and how much the process grew while loading it."""
+        if self._release_memory:
+            _glibc()  # fix malloc's threshold before the first measurement
+        before = self._measure()
+        model = self._load_fn(name)
+        return model, max(0, self._measure() - before)
+
+    def _fail(self, entry: _Entry, error: BaseException) -> None:
+        entry.state = _FAILED
+        entry.model = None
+        self._live.discard(entry)
+        entry.done.set()
+        if isinstance(error, Exception):
+            self._notify("load_failed", entry.name, error)
+
+    def _load_ended(self, entry: _Entry, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            if entry.state == _LOADING:  # cancelled before it ever ran
+                self._loading.pop(entry.name, None)
+                self._fail(entry, asyncio.CancelledError())
+        else:
+            task.exception()  # retrieved: a load whose waiters all left must not log "never retrieved"
+
+    # -- eviction ------------------------------------------------------------------------------------
+
+    def _over(self) -> bool:
+        if len(self._entries) + len(self._loading) > self._max_models:
+            return True
+        return self._max_bytes is not None and self._bytes > self._max_bytes
+
+    async def _enforce_bounds(self) -> None:
+        """Evict unpinned models, least recently used first, until both bounds hold or none is left."""
+        victims = []
+        while self._over():
+            victim = next((entry for entry in self._entries.values() if entry.pins == 0), None)
+            if victim is None:  # everything pinned: overshoot until a request releases
+                break
+            self._retire(victim)
+            victims.append(victim)
+        if victims:
+            self._changed()
+            for victim in victims:
+                await victim.done.wait()
+
+    def _retire(self, entry: _Entry) -> None:
+        """Take `entry` out of the cache; it is unloaded now, or when its last request releases it."""
+        del self._entries[entry.name]
+        self._bytes -= entry.nbytes
+        entry.state = _LEAVING
+        if entry.pins == 0:
+            self._start_unload(entry)
+
+    async def _released(self, entry: _Entry) -> None:
+        if entry.state == _LEAVING:
+            self._start_unload(entry)
+            await entry.done.wait()
+        elif entry.state == _CACHED:
+            await self._enforce_bounds()
+
+    def _start_unload(self, entry: _Entry) -> None:
+        if entry.unloading is None:  # whoever comes first starts it; everyone else waits on `done`
+            entry.unloading = asyncio.get_running_loop().create_task(self._unload(entry))
+
+    async def _unload(self, entry: _Entry) -> None:
+        box = [entry.model]  # the executor drops the last reference before releasing memory
+        entry.model = None
+        seconds = 0.0
+        try:
+            async with self._lock:
+                started = self._clock()
+                try:
+                    await asyncio.get_running_loop().run_in_executor(self._executor, self._unload_box, box)
+                finally:
+                    seconds = self._clock() - started
+        except Exception:
+            logger.exception("unloading model %s failed; dropping it anyway", entry.name)
+        finally:
+            entry.state = _GONE
+            self._live.discard(entry)
+            entry.done.set()
+        self._notify("unloaded", entry.name, seconds)
+
+    def _unload_box(self, box: list[Any]) -> None:
+        try:
+            if self._unload_fn is not None:
+                self._unload_fn(box[0])
+        finally:
+            box.clear()
+            if self._release_memory:
+                _release_freed_memory()
+
+    # -- observer ------------------------------------------------------------------------------------
+
+    def _changed(self) -> None:
+        self._notify("changed", len(self._entries), self._bytes)
+
+    def _notify(self, event: str, *args: Any) -> None:
+        try:
+            getattr(self._observer, event)(*args)
+        except Exception:  # a broken metric must not break serving
+            logger.exception("model cache observer failed on %s", event)
