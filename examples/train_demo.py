@@ -6,6 +6,8 @@ Writes into examples/models/ (or the folder given):
   iris-preprocess/model.skops   StandardScaler + PCA(3): the Serial chain's first step
   iris-on-features/model.skops  LogisticRegression on those 3 features: the second step
   iris-labels.tar.gz            a Python container (code/inference.py) mapping class ids to names
+  customers/customer-N.tar.gz   ten iris classifiers (one per "customer", each its own regularization):
+                                the prefix of examples/multimodel.yaml's MultiModel container
 """
 
 from __future__ import annotations
@@ -77,6 +79,14 @@ def train(out: Path) -> None:
     with tarfile.open(out / "iris-labels.tar.gz", "w:gz") as tar:
         _add(tar, "labels.json", json.dumps(list(iris.target_names)).encode())
         _add(tar, "code/inference.py", LABELS_HANDLER.encode())
+    customers = out / "customers"
+    customers.mkdir(parents=True, exist_ok=True)
+    for index in range(10):  # SageMaker multi-model layout: one model.tar.gz per model under one prefix
+        model = make_pipeline(StandardScaler(), LogisticRegression(C=0.01 * 3 ** index, max_iter=1000))
+        buffer = io.BytesIO()
+        skops.io.dump(model.fit(iris.data, iris.target), buffer)
+        with tarfile.open(customers / f"customer-{index}.tar.gz", "w:gz") as tar:
+            _add(tar, "model.skops", buffer.getvalue())
     print(f"demo models written to {out}")
 
 

@@ -25,6 +25,7 @@ from serving.auth import Identities
 from serving.container import ContainerApp
 from serving.control import EndpointRecord, StatusBoard, applications_from_serve_details
 from serving.modelstore import materialize
+from serving.multimodel import MultiModelHandler
 from serving.router import EndpointRoute, Router
 from serving.runtime_env import ray_runtime_env, replica_environment
 from serving.runtimes import runtime_for
@@ -130,11 +131,17 @@ class ContainerReplica:
     """A Serve replica that loads one model and serves it on its own HTTP data port."""
 
     def __init__(self, endpoint: str, hostname: str, image: str, model_data: str | None,
-                 environment: dict[str, str], bind_host: str, peers: list | None = None) -> None:
+                 environment: dict[str, str], bind_host: str, peers: list | None = None,
+                 multi_model: dict[str, Any] | None = None) -> None:
         # `peers`: handles to the endpoint's other containers, bound only to keep them in this app.
-        runtime = runtime_for(image, materialize(model_data), environment)
-        runtime.load()  # a failure here marks the container (and endpoint) Failed with this error
-        self.app = ContainerApp(runtime, hostname)
+        self.models: MultiModelHandler | None = None
+        if multi_model is not None:  # models load on first use, by TargetModel
+            self.models = MultiModelHandler(image, model_data, environment, hostname=hostname, **multi_model)
+            self.app = ContainerApp(None, hostname, models=self.models)
+        else:
+            runtime = runtime_for(image, materialize(model_data), environment)
+            runtime.load()  # a failure here marks the container (and endpoint) Failed with this error
+            self.app = ContainerApp(runtime, hostname)
         host = ray.util.get_node_ip_address() if bind_host == "node" else bind_host
         self.server = BackgroundServer(self.app, host)
         if not self.server.wait_started():
@@ -165,6 +172,8 @@ class ContainerReplica:
         except Exception:  # the registry may already be gone at cluster shutdown
             pass
         self.server.stop()
+        if self.models is not None:
+            self.models.close()
 
 
 # --- gateway ------------------------------------------------------------------------
@@ -218,7 +227,9 @@ class Gateway:
                     self.registry.deregister.remote(url)
                 self.router.endpoints = {
                     name: EndpointRoute(name, record.mode, tuple(c["ContainerHostname"] for c in record.containers),
-                                        failure=self.board.failure(name), access=self.access.get(name))
+                                        failure=self.board.failure(name), access=self.access.get(name),
+                                        multi_model=frozenset(c["ContainerHostname"] for c in record.containers
+                                                              if c["Mode"] == "MultiModel"))
                     for name, record in self.board.records.items()
                 }
             except Exception:
@@ -352,12 +363,13 @@ def build_endpoint_app(spec: EndpointSpec, settings: ServerSettings):
         )
         args = (spec.EndpointName, container.ContainerHostname, container.Image, container.ModelDataUrl,
                 replica_environment(container), settings.container_host)
-        bound.append((deployment, args))
+        bound.append((deployment, args, {"multi_model": container.multi_model}))
     # Serve needs one ingress per application: the first container is it, and the
     # others ride along as its `peers` so that Serve keeps them in this application.
     # Requests never take Serve's ingress path: the gateway calls each replica's data port.
-    (first, first_args), *others = bound
-    return first.bind(*first_args, peers=[deployment.bind(*args) for deployment, args in others])
+    (first, first_args, first_options), *others = bound
+    peers = [deployment.bind(*args, **options) for deployment, args, options in others]
+    return first.bind(*first_args, peers=peers, **first_options)
 
 
 def deploy_endpoint(spec: EndpointSpec, settings: ServerSettings) -> None:

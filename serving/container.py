@@ -16,6 +16,7 @@ from starlette.routing import Route
 
 from serving import protocol
 from serving.errors import ServingError, wire_error
+from serving.multimodel import MultiModelHandler
 from serving.runtimes import InvocationContext, Runtime
 
 logger = logging.getLogger("serving.container")
@@ -28,10 +29,14 @@ def _error_response(error: ServingError) -> Response:
 
 
 class ContainerApp:
-    """ASGI app wrapping one loaded runtime (the router bounds how many requests reach it)."""
+    """ASGI app wrapping one loaded runtime, or a MultiModel container's models (the router bounds
+    how many requests reach it)."""
 
-    def __init__(self, runtime: Runtime, hostname: str) -> None:
+    def __init__(self, runtime: Runtime | None, hostname: str, models: MultiModelHandler | None = None) -> None:
+        if (runtime is None) == (models is None):
+            raise ValueError("give a runtime (SingleModel) or models (MultiModel)")
         self.runtime = runtime
+        self.models = models
         self.hostname = hostname
         self.in_flight = 0
         self.invocations = 0
@@ -59,7 +64,10 @@ class ContainerApp:
                 target_model=headers.get(protocol.TARGET_MODEL),
                 inference_id=headers.get(protocol.INFERENCE_ID),
             )
-            out, content_type = self.runtime.invoke(body, headers.get("content-type"), headers.get("accept"), context)
+            if self.models is not None:
+                out, content_type = await self.models.ainvoke(body, headers.get("content-type"), headers.get("accept"), context)
+            else:
+                out, content_type = self.runtime.invoke(body, headers.get("content-type"), headers.get("accept"), context)
             response_headers = {"content-type": content_type}
             if context.response_custom_attributes:
                 response_headers[protocol.CUSTOM_ATTRIBUTES] = context.response_custom_attributes

@@ -31,6 +31,7 @@ from serving.errors import (
     error_from_wire,
     wire_error,
 )
+from serving.multimodel_store import validate_target
 from serving.settings import ServerSettings
 from serving.transport import ContainerTransport, HopResponse
 
@@ -48,6 +49,7 @@ class EndpointRoute:
     containers: tuple[str, ...]
     failure: str | None = None  # set when the endpoint is Failed
     access: EndpointAccess | None = None  # None: no AccessControl (anonymous, see ServerSettings.anonymous_allowed)
+    multi_model: frozenset[str] = frozenset()  # hostnames of its MultiModel containers
 
 
 def error_response(error: ServingError) -> Response:
@@ -98,10 +100,11 @@ class Router:
         if caller is not None:
             endpoint.access.authorize(name, caller, chain, headers.get(protocol.TARGET_MODEL))
         self._check_headers(headers)
+        target_model = self._check_target_model(endpoint, chain, headers)
         if body is None:
             body = await self._read_body(request)
         forwarded = {key: headers[key] for key in _FORWARDED if key in headers}  # case-insensitive lookups
-        last = await self._run_chain(endpoint, chain, body, forwarded)
+        last = await self._run_chain(endpoint, chain, body, forwarded, affinity=target_model)
         response_headers = {protocol.INVOKED_VARIANT: protocol.DEFAULT_VARIANT}
         if last.custom_attributes:
             response_headers[protocol.CUSTOM_ATTRIBUTES] = last.custom_attributes
@@ -133,14 +136,27 @@ class Router:
         variant = headers.get(protocol.TARGET_VARIANT)
         if variant is not None and variant != protocol.DEFAULT_VARIANT:
             raise ValidationError(f"{protocol.TARGET_VARIANT} {variant!r} does not exist; the only variant is {protocol.DEFAULT_VARIANT}")
-        if protocol.TARGET_MODEL in headers:
-            raise ValidationError(f"{protocol.TARGET_MODEL} is only valid for MultiModel containers")
         inference_id = headers.get(protocol.INFERENCE_ID)
         if inference_id is not None and not (1 <= len(inference_id) <= protocol.MAX_INFERENCE_ID and inference_id.isascii()):
             raise ValidationError(f"{protocol.INFERENCE_ID} must be 1-{protocol.MAX_INFERENCE_ID} ASCII characters")
         attributes = headers.get(protocol.CUSTOM_ATTRIBUTES)
         if attributes is not None and (len(attributes) > protocol.MAX_CUSTOM_ATTRIBUTES or not attributes.isascii()):
             raise ValidationError(f"{protocol.CUSTOM_ATTRIBUTES} must be at most {protocol.MAX_CUSTOM_ATTRIBUTES} ASCII characters")
+
+    @staticmethod
+    def _check_target_model(endpoint: EndpointRoute, chain: tuple[str, ...], headers) -> str | None:
+        """The TargetModel of a MultiModel container (required there, refused elsewhere), checked early."""
+        target_model = headers.get(protocol.TARGET_MODEL)
+        multi = [container for container in chain if container in endpoint.multi_model]
+        if not multi:
+            if target_model is not None:
+                raise ValidationError(f"{protocol.TARGET_MODEL} is only valid for MultiModel containers; "
+                                      f"container {chain[0]} of endpoint {endpoint.name} is SingleModel")
+            return None
+        if target_model is None:
+            raise ValidationError(f"{protocol.TARGET_MODEL} is required: container {multi[0]} of endpoint "
+                                  f"{endpoint.name} is MultiModel")
+        return validate_target(target_model)
 
     async def _read_body(self, request: Request) -> bytes:
         limit = self.settings.max_payload_bytes
@@ -155,7 +171,8 @@ class Router:
             chunks.append(chunk)
         return b"".join(chunks)
 
-    async def _run_chain(self, endpoint: EndpointRoute, chain: tuple[str, ...], body: bytes, headers: dict[str, str]) -> HopResponse:
+    async def _run_chain(self, endpoint: EndpointRoute, chain: tuple[str, ...], body: bytes, headers: dict[str, str],
+                         affinity: str | None = None) -> HopResponse:
         timeout = self.settings.invocation_timeout_s
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
@@ -172,7 +189,9 @@ class Router:
                 raise _timed_out(container, timeout)
             try:
                 response = await asyncio.wait_for(
-                    self.transport.send(endpoint.name, container, body, hop_headers, remaining), remaining
+                    self.transport.send(endpoint.name, container, body, hop_headers, remaining,
+                                        affinity=affinity if container in endpoint.multi_model else None),
+                    remaining,
                 )
             except (asyncio.TimeoutError, TimeoutError):
                 raise _timed_out(container, timeout) from None

@@ -24,6 +24,12 @@ from serving.runtimes import STACKS as KNOWN_IMAGES  # noqa: E402  (one module p
 
 MAX_CONCURRENCY_ENV = "SERVING_MAX_CONCURRENCY"  # per-replica in-flight bound, set in a container's Environment
 DEFAULT_MAX_CONCURRENCY = 128
+# MultiModel cache bounds per replica, set in a container's Environment (whole numbers).
+MAX_MODELS_ENV = "SERVING_MAX_MODELS"  # models kept loaded (default 16)
+MODEL_MEMORY_ENV = "SERVING_MODEL_CACHE_MB"  # their measured memory (default: 80% of Resources.MemoryMb, if set)
+MODEL_DISK_ENV = "SERVING_MODEL_DISK_MB"  # downloaded and unpacked models on local disk (default 10240)
+DEFAULT_MAX_MODELS = 16
+DEFAULT_MODEL_DISK_MB = 10240
 
 
 class SpecError(ValueError):
@@ -137,13 +143,26 @@ class RuntimeEnvironmentConfig(_Model):
         return str(path.resolve())
 
 
+class CacheSetting(str, Enum):
+    ENABLED = "Enabled"
+    DISABLED = "Disabled"
+
+
+class MultiModelSettings(_Model):
+    """SageMaker's MultiModelConfig: Disabled loads the model for each request and unloads it after."""
+
+    ModelCacheSetting: CacheSetting = CacheSetting.ENABLED
+
+
 class ContainerSpec(_Model):
     """One serving stack plus its model, with its own hostname and resources."""
 
     ContainerHostname: Annotated[str, Field(pattern=NAME_PATTERN, max_length=63, description="1-63 letters, digits or hyphens; unique in the endpoint.")]
     Image: str = Field(description=f"Serving stack: one of {', '.join(KNOWN_IMAGES)}.")
-    ModelDataUrl: str | None = Field(None, description="Model artifact: a directory, file:// URL or .tar.gz, relative to the spec file.")
+    ModelDataUrl: str | None = Field(None, description="Model artifact: a directory, file:// URL or .tar.gz, relative to the spec file. "
+                                                         "MultiModel: the prefix holding every model (a directory, file:// or s3://).")
     Mode: ContainerMode = ContainerMode.SINGLE
+    MultiModelConfig: MultiModelSettings | None = Field(None, description="MultiModel only: ModelCacheSetting Enabled (default) or Disabled.")
     Environment: dict[Annotated[str, Field(pattern=r"^[a-zA-Z_][a-zA-Z0-9_]{0,1023}$")], str] = Field(default_factory=dict)
     Resources: ResourceConfig = Field(default_factory=ResourceConfig)
     AutoScaling: AutoScalingConfig | None = None
@@ -170,20 +189,11 @@ class ContainerSpec(_Model):
             )
         return value
 
-    @field_validator("Mode")
-    @classmethod
-    def _single_only(cls, mode: ContainerMode) -> ContainerMode:
-        if mode is ContainerMode.MULTI:
-            raise ValueError("MultiModel containers are not available in this version; use SingleModel")
-        return mode
-
     @field_validator("ModelDataUrl")
     @classmethod
     def _resolve_model_data(cls, url: str | None, info: ValidationInfo) -> str | None:
-        if url is None:
-            return None
-        if url.startswith("s3://"):
-            raise ValueError("s3:// model stores are not available in this version; use a directory, file:// or .tar.gz")
+        if url is None or url.startswith("s3://"):
+            return url  # s3:// is checked against Mode below
         path = Path(url.removeprefix("file://")).expanduser()
         base = (info.context or {}).get("base_dir")
         if not path.is_absolute() and base is not None:
@@ -194,6 +204,26 @@ class ContainerSpec(_Model):
             raise ValueError(f"model data {url!r} must be a directory or a .tar.gz archive")
         return str(path.resolve())
 
+    @model_validator(mode="after")
+    def _model_data_fits_the_mode(self) -> ContainerSpec:
+        url = self.ModelDataUrl
+        if self.Mode is ContainerMode.MULTI:
+            if url is None:
+                raise ValueError("ModelDataUrl is required for a MultiModel container: the prefix holding its models")
+            if url.startswith("s3://"):
+                bucket = url[len("s3://"):].split("/", 1)[0]
+                if not bucket:
+                    raise ValueError(f"ModelDataUrl {url!r} names no bucket (s3://bucket/prefix/)")
+            elif not Path(url).is_dir():
+                raise ValueError(f"ModelDataUrl {url!r} of a MultiModel container must be a directory or s3:// prefix")
+        else:
+            if url is not None and url.startswith("s3://"):
+                raise ValueError("s3:// model data is served for MultiModel containers only; a SingleModel container "
+                                 "takes a directory, file:// URL or .tar.gz")
+            if self.MultiModelConfig is not None:
+                raise ValueError("MultiModelConfig applies to MultiModel containers only (set Mode: MultiModel)")
+        return self
+
     @property
     def max_concurrency(self) -> int:
         """In-flight requests the router lets reach one replica before answering 429."""
@@ -201,11 +231,28 @@ class ContainerSpec(_Model):
 
     @field_validator("Environment")
     @classmethod
-    def _concurrency_is_a_count(cls, environment: dict[str, str]) -> dict[str, str]:
-        value = environment.get(MAX_CONCURRENCY_ENV)
-        if value is not None and not (value.isdigit() and int(value) >= 1):
-            raise ValueError(f"{MAX_CONCURRENCY_ENV} must be a whole number of at least 1, got {value!r}")
+    def _counts_are_counts(cls, environment: dict[str, str]) -> dict[str, str]:
+        for name in (MAX_CONCURRENCY_ENV, MAX_MODELS_ENV, MODEL_MEMORY_ENV, MODEL_DISK_ENV):
+            value = environment.get(name)
+            if value is not None and not (value.isdigit() and int(value) >= 1):
+                raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}")
         return environment
+
+    @property
+    def multi_model(self) -> dict[str, Any] | None:
+        """A MultiModel container's cache settings for its replicas, or None for SingleModel."""
+        if self.Mode is not ContainerMode.MULTI:
+            return None
+        memory_mb = self.Environment.get(MODEL_MEMORY_ENV)
+        if memory_mb is None and self.Resources.MemoryMb:
+            memory_mb = int(self.Resources.MemoryMb * 0.8)  # room for the runtime itself
+        settings = self.MultiModelConfig or MultiModelSettings()
+        return {
+            "cache_enabled": settings.ModelCacheSetting is CacheSetting.ENABLED,
+            "max_models": int(self.Environment.get(MAX_MODELS_ENV, DEFAULT_MAX_MODELS)),
+            "max_bytes": int(memory_mb) * 2**20 if memory_mb else None,
+            "max_disk_bytes": int(self.Environment.get(MODEL_DISK_ENV, DEFAULT_MODEL_DISK_MB)) * 2**20,
+        }
 
     @property
     def replicas(self) -> int:
@@ -275,6 +322,16 @@ class EndpointSpec(_Model):
                     f"AccessControl.IdentitiesFile lies inside Containers[{index}].ModelDataUrl ({model_dir}); "
                     "keep the identities file out of every model directory"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _multi_model_is_direct(self) -> EndpointSpec:
+        # As on SageMaker: one TargetModel header could not say which container of a chain it is for.
+        if self.mode is ExecutionMode.SERIAL:
+            for index, container in enumerate(self.Containers):
+                if container.Mode is ContainerMode.MULTI:
+                    raise ValueError(f"Containers[{index}].Mode MultiModel: a Serial endpoint serves SingleModel "
+                                     "containers only; use a Direct endpoint")
         return self
 
     @model_validator(mode="after")

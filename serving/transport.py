@@ -8,6 +8,7 @@ so the retry cannot run it twice).
 from __future__ import annotations
 
 import itertools
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -39,10 +40,18 @@ class HopResponse:
     custom_attributes: str | None
 
 
+# A MultiModel request goes to the replica that last served its model (it holds it loaded),
+# unless that replica has this many more requests in flight than the least busy one: then a
+# second replica loads the model too, so a hot model spreads instead of queueing on one.
+SPILL_IN_FLIGHT = 2
+MAX_HOMES = 100_000  # remembered (container, model) -> replica pairs, least recently used dropped
+
+
 class ContainerTransport:
-    """Sends invocations to the least-busy replica of a container."""
+    """Sends invocations to the least-busy replica of a container (to a model's home for MultiModel)."""
 
     def __init__(self, default_limit: int) -> None:
+        self._homes: OrderedDict[tuple[str, str, str], str] = OrderedDict()
         self._replicas: dict[tuple[str, str], list[Replica]] = {}
         self._limits: dict[tuple[str, str], int] = {}
         self.default_limit = default_limit
@@ -75,18 +84,38 @@ class ContainerTransport:
     def replica_count(self, endpoint: str, container: str) -> int:
         return len(self._replicas.get((endpoint, container), ()))
 
-    def _pick(self, replicas: list[Replica]) -> Replica:
+    def _pick(self, replicas: list[Replica], home: str | None = None) -> Replica:
         start = next(self._turn) % len(replicas)
         ordered = replicas[start:] + replicas[:start]
-        return min(ordered, key=lambda replica: replica.in_flight)
+        least = min(ordered, key=lambda replica: replica.in_flight)
+        if home is not None:
+            for replica in replicas:
+                if replica.url == home and replica.in_flight <= least.in_flight + SPILL_IN_FLIGHT:
+                    return replica
+        return least
 
-    async def send(self, endpoint: str, container: str, body: bytes, headers: dict[str, str], timeout: float) -> HopResponse:
-        """POST /invocations on one replica of the container; raises ModelNotReadyError if none answers."""
+    def home_of(self, endpoint: str, container: str, model: str) -> str | None:
+        """The replica URL that last served `model` of a MultiModel container."""
+        return self._homes.get((endpoint, container, model))
+
+    def _remember(self, key: tuple[str, str, str], url: str) -> None:
+        self._homes[key] = url
+        self._homes.move_to_end(key)
+        if len(self._homes) > MAX_HOMES:
+            self._homes.popitem(last=False)
+
+    async def send(self, endpoint: str, container: str, body: bytes, headers: dict[str, str], timeout: float,
+                   affinity: str | None = None) -> HopResponse:
+        """POST /invocations on one replica of the container; raises ModelNotReadyError if none answers.
+
+        `affinity`: a MultiModel request's TargetModel, routed to the replica that holds it when it can.
+        """
         assert self._session is not None, "transport not started"
         key = (endpoint, container)
+        home_key = (endpoint, container, affinity) if affinity is not None else None
         while self._replicas.get(key):
             replicas = self._replicas[key]
-            replica = self._pick(replicas)
+            replica = self._pick(replicas, self._homes.get(home_key) if home_key else None)
             limit = self._limits.get(key, self.default_limit)
             if replica.in_flight >= limit:
                 # Shed load here rather than queue without bound: the caller retries (429).
@@ -99,12 +128,15 @@ class ContainerTransport:
                 async with self._session.post(
                     replica.invocations_url, data=body, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout)
                 ) as response:
-                    return HopResponse(
+                    answer = HopResponse(
                         status=response.status,
                         body=await response.read(),
                         content_type=response.headers.get("content-type"),
                         custom_attributes=response.headers.get(protocol.CUSTOM_ATTRIBUTES),
                     )
+                if home_key is not None and answer.status < 400:  # it holds the model now
+                    self._remember(home_key, replica.url)
+                return answer
             except aiohttp.ClientConnectorError:
                 # Refused: the replica is gone. Forget it until the registry says otherwise.
                 if replica in replicas:

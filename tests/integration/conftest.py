@@ -249,6 +249,65 @@ def endpoint_specs(demo: Path, handlers: dict[str, Path]) -> list[dict]:
     ]
 
 
+# it-multi: MultiModel containers. `local` serves a folder of models through a cache of 3 on two
+# replicas; `cloud` serves the same models from an S3 bucket (a local S3-compatible server).
+MULTI_MODELS = 12
+S3_BUCKET = "it-models"
+AWS_TEST_ENVIRONMENT = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+@pytest.fixture(scope="session")
+def multi_model_prefix(demo_models, tmp_path_factory) -> Path:
+    """A MultiModel prefix: iris-0.tar.gz ... (the demo's iris classifier, as SageMaker archives) and
+    echo-model/ (a Python model that answers with its own name)."""
+    import tarfile
+
+    root = tmp_path_factory.mktemp("multi-model-prefix")
+    for index in range(MULTI_MODELS):
+        with tarfile.open(root / f"iris-{index}.tar.gz", "w:gz") as archive:
+            archive.add(demo_models / "iris-classifier", arcname=".")
+    echo = root / "echo-model" / "code"
+    echo.mkdir(parents=True)
+    (echo / "inference.py").write_text(
+        "def model_fn(model_dir):\n    return 'echo-model'\n\n"
+        "def predict_fn(data, model):\n    return {'model': model, 'input': data}\n")
+    return root
+
+
+@pytest.fixture(scope="session")
+def s3_models(multi_model_prefix) -> str:
+    """An S3-compatible server on loopback (moto: no cloud is reachable from the tests) holding the
+    prefix's models under s3://it-models/team-a/; returns its URL. Stopped at the end of the session."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=_free_port(), verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    url = f"http://{host}:{port}"
+    try:
+        s3 = boto3.client("s3", endpoint_url=url, region_name="us-east-1", aws_access_key_id="testing",
+                          aws_secret_access_key="testing")
+        s3.create_bucket(Bucket=S3_BUCKET)
+        for path in sorted(multi_model_prefix.rglob("*")):
+            if path.is_file():
+                s3.upload_file(str(path), S3_BUCKET, f"team-a/{path.relative_to(multi_model_prefix).as_posix()}")
+        yield url
+    finally:
+        server.stop()
+
+
+def multi_model_spec(prefix: Path, s3_url: str) -> dict:
+    return {"EndpointName": "it-multi", "Containers": [
+        {"ContainerHostname": "local", "Image": "sklearn", "Mode": "MultiModel", "ModelDataUrl": str(prefix),
+         "Environment": {"SERVING_MAX_MODELS": "3"}, "AutoScaling": {"MinCapacity": 2, "MaxCapacity": 2}},
+        {"ContainerHostname": "cloud", "Image": "sklearn", "Mode": "MultiModel", "ModelDataUrl": f"s3://{S3_BUCKET}/team-a/",
+         "Environment": {**AWS_TEST_ENVIRONMENT, "SERVING_S3_ENDPOINT_URL": s3_url, "SERVING_MAX_MODELS": "3"}},
+        {"ContainerHostname": "once", "Image": "python", "Mode": "MultiModel", "ModelDataUrl": str(prefix),
+         "MultiModelConfig": {"ModelCacheSetting": "Disabled"}},
+    ]}
+
+
 def _small(specs: list[dict]) -> list[dict]:
     # ~35 replicas share the session's 2 logical CPUs: reserve a small share each.
     for spec in specs:
@@ -277,7 +336,7 @@ class Server:
 
 
 @pytest.fixture(scope="session")
-def server(demo_models, handler_models, identities_file, hetero_models, working_dir_model):
+def server(demo_models, handler_models, identities_file, hetero_models, working_dir_model, multi_model_prefix, s3_models):
     """Embedded Ray, the endpoint server and every test endpoint; torn down after the session."""
     from serving import app
 
@@ -287,6 +346,7 @@ def server(demo_models, handler_models, identities_file, hetero_models, working_
         url = app.start_gateway(settings)
         documents = endpoint_specs(demo_models, handler_models) + [access_endpoint_spec(demo_models, identities_file)]
         documents += hetero_endpoint_specs(hetero_models, working_dir_model)
+        documents.append(multi_model_spec(multi_model_prefix, s3_models))
         specs = [parse_spec(doc) for doc in _small(documents)]
         for spec in specs:
             app.deploy_endpoint(spec, settings)

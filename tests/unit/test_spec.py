@@ -161,11 +161,30 @@ REJECTED = [
         "must be a directory or a .tar.gz archive",
     ),
     (
-        "s3 model store",
+        "s3 model data for a SingleModel container",
         endpoint(container(ModelDataUrl="s3://bucket/model.tar.gz")),
-        "Containers[0].ModelDataUrl",
-        "s3:// model stores are not available",
+        "Containers[0]",
+        "s3:// model data is served for MultiModel containers only",
     ),
+    (
+        "MultiModel prefix that is an archive",
+        endpoint(container(Mode="MultiModel", ModelDataUrl="models/model.tar.gz")),
+        "Containers[0]",
+        "must be a directory or s3:// prefix",
+    ),
+    ("MultiModel without a prefix", endpoint(container(Mode="MultiModel", ModelDataUrl=None)), "Containers[0]",
+     "ModelDataUrl is required for a MultiModel container"),
+    ("s3 prefix without a bucket", endpoint(container(Mode="MultiModel", ModelDataUrl="s3:///models")), "Containers[0]",
+     "names no bucket"),
+    ("MultiModelConfig on a SingleModel container", endpoint(container(MultiModelConfig={"ModelCacheSetting": "Disabled"})),
+     "Containers[0]", "MultiModelConfig applies to MultiModel containers only"),
+    ("bad ModelCacheSetting", endpoint(container(Mode="MultiModel", ModelDataUrl="models", MultiModelConfig={"ModelCacheSetting": "Off"})),
+     "Containers[0].MultiModelConfig.ModelCacheSetting", "'Enabled' or 'Disabled'"),
+    ("MultiModel in a Serial endpoint",
+     endpoint(container(Mode="MultiModel", ModelDataUrl="models"), container("german"), InferenceExecutionConfig={"Mode": "Serial"}),
+     "(spec)", "a Serial endpoint serves SingleModel containers only"),
+    ("SERVING_MAX_MODELS not a count", endpoint(container(Environment={"SERVING_MAX_MODELS": "0"})),
+     "Containers[0].Environment", "SERVING_MAX_MODELS must be a whole number"),
     (
         "MinCapacity above MaxCapacity",
         endpoint(container(AutoScaling={"MinCapacity": 3, "MaxCapacity": 2})),
@@ -185,7 +204,6 @@ REJECTED = [
         "greater than 0",
     ),
     ("bad container Mode", endpoint(container(Mode="Dual")), "Containers[0].Mode", "'SingleModel' or 'MultiModel'"),
-    ("MultiModel container", endpoint(container(Mode="MultiModel")), "Containers[0].Mode", "MultiModel containers are not available"),
     (
         "bad execution Mode",
         endpoint(InferenceExecutionConfig={"Mode": "Parallel"}),
@@ -354,3 +372,16 @@ def test_the_secure_example_validates(demo_models: Path, tmp_path: Path) -> None
     spec = load_spec(tmp_path / "examples" / "secure.yaml")
     assert [c.ContainerHostname for c in spec.Containers] == ["customIps-iris", "common-wine", "special-labels"]
     assert [i.principal for i in spec.AccessControl.identities.identities] == ["team-a", "team-b", "batch-job"]
+
+
+def test_multi_model_containers_are_accepted(spec_dir: Path) -> None:
+    spec = parse_spec(endpoint(
+        container("local", Mode="MultiModel", ModelDataUrl="models", Environment={"SERVING_MAX_MODELS": "5"}),
+        container("cloud", Mode="MultiModel", ModelDataUrl="s3://models-bucket/team-a/",
+                  MultiModelConfig={"ModelCacheSetting": "Disabled"}),
+    ), base_dir=spec_dir)
+    local, cloud = spec.Containers
+    assert local.ModelDataUrl == str((spec_dir / "models").resolve())
+    assert local.MultiModelConfig is None and local.Environment["SERVING_MAX_MODELS"] == "5"
+    assert cloud.ModelDataUrl == "s3://models-bucket/team-a/"
+    assert cloud.MultiModelConfig.ModelCacheSetting.value == "Disabled"

@@ -1,0 +1,72 @@
+"""A MultiModel container replica's models: fetched from the prefix, loaded on first use, cached.
+
+Each TargetModel becomes its own runtime of the container's stack (the same loading code and
+SageMaker hooks as a SingleModel container, with the model's own `code/inference.py`),
+fetched by `multimodel_store.ModelStore` into the replica's disk cache and kept loaded by
+`modelcache.ModelCache` (LRU by count and measured memory, single-flight loads). Data plane:
+runs inside the container replica, next to `container.ContainerApp`.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Mapping
+
+from serving.errors import ValidationError
+from serving.modelcache import CacheObserver, ModelCache
+from serving.multimodel_store import ModelStore
+from serving.protocol import TARGET_MODEL
+from serving.runtimes import InvocationContext, Runtime, runtime_for
+
+logger = logging.getLogger("serving.multimodel")
+
+
+class MultiModelHandler:
+    """Serves `POST /invocations` for many models: the request's TargetModel picks one."""
+
+    def __init__(self, image: str, prefix: str, environment: Mapping[str, str], *, hostname: str,
+                 cache_enabled: bool = True, max_models: int = 16, max_bytes: int | None = None,
+                 max_disk_bytes: int | None = None, observer: CacheObserver | None = None) -> None:
+        self.image = image
+        self.environment = dict(environment)
+        self.hostname = hostname
+        self.cache_dir = Path(tempfile.mkdtemp(prefix=f"serving-models-{hostname}-"))
+        self.store = ModelStore(prefix, self.cache_dir, max_disk_bytes=max_disk_bytes)
+        self.cache = ModelCache(self._load, self._unload, max_models=max_models, max_bytes=max_bytes,
+                                enabled=cache_enabled, observer=observer)
+
+    async def ainvoke(self, body: bytes, content_type: str | None, accept: str | None,
+                      context: InvocationContext) -> tuple[bytes, str]:
+        target = context.target_model
+        if not target:
+            raise ValidationError(f"{TARGET_MODEL} is required: container {self.hostname} is MultiModel")
+        async with self.cache.acquire(target) as runtime:
+            return runtime.invoke(body, content_type, accept, context)
+
+    def _load(self, target: str) -> Runtime:
+        """In a worker thread: fetch the model (download, unpack) and load it with the stack's runtime."""
+        with self.store.hold(target) as model_dir:  # not evicted from disk while it loads
+            runtime = runtime_for(self.image, model_dir, self.environment)
+            runtime.load()
+        return runtime
+
+    def _unload(self, runtime: Runtime) -> None:
+        """Drop the model and give its memory back (framework caches included)."""
+        runtime.model = None
+        runtime._hooks = {}
+        gc.collect()
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+    def describe(self) -> dict[str, Any]:
+        return {"LoadedModels": self.cache.loaded_models(), "LoadedModelBytes": self.cache.total_bytes}
+
+    def close(self) -> None:
+        """Forget the disk cache (the process is going away; loaded models go with it)."""
+        shutil.rmtree(self.cache_dir, ignore_errors=True)

@@ -1,0 +1,62 @@
+"""MultiModel containers on real Ray Serve: a folder prefix and an S3 prefix, TargetModel routing,
+the LRU cache cycling more models than it holds, and the errors a caller can cause."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROWS = [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]]
+MODEL = "X-Amzn-SageMaker-Target-Model"
+
+
+def invoke(server, container: str, model: str | None, body=ROWS):
+    headers = {MODEL: model} if model is not None else {}
+    return server.invoke("it-multi", body, target=container, headers=headers)
+
+
+def test_the_endpoint_is_in_service(server) -> None:
+    description = server.describe("it-multi")
+    assert description["EndpointStatus"] == "InService", description
+    assert {c["ContainerHostname"]: c["Mode"] for c in description["Containers"]} == {
+        "local": "MultiModel", "cloud": "MultiModel", "once": "MultiModel"}
+
+
+@pytest.mark.parametrize("container", ["local", "cloud"])
+def test_more_models_than_the_cache_holds(server, multi_model_prefix, container: str) -> None:
+    # 12 models through caches of 3: every one loads, answers, and is evicted again, twice over.
+    models = sorted(path.name for path in multi_model_prefix.glob("iris-*.tar.gz"))
+    assert len(models) == 12
+    for _ in range(2):
+        for model in models:
+            response = invoke(server, container, model)
+            assert response.status_code == 200, response.text
+            assert response.json() == [0, 2]
+
+
+def test_folder_model_and_disabled_cache(server) -> None:
+    for container in ("local", "once"):
+        response = invoke(server, container, "echo-model", body=[1, 2])
+        assert response.status_code == 200, response.text
+    assert invoke(server, "once", "echo-model", body=[3]).json() == {"model": "echo-model", "input": [3]}
+
+
+@pytest.mark.parametrize(("container", "model", "words"), [
+    ("local", None, ["Target-Model is required", "local"]),
+    ("local", "../iris-0.tar.gz", ["TargetModel '../iris-0.tar.gz' is invalid", ".."]),
+    ("local", "nosuch.tar.gz", ["nosuch.tar.gz", "not found"]),
+    ("cloud", "nosuch.tar.gz", ["nosuch.tar.gz", "not found"]),
+])
+def test_bad_target_model_is_a_validation_error(server, container, model, words) -> None:
+    response = invoke(server, container, model)
+    assert response.status_code == 400, response.text
+    assert response.json()["__type"] == "ValidationError"
+    for word in words:
+        assert word in response.json()["message"]
+    assert invoke(server, container, "iris-1.tar.gz").status_code == 200  # still serving
+
+
+def test_target_model_on_a_single_model_container(server) -> None:
+    response = server.invoke("it-direct", ROWS, target="iris", headers={MODEL: "iris-0.tar.gz"})
+    assert response.status_code == 400 and "only valid for MultiModel containers" in response.json()["message"]
