@@ -8,6 +8,7 @@ SageMaker handler functions: `model_fn` (load), `input_fn` (decode), `predict_fn
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,14 @@ class Runtime:
     """One loaded model behind the four SageMaker hooks; subclasses set framework defaults."""
 
     name = "base"
+    # Modules a replica imports before its first model: a MultiModel container loads models on
+    # demand, and its first request should pay for the model, not for importing the framework.
+    frameworks: tuple[str, ...] = ()
+
+    @classmethod
+    def import_frameworks(cls) -> None:
+        for module in cls.frameworks:
+            importlib.import_module(module)
 
     def __init__(self, model_dir: Path | None, environment: Mapping[str, str]) -> None:
         self.model_dir = model_dir

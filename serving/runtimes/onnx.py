@@ -39,6 +39,7 @@ class OnnxRuntime(TensorRuntime):
     """Serves one ONNX model with onnxruntime."""
 
     name = "onnx"
+    frameworks = ("onnxruntime",)
 
     def model_fn(self, model_dir: Path | None) -> Any:
         import onnxruntime as ort

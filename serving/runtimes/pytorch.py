@@ -58,6 +58,7 @@ class PyTorchRuntime(TensorRuntime):
     """Serves one PyTorch module."""
 
     name = "pytorch"
+    frameworks = ("torch",)
 
     def __init__(self, model_dir: Path | None, environment) -> None:
         super().__init__(model_dir, environment)

@@ -44,6 +44,7 @@ class SklearnRuntime(Runtime):
     """Serves one scikit-learn estimator or pipeline."""
 
     name = "sklearn"
+    frameworks = ("sklearn.pipeline", "skops.io")
 
     def model_fn(self, model_dir: Path | None) -> Any:
         if model_dir is None:

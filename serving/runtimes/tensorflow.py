@@ -59,6 +59,7 @@ class TensorFlowRuntime(TensorRuntime):
     """Serves one TensorFlow SavedModel signature or Keras model."""
 
     name = "tensorflow"
+    frameworks = ("tensorflow",)
 
     def load(self) -> None:
         import tensorflow as tf

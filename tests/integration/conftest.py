@@ -278,9 +278,12 @@ def multi_model_prefix(demo_models, tmp_path_factory) -> Path:
 def s3_models(multi_model_prefix) -> str:
     """An S3-compatible server on loopback (moto: no cloud is reachable from the tests) holding the
     prefix's models under s3://it-models/team-a/; returns its URL. Stopped at the end of the session."""
+    import logging
+
     import boto3
     from moto.server import ThreadedMotoServer
 
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one log line per S3 request otherwise
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=_free_port(), verbose=False)
     server.start()
     host, port = server.get_host_and_port()
@@ -300,11 +303,12 @@ def s3_models(multi_model_prefix) -> str:
 def multi_model_spec(prefix: Path, s3_url: str) -> dict:
     return {"EndpointName": "it-multi", "Containers": [
         {"ContainerHostname": "local", "Image": "sklearn", "Mode": "MultiModel", "ModelDataUrl": str(prefix),
-         "Environment": {"SERVING_MAX_MODELS": "3"}, "AutoScaling": {"MinCapacity": 2, "MaxCapacity": 2}},
+         "Environment": {"SERVING_MAX_MODELS": "3"}, "AutoScaling": {"MinCapacity": 2, "MaxCapacity": 2}, "Resources": TINY},
         {"ContainerHostname": "cloud", "Image": "sklearn", "Mode": "MultiModel", "ModelDataUrl": f"s3://{S3_BUCKET}/team-a/",
-         "Environment": {**AWS_TEST_ENVIRONMENT, "SERVING_S3_ENDPOINT_URL": s3_url, "SERVING_MAX_MODELS": "3"}},
+         "Environment": {**AWS_TEST_ENVIRONMENT, "SERVING_S3_ENDPOINT_URL": s3_url, "SERVING_MAX_MODELS": "3"},
+         "Resources": TINY},
         {"ContainerHostname": "once", "Image": "python", "Mode": "MultiModel", "ModelDataUrl": str(prefix),
-         "MultiModelConfig": {"ModelCacheSetting": "Disabled"}},
+         "MultiModelConfig": {"ModelCacheSetting": "Disabled"}, "Resources": TINY},
     ]}
 
 
