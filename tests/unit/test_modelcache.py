@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import pickle
 import threading
 import time
@@ -140,12 +141,23 @@ def test_lru_hits_misses_and_eviction_order() -> None:
 
 
 def test_byte_bound_with_measured_numpy_models() -> None:
-    """8 MiB arrays under a 20 MiB bound: never more than two cached, each measured as about 8 MiB."""
+    """8 MiB arrays under a 20 MiB bound: never more than two cached, each measured as about 8 MiB.
+
+    Runs in a fresh process, as a replica's cache does: sizes are the growth of the whole process,
+    and this test session's own threads (a live Ray driver, test servers) allocate meanwhile.
+    """
     if process_memory() == 0:
         pytest.skip("no way to read this process's memory here")
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        pool.apply(_byte_bound_scenario)  # raises the child's AssertionError here
 
-    def load(name: str) -> Model:
-        return Model(name, np.full(MiB, 1.0))  # 8 MiB of float64, touched so resident
+
+def _load_8_mib(name: str) -> Model:
+    return Model(name, np.full(MiB, 1.0))  # 8 MiB of float64, touched so resident
+
+
+def _byte_bound_scenario() -> None:
+    load = _load_8_mib
 
     async def main() -> None:
         observer = Recorder()
@@ -168,8 +180,16 @@ def test_byte_bound_with_measured_numpy_models() -> None:
 
 
 def test_model_larger_than_max_bytes_is_served_then_evicted() -> None:
-    def load(name: str) -> Model:
-        return Model(name, np.full(MiB, 2.0))  # 8 MiB
+    with multiprocessing.get_context("spawn").Pool(1) as pool:  # measured: see the test above
+        pool.apply(_larger_than_the_bound_scenario)
+
+
+def _load_8_mib_of_twos(name: str) -> Model:
+    return Model(name, np.full(MiB, 2.0))  # 8 MiB
+
+
+def _larger_than_the_bound_scenario() -> None:
+    load = _load_8_mib_of_twos
 
     async def main() -> None:
         cache = ModelCache(load, max_models=5, max_bytes=4 * MiB)
