@@ -21,7 +21,7 @@ from serving.errors import ValidationError
 from serving.modelcache import CacheObserver, ModelCache
 from serving.multimodel_store import ModelStore
 from serving.protocol import TARGET_MODEL
-from serving.runtimes import InvocationContext, Runtime, runtime_for
+from serving.runtimes import InvocationContext, Runtime, runtime_class, runtime_for
 
 logger = logging.getLogger("serving.multimodel")
 
@@ -39,7 +39,7 @@ class MultiModelHandler:
         self.store = ModelStore(prefix, self.cache_dir, max_disk_bytes=max_disk_bytes)
         self.cache = ModelCache(self._load, self._unload, max_models=max_models, max_bytes=max_bytes,
                                 enabled=cache_enabled, observer=observer)
-        type(runtime_for(image, None, self.environment)).import_frameworks()  # before the first request
+        runtime_class(image).import_frameworks()  # before the first request
 
     async def ainvoke(self, body: bytes, content_type: str | None, accept: str | None,
                       context: InvocationContext) -> tuple[bytes, str]:

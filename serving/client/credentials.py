@@ -87,8 +87,9 @@ def resolve(*, api_key: str | None = None, aws_access_key_id: str | None = None,
         if aws_access_key_id or profile_name:
             raise ValueError("sign=False with credentials: drop the credentials or the flag")
         return Anonymous()
-    if aws_access_key_id is None and not profile_name and not sign and api_key_from_environment():
-        return BearerKey(api_key_from_environment())
+    environment_key = api_key_from_environment()
+    if aws_access_key_id is None and not profile_name and not sign and environment_key:
+        return BearerKey(environment_key)
     session = botocore.session.Session(profile=profile_name)
     region = region_name or session.get_config_variable("region") or DEFAULT_REGION
     if aws_access_key_id is not None:

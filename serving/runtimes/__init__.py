@@ -21,16 +21,20 @@ STACK_CLASSES = {
 }
 
 
-def runtime_for(image: str, model_dir: Path | None, environment: Mapping[str, str]) -> Runtime:
-    """A not-yet-loaded runtime for a container's Image."""
+def runtime_class(image: str) -> type[Runtime]:
+    """The runtime class of a container's Image (importing its stack's module)."""
     try:
         module_name, class_name = STACK_CLASSES[image].split(":")
     except KeyError:
         raise ValueError(f"unknown serving stack {image!r}") from None
-    runtime_class = getattr(importlib.import_module(module_name), class_name)
-    return runtime_class(model_dir, environment)
+    return getattr(importlib.import_module(module_name), class_name)
+
+
+def runtime_for(image: str, model_dir: Path | None, environment: Mapping[str, str]) -> Runtime:
+    """A not-yet-loaded runtime for a container's Image."""
+    return runtime_class(image)(model_dir, environment)
 
 
 STACKS = tuple(STACK_CLASSES)
 
-__all__ = ["STACKS", "InvocationContext", "Runtime", "runtime_for"]
+__all__ = ["STACKS", "InvocationContext", "Runtime", "runtime_class", "runtime_for"]
