@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: install demo test
+.PHONY: install demo test prometheus
 
 $(BIN)/serving: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,5 +17,12 @@ demo: install
 	$(BIN)/python examples/train_demo.py
 	$(BIN)/python examples/demo.py
 
-test: install
+test: install prometheus
 	$(BIN)/python -m pytest
+
+# The metrics integration test scrapes the endpoint with a real Prometheus (Debian's package).
+prometheus:
+	@command -v prometheus >/dev/null || apt-get install -y --no-install-recommends prometheus >/dev/null \
+		|| { apt-get update >/dev/null && apt-get install -y --no-install-recommends prometheus >/dev/null; } \
+		|| echo "could not install prometheus (apt-get): tests/integration/test_metrics.py will fail"
+

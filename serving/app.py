@@ -24,8 +24,11 @@ from serving.access import EndpointAccess, configure_audit_log
 from serving.auth import Identities
 from serving.container import ContainerApp
 from serving.control import EndpointRecord, StatusBoard, applications_from_serve_details
+from serving.metrics import REGISTRY, ReplicaCountCollector
+from serving.metrics_exposition import MetricsRoute
 from serving.modelstore import materialize
 from serving.multimodel import MultiModelHandler
+from serving.replica_metrics import ReplicaMetrics
 from serving.router import EndpointRoute, Router
 from serving.runtime_env import ray_runtime_env, replica_environment
 from serving.runtimes import runtime_for
@@ -39,6 +42,7 @@ NAMESPACE = "serving"
 REGISTRY_NAME = "serving-registry"
 GATEWAY_APP = "serving-gateway"
 STATUS_POLL_S = 1.0
+METRICS_REPORT_INTERVAL_MS = 5000  # embedded Ray: how often replicas push their metrics to the node agent
 
 
 # --- registry ------------------------------------------------------------------------
@@ -135,13 +139,17 @@ class ContainerReplica:
                  multi_model: dict[str, Any] | None = None) -> None:
         # `peers`: handles to the endpoint's other containers, bound only to keep them in this app.
         self.models: MultiModelHandler | None = None
+        self.metrics = ReplicaMetrics(endpoint, hostname, serve.get_replica_context().replica_id.unique_id)
         if multi_model is not None:  # models load on first use, by TargetModel
-            self.models = MultiModelHandler(image, model_data, environment, hostname=hostname, **multi_model)
+            self.models = MultiModelHandler(image, model_data, environment, hostname=hostname, observer=self.metrics,
+                                            downloaded=self.metrics.downloaded, model_latency=self.metrics.model_latency,
+                                            **multi_model)
             self.app = ContainerApp(None, hostname, models=self.models)
         else:
             runtime = runtime_for(image, materialize(model_data), environment)
             runtime.load()  # a failure here marks the container (and endpoint) Failed with this error
-            self.app = ContainerApp(runtime, hostname)
+            self.app = ContainerApp(runtime, hostname, model_latency=self.metrics.model_latency)
+        self.metrics.start_utilization()
         host = ray.util.get_node_ip_address() if bind_host == "node" else bind_host
         self.server = BackgroundServer(self.app, host)
         if not self.server.wait_started():
@@ -166,6 +174,7 @@ class ContainerReplica:
     def __del__(self) -> None:
         # Leave the routing table first, give the router a poll to notice, then drain.
         self._stopping.set()
+        self.metrics.stop()
         try:
             ray.get(self.registry.deregister.remote(self.server.url), timeout=5)
             time.sleep(0.5)
@@ -188,7 +197,8 @@ class Gateway:
         self.router = Router(self.settings, self.transport)
         self.board = StatusBoard()
         self.access: dict[str, EndpointAccess] = {}
-        app = Starlette(routes=self.board.routes() + self.router.routes(), lifespan=self._lifespan)
+        self.metrics = MetricsRoute([REGISTRY, ReplicaCountCollector(self._replica_counts)], _metrics_export_urls)
+        app = Starlette(routes=self.board.routes() + self.router.routes() + self.metrics.routes(), lifespan=self._lifespan)
         self.server = BackgroundServer(app, self.settings.host, self.settings.port)
         if not self.server.wait_started():
             raise RuntimeError(f"endpoint server did not start on {self.server.url}")
@@ -204,6 +214,7 @@ class Gateway:
             async def __aexit__(self, *exc):
                 self.task.cancel()
                 await gateway.transport.close()
+                await gateway.metrics.close()
 
         return _Lifespan()
 
@@ -236,6 +247,10 @@ class Gateway:
                 logger.exception("registry poll failed")
             await asyncio.sleep(self.settings.registry_poll_s)
 
+    def _replica_counts(self) -> dict[tuple[str, str], int]:
+        return {(name, container): self.transport.replica_count(name, container)
+                for name, route in self.router.endpoints.items() for container in route.containers}
+
     def _access_of(self, records: dict[str, EndpointRecord]) -> dict[str, EndpointAccess]:
         """Access control of each endpoint that has it, built once per registry change."""
         access = {}
@@ -259,6 +274,13 @@ class Gateway:
 
     def __del__(self) -> None:
         self.server.stop()
+
+
+async def _metrics_export_urls() -> list[str]:
+    """Where each live Ray node's metrics agent serves what the replicas on that node record."""
+    nodes = await asyncio.to_thread(ray.nodes)  # a GCS call: off the event loop
+    return [f"http://{node['NodeManagerAddress']}:{node['MetricsExportPort']}/metrics"
+            for node in nodes if node.get("Alive") and node.get("MetricsExportPort")]
 
 
 def _keep_or_replace(current: EndpointRecord | None, record: dict[str, Any]) -> EndpointRecord:
@@ -306,7 +328,9 @@ def start_local_ray(num_cpus: int | None = None) -> None:
     """Start a fresh Ray on this machine (never attach to a cluster found by accident)."""
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # local only: Ray's ports stay on this machine
     ray.init(address="local", include_dashboard=False, num_cpus=num_cpus, namespace=NAMESPACE,
-             log_to_driver=os.environ.get("SERVING_RAY_LOGS", "0") == "1", configure_logging=False)
+             log_to_driver=os.environ.get("SERVING_RAY_LOGS", "0") == "1", configure_logging=False,
+             # replicas' metrics reach GET /metrics within this period (Ray's default: 10 s)
+             _system_config={"metrics_report_interval_ms": METRICS_REPORT_INTERVAL_MS})
 
 
 def connect_cluster(address: str) -> None:
@@ -374,13 +398,25 @@ def build_endpoint_app(spec: EndpointSpec, settings: ServerSettings):
 
 def deploy_endpoint(spec: EndpointSpec, settings: ServerSettings) -> None:
     """Register the endpoint and start deploying it; returns without waiting (see describe)."""
-    ray.get(_registry().put_endpoint.remote(spec.EndpointName, record_for(spec)), timeout=30)
+    deploy_endpoints([spec], settings)
+
+
+def deploy_endpoints(specs: list[EndpointSpec], settings: ServerSettings) -> None:
+    """Register the endpoints and start deploying them all in one Serve call, without waiting.
+
+    One call, not one per endpoint: each call first checks the Serve controller with a 5 s timeout,
+    and a controller starved by replicas loading their models on a small machine can miss it, after
+    which Serve (2.60) starts a new controller and the applications deployed so far are lost.
+    """
+    registry = _registry()
+    ray.get([registry.put_endpoint.remote(spec.EndpointName, record_for(spec)) for spec in specs], timeout=30)
     # serve.run would block until every replica is up (or raise); the status board
     # reports progress and failures instead, so deploy without waiting.
     from ray.serve.api import RunTarget, _run_many  # the non-blocking form of serve.run
 
-    target = RunTarget(target=build_endpoint_app(spec, settings), name=spec.EndpointName, route_prefix=None)
-    _run_many([target], wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)
+    targets = [RunTarget(target=build_endpoint_app(spec, settings), name=spec.EndpointName, route_prefix=None)
+               for spec in specs]
+    _run_many(targets, wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)
 
 
 def delete_endpoint(name: str) -> None:

@@ -8,6 +8,8 @@ slower handle path (see docs/performance.md for the measurements behind this).
 from __future__ import annotations
 
 import logging
+import time
+from typing import Callable
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -32,10 +34,14 @@ class ContainerApp:
     """ASGI app wrapping one loaded runtime, or a MultiModel container's models (the router bounds
     how many requests reach it)."""
 
-    def __init__(self, runtime: Runtime | None, hostname: str, models: MultiModelHandler | None = None) -> None:
+    def __init__(self, runtime: Runtime | None, hostname: str, models: MultiModelHandler | None = None,
+                 model_latency: Callable[[float], None] | None = None) -> None:
+        """`model_latency(seconds)` receives each SingleModel invocation's model time (MultiModel: the
+        handler reports it, since only it can leave out the load)."""
         if (runtime is None) == (models is None):
             raise ValueError("give a runtime (SingleModel) or models (MultiModel)")
         self.runtime = runtime
+        self.model_latency = model_latency
         self.models = models
         self.hostname = hostname
         self.in_flight = 0
@@ -67,7 +73,10 @@ class ContainerApp:
             if self.models is not None:
                 out, content_type = await self.models.ainvoke(body, headers.get("content-type"), headers.get("accept"), context)
             else:
+                started = time.perf_counter()
                 out, content_type = self.runtime.invoke(body, headers.get("content-type"), headers.get("accept"), context)
+                if self.model_latency is not None:
+                    self.model_latency(time.perf_counter() - started)
             response_headers = {"content-type": content_type}
             if context.response_custom_attributes:
                 response_headers[protocol.CUSTOM_ATTRIBUTES] = context.response_custom_attributes

@@ -14,12 +14,13 @@ import logging
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from serving.errors import ValidationError
 from serving.modelcache import CacheObserver, ModelCache
-from serving.multimodel_store import ModelStore
+from serving.multimodel_store import DownloadObserver, ModelStore
 from serving.protocol import TARGET_MODEL
 from serving.runtimes import InvocationContext, Runtime, runtime_class, runtime_for
 
@@ -31,12 +32,15 @@ class MultiModelHandler:
 
     def __init__(self, image: str, prefix: str, environment: Mapping[str, str], *, hostname: str,
                  cache_enabled: bool = True, max_models: int = 16, max_bytes: int | None = None,
-                 max_disk_bytes: int | None = None, observer: CacheObserver | None = None) -> None:
+                 max_disk_bytes: int | None = None, observer: CacheObserver | None = None,
+                 downloaded: DownloadObserver | None = None,
+                 model_latency: Callable[[float], None] | None = None) -> None:
         self.image = image
+        self.model_latency = model_latency
         self.environment = dict(environment)
         self.hostname = hostname
         self.cache_dir = Path(tempfile.mkdtemp(prefix=f"serving-models-{hostname}-"))
-        self.store = ModelStore(prefix, self.cache_dir, max_disk_bytes=max_disk_bytes)
+        self.store = ModelStore(prefix, self.cache_dir, max_disk_bytes=max_disk_bytes, downloaded=downloaded)
         self.cache = ModelCache(self._load, self._unload, max_models=max_models, max_bytes=max_bytes,
                                 enabled=cache_enabled, observer=observer)
         runtime_class(image).import_frameworks()  # before the first request
@@ -47,7 +51,11 @@ class MultiModelHandler:
         if not target:
             raise ValidationError(f"{TARGET_MODEL} is required: container {self.hostname} is MultiModel")
         async with self.cache.acquire(target) as runtime:
-            return runtime.invoke(body, content_type, accept, context)
+            started = time.perf_counter()
+            answer = runtime.invoke(body, content_type, accept, context)
+            if self.model_latency is not None:  # the model's own time: loading is measured apart
+                self.model_latency(time.perf_counter() - started)
+            return answer
 
     def _load(self, target: str) -> Runtime:
         """In a worker thread: fetch the model (download, unpack) and load it with the stack's runtime."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -31,6 +32,7 @@ from serving.errors import (
     error_from_wire,
     wire_error,
 )
+from serving.metrics import InvocationTrace, record_invocation
 from serving.multimodel_store import validate_target
 from serving.settings import ServerSettings
 from serving.transport import ContainerTransport, HopResponse
@@ -70,19 +72,24 @@ class Router:
         return [Route("/endpoints/{name}/invocations", self.invoke, methods=["POST"])]
 
     async def invoke(self, request: Request) -> Response:
+        started = time.perf_counter()
+        trace = InvocationTrace()
         try:
-            return await self._invoke(request)
+            response = await self._invoke(request, trace)
         except ServingError as error:
-            return error_response(error)
+            response = error_response(error)
         except Exception:  # a bug of ours: say so in the documented shape, keep serving
             logger.exception("invocation failed inside the router")
-            return error_response(ServingError("internal failure in the endpoint router"))
+            response = error_response(ServingError("internal failure in the endpoint router"))
+        record_invocation(trace, response.status_code, time.perf_counter() - started)
+        return response
 
-    async def _invoke(self, request: Request) -> Response:
+    async def _invoke(self, request: Request, trace: InvocationTrace) -> Response:
         name = request.path_params["name"]
         endpoint = self.endpoints.get(name)
         if endpoint is None:
             raise ValidationError(f"Endpoint {name} not found.")
+        trace.endpoint, trace.mode, trace.multi_model = name, endpoint.mode, endpoint.multi_model
         body: bytes | None = None
         caller: Caller | None = None
         if endpoint.access is not None:
@@ -96,15 +103,15 @@ class Router:
         if endpoint.failure is not None:
             raise ServiceUnavailableError(f"Endpoint {name} is Failed: {endpoint.failure}")
         headers = request.headers
-        chain = self._chain(endpoint, headers)
+        chain = trace.chain = self._chain(endpoint, headers)
         if caller is not None:
             endpoint.access.authorize(name, caller, chain, headers.get(protocol.TARGET_MODEL))
         self._check_headers(headers)
-        target_model = self._check_target_model(endpoint, chain, headers)
+        target_model = trace.model = self._check_target_model(endpoint, chain, headers)
         if body is None:
             body = await self._read_body(request)
         forwarded = {key: headers[key] for key in _FORWARDED if key in headers}  # case-insensitive lookups
-        last = await self._run_chain(endpoint, chain, body, forwarded, affinity=target_model)
+        last = await self._run_chain(endpoint, chain, body, forwarded, affinity=target_model, trace=trace)
         response_headers = {protocol.INVOKED_VARIANT: protocol.DEFAULT_VARIANT}
         if last.custom_attributes:
             response_headers[protocol.CUSTOM_ATTRIBUTES] = last.custom_attributes
@@ -172,7 +179,8 @@ class Router:
         return b"".join(chunks)
 
     async def _run_chain(self, endpoint: EndpointRoute, chain: tuple[str, ...], body: bytes, headers: dict[str, str],
-                         affinity: str | None = None) -> HopResponse:
+                         affinity: str | None = None, trace: InvocationTrace | None = None) -> HopResponse:
+        trace = trace if trace is not None else InvocationTrace()
         timeout = self.settings.invocation_timeout_s
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
@@ -185,8 +193,10 @@ class Router:
         for position, container in enumerate(chain, start=1):
             hop_headers = headers if position < len(chain) or accept is None else {**headers, "accept": accept}
             remaining = deadline - loop.time()
+            trace.failed_container = container  # until it answers well
             if remaining <= 0:
                 raise _timed_out(container, timeout)
+            sent = time.perf_counter()
             try:
                 response = await asyncio.wait_for(
                     self.transport.send(endpoint.name, container, body, hop_headers, remaining,
@@ -194,9 +204,12 @@ class Router:
                     remaining,
                 )
             except (asyncio.TimeoutError, TimeoutError):
+                trace.hops.append((container, time.perf_counter() - sent))
                 raise _timed_out(container, timeout) from None
+            trace.hops.append((container, time.perf_counter() - sent))
             if response.status >= 400:
                 raise _container_failure(endpoint, container, position, len(chain), response)
+            trace.failed_container = None
             attributes = response.custom_attributes or attributes
             body = response.body
             if response.content_type:

@@ -1,7 +1,7 @@
 """A container's spec as the Ray `runtime_env` and environment of its replicas (no Ray import here).
 
 `Environment` becomes `env_vars`, plus the container's CPU and GPU share (`SERVING_CPUS`,
-`SERVING_GPUS`) so that framework stacks size their thread pools and pick a device;
+`SERVING_GPUS`, and `SERVING_MEMORY_MB` when set) so that framework stacks size their thread pools and pick a device;
 `RuntimeEnvironment.Pip` becomes `pip`; `RuntimeEnvironment.WorkingDir` becomes
 `working_dir`: a directory is used in place (`local://`), a .zip is unpacked by Ray.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from serving.runtimes.tensors import CPUS_ENV, GPUS_ENV
+from serving.runtimes.tensors import CPUS_ENV, GPUS_ENV, MEMORY_ENV
 from serving.spec import ContainerSpec
 
 
@@ -23,7 +23,10 @@ def replica_environment(container: ContainerSpec) -> dict[str, str]:
     """Environment variables of the container's replicas: its `Environment` plus its resource share."""
     resources = container.Resources
     # The reservation is authoritative: a value in Environment cannot claim a different share.
-    return {**container.Environment, CPUS_ENV: _share(resources.Cpus), GPUS_ENV: _share(resources.Gpus)}
+    environment = {**container.Environment, CPUS_ENV: _share(resources.Cpus), GPUS_ENV: _share(resources.Gpus)}
+    if resources.MemoryMb:  # the memory utilization metric's 100%
+        environment[MEMORY_ENV] = str(resources.MemoryMb)
+    return environment
 
 
 def ray_runtime_env(container: ContainerSpec) -> dict[str, Any]:

@@ -312,6 +312,16 @@ def multi_model_spec(prefix: Path, s3_url: str) -> dict:
     ]}
 
 
+def metrics_endpoint_spec(demo: Path, prefix: Path) -> dict:
+    """it-metrics: the endpoint only the metrics test invokes, so it can predict every count."""
+    return {"EndpointName": "it-metrics", "Containers": [
+        {"ContainerHostname": "multi", "Image": "sklearn", "Mode": "MultiModel", "ModelDataUrl": str(prefix),
+         "Environment": {"SERVING_MAX_MODELS": "2"}, "Resources": TINY},
+        {"ContainerHostname": "single", "Image": "sklearn", "ModelDataUrl": str(demo / "iris-classifier"),
+         "Resources": TINY},
+    ]}
+
+
 def _small(specs: list[dict]) -> list[dict]:
     # ~35 replicas share the session's 2 logical CPUs: reserve a small share each.
     for spec in specs:
@@ -351,9 +361,9 @@ def server(demo_models, handler_models, identities_file, hetero_models, working_
         documents = endpoint_specs(demo_models, handler_models) + [access_endpoint_spec(demo_models, identities_file)]
         documents += hetero_endpoint_specs(hetero_models, working_dir_model)
         documents.append(multi_model_spec(multi_model_prefix, s3_models))
+        documents.append(metrics_endpoint_spec(demo_models, multi_model_prefix))
         specs = [parse_spec(doc) for doc in _small(documents)]
-        for spec in specs:
-            app.deploy_endpoint(spec, settings)
+        app.deploy_endpoints(specs, settings)
         running = Server(url)
         deadline = time.monotonic() + READY_TIMEOUT_S
         pending = {spec.EndpointName for spec in specs}

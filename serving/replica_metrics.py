@@ -1,0 +1,153 @@
+"""A container replica's metrics, exported through Ray's metrics machinery.
+
+Recorded with `ray.util.metrics` inside the replica's process, pushed by Ray to the metrics agent of
+the replica's node (every `metrics_report_interval_ms`, 10 s unless the cluster sets it), and read
+from every node by the gateway's `GET /metrics` (`metrics_exposition`). So a replica on any node of
+a cluster shows up in one scrape, with no port of its own to discover. Recording costs a few
+microseconds. Data plane: runs in the replica, next to `container` and `multimodel`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+from ray.util import metrics as ray_metrics
+
+from serving.metrics import LATENCY_BUCKETS
+from serving.modelcache import CacheObserver
+from serving.runtimes.tensors import GPUS_ENV, MEMORY_ENV
+
+logger = logging.getLogger("serving.replica_metrics")
+
+UTILIZATION_PERIOD_S = 5.0
+
+_REPLICA = ("endpoint", "container", "replica")
+_MODEL = _REPLICA + ("model",)
+EXACT_SUM_SUFFIX = "_exact_sum"  # metrics_exposition puts these in place of Ray's histogram sums
+
+
+class _Timing:
+    """A latency histogram with an exact sum.
+
+    Ray (2.60) exports a histogram's `_sum` as count x bucket midpoint, which can be off by half a
+    bucket; a counter next to it carries the true sum, swapped in by `metrics_exposition`.
+    """
+
+    def __init__(self, name: str, description: str) -> None:
+        self._histogram = ray_metrics.Histogram(name, description, boundaries=list(LATENCY_BUCKETS), tag_keys=_REPLICA)
+        self._sum = ray_metrics.Counter(name + EXACT_SUM_SUFFIX, f"Exact sum of {name}.", tag_keys=_REPLICA)
+
+    def observe(self, seconds: float, tags: dict[str, str]) -> None:
+        self._histogram.observe(seconds, tags=tags)
+        if seconds > 0:  # Ray's counters refuse non-positive increments
+            self._sum.inc(seconds, tags=tags)
+
+
+
+class ReplicaMetrics(CacheObserver):
+    """The replica-side metrics of DESIGN.md for one replica; also the model cache's observer."""
+
+    def __init__(self, endpoint: str, container: str, replica: str) -> None:
+        self.tags = {"endpoint": endpoint, "container": container, "replica": replica}
+        self._model_latency = _Timing(
+            "serving_model_latency_seconds",
+            "Time a container spent running its model for one request (decode, predict, encode), excluding loading.")
+        self._cache_hit = ray_metrics.Counter(
+            "serving_model_cache_hit", "MultiModel requests whose model was already loaded.", tag_keys=_MODEL)
+        self._cache_miss = ray_metrics.Counter(
+            "serving_model_cache_miss", "MultiModel requests whose model had to be loaded (or was loading), "
+            "counted once it loaded.",
+            tag_keys=_MODEL)
+        self._loading_wait = _Timing(
+            "serving_model_loading_wait_time_seconds",
+            "Time a request that missed the cache waited for its model to be downloaded and loaded.")
+        self._loading = _Timing("serving_model_loading_time_seconds",
+                                   "Time to load one model into memory (after its download).")
+        self._downloading = _Timing("serving_model_downloading_time_seconds",
+                                       "Time to fetch and unpack one model from its store into the replica's disk cache.")
+        self._unloading = _Timing("serving_model_unloading_time_seconds", "Time to unload one model.")
+        self._loaded_count = ray_metrics.Gauge(
+            "serving_loaded_model_count", "Models loaded in a MultiModel replica.", tag_keys=_REPLICA)
+        self._loaded_bytes = ray_metrics.Gauge(
+            "serving_loaded_model_bytes", "Memory the loaded models of a MultiModel replica grew it by.", tag_keys=_REPLICA)
+        self._cpu = ray_metrics.Gauge(
+            "serving_cpu_utilization_percent", "CPU used by the replica's process; 100 = one core.", tag_keys=_REPLICA)
+        self._memory = ray_metrics.Gauge(
+            "serving_memory_utilization_percent",
+            "Resident memory of the replica's process, in percent of its Resources.MemoryMb (else of the machine).",
+            tag_keys=_REPLICA)
+        self._gpu = ray_metrics.Gauge(
+            "serving_gpu_utilization_percent", "Utilization of the GPUs assigned to the replica.", tag_keys=_REPLICA)
+        self._stop = threading.Event()
+
+    def model_latency(self, seconds: float) -> None:
+        self._model_latency.observe(seconds, tags=self.tags)
+
+    # -- the model cache's events (modelcache.CacheObserver) and the store's downloads ----------------
+    def hit(self, name: str) -> None:
+        self._cache_hit.inc(1, tags={**self.tags, "model": name})
+
+    def waited(self, name: str, seconds: float) -> None:
+        # A miss is counted once its model loaded: a name that fails to load (unknown, broken) must
+        # not become a label value, or any caller could add series without bound.
+        self._cache_miss.inc(1, tags={**self.tags, "model": name})
+        self._loading_wait.observe(seconds, tags=self.tags)
+
+    def loaded(self, name: str, seconds: float, nbytes: int) -> None:
+        self._loading.observe(seconds, tags=self.tags)
+
+    def unloaded(self, name: str, seconds: float) -> None:
+        self._unloading.observe(seconds, tags=self.tags)
+
+    def changed(self, loaded_count: int, total_bytes: int) -> None:
+        self._loaded_count.set(loaded_count, tags=self.tags)
+        self._loaded_bytes.set(total_bytes, tags=self.tags)
+
+    def downloaded(self, name: str, seconds: float, nbytes: int) -> None:
+        self._downloading.observe(seconds, tags=self.tags)
+
+    # -- utilization ----------------------------------------------------------------------------------
+    def start_utilization(self, period_s: float = UTILIZATION_PERIOD_S) -> None:
+        """Sample the process's CPU, memory (and GPU) every `period_s` on a daemon thread."""
+        threading.Thread(target=self._sample_forever, args=(period_s,), name="utilization", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _sample_forever(self, period_s: float) -> None:
+        import psutil
+
+        process = psutil.Process()
+        process.cpu_percent(None)  # the first call only starts the interval
+        memory_mb = float(os.environ.get(MEMORY_ENV) or 0)
+        limit = memory_mb * 1024 * 1024 if memory_mb > 0 else psutil.virtual_memory().total
+        gpus = _gpu_reader() if float(os.environ.get(GPUS_ENV) or 0) > 0 else None
+        while not self._stop.wait(period_s):
+            try:
+                self._cpu.set(process.cpu_percent(None), tags=self.tags)
+                self._memory.set(100.0 * process.memory_info().rss / limit, tags=self.tags)
+                if gpus is not None:
+                    self._gpu.set(gpus(), tags=self.tags)
+            except Exception:  # a metric must never take the replica down
+                logger.exception("utilization sample failed")
+
+
+def _gpu_reader():
+    """A function returning the mean utilization (%) of the replica's GPUs, or None without NVML."""
+    try:
+        import pynvml  # nvidia-ml-py: present where CUDA builds of the frameworks are installed
+    except ImportError:
+        logger.warning("GPU utilization is not reported: nvidia-ml-py (pynvml) is not installed")
+        return None
+    pynvml.nvmlInit()
+    visible = [item for item in os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",") if item.strip()]
+    handles = [pynvml.nvmlDeviceGetHandleByIndex(int(item)) if item.isdigit()
+               else pynvml.nvmlDeviceGetHandleByUUID(item) for item in visible]
+
+    def read() -> float:
+        rates = [pynvml.nvmlDeviceGetUtilizationRates(handle).gpu for handle in handles]
+        return sum(rates) / len(rates) if rates else 0.0
+
+    return read
