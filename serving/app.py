@@ -21,14 +21,15 @@ from starlette.applications import Starlette
 
 from serving._http_server import BackgroundServer
 from serving.access import EndpointAccess, configure_audit_log
+from serving.autoscaling import serve_autoscaling_config
 from serving.auth import Identities
 from serving.container import ContainerApp
 from serving.control import EndpointRecord, StatusBoard, applications_from_serve_details
-from serving.metrics import REGISTRY, ReplicaCountCollector
+from serving.metrics import REGISTRY, DesiredReplicasCollector, ReplicaCountCollector
 from serving.metrics_exposition import MetricsRoute
 from serving.modelstore import materialize
 from serving.multimodel import MultiModelHandler
-from serving.replica_metrics import ReplicaMetrics
+from serving.replica_metrics import AutoscalingStats, ReplicaMetrics
 from serving.router import EndpointRoute, Router
 from serving.runtime_env import ray_runtime_env, replica_environment
 from serving.runtimes import runtime_for
@@ -46,6 +47,7 @@ METRICS_REPORT_INTERVAL_MS = 5000  # embedded Ray: how often replicas push their
 
 
 # --- registry ------------------------------------------------------------------------
+SCALING_ACTIVITIES_KEPT = 50  # per endpoint, newest first (DescribeScalingActivities shows the recent ones)
 REPLICA_TTL_S = 15.0  # a replica not heard from for this long (crashed, node lost) leaves the table
 HEARTBEAT_S = 5.0
 
@@ -64,6 +66,8 @@ class Registry:
         self.replicas: dict[str, tuple[str, str]] = {}  # url -> (endpoint, container)
         self.seen: dict[str, float] = {}  # url -> last heartbeat (monotonic)
         self.statuses: dict[str, dict[str, Any]] = {}  # Serve application statuses (control.StatusBoard reads)
+        # Autoscaled containers: endpoint -> {"containers": {hostname: state}, "activities": [newest first]}
+        self.scaling: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
         # Polled here, not in the gateway: the gateway's process serves requests and must not
         # spend its GIL on the controller's answers.
@@ -81,13 +85,25 @@ class Registry:
                 logger.exception("status poll failed")
             time.sleep(STATUS_POLL_S)
 
+    def record_scaling(self, endpoint: str, container: str, state: dict[str, Any],
+                       activity: dict[str, Any] | None) -> None:
+        """An autoscaler's latest state for a container and, when it changed the count, the activity."""
+        with self._lock:
+            scaling = self.scaling.setdefault(endpoint, {"containers": {}, "activities": []})
+            scaling["containers"][container] = state
+            if activity is not None:
+                scaling["activities"] = [activity, *scaling["activities"]][:SCALING_ACTIVITIES_KEPT]
+            self.version += 1
+
     def put_endpoint(self, name: str, record: dict[str, Any]) -> None:
         with self._lock:
             self.endpoints[name] = record
+            self.scaling.pop(name, None)  # a new spec starts a new history
             self.version += 1
 
     def delete_endpoint(self, name: str) -> None:
         with self._lock:
+            self.scaling.pop(name, None)
             self.endpoints.pop(name, None)
             self.replicas = {url: key for url, key in self.replicas.items() if key[0] != name}
             self.version += 1
@@ -117,7 +133,9 @@ class Registry:
             for url, key in self.replicas.items():
                 table.setdefault(key, []).append(url)
             return {"version": self.version, "endpoints": dict(self.endpoints), "replicas": table,
-                    "statuses": self.statuses}
+                    "statuses": self.statuses, "scaling": {name: {"containers": dict(s["containers"]),
+                                                                  "activities": list(s["activities"])}
+                                                           for name, s in self.scaling.items()}}
 
 
 # Control-plane actors live on the head node, which outlives worker nodes.
@@ -150,6 +168,7 @@ class ContainerReplica:
             runtime.load()  # a failure here marks the container (and endpoint) Failed with this error
             self.app = ContainerApp(runtime, hostname, model_latency=self.metrics.model_latency)
         self.metrics.start_utilization()
+        self.stats = AutoscalingStats(self.app)
         host = ray.util.get_node_ip_address() if bind_host == "node" else bind_host
         self.server = BackgroundServer(self.app, host)
         if not self.server.wait_started():
@@ -167,6 +186,10 @@ class ContainerReplica:
     def check_health(self) -> None:
         if not self.server.alive:
             raise RuntimeError("data port server stopped")
+
+    def record_autoscaling_stats(self) -> dict[str, float]:
+        """What this replica's autoscaler tracks (Serve calls it, pushes it to the controller, averages it)."""
+        return self.stats.sample()
 
     def data_port(self) -> str:
         return self.server.url
@@ -197,7 +220,8 @@ class Gateway:
         self.router = Router(self.settings, self.transport)
         self.board = StatusBoard()
         self.access: dict[str, EndpointAccess] = {}
-        self.metrics = MetricsRoute([REGISTRY, ReplicaCountCollector(self._replica_counts)], _metrics_export_urls)
+        self.metrics = MetricsRoute([REGISTRY, ReplicaCountCollector(self._replica_counts),
+                                     DesiredReplicasCollector(self._desired_replicas)], _metrics_export_urls)
         app = Starlette(routes=self.board.routes() + self.router.routes() + self.metrics.routes(), lifespan=self._lifespan)
         self.server = BackgroundServer(app, self.settings.host, self.settings.port)
         if not self.server.wait_started():
@@ -229,6 +253,10 @@ class Gateway:
                         name: _keep_or_replace(self.board.records.get(name), record)
                         for name, record in snapshot["endpoints"].items()
                     }
+                    for name, record in self.board.records.items():
+                        scaling = snapshot.get("scaling", {}).get(name, {})
+                        record.scaling = scaling.get("containers", {})
+                        record.scaling_activities = scaling.get("activities", [])
                     self.board.refresh(snapshot["statuses"])
                     limits = {(name, host): limit for name, record in snapshot["endpoints"].items()
                               for host, limit in record["limits"].items()}
@@ -246,6 +274,12 @@ class Gateway:
             except Exception:
                 logger.exception("registry poll failed")
             await asyncio.sleep(self.settings.registry_poll_s)
+
+    def _desired_replicas(self) -> dict[tuple[str, str], int]:
+        """Each container's desired count: its autoscaler's last decision, else the count it was deployed with."""
+        return {(name, c["ContainerHostname"]): record.scaling.get(c["ContainerHostname"], {}).get(
+                    "DesiredReplicas", c["DesiredReplicas"])
+                for name, record in self.board.records.items() for c in record.containers}
 
     def _replica_counts(self) -> dict[tuple[str, str], int]:
         return {(name, container): self.transport.replica_count(name, container)
@@ -359,13 +393,19 @@ def record_for(spec: EndpointSpec) -> dict[str, Any]:
         "name": spec.EndpointName,
         "mode": spec.mode.value,
         "containers": [
-            {"ContainerHostname": c.ContainerHostname, "Image": c.Image, "Mode": c.Mode.value, "DesiredReplicas": c.replicas}
+            {"ContainerHostname": c.ContainerHostname, "Image": c.Image, "Mode": c.Mode.value,
+             "DesiredReplicas": _initial_replicas(spec, c)}
             for c in spec.Containers
         ],
         "limits": {c.ContainerHostname: c.max_concurrency for c in spec.Containers},
         # Secrets travel to the gateway only inside the Ray cluster, and never appear in a description.
         "access": spec.AccessControl.identities.to_record() if spec.AccessControl else None,
     }
+
+
+def _initial_replicas(spec: EndpointSpec, container) -> int:
+    scaling = spec.scaling_of(container)
+    return scaling.MinCapacity if scaling is not None else 1
 
 
 def build_endpoint_app(spec: EndpointSpec, settings: ServerSettings):
@@ -380,8 +420,17 @@ def build_endpoint_app(spec: EndpointSpec, settings: ServerSettings):
         }
         if resources.MemoryMb:
             actor_options["memory"] = resources.MemoryMb * 1024 * 1024
+        scaling = spec.scaling_of(container)
+        if scaling is not None and scaling.policies:  # target tracking: our policy in Serve's controller
+            endpoint_level = spec.AutoScaling is not None
+            count = {"autoscaling_config": serve_autoscaling_config(
+                spec.EndpointName, None if endpoint_level else container.ContainerHostname, scaling,
+                [policy.as_policy() for policy in scaling.policies], (REGISTRY_NAME, NAMESPACE),
+                containers=[c.ContainerHostname for c in spec.Containers] if endpoint_level else None)}
+        else:
+            count = {"num_replicas": _initial_replicas(spec, container)}
         deployment = serve.deployment(ContainerReplica).options(
-            name=container.ContainerHostname, num_replicas=container.replicas, ray_actor_options=actor_options,
+            name=container.ContainerHostname, ray_actor_options=actor_options, **count,
             max_ongoing_requests=8, health_check_period_s=5, graceful_shutdown_timeout_s=20,
             max_constructor_retry_count=3,  # a model that fails to load fails again: report it soon
         )
@@ -398,25 +447,13 @@ def build_endpoint_app(spec: EndpointSpec, settings: ServerSettings):
 
 def deploy_endpoint(spec: EndpointSpec, settings: ServerSettings) -> None:
     """Register the endpoint and start deploying it; returns without waiting (see describe)."""
-    deploy_endpoints([spec], settings)
-
-
-def deploy_endpoints(specs: list[EndpointSpec], settings: ServerSettings) -> None:
-    """Register the endpoints and start deploying them all in one Serve call, without waiting.
-
-    One call, not one per endpoint: each call first checks the Serve controller with a 5 s timeout,
-    and a controller starved by replicas loading their models on a small machine can miss it, after
-    which Serve (2.60) starts a new controller and the applications deployed so far are lost.
-    """
-    registry = _registry()
-    ray.get([registry.put_endpoint.remote(spec.EndpointName, record_for(spec)) for spec in specs], timeout=30)
+    ray.get(_registry().put_endpoint.remote(spec.EndpointName, record_for(spec)), timeout=30)
     # serve.run would block until every replica is up (or raise); the status board
     # reports progress and failures instead, so deploy without waiting.
     from ray.serve.api import RunTarget, _run_many  # the non-blocking form of serve.run
 
-    targets = [RunTarget(target=build_endpoint_app(spec, settings), name=spec.EndpointName, route_prefix=None)
-               for spec in specs]
-    _run_many(targets, wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)
+    target = RunTarget(target=build_endpoint_app(spec, settings), name=spec.EndpointName, route_prefix=None)
+    _run_many([target], wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)
 
 
 def delete_endpoint(name: str) -> None:

@@ -49,7 +49,9 @@ class EndpointRecord:
     # Identities and policies (Identities.to_record) or None; never part of a description.
     access: dict[str, Any] | None = field(default=None, repr=False)
     was_in_service: bool = False
-    scaling_activities: list[dict[str, Any]] = field(default_factory=list)
+    scaling_activities: list[dict[str, Any]] = field(default_factory=list)  # newest first
+    # Autoscaled containers: hostname -> the autoscaler's latest state (DesiredReplicas, metric, target).
+    scaling: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def applications_from_serve_details(details: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -99,6 +101,10 @@ def describe(record: EndpointRecord, app: dict[str, Any] | None) -> dict[str, An
             "Status": state,
             "CurrentReplicas": (deployment or {}).get("replicas", {}).get("RUNNING", 0),
         }
+        scaling = record.scaling.get(name)
+        if scaling is not None:  # an autoscaled container: what its autoscaler last decided, and on what
+            entry["DesiredReplicas"] = scaling["DesiredReplicas"]
+            entry["ScalingMetric"] = {key: scaling.get(key) for key in ("MetricName", "MetricValue", "TargetValue")}
         if state == "Failed":
             entry["FailureReason"] = short_reason(deployment["message"])
             reasons.append(f"container {name}: {entry['FailureReason']}")

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
-__all__ = ["ACCESS_DECISIONS", "LATENCY_BUCKETS", "REGISTRY", "InvocationTrace", "ReplicaCountCollector", "record_invocation"]
+__all__ = ["ACCESS_DECISIONS", "LATENCY_BUCKETS", "REGISTRY", "DesiredReplicasCollector", "InvocationTrace",
+           "ReplicaCountCollector", "record_invocation"]
 
 # Milliseconds to minutes: a 0.3 ms hop and a 90 s cold load of a large model both land in a bucket.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -90,15 +91,30 @@ def record_invocation(trace: InvocationTrace, status: int, seconds: float) -> No
     OVERHEAD_LATENCY.labels(endpoint, overhead_container).observe(max(seconds - spent, 0.0))
 
 
-class ReplicaCountCollector:
-    """`serving_replicas{endpoint,container}`: replicas receiving traffic, read at scrape time."""
+class _PerContainerGauge:
+    """A gauge per (endpoint, container) read from the gateway's tables at scrape time."""
 
-    def __init__(self, count) -> None:
-        self._count = count  # () -> {(endpoint, container): replicas}
+    name = documentation = ""
+
+    def __init__(self, read) -> None:
+        self._read = read  # () -> {(endpoint, container): value}
 
     def collect(self):
-        family = GaugeMetricFamily("serving_replicas", "Replicas of a container that receive traffic.",
-                                   labels=("endpoint", "container"))
-        for (endpoint, container), replicas in sorted(self._count().items()):
-            family.add_metric((endpoint, container), replicas)
+        family = GaugeMetricFamily(self.name, self.documentation, labels=("endpoint", "container"))
+        for (endpoint, container), value in sorted(self._read().items()):
+            family.add_metric((endpoint, container), value)
         yield family
+
+
+class ReplicaCountCollector(_PerContainerGauge):
+    """`serving_replicas{endpoint,container}`: replicas receiving traffic."""
+
+    name, documentation = "serving_replicas", "Replicas of a container that receive traffic."
+
+
+class DesiredReplicasCollector(_PerContainerGauge):
+    """`serving_desired_replicas{endpoint,container}`: what the container's autoscaler last decided."""
+
+    name = "serving_desired_replicas"
+    documentation = ("Replicas a container should have: its autoscaler's last decision, else its fixed count "
+                     "(serving_replicas catches up as replicas start or drain).")

@@ -195,6 +195,10 @@ class ModelCache:
 
     # -- reading -------------------------------------------------------------------------------------
 
+    def holds(self, name: str) -> bool:
+        """Whether `name` is loaded or loading (a request for it evicts nothing)."""
+        return name in self._entries or name in self._loading
+
     def loaded_models(self) -> list[str]:
         """Cached model names, least recently used first."""
         return list(self._entries)

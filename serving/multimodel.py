@@ -9,6 +9,7 @@ runs inside the container replica, next to `container.ContainerApp`.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import shutil
@@ -50,6 +51,9 @@ class MultiModelHandler:
         target = context.target_model
         if not target:
             raise ValidationError(f"{TARGET_MODEL} is required: container {self.hostname} is MultiModel")
+        if not self.cache.holds(target):
+            # Refuse an unknown model before the cache makes room for it by evicting a loaded one.
+            await asyncio.to_thread(self.store.check, target)
         async with self.cache.acquire(target) as runtime:
             started = time.perf_counter()
             answer = runtime.invoke(body, content_type, accept, context)

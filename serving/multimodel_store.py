@@ -132,6 +132,11 @@ class ModelStore:
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         self._adopt_cache()
 
+    def check(self, target: str) -> None:
+        """Raise the error a fetch of `target` would (bad name, not found) without fetching it (blocking)."""
+        validate_target(target)
+        self._source.locate(target, self.prefix)
+
     def fetch(self, target: str) -> Path:
         """A local directory holding `target`'s model, downloaded and unpacked if needed (blocking)."""
         with self.hold(target) as path:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 
 from ray.util import metrics as ray_metrics
 
@@ -81,6 +82,9 @@ class ReplicaMetrics(CacheObserver):
         self._gpu = ray_metrics.Gauge(
             "serving_gpu_utilization_percent", "Utilization of the GPUs assigned to the replica.", tag_keys=_REPLICA)
         self._stop = threading.Event()
+        # Re-set every period: Ray's agent evicts a gauge not refreshed within two export intervals (a
+        # loaded-model count set once vanished from the scrape after a few seconds).
+        self._loaded: tuple[int, int] | None = None
 
     def model_latency(self, seconds: float) -> None:
         self._model_latency.observe(seconds, tags=self.tags)
@@ -102,8 +106,13 @@ class ReplicaMetrics(CacheObserver):
         self._unloading.observe(seconds, tags=self.tags)
 
     def changed(self, loaded_count: int, total_bytes: int) -> None:
-        self._loaded_count.set(loaded_count, tags=self.tags)
-        self._loaded_bytes.set(total_bytes, tags=self.tags)
+        self._loaded = (loaded_count, total_bytes)
+        self._set_loaded()
+
+    def _set_loaded(self) -> None:
+        if self._loaded is not None:
+            self._loaded_count.set(self._loaded[0], tags=self.tags)
+            self._loaded_bytes.set(self._loaded[1], tags=self.tags)
 
     def downloaded(self, name: str, seconds: float, nbytes: int) -> None:
         self._downloading.observe(seconds, tags=self.tags)
@@ -130,6 +139,7 @@ class ReplicaMetrics(CacheObserver):
                 self._memory.set(100.0 * process.memory_info().rss / limit, tags=self.tags)
                 if gpus is not None:
                     self._gpu.set(gpus(), tags=self.tags)
+                self._set_loaded()
             except Exception:  # a metric must never take the replica down
                 logger.exception("utilization sample failed")
 
@@ -151,3 +161,48 @@ def _gpu_reader():
         return sum(rates) / len(rates) if rates else 0.0
 
     return read
+
+
+class AutoscalingStats:
+    """What a replica reports to its container's autoscaler (`record_autoscaling_stats`), per call.
+
+    Invocations per minute since the previous call (Serve calls every ~2 s and averages over its
+    look-back window), requests in flight, CPU % (100 = one core) and memory % of the process, and
+    whatever the model's `code/inference.py` returns from `autoscaling_metrics(model)`.
+    """
+
+    def __init__(self, app) -> None:
+        import psutil
+
+        self.app = app  # container.ContainerApp: its invocation and in-flight counters
+        self._process = psutil.Process()  # its own CPU interval, apart from the utilization sampler's
+        self._process.cpu_percent(None)
+        memory_mb = float(os.environ.get(MEMORY_ENV) or 0)
+        self._memory_limit = memory_mb * 1024 * 1024 if memory_mb > 0 else psutil.virtual_memory().total
+        self._last = (time.monotonic(), app.invocations)
+
+    def sample(self) -> dict[str, float]:
+        from serving.scaling_policy import (
+            CONCURRENT_REQUESTS_PER_REPLICA,
+            CPU_UTILIZATION,
+            INVOCATIONS_PER_INSTANCE,
+            MEMORY_UTILIZATION,
+        )
+
+        now, count = time.monotonic(), self.app.invocations
+        then, before = self._last
+        self._last = (now, count)
+        stats = {
+            INVOCATIONS_PER_INSTANCE: (count - before) * 60.0 / max(now - then, 1e-3),
+            CONCURRENT_REQUESTS_PER_REPLICA: float(self.app.in_flight),
+            CPU_UTILIZATION: self._process.cpu_percent(None),
+            MEMORY_UTILIZATION: 100.0 * self._process.memory_info().rss / self._memory_limit,
+        }
+        runtime = self.app.runtime
+        custom = runtime._hooks.get("autoscaling_metrics") if runtime is not None else None
+        if custom is not None:
+            try:
+                stats.update({str(k): float(v) for k, v in (custom(runtime.model) or {}).items()})
+            except Exception:  # the model's own hook must not break the replica's reports
+                logger.exception("autoscaling_metrics of the model failed")
+        return stats

@@ -17,6 +17,8 @@ from pydantic import ValidationError as PydanticValidationError
 
 from serving.auth import Identities, IdentitiesError, load_identities
 from serving.protocol import NAME_PATTERN
+from serving.scaling_policy import SPEC_METRIC_TYPES
+
 MAX_CONTAINERS = 15
 RESERVED_NAME = "serving-gateway"  # the Ray Serve application of the endpoint server
 
@@ -72,28 +74,75 @@ class PredefinedMetric(_Model):
     ] = "SageMakerVariantInvocationsPerInstance"
 
 
+class CustomizedMetric(_Model):
+    """A metric the container reports itself (its `code/inference.py` defines `autoscaling_metrics`)."""
+
+    MetricName: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_.-]{0,127}$",
+                                     description="Key of the dict `autoscaling_metrics(model)` returns.")]
+    Statistic: Literal["Average"] = Field("Average", description="Averaged per replica, as the predefined metrics.")
+
+
 class TargetTrackingPolicy(_Model):
     """Application Auto Scaling's target-tracking policy fields."""
 
     TargetValue: float = Field(gt=0, description="Metric value the policy keeps each replica at.")
-    PredefinedMetricSpecification: PredefinedMetric = PredefinedMetric()
-    ScaleOutCooldown: float = Field(300, ge=0, description="Seconds after a scale-out before another one.")
-    ScaleInCooldown: float = Field(300, ge=0, description="Seconds after a scaling action before a scale-in.")
+    PredefinedMetricSpecification: PredefinedMetric | None = Field(
+        None, description="A built-in metric (default: SageMakerVariantInvocationsPerInstance).")
+    CustomizedMetricSpecification: CustomizedMetric | None = Field(
+        None, description="Instead of a predefined metric: one the container reports.")
+    ScaleOutCooldown: float = Field(300, ge=0, description="Seconds after a scale-out before another scale-out "
+                                                           "(unless a larger one is needed).")
+    ScaleInCooldown: float = Field(300, ge=0, description="Seconds after a scale-in before another scale-in; a "
+                                                          "scale-out is never blocked by it.")
     DisableScaleIn: bool = False
+
+    @model_validator(mode="after")
+    def _one_metric(self) -> TargetTrackingPolicy:
+        if self.PredefinedMetricSpecification is not None and self.CustomizedMetricSpecification is not None:
+            raise ValueError("give PredefinedMetricSpecification or CustomizedMetricSpecification, not both")
+        return self
+
+    @property
+    def metric(self) -> str:
+        """The metric's name as replicas report it (scaling_policy's names)."""
+        if self.CustomizedMetricSpecification is not None:
+            return self.CustomizedMetricSpecification.MetricName
+        predefined = self.PredefinedMetricSpecification or PredefinedMetric()
+        return SPEC_METRIC_TYPES[predefined.PredefinedMetricType]
+
+    def as_policy(self) -> dict[str, Any]:
+        """scaling_policy.TargetTracking's fields (JSON, for Serve's policy_kwargs)."""
+        return {"metric": self.metric, "target": self.TargetValue, "scale_out_cooldown_s": self.ScaleOutCooldown,
+                "scale_in_cooldown_s": self.ScaleInCooldown, "disable_scale_in": self.DisableScaleIn}
 
 
 class AutoScalingConfig(_Model):
-    """Per-container replica bounds and target-tracking policy."""
+    """Replica bounds and target-tracking policies (of a container, or of the whole endpoint)."""
 
     MinCapacity: int = Field(1, ge=1, le=100)
     MaxCapacity: int = Field(1, ge=1, le=100)
-    TargetTrackingScalingPolicyConfiguration: TargetTrackingPolicy | None = None
+    TargetTrackingScalingPolicyConfiguration: TargetTrackingPolicy | list[TargetTrackingPolicy] | None = Field(
+        None, description="One policy, or several (the largest desired count wins; scale-in only when all agree). "
+                          "Without one, the count is fixed at MinCapacity (which must then equal MaxCapacity).")
 
     @model_validator(mode="after")
     def _bounds(self) -> AutoScalingConfig:
         if self.MinCapacity > self.MaxCapacity:
             raise ValueError(f"MinCapacity ({self.MinCapacity}) must not exceed MaxCapacity ({self.MaxCapacity})")
+        if self.MinCapacity != self.MaxCapacity and not self.policies:
+            raise ValueError("MinCapacity < MaxCapacity needs a TargetTrackingScalingPolicyConfiguration "
+                             "(for a fixed replica count set MinCapacity = MaxCapacity)")
+        metrics = [policy.metric for policy in self.policies]
+        if len(set(metrics)) != len(metrics):
+            raise ValueError(f"one target-tracking policy per metric; got {metrics}")
         return self
+
+    @property
+    def policies(self) -> list[TargetTrackingPolicy]:
+        configured = self.TargetTrackingScalingPolicyConfiguration
+        if configured is None:
+            return []
+        return configured if isinstance(configured, list) else [configured]
 
 
 class ContainerMode(str, Enum):
@@ -176,18 +225,6 @@ class ContainerSpec(_Model):
             hint = " (OCI image references are not run by this version: see containers/README.md)" if "/" in image or ":" in image else ""
             raise ValueError(f"unknown Image {image!r}; this version serves: {', '.join(KNOWN_IMAGES)}{hint}")
         return image
-
-    @field_validator("AutoScaling")
-    @classmethod
-    def _fixed_count_only(cls, value: AutoScalingConfig | None) -> AutoScalingConfig | None:
-        # Target tracking is not built yet: a fixed count (MinCapacity == MaxCapacity) is
-        # served as asked; anything that would need scaling is refused, not silently ignored.
-        if value is not None and (value.MinCapacity != value.MaxCapacity or value.TargetTrackingScalingPolicyConfiguration):
-            raise ValueError(
-                "autoscaling is not available in this version; for a fixed replica count set MinCapacity = MaxCapacity "
-                "and no TargetTrackingScalingPolicyConfiguration"
-            )
-        return value
 
     @field_validator("ModelDataUrl")
     @classmethod
@@ -301,6 +338,22 @@ class EndpointSpec(_Model):
     InferenceExecutionConfig: ExecutionConfig = ExecutionConfig()
     Containers: list[ContainerSpec] = Field(min_length=1, max_length=MAX_CONTAINERS)
     AccessControl: AccessControlConfig | None = None
+    AutoScaling: AutoScalingConfig | None = Field(
+        None, description="Endpoint-level scaling: every container scales together to one count, like a SageMaker "
+                          "production variant. Excludes per-container AutoScaling.")
+
+    @model_validator(mode="after")
+    def _one_scaling_level(self) -> EndpointSpec:
+        if self.AutoScaling is not None:
+            scaled = [c.ContainerHostname for c in self.Containers if c.AutoScaling is not None]
+            if scaled:
+                raise ValueError(f"AutoScaling is given for the endpoint and for containers {', '.join(scaled)}; "
+                                 "use one level")
+        return self
+
+    def scaling_of(self, container: ContainerSpec) -> AutoScalingConfig | None:
+        """The AutoScaling block that governs `container` (its own, or the endpoint's)."""
+        return container.AutoScaling or self.AutoScaling
 
     @field_validator("EndpointName")
     @classmethod

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-HOOK_NAMES = ("model_fn", "input_fn", "predict_fn", "output_fn")
+HOOK_NAMES = ("model_fn", "input_fn", "predict_fn", "output_fn",
+              "autoscaling_metrics")  # ours: custom metrics for target tracking (docs/autoscaling.md)
 HANDLER_PATH = Path("code") / "inference.py"
 
 

@@ -322,6 +322,18 @@ def metrics_endpoint_spec(demo: Path, prefix: Path) -> dict:
     ]}
 
 
+# it-scale: two containers with the same short-cooldown target tracking; the autoscaling test loads one.
+SCALE_TARGET_PER_MINUTE = 120
+
+
+def scaling_endpoint_spec(handlers: dict[str, Path]) -> dict:
+    policy = {"MinCapacity": 1, "MaxCapacity": 3, "TargetTrackingScalingPolicyConfiguration": {
+        "TargetValue": SCALE_TARGET_PER_MINUTE, "ScaleOutCooldown": 5, "ScaleInCooldown": 10}}
+    return {"EndpointName": "it-scale", "Containers": [
+        {"ContainerHostname": name, "Image": "python", "ModelDataUrl": str(handlers["echo"]), "Resources": TINY,
+         "AutoScaling": policy} for name in ("busy", "quiet")]}
+
+
 def _small(specs: list[dict]) -> list[dict]:
     # ~35 replicas share the session's 2 logical CPUs: reserve a small share each.
     for spec in specs:
@@ -362,8 +374,10 @@ def server(demo_models, handler_models, identities_file, hetero_models, working_
         documents += hetero_endpoint_specs(hetero_models, working_dir_model)
         documents.append(multi_model_spec(multi_model_prefix, s3_models))
         documents.append(metrics_endpoint_spec(demo_models, multi_model_prefix))
+        documents.append(scaling_endpoint_spec(handler_models))
         specs = [parse_spec(doc) for doc in _small(documents)]
-        app.deploy_endpoints(specs, settings)
+        for spec in specs:  # one call each: Serve starts their replicas a little apart
+            app.deploy_endpoint(spec, settings)
         running = Server(url)
         deadline = time.monotonic() + READY_TIMEOUT_S
         pending = {spec.EndpointName for spec in specs}

@@ -204,3 +204,25 @@ def test_disabled_cache_loads_per_request(prefix) -> None:
         assert all(handler.cache.loaded_count == 0 for handler in running.handlers)
     finally:
         running.close()
+
+
+def test_an_unknown_model_evicts_nothing(prefix) -> None:
+    import asyncio
+
+    from serving.errors import ValidationError
+    from serving.runtimes import InvocationContext
+
+    root, _ = prefix
+    handler = MultiModelHandler("python", str(root), {}, hostname="mm", max_models=1)
+
+    async def scenario() -> None:
+        await handler.ainvoke(b"[1]", "application/json", None, InvocationContext(target_model=target(7)))
+        with pytest.raises(ValidationError, match="not found"):
+            await handler.ainvoke(b"[1]", "application/json", None, InvocationContext(target_model="no-such-model"))
+        # refused before the cache made room for it: the loaded model is still there
+        assert handler.cache.loaded_models() == [target(7)]
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        handler.close()

@@ -192,10 +192,30 @@ REJECTED = [
         "MinCapacity (3) must not exceed MaxCapacity (2)",
     ),
     (
-        "AutoScaling",
+        "AutoScaling range without a policy",
         endpoint(container(AutoScaling={"MinCapacity": 1, "MaxCapacity": 2})),
         "Containers[0].AutoScaling",
-        "autoscaling is not available",
+        "MinCapacity < MaxCapacity needs a TargetTrackingScalingPolicyConfiguration",
+    ),
+    (
+        "two metric specifications",
+        endpoint(container(AutoScaling={"MaxCapacity": 2, "TargetTrackingScalingPolicyConfiguration": {
+            "TargetValue": 5, "PredefinedMetricSpecification": {}, "CustomizedMetricSpecification": {"MetricName": "q"}}})),
+        "Containers[0].AutoScaling.TargetTrackingScalingPolicyConfiguration",
+        "not both",
+    ),
+    (
+        "two policies on one metric",
+        endpoint(container(AutoScaling={"MaxCapacity": 2, "TargetTrackingScalingPolicyConfiguration": [
+            {"TargetValue": 5}, {"TargetValue": 9}]})),
+        "Containers[0].AutoScaling",
+        "one target-tracking policy per metric",
+    ),
+    (
+        "endpoint and container scaling",
+        endpoint(container(AutoScaling={"MinCapacity": 2, "MaxCapacity": 2}), AutoScaling={"MinCapacity": 1, "MaxCapacity": 1}),
+        "(spec)",
+        "use one level",
     ),
     (
         "zero TargetValue",

@@ -1,0 +1,94 @@
+"""Target tracking on real Ray Serve: a load step on one container of it-scale scales that container out
+(and only it), then back in once the load falls, with no failed request throughout.
+
+it-scale's containers track 120 invocations per replica per minute (1..3 replicas, cooldowns 5 s out,
+10 s in; Serve gets metrics every 2 s, averaged over 10 s). 5 requests/s on `busy` is 300 per minute:
+3 replicas. Then a trickle of 0.5/s (30 per minute, 10 per replica) takes it back to 1.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ENDPOINT = "it-scale"
+STEP_TIMEOUT_S = 150  # replicas start on 2 CPUs shared with the whole session
+
+
+class Load:
+    """Requests to one container at a fixed pace on a thread, every answer's status kept."""
+
+    def __init__(self, url: str, container: str) -> None:
+        self.url, self.container = url, container
+        self.interval = 0.2
+        self.statuses: list[int] = []
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> "Load":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        with httpx.Client(base_url=self.url, timeout=30) as client:
+            while not self._stop.is_set():
+                started = time.monotonic()
+                try:
+                    response = client.post(f"/endpoints/{ENDPOINT}/invocations", content=b'{"x": 1}', headers={
+                        "Content-Type": "application/json", "X-Amzn-SageMaker-Target-Container-Hostname": self.container})
+                    self.statuses.append(response.status_code)
+                    if response.status_code != 200:
+                        self.failures.append(response.text[:300])
+                except httpx.HTTPError as error:
+                    self.failures.append(repr(error))
+                self._stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
+
+
+def containers(server) -> dict[str, dict]:
+    return {c["ContainerHostname"]: c for c in server.describe(ENDPOINT)["Containers"]}
+
+
+def wait_for_replicas(server, container: str, count: int, load: Load) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < STEP_TIMEOUT_S:
+        current = containers(server)[container]
+        if current["CurrentReplicas"] == count and current["DesiredReplicas"] == count:
+            return time.monotonic() - started
+        assert not load.failures, load.failures[:3]
+        time.sleep(1)
+    pytest.fail(f"{container} did not reach {count} replicas in {STEP_TIMEOUT_S} s: {server.describe(ENDPOINT)}")
+
+
+def test_a_load_step_scales_that_container_out_and_back_in_without_failures(server) -> None:
+    assert containers(server)["busy"]["CurrentReplicas"] == 1
+    with Load(server.url, "busy") as load:
+        scale_out_s = wait_for_replicas(server, "busy", 3, load)
+        assert containers(server)["quiet"]["CurrentReplicas"] == 1  # only the loaded container scaled
+        load.interval = 2.0  # a trickle: 30 per minute in all, 10 per replica of 3
+        scale_in_s = wait_for_replicas(server, "busy", 1, load)
+        time.sleep(2)
+    assert load.failures == [], load.failures[:5]
+    assert len(load.statuses) > 50 and set(load.statuses) == {200}
+    description = server.describe(ENDPOINT)
+    activities = description["ScalingActivities"]  # newest first
+    assert {a["ContainerHostname"] for a in activities} == {"busy"}, activities
+    assert activities[0]["To"] == 1 and activities[0]["From"] > 1, activities
+    assert max(a["To"] for a in activities) == 3
+    out = [a for a in activities if a["To"] > a["From"]]
+    assert out and all(a["MetricName"] == "SageMakerVariantInvocationsPerInstance" and a["MetricValue"] > 120
+                       for a in out), out
+    assert all(a["Reason"] for a in activities)
+    metrics = server.http.get("/metrics").text
+    assert 'serving_desired_replicas{container="busy",endpoint="it-scale"} 1.0' in metrics
+    assert 'serving_desired_replicas{container="quiet",endpoint="it-scale"} 1.0' in metrics
+    print(f"scale-out to 3 in {scale_out_s:.0f} s, back to 1 in {scale_in_s:.0f} s; {len(load.statuses)} requests")
