@@ -87,6 +87,19 @@ class CacheObserver:
         """The set of cached models changed."""
 
 
+def approximate_memory() -> int:
+    """RssAnon from /proc/self/status: ~30 us against smaps_rollup's 10-15 ms in a replica, but the kernel's
+    per-CPU counters may lag by megabytes. Good enough to report sizes where no byte bound depends on them."""
+    try:
+        with open("/proc/self/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"RssAnon:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return process_memory()
+
+
 def process_memory() -> int:
     """Memory a model load grows, in bytes: anonymous memory from /proc/self/smaps_rollup (exact, a
     page-table walk of a few ms), else RssAnon from /proc/self/status (cheaper, but the kernel's
