@@ -1,0 +1,131 @@
+"""The load-test harness's benchmark mode: our endpoint against a floor, in one run, as ratios.
+
+    .venv/bin/python loadtests/bench_harness.py [--rate 100] [--duration 30] [--write-docs]
+
+Trains the iris pipeline (skops for us, joblib for the floor: one fitted object), starts the floor
+(loadtests/floor_server.py: the model behind a bare Starlette app) and an embedded endpoint server with one
+sklearn container, then runs `serving loadtest direct --rate R --baseline FLOOR`, which drives both with the
+same open-loop schedule and reports ours / floor. The "Load-test harness" section of docs/performance.md
+comes from its report (bench_invoke.py's wrk tables are the closed-loop view of the same question).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+RESULTS = ROOT / "loadtests" / "results" / "bench_harness.json"
+
+
+def run(work: Path, rate: float, duration: float) -> dict:
+    from loadtests.bench_invoke import Processes, free_port, start_floor, train_models
+
+    paths = train_models(work)
+    processes = Processes()
+    try:
+        _, floor = start_floor(processes, paths, work)
+        spec = {"EndpointName": "bench-harness", "Containers": [
+            {"ContainerHostname": "iris", "Image": "sklearn", "ModelDataUrl": str(paths["skops_dir"])}]}
+        script = f"""
+import sys, time
+from serving import app
+from serving.settings import ServerSettings
+from serving.spec import parse_spec
+settings = ServerSettings(port={free_port()})
+app.start_local_ray(num_cpus=2)
+try:
+    url = app.start_gateway(settings)
+    app.deploy_endpoint(parse_spec({spec!r}), settings)
+    deadline = time.monotonic() + 300
+    while app.describe_endpoints().get("bench-harness", {{}}).get("EndpointStatus") != "InService":
+        assert time.monotonic() < deadline, "not InService"
+        time.sleep(1)
+    time.sleep(3)
+    print(url, flush=True)
+    sys.stdin.read()
+finally:
+    app.shutdown()
+"""
+        server = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            url = server.stdout.readline().strip()
+            if not url.startswith("http"):
+                raise RuntimeError("the endpoint server did not start")
+            out = work / "report"
+            subprocess.run([sys.executable, "-m", "serving.cli", "loadtest", "direct", "--endpoint",
+                            f"{url}/endpoints/bench-harness", "--rate", str(rate), "--duration", str(duration),
+                            "--payload-json", "[[5.1, 3.5, 1.4, 0.2]]", "--baseline", f"{floor}/invocations",
+                            "--metrics-check", "--out", str(out), "--no-html"], check=True, timeout=duration * 3 + 300)
+        finally:
+            server.stdin.close()
+            try:
+                server.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                server.kill()
+        return json.loads((out / "report.json").read_text())
+    finally:
+        processes.stop_all()
+
+
+def render(report: dict) -> str:
+    ours, floor, ratios = report, report["baseline"], report["ratios"]
+    p = report["parameters"]
+    check = report.get("metrics_check") or {}
+    row = lambda name, r: (f"| {name} | {r['latency_ms']['p50']:.2f} ms | {r['latency_ms']['p90']:.2f} ms | "  # noqa: E731
+                           f"{r['latency_ms']['p99']:.2f} ms | {r['throughput_rps']['ok']:.1f} | "
+                           f"{r['totals']['failures']} |")
+    return "\n".join([
+        "## Load-test harness: endpoint vs floor, open loop",
+        "",
+        f"`.venv/bin/python loadtests/bench_harness.py --write-docs`: `serving loadtest direct --rate {p.get('rate', '?')} "
+        f"--duration {p.get('duration', '?')} --baseline FLOOR` in one run (raw report in "
+        "`loadtests/results/bench_harness.json`). The same scikit-learn pipeline behind our endpoint (one container) "
+        "and behind the floor (a bare Starlette app calling it in-process); the same open-loop schedule for both, "
+        "latency measured from each request's due time.",
+        "",
+        "| server | p50 | p90 | p99 | ok req/s | failed |",
+        "|---|---|---|---|---|---|",
+        row("ours", ours),
+        row("floor", floor),
+        f"| **ours / floor** | **{ratios['p50']:.2f}** | | **{ratios['p99']:.2f}** | {ratios['throughput']:.2f} | |",
+        "",
+        f"The server's own `serving_invocations_total` grew by {check.get('difference')} during the run; the harness "
+        f"counted {check.get('harness_answered')} answers (match: {check.get('matches')}).",
+    ])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rate", type=float, default=100.0)
+    parser.add_argument("--duration", type=float, default=30.0)
+    parser.add_argument("--write-docs", action="store_true")
+    parser.add_argument("--render", metavar="JSON")
+    args = parser.parse_args()
+    if args.render:
+        report = json.loads(Path(args.render).read_text())
+    else:
+        with tempfile.TemporaryDirectory(prefix="bench-harness-") as work:
+            report = run(Path(work), args.rate, args.duration)
+        report.pop("timeseries", None)
+        if isinstance(report.get("baseline"), dict):
+            report["baseline"].pop("timeseries", None)
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text(json.dumps(report, indent=1) + "\n")
+    text = render(report)
+    print(text)
+    if args.write_docs:
+        from loadtests.doc_sections import write_section
+
+        write_section(ROOT / "docs" / "performance.md", "bench_harness", text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
