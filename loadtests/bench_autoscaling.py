@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from loadtests.embedded_endpoint import embedded_endpoint  # noqa: E402
+
 RESULTS = ROOT / "loadtests" / "results" / "bench_autoscaling.json"
 PLOT = ROOT / "docs" / "images" / "autoscaling-shift.png"
 HEAVY_MS, LIGHT_MS = 50.0, 0.5  # heavy: 20 requests/s per replica at most
@@ -65,12 +68,6 @@ def log(message: str) -> None:
     print(f"[bench_autoscaling {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def model(root: Path, name: str, milliseconds: float) -> Path:
     folder = root / name / "code"
     folder.mkdir(parents=True)
@@ -96,41 +93,11 @@ def spec(work: Path, level: str) -> dict[str, Any]:
 def run_level(work: Path, level: str, rate: float, duration: float) -> dict[str, Any]:
     """One fresh embedded Ray, the endpoint, one load test; the load test's report."""
     out = work / f"report-{level}"
-    script = f"""
-import sys, time
-from serving import app
-from serving.settings import ServerSettings
-from serving.spec import parse_spec
-settings = ServerSettings(port={free_port()})
-app.start_local_ray(num_cpus=2)
-try:
-    url = app.start_gateway(settings)
-    app.deploy_endpoint(parse_spec({spec(work, level)!r}), settings)
-    deadline = time.monotonic() + 300
-    while app.describe_endpoints().get("shift", {{}}).get("EndpointStatus") != "InService":
-        assert time.monotonic() < deadline, "not InService"
-        time.sleep(1)
-    time.sleep(3)
-    print(url, flush=True)
-    sys.stdin.read()  # until the benchmark closes it
-finally:
-    app.shutdown()
-"""
-    server = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        url = server.stdout.readline().strip()
-        if not url.startswith("http"):
-            raise RuntimeError(f"the {level} server did not start")
+    with embedded_endpoint(spec(work, level)) as url:
         log(f"{level}: serving at {url}; load test {duration:g} s at {rate:g}/s")
         subprocess.run([sys.executable, "-m", "serving.cli", "loadtest", "shift", "--endpoint", f"{url}/endpoints/shift",
                         "--from", "heavy", "--to", "light", "--rate", str(rate), "--duration", str(duration),
                         "--poll-interval", "1", "--out", str(out), "--no-html"], check=True, timeout=duration + 300)
-    finally:
-        server.stdin.close()
-        try:
-            server.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            server.kill()
     return json.loads((out / "report.json").read_text())
 
 
@@ -194,7 +161,8 @@ def render(result: dict[str, Any]) -> str:
     return "\n".join([
         "## Measured: traffic shift",
         "",
-        "`.venv/bin/python loadtests/bench_autoscaling.py --write-docs` (one run; raw numbers in",
+        f"`.venv/bin/python loadtests/bench_autoscaling.py --rate {p['rate']:g} --duration {p['duration']:g} --write-docs` "
+        "(one run; raw numbers in",
         "`loadtests/results/bench_autoscaling.json`). One endpoint, two Python containers: `heavy` takes "
         f"{p['heavy_ms']:g} ms per request without using the CPU (waiting, as on an accelerator or a remote store; "
         "a replica serves one request at a time, so at most 20 requests/s per replica), `light` spends "
@@ -255,7 +223,6 @@ def main() -> int:
     text = render(result)
     print(text)
     if args.write_docs:
-        sys.path.insert(0, str(ROOT))
         from loadtests.doc_sections import write_section
 
         page = ROOT / "docs" / "autoscaling.md"

@@ -16,7 +16,6 @@ import json
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,7 +24,8 @@ RESULTS = ROOT / "loadtests" / "results" / "bench_harness.json"
 
 
 def run(work: Path, rate: float, duration: float) -> dict:
-    from loadtests.bench_invoke import Processes, free_port, start_floor, train_models
+    from loadtests.bench_invoke import Processes, start_floor, train_models
+    from loadtests.embedded_endpoint import embedded_endpoint
 
     paths = train_models(work)
     processes = Processes()
@@ -33,42 +33,12 @@ def run(work: Path, rate: float, duration: float) -> dict:
         _, floor = start_floor(processes, paths, work)
         spec = {"EndpointName": "bench-harness", "Containers": [
             {"ContainerHostname": "iris", "Image": "sklearn", "ModelDataUrl": str(paths["skops_dir"])}]}
-        script = f"""
-import sys, time
-from serving import app
-from serving.settings import ServerSettings
-from serving.spec import parse_spec
-settings = ServerSettings(port={free_port()})
-app.start_local_ray(num_cpus=2)
-try:
-    url = app.start_gateway(settings)
-    app.deploy_endpoint(parse_spec({spec!r}), settings)
-    deadline = time.monotonic() + 300
-    while app.describe_endpoints().get("bench-harness", {{}}).get("EndpointStatus") != "InService":
-        assert time.monotonic() < deadline, "not InService"
-        time.sleep(1)
-    time.sleep(3)
-    print(url, flush=True)
-    sys.stdin.read()
-finally:
-    app.shutdown()
-"""
-        server = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        try:
-            url = server.stdout.readline().strip()
-            if not url.startswith("http"):
-                raise RuntimeError("the endpoint server did not start")
-            out = work / "report"
+        out = work / "report"
+        with embedded_endpoint(spec) as url:
             subprocess.run([sys.executable, "-m", "serving.cli", "loadtest", "direct", "--endpoint",
                             f"{url}/endpoints/bench-harness", "--rate", str(rate), "--duration", str(duration),
                             "--payload-json", "[[5.1, 3.5, 1.4, 0.2]]", "--baseline", f"{floor}/invocations",
                             "--metrics-check", "--out", str(out), "--no-html"], check=True, timeout=duration * 3 + 300)
-        finally:
-            server.stdin.close()
-            try:
-                server.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                server.kill()
         return json.loads((out / "report.json").read_text())
     finally:
         processes.stop_all()

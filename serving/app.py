@@ -394,18 +394,13 @@ def record_for(spec: EndpointSpec) -> dict[str, Any]:
         "mode": spec.mode.value,
         "containers": [
             {"ContainerHostname": c.ContainerHostname, "Image": c.Image, "Mode": c.Mode.value,
-             "DesiredReplicas": _initial_replicas(spec, c)}
+             "DesiredReplicas": spec.replicas_of(c)}
             for c in spec.Containers
         ],
         "limits": {c.ContainerHostname: c.max_concurrency for c in spec.Containers},
         # Secrets travel to the gateway only inside the Ray cluster, and never appear in a description.
         "access": spec.AccessControl.identities.to_record() if spec.AccessControl else None,
     }
-
-
-def _initial_replicas(spec: EndpointSpec, container) -> int:
-    scaling = spec.scaling_of(container)
-    return scaling.MinCapacity if scaling is not None else 1
 
 
 def build_endpoint_app(spec: EndpointSpec, settings: ServerSettings):
@@ -428,7 +423,7 @@ def build_endpoint_app(spec: EndpointSpec, settings: ServerSettings):
                 [policy.as_policy() for policy in scaling.policies], (REGISTRY_NAME, NAMESPACE),
                 containers=[c.ContainerHostname for c in spec.Containers] if endpoint_level else None)}
         else:
-            count = {"num_replicas": _initial_replicas(spec, container)}
+            count = {"num_replicas": spec.replicas_of(container)}
         deployment = serve.deployment(ContainerReplica).options(
             name=container.ContainerHostname, ray_actor_options=actor_options, **count,
             max_ongoing_requests=8, health_check_period_s=5, graceful_shutdown_timeout_s=20,

@@ -130,8 +130,7 @@ class ReplicaMetrics(CacheObserver):
 
         process = psutil.Process()
         process.cpu_percent(None)  # the first call only starts the interval
-        memory_mb = float(os.environ.get(MEMORY_ENV) or 0)
-        limit = memory_mb * 1024 * 1024 if memory_mb > 0 else psutil.virtual_memory().total
+        limit = memory_limit_bytes()
         gpus = _gpu_reader() if float(os.environ.get(GPUS_ENV) or 0) > 0 else None
         while not self._stop.wait(period_s):
             try:
@@ -142,6 +141,14 @@ class ReplicaMetrics(CacheObserver):
                 self._set_loaded()
             except Exception:  # a metric must never take the replica down
                 logger.exception("utilization sample failed")
+
+
+def memory_limit_bytes() -> float:
+    """100% of the memory utilization metrics: the container's Resources.MemoryMb, else the machine's memory."""
+    import psutil
+
+    memory_mb = float(os.environ.get(MEMORY_ENV) or 0)
+    return memory_mb * 1024 * 1024 if memory_mb > 0 else psutil.virtual_memory().total
 
 
 def _gpu_reader():
@@ -177,8 +184,7 @@ class AutoscalingStats:
         self.app = app  # container.ContainerApp: its invocation and in-flight counters
         self._process = psutil.Process()  # its own CPU interval, apart from the utilization sampler's
         self._process.cpu_percent(None)
-        memory_mb = float(os.environ.get(MEMORY_ENV) or 0)
-        self._memory_limit = memory_mb * 1024 * 1024 if memory_mb > 0 else psutil.virtual_memory().total
+        self._memory_limit = memory_limit_bytes()
         self._last = (time.monotonic(), app.invocations)
 
     def sample(self) -> dict[str, float]:

@@ -355,6 +355,10 @@ class EndpointSpec(_Model):
         """The AutoScaling block that governs `container` (its own, or the endpoint's)."""
         return container.AutoScaling or self.AutoScaling
 
+    def replicas_of(self, container: ContainerSpec) -> int:
+        """Replicas `container` starts with: the endpoint-level MinCapacity, else its own count."""
+        return self.AutoScaling.MinCapacity if self.AutoScaling is not None else container.replicas
+
     @field_validator("EndpointName")
     @classmethod
     def _not_reserved(cls, name: str) -> str:
