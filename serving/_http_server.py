@@ -16,13 +16,17 @@ import uvicorn
 class BackgroundServer:
     """A uvicorn server bound at construction, serving on a daemon thread."""
 
-    def __init__(self, app, host: str, port: int = 0) -> None:
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self.socket = socket.socket(family, socket.SOCK_STREAM)
-        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.socket.bind((host, port))  # raises at once if the port is taken
-        self.socket.listen(2048)
-        self.host, self.port = host, self.socket.getsockname()[1]
+    def __init__(self, app, host: str = "127.0.0.1", port: int = 0, sock: socket.socket | None = None) -> None:
+        """Bind `host:port`, or serve on `sock`, a socket already bound and listening (a container
+        process inherits its data port from its supervisor, since it may not bind one itself)."""
+        if sock is None:
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))  # raises at once if the port is taken
+            sock.listen(2048)
+        self.socket = sock
+        self.host, self.port = sock.getsockname()[:2]
         config = uvicorn.Config(
             app, loop="none", http="httptools", lifespan="on", access_log=False, log_level="warning",
             timeout_keep_alive=75, timeout_graceful_shutdown=10,

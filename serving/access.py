@@ -15,7 +15,7 @@ import time
 from datetime import datetime, timezone
 from typing import IO, Any, Callable, Sequence
 
-from serving.auth import Authenticator, Caller, Identities, RawRequest
+from serving.auth import Authenticator, Caller, Identities, RawRequest, load_reference
 from serving.errors import AccessDeniedError, ServingError
 from serving.metrics import ACCESS_DECISIONS
 from serving.policies import ACTION_INVOKE, KEY_TARGET_CONTAINER, KEY_TARGET_MODEL, RequestContext, endpoint_arn, evaluate
@@ -54,9 +54,9 @@ class EndpointAccess:
         self.authenticator = Authenticator(identities, region, clock)
 
     @classmethod
-    def from_record(cls, record: dict[str, Any], *, region: str, account_id: str) -> EndpointAccess:
-        """Build from the plain data `Identities.to_record` produced (what the registry carries)."""
-        return cls(Identities.from_record(record), region=region, account_id=account_id)
+    def from_reference(cls, reference: dict[str, Any], *, region: str, account_id: str) -> EndpointAccess:
+        """Load the identities file the registry names (`Identities.reference`), as validated at deploy."""
+        return cls(load_reference(reference), region=region, account_id=account_id)
 
     def authenticate(self, endpoint: str, request: RawRequest) -> Caller:
         """The caller, or the AWS authentication error (audited and counted as `unauthenticated`)."""

@@ -4,46 +4,70 @@ Layout on Ray: one Serve application per endpoint holding one deployment per
 container, plus one `serving-gateway` application whose replica runs the HTTP
 server (router + control routes). A small registry actor tells the gateway which
 endpoints exist and where each container replica's data port listens.
+
+Trust: every process started here is a Ray worker holding the cluster's token, except
+the container processes, where tenant code runs (`container_main`): a container replica
+is a supervisor that starts one and relays its metrics. The registry accepts writes only
+with the control plane's capability and registrations only with the container's own
+proof (`keys`); it never holds a secret (the gateway reads identities files itself).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import threading
 import time
+from functools import lru_cache
 from typing import Any
 
 import ray
 from ray import serve
 from starlette.applications import Starlette
 
+from serving import keys
 from serving._http_server import BackgroundServer
 from serving.access import EndpointAccess, configure_audit_log
 from serving.autoscaling import serve_autoscaling_config
 from serving.auth import Identities
-from serving.container import ContainerApp
+from serving.cluster import (
+    NAMESPACE,
+    UnauthenticatedClusterError,
+    cluster_secret,
+    connect_cluster,
+    start_local_ray,
+    stop_local_ray,
+)
+from serving.container_process import ContainerConfig, ContainerProcess, describe_sandbox
 from serving.control import EndpointRecord, StatusBoard, applications_from_serve_details
 from serving.metrics import REGISTRY, DesiredReplicasCollector, ReplicaCountCollector
 from serving.metrics_exposition import MetricsRoute
-from serving.modelstore import materialize
-from serving.multimodel import MultiModelHandler
+from serving.replica_events import replay
 from serving.replica_metrics import AutoscalingStats, ReplicaMetrics
 from serving.router import EndpointRoute, Router
 from serving.runtime_env import ray_runtime_env, replica_environment
-from serving.runtimes import runtime_for
 from serving.settings import ServerSettings
 from serving.spec import DEFAULT_MAX_CONCURRENCY, EndpointSpec
 from serving.transport import ContainerTransport
 
 logger = logging.getLogger("serving.app")
 
-NAMESPACE = "serving"
+__all__ = ["UnauthenticatedClusterError", "connect_cluster", "start_local_ray"]  # re-exported: the CLI and benchmarks start Ray through here
+
 REGISTRY_NAME = "serving-registry"
 GATEWAY_APP = "serving-gateway"
 STATUS_POLL_S = 1.0
-METRICS_REPORT_INTERVAL_MS = 5000  # embedded Ray: how often replicas push their metrics to the node agent
+STATS_POLL_S = 2.0  # how often a supervisor fetches its container process's counters and metric events
+
+
+@lru_cache(maxsize=1)
+def _root() -> bytes:
+    return cluster_secret()
+
+
+def control_token() -> str:
+    """The control plane's capability for registry writes (derivable only with the cluster's token)."""
+    return keys.control_token(_root())
 
 
 # --- registry ------------------------------------------------------------------------
@@ -57,7 +81,10 @@ class Registry:
     """Endpoints and the data-port URL of every live container replica, with a change counter.
 
     Replicas re-register every HEARTBEAT_S, so a restarted registry refills itself and a
-    replica that died without deregistering expires after REPLICA_TTL_S.
+    replica that died without deregistering expires after REPLICA_TTL_S. Writes need the
+    control plane's token; a registration needs the proof made for that very container and
+    URL (`keys`). Anything else is refused, logged and counted in the snapshot's `refused`.
+    Nothing here is secret: snapshots may be read by anyone who can reach the cluster.
     """
 
     def __init__(self) -> None:
@@ -68,6 +95,9 @@ class Registry:
         self.statuses: dict[str, dict[str, Any]] = {}  # Serve application statuses (control.StatusBoard reads)
         # Autoscaled containers: endpoint -> {"containers": {hostname: state}, "activities": [newest first]}
         self.scaling: dict[str, dict[str, Any]] = {}
+        self.refused = 0
+        self._root = cluster_secret()
+        self._control = keys.control_token(self._root)
         self._lock = threading.Lock()
         # Polled here, not in the gateway: the gateway's process serves requests and must not
         # spend its GIL on the controller's answers.
@@ -85,37 +115,69 @@ class Registry:
                 logger.exception("status poll failed")
             time.sleep(STATUS_POLL_S)
 
-    def record_scaling(self, endpoint: str, container: str, state: dict[str, Any],
-                       activity: dict[str, Any] | None) -> None:
+    def _allowed(self, token: object, what: str) -> bool:
+        if keys.verify(self._control, token):
+            return True
+        self.refused += 1
+        logger.warning("registry: refused %s without the control plane's token", what)
+        return False
+
+    def record_scaling(self, token: str, endpoint: str, container: str, state: dict[str, Any],
+                       activity: dict[str, Any] | None) -> bool:
         """An autoscaler's latest state for a container and, when it changed the count, the activity."""
+        if not self._allowed(token, f"record_scaling({endpoint}/{container})"):
+            return False
         with self._lock:
             scaling = self.scaling.setdefault(endpoint, {"containers": {}, "activities": []})
             scaling["containers"][container] = state
             if activity is not None:
                 scaling["activities"] = [activity, *scaling["activities"]][:SCALING_ACTIVITIES_KEPT]
             self.version += 1
+        return True
 
-    def put_endpoint(self, name: str, record: dict[str, Any]) -> None:
+    def put_endpoint(self, token: str, name: str, record: dict[str, Any]) -> bool:
+        if not self._allowed(token, f"put_endpoint({name})"):
+            return False
         with self._lock:
             self.endpoints[name] = record
             self.scaling.pop(name, None)  # a new spec starts a new history
             self.version += 1
+        return True
 
-    def delete_endpoint(self, name: str) -> None:
+    def delete_endpoint(self, token: str, name: str) -> bool:
+        if not self._allowed(token, f"delete_endpoint({name})"):
+            return False
         with self._lock:
             self.scaling.pop(name, None)
             self.endpoints.pop(name, None)
             self.replicas = {url: key for url, key in self.replicas.items() if key[0] != name}
             self.version += 1
+        return True
 
-    def register(self, endpoint: str, container: str, url: str) -> None:
+    def register(self, endpoint: str, container: str, url: str, proof: str) -> bool:
+        """Put a replica's data port under (endpoint, container): only with the proof made for exactly that."""
+        if not keys.verify(keys.registration_proof(self._root, endpoint, container, url), proof):
+            self.refused += 1
+            logger.warning("registry: refused to register %s for %s/%s without its proof", url, endpoint, container)
+            return False
         self.seen[url] = time.monotonic()
         if self.replicas.get(url) != (endpoint, container):
             with self._lock:
                 self.replicas[url] = (endpoint, container)
                 self.version += 1
+        return True
 
-    def deregister(self, url: str) -> None:
+    def deregister(self, url: str, proof: str | None = None, token: str | None = None) -> bool:
+        """Remove a replica: by itself (its registration proof) or by the control plane (the gateway
+        drops a replica that refuses connections)."""
+        key = self.replicas.get(url)
+        own = key is not None and keys.verify(keys.registration_proof(self._root, *key, url), proof)
+        if not own and not self._allowed(token, f"deregister({url})"):
+            return False
+        self._forget(url)
+        return True
+
+    def _forget(self, url: str) -> None:
         self.seen.pop(url, None)
         with self._lock:
             if self.replicas.pop(url, None) is not None:
@@ -125,7 +187,7 @@ class Registry:
         """Everything, or None when nothing changed since version `since`."""
         now = time.monotonic()
         for url in [url for url, seen in self.seen.items() if now - seen > REPLICA_TTL_S]:
-            self.deregister(url)
+            self._forget(url)
         if since == self.version:
             return None
         with self._lock:
@@ -133,9 +195,9 @@ class Registry:
             for url, key in self.replicas.items():
                 table.setdefault(key, []).append(url)
             return {"version": self.version, "endpoints": dict(self.endpoints), "replicas": table,
-                    "statuses": self.statuses, "scaling": {name: {"containers": dict(s["containers"]),
-                                                                  "activities": list(s["activities"])}
-                                                           for name, s in self.scaling.items()}}
+                    "statuses": self.statuses, "refused": self.refused,
+                    "scaling": {name: {"containers": dict(s["containers"]), "activities": list(s["activities"])}
+                                for name, s in self.scaling.items()}}
 
 
 # Control-plane actors live on the head node, which outlives worker nodes.
@@ -150,62 +212,91 @@ def _registry():
 
 # --- container replicas ---------------------------------------------------------------
 class ContainerReplica:
-    """A Serve replica that loads one model and serves it on its own HTTP data port."""
+    """A Serve replica that supervises one container process (`container_main`): the process loads the
+    model and serves its data port in a sandbox, with no Ray; this replica registers the port, reports
+    the process's metrics and autoscaling stats, and stops it when Serve stops the replica."""
 
     def __init__(self, endpoint: str, hostname: str, image: str, model_data: str | None,
                  environment: dict[str, str], bind_host: str, peers: list | None = None,
-                 multi_model: dict[str, Any] | None = None) -> None:
+                 multi_model: dict[str, Any] | None = None, sandbox: str = "auto",
+                 working_dir: str | None = None, gpus: float = 0.0) -> None:
         # `peers`: handles to the endpoint's other containers, bound only to keep them in this app.
-        self.models: MultiModelHandler | None = None
+        root = cluster_secret()
         self.metrics = ReplicaMetrics(endpoint, hostname, serve.get_replica_context().replica_id.unique_id)
-        if multi_model is not None:  # models load on first use, by TargetModel
-            self.models = MultiModelHandler(image, model_data, environment, hostname=hostname, observer=self.metrics,
-                                            downloaded=self.metrics.downloaded, model_latency=self.metrics.model_latency,
-                                            **multi_model)
-            self.app = ContainerApp(None, hostname, models=self.models)
-        else:
-            runtime = runtime_for(image, materialize(model_data), environment)
-            runtime.load()  # a failure here marks the container (and endpoint) Failed with this error
-            self.app = ContainerApp(runtime, hostname, model_latency=self.metrics.model_latency)
-        self.metrics.start_utilization()
-        self.stats = AutoscalingStats(self.app)
         host = ray.util.get_node_ip_address() if bind_host == "node" else bind_host
-        self.server = BackgroundServer(self.app, host)
-        if not self.server.wait_started():
-            raise RuntimeError(f"container {hostname}: data port did not start")
+        self.process = ContainerProcess(ContainerConfig(
+            endpoint=endpoint, hostname=hostname, image=image, model_data=model_data, environment=environment,
+            hop_key=keys.hop_key(root, endpoint, hostname), multi_model=multi_model, sandbox=sandbox,
+            working_dir=working_dir, gpus=gpus), host)
+        try:
+            report = self.process.start()  # a failure here marks the container (and endpoint) Failed with its error
+        except Exception:
+            self.process.stop(grace_s=0)
+            raise
+        logger.info("container %s/%s serves %s (pid %s; %s)", endpoint, hostname, self.process.url,
+                    self.process.pid, describe_sandbox(report))
+        self._counters: dict[str, Any] = {"invocations": 0, "in_flight": 0, "custom": {}}
+        self.metrics.start_utilization(pids=lambda: [self.process.pid])
+        self.stats = AutoscalingStats(self._read_counters, pids=lambda: [self.process.pid])
         self.registry = _registry()
-        self._registration = (endpoint, hostname, self.server.url)
-        ray.get(self.registry.register.remote(*self._registration), timeout=30)
+        url = self.process.url
+        self._registration = (endpoint, hostname, url, keys.registration_proof(root, endpoint, hostname, url))
+        if not ray.get(self.registry.register.remote(*self._registration), timeout=30):
+            raise RuntimeError(f"container {hostname}: the registry refused its registration")
         self._stopping = threading.Event()
         threading.Thread(target=self._heartbeat, name="registry-heartbeat", daemon=True).start()
+        threading.Thread(target=self._relay_stats, name="container-stats", daemon=True).start()
 
     def _heartbeat(self) -> None:
         while not self._stopping.wait(HEARTBEAT_S):
             self.registry.register.remote(*self._registration)
 
+    def _relay_stats(self) -> None:
+        """Fetch the container process's counters and record its metric events (it has no Ray to do it)."""
+        while not self._stopping.wait(STATS_POLL_S):
+            self._fetch_stats()
+
+    def _fetch_stats(self) -> None:
+        try:
+            stats = self.process.stats()
+        except Exception as error:
+            if self.process.alive:
+                logger.warning("container stats unavailable: %s", error)
+            return
+        replay(stats.pop("events", []), self.metrics)
+        self.metrics.refused_hops(stats["refused"] - self._counters.get("refused", 0))
+        self._counters = stats
+
+    def _read_counters(self) -> tuple[int, int, dict[str, float]]:
+        counters = self._counters
+        return counters["invocations"], counters["in_flight"], counters["custom"]
+
     def check_health(self) -> None:
-        if not self.server.alive:
-            raise RuntimeError("data port server stopped")
+        if not self.process.alive:
+            raise RuntimeError(f"container process exited ({self.process.process.returncode})")
 
     def record_autoscaling_stats(self) -> dict[str, float]:
         """What this replica's autoscaler tracks (Serve calls it, pushes it to the controller, averages it)."""
         return self.stats.sample()
 
     def data_port(self) -> str:
-        return self.server.url
+        return self.process.url
 
     def __del__(self) -> None:
         # Leave the routing table first, give the router a poll to notice, then drain.
-        self._stopping.set()
+        stopping = getattr(self, "_stopping", None)
+        if stopping is None:  # the constructor failed: it stopped its process already
+            return
+        stopping.set()
         self.metrics.stop()
         try:
-            ray.get(self.registry.deregister.remote(self.server.url), timeout=5)
+            endpoint, hostname, url, proof = self._registration
+            ray.get(self.registry.deregister.remote(url, proof), timeout=5)
             time.sleep(0.5)
         except Exception:  # the registry may already be gone at cluster shutdown
             pass
-        self.server.stop()
-        if self.models is not None:
-            self.models.close()
+        self._fetch_stats()  # the last events
+        self.process.stop()
 
 
 # --- gateway ------------------------------------------------------------------------
@@ -216,7 +307,18 @@ class Gateway:
         self.settings = ServerSettings(**settings)
         configure_audit_log()  # access decisions: JSON lines on this replica's stderr
         self.registry = _registry()
-        self.transport = ContainerTransport(default_limit=DEFAULT_MAX_CONCURRENCY)
+        self._control = control_token()
+        root = _root()
+        hop_keys: dict[tuple[str, str], bytes] = {}
+
+        def hop_key(endpoint: str, container: str) -> bytes:
+            key = hop_keys.get((endpoint, container))
+            if key is None:
+                key = hop_keys[(endpoint, container)] = keys.hop_key(root, endpoint, container)
+            return key
+
+        self.transport = ContainerTransport(default_limit=DEFAULT_MAX_CONCURRENCY, hop_key=hop_key)
+        self._identities: dict[tuple[str, str], EndpointAccess] = {}  # (file, fingerprint) -> access, loaded once
         self.router = Router(self.settings, self.transport)
         self.board = StatusBoard()
         self.access: dict[str, EndpointAccess] = {}
@@ -263,7 +365,7 @@ class Gateway:
                     self.transport.update(snapshot["replicas"], limits)
                     self.access = self._access_of(self.board.records)
                 for url in self.transport.take_dropped():
-                    self.registry.deregister.remote(url)
+                    self.registry.deregister.remote(url, token=self._control)
                 self.router.endpoints = {
                     name: EndpointRoute(name, record.mode, tuple(c["ContainerHostname"] for c in record.containers),
                                         failure=self.board.failure(name), access=self.access.get(name),
@@ -286,17 +388,26 @@ class Gateway:
                 for name, route in self.router.endpoints.items() for container in route.containers}
 
     def _access_of(self, records: dict[str, EndpointRecord]) -> dict[str, EndpointAccess]:
-        """Access control of each endpoint that has it, built once per registry change."""
-        access = {}
+        """Access control of each endpoint that has it: the gateway reads each identities file itself
+        (the registry names it, never its contents), once per file and fingerprint."""
+        access, loaded = {}, {}
         for name, record in records.items():
-            if record.access is not None:
+            if record.access is None:
+                continue
+            reference = (record.access["IdentitiesFile"], record.access["Fingerprint"])
+            if reference not in loaded:
+                loaded[reference] = self._identities.get(reference)
+            if loaded[reference] is None:
                 try:
-                    access[name] = EndpointAccess.from_record(
+                    loaded[reference] = EndpointAccess.from_reference(
                         record.access, region=self.settings.region, account_id=self.settings.account_id)
-                except Exception:  # validated at deploy; if not, refuse every call rather than serve openly
-                    logger.exception("access control of endpoint %s could not be built; refusing its calls", name)
-                    access[name] = EndpointAccess(  # no identities: nobody authenticates
+                except Exception as error:  # validated at deploy; if not, refuse every call rather than serve openly
+                    logger.error("access control of endpoint %s could not be loaded on the gateway; refusing its "
+                                 "calls: %s", name, error)
+                    loaded[reference] = EndpointAccess(  # no identities: nobody authenticates
                         Identities([]), region=self.settings.region, account_id=self.settings.account_id)
+            access[name] = loaded[reference]
+        self._identities = {key: value for key, value in loaded.items() if value.identities.identities}
         return access
 
     def check_health(self) -> None:
@@ -358,20 +469,6 @@ def serve_status() -> dict[str, dict[str, Any]]:
 
 
 # --- control-plane operations ---------------------------------------------------------
-def start_local_ray(num_cpus: int | None = None) -> None:
-    """Start a fresh Ray on this machine (never attach to a cluster found by accident)."""
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # local only: Ray's ports stay on this machine
-    ray.init(address="local", include_dashboard=False, num_cpus=num_cpus, namespace=NAMESPACE,
-             log_to_driver=os.environ.get("SERVING_RAY_LOGS", "0") == "1", configure_logging=False,
-             # replicas' metrics reach GET /metrics within this period (Ray's default: 10 s)
-             _system_config={"metrics_report_interval_ms": METRICS_REPORT_INTERVAL_MS})
-
-
-def connect_cluster(address: str) -> None:
-    """Attach to an existing Ray cluster (RAY_ADDRESS or --address)."""
-    ray.init(address=address, namespace=NAMESPACE)
-
-
 def start_gateway(settings: ServerSettings) -> str:
     """Start Serve without its own proxy, the registry, and the endpoint HTTP server; returns its URL."""
     serve.start(proxy_location="Disabled")
@@ -398,8 +495,8 @@ def record_for(spec: EndpointSpec) -> dict[str, Any]:
             for c in spec.Containers
         ],
         "limits": {c.ContainerHostname: c.max_concurrency for c in spec.Containers},
-        # Secrets travel to the gateway only inside the Ray cluster, and never appear in a description.
-        "access": spec.AccessControl.identities.to_record() if spec.AccessControl else None,
+        # Where the gateway reads the identities itself: the secrets never travel through Ray.
+        "access": spec.AccessControl.identities.reference() if spec.AccessControl else None,
     }
 
 
@@ -431,7 +528,9 @@ def build_endpoint_app(spec: EndpointSpec, settings: ServerSettings):
         )
         args = (spec.EndpointName, container.ContainerHostname, container.Image, container.ModelDataUrl,
                 replica_environment(container), settings.container_host)
-        bound.append((deployment, args, {"multi_model": container.multi_model}))
+        working_dir = container.RuntimeEnvironment.WorkingDir if container.RuntimeEnvironment else None
+        bound.append((deployment, args, {"multi_model": container.multi_model, "sandbox": settings.sandbox,
+                                         "working_dir": working_dir, "gpus": resources.Gpus}))
     # Serve needs one ingress per application: the first container is it, and the
     # others ride along as its `peers` so that Serve keeps them in this application.
     # Requests never take Serve's ingress path: the gateway calls each replica's data port.
@@ -442,7 +541,8 @@ def build_endpoint_app(spec: EndpointSpec, settings: ServerSettings):
 
 def deploy_endpoint(spec: EndpointSpec, settings: ServerSettings) -> None:
     """Register the endpoint and start deploying it; returns without waiting (see describe)."""
-    ray.get(_registry().put_endpoint.remote(spec.EndpointName, record_for(spec)), timeout=30)
+    if not ray.get(_registry().put_endpoint.remote(control_token(), spec.EndpointName, record_for(spec)), timeout=30):
+        raise RuntimeError("the registry refused the endpoint: this process does not hold the cluster's token")
     # serve.run would block until every replica is up (or raise); the status board
     # reports progress and failures instead, so deploy without waiting.
     from ray.serve.api import RunTarget, _run_many  # the non-blocking form of serve.run
@@ -453,7 +553,7 @@ def deploy_endpoint(spec: EndpointSpec, settings: ServerSettings) -> None:
 
 def delete_endpoint(name: str) -> None:
     """Stop routing to the endpoint, then remove its containers."""
-    ray.get(_registry().delete_endpoint.remote(name), timeout=30)
+    ray.get(_registry().delete_endpoint.remote(control_token(), name), timeout=30)
     serve.delete(name)
 
 
@@ -462,7 +562,7 @@ def shutdown() -> None:
     try:
         serve.shutdown()
     finally:
-        ray.shutdown()
+        stop_local_ray()
 
 
 def describe_endpoints() -> dict[str, dict[str, Any]]:

@@ -34,7 +34,8 @@ from serving.errors import (
 )
 from serving.policies import Policy, PolicyError, describe_errors, load_policy, parse_policy
 
-__all__ = ["Authenticator", "Caller", "Identities", "IdentitiesError", "Identity", "RawRequest", "load_identities"]
+__all__ = ["Authenticator", "Caller", "Identities", "IdentitiesError", "Identity", "RawRequest", "load_identities",
+           "load_reference"]
 
 SIGNING_SERVICE = "sagemaker"  # boto3 signs sagemaker-runtime requests for this service name
 ALGORITHM = "AWS4-HMAC-SHA256"
@@ -119,9 +120,10 @@ class Identity:
 class Identities:
     """Every identity of an identities file, looked up by access key id or bearer key."""
 
-    def __init__(self, identities: Sequence[Identity], source: str = "") -> None:
+    def __init__(self, identities: Sequence[Identity], source: str = "", fingerprint: str = "") -> None:
         self.identities = tuple(identities)
         self.source = source
+        self.fingerprint = fingerprint  # SHA-256 over the file and every policy it attaches, as read
         self._by_key_id = {i.access_key_id: i for i in self.identities if i.access_key_id}
 
     def by_access_key_id(self, key_id: str) -> Identity | None:
@@ -135,37 +137,12 @@ class Identities:
                 found = identity
         return found
 
-    def to_record(self) -> dict[str, Any]:
-        """Plain data for the gateway (secret keys included; bearer keys only as digests)."""
-        return {
-            "Source": self.source,
-            "Identities": [
-                {
-                    "Principal": i.principal,
-                    "AccessKeyId": i.access_key_id,
-                    "SecretAccessKey": i.secret_access_key,
-                    "ApiKeySha256": i.api_key_sha256,
-                    "Policies": [policy.to_record() for policy in i.policies],
-                }
-                for i in self.identities
-            ],
-        }
+    def reference(self) -> dict[str, str]:
+        """Where the gateway loads these identities itself: the file, and a fingerprint of what was validated.
 
-    @classmethod
-    def from_record(cls, record: dict[str, Any]) -> Identities:
-        return cls(
-            [
-                Identity(
-                    principal=entry["Principal"],
-                    access_key_id=entry["AccessKeyId"],
-                    secret_access_key=entry["SecretAccessKey"],
-                    api_key_sha256=entry["ApiKeySha256"],
-                    policies=tuple(parse_policy(p["Document"], p["Name"]) for p in entry["Policies"]),
-                )
-                for entry in record["Identities"]
-            ],
-            record.get("Source", ""),
-        )
+        Never the identities themselves: secrets stay in the file, out of Ray's object store and actor state.
+        """
+        return {"IdentitiesFile": self.source, "Fingerprint": self.fingerprint}
 
     def __repr__(self) -> str:
         return f"Identities({[i.principal for i in self.identities]!r} from {self.source!r})"
@@ -175,7 +152,8 @@ def load_identities(path: str | Path) -> Identities:
     """Read an identities file and every policy it attaches; raises IdentitiesError naming what is wrong."""
     path = Path(path)
     try:
-        document = yaml.safe_load(path.read_text())
+        raw = path.read_bytes()
+        document = yaml.safe_load(raw)
     except OSError as error:
         raise IdentitiesError(f"cannot read {path}: {error.strerror}") from None
     except yaml.YAMLError as error:
@@ -187,6 +165,7 @@ def load_identities(path: str | Path) -> Identities:
     except PydanticValidationError as error:
         raise IdentitiesError("\n".join(describe_errors(error, "unknown field (not part of an identities file)"))) from None
     problems, identities, policies = [], [], {}
+    fingerprint = hashlib.sha256(raw)
     for index, entry in enumerate(parsed.Identities):
         attached = []
         for position, reference in enumerate(entry.PolicyDocuments):
@@ -194,6 +173,7 @@ def load_identities(path: str | Path) -> Identities:
             try:
                 if location not in policies:
                     policies[location] = load_policy(location, name=Path(reference).name)
+                    fingerprint.update(b"\0" + str(location).encode() + b"\0" + _read_quietly(location))
                 attached.append(policies[location])
             except PolicyError as error:
                 for line in str(error).splitlines():
@@ -208,7 +188,23 @@ def load_identities(path: str | Path) -> Identities:
         ))
     if problems:
         raise IdentitiesError("\n".join(problems))
-    return Identities(identities, str(path))
+    return Identities(identities, str(path.resolve()), fingerprint.hexdigest())
+
+
+def load_reference(reference: dict[str, str]) -> Identities:
+    """Load identities the control plane validated (`Identities.reference`); refuse a file that changed since."""
+    identities = load_identities(reference["IdentitiesFile"])
+    if not hmac.compare_digest(identities.fingerprint, reference["Fingerprint"]):
+        raise IdentitiesError(f"{Path(reference['IdentitiesFile']).name} or a policy it attaches changed after the "
+                              "endpoint was deployed; deploy the endpoint again to use the new version")
+    return identities
+
+
+def _read_quietly(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
 
 
 # --- authentication -------------------------------------------------------------------------

@@ -119,6 +119,7 @@ class ContainerAutoscaler:
         else:
             self.scaler = TargetTrackingScaler(self.policies, min_capacity, max_capacity)
         self._reported: tuple | None = None
+        self._token: str | None = None  # registry writes need the control plane's capability
 
     def __call__(self, ctx) -> tuple[int, dict[str, Any]]:
         hostname = self.container or ctx.deployment_name
@@ -169,7 +170,12 @@ class ContainerAutoscaler:
             import ray
 
             registry = ray.get_actor(self.registry[0], namespace=self.registry[1])
-            registry.record_scaling.remote(self.endpoint, hostname, {
+            if self._token is None:  # the control plane's capability: the controller holds the cluster's token
+                from serving import keys
+                from serving.cluster import cluster_secret
+
+                self._token = keys.control_token(cluster_secret())
+            registry.record_scaling.remote(self._token, self.endpoint, hostname, {
                 "DesiredReplicas": decision.desired, "MetricName": decision.metric,
                 "MetricValue": decision.metric_value, "TargetValue": decision.target,
                 "Metrics": {name: value for name, value in values.items() if value is not None},

@@ -111,13 +111,22 @@ def cmd_up(args: argparse.Namespace) -> int:
         overrides["allow_anonymous"] = True
     if address and "SERVING_CONTAINER_HOST" not in os.environ:
         overrides["container_host"] = "node"  # replicas on other nodes must be reachable
+    elif not address:
+        if os.environ.get("SERVING_CONTAINER_HOST", "127.0.0.1") != "127.0.0.1":
+            print("note: SERVING_CONTAINER_HOST is ignored by the embedded server: data ports bind 127.0.0.1",
+                  file=sys.stderr)
+        overrides["container_host"] = "127.0.0.1"  # one machine: nothing else needs to reach a data port
     settings = ServerSettings(**overrides)
     warning = check_anonymous(specs, settings.host, settings.allow_anonymous)
     from serving import app  # imports Ray: only once the specs and settings are known to be good
 
     print(f"Starting {'on the Ray cluster at ' + address if address else 'an embedded local Ray'} ...", flush=True)
     if address:
-        app.connect_cluster(address)
+        try:
+            app.connect_cluster(address, allow_unauthenticated=args.allow_unauthenticated_ray)
+        except app.UnauthenticatedClusterError as error:
+            print(f"refusing to deploy: {error}", file=sys.stderr)
+            return 2
     else:
         app.start_local_ray(num_cpus=args.num_cpus)
     stop = threading.Event()
@@ -252,6 +261,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="identities file (callers, keys, policies) for every endpoint, replacing the specs' AccessControl")
     up.add_argument("--allow-anonymous", action="store_true",
                     help="serve endpoints without AccessControl to anyone even on a non-loopback --host")
+    up.add_argument("--allow-unauthenticated-ray", action="store_true",
+                    help="with --address: deploy even onto a Ray cluster that accepts connections without a token "
+                         "(anyone who reaches it can run code there)")
     up.add_argument("--num-cpus", type=int, help="CPUs the embedded Ray may use (default: all)")
     up.add_argument("--wait-timeout", type=float, default=180.0, help="seconds to wait for containers to load")
     up.add_argument("--exit-after-ready", action="store_true", help="stop once every endpoint is InService or Failed")

@@ -1,6 +1,7 @@
 """A container replica's metrics, exported through Ray's metrics machinery.
 
-Recorded with `ray.util.metrics` inside the replica's process, pushed by Ray to the metrics agent of
+Recorded with `ray.util.metrics` in the replica's supervisor (events of its container process are
+replayed here, see `replica_events`), pushed by Ray to the metrics agent of
 the replica's node (every `metrics_report_interval_ms`, 10 s unless the cluster sets it), and read
 from every node by the gateway's `GET /metrics` (`metrics_exposition`). So a replica on any node of
 a cluster shows up in one scrape, with no port of its own to discover. Recording costs a few
@@ -13,6 +14,7 @@ import logging
 import os
 import threading
 import time
+from typing import Callable
 
 from ray.util import metrics as ray_metrics
 
@@ -79,6 +81,9 @@ class ReplicaMetrics(CacheObserver):
             "serving_memory_utilization_percent",
             "Resident memory of the replica's process, in percent of its Resources.MemoryMb (else of the machine).",
             tag_keys=_REPLICA)
+        self._refused_hops = ray_metrics.Counter(
+            "serving_refused_hops", "Requests a container's data port refused: not signed by the gateway for it.",
+            tag_keys=_REPLICA)
         self._gpu = ray_metrics.Gauge(
             "serving_gpu_utilization_percent", "Utilization of the GPUs assigned to the replica.", tag_keys=_REPLICA)
         self._stop = threading.Event()
@@ -88,6 +93,10 @@ class ReplicaMetrics(CacheObserver):
 
     def model_latency(self, seconds: float) -> None:
         self._model_latency.observe(seconds, tags=self.tags)
+
+    def refused_hops(self, count: int) -> None:
+        if count > 0:
+            self._refused_hops.inc(count, tags=self.tags)
 
     # -- the model cache's events (modelcache.CacheObserver) and the store's downloads ----------------
     def hit(self, name: str) -> None:
@@ -118,29 +127,59 @@ class ReplicaMetrics(CacheObserver):
         self._downloading.observe(seconds, tags=self.tags)
 
     # -- utilization ----------------------------------------------------------------------------------
-    def start_utilization(self, period_s: float = UTILIZATION_PERIOD_S) -> None:
-        """Sample the process's CPU, memory (and GPU) every `period_s` on a daemon thread."""
-        threading.Thread(target=self._sample_forever, args=(period_s,), name="utilization", daemon=True).start()
+    def start_utilization(self, period_s: float = UTILIZATION_PERIOD_S,
+                          pids: Callable[[], list[int | None]] = lambda: []) -> None:
+        """Sample CPU, memory (and GPU) every `period_s` on a daemon thread: this process's plus those of
+        `pids()` (the replica's container process)."""
+        threading.Thread(target=self._sample_forever, args=(period_s, pids), name="utilization", daemon=True).start()
 
     def stop(self) -> None:
         self._stop.set()
 
-    def _sample_forever(self, period_s: float) -> None:
-        import psutil
-
-        process = psutil.Process()
-        process.cpu_percent(None)  # the first call only starts the interval
+    def _sample_forever(self, period_s: float, pids: Callable[[], list[int | None]]) -> None:
+        processes = ReplicaProcesses(pids)
         limit = memory_limit_bytes()
         gpus = _gpu_reader() if float(os.environ.get(GPUS_ENV) or 0) > 0 else None
         while not self._stop.wait(period_s):
             try:
-                self._cpu.set(process.cpu_percent(None), tags=self.tags)
-                self._memory.set(100.0 * process.memory_info().rss / limit, tags=self.tags)
+                cpu, rss = processes.sample()
+                self._cpu.set(cpu, tags=self.tags)
+                self._memory.set(100.0 * rss / limit, tags=self.tags)
                 if gpus is not None:
                     self._gpu.set(gpus(), tags=self.tags)
                 self._set_loaded()
             except Exception:  # a metric must never take the replica down
                 logger.exception("utilization sample failed")
+
+
+class ReplicaProcesses:
+    """CPU (100 = one core) and resident memory of a replica: its supervisor plus its container process."""
+
+    def __init__(self, pids: Callable[[], list[int | None]]) -> None:
+        import psutil
+
+        self._psutil = psutil
+        self._pids = pids
+        self._processes: dict[int, object] = {}
+        self._own = psutil.Process()
+        self._own.cpu_percent(None)  # the first call only starts the interval
+
+    def sample(self) -> tuple[float, int]:
+        cpu, rss = self._own.cpu_percent(None), self._own.memory_info().rss
+        for pid in self._pids():
+            if pid is None:
+                continue
+            process = self._processes.get(pid)
+            try:
+                if process is None:  # a new process: its first interval starts now
+                    process = self._processes[pid] = self._psutil.Process(pid)
+                    process.cpu_percent(None)
+                else:
+                    cpu += process.cpu_percent(None)
+                rss += process.memory_info().rss
+            except self._psutil.Error:  # it exited: its supervisor reports the failure
+                self._processes.pop(pid, None)
+        return cpu, rss
 
 
 def memory_limit_bytes() -> float:
@@ -178,14 +217,13 @@ class AutoscalingStats:
     whatever the model's `code/inference.py` returns from `autoscaling_metrics(model)`.
     """
 
-    def __init__(self, app) -> None:
-        import psutil
-
-        self.app = app  # container.ContainerApp: its invocation and in-flight counters
-        self._process = psutil.Process()  # its own CPU interval, apart from the utilization sampler's
-        self._process.cpu_percent(None)
+    def __init__(self, counters: Callable[[], tuple[int, int, dict[str, float]]],
+                 pids: Callable[[], list[int | None]] = lambda: []) -> None:
+        """`counters()`: the container's invocations so far, requests in flight and the model's own metrics."""
+        self.counters = counters
+        self._processes = ReplicaProcesses(pids)  # its own CPU interval, apart from the utilization sampler's
         self._memory_limit = memory_limit_bytes()
-        self._last = (time.monotonic(), app.invocations)
+        self._last = (time.monotonic(), counters()[0])
 
     def sample(self) -> dict[str, float]:
         from serving.scaling_policy import (
@@ -195,20 +233,16 @@ class AutoscalingStats:
             MEMORY_UTILIZATION,
         )
 
-        now, count = time.monotonic(), self.app.invocations
+        count, in_flight, custom = self.counters()
+        now = time.monotonic()
         then, before = self._last
         self._last = (now, count)
+        cpu, rss = self._processes.sample()
         stats = {
-            INVOCATIONS_PER_INSTANCE: (count - before) * 60.0 / max(now - then, 1e-3),
-            CONCURRENT_REQUESTS_PER_REPLICA: float(self.app.in_flight),
-            CPU_UTILIZATION: self._process.cpu_percent(None),
-            MEMORY_UTILIZATION: 100.0 * self._process.memory_info().rss / self._memory_limit,
+            INVOCATIONS_PER_INSTANCE: max(count - before, 0) * 60.0 / max(now - then, 1e-3),
+            CONCURRENT_REQUESTS_PER_REPLICA: float(in_flight),
+            CPU_UTILIZATION: cpu,
+            MEMORY_UTILIZATION: 100.0 * rss / self._memory_limit,
         }
-        runtime = self.app.runtime
-        custom = runtime._hooks.get("autoscaling_metrics") if runtime is not None else None
-        if custom is not None:
-            try:
-                stats.update({str(k): float(v) for k, v in (custom(runtime.model) or {}).items()})
-            except Exception:  # the model's own hook must not break the replica's reports
-                logger.exception("autoscaling_metrics of the model failed")
+        stats.update(custom)  # the model's own `autoscaling_metrics` (computed in the container process)
         return stats

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -29,7 +30,14 @@ class ServerSettings(BaseSettings):
     invocation_timeout_s: float = Field(60.0, gt=0, description="Longest time one invocation may take end to end.")
     container_host: str = Field(
         "127.0.0.1",
-        description="Address container replicas bind their data port to; 'node' for the Ray node's IP (clusters).",
+        description="Address container replicas bind their data port to; 'node' for the Ray node's IP. Honoured "
+                    "only on a cluster (--address): the embedded server always binds 127.0.0.1.",
+    )
+    sandbox: Literal["auto", "required", "off"] = Field(
+        "auto",
+        description="Confinement of container processes (docs/security.md): 'auto' applies every layer the kernel "
+                    "offers (Landlock, seccomp) and warns when one is missing, 'required' refuses to start a "
+                    "container without them, 'off' runs tenant code unconfined (still without Ray credentials).",
     )
     registry_poll_s: float = Field(0.25, gt=0, description="How often the router refreshes its replica table.")
     region: str = Field(

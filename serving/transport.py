@@ -10,11 +10,11 @@ from __future__ import annotations
 import itertools
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Callable, Mapping
 
 import aiohttp
 
-from serving import protocol
+from serving import hopauth, protocol
 from serving.errors import ModelError, ModelNotReadyError
 
 
@@ -40,6 +40,15 @@ class HopResponse:
     custom_attributes: str | None
 
 
+# What aiohttp would add to a request that lacks them (and what containers have always received then).
+_DEFAULT_HEADERS = {"content-type": "application/octet-stream", "accept": "*/*"}
+
+
+def _with_defaults(headers: Mapping[str, str]) -> dict[str, str]:
+    present = {key.lower() for key in headers}
+    return {**{key: value for key, value in _DEFAULT_HEADERS.items() if key not in present}, **headers}
+
+
 # A MultiModel request goes to the replica that last served its model (it holds it loaded),
 # unless that replica has this many more requests in flight than the least busy one: then a
 # second replica loads the model too, so a hot model spreads instead of queueing on one.
@@ -50,7 +59,10 @@ MAX_HOMES = 100_000  # remembered (container, model) -> replica pairs, least rec
 class ContainerTransport:
     """Sends invocations to the least-busy replica of a container (to a model's home for MultiModel)."""
 
-    def __init__(self, default_limit: int) -> None:
+    def __init__(self, default_limit: int, hop_key: Callable[[str, str], bytes] | None = None) -> None:
+        """`hop_key(endpoint, container)`: the key each hop to that container is signed with (`hopauth`);
+        None sends unsigned hops (tests of containers that verify nothing)."""
+        self._hop_key = hop_key
         self._homes: OrderedDict[tuple[str, str, str], str] = OrderedDict()
         self._replicas: dict[tuple[str, str], list[Replica]] = {}
         self._limits: dict[tuple[str, str], int] = {}
@@ -113,6 +125,9 @@ class ContainerTransport:
         assert self._session is not None, "transport not started"
         key = (endpoint, container)
         home_key = (endpoint, container, affinity) if affinity is not None else None
+        if self._hop_key is not None:
+            headers = _with_defaults(headers)  # sign exactly what arrives: no header added after signing
+            headers.update(hopauth.sign(self._hop_key(endpoint, container), "POST", "/invocations", body, headers))
         while self._replicas.get(key):
             replicas = self._replicas[key]
             replica = self._pick(replicas, self._homes.get(home_key) if home_key else None)

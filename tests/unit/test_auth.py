@@ -17,7 +17,15 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from serving.auth import MAX_SKEW_S, Authenticator, Identities, IdentitiesError, RawRequest, load_identities
+from serving.auth import (
+    MAX_SKEW_S,
+    Authenticator,
+    Identities,
+    IdentitiesError,
+    RawRequest,
+    load_identities,
+    load_reference,
+)
 from serving.errors import InvalidSignatureError, MissingAuthenticationTokenError, ServingError, UnrecognizedClientError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -293,15 +301,29 @@ def test_errors_never_echo_secrets(authenticate) -> None:
 
 # --- the identities file ---------------------------------------------------------------------------
 
-def test_identities_keep_secrets_out_of_reprs_and_api_keys_out_of_records(identities: Identities) -> None:
+def test_identities_keep_secrets_out_of_reprs_and_references(identities: Identities) -> None:
+    # What travels through Ray's registry is a reference to the file, never a secret or a digest of one.
     text = repr(identities) + repr(identities.identities)
     assert SECRET_A not in text and API_KEY not in text
-    record = identities.to_record()
-    assert API_KEY not in str(record)
-    rebuilt = Identities.from_record(record)
-    assert rebuilt.by_api_key(API_KEY).principal == "batch-job"
-    assert rebuilt.by_access_key_id(KEY_A).secret_access_key == SECRET_A
-    assert [p.name for p in rebuilt.by_access_key_id(KEY_B).policies] == ["all-but-special.json"]
+    reference = identities.reference()
+    assert set(reference) == {"IdentitiesFile", "Fingerprint"}
+    assert SECRET_A not in str(reference) and API_KEY not in str(reference)
+    assert hashlib.sha256(API_KEY.encode()).hexdigest() not in str(reference)
+    loaded = load_reference(reference)
+    assert loaded.by_api_key(API_KEY).principal == "batch-job"
+    assert loaded.by_access_key_id(KEY_A).secret_access_key == SECRET_A
+    assert [p.name for p in loaded.by_access_key_id(KEY_B).policies] == ["all-but-special.json"]
+
+
+def test_a_reference_refuses_a_file_changed_after_deploy(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.json"
+    policy.write_text((ROOT / "policies" / "all-but-special.json").read_text())
+    path = write_identities(tmp_path, [{"Principal": "p", "ApiKey": API_KEY, "PolicyDocuments": ["policy.json"]}])
+    reference = load_identities(path).reference()
+    assert load_reference(reference).by_api_key(API_KEY) is not None
+    policy.write_text((ROOT / "policies" / "customips-and-common.json").read_text())  # a policy changed
+    with pytest.raises(IdentitiesError, match="changed after the endpoint was deployed"):
+        load_reference(reference)
 
 
 def test_example_identities_file_loads() -> None:

@@ -1,0 +1,142 @@
+"""Ray itself: start the embedded instance or join a cluster, with authentication on; the root secret.
+
+Ray's ports cannot all be kept on loopback (Ray resolves a loopback node address to the machine's
+own, and the GCS, raylet and workers listen on every interface), so what protects them is Ray's
+token authentication: on for the embedded instance, required of a cluster unless the operator
+says otherwise. The embedded instance gets a fresh random token in a private file for each run.
+Every capability of `keys` derives from that token, which every trusted Ray process holds and no
+container process (`container_main`) ever sees.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+logger = logging.getLogger("serving.cluster")
+
+NAMESPACE = "serving"
+METRICS_REPORT_INTERVAL_MS = 5000  # embedded Ray: how often replicas push their metrics to the node agent
+AUTH_MODE_ENV, TOKEN_ENV, TOKEN_PATH_ENV = "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"
+_ROOT_KV_KEY = b"serving-root-secret"  # only used by a cluster that runs without authentication
+
+_token_dir: str | None = None
+
+
+class UnauthenticatedClusterError(RuntimeError):
+    """The Ray cluster accepts connections without a token: anyone who reaches it can run code there."""
+
+
+def start_local_ray(num_cpus: int | None = None) -> None:
+    """Start a fresh Ray on this machine (never attach to a cluster found by accident), token auth on.
+
+    Unless the environment already names a token (RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH), a new random
+    one is written to a private (0600) file for this run only and removed at `stop_local_ray`.
+    """
+    import ray
+
+    global _token_dir
+    if os.environ.get(AUTH_MODE_ENV, "token").lower() != "token":
+        raise RuntimeError(f"{AUTH_MODE_ENV}={os.environ[AUTH_MODE_ENV]} would start Ray without authentication, "
+                           "so that anyone on this machine's network could run code as this user; unset it")
+    if not os.environ.get(TOKEN_ENV) and not os.environ.get(TOKEN_PATH_ENV):
+        _token_dir = tempfile.mkdtemp(prefix="serving-ray-")  # mode 0700
+        token_file = Path(_token_dir) / "auth_token"
+        token_file.touch(mode=0o600)
+        token_file.write_text(secrets.token_hex(32))
+        os.environ[TOKEN_PATH_ENV] = str(token_file)
+    _use_token_auth()
+    ray.init(address="local", include_dashboard=False, num_cpus=num_cpus, namespace=NAMESPACE,
+             log_to_driver=os.environ.get("SERVING_RAY_LOGS", "0") == "1", configure_logging=False,
+             # replicas' metrics reach GET /metrics within this period (Ray's default: 10 s)
+             _system_config={"metrics_report_interval_ms": METRICS_REPORT_INTERVAL_MS})
+
+
+def stop_local_ray() -> None:
+    """Shut the embedded Ray down and remove this run's token."""
+    import ray
+
+    global _token_dir
+    try:
+        ray.shutdown()
+    finally:
+        if _token_dir is not None:
+            shutil.rmtree(_token_dir, ignore_errors=True)
+            if os.environ.get(TOKEN_PATH_ENV, "").startswith(_token_dir):
+                del os.environ[TOKEN_PATH_ENV]
+            _token_dir = None
+
+
+def connect_cluster(address: str, allow_unauthenticated: bool = False) -> None:
+    """Attach to an existing Ray cluster; refuse one without token authentication unless allowed."""
+    import ray
+
+    if not address.startswith("ray://") and cluster_accepts_anyone(address):
+        if not allow_unauthenticated:
+            raise UnauthenticatedClusterError(
+                f"the Ray cluster at {address} accepts connections without an authentication token: anyone who "
+                "can reach its ports can run code on it and read what it holds. Start it with RAY_AUTH_MODE=token "
+                "(deploy/README.md), or pass --allow-unauthenticated-ray to use it anyway")
+        logger.warning("the Ray cluster at %s has no authentication: anyone who reaches it controls these endpoints",
+                       address)
+    elif address.startswith("ray://"):
+        logger.warning("cannot check that the Ray Client address %s requires a token; make sure the cluster runs "
+                       "with RAY_AUTH_MODE=token", address)
+    if os.environ.get(AUTH_MODE_ENV) is None and not allow_unauthenticated:
+        _use_token_auth()
+    ray.init(address=address, namespace=NAMESPACE)
+
+
+def _use_token_auth() -> None:
+    """Token mode for this process and the Ray processes it starts (Ray read its config at import)."""
+    from ray._raylet import AuthenticationTokenLoader, Config
+
+    os.environ[AUTH_MODE_ENV] = "token"
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
+
+
+_PROBE = """
+import sys
+from ray._raylet import GcsClient
+try:
+    GcsClient(address=sys.argv[1], cluster_id=None).internal_kv_get(b"serving-probe", None, timeout=5)
+except Exception as error:
+    print(type(error).__name__, error)
+    sys.exit(1)
+"""
+
+
+def cluster_accepts_anyone(address: str) -> bool:
+    """Whether the GCS at `address` answers a client that presents no token (in a clean child process)."""
+    environment = {key: value for key, value in os.environ.items()
+                   if key not in (TOKEN_ENV, TOKEN_PATH_ENV, AUTH_MODE_ENV)}
+    environment[AUTH_MODE_ENV] = "disabled"
+    environment["HOME"] = tempfile.gettempdir()  # no ~/.ray/auth_token either
+    result = subprocess.run([sys.executable, "-c", _PROBE, address], env=environment, capture_output=True, text=True,
+                            timeout=60)
+    return result.returncode == 0
+
+
+def cluster_secret() -> bytes:
+    """The root of every capability in `keys`, derived from Ray's authentication token (in any Ray process).
+
+    On a cluster without authentication (only with --allow-unauthenticated-ray) there is no token: a
+    random root kept in Ray's key-value store stands in, readable by anyone who can reach the cluster.
+    """
+    from ray._raylet import AuthenticationTokenLoader
+
+    loader = AuthenticationTokenLoader.instance()
+    if loader.has_token():
+        return hashlib.sha256(b"serving-root\0" + loader.get_raw_token().encode()).digest()
+    from ray.experimental import internal_kv
+
+    internal_kv._internal_kv_put(_ROOT_KV_KEY, secrets.token_bytes(32), overwrite=False, namespace=NAMESPACE)
+    return internal_kv._internal_kv_get(_ROOT_KV_KEY, namespace=NAMESPACE)

@@ -1,0 +1,156 @@
+"""The container process's sandbox on its own (no Ray): what a tenant's code can and cannot touch.
+
+Each test starts a real container process (`container_process.ContainerProcess`) serving a hostile
+`code/inference.py` and asks it, through signed hops, to try something. Where the kernel has no
+Landlock the filesystem checks cannot hold, and the test says so instead of passing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tarfile
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import pytest
+
+from serving import hopauth, sandbox
+from serving.container_process import ContainerConfig, ContainerProcess, ContainerStartError
+
+KEY = b"k" * 32
+ATTEMPTS = """
+import json, os, socket
+
+def _try(attempt):
+    try:
+        return "ALLOWED: " + str(attempt())[:100]
+    except Exception as error:
+        return "REFUSED: " + type(error).__name__
+
+def input_fn(body, content_type):
+    return json.loads(body)
+
+def predict_fn(request, model):
+    what, target = request["what"], request.get("target")
+    attempts = {
+        "read": lambda: open(target, "rb").read(16),
+        "list": lambda: os.listdir(target),
+        "write": lambda: open(target, "w").write("x"),
+        "unix": lambda: socket.socket(socket.AF_UNIX),
+        "bind": lambda: socket.socket().bind(("127.0.0.1", 0)),
+        "signal": lambda: os.kill(int(target), 0),
+        "environ": lambda: open("/proc/%s/environ" % target, "rb").read(16),
+        "scratch": lambda: open(os.path.join(os.environ["TMPDIR"], "ok"), "w").write("fine"),
+        "model": lambda: sorted(os.listdir(os.path.dirname(os.path.dirname(__file__)))),
+    }
+    return {"result": _try(attempts[what]), "environment": sorted(os.environ)}
+
+def output_fn(prediction, accept):
+    return json.dumps(prediction), "application/json"
+"""
+
+needs_landlock = pytest.mark.skipif(sandbox.landlock_abi() == 0, reason="this kernel has no Landlock: no filesystem sandbox")
+
+
+@pytest.fixture(scope="module")
+def container(tmp_path_factory) -> Iterator[ContainerProcess]:
+    model = tmp_path_factory.mktemp("tenant-model")
+    (model / "code").mkdir()
+    (model / "code" / "inference.py").write_text(ATTEMPTS)
+    process = ContainerProcess(ContainerConfig(endpoint="e", hostname="tenant", image="python", model_data=str(model),
+                                               environment={"SERVING_CPUS": "1"}, hop_key=KEY), "127.0.0.1")
+    process.start(timeout=120)
+    yield process
+    process.stop()
+
+
+def attempt(container: ContainerProcess, what: str, target: object = None) -> dict:
+    body = json.dumps({"what": what, "target": target}).encode()
+    headers = {"content-type": "application/json", "accept": "*/*"}  # every header httpx sends is signed
+    headers.update(hopauth.sign(KEY, "POST", "/invocations", body, headers))
+    response = httpx.post(container.url + "/invocations", content=body, headers=headers, timeout=30)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+@needs_landlock
+@pytest.mark.parametrize("what", ["read", "list"])
+def test_secrets_and_other_models_are_out_of_reach(container, tmp_path: Path, what: str) -> None:
+    secret = tmp_path / "identities.yaml"
+    secret.write_text("SecretAccessKey: not-for-tenants")
+    for target in (str(secret), str(Path.home() / ".ray" / "auth_token"), os.environ.get("RAY_AUTH_TOKEN_PATH"),
+                   "/dev/shm", "/etc/shadow", str(tmp_path), "/tmp"):
+        if target and (what == "list") == os.path.isdir(target):
+            assert attempt(container, what, target)["result"].startswith("REFUSED"), target
+
+
+@needs_landlock
+def test_writes_only_to_its_scratch(container, tmp_path: Path) -> None:
+    assert attempt(container, "write", str(tmp_path / "marker"))["result"].startswith("REFUSED")
+    assert not (tmp_path / "marker").exists()
+    assert attempt(container, "scratch")["result"].startswith("ALLOWED")
+    assert attempt(container, "model")["result"].startswith("ALLOWED")  # its own model stays readable
+
+
+def test_no_unix_sockets_and_no_listening(container) -> None:
+    assert attempt(container, "unix")["result"].startswith("REFUSED")
+    if sandbox.landlock_abi() >= 4:
+        assert attempt(container, "bind")["result"].startswith("REFUSED")
+
+
+@needs_landlock
+def test_other_processes_are_out_of_reach(container) -> None:
+    supervisor = os.getpid()  # the process that started it: its environment holds what the tenant must not see
+    assert attempt(container, "environ", supervisor)["result"].startswith("REFUSED")
+    if sandbox.landlock_abi() >= 6:
+        assert attempt(container, "signal", supervisor)["result"].startswith("REFUSED")
+
+
+def test_the_environment_is_the_containers_own(container, monkeypatch) -> None:
+    names = attempt(container, "scratch")["environment"]
+    assert "SERVING_CPUS" in names
+    assert not [name for name in names if name.startswith(("RAY_", "AWS_")) or "TOKEN" in name], names
+
+
+def test_a_model_that_fails_to_load_reports_why(tmp_path: Path) -> None:
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "inference.py").write_text("def model_fn(model_dir):\n    raise ValueError('corrupt weights')\n")
+    process = ContainerProcess(ContainerConfig(endpoint="e", hostname="broken", image="python",
+                                               model_data=str(tmp_path), environment={}, hop_key=KEY), "127.0.0.1")
+    with pytest.raises(ContainerStartError, match="ValueError: corrupt weights"):
+        process.start(timeout=60)
+    process.stop()
+
+
+@needs_landlock
+def test_an_archive_unpacks_inside_the_sandbox(tmp_path: Path) -> None:
+    # The archive is extracted by the confined process into its own scratch folder: a shared cache that
+    # one tenant could write would let it replace another container's model.
+    source = tmp_path / "src"
+    (source / "code").mkdir(parents=True)
+    (source / "code" / "inference.py").write_text(
+        "import os\n\ndef model_fn(model_dir):\n    return str(model_dir)\n\n"
+        "def predict_fn(data, model):\n    return {'model_dir': model, 'tmp': os.environ['TMPDIR']}\n")
+    archive = tmp_path / "model.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(source, arcname=".")
+    process = ContainerProcess(ContainerConfig(endpoint="e", hostname="archived", image="python",
+                                               model_data=str(archive), environment={}, hop_key=KEY), "127.0.0.1")
+    try:
+        process.start(timeout=60)
+        body, headers = b"{}", {"content-type": "application/json", "accept": "*/*"}
+        headers.update(hopauth.sign(KEY, "POST", "/invocations", body, headers))
+        answer = httpx.post(process.url + "/invocations", content=body, headers=headers, timeout=30).json()
+        assert answer["model_dir"].startswith(answer["tmp"])
+    finally:
+        process.stop()
+    assert not Path(process.scratch).exists()  # its files go with it
+
+
+def test_the_data_port_was_bound_by_the_supervisor(container) -> None:
+    host, port = container.url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5):
+        pass  # listening, although the process itself may bind nothing

@@ -1,0 +1,129 @@
+"""A hostile tenant: a model's own code (it-hostile/tenant) attacks the gateway, its neighbour and the cluster.
+
+The tenant's `code/inference.py` (tests/server_fixtures.py, HANDLERS["hostile"]) tries what the
+request tells it: read secrets (the identities file, Ray's token, another model), list Ray's object
+store, write outside its scratch folder, call its neighbour's data port, open Ray's Unix sockets,
+signal or read the gateway's process, join the cluster as a driver and read the registry. It
+reports each attempt; every one must be refused. Before this fix all of them but the neighbour's
+403 succeeded (tenant code ran inside a Ray worker, with the cluster's token).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import ray
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _gateway_pid(url: str) -> int:
+    port = int(url.rsplit(":", 1)[1])
+    for connection in psutil.net_connections("tcp"):
+        if connection.status == psutil.CONN_LISTEN and connection.laddr.port == port and connection.pid:
+            return connection.pid
+    raise AssertionError(f"no process listens on {url}")
+
+
+def _replicas() -> dict[tuple[str, str], list[str]]:
+    from serving import app
+
+    return ray.get(app._registry().snapshot.remote(-1), timeout=30)["replicas"]
+
+
+@pytest.fixture(scope="module")
+def report(server, identities_file, demo_models, tmp_path_factory) -> dict[str, str]:
+    replicas = _replicas()
+    token_files = [os.environ.get("RAY_AUTH_TOKEN_PATH"), str(Path.home() / ".ray" / "auth_token")]
+    session = Path(ray._private.worker.global_worker.node.get_session_dir_path())
+    outside = tmp_path_factory.mktemp("outside-the-sandbox")
+    targets = {
+        "read": [str(identities_file), *[path for path in token_files if path],
+                 str(demo_models / "iris-classifier" / "model.skops"), str(ROOT / "examples" / "identities.yaml")],
+        "list": ["/dev/shm", str(session), "/tmp", str(Path.home())],
+        "write": [str(outside / "marker"), "/tmp/serving-tenant-marker"],
+        "post": [url + "/invocations" for key, urls in replicas.items() for url in urls if key != ("it-hostile", "tenant")][:4],
+        "unix": sorted(glob.glob(str(session / "sockets" / "*")))[:3],
+        "pids": [_gateway_pid(server.url), os.getpid()],
+        "gcs": ray.get_runtime_context().gcs_address,
+    }
+    response = server.invoke("it-hostile", targets, target="tenant")
+    assert response.status_code == 200, response.text
+    found = response.json()
+    assert not (outside / "marker").exists() and not Path("/tmp/serving-tenant-marker").exists()
+    deadline = time.monotonic() + 180  # the tenant's Ray driver attempt runs in its background: collect it
+    while time.monotonic() < deadline:
+        cluster = server.invoke("it-hostile", {"collect": True}, target="tenant").json()
+        if "ray driver" in cluster:
+            return {**found, **cluster}
+        time.sleep(2)
+    raise AssertionError(f"the tenant's cluster attempts did not finish: {cluster}")
+
+
+def _attempts(report: dict[str, str], prefix: str) -> dict[str, str]:
+    attempts = {key: value for key, value in report.items() if key.startswith(prefix)}
+    assert attempts, f"the tenant made no {prefix!r} attempt"
+    return attempts
+
+
+@pytest.mark.parametrize("kind", ["read ", "list ", "write ", "unix ", "signal ", "environ ", "memory "])
+def test_the_tenant_reaches_nothing_outside_its_sandbox(report: dict[str, str], kind: str) -> None:
+    allowed = {key: value for key, value in _attempts(report, kind).items() if value.startswith("ALLOWED")}
+    assert not allowed, allowed
+
+
+def test_the_tenant_cannot_call_other_containers(report: dict[str, str]) -> None:
+    for key, value in _attempts(report, "post ").items():
+        assert value.startswith("REFUSED: HTTPError: HTTP Error 403"), (key, value)
+
+
+def test_the_tenant_cannot_join_the_cluster_or_read_its_store(report: dict[str, str]) -> None:
+    assert report["gcs kv"].startswith("REFUSED"), report["gcs kv"]
+    assert report["ray driver"].startswith("REFUSED"), report["ray driver"]
+
+
+def test_the_tenant_holds_no_ray_credentials(report: dict[str, str]) -> None:
+    leaked = [name for name in report["environment"] if name.startswith(("RAY_", "AWS_")) or "TOKEN" in name]
+    assert not leaked, leaked
+
+
+def test_registry_writes_need_the_control_plane_capability(server) -> None:
+    # A process that reaches the registry without the capability (here: the test driver, with a guessed
+    # token) can neither rewrite an endpoint, nor delete one, nor register a replica of someone else's.
+    from serving import app
+
+    registry = app._registry()
+    before = ray.get(registry.snapshot.remote(-1), timeout=30)
+    forged = {**before["endpoints"]["it-secure"], "access": None}  # the attack: drop it-secure's AccessControl
+    assert ray.get(registry.put_endpoint.remote("0" * 64, "it-secure", forged), timeout=30) is False
+    assert ray.get(registry.delete_endpoint.remote("", "it-secure"), timeout=30) is False
+    assert ray.get(registry.register.remote("it-secure", "customIps-iris", "http://127.0.0.1:9", "0" * 64), timeout=30) is False
+    some_url = next(iter(before["replicas"][("it-secure", "customIps-iris")]))
+    assert ray.get(registry.deregister.remote(some_url, "0" * 64), timeout=30) is False
+    after = ray.get(registry.snapshot.remote(-1), timeout=30)
+    assert after["endpoints"]["it-secure"] == before["endpoints"]["it-secure"]
+    assert "http://127.0.0.1:9" not in after["replicas"].get(("it-secure", "customIps-iris"), [])
+    assert some_url in after["replicas"][("it-secure", "customIps-iris")]
+    assert after["refused"] >= before["refused"] + 4
+    anonymous = server.invoke("it-secure", [[5.1, 3.5, 1.4, 0.2]], target="customIps-iris")
+    assert anonymous.status_code == 403  # still protected
+
+
+def test_no_secret_travels_through_ray(server, access_callers) -> None:
+    # What the registry (actor state, object store) holds names the identities file; no secret, no digest.
+    import hashlib
+
+    snapshot = repr(ray.get(__import__("serving.app", fromlist=["_registry"])._registry().snapshot.remote(-1), timeout=30))
+    for credentials in access_callers.values():
+        for field in ("SecretAccessKey", "ApiKey"):
+            secret = credentials.get(field)
+            if secret:
+                assert secret not in snapshot
+                assert hashlib.sha256(secret.encode()).hexdigest() not in snapshot

@@ -1,0 +1,461 @@
+"""One embedded Ray + endpoint server per test session, with the endpoints the tests use.
+
+Imported by tests/conftest.py, so that the integration and the security suites share one server
+(it starts only when a test asks for it). Every wait is bounded; everything is torn down at the
+end of the session.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from serving.settings import ServerSettings
+from serving.spec import parse_spec
+
+READY_TIMEOUT_S = 420  # ~60 replicas, TensorFlow and PyTorch ones among them, start on 2 shared CPUs
+
+
+def pytest_collection_modifyitems(items):
+    # The session's set-up (training, Ray, every endpoint) is bounded by READY_TIMEOUT_S, not by the
+    # per-test timeout of whichever test happens to request it first: that one times its own body only.
+    for item in items:
+        if item.get_closest_marker("integration") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(float(item.config.getini("timeout") or 300), func_only=True))
+
+
+HANDLERS = {
+    # predict_fn fails for every input: the model's own error must reach the caller as ModelError.
+    "faulty": '''
+def predict_fn(data, model):
+    raise RuntimeError("faulty model: cannot score this input")
+''',
+    # Sleeps for the seconds given in custom attributes ("sleep=2.5"): timeouts and backpressure.
+    "sleepy": '''
+import json, time
+
+def input_fn(body, content_type):
+    return body
+
+def predict_fn(data, model, context):
+    seconds = float((context.custom_attributes or "sleep=0").split("=", 1)[1])
+    time.sleep(seconds)
+    return {"slept": seconds}
+''',
+    # Echoes what it received, with its content type: proves the serial hand-off.
+    "echo": '''
+import json
+
+def input_fn(body, content_type):
+    return {"content_type": content_type, "body": body.decode()}
+
+def predict_fn(data, model):
+    return data
+
+def output_fn(prediction, accept):
+    return json.dumps(prediction), "application/json"
+''',
+    # Emits CSV whatever it gets: the next container must receive text/csv.
+    "to-csv": '''
+def input_fn(body, content_type):
+    return body
+
+def predict_fn(data, model):
+    return "1.0,2.0\\n3.0,4.0\\n"
+
+def output_fn(prediction, accept):
+    return prediction, "text/csv"
+''',
+    # A hostile tenant: tries every way around the gateway it is told of, and reports what worked.
+    "hostile": '''
+import json, os, socket, subprocess, sys, threading, urllib.request
+
+CLUSTER_ATTEMPTS = {}  # slow ones (a Ray driver starting): run in the background, collected by a later request
+
+def input_fn(body, content_type):
+    return json.loads(body)
+
+def _try(attempt):
+    try:
+        return "ALLOWED: " + str(attempt())[:200]
+    except Exception as error:
+        return "REFUSED: " + type(error).__name__ + ": " + str(error)[:200]
+
+def _post(url):
+    request = urllib.request.Request(url, data=b"[[5.1, 3.5, 1.4, 0.2]]", headers={"Content-Type": "application/json"})
+    return urllib.request.urlopen(request, timeout=10).read()
+
+def _unix(path):
+    sock = socket.socket(socket.AF_UNIX)
+    sock.connect(path)
+    return "connected"
+
+def _ray_driver(gcs):
+    code = "import ray; ray.init(address=%r); print(ray.get_actor('serving-registry', namespace='serving').snapshot.remote(-1))" % gcs
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    if done.returncode:
+        raise RuntimeError((done.stderr.strip().splitlines() or ["exit %d" % done.returncode])[-1])
+    return done.stdout
+
+def _gcs_kv(gcs):
+    from ray._raylet import GcsClient
+    return GcsClient(address=gcs).internal_kv_get(b"serving-root-secret", b"serving", timeout=10)
+
+def predict_fn(targets, model):
+    report = {}
+    for path in targets.get("read", []):
+        report["read " + path] = _try(lambda: open(path, "rb").read(64))
+    for path in targets.get("list", []):
+        report["list " + path] = _try(lambda: os.listdir(path))
+    for path in targets.get("write", []):
+        report["write " + path] = _try(lambda: open(path, "w").write("tenant was here"))
+    for url in targets.get("post", []):
+        report["post " + url] = _try(lambda: _post(url))
+    for path in targets.get("unix", []):
+        report["unix " + path] = _try(lambda: _unix(path))
+    for pid in targets.get("pids", []):
+        report["signal %d" % pid] = _try(lambda: os.kill(pid, 0))
+        report["environ %d" % pid] = _try(lambda: open("/proc/%d/environ" % pid, "rb").read(64))
+        report["memory %d" % pid] = _try(lambda: open("/proc/%d/mem" % pid, "rb").read(1))
+    if targets.get("gcs") and not CLUSTER_ATTEMPTS:
+        def attack(gcs=targets["gcs"]):
+            CLUSTER_ATTEMPTS["gcs kv"] = _try(lambda: _gcs_kv(gcs))
+            CLUSTER_ATTEMPTS["ray driver"] = _try(lambda: _ray_driver(gcs))
+        CLUSTER_ATTEMPTS["started"] = True
+        threading.Thread(target=attack, daemon=True).start()
+    if targets.get("collect"):
+        return dict(CLUSTER_ATTEMPTS)
+    report["environment"] = sorted(os.environ)
+    return report
+
+def output_fn(prediction, accept):
+    return json.dumps(prediction), "application/json"
+''',
+    # Fails to load: the endpoint must become Failed with this reason, not hang.
+    "broken": '''
+def model_fn(model_dir):
+    raise ValueError("weights file is corrupt (test)")
+
+def predict_fn(data, model):
+    return data
+''',
+}
+
+
+def _handler_dir(root: Path, name: str) -> Path:
+    folder = root / name
+    (folder / "code").mkdir(parents=True)
+    (folder / "code" / "inference.py").write_text(HANDLERS[name])
+    return folder
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def handler_models(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("handlers")
+    return {name: _handler_dir(root, name) for name in HANDLERS}
+
+
+# Callers of it-secure, the one endpoint with AccessControl: SageMaker's documented example
+# (team-a may invoke customIps* and common* containers only, team-b everything but special*).
+ACCESS_CALLERS = {
+    "team-a": {"AccessKeyId": "AKIAINTEGTEAMA0001", "SecretAccessKey": "team-a-integration-secret",
+               "PolicyDocuments": ["customips-and-common.json"]},
+    "team-b": {"AccessKeyId": "AKIAINTEGTEAMB0002", "SecretAccessKey": "team-b-integration-secret",
+               "PolicyDocuments": ["all-but-special.json"]},
+    "batch-job": {"ApiKey": "batch-job-integration-api-key", "PolicyDocuments": ["all-but-special.json"]},
+}
+
+
+@pytest.fixture(scope="session")
+def access_callers() -> dict[str, dict]:
+    """Principal -> its credentials (and policy file names) in it-secure's identities file."""
+    return ACCESS_CALLERS
+
+
+@pytest.fixture(scope="session")
+def identities_file(tmp_path_factory) -> Path:
+    """it-secure's identities file, attaching the example policies shipped in policies/."""
+    policies = Path(__file__).resolve().parents[1] / "policies"
+    entries = [{"Principal": name, **fields, "PolicyDocuments": [str(policies / p) for p in fields["PolicyDocuments"]]}
+               for name, fields in ACCESS_CALLERS.items()]
+    path = tmp_path_factory.mktemp("access") / "identities.yaml"
+    path.write_text(yaml.safe_dump({"Identities": entries}))
+    return path
+
+
+def access_endpoint_spec(demo: Path, identities: Path) -> dict:
+    """it-secure: Direct, three containers named after the documented example, with AccessControl."""
+    return {"EndpointName": "it-secure", "AccessControl": {"IdentitiesFile": str(identities)}, "Containers": [
+        {"ContainerHostname": "customIps-iris", "Image": "sklearn", "ModelDataUrl": str(demo / "iris-classifier")},
+        {"ContainerHostname": "common-wine", "Image": "sklearn", "ModelDataUrl": str(demo / "wine-classifier")},
+        {"ContainerHostname": "special-labels", "Image": "python", "ModelDataUrl": str(demo / "iris-labels.tar.gz")},
+    ]}
+
+
+# it-fifteen: three containers of each of the five stacks, one per artifact layout of
+# examples/train_hetero.py. Hostname -> (Image, model folder in hetero_models, Environment).
+FIFTEEN = {
+    "sklearn-features": ("sklearn", "hetero-features", {}),
+    "sklearn-iris": ("sklearn", "hetero-iris-sklearn", {}),
+    "sklearn-wine": ("sklearn", "hetero-wine-sklearn", {"SERVING_SKLEARN_METHOD": "predict_proba"}),
+    "pytorch-script": ("pytorch", "hetero-iris-torchscript", {}),
+    "pytorch-export": ("pytorch", "hetero-wine-export", {}),
+    "pytorch-state": ("pytorch", "hetero-iris-state", {}),
+    "tensorflow-saved": ("tensorflow", "hetero-tf-features", {}),
+    "tensorflow-keras": ("tensorflow", "hetero-tf-iris", {}),
+    "tensorflow-archive": ("tensorflow", "hetero-tf-wine.tar.gz", {}),
+    "onnx-iris": ("onnx", "hetero-onnx-iris", {}),
+    "onnx-two": ("onnx", "hetero-onnx-two", {}),
+    "onnx-features": ("onnx", "hetero-onnx-features", {}),
+    "python-labels": ("python", "hetero-labels", {}),
+    "python-wine-labels": ("python", "hetero-wine-labels", {}),
+    "python-rules": ("python", "hetero-rules", {}),
+}
+
+
+@pytest.fixture(scope="session")
+def fifteen_containers() -> dict[str, tuple[str, str, dict]]:
+    """it-fifteen's containers: hostname -> (Image, model folder of hetero_models, Environment)."""
+    return FIFTEEN
+
+
+# it-runtime-env: a handler importing a module that only its RuntimeEnvironment.WorkingDir holds.
+WORKING_DIR_HANDLER = """
+import json, os
+import wd_helper  # lives in the working dir, not in the model directory
+
+def predict_fn(data, model):
+    return {"helper": wd_helper.NAME, "cwd": os.getcwd(), "cpus": os.environ.get("SERVING_CPUS")}
+
+def output_fn(prediction, accept):
+    return json.dumps(prediction), "application/json"
+"""
+
+
+@pytest.fixture(scope="session")
+def working_dir_model(tmp_path_factory) -> tuple[Path, Path]:
+    """(model directory, working directory) of it-runtime-env."""
+    root = tmp_path_factory.mktemp("runtime-env")
+    (root / "model" / "code").mkdir(parents=True)
+    (root / "model" / "code" / "inference.py").write_text(WORKING_DIR_HANDLER)
+    (root / "lib").mkdir()
+    (root / "lib" / "wd_helper.py").write_text("NAME = 'from the working dir'\n")
+    return root / "model", root / "lib"
+
+
+# The session's Ray has 2 logical CPUs and every other replica reserves 0.05 of them: the
+# containers added after it-fifteen reserve less, so that all replicas can be placed.
+TINY = {"Cpus": 0.01}
+
+
+def hetero_endpoint_specs(hetero: Path, working_dir_model: tuple[Path, Path]) -> list[dict]:
+    """it-fifteen (Direct, all five stacks), two Serial chains across frameworks, and it-runtime-env."""
+    c = lambda host, image, model, **extra: {"ContainerHostname": host, "Image": image, "ModelDataUrl": str(hetero / model),
+                                             "Resources": TINY, **extra}
+    fifteen = [c(host, image, model, Environment=env, Resources={"Cpus": 0.05}) for host, (image, model, env) in FIFTEEN.items()]
+    return [
+        {"EndpointName": "it-fifteen", "Containers": fifteen},
+        # scikit-learn features -> TensorFlow classifier -> Python labels (examples/hetero-serial.yaml)
+        {"EndpointName": "it-hetero-serial", "InferenceExecutionConfig": {"Mode": "Serial"}, "Containers": [
+            c("features", "sklearn", "hetero-features"),
+            c("classifier", "tensorflow", "hetero-tf-features"),
+            c("labels", "python", "hetero-labels"),
+        ]},
+        # the same chain with an ONNX classifier, handed NPY by the first container
+        {"EndpointName": "it-hetero-serial-onnx", "InferenceExecutionConfig": {"Mode": "Serial"}, "Containers": [
+            c("features", "sklearn", "hetero-features", Environment={"SAGEMAKER_DEFAULT_INVOCATIONS_ACCEPT": "application/x-npy"}),
+            c("classifier", "onnx", "hetero-onnx-features"),
+            c("labels", "python", "hetero-labels"),
+        ]},
+        {"EndpointName": "it-runtime-env", "Containers": [
+            {"ContainerHostname": "wd", "Image": "python", "ModelDataUrl": str(working_dir_model[0]), "Resources": TINY,
+             "RuntimeEnvironment": {"WorkingDir": str(working_dir_model[1])}},
+        ]},
+    ]
+
+
+def endpoint_specs(demo: Path, handlers: dict[str, Path]) -> list[dict]:
+    py = lambda host, name, **extra: {"ContainerHostname": host, "Image": "python", "ModelDataUrl": str(handlers[name]), **extra}
+    sk = lambda host, model, **extra: {"ContainerHostname": host, "Image": "sklearn", "ModelDataUrl": str(demo / model), **extra}
+    return [
+        {"EndpointName": "it-direct", "Containers": [
+            sk("iris", "iris-classifier"),
+            sk("wine", "wine-classifier", Environment={"SERVING_SKLEARN_METHOD": "predict_proba"}),
+            {"ContainerHostname": "labels", "Image": "python", "ModelDataUrl": str(demo / "iris-labels.tar.gz")},
+            py("faulty", "faulty"),
+            py("sleepy", "sleepy"),
+            py("narrow", "sleepy", Environment={"SERVING_MAX_CONCURRENCY": "1"}),
+        ]},
+        {"EndpointName": "it-single", "Containers": [
+            sk("only", "iris-classifier", AutoScaling={"MinCapacity": 2, "MaxCapacity": 2})]},
+        {"EndpointName": "it-serial", "InferenceExecutionConfig": {"Mode": "Serial"}, "Containers": [
+            sk("preprocess", "iris-preprocess"),
+            sk("classifier", "iris-on-features"),
+            {"ContainerHostname": "labels", "Image": "python", "ModelDataUrl": str(demo / "iris-labels.tar.gz")},
+        ]},
+        {"EndpointName": "it-handoff", "InferenceExecutionConfig": {"Mode": "Serial"}, "Containers": [
+            py("first", "to-csv"), py("second", "echo"),
+        ]},
+        {"EndpointName": "it-serial-fail", "InferenceExecutionConfig": {"Mode": "Serial"}, "Containers": [
+            sk("preprocess", "iris-preprocess"), py("faulty", "faulty"), py("never", "echo"),
+        ]},
+        {"EndpointName": "it-broken", "Containers": [py("fine", "echo"), py("broken", "broken")]},
+        # tests/security: a tenant's model that attacks its neighbour, the gateway and the cluster
+        {"EndpointName": "it-hostile", "Containers": [py("tenant", "hostile", Resources=TINY), py("victim", "echo", Resources=TINY)]},
+    ]
+
+
+# it-multi: MultiModel containers. `local` serves a folder of models through a cache of 3 on two
+# replicas; `cloud` serves the same models from an S3 bucket (a local S3-compatible server).
+MULTI_MODELS = 12
+S3_BUCKET = "it-models"
+AWS_TEST_ENVIRONMENT = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+@pytest.fixture(scope="session")
+def multi_model_prefix(demo_models, tmp_path_factory) -> Path:
+    """A MultiModel prefix: iris-0.tar.gz ... (the demo's iris classifier, as SageMaker archives) and
+    echo-model/ (a Python model that answers with its own name)."""
+    import tarfile
+
+    root = tmp_path_factory.mktemp("multi-model-prefix")
+    for index in range(MULTI_MODELS):
+        with tarfile.open(root / f"iris-{index}.tar.gz", "w:gz") as archive:
+            archive.add(demo_models / "iris-classifier", arcname=".")
+    echo = root / "echo-model" / "code"
+    echo.mkdir(parents=True)
+    (echo / "inference.py").write_text(
+        "def model_fn(model_dir):\n    return 'echo-model'\n\n"
+        "def predict_fn(data, model):\n    return {'model': model, 'input': data}\n")
+    return root
+
+
+@pytest.fixture(scope="session")
+def s3_models(multi_model_prefix) -> str:
+    """An S3-compatible server on loopback (moto: no cloud is reachable from the tests) holding the
+    prefix's models under s3://it-models/team-a/; returns its URL. Stopped at the end of the session."""
+    import logging
+
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one log line per S3 request otherwise
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=_free_port(), verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    url = f"http://{host}:{port}"
+    try:
+        s3 = boto3.client("s3", endpoint_url=url, region_name="us-east-1", aws_access_key_id="testing",
+                          aws_secret_access_key="testing")
+        s3.create_bucket(Bucket=S3_BUCKET)
+        for path in sorted(multi_model_prefix.rglob("*")):
+            if path.is_file():
+                s3.upload_file(str(path), S3_BUCKET, f"team-a/{path.relative_to(multi_model_prefix).as_posix()}")
+        yield url
+    finally:
+        server.stop()
+
+
+def multi_model_spec(prefix: Path, s3_url: str) -> dict:
+    return {"EndpointName": "it-multi", "Containers": [
+        {"ContainerHostname": "local", "Image": "sklearn", "Mode": "MultiModel", "ModelDataUrl": str(prefix),
+         "Environment": {"SERVING_MAX_MODELS": "3"}, "AutoScaling": {"MinCapacity": 2, "MaxCapacity": 2}, "Resources": TINY},
+        {"ContainerHostname": "cloud", "Image": "sklearn", "Mode": "MultiModel", "ModelDataUrl": f"s3://{S3_BUCKET}/team-a/",
+         "Environment": {**AWS_TEST_ENVIRONMENT, "SERVING_S3_ENDPOINT_URL": s3_url, "SERVING_MAX_MODELS": "3"},
+         "Resources": TINY},
+        {"ContainerHostname": "once", "Image": "python", "Mode": "MultiModel", "ModelDataUrl": str(prefix),
+         "MultiModelConfig": {"ModelCacheSetting": "Disabled"}, "Resources": TINY},
+    ]}
+
+
+def metrics_endpoint_spec(demo: Path, prefix: Path) -> dict:
+    """it-metrics: the endpoint only the metrics test invokes, so it can predict every count."""
+    return {"EndpointName": "it-metrics", "Containers": [
+        {"ContainerHostname": "multi", "Image": "sklearn", "Mode": "MultiModel", "ModelDataUrl": str(prefix),
+         "Environment": {"SERVING_MAX_MODELS": "2"}, "Resources": TINY},
+        {"ContainerHostname": "single", "Image": "sklearn", "ModelDataUrl": str(demo / "iris-classifier"),
+         "Resources": TINY},
+    ]}
+
+
+# it-scale: two containers with the same short-cooldown target tracking; the autoscaling test loads one.
+SCALE_TARGET_PER_MINUTE = 120
+
+
+def scaling_endpoint_spec(handlers: dict[str, Path]) -> dict:
+    policy = {"MinCapacity": 1, "MaxCapacity": 3, "TargetTrackingScalingPolicyConfiguration": {
+        "TargetValue": SCALE_TARGET_PER_MINUTE, "ScaleOutCooldown": 5, "ScaleInCooldown": 10}}
+    return {"EndpointName": "it-scale", "Containers": [
+        {"ContainerHostname": name, "Image": "python", "ModelDataUrl": str(handlers["echo"]), "Resources": TINY,
+         "AutoScaling": policy} for name in ("busy", "quiet")]}
+
+
+def _small(specs: list[dict]) -> list[dict]:
+    # ~35 replicas share the session's 2 logical CPUs: reserve a small share each.
+    for spec in specs:
+        for container in spec["Containers"]:
+            container.setdefault("Resources", {"Cpus": 0.05})
+    return specs
+
+
+class Server:
+    """The running endpoint server: its URL and an HTTP client."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.http = httpx.Client(base_url=url, timeout=30)
+
+    def invoke(self, endpoint: str, body, *, target: str | None = None, content_type: str = "application/json",
+               headers: dict | None = None) -> httpx.Response:
+        all_headers = {"Content-Type": content_type, **(headers or {})}
+        if target is not None:
+            all_headers["X-Amzn-SageMaker-Target-Container-Hostname"] = target
+        data = body if isinstance(body, (bytes, str)) else __import__("json").dumps(body)
+        return self.http.post(f"/endpoints/{endpoint}/invocations", content=data, headers=all_headers)
+
+    def describe(self, name: str) -> dict:
+        return self.http.get(f"/endpoints/{name}").json()
+
+
+@pytest.fixture(scope="session")
+def server(demo_models, handler_models, identities_file, hetero_models, working_dir_model, multi_model_prefix, s3_models):
+    """Embedded Ray, the endpoint server and every test endpoint; torn down after the session."""
+    from serving import app
+
+    settings = ServerSettings(port=_free_port(), max_payload_mb=1.0, invocation_timeout_s=3.0)
+    app.start_local_ray(num_cpus=2)
+    try:
+        url = app.start_gateway(settings)
+        documents = endpoint_specs(demo_models, handler_models) + [access_endpoint_spec(demo_models, identities_file)]
+        documents += hetero_endpoint_specs(hetero_models, working_dir_model)
+        documents.append(multi_model_spec(multi_model_prefix, s3_models))
+        documents.append(metrics_endpoint_spec(demo_models, multi_model_prefix))
+        documents.append(scaling_endpoint_spec(handler_models))
+        specs = [parse_spec(doc) for doc in _small(documents)]
+        for spec in specs:  # one call each: Serve starts their replicas a little apart
+            app.deploy_endpoint(spec, settings)
+        running = Server(url)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        pending = {spec.EndpointName for spec in specs}
+        while pending and time.monotonic() < deadline:
+            for name in list(pending):
+                response = running.http.get(f"/endpoints/{name}")
+                if response.status_code == 200 and response.json()["EndpointStatus"] in ("InService", "Failed"):
+                    pending.discard(name)
+            time.sleep(0.5)
+        assert not pending, f"endpoints not ready after {READY_TIMEOUT_S} s: {sorted(pending)}"
+        yield running
+        running.http.close()
+    finally:
+        app.shutdown()

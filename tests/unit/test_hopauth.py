@@ -1,0 +1,117 @@
+"""Hop signatures (serving.hopauth) and the keys they use (serving.keys): what a container accepts."""
+
+from __future__ import annotations
+
+import pytest
+
+from serving import hopauth, keys, protocol
+
+ROOT = b"r" * 32
+BODY = b'{"x": 1}'
+HEADERS = {"Content-Type": "application/json", protocol.TARGET_MODEL: "a.tar.gz"}
+
+
+def test_keys_differ_per_container_endpoint_and_root() -> None:
+    key = keys.hop_key(ROOT, "e", "c")
+    assert len(key) == 32
+    assert key != keys.hop_key(ROOT, "e", "d") and key != keys.hop_key(ROOT, "f", "c")
+    assert key != keys.hop_key(b"s" * 32, "e", "c")
+    assert keys.hop_key(ROOT, "e\0c", "") != keys.hop_key(ROOT, "e", "\0c")  # parts cannot run together
+    assert keys.control_token(ROOT) != keys.registration_proof(ROOT, "e", "c", "http://x")
+
+
+def test_verify_compares_tokens_of_any_type() -> None:
+    token = keys.control_token(ROOT)
+    assert keys.verify(token, token)
+    assert not keys.verify(token, token[:-1] + "0") and not keys.verify(token, None) and not keys.verify(token, 7)
+
+
+def test_a_signed_hop_verifies_with_any_header_case() -> None:
+    key = keys.hop_key(ROOT, "e", "c")
+    signed = hopauth.sign(key, "POST", "/invocations", BODY, HEADERS)
+    received = {name.lower(): value for name, value in {**HEADERS, **signed}.items()}
+    hopauth.verify(key, "POST", "/invocations", BODY, received)
+
+
+@pytest.mark.parametrize(("change", "reason"), [
+    (lambda h, b: (h, b + b" "), "does not match"),
+    (lambda h, b: ({**h, "accept": "text/csv"}, b), "does not match"),
+    (lambda h, b: ({**h, protocol.TARGET_MODEL.lower(): "b.tar.gz"}, b), "does not match"),
+    (lambda h, b: ({**h, protocol.CUSTOM_ATTRIBUTES.lower(): "x"}, b), "does not match"),
+    (lambda h, b: ({k: v for k, v in h.items() if k != hopauth.SIGNATURE_HEADER}, b), "unsigned"),
+    (lambda h, b: ({**h, hopauth.DATE_HEADER: "soon"}, b), "expired"),
+])
+def test_any_change_to_a_signed_hop_is_refused(change, reason: str) -> None:
+    key = keys.hop_key(ROOT, "e", "c")
+    signed = {name.lower(): value for name, value in {**HEADERS, **hopauth.sign(key, "POST", "/invocations", BODY, HEADERS)}.items()}
+    headers, body = change(signed, BODY)
+    with pytest.raises(hopauth.HopAuthError, match=reason):
+        hopauth.verify(key, "POST", "/invocations", body, headers)
+
+
+def test_old_and_future_signatures_are_refused() -> None:
+    key = keys.hop_key(ROOT, "e", "c")
+    for skew in (-hopauth.MAX_SKEW_S - 5, hopauth.MAX_SKEW_S + 5):
+        signed = hopauth.sign(key, "POST", "/invocations", BODY, HEADERS, clock=lambda: 1_000_000 + skew)
+        with pytest.raises(hopauth.HopAuthError, match="expired"):
+            hopauth.verify(key, "POST", "/invocations", BODY, {**HEADERS, **signed}, clock=lambda: 1_000_000)
+
+
+def test_another_containers_key_is_refused() -> None:
+    signed = hopauth.sign(keys.hop_key(ROOT, "e", "c"), "POST", "/invocations", BODY, HEADERS)
+    with pytest.raises(hopauth.HopAuthError, match="does not match"):
+        hopauth.verify(keys.hop_key(ROOT, "e", "d"), "POST", "/invocations", BODY, {**HEADERS, **signed})
+
+
+ECHO_HANDLER = """
+import json
+
+def input_fn(body, content_type):
+    return {"content_type": content_type, "body": body.decode()}
+
+def predict_fn(data, model):
+    return data
+
+def output_fn(prediction, accept):
+    return json.dumps({**prediction, "accept": accept}), "application/json"
+"""
+
+
+def test_the_transport_signs_what_the_container_verifies(tmp_path) -> None:
+    # Real HTTP on loopback: a container that knows its key answers the transport's hops, whatever headers
+    # the caller left out (aiohttp's defaults are signed too), and refuses an unsigned request.
+    import asyncio
+
+    import httpx
+
+    from serving._http_server import BackgroundServer
+    from serving.container import ContainerApp
+    from serving.runtimes import runtime_for
+    from serving.transport import ContainerTransport
+
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "inference.py").write_text(ECHO_HANDLER)
+    runtime = runtime_for("python", tmp_path, {})
+    runtime.load()
+    key = keys.hop_key(ROOT, "e", "echo")
+    server = BackgroundServer(ContainerApp(runtime, "echo", hop_key=key), "127.0.0.1", 0)
+    assert server.wait_started()
+
+    async def hops() -> list:
+        transport = ContainerTransport(default_limit=4, hop_key=lambda endpoint, container: keys.hop_key(ROOT, endpoint, container))
+        await transport.start()
+        transport.update({("e", "echo"): [server.url]})
+        try:
+            return [await transport.send("e", "echo", b"hello", headers, timeout=10)
+                    for headers in ({}, {"content-type": "text/plain"}, {"accept": "application/json"})]
+        finally:
+            await transport.close()
+
+    try:
+        answers = asyncio.run(hops())
+        assert [answer.status for answer in answers] == [200, 200, 200]
+        assert [__import__("json").loads(a.body)["content_type"] for a in answers] == [
+            "application/octet-stream", "text/plain", "application/octet-stream"]
+        assert httpx.post(server.url + "/invocations", content=b"hello").status_code == 403
+    finally:
+        server.stop()
