@@ -9,9 +9,9 @@ import numpy as np
 
 from serving.errors import ValidationError
 from serving.runtimes.base import Runtime
+from serving.runtimes.skops_trust import load_skops
 
 ALLOW_PICKLE_ENV = "SERVING_ALLOW_PICKLE"          # "true": also load model.joblib / model.pkl
-TRUSTED_TYPES_ENV = "SERVING_SKOPS_TRUSTED_TYPES"  # comma-separated extra types skops may build
 METHOD_ENV = "SERVING_SKLEARN_METHOD"              # predict | predict_proba | transform | decision_function
 
 SKOPS_NAMES = ("model.skops",)
@@ -68,18 +68,7 @@ class SklearnRuntime(Runtime):
         raise FileNotFoundError(f"no model.skops (or opted-in model.joblib) in {model_dir}")
 
     def _load_skops(self, path: Path) -> Any:
-        import skops.io
-
-        extra = [t.strip() for t in self.environment.get(TRUSTED_TYPES_ENV, "").split(",") if t.strip()]
-        # scikit-learn's own classes (e.g. sklearn.tree._tree.Tree) are data holders, not
-        # code-execution gadgets; anything else must be trusted explicitly.
-        untrusted = [t for t in skops.io.get_untrusted_types(file=path) if t not in extra and not t.startswith("sklearn.")]
-        if untrusted:
-            raise PermissionError(
-                f"{path.name} contains types skops does not trust: {', '.join(untrusted)}; "
-                f"list them in Environment {TRUSTED_TYPES_ENV} if you trust this artifact"
-            )
-        return skops.io.load(path, trusted=skops.io.get_untrusted_types(file=path))
+        return load_skops(path, self.environment)  # skops' defaults, reviewed data holders, the operator's list
 
     def input_fn(self, body: bytes, content_type: str | None) -> Any:
         return to_matrix(super().input_fn(body, content_type))
