@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import pathlib
+import re
 import subprocess
 import zipfile
 from pathlib import Path
@@ -196,3 +197,81 @@ def test_a_tree_wider_than_its_estimator_is_refused(tmp_path: Path) -> None:
     rewrite_zip(tmp_path / "model.skops", narrow)
     with pytest.raises(ValueError, match="feature count does not match"):
         runtime_loaded("sklearn", tmp_path, {})
+
+
+# --- torch.export (.pt2) --------------------------------------------------------------------------
+
+class _WritesMarker:
+    """Unpickling this writes the marker: what any pickle may do."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return pathlib.Path.write_text, (self.marker, "pickle ran")
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory):
+    """A legit torch.export program (Linear + softmax, dynamic batch) in model.pt2, and the module it came from."""
+    import torch
+
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Softmax(dim=-1)).eval()
+    program = torch.export.export(module, (torch.randn(2, 4),), dynamic_shapes=({0: torch.export.Dim("batch")},))
+    folder = tmp_path_factory.mktemp("export")
+    torch.export.save(program, str(folder / "model.pt2"))
+    return folder, module
+
+
+def hostile_pt2(exported_folder: Path, target: Path, marker: Path, how: str) -> Path:
+    """A copy of the legit archive with one member replaced by a gadget."""
+    import torch
+
+    target.mkdir()
+    archive = target / "model.pt2"
+    archive.write_bytes((exported_folder / "model.pt2").read_bytes())
+
+    def edit(member: str, data: bytes) -> bytes:
+        if how == "pickle" and member.endswith("/sample_inputs/model.pt"):
+            buffer = io.BytesIO()
+            torch.save(_WritesMarker(marker), buffer)  # torch tries weights_only, then falls back to full unpickling
+            return buffer.getvalue()
+        if how == "shape expression" and member.endswith("/models/model.json"):
+            # torch.export.load hands every symbolic size to sympy.sympify, which evaluates Python.
+            code = f"__import__('pathlib').Path({str(marker)!r}).write_text('sympify ran')"
+            doc, count = re.subn(r'"expr_str": "(?:[^"\\]|\\.)*"', lambda _: json.dumps({"expr_str": code})[1:-1],
+                                 data.decode())
+            assert count
+            return doc.encode()
+        return data
+
+    rewrite_zip(archive, edit)
+    return target
+
+
+@pytest.mark.parametrize("how", ["pickle", "shape expression"])
+def test_hostile_pt2_is_refused_without_the_opt_in_and_never_runs(exported, tmp_path: Path, how: str) -> None:
+    marker = tmp_path / "gadget-ran"
+    folder = hostile_pt2(exported[0], tmp_path / "model", marker, how)
+    refusal = None
+    try:
+        runtime_for("pytorch", folder, {}).load()
+    except PermissionError as error:
+        refusal = error
+    except Exception:  # a gadget may break the rest of the load; the marker says whether it ran
+        pass
+    assert not marker.exists(), f"the archive's {how} ran"
+    assert refusal is not None and "SERVING_ALLOW_PICKLE" in str(refusal)
+
+
+def test_pt2_needs_the_opt_in_and_then_answers(exported) -> None:
+    import torch
+
+    folder, module = exported
+    with pytest.raises(PermissionError, match="refusing to load model.pt2.*SERVING_ALLOW_PICKLE"):
+        runtime_for("pytorch", folder, {}).load()
+    runtime = runtime_loaded("pytorch", folder, {"SERVING_ALLOW_PICKLE": "true"})
+    with torch.no_grad():
+        expected = module(torch.tensor(ROWS, dtype=torch.float32)).numpy()
+    np.testing.assert_allclose(np.asarray(invoke(runtime, ROWS)), expected, rtol=1e-5, atol=1e-6)
