@@ -72,9 +72,8 @@ class MultiModelHandler:
         return runtime
 
     def _unload(self, runtime: Runtime) -> None:
-        """Drop the model and give its memory back (framework caches included)."""
-        runtime.model = None
-        runtime._hooks = {}
+        """Drop the model and its code's modules, and give its memory back (framework caches included)."""
+        runtime.unload()
         # Reference counting frees a model as soon as the last reference goes; a young-generation
         # collection catches the usual short cycles. A full collection would cost ~150 ms per
         # eviction in a process holding a framework, paid by the request that caused it.
