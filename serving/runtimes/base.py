@@ -40,6 +40,9 @@ class Runtime:
     # Modules a replica imports before its first model: a MultiModel container loads models on
     # demand, and its first request should pay for the model, not for importing the framework.
     frameworks: tuple[str, ...] = ()
+    # Whether the stack may look for its model in a folder below model_dir (SageMaker's `<model>/<version>/`).
+    # False for a MultiModel folder TargetModel: that folder is the model, and one below it may be another.
+    nested_layouts = True
 
     @classmethod
     def import_frameworks(cls) -> None:

@@ -269,11 +269,12 @@ def test_savedmodel_signature_by_environment(loaded, tf_module_model: Path) -> N
 
 # --- TensorFlow layouts ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("layout", ["root", "version folder", "model/version", "two versions", "archive"])
+@pytest.mark.parametrize("layout", ["root", "version folder", "model/version", "export/Servo", "two versions", "archive"])
 def test_savedmodel_layouts(loaded, hetero_models: Path, hetero_expected: dict, answer_matches, tmp_path: Path,
                             layout: str) -> None:
     source = hetero_models / "hetero-tf-features" / "1"
     target = {"root": tmp_path / "m", "version folder": tmp_path / "m" / "3", "model/version": tmp_path / "m" / "features" / "7",
+              "export/Servo": tmp_path / "m" / "export" / "Servo" / "5",  # SageMaker's legacy TF layout
               "two versions": tmp_path / "m" / "2", "archive": tmp_path / "staging" / "model" / "1"}[layout]
     shutil.copytree(source, target)
     if layout == "two versions":  # the highest version is served: version 1 is a broken copy
