@@ -77,4 +77,12 @@ class SklearnRuntime(Runtime):
         method = self.environment.get(METHOD_ENV) or ("predict" if hasattr(model, "predict") else "transform")
         if not hasattr(model, method):
             raise AttributeError(f"{type(model).__name__} has no method {method!r} ({METHOD_ENV})")
-        return getattr(model, method)(data)
+        try:
+            return getattr(model, method)(data)
+        except (ValueError, TypeError) as error:
+            if getattr(data, "dtype", None) is not None and data.dtype.kind in "US":
+                # Text is the caller's input error for a model that takes numbers (a categorical one takes it).
+                reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+                raise ValidationError(f"input holds text ({data.dtype}) that {type(model).__name__} cannot use: "
+                                      f"{reason}") from None
+            raise
