@@ -4,7 +4,9 @@ An archive may hold only regular files and folders with relative names and no `.
 devices and FIFOs are refused before anything is written (models need none of them). With no
 links, no member can be redirected outside the folder, whatever the Python; tarfile's `data`
 filter still runs as a second line (it also drops setuid bits and group/other write). Before
-3.11.13 / 3.12.11 / 3.13.4 that filter alone can be bypassed by symlink chains (CVE-2025-4517).
+3.11.13 / 3.12.11 / 3.13.4 that filter alone can be bypassed by symlink chains (CVE-2025-4517);
+before 3.11.14 / 3.12.12 / 3.13.6 a negative member size makes tarfile read forever (CVE-2025-8194),
+so members are read one by one and such a member is refused.
 Error messages name the archive and the member, never a path of this machine.
 """
 
@@ -54,9 +56,10 @@ def extract_archive(archive: Path, target: Path) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
     try:
         with tarfile.open(archive, "r:*") as tar:
-            members = tar.getmembers()
-            for member in members:  # all of them before the first write
+            members = []
+            for member in tar:  # all of them before the first write; not getmembers(), which can loop forever
                 _check_member(member)
+                members.append(member)
             tar.extractall(staging, members=members, filter="data")
     except (tarfile.TarError, OSError, EOFError, zlib.error, ArtifactError) as error:
         shutil.rmtree(staging, ignore_errors=True)
@@ -74,6 +77,8 @@ _KINDS = {tarfile.SYMTYPE: "symbolic link", tarfile.LNKTYPE: "hard link", tarfil
 
 def _check_member(member: tarfile.TarInfo) -> None:
     """Refuse anything but a regular file or folder, and any name that is absolute or climbs with `..`."""
+    if member.size < 0:  # sends tarfile back to an earlier header, forever, before 3.11.14 (CVE-2025-8194)
+        raise ArtifactError(f"member {_shown(member.name)} has a negative size (a crafted archive)")
     if member.name.startswith("/"):
         raise ArtifactError("a member has an absolute name")
     if ".." in PurePosixPath(member.name).parts:

@@ -212,3 +212,31 @@ def test_a_plain_model_archive_still_extracts(tmp: Path) -> None:
     out = extract_archive(archive, tmp / "out" / "model")
     assert (out / "code" / "inference.py").read_bytes() == b"# hooks\n"
     assert (out / "model.skops").read_bytes() == b"weights" and (out / "extra.txt").is_file()
+
+
+def looping_archive(path: Path) -> Path:
+    """A tar whose second header has a negative size, sending the reader back to itself (CVE-2025-8194)."""
+    import gzip
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        regular("model.skops", b"w")(tar)
+        header = tarfile.TarInfo("again").tobuf(tarfile.GNU_FORMAT)
+        tar.fileobj.write(header)
+        tar.offset += len(header)
+    data = bytearray(buffer.getvalue())
+    second = 1024  # header, one data block, then this header; after it, -512 leads back to it
+    data[second + 124 : second + 136] = b"\xff" + ((-512) % 256**11).to_bytes(11, "big")  # GNU base-256 size
+    data[second + 148 : second + 156] = b" " * 8
+    data[second + 148 : second + 156] = b"%06o\0 " % sum(data[second : second + 512])
+    path.write_bytes(gzip.compress(bytes(data)))
+    return path
+
+
+@pytest.mark.timeout(5)
+def test_an_archive_whose_headers_loop_is_refused_not_read_forever(tmp: Path) -> None:
+    # Before 3.11.14 / 3.12.12 / 3.13.6, tarfile itself reads such an archive forever (getmembers never returns).
+    archive = looping_archive(tmp / "model.tar.gz")
+    with pytest.raises(ArtifactError, match="negative size"):
+        extract_archive(archive, tmp / "out" / "model")
+    assert not (tmp / "out" / "model").exists()
