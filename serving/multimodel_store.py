@@ -47,6 +47,7 @@ MAX_TARGET_LENGTH = 1024
 DownloadObserver = Callable[[str, float, int], None]
 """`downloaded(target, seconds, nbytes)`: called once per fetch that was not a disk-cache hit."""
 
+HANDLER = "code/inference.py"  # a folder holding only this is a model too (the python stack's)
 _ENTRY_FILE = "entry.json"
 _MODEL_DIR = "model"
 _STAGING, _TRASH = ".staging-", ".trash-"
@@ -285,7 +286,7 @@ class _LocalSource:
         if not _inside(real, self.real_root):
             raise ValidationError(f"TargetModel {_shown(target)} resolves outside the model-store prefix {prefix}")
         if os.path.isdir(real):
-            _check_model(target, _file_names(real), self._holder)
+            _check_model(target, self._holder(target), self._holder)
             return _Located(directory=Path(real))
         if not os.path.isfile(real):
             raise _not_found(target, prefix)
@@ -305,7 +306,9 @@ class _LocalSource:
 
     def _holder(self, folder: str) -> bool:
         real = self._real(folder)
-        return _inside(real, self.real_root) and os.path.isdir(real) and _holds_files(_file_names(real))
+        if not (_inside(real, self.real_root) and os.path.isdir(real)):
+            return False
+        return _model_folder(_file_names(real), os.path.isfile(os.path.join(real, *HANDLER.split("/"))))
 
     def files(self) -> Iterator[str]:
         for folder, dirs, files in os.walk(self.real_root):
@@ -352,7 +355,8 @@ class _S3Source:
         objects = [(obj["Key"][len(key) + 1 :], obj) for obj in self._list(key + "/") if not obj["Key"].endswith("/")]
         if not objects:
             raise _not_found(target, prefix)
-        _check_model(target, [relative for relative, _ in objects if "/" not in relative], self._holder)
+        relatives = [relative for relative, _ in objects]
+        _check_model(target, _model_folder([r for r in relatives if "/" not in r], HANDLER in relatives), self._holder)
         for relative, _ in objects:
             try:
                 validate_target(relative)
@@ -367,7 +371,9 @@ class _S3Source:
 
     def _holder(self, folder: str) -> bool:
         key = self.key_prefix + folder + "/"
-        return _holds_files(obj["Key"][len(key) :] for obj in self._list(key, delimiter="/"))
+        if _model_folder((obj["Key"][len(key) :] for obj in self._list(key, delimiter="/")), False):
+            return True
+        return self._call("read", key + HANDLER, self.client.head_object, Bucket=self.bucket, Key=key + HANDLER) is not None
 
     def files(self) -> Iterator[str]:
         for obj in self._list(self.key_prefix):
@@ -426,7 +432,9 @@ def _models_from_files(paths: Iterable[str]) -> list[str]:
             files.append(validate_target(path))
         except ValidationError:
             continue
-    holders = {path.rpartition("/")[0] for path in files if not path.endswith(ARCHIVE_SUFFIXES)} - {""}
+    holders = {path.rpartition("/")[0] for path in files if not path.endswith(ARCHIVE_SUFFIXES)}
+    holders |= {path[: -len(HANDLER) - 1] for path in files if path.endswith("/" + HANDLER)}  # a handler-only model
+    holders -= {""}
 
     def within_model(path: str) -> bool:
         parts = path.split("/")
@@ -437,15 +445,16 @@ def _models_from_files(paths: Iterable[str]) -> list[str]:
     return sorted(folders | archives)
 
 
-def _check_model(target: str, files: Iterable[str] | None, holder: Callable[[str], bool]) -> None:
-    """Refuse a TargetModel that `list_models` would not list: hidden, a folder holding no files of its own
-    (`files` None: an archive), or inside another model (a folder up the path that holds files)."""
+def _check_model(target: str, model_folder: bool | None, holder: Callable[[str], bool]) -> None:
+    """Refuse a TargetModel that `list_models` would not list: hidden, a folder that is no model folder
+    (`model_folder` None: an archive), or inside another model (a model folder up the path)."""
     parts = target.split("/")
     why = None
     if any(part.startswith(".") for part in parts):
         why = "hidden files and folders never are"
-    elif files is not None and not _holds_files(files):
-        why = "a folder TargetModel must hold the model's files itself, and this one holds only folders or archives"
+    elif model_folder is False:
+        why = ("a folder TargetModel must hold the model's files itself (or its code/inference.py), and this one "
+               "holds only folders or archives")
     if why:
         raise ValidationError(f"model {_shown(target)} is not a model: {why}")
     for depth in range(1, len(parts)):
@@ -454,10 +463,13 @@ def _check_model(target: str, files: Iterable[str] | None, holder: Callable[[str
             raise ValidationError(f"model {_shown(target)} is inside model {_shown(ancestor)}: name that model")
 
 
-def _holds_files(names: Iterable[str]) -> bool:
-    """Whether a folder with these files is a model folder (archives beside each other are models of their own)."""
-    return any(name and not name.startswith(".") and not name.endswith(ARCHIVE_SUFFIXES)  # "": an S3 folder marker
-               for name in names)
+def _model_folder(names: Iterable[str], has_handler: bool) -> bool:
+    """Whether a folder directly holding files `names` (and `code/inference.py` or not) is a model folder.
+
+    Archives beside each other are models of their own, not files of their folder's model.
+    """
+    return has_handler or any(name and not name.startswith(".") and not name.endswith(ARCHIVE_SUFFIXES)
+                              for name in names)  # "": an S3 folder marker
 
 
 def _file_names(folder: str) -> list[str]:

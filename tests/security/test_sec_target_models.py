@@ -49,6 +49,18 @@ def test_a_part_of_a_model_is_not_a_model(tmp_path: Path) -> None:
     store.check("secret")
 
 
+def test_a_folder_holding_only_its_handler_is_a_model(tmp_path: Path) -> None:
+    # The python stack's usual model: code/inference.py and nothing else.
+    root = tmp_path / "prefix"
+    (root / "echo" / "code").mkdir(parents=True)
+    (root / "echo" / "code" / "inference.py").write_text("def predict_fn(data, model):\n    return data\n")
+    store = ModelStore(str(root), tmp_path / "cache")
+    store.check("echo")
+    with pytest.raises(ValidationError, match="model 'echo/code' is inside model 'echo'"):
+        store.check("echo/code")
+    assert store.list_models() == ["echo"]
+
+
 def test_multimodel_refuses_the_folder_through_the_handler(tmp_path: Path) -> None:
     root = tmp_path / "prefix"
     write_model(root / "secret" / "inner")
