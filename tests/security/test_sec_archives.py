@@ -240,3 +240,32 @@ def test_an_archive_whose_headers_loop_is_refused_not_read_forever(tmp: Path) ->
     with pytest.raises(ArtifactError, match="negative size"):
         extract_archive(archive, tmp / "out" / "model")
     assert not (tmp / "out" / "model").exists()
+
+
+def test_a_refused_archive_reaches_the_multimodel_caller_as_a_400(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+    import tempfile
+
+    from serving.multimodel import MultiModelHandler
+    from serving.runtimes import InvocationContext
+
+    (tmp / "system-tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp / "system-tmp"))  # the replica's cache goes in there
+    (tmp / "store").mkdir()
+    handler = MultiModelHandler("python", str(tmp / "store"), {}, hostname="mm")
+    # Extraction happens in tmp/system-tmp/serving-models-mm-XXXXXXXX/.staging-XXXXXXXX/model.XXXXXXXX.
+    dest_len = len(str(handler.cache_dir)) + 1 + len(".staging-") + 8 + 1 + len("model.") + 8 + 1
+    write_archive(tmp / "store" / "evil.tar.gz", hostile(tmp, dest_len, 4)["realpath chain, file through it"])
+
+    async def scenario() -> ValidationError:
+        with pytest.raises(ValidationError) as caught:
+            await handler.ainvoke(b"[1]", "application/json", None, InvocationContext(target_model="evil.tar.gz"))
+        return caught.value
+
+    try:
+        error = asyncio.run(scenario())
+    finally:
+        handler.close()
+    assert error.status == 400 and "model 'evil.tar.gz' cannot be used" in error.message
+    assert "symbolic link" in error.message and str(tmp) not in error.message and "/tmp/" not in error.message
+    assert not (tmp / "evil").exists() and (tmp / "secret").read_bytes() == SECRET
