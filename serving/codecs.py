@@ -95,7 +95,8 @@ def _check_npy(body: bytes) -> None:
     declared = math.prod(shape) * dtype.itemsize
     carried = len(body) - stream.tell()
     if declared != carried:
-        raise ValueError(f"its header declares {declared} bytes of data ({dtype} {list(shape)}) but it carries {carried}")
+        raise ValueError(f"its header declares {declared} bytes of data ({dtype} {list(shape)}), "
+                         f"but it carries {carried}")
 
 
 def choose_accept(accept: str | None) -> str:

@@ -2,8 +2,8 @@
 
 A prefix is a local directory, `file:///abs/dir` or `s3://bucket/prefix/` (any S3-compatible
 store). A TargetModel is a relative POSIX path under it naming a model, as `list_models` lists them:
-an archive, or a folder that holds files itself (not only folders: a folder around a model is not
-one), neither inside another model nor hidden. A directory is used as is (local prefixes, never
+an archive, or a folder that holds files (or `code/inference.py`) itself, not only folders (a folder
+around a model is not one), neither inside another model nor hidden. A directory is used as is (local prefixes, never
 copied) or downloaded (S3); a `.tar.gz`/`.tgz` archive is unpacked with `serving.modelstore`'s
 checked extraction. Unpacked and downloaded models live in `cache_dir/<safe-name>/model`, built in
 a hidden staging folder and renamed into place, so a crash never leaves a half model that looks whole.
@@ -373,7 +373,8 @@ class _S3Source:
         key = self.key_prefix + folder + "/"
         if _model_folder((obj["Key"][len(key) :] for obj in self._list(key, delimiter="/")), False):
             return True
-        return self._call("read", key + HANDLER, self.client.head_object, Bucket=self.bucket, Key=key + HANDLER) is not None
+        handler = key + HANDLER
+        return self._call("read", handler, self.client.head_object, Bucket=self.bucket, Key=handler) is not None
 
     def files(self) -> Iterator[str]:
         for obj in self._list(self.key_prefix):
