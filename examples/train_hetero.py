@@ -8,7 +8,7 @@ each container must give (computed here, in process, with the framework itself):
               hetero-iris-sklearn   StandardScaler + LogisticRegression on iris (class ids)
               hetero-wine-sklearn   StandardScaler + LogisticRegression on wine (predict_proba)
   pytorch     hetero-iris-torchscript/model.pt   TorchScript MLP on iris (class probabilities)
-              hetero-wine-export/model.pt2       torch.export MLP on wine
+              hetero-wine-export/model.pt2       torch.export MLP on wine (served only with SERVING_ALLOW_PICKLE)
               hetero-iris-state/                 state dict + code/inference.py model_fn (SageMaker convention)
   tensorflow  hetero-tf-features/1/              SavedModel (numbered version folder) on the 3 PCA features
               hetero-tf-iris/model.keras         Keras model on iris

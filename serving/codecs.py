@@ -1,7 +1,10 @@
 """Content types the default handlers understand: JSON, CSV and NPY.
 
 Decoding never unpickles (`allow_pickle=False`), and every malformed or unsupported
-payload becomes a `ValidationError` that names the content type.
+payload becomes a `ValidationError` that names the content type, found before it costs
+much: JSON nesting is measured before parsing (the parser would recurse), an NPY body
+must be exactly as long as its header declares (before anything is allocated), and CSV
+fields stay within the csv module's limit.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from typing import Any
 
 import numpy as np
@@ -20,6 +24,8 @@ CSV = "text/csv"
 NPY = "application/x-npy"
 SUPPORTED = (JSON, CSV, NPY)
 DEFAULT_ACCEPT = JSON
+MAX_JSON_DEPTH = 100  # arrays and objects; NumPy arrays have at most 64 dimensions anyway
+_CHUNK = 1 << 16
 
 
 def media_type(content_type: str | None) -> str:
@@ -32,17 +38,65 @@ def decode(body: bytes, content_type: str | None) -> Any:
     kind = media_type(content_type)
     try:
         if kind == JSON:
+            if _too_deep(body):
+                raise ValueError(f"nested more than {MAX_JSON_DEPTH} levels")
             return json.loads(body)
         if kind == CSV:
             rows = [row for row in csv.reader(io.StringIO(body.decode("utf-8"))) if row]
             return np.array(rows, dtype=np.float64)
         if kind == NPY:
+            _check_npy(body)
             return np.load(io.BytesIO(body), allow_pickle=False)
-    except (ValueError, UnicodeDecodeError, EOFError) as error:
+    except (ValueError, UnicodeDecodeError, EOFError, csv.Error, RecursionError) as error:
         raise ValidationError(f"request body is not valid {kind}: {error}") from None
     raise ValidationError(
         f"unsupported content type {content_type or '(none)'!r}; supported: {', '.join(SUPPORTED)}"
     )
+
+
+def _too_deep(body: bytes) -> bool:
+    """Whether arrays and objects nest deeper than MAX_JSON_DEPTH, counting brackets outside strings.
+
+    Vectorized over the positions of brackets, quotes and backslashes only, in chunks so that a deep
+    body stops at its first chunk: a few ms for a full-size payload.
+    """
+    raw = np.frombuffer(body, dtype=np.uint8)
+    opening = (raw == ord("[")) | (raw == ord("{"))
+    brackets = np.flatnonzero(opening | (raw == ord("]")) | (raw == ord("}")))
+    if brackets.size <= MAX_JSON_DEPTH:
+        return False
+    quotes, slashes = np.flatnonzero(raw == ord('"')), np.flatnonzero(raw == ord("\\"))
+    if slashes.size and quotes.size:  # a quote after an odd run of backslashes is inside its string
+        order = np.arange(slashes.size)
+        run_start = np.maximum.accumulate(np.where(np.diff(slashes, prepend=-2) != 1, order, 0))
+        at = np.minimum(np.searchsorted(slashes, quotes - 1), slashes.size - 1)
+        quotes = quotes[~((slashes[at] == quotes - 1) & ((at - run_start[at]) % 2 == 0))]
+    depth = 0
+    for start in range(0, brackets.size, _CHUNK):
+        chunk = brackets[start : start + _CHUNK]
+        steps = np.where(opening[chunk], 1, -1)
+        if quotes.size:
+            steps[np.searchsorted(quotes, chunk) % 2 == 1] = 0  # between an opening and a closing quote
+        levels = depth + np.cumsum(steps)
+        if levels.max() > MAX_JSON_DEPTH:
+            return True
+        depth = int(levels[-1])
+    return False
+
+
+def _check_npy(body: bytes) -> None:
+    """Refuse an NPY body whose header declares objects (pickles) or a size other than what follows it."""
+    stream = io.BytesIO(body)
+    version = np.lib.format.read_magic(stream)
+    read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    shape, _, dtype = read_header(stream)
+    if dtype.hasobject:
+        raise ValueError("object arrays are not accepted (they are pickles)")
+    declared = math.prod(shape) * dtype.itemsize
+    carried = len(body) - stream.tell()
+    if declared != carried:
+        raise ValueError(f"its header declares {declared} bytes of data ({dtype} {list(shape)}), "
+                         f"but it carries {carried}")
 
 
 def choose_accept(accept: str | None) -> str:

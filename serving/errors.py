@@ -8,6 +8,7 @@ No web framework is imported here on purpose.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 ERROR_TYPE_HEADER = "x-amzn-ErrorType"
@@ -126,6 +127,29 @@ _BY_CODE = {
         InternalFailureError,
     )
 }
+
+
+_PATH = re.compile(r"(?<![\w.~-])/[^\s'\"(),;<>\[\]]+")  # an absolute POSIX path (not a/b, not text/csv)
+
+
+def failure_message(error: BaseException, limit: int = 1000) -> str:
+    """`Type: message` of an unexpected failure for a caller: no paths of this machine, no traceback blocks.
+
+    Frameworks put both in their messages (TorchScript and TensorFlow embed tracebacks, OSError its file).
+    """
+    kept, in_traceback = [], False
+    for line in str(error).splitlines():
+        stripped = line.strip()
+        if stripped.startswith("Traceback"):
+            in_traceback = True
+            continue
+        if in_traceback and (not stripped or line[:1].isspace()):
+            continue  # frames and code excerpts are indented; the first flush line ends the block
+        in_traceback = False
+        if stripped:
+            kept.append(stripped)
+    text = _PATH.sub("<path>", " ".join(kept))
+    return f"{type(error).__name__}: {text}"[:limit]
 
 
 def wire_error(error: ServingError) -> tuple[int, dict[str, str], bytes]:

@@ -1,9 +1,13 @@
 """Model artifacts: a directory or a SageMaker-style `model.tar.gz`, extracted safely.
 
-Every member is checked first (no absolute paths, no `..`, no links leaving the
-archive's folder, only files, folders and links), then extraction runs with
-tarfile's `data` filter as a second line of defence, so a crafted archive cannot
-write outside its own folder even on a Python whose filter has known bypasses.
+An archive may hold only regular files and folders with relative names and no `..`: links,
+devices and FIFOs are refused before anything is written (models need none of them). With no
+links, no member can be redirected outside the folder, whatever the Python; tarfile's `data`
+filter still runs as a second line (it also drops setuid bits and group/other write). Before
+3.11.13 / 3.12.11 / 3.13.4 that filter alone can be bypassed by symlink chains (CVE-2025-4517);
+before 3.11.14 / 3.12.12 / 3.13.6 a negative member size makes tarfile read forever (CVE-2025-8194),
+so members are read one by one and such a member is refused.
+Error messages name the archive and the member, never a path of this machine.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import os
 import shutil
 import tarfile
 import tempfile
+import zlib
 from pathlib import Path, PurePosixPath
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz")
@@ -51,12 +56,14 @@ def extract_archive(archive: Path, target: Path) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
     try:
         with tarfile.open(archive, "r:*") as tar:
-            for member in tar.getmembers():
+            members = []
+            for member in tar:  # all of them before the first write; not getmembers(), which can loop forever
                 _check_member(member)
-            tar.extractall(staging, filter="data")
-    except (tarfile.TarError, OSError, ArtifactError) as error:
+                members.append(member)
+            tar.extractall(staging, members=members, filter="data")
+    except (tarfile.TarError, OSError, EOFError, zlib.error, ArtifactError) as error:
         shutil.rmtree(staging, ignore_errors=True)
-        raise ArtifactError(f"cannot safely extract {archive.name}: {error}") from None
+        raise ArtifactError(f"cannot safely extract {archive.name}: {_reason(error)}") from None
     try:
         staging.rename(target)
     except OSError:  # another replica on this node won the race; use its copy
@@ -64,33 +71,34 @@ def extract_archive(archive: Path, target: Path) -> Path:
     return target
 
 
-def _escapes(path: PurePosixPath) -> bool:
-    return path.is_absolute() or ".." in path.parts
+_KINDS = {tarfile.SYMTYPE: "symbolic link", tarfile.LNKTYPE: "hard link", tarfile.CHRTYPE: "character device",
+          tarfile.BLKTYPE: "block device", tarfile.FIFOTYPE: "FIFO"}
 
 
 def _check_member(member: tarfile.TarInfo) -> None:
-    """Refuse a member that could write or point outside the extraction folder."""
-    name = PurePosixPath(member.name)
-    if _escapes(PurePosixPath(*_normalize(name.parts))) or name.is_absolute():
-        raise ArtifactError(f"member {member.name!r} leaves the archive's folder")
-    if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
-        raise ArtifactError(f"member {member.name!r} is not a regular file, folder or link")
-    if member.issym():
-        target = name.parent / member.linkname
-        if PurePosixPath(member.linkname).is_absolute() or _escapes(PurePosixPath(*_normalize(target.parts))):
-            raise ArtifactError(f"link {member.name!r} points outside the archive ({member.linkname})")
-    if member.islnk() and _escapes(PurePosixPath(member.linkname)):
-        raise ArtifactError(f"hard link {member.name!r} points outside the archive ({member.linkname})")
+    """Refuse anything but a regular file or folder, and any name that is absolute or climbs with `..`."""
+    if member.size < 0:  # sends tarfile back to an earlier header, forever, before 3.11.14 (CVE-2025-8194)
+        raise ArtifactError(f"member {_shown(member.name)} has a negative size (a crafted archive)")
+    if member.name.startswith("/"):
+        raise ArtifactError("a member has an absolute name")
+    if ".." in PurePosixPath(member.name).parts:
+        raise ArtifactError(f"member {_shown(member.name)} climbs out of the archive's folder ('..')")
+    if not (member.isreg() or member.isdir()):
+        kind = _KINDS.get(member.type, "special file")
+        raise ArtifactError(f"member {_shown(member.name)} is a {kind}; a model archive may hold only regular files "
+                            "and folders")
 
 
-def _normalize(parts: tuple[str, ...]) -> list[str]:
-    """Resolve `.` and `..` lexically; a `..` that climbs above the root stays, marking an escape."""
-    out: list[str] = []
-    for part in parts:
-        if part in ("", "."):
-            continue
-        if part == ".." and out and out[-1] != "..":
-            out.pop()
-        else:
-            out.append(part)
-    return out or ["."]
+def _reason(error: BaseException) -> str:
+    """What went wrong, without the absolute paths OSError and tarfile's filter errors carry."""
+    if isinstance(error, ArtifactError):
+        return str(error)
+    if isinstance(error, tarfile.FilterError):
+        return f"member {_shown(error.tarinfo.name)} refused by tarfile's data filter ({type(error).__name__})"
+    if isinstance(error, OSError):
+        return error.strerror or type(error).__name__
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def _shown(name: str) -> str:
+    return repr(name if len(name) <= 100 else name[:100] + "...")

@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping
 
 from serving.errors import ValidationError
 from serving.modelcache import CacheObserver, ModelCache, approximate_memory, process_memory
+from serving.modelstore import ARCHIVE_SUFFIXES
 from serving.multimodel_store import DownloadObserver, ModelStore
 from serving.protocol import TARGET_MODEL
 from serving.runtimes import InvocationContext, Runtime, runtime_class, runtime_for
@@ -68,13 +69,14 @@ class MultiModelHandler:
         """In a worker thread: fetch the model (download, unpack) and load it with the stack's runtime."""
         with self.store.hold(target) as model_dir:  # not evicted from disk while it loads
             runtime = runtime_for(self.image, model_dir, self.environment)
+            # An unpacked archive is one model whatever its layout; a folder is the model only at its top.
+            runtime.nested_layouts = target.endswith(ARCHIVE_SUFFIXES) and model_dir.is_relative_to(self.cache_dir)
             runtime.load()
         return runtime
 
     def _unload(self, runtime: Runtime) -> None:
-        """Drop the model and give its memory back (framework caches included)."""
-        runtime.model = None
-        runtime._hooks = {}
+        """Drop the model and its code's modules, and give its memory back (framework caches included)."""
+        runtime.unload()
         # Reference counting frees a model as soon as the last reference goes; a young-generation
         # collection catches the usual short cycles. A full collection would cost ~150 ms per
         # eviction in a process holding a framework, paid by the request that caused it.

@@ -1,8 +1,10 @@
 """MultiModel model store: fetch a `TargetModel` from a model-store prefix into a bounded disk cache.
 
 A prefix is a local directory, `file:///abs/dir` or `s3://bucket/prefix/` (any S3-compatible
-store). A TargetModel is a relative POSIX path under it: a directory is used as is (local prefixes,
-never copied) or downloaded (S3); a `.tar.gz`/`.tgz` archive is unpacked with `serving.modelstore`'s
+store). A TargetModel is a relative POSIX path under it naming a model, as `list_models` lists them:
+an archive, or a folder that holds files (or `code/inference.py`) itself, not only folders (a folder
+around a model is not one), neither inside another model nor hidden. A directory is used as is (local prefixes, never
+copied) or downloaded (S3); a `.tar.gz`/`.tgz` archive is unpacked with `serving.modelstore`'s
 checked extraction. Unpacked and downloaded models live in `cache_dir/<safe-name>/model`, built in
 a hidden staging folder and renamed into place, so a crash never leaves a half model that looks whole.
 
@@ -45,6 +47,7 @@ MAX_TARGET_LENGTH = 1024
 DownloadObserver = Callable[[str, float, int], None]
 """`downloaded(target, seconds, nbytes)`: called once per fetch that was not a disk-cache hit."""
 
+HANDLER = "code/inference.py"  # a folder holding only this is a model too (the python stack's)
 _ENTRY_FILE = "entry.json"
 _MODEL_DIR = "model"
 _STAGING, _TRASH = ".staging-", ".trash-"
@@ -279,15 +282,17 @@ class _LocalSource:
         self.real_cache = os.path.realpath(cache_dir)
 
     def locate(self, target: str, prefix: str) -> _Located:
-        real = os.path.realpath(os.path.join(self.real_root, *target.split("/")))
+        real = self._real(target)
         if not _inside(real, self.real_root):
             raise ValidationError(f"TargetModel {_shown(target)} resolves outside the model-store prefix {prefix}")
         if os.path.isdir(real):
+            _check_model(target, self._holder(target), self._holder)
             return _Located(directory=Path(real))
         if not os.path.isfile(real):
             raise _not_found(target, prefix)
         if not target.endswith(ARCHIVE_SUFFIXES):
             raise ValidationError(f"model {_shown(target)} is neither a directory nor a .tar.gz/.tgz archive")
+        _check_model(target, None, self._holder)
         stat = os.stat(real)
 
         def fill(folder: Path) -> int:
@@ -295,6 +300,15 @@ class _LocalSource:
             return stat.st_size
 
         return _Located(version=f"file:{stat.st_dev}:{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}", fill=fill)
+
+    def _real(self, relative: str) -> str:
+        return os.path.realpath(os.path.join(self.real_root, *relative.split("/")))
+
+    def _holder(self, folder: str) -> bool:
+        real = self._real(folder)
+        if not (_inside(real, self.real_root) and os.path.isdir(real)):
+            return False
+        return _model_folder(_file_names(real), os.path.isfile(os.path.join(real, *HANDLER.split("/"))))
 
     def files(self) -> Iterator[str]:
         for folder, dirs, files in os.walk(self.real_root):
@@ -328,6 +342,7 @@ class _S3Source:
             head = self._call("read", key, self.client.head_object, Bucket=self.bucket, Key=key)
             if head is None:
                 raise _not_found(target, prefix)
+            _check_model(target, None, self._holder)
 
             def fill(folder: Path) -> int:
                 download = folder.parent / "download" / PurePosixPath(target).name
@@ -340,6 +355,8 @@ class _S3Source:
         objects = [(obj["Key"][len(key) + 1 :], obj) for obj in self._list(key + "/") if not obj["Key"].endswith("/")]
         if not objects:
             raise _not_found(target, prefix)
+        relatives = [relative for relative, _ in objects]
+        _check_model(target, _model_folder([r for r in relatives if "/" not in r], HANDLER in relatives), self._holder)
         for relative, _ in objects:
             try:
                 validate_target(relative)
@@ -352,19 +369,28 @@ class _S3Source:
 
         return _Located(version=f"s3dir:{digest.hexdigest()}", fill=fill)
 
+    def _holder(self, folder: str) -> bool:
+        key = self.key_prefix + folder + "/"
+        if _model_folder((obj["Key"][len(key) :] for obj in self._list(key, delimiter="/")), False):
+            return True
+        handler = key + HANDLER
+        return self._call("read", handler, self.client.head_object, Bucket=self.bucket, Key=handler) is not None
+
     def files(self) -> Iterator[str]:
         for obj in self._list(self.key_prefix):
             if not obj["Key"].endswith("/"):
                 yield obj["Key"][len(self.key_prefix) :]
 
-    def _list(self, key_prefix: str) -> Iterator[dict]:
-        token: dict[str, str] = {}
+    def _list(self, key_prefix: str, delimiter: str | None = None) -> Iterator[dict]:
+        """Objects under `key_prefix`; with delimiter="/" only those directly in that folder."""
+        token: dict[str, str] = {"Delimiter": delimiter} if delimiter else {}
         while True:
-            page = self._call("list", key_prefix, self.client.list_objects_v2, Bucket=self.bucket, Prefix=key_prefix, **token)
+            page = self._call("list", key_prefix, self.client.list_objects_v2, Bucket=self.bucket, Prefix=key_prefix,
+                              **token)
             yield from (page or {}).get("Contents", [])
             if not (page or {}).get("IsTruncated"):
                 return
-            token = {"ContinuationToken": page["NextContinuationToken"]}
+            token["ContinuationToken"] = page["NextContinuationToken"]
 
     def _download(self, key: str, path: Path) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -407,7 +433,9 @@ def _models_from_files(paths: Iterable[str]) -> list[str]:
             files.append(validate_target(path))
         except ValidationError:
             continue
-    holders = {path.rpartition("/")[0] for path in files if not path.endswith(ARCHIVE_SUFFIXES)} - {""}
+    holders = {path.rpartition("/")[0] for path in files if not path.endswith(ARCHIVE_SUFFIXES)}
+    holders |= {path[: -len(HANDLER) - 1] for path in files if path.endswith("/" + HANDLER)}  # a handler-only model
+    holders -= {""}
 
     def within_model(path: str) -> bool:
         parts = path.split("/")
@@ -416,6 +444,38 @@ def _models_from_files(paths: Iterable[str]) -> list[str]:
     folders = {folder for folder in holders if not within_model(folder)}
     archives = {path for path in files if path.endswith(ARCHIVE_SUFFIXES) and not within_model(path)}
     return sorted(folders | archives)
+
+
+def _check_model(target: str, model_folder: bool | None, holder: Callable[[str], bool]) -> None:
+    """Refuse a TargetModel that `list_models` would not list: hidden, a folder that is no model folder
+    (`model_folder` None: an archive), or inside another model (a model folder up the path)."""
+    parts = target.split("/")
+    why = None
+    if any(part.startswith(".") for part in parts):
+        why = "hidden files and folders never are"
+    elif model_folder is False:
+        why = ("a folder TargetModel must hold the model's files itself (or its code/inference.py), and this one "
+               "holds only folders or archives")
+    if why:
+        raise ValidationError(f"model {_shown(target)} is not a model: {why}")
+    for depth in range(1, len(parts)):
+        ancestor = "/".join(parts[:depth])
+        if holder(ancestor):
+            raise ValidationError(f"model {_shown(target)} is inside model {_shown(ancestor)}: name that model")
+
+
+def _model_folder(names: Iterable[str], has_handler: bool) -> bool:
+    """Whether a folder directly holding files `names` (and `code/inference.py` or not) is a model folder.
+
+    Archives beside each other are models of their own, not files of their folder's model.
+    """
+    return has_handler or any(name and not name.startswith(".") and not name.endswith(ARCHIVE_SUFFIXES)
+                              for name in names)  # "": an S3 folder marker
+
+
+def _file_names(folder: str) -> list[str]:
+    with os.scandir(folder) as entries:
+        return [entry.name for entry in entries if entry.is_file()]
 
 
 def _safe_name(target: str) -> str:

@@ -210,7 +210,7 @@ FIFTEEN = {
     "sklearn-iris": ("sklearn", "hetero-iris-sklearn", {}),
     "sklearn-wine": ("sklearn", "hetero-wine-sklearn", {"SERVING_SKLEARN_METHOD": "predict_proba"}),
     "pytorch-script": ("pytorch", "hetero-iris-torchscript", {}),
-    "pytorch-export": ("pytorch", "hetero-wine-export", {}),
+    "pytorch-export": ("pytorch", "hetero-wine-export", {"SERVING_ALLOW_PICKLE": "true"}),  # a .pt2 runs code
     "pytorch-state": ("pytorch", "hetero-iris-state", {}),
     "tensorflow-saved": ("tensorflow", "hetero-tf-features", {}),
     "tensorflow-keras": ("tensorflow", "hetero-tf-iris", {}),

@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 
 from serving import codecs
 from serving.errors import ValidationError
-from serving.runtimes.handler import HOOK_NAMES, load_user_hooks
+from serving.runtimes.handler import HOOK_NAMES, UserCode, load_user_code
 
 # Default response type when a request has no Accept (SageMaker's own variable name,
 # used by inference pipelines to make one container emit what the next one reads).
@@ -40,6 +40,9 @@ class Runtime:
     # Modules a replica imports before its first model: a MultiModel container loads models on
     # demand, and its first request should pay for the model, not for importing the framework.
     frameworks: tuple[str, ...] = ()
+    # Whether the stack may look for its model in a folder below model_dir (SageMaker's `<model>/<version>/`).
+    # False for a MultiModel folder TargetModel: that folder is the model, and one below it may be another.
+    nested_layouts = True
 
     @classmethod
     def import_frameworks(cls) -> None:
@@ -51,6 +54,7 @@ class Runtime:
         self.environment = dict(environment)
         self.default_accept = self.environment.get(DEFAULT_ACCEPT_ENV, codecs.DEFAULT_ACCEPT)
         self._hooks: dict[str, Callable[..., Any]] = {}
+        self._code: UserCode | None = None
         self.model: Any = None
 
     # --- framework defaults (override in subclasses) -------------------------------
@@ -72,10 +76,23 @@ class Runtime:
 
     # --- lifecycle and invocation ---------------------------------------------------
     def load(self) -> None:
-        """Load user hooks (if any), then the model; called once per replica."""
+        """Load user hooks (if any), then the model; called once per replica (MultiModel: per load)."""
         if self.model_dir is not None:
-            self._hooks = load_user_hooks(self.model_dir)
-        self.model = self._call("model_fn", self.model_dir)
+            self._code = load_user_code(self.model_dir)
+            self._hooks = self._code.hooks if self._code is not None else {}
+        try:
+            self.model = self._call("model_fn", self.model_dir)
+        except BaseException:
+            self.unload()  # a failed load keeps none of the model's modules
+            raise
+
+    def unload(self) -> None:
+        """Drop the model, its hooks and its code's modules (MultiModel eviction)."""
+        self.model = None
+        self._hooks = {}
+        if self._code is not None:
+            self._code.unload()
+            self._code = None
 
     def invoke(self, body: bytes, content_type: str | None, accept: str | None, context: InvocationContext) -> tuple[bytes, str]:
         """Decode, predict and encode one request."""

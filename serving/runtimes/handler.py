@@ -1,34 +1,155 @@
-"""Loading a user's `code/inference.py` with SageMaker's handler functions."""
+"""Loading a user's `code/inference.py` with SageMaker's handler functions, its imports private to its model.
+
+A model's `code/` folder becomes a package of its own, named `_serving_code_<n>` (unique per load)
+with the folder as its `__path__`; the handler is imported as `<package>.inference`. Nothing goes on
+`sys.path`, so two models' `helper.py` never meet, and a later load of the same name gets fresh code.
+
+The user's files stay as written (`import helper`, not `from . import helper`): every module loaded
+from `code/` gets builtins of its own whose `__import__` turns an absolute import of a name that
+`code/` holds (a `.py` file, an extension module, or a folder with `__init__.py`) into
+`<package>.<name>`. Python looks `__import__` up in the importing module's builtins each time an
+import statement runs, so this holds for imports inside hook functions at predict time too; every
+other import is untouched. A meta-path finder, installed while any model's code is loaded, hands
+modules of these packages those builtins; `UserCode.unload` removes the package's modules and the
+finder (when no model is left).
+
+Not redirected: `importlib.import_module("helper")` (not an import statement; use
+`importlib.import_module(".helper", __package__)`), and unpickling objects whose classes were pickled
+as `helper.X` by another process (pickle imports `helper` itself).
+"""
 
 from __future__ import annotations
 
-import hashlib
+import builtins
+import importlib
+import importlib.machinery
 import importlib.util
+import itertools
+import os
 import sys
+import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 HOOK_NAMES = ("model_fn", "input_fn", "predict_fn", "output_fn",
               "autoscaling_metrics")  # ours: custom metrics for target tracking (docs/autoscaling.md)
 HANDLER_PATH = Path("code") / "inference.py"
+PACKAGE_PREFIX = "_serving_code_"
+
+_ids = itertools.count(1)
+_lock = threading.Lock()
+_packages: dict[str, dict[str, Any]] = {}  # package name -> the builtins its modules run with
 
 
-def load_user_hooks(model_dir: Path) -> dict[str, Callable[..., Any]]:
-    """The hooks defined in `model_dir/code/inference.py`; empty when there is no such file.
+@dataclass
+class UserCode:
+    """A model's loaded `code/` package and the hooks its `inference.py` defines."""
 
-    The file's folder goes on sys.path so that it can import its own helper modules,
-    as the SageMaker framework containers allow.
-    """
+    package: str
+    folder: str
+    hooks: dict[str, Callable[..., Any]]
+
+    def unload(self) -> None:
+        """Forget the package's modules (the model is gone; its functions keep working if still referenced)."""
+        _forget(self.package, self.folder)
+
+
+def load_user_code(model_dir: Path) -> UserCode | None:
+    """Import `model_dir/code/inference.py` as a private package; None when there is no such file."""
     path = model_dir / HANDLER_PATH
     if not path.is_file():
-        return {}
-    code_dir = str(path.parent)
-    if code_dir not in sys.path:
-        sys.path.insert(0, code_dir)
-    module_name = "serving_user_handler_" + hashlib.sha1(str(path).encode()).hexdigest()[:12]
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    spec.loader.exec_module(module)
-    return {name: getattr(module, name) for name in HOOK_NAMES if callable(getattr(module, name, None))}
+        return None
+    folder = str(path.parent.resolve())
+    package = f"{PACKAGE_PREFIX}{next(_ids)}"
+    spec = importlib.machinery.ModuleSpec(package, None, is_package=True)
+    spec.submodule_search_locations = [folder]
+    with _lock:
+        _packages[package] = _builtins_for(package, _local_names(folder))
+        sys.modules[package] = importlib.util.module_from_spec(spec)
+        if _finder not in sys.meta_path:
+            sys.meta_path.insert(0, _finder)
+    try:
+        module = importlib.import_module(f"{package}.inference")
+    except BaseException:
+        _forget(package, folder)
+        raise
+    hooks = {name: getattr(module, name) for name in HOOK_NAMES if callable(getattr(module, name, None))}
+    return UserCode(package, folder, hooks)
+
+
+def _local_names(folder: str) -> frozenset[str]:
+    """Top-level module names `code/` provides: `.py` and extension files, and regular packages."""
+    names = set()
+    suffixes = importlib.machinery.all_suffixes()
+    for entry in os.scandir(folder):
+        if entry.is_dir():
+            if entry.name.isidentifier() and os.path.isfile(os.path.join(entry.path, "__init__.py")):
+                names.add(entry.name)
+            continue
+        for suffix in suffixes:
+            stem = entry.name[: -len(suffix)]
+            if entry.name.endswith(suffix) and stem.isidentifier():
+                names.add(stem)
+    return frozenset(names)
+
+
+def _builtins_for(package: str, local: frozenset[str]) -> dict[str, Any]:
+    """The builtins of `package`'s modules: the real ones, with imports of local names sent into the package."""
+    real_import = builtins.__import__
+
+    def __import__(name, globals=None, locals=None, fromlist=(), level=0):  # noqa: A001 (the builtin's own name)
+        top = name.partition(".")[0]
+        if level == 0 and top in local:
+            module = real_import(f"{package}.{name}", globals, locals, fromlist, 0)
+            # `import a.b` binds `a`: the package's `a`, not the package itself.
+            return module if fromlist else sys.modules[f"{package}.{top}"]
+        return real_import(name, globals, locals, fromlist, level)
+
+    namespace = dict(vars(builtins))
+    namespace["__import__"] = __import__
+    return namespace
+
+
+class _CodeLoader(importlib.machinery.SourceFileLoader):
+    """Executes a module of a model's code/ package with that package's builtins."""
+
+    def __init__(self, fullname: str, path: str, namespace: dict[str, Any]) -> None:
+        super().__init__(fullname, path)
+        self.namespace = namespace
+
+    def exec_module(self, module: Any) -> None:
+        module.__builtins__ = self.namespace
+        super().exec_module(module)
+
+
+class _CodeFinder:
+    """Finds the modules of loaded models' code/ packages as usual, and loads them with `_CodeLoader`."""
+
+    @staticmethod
+    def find_spec(fullname: str, path: Any = None, target: Any = None) -> Any:
+        package, dot, _ = fullname.partition(".")
+        namespace = _packages.get(package) if dot else None
+        if namespace is None:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is not None and type(spec.loader) is importlib.machinery.SourceFileLoader:
+            spec.loader = _CodeLoader(fullname, spec.origin, namespace)
+        return spec
+
+    @staticmethod
+    def invalidate_caches() -> None:
+        """Nothing cached here (importlib.invalidate_caches calls this)."""
+
+
+_finder = _CodeFinder()
+
+
+def _forget(package: str, folder: str) -> None:
+    with _lock:
+        _packages.pop(package, None)
+        for name in [name for name in sys.modules if name == package or name.startswith(package + ".")]:
+            del sys.modules[name]
+        sys.path_importer_cache.pop(folder, None)
+        if not _packages and _finder in sys.meta_path:
+            sys.meta_path.remove(_finder)

@@ -20,6 +20,7 @@ class PythonRuntime(Runtime):
     def load(self) -> None:
         super().load()
         if "predict_fn" not in self._hooks and not callable(self.model):
+            self.unload()
             raise RuntimeError(
                 "the python stack needs code/inference.py defining predict_fn (or a model_fn returning a callable)"
             )

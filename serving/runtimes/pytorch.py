@@ -2,8 +2,11 @@
 
 Weights never unpickle arbitrary objects: `torch.load(weights_only=True)`, unless the
 artifact's own `code/inference.py` loads otherwise or the container opts in with
-`SERVING_ALLOW_PICKLE`. Inference runs under `torch.inference_mode()` with the thread
-count of the container's CPU share, on CUDA when the container has a GPU.
+`SERVING_ALLOW_PICKLE`. A `.pt2` needs that opt-in too: `torch.export.load` falls back to
+full unpickling for parts of the archive, hands its shape expressions to `sympy.sympify`
+(which evaluates Python) and calls any callable its graph names under `torch.`, so a `.pt2`
+is code. Inference runs under `torch.inference_mode()` with the thread count of the
+container's CPU share, on CUDA when the container has a GPU.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from serving.runtimes.tensors import (
 
 logger = logging.getLogger("serving.runtimes.pytorch")
 
-ALLOW_PICKLE_ENV = "SERVING_ALLOW_PICKLE"  # "true": torch.load(weights_only=False) for a pickled nn.Module
+ALLOW_PICKLE_ENV = "SERVING_ALLOW_PICKLE"  # "true": load .pt2 programs and pickled nn.Modules (both run code)
 EXPORT_SUFFIXES = (".pt2",)
 WEIGHT_SUFFIXES = (".pt", ".pth")
 
@@ -101,6 +104,13 @@ class PyTorchRuntime(TensorRuntime):
             raise FileNotFoundError("the pytorch stack needs ModelDataUrl")
         exported = _first(model_dir, EXPORT_SUFFIXES)
         if exported is not None:
+            if not _truthy(self.environment.get(ALLOW_PICKLE_ENV)):
+                raise PermissionError(
+                    f"refusing to load {exported.name}: torch.export.load runs code from the archive (it unpickles "
+                    "parts of it and evaluates its shape expressions as Python). Save the model as TorchScript, as "
+                    "weights with a code/inference.py model_fn, or for the onnx stack; or set Environment "
+                    f"{ALLOW_PICKLE_ENV}: 'true' if you trust this artifact"
+                )
             program = torch.export.load(exported)
             if self.device is not None and self.device.type != "cpu":
                 from torch.export.passes import move_to_device_pass

@@ -9,9 +9,9 @@ import numpy as np
 
 from serving.errors import ValidationError
 from serving.runtimes.base import Runtime
+from serving.runtimes.skops_trust import load_skops
 
 ALLOW_PICKLE_ENV = "SERVING_ALLOW_PICKLE"          # "true": also load model.joblib / model.pkl
-TRUSTED_TYPES_ENV = "SERVING_SKOPS_TRUSTED_TYPES"  # comma-separated extra types skops may build
 METHOD_ENV = "SERVING_SKLEARN_METHOD"              # predict | predict_proba | transform | decision_function
 
 SKOPS_NAMES = ("model.skops",)
@@ -68,18 +68,7 @@ class SklearnRuntime(Runtime):
         raise FileNotFoundError(f"no model.skops (or opted-in model.joblib) in {model_dir}")
 
     def _load_skops(self, path: Path) -> Any:
-        import skops.io
-
-        extra = [t.strip() for t in self.environment.get(TRUSTED_TYPES_ENV, "").split(",") if t.strip()]
-        # scikit-learn's own classes (e.g. sklearn.tree._tree.Tree) are data holders, not
-        # code-execution gadgets; anything else must be trusted explicitly.
-        untrusted = [t for t in skops.io.get_untrusted_types(file=path) if t not in extra and not t.startswith("sklearn.")]
-        if untrusted:
-            raise PermissionError(
-                f"{path.name} contains types skops does not trust: {', '.join(untrusted)}; "
-                f"list them in Environment {TRUSTED_TYPES_ENV} if you trust this artifact"
-            )
-        return skops.io.load(path, trusted=skops.io.get_untrusted_types(file=path))
+        return load_skops(path, self.environment)  # skops' defaults, reviewed data holders, the operator's list
 
     def input_fn(self, body: bytes, content_type: str | None) -> Any:
         return to_matrix(super().input_fn(body, content_type))
@@ -88,4 +77,12 @@ class SklearnRuntime(Runtime):
         method = self.environment.get(METHOD_ENV) or ("predict" if hasattr(model, "predict") else "transform")
         if not hasattr(model, method):
             raise AttributeError(f"{type(model).__name__} has no method {method!r} ({METHOD_ENV})")
-        return getattr(model, method)(data)
+        try:
+            return getattr(model, method)(data)
+        except (ValueError, TypeError) as error:
+            if getattr(data, "dtype", None) is not None and data.dtype.kind in "US":
+                # Text is the caller's input error for a model that takes numbers (a categorical one takes it).
+                reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+                raise ValidationError(f"input holds text ({data.dtype}) that {type(model).__name__} cannot use: "
+                                      f"{reason}") from None
+            raise

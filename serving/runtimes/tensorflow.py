@@ -29,18 +29,20 @@ DEFAULT_SIGNATURE = "serving_default"
 SAVED_MODEL_FILE = "saved_model.pb"
 
 
-def find_saved_model(model_dir: Path) -> Path | None:
-    """The SavedModel folder: the model directory itself, its highest numbered version folder, or
-    that of its only model folder (SageMaker's `<model>/<version>/saved_model.pb`)."""
+def find_saved_model(model_dir: Path, nested: bool = True) -> Path | None:
+    """The SavedModel folder: the model directory itself, its highest numbered version folder, or, when
+    `nested`, that of its only model folder (SageMaker's `<model>/<version>/` and `export/Servo/<version>/`)."""
     if (model_dir / SAVED_MODEL_FILE).is_file():
         return model_dir
     versioned = _highest_version(model_dir)
-    if versioned is not None:
+    if versioned is not None or not nested:
         return versioned
     candidates = []
     for child in sorted(model_dir.iterdir()):
         if child.is_dir() and child.name != "code":
             found = child if (child / SAVED_MODEL_FILE).is_file() else _highest_version(child)
+            if found is None and (child / "Servo").is_dir():
+                found = _highest_version(child / "Servo")
             if found is not None:
                 candidates.append(found)
     if len(candidates) > 1:
@@ -84,7 +86,7 @@ class TensorFlowRuntime(TensorRuntime):
 
             # safe_mode (the default) refuses Lambda layers that would deserialize Python code.
             return keras.saving.load_model(keras_files[0], compile=False)
-        saved_model = find_saved_model(model_dir)
+        saved_model = find_saved_model(model_dir, nested=self.nested_layouts)
         if saved_model is None:
             raise FileNotFoundError(
                 f"no SavedModel ({SAVED_MODEL_FILE}, optionally in a numbered version folder) or .keras file in {model_dir}"

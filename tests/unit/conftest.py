@@ -117,7 +117,7 @@ def loaded() -> Callable[..., Runtime]:
 
 @pytest.fixture(autouse=True)
 def _restore_sys_path():
-    """Loading a handler puts its code/ folder on sys.path; keep tests from leaking that."""
+    """Loading a handler must leave sys.path alone (tests/security checks it); restore it anyway."""
     saved = list(sys.path)
     yield
     sys.path[:] = saved

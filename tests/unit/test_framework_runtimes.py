@@ -29,7 +29,8 @@ STACK_OF = {
     "hetero-onnx-iris": "onnx", "hetero-onnx-two": "onnx", "hetero-onnx-features": "onnx",
     "hetero-labels": "python", "hetero-wine-labels": "python", "hetero-rules": "python",
 }
-ENVIRONMENT = {"hetero-wine-sklearn": {"SERVING_SKLEARN_METHOD": "predict_proba"}}
+ENVIRONMENT = {"hetero-wine-sklearn": {"SERVING_SKLEARN_METHOD": "predict_proba"},
+               "hetero-wine-export": {"SERVING_ALLOW_PICKLE": "true"}}  # a .pt2 runs code while loading
 IRIS_ROWS = [[5.1, 3.5, 1.4, 0.2], [7.0, 3.2, 4.7, 1.4], [6.3, 3.3, 6.0, 2.5]]  # setosa, versicolor, virginica
 
 
@@ -268,11 +269,12 @@ def test_savedmodel_signature_by_environment(loaded, tf_module_model: Path) -> N
 
 # --- TensorFlow layouts ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("layout", ["root", "version folder", "model/version", "two versions", "archive"])
+@pytest.mark.parametrize("layout", ["root", "version folder", "model/version", "export/Servo", "two versions", "archive"])
 def test_savedmodel_layouts(loaded, hetero_models: Path, hetero_expected: dict, answer_matches, tmp_path: Path,
                             layout: str) -> None:
     source = hetero_models / "hetero-tf-features" / "1"
     target = {"root": tmp_path / "m", "version folder": tmp_path / "m" / "3", "model/version": tmp_path / "m" / "features" / "7",
+              "export/Servo": tmp_path / "m" / "export" / "Servo" / "5",  # SageMaker's legacy TF layout
               "two versions": tmp_path / "m" / "2", "archive": tmp_path / "staging" / "model" / "1"}[layout]
     shutil.copytree(source, target)
     if layout == "two versions":  # the highest version is served: version 1 is a broken copy
@@ -337,7 +339,15 @@ def test_export_is_preferred_over_weights(hetero_models: Path, hetero_expected: 
     folder = copy_model(hetero_models, "hetero-wine-export", tmp_path / "m")
     (folder / "model.pt").write_bytes(b"not read")
     expected = hetero_expected["hetero-wine-export"]
-    assert answer_matches(invoke(loaded("pytorch", folder), expected["request"]), expected["response"])
+    got = invoke(loaded("pytorch", folder, ENVIRONMENT["hetero-wine-export"]), expected["request"])
+    assert answer_matches(got, expected["response"])
+
+
+def test_export_without_the_opt_in_is_refused_not_skipped(hetero_models: Path, tmp_path: Path) -> None:
+    folder = copy_model(hetero_models, "hetero-wine-export", tmp_path / "m")
+    shutil.copy(hetero_models / "hetero-iris-torchscript" / "model.pt", folder / "model.pt")
+    with pytest.raises(PermissionError, match="refusing to load model.pt2.*SERVING_ALLOW_PICKLE"):
+        runtime_for("pytorch", folder, {}).load()
 
 
 # --- hooks override the stack defaults ---------------------------------------------------------

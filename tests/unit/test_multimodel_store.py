@@ -345,6 +345,25 @@ def test_s3_object_escaping_its_folder_is_refused(s3_endpoint, bucket, tmp_path)
     assert store.cached_targets() == []
 
 
+def test_s3_target_must_be_a_model(s3_endpoint, bucket, tmp_path):
+    # As list_models: a folder around a model, a part of a model or a hidden folder is no TargetModel.
+    client = s3_client(s3_endpoint)
+    for key in ("secret/inner/model.joblib", "sk/model.joblib", "sk/code/inference.py", "sk/extra.tar.gz",
+                ".hidden/model.joblib", "only-archives/a.tar.gz", "marker/", "echo/code/inference.py"):
+        client.put_object(Bucket=bucket, Key=key, Body=archive_bytes({"w": b"1"}) if key.endswith(".gz") else b"x")
+    client.put_object(Bucket=bucket, Key="marker/inner/model.joblib", Body=b"x")
+    store = ModelStore(f"s3://{bucket}", tmp_path / "cache", s3_client=client)
+    for target, why in [("secret", "holds only folders or archives"), ("only-archives", "holds only folders"),
+                        ("marker", "holds only folders"), ("sk/code", "inside model 'sk'"),
+                        ("sk/extra.tar.gz", "inside model 'sk'"), (".hidden", "hidden"), ("echo/code", "inside model 'echo'")]:
+        with pytest.raises(ValidationError, match=why) as caught:
+            store.check(target)
+        assert f"model {target!r}" in caught.value.message
+    for target in ("secret/inner", "sk", "only-archives/a.tar.gz", "marker/inner", "echo"):  # echo: a handler only
+        store.check(target)
+    assert store.list_models() == ["echo", "marker/inner", "only-archives/a.tar.gz", "secret/inner", "sk"]
+
+
 def test_s3_failures_name_bucket_and_key(s3_endpoint, tmp_path):
     unreachable = s3_client("http://127.0.0.1:9", retries={"max_attempts": 1}, connect_timeout=1)
     store = ModelStore("s3://models-down/mme/", tmp_path / "cache", s3_client=unreachable)

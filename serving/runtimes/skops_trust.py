@@ -1,0 +1,98 @@
+"""Which types a `.skops` file may build: skops' own defaults, a reviewed list, and the operator's.
+
+skops refuses every type it does not trust by default (functions included: only NumPy and SciPy
+ufuncs are). Plain scikit-learn models need one more, `sklearn.tree._tree.Tree` (decision trees,
+forests, gradient boosting), which skops leaves out because a crafted Tree's node indices make
+scikit-learn read out of bounds; so it is trusted here only together with `check_trees`, which
+refuses such indices. Anything else, a function above all, must be named in
+`SERVING_SKOPS_TRUSTED_TYPES`: a trusted function is called with request data (FunctionTransformer).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+
+TRUSTED_TYPES_ENV = "SERVING_SKOPS_TRUSTED_TYPES"  # comma-separated exact type names, never prefixes
+
+# Reviewed data holders: the type, and why trusting it cannot run code.
+REVIEWED_TYPES = {
+    # Cython tree storage (node and value arrays only, rebuilt by its own __setstate__); its indices
+    # are bounds-checked by `check_trees` after loading.
+    "sklearn.tree._tree.Tree",
+}
+
+
+def operator_types(environment: Mapping[str, str]) -> set[str]:
+    """The exact type names the container's Environment trusts."""
+    return {name.strip() for name in environment.get(TRUSTED_TYPES_ENV, "").split(",") if name.strip()}
+
+
+def load_skops(path: Path, environment: Mapping[str, str]) -> Any:
+    """The object in a `.skops` file, or PermissionError naming every type it would build that is not trusted."""
+    import skops.io
+
+    trusted = REVIEWED_TYPES | operator_types(environment)
+    refused = [name for name in skops.io.get_untrusted_types(file=path) if name not in trusted]
+    if refused:
+        raise PermissionError(
+            f"{path.name} would build types that are not trusted: {', '.join(refused)}. A type or function listed "
+            f"in Environment {TRUSTED_TYPES_ENV} is trusted to run with request data: list it only if you trust "
+            "this artifact"
+        )
+    model = skops.io.load(path, trusted=sorted(trusted))  # skops audits the file again against the same list
+    check_trees(model, path.name)
+    return model
+
+
+def check_trees(model: Any, name: str) -> None:
+    """Refuse decision trees whose node indices scikit-learn would follow out of bounds (no bounds checks in C)."""
+    from sklearn.ensemble._gb import BaseGradientBoosting
+    from sklearn.tree._tree import Tree
+
+    for obj in _objects(model):
+        if isinstance(obj, Tree) and not _nodes_in_range(obj):
+            raise ValueError(f"{name}: a decision tree's node indices are out of range (corrupt or crafted file)")
+        attributes = getattr(obj, "__dict__", None)
+        tree = attributes.get("tree_") if isinstance(attributes, dict) else None
+        if isinstance(tree, Tree) and attributes.get("n_features_in_") != tree.n_features:
+            # The estimator checks a request's width against n_features_in_; the tree reads up to n_features.
+            raise ValueError(f"{name}: a decision tree's feature count does not match its estimator's")
+        if isinstance(obj, BaseGradientBoosting):  # predicts from its trees' nodes without their own checks
+            if any(getattr(stage, "tree_", None) is None or stage.tree_.n_features != obj.n_features_in_
+                   for stage in np.ravel(obj.estimators_)):
+                raise ValueError(f"{name}: a gradient-boosting stage does not match the model's feature count")
+
+
+def _nodes_in_range(tree: Any) -> bool:
+    nodes = tree.__getstate__()["nodes"]
+    ids = np.arange(len(nodes))
+    left, right, feature = nodes["left_child"], nodes["right_child"], nodes["feature"]
+    leaf = (left == -1) & (right == -1)
+    # scikit-learn adds children after their parent: ids only grow along a path, so no cycles either.
+    split = (left > ids) & (left < len(nodes)) & (right > ids) & (right < len(nodes)) & (feature >= 0) & (
+        feature < tree.n_features)
+    return bool(np.all(leaf | split))
+
+
+def _objects(root: Any) -> Iterator[Any]:
+    """Every object reachable from `root` through attributes, containers and object arrays (once each)."""
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        yield obj
+        if isinstance(obj, dict):
+            stack.extend(obj.values())
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            stack.extend(obj)
+        elif isinstance(obj, np.ndarray):
+            if obj.dtype == object:
+                stack.extend(obj.ravel())
+        elif isinstance(getattr(obj, "__dict__", None), dict):
+            stack.extend(vars(obj).values())
