@@ -21,7 +21,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from serving import hopauth, protocol
-from serving.errors import AccessDeniedError, ServingError, wire_error
+from serving.errors import AccessDeniedError, ServingError, failure_message, wire_error
 from serving.multimodel import MultiModelHandler
 from serving.replica_events import EventLog
 from serving.runtimes import InvocationContext, Runtime
@@ -141,7 +141,7 @@ class ContainerApp:
             return _error_response(error)
         except Exception as error:  # the model failed: report it, keep serving
             logger.exception("container %s: invocation failed", self.hostname)
-            status, headers, body = wire_error(ServingError(f"{type(error).__name__}: {error}"))
+            status, headers, body = wire_error(ServingError(failure_message(error)))  # no paths of this machine
             return Response(body, status_code=status, headers=headers)
         finally:
             self.in_flight -= 1

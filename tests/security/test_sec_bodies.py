@@ -164,3 +164,22 @@ def test_failure_message_drops_paths_and_tracebacks(tmp_path: Path) -> None:
     assert "mat1 and mat2 shapes cannot be multiplied" in message
     assert str(tmp_path) not in message and "Traceback" not in message and 'File "' not in message
     assert failure_message(ValueError("could not convert 'a/b' to float")) == "ValueError: could not convert 'a/b' to float"
+
+
+def test_a_failing_model_reports_no_path_of_the_server(tmp_path: Path) -> None:
+    # The container's catch-all answer for a model that raised: the error's type and text, paths removed.
+    from starlette.testclient import TestClient
+
+    from serving.container import ContainerApp
+    from serving.runtimes import runtime_for
+
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "inference.py").write_text(
+        "def predict_fn(data, model):\n    open('/srv/secret/weights.bin')\n")
+    runtime = runtime_for("python", tmp_path, {})
+    runtime.load()
+    with TestClient(ContainerApp(runtime, "leaky")) as client:
+        response = client.post("/invocations", content=b"[1]", headers={"content-type": "application/json"})
+    assert response.status_code == 500
+    message = response.json()["message"]
+    assert message.startswith("FileNotFoundError") and "/srv/secret" not in message and str(tmp_path) not in message
