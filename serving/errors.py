@@ -36,6 +36,19 @@ class ValidationError(ServingError):
     status = 400
 
 
+class HeadersTooLargeError(ValidationError):
+    """The request line and headers exceed the server's size or count limit (HTTP 431, code ValidationError)."""
+
+    status = 431
+
+
+class RequestTimeoutError(ServingError):
+    """The client sent its request too slowly (S3's code; botocore retries it as transient)."""
+
+    code = "RequestTimeout"
+    status = 408
+
+
 class AccessDeniedError(ServingError):
     """The caller may not invoke this endpoint, container or model."""
 
