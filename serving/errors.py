@@ -49,6 +49,13 @@ class RequestTimeoutError(ServingError):
     status = 408
 
 
+class ThrottlingError(ServingError):
+    """The gateway is holding as much unverified request data as it allows; retry shortly (botocore backs off)."""
+
+    code = "ThrottlingException"
+    status = 429
+
+
 class AccessDeniedError(ServingError):
     """The caller may not invoke this endpoint, container or model."""
 

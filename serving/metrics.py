@@ -66,6 +66,7 @@ class InvocationTrace:
     multi_model: frozenset[str] = frozenset()
     hops: list[tuple[str, float]] = field(default_factory=list)  # (container, seconds) of each completed hop
     failed_container: str | None = None  # the container an error names, if any
+    body_read: bool = False  # the whole request body has arrived
 
 
 def record_invocation(trace: InvocationTrace, status: int, seconds: float) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -41,8 +41,8 @@ class ServerSettings(BaseSettings):
         False,
         description="Serve endpoints without AccessControl to anyone even when `host` is not a loopback address.",
     )
-    # What a client can cost before the app sees its request (see docs/api.md, "Limits"), enforced by the
-    # HTTP server itself (serving._http_limits).
+    # What a caller can cost before it is authenticated (see docs/api.md, "Limits"). The HTTP server enforces
+    # the first six (serving._http_limits), the router the last.
     max_connections: int = Field(
         1024, ge=1,
         description="Open client connections at most; further ones are closed as soon as they are accepted "
@@ -75,9 +75,27 @@ class ServerSettings(BaseSettings):
         description="Time to receive a whole request body, from the end of its headers, however steadily it "
                     "trickles (slow POST); then 408. 60 s passes the 6 MB payload limit at 100 kB/s.",
     )
+    preauth_body_budget_mb: float = Field(
+        64.0, gt=0,
+        description="Request bodies the gateway holds at once before their Signature V4 is verified, in MB "
+                    "(bearer keys are checked before any body is read); a body that does not fit is refused "
+                    "with 429 ThrottlingException. At least max_payload_mb.",
+    )
+
+    @model_validator(mode="after")
+    def _one_body_fits_the_budget(self) -> ServerSettings:
+        if self.preauth_body_budget_mb < self.max_payload_mb:
+            raise ValueError(f"preauth_body_budget_mb ({self.preauth_body_budget_mb:g}) must be at least max_payload_mb "
+                             f"({self.max_payload_mb:g}): a signed request of the largest payload could never be verified")
+        return self
+
     @property
     def max_payload_bytes(self) -> int:
         return int(self.max_payload_mb * 1_000_000)
+
+    @property
+    def preauth_body_budget_bytes(self) -> int:
+        return int(self.preauth_body_budget_mb * 1_000_000)
 
     @property
     def anonymous_allowed(self) -> bool:
