@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Iterator
 from urllib.parse import quote
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -40,7 +40,7 @@ from serving.errors import (
     error_from_wire,
     wire_error,
 )
-from serving.metrics import InvocationTrace, record_invocation
+from serving.metrics import InvocationTrace, record_client_abort, record_invocation
 from serving.multimodel_store import validate_target
 from serving.settings import ServerSettings
 from serving.transport import ContainerTransport, HopResponse
@@ -130,6 +130,9 @@ class Router:
         trace = InvocationTrace()
         try:
             response = await self._invoke(request, trace)
+        except ClientDisconnect:  # the client left (or was cut off) mid-body: its doing, not a failure of ours
+            record_client_abort(trace)
+            return Response(status_code=499)  # nginx's "client closed request"; nobody is there to read it
         except ServingError as error:
             response = error_response(error)
         except Exception:  # a bug of ours: say so in the documented shape, keep serving
@@ -232,7 +235,7 @@ class Router:
         """The whole body within the payload limit (and, with `hold`, within the pre-authentication budget).
 
         It grows in one bytearray (returned as it is): no list of chunks and no joined copy of them, so a
-        body costs its own size once.
+        body costs its own size once. Raises ClientDisconnect if the client goes away first.
         """
         limit = self.settings.max_payload_bytes
         declared = request.headers.get("content-length")
@@ -280,6 +283,8 @@ class Router:
                 trace.hops.append((container, time.perf_counter() - sent))
                 raise _timed_out(container, timeout) from None
             trace.hops.append((container, time.perf_counter() - sent))
+            if container in endpoint.multi_model and _answered_for_model(response):
+                trace.model_confirmed = True
             if response.status >= 400:
                 raise _container_failure(endpoint, container, position, len(chain), response)
             trace.failed_container = None
@@ -289,6 +294,15 @@ class Router:
                 headers["content-type"] = response.content_type
         assert response is not None
         return HopResponse(response.status, response.body, response.content_type, attributes)
+
+
+def _answered_for_model(response: HopResponse) -> bool:
+    """Whether a MultiModel container's answer shows that it resolved the TargetModel to a model.
+
+    The container does not say so explicitly (yet), so only a success counts: its 4XX are mostly unknown or
+    malformed names, and its 5XX do not tell a model that raised from one that could not be found or loaded.
+    """
+    return response.status < 400
 
 
 def _raw_request(request: Request, body: bytes = b"") -> RawRequest:
