@@ -2,6 +2,8 @@
 
 Used inside Ray Serve replicas: the server must not share (or block) the loop
 Ray uses to talk to its controller, and must bind before the replica reports ready.
+Every server enforces `HttpLimits` (connections, request heads, slow clients; see
+`serving._http_limits`), with ServerSettings' defaults unless told otherwise.
 """
 
 from __future__ import annotations
@@ -12,11 +14,20 @@ import threading
 
 import uvicorn
 
+from serving._http_limits import HttpLimits
+
+__all__ = ["BackgroundServer", "HttpLimits"]
+
 
 class BackgroundServer:
-    """A uvicorn server bound at construction, serving on a daemon thread."""
+    """A uvicorn server bound at construction, serving on a daemon thread.
 
-    def __init__(self, app, host: str = "127.0.0.1", port: int = 0, sock: socket.socket | None = None) -> None:
+    `limits`: what one client may cost before the app sees its request; the defaults suit both the gateway
+    and a container's data port (which only the gateway calls, with at most its own connection count).
+    """
+
+    def __init__(self, app, host: str = "127.0.0.1", port: int = 0, limits: HttpLimits = HttpLimits(),
+                 sock: socket.socket | None = None) -> None:
         """Bind `host:port`, or serve on `sock`, a socket already bound and listening (a container
         process inherits its data port from its supervisor, since it may not bind one itself)."""
         if sock is None:
@@ -28,7 +39,8 @@ class BackgroundServer:
         self.socket = sock
         self.host, self.port = sock.getsockname()[:2]
         config = uvicorn.Config(
-            app, loop="none", http="httptools", lifespan="on", access_log=False, log_level="warning",
+            # No WebSocket routes here: upgrades are refused rather than handed to a protocol the limits skip.
+            app, loop="none", http=limits.protocol(), ws="none", lifespan="on", access_log=False, log_level="warning",
             timeout_keep_alive=75, timeout_graceful_shutdown=10,
         )
         self._server = uvicorn.Server(config)

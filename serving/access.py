@@ -15,7 +15,7 @@ import time
 from datetime import datetime, timezone
 from typing import IO, Any, Callable, Sequence
 
-from serving.auth import Authenticator, Caller, Identities, RawRequest, load_reference
+from serving.auth import Authenticator, Caller, Claim, Identities, RawRequest, load_reference
 from serving.errors import AccessDeniedError, ServingError
 from serving.metrics import ACCESS_DECISIONS
 from serving.policies import ACTION_INVOKE, KEY_TARGET_CONTAINER, KEY_TARGET_MODEL, RequestContext, endpoint_arn, evaluate
@@ -60,8 +60,19 @@ class EndpointAccess:
 
     def authenticate(self, endpoint: str, request: RawRequest) -> Caller:
         """The caller, or the AWS authentication error (audited and counted as `unauthenticated`)."""
+        return self.verify(endpoint, self.claim(endpoint, request), request)
+
+    def claim(self, endpoint: str, request: RawRequest) -> Claim:
+        """What the headers prove, before the body is read (failures audited and counted as for `authenticate`)."""
+        return self._audited(endpoint, self.authenticator.claim, request)
+
+    def verify(self, endpoint: str, claim: Claim, request: RawRequest) -> Caller:
+        """The caller of a claim, once the body it needs (SigV4) is in `request`."""
+        return self._audited(endpoint, self.authenticator.verify, claim, request)
+
+    def _audited(self, endpoint: str, check: Callable[..., Any], *args: Any) -> Any:
         try:
-            return self.authenticator.authenticate(request)
+            return check(*args)
         except ServingError as error:
             ACCESS_DECISIONS.labels(endpoint, "unauthenticated").inc()
             _audit(logging.WARNING, {

@@ -34,7 +34,7 @@ from serving.errors import (
 )
 from serving.policies import Policy, PolicyError, describe_errors, load_policy, parse_policy
 
-__all__ = ["Authenticator", "Caller", "Identities", "IdentitiesError", "Identity", "RawRequest", "load_identities",
+__all__ = ["Authenticator", "Caller", "Claim", "Identities", "IdentitiesError", "Identity", "RawRequest", "load_identities",
            "load_reference"]
 
 SIGNING_SERVICE = "sagemaker"  # boto3 signs sagemaker-runtime requests for this service name
@@ -236,6 +236,25 @@ class Caller:
         return self.identity.principal
 
 
+@dataclass(frozen=True)
+class Claim:
+    """Who a request says it comes from, checked as far as its headers allow (not yet a Caller).
+
+    A bearer key is checked in full from the headers; a Signature V4 also needs the body, whose hash it
+    signs: `Authenticator.verify` finishes the check once the body has been read.
+    """
+
+    identity: Identity
+    scheme: Literal["sigv4", "bearer"]
+    signed: tuple[str, ...] = ()  # SigV4: the SignedHeaders, lower-cased
+    signature: str = field(default="", repr=False)
+    amz_date: str = ""
+
+    @property
+    def needs_body(self) -> bool:
+        return self.scheme == "sigv4"
+
+
 class _Verifier(SigV4Auth):
     """botocore's signer, told to use exactly the headers the caller listed in SignedHeaders."""
 
@@ -276,6 +295,16 @@ class Authenticator:
         self.clock = clock
 
     def authenticate(self, request: RawRequest) -> Caller:
+        """The caller of a request whose body has been read, or the AWS error for why not."""
+        return self.verify(self.claim(request), request)
+
+    def claim(self, request: RawRequest) -> Claim:
+        """Every check the headers allow, before the body is read (`request.body` is not looked at).
+
+        Bearer: the key is known. SigV4: the key id is known, the credential scope names this server's region,
+        the service and the terminator, SignedHeaders include host and x-amz-date and name only headers the
+        request has (and every target header it has), and X-Amz-Date is within the allowed skew.
+        """
         values = request.values("authorization")
         if not values or not values[0].strip():
             raise _fail(MissingAuthenticationTokenError,
@@ -285,16 +314,32 @@ class Authenticator:
             raise _fail(InvalidSignatureError, "The request carries more than one Authorization header.")
         scheme, _, rest = values[0].strip().partition(" ")
         if scheme == ALGORITHM:
-            return self._sigv4(request, rest)
+            return self._sigv4_claim(request, rest)
         if scheme.lower() == "bearer" and rest.strip():
             identity = self.identities.by_api_key(rest.strip())
             if identity is None:
                 raise _fail(UnrecognizedClientError, "The API key included in the request is invalid.")
-            return Caller(identity, "bearer")
+            return Claim(identity, "bearer")
         raise _fail(MissingAuthenticationTokenError,
                     f"Authorization header must use {ALGORITHM} (Signature Version 4) or 'Bearer <ApiKey>'.")
 
-    def _sigv4(self, request: RawRequest, authorization: str) -> Caller:
+    def verify(self, claim: Claim, request: RawRequest) -> Caller:
+        """The Caller once what the headers could not prove holds: for SigV4, the body's hash and the signature."""
+        if not claim.needs_body:
+            return Caller(claim.identity, claim.scheme)
+        key_id = claim.identity.access_key_id
+        declared = request.values("x-amz-content-sha256")
+        if declared and declared[0].strip() != hashlib.sha256(request.body).hexdigest():
+            raise _fail(InvalidSignatureError,
+                        "The provided x-amz-content-sha256 header does not match what was computed.", key_id)
+        expected = self._signature(request, claim.identity, claim.signed, claim.amz_date)
+        if not hmac.compare_digest(expected.encode(), claim.signature.encode()):
+            raise _fail(InvalidSignatureError,
+                        "The request signature we calculated does not match the signature you provided. "
+                        "Check your AWS Secret Access Key and signing method.", key_id)
+        return Caller(claim.identity, "sigv4")
+
+    def _sigv4_claim(self, request: RawRequest, authorization: str) -> Claim:
         parts = _parse_authorization(authorization)
         scope = parts["Credential"].split("/")
         if len(scope) != 5:
@@ -325,17 +370,7 @@ class Authenticator:
 
         amz_date = request.values("x-amz-date")[0].strip()
         self._check_time(amz_date, scope_date, key_id)
-        declared = request.values("x-amz-content-sha256")
-        if declared and declared[0].strip() != hashlib.sha256(request.body).hexdigest():
-            raise _fail(InvalidSignatureError,
-                        "The provided x-amz-content-sha256 header does not match what was computed.", key_id)
-
-        expected = self._signature(request, identity, signed, amz_date)
-        if not hmac.compare_digest(expected.encode(), parts["Signature"].encode()):
-            raise _fail(InvalidSignatureError,
-                        "The request signature we calculated does not match the signature you provided. "
-                        "Check your AWS Secret Access Key and signing method.", key_id)
-        return Caller(identity, "sigv4")
+        return Claim(identity, "sigv4", tuple(signed), parts["Signature"], amz_date)
 
     def _check_time(self, amz_date: str, scope_date: str, key_id: str) -> None:
         try:

@@ -37,6 +37,26 @@ class ValidationError(ServingError):
     status = 400
 
 
+class HeadersTooLargeError(ValidationError):
+    """The request line and headers exceed the server's size or count limit (HTTP 431, code ValidationError)."""
+
+    status = 431
+
+
+class RequestTimeoutError(ServingError):
+    """The client sent its request too slowly (S3's code; botocore retries it as transient)."""
+
+    code = "RequestTimeout"
+    status = 408
+
+
+class ThrottlingError(ServingError):
+    """The gateway is holding as much unverified request data as it allows; retry shortly (botocore backs off)."""
+
+    code = "ThrottlingException"
+    status = 429
+
+
 class AccessDeniedError(ServingError):
     """The caller may not invoke this endpoint, container or model."""
 

@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
 __all__ = ["ACCESS_DECISIONS", "LATENCY_BUCKETS", "REGISTRY", "DesiredReplicasCollector", "InvocationTrace",
-           "ReplicaCountCollector", "record_invocation"]
+           "ReplicaCountCollector", "record_client_abort", "record_invocation"]
 
 # Milliseconds to minutes: a 0.3 ms hop and a 90 s cold load of a large model both land in a bucket.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -42,6 +42,12 @@ ERRORS_5XX = Counter(
     "serving_invocation_5xx_errors", "InvokeEndpoint requests answered with a 5xx status.",
     labelnames=("endpoint", "container", "model"), registry=REGISTRY,
 )
+CLIENT_ABORTS = Counter(
+    "serving_invocation_client_aborts",
+    "InvokeEndpoint requests whose client went away before their body had arrived (it disconnected, or was cut "
+    "off by a body timeout); not counted as invocations nor as 4XX/5XX errors.",
+    labelnames=("endpoint",), registry=REGISTRY,
+)
 CONTAINER_LATENCY = Histogram(
     "serving_container_latency_seconds",
     "One hop to a container as the router sees it: the network both ways plus the container's own time.",
@@ -63,9 +69,11 @@ class InvocationTrace:
     mode: str = "Direct"
     chain: tuple[str, ...] = ()
     model: str | None = None  # TargetModel, once checked
+    model_confirmed: bool = False  # a MultiModel container answered for `model`: only then is it a label value
     multi_model: frozenset[str] = frozenset()
     hops: list[tuple[str, float]] = field(default_factory=list)  # (container, seconds) of each completed hop
     failed_container: str | None = None  # the container an error names, if any
+    body_read: bool = False  # the whole request body has arrived
 
 
 def record_invocation(trace: InvocationTrace, status: int, seconds: float) -> None:
@@ -74,9 +82,9 @@ def record_invocation(trace: InvocationTrace, status: int, seconds: float) -> No
     if endpoint is None:
         return
     containers = trace.chain or ("",)  # "" when the request never resolved to a container
-    # A TargetModel becomes a label value only once its model ran (answered, or raised: 424): a refused
-    # name (unknown, malformed) would otherwise let any caller add series without bound.
-    model = trace.model if trace.model and (status < 400 or status == 424) else None
+    # A TargetModel becomes a label value only once a container answered for it: a name that was refused
+    # (unknown, malformed) or never answered (timed out) would otherwise let any caller add series without bound.
+    model = trace.model if trace.model and trace.model_confirmed else None
     label = lambda container: model if model and container in trace.multi_model else ""
     for container in containers:
         INVOCATIONS.labels(endpoint, container, label(container)).inc()
@@ -89,6 +97,12 @@ def record_invocation(trace: InvocationTrace, status: int, seconds: float) -> No
         spent += hop_seconds
     overhead_container = trace.chain[0] if trace.mode != "Serial" and len(trace.chain) == 1 else ""
     OVERHEAD_LATENCY.labels(endpoint, overhead_container).observe(max(seconds - spent, 0.0))
+
+
+def record_client_abort(trace: InvocationTrace) -> None:
+    """Count a request whose client went away before its body arrived (a no-op for unknown endpoints)."""
+    if trace.endpoint is not None:
+        CLIENT_ABORTS.labels(trace.endpoint).inc()
 
 
 class _PerContainerGauge:

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import functools
 import logging
 import os
@@ -43,6 +42,8 @@ import time
 from collections import OrderedDict
 from concurrent.futures import Executor
 from typing import Any, AsyncIterator, Callable
+
+from serving._malloc import keep_large_blocks_in_mmap, release_freed_memory
 
 try:
     import resource
@@ -54,8 +55,6 @@ __all__ = ["CacheObserver", "ModelCache", "process_memory"]
 logger = logging.getLogger("serving.modelcache")
 
 _LOADING, _CACHED, _LEAVING, _GONE, _FAILED = "loading", "cached", "leaving", "gone", "failed"
-_M_MMAP_THRESHOLD = -3  # mallopt(3)
-_MMAP_THRESHOLD = 128 * 1024  # glibc's default, made fixed
 
 
 class CacheObserver:
@@ -121,32 +120,6 @@ def process_memory() -> int:
         return 0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024
-
-
-@functools.cache
-def _glibc() -> Any:
-    """glibc with its mmap threshold fixed (once per process), or None elsewhere.
-
-    glibc raises the threshold after freeing a large block, so the next large model lands in a heap
-    that is never given back: eviction would not shrink the process and the reused memory would
-    measure as free. A fixed threshold keeps large blocks in mmap, returned to the OS when freed.
-    """
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(None)
-        mallopt, malloc_trim = libc.mallopt, libc.malloc_trim
-    except (OSError, AttributeError):  # musl and others: nothing to tune
-        return None
-    mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)
-    return malloc_trim
-
-
-def _release_freed_memory() -> None:
-    """Return free heap pages to the OS, so an unload shows up in the process's memory."""
-    malloc_trim = _glibc()
-    if malloc_trim is not None:
-        malloc_trim(0)
 
 
 class _Entry:
@@ -337,7 +310,7 @@ class ModelCache:
     def _measured_load(self, name: str) -> tuple[Any, int]:
         """In the executor: the model and how much the process grew while loading it."""
         if self._release_memory:
-            _glibc()  # fix malloc's threshold before the first measurement
+            keep_large_blocks_in_mmap()  # fix malloc's threshold before the first measurement
         before = self._measure()
         model = self._load_fn(name)
         return model, max(0, self._measure() - before)
@@ -424,7 +397,7 @@ class ModelCache:
         finally:
             box.clear()
             if self._release_memory:
-                _release_freed_memory()
+                release_freed_memory()
 
     # -- observer ------------------------------------------------------------------------------------
 

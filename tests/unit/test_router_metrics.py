@@ -96,12 +96,14 @@ def test_unknown_endpoints_add_no_series(router: httpx.Client) -> None:
     assert "no-such-endpoint" not in names
 
 
-@pytest.mark.parametrize("status, labelled", [(200, True), (424, True), (400, False), (503, False)])
-def test_a_target_model_is_a_label_only_once_its_model_ran(status: int, labelled: bool) -> None:
-    # An unknown or refused TargetModel must not become a series: callers choose those names.
-    name = f"model-{status}.tar.gz"
+@pytest.mark.parametrize("status, confirmed", [(200, True), (424, True), (424, False), (400, False), (503, False)])
+def test_a_target_model_is_a_label_only_once_a_container_answered_for_it(status: int, confirmed: bool) -> None:
+    # An unknown, refused or timed-out TargetModel must not become a series: callers choose those names.
+    name = f"model-{status}-{confirmed}.tar.gz"
     trace = InvocationTrace(endpoint="mm", chain=("multi",), model=name, multi_model=frozenset({"multi"}),
-                            hops=[("multi", 0.01)], failed_container="multi" if status >= 400 else None)
+                            hops=[("multi", 0.01)], failed_container="multi" if status >= 400 else None,
+                            model_confirmed=confirmed)
+    labelled = confirmed
     before = value("serving_invocations_total", endpoint="mm", container="multi", model=name)
     record_invocation(trace, status, 0.02)
     after = value("serving_invocations_total", endpoint="mm", container="multi", model=name)
