@@ -26,7 +26,7 @@ from ray import serve
 from starlette.applications import Starlette
 
 from serving import keys
-from serving._http_server import BackgroundServer
+from serving._http_server import BackgroundServer, HttpLimits
 from serving.access import EndpointAccess, configure_audit_log
 from serving.autoscaling import serve_autoscaling_config
 from serving.auth import Identities
@@ -325,7 +325,7 @@ class Gateway:
         self.metrics = MetricsRoute([REGISTRY, ReplicaCountCollector(self._replica_counts),
                                      DesiredReplicasCollector(self._desired_replicas)], _metrics_export_urls)
         app = Starlette(routes=self.board.routes() + self.router.routes() + self.metrics.routes(), lifespan=self._lifespan)
-        self.server = BackgroundServer(app, self.settings.host, self.settings.port)
+        self.server = BackgroundServer(app, self.settings.host, self.settings.port, HttpLimits.from_settings(self.settings))
         if not self.server.wait_started():
             raise RuntimeError(f"endpoint server did not start on {self.server.url}")
 

@@ -31,6 +31,13 @@ logger = logging.getLogger("serving.container")
 STATS_PATH = "/_serving/stats"
 
 
+def _resolved(response: Response, context: InvocationContext) -> Response:
+    """Say whether the answer concerns a model the container resolved (the router's metric labels use it)."""
+    if context.model_resolved:
+        response.headers[protocol.MODEL_RESOLVED] = "true"
+    return response
+
+
 def _error_response(error: ServingError) -> Response:
     status, headers, body = wire_error(error)
     return Response(body, status_code=status, headers=headers)
@@ -111,6 +118,7 @@ class ContainerApp:
     async def invoke(self, request: Request) -> Response:
         self.in_flight += 1
         self.invocations += 1
+        context = InvocationContext()
         try:
             if self.hop_key is not None and hopauth.SIGNATURE_HEADER not in request.headers:
                 refusal = self._refusal(request, b"")  # unsigned: refused before its body is read
@@ -121,11 +129,9 @@ class ContainerApp:
                 self.invocations -= 1  # not an invocation: it never reached the model
                 return refusal
             headers = request.headers
-            context = InvocationContext(
-                custom_attributes=headers.get(protocol.CUSTOM_ATTRIBUTES),
-                target_model=headers.get(protocol.TARGET_MODEL),
-                inference_id=headers.get(protocol.INFERENCE_ID),
-            )
+            context.custom_attributes = headers.get(protocol.CUSTOM_ATTRIBUTES)
+            context.target_model = headers.get(protocol.TARGET_MODEL)
+            context.inference_id = headers.get(protocol.INFERENCE_ID)
             if self.models is not None:
                 out, content_type = await self.models.ainvoke(body, headers.get("content-type"), headers.get("accept"), context)
             else:
@@ -136,12 +142,12 @@ class ContainerApp:
             response_headers = {"content-type": content_type}
             if context.response_custom_attributes:
                 response_headers[protocol.CUSTOM_ATTRIBUTES] = context.response_custom_attributes
-            return Response(out, headers=response_headers)
+            return _resolved(Response(out, headers=response_headers), context)
         except ServingError as error:
-            return _error_response(error)
+            return _resolved(_error_response(error), context)
         except Exception as error:  # the model failed: report it, keep serving
             logger.exception("container %s: invocation failed", self.hostname)
             status, headers, body = wire_error(ServingError(failure_message(error)))  # no paths of this machine
-            return Response(body, status_code=status, headers=headers)
+            return _resolved(Response(body, status_code=status, headers=headers), context)
         finally:
             self.in_flight -= 1

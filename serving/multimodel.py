@@ -59,6 +59,7 @@ class MultiModelHandler:
             # Refuse an unknown model before the cache makes room for it by evicting a loaded one.
             await asyncio.to_thread(self.store.check, target)
         async with self.cache.acquire(target) as runtime:
+            context.model_resolved = True  # from here on, an answer is about this model
             started = time.perf_counter()
             answer = runtime.invoke(body, content_type, accept, context)
             if self.model_latency is not None:  # the model's own time: loading is measured apart

@@ -13,3 +13,6 @@ MAX_CUSTOM_ATTRIBUTES = 1024
 MAX_INFERENCE_ID = 64
 # SageMaker's pattern for EndpointName and ContainerHostname.
 NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$"
+# Set by a MultiModel container on any answer for a TargetModel it resolved to a model (loaded it, or
+# found it loaded): the router labels metrics with a model name only then.
+MODEL_RESOLVED = "X-Serving-Model-Resolved"

@@ -297,12 +297,9 @@ class Router:
 
 
 def _answered_for_model(response: HopResponse) -> bool:
-    """Whether a MultiModel container's answer shows that it resolved the TargetModel to a model.
-
-    The container does not say so explicitly (yet), so only a success counts: its 4XX are mostly unknown or
-    malformed names, and its 5XX do not tell a model that raised from one that could not be found or loaded.
-    """
-    return response.status < 400
+    """Whether a MultiModel container's answer shows that it resolved the TargetModel to a model: it says so
+    (`protocol.MODEL_RESOLVED`, also on a model's own error), or it answered with success."""
+    return response.model_resolved or response.status < 400
 
 
 def _raw_request(request: Request, body: bytes = b"") -> RawRequest:

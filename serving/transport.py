@@ -38,6 +38,7 @@ class HopResponse:
     body: bytes
     content_type: str | None
     custom_attributes: str | None
+    model_resolved: bool = False  # a MultiModel container answered about a model it resolved
 
 
 # What aiohttp would add to a request that lacks them (and what containers have always received then).
@@ -148,6 +149,7 @@ class ContainerTransport:
                         body=await response.read(),
                         content_type=response.headers.get("content-type"),
                         custom_attributes=response.headers.get(protocol.CUSTOM_ATTRIBUTES),
+                        model_resolved=response.headers.get(protocol.MODEL_RESOLVED) == "true",
                     )
                 if home_key is not None and answer.status < 400:  # it holds the model now
                     self._remember(home_key, replica.url)

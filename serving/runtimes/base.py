@@ -31,6 +31,7 @@ class InvocationContext:
     target_model: str | None = None
     inference_id: str | None = None
     response_custom_attributes: str | None = None
+    model_resolved: bool = False  # a MultiModel container found the TargetModel to be a model and loaded it
 
 
 class Runtime:

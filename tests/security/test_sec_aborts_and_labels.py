@@ -65,3 +65,26 @@ def test_a_timed_out_target_model_adds_no_series(stack: Stack, identities: Path,
     response = httpx.post(f"{answered}/endpoints/mm/invocations", json=[1], headers={TARGET_MODEL: "answered-model"}, timeout=10)
     assert response.status_code == 200
     assert sample("serving_invocations_total", endpoint="mm", container="mm", model="answered-model") == 1
+
+
+def test_a_model_that_raises_is_labelled_an_unknown_one_is_not(stack: Stack, identities: Path, tmp_path: Path) -> None:
+    # The MultiModel container says when it resolved the TargetModel to a model (X-Serving-Model-Resolved):
+    # a real model's own failure is labelled with its name, a name that is no model is not.
+    from serving.container import ContainerApp
+    from serving.multimodel import MultiModelHandler
+
+    model = tmp_path / "prefix" / "raises" / "code"
+    model.mkdir(parents=True)
+    (model / "inference.py").write_text("def predict_fn(data, model):\n    raise RuntimeError('this model fails')\n")
+    handler = MultiModelHandler("python", str(tmp_path / "prefix"), {}, hostname="mm")
+    try:
+        container = stack.serve(ContainerApp(None, "mm", models=handler))
+        url = stack.gateway(identities, {("mm", "mm"): [container]})
+        failed = httpx.post(f"{url}/endpoints/mm/invocations", json=[1], headers={TARGET_MODEL: "raises"}, timeout=30)
+        assert failed.status_code == 424
+        assert sample("serving_invocations_total", endpoint="mm", container="mm", model="raises") == 1
+        unknown = httpx.post(f"{url}/endpoints/mm/invocations", json=[1], headers={TARGET_MODEL: "no-such-model"}, timeout=30)
+        assert unknown.status_code == 400
+        assert sample("serving_invocations_total", endpoint="mm", container="mm", model="no-such-model") == 0
+    finally:
+        handler.close()

@@ -44,6 +44,7 @@ def report(server, identities_file, demo_models, tmp_path_factory) -> dict[str, 
     token_files = [os.environ.get("RAY_AUTH_TOKEN_PATH"), str(Path.home() / ".ray" / "auth_token")]
     session = Path(ray._private.worker.global_worker.node.get_session_dir_path())
     outside = tmp_path_factory.mktemp("outside-the-sandbox")
+    Path("/tmp/serving-tenant-marker").unlink(missing_ok=True)  # a run of an older, unconfined version may have left it
     targets = {
         "read": [str(identities_file), *[path for path in token_files if path],
                  str(demo_models / "iris-classifier" / "model.skops"), str(ROOT / "examples" / "identities.yaml")],
