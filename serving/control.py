@@ -1,57 +1,57 @@
 """Control-plane reads: endpoint status and descriptions, `GET /endpoints[/{name}]` and `/ping`.
 
-Statuses come from a snapshot of Ray Serve's application status that the registry
-actor refreshes in its own process and hands to the gateway with the routing table
-(plain dicts, so this module needs no Ray); the request path only reads the latest
-snapshot and never waits on the controller.
+Health is read from replicas, not from Serve's deployment status: a container is InService while it
+has at least one registered (routable) replica, so one replica dying makes it Updating while Serve
+replaces it, never Failed. An endpoint is Failed only when its first deployment could not be brought
+up (`rollout`); a failed update is rolled back and reported, the endpoint stays in service. Statuses
+come from the registry's snapshot (plain dicts, so this module needs no Ray); the request path only
+reads the latest snapshot and never waits on the controller.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from serving.errors import ValidationError, wire_error
+from serving.errors import ServiceUnavailableError, ValidationError, wire_error
+from serving.rollout import app_name
 
-# Ray Serve application status -> SageMaker EndpointStatus.
-_ENDPOINT_STATUS = {
-    "NOT_STARTED": "Creating",
-    "DEPLOYING": "Creating",
-    "RUNNING": "InService",
-    "DEPLOY_FAILED": "Failed",
-    "UNHEALTHY": "Failed",
-    "DELETING": "Deleting",
-}
-# Ray Serve deployment status -> container status.
-_CONTAINER_STATUS = {
-    "UPDATING": "Creating",
-    "HEALTHY": "InService",
-    "UPSCALING": "Updating",
-    "DOWNSCALING": "Updating",
-    "UNHEALTHY": "Failed",
-    "DEPLOY_FAILED": "Failed",
-}
+# Serve replica states that are on their way to serving, and on their way out.
+_STARTING = ("STARTING", "UPDATING", "RECOVERING", "PENDING_MIGRATION")
+_STOPPING = ("STOPPING",)
+_TROUBLE = ("UNHEALTHY", "DEPLOY_FAILED")
 
 
 @dataclass
 class EndpointRecord:
-    """What the control plane knows of a deployed endpoint: its spec summary and history."""
+    """What the control plane knows of an endpoint: the spec summary it routes with, and its state."""
 
     name: str
     mode: str
-    containers: list[dict[str, Any]]  # ContainerHostname, Image, Mode, DesiredReplicas
+    containers: list[dict[str, Any]]  # ContainerHostname, Image, Mode, DesiredReplicas, Version
     limits: dict[str, int] = field(default_factory=dict)  # per-replica in-flight bound by hostname
-    # Identities and policies (Identities.to_record) or None; never part of a description.
+    not_idempotent: list[str] = field(default_factory=list)  # hostnames whose requests are never sent twice
+    # Where the identities file is (path and fingerprint) or None; never part of a description.
     access: dict[str, Any] | None = field(default=None, repr=False)
-    was_in_service: bool = False
+    update: dict[str, Any] = field(default_factory=dict)  # the last apply: Status, FailureReason, times
+    failed: bool = False  # its first deployment could not be brought up
+    in_service: bool = False  # brought up once: it routes with an active record (else it is being created)
+    desired_versions: dict[str, str] = field(default_factory=dict)  # hostname -> version being rolled out
     scaling_activities: list[dict[str, Any]] = field(default_factory=list)  # newest first
     # Autoscaled containers: hostname -> the autoscaler's latest state (DesiredReplicas, metric, target).
     scaling: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def from_snapshot(cls, document: Mapping[str, Any]) -> EndpointRecord:
+        known = {key: document[key] for key in ("name", "mode", "containers", "limits", "not_idempotent", "access",
+                                                "update", "failed", "in_service", "desired_versions")
+                 if key in document}
+        return cls(**known)
 
 
 def applications_from_serve_details(details: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -85,39 +85,69 @@ def short_reason(message: str) -> str:
     return (errors[-1] if errors else lines[-1] if lines else "")[:1000]
 
 
-def describe(record: EndpointRecord, app: dict[str, Any] | None) -> dict[str, Any]:
-    """DescribeEndpoint-shaped document for one endpoint from its Serve application status."""
-    app = app or {"status": "NOT_STARTED", "message": "", "deployments": {}}
-    status = _ENDPOINT_STATUS.get(app["status"], "Creating")
-    if status == "Creating" and record.was_in_service:
-        status = "Updating"
-    containers, reasons = [], []
+def describe(record: EndpointRecord, statuses: Mapping[str, Mapping[str, Any]],
+             registered: Mapping[tuple[str, str, str], int], in_service: bool) -> dict[str, Any]:
+    """DescribeEndpoint-shaped document for one endpoint.
+
+    `registered`: live replicas per (endpoint, container, version); `in_service`: whether the record
+    has been active (created) before, so that no replica means Updating rather than Creating.
+    """
+    update = record.update
+    containers, problems = [], []
     for container in record.containers:
-        name = container["ContainerHostname"]
-        deployment = app["deployments"].get(name)
-        state = _CONTAINER_STATUS.get(deployment["status"], "Creating") if deployment else "Creating"
-        entry = {
-            **container,
-            "Status": state,
-            "CurrentReplicas": (deployment or {}).get("replicas", {}).get("RUNNING", 0),
-        }
-        scaling = record.scaling.get(name)
+        host, version = container["ContainerHostname"], container.get("Version", "")
+        app = statuses.get(app_name(record.name, host, version)) or {}
+        deployment = (app.get("deployments") or {}).get(host) or {}
+        states = deployment.get("replicas") or {}
+        running = registered.get((record.name, host, version), 0)
+        scaling = record.scaling.get(host)
+        desired = scaling["DesiredReplicas"] if scaling is not None else container["DesiredReplicas"]
+        starting = sum(states.get(state, 0) for state in _STARTING)
+        pending = record.desired_versions.get(host)
+        trouble = short_reason(deployment.get("message", "")) if deployment.get("status") in _TROUBLE else None
+        if record.failed and (app.get("status") == "DEPLOY_FAILED" or deployment.get("status") == "DEPLOY_FAILED"):
+            status = "Failed"
+        elif running == 0:
+            status = "Updating" if in_service else "Creating"
+        elif running < desired or starting or (pending is not None and pending != version):
+            status = "Updating"
+        else:
+            status = "InService"
+        entry = {**container, "Status": status, "CurrentReplicas": running,
+                 "Replicas": {"Running": running, "Starting": starting,
+                              "Stopping": sum(states.get(state, 0) for state in _STOPPING)}}
         if scaling is not None:  # an autoscaled container: what its autoscaler last decided, and on what
             entry["DesiredReplicas"] = scaling["DesiredReplicas"]
             entry["ScalingMetric"] = {key: scaling.get(key) for key in ("MetricName", "MetricValue", "TargetValue")}
-        if state == "Failed":
-            entry["FailureReason"] = short_reason(deployment["message"])
-            reasons.append(f"container {name}: {entry['FailureReason']}")
+        if pending is not None and pending != version:
+            entry["PendingVersion"] = pending
+        if trouble:
+            entry["LastFailureReason"] = trouble
+        if status == "Failed":
+            entry["FailureReason"] = trouble or update.get("FailureReason") or "the container could not be deployed"
+            problems.append(f"container {host}: {entry['FailureReason']}")
         containers.append(entry)
-    failure = None
-    if status == "Failed":
-        failure = "; ".join(reasons) or short_reason(app["message"]) or "the endpoint failed"
+    if record.failed:
+        endpoint_status = "Failed"
+        failure = update.get("FailureReason") or "; ".join(problems) or "the endpoint failed"
+    else:
+        failure = None
+        if not in_service:
+            endpoint_status = "Creating"
+        elif update.get("Status") == "InProgress" or any(c["Status"] != "InService" for c in containers):
+            endpoint_status = "Updating"
+        else:
+            endpoint_status = "InService"
+        if update.get("Status") == "Failed":  # rolled back: still serving the previous version
+            failure = f"The last update failed and was rolled back: {update.get('FailureReason')}"
     return {
         "EndpointName": record.name,
-        "EndpointStatus": status,
+        "EndpointStatus": endpoint_status,
         "FailureReason": failure,
         "InferenceExecutionConfig": {"Mode": record.mode},
         "Containers": containers,
+        "LastUpdate": {key: update.get(key) for key in ("Generation", "Status", "FailureReason", "StartedAt",
+                                                        "FinishedAt")},
         "ScalingActivities": list(record.scaling_activities),
     }
 
@@ -128,19 +158,31 @@ class StatusBoard:
     def __init__(self) -> None:
         self.records: dict[str, EndpointRecord] = {}
         self.descriptions: dict[str, dict[str, Any]] = {}
+        self.loaded = False  # a first snapshot of the registry has been applied
 
-    def refresh(self, applications: dict[str, dict[str, Any]]) -> None:
-        """Rebuild descriptions from a Serve status snapshot (app name -> status dict)."""
-        descriptions = {}
-        for name, record in list(self.records.items()):
-            description = describe(record, applications.get(name))
-            if description["EndpointStatus"] == "InService":
-                record.was_in_service = True
-            descriptions[name] = description
-        self.descriptions = descriptions
+    def refresh(self, statuses: Mapping[str, Mapping[str, Any]],
+                registered: Mapping[tuple[str, str, str], int]) -> None:
+        """Rebuild descriptions from the registry's latest statuses and registered replicas."""
+        self.descriptions = {name: describe(record, statuses, registered, in_service=record.in_service)
+                             for name, record in list(self.records.items())}
+        self.loaded = True
+
+    def unroutable(self) -> list[str]:
+        """Why the gateway cannot route every known endpoint now (empty when it can)."""
+        if not self.loaded:
+            return ["the gateway has not read the registry yet"]
+        reasons = []
+        for name, description in sorted(self.descriptions.items()):
+            if description["EndpointStatus"] in ("Failed", "Creating"):
+                reasons.append(f"endpoint {name} is {description['EndpointStatus']}")
+                continue
+            idle = [c["ContainerHostname"] for c in description["Containers"] if c["CurrentReplicas"] == 0]
+            if idle:
+                reasons.append(f"endpoint {name}: no ready replica of {', '.join(idle)}")
+        return reasons
 
     def healthy(self) -> bool:
-        return all(d["EndpointStatus"] == "InService" for d in self.descriptions.values())
+        return not self.unroutable()
 
     def failure(self, name: str) -> str | None:
         description = self.descriptions.get(name)
@@ -157,7 +199,12 @@ class StatusBoard:
         ]
 
     async def ping(self, request: Request) -> Response:
-        return Response(b"", status_code=200 if self.healthy() else 503)
+        """200 only when every known endpoint is routable; 503 with the reasons otherwise (load balancers)."""
+        reasons = self.unroutable()
+        if not reasons:
+            return Response(b"", status_code=200)
+        status, headers, body = wire_error(ServiceUnavailableError("; ".join(reasons)))
+        return Response(body, status_code=status, headers=headers)
 
     async def list_endpoints(self, request: Request) -> Response:
         summaries = [

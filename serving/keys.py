@@ -7,8 +7,8 @@ state, or written to disk by this project; a process either can derive a key or 
 
 - `hop_key(endpoint, container)`: the gateway signs each hop to that container's replicas with it;
   the container process verifies it (`hopauth`). A container process knows only its own.
-- `registration_proof(endpoint, container, url)`: what a replica shows the registry to put its data
-  port under that container; made by the replica's supervisor, never by the container process.
+- `registration_proof(endpoint, container, url, version)`: what a replica shows the registry to put its
+  data port under that container version; made by the replica's supervisor, never by the container process.
 - `control_token()`: what the control plane (CLI, gateway, autoscaler) shows for registry writes.
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 
-__all__ = ["control_token", "derive", "hop_key", "registration_proof", "verify"]
+__all__ = ["control_token", "derive", "hop_key", "http_control_token", "registration_proof", "verify"]
 
 _VERSION = b"serving/v1"
 
@@ -32,12 +32,17 @@ def hop_key(root: bytes, endpoint: str, container: str) -> bytes:
     return derive(root, "hop", endpoint, container)
 
 
-def registration_proof(root: bytes, endpoint: str, container: str, url: str) -> str:
-    return derive(root, "register", endpoint, container, url).hex()
+def registration_proof(root: bytes, endpoint: str, container: str, url: str, version: str = "") -> str:
+    return derive(root, "register", endpoint, container, version, url).hex()
 
 
 def control_token(root: bytes) -> str:
     return derive(root, "control").hex()
+
+
+def http_control_token(root: bytes) -> str:
+    """What `serving apply` / `serving delete` present to the gateway's control routes."""
+    return derive(root, "http-control").hex()
 
 
 def verify(expected: str, presented: object) -> bool:

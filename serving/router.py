@@ -117,6 +117,7 @@ class Router:
         self.settings = settings
         self.transport = transport
         self.endpoints: dict[str, EndpointRoute] = {}
+        self.loaded = True  # False while a (re)started gateway has not read its table yet: 503, which clients retry
         self.preauth_budget = BodyBudget(settings.preauth_body_budget_bytes)
         # Request bodies are the gateway's large allocations: without this, the memory of a burst of them
         # stays with the process after they are freed (measured: up to 62 MiB after a 64 MB burst, varying run to run).
@@ -147,6 +148,8 @@ class Router:
     async def _invoke(self, request: Request, trace: InvocationTrace) -> Response:
         name = request.path_params["name"]
         endpoint = self.endpoints.get(name)
+        if endpoint is None and not self.loaded:
+            raise ServiceUnavailableError("the endpoint server is starting: retry shortly")
         if endpoint is None:
             raise ValidationError(f"Endpoint {name} not found.")
         trace.endpoint, trace.mode, trace.multi_model = name, endpoint.mode, endpoint.multi_model

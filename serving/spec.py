@@ -25,6 +25,7 @@ RESERVED_NAME = "serving-gateway"  # the Ray Serve application of the endpoint s
 from serving.runtimes import STACKS as KNOWN_IMAGES  # noqa: E402  (one module per stack)
 
 MAX_CONCURRENCY_ENV = "SERVING_MAX_CONCURRENCY"  # per-replica in-flight bound, set in a container's Environment
+IDEMPOTENT_ENV = "SERVING_IDEMPOTENT"  # "false": never send a request twice, even if no replica answered it
 DEFAULT_MAX_CONCURRENCY = 128
 # MultiModel cache bounds per replica, set in a container's Environment (whole numbers).
 MAX_MODELS_ENV = "SERVING_MAX_MODELS"  # models kept loaded (default 16)
@@ -266,6 +267,11 @@ class ContainerSpec(_Model):
         """In-flight requests the router lets reach one replica before answering 429."""
         return int(self.Environment.get(MAX_CONCURRENCY_ENV, DEFAULT_MAX_CONCURRENCY))
 
+    @property
+    def idempotent(self) -> bool:
+        """Whether a request whose connection broke before any answer may be sent again to another replica."""
+        return self.Environment.get(IDEMPOTENT_ENV, "true").strip().lower() not in ("false", "0", "no", "off")
+
     @field_validator("Environment")
     @classmethod
     def _counts_are_counts(cls, environment: dict[str, str]) -> dict[str, str]:
@@ -273,6 +279,9 @@ class ContainerSpec(_Model):
             value = environment.get(name)
             if value is not None and not (value.isdigit() and int(value) >= 1):
                 raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}")
+        flag = environment.get(IDEMPOTENT_ENV)
+        if flag is not None and flag.strip().lower() not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
+            raise ValueError(f"{IDEMPOTENT_ENV} must be true or false, got {flag!r}")
         return environment
 
     @property

@@ -1,8 +1,12 @@
 """Router -> container hops: pooled HTTP/1.1 keep-alive connections to replica data ports.
 
-The replica table comes from the registry; a replica that refuses connections is
-dropped at once and the request goes to another (it never reached the dead one,
-so the retry cannot run it twice).
+The replica table comes from the registry. A replica that refuses connections is dropped
+at once and the request goes to another (it never reached the dead one, so it cannot run
+twice). A connection that is reset or closed before any byte of the answer arrives (a
+replica dying, a keep-alive connection the replica just closed) is retried once on another
+replica, within the caller's deadline: inference is idempotent unless the container says
+otherwise (`SERVING_IDEMPOTENT: "false"`). A connection lost after the answer began is
+never retried: the container reported, or may have reported, something.
 """
 
 from __future__ import annotations
@@ -67,6 +71,7 @@ class ContainerTransport:
         self._homes: OrderedDict[tuple[str, str, str], str] = OrderedDict()
         self._replicas: dict[tuple[str, str], list[Replica]] = {}
         self._limits: dict[tuple[str, str], int] = {}
+        self._no_retry: set[tuple[str, str]] = set()  # containers that are not idempotent
         self.default_limit = default_limit
         self._dropped: list[str] = []
         self._turn = itertools.count()
@@ -80,10 +85,14 @@ class ContainerTransport:
         if self._session is not None:
             await self._session.close()
 
-    def update(self, table: Mapping[tuple[str, str], list[str]], limits: Mapping[tuple[str, str], int] | None = None) -> None:
-        """Replace the replica table (and per-replica in-flight limits), keeping counts of replicas that stay."""
+    def update(self, table: Mapping[tuple[str, str], list[str]], limits: Mapping[tuple[str, str], int] | None = None,
+               not_idempotent: set[tuple[str, str]] | None = None) -> None:
+        """Replace the replica table (and per-replica in-flight limits, and which containers may not be
+        retried), keeping counts of replicas that stay."""
         if limits is not None:
             self._limits = dict(limits)
+        if not_idempotent is not None:
+            self._no_retry = set(not_idempotent)
         current = {(key, r.url): r for key, replicas in self._replicas.items() for r in replicas}
         self._replicas = {
             key: [current.get((key, url)) or Replica(url) for url in sorted(urls)] for key, urls in table.items()
@@ -97,9 +106,11 @@ class ContainerTransport:
     def replica_count(self, endpoint: str, container: str) -> int:
         return len(self._replicas.get((endpoint, container), ()))
 
-    def _pick(self, replicas: list[Replica], home: str | None = None) -> Replica:
+    def _pick(self, replicas: list[Replica], home: str | None = None, avoid: Replica | None = None) -> Replica:
         start = next(self._turn) % len(replicas)
         ordered = replicas[start:] + replicas[:start]
+        if avoid is not None and len(ordered) > 1:
+            ordered = [replica for replica in ordered if replica is not avoid]
         least = min(ordered, key=lambda replica: replica.in_flight)
         if home is not None:
             for replica in replicas:
@@ -129,9 +140,11 @@ class ContainerTransport:
         if self._hop_key is not None:
             headers = _with_defaults(headers)  # sign exactly what arrives: no header added after signing
             headers.update(hopauth.sign(self._hop_key(endpoint, container), "POST", "/invocations", body, headers))
+        retries_left = 0 if key in self._no_retry else 1
+        broken: Replica | None = None
         while self._replicas.get(key):
             replicas = self._replicas[key]
-            replica = self._pick(replicas, self._homes.get(home_key) if home_key else None)
+            replica = self._pick(replicas, self._homes.get(home_key) if home_key and broken is None else None, broken)
             limit = self._limits.get(key, self.default_limit)
             if replica.in_flight >= limit:
                 # Shed load here rather than queue without bound: the caller retries (429).
@@ -140,10 +153,12 @@ class ContainerTransport:
                     "concurrent requests; retry shortly"
                 )
             replica.in_flight += 1
+            answered = False
             try:
                 async with self._session.post(
                     replica.invocations_url, data=body, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout)
                 ) as response:
+                    answered = True
                     answer = HopResponse(
                         status=response.status,
                         body=await response.read(),
@@ -161,12 +176,22 @@ class ContainerTransport:
                     self._dropped.append(replica.url)
             except TimeoutError:
                 raise  # the router reports the invocation timeout
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as error:
+                # Closed or reset before any answer: the replica died or dropped an idle connection.
+                if answered or retries_left == 0:
+                    raise _lost(container, error) from None
+                retries_left -= 1
+                broken = replica
             except aiohttp.ClientError as error:
-                # The request may have run: never retry it, report the container as failed.
-                raise ModelError(
-                    f"connection to container {container} was lost during the invocation ({type(error).__name__})",
-                    container=container, original_status=502, original_message=str(error) or type(error).__name__,
-                ) from None
+                # The answer was under way: never retry it, report the container as failed.
+                raise _lost(container, error) from None
             finally:
                 replica.in_flight -= 1
         raise ModelNotReadyError(f"container {container} of endpoint {endpoint} has no ready replica; retry shortly")
+
+
+def _lost(container: str, error: Exception) -> ModelError:
+    return ModelError(
+        f"connection to container {container} was lost during the invocation ({type(error).__name__})",
+        container=container, original_status=502, original_message=str(error) or type(error).__name__,
+    )

@@ -311,6 +311,14 @@ def endpoint_specs(demo: Path, handlers: dict[str, Path]) -> list[dict]:
             sk("preprocess", "iris-preprocess"), py("faulty", "faulty"), py("never", "echo"),
         ]},
         {"EndpointName": "it-broken", "Containers": [py("fine", "echo"), py("broken", "broken")]},
+        # tests/integration/test_reliability.py: replicas, the registry and the gateway are killed under load;
+        # `twin` has two replicas (one dies), `solo` one; it-spare is deleted and it-update updated live.
+        {"EndpointName": "it-chaos", "Containers": [
+            py("twin", "sleepy", Resources=TINY, AutoScaling={"MinCapacity": 2, "MaxCapacity": 2}),
+            py("solo", "echo", Resources=TINY)]},
+        {"EndpointName": "it-spare", "Containers": [py("only", "echo", Resources=TINY)]},
+        {"EndpointName": "it-update", "Containers": [py("first", "echo", Resources=TINY),
+                                                     py("second", "echo", Resources=TINY)]},
         # tests/security: a tenant's model that attacks its neighbour, the gateway and the cluster
         {"EndpointName": "it-hostile", "Containers": [py("tenant", "hostile", Resources=TINY), py("victim", "echo", Resources=TINY)]},
     ]
@@ -405,7 +413,7 @@ def _small(specs: list[dict]) -> list[dict]:
     # ~35 replicas share the session's 2 logical CPUs: reserve a small share each.
     for spec in specs:
         for container in spec["Containers"]:
-            container.setdefault("Resources", {"Cpus": 0.05})
+            container.setdefault("Resources", {"Cpus": 0.04})
     return specs
 
 

@@ -38,7 +38,9 @@ def test_data_ports_listen_on_loopback_in_embedded_mode(replicas) -> None:
 
 
 def test_unsigned_calls_are_refused_with_403(replicas) -> None:
-    for (endpoint, container), urls in replicas.items():
+    live = {key: urls for key, urls in replicas.items() if urls}  # it-broken's failed container has none
+    assert len(live) > 10
+    for (endpoint, container), urls in live.items():
         response = _post(urls[0])
         assert response.status_code == 403, (endpoint, container, response.text)
         assert response.json()["__type"] == "AccessDeniedException"

@@ -103,9 +103,11 @@ def test_registry_writes_need_the_control_plane_capability(server) -> None:
     registry = app._registry()
     before = ray.get(registry.snapshot.remote(-1), timeout=30)
     forged = {**before["endpoints"]["it-secure"], "access": None}  # the attack: drop it-secure's AccessControl
-    assert ray.get(registry.put_endpoint.remote("0" * 64, "it-secure", forged), timeout=30) is False
+    assert ray.get(registry.put_endpoint.remote("0" * 64, forged), timeout=30) is False
     assert ray.get(registry.delete_endpoint.remote("", "it-secure"), timeout=30) is False
-    assert ray.get(registry.register.remote("it-secure", "customIps-iris", "http://127.0.0.1:9", "0" * 64), timeout=30) is False
+    version = before["endpoints"]["it-secure"]["containers"][0]["Version"]
+    assert ray.get(registry.register.remote("it-secure", "customIps-iris", version, "http://127.0.0.1:9", "0" * 64),
+                   timeout=30) is False
     some_url = next(iter(before["replicas"][("it-secure", "customIps-iris")]))
     assert ray.get(registry.deregister.remote(some_url, "0" * 64), timeout=30) is False
     after = ray.get(registry.snapshot.remote(-1), timeout=30)

@@ -22,22 +22,36 @@ PermissionError: refusing to unpickle model.joblib: pickle runs arbitrary code. 
 """
 
 
-def record(*hostnames: str, mode: str = "Direct", name: str = "mce-demo") -> EndpointRecord:
+def record(*hostnames: str, mode: str = "Direct", name: str = "mce-demo", in_service: bool = True,
+           failed: bool = False, update: dict | None = None, desired: dict | None = None) -> EndpointRecord:
     return EndpointRecord(
         name=name,
         mode=mode,
         containers=[
-            {"ContainerHostname": host, "Image": "sklearn", "Mode": "SingleModel", "DesiredReplicas": 2} for host in hostnames
+            {"ContainerHostname": host, "Image": "sklearn", "Mode": "SingleModel", "DesiredReplicas": 2, "Version": "v1"}
+            for host in hostnames
         ],
+        in_service=in_service, failed=failed, update=update or {"Status": "Succeeded"},
+        desired_versions=desired or {host: "v1" for host in hostnames},
     )
 
 
-def deployment(status: str, running: int = 0, message: str = "") -> dict[str, Any]:
-    return {"status": status, "message": message, "replicas": {"RUNNING": running} if running else {}}
+def deployment(status: str, running: int = 0, message: str = "", **states: int) -> dict[str, Any]:
+    replicas = {"RUNNING": running} if running else {}
+    return {"status": status, "message": message, "replicas": {**replicas, **states}}
 
 
 def app(status: str, message: str = "", **deployments: dict[str, Any]) -> dict[str, Any]:
     return {"status": status, "message": message, "deployments": deployments}
+
+
+def apps(name: str = "mce-demo", version: str = "v1", **deployments: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Serve statuses: one application per container version, as the registry deploys them."""
+    return {f"{name}.{host}.{version}": app(d["status"], **{host: d}) for host, d in deployments.items()}
+
+
+def registered(name: str = "mce-demo", version: str = "v1", **counts: int) -> dict[tuple[str, str, str], int]:
+    return {(name, host, version): count for host, count in counts.items()}
 
 
 # --- short_reason ---------------------------------------------------------------------
@@ -75,85 +89,77 @@ def test_short_reason_is_bounded() -> None:
 # --- describe -------------------------------------------------------------------------
 
 @pytest.mark.parametrize(
-    ("snapshot", "endpoint_status", "container_statuses", "current"),
+    ("in_service", "live", "states", "endpoint_status", "container_statuses"),
     [
-        (None, "Creating", ["Creating", "Creating"], [0, 0]),
-        (app("NOT_STARTED"), "Creating", ["Creating", "Creating"], [0, 0]),
-        (app("DEPLOYING", english=deployment("UPDATING", 1)), "Creating", ["Creating", "Creating"], [1, 0]),
-        (
-            app("RUNNING", english=deployment("HEALTHY", 2), labels=deployment("HEALTHY", 2)),
-            "InService", ["InService", "InService"], [2, 2],
-        ),
-        (
-            app("RUNNING", english=deployment("UPSCALING", 2), labels=deployment("DOWNSCALING", 3)),
-            "InService", ["Updating", "Updating"], [2, 3],
-        ),
-        (app("DELETING", english=deployment("HEALTHY", 1)), "Deleting", ["InService", "Creating"], [1, 0]),
-        (app("SOMETHING_NEW", english=deployment("NEW_STATE", 1)), "Creating", ["Creating", "Creating"], [1, 0]),
+        (False, {}, {}, "Creating", ["Creating", "Creating"]),
+        (False, {"english": 2}, {}, "Creating", ["InService", "Creating"]),
+        (True, {"english": 2, "labels": 2}, {}, "InService", ["InService", "InService"]),
+        # One replica of two died: Serve replaces it; the container still serves, the endpoint is Updating.
+        (True, {"english": 1, "labels": 2}, {"english": {"RUNNING": 1, "STARTING": 1}}, "Updating",
+         ["Updating", "InService"]),
+        # Every replica of one container is gone: it is unavailable (429s) until Serve brings one back.
+        (True, {"labels": 2}, {"english": {"STARTING": 2}}, "Updating", ["Updating", "InService"]),
     ],
-    ids=["no snapshot", "not started", "deploying", "running", "scaling", "deleting", "unknown states"],
+    ids=["creating", "half created", "in service", "a replica died", "all replicas of one died"],
 )
-def test_describe_maps_serve_states(snapshot: dict | None, endpoint_status: str, container_statuses: list[str],
-                                    current: list[int]) -> None:
-    description = describe(record("english", "labels"), snapshot)
-    assert description["EndpointName"] == "mce-demo"
+def test_health_comes_from_registered_replicas(in_service: bool, live: dict, states: dict, endpoint_status: str,
+                                               container_statuses: list[str]) -> None:
+    # Serve calls a deployment whose replica died UNHEALTHY: that must never make the endpoint Failed.
+    statuses = apps(**{host: deployment("UNHEALTHY" if host in states else "HEALTHY", **states.get(host, {}))
+                       for host in ("english", "labels")})
+    description = describe(record("english", "labels", in_service=in_service), statuses,
+                           registered(**live), in_service=in_service)
     assert description["EndpointStatus"] == endpoint_status
     assert description["FailureReason"] is None
-    assert description["InferenceExecutionConfig"] == {"Mode": "Direct"}
     assert [c["Status"] for c in description["Containers"]] == container_statuses
-    assert [c["CurrentReplicas"] for c in description["Containers"]] == current
-    assert [c["ContainerHostname"] for c in description["Containers"]] == ["english", "labels"]
+    assert [c["CurrentReplicas"] for c in description["Containers"]] == [live.get("english", 0), live.get("labels", 0)]
     assert all(c["DesiredReplicas"] == 2 and c["Image"] == "sklearn" for c in description["Containers"])
     assert all("FailureReason" not in c for c in description["Containers"])
-    assert description["ScalingActivities"] == []
 
 
-def test_deploy_failed_names_the_failing_container() -> None:
-    snapshot = app(
-        "DEPLOY_FAILED", "Failed to update the deployments ['english'].",
-        english=deployment("DEPLOY_FAILED", message=TRACEBACK), labels=deployment("HEALTHY", 1),
-    )
-    description = describe(record("english", "labels", mode="Serial"), snapshot)
+def test_replica_counts_by_state_and_the_last_failure_are_shown() -> None:
+    statuses = apps(english=deployment("UNHEALTHY", message="RuntimeError: container process exited (-9)",
+                                       RUNNING=1, STARTING=1, STOPPING=1))
+    description = describe(record("english"), statuses, registered(english=1), in_service=True)
+    english = description["Containers"][0]
+    assert english["Replicas"] == {"Running": 1, "Starting": 1, "Stopping": 1}
+    assert english["LastFailureReason"] == "RuntimeError: container process exited (-9)"
+    assert english["Status"] == "Updating"
+
+
+def test_a_first_deployment_that_fails_makes_the_endpoint_failed() -> None:
+    statuses = apps(english=deployment("DEPLOY_FAILED", message=TRACEBACK), labels=deployment("HEALTHY", 2))
+    update = {"Status": "Failed", "FailureReason": "container english: PermissionError: refusing to unpickle"}
+    description = describe(record("english", "labels", mode="Serial", in_service=False, failed=True, update=update),
+                           statuses, registered(labels=2), in_service=False)
     assert description["EndpointStatus"] == "Failed"
+    assert description["FailureReason"] == update["FailureReason"]
     reason = "PermissionError: refusing to unpickle model.joblib: pickle runs arbitrary code. Save the model with skops"
-    assert description["FailureReason"] == f"container english: {reason}"
     english, labels = description["Containers"]
     assert english["Status"] == "Failed" and english["FailureReason"] == reason
     assert labels["Status"] == "InService" and "FailureReason" not in labels
     assert description["InferenceExecutionConfig"] == {"Mode": "Serial"}
 
 
-def test_every_failed_container_is_named() -> None:
-    snapshot = app(
-        "UNHEALTHY",
-        english=deployment("UNHEALTHY", message="RuntimeError: data port server stopped"),
-        labels=deployment("DEPLOY_FAILED", message="ValueError: bad labels.json"),
-    )
-    description = describe(record("english", "labels"), snapshot)
-    assert description["EndpointStatus"] == "Failed"
-    assert description["FailureReason"] == (
-        "container english: RuntimeError: data port server stopped; container labels: ValueError: bad labels.json"
-    )
-
-
-@pytest.mark.parametrize(
-    ("message", "reason"),
-    [
-        ("Traceback (most recent call last):\nValueError: the application builder raised", "ValueError: the application builder raised"),
-        ("", "the endpoint failed"),
-    ],
-    ids=["app message", "no message at all"],
-)
-def test_app_level_failure_without_a_failed_container(message: str, reason: str) -> None:
-    description = describe(record("english"), app("DEPLOY_FAILED", message, english=deployment("UPDATING")))
-    assert description["EndpointStatus"] == "Failed"
-    assert description["FailureReason"] == reason
+def test_an_update_in_progress_and_a_rolled_back_one() -> None:
+    statuses = apps(english=deployment("HEALTHY", 2))
+    rolling = record("english", update={"Status": "InProgress", "StartedAt": 1.0}, desired={"english": "v2"})
+    description = describe(rolling, statuses, registered(english=2), in_service=True)
+    assert description["EndpointStatus"] == "Updating"
+    assert description["Containers"][0]["Status"] == "Updating"
+    assert description["Containers"][0]["PendingVersion"] == "v2"
+    failed = record("english", update={"Status": "Failed", "FailureReason": "container english: did not become ready"})
+    description = describe(failed, statuses, registered(english=2), in_service=True)
+    assert description["EndpointStatus"] == "InService"  # still serving the previous version
+    assert description["FailureReason"] == ("The last update failed and was rolled back: "
+                                            "container english: did not become ready")
+    assert description["LastUpdate"]["Status"] == "Failed"
 
 
 def test_description_does_not_share_the_records_lists() -> None:
     endpoint = record("english")
     endpoint.scaling_activities.append({"ContainerHostname": "english", "From": 1, "To": 2})
-    description = describe(endpoint, app("RUNNING", english=deployment("HEALTHY", 1)))
+    description = describe(endpoint, apps(english=deployment("HEALTHY", 2)), registered(english=2), in_service=True)
     description["ScalingActivities"].clear()
     description["Containers"][0]["Image"] = "changed"
     assert endpoint.scaling_activities == [{"ContainerHostname": "english", "From": 1, "To": 2}]
@@ -165,52 +171,46 @@ def test_description_does_not_share_the_records_lists() -> None:
 @pytest.fixture
 def board() -> StatusBoard:
     board = StatusBoard()
-    board.records = {"mce-demo": record("english"), "other": record("solo", name="other")}
+    board.records = {"mce-demo": record("english"), "other": record("solo", name="other", in_service=False)}
     return board
 
 
-RUNNING = app("RUNNING", english=deployment("HEALTHY", 1))
-OTHER_RUNNING = app("RUNNING", solo=deployment("HEALTHY", 1))
+STATUSES = {**apps(english=deployment("HEALTHY", 2)), **apps("other", solo=deployment("HEALTHY", 2))}
+BOTH = {**registered(english=2), **registered("other", solo=2)}
 
 
-def test_board_becomes_updating_after_in_service(board: StatusBoard) -> None:
-    board.refresh({"mce-demo": app("DEPLOYING", english=deployment("UPDATING"))})
-    assert board.descriptions["mce-demo"]["EndpointStatus"] == "Creating"
-
-    board.refresh({"mce-demo": RUNNING, "other": OTHER_RUNNING})
-    assert board.descriptions["mce-demo"]["EndpointStatus"] == "InService"
+def test_board_is_unroutable_until_every_endpoint_has_replicas(board: StatusBoard) -> None:
+    assert board.unroutable() == ["the gateway has not read the registry yet"]
+    board.refresh(STATUSES, registered(english=2))
+    assert board.unroutable() == ["endpoint other is Creating"]
+    board.records["other"].in_service = True
+    board.refresh(STATUSES, BOTH)
     assert board.healthy()
-
-    # Redeploying an endpoint that has served traffic is an update, not a creation.
-    board.refresh({"mce-demo": app("DEPLOYING", english=deployment("UPDATING", 1)), "other": OTHER_RUNNING})
-    assert board.descriptions["mce-demo"]["EndpointStatus"] == "Updating"
-    assert not board.healthy()
-
-    board.refresh({"mce-demo": RUNNING, "other": OTHER_RUNNING})
-    assert board.descriptions["mce-demo"]["EndpointStatus"] == "InService"
+    board.refresh(STATUSES, registered(english=2))  # other's only replicas went away
+    assert board.unroutable() == ["endpoint other: no ready replica of solo"]
 
 
 def test_board_failure(board: StatusBoard) -> None:
-    board.refresh({"mce-demo": app("DEPLOY_FAILED", english=deployment("DEPLOY_FAILED", message=TRACEBACK)), "other": OTHER_RUNNING})
-    assert board.failure("mce-demo") == (
-        "container english: PermissionError: refusing to unpickle model.joblib: pickle runs arbitrary code. "
-        "Save the model with skops"
-    )
+    board.records["mce-demo"] = record("english", failed=True, in_service=False,
+                                       update={"Status": "Failed", "FailureReason": "container english: broken"})
+    board.refresh(STATUSES, BOTH)
+    assert board.failure("mce-demo") == "container english: broken"
     assert board.failure("other") is None
     assert board.failure("absent") is None
     assert not board.healthy()
 
 
 def test_board_drops_deleted_endpoints(board: StatusBoard) -> None:
-    board.refresh({"mce-demo": RUNNING, "other": OTHER_RUNNING})
+    board.refresh(STATUSES, BOTH)
     del board.records["other"]
-    board.refresh({"mce-demo": RUNNING, "other": OTHER_RUNNING})
+    board.refresh(STATUSES, BOTH)
     assert set(board.descriptions) == {"mce-demo"}
 
 
-def test_empty_board_is_healthy() -> None:
+def test_empty_board_is_healthy_once_loaded() -> None:
     board = StatusBoard()
-    board.refresh({})
+    assert not board.healthy()
+    board.refresh({}, {})
     assert board.healthy()
 
 
@@ -227,15 +227,18 @@ def get(board: StatusBoard, path: str) -> httpx.Response:
     return asyncio.run(request())
 
 
-def test_ping_follows_health(board: StatusBoard) -> None:
-    board.refresh({"mce-demo": RUNNING})
-    assert get(board, "/ping").status_code == 503
-    board.refresh({"mce-demo": RUNNING, "other": OTHER_RUNNING})
+def test_ping_follows_routability(board: StatusBoard) -> None:
+    board.refresh(STATUSES, registered(english=2))
+    response = get(board, "/ping")
+    assert response.status_code == 503
+    assert response.json() == {"__type": "ServiceUnavailable", "message": "endpoint other is Creating"}
+    board.records["other"].in_service = True
+    board.refresh(STATUSES, BOTH)
     assert get(board, "/ping").status_code == 200
 
 
 def test_list_and_describe_endpoints(board: StatusBoard) -> None:
-    board.refresh({"mce-demo": RUNNING})
+    board.refresh(STATUSES, registered(english=2))
     listing = get(board, "/endpoints")
     assert listing.status_code == 200
     assert listing.json() == {
@@ -285,8 +288,4 @@ def test_applications_from_serve_details() -> None:
         }},
         "empty": {"status": "NOT_STARTED", "message": "", "deployments": {}},
     }
-    description = describe(record("english", "german", "french"), applications["mce-demo"])
-    assert description["EndpointStatus"] == "Creating"
-    assert [(c["Status"], c["CurrentReplicas"]) for c in description["Containers"]] == [
-        ("InService", 2), ("Creating", 1), ("Creating", 0)]
     assert applications_from_serve_details({}) == {}

@@ -478,9 +478,10 @@ def test_concurrency_limit_sheds_the_request_over_it(make_router: RouterFactory,
 
 
 class HangUp:
-    """A TCP peer that reads a request and closes the connection without answering."""
+    """A TCP peer that reads a request and closes the connection without answering (or after `answer`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, answer: bytes = b"") -> None:
+        self.answer = answer
         self.socket = socket.socket()
         self.socket.bind(("127.0.0.1", 0))
         self.socket.listen(8)
@@ -501,6 +502,8 @@ class HangUp:
             with connection:
                 connection.settimeout(5)
                 connection.recv(65536)
+                if self.answer:
+                    connection.sendall(self.answer)
 
     def close(self) -> None:
         self._closed.set()
@@ -515,11 +518,22 @@ def hang_up() -> Iterator[HangUp]:
     peer.close()
 
 
-def test_connection_lost_mid_request_is_a_model_error_and_not_retried(make_router: RouterFactory, hang_up: HangUp,
-                                                                      containers: dict[str, str]) -> None:
-    # The hop may have run: it must not run again on the healthy replica.
+def test_a_connection_closed_before_any_answer_is_retried_on_another_replica(
+        make_router: RouterFactory, hang_up: HangUp, containers: dict[str, str]) -> None:
+    # A replica that dies (or drops the connection) before answering never answered: inference is
+    # idempotent, so the request goes once more, to another replica, and the caller sees no failure.
     route = EndpointRoute("flaky", "Direct", ("iris",))
     client, _ = make_router([route], {("flaky", "iris"): [hang_up.url, containers["iris"]]})
+    statuses = [invoke(client, "flaky").status_code for _ in range(10)]
+    assert statuses == [200] * 10
+    assert hang_up.accepted >= 1, "no request reached the peer that hangs up"
+
+
+def test_a_container_that_is_not_idempotent_is_never_sent_a_request_twice(
+        make_router: RouterFactory, hang_up: HangUp, containers: dict[str, str]) -> None:
+    route = EndpointRoute("flaky", "Direct", ("iris",))
+    client, transport = make_router([route], {("flaky", "iris"): [hang_up.url, containers["iris"]]})
+    transport.update({("flaky", "iris"): [hang_up.url, containers["iris"]]}, not_idempotent={("flaky", "iris")})
     lost = None
     for _ in range(10):  # until a request lands on the peer that hangs up
         response = invoke(client, "flaky")
@@ -530,6 +544,26 @@ def test_connection_lost_mid_request_is_a_model_error_and_not_retried(make_route
     body = assert_error(lost, 424, "ModelError", "container iris", "lost")
     assert body["OriginalStatusCode"] == 502
     assert hang_up.accepted == 1
+
+
+def test_a_connection_lost_after_the_answer_began_is_not_retried(make_router: RouterFactory,
+                                                                containers: dict[str, str]) -> None:
+    # The container was answering: whatever it did, it must not run again on another replica.
+    peer = HangUp(answer=b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n[0")
+    try:
+        route = EndpointRoute("flaky", "Direct", ("iris",))
+        client, _ = make_router([route], {("flaky", "iris"): [peer.url, containers["iris"]]})
+        lost = None
+        for _ in range(10):
+            response = invoke(client, "flaky")
+            if response.status_code != 200:
+                lost = response
+                break
+        assert lost is not None, "no request reached the peer that answers half"
+        assert_error(lost, 424, "ModelError", "container iris", "lost")
+        assert peer.accepted == 1
+    finally:
+        peer.close()
 
 
 def test_container_data_port_answers_ping(containers: dict[str, str]) -> None:

@@ -1,0 +1,161 @@
+"""Desired endpoints to running ones: versions, blue/green switches and rollbacks, as a pure step function.
+
+Every container version runs as its own Serve application, `<endpoint>.<container>.<version>`, where
+the version is a digest of everything its replicas are built from (its *plan*). An endpoint has an
+**active** record, the one the gateway routes with, and a **desired** one, the last spec applied.
+While they differ, the registry calls `step` about once a second:
+
+- each container version of the desired record that has no application yet is deployed, beside the
+  active version, which keeps serving (unchanged containers keep their application and replicas);
+- once every desired container version has all its first replicas registered, the desired record
+  becomes active at once (traffic moves) and every application it no longer names is deleted (its
+  replicas leave the routing table, then finish what they hold);
+- if a desired version fails to deploy (Serve gives up on its replicas) or is not ready within the
+  update timeout, the desired record is dropped, its new applications deleted, and the active one
+  stays: an automatic rollback, reported in the endpoint's description. A first deployment that
+  fails has nothing to roll back to: the endpoint is Failed.
+
+No Ray here: the registry executes the actions and persists the states.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+__all__ = ["APP_SEPARATOR", "Deploy", "Delete", "EndpointState", "app_name", "parse_app_name", "plan_version", "step"]
+
+APP_SEPARATOR = "."  # never part of an endpoint or container name (letters, digits, hyphens)
+DEPLOY_FAILED = "DEPLOY_FAILED"
+
+
+def plan_version(plan: Mapping[str, Any]) -> str:
+    """A short digest of a container's plan: equal plans, equal versions (1 and 1.0 alike: a spec read
+    from YAML and the same spec sent as JSON must not start new replicas)."""
+    return hashlib.sha256(json.dumps(_canonical(plan), sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, Mapping):
+        return {key: _canonical(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_canonical(item) for item in value]
+    return value
+
+
+def app_name(endpoint: str, container: str, version: str) -> str:
+    return APP_SEPARATOR.join((endpoint, container, version))
+
+
+def parse_app_name(name: str) -> tuple[str, str, str] | None:
+    """(endpoint, container, version) of one of our applications, None for any other."""
+    parts = name.split(APP_SEPARATOR)
+    return (parts[0], parts[1], parts[2]) if len(parts) == 3 and all(parts) else None
+
+
+@dataclass(frozen=True)
+class Deploy:
+    app: str
+    endpoint: str
+    container: str
+    version: str
+    plan: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Delete:
+    app: str
+
+
+@dataclass
+class EndpointState:
+    """What the registry keeps of one endpoint (persisted as plain data)."""
+
+    name: str
+    desired: dict[str, Any]  # a record: routing fields, "containers" with "Version", "plans" by hostname
+    active: dict[str, Any] | None = None
+    update: dict[str, Any] = field(default_factory=dict)  # Status, FailureReason, StartedAt, FinishedAt
+
+    def routing(self) -> dict[str, Any]:
+        """The record the gateway routes with: the active one, or the desired one while it is first created."""
+        return self.active if self.active is not None else self.desired
+
+    @property
+    def failed(self) -> bool:
+        """A first deployment that could not be brought up (nothing to roll back to)."""
+        return self.active is None and self.update.get("Status") == "Failed"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "desired": self.desired, "active": self.active, "update": self.update}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> EndpointState:
+        return cls(data["name"], data["desired"], data.get("active"), dict(data.get("update") or {}))
+
+
+def versions(record: Mapping[str, Any] | None) -> dict[str, str]:
+    """Container hostname -> version of a record."""
+    return {c["ContainerHostname"]: c["Version"] for c in (record or {}).get("containers", [])}
+
+
+def apps_of(name: str, record: Mapping[str, Any] | None) -> set[str]:
+    return {app_name(name, host, version) for host, version in versions(record).items()}
+
+
+def step(state: EndpointState, statuses: Mapping[str, Mapping[str, Any]],
+         registered: Mapping[tuple[str, str, str], int], now: float, timeout_s: float,
+         deployed: set[str]) -> list[Deploy | Delete]:
+    """Advance one endpoint toward its desired record; mutates `state`, returns what to do.
+
+    `statuses`: Serve application statuses by name; `registered`: live replicas per (endpoint,
+    container, version); `deployed`: applications deployed earlier whose status may not show yet.
+    """
+    actions: list[Deploy | Delete] = []
+    name, desired = state.name, state.desired
+    keep = apps_of(name, state.active) | apps_of(name, desired)
+    for app in sorted(set(statuses) | deployed):  # leftovers: versions neither served nor wanted
+        parsed = parse_app_name(app)
+        if parsed is not None and parsed[0] == name and app not in keep and app in statuses:
+            actions.append(Delete(app))
+    if state.update.get("Status") != "InProgress":
+        return actions
+    waiting, failure = [], None
+    for container in desired["containers"]:
+        host, version = container["ContainerHostname"], container["Version"]
+        app = app_name(name, host, version)
+        status = statuses.get(app)
+        if status is None and app not in deployed:
+            actions.append(Deploy(app, name, host, version, desired["plans"][host]))
+        if status is not None and status.get("status") == DEPLOY_FAILED:
+            failure = f"container {host}: {_reason(status)}"
+            break
+        if registered.get((name, host, version), 0) < container["DesiredReplicas"]:
+            waiting.append(host)
+    if failure is None and waiting and now - state.update.get("StartedAt", now) > timeout_s:
+        failure = (f"container{'s' if len(waiting) > 1 else ''} {', '.join(waiting)} did not become ready within "
+                   f"{timeout_s:g} s")
+    if failure is not None:
+        state.update = {**state.update, "Status": "Failed", "FailureReason": failure, "FinishedAt": now}
+        if state.active is not None:  # roll back: the active record stays, the new versions go
+            state.desired = state.active
+            actions += [Delete(app) for app in sorted(apps_of(name, desired) - apps_of(name, state.active))]
+        return [action for action in actions if not isinstance(action, Deploy)]
+    if not waiting:
+        previous = state.active
+        state.active = desired
+        state.update = {**state.update, "Status": "Succeeded", "FailureReason": None, "FinishedAt": now}
+        actions += [Delete(app) for app in sorted(apps_of(name, previous) - apps_of(name, desired))]
+    return actions
+
+
+def _reason(status: Mapping[str, Any]) -> str:
+    from serving.control import short_reason  # the same one-line reason the descriptions show
+
+    for deployment in (status.get("deployments") or {}).values():
+        if deployment.get("message"):
+            return short_reason(deployment["message"])
+    return short_reason(status.get("message", "")) or "the deployment failed"

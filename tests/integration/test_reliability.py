@@ -1,0 +1,271 @@
+"""Processes die under load and endpoints change live; callers count their own failures.
+
+Each test keeps a constant load on the shared server (a thread sending requests at a fixed rate,
+no client retries unless the test says so) while it kills a replica, the registry or the gateway,
+or applies an update, and asserts on the status codes the caller saw. Before this issue a replica
+kill cost thousands of 503s (the endpoint went Failed), a registry restart emptied the routing
+table for good, and there was no way to update a running endpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+import ray
+
+from serving.settings import ServerSettings
+from serving.spec import parse_spec
+
+pytestmark = pytest.mark.integration
+
+SETTLE_S = 120  # bound on every wait for Serve to replace or start something on this 2-core machine
+
+
+class Load:
+    """Requests at a fixed rate from a thread pool until stopped; the status of every one, in order."""
+
+    def __init__(self, send, rate: float = 20.0) -> None:
+        self.send, self.period = send, 1.0 / rate
+        self.statuses: list[int | str] = []
+        self._stop = threading.Event()
+        self._pool = ThreadPoolExecutor(16)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _one(self) -> None:
+        try:
+            self.statuses.append(self.send())
+        except Exception as error:  # a connection error, or what boto3 raised after its retries
+            self.statuses.append(type(error).__name__)
+
+    def _run(self) -> None:
+        next_at = time.monotonic()
+        while not self._stop.is_set():
+            self._pool.submit(self._one)
+            next_at += self.period
+            time.sleep(max(next_at - time.monotonic(), 0))
+
+    def __enter__(self) -> Load:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self._pool.shutdown(wait=True)
+
+    def failures(self) -> Counter:
+        return Counter(status for status in self.statuses if status != 200)
+
+
+def _registry_snapshot() -> dict:
+    from serving import app
+
+    return ray.get(app._registry().snapshot.remote(-1), timeout=30)
+
+
+def _listener(url: str) -> psutil.Process:
+    port = int(url.rsplit(":", 1)[1])
+    for connection in psutil.net_connections("tcp"):
+        if connection.status == psutil.CONN_LISTEN and connection.laddr.port == port and connection.pid:
+            return psutil.Process(connection.pid)
+    raise AssertionError(f"nothing listens on {url}")
+
+
+def _wait(predicate, what: str, timeout: float = SETTLE_S) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"not {what} within {timeout} s")
+
+
+def _invoker(server, endpoint: str, target: str, body: bytes = b'{"x": 1}', headers: dict | None = None):
+    client = httpx.Client(base_url=server.url, timeout=30)
+
+    def send() -> int:
+        return client.post(f"/endpoints/{endpoint}/invocations", content=body,
+                           headers={"Content-Type": "application/json",
+                                    "X-Amzn-SageMaker-Target-Container-Hostname": target, **(headers or {})}).status_code
+    return send
+
+
+def test_ping_is_200_only_when_every_endpoint_is_routable(server) -> None:
+    response = server.http.get("/ping")
+    assert response.status_code == 503  # it-broken never came up
+    assert response.json()["message"] == "endpoint it-broken is Failed"
+
+
+def test_a_replica_killed_under_load_costs_no_request(server) -> None:
+    twins = _registry_snapshot()["replicas"][("it-chaos", "twin")]
+    assert len(twins) == 2
+    supervisor = _listener(twins[0]).parent()  # the Serve replica (a Ray worker) that owns the data port
+    with Load(_invoker(server, "it-chaos", "twin")) as twin_load, Load(_invoker(server, "it-chaos", "solo")) as solo_load:
+        time.sleep(2)
+        supervisor.send_signal(signal.SIGKILL)
+        # Serve notices, starts a replacement, and it registers; meanwhile the other twin serves.
+        _wait(lambda: len(_registry_snapshot()["replicas"][("it-chaos", "twin")]) == 2
+              and twins[0] not in _registry_snapshot()["replicas"][("it-chaos", "twin")], "replaced")
+        time.sleep(1)
+    assert twin_load.failures() == Counter(), twin_load.failures()
+    assert solo_load.failures() == Counter(), solo_load.failures()
+    assert len(twin_load.statuses) > 40
+    _wait(lambda: server.describe("it-chaos")["EndpointStatus"] == "InService", "back in service")
+
+
+def test_a_request_in_flight_on_a_dying_replica_is_retried(server) -> None:
+    twins = _registry_snapshot()["replicas"][("it-chaos", "twin")]
+    send = _invoker(server, "it-chaos", "twin", headers={"X-Amzn-SageMaker-Custom-Attributes": "sleep=0.8"})
+    with ThreadPoolExecutor(2) as pool:
+        futures = [pool.submit(send) for _ in range(2)]  # least in flight: one on each replica
+        time.sleep(0.3)
+        _listener(twins[1]).send_signal(signal.SIGKILL)  # the container process, mid-request
+        statuses = [future.result() for future in futures]
+    assert statuses == [200, 200]
+    _wait(lambda: len(_registry_snapshot()["replicas"][("it-chaos", "twin")]) == 2, "replaced")
+
+
+def test_a_registry_restart_keeps_every_endpoint_routable(server) -> None:
+    from serving import app
+
+    before = _registry_snapshot()
+    with Load(_invoker(server, "it-chaos", "solo")) as load:
+        time.sleep(1)
+        ray.kill(app._registry(), no_restart=False)
+        _wait(lambda: _registry_snapshot()["epoch"] != before["epoch"], "restarted", timeout=60)
+        time.sleep(3)
+    after = _registry_snapshot()
+    assert set(after["endpoints"]) == set(before["endpoints"])
+    assert after["replicas"][("it-chaos", "solo")] == before["replicas"][("it-chaos", "solo")]
+    assert load.failures() == Counter(), load.failures()
+    response = server.http.get("/endpoints")
+    assert {e["EndpointName"] for e in response.json()["Endpoints"]} == set(before["endpoints"])
+
+
+def _update_spec(handler_models: dict[str, Path], second: str, **environment: str):
+    return parse_spec({"EndpointName": "it-update", "Containers": [
+        {"ContainerHostname": "first", "Image": "python", "ModelDataUrl": str(handler_models["echo"]),
+         "Resources": {"Cpus": 0.01}},
+        {"ContainerHostname": "second", "Image": "python", "ModelDataUrl": str(handler_models[second]),
+         "Resources": {"Cpus": 0.01}, "Environment": environment}]})
+
+
+def test_a_live_update_loses_no_request_and_keeps_unchanged_containers(server, handler_models) -> None:
+    from serving import app
+
+    settings = ServerSettings(port=int(server.url.rsplit(":", 1)[1]), max_payload_mb=1.0, invocation_timeout_s=3.0)
+    before = server.describe("it-update")
+    first_url = _registry_snapshot()["replicas"][("it-update", "first")]
+    with Load(_invoker(server, "it-update", "second")) as load:
+        generation = app.deploy_endpoint(_update_spec(handler_models, "echo", RELEASE="2"), settings)
+        _wait(lambda: _finished(server, "it-update", generation), "updated")
+        time.sleep(1)
+    after = server.describe("it-update")
+    assert after["LastUpdate"]["Status"] == "Succeeded" and after["EndpointStatus"] == "InService"
+    versions = {c["ContainerHostname"]: c["Version"] for c in after["Containers"]}
+    assert versions["second"] != {c["ContainerHostname"]: c["Version"] for c in before["Containers"]}["second"]
+    assert _registry_snapshot()["replicas"][("it-update", "first")] == first_url  # never restarted
+    assert load.failures() == Counter(), load.failures()
+
+
+def test_an_update_that_cannot_start_is_rolled_back(server, handler_models) -> None:
+    from serving import app
+
+    settings = ServerSettings(port=int(server.url.rsplit(":", 1)[1]), max_payload_mb=1.0, invocation_timeout_s=3.0)
+    serving_before = server.describe("it-update")
+    with Load(_invoker(server, "it-update", "second")) as load:
+        generation = app.deploy_endpoint(_update_spec(handler_models, "broken"), settings)
+        _wait(lambda: _finished(server, "it-update", generation), "decided", timeout=300)
+    after = server.describe("it-update")
+    assert after["LastUpdate"]["Status"] == "Failed"
+    assert after["EndpointStatus"] == "InService"
+    assert "weights file is corrupt" in after["FailureReason"] and "rolled back" in after["FailureReason"]
+    assert [c["Version"] for c in after["Containers"]] == [c["Version"] for c in serving_before["Containers"]]
+    assert load.failures() == Counter(), load.failures()
+
+
+def test_deleting_one_endpoint_leaves_the_others(server) -> None:
+    from serving import app
+
+    with Load(_invoker(server, "it-chaos", "solo")) as load:
+        assert app.delete_endpoint("it-spare") is True
+    assert server.http.get("/endpoints/it-spare").status_code == 400
+    assert not [name for name in app.serve_status() if name.startswith("it-spare.")]
+    assert load.failures() == Counter()
+    assert app.delete_endpoint("it-spare") is False  # already gone
+
+
+def test_serving_apply_and_delete_over_http(server, handler_models, tmp_path: Path) -> None:
+    # The CLI a user runs against an embedded server: a YAML spec, the control token from the environment.
+    import subprocess
+    import sys
+
+    import yaml
+
+    from serving import app
+
+    path = tmp_path / "update.yaml"
+    path.write_text(yaml.safe_dump(_update_spec(handler_models, "echo", RELEASE="3").model_dump(mode="json",
+                                                                                                 exclude_none=True)))
+    environment = {**os.environ, "SERVING_CONTROL_TOKEN": app.http_control_token()}
+    cli = [sys.executable, "-m", "serving.cli"]
+    applied = subprocess.run([*cli, "apply", str(path), "--url", server.url, "--wait-timeout", "300"],
+                             capture_output=True, text=True, timeout=360, env=environment)
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert "it-update: InService (updated)" in applied.stdout
+    refused = subprocess.run([*cli, "apply", str(path), "--url", server.url],
+                             capture_output=True, text=True, timeout=60, env={**environment, "SERVING_CONTROL_TOKEN": "x"})
+    assert refused.returncode == 2 and "AccessDeniedException" in refused.stderr
+    missing = subprocess.run([*cli, "delete", "no-such-endpoint", "--url", server.url],
+                             capture_output=True, text=True, timeout=60, env=environment)
+    assert missing.returncode == 1 and "no-such-endpoint: not found" in missing.stdout
+
+
+def test_the_gateway_killed_under_load_comes_back_and_retrying_clients_lose_nothing(server) -> None:
+    # Last on purpose: the gateway restarts with fresh router-side counters.
+    import boto3
+    from botocore.config import Config
+
+    local = threading.local()  # a client per thread: boto3's retry quota is per client, as for separate callers
+
+    def send() -> int:
+        if not hasattr(local, "runtime"):
+            local.runtime = boto3.client("sagemaker-runtime", endpoint_url=server.url, region_name="us-east-1",
+                                         aws_access_key_id="x", aws_secret_access_key="x",
+                                         config=Config(retries={"mode": "standard", "max_attempts": 10}, connect_timeout=5))
+        response = local.runtime.invoke_endpoint(EndpointName="it-chaos", TargetContainerHostname="solo",
+                                           ContentType="application/json", Body=b'{"x": 1}')
+        return response["ResponseMetadata"]["HTTPStatusCode"]
+
+    gateway = _listener(server.url)
+    assert gateway.pid != os.getpid()
+    with Load(send, rate=10) as load:
+        time.sleep(1)
+        gateway.send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        _wait(lambda: _answers(server), "gateway back", timeout=SETTLE_S)
+        print(f"gateway answered again {time.monotonic() - killed:.1f} s after it was killed")
+        time.sleep(2)
+    assert load.failures() == Counter(), load.failures()
+    assert _listener(server.url).pid != gateway.pid
+
+
+def _finished(server, name: str, generation: int) -> bool:
+    update = server.describe(name)["LastUpdate"]
+    return update["Generation"] >= generation and update["Status"] != "InProgress"
+
+
+def _answers(server) -> bool:
+    try:
+        return server.http.get("/endpoints/it-chaos").status_code == 200
+    except httpx.HTTPError:
+        return False
