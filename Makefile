@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: install demo test prometheus
+.PHONY: install demo test test-unit prometheus
 
 $(BIN)/serving: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,11 @@ demo: install
 
 test: install prometheus
 	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -m multinode tests/multinode
+
+# Fast feedback: the tests that need no Ray (seconds to a minute).
+test-unit: install
+	$(BIN)/python -m pytest tests/unit
 
 # The metrics integration test scrapes the endpoint with a real Prometheus (Debian's package).
 prometheus:

@@ -619,6 +619,8 @@ def container_plan(spec: EndpointSpec, container: ContainerSpec, settings: Serve
     }
     if resources.MemoryMb:
         actor_options["memory"] = resources.MemoryMb * 1024 * 1024
+    if resources.Custom:
+        actor_options["resources"] = dict(resources.Custom)
     scaling = spec.scaling_of(container)
     if scaling is not None and scaling.policies:  # target tracking: our policy in Serve's controller
         endpoint_level = spec.AutoScaling is not None

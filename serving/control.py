@@ -19,7 +19,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from serving.errors import ServiceUnavailableError, ValidationError, wire_error
-from serving.rollout import app_name
+from serving.rollout import app_name, short_reason
 
 # Serve replica states that are on their way to serving, and on their way out.
 _STARTING = ("STARTING", "UPDATING", "RECOVERING", "PENDING_MIGRATION")
@@ -78,13 +78,6 @@ def _text(value: Any) -> str:
     return str(getattr(value, "value", value) or "")
 
 
-def short_reason(message: str) -> str:
-    """The useful last line of a Ray Serve failure message (tracebacks end with the error)."""
-    lines = [line.strip() for line in (message or "").strip().splitlines() if line.strip()]
-    errors = [line for line in lines if ("Error" in line or "Exception" in line) and ":" in line and not line.startswith("File ")]
-    return (errors[-1] if errors else lines[-1] if lines else "")[:1000]
-
-
 def describe(record: EndpointRecord, statuses: Mapping[str, Mapping[str, Any]],
              registered: Mapping[tuple[str, str, str], int], in_service: bool) -> dict[str, Any]:
     """DescribeEndpoint-shaped document for one endpoint.
@@ -109,7 +102,7 @@ def describe(record: EndpointRecord, statuses: Mapping[str, Mapping[str, Any]],
             status = "Failed"
         elif running == 0:
             status = "Updating" if in_service else "Creating"
-        elif running < desired or starting or (pending is not None and pending != version):
+        elif running < desired or (pending is not None and pending != version):
             status = "Updating"
         else:
             status = "InService"
@@ -127,9 +120,9 @@ def describe(record: EndpointRecord, statuses: Mapping[str, Mapping[str, Any]],
             entry["FailureReason"] = trouble or update.get("FailureReason") or "the container could not be deployed"
             problems.append(f"container {host}: {entry['FailureReason']}")
         containers.append(entry)
-    if record.failed:
+    if record.failed:  # the containers' own messages as Serve reports them now, else what the rollout recorded
         endpoint_status = "Failed"
-        failure = update.get("FailureReason") or "; ".join(problems) or "the endpoint failed"
+        failure = "; ".join(problems) or update.get("FailureReason") or "the endpoint failed"
     else:
         failure = None
         if not in_service:

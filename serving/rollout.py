@@ -25,7 +25,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-__all__ = ["APP_SEPARATOR", "Deploy", "Delete", "EndpointState", "app_name", "parse_app_name", "plan_version", "step"]
+__all__ = ["APP_SEPARATOR", "Deploy", "Delete", "EndpointState", "app_name", "parse_app_name", "plan_version",
+           "short_reason", "step"]
 
 APP_SEPARATOR = "."  # never part of an endpoint or container name (letters, digits, hyphens)
 DEPLOY_FAILED = "DEPLOY_FAILED"
@@ -152,9 +153,15 @@ def step(state: EndpointState, statuses: Mapping[str, Mapping[str, Any]],
     return actions
 
 
-def _reason(status: Mapping[str, Any]) -> str:
-    from serving.control import short_reason  # the same one-line reason the descriptions show
+def short_reason(message: str | None) -> str:
+    """The useful last line of a Ray Serve failure message (tracebacks end with the error)."""
+    lines = [line.strip() for line in (message or "").strip().splitlines() if line.strip()]
+    errors = [line for line in lines if ("Error" in line or "Exception" in line) and ":" in line
+              and not line.startswith("File ") and not line.endswith("Traceback (most recent call last):")]
+    return (errors[-1] if errors else lines[-1] if lines else "")[:1000]
 
+
+def _reason(status: Mapping[str, Any]) -> str:
     for deployment in (status.get("deployments") or {}).values():
         if deployment.get("message"):
             return short_reason(deployment["message"])

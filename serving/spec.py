@@ -62,6 +62,19 @@ class ResourceConfig(_Model):
     Cpus: float = Field(0.1, gt=0, le=512, description="Logical CPUs per replica (Ray num_cpus); fractional shares allowed.")
     MemoryMb: int | None = Field(None, gt=0, description="Memory reserved per replica in MiB (Ray memory resource).")
     Gpus: float = Field(0, ge=0, le=64, description="GPUs per replica (Ray num_gpus).")
+    Custom: dict[Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_.:-]{0,63}$")], Annotated[float, Field(gt=0)]] = Field(
+        default_factory=dict,
+        description="Ray custom resources per replica (e.g. {gpu-node: 1} to place it on nodes started with "
+                    "--resources '{\"gpu-node\": 4}'); Ray's own names (CPU, GPU, memory, node:...) are refused.")
+
+    @field_validator("Custom")
+    @classmethod
+    def _custom_is_custom(cls, custom: dict[str, float]) -> dict[str, float]:
+        reserved = [name for name in custom if name in ("CPU", "GPU", "memory", "object_store_memory")
+                    or name.startswith("node:") or name.startswith("accelerator_type:")]
+        if reserved:
+            raise ValueError(f"{', '.join(reserved)}: use Cpus, Gpus or MemoryMb; node:... is Ray's own")
+        return custom
 
 
 class PredefinedMetric(_Model):

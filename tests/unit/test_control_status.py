@@ -9,7 +9,8 @@ import pytest
 import httpx
 from starlette.applications import Starlette
 
-from serving.control import EndpointRecord, StatusBoard, applications_from_serve_details, describe, short_reason
+from serving.control import EndpointRecord, StatusBoard, applications_from_serve_details, describe
+from serving.rollout import short_reason
 
 TRACEBACK = """\
 The deployment failed to start 3 times in a row. This may be due to a problem with its constructor or initial health check failing. See controller logs for details. Error:
@@ -72,11 +73,14 @@ def registered(name: str = "mce-demo", version: str = "v1", **counts: int) -> di
             "RuntimeError: the python stack needs code/inference.py defining predict_fn",
         ),
         ("Deploying app 'mce-demo' failed.\n\nReplica gave up after 3 attempts\n", "Replica gave up after 3 attempts"),
+        ("RuntimeError: Traceback (most recent call last):\n  File \"x.py\", line 3\nValueError: weights are corrupt\n",
+         "ValueError: weights are corrupt"),
         ("", ""),
         ("   \n \n", ""),
         (None, ""),
     ],
-    ids=["ray replica failure", "plain traceback", "continuation line", "no error line", "empty", "blank", "none"],
+    ids=["ray replica failure", "plain traceback", "continuation line", "no error line", "wrapped traceback", "empty",
+         "blank", "none"],
 )
 def test_short_reason(message: str | None, reason: str) -> None:
     assert short_reason(message) == reason
@@ -133,8 +137,8 @@ def test_a_first_deployment_that_fails_makes_the_endpoint_failed() -> None:
     description = describe(record("english", "labels", mode="Serial", in_service=False, failed=True, update=update),
                            statuses, registered(labels=2), in_service=False)
     assert description["EndpointStatus"] == "Failed"
-    assert description["FailureReason"] == update["FailureReason"]
     reason = "PermissionError: refusing to unpickle model.joblib: pickle runs arbitrary code. Save the model with skops"
+    assert description["FailureReason"] == f"container english: {reason}"  # Serve's message now, in full
     english, labels = description["Containers"]
     assert english["Status"] == "Failed" and english["FailureReason"] == reason
     assert labels["Status"] == "InService" and "FailureReason" not in labels

@@ -405,3 +405,20 @@ def test_multi_model_containers_are_accepted(spec_dir: Path) -> None:
     assert local.MultiModelConfig is None and local.Environment["SERVING_MAX_MODELS"] == "5"
     assert cloud.ModelDataUrl == "s3://models-bucket/team-a/"
     assert cloud.MultiModelConfig.ModelCacheSetting.value == "Disabled"
+
+
+def test_custom_resources_place_replicas_and_ray_names_are_refused() -> None:
+    spec = parse_spec(endpoint(container(Resources={"Cpus": 1, "Custom": {"gpu-node": 1, "zone:a": 0.5}})))
+    assert spec.Containers[0].Resources.Custom == {"gpu-node": 1, "zone:a": 0.5}
+    with pytest.raises(SpecError, match=r"Containers\[0\]\.Resources\.Custom.*CPU, node:head: use Cpus"):
+        parse_spec(endpoint(container(Resources={"Custom": {"CPU": 1, "node:head": 1}})))
+    with pytest.raises(SpecError, match=r"Containers\[0\]\.Resources\.Custom"):
+        parse_spec(endpoint(container(Resources={"Custom": {"gpu-node": 0}})))
+
+
+@pytest.mark.parametrize(("value", "idempotent"), [(None, True), ("true", True), ("false", False), ("0", False)])
+def test_idempotent_comes_from_the_environment(value: str | None, idempotent: bool) -> None:
+    environment = {} if value is None else {"SERVING_IDEMPOTENT": value}
+    assert parse_spec(endpoint(container(Environment=environment))).Containers[0].idempotent is idempotent
+    with pytest.raises(SpecError, match="SERVING_IDEMPOTENT must be true or false"):
+        parse_spec(endpoint(container(Environment={"SERVING_IDEMPOTENT": "maybe"})))

@@ -1,0 +1,251 @@
+"""Two Ray nodes on this machine (`ray start` processes, token authentication on) and `serving up --address`.
+
+The head node (custom resource `node-a`) runs the gateway, the registry and one container; the worker node
+(`node-b`) another; a third container has one replica on each node (`spread`, one slot per node). The test
+invokes every container, reads both nodes' metrics through `GET /metrics`, kills a replica on the worker
+node and then the worker node itself, each under load, counting the caller's failures. Every process here
+was started by this test, and is stopped by its PID. Runs in its own pytest session (`make test` runs it
+after the others): it starts a Ray cluster of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import psutil
+import pytest
+
+pytestmark = pytest.mark.multinode
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+ECHO = '''
+import json, os
+
+def input_fn(body, content_type):
+    return json.loads(body)
+
+def predict_fn(data, model):
+    return {"pid": os.getpid(), "input": data}
+
+def output_fn(prediction, accept):
+    return json.dumps(prediction), "application/json"
+'''
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait(predicate, what: str, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if predicate():
+                return
+        except (httpx.HTTPError, ValueError, KeyError):
+            pass
+        time.sleep(1)
+    raise AssertionError(f"not {what} within {timeout} s")
+
+
+def _stop(process: subprocess.Popen, grace: float = 30) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(grace)
+        except subprocess.TimeoutExpired:
+            for child in psutil.Process(process.pid).children(recursive=True):
+                child.kill()
+            process.kill()
+            process.wait(10)
+
+
+class Cluster:
+    """A head and a worker node (`ray start --block`), and `serving up --address` against them."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.environment = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32),
+                            "RAY_USAGE_STATS_ENABLED": "0", "SERVING_STATE_DIR": str(root / "state")}
+        self.environment.pop("RAY_AUTH_TOKEN_PATH", None)
+        self.environment.pop("RAY_ADDRESS", None)
+        self.gcs_port, self.port = _free_port(), _free_port()
+        self.processes: list[subprocess.Popen] = []
+        self.address = f"{_node_ip()}:{self.gcs_port}"
+
+    def start_node(self, *arguments: str) -> subprocess.Popen:
+        process = subprocess.Popen([str(BIN / "ray"), "start", "--block", "--disable-usage-stats", *arguments],
+                                   env=self.environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.processes.append(process)
+        return process
+
+    def up(self, spec: Path) -> subprocess.Popen:
+        log = open(self.root / "serving-up.log", "w")
+        process = subprocess.Popen(
+            [str(BIN / "serving"), "up", str(spec), "--address", self.address, "--port", str(self.port),
+             "--wait-timeout", "300"], env=self.environment, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        self.processes.append(process)
+        return process
+
+    def stop(self) -> None:
+        for process in reversed(self.processes):
+            _stop(process)
+
+
+def _node_ip() -> str:
+    from ray._private.services import get_node_ip_address  # the address `ray start` will use (no Ray started)
+
+    return get_node_ip_address()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory) -> Iterator[tuple[Cluster, str, subprocess.Popen]]:
+    root = tmp_path_factory.mktemp("multinode")
+    model = root / "echo"
+    (model / "code").mkdir(parents=True)
+    (model / "code" / "inference.py").write_text(ECHO)
+    container = lambda name, custom, replicas=1: {
+        "ContainerHostname": name, "Image": "python", "ModelDataUrl": str(model),
+        "Resources": {"Cpus": 0.1, "Custom": custom}, "AutoScaling": {"MinCapacity": replicas, "MaxCapacity": replicas}}
+    spec = root / "spec.json"
+    spec.write_text(json.dumps({"EndpointName": "mn", "Containers": [
+        container("on-head", {"node-a": 1}), container("on-worker", {"node-b": 1}),
+        container("spread", {"slot": 1}, replicas=2)]}))
+    cluster = Cluster(root)
+    head = cluster.start_node("--head", f"--port={cluster.gcs_port}", "--num-cpus=1", "--include-dashboard=false",
+                              '--resources={"node-a": 10, "slot": 1}')
+    try:
+        _wait(lambda: subprocess.run([str(BIN / "ray"), "status", f"--address={cluster.address}"],
+                                     env=cluster.environment, capture_output=True, timeout=60).returncode == 0,
+              "head up", timeout=120)
+        worker = cluster.start_node(f"--address={cluster.address}", "--num-cpus=1", '--resources={"node-b": 10, "slot": 1}')
+        up = cluster.up(spec)
+        url = f"http://127.0.0.1:{cluster.port}"
+        _wait(lambda: httpx.get(f"{url}/endpoints/mn", timeout=5).json()["EndpointStatus"] == "InService",
+              "InService", timeout=300)
+        yield cluster, url, worker
+    finally:
+        print((root / "serving-up.log").read_text()[-3000:] if (root / "serving-up.log").exists() else "")
+        cluster.stop()
+        assert head.poll() is not None
+
+
+def _invoke(url: str, container: str) -> httpx.Response:
+    return httpx.post(f"{url}/endpoints/mn/invocations", json={"ask": container}, timeout=30,
+                      headers={"X-Amzn-SageMaker-Target-Container-Hostname": container})
+
+
+def _replicas(url: str, cluster: Cluster) -> dict[str, list[dict]]:
+    """Serve's replicas of each container with the node each runs on, read as a driver of the cluster."""
+    code = ("import json, ray; from ray.serve.context import _get_global_client; ray.init(address=%r, namespace='serving');"
+            "d = _get_global_client().get_serve_details(); nodes = {n['NodeID']: n['Resources'] for n in ray.nodes()};"
+            "print(json.dumps({app: [{'node': sorted(k for k in nodes.get(r.get('node_id'), {}) if k.startswith('node-')),"
+            " 'pid': r.get('pid'), 'state': r.get('state')} for dep in a['deployments'].values() for r in dep['replicas']]"
+            " for app, a in d['applications'].items() if app.startswith('mn.')}))") % cluster.address
+    done = subprocess.run([sys.executable, "-c", code], env=cluster.environment, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    by_app = json.loads(done.stdout.strip().splitlines()[-1])
+    return {app.split(".")[1]: replicas for app, replicas in by_app.items()}
+
+
+class Load:
+    def __init__(self, url: str, container: str) -> None:
+        self.url, self.container, self.statuses, self.running = url, container, [], True
+
+    def __enter__(self):
+        import threading
+
+        def run() -> None:
+            with httpx.Client(timeout=30) as client:
+                while self.running:
+                    try:
+                        self.statuses.append(client.post(
+                            f"{self.url}/endpoints/mn/invocations", json={"x": 1},
+                            headers={"X-Amzn-SageMaker-Target-Container-Hostname": self.container}).status_code)
+                    except httpx.HTTPError as error:
+                        self.statuses.append(type(error).__name__)
+                    time.sleep(0.05)
+
+        self.threads = [threading.Thread(target=run, daemon=True) for _ in range(2)]
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.running = False
+        for thread in self.threads:
+            thread.join(30)
+
+    def failures(self) -> Counter:
+        return Counter(status for status in self.statuses if status != 200)
+
+
+def test_containers_are_placed_on_both_nodes_and_all_answer(cluster) -> None:
+    _, url, _ = cluster
+    placement = _replicas(url, cluster[0])
+    assert [r["node"] for r in placement["on-head"]] == [["node-a"]]
+    assert [r["node"] for r in placement["on-worker"]] == [["node-b"]]
+    assert sorted(r["node"][0] for r in placement["spread"]) == ["node-a", "node-b"]
+    for container in ("on-head", "on-worker", "spread"):
+        assert _invoke(url, container).status_code == 200
+
+
+def test_metrics_come_from_both_nodes(cluster) -> None:
+    _, url, _ = cluster
+    for container in ("on-head", "on-worker"):
+        for _ in range(3):
+            assert _invoke(url, container).status_code == 200
+
+    def both() -> bool:
+        text = httpx.get(f"{url}/metrics", timeout=30).text
+        counted = {container for container in ("on-head", "on-worker")
+                   if any(line.startswith("serving_model_latency_seconds_count") and f'container="{container}"' in line
+                          for line in text.splitlines())}
+        return counted == {"on-head", "on-worker"}
+
+    _wait(both, "recorded on both nodes", timeout=90)
+
+
+def test_a_replica_killed_on_the_worker_node_costs_no_request(cluster) -> None:
+    _, url, _ = cluster
+    worker_replica = next(r for r in _replicas(url, cluster[0])["spread"] if r["node"] == ["node-b"])
+    with Load(url, "spread") as load:
+        time.sleep(2)
+        os.kill(worker_replica["pid"], signal.SIGKILL)  # a Serve replica of this test's own cluster
+        _wait(lambda: sum(r["state"] == "RUNNING" for r in _replicas(url, cluster[0])["spread"]) == 2
+              and worker_replica["pid"] not in [r["pid"] for r in _replicas(url, cluster[0])["spread"]],
+              "replaced", timeout=180)
+        time.sleep(2)
+    assert load.failures() == Counter(), load.failures()
+    assert len(load.statuses) > 20
+
+
+def test_the_worker_node_killed_under_load_costs_no_request(cluster) -> None:
+    _, url, worker = cluster
+    with Load(url, "spread") as load, Load(url, "on-head") as head_load:
+        time.sleep(2)
+        for process in [*psutil.Process(worker.pid).children(recursive=True), psutil.Process(worker.pid)]:
+            process.kill()  # the node dies at once: raylet, its workers, our replicas and container processes
+        time.sleep(20)  # past the registry's 15 s expiry of replicas nobody hears from
+    assert load.failures() == Counter(), load.failures()
+    assert head_load.failures() == Counter(), head_load.failures()
+    description = httpx.get(f"{url}/endpoints/mn", timeout=10).json()
+    states = {c["ContainerHostname"]: (c["Status"], c["CurrentReplicas"]) for c in description["Containers"]}
+    assert states["spread"] == ("Updating", 1) and states["on-head"] == ("InService", 1)
+    assert states["on-worker"][1] == 0  # nowhere to run until a node with node-b comes back: 429s
+    assert _invoke(url, "on-worker").status_code == 429
