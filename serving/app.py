@@ -18,6 +18,7 @@ import asyncio
 import json
 import logging
 import secrets
+import socket
 import threading
 import time
 from collections import Counter
@@ -595,7 +596,15 @@ def serve_status() -> dict[str, dict[str, Any]]:
 
 # --- control-plane operations ---------------------------------------------------------
 def start_gateway(settings: ServerSettings) -> str:
-    """Start Serve without its own proxy, the registry, and the endpoint HTTP server; returns its URL."""
+    """Start Serve without its own proxy, the registry, and the endpoint HTTP server; returns its URL.
+
+    Port 0 is resolved here, to a port free on this machine (where the head node is, for the embedded server),
+    so that a gateway that Serve restarts binds the same port again and clients find it.
+    """
+    if settings.port == 0:
+        with socket.socket() as probe:
+            probe.bind((settings.host, 0))
+            settings = settings.model_copy(update={"port": probe.getsockname()[1]})
     serve.start(proxy_location="Disabled")
     _registry()
     gateway = serve.deployment(Gateway).options(
