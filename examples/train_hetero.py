@@ -25,7 +25,6 @@ Run: python examples/train_hetero.py [OUT_DIR]
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import sys

@@ -215,9 +215,9 @@ def _same(got: Any, want: Any, atol: float = 1e-4) -> bool:
 def run_scenario(name: str, models: Path, containers: list[dict[str, Any]]) -> dict[str, Any]:
     """Start Ray + the endpoint server, deploy, measure, stop. Runs in a child process."""
     sys.path.insert(0, str(ROOT))
-    from serving import app
+    from serving import ray_wing
+    from serving.config.spec import parse_spec
     from serving.settings import ServerSettings
-    from serving.spec import parse_spec
 
     expected = json.loads((models / "expected.json").read_text())
     if name == "consolidated":
@@ -230,14 +230,14 @@ def run_scenario(name: str, models: Path, containers: list[dict[str, Any]]) -> d
     settings = ServerSettings(port=_free_port(), invocation_timeout_s=60.0)
     load_start = os.getloadavg()[0]
     started = time.monotonic()
-    app.start_local_ray(num_cpus=2)
+    ray_wing.start_local_ray(num_cpus=2)
     try:
-        url = app.start_gateway(settings)
+        url = ray_wing.start_gateway(settings)
         server_s = time.monotonic() - started
         specs = [parse_spec(document) for document in documents]
         deploy_started = time.monotonic()
         for spec in specs:
-            app.deploy_endpoint(spec, settings)
+            ray_wing.deploy_endpoint(spec, settings)
         _wait_in_service(url, [spec.EndpointName for spec in specs])
         startup_s = time.monotonic() - deploy_started
         answered = _check_answers(url, targets, expected)
@@ -249,7 +249,7 @@ def run_scenario(name: str, models: Path, containers: list[dict[str, Any]]) -> d
                 "server_start_s": server_s, "startup_s": startup_s, "answered": answered, "memory": memory,
                 "idle_cpu_cores": idle_cpu, "reserved_cpus": CPUS_PER_CONTAINER * len(containers)}
     finally:
-        app.shutdown()
+        ray_wing.shutdown()
 
 
 def _child(args: argparse.Namespace) -> int:

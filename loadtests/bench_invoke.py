@@ -32,7 +32,6 @@ and the CPU time each process group spent per request (from /proc).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import datetime as dt
 import importlib
@@ -388,7 +387,7 @@ class Wrk:
 
     def _run(self, script: Path, url: str, connections: int, seconds: float) -> tuple[dict[str, Any], str]:
         args = [self.binary, "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s",
-                f"--timeout", f"{self.timeout_s:g}s", "--latency", "-s", str(script), url]
+                "--timeout", f"{self.timeout_s:g}s", "--latency", "-s", str(script), url]
         try:  # generous: on a swamped machine wrk itself may be starved of CPU
             done = subprocess.run(args, capture_output=True, text=True, timeout=2 * seconds + self.timeout_s + 60)
         except subprocess.TimeoutExpired:
@@ -615,7 +614,7 @@ def start_mlserver(processes: Processes, binary: Path, paths: dict[str, Path], l
 def endpoint_specs(models: Path):
     import yaml
 
-    from serving.spec import parse_spec
+    from serving.config.spec import parse_spec
 
     direct = parse_spec({
         "EndpointName": DIRECT, "InferenceExecutionConfig": {"Mode": "Direct"},
@@ -631,17 +630,17 @@ def start_ours(paths: dict[str, Path]) -> dict[str, Any]:
     """Embedded Ray, the gateway and both endpoints, InService and answering."""
     import ray
 
-    from serving import app as serving_app
+    from serving import ray_wing
     from serving.settings import ServerSettings
 
     direct, serial = endpoint_specs(paths["models"])
     settings = ServerSettings(host="127.0.0.1", port=free_port(), container_host="127.0.0.1")
     logging.getLogger("ray.serve").setLevel(logging.WARNING)  # keep Serve's INFO lines out of the bench output
-    serving_app.start_local_ray()
+    ray_wing.start_local_ray()
     _install_signal_handlers()  # ray.init installs its own
-    base = serving_app.start_gateway(settings)
+    base = ray_wing.start_gateway(settings)
     for spec in (direct, serial):
-        serving_app.deploy_endpoint(spec, settings)
+        ray_wing.deploy_endpoint(spec, settings)
 
     def in_service():
         states = {}
@@ -677,12 +676,12 @@ def aiohttp_hop(url: str, body: str, seconds: float) -> dict[str, float]:
 
 
 def time_serve_status(calls: int = 7) -> dict[str, float]:
-    """What the registry's status poll pays once per second: serving.app.serve_status() (the controller's
+    """What the registry's status poll pays once per second: serving.ray_wing.serve_status() (the controller's
     instance details, parsed by hand), and for comparison Serve's public status API, which the gateway
     itself used to call (and which then held the gateway's GIL)."""
     from ray import serve
 
-    from serving.app import serve_status
+    from serving.ray_wing.serve_status import serve_status
 
     def timed(function) -> tuple[float, float]:
         walls, cpus = [], []
@@ -1326,9 +1325,9 @@ def main(argv: list[str] | None = None) -> int:
                   retries=args.retries)
         report["versions"] = our_versions()
         try:  # fail before spending time on the peers if our side cannot even start
-            importlib.import_module("serving.app")
+            importlib.import_module("serving.ray_wing")
         except Exception as error:
-            raise BenchError(f"cannot import serving.app: {type(error).__name__}: {error}") from None
+            raise BenchError(f"cannot import serving.ray_wing: {type(error).__name__}: {error}") from None
         mlserver_bin = ensure_mlserver(args.mlserver_venv)
         report["mlserver_versions"] = mlserver_versions(args.mlserver_venv)
         log(f"training models into {work} ...")
@@ -1450,8 +1449,8 @@ def main(argv: list[str] | None = None) -> int:
         if ray_started:
             log("shutting down Ray ...")
             try:
-                from serving import app as serving_app
-                serving_app.shutdown()
+                from serving import ray_wing
+                ray_wing.shutdown()
             except Exception as error:
                 log(f"Ray shutdown: {error}")
         if args.keep_temp:

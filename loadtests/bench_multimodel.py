@@ -182,23 +182,23 @@ def summarize_latencies(samples: list[float]) -> dict[str, float]:
 
 
 def run(work: Path) -> dict[str, Any]:
-    from serving import app
+    from serving import ray_wing
+    from serving.config.spec import parse_spec
     from serving.settings import ServerSettings
-    from serving.spec import parse_spec
 
     prefix = build_prefix(work)
     settings = ServerSettings(port=free_port())
-    app.start_local_ray(num_cpus=2)
+    ray_wing.start_local_ray(num_cpus=2)
     try:
-        url = app.start_gateway(settings)
+        url = ray_wing.start_gateway(settings)
         spec = parse_spec({"EndpointName": ENDPOINT, "Containers": [
             {"ContainerHostname": "single", "Image": "sklearn", "ModelDataUrl": str(MODEL), "Resources": {"Cpus": 0.5}},
             {"ContainerHostname": "multi", "Image": "sklearn", "Mode": "MultiModel", "ModelDataUrl": str(prefix),
              "Environment": {"SERVING_MAX_MODELS": str(CACHE)}, "Resources": {"Cpus": 0.5}},
         ]})
-        app.deploy_endpoint(spec, settings)
+        ray_wing.deploy_endpoint(spec, settings)
         deadline = time.monotonic() + 300
-        while app.describe_endpoints().get(ENDPOINT, {}).get("EndpointStatus") != "InService":
+        while ray_wing.describe_endpoints().get(ENDPOINT, {}).get("EndpointStatus") != "InService":
             if time.monotonic() > deadline:
                 raise RuntimeError("bench-mm not InService after 300 s")
             time.sleep(1)
@@ -244,7 +244,7 @@ def run(work: Path) -> dict[str, Any]:
         baseline = run_client({"url": invocations, "mode": "loop", "choices": [single], "weights": [1.0],
                                "concurrency": CONCURRENCY, "seconds": ZIPF_SECONDS})
     finally:
-        app.shutdown()
+        ray_wing.shutdown()
 
     warm_single, warm_multi = summarize_latencies(warm["single"]), summarize_latencies(warm["multi"])
     cold_summary, framework_summary = summarize_latencies(cold), summarize_latencies(framework)

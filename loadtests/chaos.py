@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import signal
 import subprocess
@@ -96,9 +95,9 @@ def run(rate: float, duration: float, seed: int) -> dict:
     import httpx
     import ray
 
-    from serving import app
+    from serving import ray_wing
+    from serving.config.spec import parse_spec
     from serving.settings import ServerSettings
-    from serving.spec import parse_spec
 
     sys.path.insert(0, str(ROOT / "examples"))
     from train_demo import train
@@ -110,17 +109,17 @@ def run(rate: float, duration: float, seed: int) -> dict:
     (work / "wine.json").write_text("[[13.2, 1.78, 2.14, 11.2, 100, 2.65, 2.76, 0.26, 1.28, 4.38, 1.05, 3.4, 1050]]")
     (work / "labels.json").write_text("[0, 2]")
     settings = ServerSettings(port=0)
-    app.start_local_ray(num_cpus=2)
+    ray_wing.start_local_ray(num_cpus=2)
     events: list[dict] = []
     try:
-        url = app.start_gateway(settings)
-        app.deploy_endpoint(parse_spec(spec(work / "models")), settings)
+        url = ray_wing.start_gateway(settings)
+        ray_wing.deploy_endpoint(parse_spec(spec(work / "models")), settings)
         describe = lambda: httpx.get(f"{url}/endpoints/chaos", timeout=10).json()
         deadline = time.monotonic() + 300
         while describe().get("EndpointStatus") != "InService":
             assert time.monotonic() < deadline, "not InService"
             time.sleep(1)
-        snapshot = lambda: ray.get(app._registry().snapshot.remote(-1), timeout=60)
+        snapshot = lambda: ray.get(ray_wing.registry_handle().snapshot.remote(-1), timeout=60)
         whole = lambda: all(len(snapshot()["replicas"].get(("chaos", host), [])) == REPLICAS
                             for host in ("iris", "wine", "labels"))
 
@@ -162,10 +161,10 @@ def run(rate: float, duration: float, seed: int) -> dict:
                 recover("replica killed", host, lambda: whole() and victim not in snapshot()["replicas"][("chaos", host)])
             elif kind == "registry":
                 epoch = snapshot()["epoch"]
-                ray.kill(app._registry(), no_restart=False)
+                ray.kill(ray_wing.registry_handle(), no_restart=False)
                 recover("registry killed", "", lambda: snapshot()["epoch"] != epoch and whole())
             elif kind == "update":
-                generation = app.deploy_endpoint(parse_spec(spec(work / "models", release="2")), settings)
+                generation = ray_wing.deploy_endpoint(parse_spec(spec(work / "models", release="2")), settings)
                 recover("update applied", "wine: new environment",
                         lambda: (describe()["LastUpdate"]["Generation"] >= generation
                                  and describe()["LastUpdate"]["Status"] == "Succeeded"))
@@ -180,7 +179,7 @@ def run(rate: float, duration: float, seed: int) -> dict:
                               "dropped": load["totals"]["dropped"]},
                 "retrying": retrying.finish(), "events": events}
     finally:
-        app.shutdown()
+        ray_wing.shutdown()
 
 
 def _answers(url: str) -> bool:

@@ -14,23 +14,23 @@ from typing import Any, Iterator
 
 _CHILD = """
 import sys, time
-from serving import app
+from serving import ray_wing
 from serving.settings import ServerSettings
-from serving.spec import parse_spec
+from serving.config.spec import parse_spec
 settings = ServerSettings(port={port})
-app.start_local_ray(num_cpus=2)
+ray_wing.start_local_ray(num_cpus=2)
 try:
-    url = app.start_gateway(settings)
-    app.deploy_endpoint(parse_spec({spec!r}), settings)
+    url = ray_wing.start_gateway(settings)
+    ray_wing.deploy_endpoint(parse_spec({spec!r}), settings)
     deadline = time.monotonic() + 300
-    while app.describe_endpoints().get({name!r}, {{}}).get("EndpointStatus") != "InService":
+    while ray_wing.describe_endpoints().get({name!r}, {{}}).get("EndpointStatus") != "InService":
         assert time.monotonic() < deadline, "not InService after 300 s"
         time.sleep(1)
     time.sleep(3)  # the gateway's next registry poll
     print(url, flush=True)
     sys.stdin.read()  # until the benchmark closes it
 finally:
-    app.shutdown()
+    ray_wing.shutdown()
 """
 
 

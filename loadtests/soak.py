@@ -60,9 +60,9 @@ def run(minutes: float) -> dict:
     import ray
 
     from loadtests.chaos import spec
-    from serving import app
+    from serving import ray_wing
+    from serving.config.spec import parse_spec
     from serving.settings import ServerSettings
-    from serving.spec import parse_spec
 
     sys.path.insert(0, str(ROOT / "examples"))
     from train_demo import train
@@ -73,18 +73,18 @@ def run(minutes: float) -> dict:
     (work / "wine.json").write_text("[[13.2, 1.78, 2.14, 11.2, 100, 2.65, 2.76, 0.26, 1.28, 4.38, 1.05, 3.4, 1050]]")
     (work / "labels.json").write_text("[0, 2]")
     settings = ServerSettings(port=0)
-    app.start_local_ray(num_cpus=2)
+    ray_wing.start_local_ray(num_cpus=2)
     try:
-        url = app.start_gateway(settings)
-        app.deploy_endpoint(parse_spec(spec(work / "models")), settings)
+        url = ray_wing.start_gateway(settings)
+        ray_wing.deploy_endpoint(parse_spec(spec(work / "models")), settings)
         deadline = time.monotonic() + 300
-        while app.describe_endpoints().get("chaos", {}).get("EndpointStatus") != "InService":
+        while ray_wing.describe_endpoints().get("chaos", {}).get("EndpointStatus") != "InService":
             assert time.monotonic() < deadline, "not InService"
             time.sleep(1)
         time.sleep(3)
         capacity = _loadtest(url, work, work / "capacity", "--users", "32", "--duration", "20")["throughput_rps"]["ok"]
         rate = round(0.7 * capacity, 1)
-        roles = _processes(url, lambda: ray.get(app._registry().snapshot.remote(-1), timeout=60))
+        roles = _processes(url, lambda: ray.get(ray_wing.registry_handle().snapshot.remote(-1), timeout=60))
         samples: dict[str, list[tuple[float, int]]] = {role: [] for role in roles}
         stop, started = threading.Event(), time.monotonic()
 
@@ -113,7 +113,7 @@ def run(minutes: float) -> dict:
                 "requests": load["totals"]["requests"], "failed": load["totals"]["failures_by_status"],
                 "p99_ms": load["latency_ms"]["p99"], "memory": memory}
     finally:
-        app.shutdown()
+        ray_wing.shutdown()
 
 
 def render(result: dict) -> str:

@@ -10,8 +10,8 @@ import threading
 import time
 from pathlib import Path
 
+from serving.config.spec import EndpointSpec, SpecError, load_spec
 from serving.settings import ServerSettings, is_loopback
-from serving.spec import EndpointSpec, SpecError, load_spec
 
 
 def _load_all(paths: list[str], identities: str | None = None) -> list[EndpointSpec]:
@@ -119,26 +119,28 @@ def cmd_up(args: argparse.Namespace) -> int:
         overrides["container_host"] = "127.0.0.1"  # one machine: nothing else needs to reach a data port
     settings = ServerSettings(**overrides)
     warning = check_anonymous(specs, settings.host, settings.allow_anonymous)
-    from serving import app  # imports Ray: only once the specs and settings are known to be good
+    from serving import (
+        ray_wing,  # imports Ray: only once the specs and settings are known to be good
+    )
 
     print(f"Starting {'on the Ray cluster at ' + address if address else 'an embedded local Ray'} ...", flush=True)
     if address:
         try:
-            app.connect_cluster(address, allow_unauthenticated=args.allow_unauthenticated_ray)
-        except app.UnauthenticatedClusterError as error:
+            ray_wing.connect_cluster(address, allow_unauthenticated=args.allow_unauthenticated_ray)
+        except ray_wing.UnauthenticatedClusterError as error:
             print(f"refusing to deploy: {error}", file=sys.stderr)
             return 2
     else:
-        app.start_local_ray(num_cpus=args.num_cpus)
+        ray_wing.start_local_ray(num_cpus=args.num_cpus)
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):  # after ray.init, which installs its own
         signal.signal(signum, lambda *_: stop.set())
     token_file = None
     try:
-        base_url = app.start_gateway(settings)
-        token_file = _write_control_token(app.http_control_token(), base_url)
+        base_url = ray_wing.start_gateway(settings)
+        token_file = _write_control_token(ray_wing.http_control_token(), base_url)
         for spec in specs:
-            app.deploy_endpoint(spec, settings)
+            ray_wing.deploy_endpoint(spec, settings)
         print(f"\nEndpoint server: {base_url}", flush=True)
         for spec in specs:
             print(f"\n{spec.EndpointName} ({spec.mode.value}) - example calls (use your model's input):")
@@ -147,7 +149,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         if warning:
             print(f"\n{warning}", file=sys.stderr, flush=True)
         print("\nWaiting for containers to load ...", flush=True)
-        states = wait_for_endpoints(app.describe_endpoints, [s.EndpointName for s in specs], args.wait_timeout)
+        states = wait_for_endpoints(ray_wing.describe_endpoints, [s.EndpointName for s in specs], args.wait_timeout)
         failed = False
         for spec in specs:
             description = states.get(spec.EndpointName, {"EndpointStatus": "Creating"})
@@ -166,18 +168,18 @@ def cmd_up(args: argparse.Namespace) -> int:
         if token_file is not None and not (address and args.detach):
             token_file.unlink(missing_ok=True)
         if not address:
-            app.shutdown()
+            ray_wing.shutdown()
         elif not args.detach:
             for spec in specs:  # leave the rest of the cluster's Serve applications alone
-                app.delete_endpoint(spec.EndpointName)
-            app.disconnect()
+                ray_wing.delete_endpoint(spec.EndpointName)
+            ray_wing.disconnect()
         else:
-            app.disconnect()
+            ray_wing.disconnect()
 
 
 def _write_control_token(token: str, base_url: str) -> Path:
     """Leave the control token where `serving apply` finds it: readable by this user only."""
-    from serving.control_routes import control_token_file
+    from serving.gateway.control_routes import control_token_file
 
     path = control_token_file(int(base_url.rsplit(":", 1)[1]))
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -192,7 +194,7 @@ def _control_client(args: argparse.Namespace):
     """An HTTP client for the control routes of the server at --url, with its control token."""
     import httpx
 
-    from serving.control_routes import control_token_file
+    from serving.gateway.control_routes import control_token_file
 
     url = (args.url or f"http://127.0.0.1:{os.environ.get('SERVING_PORT', '8080')}").rstrip("/")
     token = os.environ.get("SERVING_CONTROL_TOKEN")
@@ -243,17 +245,17 @@ def cmd_apply(args: argparse.Namespace) -> int:
     names = [spec.EndpointName for spec in specs]
     address = args.address or os.environ.get("RAY_ADDRESS")
     if address:  # straight to the cluster's control plane (this process holds the cluster's token)
-        from serving import app
+        from serving import ray_wing
 
         overrides = {} if "SERVING_CONTAINER_HOST" in os.environ else {"container_host": "node"}
         settings = ServerSettings(**overrides)
-        app.connect_cluster(address, allow_unauthenticated=args.allow_unauthenticated_ray)
+        ray_wing.connect_cluster(address, allow_unauthenticated=args.allow_unauthenticated_ray)
         try:
-            generations = {spec.EndpointName: app.deploy_endpoint(spec, settings) for spec in specs}
+            generations = {spec.EndpointName: ray_wing.deploy_endpoint(spec, settings) for spec in specs}
             print(f"Applied {', '.join(names)}; waiting for the new versions ...", flush=True)
-            return _report(names, _wait_for_updates(app.describe_endpoints, generations, args.wait_timeout))
+            return _report(names, _wait_for_updates(ray_wing.describe_endpoints, generations, args.wait_timeout))
         finally:
-            app.disconnect()
+            ray_wing.disconnect()
     with _control_client(args) as client:
         generations = {}
         for spec in specs:
@@ -279,13 +281,13 @@ def cmd_delete(args: argparse.Namespace) -> int:
     address = args.address or os.environ.get("RAY_ADDRESS")
     missing = []
     if address:
-        from serving import app
+        from serving import ray_wing
 
-        app.connect_cluster(address, allow_unauthenticated=args.allow_unauthenticated_ray)
+        ray_wing.connect_cluster(address, allow_unauthenticated=args.allow_unauthenticated_ray)
         try:
-            missing = [name for name in args.names if not app.delete_endpoint(name)]
+            missing = [name for name in args.names if not ray_wing.delete_endpoint(name)]
         finally:
-            app.disconnect()
+            ray_wing.disconnect()
     else:
         with _control_client(args) as client:
             for name in args.names:
@@ -301,7 +303,9 @@ def cmd_delete(args: argparse.Namespace) -> int:
 
 
 def cmd_loadtest(args: argparse.Namespace) -> int:
-    from serving import loadtest  # runs Locust in a child interpreter: its gevent patching must come first there
+    from serving import (
+        loadtest,  # runs Locust in a child interpreter: its gevent patching must come first there
+    )
 
     return loadtest.main(args)
 

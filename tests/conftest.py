@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from server_fixtures import *  # noqa: F401,F403  (the shared endpoint server and what it serves)
 
 ROOT = Path(__file__).resolve().parent.parent

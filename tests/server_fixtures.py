@@ -15,8 +15,8 @@ import httpx
 import pytest
 import yaml
 
+from serving.config.spec import parse_spec
 from serving.settings import ServerSettings
-from serving.spec import parse_spec
 
 READY_TIMEOUT_S = 420  # ~60 replicas, TensorFlow and PyTorch ones among them, start on 2 shared CPUs
 
@@ -439,12 +439,12 @@ class Server:
 @pytest.fixture(scope="session")
 def server(demo_models, handler_models, identities_file, hetero_models, working_dir_model, multi_model_prefix, s3_models):
     """Embedded Ray, the endpoint server and every test endpoint; torn down after the session."""
-    from serving import app
+    from serving import ray_wing
 
     settings = ServerSettings(port=_free_port(), max_payload_mb=1.0, invocation_timeout_s=3.0)
-    app.start_local_ray(num_cpus=2)
+    ray_wing.start_local_ray(num_cpus=2)
     try:
-        url = app.start_gateway(settings)
+        url = ray_wing.start_gateway(settings)
         documents = endpoint_specs(demo_models, handler_models) + [access_endpoint_spec(demo_models, identities_file)]
         documents += hetero_endpoint_specs(hetero_models, working_dir_model)
         documents.append(multi_model_spec(multi_model_prefix, s3_models))
@@ -452,7 +452,7 @@ def server(demo_models, handler_models, identities_file, hetero_models, working_
         documents.append(scaling_endpoint_spec(handler_models))
         specs = [parse_spec(doc) for doc in _small(documents)]
         for spec in specs:  # one call each: Serve starts their replicas a little apart
-            app.deploy_endpoint(spec, settings)
+            ray_wing.deploy_endpoint(spec, settings)
         running = Server(url)
         deadline = time.monotonic() + READY_TIMEOUT_S
         pending = {spec.EndpointName for spec in specs}
@@ -466,4 +466,4 @@ def server(demo_models, handler_models, identities_file, hetero_models, working_
         yield running
         running.http.close()
     finally:
-        app.shutdown()
+        ray_wing.shutdown()

@@ -19,7 +19,12 @@ import httpx
 from serving.client import _core
 from serving.client._core import InvokeResult, RetryPolicy
 from serving.client.credentials import Authenticator, resolve
-from serving.client.errors import ConnectionFailed, ServingClientError, ValidationError, WaiterError
+from serving.client.errors import (
+    ConnectionFailed,
+    ServingClientError,
+    ValidationError,
+    WaiterError,
+)
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 # Read timeout above the server's default 60 s invocation timeout, so the server's answer wins.

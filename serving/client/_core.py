@@ -13,7 +13,6 @@ from typing import Any, Mapping
 from urllib.parse import quote
 
 from serving.client.errors import ServingClientError, error_from_response
-
 from serving.protocol import (  # the wire protocol's header names, shared with the server
     CUSTOM_ATTRIBUTES,
     INFERENCE_ID,

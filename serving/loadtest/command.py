@@ -16,7 +16,14 @@ from typing import Any
 
 from serving.client.credentials import Anonymous, resolve
 from serving.loadtest import probe, report
-from serving.loadtest.options import OptionError, Plan, Prepared, build_plan, parse_baseline_url, parse_endpoint_url
+from serving.loadtest.options import (
+    OptionError,
+    Plan,
+    Prepared,
+    build_plan,
+    parse_baseline_url,
+    parse_endpoint_url,
+)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -42,7 +49,9 @@ def run(args: argparse.Namespace) -> int:
     out_dir = Path(args.out or f"loadtest-results/{args.scenario}-{time.strftime('%Y%m%d-%H%M%S')}")
 
     before = _read_invocations(plan) if args.metrics_check else None
-    from serving.loadtest import runner  # Locust, and gevent's monkey-patching, from here on
+    from serving.loadtest import (
+        runner,  # Locust, and gevent's monkey-patching, from here on
+    )
 
     print(f"serving loadtest {args.scenario}: {plan.base_url}/endpoints/{endpoint} for {plan.duration:g} s, "
           f"{_load_words(plan)}; targets: {', '.join(sorted({t.label for t in plan.requests}))}", flush=True)

@@ -220,7 +220,9 @@ def write_report(report: Mapping[str, Any], out_dir: Path, html: bool = True) ->
     paths = [out_dir / "report.json"]
     paths[0].write_text(json.dumps(report, indent=2, allow_nan=False) + "\n")
     if html:
-        from serving.loadtest.plots import render_html  # matplotlib: only when a page is wanted
+        from serving.loadtest.plots import (
+            render_html,  # matplotlib: only when a page is wanted
+        )
 
         paths.append(out_dir / "report.html")
         paths[1].write_text(render_html(report))

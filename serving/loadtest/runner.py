@@ -17,8 +17,6 @@ in flight are waited for (up to the request timeout), so every request the serve
 
 from __future__ import annotations
 
-import locust  # noqa: F401, I001  (already first in `python -m serving.loadtest`; first here too in any case)
-
 import json
 import logging
 import math
@@ -28,6 +26,7 @@ from typing import Any, Callable
 
 import gevent
 import gevent.pool
+import locust  # noqa: F401, I001  (already first in `python -m serving.loadtest`; first here too in any case)
 from locust import constant, task
 from locust.contrib.fasthttp import FastHttpUser
 from locust.env import Environment

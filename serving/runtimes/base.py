@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from serving import codecs
 from serving.errors import ValidationError
+from serving.runtimes import codecs
 from serving.runtimes.handler import HOOK_NAMES, UserCode, load_user_code
 
 # Default response type when a request has no Accept (SageMaker's own variable name,

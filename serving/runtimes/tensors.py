@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from serving import codecs
+from serving.runtimes import codecs
 from serving.runtimes.base import Runtime
 
 logger = logging.getLogger("serving.runtimes")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from serving.spec import SpecError, parse_spec
+from serving.config.spec import SpecError, parse_spec
 
 pytestmark = pytest.mark.integration
 

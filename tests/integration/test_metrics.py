@@ -14,7 +14,6 @@ import shutil
 import socket
 import subprocess
 import time
-from pathlib import Path
 from typing import Iterator
 
 import httpx

@@ -22,8 +22,8 @@ import psutil
 import pytest
 import ray
 
+from serving.config.spec import parse_spec
 from serving.settings import ServerSettings
-from serving.spec import parse_spec
 
 pytestmark = pytest.mark.integration
 
@@ -67,9 +67,9 @@ class Load:
 
 
 def _registry_snapshot() -> dict:
-    from serving import app
+    from serving import ray_wing
 
-    return ray.get(app._registry().snapshot.remote(-1), timeout=30)
+    return ray.get(ray_wing.registry_handle().snapshot.remote(-1), timeout=30)
 
 
 def _listener(url: str) -> psutil.Process:
@@ -135,12 +135,12 @@ def test_a_request_in_flight_on_a_dying_replica_is_retried(server) -> None:
 
 
 def test_a_registry_restart_keeps_every_endpoint_routable(server) -> None:
-    from serving import app
+    from serving import ray_wing
 
     before = _registry_snapshot()
     with Load(_invoker(server, "it-chaos", "solo")) as load:
         time.sleep(1)
-        ray.kill(app._registry(), no_restart=False)
+        ray.kill(ray_wing.registry_handle(), no_restart=False)
         _wait(lambda: _registry_snapshot()["epoch"] != before["epoch"], "restarted", timeout=60)
         time.sleep(3)
     after = _registry_snapshot()
@@ -160,13 +160,13 @@ def _update_spec(handler_models: dict[str, Path], second: str, **environment: st
 
 
 def test_a_live_update_loses_no_request_and_keeps_unchanged_containers(server, handler_models) -> None:
-    from serving import app
+    from serving import ray_wing
 
     settings = ServerSettings(port=int(server.url.rsplit(":", 1)[1]), max_payload_mb=1.0, invocation_timeout_s=3.0)
     before = server.describe("it-update")
     first_url = _registry_snapshot()["replicas"][("it-update", "first")]
     with Load(_invoker(server, "it-update", "second")) as load:
-        generation = app.deploy_endpoint(_update_spec(handler_models, "echo", RELEASE="2"), settings)
+        generation = ray_wing.deploy_endpoint(_update_spec(handler_models, "echo", RELEASE="2"), settings)
         _wait(lambda: _finished(server, "it-update", generation), "updated")
         time.sleep(1)
     after = server.describe("it-update")
@@ -178,12 +178,12 @@ def test_a_live_update_loses_no_request_and_keeps_unchanged_containers(server, h
 
 
 def test_an_update_that_cannot_start_is_rolled_back(server, handler_models) -> None:
-    from serving import app
+    from serving import ray_wing
 
     settings = ServerSettings(port=int(server.url.rsplit(":", 1)[1]), max_payload_mb=1.0, invocation_timeout_s=3.0)
     serving_before = server.describe("it-update")
     with Load(_invoker(server, "it-update", "second")) as load:
-        generation = app.deploy_endpoint(_update_spec(handler_models, "broken"), settings)
+        generation = ray_wing.deploy_endpoint(_update_spec(handler_models, "broken"), settings)
         _wait(lambda: _finished(server, "it-update", generation), "decided", timeout=300)
     after = server.describe("it-update")
     assert after["LastUpdate"]["Status"] == "Failed"
@@ -194,14 +194,14 @@ def test_an_update_that_cannot_start_is_rolled_back(server, handler_models) -> N
 
 
 def test_deleting_one_endpoint_leaves_the_others(server) -> None:
-    from serving import app
+    from serving import ray_wing
 
     with Load(_invoker(server, "it-chaos", "solo")) as load:
-        assert app.delete_endpoint("it-spare") is True
+        assert ray_wing.delete_endpoint("it-spare") is True
     assert server.http.get("/endpoints/it-spare").status_code == 400
-    assert not [name for name in app.serve_status() if name.startswith("it-spare.")]
+    assert not [name for name in ray_wing.serve_status() if name.startswith("it-spare.")]
     assert load.failures() == Counter()
-    assert app.delete_endpoint("it-spare") is False  # already gone
+    assert ray_wing.delete_endpoint("it-spare") is False  # already gone
 
 
 def test_serving_apply_and_delete_over_http(server, handler_models, tmp_path: Path) -> None:
@@ -211,12 +211,12 @@ def test_serving_apply_and_delete_over_http(server, handler_models, tmp_path: Pa
 
     import yaml
 
-    from serving import app
+    from serving import ray_wing
 
     path = tmp_path / "update.yaml"
     path.write_text(yaml.safe_dump(_update_spec(handler_models, "echo", RELEASE="3").model_dump(mode="json",
                                                                                                  exclude_none=True)))
-    environment = {**os.environ, "SERVING_CONTROL_TOKEN": app.http_control_token()}
+    environment = {**os.environ, "SERVING_CONTROL_TOKEN": ray_wing.http_control_token()}
     cli = [sys.executable, "-m", "serving.cli"]
     applied = subprocess.run([*cli, "apply", str(path), "--url", server.url, "--wait-timeout", "300"],
                              capture_output=True, text=True, timeout=360, env=environment)

@@ -107,7 +107,9 @@ class Cluster:
 
 
 def _node_ip() -> str:
-    from ray._private.services import get_node_ip_address  # the address `ray start` will use (no Ray started)
+    from ray._private.services import (
+        get_node_ip_address,  # the address `ray start` will use (no Ray started)
+    )
 
     return get_node_ip_address()
 
@@ -133,7 +135,7 @@ def cluster(tmp_path_factory) -> Iterator[tuple[Cluster, str, subprocess.Popen]]
                                      env=cluster.environment, capture_output=True, timeout=60).returncode == 0,
               "head up", timeout=120)
         worker = cluster.start_node(f"--address={cluster.address}", "--num-cpus=1", '--resources={"node-b": 10, "slot": 1}')
-        up = cluster.up(spec)
+        cluster.up(spec)
         url = f"http://127.0.0.1:{cluster.port}"
         _wait(lambda: httpx.get(f"{url}/endpoints/mn", timeout=5).json()["EndpointStatus"] == "InService",
               "InService", timeout=300)

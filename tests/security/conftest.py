@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-
 from sec_harness import Stack, echo_container, write_identities
 
 

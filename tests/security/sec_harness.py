@@ -1,6 +1,6 @@
 """Helpers of the security tests: a real gateway on 127.0.0.1, raw-socket clients, SigV4 signing.
 
-The gateway is what `serving.app.Gateway` runs, without Ray: a Router mounted in Starlette, served by a
+The gateway is what `serving.ray_wing.gateway.Gateway` runs, without Ray: a Router mounted in Starlette, served by a
 BackgroundServer whose limits come from the same ServerSettings. Containers are tiny ASGI apps on their own
 loopback ports. Run as a script, this module starts such a gateway in a process of its own (so that its
 memory can be measured alone), prints its URL and serves until its stdin closes.
@@ -26,12 +26,12 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from starlette.applications import Starlette
 
-from serving._http_server import BackgroundServer, HttpLimits
-from serving.access import EndpointAccess
-from serving.auth import load_identities
-from serving.router import EndpointRoute, Router
+from serving.access.decision import EndpointAccess
+from serving.access.identities import load_identities
+from serving.gateway.router import EndpointRoute, Router
+from serving.gateway.transport import ContainerTransport
+from serving.http.server import BackgroundServer, HttpLimits
 from serving.settings import ServerSettings
-from serving.transport import ContainerTransport
 
 API_KEY = "sec-tests-bearer-key-0001"
 DENIED_KEY = "sec-tests-key-of-nothing-0001"  # a known caller whose policy allows no endpoint here
@@ -105,7 +105,7 @@ class Stack:
         return server.url
 
     def gateway(self, identities: Path, table: dict[tuple[str, str], list[str]], **settings: Any) -> str:
-        """A gateway as serving.app builds it, with `settings` (ServerSettings fields) for its router and server."""
+        """A gateway as serving.ray_wing.gateway builds it, with `settings` (ServerSettings fields) for its router and server."""
         server_settings = ServerSettings(**settings)
         app, _ = gateway_app(identities, table, server_settings)
         return self.serve(app, HttpLimits.from_settings(server_settings))

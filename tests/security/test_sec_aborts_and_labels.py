@@ -13,9 +13,16 @@ from pathlib import Path
 
 import httpx
 import pytest
+from sec_harness import (
+    API_KEY,
+    TARGET_MODEL,
+    Stack,
+    connect,
+    request_head,
+    sleepy_container,
+)
 
-from sec_harness import API_KEY, TARGET_MODEL, Stack, connect, request_head, sleepy_container
-from serving.metrics import REGISTRY
+from serving.metrics.invocations import REGISTRY
 
 
 def sample(name: str, **labels: str) -> float:
@@ -70,8 +77,8 @@ def test_a_timed_out_target_model_adds_no_series(stack: Stack, identities: Path,
 def test_a_model_that_raises_is_labelled_an_unknown_one_is_not(stack: Stack, identities: Path, tmp_path: Path) -> None:
     # The MultiModel container says when it resolved the TargetModel to a model (X-Serving-Model-Resolved):
     # a real model's own failure is labelled with its name, a name that is no model is not.
-    from serving.container import ContainerApp
-    from serving.multimodel import MultiModelHandler
+    from serving.model_server.app import ContainerApp
+    from serving.models.multimodel import MultiModelHandler
 
     model = tmp_path / "prefix" / "raises" / "code"
     model.mkdir(parents=True)

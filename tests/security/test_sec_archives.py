@@ -17,8 +17,8 @@ from typing import Callable
 import pytest
 
 from serving.errors import ValidationError
-from serving.modelstore import ArtifactError, extract_archive, materialize
-from serving.multimodel_store import ModelStore
+from serving.models.artifacts import ArtifactError, extract_archive, materialize
+from serving.models.store import ModelStore
 
 Member = Callable[[tarfile.TarFile], None]
 SECRET = b"do not touch"
@@ -246,7 +246,7 @@ def test_a_refused_archive_reaches_the_multimodel_caller_as_a_400(tmp: Path, mon
     import asyncio
     import tempfile
 
-    from serving.multimodel import MultiModelHandler
+    from serving.models.multimodel import MultiModelHandler
     from serving.runtimes import InvocationContext
 
     (tmp / "system-tmp").mkdir()

@@ -19,9 +19,8 @@ import skops.io
 from sklearn.datasets import load_iris
 from sklearn.linear_model import LogisticRegression
 
-from serving import codecs
 from serving.errors import ValidationError, failure_message
-from serving.runtimes import InvocationContext, runtime_for
+from serving.runtimes import InvocationContext, codecs, runtime_for
 
 JSON, CSV, NPY = "application/json", "text/csv", "application/x-npy"
 
@@ -170,7 +169,7 @@ def test_a_failing_model_reports_no_path_of_the_server(tmp_path: Path) -> None:
     # The container's catch-all answer for a model that raised: the error's type and text, paths removed.
     from starlette.testclient import TestClient
 
-    from serving.container import ContainerApp
+    from serving.model_server.app import ContainerApp
     from serving.runtimes import runtime_for
 
     (tmp_path / "code").mkdir()

@@ -17,7 +17,7 @@ from typing import Iterator
 
 import pytest
 
-from serving.cluster import cluster_accepts_anyone
+from serving.ray_wing.cluster import cluster_accepts_anyone
 
 pytestmark = pytest.mark.integration
 

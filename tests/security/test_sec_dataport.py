@@ -23,9 +23,9 @@ JSON = {"content-type": "application/json", "accept": "*/*"}  # what httpx sends
 
 @pytest.fixture(scope="module")
 def replicas(server) -> dict[tuple[str, str], list[str]]:
-    from serving import app
+    from serving import ray_wing
 
-    return ray.get(app._registry().snapshot.remote(-1), timeout=30)["replicas"]
+    return ray.get(ray_wing.registry_handle().snapshot.remote(-1), timeout=30)["replicas"]
 
 
 def _post(url: str, body: bytes = BODY, headers: dict | None = None) -> httpx.Response:
@@ -48,27 +48,27 @@ def test_unsigned_calls_are_refused_with_403(replicas) -> None:
 
 def test_another_containers_key_is_refused(replicas) -> None:
     # A tenant that somehow held its own container's key still cannot call a neighbour with it.
-    from serving import hopauth, keys
-    from serving.app import _root
+    from serving.ray_wing.operations import root_secret
+    from serving.trust import hops, keys
 
-    own_key = keys.hop_key(_root(), "it-secure", "common-wine")
+    own_key = keys.hop_key(root_secret(), "it-secure", "common-wine")
     url = replicas[("it-secure", "customIps-iris")][0]
-    response = _post(url, headers=hopauth.sign(own_key, "POST", "/invocations", BODY, JSON))
+    response = _post(url, headers=hops.sign(own_key, "POST", "/invocations", BODY, JSON))
     assert response.status_code == 403
 
 
 def test_a_signed_hop_cannot_be_altered_or_replayed_late(replicas) -> None:
-    from serving import hopauth, keys
-    from serving.app import _root
+    from serving.ray_wing.operations import root_secret
+    from serving.trust import hops, keys
 
-    key = keys.hop_key(_root(), "it-secure", "customIps-iris")
+    key = keys.hop_key(root_secret(), "it-secure", "customIps-iris")
     url = replicas[("it-secure", "customIps-iris")][0]
-    signed = hopauth.sign(key, "POST", "/invocations", BODY, JSON)
+    signed = hops.sign(key, "POST", "/invocations", BODY, JSON)
     assert _post(url, headers=signed).json() == [0]  # the real key works: the refusals below are the checks
     assert _post(url, body=b"[[6.7, 3.0, 5.2, 2.3]]", headers=signed).status_code == 403  # another body
     retargeted = {**signed, protocol.TARGET_MODEL: "other.tar.gz"}
     assert _post(url, headers=retargeted).status_code == 403  # a header the container acts on
-    stale = hopauth.sign(key, "POST", "/invocations", BODY, JSON, clock=lambda: time.time() - 600)
+    stale = hops.sign(key, "POST", "/invocations", BODY, JSON, clock=lambda: time.time() - 600)
     assert _post(url, headers=stale).status_code == 403
 
 

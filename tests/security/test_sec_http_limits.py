@@ -15,7 +15,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from sec_harness import Stack, connect, read_answer, request_head, wait_closed
 
 OPEN = "/endpoints/open/invocations"

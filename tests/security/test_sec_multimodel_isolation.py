@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from serving.multimodel import MultiModelHandler
+from serving.models.multimodel import MultiModelHandler
 from serving.runtimes import InvocationContext, runtime_for
 
 HANDLER = """

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-
 from sec_harness import (
     API_KEY,
     DENIED_KEY,
@@ -182,7 +181,7 @@ def child(identities: Path) -> Iterator[tuple[subprocess.Popen, str]]:
     try:
         url = process.stdout.readline().strip()
         assert url.startswith("http://127.0.0.1:"), url
-        probe = "import serving.router as router; print(router.__file__)"
+        probe = "import serving.gateway.router as router; print(router.__file__)"
         assert subprocess.run([sys.executable, "-c", probe], env={**os.environ, "PYTHONPATH": path}, cwd="/",
                               capture_output=True, text=True).stdout.startswith(str(ROOT))
         yield process, url

@@ -67,10 +67,10 @@ def node_ip(server) -> str:
 
 
 def test_our_listeners_bind_loopback(server) -> None:
-    from serving import app
+    from serving import ray_wing
 
     ours = {int(server.url.rsplit(":", 1)[1])}
-    replicas = ray.get(app._registry().snapshot.remote(-1), timeout=30)["replicas"]
+    replicas = ray.get(ray_wing.registry_handle().snapshot.remote(-1), timeout=30)["replicas"]
     ours |= {int(url.rsplit(":", 1)[1]) for urls in replicas.values() for url in urls}
     bound = {port: ip for ip, port, _ in _listeners() if port in ours}
     assert bound.keys() == ours

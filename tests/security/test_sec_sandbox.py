@@ -17,8 +17,13 @@ from typing import Iterator
 import httpx
 import pytest
 
-from serving import hopauth, sandbox
-from serving.container_process import ContainerConfig, ContainerProcess, ContainerStartError
+from serving.model_server import sandbox
+from serving.model_server.supervisor import (
+    ContainerConfig,
+    ContainerProcess,
+    ContainerStartError,
+)
+from serving.trust import hops
 
 KEY = b"k" * 32
 ATTEMPTS = """
@@ -70,7 +75,7 @@ def container(tmp_path_factory) -> Iterator[ContainerProcess]:
 def attempt(container: ContainerProcess, what: str, target: object = None) -> dict:
     body = json.dumps({"what": what, "target": target}).encode()
     headers = {"content-type": "application/json", "accept": "*/*"}  # every header httpx sends is signed
-    headers.update(hopauth.sign(KEY, "POST", "/invocations", body, headers))
+    headers.update(hops.sign(KEY, "POST", "/invocations", body, headers))
     response = httpx.post(container.url + "/invocations", content=body, headers=headers, timeout=30)
     assert response.status_code == 200, response.text
     return response.json()
@@ -142,7 +147,7 @@ def test_an_archive_unpacks_inside_the_sandbox(tmp_path: Path) -> None:
     try:
         process.start(timeout=60)
         body, headers = b"{}", {"content-type": "application/json", "accept": "*/*"}
-        headers.update(hopauth.sign(KEY, "POST", "/invocations", body, headers))
+        headers.update(hops.sign(KEY, "POST", "/invocations", body, headers))
         answer = httpx.post(process.url + "/invocations", content=body, headers=headers, timeout=30).json()
         assert answer["model_dir"].startswith(answer["tmp"])
     finally:

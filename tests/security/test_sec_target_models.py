@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from serving.errors import ValidationError
-from serving.multimodel import MultiModelHandler
-from serving.multimodel_store import ModelStore
+from serving.models.multimodel import MultiModelHandler
+from serving.models.store import ModelStore
 from serving.runtimes import InvocationContext, runtime_for
 
 

@@ -33,9 +33,9 @@ def _gateway_pid(url: str) -> int:
 
 
 def _replicas() -> dict[tuple[str, str], list[str]]:
-    from serving import app
+    from serving import ray_wing
 
-    return ray.get(app._registry().snapshot.remote(-1), timeout=30)["replicas"]
+    return ray.get(ray_wing.registry_handle().snapshot.remote(-1), timeout=30)["replicas"]
 
 
 @pytest.fixture(scope="module")
@@ -98,9 +98,9 @@ def test_the_tenant_holds_no_ray_credentials(report: dict[str, str]) -> None:
 def test_registry_writes_need_the_control_plane_capability(server) -> None:
     # A process that reaches the registry without the capability (here: the test driver, with a guessed
     # token) can neither rewrite an endpoint, nor delete one, nor register a replica of someone else's.
-    from serving import app
+    from serving import ray_wing
 
-    registry = app._registry()
+    registry = ray_wing.registry_handle()
     before = ray.get(registry.snapshot.remote(-1), timeout=30)
     forged = {**before["endpoints"]["it-secure"], "access": None}  # the attack: drop it-secure's AccessControl
     assert ray.get(registry.put_endpoint.remote("0" * 64, forged), timeout=30) is False
@@ -123,7 +123,7 @@ def test_no_secret_travels_through_ray(server, access_callers) -> None:
     # What the registry (actor state, object store) holds names the identities file; no secret, no digest.
     import hashlib
 
-    snapshot = repr(ray.get(__import__("serving.app", fromlist=["_registry"])._registry().snapshot.remote(-1), timeout=30))
+    snapshot = repr(ray.get(__import__("serving.ray_wing", fromlist=["registry_handle"]).registry_handle().snapshot.remote(-1), timeout=30))
     for credentials in access_callers.values():
         for field in ("SecretAccessKey", "ApiKey"):
             secret = credentials.get(field)

@@ -1,4 +1,4 @@
-"""serving.autoscaling: the Serve policy object fed by Serve-shaped contexts (no Ray: a context is
+"""serving.ray_wing.autoscaler: the Serve policy object fed by Serve-shaped contexts (no Ray: a context is
 what Serve's controller passes, built here as a plain object; the registry report is captured)."""
 
 from __future__ import annotations
@@ -7,9 +7,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from serving import autoscaling
-from serving.autoscaling import ContainerAutoscaler, per_replica, serve_autoscaling_config
-from serving.spec import parse_spec
+from serving.autoscaling.config import per_replica, serve_autoscaling_config
+from serving.config.spec import parse_spec
+from serving.ray_wing import autoscaler as autoscaling
+from serving.ray_wing.autoscaler import ContainerAutoscaler
 
 RATE = "SageMakerVariantInvocationsPerInstance"
 POLICY = {"metric": RATE, "target": 60.0, "scale_out_cooldown_s": 30.0, "scale_in_cooldown_s": 60.0}
@@ -23,7 +24,7 @@ class Recording(ContainerAutoscaler):
         self.reports: list[tuple[str, dict, dict | None]] = []
 
     def _report(self, hostname, running, decision, values) -> None:
-        from serving.scaling_policy import activity
+        from serving.autoscaling.policy import activity
 
         self.reports.append((hostname, {"DesiredReplicas": decision.desired},
                              activity(decision, hostname) if decision.changed else None))
@@ -95,6 +96,8 @@ def test_spec_becomes_a_serve_autoscaling_config_without_serves_own_delays(level
     kwargs = config["policy"]["policy_kwargs"]
     assert kwargs["policies"] == [{"metric": RATE, "target": 70.0, "scale_out_cooldown_s": 5.0,
                                    "scale_in_cooldown_s": 20.0, "disable_scale_in": False}]
-    from ray.serve.config import AutoscalingConfig  # Serve accepts it as it is, and finds the class
+    from ray.serve.config import (
+        AutoscalingConfig,  # Serve accepts it as it is, and finds the class
+    )
 
     assert AutoscalingConfig(**config).policy.get_policy() is ContainerAutoscaler

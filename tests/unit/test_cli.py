@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from serving.cli import check_anonymous, example_calls, main
-from serving.spec import load_spec
+from serving.config.spec import load_spec
 
 SECRET = "cli-test-secret-0001"
 API_KEY = "cli-test-api-key-0001"
@@ -36,10 +36,10 @@ def specs(tmp_path: Path) -> dict[str, Path]:
 @pytest.fixture
 def no_ray(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make any attempt of `serving up` to go on and start Ray fail at once instead."""
-    trap = types.ModuleType("serving.app")
-    trap.__getattr__ = lambda name: pytest.fail(f"serving up went on to serving.app.{name}")
-    monkeypatch.setitem(sys.modules, "serving.app", trap)
-    monkeypatch.setattr("serving.app", trap, raising=False)
+    trap = types.ModuleType("serving.ray_wing")
+    trap.__getattr__ = lambda name: pytest.fail(f"serving up went on to serving.ray_wing.{name}")
+    monkeypatch.setitem(sys.modules, "serving.ray_wing", trap)
+    monkeypatch.setattr("serving.ray_wing", trap, raising=False)
 
 
 def test_non_loopback_host_without_access_control_exits_2(specs, no_ray, capsys: pytest.CaptureFixture[str]) -> None:

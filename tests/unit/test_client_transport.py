@@ -3,7 +3,7 @@
 The server side here is an `httpx.MockTransport` handler (a function answering requests in
 memory), because these tests drive what no real server does on demand: 429/503 sequences,
 dropped connections, exact retry timing. Signatures are checked with the server's own
-verifier (`serving.auth.Authenticator`). tests/integration/test_client.py runs the SDK
+verifier (`serving.access.sigv4.Authenticator`). tests/integration/test_client.py runs the SDK
 against a real endpoint server.
 """
 
@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 import yaml
 
-from serving.auth import Authenticator, RawRequest, load_identities
+from serving.access.identities import load_identities
+from serving.access.sigv4 import Authenticator, RawRequest
 from serving.client import (
     AccessDenied,
     AsyncClient,

@@ -1,4 +1,4 @@
-"""serving.codecs: JSON, CSV and NPY in and out; everything else is a ValidationError."""
+"""serving.runtimes.codecs: JSON, CSV and NPY in and out; everything else is a ValidationError."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from serving import codecs
 from serving.errors import ValidationError
+from serving.runtimes import codecs
 
 
 def npy(array: Any, allow_pickle: bool = False) -> bytes:

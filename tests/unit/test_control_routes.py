@@ -1,4 +1,4 @@
-"""serving.control_routes: who may change endpoints over HTTP, and what a bad spec gets back."""
+"""serving.gateway.control_routes: who may change endpoints over HTTP, and what a bad spec gets back."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
-from serving.control_routes import ControlRoutes
+from serving.gateway.control_routes import ControlRoutes
 
 TOKEN = "t" * 64
 

@@ -1,16 +1,17 @@
-"""serving.control: endpoint descriptions and status from hand-made Ray Serve status snapshots."""
+"""serving.control.status: endpoint descriptions and status from hand-made Ray Serve status snapshots."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
-import pytest
 import httpx
+import pytest
 from starlette.applications import Starlette
 
-from serving.control import EndpointRecord, StatusBoard, applications_from_serve_details, describe
-from serving.rollout import short_reason
+from serving.control.rollout import short_reason
+from serving.control.status import EndpointRecord, StatusBoard, describe
+from serving.ray_wing.serve_status import applications_from_serve_details
 
 TRACEBACK = """\
 The deployment failed to start 3 times in a row. This may be due to a problem with its constructor or initial health check failing. See controller logs for details. Error:

@@ -18,9 +18,16 @@ import numpy as np
 import pytest
 
 from serving.errors import ValidationError
-from serving.modelstore import materialize
+from serving.models.artifacts import materialize
 from serving.runtimes import InvocationContext, Runtime, runtime_for
-from serving.runtimes.tensors import InputSpec, ModelInputError, conform, cpu_threads, split_request, wrap_outputs
+from serving.runtimes.tensors import (
+    InputSpec,
+    ModelInputError,
+    conform,
+    cpu_threads,
+    split_request,
+    wrap_outputs,
+)
 
 STACK_OF = {
     "hetero-features": "sklearn", "hetero-iris-sklearn": "sklearn", "hetero-wine-sklearn": "sklearn",

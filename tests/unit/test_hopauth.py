@@ -1,10 +1,11 @@
-"""Hop signatures (serving.hopauth) and the keys they use (serving.keys): what a container accepts."""
+"""Hop signatures (serving.trust.hops) and the keys they use (serving.trust.keys): what a container accepts."""
 
 from __future__ import annotations
 
 import pytest
 
-from serving import hopauth, keys, protocol
+from serving import protocol
+from serving.trust import hops, keys
 
 ROOT = b"r" * 32
 BODY = b'{"x": 1}'
@@ -28,9 +29,9 @@ def test_verify_compares_tokens_of_any_type() -> None:
 
 def test_a_signed_hop_verifies_with_any_header_case() -> None:
     key = keys.hop_key(ROOT, "e", "c")
-    signed = hopauth.sign(key, "POST", "/invocations", BODY, HEADERS)
+    signed = hops.sign(key, "POST", "/invocations", BODY, HEADERS)
     received = {name.lower(): value for name, value in {**HEADERS, **signed}.items()}
-    hopauth.verify(key, "POST", "/invocations", BODY, received)
+    hops.verify(key, "POST", "/invocations", BODY, received)
 
 
 @pytest.mark.parametrize(("change", "reason"), [
@@ -38,29 +39,29 @@ def test_a_signed_hop_verifies_with_any_header_case() -> None:
     (lambda h, b: ({**h, "accept": "text/csv"}, b), "does not match"),
     (lambda h, b: ({**h, protocol.TARGET_MODEL.lower(): "b.tar.gz"}, b), "does not match"),
     (lambda h, b: ({**h, protocol.CUSTOM_ATTRIBUTES.lower(): "x"}, b), "does not match"),
-    (lambda h, b: ({k: v for k, v in h.items() if k != hopauth.SIGNATURE_HEADER}, b), "unsigned"),
-    (lambda h, b: ({**h, hopauth.DATE_HEADER: "soon"}, b), "expired"),
+    (lambda h, b: ({k: v for k, v in h.items() if k != hops.SIGNATURE_HEADER}, b), "unsigned"),
+    (lambda h, b: ({**h, hops.DATE_HEADER: "soon"}, b), "expired"),
 ])
 def test_any_change_to_a_signed_hop_is_refused(change, reason: str) -> None:
     key = keys.hop_key(ROOT, "e", "c")
-    signed = {name.lower(): value for name, value in {**HEADERS, **hopauth.sign(key, "POST", "/invocations", BODY, HEADERS)}.items()}
+    signed = {name.lower(): value for name, value in {**HEADERS, **hops.sign(key, "POST", "/invocations", BODY, HEADERS)}.items()}
     headers, body = change(signed, BODY)
-    with pytest.raises(hopauth.HopAuthError, match=reason):
-        hopauth.verify(key, "POST", "/invocations", body, headers)
+    with pytest.raises(hops.HopAuthError, match=reason):
+        hops.verify(key, "POST", "/invocations", body, headers)
 
 
 def test_old_and_future_signatures_are_refused() -> None:
     key = keys.hop_key(ROOT, "e", "c")
-    for skew in (-hopauth.MAX_SKEW_S - 5, hopauth.MAX_SKEW_S + 5):
-        signed = hopauth.sign(key, "POST", "/invocations", BODY, HEADERS, clock=lambda: 1_000_000 + skew)
-        with pytest.raises(hopauth.HopAuthError, match="expired"):
-            hopauth.verify(key, "POST", "/invocations", BODY, {**HEADERS, **signed}, clock=lambda: 1_000_000)
+    for skew in (-hops.MAX_SKEW_S - 5, hops.MAX_SKEW_S + 5):
+        signed = hops.sign(key, "POST", "/invocations", BODY, HEADERS, clock=lambda: 1_000_000 + skew)
+        with pytest.raises(hops.HopAuthError, match="expired"):
+            hops.verify(key, "POST", "/invocations", BODY, {**HEADERS, **signed}, clock=lambda: 1_000_000)
 
 
 def test_another_containers_key_is_refused() -> None:
-    signed = hopauth.sign(keys.hop_key(ROOT, "e", "c"), "POST", "/invocations", BODY, HEADERS)
-    with pytest.raises(hopauth.HopAuthError, match="does not match"):
-        hopauth.verify(keys.hop_key(ROOT, "e", "d"), "POST", "/invocations", BODY, {**HEADERS, **signed})
+    signed = hops.sign(keys.hop_key(ROOT, "e", "c"), "POST", "/invocations", BODY, HEADERS)
+    with pytest.raises(hops.HopAuthError, match="does not match"):
+        hops.verify(keys.hop_key(ROOT, "e", "d"), "POST", "/invocations", BODY, {**HEADERS, **signed})
 
 
 ECHO_HANDLER = """
@@ -84,10 +85,10 @@ def test_the_transport_signs_what_the_container_verifies(tmp_path) -> None:
 
     import httpx
 
-    from serving._http_server import BackgroundServer
-    from serving.container import ContainerApp
+    from serving.gateway.transport import ContainerTransport
+    from serving.http.server import BackgroundServer
+    from serving.model_server.app import ContainerApp
     from serving.runtimes import runtime_for
-    from serving.transport import ContainerTransport
 
     (tmp_path / "code").mkdir()
     (tmp_path / "code" / "inference.py").write_text(ECHO_HANDLER)

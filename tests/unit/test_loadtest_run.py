@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
 # "sleepy" 300 ms (counting how many it holds at once); "busy" answers every other request with
 # ModelNotReadyException 429, as an overloaded replica does. Replicas of "a" grow by one per
 # describe call, so the poll is visible. A request with an Authorization header is checked by the
-# server's own verifier (serving.auth) against one identity: SigV4 keys AKIDLOADTEST/secret, API key
+# server's own verifier (serving.access.sigv4) against one identity: SigV4 keys AKIDLOADTEST/secret, API key
 # "lt-key"; one without is let through (an endpoint without AccessControl).
 FAKE_SERVER = textwrap.dedent('''
     import asyncio, hashlib, json, socket, sys
@@ -37,7 +37,8 @@ FAKE_SERVER = textwrap.dedent('''
     from starlette.applications import Starlette
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
-    from serving.auth import Authenticator, Identities, Identity, RawRequest
+    from serving.access.identities import Identities, Identity
+    from serving.access.sigv4 import Authenticator, RawRequest
     from serving.errors import ServingError
 
     CONTAINERS = ["a", "b", "slow", "busy", "sleepy"]

@@ -17,8 +17,13 @@ from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from serving._http_server import BackgroundServer
-from serving.metrics_exposition import MetricsRoute, exposition, merge_families, serving_families_from_ray
+from serving.http.server import BackgroundServer
+from serving.metrics.exposition import (
+    MetricsRoute,
+    exposition,
+    merge_families,
+    serving_families_from_ray,
+)
 
 NODE_TEXT = (Path(__file__).parent / "data" / "ray_node_metrics.txt").read_text()
 LATENCY_EXACT = {"gs2g7il6": 0.016473060994030675, "92hxx7tj": 0.02928649699606467}

@@ -1,4 +1,4 @@
-"""serving.modelcache: LRU order, byte bound by measured size, single-flight, pins, Disabled mode, clock."""
+"""serving.models.cache: LRU order, byte bound by measured size, single-flight, pins, Disabled mode, clock."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from sklearn.linear_model import LogisticRegression
 
-from serving.modelcache import CacheObserver, ModelCache, process_memory
+from serving.models.cache import CacheObserver, ModelCache, process_memory
 
 MiB = 1 << 20
 

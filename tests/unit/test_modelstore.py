@@ -1,4 +1,4 @@
-"""serving.modelstore: directories pass through, archives unpack into the cache, crafted archives are refused."""
+"""serving.models.artifacts: directories pass through, archives unpack into the cache, crafted archives are refused."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Callable
 
 import pytest
 
-from serving.modelstore import ArtifactError, materialize
+from serving.models.artifacts import ArtifactError, materialize
 
 Member = Callable[[tarfile.TarFile], None]
 

@@ -19,13 +19,13 @@ import pytest
 from starlette.applications import Starlette
 
 from serving import protocol
-from serving._http_server import BackgroundServer
-from serving.container import ContainerApp
-from serving.multimodel import MultiModelHandler
-from serving.router import EndpointRoute, Router
+from serving.gateway.router import EndpointRoute, Router
+from serving.gateway.transport import ContainerTransport
+from serving.http.server import BackgroundServer
+from serving.model_server.app import ContainerApp
+from serving.models.multimodel import MultiModelHandler
 from serving.runtimes import runtime_for
 from serving.settings import ServerSettings
-from serving.transport import ContainerTransport
 
 MODELS = 30
 

@@ -17,7 +17,7 @@ from botocore.config import Config
 from moto.server import ThreadedMotoServer
 
 from serving.errors import ValidationError
-from serving.multimodel_store import ModelStore, ModelStoreError, validate_target
+from serving.models.store import ModelStore, ModelStoreError, validate_target
 
 KB = 1024
 

@@ -1,4 +1,4 @@
-"""serving.policies: IAM-style evaluation (table-driven and property-based) and document validation."""
+"""serving.access.policies: IAM-style evaluation (table-driven and property-based) and document validation."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from serving.policies import (
+from serving.access.policies import (
     ACTION_INVOKE,
     KEY_TARGET_CONTAINER,
     KEY_TARGET_MODEL,

@@ -1,8 +1,16 @@
-"""serving.rollout: desired endpoints to running ones, blue/green per container, rollback, as pure steps."""
+"""serving.control.rollout: desired endpoints to running ones, blue/green per container, rollback, as pure steps."""
 
 from __future__ import annotations
 
-from serving.rollout import Delete, Deploy, EndpointState, app_name, parse_app_name, plan_version, step
+from serving.control.rollout import (
+    Delete,
+    Deploy,
+    EndpointState,
+    app_name,
+    parse_app_name,
+    plan_version,
+    step,
+)
 
 TIMEOUT = 100.0
 

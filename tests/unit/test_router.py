@@ -1,4 +1,4 @@
-"""serving.router + serving.container over loopback HTTP, without Ray.
+"""serving.gateway.router + serving.model_server.app over loopback HTTP, without Ray.
 
 Each container is a ContainerApp around a real runtime on its own data port; the
 router reaches them through a ContainerTransport whose replica table the test sets,
@@ -21,13 +21,13 @@ import pytest
 from starlette.applications import Starlette
 
 from serving import protocol
-from serving._http_server import BackgroundServer
-from serving.container import ContainerApp
-from serving.router import EndpointRoute, Router
+from serving.config.spec import DEFAULT_MAX_CONCURRENCY
+from serving.gateway.router import EndpointRoute, Router
+from serving.gateway.transport import ContainerTransport
+from serving.http.server import BackgroundServer
+from serving.model_server.app import ContainerApp
 from serving.runtimes import Runtime, runtime_for
 from serving.settings import ServerSettings
-from serving.spec import DEFAULT_MAX_CONCURRENCY
-from serving.transport import ContainerTransport
 
 if TYPE_CHECKING:
     from conftest import Iris, SavedModel

@@ -21,15 +21,15 @@ import yaml
 from botocore.config import Config
 from starlette.applications import Starlette
 
-from serving._http_server import BackgroundServer
-from serving.access import AUDIT_LOGGER, EndpointAccess, configure_audit_log
-from serving.auth import load_identities
-from serving.container import ContainerApp
-from serving.metrics import REGISTRY
-from serving.router import EndpointRoute, Router
+from serving.access.decision import AUDIT_LOGGER, EndpointAccess, configure_audit_log
+from serving.access.identities import load_identities
+from serving.gateway.router import EndpointRoute, Router
+from serving.gateway.transport import ContainerTransport
+from serving.http.server import BackgroundServer
+from serving.metrics.invocations import REGISTRY
+from serving.model_server.app import ContainerApp
 from serving.runtimes import runtime_for
 from serving.settings import ServerSettings
-from serving.transport import ContainerTransport
 
 ROOT = Path(__file__).resolve().parents[2]
 ROW = [[5.1, 3.5, 1.4, 0.2]]

@@ -1,4 +1,4 @@
-"""The router's metrics (serving.metrics) counted over real HTTP: router + containers on loopback ports.
+"""The router's metrics (serving.metrics.invocations) counted over real HTTP: router + containers on loopback ports.
 
 Counters live in one process-wide registry, so each test reads them before and after its own
 requests and checks the exact difference.
@@ -11,10 +11,15 @@ from typing import Iterator
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-
-from serving import metrics
-from serving.metrics import REGISTRY, InvocationTrace, ReplicaCountCollector, record_invocation
 from test_router import containers, endpoints, module_servers, start_router, table  # noqa: F401  (fixtures)
+
+from serving.metrics import invocations
+from serving.metrics.invocations import (
+    REGISTRY,
+    InvocationTrace,
+    ReplicaCountCollector,
+    record_invocation,
+)
 
 ROW = [[5.1, 3.5, 1.4, 0.2]]
 
@@ -127,8 +132,8 @@ def test_replica_counts_are_read_at_scrape_time() -> None:
 
 
 def test_latency_buckets_span_milliseconds_to_minutes() -> None:
-    assert metrics.LATENCY_BUCKETS[0] <= 0.001 and metrics.LATENCY_BUCKETS[-1] >= 60
-    assert list(metrics.LATENCY_BUCKETS) == sorted(set(metrics.LATENCY_BUCKETS))
+    assert invocations.LATENCY_BUCKETS[0] <= 0.001 and invocations.LATENCY_BUCKETS[-1] >= 60
+    assert list(invocations.LATENCY_BUCKETS) == sorted(set(invocations.LATENCY_BUCKETS))
 
 
 def test_registry_text_is_valid_prometheus() -> None:

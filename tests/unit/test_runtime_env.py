@@ -1,4 +1,4 @@
-"""serving.runtime_env: a container's spec as its replicas' Ray runtime_env and environment."""
+"""serving.control.runtime_env: a container's spec as its replicas' Ray runtime_env and environment."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from serving.runtime_env import ray_runtime_env, replica_environment
-from serving.spec import KNOWN_IMAGES, SpecError, parse_spec
+from serving.config.spec import KNOWN_IMAGES, SpecError, parse_spec
+from serving.control.runtime_env import ray_runtime_env, replica_environment
 
 
 def container(base_dir: Path | None = None, **fields: Any):

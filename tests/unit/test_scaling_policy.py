@@ -1,4 +1,4 @@
-"""serving.scaling_policy: target tracking on synthetic metric traces with a fake clock.
+"""serving.autoscaling.policy: target tracking on synthetic metric traces with a fake clock.
 
 Every step of a trace asserts the exact replica count (and a fragment of the reason), so a rule that
 drifts fails at the step where it matters.
@@ -11,7 +11,7 @@ from typing import Any, get_args
 
 import pytest
 
-from serving.scaling_policy import (
+from serving.autoscaling.policy import (
     CONCURRENT_REQUESTS_PER_REPLICA,
     CPU_UTILIZATION,
     INVOCATIONS_PER_INSTANCE,
@@ -22,7 +22,7 @@ from serving.scaling_policy import (
     TargetTrackingScaler,
     activity,
 )
-from serving.spec import PredefinedMetric
+from serving.config.spec import PredefinedMetric
 
 INV = INVOCATIONS_PER_INSTANCE
 

@@ -1,4 +1,4 @@
-"""serving.spec: every rejection names the field at fault and says why."""
+"""serving.config.spec: every rejection names the field at fault and says why."""
 
 from __future__ import annotations
 
@@ -9,7 +9,15 @@ from typing import Any
 import pytest
 import yaml
 
-from serving.spec import DEFAULT_MAX_CONCURRENCY, MAX_CONTAINERS, ContainerMode, ExecutionMode, SpecError, load_spec, parse_spec
+from serving.config.spec import (
+    DEFAULT_MAX_CONCURRENCY,
+    MAX_CONTAINERS,
+    ContainerMode,
+    ExecutionMode,
+    SpecError,
+    load_spec,
+    parse_spec,
+)
 
 
 def container(hostname: str = "english", **fields: Any) -> dict[str, Any]:

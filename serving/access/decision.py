@@ -1,0 +1,117 @@
+"""Access control of one endpoint: authenticate the caller, authorize every container it would run.
+
+Each decision is written as one JSON line to the `serving.audit` logger and counted in
+`serving_access_decisions_total{endpoint,decision}`. Audit lines name the principal,
+the containers, the decision and the statement that decided; never a secret, a
+signature or the policy text.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from datetime import datetime, timezone
+from typing import IO, Any, Callable, Sequence
+
+from serving.access.identities import Identities, load_reference
+from serving.access.policies import (
+    ACTION_INVOKE,
+    KEY_TARGET_CONTAINER,
+    KEY_TARGET_MODEL,
+    RequestContext,
+    endpoint_arn,
+    evaluate,
+)
+from serving.access.sigv4 import Authenticator, Caller, Claim, RawRequest
+from serving.errors import AccessDeniedError, ServingError
+from serving.metrics.invocations import ACCESS_DECISIONS
+
+__all__ = ["AUDIT_LOGGER", "EndpointAccess", "configure_audit_log"]
+
+AUDIT_LOGGER = "serving.audit"
+audit_log = logging.getLogger(AUDIT_LOGGER)
+
+
+def _audit(level: int, record: dict[str, Any]) -> None:
+    stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    audit_log.log(level, json.dumps({"time": stamp, **record}, separators=(",", ":")))
+
+
+def configure_audit_log(stream: IO[str] | None = None) -> None:
+    """Write audit lines, one JSON object each, to `stream` (stderr) unless the logger already has a handler.
+
+    Called in the gateway process, whose root logger has no handler (INFO lines would be dropped).
+    """
+    if not audit_log.handlers:
+        handler = logging.StreamHandler(stream or sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        audit_log.addHandler(handler)
+        audit_log.propagate = False  # the lines are complete as they are; no second copy via the root logger
+    audit_log.setLevel(logging.INFO)
+
+
+class EndpointAccess:
+    """The identities of one endpoint and the ARN its policies are matched against."""
+
+    def __init__(self, identities: Identities, *, region: str, account_id: str, clock: Callable[[], float] = time.time) -> None:
+        self.identities = identities
+        self.region = region
+        self.account_id = account_id
+        self.authenticator = Authenticator(identities, region, clock)
+
+    @classmethod
+    def from_reference(cls, reference: dict[str, Any], *, region: str, account_id: str) -> EndpointAccess:
+        """Load the identities file the registry names (`Identities.reference`), as validated at deploy."""
+        return cls(load_reference(reference), region=region, account_id=account_id)
+
+    def authenticate(self, endpoint: str, request: RawRequest) -> Caller:
+        """The caller, or the AWS authentication error (audited and counted as `unauthenticated`)."""
+        return self.verify(endpoint, self.claim(endpoint, request), request)
+
+    def claim(self, endpoint: str, request: RawRequest) -> Claim:
+        """What the headers prove, before the body is read (failures audited and counted as for `authenticate`)."""
+        return self._audited(endpoint, self.authenticator.claim, request)
+
+    def verify(self, endpoint: str, claim: Claim, request: RawRequest) -> Caller:
+        """The caller of a claim, once the body it needs (SigV4) is in `request`."""
+        return self._audited(endpoint, self.authenticator.verify, claim, request)
+
+    def _audited(self, endpoint: str, check: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return check(*args)
+        except ServingError as error:
+            ACCESS_DECISIONS.labels(endpoint, "unauthenticated").inc()
+            _audit(logging.WARNING, {
+                "event": "authenticate", "endpoint": endpoint, "decision": "unauthenticated", "error": error.code,
+                "reason": error.message, "access_key_id": getattr(error, "key_id", None),
+            })
+            raise
+
+    def authorize(self, endpoint: str, caller: Caller, containers: Sequence[str], model: str | None = None) -> None:
+        """Allow only if the caller's policies allow InvokeEndpoint for every container; else AccessDeniedException."""
+        resource = endpoint_arn(self.region, self.account_id, endpoint)
+        record: dict[str, Any] = {
+            "event": "authorize", "principal": caller.principal, "auth": caller.scheme, "endpoint": endpoint,
+            "containers": list(containers), "model": model, "action": ACTION_INVOKE, "resource": resource,
+        }
+        statements: dict[str, str | None] = {}
+        for container in containers:
+            keys = {KEY_TARGET_CONTAINER: container}
+            if model is not None:
+                keys[KEY_TARGET_MODEL] = model
+            decision = evaluate(caller.identity.policies, RequestContext(ACTION_INVOKE, resource, keys))
+            statements[container] = decision.statement
+            if not decision.allowed:
+                ACCESS_DECISIONS.labels(endpoint, "deny").inc()
+                _audit(logging.WARNING, {**record, "decision": "deny", "denied_container": container, "statements": statements})
+                why = ("an explicit deny in an identity-based policy" if decision.explicit
+                       else f"no identity-based policy allows the {ACTION_INVOKE} action")
+                target = f"container {container}" + (f", model {model}" if model is not None else "")
+                raise AccessDeniedError(
+                    f"User: {caller.principal} is not authorized to perform: {ACTION_INVOKE} on resource: {resource} "
+                    f"({target}) because {why}"
+                )
+        ACCESS_DECISIONS.labels(endpoint, "allow").inc()
+        _audit(logging.INFO, {**record, "decision": "allow", "statements": statements})

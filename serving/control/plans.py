@@ -1,0 +1,65 @@
+"""A spec as the registry's record: routing fields and, per container, the plan its replicas are built from."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from serving.autoscaling.config import serve_autoscaling_config
+from serving.config.spec import ContainerSpec, EndpointSpec
+from serving.control.rollout import (
+    plan_version,
+)
+from serving.control.runtime_env import ray_runtime_env, replica_environment
+from serving.ray_wing.cluster import (
+    NAMESPACE,
+)
+from serving.ray_wing.names import REGISTRY_NAME
+from serving.settings import ServerSettings
+
+
+def container_plan(spec: EndpointSpec, container: ContainerSpec, settings: ServerSettings) -> dict[str, Any]:
+    """Everything one container's replicas are built from (its version is a digest of this)."""
+    resources = container.Resources
+    actor_options: dict[str, Any] = {
+        "num_cpus": resources.Cpus,
+        "num_gpus": resources.Gpus,
+        "runtime_env": ray_runtime_env(container),  # Environment + CPU/GPU share, RuntimeEnvironment
+    }
+    if resources.MemoryMb:
+        actor_options["memory"] = resources.MemoryMb * 1024 * 1024
+    if resources.Custom:
+        actor_options["resources"] = dict(resources.Custom)
+    scaling = spec.scaling_of(container)
+    if scaling is not None and scaling.policies:  # target tracking: our policy in Serve's controller
+        endpoint_level = spec.AutoScaling is not None
+        count = {"autoscaling_config": serve_autoscaling_config(
+            spec.EndpointName, None if endpoint_level else container.ContainerHostname, scaling,
+            [policy.as_policy() for policy in scaling.policies], (REGISTRY_NAME, NAMESPACE),
+            containers=[c.ContainerHostname for c in spec.Containers] if endpoint_level else None)}
+    else:
+        count = {"num_replicas": spec.replicas_of(container)}
+    return {
+        "image": container.Image, "model_data": container.ModelDataUrl, "environment": replica_environment(container),
+        "bind_host": settings.container_host, "multi_model": container.multi_model, "sandbox": settings.sandbox,
+        "working_dir": container.RuntimeEnvironment.WorkingDir if container.RuntimeEnvironment else None,
+        "gpus": resources.Gpus, "actor_options": actor_options, "count": count,
+    }
+
+
+def endpoint_record(spec: EndpointSpec, settings: ServerSettings) -> dict[str, Any]:
+    """The registry's record of a spec: what the router and descriptions need, and each container's plan."""
+    plans = {c.ContainerHostname: container_plan(spec, c, settings) for c in spec.Containers}
+    return {
+        "name": spec.EndpointName,
+        "mode": spec.mode.value,
+        "containers": [
+            {"ContainerHostname": c.ContainerHostname, "Image": c.Image, "Mode": c.Mode.value,
+             "DesiredReplicas": spec.replicas_of(c), "Version": plan_version(plans[c.ContainerHostname])}
+            for c in spec.Containers
+        ],
+        "limits": {c.ContainerHostname: c.max_concurrency for c in spec.Containers},
+        "not_idempotent": [c.ContainerHostname for c in spec.Containers if not c.idempotent],
+        # Where the gateway reads the identities itself: the secrets never travel through Ray.
+        "access": spec.AccessControl.identities.reference() if spec.AccessControl else None,
+        "plans": plans,
+    }

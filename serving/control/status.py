@@ -1,0 +1,191 @@
+"""Endpoint status and descriptions from registered replicas (health by replica), and the board the gateway reads."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from serving.control.rollout import app_name, short_reason
+from serving.errors import ServiceUnavailableError, ValidationError, wire_error
+
+# Serve replica states that are on their way to serving, and on their way out.
+_STARTING = ("STARTING", "UPDATING", "RECOVERING", "PENDING_MIGRATION")
+
+
+_STOPPING = ("STOPPING",)
+
+
+_TROUBLE = ("UNHEALTHY", "DEPLOY_FAILED")
+
+
+@dataclass
+class EndpointRecord:
+    """What the control plane knows of an endpoint: the spec summary it routes with, and its state."""
+
+    name: str
+    mode: str
+    containers: list[dict[str, Any]]  # ContainerHostname, Image, Mode, DesiredReplicas, Version
+    limits: dict[str, int] = field(default_factory=dict)  # per-replica in-flight bound by hostname
+    not_idempotent: list[str] = field(default_factory=list)  # hostnames whose requests are never sent twice
+    # Where the identities file is (path and fingerprint) or None; never part of a description.
+    access: dict[str, Any] | None = field(default=None, repr=False)
+    update: dict[str, Any] = field(default_factory=dict)  # the last apply: Status, FailureReason, times
+    failed: bool = False  # its first deployment could not be brought up
+    in_service: bool = False  # brought up once: it routes with an active record (else it is being created)
+    desired_versions: dict[str, str] = field(default_factory=dict)  # hostname -> version being rolled out
+    scaling_activities: list[dict[str, Any]] = field(default_factory=list)  # newest first
+    # Autoscaled containers: hostname -> the autoscaler's latest state (DesiredReplicas, metric, target).
+    scaling: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def from_snapshot(cls, document: Mapping[str, Any]) -> EndpointRecord:
+        known = {key: document[key] for key in ("name", "mode", "containers", "limits", "not_idempotent", "access",
+                                                "update", "failed", "in_service", "desired_versions")
+                 if key in document}
+        return cls(**known)
+
+
+def describe(record: EndpointRecord, statuses: Mapping[str, Mapping[str, Any]],
+             registered: Mapping[tuple[str, str, str], int], in_service: bool) -> dict[str, Any]:
+    """DescribeEndpoint-shaped document for one endpoint.
+
+    `registered`: live replicas per (endpoint, container, version); `in_service`: whether the record
+    has been active (created) before, so that no replica means Updating rather than Creating.
+    """
+    update = record.update
+    containers, problems = [], []
+    for container in record.containers:
+        host, version = container["ContainerHostname"], container.get("Version", "")
+        app = statuses.get(app_name(record.name, host, version)) or {}
+        deployment = (app.get("deployments") or {}).get(host) or {}
+        states = deployment.get("replicas") or {}
+        running = registered.get((record.name, host, version), 0)
+        scaling = record.scaling.get(host)
+        desired = scaling["DesiredReplicas"] if scaling is not None else container["DesiredReplicas"]
+        starting = sum(states.get(state, 0) for state in _STARTING)
+        pending = record.desired_versions.get(host)
+        trouble = short_reason(deployment.get("message", "")) if deployment.get("status") in _TROUBLE else None
+        if record.failed and (app.get("status") == "DEPLOY_FAILED" or deployment.get("status") == "DEPLOY_FAILED"):
+            status = "Failed"
+        elif running == 0:
+            status = "Updating" if in_service else "Creating"
+        elif running < desired or (pending is not None and pending != version):
+            status = "Updating"
+        else:
+            status = "InService"
+        entry = {**container, "Status": status, "CurrentReplicas": running,
+                 "Replicas": {"Running": running, "Starting": starting,
+                              "Stopping": sum(states.get(state, 0) for state in _STOPPING)}}
+        if scaling is not None:  # an autoscaled container: what its autoscaler last decided, and on what
+            entry["DesiredReplicas"] = scaling["DesiredReplicas"]
+            entry["ScalingMetric"] = {key: scaling.get(key) for key in ("MetricName", "MetricValue", "TargetValue")}
+        if pending is not None and pending != version:
+            entry["PendingVersion"] = pending
+        if trouble:
+            entry["LastFailureReason"] = trouble
+        if status == "Failed":
+            entry["FailureReason"] = trouble or update.get("FailureReason") or "the container could not be deployed"
+            problems.append(f"container {host}: {entry['FailureReason']}")
+        containers.append(entry)
+    if record.failed:  # the containers' own messages as Serve reports them now, else what the rollout recorded
+        endpoint_status = "Failed"
+        failure = "; ".join(problems) or update.get("FailureReason") or "the endpoint failed"
+    else:
+        failure = None
+        if not in_service:
+            endpoint_status = "Creating"
+        elif update.get("Status") == "InProgress" or any(c["Status"] != "InService" for c in containers):
+            endpoint_status = "Updating"
+        else:
+            endpoint_status = "InService"
+        if update.get("Status") == "Failed":  # rolled back: still serving the previous version
+            failure = f"The last update failed and was rolled back: {update.get('FailureReason')}"
+    return {
+        "EndpointName": record.name,
+        "EndpointStatus": endpoint_status,
+        "FailureReason": failure,
+        "InferenceExecutionConfig": {"Mode": record.mode},
+        "Containers": containers,
+        "LastUpdate": {key: update.get(key) for key in ("Generation", "Status", "FailureReason", "StartedAt",
+                                                        "FinishedAt")},
+        "ScalingActivities": list(record.scaling_activities),
+    }
+
+
+class StatusBoard:
+    """Latest descriptions of every endpoint, swapped in whole by the background poller."""
+
+    def __init__(self) -> None:
+        self.records: dict[str, EndpointRecord] = {}
+        self.descriptions: dict[str, dict[str, Any]] = {}
+        self.loaded = False  # a first snapshot of the registry has been applied
+
+    def refresh(self, statuses: Mapping[str, Mapping[str, Any]],
+                registered: Mapping[tuple[str, str, str], int]) -> None:
+        """Rebuild descriptions from the registry's latest statuses and registered replicas."""
+        self.descriptions = {name: describe(record, statuses, registered, in_service=record.in_service)
+                             for name, record in list(self.records.items())}
+        self.loaded = True
+
+    def unroutable(self) -> list[str]:
+        """Why the gateway cannot route every known endpoint now (empty when it can)."""
+        if not self.loaded:
+            return ["the gateway has not read the registry yet"]
+        reasons = []
+        for name, description in sorted(self.descriptions.items()):
+            if description["EndpointStatus"] in ("Failed", "Creating"):
+                reasons.append(f"endpoint {name} is {description['EndpointStatus']}")
+                continue
+            idle = [c["ContainerHostname"] for c in description["Containers"] if c["CurrentReplicas"] == 0]
+            if idle:
+                reasons.append(f"endpoint {name}: no ready replica of {', '.join(idle)}")
+        return reasons
+
+    def healthy(self) -> bool:
+        return not self.unroutable()
+
+    def failure(self, name: str) -> str | None:
+        description = self.descriptions.get(name)
+        if description and description["EndpointStatus"] == "Failed":
+            return description["FailureReason"]
+        return None
+
+    # --- HTTP ---------------------------------------------------------------------
+    def routes(self) -> list[Route]:
+        return [
+            Route("/ping", self.ping, methods=["GET"]),
+            Route("/endpoints", self.list_endpoints, methods=["GET"]),
+            Route("/endpoints/{name}", self.describe_endpoint, methods=["GET"]),
+        ]
+
+    async def ping(self, request: Request) -> Response:
+        """200 only when every known endpoint is routable; 503 with the reasons otherwise (load balancers)."""
+        reasons = self.unroutable()
+        if not reasons:
+            return Response(b"", status_code=200)
+        status, headers, body = wire_error(ServiceUnavailableError("; ".join(reasons)))
+        return Response(body, status_code=status, headers=headers)
+
+    async def list_endpoints(self, request: Request) -> Response:
+        summaries = [
+            {"EndpointName": d["EndpointName"], "EndpointStatus": d["EndpointStatus"]}
+            for _, d in sorted(self.descriptions.items())
+        ]
+        return _json({"Endpoints": summaries})
+
+    async def describe_endpoint(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        description = self.descriptions.get(name)
+        if description is None:
+            status, headers, body = wire_error(ValidationError(f"Could not find endpoint {name}."))
+            return Response(body, status_code=status, headers=headers)
+        return _json(description)
+
+
+def _json(document: Any) -> Response:
+    return Response(json.dumps(document).encode(), media_type="application/json")

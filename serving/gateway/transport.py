@@ -1,0 +1,198 @@
+"""Router -> container hops: pooled HTTP/1.1 keep-alive connections to replica data ports.
+
+The replica table comes from the registry. A replica that refuses connections is dropped
+at once and the request goes to another (it never reached the dead one, so it cannot run
+twice). A connection that is reset or closed before any byte of the answer arrives (a
+replica dying, a keep-alive connection the replica just closed) is retried once on another
+replica, within the caller's deadline: inference is idempotent unless the container says
+otherwise (`SERVING_IDEMPOTENT: "false"`). A connection lost after the answer began is
+never retried: the container reported, or may have reported, something.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+import aiohttp
+
+from serving import protocol
+from serving.errors import ModelError, ModelNotReadyError
+from serving.trust import hops
+
+
+@dataclass
+class Replica:
+    """One replica's data port and the requests now in flight to it."""
+
+    url: str
+    in_flight: int = 0
+    invocations_url: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.invocations_url = self.url + "/invocations"
+
+
+@dataclass(frozen=True)
+class HopResponse:
+    """What a container answered (any status)."""
+
+    status: int
+    body: bytes
+    content_type: str | None
+    custom_attributes: str | None
+    model_resolved: bool = False  # a MultiModel container answered about a model it resolved
+
+
+# What aiohttp would add to a request that lacks them (and what containers have always received then).
+_DEFAULT_HEADERS = {"content-type": "application/octet-stream", "accept": "*/*"}
+
+
+def _with_defaults(headers: Mapping[str, str]) -> dict[str, str]:
+    present = {key.lower() for key in headers}
+    return {**{key: value for key, value in _DEFAULT_HEADERS.items() if key not in present}, **headers}
+
+
+# A MultiModel request goes to the replica that last served its model (it holds it loaded),
+# unless that replica has this many more requests in flight than the least busy one: then a
+# second replica loads the model too, so a hot model spreads instead of queueing on one.
+SPILL_IN_FLIGHT = 2
+MAX_HOMES = 100_000  # remembered (container, model) -> replica pairs, least recently used dropped
+
+
+class ContainerTransport:
+    """Sends invocations to the least-busy replica of a container (to a model's home for MultiModel)."""
+
+    def __init__(self, default_limit: int, hop_key: Callable[[str, str], bytes] | None = None) -> None:
+        """`hop_key(endpoint, container)`: the key each hop to that container is signed with (`hopauth`);
+        None sends unsigned hops (tests of containers that verify nothing)."""
+        self._hop_key = hop_key
+        self._homes: OrderedDict[tuple[str, str, str], str] = OrderedDict()
+        self._replicas: dict[tuple[str, str], list[Replica]] = {}
+        self._limits: dict[tuple[str, str], int] = {}
+        self._no_retry: set[tuple[str, str]] = set()  # containers that are not idempotent
+        self.default_limit = default_limit
+        self._dropped: list[str] = []
+        self._turn = itertools.count()
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30, enable_cleanup_closed=True)
+        self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False, skip_auto_headers=("User-Agent",))
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    def update(self, table: Mapping[tuple[str, str], list[str]], limits: Mapping[tuple[str, str], int] | None = None,
+               not_idempotent: set[tuple[str, str]] | None = None) -> None:
+        """Replace the replica table (and per-replica in-flight limits, and which containers may not be
+        retried), keeping counts of replicas that stay."""
+        if limits is not None:
+            self._limits = dict(limits)
+        if not_idempotent is not None:
+            self._no_retry = set(not_idempotent)
+        current = {(key, r.url): r for key, replicas in self._replicas.items() for r in replicas}
+        self._replicas = {
+            key: [current.get((key, url)) or Replica(url) for url in sorted(urls)] for key, urls in table.items()
+        }
+
+    def take_dropped(self) -> list[str]:
+        """URLs dropped since the last call (to tell the registry)."""
+        dropped, self._dropped = self._dropped, []
+        return dropped
+
+    def replica_count(self, endpoint: str, container: str) -> int:
+        return len(self._replicas.get((endpoint, container), ()))
+
+    def _pick(self, replicas: list[Replica], home: str | None = None, avoid: Replica | None = None) -> Replica:
+        start = next(self._turn) % len(replicas)
+        ordered = replicas[start:] + replicas[:start]
+        if avoid is not None and len(ordered) > 1:
+            ordered = [replica for replica in ordered if replica is not avoid]
+        least = min(ordered, key=lambda replica: replica.in_flight)
+        if home is not None:
+            for replica in replicas:
+                if replica.url == home and replica.in_flight <= least.in_flight + SPILL_IN_FLIGHT:
+                    return replica
+        return least
+
+    def home_of(self, endpoint: str, container: str, model: str) -> str | None:
+        """The replica URL that last served `model` of a MultiModel container."""
+        return self._homes.get((endpoint, container, model))
+
+    def _remember(self, key: tuple[str, str, str], url: str) -> None:
+        self._homes[key] = url
+        self._homes.move_to_end(key)
+        if len(self._homes) > MAX_HOMES:
+            self._homes.popitem(last=False)
+
+    async def send(self, endpoint: str, container: str, body: bytes, headers: dict[str, str], timeout: float,
+                   affinity: str | None = None) -> HopResponse:
+        """POST /invocations on one replica of the container; raises ModelNotReadyError if none answers.
+
+        `affinity`: a MultiModel request's TargetModel, routed to the replica that holds it when it can.
+        """
+        assert self._session is not None, "transport not started"
+        key = (endpoint, container)
+        home_key = (endpoint, container, affinity) if affinity is not None else None
+        if self._hop_key is not None:
+            headers = _with_defaults(headers)  # sign exactly what arrives: no header added after signing
+            headers.update(hops.sign(self._hop_key(endpoint, container), "POST", "/invocations", body, headers))
+        retries_left = 0 if key in self._no_retry else 1
+        broken: Replica | None = None
+        while self._replicas.get(key):
+            replicas = self._replicas[key]
+            replica = self._pick(replicas, self._homes.get(home_key) if home_key and broken is None else None, broken)
+            limit = self._limits.get(key, self.default_limit)
+            if replica.in_flight >= limit:
+                # Shed load here rather than queue without bound: the caller retries (429).
+                raise ModelNotReadyError(
+                    f"container {container} is busy: {len(replicas)} replica(s) each at the limit of {limit} "
+                    "concurrent requests; retry shortly"
+                )
+            replica.in_flight += 1
+            answered = False
+            try:
+                async with self._session.post(
+                    replica.invocations_url, data=body, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout)
+                ) as response:
+                    answered = True
+                    answer = HopResponse(
+                        status=response.status,
+                        body=await response.read(),
+                        content_type=response.headers.get("content-type"),
+                        custom_attributes=response.headers.get(protocol.CUSTOM_ATTRIBUTES),
+                        model_resolved=response.headers.get(protocol.MODEL_RESOLVED) == "true",
+                    )
+                if home_key is not None and answer.status < 400:  # it holds the model now
+                    self._remember(home_key, replica.url)
+                return answer
+            except aiohttp.ClientConnectorError:
+                # Refused: the replica is gone. Forget it until the registry says otherwise.
+                if replica in replicas:
+                    replicas.remove(replica)
+                    self._dropped.append(replica.url)
+            except TimeoutError:
+                raise  # the router reports the invocation timeout
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as error:
+                # Closed or reset before any answer: the replica died or dropped an idle connection.
+                if answered or retries_left == 0:
+                    raise _lost(container, error) from None
+                retries_left -= 1
+                broken = replica
+            except aiohttp.ClientError as error:
+                # The answer was under way: never retry it, report the container as failed.
+                raise _lost(container, error) from None
+            finally:
+                replica.in_flight -= 1
+        raise ModelNotReadyError(f"container {container} of endpoint {endpoint} has no ready replica; retry shortly")
+
+
+def _lost(container: str, error: Exception) -> ModelError:
+    return ModelError(
+        f"connection to container {container} was lost during the invocation ({type(error).__name__})",
+        container=container, original_status=502, original_message=str(error) or type(error).__name__,
+    )

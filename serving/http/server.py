@@ -1,0 +1,85 @@
+"""Run an ASGI app with uvicorn on its own thread and event loop.
+
+Used inside Ray Serve replicas: the server must not share (or block) the loop
+Ray uses to talk to its controller, and must bind before the replica reports ready.
+Every server enforces `HttpLimits` (connections, request heads, slow clients; see
+`serving._http_limits`), with ServerSettings' defaults unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+
+import uvicorn
+
+from serving.http.limits import HttpLimits
+
+__all__ = ["BackgroundServer", "HttpLimits"]
+
+
+class BackgroundServer:
+    """A uvicorn server bound at construction, serving on a daemon thread.
+
+    `limits`: what one client may cost before the app sees its request; the defaults suit both the gateway
+    and a container's data port (which only the gateway calls, with at most its own connection count).
+    """
+
+    def __init__(self, app, host: str = "127.0.0.1", port: int = 0, limits: HttpLimits = HttpLimits(),
+                 sock: socket.socket | None = None) -> None:
+        """Bind `host:port`, or serve on `sock`, a socket already bound and listening (a container
+        process inherits its data port from its supervisor, since it may not bind one itself)."""
+        if sock is None:
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))  # raises at once if the port is taken
+            sock.listen(2048)
+        self.socket = sock
+        self.host, self.port = sock.getsockname()[:2]
+        config = uvicorn.Config(
+            # No WebSocket routes here: upgrades are refused rather than handed to a protocol the limits skip.
+            app, loop="none", http=limits.protocol(), ws="none", lifespan="on", access_log=False, log_level="warning",
+            timeout_keep_alive=75, timeout_graceful_shutdown=10,
+        )
+        self._server = uvicorn.Server(config)
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"http-{self.port}", daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def _run(self) -> None:
+        try:
+            import uvloop
+
+            runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
+        except ImportError:  # pragma: no cover - uvloop ships with uvicorn[standard]
+            runner = asyncio.Runner()
+        with runner:
+            runner.run(self._server.serve(sockets=[self.socket]))
+
+    def wait_started(self, timeout: float = 30.0) -> bool:
+        """True once uvicorn accepts connections (or False after `timeout`)."""
+        deadline = threading.Event()
+        for _ in range(int(timeout / 0.01)):
+            if self._server.started:
+                return True
+            if not self._thread.is_alive():
+                return False
+            deadline.wait(0.01)
+        return self._server.started
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """Stop accepting, let in-flight requests finish, then join the thread."""
+        self._server.should_exit = True
+        self._thread.join(timeout)
+        self.socket.close()

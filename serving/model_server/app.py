@@ -1,0 +1,154 @@
+"""The data port of a container process: SageMaker's container contract over HTTP.
+
+Each container process answers `POST /invocations` and `GET /ping` like a SageMaker model
+container, so the router reaches it with one plain HTTP hop instead of Ray Serve's slower
+handle path (see docs/performance.md for the measurements behind this). With a hop key, every
+request but `/ping` must carry the gateway's signature for this container (`hopauth`); anything
+else is refused with 403 and counted. `GET /_serving/stats` gives the replica's supervisor the
+counters and metric events it records on the container's behalf.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any, Callable
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from serving import protocol
+from serving.errors import AccessDeniedError, ServingError, failure_message, wire_error
+from serving.model_server.events import EventLog
+from serving.models.multimodel import MultiModelHandler
+from serving.runtimes import InvocationContext, Runtime
+from serving.trust import hops
+
+logger = logging.getLogger("serving.container")
+
+STATS_PATH = "/_serving/stats"
+
+
+def _resolved(response: Response, context: InvocationContext) -> Response:
+    """Say whether the answer concerns a model the container resolved (the router's metric labels use it)."""
+    if context.model_resolved:
+        response.headers[protocol.MODEL_RESOLVED] = "true"
+    return response
+
+
+def _error_response(error: ServingError) -> Response:
+    status, headers, body = wire_error(error)
+    return Response(body, status_code=status, headers=headers)
+
+
+class ContainerApp:
+    """ASGI app wrapping one loaded runtime, or a MultiModel container's models (the router bounds
+    how many requests reach it)."""
+
+    def __init__(self, runtime: Runtime | None, hostname: str, models: MultiModelHandler | None = None,
+                 model_latency: Callable[[float], None] | None = None, hop_key: bytes | None = None,
+                 events: EventLog | None = None) -> None:
+        """`model_latency(seconds)` receives each SingleModel invocation's model time (MultiModel: the
+        handler reports it, since only it can leave out the load). `hop_key`: refuse requests the
+        gateway did not sign for this container (None only in tests that run no gateway).
+        `events`: drained by `GET /_serving/stats`."""
+        if (runtime is None) == (models is None):
+            raise ValueError("give a runtime (SingleModel) or models (MultiModel)")
+        self.runtime = runtime
+        self.model_latency = model_latency
+        self.models = models
+        self.hostname = hostname
+        self.hop_key = hop_key
+        self.events = events
+        self.in_flight = 0
+        self.invocations = 0
+        self.refused = 0  # requests refused for a missing or bad hop signature
+        self.app = Starlette(
+            routes=[
+                Route("/invocations", self.invoke, methods=["POST"]),
+                Route("/ping", self.ping, methods=["GET"]),
+                Route(STATS_PATH, self.stats, methods=["GET"]),
+            ]
+        )
+
+    async def __call__(self, scope, receive, send) -> None:
+        await self.app(scope, receive, send)
+
+    async def ping(self, request: Request) -> Response:
+        return Response(b"", status_code=200)
+
+    def _refusal(self, request: Request, body: bytes) -> Response | None:
+        """None when the hop is the gateway's for this container, else the 403 to answer."""
+        if self.hop_key is None:
+            return None
+        try:
+            hops.verify(self.hop_key, request.method, request.url.path, body, request.headers)
+        except hops.HopAuthError as error:
+            self.refused += 1
+            logger.warning("container %s: refused a request from %s: %s", self.hostname,
+                           request.client.host if request.client else "?", error)
+            return _error_response(AccessDeniedError(f"container {self.hostname}: {error}"))
+        return None
+
+    async def stats(self, request: Request) -> Response:
+        """Counters, the model's own autoscaling metrics and the metric events since the last call."""
+        refusal = self._refusal(request, b"")
+        if refusal is not None:
+            return refusal
+        document: dict[str, Any] = {"invocations": self.invocations, "in_flight": self.in_flight,
+                                    "refused": self.refused, "custom": self._custom_metrics()}
+        if self.events is not None:
+            document["events"] = self.events.drain()
+            document["dropped_events"] = self.events.dropped
+        return Response(json.dumps(document).encode(), media_type="application/json")
+
+    def _custom_metrics(self) -> dict[str, float]:
+        runtime = self.runtime
+        hook = runtime._hooks.get("autoscaling_metrics") if runtime is not None else None
+        if hook is None:
+            return {}
+        try:
+            return {str(key): float(value) for key, value in (hook(runtime.model) or {}).items()}
+        except Exception:  # the model's own hook must not break the replica's reports
+            logger.exception("container %s: autoscaling_metrics of the model failed", self.hostname)
+            return {}
+
+    async def invoke(self, request: Request) -> Response:
+        self.in_flight += 1
+        self.invocations += 1
+        context = InvocationContext()
+        try:
+            if self.hop_key is not None and hops.SIGNATURE_HEADER not in request.headers:
+                refusal = self._refusal(request, b"")  # unsigned: refused before its body is read
+            else:
+                body = await request.body()
+                refusal = self._refusal(request, body)
+            if refusal is not None:
+                self.invocations -= 1  # not an invocation: it never reached the model
+                return refusal
+            headers = request.headers
+            context.custom_attributes = headers.get(protocol.CUSTOM_ATTRIBUTES)
+            context.target_model = headers.get(protocol.TARGET_MODEL)
+            context.inference_id = headers.get(protocol.INFERENCE_ID)
+            if self.models is not None:
+                out, content_type = await self.models.ainvoke(body, headers.get("content-type"), headers.get("accept"), context)
+            else:
+                started = time.perf_counter()
+                out, content_type = self.runtime.invoke(body, headers.get("content-type"), headers.get("accept"), context)
+                if self.model_latency is not None:
+                    self.model_latency(time.perf_counter() - started)
+            response_headers = {"content-type": content_type}
+            if context.response_custom_attributes:
+                response_headers[protocol.CUSTOM_ATTRIBUTES] = context.response_custom_attributes
+            return _resolved(Response(out, headers=response_headers), context)
+        except ServingError as error:
+            return _resolved(_error_response(error), context)
+        except Exception as error:  # the model failed: report it, keep serving
+            logger.exception("container %s: invocation failed", self.hostname)
+            status, headers, body = wire_error(ServingError(failure_message(error)))  # no paths of this machine
+            return _resolved(Response(body, status_code=status, headers=headers), context)
+        finally:
+            self.in_flight -= 1

@@ -1,0 +1,97 @@
+"""The container process: one model (or a MultiModel container's models) on a data port, with no Ray.
+
+Started by a container replica's supervisor (`container_process.ContainerProcess`) as
+`python -I -B -m serving.container_main`, with its configuration on stdin and three inherited
+file descriptors: the listening data-port socket, a status pipe (it writes one JSON line: ready,
+or the error that kept the model from loading) and a lifeline pipe (end of file = the supervisor is
+gone, so this process exits too). It confines itself first (`sandbox`), while it has one thread,
+then imports the framework, loads the model and serves. It holds no Ray credentials, so a tenant's
+`code/inference.py` cannot reach the cluster; it knows only its own container's hop key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+
+from serving.model_server import sandbox
+
+
+def _lifeline(fd: int, stop: threading.Event) -> None:
+    """Exit when the supervisor is gone (its end of the pipe closed)."""
+    while os.read(fd, 1):
+        pass
+    stop.set()
+
+
+def _report(fd: int, document: dict) -> None:
+    with os.fdopen(fd, "w") as status:
+        status.write(json.dumps(document) + "\n")
+
+
+def main() -> int:
+    config = json.loads(sys.stdin.read())
+    sys.stdin.close()
+    status_fd = config["status_fd"]
+    mode = config["sandbox"]["mode"]
+    report = sandbox.SandboxReport()
+    if mode != "off":
+        policy = sandbox.SandboxPolicy(read=tuple(config["sandbox"]["read"]), write=tuple(config["sandbox"]["write"]),
+                                       devices=tuple(config["sandbox"]["devices"]))
+        try:
+            report = sandbox.apply(policy, require=mode == "required")
+        except sandbox.SandboxError as error:
+            _report(status_fd, {"error": f"sandbox: {error}"})
+            return 2
+    sys.path.extend(path for path in config["sys_path"] if path not in sys.path)
+    stop = threading.Event()
+    threading.Thread(target=_lifeline, args=(config["lifeline_fd"], stop), name="lifeline", daemon=True).start()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    try:
+        server = _serve(config)
+    except Exception as error:  # the model did not load: the supervisor reports it as the container's failure
+        _report(status_fd, {"error": f"{type(error).__name__}: {error}"})
+        return 1
+    _report(status_fd, {"ready": True, "pid": os.getpid(), "landlock_abi": report.landlock_abi,
+                        "seccomp": report.seccomp, "capabilities_dropped": report.capabilities_dropped})
+    stop.wait()
+    server.stop()
+    return 0
+
+
+def _serve(config: dict):
+    """Load the model and start serving on the inherited socket (imports the framework: after the sandbox)."""
+    import socket
+
+    from serving.http.server import BackgroundServer
+    from serving.model_server.app import ContainerApp
+    from serving.model_server.events import EventLog
+    from serving.models.artifacts import materialize
+    from serving.models.multimodel import MultiModelHandler
+    from serving.runtimes import runtime_for
+
+    events = EventLog()
+    hop_key = bytes.fromhex(config["hop_key"])
+    hostname, environment = config["hostname"], config["environment"]
+    if config["multi_model"] is not None:
+        models = MultiModelHandler(config["image"], config["model_data"], environment, hostname=hostname,
+                                   observer=events, downloaded=events.downloaded, model_latency=events.model_latency,
+                                   **config["multi_model"])
+        app = ContainerApp(None, hostname, models=models, hop_key=hop_key, events=events)
+    else:
+        runtime = runtime_for(config["image"], materialize(config["model_data"]), environment)
+        runtime.load()
+        app = ContainerApp(runtime, hostname, model_latency=events.model_latency, hop_key=hop_key, events=events)
+    listener = socket.socket(fileno=config["listen_fd"])
+    server = BackgroundServer(app, sock=listener)
+    if not server.wait_started():
+        raise RuntimeError("the data port did not start")
+    return server
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,230 @@
+"""Start, watch and stop a container process (`model_server.main`) for a replica's supervisor.
+
+The supervisor binds the data port (loopback, or the node's address on a cluster) and hands the
+listening socket to the child, which may bind nothing itself. The child's environment is the
+container's `Environment` plus what Python needs, with a private scratch folder as HOME and
+TMPDIR, and nothing of the supervisor's (no Ray address or token, no AWS variables of the host).
+Its sandbox lets it read the Python install, this package, the system's libraries and its own
+model, and write only its scratch and cache folders (see `sandbox` for the rest). No Ray here.
+"""
+
+from __future__ import annotations
+
+import glob
+import http.client
+import json
+import logging
+import os
+import select
+import shutil
+import signal
+import site
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from serving.model_server import sandbox
+from serving.model_server.app import STATS_PATH
+from serving.trust import hops
+
+logger = logging.getLogger("serving.container_process")
+
+SANDBOX_MODES = ("auto", "required", "off")
+EXTRA_READ_ENV = "SERVING_SANDBOX_READ"    # os.pathsep-separated paths the container may also read
+EXTRA_WRITE_ENV = "SERVING_SANDBOX_WRITE"  # ... and write
+# Variables of the supervisor a Python process needs; everything else stays behind.
+_PASSED_ENV = ("PATH", "LANG", "LANGUAGE", "TZ", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "SSL_CERT_FILE",
+               "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE")
+_PASSED_PREFIXES = ("LC_",)
+
+
+# `-I` keeps the environment's PYTHONPATH out; the model server must still run this very `serving` package
+# (the one the supervisor runs, wherever it was imported from), so its folder goes first on the path.
+_BOOTSTRAP = "import runpy, sys; sys.path.insert(0, sys.argv[1]); runpy.run_module('serving.model_server.main', run_name='__main__')"
+
+
+class ContainerStartError(RuntimeError):
+    """The container process exited before serving: its model did not load, or the sandbox failed."""
+
+
+@dataclass
+class ContainerConfig:
+    """What a container process serves and how it is confined."""
+
+    endpoint: str
+    hostname: str
+    image: str
+    model_data: str | None
+    environment: dict[str, str]
+    hop_key: bytes = field(repr=False)
+    multi_model: dict[str, Any] | None = None
+    sandbox: str = "auto"
+    working_dir: str | None = None
+    gpus: float = 0.0
+
+
+def _local_model_path(model_data: str | None) -> str | None:
+    if not model_data or model_data.startswith("s3://"):
+        return None
+    return model_data.removeprefix("file://")
+
+
+def sandbox_paths(config: ContainerConfig, scratch: str) -> dict[str, list[str]]:
+    """The sandbox policy of a container process: what it may read, write and open as a device."""
+    read = list(sandbox.SYSTEM_READ)
+    read += {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
+    read += [path for path in site.getsitepackages() if os.path.isdir(path)]
+    read.append(str(Path(__file__).resolve().parents[1]))  # the `serving` package, wherever it is installed
+    model = _local_model_path(config.model_data)
+    if model:
+        read.append(os.path.realpath(model))
+    if config.working_dir:
+        read.append(os.path.realpath(config.working_dir))
+    read += [path for path in config.environment.get(EXTRA_READ_ENV, "").split(os.pathsep) if path]
+    write = [scratch] + [path for path in config.environment.get(EXTRA_WRITE_ENV, "").split(os.pathsep) if path]
+    devices = list(sandbox.SYSTEM_DEVICES)
+    if config.gpus > 0:
+        devices += sorted(glob.glob("/dev/nvidia*")) + sorted(glob.glob("/dev/dri/*"))
+    return {"read": read, "write": write, "devices": devices}
+
+
+def child_environment(config: ContainerConfig, scratch: str) -> dict[str, str]:
+    """The container process's environment: the container's `Environment`, plus what Python needs."""
+    passed = {key: value for key, value in os.environ.items()
+              if key in _PASSED_ENV or key.startswith(_PASSED_PREFIXES)}
+    # joblib's process pools need POSIX semaphores in /dev/shm, which the sandbox keeps from it: say so
+    # up front rather than have it warn on every import (scikit-learn then predicts in one process).
+    defaults = {"JOBLIB_MULTIPROCESSING": "0"}
+    return {**passed, **defaults, **config.environment, "HOME": scratch, "TMPDIR": scratch,
+            "SERVING_MODEL_CACHE_DIR": os.path.join(scratch, "models"), "PYTHONUNBUFFERED": "1"}
+
+
+class ContainerProcess:
+    """One container process and its data port, owned by a replica's supervisor."""
+
+    def __init__(self, config: ContainerConfig, bind_host: str) -> None:
+        if config.sandbox not in SANDBOX_MODES:
+            raise ValueError(f"sandbox mode must be one of {', '.join(SANDBOX_MODES)}, not {config.sandbox!r}")
+        self.config = config
+        family = socket.AF_INET6 if ":" in bind_host else socket.AF_INET
+        self.listener = socket.socket(family, socket.SOCK_STREAM)
+        self.listener.bind((bind_host, 0))
+        self.listener.listen(2048)
+        host, port = self.listener.getsockname()[:2]
+        self.url = f"http://[{host}]:{port}" if family == socket.AF_INET6 else f"http://{host}:{port}"
+        self.scratch = tempfile.mkdtemp(prefix=f"serving-{config.hostname}-")
+        self.process: subprocess.Popen | None = None
+        self.report: dict[str, Any] = {}
+        self._lifeline_w: int | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def start(self, timeout: float | None = None) -> dict[str, Any]:
+        """Start the process and wait until it serves (or raise ContainerStartError with its reason)."""
+        status_r, status_w = os.pipe()
+        lifeline_r, self._lifeline_w = os.pipe()
+        os.set_inheritable(self._lifeline_w, False)
+        paths = sandbox_paths(self.config, self.scratch)
+        document = {
+            "endpoint": self.config.endpoint, "hostname": self.config.hostname, "image": self.config.image,
+            "model_data": self.config.model_data, "environment": self.config.environment,
+            "multi_model": self.config.multi_model, "hop_key": self.config.hop_key.hex(),
+            "listen_fd": self.listener.fileno(), "status_fd": status_w, "lifeline_fd": lifeline_r,
+            "sandbox": {"mode": self.config.sandbox, **paths}, "sys_path": [p for p in sys.path if p],
+        }
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-I", "-B", "-c", _BOOTSTRAP, str(Path(__file__).resolve().parents[2])],
+                stdin=subprocess.PIPE,
+                pass_fds=(self.listener.fileno(), status_w, lifeline_r), env=child_environment(self.config, self.scratch),
+                cwd=self.config.working_dir or self.scratch,
+            )
+        finally:
+            os.close(status_w)
+            os.close(lifeline_r)
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps(document).encode())  # on stdin: never in argv or the environment
+        self.process.stdin.close()
+        try:
+            line = _read_line(status_r, timeout)
+        finally:
+            os.close(status_r)
+        if not line:
+            code = self.process.wait(timeout=10) if self.process.poll() is None else self.process.returncode
+            raise ContainerStartError(f"container {self.config.hostname}: its process exited ({code}) before serving")
+        self.report = json.loads(line)
+        if "error" in self.report:
+            self.process.wait(timeout=10)
+            raise ContainerStartError(self.report["error"])
+        if not self.report.get("landlock_abi") and self.config.sandbox != "off":
+            logger.warning("container %s runs WITHOUT a filesystem sandbox (Landlock unavailable on this kernel): "
+                           "its model code can read whatever this user can", self.config.hostname)
+        return self.report
+
+    def stats(self, timeout: float = 5.0) -> dict[str, Any]:
+        """The process's counters and the metric events since the last call."""
+        host, _, port = self.url.removeprefix("http://").rpartition(":")
+        connection = http.client.HTTPConnection(host.strip("[]"), int(port), timeout=timeout)
+        try:
+            headers = hops.sign(self.config.hop_key, "GET", STATS_PATH, b"", {})
+            connection.request("GET", STATS_PATH, headers=headers)
+            response = connection.getresponse()
+            body = response.read()
+            if response.status != 200:
+                raise RuntimeError(f"stats answered {response.status}: {body[:200]!r}")
+            return json.loads(body)
+        finally:
+            connection.close()
+
+    def stop(self, grace_s: float = 15.0) -> None:
+        """Ask the process to finish its requests and exit; kill it after `grace_s`; remove its files."""
+        process = self.process
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=5)
+        if self._lifeline_w is not None:
+            os.close(self._lifeline_w)
+            self._lifeline_w = None
+        self.listener.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def _read_line(fd: int, timeout: float | None) -> bytes:
+    """One line from a pipe, or what arrived before end of file (bounded by `timeout` if given)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    data = b""
+    while not data.endswith(b"\n"):
+        wait = None if deadline is None else max(deadline - time.monotonic(), 0)
+        ready, _, _ = select.select([fd], [], [], wait)
+        if not ready:
+            raise ContainerStartError(f"the container process did not report within {timeout:g} s")
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        data += chunk
+    return data.strip()
+
+
+def describe_sandbox(report: Mapping[str, Any]) -> str:
+    """One line for logs: which layers confine the process."""
+    if not report:
+        return "not started"
+    parts = [f"Landlock ABI {report['landlock_abi']}" if report.get("landlock_abi") else "no Landlock",
+             "seccomp" if report.get("seccomp") else "no seccomp",
+             "no capabilities" if report.get("capabilities_dropped") else "capabilities kept"]
+    return ", ".join(parts)

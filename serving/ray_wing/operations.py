@@ -1,0 +1,96 @@
+"""Control-plane operations on a running cluster: deploy, delete, describe, shut down."""
+
+from __future__ import annotations
+
+import time
+from functools import lru_cache
+from typing import Any
+
+import ray
+from ray import serve
+
+from serving.config.spec import EndpointSpec
+from serving.control.plans import endpoint_record
+from serving.control.rollout import (
+    parse_app_name,
+)
+from serving.control.status import EndpointRecord, StatusBoard
+from serving.ray_wing.cluster import (
+    cluster_secret,
+    stop_local_ray,
+)
+from serving.ray_wing.registry import registry_handle
+from serving.ray_wing.serve_status import (
+    ServeNotRunning,
+    serve_status,
+)
+from serving.settings import ServerSettings
+from serving.trust import keys
+
+
+@lru_cache(maxsize=1)
+def root_secret() -> bytes:
+    return cluster_secret()
+
+
+def control_token() -> str:
+    """The control plane's capability for registry writes (derivable only with the cluster's token)."""
+    return keys.control_token(root_secret())
+
+
+def http_control_token() -> str:
+    """What the gateway's control routes (`serving apply` / `serving delete` over HTTP) require."""
+    return keys.http_control_token(root_secret())
+
+
+
+
+def deploy_endpoint(spec: EndpointSpec, settings: ServerSettings) -> int:
+    """Create or update the endpoint (blue/green per changed container); returns without waiting.
+
+    The registry deploys each new container version beside the serving one and moves traffic once
+    all are ready, or rolls back (see `rollout`); `describe_endpoints` shows the progress. Returns the
+    update's generation: its description's `LastUpdate.Generation` once the gateway has seen it.
+    """
+    generation = ray.get(registry_handle().put_endpoint.remote(control_token(), endpoint_record(spec, settings)), timeout=30)
+    if not generation:
+        raise RuntimeError("the registry refused the endpoint: this process does not hold the cluster's token")
+    return generation
+
+
+def delete_endpoint(name: str, timeout: float = 60.0) -> bool:
+    """Stop routing to the endpoint and wait (bounded) until its applications are gone; False if it was unknown."""
+    registry = registry_handle()
+    known = name in (ray.get(registry.snapshot.remote(-1), timeout=30) or {}).get("endpoints", {})
+    ray.get(registry.delete_endpoint.remote(control_token(), name), timeout=30)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if not any((parse_app_name(app) or ("",))[0] == name for app in serve_status()):
+                break
+        except ServeNotRunning:
+            break
+        time.sleep(0.5)
+    return known
+
+
+def shutdown() -> None:
+    """Stop Serve and the embedded Ray (never used on a shared cluster)."""
+    try:
+        serve.shutdown()
+    finally:
+        stop_local_ray()
+
+
+def describe_endpoints() -> dict[str, dict[str, Any]]:
+    """Descriptions of every endpoint, read from the registry (no HTTP needed)."""
+    snapshot = ray.get(registry_handle().snapshot.remote(-1), timeout=30)
+    board = StatusBoard()
+    board.records = {name: EndpointRecord.from_snapshot(record) for name, record in snapshot["endpoints"].items()}
+    board.refresh(snapshot["statuses"], snapshot["registered"])
+    return board.descriptions
+
+
+def disconnect() -> None:
+    """Leave a cluster, its Serve applications running."""
+    ray.shutdown()

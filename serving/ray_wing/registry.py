@@ -1,0 +1,287 @@
+"""The registry actor: the control plane's state (in Ray's GCS key-value store) and its reconcile loop."""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+import ray
+from ray import serve
+
+from serving.control import rollout
+from serving.control.rollout import (
+    Delete,
+    Deploy,
+    EndpointState,
+    parse_app_name,
+    step,
+)
+from serving.ray_wing.cluster import (
+    NAMESPACE,
+    cluster_secret,
+)
+from serving.ray_wing.names import ON_HEAD, REGISTRY_NAME, REPLICA_TTL_S
+from serving.ray_wing.replica import deploy_container
+from serving.ray_wing.serve_status import (
+    ServeNotRunning,
+    serve_status,
+)
+from serving.trust import keys
+
+logger = logging.getLogger("serving.ray_wing.registry")
+
+
+# --- registry ------------------------------------------------------------------------
+SCALING_ACTIVITIES_KEPT = 50  # per endpoint, newest first (DescribeScalingActivities shows the recent ones)
+
+
+UPDATE_TIMEOUT_S = 900.0  # a new version not ready within this long is rolled back
+
+
+STATUS_POLL_S = 1.0
+
+
+_KV_ENDPOINT, _KV_REPLICA, _KV_SCALING = b"endpoint/", b"replica/", b"scaling/"
+
+
+class _Store:
+    """The registry's state in Ray's GCS key-value store: it outlives the registry actor and the gateway."""
+
+    def put(self, prefix: bytes, key: str, value: Any) -> None:
+        from ray.experimental import internal_kv
+
+        internal_kv._internal_kv_put(prefix + key.encode(), json.dumps(value).encode(), overwrite=True,
+                                     namespace=NAMESPACE)
+
+    def delete(self, prefix: bytes, key: str) -> None:
+        from ray.experimental import internal_kv
+
+        internal_kv._internal_kv_del(prefix + key.encode(), namespace=NAMESPACE)
+
+    def load(self, prefix: bytes) -> dict[str, Any]:
+        from ray.experimental import internal_kv
+
+        found = {}
+        for key in internal_kv._internal_kv_list(prefix, namespace=NAMESPACE):
+            value = internal_kv._internal_kv_get(key, namespace=NAMESPACE)
+            if value is not None:
+                found[key[len(prefix):].decode()] = json.loads(value)
+        return found
+
+
+@ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)  # calls wait out a restart
+class Registry:
+    """The control plane's state and reconciler: endpoints (desired and active), live replicas, statuses.
+
+    Every change is written through to Ray's GCS key-value store, so a restarted registry (or a new
+    one after `serving up` restarts on a cluster) carries on where the last stopped: same endpoints,
+    same routing table (replicas re-register every HEARTBEAT_S and one not heard from for
+    REPLICA_TTL_S leaves it), updates in progress resumed. A background loop reads Serve's
+    statuses every STATUS_POLL_S and advances each endpoint toward its desired record (`rollout`).
+    Writes need the control plane's token; a registration needs the proof made for that very
+    container, version and URL (`keys`). Anything else is refused, logged and counted. Nothing
+    here is secret: snapshots may be read by anyone who can reach the cluster.
+    """
+
+    def __init__(self) -> None:
+        self.version = 0
+        self.epoch = secrets.token_hex(6)  # a new registry process: the gateway knows its table was rebuilt
+        self.states: dict[str, EndpointState] = {}
+        self.replicas: dict[str, tuple[str, str, str]] = {}  # url -> (endpoint, container, version)
+        self.seen: dict[str, float] = {}  # url -> last heartbeat (monotonic)
+        self.statuses: dict[str, dict[str, Any]] = {}  # Serve application statuses (control.StatusBoard reads)
+        # Autoscaled containers: endpoint -> {"containers": {hostname: state}, "activities": [newest first]}
+        self.scaling: dict[str, dict[str, Any]] = {}
+        self.refused = 0
+        self.root_secret = cluster_secret()
+        self._control = keys.control_token(self.root_secret)
+        self._lock = threading.RLock()
+        self._deployed: set[str] = set()  # applications deployed by this process (their status may lag)
+        self._store = _Store()
+        self._restore()
+        # Polled here, not in the gateway: the gateway's process serves requests and must not
+        # spend its GIL on the controller's answers.
+        threading.Thread(target=self._loop, name="reconcile", daemon=True).start()
+
+    def _restore(self) -> None:
+        now = time.monotonic()
+        for name, data in self._store.load(_KV_ENDPOINT).items():
+            self.states[name] = EndpointState.from_dict(data)
+        for url, key in self._store.load(_KV_REPLICA).items():
+            self.replicas[url], self.seen[url] = tuple(key), now  # heartbeats confirm them, or they expire
+        self.scaling = self._store.load(_KV_SCALING)
+        if self.states:
+            logger.info("registry restored %d endpoints and %d replicas", len(self.states), len(self.replicas))
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                statuses = serve_status()
+                with self._lock:
+                    if statuses != self.statuses:
+                        self.statuses = statuses
+                        self.version += 1
+                self._reconcile(statuses)
+            except ServeNotRunning:
+                pass  # the control plane starts Serve before it deploys anything
+            except Exception:
+                logger.exception("status poll or reconcile failed")
+            time.sleep(STATUS_POLL_S)
+
+    def _reconcile(self, statuses: dict[str, dict[str, Any]]) -> None:
+        actions: list[Deploy | Delete] = []
+        with self._lock:
+            self._expire()
+            registered = Counter(self.replicas.values())
+            for name, state in self.states.items():
+                before = json.dumps(state.to_dict(), sort_keys=True)
+                actions += step(state, statuses, registered, time.time(), UPDATE_TIMEOUT_S, self._deployed)
+                if json.dumps(state.to_dict(), sort_keys=True) != before:
+                    self._store.put(_KV_ENDPOINT, name, state.to_dict())
+                    self.version += 1
+            for app in statuses:  # every application of a deleted endpoint
+                parsed = parse_app_name(app)
+                if parsed is not None and parsed[0] not in self.states:
+                    actions.append(Delete(app))
+        for action in actions:
+            try:
+                if isinstance(action, Deploy):
+                    deploy_container(action)
+                    self._deployed.add(action.app)
+                else:
+                    serve.delete(action.app, _blocking=False)
+                    self._deployed.discard(action.app)
+            except Exception:
+                logger.exception("could not %s", action)
+
+    def _allowed(self, token: object, what: str) -> bool:
+        if keys.verify(self._control, token):
+            return True
+        self.refused += 1
+        logger.warning("registry: refused %s without the control plane's token", what)
+        return False
+
+    def record_scaling(self, token: str, endpoint: str, container: str, state: dict[str, Any],
+                       activity: dict[str, Any] | None) -> bool:
+        """An autoscaler's latest state for a container and, when it changed the count, the activity."""
+        if not self._allowed(token, f"record_scaling({endpoint}/{container})"):
+            return False
+        with self._lock:
+            scaling = self.scaling.setdefault(endpoint, {"containers": {}, "activities": []})
+            scaling["containers"][container] = state
+            if activity is not None:
+                scaling["activities"] = [activity, *scaling["activities"]][:SCALING_ACTIVITIES_KEPT]
+            self._store.put(_KV_SCALING, endpoint, scaling)
+            self.version += 1
+        return True
+
+    def put_endpoint(self, token: str, record: dict[str, Any]) -> int | bool:
+        """Make `record` the endpoint's desired state: created, or updated blue/green (same record: no-op).
+
+        Returns the update's generation (its description's LastUpdate.Generation), False if refused.
+        """
+        name = record["name"]
+        if not self._allowed(token, f"put_endpoint({name})"):
+            return False
+        with self._lock:
+            state = self.states.get(name)
+            if state is not None and state.desired == record and state.update.get("Status") != "Failed":
+                return state.update.get("Generation", 1)
+            generation = (state.update.get("Generation", 0) if state is not None else 0) + 1
+            update = {"Status": "InProgress", "StartedAt": time.time(), "FailureReason": None, "Generation": generation}
+            if state is None:
+                state = self.states[name] = EndpointState(name, record, None, update)
+            else:
+                state.desired, state.update = record, update
+            if state.active is None or state.active.get("containers") != record.get("containers"):
+                self.scaling.pop(name, None)  # a new spec starts a new history
+                self._store.delete(_KV_SCALING, name)
+            self._store.put(_KV_ENDPOINT, name, state.to_dict())
+            self.version += 1
+        return generation
+
+    def delete_endpoint(self, token: str, name: str) -> bool:
+        """Forget the endpoint: it leaves the routing table now, its applications go on the next loop."""
+        if not self._allowed(token, f"delete_endpoint({name})"):
+            return False
+        with self._lock:
+            self.states.pop(name, None)
+            self.scaling.pop(name, None)
+            self._store.delete(_KV_ENDPOINT, name)
+            self._store.delete(_KV_SCALING, name)
+            for url in [url for url, key in self.replicas.items() if key[0] == name]:
+                self._forget(url)
+            self.version += 1
+        return True
+
+    def register(self, endpoint: str, container: str, version: str, url: str, proof: str) -> bool:
+        """Put a replica's data port under (endpoint, container, version): only with the proof made for exactly that."""
+        if not keys.verify(keys.registration_proof(self.root_secret, endpoint, container, url, version), proof):
+            self.refused += 1
+            logger.warning("registry: refused to register %s for %s/%s without its proof", url, endpoint, container)
+            return False
+        self.seen[url] = time.monotonic()
+        key = (endpoint, container, version)
+        if self.replicas.get(url) != key:
+            with self._lock:
+                self.replicas[url] = key
+                self._store.put(_KV_REPLICA, url, list(key))
+                self.version += 1
+        return True
+
+    def deregister(self, url: str, proof: str | None = None, token: str | None = None) -> bool:
+        """Remove a replica: by itself (its registration proof) or by the control plane (the gateway
+        drops a replica that refuses connections)."""
+        key = self.replicas.get(url)
+        own = key is not None and keys.verify(
+            keys.registration_proof(self.root_secret, key[0], key[1], url, key[2]), proof)
+        if not own and not self._allowed(token, f"deregister({url})"):
+            return False
+        with self._lock:
+            self._forget(url)
+        return True
+
+    def _forget(self, url: str) -> None:
+        self.seen.pop(url, None)
+        if self.replicas.pop(url, None) is not None:
+            self._store.delete(_KV_REPLICA, url)
+            self.version += 1
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for url in [url for url, seen in self.seen.items() if now - seen > REPLICA_TTL_S]:
+            self._forget(url)
+
+    def snapshot(self, since: int) -> dict[str, Any] | None:
+        """Everything the gateway needs, or None when nothing changed since version `since`."""
+        with self._lock:
+            self._expire()
+            if since == self.version:
+                return None
+            registered = Counter(self.replicas.values())
+            endpoints, table = {}, {}
+            for name, state in self.states.items():
+                routing = state.routing()
+                routing_versions = rollout.versions(routing)
+                endpoints[name] = {
+                    **{key: value for key, value in routing.items() if key != "plans"},
+                    "update": dict(state.update), "failed": state.failed, "in_service": state.active is not None,
+                    "desired_versions": rollout.versions(state.desired),
+                }
+                for host, version in routing_versions.items():
+                    table[(name, host)] = sorted(url for url, key in self.replicas.items() if key == (name, host, version))
+            return {"version": self.version, "epoch": self.epoch, "endpoints": endpoints, "replicas": table,
+                    "registered": dict(registered), "statuses": self.statuses, "refused": self.refused,
+                    "scaling": {name: {"containers": dict(s["containers"]), "activities": list(s["activities"])}
+                                for name, s in self.scaling.items()}}
+
+
+def registry_handle():
+    return Registry.options(
+        name=REGISTRY_NAME, namespace=NAMESPACE, get_if_exists=True, lifetime="detached", resources=ON_HEAD,
+    ).remote()

@@ -1,0 +1,136 @@
+"""A container replica: the Serve replica that supervises one model-server process and speaks for it to Ray."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+import ray
+from ray import serve
+
+from serving.control.rollout import (
+    Deploy,
+)
+from serving.model_server.events import replay
+from serving.model_server.supervisor import (
+    ContainerConfig,
+    ContainerProcess,
+    describe_sandbox,
+)
+from serving.ray_wing.cluster import (
+    cluster_secret,
+)
+from serving.ray_wing.names import HEARTBEAT_S, existing_registry
+from serving.ray_wing.replica_metrics import AutoscalingStats, ReplicaMetrics
+from serving.trust import keys
+
+logger = logging.getLogger("serving.ray_wing.replica")
+
+
+STATS_POLL_S = 2.0  # how often a supervisor fetches its container process's counters and metric events
+
+
+# --- container replicas ---------------------------------------------------------------
+class ContainerReplica:
+    """A Serve replica that supervises one container process (`container_main`): the process loads the
+    model and serves its data port in a sandbox, with no Ray; this replica registers the port, reports
+    the process's metrics and autoscaling stats, and stops it when Serve stops the replica."""
+
+    def __init__(self, endpoint: str, hostname: str, version: str, image: str, model_data: str | None,
+                 environment: dict[str, str], bind_host: str, multi_model: dict[str, Any] | None = None,
+                 sandbox: str = "auto", working_dir: str | None = None, gpus: float = 0.0) -> None:
+        root = cluster_secret()
+        self.metrics = ReplicaMetrics(endpoint, hostname, serve.get_replica_context().replica_id.unique_id)
+        host = ray.util.get_node_ip_address() if bind_host == "node" else bind_host
+        self.process = ContainerProcess(ContainerConfig(
+            endpoint=endpoint, hostname=hostname, image=image, model_data=model_data, environment=environment,
+            hop_key=keys.hop_key(root, endpoint, hostname), multi_model=multi_model, sandbox=sandbox,
+            working_dir=working_dir, gpus=gpus), host)
+        try:
+            report = self.process.start()  # a failure here marks the container (and endpoint) Failed with its error
+        except Exception:
+            self.process.stop(grace_s=0)
+            raise
+        logger.info("container %s/%s serves %s (pid %s; %s)", endpoint, hostname, self.process.url,
+                    self.process.pid, describe_sandbox(report))
+        self._counters: dict[str, Any] = {"invocations": 0, "in_flight": 0, "custom": {}}
+        self.metrics.start_utilization(pids=lambda: [self.process.pid])
+        self.stats = AutoscalingStats(self._read_counters, pids=lambda: [self.process.pid])
+        self.registry = existing_registry()
+        url = self.process.url
+        self._registration = (endpoint, hostname, version, url,
+                              keys.registration_proof(root, endpoint, hostname, url, version))
+        if not ray.get(self.registry.register.remote(*self._registration), timeout=30):
+            raise RuntimeError(f"container {hostname}: the registry refused its registration")
+        self._stopping = threading.Event()
+        threading.Thread(target=self._heartbeat, name="registry-heartbeat", daemon=True).start()
+        threading.Thread(target=self._relay_stats, name="container-stats", daemon=True).start()
+
+    def _heartbeat(self) -> None:
+        while not self._stopping.wait(HEARTBEAT_S):
+            self.registry.register.remote(*self._registration)
+
+    def _relay_stats(self) -> None:
+        """Fetch the container process's counters and record its metric events (it has no Ray to do it)."""
+        while not self._stopping.wait(STATS_POLL_S):
+            self._fetch_stats()
+
+    def _fetch_stats(self) -> None:
+        try:
+            stats = self.process.stats()
+        except Exception as error:
+            if self.process.alive:
+                logger.warning("container stats unavailable: %s", error)
+            return
+        replay(stats.pop("events", []), self.metrics)
+        self.metrics.refused_hops(stats["refused"] - self._counters.get("refused", 0))
+        self._counters = stats
+
+    def _read_counters(self) -> tuple[int, int, dict[str, float]]:
+        counters = self._counters
+        return counters["invocations"], counters["in_flight"], counters["custom"]
+
+    def check_health(self) -> None:
+        if not self.process.alive:
+            raise RuntimeError(f"container process exited ({self.process.process.returncode})")
+
+    def record_autoscaling_stats(self) -> dict[str, float]:
+        """What this replica's autoscaler tracks (Serve calls it, pushes it to the controller, averages it)."""
+        return self.stats.sample()
+
+    def data_port(self) -> str:
+        return self.process.url
+
+    def __del__(self) -> None:
+        # Leave the routing table first, give the router a poll to notice, then drain.
+        stopping = getattr(self, "_stopping", None)
+        if stopping is None:  # the constructor failed: it stopped its process already
+            return
+        stopping.set()
+        self.metrics.stop()
+        try:
+            url, proof = self._registration[3:]
+            ray.get(self.registry.deregister.remote(url, proof), timeout=5)
+            time.sleep(0.5)
+        except Exception:  # the registry may already be gone at cluster shutdown
+            pass
+        self._fetch_stats()  # the last events
+        self.process.stop()
+
+def deploy_container(action: Deploy) -> None:
+    """Start one container version as its own Serve application, without waiting (the registry watches it)."""
+    from ray.serve.api import RunTarget, _run_many  # the non-blocking form of serve.run
+
+    plan = action.plan
+    deployment = serve.deployment(ContainerReplica).options(
+        name=action.container, ray_actor_options=plan["actor_options"], **plan["count"],
+        max_ongoing_requests=8, health_check_period_s=5, graceful_shutdown_timeout_s=20,
+        max_constructor_retry_count=3,  # a model that fails to load fails again: report it soon
+    )
+    bound = deployment.bind(action.endpoint, action.container, action.version, plan["image"], plan["model_data"],
+                            plan["environment"], plan["bind_host"], multi_model=plan["multi_model"],
+                            sandbox=plan["sandbox"], working_dir=plan["working_dir"], gpus=plan["gpus"])
+    _run_many([RunTarget(target=bound, name=action.app, route_prefix=None)],
+              wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)
