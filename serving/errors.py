@@ -11,14 +11,23 @@ import json
 import re
 from typing import Any
 
-ERROR_TYPE_HEADER = "x-amzn-ErrorType"
+from serving.protocol import (
+    CONTAINER_HOSTNAME,
+    ERROR_STATUS,
+    ERROR_TYPE_HEADER,
+    HEADERS_TOO_LARGE_STATUS,
+    JSON,
+    ORIGINAL_MESSAGE,
+    ORIGINAL_STATUS_CODE,
+    ErrorCode,
+)
 
 
 class ServingError(Exception):
     """Base of every error the endpoint reports to a caller."""
 
-    code = "InternalFailure"
-    status = 500
+    code = ErrorCode.INTERNAL_FAILURE
+    status = ERROR_STATUS[code]
 
     def __init__(self, message: str, **extra: Any) -> None:
         super().__init__(message)
@@ -33,70 +42,70 @@ class ServingError(Exception):
 class ValidationError(ServingError):
     """The request is malformed: unknown endpoint/hostname, bad header, bad payload."""
 
-    code = "ValidationError"
-    status = 400
+    code = ErrorCode.VALIDATION
+    status = ERROR_STATUS[code]
 
 
 class HeadersTooLargeError(ValidationError):
     """The request line and headers exceed the server's size or count limit (HTTP 431, code ValidationError)."""
 
-    status = 431
+    status = HEADERS_TOO_LARGE_STATUS
 
 
 class RequestTimeoutError(ServingError):
     """The client sent its request too slowly (S3's code; botocore retries it as transient)."""
 
-    code = "RequestTimeout"
-    status = 408
+    code = ErrorCode.REQUEST_TIMEOUT
+    status = ERROR_STATUS[code]
 
 
 class ThrottlingError(ServingError):
     """The gateway is holding as much unverified request data as it allows; retry shortly (botocore backs off)."""
 
-    code = "ThrottlingException"
-    status = 429
+    code = ErrorCode.THROTTLING
+    status = ERROR_STATUS[code]
 
 
 class AccessDeniedError(ServingError):
     """The caller may not invoke this endpoint, container or model."""
 
-    code = "AccessDeniedException"
-    status = 403
+    code = ErrorCode.ACCESS_DENIED
+    status = ERROR_STATUS[code]
 
 
 class UnrecognizedClientError(ServingError):
     """The access key id or API key is not one the endpoint knows."""
 
-    code = "UnrecognizedClientException"
-    status = 403
+    code = ErrorCode.UNRECOGNIZED_CLIENT
+    status = ERROR_STATUS[code]
 
 
 class InvalidSignatureError(ServingError):
     """The Signature V4 does not verify: wrong secret, tampered request, wrong scope, outside the time window."""
 
-    code = "InvalidSignatureException"
-    status = 403
+    code = ErrorCode.INVALID_SIGNATURE
+    status = ERROR_STATUS[code]
 
 
 class MissingAuthenticationTokenError(ServingError):
     """The endpoint requires authentication and the request carries none it can use."""
 
-    code = "MissingAuthenticationTokenException"
-    status = 403
+    code = ErrorCode.MISSING_AUTHENTICATION_TOKEN
+    status = ERROR_STATUS[code]
 
 
 class ModelNotReadyError(ServingError):
     """The container is not ready yet or is shedding load; retry later."""
 
-    code = "ModelNotReadyException"
-    status = 429
+    code = ErrorCode.MODEL_NOT_READY
+    status = ERROR_STATUS[code]
 
 
 class ModelError(ServingError):
     """The container or its model failed; names the container and what it said."""
 
-    code = "ModelError"
-    status = 424
+    code = ErrorCode.MODEL_ERROR
+    status = ERROR_STATUS[code]
 
     def __init__(
         self,
@@ -109,9 +118,8 @@ class ModelError(ServingError):
     ) -> None:
         super().__init__(
             message,
-            OriginalStatusCode=original_status,
-            OriginalMessage=original_message,
-            ContainerHostname=container,
+            **{ORIGINAL_STATUS_CODE: original_status, ORIGINAL_MESSAGE: original_message,
+               CONTAINER_HOSTNAME: container},
             **extra,
         )
         self.container = container
@@ -122,15 +130,15 @@ class ModelError(ServingError):
 class ServiceUnavailableError(ServingError):
     """The endpoint cannot take requests at all (starting, failed, shutting down)."""
 
-    code = "ServiceUnavailable"
-    status = 503
+    code = ErrorCode.SERVICE_UNAVAILABLE
+    status = ERROR_STATUS[code]
 
 
 class InternalFailureError(ServingError):
     """A bug or an unexpected failure inside the endpoint itself."""
 
-    code = "InternalFailure"
-    status = 500
+    code = ErrorCode.INTERNAL_FAILURE
+    status = ERROR_STATUS[code]
 
 
 # Raised inside a container replica: the router passes these through unchanged
@@ -174,7 +182,7 @@ def failure_message(error: BaseException, limit: int = 1000) -> str:
 
 def wire_error(error: ServingError) -> tuple[int, dict[str, str], bytes]:
     """Status, headers and body of the response for `error`."""
-    headers = {ERROR_TYPE_HEADER: error.code, "content-type": "application/json"}
+    headers = {ERROR_TYPE_HEADER: error.code, "content-type": JSON}
     return error.status, headers, json.dumps(error.body()).encode()
 
 

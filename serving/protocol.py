@@ -1,5 +1,11 @@
-"""Header names of the SageMaker Runtime InvokeEndpoint wire protocol (matched case-insensitively)."""
+"""The wire protocol, written once: every name and code that crosses a process boundary.
 
+The server (gateway, model server, control routes) and the SDK both import these; nothing else defines a
+header name, an error code, a media type or a container environment variable. Header names are matched
+case-insensitively. No imports, so the SDK stays light.
+"""
+
+# --- InvokeEndpoint (SageMaker Runtime) ----------------------------------------------------------------
 TARGET_CONTAINER = "X-Amzn-SageMaker-Target-Container-Hostname"
 TARGET_MODEL = "X-Amzn-SageMaker-Target-Model"
 TARGET_VARIANT = "X-Amzn-SageMaker-Target-Variant"
@@ -16,3 +22,76 @@ NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$"
 # Set by a MultiModel container on any answer for a TargetModel it resolved to a model (loaded it, or
 # found it loaded): the router labels metrics with a model name only then.
 MODEL_RESOLVED = "X-Serving-Model-Resolved"
+
+# --- media types ----------------------------------------------------------------------------------------
+JSON = "application/json"
+CSV = "text/csv"
+NPY = "application/x-npy"
+OCTET_STREAM = "application/octet-stream"
+
+# --- errors: a JSON body {"__type": code, "message": ..., extra fields} and the code in this header -------
+ERROR_TYPE_HEADER = "x-amzn-ErrorType"
+
+
+class ErrorCode:
+    """The error codes the server sends (botocore reads them as `Error.Code`)."""
+
+    VALIDATION = "ValidationError"
+    ACCESS_DENIED = "AccessDeniedException"
+    UNRECOGNIZED_CLIENT = "UnrecognizedClientException"
+    INVALID_SIGNATURE = "InvalidSignatureException"
+    MISSING_AUTHENTICATION_TOKEN = "MissingAuthenticationTokenException"
+    MODEL_ERROR = "ModelError"
+    MODEL_NOT_READY = "ModelNotReadyException"
+    THROTTLING = "ThrottlingException"
+    REQUEST_TIMEOUT = "RequestTimeout"
+    SERVICE_UNAVAILABLE = "ServiceUnavailable"
+    INTERNAL_FAILURE = "InternalFailure"
+
+
+# The status each code is sent with (ValidationError also as 431 when the request head is too large).
+ERROR_STATUS = {
+    ErrorCode.VALIDATION: 400,
+    ErrorCode.ACCESS_DENIED: 403,
+    ErrorCode.UNRECOGNIZED_CLIENT: 403,
+    ErrorCode.INVALID_SIGNATURE: 403,
+    ErrorCode.MISSING_AUTHENTICATION_TOKEN: 403,
+    ErrorCode.MODEL_ERROR: 424,
+    ErrorCode.MODEL_NOT_READY: 429,
+    ErrorCode.THROTTLING: 429,
+    ErrorCode.REQUEST_TIMEOUT: 408,
+    ErrorCode.SERVICE_UNAVAILABLE: 503,
+    ErrorCode.INTERNAL_FAILURE: 500,
+}
+HEADERS_TOO_LARGE_STATUS = 431
+# ModelError's extra fields: what the failing container answered.
+ORIGINAL_STATUS_CODE, ORIGINAL_MESSAGE, CONTAINER_HOSTNAME = "OriginalStatusCode", "OriginalMessage", "ContainerHostname"
+
+# --- gateway -> container hops (SageMaker's model-container contract, signed) -----------------------------
+INVOCATIONS_PATH = "/invocations"
+PING_PATH = "/ping"
+STATS_PATH = "/_serving/stats"  # the supervisor's read of its container's counters and metric events
+HOP_DATE_HEADER = "x-serving-hop-date"
+HOP_SIGNATURE_HEADER = "x-serving-hop-signature"
+
+# --- a container's environment ---------------------------------------------------------------------------
+# Set by the control plane from the spec; a container's `Environment` cannot override them.
+CPUS_ENV = "SERVING_CPUS"  # Resources.Cpus: framework stacks size their thread pools from it
+GPUS_ENV = "SERVING_GPUS"  # Resources.Gpus: the device a stack picks
+MEMORY_ENV = "SERVING_MEMORY_MB"  # Resources.MemoryMb: the memory utilization metric's 100%
+MODEL_CACHE_DIR_ENV = "SERVING_MODEL_CACHE_DIR"  # the container's private scratch folder for unpacked models
+# Read from a container's `Environment` (documented in docs/spec.md).
+MAX_CONCURRENCY_ENV = "SERVING_MAX_CONCURRENCY"  # per-replica in-flight bound
+IDEMPOTENT_ENV = "SERVING_IDEMPOTENT"  # "false": never send a request twice, even if no replica answered it
+MAX_MODELS_ENV = "SERVING_MAX_MODELS"  # MultiModel: models kept loaded (default 16)
+MODEL_MEMORY_ENV = "SERVING_MODEL_CACHE_MB"  # MultiModel: their measured memory (default: 80% of MemoryMb, if set)
+MODEL_DISK_ENV = "SERVING_MODEL_DISK_MB"  # MultiModel: downloaded and unpacked models on local disk (default 10240)
+S3_ENDPOINT_URL_ENV = "SERVING_S3_ENDPOINT_URL"  # MultiModel: an S3-compatible store for s3:// prefixes
+THREADS_ENV = "SERVING_NUM_THREADS"  # override of a tensor stack's intra-op thread count
+ALLOW_PICKLE_ENV = "SERVING_ALLOW_PICKLE"  # "true": load formats that run code when loaded
+SKLEARN_METHOD_ENV = "SERVING_SKLEARN_METHOD"  # predict | predict_proba | transform | decision_function
+TF_SIGNATURE_ENV = "SERVING_TF_SIGNATURE"  # the SavedModel signature to call
+SKOPS_TRUSTED_TYPES_ENV = "SERVING_SKOPS_TRUSTED_TYPES"  # comma-separated exact type names
+SANDBOX_READ_ENV = "SERVING_SANDBOX_READ"  # os.pathsep-separated paths the container may also read
+SANDBOX_WRITE_ENV = "SERVING_SANDBOX_WRITE"  # ... and write
+DEFAULT_ACCEPT_ENV = "SAGEMAKER_DEFAULT_INVOCATIONS_ACCEPT"  # SageMaker's: the Accept a hop gets when none is given

@@ -16,6 +16,7 @@ from typing import Any, Generator, Mapping
 
 import httpx
 
+from serving import protocol
 from serving.client import _core
 from serving.client._core import InvokeResult, RetryPolicy
 from serving.client.credentials import Authenticator, resolve
@@ -111,8 +112,8 @@ class _Base:
         return _core.result_from_response(answer.status_code, answer.headers, answer.content, answer.attempts)
 
     def _get_json_flow(self, path: str) -> Flow:
-        answer = yield from self._request_flow("GET", path, {"Accept": "application/json"}, b"")
-        return _core.decode_payload(answer.content, "application/json")
+        answer = yield from self._request_flow("GET", path, {"Accept": _core.JSON}, b"")
+        return _core.decode_payload(answer.content, _core.JSON)
 
     def _describe_flow(self, name: str) -> Flow:
         _core.invocation_path(name)  # validates the name
@@ -137,7 +138,7 @@ class _Base:
             yield _Sleep(poll_interval)
 
     def _ping_flow(self) -> Flow:
-        outcome = yield _Send("GET", "/ping", {}, b"")
+        outcome = yield _Send("GET", protocol.PING_PATH, {}, b"")
         return not isinstance(outcome, Exception) and outcome.status_code == 200
 
 

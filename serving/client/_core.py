@@ -14,17 +14,18 @@ from urllib.parse import quote
 
 from serving.client.errors import ServingClientError, error_from_response
 from serving.protocol import (  # the wire protocol's header names, shared with the server
+    CSV,
     CUSTOM_ATTRIBUTES,
     INFERENCE_ID,
     INVOKED_VARIANT,
+    JSON,
     NAME_PATTERN,
+    NPY,
+    OCTET_STREAM,
     TARGET_CONTAINER,
     TARGET_MODEL,
     TARGET_VARIANT,
 )
-
-JSON, CSV, NPY, OCTET = "application/json", "text/csv", "application/x-npy", "application/octet-stream"
-
 
 # --- payloads ------------------------------------------------------------------------------
 
@@ -38,7 +39,7 @@ def encode_payload(data: Any, content_type: str | None) -> tuple[bytes, str]:
     """
     media = (content_type or "").split(";")[0].strip().lower()
     if isinstance(data, (bytes, bytearray, memoryview)):
-        return bytes(data), content_type or OCTET
+        return bytes(data), content_type or OCTET_STREAM
     if isinstance(data, str):
         return data.encode("utf-8"), content_type or CSV
     if _is_dataframe(data) and media in ("", CSV):
@@ -152,7 +153,7 @@ class InvokeResult:
 
 def result_from_response(status_code: int, headers: Mapping[str, str], content: bytes, attempts: int) -> InvokeResult:
     lowered = {k.lower(): v for k, v in headers.items()}
-    content_type = lowered.get("content-type", OCTET)
+    content_type = lowered.get("content-type", OCTET_STREAM)
     return InvokeResult(
         body=decode_payload(content, content_type), content_type=content_type,
         invoked_variant=lowered.get(INVOKED_VARIANT.lower()), custom_attributes=lowered.get(CUSTOM_ATTRIBUTES.lower()),
@@ -181,7 +182,7 @@ def boto3_arguments(arguments: Mapping[str, Any]) -> tuple[str, Any, dict[str, A
     if not isinstance(body, (bytes, bytearray, str)):
         raise TypeError("invoke_endpoint(Body=...) takes bytes, str or a file-like object, as boto3 does")
     options = {BOTO3_ARGUMENTS[k]: v for k, v in arguments.items() if k in BOTO3_ARGUMENTS}
-    options.setdefault("content_type", OCTET)  # what boto3 sends when ContentType is not given
+    options.setdefault("content_type", OCTET_STREAM)  # what boto3 sends when ContentType is not given
     return arguments["EndpointName"], body, options
 
 

@@ -10,7 +10,14 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
-ERROR_TYPE_HEADER = "x-amzn-errortype"
+from serving.protocol import (
+    CONTAINER_HOSTNAME,
+    ERROR_STATUS,
+    ERROR_TYPE_HEADER,
+    ORIGINAL_MESSAGE,
+    ORIGINAL_STATUS_CODE,
+    ErrorCode,
+)
 
 
 class ServingClientError(Exception):
@@ -46,67 +53,67 @@ class ServingClientError(Exception):
 class ValidationError(ServingClientError):
     """400: unknown endpoint or container, bad header, unsupported content type, payload too large."""
 
-    code = "ValidationError"
+    code = ErrorCode.VALIDATION
 
 
 class AccessDenied(ServingClientError):
     """403: the caller is not allowed (policy), or could not be authenticated (the subclasses)."""
 
-    code = "AccessDeniedException"
+    code = ErrorCode.ACCESS_DENIED
 
 
 class UnrecognizedClient(AccessDenied):
     """403: the access key id or API key is not one the endpoint knows."""
 
-    code = "UnrecognizedClientException"
+    code = ErrorCode.UNRECOGNIZED_CLIENT
 
 
 class InvalidSignature(AccessDenied):
     """403: the Signature V4 did not verify (wrong secret, clock skew, another region)."""
 
-    code = "InvalidSignatureException"
+    code = ErrorCode.INVALID_SIGNATURE
 
 
 class MissingAuthenticationToken(AccessDenied):
     """403: the endpoint requires authentication and the request carried none."""
 
-    code = "MissingAuthenticationTokenException"
+    code = ErrorCode.MISSING_AUTHENTICATION_TOKEN
 
 
 class ModelError(ServingClientError):
     """424: the container or its model failed; says which container and what it answered."""
 
-    code = "ModelError"
+    code = ErrorCode.MODEL_ERROR
 
     @property
     def original_status_code(self) -> int | None:
-        return self.body.get("OriginalStatusCode")
+        return self.body.get(ORIGINAL_STATUS_CODE)
 
     @property
     def original_message(self) -> str | None:
-        return self.body.get("OriginalMessage")
+        return self.body.get(ORIGINAL_MESSAGE)
 
     @property
     def container_hostname(self) -> str | None:
-        return self.body.get("ContainerHostname")
+        return self.body.get(CONTAINER_HOSTNAME)
 
 
 class ModelNotReady(ServingClientError):
     """429: the container has no ready replica yet or is at its concurrency limit (retried by default)."""
 
-    code = "ModelNotReadyException"
+    code = ErrorCode.MODEL_NOT_READY
 
 
 class ServiceUnavailable(ServingClientError):
     """503: the endpoint cannot take requests (Failed, or the server is unavailable); retried by default."""
 
-    code = "ServiceUnavailable"
+    code = ErrorCode.SERVICE_UNAVAILABLE
 
 
 class InternalFailure(ServingClientError):
     """500: an unexpected failure inside the endpoint server."""
 
-    code = "InternalFailure"
+    code = ErrorCode.INTERNAL_FAILURE
 
 
 class UnknownServerError(ServingClientError):
@@ -136,9 +143,10 @@ _BY_CODE: dict[str, type[ServingClientError]] = {
                               MissingAuthenticationToken, ModelError, ModelNotReady, ServiceUnavailable, InternalFailure)
 }
 _BY_STATUS: dict[int, type[ServingClientError]] = {
-    400: ValidationError, 403: AccessDenied, 424: ModelError, 429: ModelNotReady, 500: InternalFailure,
-    502: ServiceUnavailable, 503: ServiceUnavailable, 504: ServiceUnavailable,
+    ERROR_STATUS[cls.code]: cls for cls in (ValidationError, AccessDenied, ModelError, ModelNotReady, InternalFailure,
+                                            ServiceUnavailable)
 }
+_BY_STATUS.update({502: ServiceUnavailable, 504: ServiceUnavailable})  # what proxies in front of a server answer
 
 
 def error_from_response(status_code: int, headers: Mapping[str, str], content: bytes,
@@ -151,7 +159,7 @@ def error_from_response(status_code: int, headers: Mapping[str, str], content: b
         body = {}
     if not isinstance(body, dict):
         body = {}
-    code = str(body.get("__type") or lowered.get(ERROR_TYPE_HEADER, "")).split(":")[0].rsplit("#", 1)[-1]
+    code = str(body.get("__type") or lowered.get(ERROR_TYPE_HEADER.lower(), "")).split(":")[0].rsplit("#", 1)[-1]
     cls = _BY_CODE.get(code) or _BY_STATUS.get(status_code, UnknownServerError)
     message = str(body.get("message") or body.get("Message") or content[:500].decode("utf-8", "replace")
                   or f"HTTP {status_code}")

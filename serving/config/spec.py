@@ -25,20 +25,22 @@ from pydantic import ValidationError as PydanticValidationError
 
 from serving.access.identities import Identities, IdentitiesError, load_identities
 from serving.autoscaling.policy import SPEC_METRIC_TYPES
-from serving.protocol import NAME_PATTERN
+from serving.protocol import (  # container settings read from its Environment
+    IDEMPOTENT_ENV,
+    MAX_CONCURRENCY_ENV,
+    MAX_MODELS_ENV,
+    MODEL_DISK_ENV,
+    MODEL_MEMORY_ENV,
+    NAME_PATTERN,
+)
 
 MAX_CONTAINERS = 15
 RESERVED_NAME = "serving-gateway"  # the Ray Serve application of the endpoint server
 
 from serving.runtimes import STACKS as KNOWN_IMAGES  # noqa: E402  (one module per stack)
 
-MAX_CONCURRENCY_ENV = "SERVING_MAX_CONCURRENCY"  # per-replica in-flight bound, set in a container's Environment
-IDEMPOTENT_ENV = "SERVING_IDEMPOTENT"  # "false": never send a request twice, even if no replica answered it
 DEFAULT_MAX_CONCURRENCY = 128
-# MultiModel cache bounds per replica, set in a container's Environment (whole numbers).
-MAX_MODELS_ENV = "SERVING_MAX_MODELS"  # models kept loaded (default 16)
-MODEL_MEMORY_ENV = "SERVING_MODEL_CACHE_MB"  # their measured memory (default: 80% of Resources.MemoryMb, if set)
-MODEL_DISK_ENV = "SERVING_MODEL_DISK_MB"  # downloaded and unpacked models on local disk (default 10240)
+# MultiModel cache bounds per replica (whole numbers in a container's Environment: protocol.*_ENV).
 DEFAULT_MAX_MODELS = 16
 DEFAULT_MODEL_DISK_MB = 10240
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from serving.config.spec import ContainerSpec
-from serving.runtimes.tensors import CPUS_ENV, GPUS_ENV, MEMORY_ENV
+from serving.protocol import CPUS_ENV, GPUS_ENV, MEMORY_ENV
 
 
 def _share(value: float) -> str:

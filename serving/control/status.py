@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -10,8 +9,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from serving import protocol
 from serving.control.rollout import app_name, short_reason
-from serving.errors import ServiceUnavailableError, ValidationError, wire_error
+from serving.errors import ServiceUnavailableError, ValidationError
+from serving.http.responses import json_response
 
 # Serve replica states that are on their way to serving, and on their way out.
 _STARTING = ("STARTING", "UPDATING", "RECOVERING", "PENDING_MIGRATION")
@@ -158,7 +159,7 @@ class StatusBoard:
     # --- HTTP ---------------------------------------------------------------------
     def routes(self) -> list[Route]:
         return [
-            Route("/ping", self.ping, methods=["GET"]),
+            Route(protocol.PING_PATH, self.ping, methods=["GET"]),
             Route("/endpoints", self.list_endpoints, methods=["GET"]),
             Route("/endpoints/{name}", self.describe_endpoint, methods=["GET"]),
         ]
@@ -166,26 +167,20 @@ class StatusBoard:
     async def ping(self, request: Request) -> Response:
         """200 only when every known endpoint is routable; 503 with the reasons otherwise (load balancers)."""
         reasons = self.unroutable()
-        if not reasons:
-            return Response(b"", status_code=200)
-        status, headers, body = wire_error(ServiceUnavailableError("; ".join(reasons)))
-        return Response(body, status_code=status, headers=headers)
+        if reasons:
+            raise ServiceUnavailableError("; ".join(reasons))
+        return Response(b"", status_code=200)
 
     async def list_endpoints(self, request: Request) -> Response:
         summaries = [
             {"EndpointName": d["EndpointName"], "EndpointStatus": d["EndpointStatus"]}
             for _, d in sorted(self.descriptions.items())
         ]
-        return _json({"Endpoints": summaries})
+        return json_response({"Endpoints": summaries})
 
     async def describe_endpoint(self, request: Request) -> Response:
         name = request.path_params["name"]
         description = self.descriptions.get(name)
         if description is None:
-            status, headers, body = wire_error(ValidationError(f"Could not find endpoint {name}."))
-            return Response(body, status_code=status, headers=headers)
-        return _json(description)
-
-
-def _json(document: Any) -> Response:
-    return Response(json.dumps(document).encode(), media_type="application/json")
+            raise ValidationError(f"Could not find endpoint {name}.")
+        return json_response(description)

@@ -5,7 +5,8 @@ server's own, so nothing else can reach its control plane). Every call needs the
 token (`Authorization: Bearer <token>`), whatever address the server binds: a spec chooses code to
 run and what its sandbox may read, so deploying one is the operator's power, not a caller's.
 `serving up` writes the token to a file only its user can read (`control_token_file`). No Ray here:
-the gateway passes in what applies and deletes.
+the gateway passes in what applies and deletes. Errors are raised; the app's handler answers them
+(`serving.http.responses`).
 """
 
 from __future__ import annotations
@@ -25,10 +26,9 @@ from serving.config.spec import EndpointSpec, SpecError, parse_spec
 from serving.errors import (
     AccessDeniedError,
     MissingAuthenticationTokenError,
-    ServingError,
     ValidationError,
-    wire_error,
 )
+from serving.http.responses import json_response
 
 __all__ = ["MAX_SPEC_BYTES", "ControlRoutes", "control_token_file"]
 
@@ -54,34 +54,28 @@ class ControlRoutes:
                 Route("/endpoints/{name}", self.delete, methods=["DELETE"])]
 
     async def put(self, request: Request) -> Response:
+        self._authorize(request)
+        name = request.path_params["name"]
+        body = await _read(request)
         try:
-            self._authorize(request)
-            name = request.path_params["name"]
-            body = await _read(request)
-            try:
-                document = json.loads(body)
-                spec = parse_spec(document)
-            except ValueError as error:  # bad JSON, or a spec that does not validate (SpecError names the fields)
-                kind = "spec" if isinstance(error, SpecError) else "JSON"
-                raise ValidationError(f"invalid {kind}: {error}") from None
-            if spec.EndpointName != name:
-                raise ValidationError(f"the spec's EndpointName {spec.EndpointName!r} is not {name!r} (the URL's)")
-            existed = self._describe(name) is not None
-            generation = await asyncio.to_thread(self._apply, spec)
-            return _json({"EndpointName": name, "EndpointStatus": "Updating" if existed else "Creating",
-                          "Generation": generation})
-        except ServingError as error:
-            return _error(error)
+            document = json.loads(body)
+            spec = parse_spec(document)
+        except ValueError as error:  # bad JSON, or a spec that does not validate (SpecError names the fields)
+            kind = "spec" if isinstance(error, SpecError) else "JSON"
+            raise ValidationError(f"invalid {kind}: {error}") from None
+        if spec.EndpointName != name:
+            raise ValidationError(f"the spec's EndpointName {spec.EndpointName!r} is not {name!r} (the URL's)")
+        existed = self._describe(name) is not None
+        generation = await asyncio.to_thread(self._apply, spec)
+        return json_response({"EndpointName": name, "EndpointStatus": "Updating" if existed else "Creating",
+                              "Generation": generation})
 
     async def delete(self, request: Request) -> Response:
-        try:
-            self._authorize(request)
-            name = request.path_params["name"]
-            if not await asyncio.to_thread(self._delete, name):
-                raise ValidationError(f"Could not find endpoint {name}.")
-            return _json({"EndpointName": name, "EndpointStatus": "Deleting"})
-        except ServingError as error:
-            return _error(error)
+        self._authorize(request)
+        name = request.path_params["name"]
+        if not await asyncio.to_thread(self._delete, name):
+            raise ValidationError(f"Could not find endpoint {name}.")
+        return json_response({"EndpointName": name, "EndpointStatus": "Deleting"})
 
     def _authorize(self, request: Request) -> None:
         scheme, _, presented = request.headers.get("authorization", "").partition(" ")
@@ -102,11 +96,3 @@ async def _read(request: Request) -> bytes:
         chunks.append(chunk)
     return b"".join(chunks)
 
-
-def _json(document: Any) -> Response:
-    return Response(json.dumps(document).encode(), media_type="application/json")
-
-
-def _error(error: ServingError) -> Response:
-    status, headers, body = wire_error(error)
-    return Response(body, status_code=status, headers=headers)

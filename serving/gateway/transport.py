@@ -32,7 +32,7 @@ class Replica:
     invocations_url: str = field(init=False)
 
     def __post_init__(self) -> None:
-        self.invocations_url = self.url + "/invocations"
+        self.invocations_url = self.url + protocol.INVOCATIONS_PATH
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class HopResponse:
 
 
 # What aiohttp would add to a request that lacks them (and what containers have always received then).
-_DEFAULT_HEADERS = {"content-type": "application/octet-stream", "accept": "*/*"}
+_DEFAULT_HEADERS = {"content-type": protocol.OCTET_STREAM, "accept": "*/*"}
 
 
 def _with_defaults(headers: Mapping[str, str]) -> dict[str, str]:
@@ -66,7 +66,7 @@ class ContainerTransport:
     """Sends invocations to the least-busy replica of a container (to a model's home for MultiModel)."""
 
     def __init__(self, default_limit: int, hop_key: Callable[[str, str], bytes] | None = None) -> None:
-        """`hop_key(endpoint, container)`: the key each hop to that container is signed with (`hopauth`);
+        """`hop_key(endpoint, container)`: the key each hop to that container is signed with (`trust.hops`);
         None sends unsigned hops (tests of containers that verify nothing)."""
         self._hop_key = hop_key
         self._homes: OrderedDict[tuple[str, str, str], str] = OrderedDict()
@@ -140,7 +140,7 @@ class ContainerTransport:
         home_key = (endpoint, container, affinity) if affinity is not None else None
         if self._hop_key is not None:
             headers = _with_defaults(headers)  # sign exactly what arrives: no header added after signing
-            headers.update(hops.sign(self._hop_key(endpoint, container), "POST", "/invocations", body, headers))
+            headers.update(hops.sign(self._hop_key(endpoint, container), "POST", protocol.INVOCATIONS_PATH, body, headers))
         retries_left = 0 if key in self._no_retry else 1
         broken: Replica | None = None
         while self._replicas.get(key):

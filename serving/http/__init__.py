@@ -1,3 +1,4 @@
-"""HTTP serving plumbing shared by the gateway and the model server: uvicorn on its own thread (`server`)
-and what one client may cost before the app sees its request (`limits`).
+"""HTTP serving plumbing shared by the gateway and the model server: uvicorn on its own thread (`server`),
+what one client may cost before the app sees its request (`limits`), and where an error becomes a response
+(`responses`: the one exception handler and the app factory every server app is built with).
 """

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping
 from urllib.parse import urlsplit
 
+from serving import protocol
 from serving.client import _core
 from serving.client.credentials import Authenticator
 from serving.loadtest import scenarios
@@ -111,7 +112,7 @@ def parse_baseline_url(url: str) -> tuple[str, str]:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise OptionError("--baseline", f"{url!r} is not a URL: use e.g. http://127.0.0.1:9000/invocations")
-    return f"{parts.scheme}://{parts.netloc}", parts.path.rstrip("/") or "/invocations"
+    return f"{parts.scheme}://{parts.netloc}", parts.path.rstrip("/") or protocol.INVOCATIONS_PATH
 
 
 def parse_weights(text: str) -> dict[str, float]:

@@ -12,6 +12,7 @@ import urllib.error
 import urllib.request
 from typing import Any, Mapping
 
+from serving import protocol
 from serving.client.credentials import Authenticator
 
 INVOCATIONS_METRIC = "serving_invocations_total"
@@ -47,7 +48,7 @@ def _message(body: str) -> str:
 
 def describe(base_url: str, endpoint: str, auth: Authenticator, timeout: float = 5.0) -> dict[str, Any]:
     """`GET /endpoints/{endpoint}`: the DescribeEndpoint-style description (docs/api.md)."""
-    body = get(f"{base_url}/endpoints/{endpoint}", auth, "application/json", timeout)
+    body = get(f"{base_url}/endpoints/{endpoint}", auth, protocol.JSON, timeout)
     try:
         description = json.loads(body)
     except ValueError:

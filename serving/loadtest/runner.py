@@ -32,6 +32,7 @@ from locust.contrib.fasthttp import FastHttpUser
 from locust.env import Environment
 from locust.runners import STATE_STOPPED, STATE_STOPPING
 
+from serving import protocol
 from serving.loadtest import probe
 from serving.loadtest.options import Plan, Prepared
 from serving.loadtest.recorder import RunResult
@@ -117,7 +118,7 @@ def error_code(status: int, response: Any) -> str:
         error = getattr(response, "error", None)
         return type(error).__name__ if error is not None else "NoResponse"
     headers = response.headers or {}
-    header = headers.get("x-amzn-ErrorType") or headers.get("X-Amzn-ErrorType")
+    header = headers.get(protocol.ERROR_TYPE_HEADER) or headers.get(protocol.ERROR_TYPE_HEADER.lower())
     if header:
         return str(header).split(":")[0]
     try:

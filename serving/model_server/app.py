@@ -3,25 +3,24 @@
 Each container process answers `POST /invocations` and `GET /ping` like a SageMaker model
 container, so the router reaches it with one plain HTTP hop instead of Ray Serve's slower
 handle path (see docs/performance.md for the measurements behind this). With a hop key, every
-request but `/ping` must carry the gateway's signature for this container (`hopauth`); anything
+request but `/ping` must carry the gateway's signature for this container (`trust.hops`); anything
 else is refused with 403 and counted. `GET /_serving/stats` gives the replica's supervisor the
 counters and metric events it records on the container's behalf.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from typing import Any, Callable
 
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from serving import protocol
-from serving.errors import AccessDeniedError, ServingError, failure_message, wire_error
+from serving.errors import AccessDeniedError, ServingError, failure_message
+from serving.http.responses import error_response, json_response, serving_app
 from serving.model_server.events import EventLog
 from serving.models.multimodel import MultiModelHandler
 from serving.runtimes import InvocationContext, Runtime
@@ -29,19 +28,12 @@ from serving.trust import hops
 
 logger = logging.getLogger("serving.container")
 
-STATS_PATH = "/_serving/stats"
-
 
 def _resolved(response: Response, context: InvocationContext) -> Response:
     """Say whether the answer concerns a model the container resolved (the router's metric labels use it)."""
     if context.model_resolved:
         response.headers[protocol.MODEL_RESOLVED] = "true"
     return response
-
-
-def _error_response(error: ServingError) -> Response:
-    status, headers, body = wire_error(error)
-    return Response(body, status_code=status, headers=headers)
 
 
 class ContainerApp:
@@ -66,13 +58,11 @@ class ContainerApp:
         self.in_flight = 0
         self.invocations = 0
         self.refused = 0  # requests refused for a missing or bad hop signature
-        self.app = Starlette(
-            routes=[
-                Route("/invocations", self.invoke, methods=["POST"]),
-                Route("/ping", self.ping, methods=["GET"]),
-                Route(STATS_PATH, self.stats, methods=["GET"]),
-            ]
-        )
+        self.app = serving_app([
+            Route(protocol.INVOCATIONS_PATH, self.invoke, methods=["POST"]),
+            Route(protocol.PING_PATH, self.ping, methods=["GET"]),
+            Route(protocol.STATS_PATH, self.stats, methods=["GET"]),
+        ])
 
     async def __call__(self, scope, receive, send) -> None:
         await self.app(scope, receive, send)
@@ -90,7 +80,7 @@ class ContainerApp:
             self.refused += 1
             logger.warning("container %s: refused a request from %s: %s", self.hostname,
                            request.client.host if request.client else "?", error)
-            return _error_response(AccessDeniedError(f"container {self.hostname}: {error}"))
+            return error_response(AccessDeniedError(f"container {self.hostname}: {error}"))
         return None
 
     async def stats(self, request: Request) -> Response:
@@ -103,7 +93,7 @@ class ContainerApp:
         if self.events is not None:
             document["events"] = self.events.drain()
             document["dropped_events"] = self.events.dropped
-        return Response(json.dumps(document).encode(), media_type="application/json")
+        return json_response(document)
 
     def _custom_metrics(self) -> dict[str, float]:
         runtime = self.runtime
@@ -145,10 +135,9 @@ class ContainerApp:
                 response_headers[protocol.CUSTOM_ATTRIBUTES] = context.response_custom_attributes
             return _resolved(Response(out, headers=response_headers), context)
         except ServingError as error:
-            return _resolved(_error_response(error), context)
+            return _resolved(error_response(error), context)
         except Exception as error:  # the model failed: report it, keep serving
             logger.exception("container %s: invocation failed", self.hostname)
-            status, headers, body = wire_error(ServingError(failure_message(error)))  # no paths of this machine
-            return _resolved(Response(body, status_code=status, headers=headers), context)
+            return _resolved(error_response(ServingError(failure_message(error))), context)  # no paths of this machine
         finally:
             self.in_flight -= 1

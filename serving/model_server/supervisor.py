@@ -29,14 +29,14 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from serving.model_server import sandbox
-from serving.model_server.app import STATS_PATH
+from serving.protocol import MODEL_CACHE_DIR_ENV, STATS_PATH
+from serving.protocol import SANDBOX_READ_ENV as EXTRA_READ_ENV
+from serving.protocol import SANDBOX_WRITE_ENV as EXTRA_WRITE_ENV
 from serving.trust import hops
 
 logger = logging.getLogger("serving.container_process")
 
 SANDBOX_MODES = ("auto", "required", "off")
-EXTRA_READ_ENV = "SERVING_SANDBOX_READ"    # os.pathsep-separated paths the container may also read
-EXTRA_WRITE_ENV = "SERVING_SANDBOX_WRITE"  # ... and write
 # Variables of the supervisor a Python process needs; everything else stays behind.
 _PASSED_ENV = ("PATH", "LANG", "LANGUAGE", "TZ", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "SSL_CERT_FILE",
                "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE")
@@ -101,7 +101,7 @@ def child_environment(config: ContainerConfig, scratch: str) -> dict[str, str]:
     # up front rather than have it warn on every import (scikit-learn then predicts in one process).
     defaults = {"JOBLIB_MULTIPROCESSING": "0"}
     return {**passed, **defaults, **config.environment, "HOME": scratch, "TMPDIR": scratch,
-            "SERVING_MODEL_CACHE_DIR": os.path.join(scratch, "models"), "PYTHONUNBUFFERED": "1"}
+            MODEL_CACHE_DIR_ENV: os.path.join(scratch, "models"), "PYTHONUNBUFFERED": "1"}
 
 
 class ContainerProcess:

@@ -20,6 +20,8 @@ import tempfile
 import zlib
 from pathlib import Path, PurePosixPath
 
+from serving import protocol
+
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz")
 
 
@@ -28,7 +30,7 @@ class ArtifactError(ValueError):
 
 
 def _cache_root() -> Path:
-    return Path(os.environ.get("SERVING_MODEL_CACHE_DIR") or Path(tempfile.gettempdir()) / "serving-models")
+    return Path(os.environ.get(protocol.MODEL_CACHE_DIR_ENV) or Path(tempfile.gettempdir()) / "serving-models")
 
 
 def materialize(model_data: str | None) -> Path | None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Iterator
 
+from serving import protocol
 from serving.errors import InternalFailureError, ValidationError
 from serving.models.artifacts import ARCHIVE_SUFFIXES, ArtifactError, extract_archive
 from serving.models.targets import (
@@ -102,7 +103,7 @@ class _S3Source:
             import boto3  # only S3 prefixes need it
 
             # None lets boto3 apply AWS_ENDPOINT_URL / AWS_ENDPOINT_URL_S3 and its config files itself.
-            endpoint_url = endpoint_url or os.environ.get("SERVING_S3_ENDPOINT_URL") or None
+            endpoint_url = endpoint_url or os.environ.get(protocol.S3_ENDPOINT_URL_ENV) or None
             client = boto3.session.Session().client("s3", endpoint_url=endpoint_url)
         self.client = client
 

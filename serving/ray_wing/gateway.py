@@ -9,15 +9,15 @@ from typing import Any
 
 import ray
 from ray import serve
-from starlette.applications import Starlette
 
-from serving.access.decision import EndpointAccess, configure_audit_log
-from serving.access.identities import Identities
+from serving.access.decision import configure_audit_log
 from serving.config.spec import DEFAULT_MAX_CONCURRENCY
-from serving.control.status import EndpointRecord, StatusBoard
+from serving.control.status import StatusBoard
 from serving.gateway.control_routes import ControlRoutes
-from serving.gateway.router import EndpointRoute, Router
+from serving.gateway.router import Router
+from serving.gateway.state import GatewayState
 from serving.gateway.transport import ContainerTransport
+from serving.http.responses import serving_app
 from serving.http.server import BackgroundServer, HttpLimits
 from serving.metrics.exposition import MetricsRoute
 from serving.metrics.invocations import (
@@ -58,17 +58,15 @@ class Gateway:
             return key
 
         self.transport = ContainerTransport(default_limit=DEFAULT_MAX_CONCURRENCY, hop_key=hop_key)
-        self._identities: dict[tuple[str, str], EndpointAccess] = {}  # (file, fingerprint) -> access, loaded once
         self.router = Router(self.settings, self.transport)
-        self.router.loaded = False  # until the first registry snapshot
         self.board = StatusBoard()
-        self.access: dict[str, EndpointAccess] = {}
-        self.metrics = MetricsRoute([REGISTRY, ReplicaCountCollector(self._replica_counts),
-                                     DesiredReplicasCollector(self._desired_replicas)], _metrics_export_urls)
+        self.state = GatewayState(self.settings, self.router.invocations, self.transport, self.board)
+        self.metrics = MetricsRoute([REGISTRY, ReplicaCountCollector(self.state.replica_counts),
+                                     DesiredReplicasCollector(self.state.desired_replicas)], _metrics_export_urls)
         control = ControlRoutes(keys.http_control_token(root), apply=lambda spec: deploy_endpoint(spec, self.settings),
                                 delete=delete_endpoint, describe=lambda name: self.board.descriptions.get(name))
-        app = Starlette(routes=self.board.routes() + control.routes() + self.router.routes() + self.metrics.routes(),
-                        lifespan=self._lifespan)
+        app = serving_app(self.board.routes() + control.routes() + self.router.routes() + self.metrics.routes(),
+                          lifespan=self._lifespan)
         self.server = BackgroundServer(app, self.settings.host, self.settings.port, HttpLimits.from_settings(self.settings))
         if not self.server.wait_started():
             raise RuntimeError(f"endpoint server did not start on {self.server.url}")
@@ -89,77 +87,15 @@ class Gateway:
         return _Lifespan()
 
     async def _poll_registry(self) -> None:
-        version, epoch, known = -1, None, 0
         while True:
             try:
-                snapshot = await asyncio.wrap_future(self.registry.snapshot.remote(version).future())
-                if snapshot is not None:
-                    if snapshot["epoch"] != epoch and known and not snapshot["endpoints"]:
-                        # A registry that lost its store would empty the table: keep serving what we know.
-                        logger.error("a new registry knows no endpoint; keeping the %d this gateway routes to", known)
-                    else:
-                        version, epoch, known = snapshot["version"], snapshot["epoch"], len(snapshot["endpoints"])
-                        self._apply(snapshot)
+                snapshot = await asyncio.wrap_future(self.registry.snapshot.remote(self.state.version).future())
+                self.state.offer(snapshot)
                 for url in self.transport.take_dropped():
                     self.registry.deregister.remote(url, token=self._control)
             except Exception:
                 logger.exception("registry poll failed")
             await asyncio.sleep(self.settings.registry_poll_s)
-
-    def _apply(self, snapshot: dict[str, Any]) -> None:
-        """Swap in the registry's view: descriptions, replica lists, access, the router's table."""
-        records = {name: EndpointRecord.from_snapshot(document) for name, document in snapshot["endpoints"].items()}
-        for name, record in records.items():
-            scaling = snapshot.get("scaling", {}).get(name, {})
-            record.scaling = scaling.get("containers", {})
-            record.scaling_activities = scaling.get("activities", [])
-        self.board.records = records
-        self.board.refresh(snapshot["statuses"], snapshot["registered"])
-        limits = {(name, host): limit for name, record in records.items() for host, limit in record.limits.items()}
-        once = {(name, host) for name, record in records.items() for host in record.not_idempotent}
-        self.transport.update(snapshot["replicas"], limits, once)
-        self.access = self._access_of(records)
-        self.router.endpoints = {
-            name: EndpointRoute(name, record.mode, tuple(c["ContainerHostname"] for c in record.containers),
-                                failure=self.board.failure(name), access=self.access.get(name),
-                                multi_model=frozenset(c["ContainerHostname"] for c in record.containers
-                                                      if c["Mode"] == "MultiModel"))
-            for name, record in records.items()
-        }
-        self.router.loaded = True
-
-    def _desired_replicas(self) -> dict[tuple[str, str], int]:
-        """Each container's desired count: its autoscaler's last decision, else the count it was deployed with."""
-        return {(name, c["ContainerHostname"]): record.scaling.get(c["ContainerHostname"], {}).get(
-                    "DesiredReplicas", c["DesiredReplicas"])
-                for name, record in self.board.records.items() for c in record.containers}
-
-    def _replica_counts(self) -> dict[tuple[str, str], int]:
-        return {(name, container): self.transport.replica_count(name, container)
-                for name, route in self.router.endpoints.items() for container in route.containers}
-
-    def _access_of(self, records: dict[str, EndpointRecord]) -> dict[str, EndpointAccess]:
-        """Access control of each endpoint that has it: the gateway reads each identities file itself
-        (the registry names it, never its contents), once per file and fingerprint."""
-        access, loaded = {}, {}
-        for name, record in records.items():
-            if record.access is None:
-                continue
-            reference = (record.access["IdentitiesFile"], record.access["Fingerprint"])
-            if reference not in loaded:
-                loaded[reference] = self._identities.get(reference)
-            if loaded[reference] is None:
-                try:
-                    loaded[reference] = EndpointAccess.from_reference(
-                        record.access, region=self.settings.region, account_id=self.settings.account_id)
-                except Exception as error:  # validated at deploy; if not, refuse every call rather than serve openly
-                    logger.error("access control of endpoint %s could not be loaded on the gateway; refusing its "
-                                 "calls: %s", name, error)
-                    loaded[reference] = EndpointAccess(  # no identities: nobody authenticates
-                        Identities([]), region=self.settings.region, account_id=self.settings.account_id)
-            access[name] = loaded[reference]
-        self._identities = {key: value for key, value in loaded.items() if value.identities.identities}
-        return access
 
     def check_health(self) -> None:
         if not self.server.alive:

@@ -20,7 +20,7 @@ from ray.util import metrics as ray_metrics
 
 from serving.metrics.invocations import LATENCY_BUCKETS
 from serving.models.cache import CacheObserver
-from serving.runtimes.tensors import GPUS_ENV, MEMORY_ENV
+from serving.protocol import GPUS_ENV, MEMORY_ENV
 
 logger = logging.getLogger("serving.replica_metrics")
 

@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from serving.errors import ValidationError
+from serving.protocol import DEFAULT_ACCEPT_ENV
 from serving.runtimes import codecs
 from serving.runtimes.handler import HOOK_NAMES, UserCode, load_user_code
 
 # Default response type when a request has no Accept (SageMaker's own variable name,
 # used by inference pipelines to make one container emit what the next one reads).
-DEFAULT_ACCEPT_ENV = "SAGEMAKER_DEFAULT_INVOCATIONS_ACCEPT"
 
 
 @dataclass

@@ -18,10 +18,8 @@ from typing import Any
 import numpy as np
 
 from serving.errors import ValidationError
+from serving.protocol import CSV, JSON, NPY
 
-JSON = "application/json"
-CSV = "text/csv"
-NPY = "application/x-npy"
 SUPPORTED = (JSON, CSV, NPY)
 DEFAULT_ACCEPT = JSON
 MAX_JSON_DEPTH = 100  # arrays and objects; NumPy arrays have at most 64 dimensions anyway

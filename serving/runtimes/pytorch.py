@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from serving.protocol import ALLOW_PICKLE_ENV
 from serving.runtimes.tensors import (
     InputSpec,
     ModelInputError,
@@ -31,7 +32,6 @@ from serving.runtimes.tensors import (
 
 logger = logging.getLogger("serving.runtimes.pytorch")
 
-ALLOW_PICKLE_ENV = "SERVING_ALLOW_PICKLE"  # "true": load .pt2 programs and pickled nn.Modules (both run code)
 EXPORT_SUFFIXES = (".pt2",)
 WEIGHT_SUFFIXES = (".pt", ".pth")
 

@@ -8,11 +8,10 @@ from typing import Any
 import numpy as np
 
 from serving.errors import ValidationError
+from serving.protocol import ALLOW_PICKLE_ENV
+from serving.protocol import SKLEARN_METHOD_ENV as METHOD_ENV
 from serving.runtimes.base import Runtime
 from serving.runtimes.skops_trust import load_skops
-
-ALLOW_PICKLE_ENV = "SERVING_ALLOW_PICKLE"          # "true": also load model.joblib / model.pkl
-METHOD_ENV = "SERVING_SKLEARN_METHOD"              # predict | predict_proba | transform | decision_function
 
 SKOPS_NAMES = ("model.skops",)
 PICKLE_NAMES = ("model.joblib", "model.pkl", "model.pickle")

@@ -15,7 +15,7 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-TRUSTED_TYPES_ENV = "SERVING_SKOPS_TRUSTED_TYPES"  # comma-separated exact type names, never prefixes
+from serving.protocol import SKOPS_TRUSTED_TYPES_ENV as TRUSTED_TYPES_ENV
 
 # Reviewed data holders: the type, and why trusting it cannot run code.
 REVIEWED_TYPES = {

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from serving.protocol import TF_SIGNATURE_ENV as SIGNATURE_ENV
 from serving.runtimes.tensors import (
     InputSpec,
     ModelInputError,
@@ -24,7 +25,6 @@ from serving.runtimes.tensors import (
 
 logger = logging.getLogger("serving.runtimes.tensorflow")
 
-SIGNATURE_ENV = "SERVING_TF_SIGNATURE"
 DEFAULT_SIGNATURE = "serving_default"
 SAVED_MODEL_FILE = "saved_model.pb"
 

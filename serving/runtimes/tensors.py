@@ -16,15 +16,12 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from serving.protocol import CPUS_ENV, GPUS_ENV, THREADS_ENV
 from serving.runtimes import codecs
 from serving.runtimes.base import Runtime
 
 logger = logging.getLogger("serving.runtimes")
 
-CPUS_ENV = "SERVING_CPUS"          # set by the endpoint from Resources.Cpus
-GPUS_ENV = "SERVING_GPUS"          # set by the endpoint from Resources.Gpus
-MEMORY_ENV = "SERVING_MEMORY_MB"  # the container's Resources.MemoryMb (the memory utilization metric's 100%)
-THREADS_ENV = "SERVING_NUM_THREADS"  # optional override of the intra-op thread count
 
 # TensorFlow Serving's request keys and the response key each one gets.
 TF_SERVING_KEYS = {"instances": "predictions", "inputs": "outputs"}

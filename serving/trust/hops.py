@@ -16,11 +16,11 @@ import time
 from typing import Callable, Mapping
 
 from serving import protocol
+from serving.protocol import HOP_DATE_HEADER as DATE_HEADER
+from serving.protocol import HOP_SIGNATURE_HEADER as SIGNATURE_HEADER
 
 __all__ = ["DATE_HEADER", "MAX_SKEW_S", "SIGNATURE_HEADER", "HopAuthError", "sign", "verify"]
 
-DATE_HEADER = "x-serving-hop-date"
-SIGNATURE_HEADER = "x-serving-hop-signature"
 MAX_SKEW_S = 60  # the gateway and its replicas share clocks (one machine) or NTP (a cluster)
 # Headers a container acts on: each is covered, present or not (an absent one as empty).
 SIGNED_HEADERS = ("content-type", "accept", protocol.TARGET_MODEL.lower(), protocol.CUSTOM_ATTRIBUTES.lower(),

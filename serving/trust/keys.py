@@ -6,7 +6,7 @@ process ever sees). So no key is ever handed around, stored in Ray's object stor
 state, or written to disk by this project; a process either can derive a key or cannot.
 
 - `hop_key(endpoint, container)`: the gateway signs each hop to that container's replicas with it;
-  the container process verifies it (`hopauth`). A container process knows only its own.
+  the container process verifies it (`trust.hops`). A container process knows only its own.
 - `registration_proof(endpoint, container, url, version)`: what a replica shows the registry to put its
   data port under that container version; made by the replica's supervisor, never by the container process.
 - `control_token()`: what the control plane (CLI, gateway, autoscaler) shows for registry writes.

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from starlette.applications import Starlette
 
 from serving.gateway.control_routes import ControlRoutes
+from serving.http.responses import serving_app
 
 TOKEN = "t" * 64
 
@@ -35,7 +35,7 @@ def routes(calls) -> ControlRoutes:
 
 def send(routes: ControlRoutes, method: str, path: str, body: object = None, token: str | None = TOKEN) -> httpx.Response:
     async def request() -> httpx.Response:
-        transport = httpx.ASGITransport(app=Starlette(routes=routes.routes()))
+        transport = httpx.ASGITransport(app=serving_app(routes.routes()))
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         async with httpx.AsyncClient(transport=transport, base_url="http://serving.test") as client:
             content = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())

@@ -7,10 +7,10 @@ from typing import Any
 
 import httpx
 import pytest
-from starlette.applications import Starlette
 
 from serving.control.rollout import short_reason
 from serving.control.status import EndpointRecord, StatusBoard, describe
+from serving.http.responses import serving_app
 from serving.ray_wing.serve_status import applications_from_serve_details
 
 TRACEBACK = """\
@@ -225,7 +225,7 @@ def get(board: StatusBoard, path: str) -> httpx.Response:
     """One GET against the board's routes, in process."""
 
     async def request() -> httpx.Response:
-        transport = httpx.ASGITransport(app=Starlette(routes=board.routes()))
+        transport = httpx.ASGITransport(app=serving_app(board.routes()))
         async with httpx.AsyncClient(transport=transport, base_url="http://serving.test") as client:
             return await client.get(path)
 

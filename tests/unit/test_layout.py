@@ -49,3 +49,34 @@ def test_no_module_is_over_500_lines(path: Path) -> None:
     # STYLE.md: a file over ~400 lines is a sign to split by concept; 500 is where this test stops waiting.
     lines = len(path.read_text().splitlines())
     assert lines <= 500, f"{path.relative_to(SERVING)} has {lines} lines: split it by concept"
+
+
+def _wire_facts() -> dict[str, str]:
+    """Every string value serving.protocol defines (header names, media types, codes, paths, variables)."""
+    from serving import protocol
+
+    facts = {name: value for name, value in vars(protocol).items() if isinstance(value, str) and name.isupper()}
+    facts.update({f"ErrorCode.{name}": value for name, value in vars(protocol.ErrorCode).items()
+                  if isinstance(value, str) and name.isupper()})
+    return facts
+
+
+@pytest.mark.parametrize("path", [p for p in MODULES if p.name != "protocol.py"],
+                         ids=lambda path: str(path.relative_to(SERVING)))
+def test_no_wire_fact_is_written_twice(path: Path) -> None:
+    # A header name, media type, error code or container variable is defined once, in serving/protocol.py:
+    # a second spelling drifts (it did: the SDK and the server each had their own error-type header).
+    # Document field names that double as error fields ("ContainerHostname") are the spec's, not wire facts.
+    facts = {value.lower(): name for name, value in _wire_facts().items()
+             if len(value) > 4 and not value.startswith("^") and name not in ("CONTAINER_HOSTNAME", "DEFAULT_VARIANT")}
+    tree = ast.parse(path.read_text())
+    exported = {id(node) for assign in ast.walk(tree) if isinstance(assign, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == "__all__" for t in assign.targets)
+                for node in ast.walk(assign.value)}  # __all__ lists names of classes, not codes
+    pieces = {id(node) for joined in ast.walk(tree) if isinstance(joined, ast.JoinedStr) for node in joined.values}
+    copies = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.lower() in facts
+                and id(node) not in exported and id(node) not in pieces):
+            copies.append(f"line {node.lineno}: {node.value!r} (protocol.{facts[node.value.lower()]})")
+    assert not copies, f"{path.relative_to(SERVING)} spells wire facts itself: {copies}"

@@ -1,0 +1,309 @@
+"""The invocation pipeline: InvokeEndpoint's steps, apart from any web framework.
+
+authenticate the caller (endpoints with AccessControl) -> resolve the target container (Direct) or the
+whole chain (Serial) -> authorize every container of it -> check headers and payload -> one hop per
+container -> the last container's answer. Nothing reaches a container before the caller may run it.
+Every failure is a `ServingError`; the HTTP adapter (`router`) turns it into the documented response.
+
+A body is read only once the headers have authenticated its sender as far as they can: a bearer key
+fully, a Signature V4 up to the signature itself, which covers the body. Bodies held until their
+signature is verified share one budget (`BodyBudget`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass, field, replace
+from typing import AsyncIterator, Callable, Iterator, Mapping
+
+from serving import protocol
+from serving.access.decision import EndpointAccess
+from serving.access.sigv4 import Caller, RawRequest
+from serving.errors import (
+    PASS_THROUGH_CODES,
+    AccessDeniedError,
+    ModelError,
+    ServiceUnavailableError,
+    ServingError,
+    ThrottlingError,
+    ValidationError,
+    error_from_wire,
+)
+from serving.gateway.transport import ContainerTransport, HopResponse
+from serving.metrics.invocations import InvocationTrace
+from serving.models.store import validate_target
+from serving.settings import ServerSettings
+
+_FORWARDED = ("content-type", "accept", protocol.CUSTOM_ATTRIBUTES, protocol.TARGET_MODEL, protocol.INFERENCE_ID)
+
+
+@dataclass(frozen=True)
+class EndpointRoute:
+    """What the router needs to know of one endpoint."""
+
+    name: str
+    mode: str  # "Direct" or "Serial"
+    containers: tuple[str, ...]
+    failure: str | None = None  # set when the endpoint is Failed
+    access: EndpointAccess | None = None  # None: no AccessControl (anonymous, see ServerSettings.anonymous_allowed)
+    multi_model: frozenset[str] = frozenset()  # hostnames of its MultiModel containers
+
+
+@dataclass
+class InvocationRequest:
+    """One InvokeEndpoint request as the pipeline needs it, whatever server received it."""
+
+    endpoint: str
+    headers: Mapping[str, str]  # looked up case-insensitively (the adapter passes such a mapping)
+    body: Callable[[], AsyncIterator[bytes]]  # the body's chunks as they arrive; may be called once
+    head: Callable[[], RawRequest]  # the request exactly as it arrived, for signature verification
+
+
+@dataclass
+class InvocationResult:
+    """The answer to a successful invocation: the last container's body and what goes with it."""
+
+    body: bytes
+    content_type: str
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class BodyBudget:
+    """Bytes of request bodies held before their sender is verified, across all of the gateway's connections.
+
+    Only the server's event loop uses it, so plain arithmetic is enough.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[_Hold]:
+        """A hold that grows as a body arrives; what it took is given back when the block ends."""
+        hold = _Hold(self)
+        try:
+            yield hold
+        finally:
+            self.held -= hold.bytes
+
+
+class _Hold:
+    def __init__(self, budget: BodyBudget) -> None:
+        self.budget = budget
+        self.bytes = 0
+
+    def grow_to(self, total: int) -> None:
+        """Hold `total` bytes, or raise ThrottlingError (429) when the budget cannot take them."""
+        extra = total - self.bytes
+        if extra <= 0:
+            return
+        budget = self.budget
+        if budget.held + extra > budget.limit:
+            # Refused at once rather than queued: the caller's SDK backs off and retries (botocore treats
+            # ThrottlingException as throttling), and no connection waits here holding a partial body.
+            raise ThrottlingError(
+                f"the gateway is already receiving as many signed request bodies as it holds before verifying "
+                f"their signatures ({budget.limit} bytes, SERVING_PREAUTH_BODY_BUDGET_MB); retry shortly"
+            )
+        budget.held += extra
+        self.bytes = total
+
+
+class Invocations:
+    """Runs InvokeEndpoint requests against the endpoint table, which the gateway's state replaces."""
+
+    def __init__(self, settings: ServerSettings, transport: ContainerTransport) -> None:
+        self.settings = settings
+        self.transport = transport
+        self.endpoints: dict[str, EndpointRoute] = {}
+        self.loaded = True  # False while a (re)started gateway has not read its table yet: 503, which clients retry
+        self.preauth_budget = BodyBudget(settings.preauth_body_budget_bytes)
+
+    async def invoke(self, request: InvocationRequest, trace: InvocationTrace) -> InvocationResult:
+        """Every step of one invocation; raises ServingError (or whatever reading the body raises)."""
+        name = request.endpoint
+        endpoint = self.endpoints.get(name)
+        if endpoint is None and not self.loaded:
+            raise ServiceUnavailableError("the endpoint server is starting: retry shortly")
+        if endpoint is None:
+            raise ValidationError(f"Endpoint {name} not found.")
+        trace.endpoint, trace.mode, trace.multi_model = name, endpoint.mode, endpoint.multi_model
+        body, caller = await self._authenticate(endpoint, request, trace)
+        if endpoint.failure is not None:
+            raise ServiceUnavailableError(f"Endpoint {name} is Failed: {endpoint.failure}")
+        headers = request.headers
+        chain = trace.chain = self._chain(endpoint, headers)
+        if caller is not None:
+            assert endpoint.access is not None
+            endpoint.access.authorize(name, caller, chain, headers.get(protocol.TARGET_MODEL))
+        self._check_headers(headers)
+        target_model = trace.model = self._check_target_model(endpoint, chain, headers)
+        if body is None:
+            body = await self._read_body(request, trace)
+        forwarded = {key: headers[key] for key in _FORWARDED if key in headers}
+        last = await self._run_chain(endpoint, chain, body, forwarded, affinity=target_model, trace=trace)
+        response_headers = {protocol.INVOKED_VARIANT: protocol.DEFAULT_VARIANT}
+        if last.custom_attributes:
+            response_headers[protocol.CUSTOM_ATTRIBUTES] = last.custom_attributes
+        return InvocationResult(last.body, last.content_type or protocol.OCTET_STREAM, response_headers)
+
+    async def _authenticate(self, endpoint: EndpointRoute, request: InvocationRequest,
+                            trace: InvocationTrace) -> tuple[bytes | None, Caller | None]:
+        """The caller (None for an anonymous endpoint) and, when its signature covers the body, the body."""
+        name = endpoint.name
+        if endpoint.access is None:
+            if not self.settings.anonymous_allowed:
+                raise AccessDeniedError(
+                    f"Endpoint {name} has no AccessControl and this server is not bound to a loopback address, "
+                    "so it accepts no callers (start the server with --allow-anonymous to serve it without "
+                    "authentication)"
+                )
+            return None, None
+        raw = request.head()
+        claim = endpoint.access.claim(name, raw)  # from the headers, before a byte of the body
+        if not claim.needs_body:
+            return None, endpoint.access.verify(name, claim, raw)
+        with self.preauth_budget.hold() as hold:  # the signature covers the payload: hold it until verified
+            body = await self._read_body(request, trace, hold)
+            return body, endpoint.access.verify(name, claim, replace(raw, body=body))
+
+    def _chain(self, endpoint: EndpointRoute, headers: Mapping[str, str]) -> tuple[str, ...]:
+        target = headers.get(protocol.TARGET_CONTAINER)
+        if endpoint.mode == "Serial":
+            if target is not None:
+                raise ValidationError(
+                    f"{protocol.TARGET_CONTAINER} is not allowed: endpoint {endpoint.name} runs its containers in Serial mode"
+                )
+            return endpoint.containers
+        if target is None:
+            if len(endpoint.containers) == 1:
+                return endpoint.containers
+            raise ValidationError(
+                f"{protocol.TARGET_CONTAINER} is required: endpoint {endpoint.name} has {len(endpoint.containers)} "
+                f"containers ({', '.join(endpoint.containers)})"
+            )
+        if target not in endpoint.containers:
+            raise ValidationError(
+                f"{protocol.TARGET_CONTAINER} {target!r} names no container of endpoint {endpoint.name}; "
+                f"containers: {', '.join(endpoint.containers)}"
+            )
+        return (target,)
+
+    def _check_headers(self, headers: Mapping[str, str]) -> None:
+        variant = headers.get(protocol.TARGET_VARIANT)
+        if variant is not None and variant != protocol.DEFAULT_VARIANT:
+            raise ValidationError(f"{protocol.TARGET_VARIANT} {variant!r} does not exist; the only variant is {protocol.DEFAULT_VARIANT}")
+        inference_id = headers.get(protocol.INFERENCE_ID)
+        if inference_id is not None and not (1 <= len(inference_id) <= protocol.MAX_INFERENCE_ID and inference_id.isascii()):
+            raise ValidationError(f"{protocol.INFERENCE_ID} must be 1-{protocol.MAX_INFERENCE_ID} ASCII characters")
+        attributes = headers.get(protocol.CUSTOM_ATTRIBUTES)
+        if attributes is not None and (len(attributes) > protocol.MAX_CUSTOM_ATTRIBUTES or not attributes.isascii()):
+            raise ValidationError(f"{protocol.CUSTOM_ATTRIBUTES} must be at most {protocol.MAX_CUSTOM_ATTRIBUTES} ASCII characters")
+
+    @staticmethod
+    def _check_target_model(endpoint: EndpointRoute, chain: tuple[str, ...], headers: Mapping[str, str]) -> str | None:
+        """The TargetModel of a MultiModel container (required there, refused elsewhere), checked early."""
+        target_model = headers.get(protocol.TARGET_MODEL)
+        multi = [container for container in chain if container in endpoint.multi_model]
+        if not multi:
+            if target_model is not None:
+                raise ValidationError(f"{protocol.TARGET_MODEL} is only valid for MultiModel containers; "
+                                      f"container {chain[0]} of endpoint {endpoint.name} is SingleModel")
+            return None
+        if target_model is None:
+            raise ValidationError(f"{protocol.TARGET_MODEL} is required: container {multi[0]} of endpoint "
+                                  f"{endpoint.name} is MultiModel")
+        return validate_target(target_model)
+
+    async def _read_body(self, request: InvocationRequest, trace: InvocationTrace, hold: _Hold | None = None) -> bytes:
+        """The whole body within the payload limit (and, with `hold`, within the pre-authentication budget).
+
+        It grows in one bytearray (returned as it is): no list of chunks and no joined copy of them, so a
+        body costs its own size once. Whatever the body's source raises (a client gone) passes through.
+        """
+        limit = self.settings.max_payload_bytes
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit():
+            if int(declared) > limit:
+                raise ValidationError(f"payload of {int(declared)} bytes exceeds the limit of {limit} bytes")
+            if hold is not None:
+                hold.grow_to(int(declared))  # refused before a byte is read if it cannot fit
+        body = bytearray()
+        async for chunk in request.body():
+            if len(body) + len(chunk) > limit:
+                raise ValidationError(f"payload exceeds the limit of {limit} bytes")
+            if hold is not None:
+                hold.grow_to(len(body) + len(chunk))  # a body without Content-Length: as it arrives
+            body += chunk
+        trace.body_read = True
+        return body  # the bytearray itself: no copy
+
+    async def _run_chain(self, endpoint: EndpointRoute, chain: tuple[str, ...], body: bytes, headers: dict[str, str],
+                         affinity: str | None = None, trace: InvocationTrace | None = None) -> HopResponse:
+        trace = trace if trace is not None else InvocationTrace()
+        timeout = self.settings.invocation_timeout_s
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        attributes = None
+        response: HopResponse | None = None
+        headers = dict(headers)
+        # The caller's Accept is for the last container; earlier ones emit their default
+        # (SAGEMAKER_DEFAULT_INVOCATIONS_ACCEPT), which is what the next one reads.
+        accept = headers.pop("accept", None)
+        for position, container in enumerate(chain, start=1):
+            hop_headers = headers if position < len(chain) or accept is None else {**headers, "accept": accept}
+            remaining = deadline - loop.time()
+            trace.failed_container = container  # until it answers well
+            if remaining <= 0:
+                raise _timed_out(container, timeout)
+            sent = time.perf_counter()
+            try:
+                response = await asyncio.wait_for(
+                    self.transport.send(endpoint.name, container, body, hop_headers, remaining,
+                                        affinity=affinity if container in endpoint.multi_model else None),
+                    remaining,
+                )
+            except (asyncio.TimeoutError, TimeoutError):
+                trace.hops.append((container, time.perf_counter() - sent))
+                raise _timed_out(container, timeout) from None
+            trace.hops.append((container, time.perf_counter() - sent))
+            if container in endpoint.multi_model and _answered_for_model(response):
+                trace.model_confirmed = True
+            if response.status >= 400:
+                raise _container_failure(endpoint, container, position, len(chain), response)
+            trace.failed_container = None
+            attributes = response.custom_attributes or attributes
+            body = response.body
+            if response.content_type:
+                headers["content-type"] = response.content_type
+        assert response is not None
+        return HopResponse(response.status, response.body, response.content_type, attributes)
+
+
+def _answered_for_model(response: HopResponse) -> bool:
+    """Whether a MultiModel container's answer shows that it resolved the TargetModel to a model: it says so
+    (`protocol.MODEL_RESOLVED`, also on a model's own error), or it answered with success."""
+    return response.model_resolved or response.status < 400
+
+
+def _timed_out(container: str, timeout: float) -> ModelError:
+    return ModelError(
+        f"Your invocation timed out while waiting for a response from container {container} ({timeout:g} s).",
+        container=container, original_status=408, original_message="invocation timeout",
+    )
+
+
+def _container_failure(endpoint: EndpointRoute, container: str, position: int, length: int, response: HopResponse) -> ServingError:
+    where = f"container {container}" if length == 1 else f"container {container} (position {position} of {length})"
+    reported = error_from_wire(response.body)
+    if reported is not None and reported.code in PASS_THROUGH_CODES:
+        reported.message = f"{where}: {reported.message}"
+        return reported
+    original = reported.message if reported is not None else response.body[:1024].decode("utf-8", "replace")
+    return ModelError(
+        f"Received server error ({response.status}) from {where} with message \"{original}\".",
+        container=container, original_status=response.status, original_message=original,
+    )

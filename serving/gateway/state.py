@@ -1,0 +1,112 @@
+"""The gateway's view of the control plane, without Ray: a registry snapshot in, the request path's tables out.
+
+The Ray gateway polls the registry and hands each new snapshot to `GatewayState.apply`, which swaps in,
+together: the status board's records and descriptions, the transport's replica lists (with each container's
+in-flight limit and whether its requests may be retried), each endpoint's access control (identities files
+read here, once per file and fingerprint; the registry only names them) and the pipeline's endpoint table.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Mapping
+
+from serving.access.decision import EndpointAccess
+from serving.access.identities import Identities
+from serving.control.status import EndpointRecord, StatusBoard
+from serving.gateway.invocation import EndpointRoute, Invocations
+from serving.gateway.transport import ContainerTransport
+from serving.settings import ServerSettings
+
+logger = logging.getLogger("serving.gateway.state")
+
+
+class GatewayState:
+    """Holds what the gateway routes with and replaces it from registry snapshots."""
+
+    def __init__(self, settings: ServerSettings, invocations: Invocations, transport: ContainerTransport,
+                 board: StatusBoard) -> None:
+        self.settings = settings
+        self.invocations, self.transport, self.board = invocations, transport, board
+        self.access: dict[str, EndpointAccess] = {}
+        self._identities: dict[tuple[str, str], EndpointAccess] = {}  # (file, fingerprint) -> access, loaded once
+        self.version, self.epoch, self.known = -1, None, 0
+        invocations.loaded = False  # until the first snapshot: 503, which clients retry
+
+    def offer(self, snapshot: Mapping[str, Any] | None) -> bool:
+        """Apply a registry snapshot (None: nothing changed) unless it must not be believed; True if applied.
+
+        A registry that comes back with a new epoch knowing no endpoint while this gateway routes some has
+        lost its store: emptying the table would turn every request away, so the gateway keeps what it has.
+        """
+        if snapshot is None:
+            return False
+        if snapshot["epoch"] != self.epoch and self.known and not snapshot["endpoints"]:
+            logger.error("a new registry knows no endpoint; keeping the %d this gateway routes to", self.known)
+            return False
+        self.version, self.epoch, self.known = snapshot["version"], snapshot["epoch"], len(snapshot["endpoints"])
+        self.apply(snapshot)
+        return True
+
+    def apply(self, snapshot: Mapping[str, Any]) -> None:
+        """Swap in the registry's view: descriptions, replica lists, access, the endpoint table."""
+        records = {name: EndpointRecord.from_snapshot(document) for name, document in snapshot["endpoints"].items()}
+        for name, record in records.items():
+            scaling = snapshot.get("scaling", {}).get(name, {})
+            record.scaling = scaling.get("containers", {})
+            record.scaling_activities = scaling.get("activities", [])
+        self.board.records = records
+        self.board.refresh(snapshot["statuses"], snapshot["registered"])
+        limits = {(name, host): limit for name, record in records.items() for host, limit in record.limits.items()}
+        once = {(name, host) for name, record in records.items() for host in record.not_idempotent}
+        self.transport.update(snapshot["replicas"], limits, once)
+        self.access = self._access_of(records)
+        self.invocations.endpoints = {
+            name: EndpointRoute(name, record.mode, tuple(c["ContainerHostname"] for c in record.containers),
+                                failure=self.board.failure(name), access=self.access.get(name),
+                                multi_model=frozenset(c["ContainerHostname"] for c in record.containers
+                                                      if c["Mode"] == "MultiModel"))
+            for name, record in records.items()
+        }
+        self.invocations.loaded = True
+
+    def desired_replicas(self) -> dict[tuple[str, str], int]:
+        """Each container's desired count: its autoscaler's last decision, else the count it was deployed with."""
+        return {(name, c["ContainerHostname"]): record.scaling.get(c["ContainerHostname"], {}).get(
+                    "DesiredReplicas", c["DesiredReplicas"])
+                for name, record in self.board.records.items() for c in record.containers}
+
+    def replica_counts(self) -> dict[tuple[str, str], int]:
+        """Each routed container's registered replicas, as the transport holds them."""
+        return {(name, container): self.transport.replica_count(name, container)
+                for name, route in self.invocations.endpoints.items() for container in route.containers}
+
+    def _access_of(self, records: Mapping[str, EndpointRecord]) -> dict[str, EndpointAccess]:
+        """Access control of each endpoint that has it, loaded once per identities file and fingerprint.
+
+        A file that cannot be loaded here (it was validated at deploy) refuses every call of its endpoints
+        rather than serve them openly.
+        """
+        access: dict[str, EndpointAccess] = {}
+        loaded: dict[tuple[str, str], EndpointAccess | None] = {}
+        for name, record in records.items():
+            if record.access is None:
+                continue
+            reference = (record.access["IdentitiesFile"], record.access["Fingerprint"])
+            if reference not in loaded:
+                loaded[reference] = self._identities.get(reference)
+            current = loaded[reference]
+            if current is None:
+                try:
+                    current = EndpointAccess.from_reference(
+                        record.access, region=self.settings.region, account_id=self.settings.account_id)
+                except Exception as error:
+                    logger.error("access control of endpoint %s could not be loaded on the gateway; refusing its "
+                                 "calls: %s", name, error)
+                    current = EndpointAccess(  # no identities: nobody authenticates
+                        Identities([]), region=self.settings.region, account_id=self.settings.account_id)
+                loaded[reference] = current
+            access[name] = current
+        self._identities = {key: value for key, value in loaded.items()
+                            if value is not None and value.identities.identities}
+        return access

@@ -1,0 +1,51 @@
+"""Where an error becomes a response: the one Starlette exception handler for `ServingError`, used by
+every HTTP app of the server (the gateway's routes, a container's data port, the control routes).
+
+Routes raise `ServingError`s; `serving_app` wires the handler in. A route that must see its own answer
+(the invoke route counts each one) calls `error_response` itself — the same function.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, Callable, Sequence
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute
+
+from serving import protocol
+from serving.errors import InternalFailureError, ServingError, wire_error
+
+logger = logging.getLogger("serving.http")
+
+
+def error_response(error: ServingError) -> Response:
+    """The documented error response: `{"__type", "message", ...}`, its status, and the error-type header."""
+    status, headers, body = wire_error(error)
+    return Response(body, status_code=status, headers=headers)
+
+
+def json_response(document: Any, status: int = 200) -> Response:
+    return Response(json.dumps(document).encode(), status_code=status, media_type=protocol.JSON)
+
+
+async def _serving_error(request: Request, error: Exception) -> Response:
+    assert isinstance(error, ServingError)
+    return error_response(error)
+
+
+async def _unexpected(request: Request, error: Exception) -> Response:
+    # A bug of ours: answer in the documented shape (Starlette still logs the traceback), keep serving.
+    logger.error("unexpected failure answering %s %s: %s", request.method, request.url.path, error)
+    return error_response(InternalFailureError("internal failure in the endpoint server"))
+
+
+EXCEPTION_HANDLERS: dict[Any, Callable] = {ServingError: _serving_error, Exception: _unexpected}
+
+
+def serving_app(routes: Sequence[BaseRoute], lifespan: Callable | None = None) -> Starlette:
+    """A Starlette app whose errors leave in the documented shape."""
+    return Starlette(routes=list(routes), lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
