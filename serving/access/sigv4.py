@@ -102,7 +102,7 @@ class _Verifier(SigV4Auth):
 
 def _fail(error_type: type[ServingError], message: str, key_id: str | None = None) -> ServingError:
     error = error_type(message)
-    error.key_id = key_id  # for the audit log: an access key id is not a secret
+    error.key_id = key_id  # type: ignore[attr-defined]  # for the audit log: an access key id is not a secret
     return error
 
 

@@ -112,8 +112,8 @@ class _Base:
         return _core.result_from_response(answer.status_code, answer.headers, answer.content, answer.attempts)
 
     def _get_json_flow(self, path: str) -> Flow:
-        answer = yield from self._request_flow("GET", path, {"Accept": _core.JSON}, b"")
-        return _core.decode_payload(answer.content, _core.JSON)
+        answer = yield from self._request_flow("GET", path, {"Accept": protocol.JSON}, b"")
+        return _core.decode_payload(answer.content, protocol.JSON)
 
     def _describe_flow(self, name: str) -> Flow:
         _core.invocation_path(name)  # validates the name
@@ -131,7 +131,7 @@ class _Base:
             if status == "InService":
                 return description
             if status == "Failed":
-                raise WaiterError(f"endpoint {name} Failed: {description.get('FailureReason')}",
+                raise WaiterError(f"endpoint {name} Failed: {(description or {}).get('FailureReason')}",
                                   last_description=description)
             if time.monotonic() + poll_interval > deadline:
                 raise WaiterError(_core.describe_timeout(name, timeout, description), last_description=description)

@@ -51,13 +51,13 @@ def encode_payload(data: Any, content_type: str | None) -> tuple[bytes, str]:
         np.save(buffer, data, allow_pickle=False)
         return buffer.getvalue(), content_type or NPY
     if media == CSV:
-        return _csv(data).encode("utf-8"), content_type
+        return _csv(data).encode("utf-8"), content_type or CSV
     if media == NPY:
         import numpy as np
 
         buffer = io.BytesIO()
         np.save(buffer, np.asarray(data), allow_pickle=False)
-        return buffer.getvalue(), content_type
+        return buffer.getvalue(), content_type or NPY
     if _is_ndarray(data) or _is_dataframe(data):
         data = data.tolist() if _is_ndarray(data) else data.to_numpy().tolist()
     try:

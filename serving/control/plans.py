@@ -32,7 +32,7 @@ def container_plan(spec: EndpointSpec, container: ContainerSpec, settings: Serve
     scaling = spec.scaling_of(container)
     if scaling is not None and scaling.policies:  # target tracking: our policy in Serve's controller
         endpoint_level = spec.AutoScaling is not None
-        count = {"autoscaling_config": serve_autoscaling_config(
+        count: dict[str, Any] = {"autoscaling_config": serve_autoscaling_config(
             spec.EndpointName, None if endpoint_level else container.ContainerHostname, scaling,
             [policy.as_policy() for policy in scaling.policies], (REGISTRY_NAME, NAMESPACE),
             containers=[c.ContainerHostname for c in spec.Containers] if endpoint_level else None)}

@@ -239,7 +239,7 @@ class Invocations:
                 hold.grow_to(len(body) + len(chunk))  # a body without Content-Length: as it arrives
             body += chunk
         trace.body_read = True
-        return body  # the bytearray itself: no copy
+        return body  # type: ignore[return-value]  # the bytearray itself, read as bytes: no copy
 
     async def _run_chain(self, endpoint: EndpointRoute, chain: tuple[str, ...], body: bytes, headers: dict[str, str],
                          affinity: str | None = None, trace: InvocationTrace | None = None) -> HopResponse:

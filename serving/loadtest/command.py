@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"Locust web UI: http://127.0.0.1:{args.web_port} (watch only: the harness drives the load)", flush=True)
     result = runner.run_load(plan, "main", plan.base_url, plan.requests, plan.base_url,
                              web_port=args.web_port if args.web else None, on_progress=_progress)
-    check = _metrics_check(plan, before, result.answered) if args.metrics_check else None
+    check = _metrics_check(plan, before, result.answered) if before is not None else None
 
     baseline_result = None
     if baseline is not None:
@@ -98,7 +98,7 @@ def _load_words(plan: Plan) -> str:
     unit = "requests/s (open loop)" if plan.open_loop else "users (closed loop)"
     levels = getattr(plan.scenario, "levels", None)
     if levels:
-        return f"steps {','.join(f'{v:g}' for v in levels)} {unit}, {plan.scenario.step_seconds:g} s each"
+        return f"steps {','.join(f'{v:g}' for v in levels)} {unit}, {getattr(plan.scenario, 'step_seconds', 0):g} s each"
     return f"{plan.level:g} {unit}"
 
 

@@ -25,7 +25,7 @@ from serving.loadtest.scenarios import Scenario, Target
 from serving.protocol import NAME_PATTERN
 
 DEFAULT_PAYLOAD = "[[5.1, 3.5, 1.4, 0.2]]"  # one iris row: what the demo endpoints take
-_BY_SUFFIX = {".json": _core.JSON, ".csv": _core.CSV, ".npy": _core.NPY, ".txt": "text/plain"}
+_BY_SUFFIX = {".json": protocol.JSON, ".csv": protocol.CSV, ".npy": protocol.NPY, ".txt": "text/plain"}
 
 
 class OptionError(ValueError):
@@ -80,7 +80,7 @@ class Plan:
         scenario = {k: v for k, v in vars(self.scenario).items() 
                     if not k.startswith("_") and k not in ("inner", "probabilities")}
         if isinstance(scenario.get("models"), list) and len(scenario["models"]) > 20:
-            scenario["models"] = scenario["models"][:20] + [f"... ({len(self.scenario.models)} in all)"]
+            scenario["models"] = scenario["models"][:20] + [f"... ({len(scenario['models'])} in all)"]
         return {
             "endpoint_url": f"{self.base_url}/endpoints/{self.endpoint}", "endpoint": self.endpoint,
             "load_mode": "open" if self.open_loop else "closed",  # fixed arrival rate, or fixed concurrency
@@ -176,7 +176,7 @@ def _encode_file(path: Path, content_type: str | None) -> tuple[bytes, str]:
         data = path.read_bytes()
     except OSError as error:
         raise OptionError("--payload", f"cannot read {path}: {error.strerror or error}") from None
-    return _core.encode_payload(data, content_type or _BY_SUFFIX.get(path.suffix.lower(), _core.OCTET))
+    return _core.encode_payload(data, content_type or _BY_SUFFIX.get(path.suffix.lower(), protocol.OCTET_STREAM))
 
 
 def _encode_json(text: str, content_type: str | None) -> tuple[bytes, str]:

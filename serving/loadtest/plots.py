@@ -17,6 +17,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # no display: files only
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from serving.loadtest.report import summary_table  # noqa: E402
 
@@ -102,7 +103,7 @@ def replicas_plot(report: Mapping[str, Any]) -> str:
         axes.text(0.5, 0.5, "no replica samples", ha="center", va="center", transform=axes.transAxes)
     axes.set(title="CurrentReplicas per container (GET /endpoints/{name})", xlabel="seconds", ylabel="replicas")
     axes.set_ylim(bottom=0)
-    axes.yaxis.get_major_locator().set_params(integer=True)
+    axes.yaxis.set_major_locator(MaxNLocator(integer=True))
     axes.grid(alpha=0.3)
     return _png(figure)
 

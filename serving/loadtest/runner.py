@@ -106,7 +106,7 @@ def send(client: Any, load: Load, target: Target, intended: float) -> None:
                 response.success()
             else:
                 response.failure(code)
-        load.result.add(intended - load.t0, latency_ms, target.label, target.model, status, code)
+        load.result.add(intended - (load.t0 or intended), latency_ms, target.label, target.model, status, code)
     finally:
         load.in_flight -= 1
 
@@ -151,7 +151,7 @@ class _Invoker(FastHttpUser):
         if not load.claim():
             return
         intended = time.perf_counter()
-        send(self.client, load, load.plan.scenario.target(intended - load.t0, self.random), intended)
+        send(self.client, load, load.plan.scenario.target(intended - (load.t0 or intended), self.random), intended)
 
 
 class _Scheduler(FastHttpUser):

@@ -98,7 +98,7 @@ class ContainerApp:
     def _custom_metrics(self) -> dict[str, float]:
         runtime = self.runtime
         hook = runtime._hooks.get("autoscaling_metrics") if runtime is not None else None
-        if hook is None:
+        if runtime is None or hook is None:
             return {}
         try:
             return {str(key): float(value) for key, value in (hook(runtime.model) or {}).items()}
@@ -126,6 +126,7 @@ class ContainerApp:
             if self.models is not None:
                 out, content_type = await self.models.ainvoke(body, headers.get("content-type"), headers.get("accept"), context)
             else:
+                assert self.runtime is not None  # SingleModel
                 started = time.perf_counter()
                 out, content_type = self.runtime.invoke(body, headers.get("content-type"), headers.get("accept"), context)
                 if self.model_latency is not None:

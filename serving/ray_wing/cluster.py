@@ -96,7 +96,7 @@ def connect_cluster(address: str, allow_unauthenticated: bool = False) -> None:
 
 def _use_token_auth() -> None:
     """Token mode for this process and the Ray processes it starts (Ray read its config at import)."""
-    from ray._raylet import AuthenticationTokenLoader, Config
+    from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]  # compiled module
 
     os.environ[AUTH_MODE_ENV] = "token"
     Config.initialize("")
@@ -131,7 +131,7 @@ def cluster_secret() -> bytes:
     On a cluster without authentication (only with --allow-unauthenticated-ray) there is no token: a
     random root kept in Ray's key-value store stands in, readable by anyone who can reach the cluster.
     """
-    from ray._raylet import AuthenticationTokenLoader
+    from ray._raylet import AuthenticationTokenLoader  # type: ignore[attr-defined]  # compiled module
 
     loader = AuthenticationTokenLoader.instance()
     if loader.has_token():

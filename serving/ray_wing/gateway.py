@@ -128,7 +128,7 @@ def start_gateway(settings: ServerSettings) -> str:
             settings = settings.model_copy(update={"port": probe.getsockname()[1]})
     serve.start(proxy_location="Disabled")
     registry_handle()
-    gateway = serve.deployment(Gateway).options(
+    gateway = serve.deployment(Gateway).options(  # type: ignore[attr-defined]  # Ray's overloads
         name="gateway", num_replicas=1, max_ongoing_requests=8, health_check_period_s=5,
         ray_actor_options={"num_cpus": 0, "resources": ON_HEAD},
     )

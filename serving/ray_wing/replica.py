@@ -94,7 +94,8 @@ class ContainerReplica:
 
     def check_health(self) -> None:
         if not self.process.alive:
-            raise RuntimeError(f"container process exited ({self.process.process.returncode})")
+            exit_code = self.process.process.returncode if self.process.process is not None else None
+            raise RuntimeError(f"container process exited ({exit_code})")
 
     def record_autoscaling_stats(self) -> dict[str, float]:
         """What this replica's autoscaler tracks (Serve calls it, pushes it to the controller, averages it)."""
@@ -124,7 +125,7 @@ def deploy_container(action: Deploy) -> None:
     from ray.serve.api import RunTarget, _run_many  # the non-blocking form of serve.run
 
     plan = action.plan
-    deployment = serve.deployment(ContainerReplica).options(
+    deployment = serve.deployment(ContainerReplica).options(  # type: ignore[attr-defined]  # Ray's overloads
         name=action.container, ray_actor_options=plan["actor_options"], **plan["count"],
         max_ongoing_requests=8, health_check_period_s=5, graceful_shutdown_timeout_s=20,
         max_constructor_retry_count=3,  # a model that fails to load fails again: report it soon

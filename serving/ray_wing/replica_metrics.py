@@ -14,7 +14,7 @@ import logging
 import os
 import threading
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from ray.util import metrics as ray_metrics
 
@@ -160,7 +160,7 @@ class ReplicaProcesses:
 
         self._psutil = psutil
         self._pids = pids
-        self._processes: dict[int, object] = {}
+        self._processes: dict[int, Any] = {}
         self._own = psutil.Process()
         self._own.cpu_percent(None)  # the first call only starts the interval
 

@@ -133,7 +133,7 @@ class _CodeFinder:
         if namespace is None:
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is not None and type(spec.loader) is importlib.machinery.SourceFileLoader:
+        if spec is not None and spec.origin and type(spec.loader) is importlib.machinery.SourceFileLoader:
             spec.loader = _CodeLoader(fullname, spec.origin, namespace)
         return spec
 

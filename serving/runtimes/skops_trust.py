@@ -56,7 +56,9 @@ def check_trees(model: Any, name: str) -> None:
         if isinstance(obj, Tree) and not _nodes_in_range(obj):
             raise ValueError(f"{name}: a decision tree's node indices are out of range (corrupt or crafted file)")
         attributes = getattr(obj, "__dict__", None)
-        tree = attributes.get("tree_") if isinstance(attributes, dict) else None
+        if not isinstance(attributes, dict):
+            continue
+        tree = attributes.get("tree_")
         if isinstance(tree, Tree) and attributes.get("n_features_in_") != tree.n_features:
             # The estimator checks a request's width against n_features_in_; the tree reads up to n_features.
             raise ValueError(f"{name}: a decision tree's feature count does not match its estimator's")
