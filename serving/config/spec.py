@@ -9,12 +9,10 @@ from __future__ import annotations
 import json
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Mapping
 
 import yaml
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     PrivateAttr,
     ValidationInfo,
@@ -25,6 +23,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from serving.access.identities import Identities, IdentitiesError, load_identities
 from serving.autoscaling.policy import SPEC_METRIC_TYPES
+from serving.config.documents import BASE_DIR, Document, describe, document_path, folder_of
 from serving.protocol import NAME_PATTERN
 
 MAX_CONTAINERS = 15
@@ -47,10 +46,6 @@ class SpecError(ValueError):
     """A spec that cannot be served; the message names every field at fault."""
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
 class ExecutionMode(str, Enum):
     """How requests flow through the containers of an endpoint."""
 
@@ -58,13 +53,13 @@ class ExecutionMode(str, Enum):
     SERIAL = "Serial"
 
 
-class ExecutionConfig(_Model):
+class ExecutionConfig(Document):
     """SageMaker's InferenceExecutionConfig."""
 
     Mode: ExecutionMode = Field(ExecutionMode.DIRECT, description="Direct: one named container per request; Serial: all, in order.")
 
 
-class ResourceConfig(_Model):
+class ResourceConfig(Document):
     """Ray resources reserved for each replica of a container."""
 
     Cpus: float = Field(0.1, gt=0, le=512, description="Logical CPUs per replica (Ray num_cpus); fractional shares allowed.")
@@ -85,7 +80,7 @@ class ResourceConfig(_Model):
         return custom
 
 
-class PredefinedMetric(_Model):
+class PredefinedMetric(Document):
     """Which built-in metric a target-tracking policy follows."""
 
     PredefinedMetricType: Literal[
@@ -96,7 +91,7 @@ class PredefinedMetric(_Model):
     ] = "SageMakerVariantInvocationsPerInstance"
 
 
-class CustomizedMetric(_Model):
+class CustomizedMetric(Document):
     """A metric the container reports itself (its `code/inference.py` defines `autoscaling_metrics`)."""
 
     MetricName: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_.-]{0,127}$",
@@ -104,7 +99,7 @@ class CustomizedMetric(_Model):
     Statistic: Literal["Average"] = Field("Average", description="Averaged per replica, as the predefined metrics.")
 
 
-class TargetTrackingPolicy(_Model):
+class TargetTrackingPolicy(Document):
     """Application Auto Scaling's target-tracking policy fields."""
 
     TargetValue: float = Field(gt=0, description="Metric value the policy keeps each replica at.")
@@ -138,7 +133,7 @@ class TargetTrackingPolicy(_Model):
                 "scale_in_cooldown_s": self.ScaleInCooldown, "disable_scale_in": self.DisableScaleIn}
 
 
-class AutoScalingConfig(_Model):
+class AutoScalingConfig(Document):
     """Replica bounds and target-tracking policies (of a container, or of the whole endpoint)."""
 
     MinCapacity: int = Field(1, ge=1, le=100)
@@ -175,15 +170,11 @@ class ContainerMode(str, Enum):
 
 
 def _local_path(value: str, info: ValidationInfo) -> Path:
-    """A path from the spec: `file://` stripped, `~` expanded, relative to the spec file's folder."""
-    path = Path(value.removeprefix("file://")).expanduser()
-    base = (info.context or {}).get("base_dir")
-    if not path.is_absolute() and base is not None:
-        path = Path(base) / path
-    return path
+    """A local path or `file://` URL from the spec, by the documents' path rule (relative to the spec's folder)."""
+    return document_path(value.removeprefix("file://"), folder_of(info))
 
 
-class RuntimeEnvironmentConfig(_Model):
+class RuntimeEnvironmentConfig(Document):
     """The container's own Python environment on Ray (its replicas' Ray `runtime_env`); environment
     variables come from the container's `Environment`."""
 
@@ -219,13 +210,13 @@ class CacheSetting(str, Enum):
     DISABLED = "Disabled"
 
 
-class MultiModelSettings(_Model):
+class MultiModelSettings(Document):
     """SageMaker's MultiModelConfig: Disabled loads the model for each request and unloads it after."""
 
     ModelCacheSetting: CacheSetting = CacheSetting.ENABLED
 
 
-class ContainerSpec(_Model):
+class ContainerSpec(Document):
     """One serving stack plus its model, with its own hostname and resources."""
 
     ContainerHostname: Annotated[str, Field(pattern=NAME_PATTERN, max_length=63, description="1-63 letters, digits or hyphens; unique in the endpoint.")]
@@ -253,10 +244,7 @@ class ContainerSpec(_Model):
     def _resolve_model_data(cls, url: str | None, info: ValidationInfo) -> str | None:
         if url is None or url.startswith("s3://"):
             return url  # s3:// is checked against Mode below
-        path = Path(url.removeprefix("file://")).expanduser()
-        base = (info.context or {}).get("base_dir")
-        if not path.is_absolute() and base is not None:
-            path = Path(base) / path
+        path = _local_path(url, info)
         if not path.exists():
             raise ValueError(f"model data {url!r} does not exist (looked at {path})")
         if path.is_file() and not path.name.endswith((".tar.gz", ".tgz")):
@@ -327,7 +315,7 @@ class ContainerSpec(_Model):
         return self.AutoScaling.MinCapacity if self.AutoScaling else 1
 
 
-class AccessControlConfig(_Model):
+class AccessControlConfig(Document):
     """Where the identities and their policies live (never inline secrets)."""
 
     IdentitiesFile: str = Field(description="Identities YAML file, relative to the spec file; outside every model directory.")
@@ -336,10 +324,7 @@ class AccessControlConfig(_Model):
     @field_validator("IdentitiesFile")
     @classmethod
     def _resolve_identities_file(cls, value: str, info: ValidationInfo) -> str:
-        path = Path(value).expanduser()
-        base = (info.context or {}).get("base_dir")
-        if not path.is_absolute() and base is not None:
-            path = Path(base) / path
+        path = document_path(value, folder_of(info))
         if not path.is_file():
             raise ValueError(f"identities file {value!r} does not exist (looked at {path})")
         return str(path.resolve())
@@ -361,7 +346,7 @@ class AccessControlConfig(_Model):
         return self._identities
 
 
-class EndpointSpec(_Model):
+class EndpointSpec(Document):
     """An endpoint: 1 to 15 containers behind one name, Direct or Serial."""
 
     EndpointName: Annotated[str, Field(pattern=NAME_PATTERN, max_length=63, description="1-63 letters, digits or hyphens.")]
@@ -442,30 +427,13 @@ class EndpointSpec(_Model):
         return next((c for c in self.Containers if c.ContainerHostname == hostname), None)
 
 
-def _field_path(loc: tuple[Any, ...]) -> str:
-    path = ""
-    for part in loc:
-        if isinstance(part, int):
-            path += f"[{part}]"
-        elif part in ("function-after", "function-before") or str(part).startswith(("function-", "constrained-")):
-            continue
-        else:
-            path += f".{part}" if path else str(part)
-    return path or "(spec)"
-
-
-def _describe(error: PydanticValidationError) -> str:
-    lines = []
-    for item in error.errors(include_url=False):
-        message = item["msg"].removeprefix("Value error, ")
-        if item["type"] == "extra_forbidden":
-            message = "unknown field (not part of the endpoint spec)"
-        elif item["type"] == "string_pattern_mismatch" and item["loc"][-1] in ("EndpointName", "ContainerHostname"):
-            message = f"{item['input']!r} must be 1-63 letters, digits or hyphens, starting and ending with a letter or digit"
-        elif item["type"] == "too_long" and item["loc"] == ("Containers",):
-            message = f"an endpoint holds at most {MAX_CONTAINERS} containers"
-        lines.extend(f"{_field_path(item['loc'])}: {line}" for line in message.splitlines())
-    return "\n".join(lines)
+def _rewrite(item: Mapping[str, Any]) -> str | None:
+    # Say what a name may be rather than quote the pattern; and the limit on containers in words.
+    if item["type"] == "string_pattern_mismatch" and item["loc"][-1] in ("EndpointName", "ContainerHostname"):
+        return f"{item['input']!r} must be 1-63 letters, digits or hyphens, starting and ending with a letter or digit"
+    if item["type"] == "too_long" and item["loc"] == ("Containers",):
+        return f"an endpoint holds at most {MAX_CONTAINERS} containers"
+    return None
 
 
 def parse_spec(document: Any, base_dir: str | Path | None = None, identities_file: str | Path | None = None) -> EndpointSpec:
@@ -478,9 +446,9 @@ def parse_spec(document: Any, base_dir: str | Path | None = None, identities_fil
     if identities_file is not None:
         document = {**document, "AccessControl": {"IdentitiesFile": str(Path(identities_file).resolve())}}
     try:
-        return EndpointSpec.model_validate(document, context={"base_dir": str(base_dir) if base_dir else None})
+        return EndpointSpec.model_validate(document, context={BASE_DIR: str(base_dir) if base_dir else None})
     except PydanticValidationError as error:
-        raise SpecError(_describe(error)) from None
+        raise SpecError("\n".join(describe(error, "the endpoint spec", root="(spec)", rewrite=_rewrite))) from None
 
 
 def load_spec(path: str | Path, identities_file: str | Path | None = None) -> EndpointSpec:
