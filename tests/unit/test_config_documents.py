@@ -1,7 +1,11 @@
-"""serving.config.documents: what the spec, identities and policy documents share."""
+"""serving.config.documents: what the spec, identities and policy documents share, and what loading a spec costs."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,6 +14,8 @@ from pydantic import ValidationError, field_validator
 
 from serving.access.identities import load_identities
 from serving.config.documents import Document, describe, document_path, field_path
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Inner(Document):
@@ -77,3 +83,46 @@ def test_identities_follow_the_same_path_rule(tmp_path: Path, monkeypatch: pytes
         {"Principal": "p", "ApiKey": "k" * 20, "PolicyDocuments": ["~/mine.json", "team.json"]}]}))
     loaded = load_identities(folder / "identities.yaml")
     assert [policy.name for policy in loaded.identities[0].policies] == ["mine.json", "team.json"]
+
+
+# Validating a spec (`serving validate`, the control routes) must not pay for the request path:
+# botocore's signer is needed only to verify a signature, NumPy and the frameworks only in a replica.
+HEAVY = ("botocore.auth", "botocore.awsrequest", "botocore.credentials", "numpy", "torch", "tensorflow",
+         "onnxruntime", "sklearn")
+
+LIST_HEAVY = """
+heavy = sys.argv[-1].split(",")
+print(json.dumps(sorted({name for name in heavy for m in sys.modules if m == name or m.startswith(name + ".")})))
+"""
+
+
+def heavy_modules_after(code: str, *arguments: str) -> list[str]:
+    """Which of HEAVY a fresh interpreter (this session has long since imported them all) holds after `code`."""
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-c", "import json, sys\n" + code + LIST_HEAVY, *arguments, ",".join(HEAVY)],
+                          cwd=ROOT, env=environment, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_loading_a_spec_with_access_control_imports_no_signer_and_no_framework(tmp_path: Path) -> None:
+    (tmp_path / "model").mkdir()
+    spec = tmp_path / "endpoint.yaml"
+    spec.write_text(
+        "EndpointName: light\n"
+        "Containers:\n"
+        "  - {ContainerHostname: iris, Image: sklearn, ModelDataUrl: model}\n"
+        f"AccessControl: {{IdentitiesFile: {json.dumps(str(ROOT / 'examples' / 'identities.yaml'))}}}\n"
+    )
+    load = ("from serving.config.spec import load_spec\n"
+            "spec = load_spec(sys.argv[1])\n"
+            "assert [i.principal for i in spec.AccessControl.identities.identities] == ['team-a', 'team-b', 'batch-job']\n")
+    assert heavy_modules_after(load, str(spec)) == []
+
+
+def test_botocore_s_signer_is_imported_by_a_verifier_not_by_its_module() -> None:
+    assert heavy_modules_after("import serving.access.sigv4\n") == []
+    made = ("from serving.access.identities import Identities\n"
+            "from serving.access.sigv4 import Authenticator\n"
+            "Authenticator(Identities([]), 'us-east-1')\n")
+    assert {"botocore.auth", "botocore.credentials"} <= set(heavy_modules_after(made))
