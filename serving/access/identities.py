@@ -9,40 +9,25 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    SecretStr,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic import ValidationError as PydanticValidationError
 
-from serving.access.policies import (
-    Policy,
-    PolicyError,
-    describe_errors,
-    load_policy,
-)
+from serving.access.policies import Policy, PolicyError, load_policy
+from serving.config.documents import Document, describe, document_path
 
 
 class IdentitiesError(ValueError):
     """An identities file that cannot be used; each line names the entry and field at fault."""
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class IdentityEntry(_Model):
+class IdentityEntry(Document):
     """One caller: a principal name, its credentials and the policy documents attached to it."""
 
     Principal: str = Field(pattern=r"^[\w+=,.@-]{1,64}$", description="Name shown in audit logs.")
     AccessKeyId: str | None = Field(None, pattern=r"^\w{16,128}$", description="Key id of a SigV4 caller (boto3).")
     SecretAccessKey: SecretStr | None = Field(None, description="Secret of that key id.")
     ApiKey: SecretStr | None = Field(None, description="Bearer key of a caller that cannot sign.")
-    PolicyDocuments: list[str] = Field(min_length=1, description="Policy JSON files, relative to the identities file.")
+    PolicyDocuments: list[str] = Field(min_length=1, description="Policy JSON files, relative to the identities file (`~` expanded).")
 
     @field_validator("SecretAccessKey", "ApiKey")
     @classmethod
@@ -60,7 +45,7 @@ class IdentityEntry(_Model):
         return self
 
 
-class IdentitiesDocument(_Model):
+class IdentitiesDocument(Document):
     """The identities file: `Identities: [...]`."""
 
     Identities: list[IdentityEntry] = Field(min_length=1)
@@ -142,13 +127,13 @@ def load_identities(path: str | Path) -> Identities:
     try:
         parsed = IdentitiesDocument.model_validate(document)
     except PydanticValidationError as error:
-        raise IdentitiesError("\n".join(describe_errors(error, "unknown field (not part of an identities file)"))) from None
+        raise IdentitiesError("\n".join(describe(error, "an identities file"))) from None
     problems, identities, policies = [], [], {}
     fingerprint = hashlib.sha256(raw)
     for index, entry in enumerate(parsed.Identities):
         attached = []
         for position, reference in enumerate(entry.PolicyDocuments):
-            location = (path.parent / reference).resolve()
+            location = document_path(reference, path.parent).resolve()
             try:
                 if location not in policies:
                     policies[location] = load_policy(location, name=Path(reference).name)

@@ -17,8 +17,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic import ValidationError as PydanticValidationError
+
+from serving.config.documents import Document, describe
 
 __all__ = [
     "ACTION_INVOKE",
@@ -28,7 +30,6 @@ __all__ = [
     "Policy",
     "PolicyError",
     "RequestContext",
-    "describe_errors",
     "endpoint_arn",
     "evaluate",
     "glob_match",
@@ -61,11 +62,7 @@ def _as_list(value: Any) -> Any:
     return [value] if isinstance(value, str) else value
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class PolicyStatement(_Model):
+class PolicyStatement(Document):
     """One IAM statement; there is no Principal: the identity the document is attached to is the caller."""
 
     Sid: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,128}$", description="Optional statement id, shown in audit logs.")
@@ -139,7 +136,7 @@ class PolicyStatement(_Model):
         return self
 
 
-class PolicyDocument(_Model):
+class PolicyDocument(Document):
     """An IAM-style identity policy document."""
 
     Version: Literal["2012-10-17", "2008-10-17"] = Field("2012-10-17", description="Policy language version.")
@@ -160,30 +157,6 @@ class PolicyDocument(_Model):
                     raise ValueError(f"Statement[{index}].Sid {statement.Sid!r} duplicates Statement[{seen[statement.Sid]}]")
                 seen[statement.Sid] = index
         return self
-
-
-def field_path(loc: Sequence[Any]) -> str:
-    """`('Statement', 1, 'Effect')` -> `Statement[1].Effect` (pydantic's internal steps left out)."""
-    path = ""
-    for part in loc:
-        if isinstance(part, int):
-            path += f"[{part}]"
-        elif str(part).startswith(("function-", "constrained-")):
-            continue
-        else:
-            path += f".{part}" if path else str(part)
-    return path or "(document)"
-
-
-def describe_errors(error: PydanticValidationError, unknown: str = "unknown field") -> list[str]:
-    """One `path: message` line per problem; never echoes input values (they may be secrets)."""
-    lines = []
-    for item in error.errors(include_input=False, include_url=False):
-        message = item["msg"].removeprefix("Value error, ")
-        if item["type"] == "extra_forbidden":
-            message = unknown
-        lines.append(f"{field_path(item['loc'])}: {message}")
-    return lines
 
 
 # --- evaluation -------------------------------------------------------------------------
@@ -331,7 +304,7 @@ def parse_policy(document: Any, name: str = "policy") -> Policy:
     try:
         return Policy(name, PolicyDocument.model_validate(document))
     except PydanticValidationError as error:
-        raise PolicyError("\n".join(describe_errors(error, "unknown field (not part of an identity policy)"))) from None
+        raise PolicyError("\n".join(describe(error, "an identity policy"))) from None
 
 
 def load_policy(path: str | Path, name: str | None = None) -> Policy:

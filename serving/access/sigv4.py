@@ -1,4 +1,8 @@
-"""Who is calling: AWS Signature Version 4 and bearer API keys, checked against the identities."""
+"""Who is calling: AWS Signature Version 4 and bearer API keys, checked against the identities.
+
+botocore's signer (`_signer`) is imported by the `Authenticator`, which verifies signatures, not by this
+module: what only needs the request and caller types (the router, the spec's validation) never loads it.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +12,6 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Callable, Literal, Sequence
-
-from botocore.auth import SigV4Auth
-from botocore.awsrequest import AWSRequest
-from botocore.compat import HTTPHeaders
-from botocore.credentials import Credentials
 
 from serving import protocol
 from serving.access.identities import Identities, Identity
@@ -85,21 +84,6 @@ class Claim:
         return self.scheme == "sigv4"
 
 
-class _Verifier(SigV4Auth):
-    """botocore's signer, told to use exactly the headers the caller listed in SignedHeaders."""
-
-    def __init__(self, credentials: Credentials, region: str, signed: Sequence[str]) -> None:
-        super().__init__(credentials, SIGNING_SERVICE, region)
-        self._signed = frozenset(signed)
-
-    def headers_to_sign(self, request: AWSRequest) -> HTTPHeaders:
-        headers = HTTPHeaders()
-        for name, value in request.headers.items():
-            if name.lower() in self._signed:
-                headers[name.lower()] = value
-        return headers
-
-
 def _fail(error_type: type[ServingError], message: str, key_id: str | None = None) -> ServingError:
     error = error_type(message)
     error.key_id = key_id  # type: ignore[attr-defined]  # for the audit log: an access key id is not a secret
@@ -123,6 +107,11 @@ class Authenticator:
         self.identities = identities
         self.region = region
         self.clock = clock
+        # Here rather than at the top: only a verifier needs botocore (~150 ms to import), and the gateway makes
+        # its verifiers when it loads an endpoint, so no request waits for the import.
+        from serving.access._signer import expected_signature
+
+        self._expected_signature = expected_signature
 
     def authenticate(self, request: RawRequest) -> Caller:
         """The caller of a request whose body has been read, or the AWS error for why not."""
@@ -221,14 +210,8 @@ class Authenticator:
                         f"Signature not yet current: {amz_date} is still later than {(now + window).strftime(_AMZ_DATE)} ({stamp} + 5 min.)", key_id)
 
     def _signature(self, request: RawRequest, identity: Identity, signed: Sequence[str], amz_date: str) -> str:
-        # Only the path and query of the URL enter the canonical request; the scheme is http so that
-        # botocore hashes the payload (it always signs payloads over plain HTTP, as boto3 does).
-        url = f"http://signed.invalid{request.path}" + (f"?{request.query}" if request.query else "")
-        aws_request = AWSRequest(method=request.method, url=url, data=request.body)
-        for name, value in request.headers:
-            if name.lower() in signed:
-                aws_request.headers[name] = value  # HTTPHeaders appends: repeated headers are kept
-        aws_request.context["timestamp"] = amz_date
-        verifier = _Verifier(Credentials(identity.access_key_id, identity.secret_access_key), self.region, signed)
-        canonical = verifier.canonical_request(aws_request)
-        return verifier.signature(verifier.string_to_sign(aws_request, canonical), aws_request)
+        return self._expected_signature(
+            request.method, request.path, request.query, request.headers, request.body,
+            access_key_id=identity.access_key_id, secret_access_key=identity.secret_access_key,
+            service=SIGNING_SERVICE, region=self.region, signed=signed, amz_date=amz_date,
+        )

@@ -21,12 +21,8 @@ from typing import Any, Callable, Mapping
 
 from serving.errors import ValidationError
 from serving.models.artifacts import ARCHIVE_SUFFIXES
-from serving.models.cache import (
-    CacheObserver,
-    ModelCache,
-    approximate_memory,
-    process_memory,
-)
+from serving.models.cache import CacheObserver, ModelCache
+from serving.models.memory import approximate_memory, process_memory
 from serving.models.store import DownloadObserver, ModelStore
 from serving.protocol import TARGET_MODEL
 from serving.runtimes import InvocationContext, Runtime, runtime_class, runtime_for

@@ -1,16 +1,19 @@
 """Serving stacks, one module each, behind the `Runtime` interface in `base`.
 
 Framework modules are imported only when a container of that stack starts, so a
-replica pays only for the framework it serves.
+replica pays only for the framework it serves. The interface itself (`Runtime`,
+`InvocationContext`, whose codecs need NumPy) is imported on first use, so the
+stack names (`STACKS`, which the spec validates `Image` against) cost nothing.
 """
 
 from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-from serving.runtimes.base import InvocationContext, Runtime
+if TYPE_CHECKING:
+    from serving.runtimes.base import InvocationContext, Runtime
 
 STACK_CLASSES = {
     "sklearn": "serving.runtimes.sklearn:SklearnRuntime",
@@ -36,5 +39,15 @@ def runtime_for(image: str, model_dir: Path | None, environment: Mapping[str, st
 
 
 STACKS = tuple(STACK_CLASSES)
+
+
+def __getattr__(name: str) -> Any:
+    # PEP 562: `from serving.runtimes import Runtime` loads base (and NumPy) then, not with the package.
+    if name in ("InvocationContext", "Runtime"):
+        from serving.runtimes import base
+
+        return getattr(base, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["STACKS", "InvocationContext", "Runtime", "runtime_class", "runtime_for"]

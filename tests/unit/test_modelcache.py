@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from sklearn.linear_model import LogisticRegression
 
-from serving.models.cache import CacheObserver, ModelCache, process_memory
+from serving.models.cache import CacheObserver, ModelCache
+from serving.models.memory import process_memory
 
 MiB = 1 << 20
 

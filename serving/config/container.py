@@ -1,0 +1,208 @@
+"""Container fields of the endpoint spec: one serving stack plus its model, resources, scaling and environment."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from serving.config.documents import Document, document_path, folder_of
+from serving.config.scaling import AutoScalingConfig
+from serving.protocol import (  # container settings read from its Environment
+    IDEMPOTENT_ENV,
+    MAX_CONCURRENCY_ENV,
+    MAX_MODELS_ENV,
+    MODEL_DISK_ENV,
+    MODEL_MEMORY_ENV,
+    NAME_PATTERN,
+)
+from serving.runtimes import (
+    STACKS as KNOWN_IMAGES,  # one module per stack, none imported here
+)
+
+__all__ = [
+    "DEFAULT_MAX_CONCURRENCY", "DEFAULT_MAX_MODELS", "DEFAULT_MODEL_DISK_MB", "IDEMPOTENT_ENV", "KNOWN_IMAGES",
+    "MAX_CONCURRENCY_ENV", "MAX_MODELS_ENV", "MODEL_DISK_ENV", "MODEL_MEMORY_ENV", "CacheSetting", "ContainerMode",
+    "ContainerSpec", "MultiModelSettings", "ResourceConfig", "RuntimeEnvironmentConfig",
+]
+
+DEFAULT_MAX_CONCURRENCY = 128
+# MultiModel cache bounds per replica, set in a container's Environment (whole numbers).
+DEFAULT_MAX_MODELS = 16
+DEFAULT_MODEL_DISK_MB = 10240
+
+
+class ResourceConfig(Document):
+    """Ray resources reserved for each replica of a container."""
+
+    Cpus: float = Field(0.1, gt=0, le=512, description="Logical CPUs per replica (Ray num_cpus); fractional shares allowed.")
+    MemoryMb: int | None = Field(None, gt=0, description="Memory reserved per replica in MiB (Ray memory resource).")
+    Gpus: float = Field(0, ge=0, le=64, description="GPUs per replica (Ray num_gpus).")
+    Custom: dict[Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_.:-]{0,63}$")], Annotated[float, Field(gt=0)]] = Field(
+        default_factory=dict,
+        description="Ray custom resources per replica (e.g. {gpu-node: 1} to place it on nodes started with "
+                    "--resources '{\"gpu-node\": 4}'); Ray's own names (CPU, GPU, memory, node:...) are refused.")
+
+    @field_validator("Custom")
+    @classmethod
+    def _custom_is_custom(cls, custom: dict[str, float]) -> dict[str, float]:
+        reserved = [name for name in custom if name in ("CPU", "GPU", "memory", "object_store_memory")
+                    or name.startswith("node:") or name.startswith("accelerator_type:")]
+        if reserved:
+            raise ValueError(f"{', '.join(reserved)}: use Cpus, Gpus or MemoryMb; node:... is Ray's own")
+        return custom
+
+
+class ContainerMode(str, Enum):
+    """SingleModel: one model always loaded. MultiModel: many models loaded on demand."""
+
+    SINGLE = "SingleModel"
+    MULTI = "MultiModel"
+
+
+def _local_path(value: str, info: ValidationInfo) -> Path:
+    """A local path or `file://` URL from the spec, by the documents' path rule (relative to the spec's folder)."""
+    return document_path(value.removeprefix("file://"), folder_of(info))
+
+
+class RuntimeEnvironmentConfig(Document):
+    """The container's own Python environment on Ray (its replicas' Ray `runtime_env`); environment
+    variables come from the container's `Environment`."""
+
+    Pip: list[Annotated[str, Field(min_length=1, max_length=512)]] = Field(
+        default_factory=list, max_length=100,
+        description="Requirement specifiers (`name==1.2`) Ray installs into a virtualenv for this container's "
+                    "replicas, on top of the node's packages (Ray runtime_env `pip`). Needs the package index on every node.")
+    WorkingDir: str | None = Field(
+        None, description="A directory or .zip, relative to the spec file: the replicas' working directory, importable "
+                          "from code/inference.py (Ray runtime_env `working_dir`). Cluster mode: the same path on every node.")
+
+    @field_validator("Pip")
+    @classmethod
+    def _requirements_only(cls, packages: list[str]) -> list[str]:
+        for package in packages:
+            if package.lstrip().startswith("-"):
+                raise ValueError(f"{package!r}: list requirement specifiers only, not pip options")
+        return packages
+
+    @field_validator("WorkingDir")
+    @classmethod
+    def _resolve_working_dir(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        path = _local_path(value, info)
+        if not (path.is_dir() or (path.is_file() and path.suffix == ".zip")):
+            raise ValueError(f"working dir {value!r} must be an existing directory or .zip file (looked at {path})")
+        return str(path.resolve())
+
+
+class CacheSetting(str, Enum):
+    ENABLED = "Enabled"
+    DISABLED = "Disabled"
+
+
+class MultiModelSettings(Document):
+    """SageMaker's MultiModelConfig: Disabled loads the model for each request and unloads it after."""
+
+    ModelCacheSetting: CacheSetting = CacheSetting.ENABLED
+
+
+class ContainerSpec(Document):
+    """One serving stack plus its model, with its own hostname and resources."""
+
+    ContainerHostname: Annotated[str, Field(pattern=NAME_PATTERN, max_length=63, description="1-63 letters, digits or hyphens; unique in the endpoint.")]
+    Image: str = Field(description=f"Serving stack: one of {', '.join(KNOWN_IMAGES)}.")
+    ModelDataUrl: str | None = Field(None, description="Model artifact: a directory, file:// URL or .tar.gz, relative to the spec file. "
+                                                         "MultiModel: the prefix holding every model (a directory, file:// or s3://).")
+    Mode: ContainerMode = ContainerMode.SINGLE
+    MultiModelConfig: MultiModelSettings | None = Field(None, description="MultiModel only: ModelCacheSetting Enabled (default) or Disabled.")
+    Environment: dict[Annotated[str, Field(pattern=r"^[a-zA-Z_][a-zA-Z0-9_]{0,1023}$")], str] = Field(default_factory=dict)
+    Resources: ResourceConfig = Field(default_factory=ResourceConfig)
+    AutoScaling: AutoScalingConfig | None = None
+    RuntimeEnvironment: RuntimeEnvironmentConfig | None = Field(
+        None, description="Extra pip packages and a working directory for this container's replicas.")
+
+    @field_validator("Image")
+    @classmethod
+    def _known_image(cls, image: str) -> str:
+        if image not in KNOWN_IMAGES:
+            hint = " (OCI image references are not run by this version: see containers/README.md)" if "/" in image or ":" in image else ""
+            raise ValueError(f"unknown Image {image!r}; this version serves: {', '.join(KNOWN_IMAGES)}{hint}")
+        return image
+
+    @field_validator("ModelDataUrl")
+    @classmethod
+    def _resolve_model_data(cls, url: str | None, info: ValidationInfo) -> str | None:
+        if url is None or url.startswith("s3://"):
+            return url  # s3:// is checked against Mode below
+        path = _local_path(url, info)
+        if not path.exists():
+            raise ValueError(f"model data {url!r} does not exist (looked at {path})")
+        if path.is_file() and not path.name.endswith((".tar.gz", ".tgz")):
+            raise ValueError(f"model data {url!r} must be a directory or a .tar.gz archive")
+        return str(path.resolve())
+
+    @model_validator(mode="after")
+    def _model_data_fits_the_mode(self) -> ContainerSpec:
+        url = self.ModelDataUrl
+        if self.Mode is ContainerMode.MULTI:
+            if url is None:
+                raise ValueError("ModelDataUrl is required for a MultiModel container: the prefix holding its models")
+            if url.startswith("s3://"):
+                bucket = url[len("s3://"):].split("/", 1)[0]
+                if not bucket:
+                    raise ValueError(f"ModelDataUrl {url!r} names no bucket (s3://bucket/prefix/)")
+            elif not Path(url).is_dir():
+                raise ValueError(f"ModelDataUrl {url!r} of a MultiModel container must be a directory or s3:// prefix")
+        else:
+            if url is not None and url.startswith("s3://"):
+                raise ValueError("s3:// model data is served for MultiModel containers only; a SingleModel container "
+                                 "takes a directory, file:// URL or .tar.gz")
+            if self.MultiModelConfig is not None:
+                raise ValueError("MultiModelConfig applies to MultiModel containers only (set Mode: MultiModel)")
+        return self
+
+    @property
+    def max_concurrency(self) -> int:
+        """In-flight requests the router lets reach one replica before answering 429."""
+        return int(self.Environment.get(MAX_CONCURRENCY_ENV, DEFAULT_MAX_CONCURRENCY))
+
+    @property
+    def idempotent(self) -> bool:
+        """Whether a request whose connection broke before any answer may be sent again to another replica."""
+        return self.Environment.get(IDEMPOTENT_ENV, "true").strip().lower() not in ("false", "0", "no", "off")
+
+    @field_validator("Environment")
+    @classmethod
+    def _counts_are_counts(cls, environment: dict[str, str]) -> dict[str, str]:
+        for name in (MAX_CONCURRENCY_ENV, MAX_MODELS_ENV, MODEL_MEMORY_ENV, MODEL_DISK_ENV):
+            value = environment.get(name)
+            if value is not None and not (value.isdigit() and int(value) >= 1):
+                raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}")
+        flag = environment.get(IDEMPOTENT_ENV)
+        if flag is not None and flag.strip().lower() not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
+            raise ValueError(f"{IDEMPOTENT_ENV} must be true or false, got {flag!r}")
+        return environment
+
+    @property
+    def multi_model(self) -> dict[str, Any] | None:
+        """A MultiModel container's cache settings for its replicas, or None for SingleModel."""
+        if self.Mode is not ContainerMode.MULTI:
+            return None
+        memory_mb = self.Environment.get(MODEL_MEMORY_ENV)
+        if memory_mb is None and self.Resources.MemoryMb:
+            memory_mb = int(self.Resources.MemoryMb * 0.8)  # room for the runtime itself
+        settings = self.MultiModelConfig or MultiModelSettings()
+        return {
+            "cache_enabled": settings.ModelCacheSetting is CacheSetting.ENABLED,
+            "max_models": int(self.Environment.get(MAX_MODELS_ENV, DEFAULT_MAX_MODELS)),
+            "max_bytes": int(memory_mb) * 2**20 if memory_mb else None,
+            "max_disk_bytes": int(self.Environment.get(MODEL_DISK_ENV, DEFAULT_MODEL_DISK_MB)) * 2**20,
+        }
+
+    @property
+    def replicas(self) -> int:
+        """Replicas started with the container (autoscaling starts at its minimum)."""
+        return self.AutoScaling.MinCapacity if self.AutoScaling else 1
