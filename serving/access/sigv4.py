@@ -210,6 +210,7 @@ class Authenticator:
                         f"Signature not yet current: {amz_date} is still later than {(now + window).strftime(_AMZ_DATE)} ({stamp} + 5 min.)", key_id)
 
     def _signature(self, request: RawRequest, identity: Identity, signed: Sequence[str], amz_date: str) -> str:
+        assert identity.access_key_id and identity.secret_access_key  # found by its access key id: a SigV4 identity
         return self._expected_signature(
             request.method, request.path, request.query, request.headers, request.body,
             access_key_id=identity.access_key_id, secret_access_key=identity.secret_access_key,

@@ -191,7 +191,7 @@ class ContainerSpec(Document):
         """A MultiModel container's cache settings for its replicas, or None for SingleModel."""
         if self.Mode is not ContainerMode.MULTI:
             return None
-        memory_mb = self.Environment.get(MODEL_MEMORY_ENV)
+        memory_mb: str | int | None = self.Environment.get(MODEL_MEMORY_ENV)
         if memory_mb is None and self.Resources.MemoryMb:
             memory_mb = int(self.Resources.MemoryMb * 0.8)  # room for the runtime itself
         settings = self.MultiModelConfig or MultiModelSettings()

@@ -52,7 +52,7 @@ def describe(error: ValidationError, document: str, *, root: str = "(document)",
     `document` names the document in the message for an unknown field ("the endpoint spec"). Input values are
     never echoed (they may be secrets) unless `rewrite` puts one in a message of its own.
     """
-    lines = []
+    lines: list[str] = []
     for item in error.errors(include_url=False):
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":

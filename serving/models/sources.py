@@ -115,14 +115,14 @@ class _S3Source:
                 raise _not_found(target, prefix)
             _check_model(target, None, self._holder)
 
-            def fill(folder: Path) -> int:
+            def fill_archive(folder: Path) -> int:
                 download = folder.parent / "download" / PurePosixPath(target).name
                 nbytes = self._download(key, download)
                 extract_archive(download, folder)
                 shutil.rmtree(download.parent)
                 return nbytes
 
-            return _Located(version=f"s3:{head.get('ETag')}:{head.get('ContentLength')}", fill=fill)
+            return _Located(version=f"s3:{head.get('ETag')}:{head.get('ContentLength')}", fill=fill_archive)
         objects = [(obj["Key"][len(key) + 1 :], obj) for obj in self._list(key + "/") if not obj["Key"].endswith("/")]
         if not objects:
             raise _not_found(target, prefix)
@@ -135,10 +135,10 @@ class _S3Source:
                 raise ValidationError(f"model {_shown(target)} holds an object that leaves its folder: {_shown(relative)}") from None
         digest = hashlib.sha256(json.dumps([(rel, obj.get("ETag"), obj.get("Size")) for rel, obj in objects]).encode())
 
-        def fill(folder: Path) -> int:
+        def fill_folder(folder: Path) -> int:
             return sum(self._download(key + "/" + relative, folder.joinpath(*relative.split("/"))) for relative, _ in objects)
 
-        return _Located(version=f"s3dir:{digest.hexdigest()}", fill=fill)
+        return _Located(version=f"s3dir:{digest.hexdigest()}", fill=fill_folder)
 
     def _holder(self, folder: str) -> bool:
         key = self.key_prefix + folder + "/"
@@ -159,7 +159,7 @@ class _S3Source:
             page = self._call("list", key_prefix, self.client.list_objects_v2, Bucket=self.bucket, Prefix=key_prefix,
                               **token)
             yield from (page or {}).get("Contents", [])
-            if not (page or {}).get("IsTruncated"):
+            if page is None or not page.get("IsTruncated"):
                 return
             token["ContinuationToken"] = page["NextContinuationToken"]
 

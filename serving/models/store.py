@@ -164,6 +164,7 @@ class ModelStore:
         staging = Path(tempfile.mkdtemp(prefix=_STAGING, dir=self.cache_dir))
         try:
             try:
+                assert located.fill is not None  # a source gives a directory or a way to fill one
                 nbytes = located.fill(staging / _MODEL_DIR)
             except ArtifactError as error:
                 message = str(error).replace(str(self.cache_dir), "<cache>")
