@@ -124,8 +124,8 @@ def cmd_delete(args: argparse.Namespace) -> int:
     return 1 if missing else 0
 
 
-
 def add_parsers(commands) -> None:
+    """`serving apply` and `serving delete`."""
     apply = commands.add_parser(
         "apply", help="create or update endpoints of a running server, blue/green, rolled back on failure",
         description="Create endpoints, or update running ones without dropping requests: each changed container "

@@ -25,6 +25,7 @@ def _positive(kind):
 
 
 def add_parser(commands) -> None:
+    """`serving loadtest` and its options (docs/loadtest.md)."""
     loadtest = commands.add_parser(
         "loadtest", help="drive an endpoint with Locust and write a JSON + HTML report (needs the loadtest extra)",
         description="Load-test an endpoint (docs/loadtest.md). Scenarios: direct (containers by --weights), serial "

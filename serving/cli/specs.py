@@ -45,6 +45,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def add_parser(commands) -> None:
+    """`serving validate`."""
     validate = commands.add_parser("validate", help="check endpoint specs and print the verdict")
     validate.add_argument("specs", nargs="+", metavar="SPEC")
     validate.add_argument("--identities", metavar="FILE", help="identities file to use instead of each spec's AccessControl")

@@ -145,6 +145,7 @@ def _write_control_token(token: str, base_url: str) -> Path:
 
 
 def add_parser(commands) -> None:
+    """`serving up`."""
     up = commands.add_parser("up", help="serve endpoints until interrupted")
     up.add_argument("specs", nargs="+", metavar="SPEC")
     up.add_argument("--host", help="address to bind (default 127.0.0.1, or SERVING_HOST)")
