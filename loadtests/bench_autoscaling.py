@@ -154,7 +154,9 @@ def render(result: dict[str, Any]) -> str:
     c, e = result["container"], result["endpoint"]
     p = result["parameters"]
     settled = {level: settled_p99(result["reports"][level]) for level in ("container", "endpoint")}
-    row = lambda name, s, level: (f"| {name} | {s['p50_ms']:.1f} ms | {s['p99_ms']:.0f} ms | {settled[level]:.0f} ms | "  # noqa: E731
+    # A run no longer than SETTLE_S has no settled second: "–" rather than a crash after the whole run.
+    worst = {level: "–" if value is None else f"{value:.0f} ms" for level, value in settled.items()}
+    row = lambda name, s, level: (f"| {name} | {s['p50_ms']:.1f} ms | {s['p99_ms']:.0f} ms | {worst[level]} | "  # noqa: E731
                                   f"{s['max_replicas'].get('heavy', '?')} | {s['max_replicas'].get('light', '?')} | "
                                   f"{s['failures']} of {s['requests']} |")
     return "\n".join([
