@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,7 +30,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from loadtests.embedded_endpoint import embedded_endpoint  # noqa: E402
+from loadtests.harness.loadtest import run_loadtest  # noqa: E402
+from loadtests.harness.results import write_results, write_section  # noqa: E402
+from loadtests.harness.servers import embedded_endpoint  # noqa: E402
 
 RESULTS = ROOT / "loadtests" / "results" / "bench_autoscaling.json"
 PLOT = ROOT / "docs" / "images" / "autoscaling-shift.png"
@@ -92,13 +93,11 @@ def spec(work: Path, level: str) -> dict[str, Any]:
 
 def run_level(work: Path, level: str, rate: float, duration: float) -> dict[str, Any]:
     """One fresh embedded Ray, the endpoint, one load test; the load test's report."""
-    out = work / f"report-{level}"
     with embedded_endpoint(spec(work, level)) as url:
         log(f"{level}: serving at {url}; load test {duration:g} s at {rate:g}/s")
-        subprocess.run([sys.executable, "-m", "serving.cli", "loadtest", "shift", "--endpoint", f"{url}/endpoints/shift",
-                        "--from", "heavy", "--to", "light", "--rate", str(rate), "--duration", str(duration),
-                        "--poll-interval", "1", "--out", str(out), "--no-html"], check=True, timeout=duration + 300)
-    return json.loads((out / "report.json").read_text())
+        return run_loadtest("shift", f"{url}/endpoints/shift", work / f"report-{level}", "--from", "heavy", "--to",
+                            "light", "--rate", str(rate), "--duration", str(duration), "--poll-interval", "1",
+                            timeout=duration + 300)
 
 
 def summarize(report: dict[str, Any], duration: float) -> dict[str, Any]:
@@ -155,7 +154,9 @@ def render(result: dict[str, Any]) -> str:
     c, e = result["container"], result["endpoint"]
     p = result["parameters"]
     settled = {level: settled_p99(result["reports"][level]) for level in ("container", "endpoint")}
-    row = lambda name, s, level: (f"| {name} | {s['p50_ms']:.1f} ms | {s['p99_ms']:.0f} ms | {settled[level]:.0f} ms | "  # noqa: E731
+    # A run no longer than SETTLE_S has no settled second: "–" rather than a crash after the whole run.
+    worst = {level: "–" if value is None else f"{value:.0f} ms" for level, value in settled.items()}
+    row = lambda name, s, level: (f"| {name} | {s['p50_ms']:.1f} ms | {s['p99_ms']:.0f} ms | {worst[level]} | "  # noqa: E731
                                   f"{s['max_replicas'].get('heavy', '?')} | {s['max_replicas'].get('light', '?')} | "
                                   f"{s['failures']} of {s['requests']} |")
     return "\n".join([
@@ -218,13 +219,10 @@ def main() -> int:
         result = {"parameters": {"rate": args.rate, "duration": args.duration, "heavy_ms": HEAVY_MS, "light_ms": LIGHT_MS},
                   **{level: summarize(report, args.duration) for level, report in reports.items()},
                   "reports": reports}
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(json.dumps(result, indent=1) + "\n")
+        write_results(RESULTS, result, indent=1)
     text = render(result)
     print(text)
     if args.write_docs:
-        from loadtests.doc_sections import write_section
-
         page = ROOT / "docs" / "autoscaling.md"
         content = page.read_text()
         marker = "## Measured: traffic shift"

@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "run":
         return run(args)
-    from loadtests.doc_sections import write_section
+    from loadtests.harness.results import write_section
 
     write_section(ROOT / "docs" / "performance.md", "bench_gpu", render(json.loads(args.result.read_text())))
     return 0

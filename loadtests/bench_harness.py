@@ -13,33 +13,35 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from loadtests.harness.results import write_results, write_section  # noqa: E402
+
 RESULTS = ROOT / "loadtests" / "results" / "bench_harness.json"
 
 
 def run(work: Path, rate: float, duration: float) -> dict:
-    from loadtests.bench_invoke import Processes, start_floor, train_models
-    from loadtests.embedded_endpoint import embedded_endpoint
+    from loadtests.harness.loadtest import run_loadtest
+    from loadtests.harness.models import iris_models
+    from loadtests.harness.peers import start_floor
+    from loadtests.harness.processes import Processes
+    from loadtests.harness.servers import embedded_endpoint
 
-    paths = train_models(work)
+    paths = iris_models(work)
     processes = Processes()
     try:
         _, floor = start_floor(processes, paths, work)
         spec = {"EndpointName": "bench-harness", "Containers": [
             {"ContainerHostname": "iris", "Image": "sklearn", "ModelDataUrl": str(paths["skops_dir"])}]}
-        out = work / "report"
         with embedded_endpoint(spec) as url:
-            subprocess.run([sys.executable, "-m", "serving.cli", "loadtest", "direct", "--endpoint",
-                            f"{url}/endpoints/bench-harness", "--rate", str(rate), "--duration", str(duration),
-                            "--payload-json", "[[5.1, 3.5, 1.4, 0.2]]", "--baseline", f"{floor}/invocations",
-                            "--metrics-check", "--out", str(out), "--no-html"], check=True, timeout=duration * 3 + 300)
-        return json.loads((out / "report.json").read_text())
+            return run_loadtest("direct", f"{url}/endpoints/bench-harness", work / "report", "--rate", str(rate),
+                                "--duration", str(duration), "--payload-json", "[[5.1, 3.5, 1.4, 0.2]]",
+                                "--baseline", f"{floor}/invocations", "--metrics-check", timeout=duration * 3 + 300)
     finally:
         processes.stop_all()
 
@@ -86,13 +88,10 @@ def main() -> int:
         report.pop("timeseries", None)
         if isinstance(report.get("baseline"), dict):
             report["baseline"].pop("timeseries", None)
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(json.dumps(report, indent=1) + "\n")
+        write_results(RESULTS, report, indent=1)
     text = render(report)
     print(text)
     if args.write_docs:
-        from loadtests.doc_sections import write_section
-
         write_section(ROOT / "docs" / "performance.md", "bench_harness", text)
     return 0
 

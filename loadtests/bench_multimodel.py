@@ -28,8 +28,6 @@ import json
 import platform
 import random
 import shutil
-import socket
-import statistics
 import subprocess
 import sys
 import tarfile
@@ -39,6 +37,11 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from loadtests.harness.results import write_results, write_section  # noqa: E402
+from loadtests.harness.stats import summarize_latencies, zipf_weights  # noqa: E402
+
 MODEL = ROOT / "examples" / "models" / "iris-classifier"
 RESULTS = ROOT / "loadtests" / "results" / "bench_multimodel.json"
 ENDPOINT = "bench-mm"
@@ -50,17 +53,6 @@ WARM_BLOCKS, WARM_BLOCK = 10, 200
 
 def log(message: str) -> None:
     print(f"[bench_multimodel {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def percentile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
-
-
-def zipf_weights(n: int, s: float) -> list[float]:
-    weights = [1 / (rank ** s) for rank in range(1, n + 1)]
-    total = sum(weights)
-    return [w / total for w in weights]
 
 
 # --- client (runs in its own process: `bench_multimodel.py client SPEC_JSON`) ---------------------------
@@ -119,12 +111,6 @@ def run_client(spec: dict[str, Any]) -> dict[str, Any]:
 
 # --- the server side ------------------------------------------------------------------------------------
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def build_prefix(root: Path) -> Path:
     prefix = root / "prefix"
     prefix.mkdir()
@@ -176,33 +162,17 @@ def framework_load_times(prefix: Path, count: int) -> list[float]:
     return samples
 
 
-def summarize_latencies(samples: list[float]) -> dict[str, float]:
-    return {"requests": len(samples), "p50_ms": percentile(samples, 50) * 1e3, "p99_ms": percentile(samples, 99) * 1e3,
-            "mean_ms": statistics.fmean(samples) * 1e3}
-
-
 def run(work: Path) -> dict[str, Any]:
-    from serving import ray_wing
-    from serving.config.spec import parse_spec
-    from serving.settings import ServerSettings
+    from loadtests.harness.servers import in_process
 
     prefix = build_prefix(work)
-    settings = ServerSettings(port=free_port())
-    ray_wing.start_local_ray(num_cpus=2)
-    try:
-        url = ray_wing.start_gateway(settings)
-        spec = parse_spec({"EndpointName": ENDPOINT, "Containers": [
-            {"ContainerHostname": "single", "Image": "sklearn", "ModelDataUrl": str(MODEL), "Resources": {"Cpus": 0.5}},
-            {"ContainerHostname": "multi", "Image": "sklearn", "Mode": "MultiModel", "ModelDataUrl": str(prefix),
-             "Environment": {"SERVING_MAX_MODELS": str(CACHE)}, "Resources": {"Cpus": 0.5}},
-        ]})
-        ray_wing.deploy_endpoint(spec, settings)
-        deadline = time.monotonic() + 300
-        while ray_wing.describe_endpoints().get(ENDPOINT, {}).get("EndpointStatus") != "InService":
-            if time.monotonic() > deadline:
-                raise RuntimeError("bench-mm not InService after 300 s")
-            time.sleep(1)
-        time.sleep(3)  # the gateway's next registry poll
+    spec = {"EndpointName": ENDPOINT, "Containers": [
+        {"ContainerHostname": "single", "Image": "sklearn", "ModelDataUrl": str(MODEL), "Resources": {"Cpus": 0.5}},
+        {"ContainerHostname": "multi", "Image": "sklearn", "Mode": "MultiModel", "ModelDataUrl": str(prefix),
+         "Environment": {"SERVING_MAX_MODELS": str(CACHE)}, "Resources": {"Cpus": 0.5}},
+    ]}
+    with in_process(spec, num_cpus=2) as server:
+        url = server.url
         invocations = f"{url}/endpoints/{ENDPOINT}/invocations"
         single = {"X-Amzn-SageMaker-Target-Container-Hostname": "single"}
         multi = lambda index: {"X-Amzn-SageMaker-Target-Container-Hostname": "multi",  # noqa: E731
@@ -243,8 +213,6 @@ def run(work: Path) -> dict[str, Any]:
         log("zipf baseline: the same load on single")
         baseline = run_client({"url": invocations, "mode": "loop", "choices": [single], "weights": [1.0],
                                "concurrency": CONCURRENCY, "seconds": ZIPF_SECONDS})
-    finally:
-        ray_wing.shutdown()
 
     warm_single, warm_multi = summarize_latencies(warm["single"]), summarize_latencies(warm["multi"])
     cold_summary, framework_summary = summarize_latencies(cold), summarize_latencies(framework)
@@ -329,14 +297,10 @@ def main() -> int:
             raise SystemExit(f"{MODEL} is missing: run `python examples/train_demo.py` first")
         with tempfile.TemporaryDirectory(prefix="bench-mm-") as work:
             result = run(Path(work))
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+        write_results(RESULTS, result)
     text = render(result)
     print(text)
     if args.write_docs:
-        sys.path.insert(0, str(ROOT))
-        from loadtests.doc_sections import write_section
-
         write_section(ROOT / "docs" / "performance.md", "bench_multimodel", text)
     return 0
 

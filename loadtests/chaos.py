@@ -15,7 +15,6 @@ whole again. Bounded in time; not part of the test run. Results: loadtests/resul
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import signal
 import subprocess
@@ -28,6 +27,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from loadtests.harness.loadtest import loadtest_command, read_report  # noqa: E402
+from loadtests.harness.models import demo_models  # noqa: E402
+from loadtests.harness.proctree import listener  # noqa: E402
+from loadtests.harness.results import write_results, write_section  # noqa: E402
+from loadtests.harness.servers import in_process  # noqa: E402
+
 RESULTS = ROOT / "loadtests" / "results" / "chaos.json"
 REPLICAS = 2
 
@@ -81,54 +87,29 @@ class RetryingStream:
                 "p99_ms": round(latencies[int(0.99 * (len(latencies) - 1))] * 1000, 1) if latencies else None}
 
 
-def listener(url: str):
-    import psutil
-
-    port = int(url.rsplit(":", 1)[1])
-    for connection in psutil.net_connections("tcp"):
-        if connection.status == psutil.CONN_LISTEN and connection.laddr.port == port and connection.pid:
-            return psutil.Process(connection.pid)
-    return None
-
-
 def run(rate: float, duration: float, seed: int) -> dict:
     import httpx
     import ray
 
     from serving import ray_wing
     from serving.config.spec import parse_spec
-    from serving.settings import ServerSettings
-
-    sys.path.insert(0, str(ROOT / "examples"))
-    from train_demo import train
 
     rng = random.Random(seed)
     work = Path(tempfile.mkdtemp(prefix="serving-chaos-"))
-    train(work / "models")
-    (work / "iris.json").write_text("[[5.1, 3.5, 1.4, 0.2]]")
-    (work / "wine.json").write_text("[[13.2, 1.78, 2.14, 11.2, 100, 2.65, 2.76, 0.26, 1.28, 4.38, 1.05, 3.4, 1050]]")
-    (work / "labels.json").write_text("[0, 2]")
-    settings = ServerSettings(port=0)
-    ray_wing.start_local_ray(num_cpus=2)
+    payloads = demo_models(work)
     events: list[dict] = []
-    try:
-        url = ray_wing.start_gateway(settings)
-        ray_wing.deploy_endpoint(parse_spec(spec(work / "models")), settings)
+    with in_process(spec(work / "models"), num_cpus=2) as server:
+        url = server.url
         describe = lambda: httpx.get(f"{url}/endpoints/chaos", timeout=10).json()
-        deadline = time.monotonic() + 300
-        while describe().get("EndpointStatus") != "InService":
-            assert time.monotonic() < deadline, "not InService"
-            time.sleep(1)
-        snapshot = lambda: ray.get(ray_wing.registry_handle().snapshot.remote(-1), timeout=60)
+        snapshot = server.snapshot
         whole = lambda: all(len(snapshot()["replicas"].get(("chaos", host), [])) == REPLICAS
                             for host in ("iris", "wine", "labels"))
 
         report_dir = work / "loadtest"
         harness = subprocess.Popen(
-            [sys.executable, "-m", "serving.cli", "loadtest", "direct", "--endpoint", f"{url}/endpoints/chaos",
-             "--rate", str(rate), "--duration", str(duration), "--payload", f"iris={work / 'iris.json'}",
-             "--payload", f"wine={work / 'wine.json'}", "--payload", f"labels={work / 'labels.json'}",
-             "--out", str(report_dir), "--no-html", "--seed", str(seed)], stdout=subprocess.DEVNULL)
+            loadtest_command("direct", f"{url}/endpoints/chaos", report_dir, "--rate", str(rate), "--duration",
+                             str(duration), *(f"--payload={host}={path}" for host, path in payloads.items()),
+                             "--seed", str(seed)), stdout=subprocess.DEVNULL)
         retrying = RetryingStream(url, rate=4).start()
         started = time.monotonic()
         at = lambda: round(time.monotonic() - started, 1)
@@ -164,7 +145,7 @@ def run(rate: float, duration: float, seed: int) -> dict:
                 ray.kill(ray_wing.registry_handle(), no_restart=False)
                 recover("registry killed", "", lambda: snapshot()["epoch"] != epoch and whole())
             elif kind == "update":
-                generation = ray_wing.deploy_endpoint(parse_spec(spec(work / "models", release="2")), settings)
+                generation = server.deploy(parse_spec(spec(work / "models", release="2")))
                 recover("update applied", "wine: new environment",
                         lambda: (describe()["LastUpdate"]["Generation"] >= generation
                                  and describe()["LastUpdate"]["Status"] == "Succeeded"))
@@ -172,14 +153,12 @@ def run(rate: float, duration: float, seed: int) -> dict:
                 listener(url).send_signal(signal.SIGKILL)
                 recover("gateway killed", "", lambda: _answers(url))
         harness.wait(timeout=duration + 120)
-        load = json.loads((report_dir / "report.json").read_text())
+        load = read_report(report_dir)
         return {"rate": rate, "duration_s": duration, "seed": seed, "replicas_per_container": REPLICAS,
                 "open_loop": {"requests": load["totals"]["requests"], "failed": load["totals"]["failures_by_status"],
                               "failed_by_code": load["totals"]["failures_by_code"], "p99_ms": load["latency_ms"]["p99"],
                               "dropped": load["totals"]["dropped"]},
                 "retrying": retrying.finish(), "events": events}
-    finally:
-        ray_wing.shutdown()
 
 
 def _answers(url: str) -> bool:
@@ -218,12 +197,9 @@ def main() -> None:
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     result = run(args.rate, args.duration, args.seed)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    write_results(RESULTS, result)
     print(render(result))
     if args.write_docs:
-        from loadtests.doc_sections import write_section
-
         write_section(ROOT / "docs" / "reliability.md", "chaos", "## Chaos run\n\n" + render(result))
 
 

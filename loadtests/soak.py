@@ -13,8 +13,6 @@ loadtests/results/soak.json, and with --write-docs the "Soak" section of docs/re
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 import tempfile
 import threading
@@ -23,6 +21,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from loadtests.harness.loadtest import run_loadtest  # noqa: E402
+from loadtests.harness.models import demo_models  # noqa: E402
+from loadtests.harness.proctree import listener  # noqa: E402
+from loadtests.harness.results import write_results, write_section  # noqa: E402
+from loadtests.harness.servers import in_process  # noqa: E402
+
 RESULTS = ROOT / "loadtests" / "results" / "soak.json"
 SAMPLE_S = 30.0
 WARM_S = 300.0
@@ -31,8 +36,6 @@ WARM_S = 300.0
 def _processes(url: str, snapshot) -> dict[str, int]:
     """Role -> pid of every process of the endpoint: gateway, registry, and per replica its two processes."""
     import psutil
-
-    from loadtests.chaos import listener
 
     roles = {"gateway": listener(url).pid}
     for process in psutil.process_iter(["cmdline"]):
@@ -47,44 +50,23 @@ def _processes(url: str, snapshot) -> dict[str, int]:
     return roles
 
 
-def _loadtest(url: str, work: Path, out: Path, *load: str) -> dict:
-    subprocess.run([sys.executable, "-m", "serving.cli", "loadtest", "direct", "--endpoint", f"{url}/endpoints/chaos",
-                    "--payload", f"iris={work / 'iris.json'}", "--payload", f"wine={work / 'wine.json'}",
-                    "--payload", f"labels={work / 'labels.json'}", "--out", str(out), "--no-html", *load],
-                   check=True, stdout=subprocess.DEVNULL)
-    return json.loads((out / "report.json").read_text())
+def _loadtest(url: str, payloads: dict[str, Path], out: Path, *load: str) -> dict:
+    return run_loadtest("direct", f"{url}/endpoints/chaos", out, *(f"--payload={host}={path}" for host, path in
+                                                                    payloads.items()), *load, quiet=True)
 
 
 def run(minutes: float) -> dict:
     import psutil
-    import ray
 
     from loadtests.chaos import spec
-    from serving import ray_wing
-    from serving.config.spec import parse_spec
-    from serving.settings import ServerSettings
-
-    sys.path.insert(0, str(ROOT / "examples"))
-    from train_demo import train
 
     work = Path(tempfile.mkdtemp(prefix="serving-soak-"))
-    train(work / "models")
-    (work / "iris.json").write_text("[[5.1, 3.5, 1.4, 0.2]]")
-    (work / "wine.json").write_text("[[13.2, 1.78, 2.14, 11.2, 100, 2.65, 2.76, 0.26, 1.28, 4.38, 1.05, 3.4, 1050]]")
-    (work / "labels.json").write_text("[0, 2]")
-    settings = ServerSettings(port=0)
-    ray_wing.start_local_ray(num_cpus=2)
-    try:
-        url = ray_wing.start_gateway(settings)
-        ray_wing.deploy_endpoint(parse_spec(spec(work / "models")), settings)
-        deadline = time.monotonic() + 300
-        while ray_wing.describe_endpoints().get("chaos", {}).get("EndpointStatus") != "InService":
-            assert time.monotonic() < deadline, "not InService"
-            time.sleep(1)
-        time.sleep(3)
-        capacity = _loadtest(url, work, work / "capacity", "--users", "32", "--duration", "20")["throughput_rps"]["ok"]
+    payloads = demo_models(work)
+    with in_process(spec(work / "models"), num_cpus=2) as server:
+        url = server.url
+        capacity = _loadtest(url, payloads, work / "capacity", "--users", "32", "--duration", "20")["throughput_rps"]["ok"]
         rate = round(0.7 * capacity, 1)
-        roles = _processes(url, lambda: ray.get(ray_wing.registry_handle().snapshot.remote(-1), timeout=60))
+        roles = _processes(url, server.snapshot)
         samples: dict[str, list[tuple[float, int]]] = {role: [] for role in roles}
         stop, started = threading.Event(), time.monotonic()
 
@@ -98,7 +80,7 @@ def run(minutes: float) -> dict:
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
-        load = _loadtest(url, work, work / "soak", "--rate", str(rate), "--duration", str(minutes * 60))
+        load = _loadtest(url, payloads, work / "soak", "--rate", str(rate), "--duration", str(minutes * 60))
         stop.set()
         sampler.join(60)
         memory = {}
@@ -112,8 +94,6 @@ def run(minutes: float) -> dict:
         return {"minutes": minutes, "capacity_rps": capacity, "rate": rate,
                 "requests": load["totals"]["requests"], "failed": load["totals"]["failures_by_status"],
                 "p99_ms": load["latency_ms"]["p99"], "memory": memory}
-    finally:
-        ray_wing.shutdown()
 
 
 def render(result: dict) -> str:
@@ -137,12 +117,9 @@ def main() -> None:
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     result = run(args.minutes)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    write_results(RESULTS, result)
     print(render(result))
     if args.write_docs:
-        from loadtests.doc_sections import write_section
-
         write_section(ROOT / "docs" / "reliability.md", "soak", "## Soak\n\n" + render(result))
 
 

@@ -7,8 +7,6 @@ end of the session.
 
 from __future__ import annotations
 
-import socket
-import time
 from pathlib import Path
 
 import httpx
@@ -152,12 +150,6 @@ def _handler_dir(root: Path, name: str) -> Path:
     (folder / "code").mkdir(parents=True)
     (folder / "code" / "inference.py").write_text(HANDLERS[name])
     return folder
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
@@ -359,7 +351,7 @@ def s3_models(multi_model_prefix) -> str:
     from moto.server import ThreadedMotoServer
 
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one log line per S3 request otherwise
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=_free_port(), verbose=False)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
     url = f"http://{host}:{port}"
@@ -439,31 +431,20 @@ class Server:
 @pytest.fixture(scope="session")
 def server(demo_models, handler_models, identities_file, hetero_models, working_dir_model, multi_model_prefix, s3_models):
     """Embedded Ray, the endpoint server and every test endpoint; torn down after the session."""
-    from serving import ray_wing
+    from serving.ray_wing import EmbeddedServer
 
-    settings = ServerSettings(port=_free_port(), max_payload_mb=1.0, invocation_timeout_s=3.0)
-    ray_wing.start_local_ray(num_cpus=2)
-    try:
-        url = ray_wing.start_gateway(settings)
-        documents = endpoint_specs(demo_models, handler_models) + [access_endpoint_spec(demo_models, identities_file)]
-        documents += hetero_endpoint_specs(hetero_models, working_dir_model)
-        documents.append(multi_model_spec(multi_model_prefix, s3_models))
-        documents.append(metrics_endpoint_spec(demo_models, multi_model_prefix))
-        documents.append(scaling_endpoint_spec(handler_models))
-        specs = [parse_spec(doc) for doc in _small(documents)]
-        for spec in specs:  # one call each: Serve starts their replicas a little apart
-            ray_wing.deploy_endpoint(spec, settings)
-        running = Server(url)
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        pending = {spec.EndpointName for spec in specs}
-        while pending and time.monotonic() < deadline:
-            for name in list(pending):
-                response = running.http.get(f"/endpoints/{name}")
-                if response.status_code == 200 and response.json()["EndpointStatus"] in ("InService", "Failed"):
-                    pending.discard(name)
-            time.sleep(0.5)
+    documents = endpoint_specs(demo_models, handler_models) + [access_endpoint_spec(demo_models, identities_file)]
+    documents += hetero_endpoint_specs(hetero_models, working_dir_model)
+    documents.append(multi_model_spec(multi_model_prefix, s3_models))
+    documents.append(metrics_endpoint_spec(demo_models, multi_model_prefix))
+    documents.append(scaling_endpoint_spec(handler_models))
+    specs = [parse_spec(doc) for doc in _small(documents)]
+    settings = ServerSettings(port=0, max_payload_mb=1.0, invocation_timeout_s=3.0)
+    # Not `wait=True`: it-broken is meant to fail, so "ready" here is every endpoint InService or Failed.
+    with EmbeddedServer(specs, settings, num_cpus=2, wait=False, ready_timeout_s=READY_TIMEOUT_S) as embedded:
+        readiness = embedded.wait_ready()
+        pending = readiness.pending
         assert not pending, f"endpoints not ready after {READY_TIMEOUT_S} s: {sorted(pending)}"
+        running = Server(embedded.url)
         yield running
         running.http.close()
-    finally:
-        ray_wing.shutdown()

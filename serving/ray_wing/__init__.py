@@ -13,6 +13,7 @@ from serving.ray_wing.cluster import (
     connect_cluster,
     start_local_ray,
 )
+from serving.ray_wing.embedded import EmbeddedServer, EndpointsNotReady, Readiness
 from serving.ray_wing.gateway import start_gateway
 from serving.ray_wing.operations import (
     control_token,
@@ -27,6 +28,7 @@ from serving.ray_wing.operations import (
 from serving.ray_wing.registry import registry_handle
 from serving.ray_wing.serve_status import ServeNotRunning, serve_status
 
-__all__ = ["ServeNotRunning", "UnauthenticatedClusterError", "connect_cluster", "control_token", "delete_endpoint",
+__all__ = ["EmbeddedServer", "EndpointsNotReady", "Readiness", "ServeNotRunning", "UnauthenticatedClusterError",
+           "connect_cluster", "control_token", "delete_endpoint",
            "deploy_endpoint", "describe_endpoints", "disconnect", "http_control_token", "registry_handle", "root_secret",
            "serve_status", "shutdown", "start_gateway", "start_local_ray"]

@@ -1,0 +1,76 @@
+"""A driver's process tree from /proc: every process it started, their memory (PSS/USS/RSS) and CPU time,
+and which process listens on a URL's port."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def parent_of(pid: int) -> int | None:
+    """The parent pid, or None when the process is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])  # the field after the state; comm may hold spaces
+
+
+def process_tree() -> list[int]:
+    """This driver (what `serving up` is) and every process it started: Ray's, Serve's, the replicas."""
+    parents = {int(entry.name): parent_of(int(entry.name)) for entry in Path("/proc").iterdir() if entry.name.isdigit()}
+    tree, frontier = [os.getpid()], [os.getpid()]
+    while frontier:
+        children = [pid for pid, parent in parents.items() if parent in frontier]
+        tree += children
+        frontier = children
+    return tree
+
+
+def smaps(pid: int) -> dict[str, int] | None:
+    """PSS, USS (private pages) and RSS of a process, in bytes, from /proc/PID/smaps_rollup."""
+    try:
+        text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    except OSError:
+        return None
+    kib = {}
+    for line in text.splitlines()[1:]:
+        key, _, value = line.partition(":")
+        if value.strip().endswith("kB"):
+            kib[key] = int(value.split()[0])
+    return {"pss": kib.get("Pss", 0) * 1024, "rss": kib.get("Rss", 0) * 1024,
+            "uss": (kib.get("Private_Clean", 0) + kib.get("Private_Dirty", 0)) * 1024}
+
+
+def tree_cpu_seconds() -> float:
+    """CPU seconds (user + system) the whole tree has used so far."""
+    total = 0.0
+    for pid in process_tree():
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
+    return total
+
+
+def idle_cpu(window: float) -> float:
+    """Cores the whole tree uses, on average over `window` seconds (call it while no request runs)."""
+    before = tree_cpu_seconds()
+    time.sleep(window)
+    return (tree_cpu_seconds() - before) / window
+
+
+
+def listener(url: str):
+    """The psutil.Process listening on `url`'s port on this machine, or None."""
+    import psutil
+
+    port = int(url.rsplit(":", 1)[1])
+    for connection in psutil.net_connections("tcp"):
+        if connection.status == psutil.CONN_LISTEN and connection.laddr.port == port and connection.pid:
+            return psutil.Process(connection.pid)
+    return None

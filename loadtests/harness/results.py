@@ -1,0 +1,78 @@
+"""What a benchmark leaves behind: its results JSON, its section of a docs page, and the facts that make a
+number comparable (machine, versions, the command that produced it)."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata as metadata
+import json
+import platform
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write_section(path: Path, name: str, text: str, title: str = "# Performance") -> None:
+    """Replace (or append) the part of `path` owned by `name`; create the page with `title` if needed."""
+    begin, end = f"<!-- begin {name} -->", f"<!-- end {name} -->"
+    block = f"{begin}\n{text.strip()}\n{end}"
+    page = path.read_text() if path.exists() else f"{title}\n"
+    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.DOTALL)
+    if pattern.search(page):
+        page = pattern.sub(lambda _: block, page, count=1)
+    else:
+        page = page.rstrip("\n") + "\n\n" + block + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(page)
+
+
+def write_results(path: Path, result: dict[str, Any], indent: int = 2) -> None:
+    """The results JSON (its folder created), ending in a newline."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=indent) + "\n")
+
+
+def command_line(script: str) -> str:
+    """How this run was started, relative to the repository where possible (for the docs)."""
+    python = Path(sys.executable)
+    with contextlib.suppress(ValueError):
+        python = python.relative_to(ROOT) if python.is_relative_to(ROOT) else python
+    return shlex.join([str(python), str(Path(script).resolve().relative_to(ROOT)), *sys.argv[1:]])
+
+
+def package_versions(names: tuple[str, ...]) -> dict[str, str]:
+    """Python's and each installed package's version ("-" for one not installed)."""
+    versions = {"python": platform.python_version()}
+    for name in names:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "-"
+    return versions
+
+
+def machine_facts() -> dict[str, Any]:
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), platform.processor() or "unknown")
+    mem_kb = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
+                  if line.startswith("MemTotal"))
+    nproc = subprocess.run(["nproc"], capture_output=True, text=True, timeout=10).stdout.strip()
+    return {"nproc": nproc, "cpu_model": model, "memory_gib": round(mem_kb / 1024 / 1024, 1),
+            "kernel": platform.release(), "loadavg_at_start": " ".join(Path("/proc/loadavg").read_text().split()[:3])}
+
+
+def our_versions() -> dict[str, str]:
+    versions = {"python": sys.version.split()[0]}
+    for name in ("ray", "scikit-learn", "numpy", "skops", "uvicorn", "starlette", "aiohttp", "uvloop", "httptools"):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            versions[name] = metadata.version(name)
+    wrk = subprocess.run([shutil.which("wrk") or "wrk", "-v"], capture_output=True, text=True, timeout=10)
+    versions["wrk"] = (wrk.stdout + wrk.stderr).splitlines()[0].split(" Copyright")[0] if (wrk.stdout + wrk.stderr) else "?"
+    return versions
+

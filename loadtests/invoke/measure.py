@@ -1,0 +1,129 @@
+"""bench_invoke's own measurements: the request bodies, our two endpoints on an embedded server, in-process
+timings of the work around the model, the router's HTTP client alone, and the registry's status poll."""
+
+from __future__ import annotations
+
+import json
+import logging
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from loadtests.harness.processes import BenchError, install_interrupts
+
+ROOT = Path(__file__).resolve().parents[2]
+IRIS_ROW = [5.1, 3.5, 1.4, 0.2]  # a setosa: every server must answer class 0
+OUR_BODY = json.dumps([IRIS_ROW])
+MLSERVER_BODY = json.dumps({"inputs": [{"name": "predict", "shape": [1, 4], "datatype": "FP64", "data": IRIS_ROW}]})
+JSON_HEADERS = {"Content-Type": "application/json"}
+DIRECT = "bench-direct"
+SERIAL = "bench-serial"
+
+
+def inprocess_timings(paths: dict[str, Path]) -> dict[str, float]:
+    """µs per call (best of 7 repeats of 500) of the work each server does around the same fitted model."""
+    import joblib
+    import numpy as np
+
+    from serving.runtimes import InvocationContext, runtime_for
+
+    model = joblib.load(paths["joblib"])
+    rows = np.asarray([IRIS_ROW])
+    body = OUR_BODY.encode()
+    runtime = runtime_for("sklearn", paths["skops_dir"], {})
+    runtime.load()
+
+    def floor_handler():
+        out = json.dumps(model.predict(np.asarray(json.loads(body))).tolist(), separators=(",", ":"))
+        return out
+
+    calls = {
+        "predict (1 row, in-process)": lambda: model.predict(rows),
+        "floor handler: json.loads + predict + json.dumps": floor_handler,
+        "our sklearn runtime: invoke (decode, predict, encode)": lambda: runtime.invoke(
+            body, "application/json", None, InvocationContext()),
+    }
+    result = {}
+    for name, call in calls.items():
+        for _ in range(200):
+            call()
+        samples = []
+        for _ in range(7):
+            start = time.perf_counter_ns()
+            for _ in range(500):
+                call()
+            samples.append((time.perf_counter_ns() - start) / 500 / 1000)
+        result[name] = round(min(samples), 1)  # the least disturbed repeat, as timeit recommends
+    return result
+
+
+def endpoint_specs(models: Path):
+    import yaml
+
+    from serving.config.spec import parse_spec
+
+    direct = parse_spec({
+        "EndpointName": DIRECT, "InferenceExecutionConfig": {"Mode": "Direct"},
+        "Containers": [{"ContainerHostname": "iris", "Image": "sklearn", "ModelDataUrl": str(models / "iris")}],
+    })
+    document = yaml.safe_load((ROOT / "examples" / "serial.yaml").read_text())
+    document["EndpointName"] = SERIAL
+    serial = parse_spec(document, base_dir=models)
+    return direct, serial
+
+
+
+def start_ours(paths: dict[str, Path]):
+    """Embedded Ray, the gateway and both endpoints, InService and routable (an entered EmbeddedServer), and
+    {"base": URL, "ports": {"endpoint/container": data-port URL}, "serial_hostnames": [...]}."""
+    from serving.ray_wing import EmbeddedServer, EndpointsNotReady
+    from serving.settings import ServerSettings
+
+    direct, serial = endpoint_specs(paths["models"])
+    logging.getLogger("ray.serve").setLevel(logging.WARNING)  # keep Serve's INFO lines out of the bench output
+    server = EmbeddedServer([direct, serial], ServerSettings(host="127.0.0.1", port=0), ready_timeout_s=240,
+                            after_ray_start=install_interrupts)  # ray.init installs its own handlers
+    try:
+        server.__enter__()
+    except EndpointsNotReady as error:
+        raise BenchError(str(error)) from None
+    ports = {f"{endpoint}/{container}": urls[0] for (endpoint, container), urls in server.snapshot()["replicas"].items()}
+    return server, {"base": server.url, "ports": ports, "serial_hostnames": [c.ContainerHostname for c in serial.Containers]}
+
+
+def aiohttp_hop(url: str, body: str, seconds: float) -> dict[str, float]:
+    """Sequential POSTs with the router's HTTP client (aiohttp on uvloop), from a fresh process."""
+    args = [sys.executable, str(ROOT / "loadtests" / "hop_client.py"), url, body, str(seconds)]
+    try:
+        done = subprocess.run(args, capture_output=True, text=True, timeout=seconds + 60)
+    except subprocess.TimeoutExpired:
+        raise BenchError("the aiohttp hop measurement did not finish") from None
+    if done.returncode != 0:
+        raise BenchError(f"the aiohttp hop measurement failed: {done.stderr.strip()[-500:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def time_serve_status(calls: int = 7) -> dict[str, float]:
+    """What the registry's status poll pays once per second: serving.ray_wing.serve_status() (the controller's
+    instance details, parsed by hand), and for comparison Serve's public status API, which the gateway
+    itself used to call (and which then held the gateway's GIL)."""
+    from ray import serve
+
+    from serving.ray_wing.serve_status import serve_status
+
+    def timed(function) -> tuple[float, float]:
+        walls, cpus = [], []
+        for _ in range(calls):
+            wall, cpu = time.perf_counter(), time.thread_time()
+            function()
+            walls.append((time.perf_counter() - wall) * 1000)
+            cpus.append((time.thread_time() - cpu) * 1000)
+        return round(statistics.median(walls), 1), round(statistics.median(cpus), 1)
+
+    result: dict[str, float] = {"calls": calls}
+    result["wall_ms_p50"], result["thread_cpu_ms_p50"] = timed(serve_status)
+    result["public_wall_ms_p50"], result["public_thread_cpu_ms_p50"] = timed(serve.status)
+    return result
+

@@ -1,0 +1,166 @@
+"""`serving up`: validate, then serve endpoints on an embedded Ray (or a cluster) until interrupted."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from serving.cli.specs import load_all
+from serving.config.spec import EndpointSpec
+from serving.settings import ServerSettings, is_loopback
+
+
+def check_anonymous(specs: list[EndpointSpec], host: str, allow_anonymous: bool) -> str | None:
+    """The warning to print about endpoints without AccessControl; raises SystemExit(2) if they may not be served."""
+    anonymous = [spec.EndpointName for spec in specs if spec.AccessControl is None]
+    if not anonymous:
+        return None
+    names = ", ".join(anonymous)
+    if not is_loopback(host) and not allow_anonymous:
+        print(
+            f"refusing to serve {names} without authentication on {host}, which is not a loopback address: "
+            "add AccessControl to the spec (or --identities FILE; see docs/security.md), "
+            "or pass --allow-anonymous to serve it to anyone who can reach the port",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+    who = "anyone who can reach this machine" if is_loopback(host) else f"ANYONE who can reach {host}"
+    bar = "!" * 78
+    return (f"{bar}\n!! WARNING: no authentication for {names}: {who} can invoke every container.\n"
+            f"!! Add AccessControl (docs/security.md) before exposing the server.\n{bar}")
+
+
+def example_calls(base_url: str, spec: EndpointSpec, region: str = "us-east-1") -> list[str]:
+    """Copy-pasteable calls for an endpoint, shown at start-up (with placeholders, never secrets)."""
+    url = f"{base_url}/endpoints/{spec.EndpointName}/invocations"
+    lines = []
+    secured = spec.AccessControl is not None
+    bearer = " -H 'Authorization: Bearer <ApiKey>'" if secured else ""
+    targets = [None] if spec.mode.value == "Serial" or len(spec.Containers) == 1 else [c.ContainerHostname for c in spec.Containers]
+    for target in targets[:3]:
+        header = f" -H 'X-Amzn-SageMaker-Target-Container-Hostname: {target}'" if target else ""
+        lines.append(f"curl -s {url} -H 'Content-Type: application/json'{header}{bearer} -d '[[5.1, 3.5, 1.4, 0.2]]'")
+    target_arg = f", TargetContainerHostname='{targets[0]}'" if targets[0] else ""
+    key, secret = ("<AccessKeyId>", "<SecretAccessKey>") if secured else ("x", "x")
+    if secured:
+        lines.append(f"(<ApiKey>, <AccessKeyId>, <SecretAccessKey>: a caller's credentials from {spec.AccessControl.IdentitiesFile})")
+    lines.append(
+        "python -c \"import boto3; rt = boto3.client('sagemaker-runtime', endpoint_url='" + base_url + "', "
+        f"region_name='{region}', aws_access_key_id='{key}', aws_secret_access_key='{secret}'); "
+        f"print(rt.invoke_endpoint(EndpointName='{spec.EndpointName}', ContentType='application/json', "
+        f"Body='[[5.1, 3.5, 1.4, 0.2]]'{target_arg})['Body'].read())\""
+    )
+    return lines
+
+
+def _settings(args: argparse.Namespace, address: str | None) -> ServerSettings:
+    overrides = {k: v for k, v in {"host": args.host, "port": args.port}.items() if v is not None}
+    if args.allow_anonymous:
+        overrides["allow_anonymous"] = True
+    if address and "SERVING_CONTAINER_HOST" not in os.environ:
+        overrides["container_host"] = "node"  # replicas on other nodes must be reachable
+    elif not address and os.environ.get("SERVING_CONTAINER_HOST", "127.0.0.1") != "127.0.0.1":
+        print("note: SERVING_CONTAINER_HOST is ignored by the embedded server: data ports bind 127.0.0.1",
+              file=sys.stderr)
+    return ServerSettings(**overrides)
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    specs = load_all(args.specs, args.identities)
+    address = args.address or os.environ.get("RAY_ADDRESS")
+    settings = _settings(args, address)
+    warning = check_anonymous(specs, settings.host, settings.allow_anonymous)
+    from serving import (
+        ray_wing,  # imports Ray: only once the specs and settings are known to be good
+    )
+
+    print(f"Starting {'on the Ray cluster at ' + address if address else 'an embedded local Ray'} ...", flush=True)
+    stop = threading.Event()
+
+    def on_signals() -> None:  # after ray.init, which installs its own
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: stop.set())
+
+    detach = bool(address and args.detach)
+    server = ray_wing.EmbeddedServer(
+        specs, settings, address=address, allow_unauthenticated_ray=args.allow_unauthenticated_ray,
+        num_cpus=args.num_cpus, wait=False, ready_timeout_s=args.wait_timeout, keep_endpoints=detach,
+        after_ray_start=on_signals)
+    try:
+        with server:
+            token_file = _write_control_token(ray_wing.http_control_token(), server.url)
+            try:
+                return _serve(server, specs, warning, stop, exit_early=args.exit_after_ready or detach)
+            finally:
+                if not detach:
+                    token_file.unlink(missing_ok=True)
+    except ray_wing.UnauthenticatedClusterError as error:  # raised by joining the cluster, before anything started
+        print(f"refusing to deploy: {error}", file=sys.stderr)
+        return 2
+
+
+def _serve(server, specs: list[EndpointSpec], warning: str | None, stop: threading.Event, exit_early: bool) -> int:
+    print(f"\nEndpoint server: {server.url}", flush=True)
+    for spec in specs:
+        print(f"\n{spec.EndpointName} ({spec.mode.value}) - example calls (use your model's input):")
+        for line in example_calls(server.url, spec, server.settings.region):
+            print(f"  {line}")
+    if warning:
+        print(f"\n{warning}", file=sys.stderr, flush=True)
+    print("\nWaiting for containers to load ...", flush=True)
+    readiness = server.wait_ready()
+    failed = False
+    for spec in specs:
+        description = readiness.status(spec.EndpointName)
+        status = description["EndpointStatus"]
+        reason = f": {description['FailureReason']}" if description.get("FailureReason") else ""
+        print(f"  {spec.EndpointName}: {status}{reason}", flush=True)
+        failed |= status != "InService"
+    for reason in readiness.unroutable:  # InService, but the gateway could not route it yet
+        print(f"  not routable yet: {reason}", flush=True)
+    if exit_early:
+        return 1 if failed else 0
+    print("\nServing. Press Ctrl-C to stop. Change endpoints live with `serving apply SPEC` / "
+          "`serving delete NAME`.", flush=True)
+    stop.wait()
+    print("Shutting down ...", flush=True)
+    return 0
+
+
+def _write_control_token(token: str, base_url: str) -> Path:
+    """Leave the control token where `serving apply` finds it: readable by this user only."""
+    from serving.gateway.control_routes import control_token_file
+
+    path = control_token_file(int(base_url.rsplit(":", 1)[1]))
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as out:
+        out.write(token)
+    os.chmod(path, 0o600)  # also when the file was there before
+    return path
+
+
+def add_parser(commands) -> None:
+    """`serving up`."""
+    up = commands.add_parser("up", help="serve endpoints until interrupted")
+    up.add_argument("specs", nargs="+", metavar="SPEC")
+    up.add_argument("--host", help="address to bind (default 127.0.0.1, or SERVING_HOST)")
+    up.add_argument("--port", type=int, help="port to bind (default 8080, or SERVING_PORT)")
+    up.add_argument("--address", help="deploy onto this existing Ray cluster (default: RAY_ADDRESS, else embedded)")
+    up.add_argument("--identities", metavar="FILE",
+                    help="identities file (callers, keys, policies) for every endpoint, replacing the specs' AccessControl")
+    up.add_argument("--allow-anonymous", action="store_true",
+                    help="serve endpoints without AccessControl to anyone even on a non-loopback --host")
+    up.add_argument("--allow-unauthenticated-ray", action="store_true",
+                    help="with --address: deploy even onto a Ray cluster that accepts connections without a token "
+                         "(anyone who reaches it can run code there)")
+    up.add_argument("--num-cpus", type=int, help="CPUs the embedded Ray may use (default: all)")
+    up.add_argument("--wait-timeout", type=float, default=180.0, help="seconds to wait for containers to load")
+    up.add_argument("--exit-after-ready", action="store_true", help="stop once every endpoint is InService or Failed")
+    up.add_argument("--detach", action="store_true",
+                    help="with --address: deploy, wait for readiness and return, leaving the endpoints running")
+    up.set_defaults(func=cmd_up)
