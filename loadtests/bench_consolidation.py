@@ -229,7 +229,7 @@ def main() -> int:
     while args.wait_quiet and os.getloadavg()[0] >= 1.0 and time.monotonic() - waited < args.wait_quiet:
         time.sleep(10)
     meta: dict[str, Any] = {"command": " ".join([Path(sys.executable).name, *sys.argv]),
-                            "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                            "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                             "machine_before": _machine(),
                             "versions": package_versions(("ray", "torch", "tensorflow-cpu", "keras", "onnxruntime",
                                                           "scikit-learn", "numpy"))}

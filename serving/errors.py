@@ -118,8 +118,11 @@ class ModelError(ServingError):
     ) -> None:
         super().__init__(
             message,
-            **{ORIGINAL_STATUS_CODE: original_status, ORIGINAL_MESSAGE: original_message,
-               CONTAINER_HOSTNAME: container},
+            **{
+                ORIGINAL_STATUS_CODE: original_status,
+                ORIGINAL_MESSAGE: original_message,
+                CONTAINER_HOSTNAME: container,
+            },
             **extra,
         )
         self.container = container

@@ -65,7 +65,11 @@ ERROR_STATUS = {
 }
 HEADERS_TOO_LARGE_STATUS = 431
 # ModelError's extra fields: what the failing container answered.
-ORIGINAL_STATUS_CODE, ORIGINAL_MESSAGE, CONTAINER_HOSTNAME = "OriginalStatusCode", "OriginalMessage", "ContainerHostname"
+ORIGINAL_STATUS_CODE, ORIGINAL_MESSAGE, CONTAINER_HOSTNAME = (
+    "OriginalStatusCode",
+    "OriginalMessage",
+    "ContainerHostname",
+)
 
 # --- gateway -> container hops (SageMaker's model-container contract, signed) -----------------------------
 INVOCATIONS_PATH = "/invocations"

@@ -31,17 +31,18 @@ class ServerSettings(BaseSettings):
     container_host: str = Field(
         "127.0.0.1",
         description="Address container replicas bind their data port to; 'node' for the Ray node's IP. Honoured "
-                    "only on a cluster (--address): the embedded server always binds 127.0.0.1.",
+        "only on a cluster (--address): the embedded server always binds 127.0.0.1.",
     )
     sandbox: Literal["auto", "required", "off"] = Field(
         "auto",
         description="Confinement of container processes (docs/security.md): 'auto' applies every layer the kernel "
-                    "offers (Landlock, seccomp) and warns when one is missing, 'required' refuses to start a "
-                    "container without them, 'off' runs tenant code unconfined (still without Ray credentials).",
+        "offers (Landlock, seccomp) and warns when one is missing, 'required' refuses to start a "
+        "container without them, 'off' runs tenant code unconfined (still without Ray credentials).",
     )
     registry_poll_s: float = Field(0.25, gt=0, description="How often the router refreshes its replica table.")
     region: str = Field(
-        "us-east-1", pattern=r"^[a-z0-9-]{1,32}$",
+        "us-east-1",
+        pattern=r"^[a-z0-9-]{1,32}$",
         description="Region in endpoint ARNs and the one SigV4 credential scopes must name (clients' region_name).",
     )
     account_id: str = Field("000000000000", pattern=r"^\d{12}$", description="Account id in endpoint ARNs.")
@@ -52,49 +53,58 @@ class ServerSettings(BaseSettings):
     # What a caller can cost before it is authenticated (see docs/api.md, "Limits"). The HTTP server enforces
     # the first six (serving._http_limits), the router the last.
     max_connections: int = Field(
-        1024, ge=1,
+        1024,
+        ge=1,
         description="Open client connections at most; further ones are closed as soon as they are accepted "
-                    "(Envoy's overflow behaviour). 1024 is nginx's usual worker_connections and the usual soft "
-                    "open-file limit.",
+        "(Envoy's overflow behaviour). 1024 is nginx's usual worker_connections and the usual soft "
+        "open-file limit.",
     )
     max_header_bytes: int = Field(
-        16384, ge=1024,
+        16384,
+        ge=1024,
         description="Request line plus headers, in bytes; more is refused with 431. 16 KiB is h11's and "
-                    "Node.js's default (nginx allows 8 KiB per line).",
+        "Node.js's default (nginx allows 8 KiB per line).",
     )
     max_header_count: int = Field(
-        100, ge=16,
+        100,
+        ge=16,
         description="Headers in one request; more is refused with 431 (Apache's LimitRequestFields and Envoy's "
-                    "max_headers_count default to 100).",
+        "max_headers_count default to 100).",
     )
     header_timeout_s: float = Field(
-        10.0, gt=0,
+        10.0,
+        gt=0,
         description="Time to send a request's line and headers, from its first byte (from the connection for the "
-                    "first request; idle keep-alive time is not counted); then 408 and the connection is closed. "
-                    "HAProxy's usual `timeout http-request`.",
+        "first request; idle keep-alive time is not counted); then 408 and the connection is closed. "
+        "HAProxy's usual `timeout http-request`.",
     )
     body_idle_timeout_s: float = Field(
-        20.0, gt=0,
+        20.0,
+        gt=0,
         description="Longest pause while a request body is being received; then 408 and the connection is "
-                    "closed. Apache mod_reqtimeout's body=20 (nginx's client_body_timeout is 60).",
+        "closed. Apache mod_reqtimeout's body=20 (nginx's client_body_timeout is 60).",
     )
     body_timeout_s: float = Field(
-        60.0, gt=0,
+        60.0,
+        gt=0,
         description="Time to receive a whole request body, from the end of its headers, however steadily it "
-                    "trickles (slow POST); then 408. 60 s passes the 6 MB payload limit at 100 kB/s.",
+        "trickles (slow POST); then 408. 60 s passes the 6 MB payload limit at 100 kB/s.",
     )
     preauth_body_budget_mb: float = Field(
-        64.0, gt=0,
+        64.0,
+        gt=0,
         description="Request bodies the gateway holds at once before their Signature V4 is verified, in MB "
-                    "(bearer keys are checked before any body is read); a body that does not fit is refused "
-                    "with 429 ThrottlingException. At least max_payload_mb.",
+        "(bearer keys are checked before any body is read); a body that does not fit is refused "
+        "with 429 ThrottlingException. At least max_payload_mb.",
     )
 
     @model_validator(mode="after")
     def _one_body_fits_the_budget(self) -> ServerSettings:
         if self.preauth_body_budget_mb < self.max_payload_mb:
-            raise ValueError(f"preauth_body_budget_mb ({self.preauth_body_budget_mb:g}) must be at least max_payload_mb "
-                             f"({self.max_payload_mb:g}): a signed request of the largest payload could never be verified")
+            raise ValueError(
+                f"preauth_body_budget_mb ({self.preauth_body_budget_mb:g}) must be at least max_payload_mb "
+                f"({self.max_payload_mb:g}): a signed request of the largest payload could never be verified"
+            )
         return self
 
     @property

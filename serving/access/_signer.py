@@ -6,7 +6,7 @@ never imports botocore; `sigv4.Authenticator` imports this module when it is mad
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
@@ -29,9 +29,20 @@ class _Verifier(SigV4Auth):
         return headers
 
 
-def expected_signature(method: str, path: str, query: str, headers: Sequence[tuple[str, str]], body: bytes, *,
-                       access_key_id: str, secret_access_key: str, service: str, region: str,
-                       signed: Sequence[str], amz_date: str) -> str:
+def expected_signature(
+    method: str,
+    path: str,
+    query: str,
+    headers: Sequence[tuple[str, str]],
+    body: bytes,
+    *,
+    access_key_id: str,
+    secret_access_key: str,
+    service: str,
+    region: str,
+    signed: Sequence[str],
+    amz_date: str,
+) -> str:
     """The signature of a request as it arrived (raw path and query, headers in order), signed at `amz_date`."""
     # Only the path and query of the URL enter the canonical request; the scheme is http so that
     # botocore hashes the payload (it always signs payloads over plain HTTP, as boto3 does).

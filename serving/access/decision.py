@@ -12,8 +12,9 @@ import json
 import logging
 import sys
 import time
-from datetime import datetime, timezone
-from typing import IO, Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import IO, Any
 
 from serving.access.identities import Identities, load_reference
 from serving.access.policies import (
@@ -35,7 +36,7 @@ audit_log = logging.getLogger(AUDIT_LOGGER)
 
 
 def _audit(level: int, record: dict[str, Any]) -> None:
-    stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    stamp = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     audit_log.log(level, json.dumps({"time": stamp, **record}, separators=(",", ":")))
 
 
@@ -55,7 +56,9 @@ def configure_audit_log(stream: IO[str] | None = None) -> None:
 class EndpointAccess:
     """The identities of one endpoint and the ARN its policies are matched against."""
 
-    def __init__(self, identities: Identities, *, region: str, account_id: str, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, identities: Identities, *, region: str, account_id: str, clock: Callable[[], float] = time.time
+    ) -> None:
         self.identities = identities
         self.region = region
         self.account_id = account_id
@@ -83,18 +86,31 @@ class EndpointAccess:
             return check(*args)
         except ServingError as error:
             ACCESS_DECISIONS.labels(endpoint, "unauthenticated").inc()
-            _audit(logging.WARNING, {
-                "event": "authenticate", "endpoint": endpoint, "decision": "unauthenticated", "error": error.code,
-                "reason": error.message, "access_key_id": getattr(error, "key_id", None),
-            })
+            _audit(
+                logging.WARNING,
+                {
+                    "event": "authenticate",
+                    "endpoint": endpoint,
+                    "decision": "unauthenticated",
+                    "error": error.code,
+                    "reason": error.message,
+                    "access_key_id": getattr(error, "key_id", None),
+                },
+            )
             raise
 
     def authorize(self, endpoint: str, caller: Caller, containers: Sequence[str], model: str | None = None) -> None:
         """Allow only if the caller's policies allow InvokeEndpoint for every container; else AccessDeniedException."""
         resource = endpoint_arn(self.region, self.account_id, endpoint)
         record: dict[str, Any] = {
-            "event": "authorize", "principal": caller.principal, "auth": caller.scheme, "endpoint": endpoint,
-            "containers": list(containers), "model": model, "action": ACTION_INVOKE, "resource": resource,
+            "event": "authorize",
+            "principal": caller.principal,
+            "auth": caller.scheme,
+            "endpoint": endpoint,
+            "containers": list(containers),
+            "model": model,
+            "action": ACTION_INVOKE,
+            "resource": resource,
         }
         statements: dict[str, str | None] = {}
         for container in containers:
@@ -105,9 +121,15 @@ class EndpointAccess:
             statements[container] = decision.statement
             if not decision.allowed:
                 ACCESS_DECISIONS.labels(endpoint, "deny").inc()
-                _audit(logging.WARNING, {**record, "decision": "deny", "denied_container": container, "statements": statements})
-                why = ("an explicit deny in an identity-based policy" if decision.explicit
-                       else f"no identity-based policy allows the {ACTION_INVOKE} action")
+                _audit(
+                    logging.WARNING,
+                    {**record, "decision": "deny", "denied_container": container, "statements": statements},
+                )
+                why = (
+                    "an explicit deny in an identity-based policy"
+                    if decision.explicit
+                    else f"no identity-based policy allows the {ACTION_INVOKE} action"
+                )
                 target = f"container {container}" + (f", model {model}" if model is not None else "")
                 raise AccessDeniedError(
                     f"User: {caller.principal} is not authorized to perform: {ACTION_INVOKE} on resource: {resource} "

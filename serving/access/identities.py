@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import yaml
 from pydantic import Field, SecretStr, field_validator, model_validator
@@ -27,7 +28,9 @@ class IdentityEntry(Document):
     AccessKeyId: str | None = Field(None, pattern=r"^\w{16,128}$", description="Key id of a SigV4 caller (boto3).")
     SecretAccessKey: SecretStr | None = Field(None, description="Secret of that key id.")
     ApiKey: SecretStr | None = Field(None, description="Bearer key of a caller that cannot sign.")
-    PolicyDocuments: list[str] = Field(min_length=1, description="Policy JSON files, relative to the identities file (`~` expanded).")
+    PolicyDocuments: list[str] = Field(
+        min_length=1, description="Policy JSON files, relative to the identities file (`~` expanded)."
+    )
 
     @field_validator("SecretAccessKey", "ApiKey")
     @classmethod
@@ -143,13 +146,15 @@ def load_identities(path: str | Path) -> Identities:
                 for line in str(error).splitlines():
                     problems.append(f"Identities[{index}].PolicyDocuments[{position}] ({reference}): {line}")
         secret, api_key = entry.SecretAccessKey, entry.ApiKey
-        identities.append(Identity(
-            principal=entry.Principal,
-            access_key_id=entry.AccessKeyId,
-            secret_access_key=secret.get_secret_value() if secret else None,
-            api_key_sha256=_digest(api_key.get_secret_value()) if api_key else None,
-            policies=tuple(attached),
-        ))
+        identities.append(
+            Identity(
+                principal=entry.Principal,
+                access_key_id=entry.AccessKeyId,
+                secret_access_key=secret.get_secret_value() if secret else None,
+                api_key_sha256=_digest(api_key.get_secret_value()) if api_key else None,
+                policies=tuple(attached),
+            )
+        )
     if problems:
         raise IdentitiesError("\n".join(problems))
     return Identities(identities, str(path.resolve()), fingerprint.hexdigest())
@@ -159,8 +164,10 @@ def load_reference(reference: dict[str, str]) -> Identities:
     """Load identities the control plane validated (`Identities.reference`); refuse a file that changed since."""
     identities = load_identities(reference["IdentitiesFile"])
     if not hmac.compare_digest(identities.fingerprint, reference["Fingerprint"]):
-        raise IdentitiesError(f"{Path(reference['IdentitiesFile']).name} or a policy it attaches changed after the "
-                              "endpoint was deployed; deploy the endpoint again to use the new version")
+        raise IdentitiesError(
+            f"{Path(reference['IdentitiesFile']).name} or a policy it attaches changed after the "
+            "endpoint was deployed; deploy the endpoint again to use the new version"
+        )
     return identities
 
 

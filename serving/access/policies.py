@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Literal, Mapping, Sequence
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 from pydantic import ValidationError as PydanticValidationError
@@ -58,6 +59,7 @@ def endpoint_arn(region: str, account_id: str, endpoint: str) -> str:
 
 # --- documents (validated with pydantic) --------------------------------------------------
 
+
 def _as_list(value: Any) -> Any:
     return [value] if isinstance(value, str) else value
 
@@ -65,7 +67,9 @@ def _as_list(value: Any) -> Any:
 class PolicyStatement(Document):
     """One IAM statement; there is no Principal: the identity the document is attached to is the caller."""
 
-    Sid: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,128}$", description="Optional statement id, shown in audit logs.")
+    Sid: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9_.-]{1,128}$", description="Optional statement id, shown in audit logs."
+    )
     Effect: Literal["Allow", "Deny"]
     Action: list[str] | None = Field(None, min_length=1, description="Actions this statement applies to.")
     NotAction: list[str] | None = Field(None, min_length=1, description="Applies to every action except these.")
@@ -109,9 +113,11 @@ class PolicyStatement(Document):
 
     @field_validator("Condition")
     @classmethod
-    def _known_conditions(cls, condition: dict[str, dict[str, list[str]]] | None) -> dict[str, dict[str, list[str]]] | None:
+    def _known_conditions(
+        cls, condition: dict[str, dict[str, list[str]]] | None
+    ) -> dict[str, dict[str, list[str]]] | None:
         for operator, keys in (condition or {}).items():
-            base = next((operator[len(p):] for p in SET_PREFIXES if operator.startswith(p)), operator)
+            base = next((operator[len(p) :] for p in SET_PREFIXES if operator.startswith(p)), operator)
             if base not in OPERATORS:
                 raise ValueError(
                     f"unsupported condition operator {operator!r}; supported: {', '.join(OPERATORS)} "
@@ -154,12 +160,15 @@ class PolicyDocument(Document):
         for index, statement in enumerate(self.Statement):
             if statement.Sid is not None:
                 if statement.Sid in seen:
-                    raise ValueError(f"Statement[{index}].Sid {statement.Sid!r} duplicates Statement[{seen[statement.Sid]}]")
+                    raise ValueError(
+                        f"Statement[{index}].Sid {statement.Sid!r} duplicates Statement[{seen[statement.Sid]}]"
+                    )
                 seen[statement.Sid] = index
         return self
 
 
 # --- evaluation -------------------------------------------------------------------------
+
 
 @lru_cache(maxsize=4096)
 def _glob(pattern: str, ignore_case: bool = False) -> re.Pattern[str]:
@@ -197,7 +206,7 @@ class RequestContext:
 
 def _condition_holds(operator: str, values: list[str], present: str | None) -> bool:
     prefix = next((p for p in SET_PREFIXES if operator.startswith(p)), "")
-    base = operator[len(prefix):]
+    base = operator[len(prefix) :]
     negated = "Not" in base
     like = base.endswith("Like")
 
@@ -289,11 +298,14 @@ def evaluate(policies: Sequence[Policy], request: RequestContext) -> Decision:
 
 # --- loading ----------------------------------------------------------------------------
 
+
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     keys = [key for key, _ in pairs]
     duplicates = sorted({key for key in keys if keys.count(key) > 1})
     if duplicates:
-        raise PolicyError(f"duplicate key {duplicates[0]!r} in one JSON object (a later value would hide an earlier one)")
+        raise PolicyError(
+            f"duplicate key {duplicates[0]!r} in one JSON object (a later value would hide an earlier one)"
+        )
     return dict(pairs)
 
 

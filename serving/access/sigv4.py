@@ -9,9 +9,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
-from typing import Callable, Literal, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Literal
 
 from serving import protocol
 from serving.access.identities import Identities, Identity
@@ -96,7 +97,10 @@ def _parse_authorization(value: str) -> dict[str, str]:
         key, _, val = item.strip().partition("=")
         parts[key.strip()] = val.strip()
     if not all(parts.get(k) for k in ("Credential", "SignedHeaders", "Signature")):
-        raise _fail(InvalidSignatureError, "Authorization header requires 'Credential', 'SignedHeaders' and 'Signature' parameters.")
+        raise _fail(
+            InvalidSignatureError,
+            "Authorization header requires 'Credential', 'SignedHeaders' and 'Signature' parameters.",
+        )
     return parts
 
 
@@ -126,9 +130,11 @@ class Authenticator:
         """
         values = request.values("authorization")
         if not values or not values[0].strip():
-            raise _fail(MissingAuthenticationTokenError,
-                        "Missing Authentication Token: sign the request with AWS Signature Version 4 (as boto3 does) "
-                        "or send 'Authorization: Bearer <ApiKey>'.")
+            raise _fail(
+                MissingAuthenticationTokenError,
+                "Missing Authentication Token: sign the request with AWS Signature Version 4 (as boto3 does) "
+                "or send 'Authorization: Bearer <ApiKey>'.",
+            )
         if len(values) > 1:
             raise _fail(InvalidSignatureError, "The request carries more than one Authorization header.")
         scheme, _, rest = values[0].strip().partition(" ")
@@ -139,8 +145,10 @@ class Authenticator:
             if identity is None:
                 raise _fail(UnrecognizedClientError, "The API key included in the request is invalid.")
             return Claim(identity, "bearer")
-        raise _fail(MissingAuthenticationTokenError,
-                    f"Authorization header must use {ALGORITHM} (Signature Version 4) or 'Bearer <ApiKey>'.")
+        raise _fail(
+            MissingAuthenticationTokenError,
+            f"Authorization header must use {ALGORITHM} (Signature Version 4) or 'Bearer <ApiKey>'.",
+        )
 
     def verify(self, claim: Claim, request: RawRequest) -> Caller:
         """The Caller once what the headers could not prove holds: for SigV4, the body's hash and the signature."""
@@ -149,31 +157,49 @@ class Authenticator:
         key_id = claim.identity.access_key_id
         declared = request.values("x-amz-content-sha256")
         if declared and declared[0].strip() != hashlib.sha256(request.body).hexdigest():
-            raise _fail(InvalidSignatureError,
-                        "The provided x-amz-content-sha256 header does not match what was computed.", key_id)
+            raise _fail(
+                InvalidSignatureError,
+                "The provided x-amz-content-sha256 header does not match what was computed.",
+                key_id,
+            )
         expected = self._signature(request, claim.identity, claim.signed, claim.amz_date)
         if not hmac.compare_digest(expected.encode(), claim.signature.encode()):
-            raise _fail(InvalidSignatureError,
-                        "The request signature we calculated does not match the signature you provided. "
-                        "Check your AWS Secret Access Key and signing method.", key_id)
+            raise _fail(
+                InvalidSignatureError,
+                "The request signature we calculated does not match the signature you provided. "
+                "Check your AWS Secret Access Key and signing method.",
+                key_id,
+            )
         return Caller(claim.identity, "sigv4")
 
     def _sigv4_claim(self, request: RawRequest, authorization: str) -> Claim:
         parts = _parse_authorization(authorization)
         scope = parts["Credential"].split("/")
         if len(scope) != 5:
-            raise _fail(InvalidSignatureError, "Credential must have the form <AccessKeyId>/<date>/<region>/<service>/aws4_request.")
+            raise _fail(
+                InvalidSignatureError,
+                "Credential must have the form <AccessKeyId>/<date>/<region>/<service>/aws4_request.",
+            )
         key_id, scope_date, region, service, terminator = scope
         identity = self.identities.by_access_key_id(key_id)
         if identity is None or identity.secret_access_key is None:
             raise _fail(UnrecognizedClientError, "The security token included in the request is invalid.", key_id)
         if region != self.region:
-            raise _fail(InvalidSignatureError,
-                        f"Credential should be scoped to a valid region, not '{region}'; this server's region is '{self.region}'.", key_id)
+            raise _fail(
+                InvalidSignatureError,
+                f"Credential should be scoped to a valid region, not '{region}'; this server's region is '{self.region}'.",
+                key_id,
+            )
         if service != SIGNING_SERVICE:
-            raise _fail(InvalidSignatureError, f"Credential should be scoped to correct service: '{SIGNING_SERVICE}'.", key_id)
+            raise _fail(
+                InvalidSignatureError, f"Credential should be scoped to correct service: '{SIGNING_SERVICE}'.", key_id
+            )
         if terminator != "aws4_request":
-            raise _fail(InvalidSignatureError, f"Credential should be scoped with a valid terminator: 'aws4_request', not '{terminator}'.", key_id)
+            raise _fail(
+                InvalidSignatureError,
+                f"Credential should be scoped with a valid terminator: 'aws4_request', not '{terminator}'.",
+                key_id,
+            )
 
         signed = [name.strip().lower() for name in parts["SignedHeaders"].split(";")]
         for required in ("host", "x-amz-date"):
@@ -193,26 +219,45 @@ class Authenticator:
 
     def _check_time(self, amz_date: str, scope_date: str, key_id: str) -> None:
         try:
-            signed_at = datetime.strptime(amz_date, _AMZ_DATE).replace(tzinfo=timezone.utc)
+            signed_at = datetime.strptime(amz_date, _AMZ_DATE).replace(tzinfo=UTC)
         except ValueError:
-            raise _fail(InvalidSignatureError, f"X-Amz-Date '{amz_date}' is not in the form YYYYMMDD'T'HHMMSS'Z'.", key_id) from None
+            raise _fail(
+                InvalidSignatureError, f"X-Amz-Date '{amz_date}' is not in the form YYYYMMDD'T'HHMMSS'Z'.", key_id
+            ) from None
         if scope_date != amz_date[:8]:
-            raise _fail(InvalidSignatureError,
-                        f"Date in Credential scope does not match YYYYMMDD from X-Amz-Date: '{scope_date}' != '{amz_date[:8]}'.", key_id)
-        now = datetime.fromtimestamp(self.clock(), timezone.utc)
+            raise _fail(
+                InvalidSignatureError,
+                f"Date in Credential scope does not match YYYYMMDD from X-Amz-Date: '{scope_date}' != '{amz_date[:8]}'.",
+                key_id,
+            )
+        now = datetime.fromtimestamp(self.clock(), UTC)
         window = timedelta(seconds=MAX_SKEW_S)
         stamp = now.strftime(_AMZ_DATE)
         if signed_at < now - window:
-            raise _fail(InvalidSignatureError,
-                        f"Signature expired: {amz_date} is now earlier than {(now - window).strftime(_AMZ_DATE)} ({stamp} - 5 min.)", key_id)
+            raise _fail(
+                InvalidSignatureError,
+                f"Signature expired: {amz_date} is now earlier than {(now - window).strftime(_AMZ_DATE)} ({stamp} - 5 min.)",
+                key_id,
+            )
         if signed_at > now + window:
-            raise _fail(InvalidSignatureError,
-                        f"Signature not yet current: {amz_date} is still later than {(now + window).strftime(_AMZ_DATE)} ({stamp} + 5 min.)", key_id)
+            raise _fail(
+                InvalidSignatureError,
+                f"Signature not yet current: {amz_date} is still later than {(now + window).strftime(_AMZ_DATE)} ({stamp} + 5 min.)",
+                key_id,
+            )
 
     def _signature(self, request: RawRequest, identity: Identity, signed: Sequence[str], amz_date: str) -> str:
         assert identity.access_key_id and identity.secret_access_key  # found by its access key id: a SigV4 identity
         return self._expected_signature(
-            request.method, request.path, request.query, request.headers, request.body,
-            access_key_id=identity.access_key_id, secret_access_key=identity.secret_access_key,
-            service=SIGNING_SERVICE, region=self.region, signed=signed, amz_date=amz_date,
+            request.method,
+            request.path,
+            request.query,
+            request.headers,
+            request.body,
+            access_key_id=identity.access_key_id,
+            secret_access_key=identity.secret_access_key,
+            service=SIGNING_SERVICE,
+            region=self.region,
+            signed=signed,
+            amz_date=amz_date,
         )

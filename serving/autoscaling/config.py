@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 # How often a replica's stats reach the controller, and the window Serve averages them over.
 METRICS_INTERVAL_S = 2.0
@@ -14,8 +15,14 @@ LOOK_BACK_S = 10.0
 POLICY_PATH = "serving.ray_wing.autoscaler:ContainerAutoscaler"
 
 
-def serve_autoscaling_config(endpoint: str, container: str | None, autoscaling: Any, policies: list[dict[str, Any]],
-                             registry: tuple[str, str], containers: list[str] | None = None) -> dict[str, Any]:
+def serve_autoscaling_config(
+    endpoint: str,
+    container: str | None,
+    autoscaling: Any,
+    policies: list[dict[str, Any]],
+    registry: tuple[str, str],
+    containers: list[str] | None = None,
+) -> dict[str, Any]:
     """The `autoscaling_config` of one container deployment (Serve's own delays neutralised).
 
     `container` None with `containers`: the endpoint-level policy, each deployment joining its group.
@@ -30,16 +37,24 @@ def serve_autoscaling_config(endpoint: str, container: str | None, autoscaling: 
         "look_back_period_s": LOOK_BACK_S,
         # An import path, not the class: the controller imports this module (as it must on a cluster),
         # rather than unpickling a copy of it.
-        "policy": {"policy_function": POLICY_PATH, "policy_kwargs": {
-            "endpoint": endpoint, "container": container, "containers": containers or [],
-            "min_capacity": autoscaling.MinCapacity, "max_capacity": autoscaling.MaxCapacity,
-            "policies": policies, "registry": list(registry),
-        }},
+        "policy": {
+            "policy_function": POLICY_PATH,
+            "policy_kwargs": {
+                "endpoint": endpoint,
+                "container": container,
+                "containers": containers or [],
+                "min_capacity": autoscaling.MinCapacity,
+                "max_capacity": autoscaling.MaxCapacity,
+                "policies": policies,
+                "registry": list(registry),
+            },
+        },
     }
 
 
-def per_replica(aggregated: Mapping[str, Mapping[Any, float]] | None, running: list[Any], capacity: int,
-                names: list[str]) -> tuple[dict[str, float | None], dict[str, float]]:
+def per_replica(
+    aggregated: Mapping[str, Mapping[Any, float]] | None, running: list[Any], capacity: int, names: list[str]
+) -> tuple[dict[str, float | None], dict[str, float]]:
     """Each metric per replica of the capacity Serve is heading to, and each metric's total.
 
     Summed over the running replicas and divided by the target count: while added replicas start,

@@ -12,14 +12,25 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any, Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
 
 __all__ = [
-    "CONCURRENT_REQUESTS_PER_REPLICA", "CPU_UTILIZATION", "DEFAULT_COOLDOWN_S", "DEFAULT_SCALE_IN_TOLERANCE",
-    "INVOCATIONS_PER_INSTANCE", "MEMORY_UTILIZATION", "PREDEFINED_METRICS", "SPEC_METRIC_TYPES",
-    "ScalingDecision", "ScalingState", "TargetTracking", "TargetTrackingScaler", "activity",
+    "CONCURRENT_REQUESTS_PER_REPLICA",
+    "CPU_UTILIZATION",
+    "DEFAULT_COOLDOWN_S",
+    "DEFAULT_SCALE_IN_TOLERANCE",
+    "INVOCATIONS_PER_INSTANCE",
+    "MEMORY_UTILIZATION",
+    "PREDEFINED_METRICS",
+    "SPEC_METRIC_TYPES",
+    "ScalingDecision",
+    "ScalingState",
+    "TargetTracking",
+    "TargetTrackingScaler",
+    "activity",
 ]
 
 # Predefined metrics, each a value per replica that the caller measures. Any other string names a custom
@@ -28,8 +39,9 @@ INVOCATIONS_PER_INSTANCE = "SageMakerVariantInvocationsPerInstance"  # invocatio
 CONCURRENT_REQUESTS_PER_REPLICA = "ConcurrentRequestsPerReplica"  # requests in flight per replica
 CPU_UTILIZATION = "CPUUtilization"  # percent of the replica's CPUs
 MEMORY_UTILIZATION = "MemoryUtilization"  # percent of the replica's memory
-PREDEFINED_METRICS = frozenset({INVOCATIONS_PER_INSTANCE, CONCURRENT_REQUESTS_PER_REPLICA, CPU_UTILIZATION,
-                                MEMORY_UTILIZATION})
+PREDEFINED_METRICS = frozenset(
+    {INVOCATIONS_PER_INSTANCE, CONCURRENT_REQUESTS_PER_REPLICA, CPU_UTILIZATION, MEMORY_UTILIZATION}
+)
 # serving/spec.py's PredefinedMetricType values → the names above (the spec keeps SageMaker's spelling).
 SPEC_METRIC_TYPES = {
     "SageMakerVariantInvocationsPerInstance": INVOCATIONS_PER_INSTANCE,
@@ -105,9 +117,15 @@ def _num(value: float) -> float:
 class TargetTrackingScaler:
     """The replica count of one container under one or more target-tracking policies."""
 
-    def __init__(self, policies: Sequence[TargetTracking], min_capacity: int, max_capacity: int, *,
-                 scale_in_tolerance: float = DEFAULT_SCALE_IN_TOLERANCE,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        policies: Sequence[TargetTracking],
+        min_capacity: int,
+        max_capacity: int,
+        *,
+        scale_in_tolerance: float = DEFAULT_SCALE_IN_TOLERANCE,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         policies = tuple(policies)
         if not policies or not all(isinstance(p, TargetTracking) for p in policies):
             raise ValueError(f"policies: need at least one TargetTracking, got {policies!r}")
@@ -140,15 +158,24 @@ class TargetTrackingScaler:
         best = max(proposals, key=lambda p: p.desired)  # the first listed wins a tie
         desired, reason = self._clamp(best.desired), best.reason
         if not self.min_capacity <= current <= self.max_capacity:
-            reason = (f"{current} replicas outside MinCapacity..MaxCapacity "
-                      f"{self.min_capacity}..{self.max_capacity} → {desired} replicas")
+            reason = (
+                f"{current} replicas outside MinCapacity..MaxCapacity "
+                f"{self.min_capacity}..{self.max_capacity} → {desired} replicas"
+            )
         if desired > current:  # a scale-out ends any scale-in cooldown
             self.state = ScalingState(scale_out_at=now, scale_out_to=desired)
         elif desired < current:  # and a scale-in any scale-out cooldown: the capacity it added is gone
             self.state = ScalingState(scale_in_at=now)
-        return ScalingDecision(desired, current, best.policy.metric, best.value, best.policy.target, reason,
-                               self._left(self.state.scale_out_at, best.policy.scale_out_cooldown_s, now),
-                               self._left(self.state.scale_in_at, best.policy.scale_in_cooldown_s, now))
+        return ScalingDecision(
+            desired,
+            current,
+            best.policy.metric,
+            best.value,
+            best.policy.target,
+            reason,
+            self._left(self.state.scale_out_at, best.policy.scale_out_cooldown_s, now),
+            self._left(self.state.scale_in_at, best.policy.scale_in_cooldown_s, now),
+        )
 
     def _propose(self, policy: TargetTracking, current: int, value: float | None, now: float) -> _Proposal:
         """One policy's count: desired = ceil(current * metric / target), then its own rules and cooldowns."""
@@ -163,11 +190,17 @@ class TargetTrackingScaler:
         if desired > current:
             left = self._left(self.state.scale_out_at, policy.scale_out_cooldown_s, now)
             if left > 0 and self.state.scale_out_to is not None and desired <= self.state.scale_out_to:
-                return _Proposal(policy, value, current, f"blocked by ScaleOutCooldown ({left:.0f} s left; the last "
-                                                         f"scale-out already set {self.state.scale_out_to} replicas)")
+                return _Proposal(
+                    policy,
+                    value,
+                    current,
+                    f"blocked by ScaleOutCooldown ({left:.0f} s left; the last "
+                    f"scale-out already set {self.state.scale_out_to} replicas)",
+                )
             capped = " (MaxCapacity)" if desired < wanted else ""
-            return _Proposal(policy, value, desired,
-                             f"scale out: {m} {v} > target {t} per replica → {desired} replicas{capped}")
+            return _Proposal(
+                policy, value, desired, f"scale out: {m} {v} > target {t} per replica → {desired} replicas{capped}"
+            )
         if desired < current:
             if policy.disable_scale_in:
                 return _Proposal(policy, value, current, f"DisableScaleIn: {m} {v} < target {t}, holding {current}")
@@ -177,8 +210,12 @@ class TargetTrackingScaler:
             if left > 0:
                 return _Proposal(policy, value, current, f"blocked by ScaleInCooldown ({left:.0f} s left)")
             predicted = _num(value * current / desired) if desired else 0.0
-            return _Proposal(policy, value, desired, f"scale in: {m} {v} < target {t} per replica → {desired} "
-                                                     f"replicas (predicted {predicted} per replica)")
+            return _Proposal(
+                policy,
+                value,
+                desired,
+                f"scale in: {m} {v} < target {t} per replica → {desired} replicas (predicted {predicted} per replica)",
+            )
         if wanted > current:
             return _Proposal(policy, value, current, f"at MaxCapacity: {m} {v} > target {t} wants {wanted} replicas")
         if wanted < current and value < policy.target * (1 - self.scale_in_tolerance):
@@ -202,17 +239,24 @@ class TargetTrackingScaler:
         return 0.0 if since is None else max(0.0, since + cooldown_s - now)
 
 
-def activity(decision: ScalingDecision, container: str, *,
-             wall_clock: Callable[[], float] = time.time) -> dict[str, Any]:
+def activity(
+    decision: ScalingDecision, container: str, *, wall_clock: Callable[[], float] = time.time
+) -> dict[str, Any]:
     """A capacity change as a DescribeScalingActivities-style entry for the endpoint's describe output."""
     if not decision.changed:
         raise ValueError(f"decision: {decision.current} → {decision.desired} changes nothing, so it is no activity")
-    when = datetime.fromtimestamp(wall_clock(), timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    when = datetime.fromtimestamp(wall_clock(), UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
     return {
-        "Time": when, "ContainerHostname": container,
-        "From": decision.current, "To": decision.desired,
-        "MetricName": decision.metric, "MetricValue": decision.metric_value, "TargetValue": decision.target,
+        "Time": when,
+        "ContainerHostname": container,
+        "From": decision.current,
+        "To": decision.desired,
+        "MetricName": decision.metric,
+        "MetricValue": decision.metric_value,
+        "TargetValue": decision.target,
         "Reason": decision.reason,
-        "Cooldown": {"ScaleOutSecondsLeft": decision.scale_out_cooldown_left_s,
-                     "ScaleInSecondsLeft": decision.scale_in_cooldown_left_s},
+        "Cooldown": {
+            "ScaleOutSecondsLeft": decision.scale_out_cooldown_left_s,
+            "ScaleInSecondsLeft": decision.scale_in_cooldown_left_s,
+        },
     }

@@ -7,6 +7,7 @@ import argparse
 import os
 import sys
 import time
+from typing import Any
 
 from serving.cli.specs import load_all
 from serving.settings import ServerSettings
@@ -25,8 +26,11 @@ def _control_client(args: argparse.Namespace):
         try:
             token = path.read_text().strip()
         except OSError:
-            print(f"no control token: {path} is missing (is `serving up` running on {url}?); or set "
-                  "SERVING_CONTROL_TOKEN", file=sys.stderr)
+            print(
+                f"no control token: {path} is missing (is `serving up` running on {url}?); or set "
+                "SERVING_CONTROL_TOKEN",
+                file=sys.stderr,
+            )
             raise SystemExit(2) from None
     return httpx.Client(base_url=url, timeout=120, headers={"Authorization": f"Bearer {token}"})
 
@@ -53,9 +57,12 @@ def _report(names: list[str], states: dict[str, dict]) -> int:
     for name in names:
         description = states.get(name, {"EndpointStatus": "unknown", "LastUpdate": {}})
         update = description.get("LastUpdate") or {}
-        outcome = {"Succeeded": "updated", "Failed": "update FAILED and was rolled back" if
-                   description["EndpointStatus"] != "Failed" else "FAILED", "InProgress": "still updating"}
-        text = outcome.get(update.get("Status"), "unknown")
+        outcome = {
+            "Succeeded": "updated",
+            "Failed": "update FAILED and was rolled back" if description["EndpointStatus"] != "Failed" else "FAILED",
+            "InProgress": "still updating",
+        }
+        text = outcome.get(str(update.get("Status")), "unknown")
         reason = f": {update['FailureReason']}" if update.get("FailureReason") else ""
         print(f"  {name}: {description['EndpointStatus']} ({text}{reason})", flush=True)
         failed |= update.get("Status") != "Succeeded"
@@ -69,7 +76,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
     if address:  # straight to the cluster's control plane (this process holds the cluster's token)
         from serving import ray_wing
 
-        overrides = {} if "SERVING_CONTAINER_HOST" in os.environ else {"container_host": "node"}
+        overrides: dict[str, Any] = {} if "SERVING_CONTAINER_HOST" in os.environ else {"container_host": "node"}
         settings = ServerSettings(**overrides)
         ray_wing.connect_cluster(address, allow_unauthenticated=args.allow_unauthenticated_ray)
         try:
@@ -81,7 +88,9 @@ def cmd_apply(args: argparse.Namespace) -> int:
     with _control_client(args) as client:
         generations = {}
         for spec in specs:
-            response = client.put(f"/endpoints/{spec.EndpointName}", json=spec.model_dump(mode="json", exclude_none=True))
+            response = client.put(
+                f"/endpoints/{spec.EndpointName}", json=spec.model_dump(mode="json", exclude_none=True)
+            )
             if response.status_code != 200:
                 print(f"{spec.EndpointName}: {response.status_code} {response.text}", file=sys.stderr)
                 return 2 if response.status_code < 500 else 1
@@ -127,15 +136,20 @@ def cmd_delete(args: argparse.Namespace) -> int:
 def add_parsers(commands) -> None:
     """`serving apply` and `serving delete`."""
     apply = commands.add_parser(
-        "apply", help="create or update endpoints of a running server, blue/green, rolled back on failure",
+        "apply",
+        help="create or update endpoints of a running server, blue/green, rolled back on failure",
         description="Create endpoints, or update running ones without dropping requests: each changed container "
-                    "starts its new version beside the old one, traffic moves once all are ready, the old one "
-                    "drains; if the new version does not become ready, the endpoint stays on the old one "
-                    "(docs/reliability.md). Exit status 0 when every update succeeded, 1 if one failed, 2 for "
-                    "an invalid spec.")
+        "starts its new version beside the old one, traffic moves once all are ready, the old one "
+        "drains; if the new version does not become ready, the endpoint stays on the old one "
+        "(docs/reliability.md). Exit status 0 when every update succeeded, 1 if one failed, 2 for "
+        "an invalid spec.",
+    )
     apply.add_argument("specs", nargs="+", metavar="SPEC")
-    apply.add_argument("--url", help="the embedded server (default http://127.0.0.1:8080, or SERVING_PORT); its control "
-                                     "token is read from ~/.serving/control-token-PORT or SERVING_CONTROL_TOKEN")
+    apply.add_argument(
+        "--url",
+        help="the embedded server (default http://127.0.0.1:8080, or SERVING_PORT); its control "
+        "token is read from ~/.serving/control-token-PORT or SERVING_CONTROL_TOKEN",
+    )
     apply.add_argument("--address", help="a Ray cluster running `serving up --address` (default RAY_ADDRESS)")
     apply.add_argument("--identities", metavar="FILE", help="identities file for every endpoint (as for `serving up`)")
     apply.add_argument("--allow-unauthenticated-ray", action="store_true", help=argparse.SUPPRESS)

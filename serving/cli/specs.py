@@ -39,8 +39,10 @@ def _access_summary(spec: EndpointSpec) -> str:
 def cmd_validate(args: argparse.Namespace) -> int:
     for path, spec in zip(args.specs, load_all(args.specs, args.identities)):
         hostnames = ", ".join(c.ContainerHostname for c in spec.Containers)
-        print(f"{path}: OK  endpoint {spec.EndpointName} ({spec.mode.value}, {len(spec.Containers)} containers: {hostnames}"
-              f"{_access_summary(spec)})")
+        print(
+            f"{path}: OK  endpoint {spec.EndpointName} ({spec.mode.value}, {len(spec.Containers)} containers: {hostnames}"
+            f"{_access_summary(spec)})"
+        )
     return 0
 
 
@@ -48,5 +50,7 @@ def add_parser(commands) -> None:
     """`serving validate`."""
     validate = commands.add_parser("validate", help="check endpoint specs and print the verdict")
     validate.add_argument("specs", nargs="+", metavar="SPEC")
-    validate.add_argument("--identities", metavar="FILE", help="identities file to use instead of each spec's AccessControl")
+    validate.add_argument(
+        "--identities", metavar="FILE", help="identities file to use instead of each spec's AccessControl"
+    )
     validate.set_defaults(func=cmd_validate)

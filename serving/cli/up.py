@@ -30,8 +30,10 @@ def check_anonymous(specs: list[EndpointSpec], host: str, allow_anonymous: bool)
         raise SystemExit(2)
     who = "anyone who can reach this machine" if is_loopback(host) else f"ANYONE who can reach {host}"
     bar = "!" * 78
-    return (f"{bar}\n!! WARNING: no authentication for {names}: {who} can invoke every container.\n"
-            f"!! Add AccessControl (docs/security.md) before exposing the server.\n{bar}")
+    return (
+        f"{bar}\n!! WARNING: no authentication for {names}: {who} can invoke every container.\n"
+        f"!! Add AccessControl (docs/security.md) before exposing the server.\n{bar}"
+    )
 
 
 def example_calls(base_url: str, spec: EndpointSpec, region: str = "us-east-1") -> list[str]:
@@ -40,14 +42,20 @@ def example_calls(base_url: str, spec: EndpointSpec, region: str = "us-east-1") 
     lines = []
     secured = spec.AccessControl is not None
     bearer = " -H 'Authorization: Bearer <ApiKey>'" if secured else ""
-    targets = [None] if spec.mode.value == "Serial" or len(spec.Containers) == 1 else [c.ContainerHostname for c in spec.Containers]
+    targets = (
+        [None]
+        if spec.mode.value == "Serial" or len(spec.Containers) == 1
+        else [c.ContainerHostname for c in spec.Containers]
+    )
     for target in targets[:3]:
         header = f" -H 'X-Amzn-SageMaker-Target-Container-Hostname: {target}'" if target else ""
         lines.append(f"curl -s {url} -H 'Content-Type: application/json'{header}{bearer} -d '[[5.1, 3.5, 1.4, 0.2]]'")
     target_arg = f", TargetContainerHostname='{targets[0]}'" if targets[0] else ""
     key, secret = ("<AccessKeyId>", "<SecretAccessKey>") if secured else ("x", "x")
     if secured:
-        lines.append(f"(<ApiKey>, <AccessKeyId>, <SecretAccessKey>: a caller's credentials from {spec.AccessControl.IdentitiesFile})")
+        lines.append(
+            f"(<ApiKey>, <AccessKeyId>, <SecretAccessKey>: a caller's credentials from {spec.AccessControl.IdentitiesFile if spec.AccessControl else ''})"
+        )
     lines.append(
         "python -c \"import boto3; rt = boto3.client('sagemaker-runtime', endpoint_url='" + base_url + "', "
         f"region_name='{region}', aws_access_key_id='{key}', aws_secret_access_key='{secret}'); "
@@ -64,8 +72,9 @@ def _settings(args: argparse.Namespace, address: str | None) -> ServerSettings:
     if address and "SERVING_CONTAINER_HOST" not in os.environ:
         overrides["container_host"] = "node"  # replicas on other nodes must be reachable
     elif not address and os.environ.get("SERVING_CONTAINER_HOST", "127.0.0.1") != "127.0.0.1":
-        print("note: SERVING_CONTAINER_HOST is ignored by the embedded server: data ports bind 127.0.0.1",
-              file=sys.stderr)
+        print(
+            "note: SERVING_CONTAINER_HOST is ignored by the embedded server: data ports bind 127.0.0.1", file=sys.stderr
+        )
     return ServerSettings(**overrides)
 
 
@@ -87,9 +96,16 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     detach = bool(address and args.detach)
     server = ray_wing.EmbeddedServer(
-        specs, settings, address=address, allow_unauthenticated_ray=args.allow_unauthenticated_ray,
-        num_cpus=args.num_cpus, wait=False, ready_timeout_s=args.wait_timeout, keep_endpoints=detach,
-        after_ray_start=on_signals)
+        specs,
+        settings,
+        address=address,
+        allow_unauthenticated_ray=args.allow_unauthenticated_ray,
+        num_cpus=args.num_cpus,
+        wait=False,
+        ready_timeout_s=args.wait_timeout,
+        keep_endpoints=detach,
+        after_ray_start=on_signals,
+    )
     try:
         with server:
             token_file = _write_control_token(ray_wing.http_control_token(), server.url)
@@ -124,8 +140,10 @@ def _serve(server, specs: list[EndpointSpec], warning: str | None, stop: threadi
         print(f"  not routable yet: {reason}", flush=True)
     if exit_early:
         return 1 if failed else 0
-    print("\nServing. Press Ctrl-C to stop. Change endpoints live with `serving apply SPEC` / "
-          "`serving delete NAME`.", flush=True)
+    print(
+        "\nServing. Press Ctrl-C to stop. Change endpoints live with `serving apply SPEC` / `serving delete NAME`.",
+        flush=True,
+    )
     stop.wait()
     print("Shutting down ...", flush=True)
     return 0
@@ -151,16 +169,28 @@ def add_parser(commands) -> None:
     up.add_argument("--host", help="address to bind (default 127.0.0.1, or SERVING_HOST)")
     up.add_argument("--port", type=int, help="port to bind (default 8080, or SERVING_PORT)")
     up.add_argument("--address", help="deploy onto this existing Ray cluster (default: RAY_ADDRESS, else embedded)")
-    up.add_argument("--identities", metavar="FILE",
-                    help="identities file (callers, keys, policies) for every endpoint, replacing the specs' AccessControl")
-    up.add_argument("--allow-anonymous", action="store_true",
-                    help="serve endpoints without AccessControl to anyone even on a non-loopback --host")
-    up.add_argument("--allow-unauthenticated-ray", action="store_true",
-                    help="with --address: deploy even onto a Ray cluster that accepts connections without a token "
-                         "(anyone who reaches it can run code there)")
+    up.add_argument(
+        "--identities",
+        metavar="FILE",
+        help="identities file (callers, keys, policies) for every endpoint, replacing the specs' AccessControl",
+    )
+    up.add_argument(
+        "--allow-anonymous",
+        action="store_true",
+        help="serve endpoints without AccessControl to anyone even on a non-loopback --host",
+    )
+    up.add_argument(
+        "--allow-unauthenticated-ray",
+        action="store_true",
+        help="with --address: deploy even onto a Ray cluster that accepts connections without a token "
+        "(anyone who reaches it can run code there)",
+    )
     up.add_argument("--num-cpus", type=int, help="CPUs the embedded Ray may use (default: all)")
     up.add_argument("--wait-timeout", type=float, default=180.0, help="seconds to wait for containers to load")
     up.add_argument("--exit-after-ready", action="store_true", help="stop once every endpoint is InService or Failed")
-    up.add_argument("--detach", action="store_true",
-                    help="with --address: deploy, wait for readiness and return, leaving the endpoints running")
+    up.add_argument(
+        "--detach",
+        action="store_true",
+        help="with --address: deploy, wait for readiness and return, leaving the endpoints running",
+    )
     up.set_defaults(func=cmd_up)

@@ -26,7 +26,21 @@ from serving.client.errors import (
 )
 
 __all__ = [
-    "AccessDenied", "AsyncClient", "Client", "ConnectionFailed", "InternalFailure", "InvalidSignature", "InvokeResult",
-    "MissingAuthenticationToken", "ModelError", "ModelNotReady", "RetryPolicy", "ServiceUnavailable",
-    "ServingClientError", "UnknownServerError", "UnrecognizedClient", "ValidationError", "WaiterError",
+    "AccessDenied",
+    "AsyncClient",
+    "Client",
+    "ConnectionFailed",
+    "InternalFailure",
+    "InvalidSignature",
+    "InvokeResult",
+    "MissingAuthenticationToken",
+    "ModelError",
+    "ModelNotReady",
+    "RetryPolicy",
+    "ServiceUnavailable",
+    "ServingClientError",
+    "UnknownServerError",
+    "UnrecognizedClient",
+    "ValidationError",
+    "WaiterError",
 ]

@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass
-from typing import Any, Generator, Mapping
+from typing import Any
 
 import httpx
 
@@ -60,20 +61,39 @@ _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 
 class _Base:
-    def __init__(self, base_url: str | None = None, *, api_key: str | None = None,
-                 aws_access_key_id: str | None = None, aws_secret_access_key: str | None = None,
-                 aws_session_token: str | None = None, profile_name: str | None = None,
-                 region_name: str | None = None, sign: bool | None = None,
-                 timeout: float | httpx.Timeout = DEFAULT_TIMEOUT, retry: RetryPolicy | None = None,
-                 max_connections: int = 100, headers: Mapping[str, str] | None = None,
-                 transport: Any = None) -> None:
+    def __init__(
+        self,
+        base_url: str | None = None,
+        *,
+        api_key: str | None = None,
+        aws_access_key_id: str | None = None,
+        aws_secret_access_key: str | None = None,
+        aws_session_token: str | None = None,
+        profile_name: str | None = None,
+        region_name: str | None = None,
+        sign: bool | None = None,
+        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
+        retry: RetryPolicy | None = None,
+        max_connections: int = 100,
+        headers: Mapping[str, str] | None = None,
+        transport: Any = None,
+    ) -> None:
         self.base_url = (base_url or os.environ.get("SERVING_URL") or DEFAULT_URL).rstrip("/")
         self.auth: Authenticator = resolve(
-            api_key=api_key, aws_access_key_id=aws_access_key_id, aws_secret_access_key=aws_secret_access_key,
-            aws_session_token=aws_session_token, profile_name=profile_name, region_name=region_name, sign=sign)
+            api_key=api_key,
+            aws_access_key_id=aws_access_key_id,
+            aws_secret_access_key=aws_secret_access_key,
+            aws_session_token=aws_session_token,
+            profile_name=profile_name,
+            region_name=region_name,
+            sign=sign,
+        )
         self.retry = retry or RetryPolicy()
         self._options = dict(
-            base_url=self.base_url, timeout=timeout, headers=dict(headers or {}), transport=transport,
+            base_url=self.base_url,
+            timeout=timeout,
+            headers=dict(headers or {}),
+            transport=transport,
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
         )
 
@@ -93,8 +113,11 @@ class _Base:
                     yield _Sleep(self.retry.delay(attempt))
                     continue
                 sent = "" if isinstance(outcome, _NOT_SENT) else " (the request may have been processed)"
-                raise ConnectionFailed(f"{method} {self.base_url}{path} failed after {attempt} attempt(s): "
-                                       f"{type(outcome).__name__}: {outcome}{sent}", retry_attempts=attempt - 1)
+                raise ConnectionFailed(
+                    f"{method} {self.base_url}{path} failed after {attempt} attempt(s): "
+                    f"{type(outcome).__name__}: {outcome}{sent}",
+                    retry_attempts=attempt - 1,
+                )
             if self.retry.should_retry_status(attempt, outcome.status_code):
                 yield _Sleep(self.retry.delay(attempt, outcome.headers.get("retry-after")))
                 continue
@@ -102,12 +125,23 @@ class _Base:
             outcome.attempts = attempt - 1
             return outcome
 
-    def _invoke_flow(self, endpoint: str, data: Any, target: str | None, model: str | None,
-                     content_type: str | None, accept: str | None, custom_attributes: str | None,
-                     inference_id: str | None, variant: str | None) -> Flow:
+    def _invoke_flow(
+        self,
+        endpoint: str,
+        data: Any,
+        target: str | None,
+        model: str | None,
+        content_type: str | None,
+        accept: str | None,
+        custom_attributes: str | None,
+        inference_id: str | None,
+        variant: str | None,
+    ) -> Flow:
         path = _core.invocation_path(endpoint)
         body, content_type = _core.encode_payload(data, content_type)
-        headers = _core.invocation_headers(content_type, accept, target, model, variant, custom_attributes, inference_id)
+        headers = _core.invocation_headers(
+            content_type, accept, target, model, variant, custom_attributes, inference_id
+        )
         answer = yield from self._request_flow("POST", path, headers, body)
         return _core.result_from_response(answer.status_code, answer.headers, answer.content, answer.attempts)
 
@@ -131,8 +165,9 @@ class _Base:
             if status == "InService":
                 return description
             if status == "Failed":
-                raise WaiterError(f"endpoint {name} Failed: {(description or {}).get('FailureReason')}",
-                                  last_description=description)
+                raise WaiterError(
+                    f"endpoint {name} Failed: {(description or {}).get('FailureReason')}", last_description=description
+                )
             if time.monotonic() + poll_interval > deadline:
                 raise WaiterError(_core.describe_timeout(name, timeout, description), last_description=description)
             yield _Sleep(poll_interval)
@@ -182,16 +217,29 @@ class Client(_Base):
             except StopIteration as stop:
                 return stop.value
 
-    def invoke(self, endpoint: str, data: Any, *, target: str | None = None, model: str | None = None,
-               content_type: str | None = None, accept: str | None = None, custom_attributes: str | None = None,
-               inference_id: str | None = None, variant: str | None = None) -> InvokeResult:
+    def invoke(
+        self,
+        endpoint: str,
+        data: Any,
+        *,
+        target: str | None = None,
+        model: str | None = None,
+        content_type: str | None = None,
+        accept: str | None = None,
+        custom_attributes: str | None = None,
+        inference_id: str | None = None,
+        variant: str | None = None,
+    ) -> InvokeResult:
         """Invoke `endpoint` with `data` (bytes, str, dict/list, numpy array, pandas DataFrame).
 
         `target`: the container (Direct endpoints); `model`: TargetModel (MultiModel containers);
         raises a `ServingClientError` subclass for every error answer.
         """
-        return self._run(self._invoke_flow(endpoint, data, target, model, content_type, accept, custom_attributes,
-                                           inference_id, variant))
+        return self._run(
+            self._invoke_flow(
+                endpoint, data, target, model, content_type, accept, custom_attributes, inference_id, variant
+            )
+        )
 
     def invoke_endpoint(self, **arguments: Any) -> dict[str, Any]:
         """boto3's `sagemaker-runtime` `invoke_endpoint`: same keywords, same response dict."""
@@ -225,8 +273,8 @@ class Client(_Base):
 class AsyncClient(_Base):
     """The asyncio twin of `Client`: same constructor, same methods, awaited.
 
-        async with AsyncClient("http://127.0.0.1:8080") as client:
-            result = await client.invoke("mce-demo", [[5.1, 3.5, 1.4, 0.2]], target="iris")
+    async with AsyncClient("http://127.0.0.1:8080") as client:
+        result = await client.invoke("mce-demo", [[5.1, 3.5, 1.4, 0.2]], target="iris")
     """
 
     def __init__(self, base_url: str | None = None, **options: Any) -> None:
@@ -250,12 +298,25 @@ class AsyncClient(_Base):
             except StopIteration as stop:
                 return stop.value
 
-    async def invoke(self, endpoint: str, data: Any, *, target: str | None = None, model: str | None = None,
-                     content_type: str | None = None, accept: str | None = None, custom_attributes: str | None = None,
-                     inference_id: str | None = None, variant: str | None = None) -> InvokeResult:
+    async def invoke(
+        self,
+        endpoint: str,
+        data: Any,
+        *,
+        target: str | None = None,
+        model: str | None = None,
+        content_type: str | None = None,
+        accept: str | None = None,
+        custom_attributes: str | None = None,
+        inference_id: str | None = None,
+        variant: str | None = None,
+    ) -> InvokeResult:
         """See `Client.invoke`."""
-        return await self._run(self._invoke_flow(endpoint, data, target, model, content_type, accept,
-                                                 custom_attributes, inference_id, variant))
+        return await self._run(
+            self._invoke_flow(
+                endpoint, data, target, model, content_type, accept, custom_attributes, inference_id, variant
+            )
+        )
 
     async def invoke_endpoint(self, **arguments: Any) -> dict[str, Any]:
         """See `Client.invoke_endpoint`."""
@@ -268,8 +329,9 @@ class AsyncClient(_Base):
     async def describe_endpoint(self, name: str) -> dict[str, Any]:
         return await self._run(self._describe_flow(name))
 
-    async def wait_until_in_service(self, name: str, *, timeout: float = 600.0,
-                                    poll_interval: float = 1.0) -> dict[str, Any]:
+    async def wait_until_in_service(
+        self, name: str, *, timeout: float = 600.0, poll_interval: float = 1.0
+    ) -> dict[str, Any]:
         """See `Client.wait_until_in_service`."""
         return await self._run(self._wait_flow(name, timeout, poll_interval))
 

@@ -8,8 +8,9 @@ import io
 import json
 import random
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 from urllib.parse import quote
 
 from serving.client.errors import ServingClientError, error_from_response
@@ -28,6 +29,7 @@ from serving.protocol import (  # the wire protocol's header names, shared with 
 )
 
 # --- payloads ------------------------------------------------------------------------------
+
 
 def encode_payload(data: Any, content_type: str | None) -> tuple[bytes, str]:
     """Request body and content type for `data`.
@@ -63,8 +65,10 @@ def encode_payload(data: Any, content_type: str | None) -> tuple[bytes, str]:
     try:
         return json.dumps(data, default=_json_default).encode("utf-8"), content_type or JSON
     except TypeError as error:
-        raise TypeError(f"cannot encode a {type(data).__name__} payload: pass bytes, str, a numpy array, "
-                        f"a pandas DataFrame or JSON-serializable data ({error})") from None
+        raise TypeError(
+            f"cannot encode a {type(data).__name__} payload: pass bytes, str, a numpy array, "
+            f"a pandas DataFrame or JSON-serializable data ({error})"
+        ) from None
 
 
 def decode_payload(body: bytes, content_type: str | None) -> Any:
@@ -104,18 +108,33 @@ def _csv(data: Any) -> str:
 
 # --- requests and results ---------------------------------------------------------------------
 
+
 def invocation_path(endpoint: str) -> str:
     if not isinstance(endpoint, str) or not re.match(NAME_PATTERN, endpoint):
-        raise ValueError(f"endpoint name {endpoint!r} is not valid: 1-63 letters, digits and hyphens, "
-                         "starting and ending with a letter or digit")
+        raise ValueError(
+            f"endpoint name {endpoint!r} is not valid: 1-63 letters, digits and hyphens, "
+            "starting and ending with a letter or digit"
+        )
     return f"/endpoints/{quote(endpoint)}/invocations"
 
 
-def invocation_headers(content_type: str, accept: str | None, target: str | None, model: str | None,
-                       variant: str | None, custom_attributes: str | None, inference_id: str | None) -> dict[str, str]:
+def invocation_headers(
+    content_type: str,
+    accept: str | None,
+    target: str | None,
+    model: str | None,
+    variant: str | None,
+    custom_attributes: str | None,
+    inference_id: str | None,
+) -> dict[str, str]:
     headers = {"Content-Type": content_type}
-    for name, value in ((TARGET_CONTAINER, target), (TARGET_MODEL, model), (TARGET_VARIANT, variant),
-                        (CUSTOM_ATTRIBUTES, custom_attributes), (INFERENCE_ID, inference_id)):
+    for name, value in (
+        (TARGET_CONTAINER, target),
+        (TARGET_MODEL, model),
+        (TARGET_VARIANT, variant),
+        (CUSTOM_ATTRIBUTES, custom_attributes),
+        (INFERENCE_ID, inference_id),
+    ):
         if value is not None:
             headers[name] = value
     headers["Accept"] = accept or "*/*"
@@ -143,8 +162,11 @@ class InvokeResult:
             "Body": StreamingBody(io.BytesIO(self.raw), len(self.raw)),
             "ContentType": self.content_type,
             "InvokedProductionVariant": self.invoked_variant,
-            "ResponseMetadata": {"HTTPStatusCode": self.status_code, "HTTPHeaders": dict(self.headers),
-                                 "RetryAttempts": self.retry_attempts},
+            "ResponseMetadata": {
+                "HTTPStatusCode": self.status_code,
+                "HTTPHeaders": dict(self.headers),
+                "RetryAttempts": self.retry_attempts,
+            },
         }
         if self.custom_attributes is not None:
             response["CustomAttributes"] = self.custom_attributes
@@ -155,15 +177,24 @@ def result_from_response(status_code: int, headers: Mapping[str, str], content: 
     lowered = {k.lower(): v for k, v in headers.items()}
     content_type = lowered.get("content-type", OCTET_STREAM)
     return InvokeResult(
-        body=decode_payload(content, content_type), content_type=content_type,
-        invoked_variant=lowered.get(INVOKED_VARIANT.lower()), custom_attributes=lowered.get(CUSTOM_ATTRIBUTES.lower()),
-        raw=content, status_code=status_code, headers=dict(lowered), retry_attempts=attempts,
+        body=decode_payload(content, content_type),
+        content_type=content_type,
+        invoked_variant=lowered.get(INVOKED_VARIANT.lower()),
+        custom_attributes=lowered.get(CUSTOM_ATTRIBUTES.lower()),
+        raw=content,
+        status_code=status_code,
+        headers=dict(lowered),
+        retry_attempts=attempts,
     )
 
 
 BOTO3_ARGUMENTS = {  # invoke_endpoint keyword -> invoke keyword
-    "ContentType": "content_type", "Accept": "accept", "CustomAttributes": "custom_attributes",
-    "TargetModel": "model", "TargetVariant": "variant", "TargetContainerHostname": "target",
+    "ContentType": "content_type",
+    "Accept": "accept",
+    "CustomAttributes": "custom_attributes",
+    "TargetModel": "model",
+    "TargetVariant": "variant",
+    "TargetContainerHostname": "target",
     "InferenceId": "inference_id",
 }
 
@@ -187,6 +218,7 @@ def boto3_arguments(arguments: Mapping[str, Any]) -> tuple[str, Any, dict[str, A
 
 
 # --- retries ---------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class RetryPolicy:

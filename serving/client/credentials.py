@@ -9,7 +9,8 @@ seconds on machines that are not in AWS, and this SDK usually talks to a self-ho
 from __future__ import annotations
 
 import os
-from typing import Mapping, Protocol
+from collections.abc import Mapping
+from typing import Protocol
 
 import botocore.session
 from botocore.auth import SigV4Auth
@@ -72,10 +73,16 @@ class SigV4:
         return f"SigV4(access_key={self.credentials.access_key[:4]}..., region={self.region!r})"
 
 
-def resolve(*, api_key: str | None = None, aws_access_key_id: str | None = None,
-            aws_secret_access_key: str | None = None, aws_session_token: str | None = None,
-            profile_name: str | None = None, region_name: str | None = None,
-            sign: bool | None = None) -> Authenticator:
+def resolve(
+    *,
+    api_key: str | None = None,
+    aws_access_key_id: str | None = None,
+    aws_secret_access_key: str | None = None,
+    aws_session_token: str | None = None,
+    profile_name: str | None = None,
+    region_name: str | None = None,
+    sign: bool | None = None,
+) -> Authenticator:
     """Pick the authenticator from the arguments (see `Client`'s docstring for the order)."""
     if api_key is not None:
         if aws_access_key_id or profile_name or sign:

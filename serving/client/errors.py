@@ -8,7 +8,8 @@ errors (`err.response["Error"]["Code"]`) reads these the same way.
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from serving.protocol import (
     CONTAINER_HOSTNAME,
@@ -25,8 +26,15 @@ class ServingClientError(Exception):
 
     code = "ServingClientError"
 
-    def __init__(self, message: str, *, status_code: int | None = None, body: Mapping[str, Any] | None = None,
-                 headers: Mapping[str, str] | None = None, retry_attempts: int = 0) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int | None = None,
+        body: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        retry_attempts: int = 0,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.status_code = status_code
@@ -40,8 +48,11 @@ class ServingClientError(Exception):
         extra = {k: v for k, v in self.body.items() if k not in ("__type", "message")}
         return {
             "Error": {"Code": self.code, "Message": self.message},
-            "ResponseMetadata": {"HTTPStatusCode": self.status_code, "HTTPHeaders": self.headers,
-                                 "RetryAttempts": self.retry_attempts},
+            "ResponseMetadata": {
+                "HTTPStatusCode": self.status_code,
+                "HTTPHeaders": self.headers,
+                "RetryAttempts": self.retry_attempts,
+            },
             **extra,
         }
 
@@ -139,18 +150,29 @@ class WaiterError(ServingClientError):
 
 
 _BY_CODE: dict[str, type[ServingClientError]] = {
-    cls.code: cls for cls in (ValidationError, AccessDenied, UnrecognizedClient, InvalidSignature,
-                              MissingAuthenticationToken, ModelError, ModelNotReady, ServiceUnavailable, InternalFailure)
+    cls.code: cls
+    for cls in (
+        ValidationError,
+        AccessDenied,
+        UnrecognizedClient,
+        InvalidSignature,
+        MissingAuthenticationToken,
+        ModelError,
+        ModelNotReady,
+        ServiceUnavailable,
+        InternalFailure,
+    )
 }
 _BY_STATUS: dict[int, type[ServingClientError]] = {
-    ERROR_STATUS[cls.code]: cls for cls in (ValidationError, AccessDenied, ModelError, ModelNotReady, InternalFailure,
-                                            ServiceUnavailable)
+    ERROR_STATUS[cls.code]: cls
+    for cls in (ValidationError, AccessDenied, ModelError, ModelNotReady, InternalFailure, ServiceUnavailable)
 }
 _BY_STATUS.update({502: ServiceUnavailable, 504: ServiceUnavailable})  # what proxies in front of a server answer
 
 
-def error_from_response(status_code: int, headers: Mapping[str, str], content: bytes,
-                        retry_attempts: int = 0) -> ServingClientError:
+def error_from_response(
+    status_code: int, headers: Mapping[str, str], content: bytes, retry_attempts: int = 0
+) -> ServingClientError:
     """The exception for an error answer: by its `__type` (or `x-amzn-ErrorType`), else by its status."""
     lowered = {k.lower(): v for k, v in headers.items()}
     try:
@@ -161,13 +183,25 @@ def error_from_response(status_code: int, headers: Mapping[str, str], content: b
         body = {}
     code = str(body.get("__type") or lowered.get(ERROR_TYPE_HEADER.lower(), "")).split(":")[0].rsplit("#", 1)[-1]
     cls = _BY_CODE.get(code) or _BY_STATUS.get(status_code, UnknownServerError)
-    message = str(body.get("message") or body.get("Message") or content[:500].decode("utf-8", "replace")
-                  or f"HTTP {status_code}")
+    message = str(
+        body.get("message") or body.get("Message") or content[:500].decode("utf-8", "replace") or f"HTTP {status_code}"
+    )
     return cls(message, status_code=status_code, body=body, headers=dict(headers), retry_attempts=retry_attempts)
 
 
 __all__ = [
-    "AccessDenied", "ConnectionFailed", "InternalFailure", "InvalidSignature", "MissingAuthenticationToken",
-    "ModelError", "ModelNotReady", "ServiceUnavailable", "ServingClientError", "UnknownServerError",
-    "UnrecognizedClient", "ValidationError", "WaiterError", "error_from_response",
+    "AccessDenied",
+    "ConnectionFailed",
+    "InternalFailure",
+    "InvalidSignature",
+    "MissingAuthenticationToken",
+    "ModelError",
+    "ModelNotReady",
+    "ServiceUnavailable",
+    "ServingClientError",
+    "UnknownServerError",
+    "UnrecognizedClient",
+    "ValidationError",
+    "WaiterError",
+    "error_from_response",
 ]

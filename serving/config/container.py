@@ -23,9 +23,21 @@ from serving.runtimes import (
 )
 
 __all__ = [
-    "DEFAULT_MAX_CONCURRENCY", "DEFAULT_MAX_MODELS", "DEFAULT_MODEL_DISK_MB", "IDEMPOTENT_ENV", "KNOWN_IMAGES",
-    "MAX_CONCURRENCY_ENV", "MAX_MODELS_ENV", "MODEL_DISK_ENV", "MODEL_MEMORY_ENV", "CacheSetting", "ContainerMode",
-    "ContainerSpec", "MultiModelSettings", "ResourceConfig", "RuntimeEnvironmentConfig",
+    "DEFAULT_MAX_CONCURRENCY",
+    "DEFAULT_MAX_MODELS",
+    "DEFAULT_MODEL_DISK_MB",
+    "IDEMPOTENT_ENV",
+    "KNOWN_IMAGES",
+    "MAX_CONCURRENCY_ENV",
+    "MAX_MODELS_ENV",
+    "MODEL_DISK_ENV",
+    "MODEL_MEMORY_ENV",
+    "CacheSetting",
+    "ContainerMode",
+    "ContainerSpec",
+    "MultiModelSettings",
+    "ResourceConfig",
+    "RuntimeEnvironmentConfig",
 ]
 
 DEFAULT_MAX_CONCURRENCY = 128
@@ -37,19 +49,29 @@ DEFAULT_MODEL_DISK_MB = 10240
 class ResourceConfig(Document):
     """Ray resources reserved for each replica of a container."""
 
-    Cpus: float = Field(0.1, gt=0, le=512, description="Logical CPUs per replica (Ray num_cpus); fractional shares allowed.")
+    Cpus: float = Field(
+        0.1, gt=0, le=512, description="Logical CPUs per replica (Ray num_cpus); fractional shares allowed."
+    )
     MemoryMb: int | None = Field(None, gt=0, description="Memory reserved per replica in MiB (Ray memory resource).")
     Gpus: float = Field(0, ge=0, le=64, description="GPUs per replica (Ray num_gpus).")
-    Custom: dict[Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_.:-]{0,63}$")], Annotated[float, Field(gt=0)]] = Field(
-        default_factory=dict,
-        description="Ray custom resources per replica (e.g. {gpu-node: 1} to place it on nodes started with "
-                    "--resources '{\"gpu-node\": 4}'); Ray's own names (CPU, GPU, memory, node:...) are refused.")
+    Custom: dict[Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_.:-]{0,63}$")], Annotated[float, Field(gt=0)]] = (
+        Field(
+            default_factory=dict,
+            description="Ray custom resources per replica (e.g. {gpu-node: 1} to place it on nodes started with "
+            "--resources '{\"gpu-node\": 4}'); Ray's own names (CPU, GPU, memory, node:...) are refused.",
+        )
+    )
 
     @field_validator("Custom")
     @classmethod
     def _custom_is_custom(cls, custom: dict[str, float]) -> dict[str, float]:
-        reserved = [name for name in custom if name in ("CPU", "GPU", "memory", "object_store_memory")
-                    or name.startswith("node:") or name.startswith("accelerator_type:")]
+        reserved = [
+            name
+            for name in custom
+            if name in ("CPU", "GPU", "memory", "object_store_memory")
+            or name.startswith("node:")
+            or name.startswith("accelerator_type:")
+        ]
         if reserved:
             raise ValueError(f"{', '.join(reserved)}: use Cpus, Gpus or MemoryMb; node:... is Ray's own")
         return custom
@@ -72,12 +94,16 @@ class RuntimeEnvironmentConfig(Document):
     variables come from the container's `Environment`."""
 
     Pip: list[Annotated[str, Field(min_length=1, max_length=512)]] = Field(
-        default_factory=list, max_length=100,
+        default_factory=list,
+        max_length=100,
         description="Requirement specifiers (`name==1.2`) Ray installs into a virtualenv for this container's "
-                    "replicas, on top of the node's packages (Ray runtime_env `pip`). Needs the package index on every node.")
+        "replicas, on top of the node's packages (Ray runtime_env `pip`). Needs the package index on every node.",
+    )
     WorkingDir: str | None = Field(
-        None, description="A directory or .zip, relative to the spec file: the replicas' working directory, importable "
-                          "from code/inference.py (Ray runtime_env `working_dir`). Cluster mode: the same path on every node.")
+        None,
+        description="A directory or .zip, relative to the spec file: the replicas' working directory, importable "
+        "from code/inference.py (Ray runtime_env `working_dir`). Cluster mode: the same path on every node.",
+    )
 
     @field_validator("Pip")
     @classmethod
@@ -112,23 +138,40 @@ class MultiModelSettings(Document):
 class ContainerSpec(Document):
     """One serving stack plus its model, with its own hostname and resources."""
 
-    ContainerHostname: Annotated[str, Field(pattern=NAME_PATTERN, max_length=63, description="1-63 letters, digits or hyphens; unique in the endpoint.")]
+    ContainerHostname: Annotated[
+        str,
+        Field(
+            pattern=NAME_PATTERN, max_length=63, description="1-63 letters, digits or hyphens; unique in the endpoint."
+        ),
+    ]
     Image: str = Field(description=f"Serving stack: one of {', '.join(KNOWN_IMAGES)}.")
-    ModelDataUrl: str | None = Field(None, description="Model artifact: a directory, file:// URL or .tar.gz, relative to the spec file. "
-                                                         "MultiModel: the prefix holding every model (a directory, file:// or s3://).")
+    ModelDataUrl: str | None = Field(
+        None,
+        description="Model artifact: a directory, file:// URL or .tar.gz, relative to the spec file. "
+        "MultiModel: the prefix holding every model (a directory, file:// or s3://).",
+    )
     Mode: ContainerMode = ContainerMode.SINGLE
-    MultiModelConfig: MultiModelSettings | None = Field(None, description="MultiModel only: ModelCacheSetting Enabled (default) or Disabled.")
-    Environment: dict[Annotated[str, Field(pattern=r"^[a-zA-Z_][a-zA-Z0-9_]{0,1023}$")], str] = Field(default_factory=dict)
+    MultiModelConfig: MultiModelSettings | None = Field(
+        None, description="MultiModel only: ModelCacheSetting Enabled (default) or Disabled."
+    )
+    Environment: dict[Annotated[str, Field(pattern=r"^[a-zA-Z_][a-zA-Z0-9_]{0,1023}$")], str] = Field(
+        default_factory=dict
+    )
     Resources: ResourceConfig = Field(default_factory=ResourceConfig)
     AutoScaling: AutoScalingConfig | None = None
     RuntimeEnvironment: RuntimeEnvironmentConfig | None = Field(
-        None, description="Extra pip packages and a working directory for this container's replicas.")
+        None, description="Extra pip packages and a working directory for this container's replicas."
+    )
 
     @field_validator("Image")
     @classmethod
     def _known_image(cls, image: str) -> str:
         if image not in KNOWN_IMAGES:
-            hint = " (OCI image references are not run by this version: see containers/README.md)" if "/" in image or ":" in image else ""
+            hint = (
+                " (OCI image references are not run by this version: see containers/README.md)"
+                if "/" in image or ":" in image
+                else ""
+            )
             raise ValueError(f"unknown Image {image!r}; this version serves: {', '.join(KNOWN_IMAGES)}{hint}")
         return image
 
@@ -151,15 +194,17 @@ class ContainerSpec(Document):
             if url is None:
                 raise ValueError("ModelDataUrl is required for a MultiModel container: the prefix holding its models")
             if url.startswith("s3://"):
-                bucket = url[len("s3://"):].split("/", 1)[0]
+                bucket = url[len("s3://") :].split("/", 1)[0]
                 if not bucket:
                     raise ValueError(f"ModelDataUrl {url!r} names no bucket (s3://bucket/prefix/)")
             elif not Path(url).is_dir():
                 raise ValueError(f"ModelDataUrl {url!r} of a MultiModel container must be a directory or s3:// prefix")
         else:
             if url is not None and url.startswith("s3://"):
-                raise ValueError("s3:// model data is served for MultiModel containers only; a SingleModel container "
-                                 "takes a directory, file:// URL or .tar.gz")
+                raise ValueError(
+                    "s3:// model data is served for MultiModel containers only; a SingleModel container "
+                    "takes a directory, file:// URL or .tar.gz"
+                )
             if self.MultiModelConfig is not None:
                 raise ValueError("MultiModelConfig applies to MultiModel containers only (set Mode: MultiModel)")
         return self

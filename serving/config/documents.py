@@ -11,8 +11,9 @@ Pure and light: loading a spec must not pay for the request path (no botocore, n
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo
 
@@ -45,8 +46,9 @@ def field_path(loc: Sequence[Any], root: str = "(document)") -> str:
     return path or root
 
 
-def describe(error: ValidationError, document: str, *, root: str = "(document)",
-             rewrite: Rewrite | None = None) -> list[str]:
+def describe(
+    error: ValidationError, document: str, *, root: str = "(document)", rewrite: Rewrite | None = None
+) -> list[str]:
     """One `path: message` line per problem (a message of several lines gives a line each, all with its path).
 
     `document` names the document in the message for an unknown field ("the endpoint spec"). Input values are

@@ -26,8 +26,13 @@ class PredefinedMetric(Document):
 class CustomizedMetric(Document):
     """A metric the container reports itself (its `code/inference.py` defines `autoscaling_metrics`)."""
 
-    MetricName: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_.-]{0,127}$",
-                                     description="Key of the dict `autoscaling_metrics(model)` returns.")]
+    MetricName: Annotated[
+        str,
+        Field(
+            pattern=r"^[A-Za-z][A-Za-z0-9_.-]{0,127}$",
+            description="Key of the dict `autoscaling_metrics(model)` returns.",
+        ),
+    ]
     Statistic: Literal["Average"] = Field("Average", description="Averaged per replica, as the predefined metrics.")
 
 
@@ -36,13 +41,17 @@ class TargetTrackingPolicy(Document):
 
     TargetValue: float = Field(gt=0, description="Metric value the policy keeps each replica at.")
     PredefinedMetricSpecification: PredefinedMetric | None = Field(
-        None, description="A built-in metric (default: SageMakerVariantInvocationsPerInstance).")
+        None, description="A built-in metric (default: SageMakerVariantInvocationsPerInstance)."
+    )
     CustomizedMetricSpecification: CustomizedMetric | None = Field(
-        None, description="Instead of a predefined metric: one the container reports.")
-    ScaleOutCooldown: float = Field(300, ge=0, description="Seconds after a scale-out before another scale-out "
-                                                           "(unless a larger one is needed).")
-    ScaleInCooldown: float = Field(300, ge=0, description="Seconds after a scale-in before another scale-in; a "
-                                                          "scale-out is never blocked by it.")
+        None, description="Instead of a predefined metric: one the container reports."
+    )
+    ScaleOutCooldown: float = Field(
+        300, ge=0, description="Seconds after a scale-out before another scale-out (unless a larger one is needed)."
+    )
+    ScaleInCooldown: float = Field(
+        300, ge=0, description="Seconds after a scale-in before another scale-in; a scale-out is never blocked by it."
+    )
     DisableScaleIn: bool = False
 
     @model_validator(mode="after")
@@ -61,8 +70,13 @@ class TargetTrackingPolicy(Document):
 
     def as_policy(self) -> dict[str, Any]:
         """scaling_policy.TargetTracking's fields (JSON, for Serve's policy_kwargs)."""
-        return {"metric": self.metric, "target": self.TargetValue, "scale_out_cooldown_s": self.ScaleOutCooldown,
-                "scale_in_cooldown_s": self.ScaleInCooldown, "disable_scale_in": self.DisableScaleIn}
+        return {
+            "metric": self.metric,
+            "target": self.TargetValue,
+            "scale_out_cooldown_s": self.ScaleOutCooldown,
+            "scale_in_cooldown_s": self.ScaleInCooldown,
+            "disable_scale_in": self.DisableScaleIn,
+        }
 
 
 class AutoScalingConfig(Document):
@@ -71,16 +85,20 @@ class AutoScalingConfig(Document):
     MinCapacity: int = Field(1, ge=1, le=100)
     MaxCapacity: int = Field(1, ge=1, le=100)
     TargetTrackingScalingPolicyConfiguration: TargetTrackingPolicy | list[TargetTrackingPolicy] | None = Field(
-        None, description="One policy, or several (the largest desired count wins; scale-in only when all agree). "
-                          "Without one, the count is fixed at MinCapacity (which must then equal MaxCapacity).")
+        None,
+        description="One policy, or several (the largest desired count wins; scale-in only when all agree). "
+        "Without one, the count is fixed at MinCapacity (which must then equal MaxCapacity).",
+    )
 
     @model_validator(mode="after")
     def _bounds(self) -> AutoScalingConfig:
         if self.MinCapacity > self.MaxCapacity:
             raise ValueError(f"MinCapacity ({self.MinCapacity}) must not exceed MaxCapacity ({self.MaxCapacity})")
         if self.MinCapacity != self.MaxCapacity and not self.policies:
-            raise ValueError("MinCapacity < MaxCapacity needs a TargetTrackingScalingPolicyConfiguration "
-                             "(for a fixed replica count set MinCapacity = MaxCapacity)")
+            raise ValueError(
+                "MinCapacity < MaxCapacity needs a TargetTrackingScalingPolicyConfiguration "
+                "(for a fixed replica count set MinCapacity = MaxCapacity)"
+            )
         metrics = [policy.metric for policy in self.policies]
         if len(set(metrics)) != len(metrics):
             raise ValueError(f"one target-tracking policy per metric; got {metrics}")

@@ -10,9 +10,10 @@ other modules use is importable from here.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Mapping
+from typing import Annotated, Any
 
 import yaml
 from pydantic import (
@@ -58,11 +59,34 @@ from serving.config.scaling import (
 from serving.protocol import NAME_PATTERN
 
 __all__ = [
-    "DEFAULT_MAX_CONCURRENCY", "DEFAULT_MAX_MODELS", "DEFAULT_MODEL_DISK_MB", "IDEMPOTENT_ENV", "KNOWN_IMAGES",
-    "MAX_CONCURRENCY_ENV", "MAX_CONTAINERS", "MAX_MODELS_ENV", "MODEL_DISK_ENV", "MODEL_MEMORY_ENV", "RESERVED_NAME",
-    "AccessControlConfig", "AutoScalingConfig", "CacheSetting", "ContainerMode", "ContainerSpec", "CustomizedMetric",
-    "EndpointSpec", "ExecutionConfig", "ExecutionMode", "MultiModelSettings", "PredefinedMetric", "ResourceConfig",
-    "RuntimeEnvironmentConfig", "SpecError", "TargetTrackingPolicy", "load_spec", "parse_spec",
+    "DEFAULT_MAX_CONCURRENCY",
+    "DEFAULT_MAX_MODELS",
+    "DEFAULT_MODEL_DISK_MB",
+    "IDEMPOTENT_ENV",
+    "KNOWN_IMAGES",
+    "MAX_CONCURRENCY_ENV",
+    "MAX_CONTAINERS",
+    "MAX_MODELS_ENV",
+    "MODEL_DISK_ENV",
+    "MODEL_MEMORY_ENV",
+    "RESERVED_NAME",
+    "AccessControlConfig",
+    "AutoScalingConfig",
+    "CacheSetting",
+    "ContainerMode",
+    "ContainerSpec",
+    "CustomizedMetric",
+    "EndpointSpec",
+    "ExecutionConfig",
+    "ExecutionMode",
+    "MultiModelSettings",
+    "PredefinedMetric",
+    "ResourceConfig",
+    "RuntimeEnvironmentConfig",
+    "SpecError",
+    "TargetTrackingPolicy",
+    "load_spec",
+    "parse_spec",
 ]
 
 MAX_CONTAINERS = 15
@@ -83,13 +107,17 @@ class ExecutionMode(str, Enum):
 class ExecutionConfig(Document):
     """SageMaker's InferenceExecutionConfig."""
 
-    Mode: ExecutionMode = Field(ExecutionMode.DIRECT, description="Direct: one named container per request; Serial: all, in order.")
+    Mode: ExecutionMode = Field(
+        ExecutionMode.DIRECT, description="Direct: one named container per request; Serial: all, in order."
+    )
 
 
 class AccessControlConfig(Document):
     """Where the identities and their policies live (never inline secrets)."""
 
-    IdentitiesFile: str = Field(description="Identities YAML file, relative to the spec file; outside every model directory.")
+    IdentitiesFile: str = Field(
+        description="Identities YAML file, relative to the spec file; outside every model directory."
+    )
     _identities: Identities | None = PrivateAttr(None)
 
     @field_validator("IdentitiesFile")
@@ -120,21 +148,26 @@ class AccessControlConfig(Document):
 class EndpointSpec(Document):
     """An endpoint: 1 to 15 containers behind one name, Direct or Serial."""
 
-    EndpointName: Annotated[str, Field(pattern=NAME_PATTERN, max_length=63, description="1-63 letters, digits or hyphens.")]
+    EndpointName: Annotated[
+        str, Field(pattern=NAME_PATTERN, max_length=63, description="1-63 letters, digits or hyphens.")
+    ]
     InferenceExecutionConfig: ExecutionConfig = ExecutionConfig()
     Containers: list[ContainerSpec] = Field(min_length=1, max_length=MAX_CONTAINERS)
     AccessControl: AccessControlConfig | None = None
     AutoScaling: AutoScalingConfig | None = Field(
-        None, description="Endpoint-level scaling: every container scales together to one count, like a SageMaker "
-                          "production variant. Excludes per-container AutoScaling.")
+        None,
+        description="Endpoint-level scaling: every container scales together to one count, like a SageMaker "
+        "production variant. Excludes per-container AutoScaling.",
+    )
 
     @model_validator(mode="after")
     def _one_scaling_level(self) -> EndpointSpec:
         if self.AutoScaling is not None:
             scaled = [c.ContainerHostname for c in self.Containers if c.AutoScaling is not None]
             if scaled:
-                raise ValueError(f"AutoScaling is given for the endpoint and for containers {', '.join(scaled)}; "
-                                 "use one level")
+                raise ValueError(
+                    f"AutoScaling is given for the endpoint and for containers {', '.join(scaled)}; use one level"
+                )
         return self
 
     def scaling_of(self, container: ContainerSpec) -> AutoScalingConfig | None:
@@ -173,8 +206,10 @@ class EndpointSpec(Document):
         if self.mode is ExecutionMode.SERIAL:
             for index, container in enumerate(self.Containers):
                 if container.Mode is ContainerMode.MULTI:
-                    raise ValueError(f"Containers[{index}].Mode MultiModel: a Serial endpoint serves SingleModel "
-                                     "containers only; use a Direct endpoint")
+                    raise ValueError(
+                        f"Containers[{index}].Mode MultiModel: a Serial endpoint serves SingleModel "
+                        "containers only; use a Direct endpoint"
+                    )
         return self
 
     @model_validator(mode="after")
@@ -207,7 +242,9 @@ def _rewrite(item: Mapping[str, Any]) -> str | None:
     return None
 
 
-def parse_spec(document: Any, base_dir: str | Path | None = None, identities_file: str | Path | None = None) -> EndpointSpec:
+def parse_spec(
+    document: Any, base_dir: str | Path | None = None, identities_file: str | Path | None = None
+) -> EndpointSpec:
     """Validate an already-parsed spec document; relative model paths resolve against base_dir.
 
     `identities_file` (`serving up --identities`) replaces the spec's AccessControl.IdentitiesFile.

@@ -32,17 +32,29 @@ def container_plan(spec: EndpointSpec, container: ContainerSpec, settings: Serve
     scaling = spec.scaling_of(container)
     if scaling is not None and scaling.policies:  # target tracking: our policy in Serve's controller
         endpoint_level = spec.AutoScaling is not None
-        count: dict[str, Any] = {"autoscaling_config": serve_autoscaling_config(
-            spec.EndpointName, None if endpoint_level else container.ContainerHostname, scaling,
-            [policy.as_policy() for policy in scaling.policies], (REGISTRY_NAME, NAMESPACE),
-            containers=[c.ContainerHostname for c in spec.Containers] if endpoint_level else None)}
+        count: dict[str, Any] = {
+            "autoscaling_config": serve_autoscaling_config(
+                spec.EndpointName,
+                None if endpoint_level else container.ContainerHostname,
+                scaling,
+                [policy.as_policy() for policy in scaling.policies],
+                (REGISTRY_NAME, NAMESPACE),
+                containers=[c.ContainerHostname for c in spec.Containers] if endpoint_level else None,
+            )
+        }
     else:
         count = {"num_replicas": spec.replicas_of(container)}
     return {
-        "image": container.Image, "model_data": container.ModelDataUrl, "environment": replica_environment(container),
-        "bind_host": settings.container_host, "multi_model": container.multi_model, "sandbox": settings.sandbox,
+        "image": container.Image,
+        "model_data": container.ModelDataUrl,
+        "environment": replica_environment(container),
+        "bind_host": settings.container_host,
+        "multi_model": container.multi_model,
+        "sandbox": settings.sandbox,
         "working_dir": container.RuntimeEnvironment.WorkingDir if container.RuntimeEnvironment else None,
-        "gpus": resources.Gpus, "actor_options": actor_options, "count": count,
+        "gpus": resources.Gpus,
+        "actor_options": actor_options,
+        "count": count,
     }
 
 
@@ -53,8 +65,13 @@ def endpoint_record(spec: EndpointSpec, settings: ServerSettings) -> dict[str, A
         "name": spec.EndpointName,
         "mode": spec.mode.value,
         "containers": [
-            {"ContainerHostname": c.ContainerHostname, "Image": c.Image, "Mode": c.Mode.value,
-             "DesiredReplicas": spec.replicas_of(c), "Version": plan_version(plans[c.ContainerHostname])}
+            {
+                "ContainerHostname": c.ContainerHostname,
+                "Image": c.Image,
+                "Mode": c.Mode.value,
+                "DesiredReplicas": spec.replicas_of(c),
+                "Version": plan_version(plans[c.ContainerHostname]),
+            }
             for c in spec.Containers
         ],
         "limits": {c.ContainerHostname: c.max_concurrency for c in spec.Containers},

@@ -22,11 +22,21 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
-__all__ = ["APP_SEPARATOR", "Deploy", "Delete", "EndpointState", "app_name", "parse_app_name", "plan_version",
-           "short_reason", "step"]
+__all__ = [
+    "APP_SEPARATOR",
+    "Deploy",
+    "Delete",
+    "EndpointState",
+    "app_name",
+    "parse_app_name",
+    "plan_version",
+    "short_reason",
+    "step",
+]
 
 APP_SEPARATOR = "."  # never part of an endpoint or container name (letters, digits, hyphens)
 DEPLOY_FAILED = "DEPLOY_FAILED"
@@ -107,9 +117,14 @@ def apps_of(name: str, record: Mapping[str, Any] | None) -> set[str]:
     return {app_name(name, host, version) for host, version in versions(record).items()}
 
 
-def step(state: EndpointState, statuses: Mapping[str, Mapping[str, Any]],
-         registered: Mapping[tuple[str, str, str], int], now: float, timeout_s: float,
-         deployed: set[str]) -> list[Deploy | Delete]:
+def step(
+    state: EndpointState,
+    statuses: Mapping[str, Mapping[str, Any]],
+    registered: Mapping[tuple[str, str, str], int],
+    now: float,
+    timeout_s: float,
+    deployed: set[str],
+) -> list[Deploy | Delete]:
     """Advance one endpoint toward its desired record; mutates `state`, returns what to do.
 
     `statuses`: Serve application statuses by name; `registered`: live replicas per (endpoint,
@@ -137,8 +152,10 @@ def step(state: EndpointState, statuses: Mapping[str, Mapping[str, Any]],
         if registered.get((name, host, version), 0) < container["DesiredReplicas"]:
             waiting.append(host)
     if failure is None and waiting and now - state.update.get("StartedAt", now) > timeout_s:
-        failure = (f"container{'s' if len(waiting) > 1 else ''} {', '.join(waiting)} did not become ready within "
-                   f"{timeout_s:g} s")
+        failure = (
+            f"container{'s' if len(waiting) > 1 else ''} {', '.join(waiting)} did not become ready within "
+            f"{timeout_s:g} s"
+        )
     if failure is not None:
         state.update = {**state.update, "Status": "Failed", "FailureReason": failure, "FinishedAt": now}
         if state.active is not None:  # roll back: the active record stays, the new versions go
@@ -156,8 +173,14 @@ def step(state: EndpointState, statuses: Mapping[str, Mapping[str, Any]],
 def short_reason(message: str | None) -> str:
     """The useful last line of a Ray Serve failure message (tracebacks end with the error)."""
     lines = [line.strip() for line in (message or "").strip().splitlines() if line.strip()]
-    errors = [line for line in lines if ("Error" in line or "Exception" in line) and ":" in line
-              and not line.startswith("File ") and not line.endswith("Traceback (most recent call last):")]
+    errors = [
+        line
+        for line in lines
+        if ("Error" in line or "Exception" in line)
+        and ":" in line
+        and not line.startswith("File ")
+        and not line.endswith("Traceback (most recent call last):")
+    ]
     return (errors[-1] if errors else lines[-1] if lines else "")[:1000]
 
 

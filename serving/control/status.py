@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -45,14 +46,31 @@ class EndpointRecord:
 
     @classmethod
     def from_snapshot(cls, document: Mapping[str, Any]) -> EndpointRecord:
-        known = {key: document[key] for key in ("name", "mode", "containers", "limits", "not_idempotent", "access",
-                                                "update", "failed", "in_service", "desired_versions")
-                 if key in document}
+        known = {
+            key: document[key]
+            for key in (
+                "name",
+                "mode",
+                "containers",
+                "limits",
+                "not_idempotent",
+                "access",
+                "update",
+                "failed",
+                "in_service",
+                "desired_versions",
+            )
+            if key in document
+        }
         return cls(**known)
 
 
-def describe(record: EndpointRecord, statuses: Mapping[str, Mapping[str, Any]],
-             registered: Mapping[tuple[str, str, str], int], in_service: bool) -> dict[str, Any]:
+def describe(
+    record: EndpointRecord,
+    statuses: Mapping[str, Mapping[str, Any]],
+    registered: Mapping[tuple[str, str, str], int],
+    in_service: bool,
+) -> dict[str, Any]:
     """DescribeEndpoint-shaped document for one endpoint.
 
     `registered`: live replicas per (endpoint, container, version); `in_service`: whether the record
@@ -79,9 +97,16 @@ def describe(record: EndpointRecord, statuses: Mapping[str, Mapping[str, Any]],
             status = "Updating"
         else:
             status = "InService"
-        entry = {**container, "Status": status, "CurrentReplicas": running,
-                 "Replicas": {"Running": running, "Starting": starting,
-                              "Stopping": sum(states.get(state, 0) for state in _STOPPING)}}
+        entry = {
+            **container,
+            "Status": status,
+            "CurrentReplicas": running,
+            "Replicas": {
+                "Running": running,
+                "Starting": starting,
+                "Stopping": sum(states.get(state, 0) for state in _STOPPING),
+            },
+        }
         if scaling is not None:  # an autoscaled container: what its autoscaler last decided, and on what
             entry["DesiredReplicas"] = scaling["DesiredReplicas"]
             entry["ScalingMetric"] = {key: scaling.get(key) for key in ("MetricName", "MetricValue", "TargetValue")}
@@ -112,8 +137,9 @@ def describe(record: EndpointRecord, statuses: Mapping[str, Mapping[str, Any]],
         "FailureReason": failure,
         "InferenceExecutionConfig": {"Mode": record.mode},
         "Containers": containers,
-        "LastUpdate": {key: update.get(key) for key in ("Generation", "Status", "FailureReason", "StartedAt",
-                                                        "FinishedAt")},
+        "LastUpdate": {
+            key: update.get(key) for key in ("Generation", "Status", "FailureReason", "StartedAt", "FinishedAt")
+        },
         "ScalingActivities": list(record.scaling_activities),
     }
 
@@ -126,11 +152,14 @@ class StatusBoard:
         self.descriptions: dict[str, dict[str, Any]] = {}
         self.loaded = False  # a first snapshot of the registry has been applied
 
-    def refresh(self, statuses: Mapping[str, Mapping[str, Any]],
-                registered: Mapping[tuple[str, str, str], int]) -> None:
+    def refresh(
+        self, statuses: Mapping[str, Mapping[str, Any]], registered: Mapping[tuple[str, str, str], int]
+    ) -> None:
         """Rebuild descriptions from the registry's latest statuses and registered replicas."""
-        self.descriptions = {name: describe(record, statuses, registered, in_service=record.in_service)
-                             for name, record in list(self.records.items())}
+        self.descriptions = {
+            name: describe(record, statuses, registered, in_service=record.in_service)
+            for name, record in list(self.records.items())
+        }
         self.loaded = True
 
     def unroutable(self) -> list[str]:

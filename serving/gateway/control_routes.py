@@ -15,8 +15,9 @@ import asyncio
 import hmac
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -44,14 +45,21 @@ def control_token_file(port: int) -> Path:
 class ControlRoutes:
     """The HTTP face of `serving apply` / `serving delete`."""
 
-    def __init__(self, token: str, apply: Callable[[EndpointSpec], int], delete: Callable[[str], bool],
-                 describe: Callable[[str], dict[str, Any] | None]) -> None:
+    def __init__(
+        self,
+        token: str,
+        apply: Callable[[EndpointSpec], int],
+        delete: Callable[[str], bool],
+        describe: Callable[[str], dict[str, Any] | None],
+    ) -> None:
         self._token = token
         self._apply, self._delete, self._describe = apply, delete, describe
 
     def routes(self) -> list[Route]:
-        return [Route("/endpoints/{name}", self.put, methods=["PUT"]),
-                Route("/endpoints/{name}", self.delete, methods=["DELETE"])]
+        return [
+            Route("/endpoints/{name}", self.put, methods=["PUT"]),
+            Route("/endpoints/{name}", self.delete, methods=["DELETE"]),
+        ]
 
     async def put(self, request: Request) -> Response:
         self._authorize(request)
@@ -67,8 +75,9 @@ class ControlRoutes:
             raise ValidationError(f"the spec's EndpointName {spec.EndpointName!r} is not {name!r} (the URL's)")
         existed = self._describe(name) is not None
         generation = await asyncio.to_thread(self._apply, spec)
-        return json_response({"EndpointName": name, "EndpointStatus": "Updating" if existed else "Creating",
-                              "Generation": generation})
+        return json_response(
+            {"EndpointName": name, "EndpointStatus": "Updating" if existed else "Creating", "Generation": generation}
+        )
 
     async def delete(self, request: Request) -> Response:
         self._authorize(request)
@@ -82,7 +91,8 @@ class ControlRoutes:
         if scheme.lower() != "bearer" or not presented.strip():
             raise MissingAuthenticationTokenError(
                 "changing endpoints needs the server's control token: 'Authorization: Bearer <token>' "
-                "(serving up writes it to ~/.serving/control-token-PORT)")
+                "(serving up writes it to ~/.serving/control-token-PORT)"
+            )
         if not hmac.compare_digest(presented.strip().encode(), self._token.encode()):
             raise AccessDeniedError("the control token is not this server's")
 
@@ -95,4 +105,3 @@ async def _read(request: Request) -> bytes:
             raise ValidationError(f"a spec may be at most {MAX_SPEC_BYTES} bytes")
         chunks.append(chunk)
     return b"".join(chunks)
-

@@ -15,8 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import AsyncIterator, Callable, Iterator, Mapping
 
 from serving import protocol
 from serving.access.decision import EndpointAccess
@@ -150,8 +150,9 @@ class Invocations:
             response_headers[protocol.CUSTOM_ATTRIBUTES] = last.custom_attributes
         return InvocationResult(last.body, last.content_type or protocol.OCTET_STREAM, response_headers)
 
-    async def _authenticate(self, endpoint: EndpointRoute, request: InvocationRequest,
-                            trace: InvocationTrace) -> tuple[bytes | None, Caller | None]:
+    async def _authenticate(
+        self, endpoint: EndpointRoute, request: InvocationRequest, trace: InvocationTrace
+    ) -> tuple[bytes | None, Caller | None]:
         """The caller (None for an anonymous endpoint) and, when its signature covers the body, the body."""
         name = endpoint.name
         if endpoint.access is None:
@@ -195,13 +196,19 @@ class Invocations:
     def _check_headers(self, headers: Mapping[str, str]) -> None:
         variant = headers.get(protocol.TARGET_VARIANT)
         if variant is not None and variant != protocol.DEFAULT_VARIANT:
-            raise ValidationError(f"{protocol.TARGET_VARIANT} {variant!r} does not exist; the only variant is {protocol.DEFAULT_VARIANT}")
+            raise ValidationError(
+                f"{protocol.TARGET_VARIANT} {variant!r} does not exist; the only variant is {protocol.DEFAULT_VARIANT}"
+            )
         inference_id = headers.get(protocol.INFERENCE_ID)
-        if inference_id is not None and not (1 <= len(inference_id) <= protocol.MAX_INFERENCE_ID and inference_id.isascii()):
+        if inference_id is not None and not (
+            1 <= len(inference_id) <= protocol.MAX_INFERENCE_ID and inference_id.isascii()
+        ):
             raise ValidationError(f"{protocol.INFERENCE_ID} must be 1-{protocol.MAX_INFERENCE_ID} ASCII characters")
         attributes = headers.get(protocol.CUSTOM_ATTRIBUTES)
         if attributes is not None and (len(attributes) > protocol.MAX_CUSTOM_ATTRIBUTES or not attributes.isascii()):
-            raise ValidationError(f"{protocol.CUSTOM_ATTRIBUTES} must be at most {protocol.MAX_CUSTOM_ATTRIBUTES} ASCII characters")
+            raise ValidationError(
+                f"{protocol.CUSTOM_ATTRIBUTES} must be at most {protocol.MAX_CUSTOM_ATTRIBUTES} ASCII characters"
+            )
 
     @staticmethod
     def _check_target_model(endpoint: EndpointRoute, chain: tuple[str, ...], headers: Mapping[str, str]) -> str | None:
@@ -210,12 +217,15 @@ class Invocations:
         multi = [container for container in chain if container in endpoint.multi_model]
         if not multi:
             if target_model is not None:
-                raise ValidationError(f"{protocol.TARGET_MODEL} is only valid for MultiModel containers; "
-                                      f"container {chain[0]} of endpoint {endpoint.name} is SingleModel")
+                raise ValidationError(
+                    f"{protocol.TARGET_MODEL} is only valid for MultiModel containers; "
+                    f"container {chain[0]} of endpoint {endpoint.name} is SingleModel"
+                )
             return None
         if target_model is None:
-            raise ValidationError(f"{protocol.TARGET_MODEL} is required: container {multi[0]} of endpoint "
-                                  f"{endpoint.name} is MultiModel")
+            raise ValidationError(
+                f"{protocol.TARGET_MODEL} is required: container {multi[0]} of endpoint {endpoint.name} is MultiModel"
+            )
         return validate_target(target_model)
 
     async def _read_body(self, request: InvocationRequest, trace: InvocationTrace, hold: _Hold | None = None) -> bytes:
@@ -241,8 +251,15 @@ class Invocations:
         trace.body_read = True
         return body  # type: ignore[return-value]  # the bytearray itself, read as bytes: no copy
 
-    async def _run_chain(self, endpoint: EndpointRoute, chain: tuple[str, ...], body: bytes, headers: dict[str, str],
-                         affinity: str | None = None, trace: InvocationTrace | None = None) -> HopResponse:
+    async def _run_chain(
+        self,
+        endpoint: EndpointRoute,
+        chain: tuple[str, ...],
+        body: bytes,
+        headers: dict[str, str],
+        affinity: str | None = None,
+        trace: InvocationTrace | None = None,
+    ) -> HopResponse:
         trace = trace if trace is not None else InvocationTrace()
         timeout = self.settings.invocation_timeout_s
         loop = asyncio.get_running_loop()
@@ -262,11 +279,17 @@ class Invocations:
             sent = time.perf_counter()
             try:
                 response = await asyncio.wait_for(
-                    self.transport.send(endpoint.name, container, body, hop_headers, remaining,
-                                        affinity=affinity if container in endpoint.multi_model else None),
+                    self.transport.send(
+                        endpoint.name,
+                        container,
+                        body,
+                        hop_headers,
+                        remaining,
+                        affinity=affinity if container in endpoint.multi_model else None,
+                    ),
                     remaining,
                 )
-            except (asyncio.TimeoutError, TimeoutError):
+            except TimeoutError:
                 trace.hops.append((container, time.perf_counter() - sent))
                 raise _timed_out(container, timeout) from None
             trace.hops.append((container, time.perf_counter() - sent))
@@ -292,11 +315,15 @@ def _answered_for_model(response: HopResponse) -> bool:
 def _timed_out(container: str, timeout: float) -> ModelError:
     return ModelError(
         f"Your invocation timed out while waiting for a response from container {container} ({timeout:g} s).",
-        container=container, original_status=408, original_message="invocation timeout",
+        container=container,
+        original_status=408,
+        original_message="invocation timeout",
     )
 
 
-def _container_failure(endpoint: EndpointRoute, container: str, position: int, length: int, response: HopResponse) -> ServingError:
+def _container_failure(
+    endpoint: EndpointRoute, container: str, position: int, length: int, response: HopResponse
+) -> ServingError:
     where = f"container {container}" if length == 1 else f"container {container} (position {position} of {length})"
     reported = error_from_wire(response.body)
     if reported is not None and reported.code in PASS_THROUGH_CODES:
@@ -304,6 +331,8 @@ def _container_failure(endpoint: EndpointRoute, container: str, position: int, l
         return reported
     original = reported.message if reported is not None else response.body[:1024].decode("utf-8", "replace")
     return ModelError(
-        f"Received server error ({response.status}) from {where} with message \"{original}\".",
-        container=container, original_status=response.status, original_message=original,
+        f'Received server error ({response.status}) from {where} with message "{original}".',
+        container=container,
+        original_status=response.status,
+        original_message=original,
     )

@@ -67,8 +67,9 @@ class Router:
     async def invoke(self, request: Request) -> Response:
         started = time.perf_counter()
         trace = InvocationTrace()
-        invocation = InvocationRequest(request.path_params["name"], request.headers, request.stream,
-                                       lambda: _raw_request(request))
+        invocation = InvocationRequest(
+            request.path_params["name"], request.headers, request.stream, lambda: _raw_request(request)
+        )
         try:
             result = await self.invocations.invoke(invocation, trace)
             response = Response(result.body, headers=result.headers, media_type=result.content_type)

@@ -9,7 +9,8 @@ read here, once per file and fingerprint; the registry only names them) and the 
 from __future__ import annotations
 
 import logging
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from serving.access.decision import EndpointAccess
 from serving.access.identities import Identities
@@ -24,8 +25,9 @@ logger = logging.getLogger("serving.gateway.state")
 class GatewayState:
     """Holds what the gateway routes with and replaces it from registry snapshots."""
 
-    def __init__(self, settings: ServerSettings, invocations: Invocations, transport: ContainerTransport,
-                 board: StatusBoard) -> None:
+    def __init__(
+        self, settings: ServerSettings, invocations: Invocations, transport: ContainerTransport, board: StatusBoard
+    ) -> None:
         self.settings = settings
         self.invocations, self.transport, self.board = invocations, transport, board
         self.access: dict[str, EndpointAccess] = {}
@@ -62,24 +64,35 @@ class GatewayState:
         self.transport.update(snapshot["replicas"], limits, once)
         self.access = self._access_of(records)
         self.invocations.endpoints = {
-            name: EndpointRoute(name, record.mode, tuple(c["ContainerHostname"] for c in record.containers),
-                                failure=self.board.failure(name), access=self.access.get(name),
-                                multi_model=frozenset(c["ContainerHostname"] for c in record.containers
-                                                      if c["Mode"] == "MultiModel"))
+            name: EndpointRoute(
+                name,
+                record.mode,
+                tuple(c["ContainerHostname"] for c in record.containers),
+                failure=self.board.failure(name),
+                access=self.access.get(name),
+                multi_model=frozenset(c["ContainerHostname"] for c in record.containers if c["Mode"] == "MultiModel"),
+            )
             for name, record in records.items()
         }
         self.invocations.loaded = True
 
     def desired_replicas(self) -> dict[tuple[str, str], int]:
         """Each container's desired count: its autoscaler's last decision, else the count it was deployed with."""
-        return {(name, c["ContainerHostname"]): record.scaling.get(c["ContainerHostname"], {}).get(
-                    "DesiredReplicas", c["DesiredReplicas"])
-                for name, record in self.board.records.items() for c in record.containers}
+        return {
+            (name, c["ContainerHostname"]): record.scaling.get(c["ContainerHostname"], {}).get(
+                "DesiredReplicas", c["DesiredReplicas"]
+            )
+            for name, record in self.board.records.items()
+            for c in record.containers
+        }
 
     def replica_counts(self) -> dict[tuple[str, str], int]:
         """Each routed container's registered replicas, as the transport holds them."""
-        return {(name, container): self.transport.replica_count(name, container)
-                for name, route in self.invocations.endpoints.items() for container in route.containers}
+        return {
+            (name, container): self.transport.replica_count(name, container)
+            for name, route in self.invocations.endpoints.items()
+            for container in route.containers
+        }
 
     def _access_of(self, records: Mapping[str, EndpointRecord]) -> dict[str, EndpointAccess]:
         """Access control of each endpoint that has it, loaded once per identities file and fingerprint.
@@ -99,14 +112,20 @@ class GatewayState:
             if current is None:
                 try:
                     current = EndpointAccess.from_reference(
-                        record.access, region=self.settings.region, account_id=self.settings.account_id)
+                        record.access, region=self.settings.region, account_id=self.settings.account_id
+                    )
                 except Exception as error:
-                    logger.error("access control of endpoint %s could not be loaded on the gateway; refusing its "
-                                 "calls: %s", name, error)
+                    logger.error(
+                        "access control of endpoint %s could not be loaded on the gateway; refusing its calls: %s",
+                        name,
+                        error,
+                    )
                     current = EndpointAccess(  # no identities: nobody authenticates
-                        Identities([]), region=self.settings.region, account_id=self.settings.account_id)
+                        Identities([]), region=self.settings.region, account_id=self.settings.account_id
+                    )
                 loaded[reference] = current
             access[name] = current
-        self._identities = {key: value for key, value in loaded.items()
-                            if value is not None and value.identities.identities}
+        self._identities = {
+            key: value for key, value in loaded.items() if value is not None and value.identities.identities
+        }
         return access

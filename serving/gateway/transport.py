@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import itertools
 from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
 
 import aiohttp
 
@@ -80,14 +80,20 @@ class ContainerTransport:
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30, enable_cleanup_closed=True)
-        self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False, skip_auto_headers=("User-Agent",))
+        self._session = aiohttp.ClientSession(
+            connector=connector, auto_decompress=False, skip_auto_headers=("User-Agent",)
+        )
 
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
 
-    def update(self, table: Mapping[tuple[str, str], list[str]], limits: Mapping[tuple[str, str], int] | None = None,
-               not_idempotent: set[tuple[str, str]] | None = None) -> None:
+    def update(
+        self,
+        table: Mapping[tuple[str, str], list[str]],
+        limits: Mapping[tuple[str, str], int] | None = None,
+        not_idempotent: set[tuple[str, str]] | None = None,
+    ) -> None:
         """Replace the replica table (and per-replica in-flight limits, and which containers may not be
         retried), keeping counts of replicas that stay."""
         if limits is not None:
@@ -129,8 +135,15 @@ class ContainerTransport:
         if len(self._homes) > MAX_HOMES:
             self._homes.popitem(last=False)
 
-    async def send(self, endpoint: str, container: str, body: bytes, headers: dict[str, str], timeout: float,
-                   affinity: str | None = None) -> HopResponse:
+    async def send(
+        self,
+        endpoint: str,
+        container: str,
+        body: bytes,
+        headers: dict[str, str],
+        timeout: float,
+        affinity: str | None = None,
+    ) -> HopResponse:
         """POST /invocations on one replica of the container; raises ModelNotReadyError if none answers.
 
         `affinity`: a MultiModel request's TargetModel, routed to the replica that holds it when it can.
@@ -140,7 +153,9 @@ class ContainerTransport:
         home_key = (endpoint, container, affinity) if affinity is not None else None
         if self._hop_key is not None:
             headers = _with_defaults(headers)  # sign exactly what arrives: no header added after signing
-            headers.update(hops.sign(self._hop_key(endpoint, container), "POST", protocol.INVOCATIONS_PATH, body, headers))
+            headers.update(
+                hops.sign(self._hop_key(endpoint, container), "POST", protocol.INVOCATIONS_PATH, body, headers)
+            )
         retries_left = 0 if key in self._no_retry else 1
         broken: Replica | None = None
         while self._replicas.get(key):
@@ -194,5 +209,7 @@ class ContainerTransport:
 def _lost(container: str, error: Exception) -> ModelError:
     return ModelError(
         f"connection to container {container} was lost during the invocation ({type(error).__name__})",
-        container=container, original_status=502, original_message=str(error) or type(error).__name__,
+        container=container,
+        original_status=502,
+        original_message=str(error) or type(error).__name__,
     )

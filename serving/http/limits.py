@@ -114,8 +114,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
                 self._head_timer = self.loop.call_later(self.limits.header_timeout_s, self._head_timed_out)
         elif self._in_body and self._body_timer is None:
             self._body_started = self._body_seen = self.loop.time()
-            self._body_timer = self.loop.call_later(min(self.limits.body_idle_timeout_s, self.limits.body_timeout_s),
-                                                    self._body_check)
+            self._body_timer = self.loop.call_later(
+                min(self.limits.body_idle_timeout_s, self.limits.body_timeout_s), self._body_check
+            )
 
     def send_400_response(self, msg: str) -> None:
         if not self._done:  # after a refusal the parser may still fail on what follows: it has been answered
@@ -138,8 +139,11 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._head_count += 1
         self._head_bytes += len(name) + len(value) + 4  # ": " and CRLF
         if self._head_count > self.limits.max_header_count:
-            self._refuse(HeadersTooLargeError(
-                f"the request has more than {self.limits.max_header_count} headers (SERVING_MAX_HEADER_COUNT)"))
+            self._refuse(
+                HeadersTooLargeError(
+                    f"the request has more than {self.limits.max_header_count} headers (SERVING_MAX_HEADER_COUNT)"
+                )
+            )
         elif self._head_bytes > self.limits.max_header_bytes:
             self._refuse(self._too_large())
         else:
@@ -174,8 +178,11 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if self._done or not self._in_head:
             return
         if self._head_received or self._head_started:
-            self._refuse(RequestTimeoutError(
-                f"the request's headers did not arrive within {self.limits.header_timeout_s:g} s (SERVING_HEADER_TIMEOUT_S)"))
+            self._refuse(
+                RequestTimeoutError(
+                    f"the request's headers did not arrive within {self.limits.header_timeout_s:g} s (SERVING_HEADER_TIMEOUT_S)"
+                )
+            )
         else:  # nothing of a request: nothing to answer
             self._done = True
             self.transport.close()
@@ -188,19 +195,27 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if self.flow.read_paused:  # the app has not taken what arrived, so we are not reading: not the client's pause
             self._body_seen = now
         if now >= self._body_started + limits.body_timeout_s:
-            self._refuse(RequestTimeoutError(
-                f"the request body did not arrive within {limits.body_timeout_s:g} s (SERVING_BODY_TIMEOUT_S)"), body=True)
+            self._refuse(
+                RequestTimeoutError(
+                    f"the request body did not arrive within {limits.body_timeout_s:g} s (SERVING_BODY_TIMEOUT_S)"
+                ),
+                body=True,
+            )
         elif now >= self._body_seen + limits.body_idle_timeout_s:
-            self._refuse(RequestTimeoutError(
-                f"no byte of the request body arrived for {limits.body_idle_timeout_s:g} s (SERVING_BODY_IDLE_TIMEOUT_S)"),
-                body=True)
+            self._refuse(
+                RequestTimeoutError(
+                    f"no byte of the request body arrived for {limits.body_idle_timeout_s:g} s (SERVING_BODY_IDLE_TIMEOUT_S)"
+                ),
+                body=True,
+            )
         else:
             wake = min(self._body_started + limits.body_timeout_s, self._body_seen + limits.body_idle_timeout_s)
             self._body_timer = self.loop.call_at(wake, self._body_check)
 
     def _too_large(self) -> HeadersTooLargeError:
-        return HeadersTooLargeError(f"the request line and headers exceed {self.limits.max_header_bytes} bytes "
-                                    "(SERVING_MAX_HEADER_BYTES)")
+        return HeadersTooLargeError(
+            f"the request line and headers exceed {self.limits.max_header_bytes} bytes (SERVING_MAX_HEADER_BYTES)"
+        )
 
     def _refuse(self, error: ServingError, body: bool = False) -> None:
         """Answer `error` where the connection is free for an answer, and close it.

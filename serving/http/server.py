@@ -26,8 +26,14 @@ class BackgroundServer:
     and a container's data port (which only the gateway calls, with at most its own connection count).
     """
 
-    def __init__(self, app, host: str = "127.0.0.1", port: int = 0, limits: HttpLimits = HttpLimits(),
-                 sock: socket.socket | None = None) -> None:
+    def __init__(
+        self,
+        app,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        limits: HttpLimits = HttpLimits(),
+        sock: socket.socket | None = None,
+    ) -> None:
         """Bind `host:port`, or serve on `sock`, a socket already bound and listening (a container
         process inherits its data port from its supervisor, since it may not bind one itself)."""
         if sock is None:
@@ -40,8 +46,15 @@ class BackgroundServer:
         self.host, self.port = sock.getsockname()[:2]
         config = uvicorn.Config(
             # No WebSocket routes here: upgrades are refused rather than handed to a protocol the limits skip.
-            app, loop="none", http=limits.protocol(), ws="none", lifespan="on", access_log=False, log_level="warning",
-            timeout_keep_alive=75, timeout_graceful_shutdown=10,
+            app,
+            loop="none",
+            http=limits.protocol(),
+            ws="none",
+            lifespan="on",
+            access_log=False,
+            log_level="warning",
+            timeout_keep_alive=75,
+            timeout_graceful_shutdown=10,
         )
         self._server = uvicorn.Server(config)
         self._started = threading.Event()

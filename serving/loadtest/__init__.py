@@ -26,12 +26,15 @@ def main(args: argparse.Namespace) -> int:
     options = {k: v for k, v in vars(args).items() if k not in ("func", "_parser")}
     options["_usage"] = parser.format_usage() if parser else ""
     options["_prog"] = parser.prog if parser else "serving loadtest"
-    child = subprocess.Popen([sys.executable, "-m", "serving.loadtest"],
-                             env={**os.environ, ARGS_VARIABLE: json.dumps(options)})
+    child = subprocess.Popen(
+        [sys.executable, "-m", "serving.loadtest"], env={**os.environ, ARGS_VARIABLE: json.dumps(options)}
+    )
     # Ctrl-C reaches the child from the terminal (same process group) and it stops the run cleanly;
     # a SIGTERM to this process is passed on.
-    previous = {signal.SIGINT: signal.signal(signal.SIGINT, signal.SIG_IGN),
-                signal.SIGTERM: signal.signal(signal.SIGTERM, lambda *_: child.terminate())}
+    previous = {
+        signal.SIGINT: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        signal.SIGTERM: signal.signal(signal.SIGTERM, lambda *_: child.terminate()),
+    }
     try:
         return child.wait()
     finally:

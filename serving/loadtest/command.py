@@ -53,12 +53,22 @@ def run(args: argparse.Namespace) -> int:
         runner,  # Locust, and gevent's monkey-patching, from here on
     )
 
-    print(f"serving loadtest {args.scenario}: {plan.base_url}/endpoints/{endpoint} for {plan.duration:g} s, "
-          f"{_load_words(plan)}; targets: {', '.join(sorted({t.label for t in plan.requests}))}", flush=True)
+    print(
+        f"serving loadtest {args.scenario}: {plan.base_url}/endpoints/{endpoint} for {plan.duration:g} s, "
+        f"{_load_words(plan)}; targets: {', '.join(sorted({t.label for t in plan.requests}))}",
+        flush=True,
+    )
     if args.web:
         print(f"Locust web UI: http://127.0.0.1:{args.web_port} (watch only: the harness drives the load)", flush=True)
-    result = runner.run_load(plan, "main", plan.base_url, plan.requests, plan.base_url,
-                             web_port=args.web_port if args.web else None, on_progress=_progress)
+    result = runner.run_load(
+        plan,
+        "main",
+        plan.base_url,
+        plan.requests,
+        plan.base_url,
+        web_port=args.web_port if args.web else None,
+        on_progress=_progress,
+    )
     check = _metrics_check(plan, before, result.answered) if before is not None else None
 
     baseline_result = None
@@ -67,11 +77,19 @@ def run(args: argparse.Namespace) -> int:
         print(f"baseline: the same load against {origin}{path}", flush=True)
         baseline_plan = dataclasses.replace(plan, auth=Anonymous())  # never send credentials to another server
         requests = {t: Prepared(path, p.headers, p.body) for t, p in plan.requests.items()}
-        baseline_result = runner.run_load(baseline_plan, "baseline", origin, requests, origin, poll=False,
-                                          on_progress=_progress)
+        baseline_result = runner.run_load(
+            baseline_plan, "baseline", origin, requests, origin, poll=False, on_progress=_progress
+        )
 
-    document = report.build_report(args.scenario, plan.parameters(), result, plan.duration, baseline=baseline_result,
-                                   baseline_url=args.baseline, metrics_check=check)
+    document = report.build_report(
+        args.scenario,
+        plan.parameters(),
+        result,
+        plan.duration,
+        baseline=baseline_result,
+        baseline_url=args.baseline,
+        metrics_check=check,
+    )
     paths = report.write_report(document, out_dir, html=not args.no_html)
     print()
     print(report.summary_table(document))
@@ -98,15 +116,20 @@ def _load_words(plan: Plan) -> str:
     unit = "requests/s (open loop)" if plan.open_loop else "users (closed loop)"
     levels = getattr(plan.scenario, "levels", None)
     if levels:
-        return f"steps {','.join(f'{v:g}' for v in levels)} {unit}, {getattr(plan.scenario, 'step_seconds', 0):g} s each"
+        return (
+            f"steps {','.join(f'{v:g}' for v in levels)} {unit}, {getattr(plan.scenario, 'step_seconds', 0):g} s each"
+        )
     return f"{plan.level:g} {unit}"
 
 
 def _progress(load: Any) -> None:
     samples = load.result.samples
     errors = sum(1 for s in samples if s.error is not None)
-    print(f"  {load.elapsed():6.1f} s  {len(samples)} done ({errors} failed), {len(load.result.dropped)} dropped, "
-          f"{load.in_flight} in flight", flush=True)
+    print(
+        f"  {load.elapsed():6.1f} s  {len(samples)} done ({errors} failed), {len(load.result.dropped)} dropped, "
+        f"{load.in_flight} in flight",
+        flush=True,
+    )
 
 
 def _read_invocations(plan: Plan) -> tuple[float | None, str | None]:

@@ -12,9 +12,10 @@ import argparse
 import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 from serving import protocol
@@ -77,24 +78,33 @@ class Plan:
 
     def parameters(self) -> dict[str, Any]:
         """The plan as the report records it."""
-        scenario = {k: v for k, v in vars(self.scenario).items() 
-                    if not k.startswith("_") and k not in ("inner", "probabilities")}
+        scenario = {
+            k: v
+            for k, v in vars(self.scenario).items()
+            if not k.startswith("_") and k not in ("inner", "probabilities")
+        }
         if isinstance(scenario.get("models"), list) and len(scenario["models"]) > 20:
             scenario["models"] = scenario["models"][:20] + [f"... ({len(scenario['models'])} in all)"]
         return {
-            "endpoint_url": f"{self.base_url}/endpoints/{self.endpoint}", "endpoint": self.endpoint,
+            "endpoint_url": f"{self.base_url}/endpoints/{self.endpoint}",
+            "endpoint": self.endpoint,
             "load_mode": "open" if self.open_loop else "closed",  # fixed arrival rate, or fixed concurrency
             "rate" if self.open_loop else "users": None if self.scenario.level(0.0) is not None else self.level,
             "duration_s": self.duration,
-            "max_requests": self.max_requests, "max_in_flight": self.max_in_flight if self.open_loop else None,
+            "max_requests": self.max_requests,
+            "max_in_flight": self.max_in_flight if self.open_loop else None,
             "arrivals": ("poisson" if self.poisson else "constant") if self.open_loop else None,
-            "seed": self.seed, "timeout_s": self.timeout, "containers": self.containers,
-            "targets": sorted({t.label for t in self.requests}), "scenario": scenario,
+            "seed": self.seed,
+            "timeout_s": self.timeout,
+            "containers": self.containers,
+            "targets": sorted({t.label for t in self.requests}),
+            "scenario": scenario,
             "auth": type(self.auth).__name__,
         }
 
 
 # --- parsing -------------------------------------------------------------------------------
+
 
 def parse_endpoint_url(url: str) -> tuple[str, str]:
     """(base URL, endpoint name) from `http://HOST:PORT[/prefix]/endpoints/NAME[/invocations]`."""
@@ -143,8 +153,9 @@ def parse_levels(text: str) -> list[float]:
     return levels
 
 
-def parse_payloads(payloads: list[str] | None, payload_json: str | None,
-                   content_type: str | None) -> tuple[tuple[bytes, str], dict[str, tuple[bytes, str]]]:
+def parse_payloads(
+    payloads: list[str] | None, payload_json: str | None, content_type: str | None
+) -> tuple[tuple[bytes, str], dict[str, tuple[bytes, str]]]:
     """(default body and content type, per-container ones) from --payload [CONTAINER=]FILE and --payload-json."""
     per_container: dict[str, tuple[bytes, str]] = {}
     default: tuple[bytes, str] | None = None
@@ -192,6 +203,7 @@ def _encode_json(text: str, content_type: str | None) -> tuple[bytes, str]:
 
 # --- the plan ------------------------------------------------------------------------------
 
+
 def containers_of(description: Mapping[str, Any]) -> list[str]:
     return [c.get("ContainerHostname") for c in description.get("Containers") or [] if c.get("ContainerHostname")]
 
@@ -225,8 +237,11 @@ def build_scenario(args: argparse.Namespace, description: Mapping[str, Any], dur
         return mix()
     if name == "serial":
         if mode != "Serial" and len(containers) > 1:
-            raise OptionError("scenario", f"this endpoint is {mode} with {len(containers)} containers: "
-                                          "each invocation needs a target (use the direct scenario)")
+            raise OptionError(
+                "scenario",
+                f"this endpoint is {mode} with {len(containers)} containers: "
+                "each invocation needs a target (use the direct scenario)",
+            )
         return scenarios.Serial()
     if name == "shift":
         if not args.shift_from or not args.shift_to:
@@ -263,8 +278,12 @@ def _multimodel_container(args: argparse.Namespace, description: Mapping[str, An
     return multi[0]
 
 
-def prepare_requests(endpoint: str, scenario: Scenario, payloads: tuple[tuple[bytes, str], dict[str, tuple[bytes, str]]],
-                     accept: str | None) -> dict[Target, Prepared]:
+def prepare_requests(
+    endpoint: str,
+    scenario: Scenario,
+    payloads: tuple[tuple[bytes, str], dict[str, tuple[bytes, str]]],
+    accept: str | None,
+) -> dict[Target, Prepared]:
     """Each target's request, built as the SDK builds it (path, headers, encoded body)."""
     default, per_container = payloads
     path = _core.invocation_path(endpoint)
@@ -276,8 +295,9 @@ def prepare_requests(endpoint: str, scenario: Scenario, payloads: tuple[tuple[by
     return prepared
 
 
-def build_plan(args: argparse.Namespace, base_url: str, endpoint: str, description: Mapping[str, Any],
-               auth: Authenticator) -> Plan:
+def build_plan(
+    args: argparse.Namespace, base_url: str, endpoint: str, description: Mapping[str, Any], auth: Authenticator
+) -> Plan:
     """Resolve the load mode and the scenario for this endpoint; every error names its flag."""
     if args.scenario == "step":
         for flag, value in (("--users", args.users), ("--rate", args.rate)):
@@ -297,12 +317,34 @@ def build_plan(args: argparse.Namespace, base_url: str, endpoint: str, descripti
     if unknown and containers_of(description):
         raise OptionError("--payload", f"no container {unknown[0]!r} in this endpoint")
     return Plan(
-        base_url=base_url, endpoint=endpoint, scenario=scenario, open_loop=open_loop, level=float(level),
-        duration=float(duration), requests=prepare_requests(endpoint, scenario, payloads, args.accept), auth=auth,
-        containers=containers_of(description), max_requests=args.max_requests, max_in_flight=args.max_in_flight,
-        poisson=args.arrivals == "poisson", seed=args.seed, timeout=args.timeout, poll_interval=args.poll_interval,
+        base_url=base_url,
+        endpoint=endpoint,
+        scenario=scenario,
+        open_loop=open_loop,
+        level=float(level),
+        duration=float(duration),
+        requests=prepare_requests(endpoint, scenario, payloads, args.accept),
+        auth=auth,
+        containers=containers_of(description),
+        max_requests=args.max_requests,
+        max_in_flight=args.max_in_flight,
+        poisson=args.arrivals == "poisson",
+        seed=args.seed,
+        timeout=args.timeout,
+        poll_interval=args.poll_interval,
     )
 
 
-__all__ = ["OptionError", "Plan", "Prepared", "build_plan", "build_scenario", "parse_baseline_url",
-           "parse_endpoint_url", "parse_levels", "parse_payloads", "parse_weights", "prepare_requests"]
+__all__ = [
+    "OptionError",
+    "Plan",
+    "Prepared",
+    "build_plan",
+    "build_scenario",
+    "parse_baseline_url",
+    "parse_endpoint_url",
+    "parse_levels",
+    "parse_payloads",
+    "parse_weights",
+    "prepare_requests",
+]

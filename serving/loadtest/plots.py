@@ -11,7 +11,8 @@ import html
 import io
 import json
 import sys
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import matplotlib
 
@@ -81,7 +82,9 @@ def errors_plot(report: Mapping[str, Any]) -> str:
     bottom = [0] * len(rows)
     for code in codes:
         counts = [r["errors_by_code"].get(code, 0) for r in rows]
-        axes.bar([r["t"] for r in rows], counts, bottom=bottom, label=f"{code} ({sum(counts)})", width=1.0, align="edge")
+        axes.bar(
+            [r["t"] for r in rows], counts, bottom=bottom, label=f"{code} ({sum(counts)})", width=1.0, align="edge"
+        )
         bottom = [b + c for b, c in zip(bottom, counts)]
     if not codes:
         axes.text(0.5, 0.5, "no errors", ha="center", va="center", transform=axes.transAxes)

@@ -7,10 +7,10 @@ after (gevent has patched the sockets, so polling during the run does not block 
 from __future__ import annotations
 
 import json
-import socket
 import urllib.error
 import urllib.request
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from serving import protocol
 from serving.client.credentials import Authenticator
@@ -33,7 +33,7 @@ def get(url: str, auth: Authenticator, accept: str, timeout: float = 5.0) -> byt
     except urllib.error.HTTPError as error:
         detail = error.read()[:500].decode("utf-8", "replace")
         raise ProbeError(f"GET {url} answered {error.code}: {_message(detail)}") from None
-    except (urllib.error.URLError, OSError, socket.timeout) as error:
+    except (TimeoutError, urllib.error.URLError, OSError) as error:
         reason = getattr(error, "reason", error)
         raise ProbeError(f"cannot reach {url}: {reason}") from None
 
@@ -79,14 +79,18 @@ def invocations_total(text: str, endpoint: str, container: str | None = None) ->
             continue
         seen = True  # exposed, even if this endpoint has no sample yet (0 invocations)
         for sample in family.samples:
-            if (sample.name == INVOCATIONS_METRIC and sample.labels.get("endpoint") == endpoint
-                    and container in (None, sample.labels.get("container"))):
+            if (
+                sample.name == INVOCATIONS_METRIC
+                and sample.labels.get("endpoint") == endpoint
+                and container in (None, sample.labels.get("container"))
+            ):
                 total += sample.value
     return total if seen else None
 
 
-def read_invocations(base_url: str, endpoint: str, auth: Authenticator, timeout: float = 5.0,
-                     container: str | None = None) -> float | None:
+def read_invocations(
+    base_url: str, endpoint: str, auth: Authenticator, timeout: float = 5.0, container: str | None = None
+) -> float | None:
     """The server's invocation count for `endpoint` now, from `GET /metrics` (ProbeError if unreadable)."""
     text = get(f"{base_url}/metrics", auth, "text/plain", timeout).decode("utf-8", "replace")
     try:
@@ -95,5 +99,12 @@ def read_invocations(base_url: str, endpoint: str, auth: Authenticator, timeout:
         raise ProbeError(f"{base_url}/metrics is not Prometheus text: {error}") from None
 
 
-__all__ = ["INVOCATIONS_METRIC", "ProbeError", "describe", "get", "invocations_total", "read_invocations",
-           "replica_counts"]
+__all__ = [
+    "INVOCATIONS_METRIC",
+    "ProbeError",
+    "describe",
+    "get",
+    "invocations_total",
+    "read_invocations",
+    "replica_counts",
+]

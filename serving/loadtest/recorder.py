@@ -38,8 +38,9 @@ class RunResult:
     cpu_warning: bool = False  # Locust saw the load generator's CPU above 90%
     interrupted: bool = False  # stopped early (Ctrl-C or the web UI's stop)
 
-    def add(self, sent: float, latency_ms: float, label: str, model: str | None, status: int,
-            error: str | None) -> None:
+    def add(
+        self, sent: float, latency_ms: float, label: str, model: str | None, status: int, error: str | None
+    ) -> None:
         self.samples.append(Sample(sent, latency_ms, label, model, status, error))
 
     def drop(self, sent: float, label: str) -> None:

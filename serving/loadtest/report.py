@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter, defaultdict
-from datetime import datetime, timezone
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from serving.loadtest.recorder import RunResult, Sample
 
@@ -29,12 +30,17 @@ def percentiles(values: Iterable[float]) -> dict[str, float | None]:
     def rank(q: float) -> float:
         return round(ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)], 3)
 
-    return {"p50": rank(50), "p90": rank(90), "p99": rank(99), "max": round(ordered[-1], 3),
-            "mean": round(sum(ordered) / len(ordered), 3)}
+    return {
+        "p50": rank(50),
+        "p90": rank(90),
+        "p99": rank(99),
+        "max": round(ordered[-1], 3),
+        "mean": round(sum(ordered) / len(ordered), 3),
+    }
 
 
 def _iso(epoch: float) -> str | None:
-    return datetime.fromtimestamp(epoch, timezone.utc).isoformat(timespec="milliseconds") if epoch else None
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds") if epoch else None
 
 
 def _failure_key(status: int) -> str:
@@ -45,8 +51,12 @@ def totals(result: RunResult) -> dict[str, Any]:
     """Counts: every request sent, how it ended, and what the generator could not send."""
     failed = [s for s in result.samples if s.error is not None]
     return {
-        "requests": len(result.samples), "ok": len(result.samples) - len(failed), "failures": len(failed),
-        "answered": result.answered, "dropped": len(result.dropped), "unfinished": result.unfinished,
+        "requests": len(result.samples),
+        "ok": len(result.samples) - len(failed),
+        "failures": len(failed),
+        "answered": result.answered,
+        "dropped": len(result.dropped),
+        "unfinished": result.unfinished,
         "failures_by_status": dict(Counter(_failure_key(s.status) for s in failed).most_common()),
         "failures_by_code": dict(Counter(s.error for s in failed).most_common()),
     }
@@ -62,9 +72,15 @@ def per_target(result: RunResult) -> dict[str, dict[str, Any]]:
     for sample in result.samples:
         groups[sample.label].append(sample)
     dropped = Counter(label for _, label in result.dropped)
-    return {label: {"requests": len(group), "failures": sum(1 for s in group if s.error is not None),
-                    "dropped": dropped.get(label, 0), "latency_ms": percentiles(_ok_latencies(group))}
-            for label, group in sorted(groups.items())}
+    return {
+        label: {
+            "requests": len(group),
+            "failures": sum(1 for s in group if s.error is not None),
+            "dropped": dropped.get(label, 0),
+            "latency_ms": percentiles(_ok_latencies(group)),
+        }
+        for label, group in sorted(groups.items())
+    }
 
 
 def per_model(result: RunResult, top: int = 50) -> dict[str, int]:
@@ -85,12 +101,20 @@ def timeseries(result: RunResult, duration: float) -> list[dict[str, Any]]:
     for second, bucket in enumerate(buckets):
         errors = Counter(s.error for s in bucket if s.error is not None)
         latency = percentiles(_ok_latencies(bucket))
-        rows.append({
-            "t": second, "level": result.levels[second] if second < len(result.levels) else None,
-            "requests": len(bucket), "ok": len(bucket) - sum(errors.values()), "errors": sum(errors.values()),
-            "errors_by_code": dict(errors), "dropped": drops.get(second, 0),
-            "p50": latency["p50"], "p90": latency["p90"], "p99": latency["p99"],
-        })
+        rows.append(
+            {
+                "t": second,
+                "level": result.levels[second] if second < len(result.levels) else None,
+                "requests": len(bucket),
+                "ok": len(bucket) - sum(errors.values()),
+                "errors": sum(errors.values()),
+                "errors_by_code": dict(errors),
+                "dropped": drops.get(second, 0),
+                "p50": latency["p50"],
+                "p90": latency["p90"],
+                "p99": latency["p99"],
+            }
+        )
     return rows
 
 
@@ -111,41 +135,74 @@ def summarize(result: RunResult, duration: float) -> dict[str, Any]:
     lag = percentiles(result.lag_ms) if result.lag_ms else None
     warning = None
     if lag and lag["p99"] is not None and lag["p99"] > LAG_WARNING_MS:
-        warning = (f"the load generator launched requests late (p99 {lag['p99']:.1f} ms behind schedule): "
-                   "latencies include that lag; lower --rate or run the generator on a bigger machine")
+        warning = (
+            f"the load generator launched requests late (p99 {lag['p99']:.1f} ms behind schedule): "
+            "latencies include that lag; lower --rate or run the generator on a bigger machine"
+        )
     elif result.cpu_warning:
         warning = "the load generator's CPU went above 90%: latencies may include client-side delay"
     return {
-        "start": _iso(result.started_at), "end": _iso(result.ended_at), "elapsed_s": round(elapsed, 3),
-        "interrupted": result.interrupted, "totals": counts,
+        "start": _iso(result.started_at),
+        "end": _iso(result.ended_at),
+        "elapsed_s": round(elapsed, 3),
+        "interrupted": result.interrupted,
+        "totals": counts,
         "latency_ms": percentiles(_ok_latencies(result.samples)),
-        "throughput_rps": {"requests": round(counts["requests"] / window, 3) if window else 0.0,
-                           "ok": round(counts["ok"] / window, 3) if window else 0.0, "window_s": round(window, 3)},
-        "per_target": per_target(result), "per_model": per_model(result),
-        "timeseries": timeseries(result, duration), "replicas": replicas(result),
+        "throughput_rps": {
+            "requests": round(counts["requests"] / window, 3) if window else 0.0,
+            "ok": round(counts["ok"] / window, 3) if window else 0.0,
+            "window_s": round(window, 3),
+        },
+        "per_target": per_target(result),
+        "per_model": per_model(result),
+        "timeseries": timeseries(result, duration),
+        "replicas": replicas(result),
         "generator": {"lag_ms": lag, "cpu_warning": result.cpu_warning, "warning": warning},
     }
 
 
 def ratios(ours: Mapping[str, Any], baseline: Mapping[str, Any]) -> dict[str, float | None]:
     """ours / baseline for p50, p99 latency and throughput (None where either side has no value)."""
+
     def ratio(a: float | None, b: float | None) -> float | None:
         return round(a / b, 3) if a is not None and b else None
 
-    return {"p50": ratio(ours["latency_ms"]["p50"], baseline["latency_ms"]["p50"]),
-            "p99": ratio(ours["latency_ms"]["p99"], baseline["latency_ms"]["p99"]),
-            "throughput": ratio(ours["throughput_rps"]["ok"], baseline["throughput_rps"]["ok"])}
+    return {
+        "p50": ratio(ours["latency_ms"]["p50"], baseline["latency_ms"]["p50"]),
+        "p99": ratio(ours["latency_ms"]["p99"], baseline["latency_ms"]["p99"]),
+        "throughput": ratio(ours["throughput_rps"]["ok"], baseline["throughput_rps"]["ok"]),
+    }
 
 
-def build_report(scenario: str, parameters: Mapping[str, Any], result: RunResult, duration: float,
-                 baseline: RunResult | None = None, baseline_url: str | None = None,
-                 metrics_check: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def build_report(
+    scenario: str,
+    parameters: Mapping[str, Any],
+    result: RunResult,
+    duration: float,
+    baseline: RunResult | None = None,
+    baseline_url: str | None = None,
+    metrics_check: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """The whole report: the main run's summary at top level, then the baseline and the metrics check."""
     report: dict[str, Any] = {"scenario": scenario, "parameters": dict(parameters), **summarize(result, duration)}
     if baseline is not None:
         summary = summarize(baseline, duration)
-        report["baseline"] = {"url": baseline_url, **{k: summary[k] for k in (
-            "start", "end", "elapsed_s", "totals", "latency_ms", "throughput_rps", "timeseries", "generator")}}
+        report["baseline"] = {
+            "url": baseline_url,
+            **{
+                k: summary[k]
+                for k in (
+                    "start",
+                    "end",
+                    "elapsed_s",
+                    "totals",
+                    "latency_ms",
+                    "throughput_rps",
+                    "timeseries",
+                    "generator",
+                )
+            },
+        }
         report["ratios"] = ratios(report, summary)
     if metrics_check is not None:
         report["metrics_check"] = dict(metrics_check)
@@ -155,12 +212,19 @@ def build_report(scenario: str, parameters: Mapping[str, Any], result: RunResult
 def metrics_check(before: float | None, after: float | None, answered: int, error: str | None = None) -> dict[str, Any]:
     """The server's serving_invocations_total for the endpoint around the run, against the harness's count."""
     difference = after - before if before is not None and after is not None else None
-    return {"metric": "serving_invocations_total", "before": before, "after": after, "difference": difference,
-            "harness_answered": answered, "matches": difference == answered if difference is not None else None,
-            "error": error}
+    return {
+        "metric": "serving_invocations_total",
+        "before": before,
+        "after": after,
+        "difference": difference,
+        "harness_answered": answered,
+        "matches": difference == answered if difference is not None else None,
+        "error": error,
+    }
 
 
 # --- terminal --------------------------------------------------------------------------------
+
 
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
@@ -175,42 +239,65 @@ def summary_table(report: Mapping[str, Any]) -> str:
         load = "steps " + ",".join(f"{v:g}" for v in levels) + f" {unit}"
     else:
         load = f"{params.get('rate', params.get('users')):g} {unit}"
-    lines = [f"serving loadtest {report['scenario']}: {params.get('endpoint_url')}  "
-             f"({params.get('load_mode')} loop, {load}, {report['elapsed_s']:.1f} s"
-             f"{', interrupted' if report.get('interrupted') else ''})", ""]
+    lines = [
+        f"serving loadtest {report['scenario']}: {params.get('endpoint_url')}  "
+        f"({params.get('load_mode')} loop, {load}, {report['elapsed_s']:.1f} s"
+        f"{', interrupted' if report.get('interrupted') else ''})",
+        "",
+    ]
     header = f"{'target':<24} {'requests':>9} {'failures':>9} {'p50 ms':>9} {'p90 ms':>9} {'p99 ms':>9} {'max ms':>9}"
     lines += [header, "-" * len(header)]
-    rows = list(report["per_target"].items()) + [("all", {"requests": counts["requests"], "failures": counts["failures"],
-                                                          "latency_ms": report["latency_ms"]})]
+    rows = list(report["per_target"].items()) + [
+        ("all", {"requests": counts["requests"], "failures": counts["failures"], "latency_ms": report["latency_ms"]})
+    ]
     for label, row in rows:
         lat = row["latency_ms"]
-        lines.append(f"{label[:24]:<24} {row['requests']:>9} {row['failures']:>9} {_ms(lat['p50']):>9} "
-                     f"{_ms(lat['p90']):>9} {_ms(lat['p99']):>9} {_ms(lat['max']):>9}")
+        lines.append(
+            f"{label[:24]:<24} {row['requests']:>9} {row['failures']:>9} {_ms(lat['p50']):>9} "
+            f"{_ms(lat['p90']):>9} {_ms(lat['p99']):>9} {_ms(lat['max']):>9}"
+        )
     rate = report["throughput_rps"]
-    lines += ["", f"throughput {rate['requests']:.1f} req/s (ok {rate['ok']:.1f}/s); "
-                  f"dropped {counts['dropped']}; unfinished {counts['unfinished']}"]
+    lines += [
+        "",
+        f"throughput {rate['requests']:.1f} req/s (ok {rate['ok']:.1f}/s); "
+        f"dropped {counts['dropped']}; unfinished {counts['unfinished']}",
+    ]
     if counts["failures_by_code"]:
-        lines.append("failures: " + ", ".join(f"{code} {n}" for code, n in counts["failures_by_code"].items())
-                     + "  (by status: " + ", ".join(f"{k}: {n}" for k, n in counts["failures_by_status"].items()) + ")")
+        lines.append(
+            "failures: "
+            + ", ".join(f"{code} {n}" for code, n in counts["failures_by_code"].items())
+            + "  (by status: "
+            + ", ".join(f"{k}: {n}" for k, n in counts["failures_by_status"].items())
+            + ")"
+        )
     containers = report["replicas"]["containers"]
     if containers:
-        lines.append("replicas: " + ", ".join(
-            f"{name} {series[0][1]}→{series[-1][1]} (max {max(c for _, c in series)})" for name, series in containers.items()))
+        lines.append(
+            "replicas: "
+            + ", ".join(
+                f"{name} {series[0][1]}→{series[-1][1]} (max {max(c for _, c in series)})"
+                for name, series in containers.items()
+            )
+        )
     if report["generator"]["warning"]:
         lines.append(f"WARNING: {report['generator']['warning']}")
     if "baseline" in report:
         base, ratio = report["baseline"], report["ratios"]
-        lines.append(f"baseline {base['url']}: p50 {_ms(base['latency_ms']['p50'])} ms, p99 {_ms(base['latency_ms']['p99'])} ms, "
-                     f"{base['throughput_rps']['ok']:.1f} ok/s; ours/baseline: p50 {ratio['p50']}x, p99 {ratio['p99']}x, "
-                     f"throughput {ratio['throughput']}x")
+        lines.append(
+            f"baseline {base['url']}: p50 {_ms(base['latency_ms']['p50'])} ms, p99 {_ms(base['latency_ms']['p99'])} ms, "
+            f"{base['throughput_rps']['ok']:.1f} ok/s; ours/baseline: p50 {ratio['p50']}x, p99 {ratio['p99']}x, "
+            f"throughput {ratio['throughput']}x"
+        )
     check = report.get("metrics_check")
     if check:
         if check["difference"] is None:
             lines.append(f"metrics check: {check['error'] or 'serving_invocations_total is not exposed'}")
         else:
             verdict = "matches" if check["matches"] else "DIFFERS from"
-            lines.append(f"metrics check: serving_invocations_total +{check['difference']:g}, {verdict} the "
-                         f"{check['harness_answered']} answered requests")
+            lines.append(
+                f"metrics check: serving_invocations_total +{check['difference']:g}, {verdict} the "
+                f"{check['harness_answered']} answered requests"
+            )
     return "\n".join(lines)
 
 

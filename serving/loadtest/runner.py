@@ -22,7 +22,8 @@ import logging
 import math
 import random
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import gevent
 import gevent.pool
@@ -96,8 +97,9 @@ def send(client: Any, load: Load, target: Target, intended: float) -> None:
     headers = {**prepared.headers, **load.plan.auth.headers("POST", url, prepared.headers, prepared.body)}
     load.in_flight += 1
     try:
-        with client.request("POST", prepared.path, data=prepared.body, headers=headers, name=target.label,
-                            catch_response=True) as response:
+        with client.request(
+            "POST", prepared.path, data=prepared.body, headers=headers, name=target.label, catch_response=True
+        ) as response:
             latency_ms = (time.perf_counter() - intended) * 1000
             response.request_meta["response_time"] = latency_ms  # Locust's own stats (web UI) agree with ours
             status = response.status_code or 0
@@ -200,9 +202,14 @@ def _sleep_until(when: float) -> None:
 def _user_class(load: Load, host: str) -> type[FastHttpUser]:
     plan = load.plan
     base = _Scheduler if plan.open_loop else _Invoker
-    attributes = {"load": load, "host": host, "network_timeout": plan.timeout,
-                  "connection_timeout": min(plan.timeout, 10.0), "insecure": False,
-                  "concurrency": plan.max_in_flight if plan.open_loop else 1}
+    attributes = {
+        "load": load,
+        "host": host,
+        "network_timeout": plan.timeout,
+        "connection_timeout": min(plan.timeout, 10.0),
+        "insecure": False,
+        "concurrency": plan.max_in_flight if plan.open_loop else 1,
+    }
     return type("OpenLoopUser" if plan.open_loop else "ClosedLoopUser", (base,), attributes)
 
 
@@ -222,9 +229,16 @@ def sample_replicas(plan: Plan, result: RunResult, at: float) -> None:
             result.replica_errors.append(f"{at:.1f}s: {error}")
 
 
-def run_load(plan: Plan, name: str, host: str, requests: dict[Target, Prepared], signing_base: str,
-             poll: bool = True, web_port: int | None = None,
-             on_progress: Callable[[Load], None] | None = None) -> RunResult:
+def run_load(
+    plan: Plan,
+    name: str,
+    host: str,
+    requests: dict[Target, Prepared],
+    signing_base: str,
+    poll: bool = True,
+    web_port: int | None = None,
+    on_progress: Callable[[Load], None] | None = None,
+) -> RunResult:
     """Run one load against `host` (origin + prefix of the request paths) and return its raw result."""
     logging.getLogger("locust.runners").setLevel(logging.ERROR)  # its "spawn rate > 100" warning: we spawn at once
     result = RunResult(name)

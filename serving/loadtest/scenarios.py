@@ -10,9 +10,10 @@ from __future__ import annotations
 import bisect
 import math
 import random
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Callable, ClassVar, Iterator, Mapping, Sequence
+from typing import ClassVar
 
 SCENARIOS = ("direct", "serial", "shift", "step", "zipf")
 ENDPOINT_LABEL = "(endpoint)"  # per-target label of requests that name no container (Serial)
@@ -54,7 +55,7 @@ def zipf_weights(n: int, s: float) -> list[float]:
         raise ValueError("the number of models must be at least 1")
     if s < 0:
         raise ValueError("the Zipf exponent must not be negative")
-    raw = [1.0 / k ** s for k in range(1, n + 1)]
+    raw = [1.0 / k**s for k in range(1, n + 1)]
     total = sum(raw)
     return [w / total for w in raw]
 
@@ -91,8 +92,9 @@ def step_level(elapsed: float, levels: Sequence[float], step_seconds: float, ram
     return levels[index] + (levels[index + 1] - levels[index]) * within
 
 
-def arrival_times(rate_at: Callable[[float], float], duration: float, rng: random.Random | None = None,
-                  dt: float = 0.001) -> Iterator[float]:
+def arrival_times(
+    rate_at: Callable[[float], float], duration: float, rng: random.Random | None = None, dt: float = 0.001
+) -> Iterator[float]:
     """Intended send times (seconds from the start, below `duration`) of an open-loop schedule.
 
     The k-th request is due when the integrated rate reaches k (so a constant 50/s for 2 s is exactly
@@ -239,5 +241,20 @@ class Zipf(Scenario):
         return [Target(self.container, m) for m in self.models]
 
 
-__all__ = ["Direct", "ENDPOINT_LABEL", "SCENARIOS", "Scenario", "Serial", "Shift", "Step", "Target", "Weighted",
-           "Zipf", "arrival_times", "model_names", "shift_fraction", "step_level", "zipf_weights"]
+__all__ = [
+    "Direct",
+    "ENDPOINT_LABEL",
+    "SCENARIOS",
+    "Scenario",
+    "Serial",
+    "Shift",
+    "Step",
+    "Target",
+    "Weighted",
+    "Zipf",
+    "arrival_times",
+    "model_names",
+    "shift_fraction",
+    "step_level",
+    "zipf_weights",
+]

@@ -14,7 +14,7 @@ import asyncio
 import logging
 import re
 import time
-from typing import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 import aiohttp
 from prometheus_client import generate_latest
@@ -27,14 +27,29 @@ logger = logging.getLogger("serving.metrics")
 
 RAY_PREFIX = "ray_"
 SERVING_PREFIX = "serving_"
-RAY_LABELS = frozenset({"Component", "NodeAddress", "SessionName", "Version", "WorkerId", "JobId",
-                        "otel_scope_name", "otel_scope_schema_url", "otel_scope_version"})
+RAY_LABELS = frozenset(
+    {
+        "Component",
+        "NodeAddress",
+        "SessionName",
+        "Version",
+        "WorkerId",
+        "JobId",
+        "otel_scope_name",
+        "otel_scope_schema_url",
+        "otel_scope_version",
+    }
+)
 NODE_LIST_TTL_S = 10.0
 # The classic text format every Prometheus version reads (prometheus_client's "latest" moved to 1.0.0).
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 EXACT_SUM_SUFFIX = "_exact_sum"  # see replica_metrics._Timing
 
-_KEPT_LINES = (RAY_PREFIX + SERVING_PREFIX, f"# HELP {RAY_PREFIX}{SERVING_PREFIX}", f"# TYPE {RAY_PREFIX}{SERVING_PREFIX}")
+_KEPT_LINES = (
+    RAY_PREFIX + SERVING_PREFIX,
+    f"# HELP {RAY_PREFIX}{SERVING_PREFIX}",
+    f"# TYPE {RAY_PREFIX}{SERVING_PREFIX}",
+)
 _SAMPLE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 _UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
@@ -59,7 +74,7 @@ def serving_families_from_ray(text: str) -> list[Metric]:
         elif line.startswith("# TYPE "):
             name, _, kind = line[7:].partition(" ")
             base = name[: -len("_total")] if kind == "counter" and name.endswith("_total") else name
-            family = families.setdefault(base, Metric(base[len(RAY_PREFIX):], helps.get(name, ""), kind.strip()))
+            family = families.setdefault(base, Metric(base[len(RAY_PREFIX) :], helps.get(name, ""), kind.strip()))
         elif family is not None:
             match = _SAMPLE.fullmatch(line.strip())
             if match is None:
@@ -68,7 +83,7 @@ def serving_families_from_ray(text: str) -> list[Metric]:
             if not sample_name.startswith(RAY_PREFIX + family.name):
                 continue
             labels = {key: _unescape(raw) for key, raw in _LABEL.findall(label_text or "") if key not in RAY_LABELS}
-            family.add_sample(sample_name[len(RAY_PREFIX):], labels, float(value))
+            family.add_sample(sample_name[len(RAY_PREFIX) :], labels, float(value))
     return _with_exact_sums({metric.name: metric for metric in families.values()})
 
 
@@ -85,7 +100,9 @@ def _with_exact_sums(families: dict[str, Metric]) -> list[Metric]:
             continue
         sums = {_key(sample.labels): sample.value for sample in exact.samples if sample.name.endswith("_total")}
         histogram.samples = [
-            sample._replace(value=sums.get(_key(sample.labels), 0.0)) if sample.name == histogram.name + "_sum" else sample
+            sample._replace(value=sums.get(_key(sample.labels), 0.0))
+            if sample.name == histogram.name + "_sum"
+            else sample
             for sample in histogram.samples
         ]
     return list(families.values())
@@ -146,8 +163,15 @@ class MetricsRoute:
     it, then answers with the freshest families it has. Replicas only push every few seconds anyway.
     """
 
-    def __init__(self, collectors: Iterable, node_urls: Callable[[], Awaitable[list[str]]], *,
-                 timeout_s: float = 10.0, wait_s: float = 1.5, max_age_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        collectors: Iterable,
+        node_urls: Callable[[], Awaitable[list[str]]],
+        *,
+        timeout_s: float = 10.0,
+        wait_s: float = 1.5,
+        max_age_s: float = 1.0,
+    ) -> None:
         self.collectors = list(collectors)  # anything with collect(): the gateway's registry and collectors
         self._node_urls = node_urls  # the metrics export URL of every live Ray node
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
@@ -181,7 +205,8 @@ class MetricsRoute:
             texts = await asyncio.gather(*(self._fetch(url) for url in urls))
             # Parsing takes milliseconds per node: off the event loop that serves invocations.
             parsed = await asyncio.to_thread(
-                lambda: {url: serving_families_from_ray(text) for url, text in zip(urls, texts) if text is not None})
+                lambda: {url: serving_families_from_ray(text) for url, text in zip(urls, texts) if text is not None}
+            )
             # A node that did not answer keeps its last families; one that left the cluster loses them.
             self._node_families = {url: parsed.get(url, self._node_families.get(url, [])) for url in urls}
             self._refreshed_at = time.monotonic()

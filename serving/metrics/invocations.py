@@ -13,12 +13,37 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
-__all__ = ["ACCESS_DECISIONS", "LATENCY_BUCKETS", "REGISTRY", "DesiredReplicasCollector", "InvocationTrace",
-           "ReplicaCountCollector", "record_client_abort", "record_invocation"]
+__all__ = [
+    "ACCESS_DECISIONS",
+    "LATENCY_BUCKETS",
+    "REGISTRY",
+    "DesiredReplicasCollector",
+    "InvocationTrace",
+    "ReplicaCountCollector",
+    "record_client_abort",
+    "record_invocation",
+]
 
 # Milliseconds to minutes: a 0.3 ms hop and a 90 s cold load of a large model both land in a bucket.
-LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-                   60.0, 120.0)
+LATENCY_BUCKETS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+)
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -32,32 +57,42 @@ INVOCATIONS = Counter(
     "serving_invocations",
     "InvokeEndpoint requests, counted once per container they were addressed to (Serial: each container of "
     "the chain); model is the TargetModel of MultiModel containers.",
-    labelnames=("endpoint", "container", "model"), registry=REGISTRY,
+    labelnames=("endpoint", "container", "model"),
+    registry=REGISTRY,
 )
 ERRORS_4XX = Counter(
-    "serving_invocation_4xx_errors", "InvokeEndpoint requests answered with a 4xx status.",
-    labelnames=("endpoint", "container", "model"), registry=REGISTRY,
+    "serving_invocation_4xx_errors",
+    "InvokeEndpoint requests answered with a 4xx status.",
+    labelnames=("endpoint", "container", "model"),
+    registry=REGISTRY,
 )
 ERRORS_5XX = Counter(
-    "serving_invocation_5xx_errors", "InvokeEndpoint requests answered with a 5xx status.",
-    labelnames=("endpoint", "container", "model"), registry=REGISTRY,
+    "serving_invocation_5xx_errors",
+    "InvokeEndpoint requests answered with a 5xx status.",
+    labelnames=("endpoint", "container", "model"),
+    registry=REGISTRY,
 )
 CLIENT_ABORTS = Counter(
     "serving_invocation_client_aborts",
     "InvokeEndpoint requests whose client went away before their body had arrived (it disconnected, or was cut "
     "off by a body timeout); not counted as invocations nor as 4XX/5XX errors.",
-    labelnames=("endpoint",), registry=REGISTRY,
+    labelnames=("endpoint",),
+    registry=REGISTRY,
 )
 CONTAINER_LATENCY = Histogram(
     "serving_container_latency_seconds",
     "One hop to a container as the router sees it: the network both ways plus the container's own time.",
-    labelnames=("endpoint", "container"), buckets=LATENCY_BUCKETS, registry=REGISTRY,
+    labelnames=("endpoint", "container"),
+    buckets=LATENCY_BUCKETS,
+    registry=REGISTRY,
 )
 OVERHEAD_LATENCY = Histogram(
     "serving_overhead_latency_seconds",
     "Router time of a request excluding its container hops (authentication, checks, dispatch); the "
     "container label is empty for Serial endpoints.",
-    labelnames=("endpoint", "container"), buckets=LATENCY_BUCKETS, registry=REGISTRY,
+    labelnames=("endpoint", "container"),
+    buckets=LATENCY_BUCKETS,
+    registry=REGISTRY,
 )
 
 
@@ -130,5 +165,7 @@ class DesiredReplicasCollector(_PerContainerGauge):
     """`serving_desired_replicas{endpoint,container}`: what the container's autoscaler last decided."""
 
     name = "serving_desired_replicas"
-    documentation = ("Replicas a container should have: its autoscaler's last decision, else its fixed count "
-                     "(serving_replicas catches up as replicas start or drain).")
+    documentation = (
+        "Replicas a container should have: its autoscaler's last decision, else its fixed count "
+        "(serving_replicas catches up as replicas start or drain)."
+    )

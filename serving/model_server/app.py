@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -40,9 +41,15 @@ class ContainerApp:
     """ASGI app wrapping one loaded runtime, or a MultiModel container's models (the router bounds
     how many requests reach it)."""
 
-    def __init__(self, runtime: Runtime | None, hostname: str, models: MultiModelHandler | None = None,
-                 model_latency: Callable[[float], None] | None = None, hop_key: bytes | None = None,
-                 events: EventLog | None = None) -> None:
+    def __init__(
+        self,
+        runtime: Runtime | None,
+        hostname: str,
+        models: MultiModelHandler | None = None,
+        model_latency: Callable[[float], None] | None = None,
+        hop_key: bytes | None = None,
+        events: EventLog | None = None,
+    ) -> None:
         """`model_latency(seconds)` receives each SingleModel invocation's model time (MultiModel: the
         handler reports it, since only it can leave out the load). `hop_key`: refuse requests the
         gateway did not sign for this container (None only in tests that run no gateway).
@@ -58,11 +65,13 @@ class ContainerApp:
         self.in_flight = 0
         self.invocations = 0
         self.refused = 0  # requests refused for a missing or bad hop signature
-        self.app = serving_app([
-            Route(protocol.INVOCATIONS_PATH, self.invoke, methods=["POST"]),
-            Route(protocol.PING_PATH, self.ping, methods=["GET"]),
-            Route(protocol.STATS_PATH, self.stats, methods=["GET"]),
-        ])
+        self.app = serving_app(
+            [
+                Route(protocol.INVOCATIONS_PATH, self.invoke, methods=["POST"]),
+                Route(protocol.PING_PATH, self.ping, methods=["GET"]),
+                Route(protocol.STATS_PATH, self.stats, methods=["GET"]),
+            ]
+        )
 
     async def __call__(self, scope, receive, send) -> None:
         await self.app(scope, receive, send)
@@ -78,8 +87,12 @@ class ContainerApp:
             hops.verify(self.hop_key, request.method, request.url.path, body, request.headers)
         except hops.HopAuthError as error:
             self.refused += 1
-            logger.warning("container %s: refused a request from %s: %s", self.hostname,
-                           request.client.host if request.client else "?", error)
+            logger.warning(
+                "container %s: refused a request from %s: %s",
+                self.hostname,
+                request.client.host if request.client else "?",
+                error,
+            )
             return error_response(AccessDeniedError(f"container {self.hostname}: {error}"))
         return None
 
@@ -88,8 +101,12 @@ class ContainerApp:
         refusal = self._refusal(request, b"")
         if refusal is not None:
             return refusal
-        document: dict[str, Any] = {"invocations": self.invocations, "in_flight": self.in_flight,
-                                    "refused": self.refused, "custom": self._custom_metrics()}
+        document: dict[str, Any] = {
+            "invocations": self.invocations,
+            "in_flight": self.in_flight,
+            "refused": self.refused,
+            "custom": self._custom_metrics(),
+        }
         if self.events is not None:
             document["events"] = self.events.drain()
             document["dropped_events"] = self.events.dropped
@@ -124,11 +141,15 @@ class ContainerApp:
             context.target_model = headers.get(protocol.TARGET_MODEL)
             context.inference_id = headers.get(protocol.INFERENCE_ID)
             if self.models is not None:
-                out, content_type = await self.models.ainvoke(body, headers.get("content-type"), headers.get("accept"), context)
+                out, content_type = await self.models.ainvoke(
+                    body, headers.get("content-type"), headers.get("accept"), context
+                )
             else:
                 assert self.runtime is not None  # SingleModel
                 started = time.perf_counter()
-                out, content_type = self.runtime.invoke(body, headers.get("content-type"), headers.get("accept"), context)
+                out, content_type = self.runtime.invoke(
+                    body, headers.get("content-type"), headers.get("accept"), context
+                )
                 if self.model_latency is not None:
                     self.model_latency(time.perf_counter() - started)
             response_headers = {"content-type": content_type}

@@ -9,7 +9,8 @@ method by method. Bounded: past `limit` undrained events the oldest are dropped 
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from serving.models.cache import CacheObserver
 

@@ -39,8 +39,11 @@ def main() -> int:
     mode = config["sandbox"]["mode"]
     report = sandbox.SandboxReport()
     if mode != "off":
-        policy = sandbox.SandboxPolicy(read=tuple(config["sandbox"]["read"]), write=tuple(config["sandbox"]["write"]),
-                                       devices=tuple(config["sandbox"]["devices"]))
+        policy = sandbox.SandboxPolicy(
+            read=tuple(config["sandbox"]["read"]),
+            write=tuple(config["sandbox"]["write"]),
+            devices=tuple(config["sandbox"]["devices"]),
+        )
         try:
             report = sandbox.apply(policy, require=mode == "required")
         except sandbox.SandboxError as error:
@@ -56,8 +59,16 @@ def main() -> int:
     except Exception as error:  # the model did not load: the supervisor reports it as the container's failure
         _report(status_fd, {"error": f"{type(error).__name__}: {error}"})
         return 1
-    _report(status_fd, {"ready": True, "pid": os.getpid(), "landlock_abi": report.landlock_abi,
-                        "seccomp": report.seccomp, "capabilities_dropped": report.capabilities_dropped})
+    _report(
+        status_fd,
+        {
+            "ready": True,
+            "pid": os.getpid(),
+            "landlock_abi": report.landlock_abi,
+            "seccomp": report.seccomp,
+            "capabilities_dropped": report.capabilities_dropped,
+        },
+    )
     stop.wait()
     server.stop()
     return 0
@@ -78,9 +89,16 @@ def _serve(config: dict):
     hop_key = bytes.fromhex(config["hop_key"])
     hostname, environment = config["hostname"], config["environment"]
     if config["multi_model"] is not None:
-        models = MultiModelHandler(config["image"], config["model_data"], environment, hostname=hostname,
-                                   observer=events, downloaded=events.downloaded, model_latency=events.model_latency,
-                                   **config["multi_model"])
+        models = MultiModelHandler(
+            config["image"],
+            config["model_data"],
+            environment,
+            hostname=hostname,
+            observer=events,
+            downloaded=events.downloaded,
+            model_latency=events.model_latency,
+            **config["multi_model"],
+        )
         app = ContainerApp(None, hostname, models=models, hop_key=hop_key, events=events)
     else:
         runtime = runtime_for(config["image"], materialize(config["model_data"]), environment)

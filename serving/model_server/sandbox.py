@@ -38,10 +38,24 @@ _CREATE_RULESET_VERSION = 1
 _RULE_PATH_BENEATH, _RULE_NET_PORT = 1, 2
 
 # Landlock filesystem rights, by the ABI version that introduced them.
-_FS = {"EXECUTE": 1 << 0, "WRITE_FILE": 1 << 1, "READ_FILE": 1 << 2, "READ_DIR": 1 << 3,
-       "REMOVE_DIR": 1 << 4, "REMOVE_FILE": 1 << 5, "MAKE_CHAR": 1 << 6, "MAKE_DIR": 1 << 7,
-       "MAKE_REG": 1 << 8, "MAKE_SOCK": 1 << 9, "MAKE_FIFO": 1 << 10, "MAKE_BLOCK": 1 << 11,
-       "MAKE_SYM": 1 << 12, "REFER": 1 << 13, "TRUNCATE": 1 << 14, "IOCTL_DEV": 1 << 15}
+_FS = {
+    "EXECUTE": 1 << 0,
+    "WRITE_FILE": 1 << 1,
+    "READ_FILE": 1 << 2,
+    "READ_DIR": 1 << 3,
+    "REMOVE_DIR": 1 << 4,
+    "REMOVE_FILE": 1 << 5,
+    "MAKE_CHAR": 1 << 6,
+    "MAKE_DIR": 1 << 7,
+    "MAKE_REG": 1 << 8,
+    "MAKE_SOCK": 1 << 9,
+    "MAKE_FIFO": 1 << 10,
+    "MAKE_BLOCK": 1 << 11,
+    "MAKE_SYM": 1 << 12,
+    "REFER": 1 << 13,
+    "TRUNCATE": 1 << 14,
+    "IOCTL_DEV": 1 << 15,
+}
 _FS_BY_ABI = {1: (1 << 13) - 1, 2: (1 << 14) - 1, 3: (1 << 15) - 1, 5: (1 << 16) - 1}
 _FILE_RIGHTS = _FS["EXECUTE"] | _FS["WRITE_FILE"] | _FS["READ_FILE"] | _FS["TRUNCATE"] | _FS["IOCTL_DEV"]
 _READ = _FS["EXECUTE"] | _FS["READ_FILE"] | _FS["READ_DIR"]
@@ -59,10 +73,29 @@ _AF_UNIX = 1
 
 # What Python and the frameworks read outside their install: name lookups, TLS roots, time zones,
 # the dynamic loader's cache. Not /etc as a whole (/etc/shadow is readable by its owner, root).
-_ETC = ("/etc/ssl", "/etc/ca-certificates", "/etc/pki", "/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf",
-        "/etc/host.conf", "/etc/gai.conf", "/etc/localtime", "/etc/timezone", "/etc/passwd", "/etc/group",
-        "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/os-release", "/etc/mime.types",
-        "/etc/protocols", "/etc/services", "/etc/machine-id", "/etc/alternatives")
+_ETC = (
+    "/etc/ssl",
+    "/etc/ca-certificates",
+    "/etc/pki",
+    "/etc/resolv.conf",
+    "/etc/hosts",
+    "/etc/nsswitch.conf",
+    "/etc/host.conf",
+    "/etc/gai.conf",
+    "/etc/localtime",
+    "/etc/timezone",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/os-release",
+    "/etc/mime.types",
+    "/etc/protocols",
+    "/etc/services",
+    "/etc/machine-id",
+    "/etc/alternatives",
+)
 SYSTEM_READ = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/opt", "/proc", "/sys", *_ETC)
 SYSTEM_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
 
@@ -104,8 +137,9 @@ def landlock_abi() -> int:
         return 0
     libc = _libc()
     libc.syscall.restype = ctypes.c_long
-    version = libc.syscall(ctypes.c_long(_SYS_LANDLOCK_CREATE_RULESET), None, ctypes.c_size_t(0),
-                           ctypes.c_uint32(_CREATE_RULESET_VERSION))
+    version = libc.syscall(
+        ctypes.c_long(_SYS_LANDLOCK_CREATE_RULESET), None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION)
+    )
     return max(int(version), 0)
 
 
@@ -135,8 +169,11 @@ def _fail_or_skip(require: bool, what: str) -> None:
 
 # --- Landlock --------------------------------------------------------------------------------
 class _RulesetAttr(ctypes.Structure):
-    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
-                ("scoped", ctypes.c_uint64)]
+    _fields_ = [
+        ("handled_access_fs", ctypes.c_uint64),
+        ("handled_access_net", ctypes.c_uint64),
+        ("scoped", ctypes.c_uint64),
+    ]
 
 
 class _PathBeneathAttr(ctypes.Structure):
@@ -150,13 +187,16 @@ def _handled_fs(abi: int) -> int:
 
 def _landlock(libc: ctypes.CDLL, abi: int, policy: SandboxPolicy, report: SandboxReport) -> None:
     handled = _handled_fs(abi)
-    attr = _RulesetAttr(handled_access_fs=handled,
-                        handled_access_net=_NET_BIND_TCP if abi >= 4 else 0,  # no listening: the port is inherited
-                        scoped=(_SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL) if abi >= 6 else 0)
+    attr = _RulesetAttr(
+        handled_access_fs=handled,
+        handled_access_net=_NET_BIND_TCP if abi >= 4 else 0,  # no listening: the port is inherited
+        scoped=(_SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL) if abi >= 6 else 0,
+    )
     size = 24 if abi >= 6 else 16 if abi >= 4 else 8
     libc.syscall.restype = ctypes.c_long
-    ruleset = libc.syscall(ctypes.c_long(_SYS_LANDLOCK_CREATE_RULESET), ctypes.byref(attr), ctypes.c_size_t(size),
-                           ctypes.c_uint32(0))
+    ruleset = libc.syscall(
+        ctypes.c_long(_SYS_LANDLOCK_CREATE_RULESET), ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0)
+    )
     if ruleset < 0:
         raise SandboxError(f"landlock_create_ruleset failed: {os.strerror(ctypes.get_errno())}")
     try:
@@ -180,8 +220,16 @@ def _allow(libc: ctypes.CDLL, ruleset: int, path: str, rights: int, report: Sand
         if not stat.S_ISDIR(os.fstat(fd).st_mode):
             rights &= _FILE_RIGHTS  # directory-only rights on a file are refused (EINVAL)
         rule = _PathBeneathAttr(allowed_access=rights, parent_fd=fd)
-        if libc.syscall(ctypes.c_long(_SYS_LANDLOCK_ADD_RULE), ctypes.c_int(ruleset),
-                        ctypes.c_int(_RULE_PATH_BENEATH), ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
+        if (
+            libc.syscall(
+                ctypes.c_long(_SYS_LANDLOCK_ADD_RULE),
+                ctypes.c_int(ruleset),
+                ctypes.c_int(_RULE_PATH_BENEATH),
+                ctypes.byref(rule),
+                ctypes.c_uint32(0),
+            )
+            != 0
+        ):
             raise SandboxError(f"landlock_add_rule({path}) failed: {os.strerror(ctypes.get_errno())}")
     finally:
         os.close(fd)
@@ -207,19 +255,19 @@ def seccomp_program(machine: str) -> list[tuple[int, int, int, int]] | None:
     arch, socket_nr, *uring = numbers
     deny = _SECCOMP_RET_ERRNO | errno.EPERM
     program = [
-        (_LD_W_ABS, 0, 0, 4),                     # 0: A = seccomp_data.arch
-        (_JEQ_K, 1, 0, arch),                     # 1: our arch? skip the next
-        (_RET_K, 0, 0, deny),                     # 2: another ABI (e.g. 32-bit entry): refuse
-        (_LD_W_ABS, 0, 0, 0),                     # 3: A = seccomp_data.nr
-        (_JGE_K, 0, 1, _X32_SYSCALL_BIT),         # 4: x32 numbers: refuse
-        (_RET_K, 0, 0, deny),                     # 5
+        (_LD_W_ABS, 0, 0, 4),  # 0: A = seccomp_data.arch
+        (_JEQ_K, 1, 0, arch),  # 1: our arch? skip the next
+        (_RET_K, 0, 0, deny),  # 2: another ABI (e.g. 32-bit entry): refuse
+        (_LD_W_ABS, 0, 0, 0),  # 3: A = seccomp_data.nr
+        (_JGE_K, 0, 1, _X32_SYSCALL_BIT),  # 4: x32 numbers: refuse
+        (_RET_K, 0, 0, deny),  # 5
     ]
-    for number in uring:                          # io_uring creates sockets without socket(2)
+    for number in uring:  # io_uring creates sockets without socket(2)
         program += [(_JEQ_K, 0, 1, number), (_RET_K, 0, 0, deny)]
     program += [
-        (_JEQ_K, 0, 3, socket_nr),                # socket(2)? else allow
-        (_LD_W_ABS, 0, 0, 16),                    # A = low 32 bits of args[0] (the domain)
-        (_JEQ_K, 0, 1, _AF_UNIX),                 # AF_UNIX? refuse
+        (_JEQ_K, 0, 3, socket_nr),  # socket(2)? else allow
+        (_LD_W_ABS, 0, 0, 16),  # A = low 32 bits of args[0] (the domain)
+        (_JEQ_K, 0, 1, _AF_UNIX),  # AF_UNIX? refuse
         (_RET_K, 0, 0, deny),
         (_RET_K, 0, 0, _SECCOMP_RET_ALLOW),
     ]

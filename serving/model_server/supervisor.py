@@ -24,9 +24,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from serving.model_server import sandbox
 from serving.protocol import MODEL_CACHE_DIR_ENV, STATS_PATH
@@ -38,8 +39,17 @@ logger = logging.getLogger("serving.container_process")
 
 SANDBOX_MODES = ("auto", "required", "off")
 # Variables of the supervisor a Python process needs; everything else stays behind.
-_PASSED_ENV = ("PATH", "LANG", "LANGUAGE", "TZ", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "SSL_CERT_FILE",
-               "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE")
+_PASSED_ENV = (
+    "PATH",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "CUDA_VISIBLE_DEVICES",
+    "OMP_NUM_THREADS",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+)
 _PASSED_PREFIXES = ("LC_",)
 
 
@@ -95,13 +105,19 @@ def sandbox_paths(config: ContainerConfig, scratch: str) -> dict[str, list[str]]
 
 def child_environment(config: ContainerConfig, scratch: str) -> dict[str, str]:
     """The container process's environment: the container's `Environment`, plus what Python needs."""
-    passed = {key: value for key, value in os.environ.items()
-              if key in _PASSED_ENV or key.startswith(_PASSED_PREFIXES)}
+    passed = {key: value for key, value in os.environ.items() if key in _PASSED_ENV or key.startswith(_PASSED_PREFIXES)}
     # joblib's process pools need POSIX semaphores in /dev/shm, which the sandbox keeps from it: say so
     # up front rather than have it warn on every import (scikit-learn then predicts in one process).
     defaults = {"JOBLIB_MULTIPROCESSING": "0"}
-    return {**passed, **defaults, **config.environment, "HOME": scratch, "TMPDIR": scratch,
-            MODEL_CACHE_DIR_ENV: os.path.join(scratch, "models"), "PYTHONUNBUFFERED": "1"}
+    return {
+        **passed,
+        **defaults,
+        **config.environment,
+        "HOME": scratch,
+        "TMPDIR": scratch,
+        MODEL_CACHE_DIR_ENV: os.path.join(scratch, "models"),
+        "PYTHONUNBUFFERED": "1",
+    }
 
 
 class ContainerProcess:
@@ -137,17 +153,25 @@ class ContainerProcess:
         os.set_inheritable(self._lifeline_w, False)
         paths = sandbox_paths(self.config, self.scratch)
         document = {
-            "endpoint": self.config.endpoint, "hostname": self.config.hostname, "image": self.config.image,
-            "model_data": self.config.model_data, "environment": self.config.environment,
-            "multi_model": self.config.multi_model, "hop_key": self.config.hop_key.hex(),
-            "listen_fd": self.listener.fileno(), "status_fd": status_w, "lifeline_fd": lifeline_r,
-            "sandbox": {"mode": self.config.sandbox, **paths}, "sys_path": [p for p in sys.path if p],
+            "endpoint": self.config.endpoint,
+            "hostname": self.config.hostname,
+            "image": self.config.image,
+            "model_data": self.config.model_data,
+            "environment": self.config.environment,
+            "multi_model": self.config.multi_model,
+            "hop_key": self.config.hop_key.hex(),
+            "listen_fd": self.listener.fileno(),
+            "status_fd": status_w,
+            "lifeline_fd": lifeline_r,
+            "sandbox": {"mode": self.config.sandbox, **paths},
+            "sys_path": [p for p in sys.path if p],
         }
         try:
             self.process = subprocess.Popen(
                 [sys.executable, "-I", "-B", "-c", _BOOTSTRAP, str(Path(__file__).resolve().parents[2])],
                 stdin=subprocess.PIPE,
-                pass_fds=(self.listener.fileno(), status_w, lifeline_r), env=child_environment(self.config, self.scratch),
+                pass_fds=(self.listener.fileno(), status_w, lifeline_r),
+                env=child_environment(self.config, self.scratch),
                 cwd=self.config.working_dir or self.scratch,
             )
         finally:
@@ -168,8 +192,11 @@ class ContainerProcess:
             self.process.wait(timeout=10)
             raise ContainerStartError(self.report["error"])
         if not self.report.get("landlock_abi") and self.config.sandbox != "off":
-            logger.warning("container %s runs WITHOUT a filesystem sandbox (Landlock unavailable on this kernel): "
-                           "its model code can read whatever this user can", self.config.hostname)
+            logger.warning(
+                "container %s runs WITHOUT a filesystem sandbox (Landlock unavailable on this kernel): "
+                "its model code can read whatever this user can",
+                self.config.hostname,
+            )
         return self.report
 
     def stats(self, timeout: float = 5.0) -> dict[str, Any]:
@@ -224,7 +251,9 @@ def describe_sandbox(report: Mapping[str, Any]) -> str:
     """One line for logs: which layers confine the process."""
     if not report:
         return "not started"
-    parts = [f"Landlock ABI {report['landlock_abi']}" if report.get("landlock_abi") else "no Landlock",
-             "seccomp" if report.get("seccomp") else "no seccomp",
-             "no capabilities" if report.get("capabilities_dropped") else "capabilities kept"]
+    parts = [
+        f"Landlock ABI {report['landlock_abi']}" if report.get("landlock_abi") else "no Landlock",
+        "seccomp" if report.get("seccomp") else "no seccomp",
+        "no capabilities" if report.get("capabilities_dropped") else "capabilities kept",
+    ]
     return ", ".join(parts)

@@ -73,8 +73,13 @@ def extract_archive(archive: Path, target: Path) -> Path:
     return target
 
 
-_KINDS = {tarfile.SYMTYPE: "symbolic link", tarfile.LNKTYPE: "hard link", tarfile.CHRTYPE: "character device",
-          tarfile.BLKTYPE: "block device", tarfile.FIFOTYPE: "FIFO"}
+_KINDS = {
+    tarfile.SYMTYPE: "symbolic link",
+    tarfile.LNKTYPE: "hard link",
+    tarfile.CHRTYPE: "character device",
+    tarfile.BLKTYPE: "block device",
+    tarfile.FIFOTYPE: "FIFO",
+}
 
 
 def _check_member(member: tarfile.TarInfo) -> None:
@@ -87,8 +92,9 @@ def _check_member(member: tarfile.TarInfo) -> None:
         raise ArtifactError(f"member {_shown(member.name)} climbs out of the archive's folder ('..')")
     if not (member.isreg() or member.isdir()):
         kind = _KINDS.get(member.type, "special file")
-        raise ArtifactError(f"member {_shown(member.name)} is a {kind}; a model archive may hold only regular files "
-                            "and folders")
+        raise ArtifactError(
+            f"member {_shown(member.name)} is a {kind}; a model archive may hold only regular files and folders"
+        )
 
 
 def _reason(error: BaseException) -> str:

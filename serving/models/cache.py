@@ -38,8 +38,9 @@ import functools
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor
-from typing import Any, AsyncIterator, Callable
+from typing import Any
 
 from serving._malloc import keep_large_blocks_in_mmap, release_freed_memory
 from serving.models.memory import process_memory

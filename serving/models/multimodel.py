@@ -16,8 +16,9 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from serving.errors import ValidationError
 from serving.models.artifacts import ARCHIVE_SUFFIXES
@@ -33,11 +34,21 @@ logger = logging.getLogger("serving.multimodel")
 class MultiModelHandler:
     """Serves `POST /invocations` for many models: the request's TargetModel picks one."""
 
-    def __init__(self, image: str, prefix: str, environment: Mapping[str, str], *, hostname: str,
-                 cache_enabled: bool = True, max_models: int = 16, max_bytes: int | None = None,
-                 max_disk_bytes: int | None = None, observer: CacheObserver | None = None,
-                 downloaded: DownloadObserver | None = None,
-                 model_latency: Callable[[float], None] | None = None) -> None:
+    def __init__(
+        self,
+        image: str,
+        prefix: str,
+        environment: Mapping[str, str],
+        *,
+        hostname: str,
+        cache_enabled: bool = True,
+        max_models: int = 16,
+        max_bytes: int | None = None,
+        max_disk_bytes: int | None = None,
+        observer: CacheObserver | None = None,
+        downloaded: DownloadObserver | None = None,
+        model_latency: Callable[[float], None] | None = None,
+    ) -> None:
         self.image = image
         self.model_latency = model_latency
         self.environment = dict(environment)
@@ -47,12 +58,20 @@ class MultiModelHandler:
         # The exact measure walks the page tables twice per load (~25 ms in a replica); it is needed only
         # where a byte bound depends on it. Otherwise sizes (the loaded-bytes gauge) are approximate.
         measure = process_memory if max_bytes is not None else approximate_memory
-        self.cache = ModelCache(self._load, self._unload, max_models=max_models, max_bytes=max_bytes, measure=measure,
-                                enabled=cache_enabled, observer=observer)
+        self.cache = ModelCache(
+            self._load,
+            self._unload,
+            max_models=max_models,
+            max_bytes=max_bytes,
+            measure=measure,
+            enabled=cache_enabled,
+            observer=observer,
+        )
         runtime_class(image).import_frameworks()  # before the first request
 
-    async def ainvoke(self, body: bytes, content_type: str | None, accept: str | None,
-                      context: InvocationContext) -> tuple[bytes, str]:
+    async def ainvoke(
+        self, body: bytes, content_type: str | None, accept: str | None, context: InvocationContext
+    ) -> tuple[bytes, str]:
         target = context.target_model
         if not target:
             raise ValidationError(f"{TARGET_MODEL} is required: container {self.hostname} is MultiModel")

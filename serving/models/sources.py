@@ -6,9 +6,10 @@ import hashlib
 import json
 import os
 import shutil
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from serving import protocol
 from serving.errors import InternalFailureError, ValidationError
@@ -132,11 +133,15 @@ class _S3Source:
             try:
                 validate_target(relative)
             except ValidationError:
-                raise ValidationError(f"model {_shown(target)} holds an object that leaves its folder: {_shown(relative)}") from None
+                raise ValidationError(
+                    f"model {_shown(target)} holds an object that leaves its folder: {_shown(relative)}"
+                ) from None
         digest = hashlib.sha256(json.dumps([(rel, obj.get("ETag"), obj.get("Size")) for rel, obj in objects]).encode())
 
         def fill_folder(folder: Path) -> int:
-            return sum(self._download(key + "/" + relative, folder.joinpath(*relative.split("/"))) for relative, _ in objects)
+            return sum(
+                self._download(key + "/" + relative, folder.joinpath(*relative.split("/"))) for relative, _ in objects
+            )
 
         return _Located(version=f"s3dir:{digest.hexdigest()}", fill=fill_folder)
 
@@ -156,8 +161,9 @@ class _S3Source:
         """Objects under `key_prefix`; with delimiter="/" only those directly in that folder."""
         token: dict[str, str] = {"Delimiter": delimiter} if delimiter else {}
         while True:
-            page = self._call("list", key_prefix, self.client.list_objects_v2, Bucket=self.bucket, Prefix=key_prefix,
-                              **token)
+            page = self._call(
+                "list", key_prefix, self.client.list_objects_v2, Bucket=self.bucket, Prefix=key_prefix, **token
+            )
             yield from (page or {}).get("Contents", [])
             if page is None or not page.get("IsTruncated"):
                 return

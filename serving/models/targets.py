@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import re
 import unicodedata
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from serving.errors import ValidationError
 from serving.models.artifacts import ARCHIVE_SUFFIXES
@@ -76,8 +76,10 @@ def _check_model(target: str, model_folder: bool | None, holder: Callable[[str],
     if any(part.startswith(".") for part in parts):
         why = "hidden files and folders never are"
     elif model_folder is False:
-        why = ("a folder TargetModel must hold the model's files itself (or its code/inference.py), and this one "
-               "holds only folders or archives")
+        why = (
+            "a folder TargetModel must hold the model's files itself (or its code/inference.py), and this one "
+            "holds only folders or archives"
+        )
     if why:
         raise ValidationError(f"model {_shown(target)} is not a model: {why}")
     for depth in range(1, len(parts)):
@@ -91,8 +93,9 @@ def _model_folder(names: Iterable[str], has_handler: bool) -> bool:
 
     Archives beside each other are models of their own, not files of their folder's model.
     """
-    return has_handler or any(name and not name.startswith(".") and not name.endswith(ARCHIVE_SUFFIXES)
-                              for name in names)  # "": an S3 folder marker
+    return has_handler or any(
+        name and not name.startswith(".") and not name.endswith(ARCHIVE_SUFFIXES) for name in names
+    )  # "": an S3 folder marker
 
 
 def _file_names(folder: str) -> list[str]:

@@ -28,7 +28,23 @@ from serving.ray_wing.operations import (
 from serving.ray_wing.registry import registry_handle
 from serving.ray_wing.serve_status import ServeNotRunning, serve_status
 
-__all__ = ["EmbeddedServer", "EndpointsNotReady", "Readiness", "ServeNotRunning", "UnauthenticatedClusterError",
-           "connect_cluster", "control_token", "delete_endpoint",
-           "deploy_endpoint", "describe_endpoints", "disconnect", "http_control_token", "registry_handle", "root_secret",
-           "serve_status", "shutdown", "start_gateway", "start_local_ray"]
+__all__ = [
+    "EmbeddedServer",
+    "EndpointsNotReady",
+    "Readiness",
+    "ServeNotRunning",
+    "UnauthenticatedClusterError",
+    "connect_cluster",
+    "control_token",
+    "delete_endpoint",
+    "deploy_endpoint",
+    "describe_endpoints",
+    "disconnect",
+    "http_control_token",
+    "registry_handle",
+    "root_secret",
+    "serve_status",
+    "shutdown",
+    "start_gateway",
+    "start_local_ray",
+]

@@ -50,8 +50,16 @@ def _groups() -> dict[str, _EndpointGroup]:
 class ContainerAutoscaler:
     """Serve's policy for one container deployment (`policy_function`, built once with `policy_kwargs`)."""
 
-    def __init__(self, endpoint: str, container: str | None, min_capacity: int, max_capacity: int,
-                 policies: list[dict[str, Any]], registry: list[str], containers: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        container: str | None,
+        min_capacity: int,
+        max_capacity: int,
+        policies: list[dict[str, Any]],
+        registry: list[str],
+        containers: list[str] | None = None,
+    ) -> None:
         self.endpoint, self.container = endpoint, container
         self.policies = [TargetTracking(**policy) for policy in policies]
         self.names = [policy.metric for policy in self.policies]
@@ -59,8 +67,9 @@ class ContainerAutoscaler:
         self.containers = list(containers or [])
         self.group: _EndpointGroup | None = None
         if container is None:  # endpoint level: one scaler for the endpoint, whichever container asks first
-            self.group = _groups().setdefault(endpoint, _EndpointGroup(
-                TargetTrackingScaler(self.policies, min_capacity, max_capacity)))
+            self.group = _groups().setdefault(
+                endpoint, _EndpointGroup(TargetTrackingScaler(self.policies, min_capacity, max_capacity))
+            )
             self.scaler = self.group.scaler
         else:
             self.scaler = TargetTrackingScaler(self.policies, min_capacity, max_capacity)
@@ -100,15 +109,30 @@ class ContainerAutoscaler:
                 group.decision = group.scaler.decide(target, values)
                 group.decided_at = now
             decision = group.decision
-        return decision if decision.current == target else ScalingDecision(
-            decision.desired, target, decision.metric, decision.metric_value, decision.target, decision.reason,
-            decision.scale_out_cooldown_left_s, decision.scale_in_cooldown_left_s)
+        return (
+            decision
+            if decision.current == target
+            else ScalingDecision(
+                decision.desired,
+                target,
+                decision.metric,
+                decision.metric_value,
+                decision.target,
+                decision.reason,
+                decision.scale_out_cooldown_left_s,
+                decision.scale_in_cooldown_left_s,
+            )
+        )
 
     def _report(self, hostname: str, running: int, decision: ScalingDecision, values: dict[str, float | None]) -> None:
         """Tell the registry the container's desired count and, on a change, the activity (fire and forget)."""
         change = activity(decision, hostname) if decision.changed else None
-        state = (decision.desired, running, decision.metric, None if decision.metric_value is None
-                 else round(decision.metric_value, 3))
+        state = (
+            decision.desired,
+            running,
+            decision.metric,
+            None if decision.metric_value is None else round(decision.metric_value, 3),
+        )
         if change is None and state == self._reported:
             return
         self._reported = state
@@ -121,10 +145,18 @@ class ContainerAutoscaler:
                 from serving.trust import keys
 
                 self._token = keys.control_token(cluster_secret())
-            registry.record_scaling.remote(self._token, self.endpoint, hostname, {
-                "DesiredReplicas": decision.desired, "MetricName": decision.metric,
-                "MetricValue": decision.metric_value, "TargetValue": decision.target,
-                "Metrics": {name: value for name, value in values.items() if value is not None},
-            }, change)
+            registry.record_scaling.remote(
+                self._token,
+                self.endpoint,
+                hostname,
+                {
+                    "DesiredReplicas": decision.desired,
+                    "MetricName": decision.metric,
+                    "MetricValue": decision.metric_value,
+                    "TargetValue": decision.target,
+                    "Metrics": {name: value for name, value in values.items() if value is not None},
+                },
+                change,
+            )
         except Exception:
             logger.exception("could not report the scaling of %s/%s", self.endpoint, hostname)

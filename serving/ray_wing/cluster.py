@@ -44,8 +44,10 @@ def start_local_ray(num_cpus: int | None = None) -> None:
 
     global _token_dir
     if os.environ.get(AUTH_MODE_ENV, "token").lower() != "token":
-        raise RuntimeError(f"{AUTH_MODE_ENV}={os.environ[AUTH_MODE_ENV]} would start Ray without authentication, "
-                           "so that anyone on this machine's network could run code as this user; unset it")
+        raise RuntimeError(
+            f"{AUTH_MODE_ENV}={os.environ[AUTH_MODE_ENV]} would start Ray without authentication, "
+            "so that anyone on this machine's network could run code as this user; unset it"
+        )
     if not os.environ.get(TOKEN_ENV) and not os.environ.get(TOKEN_PATH_ENV):
         _token_dir = tempfile.mkdtemp(prefix="serving-ray-")  # mode 0700
         token_file = Path(_token_dir) / "auth_token"
@@ -53,10 +55,16 @@ def start_local_ray(num_cpus: int | None = None) -> None:
         token_file.write_text(secrets.token_hex(32))
         os.environ[TOKEN_PATH_ENV] = str(token_file)
     _use_token_auth()
-    ray.init(address="local", include_dashboard=False, num_cpus=num_cpus, namespace=NAMESPACE,
-             log_to_driver=os.environ.get("SERVING_RAY_LOGS", "0") == "1", configure_logging=False,
-             # replicas' metrics reach GET /metrics within this period (Ray's default: 10 s)
-             _system_config={"metrics_report_interval_ms": METRICS_REPORT_INTERVAL_MS})
+    ray.init(
+        address="local",
+        include_dashboard=False,
+        num_cpus=num_cpus,
+        namespace=NAMESPACE,
+        log_to_driver=os.environ.get("SERVING_RAY_LOGS", "0") == "1",
+        configure_logging=False,
+        # replicas' metrics reach GET /metrics within this period (Ray's default: 10 s)
+        _system_config={"metrics_report_interval_ms": METRICS_REPORT_INTERVAL_MS},
+    )
 
 
 def stop_local_ray() -> None:
@@ -83,12 +91,17 @@ def connect_cluster(address: str, allow_unauthenticated: bool = False) -> None:
             raise UnauthenticatedClusterError(
                 f"the Ray cluster at {address} accepts connections without an authentication token: anyone who "
                 "can reach its ports can run code on it and read what it holds. Start it with RAY_AUTH_MODE=token "
-                "(deploy/README.md), or pass --allow-unauthenticated-ray to use it anyway")
-        logger.warning("the Ray cluster at %s has no authentication: anyone who reaches it controls these endpoints",
-                       address)
+                "(deploy/README.md), or pass --allow-unauthenticated-ray to use it anyway"
+            )
+        logger.warning(
+            "the Ray cluster at %s has no authentication: anyone who reaches it controls these endpoints", address
+        )
     elif address.startswith("ray://"):
-        logger.warning("cannot check that the Ray Client address %s requires a token; make sure the cluster runs "
-                       "with RAY_AUTH_MODE=token", address)
+        logger.warning(
+            "cannot check that the Ray Client address %s requires a token; make sure the cluster runs "
+            "with RAY_AUTH_MODE=token",
+            address,
+        )
     if os.environ.get(AUTH_MODE_ENV) is None and not allow_unauthenticated:
         _use_token_auth()
     ray.init(address=address, namespace=NAMESPACE)
@@ -116,12 +129,14 @@ except Exception as error:
 
 def cluster_accepts_anyone(address: str) -> bool:
     """Whether the GCS at `address` answers a client that presents no token (in a clean child process)."""
-    environment = {key: value for key, value in os.environ.items()
-                   if key not in (TOKEN_ENV, TOKEN_PATH_ENV, AUTH_MODE_ENV)}
+    environment = {
+        key: value for key, value in os.environ.items() if key not in (TOKEN_ENV, TOKEN_PATH_ENV, AUTH_MODE_ENV)
+    }
     environment[AUTH_MODE_ENV] = "disabled"
     environment["HOME"] = tempfile.gettempdir()  # no ~/.ray/auth_token either
-    result = subprocess.run([sys.executable, "-c", _PROBE, address], env=environment, capture_output=True, text=True,
-                            timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", _PROBE, address], env=environment, capture_output=True, text=True, timeout=60
+    )
     return result.returncode == 0
 
 

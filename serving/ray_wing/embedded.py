@@ -24,6 +24,7 @@ from typing import Any, Self
 import httpx
 import ray
 
+from serving import protocol
 from serving.config.spec import EndpointSpec
 from serving.ray_wing.cluster import connect_cluster, start_local_ray, stop_local_ray
 from serving.ray_wing.gateway import start_gateway
@@ -55,7 +56,9 @@ class Readiness:
     descriptions: dict[str, dict[str, Any]]  # as the gateway answered (the registry's view if it is unreachable)
     pending: list[str] = field(default_factory=list)  # neither InService nor Failed yet
     failed: list[str] = field(default_factory=list)
-    unroutable: list[str] = field(default_factory=list)  # InService, yet the gateway cannot route it (or /ping says why)
+    unroutable: list[str] = field(
+        default_factory=list
+    )  # InService, yet the gateway cannot route it (or /ping says why)
     source: str = "gateway"  # "gateway" (HTTP) or "registry" (the gateway's URL did not answer from here)
 
     @property
@@ -88,10 +91,19 @@ class EmbeddedServer:
     Ray is up (ray.init installs signal handlers of its own: a caller's must come after).
     """
 
-    def __init__(self, specs: Iterable[EndpointSpec] = (), settings: ServerSettings | None = None, *,
-                 address: str | None = None, allow_unauthenticated_ray: bool = False, num_cpus: int | None = None,
-                 wait: bool = True, ready_timeout_s: float = 180.0, keep_endpoints: bool = False,
-                 after_ray_start: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        specs: Iterable[EndpointSpec] = (),
+        settings: ServerSettings | None = None,
+        *,
+        address: str | None = None,
+        allow_unauthenticated_ray: bool = False,
+        num_cpus: int | None = None,
+        wait: bool = True,
+        ready_timeout_s: float = 180.0,
+        keep_endpoints: bool = False,
+        after_ray_start: Callable[[], None] | None = None,
+    ) -> None:
         settings = settings or ServerSettings(port=0)
         if not address:  # one machine: nothing else needs to reach a data port (docs/security.md)
             settings = settings.model_copy(update={"container_host": "127.0.0.1"})
@@ -99,7 +111,7 @@ class EmbeddedServer:
         self.settings = settings  # the port is the one bound once entered (port 0 resolved)
         self.address = address
         self.url = ""
-        self._options = {"allow_unauthenticated": allow_unauthenticated_ray, "num_cpus": num_cpus}
+        self._allow_unauthenticated, self._num_cpus = allow_unauthenticated_ray, num_cpus
         self._wait, self.ready_timeout_s, self.keep_endpoints = wait, ready_timeout_s, keep_endpoints
         self._after_ray_start = after_ray_start
         self._ray: str | None = None  # "embedded" or "joined" while this object holds a Ray connection
@@ -123,11 +135,11 @@ class EmbeddedServer:
 
     def _start(self) -> None:
         if self.address:
-            connect_cluster(self.address, allow_unauthenticated=self._options["allow_unauthenticated"])
+            connect_cluster(self.address, allow_unauthenticated=self._allow_unauthenticated)
             self._ray = "joined"
         else:
             try:
-                start_local_ray(num_cpus=self._options["num_cpus"])
+                start_local_ray(num_cpus=self._num_cpus)
             except BaseException:
                 stop_local_ray()  # whatever ray.init left, and this run's token
                 raise
@@ -179,8 +191,9 @@ class EmbeddedServer:
         """The registry's state now: endpoint records, replica data-port URLs per (endpoint, container), statuses."""
         return ray.get(registry_handle().snapshot.remote(-1), timeout=60)
 
-    def wait_ready(self, names: Iterable[str] | None = None, timeout: float | None = None,
-                   interval: float = 0.2) -> Readiness:
+    def wait_ready(
+        self, names: Iterable[str] | None = None, timeout: float | None = None, interval: float = 0.2
+    ) -> Readiness:
         """Wait (at most `timeout`, default `ready_timeout_s`) until the endpoints (default: all deployed here)
         are settled and, unless one failed, routable; returns what was seen last, ready or not."""
         wanted = list(self._deployed if names is None else names)
@@ -202,7 +215,9 @@ class EmbeddedServer:
                 if response.status_code == 200:
                     descriptions[name] = response.json()
             known = {e["EndpointName"] for e in client.get("/endpoints").json().get("Endpoints", [])}
-            ping = client.get("/ping") if known <= set(names) else None  # /ping answers for every known endpoint
+            ping = (
+                client.get(protocol.PING_PATH) if known <= set(names) else None
+            )  # /ping answers for every known endpoint
         except (httpx.TransportError, ValueError):  # e.g. a cluster's gateway this machine cannot reach
             found = describe_endpoints()
             descriptions, ping = {name: found[name] for name in names if name in found}, None

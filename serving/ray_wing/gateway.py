@@ -61,13 +61,27 @@ class Gateway:
         self.router = Router(self.settings, self.transport)
         self.board = StatusBoard()
         self.state = GatewayState(self.settings, self.router.invocations, self.transport, self.board)
-        self.metrics = MetricsRoute([REGISTRY, ReplicaCountCollector(self.state.replica_counts),
-                                     DesiredReplicasCollector(self.state.desired_replicas)], _metrics_export_urls)
-        control = ControlRoutes(keys.http_control_token(root), apply=lambda spec: deploy_endpoint(spec, self.settings),
-                                delete=delete_endpoint, describe=lambda name: self.board.descriptions.get(name))
-        app = serving_app(self.board.routes() + control.routes() + self.router.routes() + self.metrics.routes(),
-                          lifespan=self._lifespan)
-        self.server = BackgroundServer(app, self.settings.host, self.settings.port, HttpLimits.from_settings(self.settings))
+        self.metrics = MetricsRoute(
+            [
+                REGISTRY,
+                ReplicaCountCollector(self.state.replica_counts),
+                DesiredReplicasCollector(self.state.desired_replicas),
+            ],
+            _metrics_export_urls,
+        )
+        control = ControlRoutes(
+            keys.http_control_token(root),
+            apply=lambda spec: deploy_endpoint(spec, self.settings),
+            delete=delete_endpoint,
+            describe=lambda name: self.board.descriptions.get(name),
+        )
+        app = serving_app(
+            self.board.routes() + control.routes() + self.router.routes() + self.metrics.routes(),
+            lifespan=self._lifespan,
+        )
+        self.server = BackgroundServer(
+            app, self.settings.host, self.settings.port, HttpLimits.from_settings(self.settings)
+        )
         if not self.server.wait_started():
             raise RuntimeError(f"endpoint server did not start on {self.server.url}")
 
@@ -111,8 +125,11 @@ class Gateway:
 async def _metrics_export_urls() -> list[str]:
     """Where each live Ray node's metrics agent serves what the replicas on that node record."""
     nodes = await asyncio.to_thread(ray.nodes)  # a GCS call: off the event loop
-    return [f"http://{node['NodeManagerAddress']}:{node['MetricsExportPort']}/metrics"
-            for node in nodes if node.get("Alive") and node.get("MetricsExportPort")]
+    return [
+        f"http://{node['NodeManagerAddress']}:{node['MetricsExportPort']}/metrics"
+        for node in nodes
+        if node.get("Alive") and node.get("MetricsExportPort")
+    ]
 
 
 # --- control-plane operations ---------------------------------------------------------
@@ -129,7 +146,10 @@ def start_gateway(settings: ServerSettings) -> str:
     serve.start(proxy_location="Disabled")
     registry_handle()
     gateway = serve.deployment(Gateway).options(  # type: ignore[attr-defined]  # Ray's overloads
-        name="gateway", num_replicas=1, max_ongoing_requests=8, health_check_period_s=5,
+        name="gateway",
+        num_replicas=1,
+        max_ongoing_requests=8,
+        health_check_period_s=5,
         ray_actor_options={"num_cpus": 0, "resources": ON_HEAD},
     )
     try:

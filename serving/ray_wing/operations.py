@@ -43,8 +43,6 @@ def http_control_token() -> str:
     return keys.http_control_token(root_secret())
 
 
-
-
 def deploy_endpoint(spec: EndpointSpec, settings: ServerSettings) -> int:
     """Create or update the endpoint (blue/green per changed container); returns without waiting.
 
@@ -52,7 +50,9 @@ def deploy_endpoint(spec: EndpointSpec, settings: ServerSettings) -> int:
     all are ready, or rolls back (see `rollout`); `describe_endpoints` shows the progress. Returns the
     update's generation: its description's `LastUpdate.Generation` once the gateway has seen it.
     """
-    generation = ray.get(registry_handle().put_endpoint.remote(control_token(), endpoint_record(spec, settings)), timeout=30)
+    generation = ray.get(
+        registry_handle().put_endpoint.remote(control_token(), endpoint_record(spec, settings)), timeout=30
+    )
     if not generation:
         raise RuntimeError("the registry refused the endpoint: this process does not hold the cluster's token")
     return generation

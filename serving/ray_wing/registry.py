@@ -55,8 +55,9 @@ class _Store:
     def put(self, prefix: bytes, key: str, value: Any) -> None:
         from ray.experimental import internal_kv
 
-        internal_kv._internal_kv_put(prefix + key.encode(), json.dumps(value).encode(), overwrite=True,
-                                     namespace=NAMESPACE)
+        internal_kv._internal_kv_put(
+            prefix + key.encode(), json.dumps(value).encode(), overwrite=True, namespace=NAMESPACE
+        )
 
     def delete(self, prefix: bytes, key: str) -> None:
         from ray.experimental import internal_kv
@@ -70,7 +71,7 @@ class _Store:
         for key in internal_kv._internal_kv_list(prefix, namespace=NAMESPACE):
             value = internal_kv._internal_kv_get(key, namespace=NAMESPACE)
             if value is not None:
-                found[key[len(prefix):].decode()] = json.loads(value)
+                found[key[len(prefix) :].decode()] = json.loads(value)
         return found
 
 
@@ -166,8 +167,9 @@ class Registry:
         logger.warning("registry: refused %s without the control plane's token", what)
         return False
 
-    def record_scaling(self, token: str, endpoint: str, container: str, state: dict[str, Any],
-                       activity: dict[str, Any] | None) -> bool:
+    def record_scaling(
+        self, token: str, endpoint: str, container: str, state: dict[str, Any], activity: dict[str, Any] | None
+    ) -> bool:
         """An autoscaler's latest state for a container and, when it changed the count, the activity."""
         if not self._allowed(token, f"record_scaling({endpoint}/{container})"):
             return False
@@ -239,7 +241,8 @@ class Registry:
         drops a replica that refuses connections)."""
         key = self.replicas.get(url)
         own = key is not None and keys.verify(
-            keys.registration_proof(self.root_secret, key[0], key[1], url, key[2]), proof)
+            keys.registration_proof(self.root_secret, key[0], key[1], url, key[2]), proof
+        )
         if not own and not self._allowed(token, f"deregister({url})"):
             return False
         with self._lock:
@@ -270,18 +273,35 @@ class Registry:
                 routing_versions = rollout.versions(routing)
                 endpoints[name] = {
                     **{key: value for key, value in routing.items() if key != "plans"},
-                    "update": dict(state.update), "failed": state.failed, "in_service": state.active is not None,
+                    "update": dict(state.update),
+                    "failed": state.failed,
+                    "in_service": state.active is not None,
                     "desired_versions": rollout.versions(state.desired),
                 }
                 for host, version in routing_versions.items():
-                    table[(name, host)] = sorted(url for url, key in self.replicas.items() if key == (name, host, version))
-            return {"version": self.version, "epoch": self.epoch, "endpoints": endpoints, "replicas": table,
-                    "registered": dict(registered), "statuses": self.statuses, "refused": self.refused,
-                    "scaling": {name: {"containers": dict(s["containers"]), "activities": list(s["activities"])}
-                                for name, s in self.scaling.items()}}
+                    table[(name, host)] = sorted(
+                        url for url, key in self.replicas.items() if key == (name, host, version)
+                    )
+            return {
+                "version": self.version,
+                "epoch": self.epoch,
+                "endpoints": endpoints,
+                "replicas": table,
+                "registered": dict(registered),
+                "statuses": self.statuses,
+                "refused": self.refused,
+                "scaling": {
+                    name: {"containers": dict(s["containers"]), "activities": list(s["activities"])}
+                    for name, s in self.scaling.items()
+                },
+            }
 
 
 def registry_handle():
     return Registry.options(
-        name=REGISTRY_NAME, namespace=NAMESPACE, get_if_exists=True, lifetime="detached", resources=ON_HEAD,
+        name=REGISTRY_NAME,
+        namespace=NAMESPACE,
+        get_if_exists=True,
+        lifetime="detached",
+        resources=ON_HEAD,
     ).remote()

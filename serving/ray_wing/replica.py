@@ -38,30 +38,63 @@ class ContainerReplica:
     model and serves its data port in a sandbox, with no Ray; this replica registers the port, reports
     the process's metrics and autoscaling stats, and stops it when Serve stops the replica."""
 
-    def __init__(self, endpoint: str, hostname: str, version: str, image: str, model_data: str | None,
-                 environment: dict[str, str], bind_host: str, multi_model: dict[str, Any] | None = None,
-                 sandbox: str = "auto", working_dir: str | None = None, gpus: float = 0.0) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        hostname: str,
+        version: str,
+        image: str,
+        model_data: str | None,
+        environment: dict[str, str],
+        bind_host: str,
+        multi_model: dict[str, Any] | None = None,
+        sandbox: str = "auto",
+        working_dir: str | None = None,
+        gpus: float = 0.0,
+    ) -> None:
         root = cluster_secret()
         self.metrics = ReplicaMetrics(endpoint, hostname, serve.get_replica_context().replica_id.unique_id)
         host = ray.util.get_node_ip_address() if bind_host == "node" else bind_host
-        self.process = ContainerProcess(ContainerConfig(
-            endpoint=endpoint, hostname=hostname, image=image, model_data=model_data, environment=environment,
-            hop_key=keys.hop_key(root, endpoint, hostname), multi_model=multi_model, sandbox=sandbox,
-            working_dir=working_dir, gpus=gpus), host)
+        self.process = ContainerProcess(
+            ContainerConfig(
+                endpoint=endpoint,
+                hostname=hostname,
+                image=image,
+                model_data=model_data,
+                environment=environment,
+                hop_key=keys.hop_key(root, endpoint, hostname),
+                multi_model=multi_model,
+                sandbox=sandbox,
+                working_dir=working_dir,
+                gpus=gpus,
+            ),
+            host,
+        )
         try:
             report = self.process.start()  # a failure here marks the container (and endpoint) Failed with its error
         except Exception:
             self.process.stop(grace_s=0)
             raise
-        logger.info("container %s/%s serves %s (pid %s; %s)", endpoint, hostname, self.process.url,
-                    self.process.pid, describe_sandbox(report))
+        logger.info(
+            "container %s/%s serves %s (pid %s; %s)",
+            endpoint,
+            hostname,
+            self.process.url,
+            self.process.pid,
+            describe_sandbox(report),
+        )
         self._counters: dict[str, Any] = {"invocations": 0, "in_flight": 0, "custom": {}}
         self.metrics.start_utilization(pids=lambda: [self.process.pid])
         self.stats = AutoscalingStats(self._read_counters, pids=lambda: [self.process.pid])
         self.registry = existing_registry()
         url = self.process.url
-        self._registration = (endpoint, hostname, version, url,
-                              keys.registration_proof(root, endpoint, hostname, url, version))
+        self._registration = (
+            endpoint,
+            hostname,
+            version,
+            url,
+            keys.registration_proof(root, endpoint, hostname, url, version),
+        )
         if not ray.get(self.registry.register.remote(*self._registration), timeout=30):
             raise RuntimeError(f"container {hostname}: the registry refused its registration")
         self._stopping = threading.Event()
@@ -120,18 +153,36 @@ class ContainerReplica:
         self._fetch_stats()  # the last events
         self.process.stop()
 
+
 def deploy_container(action: Deploy) -> None:
     """Start one container version as its own Serve application, without waiting (the registry watches it)."""
     from ray.serve.api import RunTarget, _run_many  # the non-blocking form of serve.run
 
     plan = action.plan
     deployment = serve.deployment(ContainerReplica).options(  # type: ignore[attr-defined]  # Ray's overloads
-        name=action.container, ray_actor_options=plan["actor_options"], **plan["count"],
-        max_ongoing_requests=8, health_check_period_s=5, graceful_shutdown_timeout_s=20,
+        name=action.container,
+        ray_actor_options=plan["actor_options"],
+        **plan["count"],
+        max_ongoing_requests=8,
+        health_check_period_s=5,
+        graceful_shutdown_timeout_s=20,
         max_constructor_retry_count=3,  # a model that fails to load fails again: report it soon
     )
-    bound = deployment.bind(action.endpoint, action.container, action.version, plan["image"], plan["model_data"],
-                            plan["environment"], plan["bind_host"], multi_model=plan["multi_model"],
-                            sandbox=plan["sandbox"], working_dir=plan["working_dir"], gpus=plan["gpus"])
-    _run_many([RunTarget(target=bound, name=action.app, route_prefix=None)],
-              wait_for_ingress_deployment_creation=False, wait_for_applications_running=False)
+    bound = deployment.bind(
+        action.endpoint,
+        action.container,
+        action.version,
+        plan["image"],
+        plan["model_data"],
+        plan["environment"],
+        plan["bind_host"],
+        multi_model=plan["multi_model"],
+        sandbox=plan["sandbox"],
+        working_dir=plan["working_dir"],
+        gpus=plan["gpus"],
+    )
+    _run_many(
+        [RunTarget(target=bound, name=action.app, route_prefix=None)],
+        wait_for_ingress_deployment_creation=False,
+        wait_for_applications_running=False,
+    )

@@ -14,7 +14,8 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ray.util import metrics as ray_metrics
 
@@ -48,7 +49,6 @@ class _Timing:
             self._sum.inc(seconds, tags=tags)
 
 
-
 class ReplicaMetrics(CacheObserver):
     """The replica-side metrics of DESIGN.md for one replica; also the model cache's observer."""
 
@@ -56,36 +56,52 @@ class ReplicaMetrics(CacheObserver):
         self.tags = {"endpoint": endpoint, "container": container, "replica": replica}
         self._model_latency = _Timing(
             "serving_model_latency_seconds",
-            "Time a container spent running its model for one request (decode, predict, encode), excluding loading.")
+            "Time a container spent running its model for one request (decode, predict, encode), excluding loading.",
+        )
         self._cache_hit = ray_metrics.Counter(
-            "serving_model_cache_hit", "MultiModel requests whose model was already loaded.", tag_keys=_MODEL)
+            "serving_model_cache_hit", "MultiModel requests whose model was already loaded.", tag_keys=_MODEL
+        )
         self._cache_miss = ray_metrics.Counter(
-            "serving_model_cache_miss", "MultiModel requests whose model had to be loaded (or was loading), "
-            "counted once it loaded.",
-            tag_keys=_MODEL)
+            "serving_model_cache_miss",
+            "MultiModel requests whose model had to be loaded (or was loading), counted once it loaded.",
+            tag_keys=_MODEL,
+        )
         self._loading_wait = _Timing(
             "serving_model_loading_wait_time_seconds",
-            "Time a request that missed the cache waited for its model to be downloaded and loaded.")
-        self._loading = _Timing("serving_model_loading_time_seconds",
-                                   "Time to load one model into memory (after its download).")
-        self._downloading = _Timing("serving_model_downloading_time_seconds",
-                                       "Time to fetch and unpack one model from its store into the replica's disk cache.")
+            "Time a request that missed the cache waited for its model to be downloaded and loaded.",
+        )
+        self._loading = _Timing(
+            "serving_model_loading_time_seconds", "Time to load one model into memory (after its download)."
+        )
+        self._downloading = _Timing(
+            "serving_model_downloading_time_seconds",
+            "Time to fetch and unpack one model from its store into the replica's disk cache.",
+        )
         self._unloading = _Timing("serving_model_unloading_time_seconds", "Time to unload one model.")
         self._loaded_count = ray_metrics.Gauge(
-            "serving_loaded_model_count", "Models loaded in a MultiModel replica.", tag_keys=_REPLICA)
+            "serving_loaded_model_count", "Models loaded in a MultiModel replica.", tag_keys=_REPLICA
+        )
         self._loaded_bytes = ray_metrics.Gauge(
-            "serving_loaded_model_bytes", "Memory the loaded models of a MultiModel replica grew it by.", tag_keys=_REPLICA)
+            "serving_loaded_model_bytes",
+            "Memory the loaded models of a MultiModel replica grew it by.",
+            tag_keys=_REPLICA,
+        )
         self._cpu = ray_metrics.Gauge(
-            "serving_cpu_utilization_percent", "CPU used by the replica's process; 100 = one core.", tag_keys=_REPLICA)
+            "serving_cpu_utilization_percent", "CPU used by the replica's process; 100 = one core.", tag_keys=_REPLICA
+        )
         self._memory = ray_metrics.Gauge(
             "serving_memory_utilization_percent",
             "Resident memory of the replica's process, in percent of its Resources.MemoryMb (else of the machine).",
-            tag_keys=_REPLICA)
+            tag_keys=_REPLICA,
+        )
         self._refused_hops = ray_metrics.Counter(
-            "serving_refused_hops", "Requests a container's data port refused: not signed by the gateway for it.",
-            tag_keys=_REPLICA)
+            "serving_refused_hops",
+            "Requests a container's data port refused: not signed by the gateway for it.",
+            tag_keys=_REPLICA,
+        )
         self._gpu = ray_metrics.Gauge(
-            "serving_gpu_utilization_percent", "Utilization of the GPUs assigned to the replica.", tag_keys=_REPLICA)
+            "serving_gpu_utilization_percent", "Utilization of the GPUs assigned to the replica.", tag_keys=_REPLICA
+        )
         self._stop = threading.Event()
         # Re-set every period: Ray's agent evicts a gauge not refreshed within two export intervals (a
         # loaded-model count set once vanished from the scrape after a few seconds).
@@ -127,8 +143,9 @@ class ReplicaMetrics(CacheObserver):
         self._downloading.observe(seconds, tags=self.tags)
 
     # -- utilization ----------------------------------------------------------------------------------
-    def start_utilization(self, period_s: float = UTILIZATION_PERIOD_S,
-                          pids: Callable[[], list[int | None]] = lambda: []) -> None:
+    def start_utilization(
+        self, period_s: float = UTILIZATION_PERIOD_S, pids: Callable[[], list[int | None]] = lambda: []
+    ) -> None:
         """Sample CPU, memory (and GPU) every `period_s` on a daemon thread: this process's plus those of
         `pids()` (the replica's container process)."""
         threading.Thread(target=self._sample_forever, args=(period_s, pids), name="utilization", daemon=True).start()
@@ -199,8 +216,10 @@ def _gpu_reader():
         return None
     pynvml.nvmlInit()
     visible = [item for item in os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",") if item.strip()]
-    handles = [pynvml.nvmlDeviceGetHandleByIndex(int(item)) if item.isdigit()
-               else pynvml.nvmlDeviceGetHandleByUUID(item) for item in visible]
+    handles = [
+        pynvml.nvmlDeviceGetHandleByIndex(int(item)) if item.isdigit() else pynvml.nvmlDeviceGetHandleByUUID(item)
+        for item in visible
+    ]
 
     def read() -> float:
         rates = [pynvml.nvmlDeviceGetUtilizationRates(handle).gpu for handle in handles]
@@ -217,8 +236,11 @@ class AutoscalingStats:
     whatever the model's `code/inference.py` returns from `autoscaling_metrics(model)`.
     """
 
-    def __init__(self, counters: Callable[[], tuple[int, int, dict[str, float]]],
-                 pids: Callable[[], list[int | None]] = lambda: []) -> None:
+    def __init__(
+        self,
+        counters: Callable[[], tuple[int, int, dict[str, float]]],
+        pids: Callable[[], list[int | None]] = lambda: [],
+    ) -> None:
         """`counters()`: the container's invocations so far, requests in flight and the model's own metrics."""
         self.counters = counters
         self._processes = ReplicaProcesses(pids)  # its own CPU interval, apart from the utilization sampler's

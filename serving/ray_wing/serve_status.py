@@ -20,15 +20,22 @@ def applications_from_serve_details(details: dict[str, Any]) -> dict[str, dict[s
             for replica in dep.get("replicas") or []:
                 state = _text(replica.get("state"))
                 states[state] = states.get(state, 0) + 1
-            deployments[dep_name] = {"status": _text(dep.get("status")), "message": dep.get("message") or "",
-                                     "replicas": states}
-        applications[name] = {"status": _text(app.get("status")), "message": app.get("message") or "",
-                              "deployments": deployments}
+            deployments[dep_name] = {
+                "status": _text(dep.get("status")),
+                "message": dep.get("message") or "",
+                "replicas": states,
+            }
+        applications[name] = {
+            "status": _text(app.get("status")),
+            "message": app.get("message") or "",
+            "deployments": deployments,
+        }
     return applications
 
 
 def _text(value: Any) -> str:
     return str(getattr(value, "value", value) or "")
+
 
 class ServeNotRunning(RuntimeError):
     """Serve's controller is not up (yet): nothing to read, nothing to reconcile."""

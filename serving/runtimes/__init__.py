@@ -9,8 +9,9 @@ stack names (`STACKS`, which the spec validates `Image` against) cost nothing.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from serving.runtimes.base import InvocationContext, Runtime

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from serving.errors import ValidationError
 from serving.protocol import DEFAULT_ACCEPT_ENV
@@ -95,7 +96,9 @@ class Runtime:
             self._code.unload()
             self._code = None
 
-    def invoke(self, body: bytes, content_type: str | None, accept: str | None, context: InvocationContext) -> tuple[bytes, str]:
+    def invoke(
+        self, body: bytes, content_type: str | None, accept: str | None, context: InvocationContext
+    ) -> tuple[bytes, str]:
         """Decode, predict and encode one request."""
         if not accept or codecs.media_type(accept) in ("*/*", ""):
             accept = self.default_accept

@@ -47,9 +47,7 @@ def decode(body: bytes, content_type: str | None) -> Any:
             return np.load(io.BytesIO(body), allow_pickle=False)
     except (ValueError, UnicodeDecodeError, EOFError, csv.Error, RecursionError) as error:
         raise ValidationError(f"request body is not valid {kind}: {error}") from None
-    raise ValidationError(
-        f"unsupported content type {content_type or '(none)'!r}; supported: {', '.join(SUPPORTED)}"
-    )
+    raise ValidationError(f"unsupported content type {content_type or '(none)'!r}; supported: {', '.join(SUPPORTED)}")
 
 
 def _too_deep(body: bytes) -> bool:
@@ -93,8 +91,9 @@ def _check_npy(body: bytes) -> None:
     declared = math.prod(shape) * dtype.itemsize
     carried = len(body) - stream.tell()
     if declared != carried:
-        raise ValueError(f"its header declares {declared} bytes of data ({dtype} {list(shape)}), "
-                         f"but it carries {carried}")
+        raise ValueError(
+            f"its header declares {declared} bytes of data ({dtype} {list(shape)}), but it carries {carried}"
+        )
 
 
 def choose_accept(accept: str | None) -> str:

@@ -28,12 +28,18 @@ import itertools
 import os
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-HOOK_NAMES = ("model_fn", "input_fn", "predict_fn", "output_fn",
-              "autoscaling_metrics")  # ours: custom metrics for target tracking (docs/autoscaling.md)
+HOOK_NAMES = (
+    "model_fn",
+    "input_fn",
+    "predict_fn",
+    "output_fn",
+    "autoscaling_metrics",
+)  # ours: custom metrics for target tracking (docs/autoscaling.md)
 HANDLER_PATH = Path("code") / "inference.py"
 PACKAGE_PREFIX = "_serving_code_"
 

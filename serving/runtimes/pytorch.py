@@ -80,7 +80,9 @@ class PyTorchRuntime(TensorRuntime):
                 pass
         use_cuda = gpu_share(self.environment) > 0
         if use_cuda and not torch.cuda.is_available():
-            logger.warning("container has a GPU share but torch %s sees no CUDA device: running on CPU", torch.__version__)
+            logger.warning(
+                "container has a GPU share but torch %s sees no CUDA device: running on CPU", torch.__version__
+            )
             use_cuda = False
         self.device = torch.device("cuda" if use_cuda else "cpu")
         super().load()  # user hooks, then model_fn (theirs or ours)
@@ -167,8 +169,10 @@ class PyTorchRuntime(TensorRuntime):
         if float_dtype is not None:
             # A model that does not declare its inputs (TorchScript, nn.Module) gets numbers as its floating
             # dtype, as SageMaker's PyTorch container makes a FloatTensor of them (JSON cannot say 1 is a float).
-            inputs = {name: array.astype(float_dtype) if array.dtype.kind in "fiub" else array
-                      for name, array in inputs.items()}
+            inputs = {
+                name: array.astype(float_dtype) if array.dtype.kind in "fiub" else array
+                for name, array in inputs.items()
+            }
         tensors = [torch.from_numpy(np.ascontiguousarray(array)).to(self.device or "cpu") for array in inputs.values()]
         try:
             with torch.inference_mode():

@@ -82,6 +82,7 @@ class SklearnRuntime(Runtime):
             if getattr(data, "dtype", None) is not None and data.dtype.kind in "US":
                 # Text is the caller's input error for a model that takes numbers (a categorical one takes it).
                 reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-                raise ValidationError(f"input holds text ({data.dtype}) that {type(model).__name__} cannot use: "
-                                      f"{reason}") from None
+                raise ValidationError(
+                    f"input holds text ({data.dtype}) that {type(model).__name__} cannot use: {reason}"
+                ) from None
             raise

@@ -10,8 +10,9 @@ refuses such indices. Anything else, a function above all, must be named in
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -63,8 +64,10 @@ def check_trees(model: Any, name: str) -> None:
             # The estimator checks a request's width against n_features_in_; the tree reads up to n_features.
             raise ValueError(f"{name}: a decision tree's feature count does not match its estimator's")
         if isinstance(obj, BaseGradientBoosting):  # predicts from its trees' nodes without their own checks
-            if any(getattr(stage, "tree_", None) is None or stage.tree_.n_features != obj.n_features_in_
-                   for stage in np.ravel(obj.estimators_)):
+            if any(
+                getattr(stage, "tree_", None) is None or stage.tree_.n_features != obj.n_features_in_
+                for stage in np.ravel(obj.estimators_)
+            ):
                 raise ValueError(f"{name}: a gradient-boosting stage does not match the model's feature count")
 
 
@@ -74,8 +77,14 @@ def _nodes_in_range(tree: Any) -> bool:
     left, right, feature = nodes["left_child"], nodes["right_child"], nodes["feature"]
     leaf = (left == -1) & (right == -1)
     # scikit-learn adds children after their parent: ids only grow along a path, so no cycles either.
-    split = (left > ids) & (left < len(nodes)) & (right > ids) & (right < len(nodes)) & (feature >= 0) & (
-        feature < tree.n_features)
+    split = (
+        (left > ids)
+        & (left < len(nodes))
+        & (right > ids)
+        & (right < len(nodes))
+        & (feature >= 0)
+        & (feature < tree.n_features)
+    )
     return bool(np.all(leaf | split))
 
 

@@ -52,8 +52,11 @@ def find_saved_model(model_dir: Path, nested: bool = True) -> Path | None:
 
 
 def _highest_version(folder: Path) -> Path | None:
-    versions = [child for child in folder.iterdir()
-                if child.is_dir() and child.name.isdigit() and (child / SAVED_MODEL_FILE).is_file()]
+    versions = [
+        child
+        for child in folder.iterdir()
+        if child.is_dir() and child.name.isdigit() and (child / SAVED_MODEL_FILE).is_file()
+    ]
     return max(versions, key=lambda child: int(child.name)) if versions else None
 
 
@@ -80,7 +83,9 @@ class TensorFlowRuntime(TensorRuntime):
     def model_fn(self, model_dir: Path | None) -> Any:
         if model_dir is None:
             raise FileNotFoundError("the tensorflow stack needs ModelDataUrl")
-        keras_files = [model_dir / "model.keras"] if (model_dir / "model.keras").is_file() else sorted(model_dir.glob("*.keras"))
+        keras_files = (
+            [model_dir / "model.keras"] if (model_dir / "model.keras").is_file() else sorted(model_dir.glob("*.keras"))
+        )
         if keras_files:
             import keras
 
@@ -102,8 +107,10 @@ class TensorFlowRuntime(TensorRuntime):
         name = self.environment.get(SIGNATURE_ENV) or DEFAULT_SIGNATURE
         signatures = getattr(model, "signatures", None) or {}
         if name not in signatures:
-            raise ValueError(f"the SavedModel has no signature {name!r} (it has: {', '.join(signatures) or 'none'}); "
-                             f"set {SIGNATURE_ENV}")
+            raise ValueError(
+                f"the SavedModel has no signature {name!r} (it has: {', '.join(signatures) or 'none'}); "
+                f"set {SIGNATURE_ENV}"
+            )
         return signatures[name]
 
     # --- inputs and inference ------------------------------------------------------------
@@ -111,8 +118,10 @@ class TensorFlowRuntime(TensorRuntime):
         if _is_keras(model):
             return [InputSpec(_keras_name(t), tuple(t.shape), _np_dtype(t.dtype)) for t in model.inputs]
         _, named = self._signature(model).structured_input_signature
-        return [InputSpec(name, tuple(spec.shape.as_list()) if spec.shape.rank is not None else None,
-                          _np_dtype(spec.dtype)) for name, spec in named.items()]
+        return [
+            InputSpec(name, tuple(spec.shape.as_list()) if spec.shape.rank is not None else None, _np_dtype(spec.dtype))
+            for name, spec in named.items()
+        ]
 
     def run(self, model: Any, inputs: dict[str, np.ndarray]) -> Any:
         import tensorflow as tf
@@ -146,8 +155,12 @@ def _np_dtype(dtype: Any) -> np.dtype | None:
 
 
 def _last_line(message: str) -> str:
-    lines = [line.strip() for line in message.strip().splitlines() if line.strip() and not line.strip().startswith("[[")]
-    informative = [line for line in lines if not line.startswith(("Detected at node", "<stack traces", "Graph execution"))]
+    lines = [
+        line.strip() for line in message.strip().splitlines() if line.strip() and not line.strip().startswith("[[")
+    ]
+    informative = [
+        line for line in lines if not line.startswith(("Detected at node", "<stack traces", "Graph execution"))
+    ]
     return (informative or lines or [message])[0]
 
 

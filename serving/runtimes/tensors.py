@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -72,7 +73,12 @@ def split_request(data: Any) -> tuple[Any, str | None]:
     for key, response_key in TF_SERVING_KEYS.items():
         if key in data:
             payload = data[key]
-            if key == "instances" and isinstance(payload, list) and payload and all(isinstance(r, dict) for r in payload):
+            if (
+                key == "instances"
+                and isinstance(payload, list)
+                and payload
+                and all(isinstance(r, dict) for r in payload)
+            ):
                 names = list(payload[0])
                 if any(list(row) != names for row in payload):
                     raise ModelInputError('every row of "instances" must name the same inputs')
@@ -93,7 +99,9 @@ def bind_inputs(payload: Any, specs: list[InputSpec]) -> dict[str, np.ndarray]:
             raise ModelInputError(f"unknown input {', '.join(map(repr, unknown))}; the model takes: {expected}")
         return {spec.name: conform(payload[spec.name], spec) for spec in specs}
     if len(specs) != 1:
-        raise ModelInputError(f"the model takes {len(specs)} inputs: send a JSON object keyed by input name ({expected})")
+        raise ModelInputError(
+            f"the model takes {len(specs)} inputs: send a JSON object keyed by input name ({expected})"
+        )
     return {specs[0].name: conform(payload, specs[0])}
 
 
@@ -133,7 +141,11 @@ def _cast(array: np.ndarray, spec: InputSpec) -> np.ndarray:
     if target.kind in "iub" and array.dtype.kind == "f":
         if not np.all(np.isfinite(array)) or not np.all(array == np.round(array)):
             raise ModelInputError(f"input {spec.name!r} holds non-integer values; the model takes {spec.describe()}")
-    if target.kind in "iu" and array.size and (array.min() < np.iinfo(target).min or array.max() > np.iinfo(target).max):
+    if (
+        target.kind in "iu"
+        and array.size
+        and (array.min() < np.iinfo(target).min or array.max() > np.iinfo(target).max)
+    ):
         raise ModelInputError(f"input {spec.name!r} has values out of range for {target.name}")
     return array.astype(target)
 
@@ -147,8 +159,10 @@ def wrap_outputs(outputs: Any, response_key: str | None) -> Any:
     if response_key == "predictions" and isinstance(outputs, dict):
         # Row format: one object per instance, keyed by output name (an output without a batch axis repeats).
         rows = max((len(value) for value in outputs.values() if np.ndim(value) > 0), default=1)
-        outputs = [{name: value[i] if np.ndim(value) > 0 and len(value) == rows else value
-                    for name, value in outputs.items()} for i in range(rows)]
+        outputs = [
+            {name: value[i] if np.ndim(value) > 0 and len(value) == rows else value for name, value in outputs.items()}
+            for i in range(rows)
+        ]
     return {response_key: outputs}
 
 
@@ -181,5 +195,14 @@ class TensorRuntime(Runtime):
         return codecs.encode(prediction, accept)
 
 
-__all__ = ["InputSpec", "ModelInputError", "TensorRuntime", "bind_inputs", "conform", "cpu_threads", "gpu_share",
-           "split_request", "wrap_outputs"]
+__all__ = [
+    "InputSpec",
+    "ModelInputError",
+    "TensorRuntime",
+    "bind_inputs",
+    "conform",
+    "cpu_threads",
+    "gpu_share",
+    "split_request",
+    "wrap_outputs",
+]

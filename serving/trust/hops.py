@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import time
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 from serving import protocol
 from serving.protocol import HOP_DATE_HEADER as DATE_HEADER
@@ -23,8 +23,13 @@ __all__ = ["DATE_HEADER", "MAX_SKEW_S", "SIGNATURE_HEADER", "HopAuthError", "sig
 
 MAX_SKEW_S = 60  # the gateway and its replicas share clocks (one machine) or NTP (a cluster)
 # Headers a container acts on: each is covered, present or not (an absent one as empty).
-SIGNED_HEADERS = ("content-type", "accept", protocol.TARGET_MODEL.lower(), protocol.CUSTOM_ATTRIBUTES.lower(),
-                  protocol.INFERENCE_ID.lower())
+SIGNED_HEADERS = (
+    "content-type",
+    "accept",
+    protocol.TARGET_MODEL.lower(),
+    protocol.CUSTOM_ATTRIBUTES.lower(),
+    protocol.INFERENCE_ID.lower(),
+)
 
 
 class HopAuthError(Exception):
@@ -38,16 +43,18 @@ def _message(method: str, path: str, stamp: str, body: bytes, headers: Mapping[s
     return "\n".join(lines).encode("utf-8", "surrogateescape")
 
 
-def sign(key: bytes, method: str, path: str, body: bytes, headers: Mapping[str, str],
-         clock: Callable[[], float] = time.time) -> dict[str, str]:
+def sign(
+    key: bytes, method: str, path: str, body: bytes, headers: Mapping[str, str], clock: Callable[[], float] = time.time
+) -> dict[str, str]:
     """The two headers to add to a hop (`headers`: what it sends, names in any case)."""
     stamp = str(int(clock()))
     signature = hmac.new(key, _message(method, path, stamp, body, headers), hashlib.sha256).hexdigest()
     return {DATE_HEADER: stamp, SIGNATURE_HEADER: signature}
 
 
-def verify(key: bytes, method: str, path: str, body: bytes, headers: Mapping[str, str],
-           clock: Callable[[], float] = time.time) -> None:
+def verify(
+    key: bytes, method: str, path: str, body: bytes, headers: Mapping[str, str], clock: Callable[[], float] = time.time
+) -> None:
     """Raise HopAuthError unless the request carries a fresh signature by `key` (`headers`: case-insensitive)."""
     stamp, signature = headers.get(DATE_HEADER), headers.get(SIGNATURE_HEADER)
     if not stamp or not signature:

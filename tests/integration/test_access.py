@@ -108,7 +108,7 @@ def test_unknown_access_key_is_refused(server):
 
 def test_signature_outside_the_five_minute_window_is_refused(server, access_callers, monkeypatch):
     # boto3 signs with a clock ten minutes slow: a request replayed (or sent) outside the window.
-    slow = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None) - datetime.timedelta(minutes=10)
+    slow = datetime.datetime.now(datetime.UTC).replace(tzinfo=None) - datetime.timedelta(minutes=10)
     monkeypatch.setattr(botocore.auth, "get_current_datetime", lambda *args, **kwargs: slow)
     error = error_of(lambda: invoke(caller(server, access_callers, "team-a"), "customIps-iris"))
     assert error["Code"] == "InvalidSignatureException"

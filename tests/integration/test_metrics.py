@@ -14,7 +14,7 @@ import shutil
 import socket
 import subprocess
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import httpx
 import pytest

@@ -15,9 +15,10 @@ import json
 import socket
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
@@ -183,7 +184,7 @@ def wait_closed(sock: socket.socket, timeout: float) -> float | None:
         try:
             if not sock.recv(65536):
                 return time.monotonic() - started
-        except socket.timeout:
+        except TimeoutError:
             continue
         except OSError:  # reset
             return time.monotonic() - started

@@ -11,8 +11,8 @@ import json
 import os
 import socket
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import pytest

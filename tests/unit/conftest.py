@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import sys
 import textwrap
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 import pytest

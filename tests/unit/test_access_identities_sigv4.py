@@ -5,9 +5,9 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
 from urllib.parse import urlsplit
 
 import boto3

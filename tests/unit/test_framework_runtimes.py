@@ -11,8 +11,9 @@ import json
 import logging
 import shutil
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest

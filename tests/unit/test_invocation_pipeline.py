@@ -9,7 +9,8 @@ checks the order of the steps and what each hop receives.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 

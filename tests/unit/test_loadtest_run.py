@@ -15,8 +15,8 @@ import subprocess
 import sys
 import textwrap
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 

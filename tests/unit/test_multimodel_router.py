@@ -10,9 +10,9 @@ from __future__ import annotations
 import io
 import json
 import tarfile
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import pytest

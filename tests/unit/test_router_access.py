@@ -10,8 +10,9 @@ import contextlib
 import io
 import json
 import logging
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import boto3
 import botocore.exceptions

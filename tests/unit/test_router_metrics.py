@@ -6,7 +6,7 @@ requests and checks the exact difference.
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import httpx
 import pytest

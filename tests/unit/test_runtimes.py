@@ -5,9 +5,10 @@ from __future__ import annotations
 import io
 import json
 import operator
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import joblib
 import numpy as np
