@@ -99,3 +99,5 @@ SKOPS_TRUSTED_TYPES_ENV = "SERVING_SKOPS_TRUSTED_TYPES"  # comma-separated exact
 SANDBOX_READ_ENV = "SERVING_SANDBOX_READ"  # os.pathsep-separated paths the container may also read
 SANDBOX_WRITE_ENV = "SERVING_SANDBOX_WRITE"  # ... and write
 DEFAULT_ACCEPT_ENV = "SAGEMAKER_DEFAULT_INVOCATIONS_ACCEPT"  # SageMaker's: the Accept a hop gets when none is given
+PROGRAM_ENV = "SAGEMAKER_PROGRAM"  # SageMaker's: the handler script (default inference.py)
+SUBMIT_DIRECTORY_ENV = "SAGEMAKER_SUBMIT_DIRECTORY"  # SageMaker's: the folder holding it (default <model>/code)
