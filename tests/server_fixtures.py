@@ -410,6 +410,66 @@ def _small(specs: list[dict]) -> list[dict]:
     return specs
 
 
+# Scripts written the way AWS's examples write them, for it-sagemaker (tests/integration/test_sagemaker_scripts.py).
+SKLEARN_MODEL_FN_ONLY = '''
+import os
+
+from skops.io import load
+
+
+def model_fn(model_dir):
+    """Load the model (the scikit-learn container's defaults do the rest)."""
+    return load(os.path.join(model_dir, "model.skops"))
+'''
+
+PROGRAM_WITH_TRANSFORM_FN = '''
+import json
+
+from weights import WEIGHTS
+
+
+def model_fn(model_dir, context):
+    return {"weights": WEIGHTS, "model_dir_is_str": isinstance(model_dir, str),
+            "gpu_id": context.system_properties.get("gpu_id")}
+
+
+def transform_fn(model, request_body, request_content_type, response_content_type, context):
+    rows = json.loads(request_body)
+    scores = [sum(w * x for w, x in zip(model["weights"], row)) for row in rows]
+    attributes = context.get_request_header(0, "X-Amzn-SageMaker-Custom-Attributes")
+    if attributes == "fail=teapot":
+        context.set_response_status(418, "I am a teapot")
+        return "refused by the script", "text/plain"
+    body = {"scores": scores, "body_type": type(request_body).__name__, "attributes": attributes, **model}
+    return json.dumps(body), response_content_type
+'''
+
+
+@pytest.fixture(scope="session")
+def sagemaker_script_models(demo_models, tmp_path_factory) -> dict[str, Path]:
+    """Model folders with SageMaker-style scripts: a scikit-learn model_fn, a SAGEMAKER_PROGRAM with transform_fn."""
+    import shutil
+
+    root = tmp_path_factory.mktemp("sagemaker-scripts")
+    sklearn = root / "sklearn-script"
+    shutil.copytree(demo_models / "iris-classifier", sklearn)
+    (sklearn / "code").mkdir(exist_ok=True)
+    (sklearn / "code" / "inference.py").write_text(SKLEARN_MODEL_FN_ONLY)
+    program = root / "program"
+    (program / "code").mkdir(parents=True)
+    (program / "code" / "serve.py").write_text(PROGRAM_WITH_TRANSFORM_FN)
+    (program / "code" / "weights.py").write_text("WEIGHTS = [1.0, 10.0, 100.0]\n")
+    return {"sklearn": sklearn, "program": program}
+
+
+def sagemaker_scripts_spec(models: dict[str, Path]) -> dict:
+    return {"EndpointName": "it-sagemaker", "Containers": [
+        {"ContainerHostname": "sk-script", "Image": "sklearn", "ModelDataUrl": str(models["sklearn"]), "Resources": TINY},
+        {"ContainerHostname": "program", "Image": "python", "ModelDataUrl": str(models["program"]), "Resources": TINY,
+         "Environment": {"SAGEMAKER_PROGRAM": "serve.py"}},
+    ]}
+
+
 class Server:
     """The running endpoint server: its URL and an HTTP client."""
 
@@ -430,7 +490,8 @@ class Server:
 
 
 @pytest.fixture(scope="session")
-def server(demo_models, handler_models, identities_file, hetero_models, working_dir_model, multi_model_prefix, s3_models):
+def server(demo_models, handler_models, identities_file, hetero_models, working_dir_model, multi_model_prefix, s3_models,
+           sagemaker_script_models):
     """Embedded Ray, the endpoint server and every test endpoint; torn down after the session."""
     from serving.ray_wing import EmbeddedServer
 
@@ -439,6 +500,7 @@ def server(demo_models, handler_models, identities_file, hetero_models, working_
     documents.append(multi_model_spec(multi_model_prefix, s3_models))
     documents.append(metrics_endpoint_spec(demo_models, multi_model_prefix))
     documents.append(scaling_endpoint_spec(handler_models))
+    documents.append(sagemaker_scripts_spec(sagemaker_script_models))
     specs = [parse_spec(doc) for doc in _small(documents)]
     settings = ServerSettings(port=0, max_payload_mb=1.0, invocation_timeout_s=3.0)
     # Not `wait=True`: it-broken is meant to fail, so "ready" here is every endpoint InService or Failed.

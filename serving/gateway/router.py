@@ -72,7 +72,8 @@ class Router:
         )
         try:
             result = await self.invocations.invoke(invocation, trace)
-            response = Response(result.body, headers=result.headers, media_type=result.content_type)
+            # The container's Content-Type exactly as it set it (media_type= would add "; charset=utf-8" to text/*).
+            response = Response(result.body, headers={**result.headers, "content-type": result.content_type})
         except ClientDisconnect:  # the client left (or was cut off) mid-body: its doing, not a failure of ours
             record_client_abort(trace)
             return Response(status_code=499)  # nginx's "client closed request"; nobody is there to read it

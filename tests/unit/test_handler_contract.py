@@ -40,13 +40,13 @@ def test_transform_fn_does_the_whole_request(handler_dir, loaded) -> None:
         """
         import json
         def model_fn(model_dir):
-            return lambda rows: [sum(row) for row in rows]
+            return {"offset": 0.5}  # not callable: transform_fn alone serves it
         def transform_fn(model, request_body, content_type, accept):
             assert isinstance(request_body, str), type(request_body)
-            return json.dumps(model(json.loads(request_body))), accept
+            return json.dumps([sum(row) + model["offset"] for row in json.loads(request_body)]), accept
         """))
     assert invoke(runtime, json.dumps(ROWS).encode(), accept="application/json") == (
-        json.dumps([sum(row) for row in ROWS]).encode(), "application/json")
+        json.dumps([sum(row) + 0.5 for row in ROWS]).encode(), "application/json")
 
 
 def test_transform_fn_with_input_fn_is_refused_as_the_toolkit_refuses_it(handler_dir) -> None:
