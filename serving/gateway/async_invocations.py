@@ -33,7 +33,6 @@ from serving.access.sigv4 import RawRequest
 from serving.config.async_inference import AsyncInferenceConfig, S3Location, parse_s3_uri
 from serving.errors import (
     InternalFailureError,
-    ModelError,
     ServiceUnavailableError,
     ServingError,
     ThrottlingError,
@@ -91,8 +90,9 @@ class AsyncInvocations:
         invocations: Invocations,
         head: Callable[[Request], RawRequest],
         client: Callable[[str | None], Any] = s3_client,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.settings, self.invocations, self.head = settings, invocations, head
+        self.settings, self.invocations, self.head, self.clock = settings, invocations, head, clock
         self._client_factory = client
         self._clients: dict[str | None, Any] = {}  # one S3 client per store URL; boto3 clients are thread-safe
         self.lanes: dict[str, _Lane] = {}
@@ -170,7 +170,7 @@ class AsyncInvocations:
             {key: value for key, value in forwarded.items() if value is not None},
             _output(config, inference_id, headers),
             config.OutputConfig.failure.child(inference_id + protocol.FAILURE_SUFFIX),
-            admitted=time.monotonic(),
+            admitted=self.clock(),
             ttl=ttl,
             timeout=timeout,
         )
@@ -197,10 +197,25 @@ class AsyncInvocations:
         try:
             async with lane.slots:
                 await self._invoke(job)
+        except asyncio.CancelledError:  # the gateway is stopping (`close`): say so where the caller looks
+            stopped = ServiceUnavailableError(
+                "the endpoint server stopped before this request finished; submit it again"
+            )
+            await self._write_failure(self._client(job.config.S3EndpointUrl), job, stopped)
+            raise
         except Exception:  # a bug of ours: logged; the caller finds neither object
             logger.exception("async invocation %s of endpoint %s failed", job.inference_id, job.admission.endpoint.name)
         finally:
             lane.admitted -= 1
+
+    async def close(self, grace_s: float = 10.0) -> None:
+        """Stop every unfinished request, writing its failure object, rather than lose it without a trace
+        (a gateway that is killed cannot: docs/reliability.md)."""
+        tasks = [task for lane in self.lanes.values() for task in lane.tasks]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=grace_s)
 
     async def _invoke(self, job: _Job) -> None:
         admission = job.admission
@@ -210,7 +225,7 @@ class AsyncInvocations:
         started = time.perf_counter()
         client = self._client(job.config.S3EndpointUrl)
         try:
-            waited = time.monotonic() - job.admitted
+            waited = self.clock() - job.admitted
             if waited > job.ttl:
                 raise ServiceUnavailableError(
                     f"the request expired: it waited {waited:.0f} s in the queue, longer than its "
@@ -250,15 +265,11 @@ class AsyncInvocations:
         )
 
     async def _write_failure(self, client: Any, job: _Job, error: ServingError) -> None:
-        """The failure object: a container's own answer (as SageMaker stores the model's failure response),
-        else the error document InvokeEndpoint would have answered with."""
-        if isinstance(error, ModelError):
-            body, content_type = error.original_message.encode(), protocol.OCTET_STREAM
-        else:
-            _, _, body = wire_error(error)
-            content_type = protocol.JSON
+        """The failure object: the error document InvokeEndpoint would have answered with (a container's own
+        answer is in it, as OriginalStatusCode and OriginalMessage)."""
+        _, _, body = wire_error(error)
         try:
-            await self._put(client, job.failure, body, content_type)
+            await self._put(client, job.failure, body, protocol.JSON)
         except ServingError as failed:
             logger.error("async invocation %s: its failure could not be written either: %s", job.inference_id, failed)
 
