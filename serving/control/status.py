@@ -143,6 +143,8 @@ def describe(
             key: update.get(key) for key in ("Generation", "Status", "FailureReason", "StartedAt", "FinishedAt")
         },
         "ScalingActivities": list(record.scaling_activities),
+        # As DescribeEndpoint shows it: only for an endpoint that serves InvokeEndpointAsync.
+        **({"AsyncInferenceConfig": record.async_inference} if record.async_inference else {}),
     }
 
 

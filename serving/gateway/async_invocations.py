@@ -180,7 +180,9 @@ class AsyncInvocations:
         concurrency = job.config.ClientConfig.MaxConcurrentInvocationsPerInstance
         lane = self.lanes.get(name)
         if lane is None or lane.concurrency != concurrency:  # new, or its config changed: new jobs, new bound
-            lane = self.lanes[name] = _Lane(asyncio.Semaphore(concurrency), concurrency)
+            # The set of tasks carries over, so that `close` still finds the jobs admitted under the old bound.
+            tasks = lane.tasks if lane is not None else set()
+            lane = self.lanes[name] = _Lane(asyncio.Semaphore(concurrency), concurrency, tasks=tasks)
         if lane.admitted >= concurrency + self.settings.async_max_queued:
             raise ThrottlingError(
                 f"endpoint {name} already holds {lane.admitted} InvokeEndpointAsync requests, as many as it queues "

@@ -79,7 +79,7 @@ def test_answer_is_written_where_sagemaker_writes_it(server, runtime, s3):
     assert response["FailureLocation"] == f"s3://{ASYNC_BUCKET}/failures/{inference_id}-error.out"
     synchronous = server.invoke("it-async", payload, headers={"X-Amzn-SageMaker-Custom-Attributes": "sleep=0.1"})
     assert synchronous.status_code == 200
-    assert _object(s3, response["OutputLocation"]) == synchronous.content == b'{"slept": 0.1}'
+    assert _object(s3, response["OutputLocation"]) == synchronous.content == b'{"slept":0.1}'
     assert _absent(s3, response["FailureLocation"])
 
 
@@ -89,7 +89,7 @@ def test_inference_id_and_inline_body(runtime, s3):
     )
     assert response["InferenceId"] == "batch-7-item-3"
     assert response["OutputLocation"] == f"s3://{ASYNC_BUCKET}/answers/batch-7-item-3.out"
-    assert _object(s3, response["OutputLocation"]) == b'{"slept": 0.0}'
+    assert _object(s3, response["OutputLocation"]) == b'{"slept":0.0}'
 
 
 def test_a_failing_model_leaves_its_error_at_the_failure_location(server, runtime, s3):
@@ -131,3 +131,10 @@ def test_an_endpoint_without_async_inference_config_refuses(runtime):
     with pytest.raises(runtime.exceptions.ValidationError) as raised:
         runtime.invoke_endpoint_async(EndpointName="it-single", InputLocation=f"s3://{ASYNC_BUCKET}/inputs/x.json")
     assert "AsyncInferenceConfig" in raised.value.response["Error"]["Message"]
+
+
+def test_describe_endpoint_shows_the_config(server):
+    config = server.describe("it-async")["AsyncInferenceConfig"]
+    assert config["OutputConfig"]["S3OutputPath"] == f"s3://{ASYNC_BUCKET}/answers"
+    assert config["ClientConfig"] == {"MaxConcurrentInvocationsPerInstance": 2}
+    assert "AsyncInferenceConfig" not in server.describe("it-single")
