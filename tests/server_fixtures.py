@@ -380,6 +380,20 @@ def multi_model_spec(prefix: Path, s3_url: str) -> dict:
     ]}
 
 
+# it-async: InvokeEndpointAsync on the session's S3-compatible server (tests/integration/test_async_invocations.py).
+ASYNC_BUCKET = "it-async"
+
+
+def async_endpoint_spec(handlers: dict[str, Path], s3_url: str) -> dict:
+    return {"EndpointName": "it-async", "Containers": [
+        {"ContainerHostname": "sleepy", "Image": "python", "ModelDataUrl": str(handlers["sleepy"]), "Resources": TINY}],
+        "AsyncInferenceConfig": {
+            "ClientConfig": {"MaxConcurrentInvocationsPerInstance": 2},
+            "OutputConfig": {"S3OutputPath": f"s3://{ASYNC_BUCKET}/answers", "S3FailurePath": f"s3://{ASYNC_BUCKET}/failures/"},
+            "InputConfig": {"S3InputPath": f"s3://{ASYNC_BUCKET}/inputs/"},
+            "S3EndpointUrl": s3_url}}
+
+
 def metrics_endpoint_spec(demo: Path, prefix: Path) -> dict:
     """it-metrics: the endpoint only the metrics test invokes, so it can predict every count."""
     return {"EndpointName": "it-metrics", "Containers": [
@@ -501,13 +515,19 @@ def server(demo_models, handler_models, identities_file, hetero_models, working_
     documents.append(metrics_endpoint_spec(demo_models, multi_model_prefix))
     documents.append(scaling_endpoint_spec(handler_models))
     documents.append(sagemaker_scripts_spec(sagemaker_script_models))
+    documents.append(async_endpoint_spec(handler_models, s3_models))
     specs = [parse_spec(doc) for doc in _small(documents)]
     settings = ServerSettings(port=0, max_payload_mb=1.0, invocation_timeout_s=3.0)
     # Not `wait=True`: it-broken is meant to fail, so "ready" here is every endpoint InService or Failed.
-    with EmbeddedServer(specs, settings, num_cpus=2, wait=False, ready_timeout_s=READY_TIMEOUT_S) as embedded:
-        readiness = embedded.wait_ready()
-        pending = readiness.pending
-        assert not pending, f"endpoints not ready after {READY_TIMEOUT_S} s: {sorted(pending)}"
-        running = Server(embedded.url)
-        yield running
-        running.http.close()
+    # The gateway reads and writes it-async's objects with its own credentials: those of the environment
+    # Ray starts with (the local S3 server accepts any).
+    with pytest.MonkeyPatch.context() as environment:
+        for key, value in AWS_TEST_ENVIRONMENT.items():
+            environment.setenv(key, value)
+        with EmbeddedServer(specs, settings, num_cpus=2, wait=False, ready_timeout_s=READY_TIMEOUT_S) as embedded:
+            readiness = embedded.wait_ready()
+            pending = readiness.pending
+            assert not pending, f"endpoints not ready after {READY_TIMEOUT_S} s: {sorted(pending)}"
+            running = Server(embedded.url)
+            yield running
+            running.http.close()

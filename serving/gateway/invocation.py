@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from serving import protocol
 from serving.access.decision import EndpointAccess
 from serving.access.sigv4 import Caller, RawRequest
+from serving.config.async_inference import AsyncInferenceConfig
 from serving.errors import (
     PASS_THROUGH_CODES,
     AccessDeniedError,
@@ -49,6 +50,7 @@ class EndpointRoute:
     failure: str | None = None  # set when the endpoint is Failed
     access: EndpointAccess | None = None  # None: no AccessControl (anonymous, see ServerSettings.anonymous_allowed)
     multi_model: frozenset[str] = frozenset()  # hostnames of its MultiModel containers
+    async_inference: AsyncInferenceConfig | None = None  # set when it serves InvokeEndpointAsync
 
 
 @dataclass
@@ -59,6 +61,16 @@ class InvocationRequest:
     headers: Mapping[str, str]  # looked up case-insensitively (the adapter passes such a mapping)
     body: Callable[[], AsyncIterator[bytes]]  # the body's chunks as they arrive; may be called once
     head: Callable[[], RawRequest]  # the request exactly as it arrived, for signature verification
+
+
+@dataclass(frozen=True)
+class Admission:
+    """An invocation that passed every check: what runs, and the body if authentication had to read it."""
+
+    endpoint: EndpointRoute
+    chain: tuple[str, ...]
+    target_model: str | None
+    body: bytes | None
 
 
 @dataclass
@@ -124,6 +136,13 @@ class Invocations:
 
     async def invoke(self, request: InvocationRequest, trace: InvocationTrace) -> InvocationResult:
         """Every step of one invocation; raises ServingError (or whatever reading the body raises)."""
+        admission = await self.admit(request, trace)
+        body = await self.body_of(request, admission, trace)
+        return await self.run(admission, body, request.headers, trace)
+
+    async def admit(self, request: InvocationRequest, trace: InvocationTrace, action: str | None = None) -> Admission:
+        """Every check before a container runs: the endpoint, its caller (allowed `action`, default
+        InvokeEndpoint), the chain, the headers. Raises ServingError."""
         name = request.endpoint
         endpoint = self.endpoints.get(name)
         if endpoint is None and not self.loaded:
@@ -138,13 +157,30 @@ class Invocations:
         chain = trace.chain = self._chain(endpoint, headers)
         if caller is not None:
             assert endpoint.access is not None
-            endpoint.access.authorize(name, caller, chain, headers.get(protocol.TARGET_MODEL))
+            permission = {"action": action} if action is not None else {}
+            endpoint.access.authorize(name, caller, chain, headers.get(protocol.TARGET_MODEL), **permission)
         self._check_headers(headers)
         target_model = trace.model = self._check_target_model(endpoint, chain, headers)
-        if body is None:
-            body = await self._read_body(request, trace)
+        return Admission(endpoint, chain, target_model, body)
+
+    async def body_of(self, request: InvocationRequest, admission: Admission, trace: InvocationTrace) -> bytes:
+        """The request's body: as authentication read it, else read now within the payload limit."""
+        return admission.body if admission.body is not None else await self._read_body(request, trace)
+
+    async def run(
+        self,
+        admission: Admission,
+        body: bytes,
+        headers: Mapping[str, str],
+        trace: InvocationTrace,
+        timeout: float | None = None,
+    ) -> InvocationResult:
+        """The admitted chain on `body`; `headers` give what is forwarded, `timeout` replaces the server's."""
         forwarded = {key: headers[key] for key in _FORWARDED if key in headers}
-        last = await self._run_chain(endpoint, chain, body, forwarded, affinity=target_model, trace=trace)
+        endpoint, target_model = admission.endpoint, admission.target_model
+        last = await self._run_chain(
+            endpoint, admission.chain, body, forwarded, affinity=target_model, trace=trace, timeout=timeout
+        )
         response_headers = {protocol.INVOKED_VARIANT: protocol.DEFAULT_VARIANT}
         if last.custom_attributes:
             response_headers[protocol.CUSTOM_ATTRIBUTES] = last.custom_attributes
@@ -259,9 +295,10 @@ class Invocations:
         headers: dict[str, str],
         affinity: str | None = None,
         trace: InvocationTrace | None = None,
+        timeout: float | None = None,
     ) -> HopResponse:
         trace = trace if trace is not None else InvocationTrace()
-        timeout = self.settings.invocation_timeout_s
+        timeout = timeout if timeout is not None else self.settings.invocation_timeout_s
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         attributes = None
