@@ -209,7 +209,9 @@ class TensorFlowRuntime(TensorRuntime):
                 arrays = list(inputs.values())
                 output = model(arrays[0] if len(arrays) == 1 else inputs, training=False)
             else:
-                output = self._signature(model, signature)(**{name: tf.constant(array) for name, array in inputs.items()})
+                output = self._signature(model, signature)(
+                    **{name: tf.constant(array) for name, array in inputs.items()}
+                )
         except (tf.errors.InvalidArgumentError, ValueError, TypeError) as error:
             given = ", ".join(f"{name} {describe_array(array)}" for name, array in inputs.items())
             message = getattr(error, "message", None) or str(error)

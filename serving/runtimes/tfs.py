@@ -217,7 +217,7 @@ def posted_body(processed: Any, url: str | None) -> bytes:
     """The bytes `requests.post(url, data=processed)` sends (a dict is form-encoded, a str as Latin-1)."""
     import requests
 
-    body = requests.Request("POST", url or "http://localhost/", data=processed).prepare().body
+    body: Any = requests.Request("POST", url or "http://localhost/", data=processed).prepare().body
     if body is None:
         return b""
     return body.encode("iso-8859-1") if isinstance(body, str) else bytes(body)

@@ -140,7 +140,9 @@ def predictions_json(outputs: dict[str, np.ndarray]) -> bytes:
         if array.ndim == 0:
             raise TfsRequestError(f"Tensor name: {name} has no shape information ")
         if batch >= 0 and array.shape[0] != batch:
-            raise TfsRequestError(f"Tensor name: {name} has inconsistent batch size: {array.shape[0]} expecting: {batch}")
+            raise TfsRequestError(
+                f"Tensor name: {name} has inconsistent batch size: {array.shape[0]} expecting: {batch}"
+            )
         batch = array.shape[0]
     writer = PrettyJson()
     writer.start(False)

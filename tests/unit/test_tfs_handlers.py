@@ -18,7 +18,7 @@ from serving.model_server.app import ContainerApp
 from serving.runtimes import runtime_for
 from tests.unit.test_tfs_shapes import save_half_plus_three
 
-PROCESS = '''
+PROCESS = """
 import json
 def _process_input(data, context):
     if context.request_content_type == 'application/json':
@@ -32,22 +32,25 @@ def _process_output(data, context):
     if data.status_code != 200:
         raise ValueError(data.content.decode('utf-8'))
     return data.content, context.accept_header
-'''
+"""
 INPUT_OUTPUT = PROCESS + "input_handler = _process_input\noutput_handler = _process_output\n"
-HANDLER = PROCESS + '''
+HANDLER = (
+    PROCESS
+    + """
 import requests
 def handler(data, context):
     response = requests.post(context.rest_uri, data=_process_input(data, context))
     return _process_output(response, context)
-'''
-CONTEXT = '''
+"""
+)
+CONTEXT = """
 def handler(data, context):
     fields = {k: v for k, v in context._asdict().items() if k not in ("rest_uri", "grpc_port", "channel")}
     fields["data"] = data.read().decode()
     fields["rest_uri_tail"] = context.rest_uri.rsplit("/", 3)[-2:]
     return json.dumps(fields), "application/json"
 import json
-'''
+"""
 GRPC = "def handler(data, context):\n    return 'localhost:{}'.format(context.grpc_port), 'text/plain'\n"
 
 
@@ -101,10 +104,17 @@ def test_context_carries_the_containers_fields(serve) -> None:
     url = serve(CONTEXT)
     headers = {"Content-Type": "text/csv", "X-Amzn-SageMaker-Custom-Attributes": "tfs-model-version=123,x=1"}
     got = requests.post(url + "/invocations", data="1,2", headers=headers, timeout=30).json()  # Accept: */*
-    assert got == {"model_name": None, "model_version": "123", "method": None,
-                   "custom_attributes": "tfs-model-version=123,x=1", "request_content_type": "text/csv",
-                   "accept_header": "*/*", "content_length": 3, "data": "1,2",
-                   "rest_uri_tail": ["versions", "123:predict"]}
+    assert got == {
+        "model_name": None,
+        "model_version": "123",
+        "method": None,
+        "custom_attributes": "tfs-model-version=123,x=1",
+        "request_content_type": "text/csv",
+        "accept_header": "*/*",
+        "content_length": 3,
+        "data": "1,2",
+        "rest_uri_tail": ["versions", "123:predict"],
+    }
 
 
 def test_grpc_is_refused_with_a_clear_message(serve) -> None:
@@ -114,16 +124,21 @@ def test_grpc_is_refused_with_a_clear_message(serve) -> None:
 
 def test_rest_route_needs_the_token(serve) -> None:
     url = serve(CONTEXT)
-    for path in ("/_serving/tfs/" + "0" * 32 + "/v1/models/half_plus_three:predict", "/v1/models/half_plus_three:predict"):
+    for path in (
+        "/_serving/tfs/" + "0" * 32 + "/v1/models/half_plus_three:predict",
+        "/v1/models/half_plus_three:predict",
+    ):
         assert requests.post(url + path, data='{"instances": [1.0]}', timeout=10).status_code == 404
 
 
 @pytest.mark.parametrize(
     ("script", "named"),
-    [("def input_fn(body, content_type):\n    return body\n", "input_fn"),
-     ("def model_fn(model_dir):\n    return None\ndef handler(d, c):\n    return b'', 'x'\n", "model_fn"),
-     ("def input_handler(data, context):\n    return data.read()\n", "output_handler"),
-     ("import os\n", "defines no handler")],
+    [
+        ("def input_fn(body, content_type):\n    return body\n", "input_fn"),
+        ("def model_fn(model_dir):\n    return None\ndef handler(d, c):\n    return b'', 'x'\n", "model_fn"),
+        ("def input_handler(data, context):\n    return data.read()\n", "output_handler"),
+        ("import os\n", "defines no handler"),
+    ],
 )
 def test_unsupported_hooks_are_refused_at_load(model_folder: Path, tmp_path: Path, script: str, named: str) -> None:
     (tmp_path / "code").mkdir()
@@ -134,6 +149,10 @@ def test_unsupported_hooks_are_refused_at_load(model_folder: Path, tmp_path: Pat
 
 
 def test_handler_wins_over_input_and_output_handlers(serve, caplog: pytest.LogCaptureFixture) -> None:
-    script = HANDLER + "def input_handler(d, c):\n    raise AssertionError\n" + "def output_handler(r, c):\n    raise AssertionError\n"
+    script = (
+        HANDLER
+        + "def input_handler(d, c):\n    raise AssertionError\n"
+        + "def output_handler(r, c):\n    raise AssertionError\n"
+    )
     assert post(serve(script), "1.0", "text/csv").status_code == 200
     assert "defines handler and input_handler and output_handler: handler is used" in caplog.text
