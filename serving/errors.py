@@ -130,6 +130,18 @@ class ModelError(ServingError):
         self.original_message = original_message
 
 
+class ContainerAnswerError(ServingError):
+    """A framework container's own error answer, sent as it is (status, body, content type), not in our wire
+    shape: SageMaker's TensorFlow Serving container answers `{"error": ...}` bodies of its own, which the router
+    reports as ModelError with that status and body as OriginalStatusCode and OriginalMessage."""
+
+    def __init__(self, status: int, body: bytes, content_type: str = JSON) -> None:
+        super().__init__(body.decode("utf-8", "replace"))
+        self.status = status
+        self.raw = body
+        self.content_type = content_type
+
+
 class ServiceUnavailableError(ServingError):
     """The endpoint cannot take requests at all (starting, failed, shutting down)."""
 

@@ -46,6 +46,8 @@ JSON = "application/json"
 CSV = "text/csv"
 NPY = "application/x-npy"
 OCTET_STREAM = "application/octet-stream"
+# JSON documents one per line, as SageMaker's TensorFlow Serving container reads them (both spellings).
+JSON_LINES, JSONS = "application/jsonlines", "application/jsons"
 
 # --- errors: a JSON body {"__type": code, "message": ..., extra fields} and the code in this header -------
 ERROR_TYPE_HEADER = "x-amzn-ErrorType"
@@ -93,6 +95,9 @@ ORIGINAL_STATUS_CODE, ORIGINAL_MESSAGE, CONTAINER_HOSTNAME = (
 INVOCATIONS_PATH = "/invocations"
 PING_PATH = "/ping"
 STATS_PATH = "/_serving/stats"  # the supervisor's read of its container's counters and metric events
+# The tensorflow stack's TF Serving REST API for its own process's handlers (`context.rest_uri`), under a
+# per-process secret token: LOCAL_TFS_PATH/<token>/v1/models/<name>:predict, loopback callers only.
+LOCAL_TFS_PATH = "/_serving/tfs"
 HOP_DATE_HEADER = "x-serving-hop-date"
 HOP_SIGNATURE_HEADER = "x-serving-hop-signature"
 
@@ -119,3 +124,4 @@ SANDBOX_WRITE_ENV = "SERVING_SANDBOX_WRITE"  # ... and write
 DEFAULT_ACCEPT_ENV = "SAGEMAKER_DEFAULT_INVOCATIONS_ACCEPT"  # SageMaker's: the Accept a hop gets when none is given
 PROGRAM_ENV = "SAGEMAKER_PROGRAM"  # SageMaker's: the handler script (default inference.py)
 SUBMIT_DIRECTORY_ENV = "SAGEMAKER_SUBMIT_DIRECTORY"  # SageMaker's: the folder holding it (default <model>/code)
+TFS_MODEL_NAME_ENV = "SAGEMAKER_TFS_DEFAULT_MODEL_NAME"  # SageMaker TFS container's: the model name rest_uri names

@@ -416,6 +416,55 @@ def scaling_endpoint_spec(handlers: dict[str, Path]) -> dict:
          "AutoScaling": policy} for name in ("busy", "quiet")]}
 
 
+# it-tfs (tests/integration/test_sagemaker_tfs.py): SageMaker TensorFlow Serving container scripts in the style
+# of AWS's examples, on TF Serving's half_plus_three: `io` (input_handler turning CSV into "instances",
+# output_handler returning response.content) and `posting` (handler posting to context.rest_uri with requests).
+TFS_PROCESS = """
+import json
+import requests
+
+def input_handler(data, context):
+    if context.request_content_type == 'application/json':
+        d = data.read().decode('utf-8')
+        return d if len(d) else ''
+    if context.request_content_type == 'text/csv':
+        return json.dumps({'instances': [float(x) for x in data.read().decode('utf-8').split(',')]})
+    raise ValueError('{{"error": "unsupported content type {}"}}'.format(context.request_content_type or 'unknown'))
+
+def output_handler(data, context):
+    if data.status_code != 200:
+        raise ValueError(data.content.decode('utf-8'))
+    return data.content, context.accept_header
+"""
+TFS_SCRIPTS = {
+    "io": TFS_PROCESS,
+    "posting": TFS_PROCESS.replace("def input_handler", "def _process_input").replace("def output_handler", "def _process_output")
+    + "\ndef handler(data, context):\n"
+    "    response = requests.post(context.rest_uri, data=_process_input(data, context))\n"
+    "    return _process_output(response, context)\n",
+}
+
+
+@pytest.fixture(scope="session")
+def tfs_models(tmp_path_factory) -> dict[str, Path]:
+    """Two copies of a half_plus_three SavedModel (SageMaker's <model>/<version>/ layout), one per script."""
+    from tests.unit.test_tfs_shapes import save_half_plus_three
+
+    root = tmp_path_factory.mktemp("tfs")
+    folders = {}
+    for name, script in TFS_SCRIPTS.items():
+        folders[name] = save_half_plus_three(root / name)
+        (folders[name] / "code").mkdir()
+        (folders[name] / "code" / "inference.py").write_text(script)
+    return folders
+
+
+def tfs_endpoint_spec(models: dict[str, Path]) -> dict:
+    return {"EndpointName": "it-tfs", "Containers": [
+        {"ContainerHostname": name, "Image": "tensorflow", "ModelDataUrl": str(folder), "Resources": TINY}
+        for name, folder in models.items()]}
+
+
 def _small(specs: list[dict]) -> list[dict]:
     # ~35 replicas share the session's 2 logical CPUs: reserve a small share each.
     for spec in specs:
@@ -505,7 +554,7 @@ class Server:
 
 @pytest.fixture(scope="session")
 def server(demo_models, handler_models, identities_file, hetero_models, working_dir_model, multi_model_prefix, s3_models,
-           sagemaker_script_models):
+           sagemaker_script_models, tfs_models):
     """Embedded Ray, the endpoint server and every test endpoint; torn down after the session."""
     from serving.ray_wing import EmbeddedServer
 
@@ -516,6 +565,7 @@ def server(demo_models, handler_models, identities_file, hetero_models, working_
     documents.append(scaling_endpoint_spec(handler_models))
     documents.append(sagemaker_scripts_spec(sagemaker_script_models))
     documents.append(async_endpoint_spec(handler_models, s3_models))
+    documents.append(tfs_endpoint_spec(tfs_models))
     specs = [parse_spec(doc) for doc in _small(documents)]
     settings = ServerSettings(port=0, max_payload_mb=1.0, invocation_timeout_s=3.0)
     # Not `wait=True`: it-broken is meant to fail, so "ready" here is every endpoint InService or Failed.

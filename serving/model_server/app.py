@@ -13,16 +13,20 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
+import anyio.to_thread
+from anyio import CapacityLimiter
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from serving import protocol
-from serving.errors import AccessDeniedError, ServingError, failure_message
+from serving.errors import AccessDeniedError, ContainerAnswerError, ServingError, failure_message
 from serving.http.responses import error_response, json_response, serving_app
 from serving.model_server.events import EventLog
+from serving.model_server.tfs_rest import LocalRest
 from serving.models.multimodel import MultiModelHandler
 from serving.runtimes import InvocationContext, Runtime
 from serving.runtimes.context import Headers
@@ -66,11 +70,16 @@ class ContainerApp:
         self.in_flight = 0
         self.invocations = 0
         self.refused = 0  # requests refused for a missing or bad hop signature
+        # The model runs on a worker thread, one request at a time (created on first use: it needs the loop),
+        # so that a handler may call back into this server (the tensorflow stack's context.rest_uri).
+        self._model_limiter: CapacityLimiter | None = None
+        self.local_rest = LocalRest(runtime) if hasattr(runtime, "rest_call") else None
         self.app = serving_app(
             [
                 Route(protocol.INVOCATIONS_PATH, self.invoke, methods=["POST"]),
                 Route(protocol.PING_PATH, self.ping, methods=["GET"]),
                 Route(protocol.STATS_PATH, self.stats, methods=["GET"]),
+                *([self.local_rest.route()] if self.local_rest is not None else []),
             ]
         )
 
@@ -124,6 +133,14 @@ class ContainerApp:
             logger.exception("container %s: autoscaling_metrics of the model failed", self.hostname)
             return {}
 
+    def _timed(self, call: Callable[[], tuple[bytes, str]]) -> tuple[bytes, str]:
+        """Run the model on this worker thread, reporting its time (not the wait for the limiter)."""
+        started = time.perf_counter()
+        answer = call()
+        if self.model_latency is not None:  # a failed invocation reports none, as before
+            self.model_latency(time.perf_counter() - started)
+        return answer
+
     async def invoke(self, request: Request) -> Response:
         self.in_flight += 1
         self.invocations += 1
@@ -148,17 +165,21 @@ class ContainerApp:
                 )
             else:
                 assert self.runtime is not None  # SingleModel
-                started = time.perf_counter()
-                out, content_type = self.runtime.invoke(
-                    body, headers.get("content-type"), headers.get("accept"), context
+                if self.local_rest is not None:
+                    context.local_api = self.local_rest.base_url(request)
+                if self._model_limiter is None:
+                    self._model_limiter = CapacityLimiter(1)
+                call = partial(self.runtime.invoke, body, headers.get("content-type"), headers.get("accept"), context)
+                out, content_type = await anyio.to_thread.run_sync(
+                    partial(self._timed, call), limiter=self._model_limiter
                 )
-                if self.model_latency is not None:
-                    self.model_latency(time.perf_counter() - started)
             # A hook may set the answer's status and headers through the context, as on MMS / TorchServe.
             response_headers = {**context.response_headers, "content-type": content_type}
             if context.response_custom_attributes:
                 response_headers[protocol.CUSTOM_ATTRIBUTES] = context.response_custom_attributes
             return _resolved(Response(out, status_code=context.response_status, headers=response_headers), context)
+        except ContainerAnswerError as answer:  # the framework container's own error answer, as it sends it
+            return _resolved(Response(answer.raw, status_code=answer.status, media_type=answer.content_type), context)
         except ServingError as error:
             return _resolved(error_response(error), context)
         except Exception as error:  # the model failed: report it, keep serving

@@ -50,6 +50,7 @@ class Runtime:
     nested_layouts = True
     # The script hooks this stack runs; a script defining any other hook of HOOK_NAMES is refused at load.
     supported_hooks: tuple[str, ...] = (*SCRIPT_HOOKS, "autoscaling_metrics")
+    model_name: str | None = None  # the hooks' context.model_name: a MultiModel container's TargetModel
 
     @classmethod
     def import_frameworks(cls) -> None:
@@ -63,7 +64,6 @@ class Runtime:
         self._hooks: dict[str, Callable[..., Any]] = {}
         self._code: UserCode | None = None
         self.model: Any = None
-        self.model_name: str | None = None  # a MultiModel container's TargetModel
         self.load_context = InvocationContext()
 
     # --- framework defaults (override in subclasses) -------------------------------

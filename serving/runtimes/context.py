@@ -62,6 +62,7 @@ class InvocationContext:
     inference_id: str | None = None
     response_custom_attributes: str | None = None
     model_resolved: bool = False  # a MultiModel container found the TargetModel to be a model and loaded it
+    local_api: str | None = None  # where this process reaches its own model's TF Serving REST API (tensorflow)
     headers: Headers = field(default_factory=Headers)
     system_properties: dict[str, Any] = field(default_factory=dict)
     model_name: str | None = None

@@ -65,6 +65,7 @@ class UserCode:
     package: str
     folder: str
     hooks: dict[str, Callable[..., Any]]
+    module: Any = None  # the imported handler module, for stacks that read other names from it (tensorflow)
 
     def unload(self) -> None:
         """Forget the package's modules (the model is gone; its functions keep working if still referenced)."""
@@ -138,7 +139,7 @@ def load_user_code(
         _forget(package, folder)
         raise
     hooks = {name: getattr(module, name) for name in HOOK_NAMES if callable(getattr(module, name, None))}
-    return UserCode(package, folder, hooks)
+    return UserCode(package, folder, hooks, module)
 
 
 def _local_names(folder: str) -> frozenset[str]:

@@ -8,16 +8,23 @@ signature declares. Requests may use TensorFlow Serving's JSON shapes.
 from __future__ import annotations
 
 import logging
+import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from serving.errors import ContainerAnswerError
 from serving.protocol import TF_SIGNATURE_ENV as SIGNATURE_ENV
+from serving.protocol import TFS_MODEL_NAME_ENV
+from serving.runtimes import codecs, tfs, tfs_json
+from serving.runtimes.base import InvocationContext
 from serving.runtimes.tensors import (
     InputSpec,
     ModelInputError,
     TensorRuntime,
+    bind_inputs,
     cpu_threads,
     describe_array,
     gpu_share,
@@ -65,6 +72,9 @@ class TensorFlowRuntime(TensorRuntime):
 
     name = "tensorflow"
     frameworks = ("tensorflow",)
+    model_name = "model"  # TF Serving's name for it: its folder's (SageMaker: /opt/ml/model/<n>/ is "model")
+    model_version: str | None = None
+    _tfs_hooks: tuple[Any, Any, Any] = (None, None, None)
 
     def load(self) -> None:
         import tensorflow as tf
@@ -98,14 +108,88 @@ class TensorFlowRuntime(TensorRuntime):
             )
         import tensorflow as tf
 
+        if saved_model.name.isdigit():
+            self.model_version = str(int(saved_model.name))
+            if saved_model.parent != model_dir:
+                self.model_name = saved_model.parent.name
+        self.model_name = self.environment.get(TFS_MODEL_NAME_ENV) or self.model_name
         loaded = tf.saved_model.load(str(saved_model))
         self._signature(loaded)  # refuse at load, not per request, a model without the signature
         logger.info("loaded SavedModel %s", saved_model)
         return loaded
 
-    def _signature(self, model: Any) -> Any:
-        name = self.environment.get(SIGNATURE_ENV) or DEFAULT_SIGNATURE
+    def _check_hooks(self) -> None:
+        # The user's code is loaded and nothing of it has run: the TFS container's rules, not the toolkit's.
+        module = self._code.module if self._code is not None else None
+        self._tfs_hooks = tfs.resolve_handlers(module) if module is not None else (None, None, None)
+
+    # --- SageMaker's TensorFlow Serving container ----------------------------------------------------------
+    def invoke_chunks(
+        self, body: bytes, content_type: str | None, accept: str | None, context: InvocationContext
+    ) -> tuple[Iterator[bytes], str]:
+        if codecs.media_type(content_type) == codecs.NPY and self._tfs_hooks == (None, None, None):
+            return super().invoke_chunks(body, content_type, accept, context)  # our extension: the tensor path
+        out, out_type = self._answer_as_tfs(body, content_type, accept, context)
+        return iter((out,)), out_type
+
+    def _answer_as_tfs(
+        self, body: bytes, content_type: str | None, accept: str | None, context: InvocationContext
+    ) -> tuple[bytes, str]:
+        handler, input_handler, output_handler = self._tfs_hooks
+        if handler is not None or input_handler is not None:
+            ctx = tfs.make_context(
+                body, content_type, accept, context.custom_attributes, self.model_name, context.local_api
+            )
+            return tfs.call_handler(handler or self._pipeline(input_handler, output_handler), body, ctx)
+        kind = codecs.media_type(content_type)
+        if kind not in (*tfs.JSON_TYPES, codecs.CSV):
+            raise tfs.unsupported_media_type(content_type)
+        attributes = tfs.tfs_attributes(context.custom_attributes)
+        status, out = self.rest_call(tfs.rest_path(self.model_name, attributes), tfs.predict_body(body, kind))
+        out, out_type = tfs.with_accept(out, accept)
+        if status != 200:
+            raise ContainerAnswerError(status, out, out_type)
+        return out, out_type
+
+    def _pipeline(self, input_handler: Any, output_handler: Any) -> Any:
+        def handler(data: Any, context: Any) -> Any:  # python_service._make_handler, with TF Serving in process
+            sent = tfs.posted_body(input_handler(data, context), context.rest_uri)
+            path = context.rest_uri[context.rest_uri.index("/v1/models/") :] if context.rest_uri else None
+            status, out = self.rest_call(path or tfs.rest_path(self.model_name, {}), sent)
+            return output_handler(tfs.response_object(status, out, context.rest_uri), context)
+
+        return handler
+
+    def rest_call(self, path: str, body: bytes) -> tuple[int, bytes]:
+        """TF Serving's REST `POST /v1/models/<name>[/versions/<v>]:predict` on this model: (status, body)."""
+        match = re.fullmatch(r"/v1/models/([^/:]+)(?:/versions/(\d+))?:(\w+)", path)
+        if match is None:
+            return 404, tfs_json.error_json(f"Malformed request: POST {path}")
+        name, version, method = match.groups()
+        if name != self.model_name or (version is not None and version.lstrip("0") != (self.model_version or "")):
+            wanted = f"Specific({name}, {version})" if version is not None else f"Latest({name})"
+            return 404, tfs_json.error_json(f"Servable not found for request: {wanted}")
+        if method != "predict":
+            return 400, tfs_json.error_json(f"the tensorflow stack serves :predict only, not :{method}")
+        try:
+            form, payload, signature = tfs_json.parse_predict(body)
+            inputs = bind_inputs(payload, self.input_specs(self.model, signature))
+            outputs = self.run(self.model, inputs, signature)
+            if not isinstance(outputs, dict):
+                outputs = {"output_0": outputs}
+            named = {key: np.asarray(outputs[key]) for key in sorted(outputs)}
+            return 200, tfs_json.predictions_json(named) if form == tfs_json.ROW else tfs_json.outputs_json(named)
+        except (tfs_json.TfsRequestError, ModelInputError) as error:
+            return 400, tfs_json.error_json(str(error))
+        except Exception as error:  # the model itself failed
+            logger.exception("TF Serving predict failed")
+            return 500, tfs_json.error_json(f"{type(error).__name__}: {error}")
+
+    def _signature(self, model: Any, requested: str | None = None) -> Any:
+        name = requested or self.environment.get(SIGNATURE_ENV) or DEFAULT_SIGNATURE
         signatures = getattr(model, "signatures", None) or {}
+        if requested and requested not in signatures:
+            raise tfs_json.TfsRequestError(f'Serving signature name: "{requested}" not found in signature def')
         if name not in signatures:
             raise ValueError(
                 f"the SavedModel has no signature {name!r} (it has: {', '.join(signatures) or 'none'}); "
@@ -114,16 +198,16 @@ class TensorFlowRuntime(TensorRuntime):
         return signatures[name]
 
     # --- inputs and inference ------------------------------------------------------------
-    def input_specs(self, model: Any) -> list[InputSpec]:
+    def input_specs(self, model: Any, signature: str | None = None) -> list[InputSpec]:
         if _is_keras(model):
             return [InputSpec(_keras_name(t), tuple(t.shape), _np_dtype(t.dtype)) for t in model.inputs]
-        _, named = self._signature(model).structured_input_signature
+        _, named = self._signature(model, signature).structured_input_signature
         return [
             InputSpec(name, tuple(spec.shape.as_list()) if spec.shape.rank is not None else None, _np_dtype(spec.dtype))
             for name, spec in named.items()
         ]
 
-    def run(self, model: Any, inputs: dict[str, np.ndarray]) -> Any:
+    def run(self, model: Any, inputs: dict[str, np.ndarray], signature: str | None = None) -> Any:
         import tensorflow as tf
 
         try:
@@ -131,7 +215,9 @@ class TensorFlowRuntime(TensorRuntime):
                 arrays = list(inputs.values())
                 output = model(arrays[0] if len(arrays) == 1 else inputs, training=False)
             else:
-                output = self._signature(model)(**{name: tf.constant(array) for name, array in inputs.items()})
+                output = self._signature(model, signature)(
+                    **{name: tf.constant(array) for name, array in inputs.items()}
+                )
         except (tf.errors.InvalidArgumentError, ValueError, TypeError) as error:
             given = ", ".join(f"{name} {describe_array(array)}" for name, array in inputs.items())
             message = getattr(error, "message", None) or str(error)

@@ -1,0 +1,72 @@
+"""A tensorflow container's TF Serving REST API, for its own handlers' `requests.post(context.rest_uri, ...)`.
+
+SageMaker's TensorFlow Serving container gives `code/inference.py` a `context.rest_uri` on TF Serving's
+REST port; scripts post their processed input there. Here the model runs in the container process
+itself, so the data port serves that API under `LOCAL_TFS_PATH/<token>/v1/models/<name>:predict`, where
+the token is 128 random bits made per process (compared in constant time) and the caller must be this
+machine (a loopback address or the data port's own address, which is where a connection from this host
+to it comes from). The gateway's hop signature is not needed: the token is the capability, and only
+this process (its handler's context) knows it. Anything else gets TF Serving's 404.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import secrets
+from functools import partial
+from typing import Any
+
+import anyio.to_thread
+from anyio import CapacityLimiter
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from serving.protocol import JSON, LOCAL_TFS_PATH
+
+_NOT_FOUND = b'{"error": "Not Found"}'
+
+
+class LocalRest:
+    """The token-guarded, same-host-only TF Serving REST route of one runtime that offers `rest_call`."""
+
+    def __init__(self, runtime: Any) -> None:
+        self.runtime = runtime
+        self.token = secrets.token_hex(16)
+        self._limiter: CapacityLimiter | None = None
+
+    def route(self) -> Route:
+        return Route(LOCAL_TFS_PATH + "/{token}/v1/models/{rest:path}", self.handle, methods=["POST"])
+
+    def base_url(self, request: Request) -> str:
+        """`http://<data port address>/…/<token>`: the address the gateway reached, so it is reachable here."""
+        host, port = request.scope["server"][:2]
+        host = f"[{host}]" if ":" in host else host
+        return f"http://{host}:{port}{LOCAL_TFS_PATH}/{self.token}"
+
+    async def handle(self, request: Request) -> Response:
+        given = request.path_params["token"].encode()
+        if not (hmac.compare_digest(given, self.token.encode()) and _same_host(request)):
+            return Response(_NOT_FOUND, status_code=404, media_type=JSON)
+        body = await request.body()
+        if self._limiter is None:
+            self._limiter = CapacityLimiter(1)  # one TF Serving call at a time, as the runtime expects
+        path = "/v1/models/" + request.path_params["rest"]
+        status, out = await anyio.to_thread.run_sync(partial(self.runtime.rest_call, path, body), limiter=self._limiter)
+        return Response(out, status_code=status, media_type=JSON)
+
+
+def _same_host(request: Request) -> bool:
+    if request.client is None:
+        return False
+    peer = request.client.host
+    try:
+        if ipaddress.ip_address(peer).is_loopback:
+            return True
+    except ValueError:
+        return False
+    return peer == request.scope["server"][0]
+
+
+__all__ = ["LocalRest"]
