@@ -17,6 +17,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from serving import protocol
 from serving.access.decision import EndpointAccess
@@ -30,8 +31,9 @@ from serving.errors import (
     ThrottlingError,
     ValidationError,
     error_from_wire,
+    message_from_wire,
 )
-from serving.gateway.transport import ContainerTransport, HopResponse
+from serving.gateway.transport import ContainerTransport, HopResponse, HopStream
 from serving.metrics.invocations import InvocationTrace
 from serving.models.store import validate_target
 from serving.settings import ServerSettings
@@ -68,6 +70,8 @@ class InvocationResult:
     body: bytes
     content_type: str
     headers: dict[str, str] = field(default_factory=dict)
+    # InvokeEndpointWithResponseStream: the last container's event-stream bytes as they arrive (`body` is empty)
+    chunks: HopStream | None = None
 
 
 class BodyBudget:
@@ -122,8 +126,15 @@ class Invocations:
         self.loaded = True  # False while a (re)started gateway has not read its table yet: 503, which clients retry
         self.preauth_budget = BodyBudget(settings.preauth_body_budget_bytes)
 
-    async def invoke(self, request: InvocationRequest, trace: InvocationTrace) -> InvocationResult:
-        """Every step of one invocation; raises ServingError (or whatever reading the body raises)."""
+    async def invoke(
+        self, request: InvocationRequest, trace: InvocationTrace, *, stream: bool = False
+    ) -> InvocationResult:
+        """Every step of one invocation; raises ServingError (or whatever reading the body raises).
+
+        `stream` (InvokeEndpointWithResponseStream): the same steps; the caller's Accept is its
+        `X-Amzn-SageMaker-Accept`, and the last container answers with an event stream that the result's
+        `chunks` hand on as it arrives (earlier containers of a Serial chain answer whole, as always).
+        """
         name = request.endpoint
         endpoint = self.endpoints.get(name)
         if endpoint is None and not self.loaded:
@@ -139,16 +150,26 @@ class Invocations:
         if caller is not None:
             assert endpoint.access is not None
             endpoint.access.authorize(name, caller, chain, headers.get(protocol.TARGET_MODEL))
-        self._check_headers(headers)
+        self._check_headers(headers, stream)
         target_model = trace.model = self._check_target_model(endpoint, chain, headers)
         if body is None:
             body = await self._read_body(request, trace)
         forwarded = {key: headers[key] for key in _FORWARDED if key in headers}
-        last = await self._run_chain(endpoint, chain, body, forwarded, affinity=target_model, trace=trace)
+        if stream:
+            forwarded.pop("accept", None)
+            if protocol.STREAM_ACCEPT in headers:
+                forwarded["accept"] = headers[protocol.STREAM_ACCEPT]
+        last = await self._run_chain(
+            endpoint, chain, body, forwarded, affinity=target_model, trace=trace, stream=stream
+        )
         response_headers = {protocol.INVOKED_VARIANT: protocol.DEFAULT_VARIANT}
         if last.custom_attributes:
             response_headers[protocol.CUSTOM_ATTRIBUTES] = last.custom_attributes
-        return InvocationResult(last.body, last.content_type or protocol.OCTET_STREAM, response_headers)
+        content_type = last.content_type or protocol.OCTET_STREAM
+        if last.chunks is not None:
+            response_headers[protocol.STREAM_CONTENT_TYPE] = content_type
+            return InvocationResult(b"", protocol.EVENT_STREAM, response_headers, chunks=last.chunks)
+        return InvocationResult(last.body, content_type, response_headers)
 
     async def _authenticate(
         self, endpoint: EndpointRoute, request: InvocationRequest, trace: InvocationTrace
@@ -193,7 +214,11 @@ class Invocations:
             )
         return (target,)
 
-    def _check_headers(self, headers: Mapping[str, str]) -> None:
+    def _check_headers(self, headers: Mapping[str, str], stream: bool = False) -> None:
+        if stream:
+            for header, parameter in protocol.STREAM_UNSUPPORTED.items():
+                if header in headers:
+                    raise ValidationError(f"{parameter} ({header}) is not supported by this endpoint server")
         variant = headers.get(protocol.TARGET_VARIANT)
         if variant is not None and variant != protocol.DEFAULT_VARIANT:
             raise ValidationError(
@@ -259,6 +284,7 @@ class Invocations:
         headers: dict[str, str],
         affinity: str | None = None,
         trace: InvocationTrace | None = None,
+        stream: bool = False,
     ) -> HopResponse:
         trace = trace if trace is not None else InvocationTrace()
         timeout = self.settings.invocation_timeout_s
@@ -277,6 +303,11 @@ class Invocations:
             if remaining <= 0:
                 raise _timed_out(container, timeout)
             sent = time.perf_counter()
+            # only the last container streams; its stream outlasts the deadline, which bounds its first byte
+            last_streams = stream and position == len(chain)
+            streamed: dict[str, Any] = (
+                {"stream": True, "stream_timeout": self.settings.stream_timeout_s} if last_streams else {}
+            )
             try:
                 response = await asyncio.wait_for(
                     self.transport.send(
@@ -286,6 +317,7 @@ class Invocations:
                         hop_headers,
                         remaining,
                         affinity=affinity if container in endpoint.multi_model else None,
+                        **streamed,
                     ),
                     remaining,
                 )
@@ -303,7 +335,7 @@ class Invocations:
             if response.content_type:
                 headers["content-type"] = response.content_type
         assert response is not None
-        return HopResponse(response.status, response.body, response.content_type, attributes)
+        return replace(response, custom_attributes=attributes)
 
 
 def _answered_for_model(response: HopResponse) -> bool:
@@ -324,15 +356,22 @@ def _timed_out(container: str, timeout: float) -> ModelError:
 def _container_failure(
     endpoint: EndpointRoute, container: str, position: int, length: int, response: HopResponse
 ) -> ServingError:
+    """What the caller is told of a container's error answer: the platform's own refusals (marked by the container,
+    never by a code a model could raise) as they are, everything else as SageMaker reports it: ModelError 424 with
+    the container's status and message, and where its logs are."""
     where = f"container {container}" if length == 1 else f"container {container} (position {position} of {length})"
-    reported = error_from_wire(response.body)
-    if reported is not None and reported.code in PASS_THROUGH_CODES:
-        reported.message = f"{where}: {reported.message}"
-        return reported
-    original = reported.message if reported is not None else response.body[:1024].decode("utf-8", "replace")
+    if response.platform:
+        reported = error_from_wire(response.body)
+        if reported is not None and reported.code in PASS_THROUGH_CODES:
+            reported.message = f"{where}: {reported.message}"
+            return reported
+    original = message_from_wire(response.body)
+    kind = "client" if response.status < 500 else "server"
+    see = f" See {response.log_stream} for more information." if response.log_stream else ""
     return ModelError(
-        f'Received server error ({response.status}) from {where} with message "{original}".',
+        f'Received {kind} error ({response.status}) from {where} with message "{original}".{see}',
         container=container,
         original_status=response.status,
         original_message=original,
+        log_stream=response.log_stream,
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -108,6 +108,25 @@ class Runtime:
         prediction = self._call("predict_fn", data, self.model, context=context)
         result = self._call("output_fn", prediction, accept, context=context)
         return _as_body(result, accept)
+
+    def invoke_chunks(
+        self, body: bytes, content_type: str | None, accept: str | None, context: InvocationContext
+    ) -> tuple[Iterator[bytes], str]:
+        """Stand-in (branch stream-errors) for main's streaming invoke: an output_fn that returns a generator
+        (or a (generator, content type) pair) yields the chunks; any other answer is one chunk."""
+        if not accept or codecs.media_type(accept) in ("*/*", ""):
+            accept = self.default_accept
+        if "output_fn" not in self._hooks:
+            accept = codecs.choose_accept(accept)
+        data = self._call("input_fn", body, content_type, context=context)
+        prediction = self._call("predict_fn", data, self.model, context=context)
+        result = self._call("output_fn", prediction, accept, context=context)
+        produced, produced_type = result if isinstance(result, tuple) and len(result) == 2 else (result, accept)
+        if inspect.isgenerator(produced):
+            chunks: Iterator[bytes] = (chunk.encode() if isinstance(chunk, str) else chunk for chunk in produced)  # type: ignore[misc]
+            return chunks, produced_type
+        answer, answer_type = _as_body(result, accept)
+        return iter((answer,)), answer_type
 
     def _call(self, hook: str, *args: Any, context: InvocationContext | None = None) -> Any:
         user = self._hooks.get(hook)
