@@ -115,7 +115,8 @@ def input_fn(body, content_type):
     if kind == "application/x-npy":
         return np.load(io.BytesIO(body), allow_pickle=False)
     if kind == "text/csv":
-        return np.loadtxt(io.StringIO(body.decode()), delimiter=",", ndmin=2)
+        text = body if isinstance(body, str) else body.decode()  # str for exactly text/csv, as on SageMaker
+        return np.loadtxt(io.StringIO(text), delimiter=",", ndmin=2)
     data = json.loads(body)
     if isinstance(data, dict):
         data = data.get("predictions", data.get("outputs"))

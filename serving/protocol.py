@@ -19,6 +19,24 @@ MAX_CUSTOM_ATTRIBUTES = 1024
 MAX_INFERENCE_ID = 64
 # SageMaker's pattern for EndpointName and ContainerHostname.
 NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$"
+# --- InvokeEndpointAsync (SageMaker Runtime): the input is an S3 object, the answer an S3 object ------------
+ASYNC_INVOCATIONS_PATH = "/endpoints/{name}/async-invocations"
+ASYNC_CONTENT_TYPE = "X-Amzn-SageMaker-Content-Type"  # the input's content type (not the HTTP Content-Type)
+ASYNC_ACCEPT = "X-Amzn-SageMaker-Accept"
+INPUT_LOCATION = "X-Amzn-SageMaker-InputLocation"
+OUTPUT_PATH_EXTENSION = "X-Amzn-SageMaker-S3OutputPathExtension"
+OUTPUT_FILENAME = "X-Amzn-SageMaker-Filename"
+REQUEST_TTL = "X-Amzn-SageMaker-RequestTTLSeconds"
+INVOCATION_TIMEOUT = "X-Amzn-SageMaker-InvocationTimeoutSeconds"
+OUTPUT_LOCATION = "X-Amzn-SageMaker-OutputLocation"
+FAILURE_LOCATION = "X-Amzn-SageMaker-FailureLocation"
+# SageMaker's bounds: InputLocation, the inline Body, RequestTTLSeconds and InvocationTimeoutSeconds.
+MAX_INPUT_LOCATION = 1024
+MAX_ASYNC_BODY = 128_000
+REQUEST_TTL_RANGE, DEFAULT_REQUEST_TTL = (60, 21_600), 21_600
+INVOCATION_TIMEOUT_RANGE, DEFAULT_INVOCATION_TIMEOUT = (1, 3_600), 900
+# Where SageMaker writes an answer and a failure, under the endpoint config's S3OutputPath / S3FailurePath.
+OUTPUT_SUFFIX, FAILURE_SUFFIX = ".out", "-error.out"
 # Set by a MultiModel container on any answer for a TargetModel it resolved to a model (loaded it, or
 # found it loaded): the router labels metrics with a model name only then.
 MODEL_RESOLVED = "X-Serving-Model-Resolved"
@@ -135,3 +153,5 @@ SKOPS_TRUSTED_TYPES_ENV = "SERVING_SKOPS_TRUSTED_TYPES"  # comma-separated exact
 SANDBOX_READ_ENV = "SERVING_SANDBOX_READ"  # os.pathsep-separated paths the container may also read
 SANDBOX_WRITE_ENV = "SERVING_SANDBOX_WRITE"  # ... and write
 DEFAULT_ACCEPT_ENV = "SAGEMAKER_DEFAULT_INVOCATIONS_ACCEPT"  # SageMaker's: the Accept a hop gets when none is given
+PROGRAM_ENV = "SAGEMAKER_PROGRAM"  # SageMaker's: the handler script (default inference.py)
+SUBMIT_DIRECTORY_ENV = "SAGEMAKER_SUBMIT_DIRECTORY"  # SageMaker's: the folder holding it (default <model>/code)

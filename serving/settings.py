@@ -109,6 +109,19 @@ class ServerSettings(BaseSettings):
         "with 429 ThrottlingException. At least max_payload_mb.",
     )
 
+    async_max_queued: int = Field(
+        1000,
+        ge=0,
+        description="InvokeEndpointAsync requests one endpoint holds waiting, beyond those running; more are "
+        "refused with 429 ThrottlingException. A waiting request costs its headers (its input is read when it runs).",
+    )
+    async_max_input_mb: float = Field(
+        1000.0,
+        gt=0,
+        description="Largest InvokeEndpointAsync input object read, in MB (SageMaker: 1 GB); a larger one fails "
+        "the request. Each running request holds its input in the gateway's memory.",
+    )
+
     @model_validator(mode="after")
     def _one_body_fits_the_budget(self) -> ServerSettings:
         if self.preauth_body_budget_mb < self.max_payload_mb:
@@ -121,6 +134,10 @@ class ServerSettings(BaseSettings):
     @property
     def max_payload_bytes(self) -> int:
         return int(self.max_payload_mb * 1_000_000)
+
+    @property
+    def async_max_input_bytes(self) -> int:
+        return int(self.async_max_input_mb * 1_000_000)
 
     @property
     def preauth_body_budget_bytes(self) -> int:

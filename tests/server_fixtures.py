@@ -63,14 +63,15 @@ def output_fn(prediction, accept):
                 raise ValueError("the generator broke at chunk %d" % index)
             yield json.dumps({"index": index, "made": time.time()}) + "\\n"
             time.sleep(prediction.get("gap", 0))
-    return chunks(), "application/jsonlines"
+    return chunks()  # a generator: each item is one part (content type: the Accept)
 ''',
     # Echoes what it received, with its content type: proves the serial hand-off.
     "echo": '''
 import json
 
 def input_fn(body, content_type):
-    return {"content_type": content_type, "body": body.decode()}
+    # str for application/json and text/csv, bytes otherwise (as SageMaker's toolkits hand it over)
+    return {"content_type": content_type, "body": body if isinstance(body, str) else body.decode()}
 
 def predict_fn(data, model):
     return data
@@ -401,6 +402,20 @@ def multi_model_spec(prefix: Path, s3_url: str) -> dict:
     ]}
 
 
+# it-async: InvokeEndpointAsync on the session's S3-compatible server (tests/integration/test_async_invocations.py).
+ASYNC_BUCKET = "it-async"
+
+
+def async_endpoint_spec(handlers: dict[str, Path], s3_url: str) -> dict:
+    return {"EndpointName": "it-async", "Containers": [
+        {"ContainerHostname": "sleepy", "Image": "python", "ModelDataUrl": str(handlers["sleepy"]), "Resources": TINY}],
+        "AsyncInferenceConfig": {
+            "ClientConfig": {"MaxConcurrentInvocationsPerInstance": 2},
+            "OutputConfig": {"S3OutputPath": f"s3://{ASYNC_BUCKET}/answers", "S3FailurePath": f"s3://{ASYNC_BUCKET}/failures/"},
+            "InputConfig": {"S3InputPath": f"s3://{ASYNC_BUCKET}/inputs/"},
+            "S3EndpointUrl": s3_url}}
+
+
 def metrics_endpoint_spec(demo: Path, prefix: Path) -> dict:
     """it-metrics: the endpoint only the metrics test invokes, so it can predict every count."""
     return {"EndpointName": "it-metrics", "Containers": [
@@ -431,6 +446,66 @@ def _small(specs: list[dict]) -> list[dict]:
     return specs
 
 
+# Scripts written the way AWS's examples write them, for it-sagemaker (tests/integration/test_sagemaker_scripts.py).
+SKLEARN_MODEL_FN_ONLY = '''
+import os
+
+from skops.io import load
+
+
+def model_fn(model_dir):
+    """Load the model (the scikit-learn container's defaults do the rest)."""
+    return load(os.path.join(model_dir, "model.skops"))
+'''
+
+PROGRAM_WITH_TRANSFORM_FN = '''
+import json
+
+from weights import WEIGHTS
+
+
+def model_fn(model_dir, context):
+    return {"weights": WEIGHTS, "model_dir_is_str": isinstance(model_dir, str),
+            "gpu_id": context.system_properties.get("gpu_id")}
+
+
+def transform_fn(model, request_body, request_content_type, response_content_type, context):
+    rows = json.loads(request_body)
+    scores = [sum(w * x for w, x in zip(model["weights"], row)) for row in rows]
+    attributes = context.get_request_header(0, "X-Amzn-SageMaker-Custom-Attributes")
+    if attributes == "fail=teapot":
+        context.set_response_status(418, "I am a teapot")
+        return "refused by the script", "text/plain"
+    body = {"scores": scores, "body_type": type(request_body).__name__, "attributes": attributes, **model}
+    return json.dumps(body), response_content_type
+'''
+
+
+@pytest.fixture(scope="session")
+def sagemaker_script_models(demo_models, tmp_path_factory) -> dict[str, Path]:
+    """Model folders with SageMaker-style scripts: a scikit-learn model_fn, a SAGEMAKER_PROGRAM with transform_fn."""
+    import shutil
+
+    root = tmp_path_factory.mktemp("sagemaker-scripts")
+    sklearn = root / "sklearn-script"
+    shutil.copytree(demo_models / "iris-classifier", sklearn)
+    (sklearn / "code").mkdir(exist_ok=True)
+    (sklearn / "code" / "inference.py").write_text(SKLEARN_MODEL_FN_ONLY)
+    program = root / "program"
+    (program / "code").mkdir(parents=True)
+    (program / "code" / "serve.py").write_text(PROGRAM_WITH_TRANSFORM_FN)
+    (program / "code" / "weights.py").write_text("WEIGHTS = [1.0, 10.0, 100.0]\n")
+    return {"sklearn": sklearn, "program": program}
+
+
+def sagemaker_scripts_spec(models: dict[str, Path]) -> dict:
+    return {"EndpointName": "it-sagemaker", "Containers": [
+        {"ContainerHostname": "sk-script", "Image": "sklearn", "ModelDataUrl": str(models["sklearn"]), "Resources": TINY},
+        {"ContainerHostname": "program", "Image": "python", "ModelDataUrl": str(models["program"]), "Resources": TINY,
+         "Environment": {"SAGEMAKER_PROGRAM": "serve.py"}},
+    ]}
+
+
 class Server:
     """The running endpoint server: its URL and an HTTP client."""
 
@@ -451,7 +526,8 @@ class Server:
 
 
 @pytest.fixture(scope="session")
-def server(demo_models, handler_models, identities_file, hetero_models, working_dir_model, multi_model_prefix, s3_models):
+def server(demo_models, handler_models, identities_file, hetero_models, working_dir_model, multi_model_prefix, s3_models,
+           sagemaker_script_models):
     """Embedded Ray, the endpoint server and every test endpoint; torn down after the session."""
     from serving.ray_wing import EmbeddedServer
 
@@ -460,13 +536,20 @@ def server(demo_models, handler_models, identities_file, hetero_models, working_
     documents.append(multi_model_spec(multi_model_prefix, s3_models))
     documents.append(metrics_endpoint_spec(demo_models, multi_model_prefix))
     documents.append(scaling_endpoint_spec(handler_models))
+    documents.append(sagemaker_scripts_spec(sagemaker_script_models))
+    documents.append(async_endpoint_spec(handler_models, s3_models))
     specs = [parse_spec(doc) for doc in _small(documents)]
     settings = ServerSettings(port=0, max_payload_mb=1.0, invocation_timeout_s=3.0)
     # Not `wait=True`: it-broken is meant to fail, so "ready" here is every endpoint InService or Failed.
-    with EmbeddedServer(specs, settings, num_cpus=2, wait=False, ready_timeout_s=READY_TIMEOUT_S) as embedded:
-        readiness = embedded.wait_ready()
-        pending = readiness.pending
-        assert not pending, f"endpoints not ready after {READY_TIMEOUT_S} s: {sorted(pending)}"
-        running = Server(embedded.url)
-        yield running
-        running.http.close()
+    # The gateway reads and writes it-async's objects with its own credentials: those of the environment
+    # Ray starts with (the local S3 server accepts any).
+    with pytest.MonkeyPatch.context() as environment:
+        for key, value in AWS_TEST_ENVIRONMENT.items():
+            environment.setenv(key, value)
+        with EmbeddedServer(specs, settings, num_cpus=2, wait=False, ready_timeout_s=READY_TIMEOUT_S) as embedded:
+            readiness = embedded.wait_ready()
+            pending = readiness.pending
+            assert not pending, f"endpoints not ready after {READY_TIMEOUT_S} s: {sorted(pending)}"
+            running = Server(embedded.url)
+            yield running
+            running.http.close()

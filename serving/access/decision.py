@@ -99,8 +99,15 @@ class EndpointAccess:
             )
             raise
 
-    def authorize(self, endpoint: str, caller: Caller, containers: Sequence[str], model: str | None = None) -> None:
-        """Allow only if the caller's policies allow InvokeEndpoint for every container; else AccessDeniedException."""
+    def authorize(
+        self,
+        endpoint: str,
+        caller: Caller,
+        containers: Sequence[str],
+        model: str | None = None,
+        action: str = ACTION_INVOKE,
+    ) -> None:
+        """Allow only if the caller's policies allow `action` for every container; else AccessDeniedException."""
         resource = endpoint_arn(self.region, self.account_id, endpoint)
         record: dict[str, Any] = {
             "event": "authorize",
@@ -109,7 +116,7 @@ class EndpointAccess:
             "endpoint": endpoint,
             "containers": list(containers),
             "model": model,
-            "action": ACTION_INVOKE,
+            "action": action,
             "resource": resource,
         }
         statements: dict[str, str | None] = {}
@@ -117,7 +124,7 @@ class EndpointAccess:
             keys = {KEY_TARGET_CONTAINER: container}
             if model is not None:
                 keys[KEY_TARGET_MODEL] = model
-            decision = evaluate(caller.identity.policies, RequestContext(ACTION_INVOKE, resource, keys))
+            decision = evaluate(caller.identity.policies, RequestContext(action, resource, keys))
             statements[container] = decision.statement
             if not decision.allowed:
                 ACCESS_DECISIONS.labels(endpoint, "deny").inc()
@@ -128,11 +135,11 @@ class EndpointAccess:
                 why = (
                     "an explicit deny in an identity-based policy"
                     if decision.explicit
-                    else f"no identity-based policy allows the {ACTION_INVOKE} action"
+                    else f"no identity-based policy allows the {action} action"
                 )
                 target = f"container {container}" + (f", model {model}" if model is not None else "")
                 raise AccessDeniedError(
-                    f"User: {caller.principal} is not authorized to perform: {ACTION_INVOKE} on resource: {resource} "
+                    f"User: {caller.principal} is not authorized to perform: {action} on resource: {resource} "
                     f"({target}) because {why}"
                 )
         ACCESS_DECISIONS.labels(endpoint, "allow").inc()

@@ -25,6 +25,7 @@ from serving.config.documents import Document, describe
 
 __all__ = [
     "ACTION_INVOKE",
+    "ACTION_INVOKE_ASYNC",
     "KEY_TARGET_CONTAINER",
     "KEY_TARGET_MODEL",
     "Decision",
@@ -39,6 +40,7 @@ __all__ = [
 ]
 
 ACTION_INVOKE = "sagemaker:InvokeEndpoint"
+ACTION_INVOKE_ASYNC = "sagemaker:InvokeEndpointAsync"
 KEY_TARGET_CONTAINER = "sagemaker:TargetContainerHostname"
 KEY_TARGET_MODEL = "sagemaker:TargetModel"
 # Condition keys are matched case-insensitively, as IAM does.

@@ -26,6 +26,8 @@ from pydantic import (
 from pydantic import ValidationError as PydanticValidationError
 
 from serving.access.identities import Identities, IdentitiesError, load_identities
+from serving.config.async_inference import AsyncInferenceConfig
+from serving.config.async_inference import AsyncInferenceConfig as _AsyncConfig  # the field shares its name
 from serving.config.container import (
     DEFAULT_MAX_CONCURRENCY,
     DEFAULT_MAX_MODELS,
@@ -71,6 +73,7 @@ __all__ = [
     "MODEL_MEMORY_ENV",
     "RESERVED_NAME",
     "AccessControlConfig",
+    "AsyncInferenceConfig",
     "AutoScalingConfig",
     "CacheSetting",
     "ContainerMode",
@@ -160,6 +163,30 @@ class EndpointSpec(Document):
         "production variant. Excludes per-container AutoScaling.",
     )
 
+    AsyncInferenceConfig: _AsyncConfig | None = Field(
+        None,
+        description="Serve InvokeEndpointAsync: inputs and answers in S3 (docs/spec.md). Serial endpoints and "
+        "single-container ones only: the operation cannot name a target container or model.",
+    )
+
+    @model_validator(mode="after")
+    def _async_needs_no_target(self) -> EndpointSpec:
+        # InvokeEndpointAsync has no TargetContainerHostname nor TargetModel: its chain must be implied.
+        if self.AsyncInferenceConfig is None:
+            return self
+        if self.mode is ExecutionMode.DIRECT and len(self.Containers) > 1:
+            raise ValueError(
+                f"AsyncInferenceConfig: InvokeEndpointAsync cannot name a target container, so a Direct endpoint "
+                f"serving it must have one container (this one has {len(self.Containers)}); use Serial or one container"
+            )
+        for index, container in enumerate(self.Containers):
+            if container.Mode is ContainerMode.MULTI:
+                raise ValueError(
+                    f"AsyncInferenceConfig: Containers[{index}] is MultiModel, and InvokeEndpointAsync cannot name "
+                    "a TargetModel"
+                )
+        return self
+
     @model_validator(mode="after")
     def _one_scaling_level(self) -> EndpointSpec:
         if self.AutoScaling is not None:
@@ -237,6 +264,11 @@ def _rewrite(item: Mapping[str, Any]) -> str | None:
     # Say what a name may be rather than quote the pattern; and the limit on containers in words.
     if item["type"] == "string_pattern_mismatch" and item["loc"][-1] in ("EndpointName", "ContainerHostname"):
         return f"{item['input']!r} must be 1-63 letters, digits or hyphens, starting and ending with a letter or digit"
+    if item["type"] == "missing" and item["loc"] == ("AsyncInferenceConfig", "InputConfig"):
+        return (
+            "required: the gateway reads each InputLocation with its own credentials, so the spec says which "
+            "prefix inputs may come from (InputConfig: {S3InputPath: s3://bucket/prefix/})"
+        )
     if item["type"] == "too_long" and item["loc"] == ("Containers",):
         return f"an endpoint holds at most {MAX_CONTAINERS} containers"
     return None

@@ -78,5 +78,7 @@ def endpoint_record(spec: EndpointSpec, settings: ServerSettings) -> dict[str, A
         "not_idempotent": [c.ContainerHostname for c in spec.Containers if not c.idempotent],
         # Where the gateway reads the identities itself: the secrets never travel through Ray.
         "access": spec.AccessControl.identities.reference() if spec.AccessControl else None,
+        # What the gateway needs to serve InvokeEndpointAsync (no secrets: credentials are the gateway's own).
+        "async_inference": spec.AsyncInferenceConfig.model_dump(mode="json") if spec.AsyncInferenceConfig else None,
         "plans": plans,
     }

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from serving.config.spec import ContainerSpec
+from serving.control.requirements import model_requirements
 from serving.protocol import CPUS_ENV, GPUS_ENV, MEMORY_ENV
 
 
@@ -33,10 +34,12 @@ def ray_runtime_env(container: ContainerSpec) -> dict[str, Any]:
     """The Ray runtime_env of the container's replicas."""
     runtime_env: dict[str, Any] = {"env_vars": replica_environment(container)}
     extra = container.RuntimeEnvironment
+    packages = list(extra.Pip) if extra is not None else []
+    packages += [line for line in model_requirements(container.ModelDataUrl) if line not in packages]
+    if packages:  # RuntimeEnvironment.Pip, then the model's code/requirements.txt (SageMaker installs it)
+        runtime_env["pip"] = {"packages": packages, "pip_check": False}
     if extra is None:
         return runtime_env
-    if extra.Pip:
-        runtime_env["pip"] = {"packages": list(extra.Pip), "pip_check": False}
     if extra.WorkingDir:
         path = Path(extra.WorkingDir)
         runtime_env["working_dir"] = f"file://{path}" if path.suffix == ".zip" else f"local://{path}"

@@ -36,6 +36,7 @@ class EndpointRecord:
     not_idempotent: list[str] = field(default_factory=list)  # hostnames whose requests are never sent twice
     # Where the identities file is (path and fingerprint) or None; never part of a description.
     access: dict[str, Any] | None = field(default=None, repr=False)
+    async_inference: dict[str, Any] | None = None  # the spec's AsyncInferenceConfig, as validated
     update: dict[str, Any] = field(default_factory=dict)  # the last apply: Status, FailureReason, times
     failed: bool = False  # its first deployment could not be brought up
     in_service: bool = False  # brought up once: it routes with an active record (else it is being created)
@@ -55,6 +56,7 @@ class EndpointRecord:
                 "limits",
                 "not_idempotent",
                 "access",
+                "async_inference",
                 "update",
                 "failed",
                 "in_service",
@@ -141,6 +143,8 @@ def describe(
             key: update.get(key) for key in ("Generation", "Status", "FailureReason", "StartedAt", "FinishedAt")
         },
         "ScalingActivities": list(record.scaling_activities),
+        # As DescribeEndpoint shows it: only for an endpoint that serves InvokeEndpointAsync.
+        **({"AsyncInferenceConfig": record.async_inference} if record.async_inference else {}),
     }
 
 

@@ -22,17 +22,14 @@ from typing import Any
 from serving import protocol
 from serving.access.decision import EndpointAccess
 from serving.access.sigv4 import Caller, RawRequest
+from serving.config.async_inference import AsyncInferenceConfig
 from serving.errors import (
-    PASS_THROUGH_CODES,
     AccessDeniedError,
-    ModelError,
     ServiceUnavailableError,
-    ServingError,
     ThrottlingError,
     ValidationError,
-    error_from_wire,
-    message_from_wire,
 )
+from serving.gateway.failures import container_failure, timed_out
 from serving.gateway.transport import ContainerTransport, HopResponse, HopStream
 from serving.metrics.invocations import InvocationTrace
 from serving.models.store import validate_target
@@ -51,6 +48,7 @@ class EndpointRoute:
     failure: str | None = None  # set when the endpoint is Failed
     access: EndpointAccess | None = None  # None: no AccessControl (anonymous, see ServerSettings.anonymous_allowed)
     multi_model: frozenset[str] = frozenset()  # hostnames of its MultiModel containers
+    async_inference: AsyncInferenceConfig | None = None  # set when it serves InvokeEndpointAsync
 
 
 @dataclass
@@ -61,6 +59,16 @@ class InvocationRequest:
     headers: Mapping[str, str]  # looked up case-insensitively (the adapter passes such a mapping)
     body: Callable[[], AsyncIterator[bytes]]  # the body's chunks as they arrive; may be called once
     head: Callable[[], RawRequest]  # the request exactly as it arrived, for signature verification
+
+
+@dataclass(frozen=True)
+class Admission:
+    """An invocation that passed every check: what runs, and the body if authentication had to read it."""
+
+    endpoint: EndpointRoute
+    chain: tuple[str, ...]
+    target_model: str | None
+    body: bytes | None
 
 
 @dataclass
@@ -135,6 +143,15 @@ class Invocations:
         `X-Amzn-SageMaker-Accept`, and the last container answers with an event stream that the result's
         `chunks` hand on as it arrives (earlier containers of a Serial chain answer whole, as always).
         """
+        admission = await self.admit(request, trace, stream=stream)
+        body = await self.body_of(request, admission, trace)
+        return await self.run(admission, body, request.headers, trace, stream=stream)
+
+    async def admit(
+        self, request: InvocationRequest, trace: InvocationTrace, action: str | None = None, *, stream: bool = False
+    ) -> Admission:
+        """Every check before a container runs: the endpoint, its caller (allowed `action`, default
+        InvokeEndpoint), the chain, the headers (`stream`: InvokeEndpointWithResponseStream's). Raises ServingError."""
         name = request.endpoint
         endpoint = self.endpoints.get(name)
         if endpoint is None and not self.loaded:
@@ -149,18 +166,43 @@ class Invocations:
         chain = trace.chain = self._chain(endpoint, headers)
         if caller is not None:
             assert endpoint.access is not None
-            endpoint.access.authorize(name, caller, chain, headers.get(protocol.TARGET_MODEL))
+            permission = {"action": action} if action is not None else {}
+            endpoint.access.authorize(name, caller, chain, headers.get(protocol.TARGET_MODEL), **permission)
         self._check_headers(headers, stream)
         target_model = trace.model = self._check_target_model(endpoint, chain, headers)
-        if body is None:
-            body = await self._read_body(request, trace)
+        return Admission(endpoint, chain, target_model, body)
+
+    async def body_of(self, request: InvocationRequest, admission: Admission, trace: InvocationTrace) -> bytes:
+        """The request's body: as authentication read it, else read now within the payload limit."""
+        return admission.body if admission.body is not None else await self._read_body(request, trace)
+
+    async def run(
+        self,
+        admission: Admission,
+        body: bytes,
+        headers: Mapping[str, str],
+        trace: InvocationTrace,
+        timeout: float | None = None,
+        *,
+        stream: bool = False,
+    ) -> InvocationResult:
+        """The admitted chain on `body`; `headers` give what is forwarded, `timeout` replaces the server's,
+        `stream` asks the last container for an event stream (the result's `chunks`)."""
         forwarded = {key: headers[key] for key in _FORWARDED if key in headers}
         if stream:
             forwarded.pop("accept", None)
             if protocol.STREAM_ACCEPT in headers:
                 forwarded["accept"] = headers[protocol.STREAM_ACCEPT]
+        endpoint, target_model = admission.endpoint, admission.target_model
         last = await self._run_chain(
-            endpoint, chain, body, forwarded, affinity=target_model, trace=trace, stream=stream
+            endpoint,
+            admission.chain,
+            body,
+            forwarded,
+            affinity=target_model,
+            trace=trace,
+            timeout=timeout,
+            stream=stream,
         )
         response_headers = {protocol.INVOKED_VARIANT: protocol.DEFAULT_VARIANT}
         if last.custom_attributes:
@@ -284,10 +326,11 @@ class Invocations:
         headers: dict[str, str],
         affinity: str | None = None,
         trace: InvocationTrace | None = None,
+        timeout: float | None = None,
         stream: bool = False,
     ) -> HopResponse:
         trace = trace if trace is not None else InvocationTrace()
-        timeout = self.settings.invocation_timeout_s
+        timeout = timeout if timeout is not None else self.settings.invocation_timeout_s
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         attributes = None
@@ -301,7 +344,7 @@ class Invocations:
             remaining = deadline - loop.time()
             trace.failed_container = container  # until it answers well
             if remaining <= 0:
-                raise _timed_out(container, timeout)
+                raise timed_out(container, timeout)
             sent = time.perf_counter()
             # only the last container streams; its stream outlasts the deadline, which bounds its first byte
             last_streams = stream and position == len(chain)
@@ -323,12 +366,12 @@ class Invocations:
                 )
             except TimeoutError:
                 trace.hops.append((container, time.perf_counter() - sent))
-                raise _timed_out(container, timeout) from None
+                raise timed_out(container, timeout) from None
             trace.hops.append((container, time.perf_counter() - sent))
             if container in endpoint.multi_model and _answered_for_model(response):
                 trace.model_confirmed = True
             if response.status >= 400:
-                raise _container_failure(endpoint, container, position, len(chain), response)
+                raise container_failure(endpoint.name, container, position, len(chain), response)
             trace.failed_container = None
             attributes = response.custom_attributes or attributes
             body = response.body
@@ -342,36 +385,3 @@ def _answered_for_model(response: HopResponse) -> bool:
     """Whether a MultiModel container's answer shows that it resolved the TargetModel to a model: it says so
     (`protocol.MODEL_RESOLVED`, also on a model's own error), or it answered with success."""
     return response.model_resolved or response.status < 400
-
-
-def _timed_out(container: str, timeout: float) -> ModelError:
-    return ModelError(
-        f"Your invocation timed out while waiting for a response from container {container} ({timeout:g} s).",
-        container=container,
-        original_status=408,
-        original_message="invocation timeout",
-    )
-
-
-def _container_failure(
-    endpoint: EndpointRoute, container: str, position: int, length: int, response: HopResponse
-) -> ServingError:
-    """What the caller is told of a container's error answer: the platform's own refusals (marked by the container,
-    never by a code a model could raise) as they are, everything else as SageMaker reports it: ModelError 424 with
-    the container's status and message, and where its logs are."""
-    where = f"container {container}" if length == 1 else f"container {container} (position {position} of {length})"
-    if response.platform:
-        reported = error_from_wire(response.body)
-        if reported is not None and reported.code in PASS_THROUGH_CODES:
-            reported.message = f"{where}: {reported.message}"
-            return reported
-    original = message_from_wire(response.body)
-    kind = "client" if response.status < 500 else "server"
-    see = f" See {response.log_stream} for more information." if response.log_stream else ""
-    return ModelError(
-        f'Received {kind} error ({response.status}) from {where} with message "{original}".{see}',
-        container=container,
-        original_status=response.status,
-        original_message=original,
-        log_stream=response.log_stream,
-    )

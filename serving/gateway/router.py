@@ -20,6 +20,7 @@ from starlette.routing import Route
 from serving._malloc import keep_large_blocks_in_mmap
 from serving.access.sigv4 import RawRequest
 from serving.errors import InternalFailureError, ServingError
+from serving.gateway.async_invocations import AsyncInvocations
 from serving.gateway.invocation import EndpointRoute, InvocationRequest, InvocationResult, Invocations
 from serving.gateway.streaming import relay
 from serving.gateway.transport import ContainerTransport
@@ -43,6 +44,7 @@ class Router:
         self.settings = settings
         self.transport = transport
         self.invocations = Invocations(settings, transport)
+        self.async_invocations = AsyncInvocations(settings, self.invocations, _raw_request)
         # Request bodies are the gateway's large allocations: without this, the memory of a burst of them
         # stays with the process after they are freed (measured: up to 62 MiB after a 64 MB burst, varying run to run).
         keep_large_blocks_in_mmap()
@@ -67,6 +69,7 @@ class Router:
         return [
             Route("/endpoints/{name}/invocations", self.invoke, methods=["POST"]),
             Route("/endpoints/{name}/invocations-response-stream", self.invoke_stream, methods=["POST"]),
+            *self.async_invocations.routes(),
         ]
 
     async def invoke(self, request: Request) -> Response:
@@ -87,7 +90,8 @@ class Router:
             result = await self.invocations.invoke(invocation, trace, stream=stream)
             if result.chunks is not None:
                 return _streamed(result, trace, started)
-            response = Response(result.body, headers=result.headers, media_type=result.content_type)
+            # The container's Content-Type exactly as it set it (media_type= would add "; charset=utf-8" to text/*).
+            response = Response(result.body, headers={**result.headers, "content-type": result.content_type})
         except ClientDisconnect:  # the client left (or was cut off) mid-body: its doing, not a failure of ours
             record_client_abort(trace)
             return Response(status_code=499)  # nginx's "client closed request"; nobody is there to read it

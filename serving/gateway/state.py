@@ -14,6 +14,7 @@ from typing import Any
 
 from serving.access.decision import EndpointAccess
 from serving.access.identities import Identities
+from serving.config.async_inference import AsyncInferenceConfig
 from serving.control.status import EndpointRecord, StatusBoard
 from serving.gateway.invocation import EndpointRoute, Invocations
 from serving.gateway.transport import ContainerTransport
@@ -71,6 +72,7 @@ class GatewayState:
                 failure=self.board.failure(name),
                 access=self.access.get(name),
                 multi_model=frozenset(c["ContainerHostname"] for c in record.containers if c["Mode"] == "MultiModel"),
+                async_inference=_async_config(name, record.async_inference),
             )
             for name, record in records.items()
         }
@@ -129,3 +131,16 @@ class GatewayState:
             key: value for key, value in loaded.items() if value is not None and value.identities.identities
         }
         return access
+
+
+def _async_config(name: str, document: Mapping[str, Any] | None) -> AsyncInferenceConfig | None:
+    """The endpoint's AsyncInferenceConfig (validated at deploy); one that no longer validates serves no async call."""
+    if document is None:
+        return None
+    try:
+        return AsyncInferenceConfig.model_validate(document)
+    except ValueError as error:
+        logger.error(
+            "AsyncInferenceConfig of endpoint %s is not valid on the gateway; serving no async call: %s", name, error
+        )
+        return None

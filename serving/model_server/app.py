@@ -27,6 +27,7 @@ from serving.model_server.events import EventLog
 from serving.model_server.streaming import stream_answer
 from serving.models.multimodel import MultiModelHandler
 from serving.runtimes import InvocationContext, Runtime
+from serving.runtimes.context import Headers
 from serving.trust import hops
 
 logger = logging.getLogger("serving.container")
@@ -143,6 +144,7 @@ class ContainerApp:
                 self.invocations -= 1  # not an invocation: it never reached the model
                 return refusal
             headers = request.headers
+            context.headers = Headers(headers)  # what the hooks' context offers (MMS's request properties)
             context.custom_attributes = headers.get(protocol.CUSTOM_ATTRIBUTES)
             context.target_model = headers.get(protocol.TARGET_MODEL)
             context.inference_id = headers.get(protocol.INFERENCE_ID)
@@ -162,10 +164,11 @@ class ContainerApp:
                 )
                 if self.model_latency is not None:
                     self.model_latency(time.perf_counter() - started)
-            response_headers = {"content-type": content_type}
+            # A hook may set the answer's status and headers through the context, as on MMS / TorchServe.
+            response_headers = {**context.response_headers, "content-type": content_type}
             if context.response_custom_attributes:
                 response_headers[protocol.CUSTOM_ATTRIBUTES] = context.response_custom_attributes
-            return _resolved(Response(out, headers=response_headers), context)
+            return _resolved(Response(out, status_code=context.response_status, headers=response_headers), context)
         except Exception as error:
             return self._failure(error, context)
         finally:

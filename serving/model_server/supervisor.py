@@ -30,9 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from serving.model_server import sandbox
-from serving.protocol import MODEL_CACHE_DIR_ENV, STATS_PATH
+from serving.protocol import MODEL_CACHE_DIR_ENV, STATS_PATH, SUBMIT_DIRECTORY_ENV
 from serving.protocol import SANDBOX_READ_ENV as EXTRA_READ_ENV
 from serving.protocol import SANDBOX_WRITE_ENV as EXTRA_WRITE_ENV
+from serving.runtimes.handler import SAGEMAKER_MODEL_DIR
 from serving.trust import hops
 
 logger = logging.getLogger("serving.container_process")
@@ -107,6 +108,9 @@ def sandbox_paths(config: ContainerConfig, scratch: str) -> dict[str, list[str]]
     if config.working_dir:
         read.append(os.path.realpath(config.working_dir))
     read += [path for path in config.environment.get(EXTRA_READ_ENV, "").split(os.pathsep) if path]
+    submit = config.environment.get(SUBMIT_DIRECTORY_ENV, "").removeprefix("file://")
+    if os.path.isabs(submit) and not submit.startswith(SAGEMAKER_MODEL_DIR):  # a shared script (MultiModel)
+        read.append(os.path.realpath(submit))
     write = [scratch] + [path for path in config.environment.get(EXTRA_WRITE_ENV, "").split(os.pathsep) if path]
     devices = list(sandbox.SYSTEM_DEVICES)
     if config.gpus > 0:

@@ -90,6 +90,7 @@ class MultiModelHandler:
         """In a worker thread: fetch the model (download, unpack) and load it with the stack's runtime."""
         with self.store.hold(target) as model_dir:  # not evicted from disk while it loads
             runtime = runtime_for(self.image, model_dir, self.environment)
+            runtime.model_name = target  # the hooks' context.model_name, as MMS names a multi-model endpoint's model
             # An unpacked archive is one model whatever its layout; a folder is the model only at its top.
             runtime.nested_layouts = target.endswith(ARCHIVE_SUFFIXES) and model_dir.is_relative_to(self.cache_dir)
             try:

@@ -91,6 +91,18 @@ class _LocalSource:
                     yield PurePosixPath(Path(path).relative_to(self.real_root)).as_posix()
 
 
+def s3_client(endpoint_url: str | None = None) -> Any:
+    """A boto3 S3 client for `endpoint_url`, else SERVING_S3_ENDPOINT_URL, else boto3's own configuration.
+
+    Credentials come from boto3's usual chain (environment, config files, instance role) of this process.
+    """
+    import boto3  # only S3 locations need it
+
+    # None lets boto3 apply AWS_ENDPOINT_URL / AWS_ENDPOINT_URL_S3 and its config files itself.
+    endpoint_url = endpoint_url or os.environ.get(protocol.S3_ENDPOINT_URL_ENV) or None
+    return boto3.session.Session().client("s3", endpoint_url=endpoint_url)
+
+
 class _S3Source:
     """An `s3://bucket/prefix/` on S3 or any S3-compatible store."""
 
@@ -100,13 +112,7 @@ class _S3Source:
             raise ArtifactError(f"model-store prefix {prefix} names no bucket")
         self.bucket = bucket
         self.key_prefix = key if not key or key.endswith("/") else key + "/"
-        if client is None:
-            import boto3  # only S3 prefixes need it
-
-            # None lets boto3 apply AWS_ENDPOINT_URL / AWS_ENDPOINT_URL_S3 and its config files itself.
-            endpoint_url = endpoint_url or os.environ.get(protocol.S3_ENDPOINT_URL_ENV) or None
-            client = boto3.session.Session().client("s3", endpoint_url=endpoint_url)
-        self.client = client
+        self.client = client if client is not None else s3_client(endpoint_url)
 
     def locate(self, target: str, prefix: str) -> _Located:
         key = self.key_prefix + target

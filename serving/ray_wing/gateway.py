@@ -95,6 +95,7 @@ class Gateway:
 
             async def __aexit__(self, *exc):
                 self.task.cancel()
+                await gateway.router.async_invocations.close()  # unfinished async requests: failure objects
                 await gateway.transport.close()
                 await gateway.metrics.close()
 

@@ -1,42 +1,45 @@
-"""The runtime interface every serving stack implements, with SageMaker hook overrides.
+"""The runtime interface every serving stack implements, with SageMaker's handler contract.
 
-A runtime turns request bytes into response bytes in four steps named after the
-SageMaker handler functions: `model_fn` (load), `input_fn` (decode), `predict_fn`,
-`output_fn` (encode). A stack provides framework defaults; a user's
-`code/inference.py` overrides any subset of the four.
+A runtime turns request bytes into response bytes in the steps named after the SageMaker handler
+functions: `model_fn` (load), `input_fn` (decode), `predict_fn`, `output_fn` (encode), or
+`transform_fn` (all three at once). A stack provides defaults; a user's script (`code/inference.py`,
+or `SAGEMAKER_PROGRAM` in `SAGEMAKER_SUBMIT_DIRECTORY`) overrides any subset, called as AWS's
+inference toolkit calls them (`transformer.py`): a hook with one parameter more than usual gets the
+context (`runtimes.context`), `input_fn` gets `str` for exactly `application/json` / `text/csv` and
+`bytes` otherwise, `model_fn` gets the model directory as a `str`. With a script, the steps it leaves
+out are the ones that stack's SageMaker container would run (`script_defaults`); without one, the
+stack's own defaults run (named, checked inputs; see docs/sagemaker-compatibility.md).
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+import json
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from serving.errors import ValidationError
-from serving.protocol import DEFAULT_ACCEPT_ENV
-from serving.runtimes import codecs
+from serving.protocol import DEFAULT_ACCEPT_ENV, GPUS_ENV, PROGRAM_ENV, SUBMIT_DIRECTORY_ENV
+from serving.runtimes import codecs, toolkit
+from serving.runtimes.context import InvocationContext, system_properties
 from serving.runtimes.handler import HOOK_NAMES, UserCode, load_user_code
+from serving.runtimes.requirements import missing_requirements
 
-# Default response type when a request has no Accept (SageMaker's own variable name,
-# used by inference pipelines to make one container emit what the next one reads).
-
-
-@dataclass
-class InvocationContext:
-    """Request metadata a handler may read, and the custom attributes it may set."""
-
-    custom_attributes: str | None = None
-    target_model: str | None = None
-    inference_id: str | None = None
-    response_custom_attributes: str | None = None
-    model_resolved: bool = False  # a MultiModel container found the TargetModel to be a model and loaded it
+# The inference toolkit's hooks, which every stack runs (the TensorFlow stack adds the TFS container's).
+SCRIPT_HOOKS = ("model_fn", "input_fn", "predict_fn", "output_fn", "transform_fn", "pre_model_fn", "model_warmup_fn")
+TFS_HOOKS = ("input_handler", "output_handler", "handler")
+_WHY_NOT = {
+    **{name: "a TensorFlow Serving container hook: use Image tensorflow" for name in TFS_HOOKS},
+    "execution_parameters_fn": "the scikit-learn container's batch-transform hook: batch transform is not offered",
+}
 
 
 class Runtime:
-    """One loaded model behind the four SageMaker hooks; subclasses set framework defaults."""
+    """One loaded model behind the SageMaker hooks; subclasses set framework defaults."""
 
     name = "base"
     # Modules a replica imports before its first model: a MultiModel container loads models on
@@ -45,6 +48,8 @@ class Runtime:
     # Whether the stack may look for its model in a folder below model_dir (SageMaker's `<model>/<version>/`).
     # False for a MultiModel folder TargetModel: that folder is the model, and one below it may be another.
     nested_layouts = True
+    # The script hooks this stack runs; a script defining any other hook of HOOK_NAMES is refused at load.
+    supported_hooks: tuple[str, ...] = (*SCRIPT_HOOKS, "autoscaling_metrics")
 
     @classmethod
     def import_frameworks(cls) -> None:
@@ -58,6 +63,8 @@ class Runtime:
         self._hooks: dict[str, Callable[..., Any]] = {}
         self._code: UserCode | None = None
         self.model: Any = None
+        self.model_name: str | None = None  # a MultiModel container's TargetModel
+        self.load_context = InvocationContext()
 
     # --- framework defaults (override in subclasses) -------------------------------
     def model_fn(self, model_dir: Path | None) -> Any:
@@ -76,17 +83,66 @@ class Runtime:
         """Encode the prediction; returns (body, content type)."""
         return codecs.encode(prediction, accept)
 
+    def script_defaults(self) -> dict[str, Callable[..., Any]]:
+        """The steps this stack's SageMaker container runs where a user's script leaves them out
+        (input_fn, predict_fn, output_fn); a step not named here uses the stack's own default."""
+        return {}
+
     # --- lifecycle and invocation ---------------------------------------------------
+    @property
+    def scripted(self) -> bool:
+        """Whether a user's script was loaded (its missing steps then follow the SageMaker container)."""
+        return self._code is not None
+
     def load(self) -> None:
-        """Load user hooks (if any), then the model; called once per replica (MultiModel: per load)."""
-        if self.model_dir is not None:
-            self._code = load_user_code(self.model_dir)
-            self._hooks = self._code.hooks if self._code is not None else {}
+        """Load the user's script (if any), then the model; called once per replica (MultiModel: per load)."""
+        model_dir = str(self.model_dir) if self.model_dir is not None else None
+        gpus = float(self.environment.get(GPUS_ENV) or 0)
+        self.load_context = InvocationContext(
+            system_properties=system_properties(model_dir, gpus, self.model_name), model_name=self.model_name
+        )
+        self._code = load_user_code(
+            self.model_dir, self.environment.get(PROGRAM_ENV), self.environment.get(SUBMIT_DIRECTORY_ENV)
+        )
+        self._hooks = self._code.hooks if self._code is not None else {}
         try:
-            self.model = self._call("model_fn", self.model_dir)
+            self._check_hooks()
+            self._check_requirements()
+            if "pre_model_fn" in self._hooks:
+                self._run_hook("pre_model_fn", self.load_context, model_dir)
+            if "model_fn" in self._hooks:
+                self.model = self._run_hook("model_fn", self.load_context, model_dir)
+            else:
+                self.model = self.model_fn(self.model_dir)
+            if "model_warmup_fn" in self._hooks:
+                self._run_hook("model_warmup_fn", self.load_context, model_dir, self.model)
         except BaseException:
             self.unload()  # a failed load keeps none of the model's modules
             raise
+
+    def _check_requirements(self) -> None:
+        """Refuse to start when the script's requirements.txt lists what this environment lacks: SageMaker
+        installs it at start; here the control plane installs it from local models (`control.requirements`)."""
+        if self._code is None:
+            return
+        missing = missing_requirements(Path(self._code.folder))
+        if missing:
+            raise ModuleNotFoundError(
+                f"code/requirements.txt lists what this container's environment lacks: {', '.join(missing)}. "
+                "A model read from S3 is not inspected at deploy time: list them in RuntimeEnvironment.Pip"
+            )
+
+    def _check_hooks(self) -> None:
+        """Refuse, naming it, a hook this stack would not run, and transform_fn mixed with the other steps."""
+        for name in self._hooks:
+            if name not in self.supported_hooks:
+                why = _WHY_NOT.get(name, f"not run by the {self.name} stack")
+                raise ValueError(f"the handler script defines {name}, which this container does not run ({why})")
+        if "transform_fn" in self._hooks and {"input_fn", "predict_fn", "output_fn"} & set(self._hooks):
+            raise ValueError(
+                "Cannot use transform_fn implementation in conjunction with input_fn, predict_fn, "
+                "and/or output_fn implementation"
+            )
 
     def unload(self) -> None:
         """Drop the model, its hooks and its code's modules (MultiModel eviction)."""
@@ -99,62 +155,111 @@ class Runtime:
     def invoke(
         self, body: bytes, content_type: str | None, accept: str | None, context: InvocationContext
     ) -> tuple[bytes, str]:
-        """Decode, predict and encode one request."""
-        if not accept or codecs.media_type(accept) in ("*/*", ""):
-            accept = self.default_accept
-        if "output_fn" not in self._hooks:
-            accept = codecs.choose_accept(accept)  # refuse a bad Accept before predicting
-        data = self._call("input_fn", body, content_type, context=context)
-        prediction = self._call("predict_fn", data, self.model, context=context)
-        result = self._call("output_fn", prediction, accept, context=context)
-        return _as_body(result, accept)
+        """Decode, predict and encode one request: the whole answer."""
+        chunks, response_type = self.invoke_chunks(body, content_type, accept, context)
+        return b"".join(chunks), response_type
 
     def invoke_chunks(
         self, body: bytes, content_type: str | None, accept: str | None, context: InvocationContext
     ) -> tuple[Iterator[bytes], str]:
-        """Stand-in (branch stream-errors) for main's streaming invoke: an output_fn that returns a generator
-        (or a (generator, content type) pair) yields the chunks; any other answer is one chunk."""
+        """Decode, predict and encode one request; the answer in chunks. A `predict_fn`, `output_fn` or
+        `transform_fn` that returns a generator streams: each item is a chunk. Otherwise one chunk."""
         if not accept or codecs.media_type(accept) in ("*/*", ""):
             accept = self.default_accept
-        if "output_fn" not in self._hooks:
-            accept = codecs.choose_accept(accept)
-        data = self._call("input_fn", body, content_type, context=context)
-        prediction = self._call("predict_fn", data, self.model, context=context)
-        result = self._call("output_fn", prediction, accept, context=context)
-        produced, produced_type = result if isinstance(result, tuple) and len(result) == 2 else (result, accept)
-        if inspect.isgenerator(produced):
-            chunks: Iterator[bytes] = (chunk.encode() if isinstance(chunk, str) else chunk for chunk in produced)  # type: ignore[misc]
-            return chunks, produced_type
-        answer, answer_type = _as_body(result, accept)
-        return iter((answer,)), answer_type
+        context.system_properties = context.system_properties or self.load_context.system_properties
+        context.model_name = context.model_name or self.model_name
+        if "transform_fn" in self._hooks:
+            data = toolkit.request_data(body, content_type)
+            result = self._run_hook("transform_fn", context, self.model, data, content_type, accept)
+            return self._answer(result, accept, context)
+        defaults = self.script_defaults() if self.scripted else {}
+        if "output_fn" not in self._hooks and "output_fn" not in defaults:
+            accept = codecs.choose_accept(accept)  # refuse a bad Accept before predicting
+        if "input_fn" in self._hooks:
+            data = self._run_hook("input_fn", context, toolkit.request_data(body, content_type), content_type)
+        else:
+            data = defaults.get("input_fn", self.input_fn)(body, content_type)
+        prediction = self._step("predict_fn", defaults, context, data, self.model)
+        if _is_stream(prediction) and "output_fn" not in self._hooks:
+            encode = defaults.get("output_fn", self.output_fn)
+            parts = (_normalize(encode(item, accept), accept, context) for item in prediction)
+            return _chunks(parts), context.response_content_type or _first_type(accept)
+        result = self._step("output_fn", defaults, context, prediction, accept)
+        return self._answer(result, accept, context)
 
-    def _call(self, hook: str, *args: Any, context: InvocationContext | None = None) -> Any:
-        user = self._hooks.get(hook)
-        if user is None:
-            return getattr(self, hook)(*args)
-        if context is not None and _accepts_context(user):
-            return user(*args, context)
-        return user(*args)
+    def _step(self, hook: str, defaults: Mapping[str, Callable[..., Any]], context: InvocationContext, *args: Any):
+        if hook in self._hooks:
+            return self._run_hook(hook, context, *args)
+        return defaults.get(hook, getattr(self, hook))(*args)
+
+    def _run_hook(self, hook: str, context: InvocationContext, *args: Any) -> Any:
+        """Call a user's hook as the toolkit does: with the context when it takes one argument more."""
+        function = self._hooks[hook]
+        try:
+            count = len(inspect.signature(function).parameters)
+        except (TypeError, ValueError):
+            count = len(args)
+        if count == len(args) + 1:
+            return function(*args, context)
+        if count == len(args):
+            return function(*args)
+        raise TypeError(f"{hook} takes {count} arguments but {len(args)} were given")
+
+    def _answer(self, result: Any, accept: str, context: InvocationContext) -> tuple[Iterator[bytes], str]:
+        if _is_stream(result):
+            parts = (_normalize(item, accept, context) for item in result)
+            return _chunks(parts), context.response_content_type or _first_type(accept)
+        body, response_type = _normalize(result, accept, context)
+        return iter((body,)), response_type
 
 
-def _accepts_context(function: Callable[..., Any]) -> bool:
-    try:
-        parameters = inspect.signature(function).parameters
-    except (TypeError, ValueError):
-        return False
-    return "context" in parameters
+def _is_stream(value: Any) -> bool:
+    """A generator or other one-shot iterator (not a container like a list, an array or a string)."""
+    return isinstance(value, Iterator) and not isinstance(value, (str, bytes, bytearray, memoryview))
 
 
-def _as_body(result: Any, accept: str) -> tuple[bytes, str]:
-    """Normalize what an output_fn returned: bytes/str, or (body, content type)."""
-    content_type = accept
+def _chunks(parts: Iterable[tuple[bytes, str]]) -> Iterator[bytes]:
+    for body, _ in parts:
+        if body:
+            yield body
+
+
+def _first_type(accept: str) -> str:
+    return toolkit.parse_accept(accept)[0] if accept else codecs.DEFAULT_ACCEPT
+
+
+def _normalize(result: Any, accept: str, context: InvocationContext) -> tuple[bytes, str]:
+    """What a hook returned, as (body, content type), the way SageMaker's model servers take it:
+    bytes or str; `(body, content_type)`; a Flask-style response (`worker.Response`: body, mimetype,
+    status); a NumPy array (encoded for the Accept); a list or dict (JSON, as MMS serializes it)."""
+    content_type = context.response_content_type or accept
     if isinstance(result, tuple) and len(result) == 2:
         result, content_type = result
+    elif _is_response(result):
+        content_type = getattr(result, "mimetype", None) or getattr(result, "content_type", None) or content_type
+        status = getattr(result, "status_code", 200)
+        if isinstance(status, int) and status != 200:
+            context.set_response_status(status)
+        result = result.get_data() if callable(getattr(result, "get_data", None)) else result.body
+    if isinstance(result, (np.ndarray, np.generic)):
+        encoded, content_type = toolkit.default_output(result, content_type)
+        result = encoded
+    elif isinstance(result, (list, dict)):
+        result = json.dumps(result, indent=2, default=lambda value: value.tolist())
     if isinstance(result, str):
         result = result.encode()
     if not isinstance(result, (bytes, bytearray, memoryview)):
-        raise TypeError(f"output_fn must return bytes, str or (body, content_type), got {type(result).__name__}")
-    return bytes(result), content_type
+        raise TypeError(
+            "output_fn must return bytes, str, (body, content_type), a response object, a NumPy array, a list "
+            f"or a dict; got {type(result).__name__}"
+        )
+    return bytes(result), str(content_type)
 
 
-__all__ = ["HOOK_NAMES", "InvocationContext", "Runtime", "ValidationError"]
+def _is_response(value: Any) -> bool:
+    return (callable(getattr(value, "get_data", None)) or hasattr(value, "body")) and (
+        hasattr(value, "mimetype") or hasattr(value, "content_type")
+    )
+
+
+__all__ = ["HOOK_NAMES", "SCRIPT_HOOKS", "InvocationContext", "Runtime", "ValidationError"]

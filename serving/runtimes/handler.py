@@ -33,14 +33,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# Every hook any SageMaker serving container looks for; each stack says which of them it runs (`Runtime`).
 HOOK_NAMES = (
     "model_fn",
     "input_fn",
     "predict_fn",
     "output_fn",
-    "autoscaling_metrics",
-)  # ours: custom metrics for target tracking (docs/autoscaling.md)
-HANDLER_PATH = Path("code") / "inference.py"
+    "transform_fn",
+    "pre_model_fn",
+    "model_warmup_fn",
+    "input_handler",  # the TensorFlow Serving container's
+    "output_handler",
+    "handler",
+    "execution_parameters_fn",  # the scikit-learn container's, for batch transform
+    "autoscaling_metrics",  # ours: custom metrics for target tracking (docs/autoscaling.md)
+)
+CODE_FOLDER = "code"
+DEFAULT_PROGRAM = "inference.py"
+SAGEMAKER_MODEL_DIR = "/opt/ml/model"  # where SageMaker unpacks the model; a submit directory below it is ours
 PACKAGE_PREFIX = "_serving_code_"
 
 _ids = itertools.count(1)
@@ -61,10 +71,57 @@ class UserCode:
         _forget(self.package, self.folder)
 
 
-def load_user_code(model_dir: Path) -> UserCode | None:
-    """Import `model_dir/code/inference.py` as a private package; None when there is no such file."""
-    path = model_dir / HANDLER_PATH
-    if not path.is_file():
+def entry_point(model_dir: Path | None, program: str | None = None, submit_directory: str | None = None) -> Path | None:
+    """The handler script as SageMaker finds it: `SAGEMAKER_PROGRAM` (default inference.py) in
+    `SAGEMAKER_SUBMIT_DIRECTORY` (default the model's `code/`). None when the default script is absent;
+    a script or folder the environment names explicitly must exist."""
+    if submit_directory:
+        folder = _submit_folder(model_dir, submit_directory)
+    elif model_dir is not None:
+        folder = model_dir / CODE_FOLDER
+    else:
+        return None
+    name = program or DEFAULT_PROGRAM
+    if "/" in name or name in ("", ".", ".."):
+        raise ValueError(f"SAGEMAKER_PROGRAM {name!r} must name a script in the code folder, not a path")
+    script = folder / (name if name.endswith(".py") else f"{name}.py")
+    if script.is_file():
+        return script
+    if program or submit_directory:
+        where = f"SAGEMAKER_SUBMIT_DIRECTORY {submit_directory!r}" if submit_directory else "the model's code/"
+        raise FileNotFoundError(f"SAGEMAKER_PROGRAM {name!r} not found in {where}")
+    return None
+
+
+def _submit_folder(model_dir: Path | None, submit_directory: str) -> Path:
+    """SAGEMAKER_SUBMIT_DIRECTORY as a local folder: SageMaker's /opt/ml/model/... maps to the model's folder."""
+    value = submit_directory.removeprefix("file://")
+    if "://" in value or value.endswith((".tar.gz", ".tgz", ".zip")):
+        raise ValueError(
+            f"SAGEMAKER_SUBMIT_DIRECTORY {submit_directory!r}: only a local folder is supported (package the "
+            f"code as code/ in the model archive, or name a folder every node can read)"
+        )
+    if value == SAGEMAKER_MODEL_DIR or value.startswith(SAGEMAKER_MODEL_DIR + "/"):
+        if model_dir is None:
+            raise ValueError(f"SAGEMAKER_SUBMIT_DIRECTORY {submit_directory!r} is inside a model this container lacks")
+        return model_dir / value[len(SAGEMAKER_MODEL_DIR) :].lstrip("/")
+    path = Path(value)
+    if not path.is_absolute():
+        if model_dir is None:
+            raise ValueError(
+                f"SAGEMAKER_SUBMIT_DIRECTORY {submit_directory!r} is relative to a model this container lacks"
+            )
+        path = model_dir / path
+    return path
+
+
+def load_user_code(
+    model_dir: Path | None, program: str | None = None, submit_directory: str | None = None
+) -> UserCode | None:
+    """Import the handler script (`entry_point`) as a module of a private package made of its folder;
+    None when there is none."""
+    path = entry_point(model_dir, program, submit_directory)
+    if path is None:
         return None
     folder = str(path.parent.resolve())
     package = f"{PACKAGE_PREFIX}{next(_ids)}"
@@ -76,7 +133,7 @@ def load_user_code(model_dir: Path) -> UserCode | None:
         if _finder not in sys.meta_path:
             sys.meta_path.insert(0, _finder)
     try:
-        module = importlib.import_module(f"{package}.inference")
+        module = importlib.import_module(f"{package}.{path.stem}")
     except BaseException:
         _forget(package, folder)
         raise

@@ -1,7 +1,7 @@
 """Custom Python stack: the user's `code/inference.py` does the work.
 
-Without a `model_fn` the model is None; without a `predict_fn` the model must be
-callable. Input the default decoder cannot read reaches a user `input_fn` as raw bytes.
+Without a `model_fn` the model is None; without a `predict_fn` (or `transform_fn`) the model
+must be callable. Input the default decoder cannot read reaches a user `input_fn` as raw bytes.
 """
 
 from __future__ import annotations
@@ -19,10 +19,11 @@ class PythonRuntime(Runtime):
 
     def load(self) -> None:
         super().load()
-        if "predict_fn" not in self._hooks and not callable(self.model):
+        if not {"predict_fn", "transform_fn"} & set(self._hooks) and not callable(self.model):
             self.unload()
             raise RuntimeError(
-                "the python stack needs code/inference.py defining predict_fn (or a model_fn returning a callable)"
+                "the python stack needs code/inference.py defining predict_fn or transform_fn "
+                "(or a model_fn returning a callable)"
             )
 
     def model_fn(self, model_dir: Path | None) -> Any:

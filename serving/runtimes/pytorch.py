@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from serving.protocol import ALLOW_PICKLE_ENV
+from serving.runtimes import toolkit
 from serving.runtimes.tensors import (
     InputSpec,
     ModelInputError,
@@ -150,6 +151,43 @@ class PyTorchRuntime(TensorRuntime):
             "model_fn(model_dir) that builds the module and loads these weights (the SageMaker PyTorch convention)"
         )
 
+    def script_defaults(self) -> dict[str, Any]:
+        # sagemaker-pytorch-inference-toolkit's DefaultPytorchInferenceHandler.
+        # Where the toolkit would fail (a JSON object, input that is not a tensor, a float64 tensor for a float32
+        # model) the stack's own handling answers instead; where it answers, the values and bytes are the toolkit's.
+        return {
+            "input_fn": self._container_input,
+            "predict_fn": self._container_predict,
+            "output_fn": _container_output,
+        }
+
+    def _container_input(self, body: bytes, content_type: str | None) -> Any:
+        """A float tensor of JSON/CSV input (`torch.FloatTensor`), NPY as its own dtype (`from_numpy`), on the device."""
+        import torch
+
+        array = toolkit.decode(toolkit.request_data(body, content_type), content_type)
+        if not isinstance(array, np.ndarray) or array.dtype == object or array.dtype.kind not in "fiub":
+            return self.input_fn(body, content_type)  # named inputs, TF Serving documents: the stack's own decoding
+        tensor = torch.FloatTensor(array) if content_type in toolkit.UTF8_TYPES else torch.from_numpy(array)
+        return tensor.to(self.device or "cpu")
+
+    def _container_predict(self, data: Any, model: Any) -> Any:
+        """The model on a tensor, on the device, under no_grad (the toolkit's default); other input the stack's way."""
+        import torch
+
+        if not isinstance(data, torch.Tensor):
+            return self.predict_fn(data, model)
+        float_dtype = self._describe(model)[1]
+        if float_dtype is not None and data.is_floating_point():
+            data = data.to(getattr(torch, float_dtype.name))
+        try:
+            with torch.no_grad():
+                return model(data.to(self.device or "cpu"))
+        except (RuntimeError, AssertionError, TypeError, ValueError, IndexError) as error:
+            name = self.input_specs(model)[0].name
+            given = f"{name} {describe_array(data.detach().cpu().numpy())}"
+            raise ModelInputError(f"the model failed on input {given}: {_reason(error)}") from error
+
     # --- inputs and inference ------------------------------------------------------------
     def input_specs(self, model: Any) -> list[InputSpec]:
         return self._describe(model)[0]
@@ -255,3 +293,16 @@ def _to_numpy(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_to_numpy(item) for item in value]
     return value
+
+
+def _container_output(prediction: Any, accept: str) -> bytes | str:
+    """The toolkit's default_output_fn: a tensor as a list, encoded for the first supported Accept entry
+    (CSV as UTF-8 bytes); the answer's type is the Accept itself, as the toolkit sets it."""
+    import torch
+
+    if type(prediction) is torch.Tensor:
+        prediction = prediction.detach().cpu().numpy().tolist()
+    for content_type in toolkit.parse_accept(accept):
+        if content_type in toolkit.ENCODABLE:
+            return toolkit.encode(prediction, content_type)
+    raise toolkit.UnsupportedFormatError(accept)

@@ -10,6 +10,7 @@ import numpy as np
 from serving.errors import ValidationError
 from serving.protocol import ALLOW_PICKLE_ENV
 from serving.protocol import SKLEARN_METHOD_ENV as METHOD_ENV
+from serving.runtimes import toolkit
 from serving.runtimes.base import Runtime
 from serving.runtimes.skops_trust import load_skops
 
@@ -71,6 +72,20 @@ class SklearnRuntime(Runtime):
 
     def input_fn(self, body: bytes, content_type: str | None) -> Any:
         return to_matrix(super().input_fn(body, content_type))
+
+    def script_defaults(self) -> dict[str, Any]:
+        # sagemaker-scikit-learn-container's serving.py: default_input_fn / predict_fn / output_fn.
+        # Where the container would fail (a JSON object, one row as a flat list, an Accept list) the stack's own
+        # handling answers instead; where it answers, the values and bytes are the container's.
+        return {"input_fn": self._container_input, "output_fn": toolkit.default_output}
+
+    def _container_input(self, body: bytes, content_type: str | None) -> Any:
+        """The container's default_input_fn: decoded, as float32 for JSON and CSV."""
+        array = toolkit.decode(toolkit.request_data(body, content_type), content_type)
+        if not isinstance(array, np.ndarray) or array.dtype == object:
+            return self.input_fn(body, content_type)  # {"instances": ...} and other shapes the container refuses
+        array = array.astype(np.float32) if content_type in toolkit.UTF8_TYPES else array
+        return array.reshape(1, -1) if array.ndim == 1 else array
 
     def predict_fn(self, data: Any, model: Any) -> Any:
         method = self.environment.get(METHOD_ENV) or ("predict" if hasattr(model, "predict") else "transform")

@@ -25,6 +25,7 @@ def runtime(server):
 
 
 def stream(runtime, endpoint: str, document, **kwargs):
+    kwargs.setdefault("Accept", "application/jsonlines")
     return runtime.invoke_endpoint_with_response_stream(
         EndpointName=endpoint, ContentType="application/json", Body=json.dumps(document), **kwargs,
     )
@@ -50,7 +51,7 @@ def test_a_non_streaming_container_answers_with_one_part(runtime):
 
 
 def test_serial_chain_streams_the_last_containers_answer(runtime):
-    response = stream(runtime, "it-serial", [[5.1, 3.5, 1.4, 0.2]])
+    response = stream(runtime, "it-serial", [[5.1, 3.5, 1.4, 0.2]], Accept="application/json")
     assert json.loads(b"".join(event["PayloadPart"]["Bytes"] for event in response["Body"])) == {"labels": ["setosa"]}
 
 

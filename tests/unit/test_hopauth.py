@@ -68,7 +68,8 @@ ECHO_HANDLER = """
 import json
 
 def input_fn(body, content_type):
-    return {"content_type": content_type, "body": body.decode()}
+    # str for application/json and text/csv, bytes otherwise (as SageMaker's toolkits hand it over)
+    return {"content_type": content_type, "body": body if isinstance(body, str) else body.decode()}
 
 def predict_fn(data, model):
     return data

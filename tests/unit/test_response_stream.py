@@ -16,7 +16,8 @@ from test_router import ROWS, Servers, load, start_router, write_handler
 
 from serving import protocol
 from serving.errors import ContainerError, ModelNotReadyError, UnsupportedFormatError, ValidationError
-from serving.gateway.invocation import EndpointRoute, _container_failure
+from serving.gateway.failures import container_failure
+from serving.gateway.invocation import EndpointRoute
 from serving.gateway.transport import HopResponse
 from serving.model_server.app import ContainerApp
 
@@ -56,7 +57,7 @@ def output_fn(prediction, accept, context):
                 time.sleep(prediction.get("gap", 0))
         finally:
             MODEL["closed"].set()
-    return chunks(), "application/jsonlines"
+    return chunks()  # a generator: each item is one part (content type: the Accept)
 """
 
 TOOLKIT_ERROR_HANDLER = """
@@ -108,8 +109,9 @@ def events(response: httpx.Response) -> Iterator[tuple[float, Any]]:
 
 
 def stream(client: httpx.Client, endpoint: str, document: Any, **headers: str) -> tuple[httpx.Response, list]:
+    headers = {"content-type": "application/json", protocol.STREAM_ACCEPT: "application/jsonlines", **headers}
     with client.stream("POST", STREAM_PATH.format(endpoint), content=json.dumps(document).encode(),
-                       headers={"content-type": "application/json", **headers}) as response:
+                       headers=headers) as response:
         if response.status_code != 200:
             response.read()
             return response, []
@@ -180,6 +182,7 @@ def test_a_caller_that_leaves_stops_the_generator(streaming) -> None:
     closed.clear()
     with client.stream("POST", STREAM_PATH.format("stream"), content=b'{"forever": true, "gap": 0.1}',
                        headers={"content-type": "application/json"}) as response:
+        assert response.status_code == 200
         parts = events(response)
         next(parts), next(parts)
     assert closed.wait(5), "the model's generator kept running after its caller left"
@@ -216,7 +219,6 @@ def test_a_model_raising_a_validation_error_cannot_pass_for_the_platform(streami
     assert response.status_code == 424 and response.json()["OriginalStatusCode"] == 400
 
 
-ENDPOINT = EndpointRoute("e", "Direct", ("c",))
 
 
 @pytest.mark.parametrize(("platform", "code", "status"), [
@@ -225,12 +227,12 @@ ENDPOINT = EndpointRoute("e", "Direct", ("c",))
 def test_only_marked_platform_answers_pass_through(platform: bool, code: str, status: int) -> None:
     body = json.dumps({"__type": "ValidationError" if status != 429 else code, "message": "model m not found"}).encode()
     answer = HopResponse(400 if status != 429 else 429, body, "application/json", None, platform=platform, log_stream="/l")
-    error = _container_failure(ENDPOINT, "c", 1, 1, answer)
+    error = container_failure("e", "c", 1, 1, answer)
     assert (error.code, error.status) == (code, status)
 
 
 def test_a_plain_text_error_answer_is_the_original_message() -> None:
-    error = _container_failure(ENDPOINT, "c", 1, 1, HopResponse(503, b"upstream overloaded", "text/plain", None))
+    error = container_failure("e", "c", 1, 1, HopResponse(503, b"upstream overloaded", "text/plain", None))
     assert error.body()["OriginalMessage"] == "upstream overloaded" and "LogStreamArn" not in error.body()
     assert error.message.startswith("Received server error (503) from container c")
 

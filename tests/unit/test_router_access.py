@@ -204,6 +204,18 @@ def test_direct_invocation_per_caller(url: str, containers, principal: str, targ
         assert calls(containers) == before  # refused before any container ran
 
 
+def test_invoke_endpoint_async_needs_its_own_action(url: str, containers) -> None:
+    # team-b's policy allows sagemaker:InvokeEndpoint on every endpoint, and nothing else: as in IAM, that does
+    # not allow InvokeEndpointAsync. The signature (boto3's, over an empty body) verifies: the refusal is the policy's.
+    before = calls(containers)
+    with pytest.raises(botocore.exceptions.ClientError) as raised:
+        client(url, "team-b").invoke_endpoint_async(EndpointName="chain-ok", InputLocation="s3://bucket-a/in/x.json")
+    error = raised.value.response["Error"]
+    assert error["Code"] == "AccessDeniedException"
+    assert "not authorized to perform: sagemaker:InvokeEndpointAsync" in error["Message"]
+    assert calls(containers) == before
+
+
 def test_explicit_and_implicit_denials_say_which(url: str) -> None:
     refused(client(url, "team-b"), "mce-secure", "special-echo", "AccessDeniedException", "explicit deny")
     refused(client(url, "team-a"), "mce-secure", "special-echo", "AccessDeniedException", "no identity-based policy allows")

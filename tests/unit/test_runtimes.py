@@ -356,13 +356,26 @@ def test_unknown_type_without_user_input_fn_is_a_validation_error(handler_dir, l
         invoke(runtime, b"\x00\x01", "application/x-custom")
 
 
+def test_output_fn_returning_a_dict_is_json_as_the_model_servers_send_it(handler_dir, loaded) -> None:
+    # MMS and TorchServe answer a non-bytes, non-str hook result with json.dumps(value, indent=2).
+    runtime = loaded("python", handler_dir(
+        """
+        def predict_fn(data, model):
+            return data
+        def output_fn(prediction, accept):
+            return {"echo": prediction}
+        """
+    ))
+    assert invoke(runtime, b"[1]") == (json.dumps({"echo": [1]}, indent=2).encode(), "application/json")
+
+
 def test_output_fn_returning_something_else_is_refused(handler_dir, loaded) -> None:
     runtime = loaded("python", handler_dir(
         """
         def predict_fn(data, model):
             return data
         def output_fn(prediction, accept):
-            return {"not": "bytes"}
+            return object()
         """
     ))
     with pytest.raises(TypeError, match="output_fn must return bytes"):

@@ -1,0 +1,37 @@
+"""A model's `code/requirements.txt`, installed into its container's environment as SageMaker does.
+
+SageMaker's framework containers `pip install -r code/requirements.txt` when they start. Here the
+container's replicas get them through Ray's runtime_env `pip` (a virtualenv per set of requirements,
+built once per node), read at deploy time from a local model folder or `.tar.gz`. A model in S3 is not
+read at deploy time: its container checks at load that what the file lists is installed
+(`serving.runtimes.requirements`) and refuses to start, naming what is missing, if it is not.
+"""
+
+from __future__ import annotations
+
+import tarfile
+from pathlib import Path
+
+from serving.runtimes.requirements import REQUIREMENTS_FILE, parse_requirements
+
+MAX_BYTES = 64 * 1024
+
+
+def model_requirements(model_data: str | None) -> list[str]:
+    """The requirement lines of the model's `code/requirements.txt` (local models only; [] when none)."""
+    if not model_data or "://" in model_data.removeprefix("file://"):
+        return []
+    path = Path(model_data.removeprefix("file://"))
+    text = None
+    if path.is_dir():
+        candidate = path / "code" / REQUIREMENTS_FILE
+        if candidate.is_file():
+            text = candidate.read_bytes()[:MAX_BYTES].decode("utf-8")
+    elif path.is_file() and path.name.endswith((".tar.gz", ".tgz")):
+        with tarfile.open(path, "r:gz") as archive:
+            for member in archive:
+                if member.isfile() and member.name.lstrip("./") == f"code/{REQUIREMENTS_FILE}":
+                    extracted = archive.extractfile(member)
+                    text = extracted.read(MAX_BYTES).decode("utf-8") if extracted else None
+                    break
+    return parse_requirements(text) if text else []

@@ -1,0 +1,344 @@
+"""InvokeEndpointAsync: admit now, answer 202, run the invocation later and leave its answer in S3.
+
+`POST /endpoints/{name}/async-invocations` goes through the invocation pipeline's checks (`Invocations.admit`:
+the same authentication, the IAM action `sagemaker:InvokeEndpointAsync`, the chain, the headers), then its
+own: the endpoint has an AsyncInferenceConfig, the InputLocation lies under its `InputConfig.S3InputPath`,
+the ids and limits are SageMaker's. It answers 202 with the InferenceId and where the answer or the failure
+will be. The job then waits in the endpoint's bounded queue, at most MaxConcurrentInvocationsPerInstance of
+them run at once through the same pipeline (`Invocations.run`), and the last container's answer is written
+to `<S3OutputPath>/<InferenceId>.out`, or the failure to `<S3FailurePath>/<InferenceId>-error.out`.
+
+Jobs live in the gateway's memory: a gateway that restarts loses those not finished (docs/reliability.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from serving import protocol
+from serving.access.policies import ACTION_INVOKE_ASYNC
+from serving.access.sigv4 import RawRequest
+from serving.config.async_inference import AsyncInferenceConfig, S3Location, parse_s3_uri
+from serving.errors import (
+    InternalFailureError,
+    ServiceUnavailableError,
+    ServingError,
+    ThrottlingError,
+    ValidationError,
+    wire_error,
+)
+from serving.gateway.invocation import Admission, InvocationRequest, Invocations
+from serving.http.responses import error_response
+from serving.metrics.invocations import InvocationTrace, record_client_abort, record_invocation
+from serving.models.sources import s3_client
+from serving.settings import ServerSettings
+
+__all__ = ["AsyncInvocations"]
+
+logger = logging.getLogger("serving.gateway.async")
+
+# SageMaker's patterns for S3OutputPathExtension and Filename.
+_EXTENSION = re.compile(r"^(?!s3:|https:)[a-zA-Z0-9!_.*'()/-]{1,512}$")
+_FILENAME = re.compile(r"^(?!.*\..*\.)[a-zA-Z0-9][a-zA-Z0-9_.-]{0,31}$")
+
+
+@dataclass
+class _Job:
+    """One admitted InvokeEndpointAsync request, waiting or running."""
+
+    admission: Admission
+    config: AsyncInferenceConfig
+    inference_id: str
+    source: S3Location | None  # None: the input came inline, in `body`
+    body: bytes | None
+    headers: dict[str, str]  # what the pipeline forwards, under the names InvokeEndpoint uses
+    output: S3Location
+    failure: S3Location
+    admitted: float  # monotonic time of its admission
+    ttl: int  # RequestTTLSeconds: a job that waited longer is failed, not run
+    timeout: float  # InvocationTimeoutSeconds
+
+
+@dataclass
+class _Lane:
+    """One endpoint's queue: jobs admitted, and how many may run at once."""
+
+    slots: asyncio.Semaphore
+    concurrency: int
+    admitted: int = 0  # waiting plus running
+    tasks: set[asyncio.Task] = field(default_factory=set)
+
+
+class AsyncInvocations:
+    """Serves `POST /endpoints/{name}/async-invocations` over the invocation pipeline."""
+
+    def __init__(
+        self,
+        settings: ServerSettings,
+        invocations: Invocations,
+        head: Callable[[Request], RawRequest],
+        client: Callable[[str | None], Any] = s3_client,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings, self.invocations, self.head, self.clock = settings, invocations, head, clock
+        self._client_factory = client
+        self._clients: dict[str | None, Any] = {}  # one S3 client per store URL; boto3 clients are thread-safe
+        self.lanes: dict[str, _Lane] = {}
+
+    def routes(self) -> list[Route]:
+        return [Route(protocol.ASYNC_INVOCATIONS_PATH, self.invoke_async, methods=["POST"])]
+
+    async def invoke_async(self, request: Request) -> Response:
+        started = time.perf_counter()
+        trace = InvocationTrace()
+        invocation = InvocationRequest(
+            request.path_params["name"], request.headers, request.stream, lambda: self.head(request)
+        )
+        try:
+            admission = await self.invocations.admit(invocation, trace, action=ACTION_INVOKE_ASYNC)
+            body = await self.invocations.body_of(invocation, admission, trace)
+            job = self._job(admission, request.headers, body)
+            self._enqueue(job)
+        except ClientDisconnect:
+            record_client_abort(trace)
+            return Response(status_code=499)
+        except ServingError as error:
+            response = error_response(error)
+            record_invocation(trace, response.status_code, time.perf_counter() - started)
+            if not trace.body_read:
+                response.headers["connection"] = "close"
+            return response
+        except Exception:
+            logger.exception("InvokeEndpointAsync failed inside the gateway")
+            return error_response(InternalFailureError("internal failure in the endpoint router"))
+        return Response(
+            json.dumps({"InferenceId": job.inference_id}).encode(),
+            status_code=202,
+            media_type=protocol.JSON,
+            headers={protocol.OUTPUT_LOCATION: job.output.uri, protocol.FAILURE_LOCATION: job.failure.uri},
+        )
+
+    # --- admission -----------------------------------------------------------------------------------------
+    def _job(self, admission: Admission, headers: Mapping[str, str], body: bytes) -> _Job:
+        endpoint = admission.endpoint
+        config = endpoint.async_inference
+        if config is None:
+            raise ValidationError(
+                f"Endpoint {endpoint.name} has no AsyncInferenceConfig, so it does not serve InvokeEndpointAsync; "
+                "use InvokeEndpoint, or give the endpoint an AsyncInferenceConfig"
+            )
+        location = headers.get(protocol.INPUT_LOCATION)
+        source = None
+        if location is not None:
+            if body:
+                raise ValidationError("Body and InputLocation are mutually exclusive: provide exactly one of them")
+            source = _input(location, config)
+        elif not body:
+            raise ValidationError(f"InputLocation ({protocol.INPUT_LOCATION}) is required")
+        elif len(body) > protocol.MAX_ASYNC_BODY:
+            raise ValidationError(f"an inline Body holds at most {protocol.MAX_ASYNC_BODY} bytes; use InputLocation")
+        inference_id = headers.get(protocol.INFERENCE_ID) or str(uuid.uuid4())
+        _check_inference_id(inference_id)
+        forwarded = {
+            "content-type": headers.get(protocol.ASYNC_CONTENT_TYPE),
+            "accept": headers.get(protocol.ASYNC_ACCEPT),
+        }
+        forwarded[protocol.CUSTOM_ATTRIBUTES] = headers.get(protocol.CUSTOM_ATTRIBUTES)
+        forwarded[protocol.INFERENCE_ID] = inference_id
+        ttl = _seconds(headers, protocol.REQUEST_TTL, protocol.REQUEST_TTL_RANGE, protocol.DEFAULT_REQUEST_TTL)
+        timeout = _seconds(
+            headers, protocol.INVOCATION_TIMEOUT, protocol.INVOCATION_TIMEOUT_RANGE, protocol.DEFAULT_INVOCATION_TIMEOUT
+        )
+        return _Job(
+            admission,
+            config,
+            inference_id,
+            source,
+            None if source is not None else bytes(body),
+            {key: value for key, value in forwarded.items() if value is not None},
+            _output(config, inference_id, headers),
+            config.OutputConfig.failure.child(inference_id + protocol.FAILURE_SUFFIX),
+            admitted=self.clock(),
+            ttl=ttl,
+            timeout=timeout,
+        )
+
+    def _enqueue(self, job: _Job) -> None:
+        name = job.admission.endpoint.name
+        concurrency = job.config.ClientConfig.MaxConcurrentInvocationsPerInstance
+        lane = self.lanes.get(name)
+        if lane is None or lane.concurrency != concurrency:  # new, or its config changed: new jobs, new bound
+            # The set of tasks carries over, so that `close` still finds the jobs admitted under the old bound.
+            tasks = lane.tasks if lane is not None else set()
+            lane = self.lanes[name] = _Lane(asyncio.Semaphore(concurrency), concurrency, tasks=tasks)
+        if lane.admitted >= concurrency + self.settings.async_max_queued:
+            raise ThrottlingError(
+                f"endpoint {name} already holds {lane.admitted} InvokeEndpointAsync requests, as many as it queues "
+                f"({self.settings.async_max_queued} waiting, SERVING_ASYNC_MAX_QUEUED, plus {concurrency} running); "
+                "retry later"
+            )
+        lane.admitted += 1
+        task = asyncio.create_task(self._run(lane, job))
+        lane.tasks.add(task)
+        task.add_done_callback(lane.tasks.discard)
+
+    # --- the job -------------------------------------------------------------------------------------------
+    async def _run(self, lane: _Lane, job: _Job) -> None:
+        try:
+            async with lane.slots:
+                await self._invoke(job)
+        except asyncio.CancelledError:  # the gateway is stopping (`close`): say so where the caller looks
+            stopped = ServiceUnavailableError(
+                "the endpoint server stopped before this request finished; submit it again"
+            )
+            await self._write_failure(self._client(job.config.S3EndpointUrl), job, stopped)
+            raise
+        except Exception:  # a bug of ours: logged; the caller finds neither object
+            logger.exception("async invocation %s of endpoint %s failed", job.inference_id, job.admission.endpoint.name)
+        finally:
+            lane.admitted -= 1
+
+    async def close(self, grace_s: float = 10.0) -> None:
+        """Stop every unfinished request, writing its failure object, rather than lose it without a trace
+        (a gateway that is killed cannot: docs/reliability.md)."""
+        tasks = [task for lane in self.lanes.values() for task in lane.tasks]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=grace_s)
+
+    async def _invoke(self, job: _Job) -> None:
+        admission = job.admission
+        endpoint = admission.endpoint
+        trace = InvocationTrace(endpoint=endpoint.name, mode=endpoint.mode, chain=admission.chain)
+        trace.multi_model, trace.body_read = endpoint.multi_model, True
+        started = time.perf_counter()
+        client = self._client(job.config.S3EndpointUrl)
+        try:
+            waited = self.clock() - job.admitted
+            if waited > job.ttl:
+                raise ServiceUnavailableError(
+                    f"the request expired: it waited {waited:.0f} s in the queue, longer than its "
+                    f"RequestTTLSeconds ({job.ttl})"
+                )
+            body = await self._read(client, job.source) if job.source is not None else job.body or b""
+            result = await self.invocations.run(admission, body, job.headers, trace, timeout=job.timeout)
+        except ServingError as error:
+            record_invocation(trace, error.status, time.perf_counter() - started)
+            await self._write_failure(client, job, error)
+            return
+        record_invocation(trace, 200, time.perf_counter() - started)
+        try:
+            await self._put(client, job.output, result.body, result.content_type)
+        except ServingError as error:
+            await self._write_failure(client, job, error)
+
+    async def _read(self, client: Any, source: S3Location) -> bytes:
+        limit = self.settings.async_max_input_bytes
+
+        def read() -> bytes:
+            response = client.get_object(Bucket=source.bucket, Key=source.key)
+            with response["Body"] as stream:
+                if int(response.get("ContentLength") or 0) > limit:
+                    raise ValidationError(f"InputLocation {source.uri} holds more than {limit} bytes")
+                data = stream.read(limit + 1)
+            if len(data) > limit:
+                raise ValidationError(f"InputLocation {source.uri} holds more than {limit} bytes")
+            return data
+
+        return await self._s3(f"read InputLocation {source.uri}", read)
+
+    async def _put(self, client: Any, place: S3Location, body: bytes, content_type: str) -> None:
+        await self._s3(
+            f"write {place.uri}",
+            lambda: client.put_object(Bucket=place.bucket, Key=place.key, Body=body, ContentType=content_type),
+        )
+
+    async def _write_failure(self, client: Any, job: _Job, error: ServingError) -> None:
+        """The failure object: the error document InvokeEndpoint would have answered with (a container's own
+        answer is in it, as OriginalStatusCode and OriginalMessage)."""
+        _, _, body = wire_error(error)
+        try:
+            await self._put(client, job.failure, body, protocol.JSON)
+        except ServingError as failed:
+            logger.error("async invocation %s: its failure could not be written either: %s", job.inference_id, failed)
+
+    async def _s3(self, what: str, call: Callable[[], Any]) -> Any:
+        """One blocking S3 call off the event loop; a failure of the store as a ServingError naming it."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return await asyncio.to_thread(call)
+        except ClientError as error:
+            info = error.response.get("Error", {})
+            raise ValidationError(f"cannot {what}: {info.get('Code')}: {info.get('Message')}") from None
+        except BotoCoreError as error:
+            raise ServiceUnavailableError(f"cannot {what}: {error}") from None
+
+    def _client(self, endpoint_url: str | None) -> Any:
+        client = self._clients.get(endpoint_url)
+        if client is None:
+            client = self._clients[endpoint_url] = self._client_factory(endpoint_url)
+        return client
+
+
+def _input(location: str, config: AsyncInferenceConfig) -> S3Location:
+    if len(location) > protocol.MAX_INPUT_LOCATION:
+        raise ValidationError(f"InputLocation is longer than {protocol.MAX_INPUT_LOCATION} characters")
+    try:
+        source = parse_s3_uri(location, "InputLocation")
+    except ValueError as error:
+        raise ValidationError(str(error)) from None
+    allowed = config.InputConfig.input
+    if not allowed.contains(source) or source.key == allowed.folder:
+        raise ValidationError(
+            f"InputLocation {location} is outside this endpoint's inputs: it must name an object under "
+            f"{allowed.uri} (AsyncInferenceConfig.InputConfig.S3InputPath)"
+        )
+    return source
+
+
+def _check_inference_id(inference_id: str) -> None:
+    # It becomes part of an S3 key: printable ASCII (SageMaker's pattern), and no segment that leaves a folder.
+    if not inference_id.isprintable() or not inference_id.isascii() or inference_id[:1].isspace():
+        raise ValidationError(f"{protocol.INFERENCE_ID} must be printable ASCII, not starting with a space")
+    if any(segment in ("", ".", "..") for segment in inference_id.split("/")):
+        raise ValidationError(f"{protocol.INFERENCE_ID} may not have empty, '.' or '..' path segments")
+
+
+def _output(config: AsyncInferenceConfig, inference_id: str, headers: Mapping[str, str]) -> S3Location:
+    """`<S3OutputPath>[/<S3OutputPathExtension>]/<Filename or InferenceId.out>`."""
+    place = config.OutputConfig.output
+    extension = headers.get(protocol.OUTPUT_PATH_EXTENSION)
+    if extension is not None:
+        if not _EXTENSION.match(extension) or any(s in ("", ".", "..") for s in extension.strip("/").split("/")):
+            raise ValidationError(f"{protocol.OUTPUT_PATH_EXTENSION} {extension!r} is not a relative S3 path")
+        place = S3Location(place.bucket, place.folder + extension.strip("/"))
+    filename = headers.get(protocol.OUTPUT_FILENAME)
+    if filename is not None and not _FILENAME.match(filename):
+        raise ValidationError(
+            f"{protocol.OUTPUT_FILENAME} {filename!r} is not a valid file name (at most 32 characters)"
+        )
+    return place.child(filename or inference_id + protocol.OUTPUT_SUFFIX)
+
+
+def _seconds(headers: Mapping[str, str], name: str, bounds: tuple[int, int], default: int) -> int:
+    value = headers.get(name)
+    if value is None:
+        return default
+    low, high = bounds
+    if not value.isdigit() or not low <= int(value) <= high:
+        raise ValidationError(f"{name} must be a whole number of seconds from {low} to {high}")
+    return int(value)

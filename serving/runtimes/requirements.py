@@ -1,0 +1,50 @@
+"""A model's `code/requirements.txt`: its lines, and whether this environment already satisfies them."""
+
+from __future__ import annotations
+
+from importlib import metadata
+from pathlib import Path
+
+REQUIREMENTS_FILE = "requirements.txt"
+
+
+def parse_requirements(text: str) -> list[str]:
+    """The requirement lines (comments and blanks dropped); pip options are refused, naming the line."""
+    lines = []
+    for raw in text.splitlines():
+        line = raw.split(" #", 1)[0].strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("-"):
+            raise ValueError(
+                f"code/{REQUIREMENTS_FILE}: {line!r} is a pip option; list requirement specifiers or wheel paths only"
+            )
+        lines.append(line)
+    return lines
+
+
+def missing_requirements(code_folder: Path) -> list[str]:
+    """The lines of `code_folder/requirements.txt` this environment does not satisfy."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    path = code_folder / REQUIREMENTS_FILE
+    if not path.is_file():
+        return []
+    missing = []
+    for line in parse_requirements(path.read_text(encoding="utf-8")):
+        requirement: Requirement | None
+        try:
+            requirement = Requirement(line)
+        except InvalidRequirement:  # a wheel path or URL: installed under its project name, unknown here
+            name = Path(line).name.split("-", 1)[0]
+            requirement = Requirement(name) if name.replace("_", "").isalnum() else None
+        if requirement is None:
+            continue
+        try:
+            installed = metadata.version(requirement.name)
+        except metadata.PackageNotFoundError:
+            missing.append(line)
+            continue
+        if requirement.specifier and not requirement.specifier.contains(installed, prereleases=True):
+            missing.append(f"{line} (installed: {installed})")
+    return missing
