@@ -17,8 +17,10 @@ from serving.protocol import (
     ERROR_TYPE_HEADER,
     HEADERS_TOO_LARGE_STATUS,
     JSON,
+    LOG_STREAM_ARN,
     ORIGINAL_MESSAGE,
     ORIGINAL_STATUS_CODE,
+    UNSUPPORTED_MEDIA_TYPE_STATUS,
     ErrorCode,
 )
 
@@ -46,10 +48,29 @@ class ValidationError(ServingError):
     status = ERROR_STATUS[code]
 
 
+class UnknownOperationError(ServingError):
+    """No operation of this server has that path and method (404; 405 for a known path with another method)."""
+
+    code = ErrorCode.UNKNOWN_OPERATION
+    status = ERROR_STATUS[code]
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        if status is not None:
+            self.status = status
+
+
 class HeadersTooLargeError(ValidationError):
     """The request line and headers exceed the server's size or count limit (HTTP 431, code ValidationError)."""
 
     status = HEADERS_TOO_LARGE_STATUS
+
+
+class UnsupportedFormatError(ValidationError):
+    """A content type or Accept the decoders and encoders lack: a container answers it with 415, as the
+    toolkits' `UnsupportedFormatError` (the caller sees ModelError, OriginalStatusCode 415)."""
+
+    status = UNSUPPORTED_MEDIA_TYPE_STATUS
 
 
 class RequestTimeoutError(ServingError):
@@ -114,20 +135,49 @@ class ModelError(ServingError):
         container: str,
         original_status: int,
         original_message: str,
+        log_stream: str | None = None,
         **extra: Any,
     ) -> None:
-        super().__init__(
-            message,
-            **{
-                ORIGINAL_STATUS_CODE: original_status,
-                ORIGINAL_MESSAGE: original_message,
-                CONTAINER_HOSTNAME: container,
-            },
-            **extra,
-        )
+        fields: dict[str, Any] = {
+            ORIGINAL_STATUS_CODE: original_status,
+            ORIGINAL_MESSAGE: original_message,
+            CONTAINER_HOSTNAME: container,
+        }
+        if log_stream:
+            fields[LOG_STREAM_ARN] = log_stream
+        super().__init__(message, **fields, **extra)
         self.container = container
         self.original_status = original_status
         self.original_message = original_message
+        self.log_stream = log_stream
+
+
+class ContainerError(ServingError):
+    """A container's answer for a failure of its model, runtime or handler, sent with the container's own
+    status; the router reports it to the caller as ModelError 424 with that status as OriginalStatusCode.
+
+    `of(error)` gives the status AWS's inference toolkits give: an exception carrying an integer
+    `status_code` (their `BaseInferenceToolkitError` shape: `status_code`, `message`, `phrase`) its own, a
+    `ServingError` its status (415 unsupported content type, 400 malformed body), anything else 500.
+    """
+
+    code = ErrorCode.MODEL_ERROR
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+    @classmethod
+    def of(cls, error: BaseException) -> ContainerError:
+        if isinstance(error, ContainerError):
+            return error
+        if isinstance(error, ServingError):
+            return cls(error.message, error.status)
+        status = getattr(error, "status_code", None)
+        if isinstance(status, int) and not isinstance(status, bool) and 400 <= status <= 599:
+            message = getattr(error, "message", None)
+            return cls(str(message if message is not None else error)[:MAX_ORIGINAL_MESSAGE], status)
+        return cls(failure_message(error), ERROR_STATUS[ErrorCode.INTERNAL_FAILURE])
 
 
 class ContainerAnswerError(ServingError):
@@ -156,8 +206,8 @@ class InternalFailureError(ServingError):
     status = ERROR_STATUS[code]
 
 
-# Raised inside a container replica: the router passes these through unchanged
-# (they describe the caller's input), every other container failure is a ModelError.
+# A container's platform answers (marked with protocol.PLATFORM_ERROR) that the router passes through as they
+# are, as SageMaker reports them; every other error a container answers is a ModelError.
 PASS_THROUGH_CODES = frozenset({ValidationError.code, ModelNotReadyError.code})
 
 _BY_CODE = {
@@ -171,6 +221,8 @@ _BY_CODE = {
     )
 }
 
+
+MAX_ORIGINAL_MESSAGE = 1024  # characters of a container's error message kept as OriginalMessage
 
 _PATH = re.compile(r"(?<![\w.~-])/[^\s'\"(),;<>\[\]]+")  # an absolute POSIX path (not a/b, not text/csv)
 
@@ -199,6 +251,19 @@ def wire_error(error: ServingError) -> tuple[int, dict[str, str], bytes]:
     """Status, headers and body of the response for `error`."""
     headers = {ERROR_TYPE_HEADER: error.code, "content-type": JSON}
     return error.status, headers, json.dumps(error.body()).encode()
+
+
+def message_from_wire(body: bytes) -> str:
+    """The message of an error answer: its JSON `message` (or `Message`), else its text."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        doc = None
+    if isinstance(doc, dict):
+        message = doc.get("message", doc.get("Message"))
+        if isinstance(message, str):
+            return message[:MAX_ORIGINAL_MESSAGE]
+    return bytes(body[:MAX_ORIGINAL_MESSAGE]).decode("utf-8", "replace")
 
 
 def error_from_wire(body: bytes) -> ServingError | None:

@@ -40,6 +40,36 @@ OUTPUT_SUFFIX, FAILURE_SUFFIX = ".out", "-error.out"
 # Set by a MultiModel container on any answer for a TargetModel it resolved to a model (loaded it, or
 # found it loaded): the router labels metrics with a model name only then.
 MODEL_RESOLVED = "X-Serving-Model-Resolved"
+# Set by a container on an error answer that is the platform's refusal, not its model's (a MultiModel TargetModel
+# that does not exist): the router reports only those as they are; every other error answer is a ModelError.
+PLATFORM_ERROR = "X-Serving-Platform-Error"
+# Set by a container on its error answers: where its process's output goes (the ModelError's LogStreamArn).
+LOG_STREAM = "X-Serving-Log-Stream"
+
+# --- InvokeEndpointWithResponseStream -------------------------------------------------------------------
+STREAM_ACCEPT = "X-Amzn-SageMaker-Accept"  # the stream's Accept (InvokeEndpoint uses the plain header)
+STREAM_CONTENT_TYPE = "X-Amzn-SageMaker-Content-Type"  # the model's content type (the body is the event stream)
+# Headers of the operation that this server does not support: refused, naming the parameter.
+STREAM_UNSUPPORTED = {
+    "X-Amzn-SageMaker-Inference-Component": "InferenceComponentName",
+    "X-Amzn-SageMaker-Session-Id": "SessionId",
+    "X-Amzn-SageMaker-Prefix-Aware-Id": "PrefixAwareId",
+}
+EVENT_STREAM = "application/vnd.amazon.eventstream"
+# The SageMaker Runtime operations, by the last segment of their path (POST /endpoints/{EndpointName}/<segment>):
+# an unknown path or method is answered with an UnknownOperationException that names the operation it resembles.
+RUNTIME_OPERATIONS = {
+    "invocations": "InvokeEndpoint",
+    "invocations-response-stream": "InvokeEndpointWithResponseStream",
+    "async-invocations": "InvokeEndpointAsync",
+}
+STREAM_PAYLOAD_EVENT = "PayloadPart"
+STREAM_MODEL_ERROR_EVENT = "ModelStreamError"
+STREAM_FAILURE_EVENT = "InternalStreamFailure"
+STREAM_ERROR_CODE = "ErrorCode"  # ModelStreamError's field, with one of the codes below
+STREAM_TIMEOUT_CODE = "ModelInvocationTimeExceeded"  # SageMaker's: the stream outlasted its time limit
+STREAM_BROKEN_CODE = "StreamBroken"  # SageMaker's: the connection to the container was reset or closed
+# (a generator that raises after its first part: ErrorCode.MODEL_ERROR)
 
 # --- media types ----------------------------------------------------------------------------------------
 JSON = "application/json"
@@ -63,6 +93,7 @@ class ErrorCode:
     MISSING_AUTHENTICATION_TOKEN = "MissingAuthenticationTokenException"
     MODEL_ERROR = "ModelError"
     MODEL_NOT_READY = "ModelNotReadyException"
+    UNKNOWN_OPERATION = "UnknownOperationException"
     THROTTLING = "ThrottlingException"
     REQUEST_TIMEOUT = "RequestTimeout"
     SERVICE_UNAVAILABLE = "ServiceUnavailable"
@@ -78,18 +109,22 @@ ERROR_STATUS = {
     ErrorCode.MISSING_AUTHENTICATION_TOKEN: 403,
     ErrorCode.MODEL_ERROR: 424,
     ErrorCode.MODEL_NOT_READY: 429,
+    ErrorCode.UNKNOWN_OPERATION: 404,
     ErrorCode.THROTTLING: 429,
     ErrorCode.REQUEST_TIMEOUT: 408,
     ErrorCode.SERVICE_UNAVAILABLE: 503,
     ErrorCode.INTERNAL_FAILURE: 500,
 }
 HEADERS_TOO_LARGE_STATUS = 431
+# A container's status for a content type or Accept its decoders lack (the toolkits' UnsupportedFormatError).
+UNSUPPORTED_MEDIA_TYPE_STATUS = 415
 # ModelError's extra fields: what the failing container answered.
 ORIGINAL_STATUS_CODE, ORIGINAL_MESSAGE, CONTAINER_HOSTNAME = (
     "OriginalStatusCode",
     "OriginalMessage",
     "ContainerHostname",
 )
+LOG_STREAM_ARN = "LogStreamArn"  # ModelError's field: where the failing container's logs are
 
 # --- gateway -> container hops (SageMaker's model-container contract, signed) -----------------------------
 INVOCATIONS_PATH = "/invocations"
@@ -100,6 +135,7 @@ STATS_PATH = "/_serving/stats"  # the supervisor's read of its container's count
 LOCAL_TFS_PATH = "/_serving/tfs"
 HOP_DATE_HEADER = "x-serving-hop-date"
 HOP_SIGNATURE_HEADER = "x-serving-hop-signature"
+HOP_STREAM_HEADER = "x-serving-hop-stream"  # "true": answer with an event stream of the model's chunks (signed)
 
 # --- a container's environment ---------------------------------------------------------------------------
 # Set by the control plane from the spec; a container's `Environment` cannot override them.

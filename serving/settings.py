@@ -27,7 +27,18 @@ class ServerSettings(BaseSettings):
     host: str = Field("127.0.0.1", description="Address the endpoint HTTP server binds.")
     port: int = Field(8080, ge=0, le=65535, description="Port of the endpoint HTTP server.")
     max_payload_mb: float = Field(6.0, gt=0, description="Largest request body accepted, in MB (SageMaker: 6).")
-    invocation_timeout_s: float = Field(60.0, gt=0, description="Longest time one invocation may take end to end.")
+    invocation_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="Longest time one invocation may take end to end (a response stream: until its first part).",
+    )
+    stream_timeout_s: float = Field(
+        300.0,
+        gt=0,
+        description="Longest time the last container's response stream (InvokeEndpointWithResponseStream) may "
+        "last, from its request to its last part; past it the caller gets a ModelStreamError "
+        "(ModelInvocationTimeExceeded) and the stream ends.",
+    )
     container_host: str = Field(
         "127.0.0.1",
         description="Address container replicas bind their data port to; 'node' for the Ray node's IP. Honoured "

@@ -45,6 +45,26 @@ def predict_fn(data, model, context):
     time.sleep(seconds)
     return {"slept": seconds}
 ''',
+    # InvokeEndpointWithResponseStream: output_fn returns a generator of JSON lines, each stamped with when it was
+    # made; {"count": N, "gap": S, "fail": K} makes N chunks S seconds apart and raises before chunk K.
+    "streamer": '''
+import json, time
+
+def input_fn(body, content_type):
+    return json.loads(body)
+
+def predict_fn(data, model):
+    return data
+
+def output_fn(prediction, accept):
+    def chunks():
+        for index in range(prediction.get("count", 3)):
+            if index == prediction.get("fail"):
+                raise ValueError("the generator broke at chunk %d" % index)
+            yield json.dumps({"index": index, "made": time.time()}) + "\\n"
+            time.sleep(prediction.get("gap", 0))
+    return chunks()  # a generator: each item is one part (content type: the Accept)
+''',
     # Echoes what it received, with its content type: proves the serial hand-off.
     "echo": '''
 import json
@@ -310,6 +330,8 @@ def endpoint_specs(demo: Path, handlers: dict[str, Path]) -> list[dict]:
             py("twin", "sleepy", Resources=TINY, AutoScaling={"MinCapacity": 2, "MaxCapacity": 2}),
             py("solo", "echo", Resources=TINY)]},
         {"EndpointName": "it-spare", "Containers": [py("only", "echo", Resources=TINY)]},
+        # tests/integration/test_response_stream.py: a container whose output_fn yields chunks
+        {"EndpointName": "it-stream", "Containers": [py("streamer", "streamer", Resources=TINY)]},
         {"EndpointName": "it-update", "Containers": [py("first", "echo", Resources=TINY),
                                                      py("second", "echo", Resources=TINY)]},
         # tests/security: a tenant's model that attacks its neighbour, the gateway and the cluster

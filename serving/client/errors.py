@@ -15,6 +15,7 @@ from serving.protocol import (
     CONTAINER_HOSTNAME,
     ERROR_STATUS,
     ERROR_TYPE_HEADER,
+    LOG_STREAM_ARN,
     ORIGINAL_MESSAGE,
     ORIGINAL_STATUS_CODE,
     ErrorCode,
@@ -62,7 +63,7 @@ class ServingClientError(Exception):
 
 
 class ValidationError(ServingClientError):
-    """400: unknown endpoint or container, bad header, unsupported content type, payload too large."""
+    """400: unknown endpoint or container, bad header, payload too large, a MultiModel TargetModel not found."""
 
     code = ErrorCode.VALIDATION
 
@@ -92,7 +93,8 @@ class MissingAuthenticationToken(AccessDenied):
 
 
 class ModelError(ServingClientError):
-    """424: the container or its model failed; says which container and what it answered."""
+    """424: the container answered an error (its model failed, or refused the input: 415 unsupported content type,
+    400 malformed body, 500 exception); says which container, what it answered, and where its logs are."""
 
     code = ErrorCode.MODEL_ERROR
 
@@ -108,11 +110,22 @@ class ModelError(ServingClientError):
     def container_hostname(self) -> str | None:
         return self.body.get(CONTAINER_HOSTNAME)
 
+    @property
+    def log_stream_arn(self) -> str | None:
+        """Where the failing container's process writes its output (a file on its replica's node)."""
+        return self.body.get(LOG_STREAM_ARN)
+
 
 class ModelNotReady(ServingClientError):
     """429: the container has no ready replica yet or is at its concurrency limit (retried by default)."""
 
     code = ErrorCode.MODEL_NOT_READY
+
+
+class UnknownOperation(ServingClientError):
+    """404/405: no operation of the server has that path and method."""
+
+    code = ErrorCode.UNKNOWN_OPERATION
 
 
 class ServiceUnavailable(ServingClientError):
@@ -159,6 +172,7 @@ _BY_CODE: dict[str, type[ServingClientError]] = {
         MissingAuthenticationToken,
         ModelError,
         ModelNotReady,
+        UnknownOperation,
         ServiceUnavailable,
         InternalFailure,
     )
@@ -199,6 +213,7 @@ __all__ = [
     "ModelNotReady",
     "ServiceUnavailable",
     "ServingClientError",
+    "UnknownOperation",
     "UnknownServerError",
     "UnrecognizedClient",
     "ValidationError",

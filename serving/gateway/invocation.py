@@ -17,22 +17,20 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from serving import protocol
 from serving.access.decision import EndpointAccess
 from serving.access.sigv4 import Caller, RawRequest
 from serving.config.async_inference import AsyncInferenceConfig
 from serving.errors import (
-    PASS_THROUGH_CODES,
     AccessDeniedError,
-    ModelError,
     ServiceUnavailableError,
-    ServingError,
     ThrottlingError,
     ValidationError,
-    error_from_wire,
 )
-from serving.gateway.transport import ContainerTransport, HopResponse
+from serving.gateway.failures import container_failure, timed_out
+from serving.gateway.transport import ContainerTransport, HopResponse, HopStream
 from serving.metrics.invocations import InvocationTrace
 from serving.models.store import validate_target
 from serving.settings import ServerSettings
@@ -80,6 +78,8 @@ class InvocationResult:
     body: bytes
     content_type: str
     headers: dict[str, str] = field(default_factory=dict)
+    # InvokeEndpointWithResponseStream: the last container's event-stream bytes as they arrive (`body` is empty)
+    chunks: HopStream | None = None
 
 
 class BodyBudget:
@@ -134,15 +134,24 @@ class Invocations:
         self.loaded = True  # False while a (re)started gateway has not read its table yet: 503, which clients retry
         self.preauth_budget = BodyBudget(settings.preauth_body_budget_bytes)
 
-    async def invoke(self, request: InvocationRequest, trace: InvocationTrace) -> InvocationResult:
-        """Every step of one invocation; raises ServingError (or whatever reading the body raises)."""
-        admission = await self.admit(request, trace)
-        body = await self.body_of(request, admission, trace)
-        return await self.run(admission, body, request.headers, trace)
+    async def invoke(
+        self, request: InvocationRequest, trace: InvocationTrace, *, stream: bool = False
+    ) -> InvocationResult:
+        """Every step of one invocation; raises ServingError (or whatever reading the body raises).
 
-    async def admit(self, request: InvocationRequest, trace: InvocationTrace, action: str | None = None) -> Admission:
+        `stream` (InvokeEndpointWithResponseStream): the same steps; the caller's Accept is its
+        `X-Amzn-SageMaker-Accept`, and the last container answers with an event stream that the result's
+        `chunks` hand on as it arrives (earlier containers of a Serial chain answer whole, as always).
+        """
+        admission = await self.admit(request, trace, stream=stream)
+        body = await self.body_of(request, admission, trace)
+        return await self.run(admission, body, request.headers, trace, stream=stream)
+
+    async def admit(
+        self, request: InvocationRequest, trace: InvocationTrace, action: str | None = None, *, stream: bool = False
+    ) -> Admission:
         """Every check before a container runs: the endpoint, its caller (allowed `action`, default
-        InvokeEndpoint), the chain, the headers. Raises ServingError."""
+        InvokeEndpoint), the chain, the headers (`stream`: InvokeEndpointWithResponseStream's). Raises ServingError."""
         name = request.endpoint
         endpoint = self.endpoints.get(name)
         if endpoint is None and not self.loaded:
@@ -159,7 +168,7 @@ class Invocations:
             assert endpoint.access is not None
             permission = {"action": action} if action is not None else {}
             endpoint.access.authorize(name, caller, chain, headers.get(protocol.TARGET_MODEL), **permission)
-        self._check_headers(headers)
+        self._check_headers(headers, stream)
         target_model = trace.model = self._check_target_model(endpoint, chain, headers)
         return Admission(endpoint, chain, target_model, body)
 
@@ -174,17 +183,35 @@ class Invocations:
         headers: Mapping[str, str],
         trace: InvocationTrace,
         timeout: float | None = None,
+        *,
+        stream: bool = False,
     ) -> InvocationResult:
-        """The admitted chain on `body`; `headers` give what is forwarded, `timeout` replaces the server's."""
+        """The admitted chain on `body`; `headers` give what is forwarded, `timeout` replaces the server's,
+        `stream` asks the last container for an event stream (the result's `chunks`)."""
         forwarded = {key: headers[key] for key in _FORWARDED if key in headers}
+        if stream:
+            forwarded.pop("accept", None)
+            if protocol.STREAM_ACCEPT in headers:
+                forwarded["accept"] = headers[protocol.STREAM_ACCEPT]
         endpoint, target_model = admission.endpoint, admission.target_model
         last = await self._run_chain(
-            endpoint, admission.chain, body, forwarded, affinity=target_model, trace=trace, timeout=timeout
+            endpoint,
+            admission.chain,
+            body,
+            forwarded,
+            affinity=target_model,
+            trace=trace,
+            timeout=timeout,
+            stream=stream,
         )
         response_headers = {protocol.INVOKED_VARIANT: protocol.DEFAULT_VARIANT}
         if last.custom_attributes:
             response_headers[protocol.CUSTOM_ATTRIBUTES] = last.custom_attributes
-        return InvocationResult(last.body, last.content_type or protocol.OCTET_STREAM, response_headers)
+        content_type = last.content_type or protocol.OCTET_STREAM
+        if last.chunks is not None:
+            response_headers[protocol.STREAM_CONTENT_TYPE] = content_type
+            return InvocationResult(b"", protocol.EVENT_STREAM, response_headers, chunks=last.chunks)
+        return InvocationResult(last.body, content_type, response_headers)
 
     async def _authenticate(
         self, endpoint: EndpointRoute, request: InvocationRequest, trace: InvocationTrace
@@ -229,7 +256,11 @@ class Invocations:
             )
         return (target,)
 
-    def _check_headers(self, headers: Mapping[str, str]) -> None:
+    def _check_headers(self, headers: Mapping[str, str], stream: bool = False) -> None:
+        if stream:
+            for header, parameter in protocol.STREAM_UNSUPPORTED.items():
+                if header in headers:
+                    raise ValidationError(f"{parameter} ({header}) is not supported by this endpoint server")
         variant = headers.get(protocol.TARGET_VARIANT)
         if variant is not None and variant != protocol.DEFAULT_VARIANT:
             raise ValidationError(
@@ -296,6 +327,7 @@ class Invocations:
         affinity: str | None = None,
         trace: InvocationTrace | None = None,
         timeout: float | None = None,
+        stream: bool = False,
     ) -> HopResponse:
         trace = trace if trace is not None else InvocationTrace()
         timeout = timeout if timeout is not None else self.settings.invocation_timeout_s
@@ -312,8 +344,13 @@ class Invocations:
             remaining = deadline - loop.time()
             trace.failed_container = container  # until it answers well
             if remaining <= 0:
-                raise _timed_out(container, timeout)
+                raise timed_out(container, timeout)
             sent = time.perf_counter()
+            # only the last container streams; its stream outlasts the deadline, which bounds its first byte
+            last_streams = stream and position == len(chain)
+            streamed: dict[str, Any] = (
+                {"stream": True, "stream_timeout": self.settings.stream_timeout_s} if last_streams else {}
+            )
             try:
                 response = await asyncio.wait_for(
                     self.transport.send(
@@ -323,53 +360,28 @@ class Invocations:
                         hop_headers,
                         remaining,
                         affinity=affinity if container in endpoint.multi_model else None,
+                        **streamed,
                     ),
                     remaining,
                 )
             except TimeoutError:
                 trace.hops.append((container, time.perf_counter() - sent))
-                raise _timed_out(container, timeout) from None
+                raise timed_out(container, timeout) from None
             trace.hops.append((container, time.perf_counter() - sent))
             if container in endpoint.multi_model and _answered_for_model(response):
                 trace.model_confirmed = True
             if response.status >= 400:
-                raise _container_failure(endpoint, container, position, len(chain), response)
+                raise container_failure(endpoint.name, container, position, len(chain), response)
             trace.failed_container = None
             attributes = response.custom_attributes or attributes
             body = response.body
             if response.content_type:
                 headers["content-type"] = response.content_type
         assert response is not None
-        return HopResponse(response.status, response.body, response.content_type, attributes)
+        return replace(response, custom_attributes=attributes)
 
 
 def _answered_for_model(response: HopResponse) -> bool:
     """Whether a MultiModel container's answer shows that it resolved the TargetModel to a model: it says so
     (`protocol.MODEL_RESOLVED`, also on a model's own error), or it answered with success."""
     return response.model_resolved or response.status < 400
-
-
-def _timed_out(container: str, timeout: float) -> ModelError:
-    return ModelError(
-        f"Your invocation timed out while waiting for a response from container {container} ({timeout:g} s).",
-        container=container,
-        original_status=408,
-        original_message="invocation timeout",
-    )
-
-
-def _container_failure(
-    endpoint: EndpointRoute, container: str, position: int, length: int, response: HopResponse
-) -> ServingError:
-    where = f"container {container}" if length == 1 else f"container {container} (position {position} of {length})"
-    reported = error_from_wire(response.body)
-    if reported is not None and reported.code in PASS_THROUGH_CODES:
-        reported.message = f"{where}: {reported.message}"
-        return reported
-    original = reported.message if reported is not None else response.body[:1024].decode("utf-8", "replace")
-    return ModelError(
-        f'Received server error ({response.status}) from {where} with message "{original}".',
-        container=container,
-        original_status=response.status,
-        original_message=original,
-    )

@@ -12,15 +12,17 @@ import logging
 import time
 from urllib.parse import quote
 
+from starlette.background import BackgroundTask
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from serving._malloc import keep_large_blocks_in_mmap
 from serving.access.sigv4 import RawRequest
 from serving.errors import InternalFailureError, ServingError
 from serving.gateway.async_invocations import AsyncInvocations
-from serving.gateway.invocation import EndpointRoute, InvocationRequest, Invocations
+from serving.gateway.invocation import EndpointRoute, InvocationRequest, InvocationResult, Invocations
+from serving.gateway.streaming import relay
 from serving.gateway.transport import ContainerTransport
 from serving.http.responses import error_response
 from serving.metrics.invocations import (
@@ -64,16 +66,30 @@ class Router:
         self.invocations.loaded = value
 
     def routes(self) -> list[Route]:
-        return [Route("/endpoints/{name}/invocations", self.invoke, methods=["POST"]), *self.async_invocations.routes()]
+        return [
+            Route("/endpoints/{name}/invocations", self.invoke, methods=["POST"]),
+            Route("/endpoints/{name}/invocations-response-stream", self.invoke_stream, methods=["POST"]),
+            *self.async_invocations.routes(),
+        ]
 
     async def invoke(self, request: Request) -> Response:
+        return await self._answer(request, stream=False)
+
+    async def invoke_stream(self, request: Request) -> Response:
+        """InvokeEndpointWithResponseStream: the same pipeline; errors before the first part are answered as
+        InvokeEndpoint's, later ones as an error event that ends the stream (`gateway.streaming`)."""
+        return await self._answer(request, stream=True)
+
+    async def _answer(self, request: Request, stream: bool) -> Response:
         started = time.perf_counter()
         trace = InvocationTrace()
         invocation = InvocationRequest(
             request.path_params["name"], request.headers, request.stream, lambda: _raw_request(request)
         )
         try:
-            result = await self.invocations.invoke(invocation, trace)
+            result = await self.invocations.invoke(invocation, trace, stream=stream)
+            if result.chunks is not None:
+                return _streamed(result, trace, started)
             # The container's Content-Type exactly as it set it (media_type= would add "; charset=utf-8" to text/*).
             response = Response(result.body, headers={**result.headers, "content-type": result.content_type})
         except ClientDisconnect:  # the client left (or was cut off) mid-body: its doing, not a failure of ours
@@ -89,6 +105,36 @@ class Router:
             response.headers["connection"] = "close"
         record_invocation(trace, response.status_code, time.perf_counter() - started)
         return response
+
+
+def _streamed(result: InvocationResult, trace: InvocationTrace, started: float) -> Response:
+    """The event-stream response; the invocation is counted once, when the stream ends however it ends."""
+    hop = result.chunks
+    assert hop is not None
+    first_part = time.perf_counter()
+    recorded = False
+
+    def finished(status: int) -> None:
+        nonlocal recorded
+        hop.close()  # also when the stream never started (the caller left first)
+        if recorded:
+            return
+        recorded = True
+        now = time.perf_counter()
+        if trace.hops:  # the last hop lasted until its stream ended
+            container, seconds = trace.hops[-1]
+            trace.hops[-1] = (container, seconds + now - first_part)
+        if status >= 400:
+            trace.failed_container = trace.chain[-1]
+        record_invocation(trace, status, now - started)
+
+    container = trace.chain[-1]
+    return StreamingResponse(
+        relay(hop, container, finished),
+        headers=result.headers,
+        media_type=result.content_type,
+        background=BackgroundTask(finished, 200),
+    )
 
 
 def _raw_request(request: Request) -> RawRequest:

@@ -7,13 +7,18 @@ replica dying, a keep-alive connection the replica just closed) is retried once 
 replica, within the caller's deadline: inference is idempotent unless the container says
 otherwise (`SERVING_IDEMPOTENT: "false"`). A connection lost after the answer began is
 never retried: the container reported, or may have reported, something.
+
+A streamed hop (InvokeEndpointWithResponseStream) is handed on as its bytes arrive: aiohttp's read buffer
+(64 KiB before it stops reading the socket) is all it holds, so a slow caller slows the container rather than
+filling the gateway's memory. Its replica counts as busy until the stream ends; closing the stream closes the
+connection, which the container sees as its caller gone.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -44,6 +49,13 @@ class HopResponse:
     content_type: str | None
     custom_attributes: str | None
     model_resolved: bool = False  # a MultiModel container answered about a model it resolved
+    platform: bool = False  # an error answer the container marks as the platform's refusal, not its model's
+    log_stream: str | None = None  # where the container's logs are (on its error answers)
+    chunks: HopStream | None = None  # a streamed answer's body, as it arrives (`body` is then empty)
+
+
+class StreamBroken(Exception):
+    """The connection to a container broke while its answer was streaming."""
 
 
 # What aiohttp would add to a request that lacks them (and what containers have always received then).
@@ -143,14 +155,20 @@ class ContainerTransport:
         headers: dict[str, str],
         timeout: float,
         affinity: str | None = None,
+        stream: bool = False,
+        stream_timeout: float | None = None,
     ) -> HopResponse:
         """POST /invocations on one replica of the container; raises ModelNotReadyError if none answers.
 
         `affinity`: a MultiModel request's TargetModel, routed to the replica that holds it when it can.
+        `stream`: ask for an event stream; a successful answer returns once its headers arrive, with `chunks`
+        (bounded by `stream_timeout` in all, raising TimeoutError past it, StreamBroken if the connection breaks).
         """
         assert self._session is not None, "transport not started"
         key = (endpoint, container)
         home_key = (endpoint, container, affinity) if affinity is not None else None
+        if stream:
+            headers = {**headers, protocol.HOP_STREAM_HEADER: "true"}
         if self._hop_key is not None:
             headers = _with_defaults(headers)  # sign exactly what arrives: no header added after signing
             headers.update(
@@ -169,19 +187,31 @@ class ContainerTransport:
                     "concurrent requests; retry shortly"
                 )
             replica.in_flight += 1
-            answered = False
+            answered, held = False, False
             try:
-                async with self._session.post(
-                    replica.invocations_url, data=body, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout)
-                ) as response:
-                    answered = True
+                total = stream_timeout if stream else timeout
+                response = await self._session.post(
+                    replica.invocations_url, data=body, headers=headers, timeout=aiohttp.ClientTimeout(total=total)
+                )
+                answered = True
+                streaming = stream and response.status < 400
+                try:
                     answer = HopResponse(
                         status=response.status,
-                        body=await response.read(),
-                        content_type=response.headers.get("content-type"),
+                        body=b"" if streaming else await response.read(),
+                        content_type=response.headers.get(
+                            protocol.STREAM_CONTENT_TYPE if streaming else "content-type"
+                        ),
                         custom_attributes=response.headers.get(protocol.CUSTOM_ATTRIBUTES),
                         model_resolved=response.headers.get(protocol.MODEL_RESOLVED) == "true",
+                        platform=response.headers.get(protocol.PLATFORM_ERROR) == "true",
+                        log_stream=response.headers.get(protocol.LOG_STREAM),
+                        chunks=HopStream(response, replica) if streaming else None,
                     )
+                    held = streaming  # the stream releases the replica and the connection when it ends
+                finally:
+                    if not held:
+                        response.release()
                 if home_key is not None and answer.status < 400:  # it holds the model now
                     self._remember(home_key, replica.url)
                 return answer
@@ -202,8 +232,36 @@ class ContainerTransport:
                 # The answer was under way: never retry it, report the container as failed.
                 raise _lost(container, error) from None
             finally:
-                replica.in_flight -= 1
+                if not held:
+                    replica.in_flight -= 1
         raise ModelNotReadyError(f"container {container} of endpoint {endpoint} has no ready replica; retry shortly")
+
+
+class HopStream:
+    """A streamed answer's bytes as they arrive. Its replica counts as busy and its connection stays open until
+    `close()` (idempotent; also when the bytes run out or the connection breaks)."""
+
+    def __init__(self, response: aiohttp.ClientResponse, replica: Replica) -> None:
+        self._response = response
+        self._replica: Replica | None = replica
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._chunks()
+
+    async def _chunks(self) -> AsyncIterator[bytes]:
+        try:
+            async for data in self._response.content.iter_any():
+                yield data
+        except aiohttp.ClientError as error:
+            raise StreamBroken(str(error) or type(error).__name__) from None
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self._replica is not None:
+            self._replica.in_flight -= 1
+            self._replica = None
+            self._response.close()  # not back to the pool: a stream left unfinished must end at the container too
 
 
 def _lost(container: str, error: Exception) -> ModelError:

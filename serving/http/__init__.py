@@ -1,4 +1,5 @@
 """HTTP serving plumbing shared by the gateway and the model server: uvicorn on its own thread (`server`),
 what one client may cost before the app sees its request (`limits`), and where an error becomes a response
-(`responses`: the one exception handler and the app factory every server app is built with).
+(`responses`: the one exception handler and the app factory every server app is built with), and AWS
+event-stream messages (`eventstream`, for response streams).
 """

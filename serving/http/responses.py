@@ -13,12 +13,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute
 
 from serving import protocol
-from serving.errors import InternalFailureError, ServingError, wire_error
+from serving.errors import InternalFailureError, ServingError, UnknownOperationError, ValidationError, wire_error
 
 logger = logging.getLogger("serving.http")
 
@@ -44,7 +45,36 @@ async def _unexpected(request: Request, error: Exception) -> Response:
     return error_response(InternalFailureError("internal failure in the endpoint server"))
 
 
-EXCEPTION_HANDLERS: dict[Any, Callable] = {ServingError: _serving_error, Exception: _unexpected}
+_NOT_FOUND, _NOT_ALLOWED = 404, 405
+_SHOWN_PATH = 200  # characters of a request's path repeated in an answer
+
+
+async def _http_error(request: Request, error: Exception) -> Response:
+    """Starlette's own refusals (no route, another method) in the documented shape, never its plain text."""
+    assert isinstance(error, HTTPException)
+    method, path = request.method, request.url.path[:_SHOWN_PATH]
+    if error.status_code not in (_NOT_FOUND, _NOT_ALLOWED):
+        return error_response(ValidationError(f"{method} {path}: {error.detail}"))
+    operation = (
+        protocol.RUNTIME_OPERATIONS.get(path.rstrip("/").rsplit("/", 1)[-1]) if path.startswith("/endpoints/") else None
+    )
+    if error.status_code == _NOT_ALLOWED:
+        what = f"{operation} is POST {path}" if operation else f"{path} does not take {method}"
+        message = f"unknown operation {method} {path}: {what}"
+    elif operation:
+        message = f"operation {operation} ({method} {path}) is not supported by this endpoint server"
+    else:
+        message = f"unknown operation {method} {path}"
+    response = error_response(UnknownOperationError(message, error.status_code))
+    response.headers.update(error.headers or {})  # Allow, on 405
+    return response
+
+
+EXCEPTION_HANDLERS: dict[Any, Callable] = {
+    ServingError: _serving_error,
+    HTTPException: _http_error,
+    Exception: _unexpected,
+}
 
 
 def serving_app(routes: Sequence[BaseRoute], lifespan: Callable | None = None) -> Starlette:

@@ -10,6 +10,7 @@ counters and metric events it records on the container's behalf.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -23,9 +24,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from serving import protocol
-from serving.errors import AccessDeniedError, ContainerAnswerError, ServingError, failure_message
+from serving.errors import AccessDeniedError, ContainerAnswerError, ContainerError, ServingError
 from serving.http.responses import error_response, json_response, serving_app
 from serving.model_server.events import EventLog
+from serving.model_server.streaming import stream_answer
 from serving.model_server.tfs_rest import LocalRest
 from serving.models.multimodel import MultiModelHandler
 from serving.runtimes import InvocationContext, Runtime
@@ -54,11 +56,13 @@ class ContainerApp:
         model_latency: Callable[[float], None] | None = None,
         hop_key: bytes | None = None,
         events: EventLog | None = None,
+        log_stream: str | None = None,
     ) -> None:
         """`model_latency(seconds)` receives each SingleModel invocation's model time (MultiModel: the
         handler reports it, since only it can leave out the load). `hop_key`: refuse requests the
         gateway did not sign for this container (None only in tests that run no gateway).
-        `events`: drained by `GET /_serving/stats`."""
+        `events`: drained by `GET /_serving/stats`. `log_stream`: where this process's output goes, told to
+        the gateway on every error answer (the caller's ModelError names it as LogStreamArn)."""
         if (runtime is None) == (models is None):
             raise ValueError("give a runtime (SingleModel) or models (MultiModel)")
         self.runtime = runtime
@@ -67,6 +71,7 @@ class ContainerApp:
         self.hostname = hostname
         self.hop_key = hop_key
         self.events = events
+        self.log_stream = log_stream
         self.in_flight = 0
         self.invocations = 0
         self.refused = 0  # requests refused for a missing or bad hop signature
@@ -145,6 +150,7 @@ class ContainerApp:
         self.in_flight += 1
         self.invocations += 1
         context = InvocationContext()
+        streaming = False
         try:
             if self.hop_key is not None and hops.SIGNATURE_HEADER not in request.headers:
                 refusal = self._refusal(request, b"")  # unsigned: refused before its body is read
@@ -159,6 +165,10 @@ class ContainerApp:
             context.custom_attributes = headers.get(protocol.CUSTOM_ATTRIBUTES)
             context.target_model = headers.get(protocol.TARGET_MODEL)
             context.inference_id = headers.get(protocol.INFERENCE_ID)
+            if headers.get(protocol.HOP_STREAM_HEADER) == "true":
+                response = await self._stream(request, body, headers, context)
+                streaming = True  # in flight until the stream ends
+                return response
             if self.models is not None:
                 out, content_type = await self.models.ainvoke(
                     body, headers.get("content-type"), headers.get("accept"), context
@@ -180,10 +190,55 @@ class ContainerApp:
             return _resolved(Response(out, status_code=context.response_status, headers=response_headers), context)
         except ContainerAnswerError as answer:  # the framework container's own error answer, as it sends it
             return _resolved(Response(answer.raw, status_code=answer.status, media_type=answer.content_type), context)
-        except ServingError as error:
-            return _resolved(error_response(error), context)
-        except Exception as error:  # the model failed: report it, keep serving
-            logger.exception("container %s: invocation failed", self.hostname)
-            return _resolved(error_response(ServingError(failure_message(error))), context)  # no paths of this machine
+        except Exception as error:
+            return self._failure(error, context)
         finally:
+            if not streaming:
+                self.in_flight -= 1
+
+    async def _stream(self, request: Request, body: bytes, headers: Any, context: InvocationContext) -> Response:
+        """The model's chunks as an event stream (a MultiModel container's whole answer, as one part)."""
+        content_type, accept = headers.get("content-type"), headers.get("accept")
+        started = time.perf_counter()
+        chunks: Any
+        if self.models is not None:
+            out, out_type = await self.models.ainvoke(body, content_type, accept, context)
+            chunks = iter((out,))
+        else:
+            assert self.runtime is not None
+            if self.local_rest is not None:
+                context.local_api = self.local_rest.base_url(request)
+            chunks, out_type = await asyncio.to_thread(self.runtime.invoke_chunks, body, content_type, accept, context)
+        response_headers = {}
+        if context.response_custom_attributes:
+            response_headers[protocol.CUSTOM_ATTRIBUTES] = context.response_custom_attributes
+
+        def done() -> None:
             self.in_flight -= 1
+            if self.models is None and self.model_latency is not None:  # the model's time, to its last chunk
+                self.model_latency(time.perf_counter() - started)
+
+        return _resolved(await stream_answer(chunks, out_type, response_headers, self.hostname, done), context)
+
+    def _failure(self, error: Exception, context: InvocationContext) -> Response:
+        """The error answer. The platform's own refusals (a MultiModel TargetModel it cannot resolve) are marked
+        as such; whatever the model, runtime or handler raised is a ContainerError with the status AWS's
+        toolkits give it, which the gateway reports as ModelError (so no code a model raises passes for the
+        platform's)."""
+        platform = (
+            isinstance(error, ServingError)
+            and not isinstance(error, ContainerError)
+            and self.models is not None
+            and not context.model_resolved
+        )
+        if platform:
+            assert isinstance(error, ServingError)
+            response = error_response(error)
+            response.headers[protocol.PLATFORM_ERROR] = "true"
+        else:
+            if not isinstance(error, ServingError):  # the model failed: report it, keep serving
+                logger.exception("container %s: invocation failed", self.hostname)
+            response = error_response(ContainerError.of(error))  # no paths of this machine, no traceback
+        if self.log_stream:
+            response.headers[protocol.LOG_STREAM] = self.log_stream
+        return _resolved(response, context)

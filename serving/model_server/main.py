@@ -99,11 +99,20 @@ def _serve(config: dict):
             model_latency=events.model_latency,
             **config["multi_model"],
         )
-        app = ContainerApp(None, hostname, models=models, hop_key=hop_key, events=events)
+        app = ContainerApp(
+            None, hostname, models=models, hop_key=hop_key, events=events, log_stream=config.get("log_stream")
+        )
     else:
         runtime = runtime_for(config["image"], materialize(config["model_data"]), environment)
         runtime.load()
-        app = ContainerApp(runtime, hostname, model_latency=events.model_latency, hop_key=hop_key, events=events)
+        app = ContainerApp(
+            runtime,
+            hostname,
+            model_latency=events.model_latency,
+            hop_key=hop_key,
+            events=events,
+            log_stream=config.get("log_stream"),
+        )
     listener = socket.socket(fileno=config["listen_fd"])
     server = BackgroundServer(app, sock=listener)
     if not server.wait_started():

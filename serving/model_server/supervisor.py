@@ -59,6 +59,17 @@ _PASSED_PREFIXES = ("LC_",)
 _BOOTSTRAP = "import runpy, sys; sys.path.insert(0, sys.argv[1]); runpy.run_module('serving.model_server.main', run_name='__main__')"
 
 
+def log_stream() -> str | None:
+    """Where a container process's output goes: the file behind the stderr it inherits from its supervisor
+    (on Ray, the replica worker's `worker-*.err` in the node's session log folder), or None when that is
+    not a file (a terminal, a pipe). Told to callers as the LogStreamArn of the container's errors."""
+    try:
+        target = os.readlink("/proc/self/fd/2")  # the descriptor the child inherits, whatever sys.stderr is now
+    except OSError:
+        return None
+    return target if target.startswith("/") and os.path.isfile(target) else None
+
+
 class ContainerStartError(RuntimeError):
     """The container process exited before serving: its model did not load, or the sandbox failed."""
 
@@ -169,6 +180,7 @@ class ContainerProcess:
             "lifeline_fd": lifeline_r,
             "sandbox": {"mode": self.config.sandbox, **paths},
             "sys_path": [p for p in sys.path if p],
+            "log_stream": log_stream(),
         }
         try:
             self.process = subprocess.Popen(

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from serving.errors import ValidationError
+from serving.errors import ContainerError, ValidationError
 from serving.models.artifacts import ARCHIVE_SUFFIXES
 from serving.models.cache import CacheObserver, ModelCache
 from serving.models.memory import approximate_memory, process_memory
@@ -93,7 +93,11 @@ class MultiModelHandler:
             runtime.model_name = target  # the hooks' context.model_name, as MMS names a multi-model endpoint's model
             # An unpacked archive is one model whatever its layout; a folder is the model only at its top.
             runtime.nested_layouts = target.endswith(ARCHIVE_SUFFIXES) and model_dir.is_relative_to(self.cache_dir)
-            runtime.load()
+            try:
+                runtime.load()
+            except Exception as error:  # the model's own code failed: its error, never a platform refusal
+                logger.exception("container %s: model %s failed to load", self.hostname, target)
+                raise ContainerError.of(error) from error
         return runtime
 
     def _unload(self, runtime: Runtime) -> None:

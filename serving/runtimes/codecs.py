@@ -1,8 +1,9 @@
 """Content types the default handlers understand: JSON, CSV and NPY.
 
 Decoding never unpickles (`allow_pickle=False`), and every malformed or unsupported
-payload becomes a `ValidationError` that names the content type, found before it costs
-much: JSON nesting is measured before parsing (the parser would recurse), an NPY body
+payload becomes a `ValidationError` that names the content type (a container answers a
+malformed one with 400, an unsupported one, `UnsupportedFormatError`, with 415 as AWS's
+toolkits do), found before it costs much: JSON nesting is measured before parsing (the parser would recurse), an NPY body
 must be exactly as long as its header declares (before anything is allocated), and CSV
 fields stay within the csv module's limit.
 """
@@ -17,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from serving.errors import ValidationError
+from serving.errors import UnsupportedFormatError, ValidationError
 from serving.protocol import CSV, JSON, NPY
 
 SUPPORTED = (JSON, CSV, NPY)
@@ -47,7 +48,9 @@ def decode(body: bytes, content_type: str | None) -> Any:
             return np.load(io.BytesIO(body), allow_pickle=False)
     except (ValueError, UnicodeDecodeError, EOFError, csv.Error, RecursionError) as error:
         raise ValidationError(f"request body is not valid {kind}: {error}") from None
-    raise ValidationError(f"unsupported content type {content_type or '(none)'!r}; supported: {', '.join(SUPPORTED)}")
+    raise UnsupportedFormatError(
+        f"unsupported content type {content_type or '(none)'!r}; supported: {', '.join(SUPPORTED)}"
+    )
 
 
 def _too_deep(body: bytes) -> bool:
@@ -106,7 +109,7 @@ def choose_accept(accept: str | None) -> str:
             return kind
         if kind in ("*/*", "application/*"):
             return DEFAULT_ACCEPT
-    raise ValidationError(f"unsupported Accept {accept!r}; supported: {', '.join(SUPPORTED)}")
+    raise UnsupportedFormatError(f"unsupported Accept {accept!r}; supported: {', '.join(SUPPORTED)}")
 
 
 def _jsonable(value: Any) -> Any:

@@ -29,6 +29,7 @@ SIGNED_HEADERS = (
     protocol.TARGET_MODEL.lower(),
     protocol.CUSTOM_ATTRIBUTES.lower(),
     protocol.INFERENCE_ID.lower(),
+    protocol.HOP_STREAM_HEADER,  # a captured hop cannot be turned into a stream or back
 )
 
 

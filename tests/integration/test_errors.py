@@ -38,10 +38,41 @@ def test_target_header_on_serial_endpoint(server):
     assert_error(server.invoke("it-serial", ROW, target="classifier"), 400, "ValidationError", "Serial")
 
 
-def test_unsupported_content_type_is_a_validation_error(server):
-    body = assert_error(server.invoke("it-single", b"<xml/>", content_type="application/xml"), 400,
-                        "ValidationError", "application/xml", "container only")
-    assert "ModelError" not in body["message"]
+def test_unsupported_content_type_is_a_model_error_with_the_containers_415(server):
+    # SageMaker reports every non-2xx answer of a model container as ModelError, with the container's status.
+    body = assert_error(server.invoke("it-single", b"<xml/>", content_type="application/xml"), 424,
+                        "ModelError", "application/xml", "container only", "(415)")
+    assert body["OriginalStatusCode"] == 415
+    assert "unsupported content type 'application/xml'" in body["OriginalMessage"]
+
+
+def test_unknown_operation_is_sagemaker_shaped(server):
+    for method, path, words in [("POST", "/endpoints/it-single/foo", ["POST /endpoints/it-single/foo"]),
+                                ("GET", "/endpoints/it-single/invocations", ["InvokeEndpoint", "GET"])]:
+        response = server.http.request(method, path)
+        assert response.headers["x-amzn-errortype"] == "UnknownOperationException", response.text
+        assert response.json()["__type"] == "UnknownOperationException"
+        for word in words:
+            assert word in response.json()["message"]
+
+
+def test_boto3_model_error_has_original_status_and_log_stream(server):
+    import boto3
+    from botocore.config import Config
+
+    runtime = boto3.client("sagemaker-runtime", endpoint_url=server.url, region_name="us-east-1",
+                           aws_access_key_id="test", aws_secret_access_key="test",
+                           config=Config(retries={"max_attempts": 1}))
+    for kwargs, status in [({"EndpointName": "it-single", "ContentType": "application/xml", "Body": b"<xml/>"}, 415),
+                           ({"EndpointName": "it-direct", "TargetContainerHostname": "faulty",
+                             "ContentType": "application/json", "Body": b"[[1.0]]"}, 500)]:
+        with pytest.raises(runtime.exceptions.ModelError) as raised:
+            runtime.invoke_endpoint(**kwargs)
+        error = raised.value.response
+        assert error["ResponseMetadata"]["HTTPStatusCode"] == 424
+        assert error["OriginalStatusCode"] == status
+        # where the container process's output goes: its replica worker's log file on the node
+        assert error["LogStreamArn"].startswith("/") and error["LogStreamArn"].endswith(".err"), error
 
 
 def test_payload_over_the_limit(server):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from serving.errors import ValidationError
+from serving.errors import ContainerError, ValidationError
 from serving.models.multimodel import MultiModelHandler
 from serving.models.store import ModelStore
 from serving.runtimes import InvocationContext, runtime_for
@@ -87,8 +87,10 @@ def test_multimodel_tensorflow_does_not_descend_into_a_sub_model(hetero_models: 
     handler = MultiModelHandler("tensorflow", str(root), {}, hostname="mm")
 
     async def scenario() -> None:
-        with pytest.raises(FileNotFoundError, match="no SavedModel"):
+        # the model failed to load: its own error (ModelError 500 for the caller), not a platform refusal
+        with pytest.raises(ContainerError, match="FileNotFoundError: no SavedModel") as raised:
             await handler.ainvoke(b"[[1, 2, 3]]", "application/json", None, InvocationContext(target_model="secret"))
+        assert raised.value.status == 500 and isinstance(raised.value.__cause__, FileNotFoundError)
         assert handler.cache.loaded_models() == []
 
     try:

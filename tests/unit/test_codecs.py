@@ -88,7 +88,9 @@ def test_decode_refuses_with_a_validation_error_naming_the_type(body: bytes, con
     with pytest.raises(ValidationError) as caught:
         codecs.decode(body, content_type)
     assert named in caught.value.message
-    assert caught.value.status == 400 and caught.value.code == "ValidationError"
+    # a container answers a malformed body with 400, an unsupported content type with 415 (the toolkits' codes)
+    expected = 415 if named.startswith("'") or named == "(none)" else 400
+    assert caught.value.status == expected and caught.value.code == "ValidationError"
 
 
 def test_pickled_npy_is_refused_without_running_it(tmp_path) -> None:

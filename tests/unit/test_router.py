@@ -412,15 +412,22 @@ def test_wrong_feature_count_is_a_model_error(client: httpx.Client) -> None:
     ],
     ids=["content type", "accept"],
 )
-def test_container_validation_error_passes_through(client: httpx.Client, headers: dict[str, str], fragment: str) -> None:
-    assert_error(invoke(client, "single", headers=headers), 400, "ValidationError", "container iris: ", fragment)
+def test_unsupported_format_is_a_model_error_with_the_containers_415(
+    client: httpx.Client, headers: dict[str, str], fragment: str
+) -> None:
+    # SageMaker reports every non-2xx answer of a model container as ModelError; the toolkits answer 415 here.
+    body = assert_error(invoke(client, "single", headers=headers), 424, "ModelError",
+                        "Received client error (415) from container iris", fragment)
+    assert body["OriginalStatusCode"] == 415
+    assert fragment in body["OriginalMessage"]
 
 
-def test_serial_validation_error_names_the_position(client: httpx.Client) -> None:
-    assert_error(
-        invoke(client, "pipeline", {"rows": ROWS}), 400, "ValidationError",
-        "container scaler (position 1 of 3)", '"instances" or "inputs"',
+def test_serial_bad_payload_is_a_model_error_naming_the_position(client: httpx.Client) -> None:
+    body = assert_error(
+        invoke(client, "pipeline", {"rows": ROWS}), 424, "ModelError",
+        "(400) from container scaler (position 1 of 3)", '"instances" or "inputs"',
     )
+    assert body["OriginalStatusCode"] == 400
 
 
 # --- a container that holds requests: timeouts and the per-replica concurrency bound ------------
