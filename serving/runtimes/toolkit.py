@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from serving import errors
 from serving.protocol import CSV, JSON, NPY
 from serving.runtimes import codecs
 
@@ -25,23 +26,22 @@ NPZ = "application/x-npz"
 UTF8_TYPES = (JSON, CSV)  # the toolkits hand a user input_fn these as str, everything else as bytes
 ANY = "*/*"
 ENCODABLE = (JSON, CSV, NPY)
-UNSUPPORTED_MEDIA_TYPE = 415
 
 
-class UnsupportedFormatError(Exception):
-    """The toolkit's error for a content type no decoder/encoder knows; the container answers 415."""
-
-    status_code = UNSUPPORTED_MEDIA_TYPE
+class UnsupportedFormatError(errors.UnsupportedFormatError):
+    """The toolkit's error for a content type no decoder/encoder knows, with its message; the container answers 415."""
 
     def __init__(self, content_type: str | None) -> None:
-        self.message = textwrap.dedent(
-            f"""Content type {content_type} is not supported by this framework.
+        super().__init__(
+            textwrap.dedent(
+                f"""Content type {content_type} is not supported by this framework.
 
             Please implement input_fn to to deserialize the request data or an output_fn to
             serialize the response. For more information, see the SageMaker Python SDK README."""
+            )
         )
+        self.status_code = self.status
         self.phrase = self.message
-        super().__init__(self.message)
 
 
 def request_data(body: bytes, content_type: str | None) -> bytes | str:
