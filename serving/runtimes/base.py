@@ -62,6 +62,7 @@ class Runtime:
         self.environment = dict(environment)
         self.default_accept = self.environment.get(DEFAULT_ACCEPT_ENV, codecs.DEFAULT_ACCEPT)
         self._hooks: dict[str, Callable[..., Any]] = {}
+        self._arity: dict[str, int | None] = {}
         self._code: UserCode | None = None
         self.model: Any = None
         self.load_context = InvocationContext()
@@ -105,6 +106,7 @@ class Runtime:
             self.model_dir, self.environment.get(PROGRAM_ENV), self.environment.get(SUBMIT_DIRECTORY_ENV)
         )
         self._hooks = self._code.hooks if self._code is not None else {}
+        self._arity = {name: _parameter_count(function) for name, function in self._hooks.items()}  # once, not per call
         try:
             self._check_hooks()
             self._check_requirements()
@@ -195,9 +197,8 @@ class Runtime:
     def _run_hook(self, hook: str, context: InvocationContext, *args: Any) -> Any:
         """Call a user's hook as the toolkit does: with the context when it takes one argument more."""
         function = self._hooks[hook]
-        try:
-            count = len(inspect.signature(function).parameters)
-        except (TypeError, ValueError):
+        count = self._arity.get(hook)
+        if count is None:
             count = len(args)
         if count == len(args) + 1:
             return function(*args, context)
@@ -211,6 +212,14 @@ class Runtime:
             return _chunks(parts), context.response_content_type or _first_type(accept)
         body, response_type = _normalize(result, accept, context)
         return iter((body,)), response_type
+
+
+def _parameter_count(function: Callable[..., Any]) -> int | None:
+    """How many parameters a hook declares (None when Python cannot say)."""
+    try:
+        return len(inspect.signature(function).parameters)
+    except (TypeError, ValueError):
+        return None
 
 
 def _is_stream(value: Any) -> bool:

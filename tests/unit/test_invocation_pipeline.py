@@ -25,23 +25,8 @@ from serving.errors import (
 from serving.gateway.invocation import EndpointRoute, InvocationRequest, Invocations
 from serving.gateway.transport import HopResponse
 from serving.metrics.invocations import InvocationTrace
+from serving.runtimes.context import Headers  # case-insensitive, as any server adapter passes headers
 from serving.settings import ServerSettings
-
-
-class Headers(dict):
-    """A case-insensitive header mapping, as any server adapter passes one."""
-
-    def __init__(self, items: dict[str, str]) -> None:
-        super().__init__({k.lower(): v for k, v in items.items()})
-
-    def __getitem__(self, key: str) -> str:
-        return super().__getitem__(key.lower())
-
-    def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and super().__contains__(key.lower())
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return super().get(key.lower(), default)
 
 
 class RecordingTransport:
