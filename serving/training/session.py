@@ -9,6 +9,7 @@ per-group models of a MultiModel recipe, and unit tests).
 from __future__ import annotations
 
 import math
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -97,6 +98,10 @@ class LocalSession:
     def report(self, metrics: dict[str, Any], checkpoint: Path | None = None) -> None:
         self.reports.append(dict(metrics))
         if checkpoint is not None:
+            if self.checkpoint_root is not None:  # the loop's folder is temporary: keep a copy, as Ray Train does
+                kept = self.checkpoint_root / f"checkpoint-{len(self.checkpoints):04d}"
+                shutil.copytree(checkpoint, kept)
+                checkpoint = kept
             self.checkpoints.append(checkpoint)
 
     def latest_checkpoint(self) -> Path | None:
