@@ -1,15 +1,15 @@
 """The `serving` command: validate specs, bring endpoints up on an embedded or existing Ray, and load-test them.
 
 One module per command group: `specs` (reading specs; `serving validate`), `up` (`serving up`), `control`
-(`serving apply` / `serving delete` against a running server), `loadtest` (`serving loadtest`). Nothing here
-imports Ray until a command needs it (`serving.ray_wing`, only once specs and settings are known to be good).
+(`serving apply` / `serving delete` against a running server), `loadtest` (`serving loadtest`), `train`
+(`serving train`). Nothing here imports Ray until a command needs it (`serving.ray_wing`, only once specs and settings are known to be good).
 """
 
 from __future__ import annotations
 
 import argparse
 
-from serving.cli import control, loadtest, specs, up
+from serving.cli import control, loadtest, specs, train, up
 from serving.cli.up import check_anonymous, example_calls
 
 __all__ = ["build_parser", "check_anonymous", "example_calls", "main"]
@@ -22,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_parser(commands)
     control.add_parsers(commands)
     loadtest.add_parser(commands)
+    train.add_parser(commands)
     return parser
 
 

@@ -23,6 +23,9 @@ from pathlib import Path, PurePosixPath
 from serving import protocol
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz")
+# A model version written by `serving train`: STORE/NAME/VERSION/ holds the archive and its description.
+TRAINED_ARCHIVE = "model.tar.gz"
+TRAINED_MANIFEST = "model.json"
 
 
 class ArtifactError(ValueError):
@@ -38,6 +41,8 @@ def materialize(model_data: str | None) -> Path | None:
     if model_data is None:
         return None
     path = Path(model_data.removeprefix("file://"))
+    if path.is_dir() and (path / TRAINED_ARCHIVE).is_file() and (path / TRAINED_MANIFEST).is_file():
+        path = Path(os.path.realpath(path / TRAINED_ARCHIVE))  # a version of `serving train`'s store (or `latest`)
     if path.is_dir():
         return path
     if not path.is_file():

@@ -34,7 +34,7 @@ class UnauthenticatedClusterError(RuntimeError):
     """The Ray cluster accepts connections without a token: anyone who reaches it can run code there."""
 
 
-def start_local_ray(num_cpus: int | None = None) -> None:
+def start_local_ray(num_cpus: int | None = None, log_to_driver: bool | None = None) -> None:
     """Start a fresh Ray on this machine (never attach to a cluster found by accident), token auth on.
 
     Unless the environment already names a token (RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH), a new random
@@ -60,7 +60,8 @@ def start_local_ray(num_cpus: int | None = None) -> None:
         include_dashboard=False,
         num_cpus=num_cpus,
         namespace=NAMESPACE,
-        log_to_driver=os.environ.get("SERVING_RAY_LOGS", "0") == "1",
+        # Workers' output reaches this console only when asked (the trainer's progress bars and metrics do).
+        log_to_driver=os.environ.get("SERVING_RAY_LOGS", "0") == "1" if log_to_driver is None else log_to_driver,
         configure_logging=False,
         # replicas' metrics reach GET /metrics within this period (Ray's default: 10 s)
         _system_config={"metrics_report_interval_ms": METRICS_REPORT_INTERVAL_MS},

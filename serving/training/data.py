@@ -103,6 +103,7 @@ def _digest(paths: list[Path]) -> str:
 def plan_data(data: DataSection) -> DataPlan:
     """Check the recipe's data and fingerprint it; RecipeError names the field at fault."""
     extra: dict[str, Any] = {}
+    files: list[Path]
     if data.source.startswith(SKLEARN_PREFIX):
         name = data.source.removeprefix(SKLEARN_PREFIX)
         frame = sklearn_frame(name)

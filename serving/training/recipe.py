@@ -27,8 +27,8 @@ SKLEARN_ESTIMATORS = {
     "ridge": "sklearn.linear_model:Ridge",
     "random_forest_classifier": "sklearn.ensemble:RandomForestClassifier",
     "random_forest_regressor": "sklearn.ensemble:RandomForestRegressor",
-    "gradient_boosting_classifier": "sklearn.ensemble:HistGradientBoostingClassifier",
-    "gradient_boosting_regressor": "sklearn.ensemble:HistGradientBoostingRegressor",
+    "gradient_boosting_classifier": "sklearn.ensemble:GradientBoostingClassifier",
+    "gradient_boosting_regressor": "sklearn.ensemble:GradientBoostingRegressor",
     "mlp_classifier": "sklearn.neural_network:MLPClassifier",
     "mlp_regressor": "sklearn.neural_network:MLPRegressor",
 }
@@ -157,7 +157,7 @@ class OutputSection(Document):
         "model-store", description="the model store folder (relative to the recipe's folder; --store overrides)"
     )
     formats: list[Literal["torchscript", "onnx"]] = Field(
-        default_factory=lambda: ["torchscript", "onnx"],
+        default_factory=lambda: ["torchscript", "onnx"],  # type: ignore[arg-type]
         description="pytorch: the formats written into model.tar.gz (TorchScript model.pt, ONNX model.onnx)",
     )
 

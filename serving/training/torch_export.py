@@ -39,6 +39,7 @@ def export_model(model: torch.nn.Module, folder: Path, setup: dict, sample: np.n
                 dynamo=True,
                 optimize=False,
                 verbose=False,
+                external_data=False,  # one self-contained model.onnx
             )
     classification = setup["task"] == "classification"
     return {

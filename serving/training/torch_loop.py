@@ -123,7 +123,8 @@ def train_torch(setup: dict, session: WorkerSession) -> None:
             device_ids=[device.index] if device.type == "cuda" else None,
             bucket_cap_mb=training["bucket_cap_mb"],
         )
-        net.register_comm_hook(None, clock.hook)
+        # unannotated wrapper: DDP checks a hook's annotations, which `from __future__ import annotations` makes strings
+        net.register_comm_hook(None, lambda state, bucket: clock.hook(state, bucket))
 
     per_epoch = steps_per_epoch(len(x_train), training["batch_size"])
     total_steps = per_epoch * training["epochs"]
@@ -198,7 +199,7 @@ def train_torch(setup: dict, session: WorkerSession) -> None:
             metrics.update(_evaluate(model, x_val, validation.y, setup, device))
             if session.rank == 0:
                 shown = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items())
-                print(f"[serving train] {recipe['name']}: {shown}", flush=True)
+                print(f"[serving train] {setup.get('group') or recipe['name']}: {shown}", flush=True)
     if profiler is not None:
         profiler.stop()
     if bar is not None:

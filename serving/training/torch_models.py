@@ -23,7 +23,7 @@ class Standardize(nn.Module):
         self.register_buffer("std", torch.tensor([s if s > 0 else 1.0 for s in std], dtype=torch.float32))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return (x - self.mean) / self.std
+        return (x - self.mean) / self.std  # type: ignore[operator]
 
 
 class MLP(nn.Module):

@@ -1,0 +1,129 @@
+"""The worker side of `serving train` on Ray Train: `WorkerSession` over Ray Train's per-worker API.
+
+Ray Train starts one of these entry functions per worker (`torch_worker` inside TorchTrainer's process group,
+`tensorflow_worker` with TF_CONFIG set, `xgboost_worker` inside XGBoost's collective); each wraps Ray Train's
+calls in a `RaySession` and runs the framework's loop from serving/training/, which knows nothing of Ray.
+`model_task` trains one model in one Ray task (scikit-learn, and each group of a MultiModel recipe).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import ray
+import ray.data
+import ray.train
+from ray.experimental import tqdm_ray
+
+from serving.training.session import LocalSession, Progress, Shard
+
+__all__ = ["RaySession", "model_task", "tensorflow_worker", "torch_worker", "xgboost_worker"]
+
+
+class RaySession:
+    """This worker's rank, shards, reports and checkpoints, from Ray Train."""
+
+    def __init__(self, setup: dict) -> None:
+        context = ray.train.get_context()
+        self.rank = context.get_world_rank()
+        self.world_size = context.get_world_size()
+        self._setup = setup
+        self._shards: dict[str, Shard] = {}
+        self._restored: Path | None = None
+
+    def shard(self, name: str) -> Shard:
+        if name not in self._shards:
+            quiet_data()
+            iterator = ray.train.get_dataset_shard(name)
+            frames = list(iterator.iter_batches(batch_size=4096, batch_format="pandas"))
+            self._shards[name] = frame_shard(frames, self._setup)
+        return self._shards[name]
+
+    def report(self, metrics: dict[str, Any], checkpoint: Path | None = None) -> None:
+        saved = ray.train.Checkpoint.from_directory(str(checkpoint)) if checkpoint is not None else None
+        ray.train.report(metrics, checkpoint=saved)
+
+    def latest_checkpoint(self) -> Path | None:
+        if self._restored is None:
+            checkpoint = ray.train.get_checkpoint()
+            if checkpoint is None:
+                return None
+            self._restored = Path(checkpoint.to_directory(tempfile.mkdtemp(prefix="serving-restore-")))
+        return self._restored
+
+    def progress(self, total: int, desc: str) -> Progress:
+        return tqdm_ray.tqdm(total=total, desc=desc)
+
+
+def quiet_data() -> None:
+    """No Ray Data progress bars or notices on the console: the trainer's own bar and metric lines are shown."""
+    import logging
+
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = False
+    context.print_on_execution_start = False
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
+
+
+def frame_shard(frames: list[Any], setup: dict) -> Shard:
+    """Rows of pandas frames as (float32 features in the recipe's order, raw labels)."""
+    import pandas as pd
+
+    features, label = setup["features"], setup["label"]
+    frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[*features, label])
+    return Shard(frame[features].to_numpy(dtype=np.float32), frame[label].to_numpy())
+
+
+def torch_worker(setup: dict) -> None:
+    from serving.training.torch_loop import train_torch
+
+    train_torch(setup, RaySession(setup))
+
+
+def tensorflow_worker(setup: dict) -> None:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from serving.training.tf_loop import train_tensorflow
+
+    train_tensorflow(setup, RaySession(setup))
+
+
+def xgboost_worker(setup: dict) -> None:
+    from serving.training.xgboost_loop import train_xgboost
+
+    train_xgboost(setup, RaySession(setup))
+
+
+LOOPS = {
+    "pytorch": "serving.training.torch_loop:train_torch",
+    "tensorflow": "serving.training.tf_loop:train_tensorflow",
+    "xgboost": "serving.training.xgboost_loop:train_xgboost",
+    "sklearn": "serving.training.sklearn_fit:train_sklearn",
+}
+
+
+def run_local(setup: dict, shards: dict[str, Shard], out: Path) -> dict:
+    """One model trained in this process with one worker's loop; its final folder copied to `out`."""
+    import importlib
+    import json
+    import shutil
+
+    module, function = LOOPS[setup["recipe"]["framework"]].split(":")
+    loop = getattr(importlib.import_module(module), function)
+    with tempfile.TemporaryDirectory(prefix="serving-model-") as scratch:
+        session = LocalSession(shards, checkpoint_root=Path(scratch))
+        loop(setup, session)
+        final = session.latest_checkpoint()
+        if final is None:
+            raise RuntimeError("the training loop reported no final model")
+        shutil.copytree(final, out, dirs_exist_ok=True)
+    return json.loads((out / "result.json").read_text())
+
+
+@ray.remote
+def model_task(setup: dict, shards: dict[str, Shard], out: str) -> dict:
+    """`run_local` as a Ray task (one CPU share, placed by Ray; `out` must be reachable from its node)."""
+    return run_local(setup, shards, Path(out))

@@ -1,0 +1,126 @@
+"""The driver side of `serving train` on Ray: read the rows with Ray Data, split them, run the trainer.
+
+Data-parallel recipes (PyTorch, TensorFlow, XGBoost) run under Ray Train's trainer for their framework, the
+training split sharded across the workers (`get_dataset_shard`, equal shards, in a fixed order so that a run
+is reproducible) and the validation split given whole to each. Single-worker models (scikit-learn, and one per
+group of a `group_by` recipe) run as Ray tasks, in parallel. Checkpoints and the final model go through Ray
+Train's storage (`storage`), which must be a folder every node can reach on a multi-node cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import ray
+import ray.data
+import ray.train
+
+from serving.ray_wing.cluster import connect_cluster, start_local_ray, stop_local_ray
+from serving.ray_wing.train_session import frame_shard, model_task, quiet_data
+from serving.training.data import DataPlan, sklearn_frame
+
+__all__ = ["fit_data_parallel", "fit_per_model", "ray_for_training", "read_rows", "split_rows"]
+
+
+@contextmanager
+def ray_for_training(address: str | None, num_cpus: int | None = None) -> Iterator[None]:
+    """The embedded local Ray (workers' output shown: progress bars, per-epoch metrics), or a cluster."""
+    if address:
+        connect_cluster(address)
+        try:
+            yield
+        finally:
+            ray.shutdown()
+        return
+    start_local_ray(num_cpus=num_cpus, log_to_driver=True)
+    try:
+        yield
+    finally:
+        stop_local_ray()
+
+
+def read_rows(plan: DataPlan) -> ray.data.Dataset:
+    """The recipe's rows as a Ray Dataset, with only the columns the model uses."""
+    columns = [*plan.features, plan.label] + ([plan.group_by] if plan.group_by else [])
+    if plan.kind == "sklearn":
+        dataset: ray.data.Dataset = ray.data.from_pandas(sklearn_frame(plan.extra["dataset"]))
+    elif plan.kind == "csv":
+        dataset = ray.data.read_csv(list(plan.files))
+    else:
+        dataset = ray.data.read_parquet(list(plan.files))
+    return dataset.select_columns(columns)
+
+
+def split_rows(dataset: ray.data.Dataset, fraction: float, seed: int) -> tuple[ray.data.Dataset, ray.data.Dataset]:
+    """Training and validation splits, chosen by the seed, materialized once (every epoch reads the same rows)."""
+    context = ray.data.DataContext.get_current()
+    context.execution_options.preserve_order = True
+    quiet_data()
+    train, validation = dataset.train_test_split(test_size=fraction, shuffle=True, seed=seed)
+    return train.materialize(), validation.materialize()
+
+
+def fit_data_parallel(setup: dict, train: Any, validation: Any, storage: Path, run_name: str) -> Path:
+    """Run the recipe's Ray Train trainer; the folder of its final checkpoint (rank 0's model and result)."""
+    from ray.data import ExecutionOptions
+
+    recipe = setup["recipe"]
+    workers = recipe["workers"]
+    gpus = float(workers["gpus_per_worker"])
+    scaling = ray.train.ScalingConfig(
+        num_workers=int(workers["count"]),
+        use_gpu=gpus > 0,
+        resources_per_worker={"CPU": float(workers["cpus_per_worker"]), **({"GPU": gpus} if gpus else {})},
+    )
+    run_config = ray.train.RunConfig(
+        name=run_name,
+        storage_path=str(storage),
+        failure_config=ray.train.FailureConfig(max_failures=int(recipe["training"]["max_failures"])),
+        checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2),
+    )
+    common: dict[str, Any] = {
+        "train_loop_config": setup,
+        "scaling_config": scaling,
+        "run_config": run_config,
+        "datasets": {"train": train, "validation": validation},
+        "dataset_config": ray.train.DataConfig(
+            datasets_to_split=["train"], execution_options=ExecutionOptions(preserve_order=True)
+        ),
+    }
+    framework = recipe["framework"]
+    if framework == "pytorch":
+        from ray.train.torch import TorchTrainer
+
+        from serving.ray_wing.train_session import torch_worker
+
+        trainer: Any = TorchTrainer(torch_worker, **common)
+    elif framework == "tensorflow":
+        from ray.train.tensorflow import TensorflowTrainer
+
+        from serving.ray_wing.train_session import tensorflow_worker
+
+        trainer = TensorflowTrainer(tensorflow_worker, **common)
+    else:
+        from ray.train.xgboost import XGBoostTrainer
+
+        from serving.ray_wing.train_session import xgboost_worker
+
+        trainer = XGBoostTrainer(xgboost_worker, **common)
+    result = trainer.fit()
+    if result.checkpoint is None:
+        raise RuntimeError(f"the {framework} trainer finished without a final model (run {run_name} in {storage})")
+    return Path(result.checkpoint.path)
+
+
+def fit_per_model(jobs: dict[str, tuple[dict, Any, Any]], out: Path) -> dict[str, dict]:
+    """One single-worker model per job (its setup, pandas training and validation rows), as parallel Ray tasks;
+    each writes its folder under `out` and returns its result."""
+    pending = {}
+    for name, (setup, train, validation) in jobs.items():
+        cpus = float(setup["recipe"]["workers"]["cpus_per_worker"])
+        shards = {"train": frame_shard([train], setup), "validation": frame_shard([validation], setup)}
+        pending[name] = model_task.options(num_cpus=cpus).remote(setup, shards, str(out / name))
+    return {name: ray.get(ref) for name, ref in pending.items()}

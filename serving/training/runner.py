@@ -1,0 +1,208 @@
+"""One training run, end to end: check the recipe, read and split the rows, train on Ray, publish the version.
+
+Everything that can be refused (the recipe, its data, a missing framework) is refused before Ray starts.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from serving.training import artifacts
+from serving.training.data import DataPlan, plan_data
+from serving.training.recipe import Recipe, RecipeError, load_recipe
+
+__all__ = ["TrainingRun", "train"]
+
+# What each framework's loop imports, and the serving stacks that load what it writes.
+NEEDS = {"pytorch": "torch", "tensorflow": "tensorflow", "xgboost": "xgboost", "sklearn": "sklearn"}
+STACKS = {"pytorch": ["pytorch", "onnx"], "tensorflow": ["tensorflow"], "xgboost": ["xgboost"], "sklearn": ["sklearn"]}
+CHECKPOINT = "checkpoint"  # STORE/NAME/VERSION/checkpoint/: the final training state (state.pt) and result.json
+_GROUP_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+@dataclass
+class TrainingRun:
+    """What a run produced: where the version is, what the model scored, how the time went."""
+
+    name: str
+    version: int
+    path: Path
+    model_data_url: str
+    metrics: dict[str, Any]
+    wall_s: float
+    workers: int
+    timing: dict[str, Any] = field(default_factory=dict)
+    groups: list[str] = field(default_factory=list)
+    stacks: list[str] = field(default_factory=list)
+
+
+def train(
+    recipe: Recipe | str | Path,
+    store: str | Path | None = None,
+    address: str | None = None,
+    resume: bool = False,
+    profile: bool = False,
+    num_cpus: int | None = None,
+) -> TrainingRun:
+    """Train a recipe on Ray (embedded local Ray unless `address`) and publish STORE/NAME/VERSION."""
+    if not isinstance(recipe, Recipe):
+        recipe = load_recipe(recipe)
+    plan = plan_data(recipe.data)
+    framework = recipe.framework.value
+    if importlib.util.find_spec(NEEDS[framework]) is None:
+        raise RecipeError(f"framework: {framework} is not installed here (pip install 'serving[{framework}]')")
+    root = Path(store) if store is not None else Path(recipe.output.store)
+    version = artifacts.open_version(root, recipe.name, resume)
+    setup: dict[str, Any] = {
+        "recipe": recipe.to_record(),
+        "features": list(plan.features),
+        "label": plan.label,
+        "profile_dir": str(version.staging / "timeline") if profile else None,
+    }
+    from serving.ray_wing import training as on_ray
+
+    started = time.time()
+    with on_ray.ray_for_training(address, num_cpus=num_cpus):
+        rows = on_ray.read_rows(plan)
+        if plan.group_by is not None:
+            results = _train_groups(recipe, plan, setup, rows.to_pandas(), version, on_ray)
+        else:
+            results = {None: _train_one(recipe, plan, setup, rows, version, on_ray)}
+    wall = time.time() - started
+    record = _record(recipe, plan, version, results, wall)
+    path = artifacts.publish(version, record)
+    shutil.rmtree(version.runs / version.run_name, ignore_errors=True)  # checkpoints of a finished run
+    first = next(iter(results.values()))
+    groups = [g for g in results if g is not None]
+    return TrainingRun(
+        name=recipe.name,
+        version=version.number,
+        path=path,
+        model_data_url=str(path.parent / artifacts.LATEST) + ("/" if groups else ""),
+        metrics=record["metrics"],
+        wall_s=wall,
+        workers=recipe.workers.count,
+        timing=summarize(first.get("timing") or []),
+        groups=groups,
+        stacks=STACKS[framework],
+    )
+
+
+def _label_setup(setup: dict, recipe: Recipe, labels: np.ndarray) -> dict:
+    values = sorted({_plain(v) for v in labels}, key=lambda v: (isinstance(v, str), v))
+    kind = np.asarray(labels).dtype.kind
+    task = recipe.data.task or ("regression" if kind == "f" else "classification")
+    if task == "classification" and len(values) < 2:
+        raise RecipeError(f"data.label: {recipe.data.label!r} has one value in the training rows; nothing to learn")
+    return {**setup, "task": task, "classes": values if task == "classification" else None}
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _stats(recipe: Recipe, x: np.ndarray) -> dict[str, Any]:
+    return {
+        "mean": x.mean(axis=0).tolist(),
+        "std": x.std(axis=0).tolist(),
+        "image_shape": recipe.data.image_shape,
+    }
+
+
+def _train_one(recipe: Recipe, plan: DataPlan, setup: dict, rows: Any, version: artifacts.Version, on_ray) -> dict:
+    train, validation = on_ray.split_rows(rows, recipe.data.validation_fraction, recipe.seed)
+    frame = train.to_pandas()
+    if len(frame) < recipe.workers.count:
+        raise RecipeError(f"data.source: {len(frame)} training rows for {recipe.workers.count} workers")
+    setup = _label_setup(setup, recipe, frame[plan.label].to_numpy())
+    setup["stats"] = _stats(recipe, frame[list(plan.features)].to_numpy(dtype=np.float64))
+    folder = version.staging / CHECKPOINT
+    if recipe.framework.value == "sklearn":
+        jobs = {CHECKPOINT: (setup, frame, validation.to_pandas())}
+        result = on_ray.fit_per_model(jobs, version.staging)[CHECKPOINT]
+    else:
+        final = on_ray.fit_data_parallel(setup, train, validation, version.runs, version.run_name)
+        shutil.copytree(final, folder, dirs_exist_ok=True)
+        result = json.loads((folder / "result.json").read_text())
+    artifacts.pack(folder / "export", artifacts.archive_path(version))
+    shutil.rmtree(folder / "export")  # in the archive; what stays is the training state, to fine-tune from
+    return result
+
+
+def _train_groups(recipe: Recipe, plan: DataPlan, setup: dict, frame: Any, version, on_ray) -> dict:
+    jobs: dict[str, tuple[dict, Any, Any]] = {}
+    names: dict[str, Any] = {}
+    for value, rows in sorted(frame.groupby(plan.group_by), key=lambda item: str(item[0])):
+        name = _GROUP_NAME.sub("-", str(value)).strip("-.") or "group"
+        if name in names:
+            raise RecipeError(f"data.group_by: groups {names[name]!r} and {value!r} both map to file name {name}")
+        names[name] = value
+        order = np.random.default_rng(recipe.seed).permutation(len(rows))
+        held = max(1, int(round(recipe.data.validation_fraction * len(rows))))
+        if len(rows) - held < 2:
+            raise RecipeError(f"data.group_by: group {value!r} has {len(rows)} rows, too few to train and validate")
+        train, validation = rows.iloc[order[held:]], rows.iloc[order[:held]]
+        group_setup = _label_setup(setup, recipe, train[plan.label].to_numpy())
+        group_setup["stats"] = _stats(recipe, train[list(plan.features)].to_numpy(dtype=np.float64))
+        group_setup["profile_dir"] = None
+        group_setup["group"] = name
+        jobs[name] = (group_setup, train, validation)
+    results = on_ray.fit_per_model(jobs, version.staging / "groups")
+    for name in results:
+        artifacts.pack(version.staging / "groups" / name / "export", artifacts.archive_path(version, name))
+    shutil.rmtree(version.staging / "groups", ignore_errors=True)
+    return results
+
+
+def _record(recipe: Recipe, plan: DataPlan, version, results: dict, wall: float) -> dict[str, Any]:
+    first = next(iter(results.values()))
+    grouped = None not in results
+    return {
+        "name": recipe.name,
+        "version": version.number,
+        "framework": recipe.framework.value,
+        "stacks": STACKS[recipe.framework.value],
+        "artifact": "<group>.tar.gz per group (a MultiModel prefix)" if grouped else "model.tar.gz",
+        "signature": first.get("signature"),
+        "metrics": {name: r["metrics"] for name, r in results.items()} if grouped else first["metrics"],
+        "groups": sorted(results) if grouped else None,
+        "recipe": recipe.to_record(),
+        "data": plan.record(),
+        "code_version": artifacts.code_version(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "wall_time_s": round(wall, 3),
+        "workers": recipe.workers.count,
+        "timing": summarize(first.get("timing") or []),
+    }
+
+
+def summarize(timing: list[dict[str, float]]) -> dict[str, Any]:
+    """Per-step means over the workers: data, compute (forward+backward+optimizer), gradient sync; samples/s."""
+    if not timing or not timing[0].get("steps"):
+        return {}
+    steps = max(t["steps"] for t in timing)
+    mean = lambda key: sum(t.get(key, 0.0) for t in timing) / len(timing) / steps * 1000
+    wall = max(t["wall"] for t in timing)
+    split = {
+        "data_ms": mean("data"),
+        "compute_ms": mean("forward") + mean("backward") + mean("optimizer"),
+        "sync_wait_ms": mean("sync_wait"),
+        "allreduce_busy_ms": mean("sync_busy"),
+    }
+    return {
+        "steps": steps,
+        "samples_per_s": sum(t["rows"] for t in timing) / wall if wall else None,
+        "per_step": {k: round(v, 3) for k, v in split.items()},
+        "forward_ms": round(mean("forward"), 3),
+        "backward_ms": round(mean("backward"), 3),
+        "optimizer_ms": round(mean("optimizer"), 3),
+    }
