@@ -1,7 +1,8 @@
-"""The README demo: serve both example endpoints, show sample calls succeed, keep serving.
+"""The README demo: train a model with `serving train`, serve it beside the example endpoints, call them all.
 
-Runs `serving up examples/direct.yaml examples/serial.yaml` on an embedded Ray,
-waits for both endpoints to be InService, then makes the calls a user would make
+Trains examples/recipes/digits-cnn.yaml on two workers (Ray Train, embedded Ray) unless the model store
+already holds it, then runs `serving up examples/direct.yaml examples/serial.yaml examples/trained.yaml` on an
+embedded Ray, waits for the endpoints to be InService, then makes the calls a user would make
 with curl and with an unmodified boto3 client, printing each one and its answer.
 With --exit it stops after the calls (used by the end-to-end test).
 """
@@ -21,6 +22,11 @@ import httpx
 HERE = Path(__file__).resolve().parent
 TARGET = "X-Amzn-SageMaker-Target-Container-Hostname"
 
+# The first image of scikit-learn's digits (a 0), 8x8 pixels in 0..16, as one row of 64 features.
+DIGIT_ZERO = [0, 0, 5, 13, 9, 1, 0, 0, 0, 0, 13, 15, 10, 15, 5, 0, 0, 3, 15, 2, 0, 11, 8, 0, 0, 4, 12, 0, 0, 8, 8, 0,
+              0, 5, 8, 0, 0, 9, 8, 0, 0, 4, 11, 0, 1, 12, 7, 0, 0, 2, 14, 5, 10, 12, 0, 0, 0, 0, 6, 13, 10, 0, 0, 0]
+STORE = HERE.parent / "model-store"
+
 CALLS = [
     # (endpoint, target container, body, what it shows)
     ("mce-direct", "iris", [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]], "iris classifier: class ids"),
@@ -28,6 +34,7 @@ CALLS = [
      "wine classifier: class probabilities"),
     ("mce-direct", "labels", [0, 2], "python container: ids to names"),
     ("mce-serial", None, [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]], "serial: preprocess -> classifier -> labels"),
+    ("mce-trained", "digits", [DIGIT_ZERO], "the CNN `serving train` trained: ten class scores (a 0 here)"),
 ]
 
 
@@ -79,14 +86,17 @@ def main() -> int:
     args = parser.parse_args()
     if not (HERE / "models" / "iris-labels.tar.gz").exists():
         subprocess.run([sys.executable, str(HERE / "train_demo.py")], check=True)
+    serving = Path(sys.executable).with_name("serving")
+    if not (STORE / "digits-cnn" / "latest" / "model.tar.gz").exists():
+        print("training the digits CNN on two workers: serving train examples/recipes/digits-cnn.yaml", flush=True)
+        subprocess.run([str(serving), "train", str(HERE / "recipes" / "digits-cnn.yaml")], check=True)
 
     base = f"http://127.0.0.1:{args.port}"
-    serving = Path(sys.executable).with_name("serving")
     server = subprocess.Popen([str(serving), "up", str(HERE / "direct.yaml"), str(HERE / "serial.yaml"),
-                               "--port", str(args.port)])
+                               str(HERE / "trained.yaml"), "--port", str(args.port)])
     code = 0
     try:
-        wait_in_service(base, ["mce-direct", "mce-serial"], server)
+        wait_in_service(base, ["mce-direct", "mce-serial", "mce-trained"], server)
         sample_calls(base)
         print(f"\nDemo endpoints are up at {base}.", "Stopping." if args.exit else "Press Ctrl-C to stop.", flush=True)
         if not args.exit:

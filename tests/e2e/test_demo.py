@@ -18,17 +18,19 @@ pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_demo_serves_both_endpoints_and_sample_calls_succeed():
+@pytest.mark.timeout(660)
+def test_demo_trains_its_model_serves_the_endpoints_and_sample_calls_succeed():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     result = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "demo.py"), "--exit", "--port", str(port)],
-        capture_output=True, text=True, timeout=420,
+        capture_output=True, text=True, timeout=600,  # includes `serving train` of the digits CNN
     )
     output = result.stdout
     assert result.returncode == 0, output[-3000:] + result.stderr[-3000:]
-    assert output.count("-> 200") == 4
+    assert output.count("-> 200") == 5
     assert '{"labels": ["setosa", "virginica"]}' in output
     assert "botocore ValidationError" in output and "X-Amzn-SageMaker-Target-Container-Hostname" in output
-    assert "mce-direct: InService" in output and "mce-serial: InService" in output
+    assert "mce-direct: InService" in output and "mce-serial: InService" in output and "mce-trained: InService" in output
+    assert (ROOT / "model-store" / "digits-cnn" / "latest" / "model.json").is_file()

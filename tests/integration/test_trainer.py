@@ -1,0 +1,147 @@
+"""`serving train`, for real: example recipes trained on Ray Train (own embedded Ray, in a subprocess, as a user
+runs it), their artifacts served by the session's endpoint server, a killed run resumed to the same weights."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from serving.config.spec import parse_spec
+from serving.settings import ServerSettings
+
+# Each test may pay for trainings of a minute each (the module's store: three), on 2 CPUs shared with the server.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+
+ROOT = Path(__file__).resolve().parents[2]
+RECIPES = ROOT / "examples" / "recipes"
+TINY = {"Cpus": 0.01}
+TRAIN_TIMEOUT_S = 360
+
+
+def _train(recipe: str, store: Path, *extra: str) -> subprocess.CompletedProcess:
+    done = subprocess.run(
+        [sys.executable, "-m", "serving.cli", "train", str(RECIPES / recipe), "--store", str(store), *extra],
+        capture_output=True, text=True, timeout=TRAIN_TIMEOUT_S,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
+def _record(store: Path, name: str) -> dict:
+    return json.loads((store / name / "latest" / "model.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Path:
+    """The digits CNN, the tabular MLP and the per-customer scikit-learn models, trained once for the module."""
+    root = tmp_path_factory.mktemp("model-store")
+    for recipe in ("digits-cnn.yaml", "tabular-mlp.yaml", "customers-multimodel.yaml"):
+        _train(recipe, root)
+    return root
+
+
+def test_two_workers_train_the_digits_cnn_and_the_tabular_mlp_to_their_accuracies(store: Path) -> None:
+    digits, mlp = _record(store, "digits-cnn"), _record(store, "cancer-mlp")
+    assert digits["workers"] == mlp["workers"] == 2
+    assert digits["metrics"]["val_accuracy"] >= 0.93  # 360 held-out digits; ~0.96 measured
+    assert mlp["metrics"]["val_accuracy"] >= 0.93  # 114 held-out tumours; ~0.98 measured
+    assert digits["signature"]["inputs"][0]["shape"] == [-1, 64]
+    assert digits["signature"]["classes"] == list(range(10))
+    assert digits["data"]["fingerprint"].startswith("sha256:") and digits["recipe"]["framework"] == "pytorch"
+    assert digits["timing"]["per_step"]["compute_ms"] > 0 and digits["timing"]["per_step"]["allreduce_busy_ms"] > 0
+    assert os.readlink(store / "digits-cnn" / "latest") == str(digits["version"])
+
+
+def _in_memory_digits(store: Path) -> tuple[np.ndarray, np.ndarray]:
+    """The trained weights (the run's final state) in the recipe's model, and what it answers on 40 digits."""
+    import torch
+
+    from serving.training.data import sklearn_frame
+    from serving.training.torch_models import build_model
+
+    record = _record(store, "digits-cnn")
+    state = torch.load(store / "digits-cnn" / "latest" / "checkpoint" / "state.pt", weights_only=True)
+    stats = {"mean": [0.0] * 64, "std": [1.0] * 64, "image_shape": record["recipe"]["data"]["image_shape"]}
+    model = build_model("cnn", record["recipe"]["model"]["hyperparameters"], 64, 10, stats)
+    model.load_state_dict(state["model"])
+    model.eval()
+    rows = sklearn_frame("digits").drop(columns="target").to_numpy(dtype=np.float32)[:40]
+    with torch.no_grad():
+        return rows, model(torch.from_numpy(rows)).numpy()
+
+
+def test_the_served_artifacts_answer_what_the_trained_model_predicts(server, store: Path) -> None:
+    from serving import ray_wing
+
+    latest = store / "digits-cnn" / "latest"
+    spec = parse_spec({"EndpointName": "it-trained", "Containers": [
+        {"ContainerHostname": "torchscript", "Image": "pytorch", "ModelDataUrl": str(latest), "Resources": TINY},
+        {"ContainerHostname": "onnx", "Image": "onnx", "ModelDataUrl": str(latest), "Resources": TINY},
+        {"ContainerHostname": "customers", "Image": "sklearn", "Mode": "MultiModel",
+         "ModelDataUrl": str(store / "customers" / "latest") + "/", "Resources": TINY},
+    ]})
+    settings = ServerSettings(port=int(server.url.rsplit(":", 1)[1]), max_payload_mb=1.0, invocation_timeout_s=3.0)
+    ray_wing.deploy_endpoint(spec, settings)
+    deadline = time.monotonic() + 300
+    while server.describe("it-trained").get("EndpointStatus") != "InService":
+        assert server.describe("it-trained").get("EndpointStatus") != "Failed", server.describe("it-trained")
+        assert time.monotonic() < deadline, server.describe("it-trained")
+        time.sleep(1)
+
+    rows, expected = _in_memory_digits(store)
+    for target in ("torchscript", "onnx"):
+        answer = server.invoke("it-trained", rows.tolist(), target=target)
+        assert answer.status_code == 200, answer.text
+        served = np.asarray(answer.json(), dtype=np.float32)
+        # Same weights, other kernels and thread counts (the replica runs on its CPU share, ONNX Runtime on its
+        # own): sums in another order, so equal to float32 rounding, and the same digit for every row.
+        np.testing.assert_allclose(served, expected, rtol=1e-4, atol=1e-4)
+        assert (served.argmax(axis=1) == expected.argmax(axis=1)).all()
+
+    # The MultiModel prefix one recipe filled: each customer's model answers from its own archive.
+    customers = _record(store, "customers")
+    assert customers["groups"] == [f"customer-{i}" for i in range(5)]
+    for group in customers["groups"]:
+        answer = server.invoke("it-trained", [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]], target="customers",
+                               headers={"X-Amzn-SageMaker-Target-Model": f"{group}.tar.gz"})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()[0] == "setosa"
+    ray_wing.delete_endpoint("it-trained")
+
+
+def test_a_killed_run_resumes_from_its_checkpoint_to_the_weights_of_an_uninterrupted_run(store, tmp_path) -> None:
+    import torch
+
+    interrupted = tmp_path / "interrupted"
+    command = [sys.executable, "-m", "serving.cli", "train", str(RECIPES / "tabular-mlp.yaml"), "--store",
+               str(interrupted)]
+    log = tmp_path / "interrupted.log"
+    with log.open("w") as output:
+        run = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 420
+        while not list((interrupted / ".ray-train").glob("*/checkpoint_*")):
+            assert run.poll() is None, "the run ended before its first checkpoint:\n" + log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "no checkpoint within 420 s:\n" + log.read_text()[-3000:]
+            time.sleep(0.5)
+        time.sleep(1)
+    finally:
+        os.killpg(run.pid, signal.SIGKILL)  # the run and the Ray it started: its own session, started here
+        run.wait(timeout=30)
+    assert not (interrupted / "cancer-mlp" / "1").exists() and (interrupted / "cancer-mlp" / ".1.partial").is_dir()
+
+    resumed = _train("tabular-mlp.yaml", interrupted, "--resume")
+    assert "resumed from step" in resumed.stdout + resumed.stderr
+    final = torch.load(interrupted / "cancer-mlp" / "latest" / "checkpoint" / "state.pt", weights_only=True)
+    reference = torch.load(store / "cancer-mlp" / "latest" / "checkpoint" / "state.pt", weights_only=True)
+    assert final["step"] == reference["step"] == 150
+    for name, tensor in reference["model"].items():
+        assert torch.equal(final["model"][name], tensor), name
