@@ -15,13 +15,15 @@ from __future__ import annotations
 import json
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
-from serving.training.session import WorkerSession, label_indices, steps_per_epoch, stopwatch
+from serving.training.session import WorkerSession, label_indices, steps_per_epoch
 
 __all__ = ["INPUT_NAME", "OUTPUT_NAME", "train_tensorflow"]
 
@@ -99,6 +101,35 @@ class Optimizer(tf.Module):
                 param.assign_sub(lr * buf)
             else:
                 param.assign_sub(lr * grad)
+
+
+class Timeline:
+    """Times each step's phases into `totals`; with `--profile` (profile_dir) also records the first steps as a
+    Chrome trace, worker-RANK.trace.json (Perfetto, chrome://tracing), like torch_loop's profiler trace."""
+
+    def __init__(self, folder: str | None, rank: int, steps: int = 50) -> None:
+        self.folder, self.rank, self.steps = folder, rank, steps
+        self.totals: dict[str, float] = {}
+        self.events: list[dict[str, Any]] = []
+        self.step = 0
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            end = time.perf_counter()
+            self.totals[name] = self.totals.get(name, 0.0) + end - start
+            if self.folder and self.step < self.steps:
+                event = {"name": name, "ph": "X", "ts": start * 1e6, "dur": (end - start) * 1e6, "pid": self.rank}
+                self.events.append({**event, "tid": 0, "args": {"step": self.step}})
+
+    def write(self) -> None:
+        if self.folder:
+            Path(self.folder).mkdir(parents=True, exist_ok=True)
+            trace = {"traceEvents": self.events, "displayTimeUnit": "ms"}
+            (Path(self.folder) / f"worker-{self.rank}.trace.json").write_text(json.dumps(trace))
 
 
 def _strategy(session: WorkerSession) -> tf.distribute.Strategy:
@@ -199,12 +230,11 @@ def train_tensorflow(setup: dict, session: WorkerSession) -> None:
         if session.rank == 0:
             print(f"[serving train] resumed from step {step} ({resumed.name})", flush=True)
 
-    totals: dict[str, float] = {}
+    timeline = Timeline(setup.get("profile_dir"), session.rank)
     timed_steps = 0
     bar = session.progress(total_steps, f"{recipe['name']} (rank {session.rank})") if session.rank == 0 else None
     if bar is not None and step:
         bar.update(step)
-    profiling = _profile_start(setup, session.rank)
     metrics: dict[str, Any] = {}
     loss: Any = 0.0
     batch_size = training["batch_size"]
@@ -215,23 +245,22 @@ def train_tensorflow(setup: dict, session: WorkerSession) -> None:
         for index in range(offset, per_epoch):
             if step >= total_steps:
                 break
-            with stopwatch(totals, "data"):
+            with timeline.phase("data"):
                 rows = order[index * batch_size : (index + 1) * batch_size]
                 xb, yb = tf.constant(x_train[rows]), tf.constant(y_train[rows])
                 seed = tf.constant([recipe["seed"], step * session.world_size + session.rank], tf.int64)
-            with stopwatch(totals, "compute"):
+            with timeline.phase("compute"):
                 loss, grads = compute(xb, yb, seed)
                 _block(strategy, loss)
-            with stopwatch(totals, "sync_wait"):
+            with timeline.phase("sync_wait"):
                 grads = synchronise(grads)
                 _block(strategy, grads)
-            with stopwatch(totals, "optimizer"):
+            with timeline.phase("optimizer"):
                 apply(grads, tf.constant(_lr(recipe, session.world_size, warmup, step), tf.float32))
                 _block(strategy, model.weights[0])
             timed_steps += 1
+            timeline.step = timed_steps
             step += 1
-            if profiling and timed_steps == 10:
-                profiling = _profile_stop()
             if bar is not None:
                 bar.update(1)
             if step % training["checkpoint_every_steps"] == 0 and step < total_steps:
@@ -244,12 +273,11 @@ def train_tensorflow(setup: dict, session: WorkerSession) -> None:
             if session.rank == 0:
                 shown = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items())
                 print(f"[serving train] {recipe['name']}: {shown}", flush=True)
-    if profiling:
-        _profile_stop()
+    timeline.write()
     if bar is not None:
         bar.close()
     wall = time.perf_counter() - started
-    mine = {"steps": timed_steps, "wall": wall, "rows": timed_steps * batch_size, **totals}
+    mine = {"steps": timed_steps, "wall": wall, "rows": timed_steps * batch_size, **timeline.totals}
     timing = _gather(strategy, session, mine)
     _finish(session, setup, model, optimizer, step, metrics, timing)
 
@@ -274,11 +302,12 @@ def _gather(strategy: tf.distribute.Strategy, session: WorkerSession, mine: dict
     ]
 
 
-def _state(model: Mlp, optimizer: Optimizer, step: int) -> dict[str, np.ndarray]:
-    state = {f"model_{i}": v.numpy() for i, v in enumerate(model.weights)}
+def _save(path: Path, model: Mlp, optimizer: Optimizer, step: int) -> None:
+    """Weights, optimizer state and step, as named arrays (restored by `_restore`)."""
+    state: dict[str, Any] = {f"model_{i}": v.numpy() for i, v in enumerate(model.weights)}
     state.update({f"optimizer_{i}": v.numpy() for i, v in enumerate(optimizer.variables_list)})
     state["step"] = np.asarray(step, np.int64)
-    return state
+    np.savez(path, **state)
 
 
 def _restore(path: Path, model: Mlp, optimizer: Optimizer, strategy: tf.distribute.Strategy) -> int:
@@ -295,7 +324,7 @@ def _checkpoint(session: WorkerSession, model: Mlp, optimizer: Optimizer, step: 
         session.report(metrics)
         return
     with tempfile.TemporaryDirectory(prefix="serving-ckpt-") as folder:
-        np.savez(Path(folder) / STATE_FILE, **_state(model, optimizer, step))
+        _save(Path(folder) / STATE_FILE, model, optimizer, step)
         session.report(metrics, Path(folder))
 
 
@@ -306,7 +335,7 @@ def _finish(session, setup, model: Mlp, optimizer: Optimizer, step: int, metrics
         return
     with tempfile.TemporaryDirectory(prefix="serving-final-") as folder:
         root = Path(folder)
-        np.savez(root / STATE_FILE, **_state(model, optimizer, step))
+        _save(root / STATE_FILE, model, optimizer, step)
         signature = export_model(model, root / "export", setup)
         (root / "result.json").write_text(json.dumps({"metrics": metrics, "timing": timing, "signature": signature}))
         session.report(final, root)
@@ -318,8 +347,7 @@ def export_model(model: Mlp, folder: Path, setup: dict) -> dict[str, Any]:
     hyper = setup["recipe"]["model"]["hyperparameters"]
     features = int(model.layers[0][0].shape[0])
     outputs = int(model.layers[-1][1].shape[0])
-    with tf.distribute.get_strategy().scope():
-        plain = Mlp(features, outputs, setup["stats"], 0, **hyper)
+    plain = Mlp(features, outputs, setup["stats"], 0, **hyper)  # outside strategy.scope(): plain variables
     for target, source in zip(plain.weights, model.weights):
         target.assign(source.numpy())
 
@@ -344,17 +372,3 @@ def export_model(model: Mlp, folder: Path, setup: dict) -> dict[str, Any]:
         ],
         "classes": setup["classes"] if classification else None,
     }
-
-
-def _profile_start(setup: dict, rank: int) -> bool:
-    """tf.profiler over the first steps (`--profile`), a TensorBoard trace per worker under profile_dir."""
-    folder = setup.get("profile_dir")
-    if not folder:
-        return False
-    tf.profiler.experimental.start(str(Path(folder) / f"worker-{rank}"))
-    return True
-
-
-def _profile_stop() -> bool:
-    tf.profiler.experimental.stop()
-    return False
