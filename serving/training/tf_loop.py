@@ -1,0 +1,374 @@
+"""The TensorFlow data-parallel loop, run once per worker (Ray Train's TensorflowTrainer sets TF_CONFIG).
+
+A custom `strategy.run` loop on `MultiWorkerMirroredStrategy` (Keras 3's `fit` fails under it): each step
+computes this worker's gradients, all-reduces them across the workers (collective ring, packed into chunks of
+`bucket_cap_mb`, TensorFlow's tensor fusion), then applies them with PyTorch's update rules (SGD with momentum,
+Adam; L2 weight decay) so a recipe means the same thing in both frameworks. The three phases are separate
+calls, so each step's time splits into data, compute, gradient synchronisation and optimizer. Weights start
+from a seeded generator (identical on every rank), dropout masks and the batch order are functions of
+(seed, step or epoch, rank), and checkpoints hold weights, optimizer state and step: a resumed run ends with the
+weights of an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from serving.training.session import WorkerSession, label_indices, steps_per_epoch
+
+__all__ = ["INPUT_NAME", "OUTPUT_NAME", "train_tensorflow"]
+
+INPUT_NAME = "input"
+OUTPUT_NAME = "output"
+STATE_FILE = "state.npz"
+ALLOWED = {"hidden", "dropout"}
+TIMING_KEYS = ("steps", "wall", "rows", "data", "compute", "sync_wait", "optimizer")
+
+
+class Mlp(tf.Module):
+    """Standardize → (Dense → ReLU → Dropout)* → Dense, initialised as torch.nn.Linear is (U(±1/√fan_in))."""
+
+    def __init__(self, features: int, outputs: int, stats: dict, seed: int, hidden=(64, 64), dropout=0.0) -> None:
+        super().__init__(name="mlp")
+        self.mean = tf.constant(np.asarray(stats["mean"], np.float32))
+        self.std = tf.constant(np.asarray([s if s > 0 else 1.0 for s in stats["std"]], np.float32))
+        self.dropout = float(dropout)
+        widths = [features, *(int(h) for h in hidden), outputs]
+        self.layers = []
+        for index, (fan_in, fan_out) in enumerate(zip(widths, widths[1:])):
+            rng, bound = np.random.default_rng([seed, index]), 1.0 / np.sqrt(fan_in)
+            kernel = rng.uniform(-bound, bound, (fan_in, fan_out)).astype(np.float32)
+            bias = rng.uniform(-bound, bound, (fan_out,)).astype(np.float32)
+            self.layers.append((tf.Variable(kernel, name=f"kernel_{index}"), tf.Variable(bias, name=f"bias_{index}")))
+
+    @property
+    def weights(self) -> list[tf.Variable]:
+        return [v for layer in self.layers for v in layer]
+
+    def __call__(self, x: tf.Tensor, seed: tf.Tensor | None = None) -> tf.Tensor:
+        """Logits (or values); `seed` (two int64) turns dropout on, as in training."""
+        x = (x - self.mean) / self.std
+        for index, (kernel, bias) in enumerate(self.layers):
+            x = tf.matmul(x, kernel) + bias
+            if index < len(self.layers) - 1:
+                x = tf.nn.relu(x)
+                if seed is not None and self.dropout:
+                    x = tf.nn.experimental.stateless_dropout(x, self.dropout, seed=seed + [0, 1000003 * index])
+        return x
+
+
+class Optimizer(tf.Module):
+    """torch.optim.SGD (momentum, L2 weight decay) and torch.optim.Adam, same formulas, on tf.Variables."""
+
+    def __init__(self, training: dict, weights: list[tf.Variable]) -> None:
+        super().__init__(name="optimizer")
+        self.kind, self.decay = training["optimizer"], float(training["weight_decay"])
+        self.momentum = float(training["momentum"])
+        zeros = lambda v, n: tf.Variable(tf.zeros_like(v), trainable=False, name=f"{n}_{v.name.split(':')[0]}")
+        if self.kind == "adam":
+            self.slots = [[zeros(v, "m") for v in weights], [zeros(v, "v") for v in weights]]
+        else:
+            self.slots = [[zeros(v, "momentum") for v in weights]] if self.momentum else []
+        self.t = tf.Variable(0.0, trainable=False, name="t")
+
+    @property
+    def variables_list(self) -> list[tf.Variable]:
+        return [self.t, *(v for slot in self.slots for v in slot)]
+
+    def apply(self, weights: list[tf.Variable], grads: list[tf.Tensor], lr: tf.Tensor) -> None:
+        self.t.assign_add(1.0)
+        for index, (param, grad) in enumerate(zip(weights, grads)):
+            if self.decay:
+                grad = grad + self.decay * param
+            if self.kind == "adam":
+                m, v = self.slots[0][index], self.slots[1][index]
+                m.assign(0.9 * m + 0.1 * grad)
+                v.assign(0.999 * v + 0.001 * tf.square(grad))
+                denom = tf.sqrt(v) / tf.sqrt(1.0 - 0.999**self.t) + 1e-8
+                param.assign_sub(lr / (1.0 - 0.9**self.t) * m / denom)
+            elif self.slots:
+                buf = self.slots[0][index]
+                buf.assign(self.momentum * buf + grad)
+                param.assign_sub(lr * buf)
+            else:
+                param.assign_sub(lr * grad)
+
+
+class Timeline:
+    """Times each step's phases into `totals`; with `--profile` (profile_dir) also records the first steps as a
+    Chrome trace, worker-RANK.trace.json (Perfetto, chrome://tracing), like torch_loop's profiler trace."""
+
+    def __init__(self, folder: str | None, rank: int, steps: int = 50) -> None:
+        self.folder, self.rank, self.steps = folder, rank, steps
+        self.totals: dict[str, float] = {}
+        self.events: list[dict[str, Any]] = []
+        self.step = 0
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            end = time.perf_counter()
+            self.totals[name] = self.totals.get(name, 0.0) + end - start
+            if self.folder and self.step < self.steps:
+                event = {"name": name, "ph": "X", "ts": start * 1e6, "dur": (end - start) * 1e6, "pid": self.rank}
+                self.events.append({**event, "tid": 0, "args": {"step": self.step}})
+
+    def write(self) -> None:
+        if self.folder:
+            Path(self.folder).mkdir(parents=True, exist_ok=True)
+            trace = {"traceEvents": self.events, "displayTimeUnit": "ms"}
+            (Path(self.folder) / f"worker-{self.rank}.trace.json").write_text(json.dumps(trace))
+
+
+def _strategy(session: WorkerSession) -> tf.distribute.Strategy:
+    if session.world_size > 1:  # TF_CONFIG (set by TensorflowTrainer) names the cluster and this worker
+        communication = tf.distribute.experimental.CommunicationOptions(
+            implementation=tf.distribute.experimental.CommunicationImplementation.RING
+        )
+        return tf.distribute.MultiWorkerMirroredStrategy(communication_options=communication)
+    return tf.distribute.get_strategy()
+
+
+def _threads(recipe: dict) -> None:
+    threads = max(1, int(recipe["workers"]["cpus_per_worker"]))
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+    except RuntimeError:  # TensorFlow already running in this process (a unit test): keep its settings
+        pass
+
+
+def _lr(recipe: dict, world_size: int, warmup_steps: int, step: int) -> float:
+    """The one-worker rate × workers (linear scaling), reached linearly over the warm-up (torch_loop's rule)."""
+    training = recipe["training"]
+    target = float(world_size) if training["lr_scaling"] == "linear" else 1.0
+    factor = target if warmup_steps <= 0 or step >= warmup_steps else 1.0 + (target - 1.0) * step / warmup_steps
+    return float(training["learning_rate"]) * factor
+
+
+def _loss(out: tf.Tensor, y: tf.Tensor, classification: bool) -> tf.Tensor:
+    if classification:
+        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=out))
+    return tf.reduce_mean(tf.square(out - tf.reshape(y, tf.shape(out))))
+
+
+def _evaluate(model: Mlp, x: np.ndarray, y: np.ndarray, setup: dict) -> dict:
+    out = model(tf.constant(x))
+    if setup["task"] == "classification":
+        target = label_indices(y, setup["classes"])
+        loss = float(_loss(out, tf.constant(target), True))
+        return {"val_loss": loss, "val_accuracy": float(np.mean(np.argmax(out.numpy(), axis=1) == target))}
+    return {"val_loss": float(_loss(out, tf.constant(y.astype(np.float32)), False))}
+
+
+def train_tensorflow(setup: dict, session: WorkerSession) -> None:
+    """One worker's part of a TensorFlow recipe; rank 0's last report carries the exported SavedModel."""
+    recipe, training = setup["recipe"], setup["recipe"]["training"]
+    _threads(recipe)
+    strategy = _strategy(session)  # first: MultiWorkerMirroredStrategy configures collectives at start-up
+    tf.keras.utils.set_random_seed(recipe["seed"])
+    classification = setup["task"] == "classification"
+    outputs = len(setup["classes"]) if classification else 1
+    hyper = recipe["model"]["hyperparameters"]
+    unknown = sorted(set(hyper) - ALLOWED)
+    if unknown:
+        raise ValueError(f"model.hyperparameters: {', '.join(unknown)} not an mlp hyperparameter (dropout, hidden)")
+
+    train, validation = session.shard("train"), session.shard("validation")
+    x_train = train.x.astype(np.float32)
+    y_train = label_indices(train.y, setup["classes"]) if classification else train.y.astype(np.float32)
+    x_val = validation.x.astype(np.float32)
+    features = x_train.shape[1]
+    with strategy.scope():
+        model = Mlp(features, outputs, setup["stats"], recipe["seed"], **hyper)
+        optimizer = Optimizer(training, model.weights)
+
+    per_epoch = steps_per_epoch(len(x_train), training["batch_size"])
+    total_steps = per_epoch * training["epochs"]
+    if training["max_steps"]:
+        total_steps = min(total_steps, training["max_steps"])
+    warmup = int(round(training["warmup_epochs"] * per_epoch))
+    fusion = tf.distribute.experimental.CommunicationOptions(bytes_per_pack=int(training["bucket_cap_mb"] * 2**20))
+
+    @tf.function(reduce_retracing=True)
+    def compute(xb: tf.Tensor, yb: tf.Tensor, seed: tf.Tensor) -> Any:
+        def replica(xb, yb):
+            with tf.GradientTape() as tape:
+                loss = _loss(model(xb, seed), yb, classification)
+            return loss, tape.gradient(loss, model.weights)
+
+        return strategy.run(replica, args=(xb, yb))
+
+    @tf.function
+    def synchronise(grads: list) -> Any:
+        def replica(grads):  # tf.identity places each gradient on the replica's device, where all_reduce wants it
+            local = [tf.identity(g) for g in grads]
+            return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.MEAN, local, fusion)
+
+        return strategy.run(replica, args=(grads,))
+
+    @tf.function
+    def apply(grads: list, lr: tf.Tensor) -> None:
+        optimizer.apply(model.weights, [strategy.experimental_local_results(g)[0] for g in grads], lr)
+
+    step = 0
+    resumed = session.latest_checkpoint()
+    if resumed is not None:
+        step = _restore(resumed / STATE_FILE, model, optimizer, strategy)
+        if session.rank == 0:
+            print(f"[serving train] resumed from step {step} ({resumed.name})", flush=True)
+
+    timeline = Timeline(setup.get("profile_dir"), session.rank)
+    timed_steps = 0
+    bar = session.progress(total_steps, f"{recipe['name']} (rank {session.rank})") if session.rank == 0 else None
+    if bar is not None and step:
+        bar.update(step)
+    metrics: dict[str, Any] = {}
+    loss: Any = 0.0
+    batch_size = training["batch_size"]
+    started = time.perf_counter()
+    while step < total_steps:
+        epoch, offset = divmod(step, per_epoch)
+        order = np.random.default_rng([recipe["seed"], epoch, session.rank]).permutation(len(x_train))
+        for index in range(offset, per_epoch):
+            if step >= total_steps:
+                break
+            with timeline.phase("data"):
+                rows = order[index * batch_size : (index + 1) * batch_size]
+                xb, yb = tf.constant(x_train[rows]), tf.constant(y_train[rows])
+                seed = tf.constant([recipe["seed"], step * session.world_size + session.rank], tf.int64)
+            with timeline.phase("compute"):
+                loss, grads = compute(xb, yb, seed)
+                _block(strategy, loss)
+            with timeline.phase("sync_wait"):
+                grads = synchronise(grads)
+                _block(strategy, grads)
+            with timeline.phase("optimizer"):
+                apply(grads, tf.constant(_lr(recipe, session.world_size, warmup, step), tf.float32))
+                _block(strategy, model.weights[0])
+            timed_steps += 1
+            timeline.step = timed_steps
+            step += 1
+            if bar is not None:
+                bar.update(1)
+            if step % training["checkpoint_every_steps"] == 0 and step < total_steps:
+                _checkpoint(session, model, optimizer, step, {"step": step, "epoch": epoch + 1})
+        if step % per_epoch == 0 or step >= total_steps:
+            lr = _lr(recipe, session.world_size, warmup, step)
+            local_loss = float(strategy.experimental_local_results(loss)[0])
+            metrics = {"epoch": epoch + 1, "step": step, "loss": local_loss, "lr": lr}
+            metrics.update(_evaluate(model, x_val, validation.y, setup))
+            if session.rank == 0:
+                shown = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items())
+                print(f"[serving train] {recipe['name']}: {shown}", flush=True)
+    timeline.write()
+    if bar is not None:
+        bar.close()
+    wall = time.perf_counter() - started
+    mine = {"steps": timed_steps, "wall": wall, "rows": timed_steps * batch_size, **timeline.totals}
+    timing = _gather(strategy, session, mine)
+    _finish(session, setup, model, optimizer, step, metrics, timing)
+
+
+def _block(strategy: tf.distribute.Strategy, values: Any) -> None:
+    """Wait for the values (eager ops may run ahead), so the stopwatch times the phase itself."""
+    for value in tf.nest.flatten(values):
+        for local in strategy.experimental_local_results(value):
+            local.numpy()
+
+
+def _gather(strategy: tf.distribute.Strategy, session: WorkerSession, mine: dict) -> list[dict[str, float]]:
+    """Every rank's timing, as rows of a matrix summed across the workers (each rank fills its own row)."""
+    table = np.zeros((session.world_size, len(TIMING_KEYS)), np.float64)
+    table[session.rank] = [float(mine.get(key, 0.0)) for key in TIMING_KEYS]
+    total = lambda t: tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, tf.identity(t))
+    summed = strategy.run(tf.function(total), args=(tf.constant(table),))
+    rows = strategy.experimental_local_results(summed)[0].numpy()
+    return [
+        {key: (int(value) if key in ("steps", "rows") else float(value)) for key, value in zip(TIMING_KEYS, row)}
+        for row in rows
+    ]
+
+
+def _save(path: Path, model: Mlp, optimizer: Optimizer, step: int) -> None:
+    """Weights, optimizer state and step, as named arrays (restored by `_restore`)."""
+    state: dict[str, Any] = {f"model_{i}": v.numpy() for i, v in enumerate(model.weights)}
+    state.update({f"optimizer_{i}": v.numpy() for i, v in enumerate(optimizer.variables_list)})
+    state["step"] = np.asarray(step, np.int64)
+    np.savez(path, **state)
+
+
+def _restore(path: Path, model: Mlp, optimizer: Optimizer, strategy: tf.distribute.Strategy) -> int:
+    with np.load(path) as state, strategy.scope():
+        for i, v in enumerate(model.weights):
+            v.assign(state[f"model_{i}"])
+        for i, v in enumerate(optimizer.variables_list):
+            v.assign(state[f"optimizer_{i}"])
+        return int(state["step"])
+
+
+def _checkpoint(session: WorkerSession, model: Mlp, optimizer: Optimizer, step: int, metrics: dict) -> None:
+    if session.rank != 0:
+        session.report(metrics)
+        return
+    with tempfile.TemporaryDirectory(prefix="serving-ckpt-") as folder:
+        _save(Path(folder) / STATE_FILE, model, optimizer, step)
+        session.report(metrics, Path(folder))
+
+
+def _finish(session, setup, model: Mlp, optimizer: Optimizer, step: int, metrics: dict, timing: list) -> None:
+    final = {**metrics, "final": True}
+    if session.rank != 0:
+        session.report(final)
+        return
+    with tempfile.TemporaryDirectory(prefix="serving-final-") as folder:
+        root = Path(folder)
+        _save(root / STATE_FILE, model, optimizer, step)
+        signature = export_model(model, root / "export", setup)
+        (root / "result.json").write_text(json.dumps({"metrics": metrics, "timing": timing, "signature": signature}))
+        session.report(final, root)
+
+
+def export_model(model: Mlp, folder: Path, setup: dict) -> dict[str, Any]:
+    """A SavedModel of the trained weights (plain variables, no distribution strategy) with a `serving_default`
+    signature: float32 `input` [None, features] → {"output": logits or values}; returns the signature."""
+    hyper = setup["recipe"]["model"]["hyperparameters"]
+    features = int(model.layers[0][0].shape[0])
+    outputs = int(model.layers[-1][1].shape[0])
+    plain = Mlp(features, outputs, setup["stats"], 0, **hyper)  # outside strategy.scope(): plain variables
+    for target, source in zip(plain.weights, model.weights):
+        target.assign(source.numpy())
+
+    @tf.function(input_signature=[tf.TensorSpec([None, features], tf.float32, name=INPUT_NAME)])
+    def serve(x: tf.Tensor) -> dict[str, tf.Tensor]:
+        return {OUTPUT_NAME: plain(x)}
+
+    plain.serve = serve
+    tf.saved_model.save(plain, str(folder), signatures={"serving_default": serve})
+    classification = setup["task"] == "classification"
+    return {
+        "inputs": [{"name": INPUT_NAME, "dtype": "float32", "shape": [-1, features], "columns": setup["features"]}],
+        "outputs": [
+            {
+                "name": OUTPUT_NAME,
+                "dtype": "float32",
+                "shape": [-1, outputs],
+                "meaning": "class scores (logits), in the order of `classes`"
+                if classification
+                else "the predicted value",
+            }
+        ],
+        "classes": setup["classes"] if classification else None,
+    }
