@@ -194,7 +194,8 @@ def summarize(timing: list[dict[str, float]]) -> dict[str, Any]:
     wall = max(t["wall"] for t in timing)
     split = {
         "data_ms": mean("data"),
-        "compute_ms": mean("forward") + mean("backward") + mean("optimizer"),
+        # PyTorch times forward and backward apart; TensorFlow's tape gives one `compute` (forward + gradients).
+        "compute_ms": mean("compute") + mean("forward") + mean("backward") + mean("optimizer"),
         "sync_wait_ms": mean("sync_wait"),
         "allreduce_busy_ms": mean("sync_busy"),
     }

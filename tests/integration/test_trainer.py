@@ -41,9 +41,10 @@ def _record(store: Path, name: str) -> dict:
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory) -> Path:
-    """The digits CNN, the tabular MLP and the per-customer scikit-learn models, trained once for the module."""
+    """Every example recipe but the TensorFlow one's twin, trained once for the module (about a minute each)."""
     root = tmp_path_factory.mktemp("model-store")
-    for recipe in ("digits-cnn.yaml", "tabular-mlp.yaml", "customers-multimodel.yaml"):
+    for recipe in ("digits-cnn.yaml", "tabular-mlp.yaml", "customers-multimodel.yaml", "iris-sklearn.yaml",
+                   "wine-tensorflow.yaml", "cancer-xgboost.yaml"):
         _train(recipe, root)
     return root
 
@@ -87,6 +88,12 @@ def test_the_served_artifacts_answer_what_the_trained_model_predicts(server, sto
         {"ContainerHostname": "onnx", "Image": "onnx", "ModelDataUrl": str(latest), "Resources": TINY},
         {"ContainerHostname": "customers", "Image": "sklearn", "Mode": "MultiModel",
          "ModelDataUrl": str(store / "customers" / "latest") + "/", "Resources": TINY},
+        {"ContainerHostname": "iris", "Image": "sklearn", "ModelDataUrl": str(store / "iris-sklearn" / "latest"),
+         "Resources": TINY},
+        {"ContainerHostname": "wine", "Image": "tensorflow", "ModelDataUrl": str(store / "wine-tf" / "latest"),
+         "Resources": TINY},
+        {"ContainerHostname": "trees", "Image": "xgboost", "ModelDataUrl": str(store / "cancer-xgboost" / "latest"),
+         "Resources": TINY},
     ]})
     settings = ServerSettings(port=int(server.url.rsplit(":", 1)[1]), max_payload_mb=1.0, invocation_timeout_s=3.0)
     ray_wing.deploy_endpoint(spec, settings)
@@ -114,7 +121,73 @@ def test_the_served_artifacts_answer_what_the_trained_model_predicts(server, sto
                                headers={"X-Amzn-SageMaker-Target-Model": f"{group}.tar.gz"})
         assert answer.status_code == 200, answer.text
         assert answer.json()[0] == "setosa"
+
+    # The scikit-learn, TensorFlow and XGBoost recipes' artifacts, each served by its stack, answer as the model
+    # read back from the archive does (scikit-learn: the same labels; XGBoost: the same probabilities) or, for the
+    # TensorFlow MLP, classify the wine rows as well as model.json says it did.
+    _check_sklearn(server, store)
+    _check_tensorflow(server, store)
+    _check_xgboost(server, store)
     ray_wing.delete_endpoint("it-trained")
+
+
+def _unpacked(store: Path, name: str, tmp: Path) -> Path:
+    import tarfile
+
+    folder = tmp / name
+    with tarfile.open(store / name / "latest" / "model.tar.gz") as archive:
+        archive.extractall(folder, filter="data")
+    return folder
+
+
+def _check_sklearn(server, store: Path) -> None:
+    import tempfile
+
+    import skops.io
+
+    from serving.training.data import sklearn_frame
+
+    rows = sklearn_frame("iris").drop(columns="target").to_numpy()[::7]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = _unpacked(store, "iris-sklearn", Path(tmp)) / "model.skops"
+        model = skops.io.load(path, trusted=skops.io.get_untrusted_types(file=path))
+        expected = model.predict(rows).tolist()
+    answer = server.invoke("it-trained", rows.tolist(), target="iris")
+    assert answer.status_code == 200 and answer.json() == expected, answer.text
+
+
+def _check_tensorflow(server, store: Path) -> None:
+    from serving.training.data import sklearn_frame
+
+    frame = sklearn_frame("wine")
+    rows, labels = frame.drop(columns="target").to_numpy(dtype=np.float32), frame["target"].to_numpy()
+    answer = server.invoke("it-trained", {"instances": rows.tolist()}, target="wine")
+    assert answer.status_code == 200, answer.text
+    scores = np.asarray(answer.json()["predictions"])
+    assert scores.shape == (len(rows), 3)
+    assert (scores.argmax(axis=1) == labels).mean() >= 0.9, "the served SavedModel does not classify wine"
+    assert _record(store, "wine-tf")["metrics"]["val_accuracy"] >= 0.9
+
+
+def _check_xgboost(server, store: Path) -> None:
+    import tempfile
+
+    import xgboost
+
+    from serving.training.data import sklearn_frame
+
+    rows = sklearn_frame("breast_cancer").drop(columns="target").to_numpy(dtype=np.float32)[:20]
+    with tempfile.TemporaryDirectory() as tmp:
+        booster = xgboost.Booster()
+        booster.load_model(str(_unpacked(store, "cancer-xgboost", Path(tmp)) / "xgboost-model"))
+        expected = booster.predict(xgboost.DMatrix(rows))
+    body = "\n".join(",".join(repr(float(v)) for v in row) for row in rows)
+    answer = server.invoke("it-trained", body, target="trees", content_type="text/csv",
+                           headers={"Accept": "text/csv"})
+    assert answer.status_code == 200, answer.text
+    served = np.asarray([float(line) for line in answer.text.split()], dtype=np.float32)
+    np.testing.assert_allclose(served, expected, rtol=1e-6)
+    assert _record(store, "cancer-xgboost")["metrics"]["val_accuracy"] >= 0.93
 
 
 def test_a_killed_run_resumes_from_its_checkpoint_to_the_weights_of_an_uninterrupted_run(store, tmp_path) -> None:
