@@ -295,6 +295,7 @@ def predict_fn(data, model):
 """
 
 
+@pytest.mark.filterwarnings("ignore:.*Unknown file format")  # the script loads xgboost-model as AWS's examples do
 def test_script_with_model_fn_gets_the_container_script_mode_defaults(boosters, tmp_path):
     booster, x, folder = boosters["regression"]
     (tmp_path / "xgboost-model").write_bytes((folder / "xgboost-model").read_bytes())
@@ -320,6 +321,7 @@ def test_script_predict_fn_gets_a_dmatrix_and_the_booster(boosters, tmp_path):
                                 "first": booster.predict(xgboost.DMatrix(x[:1])).tolist()}
 
 
+@pytest.mark.filterwarnings("ignore:.*Text file input has been deprecated")  # XGBoost's own LIBSVM reader, as reference
 def test_sparse_csr_matches_xgboost_reading_the_same_libsvm(tmp_path, boosters):
     booster, _, folder = boosters["multi"]
     text = "0 1:5.1 3:1.4\n1 2:3.0 4:2.3\n"
