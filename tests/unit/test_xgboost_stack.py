@@ -333,3 +333,14 @@ def test_sparse_csr_matches_xgboost_reading_the_same_libsvm(tmp_path, boosters):
     reference = xgboost.DMatrix(f"{tmp_path / 'rows.libsvm'}?format=libsvm&indexing_mode=1")
     body, _ = invoke(loaded(folder), text, "text/libsvm", "text/csv")
     assert body == csv_answer(booster.predict(reference))
+
+
+def test_trainer_booster_with_feature_names_takes_unnamed_rows(tmp_path):
+    # serving train (serving/training/xgboost_loop.py) names the features; requests carry none (CSV, LIBSVM, JSON).
+    data = load_iris()
+    names = [name.replace(" ", "_").replace("(", "").replace(")", "") for name in data.feature_names]
+    train = xgboost.DMatrix(data.data, label=data.target, feature_names=names)
+    booster = xgboost.train({"objective": "multi:softprob", "num_class": 3, "nthread": 1}, train, 3)
+    runtime = loaded(save_algorithm_model(tmp_path, booster))
+    expected = booster.predict(xgboost.DMatrix(data.data[:2], feature_names=names))
+    assert invoke(runtime, csv_rows(data.data[:2]), "text/csv")[0] == csv_answer(expected)
