@@ -78,6 +78,10 @@ NPY = "application/x-npy"
 OCTET_STREAM = "application/octet-stream"
 # JSON documents one per line, as SageMaker's TensorFlow Serving container reads them (both spellings).
 JSON_LINES, JSONS = "application/jsonlines", "application/jsons"
+# Sparse rows (`label idx:value ...`), both spellings, as SageMaker's XGBoost container reads them.
+LIBSVM, X_LIBSVM = "text/libsvm", "text/x-libsvm"
+# SageMaker's RecordIO-wrapped protobuf `Record`s (the XGBoost stack refuses it: 415, containers/xgboost/README.md).
+RECORDIO_PROTOBUF = "application/x-recordio-protobuf"
 
 # --- errors: a JSON body {"__type": code, "message": ..., extra fields} and the code in this header -------
 ERROR_TYPE_HEADER = "x-amzn-ErrorType"
@@ -160,4 +164,8 @@ SANDBOX_WRITE_ENV = "SERVING_SANDBOX_WRITE"  # ... and write
 DEFAULT_ACCEPT_ENV = "SAGEMAKER_DEFAULT_INVOCATIONS_ACCEPT"  # SageMaker's: the Accept a hop gets when none is given
 PROGRAM_ENV = "SAGEMAKER_PROGRAM"  # SageMaker's: the handler script (default inference.py)
 SUBMIT_DIRECTORY_ENV = "SAGEMAKER_SUBMIT_DIRECTORY"  # SageMaker's: the folder holding it (default <model>/code)
-TFS_MODEL_NAME_ENV = "SAGEMAKER_TFS_DEFAULT_MODEL_NAME"  # SageMaker TFS container's: the model name rest_uri names
+TFS_MODEL_NAME_ENV = "SAGEMAKER_TFS_DEFAULT_MODEL_NAME"
+# SageMaker XGBoost container's: the fields of each answer (predicted_label, probability, probabilities, ...).
+INFERENCE_OUTPUT_ENV = "SAGEMAKER_INFERENCE_OUTPUT"
+# SageMaker XGBoost container's: "false" serves only the first of several boosters (k-fold xgboost-model-N files).
+INFERENCE_ENSEMBLE_ENV = "SAGEMAKER_INFERENCE_ENSEMBLE"  # SageMaker TFS container's: the model name rest_uri names

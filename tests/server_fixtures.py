@@ -487,6 +487,32 @@ def tfs_endpoint_spec(models: dict[str, Path]) -> dict:
         for name, folder in models.items()]}
 
 
+# it-xgboost (tests/integration/test_xgboost_endpoint.py): a model.tar.gz as SageMaker's XGBoost algorithm writes it.
+@pytest.fixture(scope="session")
+def xgboost_model(tmp_path_factory) -> tuple[Path, object, object]:
+    """(archive, booster, rows): a binary:logistic booster on breast cancer saved as `xgboost-model` at the root
+    of `model.tar.gz`, and the rows it was trained on."""
+    import tarfile
+    import warnings
+
+    from tests.unit.test_xgboost_stack import train_booster
+
+    booster, rows = train_booster("binary")
+    root = tmp_path_factory.mktemp("xgboost-algorithm")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Saving model in the UBJSON format as default": as the algorithm does
+        booster.save_model(str(root / "xgboost-model"))
+    archive = root / "model.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(root / "xgboost-model", arcname="xgboost-model")
+    return archive, booster, rows
+
+
+def xgboost_endpoint_spec(archive: Path) -> dict:
+    return {"EndpointName": "it-xgboost", "Containers": [
+        {"ContainerHostname": "algorithm", "Image": "xgboost", "ModelDataUrl": str(archive), "Resources": TINY}]}
+
+
 def _small(specs: list[dict]) -> list[dict]:
     # ~35 replicas share the session's 2 logical CPUs: reserve a small share each.
     for spec in specs:
@@ -576,7 +602,7 @@ class Server:
 
 @pytest.fixture(scope="session")
 def server(demo_models, handler_models, identities_file, hetero_models, working_dir_model, multi_model_prefix, s3_models,
-           sagemaker_script_models, tfs_models):
+           sagemaker_script_models, tfs_models, xgboost_model):
     """Embedded Ray, the endpoint server and every test endpoint; torn down after the session."""
     from serving.ray_wing import EmbeddedServer
 
@@ -588,6 +614,7 @@ def server(demo_models, handler_models, identities_file, hetero_models, working_
     documents.append(sagemaker_scripts_spec(sagemaker_script_models))
     documents.append(async_endpoint_spec(handler_models, s3_models))
     documents.append(tfs_endpoint_spec(tfs_models))
+    documents.append(xgboost_endpoint_spec(xgboost_model[0]))
     specs = [parse_spec(doc) for doc in _small(documents)]
     settings = ServerSettings(port=0, max_payload_mb=1.0, invocation_timeout_s=3.0)
     # Not `wait=True`: it-broken is meant to fail, so "ready" here is every endpoint InService or Failed.

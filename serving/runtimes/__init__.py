@@ -21,6 +21,7 @@ STACK_CLASSES = {
     "pytorch": "serving.runtimes.pytorch:PyTorchRuntime",
     "tensorflow": "serving.runtimes.tensorflow:TensorFlowRuntime",
     "onnx": "serving.runtimes.onnx:OnnxRuntime",
+    "xgboost": "serving.runtimes.xgboost:XGBoostRuntime",
     "python": "serving.runtimes.python:PythonRuntime",
 }
 

@@ -84,6 +84,10 @@ class Runtime:
         """Encode the prediction; returns (body, content type)."""
         return codecs.encode(prediction, accept)
 
+    def choose_accept(self, accept: str) -> str:
+        """The response type the stack's own `output_fn` answers an Accept with; refuses one it cannot encode."""
+        return codecs.choose_accept(accept)
+
     def script_defaults(self) -> dict[str, Callable[..., Any]]:
         """The steps this stack's SageMaker container runs where a user's script leaves them out
         (input_fn, predict_fn, output_fn); a step not named here uses the stack's own default."""
@@ -176,7 +180,7 @@ class Runtime:
             return self._answer(result, accept, context)
         defaults = self.script_defaults() if self.scripted else {}
         if "output_fn" not in self._hooks and "output_fn" not in defaults:
-            accept = codecs.choose_accept(accept)  # refuse a bad Accept before predicting
+            accept = self.choose_accept(accept)  # refuse a bad Accept before predicting
         if "input_fn" in self._hooks:
             data = self._run_hook("input_fn", context, toolkit.request_data(body, content_type), content_type)
         else:
