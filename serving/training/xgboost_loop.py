@@ -130,9 +130,10 @@ def _report(session: WorkerSession, booster: Any, metrics: dict, final: bool, re
         return
     with tempfile.TemporaryDirectory(prefix="serving-xgb-") as folder:
         root = Path(folder)
-        booster.save_model(str(root / MODEL_FILE))
+        saved = bytes(booster.save_raw(raw_format="json"))  # XGBoost's JSON model: the file name has no extension
+        (root / MODEL_FILE).write_bytes(saved)
         if final:
             (root / "export").mkdir()
-            booster.save_model(str(root / "export" / MODEL_FILE))
+            (root / "export" / MODEL_FILE).write_bytes(saved)
             (root / "result.json").write_text(json.dumps(result))
         session.report(metrics, root)
