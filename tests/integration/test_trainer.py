@@ -204,17 +204,65 @@ def test_a_killed_run_resumes_from_its_checkpoint_to_the_weights_of_an_uninterru
         while not list((interrupted / ".ray-train").glob("*/checkpoint_*")):
             assert run.poll() is None, "the run ended before its first checkpoint:\n" + log.read_text()[-3000:]
             assert time.monotonic() < deadline, "no checkpoint within 420 s:\n" + log.read_text()[-3000:]
-            time.sleep(0.5)
-        time.sleep(1)
+            time.sleep(0.2)
     finally:
         os.killpg(run.pid, signal.SIGKILL)  # the run and the Ray it started: its own session, started here
         run.wait(timeout=30)
     assert not (interrupted / "cancer-mlp" / "1").exists() and (interrupted / "cancer-mlp" / ".1.partial").is_dir()
 
     resumed = _train("tabular-mlp.yaml", interrupted, "--resume")
-    assert "resumed from step" in resumed.stdout + resumed.stderr
+    step = int((resumed.stdout + resumed.stderr).split("resumed from step ")[1].split()[0])
+    assert 0 < step < 150, step  # from a mid-run checkpoint, not the end
     final = torch.load(interrupted / "cancer-mlp" / "latest" / "checkpoint" / "state.pt", weights_only=True)
     reference = torch.load(store / "cancer-mlp" / "latest" / "checkpoint" / "state.pt", weights_only=True)
     assert final["step"] == reference["step"] == 150
     for name, tensor in reference["model"].items():
         assert torch.equal(final["model"][name], tensor), name
+
+
+def _workers_of(session_id: int) -> list[int]:
+    """PIDs of the Ray Train workers that a run we started (session `session_id`) runs."""
+    import psutil
+
+    found = []
+    for process in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if os.getsid(process.pid) == session_id and "RayTrainWorker" in " ".join(process.info["cmdline"] or []):
+                found.append(process.pid)
+        except (ProcessLookupError, PermissionError, psutil.Error):
+            continue
+    return sorted(found)
+
+
+def test_a_worker_killed_mid_run_is_replaced_and_the_run_finishes(tmp_path) -> None:
+    # training.max_failures: 1 lets Ray Train start a new worker group, which resumes from the last checkpoint.
+    # Forty epochs of the digits CNN (~900 steps, a checkpoint every 20) leave time to kill a worker mid-run.
+    import yaml
+
+    recipe = yaml.safe_load((RECIPES / "digits-cnn.yaml").read_text())
+    recipe["training"].update(epochs=40, max_failures=1)
+    path = tmp_path / "digits-long.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    out = tmp_path / "store"
+    log = tmp_path / "worker-killed.log"
+    with log.open("w") as output:
+        run = subprocess.Popen([sys.executable, "-m", "serving.cli", "train", str(path), "--store", str(out)],
+                               stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 420
+        while not list((out / ".ray-train").glob("*/checkpoint_*")):
+            assert run.poll() is None, "the run ended before its first checkpoint:\n" + log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "no checkpoint within 420 s:\n" + log.read_text()[-3000:]
+            time.sleep(0.2)
+        workers = _workers_of(run.pid)
+        assert len(workers) == 2, workers
+        os.kill(workers[1], signal.SIGKILL)  # rank 0 or 1: either takes the worker group down
+        assert run.wait(timeout=TRAIN_TIMEOUT_S) == 0, log.read_text()[-3000:]
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait(timeout=30)
+    text = log.read_text()
+    assert "resumed from step" in text, text[-3000:]
+    record = _record(out, "digits-cnn")
+    assert record["metrics"]["step"] == 40 * 23 and record["metrics"]["val_accuracy"] >= 0.93

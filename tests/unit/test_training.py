@@ -205,3 +205,27 @@ def test_docs_list_every_recipe_field_as_the_help_does() -> None:
 
     docs = (Path(__file__).resolve().parents[2] / "docs" / "training.md").read_text()
     assert "\n".join(field_lines()) in docs, "docs/training.md's field list is stale: paste `field_lines()`"
+
+
+def test_profile_writes_a_chrome_trace_with_the_step_phases(tmp_path: Path) -> None:
+    from serving.training.torch_loop import train_torch
+
+    setup, shards = _iris_setup(_recipe(training={"epochs": 2, "batch_size": 16}))
+    setup["recipe"]["output"]["formats"] = ["torchscript"]
+    setup["profile_dir"] = str(tmp_path / "timeline")
+    train_torch(setup, LocalSession(shards, checkpoint_root=tmp_path))
+    trace = json.loads((tmp_path / "timeline" / "worker-0.trace.json").read_text())
+    names = {event.get("name") for event in trace["traceEvents"]}
+    assert {"data", "forward", "backward", "optimizer"} <= names
+
+
+def test_parquet_files_and_folders_are_planned_like_csv(tmp_path: Path) -> None:
+    frame = sklearn_frame("wine")
+    (tmp_path / "parts").mkdir()
+    frame.iloc[:100].to_parquet(tmp_path / "parts" / "a.parquet")
+    frame.iloc[100:].to_parquet(tmp_path / "parts" / "b.parquet")
+    plan = plan_data(parse_recipe(_recipe(data={"source": "parts"}), tmp_path).data)
+    assert plan.kind == "parquet" and len(plan.files) == 2 and plan.label == "target" and len(plan.features) == 13
+    (tmp_path / "parts" / "c.csv").write_text("a\n1\n")
+    with pytest.raises(RecipeError, match="mixes CSV and Parquet"):
+        plan_data(parse_recipe(_recipe(data={"source": "parts"}), tmp_path).data)
