@@ -47,3 +47,13 @@ def test_rows_counted_include_the_short_last_batch_of_each_epoch(tmp_path) -> No
     timing = json.loads((session.checkpoints[-1] / "result.json").read_text())["timing"]
     assert [t["steps"] for t in timing] == [4 * epochs]
     assert [t["rows"] for t in timing] == [rows * epochs]  # not steps × batch (64 per epoch)
+
+
+def test_summary_gives_the_loop_wall_time_per_step() -> None:
+    from serving.training.runner import summarize
+
+    worker = {"steps": 10, "rows": 300, "data": 0.01, "forward": 0.1, "backward": 0.1, "optimizer": 0.05}
+    summary = summarize([{**worker, "wall": 0.5}, {**worker, "wall": 0.4}])
+    assert summary["step_ms"] == pytest.approx(50.0)  # the slowest worker's wall / steps
+    assert summary["samples_per_s"] == pytest.approx(600 / 0.5)
+    assert summary["per_step"]["compute_ms"] == pytest.approx(25.0)
