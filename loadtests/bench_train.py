@@ -17,7 +17,7 @@ is the loop's wall time per step less those (per-epoch validation, progress bar,
    Also 1 worker × 64 with both cores (2 torch threads), the other way to spend the whole machine.
 2. The per-step split of each run.
 3. A bucket-size sweep at 2 × 32 (`training.bucket_cap_mb`, the analogue of Horovod's autotuned fusion
-   threshold): the CNN's gradients are ~0.12 MB, so buckets below that split every step's all-reduce.
+   threshold): the CNN's gradients are ~0.055 MB, so smaller buckets split every step's all-reduce.
 Results go to loadtests/results/bench_train.json (--quick: bench_train-quick.json) and, with --write-docs,
 the "Scaling benchmark" section of docs/training.md. Ratios within one run are the point, not absolute
 numbers: this VM has 2 shared cores, and 2 workers × 1 CPU is all of it.
@@ -108,6 +108,44 @@ def measure(workers: int, cpus: float, batch: int, bucket_mb: float, steps: int)
     }
 
 
+def ddp_buckets() -> dict[str, Any]:
+    """The recipe's CNN: its parameter count, and the gradient buckets DDP forms at each swept bucket_cap_mb
+    (element counts of each all-reduce in one step, after DDP's first-iteration rebuild), read through a comm
+    hook in a one-process gloo group in this process; the same model and parameter order as the runs."""
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+
+    from serving.training.torch_models import build_model
+
+    document = yaml.safe_load(RECIPE.read_text())
+    model_spec = document["model"]
+    stats = {"mean": [0.0] * 64, "std": [1.0] * 64, "image_shape": document["data"]["image_shape"]}
+    buckets: dict[str, list[int]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-train-ddp-") as folder:
+        dist.init_process_group("gloo", store=dist.FileStore(str(Path(folder) / "store"), 1), rank=0, world_size=1)
+        try:
+            for mb in SWEEP_MB:
+                torch.manual_seed(0)
+                model = build_model(model_spec["family"], model_spec["hyperparameters"], 64, 10, stats)
+                net = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=mb)
+                sizes: list[int] = []
+
+                def hook(state: Any, bucket: Any, sizes: list[int] = sizes) -> Any:
+                    sizes.append(bucket.buffer().numel())
+                    return dist.all_reduce(bucket.buffer(), async_op=True).get_future().then(lambda f: f.value()[0])
+
+                net.register_comm_hook(None, lambda state, bucket: hook(state, bucket))  # unannotated: DDP checks them
+                for _ in range(3):  # DDP rebuilds its buckets after the first iteration
+                    sizes.clear()
+                    net(torch.randn(32, 64)).sum().backward()
+                buckets[f"{mb:g}"] = list(sizes)
+        finally:
+            dist.destroy_process_group()
+    count = sum(p.numel() for p in model.parameters())
+    return {"parameters": count, "gradient_mb": count * 4 / 1e6, "buckets": buckets}
+
+
 def mean_of(passes: list[dict[str, Any]]) -> dict[str, Any]:
     """One configuration's passes: the mean of every number, each pass's samples/s kept."""
     first = passes[0]
@@ -137,6 +175,7 @@ def run(steps: int, repeats: int) -> dict[str, Any]:
     sweep = {f"{mb:g}": runs["2x32" if mb == SCALING["2x32"][3] else f"2x32-bucket{mb:g}"] for mb in SWEEP_MB}
     rate = lambda name: runs[name]["samples_per_s"]  # noqa: E731
     return {
+        "model": ddp_buckets(),
         "command": command_line(__file__),
         "machine": machine_facts(),
         "versions": package_versions(("ray", "torch", "scikit-learn", "numpy")),
@@ -176,7 +215,7 @@ def _row(label: str, r: dict[str, Any]) -> str:
 
 def render(result: dict[str, Any]) -> str:
     runs, scaling, sweep, p = result["runs"], result["scaling"], result["bucket_sweep"], result["parameters"]
-    machine = result["machine"]
+    machine, m = result["machine"], result["model"]
     header = [
         "| run (workers × batch) | global batch | samples/s (passes) | step ms | compute ms | fwd / bwd / opt ms | "
         "sync wait ms | all-reduce busy ms | data ms | other ms |",
@@ -197,7 +236,8 @@ def render(result: dict[str, Any]) -> str:
         "",
         "`.venv/bin/python loadtests/bench_train.py --write-docs` (raw results in `loadtests/results/bench_train.json`;",
         "`--quick` for a short smoke run). The digits CNN of",
-        f"`{p['recipe']}` (PyTorch, DDP over gloo; ~30k parameters ≈ 0.12 MB of gradients), {p['steps']} optimizer",
+        f"`{p['recipe']}` (PyTorch, DDP over gloo; {m['parameters']:,} parameters = {m['gradient_mb']:.3f} MB of float32",
+        f"gradients), {p['steps']} optimizer",
         "steps per run, no checkpoint inside them. Each configuration is its own `serving train` run on an embedded",
         f"Ray with {p['num_cpus']} CPUs; the list of configurations ran {p.get('repeats', 1)} time(s), one pass after the",
         "other, and each number is the mean over the passes (each pass's samples/s in brackets). Machine:",
@@ -220,16 +260,63 @@ def render(result: dict[str, Any]) -> str:
         "",
         "Bucket-size sweep at 2 × 32 (`training.bucket_cap_mb`; DDP's default is 25 MB, one bucket for this model):",
         "",
-        "| bucket_cap_mb | samples/s (passes) | vs 25 MB | step ms | compute ms | sync wait ms | all-reduce busy ms |",
-        "|---|---|---|---|---|---|---|",
+        "| bucket_cap_mb | all-reduces a step (elements each) | samples/s (passes) | vs 25 MB | step ms | compute ms | "
+        "sync wait ms | all-reduce busy ms |",
+        "|---|---|---|---|---|---|---|---|",
         *(
-            f"| {mb} | {_rates(r)} | {r['samples_per_s_vs_25mb']:.2f} | {r['step_ms']:.2f} | "
+            f"| {mb} | {len(m['buckets'][mb])} ({', '.join(map(str, m['buckets'][mb]))}) | {_rates(r)} | {r['samples_per_s_vs_25mb']:.2f} | {r['step_ms']:.2f} | "
             f"{r['per_step']['compute_ms']:.2f} | {r['per_step']['sync_wait_ms']:.2f} | "
             f"{r['per_step']['allreduce_busy_ms']:.2f} |"
             for mb, r in sweep.items()
         ),
+        "",
+        *reading(result),
     ]
     return "\n".join(lines)
+
+
+def reading(result: dict[str, Any]) -> list[str]:
+    """What the numbers say, with the numbers of this result."""
+    runs, sweep, m = result["runs"], result["bucket_sweep"], result["model"]
+    one, two, wide = runs["1x32"], runs["2x32"], runs["1x64-2threads"]
+    same = sweep["1"]["samples_per_s_vs_25mb"]  # 1 MB and 25 MB form the same single bucket: the noise floor
+    tiny = sweep[f"{SWEEP_MB[0]:g}"]
+    return [
+        "**Reading.** On this machine two workers are slower than one, at either batch. 2 workers × 1 CPU is the",
+        "whole machine (2 cores), and Ray's own processes (raylet, GCS, the Train controller, the driver) and",
+        "gloo's threads run on the same two cores, so each worker computes more slowly than a lone one: at the",
+        f"same per-worker batch of 32, compute is {two['per_step']['compute_ms']:.2f} ms a step with 2 workers against "
+        f"{one['per_step']['compute_ms']:.2f} ms with one",
+        f"(forward {two['forward_ms']:.2f} against {one['forward_ms']:.2f} ms) — contention for the cores, not "
+        "communication. On top of that every step waits",
+        f"{two['per_step']['sync_wait_ms']:.2f} ms for the all-reduce of {m['gradient_mb'] * 1000:.0f} KB of gradients "
+        "over loopback gloo: that is latency, not bandwidth, and",
+        f"it is longer than the whole backward pass ({two['backward_ms']:.2f} ms), so there is nothing for DDP's "
+        "overlap to hide it behind.",
+        "Data parallelism pays when a step's compute is large against one all-reduce's latency (Horovod's rule of",
+        f"thumb); a {m['parameters']:,}-parameter CNN on 8×8 images is the opposite case, so the efficiencies above "
+        "measure this",
+        "machine's overhead, not how the trainer scales on a cluster with a core (or a GPU) per worker. One worker",
+        f"with both cores does not help either ({wide['samples_per_s']:.0f} samples/s with 2 torch threads against "
+        f"{runs['1x64']['samples_per_s']:.0f} with one): the model is",
+        "too small for intra-op parallelism, and the second core is better left to Ray. Data loading is",
+        "negligible (the shard is in memory as a NumPy array: slicing a batch is well under 0.1 ms); `other`",
+        "(validation at each epoch end, the progress bar) is a few percent of a step.",
+        "",
+        f"The sweep: buckets smaller than the gradients ({m['gradient_mb']:.3f} MB) split each step's all-reduce into "
+        "several, and",
+        f"each costs its own latency: at {SWEEP_MB[0]:g} MB ({len(m['buckets'][f'{SWEEP_MB[0]:g}'])} all-reduces a step) "
+        f"the sync wait grows to {tiny['per_step']['sync_wait_ms']:.2f} ms and throughput drops to "
+        f"{tiny['samples_per_s_vs_25mb']:.2f}× one bucket's.",
+        "Any cap at or above the gradients' size gives one bucket, so the 1 MB and 25 MB runs are the same",
+        f"configuration: their ratio ({same:.2f}) is this VM's run-to-run noise, and a difference smaller than that "
+        "(as at 0.025 MB)",
+        "is not a finding. What an autotuner would conclude here is what DDP's default already does: one bucket.",
+        "Smaller buckets only pay when backward is long enough for early buckets' all-reduces to overlap the rest",
+        "of it — a larger model, or a real network between the workers.",
+        "",
+        "No GPU on this machine: the NCCL path and mixed precision (`gpus_per_worker` > 0) were not measured here.",
+    ]
 
 
 def main() -> int:
@@ -244,6 +331,9 @@ def main() -> int:
     args = parser.parse_args()
     if args.render:
         result = json.loads(Path(args.render).read_text())
+        if "model" not in result:
+            result["model"] = ddp_buckets()
+            write_results(Path(args.render), result)
     else:
         steps = args.steps or (QUICK_STEPS if args.quick else STEPS)
         result = run(steps, args.repeats or (1 if args.quick else REPEATS))
