@@ -202,6 +202,8 @@ def summarize(timing: list[dict[str, float]]) -> dict[str, Any]:
     return {
         "steps": steps,
         "samples_per_s": sum(t["rows"] for t in timing) / wall if wall else None,
+        # the loop's wall time per step (slowest worker): the split above plus per-epoch validation and bookkeeping
+        "step_ms": round(wall / steps * 1000, 3),
         "per_step": {k: round(v, 3) for k, v in split.items()},
         "forward_ms": round(mean("forward"), 3),
         "backward_ms": round(mean("backward"), 3),

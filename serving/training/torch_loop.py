@@ -150,7 +150,7 @@ def train_torch(setup: dict, session: WorkerSession) -> None:
 
     loss_fn = nn.CrossEntropyLoss() if classification else nn.MSELoss()
     totals: dict[str, float] = {}
-    timed_steps = 0
+    timed_steps = timed_rows = 0
     profiler = _profiler(setup, session.rank, device)
     bar = session.progress(total_steps, f"{recipe['name']} (rank {session.rank})") if session.rank == 0 else None
     if bar is not None and step:
@@ -187,6 +187,7 @@ def train_torch(setup: dict, session: WorkerSession) -> None:
                 optimizer.zero_grad(set_to_none=True)
                 schedule.step()
             timed_steps += 1
+            timed_rows += len(rows)  # the last batch of an epoch is short: count the rows, not steps × batch
             step += 1
             if profiler is not None:
                 profiler.step()
@@ -206,7 +207,7 @@ def train_torch(setup: dict, session: WorkerSession) -> None:
         bar.close()
     totals["sync_busy"] = clock.busy
     wall = time.perf_counter() - started
-    timing = _gather({"steps": timed_steps, "wall": wall, "rows": timed_steps * training["batch_size"], **totals})
+    timing = _gather({"steps": timed_steps, "wall": wall, "rows": timed_rows, **totals})
     _finish(session, setup, model, optimizer, schedule, step, metrics, timing, x_val)
 
 
