@@ -39,7 +39,7 @@ def _record(store: Path, name: str) -> dict:
     return json.loads((store / name / "latest" / "model.json").read_text())
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def store(tmp_path_factory) -> Path:
     """Every example recipe but the TensorFlow one's twin, trained once for the module (about a minute each)."""
     root = tmp_path_factory.mktemp("model-store")
@@ -49,6 +49,7 @@ def store(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.mark.own_ray
 def test_two_workers_train_the_digits_cnn_and_the_tabular_mlp_to_their_accuracies(store: Path) -> None:
     digits, mlp = _record(store, "digits-cnn"), _record(store, "cancer-mlp")
     assert digits["workers"] == mlp["workers"] == 2
@@ -180,7 +181,7 @@ def _check_xgboost(server, store: Path) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         booster = xgboost.Booster()
         booster.load_model(str(_unpacked(store, "cancer-xgboost", Path(tmp)) / "xgboost-model"))
-        expected = booster.predict(xgboost.DMatrix(rows))
+        expected = booster.predict(xgboost.DMatrix(rows, feature_names=booster.feature_names))
     body = "\n".join(",".join(repr(float(v)) for v in row) for row in rows)
     answer = server.invoke("it-trained", body, target="trees", content_type="text/csv",
                            headers={"Accept": "text/csv"})
@@ -190,6 +191,7 @@ def _check_xgboost(server, store: Path) -> None:
     assert _record(store, "cancer-xgboost")["metrics"]["val_accuracy"] >= 0.93
 
 
+@pytest.mark.own_ray
 def test_a_killed_run_resumes_from_its_checkpoint_to_the_weights_of_an_uninterrupted_run(store, tmp_path) -> None:
     import torch
 
@@ -234,6 +236,7 @@ def _workers_of(session_id: int) -> list[int]:
     return sorted(found)
 
 
+@pytest.mark.own_ray
 def test_a_worker_killed_mid_run_is_replaced_and_the_run_finishes(tmp_path) -> None:
     # training.max_failures: 1 lets Ray Train start a new worker group, which resumes from the last checkpoint.
     # Forty epochs of the digits CNN (~900 steps, a checkpoint every 20) leave time to kill a worker mid-run.
