@@ -60,6 +60,11 @@ def train(
     framework = recipe.framework.value
     if importlib.util.find_spec(NEEDS[framework]) is None:
         raise RecipeError(f"framework: {framework} is not installed here (pip install 'serving[{framework}]')")
+    if framework == "pytorch" and "onnx" in recipe.output.formats and importlib.util.find_spec("onnxscript") is None:
+        raise RecipeError(
+            "output.formats: onnx export needs onnx and onnxscript (pip install 'serving[onnx]'), "
+            "or list only torchscript"
+        )
     root = Path(store) if store is not None else Path(recipe.output.store)
     version = artifacts.open_version(root, recipe.name, resume)
     setup: dict[str, Any] = {
