@@ -73,11 +73,16 @@ def _registry_snapshot() -> dict:
 
 
 def _listener(url: str) -> psutil.Process:
+    """The container process serving a data port. The replica that bound the port holds the same socket, so pick
+    the holder whose parent holds it too; not the lowest PID (after PID wrap-around the child's may be lower, and
+    the replica's parent is the raylet)."""
     port = int(url.rsplit(":", 1)[1])
-    for connection in psutil.net_connections("tcp"):
-        if connection.status == psutil.CONN_LISTEN and connection.laddr.port == port and connection.pid:
-            return psutil.Process(connection.pid)
-    raise AssertionError(f"nothing listens on {url}")
+    holders = {connection.pid for connection in psutil.net_connections("tcp")
+               if connection.status == psutil.CONN_LISTEN and connection.laddr.port == port and connection.pid}
+    if not holders:
+        raise AssertionError(f"nothing listens on {url}")
+    children = [pid for pid in holders if psutil.Process(pid).ppid() in holders]
+    return psutil.Process(children[0] if children else holders.pop())
 
 
 def _wait(predicate, what: str, timeout: float = SETTLE_S) -> None:
