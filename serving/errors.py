@@ -206,6 +206,41 @@ class InternalFailureError(ServingError):
     status = ERROR_STATUS[code]
 
 
+class ApiValidationError(ServingError):
+    """A control-plane API request that cannot be done as asked (SageMaker's ValidationException)."""
+
+    code = ErrorCode.API_VALIDATION
+    status = ERROR_STATUS[code]
+
+
+class ResourceLimitExceededError(ServingError):
+    """A control-plane request that needs more than this runtime can place (SageMaker's ResourceLimitExceeded)."""
+
+    code = ErrorCode.RESOURCE_LIMIT_EXCEEDED
+    status = ERROR_STATUS[code]
+
+
+class ResourceInUseError(ServingError):
+    """A resource another one still depends on (SageMaker's ResourceInUse)."""
+
+    code = ErrorCode.RESOURCE_IN_USE
+    status = ERROR_STATUS[code]
+
+
+class ObjectNotFoundError(ServingError):
+    """Application Auto Scaling's ObjectNotFoundException: no such scalable target or policy."""
+
+    code = ErrorCode.OBJECT_NOT_FOUND
+    status = ERROR_STATUS[code]
+
+
+class UnknownApiOperationError(ServingError):
+    """An X-Amz-Target this server does not implement."""
+
+    code = ErrorCode.UNKNOWN_API_OPERATION
+    status = 400
+
+
 # A container's platform answers (marked with protocol.PLATFORM_ERROR) that the router passes through as they
 # are, as SageMaker reports them; every other error a container answers is a ModelError.
 PASS_THROUGH_CODES = frozenset({ValidationError.code, ModelNotReadyError.code})

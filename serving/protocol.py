@@ -102,6 +102,13 @@ class ErrorCode:
     REQUEST_TIMEOUT = "RequestTimeout"
     SERVICE_UNAVAILABLE = "ServiceUnavailable"
     INTERNAL_FAILURE = "InternalFailure"
+    # The control-plane API's (SageMaker and Application Auto Scaling, JSON protocol).
+    API_VALIDATION = "ValidationException"
+    RESOURCE_NOT_FOUND = "ResourceNotFound"
+    RESOURCE_IN_USE = "ResourceInUse"
+    RESOURCE_LIMIT_EXCEEDED = "ResourceLimitExceeded"
+    OBJECT_NOT_FOUND = "ObjectNotFoundException"
+    UNKNOWN_API_OPERATION = "UnknownOperationException"
 
 
 # The status each code is sent with (ValidationError also as 431 when the request head is too large).
@@ -118,6 +125,11 @@ ERROR_STATUS = {
     ErrorCode.REQUEST_TIMEOUT: 408,
     ErrorCode.SERVICE_UNAVAILABLE: 503,
     ErrorCode.INTERNAL_FAILURE: 500,
+    ErrorCode.API_VALIDATION: 400,
+    ErrorCode.RESOURCE_NOT_FOUND: 400,
+    ErrorCode.RESOURCE_IN_USE: 400,
+    ErrorCode.RESOURCE_LIMIT_EXCEEDED: 400,
+    ErrorCode.OBJECT_NOT_FOUND: 400,
 }
 HEADERS_TOO_LARGE_STATUS = 431
 # A container's status for a content type or Accept its decoders lack (the toolkits' UnsupportedFormatError).
@@ -129,6 +141,19 @@ ORIGINAL_STATUS_CODE, ORIGINAL_MESSAGE, CONTAINER_HOSTNAME = (
     "ContainerHostname",
 )
 LOG_STREAM_ARN = "LogStreamArn"  # ModelError's field: where the failing container's logs are
+
+# --- the control-plane API (SageMaker's and Application Auto Scaling's JSON protocol, POST /) ---------------
+AMZ_TARGET = "X-Amz-Target"  # <prefix>.<Operation>
+SAGEMAKER_TARGET_PREFIX = "SageMaker"
+AUTOSCALING_TARGET_PREFIX = "AnyScaleFrontendService"
+AMZ_JSON = "application/x-amz-json-1.1"
+# The signing name (SigV4 credential scope) and IAM prefix of SageMaker (both APIs) and Application Auto Scaling.
+SIGNING_SERVICE = "sagemaker"
+AUTOSCALING_SERVICE = "application-autoscaling"
+# Where each service's signature is scoped (boto3 signs with the service's signing name).
+API_SIGNING_SERVICES = {SAGEMAKER_TARGET_PREFIX: SIGNING_SERVICE, AUTOSCALING_TARGET_PREFIX: AUTOSCALING_SERVICE}
+# Separates an API endpoint's name from its variant's in the name of the endpoint that serves the variant.
+VARIANT_SEPARATOR = "@"
 
 # --- gateway -> container hops (SageMaker's model-container contract, signed) -----------------------------
 INVOCATIONS_PATH = "/invocations"

@@ -122,6 +122,27 @@ class ServerSettings(BaseSettings):
         "the request. Each running request holds its input in the gateway's memory.",
     )
 
+    # The control-plane API (docs/sagemaker-api.md).
+    state_file: str | None = Field(
+        None,
+        description="SQLite file of the control-plane API's models, endpoint configs, endpoints and scaling "
+        "policies; None keeps them in memory. `serving up` / `serving server`: ~/.serving/state-<port>.db.",
+    )
+    api_identities: str | None = Field(
+        None,
+        description="Identities file whose keys and policies sign and authorize control-plane API calls (IAM "
+        "actions such as sagemaker:CreateEndpoint); also the AccessControl of the endpoints the API creates. "
+        "Without it, API calls are anonymous and accepted on a loopback server only.",
+    )
+    model_roots: str = Field(
+        "",
+        description="Folders (separated by the OS path separator) that CreateModel's local ModelDataUrl paths must "
+        "lie in; relative paths resolve against the first. `serving up` / `serving server`: the working directory.",
+    )
+    instance_types_file: str | None = Field(
+        None, description="YAML/JSON table of InstanceType -> {Cpus, MemoryMb, Gpus}; None: the default table."
+    )
+
     @model_validator(mode="after")
     def _one_body_fits_the_budget(self) -> ServerSettings:
         if self.preauth_body_budget_mb < self.max_payload_mb:
@@ -142,6 +163,11 @@ class ServerSettings(BaseSettings):
     @property
     def preauth_body_budget_bytes(self) -> int:
         return int(self.preauth_body_budget_mb * 1_000_000)
+
+    @property
+    def api_anonymous_allowed(self) -> bool:
+        """Whether control-plane API calls may come without credentials: loopback and no API identities only."""
+        return self.api_identities is None and is_loopback(self.host)
 
     @property
     def anonymous_allowed(self) -> bool:

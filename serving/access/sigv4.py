@@ -23,9 +23,6 @@ from serving.errors import (
     UnrecognizedClientError,
 )
 
-SIGNING_SERVICE = "sagemaker"  # boto3 signs sagemaker-runtime requests for this service name
-
-
 ALGORITHM = "AWS4-HMAC-SHA256"
 
 
@@ -107,10 +104,17 @@ def _parse_authorization(value: str) -> dict[str, str]:
 class Authenticator:
     """Turns a request's Authorization header into a Caller, or raises the AWS error for why not."""
 
-    def __init__(self, identities: Identities, region: str, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        identities: Identities,
+        region: str,
+        clock: Callable[[], float] = time.time,
+        service: str = protocol.SIGNING_SERVICE,
+    ) -> None:
         self.identities = identities
         self.region = region
         self.clock = clock
+        self.service = service  # the signing name the credential scope must name
         # Here rather than at the top: only a verifier needs botocore (~150 ms to import), and the gateway makes
         # its verifiers when it loads an endpoint, so no request waits for the import.
         from serving.access._signer import expected_signature
@@ -190,9 +194,9 @@ class Authenticator:
                 f"Credential should be scoped to a valid region, not '{region}'; this server's region is '{self.region}'.",
                 key_id,
             )
-        if service != SIGNING_SERVICE:
+        if service != self.service:
             raise _fail(
-                InvalidSignatureError, f"Credential should be scoped to correct service: '{SIGNING_SERVICE}'.", key_id
+                InvalidSignatureError, f"Credential should be scoped to correct service: '{self.service}'.", key_id
             )
         if terminator != "aws4_request":
             raise _fail(
@@ -256,7 +260,7 @@ class Authenticator:
             request.body,
             access_key_id=identity.access_key_id,
             secret_access_key=identity.secret_access_key,
-            service=SIGNING_SERVICE,
+            service=self.service,
             region=self.region,
             signed=signed,
             amz_date=amz_date,

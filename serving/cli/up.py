@@ -65,8 +65,34 @@ def example_calls(base_url: str, spec: EndpointSpec, region: str = "us-east-1") 
     return lines
 
 
+def _api_settings(args: argparse.Namespace, port: int) -> dict[str, str | None]:
+    """The control-plane API's settings from the flags; SystemExit(2) naming a file that cannot be used."""
+    from serving.access.identities import IdentitiesError, load_identities
+    from serving.sagemaker_api.images import load_instance_types
+    from serving.sagemaker_api.state import default_state_file
+
+    state = args.state or (str(default_state_file(port)) if port else None)
+    identities = str(Path(args.api_identities).resolve()) if args.api_identities else None
+    instance_types = str(Path(args.instance_types).resolve()) if args.instance_types else None
+    try:
+        if identities:
+            load_identities(identities)
+        load_instance_types(instance_types)
+    except (IdentitiesError, OSError, ValueError) as error:
+        print(f"refusing to start: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+    roots = [str(Path(root).resolve()) for root in (args.model_root or [os.getcwd()])]
+    return {
+        "state_file": str(Path(state).expanduser().resolve()) if state else None,
+        "api_identities": identities,
+        "instance_types_file": instance_types,
+        "model_roots": os.pathsep.join(roots),
+    }
+
+
 def _settings(args: argparse.Namespace, address: str | None) -> ServerSettings:
-    overrides = {k: v for k, v in {"host": args.host, "port": args.port}.items() if v is not None}
+    overrides: dict = {k: v for k, v in {"host": args.host, "port": args.port}.items() if v is not None}
+    overrides.update(_api_settings(args, overrides.get("port", int(os.environ.get("SERVING_PORT", 8080)))))
     if args.allow_anonymous:
         overrides["allow_anonymous"] = True
     if address and "SERVING_CONTAINER_HOST" not in os.environ:
@@ -78,8 +104,14 @@ def _settings(args: argparse.Namespace, address: str | None) -> ServerSettings:
     return ServerSettings(**overrides)
 
 
+def cmd_server(args: argparse.Namespace) -> int:
+    """`serving server`: no spec; endpoints come from the control-plane API and its saved state."""
+    args.specs, args.identities, args.exit_after_ready, args.detach = [], None, False, False
+    return cmd_up(args)
+
+
 def cmd_up(args: argparse.Namespace) -> int:
-    specs = load_all(args.specs, args.identities)
+    specs = load_all(args.specs, args.identities) if args.specs else []
     address = args.address or os.environ.get("RAY_ADDRESS")
     settings = _settings(args, address)
     warning = check_anonymous(specs, settings.host, settings.allow_anonymous)
@@ -121,6 +153,12 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 def _serve(server, specs: list[EndpointSpec], warning: str | None, stop: threading.Event, exit_early: bool) -> int:
     print(f"\nEndpoint server: {server.url}", flush=True)
+    state = server.settings.state_file or "memory (gone when the server stops)"
+    print(
+        f"SageMaker API: boto3.client('sagemaker', endpoint_url='{server.url}') and 'application-autoscaling' "
+        f"(docs/sagemaker-api.md); state in {state}",
+        flush=True,
+    )
     for spec in specs:
         print(f"\n{spec.EndpointName} ({spec.mode.value}) - example calls (use your model's input):")
         for line in example_calls(server.url, spec, server.settings.region):
@@ -162,10 +200,48 @@ def _write_control_token(token: str, base_url: str) -> Path:
     return path
 
 
+def _api_arguments(parser) -> None:
+    parser.add_argument(
+        "--state",
+        metavar="FILE",
+        help="SQLite file of the SageMaker API's models, configs, endpoints and scaling policies "
+        "(default ~/.serving/state-PORT.db; SERVING_STATE_DIR moves the folder)",
+    )
+    parser.add_argument(
+        "--api-identities",
+        metavar="FILE",
+        help="identities file that signs and authorizes SageMaker API calls (and invocations of the endpoints "
+        "they create); without it the API is anonymous and served on a loopback --host only",
+    )
+    parser.add_argument(
+        "--model-root",
+        action="append",
+        metavar="DIR",
+        help="folder CreateModel's local ModelDataUrl paths must lie in (repeatable; default: the working directory)",
+    )
+    parser.add_argument(
+        "--instance-types", metavar="FILE", help="YAML/JSON table InstanceType -> {Cpus, MemoryMb, Gpus}"
+    )
+
+
 def add_parser(commands) -> None:
-    """`serving up`."""
+    """`serving up` and `serving server`."""
+    server = commands.add_parser(
+        "server", help="serve the SageMaker control-plane API (no spec): endpoints come from API calls and saved state"
+    )
+    server.add_argument("--host", help="address to bind (default 127.0.0.1, or SERVING_HOST)")
+    server.add_argument("--port", type=int, help="port to bind (default 8080, or SERVING_PORT)")
+    server.add_argument("--address", help="use this existing Ray cluster (default: RAY_ADDRESS, else embedded)")
+    server.add_argument("--allow-anonymous", action="store_true", help="as for `serving up`")
+    server.add_argument("--allow-unauthenticated-ray", action="store_true", help="as for `serving up`")
+    server.add_argument("--num-cpus", type=int, help="CPUs the embedded Ray may use (default: all)")
+    server.add_argument("--wait-timeout", type=float, default=180.0, help="seconds to wait for restored endpoints")
+    _api_arguments(server)
+    server.set_defaults(func=cmd_server)
+
     up = commands.add_parser("up", help="serve endpoints until interrupted")
     up.add_argument("specs", nargs="+", metavar="SPEC")
+    _api_arguments(up)
     up.add_argument("--host", help="address to bind (default 127.0.0.1, or SERVING_HOST)")
     up.add_argument("--port", type=int, help="port to bind (default 8080, or SERVING_PORT)")
     up.add_argument("--address", help="deploy onto this existing Ray cluster (default: RAY_ADDRESS, else embedded)")

@@ -17,7 +17,8 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials, create_credential_resolver
 
-SIGNING_SERVICE = "sagemaker"  # what boto3 signs sagemaker-runtime calls for, and what the server checks
+from serving.protocol import SIGNING_SERVICE
+
 DEFAULT_REGION = "us-east-1"
 _NETWORK_PROVIDERS = ("container-role", "iam-role")
 

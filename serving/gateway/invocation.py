@@ -31,6 +31,7 @@ from serving.errors import (
 )
 from serving.gateway.failures import container_failure, timed_out
 from serving.gateway.transport import ContainerTransport, HopResponse, HopStream
+from serving.gateway.variants import Front
 from serving.metrics.invocations import InvocationTrace
 from serving.models.store import validate_target
 from serving.settings import ServerSettings
@@ -69,6 +70,7 @@ class Admission:
     chain: tuple[str, ...]
     target_model: str | None
     body: bytes | None
+    variant: str = protocol.DEFAULT_VARIANT  # the production variant that runs it
 
 
 @dataclass
@@ -131,6 +133,7 @@ class Invocations:
         self.settings = settings
         self.transport = transport
         self.endpoints: dict[str, EndpointRoute] = {}
+        self.fronts: dict[str, Front] = {}  # API endpoints by name (their variants are served endpoints)
         self.loaded = True  # False while a (re)started gateway has not read its table yet: 503, which clients retry
         self.preauth_budget = BodyBudget(settings.preauth_body_budget_bytes)
 
@@ -152,25 +155,33 @@ class Invocations:
     ) -> Admission:
         """Every check before a container runs: the endpoint, its caller (allowed `action`, default
         InvokeEndpoint), the chain, the headers (`stream`: InvokeEndpointWithResponseStream's). Raises ServingError."""
-        name = request.endpoint
-        endpoint = self.endpoints.get(name)
+        name, headers = request.endpoint, request.headers
+        variant = protocol.DEFAULT_VARIANT
+        front = self.fronts.get(name)
+        if front is not None:  # an API endpoint: one of its variants runs the request
+            chosen = front.pick(headers.get(protocol.TARGET_VARIANT))
+            endpoint, variant = self.endpoints.get(chosen.endpoint), chosen.name
+            if endpoint is None:  # its served endpoint is (re)starting
+                raise ServiceUnavailableError(f"Endpoint {name} is starting variant {variant}: retry shortly")
+        else:
+            # A variant's own endpoint is reached through its API endpoint only (policies name that one).
+            endpoint = None if protocol.VARIANT_SEPARATOR in name else self.endpoints.get(name)
         if endpoint is None and not self.loaded:
             raise ServiceUnavailableError("the endpoint server is starting: retry shortly")
         if endpoint is None:
             raise ValidationError(f"Endpoint {name} not found.")
-        trace.endpoint, trace.mode, trace.multi_model = name, endpoint.mode, endpoint.multi_model
-        body, caller = await self._authenticate(endpoint, request, trace)
+        trace.endpoint, trace.mode, trace.multi_model = endpoint.name, endpoint.mode, endpoint.multi_model
+        body, caller = await self._authenticate(endpoint, request, trace, name)
         if endpoint.failure is not None:
             raise ServiceUnavailableError(f"Endpoint {name} is Failed: {endpoint.failure}")
-        headers = request.headers
         chain = trace.chain = self._chain(endpoint, headers)
         if caller is not None:
             assert endpoint.access is not None
             permission = {"action": action} if action is not None else {}
             endpoint.access.authorize(name, caller, chain, headers.get(protocol.TARGET_MODEL), **permission)
-        self._check_headers(headers, stream)
+        self._check_headers(headers, stream, variant_checked=front is not None)
         target_model = trace.model = self._check_target_model(endpoint, chain, headers)
-        return Admission(endpoint, chain, target_model, body)
+        return Admission(endpoint, chain, target_model, body, variant)
 
     async def body_of(self, request: InvocationRequest, admission: Admission, trace: InvocationTrace) -> bytes:
         """The request's body: as authentication read it, else read now within the payload limit."""
@@ -204,7 +215,7 @@ class Invocations:
             timeout=timeout,
             stream=stream,
         )
-        response_headers = {protocol.INVOKED_VARIANT: protocol.DEFAULT_VARIANT}
+        response_headers = {protocol.INVOKED_VARIANT: admission.variant}
         if last.custom_attributes:
             response_headers[protocol.CUSTOM_ATTRIBUTES] = last.custom_attributes
         content_type = last.content_type or protocol.OCTET_STREAM
@@ -214,10 +225,10 @@ class Invocations:
         return InvocationResult(last.body, content_type, response_headers)
 
     async def _authenticate(
-        self, endpoint: EndpointRoute, request: InvocationRequest, trace: InvocationTrace
+        self, endpoint: EndpointRoute, request: InvocationRequest, trace: InvocationTrace, name: str
     ) -> tuple[bytes | None, Caller | None]:
-        """The caller (None for an anonymous endpoint) and, when its signature covers the body, the body."""
-        name = endpoint.name
+        """The caller (None for an anonymous endpoint) and, when its signature covers the body, the body.
+        `name`: the endpoint as the caller named it (an API endpoint's, not its variant's)."""
         if endpoint.access is None:
             if not self.settings.anonymous_allowed:
                 raise AccessDeniedError(
@@ -256,13 +267,13 @@ class Invocations:
             )
         return (target,)
 
-    def _check_headers(self, headers: Mapping[str, str], stream: bool = False) -> None:
+    def _check_headers(self, headers: Mapping[str, str], stream: bool = False, variant_checked: bool = False) -> None:
         if stream:
             for header, parameter in protocol.STREAM_UNSUPPORTED.items():
                 if header in headers:
                     raise ValidationError(f"{parameter} ({header}) is not supported by this endpoint server")
         variant = headers.get(protocol.TARGET_VARIANT)
-        if variant is not None and variant != protocol.DEFAULT_VARIANT:
+        if not variant_checked and variant is not None and variant != protocol.DEFAULT_VARIANT:
             raise ValidationError(
                 f"{protocol.TARGET_VARIANT} {variant!r} does not exist; the only variant is {protocol.DEFAULT_VARIANT}"
             )

@@ -44,7 +44,7 @@ class Router:
         self.settings = settings
         self.transport = transport
         self.invocations = Invocations(settings, transport)
-        self.async_invocations = AsyncInvocations(settings, self.invocations, _raw_request)
+        self.async_invocations = AsyncInvocations(settings, self.invocations, raw_request)
         # Request bodies are the gateway's large allocations: without this, the memory of a burst of them
         # stays with the process after they are freed (measured: up to 62 MiB after a 64 MB burst, varying run to run).
         keep_large_blocks_in_mmap()
@@ -84,7 +84,7 @@ class Router:
         started = time.perf_counter()
         trace = InvocationTrace()
         invocation = InvocationRequest(
-            request.path_params["name"], request.headers, request.stream, lambda: _raw_request(request)
+            request.path_params["name"], request.headers, request.stream, lambda: raw_request(request)
         )
         try:
             result = await self.invocations.invoke(invocation, trace, stream=stream)
@@ -137,7 +137,7 @@ def _streamed(result: InvocationResult, trace: InvocationTrace, started: float) 
     )
 
 
-def _raw_request(request: Request) -> RawRequest:
+def raw_request(request: Request) -> RawRequest:
     """The request as it arrived on the wire, for signature verification."""
     scope = request.scope
     raw_path = scope.get("raw_path") or quote(scope["path"]).encode()

@@ -33,6 +33,7 @@ from serving.ray_wing.operations import (
     root_secret,
 )
 from serving.ray_wing.registry import registry_handle
+from serving.sagemaker_api.service import build_api
 from serving.settings import ServerSettings
 from serving.trust import keys
 
@@ -75,8 +76,9 @@ class Gateway:
             delete=delete_endpoint,
             describe=lambda name: self.board.descriptions.get(name),
         )
+        self.api, api_routes = build_api(self.settings, _RayDeployer(self))
         app = serving_app(
-            self.board.routes() + control.routes() + self.router.routes() + self.metrics.routes(),
+            self.board.routes() + control.routes() + self.router.routes() + self.metrics.routes() + api_routes,
             lifespan=self._lifespan,
         )
         self.server = BackgroundServer(
@@ -92,9 +94,11 @@ class Gateway:
             async def __aenter__(self):
                 await gateway.transport.start()
                 self.task = asyncio.create_task(gateway._poll_registry())
+                self.api_task = asyncio.create_task(gateway._advance_api())
 
             async def __aexit__(self, *exc):
                 self.task.cancel()
+                self.api_task.cancel()
                 await gateway.router.async_invocations.close()  # unfinished async requests: failure objects
                 await gateway.transport.close()
                 await gateway.metrics.close()
@@ -112,6 +116,20 @@ class Gateway:
                 logger.exception("registry poll failed")
             await asyncio.sleep(self.settings.registry_poll_s)
 
+    async def _advance_api(self) -> None:
+        """Bring back the API's stored endpoints, then complete its creates and updates as they progress."""
+        restored = False
+        while True:
+            try:
+                if not restored and self.router.invocations.loaded:  # the registry's table is read
+                    await asyncio.to_thread(self.api.restore)
+                    restored = True
+                if restored:
+                    await asyncio.to_thread(self.api.tick)
+            except Exception:
+                logger.exception("control-plane API step failed")
+            await asyncio.sleep(API_TICK_S)
+
     def check_health(self) -> None:
         if not self.server.alive:
             raise RuntimeError("endpoint HTTP server stopped")
@@ -121,6 +139,31 @@ class Gateway:
 
     def __del__(self) -> None:
         self.server.stop()
+
+
+API_TICK_S = 0.5  # how often the control-plane API completes creates and updates
+
+
+class _RayDeployer:
+    """What the control-plane API drives: the registry (apply, delete), the status board, the variant table."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+
+    def apply(self, spec):
+        return deploy_endpoint(spec, self.gateway.settings)
+
+    def delete(self, name: str) -> bool:
+        return delete_endpoint(name, wait=False)
+
+    def descriptions(self):
+        return self.gateway.board.descriptions
+
+    def set_fronts(self, fronts) -> None:
+        self.gateway.router.invocations.fronts = fronts
+
+    def capacity(self):
+        return ray.cluster_resources()
 
 
 async def _metrics_export_urls() -> list[str]:

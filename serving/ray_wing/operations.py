@@ -58,11 +58,14 @@ def deploy_endpoint(spec: EndpointSpec, settings: ServerSettings) -> int:
     return generation
 
 
-def delete_endpoint(name: str, timeout: float = 60.0) -> bool:
-    """Stop routing to the endpoint and wait (bounded) until its applications are gone; False if it was unknown."""
+def delete_endpoint(name: str, timeout: float = 60.0, wait: bool = True) -> bool:
+    """Stop routing to the endpoint and (`wait`) wait, bounded, until its applications are gone; False if it was
+    unknown."""
     registry = registry_handle()
     known = name in (ray.get(registry.snapshot.remote(-1), timeout=30) or {}).get("endpoints", {})
     ray.get(registry.delete_endpoint.remote(control_token(), name), timeout=30)
+    if not wait:
+        return known
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:

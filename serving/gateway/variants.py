@@ -1,0 +1,56 @@
+"""Production variants of the endpoints the control-plane API creates: which variant runs an invocation.
+
+An API endpoint (`Front`) has one or more variants, each served by an endpoint of its own; an invocation
+goes to the variant its `X-Amzn-SageMaker-Target-Variant` names, else to one drawn with probability
+weight / total weight, as SageMaker splits traffic by `CurrentWeight`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from serving import protocol
+from serving.errors import ValidationError
+
+__all__ = ["Front", "VariantRoute"]
+
+
+@dataclass(frozen=True)
+class VariantRoute:
+    """One production variant of an API endpoint: its name, the endpoint that serves it, its weight."""
+
+    name: str
+    endpoint: str
+    weight: float
+
+
+@dataclass(frozen=True)
+class Front:
+    """An endpoint created through the control-plane API: invocations are split over its variants by weight."""
+
+    name: str
+    variants: tuple[VariantRoute, ...]
+
+    def pick(self, requested: str | None, draw: Callable[[], float] = random.random) -> VariantRoute:
+        """The variant `requested` (TargetVariant), else one drawn by weight; ValidationError if none can be."""
+        if requested is not None:
+            for variant in self.variants:
+                if variant.name == requested:
+                    return variant
+            names = ", ".join(variant.name for variant in self.variants)
+            raise ValidationError(
+                f"{protocol.TARGET_VARIANT} {requested!r} names no variant of endpoint {self.name}; variants: {names}"
+            )
+        total = sum(variant.weight for variant in self.variants)
+        if total <= 0:
+            raise ValidationError(
+                f"every variant of endpoint {self.name} has weight 0: name one with {protocol.TARGET_VARIANT}"
+            )
+        point, running = draw() * total, 0.0
+        for variant in self.variants:
+            running += variant.weight
+            if point < running and variant.weight > 0:
+                return variant
+        return next(variant for variant in reversed(self.variants) if variant.weight > 0)

@@ -1,0 +1,349 @@
+"""SageMaker's endpoint operations: create, describe, list, update (blue/green), weights and capacities, delete.
+
+An endpoint's document holds the variants that serve (`variants`) and, while a change is under way, the
+set coming up (`pending`). Every CreateEndpoint / UpdateEndpoint starts a new generation: its variants are
+new served endpoints beside the old ones, so traffic moves only when the whole new set is InService (`tick`,
+about twice a second), in one step (the gateway's variant table is swapped whole), and the old set is
+deleted after `DRAIN_S`, so requests already routed to it finish. A new set that fails is deleted and the
+endpoint keeps serving the old one, with the failure in DescribeEndpoint. Capacity changes and scaling
+policies re-apply a variant's own served endpoint (the container-level blue/green of `serving apply`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from serving.errors import ApiValidationError
+from serving.sagemaker_api import shapes
+from serving.sagemaker_api.resources import page, sort_and_filter
+from serving.sagemaker_api.sagemaker import SageMakerApi, _missing
+from serving.sagemaker_api.translate import internal_name
+
+__all__ = ["DRAIN_S", "EndpointApi"]
+
+DRAIN_S = 10.0  # an old variant set is deleted this long after traffic left it (requests in flight finish)
+
+
+class EndpointApi(SageMakerApi):
+    """The endpoint operations and the background step that completes them."""
+
+    def _endpoint(self, name: str) -> dict[str, Any]:
+        document = self.state.get("endpoint", name)
+        if document is None:
+            raise _missing("endpoint", self.arn("endpoint", name))
+        return document
+
+    def _start(self, document: dict[str, Any], variants: list[dict[str, Any]], kind: str, config: str) -> None:
+        document["pending"] = {
+            "kind": kind,
+            "EndpointConfigName": config,
+            "variants": variants,
+            "generations": self._deploy(document["EndpointName"], variants),
+            "StartedAt": self.clock(),
+        }
+        document["LastModifiedTime"] = self.clock()
+
+    def _new_generation(self, document: dict[str, Any], variants: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        document["Generation"] = int(document.get("Generation", 0)) + 1
+        for variant in variants:
+            variant["Served"] = internal_name(document["EndpointName"], variant["VariantName"], document["Generation"])
+        return variants
+
+    def CreateEndpoint(self, body: dict[str, Any]) -> dict[str, Any]:
+        request = shapes.parse(shapes.CreateEndpointInput, body, "CreateEndpoint")
+        name = request.EndpointName
+        if self.state.get("endpoint", name) is not None or name in self.spec_endpoints():
+            raise ApiValidationError(f'Cannot create already existing endpoint "{self.arn("endpoint", name)}".')
+        config = self._config(request.EndpointConfigName)
+        now = self.clock()
+        document: dict[str, Any] = {
+            "EndpointName": name,
+            "EndpointArn": self.arn("endpoint", name),
+            "EndpointConfigName": request.EndpointConfigName,
+            "CreationTime": now,
+            "LastModifiedTime": now,
+            "EndpointStatus": "Creating",
+            "FailureReason": None,
+            "Tags": [tag.model_dump() for tag in request.Tags],
+            "variants": [],
+        }
+        variants = self._new_generation(document, self.variants_of(config, [], retain=False))
+        self._check_capacity(variants, [])
+        for variant in variants:  # every spec is checked before any is deployed
+            self.spec_of(name, variant)
+        self._start(document, variants, "create", request.EndpointConfigName)
+        self.state.put("endpoint", name, document)
+        return {"EndpointArn": document["EndpointArn"]}
+
+    def UpdateEndpoint(self, body: dict[str, Any]) -> dict[str, Any]:
+        request = shapes.parse(shapes.UpdateEndpointInput, body, "UpdateEndpoint")
+        document = self._endpoint(request.EndpointName)
+        self._updatable(document)
+        config = self._config(request.EndpointConfigName)
+        variants = self.variants_of(config, document["variants"], retain=request.RetainAllVariantProperties)
+        names = {variant["VariantName"] for variant in variants}
+        for old in document["variants"]:
+            resource = f"endpoint/{document['EndpointName']}/variant/{old['VariantName']}"
+            if old["VariantName"] not in names and self.state.get("scalable-target", resource) is not None:
+                raise ApiValidationError(
+                    f"the update removes variant {old['VariantName']}, which has a scalable target "
+                    f"({resource}); deregister it first (as SageMaker requires)"
+                )
+        self._check_capacity(variants, document["variants"])
+        self._new_generation(document, variants)
+        for variant in variants:
+            self.spec_of(request.EndpointName, variant)
+        self._start(document, variants, "update", request.EndpointConfigName)
+        document["EndpointStatus"], document["FailureReason"] = "Updating", None
+        self.state.put("endpoint", request.EndpointName, document)
+        return {"EndpointArn": document["EndpointArn"]}
+
+    def _updatable(self, document: dict[str, Any]) -> None:
+        if document["EndpointStatus"] != "InService" or document.get("pending"):
+            raise ApiValidationError(
+                f'Cannot update in-progress endpoint "{document["EndpointArn"]}" (it is {document["EndpointStatus"]}).'
+            )
+
+    def UpdateEndpointWeightsAndCapacities(self, body: dict[str, Any]) -> dict[str, Any]:
+        request = shapes.parse(shapes.UpdateWeightsInput, body, "UpdateEndpointWeightsAndCapacities")
+        document = self._endpoint(request.EndpointName)
+        self._updatable(document)
+        variants = [dict(variant) for variant in document["variants"]]
+        by_name = {variant["VariantName"]: variant for variant in variants}
+        recount = []
+        for index, desired in enumerate(request.DesiredWeightsAndCapacities):
+            variant = by_name.get(desired.VariantName)
+            if variant is None:
+                raise ApiValidationError(
+                    f"DesiredWeightsAndCapacities[{index}].VariantName: endpoint {request.EndpointName} has no "
+                    f"variant {desired.VariantName} ({', '.join(by_name)})"
+                )
+            if desired.DesiredWeight is not None:
+                variant["Weight"] = desired.DesiredWeight
+            if desired.DesiredInstanceCount is not None and desired.DesiredInstanceCount != variant["Count"]:
+                self._check_count(request.EndpointName, variant, desired.DesiredInstanceCount, index)
+                variant["Count"] = desired.DesiredInstanceCount
+                recount.append(variant)
+        if sum(float(v["Weight"]) for v in variants) <= 0:
+            raise ApiValidationError("DesiredWeightsAndCapacities: the variants' weights cannot all be 0")
+        # Weights move traffic at once; new counts re-apply those variants and finish in the background.
+        document["variants"] = [
+            {**old, "Weight": by_name[old["VariantName"]]["Weight"]} for old in document["variants"]
+        ]
+        document["LastModifiedTime"] = self.clock()
+        if recount:
+            self._check_capacity(variants, [])
+            self._start(document, variants, "capacity", document["EndpointConfigName"])
+            document["EndpointStatus"] = "Updating"
+        self.state.put("endpoint", request.EndpointName, document)
+        self.publish()
+        return {"EndpointArn": document["EndpointArn"]}
+
+    def _check_count(self, endpoint: str, variant: dict[str, Any], count: int, index: int) -> None:
+        field = f"DesiredWeightsAndCapacities[{index}].DesiredInstanceCount"
+        if count < 1:
+            raise ApiValidationError(f"{field}: at least 1 instance (this runtime does not scale a variant to 0)")
+        resource = f"endpoint/{endpoint}/variant/{variant['VariantName']}"
+        target = self.state.get("scalable-target", resource)
+        if target is not None and not target["MinCapacity"] <= count <= target["MaxCapacity"]:
+            raise ApiValidationError(
+                f"{field}: {count} is outside the scalable target's bounds "
+                f"[{target['MinCapacity']}, {target['MaxCapacity']}] ({resource})"
+            )
+
+    def DeleteEndpoint(self, body: dict[str, Any]) -> dict[str, Any]:
+        request = shapes.parse(shapes.EndpointNameInput, body, "DeleteEndpoint")
+        name = request.EndpointName
+        if self.state.get("endpoint", name) is None and name in self.spec_endpoints():
+            raise ApiValidationError(
+                f"endpoint {name} comes from a spec given to `serving up`; delete it with `serving delete {name}`"
+            )
+        document = self._endpoint(name)
+        self.state.delete("endpoint", name)
+        self.publish()  # no new request reaches it from here on
+        for variant in [*document["variants"], *((document.get("pending") or {}).get("variants") or [])]:
+            self.deployer.delete(variant["Served"])
+        for retired in document.get("retired", []):
+            self.deployer.delete(retired["Served"])
+        prefix = f"endpoint/{name}/variant/"
+        for policy in self.state.all("scaling-policy"):
+            if policy["ResourceId"].startswith(prefix):
+                self.state.delete("scaling-policy", policy["key"])
+        for target in self.state.all("scalable-target"):
+            if target["ResourceId"].startswith(prefix):
+                self.state.delete("scalable-target", target["ResourceId"])
+        return {}
+
+    # --- describing ---------------------------------------------------------------------------------
+    def DescribeEndpoint(self, body: dict[str, Any]) -> dict[str, Any]:
+        request = shapes.parse(shapes.EndpointNameInput, body, "DescribeEndpoint")
+        document = self.state.get("endpoint", request.EndpointName)
+        if document is None:
+            spec_endpoint = self.spec_endpoints().get(request.EndpointName)
+            if spec_endpoint is None:
+                raise _missing("endpoint", self.arn("endpoint", request.EndpointName))
+            return self._describe_spec_endpoint(spec_endpoint)
+        descriptions = self.deployer.descriptions()
+        described = {
+            key: document[key]
+            for key in ("EndpointName", "EndpointArn", "EndpointConfigName", "EndpointStatus", "CreationTime")
+        }
+        described["LastModifiedTime"] = document["LastModifiedTime"]
+        described["ProductionVariants"] = [self._variant(v, descriptions) for v in document["variants"]]
+        if document.get("FailureReason"):
+            described["FailureReason"] = document["FailureReason"]
+        pending = document.get("pending")
+        if pending and pending["kind"] != "capacity":
+            described["PendingDeploymentSummary"] = {
+                "EndpointConfigName": pending["EndpointConfigName"],
+                "ProductionVariants": [self._variant(v, descriptions) for v in pending["variants"]],
+                "StartTime": pending["StartedAt"],
+            }
+        return described
+
+    def _variant(self, variant: dict[str, Any], descriptions: Any) -> dict[str, Any]:
+        containers = (descriptions.get(variant["Served"]) or {}).get("Containers") or []
+        current = min((c.get("CurrentReplicas", 0) for c in containers), default=0)
+        desired = max((c.get("DesiredReplicas", 0) for c in containers), default=int(variant["Count"]))
+        images = variant["Model"].get("images") or [c["Image"] for c in variant["Model"]["containers"]]
+        return {
+            "VariantName": variant["VariantName"],
+            "DeployedImages": [
+                {"SpecifiedImage": image, "ResolvedImage": container["Image"]}
+                for image, container in zip(images, variant["Model"]["containers"], strict=False)
+            ],
+            "CurrentWeight": float(variant["Weight"]),
+            "DesiredWeight": float(variant["Weight"]),
+            "CurrentInstanceCount": current,
+            "DesiredInstanceCount": desired,
+            "InstanceType": variant["InstanceType"],
+        }
+
+    def _describe_spec_endpoint(self, description: Any) -> dict[str, Any]:
+        name = description["EndpointName"]
+        containers = description.get("Containers") or []
+        started = (description.get("LastUpdate") or {}).get("StartedAt") or 0.0
+        described = {
+            "EndpointName": name,
+            "EndpointArn": self.arn("endpoint", name),
+            "EndpointConfigName": name,  # a spec is its own config
+            "EndpointStatus": description["EndpointStatus"],
+            "CreationTime": started,
+            "LastModifiedTime": (description.get("LastUpdate") or {}).get("FinishedAt") or started,
+            "ProductionVariants": [
+                {
+                    "VariantName": "AllTraffic",
+                    "DeployedImages": [{"SpecifiedImage": c["Image"], "ResolvedImage": c["Image"]} for c in containers],
+                    "CurrentWeight": 1.0,
+                    "DesiredWeight": 1.0,
+                    "CurrentInstanceCount": min((c.get("CurrentReplicas", 0) for c in containers), default=0),
+                    "DesiredInstanceCount": max((c.get("DesiredReplicas", 0) for c in containers), default=0),
+                }
+            ],
+        }
+        if description.get("FailureReason"):
+            described["FailureReason"] = description["FailureReason"]
+        return described
+
+    def ListEndpoints(self, body: dict[str, Any]) -> dict[str, Any]:
+        request = shapes.parse(shapes.ListInput, body, "ListEndpoints")
+        keys = ("EndpointName", "EndpointArn", "CreationTime", "LastModifiedTime", "EndpointStatus")
+        rows = [{key: d[key] for key in keys} for d in self.state.all("endpoint")]
+        for description in self.spec_endpoints().values():
+            described = self._describe_spec_endpoint(description)
+            rows.append({key: described[key] for key in keys})
+        ordered = sort_and_filter(rows, request, "EndpointName", "EndpointStatus")
+        chunk, token = page(ordered, request.NextToken, request.MaxResults)
+        return {"Endpoints": chunk, **({"NextToken": token} if token else {})}
+
+    # --- the background step -----------------------------------------------------------------------
+    def tick(self) -> None:
+        """Finish what is under way: move traffic to a ready set, roll back a failed one, delete drained sets."""
+        with self.lock:
+            descriptions = self.deployer.descriptions()
+            changed = False
+            for document in self.state.all("endpoint"):
+                before = repr(document)
+                self._advance(document, descriptions)
+                self._retire(document)
+                if repr(document) != before:
+                    self.state.put("endpoint", document["EndpointName"], document)
+                    changed = True
+            if changed:
+                self.publish()
+
+    def _advance(self, document: dict[str, Any], descriptions: Any) -> None:
+        pending = document.get("pending")
+        if not pending:
+            return
+        done, failure = True, None
+        for variant in pending["variants"]:
+            served = variant["Served"]
+            description = descriptions.get(served)
+            update = (description or {}).get("LastUpdate") or {}
+            if description is None or (update.get("Generation") or 0) < pending["generations"][served]:
+                done = False
+                continue
+            if update.get("Status") == "Failed":
+                failure = f"variant {variant['VariantName']}: {update.get('FailureReason')}"
+                break
+            if update.get("Status") != "Succeeded" or description.get("EndpointStatus") != "InService":
+                done = False
+        now = self.clock()
+        if failure is not None:
+            self._fail(document, pending, failure, now)
+        elif done:
+            retiring = {v["Served"] for v in pending["variants"]}
+            document["retired"] = [
+                *document.get("retired", []),
+                *({"Served": v["Served"], "At": now} for v in document["variants"] if v["Served"] not in retiring),
+            ]
+            document["variants"], document["pending"] = pending["variants"], None
+            document["EndpointConfigName"] = pending["EndpointConfigName"]
+            document["EndpointStatus"], document["FailureReason"] = "InService", None
+            document["LastModifiedTime"] = now
+
+    def _fail(self, document: dict[str, Any], pending: dict[str, Any], failure: str, now: float) -> None:
+        serving = {v["Served"] for v in document["variants"]}
+        for variant in pending["variants"]:
+            if variant["Served"] not in serving:
+                self.deployer.delete(variant["Served"])
+        document["pending"], document["LastModifiedTime"] = None, now
+        if document["variants"] and pending["kind"] != "restore":  # rolled back: the serving set stays
+            document["EndpointStatus"] = "InService"
+            document["FailureReason"] = f"The update failed and was rolled back: {failure}"
+        else:
+            document["EndpointStatus"], document["FailureReason"], document["variants"] = "Failed", failure, []
+
+    def _retire(self, document: dict[str, Any]) -> None:
+        keep = []
+        for retired in document.get("retired", []):
+            if self.clock() - retired["At"] >= DRAIN_S:
+                self.deployer.delete(retired["Served"])
+            else:
+                keep.append(retired)
+        document["retired"] = keep
+
+    def restore(self) -> None:
+        """Bring back every stored endpoint (a restarted server): re-apply what served and what was coming up."""
+        with self.lock:
+            for document in self.state.all("endpoint"):
+                pending = document.get("pending")
+                if pending:
+                    pending["generations"] = self._deploy(document["EndpointName"], pending["variants"])
+                if document["variants"]:
+                    generations = self._deploy(document["EndpointName"], document["variants"])
+                    if not pending:
+                        document["EndpointStatus"] = "Updating"  # until its variants are back
+                        document["pending"] = {
+                            "kind": "restore",
+                            "EndpointConfigName": document["EndpointConfigName"],
+                            "variants": document["variants"],
+                            "generations": generations,
+                            "StartedAt": self.clock(),
+                        }
+                for retired in document.get("retired", []):
+                    self.deployer.delete(retired["Served"])
+                document["retired"] = []
+                self.state.put("endpoint", document["EndpointName"], document)
+            self.publish()

@@ -1,0 +1,172 @@
+"""`POST /` with `X-Amz-Target`: SageMaker's and Application Auto Scaling's JSON protocol on the endpoint server.
+
+Who may call: with an API identities file (`serving up/server --api-identities FILE`), every call must be
+signed (SigV4, scoped to the operation's service: `sagemaker` or `application-autoscaling`) or carry an API
+key of an identity there, and that identity's policies must allow the operation's IAM action
+(`sagemaker:CreateEndpoint`, `application-autoscaling:PutScalingPolicy`, ...) on the resource's ARN. Without
+one, calls are anonymous, and only on a server bound to a loopback address: creating an endpoint chooses
+code that runs and what its sandbox reads, so it is never open to the network without authentication.
+Every decision is an audit line (`serving.audit`). Operations run one at a time, off the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from serving import protocol
+from serving.access.decision import AUDIT_LOGGER
+from serving.access.identities import Identities
+from serving.access.policies import RequestContext, evaluate
+from serving.access.sigv4 import Authenticator, Caller
+from serving.errors import AccessDeniedError, ApiValidationError, UnknownApiOperationError
+from serving.gateway.router import raw_request
+from serving.sagemaker_api.autoscaling import AutoScalingApi
+from serving.sagemaker_api.endpoints import EndpointApi
+
+__all__ = ["AUTOSCALING_OPERATIONS", "MAX_BODY_BYTES", "SAGEMAKER_OPERATIONS", "ApiRoutes"]
+
+MAX_BODY_BYTES = 1_000_000
+SAGEMAKER_OPERATIONS = (
+    "CreateModel",
+    "DescribeModel",
+    "ListModels",
+    "DeleteModel",
+    "CreateEndpointConfig",
+    "DescribeEndpointConfig",
+    "ListEndpointConfigs",
+    "DeleteEndpointConfig",
+    "CreateEndpoint",
+    "DescribeEndpoint",
+    "ListEndpoints",
+    "UpdateEndpoint",
+    "UpdateEndpointWeightsAndCapacities",
+    "DeleteEndpoint",
+)
+AUTOSCALING_OPERATIONS = (
+    "RegisterScalableTarget",
+    "DescribeScalableTargets",
+    "DeregisterScalableTarget",
+    "PutScalingPolicy",
+    "DescribeScalingPolicies",
+    "DeleteScalingPolicy",
+    "DescribeScalingActivities",
+)
+audit_log = logging.getLogger(AUDIT_LOGGER)
+
+
+class ApiRoutes:
+    """The control-plane API's one route."""
+
+    def __init__(
+        self,
+        sagemaker: EndpointApi,
+        autoscaling: AutoScalingApi,
+        identities: Identities | None,
+        anonymous_allowed: bool,
+    ) -> None:
+        self.sagemaker, self.autoscaling = sagemaker, autoscaling
+        self.anonymous_allowed = anonymous_allowed
+        self.authenticators = (
+            {
+                prefix: Authenticator(identities, sagemaker.region, service=service)
+                for prefix, service in protocol.API_SIGNING_SERVICES.items()
+            }
+            if identities is not None
+            else None
+        )
+
+    def routes(self) -> list[Route]:
+        return [Route("/", self.call, methods=["POST"])]
+
+    def operation(self, target: str | None) -> tuple[str, str, Callable[[dict[str, Any]], dict[str, Any]]]:
+        """(service prefix, operation, handler) of an X-Amz-Target, or UnknownOperationException."""
+        prefix, _, operation = (target or "").partition(".")
+        if prefix == protocol.SAGEMAKER_TARGET_PREFIX and operation in SAGEMAKER_OPERATIONS:
+            return prefix, operation, getattr(self.sagemaker, operation)
+        if prefix == protocol.AUTOSCALING_TARGET_PREFIX and operation in AUTOSCALING_OPERATIONS:
+            return prefix, operation, getattr(self.autoscaling, operation)
+        raise UnknownApiOperationError(
+            f"{protocol.AMZ_TARGET} {target!r} is not an operation of this server; it serves "
+            f"{protocol.SAGEMAKER_TARGET_PREFIX}.<{'|'.join(SAGEMAKER_OPERATIONS)}> and "
+            f"{protocol.AUTOSCALING_TARGET_PREFIX}.<{'|'.join(AUTOSCALING_OPERATIONS)}> (docs/sagemaker-api.md)"
+        )
+
+    async def call(self, request: Request) -> Response:
+        prefix, operation, handler = self.operation(request.headers.get(protocol.AMZ_TARGET))
+        body = await _read(request)
+        caller = self._authenticate(request, prefix, body)
+        try:
+            document = json.loads(body or b"{}")
+        except ValueError:
+            raise ApiValidationError(f"{operation}: the request body is not JSON") from None
+        if caller is not None:
+            self._authorize(caller, prefix, operation, document)
+        answer = await asyncio.to_thread(self._locked, handler, document)
+        return Response(json.dumps(answer).encode(), media_type=protocol.AMZ_JSON)
+
+    def _locked(self, handler: Callable[[dict[str, Any]], dict[str, Any]], document: dict[str, Any]) -> dict[str, Any]:
+        with self.sagemaker.lock:
+            return handler(document)
+
+    def _authenticate(self, request: Request, prefix: str, body: bytes) -> Caller | None:
+        if self.authenticators is None:
+            if not self.anonymous_allowed:
+                raise AccessDeniedError(
+                    "this server's control-plane API accepts no anonymous calls: it is not bound to a loopback "
+                    "address; start it with --api-identities FILE and sign calls with an identity's keys"
+                )
+            return None
+        return self.authenticators[prefix].authenticate(replace(raw_request(request), body=body))
+
+    def _authorize(self, caller: Caller, prefix: str, operation: str, document: Any) -> None:
+        action = f"{protocol.API_SIGNING_SERVICES[prefix]}:{operation}"
+        resource = self._resource(document if isinstance(document, dict) else {})
+        decision = evaluate(caller.identity.policies, RequestContext(action, resource, {}))
+        record = {
+            "event": "api",
+            "principal": caller.principal,
+            "action": action,
+            "resource": resource,
+            "decision": "allow" if decision.allowed else "deny",
+            "statement": decision.statement,
+        }
+        audit_log.log(logging.INFO if decision.allowed else logging.WARNING, json.dumps(record, separators=(",", ":")))
+        if not decision.allowed:
+            why = "an explicit deny" if decision.explicit else f"no identity-based policy allows the {action} action"
+            raise AccessDeniedError(
+                f"User: {caller.principal} is not authorized to perform: {action} on resource: {resource} because {why}"
+            )
+
+    def _resource(self, document: dict[str, Any]) -> str:
+        """The ARN an operation acts on (SageMaker's resource types), `...:*` for the listing operations."""
+        api = self.sagemaker
+        for field, kind in (
+            ("EndpointName", "endpoint"),
+            ("EndpointConfigName", "endpoint-config"),
+            ("ModelName", "model"),
+        ):
+            if isinstance(document.get(field), str):
+                return api.arn(kind, document[field])
+        resource_id = document.get("ResourceId")
+        if isinstance(resource_id, str) and resource_id.count("/") == 3:
+            return api.arn("endpoint", resource_id.split("/")[1])
+        return f"arn:aws:{protocol.SIGNING_SERVICE}:{api.region}:{api.account}:*"
+
+
+async def _read(request: Request) -> bytes:
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise ApiValidationError(f"a control-plane request may be at most {MAX_BODY_BYTES} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)

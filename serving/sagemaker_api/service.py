@@ -1,0 +1,34 @@
+"""The control-plane API assembled from server settings: its state, both services, the route."""
+
+from __future__ import annotations
+
+import os
+
+from starlette.routing import Route
+
+from serving.access.identities import load_identities
+from serving.sagemaker_api.autoscaling import AutoScalingApi
+from serving.sagemaker_api.endpoints import EndpointApi
+from serving.sagemaker_api.images import load_instance_types
+from serving.sagemaker_api.resources import Deployer
+from serving.sagemaker_api.routes import ApiRoutes
+from serving.sagemaker_api.state import ApiState
+from serving.settings import ServerSettings
+
+__all__ = ["build_api"]
+
+
+def build_api(settings: ServerSettings, deployer: Deployer) -> tuple[EndpointApi, list[Route]]:
+    """The SageMaker API over `settings.state_file` (in memory when None), and its routes."""
+    api = EndpointApi(
+        ApiState(settings.state_file),
+        deployer,
+        region=settings.region,
+        account=settings.account_id,
+        instance_types=load_instance_types(settings.instance_types_file),
+        model_roots=[root for root in settings.model_roots.split(os.pathsep) if root],
+        identities_file=settings.api_identities,
+    )
+    identities = load_identities(settings.api_identities) if settings.api_identities else None
+    routes = ApiRoutes(api, AutoScalingApi(api), identities, settings.api_anonymous_allowed)
+    return api, routes.routes()

@@ -1,0 +1,297 @@
+"""The requests of the control-plane API as SageMaker and Application Auto Scaling define them, validated.
+
+Field names are the services' own. A field SageMaker has but this runtime does not support is not a field
+here, so the request is refused with a ValidationException naming it (never silently ignored); so is a
+field neither service knows. Values are checked as the services document them (names, counts, weights).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import ValidationError as PydanticValidationError
+
+from serving.config.documents import field_path
+from serving.errors import ApiValidationError
+from serving.protocol import NAME_PATTERN, SIGNING_SERVICE
+
+Name = Annotated[str, Field(pattern=NAME_PATTERN, max_length=63)]
+EnvironmentMap = dict[
+    Annotated[str, Field(pattern=r"^[a-zA-Z_][a-zA-Z0-9_]{0,1023}$")], Annotated[str, Field(max_length=1024)]
+]
+
+
+class Shape(BaseModel):
+    """A request structure: unknown or unsupported fields refused."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Tag(Shape):
+    Key: Annotated[str, Field(min_length=1, max_length=128)]
+    Value: Annotated[str, Field(max_length=256)] = ""
+
+
+class MultiModelConfigShape(Shape):
+    ModelCacheSetting: Literal["Enabled", "Disabled"] = "Enabled"
+
+
+class ContainerDefinition(Shape):
+    """One container of a model (SageMaker's ContainerDefinition, without the fields this runtime lacks)."""
+
+    ContainerHostname: Name | None = None
+    Image: Annotated[str, Field(min_length=1, max_length=255)]
+    Mode: Literal["SingleModel", "MultiModel"] = "SingleModel"
+    ModelDataUrl: Annotated[str, Field(max_length=1024)] | None = None
+    Environment: EnvironmentMap = Field(default_factory=dict)
+    MultiModelConfig: MultiModelConfigShape | None = None
+
+
+class InferenceExecutionConfigShape(Shape):
+    Mode: Literal["Direct", "Serial"]
+
+
+class CreateModelInput(Shape):
+    ModelName: Name
+    PrimaryContainer: ContainerDefinition | None = None
+    Containers: Annotated[list[ContainerDefinition], Field(max_length=15)] | None = None
+    InferenceExecutionConfig: InferenceExecutionConfigShape | None = None
+    # Accepted and shown by DescribeModel; no role is assumed here (docs/sagemaker-api.md).
+    ExecutionRoleArn: Annotated[str, Field(min_length=20, max_length=2048)] | None = None
+    EnableNetworkIsolation: Literal[False] | None = None  # True is not supported: containers may reach the network
+    Tags: Annotated[list[Tag], Field(max_length=50)] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _containers(self) -> CreateModelInput:
+        if (self.PrimaryContainer is None) == (self.Containers is None):
+            raise ValueError("give exactly one of PrimaryContainer and Containers")
+        if self.Containers is not None and not self.Containers:
+            raise ValueError("Containers must hold 1 to 15 containers")
+        if self.InferenceExecutionConfig is not None and self.Containers is None:
+            raise ValueError("InferenceExecutionConfig applies to Containers, not to a PrimaryContainer")
+        return self
+
+
+class ProductionVariant(Shape):
+    VariantName: Name
+    ModelName: Name
+    InitialInstanceCount: Annotated[int, Field(ge=1, le=100)] = 1
+    InstanceType: Annotated[str, Field(min_length=1, max_length=64)]
+    InitialVariantWeight: Annotated[float, Field(ge=0)] = 1.0
+
+
+class CreateEndpointConfigInput(Shape):
+    EndpointConfigName: Name
+    ProductionVariants: Annotated[list[ProductionVariant], Field(min_length=1, max_length=10)]
+    Tags: Annotated[list[Tag], Field(max_length=50)] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unique_variants(self) -> CreateEndpointConfigInput:
+        names = [variant.VariantName for variant in self.ProductionVariants]
+        duplicated = sorted({name for name in names if names.count(name) > 1})
+        if duplicated:
+            raise ValueError(f"ProductionVariants: VariantName {', '.join(duplicated)} is given more than once")
+        return self
+
+
+class CreateEndpointInput(Shape):
+    EndpointName: Name
+    EndpointConfigName: Name
+    Tags: Annotated[list[Tag], Field(max_length=50)] = Field(default_factory=list)
+
+
+class UpdateEndpointInput(Shape):
+    EndpointName: Name
+    EndpointConfigName: Name
+    RetainAllVariantProperties: bool = False
+    RetainDeploymentConfig: Literal[False] | None = None
+
+
+class DesiredWeightAndCapacity(Shape):
+    VariantName: Name
+    DesiredWeight: Annotated[float, Field(ge=0)] | None = None
+    DesiredInstanceCount: Annotated[int, Field(ge=0, le=100)] | None = None
+
+    @model_validator(mode="after")
+    def _something(self) -> DesiredWeightAndCapacity:
+        if self.DesiredWeight is None and self.DesiredInstanceCount is None:
+            raise ValueError("give DesiredWeight, DesiredInstanceCount or both")
+        return self
+
+
+class UpdateWeightsInput(Shape):
+    EndpointName: Name
+    DesiredWeightsAndCapacities: Annotated[list[DesiredWeightAndCapacity], Field(min_length=1, max_length=10)]
+
+
+class ModelNameInput(Shape):
+    ModelName: Name
+
+
+class EndpointConfigNameInput(Shape):
+    EndpointConfigName: Name
+
+
+class EndpointNameInput(Shape):
+    EndpointName: Name
+
+
+class ListInput(Shape):
+    """The List* operations' shared paging, sorting and filtering fields (timestamps as epoch seconds)."""
+
+    SortBy: Literal["Name", "CreationTime", "Status"] = "CreationTime"
+    SortOrder: Literal["Ascending", "Descending"] = "Descending"
+    NextToken: Annotated[str, Field(max_length=8192)] | None = None
+    MaxResults: Annotated[int, Field(ge=1, le=100)] = 10
+    NameContains: Annotated[str, Field(max_length=63)] | None = None
+    CreationTimeBefore: float | None = None
+    CreationTimeAfter: float | None = None
+    LastModifiedTimeBefore: float | None = None
+    LastModifiedTimeAfter: float | None = None
+    StatusEquals: (
+        Literal[
+            "OutOfService",
+            "Creating",
+            "Updating",
+            "SystemUpdating",
+            "RollingBack",
+            "InService",
+            "Deleting",
+            "Failed",
+            "UpdateRollbackFailed",
+        ]
+        | None
+    ) = None
+
+
+# --- Application Auto Scaling --------------------------------------------------------------------------
+def _sagemaker(namespace: str) -> str:
+    if namespace != SIGNING_SERVICE:
+        raise ValueError(f"this server scales SageMaker variants only (ServiceNamespace {SIGNING_SERVICE})")
+    return namespace
+
+
+Namespace = Annotated[str, AfterValidator(_sagemaker)]
+Dimension = Literal["sagemaker:variant:DesiredInstanceCount"]
+ResourceIdStr = Annotated[str, Field(pattern=r"^endpoint/[^/]+/variant/[^/]+$", max_length=1600)]
+
+
+class RegisterScalableTargetInput(Shape):
+    ServiceNamespace: Namespace
+    ResourceId: ResourceIdStr
+    ScalableDimension: Dimension
+    MinCapacity: Annotated[int, Field(ge=1, le=100)] | None = None
+    MaxCapacity: Annotated[int, Field(ge=1, le=100)] | None = None
+    RoleARN: Annotated[str, Field(max_length=1600)] | None = None  # accepted, shown; no role is assumed
+
+
+class TargetsInput(Shape):
+    ServiceNamespace: Namespace
+    ResourceIds: Annotated[list[ResourceIdStr], Field(max_length=50)] | None = None
+    ScalableDimension: Dimension | None = None
+    MaxResults: Annotated[int, Field(ge=1, le=50)] = 50
+    NextToken: Annotated[str, Field(max_length=8192)] | None = None
+
+
+class TargetInput(Shape):
+    ServiceNamespace: Namespace
+    ResourceId: ResourceIdStr
+    ScalableDimension: Dimension
+
+
+class PredefinedMetricSpecificationShape(Shape):
+    PredefinedMetricType: Literal[
+        "SageMakerVariantInvocationsPerInstance",
+        "SageMakerVariantConcurrentRequestsPerModel",
+        "SageMakerVariantCPUUtilization",
+        "SageMakerVariantMemoryUtilization",
+    ]
+    ResourceLabel: Annotated[str, Field(max_length=1023)] | None = None
+
+
+class MetricDimension(Shape):
+    Name: str
+    Value: str
+
+
+class CustomizedMetricSpecificationShape(Shape):
+    MetricName: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_.-]{0,127}$")]
+    Namespace: str | None = None  # accepted and shown: the metric is the one the container reports by this name
+    Dimensions: list[MetricDimension] = Field(default_factory=list)
+    Statistic: Literal["Average"] = "Average"
+    Unit: str | None = None
+
+
+class TargetTrackingConfiguration(Shape):
+    TargetValue: Annotated[float, Field(gt=0)]
+    PredefinedMetricSpecification: PredefinedMetricSpecificationShape | None = None
+    CustomizedMetricSpecification: CustomizedMetricSpecificationShape | None = None
+    ScaleOutCooldown: Annotated[int, Field(ge=0, le=86400)] = 300
+    ScaleInCooldown: Annotated[int, Field(ge=0, le=86400)] = 300
+    DisableScaleIn: bool = False
+
+    @model_validator(mode="after")
+    def _one_metric(self) -> TargetTrackingConfiguration:
+        if (self.PredefinedMetricSpecification is None) == (self.CustomizedMetricSpecification is None):
+            raise ValueError("give exactly one of PredefinedMetricSpecification and CustomizedMetricSpecification")
+        return self
+
+
+class PutScalingPolicyInput(Shape):
+    PolicyName: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:-]+$", max_length=256)]
+    ServiceNamespace: Namespace
+    ResourceId: ResourceIdStr
+    ScalableDimension: Dimension
+    PolicyType: Literal["TargetTrackingScaling"] = "TargetTrackingScaling"
+    TargetTrackingScalingPolicyConfiguration: TargetTrackingConfiguration
+
+
+class PoliciesInput(Shape):
+    ServiceNamespace: Namespace
+    PolicyNames: Annotated[list[str], Field(max_length=50)] | None = None
+    ResourceId: ResourceIdStr | None = None
+    ScalableDimension: Dimension | None = None
+    MaxResults: Annotated[int, Field(ge=1, le=50)] = 50
+    NextToken: Annotated[str, Field(max_length=8192)] | None = None
+
+
+class DeletePolicyInput(Shape):
+    PolicyName: str
+    ServiceNamespace: Namespace
+    ResourceId: ResourceIdStr
+    ScalableDimension: Dimension
+
+
+class ActivitiesInput(Shape):
+    ServiceNamespace: Namespace
+    ResourceId: ResourceIdStr | None = None
+    ScalableDimension: Dimension | None = None
+    MaxResults: Annotated[int, Field(ge=1, le=50)] = 50
+    NextToken: Annotated[str, Field(max_length=8192)] | None = None
+    IncludeNotScaledActivities: bool = False
+
+
+S = TypeVar("S", bound=Shape)
+
+
+def parse(shape: type[S], document: Any, operation: str) -> S:
+    """`document` as `shape`, or a ValidationException naming every field at fault."""
+    if not isinstance(document, dict):
+        raise ApiValidationError(f"{operation}: the request body must be a JSON object")
+    try:
+        return shape.model_validate(document)
+    except PydanticValidationError as error:
+        lines = []
+        for item in error.errors(include_url=False):
+            path = field_path(item["loc"], root=operation)
+            if item["type"] == "extra_forbidden":
+                lines.append(f"{path}: not supported by this runtime (docs/sagemaker-api.md lists what is)")
+            elif item["type"] == "missing":
+                lines.append(f"{path}: required")
+            else:
+                lines.append(f"{path}: {item['msg'].removeprefix('Value error, ')}")
+        count = len(lines)
+        raise ApiValidationError(
+            f"{count} validation error{'s' if count > 1 else ''} detected in {operation}: " + "; ".join(lines)
+        ) from None

@@ -1,0 +1,81 @@
+"""The control-plane API's state: models, endpoint configs, endpoints, scalable targets and scaling policies.
+
+One SQLite database (stdlib `sqlite3`), one row per resource holding its JSON document, written in a
+transaction per change, so a server that stops mid-call keeps either the old document or the new one.
+`serving up` / `serving server` keep it in `~/.serving/state-<port>.db` (`--state` moves it); restarting
+the server on the same file brings every endpoint back. The file holds no secret (identities stay in
+their own file), but it says what code runs where: it is created readable by its owner only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+__all__ = ["KINDS", "ApiState"]
+
+KINDS = ("model", "endpoint-config", "endpoint", "scalable-target", "scaling-policy")
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS resources (
+    kind TEXT NOT NULL,
+    name TEXT NOT NULL,
+    document TEXT NOT NULL,
+    PRIMARY KEY (kind, name)
+)
+"""
+
+
+class ApiState:
+    """Resources by kind and name; `path` None keeps them in memory (gone with the process)."""
+
+    def __init__(self, path: str | Path | None) -> None:
+        self.path = str(path) if path is not None else ":memory:"
+        if path is not None:
+            folder = Path(path).expanduser().resolve().parent
+            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if not Path(path).exists():
+                Path(path).touch(mode=0o600)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        if path is not None:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute(_SCHEMA)
+
+    def get(self, kind: str, name: str) -> dict[str, Any] | None:
+        with self._lock:
+            row = self._db.execute("SELECT document FROM resources WHERE kind=? AND name=?", (kind, name)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def all(self, kind: str) -> list[dict[str, Any]]:
+        with self._lock:
+            rows = self._db.execute("SELECT document FROM resources WHERE kind=? ORDER BY name", (kind,)).fetchall()
+        return [json.loads(row[0]) for row in rows]
+
+    def put(self, kind: str, name: str, document: dict[str, Any]) -> None:
+        text = json.dumps(document, sort_keys=True)
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO resources(kind, name, document) VALUES(?, ?, ?) "
+                "ON CONFLICT(kind, name) DO UPDATE SET document=excluded.document",
+                (kind, name, text),
+            )
+
+    def delete(self, kind: str, name: str) -> bool:
+        with self._lock:
+            cursor = self._db.execute("DELETE FROM resources WHERE kind=? AND name=?", (kind, name))
+        return cursor.rowcount > 0
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+def default_state_file(port: int) -> Path:
+    """Where `serving up` / `serving server` on `port` keep the API's state unless `--state` says otherwise."""
+    base = os.environ.get("SERVING_STATE_DIR") or os.path.join(os.path.expanduser("~"), ".serving")
+    return Path(base) / f"state-{port}.db"

@@ -1,0 +1,148 @@
+"""SageMaker's resources as this runtime's endpoint specs: one spec per production variant.
+
+A variant of endpoint E named V is served by an endpoint of its own, `E@V@<generation>`
+(`protocol.VARIANT_SEPARATOR` cannot appear in a SageMaker name, so no user endpoint can collide with it). Its containers are the
+model's; its replicas are the variant's instances: endpoint-level `AutoScaling`, so every container of
+the variant scales together, as an instance of a SageMaker variant holds all of them. An instance's
+CPUs, memory and GPUs (`images.InstanceType`) are shared equally by the containers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from serving.config.spec import KNOWN_IMAGES, EndpointSpec, SpecError, parse_spec
+from serving.errors import ApiValidationError
+from serving.protocol import DEFAULT_VARIANT, VARIANT_SEPARATOR
+from serving.sagemaker_api.images import InstanceType, stack_of
+from serving.sagemaker_api.shapes import ContainerDefinition, CreateModelInput
+
+__all__ = ["internal_name", "model_containers", "public_name", "variant_spec"]
+
+PRIMARY_HOSTNAME = "primary"  # a PrimaryContainer's hostname when it names none
+
+
+def internal_name(endpoint: str, variant: str, generation: int) -> str:
+    """The name of the endpoint that serves one variant in one generation of its endpoint (each
+    CreateEndpoint / UpdateEndpoint starts a generation, which comes up beside the one serving)."""
+    return VARIANT_SEPARATOR.join((endpoint, variant, str(generation)))
+
+
+def public_name(name: str) -> tuple[str, str]:
+    """(endpoint, variant) of a served endpoint's name; a spec's endpoint is its own AllTraffic variant."""
+    parts = name.split(VARIANT_SEPARATOR)
+    return (parts[0], parts[1]) if len(parts) == 3 else (name, DEFAULT_VARIANT)
+
+
+def model_containers(request: CreateModelInput, roots: Sequence[str]) -> tuple[str, list[dict[str, Any]]]:
+    """The model's execution mode and its containers as spec entries (Image mapped to a stack, ModelDataUrl
+    checked against the model roots). Raises ApiValidationError naming the field."""
+    if request.PrimaryContainer is not None:
+        definitions, field = [request.PrimaryContainer], "PrimaryContainer"
+    else:
+        definitions, field = list(request.Containers or []), "Containers"
+    mode = request.InferenceExecutionConfig.Mode if request.InferenceExecutionConfig else "Serial"
+    containers = []
+    for index, definition in enumerate(definitions):
+        where = field if field == "PrimaryContainer" else f"Containers[{index}]"
+        hostname = definition.ContainerHostname
+        if hostname is None:
+            if mode == "Direct" and len(definitions) > 1:
+                raise ApiValidationError(f"{where}.ContainerHostname: required for a Direct model's containers")
+            hostname = PRIMARY_HOSTNAME if field == "PrimaryContainer" else f"container-{index + 1}"
+        containers.append(_container(definition, hostname, where, roots))
+    return mode, containers
+
+
+def _container(definition: ContainerDefinition, hostname: str, where: str, roots: Sequence[str]) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "ContainerHostname": hostname,
+        "Image": stack_of(definition.Image, list(KNOWN_IMAGES), f"{where}.Image"),
+        "Mode": definition.Mode,
+        "Environment": dict(definition.Environment),
+    }
+    if definition.ModelDataUrl is not None:
+        entry["ModelDataUrl"] = _model_data(definition.ModelDataUrl, f"{where}.ModelDataUrl", roots)
+    if definition.MultiModelConfig is not None:
+        entry["MultiModelConfig"] = definition.MultiModelConfig.model_dump()
+    return entry
+
+
+def _model_data(url: str, field: str, roots: Sequence[str]) -> str:
+    """An s3:// URL as it is; a local path (or file:// URL) resolved, and only inside one of `roots`.
+
+    An API caller chooses what a container may read: a path outside the roots the server was given (its
+    working directory by default) is refused, so that `/home/me/.ssh` cannot be served as "model data".
+    """
+    if url.startswith("s3://"):
+        return url
+    path = Path(url.removeprefix("file://")).expanduser()
+    if not path.is_absolute():
+        if not roots:
+            raise ApiValidationError(f"{field}: a relative path needs a model root (--model-root)")
+        path = Path(roots[0]) / path
+    resolved = path.resolve()
+    if not any(resolved.is_relative_to(Path(root).resolve()) for root in roots):
+        raise ApiValidationError(
+            f"{field}: {url!r} is outside the model roots this server serves from ({', '.join(roots) or 'none'}); "
+            "start it with --model-root to add one"
+        )
+    return str(resolved)
+
+
+def scaling_block(
+    count: int, target: Mapping[str, Any] | None, policies: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """The variant's endpoint-level AutoScaling: a fixed count, or its scalable target's bounds and policies."""
+    if target is None:
+        return {"MinCapacity": count, "MaxCapacity": count}
+    low, high = int(target["MinCapacity"]), int(target["MaxCapacity"])
+    if not policies:
+        fixed = min(max(count, low), high)
+        return {"MinCapacity": fixed, "MaxCapacity": fixed}
+    return {
+        "MinCapacity": low,
+        "MaxCapacity": high,
+        "TargetTrackingScalingPolicyConfiguration": [dict(policy["spec"]) for policy in policies],
+    }
+
+
+def variant_spec(
+    endpoint: str,
+    variant: Mapping[str, Any],
+    instance: InstanceType,
+    scaling: dict[str, Any],
+    identities_file: str | None,
+) -> EndpointSpec:
+    """The spec of the endpoint serving `variant` (its model snapshot, count and scaling), validated."""
+    model = variant["Model"]
+    containers = model["containers"]
+    share = len(containers)
+    resources: dict[str, Any] = {"Cpus": round(instance.Cpus / share, 4), "Gpus": round(instance.Gpus / share, 4)}
+    if instance.MemoryMb:
+        resources["MemoryMb"] = max(1, instance.MemoryMb // share)
+    document: dict[str, Any] = {
+        "EndpointName": endpoint,  # validated with the public name; the served name has the separator
+        "InferenceExecutionConfig": {"Mode": model["mode"]},
+        "Containers": [{**container, "Resources": resources} for container in containers],
+        "AutoScaling": scaling,
+    }
+    if identities_file is not None:
+        document["AccessControl"] = {"IdentitiesFile": identities_file}
+    try:
+        spec = parse_spec(document)
+    except SpecError as error:
+        lines = str(error).splitlines()
+        raise ApiValidationError(f"model {variant['ModelName']}: " + "; ".join(lines)) from None
+    return spec
+
+
+def check_model(request: CreateModelInput, roots: Sequence[str]) -> dict[str, Any]:
+    """The model as it is stored (mode, containers as spec entries), validated as a one-instance variant."""
+    mode, containers = model_containers(request, roots)
+    model = {"mode": mode, "containers": containers}
+    probe = {"VariantName": DEFAULT_VARIANT, "ModelName": request.ModelName, "Model": model}
+    variant_spec(request.ModelName, probe, InstanceType(Cpus=1), {"MinCapacity": 1, "MaxCapacity": 1}, None)
+    return model
