@@ -276,6 +276,17 @@ def working_dir_model(tmp_path_factory) -> tuple[Path, Path]:
 # The session's Ray has 2 logical CPUs and every other replica reserves 0.05 of them: the
 # containers added after it-fifteen reserve less, so that all replicas can be placed.
 TINY = {"Cpus": 0.01}
+# InstanceType -> what one instance reserves, for endpoints created through the SageMaker API in tests
+# (tests/integration/test_sagemaker_api.py, whose servers are its own: beside the session's ~60 replicas,
+# a walkthrough's replicas took the node past Ray's memory threshold).
+API_INSTANCE_TYPES = {"ml.m5.large": {"Cpus": 0.02}, "ml.c5.large": {"Cpus": 0.04}}
+
+
+@pytest.fixture(scope="session")
+def api_instance_types(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("api") / "instance-types.json"
+    path.write_text(__import__("json").dumps({"InstanceTypes": API_INSTANCE_TYPES}))
+    return path
 
 
 def hetero_endpoint_specs(hetero: Path, working_dir_model: tuple[Path, Path]) -> list[dict]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from serving.errors import ApiValidationError
+from serving.protocol import VARIANT_SEPARATOR
 from serving.sagemaker_api import shapes
 from serving.sagemaker_api.resources import page, sort_and_filter
 from serving.sagemaker_api.sagemaker import SageMakerApi, _missing
@@ -216,7 +217,6 @@ class EndpointApi(SageMakerApi):
             "DesiredWeight": float(variant["Weight"]),
             "CurrentInstanceCount": current,
             "DesiredInstanceCount": desired,
-            "InstanceType": variant["InstanceType"],
         }
 
     def _describe_spec_endpoint(self, description: Any) -> dict[str, Any]:
@@ -327,8 +327,10 @@ class EndpointApi(SageMakerApi):
     def restore(self) -> None:
         """Bring back every stored endpoint (a restarted server): re-apply what served and what was coming up."""
         with self.lock:
+            referenced: set[str] = set()
             for document in self.state.all("endpoint"):
                 pending = document.get("pending")
+                referenced |= {v["Served"] for v in [*document["variants"], *((pending or {}).get("variants") or [])]}
                 if pending:
                     pending["generations"] = self._deploy(document["EndpointName"], pending["variants"])
                 if document["variants"]:
@@ -346,4 +348,7 @@ class EndpointApi(SageMakerApi):
                     self.deployer.delete(retired["Served"])
                 document["retired"] = []
                 self.state.put("endpoint", document["EndpointName"], document)
+            for name in list(self.deployer.descriptions()):  # served variants no stored endpoint names (a crash
+                if VARIANT_SEPARATOR in name and name not in referenced:  # between the two steps of a delete)
+                    self.deployer.delete(name)
             self.publish()

@@ -1,0 +1,395 @@
+"""A SageMaker user's deployment code, unchanged, against `serving server` (real Ray Serve, real HTTP).
+
+The boto3 `sagemaker`, `sagemaker-runtime` and `application-autoscaling` clients are pointed at the server
+with `endpoint_url=`; everything else is written as AWS's own walkthroughs write it: create_model ->
+create_endpoint_config -> create_endpoint -> the `endpoint_in_service` waiter -> invoke_endpoint (with and
+without TargetContainerHostname) -> register_scalable_target -> put_scaling_policy ->
+describe_scaling_activities -> update_endpoint under load -> delete_endpoint -> the `endpoint_deleted`
+waiter. Load for the update is counted with plain HTTP (no SDK retries), so a single failed call shows.
+
+The servers are this module's own `serving` processes (own_ray: they run before the session's endpoint server,
+see tests/server_fixtures.py; beside its ~60 replicas the walkthrough's took the node past Ray's memory
+threshold), each stopped with SIGINT by its PID and waited for, bounded. The first test restarts one on the
+same state file: every endpoint, config, model and scaling policy comes back, beside an endpoint from a spec
+given to `serving up`, which DescribeEndpoint and ListEndpoints show too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import boto3
+import httpx
+import pytest
+import yaml
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+pytestmark = [pytest.mark.integration, pytest.mark.own_ray]
+
+WAIT = {"Delay": 2, "MaxAttempts": 90}  # the waiters' 30 s default would only slow the test
+SKLEARN_IMAGE = "683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-scikit-learn:1.2-1-cpu-py3"
+ROW = json.dumps([[6.7, 3.0, 5.2, 2.3]])
+
+SERVING = [sys.executable, "-c", "import sys; from serving.cli import main; sys.exit(main())"]
+START_TIMEOUT_S = 180
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class Served:
+    """One `serving` process on a port: started, waited for, stopped by its PID."""
+
+    def __init__(self, arguments: list[str], port: int, folder: Path, log: Path) -> None:
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = log
+        environment = {**os.environ, "SERVING_STATE_DIR": str(folder)}
+        self.process = subprocess.Popen(
+            [*SERVING, *arguments, "--port", str(port), "--num-cpus", "2"],
+            stdout=log.open("w"), stderr=subprocess.STDOUT, env=environment, cwd=folder, start_new_session=True,
+        )
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            assert self.process.poll() is None, f"serving exited: {log.read_text()[-3000:]}"
+            if "Serving. Press Ctrl-C" in log.read_text():
+                return
+            time.sleep(1)
+        self.stop()
+        raise AssertionError(f"serving did not start within {START_TIMEOUT_S} s: {log.read_text()[-3000:]}")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(timeout=90)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)  # the group this test started, by its leader's PID
+                self.process.wait(timeout=30)
+
+    def clients(self):
+        options = dict(endpoint_url=self.url, region_name="us-east-1", aws_access_key_id="x",
+                       aws_secret_access_key="x", config=Config(retries={"max_attempts": 1}))
+        return (boto3.client("sagemaker", **options), boto3.client("application-autoscaling", **options))
+
+
+def test_endpoints_configs_and_policies_survive_a_restart(tmp_path, handler_models, api_instance_types):
+    state = tmp_path / "state.db"
+    port = _free_port()
+    flags = ["--state", str(state), "--instance-types", str(api_instance_types),
+             "--model-root", str(handler_models["echo"].parent)]
+    spec = tmp_path / "from-spec.yaml"
+    spec.write_text(yaml.safe_dump({"EndpointName": "from-spec", "Containers": [
+        {"ContainerHostname": "only", "Image": "python", "ModelDataUrl": str(handler_models["echo"]),
+         "Resources": {"Cpus": 0.02}}]}))
+    resource = "endpoint/kept/variant/AllTraffic"
+
+    first = Served(["server", *flags], port, tmp_path, tmp_path / "first.log")
+    try:
+        sm, autoscaling = first.clients()
+        sm.create_model(ModelName="kept", PrimaryContainer={"Image": "python", "ModelDataUrl": str(handler_models["echo"])})
+        sm.create_endpoint_config(EndpointConfigName="kept", ProductionVariants=[
+            {"VariantName": "AllTraffic", "ModelName": "kept", "InitialInstanceCount": 1, "InstanceType": "ml.m5.large"}])
+        sm.create_endpoint(EndpointName="kept", EndpointConfigName="kept")
+        sm.get_waiter("endpoint_in_service").wait(EndpointName="kept", WaiterConfig=WAIT)
+        autoscaling.register_scalable_target(ServiceNamespace="sagemaker", ResourceId=resource,
+                                             ScalableDimension="sagemaker:variant:DesiredInstanceCount",
+                                             MinCapacity=1, MaxCapacity=2)
+        autoscaling.put_scaling_policy(
+            PolicyName="kept-policy", ServiceNamespace="sagemaker", ResourceId=resource,
+            ScalableDimension="sagemaker:variant:DesiredInstanceCount", PolicyType="TargetTrackingScaling",
+            TargetTrackingScalingPolicyConfiguration={"TargetValue": 100.0, "PredefinedMetricSpecification": {
+                "PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"}})
+    finally:
+        first.stop()
+    assert first.process.returncode == 0, first.log.read_text()[-3000:]
+    assert oct(state.stat().st_mode & 0o777) == "0o600"
+
+    # Started again on the same state, this time by `serving up` with a spec of its own beside it.
+    second = Served(["up", str(spec), *flags], port, tmp_path, tmp_path / "second.log")
+    try:
+        sm, autoscaling = second.clients()
+        sm.get_waiter("endpoint_in_service").wait(EndpointName="kept", WaiterConfig=WAIT)
+        answer = httpx.post(f"{second.url}/endpoints/kept/invocations", content=b'{"back": true}',
+                            headers={"Content-Type": "application/json"}, timeout=30)
+        assert answer.status_code == 200, answer.text
+        assert json.loads(json.loads(answer.content)["body"]) == {"back": True}
+        assert [m["ModelName"] for m in sm.list_models()["Models"]] == ["kept"]
+        assert sm.describe_endpoint_config(EndpointConfigName="kept")["ProductionVariants"][0]["ModelName"] == "kept"
+        policies = autoscaling.describe_scaling_policies(ServiceNamespace="sagemaker", ResourceId=resource)
+        assert [p["PolicyName"] for p in policies["ScalingPolicies"]] == ["kept-policy"]
+        listed = {e["EndpointName"]: e["EndpointStatus"] for e in sm.list_endpoints()["Endpoints"]}
+        assert listed == {"kept": "InService", "from-spec": "InService"}
+        assert sm.describe_endpoint(EndpointName="from-spec")["ProductionVariants"][0]["VariantName"] == "AllTraffic"
+        sm.delete_endpoint(EndpointName="kept")
+        sm.get_waiter("endpoint_deleted").wait(EndpointName="kept", WaiterConfig=WAIT)
+    finally:
+        second.stop()
+
+
+
+@pytest.fixture(scope="module")
+def api_server(tmp_path_factory, api_instance_types):
+    """`serving server` of this module's own: models from this session's folders."""
+    folder = tmp_path_factory.mktemp("api-server")
+    served = Served(["server", "--state", str(folder / "state.db"), "--instance-types", str(api_instance_types),
+                     "--model-root", str(tmp_path_factory.getbasetemp())], _free_port(), folder, folder / "server.log")
+    yield served
+    served.stop()
+
+
+@pytest.fixture(scope="module")
+def clients(api_server):
+    options = dict(
+        endpoint_url=api_server.url, region_name="us-east-1", aws_access_key_id="test", aws_secret_access_key="test",
+        config=Config(retries={"max_attempts": 1}),
+    )
+    return (boto3.client("sagemaker", **options), boto3.client("sagemaker-runtime", **options),
+            boto3.client("application-autoscaling", **options))
+
+
+class Load:
+    """InvokeEndpoint at a steady pace on a thread, over plain HTTP: every answer's status kept."""
+
+    def __init__(self, url: str, endpoint: str, headers: dict[str, str], body: str) -> None:
+        self.url, self.endpoint, self.headers, self.body = url, endpoint, headers, body
+        self.statuses: list[int] = []
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Load:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        with httpx.Client(base_url=self.url, timeout=30) as client:
+            while not self._stop.is_set():
+                try:
+                    response = client.post(f"/endpoints/{self.endpoint}/invocations", content=self.body,
+                                           headers={"Content-Type": "application/json", **self.headers})
+                    self.statuses.append(response.status_code)
+                    if response.status_code != 200:
+                        self.failures.append(f"{response.status_code} {response.text[:300]}")
+                except httpx.HTTPError as error:
+                    self.failures.append(repr(error))
+                self._stop.wait(0.1)
+
+
+def _until(check, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(1)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+def test_two_container_direct_walkthrough(api_server, clients, demo_models):
+    sm, runtime, autoscaling = clients
+    sm.create_model(
+        ModelName="api-iris-wine",
+        ExecutionRoleArn="arn:aws:iam::000000000000:role/SageMakerRole",
+        Containers=[
+            {"ContainerHostname": "iris", "Image": SKLEARN_IMAGE, "ModelDataUrl": str(demo_models / "iris-classifier")},
+            {"ContainerHostname": "wine", "Image": "sklearn", "ModelDataUrl": str(demo_models / "wine-classifier"),
+             "Environment": {"SERVING_SKLEARN_METHOD": "predict_proba"}},
+        ],
+        InferenceExecutionConfig={"Mode": "Direct"},
+    )
+    sm.create_endpoint_config(EndpointConfigName="api-direct-1", ProductionVariants=[
+        {"VariantName": "AllTraffic", "ModelName": "api-iris-wine", "InitialInstanceCount": 1,
+         "InstanceType": "ml.m5.large", "InitialVariantWeight": 1.0}])
+    arn = sm.create_endpoint(EndpointName="api-direct", EndpointConfigName="api-direct-1")["EndpointArn"]
+    assert arn == "arn:aws:sagemaker:us-east-1:000000000000:endpoint/api-direct"
+    assert sm.describe_endpoint(EndpointName="api-direct")["EndpointStatus"] == "Creating"
+    sm.get_waiter("endpoint_in_service").wait(EndpointName="api-direct", WaiterConfig=WAIT)
+    described = sm.describe_endpoint(EndpointName="api-direct")
+    variant = described["ProductionVariants"][0]
+    assert (variant["VariantName"], variant["CurrentInstanceCount"], variant["CurrentWeight"]) == ("AllTraffic", 1, 1.0)
+    assert variant["DeployedImages"][0] == {"SpecifiedImage": SKLEARN_IMAGE, "ResolvedImage": "sklearn"}
+
+    answer = runtime.invoke_endpoint(EndpointName="api-direct", TargetContainerHostname="iris",
+                                     ContentType="application/json", Body=ROW)
+    assert json.loads(answer["Body"].read()) == [2]
+    assert answer["InvokedProductionVariant"] == "AllTraffic"
+    # Without TargetContainerHostname a Direct endpoint of two containers refuses, naming them.
+    with pytest.raises(ClientError) as refused:
+        runtime.invoke_endpoint(EndpointName="api-direct", ContentType="application/json", Body=ROW)
+    assert refused.value.response["Error"]["Code"] == "ValidationError"
+    assert "iris" in refused.value.response["Error"]["Message"]
+
+    # Autoscaling, as the AWS docs write it: a target of 2 invocations per instance per minute.
+    resource = "endpoint/api-direct/variant/AllTraffic"
+    autoscaling.register_scalable_target(ServiceNamespace="sagemaker", ResourceId=resource,
+                                         ScalableDimension="sagemaker:variant:DesiredInstanceCount",
+                                         MinCapacity=1, MaxCapacity=2)
+    policy = autoscaling.put_scaling_policy(
+        PolicyName="invocations", ServiceNamespace="sagemaker", ResourceId=resource,
+        ScalableDimension="sagemaker:variant:DesiredInstanceCount", PolicyType="TargetTrackingScaling",
+        TargetTrackingScalingPolicyConfiguration={
+            "TargetValue": 2.0,
+            "PredefinedMetricSpecification": {"PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"},
+            "ScaleOutCooldown": 0, "ScaleInCooldown": 600,
+        },
+    )
+    assert policy["PolicyARN"].endswith(":policyName/invocations")
+    assert autoscaling.describe_scaling_policies(ServiceNamespace="sagemaker", ResourceId=resource)[
+        "ScalingPolicies"][0]["TargetTrackingScalingPolicyConfiguration"]["TargetValue"] == 2.0
+    with Load(api_server.url, "api-direct", {"X-Amzn-SageMaker-Target-Container-Hostname": "iris"}, ROW) as load:
+        activities = _until(
+            lambda: autoscaling.describe_scaling_activities(ServiceNamespace="sagemaker", ResourceId=resource)[
+                "ScalingActivities"],
+            180, "a scale-out activity")
+        assert activities[0]["StatusCode"] == "Successful"
+        assert "desired instance count to 2" in activities[0]["Description"]
+        _until(lambda: sm.describe_endpoint(EndpointName="api-direct")["ProductionVariants"][0][
+            "CurrentInstanceCount"] == 2, 120, "the second instance")
+    assert not load.failures, load.failures[:5]
+
+    # UpdateEndpoint under constant load: the new generation comes up beside the old; no call fails.
+    sm.create_endpoint_config(EndpointConfigName="api-direct-2", ProductionVariants=[
+        {"VariantName": "AllTraffic", "ModelName": "api-iris-wine", "InitialInstanceCount": 1,
+         "InstanceType": "ml.c5.large"}])
+    with Load(api_server.url, "api-direct", {"X-Amzn-SageMaker-Target-Container-Hostname": "iris"}, ROW) as load:
+        time.sleep(1)
+        sm.update_endpoint(EndpointName="api-direct", EndpointConfigName="api-direct-2")
+        assert sm.describe_endpoint(EndpointName="api-direct")["EndpointStatus"] == "Updating"
+        sm.get_waiter("endpoint_in_service").wait(EndpointName="api-direct", WaiterConfig=WAIT)
+        time.sleep(12)  # past the old generation's drain and deletion
+    assert len(load.statuses) > 50, len(load.statuses)
+    assert not load.failures, load.failures[:5]
+    described = sm.describe_endpoint(EndpointName="api-direct")
+    assert described["EndpointConfigName"] == "api-direct-2"
+    assert described["ProductionVariants"][0]["CurrentInstanceCount"] >= 1
+    assert "FailureReason" not in described
+
+    sm.delete_endpoint(EndpointName="api-direct")
+    sm.get_waiter("endpoint_deleted").wait(EndpointName="api-direct", WaiterConfig=WAIT)
+    with pytest.raises(ClientError) as gone:
+        runtime.invoke_endpoint(EndpointName="api-direct", TargetContainerHostname="iris",
+                                ContentType="application/json", Body=ROW)
+    assert gone.value.response["Error"]["Code"] == "ValidationError"
+    assert autoscaling.describe_scalable_targets(ServiceNamespace="sagemaker", ResourceIds=[resource])[
+        "ScalableTargets"] == []
+    sm.delete_endpoint_config(EndpointConfigName="api-direct-1")
+    sm.delete_endpoint_config(EndpointConfigName="api-direct-2")
+    sm.delete_model(ModelName="api-iris-wine")
+
+
+def test_four_container_serial_pipeline(api_server, clients, demo_models, handler_models):
+    sm, runtime, _ = clients
+    sm.create_model(
+        ModelName="api-pipeline",
+        Containers=[
+            {"ContainerHostname": "preprocess", "Image": "sklearn", "ModelDataUrl": str(demo_models / "iris-preprocess")},
+            {"ContainerHostname": "classifier", "Image": "sklearn", "ModelDataUrl": str(demo_models / "iris-on-features")},
+            {"ContainerHostname": "labels", "Image": "python", "ModelDataUrl": str(demo_models / "iris-labels.tar.gz")},
+            {"ContainerHostname": "echo", "Image": "python", "ModelDataUrl": str(handler_models["echo"])},
+        ],
+        InferenceExecutionConfig={"Mode": "Serial"},
+    )
+    sm.create_endpoint_config(EndpointConfigName="api-pipeline", ProductionVariants=[
+        {"VariantName": "AllTraffic", "ModelName": "api-pipeline", "InitialInstanceCount": 1,
+         "InstanceType": "ml.m5.large"}])
+    sm.create_endpoint(EndpointName="api-pipeline", EndpointConfigName="api-pipeline")
+    try:
+        sm.get_waiter("endpoint_in_service").wait(EndpointName="api-pipeline", WaiterConfig=WAIT)
+        answer = runtime.invoke_endpoint(EndpointName="api-pipeline", ContentType="text/csv",
+                                         Body="5.1,3.5,1.4,0.2\n6.7,3.0,5.2,2.3\n")
+        echoed = json.loads(answer["Body"].read())  # the fourth container echoes what the third answered
+        assert json.loads(echoed["body"]) == {"labels": ["setosa", "virginica"]}
+        with pytest.raises(ClientError) as refused:  # a Serial endpoint takes no target container
+            runtime.invoke_endpoint(EndpointName="api-pipeline", TargetContainerHostname="echo",
+                                    ContentType="text/csv", Body="5.1,3.5,1.4,0.2\n")
+        assert "Serial" in refused.value.response["Error"]["Message"]
+        listed = {e["EndpointName"]: e["EndpointStatus"] for e in sm.list_endpoints(MaxResults=100)["Endpoints"]}
+        assert listed["api-pipeline"] == "InService"
+    finally:
+        sm.delete_endpoint(EndpointName="api-pipeline")
+    sm.get_waiter("endpoint_deleted").wait(EndpointName="api-pipeline", WaiterConfig=WAIT)
+
+
+def test_variant_weights_split_traffic_and_target_variant_pins(api_server, clients, handler_models):
+    sm, runtime, _ = clients
+    sm.create_model(ModelName="api-echo", PrimaryContainer={
+        "Image": "python", "ModelDataUrl": str(handler_models["echo"])})
+    sm.create_endpoint_config(EndpointConfigName="api-ab", ProductionVariants=[
+        {"VariantName": "blue", "ModelName": "api-echo", "InitialInstanceCount": 1, "InstanceType": "ml.m5.large",
+         "InitialVariantWeight": 3.0},
+        {"VariantName": "green", "ModelName": "api-echo", "InitialInstanceCount": 1, "InstanceType": "ml.m5.large",
+         "InitialVariantWeight": 1.0},
+    ])
+    sm.create_endpoint(EndpointName="api-ab", EndpointConfigName="api-ab")
+    try:
+        sm.get_waiter("endpoint_in_service").wait(EndpointName="api-ab", WaiterConfig=WAIT)
+        calls = 400
+        with httpx.Client(base_url=api_server.url, timeout=30) as client:
+            def variants(count: int, headers: dict | None = None) -> Counter:
+                seen: Counter = Counter()
+                for _ in range(count):
+                    response = client.post("/endpoints/api-ab/invocations", content=b'{"x": 1}',
+                                           headers={"Content-Type": "application/json", **(headers or {})})
+                    assert response.status_code == 200, response.text
+                    seen[response.headers["x-Amzn-Invoked-Production-Variant"]] += 1
+                return seen
+
+            seen = variants(calls)
+            # 3:1 -> 75 % blue; the binomial standard deviation over 400 calls is 2.2 %: allow 3 of them.
+            assert abs(seen["blue"] / calls - 0.75) < 0.066, seen
+            assert variants(20, {"X-Amzn-SageMaker-Target-Variant": "green"}) == Counter({"green": 20})
+            sm.update_endpoint_weights_and_capacities(EndpointName="api-ab", DesiredWeightsAndCapacities=[
+                {"VariantName": "blue", "DesiredWeight": 0.0}])
+            assert variants(30) == Counter({"green": 30})  # weights move traffic at once
+        pinned = runtime.invoke_endpoint(EndpointName="api-ab", TargetVariant="blue",
+                                         ContentType="application/json", Body=b'{"x": 1}')
+        assert pinned["InvokedProductionVariant"] == "blue"
+        with pytest.raises(ClientError) as unknown:
+            runtime.invoke_endpoint(EndpointName="api-ab", TargetVariant="red",
+                                    ContentType="application/json", Body=b'{"x": 1}')
+        assert "blue, green" in unknown.value.response["Error"]["Message"]
+        weights = {v["VariantName"]: v["CurrentWeight"]
+                   for v in sm.describe_endpoint(EndpointName="api-ab")["ProductionVariants"]}
+        assert weights == {"blue": 0.0, "green": 1.0}
+        # A variant's own served endpoint is not reachable by its internal name.
+        direct = httpx.post(f"{api_server.url}/endpoints/api-ab@blue@1/invocations", content=b"{}",
+                            headers={"Content-Type": "application/json"})
+        assert direct.status_code == 400
+    finally:
+        sm.delete_endpoint(EndpointName="api-ab")
+    sm.get_waiter("endpoint_deleted").wait(EndpointName="api-ab", WaiterConfig=WAIT)
+
+
+def test_unsupported_fields_are_refused_by_name(clients, demo_models):
+    sm, _, _ = clients
+    with pytest.raises(ClientError) as refused:
+        sm.create_model(ModelName="api-refused", PrimaryContainer={
+            "Image": "sklearn", "ModelDataUrl": str(demo_models / "iris-classifier")},
+            VpcConfig={"SecurityGroupIds": ["sg-12345678"], "Subnets": ["subnet-12345678"]})
+    assert refused.value.response["Error"]["Code"] == "ValidationException"
+    assert "VpcConfig" in refused.value.response["Error"]["Message"]
+    with pytest.raises(ClientError) as outside:
+        sm.create_model(ModelName="api-outside", PrimaryContainer={"Image": "sklearn", "ModelDataUrl": "/etc"})
+    assert "model roots" in outside.value.response["Error"]["Message"]
+    with pytest.raises(ClientError) as image:
+        sm.create_model(ModelName="api-image", PrimaryContainer={
+            "Image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/my-own:latest",
+            "ModelDataUrl": str(demo_models / "iris-classifier")})
+    assert "PrimaryContainer.Image" in image.value.response["Error"]["Message"]
