@@ -184,7 +184,7 @@ def section(results: dict[str, Any]) -> str:
     return "\n".join([
         "### Updates under load (measured)",
         "",
-        f"`{command_line('loadtests/bench_api_update.py')}` — one embedded server on this machine "
+        f"`{results['command']}` — one embedded server on this machine "
         f"({results['machine'].get('nproc')} CPUs), {results['rate_per_s']:g} requests/s of plain HTTP (no retries) to a "
         "one-container Python endpoint while it is updated; the baseline is `serving apply`'s container-level update "
         "of an identical endpoint, in the same run.",
@@ -205,10 +205,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rate", type=float, default=40.0, help="requests per second during each update")
     parser.add_argument("--write-docs", action="store_true", help="replace the section in docs/sagemaker-api.md")
+    parser.add_argument("--from-results", action="store_true", help="no run: write the docs from the last results")
     args = parser.parse_args()
-    results = run(args.rate)
-    results["machine"] = machine_facts()
-    write_results(RESULTS, results)
+    if args.from_results:
+        results = json.loads(RESULTS.read_text())
+    else:
+        results = run(args.rate)
+        results["machine"] = machine_facts()
+        results["command"] = command_line("loadtests/bench_api_update.py")
+        write_results(RESULTS, results)
     print(json.dumps(results["ratios"], indent=2))
     if args.write_docs:
         write_section(DOCS, "bench_api_update", section(results), title="# SageMaker control-plane API")

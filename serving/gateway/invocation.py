@@ -174,13 +174,13 @@ class Invocations:
         body, caller = await self._authenticate(endpoint, request, trace, name)
         if endpoint.failure is not None:
             raise ServiceUnavailableError(f"Endpoint {name} is Failed: {endpoint.failure}")
-        chain = trace.chain = self._chain(endpoint, headers)
+        chain = trace.chain = self._chain(endpoint, headers, name)
         if caller is not None:
             assert endpoint.access is not None
             permission = {"action": action} if action is not None else {}
             endpoint.access.authorize(name, caller, chain, headers.get(protocol.TARGET_MODEL), **permission)
         self._check_headers(headers, stream, variant_checked=front is not None)
-        target_model = trace.model = self._check_target_model(endpoint, chain, headers)
+        target_model = trace.model = self._check_target_model(endpoint, chain, headers, name)
         return Admission(endpoint, chain, target_model, body, variant)
 
     async def body_of(self, request: InvocationRequest, admission: Admission, trace: InvocationTrace) -> bytes:
@@ -245,24 +245,25 @@ class Invocations:
             body = await self._read_body(request, trace, hold)
             return body, endpoint.access.verify(name, claim, replace(raw, body=body))
 
-    def _chain(self, endpoint: EndpointRoute, headers: Mapping[str, str]) -> tuple[str, ...]:
+    def _chain(self, endpoint: EndpointRoute, headers: Mapping[str, str], name: str) -> tuple[str, ...]:
+        # Errors name the endpoint as the caller did (an API endpoint's name, not its variant's served one).
         target = headers.get(protocol.TARGET_CONTAINER)
         if endpoint.mode == "Serial":
             if target is not None:
                 raise ValidationError(
-                    f"{protocol.TARGET_CONTAINER} is not allowed: endpoint {endpoint.name} runs its containers in Serial mode"
+                    f"{protocol.TARGET_CONTAINER} is not allowed: endpoint {name} runs its containers in Serial mode"
                 )
             return endpoint.containers
         if target is None:
             if len(endpoint.containers) == 1:
                 return endpoint.containers
             raise ValidationError(
-                f"{protocol.TARGET_CONTAINER} is required: endpoint {endpoint.name} has {len(endpoint.containers)} "
+                f"{protocol.TARGET_CONTAINER} is required: endpoint {name} has {len(endpoint.containers)} "
                 f"containers ({', '.join(endpoint.containers)})"
             )
         if target not in endpoint.containers:
             raise ValidationError(
-                f"{protocol.TARGET_CONTAINER} {target!r} names no container of endpoint {endpoint.name}; "
+                f"{protocol.TARGET_CONTAINER} {target!r} names no container of endpoint {name}; "
                 f"containers: {', '.join(endpoint.containers)}"
             )
         return (target,)
@@ -289,7 +290,7 @@ class Invocations:
             )
 
     @staticmethod
-    def _check_target_model(endpoint: EndpointRoute, chain: tuple[str, ...], headers: Mapping[str, str]) -> str | None:
+    def _check_target_model(endpoint: EndpointRoute, chain: tuple, headers: Mapping[str, str], name: str) -> str | None:
         """The TargetModel of a MultiModel container (required there, refused elsewhere), checked early."""
         target_model = headers.get(protocol.TARGET_MODEL)
         multi = [container for container in chain if container in endpoint.multi_model]
@@ -297,12 +298,12 @@ class Invocations:
             if target_model is not None:
                 raise ValidationError(
                     f"{protocol.TARGET_MODEL} is only valid for MultiModel containers; "
-                    f"container {chain[0]} of endpoint {endpoint.name} is SingleModel"
+                    f"container {chain[0]} of endpoint {name} is SingleModel"
                 )
             return None
         if target_model is None:
             raise ValidationError(
-                f"{protocol.TARGET_MODEL} is required: container {multi[0]} of endpoint {endpoint.name} is MultiModel"
+                f"{protocol.TARGET_MODEL} is required: container {multi[0]} of endpoint {name} is MultiModel"
             )
         return validate_target(target_model)
 
