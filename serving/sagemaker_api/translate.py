@@ -9,13 +9,21 @@ CPUs, memory and GPUs (`images.InstanceType`) are shared equally by the containe
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from serving.config.spec import KNOWN_IMAGES, EndpointSpec, SpecError, parse_spec
 from serving.errors import ApiValidationError
-from serving.protocol import DEFAULT_VARIANT, VARIANT_SEPARATOR
+from serving.protocol import (
+    DEFAULT_VARIANT,
+    SANDBOX_READ_ENV,
+    SANDBOX_WRITE_ENV,
+    SUBMIT_DIRECTORY_ENV,
+    VARIANT_SEPARATOR,
+)
+from serving.runtimes.handler import SAGEMAKER_MODEL_DIR
 from serving.sagemaker_api.images import InstanceType, stack_of
 from serving.sagemaker_api.shapes import ContainerDefinition, CreateModelInput
 
@@ -56,7 +64,24 @@ def model_containers(request: CreateModelInput, roots: Sequence[str]) -> tuple[s
     return mode, containers
 
 
+# Environment variables that let a container read or write more (docs/security.md, "The sandbox"): the operator's
+# to set in a spec; from an API caller each path must lie in a model root, as ModelDataUrl must.
+SANDBOX_PATH_VARIABLES = (SANDBOX_READ_ENV, SANDBOX_WRITE_ENV, SUBMIT_DIRECTORY_ENV)
+
+
+def _check_environment(environment: Mapping[str, str], where: str, roots: Sequence[str]) -> None:
+    for variable in SANDBOX_PATH_VARIABLES:
+        for path in environment.get(variable, "").split(os.pathsep):
+            path = path.removeprefix("file://") if variable == SUBMIT_DIRECTORY_ENV else path
+            if not path or (variable == SUBMIT_DIRECTORY_ENV and not os.path.isabs(path)):
+                continue  # a relative script folder is inside the model
+            if variable == SUBMIT_DIRECTORY_ENV and path.startswith(SAGEMAKER_MODEL_DIR):
+                continue  # SageMaker's own path of the model folder
+            _inside_roots(path, f"{where}.Environment.{variable}", roots)
+
+
 def _container(definition: ContainerDefinition, hostname: str, where: str, roots: Sequence[str]) -> dict[str, Any]:
+    _check_environment(definition.Environment, where, roots)
     entry: dict[str, Any] = {
         "ContainerHostname": hostname,
         "Image": stack_of(definition.Image, list(KNOWN_IMAGES), f"{where}.Image"),
@@ -78,7 +103,12 @@ def _model_data(url: str, field: str, roots: Sequence[str]) -> str:
     """
     if url.startswith("s3://"):
         return url
-    path = Path(url.removeprefix("file://")).expanduser()
+    return _inside_roots(url.removeprefix("file://"), field, roots)
+
+
+def _inside_roots(value: str, field: str, roots: Sequence[str]) -> str:
+    """`value` resolved (links and `..` followed), if it lies in one of `roots`; else a ValidationException."""
+    path = Path(value).expanduser()
     if not path.is_absolute():
         if not roots:
             raise ApiValidationError(f"{field}: a relative path needs a model root (--model-root)")
@@ -86,7 +116,7 @@ def _model_data(url: str, field: str, roots: Sequence[str]) -> str:
     resolved = path.resolve()
     if not any(resolved.is_relative_to(Path(root).resolve()) for root in roots):
         raise ApiValidationError(
-            f"{field}: {url!r} is outside the model roots this server serves from ({', '.join(roots) or 'none'}); "
+            f"{field}: {value!r} is outside the model roots this server serves from ({', '.join(roots) or 'none'}); "
             "start it with --model-root to add one"
         )
     return str(resolved)
