@@ -201,10 +201,12 @@ class ContainerSpec(Document):
                 raise ValueError(f"ModelDataUrl {url!r} of a MultiModel container must be a directory or s3:// prefix")
         else:
             if url is not None and url.startswith("s3://"):
-                raise ValueError(
-                    "s3:// model data is served for MultiModel containers only; a SingleModel container "
-                    "takes a directory, file:// URL or .tar.gz"
-                )
+                bucket, _, key = url[len("s3://") :].partition("/")
+                if not bucket or not key.endswith((".tar.gz", ".tgz")):
+                    raise ValueError(
+                        f"ModelDataUrl {url!r}: a SingleModel container's s3:// model data is one .tar.gz object "
+                        "(s3://bucket/path/model.tar.gz), as SageMaker's; a prefix is for MultiModel containers"
+                    )
             if self.MultiModelConfig is not None:
                 raise ValueError("MultiModelConfig applies to MultiModel containers only (set Mode: MultiModel)")
         return self

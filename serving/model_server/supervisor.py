@@ -25,12 +25,12 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from serving.model_server import sandbox
-from serving.protocol import MODEL_CACHE_DIR_ENV, STATS_PATH, SUBMIT_DIRECTORY_ENV
+from serving.protocol import MODEL_CACHE_DIR_ENV, S3_ENDPOINT_URL_ENV, STATS_PATH, SUBMIT_DIRECTORY_ENV
 from serving.protocol import SANDBOX_READ_ENV as EXTRA_READ_ENV
 from serving.protocol import SANDBOX_WRITE_ENV as EXTRA_WRITE_ENV
 from serving.runtimes.handler import SAGEMAKER_MODEL_DIR
@@ -153,6 +153,36 @@ class ContainerProcess:
         self.report: dict[str, Any] = {}
         self._lifeline_w: int | None = None
 
+    def _fetch_model(self, url: str) -> Path:
+        """A SingleModel's S3 model.tar.gz, fetched here, outside the sandbox, as SageMaker's platform fetches it
+        before the container starts: with the container's own AWS_* settings if its Environment has them, else
+        this process's credentials, which the container process never sees."""
+        from serving.models.artifacts import ArtifactError
+        from serving.models.sources import ModelStoreError, fetch_archive, s3_client
+
+        environment = self.config.environment
+        endpoint = environment.get(S3_ENDPOINT_URL_ENV) or os.environ.get(S3_ENDPOINT_URL_ENV) or None
+        keys = {
+            name: environment[variable]
+            for name, variable in (
+                ("aws_access_key_id", "AWS_ACCESS_KEY_ID"),
+                ("aws_secret_access_key", "AWS_SECRET_ACCESS_KEY"),
+                ("aws_session_token", "AWS_SESSION_TOKEN"),
+                ("region_name", "AWS_DEFAULT_REGION"),
+            )
+            if variable in environment
+        }
+        try:
+            if keys:
+                import boto3
+
+                client = boto3.session.Session(**keys).client("s3", endpoint_url=endpoint)
+            else:
+                client = s3_client(endpoint)
+            return fetch_archive(url, Path(self.scratch) / "model-data", client)
+        except (ArtifactError, ModelStoreError) as error:
+            raise ContainerStartError(f"cannot fetch the model: {error}") from None
+
     @property
     def pid(self) -> int | None:
         return self.process.pid if self.process is not None else None
@@ -163,6 +193,8 @@ class ContainerProcess:
 
     def start(self, timeout: float | None = None) -> dict[str, Any]:
         """Start the process and wait until it serves (or raise ContainerStartError with its reason)."""
+        if self.config.multi_model is None and (self.config.model_data or "").startswith("s3://"):
+            self.config = replace(self.config, model_data=str(self._fetch_model(self.config.model_data or "")))
         status_r, status_w = os.pipe()
         lifeline_r, self._lifeline_w = os.pipe()
         os.set_inheritable(self._lifeline_w, False)

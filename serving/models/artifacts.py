@@ -37,9 +37,13 @@ def _cache_root() -> Path:
 
 
 def materialize(model_data: str | None) -> Path | None:
-    """A local directory holding the model: the directory itself, or the archive unpacked."""
+    """A local directory holding the model: the directory itself, or the archive (local or one S3 object) unpacked."""
     if model_data is None:
         return None
+    if model_data.startswith("s3://"):  # SageMaker's usual model.tar.gz, fetched once per node and version
+        from serving.models.sources import fetch_archive
+
+        return fetch_archive(model_data, _cache_root())
     path = Path(model_data.removeprefix("file://"))
     if path.is_dir() and (path / TRAINED_ARCHIVE).is_file() and (path / TRAINED_MANIFEST).is_file():
         path = Path(os.path.realpath(path / TRAINED_ARCHIVE))  # a version of `serving train`'s store (or `latest`)

@@ -103,6 +103,27 @@ def s3_client(endpoint_url: str | None = None) -> Any:
     return boto3.session.Session().client("s3", endpoint_url=endpoint_url)
 
 
+def fetch_archive(url: str, cache_root: Path, client: Any = None) -> Path:
+    """A SingleModel's `s3://bucket/key.tar.gz`, downloaded and unpacked under `cache_root` (a folder per object
+    version: its ETag), with the S3 client of `s3_client` (credentials and endpoint from the container's
+    environment). Raises ArtifactError / ModelStoreError saying which object and why."""
+    bucket, _, key = url.removeprefix("s3://").partition("/")
+    source = _S3Source(f"s3://{bucket}/", None, client)
+    head = source._call("read", key, source.client.head_object, Bucket=bucket, Key=key)
+    if head is None:
+        raise ArtifactError(f"model data {url} does not exist")
+    version = hashlib.sha256(f"{url}|{head.get('ETag')}|{head.get('ContentLength')}".encode()).hexdigest()[:16]
+    target = cache_root / version
+    if target.is_dir():
+        return target
+    download = cache_root / f"{version}.download" / PurePosixPath(key).name
+    try:
+        source._download(key, download)
+        return extract_archive(download, target)
+    finally:
+        shutil.rmtree(download.parent, ignore_errors=True)
+
+
 class _S3Source:
     """An `s3://bucket/prefix/` on S3 or any S3-compatible store."""
 

@@ -393,3 +393,22 @@ def test_unsupported_fields_are_refused_by_name(clients, demo_models):
             "Image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/my-own:latest",
             "ModelDataUrl": str(demo_models / "iris-classifier")})
     assert "PrimaryContainer.Image" in image.value.response["Error"]["Message"]
+
+
+def test_single_model_data_from_an_s3_model_tar_gz(api_server, clients, s3_models):
+    # SageMaker users' artifacts: one model.tar.gz object in S3 (here moto's server on loopback). The replica's
+    # supervisor fetches it before the container starts, with the container's AWS settings when it has them.
+    sm, runtime, _ = clients
+    sm.create_model(ModelName="api-s3", PrimaryContainer={
+        "Image": SKLEARN_IMAGE, "ModelDataUrl": "s3://it-models/team-a/iris-0.tar.gz",
+        "Environment": {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                        "AWS_DEFAULT_REGION": "us-east-1", "SERVING_S3_ENDPOINT_URL": s3_models}})
+    sm.create_endpoint_config(EndpointConfigName="api-s3", ProductionVariants=[
+        {"VariantName": "AllTraffic", "ModelName": "api-s3", "InitialInstanceCount": 1, "InstanceType": "ml.m5.large"}])
+    sm.create_endpoint(EndpointName="api-s3", EndpointConfigName="api-s3")
+    try:
+        sm.get_waiter("endpoint_in_service").wait(EndpointName="api-s3", WaiterConfig=WAIT)
+        answer = runtime.invoke_endpoint(EndpointName="api-s3", ContentType="application/json", Body=ROW)
+        assert json.loads(answer["Body"].read()) == [2]
+    finally:
+        sm.delete_endpoint(EndpointName="api-s3")

@@ -169,10 +169,10 @@ REJECTED = [
         "must be a directory or a .tar.gz archive",
     ),
     (
-        "s3 model data for a SingleModel container",
-        endpoint(container(ModelDataUrl="s3://bucket/model.tar.gz")),
+        "an s3 prefix for a SingleModel container",
+        endpoint(container(ModelDataUrl="s3://bucket/models/")),
         "Containers[0]",
-        "s3:// model data is served for MultiModel containers only",
+        "a SingleModel container's s3:// model data is one .tar.gz object",
     ),
     (
         "MultiModel prefix that is an archive",
