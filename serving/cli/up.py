@@ -81,7 +81,9 @@ def _api_settings(args: argparse.Namespace, port: int) -> dict[str, str | None]:
     except (IdentitiesError, OSError, ValueError) as error:
         print(f"refusing to start: {error}", file=sys.stderr)
         raise SystemExit(2) from None
-    roots = [str(Path(root).resolve()) for root in (args.model_root or [os.getcwd()])]
+    roots = [
+        root if root.startswith("s3://") else str(Path(root).resolve()) for root in (args.model_root or [os.getcwd()])
+    ]
     return {
         "state_file": str(Path(state).expanduser().resolve()) if state else None,
         "api_identities": identities,
@@ -217,7 +219,8 @@ def _api_arguments(parser) -> None:
         "--model-root",
         action="append",
         metavar="DIR",
-        help="folder CreateModel's local ModelDataUrl paths must lie in (repeatable; default: the working directory)",
+        help="folder (or s3://bucket/prefix/) CreateModel's ModelDataUrl must lie in (repeatable; default: the "
+        "working directory); an S3 object read with the server's own credentials must lie under an s3:// root",
     )
     parser.add_argument(
         "--instance-types", metavar="FILE", help="YAML/JSON table InstanceType -> {Cpus, MemoryMb, Gpus}"

@@ -89,21 +89,34 @@ def _container(definition: ContainerDefinition, hostname: str, where: str, roots
         "Environment": dict(definition.Environment),
     }
     if definition.ModelDataUrl is not None:
-        entry["ModelDataUrl"] = _model_data(definition.ModelDataUrl, f"{where}.ModelDataUrl", roots)
+        entry["ModelDataUrl"] = _model_data(definition, f"{where}.ModelDataUrl", roots)
     if definition.MultiModelConfig is not None:
         entry["MultiModelConfig"] = definition.MultiModelConfig.model_dump()
     return entry
 
 
-def _model_data(url: str, field: str, roots: Sequence[str]) -> str:
-    """An s3:// URL as it is; a local path (or file:// URL) resolved, and only inside one of `roots`.
+def _model_data(definition: ContainerDefinition, field: str, roots: Sequence[str]) -> str:
+    """A local path (or file:// URL) resolved, and only inside one of `roots`; an s3:// URL under an s3:// root
+    unless the container brings its own AWS credentials.
 
     An API caller chooses what a container may read: a path outside the roots the server was given (its
-    working directory by default) is refused, so that `/home/me/.ssh` cannot be served as "model data".
+    working directory by default) is refused, so that `/home/me/.ssh` cannot be served as "model data". A
+    SingleModel's S3 object is fetched with the server's credentials when the container's Environment has
+    none: only from the s3:// roots the operator named, or any caller could read the server's buckets.
     """
-    if url.startswith("s3://"):
-        return url
-    return _inside_roots(url.removeprefix("file://"), field, roots)
+    url = definition.ModelDataUrl or ""
+    if not url.startswith("s3://"):
+        return _inside_roots(url.removeprefix("file://"), field, [r for r in roots if not r.startswith("s3://")])
+    if definition.Mode == "MultiModel" or "AWS_ACCESS_KEY_ID" in definition.Environment:
+        return url  # read with the container's own credentials (MultiModel: always the container process's)
+    s3_roots = [root if root.endswith("/") else root + "/" for root in roots if root.startswith("s3://")]
+    if not any(url.startswith(root) for root in s3_roots):
+        raise ApiValidationError(
+            f"{field}: {url!r} would be read with this server's AWS credentials, and lies under none of its s3:// "
+            f"model roots ({', '.join(s3_roots) or 'none'}); add one with --model-root s3://bucket/prefix/, or give "
+            "the container its own AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY in Environment"
+        )
+    return url
 
 
 def _inside_roots(value: str, field: str, roots: Sequence[str]) -> str:

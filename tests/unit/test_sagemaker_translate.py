@@ -50,3 +50,21 @@ def test_submit_directory_inside_the_model_folder_needs_no_root(roots):
     # /opt/ml/model/code is SageMaker's own path for the model's code: the model folder, already readable.
     model = check_model(request(roots, {"SAGEMAKER_SUBMIT_DIRECTORY": "/opt/ml/model/code"}), [str(roots / "root")])
     assert model["containers"][0]["Environment"]["SAGEMAKER_SUBMIT_DIRECTORY"] == "/opt/ml/model/code"
+
+
+def _s3_request(environment: dict[str, str], url: str = "s3://private/secrets/model.tar.gz") -> CreateModelInput:
+    return CreateModelInput.model_validate({"ModelName": "m", "PrimaryContainer": {
+        "Image": "sklearn", "ModelDataUrl": url, "Environment": environment}})
+
+
+def test_an_s3_object_read_with_the_servers_credentials_must_be_under_an_s3_root(roots):
+    # Otherwise any caller could have the server fetch (and its container read) any object its credentials reach.
+    with pytest.raises(ApiValidationError) as refused:
+        check_model(_s3_request({}), [str(roots / "root")])
+    assert "PrimaryContainer.ModelDataUrl" in refused.value.message and "s3:// model roots" in refused.value.message
+    with pytest.raises(ApiValidationError):
+        check_model(_s3_request({}, "s3://models-evil/x.tar.gz"), ["s3://models"])  # a prefix, not a bucket match
+    kept = check_model(_s3_request({}, "s3://models/team/model.tar.gz"), ["s3://models/team"])
+    assert kept["containers"][0]["ModelDataUrl"] == "s3://models/team/model.tar.gz"
+    own = check_model(_s3_request({"AWS_ACCESS_KEY_ID": "A", "AWS_SECRET_ACCESS_KEY": "B"}), [str(roots / "root")])
+    assert own["containers"][0]["ModelDataUrl"] == "s3://private/secrets/model.tar.gz"
