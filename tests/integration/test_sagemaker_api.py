@@ -412,3 +412,30 @@ def test_single_model_data_from_an_s3_model_tar_gz(api_server, clients, s3_model
         assert json.loads(answer["Body"].read()) == [2]
     finally:
         sm.delete_endpoint(EndpointName="api-s3")
+
+
+def test_a_failed_update_rolls_back_and_keeps_serving(api_server, clients, handler_models):
+    # As SageMaker does: the new config's model cannot load, so the endpoint stays on the old one, InService,
+    # with the failure in DescribeEndpoint; nothing sent meanwhile fails.
+    sm, _, _ = clients
+    for name in ("echo", "broken"):
+        sm.create_model(ModelName=f"api-{name}-model", PrimaryContainer={
+            "Image": "python", "ModelDataUrl": str(handler_models[name])})
+        sm.create_endpoint_config(EndpointConfigName=f"api-{name}-config", ProductionVariants=[
+            {"VariantName": "AllTraffic", "ModelName": f"api-{name}-model", "InitialInstanceCount": 1,
+             "InstanceType": "ml.m5.large"}])
+    sm.create_endpoint(EndpointName="api-rollback", EndpointConfigName="api-echo-config")
+    try:
+        sm.get_waiter("endpoint_in_service").wait(EndpointName="api-rollback", WaiterConfig=WAIT)
+        with Load(api_server.url, "api-rollback", {}, '{"x": 1}') as load:
+            sm.update_endpoint(EndpointName="api-rollback", EndpointConfigName="api-broken-config")
+            described = _until(
+                lambda: (lambda d: d if d["EndpointStatus"] != "Updating" else None)(
+                    sm.describe_endpoint(EndpointName="api-rollback")),
+                240, "the update to fail")
+        assert described["EndpointStatus"] == "InService", described
+        assert described["EndpointConfigName"] == "api-echo-config"
+        assert "rolled back" in described["FailureReason"] and "weights file is corrupt" in described["FailureReason"]
+        assert len(load.statuses) > 20 and not load.failures, load.failures[:5]
+    finally:
+        sm.delete_endpoint(EndpointName="api-rollback")
