@@ -53,6 +53,8 @@ def page(items: Sequence[Any], token: str | None, limit: int) -> tuple[list[Any]
     if token:
         try:
             start = int(json.loads(base64.urlsafe_b64decode(token.encode()))["offset"])
+            if start < 0:  # a negative offset would slice from the end and page back round to the start
+                raise ValueError(start)
         except (ValueError, KeyError, TypeError, binascii.Error):
             raise ApiValidationError("NextToken: not a token this server gave") from None
     chunk = list(items[start : start + limit])

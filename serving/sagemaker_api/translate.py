@@ -51,7 +51,12 @@ def model_containers(request: CreateModelInput, roots: Sequence[str]) -> tuple[s
         definitions, field = [request.PrimaryContainer], "PrimaryContainer"
     else:
         definitions, field = list(request.Containers or []), "Containers"
-    mode = request.InferenceExecutionConfig.Mode if request.InferenceExecutionConfig else "Serial"
+    if request.InferenceExecutionConfig is not None:
+        mode = request.InferenceExecutionConfig.Mode
+    elif len(definitions) == 1 and definitions[0].Mode == "MultiModel":
+        mode = "Direct"  # SageMaker's multi-model endpoint: one MultiModel container, which a spec serves Direct
+    else:
+        mode = "Serial"
     containers = []
     for index, definition in enumerate(definitions):
         where = field if field == "PrimaryContainer" else f"Containers[{index}]"
