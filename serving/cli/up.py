@@ -66,30 +66,35 @@ def example_calls(base_url: str, spec: EndpointSpec, region: str = "us-east-1") 
 
 
 def _api_settings(args: argparse.Namespace, port: int) -> dict[str, str | None]:
-    """The control-plane API's settings from the flags; SystemExit(2) naming a file that cannot be used."""
+    """The control-plane API's settings a flag names, else the CLI's defaults where no SERVING_* variable is set.
+
+    SystemExit(2) naming a file that cannot be used.
+    """
     from serving.access.identities import IdentitiesError, load_identities
     from serving.sagemaker_api.images import load_instance_types
     from serving.sagemaker_api.state import default_state_file
 
-    state = args.state or (str(default_state_file(port)) if port else None)
-    identities = str(Path(args.api_identities).resolve()) if args.api_identities else None
-    instance_types = str(Path(args.instance_types).resolve()) if args.instance_types else None
+    env = os.environ
+    chosen: dict[str, str | None] = {}
+    if args.state or "SERVING_STATE_FILE" not in env:
+        state = args.state or (str(default_state_file(port)) if port else None)
+        chosen["state_file"] = str(Path(state).expanduser().resolve()) if state else None
+    if args.api_identities:
+        chosen["api_identities"] = str(Path(args.api_identities).resolve())
+    if args.instance_types:
+        chosen["instance_types_file"] = str(Path(args.instance_types).resolve())
+    if args.model_root or "SERVING_MODEL_ROOTS" not in env:
+        roots = args.model_root or [os.getcwd()]
+        chosen["model_roots"] = os.pathsep.join(r if r.startswith("s3://") else str(Path(r).resolve()) for r in roots)
+    identities = chosen.get("api_identities", env.get("SERVING_API_IDENTITIES"))
     try:
         if identities:
             load_identities(identities)
-        load_instance_types(instance_types)
+        load_instance_types(chosen.get("instance_types_file", env.get("SERVING_INSTANCE_TYPES_FILE")))
     except (IdentitiesError, OSError, ValueError) as error:
         print(f"refusing to start: {error}", file=sys.stderr)
         raise SystemExit(2) from None
-    roots = [
-        root if root.startswith("s3://") else str(Path(root).resolve()) for root in (args.model_root or [os.getcwd()])
-    ]
-    return {
-        "state_file": str(Path(state).expanduser().resolve()) if state else None,
-        "api_identities": identities,
-        "instance_types_file": instance_types,
-        "model_roots": os.pathsep.join(roots),
-    }
+    return chosen
 
 
 def _settings(args: argparse.Namespace, address: str | None) -> ServerSettings:

@@ -155,6 +155,10 @@ class StatusBoard:
         self.records: dict[str, EndpointRecord] = {}
         self.descriptions: dict[str, dict[str, Any]] = {}
         self.loaded = False  # a first snapshot of the registry has been applied
+        # Served endpoints behind each API endpoint's traffic (its current generation); a served variant of an
+        # API endpoint that has one but is not among them is a standby (an update's new generation coming up, or
+        # one that failed and is rolled back) and does not make GET /ping unhealthy: traffic never reaches it.
+        self.fronted: dict[str, frozenset[str]] = {}
 
     def refresh(
         self, statuses: Mapping[str, Mapping[str, Any]], registered: Mapping[tuple[str, str, str], int]
@@ -172,6 +176,8 @@ class StatusBoard:
             return ["the gateway has not read the registry yet"]
         reasons = []
         for name, description in sorted(self.descriptions.items()):
+            if self._standby(name):
+                continue
             if description["EndpointStatus"] in ("Failed", "Creating"):
                 reasons.append(f"endpoint {name} is {description['EndpointStatus']}")
                 continue
@@ -179,6 +185,11 @@ class StatusBoard:
             if idle:
                 reasons.append(f"endpoint {name}: no ready replica of {', '.join(idle)}")
         return reasons
+
+    def _standby(self, name: str) -> bool:
+        public = name.split(protocol.VARIANT_SEPARATOR)[0]
+        fronted = self.fronted.get(public) if public != name else None
+        return fronted is not None and name not in fronted
 
     def healthy(self) -> bool:
         return not self.unroutable()

@@ -161,6 +161,9 @@ class _RayDeployer:
 
     def set_fronts(self, fronts) -> None:
         self.gateway.router.invocations.fronts = fronts
+        self.gateway.board.fronted = {
+            name: frozenset(variant.endpoint for variant in front.variants) for name, front in fronts.items()
+        }
 
     def capacity(self):
         return ray.cluster_resources()

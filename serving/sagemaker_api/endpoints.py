@@ -11,6 +11,7 @@ policies re-apply a variant's own served endpoint (the container-level blue/gree
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from serving.errors import ApiValidationError
@@ -19,6 +20,8 @@ from serving.sagemaker_api import shapes
 from serving.sagemaker_api.resources import page, sort_and_filter
 from serving.sagemaker_api.sagemaker import SageMakerApi, _missing
 from serving.sagemaker_api.translate import internal_name
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["DRAIN_S", "EndpointApi"]
 
@@ -330,25 +333,34 @@ class EndpointApi(SageMakerApi):
             referenced: set[str] = set()
             for document in self.state.all("endpoint"):
                 pending = document.get("pending")
+                try:
+                    self._restore_one(document, pending)
+                except Exception as error:  # one bad stored endpoint must not keep every other one down
+                    logger.exception("could not restore endpoint %s", document["EndpointName"])
+                    reason = f"could not be restored after a restart: {type(error).__name__}: {error}"
+                    document.update(EndpointStatus="Failed", FailureReason=reason, variants=[], pending=None)
+                pending = document.get("pending")
                 referenced |= {v["Served"] for v in [*document["variants"], *((pending or {}).get("variants") or [])]}
-                if pending:
-                    pending["generations"] = self._deploy(document["EndpointName"], pending["variants"])
-                if document["variants"]:
-                    generations = self._deploy(document["EndpointName"], document["variants"])
-                    if not pending:
-                        document["EndpointStatus"] = "Updating"  # until its variants are back
-                        document["pending"] = {
-                            "kind": "restore",
-                            "EndpointConfigName": document["EndpointConfigName"],
-                            "variants": document["variants"],
-                            "generations": generations,
-                            "StartedAt": self.clock(),
-                        }
-                for retired in document.get("retired", []):
-                    self.deployer.delete(retired["Served"])
-                document["retired"] = []
                 self.state.put("endpoint", document["EndpointName"], document)
             for name in list(self.deployer.descriptions()):  # served variants no stored endpoint names (a crash
                 if VARIANT_SEPARATOR in name and name not in referenced:  # between the two steps of a delete)
                     self.deployer.delete(name)
             self.publish()
+
+    def _restore_one(self, document: dict[str, Any], pending: dict[str, Any] | None) -> None:
+        if pending:
+            pending["generations"] = self._deploy(document["EndpointName"], pending["variants"])
+        if document["variants"]:
+            generations = self._deploy(document["EndpointName"], document["variants"])
+            if not pending:
+                document["EndpointStatus"] = "Updating"  # until its variants are back
+                document["pending"] = {
+                    "kind": "restore",
+                    "EndpointConfigName": document["EndpointConfigName"],
+                    "variants": document["variants"],
+                    "generations": generations,
+                    "StartedAt": self.clock(),
+                }
+        for retired in document.get("retired", []):
+            self.deployer.delete(retired["Served"])
+        document["retired"] = []

@@ -99,3 +99,29 @@ def test_example_calls_for_a_secured_endpoint_show_placeholders_never_secrets(sp
     assert "Authorization: Bearer <ApiKey>" in text and "aws_access_key_id='<AccessKeyId>'" in text
     assert "region_name='eu-west-1'" in text
     assert SECRET not in text and API_KEY not in text
+
+
+def test_api_settings_flags_override_environment_which_overrides_cli_defaults(tmp_path: Path, monkeypatch) -> None:
+    """SERVING_MODEL_ROOTS / SERVING_STATE_FILE hold unless a flag names them (the CLI's defaults used to win)."""
+    import argparse
+
+    from serving.cli.up import _settings
+
+    def settings(**flags):
+        values = {"host": None, "port": None, "state": None, "api_identities": None, "model_root": None,
+                  "instance_types": None, "allow_anonymous": False}
+        return _settings(argparse.Namespace(**{**values, **flags}), None)
+
+    monkeypatch.setenv("SERVING_MODEL_ROOTS", str(tmp_path / "env-root"))
+    monkeypatch.setenv("SERVING_STATE_FILE", str(tmp_path / "env.db"))
+    assert settings().model_roots == str(tmp_path / "env-root")
+    assert settings().state_file == str(tmp_path / "env.db")
+    flagged = settings(model_root=[str(tmp_path / "flag-root")], state=str(tmp_path / "flag.db"))
+    assert flagged.model_roots == str(tmp_path / "flag-root")
+    assert flagged.state_file == str(tmp_path / "flag.db")
+    monkeypatch.delenv("SERVING_MODEL_ROOTS")
+    monkeypatch.delenv("SERVING_STATE_FILE")
+    monkeypatch.chdir(tmp_path)
+    defaults = settings(port=18099)
+    assert defaults.model_roots == str(tmp_path)
+    assert defaults.state_file.endswith("state-18099.db")

@@ -294,3 +294,18 @@ def test_applications_from_serve_details() -> None:
         "empty": {"status": "NOT_STARTED", "message": "", "deployments": {}},
     }
     assert applications_from_serve_details({}) == {}
+
+
+def test_standby_generation_of_an_api_endpoint_does_not_fail_ping() -> None:
+    """An UpdateEndpoint's new generation coming up beside the fronted one: GET /ping stays 200 (was 503)."""
+    old, new = "api@AllTraffic@1", "api@AllTraffic@2"
+    board = StatusBoard()
+    board.records[old] = record("solo", name=old)
+    board.records[new] = record("solo", name=new, in_service=False)
+    statuses = {**apps(old, solo=deployment("HEALTHY", 1)), **apps(new, solo=deployment("UPDATING"))}
+    board.refresh(statuses, registered(old, solo=1))
+    assert board.unroutable() == [f"endpoint {new} is Creating"]  # no front yet: the first create counts
+    board.fronted = {"api": frozenset({old})}
+    assert board.healthy()
+    board.fronted = {"api": frozenset({new})}  # traffic moved before the new one is ready would be unhealthy
+    assert board.unroutable() == [f"endpoint {new} is Creating"]

@@ -41,7 +41,16 @@ from serving.metrics.invocations import InvocationTrace
 from serving.runtimes.context import Headers
 from serving.sagemaker_api import endpoints
 from serving.settings import ServerSettings
-from tests.unit.sagemaker_harness import API_KEY, KEY, READER_KEY, READER_SECRET, SECRET, Harness, refused
+from tests.unit.sagemaker_harness import (
+    API_KEY,
+    KEY,
+    READER_KEY,
+    READER_SECRET,
+    SECRET,
+    FakeDeployer,
+    Harness,
+    refused,
+)
 
 
 @pytest.fixture
@@ -590,6 +599,37 @@ def test_a_restored_endpoint_is_updating_until_its_variants_are_back(tmp_path: P
         second.deployer.ready("e1@A@1")
         second.api.tick()
         assert second.status("e1") == "InService" and second.deployer.deleted == []
+    finally:
+        second.stop()
+
+
+def test_an_endpoint_that_cannot_be_restored_fails_alone(tmp_path: Path) -> None:
+    """A stored endpoint whose spec no longer applies is Failed with the reason; the others come back (one bad
+    document used to raise out of restore, which the server retried forever with no endpoint restored)."""
+    state_file = tmp_path / "api.db"
+    first = Harness(tmp_path, state_file=str(state_file))
+    first.in_service("e1", "c1", ("A",))
+    first.in_service("e2", "c2", ("A",))
+    first.stop()
+
+    class Refusing(FakeDeployer):
+        def apply(self, spec):
+            if spec.EndpointName.startswith("e1@"):
+                raise ValueError("Resources.Gpus: no such resource on this cluster")
+            return super().apply(spec)
+
+    second = Harness(tmp_path, deployer=Refusing(), state_file=str(state_file))
+    try:
+        second.api.restore()
+        assert [s.EndpointName for s in second.deployer.applied] == ["e2@A@1"]
+        described = second.sm.describe_endpoint(EndpointName="e1")
+        assert described["EndpointStatus"] == "Failed"
+        assert "could not be restored" in described["FailureReason"] and "Resources.Gpus" in described["FailureReason"]
+        second.deployer.ready("e2@A@1")
+        second.api.tick()
+        assert second.status("e2") == "InService" and second.deployer.routes("e2") == [("A", "e2@A@1", 1.0)]
+        second.sm.delete_endpoint(EndpointName="e1")  # a Failed endpoint can still be deleted
+        assert "e1" not in [e["EndpointName"] for e in second.sm.list_endpoints()["Endpoints"]]
     finally:
         second.stop()
 
