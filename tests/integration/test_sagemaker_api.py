@@ -161,12 +161,15 @@ def clients(api_server):
 
 
 class Load:
-    """InvokeEndpoint at a steady pace on a thread, over plain HTTP: every answer's status kept."""
+    """InvokeEndpoint at a steady pace on a thread, over plain HTTP: every answer's status kept (and, with
+    `ping`, every GET /ping answer that was not 200, as a load balancer's health check would see it)."""
 
-    def __init__(self, url: str, endpoint: str, headers: dict[str, str], body: str) -> None:
-        self.url, self.endpoint, self.headers, self.body = url, endpoint, headers, body
+    def __init__(self, url: str, endpoint: str, headers: dict[str, str], body: str, ping: bool = False) -> None:
+        self.url, self.endpoint, self.headers, self.body, self.ping = url, endpoint, headers, body, ping
         self.statuses: list[int] = []
         self.failures: list[str] = []
+        self.pings = 0
+        self.unhealthy: list[str] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -187,6 +190,11 @@ class Load:
                     self.statuses.append(response.status_code)
                     if response.status_code != 200:
                         self.failures.append(f"{response.status_code} {response.text[:300]}")
+                    if self.ping:
+                        health = client.get("/ping")
+                        self.pings += 1
+                        if health.status_code != 200:
+                            self.unhealthy.append(f"{health.status_code} {health.text[:300]}")
                 except httpx.HTTPError as error:
                     self.failures.append(repr(error))
                 self._stop.wait(0.1)
@@ -268,7 +276,8 @@ def test_two_container_direct_walkthrough(api_server, clients, demo_models):
     sm.create_endpoint_config(EndpointConfigName="api-direct-2", ProductionVariants=[
         {"VariantName": "AllTraffic", "ModelName": "api-iris-wine", "InitialInstanceCount": 1,
          "InstanceType": "ml.c5.large"}])
-    with Load(api_server.url, "api-direct", {"X-Amzn-SageMaker-Target-Container-Hostname": "iris"}, ROW) as load:
+    with Load(api_server.url, "api-direct", {"X-Amzn-SageMaker-Target-Container-Hostname": "iris"}, ROW,
+              ping=True) as load:
         time.sleep(1)
         sm.update_endpoint(EndpointName="api-direct", EndpointConfigName="api-direct-2")
         assert sm.describe_endpoint(EndpointName="api-direct")["EndpointStatus"] == "Updating"
@@ -276,6 +285,7 @@ def test_two_container_direct_walkthrough(api_server, clients, demo_models):
         time.sleep(12)  # past the old generation's drain and deletion
     assert len(load.statuses) > 50, len(load.statuses)
     assert not load.failures, load.failures[:5]
+    assert load.pings > 50 and not load.unhealthy, load.unhealthy[:5]  # the standby generation is not counted
     described = sm.describe_endpoint(EndpointName="api-direct")
     assert described["EndpointConfigName"] == "api-direct-2"
     assert described["ProductionVariants"][0]["CurrentInstanceCount"] >= 1
