@@ -25,6 +25,10 @@ logger = logging.getLogger("serving.cluster")
 NAMESPACE = "serving"
 METRICS_REPORT_INTERVAL_MS = 5000  # embedded Ray: how often replicas push their metrics to the node agent
 AUTH_MODE_ENV, TOKEN_ENV, TOKEN_PATH_ENV = "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"
+# Ray starts its workers (the gateway, every replica and so their container processes) this much nicer than the
+# process that starts it: 15 by default, so any ordinary process on the machine took their CPU first. The embedded
+# Ray runs them at the server's own priority unless the environment says otherwise (docs/performance.md).
+WORKER_NICENESS_ENV, EMBEDDED_WORKER_NICENESS = "RAY_worker_niceness", "0"
 _ROOT_KV_KEY = b"serving-root-secret"  # only used by a cluster that runs without authentication
 
 _token_dir: str | None = None
@@ -55,6 +59,7 @@ def start_local_ray(num_cpus: int | None = None, log_to_driver: bool | None = No
         token_file.write_text(secrets.token_hex(32))
         os.environ[TOKEN_PATH_ENV] = str(token_file)
     _use_token_auth()
+    os.environ.setdefault(WORKER_NICENESS_ENV, EMBEDDED_WORKER_NICENESS)  # read by the raylet ray.init starts
     ray.init(
         address="local",
         include_dashboard=False,

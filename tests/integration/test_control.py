@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 pytestmark = pytest.mark.integration
@@ -45,3 +47,39 @@ def test_describe_unknown_endpoint(server):
 def test_ping_reports_unhealthy_while_an_endpoint_failed(server):
     # it-broken is Failed for the whole session, so the server is not fully healthy.
     assert server.http.get("/ping").status_code == 503
+
+
+def _ray_processes() -> dict[int, str]:
+    """This user's Ray worker processes (titled `ray::...`: the gateway, replicas, the Serve controller) and
+    their children (each replica's container process)."""
+    processes: dict[int, tuple[int, str]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{entry}").st_uid != os.getuid():
+                continue
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                title = handle.read().replace(b"\0", b" ").decode(errors="replace").strip()
+            with open(f"/proc/{entry}/stat") as handle:
+                parent = int(handle.read().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            continue  # gone meanwhile
+        processes[int(entry)] = (parent, title)
+    workers = {pid for pid, (_, title) in processes.items() if title.startswith("ray::")}
+    return {pid: title for pid, (parent, title) in processes.items() if pid in workers or parent in workers}
+
+
+def test_ray_workers_and_container_processes_run_at_normal_niceness(server):
+    # Ray's default (RAY_worker_niceness=15) let any ordinary process on the machine take the replicas' CPU first;
+    # the embedded server starts them at the niceness it runs at itself.
+    processes = _ray_processes()
+    assert any("ServeReplica" in title for title in processes.values()), processes
+    ours = os.getpriority(os.PRIO_PROCESS, 0)
+    niceness = {}
+    for pid, title in processes.items():
+        try:
+            niceness[pid] = os.getpriority(os.PRIO_PROCESS, pid)
+        except OSError:
+            continue
+    assert [f"{pid} {processes[pid][:60]}: {value}" for pid, value in niceness.items() if value != ours] == []
