@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT))
 
 from loadtests.consolidation.report import SCENARIOS, docs_section, summarize  # noqa: E402
 from loadtests.harness.models import hetero_models  # noqa: E402
-from loadtests.harness.proctree import idle_cpu, process_tree, smaps  # noqa: E402
+from loadtests.harness.proctree import idle_cpu, parent_of, process_tree, smaps  # noqa: E402
 from loadtests.harness.results import package_versions, write_section  # noqa: E402
 from loadtests.harness.stats import answers_match  # noqa: E402
 
@@ -85,9 +85,12 @@ def _role(pid: int, stacks: dict[str, str]) -> str:
         return "gone"
     if "ServeReplica:serving-gateway" in title:
         return "gateway"
-    if "ServeReplica:" in title:
-        deployment = title.split("ServeReplica:", 1)[1].split()[0].split(".")[0].split(":")[-1]
+    if "ServeReplica:" in title:  # ray::ServeReplica:<endpoint>.<container>.<version>:<container>
+        deployment = title.split("ServeReplica:", 1)[1].split()[0].rsplit(":", 1)[-1]
         return "replica:" + stacks.get(deployment, "unknown")
+    parent = parent_of(pid)  # a replica's container process, where the model lives
+    if parent is not None and parent != os.getpid() and _role(parent, stacks).startswith("replica:"):
+        return "container:" + _role(parent, stacks).split(":", 1)[1]
     if "ServeController" in title:
         return "serve-controller"
     if "ray::Registry" in title:
@@ -117,7 +120,10 @@ def _check_answers(url: str, targets: list[tuple[str, str, str]], expected: dict
     for endpoint, hostname, model in targets:
         response = httpx.post(f"{url}/endpoints/{endpoint}/invocations", json=expected[model]["request"], timeout=60,
                               headers={"X-Amzn-SageMaker-Target-Container-Hostname": hostname})
-        if response.status_code == 200 and answers_match(response.json(), expected[model]["response"]):
+        got = response.json() if response.status_code == 200 else None
+        if isinstance(got, dict) and set(got) == {"predictions"}:  # the tensorflow stack answers as TFS does
+            got = got["predictions"]
+        if response.status_code == 200 and answers_match(got, expected[model]["response"]):
             ok += 1
         else:
             print(f"  {endpoint}/{hostname}: unexpected answer {response.status_code} {response.text[:300]}", flush=True)

@@ -50,7 +50,12 @@ class ServerSettings(BaseSettings):
         "offers (Landlock, seccomp) and warns when one is missing, 'required' refuses to start a "
         "container without them, 'off' runs tenant code unconfined (still without Ray credentials).",
     )
-    registry_poll_s: float = Field(0.25, gt=0, description="How often the router refreshes its replica table.")
+    registry_poll_s: float = Field(
+        0.1,
+        gt=0,
+        description="Least time between two refreshes of the router's tables; each refresh is a long poll that "
+        "the registry answers as soon as its state changes.",
+    )
     region: str = Field(
         "us-east-1",
         pattern=r"^[a-z0-9-]{1,32}$",

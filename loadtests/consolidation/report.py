@@ -12,14 +12,16 @@ SYSTEM_ROLES = ("driver", "ray-system", "serve-controller", "registry", "gateway
 
 
 def _per_stack(result: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Mean footprint of one replica per stack: its Serve replica process plus its container process."""
+    groups = result["memory"]["groups"]
     stacks = {}
-    for role, entries in result["memory"]["groups"].items():
+    for role, entries in groups.items():
         if role.startswith("replica:"):
-            stacks[role.split(":", 1)[1]] = {
+            stack = role.split(":", 1)[1]
+            both = entries + groups.get(f"container:{stack}", [])
+            stacks[stack] = {
                 "replicas": len(entries),
-                "pss_mb": statistics.mean(e["pss"] for e in entries) / 2**20,
-                "uss_mb": statistics.mean(e["uss"] for e in entries) / 2**20,
-                "rss_mb": statistics.mean(e["rss"] for e in entries) / 2**20,
+                **{f"{key}_mb": sum(e[key] for e in both) / len(entries) / 2**20 for key in ("pss", "uss", "rss")},
             }
     return stacks
 

@@ -25,10 +25,18 @@ logger = logging.getLogger("serving.cluster")
 NAMESPACE = "serving"
 METRICS_REPORT_INTERVAL_MS = 5000  # embedded Ray: how often replicas push their metrics to the node agent
 AUTH_MODE_ENV, TOKEN_ENV, TOKEN_PATH_ENV = "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"
-# Ray starts its workers (the gateway, every replica and so their container processes) this much nicer than the
-# process that starts it: 15 by default, so any ordinary process on the machine took their CPU first. The embedded
-# Ray runs them at the server's own priority unless the environment says otherwise (docs/performance.md).
-WORKER_NICENESS_ENV, EMBEDDED_WORKER_NICENESS = "RAY_worker_niceness", "0"
+# What the embedded Ray starts with unless the environment already says otherwise (docs/performance.md):
+EMBEDDED_RAY_ENVIRONMENT = {
+    # Ray starts its workers (the gateway, every replica and so their container processes) this much nicer than
+    # the process that starts it: 15 by default, so any ordinary process on the machine took their CPU first.
+    "RAY_worker_niceness": "0",
+    # Each Serve replica and router woke every 100 ms to export Serve's cached request metrics, which this
+    # runtime's data path (plain HTTP to the container processes) barely moves: once a second is enough.
+    "RAY_SERVE_METRICS_EXPORT_INTERVAL_MS": "1000",
+    # The Serve controller's reconcile loop ran every 100 ms, asking the GCS for the cluster's nodes each time:
+    # most of an idle server's CPU. Deploys, scaling and health checks advance at this pace instead.
+    "RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "0.25",
+}
 _ROOT_KV_KEY = b"serving-root-secret"  # only used by a cluster that runs without authentication
 
 _token_dir: str | None = None
@@ -59,7 +67,8 @@ def start_local_ray(num_cpus: int | None = None, log_to_driver: bool | None = No
         token_file.write_text(secrets.token_hex(32))
         os.environ[TOKEN_PATH_ENV] = str(token_file)
     _use_token_auth()
-    os.environ.setdefault(WORKER_NICENESS_ENV, EMBEDDED_WORKER_NICENESS)  # read by the raylet ray.init starts
+    for name, value in EMBEDDED_RAY_ENVIRONMENT.items():  # read by the raylet ray.init starts, and its workers
+        os.environ.setdefault(name, value)
     ray.init(
         address="local",
         include_dashboard=False,

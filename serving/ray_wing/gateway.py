@@ -95,10 +95,12 @@ class Gateway:
                 await gateway.transport.start()
                 self.task = asyncio.create_task(gateway._poll_registry())
                 self.api_task = asyncio.create_task(gateway._advance_api())
+                self.drop_task = asyncio.create_task(gateway._drop_unreachable())
 
             async def __aexit__(self, *exc):
                 self.task.cancel()
                 self.api_task.cancel()
+                self.drop_task.cancel()
                 await gateway.router.async_invocations.close()  # unfinished async requests: failure objects
                 await gateway.transport.close()
                 await gateway.metrics.close()
@@ -106,15 +108,24 @@ class Gateway:
         return _Lifespan()
 
     async def _poll_registry(self) -> None:
+        """Keep the router's tables current: a long poll that the registry answers as soon as its state changes
+        (at most every `registry_poll_s`), so an idle server makes one call per REGISTRY_WAIT_S, not four a second."""
         while True:
+            failed = False
             try:
-                snapshot = await asyncio.wrap_future(self.registry.snapshot.remote(self.state.version).future())
-                self.state.offer(snapshot)
-                for url in self.transport.take_dropped():
-                    self.registry.deregister.remote(url, token=self._control)
+                call = self.registry.snapshot.remote(self.state.version, REGISTRY_WAIT_S, self.state.epoch)
+                self.state.offer(await asyncio.wrap_future(call.future()))
             except Exception:
                 logger.exception("registry poll failed")
-            await asyncio.sleep(self.settings.registry_poll_s)
+                failed = True
+            await asyncio.sleep(max(self.settings.registry_poll_s, 1.0 if failed else 0.0))
+
+    async def _drop_unreachable(self) -> None:
+        """Have the registry forget replicas the transport found refusing connections (a local check first)."""
+        while True:
+            for url in self.transport.take_dropped():
+                self.registry.deregister.remote(url, token=self._control)
+            await asyncio.sleep(DROP_CHECK_S)
 
     async def _advance_api(self) -> None:
         """Bring back the API's stored endpoints, then complete its creates and updates as they progress."""
@@ -141,7 +152,9 @@ class Gateway:
         self.server.stop()
 
 
-API_TICK_S = 0.5  # how often the control-plane API completes creates and updates
+API_TICK_S = 0.5  # how often the control-plane API completes creates and updates (when one is under way)
+REGISTRY_WAIT_S = 10.0  # a registry snapshot call waits this long for a change before answering "none"
+DROP_CHECK_S = 0.25  # how often replicas found unreachable are reported to the registry
 
 
 class _RayDeployer:

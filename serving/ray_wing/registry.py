@@ -43,7 +43,13 @@ SCALING_ACTIVITIES_KEPT = 50  # per endpoint, newest first (DescribeScalingActiv
 UPDATE_TIMEOUT_S = 900.0  # a new version not ready within this long is rolled back
 
 
+# Serve's statuses are read every STATUS_POLL_S while anything changes (a rollout, a failure, a new replica) and
+# every STATUS_IDLE_POLL_S once nothing has for a while: each read is a call to the Serve controller, which then
+# builds every application's status, so an idle server polling at 1 s spent CPU on answers nobody needed.
 STATUS_POLL_S = 1.0
+STATUS_IDLE_POLL_S = 5.0
+QUIET_POLLS = 5  # unchanged reads in a row before the idle period applies
+SNAPSHOT_MAX_WAIT_S = 30.0  # the longest a snapshot call waits for a change (the gateway's long poll)
 
 
 _KV_ENDPOINT, _KV_REPLICA, _KV_SCALING = b"endpoint/", b"replica/", b"scaling/"
@@ -75,7 +81,8 @@ class _Store:
         return found
 
 
-@ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)  # calls wait out a restart
+# Snapshots run in a group of their own: a gateway's long poll waits there without holding up registrations.
+@ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1, concurrency_groups={"snapshots": 4})
 class Registry:
     """The control plane's state and reconciler: endpoints (desired and active), live replicas, statuses.
 
@@ -102,6 +109,8 @@ class Registry:
         self.root_secret = cluster_secret()
         self._control = keys.control_token(self.root_secret)
         self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)  # notified on every new version (snapshots wait on it)
+        self._wake = threading.Event()  # a put or delete: read Serve's statuses now, not after the idle period
         self._deployed: set[str] = set()  # applications deployed by this process (their status may lag)
         self._store = _Store()
         self._restore()
@@ -119,22 +128,37 @@ class Registry:
         if self.states:
             logger.info("registry restored %d endpoints and %d replicas", len(self.states), len(self.replicas))
 
+    def _bump(self) -> None:
+        """A new version of the state (call with the lock held): wake the snapshots waiting for one."""
+        self.version += 1
+        self._changed.notify_all()
+
     def _loop(self) -> None:
+        quiet = 0
         while True:
             try:
+                before = self.version
                 statuses = serve_status()
                 with self._lock:
                     if statuses != self.statuses:
                         self.statuses = statuses
-                        self.version += 1
-                self._reconcile(statuses)
+                        self._bump()
+                acted = self._reconcile(statuses)
+                busy = (
+                    acted
+                    or self.version != before
+                    or any(s.update.get("Status") == "InProgress" for s in self.states.values())
+                )
+                quiet = 0 if busy else quiet + 1
             except ServeNotRunning:
-                pass  # the control plane starts Serve before it deploys anything
+                quiet = 0  # the control plane starts Serve before it deploys anything
             except Exception:
                 logger.exception("status poll or reconcile failed")
-            time.sleep(STATUS_POLL_S)
+            self._wake.wait(STATUS_IDLE_POLL_S if quiet >= QUIET_POLLS else STATUS_POLL_S)
+            self._wake.clear()
 
-    def _reconcile(self, statuses: dict[str, dict[str, Any]]) -> None:
+    def _reconcile(self, statuses: dict[str, dict[str, Any]]) -> bool:
+        """Advance every endpoint; whether anything was deployed or deleted."""
         actions: list[Deploy | Delete] = []
         with self._lock:
             self._expire()
@@ -144,7 +168,7 @@ class Registry:
                 actions += step(state, statuses, registered, time.time(), UPDATE_TIMEOUT_S, self._deployed)
                 if json.dumps(state.to_dict(), sort_keys=True) != before:
                     self._store.put(_KV_ENDPOINT, name, state.to_dict())
-                    self.version += 1
+                    self._bump()
             for app in statuses:  # every application of a deleted endpoint
                 parsed = parse_app_name(app)
                 if parsed is not None and parsed[0] not in self.states:
@@ -159,6 +183,7 @@ class Registry:
                     self._deployed.discard(action.app)
             except Exception:
                 logger.exception("could not %s", action)
+        return bool(actions)
 
     def _allowed(self, token: object, what: str) -> bool:
         if keys.verify(self._control, token):
@@ -179,7 +204,7 @@ class Registry:
             if activity is not None:
                 scaling["activities"] = [activity, *scaling["activities"]][:SCALING_ACTIVITIES_KEPT]
             self._store.put(_KV_SCALING, endpoint, scaling)
-            self.version += 1
+            self._bump()
         return True
 
     def put_endpoint(self, token: str, record: dict[str, Any]) -> int | bool:
@@ -204,7 +229,8 @@ class Registry:
                 self.scaling.pop(name, None)  # a new spec starts a new history
                 self._store.delete(_KV_SCALING, name)
             self._store.put(_KV_ENDPOINT, name, state.to_dict())
-            self.version += 1
+            self._bump()
+        self._wake.set()
         return generation
 
     def delete_endpoint(self, token: str, name: str) -> bool:
@@ -218,7 +244,8 @@ class Registry:
             self._store.delete(_KV_SCALING, name)
             for url in [url for url, key in self.replicas.items() if key[0] == name]:
                 self._forget(url)
-            self.version += 1
+            self._bump()
+        self._wake.set()
         return True
 
     def register(self, endpoint: str, container: str, version: str, url: str, proof: str) -> bool:
@@ -227,13 +254,13 @@ class Registry:
             self.refused += 1
             logger.warning("registry: refused to register %s for %s/%s without its proof", url, endpoint, container)
             return False
-        self.seen[url] = time.monotonic()
         key = (endpoint, container, version)
-        if self.replicas.get(url) != key:
-            with self._lock:
+        with self._lock:
+            self.seen[url] = time.monotonic()
+            if self.replicas.get(url) != key:
                 self.replicas[url] = key
                 self._store.put(_KV_REPLICA, url, list(key))
-                self.version += 1
+                self._bump()
         return True
 
     def deregister(self, url: str, proof: str | None = None, token: str | None = None) -> bool:
@@ -253,19 +280,26 @@ class Registry:
         self.seen.pop(url, None)
         if self.replicas.pop(url, None) is not None:
             self._store.delete(_KV_REPLICA, url)
-            self.version += 1
+            self._bump()
 
     def _expire(self) -> None:
         now = time.monotonic()
         for url in [url for url, seen in self.seen.items() if now - seen > REPLICA_TTL_S]:
             self._forget(url)
 
-    def snapshot(self, since: int) -> dict[str, Any] | None:
-        """Everything the gateway needs, or None when nothing changed since version `since`."""
+    @ray.method(concurrency_group="snapshots")
+    def snapshot(self, since: int, wait_s: float = 0.0, epoch: str | None = None) -> dict[str, Any] | None:
+        """Everything the gateway needs, or None when nothing changed since version `since` (of this registry
+        process, `epoch`) within `wait_s` seconds (at most SNAPSHOT_MAX_WAIT_S): a long poll, answered as soon
+        as the state changes."""
+        deadline = time.monotonic() + min(max(wait_s, 0.0), SNAPSHOT_MAX_WAIT_S)
         with self._lock:
             self._expire()
-            if since == self.version:
-                return None
+            while since == self.version and epoch in (None, self.epoch):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                self._changed.wait(remaining)
             registered = Counter(self.replicas.values())
             endpoints, table = {}, {}
             for name, state in self.states.items():

@@ -30,6 +30,10 @@ logger = logging.getLogger("serving.ray_wing.replica")
 
 
 STATS_POLL_S = 2.0  # how often a supervisor fetches its container process's counters and metric events
+# ... and, doubling after each fetch that found nothing new (no invocation, no event), at most this often: an idle
+# container's process is not woken every 2 s for counters that did not move. Not for an autoscaled container,
+# whose autoscaler must see a burst's first invocations within STATS_POLL_S.
+STATS_IDLE_POLL_S = 8.0
 
 
 # --- container replicas ---------------------------------------------------------------
@@ -51,8 +55,10 @@ class ContainerReplica:
         sandbox: str = "auto",
         working_dir: str | None = None,
         gpus: float = 0.0,
+        autoscaled: bool = False,
     ) -> None:
         root = cluster_secret()
+        self._autoscaled = autoscaled  # its autoscaler reads the counters: fetch them at the usual pace
         self.metrics = ReplicaMetrics(endpoint, hostname, serve.get_replica_context().replica_id.unique_id)
         host = ray.util.get_node_ip_address() if bind_host == "node" else bind_host
         self.process = ContainerProcess(
@@ -107,19 +113,29 @@ class ContainerReplica:
 
     def _relay_stats(self) -> None:
         """Fetch the container process's counters and record its metric events (it has no Ray to do it)."""
-        while not self._stopping.wait(STATS_POLL_S):
-            self._fetch_stats()
+        period = STATS_POLL_S
+        while not self._stopping.wait(period):
+            moved = self._fetch_stats() or self._autoscaled
+            period = STATS_POLL_S if moved else min(period * 2, STATS_IDLE_POLL_S)
 
-    def _fetch_stats(self) -> None:
+    def _fetch_stats(self) -> bool:
+        """Record what the container process reports; whether anything moved since the last fetch."""
         try:
             stats = self.process.stats()
         except Exception as error:
             if self.process.alive:
                 logger.warning("container stats unavailable: %s", error)
-            return
-        replay(stats.pop("events", []), self.metrics)
+            return True  # keep looking at the usual pace
+        events = stats.pop("events", [])
+        replay(events, self.metrics)
         self.metrics.refused_hops(stats["refused"] - self._counters.get("refused", 0))
+        moved = (
+            bool(events)
+            or stats["in_flight"] > 0
+            or any(stats.get(key) != self._counters.get(key) for key in ("invocations", "refused", "custom"))
+        )
         self._counters = stats
+        return moved
 
     def _read_counters(self) -> tuple[int, int, dict[str, float]]:
         counters = self._counters
@@ -180,6 +196,7 @@ def deploy_container(action: Deploy) -> None:
         sandbox=plan["sandbox"],
         working_dir=plan["working_dir"],
         gpus=plan["gpus"],
+        autoscaled="autoscaling_config" in plan["count"],
     )
     _run_many(
         [RunTarget(target=bound, name=action.app, route_prefix=None)],

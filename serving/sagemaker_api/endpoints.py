@@ -37,7 +37,12 @@ class EndpointApi(SageMakerApi):
             raise _missing("endpoint", self.arn("endpoint", name))
         return document
 
+    # Whether the last tick found nothing under way: ticks then skip their reads until a create, update or
+    # restore starts something (an idle server's gateway reads no state twice a second).
+    _settled = False
+
     def _start(self, document: dict[str, Any], variants: list[dict[str, Any]], kind: str, config: str) -> None:
+        self._settled = False
         document["pending"] = {
             "kind": kind,
             "EndpointConfigName": config,
@@ -263,8 +268,10 @@ class EndpointApi(SageMakerApi):
     def tick(self) -> None:
         """Finish what is under way: move traffic to a ready set, roll back a failed one, delete drained sets."""
         with self.lock:
+            if self._settled:
+                return
             descriptions = self.deployer.descriptions()
-            changed = False
+            changed, under_way = False, False
             for document in self.state.all("endpoint"):
                 before = repr(document)
                 self._advance(document, descriptions)
@@ -272,8 +279,10 @@ class EndpointApi(SageMakerApi):
                 if repr(document) != before:
                     self.state.put("endpoint", document["EndpointName"], document)
                     changed = True
+                under_way = under_way or bool(document.get("pending") or document.get("retired"))
             if changed:
                 self.publish()
+            self._settled = not under_way
 
     def _advance(self, document: dict[str, Any], descriptions: Any) -> None:
         pending = document.get("pending")
@@ -330,6 +339,7 @@ class EndpointApi(SageMakerApi):
     def restore(self) -> None:
         """Bring back every stored endpoint (a restarted server): re-apply what served and what was coming up."""
         with self.lock:
+            self._settled = False
             referenced: set[str] = set()
             for document in self.state.all("endpoint"):
                 pending = document.get("pending")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -83,3 +84,35 @@ def test_ray_workers_and_container_processes_run_at_normal_niceness(server):
         except OSError:
             continue
     assert [f"{pid} {processes[pid][:60]}: {value}" for pid, value in niceness.items() if value != ours] == []
+
+
+def test_a_registry_snapshot_waits_for_a_change_and_answers_at_once(server):
+    # The gateway's long poll: a snapshot call with the current version waits, and answers as soon as the state
+    # changes (here: a replica registration of an endpoint no one routes to), not at the next poll period.
+    import ray
+
+    from serving import ray_wing
+    from serving.ray_wing.cluster import cluster_secret
+    from serving.trust import keys
+
+    registry = ray_wing.registry_handle()
+    url, key = "http://127.0.0.1:9", ("long-poll-probe", "probe", "v1")
+    proof = keys.registration_proof(cluster_secret(), key[0], key[1], url, key[2])
+    for _ in range(5):  # until a second passes with no other change in the session's server
+        current = ray.get(registry.snapshot.remote(-1), timeout=30)
+        waiting = registry.snapshot.remote(current["version"], 25.0, current["epoch"])
+        ready, _ = ray.wait([waiting], timeout=1.0)
+        if not ready:
+            break
+    assert not ready, "the snapshot call did not wait: the registry changed every second, or it does not long-poll"
+    try:
+        registered_at = time.monotonic()
+        assert ray.get(registry.register.remote(*key, url, proof), timeout=30) is True
+        changed = ray.get(waiting, timeout=30)
+        answered_in = time.monotonic() - registered_at
+        assert changed is not None and changed["version"] > current["version"]
+        assert answered_in < 5.0, answered_in  # at once, not after the 25 s wait
+        assert changed["registered"].get(key) == 1
+    finally:
+        assert ray.get(registry.deregister.remote(url, proof), timeout=30) is True
+    assert key not in ray.get(registry.snapshot.remote(-1), timeout=30)["registered"]

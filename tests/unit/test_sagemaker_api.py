@@ -634,6 +634,26 @@ def test_an_endpoint_that_cannot_be_restored_fails_alone(tmp_path: Path) -> None
         second.stop()
 
 
+def test_ticks_read_nothing_once_nothing_is_under_way(harness: Harness, monkeypatch) -> None:
+    """An idle server's background step does no work; an update wakes it (it read the state twice a second)."""
+    harness.in_service("e1", "c1", ("A",))
+    harness.api.tick()  # nothing pending or draining now
+    reads = []
+    original = harness.api.state.all
+    monkeypatch.setattr(harness.api.state, "all", lambda kind: reads.append(kind) or original(kind))
+    harness.api.tick()
+    harness.api.tick()
+    assert reads == []
+    harness.model("m2")
+    harness.config("c2", ("A", "m2"))
+    harness.sm.update_endpoint(EndpointName="e1", EndpointConfigName="c2")
+    reads.clear()
+    harness.deployer.ready("e1@A@2")
+    harness.api.tick()
+    assert reads and harness.status("e1") == "InService"
+    assert harness.deployer.routes("e1") == [("A", "e1@A@2", 1.0)]
+
+
 # --- routing an API endpoint's invocations ----------------------------------------------------------------
 FRONT = Front("e1", (VariantRoute("A", "e1@A@1", 3.0), VariantRoute("B", "e1@B@1", 1.0)))
 
