@@ -82,7 +82,7 @@ class _Store:
 
 
 # Snapshots run in a group of their own: a gateway's long poll waits there without holding up registrations.
-@ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1, concurrency_groups={"snapshots": 4})
+@ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1, concurrency_groups={"snapshots": 4})  # type: ignore[call-overload]  # Ray's stubs lack concurrency_groups
 class Registry:
     """The control plane's state and reconciler: endpoints (desired and active), live replicas, statuses.
 
