@@ -84,6 +84,7 @@ def _serve(config: dict):
     from serving.models.artifacts import materialize
     from serving.models.multimodel import MultiModelHandler
     from serving.runtimes import runtime_for
+    from serving.runtimes.concurrency import batch_settings, model_threads
 
     events = EventLog()
     hop_key = bytes.fromhex(config["hop_key"])
@@ -105,6 +106,8 @@ def _serve(config: dict):
     else:
         runtime = runtime_for(config["image"], materialize(config["model_data"]), environment)
         runtime.load()
+        # A user's hooks other than model_fn run on one thread unless SERVING_MODEL_THREADS says they are safe.
+        scripted = bool(set(runtime._hooks) - {"model_fn", "pre_model_fn", "model_warmup_fn", "autoscaling_metrics"})
         app = ContainerApp(
             runtime,
             hostname,
@@ -112,6 +115,8 @@ def _serve(config: dict):
             hop_key=hop_key,
             events=events,
             log_stream=config.get("log_stream"),
+            threads=model_threads(config["image"], environment, scripted=scripted),
+            batching=batch_settings(environment),
         )
     listener = socket.socket(fileno=config["listen_fd"])
     server = BackgroundServer(app, sock=listener)
