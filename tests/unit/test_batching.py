@@ -273,3 +273,15 @@ def test_each_caller_gets_its_own_rows(stack, loaded, iris_classifier, torch_lin
         assert (got_status == 200) == (status == 200), response.text
         if status == 200:
             assert close(got, want), (got, want)
+
+
+def test_every_metric_event_has_a_replica_metric() -> None:
+    # The supervisor replays each drained event as a ReplicaMetrics method (read without importing Ray).
+    import ast
+
+    from serving.model_server.events import EVENTS
+
+    source = Path(__file__).resolve().parents[2] / "serving" / "ray_wing" / "replica_metrics.py"
+    (cls,) = [n for n in ast.parse(source.read_text()).body if isinstance(n, ast.ClassDef) and n.name == "ReplicaMetrics"]
+    methods = {node.name for node in cls.body if isinstance(node, ast.FunctionDef)}
+    assert {"batch_size", "queue_delay"} <= EVENTS <= methods
