@@ -157,7 +157,12 @@ def test_a_failing_request_in_a_batch_fails_alone(loaded, handler_dir) -> None:
     app = ContainerApp(runtime, "sums", batching=BatchSettings(16, max_delay_s=0.3))
     bodies = [[[1.0, 2.0]], [[-1.0, 0.0]], [[3.0, 4.0], [5.0, 6.0]], [[7.0, 8.0]]]
     responses = asyncio.run(post_all(app, [(json.dumps(b).encode(), JSON) for b in bodies]))
-    assert [r.status_code for r in responses] == [200, 500, 200, 200]  # the container's own status; the gateway answers ModelError
+    assert [r.status_code for r in responses] == [
+        200,
+        500,
+        200,
+        200,
+    ]  # the container's own status; the gateway answers ModelError
     assert "negative rows are refused" in responses[1].text
     assert [json.loads(r.content) for r in (responses[0], responses[2], responses[3])] == [[3.0], [7.0, 11.0], [15.0]]
     assert sizes[0] == 5 and sorted(sizes[1:]) == [1, 1, 1, 2]  # the batch, then each request alone
@@ -282,6 +287,39 @@ def test_every_metric_event_has_a_replica_metric() -> None:
     from serving.model_server.events import EVENTS
 
     source = Path(__file__).resolve().parents[2] / "serving" / "ray_wing" / "replica_metrics.py"
-    (cls,) = [n for n in ast.parse(source.read_text()).body if isinstance(n, ast.ClassDef) and n.name == "ReplicaMetrics"]
+    (cls,) = [
+        n for n in ast.parse(source.read_text()).body if isinstance(n, ast.ClassDef) and n.name == "ReplicaMetrics"
+    ]
     methods = {node.name for node in cls.body if isinstance(node, ast.FunctionDef)}
     assert {"batch_size", "queue_delay"} <= EVENTS <= methods
+
+
+@pytest.mark.parametrize(
+    ("folder", "stack", "merged"),
+    [
+        ("hetero-iris-torchscript", "pytorch", True),
+        ("hetero-iris-state", "pytorch", True),  # a script's model_fn only: the toolkit's tensors merge
+        ("hetero-onnx-iris", "onnx", True),
+        ("hetero-onnx-two", "onnx", False),  # two named inputs: a plain array is refused, alone
+        ("hetero-tf-iris", "tensorflow", True),  # NPY takes the tensor path; JSON is TF Serving's, alone
+    ],
+)
+def test_the_framework_stacks_batch_their_own_steps(hetero_models, loaded, folder, stack, merged) -> None:
+    runtime = loaded(stack, hetero_models / folder)
+    sizes = counting(runtime)
+    rows = np.random.default_rng(7).uniform(0.1, 7.9, size=(6, 4)).astype(np.float32)
+    requests = [
+        (npy(rows[0:1]), NPY),
+        (npy(rows[1:3]), NPY),
+        (npy(rows[3:6]), NPY),
+        (json.dumps(rows[:2].tolist()).encode(), JSON),
+    ]
+    expected = [alone(runtime, body, kind) for body, kind in requests]
+    sizes.clear()
+    app = ContainerApp(runtime, stack, threads=2, batching=BatchSettings(16, max_delay_s=0.3))
+    responses = asyncio.run(post_all(app, requests))
+    for (status, want), response in zip(expected, responses):
+        assert response.status_code == (200 if status == 200 else 500), response.text
+        if status == 200:
+            assert close(json.loads(response.content), want)
+    assert (6 in sizes) == merged, sizes
