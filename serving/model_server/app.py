@@ -86,7 +86,9 @@ class ContainerApp:
         self.threads = threads
         self._model_limiter: CapacityLimiter | None = None
         self.batcher = (
-            Batcher(runtime, batching, self._on_model_thread, observer=events, model_latency=model_latency)
+            Batcher(
+                runtime, batching, self._on_model_thread, observer=events, model_latency=model_latency, threads=threads
+            )
             if runtime is not None and batching is not None
             else None
         )

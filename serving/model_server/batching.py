@@ -3,7 +3,9 @@
 Each request is decoded on its own (`input_fn`; a request that fails to decode fails alone). Rows that can be
 merged (a NumPy array or torch tensor, see `Runtime.batch_rows`) wait in a queue per compatible kind (content
 type, Accept, array type, trailing shape, dtype, device); a batch runs when `max_batch_size` rows wait, when
-the largest preferred size is reached, or `max_delay_s` after its first request arrived. A batch is cut from
+the largest preferred size is reached, or `max_delay_s` after its first request arrived, and then only when one
+of the replica's model threads is free: requests decoded while every thread computes (decoding runs beside the
+model, on threads of its own) go together into the next batch, as on Triton. A batch is cut from
 the front of its queue: whole requests, at most `max_batch_size` rows (a bigger request runs alone), at the
 largest preferred size a prefix of requests reaches, else every request that fits. The prediction is split
 back by row counts and each request gets its own `output_fn`. When the merged `predict_fn` raises, or its
@@ -21,7 +23,9 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol, TypeVar
 
+import anyio.to_thread
 import numpy as np
+from anyio import CapacityLimiter
 
 from serving.runtimes import InvocationContext, Runtime
 from serving.runtimes.codecs import media_type
@@ -113,16 +117,22 @@ class Batcher:
         run: Run,
         observer: BatchObserver | None = None,
         model_latency: Callable[[float], None] | None = None,
+        threads: int = 1,
     ) -> None:
-        """`run(call)`: `call` on a model thread. `model_latency(seconds)`: each request's model time (its decode,
-        its batch's predict_fn, its encode)."""
+        """`run(call)`: `call` on a model thread. `threads`: how many batches may run at once (the replica's model
+        threads). `model_latency(seconds)`: each request's model time (its decode, its batch's predict_fn, its
+        encode)."""
         self.runtime = runtime
+        self.slots = threads
+        # Decoding runs beside the model, so that requests arriving while every model thread computes are
+        # decoded and queued, and go together into the next batch when a thread is free (created on first use).
+        self._decode_limiter: CapacityLimiter | None = None
         self.model_latency = model_latency
         self.settings = settings
         self.run = run
         self.observer = observer
         self._queues: dict[tuple[Any, ...], _Queue] = {}
-        self._running: set[asyncio.Task[None]] = set()  # referenced until done (the loop keeps weak ones)
+        self._running: set[asyncio.Task[None]] = set()  # batches on model threads (the loop keeps weak references)
 
     def wants(self, content_type: str | None) -> bool:
         """Whether a request of this type may be batched at all (else the caller runs it as before)."""
@@ -132,7 +142,11 @@ class Batcher:
         self, body: bytes, content_type: str | None, accept: str | None, context: InvocationContext
     ) -> Answer:
         """One request's answer, its rows predicted with others' when they arrive together."""
-        decoded = await self.run(lambda: self._decode(body, content_type, accept, context))
+        if self._decode_limiter is None:
+            self._decode_limiter = CapacityLimiter(max(2, self.slots))
+        decoded = await anyio.to_thread.run_sync(
+            partial(self._decode, body, content_type, accept, context), limiter=self._decode_limiter
+        )
         data, chosen, rows, decode_s = decoded
         if rows is None:  # cannot be merged: the rest of the request runs alone
             return await self.run(lambda: self._alone(data, chosen, context, decode_s))
@@ -168,23 +182,31 @@ class Batcher:
         return best or taken
 
     def _cut(self, key: tuple[Any, ...]) -> None:
-        """Start every batch that is due in this queue; wait for the rest with a timer."""
-        queue = self._queues[key]
+        """Start every batch that is due in this queue while a model thread is free; wake up for the rest when
+        its first request has waited long enough, or when a running batch ends."""
+        queue = self._queues.get(key)
+        if queue is None:
+            return
         if queue.timer is not None:
             queue.timer.cancel()
             queue.timer = None
-        while queue.requests and self._due(queue):
+        while queue.requests and len(self._running) < self.slots and self._due(queue):
             count = self._take(queue)
             batch, queue.requests = queue.requests[:count], queue.requests[count:]
             queue.rows -= sum(request.count for request in batch)
             task = asyncio.ensure_future(self._execute(batch))
             self._running.add(task)
-            task.add_done_callback(self._running.discard)
+            task.add_done_callback(self._finished)
         if not queue.requests:
             del self._queues[key]
-            return
-        wait = queue.requests[0].arrived + self.settings.max_delay_s - time.monotonic()
-        queue.timer = asyncio.get_running_loop().call_later(max(0.0, wait), self._cut, key)
+        elif len(self._running) < self.slots:  # not due yet (else a running batch's end cuts it)
+            wait = queue.requests[0].arrived + self.settings.max_delay_s - time.monotonic()
+            queue.timer = asyncio.get_running_loop().call_later(max(0.0, wait), self._cut, key)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._running.discard(task)
+        for key in list(self._queues):  # a model thread is free: what waited for one goes now
+            self._cut(key)
 
     async def _execute(self, batch: list[_Request]) -> None:
         try:

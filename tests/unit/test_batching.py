@@ -151,6 +151,33 @@ SUMS = """
 """
 
 
+SLOW_SUMS = """
+    import json
+    import time
+
+    import numpy as np
+
+    accepts_batches = True
+
+    def input_fn(body, content_type):
+        return np.asarray(json.loads(body), dtype=float)
+
+    def predict_fn(data, model):
+        time.sleep(0.2)
+        return data.sum(axis=1)
+"""
+
+
+def test_requests_arriving_while_the_model_computes_go_together_into_the_next_batch(loaded, handler_dir) -> None:
+    # MaxDelayMs 0 waits for nobody, yet under load batches form: the queue fills while every thread is busy.
+    runtime = loaded("python", handler_dir(SLOW_SUMS))
+    sizes = counting(runtime)
+    app = ContainerApp(runtime, "sums", threads=1, batching=BatchSettings(16, max_delay_s=0.0))
+    responses = asyncio.run(post_all(app, [(json.dumps([[i, 1.0]]).encode(), JSON) for i in range(6)]))
+    assert [json.loads(r.content) for r in responses] == [[i + 1.0] for i in range(6)]
+    assert sum(sizes) == 6 and len(sizes) <= 3 and max(sizes) >= 3, sizes
+
+
 def test_a_failing_request_in_a_batch_fails_alone(loaded, handler_dir) -> None:
     runtime = loaded("python", handler_dir(SUMS))
     sizes = counting(runtime)
