@@ -292,7 +292,7 @@ MIXES = st.lists(
 
 
 @pytest.mark.parametrize("stack", ["sklearn", "pytorch"])
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(mix=MIXES, max_batch=st.integers(2, 12))
 def test_each_caller_gets_its_own_rows(stack, loaded, iris_classifier, torch_linear, mix, max_batch) -> None:
     runtime = loaded(stack, iris_classifier.path if stack == "sklearn" else torch_linear)
@@ -350,3 +350,23 @@ def test_the_framework_stacks_batch_their_own_steps(hetero_models, loaded, folde
         if status == 200:
             assert close(json.loads(response.content), want)
     assert (6 in sizes) == merged, sizes
+
+
+def test_xgboost_requests_run_alone_and_answer_as_without_batching(tmp_path) -> None:
+    # Its input_fn gives a DMatrix, which has no rows to merge: each request runs as it always did.
+    from serving.runtimes import runtime_for
+    from tests.unit.test_xgboost_stack import save_algorithm_model, train_booster
+
+    booster, x = train_booster("binary")
+    runtime = runtime_for("xgboost", save_algorithm_model(tmp_path / "xgb", booster), {})
+    runtime.load()
+    sizes = counting(runtime)
+    requests = [
+        ("\n".join(",".join(map(str, row)) for row in x[i : i + n]).encode(), "text/csv") for i, n in ((0, 1), (5, 3))
+    ]
+    expected = [alone(runtime, body, kind) for body, kind in requests]
+    sizes.clear()
+    app = ContainerApp(runtime, "xgb", threads=2, batching=BatchSettings(16, max_delay_s=0.2))
+    responses = asyncio.run(post_all(app, requests))
+    assert [answer(r) for r in responses] == expected
+    assert len(sizes) == 2
