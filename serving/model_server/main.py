@@ -106,8 +106,6 @@ def _serve(config: dict):
     else:
         runtime = runtime_for(config["image"], materialize(config["model_data"]), environment)
         runtime.load()
-        # A user's hooks other than model_fn run on one thread unless SERVING_MODEL_THREADS says they are safe.
-        scripted = bool(set(runtime._hooks) - {"model_fn", "pre_model_fn", "model_warmup_fn", "autoscaling_metrics"})
         app = ContainerApp(
             runtime,
             hostname,
@@ -115,7 +113,7 @@ def _serve(config: dict):
             hop_key=hop_key,
             events=events,
             log_stream=config.get("log_stream"),
-            threads=model_threads(config["image"], environment, scripted=scripted),
+            threads=model_threads(config["image"], environment, scripted=runtime.runs_request_hooks()),
             batching=batch_settings(environment),
         )
     listener = socket.socket(fileno=config["listen_fd"])

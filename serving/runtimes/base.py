@@ -232,6 +232,11 @@ class Runtime:
         module = self._code.module if self._code is not None else None
         return getattr(module, BATCH_OPT_IN, False) is True
 
+    def runs_request_hooks(self) -> bool:
+        """Whether a user's script runs per request (any hook but loading and metrics): its code is then not
+        assumed thread-safe, and the replica runs one prediction at a time unless SERVING_MODEL_THREADS says so."""
+        return bool(set(self._hooks) - {"model_fn", "pre_model_fn", "model_warmup_fn", "autoscaling_metrics"})
+
     def batchable(self, content_type: str | None) -> bool:
         """Whether a request of this content type goes through decode / predict / encode (a stack with another
         path for some types, as the tensorflow stack's TF Serving one, says no for those)."""

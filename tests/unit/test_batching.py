@@ -370,3 +370,20 @@ def test_xgboost_requests_run_alone_and_answer_as_without_batching(tmp_path) -> 
     responses = asyncio.run(post_all(app, requests))
     assert [answer(r) for r in responses] == expected
     assert len(sizes) == 2
+
+
+def test_a_script_with_request_hooks_is_not_assumed_thread_safe(loaded, handler_dir, torch_linear) -> None:
+    # What the container process passes as `scripted` to model_threads (serving/model_server/main.py).
+    assert not loaded("pytorch", torch_linear).runs_request_hooks()
+    loader = """
+        import torch
+
+        def model_fn(model_dir):
+            return torch.jit.load(model_dir + "/model.pt")
+
+        def autoscaling_metrics(model):
+            return {}
+    """
+    weights = (torch_linear / "model.pt").read_bytes()
+    assert not loaded("pytorch", handler_dir(loader, {"model.pt": weights})).runs_request_hooks()
+    assert loaded("python", handler_dir(SUMS)).runs_request_hooks()
