@@ -180,6 +180,11 @@ MODEL_MEMORY_ENV = "SERVING_MODEL_CACHE_MB"  # MultiModel: their measured memory
 MODEL_DISK_ENV = "SERVING_MODEL_DISK_MB"  # MultiModel: downloaded and unpacked models on local disk (default 10240)
 S3_ENDPOINT_URL_ENV = "SERVING_S3_ENDPOINT_URL"  # MultiModel: an S3-compatible store for s3:// prefixes
 THREADS_ENV = "SERVING_NUM_THREADS"  # override of a tensor stack's intra-op thread count
+MODEL_THREADS_ENV = "SERVING_MODEL_THREADS"  # predictions run at once in one replica (its model thread pool)
+# Dynamic batching (the spec's `Batching` sets them; a container's `Environment` may instead).
+MAX_BATCH_SIZE_ENV = "SERVING_MAX_BATCH_SIZE"  # rows merged into one predict_fn call (unset or 1: no batching)
+MAX_BATCH_DELAY_ENV = "SERVING_MAX_BATCH_DELAY_MS"  # how long the first queued request waits for company
+PREFERRED_BATCH_SIZES_ENV = "SERVING_PREFERRED_BATCH_SIZES"  # comma-separated sizes to cut batches at
 ALLOW_PICKLE_ENV = "SERVING_ALLOW_PICKLE"  # "true": load formats that run code when loaded
 SKLEARN_METHOD_ENV = "SERVING_SKLEARN_METHOD"  # predict | predict_proba | transform | decision_function
 TF_SIGNATURE_ENV = "SERVING_TF_SIGNATURE"  # the SavedModel signature to call

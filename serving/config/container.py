@@ -11,16 +11,21 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from serving.config.documents import Document, document_path, folder_of
 from serving.config.scaling import AutoScalingConfig
 from serving.protocol import (  # container settings read from its Environment
+    CPUS_ENV,
     IDEMPOTENT_ENV,
+    MAX_BATCH_DELAY_ENV,
+    MAX_BATCH_SIZE_ENV,
     MAX_CONCURRENCY_ENV,
     MAX_MODELS_ENV,
     MODEL_DISK_ENV,
     MODEL_MEMORY_ENV,
     NAME_PATTERN,
+    PREFERRED_BATCH_SIZES_ENV,
 )
 from serving.runtimes import (
     STACKS as KNOWN_IMAGES,  # one module per stack, none imported here
 )
+from serving.runtimes.concurrency import batch_settings, model_threads
 
 __all__ = [
     "DEFAULT_MAX_CONCURRENCY",
@@ -32,6 +37,7 @@ __all__ = [
     "MAX_MODELS_ENV",
     "MODEL_DISK_ENV",
     "MODEL_MEMORY_ENV",
+    "BatchingConfig",
     "CacheSetting",
     "ContainerMode",
     "ContainerSpec",
@@ -135,6 +141,40 @@ class MultiModelSettings(Document):
     ModelCacheSetting: CacheSetting = CacheSetting.ENABLED
 
 
+class BatchingConfig(Document):
+    """Dynamic batching: concurrent requests to a replica merged into one predict_fn call (docs/performance.md)."""
+
+    MaxBatchSize: int = Field(
+        ge=1, le=1_000_000, description="Most rows in one predict_fn call; a request with more runs alone. 1: off."
+    )
+    MaxDelayMs: float = Field(
+        0.0,
+        ge=0,
+        le=60_000,
+        description="How long the first queued request waits for others before its batch runs (milliseconds).",
+    )
+    PreferredBatchSizes: list[Annotated[int, Field(ge=1)]] | None = Field(
+        None,
+        max_length=64,
+        description="Batch sizes to cut at when a prefix of the queued requests reaches one (the largest that "
+        "fits), as Triton's dynamic batcher; each at most MaxBatchSize.",
+    )
+
+    @model_validator(mode="after")
+    def _preferred_fit(self) -> BatchingConfig:
+        too_big = [size for size in self.PreferredBatchSizes or () if size > self.MaxBatchSize]
+        if too_big:
+            raise ValueError(f"PreferredBatchSizes {too_big} exceed MaxBatchSize {self.MaxBatchSize}")
+        return self
+
+    def environment(self) -> dict[str, str]:
+        """The same settings as the container process reads them."""
+        environment = {MAX_BATCH_SIZE_ENV: str(self.MaxBatchSize), MAX_BATCH_DELAY_ENV: f"{self.MaxDelayMs:g}"}
+        if self.PreferredBatchSizes:
+            environment[PREFERRED_BATCH_SIZES_ENV] = ",".join(map(str, self.PreferredBatchSizes))
+        return environment
+
+
 class ContainerSpec(Document):
     """One serving stack plus its model, with its own hostname and resources."""
 
@@ -161,6 +201,11 @@ class ContainerSpec(Document):
     AutoScaling: AutoScalingConfig | None = None
     RuntimeEnvironment: RuntimeEnvironmentConfig | None = Field(
         None, description="Extra pip packages and a working directory for this container's replicas."
+    )
+    Batching: BatchingConfig | None = Field(
+        None,
+        description="Dynamic batching of a SingleModel container: MaxBatchSize, MaxDelayMs, PreferredBatchSizes "
+        "(or the SERVING_MAX_BATCH_SIZE, SERVING_MAX_BATCH_DELAY_MS, SERVING_PREFERRED_BATCH_SIZES variables).",
     )
 
     @field_validator("Image")
@@ -211,10 +256,37 @@ class ContainerSpec(Document):
                 raise ValueError("MultiModelConfig applies to MultiModel containers only (set Mode: MultiModel)")
         return self
 
+    @model_validator(mode="after")
+    def _batching_said_once(self) -> ContainerSpec:
+        given = [
+            name
+            for name in (MAX_BATCH_SIZE_ENV, MAX_BATCH_DELAY_ENV, PREFERRED_BATCH_SIZES_ENV)
+            if name in self.Environment
+        ]
+        if self.Batching is not None and given:
+            raise ValueError(f"Batching and Environment {', '.join(given)} both set: set one of them")
+        if self.Mode is ContainerMode.MULTI and (self.Batching is not None or given):
+            raise ValueError("Batching applies to SingleModel containers only")
+        return self
+
+    @property
+    def batching_environment(self) -> dict[str, str]:
+        """The Batching field as the container's environment variables (none when it is not set)."""
+        return self.Batching.environment() if self.Batching is not None else {}
+
+    @property
+    def model_threads(self) -> int:
+        """Predictions one replica runs at once, as far as the spec tells (a user's script may lower it to 1)."""
+        return model_threads(self.Image, {**self.Environment, CPUS_ENV: f"{self.Resources.Cpus:g}"})
+
     @property
     def max_concurrency(self) -> int:
-        """In-flight requests the router lets reach one replica before answering 429."""
-        return int(self.Environment.get(MAX_CONCURRENCY_ENV, DEFAULT_MAX_CONCURRENCY))
+        """In-flight requests the router lets reach one replica before answering 429; by default enough to keep
+        its model threads and a full batch busy (at least 128)."""
+        if MAX_CONCURRENCY_ENV in self.Environment:
+            return int(self.Environment[MAX_CONCURRENCY_ENV])
+        batching = batch_settings({**self.Environment, **self.batching_environment})
+        return max(DEFAULT_MAX_CONCURRENCY, self.model_threads + (batching.max_batch_size if batching else 0))
 
     @property
     def idempotent(self) -> bool:
@@ -228,6 +300,11 @@ class ContainerSpec(Document):
             value = environment.get(name)
             if value is not None and not (value.isdigit() and int(value) >= 1):
                 raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}")
+        try:
+            batch_settings(environment)
+            model_threads("", environment)
+        except ValueError as error:
+            raise ValueError(str(error)) from None
         flag = environment.get(IDEMPOTENT_ENV)
         if flag is not None and flag.strip().lower() not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
             raise ValueError(f"{IDEMPOTENT_ENV} must be true or false, got {flag!r}")

@@ -24,7 +24,12 @@ def replica_environment(container: ContainerSpec) -> dict[str, str]:
     """Environment variables of the container's replicas: its `Environment` plus its resource share."""
     resources = container.Resources
     # The reservation is authoritative: a value in Environment cannot claim a different share.
-    environment = {**container.Environment, CPUS_ENV: _share(resources.Cpus), GPUS_ENV: _share(resources.Gpus)}
+    environment = {
+        **container.Environment,
+        **container.batching_environment,  # the Batching field reaches the container process as its variables
+        CPUS_ENV: _share(resources.Cpus),
+        GPUS_ENV: _share(resources.Gpus),
+    }
     if resources.MemoryMb:  # the memory utilization metric's 100%
         environment[MEMORY_ENV] = str(resources.MemoryMb)
     return environment

@@ -26,11 +26,13 @@ from starlette.routing import Route
 from serving import protocol
 from serving.errors import AccessDeniedError, ContainerAnswerError, ContainerError, ServingError
 from serving.http.responses import error_response, json_response, serving_app
+from serving.model_server.batching import Batcher
 from serving.model_server.events import EventLog
 from serving.model_server.streaming import stream_answer
 from serving.model_server.tfs_rest import LocalRest
 from serving.models.multimodel import MultiModelHandler
 from serving.runtimes import InvocationContext, Runtime
+from serving.runtimes.concurrency import BatchSettings
 from serving.runtimes.context import Headers
 from serving.trust import hops
 
@@ -57,12 +59,15 @@ class ContainerApp:
         hop_key: bytes | None = None,
         events: EventLog | None = None,
         log_stream: str | None = None,
+        threads: int = 1,
+        batching: BatchSettings | None = None,
     ) -> None:
         """`model_latency(seconds)` receives each SingleModel invocation's model time (MultiModel: the
         handler reports it, since only it can leave out the load). `hop_key`: refuse requests the
         gateway did not sign for this container (None only in tests that run no gateway).
         `events`: drained by `GET /_serving/stats`. `log_stream`: where this process's output goes, told to
-        the gateway on every error answer (the caller's ModelError names it as LogStreamArn)."""
+        the gateway on every error answer (the caller's ModelError names it as LogStreamArn). `threads`: predictions
+        run at once (SingleModel). `batching`: merge concurrent requests' rows into one predict_fn call."""
         if (runtime is None) == (models is None):
             raise ValueError("give a runtime (SingleModel) or models (MultiModel)")
         self.runtime = runtime
@@ -75,9 +80,18 @@ class ContainerApp:
         self.in_flight = 0
         self.invocations = 0
         self.refused = 0  # requests refused for a missing or bad hop signature
-        # The model runs on a worker thread, one request at a time (created on first use: it needs the loop),
-        # so that a handler may call back into this server (the tensorflow stack's context.rest_uri).
+        # The model runs on worker threads, at most `threads` requests (or batches) at a time, never on the event
+        # loop, so that a handler may call back into this server (the tensorflow stack's context.rest_uri).
+        # The limiter is created on first use: it needs the loop.
+        self.threads = threads
         self._model_limiter: CapacityLimiter | None = None
+        self.batcher = (
+            Batcher(
+                runtime, batching, self._on_model_thread, observer=events, model_latency=model_latency, threads=threads
+            )
+            if runtime is not None and batching is not None
+            else None
+        )
         self.local_rest = LocalRest(runtime) if hasattr(runtime, "rest_call") else None
         self.app = serving_app(
             [
@@ -146,6 +160,12 @@ class ContainerApp:
             self.model_latency(time.perf_counter() - started)
         return answer
 
+    async def _on_model_thread(self, call: Callable[[], Any]) -> Any:
+        """`call` on one of the model's worker threads (waiting for one to be free)."""
+        if self._model_limiter is None:
+            self._model_limiter = CapacityLimiter(self.threads)
+        return await anyio.to_thread.run_sync(call, limiter=self._model_limiter)
+
     async def invoke(self, request: Request) -> Response:
         self.in_flight += 1
         self.invocations += 1
@@ -177,12 +197,12 @@ class ContainerApp:
                 assert self.runtime is not None  # SingleModel
                 if self.local_rest is not None:
                     context.local_api = self.local_rest.base_url(request)
-                if self._model_limiter is None:
-                    self._model_limiter = CapacityLimiter(1)
-                call = partial(self.runtime.invoke, body, headers.get("content-type"), headers.get("accept"), context)
-                out, content_type = await anyio.to_thread.run_sync(
-                    partial(self._timed, call), limiter=self._model_limiter
-                )
+                request_type, accept = headers.get("content-type"), headers.get("accept")
+                if self.batcher is not None and self.batcher.wants(request_type):
+                    out, content_type = await self.batcher.invoke(body, request_type, accept, context)
+                else:
+                    call = partial(self.runtime.invoke, body, request_type, accept, context)
+                    out, content_type = await self._on_model_thread(partial(self._timed, call))
             # A hook may set the answer's status and headers through the context, as on MMS / TorchServe.
             response_headers = {**context.response_headers, "content-type": content_type}
             if context.response_custom_attributes:

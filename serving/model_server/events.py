@@ -17,7 +17,9 @@ from serving.models.cache import CacheObserver
 __all__ = ["EVENTS", "EventLog", "replay"]
 
 # The methods an event may name: ReplicaMetrics implements each.
-EVENTS = frozenset({"model_latency", "hit", "waited", "loaded", "unloaded", "changed", "downloaded"})
+EVENTS = frozenset(
+    {"model_latency", "hit", "waited", "loaded", "unloaded", "changed", "downloaded", "batch_size", "queue_delay"}
+)
 
 
 class EventLog(CacheObserver):
@@ -54,6 +56,14 @@ class EventLog(CacheObserver):
 
     def downloaded(self, name: str, seconds: float, nbytes: int) -> None:
         self._add("downloaded", name, seconds, nbytes)
+
+    def batch_size(self, rows: int) -> None:
+        """Rows of one dynamic batch (`model_server.batching`)."""
+        self._add("batch_size", rows)
+
+    def queue_delay(self, seconds: float) -> None:
+        """How long one batched request waited, from its decode to its batch's start."""
+        self._add("queue_delay", seconds)
 
     def drain(self) -> list[tuple[Any, ...]]:
         """Every event since the last drain, oldest first."""

@@ -26,6 +26,7 @@ from serving.protocol import GPUS_ENV, MEMORY_ENV
 logger = logging.getLogger("serving.replica_metrics")
 
 UTILIZATION_PERIOD_S = 5.0
+BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 _REPLICA = ("endpoint", "container", "replica")
 _MODEL = _REPLICA + ("model",)
@@ -102,6 +103,16 @@ class ReplicaMetrics(CacheObserver):
         self._gpu = ray_metrics.Gauge(
             "serving_gpu_utilization_percent", "Utilization of the GPUs assigned to the replica.", tag_keys=_REPLICA
         )
+        self._batch_size = ray_metrics.Histogram(
+            "serving_batch_size",
+            "Rows in one dynamic batch of a container's predict_fn (Batching).",
+            boundaries=list(BATCH_SIZE_BUCKETS),
+            tag_keys=_REPLICA,
+        )
+        self._queue_delay = _Timing(
+            "serving_batch_queue_delay_seconds",
+            "Time a batched request waited in its container's batch queue, from its decode to its batch's start.",
+        )
         self._stop = threading.Event()
         # Re-set every period: Ray's agent evicts a gauge not refreshed within two export intervals (a
         # loaded-model count set once vanished from the scrape after a few seconds).
@@ -109,6 +120,12 @@ class ReplicaMetrics(CacheObserver):
 
     def model_latency(self, seconds: float) -> None:
         self._model_latency.observe(seconds, tags=self.tags)
+
+    def batch_size(self, rows: int) -> None:
+        self._batch_size.observe(rows, tags=self.tags)
+
+    def queue_delay(self, seconds: float) -> None:
+        self._queue_delay.observe(seconds, tags=self.tags)
 
     def refused_hops(self, count: int) -> None:
         if count > 0:

@@ -32,6 +32,8 @@ from serving.runtimes.requirements import missing_requirements
 # The inference toolkit's hooks, which every stack runs (the TensorFlow stack adds the TFS container's).
 SCRIPT_HOOKS = ("model_fn", "input_fn", "predict_fn", "output_fn", "transform_fn", "pre_model_fn", "model_warmup_fn")
 TFS_HOOKS = ("input_handler", "output_handler", "handler")
+# A script's module-level `accepts_batches = True`: its hooks take a batch of several requests' rows.
+BATCH_OPT_IN = "accepts_batches"
 _WHY_NOT = {
     **{name: "a TensorFlow Serving container hook: use Image tensorflow" for name in TFS_HOOKS},
     "execution_parameters_fn": "the scikit-learn container's batch-transform hook: batch transform is not offered",
@@ -170,28 +172,80 @@ class Runtime:
     ) -> tuple[Iterator[bytes], str]:
         """Decode, predict and encode one request; the answer in chunks. A `predict_fn`, `output_fn` or
         `transform_fn` that returns a generator streams: each item is a chunk. Otherwise one chunk."""
+        if "transform_fn" in self._hooks:
+            accept = self._request_accept(accept, context)
+            data = toolkit.request_data(body, content_type)
+            result = self._run_hook("transform_fn", context, self.model, data, content_type, accept)
+            return self._answer(result, accept, context)
+        data, accept = self.decode(body, content_type, accept, context)
+        return self.encode_chunks(self.predict(data, context), accept, context)
+
+    # --- the steps one at a time (dynamic batching merges what `decode` gives, then splits the prediction) ---
+    def _request_accept(self, accept: str | None, context: InvocationContext) -> str:
         if not accept or codecs.media_type(accept) in ("*/*", ""):
             accept = self.default_accept
         context.system_properties = context.system_properties or self.load_context.system_properties
         context.model_name = context.model_name or self.model_name
-        if "transform_fn" in self._hooks:
-            data = toolkit.request_data(body, content_type)
-            result = self._run_hook("transform_fn", context, self.model, data, content_type, accept)
-            return self._answer(result, accept, context)
+        return accept
+
+    def decode(
+        self, body: bytes, content_type: str | None, accept: str | None, context: InvocationContext
+    ) -> tuple[Any, str]:
+        """input_fn of one request, and the Accept its answer will be encoded for (not for transform_fn)."""
+        accept = self._request_accept(accept, context)
         defaults = self.script_defaults() if self.scripted else {}
         if "output_fn" not in self._hooks and "output_fn" not in defaults:
             accept = self.choose_accept(accept)  # refuse a bad Accept before predicting
         if "input_fn" in self._hooks:
-            data = self._run_hook("input_fn", context, toolkit.request_data(body, content_type), content_type)
-        else:
-            data = defaults.get("input_fn", self.input_fn)(body, content_type)
-        prediction = self._step("predict_fn", defaults, context, data, self.model)
+            return self._run_hook("input_fn", context, toolkit.request_data(body, content_type), content_type), accept
+        return defaults.get("input_fn", self.input_fn)(body, content_type), accept
+
+    def predict(self, data: Any, context: InvocationContext) -> Any:
+        """predict_fn on decoded input (one request's, or a batch's rows)."""
+        return self._step("predict_fn", self.script_defaults() if self.scripted else {}, context, data, self.model)
+
+    def encode_chunks(self, prediction: Any, accept: str, context: InvocationContext) -> tuple[Iterator[bytes], str]:
+        """output_fn of one request's prediction; a generator prediction streams."""
+        defaults = self.script_defaults() if self.scripted else {}
         if _is_stream(prediction) and "output_fn" not in self._hooks:
             encode = defaults.get("output_fn", self.output_fn)
             parts = (_normalize(encode(item, accept), accept, context) for item in prediction)
             return _chunks(parts), context.response_content_type or _first_type(accept)
         result = self._step("output_fn", defaults, context, prediction, accept)
         return self._answer(result, accept, context)
+
+    def encode(self, prediction: Any, accept: str, context: InvocationContext) -> tuple[bytes, str]:
+        """output_fn of one request's prediction: the whole answer."""
+        chunks, response_type = self.encode_chunks(prediction, accept, context)
+        return b"".join(chunks), response_type
+
+    # --- dynamic batching ---------------------------------------------------------------------------------
+    def accepts_batches(self) -> bool:
+        """Whether predict_fn may get several requests' rows at once: the stack's own steps do; a user's
+        script that defines input_fn, predict_fn or output_fn must say so (`accepts_batches = True`);
+        transform_fn never (it does every step at once)."""
+        if "transform_fn" in self._hooks:
+            return False
+        return self._declares_batches() or not {"input_fn", "predict_fn", "output_fn"} & set(self._hooks)
+
+    def _declares_batches(self) -> bool:
+        module = self._code.module if self._code is not None else None
+        return getattr(module, BATCH_OPT_IN, False) is True
+
+    def runs_request_hooks(self) -> bool:
+        """Whether a user's script runs per request (any hook but loading and metrics): its code is then not
+        assumed thread-safe, and the replica runs one prediction at a time unless SERVING_MODEL_THREADS says so."""
+        return bool(set(self._hooks) - {"model_fn", "pre_model_fn", "model_warmup_fn", "autoscaling_metrics"})
+
+    def batchable(self, content_type: str | None) -> bool:
+        """Whether a request of this content type goes through decode / predict / encode (a stack with another
+        path for some types, as the tensorflow stack's TF Serving one, says no for those)."""
+        return True
+
+    def batch_rows(self, data: Any) -> Any:
+        """Decoded input as rows to merge along the first axis (a NumPy array or a torch tensor with at least one
+        axis), or None when it cannot be merged with others (a dict, a list, a DMatrix, a scalar)."""
+        return data if _rows_of(data) is not None else None
 
     def _step(self, hook: str, defaults: Mapping[str, Callable[..., Any]], context: InvocationContext, *args: Any):
         if hook in self._hooks:
@@ -224,6 +278,16 @@ def _parameter_count(function: Callable[..., Any]) -> int | None:
         return len(inspect.signature(function).parameters)
     except (TypeError, ValueError):
         return None
+
+
+def _rows_of(data: Any) -> int | None:
+    """Row count of an array or tensor with a batch axis (None for anything else)."""
+    shape = getattr(data, "shape", None)
+    if shape is None or not len(shape):
+        return None
+    if isinstance(data, np.ndarray):
+        return None if data.dtype == object else int(shape[0])
+    return int(shape[0]) if type(data).__module__.startswith("torch") else None
 
 
 def _is_stream(value: Any) -> bool:
@@ -275,4 +339,4 @@ def _is_response(value: Any) -> bool:
     )
 
 
-__all__ = ["HOOK_NAMES", "SCRIPT_HOOKS", "InvocationContext", "Runtime", "ValidationError"]
+__all__ = ["BATCH_OPT_IN", "HOOK_NAMES", "SCRIPT_HOOKS", "InvocationContext", "Runtime", "ValidationError"]

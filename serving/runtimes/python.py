@@ -26,6 +26,10 @@ class PythonRuntime(Runtime):
                 "(or a model_fn returning a callable)"
             )
 
+    def accepts_batches(self) -> bool:
+        # The user's code is all there is: it batches only when it says so (`accepts_batches = True`).
+        return "transform_fn" not in self._hooks and self._declares_batches()
+
     def model_fn(self, model_dir: Path | None) -> Any:
         return None
 

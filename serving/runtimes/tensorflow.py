@@ -132,6 +132,10 @@ class TensorFlowRuntime(TensorRuntime):
         out, out_type = self._answer_as_tfs(body, content_type, accept, context)
         return iter((out,)), out_type
 
+    def batchable(self, content_type: str | None) -> bool:
+        # Only NPY without TFS handlers takes the tensor path; everything else is TF Serving's REST contract.
+        return codecs.media_type(content_type) == codecs.NPY and self._tfs_hooks == (None, None, None)
+
     def _answer_as_tfs(
         self, body: bytes, content_type: str | None, accept: str | None, context: InvocationContext
     ) -> tuple[bytes, str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -16,6 +17,7 @@ import requests
 from serving.http.server import BackgroundServer
 from serving.model_server.app import ContainerApp
 from serving.runtimes import runtime_for
+from serving.runtimes.concurrency import BatchSettings
 from tests.unit.test_tfs_shapes import save_half_plus_three
 
 PROCESS = """
@@ -63,14 +65,14 @@ def model_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def serve(model_folder: Path, tmp_path: Path):
     servers: list[BackgroundServer] = []
 
-    def start(script: str) -> str:
+    def start(script: str, **app_settings: Any) -> str:
         folder = tmp_path / f"m{len(servers)}"
         (folder / "code").mkdir(parents=True)
         (folder / "half_plus_three").symlink_to(model_folder / "half_plus_three")
         (folder / "code" / "inference.py").write_text(script)
         runtime = runtime_for("tensorflow", folder, {})
         runtime.load()
-        server = BackgroundServer(ContainerApp(runtime, "tfs"))
+        server = BackgroundServer(ContainerApp(runtime, "tfs", **app_settings))
         assert server.wait_started()
         servers.append(server)
         return server.url
@@ -98,6 +100,17 @@ def test_container_examples_answer_as_documented(serve, script: str) -> None:
     refused = post(url, "x", "text/plain")
     assert refused.status_code == 500
     assert refused.json() == {"error": '{"error": "unsupported content type text/plain"}'}
+
+
+def test_handlers_calling_back_work_with_model_threads_and_batching(serve) -> None:
+    # The model never runs on the event loop, so a handler's context.rest_uri call is answered while
+    # every model thread is busy with handlers waiting on it.
+    from concurrent.futures import ThreadPoolExecutor
+
+    url = serve(INPUT_OUTPUT, threads=2, batching=BatchSettings(8, max_delay_s=0.05))
+    with ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(lambda x: post(url, f"{x}.0", "text/csv"), range(6)))
+    assert [a.json() for a in answers] == [{"predictions": [x / 2 + 3]} for x in range(6)]
 
 
 def test_context_carries_the_containers_fields(serve) -> None:
