@@ -302,10 +302,10 @@ def hetero_endpoint_specs(hetero: Path, working_dir_model: tuple[Path, Path]) ->
             c("classifier", "tensorflow", "hetero-tf-features"),
             c("labels", "python", "hetero-labels"),
         ]},
-        # the same chain with an ONNX classifier, handed NPY by the first container
+        # the same chain with an ONNX classifier, handed NPY by the first container, batching concurrent requests
         {"EndpointName": "it-hetero-serial-onnx", "InferenceExecutionConfig": {"Mode": "Serial"}, "Containers": [
             c("features", "sklearn", "hetero-features", Environment={"SAGEMAKER_DEFAULT_INVOCATIONS_ACCEPT": "application/x-npy"}),
-            c("classifier", "onnx", "hetero-onnx-features"),
+            c("classifier", "onnx", "hetero-onnx-features", Batching={"MaxBatchSize": 16, "MaxDelayMs": 20}),
             c("labels", "python", "hetero-labels"),
         ]},
         {"EndpointName": "it-runtime-env", "Containers": [

@@ -34,14 +34,14 @@ EXACT_SUM_SUFFIX = "_exact_sum"  # metrics_exposition puts these in place of Ray
 
 
 class _Timing:
-    """A latency histogram with an exact sum.
+    """A histogram (latency buckets unless given) with an exact sum.
 
     Ray (2.60) exports a histogram's `_sum` as count x bucket midpoint, which can be off by half a
     bucket; a counter next to it carries the true sum, swapped in by `metrics_exposition`.
     """
 
-    def __init__(self, name: str, description: str) -> None:
-        self._histogram = ray_metrics.Histogram(name, description, boundaries=list(LATENCY_BUCKETS), tag_keys=_REPLICA)
+    def __init__(self, name: str, description: str, boundaries: tuple[float, ...] = LATENCY_BUCKETS) -> None:
+        self._histogram = ray_metrics.Histogram(name, description, boundaries=list(boundaries), tag_keys=_REPLICA)
         self._sum = ray_metrics.Counter(name + EXACT_SUM_SUFFIX, f"Exact sum of {name}.", tag_keys=_REPLICA)
 
     def observe(self, seconds: float, tags: dict[str, str]) -> None:
@@ -103,11 +103,10 @@ class ReplicaMetrics(CacheObserver):
         self._gpu = ray_metrics.Gauge(
             "serving_gpu_utilization_percent", "Utilization of the GPUs assigned to the replica.", tag_keys=_REPLICA
         )
-        self._batch_size = ray_metrics.Histogram(
+        self._batch_size = _Timing(  # an exact sum: rows batched
             "serving_batch_size",
             "Rows in one dynamic batch of a container's predict_fn (Batching).",
-            boundaries=list(BATCH_SIZE_BUCKETS),
-            tag_keys=_REPLICA,
+            BATCH_SIZE_BUCKETS,
         )
         self._queue_delay = _Timing(
             "serving_batch_queue_delay_seconds",

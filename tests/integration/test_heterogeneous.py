@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 
 import boto3
 import numpy as np
@@ -128,3 +129,46 @@ def test_working_dir_and_cpu_share_reach_the_replica(server, working_dir_model) 
     assert response.status_code == 200, response.text
     assert response.json() == {"helper": "from the working dir", "cwd": str(working_dir_model[1].resolve()),
                                "cpus": "0.01"}
+
+
+def _batch_metrics(server) -> tuple[float, float]:
+    """(batches, rows) it-hetero-serial-onnx's batching classifier has reported so far."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    values = {"serving_batch_size_count": 0.0, "serving_batch_size_sum": 0.0}
+    for family in text_string_to_metric_families(server.http.get("/metrics").text):
+        for sample in family.samples:
+            if sample.name in values and sample.labels.get("endpoint") == "it-hetero-serial-onnx":
+                values[sample.name] += sample.value
+    return values["serving_batch_size_count"], values["serving_batch_size_sum"]
+
+
+def test_batching_container_answers_each_concurrent_caller_with_its_own_rows(server) -> None:
+    # it-hetero-serial-onnx's classifier batches (MaxBatchSize 16, MaxDelayMs 20): 24 callers at once, each with
+    # its own row mix, get exactly their own labels, and the replica reports fewer batches than requests.
+    import random
+    from concurrent.futures import ThreadPoolExecutor
+
+    picks = random.Random(7)
+    mixes = [[picks.randrange(3) for _ in range(picks.randint(1, 3))] for _ in range(24)]
+    rows = sum(map(len, mixes))
+    batches_before, rows_before = _batch_metrics(server)
+
+    def call(mix: list[int]):
+        return server.invoke("it-hetero-serial-onnx", json.dumps([IRIS_ROWS[i] for i in mix]))
+
+    with ThreadPoolExecutor(max_workers=24) as pool:
+        responses = list(pool.map(call, mixes))
+    for mix, response in zip(mixes, responses, strict=True):
+        assert response.status_code == 200, response.text
+        assert response.json() == {"labels": [IRIS_NAMES[i] for i in mix]}
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # the supervisor relays the events, Ray pushes them to the node's agent
+        batches, seen_rows = _batch_metrics(server)
+        if seen_rows - rows_before >= rows:
+            break
+        time.sleep(1)
+    time.sleep(8)  # one more relay and push: every batch of this test counted
+    batches, seen_rows = _batch_metrics(server)
+    assert seen_rows - rows_before >= rows, (seen_rows, rows_before, rows)
+    assert batches - batches_before < len(mixes), (batches, batches_before)  # some requests shared a batch
