@@ -9,9 +9,8 @@ the scenario started):
   fifteen    the fifteen containers of examples/fifteen.yaml (three per stack), one Direct endpoint
 
 each twice: with this runtime's settings for the embedded Ray ("ours": docs/performance.md, Idle cost), and with
-Ray's defaults for the three variables it sets (`RAY_worker_niceness=15`,
-`RAY_SERVE_METRICS_EXPORT_INTERVAL_MS=100`, `RAY_SERVE_CONTROL_LOOP_INTERVAL_S=0.1`): the baseline, measured in
-the same run. The models are trained from scikit-learn's bundled data into a temporary folder
+Ray's defaults for the two variables it sets (`RAY_worker_niceness=15`, `RAY_SERVE_METRICS_EXPORT_INTERVAL_MS=100`):
+the baseline, measured in the same run. The models are trained from scikit-learn's bundled data into a temporary folder
 (examples/train_hetero.py); every container reserves Resources.Cpus 0.1. Each scenario measures:
 
   start-up   seconds from the first deploy call to every container InService (Ray and the endpoint server are
@@ -48,11 +47,7 @@ from loadtests.harness.models import hetero_models  # noqa: E402
 from loadtests.harness.proctree import CLOCK_TICKS, parent_of, process_tree, smaps  # noqa: E402
 from loadtests.harness.results import machine_facts, package_versions, write_results, write_section  # noqa: E402
 
-RAY_DEFAULTS = {
-    "RAY_worker_niceness": "15",
-    "RAY_SERVE_METRICS_EXPORT_INTERVAL_MS": "100",
-    "RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "0.1",
-}
+RAY_DEFAULTS = {"RAY_worker_niceness": "15", "RAY_SERVE_METRICS_EXPORT_INTERVAL_MS": "100"}
 SETTINGS = {"ours": {}, "ray-defaults": RAY_DEFAULTS}
 SCENARIOS = {"one": 1, "fifteen": 15}
 SETTLE_S = 10
