@@ -76,6 +76,7 @@ from loadtests.harness.results import (  # noqa: E402
 from loadtests.harness.wrk import Case, Wrk, ensure_wrk  # noqa: E402
 from loadtests.invoke.analysis import (  # noqa: E402
     LOADS,
+    MLSERVER_VARIANTS,
     add_noise_notes,
     analyse,
     build_breakdown_text,
@@ -193,14 +194,13 @@ def main(argv: list[str] | None = None) -> int:
             raise BenchError(f"MLServer answered {status} {body[:300]!r}, expected class 0")
         load_all("MLServer", infer, MLSERVER_BODY)
         processes.stop(mlserver)
-        # Side measurement: MLServer's default `debug: true` writes an access-log line per request; without it.
-        mlserver, mlserver_url = start_mlserver(processes, mlserver_bin, paths, logs, {"debug": False})
-        meter.roles[mlserver.pid] = "mlserver"
-        infer = f"{mlserver_url}/v2/models/{MLSERVER_MODEL}/infer"
-        for load, connections in (("sequential", 1), ("c32", 32)):
-            cases.append(wrk.case("MLServer, debug off (side)", load, connections, infer, diag, args.warmup,
-                                  body=MLSERVER_BODY, headers=JSON_HEADERS))
-        processes.stop(mlserver)
+        # The same MLServer with inference in its HTTP process, and with its adaptive batching on (issue 18).
+        for system, settings, model_settings in MLSERVER_VARIANTS:
+            log(f"starting MLServer ({system}) ...")
+            mlserver, mlserver_url = start_mlserver(processes, mlserver_bin, paths, logs, settings, model_settings)
+            meter.roles[mlserver.pid] = "mlserver"
+            load_all(system, f"{mlserver_url}/v2/models/{MLSERVER_MODEL}/infer", MLSERVER_BODY)
+            processes.stop(mlserver)
 
         # --- ours
         log("starting an embedded Ray, the endpoint server and both endpoints ...")

@@ -83,7 +83,8 @@ def mlserver_versions(venv: Path) -> dict[str, str]:
 
 
 def start_mlserver(processes: Processes, binary: Path, paths: dict[str, Path], logs: Path,
-                   extra_settings: dict[str, Any] | None = None) -> tuple[subprocess.Popen, str]:
+                   extra_settings: dict[str, Any] | None = None,
+                   model_settings: dict[str, Any] | None = None) -> tuple[subprocess.Popen, str]:
     root = paths["mlserver_root"]
     http_port = free_port()
     # Default settings except where it listens (ports chosen free; loopback only) and `extra_settings`.
@@ -92,12 +93,13 @@ def start_mlserver(processes: Processes, binary: Path, paths: dict[str, Path], l
          **(extra_settings or {})}))
     (root / MLSERVER_MODEL / "model-settings.json").write_text(json.dumps({
         "name": MLSERVER_MODEL, "implementation": "mlserver_sklearn.SKLearnModel",
-        "parameters": {"uri": "./model.joblib", "version": "v1"},
+        "parameters": {"uri": "./model.joblib", "version": "v1"}, **(model_settings or {}),
     }))
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
     env["PATH"] = f"{binary.parent}:{env.get('PATH', '')}"
-    log_file = logs / ("mlserver-" + "-".join(f"{k}-{v}" for k, v in extra_settings.items()) + ".log"
-                       if extra_settings else "mlserver.log")
+    changed = {**(extra_settings or {}), **(model_settings or {})}
+    log_file = logs / ("mlserver-" + "-".join(f"{k}-{v}" for k, v in changed.items()) + ".log"
+                       if changed else "mlserver.log")
     process = processes.start([str(binary), "start", str(root)], cwd=root, env=env,
                               stdout=open(log_file, "wb"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{http_port}"

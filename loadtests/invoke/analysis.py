@@ -10,12 +10,24 @@ from typing import Any
 from loadtests.harness.cpu import OTHER, run_cpu_us
 from loadtests.harness.wrk import Case
 
-LOADS = (("sequential", 1), ("c8", 8), ("c32", 32))
+LOADS = (("sequential", 1), ("c8", 8), ("c32", 32), ("c256", 256))
+# MLServer besides its default (one inference worker process): (system, settings.json, model-settings.json changes)
+MLSERVER_VARIANTS = (
+    ("MLServer, in-process", {"parallel_workers": 0}, None),
+    ("MLServer, adaptive batching", None, {"max_batch_size": 32, "max_batch_time": 0.002}),
+)
+MLSERVERS = ("MLServer", *(variant[0] for variant in MLSERVER_VARIANTS))
+FLOOR_P50_TARGET, FLOOR_CPU_TARGET, SERIAL_HOP_TARGET = 2.0, 2.5, 0.5  # issue 18's targets against the floor
 COLLAPSE_RATIO = 0.8  # c32 below this fraction of c8 req/s counts as a throughput collapse
 
 
 def _get(cases: list[Case], system: str, load: str) -> Case | None:
     return next((c for c in cases if c.system == system and c.load == load), None)
+
+
+def server_cpu_us(case: Case) -> float:
+    """CPU per request of the server's processes: everything this run started except wrk."""
+    return sum(v for k, v in case.cpu_us_per_request.items() if k not in (OTHER, "wrk (load generator)"))
 
 
 def analyse(cases: list[Case]) -> dict[str, Any]:
@@ -26,7 +38,7 @@ def analyse(cases: list[Case]) -> dict[str, Any]:
     F, M, D, S, C, P = "floor", "MLServer", "ours: direct", "ours: serial (3 containers)", \
         "ours: container data port", "ours: gateway GET /ping"
     out: dict[str, Any] = {"ratios": [], "targets": {}}
-    for system in (C, D, S, M):
+    for system in (C, D, S, *MLSERVERS):
         for load, _ in LOADS:
             case, floor, peer = _get(cases, system, load), _get(cases, F, load), _get(cases, M, load)
             if not ok(case):
@@ -38,22 +50,44 @@ def analyse(cases: list[Case]) -> dict[str, Any]:
             if ok(peer) and system != M:
                 row["p50_vs_mlserver"] = round(case.p50_ms / peer.p50_ms, 2)
                 row["rps_vs_mlserver"] = round(case.rps / peer.rps, 2)
+            for variant, key in zip(MLSERVERS[1:], ("mlserver_inprocess", "mlserver_batching")):
+                other = _get(cases, variant, load)
+                if ok(other) and system not in MLSERVERS:
+                    row[f"p50_vs_{key}"] = round(case.p50_ms / other.p50_ms, 2)
+                    row[f"rps_vs_{key}"] = round(case.rps / other.rps, 2)
             out["ratios"].append(row)
 
-    # 1. direct ahead of MLServer in latency (sequential p50 and p99) and throughput (c8, c32)
-    d_seq, m_seq = _get(cases, D, "sequential"), _get(cases, M, "sequential")
+    # 1. direct ahead of every MLServer configuration: sequential p50 and p99, req/s at every concurrency
     checks, details = [], []
-    if ok(d_seq) and ok(m_seq):
-        for q in ("p50_ms", "p99_ms"):
-            checks.append(getattr(d_seq, q) < getattr(m_seq, q))
-            details.append(f"sequential {q[:3]} {getattr(d_seq, q):.3f} vs {getattr(m_seq, q):.3f} ms")
-    for load in ("c8", "c32"):
-        d, m = _get(cases, D, load), _get(cases, M, load)
-        if ok(d) and ok(m):
-            checks.append(d.rps > m.rps)
-            details.append(f"{load} {d.rps:.0f} vs {m.rps:.0f} req/s")
-    out["targets"]["direct ahead of MLServer (latency and throughput)"] = {
-        "met": all(checks) if len(checks) == 4 else None, "detail": "; ".join(details)}
+    for peer_name in MLSERVERS:
+        for load, _ in LOADS:
+            d, m = _get(cases, D, load), _get(cases, peer_name, load)
+            if not (ok(d) and ok(m)):
+                checks.append(None)
+                continue
+            if load == "sequential":
+                for q in ("p50_ms", "p99_ms"):
+                    checks.append(getattr(d, q) < getattr(m, q))
+                    details.append(f"{peer_name} sequential {q[:3]} {getattr(d, q):.3f} vs {getattr(m, q):.3f} ms")
+            else:
+                checks.append(d.rps > m.rps)
+                details.append(f"{peer_name} {load} {d.rps:.0f} vs {m.rps:.0f} req/s")
+    out["targets"]["direct ahead of MLServer (default, in-process, adaptive batching) in every row"] = {
+        "met": None if None in checks else all(checks), "detail": "; ".join(details)}
+
+    # 1b. direct against the floor: sequential p50 and the servers' CPU per request at c32 (wrk and others excluded)
+    floor_seq, d_seq = _get(cases, F, "sequential"), _get(cases, D, "sequential")
+    floor_c32, d_c32 = _get(cases, F, "c32"), _get(cases, D, "c32")
+    if all(ok(c) for c in (floor_seq, d_seq, floor_c32, d_c32)):
+        p50_ratio = d_seq.p50_ms / floor_seq.p50_ms
+        ours_cpu, floor_cpu = server_cpu_us(d_c32), server_cpu_us(floor_c32)
+        cpu_ratio = ours_cpu / floor_cpu if floor_cpu else float("inf")
+        out["floor"] = {"p50_ratio": round(p50_ratio, 2), "cpu_ratio": round(cpu_ratio, 2),
+                        "ours_cpu_us": round(ours_cpu), "floor_cpu_us": round(floor_cpu)}
+        out["targets"][f"direct p50 ≤ {FLOOR_P50_TARGET:g}× and CPU per request ≤ {FLOOR_CPU_TARGET:g}× the floor"] = {
+            "met": p50_ratio <= FLOOR_P50_TARGET and cpu_ratio <= FLOOR_CPU_TARGET,
+            "detail": f"sequential p50 {d_seq.p50_ms:.3f} vs {floor_seq.p50_ms:.3f} ms = {p50_ratio:.2f}×; server CPU "
+                      f"per request at c32 {ours_cpu:.0f} vs {floor_cpu:.0f} µs = {cpu_ratio:.2f}×"}
 
     # 2. serial: each container adds at most one hop's cost (beyond its own work)
     s_seq, p_seq, c_seq = _get(cases, S, "sequential"), _get(cases, P, "sequential"), _get(cases, C, "sequential")
@@ -81,6 +115,18 @@ def analyse(cases: list[Case]) -> dict[str, Any]:
                       f"the direct path (direct {d_seq.p50_ms:.3f} − ping {p_seq.p50_ms:.3f} − container port "
                       f"{c_seq.p50_ms:.3f}) = {hop:.3f} ms; gross: (serial − direct) / 2 = {gross_added:.3f} ms vs "
                       f"direct − ping = {gross_hop:.3f} ms (sequential p50)"}
+        if ok(floor_seq):
+            # Issue 18: what each container beyond the first adds, net of its own work, against what one direct
+            # call adds over the floor (the whole per-call overhead of our path: gateway, hop, container app).
+            extra = ((s_seq.p50_ms - work) - (d_seq.p50_ms - c_seq.p50_ms)) / 2
+            overhead = d_seq.p50_ms - floor_seq.p50_ms
+            out["hop"].update({"extra_container_ms": round(extra, 3), "direct_over_floor_ms": round(overhead, 3)})
+            out["targets"][f"each extra serial container adds ≤ {SERIAL_HOP_TARGET:g}× a direct call's overhead"] = {
+                "met": overhead > 0 and extra <= SERIAL_HOP_TARGET * overhead,
+                "detail": f"((serial {s_seq.p50_ms:.3f} − Σ container ports {work:.3f}) − (direct {d_seq.p50_ms:.3f} − "
+                          f"its container port {c_seq.p50_ms:.3f})) / 2 = {extra:.3f} ms per extra container vs direct "
+                          f"− floor {floor_seq.p50_ms:.3f} = {overhead:.3f} ms: "
+                          f"{extra / overhead if overhead > 0 else float('inf'):.2f}× (sequential p50)"}
     else:
         out["targets"]["serial adds at most one hop per container"] = {"met": None, "detail": "cases missing or flagged"}
 

@@ -46,21 +46,27 @@ describes; rerun it to refresh the numbers (`--write-docs` rewrites this part on
     uvloop, no access log) calling `predict` in-process; the same JSON as ours.
   - *MLServer* with `mlserver-sklearn`, default settings (one inference worker process
     behind the HTTP process; `debug` on, which writes an access-log line per request),
-    in its own virtual environment (`.bench/mlserver-venv`).
+    in its own virtual environment (`.bench/mlserver-venv`); then the same MLServer
+    *in-process* (`parallel_workers: 0`: inference in its HTTP process) and with its
+    *adaptive batching* on (`max_batch_size: 32`, `max_batch_time: 0.002`).
   - *ours*: an embedded Ray, the endpoint server (the `serving-gateway` replica) and two
     endpoints: Direct with one sklearn container, and the Serial chain of
     `examples/serial.yaml` (preprocess → classifier → labels). Measured through the
     gateway (`POST /endpoints/{name}/invocations`) and, to split gateway from container,
     at the direct container's own data port (`POST /invocations`, found in the registry).
 - **Load**: wrk, one thread. *sequential*: 1 connection (`-t1 -c1 --latency`), latency
-  percentiles; *c8*, *c32*: 8 and 32 keep-alive connections, throughput. Every case runs
+  percentiles; *c8*, *c32*, *c256*: 8, 32 and 256 keep-alive connections, throughput. Every case runs
   after a warm-up at the same concurrency. A case with any error (non-2xx, timeouts,
   socket errors) is flagged and left out of every verdict.
 - **CPU per request**: the CPU time each process group used during a case (from
   `/proc/*/stat`) divided by the requests it completed. On a 2-core machine the servers,
   wrk and Ray's own processes share the same cores, so this shows where throughput goes.
-- **Targets** (from the issue): (1) direct invocation ahead of MLServer in latency
-  (sequential p50 and p99) and in throughput (c8 and c32); (2) a 3-container serial chain
+- **Targets** (from issues 7 and 18): (1) direct invocation ahead of MLServer (default,
+  in-process and with adaptive batching) in latency (sequential p50 and p99) and in
+  throughput (c8, c32, c256); (1b) direct sequential p50 at most 2× the floor's and the
+  servers' CPU per request at c32 (wrk excluded) at most 2.5× the floor's; (1c) each serial
+  container beyond the first adding, net of its own work (its data port measured alone), at
+  most 0.5× what one direct call adds over the floor; (2) a 3-container serial chain
   adding at most one hop's cost per container: per container of the chain, the latency the
   gateway adds beyond answering HTTP (`GET /ping`) and beyond that container's own time (its
   data port measured alone) must not exceed the same quantity on the direct path; (3) no
@@ -140,11 +146,14 @@ def render_docs(report: dict[str, Any]) -> str:
         lines += ["", "Warm-up errors (not counted): " + "; ".join(f"{c.system} {c.load}: {c.warmup_errors}" for c in warm)]
     lines += ["", "### Ratios (same run)", "",
               "p50 ratio > 1 means slower; req/s ratio > 1 means more throughput.", "",
-              "| system | load | p50 vs floor | req/s vs floor | p50 vs MLServer | req/s vs MLServer |",
-              "|---|---|---|---|---|---|"]
+              "| system | load | p50 vs floor | req/s vs floor | p50 vs MLServer | req/s vs MLServer | "
+              "p50 vs MLServer in-process | req/s vs MLServer in-process | p50 vs MLServer batching | "
+              "req/s vs MLServer batching |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for row in analysis["ratios"]:
-        cells = [f"{row[k]:.2f}×" if k in row else "–" for k in ("p50_vs_floor", "rps_vs_floor", "p50_vs_mlserver",
-                                                                 "rps_vs_mlserver")]
+        cells = [f"{row[k]:.2f}×" if k in row else "–" for k in (
+            "p50_vs_floor", "rps_vs_floor", "p50_vs_mlserver", "rps_vs_mlserver", "p50_vs_mlserver_inprocess",
+            "rps_vs_mlserver_inprocess", "p50_vs_mlserver_batching", "rps_vs_mlserver_batching")]
         lines.append(f"| {row['system']} | {row['load']} | " + " | ".join(cells) + " |")
     lines += ["", "### Targets", "", "| target | met | measured |", "|---|---|---|"]
     for name, verdict in analysis["targets"].items():
