@@ -16,7 +16,8 @@ import yaml
 from serving.config.spec import parse_spec
 from serving.settings import ServerSettings
 
-READY_TIMEOUT_S = 420  # ~60 replicas, TensorFlow and PyTorch ones among them, start on 2 shared CPUs
+READY_TIMEOUT_S = 720  # ~60 replicas, TensorFlow and PyTorch ones among them, start on 2 shared CPUs (a fresh
+# clone on this 2-core VM once needed more than 420 s: ~47 replicas came up in 7 minutes, about 9 s each)
 
 
 def pytest_collection_modifyitems(items):
