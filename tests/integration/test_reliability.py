@@ -241,12 +241,15 @@ def test_the_gateway_killed_under_load_comes_back_and_retrying_clients_lose_noth
     from botocore.config import Config
 
     local = threading.local()  # a client per thread: boto3's retry quota is per client, as for separate callers
+    # Standard mode backs off from 50 ms on connection errors (botocore 1.44: rand x 0.05 s x 2^i, at most 20 s),
+    # so 10 attempts may all fall inside the restart window (~5-7 s here; a fresh clone's run lost one call that
+    # way); 15 attempts span tens of seconds, which is what a caller riding out a gateway restart needs.
 
     def send() -> int:
         if not hasattr(local, "runtime"):
             local.runtime = boto3.client("sagemaker-runtime", endpoint_url=server.url, region_name="us-east-1",
                                          aws_access_key_id="x", aws_secret_access_key="x",
-                                         config=Config(retries={"mode": "standard", "max_attempts": 10}, connect_timeout=5))
+                                         config=Config(retries={"mode": "standard", "max_attempts": 15}, connect_timeout=5))
         response = local.runtime.invoke_endpoint(EndpointName="it-chaos", TargetContainerHostname="solo",
                                            ContentType="application/json", Body=b'{"x": 1}')
         return response["ResponseMetadata"]["HTTPStatusCode"]
