@@ -35,9 +35,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from loadtests.batching.over_http import WIDTHS, build_models  # noqa: E402
 from loadtests.harness.results import machine_facts, write_results, write_section  # noqa: E402
 
-WIDTHS = [256, 1024, 1024, 10]
 CASES = [  # (label, threads, max batch size or None, max delay ms)
     ("1 thread, no batching", 1, None, 0.0),
     ("2 threads, no batching", 2, None, 0.0),
@@ -45,18 +45,6 @@ CASES = [  # (label, threads, max batch size or None, max delay ms)
     ("1 thread, MaxBatchSize 32, MaxDelayMs 2", 1, 32, 2.0),
     ("2 threads, MaxBatchSize 32, MaxDelayMs 2", 2, 32, 2.0),
 ]
-
-
-def build_model(folder: Path) -> Path:
-    import torch
-
-    torch.manual_seed(0)
-    layers: list[Any] = []
-    for a, b in zip(WIDTHS, WIDTHS[1:]):
-        layers += [torch.nn.Linear(a, b), torch.nn.ReLU()]
-    folder.mkdir(parents=True, exist_ok=True)
-    torch.jit.script(torch.nn.Sequential(*layers[:-1]).eval()).save(str(folder / "model.pt"))
-    return folder
 
 
 async def drive(app: Any, body: bytes, clients: int, seconds: float) -> list[float]:
@@ -86,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     from serving.runtimes.concurrency import BatchSettings
 
     with tempfile.TemporaryDirectory() as scratch:
-        runtime = runtime_for("pytorch", build_model(Path(scratch) / "mlp"), {"SERVING_CPUS": str(args.cpus)})
+        runtime = runtime_for("pytorch", build_models(Path(scratch) / "mlp")["torch"], {"SERVING_CPUS": str(args.cpus)})
         runtime.load()
         buffer = io.BytesIO()
         np.save(buffer, np.random.default_rng(0).standard_normal((1, WIDTHS[0])).astype(np.float32))

@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         load_all("MLServer", infer, MLSERVER_BODY)
         processes.stop(mlserver)
         # The same MLServer with inference in its HTTP process, and with its adaptive batching on (issue 18).
-        for system, settings, model_settings in MLSERVER_VARIANTS:
+        for system, _, settings, model_settings in MLSERVER_VARIANTS:
             log(f"starting MLServer ({system}) ...")
             mlserver, mlserver_url = start_mlserver(processes, mlserver_bin, paths, logs, settings, model_settings)
             meter.roles[mlserver.pid] = "mlserver"

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from loadtests.harness.processes import BenchError, Processes, free_port, http, log, wait_until
-from loadtests.harness.servers import _CHILD
+from loadtests.harness.servers import CHILD_SCRIPT
 from loadtests.harness.wrk import Case, Wrk
 
 WIDTHS = [256, 1024, 1024, 10]  # 1.32 M parameters
@@ -124,7 +124,7 @@ def start_mlserver(processes: Processes, binary: Path, models: dict[str, Path], 
 def start_ours(processes: Processes, models: dict[str, Path], logs: Path) -> tuple[subprocess.Popen, str]:
     """Our endpoint server with the four endpoints, in a child process with its own embedded Ray."""
     options = json.dumps({"specs": our_specs(models), "num_cpus": 4 * CPUS + 2, "ready_timeout_s": 300})
-    process = processes.start([sys.executable, "-c", _CHILD, options], stdin=subprocess.PIPE,
+    process = processes.start([sys.executable, "-c", CHILD_SCRIPT, options], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=open(logs / "ours.log", "wb"), text=True)
     url = process.stdout.readline().strip()
     if not url.startswith("http"):

@@ -12,7 +12,8 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-_CHILD = """
+# A child process serving specs on its own embedded Ray: prints its URL, stops when stdin closes.
+CHILD_SCRIPT = """
 import json, sys
 from serving.config.spec import parse_spec
 from serving.ray_wing import EmbeddedServer
@@ -30,7 +31,7 @@ with EmbeddedServer(specs, ServerSettings(port=0), num_cpus=options["num_cpus"],
 def embedded_endpoint(*specs: dict[str, Any], num_cpus: int = 2, ready_timeout_s: float = 300.0) -> Iterator[str]:
     """The endpoint server's base URL while `specs` are served by a child process; it all stops when the block ends."""
     options = json.dumps({"specs": list(specs), "num_cpus": num_cpus, "ready_timeout_s": ready_timeout_s})
-    server = subprocess.Popen([sys.executable, "-c", _CHILD, options], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    server = subprocess.Popen([sys.executable, "-c", CHILD_SCRIPT, options], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               text=True)
     try:
         url = server.stdout.readline().strip()  # the child exits (and this reads "") if it cannot get ready

@@ -11,10 +11,11 @@ from loadtests.harness.cpu import OTHER, run_cpu_us
 from loadtests.harness.wrk import Case
 
 LOADS = (("sequential", 1), ("c8", 8), ("c32", 32), ("c256", 256))
-# MLServer besides its default (one inference worker process): (system, settings.json, model-settings.json changes)
+# MLServer besides its default (one inference worker process):
+# (system, ratio key, settings.json changes, model-settings.json changes)
 MLSERVER_VARIANTS = (
-    ("MLServer, in-process", {"parallel_workers": 0}, None),
-    ("MLServer, adaptive batching", None, {"max_batch_size": 32, "max_batch_time": 0.002}),
+    ("MLServer, in-process", "mlserver_inprocess", {"parallel_workers": 0}, None),
+    ("MLServer, adaptive batching", "mlserver_batching", None, {"max_batch_size": 32, "max_batch_time": 0.002}),
 )
 MLSERVERS = ("MLServer", *(variant[0] for variant in MLSERVER_VARIANTS))
 FLOOR_P50_TARGET, FLOOR_CPU_TARGET, SERIAL_HOP_TARGET = 2.0, 2.5, 0.5  # issue 18's targets against the floor
@@ -50,7 +51,7 @@ def analyse(cases: list[Case]) -> dict[str, Any]:
             if ok(peer) and system != M:
                 row["p50_vs_mlserver"] = round(case.p50_ms / peer.p50_ms, 2)
                 row["rps_vs_mlserver"] = round(case.rps / peer.rps, 2)
-            for variant, key in zip(MLSERVERS[1:], ("mlserver_inprocess", "mlserver_batching")):
+            for variant, key, _, _ in MLSERVER_VARIANTS:
                 other = _get(cases, variant, load)
                 if ok(other) and system not in MLSERVERS:
                     row[f"p50_vs_{key}"] = round(case.p50_ms / other.p50_ms, 2)
