@@ -123,7 +123,9 @@ def child_environment(config: ContainerConfig, scratch: str) -> dict[str, str]:
     passed = {key: value for key, value in os.environ.items() if key in _PASSED_ENV or key.startswith(_PASSED_PREFIXES)}
     # joblib's process pools need POSIX semaphores in /dev/shm, which the sandbox keeps from it: say so
     # up front rather than have it warn on every import (scikit-learn then predicts in one process).
-    defaults = {"JOBLIB_MULTIPROCESSING": "0"}
+    # OpenMP's threads (PyTorch's intra-op pool, XGBoost, scikit-learn) sleep when out of work instead of spinning
+    # for it: a spinning pool takes the cores the replica's other requests and the node's other containers need.
+    defaults = {"JOBLIB_MULTIPROCESSING": "0", "OMP_WAIT_POLICY": "PASSIVE"}
     return {
         **passed,
         **defaults,

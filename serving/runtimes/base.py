@@ -66,6 +66,7 @@ class Runtime:
         self._hooks: dict[str, Callable[..., Any]] = {}
         self._arity: dict[str, int | None] = {}
         self._code: UserCode | None = None
+        self._code_loaded = False
         self.model: Any = None
         self.load_context = InvocationContext()
 
@@ -108,11 +109,7 @@ class Runtime:
         self.load_context = InvocationContext(
             system_properties=system_properties(model_dir, gpus, self.model_name), model_name=self.model_name
         )
-        self._code = load_user_code(
-            self.model_dir, self.environment.get(PROGRAM_ENV), self.environment.get(SUBMIT_DIRECTORY_ENV)
-        )
-        self._hooks = self._code.hooks if self._code is not None else {}
-        self._arity = {name: _parameter_count(function) for name, function in self._hooks.items()}  # once, not per call
+        self.load_code()
         try:
             self._check_hooks()
             self._check_requirements()
@@ -127,6 +124,24 @@ class Runtime:
         except BaseException:
             self.unload()  # a failed load keeps none of the model's modules
             raise
+
+    def load_code(self) -> None:
+        """Import the user's script, if any, once: which hooks it has decides how many predictions run at once,
+        which a stack needs to know before its framework starts (`prediction_threads`)."""
+        if self._code_loaded:
+            return
+        self._code = load_user_code(
+            self.model_dir, self.environment.get(PROGRAM_ENV), self.environment.get(SUBMIT_DIRECTORY_ENV)
+        )
+        self._hooks = self._code.hooks if self._code is not None else {}
+        self._arity = {name: _parameter_count(function) for name, function in self._hooks.items()}  # once, not per call
+        self._code_loaded = True
+
+    def prediction_threads(self) -> int:
+        """Predictions this container runs at once (`concurrency.model_threads`), once its script is loaded."""
+        from serving.runtimes.concurrency import model_threads
+
+        return model_threads(self.name, self.environment, scripted=self.runs_request_hooks())
 
     def _check_requirements(self) -> None:
         """Refuse to start when the script's requirements.txt lists what this environment lacks: SageMaker
@@ -156,6 +171,7 @@ class Runtime:
         """Drop the model, its hooks and its code's modules (MultiModel eviction)."""
         self.model = None
         self._hooks = {}
+        self._code_loaded = False
         if self._code is not None:
             self._code.unload()
             self._code = None

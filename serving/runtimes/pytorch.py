@@ -72,7 +72,8 @@ class PyTorchRuntime(TensorRuntime):
     def load(self) -> None:
         import torch
 
-        threads = cpu_threads(self.environment)
+        self.load_code()  # its hooks decide the model threads, hence the intra-op threads of each
+        threads = cpu_threads(self.environment, self.prediction_threads())
         if threads is not None:
             torch.set_num_threads(threads)
             try:

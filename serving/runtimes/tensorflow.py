@@ -79,7 +79,8 @@ class TensorFlowRuntime(TensorRuntime):
     def load(self) -> None:
         import tensorflow as tf
 
-        threads = cpu_threads(self.environment)
+        self.load_code()  # its hooks decide the model threads, hence the intra-op threads of each
+        threads = cpu_threads(self.environment, self.prediction_threads())
         try:
             if threads is not None:
                 tf.config.threading.set_intra_op_parallelism_threads(threads)

@@ -105,7 +105,7 @@ class XGBoostRuntime(Runtime):
                     "XGBoost 2 (Booster.load_model, then save_model to a .ubj name)"
                 ) from None
             booster = self._unpickle(path, raw)
-        threads = cpu_threads(self.environment)
+        threads = cpu_threads(self.environment, self.prediction_threads())
         if threads is not None:
             booster.set_param("nthread", str(threads))
         logger.info("loaded XGBoost booster %s (%d features)", path, booster.num_features())

@@ -433,6 +433,17 @@ def test_threads_follow_the_cpu_share(environment: dict[str, str], threads: int 
     assert cpu_threads(environment) == threads
 
 
+@pytest.mark.parametrize(
+    ("environment", "predictions", "threads"),
+    [({"SERVING_CPUS": "2"}, 2, 1), ({"SERVING_CPUS": "4"}, 2, 2), ({"SERVING_CPUS": "1"}, 4, 1),
+     ({"SERVING_CPUS": "2", "SERVING_NUM_THREADS": "3"}, 2, 3), ({}, 2, None)],
+)
+def test_concurrent_predictions_share_the_cpus(environment: dict[str, str], predictions: int,
+                                               threads: int | None) -> None:
+    # Model threads times intra-op threads stay within the reservation (an explicit SERVING_NUM_THREADS wins).
+    assert cpu_threads(environment, predictions) == threads
+
+
 def test_bad_thread_override_is_refused() -> None:
     with pytest.raises(ValueError, match="SERVING_NUM_THREADS"):
         cpu_threads({"SERVING_NUM_THREADS": "0"})
@@ -471,6 +482,35 @@ def test_onnx_provider_choice(gpus: str, available: list[str], chosen: list[str]
 
     runtime = runtime_for("onnx", None, {"SERVING_GPUS": gpus})
     assert runtime.providers(FakeOrt) == chosen
+
+
+def test_onnx_threads_sleep_between_calls(hetero_models: Path) -> None:
+    runtime = runtime_for("onnx", hetero_models / "hetero-onnx-iris", {"SERVING_CPUS": "4"})
+    runtime.load()
+    options = runtime.model.get_session_options()
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    assert options.intra_op_num_threads == 1  # 4 model threads (it releases the GIL), one core each
+
+
+@pytest.mark.parametrize(("script", "torch_threads"), [(None, 1), (OWN_PREDICT, 2)], ids=["no script", "predict_fn"])
+def test_pytorch_intra_op_threads_follow_the_model_threads(hetero_models: Path, tmp_path: Path, script: str | None,
+                                                           torch_threads: int) -> None:
+    # Cpus 2: two model threads of one intra-op thread each; a script's predict_fn (not assumed thread-safe) runs
+    # one prediction at a time, which then gets both cores.
+    import torch
+
+    folder = copy_model(hetero_models, "hetero-iris-torchscript", tmp_path / "m")
+    if script is not None:
+        (folder / "code").mkdir()
+        (folder / "code" / "inference.py").write_text(script)
+    before = torch.get_num_threads()
+    try:
+        runtime = runtime_for("pytorch", folder, {"SERVING_CPUS": "2"})
+        runtime.load()
+        assert runtime.prediction_threads() == 2 // torch_threads
+        assert torch.get_num_threads() == torch_threads
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_pytorch_sets_threads_from_the_cpu_share(hetero_models: Path) -> None:

@@ -261,9 +261,13 @@ def test_model_tar_gz_as_the_algorithm_writes_it(boosters, tmp_path):
     assert invoke(runtime, csv_rows(x[:2]), "text/csv")[0] == csv_answer(booster.predict(xgboost.DMatrix(x[:2])))
 
 
-def test_threads_follow_the_cpu_share(boosters):
-    runtime = loaded(boosters["binary"][2], SERVING_CPUS="2.5")
-    assert json.loads(runtime.model.save_config())["learner"]["generic_param"]["nthread"] == "2"
+@pytest.mark.parametrize(("model_threads", "nthread"), [(None, "1"), ("1", "2")])
+def test_threads_follow_the_cpu_share(boosters, model_threads, nthread):
+    # Cpus 2.5: three model threads (Booster.predict releases the GIL) of one thread each, or, with one model
+    # thread, the two whole cores for it.
+    settings = {"SERVING_CPUS": "2.5"} | ({"SERVING_MODEL_THREADS": model_threads} if model_threads else {})
+    runtime = loaded(boosters["binary"][2], **settings)
+    assert json.loads(runtime.model.save_config())["learner"]["generic_param"]["nthread"] == nthread
 
 
 def test_kfold_models_are_an_ensemble(tmp_path):
