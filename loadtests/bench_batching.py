@@ -36,6 +36,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from loadtests.batching.over_http import WIDTHS, build_models  # noqa: E402
+from loadtests.harness.cpu import OTHER  # noqa: E402
 from loadtests.harness.results import machine_facts, write_results, write_section  # noqa: E402
 
 CASES = [  # (label, threads, max batch size or None, max delay ms)
@@ -124,6 +125,7 @@ def run_http(args: argparse.Namespace) -> int:
 
     install_interrupts()
     work = Path(tempfile.mkdtemp(prefix="bench-batching-"))
+    machine = machine_facts()  # the load average before the run
     processes = Processes()
     try:
         wrk = Wrk(ensure_wrk(), work, CpuMeter(), quiet_wait=args.wait_quiet, retries=args.retries)
@@ -137,7 +139,7 @@ def run_http(args: argparse.Namespace) -> int:
 
     report = {
         "command": command_line(__file__),
-        "machine": machine_facts(),
+        "machine": machine,
         "versions": our_versions() | {"torch": torch.__version__},
         "mlserver_versions": mlserver_versions(args.mlserver_venv),
         "widths": over_http.WIDTHS,
@@ -149,6 +151,7 @@ def run_http(args: argparse.Namespace) -> int:
         "warmup_s": args.warmup,
         "cases": [asdict(case) for case in measured["cases"]],
         "ratios": over_http.ratios(measured["cases"]),
+        "model_cost": measured["model_cost"],
         "load_average_at_end": " ".join(Path("/proc/loadavg").read_text().split()[:3]),
     }
     write_results(Path(args.out) / "bench_batching.json", report)
@@ -156,6 +159,22 @@ def run_http(args: argparse.Namespace) -> int:
     if args.write_docs:
         write_section(ROOT / "docs" / "performance.md", "bench_batching", render(report))
     return 0
+
+
+def server_cpu_us(per_request: dict[str, float]) -> float:
+    """CPU per request of the server's processes (all of them, Ray's included): not wrk, this driver or others."""
+    skip = (OTHER, "wrk (load generator)", "bench driver (also the Ray driver)")
+    return sum(value for name, value in per_request.items() if name not in skip)
+
+
+def model_cpu_us(case: dict[str, Any]) -> float:
+    """CPU per request of the process that runs the model: our container process, MLServer's inference worker."""
+    system, model = case["system"].split(" ", 1)
+    if system == "MLServer":
+        return case["cpu_us_per_request"].get("mlserver: inference worker", 0.0)
+    # "container mlp (APP)", APP being the endpoint's Serve application: "bench-torch.mlp.<hash>"
+    return sum(value for name, value in case["cpu_us_per_request"].items()
+               if name.startswith(f"container mlp ({model}.") and name.endswith(")"))
 
 
 def render_http(report: dict[str, Any]) -> str:
@@ -170,23 +189,45 @@ def render_http(report: dict[str, Any]) -> str:
         f"{report['warmup_s']:g} s warm-up. Batched = `Batching: {{MaxBatchSize: {report['max_batch_size']}, "
         f"MaxDelayMs: {report['max_delay_ms']:g}}}` (ours) and `max_batch_size: {report['max_batch_size']}, "
         f"max_batch_time: {report['max_delay_ms'] / 1000:g}` (MLServer's adaptive batching). Ours: each endpoint one "
-        f"container with `Resources.Cpus: {report['cpus']}` ({report['cpus']} model threads, {report['cpus']} intra-op "
-        f"threads); MLServer {peer.get('mlserver')}: default settings (one inference worker process), a custom "
-        f"runtime per framework (`loadtests/batching/mlserver_runtime.py`) with {report['cpus']} intra-op threads. "
+        f"container with `Resources.Cpus: {report['cpus']}` ({report['cpus']} model threads of one intra-op thread "
+        f"each; ONNX Runtime not spinning, `OMP_WAIT_POLICY=PASSIVE`); MLServer {peer.get('mlserver')}: default settings (one inference worker process), a custom "
+        f"runtime per framework (`loadtests/batching/mlserver_runtime.py`) with {report['cpus']} intra-op threads, the "
+        f"same spinning and OpenMP settings. "
         f"Machine: {machine['nproc']} cores ({machine['cpu_model']}), torch {versions['torch']}; load average at the "
         f"start {machine['loadavg_at_start']}, at the end {report['load_average_at_end']}.",
         "",
-        "| system | model | req/s | p50 ms | p99 ms | CPU µs/request (server) | errors | other cores |",
-        "|---|---|---|---|---|---|---|---|",
+        "| system | model | req/s | p50 ms | p99 ms | server CPU µs/request | of it, the model's process | errors "
+        "| other cores |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for case in report["cases"]:
         system, model = case["system"].split(" ", 1)
-        server = sum(v for k, v in case["cpu_us_per_request"].items() if k in ("ours", "mlserver"))
+        server = server_cpu_us(case["cpu_us_per_request"])
         errors = sum(case["errors"].values()) if case["errors"] else 0
         lines.append(f"| {system} | {model} | {case['rps']:,.0f} | {case['p50_ms']:.2f} | {case['p99_ms']:.2f} | "
-                     f"{server:,.0f} | {errors} | {case['other_cores']:.2f} |")
+                     f"{server:,.0f} | {model_cpu_us(case):,.0f} | {errors} | {case['other_cores']:.2f} |")
     lines += ["", "| ratio (same run, req/s) | value |", "|---|---|"]
     lines += [f"| {name} | {value:.2f}× |" for name, value in report["ratios"].items()]
+    cost = report.get("model_cost")
+    if cost:
+        lines += ["", "Why batching gains what it gains here, from the same run: on a CPU-bound machine req/s is cores / "
+                  "CPU per request, so 3× the unbatched req/s needs a batched request to cost at most a third of an "
+                  "unbatched one's CPU, all processes together. Batching shrinks only the model process's share "
+                  "(the model alone, in the benchmark's process with one intra-op thread, is the last column); the "
+                  "gateway's per-request work (HTTP in and out, routing, the signed hop) stays.", "",
+                  "| model | server CPU µs/request, unbatched | batched | of it the gateway, batched | 3× needs at most "
+                  f"| the model alone, µs/row: 1-row calls / {report['max_batch_size']}-row batches |",
+                  "|---|---|---|---|---|---|"]
+        for kind, per_row in cost.items():
+            plain = next((c for c in report["cases"] if c["system"] == f"ours bench-{kind}"), None)
+            batched = next((c for c in report["cases"] if c["system"] == f"ours bench-{kind}-batched"), None)
+            if plain is None or batched is None:
+                continue
+            whole, merged = server_cpu_us(plain["cpu_us_per_request"]), server_cpu_us(batched["cpu_us_per_request"])
+            gateway = batched["cpu_us_per_request"].get("gateway replica", 0.0)
+            in_batch = per_row[f"rows_{report['max_batch_size']}"]
+            lines.append(f"| {kind} | {whole:,.0f} | {merged:,.0f} | {gateway:,.0f} | {whole / 3:,.0f} | "
+                         f"{per_row['rows_1']:,.0f} / {in_batch:,.0f} |")
     return "\n".join(lines)
 
 

@@ -94,17 +94,23 @@ def _cpu_seconds() -> dict[int, tuple[str, float]]:
     return seen
 
 
+def cpu_by_role(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]) -> dict[str, float]:
+    """CPU seconds between two readings, by role (a process that started meanwhile counts whole; one that ended
+    meanwhile is not seen)."""
+    seconds: dict[str, float] = {}
+    for pid, (name, used) in after.items():
+        seconds[name] = seconds.get(name, 0.0) + used - before.get(pid, (name, 0.0))[1]
+    return dict(sorted(seconds.items(), key=lambda item: -item[1]))
+
+
 def idle_by_role(window: float) -> dict[str, float]:
-    """Cores used on average over `window` seconds, by role (a process that started meanwhile counts whole)."""
+    """Cores used on average over `window` seconds, by role."""
     before = _cpu_seconds()
     started = time.monotonic()
     time.sleep(window)
-    after = _cpu_seconds()
+    used = cpu_by_role(before, _cpu_seconds())
     elapsed = time.monotonic() - started
-    cores: dict[str, float] = {}
-    for pid, (name, seconds) in after.items():
-        cores[name] = cores.get(name, 0.0) + (seconds - before.get(pid, (name, 0.0))[1]) / elapsed
-    return dict(sorted(cores.items(), key=lambda item: -item[1]))
+    return {name: seconds / elapsed for name, seconds in used.items()}
 
 
 def run_scenario(scenario: str, models: Path, window: float) -> dict[str, Any]:
@@ -118,18 +124,21 @@ def run_scenario(scenario: str, models: Path, window: float) -> dict[str, Any]:
     started = time.monotonic()
     with in_process(num_cpus=2, ready_timeout_s=READY_TIMEOUT_S, invocation_timeout_s=60.0) as server:
         server_s = time.monotonic() - started
+        cpu_before = _cpu_seconds()
         deploy_started = time.monotonic()
         server.deploy(parse_spec(document))
         readiness = server.wait_ready()
         if not readiness.ready:
             raise RuntimeError(readiness.explain())
         startup_s = time.monotonic() - deploy_started
+        startup_cpu = cpu_by_role(cpu_before, _cpu_seconds())
         answered = _check_answers(server.url, targets, expected)
         time.sleep(SETTLE_S)
         pss = sum((smaps(pid) or {"pss": 0})["pss"] for pid in process_tree())
         cores = idle_by_role(window)
         return {"containers": len(containers), "answered": answered, "server_start_s": server_s,
-                "startup_s": startup_s, "idle_cores": sum(cores.values()), "idle_by_role": cores,
+                "startup_s": startup_s, "startup_cpu_by_role": startup_cpu,
+                "idle_cores": sum(cores.values()), "idle_by_role": cores,
                 "pss_mib": pss / 2**20, "window_s": window}
 
 
@@ -184,6 +193,15 @@ def docs_section(saved: dict[str, Any]) -> str:
         for setting, run in by_setting.items():
             cells = " | ".join(f"{run['idle_by_role'].get(name, 0.0):.4f}" for name in roles)
             lines.append(f"| {scenario} | {setting} | {cells} |")
+    if all("startup_cpu_by_role" in run for by in runs.values() for run in by.values()):
+        lines += ["", "CPU seconds used during start-up (deploy → InService), by role: on 2 cores, start-up takes at "
+                  "least half their sum.", "",
+                  "| endpoint | settings | all | " + " | ".join(roles) + " |", "|---|---|---|" + "---|" * len(roles)]
+        for scenario, by_setting in runs.items():
+            for setting, run in by_setting.items():
+                used = run["startup_cpu_by_role"]
+                cells = " | ".join(f"{used.get(name, 0.0):.1f}" for name in roles)
+                lines.append(f"| {scenario} | {setting} | {sum(used.values()):.1f} | {cells} |")
     fifteen = runs["fifteen"]["ours"]
     base = runs["fifteen"]["ray-defaults"]
     lines += [

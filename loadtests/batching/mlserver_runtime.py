@@ -4,6 +4,8 @@ Copied into each MLServer model folder and named by its model-settings.json (`im
 MLServer's own virtual environment, never imported by this project. What a user would write: decode the V2
 tensor with NumpyCodec, run the model, encode the answer. MLServer's adaptive batching (`max_batch_size`,
 `max_batch_time`) merges concurrent requests along the first axis before `predict` and splits the answer after.
+The frameworks' thread pools get what ours get (over_http: BENCH_NUM_THREADS intra-op threads, ONNX Runtime's
+pool not spinning, OMP_WAIT_POLICY=PASSIVE): the comparison is of the servers, not of framework settings.
 """
 
 import os
@@ -37,6 +39,7 @@ class OnnxModel(MLModel):
 
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = int(os.environ.get("BENCH_NUM_THREADS", "1"))
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self._session = onnxruntime.InferenceSession(await get_model_uri(self.settings), options, providers=["CPUExecutionProvider"])
         self._input = self._session.get_inputs()[0].name
         return True

@@ -1,10 +1,12 @@
 """Batching over real HTTP: one MLP (TorchScript and ONNX) behind our endpoint and behind MLServer, with and
 without batching, loaded by wrk at 64 connections with one-row requests.
 
-Both systems get the same model files, the same batch limits (32 rows, 2 ms) and the same threads: our
-containers reserve `Resources.Cpus: 2` (two model threads, two intra-op threads), MLServer's runtime sets two
+Both systems get the same model files, the same batch limits (32 rows, 2 ms) and the same cores: our
+containers reserve `Resources.Cpus: 2` (two model threads of one intra-op thread each), MLServer's runtime sets two
 intra-op threads in its one default inference worker. Each system is measured alone on the machine (MLServer
 first, then ours); every case after a warm-up at the same concurrency, waiting for quiet as bench_invoke does.
+Before the servers start, `model_cost` measures the model alone in this process (one row per call, and 32-row
+batches): what batching can save per request, to set against what a request costs the server in all.
 """
 
 from __future__ import annotations
@@ -48,6 +50,41 @@ def build_models(folder: Path) -> dict[str, Path]:
                           output_names=["output"], dynamic_shapes=({0: torch.export.Dim("batch")},), dynamo=True,
                           optimize=False, verbose=False, external_data=False)
     return paths
+
+
+def model_cost(models: dict[str, Path], seconds: float = 3.0) -> dict[str, dict[str, float]]:
+    """CPU µs per row of the model alone, one intra-op thread (ours' setting): 1-row calls and 32-row batches."""
+    import time
+
+    import numpy as np
+    import onnxruntime
+    import torch
+
+    torch.set_num_threads(1)
+    module = torch.jit.load(str(models["torch"] / "model.pt")).eval()
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = onnxruntime.InferenceSession(str(models["onnx"] / "model.onnx"), options,
+                                           providers=["CPUExecutionProvider"])
+
+    def torch_call(rows: np.ndarray) -> None:
+        with torch.inference_mode():
+            module(torch.from_numpy(rows))
+
+    calls = {"torch": torch_call, "onnx": lambda rows: session.run(None, {"input": rows})}
+    out: dict[str, dict[str, float]] = {}
+    for kind, call in calls.items():
+        out[kind] = {}
+        for size in (1, MAX_BATCH):
+            rows = np.random.default_rng(1).standard_normal((size, WIDTHS[0])).astype(np.float32)
+            for _ in range(50):
+                call(rows)
+            count, cpu0, deadline = 0, time.process_time(), time.monotonic() + seconds
+            while time.monotonic() < deadline:
+                call(rows)
+                count += 1
+            out[kind][f"rows_{size}"] = (time.process_time() - cpu0) / count / size * 1e6
+    return out
 
 
 def row() -> list[float]:
@@ -105,7 +142,7 @@ def start_mlserver(processes: Processes, binary: Path, models: dict[str, Path], 
                 settings |= {"max_batch_size": MAX_BATCH, "max_batch_time": DELAY_MS / 1000}
             (folder / "model-settings.json").write_text(json.dumps(settings))
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
-    env |= {"PATH": f"{binary.parent}:{env.get('PATH', '')}", "BENCH_NUM_THREADS": str(CPUS)}
+    env |= {"PATH": f"{binary.parent}:{env.get('PATH', '')}", "BENCH_NUM_THREADS": str(CPUS), "OMP_WAIT_POLICY": "PASSIVE"}
     log_file = logs / "mlserver-batching.log"
     process = processes.start([str(binary), "start", str(root)], cwd=root, env=env, stdout=open(log_file, "wb"),
                               stderr=subprocess.STDOUT)
@@ -137,6 +174,8 @@ def measure(wrk: Wrk, processes: Processes, mlserver_bin: Path, work: Path, dura
     logs = work / "logs"
     logs.mkdir(exist_ok=True)
     models = build_models(work / "models")
+    cost = model_cost(models)
+    log(f"the model alone, CPU µs per row (1-row calls, {MAX_BATCH}-row batches): {json.dumps(cost)}")
     values = row()
     ours_body = json.dumps([values], separators=(",", ":"))
     v2_body = json.dumps({"inputs": [{"name": "input", "shape": [1, WIDTHS[0]], "datatype": "FP32",
@@ -179,7 +218,7 @@ def measure(wrk: Wrk, processes: Processes, mlserver_bin: Path, work: Path, dura
     for name, answer in samples.items():  # same weights, same row: the same ten numbers everywhere
         if max(abs(a - b) for a, b in zip(answer, reference)) > 1e-3:
             raise BenchError(f"{name} answered {answer}, not {reference}")
-    return {"cases": cases, "sample": reference}
+    return {"cases": cases, "sample": reference, "model_cost": cost}
 
 
 def ratios(cases: list[Case]) -> dict[str, float]:

@@ -43,6 +43,13 @@ def _machine_ticks() -> tuple[int, int, int]:
     return sum(values), values[3] + values[4], values[7] if len(values) > 7 else 0
 
 
+def _replica_name(title: str) -> str | None:
+    """"container DEPLOYMENT (APP)" for a Serve replica's process title; None for the gateway's."""
+    app_name, _, deployment = title.split()[0][len("ray::ServeReplica:"):].partition(":")
+    deployment = deployment.split(".")[0]  # the title shows the method running: "iris.check_health"
+    return None if app_name == "serving-gateway" else f"container {deployment} ({app_name})"
+
+
 class CpuMeter:
     """CPU seconds per process group over a window: which process the time went to."""
 
@@ -74,9 +81,13 @@ class CpuMeter:
         if comm == "wrk":
             return "wrk (load generator)"
         if cmdline.startswith("ray::ServeReplica:"):
-            app_name, _, deployment = cmdline.split()[0][len("ray::ServeReplica:"):].partition(":")
-            deployment = deployment.split(".")[0]  # the title shows the method running: "iris.check_health"
-            return "gateway replica" if app_name == "serving-gateway" else f"container {deployment} ({app_name})"
+            name = _replica_name(cmdline)
+            return "gateway replica" if name is None else f"{name}: Ray replica (supervisor)"
+        parent = table.get(table[pid][1])
+        if parent is not None and parent[3].startswith("ray::ServeReplica:"):
+            name = _replica_name(parent[3])  # the replica's child: the container's own process (its model)
+            if name is not None:
+                return name
         if cmdline.startswith("ray::ServeController"):
             return "ray: serve controller"
         return "ray: other processes (gcs, raylet, registry, idle workers, ...)"

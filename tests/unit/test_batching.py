@@ -205,6 +205,33 @@ def test_a_request_that_fails_to_decode_fails_alone(loaded, iris_classifier, iri
     assert sizes == [4]
 
 
+def test_small_bodies_decode_on_the_loop_large_ones_and_scripts_on_threads(loaded, iris_classifier, iris) -> None:
+    # A small body the stack's own decoder reads skips the hand-off to a decode thread; a large one (or a user's
+    # input_fn, which may block) never runs on the event loop.
+    import threading
+
+    from serving.model_server.batching import INLINE_DECODE_BYTES
+
+    runtime = loaded("sklearn", iris_classifier.path)
+    threads: list[str] = []
+    decode = runtime.decode
+
+    def recorded(*args: Any) -> Any:
+        threads.append("loop" if threading.current_thread() is threading.main_thread() else "worker")
+        return decode(*args)
+
+    runtime.decode = recorded  # type: ignore[method-assign]
+    app = ContainerApp(runtime, "iris", batching=BatchSettings(16, max_delay_s=0.01))
+    small = json.dumps(iris.data[:2].tolist()).encode()
+    large = json.dumps(np.tile(iris.data, (20, 1)).tolist()).encode()
+    assert len(small) <= INLINE_DECODE_BYTES < len(large)
+    responses = asyncio.run(post_all(app, [(small, JSON)]))
+    responses += asyncio.run(post_all(app, [(large, JSON)]))
+    assert [r.status_code for r in responses] == [200, 200]
+    assert threads == ["loop", "worker"]
+    assert len(json.loads(responses[1].content)) == 20 * len(iris.data)
+
+
 def test_a_python_container_batches_only_when_it_says_so(loaded, handler_dir) -> None:
     runtime = loaded("python", handler_dir(SUMS.replace("accepts_batches = True", "")))
     sizes = counting(runtime)
