@@ -89,6 +89,7 @@ from loadtests.invoke.measure import (  # noqa: E402
     OUR_BODY,
     SERIAL,
     aiohttp_hop,
+    hop_headers,
     inprocess_timings,
     start_ours,
     time_serve_status,
@@ -168,10 +169,10 @@ def main(argv: list[str] | None = None) -> int:
         report["inprocess_us"] = inprocess_timings(paths)
         log(f"in-process µs per call: {report['inprocess_us']}")
 
-        def load_all(system: str, url: str, body: str):
+        def load_all(system: str, url: str, body: str, headers=None):
             for load, connections in LOADS:
                 cases.append(wrk.case(system, load, connections, url, args.duration, args.warmup,
-                                      body=body, headers=JSON_HEADERS))
+                                      body=body, headers=headers or JSON_HEADERS))
 
         # --- peers phase
         log("starting the floor (bare Starlette + uvicorn, predict in-process) ...")
@@ -211,13 +212,15 @@ def main(argv: list[str] | None = None) -> int:
         base = ours["base"]
         direct_url, serial_url = (f"{base}/endpoints/{n}/invocations" for n in (DIRECT, SERIAL))
         port_url = ours["ports"][f"{DIRECT}/iris"] + "/invocations"
-        for name, url in (("direct", direct_url), ("serial", serial_url), ("container port", port_url)):
-            status, body = http("POST", url, OUR_BODY, JSON_HEADERS)
+        port_headers = hop_headers(DIRECT, "iris", OUR_BODY)  # the data port answers only signed hops
+        for name, url, headers in (("direct", direct_url, lambda: JSON_HEADERS), ("serial", serial_url,
+                                   lambda: JSON_HEADERS), ("container port", port_url, port_headers)):
+            status, body = http("POST", url, OUR_BODY, headers())
             report["samples"][f"ours: {name}"] = body.decode()
             expected = {"labels": ["setosa"]} if name == "serial" else [0]
             if status != 200 or json.loads(body) != expected:
                 raise BenchError(f"ours ({name}) answered {status} {body[:300]!r}, expected {expected}")
-        load_all("ours: container data port", port_url, OUR_BODY)
+        load_all("ours: container data port", port_url, OUR_BODY, port_headers)
         load_all("ours: direct", direct_url, OUR_BODY)
         load_all("ours: serial (3 containers)", serial_url, OUR_BODY)
 
@@ -228,14 +231,15 @@ def main(argv: list[str] | None = None) -> int:
         body = OUR_BODY
         for hostname in ours["serial_hostnames"]:
             url = ours["ports"][f"{SERIAL}/{hostname}"] + "/invocations"
+            signed = hop_headers(SERIAL, hostname, body)
             case = wrk.case(f"ours: serial container {hostname} port", "sequential", 1, url, diag, args.warmup,
-                            body=body, headers=JSON_HEADERS)
+                            body=body, headers=signed)
             cases.append(case)
             if case.flagged is None:
                 report["serial_ports"][hostname] = case.p50_ms
-            status, out = http("POST", url, body, JSON_HEADERS)
+            status, out = http("POST", url, body, signed())
             body = out.decode()  # the next container's request, as the chain passes it
-        report["aiohttp_hop"] = aiohttp_hop(port_url, OUR_BODY, diag)
+        report["aiohttp_hop"] = aiohttp_hop(port_url, OUR_BODY, diag, port_headers())
         report["serve_status_call"] = time_serve_status()
         log(f"  status poll (registry) vs serve.status(): {report['serve_status_call']}")
         log(f"  aiohttp hop → container port: {report['aiohttp_hop']}")

@@ -12,6 +12,7 @@ import resource
 import shlex
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -130,13 +131,16 @@ class Wrk:
         raise BenchError(f"wrk failed (exit {done.returncode}): {done.stderr.strip() or done.stdout.strip()}")
 
     def case(self, system: str, load: str, connections: int, url: str, duration: float, warmup: float,
-             method: str = "POST", body: str | None = None, headers: dict[str, str] | None = None) -> Case:
-        """One case; on a shared machine, waits for quiet and repeats a case that other processes disturbed."""
-        script = self._script(method, body, headers or {})
+             method: str = "POST", body: str | None = None,
+             headers: dict[str, str] | Callable[[], dict[str, str]] | None = None) -> Case:
+        """One case; on a shared machine, waits for quiet and repeats a case that other processes disturbed.
+        `headers` may be a function, called before each attempt: a hop signature (valid for a minute) is made
+        just before the requests that carry it, however long the wait for quiet was."""
         best: Case | None = None
         for attempt in range(1, self.retries + 2):
             if self.quiet_wait > 0:
                 wait_for_quiet(self.meter, self.quiet_wait, self.quiet_threshold, window=2.0, quiet=attempt == 1)
+            script = self._script(method, body, (headers() if callable(headers) else headers) or {})
             try:
                 result = self._case_once(script, system, load, connections, url, duration, warmup, method)
             except WrkStalled as stalled:

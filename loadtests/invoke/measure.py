@@ -9,6 +9,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from loadtests.harness.processes import BenchError, install_interrupts
@@ -93,9 +94,26 @@ def start_ours(paths: dict[str, Path]):
     return server, {"base": server.url, "ports": ports, "serial_hostnames": [c.ContainerHostname for c in serial.Containers]}
 
 
-def aiohttp_hop(url: str, body: str, seconds: float) -> dict[str, float]:
+def hop_headers(endpoint: str, container: str, body: str) -> Callable[[], dict[str, str]]:
+    """Headers for calling a container's data port directly, signed as the gateway signs its hops (the port
+    refuses anything else); a function, so that each wrk attempt gets a fresh signature (valid for a minute).
+    Accept is set (and signed) so that no client adds its own."""
+    from serving import protocol
+    from serving.ray_wing.cluster import cluster_secret
+    from serving.trust import hops, keys
+
+    key = keys.hop_key(cluster_secret(), endpoint, container)
+
+    def headers() -> dict[str, str]:
+        plain = {"content-type": "application/json", "accept": "application/json"}
+        return plain | hops.sign(key, "POST", protocol.INVOCATIONS_PATH, body.encode(), plain)
+
+    return headers
+
+
+def aiohttp_hop(url: str, body: str, seconds: float, headers: dict[str, str]) -> dict[str, float]:
     """Sequential POSTs with the router's HTTP client (aiohttp on uvloop), from a fresh process."""
-    args = [sys.executable, str(ROOT / "loadtests" / "hop_client.py"), url, body, str(seconds)]
+    args = [sys.executable, str(ROOT / "loadtests" / "hop_client.py"), url, body, str(seconds), json.dumps(headers)]
     try:
         done = subprocess.run(args, capture_output=True, text=True, timeout=seconds + 60)
     except subprocess.TimeoutExpired:
