@@ -96,7 +96,7 @@ from loadtests.invoke.measure import (  # noqa: E402
 )
 
 DEFAULT_MLSERVER_VENV = ROOT / ".bench" / "mlserver-venv"
-DEFAULT_OUT = ROOT / ".bench" / "bench_invoke.json"
+DEFAULT_OUT = ROOT / "loadtests" / "results" / "bench_invoke.json"  # beside the other benchmarks' results
 DOCS_PATH = ROOT / "docs" / "performance.md"
 
 
