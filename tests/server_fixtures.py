@@ -16,8 +16,9 @@ import yaml
 from serving.config.spec import parse_spec
 from serving.settings import ServerSettings
 
-READY_TIMEOUT_S = 720  # ~60 replicas, TensorFlow and PyTorch ones among them, start on 2 shared CPUs (a fresh
-# clone on this 2-core VM once needed more than 420 s: ~47 replicas came up in 7 minutes, about 9 s each)
+READY_TIMEOUT_S = 1500  # ~60 replicas, TensorFlow and PyTorch ones among them, start on 2 shared CPUs (a fresh
+# clone on this 2-core VM once needed more than 420 s: ~47 replicas came up in 7 minutes, about 9 s each; on a
+# slower VM of the same size, where the same start-up costs ~2.5x the CPU, 57 of them took 12 minutes)
 
 
 def pytest_collection_modifyitems(items):
