@@ -73,9 +73,8 @@ def _registry_snapshot() -> dict:
 
 
 def _listener(url: str) -> psutil.Process:
-    """The container process serving a data port. The replica that bound the port holds the same socket, so pick
-    the holder whose parent holds it too; not the lowest PID (after PID wrap-around the child's may be lower, and
-    the replica's parent is the raylet)."""
+    """The process serving a port. A container's data port is held by the replica that bound it and by the
+    container process it passed it to: the holder whose parent holds it too. The gateway's port has one holder."""
     port = int(url.rsplit(":", 1)[1])
     holders = {connection.pid for connection in psutil.net_connections("tcp")
                if connection.status == psutil.CONN_LISTEN and connection.laddr.port == port and connection.pid}
@@ -83,6 +82,32 @@ def _listener(url: str) -> psutil.Process:
         raise AssertionError(f"nothing listens on {url}")
     children = [pid for pid in holders if psutil.Process(pid).ppid() in holders]
     return psutil.Process(children[0] if children else holders.pop())
+
+
+def _title(process: psutil.Process) -> str:
+    return " ".join(process.cmdline())
+
+
+def _replica_of(url: str) -> psutil.Process:
+    """The Serve replica (a Ray worker) that owns a container's data port, checked by its process title: a test
+    never signals a process it has not identified (a guess once killed the raylet, and the node with it, when only
+    one holder of the port was listed)."""
+    process: psutil.Process | None = _listener(url)
+    if process is not None and not _title(process).startswith("ray::ServeReplica:"):
+        process = process.parent()
+    if process is None or not _title(process).startswith("ray::ServeReplica:"):
+        raise AssertionError(f"no Serve replica owns {url} (found {process})")
+    return process
+
+
+def _container_process(url: str) -> psutil.Process:
+    """The container process serving a data port (the model server the replica started), checked by its command."""
+    listener = _listener(url)
+    candidates = [listener, *listener.children()]
+    found = [process for process in candidates if "serving.model_server.main" in _title(process)]
+    if not found:
+        raise AssertionError(f"no container process serves {url} (holders: {candidates})")
+    return found[0]
 
 
 def _wait(predicate, what: str, timeout: float = SETTLE_S) -> None:
@@ -113,7 +138,7 @@ def test_ping_is_200_only_when_every_endpoint_is_routable(server) -> None:
 def test_a_replica_killed_under_load_costs_no_request(server) -> None:
     twins = _registry_snapshot()["replicas"][("it-chaos", "twin")]
     assert len(twins) == 2
-    supervisor = _listener(twins[0]).parent()  # the Serve replica (a Ray worker) that owns the data port
+    supervisor = _replica_of(twins[0])  # the Serve replica (a Ray worker) that owns the data port
     with Load(_invoker(server, "it-chaos", "twin")) as twin_load, Load(_invoker(server, "it-chaos", "solo")) as solo_load:
         time.sleep(2)
         supervisor.send_signal(signal.SIGKILL)
@@ -133,7 +158,7 @@ def test_a_request_in_flight_on_a_dying_replica_is_retried(server) -> None:
     with ThreadPoolExecutor(2) as pool:
         futures = [pool.submit(send) for _ in range(2)]  # least in flight: one on each replica
         time.sleep(0.3)
-        _listener(twins[1]).send_signal(signal.SIGKILL)  # the container process, mid-request
+        _container_process(twins[1]).send_signal(signal.SIGKILL)  # mid-request
         statuses = [future.result() for future in futures]
     assert statuses == [200, 200]
     _wait(lambda: len(_registry_snapshot()["replicas"][("it-chaos", "twin")]) == 2, "replaced")
