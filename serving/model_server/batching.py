@@ -128,6 +128,8 @@ class Batcher:
         threads). `model_latency(seconds)`: each request's model time (its decode, its batch's predict_fn, its
         encode)."""
         self.runtime = runtime
+        # A user's input_fn may block: only the stack's own decoder runs on the event loop (the runtime is loaded).
+        self._inline_decode = not runtime.runs_request_hooks()
         self.slots = threads
         # Decoding runs beside the model, so that requests arriving while every model thread computes are
         # decoded and queued, and go together into the next batch when a thread is free (created on first use).
@@ -148,7 +150,7 @@ class Batcher:
     ) -> Answer:
         """One request's answer, its rows predicted with others' when they arrive together."""
         decode = partial(self._decode, body, content_type, accept, context)
-        if len(body) <= INLINE_DECODE_BYTES and not self.runtime.runs_request_hooks():
+        if self._inline_decode and len(body) <= INLINE_DECODE_BYTES:
             decoded = decode()
         else:
             if self._decode_limiter is None:

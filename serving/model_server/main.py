@@ -84,7 +84,7 @@ def _serve(config: dict):
     from serving.models.artifacts import materialize
     from serving.models.multimodel import MultiModelHandler
     from serving.runtimes import runtime_for
-    from serving.runtimes.concurrency import batch_settings, model_threads
+    from serving.runtimes.concurrency import batch_settings
 
     events = EventLog()
     hop_key = bytes.fromhex(config["hop_key"])
@@ -113,7 +113,7 @@ def _serve(config: dict):
             hop_key=hop_key,
             events=events,
             log_stream=config.get("log_stream"),
-            threads=model_threads(config["image"], environment, scripted=runtime.runs_request_hooks()),
+            threads=runtime.prediction_threads(),
             batching=batch_settings(environment),
         )
     listener = socket.socket(fileno=config["listen_fd"])
