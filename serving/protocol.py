@@ -181,6 +181,7 @@ MODEL_DISK_ENV = "SERVING_MODEL_DISK_MB"  # MultiModel: downloaded and unpacked 
 S3_ENDPOINT_URL_ENV = "SERVING_S3_ENDPOINT_URL"  # MultiModel: an S3-compatible store for s3:// prefixes
 THREADS_ENV = "SERVING_NUM_THREADS"  # override of a tensor stack's intra-op thread count
 MODEL_THREADS_ENV = "SERVING_MODEL_THREADS"  # predictions run at once in one replica (its model thread pool)
+INLINE_BUDGET_ENV = "SERVING_INLINE_BUDGET_MS"  # a prediction this fast may run on the event loop (0: never)
 # Dynamic batching (the spec's `Batching` sets them; a container's `Environment` may instead).
 MAX_BATCH_SIZE_ENV = "SERVING_MAX_BATCH_SIZE"  # rows merged into one predict_fn call (unset or 1: no batching)
 MAX_BATCH_DELAY_ENV = "SERVING_MAX_BATCH_DELAY_MS"  # how long the first queued request waits for company

@@ -25,7 +25,7 @@ from serving.protocol import (  # container settings read from its Environment
 from serving.runtimes import (
     STACKS as KNOWN_IMAGES,  # one module per stack, none imported here
 )
-from serving.runtimes.concurrency import batch_settings, model_threads
+from serving.runtimes.concurrency import batch_settings, inline_budget_s, model_threads
 
 __all__ = [
     "DEFAULT_MAX_CONCURRENCY",
@@ -303,6 +303,7 @@ class ContainerSpec(Document):
         try:
             batch_settings(environment)
             model_threads("", environment)
+            inline_budget_s(environment)
         except ValueError as error:
             raise ValueError(str(error)) from None
         flag = environment.get(IDEMPOTENT_ENV)

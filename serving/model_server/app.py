@@ -28,6 +28,7 @@ from serving.errors import AccessDeniedError, ContainerAnswerError, ContainerErr
 from serving.http.responses import error_response, json_response, serving_app
 from serving.model_server.batching import Batcher
 from serving.model_server.events import EventLog
+from serving.model_server.inline import InlineGate
 from serving.model_server.streaming import stream_answer
 from serving.model_server.tfs_rest import LocalRest
 from serving.models.multimodel import MultiModelHandler
@@ -61,13 +62,15 @@ class ContainerApp:
         log_stream: str | None = None,
         threads: int = 1,
         batching: BatchSettings | None = None,
+        inline_budget_s: float = 0.0,
     ) -> None:
         """`model_latency(seconds)` receives each SingleModel invocation's model time (MultiModel: the
         handler reports it, since only it can leave out the load). `hop_key`: refuse requests the
         gateway did not sign for this container (None only in tests that run no gateway).
         `events`: drained by `GET /_serving/stats`. `log_stream`: where this process's output goes, told to
         the gateway on every error answer (the caller's ModelError names it as LogStreamArn). `threads`: predictions
-        run at once (SingleModel). `batching`: merge concurrent requests' rows into one predict_fn call."""
+        run at once (SingleModel). `batching`: merge concurrent requests' rows into one predict_fn call.
+        `inline_budget_s`: a prediction that fast may run on the event loop (`model_server.inline`; 0: never)."""
         if (runtime is None) == (models is None):
             raise ValueError("give a runtime (SingleModel) or models (MultiModel)")
         self.runtime = runtime
@@ -93,6 +96,11 @@ class ContainerApp:
             else None
         )
         self.local_rest = LocalRest(runtime) if hasattr(runtime, "rest_call") else None
+        # Only a container that runs one prediction at a time anyway, with no user hooks per request (they may
+        # block, or call asyncio themselves) and no handler calling back into this server.
+        self.inline: InlineGate | None = None
+        if runtime is not None and threads == 1 and self.local_rest is None and not runtime.runs_request_hooks():
+            self.inline = InlineGate(inline_budget_s) if inline_budget_s > 0 else None
         self.app = serving_app(
             [
                 Route(protocol.INVOCATIONS_PATH, self.invoke, methods=["POST"]),
@@ -134,6 +142,7 @@ class ContainerApp:
             "invocations": self.invocations,
             "in_flight": self.in_flight,
             "refused": self.refused,
+            "inline": self.inline.inline if self.inline is not None else 0,
             "custom": self._custom_metrics(),
         }
         if self.events is not None:
@@ -153,12 +162,25 @@ class ContainerApp:
             return {}
 
     def _timed(self, call: Callable[[], tuple[bytes, str]]) -> tuple[bytes, str]:
-        """Run the model on this worker thread, reporting its time (not the wait for the limiter)."""
+        """Run the model on this thread, reporting its time (not the wait for the limiter)."""
         started = time.perf_counter()
-        answer = call()
+        try:
+            answer = call()
+        finally:
+            if self.inline is not None:  # a slow failure closes the gate as a slow answer does
+                self.inline.record(time.perf_counter() - started)
         if self.model_latency is not None:  # a failed invocation reports none, as before
             self.model_latency(time.perf_counter() - started)
         return answer
+
+    async def _predict(self, call: Callable[[], tuple[bytes, str]]) -> tuple[bytes, str]:
+        """On the event loop when the gate is open and no prediction is running on a thread (the limiter's bound
+        then still holds), else on a model thread."""
+        gate = self.inline
+        if gate is not None and gate.open and (self._model_limiter is None or self._model_limiter.borrowed_tokens == 0):
+            gate.inline += 1
+            return self._timed(call)
+        return await self._on_model_thread(partial(self._timed, call))
 
     async def _on_model_thread(self, call: Callable[[], Any]) -> Any:
         """`call` on one of the model's worker threads (waiting for one to be free)."""
@@ -201,8 +223,9 @@ class ContainerApp:
                 if self.batcher is not None and self.batcher.wants(request_type):
                     out, content_type = await self.batcher.invoke(body, request_type, accept, context)
                 else:
-                    call = partial(self.runtime.invoke, body, request_type, accept, context)
-                    out, content_type = await self._on_model_thread(partial(self._timed, call))
+                    out, content_type = await self._predict(
+                        partial(self.runtime.invoke, body, request_type, accept, context)
+                    )
             # A hook may set the answer's status and headers through the context, as on MMS / TorchServe.
             response_headers = {**context.response_headers, "content-type": content_type}
             if context.response_custom_attributes:

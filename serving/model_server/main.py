@@ -84,7 +84,7 @@ def _serve(config: dict):
     from serving.models.artifacts import materialize
     from serving.models.multimodel import MultiModelHandler
     from serving.runtimes import runtime_for
-    from serving.runtimes.concurrency import batch_settings
+    from serving.runtimes.concurrency import batch_settings, inline_budget_s
 
     events = EventLog()
     hop_key = bytes.fromhex(config["hop_key"])
@@ -115,6 +115,7 @@ def _serve(config: dict):
             log_stream=config.get("log_stream"),
             threads=runtime.prediction_threads(),
             batching=batch_settings(environment),
+            inline_budget_s=inline_budget_s(environment),
         )
     listener = socket.socket(fileno=config["listen_fd"])
     server = BackgroundServer(app, sock=listener)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from serving.protocol import (
     CPUS_ENV,
+    INLINE_BUDGET_ENV,
     MAX_BATCH_DELAY_ENV,
     MAX_BATCH_SIZE_ENV,
     MODEL_THREADS_ENV,
@@ -94,4 +95,23 @@ def model_threads(image: str, environment: Mapping[str, str], scripted: bool = F
     return max(1, min(MAX_THREADS, math.ceil(cpus)))
 
 
-__all__ = ["GIL_RELEASING", "BatchSettings", "batch_settings", "model_threads"]
+DEFAULT_INLINE_BUDGET_MS = 2.0
+MAX_INLINE_BUDGET_MS = 50.0  # a longer stall of the event loop would delay /ping and other requests noticeably
+
+
+def inline_budget_s(environment: Mapping[str, str]) -> float:
+    """How long a prediction may take and still run on the container process's event loop
+    (SERVING_INLINE_BUDGET_MS, default 2; 0: never), in seconds (`model_server.inline`)."""
+    text = environment.get(INLINE_BUDGET_ENV)
+    if text is None:
+        return DEFAULT_INLINE_BUDGET_MS / 1000.0
+    try:
+        budget = float(text)
+    except ValueError:
+        budget = -1.0
+    if not (math.isfinite(budget) and 0 <= budget <= MAX_INLINE_BUDGET_MS):
+        raise ValueError(f"{INLINE_BUDGET_ENV} must be milliseconds from 0 to {MAX_INLINE_BUDGET_MS:g}, got {text!r}")
+    return budget / 1000.0
+
+
+__all__ = ["GIL_RELEASING", "BatchSettings", "batch_settings", "inline_budget_s", "model_threads"]

@@ -40,6 +40,7 @@ def spec(**fields: Any):
             r"SERVING_PREFERRED_BATCH_SIZES \[9\] exceed SERVING_MAX_BATCH_SIZE 8",
         ),
         ({"Environment": {"SERVING_MODEL_THREADS": "0"}}, r"SERVING_MODEL_THREADS must be a whole number"),
+        ({"Environment": {"SERVING_INLINE_BUDGET_MS": "500"}}, r"SERVING_INLINE_BUDGET_MS must be milliseconds"),
     ],
 )
 def test_batching_and_thread_errors_name_the_field(fields: dict[str, Any], message: str) -> None:

@@ -1,0 +1,181 @@
+"""Fast predictions run on the container process's event loop (`model_server.inline`, `ContainerApp._predict`).
+
+Real sklearn and python-stack runtimes behind the container app, driven over httpx's ASGI transport (the app
+runs in this test's event loop, on the main thread, so "on the loop" is "on the main thread").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from serving.model_server.app import ContainerApp
+from serving.model_server.inline import STREAK, InlineGate
+from serving.runtimes import InvocationContext, Runtime
+from serving.runtimes.concurrency import inline_budget_s
+
+JSON = "application/json"
+BUDGET_S = 0.05  # generous: a 1-row iris prediction takes well under 1 ms, even on a busy CI machine
+
+
+def where_predictions_run(runtime: Runtime, delays: list[float] | None = None) -> list[str]:
+    """Record, per predict call, whether it ran on the main thread (the loop); `delays` are slept, one per call."""
+    places: list[str] = []
+    predict = runtime.predict
+
+    def recorded(data: Any, context: InvocationContext) -> Any:
+        places.append("loop" if threading.current_thread() is threading.main_thread() else "thread")
+        if delays:
+            time.sleep(delays.pop(0))
+        return predict(data, context)
+
+    runtime.predict = recorded  # type: ignore[method-assign]
+    return places
+
+
+async def post_one_by_one(app: ContainerApp, bodies: list[bytes]) -> list[httpx.Response]:
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://container") as client:
+        return [
+            await client.post("/invocations", content=body, headers={"content-type": JSON, "accept": JSON})
+            for body in bodies
+        ]
+
+
+def test_the_gate_opens_after_a_streak_of_fast_predictions_and_closes_at_a_slow_one() -> None:
+    gate = InlineGate(0.002, streak=3)
+    for _ in range(2):
+        gate.record(0.001)
+    assert not gate.open
+    gate.record(0.002)  # at the budget is fast enough
+    assert gate.open
+    gate.record(0.0021)
+    assert not gate.open
+    never = InlineGate(0.0)
+    for _ in range(STREAK * 2):
+        never.record(0.0)
+    assert not never.open
+
+
+def test_a_fast_model_moves_onto_the_loop_and_a_slow_prediction_moves_it_back(loaded, iris_classifier, iris) -> None:
+    runtime = loaded("sklearn", iris_classifier.path)
+    # Call STREAK + 2 is slow: it ran on the loop (the gate was open), and closes the gate behind it.
+    delays = [0.0] * (STREAK + 1) + [BUDGET_S * 2] + [0.0] * (STREAK + 2)
+    places = where_predictions_run(runtime, delays)
+    app = ContainerApp(runtime, "iris", inline_budget_s=BUDGET_S)
+    body = json.dumps(iris.data[:1].tolist()).encode()
+    responses = asyncio.run(post_one_by_one(app, [body] * len(delays)))
+    assert {response.status_code for response in responses} == {200}
+    want = json.loads(responses[0].content)
+    assert all(json.loads(response.content) == want for response in responses)
+    assert places == (["thread"] * STREAK + ["loop", "loop"] + ["thread"] * STREAK + ["loop", "loop"]), (
+        "fast predictions run on the loop after a streak; a slow one sends the next STREAK back to a thread"
+    )
+    assert app.inline is not None and app.inline.inline == 4
+
+
+def test_a_failure_counts_like_an_answer(loaded, iris_classifier, iris) -> None:
+    runtime = loaded("sklearn", iris_classifier.path)
+    places = where_predictions_run(runtime)
+    app = ContainerApp(runtime, "iris", inline_budget_s=BUDGET_S)
+    good = json.dumps(iris.data[:1].tolist()).encode()
+    narrow = json.dumps(iris.data[:1, :3].tolist()).encode()  # the model raises on 3 features (a ModelError, 500)
+    bodies = [good] * STREAK + [narrow, good]
+    responses = asyncio.run(post_one_by_one(app, bodies))
+    assert [response.status_code for response in responses] == [200] * STREAK + [500, 200]
+    assert places[-2:] == ["loop", "loop"]  # the fast failure kept the gate open
+
+
+def test_what_never_runs_on_the_loop(loaded, iris_classifier, iris, handler_dir) -> None:
+    body = json.dumps(iris.data[:1].tolist()).encode()
+    sklearn = loaded("sklearn", iris_classifier.path)
+    scripted = loaded(
+        "python",
+        handler_dir(
+            """
+            import threading
+
+            def model_fn(model_dir):
+                return None
+
+            def predict_fn(data, model):
+                return ["loop" if threading.current_thread() is threading.main_thread() else "thread"]
+            """
+        ),
+    )
+    cases = {
+        "budget 0": (sklearn, ContainerApp(sklearn, "a", inline_budget_s=0.0)),
+        "two model threads": (sklearn, ContainerApp(sklearn, "b", threads=2, inline_budget_s=BUDGET_S)),
+    }
+    for name, (runtime, app) in cases.items():
+        places = where_predictions_run(runtime)
+        asyncio.run(post_one_by_one(app, [body] * (STREAK + 3)))
+        assert app.inline is None, name
+        assert set(places) == {"thread"}, name
+        del runtime.predict  # the recording wrapper
+    # A user's request hooks may block or run asyncio themselves: always on a thread.
+    app = ContainerApp(scripted, "s", inline_budget_s=BUDGET_S)
+    assert app.inline is None
+    answers = asyncio.run(post_one_by_one(app, [b"[1]"] * (STREAK + 3)))
+    assert {tuple(json.loads(response.content)) for response in answers} == {("thread",)}
+
+
+def test_no_prediction_runs_on_the_loop_while_one_runs_on_a_thread(loaded, iris_classifier, iris) -> None:
+    # The model-thread bound (1) holds across both places: with the gate open but the thread busy, a request
+    # waits for the thread instead of computing beside it on the loop.
+    runtime = loaded("sklearn", iris_classifier.path)
+    app = ContainerApp(runtime, "iris", inline_budget_s=BUDGET_S)
+    assert app.inline is not None
+    body = json.dumps(iris.data[:1].tolist()).encode()
+    at_once = {"now": 0, "most": 0}
+    lock = threading.Lock()
+    predict = runtime.predict
+
+    def counted(data: Any, context: InvocationContext) -> Any:
+        with lock:
+            at_once["now"] += 1
+            at_once["most"] = max(at_once["most"], at_once["now"])
+        try:
+            return predict(data, context)
+        finally:
+            with lock:
+                at_once["now"] -= 1
+
+    runtime.predict = counted  # type: ignore[method-assign]
+
+    async def run() -> list[httpx.Response]:
+        await post_one_by_one(app, [body] * STREAK)
+        assert app.inline is not None and app.inline.open
+        limiter = app._model_limiter
+        assert limiter is not None
+        busy = threading.Event()
+        await limiter.acquire_on_behalf_of(busy)  # a prediction on the thread, as far as the app can tell
+        request = asyncio.ensure_future(post_one_by_one(app, [body]))
+        await asyncio.sleep(0.1)
+        assert not request.done(), "the request ran beside the busy model thread"
+        limiter.release_on_behalf_of(busy)
+        return await asyncio.wait_for(request, 10)
+
+    responses = asyncio.run(run())
+    assert responses[0].status_code == 200
+    assert at_once["most"] == 1
+
+
+@pytest.mark.parametrize(
+    ("environment", "seconds"),
+    [({}, 0.002), ({"SERVING_INLINE_BUDGET_MS": "0"}, 0.0), ({"SERVING_INLINE_BUDGET_MS": "12.5"}, 0.0125)],
+)
+def test_the_budget_setting(environment: dict[str, str], seconds: float) -> None:
+    assert inline_budget_s(environment) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("value", ["-1", "51", "nan", "fast"])
+def test_a_bad_budget_is_refused_naming_the_variable(value: str) -> None:
+    with pytest.raises(ValueError, match="SERVING_INLINE_BUDGET_MS"):
+        inline_budget_s({"SERVING_INLINE_BUDGET_MS": value})
