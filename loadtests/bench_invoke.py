@@ -19,7 +19,7 @@ at the end, also on failure, Ctrl-C or SIGTERM):
    endpoints: Direct with one container and the Serial chain with three; loads
    the direct invocation, the serial invocation and the direct container's data
    port alone (the gateway bypassed), plus diagnostics (gateway /ping, each
-   serial container's data port, an aiohttp client hop like the router's).
+   serial container's data port, the router's own hop client alone).
 5. Writes results (JSON) and, with --write-docs, its part of docs/performance.md.
 
 Load: wrk, one thread; sequential = 1 connection (`-t1 -c1 --latency`), then 8
@@ -88,9 +88,9 @@ from loadtests.invoke.measure import (  # noqa: E402
     MLSERVER_BODY,
     OUR_BODY,
     SERIAL,
-    aiohttp_hop,
     hop_headers,
     inprocess_timings,
+    router_hop,
     start_ours,
     time_serve_status,
 )
@@ -239,10 +239,10 @@ def main(argv: list[str] | None = None) -> int:
                 report["serial_ports"][hostname] = case.p50_ms
             status, out = http("POST", url, body, signed())
             body = out.decode()  # the next container's request, as the chain passes it
-        report["aiohttp_hop"] = aiohttp_hop(port_url, OUR_BODY, diag, port_headers())
+        report["router_hop"] = router_hop(port_url, OUR_BODY, diag, port_headers())
         report["serve_status_call"] = time_serve_status()
         log(f"  status poll (registry) vs serve.status(): {report['serve_status_call']}")
-        log(f"  aiohttp hop → container port: {report['aiohttp_hop']}")
+        log(f"  router hop → container port: {report['router_hop']}")
         if args.profile:
             log("profiles (py-spy, not measured cases) ...")
             report["profiles"] = {

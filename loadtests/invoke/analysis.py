@@ -169,14 +169,14 @@ def build_breakdown_text(report: dict[str, Any], cases: list[Case]) -> list[str]
                    f"({port.p50_ms:.3f} vs {floor.p50_ms:.3f} ms): our container app (Starlette routing, the "
                    "runtime's SageMaker hooks, concurrency bookkeeping) on the same HTTP stack, inside a Ray worker "
                    "process whose own threads share its GIL.")
-    hop = report.get("aiohttp_hop", {}).get("p50_ms")
+    hop = report.get("router_hop", {}).get("p50_ms")
     if port and direct:
         text = (f"- The gateway adds {direct.p50_ms - port.p50_ms:.3f} ms per direct invocation (direct "
                 f"{direct.p50_ms:.3f} ms vs the container port {port.p50_ms:.3f} ms)")
         if ping:
             text += f"; answering HTTP at all costs it {ping.p50_ms:.3f} ms (`GET /ping`)"
         if hop:
-            text += (f"; the router's HTTP client (aiohttp) calling the container from a fresh process takes "
+            text += (f"; the router's hop client calling the container from a fresh process takes "
                      f"{hop:.3f} ms, {hop - port.p50_ms:+.3f} ms against wrk calling it")
         out.append(text + ". The rest is the router's own work (headers, body, the chain loop) and waiting for the "
                           "GIL inside the gateway replica, which it shares with Ray's threads.")

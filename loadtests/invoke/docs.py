@@ -168,7 +168,7 @@ def render_docs(report: dict[str, Any]) -> str:
             f"with its container alone at {hop['container_port_ms']:.3f} ms; serial {hop['serial_ms']:.3f} ms with its "
             f"containers alone at {ports}.",
             f"- One hop on the direct path (what the gateway adds beyond answering HTTP and beyond the container's own "
-            f"time: routing, reading the body, the aiohttp request and response): **{hop['hop_overhead_direct_ms']:.3f} ms**.",
+            f"time: routing, reading the body, the hop client's request and response): **{hop['hop_overhead_direct_ms']:.3f} ms**.",
             f"- The same per container of the serial chain: **{hop['hop_overhead_serial_ms']:.3f} ms**.",
             f"- Gross view (ignores that the chain's models differ from the direct one): each container beyond the "
             f"first adds {hop['gross_added_per_container_ms']:.3f} ms, against {hop['gross_hop_ms']:.3f} ms for the "
@@ -234,7 +234,7 @@ def render_breakdown(report: dict[str, Any], cases: list[Case]) -> list[str]:
     timings = report.get("inprocess_us", {})
     floor, port, ping, direct, serial = (p50(s) for s in (
         "floor", "ours: container data port", "ours: gateway GET /ping", "ours: direct", "ours: serial (3 containers)"))
-    hop = report.get("aiohttp_hop", {})
+    hop = report.get("router_hop", {})
     rows = ["Sequential p50 latency (one request at a time), built up layer by layer:", "",
             "| layer | p50 (ms) | adds (ms) | what it is |", "|---|---|---|---|"]
     predict = timings.get("predict (1 row, in-process)")
@@ -262,8 +262,8 @@ def render_breakdown(report: dict[str, Any], cases: list[Case]) -> list[str]:
     if ping is not None:
         rows.append(f"| *side:* gateway `GET /ping` | {ping:.3f} | | the gateway's HTTP server alone (no body, no hop) |")
     if hop.get("p50_ms") is not None:
-        rows.append(f"| *side:* aiohttp → container data port | {hop['p50_ms']:.3f} | | the router's HTTP client "
-                    "(aiohttp on uvloop, fresh process) calling the container: client + container |")
+        rows.append(f"| *side:* the router's hop client → container data port | {hop['p50_ms']:.3f} | | the router's HTTP client "
+                    "(serving.gateway.hop_client on uvloop, fresh process) calling the container: client + container |")
     rows += [""] + report.get("breakdown_text", [])
     return rows
 

@@ -111,15 +111,15 @@ def hop_headers(endpoint: str, container: str, body: str) -> Callable[[], dict[s
     return headers
 
 
-def aiohttp_hop(url: str, body: str, seconds: float, headers: dict[str, str]) -> dict[str, float]:
-    """Sequential POSTs with the router's HTTP client (aiohttp on uvloop), from a fresh process."""
+def router_hop(url: str, body: str, seconds: float, headers: dict[str, str]) -> dict[str, float]:
+    """Sequential POSTs with the router's hop client (serving.gateway.hop_client on uvloop), from a fresh process."""
     args = [sys.executable, str(ROOT / "loadtests" / "hop_client.py"), url, body, str(seconds), json.dumps(headers)]
     try:
         done = subprocess.run(args, capture_output=True, text=True, timeout=seconds + 60)
     except subprocess.TimeoutExpired:
-        raise BenchError("the aiohttp hop measurement did not finish") from None
+        raise BenchError("the router hop measurement did not finish") from None
     if done.returncode != 0:
-        raise BenchError(f"the aiohttp hop measurement failed: {done.stderr.strip()[-500:]}")
+        raise BenchError(f"the router hop measurement failed: {done.stderr.strip()[-500:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

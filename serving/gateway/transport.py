@@ -17,6 +17,7 @@ connection, which the container sees as its caller gone.
 from __future__ import annotations
 
 import itertools
+import urllib.parse
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ import aiohttp
 
 from serving import protocol
 from serving.errors import ModelError, ModelNotReadyError
+from serving.gateway.hop_client import HopClient, HopLost, HopRefused
 from serving.trust import hops
 
 
@@ -35,9 +37,12 @@ class Replica:
     url: str
     in_flight: int = 0
     invocations_url: str = field(init=False)
+    address: tuple[str, int] = field(init=False)  # (host, port) for the hop client
 
     def __post_init__(self) -> None:
         self.invocations_url = self.url + protocol.INVOCATIONS_PATH
+        parts = urllib.parse.urlsplit(self.url)
+        self.address = (parts.hostname or "", parts.port or 80)
 
 
 @dataclass(frozen=True)
@@ -88,7 +93,8 @@ class ContainerTransport:
         self.default_limit = default_limit
         self._dropped: list[str] = []
         self._turn = itertools.count()
-        self._session: aiohttp.ClientSession | None = None
+        self._session: aiohttp.ClientSession | None = None  # streamed hops (its flow control)
+        self._client = HopClient()  # every other hop: the hot path, kept lean
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30, enable_cleanup_closed=True)
@@ -97,6 +103,7 @@ class ContainerTransport:
         )
 
     async def close(self) -> None:
+        self._client.close()
         if self._session is not None:
             await self._session.close()
 
@@ -116,6 +123,7 @@ class ContainerTransport:
         self._replicas = {
             key: [current.get((key, url)) or Replica(url) for url in sorted(urls)] for key, urls in table.items()
         }
+        self._client.keep_only({replica.address for replicas in self._replicas.values() for replica in replicas})
 
     def take_dropped(self) -> list[str]:
         """URLs dropped since the last call (to tell the registry)."""
@@ -189,7 +197,12 @@ class ContainerTransport:
             replica.in_flight += 1
             answered, held = False, False
             try:
-                total = stream_timeout if stream else timeout
+                if not stream:
+                    answer = await self._post(replica, body, headers, timeout)
+                    if home_key is not None and answer.status < 400:  # it holds the model now
+                        self._remember(home_key, replica.url)
+                    return answer
+                total = stream_timeout
                 response = await self._session.post(
                     replica.invocations_url, data=body, headers=headers, timeout=aiohttp.ClientTimeout(total=total)
                 )
@@ -215,16 +228,16 @@ class ContainerTransport:
                 if home_key is not None and answer.status < 400:  # it holds the model now
                     self._remember(home_key, replica.url)
                 return answer
-            except aiohttp.ClientConnectorError:
+            except (aiohttp.ClientConnectorError, HopRefused):
                 # Refused: the replica is gone. Forget it until the registry says otherwise.
                 if replica in replicas:
                     replicas.remove(replica)
                     self._dropped.append(replica.url)
             except TimeoutError:
                 raise  # the router reports the invocation timeout
-            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as error:
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, HopLost) as error:
                 # Closed or reset before any answer: the replica died or dropped an idle connection.
-                if answered or retries_left == 0:
+                if answered or retries_left == 0 or (isinstance(error, HopLost) and error.answered):
                     raise _lost(container, error) from None
                 retries_left -= 1
                 broken = replica
@@ -235,6 +248,20 @@ class ContainerTransport:
                 if not held:
                     replica.in_flight -= 1
         raise ModelNotReadyError(f"container {container} of endpoint {endpoint} has no ready replica; retry shortly")
+
+    async def _post(self, replica: Replica, body: bytes, headers: dict[str, str], timeout: float) -> HopResponse:
+        host, port = replica.address
+        answer = await self._client.post(host, port, protocol.INVOCATIONS_PATH, body, _with_defaults(headers), timeout)
+        got = answer.headers
+        return HopResponse(
+            status=answer.status,
+            body=answer.body,
+            content_type=got.get("content-type"),
+            custom_attributes=got.get(protocol.CUSTOM_ATTRIBUTES.lower()),
+            model_resolved=got.get(protocol.MODEL_RESOLVED.lower()) == "true",
+            platform=got.get(protocol.PLATFORM_ERROR.lower()) == "true",
+            log_stream=got.get(protocol.LOG_STREAM.lower()),
+        )
 
 
 class HopStream:

@@ -81,7 +81,7 @@ def output_fn(prediction, accept):
 
 def test_the_transport_signs_what_the_container_verifies(tmp_path) -> None:
     # Real HTTP on loopback: a container that knows its key answers the transport's hops, whatever headers
-    # the caller left out (aiohttp's defaults are signed too), and refuses an unsigned request.
+    # the caller left out (the defaults aiohttp used to add are signed too), and refuses an unsigned request.
     import asyncio
 
     import httpx
@@ -105,15 +105,18 @@ def test_the_transport_signs_what_the_container_verifies(tmp_path) -> None:
         transport.update({("e", "echo"): [server.url]})
         try:
             return [await transport.send("e", "echo", b"hello", headers, timeout=10)
-                    for headers in ({}, {"content-type": "text/plain"}, {"accept": "application/json"})]
+                    for headers in ({}, {"content-type": "text/plain"}, {"accept": "application/json"},
+                                     # a non-ASCII value, as Starlette hands the gateway the caller's bytes (latin-1):
+                                     # the container must read the very string that was signed
+                                     {protocol.CUSTOM_ATTRIBUTES: "caf\xe9"})]
         finally:
             await transport.close()
 
     try:
         answers = asyncio.run(hops())
-        assert [answer.status for answer in answers] == [200, 200, 200]
+        assert [answer.status for answer in answers] == [200, 200, 200, 200]
         assert [__import__("json").loads(a.body)["content_type"] for a in answers] == [
-            "application/octet-stream", "text/plain", "application/octet-stream"]
+            "application/octet-stream", "text/plain", "application/octet-stream", "application/octet-stream"]
         assert httpx.post(server.url + "/invocations", content=b"hello").status_code == 403
     finally:
         server.stop()
