@@ -32,7 +32,9 @@ def where_predictions_run(runtime: Runtime, delays: list[float] | None = None) -
     def recorded(data: Any, context: InvocationContext) -> Any:
         places.append("loop" if threading.current_thread() is threading.main_thread() else "thread")
         if delays:
-            time.sleep(delays.pop(0))
+            until = time.thread_time() + delays.pop(0)
+            while time.thread_time() < until:  # CPU, not a sleep: the gate counts a prediction's CPU time
+                pass
         return predict(data, context)
 
     runtime.predict = recorded  # type: ignore[method-assign]
@@ -51,22 +53,27 @@ async def post_one_by_one(app: ContainerApp, bodies: list[bytes]) -> list[httpx.
 def test_the_gate_opens_after_a_streak_of_fast_predictions_and_closes_at_a_slow_one() -> None:
     gate = InlineGate(0.002, streak=3)
     for _ in range(2):
-        gate.record(0.001)
+        gate.record(0.001, 0.001)
     assert not gate.open
-    gate.record(0.002)  # at the budget is fast enough
+    gate.record(0.002, 0.007)  # at the budget is fast enough; wall time lost to other processes does not count
     assert gate.open
-    gate.record(0.0021)
+    gate.record(0.0021, 0.0021)  # over the budget of CPU
+    assert not gate.open
+    for _ in range(3):
+        gate.record(0.001, 0.001)
+    assert gate.open
+    gate.record(0.0, 0.0081)  # waiting (I/O, other threads) past WALL_FACTOR budgets
     assert not gate.open
     never = InlineGate(0.0)
     for _ in range(STREAK * 2):
-        never.record(0.0)
+        never.record(0.0, 0.0)
     assert not never.open
 
 
 def test_a_fast_model_moves_onto_the_loop_and_a_slow_prediction_moves_it_back(loaded, iris_classifier, iris) -> None:
     runtime = loaded("sklearn", iris_classifier.path)
     # Call STREAK + 2 is slow: it ran on the loop (the gate was open), and closes the gate behind it.
-    delays = [0.0] * (STREAK + 1) + [BUDGET_S * 2] + [0.0] * (STREAK + 2)
+    delays = [0.0] * (STREAK + 1) + [BUDGET_S * 2] + [0.0] * (STREAK + 2)  # spent computing
     places = where_predictions_run(runtime, delays)
     app = ContainerApp(runtime, "iris", inline_budget_s=BUDGET_S)
     body = json.dumps(iris.data[:1].tolist()).encode()
