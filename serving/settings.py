@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from typing import Literal
 
@@ -9,6 +10,7 @@ from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
+@functools.lru_cache(maxsize=1024)
 def is_loopback(host: str) -> bool:
     """Whether binding `host` keeps the server reachable from this machine only."""
     if host.strip("[]").lower() == "localhost":

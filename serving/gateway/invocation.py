@@ -364,8 +364,8 @@ class Invocations:
                 {"stream": True, "stream_timeout": self.settings.stream_timeout_s} if last_streams else {}
             )
             try:
-                response = await asyncio.wait_for(
-                    self.transport.send(
+                async with asyncio.timeout(remaining):  # not wait_for: no task of its own per hop
+                    response = await self.transport.send(
                         endpoint.name,
                         container,
                         body,
@@ -373,9 +373,7 @@ class Invocations:
                         remaining,
                         affinity=affinity if container in endpoint.multi_model else None,
                         **streamed,
-                    ),
-                    remaining,
-                )
+                    )
             except TimeoutError:
                 trace.hops.append((container, time.perf_counter() - sent))
                 raise timed_out(container, timeout) from None
