@@ -163,12 +163,13 @@ class ContainerApp:
 
     def _timed(self, call: Callable[[], tuple[bytes, str]]) -> tuple[bytes, str]:
         """Run the model on this thread, reporting its time (not the wait for the limiter)."""
-        started, computed = time.perf_counter(), time.thread_time()
+        gate = self.inline
+        started, computed = time.perf_counter(), time.thread_time() if gate is not None else 0.0
         try:
             answer = call()
         finally:
-            if self.inline is not None:  # a slow failure closes the gate as a slow answer does
-                self.inline.record(time.thread_time() - computed, time.perf_counter() - started)
+            if gate is not None:  # a slow failure closes the gate as a slow answer does
+                gate.record(time.thread_time() - computed, time.perf_counter() - started)
         if self.model_latency is not None:  # a failed invocation reports none, as before
             self.model_latency(time.perf_counter() - started)
         return answer
