@@ -175,10 +175,10 @@ class ContainerTransport:
         assert self._session is not None, "transport not started"
         key = (endpoint, container)
         home_key = (endpoint, container, affinity) if affinity is not None else None
+        headers = _with_defaults(headers)  # sign exactly what is sent: no client adds a header after signing
         if stream:
-            headers = {**headers, protocol.HOP_STREAM_HEADER: "true"}
+            headers[protocol.HOP_STREAM_HEADER] = "true"
         if self._hop_key is not None:
-            headers = _with_defaults(headers)  # sign exactly what arrives: no header added after signing
             headers.update(
                 hops.sign(self._hop_key(endpoint, container), "POST", protocol.INVOCATIONS_PATH, body, headers)
             )
@@ -199,32 +199,32 @@ class ContainerTransport:
             try:
                 if not stream:
                     answer = await self._post(replica, body, headers, timeout)
-                    if home_key is not None and answer.status < 400:  # it holds the model now
-                        self._remember(home_key, replica.url)
-                    return answer
-                total = stream_timeout
-                response = await self._session.post(
-                    replica.invocations_url, data=body, headers=headers, timeout=aiohttp.ClientTimeout(total=total)
-                )
-                answered = True
-                streaming = stream and response.status < 400
-                try:
-                    answer = HopResponse(
-                        status=response.status,
-                        body=b"" if streaming else await response.read(),
-                        content_type=response.headers.get(
-                            protocol.STREAM_CONTENT_TYPE if streaming else "content-type"
-                        ),
-                        custom_attributes=response.headers.get(protocol.CUSTOM_ATTRIBUTES),
-                        model_resolved=response.headers.get(protocol.MODEL_RESOLVED) == "true",
-                        platform=response.headers.get(protocol.PLATFORM_ERROR) == "true",
-                        log_stream=response.headers.get(protocol.LOG_STREAM),
-                        chunks=HopStream(response, replica) if streaming else None,
+                else:
+                    response = await self._session.post(
+                        replica.invocations_url,
+                        data=body,
+                        headers=headers,
+                        timeout=aiohttp.ClientTimeout(total=stream_timeout),
                     )
-                    held = streaming  # the stream releases the replica and the connection when it ends
-                finally:
-                    if not held:
-                        response.release()
+                    answered = True
+                    streaming = response.status < 400
+                    try:
+                        answer = HopResponse(
+                            status=response.status,
+                            body=b"" if streaming else await response.read(),
+                            content_type=response.headers.get(
+                                protocol.STREAM_CONTENT_TYPE if streaming else "content-type"
+                            ),
+                            custom_attributes=response.headers.get(protocol.CUSTOM_ATTRIBUTES),
+                            model_resolved=response.headers.get(protocol.MODEL_RESOLVED) == "true",
+                            platform=response.headers.get(protocol.PLATFORM_ERROR) == "true",
+                            log_stream=response.headers.get(protocol.LOG_STREAM),
+                            chunks=HopStream(response, replica) if streaming else None,
+                        )
+                        held = streaming  # the stream releases the replica and the connection when it ends
+                    finally:
+                        if not held:
+                            response.release()
                 if home_key is not None and answer.status < 400:  # it holds the model now
                     self._remember(home_key, replica.url)
                 return answer
@@ -251,7 +251,7 @@ class ContainerTransport:
 
     async def _post(self, replica: Replica, body: bytes, headers: dict[str, str], timeout: float) -> HopResponse:
         host, port = replica.address
-        answer = await self._client.post(host, port, protocol.INVOCATIONS_PATH, body, _with_defaults(headers), timeout)
+        answer = await self._client.post(host, port, protocol.INVOCATIONS_PATH, body, headers, timeout)
         got = answer.headers
         return HopResponse(
             status=answer.status,
