@@ -8,25 +8,58 @@ metrics API; `operations` is what the CLI and tests call (deploy, delete, descri
 `embedded` is the one embedded server, as a context manager.
 """
 
-from serving.ray_wing.cluster import (
-    UnauthenticatedClusterError,
-    connect_cluster,
-    start_local_ray,
-)
-from serving.ray_wing.embedded import EmbeddedServer, EndpointsNotReady, Readiness
-from serving.ray_wing.gateway import start_gateway
-from serving.ray_wing.operations import (
-    control_token,
-    delete_endpoint,
-    deploy_endpoint,
-    describe_endpoints,
-    disconnect,
-    http_control_token,
-    root_secret,
-    shutdown,
-)
-from serving.ray_wing.registry import registry_handle
-from serving.ray_wing.serve_status import ServeNotRunning, serve_status
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the same names, for type checkers and readers
+    from serving.ray_wing.cluster import UnauthenticatedClusterError, connect_cluster, start_local_ray
+    from serving.ray_wing.embedded import EmbeddedServer, EndpointsNotReady, Readiness
+    from serving.ray_wing.gateway import start_gateway
+    from serving.ray_wing.operations import (
+        control_token,
+        delete_endpoint,
+        deploy_endpoint,
+        describe_endpoints,
+        disconnect,
+        http_control_token,
+        root_secret,
+        shutdown,
+    )
+    from serving.ray_wing.registry import registry_handle
+    from serving.ray_wing.serve_status import ServeNotRunning, serve_status
+
+# Each name loads its module on first use (PEP 562): a replica's worker process imports
+# `serving.ray_wing.replica` alone, not the gateway, the registry and the embedded server with it.
+_HOMES = {
+    "UnauthenticatedClusterError": "cluster",
+    "connect_cluster": "cluster",
+    "start_local_ray": "cluster",
+    "EmbeddedServer": "embedded",
+    "EndpointsNotReady": "embedded",
+    "Readiness": "embedded",
+    "start_gateway": "gateway",
+    "control_token": "operations",
+    "delete_endpoint": "operations",
+    "deploy_endpoint": "operations",
+    "describe_endpoints": "operations",
+    "disconnect": "operations",
+    "http_control_token": "operations",
+    "root_secret": "operations",
+    "shutdown": "operations",
+    "registry_handle": "registry",
+    "ServeNotRunning": "serve_status",
+    "serve_status": "serve_status",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{home}"), name)
+
 
 __all__ = [
     "EmbeddedServer",
