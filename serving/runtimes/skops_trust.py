@@ -10,6 +10,8 @@ refuses such indices. Anything else, a function above all, must be named in
 
 from __future__ import annotations
 
+import importlib.abc
+import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -31,19 +33,55 @@ def operator_types(environment: Mapping[str, str]) -> set[str]:
     return {name.strip() for name in environment.get(TRUSTED_TYPES_ENV, "").split(",") if name.strip()}
 
 
+# sklearn's array-API shims for other frameworks: `sklearn.externals.array_api_compat.<framework>` imports it whole.
+_ARRAY_API_SHIMS = ("torch", "cupy", "dask", "jax")
+_SHIM_PREFIX = "sklearn.externals.array_api_compat."
+
+
+class _SkipUnusedArrayApiShims(importlib.abc.MetaPathFinder):
+    """Refuses the shim of a framework this process has not imported (ImportError, which a package walk skips)."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        framework = name.removeprefix(_SHIM_PREFIX)
+        if name.startswith(_SHIM_PREFIX) and framework in _ARRAY_API_SHIMS and framework not in sys.modules:
+            raise ImportError(f"{name}: not needed to list scikit-learn's estimators", name=name)
+        return None
+
+
+def _import_skops() -> Any:
+    """`skops.io`, imported without PyTorch.
+
+    skops lists scikit-learn's estimators when first imported (`all_estimators()`), and that walk imports every
+    subpackage of sklearn, `sklearn.externals.array_api_compat.torch` among them, which imports all of PyTorch
+    (~2 s of CPU per container process here) although no estimator lives there. For that first import only, the
+    shims of frameworks this process has not imported are refused; skops' trusted names come out the same
+    (tests/unit/test_skops_import.py), and the shims import normally afterwards (an ImportError leaves nothing
+    in sys.modules).
+    """
+    if "skops.io" in sys.modules:
+        return sys.modules["skops.io"]
+    finder = _SkipUnusedArrayApiShims()
+    sys.meta_path.insert(0, finder)
+    try:
+        import skops.io
+    finally:
+        sys.meta_path.remove(finder)
+    return skops.io
+
+
 def load_skops(path: Path, environment: Mapping[str, str]) -> Any:
     """The object in a `.skops` file, or PermissionError naming every type it would build that is not trusted."""
-    import skops.io
+    skops_io = _import_skops()
 
     trusted = REVIEWED_TYPES | operator_types(environment)
-    refused = [name for name in skops.io.get_untrusted_types(file=path) if name not in trusted]
+    refused = [name for name in skops_io.get_untrusted_types(file=path) if name not in trusted]
     if refused:
         raise PermissionError(
             f"{path.name} would build types that are not trusted: {', '.join(refused)}. A type or function listed "
             f"in Environment {TRUSTED_TYPES_ENV} is trusted to run with request data: list it only if you trust "
             "this artifact"
         )
-    model = skops.io.load(path, trusted=sorted(trusted))  # skops audits the file again against the same list
+    model = skops_io.load(path, trusted=sorted(trusted))  # skops audits the file again against the same list
     check_trees(model, path.name)
     return model
 
