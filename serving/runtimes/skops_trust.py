@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.abc
 import sys
+import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ def operator_types(environment: Mapping[str, str]) -> set[str]:
 # sklearn's array-API shims for other frameworks: `sklearn.externals.array_api_compat.<framework>` imports it whole.
 _ARRAY_API_SHIMS = ("torch", "cupy", "dask", "jax")
 _SHIM_PREFIX = "sklearn.externals.array_api_compat."
+_FIRST_IMPORT = threading.Lock()
 
 
 class _SkipUnusedArrayApiShims(importlib.abc.MetaPathFinder):
@@ -58,14 +60,15 @@ def _import_skops() -> Any:
     (tests/unit/test_skops_import.py), and the shims import normally afterwards (an ImportError leaves nothing
     in sys.modules).
     """
-    if "skops.io" in sys.modules:
-        return sys.modules["skops.io"]
-    finder = _SkipUnusedArrayApiShims()
-    sys.meta_path.insert(0, finder)
-    try:
+    with _FIRST_IMPORT:  # a MultiModel container may load models on several threads
+        if "skops.io" not in sys.modules:
+            finder = _SkipUnusedArrayApiShims()
+            sys.meta_path.insert(0, finder)
+            try:
+                import skops.io
+            finally:
+                sys.meta_path.remove(finder)
         import skops.io
-    finally:
-        sys.meta_path.remove(finder)
     return skops.io
 
 
