@@ -28,9 +28,12 @@ if TYPE_CHECKING:  # the same names, for type checkers and readers
         shutdown,
     )
     from serving.ray_wing.registry import registry_handle
-    from serving.ray_wing.serve_status import ServeNotRunning, serve_status
 
-# Each name loads its module on first use (PEP 562): a replica's worker process imports
+# `serve_status` is both a submodule and the function it exports: importing the submodule later would set the
+# package's attribute to the module, so it is bound here, eagerly (it imports only `ray.serve`).
+from serving.ray_wing.serve_status import ServeNotRunning, serve_status
+
+# Every other name loads its module on first use (PEP 562): a replica's worker process imports
 # `serving.ray_wing.replica` alone, not the gateway, the registry and the embedded server with it.
 _HOMES = {
     "UnauthenticatedClusterError": "cluster",
@@ -49,8 +52,6 @@ _HOMES = {
     "root_secret": "operations",
     "shutdown": "operations",
     "registry_handle": "registry",
-    "ServeNotRunning": "serve_status",
-    "serve_status": "serve_status",
 }
 
 

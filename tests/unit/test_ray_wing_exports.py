@@ -1,0 +1,39 @@
+"""`serving.ray_wing` exports its names lazily: each is the object its module defines, however the package's
+submodules were imported before, and a container replica's worker does not import the gateway with replica.py.
+Each check runs in a fresh interpreter, since this test process may have imported any of the modules already."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+_PROBE = """
+import json, sys, types
+import serving.ray_wing.replica, serving.ray_wing.registry, serving.ray_wing.serve_status  # submodules first
+from serving import ray_wing
+print(json.dumps({
+    "modules": [name for name in ray_wing.__all__ if isinstance(getattr(ray_wing, name), types.ModuleType)],
+    "missing": [name for name in ray_wing.__all__ if getattr(ray_wing, name, None) is None],
+    "callable": callable(ray_wing.serve_status),
+}))
+"""
+
+
+def _run(code: str) -> str:
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    return done.stdout.strip().splitlines()[-1]
+
+
+def test_every_exported_name_is_its_object_not_a_submodule() -> None:
+    found = json.loads(_run(_PROBE))
+    assert found == {"modules": [], "missing": [], "callable": True}
+
+
+def test_a_replica_imports_neither_the_gateway_nor_the_embedded_server() -> None:
+    code = (
+        "import sys, serving.ray_wing.replica; "
+        "print(sorted(m for m in ('serving.ray_wing.gateway', 'serving.ray_wing.embedded', 'serving.gateway.router')"
+        " if m in sys.modules))"
+    )
+    assert _run(code) == "[]"
