@@ -28,7 +28,7 @@ from serving.errors import AccessDeniedError, ContainerAnswerError, ContainerErr
 from serving.http.responses import error_response, json_response, serving_app
 from serving.model_server.batching import Batcher
 from serving.model_server.events import EventLog
-from serving.model_server.inline import InlineGate
+from serving.model_server.inline import InlineGate, RunQueueClock
 from serving.model_server.streaming import stream_answer
 from serving.model_server.tfs_rest import LocalRest
 from serving.models.multimodel import MultiModelHandler
@@ -101,6 +101,7 @@ class ContainerApp:
         self.inline: InlineGate | None = None
         if runtime is not None and threads == 1 and self.local_rest is None and not runtime.runs_request_hooks():
             self.inline = InlineGate(inline_budget_s) if inline_budget_s > 0 else None
+        self._run_queue = RunQueueClock()
         self.app = serving_app(
             [
                 Route(protocol.INVOCATIONS_PATH, self.invoke, methods=["POST"]),
@@ -161,33 +162,51 @@ class ContainerApp:
             logger.exception("container %s: autoscaling_metrics of the model failed", self.hostname)
             return {}
 
-    def _timed(self, call: Callable[[], tuple[bytes, str]]) -> tuple[bytes, str]:
-        """Run the model on this thread, reporting its time (not the wait for the limiter)."""
+    def _timed(self, call: Callable[[], tuple[bytes, str]], on_loop: bool = False) -> tuple[bytes, str]:
+        """Run the model on this thread, reporting its time (not the wait for the limiter) and, `on_loop`, the
+        time it spent waiting for anything but a core (`model_server.inline`)."""
         gate = self.inline
         started, computed = time.perf_counter(), time.thread_time() if gate is not None else 0.0
+        queued = self._run_queue() if on_loop else 0.0
         try:
             answer = call()
         finally:
             if gate is not None:  # a slow failure closes the gate as a slow answer does
-                gate.record(time.thread_time() - computed, time.perf_counter() - started)
+                cpu = time.thread_time() - computed
+                waited = time.perf_counter() - started - cpu if on_loop else None
+                if waited is not None and waited > gate.budget_s:  # only then ask how long it waited for a core
+                    waited -= self._run_queue() - queued
+                gate.record(cpu, waited)
         if self.model_latency is not None:  # a failed invocation reports none, as before
             self.model_latency(time.perf_counter() - started)
         return answer
 
     async def _predict(self, call: Callable[[], tuple[bytes, str]]) -> tuple[bytes, str]:
-        """On the event loop when the gate is open and no prediction is running on a thread (the limiter's bound
-        then still holds), else on a model thread."""
+        """On the event loop while the gate is open, else on a model thread. One model-thread token bounds both:
+        a prediction runs on the loop at once when no prediction holds it, or else waits for it in line with the
+        thread's requests (under steady load there always is one waiting, and a fast model must not be sent back
+        to the thread for that alone)."""
         gate = self.inline
-        if gate is not None and gate.open and (self._model_limiter is None or self._model_limiter.borrowed_tokens == 0):
-            gate.inline += 1
-            return self._timed(call)
+        if gate is not None and gate.open:
+            limiter = self._limiter()
+            if limiter.borrowed_tokens == 0:  # nothing else can run until this returns: no token needed
+                gate.inline += 1
+                return self._timed(call, on_loop=True)
+            async with limiter:
+                if gate.open:  # still, once it is this request's turn
+                    gate.inline += 1
+                    return self._timed(call, on_loop=True)
+                return await anyio.to_thread.run_sync(partial(self._timed, call))  # this request holds the token
         return await self._on_model_thread(partial(self._timed, call))
+
+    def _limiter(self) -> CapacityLimiter:
+        if self._model_limiter is None:
+            self._model_limiter = CapacityLimiter(self.threads)
+        return self._model_limiter
 
     async def _on_model_thread(self, call: Callable[[], Any]) -> Any:
         """`call` on one of the model's worker threads (waiting for one to be free)."""
-        if self._model_limiter is None:
-            self._model_limiter = CapacityLimiter(self.threads)
-        return await anyio.to_thread.run_sync(call, limiter=self._model_limiter)
+        return await anyio.to_thread.run_sync(call, limiter=self._limiter())
 
     async def invoke(self, request: Request) -> Response:
         self.in_flight += 1

@@ -3,16 +3,54 @@
 Handing a prediction to a worker thread and its answer back costs two thread wake-ups and a GIL hand-over each
 way: ~0.4-0.6 ms of CPU per request on a 2-core VM, more than a small scikit-learn pipeline's own prediction
 (docs/performance.md). A model that is fast enough may run on the loop instead: the loop then waits for it, and
-so do `/ping` and every other request, for about the budget at most. The gate opens only after `streak`
-predictions in a row each took at most the budget (of CPU; see `record`), and closes again at the first slower
-one, so a slow or variable model (a cold cache, a long input) keeps running on its thread. The budget:
-`concurrency.inline_budget_s`.
+so do `/ping` and every other request, for about the budget at most. The budget: `concurrency.inline_budget_s`.
+
+The gate judges what the model did, not what the machine did to it:
+
+- **CPU**: a prediction whose thread used more than the budget of CPU time is slow, wherever it ran. The gate
+  opens after `required` predictions in a row within the budget, and the first slower one closes it.
+- **Waiting**, judged only on the loop: a prediction that spent more than the budget neither running nor waiting
+  for a core (the kernel's run-queue delay, `RunQueueClock`) was waiting on something (I/O, its own threads).
+  It closes the gate, and the next opening needs twice as many fast predictions (up to MAX_STREAK), so a model
+  that waits blocks the loop about log2(n) times in n predictions; as many good runs on the loop halve it again.
+
+Waiting is not judged on a worker thread, because there the wall time also counts the thread's waits for the GIL,
+which the loop holds while it answers other requests, and a busy machine's preemptions: judged on wall time, a fast
+model under load stayed on its thread (over half of the predictions of a gateway-fed container at 32 connections
+did), paying the hand-off exactly when CPU was short.
 """
 
 from __future__ import annotations
 
+import os
+import threading
+
 STREAK = 8  # fast predictions in a row before one runs on the loop
-WALL_FACTOR = 4  # a prediction whose wall time passes this many budgets is slow, whatever its CPU time
+MAX_STREAK = 1024  # the most a model that was caught waiting must wait for its next try on the loop
+SCHEDSTAT = "/proc/thread-self/schedstat"  # run time, run-queue delay, time slices (ns); Linux's CONFIG_SCHED_INFO
+
+
+class RunQueueClock:
+    """Seconds the calling thread has waited for a core so far (0.0 where the kernel does not say)."""
+
+    def __init__(self, path: str = SCHEDSTAT) -> None:
+        self.path = path
+        self._local = threading.local()  # the file names the thread that opened it: one per thread
+
+    def __call__(self) -> float:
+        fd = getattr(self._local, "fd", None)
+        if fd is None:
+            try:
+                fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                fd = -1
+            self._local.fd = fd
+        if fd < 0:
+            return 0.0
+        try:
+            return int(os.pread(fd, 64, 0).split()[1]) / 1e9
+        except (OSError, ValueError, IndexError):
+            return 0.0
 
 
 class InlineGate:
@@ -21,19 +59,31 @@ class InlineGate:
     def __init__(self, budget_s: float, streak: int = STREAK) -> None:
         self.budget_s = budget_s
         self.streak = streak
+        self.required = streak  # fast predictions in a row before the next runs on the loop
         self._fast = 0
+        self._good_on_loop = 0  # runs on the loop without waiting, since `required` last changed
         self.inline = 0  # predictions run on the loop (the stats say how many)
 
     @property
     def open(self) -> bool:
-        return self.budget_s > 0 and self._fast >= self.streak
+        return self.budget_s > 0 and self._fast >= self.required
 
-    def record(self, cpu_s: float, wall_s: float) -> None:
-        """One prediction's CPU time on its thread and its wall time, wherever it ran (a failed one counts too).
+    def record(self, cpu_s: float, waited_s: float | None = None) -> None:
+        """One prediction's CPU time on its thread and, for one run on the loop, the time it spent neither running
+        nor waiting for a core (None on a worker thread); a failed one counts too.
 
-        Fast means CPU time within the budget: on a busy machine the wall time of a 0.5 ms prediction often passes
-        2 ms while other processes hold the cores, and closing the gate then would add the hand-off's CPU exactly
-        when CPU is short. A wall time past WALL_FACTOR budgets (a prediction waiting on I/O, or on threads of its
-        own) is slow all the same."""
-        fast = cpu_s <= self.budget_s and wall_s <= WALL_FACTOR * self.budget_s
-        self._fast = self._fast + 1 if fast else 0
+        CPU time, not wall time, measures computing: on a busy machine the wall time of a 0.5 ms prediction often
+        passes 2 ms while other processes hold the cores, and closing the gate then would add the hand-off's CPU
+        exactly when CPU is short."""
+        if cpu_s > self.budget_s:
+            self._fast = 0
+            return
+        if waited_s is not None:
+            if waited_s > self.budget_s:
+                self._fast = self._good_on_loop = 0
+                self.required = min(self.required * 2, MAX_STREAK)
+                return
+            self._good_on_loop += 1
+            if self.required > self.streak and self._good_on_loop >= self.required:
+                self.required, self._good_on_loop = max(self.required // 2, self.streak), 0
+        self._fast += 1

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from serving.model_server.app import ContainerApp
-from serving.model_server.inline import STREAK, InlineGate
+from serving.model_server.inline import MAX_STREAK, STREAK, InlineGate, RunQueueClock
 from serving.runtimes import InvocationContext, Runtime
 from serving.runtimes.concurrency import inline_budget_s
 
@@ -24,13 +24,18 @@ JSON = "application/json"
 BUDGET_S = 0.05  # generous: a 1-row iris prediction takes well under 1 ms, even on a busy CI machine
 
 
-def where_predictions_run(runtime: Runtime, delays: list[float] | None = None) -> list[str]:
-    """Record, per predict call, whether it ran on the main thread (the loop); `delays` are slept, one per call."""
+def where_predictions_run(
+    runtime: Runtime, delays: list[float] | None = None, sleeps: list[float] | None = None
+) -> list[str]:
+    """Record, per predict call, whether it ran on the main thread (the loop); `delays` are spent computing and
+    `sleeps` waiting (as on I/O), one per call."""
     places: list[str] = []
     predict = runtime.predict
 
     def recorded(data: Any, context: InvocationContext) -> Any:
         places.append("loop" if threading.current_thread() is threading.main_thread() else "thread")
+        if sleeps:
+            time.sleep(sleeps.pop(0))
         if delays:
             until = time.thread_time() + delays.pop(0)
             while time.thread_time() < until:  # CPU, not a sleep: the gate counts a prediction's CPU time
@@ -53,21 +58,63 @@ async def post_one_by_one(app: ContainerApp, bodies: list[bytes]) -> list[httpx.
 def test_the_gate_opens_after_a_streak_of_fast_predictions_and_closes_at_a_slow_one() -> None:
     gate = InlineGate(0.002, streak=3)
     for _ in range(2):
-        gate.record(0.001, 0.001)
+        gate.record(0.001)  # on a worker thread: CPU only (its wall time counts waits for the GIL)
     assert not gate.open
-    gate.record(0.002, 0.007)  # at the budget is fast enough; wall time lost to other processes does not count
+    gate.record(0.002)  # at the budget is fast enough
     assert gate.open
-    gate.record(0.0021, 0.0021)  # over the budget of CPU
+    gate.record(0.0021, 0.0)  # over the budget of CPU, on the loop
     assert not gate.open
+    assert gate.required == 3  # computing slowly is not waiting: the next opening needs the usual streak
     for _ in range(3):
-        gate.record(0.001, 0.001)
+        gate.record(0.001)
     assert gate.open
-    gate.record(0.0, 0.0081)  # waiting (I/O, other threads) past WALL_FACTOR budgets
-    assert not gate.open
+    gate.record(0.0, 0.002)  # on the loop, waiting (not for a core) up to the budget
+    assert gate.open
     never = InlineGate(0.0)
     for _ in range(STREAK * 2):
-        never.record(0.0, 0.0)
+        never.record(0.0)
     assert not never.open
+
+
+def test_waiting_on_the_loop_doubles_the_streak_and_good_runs_on_the_loop_halve_it() -> None:
+    gate = InlineGate(0.002, streak=3)
+    for _ in range(3):
+        gate.record(0.001)
+    gate.record(0.0005, 0.0021)  # on the loop: past the budget neither running nor waiting for a core
+    assert not gate.open and gate.required == 6
+    for _ in range(5):
+        gate.record(0.001)
+    assert not gate.open
+    gate.record(0.001)
+    assert gate.open
+    for _ in range(5):  # good runs on the loop: the gate stays open, and after `required` of them halves it
+        gate.record(0.001, 0.0)
+        assert gate.open and gate.required == 6
+    gate.record(0.001, 0.0)
+    assert gate.required == 3
+    for _ in range(20):  # a model that always waits: the streak it needs doubles up to MAX_STREAK
+        while not gate.open:
+            gate.record(0.001)
+        gate.record(0.001, 0.01)
+    assert gate.required == MAX_STREAK
+
+
+def test_the_run_queue_clock_reads_this_threads_wait_for_a_core(tmp_path) -> None:
+    clock = RunQueueClock()
+    first = clock()
+    until = time.thread_time() + 0.02
+    while time.thread_time() < until:
+        pass
+    assert 0.0 <= first <= clock()
+    values: list[float] = []
+    other = threading.Thread(target=lambda: values.append(clock()))  # its own file: another thread's count
+    other.start()
+    other.join()
+    assert values and values[0] >= 0.0
+    assert RunQueueClock(str(tmp_path / "missing"))() == 0.0  # no schedstat: no wait is subtracted
+    garbled = tmp_path / "schedstat"
+    garbled.write_text("12\n")
+    assert RunQueueClock(str(garbled))() == 0.0
 
 
 def test_a_fast_model_moves_onto_the_loop_and_a_slow_prediction_moves_it_back(loaded, iris_classifier, iris) -> None:
@@ -186,3 +233,45 @@ def test_the_budget_setting(environment: dict[str, str], seconds: float) -> None
 def test_a_bad_budget_is_refused_naming_the_variable(value: str) -> None:
     with pytest.raises(ValueError, match="SERVING_INLINE_BUDGET_MS"):
         inline_budget_s({"SERVING_INLINE_BUDGET_MS": value})
+
+
+def test_a_model_that_waits_is_tried_on_the_loop_ever_more_rarely(loaded, iris_classifier, iris) -> None:
+    # Sleeping stands for I/O: little CPU, much wall time. On its thread that is not judged (the GIL's waits look
+    # the same); on the loop it is, and each time it is caught the next try needs twice the streak.
+    runtime = loaded("sklearn", iris_classifier.path)
+    calls = STREAK + 1 + 2 * STREAK + 1 + 2
+    places = where_predictions_run(runtime, sleeps=[BUDGET_S * 2] * calls)
+    app = ContainerApp(runtime, "iris", inline_budget_s=BUDGET_S)
+    body = json.dumps(iris.data[:1].tolist()).encode()
+    responses = asyncio.run(post_one_by_one(app, [body] * calls))
+    assert {response.status_code for response in responses} == {200}
+    assert places == ["thread"] * STREAK + ["loop"] + ["thread"] * (2 * STREAK) + ["loop"] + ["thread"] * 2
+    assert app.inline is not None and app.inline.required == 4 * STREAK
+
+
+def test_requests_queued_behind_a_threads_prediction_run_on_the_loop_in_turn(loaded, iris_classifier, iris) -> None:
+    # Under steady load some request always waits for the model's token; once the gate is open the waiting ones
+    # run on the loop, one at a time, instead of all going back to the thread because the token was busy.
+    runtime = loaded("sklearn", iris_classifier.path)
+    app = ContainerApp(runtime, "iris", inline_budget_s=BUDGET_S)
+    body = json.dumps(iris.data[:1].tolist()).encode()
+
+    async def run() -> tuple[list[httpx.Response], list[str]]:
+        await post_one_by_one(app, [body] * STREAK)
+        assert app.inline is not None and app.inline.open
+        places = where_predictions_run(runtime)
+        limiter = app._model_limiter  # the first STREAK predictions ran on the thread
+        assert limiter is not None
+        busy = threading.Event()
+        await limiter.acquire_on_behalf_of(busy)  # a prediction on the thread, as far as the app can tell
+        waiting = [asyncio.ensure_future(post_one_by_one(app, [body])) for _ in range(5)]
+        await asyncio.sleep(0.1)
+        assert not any(request.done() for request in waiting)
+        limiter.release_on_behalf_of(busy)
+        answers = await asyncio.wait_for(asyncio.gather(*waiting), 10)
+        return [response for answer in answers for response in answer], places
+
+    responses, places = asyncio.run(run())
+    assert [response.status_code for response in responses] == [200] * 5
+    assert places == ["loop"] * 5
+    assert app._model_limiter is not None and app._model_limiter.borrowed_tokens == 0
