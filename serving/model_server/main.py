@@ -17,6 +17,7 @@ import signal
 import sys
 import threading
 
+from serving._gc import freeze_startup_objects
 from serving.model_server import sandbox
 
 
@@ -69,6 +70,7 @@ def main() -> int:
             "capabilities_dropped": report.capabilities_dropped,
         },
     )
+    freeze_startup_objects()  # after the report: serving does not wait for it
     stop.wait()
     server.stop()
     return 0

@@ -10,6 +10,7 @@ from typing import Any
 import ray
 from ray import serve
 
+from serving._gc import freeze_startup_objects
 from serving.access.decision import configure_audit_log
 from serving.config.spec import DEFAULT_MAX_CONCURRENCY
 from serving.control.status import StatusBoard
@@ -86,6 +87,7 @@ class Gateway:
         )
         if not self.server.wait_started():
             raise RuntimeError(f"endpoint server did not start on {self.server.url}")
+        freeze_startup_objects()
 
     def _lifespan(self, app):
         gateway = self

@@ -10,6 +10,7 @@ from typing import Any
 import ray
 from ray import serve
 
+from serving._gc import freeze_startup_objects
 from serving.control.rollout import (
     Deploy,
 )
@@ -106,6 +107,7 @@ class ContainerReplica:
         self._stopping = threading.Event()
         threading.Thread(target=self._heartbeat, name="registry-heartbeat", daemon=True).start()
         threading.Thread(target=self._relay_stats, name="container-stats", daemon=True).start()
+        freeze_startup_objects()
 
     def _heartbeat(self) -> None:
         while not self._stopping.wait(HEARTBEAT_S):
