@@ -25,8 +25,9 @@ PROFILE_BUCKETS = [  # a frame's top-level module -> what the time is spent on
     (("aiohttp", "yarl", "multidict", "aiohappyeyeballs", "propcache", "frozenlist", "aiosignal", "async_timeout"),
      "aiohttp client (the hop to the container)"),
     # py-spy names this project's files without their package folder ("router.py", "runtimes/base.py").
-    # (_http_server's BackgroundServer._run sits at the root of every HTTP-thread sample: not a cost of its own.)
-    (tuple({"serving"} | {p.stem for p in (ROOT / "serving").glob("*.py") if p.stem not in ("__init__", "_http_server")}
+    # (http/server.py's BackgroundServer._run sits at the root of every HTTP-thread sample: not a cost of its own,
+    # so `summarize_profile` skips its frame.)
+    (tuple({"serving"} | {p.stem for p in (ROOT / "serving").glob("*.py") if p.stem != "__init__"}
            | {p.name for p in (ROOT / "serving").iterdir() if p.is_dir() and not p.name.startswith("__")}),
      "serving code (router, transport, container app, runtime, codecs)"),
     (("starlette", "anyio"), "starlette (requests, responses, routing)"),
@@ -34,6 +35,9 @@ PROFILE_BUCKETS = [  # a frame's top-level module -> what the time is spent on
     (("ray", "grpc", "google", "opentelemetry", "prometheus_client"), "ray (replica machinery)"),
     (("uvloop",), "event loop and sockets (uvloop)"),
 ]
+
+
+ROOT_FRAME = "BackgroundServer._run "  # the HTTP thread's root frame (serving/http/server.py): the event loop runs under it
 
 
 def _frame_module(frame: str) -> str:
@@ -52,12 +56,12 @@ def summarize_profile(raw: str, requests: int, cpu_us_per_request: float | None)
         if not count_text.isdigit():
             continue
         count = int(count_text)
-        frames = stack.split(";")
+        frames = [f for f in stack.split(";") if not f.startswith(ROOT_FRAME)]
         total += count
         thread = frames[0].split(": ", 1)[1] if frames[0].startswith("thread (") and ": " in frames[0] else "?"
         if thread == "status-poll" or any("_poll_status" in f for f in frames):
             bucket = "status-poll thread (none since the registry polls statuses)"
-        elif thread.startswith("http-") or any("_http_server.py" in f for f in frames):
+        elif thread.startswith("http-") or len(frames) < len(stack.split(";")):
             bucket = next((name for f in reversed(frames) for mods, name in PROFILE_BUCKETS
                            if _frame_module(f) in mods), None)
             if bucket is None:
