@@ -56,12 +56,13 @@ def summarize_profile(raw: str, requests: int, cpu_us_per_request: float | None)
         if not count_text.isdigit():
             continue
         count = int(count_text)
-        frames = [f for f in stack.split(";") if not f.startswith(ROOT_FRAME)]
+        all_frames = stack.split(";")
+        frames = [f for f in all_frames if not f.startswith(ROOT_FRAME)]
         total += count
         thread = frames[0].split(": ", 1)[1] if frames[0].startswith("thread (") and ": " in frames[0] else "?"
         if thread == "status-poll" or any("_poll_status" in f for f in frames):
             bucket = "status-poll thread (none since the registry polls statuses)"
-        elif thread.startswith("http-") or len(frames) < len(stack.split(";")):
+        elif thread.startswith("http-") or len(frames) < len(all_frames):
             bucket = next((name for f in reversed(frames) for mods, name in PROFILE_BUCKETS
                            if _frame_module(f) in mods), None)
             if bucket is None:
