@@ -34,6 +34,7 @@ from serving.errors import (
     ServingError,
     wire_error,
 )
+from serving.http.one_write import HeldHeadTransport
 from serving.settings import ServerSettings
 
 __all__ = ["HttpLimits", "LimitedHttpToolsProtocol"]
@@ -157,7 +158,10 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if self._head_bytes > self.limits.max_header_bytes:  # a long target with few headers
             self._refuse(self._too_large())
             return
+        earlier = self.cycle
         super().on_headers_complete()
+        if self.cycle is not earlier:  # a new request: its response's head goes out with its body (http.one_write)
+            self.cycle.transport = HeldHeadTransport(self.transport, self.loop)  # type: ignore[assignment]
 
     def on_body(self, body: bytes) -> None:
         if not self._done:
