@@ -57,8 +57,12 @@ def _too_deep(body: bytes) -> bool:
     """Whether arrays and objects nest deeper than MAX_JSON_DEPTH, counting brackets outside strings.
 
     Vectorized over the positions of brackets, quotes and backslashes only, in chunks so that a deep
-    body stops at its first chunk: a few ms for a full-size payload.
+    body stops at its first chunk: a few ms for a full-size payload. A body with no more opening brackets than
+    the limit cannot nest deeper, and saying so costs two `bytes.count`s (0.2 µs) instead of the NumPy pass
+    (8 µs, for every 1-row request).
     """
+    if body.count(b"[") + body.count(b"{") <= MAX_JSON_DEPTH:
+        return False
     raw = np.frombuffer(body, dtype=np.uint8)
     opening = (raw == ord("[")) | (raw == ord("{"))
     brackets = np.flatnonzero(opening | (raw == ord("]")) | (raw == ord("}")))
