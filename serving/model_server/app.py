@@ -28,7 +28,7 @@ from serving.errors import AccessDeniedError, ContainerAnswerError, ContainerErr
 from serving.http.responses import error_response, json_response, serving_app
 from serving.model_server.batching import Batcher
 from serving.model_server.events import EventLog
-from serving.model_server.inline import InlineGate, RunQueueClock
+from serving.model_server.inline import GC_CLOCK, InlineGate, RunQueueClock
 from serving.model_server.streaming import stream_answer
 from serving.model_server.tfs_rest import LocalRest
 from serving.models.multimodel import MultiModelHandler
@@ -101,6 +101,8 @@ class ContainerApp:
         self.inline: InlineGate | None = None
         if runtime is not None and threads == 1 and self.local_rest is None and not runtime.runs_request_hooks():
             self.inline = InlineGate(inline_budget_s) if inline_budget_s > 0 else None
+            if self.inline is not None:
+                GC_CLOCK.install()
         self._run_queue = RunQueueClock()
         self.app = serving_app(
             [
@@ -167,6 +169,7 @@ class ContainerApp:
         time it spent waiting for anything but a core (`model_server.inline`)."""
         gate = self.inline
         started, computed = time.perf_counter(), time.thread_time() if gate is not None else 0.0
+        collected = GC_CLOCK() if gate is not None else 0.0
         queued = self._run_queue() if on_loop else 0.0
         try:
             answer = call()
@@ -176,7 +179,7 @@ class ContainerApp:
                 waited = time.perf_counter() - started - cpu if on_loop else None
                 if waited is not None and waited > gate.budget_s:  # only then ask how long it waited for a core
                     waited -= self._run_queue() - queued
-                gate.record(cpu, waited)
+                gate.record(cpu - (GC_CLOCK() - collected), waited)  # a collection it triggered is not its time
         if self.model_latency is not None:  # a failed invocation reports none, as before
             self.model_latency(time.perf_counter() - started)
         return answer

@@ -7,6 +7,7 @@ runs in this test's event loop, on the main thread, so "on the loop" is "on the 
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import threading
 import time
@@ -16,7 +17,7 @@ import httpx
 import pytest
 
 from serving.model_server.app import ContainerApp
-from serving.model_server.inline import MAX_STREAK, STREAK, InlineGate, RunQueueClock
+from serving.model_server.inline import GC_CLOCK, MAX_STREAK, STREAK, InlineGate, RunQueueClock
 from serving.runtimes import InvocationContext, Runtime
 from serving.runtimes.concurrency import inline_budget_s
 
@@ -275,3 +276,61 @@ def test_requests_queued_behind_a_threads_prediction_run_on_the_loop_in_turn(loa
     assert [response.status_code for response in responses] == [200] * 5
     assert places == ["loop"] * 5
     assert app._model_limiter is not None and app._model_limiter.borrowed_tokens == 0
+
+
+def test_a_garbage_collection_inside_a_prediction_does_not_close_the_gate(loaded, iris_classifier, iris) -> None:
+    # A collection runs in whichever thread's allocation triggers it and stalls the loop wherever it runs; a
+    # prediction that happened to trigger one (here: of 300k cycles made before the request, ~70 ms) is not slow.
+    runtime = loaded("sklearn", iris_classifier.path)
+    places = where_predictions_run(runtime)
+    predict = runtime.predict
+    spent: list[float] = []
+
+    def collecting(data: Any, context: InvocationContext) -> Any:
+        started = time.thread_time()
+        gc.collect()
+        spent.append(time.thread_time() - started)
+        return predict(data, context)
+
+    app = ContainerApp(runtime, "iris", inline_budget_s=BUDGET_S)
+    body = json.dumps(iris.data[:1].tolist()).encode()
+
+    async def run() -> list[httpx.Response]:
+        responses = await post_one_by_one(app, [body] * STREAK)
+        runtime.predict = collecting  # type: ignore[method-assign]
+        for _ in range(2):
+            for _ in range(300_000):  # garbage for the next prediction's collection
+                cycle: list[Any] = []
+                cycle.append(cycle)
+            del cycle
+            responses += await post_one_by_one(app, [body])
+        runtime.predict = predict  # type: ignore[method-assign]
+        return responses + await post_one_by_one(app, [body])
+
+    enabled = gc.isenabled()
+    gc.disable()  # the cycles wait for the prediction's own collection
+    try:
+        responses = asyncio.run(run())
+    finally:
+        if enabled:
+            gc.enable()
+    assert {response.status_code for response in responses} == {200}
+    assert min(spent) > BUDGET_S, f"each collection should take longer than the budget: {spent}"
+    assert places == ["thread"] * STREAK + ["loop"] * 3
+
+
+def test_the_gc_clock_counts_only_this_threads_collections() -> None:
+    GC_CLOCK.install()
+    GC_CLOCK.install()  # once, however often asked
+    assert gc.callbacks.count(GC_CLOCK._on_gc) == 1
+    before = GC_CLOCK()
+    other = threading.Thread(target=gc.collect)
+    other.start()
+    other.join()
+    assert GC_CLOCK() == before
+    for _ in range(100_000):
+        cycle: list[Any] = []
+        cycle.append(cycle)
+    del cycle
+    gc.collect()
+    assert GC_CLOCK() > before
