@@ -224,7 +224,7 @@ def test_no_prediction_runs_on_the_loop_while_one_runs_on_a_thread(loaded, iris_
 
 @pytest.mark.parametrize(
     ("environment", "seconds"),
-    [({}, 0.002), ({"SERVING_INLINE_BUDGET_MS": "0"}, 0.0), ({"SERVING_INLINE_BUDGET_MS": "12.5"}, 0.0125)],
+    [({}, 0.005), ({"SERVING_INLINE_BUDGET_MS": "0"}, 0.0), ({"SERVING_INLINE_BUDGET_MS": "12.5"}, 0.0125)],
 )
 def test_the_budget_setting(environment: dict[str, str], seconds: float) -> None:
     assert inline_budget_s(environment) == pytest.approx(seconds)
