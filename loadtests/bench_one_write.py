@@ -29,7 +29,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import serving.http.limits as limits  # noqa: E402
-from loadtests.harness.results import machine_facts, package_versions, write_results, write_section  # noqa: E402
+from loadtests.harness.results import (  # noqa: E402
+    command_line,
+    machine_facts,
+    package_versions,
+    write_results,
+    write_section,
+)
 from serving.gateway.hop_client import HopClient  # noqa: E402
 from serving.http.one_write import HeldHeadTransport  # noqa: E402
 from serving.http.server import BackgroundServer  # noqa: E402
@@ -138,7 +144,7 @@ def main() -> None:
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     started = time.monotonic()
-    meta = {"command": "python " + " ".join(["loadtests/bench_one_write.py", *sys.argv[1:]]),
+    meta = {"command": command_line(__file__),
             "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "machine": machine_facts(), "versions": package_versions(("uvicorn", "uvloop", "httptools")),
             "block_s": args.block, "pairs": args.pairs}
