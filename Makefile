@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: install demo test test-unit lint prometheus
+.PHONY: install demo test test-slow test-all test-unit lint prometheus
 
 $(BIN)/serving: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,13 @@ demo: install
 test: install lint prometheus
 	$(BIN)/python -m pytest
 	$(BIN)/python -m pytest -m multinode tests/multinode
+
+# The long real runs kept out of `make test` (and CI) to hold it near half an hour: the trainer's six
+# recipes on 2 workers, a worker killed mid-run, a killed run resumed to the same weights (~14 min here).
+test-slow: install
+	$(BIN)/python -m pytest -m slow
+
+test-all: test test-slow
 
 # Fast feedback: the tests that need no Ray (seconds to a minute).
 test-unit: install

@@ -18,7 +18,8 @@ from serving.config.spec import parse_spec
 from serving.settings import ServerSettings
 
 # Each test may pay for trainings of a minute each (the module's store: three), on 2 CPUs shared with the server.
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+# Slow (~14 min here): `make test-slow` runs it; `make test` covers a 2-worker training through the README demo.
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ROOT / "examples" / "recipes"
