@@ -21,8 +21,8 @@ test: install lint prometheus
 	$(BIN)/python -m pytest
 	$(BIN)/python -m pytest -m multinode tests/multinode
 
-# The long real runs kept out of `make test` (and CI), which took 51 min with them out, 65 with them in: the trainer's six
-# recipes on 2 workers, a worker killed mid-run, a killed run resumed to the same weights (~14 min here).
+# The long real runs kept out of `make test` (and CI: 51 min without them, 65 with): the trainer's six recipes on
+# 2 workers, a worker killed mid-run, a killed run resumed to the same weights (~29 min with the server's start).
 test-slow: install
 	$(BIN)/python -m pytest -m slow
 

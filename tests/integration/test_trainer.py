@@ -17,8 +17,8 @@ import pytest
 from serving.config.spec import parse_spec
 from serving.settings import ServerSettings
 
-# Each test may pay for trainings of a minute each (the module's store: three), on 2 CPUs shared with the server.
-# Slow (~14 min here): `make test-slow` runs it; `make test` covers a 2-worker training through the README demo.
+# Each test may pay for trainings of a minute each (the module's store: six), on 2 CPUs shared with the server.
+# Slow (~29 min here with the session server's start): `make test-slow` runs it; `make test` covers a 2-worker training through the README demo.
 # func_only: in `make test-slow` the served-artifacts test is the first to ask for the session server, whose start
 # (~13 min here, bounded by READY_TIMEOUT_S) must not count against the test's own 900 s; the store's trainings are
 # bounded by TRAIN_TIMEOUT_S each.
