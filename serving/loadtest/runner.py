@@ -91,12 +91,14 @@ class Load:
 
 
 def send(client: Any, load: Load, target: Target, intended: float) -> None:
-    """Send one invocation and record it; latency runs from `intended` (perf_counter) to the full answer."""
-    prepared = load.requests[target]
-    url = load.signing_base + prepared.path
-    headers = {**prepared.headers, **load.plan.auth.headers("POST", url, prepared.headers, prepared.body)}
-    load.in_flight += 1
+    """Send one invocation and record it; latency runs from `intended` (perf_counter) to the full answer.
+
+    The caller counted the request in `load.in_flight` when it launched it: a greenlet the scheduler has
+    spawned may not have started yet when the control loop looks, and the run must not end without it."""
     try:
+        prepared = load.requests[target]
+        url = load.signing_base + prepared.path
+        headers = {**prepared.headers, **load.plan.auth.headers("POST", url, prepared.headers, prepared.body)}
         with client.request(
             "POST", prepared.path, data=prepared.body, headers=headers, name=target.label, catch_response=True
         ) as response:
@@ -153,6 +155,7 @@ class _Invoker(FastHttpUser):
         if not load.claim():
             return
         intended = time.perf_counter()
+        load.in_flight += 1
         send(self.client, load, load.plan.scenario.target(intended - (load.t0 or intended), self.random), intended)
 
 
@@ -183,6 +186,7 @@ class _Scheduler(FastHttpUser):
                     load.result.drop(due, target.label)
                     continue
                 load.result.lag_ms.append((time.perf_counter() - intended) * 1000)
+                load.in_flight += 1  # from the launch, not from when the greenlet first runs (see send)
                 pool.spawn(send, self.client, load, target, intended)
         finally:
             load.schedule_done = True
