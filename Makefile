@@ -22,7 +22,7 @@ test: install lint prometheus
 	$(BIN)/python -m pytest -m multinode tests/multinode
 
 # The long real runs kept out of `make test` (and CI: 51 min without them, 65 with): the trainer's six recipes on
-# 2 workers, a worker killed mid-run, a killed run resumed to the same weights (~29 min with the server's start).
+# 2 workers, a worker killed mid-run, a killed run resumed to the same weights (~14 min: its serving test starts a server of its own).
 test-slow: install
 	$(BIN)/python -m pytest -m slow
 

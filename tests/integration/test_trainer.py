@@ -1,5 +1,5 @@
 """`serving train`, for real: example recipes trained on Ray Train (own embedded Ray, in a subprocess, as a user
-runs it), their artifacts served by the session's endpoint server, a killed run resumed to the same weights."""
+runs it), their artifacts served by an endpoint server, a killed run resumed to the same weights."""
 
 from __future__ import annotations
 
@@ -9,19 +9,20 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+from server_fixtures import READY_TIMEOUT_S, Server
 
 from serving.config.spec import parse_spec
 from serving.settings import ServerSettings
 
-# Each test may pay for trainings of a minute each (the module's store: six), on 2 CPUs shared with the server.
-# Slow (~29 min here with the session server's start): `make test-slow` runs it; `make test` covers a 2-worker training through the README demo.
-# func_only: in `make test-slow` the served-artifacts test is the first to ask for the session server, whose start
-# (~13 min here, bounded by READY_TIMEOUT_S) must not count against the test's own 900 s; the store's trainings are
-# bounded by TRAIN_TIMEOUT_S each.
+# Each test may pay for trainings of a minute each (the module's store: six), on 2 CPUs.
+# Slow: `make test-slow` runs it; `make test` covers a 2-worker training through the README demo.
+# func_only: the store's trainings (bounded by TRAIN_TIMEOUT_S each) and the endpoint server's start (bounded by
+# READY_TIMEOUT_S) are set-up, not the test's own 900 s.
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900, func_only=True)]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,8 +85,29 @@ def _in_memory_digits(store: Path) -> tuple[np.ndarray, np.ndarray]:
         return rows, model(torch.from_numpy(rows)).numpy()
 
 
-def test_the_served_artifacts_answer_what_the_trained_model_predicts(server, store: Path) -> None:
+@pytest.fixture
+def endpoint_server(request) -> Iterator[Server]:
+    """Where the trained artifacts are served: the session's endpoint server when other selected tests use it (one
+    embedded Ray per process), else one of this test's own with no endpoints yet. Under `make test-slow` that
+    saves the session server's start (~60 replicas, ~13 min on 2 cores) for the one endpoint deployed here."""
+    others = [item for item in request.session.items
+              if "server" in item.fixturenames and item.get_closest_marker("slow") is None]
+    if others:
+        yield request.getfixturevalue("server")
+        return
+    from serving.ray_wing import EmbeddedServer
+
+    settings = ServerSettings(port=0, max_payload_mb=1.0, invocation_timeout_s=3.0)
+    with EmbeddedServer([], settings, num_cpus=2, ready_timeout_s=READY_TIMEOUT_S) as embedded:
+        running = Server(embedded.url)
+        yield running
+        running.http.close()
+
+
+def test_the_served_artifacts_answer_what_the_trained_model_predicts(endpoint_server: Server, store: Path) -> None:
     from serving import ray_wing
+
+    server = endpoint_server
 
     latest = store / "digits-cnn" / "latest"
     spec = parse_spec({"EndpointName": "it-trained", "Containers": [
