@@ -118,12 +118,16 @@ FAKE_SERVER = textwrap.dedent('''
 ''')
 
 
+def _with_repo_path() -> dict[str, str]:
+    """This environment, with the repository importable by a script run from a temporary folder."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+
+
 @pytest.fixture(scope="module")
 def fake_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     script = tmp_path_factory.mktemp("fake") / "fake_server.py"
     script.write_text(FAKE_SERVER)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    process = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
+    process = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=_with_repo_path())
     try:
         port = int(process.stdout.readline())
         yield f"http://127.0.0.1:{port}"
@@ -221,8 +225,8 @@ def test_a_request_launched_last_counts_as_in_flight_before_it_runs(tmp_path: Pa
     (a CI run's baseline sent 119 of its 120). Here the schedule returns before its last greenlet runs."""
     script = tmp_path / "last_launch.py"
     script.write_text(LAST_LAUNCH_SCRIPT)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    run = subprocess.run([sys.executable, str(script)], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    run = subprocess.run([sys.executable, str(script)], cwd=REPO, env=_with_repo_path(), capture_output=True, text=True,
+                         timeout=120)
     assert run.returncode == 0, run.stderr
     done, launched, in_flight = run.stdout.split()
     assert done == "True" and int(launched) == 5 and int(in_flight) == 5, run.stdout
