@@ -29,6 +29,7 @@ from serving.runtimes.tensors import (
     describe_array,
     gpu_share,
 )
+from serving.runtimes.tf_import import import_tensorflow
 
 logger = logging.getLogger("serving.runtimes.tensorflow")
 
@@ -76,8 +77,12 @@ class TensorFlowRuntime(TensorRuntime):
     model_version: str | None = None
     _tfs_hooks: tuple[Any, Any, Any] = (None, None, None)
 
+    @classmethod
+    def import_frameworks(cls) -> None:
+        import_tensorflow()
+
     def load(self) -> None:
-        import tensorflow as tf
+        tf = import_tensorflow()  # Keras only if the model or the script needs it
 
         self.load_code()  # its hooks decide the model threads, hence the intra-op threads of each
         threads = cpu_threads(self.environment, self.prediction_threads())
@@ -107,7 +112,7 @@ class TensorFlowRuntime(TensorRuntime):
             raise FileNotFoundError(
                 f"no SavedModel ({SAVED_MODEL_FILE}, optionally in a numbered version folder) or .keras file in {model_dir}"
             )
-        import tensorflow as tf
+        tf = import_tensorflow()
 
         if saved_model.name.isdigit():
             self.model_version = str(int(saved_model.name))
@@ -213,7 +218,7 @@ class TensorFlowRuntime(TensorRuntime):
         ]
 
     def run(self, model: Any, inputs: dict[str, np.ndarray], signature: str | None = None) -> Any:
-        import tensorflow as tf
+        tf = import_tensorflow()
 
         try:
             if _is_keras(model):
