@@ -61,8 +61,8 @@ request = urllib.request.Request(process.url + "/invocations", data=body, header
 with urllib.request.urlopen(request, timeout=60) as answer:
     status = answer.status
 process.stop()
-import serving
-assert serving.__file__.startswith(sys.argv[1]), serving.__file__  # the tree measured, not the installed one
+supervisor = sys.modules[ContainerProcess.__module__].__file__
+assert supervisor.startswith(sys.argv[1]), supervisor  # the tree measured, not the installed one
 print(json.dumps({"ready_s": ready_s, "cpu_s": cpu_s, "pss_mib": pss_kb / 1024, "status": status}))
 """
 
