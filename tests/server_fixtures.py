@@ -174,11 +174,28 @@ def predict_fn(data, model):
 }
 
 
+# The hostile tenant also ships a sitecustomize.py and names its folder in its Environment's PYTHONPATH: any Python
+# started with that environment (and without -I) runs it first. It leaves a line in TENANT_MARKER, next to itself.
+TENANT_MARKER = "ran-in"
+TENANT_SITECUSTOMIZE = f'''
+import os
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "{TENANT_MARKER}"), "a") as _marker:
+    _marker.write(str(os.getpid()) + " " + open("/proc/self/cmdline").read().replace(chr(0), " ")[:200] + "\\n")
+'''
+
+
 def _handler_dir(root: Path, name: str) -> Path:
     folder = root / name
     (folder / "code").mkdir(parents=True)
     (folder / "code" / "inference.py").write_text(HANDLERS[name])
+    if name == "hostile":
+        (folder / "code" / "sitecustomize.py").write_text(TENANT_SITECUSTOMIZE)
     return folder
+
+
+def tenant_environment(handlers: dict[str, Path]) -> dict[str, str]:
+    """The hostile tenant's Environment: its own code folder first on every Python's path (tests/security)."""
+    return {"PYTHONPATH": str(handlers["hostile"] / "code")}
 
 
 @pytest.fixture(scope="session")
@@ -354,7 +371,8 @@ def endpoint_specs(demo: Path, handlers: dict[str, Path]) -> list[dict]:
         {"EndpointName": "it-update", "Containers": [py("first", "echo", Resources=TINY),
                                                      py("second", "echo", Resources=TINY)]},
         # tests/security: a tenant's model that attacks its neighbour, the gateway and the cluster
-        {"EndpointName": "it-hostile", "Containers": [py("tenant", "hostile", Resources=TINY), py("victim", "echo", Resources=TINY)]},
+        {"EndpointName": "it-hostile", "Containers": [py("tenant", "hostile", Resources=TINY, Environment=tenant_environment(handlers)),
+                                                      py("victim", "echo", Resources=TINY)]},
     ]
 
 

@@ -20,11 +20,10 @@ from serving.settings import ServerSettings
 def container_plan(spec: EndpointSpec, container: ContainerSpec, settings: ServerSettings) -> dict[str, Any]:
     """Everything one container's replicas are built from (its version is a digest of this)."""
     resources = container.Resources
-    actor_options: dict[str, Any] = {
-        "num_cpus": resources.Cpus,
-        "num_gpus": resources.Gpus,
-        "runtime_env": ray_runtime_env(container),  # Environment + CPU/GPU share, RuntimeEnvironment
-    }
+    actor_options: dict[str, Any] = {"num_cpus": resources.Cpus, "num_gpus": resources.Gpus}
+    runtime_env = ray_runtime_env(container)  # RuntimeEnvironment only: Environment goes to the container process
+    if runtime_env:  # none at all, else Ray starts the worker through an extra Python (control/runtime_env.py)
+        actor_options["runtime_env"] = runtime_env
     if resources.MemoryMb:
         actor_options["memory"] = resources.MemoryMb * 1024 * 1024
     if resources.Custom:

@@ -1,9 +1,12 @@
-"""A container's spec as the Ray `runtime_env` and environment of its replicas (no Ray import here).
+"""A container's spec as the environment of its container process and the Ray `runtime_env` of its replicas.
 
-`Environment` becomes `env_vars`, plus the container's CPU and GPU share (`SERVING_CPUS`,
-`SERVING_GPUS`, and `SERVING_MEMORY_MB` when set) so that framework stacks size their thread pools and pick a device;
-`RuntimeEnvironment.Pip` becomes `pip`; `RuntimeEnvironment.WorkingDir` becomes
-`working_dir`: a directory is used in place (`local://`), a .zip is unpacked by Ray.
+`Environment`, plus the container's CPU and GPU share (`SERVING_CPUS`, `SERVING_GPUS`, and `SERVING_MEMORY_MB`
+when set) so that framework stacks size their thread pools and pick a device, is the container process's
+environment: the replica's supervisor hands it over (`model_server.supervisor`). It is not the Ray worker's: Ray
+starts a worker whose actor has a `runtime_env` through an extra Python that imports Ray first (~0.8 CPU-seconds
+more per replica, docs/performance.md), and the variables would reach the one process that holds Ray's credentials.
+`RuntimeEnvironment.Pip` becomes `pip`; `RuntimeEnvironment.WorkingDir` becomes `working_dir`: a directory is used
+in place (`local://`), a .zip is unpacked by Ray. A container with neither has no `runtime_env`.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ def _share(value: float) -> str:
 
 
 def replica_environment(container: ContainerSpec) -> dict[str, str]:
-    """Environment variables of the container's replicas: its `Environment` plus its resource share."""
+    """Environment variables of the container's process: its `Environment` plus its resource share."""
     resources = container.Resources
     # The reservation is authoritative: a value in Environment cannot claim a different share.
     environment = {
@@ -36,8 +39,8 @@ def replica_environment(container: ContainerSpec) -> dict[str, str]:
 
 
 def ray_runtime_env(container: ContainerSpec) -> dict[str, Any]:
-    """The Ray runtime_env of the container's replicas."""
-    runtime_env: dict[str, Any] = {"env_vars": replica_environment(container)}
+    """The Ray runtime_env of the container's replicas: only what its `RuntimeEnvironment` asks for."""
+    runtime_env: dict[str, Any] = {}
     extra = container.RuntimeEnvironment
     packages = list(extra.Pip) if extra is not None else []
     packages += [line for line in model_requirements(container.ModelDataUrl) if line not in packages]

@@ -91,8 +91,8 @@ class ContainerReplica:
             describe_sandbox(report),
         )
         self._counters: dict[str, Any] = {"invocations": 0, "in_flight": 0, "custom": {}}
-        self.metrics.start_utilization(pids=lambda: [self.process.pid])
-        self.stats = AutoscalingStats(self._read_counters, pids=lambda: [self.process.pid])
+        self.metrics.start_utilization(pids=lambda: [self.process.pid], environment=environment)
+        self.stats = AutoscalingStats(self._read_counters, pids=lambda: [self.process.pid], environment=environment)
         self.registry = existing_registry()
         url = self.process.url
         self._registration = (

@@ -14,7 +14,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ray.util import metrics as ray_metrics
@@ -160,19 +160,26 @@ class ReplicaMetrics(CacheObserver):
 
     # -- utilization ----------------------------------------------------------------------------------
     def start_utilization(
-        self, period_s: float = UTILIZATION_PERIOD_S, pids: Callable[[], list[int | None]] = lambda: []
+        self,
+        period_s: float = UTILIZATION_PERIOD_S,
+        pids: Callable[[], list[int | None]] = lambda: [],
+        environment: Mapping[str, str] | None = None,
     ) -> None:
         """Sample CPU, memory (and GPU) every `period_s` on a daemon thread: this process's plus those of
-        `pids()` (the replica's container process)."""
-        threading.Thread(target=self._sample_forever, args=(period_s, pids), name="utilization", daemon=True).start()
+        `pids()` (the replica's container process). `environment`: the container's (its memory and GPU share)."""
+        threading.Thread(
+            target=self._sample_forever, args=(period_s, pids, environment or {}), name="utilization", daemon=True
+        ).start()
 
     def stop(self) -> None:
         self._stop.set()
 
-    def _sample_forever(self, period_s: float, pids: Callable[[], list[int | None]]) -> None:
+    def _sample_forever(
+        self, period_s: float, pids: Callable[[], list[int | None]], environment: Mapping[str, str]
+    ) -> None:
         processes = ReplicaProcesses(pids)
-        limit = memory_limit_bytes()
-        gpus = _gpu_reader() if float(os.environ.get(GPUS_ENV) or 0) > 0 else None
+        limit = memory_limit_bytes(environment)
+        gpus = _gpu_reader() if float(environment.get(GPUS_ENV) or 0) > 0 else None
         while not self._stop.wait(period_s):
             try:
                 cpu, rss = processes.sample()
@@ -215,11 +222,12 @@ class ReplicaProcesses:
         return cpu, rss
 
 
-def memory_limit_bytes() -> float:
-    """100% of the memory utilization metrics: the container's Resources.MemoryMb, else the machine's memory."""
+def memory_limit_bytes(environment: Mapping[str, str]) -> float:
+    """100% of the memory utilization metrics: the container's Resources.MemoryMb (`SERVING_MEMORY_MB` in its
+    `environment`), else the machine's memory."""
     import psutil
 
-    memory_mb = float(os.environ.get(MEMORY_ENV) or 0)
+    memory_mb = float(environment.get(MEMORY_ENV) or 0)
     return memory_mb * 1024 * 1024 if memory_mb > 0 else psutil.virtual_memory().total
 
 
@@ -256,11 +264,13 @@ class AutoscalingStats:
         self,
         counters: Callable[[], tuple[int, int, dict[str, float]]],
         pids: Callable[[], list[int | None]] = lambda: [],
+        environment: Mapping[str, str] | None = None,
     ) -> None:
-        """`counters()`: the container's invocations so far, requests in flight and the model's own metrics."""
+        """`counters()`: the container's invocations so far, requests in flight and the model's own metrics;
+        `environment`: the container's (its memory share)."""
         self.counters = counters
         self._processes = ReplicaProcesses(pids)  # its own CPU interval, apart from the utilization sampler's
-        self._memory_limit = memory_limit_bytes()
+        self._memory_limit = memory_limit_bytes(environment or {})
         self._last = (time.monotonic(), counters()[0])
 
     def sample(self) -> dict[str, float]:

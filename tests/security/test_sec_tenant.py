@@ -95,6 +95,16 @@ def test_the_tenant_holds_no_ray_credentials(report: dict[str, str]) -> None:
     assert not leaked, leaked
 
 
+def test_the_tenants_environment_runs_no_code_in_its_ray_worker(report: dict[str, str], handler_models) -> None:
+    """Its Environment is its container process's (which runs Python isolated, -I), never the Ray worker's: with
+    PYTHONPATH naming its own folder there, its sitecustomize.py ran in the worker, which holds Ray's credentials."""
+    from server_fixtures import TENANT_MARKER
+
+    assert "PYTHONPATH" in report["environment"]  # the variable did reach the container process
+    marker = handler_models["hostile"] / "code" / TENANT_MARKER
+    assert not marker.exists(), marker.read_text()
+
+
 def test_registry_writes_need_the_control_plane_capability(server) -> None:
     # A process that reaches the registry without the capability (here: the test driver, with a guessed
     # token) can neither rewrite an endpoint, nor delete one, nor register a replica of someone else's.

@@ -20,10 +20,10 @@ def test_all_six_stacks_are_known_images() -> None:
     assert set(KNOWN_IMAGES) == {"sklearn", "pytorch", "tensorflow", "onnx", "xgboost", "python"}
 
 
-def test_environment_and_resource_share_become_env_vars() -> None:
+def test_environment_and_resource_share_go_to_the_container_process_not_to_ray() -> None:
     spec = container(Environment={"A": "1"}, Resources={"Cpus": 0.25, "Gpus": 1})
-    assert ray_runtime_env(spec) == {"env_vars": {"A": "1", "SERVING_CPUS": "0.25", "SERVING_GPUS": "1"}}
     assert replica_environment(spec) == {"A": "1", "SERVING_CPUS": "0.25", "SERVING_GPUS": "1"}
+    assert ray_runtime_env(spec) == {}  # no env_vars: the Ray worker starts without the extra Python, and unexposed
 
 
 def test_the_reservation_wins_over_environment() -> None:
@@ -43,7 +43,7 @@ def test_pip_and_working_dir(tmp_path: Path) -> None:
 
 
 def test_empty_runtime_environment_adds_nothing() -> None:
-    assert set(ray_runtime_env(container(RuntimeEnvironment={}))) == {"env_vars"}
+    assert ray_runtime_env(container(RuntimeEnvironment={})) == {}
 
 
 @pytest.mark.parametrize(
