@@ -2,11 +2,12 @@
 
 TensorFlow's `__init__` ends by importing `keras.src.optimizers` "so that any function/method that needs to
 happen at load time will trigger, eg registration of optimizers in the SavedModel registry". That import loads
-the whole of Keras 3, and Keras loads scikit-learn for its wrappers: ~2 s of CPU and ~1,000 modules in every
-TensorFlow container process, of the ~5-7 s its start costs (docs/performance.md, Start-up). A SavedModel is
-loaded and called through `tf.saved_model` alone: an object whose registered class is not in the registry is
-revived as TensorFlow's generic object, and a serving signature never calls an optimizer. Keras still loads,
-whole and in the usual order, the moment anything imports it: a `.keras` model, a script's `tf.keras`.
+the whole of Keras 3, and Keras loads scikit-learn for its wrappers: ~3 CPU-seconds, ~1,700 modules and ~140 MiB
+in every TensorFlow container process, of the ~7.5-8 CPU-seconds its start costs (docs/performance.md, "Container
+process start, one by one"). A SavedModel is loaded and called through `tf.saved_model` alone: an object whose
+registered class is not in the registry is revived as TensorFlow's generic object, and a serving signature never
+calls an optimizer. Keras still loads, whole and in the usual order, the moment anything imports it: a `.keras`
+model, a script's `tf.keras`.
 """
 
 from __future__ import annotations
