@@ -31,14 +31,20 @@ sys.path.insert(0, str(ROOT))
 
 from loadtests.bench_consolidation import FIFTEEN_SPEC  # noqa: E402
 from loadtests.harness.models import hetero_models  # noqa: E402
-from loadtests.harness.results import command_line, machine_facts, write_results, write_section  # noqa: E402
+from loadtests.harness.results import (  # noqa: E402
+    command_line,
+    machine_facts,
+    run_line,
+    write_results,
+    write_section,
+)
 
 RESULTS = ROOT / "loadtests" / "results" / "bench_container_start.json"
 DOCS = ROOT / "docs" / "performance.md"
 
 # Runs in a fresh interpreter with the measured tree first on sys.path: start one container process, measure it.
 _PROBE = r"""
-import json, sys, time, urllib.request
+import json, os, sys, time, urllib.request
 sys.path.insert(0, sys.argv[1])
 from serving.model_server.supervisor import ContainerConfig, ContainerProcess
 from serving.trust import hops
@@ -52,7 +58,7 @@ process.start(timeout=300)
 ready_s = time.perf_counter() - started
 pid = process.process.pid
 fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-cpu_s = (int(fields[11]) + int(fields[12])) / __import__("os").sysconf("SC_CLK_TCK")
+cpu_s = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 pss_kb = next(int(line.split()[1]) for line in open(f"/proc/{pid}/smaps_rollup") if line.startswith("Pss:"))
 body = json.dumps(container["request"]).encode()
 headers = {"content-type": "application/json", "accept": "application/json"}
@@ -117,9 +123,7 @@ def docs_section(saved: dict[str, Any]) -> str:
         f"| **all measured** | | **{totals['baseline']:.1f}** | **{totals['ours']:.1f}** "
         f"| **{totals['ours'] / totals['baseline']:.2f}** | | |",
         "",
-        f"Run: `{saved['command']}` at {saved['started']} ({saved['seconds']:.0f} s); load average before "
-        f"{saved['machine']['loadavg_at_start']}; {saved['machine']['nproc']} CPUs. Results: "
-        "`loadtests/results/bench_container_start.json`.",
+        run_line(saved, RESULTS),
     ])
 
 

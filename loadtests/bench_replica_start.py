@@ -24,7 +24,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from loadtests.harness.results import command_line, machine_facts, write_results, write_section  # noqa: E402
+from loadtests.harness.results import (  # noqa: E402
+    command_line,
+    machine_facts,
+    run_line,
+    write_results,
+    write_section,
+)
 
 RESULTS = ROOT / "loadtests" / "results" / "bench_replica_start.json"
 DOCS = ROOT / "docs" / "performance.md"
@@ -87,9 +93,7 @@ def docs_section(saved: dict[str, Any]) -> str:
         "no longer have one unless their `RuntimeEnvironment` asks for pip packages or a working directory: their",
         "`Environment` goes to the container process, which the supervisor starts with it anyway.",
         "",
-        f"Run: `{saved['command']}` at {saved['started']} ({saved['seconds']:.0f} s); load average before "
-        f"{saved['machine']['loadavg_at_start']}; {saved['machine']['nproc']} CPUs. Results: "
-        "`loadtests/results/bench_replica_start.json`.",
+        run_line(saved, RESULTS),
     ])
 
 

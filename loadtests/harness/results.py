@@ -46,6 +46,15 @@ def command_line(script: str) -> str:
     return shlex.join([str(python), str(Path(script).resolve().relative_to(ROOT)), *sys.argv[1:]])
 
 
+def run_line(saved: dict[str, Any], results: Path) -> str:
+    """The docs' last line for a run saved with "command", "started", "seconds" and `machine_facts()` as "machine"."""
+    return (
+        f"Run: `{saved['command']}` at {saved['started']} ({saved['seconds']:.0f} s); load average before "
+        f"{saved['machine']['loadavg_at_start']}; {saved['machine']['nproc']} CPUs. Results: "
+        f"`{results.relative_to(ROOT)}`."
+    )
+
+
 def package_versions(names: tuple[str, ...]) -> dict[str, str]:
     """Python's and each installed package's version ("-" for one not installed)."""
     versions = {"python": platform.python_version()}
