@@ -52,6 +52,11 @@ class BackgroundServer:
             ws="none",
             lifespan="on",
             access_log=False,
+            # The peer is the TCP peer, whatever FORWARDED_ALLOW_IPS says: no proxy we set up stands in front
+            # of these servers, so X-Forwarded-* could only let a peer claim an address it does not have
+            # (docs/security.md). No `server: uvicorn` header either.
+            proxy_headers=False,
+            server_header=False,
             log_level="warning",
             timeout_keep_alive=75,
             timeout_graceful_shutdown=10,
