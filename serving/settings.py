@@ -52,6 +52,13 @@ class ServerSettings(BaseSettings):
         "offers (Landlock, seccomp) and warns when one is missing, 'required' refuses to start a "
         "container without them, 'off' runs tenant code unconfined (still without Ray credentials).",
     )
+    allow_model_requirements: bool = Field(
+        False,
+        description="Install what a local model's code/requirements.txt lists and this Python lacks, as SageMaker "
+        "does at container start. Ray installs it outside the container's sandbox, where install scripts and "
+        ".pth files run with Ray's credentials, so it is off: such a model is refused at deploy time, naming "
+        "the lines (RuntimeEnvironment.Pip, which the spec's author writes, is always installed).",
+    )
     registry_poll_s: float = Field(
         0.1,
         gt=0,

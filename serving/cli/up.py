@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 
 from serving.cli.specs import load_all
-from serving.config.spec import EndpointSpec
+from serving.config.spec import EndpointSpec, SpecError
 from serving.settings import ServerSettings, is_loopback
 
 
@@ -117,11 +117,29 @@ def cmd_server(args: argparse.Namespace) -> int:
     return cmd_up(args)
 
 
+def check_requirements(specs: list[EndpointSpec], allowed: bool) -> str | None:
+    """Why a spec's model requirements may not be installed (`control.runtime_env`), before Ray starts; None if
+    they may."""
+    from serving.control.runtime_env import ray_runtime_env
+
+    for spec in specs:
+        for container in spec.Containers:
+            try:
+                ray_runtime_env(container, allowed)
+            except SpecError as error:
+                return f"{spec.EndpointName}: {error}"
+    return None
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     specs = load_all(args.specs, args.identities) if args.specs else []
     address = args.address or os.environ.get("RAY_ADDRESS")
     settings = _settings(args, address)
     warning = check_anonymous(specs, settings.host, settings.allow_anonymous)
+    refused = check_requirements(specs, settings.allow_model_requirements)
+    if refused:
+        print(f"refusing to deploy: {refused}", file=sys.stderr)
+        return 2
     from serving import (
         ray_wing,  # imports Ray: only once the specs and settings are known to be good
     )

@@ -21,7 +21,8 @@ def container_plan(spec: EndpointSpec, container: ContainerSpec, settings: Serve
     """Everything one container's replicas are built from (its version is a digest of this)."""
     resources = container.Resources
     actor_options: dict[str, Any] = {"num_cpus": resources.Cpus, "num_gpus": resources.Gpus}
-    runtime_env = ray_runtime_env(container)  # RuntimeEnvironment only: Environment goes to the container process
+    # RuntimeEnvironment (and allowed model requirements) only: Environment goes to the container process
+    runtime_env = ray_runtime_env(container, settings.allow_model_requirements)
     if runtime_env:  # none at all, else Ray starts the worker through an extra Python (control/runtime_env.py)
         actor_options["runtime_env"] = runtime_env
     if resources.MemoryMb:

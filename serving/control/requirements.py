@@ -1,8 +1,9 @@
 """A model's `code/requirements.txt`, installed into its container's environment as SageMaker does.
 
 SageMaker's framework containers `pip install -r code/requirements.txt` when they start. Here the
-container's replicas get them through Ray's runtime_env `pip` (a virtualenv per set of requirements,
-built once per node), read at deploy time from a local model folder or `.tar.gz`. A model in S3 is not
+file is read at deploy time from a local model folder or `.tar.gz`, and what it lists that is not
+installed goes to the replicas' Ray runtime_env `pip` (a virtualenv per set of requirements, built once
+per node) only where the operator allows it (`control.runtime_env` says why). A model in S3 is not
 read at deploy time: its container checks at load that what the file lists is installed
 (`serving.runtimes.requirements`) and refuses to start, naming what is missing, if it is not.
 """

@@ -7,6 +7,12 @@ starts a worker whose actor has a `runtime_env` through an extra Python that imp
 more per replica, docs/performance.md), and the variables would reach the one process that holds Ray's credentials.
 `RuntimeEnvironment.Pip` becomes `pip`; `RuntimeEnvironment.WorkingDir` becomes `working_dir`: a directory is used
 in place (`local://`), a .zip is unpacked by Ray. A container with neither has no `runtime_env`.
+
+A local model's `code/requirements.txt` joins `pip` only where the operator allows it
+(`SERVING_ALLOW_MODEL_REQUIREMENTS`): Ray installs those packages outside the container's sandbox, into the
+virtualenv of the replica's Ray worker, so their install scripts and `.pth` files would run with Ray's credentials
+(docs/security.md). Lines this Python already satisfies need no install and are dropped, as are lines `Pip` lists
+(the operator vouches for those); any other line is refused at deploy time, naming it.
 """
 
 from __future__ import annotations
@@ -14,9 +20,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from serving.config.spec import ContainerSpec
+from serving.config.spec import ContainerSpec, SpecError
 from serving.control.requirements import model_requirements
 from serving.protocol import CPUS_ENV, GPUS_ENV, MEMORY_ENV
+from serving.runtimes.requirements import unmet
 
 
 def _share(value: float) -> str:
@@ -38,12 +45,27 @@ def replica_environment(container: ContainerSpec) -> dict[str, str]:
     return environment
 
 
-def ray_runtime_env(container: ContainerSpec) -> dict[str, Any]:
-    """The Ray runtime_env of the container's replicas: only what its `RuntimeEnvironment` asks for."""
+def ray_runtime_env(container: ContainerSpec, allow_model_requirements: bool = False) -> dict[str, Any]:
+    """The Ray runtime_env of the container's replicas: what its `RuntimeEnvironment` asks for, and its model's
+    `code/requirements.txt` where allowed (the module docstring). Raises SpecError naming what is refused."""
     runtime_env: dict[str, Any] = {}
     extra = container.RuntimeEnvironment
     packages = list(extra.Pip) if extra is not None else []
-    packages += [line for line in model_requirements(container.ModelDataUrl) if line not in packages]
+    try:
+        listed = model_requirements(container.ModelDataUrl)
+    except ValueError as error:  # a pip option, or not UTF-8
+        raise SpecError(f"Containers[{container.ContainerHostname}].ModelDataUrl: {error}") from None
+    wanted = [line for line in listed if line not in packages]
+    to_install = [line for line in wanted if unmet([line], unknown_unmet=True)]
+    if to_install and not allow_model_requirements:
+        raise SpecError(
+            f"Containers[{container.ContainerHostname}].ModelDataUrl: the model's code/requirements.txt asks to "
+            f"install {', '.join(to_install)}, which this server's Python lacks. Ray would install them outside the "
+            "container's sandbox, where a package's install script and .pth files run with Ray's credentials; "
+            "list them in RuntimeEnvironment.Pip if you vouch for them, or start the server with "
+            "SERVING_ALLOW_MODEL_REQUIREMENTS=1 (docs/security.md)"
+        )
+    packages += to_install
     if packages:  # RuntimeEnvironment.Pip, then the model's code/requirements.txt (SageMaker installs it)
         runtime_env["pip"] = {"packages": packages, "pip_check": False}
     if extra is None:

@@ -74,7 +74,10 @@ class ControlRoutes:
         if spec.EndpointName != name:
             raise ValidationError(f"the spec's EndpointName {spec.EndpointName!r} is not {name!r} (the URL's)")
         existed = self._describe(name) is not None
-        generation = await asyncio.to_thread(self._apply, spec)
+        try:
+            generation = await asyncio.to_thread(self._apply, spec)
+        except SpecError as error:  # refused while planned (a model's code/requirements.txt: control.runtime_env)
+            raise ValidationError(f"invalid spec: {error}") from None
         return json_response(
             {"EndpointName": name, "EndpointStatus": "Updating" if existed else "Creating", "Generation": generation}
         )

@@ -25,26 +25,38 @@ def parse_requirements(text: str) -> list[str]:
 
 def missing_requirements(code_folder: Path) -> list[str]:
     """The lines of `code_folder/requirements.txt` this environment does not satisfy."""
-    from packaging.requirements import InvalidRequirement, Requirement
-
     path = code_folder / REQUIREMENTS_FILE
     if not path.is_file():
         return []
+    return unmet(parse_requirements(path.read_text(encoding="utf-8")))
+
+
+def unmet(lines: list[str], unknown_unmet: bool = False) -> list[str]:
+    """Those of the requirement `lines` this environment does not satisfy (a version that does not match says
+    which one is installed). A line naming no project (a URL) counts as met unless `unknown_unmet`."""
     missing = []
-    for line in parse_requirements(path.read_text(encoding="utf-8")):
-        requirement: Requirement | None
-        try:
-            requirement = Requirement(line)
-        except InvalidRequirement:  # a wheel path or URL: installed under its project name, unknown here
-            name = Path(line).name.split("-", 1)[0]
-            requirement = Requirement(name) if name.replace("_", "").isalnum() else None
-        if requirement is None:
-            continue
-        try:
-            installed = metadata.version(requirement.name)
-        except metadata.PackageNotFoundError:
-            missing.append(line)
-            continue
-        if requirement.specifier and not requirement.specifier.contains(installed, prereleases=True):
-            missing.append(f"{line} (installed: {installed})")
+    for line in lines:
+        reason = _unmet(line, unknown_unmet)
+        if reason is not None:
+            missing.append(reason)
     return missing
+
+
+def _unmet(line: str, unknown_unmet: bool) -> str | None:
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    requirement: Requirement | None
+    try:
+        requirement = Requirement(line)
+    except InvalidRequirement:  # a wheel path or URL: installed under its project name, unknown here
+        name = Path(line).name.split("-", 1)[0]
+        requirement = Requirement(name) if name.replace("_", "").isalnum() else None
+    if requirement is None:
+        return line if unknown_unmet else None
+    try:
+        installed = metadata.version(requirement.name)
+    except metadata.PackageNotFoundError:
+        return line
+    if requirement.specifier and not requirement.specifier.contains(installed, prereleases=True):
+        return f"{line} (installed: {installed})"
+    return None

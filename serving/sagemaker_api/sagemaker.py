@@ -45,12 +45,14 @@ class SageMakerApi:
         instance_types: Mapping[str, InstanceType],
         model_roots: list[str],
         identities_file: str | None,
+        allow_model_requirements: bool = False,
         clock: Any = time.time,
     ) -> None:
         self.state, self.deployer = state, deployer
         self.region, self.account = region, account
         self.instance_types, self.model_roots = dict(instance_types), model_roots
         self.identities_file = identities_file
+        self.allow_model_requirements = allow_model_requirements  # settings.allow_model_requirements
         self.clock = clock
         self.lock = threading.RLock()
 
@@ -62,7 +64,7 @@ class SageMakerApi:
         request = shapes.parse(shapes.CreateModelInput, body, "CreateModel")
         if self.state.get("model", request.ModelName) is not None:
             raise ApiValidationError(f'Cannot create already existing model "{self.arn("model", request.ModelName)}".')
-        model = check_model(request, self.model_roots)
+        model = check_model(request, self.model_roots, self.allow_model_requirements)
         definitions = [request.PrimaryContainer] if request.PrimaryContainer else list(request.Containers or [])
         model["images"] = [definition.Image for definition in definitions if definition is not None]
         document = {
@@ -190,7 +192,7 @@ class SageMakerApi:
         policies = [p for p in self.state.all("scaling-policy") if p["ResourceId"] == resource]
         scaling = scaling_block(int(variant["Count"]), target, policies)
         instance = self._instance(variant["InstanceType"], "InstanceType")
-        spec = variant_spec(endpoint, variant, instance, scaling, self.identities_file)
+        spec = variant_spec(endpoint, variant, instance, scaling, self.identities_file, self.allow_model_requirements)
         return spec.model_copy(update={"EndpointName": variant["Served"]})
 
     def _check_capacity(self, variants: list[dict[str, Any]], beside: list[dict[str, Any]]) -> None:
@@ -210,8 +212,10 @@ class SageMakerApi:
                 )
 
     def _deploy(self, endpoint: str, variants: list[dict[str, Any]]) -> dict[str, int]:
-        """Apply every variant's spec; their generations, to recognise when each update is done."""
-        return {v["Served"]: self.deployer.apply(self.spec_of(endpoint, v)) for v in variants}
+        """Apply every variant's spec; their generations, to recognise when each update is done. Every spec is
+        built (and checked) before the first is applied, so a refused variant deploys none."""
+        specs = {v["Served"]: self.spec_of(endpoint, v) for v in variants}
+        return {served: self.deployer.apply(spec) for served, spec in specs.items()}
 
     def fronts(self) -> dict[str, Front]:
         """The routing table of every API endpoint that has variants serving."""

@@ -28,6 +28,7 @@ def build_api(settings: ServerSettings, deployer: Deployer) -> tuple[EndpointApi
         instance_types=load_instance_types(settings.instance_types_file),
         model_roots=[root for root in settings.model_roots.split(os.pathsep) if root],
         identities_file=settings.api_identities,
+        allow_model_requirements=settings.allow_model_requirements,
     )
     identities = load_identities(settings.api_identities) if settings.api_identities else None
     routes = ApiRoutes(api, AutoScalingApi(api), identities, settings.api_anonymous_allowed)

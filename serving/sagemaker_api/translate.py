@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from serving.config.spec import KNOWN_IMAGES, EndpointSpec, SpecError, parse_spec
+from serving.control.runtime_env import ray_runtime_env
 from serving.errors import ApiValidationError
 from serving.protocol import (
     DEFAULT_VARIANT,
@@ -163,8 +164,10 @@ def variant_spec(
     instance: InstanceType,
     scaling: dict[str, Any],
     identities_file: str | None,
+    allow_model_requirements: bool = False,
 ) -> EndpointSpec:
-    """The spec of the endpoint serving `variant` (its model snapshot, count and scaling), validated."""
+    """The spec of the endpoint serving `variant` (its model snapshot, count and scaling), validated; a model
+    whose code/requirements.txt would install packages is refused here unless allowed (as at deploy time)."""
     model = variant["Model"]
     containers = model["containers"]
     share = len(containers)
@@ -181,16 +184,21 @@ def variant_spec(
         document["AccessControl"] = {"IdentitiesFile": identities_file}
     try:
         spec = parse_spec(document)
+        for container in spec.Containers:
+            ray_runtime_env(container, allow_model_requirements)
     except SpecError as error:
         lines = str(error).splitlines()
         raise ApiValidationError(f"model {variant['ModelName']}: " + "; ".join(lines)) from None
     return spec
 
 
-def check_model(request: CreateModelInput, roots: Sequence[str]) -> dict[str, Any]:
+def check_model(
+    request: CreateModelInput, roots: Sequence[str], allow_model_requirements: bool = False
+) -> dict[str, Any]:
     """The model as it is stored (mode, containers as spec entries), validated as a one-instance variant."""
     mode, containers = model_containers(request, roots)
     model = {"mode": mode, "containers": containers}
     probe = {"VariantName": DEFAULT_VARIANT, "ModelName": request.ModelName, "Model": model}
-    variant_spec(request.ModelName, probe, InstanceType(Cpus=1), {"MinCapacity": 1, "MaxCapacity": 1}, None)
+    one = {"MinCapacity": 1, "MaxCapacity": 1}
+    variant_spec(request.ModelName, probe, InstanceType(Cpus=1), one, None, allow_model_requirements)
     return model

@@ -125,3 +125,19 @@ def test_api_settings_flags_override_environment_which_overrides_cli_defaults(tm
     defaults = settings(port=18099)
     assert defaults.model_roots == str(tmp_path)
     assert defaults.state_file.endswith("state-18099.db")
+
+
+def test_a_model_whose_requirements_would_install_packages_exits_2_before_ray(specs, no_ray, monkeypatch,
+                                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    code = specs["open"].parent / "model" / "code"
+    code.mkdir()
+    (code / "requirements.txt").write_text("surely-not-installed-pkg==1.0\n")
+    monkeypatch.delenv("SERVING_ALLOW_MODEL_REQUIREMENTS", raising=False)
+    try:
+        status = main(["up", str(specs["open"])])
+    except SystemExit as exited:
+        status = exited.code
+    assert status == 2
+    error = capsys.readouterr().err
+    assert "refusing to deploy: open: Containers[a].ModelDataUrl" in error
+    assert "surely-not-installed-pkg==1.0" in error and "SERVING_ALLOW_MODEL_REQUIREMENTS=1" in error

@@ -79,3 +79,19 @@ def test_delete(routes, calls) -> None:
     assert send(routes, "DELETE", "/endpoints/known").json() == {"EndpointName": "known", "EndpointStatus": "Deleting"}
     response = send(routes, "DELETE", "/endpoints/unknown")
     assert response.status_code == 400 and response.json()["message"] == "Could not find endpoint unknown."
+
+
+def test_a_spec_its_plan_refuses_is_a_400_naming_the_container(tmp_path: Path) -> None:
+    # The real plan (control.plans) as `apply`: a model whose code/requirements.txt would install a package
+    from serving.control.plans import endpoint_record
+    from serving.settings import ServerSettings
+
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "requirements.txt").write_text("surely-not-installed-pkg==1.0\n")
+    routes = ControlRoutes(TOKEN, apply=lambda s: endpoint_record(s, ServerSettings()) and 1, delete=lambda n: False,
+                           describe=lambda name: None)
+    response = send(routes, "PUT", "/endpoints/new", spec("new", tmp_path))
+    assert response.status_code == 400, response.text
+    assert response.json()["__type"] == "ValidationError"
+    message = response.json()["message"]
+    assert "Containers[c].ModelDataUrl" in message and "surely-not-installed-pkg==1.0" in message

@@ -244,7 +244,7 @@ def test_a_local_models_requirements_go_into_its_runtime_env(handler_dir, tmp_pa
     assert model_requirements("s3://bucket/model.tar.gz") == []
     spec = ContainerSpec.model_validate({"ContainerHostname": "c", "Image": "python", "ModelDataUrl": str(archive),
                                          "RuntimeEnvironment": {"Pip": ["other==2"]}})
-    assert ray_runtime_env(spec)["pip"]["packages"] == ["other==2", "tinypkg==0.1"]
+    assert ray_runtime_env(spec, allow_model_requirements=True)["pip"]["packages"] == ["other==2", "tinypkg==0.1"]
 
 
 def test_pip_options_in_requirements_are_refused(handler_dir) -> None:

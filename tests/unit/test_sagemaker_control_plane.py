@@ -693,3 +693,34 @@ def test_invocations_reach_a_variant_only_through_its_api_endpoint() -> None:
     with pytest.raises(ValidationError, match="names no variant"):
         admit(invocations, "e1", **{protocol.TARGET_VARIANT: "AllTraffic"})
 
+
+
+def test_a_model_whose_requirements_would_install_packages_is_refused(harness: Harness) -> None:
+    # Ray would install them outside the container's sandbox, with Ray's credentials (docs/security.md)
+    code = harness.models / "needs" / "code"
+    code.mkdir(parents=True)
+    (code / "requirements.txt").write_text("surely-not-installed-pkg==1.0\n")
+    refused(lambda: harness.model("m1", ModelDataUrl="needs"), "ValidationException",
+            "model m1: Containers[primary].ModelDataUrl", "surely-not-installed-pkg==1.0",
+            "SERVING_ALLOW_MODEL_REQUIREMENTS")
+    (harness.models / "plain").mkdir()
+    harness.model("ok", ModelDataUrl="plain")
+    harness.model("m2", ModelDataUrl="iris")  # a model whose folder gains the file after CreateModel ...
+    (harness.models / "iris" / "code").mkdir()
+    (harness.models / "iris" / "code" / "requirements.txt").write_text("surely-not-installed-pkg==1.0\n")
+    harness.config("c1", ("A", "ok"), ("B", "m2"))
+    refused(lambda: harness.sm.create_endpoint(EndpointName="e1", EndpointConfigName="c1"), "ValidationException",
+            "surely-not-installed-pkg==1.0")
+    assert harness.deployer.applied == []  # ... is refused when deployed, before any variant is applied
+
+
+def test_model_requirements_are_installed_where_the_operator_allows_it(tmp_path: Path) -> None:
+    allowed = Harness(tmp_path, allow_model_requirements=True)
+    try:
+        code = allowed.models / "needs" / "code"
+        code.mkdir(parents=True)
+        (code / "requirements.txt").write_text("surely-not-installed-pkg==1.0\n")
+        allowed.model("m1", ModelDataUrl="needs")
+        assert allowed.sm.list_models()["Models"][0]["ModelName"] == "m1"
+    finally:
+        allowed.stop()
