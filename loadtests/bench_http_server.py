@@ -1,6 +1,6 @@
-"""HTTP server settings: CPU per request of `BackgroundServer` as this runtime configures it vs uvicorn's defaults.
+"""HTTP server settings: CPU per request and idle CPU of `BackgroundServer` as this runtime configures it vs uvicorn's defaults.
 
-    .venv/bin/python loadtests/bench_http_server.py [--rounds 3] [--seconds 10] [--write-docs]
+    .venv/bin/python loadtests/bench_http_server.py [--rounds 3] [--seconds 10] [--idle-seconds 20] [--write-docs]
 
 Every HTTP server this runtime starts (the gateway, each container's data port) is a `BackgroundServer`. It
 turns off two of uvicorn's defaults: `proxy_headers` (a middleware that rewrites each request's client and
@@ -9,6 +9,10 @@ measures what they cost per request: one server process per case, serving a 1-ro
 invocation) through a real `BackgroundServer`, the baseline with those two options put back to uvicorn's
 defaults; wrk at 32 connections for `--seconds`, cases alternating for `--rounds`. CPU per request is the
 server process's user + system time over the run (from /proc) divided by the requests wrk completed.
+
+Idle: the same two servers started side by side and left alone for `--idle-seconds` (after the load, once per
+round): the CPU each used, in cores. The baseline runs uvicorn's own main loop, which wakes every 0.1 s; ours wakes
+once a second (`serving.http.server._Server`).
 """
 
 from __future__ import annotations
@@ -63,6 +67,8 @@ def serve(case: str) -> None:
     from serving.http.server import BackgroundServer
 
     if case == "uvicorn defaults":
+        import serving.http.server as ours
+
         original = uvicorn.Config
 
         def config(*args: Any, **kwargs: Any) -> uvicorn.Config:
@@ -71,6 +77,7 @@ def serve(case: str) -> None:
             return original(*args, **kwargs)
 
         uvicorn.Config = config  # type: ignore[misc]
+        ours._Server.main_loop = uvicorn.Server.main_loop  # type: ignore[method-assign]  # wakes every 0.1 s
 
     async def echo(request: Request) -> Response:
         body = json.loads(await request.body())
@@ -86,6 +93,25 @@ def serve(case: str) -> None:
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def idle_cores(seconds: float) -> dict[str, float]:
+    """Both servers side by side, no requests: the CPU each used over `seconds` after a 2 s settle, in cores."""
+    children = {case: subprocess.Popen([sys.executable, __file__, "--serve", case], stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, text=True, cwd=ROOT) for case in CASES}
+    try:
+        for child in children.values():
+            assert child.stdout is not None
+            child.stdout.readline()  # its port: it is serving
+        time.sleep(2)
+        before = {case: cpu_seconds(child.pid) for case, child in children.items()}
+        time.sleep(seconds)
+        return {case: (cpu_seconds(child.pid) - before[case]) / seconds for case, child in children.items()}
+    finally:
+        for child in children.values():
+            if child.stdin:
+                child.stdin.close()
+            child.wait(30)
 
 
 def one_case(case: str, wrk: str, script: Path, seconds: float) -> dict[str, float]:
@@ -116,17 +142,19 @@ def docs_section(saved: dict[str, Any]) -> str:
     median = {case: statistics.median(r[case]["cpu_us_per_request"] for r in rounds) for case in CASES}
     rps = {case: statistics.median(r[case]["rps"] for r in rounds) for case in CASES}
     ratios = [r["ours"]["cpu_us_per_request"] / r["uvicorn defaults"]["cpu_us_per_request"] for r in rounds]
-    rows = [f"| {case} | {median[case]:.0f} | {rps[case]:,.0f} |" for case in CASES]
+    idle = {case: statistics.median(r["idle_cores"][case] for r in rounds) for case in CASES}
+    rows = [f"| {case} | {median[case]:.0f} | {rps[case]:,.0f} | {idle[case]:.4f} |" for case in CASES]
     return "\n".join([
-        "## HTTP server settings: proxy headers",
+        "## HTTP server settings: proxy headers and the idle tick",
         "",
         "CPU per request of one `BackgroundServer` (what the gateway and every container data port run) serving a",
         "1-row JSON echo, as this runtime configures it and with uvicorn's defaults for `proxy_headers` and",
-        f"`server_header` put back; wrk at 32 connections, {len(rounds)} alternating rounds, medians",
-        "(`loadtests/bench_http_server.py` has the method).",
+        "`server_header` and uvicorn's own main loop (a wake-up every 0.1 s) put back; wrk at 32 connections, then",
+        f"both left idle side by side; {len(rounds)} alternating rounds, medians (`loadtests/bench_http_server.py` has",
+        "the method).",
         "",
-        "| server | CPU µs per request | req/s |",
-        "|---|---|---|",
+        "| server | CPU µs per request | req/s | idle CPU (cores) |",
+        "|---|---|---|---|",
         *rows,
         "",
         f"Ours over uvicorn's defaults: {statistics.median(ratios):.2f}× the CPU per request (rounds: "
@@ -134,6 +162,11 @@ def docs_section(saved: dict[str, Any]) -> str:
         "and its container's), a Serial chain one more per container. The change is made for docs/security.md's reason",
         "(no caller may choose the address a container sees); what it saves per request is small next to the spread",
         "between rounds on this VM.",
+        "",
+        f"Idle, ours uses {idle['ours'] / idle['uvicorn defaults']:.2f}× the baseline's CPU "
+        f"({idle['uvicorn defaults'] - idle['ours']:.4f} cores less per server). An endpoint runs one such server per",
+        "container process and one in the gateway: the fifteen-container example, sixteen. (/proc counts CPU in",
+        f"10 ms ticks: one tick in {saved['idle_seconds']:g} s is {0.01 / saved['idle_seconds']:.4f} cores.)",
         "",
         run_line(saved, RESULTS),
     ])
@@ -143,6 +176,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--idle-seconds", type=float, default=20.0)
     parser.add_argument("--write-docs", action="store_true")
     parser.add_argument("--serve", choices=CASES, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -157,11 +191,14 @@ def main() -> int:
         script = Path(work) / "post.lua"
         script.write_text(LUA)
         for index in range(args.rounds):
-            found = {case: one_case(case, wrk, script, args.seconds) for case in (CASES if index % 2 == 0 else CASES[::-1])}
+            found: dict[str, Any] = {
+                case: one_case(case, wrk, script, args.seconds) for case in (CASES if index % 2 == 0 else CASES[::-1])
+            }
+            found["idle_cores"] = idle_cores(args.idle_seconds)
             print(index, json.dumps(found), flush=True)
             rounds.append(found)
     saved = {"started": started, "seconds": time.perf_counter() - clock, "command": command_line(__file__),
-             "machine": machine, "rounds": rounds}
+             "machine": machine, "idle_seconds": args.idle_seconds, "rounds": rounds}
     write_results(RESULTS, saved)
     print(docs_section(saved))
     if args.write_docs:

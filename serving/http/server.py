@@ -9,6 +9,7 @@ Every server enforces `HttpLimits` (connections, request heads, slow clients; se
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import threading
 
@@ -17,6 +18,37 @@ import uvicorn
 from serving.http.limits import HttpLimits
 
 __all__ = ["BackgroundServer", "HttpLimits"]
+
+TICK_S = 1.0  # how often an idle server wakes: the `date` header's resolution (uvicorn wakes every 0.1 s)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, woken once a second instead of ten times, and at once when asked to stop.
+
+    uvicorn's main loop sleeps 0.1 s between checks of `should_exit`; its tick (the `date` header, which has
+    one-second resolution anyway) needs a wake-up only once a second. Every container process and the gateway
+    run one of these, so an idle endpoint pays those wake-ups per container (docs/performance.md)."""
+
+    _loop: asyncio.AbstractEventLoop | None = None
+    _wake: asyncio.Event | None = None
+
+    async def main_loop(self) -> None:
+        self._loop, self._wake = asyncio.get_running_loop(), asyncio.Event()
+        counter = 0
+        should_exit = await self.on_tick(counter)
+        while not should_exit:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), TICK_S)
+            counter = (counter + 10) % 864000  # on_tick counts tenths of a second: a multiple of 10 is a whole one
+            should_exit = await self.on_tick(counter)
+
+    def request_exit(self) -> None:
+        """Stop accepting (from any thread): the main loop sees it now, not at its next tick."""
+        self.should_exit = True
+        loop, wake = self._loop, self._wake
+        if loop is not None and wake is not None:
+            with contextlib.suppress(RuntimeError):  # the loop has already closed
+                loop.call_soon_threadsafe(wake.set)
 
 
 class BackgroundServer:
@@ -61,7 +93,7 @@ class BackgroundServer:
             timeout_keep_alive=75,
             timeout_graceful_shutdown=10,
         )
-        self._server = uvicorn.Server(config)
+        self._server = _Server(config)
         self._started = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"http-{self.port}", daemon=True)
         self._thread.start()
@@ -98,6 +130,6 @@ class BackgroundServer:
 
     def stop(self, timeout: float = 15.0) -> None:
         """Stop accepting, let in-flight requests finish, then join the thread."""
-        self._server.should_exit = True
+        self._server.request_exit()
         self._thread.join(timeout)
         self.socket.close()
