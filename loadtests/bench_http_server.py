@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -32,6 +31,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from loadtests.harness.proctree import process_cpu_seconds as cpu_seconds  # noqa: E402
 from loadtests.harness.results import (  # noqa: E402
     command_line,
     machine_facts,
@@ -88,11 +88,6 @@ def serve(case: str) -> None:
     print(server.port, flush=True)
     sys.stdin.read()
     server.stop()
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def idle_cores(seconds: float) -> dict[str, float]:

@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 from loadtests.bench_consolidation import _check_answers, _containers  # noqa: E402
 from loadtests.harness.models import hetero_models  # noqa: E402
-from loadtests.harness.proctree import CLOCK_TICKS, parent_of, process_tree, smaps  # noqa: E402
+from loadtests.harness.proctree import parent_of, process_cpu_seconds, process_tree, smaps  # noqa: E402
 from loadtests.harness.results import machine_facts, package_versions, write_results, write_section  # noqa: E402
 
 RAY_DEFAULTS = {"RAY_worker_niceness": "15", "RAY_SERVE_METRICS_EXPORT_INTERVAL_MS": "100"}
@@ -87,10 +87,9 @@ def _cpu_seconds() -> dict[int, tuple[str, float]]:
     seen = {}
     for pid in process_tree():
         try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            seen[pid] = (role(pid), process_cpu_seconds(pid))
         except OSError:
             continue
-        seen[pid] = (role(pid), (int(fields[11]) + int(fields[12])) / CLOCK_TICKS)
     return seen
 
 

@@ -45,15 +45,20 @@ def smaps(pid: int) -> dict[str, int] | None:
             "uss": (kib.get("Private_Clean", 0) + kib.get("Private_Dirty", 0)) * 1024}
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) process `pid` has used so far; raises OSError once it is gone."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
+
+
 def tree_cpu_seconds() -> float:
     """CPU seconds (user + system) the whole tree has used so far."""
     total = 0.0
     for pid in process_tree():
         try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += process_cpu_seconds(pid)
         except OSError:
             continue
-        total += (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
     return total
 
 
