@@ -10,6 +10,7 @@ after the others): it starts a Ray cluster of its own.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -68,8 +69,12 @@ def _stop(process: subprocess.Popen, grace: float = 30) -> None:
         try:
             process.wait(grace)
         except subprocess.TimeoutExpired:
-            for child in psutil.Process(process.pid).children(recursive=True):
-                child.kill()
+            children: list[psutil.Process] = []
+            with contextlib.suppress(psutil.NoSuchProcess):
+                children = psutil.Process(process.pid).children(recursive=True)
+            for child in children:
+                with contextlib.suppress(psutil.NoSuchProcess):  # it may exit between the listing and the kill
+                    child.kill()
             process.kill()
             process.wait(10)
 
