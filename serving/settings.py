@@ -59,6 +59,12 @@ class ServerSettings(BaseSettings):
         ".pth files run with Ray's credentials, so it is off: such a model is refused at deploy time, naming "
         "the lines (RuntimeEnvironment.Pip, which the spec's author writes, is always installed).",
     )
+    hop_unix_socket: bool = Field(
+        True,
+        description="Send the gateway's hops to a container replica on its own machine through the Unix socket "
+        "beside the replica's data port (a folder only this user may enter) instead of TCP; streamed answers and "
+        "replicas on other nodes use TCP either way.",
+    )
     registry_poll_s: float = Field(
         0.1,
         gt=0,

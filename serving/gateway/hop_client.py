@@ -4,6 +4,8 @@ Why not aiohttp, which streams still use (`transport.HopStream`): on this projec
 `session.post` + `read()` cost 531 µs of client CPU per 1-row invocation against 78 µs for an asyncio protocol
 with httptools (the parser uvicorn uses) on the same connection (docs/performance.md). A hop is the one request
 shape the gateway sends: `POST`, a body of known length, an answer read whole. So this client does only that.
+A replica on the gateway's own machine is reached through the Unix socket beside its data port, where the
+gateway's settings allow it (`hop_unix_socket`) and the socket is there (`http.local_socket`).
 
 What a caller can tell apart (the transport's retry rules, docs/reliability.md):
 - `HopRefused`: no connection could be made (the replica is gone);
@@ -17,12 +19,15 @@ reads is what the gateway signed; a value with CR or LF is refused (`ValueError`
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections import deque
 from collections.abc import Mapping
 from typing import cast
 
 import httptools
+
+from serving.http import local_socket
 
 IDLE_S = 30.0  # an idle connection older than this is closed rather than reused (uvicorn closes at 75 s)
 MAX_IDLE = 256  # idle connections kept per replica; more are closed when they come back
@@ -143,11 +148,16 @@ def _head(authority: str, path: str, headers: Mapping[str, str], length: int) ->
 
 class HopClient:
     """Keep-alive connections per replica (host, port), reused one request at a time; no limit on how many:
-    the transport bounds requests in flight per replica."""
+    the transport bounds requests in flight per replica.
 
-    def __init__(self) -> None:
+    `unix_sockets`: reach a replica on this machine through the Unix socket beside its data port
+    (`http.local_socket`) when there is one; TCP otherwise, and for good once its Unix socket refuses."""
+
+    def __init__(self, unix_sockets: bool = False) -> None:
         self._idle: dict[tuple[str, int], deque[_Connection]] = {}
         self._closed = False
+        self._unix = unix_sockets
+        self._unix_paths: dict[tuple[str, int], str | None] = {}  # None: TCP for this replica
 
     async def post(
         self, host: str, port: int, path: str, body: bytes, headers: Mapping[str, str], timeout: float
@@ -175,11 +185,28 @@ class HopClient:
             if connection.reusable and now - connection.idle_since < IDLE_S:
                 return connection
             connection.close()
+        loop = asyncio.get_running_loop()
+        path = self._unix_path(host, port)
+        if path is not None:
+            try:
+                _, unix = await loop.create_unix_connection(_Connection, path)
+                return unix
+            except OSError:  # none there (another node), or left by a replica that died: TCP decides
+                self._unix_paths[(host, port)] = None
         try:
-            _, protocol = await asyncio.get_running_loop().create_connection(_Connection, host, port)
+            _, protocol = await loop.create_connection(_Connection, host, port)
         except OSError as error:
             raise HopRefused(f"cannot connect to {host}:{port}: {error}") from None
         return protocol
+
+    def _unix_path(self, host: str, port: int) -> str | None:
+        if not self._unix:
+            return None
+        key = (host, port)
+        if key not in self._unix_paths:
+            path = local_socket.path_for(host, port)
+            self._unix_paths[key] = path if path is not None and os.path.exists(path) else None
+        return self._unix_paths[key]
 
     def _release(self, key: tuple[str, int], connection: _Connection) -> None:
         if self._closed or not connection.reusable:
@@ -197,6 +224,8 @@ class HopClient:
         for key in [key for key in self._idle if key not in replicas]:
             for connection in self._idle.pop(key):
                 connection.close()
+        for key in [key for key in self._unix_paths if key not in replicas]:
+            del self._unix_paths[key]
 
     def close(self) -> None:
         self._closed = True

@@ -82,9 +82,12 @@ MAX_HOMES = 100_000  # remembered (container, model) -> replica pairs, least rec
 class ContainerTransport:
     """Sends invocations to the least-busy replica of a container (to a model's home for MultiModel)."""
 
-    def __init__(self, default_limit: int, hop_key: Callable[[str, str], bytes] | None = None) -> None:
+    def __init__(
+        self, default_limit: int, hop_key: Callable[[str, str], bytes] | None = None, unix_sockets: bool = False
+    ) -> None:
         """`hop_key(endpoint, container)`: the key each hop to that container is signed with (`trust.hops`);
-        None sends unsigned hops (tests of containers that verify nothing)."""
+        None sends unsigned hops (tests of containers that verify nothing). `unix_sockets`: plain hops to a
+        replica on this machine go through its data port's Unix socket (`http.local_socket`)."""
         self._hop_key = hop_key
         self._homes: OrderedDict[tuple[str, str, str], str] = OrderedDict()
         self._replicas: dict[tuple[str, str], list[Replica]] = {}
@@ -94,7 +97,7 @@ class ContainerTransport:
         self._dropped: list[str] = []
         self._turn = itertools.count()
         self._session: aiohttp.ClientSession | None = None  # streamed hops (its flow control)
-        self._client = HopClient()  # every other hop: the hot path, kept lean
+        self._client = HopClient(unix_sockets)  # every other hop: the hot path, kept lean
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30, enable_cleanup_closed=True)

@@ -65,9 +65,11 @@ class BackgroundServer:
         port: int = 0,
         limits: HttpLimits = HttpLimits(),
         sock: socket.socket | None = None,
+        also: tuple[socket.socket, ...] = (),
     ) -> None:
         """Bind `host:port`, or serve on `sock`, a socket already bound and listening (a container
-        process inherits its data port from its supervisor, since it may not bind one itself)."""
+        process inherits its data port from its supervisor, since it may not bind one itself). `also`: more
+        listening sockets to serve (a data port's Unix socket, `local_socket`); `url` names only the first."""
         if sock is None:
             family = socket.AF_INET6 if ":" in host else socket.AF_INET
             sock = socket.socket(family, socket.SOCK_STREAM)
@@ -75,6 +77,7 @@ class BackgroundServer:
             sock.bind((host, port))  # raises at once if the port is taken
             sock.listen(2048)
         self.socket = sock
+        self.also = also
         self.host, self.port = sock.getsockname()[:2]
         config = uvicorn.Config(
             # No WebSocket routes here: upgrades are refused rather than handed to a protocol the limits skip.
@@ -111,7 +114,7 @@ class BackgroundServer:
         except ImportError:  # pragma: no cover - uvloop ships with uvicorn[standard]
             runner = asyncio.Runner()
         with runner:
-            runner.run(self._server.serve(sockets=[self.socket]))
+            runner.run(self._server.serve(sockets=[self.socket, *self.also]))
 
     def wait_started(self, timeout: float = 30.0) -> bool:
         """True once uvicorn accepts connections (or False after `timeout`)."""
@@ -132,4 +135,5 @@ class BackgroundServer:
         """Stop accepting, let in-flight requests finish, then join the thread."""
         self._server.request_exit()
         self._thread.join(timeout)
-        self.socket.close()
+        for listener in (self.socket, *self.also):
+            listener.close()

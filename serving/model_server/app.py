@@ -63,6 +63,7 @@ class ContainerApp:
         threads: int = 1,
         batching: BatchSettings | None = None,
         inline_budget_s: float = 0.0,
+        data_url: str | None = None,
     ) -> None:
         """`model_latency(seconds)` receives each SingleModel invocation's model time (MultiModel: the
         handler reports it, since only it can leave out the load). `hop_key`: refuse requests the
@@ -70,7 +71,9 @@ class ContainerApp:
         `events`: drained by `GET /_serving/stats`. `log_stream`: where this process's output goes, told to
         the gateway on every error answer (the caller's ModelError names it as LogStreamArn). `threads`: predictions
         run at once (SingleModel). `batching`: merge concurrent requests' rows into one predict_fn call.
-        `inline_budget_s`: a prediction that fast may run on the event loop (`model_server.inline`; 0: never)."""
+        `inline_budget_s`: a prediction that fast may run on the event loop (`model_server.inline`; 0: never).
+        `data_url`: the data port's TCP address, where a handler calls back (`context.rest_uri`) whichever socket
+        its request came in on (None: the address the request reached)."""
         if (runtime is None) == (models is None):
             raise ValueError("give a runtime (SingleModel) or models (MultiModel)")
         self.runtime = runtime
@@ -95,7 +98,7 @@ class ContainerApp:
             if runtime is not None and batching is not None
             else None
         )
-        self.local_rest = LocalRest(runtime) if hasattr(runtime, "rest_call") else None
+        self.local_rest = LocalRest(runtime, data_url) if hasattr(runtime, "rest_call") else None
         # Only a container that runs one prediction at a time anyway, with no user hooks per request (they may
         # block, or call asyncio themselves) and no handler calling back into this server.
         self.inline: InlineGate | None = None

@@ -1,8 +1,8 @@
 """The container process: one model (or a MultiModel container's models) on a data port, with no Ray.
 
 Started by a container replica's supervisor (`container_process.ContainerProcess`) as
-`python -I -B -m serving.container_main`, with its configuration on stdin and three inherited
-file descriptors: the listening data-port socket, a status pipe (it writes one JSON line: ready,
+`python -I -B -m serving.container_main`, with its configuration on stdin and inherited file
+descriptors: the listening data-port socket (and its Unix socket, where the supervisor made one), a status pipe (it writes one JSON line: ready,
 or the error that kept the model from loading) and a lifeline pipe (end of file = the supervisor is
 gone, so this process exits too). It confines itself first (`sandbox`), while it has one thread,
 then imports the framework, loads the model and serves. It holds no Ray credentials, so a tenant's
@@ -88,6 +88,10 @@ def _serve(config: dict):
     from serving.runtimes import runtime_for
     from serving.runtimes.concurrency import batch_settings, inline_budget_s
 
+    listener = socket.socket(fileno=config["listen_fd"])
+    also = (socket.socket(fileno=config["unix_fd"]),) if config.get("unix_fd") is not None else ()
+    host, port = listener.getsockname()[:2]
+    data_url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
     events = EventLog()
     hop_key = bytes.fromhex(config["hop_key"])
     hostname, environment = config["hostname"], config["environment"]
@@ -118,9 +122,9 @@ def _serve(config: dict):
             threads=runtime.prediction_threads(),
             batching=batch_settings(environment),
             inline_budget_s=inline_budget_s(environment),
+            data_url=data_url,
         )
-    listener = socket.socket(fileno=config["listen_fd"])
-    server = BackgroundServer(app, sock=listener)
+    server = BackgroundServer(app, sock=listener, also=also)
     if not server.wait_started():
         raise RuntimeError("the data port did not start")
     return server

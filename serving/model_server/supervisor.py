@@ -1,7 +1,8 @@
 """Start, watch and stop a container process (`model_server.main`) for a replica's supervisor.
 
-The supervisor binds the data port (loopback, or the node's address on a cluster) and hands the
-listening socket to the child, which may bind nothing itself. The child's environment is the
+The supervisor binds the data port (loopback, or the node's address on a cluster), and a Unix socket for
+the same port for a gateway on this machine (`http.local_socket`), and hands both listening sockets to the
+child, which may bind nothing itself. The child's environment is the
 container's `Environment` plus what Python needs, with a private scratch folder as HOME and
 TMPDIR, and nothing of the supervisor's (no Ray address or token, no AWS variables of the host).
 Its sandbox lets it read the Python install, this package, the system's libraries and its own
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from serving.http import local_socket
 from serving.model_server import sandbox
 from serving.protocol import MODEL_CACHE_DIR_ENV, S3_ENDPOINT_URL_ENV, STATS_PATH, SUBMIT_DIRECTORY_ENV
 from serving.protocol import SANDBOX_READ_ENV as EXTRA_READ_ENV
@@ -150,6 +152,9 @@ class ContainerProcess:
         self.listener.listen(2048)
         host, port = self.listener.getsockname()[:2]
         self.url = f"http://[{host}]:{port}" if family == socket.AF_INET6 else f"http://{host}:{port}"
+        # The same port for a gateway on this machine, without TCP (None where no safe folder exists).
+        self.unix_listener = local_socket.listen(host, port)
+        self.unix_path = self.unix_listener.getsockname() if self.unix_listener is not None else None
         self.scratch = tempfile.mkdtemp(prefix=f"serving-{config.hostname}-")
         self.process: subprocess.Popen | None = None
         self.report: dict[str, Any] = {}
@@ -210,6 +215,7 @@ class ContainerProcess:
             "multi_model": self.config.multi_model,
             "hop_key": self.config.hop_key.hex(),
             "listen_fd": self.listener.fileno(),
+            "unix_fd": self.unix_listener.fileno() if self.unix_listener is not None else None,
             "status_fd": status_w,
             "lifeline_fd": lifeline_r,
             "sandbox": {"mode": self.config.sandbox, **paths},
@@ -220,7 +226,12 @@ class ContainerProcess:
             self.process = subprocess.Popen(
                 [sys.executable, "-I", "-B", "-c", _BOOTSTRAP, str(Path(__file__).resolve().parents[2])],
                 stdin=subprocess.PIPE,
-                pass_fds=(self.listener.fileno(), status_w, lifeline_r),
+                pass_fds=(
+                    self.listener.fileno(),
+                    *([self.unix_listener.fileno()] if self.unix_listener is not None else []),
+                    status_w,
+                    lifeline_r,
+                ),
                 env=child_environment(self.config, self.scratch),
                 cwd=self.config.working_dir or self.scratch,
             )
@@ -277,6 +288,9 @@ class ContainerProcess:
         if self._lifeline_w is not None:
             os.close(self._lifeline_w)
             self._lifeline_w = None
+        if self.unix_listener is not None and self.unix_path:  # before the TCP port is freed: no new replica can
+            local_socket.remove(self.unix_listener, self.unix_path)  # be at this path yet
+            self.unix_listener = None
         self.listener.close()
         shutil.rmtree(self.scratch, ignore_errors=True)
 

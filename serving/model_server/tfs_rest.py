@@ -31,8 +31,9 @@ _NOT_FOUND = b'{"error": "Not Found"}'
 class LocalRest:
     """The token-guarded, same-host-only TF Serving REST route of one runtime that offers `rest_call`."""
 
-    def __init__(self, runtime: Any) -> None:
+    def __init__(self, runtime: Any, data_url: str | None = None) -> None:
         self.runtime = runtime
+        self.data_url = data_url
         self.token = secrets.token_hex(16)
         self._limiter: CapacityLimiter | None = None
 
@@ -40,7 +41,10 @@ class LocalRest:
         return Route(LOCAL_TFS_PATH + "/{token}/v1/models/{rest:path}", self.handle, methods=["POST"])
 
     def base_url(self, request: Request) -> str:
-        """`http://<data port address>/…/<token>`: the address the gateway reached, so it is reachable here."""
+        """`http://<data port address>/…/<token>`: the data port's TCP address (a request that came over its Unix
+        socket has none), else the address the gateway reached, so it is reachable here."""
+        if self.data_url is not None:
+            return f"{self.data_url}{LOCAL_TFS_PATH}/{self.token}"
         host, port = request.scope["server"][:2]
         host = f"[{host}]" if ":" in host else host
         return f"http://{host}:{port}{LOCAL_TFS_PATH}/{self.token}"

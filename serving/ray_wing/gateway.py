@@ -59,7 +59,9 @@ class Gateway:
                 key = hop_keys[(endpoint, container)] = keys.hop_key(root, endpoint, container)
             return key
 
-        self.transport = ContainerTransport(default_limit=DEFAULT_MAX_CONCURRENCY, hop_key=hop_key)
+        self.transport = ContainerTransport(
+            default_limit=DEFAULT_MAX_CONCURRENCY, hop_key=hop_key, unix_sockets=self.settings.hop_unix_socket
+        )
         self.router = Router(self.settings, self.transport)
         self.board = StatusBoard()
         self.state = GatewayState(self.settings, self.router.invocations, self.transport, self.board)

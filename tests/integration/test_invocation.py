@@ -88,3 +88,33 @@ def test_custom_attributes_reach_the_container_and_come_back(server):
                              headers={"X-Amzn-SageMaker-Custom-Attributes": "trace-id=abc"})
     assert response.status_code == 200
     assert response.headers["x-amzn-sagemaker-custom-attributes"] == "trace-id=abc;labelled=2"
+
+
+def test_the_gateway_reaches_a_replica_on_its_machine_over_the_unix_socket(server):
+    # hop_unix_socket is on by default: each container process accepts the gateway's hops on the Unix socket
+    # beside its data port (serving.http.local_socket), and none of them on its TCP port.
+    import psutil
+    import ray
+
+    from serving import ray_wing
+    from serving.http import local_socket
+
+    for _ in range(3):
+        assert server.invoke("it-single", IRIS.data[:1].tolist()).status_code == 200
+    snapshot = ray.get(ray_wing.registry_handle().snapshot.remote(-1), timeout=30)
+    urls = snapshot["replicas"][("it-single", "only")]
+    seen_unix = 0
+    for url in urls:
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+        path = local_socket.path_for(host, int(port))
+        assert path is not None
+        holders = [c.pid for c in psutil.net_connections("tcp") if c.status == psutil.CONN_LISTEN
+                   and c.laddr.port == int(port) and c.pid]
+        container = next(psutil.Process(pid) for pid in holders
+                         if "serving.model_server.main" in " ".join(psutil.Process(pid).cmdline()))
+        tcp_in = [c for c in container.net_connections("tcp")
+                  if c.status == psutil.CONN_ESTABLISHED and c.laddr.port == int(port)]
+        unix_in = [c for c in container.net_connections("unix") if c.laddr == path]
+        assert not tcp_in, tcp_in
+        seen_unix += len(unix_in) - 1  # the listening socket has the path too
+    assert seen_unix >= 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import stat
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from serving.http import local_socket
 from serving.model_server import sandbox
 from serving.model_server.supervisor import (
     ContainerConfig,
@@ -160,3 +162,52 @@ def test_the_data_port_was_bound_by_the_supervisor(container) -> None:
     host, port = container.url.removeprefix("http://").rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=5):
         pass  # listening, although the process itself may bind nothing
+
+
+def _signed_post(client: httpx.Client, body: bytes) -> httpx.Response:
+    headers = {"content-type": "application/json", "accept": "*/*"}
+    headers.update(hops.sign(KEY, "POST", "/invocations", body, headers))
+    return client.post("http://data-port/invocations", content=body, headers=headers)
+
+
+def test_the_unix_socket_beside_the_data_port_is_private_and_still_signed(container) -> None:
+    # A gateway on this machine reaches the container through it (docs/security.md, "Listeners").
+    assert container.unix_listener is not None
+    path = container.unix_path
+    host, port = container.url.removeprefix("http://").rsplit(":", 1)
+    assert path == local_socket.path_for(host, int(port))
+    folder = os.lstat(os.path.dirname(path))
+    assert folder.st_uid == os.getuid() and stat.S_IMODE(folder.st_mode) == 0o700
+    assert stat.S_IMODE(os.lstat(path).st_mode) == 0o600
+    with httpx.Client(transport=httpx.HTTPTransport(uds=path), timeout=30) as client:
+        answer = _signed_post(client, json.dumps({"what": "scratch"}).encode())
+        assert answer.status_code == 200 and answer.json()["result"].startswith("ALLOWED")
+        unsigned = client.post("http://data-port/invocations", content=b"{}", headers={"content-type": "application/json"})
+        assert unsigned.status_code == 403  # the socket is no way around the hop's signature
+        other_key = {"content-type": "application/json", "accept": "*/*"}
+        other_key.update(hops.sign(b"x" * 32, "POST", "/invocations", b"{}", other_key))
+        assert client.post("http://data-port/invocations", content=b"{}", headers=other_key).status_code == 403
+
+
+@needs_landlock
+def test_tenant_code_cannot_reach_the_socket_folder(container) -> None:
+    folder = local_socket.folder()
+    assert folder is not None
+    assert attempt(container, "list", folder)["result"].startswith("REFUSED")
+    assert attempt(container, "unix")["result"].startswith("REFUSED")  # nor open a Unix socket to connect with
+
+
+def test_stopping_a_container_removes_its_unix_socket(tmp_path: Path) -> None:
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "inference.py").write_text("def predict_fn(data, model):\n    return data\n")
+    process = ContainerProcess(ContainerConfig(endpoint="e", hostname="short-lived", image="python",
+                                               model_data=str(tmp_path), environment={}, hop_key=KEY), "127.0.0.1")
+    assert process.unix_listener is not None
+    path = process.unix_path
+    try:
+        process.start(timeout=60)
+        with httpx.Client(transport=httpx.HTTPTransport(uds=path), timeout=30) as client:
+            assert _signed_post(client, b"[1, 2]").json() == [1, 2]
+    finally:
+        process.stop()
+    assert not os.path.exists(path)
