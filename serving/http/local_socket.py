@@ -22,10 +22,12 @@ import os
 import socket
 import stat
 import tempfile
+import time
 
 logger = logging.getLogger("serving.http.local_socket")
 
 MAX_PATH = 107  # sun_path holds 108 bytes with the terminating NUL
+STALE_AFTER_S = 60.0  # a socket that refuses connections and is older than this was left by a replica that died
 
 
 def folder(create: bool = False) -> str | None:
@@ -64,6 +66,7 @@ def listen(host: str, port: int) -> socket.socket | None:
     path = path_for(host, port, create=True)
     if path is None:
         return None
+    sweep(os.path.dirname(path))
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)  # left by a replica that died at this address (its TCP port is free again, so it is gone)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -78,6 +81,37 @@ def listen(host: str, port: int) -> socket.socket | None:
     return listener
 
 
+def sweep(base: str) -> int:
+    """Remove the sockets in `base` that replicas killed without a chance to remove left behind: those that refuse
+    a connection (nothing listens) and were made more than STALE_AFTER_S ago (not one between its bind and its
+    listen). Returns how many went."""
+    removed = 0
+    now = time.time()
+    with os.scandir(base) as entries:
+        stale = [entry.path for entry in entries if entry.name.endswith(".sock") and _old_socket(entry, now)]
+    for path in stale:
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(path)
+        except ConnectionRefusedError:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+                removed += 1
+        except OSError:
+            pass
+        finally:
+            probe.close()
+    return removed
+
+
+def _old_socket(entry: os.DirEntry, now: float) -> bool:
+    try:
+        info = entry.stat(follow_symlinks=False)
+    except OSError:
+        return False
+    return stat.S_ISSOCK(info.st_mode) and now - info.st_mtime > STALE_AFTER_S
+
+
 def remove(listener: socket.socket, path: str) -> None:
     """Close a socket from `listen` (if still open) and remove its `path`."""
     listener.close()
@@ -85,4 +119,4 @@ def remove(listener: socket.socket, path: str) -> None:
         os.unlink(path)
 
 
-__all__ = ["folder", "listen", "path_for", "remove"]
+__all__ = ["folder", "listen", "path_for", "remove", "sweep"]

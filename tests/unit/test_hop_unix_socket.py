@@ -155,3 +155,30 @@ def test_a_path_too_long_for_a_unix_socket_is_not_used(monkeypatch, private_tmp:
     monkeypatch.setattr(tempfile, "tempdir", deep)
     assert local_socket.path_for("127.0.0.1", 8080, create=True) is None
     assert local_socket.listen("127.0.0.1", 8080) is None
+
+
+def test_a_new_replica_sweeps_sockets_that_replicas_killed_left_behind(private_tmp: str) -> None:
+    # A replica killed with SIGKILL cannot remove its socket; the next replica to start on this machine does.
+    def left_behind(port: int, age_s: float) -> str:
+        listener = local_socket.listen("127.0.0.1", port)
+        assert listener is not None
+        path = listener.getsockname()
+        listener.close()  # its process died: the file stays, nothing listens
+        old = os.path.getmtime(path) - age_s
+        os.utime(path, (old, old), follow_symlinks=False)
+        return path
+
+    stale = left_behind(50001, 600)
+    young = left_behind(50002, 0)  # might be a replica between its bind and its listen: left alone
+    live = DataPort()  # listening: left alone, however old
+    os.utime(live.path, (1, 1), follow_symlinks=False)
+    newcomer = local_socket.listen("127.0.0.1", 50003)
+    try:
+        assert not os.path.exists(stale)
+        assert os.path.exists(young) and os.path.exists(live.path)
+        assert post(HopClient(unix_sockets=True), live.port) == [b"[1]"]
+        assert live.peers == [None]
+    finally:
+        live.stop()
+        if newcomer is not None:
+            newcomer.close()
