@@ -91,6 +91,7 @@ def sweep(base: str) -> int:
         stale = [entry.path for entry in entries if entry.name.endswith(".sock") and _old_socket(entry, now)]
     for path in stale:
         probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        probe.settimeout(1.0)  # a live server with a full backlog makes connect wait: that one is not stale
         try:
             probe.connect(path)
         except ConnectionRefusedError:
