@@ -2,9 +2,9 @@
 
 Started by a container replica's supervisor (`container_process.ContainerProcess`) as
 `python -I -B -m serving.container_main`, with its configuration on stdin and inherited file
-descriptors: the listening data-port socket (and its Unix socket, where the supervisor made one), a status pipe (it writes one JSON line: ready,
-or the error that kept the model from loading) and a lifeline pipe (end of file = the supervisor is
-gone, so this process exits too). It confines itself first (`sandbox`), while it has one thread,
+descriptors: the listening data-port socket (and its Unix socket, where the supervisor made one), a
+status pipe (it writes one JSON line: ready, or the error that kept the model from loading) and a lifeline
+pipe (end of file = the supervisor is gone, so this process exits too). It confines itself first (`sandbox`), while it has one thread,
 then imports the framework, loads the model and serves. It holds no Ray credentials, so a tenant's
 `code/inference.py` cannot reach the cluster; it knows only its own container's hop key.
 """
@@ -90,8 +90,6 @@ def _serve(config: dict):
 
     listener = socket.socket(fileno=config["listen_fd"])
     also = (socket.socket(fileno=config["unix_fd"]),) if config.get("unix_fd") is not None else ()
-    host, port = listener.getsockname()[:2]
-    data_url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
     events = EventLog()
     hop_key = bytes.fromhex(config["hop_key"])
     hostname, environment = config["hostname"], config["environment"]
@@ -122,7 +120,7 @@ def _serve(config: dict):
             threads=runtime.prediction_threads(),
             batching=batch_settings(environment),
             inline_budget_s=inline_budget_s(environment),
-            data_url=data_url,
+            data_url=config["data_url"],
         )
     server = BackgroundServer(app, sock=listener, also=also)
     if not server.wait_started():

@@ -215,6 +215,7 @@ class ContainerProcess:
             "multi_model": self.config.multi_model,
             "hop_key": self.config.hop_key.hex(),
             "listen_fd": self.listener.fileno(),
+            "data_url": self.url,
             "unix_fd": self.unix_listener.fileno() if self.unix_listener is not None else None,
             "status_fd": status_w,
             "lifeline_fd": lifeline_r,
