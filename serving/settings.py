@@ -9,6 +9,8 @@ from typing import Literal
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from serving.http import limit_defaults as default
+
 
 @functools.lru_cache(maxsize=1024)
 def is_loopback(host: str) -> bool:
@@ -82,41 +84,41 @@ class ServerSettings(BaseSettings):
         description="Serve endpoints without AccessControl to anyone even when `host` is not a loopback address.",
     )
     # What a caller can cost before it is authenticated (see docs/api.md, "Limits"). The HTTP server enforces
-    # the first six (serving._http_limits), the router the last.
+    # the first six (serving.http.limits; their defaults live in serving.http.limit_defaults), the router the last.
     max_connections: int = Field(
-        1024,
+        default.MAX_CONNECTIONS,
         ge=1,
         description="Open client connections at most; further ones are closed as soon as they are accepted "
         "(Envoy's overflow behaviour). 1024 is nginx's usual worker_connections and the usual soft "
         "open-file limit.",
     )
     max_header_bytes: int = Field(
-        16384,
+        default.MAX_HEADER_BYTES,
         ge=1024,
         description="Request line plus headers, in bytes; more is refused with 431. 16 KiB is h11's and "
         "Node.js's default (nginx allows 8 KiB per line).",
     )
     max_header_count: int = Field(
-        100,
+        default.MAX_HEADER_COUNT,
         ge=16,
         description="Headers in one request; more is refused with 431 (Apache's LimitRequestFields and Envoy's "
         "max_headers_count default to 100).",
     )
     header_timeout_s: float = Field(
-        10.0,
+        default.HEADER_TIMEOUT_S,
         gt=0,
         description="Time to send a request's line and headers, from its first byte (from the connection for the "
         "first request; idle keep-alive time is not counted); then 408 and the connection is closed. "
         "HAProxy's usual `timeout http-request`.",
     )
     body_idle_timeout_s: float = Field(
-        20.0,
+        default.BODY_IDLE_TIMEOUT_S,
         gt=0,
         description="Longest pause while a request body is being received; then 408 and the connection is "
         "closed. Apache mod_reqtimeout's body=20 (nginx's client_body_timeout is 60).",
     )
     body_timeout_s: float = Field(
-        60.0,
+        default.BODY_TIMEOUT_S,
         gt=0,
         description="Time to receive a whole request body, from the end of its headers, however steadily it "
         "trickles (slow POST); then 408. 60 s passes the 6 MB payload limit at 100 kB/s.",

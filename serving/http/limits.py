@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, fields
 from http import HTTPStatus
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -34,26 +34,25 @@ from serving.errors import (
     ServingError,
     wire_error,
 )
+from serving.http import limit_defaults as default
 from serving.http.one_write import HeldHeadTransport
-from serving.settings import ServerSettings
+
+if TYPE_CHECKING:  # a container process serves with the defaults, without loading the settings (pydantic)
+    from serving.settings import ServerSettings
 
 __all__ = ["HttpLimits", "LimitedHttpToolsProtocol"]
-
-
-def _default(name: str) -> Any:
-    return ServerSettings.model_fields[name].default
 
 
 @dataclass(frozen=True)
 class HttpLimits:
     """The limits of one server; the defaults are ServerSettings' (chosen, and explained, there)."""
 
-    max_connections: int | None = _default("max_connections")  # None: no cap
-    max_header_bytes: int = _default("max_header_bytes")
-    max_header_count: int = _default("max_header_count")
-    header_timeout_s: float = _default("header_timeout_s")
-    body_idle_timeout_s: float = _default("body_idle_timeout_s")
-    body_timeout_s: float = _default("body_timeout_s")
+    max_connections: int | None = default.MAX_CONNECTIONS  # None: no cap
+    max_header_bytes: int = default.MAX_HEADER_BYTES
+    max_header_count: int = default.MAX_HEADER_COUNT
+    header_timeout_s: float = default.HEADER_TIMEOUT_S
+    body_idle_timeout_s: float = default.BODY_IDLE_TIMEOUT_S
+    body_timeout_s: float = default.BODY_TIMEOUT_S
 
     @classmethod
     def from_settings(cls, settings: ServerSettings) -> HttpLimits:
