@@ -17,7 +17,7 @@ import signal
 import sys
 import threading
 
-from serving._gc import freeze_startup_objects
+from serving._gc import defer_collections, freeze_startup_objects
 from serving.model_server import sandbox
 
 
@@ -34,6 +34,7 @@ def _report(fd: int, document: dict) -> None:
 
 
 def main() -> int:
+    defer_collections()  # until the model is loaded and serving (freeze_startup_objects)
     config = json.loads(sys.stdin.read())
     sys.stdin.close()
     status_fd = config["status_fd"]
