@@ -5,7 +5,7 @@ more), and every full collection walks all of them: 135 ms of CPU in a scikit-le
 the thread that triggered it, i.e. in the middle of a request. Under load full collections come every few seconds,
 because a young collection promotes whatever requests are in flight at that moment, and those later die in the old
 generation. Freezing what start-up built leaves a full collection only the objects made since
-(docs/performance.md).
+(docs/performance.md). A container process also holds full collections off while it starts (`defer_collections`).
 """
 
 from __future__ import annotations
@@ -14,28 +14,31 @@ import gc
 
 __all__ = ["defer_collections", "freeze_startup_objects"]
 
-_deferred = False  # whether defer_collections turned the collector off (freeze_startup_objects turns it back on)
+# The thresholds defer_collections replaced (freeze_startup_objects puts them back), or None.
+_deferred: tuple[int, ...] | None = None
+_NO_FULL_COLLECTION = 1 << 30  # young collections between full ones: never, in practice
 
 
 def defer_collections() -> None:
-    """No collections until `freeze_startup_objects`. While a framework is imported the heap only grows, so the
-    collector finds next to nothing, yet each full collection walks every object made so far: with collections
-    on, ~15% of a container process's start-up CPU went to them (docs/performance.md). The one collection at
-    the end still frees whatever cycles start-up left."""
+    """No full collections until `freeze_startup_objects`. While a framework is imported the heap only grows, so
+    a full collection finds next to nothing, yet each walks every object made so far, and they come each time
+    the old generation grew by a quarter: ~15% of a container process's start-up CPU (docs/performance.md).
+    Young collections go on, so the short-lived cycles of a model loader are still freed as it runs; the one
+    full collection at the end frees whatever older cycles start-up left."""
     global _deferred
-    if gc.isenabled():
-        gc.disable()
-        _deferred = True
+    if _deferred is None:
+        _deferred = gc.get_threshold()
+        gc.set_threshold(_deferred[0], _deferred[1], _NO_FULL_COLLECTION)
 
 
 def freeze_startup_objects() -> None:
     """Collect once (so that no cycle of start-up garbage, such as a model loader's temporaries, is kept for
-    good), then move every surviving object to the generation that collections skip, and turn collections back
-    on if `defer_collections` turned them off. Call once start-up is done; objects made later are collected as
+    good), then move every surviving object to the generation that collections skip, and put back the full
+    collections `defer_collections` held off. Call once start-up is done; objects made later are collected as
     usual."""
     global _deferred
     gc.collect()
     gc.freeze()
-    if _deferred:
-        _deferred = False
-        gc.enable()
+    if _deferred is not None:
+        gc.set_threshold(*_deferred)
+        _deferred = None

@@ -44,34 +44,63 @@ def _cycles(count: int) -> list[weakref.ref]:
     return refs
 
 
-def test_collections_wait_for_the_freeze_once_deferred() -> None:
-    """A container process defers collections while it imports its framework; the freeze collects its garbage
-    and turns collections back on."""
+def _generations_collected(work) -> list[int]:
+    """The generation of every automatic collection that ran during `work()`."""
+    seen: list[int] = []
+
+    def on_gc(phase: str, info: dict) -> None:
+        if phase == "start":
+            seen.append(info["generation"])
+
+    gc.callbacks.append(on_gc)
+    try:
+        work()
+    finally:
+        gc.callbacks.remove(on_gc)
+    return seen
+
+
+def _grow_the_old_generation() -> list:
+    """Enough long-lived objects to make a full collection due (the oldest generation grows by more than a quarter)."""
+    kept = []
+    for _ in range(max(200_000, len(gc.get_objects()) // 2)):
+        kept.append([])
+    return kept
+
+
+def test_full_collections_wait_for_the_freeze_once_deferred() -> None:
+    """A container process defers full collections while it imports its framework; young ones go on, and the
+    freeze collects what start-up left and puts the thresholds back."""
     from serving._gc import defer_collections, freeze_startup_objects
 
-    assert gc.isenabled()
+    before = gc.get_threshold()
+    assert 2 in _generations_collected(_grow_the_old_generation), "the control: growth like this makes one due"
     try:
         defer_collections()
-        assert not gc.isenabled()
-        start_up = _cycles(5 * gc.get_threshold()[0])  # enough allocations for several young collections
-        assert all(ref() is not None for ref in start_up), "a collection ran while collections were deferred"
+        young = _cycles(5 * before[0])
+        assert any(ref() is None for ref in young), "young collections stopped too"
+        old = _Node()
+        old_ref = weakref.ref(old)
+        gc.collect()  # `old` survives into the oldest generation, then dies there
+        del old
+        assert 2 not in _generations_collected(_grow_the_old_generation), "a full collection ran while deferred"
+        assert old_ref() is not None
         freeze_startup_objects()
-        assert gc.isenabled(), "the freeze did not turn collections back on"
-        assert all(ref() is None for ref in start_up), "start-up garbage outlived the freeze"
-        later = _cycles(5 * gc.get_threshold()[0])
-        assert sum(ref() is None for ref in later) > 0, "no automatic collection after the freeze"
+        assert old_ref() is None, "start-up garbage in the oldest generation outlived the freeze"
+        assert gc.get_threshold() == before, "the freeze did not put the thresholds back"
     finally:
-        gc.enable()
+        gc.set_threshold(*before)
         gc.unfreeze()
 
 
-def test_the_freeze_leaves_a_collector_it_did_not_turn_off_as_it_was() -> None:
+def test_the_freeze_leaves_thresholds_it_did_not_change_as_they_were() -> None:
     from serving._gc import freeze_startup_objects
 
-    gc.disable()  # as a process that manages its own collections would
+    before = gc.get_threshold()
+    gc.set_threshold(500, 5, 5)  # as a process that tunes its own collections would
     try:
         freeze_startup_objects()
-        assert not gc.isenabled()
+        assert gc.get_threshold() == (500, 5, 5)
     finally:
-        gc.enable()
+        gc.set_threshold(*before)
         gc.unfreeze()
