@@ -86,6 +86,23 @@ def test_ray_workers_and_container_processes_run_at_normal_niceness(server):
     assert [f"{pid} {processes[pid][:60]}: {value}" for pid, value in niceness.items() if value != ours] == []
 
 
+def test_serve_workers_run_without_pandas(server):
+    # Serve's utilities loaded pandas (~30 MiB and a few tenths of a CPU-second per worker) only for the HTTP
+    # proxy this runtime does not run; the embedded Ray runs serving._worker_preload first in every worker.
+    serve_workers = {pid: title for pid, title in _ray_processes().items()
+                     if title.startswith(("ray::ServeReplica", "ray::ServeController"))}
+    assert len(serve_workers) > 2, serve_workers
+    with_pandas = []
+    for pid, title in serve_workers.items():
+        try:
+            with open(f"/proc/{pid}/maps") as handle:
+                if "/pandas/_libs/" in handle.read():
+                    with_pandas.append(title[:60])
+        except OSError:
+            continue  # gone meanwhile
+    assert with_pandas == []
+
+
 def test_a_registry_snapshot_waits_for_a_change_and_answers_at_once(server):
     # The gateway's long poll: a snapshot call with the current version waits, and answers as soon as the state
     # changes (here: a replica registration of an endpoint no one routes to), not at the next poll period.

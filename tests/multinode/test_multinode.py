@@ -85,7 +85,8 @@ class Cluster:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.environment = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32),
-                            "RAY_USAGE_STATS_ENABLED": "0", "SERVING_STATE_DIR": str(root / "state")}
+                            "RAY_USAGE_STATS_ENABLED": "0", "SERVING_STATE_DIR": str(root / "state"),
+                            "RAY_preload_python_modules": "serving._worker_preload"}  # as deploy/ sets it
         self.environment.pop("RAY_AUTH_TOKEN_PATH", None)
         self.environment.pop("RAY_ADDRESS", None)
         self.gcs_port, self.port = _free_port(), _free_port()
