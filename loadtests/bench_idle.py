@@ -9,8 +9,9 @@ the scenario started):
   fifteen    the fifteen containers of examples/fifteen.yaml (three per stack), one Direct endpoint
 
 each twice: with this runtime's settings for the embedded Ray ("ours": docs/performance.md, Idle cost), and with
-Ray's defaults for the three variables it sets (`RAY_worker_niceness=15`, `RAY_SERVE_METRICS_EXPORT_INTERVAL_MS=100`,
-no `RAY_preload_python_modules`): the baseline, measured in the same run. The models are trained from scikit-learn's bundled data into a temporary folder
+Ray's defaults for the variables it sets (`RAY_worker_niceness=15`, `RAY_SERVE_METRICS_EXPORT_INTERVAL_MS=100`,
+no `RAY_preload_python_modules`, the log monitor's `RAY_LOG_MONITOR_MANY_FILES_THRESHOLD=1000` and
+`LOG_NAME_UPDATE_INTERVAL_S=0.5`): the baseline, measured in the same run. The models are trained from scikit-learn's bundled data into a temporary folder
 (examples/train_hetero.py); every container reserves Resources.Cpus 0.1. Each scenario measures:
 
   start-up   seconds from the first deploy call to every container InService (Ray and the endpoint server are
@@ -49,7 +50,8 @@ from loadtests.harness.results import machine_facts, package_versions, write_res
 
 # Ray's own values for what the embedded Ray sets (serving/ray_wing/cluster.py, EMBEDDED_RAY_ENVIRONMENT)
 RAY_DEFAULTS = {"RAY_worker_niceness": "15", "RAY_SERVE_METRICS_EXPORT_INTERVAL_MS": "100",
-                "RAY_preload_python_modules": ""}
+                "RAY_preload_python_modules": "", "RAY_LOG_MONITOR_MANY_FILES_THRESHOLD": "1000",
+                "LOG_NAME_UPDATE_INTERVAL_S": "0.5"}
 SETTINGS = {"ours": {}, "ray-defaults": RAY_DEFAULTS}
 SCENARIOS = {"one": 1, "fifteen": 15}
 SETTLE_S = 10

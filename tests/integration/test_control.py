@@ -86,6 +86,27 @@ def test_ray_workers_and_container_processes_run_at_normal_niceness(server):
     assert [f"{pid} {processes[pid][:60]}: {value}" for pid, value in niceness.items() if value != ours] == []
 
 
+def test_rays_log_monitor_looks_for_new_log_files_once_a_second(server):
+    # It globbed the session's log folder three times every 0.1 s (Ray's default below 1,000 files), ~0.01 core of
+    # an idle fifteen-container endpoint; the embedded Ray hands it these two variables, which it reads itself.
+    monitors = []
+    for entry in os.listdir("/proc"):
+        try:
+            if not entry.isdigit() or os.stat(f"/proc/{entry}").st_uid != os.getuid():
+                continue
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                if b"ray/_private/log_monitor.py" not in handle.read():
+                    continue
+            with open(f"/proc/{entry}/environ", "rb") as handle:
+                monitors.append(dict(item.split(b"=", 1) for item in handle.read().split(b"\0") if b"=" in item))
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+    assert monitors, "no log monitor of this user's Ray found"
+    for environment in monitors:
+        assert environment.get(b"RAY_LOG_MONITOR_MANY_FILES_THRESHOLD") == b"0"
+        assert environment.get(b"LOG_NAME_UPDATE_INTERVAL_S") == b"1"
+
+
 def test_serve_workers_run_without_pandas(server):
     # Serve's utilities loaded pandas (~30 MiB and a few tenths of a CPU-second per worker) only for the HTTP
     # proxy this runtime does not run; the embedded Ray runs serving._worker_preload first in every worker.
