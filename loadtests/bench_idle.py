@@ -11,8 +11,9 @@ the scenario started):
 each twice: with this runtime's settings for the embedded Ray ("ours": docs/performance.md, Idle cost), and with
 Ray's defaults for the variables it sets (`RAY_worker_niceness=15`, `RAY_SERVE_METRICS_EXPORT_INTERVAL_MS=100`,
 no `RAY_preload_python_modules`, the log monitor's `RAY_LOG_MONITOR_MANY_FILES_THRESHOLD=1000` and
-`LOG_NAME_UPDATE_INTERVAL_S=0.5`): the baseline, measured in the same run. The models are trained from scikit-learn's bundled data into a temporary folder
-(examples/train_hetero.py); every container reserves Resources.Cpus 0.1. Each scenario measures:
+`LOG_NAME_UPDATE_INTERVAL_S=0.5`): the baseline, measured in the same run. The models are trained from
+scikit-learn's bundled data into a temporary folder (examples/train_hetero.py); every container reserves
+Resources.Cpus 0.1. Each scenario measures:
 
   start-up   seconds from the first deploy call to every container InService (Ray and the endpoint server are
              started first and timed apart), and every container's sample answer checked

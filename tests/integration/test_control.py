@@ -50,9 +50,8 @@ def test_ping_reports_unhealthy_while_an_endpoint_failed(server):
     assert server.http.get("/ping").status_code == 503
 
 
-def _ray_processes() -> dict[int, str]:
-    """This user's Ray worker processes (titled `ray::...`: the gateway, replicas, the Serve controller) and
-    their children (each replica's container process)."""
+def _own_processes() -> dict[int, tuple[int, str]]:
+    """This user's processes: pid → (parent pid, command line)."""
     processes: dict[int, tuple[int, str]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -67,6 +66,13 @@ def _ray_processes() -> dict[int, str]:
         except OSError:
             continue  # gone meanwhile
         processes[int(entry)] = (parent, title)
+    return processes
+
+
+def _ray_processes() -> dict[int, str]:
+    """This user's Ray worker processes (titled `ray::...`: the gateway, replicas, the Serve controller) and
+    their children (each replica's container process)."""
+    processes = _own_processes()
     workers = {pid for pid, (_, title) in processes.items() if title.startswith("ray::")}
     return {pid: title for pid, (parent, title) in processes.items() if pid in workers or parent in workers}
 
@@ -90,17 +96,14 @@ def test_rays_log_monitor_looks_for_new_log_files_once_a_second(server):
     # It globbed the session's log folder three times every 0.1 s (Ray's default below 1,000 files), ~0.01 core of
     # an idle fifteen-container endpoint; the embedded Ray hands it these two variables, which it reads itself.
     monitors = []
-    for entry in os.listdir("/proc"):
+    for pid, (_, title) in _own_processes().items():
+        if "ray/_private/log_monitor.py" not in title:
+            continue
         try:
-            if not entry.isdigit() or os.stat(f"/proc/{entry}").st_uid != os.getuid():
-                continue
-            with open(f"/proc/{entry}/cmdline", "rb") as handle:
-                if b"ray/_private/log_monitor.py" not in handle.read():
-                    continue
-            with open(f"/proc/{entry}/environ", "rb") as handle:
+            with open(f"/proc/{pid}/environ", "rb") as handle:
                 monitors.append(dict(item.split(b"=", 1) for item in handle.read().split(b"\0") if b"=" in item))
         except OSError:
-            continue  # gone meanwhile, or not ours to read
+            continue  # gone meanwhile
     assert monitors, "no log monitor of this user's Ray found"
     for environment in monitors:
         assert environment.get(b"RAY_LOG_MONITOR_MANY_FILES_THRESHOLD") == b"0"
