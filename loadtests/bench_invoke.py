@@ -12,14 +12,18 @@ at the end, also on failure, Ctrl-C or SIGTERM):
 2. Times the in-process work (predict alone, the floor's handler, our runtime's
    decode/predict/encode) so that HTTP costs can be told apart from compute.
 3. Peers phase: starts (a) the floor, a bare Starlette + uvicorn app calling
-   predict in-process (loadtests/floor_server.py), and (b) MLServer + its
-   scikit-learn runtime with default settings (in .bench/mlserver-venv, created
-   on first use); loads each with wrk; stops them.
+   predict in-process (loadtests/floor_server.py), then the cheapest proxy in
+   front of it (loadtests/proxy_floor.py: what crossing two processes costs, as
+   every request of ours does), and (b) MLServer + its scikit-learn runtime with
+   default settings (in .bench/mlserver-venv, created on first use); loads each
+   with wrk; stops them.
 4. Ours phase: starts an embedded Ray, the endpoint server (gateway) and two
    endpoints: Direct with one container and the Serial chain with three; loads
    the direct invocation, the serial invocation and the direct container's data
-   port alone (the gateway bypassed), plus diagnostics (gateway /ping, each
-   serial container's data port, the router's own hop client alone).
+   port alone (the gateway bypassed); then the floor again (sequential and c32:
+   this VM's speed drifts within minutes, so every ratio against the floor uses
+   the mean of its two runs); then diagnostics (gateway /ping, each serial
+   container's data port, the router's own hop client alone).
 5. Writes results (JSON) and, with --write-docs, its part of docs/performance.md.
 
 Load: wrk, one thread; sequential = 1 connection (`-t1 -c1 --latency`), then 8
@@ -57,6 +61,7 @@ from loadtests.harness.peers import (  # noqa: E402
     mlserver_versions,
     start_floor,
     start_mlserver,
+    start_proxy_floor,
 )
 from loadtests.harness.processes import (  # noqa: E402
     BenchError,
@@ -75,8 +80,10 @@ from loadtests.harness.results import (  # noqa: E402
 )
 from loadtests.harness.wrk import Case, Wrk, ensure_wrk  # noqa: E402
 from loadtests.invoke.analysis import (  # noqa: E402
+    FLOOR_AGAIN,
     LOADS,
     MLSERVER_VARIANTS,
+    PROXY_FLOOR,
     add_noise_notes,
     analyse,
     build_breakdown_text,
@@ -183,6 +190,15 @@ def main(argv: list[str] | None = None) -> int:
         if status != 200 or json.loads(body) != [0]:
             raise BenchError(f"floor answered {status} {body[:200]!r}, expected [0]")
         load_all("floor", floor_url + "/invocations", OUR_BODY)
+        log("starting the floor behind a proxy (two processes, as ours) ...")
+        proxy, proxy_url = start_proxy_floor(processes, floor_url, logs)
+        meter.roles[proxy.pid] = "proxy in front of the floor"
+        status, body = http("POST", proxy_url + "/invocations", OUR_BODY, JSON_HEADERS)
+        report["samples"][PROXY_FLOOR] = body.decode()
+        if status != 200 or json.loads(body) != [0]:
+            raise BenchError(f"the proxy in front of the floor answered {status} {body[:200]!r}, expected [0]")
+        load_all(PROXY_FLOOR, proxy_url + "/invocations", OUR_BODY)
+        processes.stop(proxy)
         processes.stop(floor)
 
         log(f"starting MLServer {report['mlserver_versions'].get('mlserver')} (default settings) ...")
@@ -223,6 +239,14 @@ def main(argv: list[str] | None = None) -> int:
         load_all("ours: container data port", port_url, OUR_BODY, port_headers)
         load_all("ours: direct", direct_url, OUR_BODY)
         load_all("ours: serial (3 containers)", serial_url, OUR_BODY)
+        log("the floor again (this VM's speed drifts: ratios use the mean of both floor runs) ...")
+        floor, floor_url = start_floor(processes, paths, logs)
+        meter.roles[floor.pid] = "floor server"
+        for load, connections in LOADS:
+            if load in ("sequential", "c32"):  # the two the targets use
+                cases.append(wrk.case(FLOOR_AGAIN, load, connections, floor_url + "/invocations", args.duration,
+                                      args.warmup, body=OUR_BODY, headers=JSON_HEADERS))
+        processes.stop(floor)
 
         log("diagnostics ...")
         cases.append(wrk.case("ours: gateway GET /ping", "sequential", 1, f"{base}/ping", diag, args.warmup,

@@ -1,5 +1,6 @@
 """The servers benchmarks compare ours with: the floor (the model in-process behind a bare Starlette app,
-loadtests/floor_server.py) and MLServer with its scikit-learn runtime, in a virtual environment of its own."""
+loadtests/floor_server.py), the floor behind the cheapest proxy (loadtests/proxy_floor.py) and MLServer with
+its scikit-learn runtime, in a virtual environment of its own."""
 
 from __future__ import annotations
 
@@ -34,6 +35,20 @@ def start_floor(processes: Processes, paths: dict[str, Path], logs: Path) -> tup
         raise BenchError(f"the floor server did not start; see {logs / 'floor.log'}")
     url = f"http://127.0.0.1:{line}"
     wait_until("floor server", lambda: http("GET", url + "/ping", timeout=2)[0] == 200, timeout=30)
+    return process, url
+
+
+def start_proxy_floor(processes: Processes, floor_url: str, logs: Path) -> tuple[subprocess.Popen, str]:
+    """The two-process floor: loadtests/proxy_floor.py forwarding to the floor at `floor_url`."""
+    port = floor_url.rsplit(":", 1)[1]
+    process = processes.start([sys.executable, str(ROOT / "loadtests" / "proxy_floor.py"), port],
+                              stdout=subprocess.PIPE, stderr=open(logs / "proxy-floor.log", "wb"), text=True)
+    line = wait_until("proxy port", lambda: process.stdout.readline().strip() or process.poll() is not None,
+                      timeout=60)
+    if process.poll() is not None or not str(line).isdigit():
+        raise BenchError(f"the proxy in front of the floor did not start; see {logs / 'proxy-floor.log'}")
+    url = f"http://127.0.0.1:{line}"
+    wait_until("proxy", lambda: http("GET", url + "/ping", timeout=2)[0] == 200, timeout=30)
     return process, url
 
 

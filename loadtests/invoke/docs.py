@@ -8,7 +8,7 @@ from typing import Any
 from loadtests.harness.cpu import OTHER, run_cpu_us
 from loadtests.harness.profile import PROFILE_RATE
 from loadtests.harness.wrk import Case
-from loadtests.invoke.analysis import _get
+from loadtests.invoke.analysis import PROXY_FLOOR, _get, bracketed_floor
 
 # Ray Serve's own paths, measured earlier on a 2-core machine like this one (/work/shared/RAY_NOTES.md),
 # NOT in this run: the reason the data path bypasses Serve's proxy and handles.
@@ -43,7 +43,14 @@ describes; rerun it to refresh the numbers (`--write-docs` rewrites this part on
   equivalent V2 inference request for MLServer (`POST /v2/models/iris/infer`, FP64 [1,4]).
 - **Servers**, each measured alone on the machine (peers first, then ours):
   - *floor*: `loadtests/floor_server.py`, a bare Starlette app on uvicorn (httptools,
-    uvloop, no access log) calling `predict` in-process; the same JSON as ours.
+    uvloop, no access log) calling `predict` in-process; the same JSON as ours. Measured
+    first and again after ours (sequential and c32: *floor, again after ours*, with Ray up
+    and idle, whose processes' CPU is not counted as the floor's), since this VM's speed
+    drifts within minutes; every ratio against the floor uses the mean of the two.
+  - *floor behind a proxy*: the floor with `loadtests/proxy_floor.py` in front, a bare
+    Starlette app on uvicorn that forwards each request with this project's hop client
+    (TCP keep-alive) and does nothing else. Every request of ours crosses two processes
+    (the gateway, then the container), so this is what that alone costs here.
   - *MLServer* with `mlserver-sklearn`, default settings (one inference worker process
     behind the HTTP process; `debug` on, which writes an access-log line per request),
     in its own virtual environment (`.bench/mlserver-venv`); then the same MLServer
@@ -227,13 +234,16 @@ def render_docs(report: dict[str, Any]) -> str:
 
 
 def render_breakdown(report: dict[str, Any], cases: list[Case]) -> list[str]:
+    cases = bracketed_floor(cases)
+
     def p50(system):
         case = _get(cases, system, "sequential")
         return case.p50_ms if case is not None and case.flagged is None else None
 
     timings = report.get("inprocess_us", {})
-    floor, port, ping, direct, serial = (p50(s) for s in (
-        "floor", "ours: container data port", "ours: gateway GET /ping", "ours: direct", "ours: serial (3 containers)"))
+    floor, proxy, port, ping, direct, serial = (p50(s) for s in (
+        "floor", PROXY_FLOOR, "ours: container data port", "ours: gateway GET /ping", "ours: direct",
+        "ours: serial (3 containers)"))
     hop = report.get("router_hop", {})
     rows = ["Sequential p50 latency (one request at a time), built up layer by layer:", "",
             "| layer | p50 (ms) | adds (ms) | what it is |", "|---|---|---|---|"]
@@ -259,6 +269,10 @@ def render_breakdown(report: dict[str, Any], cases: list[Case]) -> list[str]:
             continue
         rows.append(f"| {name} | {value:.3f} | {'' if prev is None else f'{value - prev:+.3f}'} | {what} |")
         prev = value
+    if proxy is not None:
+        rows.append(f"| *side:* floor behind a proxy | {proxy:.3f} | "
+                    f"{'' if floor is None else f'{proxy - floor:+.3f} vs the floor'} | the floor behind the cheapest "
+                    "proxy (`loadtests/proxy_floor.py`): two processes, as ours, and no work of ours |")
     if ping is not None:
         rows.append(f"| *side:* gateway `GET /ping` | {ping:.3f} | | the gateway's HTTP server alone (no body, no hop) |")
     if hop.get("p50_ms") is not None:
