@@ -26,30 +26,29 @@ MLSERVER_VERSION = "1.7.1"
 MLSERVER_MODEL = "iris"
 
 
-def start_floor(processes: Processes, paths: dict[str, Path], logs: Path) -> tuple[subprocess.Popen, str]:
-    process = processes.start([sys.executable, str(ROOT / "loadtests" / "floor_server.py"), str(paths["joblib"])],
-                              stdout=subprocess.PIPE, stderr=open(logs / "floor.log", "wb"), text=True)
-    line = wait_until("floor server port", lambda: process.stdout.readline().strip() or process.poll() is not None,
+def _start_port_printer(processes: Processes, script: str, args: list[str], name: str,
+                        log: Path) -> tuple[subprocess.Popen, str]:
+    """Start a loadtests/ server that prints its port on its first stdout line; wait until it answers /ping."""
+    process = processes.start([sys.executable, str(ROOT / "loadtests" / script), *args],
+                              stdout=subprocess.PIPE, stderr=open(log, "wb"), text=True)
+    line = wait_until(f"{name} port", lambda: process.stdout.readline().strip() or process.poll() is not None,
                       timeout=60)
     if process.poll() is not None or not str(line).isdigit():
-        raise BenchError(f"the floor server did not start; see {logs / 'floor.log'}")
+        raise BenchError(f"the {name} did not start; see {log}")
     url = f"http://127.0.0.1:{line}"
-    wait_until("floor server", lambda: http("GET", url + "/ping", timeout=2)[0] == 200, timeout=30)
+    wait_until(name, lambda: http("GET", url + "/ping", timeout=2)[0] == 200, timeout=30)
     return process, url
+
+
+def start_floor(processes: Processes, paths: dict[str, Path], logs: Path) -> tuple[subprocess.Popen, str]:
+    return _start_port_printer(processes, "floor_server.py", [str(paths["joblib"])], "floor server",
+                               logs / "floor.log")
 
 
 def start_proxy_floor(processes: Processes, floor_url: str, logs: Path) -> tuple[subprocess.Popen, str]:
     """The two-process floor: loadtests/proxy_floor.py forwarding to the floor at `floor_url`."""
-    port = floor_url.rsplit(":", 1)[1]
-    process = processes.start([sys.executable, str(ROOT / "loadtests" / "proxy_floor.py"), port],
-                              stdout=subprocess.PIPE, stderr=open(logs / "proxy-floor.log", "wb"), text=True)
-    line = wait_until("proxy port", lambda: process.stdout.readline().strip() or process.poll() is not None,
-                      timeout=60)
-    if process.poll() is not None or not str(line).isdigit():
-        raise BenchError(f"the proxy in front of the floor did not start; see {logs / 'proxy-floor.log'}")
-    url = f"http://127.0.0.1:{line}"
-    wait_until("proxy", lambda: http("GET", url + "/ping", timeout=2)[0] == 200, timeout=30)
-    return process, url
+    return _start_port_printer(processes, "proxy_floor.py", [floor_url.rsplit(":", 1)[1]],
+                               "proxy in front of the floor", logs / "proxy-floor.log")
 
 
 def _mlserver_requirements() -> list[str]:

@@ -30,6 +30,12 @@ def _get(cases: list[Case], system: str, load: str) -> Case | None:
     return next((c for c in cases if c.system == system and c.load == load), None)
 
 
+def _floor_only(again: Case, first: Case) -> Case:
+    """The floor's run after ours with the CPU of its own processes only (those of its first run), not Ray's idle."""
+    return replace(again, cpu_us_per_request={
+        k: v for k, v in again.cpu_us_per_request.items() if k in first.cpu_us_per_request})
+
+
 def bracketed_floor(cases: list[Case]) -> list[Case]:
     """`cases` with each floor case replaced by the mean of it and the same load's measurement after ours.
 
@@ -42,12 +48,12 @@ def bracketed_floor(cases: list[Case]) -> list[Case]:
         if again is None or case.flagged is not None or again.flagged is not None:
             out.append(case)
             continue
-        keys = set(case.cpu_us_per_request)
+        again = _floor_only(again, case)
         out.append(replace(
             case, p50_ms=(case.p50_ms + again.p50_ms) / 2, p99_ms=(case.p99_ms + again.p99_ms) / 2,
             rps=(case.rps + again.rps) / 2,
-            cpu_us_per_request={k: (case.cpu_us_per_request.get(k, 0.0) + again.cpu_us_per_request.get(k, 0.0)) / 2
-                                for k in keys}))
+            cpu_us_per_request={k: (v + again.cpu_us_per_request.get(k, 0.0)) / 2
+                                for k, v in case.cpu_us_per_request.items()}))
     return out
 
 
@@ -123,8 +129,7 @@ def analyse(cases: list[Case]) -> dict[str, Any]:
         before, after = measured.get((F, "sequential")), measured.get((FLOOR_AGAIN, "sequential"))
         before32, after32 = measured.get((F, "c32")), measured.get((FLOOR_AGAIN, "c32"))
         if all(ok(c) for c in (before, after, before32, after32)):
-            again_cpu = server_cpu_us(replace(after32, cpu_us_per_request={  # the floor's processes only, not Ray's
-                k: v for k, v in after32.cpu_us_per_request.items() if k in before32.cpu_us_per_request}))
+            again_cpu = server_cpu_us(_floor_only(after32, before32))
             detail += (f" (the floor: the mean of its runs before and after ours, p50 {before.p50_ms:.3f} and "
                        f"{after.p50_ms:.3f} ms, CPU {server_cpu_us(before32):.0f} and {again_cpu:.0f} µs)")
         proxy_seq, proxy_c32 = _get(cases, PROXY_FLOOR, "sequential"), _get(cases, PROXY_FLOOR, "c32")
