@@ -65,9 +65,12 @@ class Router:
     def loaded(self, value: bool) -> None:
         self.invocations.loaded = value
 
+    def hot_route(self) -> Route:
+        """InvokeEndpoint's route: the app serves it ahead of its middleware stack (`http.hot_path`)."""
+        return Route("/endpoints/{name}/invocations", self.invoke, methods=["POST"])
+
     def routes(self) -> list[Route]:
         return [
-            Route("/endpoints/{name}/invocations", self.invoke, methods=["POST"]),
             Route("/endpoints/{name}/invocations-response-stream", self.invoke_stream, methods=["POST"]),
             *self.async_invocations.routes(),
         ]

@@ -109,11 +109,11 @@ class ContainerApp:
         self._run_queue = RunQueueClock()
         self.app = serving_app(
             [
-                Route(protocol.INVOCATIONS_PATH, self.invoke, methods=["POST"]),
                 Route(protocol.PING_PATH, self.ping, methods=["GET"]),
                 Route(protocol.STATS_PATH, self.stats, methods=["GET"]),
                 *([self.local_rest.route()] if self.local_rest is not None else []),
-            ]
+            ],
+            hot=Route(protocol.INVOCATIONS_PATH, self.invoke, methods=["POST"]),
         )
 
     async def __call__(self, scope, receive, send) -> None:

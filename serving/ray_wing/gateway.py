@@ -83,6 +83,7 @@ class Gateway:
         app = serving_app(
             self.board.routes() + control.routes() + self.router.routes() + self.metrics.routes() + api_routes,
             lifespan=self._lifespan,
+            hot=self.router.hot_route(),
         )
         self.server = BackgroundServer(
             app, self.settings.host, self.settings.port, HttpLimits.from_settings(self.settings)

@@ -31,6 +31,7 @@ from serving.access.decision import EndpointAccess
 from serving.access.identities import load_identities
 from serving.gateway.router import EndpointRoute, Router
 from serving.gateway.transport import ContainerTransport
+from serving.http.responses import serving_app
 from serving.http.server import BackgroundServer, HttpLimits
 from serving.settings import ServerSettings
 
@@ -131,7 +132,7 @@ def gateway_app(identities: Path, table: dict[tuple[str, str], list[str]], setti
         finally:
             await transport.close()
 
-    return Starlette(routes=router.routes(), lifespan=lifespan), router
+    return serving_app(router.routes(), lifespan=lifespan, hot=router.hot_route()), router
 
 
 # --- raw HTTP over loopback ---------------------------------------------------------------------------

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from starlette.applications import Starlette
 
 from serving import protocol
 from serving.gateway.router import EndpointRoute, Router
 from serving.gateway.transport import ContainerTransport
+from serving.http.responses import serving_app
 from serving.http.server import BackgroundServer
 from serving.model_server.app import ContainerApp
 from serving.models.multimodel import MultiModelHandler
@@ -102,7 +102,7 @@ class Endpoint:
             async def __aexit__(inner, *exc):
                 await self.transport.close()
 
-        self.url = self._serve(Starlette(routes=router.routes(), lifespan=lambda app: _Lifespan()))
+        self.url = self._serve(serving_app(router.routes(), lifespan=lambda app: _Lifespan(), hot=router.hot_route()))
         self.http = httpx.Client(base_url=self.url, timeout=30)
 
     def _serve(self, app) -> str:

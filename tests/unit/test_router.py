@@ -25,6 +25,7 @@ from serving import protocol
 from serving.config.spec import DEFAULT_MAX_CONCURRENCY
 from serving.gateway.router import EndpointRoute, Router
 from serving.gateway.transport import ContainerTransport
+from serving.http.responses import serving_app
 from serving.http.server import BackgroundServer
 from serving.model_server.app import ContainerApp
 from serving.runtimes import Runtime, runtime_for
@@ -182,7 +183,7 @@ def start_router(servers: Servers, routes: list[EndpointRoute], replicas: dict[t
         finally:
             await transport.close()
 
-    return servers.serve(Starlette(routes=router.routes(), lifespan=lifespan)), transport
+    return servers.serve(serving_app(router.routes(), lifespan=lifespan, hot=router.hot_route())), transport
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,7 @@ from serving.access.decision import AUDIT_LOGGER, EndpointAccess, configure_audi
 from serving.access.identities import load_identities
 from serving.gateway.router import EndpointRoute, Router
 from serving.gateway.transport import ContainerTransport
+from serving.http.responses import serving_app
 from serving.http.server import BackgroundServer
 from serving.metrics.invocations import REGISTRY
 from serving.model_server.app import ContainerApp
@@ -94,7 +95,7 @@ class Stack:
             finally:
                 await transport.close()
 
-        return self.serve(Starlette(routes=router.routes(), lifespan=lifespan))
+        return self.serve(serving_app(router.routes(), lifespan=lifespan, hot=router.hot_route()))
 
     def stop(self) -> None:
         for server in reversed(self.servers):

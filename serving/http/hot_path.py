@@ -1,0 +1,68 @@
+"""One route served without Starlette's middleware stack: the route every invocation takes.
+
+A request through a Starlette app passes two exception middlewares, the router's walk over its routes and
+the route's own exception wrapper, each wrapping `send` again; on this machine that is ~10-15% of the CPU a
+container or the gateway spends on a one-row invocation (docs/performance.md). `HotPath` hands the one route
+that carries invocations straight to its handler and answers what the handler raises with the same
+exception handlers as the app, so the answers are the app's own. Every other request, and every other
+scope type (lifespan), goes to the Starlette app unchanged. The hot route is also the app's first route,
+so the app would have chosen it for every request that `HotPath` takes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.routing import Match, Route
+from starlette.types import Receive, Scope, Send
+
+
+class HotPath:
+    """ASGI app: `route` served directly, anything else by `app` (whose first route `route` must be)."""
+
+    def __init__(self, app: Starlette, route: Route, handlers: Mapping[Any, Callable]) -> None:
+        if not app.routes or app.routes[0] is not route:
+            raise ValueError("the hot route must be the app's first route")
+        self.app = app
+        self.route = route
+        self.endpoint = route.endpoint
+        self.handlers = handlers
+
+    @property
+    def routes(self) -> list:
+        return self.app.routes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            match, child = self.route.matches(scope)
+            if match is Match.FULL:
+                scope["app"] = self.app
+                scope.update(child)
+                await self._serve(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive, send)
+        try:
+            response = await self.endpoint(request)
+        except Exception as error:
+            handler = self._handler(error)
+            if handler is None:
+                raise
+            response = await handler(request, error)
+            if self.handlers.get(Exception) is handler:
+                # As Starlette's ServerErrorMiddleware: answer, then raise, so that the server logs the bug.
+                await response(scope, receive, send)
+                raise
+        await response(scope, receive, send)
+
+    def _handler(self, error: Exception) -> Callable[[Request, Exception], Any] | None:
+        """The handler the app would use: the most specific class of the error that has one."""
+        for cls in type(error).__mro__:
+            if cls in self.handlers:
+                return self.handlers[cls]
+        return None
