@@ -6,7 +6,9 @@ container or the gateway spends on a one-row invocation (docs/performance.md). `
 that carries invocations straight to its handler and answers what the handler raises with the same
 exception handlers as the app, so the answers are the app's own. Every other request, and every other
 scope type (lifespan), goes to the Starlette app unchanged. The hot route is also the app's first route,
-so the app would have chosen it for every request that `HotPath` takes.
+so the app would have chosen it for every request that `HotPath` takes. What sending the answer raises is
+left to the server, as Starlette would once the answer has started: the hot routes answer with a plain
+`Response`, whose only failure is a connection gone, where no answer can arrive.
 """
 
 from __future__ import annotations
