@@ -96,6 +96,7 @@ from loadtests.invoke.measure import (  # noqa: E402
     OUR_BODY,
     SERIAL,
     hop_headers,
+    inline_counts,
     inprocess_timings,
     router_hop,
     start_ours,
@@ -176,10 +177,18 @@ def main(argv: list[str] | None = None) -> int:
         report["inprocess_us"] = inprocess_timings(paths)
         log(f"in-process µs per call: {report['inprocess_us']}")
 
-        def load_all(system: str, url: str, body: str, headers=None):
+        def load_all(system: str, url: str, body: str, headers=None, inline=None):
+            """Every load on `url`; `inline`: the container's counts reader, to record the share of its
+            predictions that ran on its event loop in each case (warm-up and retries included)."""
             for load, connections in LOADS:
+                before = inline() if inline else None
                 cases.append(wrk.case(system, load, connections, url, args.duration, args.warmup,
                                       body=body, headers=headers or JSON_HEADERS))
+                if inline:
+                    (calls, on_loop), (calls0, on_loop0) = inline(), before
+                    share = (on_loop - on_loop0) / max(1, calls - calls0)
+                    report["inline_share"][f"{system} {load}"] = round(share, 3)
+                    log(f"    the container ran {share:.1%} of its {calls - calls0} predictions on its event loop")
 
         # --- peers phase
         log("starting the floor (bare Starlette + uvicorn, predict in-process) ...")
@@ -236,8 +245,10 @@ def main(argv: list[str] | None = None) -> int:
             expected = {"labels": ["setosa"]} if name == "serial" else [0]
             if status != 200 or json.loads(body) != expected:
                 raise BenchError(f"ours ({name}) answered {status} {body[:300]!r}, expected {expected}")
-        load_all("ours: container data port", port_url, OUR_BODY, port_headers)
-        load_all("ours: direct", direct_url, OUR_BODY)
+        inline = inline_counts(ours["ports"][f"{DIRECT}/iris"], DIRECT, "iris")
+        report["inline_share"] = {}
+        load_all("ours: container data port", port_url, OUR_BODY, port_headers, inline)
+        load_all("ours: direct", direct_url, OUR_BODY, inline=inline)
         load_all("ours: serial (3 containers)", serial_url, OUR_BODY)
         log("the floor again (this VM's speed drifts: ratios use the mean of both floor runs) ...")
         floor, floor_url = start_floor(processes, paths, logs)

@@ -151,6 +151,11 @@ def render_docs(report: dict[str, Any]) -> str:
     warm = [c for c in cases if c.warmup_errors]
     if warm:
         lines += ["", "Warm-up errors (not counted): " + "; ".join(f"{c.system} {c.load}: {c.warmup_errors}" for c in warm)]
+    shares = report.get("inline_share")
+    if shares:
+        lines += ["", "The direct container's predictions that ran on its event loop rather than on a model thread "
+                  "(`serving/model_server/inline.py`; a hand-off to the thread costs ~0.4-0.6 ms of CPU here), "
+                  "per case, from its stats: " + "; ".join(f"{k} {v:.0%}" for k, v in shares.items()) + "."]
     lines += ["", "### Ratios (same run)", "",
               "p50 ratio > 1 means slower; req/s ratio > 1 means more throughput.", "",
               "| system | load | p50 vs floor | req/s vs floor | p50 vs MLServer | req/s vs MLServer | "

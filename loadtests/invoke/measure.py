@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from loadtests.harness.processes import BenchError, install_interrupts
+from loadtests.harness.processes import BenchError, http, install_interrupts
 
 ROOT = Path(__file__).resolve().parents[2]
 IRIS_ROW = [5.1, 3.5, 1.4, 0.2]  # a setosa: every server must answer class 0
@@ -109,6 +109,25 @@ def hop_headers(endpoint: str, container: str, body: str) -> Callable[[], dict[s
         return plain | hops.sign(key, "POST", protocol.INVOCATIONS_PATH, body.encode(), plain)
 
     return headers
+
+
+def inline_counts(url: str, endpoint: str, container: str) -> Callable[[], tuple[int, int]]:
+    """A reader of a container's (invocations, predictions run on its event loop) so far, from its signed
+    `GET /_serving/stats` (`model_server.inline`: the gate that spares a fast model the hand-off to a thread)."""
+    from serving import protocol
+    from serving.ray_wing.cluster import cluster_secret
+    from serving.trust import hops, keys
+
+    key = keys.hop_key(cluster_secret(), endpoint, container)
+
+    def read() -> tuple[int, int]:
+        status, body = http("GET", url + protocol.STATS_PATH, None, hops.sign(key, "GET", protocol.STATS_PATH, b"", {}))
+        if status != 200:
+            raise BenchError(f"{endpoint}/{container} stats answered {status}")
+        stats = json.loads(body)
+        return stats["invocations"], stats["inline"]
+
+    return read
 
 
 def router_hop(url: str, body: str, seconds: float, headers: dict[str, str]) -> dict[str, float]:
