@@ -155,7 +155,9 @@ def render_docs(report: dict[str, Any]) -> str:
     if shares:
         lines += ["", "The direct container's predictions that ran on its event loop rather than on a model thread "
                   "(`serving/model_server/inline.py`; a hand-off to the thread costs ~0.4-0.6 ms of CPU here), "
-                  "per case, from its stats: " + "; ".join(f"{k} {v:.0%}" for k, v in shares.items()) + "."]
+                  "per case, from its stats: " + "; ".join(f"{k} {v:.0%}" for k, v in shares.items()) + ". The "
+                  "counters are read between cases, so a request still in flight when a case ends can count in the "
+                  "next one (a share just over 100%)."]
     lines += ["", "### Ratios (same run)", "",
               "p50 ratio > 1 means slower; req/s ratio > 1 means more throughput.", "",
               "| system | load | p50 vs floor | req/s vs floor | p50 vs MLServer | req/s vs MLServer | "

@@ -1,8 +1,8 @@
 """One route served without Starlette's middleware stack: the route every invocation takes.
 
 A request through a Starlette app passes two exception middlewares, the router's walk over its routes and
-the route's own exception wrapper, each wrapping `send` again; on this machine that is ~10-15% of the CPU a
-container or the gateway spends on a one-row invocation (docs/performance.md). `HotPath` hands the one route
+the route's own exception wrapper, each wrapping `send` again: a few percent of the CPU a container or the
+gateway spends on a one-row invocation, measured in-process (docs/performance.md, loadtests/bench_hot_path.py). `HotPath` hands the one route
 that carries invocations straight to its handler and answers what the handler raises with the same
 exception handlers as the app, so the answers are the app's own. Every other request, and every other
 scope type (lifespan), goes to the Starlette app unchanged. The hot route is also the app's first route,
@@ -32,10 +32,6 @@ class HotPath:
         self.route = route
         self.endpoint = route.endpoint
         self.handlers = handlers
-
-    @property
-    def routes(self) -> list:
-        return self.app.routes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
