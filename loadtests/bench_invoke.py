@@ -20,7 +20,9 @@ at the end, also on failure, Ctrl-C or SIGTERM):
 4. Ours phase: starts an embedded Ray, the endpoint server (gateway) and two
    endpoints: Direct with one container and the Serial chain with three; loads
    the direct invocation, the serial invocation and the direct container's data
-   port alone (the gateway bypassed); then the floor again (sequential and c32:
+   port alone (the gateway bypassed), reading around each case of the direct
+   container the share of its predictions run on its event loop (its stats);
+   then the floor again (sequential and c32:
    this VM's speed drifts within minutes, so every ratio against the floor uses
    the mean of its two runs); then diagnostics (gateway /ping, each serial
    container's data port, the router's own hop client alone).
