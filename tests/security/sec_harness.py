@@ -1,9 +1,9 @@
 """Helpers of the security tests: a real gateway on 127.0.0.1, raw-socket clients, SigV4 signing.
 
-The gateway is what `serving.ray_wing.gateway.Gateway` runs, without Ray: a Router mounted in Starlette, served by a
-BackgroundServer whose limits come from the same ServerSettings. Containers are tiny ASGI apps on their own
-loopback ports. Run as a script, this module starts such a gateway in a process of its own (so that its
-memory can be measured alone), prints its URL and serves until its stdin closes.
+The gateway is what `serving.ray_wing.gateway.Gateway` runs, without Ray: a Router's routes in Starlette behind the
+invocation hot path (`serving_app`), served by a BackgroundServer whose limits come from the same ServerSettings.
+Containers are tiny ASGI apps on their own loopback ports. Run as a script, this module starts such a gateway in a
+process of its own (so that its memory can be measured alone), prints its URL and serves until its stdin closes.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from starlette.applications import Starlette
+from starlette.types import ASGIApp
 
 from serving.access.decision import EndpointAccess
 from serving.access.identities import load_identities
@@ -118,7 +119,7 @@ class Stack:
         self.servers.clear()
 
 
-def gateway_app(identities: Path, table: dict[tuple[str, str], list[str]], settings: ServerSettings) -> tuple[Starlette, Router]:
+def gateway_app(identities: Path, table: dict[tuple[str, str], list[str]], settings: ServerSettings) -> tuple[ASGIApp, Router]:
     transport = ContainerTransport(default_limit=128)
     router = Router(settings, transport)
     router.endpoints = {route.name: route for route in routes(identities, settings)}
