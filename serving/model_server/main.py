@@ -110,6 +110,7 @@ def _serve(config: dict):
         )
     else:
         runtime = runtime_for(config["image"], materialize(config["model_data"]), environment)
+        runtime.only_model_in_process = True
         runtime.load()
         app = ContainerApp(
             runtime,

@@ -53,6 +53,9 @@ class Runtime:
     # The script hooks this stack runs; a script defining any other hook of HOOK_NAMES is refused at load.
     supported_hooks: tuple[str, ...] = (*SCRIPT_HOOKS, "autoscaling_metrics")
     model_name: str | None = None  # the hooks' context.model_name: a MultiModel container's TargetModel
+    # True where this is the only model its process will load (a container process without MultiModel): a stack may
+    # then leave out imports that only another model or a script could use (tensorflow: Keras' sklearn wrappers).
+    only_model_in_process = False
 
     @classmethod
     def import_frameworks(cls) -> None:

@@ -29,7 +29,7 @@ from serving.runtimes.tensors import (
     describe_array,
     gpu_share,
 )
-from serving.runtimes.tf_import import import_tensorflow
+from serving.runtimes.tf_import import import_keras, import_tensorflow
 
 logger = logging.getLogger("serving.runtimes.tensorflow")
 
@@ -103,8 +103,8 @@ class TensorFlowRuntime(TensorRuntime):
             [model_dir / "model.keras"] if (model_dir / "model.keras").is_file() else sorted(model_dir.glob("*.keras"))
         )
         if keras_files:
-            import keras
-
+            # Without scikit-learn for Keras' wrappers when no script, and no other model, can use them.
+            keras = import_keras(without_sklearn=self.only_model_in_process and self._code is None)
             # safe_mode (the default) refuses Lambda layers that would deserialize Python code.
             return keras.saving.load_model(keras_files[0], compile=False)
         saved_model = find_saved_model(model_dir, nested=self.nested_layouts)
