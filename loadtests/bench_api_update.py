@@ -112,8 +112,8 @@ def run(rate: float) -> dict[str, Any]:
                  "Resources": {"Cpus": 0.1}}
     spec = {"EndpointName": "apply-ep", "Containers": [container]}
     results: dict[str, Any] = {}
-    with in_process(spec, model_roots=str(root), instance_types_file=str(root / "types.json"),
-                    state_file=str(root / "state.db")) as server:
+    with in_process(spec, model_roots=str(root / "model"), instance_types_file=str(root / "types.json"),
+                    state_file=str(root / "state.db"), allow_anonymous_api=True) as server:
         options = dict(endpoint_url=server.url, region_name="us-east-1", aws_access_key_id="x",
                        aws_secret_access_key="x", config=Config(retries={"max_attempts": 1}))
         sm = boto3.client("sagemaker", **options)

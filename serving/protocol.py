@@ -191,7 +191,54 @@ SKLEARN_METHOD_ENV = "SERVING_SKLEARN_METHOD"  # predict | predict_proba | trans
 TF_SIGNATURE_ENV = "SERVING_TF_SIGNATURE"  # the SavedModel signature to call
 SKOPS_TRUSTED_TYPES_ENV = "SERVING_SKOPS_TRUSTED_TYPES"  # comma-separated exact type names
 SANDBOX_READ_ENV = "SERVING_SANDBOX_READ"  # os.pathsep-separated paths the container may also read
-SANDBOX_WRITE_ENV = "SERVING_SANDBOX_WRITE"  # ... and write
+SANDBOX_WRITE_ENV = "SERVING_SANDBOX_WRITE"  # ... and write (both: a spec's author only, never an API caller)
+# What a container's `Environment` may not set: read as a process starts (by the dynamic loader, glibc, the Python
+# interpreter or a shell), each chooses code to run or files to load before anything of ours runs. Refused by
+# name when a spec or a CreateModel call is validated, and never passed to a container process either way.
+STARTUP_VARIABLE_PREFIXES = ("LD_", "DYLD_", "PYTHON")
+STARTUP_VARIABLES = frozenset(
+    {
+        # glibc's list of variables it ignores for setuid programs (sysdeps/generic/unsecvars.h)
+        "GCONV_PATH",
+        "GETCONF_DIR",
+        "GLIBC_TUNABLES",
+        "HOSTALIASES",
+        "LOCALDOMAIN",
+        "LOCPATH",
+        "MALLOC_TRACE",
+        "NIS_PATH",
+        "NLSPATH",
+        "RESOLV_HOST_CONF",
+        "RES_OPTIONS",
+        "TMPDIR",
+        "TZDIR",
+        # shells and other interpreters a model's code may start
+        "BASH_ENV",
+        "ENV",
+        "SHELLOPTS",
+        "BASHOPTS",
+        "PS4",
+        "PERL5LIB",
+        "PERL5OPT",
+        "PERLLIB",
+        "RUBYLIB",
+        "RUBYOPT",
+        "NODE_OPTIONS",
+        "JAVA_TOOL_OPTIONS",
+        "_JAVA_OPTIONS",
+        "JDK_JAVA_OPTIONS",
+        # OpenSSL loads engines, providers and whatever its configuration names
+        "OPENSSL_CONF",
+        "OPENSSL_ENGINES",
+        "OPENSSL_MODULES",
+        "HOME",
+    }
+)
+# PYTHON* variables that choose no code (the container process runs `python -I`, which reads none of them; a
+# subprocess of the model's may): accepted, as SageMaker examples set PYTHONUNBUFFERED.
+HARMLESS_PYTHON_VARIABLES = frozenset(
+    {"PYTHONUNBUFFERED", "PYTHONHASHSEED", "PYTHONIOENCODING", "PYTHONDONTWRITEBYTECODE", "PYTHONUTF8"}
+)
 DEFAULT_ACCEPT_ENV = "SAGEMAKER_DEFAULT_INVOCATIONS_ACCEPT"  # SageMaker's: the Accept a hop gets when none is given
 PROGRAM_ENV = "SAGEMAKER_PROGRAM"  # SageMaker's: the handler script (default inference.py)
 SUBMIT_DIRECTORY_ENV = "SAGEMAKER_SUBMIT_DIRECTORY"  # SageMaker's: the folder holding it (default <model>/code)

@@ -154,12 +154,19 @@ class ServerSettings(BaseSettings):
         None,
         description="Identities file whose keys and policies sign and authorize control-plane API calls (IAM "
         "actions such as sagemaker:CreateEndpoint); also the AccessControl of the endpoints the API creates. "
-        "Without it, API calls are anonymous and accepted on a loopback server only.",
+        "Without it the API refuses every call, unless allow_anonymous_api.",
+    )
+    allow_anonymous_api: bool = Field(
+        False,
+        description="Accept control-plane API calls without credentials (`--allow-anonymous-api`): from any "
+        "process of this machine, so only on a loopback server without api_identities (local development).",
     )
     model_roots: str = Field(
         "",
         description="Folders (separated by the OS path separator) that CreateModel's local ModelDataUrl paths must "
-        "lie in; relative paths resolve against the first. `serving up` / `serving server`: the working directory.",
+        "lie in; relative paths resolve against the first. None by default: the operator names each "
+        "(`--model-root`), and one that holds this package, its Python, the state or identities is refused "
+        "(`sagemaker_api.model_roots`).",
     )
     instance_types_file: str | None = Field(
         None, description="YAML/JSON table of InstanceType -> {Cpus, MemoryMb, Gpus}; None: the default table."
@@ -186,10 +193,21 @@ class ServerSettings(BaseSettings):
     def preauth_body_budget_bytes(self) -> int:
         return int(self.preauth_body_budget_mb * 1_000_000)
 
+    @model_validator(mode="after")
+    def _anonymous_api_on_loopback_only(self) -> ServerSettings:
+        if self.allow_anonymous_api and self.api_identities is not None:
+            raise ValueError("allow_anonymous_api and api_identities exclude each other: API calls are signed or not")
+        if self.allow_anonymous_api and not is_loopback(self.host):
+            raise ValueError(
+                f"allow_anonymous_api needs a loopback host, not {self.host}: anyone who reached the port could "
+                "deploy code; give api_identities instead"
+            )
+        return self
+
     @property
     def api_anonymous_allowed(self) -> bool:
-        """Whether control-plane API calls may come without credentials: loopback and no API identities only."""
-        return self.api_identities is None and is_loopback(self.host)
+        """Whether control-plane API calls may come without credentials: only when the operator said so."""
+        return self.allow_anonymous_api
 
     @property
     def anonymous_allowed(self) -> bool:

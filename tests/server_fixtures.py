@@ -117,6 +117,14 @@ def _post(url):
     request = urllib.request.Request(url, data=b"[[5.1, 3.5, 1.4, 0.2]]", headers={"Content-Type": "application/json"})
     return urllib.request.urlopen(request, timeout=10).read()
 
+def _api(url):  # the control-plane API, anonymous on a loopback server that allows it
+    request = urllib.request.Request(url, data=b"{}", headers={"Content-Type": "application/x-amz-json-1.1",
+                                                               "X-Amz-Target": "SageMaker.ListEndpoints"})
+    return urllib.request.urlopen(request, timeout=10).read()
+
+def _delete(url):  # a control route (serving delete)
+    return urllib.request.urlopen(urllib.request.Request(url, method="DELETE"), timeout=10).read()
+
 def _unix(path):
     sock = socket.socket(socket.AF_UNIX)
     sock.connect(path)
@@ -143,6 +151,10 @@ def predict_fn(targets, model):
         report["write " + path] = _try(lambda: open(path, "w").write("tenant was here"))
     for url in targets.get("post", []):
         report["post " + url] = _try(lambda: _post(url))
+    for url in targets.get("api", []):
+        report["api " + url] = _try(lambda: _api(url))
+    for url in targets.get("delete", []):
+        report["delete " + url] = _try(lambda: _delete(url))
     for path in targets.get("unix", []):
         report["unix " + path] = _try(lambda: _unix(path))
     for pid in targets.get("pids", []):
@@ -158,6 +170,7 @@ def predict_fn(targets, model):
     if targets.get("collect"):
         return dict(CLUSTER_ATTEMPTS)
     report["environment"] = sorted(os.environ)
+    report["supervisor"] = os.getppid()
     return report
 
 def output_fn(prediction, accept):
@@ -174,28 +187,19 @@ def predict_fn(data, model):
 }
 
 
-# The hostile tenant also ships a sitecustomize.py and names its folder in its Environment's PYTHONPATH: any Python
-# started with that environment (and without -I) runs it first. It leaves a line in TENANT_MARKER, next to itself.
-TENANT_MARKER = "ran-in"
-TENANT_SITECUSTOMIZE = f'''
-import os
-with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "{TENANT_MARKER}"), "a") as _marker:
-    _marker.write(str(os.getpid()) + " " + open("/proc/self/cmdline").read().replace(chr(0), " ")[:200] + "\\n")
-'''
-
-
 def _handler_dir(root: Path, name: str) -> Path:
     folder = root / name
     (folder / "code").mkdir(parents=True)
     (folder / "code" / "inference.py").write_text(HANDLERS[name])
-    if name == "hostile":
-        (folder / "code" / "sitecustomize.py").write_text(TENANT_SITECUSTOMIZE)
     return folder
 
 
+# The hostile tenant's Environment (tests/security): a variable that must reach its container process only.
+TENANT_CANARY = "SERVING_TENANT_CANARY"
+
+
 def tenant_environment(handlers: dict[str, Path]) -> dict[str, str]:
-    """The hostile tenant's Environment: its own code folder first on every Python's path (tests/security)."""
-    return {"PYTHONPATH": str(handlers["hostile"] / "code")}
+    return {TENANT_CANARY: "set-by-the-tenant"}
 
 
 @pytest.fixture(scope="session")

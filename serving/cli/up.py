@@ -83,8 +83,8 @@ def _api_settings(args: argparse.Namespace, port: int) -> dict[str, str | None]:
         chosen["api_identities"] = str(Path(args.api_identities).resolve())
     if args.instance_types:
         chosen["instance_types_file"] = str(Path(args.instance_types).resolve())
-    if args.model_root or "SERVING_MODEL_ROOTS" not in env:
-        roots = args.model_root or [os.getcwd()]
+    if args.model_root:  # no default: the operator names every folder callers may serve from
+        roots = args.model_root
         chosen["model_roots"] = os.pathsep.join(r if r.startswith("s3://") else str(Path(r).resolve()) for r in roots)
     identities = chosen.get("api_identities", env.get("SERVING_API_IDENTITIES"))
     try:
@@ -102,13 +102,20 @@ def _settings(args: argparse.Namespace, address: str | None) -> ServerSettings:
     overrides.update(_api_settings(args, overrides.get("port", int(os.environ.get("SERVING_PORT", 8080)))))
     if args.allow_anonymous:
         overrides["allow_anonymous"] = True
+    if getattr(args, "allow_anonymous_api", False):
+        overrides["allow_anonymous_api"] = True
     if address and "SERVING_CONTAINER_HOST" not in os.environ:
         overrides["container_host"] = "node"  # replicas on other nodes must be reachable
     elif not address and os.environ.get("SERVING_CONTAINER_HOST", "127.0.0.1") != "127.0.0.1":
         print(
             "note: SERVING_CONTAINER_HOST is ignored by the embedded server: data ports bind 127.0.0.1", file=sys.stderr
         )
-    return ServerSettings(**overrides)
+    try:
+        return ServerSettings(**overrides)
+    except ValueError as error:  # pydantic's ValidationError: a combination of flags that cannot be served
+        lines = [item["msg"].removeprefix("Value error, ") for item in getattr(error, "errors", lambda: [])()]
+        print(f"refusing to start: {'; '.join(lines) or error}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def cmd_server(args: argparse.Namespace) -> int:
@@ -132,9 +139,17 @@ def check_requirements(specs: list[EndpointSpec], allowed: bool) -> str | None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    from serving.sagemaker_api.model_roots import ModelRootError, check_model_roots
+
     specs = load_all(args.specs, args.identities) if args.specs else []
     address = args.address or os.environ.get("RAY_ADDRESS")
     settings = _settings(args, address)
+    try:
+        identities = tuple(str(spec.AccessControl.IdentitiesFile) for spec in specs if spec.AccessControl)
+        check_model_roots(settings, identities)
+    except ModelRootError as error:
+        print(f"refusing to start: {error}", file=sys.stderr)
+        return 2
     warning = check_anonymous(specs, settings.host, settings.allow_anonymous)
     refused = check_requirements(specs, settings.allow_model_requirements)
     if refused:
@@ -236,14 +251,21 @@ def _api_arguments(parser) -> None:
         "--api-identities",
         metavar="FILE",
         help="identities file that signs and authorizes SageMaker API calls (and invocations of the endpoints "
-        "they create); without it the API is anonymous and served on a loopback --host only",
+        "they create); without it the API refuses every call, unless --allow-anonymous-api",
+    )
+    parser.add_argument(
+        "--allow-anonymous-api",
+        action="store_true",
+        help="accept SageMaker API calls without credentials, from any process of this machine (a loopback --host "
+        "only; local development): whoever calls it chooses code that runs here",
     )
     parser.add_argument(
         "--model-root",
         action="append",
         metavar="DIR",
-        help="folder (or s3://bucket/prefix/) CreateModel's ModelDataUrl must lie in (repeatable; default: the "
-        "working directory); an S3 object read with the server's own credentials must lie under an s3:// root",
+        help="folder (or s3://bucket/prefix/) CreateModel's ModelDataUrl must lie in (repeatable; none by default, "
+        "so the API then serves only s3:// models); an S3 object read with the server's own credentials must lie "
+        "under an s3:// root. A folder holding this package, its Python, the state or identities is refused",
     )
     parser.add_argument(
         "--instance-types", metavar="FILE", help="YAML/JSON table InstanceType -> {Cpus, MemoryMb, Gpus}"

@@ -10,6 +10,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from serving.config.documents import Document, document_path, folder_of
 from serving.config.scaling import AutoScalingConfig
+from serving.model_server.sandbox import startup_variables
 from serving.protocol import (  # container settings read from its Environment
     CPUS_ENV,
     IDEMPOTENT_ENV,
@@ -219,6 +220,18 @@ class ContainerSpec(Document):
             )
             raise ValueError(f"unknown Image {image!r}; this version serves: {', '.join(KNOWN_IMAGES)}{hint}")
         return image
+
+    @field_validator("Environment")
+    @classmethod
+    def _no_startup_variables(cls, environment: dict[str, str]) -> dict[str, str]:
+        refused = startup_variables(environment)
+        if refused:
+            raise ValueError(
+                f"{', '.join(refused)} may not be set: the dynamic loader, glibc or an interpreter reads "
+                f"{'it' if len(refused) == 1 else 'them'} as a process starts, to choose code to run or files to "
+                'load (docs/security.md, "The sandbox")'
+            )
+        return environment
 
     @field_validator("ModelDataUrl")
     @classmethod

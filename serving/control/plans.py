@@ -51,6 +51,8 @@ def container_plan(spec: EndpointSpec, container: ContainerSpec, settings: Serve
         "bind_host": settings.container_host,
         "multi_model": container.multi_model,
         "sandbox": settings.sandbox,
+        # the endpoint server's port: its control-plane API and control routes are no tenant's to call
+        "closed_ports": [settings.port] if settings.port else [],
         "working_dir": container.RuntimeEnvironment.WorkingDir if container.RuntimeEnvironment else None,
         "gpus": resources.Gpus,
         "actor_options": actor_options,

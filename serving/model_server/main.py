@@ -1,12 +1,13 @@
 """The container process: one model (or a MultiModel container's models) on a data port, with no Ray.
 
-Started by a container replica's supervisor (`container_process.ContainerProcess`) as
-`python -I -B -m serving.container_main`, with its configuration on stdin and inherited file
-descriptors: the listening data-port socket (and its Unix socket, where the supervisor made one), a
-status pipe (it writes one JSON line: ready, or the error that kept the model from loading) and a lifeline
-pipe (end of file = the supervisor is gone, so this process exits too). It confines itself first (`sandbox`), while it has one thread,
-then imports the framework, loads the model and serves. It holds no Ray credentials, so a tenant's
-`code/inference.py` cannot reach the cluster; it knows only its own container's hop key.
+Started by a container replica's supervisor (`supervisor.ContainerProcess`) through `launcher`, which
+confines the process (`sandbox`) and then `exec`s this module, so that this runs confined from its first
+instruction. Its configuration comes on stdin, its sockets and pipes as inherited file descriptors: the
+listening data-port socket (and its Unix socket, where the supervisor made one), a status pipe (it writes
+one JSON line: ready, or the error that kept the model from loading) and a lifeline pipe (end of file = the
+supervisor is gone, so this process exits too). It imports the framework, loads the model and serves. It
+holds no Ray credentials, so a tenant's `code/inference.py` cannot reach the cluster; it knows only its own
+container's hop key.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import sys
 import threading
 
 from serving._gc import defer_collections, freeze_startup_objects
-from serving.model_server import sandbox
 
 
 def _lifeline(fd: int, stop: threading.Event) -> None:
@@ -38,19 +38,6 @@ def main() -> int:
     config = json.loads(sys.stdin.read())
     sys.stdin.close()
     status_fd = config["status_fd"]
-    mode = config["sandbox"]["mode"]
-    report = sandbox.SandboxReport()
-    if mode != "off":
-        policy = sandbox.SandboxPolicy(
-            read=tuple(config["sandbox"]["read"]),
-            write=tuple(config["sandbox"]["write"]),
-            devices=tuple(config["sandbox"]["devices"]),
-        )
-        try:
-            report = sandbox.apply(policy, require=mode == "required")
-        except sandbox.SandboxError as error:
-            _report(status_fd, {"error": f"sandbox: {error}"})
-            return 2
     sys.path.extend(path for path in config["sys_path"] if path not in sys.path)
     stop = threading.Event()
     threading.Thread(target=_lifeline, args=(config["lifeline_fd"], stop), name="lifeline", daemon=True).start()
@@ -63,13 +50,7 @@ def main() -> int:
         return 1
     _report(
         status_fd,
-        {
-            "ready": True,
-            "pid": os.getpid(),
-            "landlock_abi": report.landlock_abi,
-            "seccomp": report.seccomp,
-            "capabilities_dropped": report.capabilities_dropped,
-        },
+        {"ready": True, "pid": os.getpid(), **config["sandbox_report"]},
     )
     freeze_startup_objects()  # after the report: serving does not wait for it
     stop.wait()

@@ -9,7 +9,8 @@ process therefore confines itself, before it imports a framework or reads its mo
   not Ray's token or session folder, not the identities file, not other containers' models, not
   `/dev/shm` (Ray's object store). Landlock also keeps it from ptracing, reading the memory or
   environment of, or (ABI >= 6) signalling any process outside its own sandbox, and (ABI >= 4)
-  from binding TCP ports;
+  from binding TCP ports and from connecting to the ports it is given as closed (the endpoint
+  server's: its control-plane API and control routes are no tenant's to call);
 - **seccomp**: no AF_UNIX sockets (Ray's raylet and object-store sockets are paths on disk,
   which Landlock does not guard for `connect`) and no io_uring (which creates sockets around
   seccomp);
@@ -28,9 +29,12 @@ import errno
 import os
 import platform
 import stat
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-__all__ = ["SandboxError", "SandboxPolicy", "SandboxReport", "apply", "landlock_abi"]
+from serving.protocol import HARMLESS_PYTHON_VARIABLES, STARTUP_VARIABLE_PREFIXES, STARTUP_VARIABLES
+
+__all__ = ["SandboxError", "SandboxPolicy", "SandboxReport", "apply", "landlock_abi", "startup_variables"]
 
 # Syscall numbers of Landlock are the same on every architecture (the generic table).
 _SYS_LANDLOCK_CREATE_RULESET, _SYS_LANDLOCK_ADD_RULE, _SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
@@ -60,7 +64,8 @@ _FS_BY_ABI = {1: (1 << 13) - 1, 2: (1 << 14) - 1, 3: (1 << 15) - 1, 5: (1 << 16)
 _FILE_RIGHTS = _FS["EXECUTE"] | _FS["WRITE_FILE"] | _FS["READ_FILE"] | _FS["TRUNCATE"] | _FS["IOCTL_DEV"]
 _READ = _FS["EXECUTE"] | _FS["READ_FILE"] | _FS["READ_DIR"]
 _DEVICE = _FS["READ_FILE"] | _FS["WRITE_FILE"] | _FS["IOCTL_DEV"]
-_NET_BIND_TCP = 1 << 0
+_NET_BIND_TCP, _NET_CONNECT_TCP = 1 << 0, 1 << 1
+_PORTS = 65536
 _SCOPE_ABSTRACT_UNIX_SOCKET, _SCOPE_SIGNAL = 1 << 0, 1 << 1
 
 _PR_SET_NO_NEW_PRIVS, _PR_CAPBSET_DROP, _PR_SET_SECCOMP = 38, 24, 22
@@ -100,6 +105,17 @@ SYSTEM_READ = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/opt", "/pr
 SYSTEM_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
 
 
+def startup_variables(names: Iterable[str]) -> list[str]:
+    """The names among `names` that a process reads as it starts, to choose code (`protocol.STARTUP_VARIABLES`):
+    refused in a container's Environment, and never in a container process's environment."""
+    return sorted(
+        name
+        for name in names
+        if name in STARTUP_VARIABLES
+        or (name.startswith(STARTUP_VARIABLE_PREFIXES) and name not in HARMLESS_PYTHON_VARIABLES)
+    )
+
+
 class SandboxError(RuntimeError):
     """The sandbox could not be applied (and the policy requires it)."""
 
@@ -111,6 +127,7 @@ class SandboxPolicy:
     read: tuple[str, ...] = ()
     write: tuple[str, ...] = ()
     devices: tuple[str, ...] = ()
+    closed_ports: tuple[int, ...] = ()  # TCP ports it may not connect to, on any address (Landlock ABI >= 4)
 
 
 @dataclass
@@ -120,6 +137,7 @@ class SandboxReport:
     landlock_abi: int = 0
     seccomp: bool = False
     capabilities_dropped: bool = False
+    closed_ports: list[int] = field(default_factory=list)  # the policy's closed ports, where the kernel enforces them
     skipped: list[str] = field(default_factory=list)  # paths granted but absent on this machine
 
     @property
@@ -181,15 +199,22 @@ class _PathBeneathAttr(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
+class _NetPortAttr(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
+
+
 def _handled_fs(abi: int) -> int:
     return _FS_BY_ABI[max(version for version in _FS_BY_ABI if version <= abi)]
 
 
 def _landlock(libc: ctypes.CDLL, abi: int, policy: SandboxPolicy, report: SandboxReport) -> None:
     handled = _handled_fs(abi)
+    closed = set(policy.closed_ports) if abi >= 4 else set()
     attr = _RulesetAttr(
         handled_access_fs=handled,
-        handled_access_net=_NET_BIND_TCP if abi >= 4 else 0,  # no listening: the port is inherited
+        # no listening (the port is inherited); connecting to any port but the closed ones
+        handled_access_net=(_NET_BIND_TCP | (_NET_CONNECT_TCP if closed else 0)) if abi >= 4 else 0,
         scoped=(_SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL) if abi >= 6 else 0,
     )
     size = 24 if abi >= 6 else 16 if abi >= 4 else 8
@@ -204,6 +229,9 @@ def _landlock(libc: ctypes.CDLL, abi: int, policy: SandboxPolicy, report: Sandbo
         grants += [(path, _DEVICE) for path in policy.devices]
         for path, rights in grants:
             _allow(libc, int(ruleset), path, rights & handled, report)
+        if closed:
+            _allow_ports(libc, int(ruleset), closed)
+            report.closed_ports = sorted(closed)
         if libc.syscall(ctypes.c_long(_SYS_LANDLOCK_RESTRICT_SELF), ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:
             raise SandboxError(f"landlock_restrict_self failed: {os.strerror(ctypes.get_errno())}")
     finally:
@@ -233,6 +261,19 @@ def _allow(libc: ctypes.CDLL, ruleset: int, path: str, rights: int, report: Sand
             raise SandboxError(f"landlock_add_rule({path}) failed: {os.strerror(ctypes.get_errno())}")
     finally:
         os.close(fd)
+
+
+def _allow_ports(libc: ctypes.CDLL, ruleset: int, closed: set[int]) -> None:
+    """Allow connecting to every TCP port but `closed`: Landlock's network rules name only what is allowed."""
+    rule = _NetPortAttr(allowed_access=_NET_CONNECT_TCP, port=0)
+    pointer = ctypes.byref(rule)
+    add_rule, number, kind = libc.syscall, ctypes.c_long(_SYS_LANDLOCK_ADD_RULE), ctypes.c_int(_RULE_NET_PORT)
+    for port in range(_PORTS):
+        if port in closed:
+            continue
+        rule.port = port
+        if add_rule(number, ctypes.c_int(ruleset), kind, pointer, ctypes.c_uint32(0)) != 0:
+            raise SandboxError(f"landlock_add_rule(port {port}) failed: {os.strerror(ctypes.get_errno())}")
 
 
 # --- seccomp -----------------------------------------------------------------------------------

@@ -2,11 +2,13 @@
 
 The supervisor binds the data port (loopback, or the node's address on a cluster), and a Unix socket for
 the same port for a gateway on this machine (`http.local_socket`), and hands both listening sockets to the
-child, which may bind nothing itself. The child's environment is the
-container's `Environment` plus what Python needs, with a private scratch folder as HOME and
-TMPDIR, and nothing of the supervisor's (no Ray address or token, no AWS variables of the host).
-Its sandbox lets it read the Python install, this package, the system's libraries and its own
-model, and write only its scratch and cache folders (see `sandbox` for the rest). No Ray here.
+child, which may bind nothing itself. The child starts as `launcher`, in an environment of the supervisor's
+allowlist only, confines itself and `exec`s the model server with the container's environment: its
+`Environment` (less `protocol.STARTUP_VARIABLES`) plus what Python needs, with a private scratch folder as
+HOME and TMPDIR, and nothing else of the supervisor's (no Ray address or token, no AWS variables of the
+host). Its sandbox lets it read the Python install, this package, the system's libraries and its own model,
+write only its scratch and cache folders, and connect to any TCP port but the endpoint server's (see
+`sandbox` for the rest). No Ray here.
 """
 
 from __future__ import annotations
@@ -56,9 +58,10 @@ _PASSED_ENV = (
 _PASSED_PREFIXES = ("LC_",)
 
 
-# `-I` keeps the environment's PYTHONPATH out; the model server must still run this very `serving` package
-# (the one the supervisor runs, wherever it was imported from), so its folder goes first on the path.
-_BOOTSTRAP = "import runpy, sys; sys.path.insert(0, sys.argv[1]); runpy.run_module('serving.model_server.main', run_name='__main__')"
+# `-I` keeps the environment's PYTHONPATH out, `-S` site-packages (the launcher needs the standard library only);
+# the launcher must still run this very `serving` package (the one the supervisor runs, wherever it was imported
+# from), so its folder goes first on the path.
+_LAUNCH = "import runpy, sys; sys.path.insert(0, sys.argv[1]); runpy.run_module('serving.model_server.launcher', run_name='__main__')"
 
 
 def log_stream() -> str | None:
@@ -90,6 +93,7 @@ class ContainerConfig:
     sandbox: str = "auto"
     working_dir: str | None = None
     gpus: float = 0.0
+    closed_ports: tuple[int, ...] = ()  # the endpoint server's ports: no connecting to them from the sandbox
 
 
 def _local_model_path(model_data: str | None) -> str | None:
@@ -98,12 +102,22 @@ def _local_model_path(model_data: str | None) -> str | None:
     return model_data.removeprefix("file://")
 
 
+def _code_paths() -> list[str]:
+    """What the server runs: the Python install, its site-packages and this package. A container may read them,
+    never write them (a replica started later would run what it wrote, as this process's user)."""
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
+    paths.update(path for path in site.getsitepackages() if os.path.isdir(path))
+    paths.add(str(Path(__file__).resolve().parents[1]))  # the `serving` package, wherever it is installed
+    return sorted(paths)
+
+
 def sandbox_paths(config: ContainerConfig, scratch: str) -> dict[str, list[str]]:
-    """The sandbox policy of a container process: what it may read, write and open as a device."""
-    read = list(sandbox.SYSTEM_READ)
-    read += {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
-    read += [path for path in site.getsitepackages() if os.path.isdir(path)]
-    read.append(str(Path(__file__).resolve().parents[1]))  # the `serving` package, wherever it is installed
+    """The sandbox policy of a container process: what it may read, write and open as a device.
+
+    Raises ContainerStartError when an extra writable path (SERVING_SANDBOX_WRITE) holds or lies inside code the
+    server runs."""
+    code = _code_paths()
+    read = list(sandbox.SYSTEM_READ) + code
     model = _local_model_path(config.model_data)
     if model:
         read.append(os.path.realpath(model))
@@ -113,25 +127,44 @@ def sandbox_paths(config: ContainerConfig, scratch: str) -> dict[str, list[str]]
     submit = config.environment.get(SUBMIT_DIRECTORY_ENV, "").removeprefix("file://")
     if os.path.isabs(submit) and not submit.startswith(SAGEMAKER_MODEL_DIR):  # a shared script (MultiModel)
         read.append(os.path.realpath(submit))
-    write = [scratch] + [path for path in config.environment.get(EXTRA_WRITE_ENV, "").split(os.pathsep) if path]
+    extra_write = [path for path in config.environment.get(EXTRA_WRITE_ENV, "").split(os.pathsep) if path]
+    for path in extra_write:
+        resolved = Path(path).resolve()
+        overlap = [c for c in code if resolved.is_relative_to(c) or Path(c).is_relative_to(resolved)]
+        if overlap:
+            raise ContainerStartError(
+                f"container {config.hostname}: {EXTRA_WRITE_ENV} names {path}, which holds or lies in code this "
+                f"server runs ({overlap[0]}): a container may not write it"
+            )
+    write = [scratch, *extra_write]
     devices = list(sandbox.SYSTEM_DEVICES)
     if config.gpus > 0:
         devices += sorted(glob.glob("/dev/nvidia*")) + sorted(glob.glob("/dev/dri/*"))
     return {"read": read, "write": write, "devices": devices}
 
 
+def launcher_environment() -> dict[str, str]:
+    """The environment the container process starts in: the supervisor's allowlisted variables, nothing of the
+    container's (the launcher confines the process before the container's environment applies)."""
+    return {key: value for key, value in os.environ.items() if key in _PASSED_ENV or key.startswith(_PASSED_PREFIXES)}
+
+
 def child_environment(config: ContainerConfig, scratch: str) -> dict[str, str]:
-    """The container process's environment: the container's `Environment`, plus what Python needs."""
-    passed = {key: value for key, value in os.environ.items() if key in _PASSED_ENV or key.startswith(_PASSED_PREFIXES)}
+    """The model server's environment, applied once confined: the container's `Environment` less the variables
+    that choose code as a process starts (a spec or API call naming one is refused; one that got here anyway,
+    say from an older state file, is dropped and logged), plus what Python needs."""
+    refused = sandbox.startup_variables(config.environment)
+    if refused:
+        logger.warning("container %s: not passing %s to its process (docs/security.md)", config.hostname, refused)
     # joblib's process pools need POSIX semaphores in /dev/shm, which the sandbox keeps from it: say so
     # up front rather than have it warn on every import (scikit-learn then predicts in one process).
     # OpenMP's threads (PyTorch's intra-op pool, XGBoost, scikit-learn) sleep when out of work instead of spinning
     # for it: a spinning pool takes the cores the replica's other requests and the node's other containers need.
     defaults = {"JOBLIB_MULTIPROCESSING": "0", "OMP_WAIT_POLICY": "PASSIVE"}
     return {
-        **passed,
+        **launcher_environment(),
         **defaults,
-        **config.environment,
+        **{key: value for key, value in config.environment.items() if key not in refused},
         "HOME": scratch,
         "TMPDIR": scratch,
         MODEL_CACHE_DIR_ENV: os.path.join(scratch, "models"),
@@ -206,6 +239,7 @@ class ContainerProcess:
         lifeline_r, self._lifeline_w = os.pipe()
         os.set_inheritable(self._lifeline_w, False)
         paths = sandbox_paths(self.config, self.scratch)
+        sandbox_policy = {"mode": self.config.sandbox, **paths, "closed_ports": list(self.config.closed_ports)}
         document = {
             "endpoint": self.config.endpoint,
             "hostname": self.config.hostname,
@@ -219,13 +253,14 @@ class ContainerProcess:
             "unix_fd": self.unix_listener.fileno() if self.unix_listener is not None else None,
             "status_fd": status_w,
             "lifeline_fd": lifeline_r,
-            "sandbox": {"mode": self.config.sandbox, **paths},
+            "sandbox": sandbox_policy,  # the launcher's
+            "process_environment": child_environment(self.config, self.scratch),  # the launcher's, for the exec
             "sys_path": [p for p in sys.path if p],
             "log_stream": log_stream(),
         }
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-I", "-B", "-c", _BOOTSTRAP, str(Path(__file__).resolve().parents[2])],
+                [sys.executable, "-I", "-S", "-B", "-c", _LAUNCH, str(Path(__file__).resolve().parents[2])],
                 stdin=subprocess.PIPE,
                 pass_fds=(
                     self.listener.fileno(),
@@ -233,15 +268,18 @@ class ContainerProcess:
                     status_w,
                     lifeline_r,
                 ),
-                env=child_environment(self.config, self.scratch),
+                env=launcher_environment(),
                 cwd=self.config.working_dir or self.scratch,
             )
         finally:
             os.close(status_w)
             os.close(lifeline_r)
         assert self.process.stdin is not None
-        self.process.stdin.write(json.dumps(document).encode())  # on stdin: never in argv or the environment
-        self.process.stdin.close()
+        try:
+            self.process.stdin.write(json.dumps(document).encode())  # on stdin: never in argv or the environment
+            self.process.stdin.close()
+        except BrokenPipeError:  # it exited first: the status pipe says why
+            pass
         try:
             line = _read_line(status_r, timeout)
         finally:

@@ -10,6 +10,7 @@ container process (`container_main`) ever sees.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -18,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 logger = logging.getLogger("serving.cluster")
@@ -75,17 +77,18 @@ def start_local_ray(num_cpus: int | None = None, log_to_driver: bool | None = No
     _use_token_auth()
     for name, value in EMBEDDED_RAY_ENVIRONMENT.items():  # read by the raylet ray.init starts, and its workers
         os.environ.setdefault(name, value)
-    ray.init(
-        address="local",
-        include_dashboard=False,
-        num_cpus=num_cpus,
-        namespace=NAMESPACE,
-        # Workers' output reaches this console only when asked (the trainer's progress bars and metrics do).
-        log_to_driver=os.environ.get("SERVING_RAY_LOGS", "0") == "1" if log_to_driver is None else log_to_driver,
-        configure_logging=False,
-        # replicas' metrics reach GET /metrics within this period (Ray's default: 10 s)
-        _system_config={"metrics_report_interval_ms": METRICS_REPORT_INTERVAL_MS},
-    )
+    with _driver_directory():
+        ray.init(
+            address="local",
+            include_dashboard=False,
+            num_cpus=num_cpus,
+            namespace=NAMESPACE,
+            # Workers' output reaches this console only when asked (the trainer's progress bars and metrics do).
+            log_to_driver=os.environ.get("SERVING_RAY_LOGS", "0") == "1" if log_to_driver is None else log_to_driver,
+            configure_logging=False,
+            # replicas' metrics reach GET /metrics within this period (Ray's default: 10 s)
+            _system_config={"metrics_report_interval_ms": METRICS_REPORT_INTERVAL_MS},
+        )
 
 
 def stop_local_ray() -> None:
@@ -125,7 +128,21 @@ def connect_cluster(address: str, allow_unauthenticated: bool = False) -> None:
         )
     if os.environ.get(AUTH_MODE_ENV) is None and not allow_unauthenticated:
         _use_token_auth()
-    ray.init(address=address, namespace=NAMESPACE)
+    with _driver_directory():
+        ray.init(address=address, namespace=NAMESPACE)
+
+
+@contextlib.contextmanager
+def _driver_directory() -> Iterator[None]:
+    """Connect as a driver from `/`: Ray puts the driver's working directory first on every worker's `sys.path`
+    (job config `py_driver_sys_path`), so a `serving/` folder there (a model root, a folder a container may write)
+    would be the code every replica and the gateway import. `/` holds no such folder on any node."""
+    here = os.getcwd()
+    os.chdir("/")
+    try:
+        yield
+    finally:
+        os.chdir(here)
 
 
 def _use_token_auth() -> None:

@@ -57,6 +57,7 @@ class ContainerReplica:
         working_dir: str | None = None,
         gpus: float = 0.0,
         autoscaled: bool = False,
+        closed_ports: tuple[int, ...] = (),
     ) -> None:
         root = cluster_secret()
         self._autoscaled = autoscaled  # its autoscaler reads the counters: fetch them at the usual pace
@@ -74,6 +75,7 @@ class ContainerReplica:
                 sandbox=sandbox,
                 working_dir=working_dir,
                 gpus=gpus,
+                closed_ports=tuple(closed_ports),
             ),
             host,
         )
@@ -198,6 +200,7 @@ def deploy_container(action: Deploy) -> None:
         sandbox=plan["sandbox"],
         working_dir=plan["working_dir"],
         gpus=plan["gpus"],
+        closed_ports=plan.get("closed_ports", ()),
         autoscaled="autoscaling_config" in plan["count"],
     )
     _run_many(

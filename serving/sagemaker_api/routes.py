@@ -4,8 +4,9 @@ Who may call: with an API identities file (`serving up/server --api-identities F
 signed (SigV4, scoped to the operation's service: `sagemaker` or `application-autoscaling`) or carry an API
 key of an identity there, and that identity's policies must allow the operation's IAM action
 (`sagemaker:CreateEndpoint`, `application-autoscaling:PutScalingPolicy`, ...) on the resource's ARN. Without
-one, calls are anonymous, and only on a server bound to a loopback address: creating an endpoint chooses
-code that runs and what its sandbox reads, so it is never open to the network without authentication.
+one, calls are refused, unless the operator passed `--allow-anonymous-api` (a loopback server only): creating
+an endpoint chooses code that runs and what its sandbox reads. Container processes cannot connect to this port
+at all (`model_server.sandbox`).
 Every decision is an audit line (`serving.audit`). Operations run one at a time, off the event loop.
 """
 
@@ -121,8 +122,9 @@ class ApiRoutes:
         if self.authenticators is None:
             if not self.anonymous_allowed:
                 raise AccessDeniedError(
-                    "this server's control-plane API accepts no anonymous calls: it is not bound to a loopback "
-                    "address; start it with --api-identities FILE and sign calls with an identity's keys"
+                    "this server's control-plane API accepts no anonymous calls: start it with --api-identities "
+                    "FILE and sign calls with an identity's keys (or, on a loopback server for local development, "
+                    "--allow-anonymous-api)"
                 )
             return None
         return self.authenticators[prefix].authenticate(replace(raw_request(request), body=body))

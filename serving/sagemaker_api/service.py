@@ -10,6 +10,7 @@ from serving.access.identities import load_identities
 from serving.sagemaker_api.autoscaling import AutoScalingApi
 from serving.sagemaker_api.endpoints import EndpointApi
 from serving.sagemaker_api.images import load_instance_types
+from serving.sagemaker_api.model_roots import check_model_roots
 from serving.sagemaker_api.resources import Deployer
 from serving.sagemaker_api.routes import ApiRoutes
 from serving.sagemaker_api.state import ApiState
@@ -19,7 +20,9 @@ __all__ = ["build_api"]
 
 
 def build_api(settings: ServerSettings, deployer: Deployer) -> tuple[EndpointApi, list[Route]]:
-    """The SageMaker API over `settings.state_file` (in memory when None), and its routes."""
+    """The SageMaker API over `settings.state_file` (in memory when None), and its routes. Raises ModelRootError
+    for a model root that holds what the server runs or its secrets."""
+    check_model_roots(settings)
     api = EndpointApi(
         ApiState(settings.state_file),
         deployer,

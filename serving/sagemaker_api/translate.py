@@ -71,19 +71,21 @@ def model_containers(request: CreateModelInput, roots: Sequence[str]) -> tuple[s
 
 
 # Environment variables that let a container read or write more (docs/security.md, "The sandbox"): the operator's
-# to set in a spec; from an API caller each path must lie in a model root, as ModelDataUrl must.
-SANDBOX_PATH_VARIABLES = (SANDBOX_READ_ENV, SANDBOX_WRITE_ENV, SUBMIT_DIRECTORY_ENV)
+# to set in a spec, never an API caller's (a writable path was enough to rewrite code the server runs).
+SANDBOX_VARIABLES = (SANDBOX_READ_ENV, SANDBOX_WRITE_ENV)
 
 
 def _check_environment(environment: Mapping[str, str], where: str, roots: Sequence[str]) -> None:
-    for variable in SANDBOX_PATH_VARIABLES:
-        for path in environment.get(variable, "").split(os.pathsep):
-            path = path.removeprefix("file://") if variable == SUBMIT_DIRECTORY_ENV else path
-            if not path or (variable == SUBMIT_DIRECTORY_ENV and not os.path.isabs(path)):
-                continue  # a relative script folder is inside the model
-            if variable == SUBMIT_DIRECTORY_ENV and path.startswith(SAGEMAKER_MODEL_DIR):
-                continue  # SageMaker's own path of the model folder
-            _inside_roots(path, f"{where}.Environment.{variable}", roots)
+    for variable in SANDBOX_VARIABLES:
+        if variable in environment:
+            raise ApiValidationError(
+                f"{where}.Environment.{variable}: a container's sandbox is widened only by the operator, in an "
+                "endpoint spec (serving up / serving apply), never through the API"
+            )
+    # A shared script folder (SageMaker's own variable) is read only, and held to the model roots as ModelDataUrl.
+    path = environment.get(SUBMIT_DIRECTORY_ENV, "").removeprefix("file://")
+    if os.path.isabs(path) and not path.startswith(SAGEMAKER_MODEL_DIR):
+        _inside_roots(path, f"{where}.Environment.{SUBMIT_DIRECTORY_ENV}", roots)
 
 
 def _container(definition: ContainerDefinition, hostname: str, where: str, roots: Sequence[str]) -> dict[str, Any]:

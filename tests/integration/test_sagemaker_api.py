@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -88,7 +90,7 @@ class Served:
 def test_endpoints_configs_and_policies_survive_a_restart(tmp_path, handler_models, api_instance_types):
     state = tmp_path / "state.db"
     port = _free_port()
-    flags = ["--state", str(state), "--instance-types", str(api_instance_types),
+    flags = ["--state", str(state), "--instance-types", str(api_instance_types), "--allow-anonymous-api",
              "--model-root", str(handler_models["echo"].parent)]
     spec = tmp_path / "from-spec.yaml"
     spec.write_text(yaml.safe_dump({"EndpointName": "from-spec", "Containers": [
@@ -143,11 +145,13 @@ def test_endpoints_configs_and_policies_survive_a_restart(tmp_path, handler_mode
 @pytest.fixture(scope="module")
 def api_server(tmp_path_factory, api_instance_types):
     """`serving server` of this module's own: models from this session's folders."""
-    folder = tmp_path_factory.mktemp("api-server")
+    folder = Path(tempfile.mkdtemp(prefix="api-server-"))  # outside the model root: a root may not hold the state
     served = Served(["server", "--state", str(folder / "state.db"), "--instance-types", str(api_instance_types),
-                     "--model-root", str(tmp_path_factory.getbasetemp())], _free_port(), folder, folder / "server.log")
+                     "--allow-anonymous-api", "--model-root", str(tmp_path_factory.getbasetemp())], _free_port(),
+                    folder, folder / "server.log")
     yield served
     served.stop()
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

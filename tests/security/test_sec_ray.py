@@ -126,3 +126,12 @@ def test_a_driver_without_the_token_cannot_join(server) -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "RAY_AUTH_MODE": "disabled"})
     assert done.returncode != 0 and "joined" not in done.stdout, done.stdout[-500:]
+
+
+def test_workers_do_not_import_from_the_drivers_working_directory(server) -> None:
+    # Issue 41, finding 2: Ray put the driver's working directory first on every worker's sys.path, so a `serving/`
+    # folder written there (the default model root was that directory) became the code the next replica ran.
+    import os
+
+    paths = ray.get(ray.remote(lambda: __import__("sys").path).options(num_cpus=0).remote(), timeout=60)
+    assert os.getcwd() not in paths, paths[:5]

@@ -48,6 +48,7 @@ def predict_fn(request, model):
         "write": lambda: open(target, "w").write("x"),
         "unix": lambda: socket.socket(socket.AF_UNIX),
         "bind": lambda: socket.socket().bind(("127.0.0.1", 0)),
+        "connect": lambda: socket.create_connection(("127.0.0.1", int(target)), timeout=5).close(),
         "signal": lambda: os.kill(int(target), 0),
         "environ": lambda: open("/proc/%s/environ" % target, "rb").read(16),
         "scratch": lambda: open(os.path.join(os.environ["TMPDIR"], "ok"), "w").write("fine"),
@@ -63,12 +64,22 @@ needs_landlock = pytest.mark.skipif(sandbox.landlock_abi() == 0, reason="this ke
 
 
 @pytest.fixture(scope="module")
-def container(tmp_path_factory) -> Iterator[ContainerProcess]:
+def gateway_port() -> Iterator[int]:
+    """A listening port standing for the endpoint server's, which container processes may not connect to."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        yield listener.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def container(tmp_path_factory, gateway_port: int) -> Iterator[ContainerProcess]:
     model = tmp_path_factory.mktemp("tenant-model")
     (model / "code").mkdir()
     (model / "code" / "inference.py").write_text(ATTEMPTS)
     process = ContainerProcess(ContainerConfig(endpoint="e", hostname="tenant", image="python", model_data=str(model),
-                                               environment={"SERVING_CPUS": "1"}, hop_key=KEY), "127.0.0.1")
+                                               environment={"SERVING_CPUS": "1"}, hop_key=KEY,
+                                               closed_ports=(gateway_port,)), "127.0.0.1")
     process.start(timeout=120)
     yield process
     process.stop()
@@ -106,6 +117,14 @@ def test_no_unix_sockets_and_no_listening(container) -> None:
     assert attempt(container, "unix")["result"].startswith("REFUSED")
     if sandbox.landlock_abi() >= 4:
         assert attempt(container, "bind")["result"].startswith("REFUSED")
+
+
+@pytest.mark.skipif(sandbox.landlock_abi() < 4, reason="Landlock has no network rules before ABI 4 (Linux 6.7)")
+def test_the_endpoint_servers_port_is_closed_to_it_and_no_other(container, gateway_port: int) -> None:
+    refused = attempt(container, "connect", gateway_port)["result"]
+    assert refused.startswith("REFUSED: PermissionError"), refused  # Landlock: EACCES, before any packet
+    own_port = int(container.url.rsplit(":", 1)[1])  # where a tensorflow handler's context.rest_uri points
+    assert attempt(container, "connect", own_port)["result"].startswith("ALLOWED")
 
 
 @needs_landlock

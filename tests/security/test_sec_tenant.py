@@ -51,6 +51,8 @@ def report(server, identities_file, demo_models, tmp_path_factory) -> dict[str, 
         "list": ["/dev/shm", str(session), "/tmp", str(Path.home())],
         "write": [str(outside / "marker"), "/tmp/serving-tenant-marker"],
         "post": [url + "/invocations" for key, urls in replicas.items() for url in urls if key != ("it-hostile", "tenant")][:4],
+        "api": [server.url + "/"],
+        "delete": [server.url + "/endpoints/it-secure"],
         "unix": sorted(glob.glob(str(session / "sockets" / "*")))[:3],
         "pids": [_gateway_pid(server.url), os.getpid()],
         "gcs": ray.get_runtime_context().gcs_address,
@@ -95,14 +97,23 @@ def test_the_tenant_holds_no_ray_credentials(report: dict[str, str]) -> None:
     assert not leaked, leaked
 
 
-def test_the_tenants_environment_runs_no_code_in_its_ray_worker(report: dict[str, str], handler_models) -> None:
-    """Its Environment is its container process's (which runs Python isolated, -I), never the Ray worker's: with
-    PYTHONPATH naming its own folder there, its sitecustomize.py ran in the worker, which holds Ray's credentials."""
-    from server_fixtures import TENANT_MARKER
+def test_the_tenants_environment_is_its_container_process_only(report: dict[str, str]) -> None:
+    """Its Environment is its container process's, never its Ray worker's (which holds Ray's credentials): once,
+    PYTHONPATH there ran the tenant's sitecustomize.py in the worker. (Variables that choose code as a process
+    starts are now refused by name: test_sec_environment.py.)"""
+    from server_fixtures import TENANT_CANARY
 
-    assert "PYTHONPATH" in report["environment"]  # the variable did reach the container process
-    marker = handler_models["hostile"] / "code" / TENANT_MARKER
-    assert not marker.exists(), marker.read_text()
+    assert TENANT_CANARY in report["environment"]  # the variable did reach the container process
+    supervisor = Path(f"/proc/{report['supervisor']}/environ").read_bytes()
+    assert TENANT_CANARY.encode() not in supervisor
+
+
+def test_the_tenant_cannot_reach_the_control_plane(report: dict[str, str], server) -> None:
+    # The endpoint server's port is closed to container processes (Landlock's TCP connect rule): neither the
+    # SageMaker API nor `serving delete`'s control route answers them, whatever credentials they hold.
+    for key, value in {**_attempts(report, "api "), **_attempts(report, "delete ")}.items():
+        assert value.startswith("REFUSED: URLError") and "Permission denied" in value, (key, value)
+    assert server.describe("it-secure")["EndpointStatus"] == "InService"  # not deleted
 
 
 def test_registry_writes_need_the_control_plane_capability(server) -> None:

@@ -123,6 +123,8 @@ class Harness:
         self.models = root / "models"
         (self.models / "iris").mkdir(parents=True, exist_ok=True)
         self.deployer = deployer or FakeDeployer()
+        # Anonymous calls, as `--allow-anonymous-api` allows them, unless the test signs its calls.
+        settings.setdefault("allow_anonymous_api", "api_identities" not in settings)
         self.settings = ServerSettings(model_roots=str(self.models), **settings)
         self.api, routes = build_api(self.settings, self.deployer)
         self.clock = Clock()

@@ -123,7 +123,7 @@ def test_api_settings_flags_override_environment_which_overrides_cli_defaults(tm
     monkeypatch.delenv("SERVING_STATE_FILE")
     monkeypatch.chdir(tmp_path)
     defaults = settings(port=18099)
-    assert defaults.model_roots == str(tmp_path)
+    assert defaults.model_roots == ""  # no implicit root from the working directory (issue 41, finding 2)
     assert defaults.state_file.endswith("state-18099.db")
 
 

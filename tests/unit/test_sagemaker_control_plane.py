@@ -542,9 +542,12 @@ def test_unsigned_forged_and_unknown_callers_are_refused(tmp_path: Path, identit
         harness.stop()
 
 
-def test_a_server_off_loopback_without_identities_refuses_every_call(tmp_path: Path) -> None:
-    # Bound to 127.0.0.1 here, but configured as a server on 0.0.0.0 would be: that is what decides.
-    harness = Harness(tmp_path, host="0.0.0.0")
+@pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])
+def test_a_server_without_identities_refuses_every_call_unless_told_otherwise(tmp_path: Path, host: str) -> None:
+    # Issue 41, finding 3: anonymous on loopback by default let any local process, tenant code included, create,
+    # replace and delete every team's endpoints. Now only `--allow-anonymous-api` (loopback only) opens it.
+    # Bound to 127.0.0.1 here either way, but configured as a server on `host` would be: that is what decides.
+    harness = Harness(tmp_path, host=host, allow_anonymous_api=False)
     try:
         refused(harness.sm.list_models, "AccessDeniedException", "no anonymous calls")
         refused(lambda: harness.model("m1"), "AccessDeniedException")
@@ -553,6 +556,13 @@ def test_a_server_off_loopback_without_identities_refuses_every_call(tmp_path: P
         assert harness.api.state.all("model") == []
     finally:
         harness.stop()
+
+
+def test_anonymous_calls_are_for_a_loopback_server_only(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="needs a loopback host"):
+        ServerSettings(host="0.0.0.0", allow_anonymous_api=True)
+    with pytest.raises(ValueError, match="exclude each other"):
+        ServerSettings(allow_anonymous_api=True, api_identities=str(tmp_path / "identities.yaml"))
 
 
 # --- stored state ------------------------------------------------------------------------------------------

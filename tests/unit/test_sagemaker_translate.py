@@ -1,13 +1,12 @@
 """What a CreateModel request may make a container read: its model data and nothing outside the model roots.
 
-A container's Environment can widen its sandbox (SERVING_SANDBOX_READ / SERVING_SANDBOX_WRITE) and name a
+A spec's container Environment can widen its sandbox (SERVING_SANDBOX_READ / SERVING_SANDBOX_WRITE) and name a
 shared script folder (SAGEMAKER_SUBMIT_DIRECTORY), which the supervisor then lets it read. Through the
-control-plane API those settings come from a caller, not the operator: each path must lie in a model root.
+control-plane API those settings come from a caller, not the operator: the first two are refused, the
+folder must lie in a model root.
 """
 
 from __future__ import annotations
-
-import os
 
 import pytest
 
@@ -30,20 +29,28 @@ def request(roots, environment: dict[str, str]) -> CreateModelInput:
         "Image": "python", "ModelDataUrl": str(roots / "root" / "model"), "Environment": environment}})
 
 
-@pytest.mark.parametrize("variable", ["SERVING_SANDBOX_READ", "SERVING_SANDBOX_WRITE", "SAGEMAKER_SUBMIT_DIRECTORY"])
-def test_environment_cannot_open_the_sandbox_outside_the_model_roots(roots, variable):
+def test_a_shared_script_folder_must_lie_in_the_model_roots(roots):
+    variable = "SAGEMAKER_SUBMIT_DIRECTORY"
     with pytest.raises(ApiValidationError) as refused:
         check_model(request(roots, {variable: str(roots / "outside")}), [str(roots / "root")])
     assert f"PrimaryContainer.Environment.{variable}" in refused.value.message
-    sneaky = os.pathsep.join([str(roots / "root"), str(roots / "root" / ".." / "outside")])
     with pytest.raises(ApiValidationError):
-        check_model(request(roots, {variable: sneaky}), [str(roots / "root")])
+        check_model(request(roots, {variable: str(roots / "root" / ".." / "outside")}), [str(roots / "root")])
+    inside = str(roots / "root" / "model" / "code")
+    assert check_model(request(roots, {variable: inside}), [str(roots / "root")])["containers"][0]["Environment"][
+        variable] == inside
 
 
-@pytest.mark.parametrize("variable", ["SERVING_SANDBOX_READ", "SAGEMAKER_SUBMIT_DIRECTORY"])
-def test_environment_paths_inside_the_model_roots_are_kept(roots, variable):
-    model = check_model(request(roots, {variable: str(roots / "root" / "model" / "code")}), [str(roots / "root")])
-    assert model["containers"][0]["Environment"][variable] == str(roots / "root" / "model" / "code")
+@pytest.mark.parametrize("variable", ["SERVING_SANDBOX_READ", "SERVING_SANDBOX_WRITE"])
+def test_an_api_caller_cannot_widen_the_sandbox_at_all(roots, variable):
+    # Issue 41, finding 2: a caller pointed SERVING_SANDBOX_WRITE at the `serving` package inside a model root
+    # (the working directory by default), and the next replica ran what its container wrote. Even a path inside
+    # the model roots is refused now.
+    for path in (str(roots / "outside"), str(roots / "root" / "model" / "code")):
+        with pytest.raises(ApiValidationError) as refused:
+            check_model(request(roots, {variable: path}), [str(roots / "root")])
+        assert f"PrimaryContainer.Environment.{variable}" in refused.value.message
+        assert "only by the operator" in refused.value.message
 
 
 def test_submit_directory_inside_the_model_folder_needs_no_root(roots):

@@ -1,0 +1,60 @@
+"""The container process's first step: confine itself, then become the model server (`main`) by `exec`.
+
+The supervisor starts this with `python -I -S -B` and an environment it chose itself, holding nothing of the
+container's `Environment`: the dynamic loader, glibc and the interpreter read no variable a caller chose
+before the sandbox is on. This reads the sandbox policy and the model server's environment from its stdin,
+applies the sandbox (`sandbox.apply`, while this process has one thread), and `exec`s the model server with
+that environment. Landlock, seccomp and no-new-privileges outlive `exec`, so whatever the environment makes
+the loader or the interpreter do happens inside the sandbox. The model server gets its configuration, with
+what the sandbox applied, on a new stdin (a memfd). The standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from serving.model_server import sandbox
+
+# The model server, from the `serving` package this launcher came from (`-I` keeps PYTHONPATH out).
+MAIN = "import runpy, sys; sys.path.insert(0, sys.argv[1]); runpy.run_module('serving.model_server.main', run_name='__main__')"
+
+
+def main() -> int:
+    config = json.loads(sys.stdin.buffer.read())
+    policy = config.pop("sandbox")
+    environment = config.pop("process_environment")
+    report = sandbox.SandboxReport()
+    if policy["mode"] != "off":
+        try:
+            report = sandbox.apply(
+                sandbox.SandboxPolicy(
+                    read=tuple(policy["read"]),
+                    write=tuple(policy["write"]),
+                    devices=tuple(policy["devices"]),
+                    closed_ports=tuple(policy.get("closed_ports", ())),
+                ),
+                require=policy["mode"] == "required",
+            )
+        except sandbox.SandboxError as error:
+            with os.fdopen(config["status_fd"], "w") as status:
+                status.write(json.dumps({"error": f"sandbox: {error}"}) + "\n")
+            return 2
+    config["sandbox_report"] = {
+        "landlock_abi": report.landlock_abi,
+        "seccomp": report.seccomp,
+        "capabilities_dropped": report.capabilities_dropped,
+        "closed_ports": report.closed_ports,
+    }
+    stdin = os.memfd_create("serving-container-config")
+    os.write(stdin, json.dumps(config).encode())
+    os.lseek(stdin, 0, os.SEEK_SET)
+    os.dup2(stdin, 0)
+    os.close(stdin)
+    os.execve(sys.executable, [sys.executable, "-I", "-B", "-c", MAIN, sys.argv[1]], environment)
+    return 1  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main())
