@@ -19,7 +19,8 @@ MAX_BYTES = 64 * 1024
 
 
 def model_requirements(model_data: str | None) -> list[str]:
-    """The requirement lines of the model's `code/requirements.txt` (local models only; [] when none)."""
+    """The requirement lines of the model's `code/requirements.txt` (local models only; [] when none). Raises
+    ValueError for an archive that is not one, a pip option or a file that is not UTF-8."""
     if not model_data or "://" in model_data.removeprefix("file://"):
         return []
     path = Path(model_data.removeprefix("file://"))
@@ -29,10 +30,13 @@ def model_requirements(model_data: str | None) -> list[str]:
         if candidate.is_file():
             text = candidate.read_bytes()[:MAX_BYTES].decode("utf-8")
     elif path.is_file() and path.name.endswith((".tar.gz", ".tgz")):
-        with tarfile.open(path, "r:gz") as archive:
-            for member in archive:
-                if member.isfile() and member.name.lstrip("./") == f"code/{REQUIREMENTS_FILE}":
-                    extracted = archive.extractfile(member)
-                    text = extracted.read(MAX_BYTES).decode("utf-8") if extracted else None
-                    break
+        try:
+            with tarfile.open(path, "r:gz") as archive:
+                for member in archive:
+                    if member.isfile() and member.name.lstrip("./") == f"code/{REQUIREMENTS_FILE}":
+                        extracted = archive.extractfile(member)
+                        text = extracted.read(MAX_BYTES).decode("utf-8") if extracted else None
+                        break
+        except (tarfile.TarError, EOFError, OSError) as error:  # not gzip, cut short: the caller's, not a 500
+            raise ValueError(f"{path.name} is not a readable gzip-compressed tar archive ({error})") from None
     return parse_requirements(text) if text else []

@@ -53,7 +53,7 @@ def ray_runtime_env(container: ContainerSpec, allow_model_requirements: bool = F
     packages = list(extra.Pip) if extra is not None else []
     try:
         listed = model_requirements(container.ModelDataUrl)
-    except ValueError as error:  # a pip option, or not UTF-8
+    except ValueError as error:  # a pip option, not UTF-8, or an archive that is not one
         raise SpecError(f"Containers[{container.ContainerHostname}].ModelDataUrl: {error}") from None
     wanted = [line for line in listed if line not in packages]
     to_install = [line for line in wanted if unmet([line], unknown_unmet=True)]

@@ -79,7 +79,7 @@ class Gateway:
             delete=delete_endpoint,
             describe=lambda name: self.board.descriptions.get(name),
         )
-        self.api, api_routes = build_api(self.settings, _RayDeployer(self))
+        self.api, api_routes = build_api(self.settings, _RayDeployer(self), self.router.invocations.preauth_budget)
         app = serving_app(
             self.board.routes() + control.routes() + self.router.routes() + self.metrics.routes() + api_routes,
             lifespan=self._lifespan,

@@ -8,6 +8,10 @@ one, calls are refused, unless the operator passed `--allow-anonymous-api` (a lo
 an endpoint chooses code that runs and what its sandbox reads. Container processes cannot connect to this port
 at all (`model_server.sandbox`).
 Every decision is an audit line (`serving.audit`). Operations run one at a time, off the event loop.
+
+A body is read only once the headers have authenticated its sender as far as they can (as invocations do):
+a bearer key fully, a Signature V4 up to the signature itself, whose body counts against the gateway's one
+pre-authentication budget (`BodyBudget`) until it is verified.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from serving.access.identities import Identities
 from serving.access.policies import RequestContext, evaluate
 from serving.access.sigv4 import Authenticator, Caller
 from serving.errors import AccessDeniedError, ApiValidationError, UnknownApiOperationError
+from serving.gateway.invocation import BodyBudget
 from serving.gateway.router import raw_request
 from serving.sagemaker_api.autoscaling import AutoScalingApi
 from serving.sagemaker_api.endpoints import EndpointApi
@@ -73,9 +78,11 @@ class ApiRoutes:
         autoscaling: AutoScalingApi,
         identities: Identities | None,
         anonymous_allowed: bool,
+        budget: BodyBudget,
     ) -> None:
         self.sagemaker, self.autoscaling = sagemaker, autoscaling
         self.anonymous_allowed = anonymous_allowed
+        self.budget = budget  # the gateway's, shared with invocations
         self.authenticators = (
             {
                 prefix: Authenticator(identities, sagemaker.region, service=service)
@@ -103,12 +110,8 @@ class ApiRoutes:
 
     async def call(self, request: Request) -> Response:
         prefix, operation, handler = self.operation(request.headers.get(protocol.AMZ_TARGET))
-        body = await _read(request)
-        caller = self._authenticate(request, prefix, body)
-        try:
-            document = json.loads(body or b"{}")
-        except ValueError:
-            raise ApiValidationError(f"{operation}: the request body is not JSON") from None
+        caller, body = await self._authenticated_body(request, prefix)
+        document = _document(body, operation)
         if caller is not None:
             self._authorize(caller, prefix, operation, document)
         answer = await asyncio.to_thread(self._locked, handler, document)
@@ -118,7 +121,8 @@ class ApiRoutes:
         with self.sagemaker.lock:
             return handler(document)
 
-    def _authenticate(self, request: Request, prefix: str, body: bytes) -> Caller | None:
+    async def _authenticated_body(self, request: Request, prefix: str) -> tuple[Caller | None, bytes]:
+        """The caller (None: anonymous) and the body, read only once the headers allow it."""
         if self.authenticators is None:
             if not self.anonymous_allowed:
                 raise AccessDeniedError(
@@ -126,8 +130,14 @@ class ApiRoutes:
                     "FILE and sign calls with an identity's keys (or, on a loopback server for local development, "
                     "--allow-anonymous-api)"
                 )
-            return None
-        return self.authenticators[prefix].authenticate(replace(raw_request(request), body=body))
+            return None, await _read(request)
+        authenticator, raw = self.authenticators[prefix], raw_request(request)
+        claim = authenticator.claim(raw)  # from the headers, before a byte of the body
+        if not claim.needs_body:
+            return authenticator.verify(claim, raw), await _read(request)
+        with self.budget.hold() as hold:  # the signature covers the body: hold it until verified
+            body = await _read(request, hold)
+            return authenticator.verify(claim, replace(raw, body=body)), body
 
     def _authorize(self, caller: Caller, prefix: str, operation: str, document: Any) -> None:
         action = f"{protocol.API_SIGNING_SERVICES[prefix]}:{operation}"
@@ -164,11 +174,32 @@ class ApiRoutes:
         return f"arn:aws:{protocol.SIGNING_SERVICE}:{api.region}:{api.account}:*"
 
 
-async def _read(request: Request) -> bytes:
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
+async def _read(request: Request, hold: Any = None) -> bytes:
+    """The body within MAX_BODY_BYTES (and, with `hold`, within the pre-authentication budget)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit():
+        if int(declared) > MAX_BODY_BYTES:
             raise ApiValidationError(f"a control-plane request may be at most {MAX_BODY_BYTES} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
+        if hold is not None:
+            hold.grow_to(int(declared))  # refused before a byte is read if it cannot fit
+    body = bytearray()
+    async for chunk in request.stream():
+        if len(body) + len(chunk) > MAX_BODY_BYTES:
+            raise ApiValidationError(f"a control-plane request may be at most {MAX_BODY_BYTES} bytes")
+        if hold is not None:
+            hold.grow_to(len(body) + len(chunk))
+        body += chunk
+    return bytes(body)
+
+
+def _document(body: bytes, operation: str) -> dict[str, Any]:
+    """The request's JSON object, or a ValidationException naming what is wrong with it."""
+    try:
+        document = json.loads(body or b"{}")
+    except RecursionError:  # json nests by recursion: a deep enough array or object would be a 500
+        raise ApiValidationError(f"{operation}: the request body nests too deeply") from None
+    except ValueError:
+        raise ApiValidationError(f"{operation}: the request body is not JSON") from None
+    if not isinstance(document, dict):
+        raise ApiValidationError(f"{operation}: the request body must be a JSON object")
+    return document

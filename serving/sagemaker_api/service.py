@@ -7,6 +7,7 @@ import os
 from starlette.routing import Route
 
 from serving.access.identities import load_identities
+from serving.gateway.invocation import BodyBudget
 from serving.sagemaker_api.autoscaling import AutoScalingApi
 from serving.sagemaker_api.endpoints import EndpointApi
 from serving.sagemaker_api.images import load_instance_types
@@ -19,9 +20,12 @@ from serving.settings import ServerSettings
 __all__ = ["build_api"]
 
 
-def build_api(settings: ServerSettings, deployer: Deployer) -> tuple[EndpointApi, list[Route]]:
+def build_api(
+    settings: ServerSettings, deployer: Deployer, budget: BodyBudget | None = None
+) -> tuple[EndpointApi, list[Route]]:
     """The SageMaker API over `settings.state_file` (in memory when None), and its routes. Raises ModelRootError
-    for a model root that holds what the server runs or its secrets."""
+    for a model root that holds what the server runs or its secrets. `budget`: the gateway's pre-authentication
+    budget, which signed API bodies share with invocations (a new one when None)."""
     check_model_roots(settings)
     api = EndpointApi(
         ApiState(settings.state_file),
@@ -34,5 +38,6 @@ def build_api(settings: ServerSettings, deployer: Deployer) -> tuple[EndpointApi
         allow_model_requirements=settings.allow_model_requirements,
     )
     identities = load_identities(settings.api_identities) if settings.api_identities else None
-    routes = ApiRoutes(api, AutoScalingApi(api), identities, settings.api_anonymous_allowed)
+    budget = budget if budget is not None else BodyBudget(settings.preauth_body_budget_bytes)
+    routes = ApiRoutes(api, AutoScalingApi(api), identities, settings.api_anonymous_allowed, budget)
     return api, routes.routes()
