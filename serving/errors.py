@@ -17,6 +17,7 @@ from serving.protocol import (
     ERROR_TYPE_HEADER,
     HEADERS_TOO_LARGE_STATUS,
     JSON,
+    LOCAL_TFS_PATH,
     LOG_STREAM_ARN,
     ORIGINAL_MESSAGE,
     ORIGINAL_STATUS_CODE,
@@ -260,6 +261,16 @@ _BY_CODE = {
 MAX_ORIGINAL_MESSAGE = 1024  # characters of a container's error message kept as OriginalMessage
 
 _PATH = re.compile(r"(?<![\w.~-])/[^\s'\"(),;<>\[\]]+")  # an absolute POSIX path (not a/b, not text/csv)
+
+
+# A tensorflow container's own TF Serving route, with the token that lets a caller use it (`context.rest_uri`).
+_CAPABILITY_URL = re.compile(rf"(?:[a-z]+://[^\s'\"/]+)?{re.escape(LOCAL_TFS_PATH)}/[^\s'\"]*", re.IGNORECASE)
+
+
+def without_capabilities(text: str) -> str:
+    """`text` with every URL of a container's TF Serving route (and its token) replaced by `<rest_uri>`: requests'
+    errors name the URL they failed on, and answers and logs are read by others than the model's own code."""
+    return _CAPABILITY_URL.sub("<rest_uri>", text)
 
 
 def failure_message(error: BaseException, limit: int = 1000) -> str:

@@ -244,7 +244,7 @@ class ContainerApp:
             else:
                 assert self.runtime is not None  # SingleModel
                 if self.local_rest is not None:
-                    context.local_api = self.local_rest.base_url(request)
+                    context.local_api = self.local_rest.grant(request)
                 request_type, accept = headers.get("content-type"), headers.get("accept")
                 if self.batcher is not None and self.batcher.wants(request_type):
                     out, content_type = await self.batcher.invoke(body, request_type, accept, context)
@@ -264,6 +264,8 @@ class ContainerApp:
         finally:
             if not streaming:
                 self.in_flight -= 1
+                if self.local_rest is not None:
+                    self.local_rest.revoke(context.local_api)
 
     async def _stream(self, request: Request, body: bytes, headers: Any, context: InvocationContext) -> Response:
         """The model's chunks as an event stream (a MultiModel container's whole answer, as one part)."""
@@ -276,7 +278,7 @@ class ContainerApp:
         else:
             assert self.runtime is not None
             if self.local_rest is not None:
-                context.local_api = self.local_rest.base_url(request)
+                context.local_api = self.local_rest.grant(request)
             chunks, out_type = await asyncio.to_thread(self.runtime.invoke_chunks, body, content_type, accept, context)
         response_headers = {}
         if context.response_custom_attributes:
@@ -284,6 +286,8 @@ class ContainerApp:
 
         def done() -> None:
             self.in_flight -= 1
+            if self.local_rest is not None:
+                self.local_rest.revoke(context.local_api)
             if self.models is None and self.model_latency is not None:  # the model's time, to its last chunk
                 self.model_latency(time.perf_counter() - started)
 

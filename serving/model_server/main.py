@@ -13,12 +13,22 @@ container's hop key.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import sys
 import threading
 
 from serving._gc import defer_collections, freeze_startup_objects
+from serving.errors import without_capabilities
+
+
+class _WithoutCapabilities(logging.Formatter):
+    """Log lines less the URL of this process's TF Serving route: its output goes to Ray's log files, which other
+    users of the machine may read, and a handler's failure names the URL it posted to."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return without_capabilities(super().format(record))
 
 
 def _lifeline(fd: int, stop: threading.Event) -> None:
@@ -35,6 +45,9 @@ def _report(fd: int, document: dict) -> None:
 
 def main() -> int:
     defer_collections()  # until the model is loaded and serving (freeze_startup_objects)
+    handler = logging.StreamHandler()  # what logging's last resort did (warnings and worse, on stderr), redacted
+    handler.setFormatter(_WithoutCapabilities("%(message)s"))
+    logging.getLogger().addHandler(handler)
     config = json.loads(sys.stdin.read())
     sys.stdin.close()
     status_fd = config["status_fd"]

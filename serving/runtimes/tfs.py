@@ -17,7 +17,7 @@ from collections import namedtuple
 from collections.abc import Callable
 from typing import Any
 
-from serving.errors import ContainerAnswerError
+from serving.errors import ContainerAnswerError, without_capabilities
 from serving.protocol import CSV, JSON, JSON_LINES, JSONS
 
 logger = logging.getLogger("serving.runtimes.tfs")
@@ -188,7 +188,8 @@ def resolve_handlers(module: Any) -> tuple[Callable[..., Any] | None, Callable[.
 
 
 def call_handler(handler: Callable[..., Any], body: bytes, context: Any) -> tuple[bytes, str]:
-    """`handler(data, context)` → (body, content type); a failure is the container's 500 `{"error": str(e)}`."""
+    """`handler(data, context)` → (body, content type); a failure is the container's 500 `{"error": str(e)}`, less
+    the URL of this process's TF Serving route (`context.rest_uri`, whose token is a capability)."""
     try:
         out, content_type = handler(io.BytesIO(body), context)
         if isinstance(out, str):
@@ -196,7 +197,9 @@ def call_handler(handler: Callable[..., Any], body: bytes, context: Any) -> tupl
         return bytes(out), content_type or JSON
     except Exception as error:
         logger.exception("code/inference.py handler failed")
-        raise ContainerAnswerError(500, json.dumps({"error": str(error)}).encode(), JSON) from error
+        raise ContainerAnswerError(
+            500, json.dumps({"error": without_capabilities(str(error))}).encode(), JSON
+        ) from error
 
 
 def response_object(status: int, content: bytes, url: str | None) -> Any:
