@@ -26,8 +26,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -192,6 +193,8 @@ class ContainerProcess:
         self.process: subprocess.Popen | None = None
         self.report: dict[str, Any] = {}
         self._lifeline_w: int | None = None
+        self._released = threading.Lock()  # held by whoever closes the listeners: the watcher or `stop`
+        self._stopping = False
 
     def _fetch_model(self, url: str) -> Path:
         """A SingleModel's S3 model.tar.gz, fetched here, outside the sandbox, as SageMaker's platform fetches it
@@ -231,8 +234,10 @@ class ContainerProcess:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def start(self, timeout: float | None = None) -> dict[str, Any]:
-        """Start the process and wait until it serves (or raise ContainerStartError with its reason)."""
+    def start(self, timeout: float | None = None, on_exit: Callable[[int], None] | None = None) -> dict[str, Any]:
+        """Start the process and wait until it serves (or raise ContainerStartError with its reason). Should it exit
+        on its own later, its listeners are closed at once (a connection is refused, not left in a backlog nobody
+        accepts from) and `on_exit(exit code)` runs, on a thread of its own."""
         if self.config.multi_model is None and (self.config.model_data or "").startswith("s3://"):
             self.config = replace(self.config, model_data=str(self._fetch_model(self.config.model_data or "")))
         status_r, status_w = os.pipe()
@@ -297,7 +302,26 @@ class ContainerProcess:
                 "its model code can read whatever this user can",
                 self.config.hostname,
             )
+        threading.Thread(target=self._watch, args=(on_exit,), name="container-watch", daemon=True).start()
         return self.report
+
+    def _watch(self, on_exit: Callable[[int], None] | None) -> None:
+        assert self.process is not None
+        code = self.process.wait()
+        if self._stopping:
+            return
+        logger.warning("container %s: its process exited (%s); closing its data port", self.config.hostname, code)
+        self._release_listeners()
+        if on_exit is not None:
+            on_exit(code)
+
+    def _release_listeners(self) -> None:
+        """Close the data port and its Unix socket (once, whoever asks first)."""
+        with self._released:
+            if self.unix_listener is not None and self.unix_path:  # before the TCP port is freed: no new replica
+                local_socket.remove(self.unix_listener, self.unix_path)  # can be at this path yet
+                self.unix_listener = None
+            self.listener.close()
 
     def stats(self, timeout: float = 5.0) -> dict[str, Any]:
         """The process's counters and the metric events since the last call."""
@@ -316,6 +340,7 @@ class ContainerProcess:
 
     def stop(self, grace_s: float = 15.0) -> None:
         """Ask the process to finish its requests and exit; kill it after `grace_s`; remove its files."""
+        self._stopping = True
         process = self.process
         if process is not None and process.poll() is None:
             process.send_signal(signal.SIGTERM)
@@ -327,10 +352,7 @@ class ContainerProcess:
         if self._lifeline_w is not None:
             os.close(self._lifeline_w)
             self._lifeline_w = None
-        if self.unix_listener is not None and self.unix_path:  # before the TCP port is freed: no new replica can
-            local_socket.remove(self.unix_listener, self.unix_path)  # be at this path yet
-            self.unix_listener = None
-        self.listener.close()
+        self._release_listeners()
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 

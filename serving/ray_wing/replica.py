@@ -79,8 +79,10 @@ class ContainerReplica:
             ),
             host,
         )
+        self._exited = threading.Event()  # its process exited on its own: no more heartbeats
         try:
-            report = self.process.start()  # a failure here marks the container (and endpoint) Failed with its error
+            # A failure here marks the container (and endpoint) Failed with its error; an exit later, `_on_exit`.
+            report = self.process.start(on_exit=self._on_exit)
         except Exception:
             self.process.stop(grace_s=0)
             raise
@@ -113,7 +115,18 @@ class ContainerReplica:
 
     def _heartbeat(self) -> None:
         while not self._stopping.wait(HEARTBEAT_S):
+            if self._exited.is_set():
+                return
             self.registry.register.remote(*self._registration)
+
+    def _on_exit(self, code: int) -> None:
+        """The container process died (its data port is closed already): leave the routing table now, so the
+        gateway sends nothing more here, and fail the next health check, so Serve replaces this replica."""
+        self._exited.set()
+        registration = getattr(self, "_registration", None)
+        if registration is not None:  # None: it died before this replica registered it
+            url, proof = registration[3:]
+            self.registry.deregister.remote(url, proof)
 
     def _relay_stats(self) -> None:
         """Fetch the container process's counters and record its metric events (it has no Ray to do it)."""
