@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from serving.cli.specs import load_all
-from serving.settings import ServerSettings
+from serving.settings import ServerSettings, is_loopback
 
 
 def _control_client(args: argparse.Namespace):
@@ -22,6 +22,14 @@ def _control_client(args: argparse.Namespace):
     url = (args.url or f"http://127.0.0.1:{os.environ.get('SERVING_PORT', '8080')}").rstrip("/")
     token = os.environ.get("SERVING_CONTROL_TOKEN")
     if not token:
+        host = httpx.URL(url).host
+        if not is_loopback(host):  # the file holds this machine's server's token: never another host's to read
+            print(
+                f"refusing to send this machine's control token to {host}: `serving up` left it for the server on "
+                "this machine; to call another server, set SERVING_CONTROL_TOKEN to that server's token",
+                file=sys.stderr,
+            )
+            raise SystemExit(2)
         path = control_token_file(int(url.rsplit(":", 1)[1].split("/")[0]))
         try:
             token = path.read_text().strip()

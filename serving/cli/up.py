@@ -71,6 +71,8 @@ def _api_settings(args: argparse.Namespace, port: int) -> dict[str, str | None]:
     SystemExit(2) naming a file that cannot be used.
     """
     from serving.access.identities import IdentitiesError, load_identities
+    from serving.gateway.control_routes import control_token_file
+    from serving.private_files import PrivateFileError, private_folder
     from serving.sagemaker_api.images import load_instance_types
     from serving.sagemaker_api.state import default_state_file
 
@@ -87,11 +89,15 @@ def _api_settings(args: argparse.Namespace, port: int) -> dict[str, str | None]:
         roots = args.model_root
         chosen["model_roots"] = os.pathsep.join(r if r.startswith("s3://") else str(Path(r).resolve()) for r in roots)
     identities = chosen.get("api_identities", env.get("SERVING_API_IDENTITIES"))
+    state_file = chosen.get("state_file", env.get("SERVING_STATE_FILE"))
     try:
+        private_folder(control_token_file(port).parent)  # where `serving apply` finds the control token
+        if state_file:
+            private_folder(Path(state_file).expanduser().resolve().parent)
         if identities:
             load_identities(identities)
         load_instance_types(chosen.get("instance_types_file", env.get("SERVING_INSTANCE_TYPES_FILE")))
-    except (IdentitiesError, OSError, ValueError) as error:
+    except (IdentitiesError, PrivateFileError, OSError, ValueError) as error:
         print(f"refusing to start: {error}", file=sys.stderr)
         raise SystemExit(2) from None
     return chosen
@@ -230,13 +236,11 @@ def _serve(server, specs: list[EndpointSpec], warning: str | None, stop: threadi
 def _write_control_token(token: str, base_url: str) -> Path:
     """Leave the control token where `serving apply` finds it: readable by this user only."""
     from serving.gateway.control_routes import control_token_file
+    from serving.private_files import open_private
 
     path = control_token_file(int(base_url.rsplit(":", 1)[1]))
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w") as out:
+    with os.fdopen(open_private(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as out:
         out.write(token)
-    os.chmod(path, 0o600)  # also when the file was there before
     return path
 
 

@@ -12,9 +12,11 @@ container's hop key.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -31,11 +33,23 @@ class _WithoutCapabilities(logging.Formatter):
         return without_capabilities(super().format(record))
 
 
-def _lifeline(fd: int, stop: threading.Event) -> None:
+def _lifeline(fd: int, stop: threading.Event, orphaned: threading.Event) -> None:
     """Exit when the supervisor is gone (its end of the pipe closed)."""
     while os.read(fd, 1):
         pass
+    orphaned.set()
     stop.set()
+
+
+def _empty(folder: str) -> None:
+    """Remove what this process left in its scratch folder (the unpacked model); the folder itself is its
+    supervisor's to remove (the sandbox lets this process change only what lies inside it)."""
+    for entry in os.scandir(folder):
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
 
 
 def _report(fd: int, document: dict) -> None:
@@ -52,8 +66,10 @@ def main() -> int:
     sys.stdin.close()
     status_fd = config["status_fd"]
     sys.path.extend(path for path in config["sys_path"] if path not in sys.path)
-    stop = threading.Event()
-    threading.Thread(target=_lifeline, args=(config["lifeline_fd"], stop), name="lifeline", daemon=True).start()
+    stop, orphaned = threading.Event(), threading.Event()
+    threading.Thread(
+        target=_lifeline, args=(config["lifeline_fd"], stop, orphaned), name="lifeline", daemon=True
+    ).start()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     try:
@@ -68,6 +84,8 @@ def main() -> int:
     freeze_startup_objects()  # after the report: serving does not wait for it
     stop.wait()
     server.stop()
+    if orphaned.is_set():  # a supervisor that was killed cannot clean up after this process: do it here
+        _empty(config["scratch"])
     return 0
 
 

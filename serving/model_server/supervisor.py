@@ -65,15 +65,18 @@ _PASSED_PREFIXES = ("LC_",)
 _LAUNCH = "import runpy, sys; sys.path.insert(0, sys.argv[1]); runpy.run_module('serving.model_server.launcher', run_name='__main__')"
 
 
-def log_stream() -> str | None:
-    """Where a container process's output goes: the file behind the stderr it inherits from its supervisor
-    (on Ray, the replica worker's `worker-*.err` in the node's session log folder), or None when that is
-    not a file (a terminal, a pipe). Told to callers as the LogStreamArn of the container's errors."""
+def log_stream(endpoint: str, hostname: str) -> str | None:
+    """Where a container process's output goes, as a caller may be told it (the LogStreamArn of the container's
+    errors): `<endpoint>/<hostname>/<file>`, the file behind the stderr it inherits from its supervisor (on Ray,
+    the replica worker's `worker-*.err` in the node's session log folder) named without its folder, which is a
+    path of the server; None when that is not a file (a terminal, a pipe)."""
     try:
         target = os.readlink("/proc/self/fd/2")  # the descriptor the child inherits, whatever sys.stderr is now
     except OSError:
         return None
-    return target if target.startswith("/") and os.path.isfile(target) else None
+    if not (target.startswith("/") and os.path.isfile(target)):
+        return None
+    return f"{endpoint}/{hostname}/{os.path.basename(target)}"
 
 
 class ContainerStartError(RuntimeError):
@@ -257,11 +260,12 @@ class ContainerProcess:
             "data_url": self.url,
             "unix_fd": self.unix_listener.fileno() if self.unix_listener is not None else None,
             "status_fd": status_w,
+            "scratch": self.scratch,
             "lifeline_fd": lifeline_r,
             "sandbox": sandbox_policy,  # the launcher's
             "process_environment": child_environment(self.config, self.scratch),  # the launcher's, for the exec
             "sys_path": [p for p in sys.path if p],
-            "log_stream": log_stream(),
+            "log_stream": log_stream(self.config.endpoint, self.config.hostname),
         }
         try:
             self.process = subprocess.Popen(

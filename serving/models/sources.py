@@ -22,6 +22,7 @@ from serving.models.targets import (
     _model_folder,
     _not_found,
     _shown,
+    shown_prefix,
     validate_target,
 )
 
@@ -56,7 +57,7 @@ class _LocalSource:
     def locate(self, target: str, prefix: str) -> _Located:
         real = self._real(target)
         if not _inside(real, self.real_root):
-            raise ValidationError(f"TargetModel {_shown(target)} resolves outside the model-store prefix {prefix}")
+            raise ValidationError(f"TargetModel {_shown(target)} resolves outside {shown_prefix(prefix)}")
         if os.path.isdir(real):
             _check_model(target, self._holder(target), self._holder)
             return _Located(directory=Path(real))

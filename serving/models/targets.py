@@ -104,7 +104,12 @@ def _file_names(folder: str) -> list[str]:
 
 
 def _not_found(target: str, prefix: str) -> ValidationError:
-    return ValidationError(f"model {_shown(target)} not found under {prefix}")
+    return ValidationError(f"model {_shown(target)} not found under {shown_prefix(prefix)}")
+
+
+def shown_prefix(prefix: str) -> str:
+    """The model store as a caller may see it: an s3:// prefix is the spec's; a folder is a path of the server."""
+    return prefix if prefix.startswith("s3://") else "the container's model store"
 
 
 def _shown(target: object) -> str:

@@ -21,6 +21,7 @@ from serving.protocol import VARIANT_SEPARATOR
 from serving.sagemaker_api import shapes
 from serving.sagemaker_api.images import InstanceType
 from serving.sagemaker_api.resources import Deployer, arn, page, sort_and_filter
+from serving.sagemaker_api.sealed import Sealer, masked
 from serving.sagemaker_api.state import ApiState
 from serving.sagemaker_api.translate import check_model, public_name, scaling_block, variant_spec
 
@@ -47,6 +48,7 @@ class SageMakerApi:
         identities_file: str | None,
         allow_model_requirements: bool = False,
         clock: Any = time.time,
+        sealer: Sealer | None = None,
     ) -> None:
         self.state, self.deployer = state, deployer
         self.region, self.account = region, account
@@ -54,6 +56,7 @@ class SageMakerApi:
         self.identities_file = identities_file
         self.allow_model_requirements = allow_model_requirements  # settings.allow_model_requirements
         self.clock = clock
+        self.sealer = sealer or Sealer(None)  # secret Environment values, sealed in the state
         self.lock = threading.RLock()
 
     def arn(self, kind: str, name: str) -> str:
@@ -71,8 +74,8 @@ class SageMakerApi:
             "ModelName": request.ModelName,
             "ModelArn": self.arn("model", request.ModelName),
             "CreationTime": self.clock(),
-            "request": request.model_dump(mode="json", exclude_none=True),
-            "model": model,
+            "request": self.sealer.seal(request.model_dump(mode="json", exclude_none=True)),
+            "model": self.sealer.seal(model),
         }
         self.state.put("model", request.ModelName, document)
         return {"ModelArn": document["ModelArn"]}
@@ -86,7 +89,7 @@ class SageMakerApi:
     def DescribeModel(self, body: dict[str, Any]) -> dict[str, Any]:
         request = shapes.parse(shapes.ModelNameInput, body, "DescribeModel")
         document = self._model(request.ModelName)
-        described = {key: value for key, value in document["request"].items() if key != "Tags"}
+        described = masked({key: value for key, value in document["request"].items() if key != "Tags"})
         return {**described, "ModelArn": document["ModelArn"], "CreationTime": document["CreationTime"]}
 
     def ListModels(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -192,6 +195,7 @@ class SageMakerApi:
         policies = [p for p in self.state.all("scaling-policy") if p["ResourceId"] == resource]
         scaling = scaling_block(int(variant["Count"]), target, policies)
         instance = self._instance(variant["InstanceType"], "InstanceType")
+        variant = {**variant, "Model": self.sealer.opened(variant["Model"])}
         spec = variant_spec(endpoint, variant, instance, scaling, self.identities_file, self.allow_model_requirements)
         return spec.model_copy(update={"EndpointName": variant["Served"]})
 

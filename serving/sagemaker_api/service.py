@@ -14,6 +14,7 @@ from serving.sagemaker_api.images import load_instance_types
 from serving.sagemaker_api.model_roots import check_model_roots
 from serving.sagemaker_api.resources import Deployer
 from serving.sagemaker_api.routes import ApiRoutes
+from serving.sagemaker_api.sealed import Sealer
 from serving.sagemaker_api.state import ApiState
 from serving.settings import ServerSettings
 
@@ -36,6 +37,7 @@ def build_api(
         model_roots=[root for root in settings.model_roots.split(os.pathsep) if root],
         identities_file=settings.api_identities,
         allow_model_requirements=settings.allow_model_requirements,
+        sealer=Sealer(settings.state_file + ".key" if settings.state_file else None),
     )
     identities = load_identities(settings.api_identities) if settings.api_identities else None
     budget = budget if budget is not None else BodyBudget(settings.preauth_body_budget_bytes)

@@ -3,8 +3,9 @@
 One SQLite database (stdlib `sqlite3`), one row per resource holding its JSON document, written in a
 transaction per change, so a server that stops mid-call keeps either the old document or the new one.
 `serving up` / `serving server` keep it in `~/.serving/state-<port>.db` (`--state` moves it); restarting
-the server on the same file brings every endpoint back. The file holds no secret (identities stay in
-their own file), but it says what code runs where: it is created readable by its owner only.
+the server on the same file brings every endpoint back. It says what code runs where, and holds the
+containers' Environment (secrets sealed, `sealed`): it is this user's own, readable by no one else, in a
+folder no other user can write (`private_files`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
+
+from serving.private_files import open_private
 
 __all__ = ["KINDS", "ApiState"]
 
@@ -35,10 +38,7 @@ class ApiState:
     def __init__(self, path: str | Path | None) -> None:
         self.path = str(path) if path is not None else ":memory:"
         if path is not None:
-            folder = Path(path).expanduser().resolve().parent
-            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-            if not Path(path).exists():
-                Path(path).touch(mode=0o600)
+            os.close(open_private(Path(path).expanduser().resolve(), os.O_RDWR | os.O_CREAT))
         self._lock = threading.Lock()
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         if path is not None:

@@ -71,8 +71,11 @@ def test_boto3_model_error_has_original_status_and_log_stream(server):
         error = raised.value.response
         assert error["ResponseMetadata"]["HTTPStatusCode"] == 424
         assert error["OriginalStatusCode"] == status
-        # where the container process's output goes: its replica worker's log file on the node
-        assert error["LogStreamArn"].startswith("/") and error["LogStreamArn"].endswith(".err"), error
+        # where the container process's output goes: its replica worker's log file on the node, named without the
+        # node's folder (issue 41, finding 7g: it was the file's path on the server)
+        stream = error["LogStreamArn"]
+        assert stream.startswith(f"{kwargs['EndpointName']}/") and stream.endswith(".err"), error
+        assert stream.count("/") == 2 and "/tmp" not in stream and "session" not in stream, stream
 
 
 def test_payload_over_the_limit(server):

@@ -51,3 +51,29 @@ def test_a_stopped_container_process_does_not_report_an_exit(tmp_path: Path) -> 
     process.start(timeout=60, on_exit=exited.append)
     process.stop()
     assert exited == []
+
+
+def test_a_container_process_whose_supervisor_died_empties_its_scratch_folder(tmp_path: Path) -> None:
+    # Issue 41, finding 7d: a killed supervisor could not remove the scratch folder, which kept the unpacked model.
+    import tarfile
+
+    source = tmp_path / "source"
+    (source / "code").mkdir(parents=True)
+    (source / "code" / "inference.py").write_text("def predict_fn(data, model):\n    return data\n")
+    (source / "weights.bin").write_bytes(b"w" * 1024)
+    archive = tmp_path / "model.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(source, arcname=".")
+    process = ContainerProcess(ContainerConfig(endpoint="e", hostname="orphan", image="python",
+                                               model_data=str(archive), environment={}, hop_key=b"o" * 32),
+                               "127.0.0.1")
+    try:
+        process.start(timeout=60)
+        assert any(Path(process.scratch).rglob("weights.bin"))  # unpacked there
+        os.close(process._lifeline_w)  # what the supervisor's death does to the pipe
+        process._lifeline_w = None
+        assert process.process is not None
+        process.process.wait(timeout=30)
+        assert list(Path(process.scratch).rglob("*")) == []
+    finally:
+        process.stop()

@@ -169,13 +169,13 @@ def test_file_url_prefix(tmp_path):
         store.fetch("team/b/model.tar.gz")
 
 
-def test_unknown_model_names_it_and_not_the_server_path(tmp_path, monkeypatch):
+def test_unknown_model_names_it_and_not_the_server_path(tmp_path):
+    # Issue 41, finding 7f: the prefix is an absolute path of the server (a spec's ModelDataUrl is resolved).
     (tmp_path / "store").mkdir()
-    monkeypatch.chdir(tmp_path)
-    store = ModelStore("store", tmp_path / "cache")
+    store = ModelStore(str(tmp_path / "store"), tmp_path / "cache")
     with pytest.raises(ValidationError) as caught:
         store.fetch("customer-99.tar.gz")
-    assert "'customer-99.tar.gz' not found under store" in caught.value.message
+    assert "'customer-99.tar.gz' not found under the container's model store" in caught.value.message
     assert str(tmp_path) not in caught.value.message
 
 
@@ -192,9 +192,9 @@ def test_symlinks_leaving_the_prefix_are_refused(tmp_path):
     (store_dir / "inside").symlink_to(store_dir / "real")
     store = ModelStore(str(store_dir), tmp_path / "cache")
     for target in ("link-dir", "link.tar.gz", "nested/up/outside/stolen.tar.gz"):
-        with pytest.raises(ValidationError, match="outside the model-store prefix") as caught:
+        with pytest.raises(ValidationError, match="outside the container's model store") as caught:
             store.fetch(target)
-        assert str(outside) not in caught.value.message
+        assert str(tmp_path) not in caught.value.message
     assert store.fetch("inside") == (store_dir / "real").resolve()  # a link within the prefix is fine
     assert store.cached_targets() == []
 
