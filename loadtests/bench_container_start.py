@@ -50,8 +50,11 @@ from serving.model_server.supervisor import ContainerConfig, ContainerProcess
 from serving.trust import hops
 container = json.loads(sys.argv[2])
 key = b"k" * 32
+# As on a replica: the endpoint server's port closed to the process (trees before that had no such setting).
+closed = {"closed_ports": (8080,)} if "closed_ports" in ContainerConfig.__dataclass_fields__ else {}
 config = ContainerConfig(endpoint="bench", hostname=container["hostname"], image=container["image"],
-                         model_data=container["model_data"], environment=container["environment"], hop_key=key)
+                         model_data=container["model_data"], environment=container["environment"], hop_key=key,
+                         **closed)
 process = ContainerProcess(config, "127.0.0.1")
 started = time.perf_counter()
 process.start(timeout=300)
