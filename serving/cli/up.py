@@ -202,7 +202,7 @@ def _serve(server, specs: list[EndpointSpec], warning: str | None, stop: threadi
     state = server.settings.state_file or "memory (gone when the server stops)"
     print(
         f"SageMaker API: boto3.client('sagemaker', endpoint_url='{server.url}') and 'application-autoscaling' "
-        f"(docs/sagemaker-api.md); state in {state}",
+        f"(docs/sagemaker-api.md); {_api_access(server.settings)}; state in {state}",
         flush=True,
     )
     for spec in specs:
@@ -231,6 +231,15 @@ def _serve(server, specs: list[EndpointSpec], warning: str | None, stop: threadi
     stop.wait()
     print("Shutting down ...", flush=True)
     return 0
+
+
+def _api_access(settings: ServerSettings) -> str:
+    """Who may call the control-plane API, in a few words for the start-up lines."""
+    if settings.api_identities:
+        return f"calls signed by {settings.api_identities}'s identities"
+    if settings.allow_anonymous_api:
+        return "anonymous calls from this machine (--allow-anonymous-api)"
+    return "every call refused (give --api-identities, or --allow-anonymous-api on loopback)"
 
 
 def _write_control_token(token: str, base_url: str) -> Path:
