@@ -2,7 +2,7 @@
 
     .venv/bin/python loadtests/bench_train.py [--quick] [--steps N] [--repeats N] [--write-docs]
 
-Every configuration is one `serving.training.runner.train()` call (its own embedded Ray, num_cpus=2, a
+Every configuration is one `serving.ray_wing.training.train()` call (its own embedded Ray, num_cpus=2, a
 throw-away model store) of the recipe examples/recipes/digits-cnn.yaml with a fixed number of optimizer
 steps and no checkpoint inside the timed steps; the whole list of configurations runs --repeats times
 (passes, one after the other, so that drift on this VM hits every configuration alike) and each number is
@@ -80,7 +80,7 @@ def recipe_for(workers: int, cpus: float, batch: int, bucket_mb: float, steps: i
 
 
 def measure(workers: int, cpus: float, batch: int, bucket_mb: float, steps: int) -> dict[str, Any]:
-    from serving.training.runner import train
+    from serving.ray_wing.training import train
 
     with tempfile.TemporaryDirectory(prefix="bench-train-") as store:
         recipe = recipe_for(workers, cpus, batch, bucket_mb, steps, Path(store))

@@ -166,6 +166,10 @@ HOP_DATE_HEADER = "x-serving-hop-date"
 HOP_SIGNATURE_HEADER = "x-serving-hop-signature"
 HOP_STREAM_HEADER = "x-serving-hop-stream"  # "true": answer with an event stream of the model's chunks (signed)
 
+# --- Ray: names the control plane's plans and the Ray wing share ---------------------------------------------
+RAY_NAMESPACE = "serving"  # this project's actors and applications
+REGISTRY_ACTOR = "serving-registry"  # the routing table's actor (the autoscaling policy reports to it too)
+
 # --- a container's environment ---------------------------------------------------------------------------
 # Set by the control plane from the spec; a container's `Environment` cannot override them.
 CPUS_ENV = "SERVING_CPUS"  # Resources.Cpus: framework stacks size their thread pools from it

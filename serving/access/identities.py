@@ -14,7 +14,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic import ValidationError as PydanticValidationError
 
 from serving.access.policies import Policy, PolicyError, load_policy
-from serving.config.documents import Document, describe, document_path
+from serving.documents import Document, describe, document_path
 
 
 class IdentitiesError(ValueError):

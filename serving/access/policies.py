@@ -21,7 +21,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic import ValidationError as PydanticValidationError
 
-from serving.config.documents import Document, describe
+from serving.documents import Document, describe
 
 __all__ = [
     "ACTION_INVOKE",

@@ -19,8 +19,8 @@ def _epilog() -> str:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from serving.ray_wing.training import train
     from serving.training.recipe import RecipeError, load_recipe
-    from serving.training.runner import train
 
     try:
         recipe = load_recipe(args.recipe)

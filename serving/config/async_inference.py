@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from serving.config.documents import Document
+from serving.documents import Document
 
 __all__ = [
     "DEFAULT_ASYNC_CONCURRENCY",

@@ -8,8 +8,8 @@ from typing import Annotated, Any
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from serving.config.documents import Document, document_path, folder_of
 from serving.config.scaling import AutoScalingConfig
+from serving.documents import Document, document_path, folder_of
 from serving.model_server.sandbox import startup_variables
 from serving.protocol import (  # container settings read from its Environment
     CPUS_ENV,

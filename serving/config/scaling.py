@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, model_validator
 
 from serving.autoscaling.policy import SPEC_METRIC_TYPES
-from serving.config.documents import Document
+from serving.documents import Document
 
 __all__ = ["AutoScalingConfig", "CustomizedMetric", "PredefinedMetric", "TargetTrackingPolicy"]
 

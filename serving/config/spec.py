@@ -45,18 +45,18 @@ from serving.config.container import (
     ResourceConfig,
     RuntimeEnvironmentConfig,
 )
-from serving.config.documents import (
-    BASE_DIR,
-    Document,
-    describe,
-    document_path,
-    folder_of,
-)
 from serving.config.scaling import (
     AutoScalingConfig,
     CustomizedMetric,
     PredefinedMetric,
     TargetTrackingPolicy,
+)
+from serving.documents import (
+    BASE_DIR,
+    Document,
+    describe,
+    document_path,
+    folder_of,
 )
 from serving.protocol import NAME_PATTERN
 

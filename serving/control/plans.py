@@ -10,10 +10,7 @@ from serving.control.rollout import (
     plan_version,
 )
 from serving.control.runtime_env import ray_runtime_env, replica_environment
-from serving.ray_wing.cluster import (
-    NAMESPACE,
-)
-from serving.ray_wing.names import REGISTRY_NAME
+from serving.protocol import RAY_NAMESPACE, REGISTRY_ACTOR
 from serving.settings import ServerSettings
 
 
@@ -38,7 +35,7 @@ def container_plan(spec: EndpointSpec, container: ContainerSpec, settings: Serve
                 None if endpoint_level else container.ContainerHostname,
                 scaling,
                 [policy.as_policy() for policy in scaling.policies],
-                (REGISTRY_NAME, NAMESPACE),
+                (REGISTRY_ACTOR, RAY_NAMESPACE),
                 containers=[c.ContainerHostname for c in spec.Containers] if endpoint_level else None,
             )
         }

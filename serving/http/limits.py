@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, fields
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -36,9 +36,6 @@ from serving.errors import (
 )
 from serving.http import limit_defaults as default
 from serving.http.one_write import HeldHeadTransport
-
-if TYPE_CHECKING:  # a container process serves with the defaults, without loading the settings (pydantic)
-    from serving.settings import ServerSettings
 
 __all__ = ["HttpLimits", "LimitedHttpToolsProtocol"]
 
@@ -55,7 +52,9 @@ class HttpLimits:
     body_timeout_s: float = default.BODY_TIMEOUT_S
 
     @classmethod
-    def from_settings(cls, settings: ServerSettings) -> HttpLimits:
+    def from_settings(cls, settings: Any) -> HttpLimits:
+        """The limits named as this class's fields, from any object with those attributes (the ServerSettings: not
+        imported here, so a container process serves with the defaults without loading pydantic's settings)."""
         return cls(**{f.name: getattr(settings, f.name) for f in fields(cls)})
 
     def protocol(self) -> type[asyncio.Protocol]:

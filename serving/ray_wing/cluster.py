@@ -22,9 +22,11 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from serving import protocol
+
 logger = logging.getLogger("serving.cluster")
 
-NAMESPACE = "serving"
+NAMESPACE = protocol.RAY_NAMESPACE
 METRICS_REPORT_INTERVAL_MS = 5000  # embedded Ray: how often replicas push their metrics to the node agent
 AUTH_MODE_ENV, TOKEN_ENV, TOKEN_PATH_ENV = "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"
 # What the embedded Ray starts with unless the environment already says otherwise (docs/performance.md):

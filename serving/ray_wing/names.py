@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from serving.ray_wing.cluster import NAMESPACE
+from serving.protocol import RAY_NAMESPACE as NAMESPACE
+from serving.protocol import REGISTRY_ACTOR as REGISTRY_NAME
 
-REGISTRY_NAME = "serving-registry"
 GATEWAY_APP = "serving-gateway"
 
 

@@ -21,8 +21,26 @@ import ray.train
 from serving.ray_wing.cluster import connect_cluster, start_local_ray, stop_local_ray
 from serving.ray_wing.train_session import frame_shard, model_task, quiet_data
 from serving.training.data import DataPlan, sklearn_frame
+from serving.training.recipe import Recipe
+from serving.training.runner import TrainingRun, run
 
-__all__ = ["fit_data_parallel", "fit_per_model", "ray_for_training", "read_rows", "split_rows"]
+
+def train(
+    recipe: Recipe | str | Path,
+    store: str | Path | None = None,
+    address: str | None = None,
+    resume: bool = False,
+    profile: bool = False,
+    num_cpus: int | None = None,
+) -> TrainingRun:
+    """`serving train`: one run of `recipe` on Ray (embedded unless `address`), published under `store`
+    (`training.runner.run` with this module as its Ray)."""
+    import sys
+
+    return run(recipe, sys.modules[__name__], store, address, resume, profile, num_cpus)
+
+
+__all__ = ["fit_data_parallel", "fit_per_model", "ray_for_training", "read_rows", "split_rows", "train"]
 
 
 @contextmanager

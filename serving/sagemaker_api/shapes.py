@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic import ValidationError as PydanticValidationError
 
-from serving.config.documents import field_path
+from serving.documents import field_path
 from serving.errors import ApiValidationError
 from serving.protocol import NAME_PATTERN, SIGNING_SERVICE
 

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from serving.config.documents import BASE_DIR, Document, describe, document_path, folder_of
+from serving.documents import BASE_DIR, Document, describe, document_path, folder_of
 
 __all__ = ["FAMILIES", "SKLEARN_ESTIMATORS", "Recipe", "RecipeError", "field_lines", "load_recipe", "parse_recipe"]
 

@@ -1,6 +1,8 @@
 """One training run, end to end: check the recipe, read and split the rows, train on Ray, publish the version.
 
-Everything that can be refused (the recipe, its data, a missing framework) is refused before Ray starts.
+Everything that can be refused (the recipe, its data, a missing framework) is refused before Ray starts. Ray
+itself is the caller's to pass in (`on_ray`: `serving.ray_wing.training`, whose `train` is the entry point), so
+this package never imports the Ray wing.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from serving.training import artifacts
 from serving.training.data import DataPlan, plan_data
 from serving.training.recipe import Recipe, RecipeError, load_recipe
 
-__all__ = ["TrainingRun", "train"]
+__all__ = ["TrainingRun", "run"]
 
 # What each framework's loop imports, and the serving stacks that load what it writes.
 NEEDS = {"pytorch": "torch", "tensorflow": "tensorflow", "xgboost": "xgboost", "sklearn": "sklearn"}
@@ -45,15 +47,18 @@ class TrainingRun:
     stacks: list[str] = field(default_factory=list)
 
 
-def train(
+def run(
     recipe: Recipe | str | Path,
+    on_ray: Any,
     store: str | Path | None = None,
     address: str | None = None,
     resume: bool = False,
     profile: bool = False,
     num_cpus: int | None = None,
 ) -> TrainingRun:
-    """Train a recipe on Ray (embedded local Ray unless `address`) and publish STORE/NAME/VERSION."""
+    """Train a recipe on Ray (embedded local Ray unless `address`) and publish STORE/NAME/VERSION. `on_ray`: what
+    reads, splits and fits on Ray (`ray_for_training`, `read_rows`, `split_rows`, `fit_data_parallel`,
+    `fit_per_model`)."""
     if not isinstance(recipe, Recipe):
         recipe = load_recipe(recipe)
     plan = plan_data(recipe.data)
@@ -73,8 +78,6 @@ def train(
         "label": plan.label,
         "profile_dir": str(version.staging / "timeline") if profile else None,
     }
-    from serving.ray_wing import training as on_ray
-
     started = time.time()
     with on_ray.ray_for_training(address, num_cpus=num_cpus):
         rows = on_ray.read_rows(plan)

@@ -1,4 +1,4 @@
-"""serving.config.documents: what the spec, identities and policy documents share, and what loading a spec costs."""
+"""serving.documents: what the spec, identities and policy documents share, and what loading a spec costs."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import yaml
 from pydantic import ValidationError, field_validator
 
 from serving.access.identities import load_identities
-from serving.config.documents import Document, describe, document_path, field_path
+from serving.documents import Document, describe, document_path, field_path
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -67,8 +67,9 @@ def test_no_wire_fact_is_written_twice(path: Path) -> None:
     # A header name, media type, error code or container variable is defined once, in serving/protocol.py:
     # a second spelling drifts (it did: the SDK and the server each had their own error-type header).
     # Document field names that double as error fields ("ContainerHostname") are the spec's, not wire facts.
+    # "serving" (the Ray namespace) is also the package's and the command's name.
     facts = {value.lower(): name for name, value in _wire_facts().items()
-             if len(value) > 4 and not value.startswith("^") and name not in ("CONTAINER_HOSTNAME", "DEFAULT_VARIANT")}
+             if len(value) > 4 and not value.startswith("^") and name not in ("CONTAINER_HOSTNAME", "DEFAULT_VARIANT", "RAY_NAMESPACE")}
     tree = ast.parse(path.read_text())
     exported = {id(node) for assign in ast.walk(tree) if isinstance(assign, ast.Assign)
                 and any(isinstance(t, ast.Name) and t.id == "__all__" for t in assign.targets)
@@ -80,3 +81,44 @@ def test_no_wire_fact_is_written_twice(path: Path) -> None:
                 and id(node) not in exported and id(node) not in pieces):
             copies.append(f"line {node.lineno}: {node.value!r} (protocol.{facts[node.value.lower()]})")
     assert not copies, f"{path.relative_to(SERVING)} spells wire facts itself: {copies}"
+
+
+# The layer order, top first: a package imports only packages of layers below its own (at any depth, lazy imports
+# included), so that no arrow runs back up and no two packages need each other. docs/architecture.md draws it.
+LAYERS = (
+    ("cli",),
+    ("ray_wing",),
+    ("sagemaker_api",),
+    ("gateway",),
+    ("control",),
+    ("config",),
+    ("model_server", "training"),
+    ("models", "settings"),
+    ("access", "http", "loadtest", "runtimes"),
+    ("client", "errors", "trust"),
+    ("_gc", "_malloc", "_worker_preload", "autoscaling", "documents", "metrics", "private_files", "protocol"),
+)
+LAYER_OF = {name: depth for depth, names in enumerate(LAYERS) for name in names}
+
+
+def _unit(path: Path) -> str:
+    """The package (or top-level module) a file belongs to, as LAYERS names it."""
+    parts = path.relative_to(SERVING).parts
+    return parts[0] if len(parts) > 1 else path.stem
+
+
+def test_every_package_has_a_layer() -> None:
+    units = {_unit(path) for path in MODULES} - {"__init__"}
+    assert units == set(LAYER_OF), f"place these in LAYERS: {sorted(units - set(LAYER_OF))}; gone: {sorted(set(LAYER_OF) - units)}"
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda path: str(path.relative_to(SERVING)))
+def test_imports_follow_the_layer_order(path: Path) -> None:
+    # Issue 42: control <-> ray_wing, training <-> ray_wing, config <-> access and settings <-> http were cycles
+    # that no test guarded. A new upward import fails here, naming the layers.
+    own = _unit(path)
+    upward = sorted({name for name in imported(path) if name.startswith("serving.")
+                     and (other := name.split(".")[1]) != own and other in LAYER_OF
+                     and LAYER_OF[other] <= LAYER_OF[own]})
+    assert not upward, (f"{path.relative_to(SERVING)} (layer {LAYER_OF[own] + 1}, {own}) imports {upward}: a package "
+                        "may import only the layers below its own (tests/unit/test_layout.py LAYERS)")
