@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: install demo test test-slow test-all test-unit lint prometheus
+.PHONY: install demo test test-slow test-all test-unit test-frameworks lint prometheus
 
 $(BIN)/serving: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,20 +17,26 @@ demo: install
 	$(BIN)/python examples/train_demo.py
 	$(BIN)/python examples/demo.py
 
+# Every tier, by name (a bare `pytest` runs tests/unit only).
+TIERS := tests/unit tests/security tests/integration tests/e2e
+
 test: install lint prometheus
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(TIERS)
 	$(BIN)/python -m pytest -m multinode tests/multinode
 
 # The long real runs kept out of `make test` (and CI: 51 min without them, 65 with): the trainer's six recipes on
 # 2 workers, a worker killed mid-run, a killed run resumed to the same weights (~14 min: its serving test starts a server of its own).
 test-slow: install
-	$(BIN)/python -m pytest -m slow
+	$(BIN)/python -m pytest -m slow $(TIERS)
 
 test-all: test test-slow
 
-# Fast feedback: the tests that need no Ray (seconds to a minute).
+# Fast feedback: the unit tests that need no Ray and load no framework (torch, TensorFlow, ONNX Runtime, XGBoost).
 test-unit: install
-	$(BIN)/python -m pytest tests/unit
+	$(BIN)/python -m pytest tests/unit -m 'not frameworks and not slow and not multinode' -n 2
+
+test-frameworks: install
+	$(BIN)/python -m pytest tests/unit -m frameworks
 
 # Lint, format and types: what keeps the package map readable (CONTRIBUTING.md).
 lint: install

@@ -318,6 +318,7 @@ MIXES = st.lists(
 )
 
 
+@pytest.mark.frameworks
 @pytest.mark.parametrize("stack", ["sklearn", "pytorch"])
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(mix=MIXES, max_batch=st.integers(2, 12))
@@ -358,6 +359,7 @@ def test_every_metric_event_has_a_replica_metric() -> None:
         ("hetero-tf-iris", "tensorflow", True),  # NPY takes the tensor path; JSON is TF Serving's, alone
     ],
 )
+@pytest.mark.frameworks
 def test_the_framework_stacks_batch_their_own_steps(hetero_models, loaded, folder, stack, merged) -> None:
     runtime = loaded(stack, hetero_models / folder)
     sizes = counting(runtime)
@@ -379,6 +381,7 @@ def test_the_framework_stacks_batch_their_own_steps(hetero_models, loaded, folde
     assert (6 in sizes) == merged, sizes
 
 
+@pytest.mark.frameworks
 def test_xgboost_requests_run_alone_and_answer_as_without_batching(tmp_path) -> None:
     # Its input_fn gives a DMatrix, which has no rows to merge: each request runs as it always did.
     from serving.runtimes import runtime_for
@@ -399,6 +402,7 @@ def test_xgboost_requests_run_alone_and_answer_as_without_batching(tmp_path) -> 
     assert len(sizes) == 2
 
 
+@pytest.mark.frameworks
 def test_a_script_with_request_hooks_is_not_assumed_thread_safe(loaded, handler_dir, torch_linear) -> None:
     # What the container process passes as `scripted` to model_threads (serving/model_server/main.py).
     assert not loaded("pytorch", torch_linear).runs_request_hooks()

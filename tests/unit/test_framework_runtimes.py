@@ -30,6 +30,8 @@ from serving.runtimes.tensors import (
     wrap_outputs,
 )
 
+pytestmark = pytest.mark.frameworks  # imports torch, TensorFlow, ONNX Runtime or XGBoost: not in `make test-unit`
+
 STACK_OF = {
     "hetero-features": "sklearn", "hetero-iris-sklearn": "sklearn", "hetero-wine-sklearn": "sklearn",
     "hetero-iris-torchscript": "pytorch", "hetero-wine-export": "pytorch", "hetero-iris-state": "pytorch",

@@ -275,6 +275,7 @@ def test_sklearn_script_with_only_model_fn_answers_as_the_sklearn_container(iris
     assert invoke(runtime, csv_body, "text/csv", "text/csv") == (stream.getvalue().encode(), "text/csv")
 
 
+@pytest.mark.frameworks
 def test_pytorch_script_gets_the_toolkits_tensor_and_answers_its_bytes(hetero_models: Path, handler_dir, loaded) -> None:
     import shutil
 

@@ -13,6 +13,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.frameworks  # imports torch, TensorFlow, ONNX Runtime or XGBoost: not in `make test-unit`
+
 pytest.importorskip("skops")
 pytest.importorskip("torch")  # the shim is only costly where torch is installed, as it is with the pytorch extra
 

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.frameworks  # imports torch, TensorFlow, ONNX Runtime or XGBoost: not in `make test-unit`
+
 pytest.importorskip("tensorflow")
 pytest.importorskip("keras")
 

@@ -20,6 +20,8 @@ from serving.runtimes import runtime_for
 from serving.runtimes.concurrency import BatchSettings
 from tests.unit.test_tfs_shapes import save_half_plus_three
 
+pytestmark = pytest.mark.frameworks  # imports torch, TensorFlow, ONNX Runtime or XGBoost: not in `make test-unit`
+
 PROCESS = """
 import json
 def _process_input(data, context):

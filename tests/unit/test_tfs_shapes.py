@@ -18,6 +18,8 @@ from serving.errors import ContainerAnswerError
 from serving.runtimes import InvocationContext, Runtime, runtime_for
 from serving.runtimes.tfs_json import decimal_token, outputs_json, predictions_json
 
+pytestmark = pytest.mark.frameworks  # imports torch, TensorFlow, ONNX Runtime or XGBoost: not in `make test-unit`
+
 JSON, JSONL, CSV = "application/json", "application/jsonlines", "text/csv"
 
 

@@ -16,6 +16,8 @@ from serving.training.recipe import parse_recipe  # noqa: E402
 from serving.training.session import LocalSession, Shard  # noqa: E402
 from serving.training.torch_loop import train_torch  # noqa: E402
 
+pytestmark = pytest.mark.frameworks  # imports torch, TensorFlow, ONNX Runtime or XGBoost: not in `make test-unit`
+
 
 def test_rows_counted_include_the_short_last_batch_of_each_epoch(tmp_path) -> None:
     rows, batch, epochs = 50, 16, 2  # 4 steps an epoch: 16 + 16 + 16 + 2 rows

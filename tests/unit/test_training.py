@@ -108,6 +108,7 @@ def _iris_setup(recipe_document: dict) -> tuple[dict, dict[str, Shard]]:
     return setup, shards
 
 
+@pytest.mark.frameworks
 def test_the_pytorch_loop_trains_and_its_exports_serve_what_it_predicts(tmp_path: Path) -> None:
     import torch
 
@@ -135,6 +136,7 @@ def test_the_pytorch_loop_trains_and_its_exports_serve_what_it_predicts(tmp_path
         np.testing.assert_allclose(np.asarray(json.loads(body), dtype=np.float32), expected, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.frameworks
 def test_a_run_resumed_from_a_checkpoint_ends_with_the_uninterrupted_weights(tmp_path: Path) -> None:
     import torch
 
@@ -158,6 +160,7 @@ def test_a_run_resumed_from_a_checkpoint_ends_with_the_uninterrupted_weights(tmp
         assert torch.equal(got["model"][name], tensor), name
 
 
+@pytest.mark.frameworks
 def test_the_learning_rate_warms_up_linearly_to_the_scaled_rate() -> None:
     from serving.training.torch_loop import _lr_factor
 
@@ -207,6 +210,7 @@ def test_docs_list_every_recipe_field_as_the_help_does() -> None:
     assert "\n".join(field_lines()) in docs, "docs/training.md's field list is stale: paste `field_lines()`"
 
 
+@pytest.mark.frameworks
 def test_profile_writes_a_chrome_trace_with_the_step_phases(tmp_path: Path) -> None:
     from serving.training.torch_loop import train_torch
 

@@ -18,6 +18,8 @@ from serving.training.data import sklearn_frame
 from serving.training.recipe import parse_recipe
 from serving.training.session import LocalSession, Shard
 
+pytestmark = pytest.mark.frameworks  # imports torch, TensorFlow, ONNX Runtime or XGBoost: not in `make test-unit`
+
 tf_loop = pytest.importorskip("serving.training.tf_loop")
 
 TRAINING = {"epochs": 30, "batch_size": 16, "learning_rate": 0.05, "checkpoint_every_steps": 40}

@@ -17,12 +17,14 @@ from typing import Any
 import numpy as np
 import pytest
 import scipy.sparse
-import xgboost
 from sklearn.datasets import load_breast_cancer, load_diabetes, load_iris
 
 from serving.errors import UnsupportedFormatError, ValidationError
 from serving.models.artifacts import materialize
 from serving.runtimes import STACKS, InvocationContext, Runtime, runtime_for
+
+pytestmark = pytest.mark.frameworks  # imports torch, TensorFlow, ONNX Runtime or XGBoost: not in `make test-unit`
+xgboost = pytest.importorskip("xgboost")
 
 DATA = {"binary": load_breast_cancer, "multi": load_iris, "regression": load_diabetes}
 PARAMS = {
