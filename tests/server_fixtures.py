@@ -1,8 +1,12 @@
-"""One embedded Ray + endpoint server per test session, with the endpoints the tests use.
+"""One embedded Ray + endpoint server per test session, and in it the endpoints each test module uses.
 
-Imported by tests/conftest.py, so that the integration and the security suites share one server
-(it starts only when a test asks for it). Every wait is bounded; everything is torn down at the
-end of the session.
+Imported by tests/conftest.py, so that the integration and the security suites share one Ray and one gateway
+(started when a test first asks for them, with no endpoints). A module that uses endpoints names them in
+`ENDPOINTS` (catalogue names: `CATALOGUE` below) and asks for the `server` fixture, which deploys those not
+running yet, waits for them (bounded) and, after the last module that names one has run, deletes it: a module
+deploys no more than it uses, an endpoint is built once however many modules share it, and an endpoint that
+fails to start fails the modules that name it only. Every wait is bounded; everything is torn down at the end
+of the session.
 """
 
 from __future__ import annotations
@@ -16,13 +20,15 @@ import yaml
 from serving.config.spec import parse_spec
 from serving.settings import ServerSettings
 
+_LAST_USER = pytest.StashKey[dict]()
 READY_TIMEOUT_S = 1500  # ~60 replicas, TensorFlow and PyTorch ones among them, start on 2 shared CPUs (a fresh
 # clone on this 2-core VM once needed more than 420 s: ~47 replicas came up in 7 minutes, about 9 s each; on a
 # slower VM of the same size, where the same start-up costs ~2.5x the CPU, 57 of them took 12 minutes)
 
 
-def pytest_collection_modifyitems(items):
-    # The session's set-up (training, Ray, every endpoint) is bounded by READY_TIMEOUT_S, not by the
+@pytest.hookimpl(trylast=True)  # after -m / -k have deselected what will not run
+def pytest_collection_modifyitems(config, items):
+    # A module's set-up (training, Ray, its endpoints) is bounded by READY_TIMEOUT_S, not by the
     # per-test timeout of whichever test happens to request it first: that one times its own body only.
     for item in items:
         if item.get_closest_marker("integration") and not item.get_closest_marker("timeout"):
@@ -33,6 +39,11 @@ def pytest_collection_modifyitems(items):
     own_ray = [item for item in items if item.get_closest_marker("own_ray") and not item.get_closest_marker("e2e")]
     chosen = {id(item) for item in first + own_ray}
     items[:] = first + own_ray + [item for item in items if id(item) not in chosen]
+    last_user = {}  # endpoint -> the module that uses it last, in the order the tests run: it deletes it
+    for item in items:
+        for name in getattr(item.module, "ENDPOINTS", ()):
+            last_user[name] = item.nodeid.split("::")[0]
+    config.stash[_LAST_USER] = last_user
 
 
 HANDLERS = {
@@ -641,33 +652,81 @@ class Server:
         return self.http.get(f"/endpoints/{name}").json()
 
 
+# Every endpoint a module may name in ENDPOINTS, by the builder that makes it and the session fixtures that takes.
+_BUILDERS = {
+    "basic": (("demo_models", "handler_models"), endpoint_specs),
+    "access": (("demo_models", "identities_file"), lambda demo, identities: [access_endpoint_spec(demo, identities)]),
+    "hetero": (("hetero_models", "working_dir_model"), hetero_endpoint_specs),
+    "multi": (("multi_model_prefix", "s3_models"), lambda prefix, url: [multi_model_spec(prefix, url)]),
+    "metrics": (("demo_models", "multi_model_prefix"), lambda demo, prefix: [metrics_endpoint_spec(demo, prefix)]),
+    "scaling": (("handler_models",), lambda handlers: [scaling_endpoint_spec(handlers)]),
+    "scripts": (("sagemaker_script_models",), lambda models: [sagemaker_scripts_spec(models)]),
+    "async": (("handler_models", "s3_models"), lambda handlers, url: [async_endpoint_spec(handlers, url)]),
+    "tfs": (("tfs_models",), lambda models: [tfs_endpoint_spec(models)]),
+    "xgboost": (("xgboost_model",), lambda model: [xgboost_endpoint_spec(model[0])]),
+}
+CATALOGUE = {
+    **dict.fromkeys(("it-direct", "it-single", "it-serial", "it-handoff", "it-serial-fail", "it-broken", "it-chaos",
+                     "it-spare", "it-stream", "it-update", "it-hostile"), "basic"),
+    "it-secure": "access",
+    **dict.fromkeys(("it-fifteen", "it-hetero-serial", "it-hetero-serial-onnx", "it-runtime-env"), "hetero"),
+    "it-multi": "multi", "it-metrics": "metrics", "it-scale": "scaling", "it-sagemaker": "scripts",
+    "it-async": "async", "it-tfs": "tfs", "it-xgboost": "xgboost",
+}
+EXPECTED_TO_FAIL = {"it-broken"}  # its `broken` container's model never loads: the endpoint settles Failed
+
+
 @pytest.fixture(scope="session")
-def server(demo_models, handler_models, identities_file, hetero_models, working_dir_model, multi_model_prefix, s3_models,
-           sagemaker_script_models, tfs_models, xgboost_model):
-    """Embedded Ray, the endpoint server and every test endpoint; torn down after the session."""
+def ray_server():
+    """Embedded Ray and the endpoint server, with no endpoints (the modules' `server` fixtures deploy them)."""
     from serving.ray_wing import EmbeddedServer
 
-    documents = endpoint_specs(demo_models, handler_models) + [access_endpoint_spec(demo_models, identities_file)]
-    documents += hetero_endpoint_specs(hetero_models, working_dir_model)
-    documents.append(multi_model_spec(multi_model_prefix, s3_models))
-    documents.append(metrics_endpoint_spec(demo_models, multi_model_prefix))
-    documents.append(scaling_endpoint_spec(handler_models))
-    documents.append(sagemaker_scripts_spec(sagemaker_script_models))
-    documents.append(async_endpoint_spec(handler_models, s3_models))
-    documents.append(tfs_endpoint_spec(tfs_models))
-    documents.append(xgboost_endpoint_spec(xgboost_model[0]))
-    specs = [parse_spec(doc) for doc in _small(documents)]
     settings = ServerSettings(port=0, max_payload_mb=1.0, invocation_timeout_s=3.0)
-    # Not `wait=True`: it-broken is meant to fail, so "ready" here is every endpoint InService or Failed.
     # The gateway reads and writes it-async's objects with its own credentials: those of the environment
     # Ray starts with (the local S3 server accepts any).
     with pytest.MonkeyPatch.context() as environment:
         for key, value in AWS_TEST_ENVIRONMENT.items():
             environment.setenv(key, value)
-        with EmbeddedServer(specs, settings, num_cpus=2, wait=False, ready_timeout_s=READY_TIMEOUT_S) as embedded:
-            readiness = embedded.wait_ready()
-            pending = readiness.pending
-            assert not pending, f"endpoints not ready after {READY_TIMEOUT_S} s: {sorted(pending)}"
-            running = Server(embedded.url)
-            yield running
-            running.http.close()
+        with EmbeddedServer([], settings, num_cpus=2, wait=False, ready_timeout_s=READY_TIMEOUT_S) as embedded:
+            embedded.running = set()  # catalogue endpoints deployed now
+            yield embedded
+
+
+def _documents(request, names: list[str]) -> list[dict]:
+    """The catalogue's spec documents for `names`, built from the session fixtures their builders take."""
+    documents = []
+    for group in dict.fromkeys(CATALOGUE[name] for name in names):
+        fixtures, build = _BUILDERS[group]
+        built = build(*(request.getfixturevalue(fixture) for fixture in fixtures))
+        documents += [document for document in built if document["EndpointName"] in names]
+    return documents
+
+
+@pytest.fixture(scope="module")
+def server(request, ray_server):
+    """The endpoint server with the endpoints this module names in ENDPOINTS, InService (or, it-broken, Failed)."""
+    wanted = getattr(request.module, "ENDPOINTS", None)
+    if wanted is None:
+        pytest.fail(f"{request.module.__name__} uses the endpoint server: name the endpoints it uses in ENDPOINTS")
+    unknown = [name for name in wanted if name not in CATALOGUE]
+    assert not unknown, f"ENDPOINTS names endpoints the catalogue lacks: {unknown}"
+    new = [name for name in wanted if name not in ray_server.running]
+    if new:
+        for document in _small(_documents(request, new)):
+            ray_server.deploy(parse_spec(document))
+        ray_server.running.update(new)
+        readiness = ray_server.wait_ready(new)
+        problems = readiness.pending + [name for name in readiness.failed if name not in EXPECTED_TO_FAIL]
+        if problems:
+            for name in new:  # a failed start fails this module only: the next ones start without it
+                ray_server.delete(name)
+                ray_server.running.discard(name)
+            pytest.fail(f"endpoints not ready after {READY_TIMEOUT_S} s: {readiness.explain()}")
+    running = Server(ray_server.url)
+    yield running
+    running.http.close()
+    module = request.node.nodeid
+    for name in wanted:
+        if request.config.stash[_LAST_USER].get(name, module) == module and name in ray_server.running:
+            ray_server.delete(name)
+            ray_server.running.discard(name)

@@ -1,1 +1,2 @@
-"""Integration tests run against the session's shared endpoint server (tests/server_fixtures.py)."""
+"""Integration tests run against the session's endpoint server, with the endpoints each module names in ENDPOINTS
+(tests/server_fixtures.py)."""

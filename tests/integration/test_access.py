@@ -19,6 +19,8 @@ from sklearn.datasets import load_wine
 
 pytestmark = pytest.mark.integration
 
+ENDPOINTS = ("it-secure", "it-single")  # what `server` deploys for this module
+
 ENDPOINT = "it-secure"
 BODIES = {
     "customIps-iris": ([[5.1, 3.5, 1.4, 0.2]], [0]),

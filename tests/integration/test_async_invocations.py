@@ -19,6 +19,8 @@ from server_fixtures import ASYNC_BUCKET
 
 pytestmark = pytest.mark.integration
 
+ENDPOINTS = ("it-async", "it-single")  # what `server` deploys for this module
+
 WAIT_S = 60  # a job runs in well under a second; the bound only keeps a broken gateway from hanging the suite
 
 

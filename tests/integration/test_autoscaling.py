@@ -16,6 +16,8 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
+ENDPOINTS = ("it-scale",)  # what `server` deploys for this module
+
 ENDPOINT = "it-scale"
 STEP_TIMEOUT_S = 150  # replicas start on 2 CPUs shared with the whole session
 

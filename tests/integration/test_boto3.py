@@ -11,6 +11,8 @@ from botocore.config import Config
 
 pytestmark = pytest.mark.integration
 
+ENDPOINTS = ("it-direct", "it-serial", "it-serial-fail")  # what `server` deploys for this module
+
 
 @pytest.fixture(scope="module")
 def runtime(server):

@@ -26,6 +26,8 @@ from serving.client import (
 
 pytestmark = pytest.mark.integration
 
+ENDPOINTS = ("it-direct", "it-serial", "it-serial-fail", "it-broken", "it-secure")  # what `server` deploys for this module
+
 SETOSA, VIRGINICA = [5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]
 
 

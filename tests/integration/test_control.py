@@ -9,6 +9,8 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
+ENDPOINTS = ("it-direct", "it-serial", "it-broken")  # what `server` deploys for this module
+
 
 def test_describe_in_service_endpoint(server):
     description = server.describe("it-direct")

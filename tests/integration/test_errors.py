@@ -8,6 +8,8 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
+ENDPOINTS = ("it-direct", "it-single", "it-serial", "it-serial-fail", "it-broken")  # what `server` deploys for this module
+
 ROW = [[5.1, 3.5, 1.4, 0.2]]
 
 

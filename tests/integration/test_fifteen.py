@@ -9,6 +9,8 @@ from serving.config.spec import SpecError, parse_spec
 
 pytestmark = pytest.mark.integration
 
+ENDPOINTS = ("it-fifteen",)  # what `server` deploys for this module
+
 
 def test_fifteen_heterogeneous_containers_are_in_service(server, fifteen_containers) -> None:
     description = server.describe("it-fifteen")

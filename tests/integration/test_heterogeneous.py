@@ -14,6 +14,8 @@ from botocore.config import Config
 
 pytestmark = pytest.mark.integration
 
+ENDPOINTS = ("it-fifteen", "it-hetero-serial", "it-hetero-serial-onnx", "it-runtime-env")  # what `server` deploys for this module
+
 IRIS_ROWS = [[5.1, 3.5, 1.4, 0.2], [7.0, 3.2, 4.7, 1.4], [6.3, 3.3, 6.0, 2.5]]
 IRIS_NAMES = ["setosa", "versicolor", "virginica"]
 

@@ -11,6 +11,8 @@ from sklearn.datasets import load_iris, load_wine
 
 pytestmark = pytest.mark.integration
 
+ENDPOINTS = ("it-direct", "it-single", "it-serial", "it-handoff")  # what `server` deploys for this module
+
 IRIS = load_iris()
 WINE = load_wine()
 

@@ -13,6 +13,8 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
+ENDPOINTS = ("it-single", "it-serial")  # what `server` deploys for this module
+
 
 def run_loadtest(server, tmp_path: Path, *arguments: str) -> dict:
     out = tmp_path / "report"

@@ -22,6 +22,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 pytestmark = pytest.mark.integration
 
+ENDPOINTS = ("it-metrics",)  # what `server` deploys for this module
+
 ENDPOINT = "it-metrics"
 ROW = [[5.1, 3.5, 1.4, 0.2]]
 # Through an LRU cache of 2: a miss, a hit, b miss, a hit, c miss (evicts b), b miss (evicts a), a miss (evicts c).

@@ -7,6 +7,8 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
+ENDPOINTS = ("it-direct", "it-multi")  # what `server` deploys for this module
+
 ROWS = [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]]
 MODEL = "X-Amzn-SageMaker-Target-Model"
 

@@ -27,6 +27,8 @@ from serving.settings import ServerSettings
 
 pytestmark = pytest.mark.integration
 
+ENDPOINTS = ("it-chaos", "it-spare", "it-update", "it-broken")  # what `server` deploys for this module
+
 SETTLE_S = 120  # bound on every wait for Serve to replace or start something on this 2-core machine
 
 

@@ -12,6 +12,8 @@ from botocore.exceptions import EventStreamError
 
 pytestmark = pytest.mark.integration
 
+ENDPOINTS = ("it-stream", "it-single", "it-serial")  # what `server` deploys for this module
+
 GAP_S = 0.4
 
 

@@ -15,6 +15,8 @@ from botocore.config import Config
 
 pytestmark = pytest.mark.integration
 
+ENDPOINTS = ("it-sagemaker", "it-fifteen")  # what `server` deploys for this module
+
 ROWS = [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]]
 
 

@@ -17,6 +17,8 @@ from botocore.config import Config
 
 pytestmark = pytest.mark.integration
 
+ENDPOINTS = ("it-tfs",)  # what `server` deploys for this module
+
 TFS_ANSWER = b'{\n    "predictions": [3.5, 4.0, 5.5\n    ]\n}'
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from server_fixtures import READY_TIMEOUT_S, Server
+from server_fixtures import Server
 
 from serving.config.spec import parse_spec
 from serving.settings import ServerSettings
@@ -24,6 +24,8 @@ from serving.settings import ServerSettings
 # func_only: the store's trainings (bounded by TRAIN_TIMEOUT_S each) and the endpoint server's start (bounded by
 # READY_TIMEOUT_S) are set-up, not the test's own 900 s.
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900, func_only=True)]
+
+ENDPOINTS = ()  # what `server` deploys for this module
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ROOT / "examples" / "recipes"
@@ -86,22 +88,10 @@ def _in_memory_digits(store: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 @pytest.fixture
-def endpoint_server(request) -> Iterator[Server]:
-    """Where the trained artifacts are served: the session's endpoint server when other selected tests use it (one
-    embedded Ray per process), else one of this test's own with no endpoints yet. Under `make test-slow` that
-    saves the session server's start (~60 replicas, ~13 min on 2 cores) for the one endpoint deployed here."""
-    others = [item for item in request.session.items
-              if "server" in item.fixturenames and item.get_closest_marker("slow") is None]
-    if others:
-        yield request.getfixturevalue("server")
-        return
-    from serving.ray_wing import EmbeddedServer
-
-    settings = ServerSettings(port=0, max_payload_mb=1.0, invocation_timeout_s=3.0)
-    with EmbeddedServer([], settings, num_cpus=2, ready_timeout_s=READY_TIMEOUT_S) as embedded:
-        running = Server(embedded.url)
-        yield running
-        running.http.close()
+def endpoint_server(server) -> Iterator[Server]:
+    """Where the trained artifacts are served: the session's endpoint server, which deploys nothing for this
+    module (ENDPOINTS is empty): the test deploys it-trained itself."""
+    yield server
 
 
 def test_the_served_artifacts_answer_what_the_trained_model_predicts(endpoint_server: Server, store: Path) -> None:

@@ -15,6 +15,8 @@ from tests.unit.test_xgboost_stack import csv_answer, csv_rows, json_answer
 
 pytestmark = pytest.mark.integration
 
+ENDPOINTS = ("it-xgboost",)  # what `server` deploys for this module
+
 
 @pytest.fixture(scope="module")
 def runtime(server):

@@ -17,6 +17,8 @@ from serving import protocol
 
 pytestmark = pytest.mark.integration
 
+ENDPOINTS = ("it-direct", "it-secure", "it-broken")  # what `server` deploys for this module
+
 BODY = b"[[5.1, 3.5, 1.4, 0.2]]"
 JSON = {"content-type": "application/json", "accept": "*/*"}  # what httpx sends: all of it is signed
 

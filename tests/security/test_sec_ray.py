@@ -23,6 +23,8 @@ import ray
 
 pytestmark = pytest.mark.integration
 
+ENDPOINTS = ("it-single",)  # what `server` deploys for this module
+
 # A method of each of Ray's gRPC services: answered without a token, each would hand out cluster state.
 GRPC_METHODS = ("/ray.rpc.InternalKVGcsService/InternalKVGet", "/ray.rpc.NodeInfoGcsService/GetAllNodeInfo",
                 "/ray.rpc.NodeManagerService/GetNodeStats", "/ray.rpc.CoreWorkerService/NumPendingTasks",

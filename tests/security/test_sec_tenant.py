@@ -21,6 +21,8 @@ import ray
 
 pytestmark = pytest.mark.integration
 
+ENDPOINTS = ("it-hostile", "it-secure")  # what `server` deploys for this module
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
