@@ -21,9 +21,9 @@ from serving.config.spec import parse_spec
 from serving.settings import ServerSettings
 
 _LAST_USER = pytest.StashKey[dict]()
-READY_TIMEOUT_S = 1500  # ~60 replicas, TensorFlow and PyTorch ones among them, start on 2 shared CPUs (a fresh
-# clone on this 2-core VM once needed more than 420 s: ~47 replicas came up in 7 minutes, about 9 s each; on a
-# slower VM of the same size, where the same start-up costs ~2.5x the CPU, 57 of them took 12 minutes)
+READY_TIMEOUT_S = 1500  # one module's endpoints (at most ~25 replicas, it-fifteen's TensorFlow and PyTorch ones
+# among them) start on 2 shared CPUs; when one session server started ~60 at once, a slower VM of this size took
+# 12 minutes for 57 of them
 
 
 @pytest.hookimpl(trylast=True)  # after -m / -k have deselected what will not run
@@ -34,7 +34,7 @@ def pytest_collection_modifyitems(config, items):
         if item.get_closest_marker("integration") and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(float(item.config.getini("timeout") or 300), func_only=True))
     # Tests that start an embedded Ray of their own (`serving train` runs) go right after the demo's, before the
-    # session's endpoint server starts: beside its ~60 replicas on 2 cores, a second Ray does not start in time.
+    # session's Ray starts: two Rays at once on 2 cores start slowly, and beside a module's replicas, too slowly.
     first = [item for item in items if item.get_closest_marker("e2e")]
     own_ray = [item for item in items if item.get_closest_marker("own_ray") and not item.get_closest_marker("e2e")]
     chosen = {id(item) for item in first + own_ray}
@@ -311,7 +311,7 @@ def working_dir_model(tmp_path_factory) -> tuple[Path, Path]:
 # containers added after it-fifteen reserve less, so that all replicas can be placed.
 TINY = {"Cpus": 0.01}
 # InstanceType -> what one instance reserves, for endpoints created through the SageMaker API in tests
-# (tests/integration/test_sagemaker_api.py, whose servers are its own: beside the session's ~60 replicas,
+# (tests/integration/test_sagemaker_api.py, whose servers are its own: beside a session server of ~60 replicas,
 # a walkthrough's replicas took the node past Ray's memory threshold).
 API_INSTANCE_TYPES = {"ml.m5.large": {"Cpus": 0.02}, "ml.c5.large": {"Cpus": 0.04}}
 

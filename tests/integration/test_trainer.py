@@ -138,7 +138,7 @@ def test_the_served_artifacts_answer_what_the_trained_model_predicts(endpoint_se
 
 def test_the_sklearn_tensorflow_and_xgboost_artifacts_load_in_their_stacks(store: Path) -> None:
     # Loaded from STORE/NAME/latest by each stack's runtime as a container process loads it (materialize, then
-    # load), here in the test process: the session's server runs ~60 replicas on this machine, and three more
+    # load), here in the test process: beside a session server of ~60 replicas (as the suite once had), three more
     # framework replicas took the node past Ray's memory threshold (its OOM killer then took the Serve controller).
     # They answer as the model read back from the archive does (scikit-learn: the same labels; XGBoost: the same
     # probabilities) or, for the TensorFlow MLP, classify the wine rows as well as model.json says it did.
