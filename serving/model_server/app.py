@@ -14,11 +14,8 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
-import anyio.to_thread
-from anyio import CapacityLimiter
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -26,9 +23,9 @@ from starlette.routing import Route
 from serving import protocol
 from serving.errors import AccessDeniedError, ContainerAnswerError, ContainerError, ServingError
 from serving.http.responses import error_response, json_response, serving_app
-from serving.model_server.batching import Batcher
+from serving.model_server import predictors
 from serving.model_server.events import EventLog
-from serving.model_server.inline import GC_CLOCK, InlineGate, RunQueueClock
+from serving.model_server.inline import InlineGate
 from serving.model_server.streaming import stream_answer
 from serving.model_server.tfs_rest import LocalRest
 from serving.models.multimodel import MultiModelHandler
@@ -64,6 +61,7 @@ class ContainerApp:
         batching: BatchSettings | None = None,
         inline_budget_s: float = 0.0,
         data_url: str | None = None,
+        predictor: predictors.Predictor | None = None,
     ) -> None:
         """`model_latency(seconds)` receives each SingleModel invocation's model time (MultiModel: the
         handler reports it, since only it can leave out the load). `hop_key`: refuse requests the
@@ -73,7 +71,8 @@ class ContainerApp:
         run at once (SingleModel). `batching`: merge concurrent requests' rows into one predict_fn call.
         `inline_budget_s`: a prediction that fast may run on the event loop (`model_server.inline`; 0: never).
         `data_url`: the data port's TCP address, where a handler calls back (`context.rest_uri`) whichever socket
-        its request came in on (None: the address the request reached)."""
+        its request came in on (None: the address the request reached). `predictor`: how the model runs for a
+        request (`predictors.choose`, which the other settings feed when it is not given)."""
         if (runtime is None) == (models is None):
             raise ValueError("give a runtime (SingleModel) or models (MultiModel)")
         self.runtime = runtime
@@ -86,27 +85,16 @@ class ContainerApp:
         self.in_flight = 0
         self.invocations = 0
         self.refused = 0  # requests refused for a missing or bad hop signature
-        # The model runs on worker threads, at most `threads` requests (or batches) at a time, never on the event
-        # loop, so that a handler may call back into this server (the tensorflow stack's context.rest_uri).
-        # The limiter is created on first use: it needs the loop.
-        self.threads = threads
-        self._model_limiter: CapacityLimiter | None = None
-        self.batcher = (
-            Batcher(
-                runtime, batching, self._on_model_thread, observer=events, model_latency=model_latency, threads=threads
-            )
-            if runtime is not None and batching is not None
-            else None
+        self.predictor = predictor or predictors.choose(
+            runtime,
+            models,
+            threads=threads,
+            batching=batching,
+            inline_budget_s=inline_budget_s,
+            model_latency=model_latency,
+            events=events,
         )
         self.local_rest = LocalRest(runtime, data_url) if hasattr(runtime, "rest_call") else None
-        # Only a container that runs one prediction at a time anyway, with no user hooks per request (they may
-        # block, or call asyncio themselves) and no handler calling back into this server.
-        self.inline: InlineGate | None = None
-        if runtime is not None and threads == 1 and self.local_rest is None and not runtime.runs_request_hooks():
-            self.inline = InlineGate(inline_budget_s) if inline_budget_s > 0 else None
-            if self.inline is not None:
-                GC_CLOCK.install()
-        self._run_queue = RunQueueClock()
         self.app = serving_app(
             [
                 Route(protocol.PING_PATH, self.ping, methods=["GET"]),
@@ -157,62 +145,19 @@ class ContainerApp:
         return json_response(document)
 
     def _custom_metrics(self) -> dict[str, float]:
-        runtime = self.runtime
-        hook = runtime._hooks.get("autoscaling_metrics") if runtime is not None else None
-        if runtime is None or hook is None:
+        hook = self.runtime.hook("autoscaling_metrics") if self.runtime is not None else None
+        if hook is None:
             return {}
         try:
-            return {str(key): float(value) for key, value in (hook(runtime.model) or {}).items()}
+            return {str(key): float(value) for key, value in (hook() or {}).items()}
         except Exception:  # the model's own hook must not break the replica's reports
             logger.exception("container %s: autoscaling_metrics of the model failed", self.hostname)
             return {}
 
-    def _timed(self, call: Callable[[], tuple[bytes, str]], on_loop: bool = False) -> tuple[bytes, str]:
-        """Run the model on this thread, reporting its time (not the wait for the limiter) and, `on_loop`, the
-        time it spent waiting for anything but a core (`model_server.inline`)."""
-        gate = self.inline
-        started, computed = time.perf_counter(), time.thread_time() if gate is not None else 0.0
-        collected = GC_CLOCK() if gate is not None else 0.0
-        queued = self._run_queue() if on_loop else 0.0
-        try:
-            answer = call()
-        finally:
-            if gate is not None:  # a slow failure closes the gate as a slow answer does
-                cpu = time.thread_time() - computed
-                waited = time.perf_counter() - started - cpu if on_loop else None
-                if waited is not None and waited > gate.budget_s:  # only then ask how long it waited for a core
-                    waited -= self._run_queue() - queued
-                gate.record(cpu - (GC_CLOCK() - collected), waited)  # a collection it triggered is not its time
-        if self.model_latency is not None:  # a failed invocation reports none, as before
-            self.model_latency(time.perf_counter() - started)
-        return answer
-
-    async def _predict(self, call: Callable[[], tuple[bytes, str]]) -> tuple[bytes, str]:
-        """On the event loop while the gate is open, else on a model thread. One model-thread token bounds both:
-        a prediction runs on the loop at once when no prediction holds it, or else waits for it in line with the
-        thread's requests (under steady load there always is one waiting, and a fast model must not be sent back
-        to the thread for that alone)."""
-        gate = self.inline
-        if gate is not None and gate.open:
-            limiter = self._limiter()
-            if limiter.borrowed_tokens == 0:  # nothing else can run until this returns: no token needed
-                gate.inline += 1
-                return self._timed(call, on_loop=True)
-            async with limiter:
-                if gate.open:  # still, once it is this request's turn
-                    gate.inline += 1
-                    return self._timed(call, on_loop=True)
-                return await anyio.to_thread.run_sync(partial(self._timed, call))  # this request holds the token
-        return await self._on_model_thread(partial(self._timed, call))
-
-    def _limiter(self) -> CapacityLimiter:
-        if self._model_limiter is None:
-            self._model_limiter = CapacityLimiter(self.threads)
-        return self._model_limiter
-
-    async def _on_model_thread(self, call: Callable[[], Any]) -> Any:
-        """`call` on one of the model's worker threads (waiting for one to be free)."""
-        return await anyio.to_thread.run_sync(call, limiter=self._limiter())
+    @property
+    def inline(self) -> InlineGate | None:
+        """The gate that lets fast predictions run on the event loop (None when the predictor has none)."""
+        return self.predictor.gate
 
     async def invoke(self, request: Request) -> Response:
         self.in_flight += 1
@@ -237,21 +182,11 @@ class ContainerApp:
                 response = await self._stream(request, body, headers, context)
                 streaming = True  # in flight until the stream ends
                 return response
-            if self.models is not None:
-                out, content_type = await self.models.ainvoke(
-                    body, headers.get("content-type"), headers.get("accept"), context
-                )
-            else:
-                assert self.runtime is not None  # SingleModel
-                if self.local_rest is not None:
-                    context.local_api = self.local_rest.grant(request)
-                request_type, accept = headers.get("content-type"), headers.get("accept")
-                if self.batcher is not None and self.batcher.wants(request_type):
-                    out, content_type = await self.batcher.invoke(body, request_type, accept, context)
-                else:
-                    out, content_type = await self._predict(
-                        partial(self.runtime.invoke, body, request_type, accept, context)
-                    )
+            if self.local_rest is not None:
+                context.local_api = self.local_rest.grant(request)
+            out, content_type = await self.predictor.predict(
+                body, headers.get("content-type"), headers.get("accept"), context
+            )
             # A hook may set the answer's status and headers through the context, as on MMS / TorchServe.
             response_headers = {**context.response_headers, "content-type": content_type}
             if context.response_custom_attributes:

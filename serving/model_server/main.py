@@ -94,6 +94,7 @@ def _serve(config: dict):
     import socket
 
     from serving.http.server import BackgroundServer
+    from serving.model_server import predictors
     from serving.model_server.app import ContainerApp
     from serving.model_server.events import EventLog
     from serving.models.artifacts import materialize
@@ -106,6 +107,7 @@ def _serve(config: dict):
     events = EventLog()
     hop_key = bytes.fromhex(config["hop_key"])
     hostname, environment = config["hostname"], config["environment"]
+    log_stream = config.get("log_stream")
     if config["multi_model"] is not None:
         models = MultiModelHandler(
             config["image"],
@@ -118,23 +120,35 @@ def _serve(config: dict):
             **config["multi_model"],
         )
         app = ContainerApp(
-            None, hostname, models=models, hop_key=hop_key, events=events, log_stream=config.get("log_stream")
+            None,
+            hostname,
+            models=models,
+            hop_key=hop_key,
+            events=events,
+            log_stream=log_stream,
+            predictor=predictors.choose(models=models),
         )
     else:
         runtime = runtime_for(config["image"], materialize(config["model_data"]), environment)
         runtime.only_model_in_process = True
         runtime.load()
+        predictor = predictors.choose(  # how this container runs its model, chosen once: threads, inline, batching
+            runtime,
+            threads=runtime.prediction_threads(),
+            batching=batch_settings(environment),
+            inline_budget_s=inline_budget_s(environment),
+            model_latency=events.model_latency,
+            events=events,
+        )
         app = ContainerApp(
             runtime,
             hostname,
             model_latency=events.model_latency,
             hop_key=hop_key,
             events=events,
-            log_stream=config.get("log_stream"),
-            threads=runtime.prediction_threads(),
-            batching=batch_settings(environment),
-            inline_budget_s=inline_budget_s(environment),
+            log_stream=log_stream,
             data_url=config["data_url"],
+            predictor=predictor,
         )
     server = BackgroundServer(app, sock=listener, also=also)
     if not server.wait_started():

@@ -17,6 +17,7 @@ import importlib
 import inspect
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -139,6 +140,13 @@ class Runtime:
         self._hooks = self._code.hooks if self._code is not None else {}
         self._arity = {name: _parameter_count(function) for name, function in self._hooks.items()}  # once, not per call
         self._code_loaded = True
+
+    def hook(self, name: str) -> Callable[[], Any] | None:
+        """The script's `name` hook bound to the loaded model (`autoscaling_metrics`: `hook()` calls
+        `autoscaling_metrics(model)`), or None when the script defines none: what callers outside this package ask
+        instead of reading the runtime's fields."""
+        function = self._hooks.get(name)
+        return None if function is None else partial(function, self.model)
 
     def prediction_threads(self) -> int:
         """Predictions this container runs at once (`concurrency.model_threads`), once its script is loaded."""

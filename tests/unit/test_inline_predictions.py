@@ -1,4 +1,4 @@
-"""Fast predictions run on the container process's event loop (`model_server.inline`, `ContainerApp._predict`).
+"""Fast predictions run on the container process's event loop (`model_server.inline`, `predictors.Inline`).
 
 Real sklearn and python-stack runtimes behind the container app, driven over httpx's ASGI transport (the app
 runs in this test's event loop, on the main thread, so "on the loop" is "on the main thread").
@@ -207,7 +207,7 @@ def test_no_prediction_runs_on_the_loop_while_one_runs_on_a_thread(loaded, iris_
     async def run() -> list[httpx.Response]:
         await post_one_by_one(app, [body] * STREAK)
         assert app.inline is not None and app.inline.open
-        limiter = app._model_limiter
+        limiter = app.predictor.limiter()
         assert limiter is not None
         busy = threading.Event()
         await limiter.acquire_on_behalf_of(busy)  # a prediction on the thread, as far as the app can tell
@@ -261,7 +261,7 @@ def test_requests_queued_behind_a_threads_prediction_run_on_the_loop_in_turn(loa
         await post_one_by_one(app, [body] * STREAK)
         assert app.inline is not None and app.inline.open
         places = where_predictions_run(runtime)
-        limiter = app._model_limiter  # the first STREAK predictions ran on the thread
+        limiter = app.predictor.limiter()  # the first STREAK predictions ran on the thread
         assert limiter is not None
         busy = threading.Event()
         await limiter.acquire_on_behalf_of(busy)  # a prediction on the thread, as far as the app can tell
@@ -275,7 +275,7 @@ def test_requests_queued_behind_a_threads_prediction_run_on_the_loop_in_turn(loa
     responses, places = asyncio.run(run())
     assert [response.status_code for response in responses] == [200] * 5
     assert places == ["loop"] * 5
-    assert app._model_limiter is not None and app._model_limiter.borrowed_tokens == 0
+    assert app.predictor.limiter().borrowed_tokens == 0
 
 
 def test_a_garbage_collection_inside_a_prediction_does_not_close_the_gate(loaded, iris_classifier, iris) -> None:
