@@ -1,6 +1,6 @@
 """The `serving` command: validate specs, bring endpoints up on an embedded or existing Ray, and load-test them.
 
-One module per command group: `specs` (reading specs; `serving validate`), `up` (`serving up`), `control`
+One module per command group: `specs` (reading specs; `serving validate`), `up` (`serving up`), `apply`
 (`serving apply` / `serving delete` against a running server), `loadtest` (`serving loadtest`), `train`
 (`serving train`). Nothing here imports Ray until a command needs it (`serving.ray_wing`, only once specs and settings are known to be good).
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from serving.cli import control, loadtest, specs, train, up
+from serving.cli import apply, loadtest, specs, train, up
 from serving.cli.up import check_anonymous, example_calls
 
 __all__ = ["build_parser", "check_anonymous", "example_calls", "main"]
@@ -20,7 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     specs.add_parser(commands)
     up.add_parser(commands)
-    control.add_parsers(commands)
+    apply.add_parsers(commands)
     loadtest.add_parser(commands)
     train.add_parser(commands)
     return parser

@@ -73,8 +73,8 @@ def _api_settings(args: argparse.Namespace, port: int) -> dict[str, str | None]:
     from serving.access.identities import IdentitiesError, load_identities
     from serving.gateway.control_routes import control_token_file
     from serving.private_files import PrivateFileError, private_folder
+    from serving.sagemaker_api.database import default_state_file
     from serving.sagemaker_api.images import load_instance_types
-    from serving.sagemaker_api.state import default_state_file
 
     env = os.environ
     chosen: dict[str, str | None] = {}

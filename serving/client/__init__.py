@@ -9,7 +9,7 @@ See docs/client.md.
 
 from serving.client._clients import AsyncClient, Client
 from serving.client._core import InvokeResult, RetryPolicy
-from serving.client.errors import (
+from serving.client.exceptions import (
     AccessDenied,
     ConnectionFailed,
     InternalFailure,

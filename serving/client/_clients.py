@@ -21,7 +21,7 @@ from serving import protocol
 from serving.client import _core
 from serving.client._core import InvokeResult, RetryPolicy
 from serving.client.credentials import Authenticator, resolve
-from serving.client.errors import (
+from serving.client.exceptions import (
     ConnectionFailed,
     ServingClientError,
     ValidationError,

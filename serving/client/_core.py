@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
-from serving.client.errors import ServingClientError, error_from_response
+from serving.client.exceptions import ServingClientError, error_from_response
 from serving.protocol import (  # the wire protocol's header names, shared with the server
     CSV,
     CUSTOM_ATTRIBUTES,

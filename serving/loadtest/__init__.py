@@ -4,7 +4,7 @@ Locust monkey-patches the whole process with gevent when it is imported, and tha
 breaks (RecursionError in ssl) once urllib3 or botocore have been imported unpatched, which
 `serving.cli` already has. So the load test runs in a fresh interpreter
 (`python -m serving.loadtest`, see `__main__`) that imports Locust before anything else, and only
-`runner` and `__main__` import Locust. Everything else here (scenario math, options, the report)
+`locust_driver` and `__main__` import Locust. Everything else here (scenario math, options, the report)
 is plain Python, testable without Locust.
 """
 

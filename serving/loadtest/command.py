@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
 
     before = _read_invocations(plan) if args.metrics_check else None
     from serving.loadtest import (
-        runner,  # Locust, and gevent's monkey-patching, from here on
+        locust_driver,  # Locust, and gevent's monkey-patching, from here on
     )
 
     print(
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.web:
         print(f"Locust web UI: http://127.0.0.1:{args.web_port} (watch only: the harness drives the load)", flush=True)
-    result = runner.run_load(
+    result = locust_driver.run_load(
         plan,
         "main",
         plan.base_url,
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"baseline: the same load against {origin}{path}", flush=True)
         baseline_plan = dataclasses.replace(plan, auth=Anonymous())  # never send credentials to another server
         requests = {t: Prepared(path, p.headers, p.body) for t, p in plan.requests.items()}
-        baseline_result = runner.run_load(
+        baseline_result = locust_driver.run_load(
             baseline_plan, "baseline", origin, requests, origin, poll=False, on_progress=_progress
         )
 
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     print("report: " + ", ".join(str(p) for p in paths), flush=True)
     if args.web:
         print("Ctrl-C to close the web UI.", flush=True)
-        runner.serve_web_ui_until_interrupted()
+        locust_driver.serve_web_ui_until_interrupted()
     if document["totals"]["ok"] == 0:
         print("serving loadtest: no request succeeded", file=sys.stderr)
         return 1

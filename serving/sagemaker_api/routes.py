@@ -35,7 +35,7 @@ from serving.access.sigv4 import Authenticator, Caller
 from serving.errors import AccessDeniedError, ApiValidationError, UnknownApiOperationError
 from serving.gateway.invocation import BodyBudget
 from serving.gateway.router import raw_request
-from serving.sagemaker_api.autoscaling import AutoScalingApi
+from serving.sagemaker_api.application_autoscaling import AutoScalingApi
 from serving.sagemaker_api.endpoints import EndpointApi
 
 __all__ = ["AUTOSCALING_OPERATIONS", "MAX_BODY_BYTES", "SAGEMAKER_OPERATIONS", "ApiRoutes"]

@@ -19,10 +19,10 @@ from serving.errors import ApiValidationError, ResourceLimitExceededError
 from serving.gateway.variants import Front, VariantRoute
 from serving.protocol import VARIANT_SEPARATOR
 from serving.sagemaker_api import shapes
+from serving.sagemaker_api.database import ApiState
 from serving.sagemaker_api.images import InstanceType
 from serving.sagemaker_api.resources import Deployer, arn, page, sort_and_filter
 from serving.sagemaker_api.sealed import Sealer, masked
-from serving.sagemaker_api.state import ApiState
 from serving.sagemaker_api.translate import check_model, public_name, scaling_block, variant_spec
 
 __all__ = ["SageMakerApi"]

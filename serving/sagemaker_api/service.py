@@ -8,14 +8,14 @@ from starlette.routing import Route
 
 from serving.access.identities import load_identities
 from serving.gateway.invocation import BodyBudget
-from serving.sagemaker_api.autoscaling import AutoScalingApi
+from serving.sagemaker_api.application_autoscaling import AutoScalingApi
+from serving.sagemaker_api.database import ApiState
 from serving.sagemaker_api.endpoints import EndpointApi
 from serving.sagemaker_api.images import load_instance_types
 from serving.sagemaker_api.model_roots import check_model_roots
 from serving.sagemaker_api.resources import Deployer
 from serving.sagemaker_api.routes import ApiRoutes
 from serving.sagemaker_api.sealed import Sealer
-from serving.sagemaker_api.state import ApiState
 from serving.settings import ServerSettings
 
 __all__ = ["build_api"]

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from serving.training import artifacts
+from serving.training import versions
 from serving.training.data import DataPlan, plan_data
 from serving.training.recipe import Recipe, RecipeError, load_recipe
 
@@ -71,7 +71,7 @@ def run(
             "or list only torchscript"
         )
     root = Path(store) if store is not None else Path(recipe.output.store)
-    version = artifacts.open_version(root, recipe.name, resume)
+    version = versions.open_version(root, recipe.name, resume)
     setup: dict[str, Any] = {
         "recipe": recipe.to_record(),
         "features": list(plan.features),
@@ -87,7 +87,7 @@ def run(
             results = {None: _train_one(recipe, plan, setup, rows, version, on_ray)}
     wall = time.time() - started
     record = _record(recipe, plan, version, results, wall)
-    path = artifacts.publish(version, record)
+    path = versions.publish(version, record)
     shutil.rmtree(version.runs / version.run_name, ignore_errors=True)  # checkpoints of a finished run
     first = next(iter(results.values()))
     groups = [g for g in results if g is not None]
@@ -95,7 +95,7 @@ def run(
         name=recipe.name,
         version=version.number,
         path=path,
-        model_data_url=str(path.parent / artifacts.LATEST) + ("/" if groups else ""),
+        model_data_url=str(path.parent / versions.LATEST) + ("/" if groups else ""),
         metrics=record["metrics"],
         wall_s=wall,
         workers=recipe.workers.count,
@@ -126,7 +126,7 @@ def _stats(recipe: Recipe, x: np.ndarray) -> dict[str, Any]:
     }
 
 
-def _train_one(recipe: Recipe, plan: DataPlan, setup: dict, rows: Any, version: artifacts.Version, on_ray) -> dict:
+def _train_one(recipe: Recipe, plan: DataPlan, setup: dict, rows: Any, version: versions.Version, on_ray) -> dict:
     train, validation = on_ray.split_rows(rows, recipe.data.validation_fraction, recipe.seed)
     frame = train.to_pandas()
     if len(frame) < recipe.workers.count:
@@ -141,7 +141,7 @@ def _train_one(recipe: Recipe, plan: DataPlan, setup: dict, rows: Any, version: 
         final = on_ray.fit_data_parallel(setup, train, validation, version.runs, version.run_name)
         shutil.copytree(final, folder, dirs_exist_ok=True)
         result = json.loads((folder / "result.json").read_text())
-    artifacts.pack(folder / "export", artifacts.archive_path(version))
+    versions.pack(folder / "export", versions.archive_path(version))
     shutil.rmtree(folder / "export")  # in the archive; what stays is the training state, to fine-tune from
     return result
 
@@ -166,7 +166,7 @@ def _train_groups(recipe: Recipe, plan: DataPlan, setup: dict, frame: Any, versi
         jobs[name] = (group_setup, train, validation)
     results = on_ray.fit_per_model(jobs, version.staging / "groups")
     for name in results:
-        artifacts.pack(version.staging / "groups" / name / "export", artifacts.archive_path(version, name))
+        versions.pack(version.staging / "groups" / name / "export", versions.archive_path(version, name))
     shutil.rmtree(version.staging / "groups", ignore_errors=True)
     return results
 
@@ -185,7 +185,7 @@ def _record(recipe: Recipe, plan: DataPlan, version, results: dict, wall: float)
         "groups": sorted(results) if grouped else None,
         "recipe": recipe.to_record(),
         "data": plan.record(),
-        "code_version": artifacts.code_version(),
+        "code_version": versions.code_version(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "wall_time_s": round(wall, 3),
         "workers": recipe.workers.count,

@@ -86,7 +86,7 @@ def test_no_wire_fact_is_written_twice(path: Path) -> None:
 # The layer order, top first: a package imports only packages of layers below its own (at any depth, lazy imports
 # included), so that no arrow runs back up and no two packages need each other. docs/architecture.md draws it.
 LAYERS = (
-    ("cli",),
+    ("__init__", "cli"),  # serving/__init__.py: the public surface, loaded by name on first use
     ("ray_wing",),
     ("sagemaker_api",),
     ("gateway",),
@@ -108,7 +108,7 @@ def _unit(path: Path) -> str:
 
 
 def test_every_package_has_a_layer() -> None:
-    units = {_unit(path) for path in MODULES} - {"__init__"}
+    units = {_unit(path) for path in MODULES}
     assert units == set(LAYER_OF), f"place these in LAYERS: {sorted(units - set(LAYER_OF))}; gone: {sorted(set(LAYER_OF) - units)}"
 
 
@@ -122,3 +122,30 @@ def test_imports_follow_the_layer_order(path: Path) -> None:
                      and LAYER_OF[other] <= LAYER_OF[own]})
     assert not upward, (f"{path.relative_to(SERVING)} (layer {LAYER_OF[own] + 1}, {own}) imports {upward}: a package "
                         "may import only the layers below its own (tests/unit/test_layout.py LAYERS)")
+
+
+# One file name, one concept (issue 42): a module named as another package's is that module's concept, seen from
+# the other side, and says so here.
+SAME_CONCEPT = {
+    "streaming.py": "InvokeEndpointWithResponseStream: the gateway relays the stream a container process makes",
+    "requirements.py": "a model's code/requirements.txt: read at deploy time (control), checked at load (runtimes)",
+}
+
+
+def test_no_two_modules_share_a_name_unless_they_are_one_concept() -> None:
+    names: dict[str, list[str]] = {}
+    for path in MODULES:
+        if path.name not in ("__init__.py", "__main__.py"):
+            names.setdefault(path.name, []).append(str(path.relative_to(SERVING)))
+    shared = {name: paths for name, paths in names.items() if len(paths) > 1 and name not in SAME_CONCEPT}
+    assert not shared, f"rename one of each, or say in SAME_CONCEPT why they are one concept: {shared}"
+
+
+def test_the_package_declares_its_public_surface() -> None:
+    import importlib
+
+    import serving
+
+    assert serving.__all__, "serving/__init__.py names the public surface in __all__"
+    for name in serving.__all__:
+        assert getattr(importlib.import_module("serving"), name) is not None, name

@@ -199,7 +199,7 @@ LAST_LAUNCH_SCRIPT = textwrap.dedent('''
     import gevent
     from types import SimpleNamespace
     from serving.client.credentials import Anonymous
-    from serving.loadtest import runner
+    from serving.loadtest import locust_driver as runner
     from serving.loadtest.options import Plan, Prepared
     from serving.loadtest.recorder import RunResult
     from serving.loadtest.scenarios import Direct, Target

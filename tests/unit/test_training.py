@@ -174,26 +174,26 @@ def test_versions_publish_atomically_and_latest_is_a_model_data_url(tmp_path: Pa
     import tarfile
 
     from serving.models.artifacts import materialize
-    from serving.training import artifacts
+    from serving.training import versions
 
-    first = artifacts.open_version(tmp_path, "m", resume=False)
+    first = versions.open_version(tmp_path, "m", resume=False)
     export = tmp_path / "export"
     export.mkdir()
     (export / "model.onnx").write_bytes(b"onnx")
-    artifacts.pack(export, artifacts.archive_path(first))
-    artifacts.publish(first, {"name": "m"})
+    versions.pack(export, versions.archive_path(first))
+    versions.publish(first, {"name": "m"})
     assert os.readlink(tmp_path / "m" / "latest") == "1"
     with tarfile.open(tmp_path / "m" / "1" / "model.tar.gz") as tar:
         assert tar.getnames() == ["model.onnx"]  # the files at the root, as SageMaker packs model.tar.gz
     extracted = materialize(str(tmp_path / "m" / "latest"))
     assert (extracted / "model.onnx").read_bytes() == b"onnx"
 
-    second = artifacts.open_version(tmp_path, "m", resume=False)  # killed before publishing
+    second = versions.open_version(tmp_path, "m", resume=False)  # killed before publishing
     assert second.number == 2 and second.staging.is_dir()
-    assert artifacts.open_version(tmp_path, "m", resume=True) == second
-    assert artifacts.open_version(tmp_path, "m", resume=False).number == 3
+    assert versions.open_version(tmp_path, "m", resume=True) == second
+    assert versions.open_version(tmp_path, "m", resume=False).number == 3
     with pytest.raises(RecipeError, match="nothing to resume"):
-        artifacts.open_version(tmp_path, "other", resume=True)
+        versions.open_version(tmp_path, "other", resume=True)
 
 
 def test_an_sklearn_recipe_names_an_unknown_hyperparameter() -> None:
