@@ -24,7 +24,14 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     try:
         recipe = load_recipe(args.recipe)
-        run = train(recipe, store=args.store, address=args.address, resume=args.resume, profile=args.profile)
+        run = train(
+            recipe,
+            store=args.store,
+            address=args.address,
+            resume=args.resume,
+            profile=args.profile,
+            verbose=args.verbose,
+        )
     except RecipeError as error:
         print(f"{args.recipe}: INVALID", file=sys.stderr)
         for line in str(error).splitlines():
@@ -68,6 +75,11 @@ def add_parser(commands) -> None:
     )
     parser.add_argument("recipe", metavar="RECIPE.yaml")
     parser.add_argument("--store", metavar="DIR", help="model store folder (default: the recipe's output.store)")
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show Ray's own output too (its workers', Ray Train's and Ray Data's notices); it is always in Ray's log files",
+    )
     parser.add_argument("--address", metavar="ADDR", help="train on this Ray cluster (as `serving up --address`)")
     parser.add_argument(
         "--resume",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
@@ -10,7 +11,7 @@ import threading
 from pathlib import Path
 
 from serving.cli.specs import load_all
-from serving.config.spec import EndpointSpec, SpecError
+from serving.config.spec import ContainerSpec, EndpointSpec, SpecError
 from serving.settings import ServerSettings, is_loopback
 
 
@@ -36,31 +37,49 @@ def check_anonymous(specs: list[EndpointSpec], host: str, allow_anonymous: bool)
     )
 
 
+GENERIC_ROW = [[5.1, 3.5, 1.4, 0.2]]  # an iris row: the example input when a model says nothing of its own
+
+
+def example_input(container: ContainerSpec) -> list[list[float]]:
+    """A request body a container's model accepts, where it is known: a row of zeros as wide as the trainer's
+    `model.json` signature says (`serving train` writes one beside every model); else GENERIC_ROW."""
+    url = container.ModelDataUrl or ""
+    if "://" in url:
+        return GENERIC_ROW
+    try:
+        signature = json.loads((Path(url) / "model.json").read_text()).get("signature") or {}
+        width = int(signature["inputs"][0]["shape"][-1])
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return GENERIC_ROW
+    return [[0.0] * width] if 0 < width <= 4096 else GENERIC_ROW
+
+
 def example_calls(base_url: str, spec: EndpointSpec, region: str = "us-east-1") -> list[str]:
-    """Copy-pasteable calls for an endpoint, shown at start-up (with placeholders, never secrets)."""
+    """Copy-pasteable calls for an endpoint, shown at start-up (with placeholders, never secrets), each with an
+    input its container's model takes where one is known (`example_input`)."""
     url = f"{base_url}/endpoints/{spec.EndpointName}/invocations"
     lines = []
     secured = spec.AccessControl is not None
     bearer = " -H 'Authorization: Bearer <ApiKey>'" if secured else ""
-    targets = (
-        [None]
-        if spec.mode.value == "Serial" or len(spec.Containers) == 1
-        else [c.ContainerHostname for c in spec.Containers]
-    )
+    containers = {c.ContainerHostname: c for c in spec.Containers}
+    targets = [None] if spec.mode.value == "Serial" or len(spec.Containers) == 1 else list(containers)
+    first = spec.Containers[0]  # a Serial chain's input is its first container's
     for target in targets[:3]:
         header = f" -H 'X-Amzn-SageMaker-Target-Container-Hostname: {target}'" if target else ""
-        lines.append(f"curl -s {url} -H 'Content-Type: application/json'{header}{bearer} -d '[[5.1, 3.5, 1.4, 0.2]]'")
+        body = json.dumps(example_input(containers[target] if target else first))
+        lines.append(f"curl -s {url} -H 'Content-Type: application/json'{header}{bearer} -d '{body}'")
     target_arg = f", TargetContainerHostname='{targets[0]}'" if targets[0] else ""
     key, secret = ("<AccessKeyId>", "<SecretAccessKey>") if secured else ("x", "x")
     if secured:
         lines.append(
             f"(<ApiKey>, <AccessKeyId>, <SecretAccessKey>: a caller's credentials from {spec.AccessControl.IdentitiesFile if spec.AccessControl else ''})"
         )
+    body = json.dumps(example_input(containers[targets[0]] if targets[0] else first))
     lines.append(
         "python -c \"import boto3; rt = boto3.client('sagemaker-runtime', endpoint_url='" + base_url + "', "
         f"region_name='{region}', aws_access_key_id='{key}', aws_secret_access_key='{secret}'); "
         f"print(rt.invoke_endpoint(EndpointName='{spec.EndpointName}', ContentType='application/json', "
-        f"Body='[[5.1, 3.5, 1.4, 0.2]]'{target_arg})['Body'].read())\""
+        f"Body='{body}'{target_arg})['Body'].read())\""
     )
     return lines
 

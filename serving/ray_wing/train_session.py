@@ -19,7 +19,7 @@ import ray.data
 import ray.train
 from ray.experimental import tqdm_ray
 
-from serving.training.session import LocalSession, Progress, Shard
+from serving.training.session import LocalSession, Progress, Shard, say
 
 __all__ = ["RaySession", "model_task", "tensorflow_worker", "torch_worker", "xgboost_worker"]
 
@@ -57,6 +57,9 @@ class RaySession:
 
     def progress(self, total: int, desc: str) -> Progress:
         return tqdm_ray.tqdm(total=total, desc=desc)
+
+    def say(self, line: str) -> None:
+        say(line, self._setup.get("progress_file"))
 
 
 def quiet_data() -> None:
@@ -114,7 +117,7 @@ def run_local(setup: dict, shards: dict[str, Shard], out: Path) -> dict:
     module, function = LOOPS[setup["recipe"]["framework"]].split(":")
     loop = getattr(importlib.import_module(module), function)
     with tempfile.TemporaryDirectory(prefix="serving-model-") as scratch:
-        session = LocalSession(shards, checkpoint_root=Path(scratch))
+        session = LocalSession(shards, checkpoint_root=Path(scratch), progress_file=setup.get("progress_file"))
         loop(setup, session)
         final = session.latest_checkpoint()
         if final is None:

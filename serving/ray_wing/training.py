@@ -9,6 +9,7 @@ Train's storage (`storage`), which must be a folder every node can reach on a mu
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,32 +33,94 @@ def train(
     resume: bool = False,
     profile: bool = False,
     num_cpus: int | None = None,
+    verbose: bool = False,
 ) -> TrainingRun:
     """`serving train`: one run of `recipe` on Ray (embedded unless `address`), published under `store`
-    (`training.runner.run` with this module as its Ray)."""
+    (`training.runner.run` with this module as its Ray); `verbose`: Ray's own output on the console too."""
     import sys
 
-    return run(recipe, sys.modules[__name__], store, address, resume, profile, num_cpus)
+    return run(recipe, sys.modules[__name__], store, address, resume, profile, num_cpus, verbose)
 
 
 __all__ = ["fit_data_parallel", "fit_per_model", "ray_for_training", "read_rows", "split_rows", "train"]
 
 
 @contextmanager
-def ray_for_training(address: str | None, num_cpus: int | None = None) -> Iterator[None]:
-    """The embedded local Ray (workers' output shown: progress bars, per-epoch metrics), or a cluster."""
+def ray_for_training(
+    address: str | None, num_cpus: int | None = None, progress_file: str | None = None, verbose: bool = False
+) -> Iterator[None]:
+    """The embedded local Ray, or a cluster, while the run's progress lines (`progress_file`) are printed as they
+    come. Ray's own output (its workers', Ray Train's and Ray Data's notices) reaches the console only when
+    `verbose`; it is in the session's log files either way."""
+    global _state_api
     if address:
         connect_cluster(address)
-        try:
+        _state_api = True  # a cluster runs its dashboard, which serves the State API
+    else:
+        start_local_ray(num_cpus=num_cpus, log_to_driver=verbose)
+        _state_api = False
+    try:
+        with _printed(progress_file):
             yield
-        finally:
+    finally:
+        if address:
             ray.shutdown()
+        else:
+            stop_local_ray()
+
+
+@contextmanager
+def _printed(progress_file: str | None) -> Iterator[None]:
+    """Print the lines appended to `progress_file` while the block runs (polled twice a second), then the rest."""
+    if progress_file is None:
+        yield
         return
-    start_local_ray(num_cpus=num_cpus, log_to_driver=True)
+    done, offset = threading.Event(), [0]
+
+    def show() -> None:
+        try:
+            with open(progress_file, encoding="utf-8") as lines:
+                lines.seek(offset[0])
+                for line in iter(lines.readline, ""):
+                    if not line.endswith("\n"):
+                        break  # a line still being written: the next look takes it whole
+                    print(line, end="", flush=True)
+                    offset[0] = lines.tell()
+        except FileNotFoundError:
+            pass
+
+    def follow() -> None:
+        while not done.wait(0.5):
+            show()
+
+    follower = threading.Thread(target=follow, name="training-progress", daemon=True)
+    follower.start()
     try:
         yield
     finally:
-        stop_local_ray()
+        done.set()
+        follower.join(5)
+        show()
+
+
+# Ray Train V2's PlacementGroupCleaner asks the State API whether the train controller lives; the embedded Ray runs
+# no dashboard to serve it, and the cleaner, unable to tell, once removed the placement group under the running
+# workers ("The actor died unexpectedly"; the run went on only through max_failures). Its job, freeing a crashed
+# controller's workers, is the embedded Ray's shutdown here; on a cluster it stays.
+_state_api = True
+
+
+def _trainer(trainer_class: type) -> type:
+    """`trainer_class` as is, or, without a State API, without its PlacementGroupCleaner."""
+    if _state_api:
+        return trainer_class
+
+    class WithoutCleaner(trainer_class):  # a class chosen at run time
+        def _create_default_callbacks(self) -> list[Any]:
+            callbacks = super()._create_default_callbacks()
+            return [c for c in callbacks if type(c).__name__ != "PlacementGroupCleanerCallback"]
+
+    return WithoutCleaner
 
 
 def read_rows(plan: DataPlan) -> ray.data.Dataset:
@@ -114,19 +177,19 @@ def fit_data_parallel(setup: dict, train: Any, validation: Any, storage: Path, r
 
         from serving.ray_wing.train_session import torch_worker
 
-        trainer: Any = TorchTrainer(torch_worker, **common)
+        trainer: Any = _trainer(TorchTrainer)(torch_worker, **common)
     elif framework == "tensorflow":
         from ray.train.tensorflow import TensorflowTrainer
 
         from serving.ray_wing.train_session import tensorflow_worker
 
-        trainer = TensorflowTrainer(tensorflow_worker, **common)
+        trainer = _trainer(TensorflowTrainer)(tensorflow_worker, **common)
     else:
         from ray.train.xgboost import XGBoostTrainer
 
         from serving.ray_wing.train_session import xgboost_worker
 
-        trainer = XGBoostTrainer(xgboost_worker, **common)
+        trainer = _trainer(XGBoostTrainer)(xgboost_worker, **common)
     result = trainer.fit()
     if result.checkpoint is None:
         raise RuntimeError(f"the {framework} trainer finished without a final model (run {run_name} in {storage})")

@@ -55,10 +55,12 @@ def run(
     resume: bool = False,
     profile: bool = False,
     num_cpus: int | None = None,
+    verbose: bool = False,
 ) -> TrainingRun:
     """Train a recipe on Ray (embedded local Ray unless `address`) and publish STORE/NAME/VERSION. `on_ray`: what
     reads, splits and fits on Ray (`ray_for_training`, `read_rows`, `split_rows`, `fit_data_parallel`,
-    `fit_per_model`)."""
+    `fit_per_model`). The console shows the run's own progress (a line per epoch, from the workers' `say`);
+    `verbose` adds Ray's own output."""
     if not isinstance(recipe, Recipe):
         recipe = load_recipe(recipe)
     plan = plan_data(recipe.data)
@@ -77,9 +79,11 @@ def run(
         "features": list(plan.features),
         "label": plan.label,
         "profile_dir": str(version.staging / "timeline") if profile else None,
+        # the workers' progress lines, which the driver prints as they come (in the store: every node reaches it)
+        "progress_file": str(version.runs / f"{version.run_name}.progress"),
     }
     started = time.time()
-    with on_ray.ray_for_training(address, num_cpus=num_cpus):
+    with on_ray.ray_for_training(address, num_cpus=num_cpus, progress_file=setup["progress_file"], verbose=verbose):
         rows = on_ray.read_rows(plan)
         if plan.group_by is not None:
             results = _train_groups(recipe, plan, setup, rows.to_pandas(), version, on_ray)
@@ -89,6 +93,7 @@ def run(
     record = _record(recipe, plan, version, results, wall)
     path = versions.publish(version, record)
     shutil.rmtree(version.runs / version.run_name, ignore_errors=True)  # checkpoints of a finished run
+    Path(setup["progress_file"]).unlink(missing_ok=True)
     first = next(iter(results.values()))
     groups = [g for g in results if g is not None]
     return TrainingRun(

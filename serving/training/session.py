@@ -54,6 +54,10 @@ class WorkerSession(Protocol):
         """A progress bar shown on the driver's console."""
         ...
 
+    def say(self, line: str) -> None:
+        """One line of the run's progress (an epoch's metrics) for the driver's console."""
+        ...
+
 
 def label_indices(y: np.ndarray, classes: list[Any]) -> np.ndarray:
     """Class labels as indices into `classes` (the sorted distinct labels of the training rows)."""
@@ -91,6 +95,7 @@ class LocalSession:
     world_size: int = 1
     reports: list[dict[str, Any]] = field(default_factory=list)
     checkpoints: list[Path] = field(default_factory=list)
+    progress_file: str | None = None  # where `say` appends (the driver prints it), else this process's stdout
 
     def shard(self, name: str) -> Shard:
         return self.shards[name]
@@ -109,6 +114,19 @@ class LocalSession:
 
     def progress(self, total: int, desc: str) -> Progress:
         return _Bar(total, desc)
+
+    def say(self, line: str) -> None:
+        say(line, self.progress_file)
+
+
+def say(line: str, progress_file: str | None) -> None:
+    """Append `line` to the run's progress file, which the driver prints as it grows (one write: lines from
+    several processes do not interleave), or print it when there is none."""
+    if progress_file is None:
+        print(line, flush=True)
+        return
+    with open(progress_file, "a", encoding="utf-8") as out:
+        out.write(line + "\n")
 
 
 @contextmanager

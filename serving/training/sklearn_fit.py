@@ -51,10 +51,9 @@ def train_sklearn(setup: dict, session: WorkerSession) -> None:
         metrics = {"val_accuracy": float(np.mean(predicted == validation.y))}
     else:
         metrics = {"val_mse": float(np.mean((predicted - validation.y.astype(np.float64)) ** 2))}
-    print(
+    session.say(
         f"[serving train] {setup.get('group') or recipe['name']}: "
-        + ", ".join(f"{k} {v:.4g}" for k, v in metrics.items()),
-        flush=True,
+        + ", ".join(f"{k} {v:.4g}" for k, v in metrics.items())
     )
     signature = {
         "inputs": [

@@ -228,7 +228,7 @@ def train_tensorflow(setup: dict, session: WorkerSession) -> None:
     if resumed is not None:
         step = _restore(resumed / STATE_FILE, model, optimizer, strategy)
         if session.rank == 0:
-            print(f"[serving train] resumed from step {step} ({resumed.name})", flush=True)
+            session.say(f"[serving train] resumed from step {step} ({resumed.name})")
 
     timeline = Timeline(setup.get("profile_dir"), session.rank)
     timed_steps = 0
@@ -272,7 +272,7 @@ def train_tensorflow(setup: dict, session: WorkerSession) -> None:
             metrics.update(_evaluate(model, x_val, validation.y, setup))
             if session.rank == 0:
                 shown = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items())
-                print(f"[serving train] {recipe['name']}: {shown}", flush=True)
+                session.say(f"[serving train] {recipe['name']}: {shown}")
     timeline.write()
     if bar is not None:
         bar.close()

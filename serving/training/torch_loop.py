@@ -146,7 +146,7 @@ def train_torch(setup: dict, session: WorkerSession) -> None:
         schedule.load_state_dict(state["schedule"])
         step = int(state["step"])
         if session.rank == 0:
-            print(f"[serving train] resumed from step {step} ({resumed.name})", flush=True)
+            session.say(f"[serving train] resumed from step {step} ({resumed.name})")
 
     loss_fn = nn.CrossEntropyLoss() if classification else nn.MSELoss()
     totals: dict[str, float] = {}
@@ -200,7 +200,7 @@ def train_torch(setup: dict, session: WorkerSession) -> None:
             metrics.update(_evaluate(model, x_val, validation.y, setup, device))
             if session.rank == 0:
                 shown = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items())
-                print(f"[serving train] {setup.get('group') or recipe['name']}: {shown}", flush=True)
+                session.say(f"[serving train] {setup.get('group') or recipe['name']}: {shown}")
     if profiler is not None:
         profiler.stop()
     if bar is not None:

@@ -96,9 +96,8 @@ def train_xgboost(setup: dict, session: WorkerSession) -> None:
         metrics["val_accuracy"] = float(np.mean(chosen == label_indices(validation.y, setup["classes"])))
     if session.rank == 0:
         shown = ", ".join(f"{k} {v:.4g}" for k, v in metrics.items())
-        print(
-            f"[serving train] {setup.get('group') or recipe['name']}: {booster.num_boosted_rounds()} rounds, {shown}",
-            flush=True,
+        session.say(
+            f"[serving train] {setup.get('group') or recipe['name']}: {booster.num_boosted_rounds()} rounds, {shown}"
         )
     classification = setup["task"] == "classification"
     result = {

@@ -141,3 +141,21 @@ def test_a_model_whose_requirements_would_install_packages_exits_2_before_ray(sp
     error = capsys.readouterr().err
     assert "refusing to deploy: open: Containers[a].ModelDataUrl" in error
     assert "surely-not-installed-pkg==1.0" in error and "SERVING_ALLOW_MODEL_REQUIREMENTS=1" in error
+
+
+def test_example_calls_use_each_models_own_input_where_its_model_json_says(tmp_path: Path) -> None:
+    # Issue 42, item 8: the digits CNN was shown an iris row. `serving train` writes model.json beside every model.
+    from serving.config.spec import parse_spec
+
+    digits, other = tmp_path / "digits", tmp_path / "other"
+    digits.mkdir()
+    other.mkdir()
+    (digits / "model.json").write_text(json.dumps({"signature": {"inputs": [{"shape": [-1, 64]}]}}))
+    spec = parse_spec({"EndpointName": "e", "Containers": [
+        {"ContainerHostname": "digits", "Image": "python", "ModelDataUrl": str(digits)},
+        {"ContainerHostname": "other", "Image": "python", "ModelDataUrl": str(other)}]})
+    lines = example_calls("http://127.0.0.1:8080", spec)
+    digits_line = next(line for line in lines if "Hostname: digits'" in line)
+    assert json.loads(digits_line.split("-d '", 1)[1].rstrip("'")) == [[0.0] * 64]
+    other_line = next(line for line in lines if "Hostname: other'" in line)
+    assert "[[5.1, 3.5, 1.4, 0.2]]" in other_line  # nothing known: the generic row, as before
