@@ -17,11 +17,13 @@ demo: install
 	$(BIN)/python examples/train_demo.py
 	$(BIN)/python examples/demo.py
 
-# Every tier, by name (a bare `pytest` runs tests/unit only).
+# Every tier, by name (a bare `pytest` runs tests/unit only): the unit tier on both cores, then the tiers that share
+# one embedded Ray (one process), then the two-node cluster.
 TIERS := tests/unit tests/security tests/integration tests/e2e
 
 test: install lint prometheus
-	$(BIN)/python -m pytest $(TIERS)
+	$(BIN)/python -m pytest tests/unit -n 2
+	$(BIN)/python -m pytest tests/security tests/integration tests/e2e --durations=15
 	$(BIN)/python -m pytest -m multinode tests/multinode
 
 # The long real runs kept out of `make test` (and CI: 51 min without them, 65 with): the trainer's six recipes on
