@@ -79,6 +79,8 @@ def start_local_ray(num_cpus: int | None = None, log_to_driver: bool | None = No
     _use_token_auth()
     for name, value in EMBEDDED_RAY_ENVIRONMENT.items():  # read by the raylet ray.init starts, and its workers
         os.environ.setdefault(name, value)
+    if os.environ.get("SERVING_RAY_LOGS", "0") != "1":  # Serve's notices in this process ("Started Serve", ...)
+        logging.getLogger("ray.serve").setLevel(logging.WARNING)
     with _driver_directory():
         ray.init(
             address="local",

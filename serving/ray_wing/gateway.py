@@ -218,7 +218,10 @@ def start_gateway(settings: ServerSettings) -> str:
         ray_actor_options={"num_cpus": 0, "resources": ON_HEAD},
     )
     try:
-        handle = serve.run(gateway.bind(settings.model_dump()), name=GATEWAY_APP, route_prefix=None)
+        serve.run(gateway.bind(settings.model_dump()), name=GATEWAY_APP, route_prefix=None)
     except RuntimeError as error:
         raise RuntimeError(f"could not start the endpoint server on {settings.host}:{settings.port}: {error}") from None
-    return handle.url.remote().result(timeout_s=30)
+    # Its URL, as the gateway's server formats it, made here: a call through the handle would start a Serve router
+    # in this process, whose long poll of the controller fails noisily when Serve shuts down.
+    host = f"[{settings.host}]" if ":" in settings.host else settings.host
+    return f"http://{host}:{settings.port}"
