@@ -82,6 +82,7 @@ def run(
         # the workers' progress lines, which the driver prints as they come (in the store: every node reaches it)
         "progress_file": str(version.runs / f"{version.run_name}.progress"),
     }
+    version.runs.mkdir(parents=True, exist_ok=True)  # the progress file's folder, before any worker writes it
     started = time.time()
     with on_ray.ray_for_training(address, num_cpus=num_cpus, progress_file=setup["progress_file"], verbose=verbose):
         rows = on_ray.read_rows(plan)
