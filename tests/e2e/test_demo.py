@@ -34,3 +34,11 @@ def test_demo_trains_its_model_serves_the_endpoints_and_sample_calls_succeed():
     assert "botocore ValidationError" in output and "X-Amzn-SageMaker-Target-Container-Hostname" in output
     assert "mce-direct: InService" in output and "mce-serial: InService" in output and "mce-trained: InService" in output
     assert (ROOT / "model-store" / "digits-cnn" / "latest" / "model.json").is_file()
+    # Issue 42, item 8: the console reads as the project's own (Ray's chatter stays in its log files). On a fresh
+    # clone the demo trains the CNN first: then every epoch's line appears once (it appeared twice).
+    console = output + result.stderr
+    epochs = [line for line in output.splitlines() if line.startswith("[serving train] digits-cnn: epoch")]
+    assert len(epochs) == len(set(epochs)), epochs
+    for chatter in ("Reporting training result", "Checkpoint successfully created", "Connecting to existing Serve app",
+                    "State API may be temporarily unavailable", "SharedRouterLongPollClient"):
+        assert chatter not in console, chatter
