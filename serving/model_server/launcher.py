@@ -47,7 +47,12 @@ def main() -> int:
         "capabilities_dropped": report.capabilities_dropped,
         "closed_ports": report.closed_ports,
     }
-    stdin = os.memfd_create("serving-container-config")
+    if hasattr(os, "memfd_create"):  # Linux: a file in memory only, never on disk
+        stdin = os.memfd_create("serving-container-config")
+    else:  # macOS and the like (no sandbox there): an unlinked temporary file
+        import tempfile
+
+        stdin = os.dup(tempfile.TemporaryFile().fileno())
     os.write(stdin, json.dumps(config).encode())
     os.lseek(stdin, 0, os.SEEK_SET)
     os.dup2(stdin, 0)
