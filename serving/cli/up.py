@@ -257,6 +257,10 @@ def _api_access(settings: ServerSettings) -> str:
     if settings.api_identities:
         return f"calls signed by {settings.api_identities}'s identities"
     if settings.allow_anonymous_api:
+        from serving.model_server.sandbox import landlock_abi
+
+        if landlock_abi() < 4:  # no Landlock network rules: the server's port is not closed to container processes
+            return "anonymous calls from this machine (--allow-anonymous-api), model code included: this kernel cannot close the port to it"
         return "anonymous calls from this machine (--allow-anonymous-api)"
     return "every call refused (give --api-identities, or --allow-anonymous-api on loopback)"
 
