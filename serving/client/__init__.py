@@ -5,6 +5,9 @@
     print(client.invoke("mce-demo", [[5.1, 3.5, 1.4, 0.2]], target="iris").body)
 
 See docs/client.md.
+
+Modules: `_core` (what both clients share, no I/O), `_clients` (`Client`, `AsyncClient`), `credentials` (SigV4 or a
+bearer key), `exceptions` (one per error code, under one base).
 """
 
 from serving.client._clients import AsyncClient, Client

@@ -2,4 +2,10 @@
 InvokeEndpointAsync queue over it (`async_invocations`), the transport to container data ports, the relay of a
 response stream (`streaming`), and the control routes. Runs in the gateway replica; imports no Ray
 (the Ray wing builds it).
+
+Modules: `router` (the HTTP edge), `invocation` (InvokeEndpoint's steps), `variants` (which production variant
+runs), `transport` and `hop_client` (hops to replica data ports), `failures` (what a caller is told of a container's
+failure), `state` (a registry snapshot in, the request path's tables out), `async_invocations`
+(InvokeEndpointAsync), `streaming` (a response stream relayed), `control_routes` (`serving apply` / `delete` over
+HTTP).
 """

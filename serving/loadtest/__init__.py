@@ -6,6 +6,10 @@ breaks (RecursionError in ssl) once urllib3 or botocore have been imported unpat
 (`python -m serving.loadtest`, see `__main__`) that imports Locust before anything else, and only
 `locust_driver` and `__main__` import Locust. Everything else here (scenario math, options, the report)
 is plain Python, testable without Locust.
+
+Modules: `command` (start to finish), `options` (arguments to a plan), `scenarios` (what each scenario sends),
+`locust_driver` (every use of Locust), `recorder` (raw outcomes), `report` and `plots` (report.json, the summary,
+report.html), `probe` (the server's description and metrics).
 """
 
 from __future__ import annotations

@@ -1,4 +1,9 @@
 """The model server: the process where a container's model loads and tenant code runs (`main`), its data
 port app (`app`, with `streaming` for a streamed answer), its sandbox (`sandbox`), the supervisor side that starts and watches it (`supervisor`)
 and its metric events (`events`). No Ray: the process must hold no cluster credentials.
+
+Modules: `launcher` (confine, then `exec` the model server), `main` (the model server's entry), `app` (the data
+port), `predictors` (how a request's prediction runs, chosen once), `batching` and `inline` (two of those ways),
+`streaming` (a streamed answer), `tfs_rest` (the tensorflow stack's `context.rest_uri`), `sandbox` (Landlock,
+seccomp, no privileges), `supervisor` (the replica's side), `events` (metric events for the supervisor).
 """

@@ -6,6 +6,11 @@ Serve replica; `gateway` runs the endpoint HTTP server as a Serve replica; `serv
 statuses; `autoscaler` is the policy Serve's controller calls; `replica_metrics` records through Ray's
 metrics API; `operations` is what the CLI and tests call (deploy, delete, describe, shut down);
 `embedded` is the one embedded server, as a context manager.
+
+Modules: `cluster` (start or join Ray), `names` (Ray names the wing shares), `registry` (the routing table's actor),
+`replica` (a container replica), `gateway` (the gateway replica), `serve_status`, `autoscaler`, `replica_metrics`,
+`operations` (deploy, delete, describe), `embedded` (the one embedded server), `training` and `train_session`
+(`serving train`'s driver and worker sides).
 """
 
 from __future__ import annotations
