@@ -6,6 +6,7 @@ from typing import Any
 
 from serving.autoscaling.config import serve_autoscaling_config
 from serving.config.spec import ContainerSpec, EndpointSpec
+from serving.control.records import ContainerPlan, RegistryRecord
 from serving.control.rollout import (
     plan_version,
 )
@@ -14,7 +15,7 @@ from serving.protocol import RAY_NAMESPACE, REGISTRY_ACTOR
 from serving.settings import ServerSettings
 
 
-def container_plan(spec: EndpointSpec, container: ContainerSpec, settings: ServerSettings) -> dict[str, Any]:
+def container_plan(spec: EndpointSpec, container: ContainerSpec, settings: ServerSettings) -> ContainerPlan:
     """Everything one container's replicas are built from (its version is a digest of this)."""
     resources = container.Resources
     actor_options: dict[str, Any] = {"num_cpus": resources.Cpus, "num_gpus": resources.Gpus}
@@ -57,7 +58,7 @@ def container_plan(spec: EndpointSpec, container: ContainerSpec, settings: Serve
     }
 
 
-def endpoint_record(spec: EndpointSpec, settings: ServerSettings) -> dict[str, Any]:
+def endpoint_record(spec: EndpointSpec, settings: ServerSettings) -> RegistryRecord:
     """The registry's record of a spec: what the router and descriptions need, and each container's plan."""
     plans = {c.ContainerHostname: container_plan(spec, c, settings) for c in spec.Containers}
     return {

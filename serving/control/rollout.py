@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from serving.control.records import ContainerPlan, EndpointUpdate, RegistryRecord
+
 __all__ = [
     "APP_SEPARATOR",
     "Deploy",
@@ -74,7 +76,7 @@ class Deploy:
     endpoint: str
     container: str
     version: str
-    plan: dict[str, Any]
+    plan: ContainerPlan
 
 
 @dataclass(frozen=True)
@@ -87,11 +89,11 @@ class EndpointState:
     """What the registry keeps of one endpoint (persisted as plain data)."""
 
     name: str
-    desired: dict[str, Any]  # a record: routing fields, "containers" with "Version", "plans" by hostname
-    active: dict[str, Any] | None = None
-    update: dict[str, Any] = field(default_factory=dict)  # Status, FailureReason, StartedAt, FinishedAt
+    desired: RegistryRecord
+    active: RegistryRecord | None = None
+    update: EndpointUpdate = field(default_factory=lambda: EndpointUpdate())
 
-    def routing(self) -> dict[str, Any]:
+    def routing(self) -> RegistryRecord:
         """The record the gateway routes with: the active one, or the desired one while it is first created."""
         return self.active if self.active is not None else self.desired
 
@@ -105,15 +107,15 @@ class EndpointState:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> EndpointState:
-        return cls(data["name"], data["desired"], data.get("active"), dict(data.get("update") or {}))
+        return cls(data["name"], data["desired"], data.get("active"), EndpointUpdate(**(data.get("update") or {})))
 
 
-def versions(record: Mapping[str, Any] | None) -> dict[str, str]:
+def versions(record: RegistryRecord | None) -> dict[str, str]:
     """Container hostname -> version of a record."""
-    return {c["ContainerHostname"]: c["Version"] for c in (record or {}).get("containers", [])}
+    return {c["ContainerHostname"]: c["Version"] for c in (record["containers"] if record else [])}
 
 
-def apps_of(name: str, record: Mapping[str, Any] | None) -> set[str]:
+def apps_of(name: str, record: RegistryRecord | None) -> set[str]:
     return {app_name(name, host, version) for host, version in versions(record).items()}
 
 

@@ -14,6 +14,7 @@ import ray
 from ray import serve
 
 from serving.control import rollout
+from serving.control.records import EndpointUpdate, RegistryRecord
 from serving.control.rollout import (
     Delete,
     Deploy,
@@ -207,7 +208,7 @@ class Registry:
             self._bump()
         return True
 
-    def put_endpoint(self, token: str, record: dict[str, Any]) -> int | bool:
+    def put_endpoint(self, token: str, record: RegistryRecord) -> int | bool:
         """Make `record` the endpoint's desired state: created, or updated blue/green (same record: no-op).
 
         Returns the update's generation (its description's LastUpdate.Generation), False if refused.
@@ -220,12 +221,14 @@ class Registry:
             if state is not None and state.desired == record and state.update.get("Status") != "Failed":
                 return state.update.get("Generation", 1)
             generation = (state.update.get("Generation", 0) if state is not None else 0) + 1
-            update = {"Status": "InProgress", "StartedAt": time.time(), "FailureReason": None, "Generation": generation}
+            update = EndpointUpdate(
+                Status="InProgress", StartedAt=time.time(), FailureReason=None, Generation=generation
+            )
             if state is None:
                 state = self.states[name] = EndpointState(name, record, None, update)
             else:
                 state.desired, state.update = record, update
-            if state.active is None or state.active.get("containers") != record.get("containers"):
+            if state.active is None or state.active["containers"] != record["containers"]:
                 self.scaling.pop(name, None)  # a new spec starts a new history
                 self._store.delete(_KV_SCALING, name)
             self._store.put(_KV_ENDPOINT, name, state.to_dict())

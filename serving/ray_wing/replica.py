@@ -213,7 +213,7 @@ def deploy_container(action: Deploy) -> None:
         sandbox=plan["sandbox"],
         working_dir=plan["working_dir"],
         gpus=plan["gpus"],
-        closed_ports=plan.get("closed_ports", ()),
+        closed_ports=plan["closed_ports"],
         autoscaled="autoscaling_config" in plan["count"],
     )
     _run_many(
