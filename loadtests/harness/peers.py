@@ -1,6 +1,6 @@
 """The servers benchmarks compare ours with: the floor (the model in-process behind a bare Starlette app,
-loadtests/floor_server.py), the floor behind the cheapest proxy (loadtests/proxy_floor.py) and MLServer with
-its scikit-learn runtime, in a virtual environment of its own."""
+`floor_server`), the floor behind the cheapest proxy (`proxy_floor`) and MLServer with its scikit-learn runtime,
+in a virtual environment of its own."""
 
 from __future__ import annotations
 
@@ -26,10 +26,11 @@ MLSERVER_VERSION = "1.7.1"
 MLSERVER_MODEL = "iris"
 
 
-def _start_port_printer(processes: Processes, script: str, args: list[str], name: str,
+def _start_port_printer(processes: Processes, module: str, args: list[str], name: str,
                         log: Path) -> tuple[subprocess.Popen, str]:
-    """Start a loadtests/ server that prints its port on its first stdout line; wait until it answers /ping."""
-    process = processes.start([sys.executable, str(ROOT / "loadtests" / script), *args],
+    """Start a harness server (`python -m module`) that prints its port on its first stdout line; wait until it
+    answers /ping."""
+    process = processes.start([sys.executable, "-m", module, *args], cwd=ROOT,
                               stdout=subprocess.PIPE, stderr=open(log, "wb"), text=True)
     line = wait_until(f"{name} port", lambda: process.stdout.readline().strip() or process.poll() is not None,
                       timeout=60)
@@ -41,13 +42,13 @@ def _start_port_printer(processes: Processes, script: str, args: list[str], name
 
 
 def start_floor(processes: Processes, paths: dict[str, Path], logs: Path) -> tuple[subprocess.Popen, str]:
-    return _start_port_printer(processes, "floor_server.py", [str(paths["joblib"])], "floor server",
+    return _start_port_printer(processes, "loadtests.harness.floor_server", [str(paths["joblib"])], "floor server",
                                logs / "floor.log")
 
 
 def start_proxy_floor(processes: Processes, floor_url: str, logs: Path) -> tuple[subprocess.Popen, str]:
-    """The two-process floor: loadtests/proxy_floor.py forwarding to the floor at `floor_url`."""
-    return _start_port_printer(processes, "proxy_floor.py", [floor_url.rsplit(":", 1)[1]],
+    """The two-process floor: `proxy_floor` forwarding to the floor at `floor_url`."""
+    return _start_port_printer(processes, "loadtests.harness.proxy_floor", [floor_url.rsplit(":", 1)[1]],
                                "proxy in front of the floor", logs / "proxy-floor.log")
 
 

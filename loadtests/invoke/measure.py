@@ -132,9 +132,9 @@ def inline_counts(url: str, endpoint: str, container: str) -> Callable[[], tuple
 
 def router_hop(url: str, body: str, seconds: float, headers: dict[str, str]) -> dict[str, float]:
     """Sequential POSTs with the router's hop client (serving.gateway.hop_client on uvloop), from a fresh process."""
-    args = [sys.executable, str(ROOT / "loadtests" / "hop_client.py"), url, body, str(seconds), json.dumps(headers)]
+    args = [sys.executable, "-m", "loadtests.harness.hop_client", url, body, str(seconds), json.dumps(headers)]
     try:
-        done = subprocess.run(args, capture_output=True, text=True, timeout=seconds + 60)
+        done = subprocess.run(args, capture_output=True, text=True, timeout=seconds + 60, cwd=ROOT)
     except subprocess.TimeoutExpired:
         raise BenchError("the router hop measurement did not finish") from None
     if done.returncode != 0:

@@ -1,14 +1,14 @@
 """The benchmark's two-process floor: the cheapest honest Python proxy in front of the floor server.
 
-Run by loadtests/bench_invoke.py in a subprocess, once the floor (loadtests/floor_server.py) serves:
+Run by bench_invoke in a subprocess, once the floor (`loadtests.harness.floor_server`) serves:
 
-    python loadtests/proxy_floor.py FLOOR_PORT
+    python -m loadtests.harness.proxy_floor FLOOR_PORT
 
 It binds 127.0.0.1 on a free port, prints that port on its first stdout line, and forwards every
 `POST /invocations` to the floor on 127.0.0.1:FLOOR_PORT (body, Content-Type and Accept), answering
 with the floor's status, body and Content-Type. Server: uvicorn with httptools and uvloop and a bare
 Starlette route, as the floor. Client: this project's hop client (`serving.gateway.hop_client`, pooled
-keep-alive connections over TCP), the cheapest Python HTTP client measured here (docs/performance.md).
+keep-alive connections over TCP), the cheapest Python HTTP client measured here (docs/benchmarks/bench_invoke.md).
 
 Nothing else: no authentication, no routing table, no signed hop, no metrics, no limits. Our endpoint
 puts its gateway in a process of its own in front of every container (the containers run tenant code
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import socket
 import sys
-from pathlib import Path
 
 import uvicorn
 from starlette.applications import Starlette
@@ -29,9 +28,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from serving.gateway.hop_client import HopClient  # noqa: E402
+from serving.gateway.hop_client import HopClient
 
 FORWARDED = ("content-type", "accept")
 

@@ -1,8 +1,9 @@
 """The benchmark's floor: one model called in-process behind a bare Starlette app.
 
-Run by loadtests/bench_invoke.py in a subprocess:
+Run by bench_invoke and bench_harness in a subprocess (and by hand as `serving loadtest`'s baseline,
+docs/loadtest.md):
 
-    python loadtests/floor_server.py MODEL.joblib
+    python -m loadtests.harness.floor_server MODEL.joblib
 
 It binds 127.0.0.1 on a free port, prints that port on its first stdout line, and
 serves `POST /invocations` with the same JSON our endpoint takes (`[[...]]` rows in,

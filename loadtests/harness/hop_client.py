@@ -1,10 +1,10 @@
 """One router hop, measured alone: sequential POSTs with the gateway's own hop client
 (`serving.gateway.hop_client`) on uvloop to a container's data port.
 
-Run by loadtests/bench_invoke.py in a fresh process (not the Ray driver, whose threads
+Run by bench_invoke in a fresh process (not the Ray driver, whose threads
 would compete for the GIL):
 
-    python loadtests/hop_client.py URL BODY SECONDS [HEADERS_JSON]
+    python -m loadtests.harness.hop_client URL BODY SECONDS [HEADERS_JSON]
 
 Prints one JSON line: requests, p50_ms, p99_ms, mean_ms, cpu_us (this process's CPU per request).
 Compared with wrk's latency on the same port, it shows what the router's HTTP client adds to each hop.
@@ -18,13 +18,10 @@ import statistics
 import sys
 import time
 import urllib.parse
-from pathlib import Path
 
 import uvloop
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from serving.gateway.hop_client import HopClient  # noqa: E402
+from serving.gateway.hop_client import HopClient
 
 
 async def measure(url: str, body: bytes, seconds: float, headers: dict[str, str]) -> tuple[list[float], float]:
