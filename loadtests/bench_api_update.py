@@ -1,6 +1,6 @@
 """UpdateEndpoint through the SageMaker API under constant load, against `serving apply`'s update as the baseline.
 
-    .venv/bin/python loadtests/bench_api_update.py [--rate 40] [--write-docs]
+    .venv/bin/python -m loadtests.bench_api_update [--rate 40] [--write-docs]
 
 One embedded server. Two endpoints serve the same one-container Python model (a few ms of work): `apply-ep`
 from a spec, `api-ep` created with boto3 (create_model -> create_endpoint_config -> create_endpoint). Each is
@@ -24,11 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from loadtests.harness.results import command_line, machine_facts, write_results, write_section  # noqa: E402
-from loadtests.harness.servers import in_process  # noqa: E402
+from loadtests.harness.results import ROOT, command_line, machine_facts, write_results, write_section
+from loadtests.harness.servers import in_process
 
 RESULTS = ROOT / "loadtests" / "results" / "bench_api_update.json"
 DOCS = ROOT / "docs" / "sagemaker-api.md"
@@ -212,7 +209,7 @@ def main() -> int:
     else:
         results = run(args.rate)
         results["machine"] = machine_facts()
-        results["command"] = command_line("loadtests/bench_api_update.py")
+        results["command"] = command_line(__file__)
         write_results(RESULTS, results)
     print(json.dumps(results["ratios"], indent=2))
     if args.write_docs:

@@ -1,6 +1,6 @@
 """Traffic shift at constant volume: per-container target tracking against endpoint-level scaling.
 
-    .venv/bin/python loadtests/bench_autoscaling.py [--rate 30] [--duration 180] [--write-docs]
+    .venv/bin/python -m loadtests.bench_autoscaling [--rate 30] [--duration 180] [--write-docs]
 
 One endpoint `shift` with two Python containers: `heavy` takes HEAVY_MS per request without using the CPU (a
 model waiting on an accelerator or a remote feature store: each replica serves one request at a time, so
@@ -27,12 +27,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from loadtests.harness.loadtest import run_loadtest  # noqa: E402
-from loadtests.harness.results import write_results, write_section  # noqa: E402
-from loadtests.harness.servers import embedded_endpoint  # noqa: E402
+from loadtests.harness.loadtest import run_loadtest
+from loadtests.harness.results import ROOT, write_results, write_section
+from loadtests.harness.servers import embedded_endpoint
 
 RESULTS = ROOT / "loadtests" / "results" / "bench_autoscaling.json"
 PLOT = ROOT / "docs" / "images" / "autoscaling-shift.png"
@@ -162,7 +159,7 @@ def render(result: dict[str, Any]) -> str:
     return "\n".join([
         "## Measured: traffic shift",
         "",
-        f"`.venv/bin/python loadtests/bench_autoscaling.py --rate {p['rate']:g} --duration {p['duration']:g} --write-docs` "
+        f"`.venv/bin/python -m loadtests.bench_autoscaling --rate {p['rate']:g} --duration {p['duration']:g} --write-docs` "
         "(one run; raw numbers in",
         "`loadtests/results/bench_autoscaling.json`). One endpoint, two Python containers: `heavy` takes "
         f"{p['heavy_ms']:g} ms per request without using the CPU (waiting, as on an accelerator or a remote store; "

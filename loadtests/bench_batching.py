@@ -1,8 +1,8 @@
 """Batching and model threads: one MLP under concurrent single-row requests, in process and over HTTP.
 
-    .venv/bin/python loadtests/bench_batching.py http --out DIR [--duration 15] [--wait-quiet 60] [--write-docs]
-    .venv/bin/python loadtests/bench_batching.py run --out DIR [--seconds 5] [--clients 32] [--cpus 2]
-    .venv/bin/python loadtests/bench_batching.py docs DIR/bench_batching.json   # its part of docs/performance.md
+    .venv/bin/python -m loadtests.bench_batching http --out DIR [--duration 15] [--wait-quiet 60] [--write-docs]
+    .venv/bin/python -m loadtests.bench_batching run --out DIR [--seconds 5] [--clients 32] [--cpus 2]
+    .venv/bin/python -m loadtests.bench_batching docs DIR/bench_batching.json   # its part of docs/performance.md
 
 `http` (the issue's benchmark, loadtests/batching/over_http.py): an MLP of 1.3 M parameters as TorchScript and
 ONNX, served by our endpoint (pytorch and onnx stacks, through the gateway) and by MLServer 1.7.1 (a custom
@@ -31,13 +31,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from loadtests.batching.over_http import WIDTHS, build_models  # noqa: E402
-from loadtests.harness.cpu import OTHER  # noqa: E402
-from loadtests.harness.results import machine_facts, write_results, write_section  # noqa: E402
+from loadtests.batching.over_http import WIDTHS, build_models
+from loadtests.harness.cpu import OTHER
+from loadtests.harness.results import ROOT, machine_facts, write_results, write_section
 
 CASES = [  # (label, threads, max batch size or None, max delay ms)
     ("1 thread, no batching", 1, None, 0.0),
@@ -239,7 +235,7 @@ def render(report: dict[str, Any]) -> str:
     lines = [
         "### Measured: one pytorch replica under concurrent single-row requests",
         "",
-        f"`loadtests/bench_batching.py` on {machine['nproc']} cores ({machine['cpu_model']}), torch {report['torch']}, "
+        f"`python -m loadtests.bench_batching run` on {machine['nproc']} cores ({machine['cpu_model']}), torch {report['torch']}, "
         f"`SERVING_CPUS` {report['cpus']}: an MLP {' -> '.join(map(str, report['widths']))}, "
         f"{report['clients']} concurrent callers over httpx's ASGI transport (in process, no network, no Ray), "
         f"{report['seconds']:g} s per case; load average at the end {' '.join(report['load_average'])}.",

@@ -1,6 +1,6 @@
 """Consolidation benchmark: one 15-container endpoint against fifteen single-model endpoints.
 
-    .venv/bin/python loadtests/bench_consolidation.py [--out FILE.json] [--write-docs]
+    .venv/bin/python -m loadtests.bench_consolidation [--out FILE.json] [--write-docs]
                                                       [--scenarios consolidated,separate-endpoints,separate-servers]
 
 Serves the fifteen models of examples/fifteen.yaml (trained by examples/train_hetero.py from
@@ -44,14 +44,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from loadtests.consolidation.report import SCENARIOS, docs_section, summarize  # noqa: E402
-from loadtests.harness.models import hetero_models  # noqa: E402
-from loadtests.harness.proctree import idle_cpu, parent_of, process_tree, smaps  # noqa: E402
-from loadtests.harness.results import package_versions, write_section  # noqa: E402
-from loadtests.harness.stats import answers_match  # noqa: E402
+from loadtests.consolidation.report import SCENARIOS, docs_section, summarize
+from loadtests.harness.models import hetero_models
+from loadtests.harness.proctree import idle_cpu, parent_of, process_tree, smaps
+from loadtests.harness.results import ROOT, package_versions, write_section
+from loadtests.harness.stats import answers_match
 
 FIFTEEN_SPEC = ROOT / "examples" / "fifteen.yaml"
 READY_TIMEOUT_S = 600
@@ -182,7 +179,7 @@ def _spawn(scenario: str, models: Path, containers: list[dict[str, Any]], workdi
     result_file = workdir / f"{tag}.result.json"
     log_file = workdir / f"{tag}.log"
     spec_file.write_text(json.dumps(containers))
-    command = [sys.executable, __file__, "--child", scenario, "--models", str(models), "--containers", str(spec_file),
+    command = [sys.executable, "-m", "loadtests.bench_consolidation", "--child", scenario, "--models", str(models), "--containers", str(spec_file),
                "--result", str(result_file)]
     timeout = 240 + 40 * len(containers)
     for attempt in range(1, attempts + 1):

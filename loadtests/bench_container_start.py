@@ -1,6 +1,6 @@
 """Container process start: CPU-seconds and memory of each of the fifteen example's container processes, against a baseline tree.
 
-    .venv/bin/python loadtests/bench_container_start.py --baseline REV [--rounds 2] [--only tensorflow] [--write-docs]
+    .venv/bin/python -m loadtests.bench_container_start --baseline REV [--rounds 2] [--only tensorflow] [--write-docs]
 
 Half of the fifteen-container endpoint's start-up CPU is its container processes (framework imports and model
 loads; docs/performance.md, Idle cost and start-up), and on 2 cores start-up is CPU-bound. This measures that
@@ -26,12 +26,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from loadtests.bench_consolidation import FIFTEEN_SPEC  # noqa: E402
-from loadtests.harness.models import hetero_models  # noqa: E402
-from loadtests.harness.results import (  # noqa: E402
+from loadtests.bench_consolidation import FIFTEEN_SPEC
+from loadtests.harness.models import hetero_models
+from loadtests.harness.results import (
+    ROOT,
     command_line,
     machine_facts,
     run_line,
@@ -42,13 +40,13 @@ from loadtests.harness.results import (  # noqa: E402
 RESULTS = ROOT / "loadtests" / "results" / "bench_container_start.json"
 DOCS = ROOT / "docs" / "performance.md"
 
-# Runs in a fresh interpreter with the measured tree first on sys.path: start one container process, measure it.
+# Runs in a fresh interpreter started in the measured tree (`python -c` imports from its working directory
+# first): start one container process, measure it.
 _PROBE = r"""
 import json, os, sys, time, urllib.request
-sys.path.insert(0, sys.argv[1])
 from serving.model_server.supervisor import ContainerConfig, ContainerProcess
 from serving.trust import hops
-container = json.loads(sys.argv[2])
+container = json.loads(sys.argv[1])
 key = b"k" * 32
 # As on a replica: the endpoint server's port closed to the process (trees before that had no such setting).
 closed = {"closed_ports": (8080,)} if "closed_ports" in ContainerConfig.__dataclass_fields__ else {}
@@ -71,7 +69,7 @@ with urllib.request.urlopen(request, timeout=60) as answer:
     status = answer.status
 process.stop()
 supervisor = sys.modules[ContainerProcess.__module__].__file__
-assert supervisor.startswith(sys.argv[1]), supervisor  # the tree measured, not the installed one
+assert supervisor.startswith(os.getcwd()), supervisor  # the tree measured, not the installed one
 print(json.dumps({"ready_s": ready_s, "cpu_s": cpu_s, "pss_mib": pss_kb / 1024, "status": status}))
 """
 
@@ -95,8 +93,8 @@ def containers(models: Path) -> list[dict[str, Any]]:
 
 
 def start_one(tree: Path, container: dict[str, Any]) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, "-c", _PROBE, str(tree), json.dumps(container)],
-                          capture_output=True, text=True, timeout=600, cwd=tempfile.gettempdir())
+    done = subprocess.run([sys.executable, "-c", _PROBE, json.dumps(container)],
+                          capture_output=True, text=True, timeout=600, cwd=tree)
     if done.returncode != 0:
         raise RuntimeError(f"{container['hostname']} in {tree}: {done.stderr[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])

@@ -1,7 +1,7 @@
 """GPU benchmark: the pytorch and onnx stacks on CUDA against the same stacks on the CPU.
 
-    python loadtests/bench_gpu.py run --out DIR [--cpus 4] [--seconds 5]   # on a machine with a GPU
-    .venv/bin/python loadtests/bench_gpu.py docs DIR/bench_gpu.json         # writes its part of docs/performance.md
+    python -m loadtests.bench_gpu run --out DIR [--cpus 4] [--seconds 5]   # on a machine with a GPU
+    .venv/bin/python -m loadtests.bench_gpu docs DIR/bench_gpu.json         # writes its part of docs/performance.md
 
 `run` builds two models with torch (no downloads), saves each as TorchScript (`model.pt`, the
 pytorch stack) and as ONNX (`model.onnx`, the onnx stack), loads them through this project's
@@ -31,9 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from loadtests.harness.results import ROOT
 
 MODELS = {  # name -> layer widths
     "iris-mlp": [4, 64, 3],
@@ -111,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {
-        "command": " ".join(["python", "loadtests/bench_gpu.py", *sys.argv[1:]]),
+        "command": " ".join(["python", "-m", "loadtests.bench_gpu", *sys.argv[1:]]),
         "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "machine": {"nproc": os.cpu_count(), "cpu": platform.processor() or platform.machine(),
                     "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,

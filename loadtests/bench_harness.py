@@ -1,9 +1,9 @@
 """The load-test harness's benchmark mode: our endpoint against a floor, in one run, as ratios.
 
-    .venv/bin/python loadtests/bench_harness.py [--rate 100] [--duration 30] [--write-docs]
+    .venv/bin/python -m loadtests.bench_harness [--rate 100] [--duration 30] [--write-docs]
 
 Trains the iris pipeline (skops for us, joblib for the floor: one fitted object), starts the floor
-(loadtests/floor_server.py: the model behind a bare Starlette app) and an embedded endpoint server with one
+(loadtests/harness/floor_server.py: the model behind a bare Starlette app) and an embedded endpoint server with one
 sklearn container, then runs `serving loadtest direct --rate R --baseline FLOOR`, which drives both with the
 same open-loop schedule and reports ours / floor. The "Load-test harness" section of docs/performance.md
 comes from its report (bench_invoke.py's wrk tables are the closed-loop view of the same question).
@@ -17,10 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from loadtests.harness.results import write_results, write_section  # noqa: E402
+from loadtests.harness.results import ROOT, write_results, write_section
 
 RESULTS = ROOT / "loadtests" / "results" / "bench_harness.json"
 
@@ -56,7 +53,7 @@ def render(report: dict) -> str:
     return "\n".join([
         "## Load-test harness: endpoint vs floor, open loop",
         "",
-        f"`.venv/bin/python loadtests/bench_harness.py --write-docs`: `serving loadtest direct --rate {p.get('rate', '?')} "
+        f"`.venv/bin/python -m loadtests.bench_harness --write-docs`: `serving loadtest direct --rate {p.get('rate', '?')} "
         f"--duration {p.get('duration', '?')} --baseline FLOOR` in one run (raw report in "
         "`loadtests/results/bench_harness.json`). The same scikit-learn pipeline behind our endpoint (one container) "
         "and behind the floor (a bare Starlette app calling it in-process); the same open-loop schedule for both, "

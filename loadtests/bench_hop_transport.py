@@ -1,6 +1,6 @@
 """Gateway -> container hops over TCP vs over the data port's Unix socket: latency and CPU per hop.
 
-    .venv/bin/python loadtests/bench_hop_transport.py [--rounds 3] [--seconds 5] [--write-docs]
+    .venv/bin/python -m loadtests.bench_hop_transport [--rounds 3] [--seconds 5] [--write-docs]
 
 The two real pieces of a hop, each in a process of its own: a container data port's server (`BackgroundServer`
 on a TCP listener and on the Unix socket `http.local_socket.listen` makes for that address, as a container
@@ -24,14 +24,11 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from loadtests.harness.proctree import process_cpu_seconds as cpu_seconds  # noqa: E402
-from loadtests.harness.results import (  # noqa: E402
+from loadtests.harness.proctree import process_cpu_seconds as cpu_seconds
+from loadtests.harness.results import (
+    ROOT,
     command_line,
     machine_facts,
     run_line,
@@ -147,7 +144,7 @@ def load(seconds: float, port: int, server_pid: int) -> None:
 
 
 def one_round(seconds: float, port: int, server_pid: int) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, __file__, "--load", str(seconds), str(port), str(server_pid)],
+    done = subprocess.run([sys.executable, "-m", "loadtests.bench_hop_transport", "--load", str(seconds), str(port), str(server_pid)],
                           capture_output=True, text=True, timeout=4 * seconds + 60, cwd=ROOT, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -222,7 +219,7 @@ def main() -> int:
         return 0
     started, clock = dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), time.perf_counter()
     machine = machine_facts()
-    server = subprocess.Popen([sys.executable, __file__, "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    server = subprocess.Popen([sys.executable, "-m", "loadtests.bench_hop_transport", "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               text=True, cwd=ROOT)
     rounds = []
     try:

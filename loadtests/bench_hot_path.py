@@ -7,13 +7,13 @@ app, `HotPath.app`, whose first route is the invocation route: the shortest rout
 - **container**: a container's data port (`ContainerApp`) with the scikit-learn stack on the iris pipeline of
   bench_invoke (skops), answering signed hops as behind the gateway, its prediction on the event loop;
 - **gateway**: the gateway's `Router` for one Direct endpoint without AccessControl, its hop going over TCP to
-  the floor server (loadtests/floor_server.py) in another process, so that only the gateway's own work is timed.
+  the floor server (loadtests/harness/floor_server.py) in another process, so that only the gateway's own work is timed.
 
 Modes alternate between blocks of `--requests` sequential requests, in the order without, with, with,
 without, ... (`--pairs` of each), so that this VM's speed, which drifts by up to 2x within minutes, falls on
 both alike. A block's figure is the driving thread's CPU time per request (`time.thread_time`).
 
-    python loadtests/bench_hot_path.py [--requests 500] [--pairs 30] [--write-docs]
+    python -m loadtests.bench_hot_path [--requests 500] [--pairs 30] [--write-docs]
 
 Results: loadtests/results/bench_hot_path.json; with --write-docs, its section of docs/performance.md.
 """
@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -32,29 +31,27 @@ from typing import Any
 
 import uvloop
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from loadtests.harness.models import iris_models  # noqa: E402
-from loadtests.harness.peers import start_floor  # noqa: E402
-from loadtests.harness.processes import Processes  # noqa: E402
-from loadtests.harness.results import (  # noqa: E402
+from loadtests.harness.models import iris_models
+from loadtests.harness.peers import start_floor
+from loadtests.harness.processes import Processes
+from loadtests.harness.results import (
+    ROOT,
     command_line,
     machine_facts,
     package_versions,
     write_results,
     write_section,
 )
-from serving import protocol  # noqa: E402
-from serving.gateway.router import EndpointRoute, Router  # noqa: E402
-from serving.gateway.transport import ContainerTransport  # noqa: E402
-from serving.http.hot_path import HotPath  # noqa: E402
-from serving.http.responses import serving_app  # noqa: E402
-from serving.model_server.app import ContainerApp  # noqa: E402
-from serving.runtimes import runtime_for  # noqa: E402
-from serving.runtimes.concurrency import inline_budget_s  # noqa: E402
-from serving.settings import ServerSettings  # noqa: E402
-from serving.trust import hops  # noqa: E402
+from serving import protocol
+from serving.gateway.router import EndpointRoute, Router
+from serving.gateway.transport import ContainerTransport
+from serving.http.hot_path import HotPath
+from serving.http.responses import serving_app
+from serving.model_server.app import ContainerApp
+from serving.runtimes import runtime_for
+from serving.runtimes.concurrency import inline_budget_s
+from serving.settings import ServerSettings
+from serving.trust import hops
 
 BODY = b"[[5.1, 3.5, 1.4, 0.2]]"
 ANSWER = b"[0]"

@@ -1,6 +1,6 @@
 """HTTP server settings: CPU per request and idle CPU of `BackgroundServer` as this runtime configures it vs uvicorn's defaults.
 
-    .venv/bin/python loadtests/bench_http_server.py [--rounds 3] [--seconds 10] [--idle-seconds 20] [--write-docs]
+    .venv/bin/python -m loadtests.bench_http_server [--rounds 3] [--seconds 10] [--idle-seconds 20] [--write-docs]
 
 Every HTTP server this runtime starts (the gateway, each container's data port) is a `BackgroundServer`. It
 turns off two of uvicorn's defaults: `proxy_headers` (a middleware that rewrites each request's client and
@@ -28,18 +28,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from loadtests.harness.proctree import process_cpu_seconds as cpu_seconds  # noqa: E402
-from loadtests.harness.results import (  # noqa: E402
+from loadtests.harness.proctree import process_cpu_seconds as cpu_seconds
+from loadtests.harness.results import (
+    ROOT,
     command_line,
     machine_facts,
     run_line,
     write_results,
     write_section,
 )
-from loadtests.harness.wrk import ensure_wrk  # noqa: E402
+from loadtests.harness.wrk import ensure_wrk
 
 RESULTS = ROOT / "loadtests" / "results" / "bench_http_server.json"
 DOCS = ROOT / "docs" / "performance.md"
@@ -92,7 +90,7 @@ def serve(case: str) -> None:
 
 def idle_cores(seconds: float) -> dict[str, float]:
     """Both servers side by side, no requests: the CPU each used over `seconds` after a 2 s settle, in cores."""
-    children = {case: subprocess.Popen([sys.executable, __file__, "--serve", case], stdin=subprocess.PIPE,
+    children = {case: subprocess.Popen([sys.executable, "-m", "loadtests.bench_http_server", "--serve", case], stdin=subprocess.PIPE,
                                        stdout=subprocess.PIPE, text=True, cwd=ROOT) for case in CASES}
     try:
         for child in children.values():
@@ -110,7 +108,7 @@ def idle_cores(seconds: float) -> dict[str, float]:
 
 
 def one_case(case: str, wrk: str, script: Path, seconds: float) -> dict[str, float]:
-    child = subprocess.Popen([sys.executable, __file__, "--serve", case], stdin=subprocess.PIPE,
+    child = subprocess.Popen([sys.executable, "-m", "loadtests.bench_http_server", "--serve", case], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         assert child.stdout is not None

@@ -1,6 +1,6 @@
 """Idle cost and start-up: what an endpoint costs while nobody calls it, and how long it takes to come up.
 
-    .venv/bin/python loadtests/bench_idle.py [--window 60] [--out FILE.json] [--write-docs] [--render FILE.json]
+    .venv/bin/python -m loadtests.bench_idle [--window 60] [--out FILE.json] [--write-docs] [--render FILE.json]
 
 Serves, each on a fresh embedded Ray in a child process (the Ray driver, so its process tree holds exactly what
 the scenario started):
@@ -41,13 +41,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from loadtests.bench_consolidation import _check_answers, _containers  # noqa: E402
-from loadtests.harness.models import hetero_models  # noqa: E402
-from loadtests.harness.proctree import parent_of, process_cpu_seconds, process_tree, smaps  # noqa: E402
-from loadtests.harness.results import machine_facts, package_versions, write_results, write_section  # noqa: E402
+from loadtests.bench_consolidation import _check_answers, _containers
+from loadtests.harness.models import hetero_models
+from loadtests.harness.proctree import parent_of, process_cpu_seconds, process_tree, smaps
+from loadtests.harness.results import ROOT, machine_facts, package_versions, write_results, write_section
 
 # Ray's own values for what the embedded Ray sets (serving/ray_wing/cluster.py, EMBEDDED_RAY_ENVIRONMENT)
 RAY_DEFAULTS = {"RAY_worker_niceness": "15", "RAY_SERVE_METRICS_EXPORT_INTERVAL_MS": "100",
@@ -151,7 +148,7 @@ def _spawn(scenario: str, setting: str, models: Path, window: float, workdir: Pa
     result = workdir / f"{scenario}-{setting}.json"
     log = workdir / f"{scenario}-{setting}.log"
     environment = {**os.environ, **SETTINGS[setting]}
-    command = [sys.executable, __file__, "--child", scenario, "--models", str(models), "--window", str(window),
+    command = [sys.executable, "-m", "loadtests.bench_idle", "--child", scenario, "--models", str(models), "--window", str(window),
                "--result", str(result)]
     with log.open("w") as out:
         child = subprocess.Popen(command, cwd=ROOT, env=environment, stdout=out, stderr=subprocess.STDOUT,
@@ -176,7 +173,7 @@ def docs_section(saved: dict[str, Any]) -> str:
         "## Idle cost and start-up",
         "",
         "What an endpoint costs while nobody calls it, and how long the fifteen-container example takes to come up.",
-        "Written by `loadtests/bench_idle.py --write-docs` (its docstring has the method): each scenario on a fresh",
+        "Written by `python -m loadtests.bench_idle --write-docs` (its docstring has the method): each scenario on a fresh",
         "embedded Ray, with this runtime's settings for it and with Ray's defaults for the same variables (the",
         "baseline, same run); idle CPU over "
         f"{runs['one']['ours']['window_s']:.0f} s without requests, after 10 s to settle.",
@@ -239,7 +236,7 @@ def main() -> int:
     if args.render:
         write_section(ROOT / "docs" / "performance.md", "bench_idle", docs_section(json.loads(args.render.read_text())))
         return 0
-    meta: dict[str, Any] = {"command": " ".join(["python", "loadtests/bench_idle.py", *sys.argv[1:]]),
+    meta: dict[str, Any] = {"command": " ".join(["python", "-m", "loadtests.bench_idle", *sys.argv[1:]]),
                             "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                             "machine_before": machine_facts(),
                             "versions": package_versions(("ray", "torch", "tensorflow-cpu", "onnxruntime",

@@ -1,6 +1,6 @@
 """Invocation benchmark: our endpoint against a floor and a peer, in one run on this machine.
 
-    .venv/bin/python loadtests/bench_invoke.py [--duration S] [--out FILE.json] [--write-docs]
+    .venv/bin/python -m loadtests.bench_invoke [--duration S] [--out FILE.json] [--write-docs]
 
 What it does, in order (every step bounded in time; everything it starts is stopped
 at the end, also on failure, Ctrl-C or SIGTERM):
@@ -12,8 +12,8 @@ at the end, also on failure, Ctrl-C or SIGTERM):
 2. Times the in-process work (predict alone, the floor's handler, our runtime's
    decode/predict/encode) so that HTTP costs can be told apart from compute.
 3. Peers phase: starts (a) the floor, a bare Starlette + uvicorn app calling
-   predict in-process (loadtests/floor_server.py), then the cheapest proxy in
-   front of it (loadtests/proxy_floor.py: what crossing two processes costs, as
+   predict in-process (loadtests/harness/floor_server.py), then the cheapest proxy in
+   front of it (loadtests/harness/proxy_floor.py: what crossing two processes costs, as
    every request of ours does), and (b) MLServer + its scikit-learn runtime with
    default settings (in .bench/mlserver-venv, created on first use); loads each
    with wrk; stops them.
@@ -51,13 +51,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from loadtests.harness.cpu import CpuMeter, wait_for_quiet  # noqa: E402
-from loadtests.harness.models import iris_models  # noqa: E402
-from loadtests.harness.peers import (  # noqa: E402
+from loadtests.harness.cpu import CpuMeter, wait_for_quiet
+from loadtests.harness.models import iris_models
+from loadtests.harness.peers import (
     MLSERVER_MODEL,
     ensure_mlserver,
     mlserver_versions,
@@ -65,7 +61,7 @@ from loadtests.harness.peers import (  # noqa: E402
     start_mlserver,
     start_proxy_floor,
 )
-from loadtests.harness.processes import (  # noqa: E402
+from loadtests.harness.processes import (
     BenchError,
     Interrupted,
     Processes,
@@ -73,15 +69,16 @@ from loadtests.harness.processes import (  # noqa: E402
     install_interrupts,
     log,
 )
-from loadtests.harness.profile import profile_case  # noqa: E402
-from loadtests.harness.results import (  # noqa: E402
+from loadtests.harness.profile import profile_case
+from loadtests.harness.results import (
+    ROOT,
     command_line,
     machine_facts,
     our_versions,
     write_section,
 )
-from loadtests.harness.wrk import Case, Wrk, ensure_wrk  # noqa: E402
-from loadtests.invoke.analysis import (  # noqa: E402
+from loadtests.harness.wrk import Case, Wrk, ensure_wrk
+from loadtests.invoke.analysis import (
     FLOOR_AGAIN,
     LOADS,
     MLSERVER_VARIANTS,
@@ -90,8 +87,8 @@ from loadtests.invoke.analysis import (  # noqa: E402
     analyse,
     build_breakdown_text,
 )
-from loadtests.invoke.docs import render_docs  # noqa: E402
-from loadtests.invoke.measure import (  # noqa: E402
+from loadtests.invoke.docs import render_docs
+from loadtests.invoke.measure import (
     DIRECT,
     JSON_HEADERS,
     MLSERVER_BODY,

@@ -1,6 +1,6 @@
 """MultiModel benchmark: warm hits against SingleModel, cold loads against the framework's load, Zipf traffic.
 
-    .venv/bin/python loadtests/bench_multimodel.py [--write-docs]
+    .venv/bin/python -m loadtests.bench_multimodel [--write-docs]
 
 One embedded Ray and endpoint server on this machine, one endpoint `bench-mm` with two containers
 serving the same scikit-learn model (examples/models/iris-classifier, `python examples/train_demo.py`):
@@ -36,11 +36,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from loadtests.harness.results import write_results, write_section  # noqa: E402
-from loadtests.harness.stats import summarize_latencies, zipf_weights  # noqa: E402
+from loadtests.harness.results import ROOT, write_results, write_section
+from loadtests.harness.stats import summarize_latencies, zipf_weights
 
 MODEL = ROOT / "examples" / "models" / "iris-classifier"
 RESULTS = ROOT / "loadtests" / "results" / "bench_multimodel.json"
@@ -55,7 +52,7 @@ def log(message: str) -> None:
     print(f"[bench_multimodel {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-# --- client (runs in its own process: `bench_multimodel.py client SPEC_JSON`) ---------------------------
+# --- client (runs in its own process: `python -m loadtests.bench_multimodel client SPEC_JSON`) ---------------------------
 
 async def _client(spec: dict[str, Any]) -> dict[str, Any]:
     import aiohttp
@@ -102,8 +99,8 @@ async def _client(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_client(spec: dict[str, Any]) -> dict[str, Any]:
-    output = subprocess.run([sys.executable, __file__, "client", json.dumps(spec)], capture_output=True, text=True,
-                            timeout=spec.get("seconds", 0) + 600, check=False)
+    output = subprocess.run([sys.executable, "-m", "loadtests.bench_multimodel", "client", json.dumps(spec)], capture_output=True, text=True,
+                            timeout=spec.get("seconds", 0) + 600, check=False, cwd=ROOT)
     if output.returncode != 0:
         raise RuntimeError(f"client failed: {output.stderr[-2000:]}")
     return json.loads(output.stdout)
@@ -241,7 +238,7 @@ def render(result: dict[str, Any]) -> str:
     lines = [
         "## MultiModel",
         "",
-        "`.venv/bin/python loadtests/bench_multimodel.py --write-docs` (one run; raw results in",
+        "`.venv/bin/python -m loadtests.bench_multimodel --write-docs` (one run; raw results in",
         "`loadtests/results/bench_multimodel.json`). One endpoint, two containers serving the same scikit-learn",
         f"model: `single` (SingleModel) and `multi` (MultiModel: {p['models']} copies of it under one prefix, a cache",
         f"of {p['cache']} models), one replica each; the client is aiohttp in its own process. "

@@ -8,7 +8,7 @@ drifts by up to 2x within minutes, falls on both alike. Each block reports the p
 and client together: the saving is on both sides of the socket), the median latency and the server thread's
 socket writes per response (its `syscw`, /proc/self/task/TID/io).
 
-    python loadtests/bench_one_write.py [--block 1.0] [--pairs 20] [--write-docs]
+    python -m loadtests.bench_one_write [--block 1.0] [--pairs 20] [--write-docs]
 
 Results: loadtests/results/bench_one_write.json; with --write-docs, its section of docs/performance.md.
 """
@@ -19,26 +19,23 @@ import argparse
 import asyncio
 import datetime
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import uvloop
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import serving.http.limits as limits  # noqa: E402
-from loadtests.harness.results import (  # noqa: E402
+import serving.http.limits as limits
+from loadtests.harness.results import (
+    ROOT,
     command_line,
     machine_facts,
     package_versions,
     write_results,
     write_section,
 )
-from serving.gateway.hop_client import HopClient  # noqa: E402
-from serving.http.one_write import HeldHeadTransport  # noqa: E402
-from serving.http.server import BackgroundServer  # noqa: E402
+from serving.gateway.hop_client import HopClient
+from serving.http.one_write import HeldHeadTransport
+from serving.http.server import BackgroundServer
 
 BODY = b"[[5.1, 3.5, 1.4, 0.2]]"
 ANSWER = b'{"predictions": [0]}'

@@ -1,6 +1,6 @@
 """Serve replica start: CPU-seconds a replica's Ray worker has used when its constructor runs, with and without a runtime_env.
 
-    .venv/bin/python loadtests/bench_replica_start.py [--replicas 6] [--write-docs]
+    .venv/bin/python -m loadtests.bench_replica_start [--replicas 6] [--write-docs]
 
 On an embedded Ray (this runtime's settings), deploys `--replicas` one-replica Serve applications of a trivial
 deployment with no `runtime_env`, and as many whose `runtime_env` holds one `env_vars` entry (what every container
@@ -18,13 +18,10 @@ import datetime as dt
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from loadtests.harness.results import (  # noqa: E402
+from loadtests.harness.results import (
+    ROOT,
     command_line,
     machine_facts,
     run_line,

@@ -1,6 +1,6 @@
 """Training scaling benchmark: the digits CNN (PyTorch, DDP over gloo) on 1 and 2 workers, and a bucket sweep.
 
-    .venv/bin/python loadtests/bench_train.py [--quick] [--steps N] [--repeats N] [--write-docs]
+    .venv/bin/python -m loadtests.bench_train [--quick] [--steps N] [--repeats N] [--write-docs]
 
 Every configuration is one `serving.ray_wing.training.train()` call (its own embedded Ray, num_cpus=2, a
 throw-away model store) of the recipe examples/recipes/digits-cnn.yaml with a fixed number of optimizer
@@ -36,10 +36,7 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from loadtests.harness.results import command_line, machine_facts, package_versions, write_results, write_section  # noqa: E402
+from loadtests.harness.results import ROOT, command_line, machine_facts, package_versions, write_results, write_section
 
 RECIPE = ROOT / "examples" / "recipes" / "digits-cnn.yaml"
 RESULTS = ROOT / "loadtests" / "results"
@@ -234,7 +231,7 @@ def render(result: dict[str, Any]) -> str:
     lines = [
         "## Scaling benchmark",
         "",
-        "`.venv/bin/python loadtests/bench_train.py --write-docs` (raw results in `loadtests/results/bench_train.json`;",
+        "`.venv/bin/python -m loadtests.bench_train --write-docs` (raw results in `loadtests/results/bench_train.json`;",
         "`--quick` for a short smoke run). The digits CNN of",
         f"`{p['recipe']}` (PyTorch, DDP over gloo; {m['parameters']:,} parameters = {m['gradient_mb']:.3f} MB of float32",
         f"gradients), {p['steps']} optimizer",

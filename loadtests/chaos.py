@@ -1,6 +1,6 @@
 """Chaos under constant load: replicas, the registry and the gateway killed, one live update, on one machine.
 
-    .venv/bin/python loadtests/chaos.py [--rate 40] [--duration 150] [--write-docs]
+    .venv/bin/python -m loadtests.chaos [--rate 40] [--duration 150] [--write-docs]
 
 Serves one Direct endpoint (three sklearn/python containers of the demo, two replicas each) on an embedded
 Ray in this process, and drives it with `serving loadtest direct` (open loop, no client retries) for the
@@ -18,21 +18,17 @@ import argparse
 import random
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from loadtests.harness.loadtest import loadtest_command, read_report  # noqa: E402
-from loadtests.harness.models import demo_models  # noqa: E402
-from loadtests.harness.proctree import listener  # noqa: E402
-from loadtests.harness.results import write_results, write_section  # noqa: E402
-from loadtests.harness.servers import in_process  # noqa: E402
+from loadtests.harness.loadtest import loadtest_command, read_report
+from loadtests.harness.models import demo_models
+from loadtests.harness.proctree import listener
+from loadtests.harness.results import ROOT, write_results, write_section
+from loadtests.harness.servers import in_process
 
 RESULTS = ROOT / "loadtests" / "results" / "chaos.json"
 REPLICAS = 2
@@ -172,7 +168,7 @@ def _answers(url: str) -> bool:
 
 def render(result: dict) -> str:
     lines = [
-        "Command: `.venv/bin/python loadtests/chaos.py --rate {rate:g} --duration {duration_s:g} --write-docs` "
+        "Command: `.venv/bin/python -m loadtests.chaos --rate {rate:g} --duration {duration_s:g} --write-docs` "
         "(one run, this 2-core machine, embedded Ray; 3 containers × {replicas_per_container} replicas).".format(**result),
         "",
         "| stream | requests | failed (by code) | p99 ms |",

@@ -1,6 +1,6 @@
 """Soak: a long constant load at ~70% of measured capacity, watching every process's memory.
 
-    .venv/bin/python loadtests/soak.py [--minutes 30] [--write-docs]
+    .venv/bin/python -m loadtests.soak [--minutes 30] [--write-docs]
 
 Serves the chaos run's endpoint (three containers, two replicas each) on an embedded Ray in this process,
 measures its capacity with a short closed-loop run (`serving loadtest direct --users 32`), then drives it
@@ -13,20 +13,16 @@ loadtests/results/soak.json, and with --write-docs the "Soak" section of docs/re
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from loadtests.harness.loadtest import run_loadtest  # noqa: E402
-from loadtests.harness.models import demo_models  # noqa: E402
-from loadtests.harness.proctree import listener  # noqa: E402
-from loadtests.harness.results import write_results, write_section  # noqa: E402
-from loadtests.harness.servers import in_process  # noqa: E402
+from loadtests.harness.loadtest import run_loadtest
+from loadtests.harness.models import demo_models
+from loadtests.harness.proctree import listener
+from loadtests.harness.results import ROOT, write_results, write_section
+from loadtests.harness.servers import in_process
 
 RESULTS = ROOT / "loadtests" / "results" / "soak.json"
 SAMPLE_S = 30.0
@@ -98,7 +94,7 @@ def run(minutes: float) -> dict:
 
 def render(result: dict) -> str:
     lines = [
-        f"Command: `.venv/bin/python loadtests/soak.py --minutes {result['minutes']:g} --write-docs` (one run, this "
+        f"Command: `.venv/bin/python -m loadtests.soak --minutes {result['minutes']:g} --write-docs` (one run, this "
         f"2-core machine, embedded Ray). Capacity {result['capacity_rps']} req/s (closed loop, 32 users, 20 s); soak "
         f"at {result['rate']} req/s: {result['requests']} requests, failed {result['failed'] or 0}, p99 "
         f"{result['p99_ms']} ms. Memory (RSS) from the end of the first {WARM_S / 60:g} minutes to the end:",

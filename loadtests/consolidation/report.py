@@ -117,7 +117,7 @@ fifteen single-container endpoints on one Ray; and fifteen single-container endp
 embedded Ray, started one after another and summed (one endpoint per machine, SageMaker's default).
 Memory is PSS (shared pages split between the processes sharing them) over the driver and every
 process it started; idle CPU is what all of them use with no requests. Written by
-`loadtests/bench_consolidation.py --write-docs` (its docstring has the method); every scenario checks
+`python -m loadtests.bench_consolidation --write-docs` (its docstring has the method); every scenario checks
 that all fifteen containers answer their sample request correctly before it is measured.
 """
 

@@ -39,11 +39,13 @@ def write_results(path: Path, result: dict[str, Any], indent: int = 2) -> None:
 
 
 def command_line(script: str) -> str:
-    """How this run was started, relative to the repository where possible (for the docs)."""
+    """How this run was started (`python -m loadtests.NAME ...` for the module file `script`), the interpreter
+    relative to the repository where possible (for the docs)."""
     python = Path(sys.executable)
     with contextlib.suppress(ValueError):
         python = python.relative_to(ROOT) if python.is_relative_to(ROOT) else python
-    return shlex.join([str(python), str(Path(script).resolve().relative_to(ROOT)), *sys.argv[1:]])
+    module = ".".join(Path(script).resolve().relative_to(ROOT).with_suffix("").parts)
+    return shlex.join([str(python), "-m", module, *sys.argv[1:]])
 
 
 def run_line(saved: dict[str, Any], results: Path) -> str:

@@ -19,7 +19,7 @@ MLSERVER_VARIANTS = (
     ("MLServer, adaptive batching", "mlserver_batching", None, {"max_batch_size": 32, "max_batch_time": 0.002}),
 )
 MLSERVERS = ("MLServer", *(variant[0] for variant in MLSERVER_VARIANTS))
-PROXY_FLOOR = "floor behind a proxy"  # loadtests/proxy_floor.py: what two processes cost, no work of ours
+PROXY_FLOOR = "floor behind a proxy"  # loadtests/harness/proxy_floor.py: what two processes cost, no work of ours
 FLOOR_AGAIN = "floor, again after ours"  # the floor measured once more at the end: this VM's speed drifts
 FLOOR_P50_TARGET, FLOOR_CPU_TARGET, SERIAL_HOP_TARGET = 2.0, 2.5, 0.5  # issue 18's targets against the floor
 COLLAPSE_RATIO = 0.8  # c32 below this fraction of c8 req/s counts as a throughput collapse
@@ -226,7 +226,7 @@ def build_breakdown_text(report: dict[str, Any], cases: list[Case]) -> list[str]
     proxy = get(PROXY_FLOOR, "sequential")
     if floor and proxy:
         text = (f"- Two processes cost {proxy.p50_ms - floor.p50_ms:+.3f} ms before any work of ours: the floor behind "
-                f"the cheapest proxy (`loadtests/proxy_floor.py`: uvicorn + Starlette in, the hop client out, nothing "
+                f"the cheapest proxy (`loadtests/harness/proxy_floor.py`: uvicorn + Starlette in, the hop client out, nothing "
                 f"else) answers in {proxy.p50_ms:.3f} ms, {proxy.p50_ms / floor.p50_ms:.2f}× the floor. Our gateway "
                 "runs apart from the containers (they run tenant code in a sandbox; it holds the keys), so every "
                 "request of ours pays that")
