@@ -77,8 +77,11 @@ class Load:
             while not self._stop.is_set():
                 sent = time.monotonic()
                 try:
-                    status = client.post(f"/endpoints/{self.endpoint}/invocations", content=b'{"x": 1}',
-                                         headers={"Content-Type": "application/json"}).status_code
+                    status = client.post(
+                        f"/endpoints/{self.endpoint}/invocations",
+                        content=b'{"x": 1}',
+                        headers={"Content-Type": "application/json"},
+                    ).status_code
                 except httpx.HTTPError:
                     status = 0
                 self.samples.append((sent, status, time.monotonic() - sent))
@@ -105,23 +108,47 @@ def run(rate: float) -> dict[str, Any]:
     (root / "model" / "code").mkdir(parents=True)
     (root / "model" / "code" / "inference.py").write_text(HANDLER)
     (root / "types.json").write_text(json.dumps({"InstanceTypes": {"ml.m5.large": {"Cpus": 0.1}}}))
-    container = {"ContainerHostname": "only", "Image": "python", "ModelDataUrl": str(root / "model"),
-                 "Resources": {"Cpus": 0.1}}
+    container = {
+        "ContainerHostname": "only",
+        "Image": "python",
+        "ModelDataUrl": str(root / "model"),
+        "Resources": {"Cpus": 0.1},
+    }
     spec = {"EndpointName": "apply-ep", "Containers": [container]}
     results: dict[str, Any] = {}
-    with in_process(spec, model_roots=str(root / "model"), instance_types_file=str(root / "types.json"),
-                    state_file=str(root / "state.db"), allow_anonymous_api=True) as server:
-        options = dict(endpoint_url=server.url, region_name="us-east-1", aws_access_key_id="x",
-                       aws_secret_access_key="x", config=Config(retries={"max_attempts": 1}))
+    with in_process(
+        spec,
+        model_roots=str(root / "model"),
+        instance_types_file=str(root / "types.json"),
+        state_file=str(root / "state.db"),
+        allow_anonymous_api=True,
+    ) as server:
+        options = dict(
+            endpoint_url=server.url,
+            region_name="us-east-1",
+            aws_access_key_id="x",
+            aws_secret_access_key="x",
+            config=Config(retries={"max_attempts": 1}),
+        )
         sm = boto3.client("sagemaker", **options)
         sm.create_model(ModelName="bench", PrimaryContainer={"Image": "python", "ModelDataUrl": str(root / "model")})
         for name in ("bench-1", "bench-2"):
-            sm.create_endpoint_config(EndpointConfigName=name, ProductionVariants=[
-                {"VariantName": "AllTraffic", "ModelName": "bench", "InitialInstanceCount": 1,
-                 "InstanceType": "ml.m5.large"}])
+            sm.create_endpoint_config(
+                EndpointConfigName=name,
+                ProductionVariants=[
+                    {
+                        "VariantName": "AllTraffic",
+                        "ModelName": "bench",
+                        "InitialInstanceCount": 1,
+                        "InstanceType": "ml.m5.large",
+                    }
+                ],
+            )
         started = time.monotonic()
         sm.create_endpoint(EndpointName="api-ep", EndpointConfigName="bench-1")
-        sm.get_waiter("endpoint_in_service").wait(EndpointName="api-ep", WaiterConfig={"Delay": 0.5, "MaxAttempts": 600})
+        sm.get_waiter("endpoint_in_service").wait(
+            EndpointName="api-ep", WaiterConfig={"Delay": 0.5, "MaxAttempts": 600}
+        )
         results["api_create_s"] = round(time.monotonic() - started, 2)
         log(f"api-ep InService after {results['api_create_s']} s")
 
@@ -139,8 +166,9 @@ def run(rate: float) -> dict[str, Any]:
         def api_update() -> float:
             begun = time.monotonic()
             sm.update_endpoint(EndpointName="api-ep", EndpointConfigName="bench-2")
-            sm.get_waiter("endpoint_in_service").wait(EndpointName="api-ep", WaiterConfig={"Delay": 0.25,
-                                                                                          "MaxAttempts": 1200})
+            sm.get_waiter("endpoint_in_service").wait(
+                EndpointName="api-ep", WaiterConfig={"Delay": 0.25, "MaxAttempts": 1200}
+            )
             return time.monotonic() - begun
 
         for endpoint, update in (("apply-ep", apply_update), ("api-ep", api_update)):
@@ -178,24 +206,26 @@ def section(results: dict[str, Any]) -> str:
             f"{r['steady']['calls'] + r['during_update']['calls'] + r['after']['calls']} |"
         )
     ratios = results["ratios"]
-    return "\n".join([
-        "### Updates under load (measured)",
-        "",
-        f"`{results['command']}` — one embedded server on this machine "
-        f"({results['machine'].get('nproc')} CPUs), {results['rate_per_s']:g} requests/s of plain HTTP (no retries) to a "
-        "one-container Python endpoint while it is updated; the baseline is `serving apply`'s container-level update "
-        "of an identical endpoint, in the same run.",
-        "",
-        "| update | until InService | p50 / p99 before | p50 / p99 during | failed calls |",
-        "|---|---|---|---|---|",
-        *rows,
-        "",
-        f"UpdateEndpoint took {ratios['update_time_api_over_apply']}× as long as the baseline (it brings a whole "
-        f"new generation up and waits for it to be InService); p99 during the update was "
-        f"{ratios['p99_during_over_steady_api']}× its steady value (baseline: "
-        f"{ratios['p99_during_over_steady_apply']}×). CreateEndpoint to InService: {results['api_create_s']} s. "
-        "Results: `loadtests/results/bench_api_update.json`.",
-    ])
+    return "\n".join(
+        [
+            "### Updates under load (measured)",
+            "",
+            f"`{results['command']}` — one embedded server on this machine "
+            f"({results['machine'].get('nproc')} CPUs), {results['rate_per_s']:g} requests/s of plain HTTP (no retries) to a "
+            "one-container Python endpoint while it is updated; the baseline is `serving apply`'s container-level update "
+            "of an identical endpoint, in the same run.",
+            "",
+            "| update | until InService | p50 / p99 before | p50 / p99 during | failed calls |",
+            "|---|---|---|---|---|",
+            *rows,
+            "",
+            f"UpdateEndpoint took {ratios['update_time_api_over_apply']}× as long as the baseline (it brings a whole "
+            f"new generation up and waits for it to be InService); p99 during the update was "
+            f"{ratios['p99_during_over_steady_api']}× its steady value (baseline: "
+            f"{ratios['p99_during_over_steady_apply']}×). CreateEndpoint to InService: {results['api_create_s']} s. "
+            "Results: `loadtests/results/bench_api_update.json`.",
+        ]
+    )
 
 
 def main() -> int:

@@ -74,13 +74,27 @@ def model(root: Path, name: str, milliseconds: float) -> Path:
 
 
 def policy(target: float) -> dict[str, Any]:
-    return {"MinCapacity": 1, "MaxCapacity": 3, "TargetTrackingScalingPolicyConfiguration": {
-        "TargetValue": target, "ScaleOutCooldown": COOLDOWN_OUT_S, "ScaleInCooldown": COOLDOWN_IN_S}}
+    return {
+        "MinCapacity": 1,
+        "MaxCapacity": 3,
+        "TargetTrackingScalingPolicyConfiguration": {
+            "TargetValue": target,
+            "ScaleOutCooldown": COOLDOWN_OUT_S,
+            "ScaleInCooldown": COOLDOWN_IN_S,
+        },
+    }
 
 
 def spec(work: Path, level: str) -> dict[str, Any]:
-    containers = [{"ContainerHostname": name, "Image": "python", "ModelDataUrl": str(model(work / level, name, ms)),
-                   "Resources": {"Cpus": 0.1}} for name, ms in (("heavy", HEAVY_MS), ("light", LIGHT_MS))]
+    containers = [
+        {
+            "ContainerHostname": name,
+            "Image": "python",
+            "ModelDataUrl": str(model(work / level, name, ms)),
+            "Resources": {"Cpus": 0.1},
+        }
+        for name, ms in (("heavy", HEAVY_MS), ("light", LIGHT_MS))
+    ]
     if level == "container":
         containers[0]["AutoScaling"] = policy(HEAVY_TARGET)
         containers[1]["AutoScaling"] = policy(LIGHT_TARGET)
@@ -92,9 +106,22 @@ def run_level(work: Path, level: str, rate: float, duration: float) -> dict[str,
     """One fresh embedded Ray, the endpoint, one load test; the load test's report."""
     with embedded_endpoint(spec(work, level)) as url:
         log(f"{level}: serving at {url}; load test {duration:g} s at {rate:g}/s")
-        return run_loadtest("shift", f"{url}/endpoints/shift", work / f"report-{level}", "--from", "heavy", "--to",
-                            "light", "--rate", str(rate), "--duration", str(duration), "--poll-interval", "1",
-                            timeout=duration + 300)
+        return run_loadtest(
+            "shift",
+            f"{url}/endpoints/shift",
+            work / f"report-{level}",
+            "--from",
+            "heavy",
+            "--to",
+            "light",
+            "--rate",
+            str(rate),
+            "--duration",
+            str(duration),
+            "--poll-interval",
+            "1",
+            timeout=duration + 300,
+        )
 
 
 def summarize(report: dict[str, Any], duration: float) -> dict[str, Any]:
@@ -102,10 +129,14 @@ def summarize(report: dict[str, Any], duration: float) -> dict[str, Any]:
     p99 = [row.get("p99") for row in series if row.get("p99") is not None]
     replicas = report.get("replicas", {})
     return {
-        "requests": report["totals"]["requests"], "failures": report["totals"]["failures"],
-        "p50_ms": report["latency_ms"]["p50"], "p99_ms": report["latency_ms"]["p99"],
+        "requests": report["totals"]["requests"],
+        "failures": report["totals"]["failures"],
+        "p50_ms": report["latency_ms"]["p50"],
+        "p99_ms": report["latency_ms"]["p99"],
         "worst_second_p99_ms": max(p99) if p99 else None,
-        "max_replicas": {name: max((point[1] for point in points), default=0) for name, points in _points(replicas).items()},
+        "max_replicas": {
+            name: max((point[1] for point in points), default=0) for name, points in _points(replicas).items()
+        },
     }
 
 
@@ -127,7 +158,9 @@ def plot(reports: dict[str, dict[str, Any]], path: Path) -> None:
         top.plot([row["t"] for row in series], [row.get("p99") for row in series], label="p99", color="tab:red")
         top.plot([row["t"] for row in series], [row.get("p50") for row in series], label="p50", color="tab:blue")
         top.set_yscale("log")
-        top.set_title({"container": "per-container target tracking", "endpoint": "endpoint-level (variant) scaling"}[level])
+        top.set_title(
+            {"container": "per-container target tracking", "endpoint": "endpoint-level (variant) scaling"}[level]
+        )
         top.set_ylabel("latency (ms)")
         top.legend(loc="upper right")
         for name, points in sorted(_points(report.get("replicas", {})).items()):
@@ -153,51 +186,55 @@ def render(result: dict[str, Any]) -> str:
     settled = {level: settled_p99(result["reports"][level]) for level in ("container", "endpoint")}
     # A run no longer than SETTLE_S has no settled second: "–" rather than a crash after the whole run.
     worst = {level: "–" if value is None else f"{value:.0f} ms" for level, value in settled.items()}
-    row = lambda name, s, level: (f"| {name} | {s['p50_ms']:.1f} ms | {s['p99_ms']:.0f} ms | {worst[level]} | "  # noqa: E731
-                                  f"{s['max_replicas'].get('heavy', '?')} | {s['max_replicas'].get('light', '?')} | "
-                                  f"{s['failures']} of {s['requests']} |")
-    return "\n".join([
-        "## Measured: traffic shift",
-        "",
-        f"`.venv/bin/python -m loadtests.bench_autoscaling --rate {p['rate']:g} --duration {p['duration']:g} --write-docs` "
-        "(one run; raw numbers in",
-        "`loadtests/results/bench_autoscaling.json`). One endpoint, two Python containers: `heavy` takes "
-        f"{p['heavy_ms']:g} ms per request without using the CPU (waiting, as on an accelerator or a remote store; "
-        "a replica serves one request at a time, so at most 20 requests/s per replica), `light` spends "
-        f"{p['light_ms']:g} ms of CPU. `serving loadtest shift` sends "
-        f"{p['rate']:g} requests/s for {p['duration']:g} s, all to `heavy` for the first quarter, moving linearly "
-        "to `light` by three quarters. Same load twice, each on a fresh embedded Ray on this 2-core VM:",
-        "",
-        f"- **per container**: `heavy` targets {HEAVY_TARGET} invocations per replica per minute, `light` "
-        f"{LIGHT_TARGET} (each container's own cost), 1..3 replicas;",
-        f"- **endpoint level** (a SageMaker production variant): one policy, {LIGHT_TARGET} invocations per "
-        "instance per minute, all containers scale together.",
-        "",
-        f"Cooldowns {COOLDOWN_OUT_S} s out, {COOLDOWN_IN_S} s in.",
-        "",
-        f"| scaling | p50 | p99 (whole run) | worst 1-s p99 after {SETTLE_S:g} s | max replicas heavy | "
-        "max replicas light | failed |",
-        "|---|---|---|---|---|---|---|",
-        row("per container", c, "container"),
-        row("endpoint level", e, "endpoint"),
-        "",
-        f"Both runs start with one `heavy` replica below its load: for the first ~15 s (replicas report every 2 s, "
-        "Serve averages over 10 s, then a replica starts) requests queue in both, which is the whole-run p99. "
-        f"After {SETTLE_S:g} s the per-container run has scaled `heavy` out and its one-second p99 stays within a few times the model's own "
-        "50 ms; the endpoint-level run keeps one replica while `heavy` carries more than it can serve.",
-        "",
-        "![p99 latency and replicas per container over time](images/autoscaling-shift.png)",
-        "",
-        "The endpoint's total volume never changes, so an endpoint-level policy on invocations per instance "
-        "sees nothing to do while `heavy` is saturated (requests queue, and past the per-replica bound of 128 "
-        "in flight they are shed with 429); per-container policies each scale on their own container's traffic, "
-        "adding `heavy` replicas while it is busy and returning them after the shift.",
-        "",
-        "An earlier run with a CPU-bound `heavy` (25 ms of CPU per request, 30 requests/s) scaled the same way "
-        "(`heavy` to 3 replicas) but gained nothing: p99 112 ms per container against 62 ms at endpoint level, "
-        "since replicas cannot add cores this 2-core VM does not have and starting them cost CPU. Scale-out "
-        "helps where the replica, not the machine, is the bottleneck.",
-    ])
+    row = lambda name, s, level: (
+        f"| {name} | {s['p50_ms']:.1f} ms | {s['p99_ms']:.0f} ms | {worst[level]} | "  # noqa: E731
+        f"{s['max_replicas'].get('heavy', '?')} | {s['max_replicas'].get('light', '?')} | "
+        f"{s['failures']} of {s['requests']} |"
+    )
+    return "\n".join(
+        [
+            "## Measured: traffic shift",
+            "",
+            f"`.venv/bin/python -m loadtests.bench_autoscaling --rate {p['rate']:g} --duration {p['duration']:g} --write-docs` "
+            "(one run; raw numbers in",
+            "`loadtests/results/bench_autoscaling.json`). One endpoint, two Python containers: `heavy` takes "
+            f"{p['heavy_ms']:g} ms per request without using the CPU (waiting, as on an accelerator or a remote store; "
+            "a replica serves one request at a time, so at most 20 requests/s per replica), `light` spends "
+            f"{p['light_ms']:g} ms of CPU. `serving loadtest shift` sends "
+            f"{p['rate']:g} requests/s for {p['duration']:g} s, all to `heavy` for the first quarter, moving linearly "
+            "to `light` by three quarters. Same load twice, each on a fresh embedded Ray on this 2-core VM:",
+            "",
+            f"- **per container**: `heavy` targets {HEAVY_TARGET} invocations per replica per minute, `light` "
+            f"{LIGHT_TARGET} (each container's own cost), 1..3 replicas;",
+            f"- **endpoint level** (a SageMaker production variant): one policy, {LIGHT_TARGET} invocations per "
+            "instance per minute, all containers scale together.",
+            "",
+            f"Cooldowns {COOLDOWN_OUT_S} s out, {COOLDOWN_IN_S} s in.",
+            "",
+            f"| scaling | p50 | p99 (whole run) | worst 1-s p99 after {SETTLE_S:g} s | max replicas heavy | "
+            "max replicas light | failed |",
+            "|---|---|---|---|---|---|---|",
+            row("per container", c, "container"),
+            row("endpoint level", e, "endpoint"),
+            "",
+            f"Both runs start with one `heavy` replica below its load: for the first ~15 s (replicas report every 2 s, "
+            "Serve averages over 10 s, then a replica starts) requests queue in both, which is the whole-run p99. "
+            f"After {SETTLE_S:g} s the per-container run has scaled `heavy` out and its one-second p99 stays within a few times the model's own "
+            "50 ms; the endpoint-level run keeps one replica while `heavy` carries more than it can serve.",
+            "",
+            "![p99 latency and replicas per container over time](images/autoscaling-shift.png)",
+            "",
+            "The endpoint's total volume never changes, so an endpoint-level policy on invocations per instance "
+            "sees nothing to do while `heavy` is saturated (requests queue, and past the per-replica bound of 128 "
+            "in flight they are shed with 429); per-container policies each scale on their own container's traffic, "
+            "adding `heavy` replicas while it is busy and returning them after the shift.",
+            "",
+            "An earlier run with a CPU-bound `heavy` (25 ms of CPU per request, 30 requests/s) scaled the same way "
+            "(`heavy` to 3 replicas) but gained nothing: p99 112 ms per container against 62 ms at endpoint level, "
+            "since replicas cannot add cores this 2-core VM does not have and starting them cost CPU. Scale-out "
+            "helps where the replica, not the machine, is the bottleneck.",
+        ]
+    )
 
 
 def main() -> int:
@@ -211,11 +248,15 @@ def main() -> int:
         result = json.loads(Path(args.render).read_text())
     else:
         with tempfile.TemporaryDirectory(prefix="bench-autoscaling-") as work:
-            reports = {level: run_level(Path(work), level, args.rate, args.duration) for level in ("container", "endpoint")}
+            reports = {
+                level: run_level(Path(work), level, args.rate, args.duration) for level in ("container", "endpoint")
+            }
         plot(reports, PLOT)
-        result = {"parameters": {"rate": args.rate, "duration": args.duration, "heavy_ms": HEAVY_MS, "light_ms": LIGHT_MS},
-                  **{level: summarize(report, args.duration) for level, report in reports.items()},
-                  "reports": reports}
+        result = {
+            "parameters": {"rate": args.rate, "duration": args.duration, "heavy_ms": HEAVY_MS, "light_ms": LIGHT_MS},
+            **{level: summarize(report, args.duration) for level, report in reports.items()},
+            "reports": reports,
+        }
         write_results(RESULTS, result, indent=1)
     text = render(result)
     print(text)

@@ -169,8 +169,11 @@ def model_cpu_us(case: dict[str, Any]) -> float:
     if system == "MLServer":
         return case["cpu_us_per_request"].get("mlserver: inference worker", 0.0)
     # "container mlp (APP)", APP being the endpoint's Serve application: "bench-torch.mlp.<hash>"
-    return sum(value for name, value in case["cpu_us_per_request"].items()
-               if name.startswith(f"container mlp ({model}.") and name.endswith(")"))
+    return sum(
+        value
+        for name, value in case["cpu_us_per_request"].items()
+        if name.startswith(f"container mlp ({model}.") and name.endswith(")")
+    )
 
 
 def render_http(report: dict[str, Any]) -> str:
@@ -200,20 +203,26 @@ def render_http(report: dict[str, Any]) -> str:
         system, model = case["system"].split(" ", 1)
         server = server_cpu_us(case["cpu_us_per_request"])
         errors = sum(case["errors"].values()) if case["errors"] else 0
-        lines.append(f"| {system} | {model} | {case['rps']:,.0f} | {case['p50_ms']:.2f} | {case['p99_ms']:.2f} | "
-                     f"{server:,.0f} | {model_cpu_us(case):,.0f} | {errors} | {case['other_cores']:.2f} |")
+        lines.append(
+            f"| {system} | {model} | {case['rps']:,.0f} | {case['p50_ms']:.2f} | {case['p99_ms']:.2f} | "
+            f"{server:,.0f} | {model_cpu_us(case):,.0f} | {errors} | {case['other_cores']:.2f} |"
+        )
     lines += ["", "| ratio (same run, req/s) | value |", "|---|---|"]
     lines += [f"| {name} | {value:.2f}× |" for name, value in report["ratios"].items()]
     cost = report.get("model_cost")
     if cost:
-        lines += ["", "Why batching gains what it gains here, from the same run: on a CPU-bound machine req/s is cores / "
-                  "CPU per request, so 3× the unbatched req/s needs a batched request to cost at most a third of an "
-                  "unbatched one's CPU, all processes together. Batching shrinks only the model process's share "
-                  "(the model alone, in the benchmark's process with one intra-op thread, is the last column); the "
-                  "gateway's per-request work (HTTP in and out, routing, the signed hop) stays.", "",
-                  "| model | server CPU µs/request, unbatched | batched | of it the gateway, batched | 3× needs at most "
-                  f"| the model alone, µs/row: 1-row calls / {report['max_batch_size']}-row batches |",
-                  "|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "Why batching gains what it gains here, from the same run: on a CPU-bound machine req/s is cores / "
+            "CPU per request, so 3× the unbatched req/s needs a batched request to cost at most a third of an "
+            "unbatched one's CPU, all processes together. Batching shrinks only the model process's share "
+            "(the model alone, in the benchmark's process with one intra-op thread, is the last column); the "
+            "gateway's per-request work (HTTP in and out, routing, the signed hop) stays.",
+            "",
+            "| model | server CPU µs/request, unbatched | batched | of it the gateway, batched | 3× needs at most "
+            f"| the model alone, µs/row: 1-row calls / {report['max_batch_size']}-row batches |",
+            "|---|---|---|---|---|---|",
+        ]
         for kind, per_row in cost.items():
             plain = next((c for c in report["cases"] if c["system"] == f"ours bench-{kind}"), None)
             batched = next((c for c in report["cases"] if c["system"] == f"ours bench-{kind}-batched"), None)
@@ -222,8 +231,10 @@ def render_http(report: dict[str, Any]) -> str:
             whole, merged = server_cpu_us(plain["cpu_us_per_request"]), server_cpu_us(batched["cpu_us_per_request"])
             gateway = batched["cpu_us_per_request"].get("gateway replica", 0.0)
             in_batch = per_row[f"rows_{report['max_batch_size']}"]
-            lines.append(f"| {kind} | {whole:,.0f} | {merged:,.0f} | {gateway:,.0f} | {whole / 3:,.0f} | "
-                         f"{per_row['rows_1']:,.0f} / {in_batch:,.0f} |")
+            lines.append(
+                f"| {kind} | {whole:,.0f} | {merged:,.0f} | {gateway:,.0f} | {whole / 3:,.0f} | "
+                f"{per_row['rows_1']:,.0f} / {in_batch:,.0f} |"
+            )
     return "\n".join(lines)
 
 

@@ -115,15 +115,21 @@ def _check_answers(url: str, targets: list[tuple[str, str, str]], expected: dict
 
     ok = 0
     for endpoint, hostname, model in targets:
-        response = httpx.post(f"{url}/endpoints/{endpoint}/invocations", json=expected[model]["request"], timeout=60,
-                              headers={"X-Amzn-SageMaker-Target-Container-Hostname": hostname})
+        response = httpx.post(
+            f"{url}/endpoints/{endpoint}/invocations",
+            json=expected[model]["request"],
+            timeout=60,
+            headers={"X-Amzn-SageMaker-Target-Container-Hostname": hostname},
+        )
         got, want = (response.json() if response.status_code == 200 else None), expected[model]["response"]
         if isinstance(got, dict) and set(got) == {"predictions"} and isinstance(want, list):
             got = got["predictions"]  # the tensorflow stack answers as TFS does; the trainer kept the bare rows
         if response.status_code == 200 and answers_match(got, want):
             ok += 1
         else:
-            print(f"  {endpoint}/{hostname}: unexpected answer {response.status_code} {response.text[:300]}", flush=True)
+            print(
+                f"  {endpoint}/{hostname}: unexpected answer {response.status_code} {response.text[:300]}", flush=True
+            )
     return ok
 
 
@@ -137,8 +143,11 @@ def run_scenario(name: str, models: Path, containers: list[dict[str, Any]]) -> d
         documents = [{"EndpointName": "fifteen", "Containers": containers}]
     else:
         documents = [{"EndpointName": f"single-{c['ContainerHostname']}", "Containers": [c]} for c in containers]
-    targets = [(d["EndpointName"], c["ContainerHostname"], Path(c["ModelDataUrl"]).name)
-               for d in documents for c in d["Containers"]]
+    targets = [
+        (d["EndpointName"], c["ContainerHostname"], Path(c["ModelDataUrl"]).name)
+        for d in documents
+        for c in d["Containers"]
+    ]
     stacks = {c["ContainerHostname"]: c["Image"] for c in containers}
     load_start = os.getloadavg()[0]
     started = time.monotonic()
@@ -157,10 +166,19 @@ def run_scenario(name: str, models: Path, containers: list[dict[str, Any]]) -> d
         time.sleep(SETTLE_S)
         memory = _memory(stacks)
         idle_cores = idle_cpu(IDLE_WINDOW_S if len(containers) > 1 else IDLE_WINDOW_S / 3)
-        return {"scenario": name, "containers": len(containers), "endpoints": len(documents), "load_start": load_start,
-                "load_end": os.getloadavg()[0],
-                "server_start_s": server_s, "startup_s": startup_s, "answered": answered, "memory": memory,
-                "idle_cpu_cores": idle_cores, "reserved_cpus": CPUS_PER_CONTAINER * len(containers)}
+        return {
+            "scenario": name,
+            "containers": len(containers),
+            "endpoints": len(documents),
+            "load_start": load_start,
+            "load_end": os.getloadavg()[0],
+            "server_start_s": server_s,
+            "startup_s": startup_s,
+            "answered": answered,
+            "memory": memory,
+            "idle_cpu_cores": idle_cores,
+            "reserved_cpus": CPUS_PER_CONTAINER * len(containers),
+        }
 
 
 def _child(args: argparse.Namespace) -> int:
@@ -171,16 +189,28 @@ def _child(args: argparse.Namespace) -> int:
 
 
 # --- orchestration (parent process) ---------------------------------------------------------
-def _spawn(scenario: str, models: Path, containers: list[dict[str, Any]], workdir: Path, tag: str,
-           attempts: int = 2) -> dict[str, Any]:
+def _spawn(
+    scenario: str, models: Path, containers: list[dict[str, Any]], workdir: Path, tag: str, attempts: int = 2
+) -> dict[str, Any]:
     """Run one scenario in a child process; once more if it fails or hangs (a `ray.init` can hang on a
     machine where other Ray instances come and go)."""
     spec_file = workdir / f"{tag}.containers.json"
     result_file = workdir / f"{tag}.result.json"
     log_file = workdir / f"{tag}.log"
     spec_file.write_text(json.dumps(containers))
-    command = [sys.executable, "-m", "loadtests.bench_consolidation", "--child", scenario, "--models", str(models), "--containers", str(spec_file),
-               "--result", str(result_file)]
+    command = [
+        sys.executable,
+        "-m",
+        "loadtests.bench_consolidation",
+        "--child",
+        scenario,
+        "--models",
+        str(models),
+        "--containers",
+        str(spec_file),
+        "--result",
+        str(result_file),
+    ]
     timeout = 240 + 40 * len(containers)
     for attempt in range(1, attempts + 1):
         with log_file.open("w") as log:
@@ -192,26 +222,43 @@ def _spawn(scenario: str, models: Path, containers: list[dict[str, Any]], workdi
                 child.wait(30)
         if child.returncode == 0 and result_file.exists():
             return json.loads(result_file.read_text())
-        print(f"  {tag}: attempt {attempt} failed (exit {child.returncode}):\n{log_file.read_text()[-2000:]}", flush=True)
+        print(
+            f"  {tag}: attempt {attempt} failed (exit {child.returncode}):\n{log_file.read_text()[-2000:]}", flush=True
+        )
     raise RuntimeError(f"scenario {scenario} ({tag}) failed {attempts} times")
 
 
 def _machine() -> dict[str, Any]:
     total_kib = int(Path("/proc/meminfo").read_text().split("MemTotal:", 1)[1].split()[0])
-    return {"cpus": os.cpu_count(), "memory_gib": round(total_kib / 2**20, 1),
-            "load_average": [round(x, 2) for x in os.getloadavg()], "platform": platform.platform()}
+    return {
+        "cpus": os.cpu_count(),
+        "memory_gib": round(total_kib / 2**20, 1),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "platform": platform.platform(),
+    }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     parser.add_argument("--out", type=Path, help="write all results as JSON")
-    parser.add_argument("--write-docs", action="store_true", help="(re)write this benchmark's section of docs/performance.md")
-    parser.add_argument("--render", type=Path, metavar="JSON",
-                        help="only rewrite the docs section from a results file an earlier run wrote with --out")
+    parser.add_argument(
+        "--write-docs", action="store_true", help="(re)write this benchmark's section of docs/performance.md"
+    )
+    parser.add_argument(
+        "--render",
+        type=Path,
+        metavar="JSON",
+        help="only rewrite the docs section from a results file an earlier run wrote with --out",
+    )
     parser.add_argument("--limit", type=int, default=15, help="serve only the first N containers (a quick smoke run)")
-    parser.add_argument("--wait-quiet", type=float, default=0, metavar="S",
-                        help="first wait up to S seconds for the 1-minute load average to drop below 1")
+    parser.add_argument(
+        "--wait-quiet",
+        type=float,
+        default=0,
+        metavar="S",
+        help="first wait up to S seconds for the 1-minute load average to drop below 1",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--models", help=argparse.SUPPRESS)
     parser.add_argument("--containers", help=argparse.SUPPRESS)
@@ -231,11 +278,14 @@ def main() -> int:
     waited = time.monotonic()
     while args.wait_quiet and os.getloadavg()[0] >= 1.0 and time.monotonic() - waited < args.wait_quiet:
         time.sleep(10)
-    meta: dict[str, Any] = {"command": " ".join([Path(sys.executable).name, *sys.argv]),
-                            "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-                            "machine_before": _machine(),
-                            "versions": package_versions(("ray", "torch", "tensorflow-cpu", "keras", "onnxruntime",
-                                                          "scikit-learn", "numpy"))}
+    meta: dict[str, Any] = {
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine_before": _machine(),
+        "versions": package_versions(
+            ("ray", "torch", "tensorflow-cpu", "keras", "onnxruntime", "scikit-learn", "numpy")
+        ),
+    }
     began = time.monotonic()
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench-consolidation-") as tmp:
@@ -243,20 +293,26 @@ def main() -> int:
         models = workdir / "models"
         print("training the fifteen models ...", flush=True)
         hetero_models(models)
-        containers = _containers(models)[:args.limit]
+        containers = _containers(models)[: args.limit]
         for scenario in scenarios:
             print(f"scenario {scenario} ...", flush=True)
             if scenario == "separate-servers":
                 results[scenario] = []
                 for index, container in enumerate(containers):
                     run = _spawn(scenario, models, [container], workdir, f"{scenario}-{index}")
-                    print(f"  {container['ContainerHostname']}: start-up {run['startup_s']:.1f} s, "
-                          f"{run['memory']['total_pss'] / 2**20:.0f} MiB", flush=True)
+                    print(
+                        f"  {container['ContainerHostname']}: start-up {run['startup_s']:.1f} s, "
+                        f"{run['memory']['total_pss'] / 2**20:.0f} MiB",
+                        flush=True,
+                    )
                     results[scenario].append(run)
             else:
                 results[scenario] = _spawn(scenario, models, containers, workdir, scenario)
-                print(f"  start-up {results[scenario]['startup_s']:.1f} s, "
-                      f"{results[scenario]['memory']['total_pss'] / 2**20:.0f} MiB", flush=True)
+                print(
+                    f"  start-up {results[scenario]['startup_s']:.1f} s, "
+                    f"{results[scenario]['memory']['total_pss'] / 2**20:.0f} MiB",
+                    flush=True,
+                )
     meta["duration_s"] = time.monotonic() - began
     meta["machine_after"] = _machine()
     summary = summarize(results)

@@ -82,19 +82,22 @@ def containers(models: Path) -> list[dict[str, Any]]:
     found = []
     for container in yaml.safe_load(FIFTEEN_SPEC.read_text())["Containers"]:
         name = Path(container["ModelDataUrl"]).name
-        found.append({
-            "hostname": container["ContainerHostname"],
-            "image": container["Image"],
-            "model_data": str(models / name),
-            "environment": {**container.get("Environment", {}), "SERVING_CPUS": "0.1", "SERVING_GPUS": "0"},
-            "request": expected[name]["request"],
-        })
+        found.append(
+            {
+                "hostname": container["ContainerHostname"],
+                "image": container["Image"],
+                "model_data": str(models / name),
+                "environment": {**container.get("Environment", {}), "SERVING_CPUS": "0.1", "SERVING_GPUS": "0"},
+                "request": expected[name]["request"],
+            }
+        )
     return found
 
 
 def start_one(tree: Path, container: dict[str, Any]) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, "-c", _PROBE, json.dumps(container)],
-                          capture_output=True, text=True, timeout=600, cwd=tree)
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE, json.dumps(container)], capture_output=True, text=True, timeout=600, cwd=tree
+    )
     if done.returncode != 0:
         raise RuntimeError(f"{container['hostname']} in {tree}: {done.stderr[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -103,29 +106,35 @@ def start_one(tree: Path, container: dict[str, Any]) -> dict[str, Any]:
 def docs_section(saved: dict[str, Any]) -> str:
     rows, totals = [], {"ours": 0.0, "baseline": 0.0}
     for hostname, runs in saved["containers"].items():
-        median = {tree: {key: statistics.median(run[key] for run in runs[tree]) for key in ("cpu_s", "pss_mib")}
-                  for tree in ("baseline", "ours")}
+        median = {
+            tree: {key: statistics.median(run[key] for run in runs[tree]) for key in ("cpu_s", "pss_mib")}
+            for tree in ("baseline", "ours")
+        }
         for tree in totals:
             totals[tree] += median[tree]["cpu_s"]
-        rows.append(f"| {hostname} | {runs['image']} | {median['baseline']['cpu_s']:.2f} | {median['ours']['cpu_s']:.2f} "
-                    f"| {median['ours']['cpu_s'] / median['baseline']['cpu_s']:.2f} | {median['baseline']['pss_mib']:,.0f} "
-                    f"| {median['ours']['pss_mib']:,.0f} |")
-    return "\n".join([
-        "## Container process start, one by one",
-        "",
-        "CPU-seconds each container process of `examples/fifteen.yaml` uses from its start to serving (framework imports and",
-        "model load), and its memory then, started alone through the replica supervisor's `ContainerProcess` (no Ray),",
-        f"in this tree and in the baseline {saved['baseline']} (median of {saved['rounds']} interleaved rounds;",
-        "`loadtests/bench_container_start.py` has the method). Every container answered its sample request in both.",
-        "",
-        "| container | stack | CPU-s, baseline | CPU-s, this tree | ratio | PSS MiB, baseline | PSS MiB, this tree |",
-        "|---|---|---|---|---|---|---|",
-        *rows,
-        f"| **all measured** | | **{totals['baseline']:.1f}** | **{totals['ours']:.1f}** "
-        f"| **{totals['ours'] / totals['baseline']:.2f}** | | |",
-        "",
-        run_line(saved, RESULTS),
-    ])
+        rows.append(
+            f"| {hostname} | {runs['image']} | {median['baseline']['cpu_s']:.2f} | {median['ours']['cpu_s']:.2f} "
+            f"| {median['ours']['cpu_s'] / median['baseline']['cpu_s']:.2f} | {median['baseline']['pss_mib']:,.0f} "
+            f"| {median['ours']['pss_mib']:,.0f} |"
+        )
+    return "\n".join(
+        [
+            "## Container process start, one by one",
+            "",
+            "CPU-seconds each container process of `examples/fifteen.yaml` uses from its start to serving (framework imports and",
+            "model load), and its memory then, started alone through the replica supervisor's `ContainerProcess` (no Ray),",
+            f"in this tree and in the baseline {saved['baseline']} (median of {saved['rounds']} interleaved rounds;",
+            "`loadtests/bench_container_start.py` has the method). Every container answered its sample request in both.",
+            "",
+            "| container | stack | CPU-s, baseline | CPU-s, this tree | ratio | PSS MiB, baseline | PSS MiB, this tree |",
+            "|---|---|---|---|---|---|---|",
+            *rows,
+            f"| **all measured** | | **{totals['baseline']:.1f}** | **{totals['ours']:.1f}** "
+            f"| **{totals['ours'] / totals['baseline']:.2f}** | | |",
+            "",
+            run_line(saved, RESULTS),
+        ]
+    )
 
 
 def main() -> int:
@@ -139,14 +148,19 @@ def main() -> int:
     machine = machine_facts()
     with tempfile.TemporaryDirectory(prefix="bench-container-start-") as scratch:
         baseline = Path(scratch) / "baseline"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(baseline), args.baseline],
-                       check=True, capture_output=True, timeout=120)
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(baseline), args.baseline],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
         try:
             models = Path(scratch) / "models"
             hetero_models(models)
             chosen = [c for c in containers(models) if args.only in (None, c["image"])]
-            runs: dict[str, dict[str, Any]] = {c["hostname"]: {"image": c["image"], "ours": [], "baseline": []}
-                                               for c in chosen}
+            runs: dict[str, dict[str, Any]] = {
+                c["hostname"]: {"image": c["image"], "ours": [], "baseline": []} for c in chosen
+            }
             for round_ in range(args.rounds):
                 for container in chosen:
                     order = [("baseline", baseline), ("ours", ROOT)]
@@ -155,10 +169,21 @@ def main() -> int:
                         runs[container["hostname"]][tree].append(result)
                         print(container["hostname"], tree, json.dumps(result), flush=True)
         finally:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(baseline)],
-                           check=False, capture_output=True, timeout=120)
-    saved = {"started": started, "seconds": time.perf_counter() - clock, "command": command_line(__file__),
-             "baseline": args.baseline, "rounds": args.rounds, "machine": machine, "containers": runs}
+            subprocess.run(
+                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(baseline)],
+                check=False,
+                capture_output=True,
+                timeout=120,
+            )
+    saved = {
+        "started": started,
+        "seconds": time.perf_counter() - clock,
+        "command": command_line(__file__),
+        "baseline": args.baseline,
+        "rounds": args.rounds,
+        "machine": machine,
+        "containers": runs,
+    }
     write_results(RESULTS, saved)
     print(docs_section(saved))
     if args.write_docs:

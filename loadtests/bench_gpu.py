@@ -37,7 +37,11 @@ MODELS = {  # name -> layer widths
     "iris-mlp": [4, 64, 3],
     "wide-mlp": [512, 4096, 4096, 10],
 }
-CASES = [("iris-mlp", 1, "application/json"), ("wide-mlp", 1, "application/x-npy"), ("wide-mlp", 256, "application/x-npy")]
+CASES = [
+    ("iris-mlp", 1, "application/json"),
+    ("wide-mlp", 1, "application/x-npy"),
+    ("wide-mlp", 256, "application/x-npy"),
+]
 
 
 def build_models(root: Path) -> dict[str, Path]:
@@ -57,8 +61,15 @@ def build_models(root: Path) -> dict[str, Path]:
         torch.jit.script(model).save(str(pt / "model.pt"))
         onnx_dir = root / "onnx" / name
         onnx_dir.mkdir(parents=True)
-        torch.onnx.export(model, (example,), str(onnx_dir / "model.onnx"), input_names=["x"], output_names=["y"],
-                          dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}}, dynamo=False)
+        torch.onnx.export(
+            model,
+            (example,),
+            str(onnx_dir / "model.onnx"),
+            input_names=["x"],
+            output_names=["y"],
+            dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}},
+            dynamo=False,
+        )
         folders[f"pytorch/{name}"], folders[f"onnx/{name}"] = pt, onnx_dir
     return folders
 
@@ -94,8 +105,12 @@ def time_case(runtime, body: bytes, content_type: str, seconds: float) -> dict[s
         runtime.invoke(body, content_type, content_type, InvocationContext())
         times.append((time.perf_counter() - started) * 1000)
     times.sort()
-    return {"calls": len(times), "p50_ms": statistics.median(times), "p99_ms": times[int(0.99 * (len(times) - 1))],
-            "mean_ms": statistics.fmean(times)}
+    return {
+        "calls": len(times),
+        "p50_ms": statistics.median(times),
+        "p99_ms": times[int(0.99 * (len(times) - 1))],
+        "mean_ms": statistics.fmean(times),
+    }
 
 
 def run(args: argparse.Namespace) -> int:
@@ -111,12 +126,19 @@ def run(args: argparse.Namespace) -> int:
     report: dict[str, Any] = {
         "command": " ".join(["python", "-m", "loadtests.bench_gpu", *sys.argv[1:]]),
         "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "machine": {"nproc": os.cpu_count(), "cpu": platform.processor() or platform.machine(),
-                    "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-                    "python": platform.python_version(), "torch": torch.__version__,
-                    "onnxruntime": onnxruntime.__version__,
-                    "onnxruntime_providers": onnxruntime.get_available_providers()},
-        "cpus": args.cpus, "seconds": args.seconds, "cases": [], "notes": [],
+        "machine": {
+            "nproc": os.cpu_count(),
+            "cpu": platform.processor() or platform.machine(),
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "onnxruntime": onnxruntime.__version__,
+            "onnxruntime_providers": onnxruntime.get_available_providers(),
+        },
+        "cpus": args.cpus,
+        "seconds": args.seconds,
+        "cases": [],
+        "notes": [],
     }
     print(json.dumps(report["machine"]), flush=True)
     stacks = {"pytorch": PyTorchRuntime, "onnx": OnnxRuntime}
@@ -127,20 +149,30 @@ def run(args: argparse.Namespace) -> int:
                 body = body_for(rows, MODELS[model][0], content_type)
                 answers = {}
                 for device, gpus in (("cpu", "0"), ("cuda", "1")):
-                    runtime = runtime_class(folders[f"{stack}/{model}"], {"SERVING_CPUS": str(args.cpus), "SERVING_GPUS": gpus})
+                    runtime = runtime_class(
+                        folders[f"{stack}/{model}"], {"SERVING_CPUS": str(args.cpus), "SERVING_GPUS": gpus}
+                    )
                     runtime.load()
                     used = _device_of(stack, runtime)
                     if device == "cuda" and used != "cuda":
                         report["notes"].append(
                             f"{stack} on CUDA not measured: given a GPU it ran on the {used} (providers of this "
                             f"onnxruntime: {', '.join(onnxruntime.get_available_providers())}); CUDA needs the "
-                            "`onnxruntime-gpu` build")
+                            "`onnxruntime-gpu` build"
+                        )
                         continue
                     result, content = runtime.invoke(body, content_type, content_type, _context())
                     answers[device] = decode(result, content)
                     timing = time_case(runtime, body, content_type, args.seconds)
-                    case = {"stack": stack, "model": model, "batch": rows, "content_type": content_type,
-                            "device": used, **timing, "rows_per_s": rows * 1000 / timing["mean_ms"]}
+                    case = {
+                        "stack": stack,
+                        "model": model,
+                        "batch": rows,
+                        "content_type": content_type,
+                        "device": used,
+                        **timing,
+                        "rows_per_s": rows * 1000 / timing["mean_ms"],
+                    }
                     report["cases"].append(case)
                     print(json.dumps(case), flush=True)
                     del runtime
@@ -148,7 +180,9 @@ def run(args: argparse.Namespace) -> int:
                         torch.cuda.empty_cache()
                 if "cuda" in answers:
                     gap = float(np.max(np.abs(answers["cuda"] - answers["cpu"])))
-                    report["notes"].append(f"{stack} {model} batch {rows}: CUDA and CPU answers differ by at most {gap:.2e}")
+                    report["notes"].append(
+                        f"{stack} {model} batch {rows}: CUDA and CPU answers differ by at most {gap:.2e}"
+                    )
                     if gap > 1e-2:
                         raise SystemExit(f"{stack} {model}: CUDA answer differs from CPU by {gap}")
     (out / "bench_gpu.json").write_text(json.dumps(report, indent=1))
@@ -171,16 +205,19 @@ def _context():
 def render(report: dict[str, Any]) -> str:
     machine = report["machine"]
     lines = [
-        "## GPU: PyTorch and ONNX on CUDA vs CPU", "",
+        "## GPU: PyTorch and ONNX on CUDA vs CPU",
+        "",
         "The `pytorch` and `onnx` stacks' per-request work (`Runtime.invoke`: decode, predict, encode; no HTTP, no "
         "Ray) on a GPU machine, CUDA against the same machine's CPU, in one run of `loadtests/bench_gpu.py` "
         "(see its docstring for the models). CI has no GPU: these numbers come from a lent GPU machine and "
-        "are refreshed only where one is available.", "",
+        "are refreshed only where one is available.",
+        "",
         f"Generated by `{report['command']}` on {report['started']}: {machine['gpu']}, {machine['nproc']} CPU cores "
         f"(each runtime limited to {report['cpus']} threads through `SERVING_CPUS`, as a container with "
         f"`Resources.Cpus: {report['cpus']}` would be), Python {machine['python']}, torch {machine['torch']}, "
         f"onnxruntime {machine['onnxruntime']} (providers: {', '.join(machine['onnxruntime_providers'])}); "
-        f"{report['seconds']:g} s per case.", "",
+        f"{report['seconds']:g} s per case.",
+        "",
         "| stack | model | batch | body | device | p50 ms | p99 ms | rows/s | CUDA / CPU p50 |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
@@ -190,14 +227,19 @@ def render(report: dict[str, Any]) -> str:
         if c["device"] == "cuda" and (c["stack"], c["model"], c["batch"]) in cpu:
             ratio = f"{c['p50_ms'] / cpu[(c['stack'], c['model'], c['batch'])]['p50_ms']:.2f}"
         body = "JSON" if "json" in c["content_type"] else "NPY"
-        lines.append(f"| {c['stack']} | {c['model']} | {c['batch']} | {body} | {c['device']} | {c['p50_ms']:.3f} | "
-                     f"{c['p99_ms']:.3f} | {c['rows_per_s']:,.0f} | {ratio} |")
+        lines.append(
+            f"| {c['stack']} | {c['model']} | {c['batch']} | {body} | {c['device']} | {c['p50_ms']:.3f} | "
+            f"{c['p99_ms']:.3f} | {c['rows_per_s']:,.0f} | {ratio} |"
+        )
     faster = [c for c in report["cases"] if c["device"] == "cuda" and (c["stack"], c["model"], c["batch"]) in cpu]
     if faster:
-        lines += ["", "Reading: a GPU pays for a container when its model has real work per request; for a demo-sized "
-                  "model the per-call launch and copies cost more than the arithmetic saves (ratio above 1), and "
-                  "batching (several rows per request) is where it gains most. Choose `Resources.Gpus` per container "
-                  "accordingly: a multi-container endpoint can give the GPU to the one container that needs it."]
+        lines += [
+            "",
+            "Reading: a GPU pays for a container when its model has real work per request; for a demo-sized "
+            "model the per-call launch and copies cost more than the arithmetic saves (ratio above 1), and "
+            "batching (several rows per request) is where it gains most. Choose `Resources.Gpus` per container "
+            "accordingly: a multi-container endpoint can give the GPU to the one container that needs it.",
+        ]
     lines += ["", "Notes:", ""] + [f"- {note}" for note in dict.fromkeys(report["notes"])]  # once each
     return "\n".join(lines) + "\n"
 

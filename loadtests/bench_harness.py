@@ -33,12 +33,26 @@ def run(work: Path, rate: float, duration: float) -> dict:
     processes = Processes()
     try:
         _, floor = start_floor(processes, paths, work)
-        spec = {"EndpointName": "bench-harness", "Containers": [
-            {"ContainerHostname": "iris", "Image": "sklearn", "ModelDataUrl": str(paths["skops_dir"])}]}
+        spec = {
+            "EndpointName": "bench-harness",
+            "Containers": [{"ContainerHostname": "iris", "Image": "sklearn", "ModelDataUrl": str(paths["skops_dir"])}],
+        }
         with embedded_endpoint(spec) as url:
-            return run_loadtest("direct", f"{url}/endpoints/bench-harness", work / "report", "--rate", str(rate),
-                                "--duration", str(duration), "--payload-json", "[[5.1, 3.5, 1.4, 0.2]]",
-                                "--baseline", f"{floor}/invocations", "--metrics-check", timeout=duration * 3 + 300)
+            return run_loadtest(
+                "direct",
+                f"{url}/endpoints/bench-harness",
+                work / "report",
+                "--rate",
+                str(rate),
+                "--duration",
+                str(duration),
+                "--payload-json",
+                "[[5.1, 3.5, 1.4, 0.2]]",
+                "--baseline",
+                f"{floor}/invocations",
+                "--metrics-check",
+                timeout=duration * 3 + 300,
+            )
     finally:
         processes.stop_all()
 
@@ -47,27 +61,31 @@ def render(report: dict) -> str:
     ours, floor, ratios = report, report["baseline"], report["ratios"]
     p = report["parameters"]
     check = report.get("metrics_check") or {}
-    row = lambda name, r: (f"| {name} | {r['latency_ms']['p50']:.2f} ms | {r['latency_ms']['p90']:.2f} ms | "  # noqa: E731
-                           f"{r['latency_ms']['p99']:.2f} ms | {r['throughput_rps']['ok']:.1f} | "
-                           f"{r['totals']['failures']} |")
-    return "\n".join([
-        "## Load-test harness: endpoint vs floor, open loop",
-        "",
-        f"`.venv/bin/python -m loadtests.bench_harness --write-docs`: `serving loadtest direct --rate {p.get('rate', '?')} "
-        f"--duration {p.get('duration', '?')} --baseline FLOOR` in one run (raw report in "
-        "`loadtests/results/bench_harness.json`). The same scikit-learn pipeline behind our endpoint (one container) "
-        "and behind the floor (a bare Starlette app calling it in-process); the same open-loop schedule for both, "
-        "latency measured from each request's due time.",
-        "",
-        "| server | p50 | p90 | p99 | ok req/s | failed |",
-        "|---|---|---|---|---|---|",
-        row("ours", ours),
-        row("floor", floor),
-        f"| **ours / floor** | **{ratios['p50']:.2f}** | | **{ratios['p99']:.2f}** | {ratios['throughput']:.2f} | |",
-        "",
-        f"The server's own `serving_invocations_total` grew by {check.get('difference')} during the run; the harness "
-        f"counted {check.get('harness_answered')} answers (match: {check.get('matches')}).",
-    ])
+    row = lambda name, r: (
+        f"| {name} | {r['latency_ms']['p50']:.2f} ms | {r['latency_ms']['p90']:.2f} ms | "  # noqa: E731
+        f"{r['latency_ms']['p99']:.2f} ms | {r['throughput_rps']['ok']:.1f} | "
+        f"{r['totals']['failures']} |"
+    )
+    return "\n".join(
+        [
+            "## Load-test harness: endpoint vs floor, open loop",
+            "",
+            f"`.venv/bin/python -m loadtests.bench_harness --write-docs`: `serving loadtest direct --rate {p.get('rate', '?')} "
+            f"--duration {p.get('duration', '?')} --baseline FLOOR` in one run (raw report in "
+            "`loadtests/results/bench_harness.json`). The same scikit-learn pipeline behind our endpoint (one container) "
+            "and behind the floor (a bare Starlette app calling it in-process); the same open-loop schedule for both, "
+            "latency measured from each request's due time.",
+            "",
+            "| server | p50 | p90 | p99 | ok req/s | failed |",
+            "|---|---|---|---|---|---|",
+            row("ours", ours),
+            row("floor", floor),
+            f"| **ours / floor** | **{ratios['p50']:.2f}** | | **{ratios['p99']:.2f}** | {ratios['throughput']:.2f} | |",
+            "",
+            f"The server's own `serving_invocations_total` grew by {check.get('difference')} during the run; the harness "
+            f"counted {check.get('harness_answered')} answers (match: {check.get('matches')}).",
+        ]
+    )
 
 
 def main() -> int:

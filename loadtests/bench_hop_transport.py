@@ -69,8 +69,9 @@ def serve() -> None:
     if unix is None:
         raise SystemExit("no safe folder for the Unix socket (see serving/http/local_socket.py)")
     path = unix.getsockname()
-    server = BackgroundServer(Starlette(routes=[Route("/invocations", invoke, methods=["POST"])]), sock=tcp,
-                              also=(unix,))
+    server = BackgroundServer(
+        Starlette(routes=[Route("/invocations", invoke, methods=["POST"])]), sock=tcp, also=(unix,)
+    )
     server.wait_started()
     print(port, flush=True)
     sys.stdin.read()
@@ -114,8 +115,11 @@ def load(seconds: float, port: int, server_pid: int) -> None:
             pair += 1
         for mode in MODES:
             times = sorted(sequential[mode])
-            found[mode]["1"] = {"requests": len(times), "p50_us": times[len(times) // 2] * 1e6,
-                                "p99_us": times[int(len(times) * 0.99)] * 1e6}
+            found[mode]["1"] = {
+                "requests": len(times),
+                "p50_us": times[len(times) // 2] * 1e6,
+                "p99_us": times[int(len(times) * 0.99)] * 1e6,
+            }
         totals = {mode: {"hops": 0, "wall": 0.0, "server": 0.0, "client": 0.0, "times": []} for mode in MODES}
         for block in range(int(2 * seconds / BLOCK_S)):
             mode = MODES[block % 2]
@@ -133,9 +137,14 @@ def load(seconds: float, port: int, server_pid: int) -> None:
             total["client"] += time.process_time() - client
         for mode, total in totals.items():
             times, hops = sorted(total["times"]), len(total["times"])
-            found[mode]["32"] = {"requests": hops, "rps": hops / total["wall"], "p50_us": times[hops // 2] * 1e6,
-                                 "p99_us": times[int(hops * 0.99)] * 1e6, "server_us": total["server"] * 1e6 / hops,
-                                 "client_us": total["client"] * 1e6 / hops}
+            found[mode]["32"] = {
+                "requests": hops,
+                "rps": hops / total["wall"],
+                "p50_us": times[hops // 2] * 1e6,
+                "p99_us": times[int(hops * 0.99)] * 1e6,
+                "server_us": total["server"] * 1e6 / hops,
+                "client_us": total["client"] * 1e6 / hops,
+            }
         for client in clients.values():
             client.close()
         return found
@@ -144,8 +153,14 @@ def load(seconds: float, port: int, server_pid: int) -> None:
 
 
 def one_round(seconds: float, port: int, server_pid: int) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, "-m", "loadtests.bench_hop_transport", "--load", str(seconds), str(port), str(server_pid)],
-                          capture_output=True, text=True, timeout=4 * seconds + 60, cwd=ROOT, check=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "loadtests.bench_hop_transport", "--load", str(seconds), str(port), str(server_pid)],
+        capture_output=True,
+        text=True,
+        timeout=4 * seconds + 60,
+        cwd=ROOT,
+        check=True,
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -165,11 +180,14 @@ def docs_section(saved: dict[str, Any]) -> str:
         "CPU per hop at both ends, 32 callers": [cpu(r, "unix") / cpu(r, "tcp") for r in rounds],
     }
     names = {"tcp": "TCP", "unix": "Unix socket"}
-    rows = [f"| 1 | {names[mode]} | {med(mode, 1, 'p50_us'):,.0f} | {med(mode, 1, 'p99_us'):,.0f} | | | |"
-            for mode in MODES]
-    rows += [f"| 32 | {names[mode]} | {med(mode, 32, 'p50_us'):,.0f} | {med(mode, 32, 'p99_us'):,.0f} "
-             f"| {med(mode, 32, 'rps'):,.0f} | {med(mode, 32, 'server_us'):.0f} | {med(mode, 32, 'client_us'):.0f} |"
-             for mode in MODES]
+    rows = [
+        f"| 1 | {names[mode]} | {med(mode, 1, 'p50_us'):,.0f} | {med(mode, 1, 'p99_us'):,.0f} | | | |" for mode in MODES
+    ]
+    rows += [
+        f"| 32 | {names[mode]} | {med(mode, 32, 'p50_us'):,.0f} | {med(mode, 32, 'p99_us'):,.0f} "
+        f"| {med(mode, 32, 'rps'):,.0f} | {med(mode, 32, 'server_us'):.0f} | {med(mode, 32, 'client_us'):.0f} |"
+        for mode in MODES
+    ]
     lines = [
         "## Hops over a Unix socket",
         "",
@@ -188,8 +206,10 @@ def docs_section(saved: dict[str, Any]) -> str:
         "",
         "| Unix socket / TCP | per round | median |",
         "|---|---|---|",
-        *(f"| {label} | {', '.join(f'{v:.2f}' for v in values)} | {statistics.median(values):.2f} |"
-          for label, values in ratio_rows.items()),
+        *(
+            f"| {label} | {', '.join(f'{v:.2f}' for v in values)} | {statistics.median(values):.2f} |"
+            for label, values in ratio_rows.items()
+        ),
         "",
         "A direct invocation makes one such hop, a Serial chain one per container; the hop is a small part of an",
         "invocation's CPU (bench_invoke: the gateway's and the container's HTTP work around the model, ~1,900 µs per",
@@ -219,8 +239,13 @@ def main() -> int:
         return 0
     started, clock = dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), time.perf_counter()
     machine = machine_facts()
-    server = subprocess.Popen([sys.executable, "-m", "loadtests.bench_hop_transport", "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True, cwd=ROOT)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "loadtests.bench_hop_transport", "--serve"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
     rounds = []
     try:
         assert server.stdout is not None
@@ -233,8 +258,14 @@ def main() -> int:
         if server.stdin:
             server.stdin.close()
         server.wait(30)
-    saved = {"started": started, "seconds": time.perf_counter() - clock, "command": command_line(__file__),
-             "machine": machine, "seconds_per_case": args.seconds, "rounds": rounds}
+    saved = {
+        "started": started,
+        "seconds": time.perf_counter() - clock,
+        "command": command_line(__file__),
+        "machine": machine,
+        "seconds_per_case": args.seconds,
+        "rounds": rounds,
+    }
     write_results(RESULTS, saved)
     print(docs_section(saved))
     if args.write_docs:

@@ -73,10 +73,20 @@ def asgi_call(app: Any, path: str, headers: Callable[[], dict[str, str]]) -> Cal
         async def send(message: dict[str, Any]) -> None:
             sent.append(message)
 
-        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-                 "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
-                 "headers": [(k.encode(), v.encode()) for k, v in headers().items()],
-                 "client": ("127.0.0.1", 40000), "server": ("127.0.0.1", 8080)}
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "POST",
+            "scheme": "http",
+            "path": path,
+            "raw_path": path.encode(),
+            "query_string": b"",
+            "root_path": "",
+            "headers": [(k.encode(), v.encode()) for k, v in headers().items()],
+            "client": ("127.0.0.1", 40000),
+            "server": ("127.0.0.1", 8080),
+        }
         await app(scope, receive, send)
         if sent[0]["status"] != 200 or sent[-1]["body"] != ANSWER:
             raise SystemExit(f"unexpected answer from {path}: {sent[0]['status']} {sent[-1].get('body')!r}")
@@ -109,12 +119,13 @@ def container_calls(model_dir: Path) -> dict[str, Call]:
     assert isinstance(app.app, HotPath)
 
     def signed() -> dict[str, str]:
-        plain = {"content-type": "application/json", "accept": "application/json",
-                 "content-length": str(len(BODY))}
+        plain = {"content-type": "application/json", "accept": "application/json", "content-length": str(len(BODY))}
         return plain | hops.sign(HOP_KEY, "POST", protocol.INVOCATIONS_PATH, BODY, plain)
 
-    return {"without": asgi_call(app.app.app, protocol.INVOCATIONS_PATH, signed),
-            "with": asgi_call(app.app, protocol.INVOCATIONS_PATH, signed)}
+    return {
+        "without": asgi_call(app.app.app, protocol.INVOCATIONS_PATH, signed),
+        "with": asgi_call(app.app, protocol.INVOCATIONS_PATH, signed),
+    }
 
 
 def gateway_calls(router: Router) -> dict[str, Call]:
@@ -132,8 +143,14 @@ def summary(blocks: dict[str, list[float]]) -> dict[str, float]:
     """Means of each mode's blocks, and the saving per pair of neighbouring blocks (its quartiles: the spread)."""
     without, with_ = statistics.mean(blocks["without"]), statistics.mean(blocks["with"])
     q1, _, q3 = statistics.quantiles([a - b for a, b in zip(blocks["without"], blocks["with"], strict=True)], n=4)
-    return {"cpu_us_without": without, "cpu_us_with": with_, "saved_us": without - with_, "ratio": with_ / without,
-            "saved_us_q1": q1, "saved_us_q3": q3}
+    return {
+        "cpu_us_without": without,
+        "cpu_us_with": with_,
+        "saved_us": without - with_,
+        "ratio": with_ / without,
+        "saved_us_q1": q1,
+        "saved_us_q3": q3,
+    }
 
 
 async def measure(model_dir: Path, floor_url: str, requests: int, pairs: int) -> dict[str, dict[str, list[float]]]:
@@ -143,37 +160,45 @@ async def measure(model_dir: Path, floor_url: str, requests: int, pairs: int) ->
     transport.update({(ENDPOINT, CONTAINER): [floor_url]})
     await transport.start()
     try:
-        return {"container": await alternate(container_calls(model_dir), requests, pairs),
-                "gateway": await alternate(gateway_calls(router), requests, pairs)}
+        return {
+            "container": await alternate(container_calls(model_dir), requests, pairs),
+            "gateway": await alternate(gateway_calls(router), requests, pairs),
+        }
     finally:
         await transport.close()
 
 
 def docs_section(result: dict) -> str:
     meta = result["meta"]
-    rows = ["| app | CPU per request without → with the hot path | saved | saved per pair of blocks, quartiles | ratio |",
-            "|---|---|---|---|---|"]
+    rows = [
+        "| app | CPU per request without → with the hot path | saved | saved per pair of blocks, quartiles | ratio |",
+        "|---|---|---|---|---|",
+    ]
     for app, s in result["cases"].items():
-        rows.append(f"| {app} | {s['cpu_us_without']:.0f} → {s['cpu_us_with']:.0f} µs | {s['saved_us']:.0f} µs "
-                    f"| {s['saved_us_q1']:.0f} to {s['saved_us_q3']:.0f} µs | {s['ratio']:.3f}× |")
-    return "\n".join([
-        "## The invocation route ahead of Starlette's middleware: measured",
-        "",
-        "The route that carries invocations skips Starlette's two exception middlewares, its route walk and the",
-        "route's exception wrapper (`serving/http/hot_path.py`; the same exception handlers answer its errors).",
-        "Both apps every invocation crosses, driven in one process through ASGI, with and without it, in alternating",
-        f"blocks of {meta['requests']} requests ({meta['pairs']} blocks of each): the container's data port (the",
-        "scikit-learn iris pipeline, signed hops, prediction included) and the gateway's router (its hop to the floor",
-        "server in another process, not counted). CPU of the driving thread per request; HTTP parsing, the same",
-        "either way, is not in it. \"Without\" has the invocation route first, the shortest route walk there is (in",
-        "the gateway it came after five other routes), so the gateway's saving is, if anything, larger in service:",
-        "",
-        *rows,
-        "",
-        f"Run: `{meta['command']}` at {meta['started']} ({meta['seconds']:.0f} s); {meta['machine']['nproc']} CPUs "
-        f"({meta['machine']['cpu_model']}), load average before {meta['machine']['loadavg_at_start']}. "
-        "Results: `loadtests/results/bench_hot_path.json`.",
-    ])
+        rows.append(
+            f"| {app} | {s['cpu_us_without']:.0f} → {s['cpu_us_with']:.0f} µs | {s['saved_us']:.0f} µs "
+            f"| {s['saved_us_q1']:.0f} to {s['saved_us_q3']:.0f} µs | {s['ratio']:.3f}× |"
+        )
+    return "\n".join(
+        [
+            "## The invocation route ahead of Starlette's middleware: measured",
+            "",
+            "The route that carries invocations skips Starlette's two exception middlewares, its route walk and the",
+            "route's exception wrapper (`serving/http/hot_path.py`; the same exception handlers answer its errors).",
+            "Both apps every invocation crosses, driven in one process through ASGI, with and without it, in alternating",
+            f"blocks of {meta['requests']} requests ({meta['pairs']} blocks of each): the container's data port (the",
+            "scikit-learn iris pipeline, signed hops, prediction included) and the gateway's router (its hop to the floor",
+            "server in another process, not counted). CPU of the driving thread per request; HTTP parsing, the same",
+            'either way, is not in it. "Without" has the invocation route first, the shortest route walk there is (in',
+            "the gateway it came after five other routes), so the gateway's saving is, if anything, larger in service:",
+            "",
+            *rows,
+            "",
+            f"Run: `{meta['command']}` at {meta['started']} ({meta['seconds']:.0f} s); {meta['machine']['nproc']} CPUs "
+            f"({meta['machine']['cpu_model']}), load average before {meta['machine']['loadavg_at_start']}. "
+            "Results: `loadtests/results/bench_hot_path.json`.",
+        ]
+    )
 
 
 def main() -> None:
@@ -184,10 +209,14 @@ def main() -> None:
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     started = time.monotonic()
-    meta = {"command": command_line(__file__),
-            "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "machine": machine_facts(), "versions": package_versions(("starlette", "uvloop", "scikit-learn")),
-            "requests": args.requests, "pairs": args.pairs}
+    meta = {
+        "command": command_line(__file__),
+        "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": machine_facts(),
+        "versions": package_versions(("starlette", "uvloop", "scikit-learn")),
+        "requests": args.requests,
+        "pairs": args.pairs,
+    }
     processes = Processes()
     with tempfile.TemporaryDirectory(prefix="bench-hot-path-") as work:
         paths = iris_models(Path(work))
@@ -200,8 +229,11 @@ def main() -> None:
             processes.stop_all()
     cases = {app: summary(b) for app, b in blocks.items()}
     for app, s in cases.items():
-        print(f"{app}: CPU/request {s['cpu_us_without']:.0f} -> {s['cpu_us_with']:.0f} us "
-              f"(saved {s['saved_us']:.0f} us, {s['ratio']:.3f}x)", flush=True)
+        print(
+            f"{app}: CPU/request {s['cpu_us_without']:.0f} -> {s['cpu_us_with']:.0f} us "
+            f"(saved {s['saved_us']:.0f} us, {s['ratio']:.3f}x)",
+            flush=True,
+        )
     meta["seconds"] = time.monotonic() - started
     result = {"meta": meta, "cases": cases, "blocks": blocks}
     write_results(args.out, result)

@@ -90,8 +90,16 @@ def serve(case: str) -> None:
 
 def idle_cores(seconds: float) -> dict[str, float]:
     """Both servers side by side, no requests: the CPU each used over `seconds` after a 2 s settle, in cores."""
-    children = {case: subprocess.Popen([sys.executable, "-m", "loadtests.bench_http_server", "--serve", case], stdin=subprocess.PIPE,
-                                       stdout=subprocess.PIPE, text=True, cwd=ROOT) for case in CASES}
+    children = {
+        case: subprocess.Popen(
+            [sys.executable, "-m", "loadtests.bench_http_server", "--serve", case],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
+        for case in CASES
+    }
     try:
         for child in children.values():
             assert child.stdout is not None
@@ -108,16 +116,25 @@ def idle_cores(seconds: float) -> dict[str, float]:
 
 
 def one_case(case: str, wrk: str, script: Path, seconds: float) -> dict[str, float]:
-    child = subprocess.Popen([sys.executable, "-m", "loadtests.bench_http_server", "--serve", case], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "loadtests.bench_http_server", "--serve", case],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
     try:
         assert child.stdout is not None
         port = int(child.stdout.readline())
         url = f"http://127.0.0.1:{port}/invocations"
         subprocess.run([wrk, "-t1", "-c32", "-d2s", "-s", str(script), url], capture_output=True, timeout=60)
         before = cpu_seconds(child.pid)
-        done = subprocess.run([wrk, "-t1", "-c32", f"-d{seconds:g}s", "-s", str(script), url],
-                              capture_output=True, text=True, timeout=seconds + 60)
+        done = subprocess.run(
+            [wrk, "-t1", "-c32", f"-d{seconds:g}s", "-s", str(script), url],
+            capture_output=True,
+            text=True,
+            timeout=seconds + 60,
+        )
         used = cpu_seconds(child.pid) - before
     finally:
         if child.stdin:
@@ -137,32 +154,35 @@ def docs_section(saved: dict[str, Any]) -> str:
     ratios = [r["ours"]["cpu_us_per_request"] / r["uvicorn defaults"]["cpu_us_per_request"] for r in rounds]
     idle = {case: statistics.median(r["idle_cores"][case] for r in rounds) for case in CASES}
     rows = [f"| {case} | {median[case]:.0f} | {rps[case]:,.0f} | {idle[case]:.4f} |" for case in CASES]
-    return "\n".join([
-        "## HTTP server settings: proxy headers and the idle tick",
-        "",
-        "CPU per request of one `BackgroundServer` (what the gateway and every container data port run) serving a",
-        "1-row JSON echo, as this runtime configures it and with uvicorn's defaults for `proxy_headers` and",
-        "`server_header` and uvicorn's own main loop (a wake-up every 0.1 s) put back; wrk at 32 connections, then",
-        f"both left idle side by side; {len(rounds)} alternating rounds, medians (`loadtests/bench_http_server.py` has",
-        "the method).",
-        "",
-        "| server | CPU µs per request | req/s | idle CPU (cores) |",
-        "|---|---|---|---|",
-        *rows,
-        "",
-        f"Ours over uvicorn's defaults: {statistics.median(ratios):.2f}× the CPU per request (rounds: "
-        + ", ".join(f"{ratio:.2f}" for ratio in ratios) + "). Every invocation passes two such servers (the gateway's",
-        "and its container's), a Serial chain one more per container. The change is made for docs/security.md's reason",
-        "(no caller may choose the address a container sees); what it saves per request is small next to the spread",
-        "between rounds on this VM.",
-        "",
-        f"Idle, ours uses {idle['ours'] / idle['uvicorn defaults']:.2f}× the baseline's CPU "
-        f"({idle['uvicorn defaults'] - idle['ours']:.4f} cores less per server). An endpoint runs one such server per",
-        "container process and one in the gateway: the fifteen-container example, sixteen. (/proc counts CPU in",
-        f"10 ms ticks: one tick in {saved['idle_seconds']:g} s is {0.01 / saved['idle_seconds']:.4f} cores.)",
-        "",
-        run_line(saved, RESULTS),
-    ])
+    return "\n".join(
+        [
+            "## HTTP server settings: proxy headers and the idle tick",
+            "",
+            "CPU per request of one `BackgroundServer` (what the gateway and every container data port run) serving a",
+            "1-row JSON echo, as this runtime configures it and with uvicorn's defaults for `proxy_headers` and",
+            "`server_header` and uvicorn's own main loop (a wake-up every 0.1 s) put back; wrk at 32 connections, then",
+            f"both left idle side by side; {len(rounds)} alternating rounds, medians (`loadtests/bench_http_server.py` has",
+            "the method).",
+            "",
+            "| server | CPU µs per request | req/s | idle CPU (cores) |",
+            "|---|---|---|---|",
+            *rows,
+            "",
+            f"Ours over uvicorn's defaults: {statistics.median(ratios):.2f}× the CPU per request (rounds: "
+            + ", ".join(f"{ratio:.2f}" for ratio in ratios)
+            + "). Every invocation passes two such servers (the gateway's",
+            "and its container's), a Serial chain one more per container. The change is made for docs/security.md's reason",
+            "(no caller may choose the address a container sees); what it saves per request is small next to the spread",
+            "between rounds on this VM.",
+            "",
+            f"Idle, ours uses {idle['ours'] / idle['uvicorn defaults']:.2f}× the baseline's CPU "
+            f"({idle['uvicorn defaults'] - idle['ours']:.4f} cores less per server). An endpoint runs one such server per",
+            "container process and one in the gateway: the fifteen-container example, sixteen. (/proc counts CPU in",
+            f"10 ms ticks: one tick in {saved['idle_seconds']:g} s is {0.01 / saved['idle_seconds']:.4f} cores.)",
+            "",
+            run_line(saved, RESULTS),
+        ]
+    )
 
 
 def main() -> int:
@@ -190,8 +210,14 @@ def main() -> int:
             found["idle_cores"] = idle_cores(args.idle_seconds)
             print(index, json.dumps(found), flush=True)
             rounds.append(found)
-    saved = {"started": started, "seconds": time.perf_counter() - clock, "command": command_line(__file__),
-             "machine": machine, "idle_seconds": args.idle_seconds, "rounds": rounds}
+    saved = {
+        "started": started,
+        "seconds": time.perf_counter() - clock,
+        "command": command_line(__file__),
+        "machine": machine,
+        "idle_seconds": args.idle_seconds,
+        "rounds": rounds,
+    }
     write_results(RESULTS, saved)
     print(docs_section(saved))
     if args.write_docs:

@@ -47,9 +47,13 @@ from loadtests.harness.proctree import parent_of, process_cpu_seconds, process_t
 from loadtests.harness.results import ROOT, machine_facts, package_versions, write_results, write_section
 
 # Ray's own values for what the embedded Ray sets (serving/ray_wing/cluster.py, EMBEDDED_RAY_ENVIRONMENT)
-RAY_DEFAULTS = {"RAY_worker_niceness": "15", "RAY_SERVE_METRICS_EXPORT_INTERVAL_MS": "100",
-                "RAY_preload_python_modules": "", "RAY_LOG_MONITOR_MANY_FILES_THRESHOLD": "1000",
-                "LOG_NAME_UPDATE_INTERVAL_S": "0.5"}
+RAY_DEFAULTS = {
+    "RAY_worker_niceness": "15",
+    "RAY_SERVE_METRICS_EXPORT_INTERVAL_MS": "100",
+    "RAY_preload_python_modules": "",
+    "RAY_LOG_MONITOR_MANY_FILES_THRESHOLD": "1000",
+    "LOG_NAME_UPDATE_INTERVAL_S": "0.5",
+}
 SETTINGS = {"ours": {}, "ray-defaults": RAY_DEFAULTS}
 SCENARIOS = {"one": 1, "fifteen": 15}
 SETTLE_S = 10
@@ -137,10 +141,17 @@ def run_scenario(scenario: str, models: Path, window: float) -> dict[str, Any]:
         time.sleep(SETTLE_S)
         pss = sum((smaps(pid) or {"pss": 0})["pss"] for pid in process_tree())
         cores = idle_by_role(window)
-        return {"containers": len(containers), "answered": answered, "server_start_s": server_s,
-                "startup_s": startup_s, "startup_cpu_by_role": startup_cpu,
-                "idle_cores": sum(cores.values()), "idle_by_role": cores,
-                "pss_mib": pss / 2**20, "window_s": window}
+        return {
+            "containers": len(containers),
+            "answered": answered,
+            "server_start_s": server_s,
+            "startup_s": startup_s,
+            "startup_cpu_by_role": startup_cpu,
+            "idle_cores": sum(cores.values()),
+            "idle_by_role": cores,
+            "pss_mib": pss / 2**20,
+            "window_s": window,
+        }
 
 
 # --- orchestration ----------------------------------------------------------------------------------------
@@ -148,11 +159,23 @@ def _spawn(scenario: str, setting: str, models: Path, window: float, workdir: Pa
     result = workdir / f"{scenario}-{setting}.json"
     log = workdir / f"{scenario}-{setting}.log"
     environment = {**os.environ, **SETTINGS[setting]}
-    command = [sys.executable, "-m", "loadtests.bench_idle", "--child", scenario, "--models", str(models), "--window", str(window),
-               "--result", str(result)]
+    command = [
+        sys.executable,
+        "-m",
+        "loadtests.bench_idle",
+        "--child",
+        scenario,
+        "--models",
+        str(models),
+        "--window",
+        str(window),
+        "--result",
+        str(result),
+    ]
     with log.open("w") as out:
-        child = subprocess.Popen(command, cwd=ROOT, env=environment, stdout=out, stderr=subprocess.STDOUT,
-                                 start_new_session=True)
+        child = subprocess.Popen(
+            command, cwd=ROOT, env=environment, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
         try:
             child.wait(READY_TIMEOUT_S + window + 120)
         except subprocess.TimeoutExpired:
@@ -188,16 +211,26 @@ def docs_section(saved: dict[str, Any]) -> str:
                 f"{run['idle_cores']:.3f} | {run['pss_mib']:,.0f} MiB |"
             )
     roles = sorted({name for by in runs.values() for run in by.values() for name in run["idle_by_role"]})
-    lines += ["", "Idle CPU by role (cores):", "",
-              "| endpoint | settings | " + " | ".join(roles) + " |", "|---|---|" + "---|" * len(roles)]
+    lines += [
+        "",
+        "Idle CPU by role (cores):",
+        "",
+        "| endpoint | settings | " + " | ".join(roles) + " |",
+        "|---|---|" + "---|" * len(roles),
+    ]
     for scenario, by_setting in runs.items():
         for setting, run in by_setting.items():
             cells = " | ".join(f"{run['idle_by_role'].get(name, 0.0):.4f}" for name in roles)
             lines.append(f"| {scenario} | {setting} | {cells} |")
     if all("startup_cpu_by_role" in run for by in runs.values() for run in by.values()):
-        lines += ["", "CPU seconds used during start-up (deploy → InService), by role: on 2 cores, start-up takes at "
-                  "least half their sum.", "",
-                  "| endpoint | settings | all | " + " | ".join(roles) + " |", "|---|---|---|" + "---|" * len(roles)]
+        lines += [
+            "",
+            "CPU seconds used during start-up (deploy → InService), by role: on 2 cores, start-up takes at "
+            "least half their sum.",
+            "",
+            "| endpoint | settings | all | " + " | ".join(roles) + " |",
+            "|---|---|---|" + "---|" * len(roles),
+        ]
         for scenario, by_setting in runs.items():
             for setting, run in by_setting.items():
                 used = run["startup_cpu_by_role"]
@@ -236,11 +269,12 @@ def main() -> int:
     if args.render:
         write_section(ROOT / "docs" / "performance.md", "bench_idle", docs_section(json.loads(args.render.read_text())))
         return 0
-    meta: dict[str, Any] = {"command": " ".join(["python", "-m", "loadtests.bench_idle", *sys.argv[1:]]),
-                            "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-                            "machine_before": machine_facts(),
-                            "versions": package_versions(("ray", "torch", "tensorflow-cpu", "onnxruntime",
-                                                          "scikit-learn"))}
+    meta: dict[str, Any] = {
+        "command": " ".join(["python", "-m", "loadtests.bench_idle", *sys.argv[1:]]),
+        "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine_before": machine_facts(),
+        "versions": package_versions(("ray", "torch", "tensorflow-cpu", "onnxruntime", "scikit-learn")),
+    }
     began = time.monotonic()
     runs: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-idle-") as tmp:
@@ -251,8 +285,11 @@ def main() -> int:
             for setting in SETTINGS:
                 print(f"{scenario} / {setting} ...", flush=True)
                 run = runs.setdefault(scenario, {})[setting] = _spawn(scenario, setting, models, args.window, workdir)
-                print(f"  start-up {run['startup_s']:.1f} s, idle {run['idle_cores']:.3f} cores "
-                      f"{json.dumps({k: round(v, 4) for k, v in run['idle_by_role'].items()})}", flush=True)
+                print(
+                    f"  start-up {run['startup_s']:.1f} s, idle {run['idle_cores']:.3f} cores "
+                    f"{json.dumps({k: round(v, 4) for k, v in run['idle_by_role'].items()})}",
+                    flush=True,
+                )
     meta["duration_s"] = time.monotonic() - began
     meta["machine_after"] = machine_facts()
     saved = {"meta": meta, "runs": runs}

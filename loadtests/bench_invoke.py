@@ -35,7 +35,6 @@ concurrency. Every case records p50/p90/p99/mean latency, req/s, error counts
 and the CPU time each process group spent per request (from /proc).
 """
 
-
 from __future__ import annotations
 
 import argparse
@@ -108,28 +107,56 @@ DOCS_PATH = ROOT / "docs" / "performance.md"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--duration", type=float, default=15.0, help="seconds per measured case (default 15)")
     parser.add_argument("--warmup", type=float, help="warm-up seconds before each case (default: duration/5, 1..3)")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"results JSON (default {DEFAULT_OUT.relative_to(ROOT)})")
-    parser.add_argument("--write-docs", action="store_true", help=f"(re)write {DOCS_PATH.relative_to(ROOT)} from this run")
+    parser.add_argument(
+        "--out", type=Path, default=DEFAULT_OUT, help=f"results JSON (default {DEFAULT_OUT.relative_to(ROOT)})"
+    )
+    parser.add_argument(
+        "--write-docs", action="store_true", help=f"(re)write {DOCS_PATH.relative_to(ROOT)} from this run"
+    )
     parser.add_argument("--docs", type=Path, default=DOCS_PATH, help=argparse.SUPPRESS)
-    parser.add_argument("--mlserver-venv", type=Path, default=DEFAULT_MLSERVER_VENV,
-                        help=f"MLServer's virtual environment, created on first use (default "
-                             f"{DEFAULT_MLSERVER_VENV.relative_to(ROOT)})")
-    parser.add_argument("--wait-quiet", type=float, default=60.0, metavar="S",
-                        help="before each case, wait up to S seconds for processes outside this run to use under "
-                             "--quiet-cores (default 60; 0: do not wait)")
-    parser.add_argument("--quiet-cores", type=float, default=0.15, metavar="C",
-                        help="CPU (in cores) that other processes may use during a case before it counts as "
-                             "disturbed (default 0.15)")
-    parser.add_argument("--retries", type=int, default=2,
-                        help="measure a disturbed case again up to this many times (default 2); the last attempt "
-                             "is kept and its disturbance reported")
-    parser.add_argument("--no-profile", dest="profile", action="store_false",
-                        help="skip the py-spy profiles of the gateway and container replicas")
-    parser.add_argument("--keep-temp", action="store_true", help="keep the temporary folder (models, logs, Lua scripts)")
+    parser.add_argument(
+        "--mlserver-venv",
+        type=Path,
+        default=DEFAULT_MLSERVER_VENV,
+        help=f"MLServer's virtual environment, created on first use (default "
+        f"{DEFAULT_MLSERVER_VENV.relative_to(ROOT)})",
+    )
+    parser.add_argument(
+        "--wait-quiet",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="before each case, wait up to S seconds for processes outside this run to use under "
+        "--quiet-cores (default 60; 0: do not wait)",
+    )
+    parser.add_argument(
+        "--quiet-cores",
+        type=float,
+        default=0.15,
+        metavar="C",
+        help="CPU (in cores) that other processes may use during a case before it counts as disturbed (default 0.15)",
+    )
+    parser.add_argument(
+        "--retries",
+        type=int,
+        default=2,
+        help="measure a disturbed case again up to this many times (default 2); the last attempt "
+        "is kept and its disturbance reported",
+    )
+    parser.add_argument(
+        "--no-profile",
+        dest="profile",
+        action="store_false",
+        help="skip the py-spy profiles of the gateway and container replicas",
+    )
+    parser.add_argument(
+        "--keep-temp", action="store_true", help="keep the temporary folder (models, logs, Lua scripts)"
+    )
     args = parser.parse_args(argv)
     if args.duration < 1:
         parser.error("--duration must be at least 1 second")
@@ -144,13 +171,23 @@ def main(argv: list[str] | None = None) -> int:
     diag = max(2.0, args.duration / 3)
     n_main, n_diag = 5 * len(LOADS), 8
     per_case = args.wait_quiet + (args.retries + 1) * (args.warmup + 20)
-    budget = 1500 + n_main * (per_case + (args.retries + 1) * args.duration) + n_diag * (per_case + (args.retries + 1) * diag)
+    budget = (
+        1500
+        + n_main * (per_case + (args.retries + 1) * args.duration)
+        + n_diag * (per_case + (args.retries + 1) * diag)
+    )
     install_interrupts()
     signal.alarm(int(budget))  # the whole run is bounded; cleanup still runs (see Interrupted)
     report: dict[str, Any] = {
-        "command": command_line(__file__), "started": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "duration_s": args.duration, "warmup_s": args.warmup, "quiet_cores": args.quiet_cores, "diag_duration_s": diag, "budget_s": int(budget),
-        "machine": machine_facts(), "notes": [],
+        "command": command_line(__file__),
+        "started": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "duration_s": args.duration,
+        "warmup_s": args.warmup,
+        "quiet_cores": args.quiet_cores,
+        "diag_duration_s": diag,
+        "budget_s": int(budget),
+        "machine": machine_facts(),
+        "notes": [],
     }
     work = Path(tempfile.mkdtemp(prefix="bench-invoke-"))
     logs = work / "logs"
@@ -160,8 +197,14 @@ def main(argv: list[str] | None = None) -> int:
     cases: list[Case] = []
     meter = CpuMeter()
     try:
-        wrk = Wrk(ensure_wrk(), work, meter, quiet_wait=args.wait_quiet, quiet_threshold=args.quiet_cores,
-                  retries=args.retries)
+        wrk = Wrk(
+            ensure_wrk(),
+            work,
+            meter,
+            quiet_wait=args.wait_quiet,
+            quiet_threshold=args.quiet_cores,
+            retries=args.retries,
+        )
         report["versions"] = our_versions()
         try:  # fail before spending time on the peers if our side cannot even start
             importlib.import_module("serving.ray_wing")
@@ -181,8 +224,18 @@ def main(argv: list[str] | None = None) -> int:
             predictions that ran on its event loop in each case (warm-up and retries included)."""
             for load, connections in LOADS:
                 before = inline() if inline else None
-                cases.append(wrk.case(system, load, connections, url, args.duration, args.warmup,
-                                      body=body, headers=headers or JSON_HEADERS))
+                cases.append(
+                    wrk.case(
+                        system,
+                        load,
+                        connections,
+                        url,
+                        args.duration,
+                        args.warmup,
+                        body=body,
+                        headers=headers or JSON_HEADERS,
+                    )
+                )
                 if inline:
                     (calls, on_loop), (calls0, on_loop0) = inline(), before
                     share = (on_loop - on_loop0) / max(1, calls - calls0)
@@ -237,8 +290,11 @@ def main(argv: list[str] | None = None) -> int:
         direct_url, serial_url = (f"{base}/endpoints/{n}/invocations" for n in (DIRECT, SERIAL))
         port_url = ours["ports"][f"{DIRECT}/iris"] + "/invocations"
         port_headers = hop_headers(DIRECT, "iris", OUR_BODY)  # the data port answers only signed hops
-        for name, url, headers in (("direct", direct_url, lambda: JSON_HEADERS), ("serial", serial_url,
-                                   lambda: JSON_HEADERS), ("container port", port_url, port_headers)):
+        for name, url, headers in (
+            ("direct", direct_url, lambda: JSON_HEADERS),
+            ("serial", serial_url, lambda: JSON_HEADERS),
+            ("container port", port_url, port_headers),
+        ):
             status, body = http("POST", url, OUR_BODY, headers())
             report["samples"][f"ours: {name}"] = body.decode()
             expected = {"labels": ["setosa"]} if name == "serial" else [0]
@@ -254,20 +310,39 @@ def main(argv: list[str] | None = None) -> int:
         meter.roles[floor.pid] = "floor server"
         for load, connections in LOADS:
             if load in ("sequential", "c32"):  # the two the targets use
-                cases.append(wrk.case(FLOOR_AGAIN, load, connections, floor_url + "/invocations", args.duration,
-                                      args.warmup, body=OUR_BODY, headers=JSON_HEADERS))
+                cases.append(
+                    wrk.case(
+                        FLOOR_AGAIN,
+                        load,
+                        connections,
+                        floor_url + "/invocations",
+                        args.duration,
+                        args.warmup,
+                        body=OUR_BODY,
+                        headers=JSON_HEADERS,
+                    )
+                )
         processes.stop(floor)
 
         log("diagnostics ...")
-        cases.append(wrk.case("ours: gateway GET /ping", "sequential", 1, f"{base}/ping", diag, args.warmup,
-                              method="GET"))
+        cases.append(
+            wrk.case("ours: gateway GET /ping", "sequential", 1, f"{base}/ping", diag, args.warmup, method="GET")
+        )
         report["serial_ports"] = {}
         body = OUR_BODY
         for hostname in ours["serial_hostnames"]:
             url = ours["ports"][f"{SERIAL}/{hostname}"] + "/invocations"
             signed = hop_headers(SERIAL, hostname, body)
-            case = wrk.case(f"ours: serial container {hostname} port", "sequential", 1, url, diag, args.warmup,
-                            body=body, headers=signed)
+            case = wrk.case(
+                f"ours: serial container {hostname} port",
+                "sequential",
+                1,
+                url,
+                diag,
+                args.warmup,
+                body=body,
+                headers=signed,
+            )
             cases.append(case)
             if case.flagged is None:
                 report["serial_ports"][hostname] = case.p50_ms
@@ -280,18 +355,27 @@ def main(argv: list[str] | None = None) -> int:
         if args.profile:
             log("profiles (py-spy, not measured cases) ...")
             report["profiles"] = {
-                "direct": profile_case(processes, wrk, meter, {"gateway replica": "gateway",
-                                                               f"container iris ({DIRECT})": "container iris"},
-                                       direct_url, OUR_BODY, diag, work),
-                "serial": profile_case(processes, wrk, meter, {"gateway replica": "gateway"}, serial_url, OUR_BODY,
-                                       diag, work),
+                "direct": profile_case(
+                    processes,
+                    wrk,
+                    meter,
+                    {"gateway replica": "gateway", f"container iris ({DIRECT})": "container iris"},
+                    direct_url,
+                    OUR_BODY,
+                    diag,
+                    work,
+                ),
+                "serial": profile_case(
+                    processes, wrk, meter, {"gateway replica": "gateway"}, serial_url, OUR_BODY, diag, work
+                ),
             }
             for name, prof in report["profiles"].items():
                 if "skipped" in prof:
                     log(f"  {name}: profile skipped ({prof['skipped']})")
                 for process_name, summary in prof.get("processes", {}).items():
-                    top = ", ".join(f"{b['bucket'].split(' (')[0]} {b['us_per_request']} µs"
-                                    for b in summary.get("buckets", [])[:4])
+                    top = ", ".join(
+                        f"{b['bucket'].split(' (')[0]} {b['us_per_request']} µs" for b in summary.get("buckets", [])[:4]
+                    )
                     log(f"  {name} c32 ({prof['rps']} req/s while profiled), {process_name}: {top}")
     except Interrupted as why:
         report["notes"].append(f"run interrupted ({why}); results are partial")
@@ -344,7 +428,6 @@ def main(argv: list[str] | None = None) -> int:
     if any(c.flagged for c in cases):
         log("some cases were FLAGGED (errors during load); see the report")
     return return_code
-
 
 
 if __name__ == "__main__":

@@ -54,6 +54,7 @@ def log(message: str) -> None:
 
 # --- client (runs in its own process: `python -m loadtests.bench_multimodel client SPEC_JSON`) ---------------------------
 
+
 async def _client(spec: dict[str, Any]) -> dict[str, Any]:
     import aiohttp
 
@@ -61,6 +62,7 @@ async def _client(spec: dict[str, Any]) -> dict[str, Any]:
     connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30)
     results: dict[str, Any] = {}
     async with aiohttp.ClientSession(connector=connector) as session:
+
         async def call(headers: dict[str, str]) -> tuple[float, int]:
             started = time.perf_counter()
             async with session.post(url, data=ROW, headers={"Content-Type": "application/json", **headers}) as response:
@@ -99,14 +101,21 @@ async def _client(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_client(spec: dict[str, Any]) -> dict[str, Any]:
-    output = subprocess.run([sys.executable, "-m", "loadtests.bench_multimodel", "client", json.dumps(spec)], capture_output=True, text=True,
-                            timeout=spec.get("seconds", 0) + 600, check=False, cwd=ROOT)
+    output = subprocess.run(
+        [sys.executable, "-m", "loadtests.bench_multimodel", "client", json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        timeout=spec.get("seconds", 0) + 600,
+        check=False,
+        cwd=ROOT,
+    )
     if output.returncode != 0:
         raise RuntimeError(f"client failed: {output.stderr[-2000:]}")
     return json.loads(output.stdout)
 
 
 # --- the server side ------------------------------------------------------------------------------------
+
 
 def build_prefix(root: Path) -> Path:
     prefix = root / "prefix"
@@ -163,35 +172,53 @@ def run(work: Path) -> dict[str, Any]:
     from loadtests.harness.servers import in_process
 
     prefix = build_prefix(work)
-    spec = {"EndpointName": ENDPOINT, "Containers": [
-        {"ContainerHostname": "single", "Image": "sklearn", "ModelDataUrl": str(MODEL), "Resources": {"Cpus": 0.5}},
-        {"ContainerHostname": "multi", "Image": "sklearn", "Mode": "MultiModel", "ModelDataUrl": str(prefix),
-         "Environment": {"SERVING_MAX_MODELS": str(CACHE)}, "Resources": {"Cpus": 0.5}},
-    ]}
+    spec = {
+        "EndpointName": ENDPOINT,
+        "Containers": [
+            {"ContainerHostname": "single", "Image": "sklearn", "ModelDataUrl": str(MODEL), "Resources": {"Cpus": 0.5}},
+            {
+                "ContainerHostname": "multi",
+                "Image": "sklearn",
+                "Mode": "MultiModel",
+                "ModelDataUrl": str(prefix),
+                "Environment": {"SERVING_MAX_MODELS": str(CACHE)},
+                "Resources": {"Cpus": 0.5},
+            },
+        ],
+    }
     with in_process(spec, num_cpus=2) as server:
         url = server.url
         invocations = f"{url}/endpoints/{ENDPOINT}/invocations"
         single = {"X-Amzn-SageMaker-Target-Container-Hostname": "single"}
-        multi = lambda index: {"X-Amzn-SageMaker-Target-Container-Hostname": "multi",  # noqa: E731
-                               "X-Amzn-SageMaker-Target-Model": f"customer-{index}.tar.gz"}
+        multi = lambda index: {
+            "X-Amzn-SageMaker-Target-Container-Hostname": "multi",  # noqa: E731
+            "X-Amzn-SageMaker-Target-Model": f"customer-{index}.tar.gz",
+        }
 
         log("warm hits: single vs multi (one cached model)")
         run_client({"url": invocations, "mode": "sequence", "requests": [single, multi(0)] * 50})  # warm up, load 0
         warm: dict[str, list[float]] = {"single": [], "multi": []}
         for _ in range(WARM_BLOCKS):
             for name, headers in (("single", single), ("multi", multi(0))):
-                warm[name] += run_client({"url": invocations, "mode": "sequence",
-                                          "requests": [headers] * WARM_BLOCK})["latencies"]
+                warm[name] += run_client({"url": invocations, "mode": "sequence", "requests": [headers] * WARM_BLOCK})[
+                    "latencies"
+                ]
 
         log(f"cold loads: {COLD} models requested once each")
         before = metric_sums(url)
-        cold = run_client({"url": invocations, "mode": "sequence",
-                           "requests": [multi(index) for index in range(1, COLD + 1)]})["latencies"]
-        after = settled_metrics(url, "serving_model_loading_time_seconds_count|multi",
-                                before.get("serving_model_loading_time_seconds_count|multi", 0) + COLD)
+        cold = run_client(
+            {"url": invocations, "mode": "sequence", "requests": [multi(index) for index in range(1, COLD + 1)]}
+        )["latencies"]
+        after = settled_metrics(
+            url,
+            "serving_model_loading_time_seconds_count|multi",
+            before.get("serving_model_loading_time_seconds_count|multi", 0) + COLD,
+        )
         delta = lambda key: after.get(key, 0.0) - before.get(key, 0.0)  # noqa: E731
         replica = {
-            what: delta(f"serving_model_{what}_seconds_sum|multi") / max(delta(f"serving_model_{what}_seconds_count|multi"), 1) * 1e3
+            what: delta(f"serving_model_{what}_seconds_sum|multi")
+            / max(delta(f"serving_model_{what}_seconds_count|multi"), 1)
+            * 1e3
             for what in ("loading_time", "downloading_time", "loading_wait_time", "unloading_time")
         }
         framework = framework_load_times(prefix, COLD)
@@ -199,36 +226,90 @@ def run(work: Path) -> dict[str, Any]:
         log(f"zipf: {MODELS} models, s={ZIPF_S}, cache {CACHE}, {CONCURRENCY} callers, {ZIPF_SECONDS:g} s")
         before = metric_sums(url)
         weights = zipf_weights(MODELS, ZIPF_S)
-        zipf = run_client({"url": invocations, "mode": "loop", "choices": [multi(i) for i in range(MODELS)],
-                           "weights": weights, "concurrency": CONCURRENCY, "seconds": ZIPF_SECONDS})
+        zipf = run_client(
+            {
+                "url": invocations,
+                "mode": "loop",
+                "choices": [multi(i) for i in range(MODELS)],
+                "weights": weights,
+                "concurrency": CONCURRENCY,
+                "seconds": ZIPF_SECONDS,
+            }
+        )
         sent = len(zipf["latencies"])
-        after = settled_metrics(url, "serving_model_latency_seconds_count|multi",
-                                before.get("serving_model_latency_seconds_count|multi", 0) + sent)
-        hits = after.get("serving_model_cache_hit_total|multi", 0) - before.get("serving_model_cache_hit_total|multi", 0)
-        misses = after.get("serving_model_cache_miss_total|multi", 0) - before.get("serving_model_cache_miss_total|multi", 0)
+        after = settled_metrics(
+            url,
+            "serving_model_latency_seconds_count|multi",
+            before.get("serving_model_latency_seconds_count|multi", 0) + sent,
+        )
+        hits = after.get("serving_model_cache_hit_total|multi", 0) - before.get(
+            "serving_model_cache_hit_total|multi", 0
+        )
+        misses = after.get("serving_model_cache_miss_total|multi", 0) - before.get(
+            "serving_model_cache_miss_total|multi", 0
+        )
         ideal = sum(sorted(weights, reverse=True)[:CACHE])  # hit ratio of a cache holding the CACHE most popular
         log("zipf baseline: the same load on single")
-        baseline = run_client({"url": invocations, "mode": "loop", "choices": [single], "weights": [1.0],
-                               "concurrency": CONCURRENCY, "seconds": ZIPF_SECONDS})
+        baseline = run_client(
+            {
+                "url": invocations,
+                "mode": "loop",
+                "choices": [single],
+                "weights": [1.0],
+                "concurrency": CONCURRENCY,
+                "seconds": ZIPF_SECONDS,
+            }
+        )
 
     warm_single, warm_multi = summarize_latencies(warm["single"]), summarize_latencies(warm["multi"])
     cold_summary, framework_summary = summarize_latencies(cold), summarize_latencies(framework)
-    zipf_summary = {**summarize_latencies(zipf["latencies"]), "errors": zipf["errors"],
-                    "req_per_s": sent / zipf["seconds"], "hits": hits, "misses": misses,
-                    "hit_ratio": hits / max(hits + misses, 1), "ideal_static_hit_ratio": ideal}
-    baseline_summary = {**summarize_latencies(baseline["latencies"]), "errors": baseline["errors"],
-                        "req_per_s": len(baseline["latencies"]) / baseline["seconds"]}
+    zipf_summary = {
+        **summarize_latencies(zipf["latencies"]),
+        "errors": zipf["errors"],
+        "req_per_s": sent / zipf["seconds"],
+        "hits": hits,
+        "misses": misses,
+        "hit_ratio": hits / max(hits + misses, 1),
+        "ideal_static_hit_ratio": ideal,
+    }
+    baseline_summary = {
+        **summarize_latencies(baseline["latencies"]),
+        "errors": baseline["errors"],
+        "req_per_s": len(baseline["latencies"]) / baseline["seconds"],
+    }
     return {
-        "machine": {"cpus": __import__("os").cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
-        "parameters": {"models": MODELS, "cache": CACHE, "cold": COLD, "zipf_s": ZIPF_S, "concurrency": CONCURRENCY,
-                       "zipf_seconds": ZIPF_SECONDS, "warm_blocks": WARM_BLOCKS, "warm_block": WARM_BLOCK},
-        "warm": {"single": warm_single, "multi": warm_multi,
-                 "p50_ratio": warm_multi["p50_ms"] / warm_single["p50_ms"],
-                 "p99_ratio": warm_multi["p99_ms"] / warm_single["p99_ms"]},
-        "cold": {"request": cold_summary, "framework_load": framework_summary, "replica_mean_ms": replica,
-                 "request_over_load_p50": cold_summary["p50_ms"] / framework_summary["p50_ms"]},
-        "zipf": {"multi": zipf_summary, "single": baseline_summary,
-                 "throughput_ratio": zipf_summary["req_per_s"] / baseline_summary["req_per_s"]},
+        "machine": {
+            "cpus": __import__("os").cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
+        "parameters": {
+            "models": MODELS,
+            "cache": CACHE,
+            "cold": COLD,
+            "zipf_s": ZIPF_S,
+            "concurrency": CONCURRENCY,
+            "zipf_seconds": ZIPF_SECONDS,
+            "warm_blocks": WARM_BLOCKS,
+            "warm_block": WARM_BLOCK,
+        },
+        "warm": {
+            "single": warm_single,
+            "multi": warm_multi,
+            "p50_ratio": warm_multi["p50_ms"] / warm_single["p50_ms"],
+            "p99_ratio": warm_multi["p99_ms"] / warm_single["p99_ms"],
+        },
+        "cold": {
+            "request": cold_summary,
+            "framework_load": framework_summary,
+            "replica_mean_ms": replica,
+            "request_over_load_p50": cold_summary["p50_ms"] / framework_summary["p50_ms"],
+        },
+        "zipf": {
+            "multi": zipf_summary,
+            "single": baseline_summary,
+            "throughput_ratio": zipf_summary["req_per_s"] / baseline_summary["req_per_s"],
+        },
     }
 
 
@@ -284,7 +365,9 @@ def render(result: dict[str, Any]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--write-docs", action="store_true", help="rewrite the MultiModel section of docs/performance.md")
+    parser.add_argument(
+        "--write-docs", action="store_true", help="rewrite the MultiModel section of docs/performance.md"
+    )
     parser.add_argument("--render", metavar="JSON", help="only render a saved result")
     args = parser.parse_args()
     if args.render:

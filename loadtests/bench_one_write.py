@@ -70,8 +70,9 @@ async def block(server: BackgroundServer, client: HopClient, in_flight: int, sec
     async def worker(until: float, keep: bool) -> None:
         while time.monotonic() < until:
             start = time.perf_counter()
-            answer = await client.post(server.host, server.port, "/invocations", BODY,
-                                       {"content-type": "application/json"}, 10)
+            answer = await client.post(
+                server.host, server.port, "/invocations", BODY, {"content-type": "application/json"}, 10
+            )
             if answer.status != 200 or answer.body != ANSWER:
                 raise SystemExit(f"unexpected answer: {answer.status} {answer.body!r}")
             if keep:
@@ -81,11 +82,17 @@ async def block(server: BackgroundServer, client: HopClient, in_flight: int, sec
     cpu, writes, began = time.process_time(), server_writes(server), time.monotonic()
     await asyncio.gather(*(worker(began + seconds, True) for _ in range(in_flight)))
     n = len(latencies)
-    return {"cpu_us": (time.process_time() - cpu) / n * 1e6, "p50_us": statistics.median(latencies) * 1e6,
-            "req_s": n / (time.monotonic() - began), "writes": (server_writes(server) - writes) / n}
+    return {
+        "cpu_us": (time.process_time() - cpu) / n * 1e6,
+        "p50_us": statistics.median(latencies) * 1e6,
+        "req_s": n / (time.monotonic() - began),
+        "writes": (server_writes(server) - writes) / n,
+    }
 
 
-async def run(server: BackgroundServer, in_flight: int, seconds: float, pairs: int) -> dict[str, list[dict[str, float]]]:
+async def run(
+    server: BackgroundServer, in_flight: int, seconds: float, pairs: int
+) -> dict[str, list[dict[str, float]]]:
     client = HopClient()
     blocks: dict[str, list[dict[str, float]]] = {"off": [], "on": []}
     try:
@@ -101,35 +108,47 @@ async def run(server: BackgroundServer, in_flight: int, seconds: float, pairs: i
 
 def summary(blocks: dict[str, list[dict[str, float]]]) -> dict[str, float]:
     mean = {mode: {key: statistics.mean(b[key] for b in blocks[mode]) for key in blocks[mode][0]} for mode in blocks}
-    return {"cpu_us_off": mean["off"]["cpu_us"], "cpu_us_on": mean["on"]["cpu_us"],
-            "cpu_ratio": mean["on"]["cpu_us"] / mean["off"]["cpu_us"],
-            "p50_us_off": mean["off"]["p50_us"], "p50_us_on": mean["on"]["p50_us"],
-            "req_s_ratio": mean["on"]["req_s"] / mean["off"]["req_s"],
-            "writes_off": mean["off"]["writes"], "writes_on": mean["on"]["writes"]}
+    return {
+        "cpu_us_off": mean["off"]["cpu_us"],
+        "cpu_us_on": mean["on"]["cpu_us"],
+        "cpu_ratio": mean["on"]["cpu_us"] / mean["off"]["cpu_us"],
+        "p50_us_off": mean["off"]["p50_us"],
+        "p50_us_on": mean["on"]["p50_us"],
+        "req_s_ratio": mean["on"]["req_s"] / mean["off"]["req_s"],
+        "writes_off": mean["off"]["writes"],
+        "writes_on": mean["on"]["writes"],
+    }
 
 
 def docs_section(result: dict) -> str:
-    rows = ["| requests in flight | CPU per request, head apart → held | ratio | p50 (µs), apart → held | req/s ratio "
-            "| server socket writes per response |", "|---|---|---|---|---|---|"]
+    rows = [
+        "| requests in flight | CPU per request, head apart → held | ratio | p50 (µs), apart → held | req/s ratio "
+        "| server socket writes per response |",
+        "|---|---|---|---|---|---|",
+    ]
     for in_flight, s in result["cases"].items():
-        rows.append(f"| {in_flight} | {s['cpu_us_off']:.0f} → {s['cpu_us_on']:.0f} µs | {s['cpu_ratio']:.3f}× "
-                    f"| {s['p50_us_off']:.0f} → {s['p50_us_on']:.0f} | {s['req_s_ratio']:.3f}× "
-                    f"| {s['writes_off']:.2f} → {s['writes_on']:.2f} |")
+        rows.append(
+            f"| {in_flight} | {s['cpu_us_off']:.0f} → {s['cpu_us_on']:.0f} µs | {s['cpu_ratio']:.3f}× "
+            f"| {s['p50_us_off']:.0f} → {s['p50_us_on']:.0f} | {s['req_s_ratio']:.3f}× "
+            f"| {s['writes_off']:.2f} → {s['writes_on']:.2f} |"
+        )
     meta = result["meta"]
-    return "\n".join([
-        "## One write per response: measured",
-        "",
-        "A response's head waits for its body and both go out in one write (`serving/http/one_write.py`). One process,",
-        "this runtime's HTTP server on its thread and the gateway's hop client on the main thread (uvloop), the held",
-        f"head switched off and on between {meta['block_s']:g} s blocks ({meta['pairs']} of each, off/on/on/off order);",
-        "CPU per request is both sides together, since a write's cost lands on the sender and the receiver:",
-        "",
-        *rows,
-        "",
-        f"Run: `{meta['command']}` at {meta['started']} ({meta['seconds']:.0f} s); {meta['machine']['nproc']} CPUs "
-        f"({meta['machine']['cpu_model']}), load average before {meta['machine']['loadavg_at_start']}. "
-        "Results: `loadtests/results/bench_one_write.json`.",
-    ])
+    return "\n".join(
+        [
+            "## One write per response: measured",
+            "",
+            "A response's head waits for its body and both go out in one write (`serving/http/one_write.py`). One process,",
+            "this runtime's HTTP server on its thread and the gateway's hop client on the main thread (uvloop), the held",
+            f"head switched off and on between {meta['block_s']:g} s blocks ({meta['pairs']} of each, off/on/on/off order);",
+            "CPU per request is both sides together, since a write's cost lands on the sender and the receiver:",
+            "",
+            *rows,
+            "",
+            f"Run: `{meta['command']}` at {meta['started']} ({meta['seconds']:.0f} s); {meta['machine']['nproc']} CPUs "
+            f"({meta['machine']['cpu_model']}), load average before {meta['machine']['loadavg_at_start']}. "
+            "Results: `loadtests/results/bench_one_write.json`.",
+        ]
+    )
 
 
 def main() -> None:
@@ -141,10 +160,14 @@ def main() -> None:
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     started = time.monotonic()
-    meta = {"command": command_line(__file__),
-            "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "machine": machine_facts(), "versions": package_versions(("uvicorn", "uvloop", "httptools")),
-            "block_s": args.block, "pairs": args.pairs}
+    meta = {
+        "command": command_line(__file__),
+        "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": machine_facts(),
+        "versions": package_versions(("uvicorn", "uvloop", "httptools")),
+        "block_s": args.block,
+        "pairs": args.pairs,
+    }
     server = BackgroundServer(invocations)
     if not server.wait_started():
         raise SystemExit("the server did not start")
@@ -154,9 +177,12 @@ def main() -> None:
             blocks[in_flight] = uvloop.run(run(server, in_flight, args.block, args.pairs))
             cases[in_flight] = summary(blocks[in_flight])
             s = cases[in_flight]
-            print(f"{in_flight} in flight: CPU/request {s['cpu_us_off']:.1f} -> {s['cpu_us_on']:.1f} us "
-                  f"({s['cpu_ratio']:.3f}x), p50 {s['p50_us_off']:.0f} -> {s['p50_us_on']:.0f} us, "
-                  f"writes/response {s['writes_off']:.2f} -> {s['writes_on']:.2f}", flush=True)
+            print(
+                f"{in_flight} in flight: CPU/request {s['cpu_us_off']:.1f} -> {s['cpu_us_on']:.1f} us "
+                f"({s['cpu_ratio']:.3f}x), p50 {s['p50_us_off']:.0f} -> {s['p50_us_on']:.0f} us, "
+                f"writes/response {s['writes_off']:.2f} -> {s['writes_on']:.2f}",
+                flush=True,
+            )
     finally:
         server.stop()
     meta["seconds"] = time.monotonic() - started

@@ -72,26 +72,30 @@ def docs_section(saved: dict[str, Any]) -> str:
     found = saved["cpu_s"]
     median = {case: statistics.median(values) for case, values in found.items()}
     plain, with_env = median["no runtime_env"], median["runtime_env with env_vars"]
-    rows = [f"| {case} | {len(values)} | {median[case]:.2f} | {min(values):.2f}–{max(values):.2f} |"
-            for case, values in found.items()]
-    return "\n".join([
-        "## Serve replica start: the runtime_env's cost",
-        "",
-        "CPU-seconds a Serve replica's worker process has used when its constructor runs (Python, `import ray`,",
-        "Ray's worker and Serve's replica set-up), for a trivial deployment with no `runtime_env` and with one",
-        "`env_vars` entry, alternating on one embedded Ray (`loadtests/bench_replica_start.py` has the method).",
-        "",
-        "| replica | replicas | median CPU-s | range |",
-        "|---|---|---|---|",
-        *rows,
-        "",
-        f"A runtime_env costs {with_env - plain:.2f} CPU-seconds more per replica ({with_env / plain:.2f}×): Ray starts",
-        "such a worker through `setup_worker.py`, which imports Ray before it `exec`s the worker. Container replicas",
-        "no longer have one unless their `RuntimeEnvironment` asks for pip packages or a working directory: their",
-        "`Environment` goes to the container process, which the supervisor starts with it anyway.",
-        "",
-        run_line(saved, RESULTS),
-    ])
+    rows = [
+        f"| {case} | {len(values)} | {median[case]:.2f} | {min(values):.2f}–{max(values):.2f} |"
+        for case, values in found.items()
+    ]
+    return "\n".join(
+        [
+            "## Serve replica start: the runtime_env's cost",
+            "",
+            "CPU-seconds a Serve replica's worker process has used when its constructor runs (Python, `import ray`,",
+            "Ray's worker and Serve's replica set-up), for a trivial deployment with no `runtime_env` and with one",
+            "`env_vars` entry, alternating on one embedded Ray (`loadtests/bench_replica_start.py` has the method).",
+            "",
+            "| replica | replicas | median CPU-s | range |",
+            "|---|---|---|---|",
+            *rows,
+            "",
+            f"A runtime_env costs {with_env - plain:.2f} CPU-seconds more per replica ({with_env / plain:.2f}×): Ray starts",
+            "such a worker through `setup_worker.py`, which imports Ray before it `exec`s the worker. Container replicas",
+            "no longer have one unless their `RuntimeEnvironment` asks for pip packages or a working directory: their",
+            "`Environment` goes to the container process, which the supervisor starts with it anyway.",
+            "",
+            run_line(saved, RESULTS),
+        ]
+    )
 
 
 def main() -> int:
@@ -102,8 +106,13 @@ def main() -> int:
     started, clock = dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), time.perf_counter()
     machine = machine_facts()
     found = measure(args.replicas)
-    saved = {"started": started, "seconds": time.perf_counter() - clock, "command": command_line(__file__),
-             "machine": machine, "cpu_s": found}
+    saved = {
+        "started": started,
+        "seconds": time.perf_counter() - clock,
+        "command": command_line(__file__),
+        "machine": machine,
+        "cpu_s": found,
+    }
     write_results(RESULTS, saved)
     print(docs_section(saved))
     if args.write_docs:

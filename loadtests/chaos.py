@@ -36,12 +36,21 @@ REPLICAS = 2
 
 def spec(models: Path, release: str = "1") -> dict:
     container = lambda host, image, model, **environment: {
-        "ContainerHostname": host, "Image": image, "ModelDataUrl": str(models / model), "Resources": {"Cpus": 0.1},
-        "AutoScaling": {"MinCapacity": REPLICAS, "MaxCapacity": REPLICAS}, "Environment": environment}
-    return {"EndpointName": "chaos", "Containers": [
-        container("iris", "sklearn", "iris-classifier"),
-        container("wine", "sklearn", "wine-classifier", SERVING_SKLEARN_METHOD="predict_proba", RELEASE=release),
-        container("labels", "python", "iris-labels.tar.gz")]}
+        "ContainerHostname": host,
+        "Image": image,
+        "ModelDataUrl": str(models / model),
+        "Resources": {"Cpus": 0.1},
+        "AutoScaling": {"MinCapacity": REPLICAS, "MaxCapacity": REPLICAS},
+        "Environment": environment,
+    }
+    return {
+        "EndpointName": "chaos",
+        "Containers": [
+            container("iris", "sklearn", "iris-classifier"),
+            container("wine", "sklearn", "wine-classifier", SERVING_SKLEARN_METHOD="predict_proba", RELEASE=release),
+            container("labels", "python", "iris-labels.tar.gz"),
+        ],
+    }
 
 
 class RetryingStream:
@@ -52,8 +61,13 @@ class RetryingStream:
         from botocore.config import Config
 
         self.client = lambda: boto3.client(
-            "sagemaker-runtime", endpoint_url=url, region_name="us-east-1", aws_access_key_id="x",
-            aws_secret_access_key="x", config=Config(retries={"mode": "standard", "max_attempts": 10}))
+            "sagemaker-runtime",
+            endpoint_url=url,
+            region_name="us-east-1",
+            aws_access_key_id="x",
+            aws_secret_access_key="x",
+            config=Config(retries={"mode": "standard", "max_attempts": 10}),
+        )
         self.period, self.latencies, self.failures, self.stop = 1.0 / rate, [], Counter(), threading.Event()
         self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(2)]
 
@@ -62,8 +76,12 @@ class RetryingStream:
         while not self.stop.is_set():
             started = time.perf_counter()
             try:
-                client.invoke_endpoint(EndpointName="chaos", TargetContainerHostname="iris",
-                                       ContentType="application/json", Body=b"[[5.1, 3.5, 1.4, 0.2]]")
+                client.invoke_endpoint(
+                    EndpointName="chaos",
+                    TargetContainerHostname="iris",
+                    ContentType="application/json",
+                    Body=b"[[5.1, 3.5, 1.4, 0.2]]",
+                )
                 self.latencies.append(time.perf_counter() - started)
             except Exception as error:
                 self.failures[getattr(error, "response", {}).get("Error", {}).get("Code") or type(error).__name__] += 1
@@ -79,8 +97,11 @@ class RetryingStream:
         for thread in self.threads:
             thread.join(60)
         latencies = sorted(self.latencies)
-        return {"requests": len(latencies) + sum(self.failures.values()), "failed": dict(self.failures),
-                "p99_ms": round(latencies[int(0.99 * (len(latencies) - 1))] * 1000, 1) if latencies else None}
+        return {
+            "requests": len(latencies) + sum(self.failures.values()),
+            "failed": dict(self.failures),
+            "p99_ms": round(latencies[int(0.99 * (len(latencies) - 1))] * 1000, 1) if latencies else None,
+        }
 
 
 def run(rate: float, duration: float, seed: int) -> dict:
@@ -98,14 +119,26 @@ def run(rate: float, duration: float, seed: int) -> dict:
         url = server.url
         describe = lambda: httpx.get(f"{url}/endpoints/chaos", timeout=10).json()
         snapshot = server.snapshot
-        whole = lambda: all(len(snapshot()["replicas"].get(("chaos", host), [])) == REPLICAS
-                            for host in ("iris", "wine", "labels"))
+        whole = lambda: all(
+            len(snapshot()["replicas"].get(("chaos", host), [])) == REPLICAS for host in ("iris", "wine", "labels")
+        )
 
         report_dir = work / "loadtest"
         harness = subprocess.Popen(
-            loadtest_command("direct", f"{url}/endpoints/chaos", report_dir, "--rate", str(rate), "--duration",
-                             str(duration), *(f"--payload={host}={path}" for host, path in payloads.items()),
-                             "--seed", str(seed)), stdout=subprocess.DEVNULL)
+            loadtest_command(
+                "direct",
+                f"{url}/endpoints/chaos",
+                report_dir,
+                "--rate",
+                str(rate),
+                "--duration",
+                str(duration),
+                *(f"--payload={host}={path}" for host, path in payloads.items()),
+                "--seed",
+                str(seed),
+            ),
+            stdout=subprocess.DEVNULL,
+        )
         retrying = RetryingStream(url, rate=4).start()
         started = time.monotonic()
         at = lambda: round(time.monotonic() - started, 1)
@@ -124,8 +157,16 @@ def run(rate: float, duration: float, seed: int) -> dict:
                 time.sleep(0.5)
             print(event, flush=True)
 
-        timetable = [(10, "replica"), (30, "replica"), (45, "registry"), (60, "replica"), (75, "update"),
-                     (100, "replica"), (115, "gateway"), (130, "replica")]
+        timetable = [
+            (10, "replica"),
+            (30, "replica"),
+            (45, "registry"),
+            (60, "replica"),
+            (75, "update"),
+            (100, "replica"),
+            (115, "gateway"),
+            (130, "replica"),
+        ]
         for when, kind in timetable:
             if when >= duration - 5:
                 break
@@ -135,26 +176,43 @@ def run(rate: float, duration: float, seed: int) -> dict:
                 victim = rng.choice(snapshot()["replicas"][("chaos", host)])
                 process = listener(victim)
                 process.parent().send_signal(signal.SIGKILL)  # the replica's supervisor (a Ray worker)
-                recover("replica killed", host, lambda: whole() and victim not in snapshot()["replicas"][("chaos", host)])
+                recover(
+                    "replica killed", host, lambda: whole() and victim not in snapshot()["replicas"][("chaos", host)]
+                )
             elif kind == "registry":
                 epoch = snapshot()["epoch"]
                 ray.kill(ray_wing.registry_handle(), no_restart=False)
                 recover("registry killed", "", lambda: snapshot()["epoch"] != epoch and whole())
             elif kind == "update":
                 generation = server.deploy(parse_spec(spec(work / "models", release="2")))
-                recover("update applied", "wine: new environment",
-                        lambda: (describe()["LastUpdate"]["Generation"] >= generation
-                                 and describe()["LastUpdate"]["Status"] == "Succeeded"))
+                recover(
+                    "update applied",
+                    "wine: new environment",
+                    lambda: (
+                        describe()["LastUpdate"]["Generation"] >= generation
+                        and describe()["LastUpdate"]["Status"] == "Succeeded"
+                    ),
+                )
             elif kind == "gateway":
                 listener(url).send_signal(signal.SIGKILL)
                 recover("gateway killed", "", lambda: _answers(url))
         harness.wait(timeout=duration + 120)
         load = read_report(report_dir)
-        return {"rate": rate, "duration_s": duration, "seed": seed, "replicas_per_container": REPLICAS,
-                "open_loop": {"requests": load["totals"]["requests"], "failed": load["totals"]["failures_by_status"],
-                              "failed_by_code": load["totals"]["failures_by_code"], "p99_ms": load["latency_ms"]["p99"],
-                              "dropped": load["totals"]["dropped"]},
-                "retrying": retrying.finish(), "events": events}
+        return {
+            "rate": rate,
+            "duration_s": duration,
+            "seed": seed,
+            "replicas_per_container": REPLICAS,
+            "open_loop": {
+                "requests": load["totals"]["requests"],
+                "failed": load["totals"]["failures_by_status"],
+                "failed_by_code": load["totals"]["failures_by_code"],
+                "p99_ms": load["latency_ms"]["p99"],
+                "dropped": load["totals"]["dropped"],
+            },
+            "retrying": retrying.finish(),
+            "events": events,
+        }
 
 
 def _answers(url: str) -> bool:
@@ -169,15 +227,24 @@ def _answers(url: str) -> bool:
 def render(result: dict) -> str:
     lines = [
         "Command: `.venv/bin/python -m loadtests.chaos --rate {rate:g} --duration {duration_s:g} --write-docs` "
-        "(one run, this 2-core machine, embedded Ray; 3 containers × {replicas_per_container} replicas).".format(**result),
+        "(one run, this 2-core machine, embedded Ray; 3 containers × {replicas_per_container} replicas).".format(
+            **result
+        ),
         "",
         "| stream | requests | failed (by code) | p99 ms |",
         "|---|---|---|---|",
     ]
-    for name, label in (("open_loop", "`serving loadtest` open loop, no retries"),
-                        ("retrying", "boto3, standard retry mode")):
+    for name, label in (
+        ("open_loop", "`serving loadtest` open loop, no retries"),
+        ("retrying", "boto3, standard retry mode"),
+    ):
         stream = result[name]
-        failed = ", ".join(f"{code}: {count}" for code, count in sorted(stream.get("failed_by_code", stream["failed"]).items())) or "0"
+        failed = (
+            ", ".join(
+                f"{code}: {count}" for code, count in sorted(stream.get("failed_by_code", stream["failed"]).items())
+            )
+            or "0"
+        )
         lines.append(f"| {label} | {stream['requests']} | {failed} | {stream['p99_ms']} |")
     lines += ["", "| at (s) | event | | whole again after (s) |", "|---|---|---|---|"]
     for event in result["events"]:

@@ -47,8 +47,14 @@ def _processes(url: str, snapshot) -> dict[str, int]:
 
 
 def _loadtest(url: str, payloads: dict[str, Path], out: Path, *load: str) -> dict:
-    return run_loadtest("direct", f"{url}/endpoints/chaos", out, *(f"--payload={host}={path}" for host, path in
-                                                                    payloads.items()), *load, quiet=True)
+    return run_loadtest(
+        "direct",
+        f"{url}/endpoints/chaos",
+        out,
+        *(f"--payload={host}={path}" for host, path in payloads.items()),
+        *load,
+        quiet=True,
+    )
 
 
 def run(minutes: float) -> dict:
@@ -60,7 +66,9 @@ def run(minutes: float) -> dict:
     payloads = demo_models(work)
     with in_process(spec(work / "models"), num_cpus=2) as server:
         url = server.url
-        capacity = _loadtest(url, payloads, work / "capacity", "--users", "32", "--duration", "20")["throughput_rps"]["ok"]
+        capacity = _loadtest(url, payloads, work / "capacity", "--users", "32", "--duration", "20")["throughput_rps"][
+            "ok"
+        ]
         rate = round(0.7 * capacity, 1)
         roles = _processes(url, server.snapshot)
         samples: dict[str, list[tuple[float, int]]] = {role: [] for role in roles}
@@ -70,7 +78,9 @@ def run(minutes: float) -> dict:
             while not stop.wait(SAMPLE_S):
                 for role, pid in roles.items():
                     try:
-                        samples[role].append((round(time.monotonic() - started, 1), psutil.Process(pid).memory_info().rss))
+                        samples[role].append(
+                            (round(time.monotonic() - started, 1), psutil.Process(pid).memory_info().rss)
+                        )
                     except psutil.Error:
                         pass
 
@@ -85,11 +95,20 @@ def run(minutes: float) -> dict:
             if len(warm) < 2:
                 continue
             hours = max((series[-1][0] - max(WARM_S, series[0][0])) / 3600, 1e-9)
-            memory[role] = {"warm_mib": round(warm[0] / 2**20, 1), "end_mib": round(warm[-1] / 2**20, 1),
-                            "growth_mib_per_hour": round((warm[-1] - warm[0]) / 2**20 / hours, 1)}
-        return {"minutes": minutes, "capacity_rps": capacity, "rate": rate,
-                "requests": load["totals"]["requests"], "failed": load["totals"]["failures_by_status"],
-                "p99_ms": load["latency_ms"]["p99"], "memory": memory}
+            memory[role] = {
+                "warm_mib": round(warm[0] / 2**20, 1),
+                "end_mib": round(warm[-1] / 2**20, 1),
+                "growth_mib_per_hour": round((warm[-1] - warm[0]) / 2**20 / hours, 1),
+            }
+        return {
+            "minutes": minutes,
+            "capacity_rps": capacity,
+            "rate": rate,
+            "requests": load["totals"]["requests"],
+            "failed": load["totals"]["failures_by_status"],
+            "p99_ms": load["latency_ms"]["p99"],
+            "memory": memory,
+        }
 
 
 def render(result: dict) -> str:

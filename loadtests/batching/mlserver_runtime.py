@@ -40,7 +40,9 @@ class OnnxModel(MLModel):
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = int(os.environ.get("BENCH_NUM_THREADS", "1"))
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self._session = onnxruntime.InferenceSession(await get_model_uri(self.settings), options, providers=["CPUExecutionProvider"])
+        self._session = onnxruntime.InferenceSession(
+            await get_model_uri(self.settings), options, providers=["CPUExecutionProvider"]
+        )
         self._input = self._session.get_inputs()[0].name
         return True
 

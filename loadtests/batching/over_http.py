@@ -46,9 +46,18 @@ def build_models(folder: Path) -> dict[str, Path]:
     example = torch.zeros(1, WIDTHS[0])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the exporter's notices about its own future
-        torch.onnx.export(model, (example,), str(paths["onnx"] / "model.onnx"), input_names=["input"],
-                          output_names=["output"], dynamic_shapes=({0: torch.export.Dim("batch")},), dynamo=True,
-                          optimize=False, verbose=False, external_data=False)
+        torch.onnx.export(
+            model,
+            (example,),
+            str(paths["onnx"] / "model.onnx"),
+            input_names=["input"],
+            output_names=["output"],
+            dynamic_shapes=({0: torch.export.Dim("batch")},),
+            dynamo=True,
+            optimize=False,
+            verbose=False,
+            external_data=False,
+        )
     return paths
 
 
@@ -64,8 +73,9 @@ def model_cost(models: dict[str, Path], seconds: float = 3.0) -> dict[str, dict[
     module = torch.jit.load(str(models["torch"] / "model.pt")).eval()
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = 1
-    session = onnxruntime.InferenceSession(str(models["onnx"] / "model.onnx"), options,
-                                           providers=["CPUExecutionProvider"])
+    session = onnxruntime.InferenceSession(
+        str(models["onnx"] / "model.onnx"), options, providers=["CPUExecutionProvider"]
+    )
 
     def torch_call(rows: np.ndarray) -> None:
         with torch.inference_mode():
@@ -97,12 +107,21 @@ def our_specs(models: dict[str, Path]) -> list[dict[str, Any]]:
     specs = []
     for kind, image in (("torch", "pytorch"), ("onnx", "onnx")):
         for batched in (False, True):
-            container: dict[str, Any] = {"ContainerHostname": "mlp", "Image": image,
-                                         "ModelDataUrl": str(models[kind]), "Resources": {"Cpus": CPUS}}
+            container: dict[str, Any] = {
+                "ContainerHostname": "mlp",
+                "Image": image,
+                "ModelDataUrl": str(models[kind]),
+                "Resources": {"Cpus": CPUS},
+            }
             if batched:
                 container["Batching"] = {"MaxBatchSize": MAX_BATCH, "MaxDelayMs": DELAY_MS}
-            specs.append({"EndpointName": f"bench-{kind}{'-batched' if batched else ''}",
-                          "InferenceExecutionConfig": {"Mode": "Direct"}, "Containers": [container]})
+            specs.append(
+                {
+                    "EndpointName": f"bench-{kind}{'-batched' if batched else ''}",
+                    "InferenceExecutionConfig": {"Mode": "Direct"},
+                    "Containers": [container],
+                }
+            )
     return specs
 
 
@@ -111,8 +130,16 @@ def mlserver_ensure_frameworks(venv: Path) -> None:
     import importlib.metadata as metadata
 
     wanted = [f"torch=={metadata.version('torch')}", f"onnxruntime=={metadata.version('onnxruntime')}"]
-    check = subprocess.run([str(venv / "bin" / "python"), "-c", "import torch, onnxruntime; print(torch.__version__, "
-                            "onnxruntime.__version__)"], capture_output=True, text=True, timeout=120)
+    check = subprocess.run(
+        [
+            str(venv / "bin" / "python"),
+            "-c",
+            "import torch, onnxruntime; print(torch.__version__, onnxruntime.__version__)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     versions = check.stdout.split()
     if check.returncode == 0 and [v.split("+")[0] for v in versions] == [w.split("==")[1] for w in wanted]:
         return
@@ -120,14 +147,16 @@ def mlserver_ensure_frameworks(venv: Path) -> None:
     subprocess.run([str(venv / "bin" / "pip"), "install", "-q", *wanted], check=True, timeout=1800)
 
 
-def start_mlserver(processes: Processes, binary: Path, models: dict[str, Path], root: Path,
-                   logs: Path) -> tuple[subprocess.Popen, str]:
+def start_mlserver(
+    processes: Processes, binary: Path, models: dict[str, Path], root: Path, logs: Path
+) -> tuple[subprocess.Popen, str]:
     """One MLServer (default settings: one inference worker) with four models: each MLP with and without adaptive
     batching."""
     http_port = free_port()
     root.mkdir(parents=True, exist_ok=True)
-    (root / "settings.json").write_text(json.dumps({"host": "127.0.0.1", "http_port": http_port,
-                                                    "grpc_port": free_port(), "metrics_port": free_port()}))
+    (root / "settings.json").write_text(
+        json.dumps({"host": "127.0.0.1", "http_port": http_port, "grpc_port": free_port(), "metrics_port": free_port()})
+    )
     implementation = {"torch": ("TorchScriptModel", "model.pt"), "onnx": ("OnnxModel", "model.onnx")}
     for kind, (cls, filename) in implementation.items():
         for batched in (False, True):
@@ -136,23 +165,34 @@ def start_mlserver(processes: Processes, binary: Path, models: dict[str, Path], 
             folder.mkdir(exist_ok=True)
             shutil.copy(models[kind] / filename, folder / filename)
             shutil.copy(HERE / "mlserver_runtime.py", folder / "mlserver_runtime.py")
-            settings: dict[str, Any] = {"name": name, "implementation": f"mlserver_runtime.{cls}",
-                                        "parameters": {"uri": f"./{filename}"}}
+            settings: dict[str, Any] = {
+                "name": name,
+                "implementation": f"mlserver_runtime.{cls}",
+                "parameters": {"uri": f"./{filename}"},
+            }
             if batched:
                 settings |= {"max_batch_size": MAX_BATCH, "max_batch_time": DELAY_MS / 1000}
             (folder / "model-settings.json").write_text(json.dumps(settings))
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
-    env |= {"PATH": f"{binary.parent}:{env.get('PATH', '')}", "BENCH_NUM_THREADS": str(CPUS), "OMP_WAIT_POLICY": "PASSIVE"}
+    env |= {
+        "PATH": f"{binary.parent}:{env.get('PATH', '')}",
+        "BENCH_NUM_THREADS": str(CPUS),
+        "OMP_WAIT_POLICY": "PASSIVE",
+    }
     log_file = logs / "mlserver-batching.log"
-    process = processes.start([str(binary), "start", str(root)], cwd=root, env=env, stdout=open(log_file, "wb"),
-                              stderr=subprocess.STDOUT)
+    process = processes.start(
+        [str(binary), "start", str(root)], cwd=root, env=env, stdout=open(log_file, "wb"), stderr=subprocess.STDOUT
+    )
     url = f"http://127.0.0.1:{http_port}"
 
     def ready() -> bool:
         if process.poll() is not None:
             raise BenchError(f"MLServer exited with {process.returncode}; see {log_file}")
-        return all(http("GET", f"{url}/v2/models/bench-{kind}{suffix}/ready", timeout=2)[0] == 200
-                   for kind in implementation for suffix in ("", "-batched"))
+        return all(
+            http("GET", f"{url}/v2/models/bench-{kind}{suffix}/ready", timeout=2)[0] == 200
+            for kind in implementation
+            for suffix in ("", "-batched")
+        )
 
     wait_until("MLServer models", ready, timeout=300, interval=0.5)
     return process, url
@@ -161,16 +201,22 @@ def start_mlserver(processes: Processes, binary: Path, models: dict[str, Path], 
 def start_ours(processes: Processes, models: dict[str, Path], logs: Path) -> tuple[subprocess.Popen, str]:
     """Our endpoint server with the four endpoints, in a child process with its own embedded Ray."""
     options = json.dumps({"specs": our_specs(models), "num_cpus": 4 * CPUS + 2, "ready_timeout_s": 300})
-    process = processes.start([sys.executable, "-c", CHILD_SCRIPT, options], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=open(logs / "ours.log", "wb"), text=True)
+    process = processes.start(
+        [sys.executable, "-c", CHILD_SCRIPT, options],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=open(logs / "ours.log", "wb"),
+        text=True,
+    )
     url = process.stdout.readline().strip()
     if not url.startswith("http"):
         raise BenchError(f"our endpoint server did not start; see {logs / 'ours.log'}")
     return process, url
 
 
-def measure(wrk: Wrk, processes: Processes, mlserver_bin: Path, work: Path, duration: float,
-            warmup: float) -> dict[str, Any]:
+def measure(
+    wrk: Wrk, processes: Processes, mlserver_bin: Path, work: Path, duration: float, warmup: float
+) -> dict[str, Any]:
     logs = work / "logs"
     logs.mkdir(exist_ok=True)
     models = build_models(work / "models")
@@ -178,14 +224,15 @@ def measure(wrk: Wrk, processes: Processes, mlserver_bin: Path, work: Path, dura
     log(f"the model alone, CPU µs per row (1-row calls, {MAX_BATCH}-row batches): {json.dumps(cost)}")
     values = row()
     ours_body = json.dumps([values], separators=(",", ":"))
-    v2_body = json.dumps({"inputs": [{"name": "input", "shape": [1, WIDTHS[0]], "datatype": "FP32",
-                                      "data": values}]}, separators=(",", ":"))
+    v2_body = json.dumps(
+        {"inputs": [{"name": "input", "shape": [1, WIDTHS[0]], "datatype": "FP32", "data": values}]},
+        separators=(",", ":"),
+    )
     cases: list[Case] = []
     samples: dict[str, Any] = {}
 
     def load(system: str, url: str, body: str) -> None:
-        cases.append(wrk.case(system, f"c{CONNECTIONS}", CONNECTIONS, url, duration, warmup, body=body,
-                              headers=JSON))
+        cases.append(wrk.case(system, f"c{CONNECTIONS}", CONNECTIONS, url, duration, warmup, body=body, headers=JSON))
 
     log("starting MLServer with the four MLP models ...")
     mlserver, url = start_mlserver(processes, mlserver_bin, models, work / "mlserver", logs)

@@ -38,22 +38,29 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
             runs = result
             rows[scenario] = {
                 "load": max(max(r["load_start"], r["load_end"]) for r in runs),
-                "endpoints": len(runs), "startup_s": sum(r["startup_s"] for r in runs),
+                "endpoints": len(runs),
+                "startup_s": sum(r["startup_s"] for r in runs),
                 "startup_max_s": max(r["startup_s"] for r in runs),
                 "server_start_s": sum(r["server_start_s"] for r in runs),
                 "pss_mb": sum(r["memory"]["total_pss"] for r in runs) / 2**20,
                 "idle_cpu_cores": sum(r["idle_cpu_cores"] for r in runs),
                 "reserved_cpus": sum(r["reserved_cpus"] for r in runs),
-                "answered": sum(r["answered"] for r in runs), "containers": len(runs),
+                "answered": sum(r["answered"] for r in runs),
+                "containers": len(runs),
                 "system_mb": sum(_group_mb(r, g) for r in runs for g in SYSTEM_ROLES),
             }
         else:
             rows[scenario] = {
                 "load": max(result["load_start"], result["load_end"]),
-                "endpoints": result["endpoints"], "startup_s": result["startup_s"], "startup_max_s": result["startup_s"],
-                "server_start_s": result["server_start_s"], "pss_mb": result["memory"]["total_pss"] / 2**20,
-                "idle_cpu_cores": result["idle_cpu_cores"], "reserved_cpus": result["reserved_cpus"],
-                "answered": result["answered"], "containers": result["containers"],
+                "endpoints": result["endpoints"],
+                "startup_s": result["startup_s"],
+                "startup_max_s": result["startup_s"],
+                "server_start_s": result["server_start_s"],
+                "pss_mb": result["memory"]["total_pss"] / 2**20,
+                "idle_cpu_cores": result["idle_cpu_cores"],
+                "reserved_cpus": result["reserved_cpus"],
+                "answered": result["answered"],
+                "containers": result["containers"],
                 "system_mb": sum(_group_mb(result, g) for g in SYSTEM_ROLES),
             }
     stacks = {}
@@ -64,45 +71,66 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
         for run in results["separate-servers"]:
             for stack, numbers in _per_stack(run).items():
                 merged.setdefault(stack, []).append(numbers)
-        stacks["alone"] = {stack: {key: statistics.mean(n[key] for n in entries) for key in ("pss_mb", "uss_mb", "rss_mb")}
-                           | {"replicas": len(entries)} for stack, entries in merged.items()}
+        stacks["alone"] = {
+            stack: {key: statistics.mean(n[key] for n in entries) for key in ("pss_mb", "uss_mb", "rss_mb")}
+            | {"replicas": len(entries)}
+            for stack, entries in merged.items()
+        }
         stacks["alone_system_mb"] = statistics.mean(
-            sum(_group_mb(r, g) for g in SYSTEM_ROLES)
-            for r in results["separate-servers"])
+            sum(_group_mb(r, g) for g in SYSTEM_ROLES) for r in results["separate-servers"]
+        )
     return {"rows": rows, "stacks": stacks}
 
 
 def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
     rows, stacks = summary["rows"], summary["stacks"]
-    lines = ["| scenario | endpoints | containers answering | start-up (deploy → InService) | memory (PSS, all Ray processes) "
-             "| of which not replicas | idle CPU (cores) | reserved CPUs | load avg (max seen) |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    labels = {"consolidated": "one endpoint, {n} containers", "separate-endpoints": "{n} endpoints, one Ray",
-              "separate-servers": "{n} endpoints, {n} Rays (summed)"}
+    lines = [
+        "| scenario | endpoints | containers answering | start-up (deploy → InService) | memory (PSS, all Ray processes) "
+        "| of which not replicas | idle CPU (cores) | reserved CPUs | load avg (max seen) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    labels = {
+        "consolidated": "one endpoint, {n} containers",
+        "separate-endpoints": "{n} endpoints, one Ray",
+        "separate-servers": "{n} endpoints, {n} Rays (summed)",
+    }
     for scenario in SCENARIOS:
         if scenario not in rows:
             continue
         row = rows[scenario]
-        startup = f"{row['startup_s']:.1f} s" + (f" (sum; longest {row['startup_max_s']:.1f} s)"
-                                                 if scenario == "separate-servers" else "")
-        lines.append(f"| {labels[scenario].format(n=row['containers'])} | {row['endpoints']} | {row['answered']}/15 | {startup} | "
-                     f"{row['pss_mb']:,.0f} MiB | {row['system_mb']:,.0f} MiB | {row['idle_cpu_cores']:.3f} | "
-                     f"{row['reserved_cpus']:.1f} | {row['load']:.1f} |")
-    for key, title in (("consolidated", "Per-stack replica footprint in the consolidated endpoint (mean per replica)"),
-                       ("alone", "Per-stack replica footprint alone on its own Ray (mean over that stack's runs)")):
+        startup = f"{row['startup_s']:.1f} s" + (
+            f" (sum; longest {row['startup_max_s']:.1f} s)" if scenario == "separate-servers" else ""
+        )
+        lines.append(
+            f"| {labels[scenario].format(n=row['containers'])} | {row['endpoints']} | {row['answered']}/15 | {startup} | "
+            f"{row['pss_mb']:,.0f} MiB | {row['system_mb']:,.0f} MiB | {row['idle_cpu_cores']:.3f} | "
+            f"{row['reserved_cpus']:.1f} | {row['load']:.1f} |"
+        )
+    for key, title in (
+        ("consolidated", "Per-stack replica footprint in the consolidated endpoint (mean per replica)"),
+        ("alone", "Per-stack replica footprint alone on its own Ray (mean over that stack's runs)"),
+    ):
         if key not in stacks:
             continue
         lines += ["", f"{title}:", "", "| stack | replicas | PSS | USS | RSS |", "|---|---|---|---|---|"]
         for stack in ("sklearn", "pytorch", "tensorflow", "onnx", "python"):
             if stack in stacks[key]:
                 s = stacks[key][stack]
-                lines.append(f"| {stack} | {s['replicas']} | {s['pss_mb']:.0f} MiB | {s['uss_mb']:.0f} MiB | {s['rss_mb']:.0f} MiB |")
+                lines.append(
+                    f"| {stack} | {s['replicas']} | {s['pss_mb']:.0f} MiB | {s['uss_mb']:.0f} MiB | {s['rss_mb']:.0f} MiB |"
+                )
     if "alone_system_mb" in stacks:
-        lines += ["", f"Everything but the replica in one single-container server (driver, Ray, Serve, gateway, registry): {stacks['alone_system_mb']:.0f} MiB PSS."]
-    lines += ["", f"Run: `{meta['command']}` at {meta['started']} ({meta['duration_s']:.0f} s); load average before "
-              f"{meta['machine_before']['load_average']}, after {meta['machine_after']['load_average']}; "
-              f"{meta['machine_before']['cpus']} CPUs, {meta['machine_before']['memory_gib']} GiB.",
-              "Versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()) + "."]
+        lines += [
+            "",
+            f"Everything but the replica in one single-container server (driver, Ray, Serve, gateway, registry): {stacks['alone_system_mb']:.0f} MiB PSS.",
+        ]
+    lines += [
+        "",
+        f"Run: `{meta['command']}` at {meta['started']} ({meta['duration_s']:.0f} s); load average before "
+        f"{meta['machine_before']['load_average']}, after {meta['machine_after']['load_average']}; "
+        f"{meta['machine_before']['cpus']} CPUs, {meta['machine_before']['memory_gib']} GiB.",
+        "Versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()) + ".",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -127,29 +155,37 @@ def savings(summary: dict[str, Any]) -> list[str]:
     rows = summary["rows"]
     one = rows.get("consolidated")
     lines = []
-    for other, label in (("separate-servers", "fifteen endpoints on their own Ray each"),
-                         ("separate-endpoints", "fifteen endpoints sharing one Ray")):
+    for other, label in (
+        ("separate-servers", "fifteen endpoints on their own Ray each"),
+        ("separate-endpoints", "fifteen endpoints sharing one Ray"),
+    ):
         if one is None or other not in rows:
             continue
         row = rows[other]
         memory = 1 - one["pss_mb"] / row["pss_mb"]
         idle = 1 - one["idle_cpu_cores"] / row["idle_cpu_cores"] if row["idle_cpu_cores"] else 0.0
-        lines.append(f"- Against {label}: {_less(memory)} memory ({one['pss_mb']:,.0f} vs {row['pss_mb']:,.0f} MiB), "
-                     f"{_less(idle)} idle CPU ({one['idle_cpu_cores']:.3f} vs {row['idle_cpu_cores']:.3f} cores).")
+        lines.append(
+            f"- Against {label}: {_less(memory)} memory ({one['pss_mb']:,.0f} vs {row['pss_mb']:,.0f} MiB), "
+            f"{_less(idle)} idle CPU ({one['idle_cpu_cores']:.3f} vs {row['idle_cpu_cores']:.3f} cores)."
+        )
     if one and "separate-servers" in rows:
         row = rows["separate-servers"]
-        lines.append(f"- Start-up: the fifteen containers of one endpoint were all InService {one['startup_s']:.0f} s after "
-                     f"the deploy call, sharing this machine's 2 cores; one single-container endpoint alone took "
-                     f"{row['startup_s'] / row['endpoints']:.0f} s on average (longest {row['startup_max_s']:.0f} s), "
-                     f"so fifteen machines would be up in about that, and this machine takes {row['startup_s']:.0f} s "
-                     "to start them one after another.")
+        lines.append(
+            f"- Start-up: the fifteen containers of one endpoint were all InService {one['startup_s']:.0f} s after "
+            f"the deploy call, sharing this machine's 2 cores; one single-container endpoint alone took "
+            f"{row['startup_s'] / row['endpoints']:.0f} s on average (longest {row['startup_max_s']:.0f} s), "
+            f"so fifteen machines would be up in about that, and this machine takes {row['startup_s']:.0f} s "
+            "to start them one after another."
+        )
     if "alone_system_mb" in summary["stacks"] and one:
-        lines.append(f"- Where the saving comes from: each endpoint of its own pays {summary['stacks']['alone_system_mb']:.0f} MiB "
-                     "for Ray, Serve, the gateway and the registry before its model, and keeps Ray's background work "
-                     f"running; the consolidated endpoint pays that once ({one['system_mb']:,.0f} MiB). The replicas "
-                     "themselves cost about the same either way (per-stack tables), and so do the CPUs they reserve. "
-                     "Fifteen endpoints on one shared Ray already get most of it: the saving is in sharing the "
-                     "runtime, which on SageMaker means sharing an instance.")
+        lines.append(
+            f"- Where the saving comes from: each endpoint of its own pays {summary['stacks']['alone_system_mb']:.0f} MiB "
+            "for Ray, Serve, the gateway and the registry before its model, and keeps Ray's background work "
+            f"running; the consolidated endpoint pays that once ({one['system_mb']:,.0f} MiB). The replicas "
+            "themselves cost about the same either way (per-stack tables), and so do the CPUs they reserve. "
+            "Fifteen endpoints on one shared Ray already get most of it: the saving is in sharing the "
+            "runtime, which on SageMaker means sharing an instance."
+        )
     return lines
 
 
@@ -158,6 +194,9 @@ def _less(fraction: float) -> str:
 
 
 def docs_section(summary: dict[str, Any], meta: dict[str, Any]) -> str:
-    return "\n".join([INTRO, "### Results", "", markdown(summary, meta), "### What consolidation saves", "",
-                       *savings(summary)]) + "\n"
-
+    return (
+        "\n".join(
+            [INTRO, "### Results", "", markdown(summary, meta), "### What consolidation saves", "", *savings(summary)]
+        )
+        + "\n"
+    )

@@ -30,8 +30,8 @@ def read_procs() -> dict[int, tuple[str, int, int, str, int]]:
         except OSError:
             continue
         close = stat.rfind(")")
-        comm = stat[stat.find("(") + 1:close]
-        fields = stat[close + 2:].split()
+        comm = stat[stat.find("(") + 1 : close]
+        fields = stat[close + 2 :].split()
         table[int(entry)] = (comm, int(fields[1]), int(fields[11]) + int(fields[12]), cmdline, int(fields[19]))
     return table
 
@@ -44,8 +44,8 @@ def _machine_ticks() -> tuple[int, int, int]:
 
 
 def _replica_name(title: str) -> str | None:
-    """"container DEPLOYMENT (APP)" for a Serve replica's process title; None for the gateway's."""
-    app_name, _, deployment = title.split()[0][len("ray::ServeReplica:"):].partition(":")
+    """ "container DEPLOYMENT (APP)" for a Serve replica's process title; None for the gateway's."""
+    app_name, _, deployment = title.split()[0][len("ray::ServeReplica:") :].partition(":")
     deployment = deployment.split(".")[0]  # the title shows the method running: "iris.check_health"
     return None if app_name == "serving-gateway" else f"container {deployment} ({app_name})"
 
@@ -135,14 +135,14 @@ class CpuMeter:
             seconds[OTHER] = max(0.0, min(seconds[OTHER], busy_cores * elapsed - ours))
 
 
-
 def run_cpu_us(case) -> float:
     """CPU per request of everything this run started (wrk included), not of other processes."""
     return sum(v for k, v in case.cpu_us_per_request.items() if k != OTHER)
 
 
-def wait_for_quiet(meter: CpuMeter, limit_s: float, threshold: float = 0.15, window: float = 5.0,
-                   quiet: bool = False) -> float:
+def wait_for_quiet(
+    meter: CpuMeter, limit_s: float, threshold: float = 0.15, window: float = 5.0, quiet: bool = False
+) -> float:
     """Wait (up to limit_s) until processes outside this run use under `threshold` cores over `window` s."""
     deadline = time.monotonic() + limit_s
     told = False
@@ -156,6 +156,7 @@ def wait_for_quiet(meter: CpuMeter, limit_s: float, threshold: float = 0.15, win
         if other < threshold or time.monotonic() >= deadline:
             return other
         if not told and not quiet:
-            log(f"other processes (and steal) use {other:.2f} cores; waiting up to {limit_s:g} s for a quieter machine ...")
+            log(
+                f"other processes (and steal) use {other:.2f} cores; waiting up to {limit_s:g} s for a quieter machine ..."
+            )
             told = True
-

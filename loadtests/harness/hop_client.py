@@ -53,11 +53,17 @@ def main() -> None:
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         samples, cpu = runner.run(measure(url, body, seconds, headers))
     samples.sort()
-    print(json.dumps({
-        "requests": len(samples), "p50_ms": round(samples[len(samples) // 2], 3),
-        "p99_ms": round(samples[min(len(samples) - 1, int(len(samples) * 0.99))], 3),
-        "mean_ms": round(statistics.fmean(samples), 3), "cpu_us": round(cpu / len(samples) * 1e6, 1),
-    }))
+    print(
+        json.dumps(
+            {
+                "requests": len(samples),
+                "p50_ms": round(samples[len(samples) // 2], 3),
+                "p99_ms": round(samples[min(len(samples) - 1, int(len(samples) * 0.99))], 3),
+                "mean_ms": round(statistics.fmean(samples), 3),
+                "cpu_us": round(cpu / len(samples) * 1e6, 1),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

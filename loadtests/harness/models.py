@@ -12,9 +12,11 @@ from loadtests.harness.peers import MLSERVER_MODEL
 
 ROOT = Path(__file__).resolve().parents[2]
 # One request per container of the demo's Direct endpoint (examples/direct.yaml), as files for `--payload`.
-DEMO_PAYLOADS = {"iris": [[5.1, 3.5, 1.4, 0.2]],
-                 "wine": [[13.2, 1.78, 2.14, 11.2, 100, 2.65, 2.76, 0.26, 1.28, 4.38, 1.05, 3.4, 1050]],
-                 "labels": [0, 2]}
+DEMO_PAYLOADS = {
+    "iris": [[5.1, 3.5, 1.4, 0.2]],
+    "wine": [[13.2, 1.78, 2.14, 11.2, 100, 2.65, 2.76, 0.26, 1.28, 4.38, 1.05, 3.4, 1050]],
+    "labels": [0, 2],
+}
 
 
 def example(name: str):
@@ -64,4 +66,3 @@ def iris_models(work: Path) -> dict[str, Path]:
     with contextlib.redirect_stdout(sys.stderr):
         example("train_demo").train(work / "models")  # examples/serial.yaml's layout: models/iris-preprocess, ...
     return {"skops_dir": ours, "joblib": peer / "model.joblib", "mlserver_root": work / "mlserver", "models": work}
-

@@ -42,8 +42,9 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def http(method: str, url: str, body: str | bytes | None = None, headers: dict[str, str] | None = None,
-         timeout: float = 10.0) -> tuple[int, bytes]:
+def http(
+    method: str, url: str, body: str | bytes | None = None, headers: dict[str, str] | None = None, timeout: float = 10.0
+) -> tuple[int, bytes]:
     data = body.encode() if isinstance(body, str) else body
     request = urllib.request.Request(url, data=data, method=method, headers=headers or {})
     try:
@@ -101,4 +102,3 @@ class Processes:
                 self.stop(process)
             except Exception as error:  # keep stopping the others
                 log(f"could not stop pid {process.pid}: {error}")
-

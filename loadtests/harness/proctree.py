@@ -41,8 +41,11 @@ def smaps(pid: int) -> dict[str, int] | None:
         key, _, value = line.partition(":")
         if value.strip().endswith("kB"):
             kib[key] = int(value.split()[0])
-    return {"pss": kib.get("Pss", 0) * 1024, "rss": kib.get("Rss", 0) * 1024,
-            "uss": (kib.get("Private_Clean", 0) + kib.get("Private_Dirty", 0)) * 1024}
+    return {
+        "pss": kib.get("Pss", 0) * 1024,
+        "rss": kib.get("Rss", 0) * 1024,
+        "uss": (kib.get("Private_Clean", 0) + kib.get("Private_Dirty", 0)) * 1024,
+    }
 
 
 def process_cpu_seconds(pid: int) -> float:
@@ -67,7 +70,6 @@ def idle_cpu(window: float) -> float:
     before = tree_cpu_seconds()
     time.sleep(window)
     return (tree_cpu_seconds() - before) / window
-
 
 
 def listener(url: str):

@@ -20,16 +20,25 @@ PROFILE_RATE = 200
 
 
 PROFILE_BUCKETS = [  # a frame's top-level module -> what the time is spent on
-    (("sklearn", "numpy", "scipy", "narwhals", "skops", "joblib", "threadpoolctl"),
-     "model: scikit-learn/numpy (incl. sklearn's input validation)"),
-    (("aiohttp", "yarl", "multidict", "aiohappyeyeballs", "propcache", "frozenlist", "aiosignal", "async_timeout"),
-     "aiohttp client (the hop to the container)"),
+    (
+        ("sklearn", "numpy", "scipy", "narwhals", "skops", "joblib", "threadpoolctl"),
+        "model: scikit-learn/numpy (incl. sklearn's input validation)",
+    ),
+    (
+        ("aiohttp", "yarl", "multidict", "aiohappyeyeballs", "propcache", "frozenlist", "aiosignal", "async_timeout"),
+        "aiohttp client (the hop to the container)",
+    ),
     # py-spy names this project's files without their package folder ("router.py", "runtimes/base.py").
     # (http/server.py's BackgroundServer._run sits at the root of every HTTP-thread sample: not a cost of its own,
     # so `summarize_profile` skips its frame.)
-    (tuple({"serving"} | {p.stem for p in (ROOT / "serving").glob("*.py") if p.stem != "__init__"}
-           | {p.name for p in (ROOT / "serving").iterdir() if p.is_dir() and not p.name.startswith("__")}),
-     "serving code (router, transport, container app, runtime, codecs)"),
+    (
+        tuple(
+            {"serving"}
+            | {p.stem for p in (ROOT / "serving").glob("*.py") if p.stem != "__init__"}
+            | {p.name for p in (ROOT / "serving").iterdir() if p.is_dir() and not p.name.startswith("__")}
+        ),
+        "serving code (router, transport, container app, runtime, codecs)",
+    ),
     (("starlette", "anyio"), "starlette (requests, responses, routing)"),
     (("uvicorn", "httptools", "h11"), "uvicorn + httptools (HTTP server)"),
     (("ray", "grpc", "google", "opentelemetry", "prometheus_client"), "ray (replica machinery)"),
@@ -37,13 +46,15 @@ PROFILE_BUCKETS = [  # a frame's top-level module -> what the time is spent on
 ]
 
 
-ROOT_FRAME = "BackgroundServer._run "  # the HTTP thread's root frame (serving/http/server.py): the event loop runs under it
+ROOT_FRAME = (
+    "BackgroundServer._run "  # the HTTP thread's root frame (serving/http/server.py): the event loop runs under it
+)
 
 
 def _frame_module(frame: str) -> str:
     if not frame.endswith(")") or "(" not in frame:
         return ""
-    location = frame[frame.rfind("(") + 1:-1]
+    location = frame[frame.rfind("(") + 1 : -1]
     return location.rsplit(":", 1)[0].split("/")[0].removesuffix(".py")
 
 
@@ -63,11 +74,16 @@ def summarize_profile(raw: str, requests: int, cpu_us_per_request: float | None)
         if thread == "status-poll" or any("_poll_status" in f for f in frames):
             bucket = "status-poll thread (none since the registry polls statuses)"
         elif thread.startswith("http-") or len(frames) < len(all_frames):
-            bucket = next((name for f in reversed(frames) for mods, name in PROFILE_BUCKETS
-                           if _frame_module(f) in mods), None)
+            bucket = next(
+                (name for f in reversed(frames) for mods, name in PROFILE_BUCKETS if _frame_module(f) in mods), None
+            )
             if bucket is None:
-                bucket = ("event loop and sockets (asyncio/uvloop)" if _frame_module(frames[-1]) in ("asyncio", "selectors")
-                          or frames[-1].startswith(("Runner.run", "run (asyncio")) else "other Python in the HTTP thread")
+                bucket = (
+                    "event loop and sockets (asyncio/uvloop)"
+                    if _frame_module(frames[-1]) in ("asyncio", "selectors")
+                    or frames[-1].startswith(("Runner.run", "run (asyncio"))
+                    else "other Python in the HTTP thread"
+                )
         elif any("Worker.main_loop" in f for f in frames):
             bucket = "Ray core worker's main thread (native code)"
         else:
@@ -75,15 +91,34 @@ def summarize_profile(raw: str, requests: int, cpu_us_per_request: float | None)
         buckets[bucket] = buckets.get(bucket, 0) + count
     # py-spy counts running and runnable threads alike, which over-counts on a busy 2-core machine: keep its
     # shares, and scale them by the CPU the process really used (from /proc) in the same window.
-    rows = [{"bucket": name, "samples": n, "share": round(n / total, 3) if total else 0.0,
-             "us_per_request": round(n / total * cpu_us_per_request, 1) if total and cpu_us_per_request else None}
-            for name, n in sorted(buckets.items(), key=lambda kv: -kv[1])]
-    return {"samples": total, "rate_hz": PROFILE_RATE, "requests": requests, "cpu_us_per_request": cpu_us_per_request,
-            "buckets": rows}
+    rows = [
+        {
+            "bucket": name,
+            "samples": n,
+            "share": round(n / total, 3) if total else 0.0,
+            "us_per_request": round(n / total * cpu_us_per_request, 1) if total and cpu_us_per_request else None,
+        }
+        for name, n in sorted(buckets.items(), key=lambda kv: -kv[1])
+    ]
+    return {
+        "samples": total,
+        "rate_hz": PROFILE_RATE,
+        "requests": requests,
+        "cpu_us_per_request": cpu_us_per_request,
+        "buckets": rows,
+    }
 
 
-def profile_case(processes: Processes, wrk: Wrk, meter: CpuMeter, targets: dict[str, str], url: str, body: str,
-                 seconds: float, work: Path) -> dict[str, Any]:
+def profile_case(
+    processes: Processes,
+    wrk: Wrk,
+    meter: CpuMeter,
+    targets: dict[str, str],
+    url: str,
+    body: str,
+    seconds: float,
+    work: Path,
+) -> dict[str, Any]:
     """Load `url` at 32 connections while py-spy samples the processes whose labels are in `targets`."""
     py_spy = Path(sys.executable).parent / "py-spy"
     if not py_spy.exists() and not shutil.which("py-spy"):
@@ -99,9 +134,26 @@ def profile_case(processes: Processes, wrk: Wrk, meter: CpuMeter, targets: dict[
     runs = []
     for name, pid in pids.items():
         out = work / f"profile-{pid}.raw"
-        process = processes.start([py_spy_bin, "record", "--pid", str(pid), "--duration", str(round(seconds)),
-                                   "--rate", str(PROFILE_RATE), "--format", "raw", "--nonblocking", "--threads",
-                                   "-o", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        process = processes.start(
+            [
+                py_spy_bin,
+                "record",
+                "--pid",
+                str(pid),
+                "--duration",
+                str(round(seconds)),
+                "--rate",
+                str(PROFILE_RATE),
+                "--format",
+                "raw",
+                "--nonblocking",
+                "--threads",
+                "-o",
+                str(out),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         runs.append((name, process, out))
     time.sleep(0.5)  # let py-spy attach
     script = wrk._script("POST", body, JSON_HEADERS)
@@ -113,8 +165,14 @@ def profile_case(processes: Processes, wrk: Wrk, meter: CpuMeter, targets: dict[
             processes.stop(process)
         return {"skipped": str(stalled)}
     cpu, _ = CpuMeter.delta(before, meter.snapshot())
-    result: dict[str, Any] = {"url": url, "connections": 32, "seconds": seconds, "requests": stats["requests"],
-                              "rps": round(stats["requests"] / (stats["duration_us"] / 1e6)), "processes": {}}
+    result: dict[str, Any] = {
+        "url": url,
+        "connections": 32,
+        "seconds": seconds,
+        "requests": stats["requests"],
+        "rps": round(stats["requests"] / (stats["duration_us"] / 1e6)),
+        "processes": {},
+    }
     for name, process, out in runs:
         try:
             process.wait(seconds + 30)
@@ -127,4 +185,3 @@ def profile_case(processes: Processes, wrk: Wrk, meter: CpuMeter, targets: dict[
         else:
             result["processes"][name] = {"skipped": "py-spy wrote nothing (needs ptrace permission)"}
     return result
-

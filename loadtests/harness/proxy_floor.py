@@ -55,8 +55,7 @@ def main() -> None:
     sock.bind(("127.0.0.1", 0))
     sock.listen(2048)
     print(sock.getsockname()[1], flush=True)
-    config = uvicorn.Config(app, loop="uvloop", http="httptools", lifespan="off", access_log=False,
-                            log_level="warning")
+    config = uvicorn.Config(app, loop="uvloop", http="httptools", lifespan="off", access_log=False, log_level="warning")
     uvicorn.Server(config).run(sockets=[sock])
 
 

@@ -69,13 +69,25 @@ def package_versions(names: tuple[str, ...]) -> dict[str, str]:
 
 
 def machine_facts() -> dict[str, Any]:
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), platform.processor() or "unknown")
-    mem_kb = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
-                  if line.startswith("MemTotal"))
+    model = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor() or "unknown",
+    )
+    mem_kb = next(
+        int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal")
+    )
     nproc = subprocess.run(["nproc"], capture_output=True, text=True, timeout=10).stdout.strip()
-    return {"nproc": nproc, "cpu_model": model, "memory_gib": round(mem_kb / 1024 / 1024, 1),
-            "kernel": platform.release(), "loadavg_at_start": " ".join(Path("/proc/loadavg").read_text().split()[:3])}
+    return {
+        "nproc": nproc,
+        "cpu_model": model,
+        "memory_gib": round(mem_kb / 1024 / 1024, 1),
+        "kernel": platform.release(),
+        "loadavg_at_start": " ".join(Path("/proc/loadavg").read_text().split()[:3]),
+    }
 
 
 def our_versions() -> dict[str, str]:
@@ -84,6 +96,7 @@ def our_versions() -> dict[str, str]:
         with contextlib.suppress(metadata.PackageNotFoundError):
             versions[name] = metadata.version(name)
     wrk = subprocess.run([shutil.which("wrk") or "wrk", "-v"], capture_output=True, text=True, timeout=10)
-    versions["wrk"] = (wrk.stdout + wrk.stderr).splitlines()[0].split(" Copyright")[0] if (wrk.stdout + wrk.stderr) else "?"
+    versions["wrk"] = (
+        (wrk.stdout + wrk.stderr).splitlines()[0].split(" Copyright")[0] if (wrk.stdout + wrk.stderr) else "?"
+    )
     return versions
-

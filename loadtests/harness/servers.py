@@ -31,8 +31,9 @@ with EmbeddedServer(specs, ServerSettings(port=0), num_cpus=options["num_cpus"],
 def embedded_endpoint(*specs: dict[str, Any], num_cpus: int = 2, ready_timeout_s: float = 300.0) -> Iterator[str]:
     """The endpoint server's base URL while `specs` are served by a child process; it all stops when the block ends."""
     options = json.dumps({"specs": list(specs), "num_cpus": num_cpus, "ready_timeout_s": ready_timeout_s})
-    server = subprocess.Popen([sys.executable, "-c", CHILD_SCRIPT, options], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True)
+    server = subprocess.Popen(
+        [sys.executable, "-c", CHILD_SCRIPT, options], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         url = server.stdout.readline().strip()  # the child exits (and this reads "") if it cannot get ready
         if not url.startswith("http"):
@@ -48,13 +49,19 @@ def embedded_endpoint(*specs: dict[str, Any], num_cpus: int = 2, ready_timeout_s
             server.wait(30)
 
 
-def in_process(*specs: dict[str, Any], num_cpus: int | None = 2, wait: bool = True, ready_timeout_s: float = 300.0,
-               **settings: Any):
+def in_process(
+    *specs: dict[str, Any], num_cpus: int | None = 2, wait: bool = True, ready_timeout_s: float = 300.0, **settings: Any
+):
     """An EmbeddedServer for `specs` (spec documents) in this process, as a context manager; `settings` are
     ServerSettings fields (port 0 by default: the gateway takes a free port)."""
     from serving.config.spec import parse_spec
     from serving.ray_wing import EmbeddedServer
     from serving.settings import ServerSettings
 
-    return EmbeddedServer([parse_spec(document) for document in specs], ServerSettings(**{"port": 0, **settings}),
-                          num_cpus=num_cpus, wait=wait, ready_timeout_s=ready_timeout_s)
+    return EmbeddedServer(
+        [parse_spec(document) for document in specs],
+        ServerSettings(**{"port": 0, **settings}),
+        num_cpus=num_cpus,
+        wait=wait,
+        ready_timeout_s=ready_timeout_s,
+    )

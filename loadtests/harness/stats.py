@@ -14,15 +14,19 @@ def percentile(samples: list[float], q: float) -> float:
 
 def zipf_weights(n: int, s: float) -> list[float]:
     """Popularity of ranks 1..n under Zipf's law with exponent s, summing to 1."""
-    weights = [1 / (rank ** s) for rank in range(1, n + 1)]
+    weights = [1 / (rank**s) for rank in range(1, n + 1)]
     total = sum(weights)
     return [w / total for w in weights]
 
 
 def summarize_latencies(samples: list[float]) -> dict[str, float]:
     """Count, p50, p99 and mean in ms of latencies given in seconds."""
-    return {"requests": len(samples), "p50_ms": percentile(samples, 50) * 1e3, "p99_ms": percentile(samples, 99) * 1e3,
-            "mean_ms": statistics.fmean(samples) * 1e3}
+    return {
+        "requests": len(samples),
+        "p50_ms": percentile(samples, 50) * 1e3,
+        "p99_ms": percentile(samples, 99) * 1e3,
+        "mean_ms": statistics.fmean(samples) * 1e3,
+    }
 
 
 def answers_match(got: Any, want: Any, atol: float = 1e-4) -> bool:
@@ -34,4 +38,3 @@ def answers_match(got: Any, want: Any, atol: float = 1e-4) -> bool:
     if isinstance(want, (int, float)) and not isinstance(want, bool):
         return isinstance(got, (int, float)) and abs(got - want) <= atol
     return got == want
-

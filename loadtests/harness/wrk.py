@@ -52,13 +52,19 @@ def ensure_wrk() -> str:
     log("wrk not found: installing it with apt-get (Debian package 'wrk') ...")
     if os.geteuid() == 0 and shutil.which("apt-get"):
         for step in (["apt-get", "install", "-y", "wrk"], ["apt-get", "update"], ["apt-get", "install", "-y", "wrk"]):
-            subprocess.run(step, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300,
-                           env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+            subprocess.run(
+                step,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=300,
+                env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+            )
             path = shutil.which("wrk")
             if path:
                 return path
-    raise BenchError("this benchmark needs wrk (https://github.com/wg/wrk): install it, e.g. `apt-get install -y wrk`, "
-                     "and run again")
+    raise BenchError(
+        "this benchmark needs wrk (https://github.com/wg/wrk): install it, e.g. `apt-get install -y wrk`, and run again"
+    )
 
 
 @dataclass
@@ -97,8 +103,16 @@ class Case:
 
 
 class Wrk:
-    def __init__(self, binary: str, workdir: Path, meter: CpuMeter, timeout_s: float = 10.0, quiet_wait: float = 0.0,
-                 quiet_threshold: float = 0.15, retries: int = 0) -> None:
+    def __init__(
+        self,
+        binary: str,
+        workdir: Path,
+        meter: CpuMeter,
+        timeout_s: float = 10.0,
+        quiet_wait: float = 0.0,
+        quiet_threshold: float = 0.15,
+        retries: int = 0,
+    ) -> None:
         self.quiet_wait = quiet_wait
         self.quiet_threshold = quiet_threshold
         self.retries = retries
@@ -111,28 +125,49 @@ class Wrk:
     def _script(self, method: str, body: str | None, headers: dict[str, str]) -> Path:
         self.count += 1
         path = self.workdir / f"case{self.count}.lua"
-        path.write_text(LUA_TEMPLATE.format(
-            method=method,
-            body=f"wrk.body = {_lua_string(body)}" if body is not None else "",
-            headers="\n".join(f"wrk.headers[{_lua_string(k)}] = {_lua_string(v)}" for k, v in headers.items()),
-        ))
+        path.write_text(
+            LUA_TEMPLATE.format(
+                method=method,
+                body=f"wrk.body = {_lua_string(body)}" if body is not None else "",
+                headers="\n".join(f"wrk.headers[{_lua_string(k)}] = {_lua_string(v)}" for k, v in headers.items()),
+            )
+        )
         return path
 
     def _run(self, script: Path, url: str, connections: int, seconds: float) -> tuple[dict[str, Any], str]:
-        args = [self.binary, "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s",
-                "--timeout", f"{self.timeout_s:g}s", "--latency", "-s", str(script), url]
+        args = [
+            self.binary,
+            "-t1",
+            f"-c{connections}",
+            f"-d{max(1, round(seconds))}s",
+            "--timeout",
+            f"{self.timeout_s:g}s",
+            "--latency",
+            "-s",
+            str(script),
+            url,
+        ]
         try:  # generous: on a swamped machine wrk itself may be starved of CPU
             done = subprocess.run(args, capture_output=True, text=True, timeout=2 * seconds + self.timeout_s + 60)
         except subprocess.TimeoutExpired:
             raise WrkStalled(f"wrk did not finish in time: {shlex.join(args)}") from None
         for line in done.stdout.splitlines():
             if line.startswith("BENCH_JSON "):
-                return json.loads(line[len("BENCH_JSON "):]), shlex.join(args)
+                return json.loads(line[len("BENCH_JSON ") :]), shlex.join(args)
         raise BenchError(f"wrk failed (exit {done.returncode}): {done.stderr.strip() or done.stdout.strip()}")
 
-    def case(self, system: str, load: str, connections: int, url: str, duration: float, warmup: float,
-             method: str = "POST", body: str | None = None,
-             headers: dict[str, str] | Callable[[], dict[str, str]] | None = None) -> Case:
+    def case(
+        self,
+        system: str,
+        load: str,
+        connections: int,
+        url: str,
+        duration: float,
+        warmup: float,
+        method: str = "POST",
+        body: str | None = None,
+        headers: dict[str, str] | Callable[[], dict[str, str]] | None = None,
+    ) -> Case:
         """One case; on a shared machine, waits for quiet and repeats a case that other processes disturbed.
         `headers` may be a function, called before each attempt: a hop signature (valid for a minute) is made
         just before the requests that carry it, however long the wait for quiet was."""
@@ -144,25 +179,49 @@ class Wrk:
             try:
                 result = self._case_once(script, system, load, connections, url, duration, warmup, method)
             except WrkStalled as stalled:
-                result = Case(system, load, connections, url, duration, warmup, flagged=str(stalled),
-                              other_cores=float(os.cpu_count() or 1))  # as disturbed as it gets: try again
+                result = Case(
+                    system,
+                    load,
+                    connections,
+                    url,
+                    duration,
+                    warmup,
+                    flagged=str(stalled),
+                    other_cores=float(os.cpu_count() or 1),
+                )  # as disturbed as it gets: try again
             if best is None or result.disturbance < best.disturbance:
                 best = result  # keep the least disturbed attempt
             best.attempts = attempt
             if result.disturbance <= self.quiet_threshold or attempt > self.retries:
                 break
-            log(f"  {system:<34} {load:<10} disturbed: other processes used {result.other_cores:.2f} cores, "
-                f"the hypervisor stole {result.steal_cores:.2f}; measuring again")
+            log(
+                f"  {system:<34} {load:<10} disturbed: other processes used {result.other_cores:.2f} cores, "
+                f"the hypervisor stole {result.steal_cores:.2f}; measuring again"
+            )
         result = best
         tag = f"  ** FLAGGED: {result.flagged}" if result.flagged else ""
-        noise = (f"  (disturbed: other processes {result.other_cores:.2f} cores, steal {result.steal_cores:.2f})"
-                 if result.disturbance > self.quiet_threshold else "")
-        log(f"  {system:<34} {load:<10} p50 {result.p50_ms:7.3f} ms  p99 {result.p99_ms:7.3f} ms  "
-            f"{result.rps:8.0f} req/s{tag}{noise}")
+        noise = (
+            f"  (disturbed: other processes {result.other_cores:.2f} cores, steal {result.steal_cores:.2f})"
+            if result.disturbance > self.quiet_threshold
+            else ""
+        )
+        log(
+            f"  {system:<34} {load:<10} p50 {result.p50_ms:7.3f} ms  p99 {result.p99_ms:7.3f} ms  "
+            f"{result.rps:8.0f} req/s{tag}{noise}"
+        )
         return result
 
-    def _case_once(self, script: Path, system: str, load: str, connections: int, url: str, duration: float,
-                   warmup: float, method: str) -> Case:
+    def _case_once(
+        self,
+        script: Path,
+        system: str,
+        load: str,
+        connections: int,
+        url: str,
+        duration: float,
+        warmup: float,
+        method: str,
+    ) -> Case:
         result = Case(system, load, connections, url, duration, warmup)
         if warmup > 0:
             warm, _ = self._run(script, url, connections, warmup)
@@ -173,8 +232,9 @@ class Wrk:
         result.command = command.replace(str(script), "POST.lua" if method == "POST" else "GET.lua")
         result.loadavg = " ".join(Path("/proc/loadavg").read_text().split()[:3])
         seconds, result.busy_cores = CpuMeter.delta(before, after)
-        seconds["wrk (load generator)"] = (children_after.ru_utime + children_after.ru_stime
-                                           - children.ru_utime - children.ru_stime)  # wrk: the only child that exited
+        seconds["wrk (load generator)"] = (
+            children_after.ru_utime + children_after.ru_stime - children.ru_utime - children.ru_stime
+        )  # wrk: the only child that exited
         CpuMeter.clamp_other(seconds, result.busy_cores, after[0] - before[0])
         result.requests = stats["requests"]
         elapsed = stats["duration_us"] / 1e6
@@ -190,7 +250,9 @@ class Wrk:
         if result.requests == 0:
             result.flagged = "no request completed"
         elif result.errors:
-            result.flagged = "errors: " + ", ".join(f"{k} {v}" for k, v in result.errors.items()) + \
-                             f" of {result.requests} requests (status = non-2xx/3xx responses)"
+            result.flagged = (
+                "errors: "
+                + ", ".join(f"{k} {v}" for k, v in result.errors.items())
+                + f" of {result.requests} requests (status = non-2xx/3xx responses)"
+            )
         return result
-

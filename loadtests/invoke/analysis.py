@@ -25,15 +25,15 @@ FLOOR_P50_TARGET, FLOOR_CPU_TARGET, SERIAL_HOP_TARGET = 2.0, 2.5, 0.5  # issue 1
 COLLAPSE_RATIO = 0.8  # c32 below this fraction of c8 req/s counts as a throughput collapse
 
 
-
 def _get(cases: list[Case], system: str, load: str) -> Case | None:
     return next((c for c in cases if c.system == system and c.load == load), None)
 
 
 def _floor_only(again: Case, first: Case) -> Case:
     """The floor's run after ours with the CPU of its own processes only (those of its first run), not Ray's idle."""
-    return replace(again, cpu_us_per_request={
-        k: v for k, v in again.cpu_us_per_request.items() if k in first.cpu_us_per_request})
+    return replace(
+        again, cpu_us_per_request={k: v for k, v in again.cpu_us_per_request.items() if k in first.cpu_us_per_request}
+    )
 
 
 def bracketed_floor(cases: list[Case]) -> list[Case]:
@@ -49,11 +49,17 @@ def bracketed_floor(cases: list[Case]) -> list[Case]:
             out.append(case)
             continue
         again = _floor_only(again, case)
-        out.append(replace(
-            case, p50_ms=(case.p50_ms + again.p50_ms) / 2, p99_ms=(case.p99_ms + again.p99_ms) / 2,
-            rps=(case.rps + again.rps) / 2,
-            cpu_us_per_request={k: (v + again.cpu_us_per_request.get(k, 0.0)) / 2
-                                for k, v in case.cpu_us_per_request.items()}))
+        out.append(
+            replace(
+                case,
+                p50_ms=(case.p50_ms + again.p50_ms) / 2,
+                p99_ms=(case.p99_ms + again.p99_ms) / 2,
+                rps=(case.rps + again.rps) / 2,
+                cpu_us_per_request={
+                    k: (v + again.cpu_us_per_request.get(k, 0.0)) / 2 for k, v in case.cpu_us_per_request.items()
+                },
+            )
+        )
     return out
 
 
@@ -70,8 +76,14 @@ def analyse(cases: list[Case]) -> dict[str, Any]:
     def ok(case):
         return case is not None and case.flagged is None
 
-    F, M, D, S, C, P = "floor", "MLServer", "ours: direct", "ours: serial (3 containers)", \
-        "ours: container data port", "ours: gateway GET /ping"
+    F, M, D, S, C, P = (
+        "floor",
+        "MLServer",
+        "ours: direct",
+        "ours: serial (3 containers)",
+        "ours: container data port",
+        "ours: gateway GET /ping",
+    )
     out: dict[str, Any] = {"ratios": [], "targets": {}}
     for system in (PROXY_FLOOR, C, D, S, *MLSERVERS):
         for load, _ in LOADS:
@@ -107,13 +119,20 @@ def analyse(cases: list[Case]) -> dict[str, Any]:
             else:
                 checks.append(d.rps > m.rps)
                 details.append(f"{peer_name} {load} {d.rps:.0f} vs {m.rps:.0f} req/s")
-    proxy_seq, inprocess_seq = _get(cases, PROXY_FLOOR, "sequential"), _get(cases, MLSERVER_VARIANTS[0][0], "sequential")
+    proxy_seq, inprocess_seq = (
+        _get(cases, PROXY_FLOOR, "sequential"),
+        _get(cases, MLSERVER_VARIANTS[0][0], "sequential"),
+    )
     if ok(proxy_seq) and ok(inprocess_seq):  # one process against two: where a one-connection row is decided
-        details.append(f"for reference, the floor behind a proxy (two processes, no work of ours) against "
-                       f"{inprocess_seq.system} (one process): sequential p50 {proxy_seq.p50_ms:.3f} vs "
-                       f"{inprocess_seq.p50_ms:.3f} ms")
+        details.append(
+            f"for reference, the floor behind a proxy (two processes, no work of ours) against "
+            f"{inprocess_seq.system} (one process): sequential p50 {proxy_seq.p50_ms:.3f} vs "
+            f"{inprocess_seq.p50_ms:.3f} ms"
+        )
     out["targets"]["direct ahead of MLServer (default, in-process, adaptive batching) in every row"] = {
-        "met": None if None in checks else all(checks), "detail": "; ".join(details)}
+        "met": None if None in checks else all(checks),
+        "detail": "; ".join(details),
+    }
 
     # 1b. direct against the floor: sequential p50 and the servers' CPU per request at c32 (wrk and others excluded)
     floor_seq, d_seq = _get(cases, F, "sequential"), _get(cases, D, "sequential")
@@ -122,58 +141,86 @@ def analyse(cases: list[Case]) -> dict[str, Any]:
         p50_ratio = d_seq.p50_ms / floor_seq.p50_ms
         ours_cpu, floor_cpu = server_cpu_us(d_c32), server_cpu_us(floor_c32)
         cpu_ratio = ours_cpu / floor_cpu if floor_cpu else float("inf")
-        out["floor"] = {"p50_ratio": round(p50_ratio, 2), "cpu_ratio": round(cpu_ratio, 2),
-                        "ours_cpu_us": round(ours_cpu), "floor_cpu_us": round(floor_cpu)}
-        detail = (f"sequential p50 {d_seq.p50_ms:.3f} vs {floor_seq.p50_ms:.3f} ms = {p50_ratio:.2f}×; server CPU "
-                  f"per request at c32 {ours_cpu:.0f} vs {floor_cpu:.0f} µs = {cpu_ratio:.2f}×")
+        out["floor"] = {
+            "p50_ratio": round(p50_ratio, 2),
+            "cpu_ratio": round(cpu_ratio, 2),
+            "ours_cpu_us": round(ours_cpu),
+            "floor_cpu_us": round(floor_cpu),
+        }
+        detail = (
+            f"sequential p50 {d_seq.p50_ms:.3f} vs {floor_seq.p50_ms:.3f} ms = {p50_ratio:.2f}×; server CPU "
+            f"per request at c32 {ours_cpu:.0f} vs {floor_cpu:.0f} µs = {cpu_ratio:.2f}×"
+        )
         before, after = measured.get((F, "sequential")), measured.get((FLOOR_AGAIN, "sequential"))
         before32, after32 = measured.get((F, "c32")), measured.get((FLOOR_AGAIN, "c32"))
         if all(ok(c) for c in (before, after, before32, after32)):
             again_cpu = server_cpu_us(_floor_only(after32, before32))
-            detail += (f" (the floor: the mean of its runs before and after ours, p50 {before.p50_ms:.3f} and "
-                       f"{after.p50_ms:.3f} ms, CPU {server_cpu_us(before32):.0f} and {again_cpu:.0f} µs)")
+            detail += (
+                f" (the floor: the mean of its runs before and after ours, p50 {before.p50_ms:.3f} and "
+                f"{after.p50_ms:.3f} ms, CPU {server_cpu_us(before32):.0f} and {again_cpu:.0f} µs)"
+            )
         proxy_seq, proxy_c32 = _get(cases, PROXY_FLOOR, "sequential"), _get(cases, PROXY_FLOOR, "c32")
         if ok(proxy_seq) and ok(proxy_c32):
             # What two processes cost with no work of ours: the part of the ratios no change of ours can remove.
             proxy_cpu = server_cpu_us(proxy_c32)
-            out["floor"].update({
-                "proxy_p50_ratio": round(proxy_seq.p50_ms / floor_seq.p50_ms, 2),
-                "proxy_cpu_ratio": round(proxy_cpu / floor_cpu, 2) if floor_cpu else None,
-                "ours_over_proxy_p50": round(d_seq.p50_ms / proxy_seq.p50_ms, 2),
-                "ours_over_proxy_cpu": round(ours_cpu / proxy_cpu, 2) if proxy_cpu else None})
-            detail += (f"; the floor behind a proxy (two processes, no work of ours): p50 {proxy_seq.p50_ms:.3f} ms = "
-                       f"{proxy_seq.p50_ms / floor_seq.p50_ms:.2f}× the floor, CPU {proxy_cpu:.0f} µs = "
-                       f"{out['floor']['proxy_cpu_ratio']:.2f}×; ours over it: p50 "
-                       f"{out['floor']['ours_over_proxy_p50']:.2f}×, CPU {out['floor']['ours_over_proxy_cpu']:.2f}×")
+            out["floor"].update(
+                {
+                    "proxy_p50_ratio": round(proxy_seq.p50_ms / floor_seq.p50_ms, 2),
+                    "proxy_cpu_ratio": round(proxy_cpu / floor_cpu, 2) if floor_cpu else None,
+                    "ours_over_proxy_p50": round(d_seq.p50_ms / proxy_seq.p50_ms, 2),
+                    "ours_over_proxy_cpu": round(ours_cpu / proxy_cpu, 2) if proxy_cpu else None,
+                }
+            )
+            detail += (
+                f"; the floor behind a proxy (two processes, no work of ours): p50 {proxy_seq.p50_ms:.3f} ms = "
+                f"{proxy_seq.p50_ms / floor_seq.p50_ms:.2f}× the floor, CPU {proxy_cpu:.0f} µs = "
+                f"{out['floor']['proxy_cpu_ratio']:.2f}×; ours over it: p50 "
+                f"{out['floor']['ours_over_proxy_p50']:.2f}×, CPU {out['floor']['ours_over_proxy_cpu']:.2f}×"
+            )
         out["targets"][f"direct p50 ≤ {FLOOR_P50_TARGET:g}× and CPU per request ≤ {FLOOR_CPU_TARGET:g}× the floor"] = {
-            "met": p50_ratio <= FLOOR_P50_TARGET and cpu_ratio <= FLOOR_CPU_TARGET, "detail": detail}
+            "met": p50_ratio <= FLOOR_P50_TARGET and cpu_ratio <= FLOOR_CPU_TARGET,
+            "detail": detail,
+        }
 
     # 2. serial: each container adds at most one hop's cost (beyond its own work)
     s_seq, p_seq, c_seq = _get(cases, S, "sequential"), _get(cases, P, "sequential"), _get(cases, C, "sequential")
     ports = [c for c in cases if c.system.startswith("ours: serial container ") and c.load == "sequential"]
     if all(ok(c) for c in (s_seq, d_seq, p_seq, c_seq)) and len(ports) == 3 and all(ok(c) for c in ports):
         work = sum(c.p50_ms for c in ports)
-        hop = d_seq.p50_ms - p_seq.p50_ms - c_seq.p50_ms          # direct: gateway beyond HTTP, minus the container
-        per_container = (s_seq.p50_ms - p_seq.p50_ms - work) / 3   # serial: the same, per container of the chain
+        hop = d_seq.p50_ms - p_seq.p50_ms - c_seq.p50_ms  # direct: gateway beyond HTTP, minus the container
+        per_container = (s_seq.p50_ms - p_seq.p50_ms - work) / 3  # serial: the same, per container of the chain
         gross_added = (s_seq.p50_ms - d_seq.p50_ms) / 2
         gross_hop = d_seq.p50_ms - p_seq.p50_ms
-        out["hop"] = {"gateway_ping_ms": p_seq.p50_ms, "direct_ms": d_seq.p50_ms, "serial_ms": s_seq.p50_ms,
-                      "container_port_ms": c_seq.p50_ms, "serial_ports_ms": {c.system.split()[3]: c.p50_ms for c in ports},
-                      "hop_overhead_direct_ms": round(hop, 3), "hop_overhead_serial_ms": round(per_container, 3),
-                      "gross_added_per_container_ms": round(gross_added, 3), "gross_hop_ms": round(gross_hop, 3)}
+        out["hop"] = {
+            "gateway_ping_ms": p_seq.p50_ms,
+            "direct_ms": d_seq.p50_ms,
+            "serial_ms": s_seq.p50_ms,
+            "container_port_ms": c_seq.p50_ms,
+            "serial_ports_ms": {c.system.split()[3]: c.p50_ms for c in ports},
+            "hop_overhead_direct_ms": round(hop, 3),
+            "hop_overhead_serial_ms": round(per_container, 3),
+            "gross_added_per_container_ms": round(gross_added, 3),
+            "gross_hop_ms": round(gross_hop, 3),
+        }
         c32_d, c32_s = _get(cases, D, "c32"), _get(cases, S, "c32")
         if ok(c32_d) and ok(c32_s):
             gw_d = c32_d.cpu_us_per_request.get("gateway replica", 0.0)
             gw_s = c32_s.cpu_us_per_request.get("gateway replica", 0.0)
-            out["hop"].update({"gateway_cpu_us_direct": round(gw_d), "gateway_cpu_us_serial": round(gw_s),
-                               "gateway_cpu_us_per_added_hop": round((gw_s - gw_d) / 2)})
+            out["hop"].update(
+                {
+                    "gateway_cpu_us_direct": round(gw_d),
+                    "gateway_cpu_us_serial": round(gw_s),
+                    "gateway_cpu_us_per_added_hop": round((gw_s - gw_d) / 2),
+                }
+            )
         out["targets"]["serial adds at most one hop per container"] = {
             "met": per_container <= hop,
             "detail": f"per container, net of the containers' own work: (serial {s_seq.p50_ms:.3f} − ping "
-                      f"{p_seq.p50_ms:.3f} − Σ container ports {work:.3f}) / 3 = {per_container:.3f} ms vs one hop on "
-                      f"the direct path (direct {d_seq.p50_ms:.3f} − ping {p_seq.p50_ms:.3f} − container port "
-                      f"{c_seq.p50_ms:.3f}) = {hop:.3f} ms; gross: (serial − direct) / 2 = {gross_added:.3f} ms vs "
-                      f"direct − ping = {gross_hop:.3f} ms (sequential p50)"}
+            f"{p_seq.p50_ms:.3f} − Σ container ports {work:.3f}) / 3 = {per_container:.3f} ms vs one hop on "
+            f"the direct path (direct {d_seq.p50_ms:.3f} − ping {p_seq.p50_ms:.3f} − container port "
+            f"{c_seq.p50_ms:.3f}) = {hop:.3f} ms; gross: (serial − direct) / 2 = {gross_added:.3f} ms vs "
+            f"direct − ping = {gross_hop:.3f} ms (sequential p50)",
+        }
         if ok(floor_seq):
             # Issue 18: what each container beyond the first adds, net of its own work, against what one direct
             # call adds over the floor (the whole per-call overhead of our path: gateway, hop, container app).
@@ -183,11 +230,15 @@ def analyse(cases: list[Case]) -> dict[str, Any]:
             out["targets"][f"each extra serial container adds ≤ {SERIAL_HOP_TARGET:g}× a direct call's overhead"] = {
                 "met": overhead > 0 and extra <= SERIAL_HOP_TARGET * overhead,
                 "detail": f"((serial {s_seq.p50_ms:.3f} − Σ container ports {work:.3f}) − (direct {d_seq.p50_ms:.3f} − "
-                          f"its container port {c_seq.p50_ms:.3f})) / 2 = {extra:.3f} ms per extra container vs direct "
-                          f"− floor {floor_seq.p50_ms:.3f} = {overhead:.3f} ms: "
-                          f"{extra / overhead if overhead > 0 else float('inf'):.2f}× (sequential p50)"}
+                f"its container port {c_seq.p50_ms:.3f})) / 2 = {extra:.3f} ms per extra container vs direct "
+                f"− floor {floor_seq.p50_ms:.3f} = {overhead:.3f} ms: "
+                f"{extra / overhead if overhead > 0 else float('inf'):.2f}× (sequential p50)",
+            }
     else:
-        out["targets"]["serial adds at most one hop per container"] = {"met": None, "detail": "cases missing or flagged"}
+        out["targets"]["serial adds at most one hop per container"] = {
+            "met": None,
+            "detail": "cases missing or flagged",
+        }
 
     # 3. no throughput collapse at 32 connections
     verdicts, details = [], []
@@ -197,11 +248,13 @@ def analyse(cases: list[Case]) -> dict[str, Any]:
             continue
         good = ok(c8) and ok(c32) and c32.rps >= COLLAPSE_RATIO * c8.rps
         verdicts.append(good)
-        details.append(f"{system}: c32/c8 = {c32.rps / c8.rps if c8.rps else 0:.2f}" +
-                       ("" if ok(c32) else f" ({c32.flagged})"))
+        details.append(
+            f"{system}: c32/c8 = {c32.rps / c8.rps if c8.rps else 0:.2f}" + ("" if ok(c32) else f" ({c32.flagged})")
+        )
     out["targets"]["no throughput collapse at 32 connections"] = {
         "met": all(verdicts) if verdicts else None,
-        "detail": "; ".join(details) + f" (collapse: c32 below {COLLAPSE_RATIO:g}× c8 or any error)"}
+        "detail": "; ".join(details) + f" (collapse: c32 below {COLLAPSE_RATIO:g}× c8 or any error)",
+    }
     return out
 
 
@@ -214,93 +267,135 @@ def build_breakdown_text(report: dict[str, Any], cases: list[Case]) -> list[str]
         case = _get(cases, system, load)
         return case if case is not None and case.flagged is None else None
 
-    floor, port, direct, serial, ping, peer = (get(s, "sequential") for s in (
-        "floor", "ours: container data port", "ours: direct", "ours: serial (3 containers)",
-        "ours: gateway GET /ping", "MLServer"))
+    floor, port, direct, serial, ping, peer = (
+        get(s, "sequential")
+        for s in (
+            "floor",
+            "ours: container data port",
+            "ours: direct",
+            "ours: serial (3 containers)",
+            "ours: gateway GET /ping",
+            "MLServer",
+        )
+    )
     timings = report.get("inprocess_us", {})
     predict = timings.get("predict (1 row, in-process)")
     if predict and floor:
-        out.append(f"- The model dominates: `predict` on one row takes {predict / 1000:.3f} ms in-process here "
-                   f"({predict / 1000 / floor.p50_ms:.0%} of the floor's {floor.p50_ms:.3f} ms), mostly scikit-learn's "
-                   "per-call input validation. Every server pays it once per request (three times for the chain).")
+        out.append(
+            f"- The model dominates: `predict` on one row takes {predict / 1000:.3f} ms in-process here "
+            f"({predict / 1000 / floor.p50_ms:.0%} of the floor's {floor.p50_ms:.3f} ms), mostly scikit-learn's "
+            "per-call input validation. Every server pays it once per request (three times for the chain)."
+        )
     proxy = get(PROXY_FLOOR, "sequential")
     if floor and proxy:
-        text = (f"- Two processes cost {proxy.p50_ms - floor.p50_ms:+.3f} ms before any work of ours: the floor behind "
-                f"the cheapest proxy (`loadtests/harness/proxy_floor.py`: uvicorn + Starlette in, the hop client out, nothing "
-                f"else) answers in {proxy.p50_ms:.3f} ms, {proxy.p50_ms / floor.p50_ms:.2f}× the floor. Our gateway "
-                "runs apart from the containers (they run tenant code in a sandbox; it holds the keys), so every "
-                "request of ours pays that")
+        text = (
+            f"- Two processes cost {proxy.p50_ms - floor.p50_ms:+.3f} ms before any work of ours: the floor behind "
+            f"the cheapest proxy (`loadtests/harness/proxy_floor.py`: uvicorn + Starlette in, the hop client out, nothing "
+            f"else) answers in {proxy.p50_ms:.3f} ms, {proxy.p50_ms / floor.p50_ms:.2f}× the floor. Our gateway "
+            "runs apart from the containers (they run tenant code in a sandbox; it holds the keys), so every "
+            "request of ours pays that"
+        )
         if direct:
-            text += (f"; the direct path's {direct.p50_ms:.3f} ms is {direct.p50_ms / proxy.p50_ms:.2f}× it, and the "
-                     f"{direct.p50_ms - proxy.p50_ms:.3f} ms between them is our gateway's and container's own work "
-                     "(authentication, routing, the signed hop and its check, the SageMaker hooks, metrics)")
+            text += (
+                f"; the direct path's {direct.p50_ms:.3f} ms is {direct.p50_ms / proxy.p50_ms:.2f}× it, and the "
+                f"{direct.p50_ms - proxy.p50_ms:.3f} ms between them is our gateway's and container's own work "
+                "(authentication, routing, the signed hop and its check, the SageMaker hooks, metrics)"
+            )
         out.append(text + ".")
     if floor and port:
-        out.append(f"- The container's data port costs {port.p50_ms - floor.p50_ms:+.3f} ms over the floor "
-                   f"({port.p50_ms:.3f} vs {floor.p50_ms:.3f} ms): our container app (Starlette routing, the "
-                   "hop signature check, the runtime's SageMaker hooks, concurrency bookkeeping) on the same HTTP "
-                   "stack with this runtime's limits.")
+        out.append(
+            f"- The container's data port costs {port.p50_ms - floor.p50_ms:+.3f} ms over the floor "
+            f"({port.p50_ms:.3f} vs {floor.p50_ms:.3f} ms): our container app (Starlette routing, the "
+            "hop signature check, the runtime's SageMaker hooks, concurrency bookkeeping) on the same HTTP "
+            "stack with this runtime's limits."
+        )
     hop = report.get("router_hop", {}).get("p50_ms")
     if port and direct:
-        text = (f"- The gateway adds {direct.p50_ms - port.p50_ms:.3f} ms per direct invocation (direct "
-                f"{direct.p50_ms:.3f} ms vs the container port {port.p50_ms:.3f} ms)")
+        text = (
+            f"- The gateway adds {direct.p50_ms - port.p50_ms:.3f} ms per direct invocation (direct "
+            f"{direct.p50_ms:.3f} ms vs the container port {port.p50_ms:.3f} ms)"
+        )
         if ping:
             text += f"; answering HTTP at all costs it {ping.p50_ms:.3f} ms (`GET /ping`)"
         if hop:
-            text += (f"; the router's hop client calling the container from a fresh process takes "
-                     f"{hop:.3f} ms, {hop - port.p50_ms:+.3f} ms against wrk calling it")
-        out.append(text + ". The rest is the router's own work (headers, body, the chain loop) and waiting for the "
-                          "GIL inside the gateway replica, which it shares with Ray's threads.")
+            text += (
+                f"; the router's hop client calling the container from a fresh process takes "
+                f"{hop:.3f} ms, {hop - port.p50_ms:+.3f} ms against wrk calling it"
+            )
+        out.append(
+            text + ". The rest is the router's own work (headers, body, the chain loop) and waiting for the "
+            "GIL inside the gateway replica, which it shares with Ray's threads."
+        )
     status = report.get("serve_status_call")
     if status:
-        out.append(f"- Endpoint statuses (`GET /endpoints/...`) are polled once per second by the registry actor, "
-                   f"in its own process, and reach the gateway with the routing table; one poll costs "
-                   f"{status['thread_cpu_ms_p50']:.1f} ms of Python CPU ({status['wall_ms_p50']:.1f} ms wall) with "
-                   f"this run's three applications. Serve's public `serve.status()` costs "
-                   f"{status.get('public_thread_cpu_ms_p50', float('nan')):.1f} ms of CPU for the same answer "
-                   "(Ray 2.60 rebuilds it through pydantic and re-pickles each deployment's request-router class); "
-                   "when the gateway called it itself, that time held the gateway's GIL once a second and showed "
-                   "in its p99.")
+        out.append(
+            f"- Endpoint statuses (`GET /endpoints/...`) are polled once per second by the registry actor, "
+            f"in its own process, and reach the gateway with the routing table; one poll costs "
+            f"{status['thread_cpu_ms_p50']:.1f} ms of Python CPU ({status['wall_ms_p50']:.1f} ms wall) with "
+            f"this run's three applications. Serve's public `serve.status()` costs "
+            f"{status.get('public_thread_cpu_ms_p50', float('nan')):.1f} ms of CPU for the same answer "
+            "(Ray 2.60 rebuilds it through pydantic and re-pickles each deployment's request-router class); "
+            "when the gateway called it itself, that time held the gateway's GIL once a second and showed "
+            "in its p99."
+        )
     if direct and serial:
-        out.append(f"- The serial chain ({serial.p50_ms:.3f} ms) pays three container calls and three hops; see "
-                   "\"Serial chain: cost per container\" for the per-hop split.")
+        out.append(
+            f"- The serial chain ({serial.p50_ms:.3f} ms) pays three container calls and three hops; see "
+            '"Serial chain: cost per container" for the per-hop split.'
+        )
     if peer and direct:
-        out.append(f"- MLServer ({peer.p50_ms:.3f} ms sequential) hands every request from its HTTP process to its "
-                   "inference worker over multiprocessing queues (pickled messages, executor threads, a select() "
-                   "loop): two processes and several thread wake-ups per request.")
+        out.append(
+            f"- MLServer ({peer.p50_ms:.3f} ms sequential) hands every request from its HTTP process to its "
+            "inference worker over multiprocessing queues (pickled messages, executor threads, a select() "
+            "loop): two processes and several thread wake-ups per request."
+        )
     side_seq, side_c32 = get("MLServer, debug off (side)", "sequential"), get("MLServer, debug off (side)", "c32")
     if peer and side_seq and side_c32:
         m32 = get("MLServer", "c32")
-        out.append(f"- MLServer's default `debug: true` logs every request; with `debug: false` (side measurement, "
-                   f"not a verdict) it does {side_seq.p50_ms:.3f} ms sequential p50 and {side_c32.rps:,.0f} req/s at "
-                   f"c32" + (f", against {peer.p50_ms:.3f} ms and {m32.rps:,.0f} req/s by default." if m32 else "."))
-    c32 = {s: get(s, "c32") for s in ("floor", "MLServer", "ours: container data port", "ours: direct",
-                                      "ours: serial (3 containers)")}
+        out.append(
+            f"- MLServer's default `debug: true` logs every request; with `debug: false` (side measurement, "
+            f"not a verdict) it does {side_seq.p50_ms:.3f} ms sequential p50 and {side_c32.rps:,.0f} req/s at "
+            f"c32" + (f", against {peer.p50_ms:.3f} ms and {m32.rps:,.0f} req/s by default." if m32 else ".")
+        )
+    c32 = {
+        s: get(s, "c32")
+        for s in ("floor", "MLServer", "ours: container data port", "ours: direct", "ours: serial (3 containers)")
+    }
     for name in ("ours: direct", "ours: serial (3 containers)"):
         d = c32[name]
         if d:
             parts = ", ".join(f"{k} {v:.0f} µs" for k, v in d.cpu_us_per_request.items() if k != OTHER and v >= 5)
-            out.append(f"- {name[6:].capitalize()} at 32 connections ({d.busy_cores:.2f} of {os.cpu_count()} cores "
-                       f"busy), CPU per request: {parts}.")
+            out.append(
+                f"- {name[6:].capitalize()} at 32 connections ({d.busy_cores:.2f} of {os.cpu_count()} cores "
+                f"busy), CPU per request: {parts}."
+            )
     rows = [(k, c) for k, c in c32.items() if c]
     if rows:
-        out.append("- CPU per request at c32, all processes of the run (wrk included): " + ", ".join(
-            f"{k} {run_cpu_us(c):.0f} µs ({c.rps:,.0f} req/s)" for k, c in rows) +
-            ". On a saturated 2-core machine req/s ≈ busy cores / CPU per request: throughput is CPU per request.")
+        out.append(
+            "- CPU per request at c32, all processes of the run (wrk included): "
+            + ", ".join(f"{k} {run_cpu_us(c):.0f} µs ({c.rps:,.0f} req/s)" for k, c in rows)
+            + ". On a saturated 2-core machine req/s ≈ busy cores / CPU per request: throughput is CPU per request."
+        )
     return out
-
 
 
 def add_noise_notes(report: dict[str, Any], cases: list[Case]) -> None:
     """Say which kept cases were still disturbed by other processes or by the hypervisor."""
     limit = report.get("quiet_cores", 0.15)
-    noisy = [f"{c.system} {c.load} (other {c.other_cores:.2f}, steal {c.steal_cores:.2f} cores)"
-             for c in cases if c.disturbance > limit]
+    noisy = [
+        f"{c.system} {c.load} (other {c.other_cores:.2f}, steal {c.steal_cores:.2f} cores)"
+        for c in cases
+        if c.disturbance > limit
+    ]
     if noisy:
-        report["notes"].append(f"still disturbed (other processes + steal above {limit:g} cores) after the retries: "
-                               + ", ".join(noisy) + "; those cases competed for the CPU")
+        report["notes"].append(
+            f"still disturbed (other processes + steal above {limit:g} cores) after the retries: "
+            + ", ".join(noisy)
+            + "; those cases competed for the CPU"
+        )
     steal = [c.steal_cores for c in cases]
     if steal:
-        report["notes"].append(f"hypervisor steal during the kept cases: median {statistics.median(steal):.2f}, "
-                               f"max {max(steal):.2f} cores (this machine is a VM; steal is CPU it did not get)")
-
+        report["notes"].append(
+            f"hypervisor steal during the kept cases: median {statistics.median(steal):.2f}, "
+            f"max {max(steal):.2f} cores (this machine is a VM; steal is CPU it did not get)"
+        )

@@ -44,7 +44,8 @@ def inprocess_timings(paths: dict[str, Path]) -> dict[str, float]:
         "predict (1 row, in-process)": lambda: model.predict(rows),
         "floor handler: json.loads + predict + json.dumps": floor_handler,
         "our sklearn runtime: invoke (decode, predict, encode)": lambda: runtime.invoke(
-            body, "application/json", None, InvocationContext()),
+            body, "application/json", None, InvocationContext()
+        ),
     }
     result = {}
     for name, call in calls.items():
@@ -65,15 +66,17 @@ def endpoint_specs(models: Path):
 
     from serving.config.spec import parse_spec
 
-    direct = parse_spec({
-        "EndpointName": DIRECT, "InferenceExecutionConfig": {"Mode": "Direct"},
-        "Containers": [{"ContainerHostname": "iris", "Image": "sklearn", "ModelDataUrl": str(models / "iris")}],
-    })
+    direct = parse_spec(
+        {
+            "EndpointName": DIRECT,
+            "InferenceExecutionConfig": {"Mode": "Direct"},
+            "Containers": [{"ContainerHostname": "iris", "Image": "sklearn", "ModelDataUrl": str(models / "iris")}],
+        }
+    )
     document = yaml.safe_load((ROOT / "examples" / "serial.yaml").read_text())
     document["EndpointName"] = SERIAL
     serial = parse_spec(document, base_dir=models)
     return direct, serial
-
 
 
 def start_ours(paths: dict[str, Path]):
@@ -84,14 +87,24 @@ def start_ours(paths: dict[str, Path]):
 
     direct, serial = endpoint_specs(paths["models"])
     logging.getLogger("ray.serve").setLevel(logging.WARNING)  # keep Serve's INFO lines out of the bench output
-    server = EmbeddedServer([direct, serial], ServerSettings(host="127.0.0.1", port=0), ready_timeout_s=240,
-                            after_ray_start=install_interrupts)  # ray.init installs its own handlers
+    server = EmbeddedServer(
+        [direct, serial],
+        ServerSettings(host="127.0.0.1", port=0),
+        ready_timeout_s=240,
+        after_ray_start=install_interrupts,
+    )  # ray.init installs its own handlers
     try:
         server.__enter__()
     except EndpointsNotReady as error:
         raise BenchError(str(error)) from None
-    ports = {f"{endpoint}/{container}": urls[0] for (endpoint, container), urls in server.snapshot()["replicas"].items()}
-    return server, {"base": server.url, "ports": ports, "serial_hostnames": [c.ContainerHostname for c in serial.Containers]}
+    ports = {
+        f"{endpoint}/{container}": urls[0] for (endpoint, container), urls in server.snapshot()["replicas"].items()
+    }
+    return server, {
+        "base": server.url,
+        "ports": ports,
+        "serial_hostnames": [c.ContainerHostname for c in serial.Containers],
+    }
 
 
 def hop_headers(endpoint: str, container: str, body: str) -> Callable[[], dict[str, str]]:
@@ -163,4 +176,3 @@ def time_serve_status(calls: int = 7) -> dict[str, float]:
     result["wall_ms_p50"], result["thread_cpu_ms_p50"] = timed(serve_status)
     result["public_wall_ms_p50"], result["public_thread_cpu_ms_p50"] = timed(serve.status)
     return result
-
