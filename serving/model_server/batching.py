@@ -1,17 +1,10 @@
 """Dynamic batching in a container process: concurrent requests' rows merged into one `predict_fn` call.
 
-Each request is decoded on its own (`input_fn`; a request that fails to decode fails alone). Rows that can be
-merged (a NumPy array or torch tensor, see `Runtime.batch_rows`) wait in a queue per compatible kind (content
-type, Accept, array type, trailing shape, dtype, device); a batch runs when `max_batch_size` rows wait, when
-the largest preferred size is reached, or `max_delay_s` after its first request arrived, and then only when one
-of the replica's model threads is free: requests decoded while every thread computes (decoding runs beside the
-model, on threads of its own; a small body the stack's own decoder reads is decoded on the event loop, which costs
-less than the hand-off to a thread) go together into the next batch, as on Triton. A batch is cut from
-the front of its queue: whole requests, at most `max_batch_size` rows (a bigger request runs alone), at the
-largest preferred size a prefix of requests reaches, else every request that fits. The prediction is split
-back by row counts and each request gets its own `output_fn`. When the merged `predict_fn` raises, or its
-answer cannot be split by rows, each request of the batch runs alone, so one bad row fails only its own
-request. Requests whose input cannot be merged run alone, as without batching.
+Each request is decoded and encoded alone; rows that can merge (same content type, Accept, array type, trailing
+shape, dtype and device) wait in a queue per kind, and a batch runs when it is full, at a preferred size or after
+the delay, once a model thread is free, as on Triton. A batch whose `predict_fn` raises, or whose answer cannot be
+split by rows, runs again request by request, so one bad row fails only its own request. The rules users see:
+docs/spec.md, `Batching`.
 """
 
 from __future__ import annotations

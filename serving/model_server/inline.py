@@ -1,27 +1,10 @@
 """When a container process may run a prediction on its event loop instead of handing it to a worker thread.
 
-Handing a prediction to a worker thread and its answer back costs two thread wake-ups and a GIL hand-over each
-way: ~0.4-0.6 ms of CPU per request on a 2-core VM, more than a small scikit-learn pipeline's own prediction
-(docs/performance.md). A model that is fast enough may run on the loop instead: the loop then waits for it, and
-so do `/ping` and every other request, for about the budget at most. The budget: `concurrency.inline_budget_s`.
-
-The gate judges what the model did, not what the machine did to it:
-
-- **CPU**: a prediction whose thread used more than the budget of CPU time is slow, wherever it ran. The gate
-  opens after `required` predictions in a row within the budget, and the first slower one closes it.
-- **Waiting**, judged only on the loop: a prediction that spent more than the budget neither running nor waiting
-  for a core (the kernel's run-queue delay, `RunQueueClock`) was waiting on something (I/O, its own threads).
-  It closes the gate, and the next opening needs twice as many fast predictions (up to MAX_STREAK), so a model
-  that waits blocks the loop about log2(n) times in n predictions; as many good runs on the loop halve it again.
-
-A garbage collection that a prediction's allocations happened to trigger is not the model's time (`GcClock`): it
-holds the GIL, so it stalls the loop wherever it runs, and moving the model to a thread would not spare the loop
-one. Counted against the model, one young collection (1-2 ms here) closed the gate of a 0.5 ms pipeline.
-
-Waiting is not judged on a worker thread, because there the wall time also counts the thread's waits for the GIL,
-which the loop holds while it answers other requests, and a busy machine's preemptions: judged on wall time, a fast
-model under load stayed on its thread (over half of the predictions of a gateway-fed container at 32 connections
-did), paying the hand-off exactly when CPU was short.
+The hand-off to a thread and back costs more CPU than a small model's own prediction (docs/performance.md), so a
+model shown to be fast runs on the loop, which then waits for it (and so do `/ping` and every other request) for
+about the budget (`concurrency.inline_budget_s`) at most. `InlineGate` judges what the model did, not what the
+machine did to it: its CPU time, less the garbage collections it happened to trigger (`GcClock`), and, on the loop,
+its waits for anything but a core (`RunQueueClock`). The rules users see: docs/spec.md, `Batching`.
 """
 
 from __future__ import annotations
@@ -64,7 +47,8 @@ class GcClock:
     """CPU seconds the calling thread has spent in garbage collections so far, from `gc.callbacks` once installed.
 
     A collection runs in the thread whose allocation triggered it, holding the GIL from its start to its stop
-    callback, and collections do not nest, so one start time serves every thread."""
+    callback, and collections do not nest, so one start time serves every thread. It is not the model's time: it
+    stalls the loop wherever it runs, and moving the model to a thread would not spare the loop one."""
 
     def __init__(self) -> None:
         self._local = threading.local()
@@ -89,7 +73,13 @@ GC_CLOCK = GcClock()  # one per process, as gc.callbacks is
 
 
 class InlineGate:
-    """Counts fast predictions in a row; `open` says whether the next one may run on the event loop."""
+    """Counts fast predictions in a row; `open` says whether the next one may run on the event loop.
+
+    A prediction over the budget of CPU closes the gate; `required` fast ones in a row open it again. On the loop
+    only, a prediction that waited longer than the budget (I/O, its own threads) also closes it and doubles
+    `required` (up to MAX_STREAK), so a model that waits blocks the loop about log2(n) times in n predictions; as
+    many good runs on the loop halve it again. Waiting is not judged on a worker thread, whose wall time also
+    counts its waits for the GIL, which the loop holds while it answers other requests."""
 
     def __init__(self, budget_s: float, streak: int = STREAK) -> None:
         self.budget_s = budget_s

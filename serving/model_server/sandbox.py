@@ -1,25 +1,11 @@
 """Confine a container process before it loads a tenant's model: Landlock, seccomp, no privileges.
 
-A model's `code/inference.py` is code: it runs with whatever its process may do. A container
-process therefore confines itself, before it imports a framework or reads its model, to
-
-- **Landlock** (Linux >= 5.13): read-only access to what Python and the frameworks need (the
-  interpreter, site-packages, /usr, /proc, /sys, a few /etc files) and the model's own files;
-  read-write access only to the process's private scratch and cache folders. Nothing else on disk:
-  not Ray's token or session folder, not the identities file, not other containers' models, not
-  `/dev/shm` (Ray's object store). Landlock also keeps it from ptracing, reading the memory or
-  environment of, or (ABI >= 6) signalling any process outside its own sandbox, and (ABI >= 4)
-  from binding TCP ports and from connecting to the ports it is given as closed (the endpoint
-  server's: its control-plane API and control routes are no tenant's to call);
-- **seccomp**: no AF_UNIX sockets (Ray's raylet and object-store sockets are paths on disk,
-  which Landlock does not guard for `connect`) and no io_uring (which creates sockets around
-  seccomp);
-- **no new privileges, no capabilities** (a root process keeps its uid but loses every
-  capability, so file permissions bind it again).
-
-Everything here is the standard library and ctypes, so it can run first thing in a fresh
-interpreter: Landlock applies to the calling thread and its future threads only, so it must run
-while the process still has one thread (before numpy's BLAS starts its pool).
+A model's `code/inference.py` is code, so its process confines itself before it imports a framework or reads the
+model: Landlock limits the files it may touch, the processes it may reach and its TCP ports (the endpoint server's
+closed), seccomp refuses Unix sockets and io_uring, and it keeps no capabilities. What each layer allows, and what
+tenant code can still do: docs/security.md, "Tenant code". Standard library and ctypes only, since it runs first:
+Landlock binds the calling thread and its future threads, so it must run while the process has one thread (before
+numpy's BLAS starts its pool).
 """
 
 from __future__ import annotations

@@ -1,33 +1,8 @@
 """A replica's cache of loaded models for a MultiModel container (SageMaker multi-model semantics).
 
-Contract:
-
-- `async with cache.acquire(name) as model:` hands out a loaded model and pins it for the block; a
-  pinned model is never unloaded, so no request loses its model half-way.
-- A miss loads the model with the blocking `load(name)` in an executor, so the event loop keeps serving.
-  Loads are single-flight: concurrent first requests for one name share one load. A failed load raises
-  the same exception to all of them and leaves nothing behind; the next request loads again.
-- Loads and unloads run one at a time per cache (one lock, as Ray Serve's model multiplexing does), so
-  the growth of process memory across a load is that model's size: entries are measured, not guessed.
-  (Other threads allocating a lot during a load would skew it; in a replica, requests in flight
-  allocate little next to a model.)
-  After an unload, freed memory is handed back to the OS (glibc only, `release_memory`), otherwise
-  eviction would not shrink the process and the next load would measure as free.
-- Eviction is least recently used first, until at most `max_models` models are cached (loads in flight
-  hold a place) and, when given, their measured sizes sum to at most `max_bytes`. Room by count is made
-  before a load; the byte bound, which needs the new model's size, is enforced right after it, before
-  the model is handed out. Pinned models are skipped: when everything is pinned the cache overshoots
-  and evicts as soon as a request releases. A model larger than `max_bytes` alone is still served:
-  loaded, used, and evicted when its last request releases it.
-- `enabled=False` (SageMaker `ModelCacheSetting: Disabled`): each request loads its own copy, uses it
-  and unloads it on release; no sharing, no single-flight, no hits, nothing counted as cached.
-- All state lives on the event loop; only `load`, `unload` and `measure` run in the executor.
-
-ModelLoadingWaitTime (`CacheObserver.waited`), precisely: for each request that did not find its model
-cached, the time from entering `acquire` until the model is handed to it. That covers queueing behind
-other loads and unloads, evictions that make room, and the load itself; a request that joins a load
-already in flight reports its own, shorter, wait. Hits report no wait; a failed load reports no wait
-(`load_failed` fires once per load instead). ModelLoadingTime (`loaded`) is the load alone, lock held.
+`ModelCache` keeps models loaded least recently used first, bounded by count and by their measured memory, with
+single-flight loads and pinned models never unloaded mid-request; `CacheObserver` turns its events into the
+MultiModel metrics (docs/metrics.md). What users see of it: docs/spec.md, "MultiModel containers".
 """
 
 from __future__ import annotations
@@ -57,6 +32,12 @@ class CacheObserver:
 
     ModelCacheHit: `hit`/`miss`; ModelLoadingWaitTime: `waited`; ModelLoadingTime: `loaded`;
     ModelUnloadingTime: `unloaded`; LoadedModelCount: `changed`.
+
+    `waited`, precisely: for each request that did not find its model cached, the time from entering `acquire`
+    until the model is handed to it: queueing behind other loads and unloads, evictions that make room, and the
+    load itself; a request that joins a load already in flight reports its own, shorter, wait. Hits report no
+    wait; a failed load reports none (`load_failed` fires once per load instead). `loaded` is the load alone,
+    lock held.
     """
 
     def hit(self, name: str) -> None:
@@ -98,7 +79,25 @@ class _Entry:
 
 
 class ModelCache:
-    """LRU cache of loaded models bounded by count and measured bytes; see the module docstring."""
+    """LRU cache of loaded models bounded by count and measured bytes.
+
+    - `async with cache.acquire(name) as model:` hands out a loaded model and pins it for the block; a pinned
+      model is never unloaded, so no request loses its model half-way.
+    - A miss loads with the blocking `load(name)` in an executor. Loads are single-flight: concurrent first
+      requests share one load; a failed load raises to all of them, leaves nothing behind, and the next request
+      loads again.
+    - Loads and unloads run one at a time (one lock, as Ray Serve's model multiplexing does), so the growth of
+      process memory across a load is that model's size: entries are measured, not guessed. After an unload,
+      freed memory goes back to the OS (glibc, `release_memory`), else the next load would measure as free.
+    - Eviction is least recently used first, until at most `max_models` are cached (loads in flight hold a
+      place) and their sizes sum to at most `max_bytes`, when given. Room by count is made before a load; the
+      byte bound right after it, before the model is handed out. Pinned models are skipped: when all are pinned
+      the cache overshoots and evicts as soon as a request releases. A model larger than `max_bytes` alone is
+      still served, then evicted when its last request releases it.
+    - `enabled=False` (SageMaker `ModelCacheSetting: Disabled`): each request loads its own copy and unloads it
+      on release; no sharing, no single-flight, no hits, nothing counted as cached.
+    - All state lives on the event loop; only `load`, `unload` and `measure` run in the executor.
+    """
 
     def __init__(
         self,

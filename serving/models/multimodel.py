@@ -1,10 +1,9 @@
 """A MultiModel container replica's models: fetched from the prefix, loaded on first use, cached.
 
-Each TargetModel becomes its own runtime of the container's stack (the same loading code and
-SageMaker hooks as a SingleModel container, with the model's own `code/inference.py`),
-fetched by `multimodel_store.ModelStore` into the replica's disk cache and kept loaded by
-`modelcache.ModelCache` (LRU by count and measured memory, single-flight loads). Data plane:
-runs inside the container replica, next to `container.ContainerApp`.
+Each TargetModel becomes its own runtime of the container's stack (the same loading code and SageMaker hooks as a
+SingleModel container, with the model's own `code/inference.py`), fetched by `store.ModelStore` into the
+replica's disk cache and kept loaded by `cache.ModelCache`. Runs in the container process, behind
+`model_server.app.ContainerApp`.
 """
 
 from __future__ import annotations

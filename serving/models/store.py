@@ -1,21 +1,9 @@
 """MultiModel model store: fetch a `TargetModel` from a model-store prefix into a bounded disk cache.
 
-A prefix is a local directory, `file:///abs/dir` or `s3://bucket/prefix/` (`sources`); what a
-TargetModel may name is `targets`' rule. A directory is used as is (local prefixes, never copied) or
-downloaded (S3); a `.tar.gz`/`.tgz` archive is unpacked with `serving.models.artifacts`' checked
-extraction. Unpacked and downloaded models live in `cache_dir/<safe-name>/model`, built in a hidden
-staging folder and renamed into place, so a crash never leaves a half model that looks whole.
-
-Rules of the disk cache (one ModelStore owns its `cache_dir`; processes must not share one):
-- An entry is current while its source is unchanged (same size/mtime/inode locally, same ETag on
-  S3); a changed source is fetched again and replaces the entry.
-- After each install, least-recently-used entries are evicted until `disk_bytes() <= max_disk_bytes`,
-  except entries whose target has a fetch in progress or is inside `hold()`; so one model bigger
-  than the bound is still returned. The bound holds between fetches: a fetch in flight may overshoot
-  by its archive and its unpacked model.
-- A fetch of a directory under a local prefix costs nothing and is never cached.
-
-This module only moves bytes: nothing is unpickled or imported from a model.
+A prefix is a local directory, `file:///abs/dir` or `s3://bucket/prefix/` (`sources`); what a TargetModel may
+name is `targets`' rule. A directory is used as is (local) or downloaded (S3); an archive is unpacked with
+`serving.models.artifacts`' checked extraction. This module only moves bytes: nothing is unpickled or imported
+from a model.
 """
 
 from __future__ import annotations
@@ -80,7 +68,18 @@ class _Slot:
 
 
 class ModelStore:
-    """The models under one MultiModel container's prefix, fetched on demand into a bounded disk cache."""
+    """The models under one MultiModel container's prefix, fetched on demand into a bounded disk cache.
+
+    Models live in `cache_dir/<safe-name>/model`, built in a hidden staging folder and renamed into place, so a
+    crash never leaves a half model that looks whole. One ModelStore owns its `cache_dir`; processes must not
+    share one.
+    - An entry is current while its source is unchanged (same size/mtime/inode locally, same ETag on S3); a
+      changed source is fetched again and replaces the entry.
+    - After each install, least recently used entries are evicted until `disk_bytes() <= max_disk_bytes`, except
+      entries whose target has a fetch in progress or is inside `hold()`; so a model bigger than the bound is
+      still returned. A fetch in flight may overshoot the bound by its archive and its unpacked model.
+    - A directory under a local prefix costs nothing to fetch and is never cached.
+    """
 
     def __init__(
         self,
