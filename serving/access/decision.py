@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import IO, Any
 
-from serving.access.identities import Identities, load_reference
+from serving.access.identities import AccessReference, Identities, load_reference
 from serving.access.policies import (
     ACTION_INVOKE,
     KEY_TARGET_CONTAINER,
@@ -65,7 +65,7 @@ class EndpointAccess:
         self.authenticator = Authenticator(identities, region, clock)
 
     @classmethod
-    def from_reference(cls, reference: dict[str, Any], *, region: str, account_id: str) -> EndpointAccess:
+    def from_reference(cls, reference: AccessReference, *, region: str, account_id: str) -> EndpointAccess:
         """Load the identities file the registry names (`Identities.reference`), as validated at deploy."""
         return cls(load_reference(reference), region=region, account_id=account_id)
 

@@ -7,7 +7,7 @@ import hmac
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import yaml
 from pydantic import Field, SecretStr, field_validator, model_validator
@@ -15,6 +15,13 @@ from pydantic import ValidationError as PydanticValidationError
 
 from serving.access.policies import Policy, PolicyError, load_policy
 from serving.documents import Document, describe, document_path
+
+
+class AccessReference(TypedDict):
+    """Where a gateway finds an endpoint's identities: the file and the fingerprint validated at deploy (no secret)."""
+
+    IdentitiesFile: str
+    Fingerprint: str
 
 
 class IdentitiesError(ValueError):
@@ -104,7 +111,7 @@ class Identities:
                 found = identity
         return found
 
-    def reference(self) -> dict[str, str]:
+    def reference(self) -> AccessReference:
         """Where the gateway loads these identities itself: the file, and a fingerprint of what was validated.
 
         Never the identities themselves: secrets stay in the file, out of Ray's object store and actor state.
@@ -160,7 +167,7 @@ def load_identities(path: str | Path) -> Identities:
     return Identities(identities, str(path.resolve()), fingerprint.hexdigest())
 
 
-def load_reference(reference: dict[str, str]) -> Identities:
+def load_reference(reference: AccessReference) -> Identities:
     """Load identities the control plane validated (`Identities.reference`); refuse a file that changed since."""
     identities = load_identities(reference["IdentitiesFile"])
     if not hmac.compare_digest(identities.fingerprint, reference["Fingerprint"]):

@@ -4,13 +4,38 @@ They cross processes through Ray and sit in Ray's key-value store as JSON, so th
 not classes): what changes is that mypy knows every key, and a key misspelt where a record is made or read fails
 `make lint` instead of a replica at start. `plans.endpoint_record` makes them; `rollout`, the registry, the
 container replica and the gateway's state read them.
+
+One key style: snake_case for the runtime's own fields; PascalCase only for the parts shown as they are in a
+SageMaker-shaped description (a container row, an update's status). Statuses and modes are Literal types (below).
 """
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any, Literal, TypedDict
 
-__all__ = ["ContainerPlan", "ContainerRow", "EndpointUpdate", "RegistryRecord"]
+from serving.access.identities import AccessReference
+
+__all__ = [
+    "AppStatus",
+    "ContainerPlan",
+    "ContainerRow",
+    "DeploymentStatus",
+    "EndpointSnapshot",
+    "EndpointUpdate",
+    "RegistryRecord",
+    "ScalingRecord",
+    "Snapshot",
+    "ContainerMode",
+    "Mode",
+    "UpdateStatus",
+]
+
+# The closed sets of values, as the JSON holds them. Literal types rather than `str` enums: a record crosses Ray by
+# pickle as well as the key-value store by JSON, and an enum member that survives the pickle formats as
+# `ExecutionMode.SERIAL` in a log line or a metric label; a Literal is the string itself, checked by mypy.
+Mode = Literal["Direct", "Serial"]  # config.spec.ExecutionMode's values
+ContainerMode = Literal["SingleModel", "MultiModel"]  # config.container.ContainerMode's values
+UpdateStatus = Literal["InProgress", "Succeeded", "Failed"]
 
 
 class ContainerPlan(TypedDict):
@@ -34,7 +59,7 @@ class ContainerRow(TypedDict):
 
     ContainerHostname: str
     Image: str
-    Mode: str  # SingleModel | MultiModel
+    Mode: ContainerMode
     DesiredReplicas: int
     Version: str
 
@@ -43,11 +68,11 @@ class RegistryRecord(TypedDict):
     """One endpoint as the registry keeps it: what the router and descriptions need, and each container's plan."""
 
     name: str
-    mode: str  # Direct | Serial
+    mode: Mode
     containers: list[ContainerRow]
     limits: dict[str, int]  # requests in flight per replica, by container
     not_idempotent: list[str]  # containers whose requests are never sent twice
-    access: dict[str, Any] | None  # where the gateway reads the identities (no secret), None: anonymous
+    access: AccessReference | None  # where the gateway reads the identities (no secret), None: anonymous
     async_inference: dict[str, Any] | None  # AsyncInferenceConfig, as JSON
     plans: dict[str, ContainerPlan]  # by container hostname
 
@@ -56,7 +81,59 @@ class EndpointUpdate(TypedDict, total=False):
     """The state of an endpoint's latest update (`rollout.EndpointState.update`)."""
 
     Generation: int
-    Status: str  # InProgress | Succeeded | Failed
+    Status: UpdateStatus
     FailureReason: str | None
     StartedAt: float
     FinishedAt: float
+
+
+class DeploymentStatus(TypedDict):
+    """One Serve deployment's status, as `ray_wing.serve_status` reads it."""
+
+    status: str  # Serve's DeploymentStatus value
+    message: str
+    replicas: dict[str, int]  # replica count by Serve replica state
+
+
+class AppStatus(TypedDict):
+    """One Serve application's status (one container version), as `ray_wing.serve_status` reads it."""
+
+    status: str  # Serve's ApplicationStatus value (DEPLOY_FAILED, RUNNING ...)
+    message: str
+    deployments: dict[str, DeploymentStatus]
+
+
+class ScalingRecord(TypedDict):
+    """An endpoint's autoscaling as the registry keeps it: each container's latest state, recent activities."""
+
+    containers: dict[str, dict[str, Any]]  # hostname -> DesiredReplicas, metric, target (autoscaling.state)
+    activities: list[dict[str, Any]]  # newest first, as DescribeScalingActivities shows them
+
+
+class EndpointSnapshot(TypedDict):
+    """One endpoint in a snapshot: its routing record without plans, and where its update stands."""
+
+    name: str
+    mode: Mode
+    containers: list[ContainerRow]
+    limits: dict[str, int]
+    not_idempotent: list[str]
+    access: AccessReference | None
+    async_inference: dict[str, Any] | None
+    update: EndpointUpdate
+    failed: bool  # its first deployment could not be brought up
+    in_service: bool  # brought up once
+    desired_versions: dict[str, str]  # hostname -> the version being rolled out
+
+
+class Snapshot(TypedDict):
+    """Everything a gateway needs from the registry (`Registry.snapshot`), versioned for the long poll."""
+
+    version: int
+    epoch: str
+    endpoints: dict[str, EndpointSnapshot]
+    replicas: dict[tuple[str, str], list[str]]  # (endpoint, container) -> URLs of the routed version
+    registered: dict[tuple[str, str, str], int]  # (endpoint, container, version) -> live replicas
+    statuses: dict[str, AppStatus]  # by Serve application name
+    refused: int  # calls refused for want of the control plane's token
+    scaling: dict[str, ScalingRecord]

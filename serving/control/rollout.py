@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from serving.control.records import ContainerPlan, EndpointUpdate, RegistryRecord
+from serving.control.records import AppStatus, ContainerPlan, EndpointUpdate, RegistryRecord
 
 __all__ = [
     "APP_SEPARATOR",
@@ -121,7 +121,7 @@ def apps_of(name: str, record: RegistryRecord | None) -> set[str]:
 
 def step(
     state: EndpointState,
-    statuses: Mapping[str, Mapping[str, Any]],
+    statuses: Mapping[str, AppStatus],
     registered: Mapping[tuple[str, str, str], int],
     now: float,
     timeout_s: float,
@@ -186,7 +186,7 @@ def short_reason(message: str | None) -> str:
     return (errors[-1] if errors else lines[-1] if lines else "")[:1000]
 
 
-def _reason(status: Mapping[str, Any]) -> str:
+def _reason(status: AppStatus) -> str:
     for deployment in (status.get("deployments") or {}).values():
         if deployment.get("message"):
             return short_reason(deployment["message"])

@@ -11,6 +11,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from serving import protocol
+from serving.access.identities import AccessReference
+from serving.control.records import AppStatus, ContainerRow, DeploymentStatus, EndpointSnapshot, EndpointUpdate, Mode
 from serving.control.rollout import app_name, short_reason
 from serving.errors import ServiceUnavailableError, ValidationError
 from serving.http.responses import json_response
@@ -30,14 +32,14 @@ class EndpointRecord:
     """What the control plane knows of an endpoint: the spec summary it routes with, and its state."""
 
     name: str
-    mode: str
-    containers: list[dict[str, Any]]  # ContainerHostname, Image, Mode, DesiredReplicas, Version
+    mode: Mode
+    containers: list[ContainerRow]
     limits: dict[str, int] = field(default_factory=dict)  # per-replica in-flight bound by hostname
     not_idempotent: list[str] = field(default_factory=list)  # hostnames whose requests are never sent twice
     # Where the identities file is (path and fingerprint) or None; never part of a description.
-    access: dict[str, Any] | None = field(default=None, repr=False)
+    access: AccessReference | None = field(default=None, repr=False)
     async_inference: dict[str, Any] | None = None  # the spec's AsyncInferenceConfig, as validated
-    update: dict[str, Any] = field(default_factory=dict)  # the last apply: Status, FailureReason, times
+    update: EndpointUpdate = field(default_factory=lambda: EndpointUpdate())  # the last apply
     failed: bool = False  # its first deployment could not be brought up
     in_service: bool = False  # brought up once: it routes with an active record (else it is being created)
     desired_versions: dict[str, str] = field(default_factory=dict)  # hostname -> version being rolled out
@@ -46,30 +48,25 @@ class EndpointRecord:
     scaling: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
-    def from_snapshot(cls, document: Mapping[str, Any]) -> EndpointRecord:
-        known = {
-            key: document[key]
-            for key in (
-                "name",
-                "mode",
-                "containers",
-                "limits",
-                "not_idempotent",
-                "access",
-                "async_inference",
-                "update",
-                "failed",
-                "in_service",
-                "desired_versions",
-            )
-            if key in document
-        }
-        return cls(**known)
+    def from_snapshot(cls, document: EndpointSnapshot) -> EndpointRecord:
+        return cls(
+            name=document["name"],
+            mode=document["mode"],
+            containers=document["containers"],
+            limits=document["limits"],
+            not_idempotent=document["not_idempotent"],
+            access=document["access"],
+            async_inference=document["async_inference"],
+            update=document["update"],
+            failed=document["failed"],
+            in_service=document["in_service"],
+            desired_versions=document["desired_versions"],
+        )
 
 
 def describe(
     record: EndpointRecord,
-    statuses: Mapping[str, Mapping[str, Any]],
+    statuses: Mapping[str, AppStatus],
     registered: Mapping[tuple[str, str, str], int],
     in_service: bool,
 ) -> dict[str, Any]:
@@ -82,16 +79,18 @@ def describe(
     containers, problems = [], []
     for container in record.containers:
         host, version = container["ContainerHostname"], container.get("Version", "")
-        app = statuses.get(app_name(record.name, host, version)) or {}
-        deployment = (app.get("deployments") or {}).get(host) or {}
-        states = deployment.get("replicas") or {}
+        app = statuses.get(app_name(record.name, host, version))
+        deployment = app["deployments"].get(host) if app is not None else None
+        app_failed = app is not None and app["status"] == "DEPLOY_FAILED"
+        deployment = deployment or DeploymentStatus(status="", message="", replicas={})
+        states = deployment["replicas"]
         running = registered.get((record.name, host, version), 0)
         scaling = record.scaling.get(host)
         desired = scaling["DesiredReplicas"] if scaling is not None else container["DesiredReplicas"]
         starting = sum(states.get(state, 0) for state in _STARTING)
         pending = record.desired_versions.get(host)
-        trouble = short_reason(deployment.get("message", "")) if deployment.get("status") in _TROUBLE else None
-        if record.failed and (app.get("status") == "DEPLOY_FAILED" or deployment.get("status") == "DEPLOY_FAILED"):
+        trouble = short_reason(deployment["message"]) if deployment["status"] in _TROUBLE else None
+        if record.failed and (app_failed or deployment["status"] == "DEPLOY_FAILED"):
             status = "Failed"
         elif running == 0:
             status = "Updating" if in_service else "Creating"
@@ -160,9 +159,7 @@ class StatusBoard:
         # one that failed and is rolled back) and does not make GET /ping unhealthy: traffic never reaches it.
         self.fronted: dict[str, frozenset[str]] = {}
 
-    def refresh(
-        self, statuses: Mapping[str, Mapping[str, Any]], registered: Mapping[tuple[str, str, str], int]
-    ) -> None:
+    def refresh(self, statuses: Mapping[str, AppStatus], registered: Mapping[tuple[str, str, str], int]) -> None:
         """Rebuild descriptions from the registry's latest statuses and registered replicas."""
         self.descriptions = {
             name: describe(record, statuses, registered, in_service=record.in_service)

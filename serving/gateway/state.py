@@ -15,6 +15,7 @@ from typing import Any
 from serving.access.decision import EndpointAccess
 from serving.access.identities import Identities
 from serving.config.async_inference import AsyncInferenceConfig
+from serving.control.records import Snapshot
 from serving.control.status import EndpointRecord, StatusBoard
 from serving.gateway.invocation import EndpointRoute, Invocations
 from serving.gateway.transport import ContainerTransport
@@ -33,10 +34,11 @@ class GatewayState:
         self.invocations, self.transport, self.board = invocations, transport, board
         self.access: dict[str, EndpointAccess] = {}
         self._identities: dict[tuple[str, str], EndpointAccess] = {}  # (file, fingerprint) -> access, loaded once
-        self.version, self.epoch, self.known = -1, None, 0
+        self.version, self.known = -1, 0
+        self.epoch: str | None = None  # the registry process whose versions `version` counts
         invocations.loaded = False  # until the first snapshot: 503, which clients retry
 
-    def offer(self, snapshot: Mapping[str, Any] | None) -> bool:
+    def offer(self, snapshot: Snapshot | None) -> bool:
         """Apply a registry snapshot (None: nothing changed) unless it must not be believed; True if applied.
 
         A registry that comes back with a new epoch knowing no endpoint while this gateway routes some has
@@ -51,13 +53,13 @@ class GatewayState:
         self.apply(snapshot)
         return True
 
-    def apply(self, snapshot: Mapping[str, Any]) -> None:
+    def apply(self, snapshot: Snapshot) -> None:
         """Swap in the registry's view: descriptions, replica lists, access, the endpoint table."""
         records = {name: EndpointRecord.from_snapshot(document) for name, document in snapshot["endpoints"].items()}
         for name, record in records.items():
-            scaling = snapshot.get("scaling", {}).get(name, {})
-            record.scaling = scaling.get("containers", {})
-            record.scaling_activities = scaling.get("activities", [])
+            scaling = snapshot["scaling"].get(name)
+            if scaling is not None:
+                record.scaling, record.scaling_activities = scaling["containers"], scaling["activities"]
         self.board.records = records
         self.board.refresh(snapshot["statuses"], snapshot["registered"])
         limits = {(name, host): limit for name, record in records.items() for host, limit in record.limits.items()}

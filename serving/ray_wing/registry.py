@@ -14,7 +14,14 @@ import ray
 from ray import serve
 
 from serving.control import rollout
-from serving.control.records import EndpointUpdate, RegistryRecord
+from serving.control.records import (
+    AppStatus,
+    EndpointSnapshot,
+    EndpointUpdate,
+    RegistryRecord,
+    ScalingRecord,
+    Snapshot,
+)
 from serving.control.rollout import (
     Delete,
     Deploy,
@@ -103,9 +110,9 @@ class Registry:
         self.states: dict[str, EndpointState] = {}
         self.replicas: dict[str, tuple[str, str, str]] = {}  # url -> (endpoint, container, version)
         self.seen: dict[str, float] = {}  # url -> last heartbeat (monotonic)
-        self.statuses: dict[str, dict[str, Any]] = {}  # Serve application statuses (control.StatusBoard reads)
+        self.statuses: dict[str, AppStatus] = {}  # Serve application statuses (control.StatusBoard reads)
         # Autoscaled containers: endpoint -> {"containers": {hostname: state}, "activities": [newest first]}
-        self.scaling: dict[str, dict[str, Any]] = {}
+        self.scaling: dict[str, ScalingRecord] = {}
         self.refused = 0
         self.root_secret = cluster_secret()
         self._control = keys.control_token(self.root_secret)
@@ -158,7 +165,7 @@ class Registry:
             self._wake.wait(STATUS_IDLE_POLL_S if quiet >= QUIET_POLLS else STATUS_POLL_S)
             self._wake.clear()
 
-    def _reconcile(self, statuses: dict[str, dict[str, Any]]) -> bool:
+    def _reconcile(self, statuses: dict[str, AppStatus]) -> bool:
         """Advance every endpoint; whether anything was deployed or deleted."""
         actions: list[Deploy | Delete] = []
         with self._lock:
@@ -291,7 +298,7 @@ class Registry:
             self._forget(url)
 
     @ray.method(concurrency_group="snapshots")
-    def snapshot(self, since: int, wait_s: float = 0.0, epoch: str | None = None) -> dict[str, Any] | None:
+    def snapshot(self, since: int, wait_s: float = 0.0, epoch: str | None = None) -> Snapshot | None:
         """Everything the gateway needs, or None when nothing changed since version `since` (of this registry
         process, `epoch`) within `wait_s` seconds (at most SNAPSHOT_MAX_WAIT_S): a long poll, answered as soon
         as the state changes."""
@@ -304,13 +311,20 @@ class Registry:
                     return None
                 self._changed.wait(remaining)
             registered = Counter(self.replicas.values())
-            endpoints, table = {}, {}
+            endpoints: dict[str, EndpointSnapshot] = {}
+            table: dict[tuple[str, str], list[str]] = {}
             for name, state in self.states.items():
                 routing = state.routing()
                 routing_versions = rollout.versions(routing)
                 endpoints[name] = {
-                    **{key: value for key, value in routing.items() if key != "plans"},
-                    "update": dict(state.update),
+                    "name": routing["name"],
+                    "mode": routing["mode"],
+                    "containers": routing["containers"],
+                    "limits": routing["limits"],
+                    "not_idempotent": routing["not_idempotent"],
+                    "access": routing["access"],
+                    "async_inference": routing["async_inference"],
+                    "update": EndpointUpdate(**state.update),
                     "failed": state.failed,
                     "in_service": state.active is not None,
                     "desired_versions": rollout.versions(state.desired),
@@ -328,7 +342,7 @@ class Registry:
                 "statuses": self.statuses,
                 "refused": self.refused,
                 "scaling": {
-                    name: {"containers": dict(s["containers"]), "activities": list(s["activities"])}
+                    name: ScalingRecord(containers=dict(s["containers"]), activities=list(s["activities"]))
                     for name, s in self.scaling.items()
                 },
             }

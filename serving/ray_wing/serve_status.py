@@ -6,15 +6,17 @@ from typing import Any
 
 from ray import serve
 
+from serving.control.records import AppStatus, DeploymentStatus
 
-def applications_from_serve_details(details: dict[str, Any]) -> dict[str, dict[str, Any]]:
+
+def applications_from_serve_details(details: dict[str, Any]) -> dict[str, AppStatus]:
     """Application statuses from Serve's instance details (the documented JSON of Ray's
     `GET /api/serve/applications/`): per app its status and message, per deployment its
     status, message and replica count by state. What `serve.status()` derives, minus the
     pydantic round trip that costs ~100 ms of CPU per call on Ray 2.60."""
-    applications = {}
+    applications: dict[str, AppStatus] = {}
     for name, app in (details.get("applications") or {}).items():
-        deployments = {}
+        deployments: dict[str, DeploymentStatus] = {}
         for dep_name, dep in (app.get("deployments") or {}).items():
             states: dict[str, int] = {}
             for replica in dep.get("replicas") or []:
@@ -41,7 +43,7 @@ class ServeNotRunning(RuntimeError):
     """Serve's controller is not up (yet): nothing to read, nothing to reconcile."""
 
 
-def serve_status() -> dict[str, dict[str, Any]]:
+def serve_status() -> dict[str, AppStatus]:
     """Serve's application statuses as plain dicts (what control.StatusBoard reads).
 
     Reads the controller's instance details (the documented REST schema) directly:

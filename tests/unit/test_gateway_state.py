@@ -26,7 +26,8 @@ def container(host: str, mode: str = "SingleModel", version: str = "v1", desired
 
 def endpoint(name: str, *containers: dict[str, Any], mode: str = "Direct", **fields: Any) -> dict[str, Any]:
     return {"name": name, "mode": mode, "containers": list(containers), "limits": {}, "not_idempotent": [],
-            "access": None, "update": {"Status": "Succeeded"}, "failed": False, "in_service": True,
+            "access": None, "async_inference": None, "update": {"Status": "Succeeded"}, "failed": False,
+            "in_service": True,
             "desired_versions": {c["ContainerHostname"]: c["Version"] for c in containers}, **fields}
 
 
