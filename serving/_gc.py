@@ -1,11 +1,10 @@
 """Keep Python's cyclic garbage collector off the objects a process built while starting.
 
-A container process holds ~170k tracked objects once its framework and model are loaded (a Ray replica holds
-more), and every full collection walks all of them: 135 ms of CPU in a scikit-learn container on a 2-core VM, on
-the thread that triggered it, i.e. in the middle of a request. Under load full collections come every few seconds,
-because a young collection promotes whatever requests are in flight at that moment, and those later die in the old
-generation. Freezing what start-up built leaves a full collection only the objects made since
-(docs/performance.md). A container process also holds full collections off while it starts (`defer_collections`).
+Once its framework and model are loaded a container process tracks a great many objects (a Ray replica more), and
+every full collection walks them all on the thread that triggered it, mid-request; under load one comes every few
+seconds, because a young collection promotes the requests then in flight, which later die in the old generation.
+Freezing what start-up built leaves a full collection only the objects made since (docs/performance.md). A
+container process also holds full collections off while it starts (`defer_collections`).
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """One route served without Starlette's middleware stack: the route every invocation takes.
 
-A request through a Starlette app passes two exception middlewares, the router's walk over its routes and
-the route's own exception wrapper, each wrapping `send` again: a few percent of the CPU a container or the
-gateway spends on a one-row invocation, measured in-process (docs/performance.md, loadtests/bench_hot_path.py). `HotPath` hands the one route
-that carries invocations straight to its handler and answers what the handler raises with the same
-exception handlers as the app, so the answers are the app's own. Every other request, and every other
-scope type (lifespan), goes to the Starlette app unchanged. The hot route is also the app's first route,
-so the app would have chosen it for every request that `HotPath` takes. What sending the answer raises is
-left to the server, as Starlette would once the answer has started: the hot routes answer with a plain
-`Response`, whose only failure is a connection gone, where no answer can arrive.
+Starlette's two exception middlewares, its route walk and the route's exception wrapper, each wrapping `send`
+again, cost CPU on every invocation, in the gateway and in each container (docs/performance.md). `HotPath` hands
+the invocation route straight to its handler and answers what it raises with the app's own exception handlers, so
+the answers are the app's own; every other request, and every other scope type, goes to the app unchanged.
 """
 
 from __future__ import annotations
@@ -23,7 +18,11 @@ from starlette.types import Receive, Scope, Send
 
 
 class HotPath:
-    """ASGI app: `route` served directly, anything else by `app` (whose first route `route` must be)."""
+    """ASGI app: `route` served directly, anything else by `app` (whose first route `route` must be).
+
+    Being first, the route is what the app would have chosen for every request taken here. What sending the
+    answer raises is left to the server, as Starlette would once the answer has started: the hot routes answer
+    with a plain `Response`, whose only failure is a connection gone, where no answer can arrive."""
 
     def __init__(self, app: Starlette, route: Route, handlers: Mapping[Any, Callable]) -> None:
         if not app.routes or app.routes[0] is not route:

@@ -1,22 +1,9 @@
 """What one HTTP client may cost the server before an app sees its request: connections, heads, slow reads.
 
-uvicorn's httptools protocol, which BackgroundServer runs, bounds none of these: no header size or count
-limit, no timeout for a request's head or body (a new connection that sends nothing is never closed), and no
-connection cap (`limit_concurrency` answers 503 only once a request's headers are complete, so connections
-that never complete them pile up). No option of uvicorn, httptools or uvloop adds them, so
-`LimitedHttpToolsProtocol` does, inside uvicorn's own protocol object:
-
-- a connection over `max_connections` is closed as soon as it is accepted (there is no request to answer yet);
-- a head (request line and headers) over `max_header_bytes` or `max_header_count` is answered 431 and the
-  connection closed, without waiting for (or keeping) the rest of it;
-- a head not complete `header_timeout_s` after its first byte (after the connection opened, for the first
-  request) is answered 408, or with no byte of it received the connection is just closed;
-- a body that pauses longer than `body_idle_timeout_s`, or is not complete `body_timeout_s` after its headers,
-  is answered 408 unless a response has started, and the connection closed: the app sees a disconnect.
-
-Answers are in the documented error shape (`serving.errors.wire_error`). Between requests, a keep-alive
-connection is governed by uvicorn's `timeout_keep_alive`. Timers exist only while a request spans more than
-one read, so requests that arrive whole cost none.
+uvicorn's httptools protocol, which BackgroundServer runs, bounds none of these (no header size or count limit, no
+timeout for a request's head or body, no cap on connections that never complete their headers), and no option of
+uvicorn, httptools or uvloop adds them, so `LimitedHttpToolsProtocol` does, inside uvicorn's own protocol object.
+The limits, their settings and defaults: docs/api.md and docs/security.md.
 """
 
 from __future__ import annotations
@@ -63,7 +50,20 @@ class HttpLimits:
 
 
 class LimitedHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with the limits of `limits` (see the module docstring)."""
+    """uvicorn's httptools protocol with the limits of `limits`:
+
+    - a connection over `max_connections` is closed as soon as it is accepted (there is no request to answer yet);
+    - a head (request line and headers) over `max_header_bytes` or `max_header_count` is answered 431 and the
+      connection closed, without waiting for (or keeping) the rest of it;
+    - a head not complete `header_timeout_s` after its first byte (after the connection opened, for the first
+      request) is answered 408, or with no byte of it received the connection is just closed;
+    - a body that pauses longer than `body_idle_timeout_s`, or is not complete `body_timeout_s` after its
+      headers, is answered 408 unless a response has started, and the connection closed: the app sees a
+      disconnect.
+
+    Answers are in the documented error shape (`serving.errors.wire_error`). Between requests, a keep-alive
+    connection is governed by uvicorn's `timeout_keep_alive`. Timers exist only while a request spans more than
+    one read, so requests that arrive whole cost none."""
 
     limits = HttpLimits()
 

@@ -1,17 +1,11 @@
 """The Unix socket beside a container's data port: hops from a gateway on the same machine skip TCP.
 
-A container replica's supervisor binds, next to the data port's TCP listener, a Unix socket whose path is
-derived from that TCP address (`path_for(host, port)`), and hands both to the container process. A gateway that
-finds a socket at that path reaches the same process without the TCP stack (docs/performance.md: 0.92x the CPU
-per hop at both ends under concurrent load, 0.95x the latency of a sequential hop); one that finds none, as for
-a replica on another node, uses TCP, and so does one whose Unix connection is refused (a socket left by a
-replica that died).
-
-Who can reach it (docs/security.md): the folder is `serving-hops-<uid>` in the temporary folder, mode 0700 and
-checked (a folder, not a link, this user's, no access for others) before any path in it is used, and each socket
-is mode 0600, so only this user's processes may connect. Tenant code, which runs as this user, can open no
-Unix socket (the sandbox's seccomp filter) nor enter the folder (Landlock). Hops over it are signed exactly
-as over TCP.
+A replica's supervisor binds, next to the data port's TCP listener, a Unix socket whose path is derived from that
+address (`path_for(host, port)`), and hands both to the container process. A gateway that finds a socket at that
+path uses it, at less CPU and latency per hop (docs/performance.md); one that finds none (a replica on another
+node) or is refused (a socket left by a replica that died) uses TCP. Hops over it are signed as over TCP. Who can
+reach it: a folder only this user may enter, sockets mode 0600, and no Unix sockets for tenant code
+(docs/security.md).
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """Send a response's head and its body in one socket write.
 
-uvicorn writes a response's status line and headers in one `transport.write` and its body in the next, so every
-plain response costs two `write` system calls, two TCP segments, and often two wake-ups of the peer: the first
-segment wakes it, its parser finds a head without a body and it waits again. On the gateway that head write was
-16% of the process's CPU under load (py-spy, docs/performance.md), and each hop paid the same again in the
-container. `HeldHeadTransport` is what one response's cycle writes through: it keeps the response's first write
-and sends it together with the next one (Starlette sends the body in the same step of the loop), or on the loop's
-next iteration if nothing follows by then (a streamed response whose first chunk is not ready), so no response
-waits for its head longer than one pass of the loop.
+uvicorn writes a response's status line and headers in one `transport.write` and its body in the next: two system
+calls, two TCP segments, and often two wake-ups of the peer, whose parser finds a head without a body and waits
+again. That head write was a large share of the gateway's CPU under load, paid again in each container
+(docs/performance.md). `HeldHeadTransport` keeps a response's first write and sends it with the next one, or on
+the loop's next iteration if nothing follows by then, so no response waits for its head longer than one loop pass.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """`import tensorflow` without the Keras it imports eagerly, for containers whose model needs no Keras.
 
-TensorFlow's `__init__` ends by importing `keras.src.optimizers` "so that any function/method that needs to
-happen at load time will trigger, eg registration of optimizers in the SavedModel registry". That import loads
-the whole of Keras 3, and Keras loads scikit-learn for its wrappers: ~3 CPU-seconds, ~1,700 modules and ~140 MiB
-in every TensorFlow container process, of the ~7.5-8 CPU-seconds its start costs (docs/performance.md, "Container
-process start, one by one"). A SavedModel is loaded and called through `tf.saved_model` alone: an object whose
-registered class is not in the registry is revived as TensorFlow's generic object, and a serving signature never
-calls an optimizer. Keras still loads, whole and in the usual order, the moment anything imports it: a `.keras`
-model, a script's `tf.keras`.
-
-A `.keras` model in a container process that runs no script and no other model needs Keras but not its scikit-learn
-wrappers, which import scikit-learn (with SciPy and pandas) when Keras loads: `import_keras(without_sklearn=True)`
-leaves that import out, as if scikit-learn were not installed (docs/performance.md, "Container process start").
+TensorFlow's `__init__` ends by importing Keras' optimizers to register them, which loads the whole of Keras 3 and,
+through its wrappers, scikit-learn: a large share of a TensorFlow container process's start (docs/performance.md).
+A SavedModel loads and runs through `tf.saved_model` alone (an object whose registered class is missing is revived
+as a generic object; a serving signature never calls an optimizer). Keras still loads, whole, the moment anything
+imports it: a `.keras` model, a script's `tf.keras`. A `.keras` model alone in its process (no script, no other
+model) needs Keras but not its scikit-learn wrappers: `import_keras(without_sklearn=True)` leaves them out.
 """
 
 from __future__ import annotations
