@@ -1,18 +1,11 @@
 """Locust glue: every use of Locust's API is here (`__main__` only imports it first, for gevent's patching).
 
-Two load modes over one send path:
-
-* closed loop (`--users N`): N FastHttpUsers, each sending its next request when the last one
-  is answered; the step scenario gates users by index rather than stopping them, so no request
-  is ever killed mid-flight.
-* open loop (`--rate R`): one scheduler user launches each request as a greenlet at its intended
-  time, whether or not earlier ones have been answered (no coordinated omission). A pool bounds
-  requests in flight (`--max-in-flight`); a request due while the pool is full is counted as
-  dropped, not queued. Latency is measured from the intended send time, so a late launch (the
-  generator falling behind) shows up as latency and as `lag_ms`, never as missing samples.
-
-Runs end by a flag, not by killing users: nothing new is sent after the deadline and requests
-in flight are waited for (up to the request timeout), so every request the server saw is counted.
+Two load modes over one send path: closed loop (`--users N`: each user sends its next request when the last is
+answered) and open loop (`--rate R`: each request launched at its intended time, answered or not, so no
+coordinated omission; a request due while `--max-in-flight` are out is counted as dropped, and latency runs from
+the intended send time, so a generator falling behind shows as latency and `lag_ms`, not as missing samples).
+Runs end by a flag, not by killing users: requests in flight are waited for, so every request the server saw
+is counted.
 """
 
 from __future__ import annotations
@@ -149,6 +142,7 @@ class _Invoker(FastHttpUser):
     @task
     def invoke(self) -> None:
         load = self.load
+        # The step scenario gates users by index rather than stopping them, so no request is killed mid-flight.
         if load.stopping or self.index >= load.active_users():
             gevent.sleep(0.05)  # idle: stopping, or this user is above the step's current level
             return

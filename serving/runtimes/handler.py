@@ -1,21 +1,9 @@
 """Loading a user's `code/inference.py` with SageMaker's handler functions, its imports private to its model.
 
-A model's `code/` folder becomes a package of its own, named `_serving_code_<n>` (unique per load)
-with the folder as its `__path__`; the handler is imported as `<package>.inference`. Nothing goes on
-`sys.path`, so two models' `helper.py` never meet, and a later load of the same name gets fresh code.
-
-The user's files stay as written (`import helper`, not `from . import helper`): every module loaded
-from `code/` gets builtins of its own whose `__import__` turns an absolute import of a name that
-`code/` holds (a `.py` file, an extension module, or a folder with `__init__.py`) into
-`<package>.<name>`. Python looks `__import__` up in the importing module's builtins each time an
-import statement runs, so this holds for imports inside hook functions at predict time too; every
-other import is untouched. A meta-path finder, installed while any model's code is loaded, hands
-modules of these packages those builtins; `UserCode.unload` removes the package's modules and the
-finder (when no model is left).
-
-Not redirected: `importlib.import_module("helper")` (not an import statement; use
-`importlib.import_module(".helper", __package__)`), and unpickling objects whose classes were pickled
-as `helper.X` by another process (pickle imports `helper` itself).
+A model's `code/` folder becomes a package of its own, `_serving_code_<n>` (unique per load), never put on
+`sys.path`, so two models' `helper.py` never meet and a later load of the same name gets fresh code
+(docs/security.md). The user's files stay as written (`import helper`, not `from . import helper`): the package's
+modules get builtins whose `__import__` sends an absolute import of a name `code/` holds into the package.
 """
 
 from __future__ import annotations
@@ -142,6 +130,13 @@ def load_user_code(
     return UserCode(package, folder, hooks, module)
 
 
+# How `import helper` in a model's code finds that model's helper: Python looks `__import__` up in the importing
+# module's builtins each time an import statement runs, so the redirect holds for imports inside hooks at predict
+# time too, and every other import is untouched. A meta-path finder, installed while any model's code is loaded,
+# gives modules of these packages those builtins; `UserCode.unload` removes the package's modules and the finder
+# (when no model is left). Not redirected: `importlib.import_module("helper")` (not an import statement; use
+# `importlib.import_module(".helper", __package__)`), and unpickling objects whose classes were pickled as
+# `helper.X` by another process (pickle imports `helper` itself).
 def _local_names(folder: str) -> frozenset[str]:
     """Top-level module names `code/` provides: `.py` and extension files, and regular packages."""
     names = set()

@@ -1,17 +1,11 @@
 """`POST /` with `X-Amz-Target`: SageMaker's and Application Auto Scaling's JSON protocol on the endpoint server.
 
-Who may call: with an API identities file (`serving up/server --api-identities FILE`), every call must be
-signed (SigV4, scoped to the operation's service: `sagemaker` or `application-autoscaling`) or carry an API
-key of an identity there, and that identity's policies must allow the operation's IAM action
-(`sagemaker:CreateEndpoint`, `application-autoscaling:PutScalingPolicy`, ...) on the resource's ARN. Without
-one, calls are refused, unless the operator passed `--allow-anonymous-api` (a loopback server only): creating
-an endpoint chooses code that runs and what its sandbox reads. Container processes cannot connect to this port
-at all (`model_server.sandbox`).
-Every decision is an audit line (`serving.audit`). Operations run one at a time, off the event loop.
-
-A body is read only once the headers have authenticated its sender as far as they can (as invocations do):
-a bearer key fully, a Signature V4 up to the signature itself, whose body counts against the gateway's one
-pre-authentication budget (`BodyBudget`) until it is verified.
+With an API identities file (`--api-identities`), every call must be signed (SigV4, scoped to the operation's
+service) or carry an identity's API key, and that identity's policies must allow the operation's IAM action on the
+resource's ARN. Without one, calls are refused unless `--allow-anonymous-api` (a loopback server only): creating an
+endpoint chooses code that runs. A body is read only once the headers have authenticated its sender as far as they
+can, as for invocations. Every decision is an audit line (`serving.audit`); operations run one at a time, off the
+event loop. Details: docs/security.md, "The control-plane API".
 """
 
 from __future__ import annotations
