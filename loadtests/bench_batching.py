@@ -2,7 +2,7 @@
 
     .venv/bin/python -m loadtests.bench_batching http --out DIR [--duration 15] [--wait-quiet 60] [--write-docs]
     .venv/bin/python -m loadtests.bench_batching run --out DIR [--seconds 5] [--clients 32] [--cpus 2]
-    .venv/bin/python -m loadtests.bench_batching docs DIR/bench_batching.json   # its part of docs/performance.md
+    .venv/bin/python -m loadtests.bench_batching docs DIR/bench_batching.json   # its part of docs/benchmarks/bench_batching.md
 
 `http` (the issue's benchmark, loadtests/batching/over_http.py): an MLP of 1.3 M parameters as TorchScript and
 ONNX, served by our endpoint (pytorch and onnx stacks, through the gateway) and by MLServer 1.7.1 (a custom
@@ -153,7 +153,7 @@ def run_http(args: argparse.Namespace) -> int:
     write_results(Path(args.out) / "bench_batching.json", report)
     log(f"ratios: {json.dumps(report['ratios'])}")
     if args.write_docs:
-        write_section(ROOT / "docs" / "performance.md", "bench_batching", render(report))
+        write_section(ROOT / "docs" / "benchmarks" / "bench_batching.md", "bench_batching", render(report))
     return 0
 
 
@@ -286,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "http":
         return run_http(args)
     text = render(json.loads(Path(args.results).read_text()))
-    write_section(ROOT / "docs" / "performance.md", "bench_batching", text)
+    write_section(ROOT / "docs" / "benchmarks" / "bench_batching.md", "bench_batching", text)
     return 0
 
 

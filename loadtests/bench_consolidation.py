@@ -243,7 +243,9 @@ def main() -> int:
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     parser.add_argument("--out", type=Path, help="write all results as JSON")
     parser.add_argument(
-        "--write-docs", action="store_true", help="(re)write this benchmark's section of docs/performance.md"
+        "--write-docs",
+        action="store_true",
+        help="(re)write this benchmark's section of docs/benchmarks/bench_consolidation.md",
     )
     parser.add_argument(
         "--render",
@@ -329,8 +331,8 @@ def main() -> int:
 
 
 def _write_docs(section: str) -> None:
-    write_section(ROOT / "docs" / "performance.md", "bench_consolidation", section)
-    print("wrote docs/performance.md")
+    write_section(ROOT / "docs" / "benchmarks" / "bench_consolidation.md", "bench_consolidation", section)
+    print("wrote docs/benchmarks/bench_consolidation.md")
 
 
 if __name__ == "__main__":

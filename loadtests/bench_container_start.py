@@ -3,7 +3,7 @@
     .venv/bin/python -m loadtests.bench_container_start --baseline REV [--rounds 2] [--only tensorflow] [--write-docs]
 
 Half of the fifteen-container endpoint's start-up CPU is its container processes (framework imports and model
-loads; docs/performance.md, Idle cost and start-up), and on 2 cores start-up is CPU-bound. This measures that
+loads; docs/benchmarks/bench_idle.md), and on 2 cores start-up is CPU-bound. This measures that
 half alone, without Ray: each container of examples/fifteen.yaml is started through the replica supervisor's own
 `ContainerProcess` (sandbox, stdin configuration, inherited data port, exactly as on a replica), in a fresh
 interpreter, and once it reports ready the bench reads the container process's CPU time (user + system, from
@@ -38,7 +38,7 @@ from loadtests.harness.results import (
 )
 
 RESULTS = ROOT / "loadtests" / "results" / "bench_container_start.json"
-DOCS = ROOT / "docs" / "performance.md"
+DOCS = ROOT / "docs" / "benchmarks" / "bench_container_start.md"
 
 # Runs in a fresh interpreter started in the measured tree (`python -c` imports from its working directory
 # first): start one container process, measure it.

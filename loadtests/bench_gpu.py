@@ -1,7 +1,7 @@
 """GPU benchmark: the pytorch and onnx stacks on CUDA against the same stacks on the CPU.
 
     python -m loadtests.bench_gpu run --out DIR [--cpus 4] [--seconds 5]   # on a machine with a GPU
-    .venv/bin/python -m loadtests.bench_gpu docs DIR/bench_gpu.json         # writes its part of docs/performance.md
+    .venv/bin/python -m loadtests.bench_gpu docs DIR/bench_gpu.json         # writes its part of docs/benchmarks/bench_gpu.md
 
 `run` builds two models with torch (no downloads), saves each as TorchScript (`model.pt`, the
 pytorch stack) and as ONNX (`model.onnx`, the onnx stack), loads them through this project's
@@ -251,14 +251,16 @@ def main(argv: list[str] | None = None) -> int:
     run_parser.add_argument("--out", required=True, help="folder for bench_gpu.json")
     run_parser.add_argument("--cpus", type=float, default=4, help="the container's CPU share (SERVING_CPUS)")
     run_parser.add_argument("--seconds", type=float, default=5, help="seconds per case")
-    docs_parser = commands.add_parser("docs", help="write the results' section of docs/performance.md")
+    docs_parser = commands.add_parser("docs", help="write the results' section of docs/benchmarks/bench_gpu.md")
     docs_parser.add_argument("result", type=Path)
     args = parser.parse_args(argv)
     if args.command == "run":
         return run(args)
     from loadtests.harness.results import write_section
 
-    write_section(ROOT / "docs" / "performance.md", "bench_gpu", render(json.loads(args.result.read_text())))
+    write_section(
+        ROOT / "docs" / "benchmarks" / "bench_gpu.md", "bench_gpu", render(json.loads(args.result.read_text()))
+    )
     return 0
 
 

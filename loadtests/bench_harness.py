@@ -5,8 +5,8 @@
 Trains the iris pipeline (skops for us, joblib for the floor: one fitted object), starts the floor
 (loadtests/harness/floor_server.py: the model behind a bare Starlette app) and an embedded endpoint server with one
 sklearn container, then runs `serving loadtest direct --rate R --baseline FLOOR`, which drives both with the
-same open-loop schedule and reports ours / floor. The "Load-test harness" section of docs/performance.md
-comes from its report (bench_invoke.py's wrk tables are the closed-loop view of the same question).
+same open-loop schedule and reports ours / floor. Its section of docs/benchmarks/bench_harness.md
+comes from its report (bench_invoke's wrk tables are the closed-loop view of the same question).
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ def main() -> int:
     text = render(report)
     print(text)
     if args.write_docs:
-        write_section(ROOT / "docs" / "performance.md", "bench_harness", text)
+        write_section(ROOT / "docs" / "benchmarks" / "bench_harness.md", "bench_harness", text)
     return 0
 
 

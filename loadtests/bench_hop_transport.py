@@ -37,7 +37,7 @@ from loadtests.harness.results import (
 )
 
 RESULTS = ROOT / "loadtests" / "results" / "bench_hop_transport.json"
-DOCS = ROOT / "docs" / "performance.md"
+DOCS = ROOT / "docs" / "benchmarks" / "bench_hop_transport.md"
 MODES = ("tcp", "unix")
 LOADS = (1, 32)
 BLOCK_S = 0.2  # 32 callers: how long one transport runs before the other takes over

@@ -15,7 +15,7 @@ both alike. A block's figure is the driving thread's CPU time per request (`time
 
     python -m loadtests.bench_hot_path [--requests 500] [--pairs 30] [--write-docs]
 
-Results: loadtests/results/bench_hot_path.json; with --write-docs, its section of docs/performance.md.
+Results: loadtests/results/bench_hot_path.json; with --write-docs, its section of docs/benchmarks/bench_hot_path.md.
 """
 
 from __future__ import annotations
@@ -238,7 +238,7 @@ def main() -> None:
     result = {"meta": meta, "cases": cases, "blocks": blocks}
     write_results(args.out, result)
     if args.write_docs:
-        write_section(ROOT / "docs" / "performance.md", "bench_hot_path", docs_section(result))
+        write_section(ROOT / "docs" / "benchmarks" / "bench_hot_path.md", "bench_hot_path", docs_section(result))
 
 
 if __name__ == "__main__":

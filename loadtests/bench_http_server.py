@@ -40,7 +40,7 @@ from loadtests.harness.results import (
 from loadtests.harness.wrk import ensure_wrk
 
 RESULTS = ROOT / "loadtests" / "results" / "bench_http_server.json"
-DOCS = ROOT / "docs" / "performance.md"
+DOCS = ROOT / "docs" / "benchmarks" / "bench_http_server.md"
 CASES = ("ours", "uvicorn defaults")
 BODY = '{"instances": [[5.1, 3.5, 1.4, 0.2]]}'
 LUA = f"""wrk.method = "POST"

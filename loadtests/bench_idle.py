@@ -8,7 +8,7 @@ the scenario started):
   one        one scikit-learn container (the first of examples/fifteen.yaml)
   fifteen    the fifteen containers of examples/fifteen.yaml (three per stack), one Direct endpoint
 
-each twice: with this runtime's settings for the embedded Ray ("ours": docs/performance.md, Idle cost), and with
+each twice: with this runtime's settings for the embedded Ray ("ours": docs/benchmarks/bench_idle.md), and with
 Ray's defaults for the variables it sets (`RAY_worker_niceness=15`, `RAY_SERVE_METRICS_EXPORT_INTERVAL_MS=100`,
 no `RAY_preload_python_modules`, the log monitor's `RAY_LOG_MONITOR_MANY_FILES_THRESHOLD=1000` and
 `LOG_NAME_UPDATE_INTERVAL_S=0.5`): the baseline, measured in the same run. The models are trained from
@@ -267,7 +267,11 @@ def main() -> int:
         Path(args.result).write_text(json.dumps(run_scenario(args.child, Path(args.models), args.window)))
         return 0
     if args.render:
-        write_section(ROOT / "docs" / "performance.md", "bench_idle", docs_section(json.loads(args.render.read_text())))
+        write_section(
+            ROOT / "docs" / "benchmarks" / "bench_idle.md",
+            "bench_idle",
+            docs_section(json.loads(args.render.read_text())),
+        )
         return 0
     meta: dict[str, Any] = {
         "command": " ".join(["python", "-m", "loadtests.bench_idle", *sys.argv[1:]]),
@@ -298,7 +302,7 @@ def main() -> int:
         section = docs_section(saved)
         print(section)
         if args.write_docs:
-            write_section(ROOT / "docs" / "performance.md", "bench_idle", section)
+            write_section(ROOT / "docs" / "benchmarks" / "bench_idle.md", "bench_idle", section)
     return 0
 
 

@@ -26,7 +26,7 @@ at the end, also on failure, Ctrl-C or SIGTERM):
    this VM's speed drifts within minutes, so every ratio against the floor uses
    the mean of its two runs); then diagnostics (gateway /ping, each serial
    container's data port, the router's own hop client alone).
-5. Writes results (JSON) and, with --write-docs, its part of docs/performance.md.
+5. Writes results (JSON) and, with --write-docs, its part of docs/benchmarks/bench_invoke.md.
 
 Load: wrk, one thread; sequential = 1 connection (`-t1 -c1 --latency`), then 8
 and 32 connections for throughput; each case after a short warm-up at the same
@@ -103,7 +103,7 @@ from loadtests.invoke.measure import (
 
 DEFAULT_MLSERVER_VENV = ROOT / ".bench" / "mlserver-venv"
 DEFAULT_OUT = ROOT / "loadtests" / "results" / "bench_invoke.json"  # beside the other benchmarks' results
-DOCS_PATH = ROOT / "docs" / "performance.md"
+DOCS_PATH = ROOT / "docs" / "benchmarks" / "bench_invoke.md"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -16,8 +16,8 @@ keep-alive connection per concurrent caller), so the Ray driver's threads do not
 3. Zipf: CONCURRENCY closed-loop callers for ZIPF_SECONDS, TargetModel drawn from MODELS models with
    Zipf popularity (exponent ZIPF_S), through the cache of CACHE; throughput, p50/p99 and the cache hit
    ratio from the server's metrics, next to the same load on `single` (every request a hit).
-Results go to loadtests/results/bench_multimodel.json and, with --write-docs, the "MultiModel" section of
-docs/performance.md. Ratios, not absolute times, are the point: this VM has 2 shared cores.
+Results go to loadtests/results/bench_multimodel.json and, with --write-docs, its section of
+docs/benchmarks/bench_multimodel.md. Ratios, not absolute times, are the point: this VM has 2 shared cores.
 """
 
 from __future__ import annotations
@@ -366,7 +366,7 @@ def render(result: dict[str, Any]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
-        "--write-docs", action="store_true", help="rewrite the MultiModel section of docs/performance.md"
+        "--write-docs", action="store_true", help="rewrite its section of docs/benchmarks/bench_multimodel.md"
     )
     parser.add_argument("--render", metavar="JSON", help="only render a saved result")
     args = parser.parse_args()
@@ -381,7 +381,7 @@ def main() -> int:
     text = render(result)
     print(text)
     if args.write_docs:
-        write_section(ROOT / "docs" / "performance.md", "bench_multimodel", text)
+        write_section(ROOT / "docs" / "benchmarks" / "bench_multimodel.md", "bench_multimodel", text)
     return 0
 
 

@@ -10,7 +10,7 @@ socket writes per response (its `syscw`, /proc/self/task/TID/io).
 
     python -m loadtests.bench_one_write [--block 1.0] [--pairs 20] [--write-docs]
 
-Results: loadtests/results/bench_one_write.json; with --write-docs, its section of docs/performance.md.
+Results: loadtests/results/bench_one_write.json; with --write-docs, its section of docs/benchmarks/bench_one_write.md.
 """
 
 from __future__ import annotations
@@ -189,7 +189,7 @@ def main() -> None:
     result = {"meta": meta, "cases": cases, "blocks": blocks}
     write_results(args.out, result)
     if args.write_docs:
-        write_section(ROOT / "docs" / "performance.md", "bench_one_write", docs_section(result))
+        write_section(ROOT / "docs" / "benchmarks" / "bench_one_write.md", "bench_one_write", docs_section(result))
 
 
 if __name__ == "__main__":

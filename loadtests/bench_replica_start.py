@@ -30,7 +30,7 @@ from loadtests.harness.results import (
 )
 
 RESULTS = ROOT / "loadtests" / "results" / "bench_replica_start.json"
-DOCS = ROOT / "docs" / "performance.md"
+DOCS = ROOT / "docs" / "benchmarks" / "bench_replica_start.md"
 CASES = {"no runtime_env": {}, "runtime_env with env_vars": {"runtime_env": {"env_vars": {"SERVING_BENCH": "1"}}}}
 
 

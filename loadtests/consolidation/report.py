@@ -1,5 +1,5 @@
 """bench_consolidation's report: one row per scenario, per-stack replica footprints, and its section of
-docs/performance.md (what consolidation saves)."""
+docs/benchmarks/bench_consolidation.md (what consolidation saves)."""
 
 from __future__ import annotations
 

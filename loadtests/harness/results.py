@@ -18,11 +18,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def write_section(path: Path, name: str, text: str, title: str = "# Performance") -> None:
-    """Replace (or append) the part of `path` owned by `name`; create the page with `title` if needed."""
+def write_section(path: Path, name: str, text: str, title: str | None = None) -> None:
+    """Replace (or append) the part of `path` owned by `name`; create the page with `title` (`# name`) if needed."""
     begin, end = f"<!-- begin {name} -->", f"<!-- end {name} -->"
     block = f"{begin}\n{text.strip()}\n{end}"
-    page = path.read_text() if path.exists() else f"{title}\n"
+    page = path.read_text() if path.exists() else f"{title or '# ' + name}\n"
     pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.DOTALL)
     if pattern.search(page):
         page = pattern.sub(lambda _: block, page, count=1)

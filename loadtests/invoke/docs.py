@@ -1,4 +1,4 @@
-"""bench_invoke's part of docs/performance.md: method, results, ratios, targets, where the time goes."""
+"""bench_invoke's part of docs/benchmarks/bench_invoke.md: method, results, ratios, targets, where the time goes."""
 
 from __future__ import annotations
 
@@ -297,7 +297,7 @@ def render_docs(report: dict[str, Any]) -> str:
     if notes:
         lines += ["", "### Notes on this run", ""] + [f"- {n}" for n in notes]
     title, _, rest = ("\n".join(lines) + "\n").partition("\n")
-    # One section of docs/performance.md: its own headings sit one level below its title.
+    # One section of docs/benchmarks/bench_invoke.md: its own headings sit one level below its title.
     return title + "\n" + re.sub(r"^(#{2,}) ", r"#\1 ", rest, flags=re.MULTILINE)
 
 
