@@ -3,7 +3,7 @@
 Once its framework and model are loaded a container process tracks a great many objects (a Ray replica more), and
 every full collection walks them all on the thread that triggered it, mid-request; under load one comes every few
 seconds, because a young collection promotes the requests then in flight, which later die in the old generation.
-Freezing what start-up built leaves a full collection only the objects made since (docs/performance.md). A
+Freezing what start-up built leaves a full collection only the objects made since (docs/benchmarks/bench_batching.md). A
 container process also holds full collections off while it starts (`defer_collections`).
 """
 
@@ -21,7 +21,7 @@ _NO_FULL_COLLECTION = 1 << 30  # young collections between full ones: never, in 
 def defer_collections() -> None:
     """No full collections until `freeze_startup_objects`. While a framework is imported the heap only grows, so
     a full collection finds next to nothing, yet each walks every object made so far, and they come each time
-    the old generation grew by a quarter: ~15% of a container process's start-up CPU (docs/performance.md).
+    the old generation grew by a quarter: ~15% of a container process's start-up CPU (docs/benchmarks/bench_idle.md).
     Young collections go on, so the short-lived cycles of a model loader are still freed as it runs; the one
     full collection at the end frees whatever older cycles start-up left."""
     global _deferred

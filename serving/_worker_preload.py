@@ -1,11 +1,11 @@
 """Run first in every worker process of the embedded Ray (`RAY_preload_python_modules`, ray_wing/cluster.py).
 
-Ray Serve's utilities import pandas when it is installed (this runtime's SDK needs it), only to encode DataFrames
-in the responses of Serve's HTTP proxy, which this runtime does not run. That import cost CPU at start and memory in
-every Serve worker: each container replica, the gateway, the registry and Serve's controller (docs/performance.md).
-This module makes that one import find no pandas, which Serve handles as pandas being absent; everyone else gets
-pandas as usual. It imports nothing itself, so a worker that never imports Serve (a trainer's, a task's) pays
-nothing.
+Ray Serve's utilities import pandas when it is installed (this runtime's SDK needs it), only to encode DataFrames in
+the responses of Serve's HTTP proxy, which this runtime does not run. That import cost CPU at start and memory in
+every Serve worker: each container replica, the gateway, the registry and Serve's controller
+(docs/benchmarks/bench_idle.md). This module makes that one import find no pandas, which Serve handles as pandas
+being absent; everyone else gets pandas as usual. It imports nothing itself, so a worker that never imports Serve (a
+trainer's, a task's) pays nothing.
 """
 
 from __future__ import annotations

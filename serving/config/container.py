@@ -143,7 +143,8 @@ class MultiModelSettings(Document):
 
 
 class BatchingConfig(Document):
-    """Dynamic batching: concurrent requests to a replica merged into one predict_fn call (docs/performance.md)."""
+    """Dynamic batching: concurrent requests to a replica merged into one predict_fn call
+    (docs/benchmarks/bench_batching.md)."""
 
     MaxBatchSize: int = Field(
         ge=1, le=1_000_000, description="Most rows in one predict_fn call; a request with more runs alone. 1: off."

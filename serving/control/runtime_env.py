@@ -1,10 +1,10 @@
 """A container's spec as the environment of its container process and the Ray `runtime_env` of its replicas.
 
-`Environment`, plus the container's CPU and GPU share (`SERVING_CPUS`, `SERVING_GPUS`, and `SERVING_MEMORY_MB`
-when set) so that framework stacks size their thread pools and pick a device, is the container process's
-environment: the replica's supervisor hands it over (`model_server.supervisor`). It is not the Ray worker's: Ray
-starts a worker whose actor has a `runtime_env` through an extra Python that imports Ray first (~0.8 CPU-seconds
-more per replica, docs/performance.md), and the variables would reach the one process that holds Ray's credentials.
+`Environment`, plus the container's CPU and GPU share (`SERVING_CPUS`, `SERVING_GPUS`, and `SERVING_MEMORY_MB` when
+set) so that framework stacks size their thread pools and pick a device, is the container process's environment: the
+replica's supervisor hands it over (`model_server.supervisor`). It is not the Ray worker's: Ray starts a worker
+whose actor has a `runtime_env` through an extra Python that imports Ray first (~0.8 CPU-seconds more per replica,
+docs/benchmarks/bench_replica_start.md), and the variables would reach the one process that holds Ray's credentials.
 `RuntimeEnvironment.Pip` becomes `pip`; `RuntimeEnvironment.WorkingDir` becomes `working_dir`: a directory is used
 in place (`local://`), a .zip is unpacked by Ray. A container with neither has no `runtime_env`.
 

@@ -1,9 +1,9 @@
 """One route served without Starlette's middleware stack: the route every invocation takes.
 
-Starlette's two exception middlewares, its route walk and the route's exception wrapper, each wrapping `send`
-again, cost CPU on every invocation, in the gateway and in each container (docs/performance.md). `HotPath` hands
-the invocation route straight to its handler and answers what it raises with the app's own exception handlers, so
-the answers are the app's own; every other request, and every other scope type, goes to the app unchanged.
+Starlette's two exception middlewares, its route walk and the route's exception wrapper, each wrapping `send` again,
+cost CPU on every invocation, in the gateway and in each container (docs/benchmarks/bench_hot_path.md). `HotPath`
+hands the invocation route straight to its handler and answers what it raises with the app's own exception handlers,
+so the answers are the app's own; every other request, and every other scope type, goes to the app unchanged.
 """
 
 from __future__ import annotations

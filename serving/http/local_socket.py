@@ -2,10 +2,10 @@
 
 A replica's supervisor binds, next to the data port's TCP listener, a Unix socket whose path is derived from that
 address (`path_for(host, port)`), and hands both to the container process. A gateway that finds a socket at that
-path uses it, at less CPU and latency per hop (docs/performance.md); one that finds none (a replica on another
-node) or is refused (a socket left by a replica that died) uses TCP. Hops over it are signed as over TCP. Who can
-reach it: a folder only this user may enter, sockets mode 0600, and no Unix sockets for tenant code
-(docs/security.md).
+path uses it, at less CPU and latency per hop (docs/benchmarks/bench_hop_transport.md); one that finds none (a
+replica on another node) or is refused (a socket left by a replica that died) uses TCP. Hops over it are signed as
+over TCP. Who can reach it: a folder only this user may enter, sockets mode 0600, and no Unix sockets for tenant
+code (docs/security.md).
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 uvicorn writes a response's status line and headers in one `transport.write` and its body in the next: two system
 calls, two TCP segments, and often two wake-ups of the peer, whose parser finds a head without a body and waits
 again. That head write was a large share of the gateway's CPU under load, paid again in each container
-(docs/performance.md). `HeldHeadTransport` keeps a response's first write and sends it with the next one, or on
-the loop's next iteration if nothing follows by then, so no response waits for its head longer than one loop pass.
+(docs/benchmarks/bench_one_write.md). `HeldHeadTransport` keeps a response's first write and sends it with the next
+one, or on the loop's next iteration if nothing follows by then, so no response waits for its head longer than one
+loop pass.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ class _Server(uvicorn.Server):
 
     uvicorn's main loop sleeps 0.1 s between checks of `should_exit`; its tick (the `date` header, which has
     one-second resolution anyway) needs a wake-up only once a second. Every container process and the gateway
-    run one of these, so an idle endpoint pays those wake-ups per container (docs/performance.md)."""
+    run one of these, so an idle endpoint pays those wake-ups per container (docs/benchmarks/bench_http_server.md)."""
 
     _loop: asyncio.AbstractEventLoop | None = None
     _wake: asyncio.Event | None = None

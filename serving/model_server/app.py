@@ -2,7 +2,7 @@
 
 Each container process answers `POST /invocations` and `GET /ping` like a SageMaker model
 container, so the router reaches it with one plain HTTP hop instead of Ray Serve's slower
-handle path (see docs/performance.md for the measurements behind this). With a hop key, every
+handle path (see docs/benchmarks/bench_invoke.md for the measurements behind this). With a hop key, every
 request but `/ping` must carry the gateway's signature for this container (`trust.hops`); anything
 else is refused with 403 and counted. `GET /_serving/stats` gives the replica's supervisor the
 counters and metric events it records on the container's behalf.

@@ -1,10 +1,11 @@
 """When a container process may run a prediction on its event loop instead of handing it to a worker thread.
 
-The hand-off to a thread and back costs more CPU than a small model's own prediction (docs/performance.md), so a
-model shown to be fast runs on the loop, which then waits for it (and so do `/ping` and every other request) for
-about the budget (`concurrency.inline_budget_s`) at most. `InlineGate` judges what the model did, not what the
-machine did to it: its CPU time, less the garbage collections it happened to trigger (`GcClock`), and, on the loop,
-its waits for anything but a core (`RunQueueClock`). The rules users see: docs/spec.md, `Batching`.
+The hand-off to a thread and back costs more CPU than a small model's own prediction
+(docs/benchmarks/bench_batching.md), so a model shown to be fast runs on the loop, which then waits for it (and so
+do `/ping` and every other request) for about the budget (`concurrency.inline_budget_s`) at most. `InlineGate`
+judges what the model did, not what the machine did to it: its CPU time, less the garbage collections it happened to
+trigger (`GcClock`), and, on the loop, its waits for anything but a core (`RunQueueClock`). The rules users see:
+docs/spec.md, `Batching`.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ logger = logging.getLogger("serving.cluster")
 NAMESPACE = protocol.RAY_NAMESPACE
 METRICS_REPORT_INTERVAL_MS = 5000  # embedded Ray: how often replicas push their metrics to the node agent
 AUTH_MODE_ENV, TOKEN_ENV, TOKEN_PATH_ENV = "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"
-# What the embedded Ray starts with unless the environment already says otherwise (docs/performance.md):
+# What the embedded Ray starts with unless the environment already says otherwise (docs/benchmarks/bench_idle.md):
 EMBEDDED_RAY_ENVIRONMENT = {
     # Ray starts its workers (the gateway, every replica and so their container processes) this much nicer than
     # the process that starts it: 15 by default, so any ordinary process on the machine took their CPU first.
@@ -45,7 +45,7 @@ EMBEDDED_RAY_ENVIRONMENT = {
     "RAY_LOG_MONITOR_MANY_FILES_THRESHOLD": "0",
     "LOG_NAME_UPDATE_INTERVAL_S": "1",
     # (The Serve controller's 100 ms reconcile loop is left as it is: at 250 ms it used ~0.01 core less idle, but
-    # the fifteen-container example came up ~8% slower over three runs; see docs/performance.md.)
+    # the fifteen-container example came up ~8% slower over three runs; see docs/benchmarks/bench_idle.md.)
 }
 _ROOT_KV_KEY = b"serving-root-secret"  # only used by a cluster that runs without authentication
 

@@ -95,7 +95,8 @@ def model_threads(image: str, environment: Mapping[str, str], scripted: bool = F
     return max(1, min(MAX_THREADS, math.ceil(cpus)))
 
 
-DEFAULT_INLINE_BUDGET_MS = 5.0  # 3x a 0.5 ms pipeline's p99 CPU in this VM's slow phases (docs/performance.md)
+# 3x a 0.5 ms pipeline's p99 CPU in this VM's slow phases (docs/benchmarks/bench_invoke.md)
+DEFAULT_INLINE_BUDGET_MS = 5.0
 MAX_INLINE_BUDGET_MS = 50.0  # a longer stall of the event loop would delay /ping and other requests noticeably
 
 

@@ -1,11 +1,12 @@
 """`import tensorflow` without the Keras it imports eagerly, for containers whose model needs no Keras.
 
 TensorFlow's `__init__` ends by importing Keras' optimizers to register them, which loads the whole of Keras 3 and,
-through its wrappers, scikit-learn: a large share of a TensorFlow container process's start (docs/performance.md).
-A SavedModel loads and runs through `tf.saved_model` alone (an object whose registered class is missing is revived
-as a generic object; a serving signature never calls an optimizer). Keras still loads, whole, the moment anything
-imports it: a `.keras` model, a script's `tf.keras`. A `.keras` model alone in its process (no script, no other
-model) needs Keras but not its scikit-learn wrappers: `import_keras(without_sklearn=True)` leaves them out.
+through its wrappers, scikit-learn: a large share of a TensorFlow container process's start
+(docs/benchmarks/bench_idle.md). A SavedModel loads and runs through `tf.saved_model` alone (an object whose
+registered class is missing is revived as a generic object; a serving signature never calls an optimizer). Keras
+still loads, whole, the moment anything imports it: a `.keras` model, a script's `tf.keras`. A `.keras` model alone
+in its process (no script, no other model) needs Keras but not its scikit-learn wrappers:
+`import_keras(without_sklearn=True)` leaves them out.
 """
 
 from __future__ import annotations

@@ -139,7 +139,7 @@ def test_the_environment_is_the_containers_own(container, monkeypatch) -> None:
     names = attempt(container, "scratch")["environment"]
     assert "SERVING_CPUS" in names
     assert not [name for name in names if name.startswith(("RAY_", "AWS_")) or "TOKEN" in name], names
-    assert "OMP_WAIT_POLICY" in names  # OpenMP pools sleep instead of spinning (docs/performance.md)
+    assert "OMP_WAIT_POLICY" in names  # OpenMP pools sleep instead of spinning (docs/benchmarks/bench_batching.md)
 
 
 def test_a_model_that_fails_to_load_reports_why(tmp_path: Path) -> None:

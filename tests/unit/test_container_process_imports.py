@@ -2,7 +2,7 @@
 
 Each container process pays for its imports at start, fifteen times over in examples/fifteen.yaml; the HTTP
 limits' defaults used to come from `ServerSettings`, which loaded pydantic-settings (~0.13 CPU-seconds and
-~10 MiB per process) for six numbers (docs/performance.md, "Idle cost and start-up").
+~10 MiB per process) for six numbers (docs/benchmarks/bench_idle.md).
 """
 
 from __future__ import annotations

@@ -476,7 +476,7 @@ def test_gpu_share_without_cuda_falls_back_to_cpu(hetero_models: Path, caplog: p
 ])
 def test_onnx_provider_choice(gpus: str, available: list[str], chosen: list[str]) -> None:
     # A stand-in for onnxruntime's provider list: no onnxruntime build with CUDA can be installed here
-    # (CUDA itself ran on a GPU machine: loadtests/bench_gpu.py, docs/performance.md).
+    # (CUDA itself ran on a GPU machine: python -m loadtests.bench_gpu, docs/benchmarks/bench_gpu.md).
     class FakeOrt:
         @staticmethod
         def get_available_providers() -> list[str]:
