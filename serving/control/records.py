@@ -136,4 +136,5 @@ class Snapshot(TypedDict):
     registered: dict[tuple[str, str, str], int]  # (endpoint, container, version) -> live replicas
     statuses: dict[str, AppStatus]  # by Serve application name
     refused: int  # calls refused for want of the control plane's token
+    awaited: list[str]  # endpoints a server was started with, not deployed yet (`Registry.expect`)
     scaling: dict[str, ScalingRecord]

@@ -158,6 +158,12 @@ class StatusBoard:
         # API endpoint that has one but is not among them is a standby (an update's new generation coming up, or
         # one that failed and is rolled back) and does not make GET /ping unhealthy: traffic never reaches it.
         self.fronted: dict[str, frozenset[str]] = {}
+        # Readiness means routable (issue 43): endpoints this gateway must serve before /ping answers 200 that it
+        # has not seen in a snapshot yet: the registry's awaited ones (`serving up`'s specs, not deployed yet) and
+        # the ones a restarted control-plane API put back; and why the gateway itself is not ready (`starting`).
+        self.awaited: list[str] = []
+        self.expected: set[str] = set()
+        self.starting: str | None = None
 
     def refresh(self, statuses: Mapping[str, AppStatus], registered: Mapping[tuple[str, str, str], int]) -> None:
         """Rebuild descriptions from the registry's latest statuses and registered replicas."""
@@ -165,13 +171,15 @@ class StatusBoard:
             name: describe(record, statuses, registered, in_service=record.in_service)
             for name, record in list(self.records.items())
         }
+        self.expected -= set(self.records)  # seen once: from here on its description says whether it routes
         self.loaded = True
 
     def unroutable(self) -> list[str]:
         """Why the gateway cannot route every known endpoint now (empty when it can)."""
         if not self.loaded:
             return ["the gateway has not read the registry yet"]
-        reasons = []
+        reasons = [self.starting] if self.starting else []
+        reasons += [f"endpoint {name} is not deployed yet" for name in sorted(set(self.awaited) | self.expected)]
         for name, description in sorted(self.descriptions.items()):
             if self._standby(name):
                 continue

@@ -61,6 +61,7 @@ class GatewayState:
             if scaling is not None:
                 record.scaling, record.scaling_activities = scaling["containers"], scaling["activities"]
         self.board.records = records
+        self.board.awaited = snapshot["awaited"]
         self.board.refresh(snapshot["statuses"], snapshot["registered"])
         limits = {(name, host): limit for name, record in records.items() for host, limit in record.limits.items()}
         once = {(name, host) for name, record in records.items() for host in record.not_idempotent}

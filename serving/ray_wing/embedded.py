@@ -33,6 +33,7 @@ from serving.ray_wing.operations import (
     deploy_endpoint,
     describe_endpoints,
     disconnect,
+    expect_endpoints,
     shutdown,
 )
 from serving.ray_wing.registry import registry_handle
@@ -146,6 +147,8 @@ class EmbeddedServer:
             self._ray = "embedded"
         if self._after_ray_start is not None:
             self._after_ray_start()
+        # Before the gateway starts: its first 200 on /ping then means these endpoints route (issue 43).
+        expect_endpoints([spec.EndpointName for spec in self.specs])
         self.url = start_gateway(self.settings)
         self.settings = self.settings.model_copy(update={"port": int(self.url.rsplit(":", 1)[1])})
         for spec in self.specs:  # one call each: Serve starts their replicas a little apart
@@ -161,6 +164,8 @@ class EmbeddedServer:
                 if not self.keep_endpoints:
                     for name in self._deployed:  # leave the rest of the cluster's Serve applications alone
                         delete_endpoint(name)
+                # Expected but never deployed (a failed start): no gateway waits for them any longer.
+                expect_endpoints([s.EndpointName for s in self.specs if s.EndpointName not in self._deployed], False)
             finally:
                 disconnect()
 

@@ -64,6 +64,7 @@ class Gateway:
         )
         self.router = Router(self.settings, self.transport)
         self.board = StatusBoard()
+        self.board.starting = "the control-plane API has not restored its stored endpoints yet"
         self.state = GatewayState(self.settings, self.router.invocations, self.transport, self.board)
         self.metrics = MetricsRoute(
             [
@@ -140,6 +141,8 @@ class Gateway:
                 if not restored and self.router.invocations.loaded:  # the registry's table is read
                     await asyncio.to_thread(self.api.restore)
                     restored = True
+                    self.board.expected = await asyncio.to_thread(self.api.served_names)
+                    self.board.starting = None
                 if restored:
                     await asyncio.to_thread(self.api.tick)
             except Exception:

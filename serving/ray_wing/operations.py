@@ -58,6 +58,13 @@ def deploy_endpoint(spec: EndpointSpec, settings: ServerSettings) -> int:
     return generation
 
 
+def expect_endpoints(names: list[str], expected: bool = True) -> None:
+    """Tell the registry these endpoints are about to be deployed: no gateway answers /ping with 200 until they
+    route (or are deleted). `expected=False`: they will not be after all."""
+    if names and not ray.get(registry_handle().expect.remote(control_token(), names, expected), timeout=30):
+        raise RuntimeError("the registry refused the endpoints: this process does not hold the cluster's token")
+
+
 def delete_endpoint(name: str, timeout: float = 60.0, wait: bool = True) -> bool:
     """Stop routing to the endpoint and (`wait`) wait, bounded, until its applications are gone; False if it was
     unknown."""

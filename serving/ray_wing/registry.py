@@ -60,7 +60,7 @@ QUIET_POLLS = 5  # unchanged reads in a row before the idle period applies
 SNAPSHOT_MAX_WAIT_S = 30.0  # the longest a snapshot call waits for a change (the gateway's long poll)
 
 
-_KV_ENDPOINT, _KV_REPLICA, _KV_SCALING = b"endpoint/", b"replica/", b"scaling/"
+_KV_ENDPOINT, _KV_REPLICA, _KV_SCALING, _KV_AWAITED = b"endpoint/", b"replica/", b"scaling/", b"awaited/"
 
 
 class _Store:
@@ -113,6 +113,8 @@ class Registry:
         self.statuses: dict[str, AppStatus] = {}  # Serve application statuses (control.StatusBoard reads)
         # Autoscaled containers: endpoint -> {"containers": {hostname: state}, "activities": [newest first]}
         self.scaling: dict[str, ScalingRecord] = {}
+        # Endpoints a server was started with and has not deployed yet: no gateway is ready while one is missing.
+        self.awaited: set[str] = set()
         self.refused = 0
         self.root_secret = cluster_secret()
         self._control = keys.control_token(self.root_secret)
@@ -133,6 +135,7 @@ class Registry:
         for url, key in self._store.load(_KV_REPLICA).items():
             self.replicas[url], self.seen[url] = tuple(key), now  # heartbeats confirm them, or they expire
         self.scaling = self._store.load(_KV_SCALING)
+        self.awaited = set(self._store.load(_KV_AWAITED))
         if self.states:
             logger.info("registry restored %d endpoints and %d replicas", len(self.states), len(self.replicas))
 
@@ -215,6 +218,26 @@ class Registry:
             self._bump()
         return True
 
+    def expect(self, token: str, names: list[str], expected: bool = True) -> bool:
+        """Endpoints about to be deployed (`serving up`'s specs): every gateway's /ping answers 503 until they are
+        put, or deleted, so that the first 200 means they route. `expected=False` withdraws (a failed start)."""
+        if not self._allowed(token, f"expect({', '.join(names)})"):
+            return False
+        with self._lock:
+            for name in names:
+                if not expected:
+                    self._arrived(name)
+                elif name not in self.states:
+                    self.awaited.add(name)
+                    self._store.put(_KV_AWAITED, name, True)
+            self._bump()
+        return True
+
+    def _arrived(self, name: str) -> None:
+        if name in self.awaited:
+            self.awaited.discard(name)
+            self._store.delete(_KV_AWAITED, name)
+
     def put_endpoint(self, token: str, record: RegistryRecord) -> int | bool:
         """Make `record` the endpoint's desired state: created, or updated blue/green (same record: no-op).
 
@@ -224,6 +247,7 @@ class Registry:
         if not self._allowed(token, f"put_endpoint({name})"):
             return False
         with self._lock:
+            self._arrived(name)
             state = self.states.get(name)
             if state is not None and state.desired == record and state.update.get("Status") != "Failed":
                 return state.update.get("Generation", 1)
@@ -248,6 +272,7 @@ class Registry:
         if not self._allowed(token, f"delete_endpoint({name})"):
             return False
         with self._lock:
+            self._arrived(name)
             self.states.pop(name, None)
             self.scaling.pop(name, None)
             self._store.delete(_KV_ENDPOINT, name)
@@ -341,6 +366,7 @@ class Registry:
                 "registered": dict(registered),
                 "statuses": self.statuses,
                 "refused": self.refused,
+                "awaited": sorted(self.awaited),
                 "scaling": {
                     name: ScalingRecord(containers=dict(s["containers"]), activities=list(s["activities"]))
                     for name, s in self.scaling.items()

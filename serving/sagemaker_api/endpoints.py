@@ -336,6 +336,15 @@ class EndpointApi(SageMakerApi):
                 keep.append(retired)
         document["retired"] = keep
 
+    def served_names(self) -> set[str]:
+        """The served endpoint of every variant the stored endpoints route to or are bringing up."""
+        with self.lock:
+            return {
+                variant["Served"]
+                for document in self.state.all("endpoint")
+                for variant in [*document["variants"], *((document.get("pending") or {}).get("variants") or [])]
+            }
+
     def restore(self) -> None:
         """Bring back every stored endpoint (a restarted server): re-apply what served and what was coming up."""
         with self.lock:

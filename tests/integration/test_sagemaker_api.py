@@ -55,7 +55,9 @@ def _free_port() -> int:
 class Served:
     """One `serving` process on a port: started, waited for, stopped by its PID."""
 
-    def __init__(self, arguments: list[str], port: int, folder: Path, log: Path) -> None:
+    def __init__(self, arguments: list[str], port: int, folder: Path, log: Path, *, ready_by_ping: bool = False) -> None:
+        """`ready_by_ping`: started once GET /ping first answers 200, polled as a load balancer would (else once
+        the console says so)."""
         self.url = f"http://127.0.0.1:{port}"
         self.log = log
         environment = {**os.environ, "SERVING_STATE_DIR": str(folder)}
@@ -66,9 +68,17 @@ class Served:
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             assert self.process.poll() is None, f"serving exited: {log.read_text()[-3000:]}"
-            if "Serving. Press Ctrl-C" in log.read_text():
+            if ready_by_ping:
+                try:
+                    if httpx.get(f"{self.url}/ping", timeout=5).status_code == 200:
+                        return
+                except httpx.TransportError:
+                    pass  # not listening yet
+                time.sleep(0.05)
+            elif "Serving. Press Ctrl-C" in log.read_text():
                 return
-            time.sleep(1)
+            else:
+                time.sleep(1)
         self.stop()
         raise AssertionError(f"serving did not start within {START_TIMEOUT_S} s: {log.read_text()[-3000:]}")
 
@@ -119,15 +129,19 @@ def test_endpoints_configs_and_policies_survive_a_restart(tmp_path, handler_mode
     assert first.process.returncode == 0, first.log.read_text()[-3000:]
     assert oct(state.stat().st_mode & 0o777) == "0o600"
 
-    # Started again on the same state, this time by `serving up` with a spec of its own beside it.
-    second = Served(["up", str(spec), *flags], port, tmp_path, tmp_path / "second.log")
+    # Started again on the same state, this time by `serving up` with a spec of its own beside it, and taken into
+    # service the way a load balancer or a Kubernetes readiness probe does: at the first 200 from GET /ping.
+    # Issue 43: /ping answered 200 before the spec's endpoint was deployed and before the API had restored its
+    # own, and the first calls got "not found".
+    second = Served(["up", str(spec), *flags], port, tmp_path, tmp_path / "second.log", ready_by_ping=True)
     try:
         sm, autoscaling = second.clients()
+        for name in ("kept", "from-spec"):
+            answer = httpx.post(f"{second.url}/endpoints/{name}/invocations", content=b'{"back": true}',
+                                headers={"Content-Type": "application/json"}, timeout=30)
+            assert answer.status_code == 200, f"{name}, right after the first 200 from /ping: {answer.text}"
+            assert json.loads(json.loads(answer.content)["body"]) == {"back": True}
         sm.get_waiter("endpoint_in_service").wait(EndpointName="kept", WaiterConfig=WAIT)
-        answer = httpx.post(f"{second.url}/endpoints/kept/invocations", content=b'{"back": true}',
-                            headers={"Content-Type": "application/json"}, timeout=30)
-        assert answer.status_code == 200, answer.text
-        assert json.loads(json.loads(answer.content)["body"]) == {"back": True}
         assert [m["ModelName"] for m in sm.list_models()["Models"]] == ["kept"]
         assert sm.describe_endpoint_config(EndpointConfigName="kept")["ProductionVariants"][0]["ModelName"] == "kept"
         policies = autoscaling.describe_scaling_policies(ServiceNamespace="sagemaker", ResourceId=resource)
