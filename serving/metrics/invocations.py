@@ -1,7 +1,7 @@
 """The router's metrics: what the gateway process measures of each invocation.
 
 DESIGN.md's metrics, router side (the replica side is `replica_metrics`; both appear merged on
-`GET /metrics`, see `metrics_exposition`). They live in this module's own registry rather than
+`GET /metrics`, see `metrics.exposition`). They live in this module's own registry rather than
 prometheus_client's global one, so nothing else in the process (Ray registers its own) collides.
 Counters are exact and immediate: one gateway process sees every request.
 """

@@ -1,12 +1,5 @@
 """The Ray wing: everything that imports `ray`, and nothing else does (tests/unit/test_layout.py checks).
 
-`cluster` starts the embedded Ray or joins a cluster and derives the root secret; `registry` is the
-control plane's actor (state in GCS, reconcile loop); `replica` supervises one model-server process per
-Serve replica; `gateway` runs the endpoint HTTP server as a Serve replica; `serve_status` reads Serve's
-statuses; `autoscaler` is the policy Serve's controller calls; `replica_metrics` records through Ray's
-metrics API; `operations` is what the CLI and tests call (deploy, delete, describe, shut down);
-`embedded` is the one embedded server, as a context manager.
-
 Modules: `cluster` (start or join Ray), `names` (Ray names the wing shares), `registry` (the routing table's actor),
 `replica` (a container replica), `gateway` (the gateway replica), `serve_status`, `autoscaler`, `replica_metrics`,
 `operations` (deploy, delete, describe), `embedded` (the one embedded server), `training` and `train_session`

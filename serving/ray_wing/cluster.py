@@ -45,7 +45,7 @@ EMBEDDED_RAY_ENVIRONMENT = {
     "RAY_LOG_MONITOR_MANY_FILES_THRESHOLD": "0",
     "LOG_NAME_UPDATE_INTERVAL_S": "1",
     # (The Serve controller's 100 ms reconcile loop is left as it is: at 250 ms it used ~0.01 core less idle, but
-    # the fifteen-container example came up ~8% slower over three runs; see docs/benchmarks/bench_idle.md.)
+    # the fifteen-container example came up slower; docs/benchmarks/bench_idle.md.)
 }
 _ROOT_KV_KEY = b"serving-root-secret"  # only used by a cluster that runs without authentication
 

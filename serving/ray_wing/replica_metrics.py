@@ -1,11 +1,9 @@
 """A container replica's metrics, exported through Ray's metrics machinery.
 
-Recorded with `ray.util.metrics` in the replica's supervisor (events of its container process are
-replayed here, see `replica_events`), pushed by Ray to the metrics agent of
-the replica's node (every `metrics_report_interval_ms`, 10 s unless the cluster sets it), and read
-from every node by the gateway's `GET /metrics` (`metrics_exposition`). So a replica on any node of
-a cluster shows up in one scrape, with no port of its own to discover. Recording costs a few
-microseconds. Data plane: runs in the replica, next to `container` and `multimodel`.
+Recorded with `ray.util.metrics` in the replica's supervisor (its container process's events are replayed
+here), pushed by Ray to the metrics agent of the replica's node (every `metrics_report_interval_ms`: Ray's
+default, or `cluster.METRICS_REPORT_INTERVAL_MS` on the embedded Ray), and read from every node by the gateway's
+`GET /metrics` (`metrics.exposition`): a replica on any node shows up in one scrape, with no port to discover.
 """
 
 from __future__ import annotations
@@ -30,14 +28,14 @@ BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 _REPLICA = ("endpoint", "container", "replica")
 _MODEL = _REPLICA + ("model",)
-EXACT_SUM_SUFFIX = "_exact_sum"  # metrics_exposition puts these in place of Ray's histogram sums
+EXACT_SUM_SUFFIX = "_exact_sum"  # metrics.exposition puts these in place of Ray's histogram sums
 
 
 class _Timing:
     """A histogram (latency buckets unless given) with an exact sum.
 
     Ray (2.60) exports a histogram's `_sum` as count x bucket midpoint, which can be off by half a
-    bucket; a counter next to it carries the true sum, swapped in by `metrics_exposition`.
+    bucket; a counter next to it carries the true sum, swapped in by `metrics.exposition`.
     """
 
     def __init__(self, name: str, description: str, boundaries: tuple[float, ...] = LATENCY_BUCKETS) -> None:
