@@ -35,6 +35,7 @@ class Replica:
     """One replica's data port and the requests now in flight to it."""
 
     url: str
+    local: bool = False  # on the gateway's own node: preferred while it has capacity
     in_flight: int = 0
     invocations_url: str = field(init=False)
     address: tuple[str, int] = field(init=False)  # (host, port) for the hop client
@@ -76,6 +77,10 @@ def _with_defaults(headers: Mapping[str, str]) -> dict[str, str]:
 # unless that replica has this many more requests in flight than the least busy one: then a
 # second replica loads the model too, so a hot model spreads instead of queueing on one.
 SPILL_IN_FLIGHT = 2
+# A replica on the gateway's own node (a Unix socket, no network) is preferred while it carries at most this many
+# more requests in flight than the least busy replica elsewhere; past that the hop leaves the node. So a node that
+# receives all the traffic still spreads it over every node's replicas, by least outstanding requests.
+LOCAL_SLACK = 2
 MAX_HOMES = 100_000  # remembered (container, model) -> replica pairs, least recently used dropped
 
 
@@ -83,12 +88,18 @@ class ContainerTransport:
     """Sends invocations to the least-busy replica of a container (to a model's home for MultiModel)."""
 
     def __init__(
-        self, default_limit: int, hop_key: Callable[[str, str], bytes] | None = None, unix_sockets: bool = False
+        self,
+        default_limit: int,
+        hop_key: Callable[[str, str], bytes] | None = None,
+        unix_sockets: bool = False,
+        local_hosts: frozenset[str] = frozenset(),
     ) -> None:
         """`hop_key(endpoint, container)`: the key each hop to that container is signed with (`trust.hops`);
         None sends unsigned hops (tests of containers that verify nothing). `unix_sockets`: plain hops to a
-        replica on this machine go through its data port's Unix socket (`http.local_socket`)."""
+        replica on this machine go through its data port's Unix socket (`http.local_socket`). `local_hosts`: the
+        addresses of this node, whose replicas are preferred (LOCAL_SLACK)."""
         self._hop_key = hop_key
+        self._local_hosts = local_hosts
         self._homes: OrderedDict[tuple[str, str, str], str] = OrderedDict()
         self._replicas: dict[tuple[str, str], list[Replica]] = {}
         self._limits: dict[tuple[str, str], int] = {}
@@ -124,9 +135,14 @@ class ContainerTransport:
             self._no_retry = set(not_idempotent)
         current = {(key, r.url): r for key, replicas in self._replicas.items() for r in replicas}
         self._replicas = {
-            key: [current.get((key, url)) or Replica(url) for url in sorted(urls)] for key, urls in table.items()
+            key: [current.get((key, url)) or self._replica(url) for url in sorted(urls)] for key, urls in table.items()
         }
         self._client.keep_only({replica.address for replicas in self._replicas.values() for replica in replicas})
+
+    def _replica(self, url: str) -> Replica:
+        replica = Replica(url)
+        replica.local = replica.address[0] in self._local_hosts
+        return replica
 
     def take_dropped(self) -> list[str]:
         """URLs dropped since the last call (to tell the registry)."""
@@ -146,6 +162,12 @@ class ContainerTransport:
             for replica in replicas:
                 if replica.url == home and replica.in_flight <= least.in_flight + SPILL_IN_FLIGHT:
                     return replica
+        if not least.local and self._local_hosts:
+            local = [replica for replica in ordered if replica.local]
+            if local:
+                nearest = min(local, key=lambda replica: replica.in_flight)
+                if nearest.in_flight <= least.in_flight + LOCAL_SLACK:
+                    return nearest
         return least
 
     def home_of(self, endpoint: str, container: str, model: str) -> str | None:

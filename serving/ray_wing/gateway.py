@@ -60,7 +60,10 @@ class Gateway:
             return key
 
         self.transport = ContainerTransport(
-            default_limit=DEFAULT_MAX_CONCURRENCY, hop_key=hop_key, unix_sockets=self.settings.hop_unix_socket
+            default_limit=DEFAULT_MAX_CONCURRENCY,
+            hop_key=hop_key,
+            unix_sockets=self.settings.hop_unix_socket,
+            local_hosts=frozenset({ray.util.get_node_ip_address(), "127.0.0.1", "localhost"}),
         )
         self.router = Router(self.settings, self.transport)
         self.board = StatusBoard()
