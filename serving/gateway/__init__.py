@@ -6,6 +6,6 @@ response stream (`streaming`), and the control routes. Runs in the gateway repli
 Modules: `router` (the HTTP edge), `invocation` (InvokeEndpoint's steps), `variants` (which production variant
 runs), `transport` and `hop_client` (hops to replica data ports), `failures` (what a caller is told of a container's
 failure), `state` (a registry snapshot in, the request path's tables out), `async_invocations`
-(InvokeEndpointAsync), `streaming` (a response stream relayed), `control_routes` (`serving apply` / `delete` over
+(InvokeEndpointAsync) and `async_jobs` (its jobs and their journal), `streaming` (a response stream relayed), `control_routes` (`serving apply` / `delete` over
 HTTP).
 """

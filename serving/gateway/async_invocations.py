@@ -8,7 +8,9 @@ will be. The job then waits in the endpoint's bounded queue, at most MaxConcurre
 them run at once through the same pipeline (`Invocations.run`), and the last container's answer is written
 to `<S3OutputPath>/<InferenceId>.out`, or the failure to `<S3FailurePath>/<InferenceId>-error.out`.
 
-Jobs live in the gateway's memory: a gateway that restarts loses those not finished (docs/reliability.md).
+Each admitted job is recorded in a `Journal` (Ray's key-value store, `ray_wing.async_journal`) before the 202 and
+forgotten once its answer or failure is written, so a gateway that is killed loses none: another one takes over
+the jobs of a gateway gone silent and finishes each once (docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
@@ -39,6 +40,7 @@ from serving.errors import (
     ValidationError,
     wire_error,
 )
+from serving.gateway.async_jobs import Job, Journal, Lane, job_from_entry
 from serving.gateway.invocation import Admission, InvocationRequest, Invocations
 from serving.http.responses import error_response
 from serving.metrics.invocations import InvocationTrace, record_client_abort, record_invocation
@@ -54,33 +56,6 @@ _EXTENSION = re.compile(r"^(?!s3:|https:)[a-zA-Z0-9!_.*'()/-]{1,512}$")
 _FILENAME = re.compile(r"^(?!.*\..*\.)[a-zA-Z0-9][a-zA-Z0-9_.-]{0,31}$")
 
 
-@dataclass
-class _Job:
-    """One admitted InvokeEndpointAsync request, waiting or running."""
-
-    admission: Admission
-    config: AsyncInferenceConfig
-    inference_id: str
-    source: S3Location | None  # None: the input came inline, in `body`
-    body: bytes | None
-    headers: dict[str, str]  # what the pipeline forwards, under the names InvokeEndpoint uses
-    output: S3Location
-    failure: S3Location
-    admitted: float  # monotonic time of its admission
-    ttl: int  # RequestTTLSeconds: a job that waited longer is failed, not run
-    timeout: float  # InvocationTimeoutSeconds
-
-
-@dataclass
-class _Lane:
-    """One endpoint's queue: jobs admitted, and how many may run at once."""
-
-    slots: asyncio.Semaphore
-    concurrency: int
-    admitted: int = 0  # waiting plus running
-    tasks: set[asyncio.Task] = field(default_factory=set)
-
-
 class AsyncInvocations:
     """Serves `POST /endpoints/{name}/async-invocations` over the invocation pipeline."""
 
@@ -91,11 +66,15 @@ class AsyncInvocations:
         head: Callable[[Request], RawRequest],
         client: Callable[[str | None], Any] = s3_client,
         clock: Callable[[], float] = time.monotonic,
+        journal: Journal | None = None,
     ) -> None:
+        """`journal`: where admitted jobs outlive this gateway; None keeps them in memory only (a killed gateway
+        loses them)."""
         self.settings, self.invocations, self.head, self.clock = settings, invocations, head, clock
+        self.journal = journal
         self._client_factory = client
         self._clients: dict[str | None, Any] = {}  # one S3 client per store URL; boto3 clients are thread-safe
-        self.lanes: dict[str, _Lane] = {}
+        self.lanes: dict[str, Lane] = {}
 
     def routes(self) -> list[Route]:
         return [Route(protocol.ASYNC_INVOCATIONS_PATH, self.invoke_async, methods=["POST"])]
@@ -110,7 +89,13 @@ class AsyncInvocations:
             admission = await self.invocations.admit(invocation, trace, action=ACTION_INVOKE_ASYNC)
             body = await self.invocations.body_of(invocation, admission, trace)
             job = self._job(admission, request.headers, body)
-            self._enqueue(job)
+            lane = self._reserve(job)
+            try:
+                await self._record(job)
+            except BaseException:
+                lane.admitted -= 1
+                raise
+            self._enqueue(lane, job)
         except ClientDisconnect:
             record_client_abort(trace)
             return Response(status_code=499)
@@ -131,7 +116,7 @@ class AsyncInvocations:
         )
 
     # --- admission -----------------------------------------------------------------------------------------
-    def _job(self, admission: Admission, headers: Mapping[str, str], body: bytes) -> _Job:
+    def _job(self, admission: Admission, headers: Mapping[str, str], body: bytes) -> Job:
         endpoint = admission.endpoint
         config = endpoint.async_inference
         if config is None:
@@ -161,7 +146,7 @@ class AsyncInvocations:
         timeout = _seconds(
             headers, protocol.INVOCATION_TIMEOUT, protocol.INVOCATION_TIMEOUT_RANGE, protocol.DEFAULT_INVOCATION_TIMEOUT
         )
-        return _Job(
+        return Job(
             admission,
             config,
             inference_id,
@@ -175,27 +160,50 @@ class AsyncInvocations:
             timeout=timeout,
         )
 
-    def _enqueue(self, job: _Job) -> None:
+    def _reserve(self, job: Job, bounded: bool = True) -> Lane:
+        """A place in the endpoint's queue, if it has room for one more job (else ThrottlingError)."""
         name = job.admission.endpoint.name
         concurrency = job.config.ClientConfig.MaxConcurrentInvocationsPerInstance
         lane = self.lanes.get(name)
         if lane is None or lane.concurrency != concurrency:  # new, or its config changed: new jobs, new bound
             # The set of tasks carries over, so that `close` still finds the jobs admitted under the old bound.
             tasks = lane.tasks if lane is not None else set()
-            lane = self.lanes[name] = _Lane(asyncio.Semaphore(concurrency), concurrency, tasks=tasks)
-        if lane.admitted >= concurrency + self.settings.async_max_queued:
+            lane = self.lanes[name] = Lane(asyncio.Semaphore(concurrency), concurrency, tasks=tasks)
+        if bounded and lane.admitted >= concurrency + self.settings.async_max_queued:
             raise ThrottlingError(
                 f"endpoint {name} already holds {lane.admitted} InvokeEndpointAsync requests, as many as it queues "
                 f"({self.settings.async_max_queued} waiting, SERVING_ASYNC_MAX_QUEUED, plus {concurrency} running); "
                 "retry later"
             )
         lane.admitted += 1
+        return lane
+
+    async def _record(self, job: Job) -> None:
+        if self.journal is None:
+            return
+        try:
+            await asyncio.to_thread(self.journal.record, job.key, job.entry())
+        except Exception as error:
+            logger.error("async invocation %s could not be recorded: %s", job.inference_id, error)
+            raise ServiceUnavailableError(
+                "the request could not be recorded durably, so it was not accepted; retry shortly"
+            ) from None
+
+    async def _forget(self, job: Job) -> None:
+        if self.journal is None:
+            return
+        try:
+            await asyncio.to_thread(self.journal.remove, job.key)
+        except Exception as error:  # it stays recorded: a gateway that takes it over finds its answer written
+            logger.error("async invocation %s could not be removed from the journal: %s", job.inference_id, error)
+
+    def _enqueue(self, lane: Lane, job: Job) -> None:
         task = asyncio.create_task(self._run(lane, job))
         lane.tasks.add(task)
         task.add_done_callback(lane.tasks.discard)
 
     # --- the job -------------------------------------------------------------------------------------------
-    async def _run(self, lane: _Lane, job: _Job) -> None:
+    async def _run(self, lane: Lane, job: Job) -> None:
         try:
             async with lane.slots:
                 await self._invoke(job)
@@ -204,11 +212,57 @@ class AsyncInvocations:
                 "the endpoint server stopped before this request finished; submit it again"
             )
             await self._write_failure(self._client(job.config.S3EndpointUrl), job, stopped)
+            await self._forget(job)
             raise
         except Exception:  # a bug of ours: logged; the caller finds neither object
             logger.exception("async invocation %s of endpoint %s failed", job.inference_id, job.admission.endpoint.name)
+        else:
+            await self._forget(job)
         finally:
             lane.admitted -= 1
+
+    # --- taking over a silent gateway's jobs -----------------------------------------------------------------
+    async def take_over(self) -> int:
+        """Run the jobs of gateways gone silent (call once the routing table is loaded); returns how many."""
+        if self.journal is None:
+            return 0
+        taken = 0
+        for entry in await asyncio.to_thread(self.journal.take_orphans):
+            try:
+                taken += await self._resume(entry)
+            except Exception:
+                logger.exception("async invocation %s could not be taken over", entry.get("inference_id"))
+        return taken
+
+    async def _resume(self, entry: dict[str, Any]) -> int:
+        output, failure = S3Location(*entry["output"]), S3Location(*entry["failure"])
+        client = self._client(entry["s3_endpoint_url"])
+        if await self._written_since(client, output, entry["admitted_at"]) or await self._written_since(
+            client, failure, entry["admitted_at"]
+        ):
+            await asyncio.to_thread(self.journal.remove, entry["key"])  # type: ignore[union-attr]
+            return 0  # its gateway wrote the answer, then died before forgetting it: finished once already
+        route = self.invocations.endpoints.get(entry["endpoint"])
+        config = route.async_inference if route is not None else None
+        if route is None or config is None:
+            gone = f"endpoint {entry['endpoint']} was deleted or lost its AsyncInferenceConfig before this request ran"
+            _, _, body = wire_error(ServiceUnavailableError(gone + "; submit it again"))
+            await self._put(client, failure, body, protocol.JSON)
+            await asyncio.to_thread(self.journal.remove, entry["key"])  # type: ignore[union-attr]
+            return 0
+        job = job_from_entry(entry, route, config, self.clock())
+        self._enqueue(self._reserve(job, bounded=False), job)  # admitted once already: beyond the bound if need be
+        logger.info("async invocation %s of endpoint %s taken over from a silent gateway", job.inference_id, route.name)
+        return 1
+
+    async def _written_since(self, client: Any, place: S3Location, since: float) -> bool:
+        from botocore.exceptions import ClientError
+
+        try:
+            head = await asyncio.to_thread(client.head_object, Bucket=place.bucket, Key=place.key)
+        except ClientError:
+            return False
+        return head["LastModified"].timestamp() >= since - 1.0  # S3's times are whole seconds
 
     async def close(self, grace_s: float = 10.0) -> None:
         """Stop every unfinished request, writing its failure object, rather than lose it without a trace
@@ -219,7 +273,7 @@ class AsyncInvocations:
         if tasks:
             await asyncio.wait(tasks, timeout=grace_s)
 
-    async def _invoke(self, job: _Job) -> None:
+    async def _invoke(self, job: Job) -> None:
         admission = job.admission
         endpoint = admission.endpoint
         trace = InvocationTrace(endpoint=endpoint.name, mode=endpoint.mode, chain=admission.chain)
@@ -266,7 +320,7 @@ class AsyncInvocations:
             lambda: client.put_object(Bucket=place.bucket, Key=place.key, Body=body, ContentType=content_type),
         )
 
-    async def _write_failure(self, client: Any, job: _Job, error: ServingError) -> None:
+    async def _write_failure(self, client: Any, job: Job, error: ServingError) -> None:
         """The failure object: the error document InvokeEndpoint would have answered with (a container's own
         answer is in it, as OriginalStatusCode and OriginalMessage)."""
         _, _, body = wire_error(error)

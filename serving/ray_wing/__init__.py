@@ -1,7 +1,7 @@
 """The Ray wing: everything that imports `ray`, and nothing else does (tests/unit/test_layout.py checks).
 
 Modules: `cluster` (start or join Ray), `names` (Ray names the wing shares), `registry` (the routing table's actor),
-`replica` (a container replica), `gateway` (the gateway replica), `serve_status`, `autoscaler`, `replica_metrics`,
+`replica` (a container replica), `gateway` (the gateway replica), `async_journal` (its async requests, durable), `serve_status`, `autoscaler`, `replica_metrics`,
 `operations` (deploy, delete, describe), `embedded` (the one embedded server), `training` and `train_session`
 (`serving train`'s driver and worker sides).
 """

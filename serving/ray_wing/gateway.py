@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import uuid
 from typing import Any
 
 import ray
@@ -26,6 +27,7 @@ from serving.metrics.invocations import (
     DesiredReplicasCollector,
     ReplicaCountCollector,
 )
+from serving.ray_wing.async_journal import HEARTBEAT_S, GcsJournal
 from serving.ray_wing.names import GATEWAY_APP, ON_HEAD
 from serving.ray_wing.operations import (
     control_token,
@@ -66,6 +68,9 @@ class Gateway:
             local_hosts=frozenset({ray.util.get_node_ip_address(), "127.0.0.1", "localhost"}),
         )
         self.router = Router(self.settings, self.transport)
+        self.journal = GcsJournal(owner=uuid.uuid4().hex)  # this gateway process's unfinished async requests
+        self.journal.beat()
+        self.router.async_invocations.journal = self.journal
         self.board = StatusBoard()
         self.board.starting = "the control-plane API has not restored its stored endpoints yet"
         self.state = GatewayState(self.settings, self.router.invocations, self.transport, self.board)
@@ -105,11 +110,13 @@ class Gateway:
                 self.task = asyncio.create_task(gateway._poll_registry())
                 self.api_task = asyncio.create_task(gateway._advance_api())
                 self.drop_task = asyncio.create_task(gateway._drop_unreachable())
+                self.journal_task = asyncio.create_task(gateway._keep_journal())
 
             async def __aexit__(self, *exc):
                 self.task.cancel()
                 self.api_task.cancel()
                 self.drop_task.cancel()
+                self.journal_task.cancel()
                 await gateway.router.async_invocations.close()  # unfinished async requests: failure objects
                 await gateway.transport.close()
                 await gateway.metrics.close()
@@ -135,6 +142,18 @@ class Gateway:
             for url in self.transport.take_dropped():
                 self.registry.deregister.remote(url, token=self._control)
             await asyncio.sleep(DROP_CHECK_S)
+
+    async def _keep_journal(self) -> None:
+        """Say this gateway is alive, and take over the async requests of gateways gone silent (once the routing
+        table is read: a job needs its endpoint's route)."""
+        while True:
+            try:
+                await asyncio.to_thread(self.journal.beat)
+                if self.router.invocations.loaded:
+                    await self.router.async_invocations.take_over()
+            except Exception:
+                logger.exception("async journal step failed")
+            await asyncio.sleep(HEARTBEAT_S)
 
     async def _advance_api(self) -> None:
         """Bring back the API's stored endpoints, then complete its creates and updates as they progress."""

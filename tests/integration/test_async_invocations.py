@@ -8,11 +8,14 @@ answer is checked against what InvokeEndpoint returns for the same input, byte f
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 import uuid
 
 import boto3
 import botocore.exceptions
+import psutil
 import pytest
 from botocore.config import Config
 from server_fixtures import ASYNC_BUCKET
@@ -46,16 +49,16 @@ def _put_input(s3, body: bytes) -> str:
     return f"s3://{ASYNC_BUCKET}/{key}"
 
 
-def _object(s3, uri: str) -> bytes:
+def _object(s3, uri: str, timeout: float = WAIT_S) -> bytes:
     """The object at `uri` once it exists (bounded wait)."""
     bucket, _, key = uri.removeprefix("s3://").partition("/")
-    deadline = time.monotonic() + WAIT_S
+    deadline = time.monotonic() + timeout
     while True:
         try:
             return s3.get_object(Bucket=bucket, Key=key)["Body"].read()
         except s3.exceptions.NoSuchKey:
             if time.monotonic() > deadline:
-                raise AssertionError(f"{uri} was not written within {WAIT_S} s") from None
+                raise AssertionError(f"{uri} was not written within {timeout:.0f} s") from None
             time.sleep(0.1)
 
 
@@ -140,3 +143,37 @@ def test_describe_endpoint_shows_the_config(server):
     assert config["OutputConfig"]["S3OutputPath"] == f"s3://{ASYNC_BUCKET}/answers"
     assert config["ClientConfig"] == {"MaxConcurrentInvocationsPerInstance": 2}
     assert "AsyncInferenceConfig" not in server.describe("it-single")
+
+
+def _gateway(url: str) -> psutil.Process:
+    """The process listening on the gateway's port (this session's own gateway replica)."""
+    port = int(url.rsplit(":", 1)[1])
+    holders = {c.pid for c in psutil.net_connections("tcp")
+               if c.status == psutil.CONN_LISTEN and c.laddr.port == port and c.pid}
+    assert len(holders) == 1, holders
+    return psutil.Process(holders.pop())
+
+
+def test_requests_admitted_before_the_gateway_is_killed_are_finished_exactly_once(server, runtime, s3):
+    # Last on purpose (the gateway restarts). Issue 43: admitted (202) but unfinished requests lived only in the
+    # gateway's memory, and a killed gateway lost them without a trace. Now each is recorded in Ray's key-value
+    # store before the 202, and the gateway that takes over finishes it: one answer, written once.
+    s3.put_bucket_versioning(Bucket=ASYNC_BUCKET, VersioningConfiguration={"Status": "Enabled"})
+    run = uuid.uuid4().hex[:8]
+    admitted = []
+    for index in range(4):  # two run at once (MaxConcurrentInvocationsPerInstance), two wait in the queue
+        admitted.append(runtime.invoke_endpoint_async(
+            EndpointName="it-async", InputLocation=_put_input(s3, b"{}"), ContentType="application/json",
+            CustomAttributes="sleep=1.5", InferenceId=f"killed-{run}-{index}"))
+    gateway = _gateway(server.url)
+    assert gateway.pid != os.getpid()
+    gateway.send_signal(signal.SIGKILL)
+    deadline = time.monotonic() + 120  # the restart (seconds) and the takeover of a silent gateway's requests
+    for response in admitted:
+        answer = _object(s3, response["OutputLocation"], timeout=max(deadline - time.monotonic(), 1))
+        assert answer == b'{"slept":1.5}'
+        bucket, _, key = response["OutputLocation"].removeprefix("s3://").partition("/")
+        versions = s3.list_object_versions(Bucket=bucket, Prefix=key)["Versions"]
+        assert len([v for v in versions if v["Key"] == key]) == 1, versions
+        assert _absent(s3, response["FailureLocation"])
+    assert _gateway(server.url).pid != gateway.pid

@@ -49,6 +49,7 @@ class Pipeline:
 
     def __init__(self, route: EndpointRoute, fail: bool = False) -> None:
         self.route, self.fail = route, fail
+        self.endpoints = {route.name: route}  # the routing table a gateway that takes a job over reads
         self.release = threading.Event()
         self.actions: list[str | None] = []
         self.ran: list[tuple[bytes, dict]] = []
@@ -210,3 +211,68 @@ def test_a_stopping_gateway_fails_its_unfinished_requests_where_callers_look(s3)
         failure = json.loads(read(s3, f"failed/{inference_id}-error.out"))
         assert failure["__type"] == "ServiceUnavailable" and "submit it again" in failure["message"]
     assert pipeline.ran == []
+
+
+class MemoryJournal:
+    """The Journal protocol over a dict shared by 'gateways' (Ray's key-value store in production:
+    serving/ray_wing/async_journal.py, exercised by the gateway-kill test in tests/integration)."""
+
+    def __init__(self, store: dict, owner: str) -> None:
+        self.store, self.owner = store, owner
+
+    def record(self, key, entry):
+        self.store[key] = {**entry, "key": key, "owner": self.owner}
+
+    def remove(self, key):
+        self.store.pop(key, None)
+
+    def take_orphans(self):
+        taken = [dict(entry) for entry in self.store.values() if entry["owner"] != self.owner]
+        for entry in taken:
+            self.store[entry["key"]]["owner"] = self.owner
+        return taken
+
+
+def test_a_job_is_recorded_before_the_202_and_forgotten_once_answered(s3) -> None:
+    pipeline, store = Pipeline(route()), {}
+    client, handler = serve(pipeline, s3)
+    handler.journal = MemoryJournal(store, "first")
+    with client:
+        response = client.post("/endpoints/e/async-invocations", headers={
+            protocol.INPUT_LOCATION: "s3://jobs/in/x.json", protocol.INFERENCE_ID: "journaled"})
+        assert response.status_code == 202
+        [entry] = store.values()  # recorded before the answer: the job is still waiting for its release
+        assert entry["inference_id"] == "journaled" and entry["output"] == ["jobs", "out/journaled.out"]
+        pipeline.release.set()
+        assert read(s3, "out/journaled.out") == b"answer to [1, 2]"
+        deadline = time.monotonic() + WAIT_S
+        while store and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert store == {}
+
+
+def test_another_gateway_finishes_a_silent_gateways_job_once(s3) -> None:
+    # The first gateway admits a job and dies before running it (its task never runs here); the second takes it
+    # over from the journal and writes its answer. A job whose answer was written before its gateway died is
+    # only forgotten, not run again.
+    store = {}
+    silent = MemoryJournal(store, "dead")
+    first = Pipeline(route())
+    _, dead = serve(first, s3)
+    admission = Admission(first.route, first.route.containers, None, None)
+    job = dead._job(admission, {protocol.INPUT_LOCATION: "s3://jobs/in/x.json", protocol.INFERENCE_ID: "orphan"}, b"")
+    silent.record(job.key, job.entry())
+    done = dead._job(admission, {protocol.INPUT_LOCATION: "s3://jobs/in/x.json", protocol.INFERENCE_ID: "done"}, b"")
+    silent.record(done.key, done.entry())
+    s3.put_object(Bucket="jobs", Key="out/done.out", Body=b"written before the gateway died")
+
+    second = Pipeline(route())
+    second.release.set()
+    client, handler = serve(second, s3)
+    handler.journal = MemoryJournal(store, "alive")
+    with client:
+        taken = client.portal.call(handler.take_over)
+        assert taken == 1
+        assert read(s3, "out/orphan.out") == b"answer to [1, 2]"
+    assert read(s3, "out/done.out") == b"written before the gateway died"
+    assert len(second.ran) == 1
