@@ -19,6 +19,7 @@ from serving.ray_wing.cluster import (
     cluster_secret,
     stop_local_ray,
 )
+from serving.ray_wing.names import existing_registry
 from serving.ray_wing.registry import registry_handle
 from serving.ray_wing.serve_status import (
     ServeNotRunning,
@@ -84,10 +85,28 @@ def delete_endpoint(name: str, timeout: float = 60.0, wait: bool = True) -> bool
     return known
 
 
-def shutdown() -> None:
-    """Stop Serve and the embedded Ray (never used on a shared cluster)."""
+def shutdown(timeout: float = 30.0) -> None:
+    """Stop every endpoint and the gateway gracefully, then the embedded Ray (never used on a shared cluster).
+
+    Not `serve.shutdown()`: its controller kills itself while the driver's call to it is still open, and Ray prints
+    "Task ServeController.graceful_shutdown failed ... will be retried" on the console of every clean stop. Deleting
+    the applications does what it did for them (replicas drain, the gateway's lifespan ends), once the registry has
+    stopped reconciling (it would deploy them again); stopping Ray then ends the rest, no call to any of it open.
+    """
     try:
-        serve.shutdown()
+        try:
+            ray.get(existing_registry().stop_reconciling.remote(control_token()), timeout=30)
+        except ValueError:
+            pass  # never started
+        deadline = time.monotonic() + timeout
+        apps = list(serve_status())
+        for app in apps:
+            serve.delete(app, _blocking=False)
+        while apps and time.monotonic() < deadline:
+            time.sleep(0.2)
+            apps = list(serve_status())
+    except ServeNotRunning:
+        pass
     finally:
         stop_local_ray()
 

@@ -122,6 +122,7 @@ class Registry:
         self._changed = threading.Condition(self._lock)  # notified on every new version (snapshots wait on it)
         self._wake = threading.Event()  # a put or delete: read Serve's statuses now, not after the idle period
         self._deployed: set[str] = set()  # applications deployed by this process (their status may lag)
+        self._stopping = False  # the embedded server is stopping: deploy and delete nothing more
         self._store = _Store()
         self._restore()
         # Polled here, not in the gateway: the gateway's process serves requests and must not
@@ -154,7 +155,7 @@ class Registry:
                     if statuses != self.statuses:
                         self.statuses = statuses
                         self._bump()
-                acted = self._reconcile(statuses)
+                acted = False if self._stopping else self._reconcile(statuses)
                 busy = (
                     acted
                     or self.version != before
@@ -216,6 +217,13 @@ class Registry:
                 scaling["activities"] = [activity, *scaling["activities"]][:SCALING_ACTIVITIES_KEPT]
             self._store.put(_KV_SCALING, endpoint, scaling)
             self._bump()
+        return True
+
+    def stop_reconciling(self, token: str) -> bool:
+        """The embedded server is stopping and deletes every application itself: deploy nothing again."""
+        if not self._allowed(token, "stop_reconciling"):
+            return False
+        self._stopping = True
         return True
 
     def expect(self, token: str, names: list[str], expected: bool = True) -> bool:

@@ -40,5 +40,6 @@ def test_demo_trains_its_model_serves_the_endpoints_and_sample_calls_succeed():
     epochs = [line for line in output.splitlines() if line.startswith("[serving train] digits-cnn: epoch")]
     assert len(epochs) == len(set(epochs)), epochs
     for chatter in ("Reporting training result", "Checkpoint successfully created", "Connecting to existing Serve app",
-                    "State API may be temporarily unavailable", "SharedRouterLongPollClient"):
+                    "State API may be temporarily unavailable", "SharedRouterLongPollClient",
+                    "graceful_shutdown failed", "infinite retries remaining"):
         assert chatter not in console, chatter
