@@ -16,6 +16,7 @@ from typing import Any, Literal, TypedDict
 from serving.access.identities import AccessReference
 
 __all__ = [
+    "ApiRouting",
     "AppStatus",
     "ContainerPlan",
     "ContainerRow",
@@ -126,6 +127,14 @@ class EndpointSnapshot(TypedDict):
     desired_versions: dict[str, str]  # hostname -> the version being rolled out
 
 
+class ApiRouting(TypedDict):
+    """What the control-plane API publishes for every gateway: each API endpoint's variants, and the served
+    endpoints behind them (a gateway is not ready until it has seen each of those)."""
+
+    fronts: dict[str, list[tuple[str, str, float]]]  # endpoint -> (variant, served endpoint, weight)
+    served: list[str]
+
+
 class Snapshot(TypedDict):
     """Everything a gateway needs from the registry (`Registry.snapshot`), versioned for the long poll."""
 
@@ -137,4 +146,5 @@ class Snapshot(TypedDict):
     statuses: dict[str, AppStatus]  # by Serve application name
     refused: int  # calls refused for want of the control plane's token
     awaited: list[str]  # endpoints a server was started with, not deployed yet (`Registry.expect`)
+    api: ApiRouting | None  # None until the control-plane API has restored its endpoints and published
     scaling: dict[str, ScalingRecord]

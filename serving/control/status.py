@@ -12,7 +12,15 @@ from starlette.routing import Route
 
 from serving import protocol
 from serving.access.identities import AccessReference
-from serving.control.records import AppStatus, ContainerRow, DeploymentStatus, EndpointSnapshot, EndpointUpdate, Mode
+from serving.control.records import (
+    AppStatus,
+    ContainerRow,
+    DeploymentStatus,
+    EndpointSnapshot,
+    EndpointUpdate,
+    Mode,
+    Snapshot,
+)
 from serving.control.rollout import app_name, short_reason
 from serving.errors import ServiceUnavailableError, ValidationError
 from serving.http.responses import json_response
@@ -173,6 +181,24 @@ class StatusBoard:
         }
         self.expected -= set(self.records)  # seen once: from here on its description says whether it routes
         self.loaded = True
+
+    def read(self, snapshot: Snapshot) -> None:
+        """Take a registry snapshot in: records, their autoscaling, the awaited endpoints, descriptions."""
+        records = {name: EndpointRecord.from_snapshot(document) for name, document in snapshot["endpoints"].items()}
+        for name, record in records.items():
+            scaling = snapshot["scaling"].get(name)
+            if scaling is not None:
+                record.scaling, record.scaling_activities = scaling["containers"], scaling["activities"]
+        self.records = records
+        self.awaited = snapshot["awaited"]
+        api = snapshot["api"]
+        if api is None:
+            self.starting = "the control-plane API has not restored its stored endpoints yet"
+        else:
+            self.starting = None
+            self.expected = set(api["served"])
+            self.fronted = {public: frozenset(v[1] for v in variants) for public, variants in api["fronts"].items()}
+        self.refresh(snapshot["statuses"], snapshot["registered"])
 
     def unroutable(self) -> list[str]:
         """Why the gateway cannot route every known endpoint now (empty when it can)."""

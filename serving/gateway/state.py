@@ -19,6 +19,7 @@ from serving.control.records import Snapshot
 from serving.control.status import EndpointRecord, StatusBoard
 from serving.gateway.invocation import EndpointRoute, Invocations
 from serving.gateway.transport import ContainerTransport
+from serving.gateway.variants import Front, VariantRoute
 from serving.settings import ServerSettings
 
 logger = logging.getLogger("serving.gateway.state")
@@ -55,14 +56,13 @@ class GatewayState:
 
     def apply(self, snapshot: Snapshot) -> None:
         """Swap in the registry's view: descriptions, replica lists, access, the endpoint table."""
-        records = {name: EndpointRecord.from_snapshot(document) for name, document in snapshot["endpoints"].items()}
-        for name, record in records.items():
-            scaling = snapshot["scaling"].get(name)
-            if scaling is not None:
-                record.scaling, record.scaling_activities = scaling["containers"], scaling["activities"]
-        self.board.records = records
-        self.board.awaited = snapshot["awaited"]
-        self.board.refresh(snapshot["statuses"], snapshot["registered"])
+        self.board.read(snapshot)
+        records = self.board.records
+        api = snapshot["api"]
+        self.invocations.fronts = {
+            public: Front(public, tuple(VariantRoute(*variant) for variant in variants))
+            for public, variants in (api["fronts"] if api is not None else {}).items()
+        }
         limits = {(name, host): limit for name, record in records.items() for host, limit in record.limits.items()}
         once = {(name, host) for name, record in records.items() for host in record.not_idempotent}
         self.transport.update(snapshot["replicas"], limits, once)

@@ -1,9 +1,10 @@
 """The Ray wing: everything that imports `ray`, and nothing else does (tests/unit/test_layout.py checks).
 
-Modules: `cluster` (start or join Ray), `names` (Ray names the wing shares), `registry` (the routing table's actor),
-`replica` (a container replica), `gateway` (the gateway replica), `async_journal` (its async requests, durable), `serve_status`, `autoscaler`, `replica_metrics`,
-`operations` (deploy, delete, describe), `embedded` (the one embedded server), `training` and `train_session`
-(`serving train`'s driver and worker sides).
+Modules: `cluster` (start or join Ray), `names` (Ray names the wing shares), `registry` (the routing table's
+actor), `kv_store` (its state in GCS), `control_plane` (the SageMaker API's one place), `replica` (a container
+replica), `gateway` (the gateway replica), `async_journal` (its async requests, durable), `serve_status`,
+`autoscaler`, `replica_metrics`, `operations` (deploy, delete, describe), `embedded` (the one embedded server),
+`training` and `train_session` (`serving train`'s driver and worker sides).
 """
 
 from __future__ import annotations

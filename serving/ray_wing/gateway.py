@@ -15,6 +15,7 @@ from serving._gc import freeze_startup_objects
 from serving.access.decision import configure_audit_log
 from serving.config.spec import DEFAULT_MAX_CONCURRENCY
 from serving.control.status import StatusBoard
+from serving.errors import ServiceUnavailableError
 from serving.gateway.control_routes import ControlRoutes
 from serving.gateway.router import Router
 from serving.gateway.state import GatewayState
@@ -28,7 +29,8 @@ from serving.metrics.invocations import (
     ReplicaCountCollector,
 )
 from serving.ray_wing.async_journal import HEARTBEAT_S, GcsJournal
-from serving.ray_wing.names import GATEWAY_APP, ON_HEAD
+from serving.ray_wing.control_plane import start_control_plane
+from serving.ray_wing.names import CONTROL_APP, GATEWAY_APP, ON_HEAD
 from serving.ray_wing.operations import (
     control_token,
     delete_endpoint,
@@ -36,7 +38,8 @@ from serving.ray_wing.operations import (
     root_secret,
 )
 from serving.ray_wing.registry import registry_handle
-from serving.sagemaker_api.service import build_api
+from serving.sagemaker_api.routes import Answer
+from serving.sagemaker_api.service import api_routes
 from serving.settings import ServerSettings
 from serving.trust import keys
 
@@ -68,11 +71,12 @@ class Gateway:
             local_hosts=frozenset({ray.util.get_node_ip_address(), "127.0.0.1", "localhost"}),
         )
         self.router = Router(self.settings, self.transport)
+        self._control_plane: Any = None  # the control plane's handle, made on first use
         self.journal = GcsJournal(owner=uuid.uuid4().hex)  # this gateway process's unfinished async requests
         self.journal.beat()
         self.router.async_invocations.journal = self.journal
         self.board = StatusBoard()
-        self.board.starting = "the control-plane API has not restored its stored endpoints yet"
+        self.reader = f"gateway:{uuid.uuid4().hex}"  # how the registry knows what this gateway has applied
         self.state = GatewayState(self.settings, self.router.invocations, self.transport, self.board)
         self.metrics = MetricsRoute(
             [
@@ -88,9 +92,9 @@ class Gateway:
             delete=delete_endpoint,
             describe=lambda name: self.board.descriptions.get(name),
         )
-        self.api, api_routes = build_api(self.settings, _RayDeployer(self), self.router.invocations.preauth_budget)
+        api = api_routes(self.settings, self._dispatch_api, self.router.invocations.preauth_budget)
         app = serving_app(
-            self.board.routes() + control.routes() + self.router.routes() + self.metrics.routes() + api_routes,
+            self.board.routes() + control.routes() + self.router.routes() + self.metrics.routes() + api,
             lifespan=self._lifespan,
             hot=self.router.hot_route(),
         )
@@ -108,13 +112,11 @@ class Gateway:
             async def __aenter__(self):
                 await gateway.transport.start()
                 self.task = asyncio.create_task(gateway._poll_registry())
-                self.api_task = asyncio.create_task(gateway._advance_api())
                 self.drop_task = asyncio.create_task(gateway._drop_unreachable())
                 self.journal_task = asyncio.create_task(gateway._keep_journal())
 
             async def __aexit__(self, *exc):
                 self.task.cancel()
-                self.api_task.cancel()
                 self.drop_task.cancel()
                 self.journal_task.cancel()
                 await gateway.router.async_invocations.close()  # unfinished async requests: failure objects
@@ -129,7 +131,7 @@ class Gateway:
         while True:
             failed = False
             try:
-                call = self.registry.snapshot.remote(self.state.version, REGISTRY_WAIT_S, self.state.epoch)
+                call = self.registry.snapshot.remote(self.state.version, REGISTRY_WAIT_S, self.state.epoch, self.reader)
                 self.state.offer(await asyncio.wrap_future(call.future()))
             except Exception:
                 logger.exception("registry poll failed")
@@ -155,21 +157,17 @@ class Gateway:
                 logger.exception("async journal step failed")
             await asyncio.sleep(HEARTBEAT_S)
 
-    async def _advance_api(self) -> None:
-        """Bring back the API's stored endpoints, then complete its creates and updates as they progress."""
-        restored = False
-        while True:
-            try:
-                if not restored and self.router.invocations.loaded:  # the registry's table is read
-                    await asyncio.to_thread(self.api.restore)
-                    restored = True
-                    self.board.expected = await asyncio.to_thread(self.api.served_names)
-                    self.board.starting = None
-                if restored:
-                    await asyncio.to_thread(self.api.tick)
-            except Exception:
-                logger.exception("control-plane API step failed")
-            await asyncio.sleep(API_TICK_S)
+    async def _dispatch_api(self, prefix: str, operation: str, document: dict[str, Any]) -> Answer:
+        """An authorized API call, run by the control plane (`control_plane`), bounded in time."""
+        if self._control_plane is None:
+            self._control_plane = serve.get_app_handle(CONTROL_APP)
+        call = self._control_plane.call.remote(prefix, operation, document)
+        try:
+            return await asyncio.wait_for(call, API_CALL_TIMEOUT_S)
+        except TimeoutError:
+            raise ServiceUnavailableError(
+                f"the control plane did not answer {operation} within {API_CALL_TIMEOUT_S:.0f} s; retry shortly"
+            ) from None
 
     def check_health(self) -> None:
         if not self.server.alive:
@@ -182,34 +180,9 @@ class Gateway:
         self.server.stop()
 
 
-API_TICK_S = 0.5  # how often the control-plane API completes creates and updates (when one is under way)
+API_CALL_TIMEOUT_S = 60.0  # an API call waits this long for the control plane (restarting: a few seconds)
 REGISTRY_WAIT_S = 10.0  # a registry snapshot call waits this long for a change before answering "none"
 DROP_CHECK_S = 0.25  # how often replicas found unreachable are reported to the registry
-
-
-class _RayDeployer:
-    """What the control-plane API drives: the registry (apply, delete), the status board, the variant table."""
-
-    def __init__(self, gateway: Gateway) -> None:
-        self.gateway = gateway
-
-    def apply(self, spec):
-        return deploy_endpoint(spec, self.gateway.settings)
-
-    def delete(self, name: str) -> bool:
-        return delete_endpoint(name, wait=False)
-
-    def descriptions(self):
-        return self.gateway.board.descriptions
-
-    def set_fronts(self, fronts) -> None:
-        self.gateway.router.invocations.fronts = fronts
-        self.gateway.board.fronted = {
-            name: frozenset(variant.endpoint for variant in front.variants) for name, front in fronts.items()
-        }
-
-    def capacity(self):
-        return ray.cluster_resources()
 
 
 async def _metrics_export_urls() -> list[str]:
@@ -235,6 +208,10 @@ def start_gateway(settings: ServerSettings) -> str:
             settings = settings.model_copy(update={"port": probe.getsockname()[1]})
     serve.start(proxy_location="Disabled")
     registry_handle()
+    try:
+        start_control_plane(settings)  # first: the API's state and checks, before any gateway takes a call
+    except RuntimeError as error:
+        raise RuntimeError(f"could not start the control plane: {error}") from None
     gateway = serve.deployment(Gateway).options(  # type: ignore[attr-defined]  # Ray's overloads
         name="gateway",
         num_replicas=1,

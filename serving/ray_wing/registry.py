@@ -15,6 +15,7 @@ from ray import serve
 
 from serving.control import rollout
 from serving.control.records import (
+    ApiRouting,
     AppStatus,
     EndpointSnapshot,
     EndpointUpdate,
@@ -22,23 +23,12 @@ from serving.control.records import (
     ScalingRecord,
     Snapshot,
 )
-from serving.control.rollout import (
-    Delete,
-    Deploy,
-    EndpointState,
-    parse_app_name,
-    step,
-)
-from serving.ray_wing.cluster import (
-    NAMESPACE,
-    cluster_secret,
-)
+from serving.control.rollout import Delete, Deploy, EndpointState, parse_app_name, step
+from serving.ray_wing.cluster import NAMESPACE, cluster_secret
+from serving.ray_wing.kv_store import KvStore
 from serving.ray_wing.names import ON_HEAD, REGISTRY_NAME, REPLICA_TTL_S
 from serving.ray_wing.replica import deploy_container
-from serving.ray_wing.serve_status import (
-    ServeNotRunning,
-    serve_status,
-)
+from serving.ray_wing.serve_status import ServeNotRunning, serve_status
 from serving.trust import keys
 
 logger = logging.getLogger("serving.ray_wing.registry")
@@ -61,36 +51,14 @@ SNAPSHOT_MAX_WAIT_S = 30.0  # the longest a snapshot call waits for a change (th
 
 
 _KV_ENDPOINT, _KV_REPLICA, _KV_SCALING, _KV_AWAITED = b"endpoint/", b"replica/", b"scaling/", b"awaited/"
-
-
-class _Store:
-    """The registry's state in Ray's GCS key-value store: it outlives the registry actor and the gateway."""
-
-    def put(self, prefix: bytes, key: str, value: Any) -> None:
-        from ray.experimental import internal_kv
-
-        internal_kv._internal_kv_put(
-            prefix + key.encode(), json.dumps(value).encode(), overwrite=True, namespace=NAMESPACE
-        )
-
-    def delete(self, prefix: bytes, key: str) -> None:
-        from ray.experimental import internal_kv
-
-        internal_kv._internal_kv_del(prefix + key.encode(), namespace=NAMESPACE)
-
-    def load(self, prefix: bytes) -> dict[str, Any]:
-        from ray.experimental import internal_kv
-
-        found = {}
-        for key in internal_kv._internal_kv_list(prefix, namespace=NAMESPACE):
-            value = internal_kv._internal_kv_get(key, namespace=NAMESPACE)
-            if value is not None:
-                found[key[len(prefix) :].decode()] = json.loads(value)
-        return found
+_KV_API = b"api/"
+# A gateway that has not asked for a snapshot for this long is gone: it no longer holds up `applied_everywhere` (its long poll
+# asks at least every REGISTRY_WAIT_S, 10 s).
+READER_SILENT_S = 25.0
 
 
 # Snapshots run in a group of their own: a gateway's long poll waits there without holding up registrations.
-@ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1, concurrency_groups={"snapshots": 4})  # type: ignore[call-overload]  # Ray's stubs lack concurrency_groups
+@ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1, concurrency_groups={"snapshots": 64})  # type: ignore[call-overload]  # Ray's stubs lack concurrency_groups
 class Registry:
     """The control plane's state and reconciler: endpoints (desired and active), live replicas, statuses.
 
@@ -115,6 +83,9 @@ class Registry:
         self.scaling: dict[str, ScalingRecord] = {}
         # Endpoints a server was started with and has not deployed yet: no gateway is ready while one is missing.
         self.awaited: set[str] = set()
+        # The control-plane API's routing: API endpoints' variants (fronts) and the served endpoints behind them.
+        self.api: ApiRouting | None = None
+        self.readers: dict[str, tuple[int, str | None, float]] = {}  # gateway -> (version applied, epoch, when)
         self.refused = 0
         self.root_secret = cluster_secret()
         self._control = keys.control_token(self.root_secret)
@@ -123,7 +94,7 @@ class Registry:
         self._wake = threading.Event()  # a put or delete: read Serve's statuses now, not after the idle period
         self._deployed: set[str] = set()  # applications deployed by this process (their status may lag)
         self._stopping = False  # the embedded server is stopping: deploy and delete nothing more
-        self._store = _Store()
+        self._store = KvStore()
         self._restore()
         # Polled here, not in the gateway: the gateway's process serves requests and must not
         # spend its GIL on the controller's answers.
@@ -137,6 +108,7 @@ class Registry:
             self.replicas[url], self.seen[url] = tuple(key), now  # heartbeats confirm them, or they expire
         self.scaling = self._store.load(_KV_SCALING)
         self.awaited = set(self._store.load(_KV_AWAITED))
+        self.api = self._store.load(_KV_API).get("routing")
         if self.states:
             logger.info("registry restored %d endpoints and %d replicas", len(self.states), len(self.replicas))
 
@@ -218,6 +190,28 @@ class Registry:
             self._store.put(_KV_SCALING, endpoint, scaling)
             self._bump()
         return True
+
+    def publish_api(self, token: str, routing: ApiRouting) -> int:
+        """The control-plane API's fronts and served endpoints, for every gateway; the version that carries them
+        (0: refused)."""
+        if not self._allowed(token, "publish_api"):
+            return 0
+        with self._lock:
+            self.api = routing
+            self._store.put(_KV_API, "routing", routing)
+            self._bump()
+            return self.version
+
+    @ray.method(concurrency_group="snapshots")
+    def applied_everywhere(self, version: int) -> bool:
+        """Whether every live gateway has applied `version` (or a later one) of this registry."""
+        with self._lock:
+            now = time.monotonic()
+            return all(
+                applied >= version and epoch == self.epoch
+                for applied, epoch, when in self.readers.values()
+                if now - when < READER_SILENT_S
+            )
 
     def stop_reconciling(self, token: str) -> bool:
         """The embedded server is stopping and deletes every application itself: deploy nothing again."""
@@ -331,12 +325,18 @@ class Registry:
             self._forget(url)
 
     @ray.method(concurrency_group="snapshots")
-    def snapshot(self, since: int, wait_s: float = 0.0, epoch: str | None = None) -> Snapshot | None:
+    def snapshot(
+        self, since: int, wait_s: float = 0.0, epoch: str | None = None, reader: str | None = None
+    ) -> Snapshot | None:
         """Everything the gateway needs, or None when nothing changed since version `since` (of this registry
         process, `epoch`) within `wait_s` seconds (at most SNAPSHOT_MAX_WAIT_S): a long poll, answered as soon
-        as the state changes."""
+        as the state changes. `reader`: the gateway asking, which has applied `since` (`applied_everywhere`)."""
         deadline = time.monotonic() + min(max(wait_s, 0.0), SNAPSHOT_MAX_WAIT_S)
         with self._lock:
+            if reader is not None:
+                self.readers[reader] = (since, epoch, time.monotonic())
+                for gone in [r for r, (_, _, when) in self.readers.items() if time.monotonic() - when > 3600]:
+                    del self.readers[gone]
             self._expire()
             while since == self.version and epoch in (None, self.epoch):
                 remaining = deadline - time.monotonic()
@@ -375,6 +375,7 @@ class Registry:
                 "statuses": self.statuses,
                 "refused": self.refused,
                 "awaited": sorted(self.awaited),
+                "api": self.api,
                 "scaling": {
                     name: ScalingRecord(containers=dict(s["containers"]), activities=list(s["activities"]))
                     for name, s in self.scaling.items()

@@ -4,16 +4,16 @@ With an API identities file (`--api-identities`), every call must be signed (Sig
 service) or carry an identity's API key, and that identity's policies must allow the operation's IAM action on the
 resource's ARN. Without one, calls are refused unless `--allow-anonymous-api` (a loopback server only): creating an
 endpoint chooses code that runs. A body is read only once the headers have authenticated its sender as far as they
-can, as for invocations. Every decision is an audit line (`serving.audit`); operations run one at a time, off the
-event loop. Details: docs/security.md, "The control-plane API".
+can, as for invocations. Every decision is an audit line (`serving.audit`); then the operation is dispatched to
+the control plane (`service.ControlApi`), which runs one at a time. Details: docs/security.md, "The control-plane
+API".
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
@@ -29,10 +29,11 @@ from serving.access.sigv4 import Authenticator, Caller
 from serving.errors import AccessDeniedError, ApiValidationError, UnknownApiOperationError
 from serving.gateway.invocation import BodyBudget
 from serving.gateway.router import raw_request
-from serving.sagemaker_api.application_autoscaling import AutoScalingApi
-from serving.sagemaker_api.endpoints import EndpointApi
+from serving.sagemaker_api.resources import arn
 
-__all__ = ["AUTOSCALING_OPERATIONS", "MAX_BODY_BYTES", "SAGEMAKER_OPERATIONS", "ApiRoutes"]
+__all__ = ["AUTOSCALING_OPERATIONS", "MAX_BODY_BYTES", "SAGEMAKER_OPERATIONS", "Answer", "ApiRoutes"]
+
+Answer = tuple[int, dict[str, str], bytes]  # status, headers, body: what an operation answers, error or not
 
 MAX_BODY_BYTES = 1_000_000
 SAGEMAKER_OPERATIONS = (
@@ -68,18 +69,20 @@ class ApiRoutes:
 
     def __init__(
         self,
-        sagemaker: EndpointApi,
-        autoscaling: AutoScalingApi,
+        dispatch: Callable[[str, str, dict[str, Any]], Awaitable[Answer]],
+        region: str,
+        account: str,
         identities: Identities | None,
         anonymous_allowed: bool,
         budget: BodyBudget,
     ) -> None:
-        self.sagemaker, self.autoscaling = sagemaker, autoscaling
+        """`dispatch(prefix, operation, document)`: runs an authorized call where the control plane runs."""
+        self.dispatch, self.region, self.account = dispatch, region, account
         self.anonymous_allowed = anonymous_allowed
         self.budget = budget  # the gateway's, shared with invocations
         self.authenticators = (
             {
-                prefix: Authenticator(identities, sagemaker.region, service=service)
+                prefix: Authenticator(identities, region, service=service)
                 for prefix, service in protocol.API_SIGNING_SERVICES.items()
             }
             if identities is not None
@@ -89,13 +92,13 @@ class ApiRoutes:
     def routes(self) -> list[Route]:
         return [Route("/", self.call, methods=["POST"])]
 
-    def operation(self, target: str | None) -> tuple[str, str, Callable[[dict[str, Any]], dict[str, Any]]]:
-        """(service prefix, operation, handler) of an X-Amz-Target, or UnknownOperationException."""
+    def operation(self, target: str | None) -> tuple[str, str]:
+        """(service prefix, operation) of an X-Amz-Target, or UnknownOperationException."""
         prefix, _, operation = (target or "").partition(".")
-        if prefix == protocol.SAGEMAKER_TARGET_PREFIX and operation in SAGEMAKER_OPERATIONS:
-            return prefix, operation, getattr(self.sagemaker, operation)
-        if prefix == protocol.AUTOSCALING_TARGET_PREFIX and operation in AUTOSCALING_OPERATIONS:
-            return prefix, operation, getattr(self.autoscaling, operation)
+        if (prefix == protocol.SAGEMAKER_TARGET_PREFIX and operation in SAGEMAKER_OPERATIONS) or (
+            prefix == protocol.AUTOSCALING_TARGET_PREFIX and operation in AUTOSCALING_OPERATIONS
+        ):
+            return prefix, operation
         raise UnknownApiOperationError(
             f"{protocol.AMZ_TARGET} {target!r} is not an operation of this server; it serves "
             f"{protocol.SAGEMAKER_TARGET_PREFIX}.<{'|'.join(SAGEMAKER_OPERATIONS)}> and "
@@ -103,17 +106,13 @@ class ApiRoutes:
         )
 
     async def call(self, request: Request) -> Response:
-        prefix, operation, handler = self.operation(request.headers.get(protocol.AMZ_TARGET))
+        prefix, operation = self.operation(request.headers.get(protocol.AMZ_TARGET))
         caller, body = await self._authenticated_body(request, prefix)
         document = _document(body, operation)
         if caller is not None:
             self._authorize(caller, prefix, operation, document)
-        answer = await asyncio.to_thread(self._locked, handler, document)
-        return Response(json.dumps(answer).encode(), media_type=protocol.AMZ_JSON)
-
-    def _locked(self, handler: Callable[[dict[str, Any]], dict[str, Any]], document: dict[str, Any]) -> dict[str, Any]:
-        with self.sagemaker.lock:
-            return handler(document)
+        status, headers, answer = await self.dispatch(prefix, operation, document)
+        return Response(answer, status_code=status, headers=headers)
 
     async def _authenticated_body(self, request: Request, prefix: str) -> tuple[Caller | None, bytes]:
         """The caller (None: anonymous) and the body, read only once the headers allow it."""
@@ -154,18 +153,17 @@ class ApiRoutes:
 
     def _resource(self, document: dict[str, Any]) -> str:
         """The ARN an operation acts on (SageMaker's resource types), `...:*` for the listing operations."""
-        api = self.sagemaker
         for field, kind in (
             ("EndpointName", "endpoint"),
             ("EndpointConfigName", "endpoint-config"),
             ("ModelName", "model"),
         ):
             if isinstance(document.get(field), str):
-                return api.arn(kind, document[field])
+                return arn(self.region, self.account, kind, document[field])
         resource_id = document.get("ResourceId")
         if isinstance(resource_id, str) and resource_id.count("/") == 3:
-            return api.arn("endpoint", resource_id.split("/")[1])
-        return f"arn:aws:{protocol.SIGNING_SERVICE}:{api.region}:{api.account}:*"
+            return arn(self.region, self.account, "endpoint", resource_id.split("/")[1])
+        return f"arn:aws:{protocol.SIGNING_SERVICE}:{self.region}:{self.account}:*"
 
 
 async def _read(request: Request, hold: Any = None) -> bytes:

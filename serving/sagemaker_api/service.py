@@ -1,12 +1,20 @@
-"""The control-plane API assembled from server settings: its state, both services, the route."""
+"""The control-plane API assembled from server settings: its state and both services (`ControlApi`, run where the
+control plane runs), and the route that authenticates a call and hands it to them (`api_routes`, on every gateway).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from starlette.routing import Route
 
+from serving import protocol
 from serving.access.identities import load_identities
+from serving.errors import ServingError, wire_error
 from serving.gateway.invocation import BodyBudget
 from serving.sagemaker_api.application_autoscaling import AutoScalingApi
 from serving.sagemaker_api.database import ApiState
@@ -14,32 +22,62 @@ from serving.sagemaker_api.endpoints import EndpointApi
 from serving.sagemaker_api.images import load_instance_types
 from serving.sagemaker_api.model_roots import check_model_roots
 from serving.sagemaker_api.resources import Deployer
-from serving.sagemaker_api.routes import ApiRoutes
+from serving.sagemaker_api.routes import Answer, ApiRoutes
 from serving.sagemaker_api.sealed import Sealer
 from serving.settings import ServerSettings
 
-__all__ = ["build_api"]
+__all__ = ["ControlApi", "api_routes", "build_api"]
+
+
+class ControlApi:
+    """Both services over one state: what a call runs once its caller is authenticated and authorized."""
+
+    def __init__(self, settings: ServerSettings, deployer: Deployer) -> None:
+        """Raises ModelRootError for a model root that holds what the server runs or its secrets."""
+        check_model_roots(settings)
+        self.sagemaker = EndpointApi(
+            ApiState(settings.state_file),
+            deployer,
+            region=settings.region,
+            account=settings.account_id,
+            instance_types=load_instance_types(settings.instance_types_file),
+            model_roots=[root for root in settings.model_roots.split(os.pathsep) if root],
+            identities_file=settings.api_identities,
+            allow_model_requirements=settings.allow_model_requirements,
+            sealer=Sealer(settings.state_file + ".key" if settings.state_file else None),
+        )
+        self.autoscaling = AutoScalingApi(self.sagemaker)
+
+    def call(self, prefix: str, operation: str, document: dict[str, Any]) -> Answer:
+        """Run one operation (one at a time); its answer or its error, in the wire shape."""
+        service: Any = self.sagemaker if prefix == protocol.SAGEMAKER_TARGET_PREFIX else self.autoscaling
+        try:
+            with self.sagemaker.lock:
+                answer = getattr(service, operation)(document)
+        except ServingError as error:
+            return wire_error(error)
+        return 200, {"content-type": protocol.AMZ_JSON}, json.dumps(answer).encode()
+
+
+def api_routes(
+    settings: ServerSettings, dispatch: Callable[[str, str, dict[str, Any]], Awaitable[Answer]], budget: BodyBudget
+) -> list[Route]:
+    """`POST /` on a gateway: authentication and authorization here, then `dispatch` to the control plane.
+    `budget`: the gateway's pre-authentication budget, which signed API bodies share with invocations."""
+    identities = load_identities(settings.api_identities) if settings.api_identities else None
+    return ApiRoutes(
+        dispatch, settings.region, settings.account_id, identities, settings.api_anonymous_allowed, budget
+    ).routes()
 
 
 def build_api(
     settings: ServerSettings, deployer: Deployer, budget: BodyBudget | None = None
 ) -> tuple[EndpointApi, list[Route]]:
-    """The SageMaker API over `settings.state_file` (in memory when None), and its routes. Raises ModelRootError
-    for a model root that holds what the server runs or its secrets. `budget`: the gateway's pre-authentication
-    budget, which signed API bodies share with invocations (a new one when None)."""
-    check_model_roots(settings)
-    api = EndpointApi(
-        ApiState(settings.state_file),
-        deployer,
-        region=settings.region,
-        account=settings.account_id,
-        instance_types=load_instance_types(settings.instance_types_file),
-        model_roots=[root for root in settings.model_roots.split(os.pathsep) if root],
-        identities_file=settings.api_identities,
-        allow_model_requirements=settings.allow_model_requirements,
-        sealer=Sealer(settings.state_file + ".key" if settings.state_file else None),
-    )
-    identities = load_identities(settings.api_identities) if settings.api_identities else None
+    """The API and its route in one process (tests, and anything without a separate control plane)."""
+    control = ControlApi(settings, deployer)
+
+    async def dispatch(prefix: str, operation: str, document: dict[str, Any]) -> Answer:
+        return await asyncio.to_thread(control.call, prefix, operation, document)
+
     budget = budget if budget is not None else BodyBudget(settings.preauth_body_budget_bytes)
-    routes = ApiRoutes(api, AutoScalingApi(api), identities, settings.api_anonymous_allowed, budget)
-    return api, routes.routes()
+    return control.sagemaker, api_routes(settings, dispatch, budget)

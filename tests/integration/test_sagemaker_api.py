@@ -31,10 +31,11 @@ from pathlib import Path
 
 import boto3
 import httpx
+import psutil
 import pytest
 import yaml
 from botocore.config import Config
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 pytestmark = [pytest.mark.integration, pytest.mark.own_ray]
 
@@ -467,3 +468,43 @@ def test_a_failed_update_rolls_back_and_keeps_serving(api_server, clients, handl
         assert len(load.statuses) > 20 and not load.failures, load.failures[:5]
     finally:
         sm.delete_endpoint(EndpointName="api-rollback")
+
+
+def _control_plane(server: Served) -> psutil.Process:
+    """The control plane's replica: a Ray worker of this module's own server titled after its Serve application."""
+    found = [p for p in psutil.Process(server.process.pid).children(recursive=True)
+             if "ServeReplica:serving-control" in " ".join(p.cmdline())]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_the_control_plane_killed_under_load_interrupts_no_invocation(api_server, clients, handler_models):
+    # Issue 43: the SageMaker API, its state and its update step ran inside the gateway, on the data path. They
+    # now run in a Serve replica of their own: killing it costs no invocation, and once Serve has replaced it the
+    # API answers with every endpoint as it was (restored from its state file).
+    sm, _, _ = clients
+    sm.create_model(ModelName="api-kept-model", PrimaryContainer={
+        "Image": "python", "ModelDataUrl": str(handler_models["echo"])})
+    sm.create_endpoint_config(EndpointConfigName="api-kept-config", ProductionVariants=[
+        {"VariantName": "AllTraffic", "ModelName": "api-kept-model", "InitialInstanceCount": 1,
+         "InstanceType": "ml.m5.large"}])
+    sm.create_endpoint(EndpointName="api-kept", EndpointConfigName="api-kept-config")
+    try:
+        sm.get_waiter("endpoint_in_service").wait(EndpointName="api-kept", WaiterConfig=WAIT)
+        control = _control_plane(api_server)
+        with Load(api_server.url, "api-kept", {}, '{"x": 1}') as load:
+            time.sleep(1)
+            control.send_signal(signal.SIGKILL)
+            _until(lambda: (_listed(sm) or {}).get("api-kept") == "InService", 120, "the API to answer again")
+            time.sleep(1)
+        assert len(load.statuses) > 10 and not load.failures, load.failures[:5]
+        assert _control_plane(api_server).pid != control.pid
+    finally:
+        sm.delete_endpoint(EndpointName="api-kept")
+
+
+def _listed(sm) -> dict[str, str] | None:
+    try:
+        return {e["EndpointName"]: e["EndpointStatus"] for e in sm.list_endpoints()["Endpoints"]}
+    except (ClientError, BotoCoreError):
+        return None

@@ -25,6 +25,8 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
     record = lambda name, result=None: lambda *args, **kwargs: made.append((name, *args)) or result  # noqa: E731
     monkeypatch.setattr(embedded, "start_local_ray", record("start_local_ray"))
     monkeypatch.setattr(embedded, "connect_cluster", record("connect_cluster"))
+    monkeypatch.setattr(embedded, "expect_endpoints", lambda names, expected=True: made.append(
+        ("expect" if expected else "withdraw", *names)))
     monkeypatch.setattr(embedded, "start_gateway", record("start_gateway", "http://127.0.0.1:43210"))
     monkeypatch.setattr(embedded, "deploy_endpoint", lambda spec, settings: made.append(
         ("deploy", spec.EndpointName, settings.port, settings.container_host)) or 1)
@@ -40,17 +42,18 @@ def test_embedded_ray_is_started_and_shut_down(calls) -> None:
         assert server.url == "http://127.0.0.1:43210" and server.settings.port == 43210
         assert server.names == ["ep"]
     names = [call[0] for call in calls]
-    assert names == ["start_local_ray", "start_gateway", "deploy", "shutdown"]
-    assert calls[2] == ("deploy", "ep", 43210, "127.0.0.1")  # one machine: data ports stay on loopback
+    assert names == ["start_local_ray", "expect", "start_gateway", "deploy", "shutdown"]
+    assert calls[1] == ("expect", "ep")  # before the gateway: its first 200 on /ping then means "ep" routes
+    assert calls[3] == ("deploy", "ep", 43210, "127.0.0.1")  # one machine: data ports stay on loopback
 
 
 def test_a_joined_cluster_loses_only_this_servers_endpoints(calls) -> None:
     with EmbeddedServer([SPEC], ServerSettings(container_host="node"), address="ray://head:10001", wait=False) as server:
         server.deploy(parse_spec({**SPEC.model_dump(mode="json", exclude_none=True), "EndpointName": "other"}))
-    assert [call[0] for call in calls] == ["connect_cluster", "start_gateway", "deploy", "deploy", "delete", "delete",
-                                           "disconnect"]
+    assert [call[0] for call in calls] == ["connect_cluster", "expect", "start_gateway", "deploy", "deploy", "delete",
+                                           "delete", "withdraw", "disconnect"]
     assert [call[1] for call in calls if call[0] == "delete"] == ["ep", "other"]
-    assert calls[2][3] == "node"
+    assert calls[3][3] == "node"
 
 
 def test_keep_endpoints_only_disconnects(calls) -> None:
@@ -67,7 +70,7 @@ def test_a_failed_start_stops_what_was_started(calls, monkeypatch: pytest.Monkey
     with pytest.raises(RuntimeError, match="could not start"):
         with EmbeddedServer([SPEC]):
             pytest.fail("entered")
-    assert [call[0] for call in calls] == ["start_local_ray", "shutdown"]
+    assert [call[0] for call in calls] == ["start_local_ray", "expect", "shutdown"]
 
 
 def _gateway(states: dict[str, dict], ping: int = 200, others: tuple[str, ...] = ()) -> httpx.Client:

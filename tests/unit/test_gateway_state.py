@@ -32,7 +32,8 @@ def endpoint(name: str, *containers: dict[str, Any], mode: str = "Direct", **fie
 
 
 def snapshot(*endpoints: dict[str, Any], version: int = 1, epoch: str = "e1", replicas: int = 1,
-             scaling: dict[str, Any] | None = None, awaited: tuple[str, ...] = ()) -> dict[str, Any]:
+             scaling: dict[str, Any] | None = None, awaited: tuple[str, ...] = (),
+             api: dict[str, Any] | None = None) -> dict[str, Any]:
     """What Registry.snapshot returns: every container of every endpoint with `replicas` running replicas."""
     table, registered, statuses = {}, {}, {}
     for document in endpoints:
@@ -45,7 +46,7 @@ def snapshot(*endpoints: dict[str, Any], version: int = 1, epoch: str = "e1", re
                 host: {"status": "HEALTHY", "message": "", "replicas": {"RUNNING": replicas} if replicas else {}}}}
     return {"version": version, "epoch": epoch, "endpoints": {d["name"]: d for d in endpoints}, "replicas": table,
             "registered": registered, "statuses": statuses, "refused": 0, "scaling": scaling or {},
-            "awaited": list(awaited)}
+            "awaited": list(awaited), "api": api if api is not None else {"fronts": {}, "served": []}}
 
 
 @pytest.fixture
@@ -153,20 +154,23 @@ def test_an_identities_file_changed_since_deploy_refuses_every_caller(state: Gat
 
 
 def test_ping_waits_for_every_endpoint_the_server_must_serve(state: GatewayState) -> None:
-    # Issue 43: readiness means routable. An endpoint `serving up` was started with (the registry's `awaited`) or one
-    # a restarted API put back (`expected`) keeps /ping at 503 until a snapshot shows it routable; then it is 200.
-    state.board.starting = "the control-plane API has not restored its stored endpoints yet"
-    state.offer(snapshot(awaited=("from-spec",)))
+    # Issue 43: readiness means routable. An endpoint `serving up` was started with (the registry's `awaited`), and
+    # the control-plane API's endpoints (none known before it has restored and published; then each served
+    # variant), keep /ping at 503 until a snapshot shows them routable; then it is 200.
+    state.offer({**snapshot(awaited=("from-spec",)), "api": None})
     assert state.board.unroutable() == ["the control-plane API has not restored its stored endpoints yet",
                                         "endpoint from-spec is not deployed yet"]
-    state.board.starting, state.board.expected = None, {"kept--AllTraffic"}
+    fronts = {"kept": [("AllTraffic", "kept--AllTraffic", 1.0)]}
+    state.offer(snapshot(awaited=("from-spec",), api={"fronts": fronts, "served": ["kept--AllTraffic"]}, version=2))
     assert state.board.unroutable() == ["endpoint from-spec is not deployed yet", "endpoint kept--AllTraffic is not "
                                         "deployed yet"]
+    assert state.invocations.fronts["kept"].variants[0].endpoint == "kept--AllTraffic"
     spec, kept = (endpoint(name, container("only"), in_service=False) for name in ("from-spec", "kept--AllTraffic"))
-    state.offer(snapshot(spec, kept, version=2, replicas=0))  # deployed, no replica ready yet
+    api = {"fronts": fronts, "served": ["kept--AllTraffic"]}
+    state.offer(snapshot(spec, kept, version=3, replicas=0, api=api))  # deployed, no replica ready yet
     assert state.board.unroutable() == ["endpoint from-spec is Creating", "endpoint kept--AllTraffic is Creating"]
     spec, kept = (endpoint(name, container("only")) for name in ("from-spec", "kept--AllTraffic"))  # rolled out
-    state.offer(snapshot(spec, kept, version=3))
+    state.offer(snapshot(spec, kept, version=4, api=api))
     assert state.board.unroutable() == [] and state.board.healthy()
-    state.offer(snapshot(spec, version=4))  # kept deleted afterwards: seen once, no longer awaited
-    assert state.board.healthy()
+    state.offer(snapshot(spec, version=5))  # kept deleted: no longer served
+    assert state.board.healthy() and state.invocations.fronts == {}

@@ -1,0 +1,142 @@
+"""The control plane's one restartable place: the SageMaker and Application Auto Scaling APIs, their state and
+their update step, as a Serve application of one replica on the head node (`serving-control`).
+
+Every gateway authenticates an API call and hands it here (`call`); losing a gateway loses none of this, and
+losing this replica interrupts no invocation (Serve starts another, which restores the API's endpoints from its
+state file). What it reports is what every gateway routes with: it takes in a registry snapshot, and publishes
+the API's routing, only once every live gateway has applied it (`Registry.applied_everywhere`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from typing import Any
+
+import ray
+from ray import serve
+
+from serving.control.records import ApiRouting
+from serving.control.status import StatusBoard
+from serving.gateway.variants import Front
+from serving.ray_wing.names import CONTROL_APP, ON_HEAD
+from serving.ray_wing.operations import control_token, delete_endpoint, deploy_endpoint
+from serving.ray_wing.registry import registry_handle
+from serving.sagemaker_api.routes import Answer
+from serving.sagemaker_api.service import ControlApi
+from serving.settings import ServerSettings
+
+logger = logging.getLogger("serving.ray_wing.control_plane")
+
+API_TICK_S = 0.5  # how often the API completes creates and updates (when one is under way)
+REGISTRY_WAIT_S = 10.0  # a snapshot call waits this long for a change before answering "none"
+APPLIED_WAIT_S = 5.0  # the longest it waits for every gateway to apply a version (a gateway may have just died)
+
+
+class ControlPlane:
+    """A Serve replica running the control-plane API over the registry."""
+
+    def __init__(self, settings: dict[str, Any]) -> None:
+        self.settings = ServerSettings(**settings)
+        self.registry = registry_handle()
+        self.token = control_token()
+        self.board = StatusBoard()
+        self.version, self.epoch = -1, None
+        self.api = ControlApi(self.settings, _Deployer(self))
+        self._threads = [
+            threading.Thread(target=self._follow_registry, name="follow-registry", daemon=True),
+            threading.Thread(target=self._step, name="api-step", daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    async def call(self, prefix: str, operation: str, document: dict[str, Any]) -> Answer:
+        """One authorized API call (a gateway authenticated and authorized it)."""
+        return await asyncio.to_thread(self.api.call, prefix, operation, document)
+
+    def check_health(self) -> None:
+        if not all(thread.is_alive() for thread in self._threads):
+            raise RuntimeError("a control-plane thread stopped")
+
+    def wait_applied(self, version: int) -> None:
+        """Wait, bounded, until every live gateway routes with `version` of the registry."""
+        deadline = time.monotonic() + APPLIED_WAIT_S
+        while time.monotonic() < deadline:
+            if ray.get(self.registry.applied_everywhere.remote(version), timeout=30):
+                return
+            time.sleep(0.02)
+        logger.warning("not every gateway applied registry version %d within %.0f s", version, APPLIED_WAIT_S)
+
+    def _follow_registry(self) -> None:
+        while True:
+            try:
+                call = self.registry.snapshot.remote(self.version, REGISTRY_WAIT_S, self.epoch)
+                snapshot = ray.get(call, timeout=REGISTRY_WAIT_S + 30)
+                if snapshot is not None:
+                    self.wait_applied(snapshot["version"])  # what the API reports, every gateway routes
+                    self.board.read(snapshot)
+                    self.version, self.epoch = snapshot["version"], snapshot["epoch"]
+            except Exception:
+                logger.exception("registry poll failed")
+                time.sleep(1.0)
+
+    def _step(self) -> None:
+        """Bring back the API's stored endpoints once the registry is read, then complete creates and updates."""
+        restored = False
+        while True:
+            try:
+                if not restored and self.board.loaded:
+                    self.api.sagemaker.restore()
+                    restored = True
+                if restored:
+                    self.api.sagemaker.tick()
+            except Exception:
+                logger.exception("control-plane API step failed")
+            time.sleep(API_TICK_S)
+
+
+class _Deployer:
+    """What the API drives: the registry (apply, delete, the API's routing) and the board of descriptions."""
+
+    def __init__(self, control: ControlPlane) -> None:
+        self.control = control
+
+    def apply(self, spec):
+        return deploy_endpoint(spec, self.control.settings)
+
+    def delete(self, name: str) -> bool:
+        return delete_endpoint(name, wait=False)
+
+    def descriptions(self):
+        return self.control.board.descriptions
+
+    def set_fronts(self, fronts: dict[str, Front]) -> None:
+        """Publish the API's routing through the registry, and return once every gateway routes with it."""
+        routing: ApiRouting = {
+            "fronts": {
+                name: [(variant.name, variant.endpoint, variant.weight) for variant in front.variants]
+                for name, front in fronts.items()
+            },
+            "served": sorted(self.control.api.sagemaker.served_names()),
+        }
+        version = ray.get(self.control.registry.publish_api.remote(self.control.token, routing), timeout=30)
+        if not version:
+            raise RuntimeError("the registry refused the API's routing: this process lacks the cluster's token")
+        self.control.wait_applied(version)
+
+    def capacity(self):
+        return ray.cluster_resources()
+
+
+def start_control_plane(settings: ServerSettings) -> None:
+    """Deploy (or replace, with new settings) the control plane; raises with its reason if it cannot start."""
+    control = serve.deployment(ControlPlane).options(  # type: ignore[attr-defined]  # Ray's overloads
+        name="control",
+        num_replicas=1,
+        max_ongoing_requests=64,  # calls queue in the replica, behind the API's one lock, not in each gateway
+        health_check_period_s=5,
+        ray_actor_options={"num_cpus": 0, "resources": ON_HEAD},
+    )
+    serve.run(control.bind(settings.model_dump()), name=CONTROL_APP, route_prefix=None)
