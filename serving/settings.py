@@ -30,6 +30,12 @@ class ServerSettings(BaseSettings):
 
     host: str = Field("127.0.0.1", description="Address the endpoint HTTP server binds.")
     port: int = Field(8080, ge=0, le=65535, description="Port of the endpoint HTTP server.")
+    gateways_per_node: int = Field(
+        1,
+        ge=1,
+        description="Gateway processes on every Ray node (`--gateways-per-node`); those of one node share the port "
+        "(SO_REUSEPORT), so that routing can use more than one core of a node. At most the node's CPUs.",
+    )
     max_payload_mb: float = Field(6.0, gt=0, description="Largest request body accepted, in MB (SageMaker: 6).")
     invocation_timeout_s: float = Field(
         60.0,

@@ -123,7 +123,8 @@ def _api_settings(args: argparse.Namespace, port: int) -> dict[str, str | None]:
 
 
 def _settings(args: argparse.Namespace, address: str | None) -> ServerSettings:
-    overrides: dict = {k: v for k, v in {"host": args.host, "port": args.port}.items() if v is not None}
+    given = {"host": args.host, "port": args.port, "gateways_per_node": getattr(args, "gateways_per_node", None)}
+    overrides: dict = {k: v for k, v in given.items() if v is not None}
     overrides.update(_api_settings(args, overrides.get("port", int(os.environ.get("SERVING_PORT", 8080)))))
     if args.allow_anonymous:
         overrides["allow_anonymous"] = True
@@ -138,7 +139,12 @@ def _settings(args: argparse.Namespace, address: str | None) -> ServerSettings:
     try:
         return ServerSettings(**overrides)
     except ValueError as error:  # pydantic's ValidationError: a combination of flags that cannot be served
-        lines = [item["msg"].removeprefix("Value error, ") for item in getattr(error, "errors", lambda: [])()]
+        lines = [
+            item["msg"].removeprefix("Value error, ")
+            if item["msg"].startswith("Value error")
+            else f"--{'-'.join(str(part) for part in item['loc']).replace('_', '-')}: {item['msg']}"
+            for item in getattr(error, "errors", lambda: [])()
+        ]
         print(f"refusing to start: {'; '.join(lines) or error}", file=sys.stderr)
         raise SystemExit(2) from None
 
@@ -319,6 +325,7 @@ def add_parser(commands) -> None:
     server.add_argument("--allow-anonymous", action="store_true", help="as for `serving up`")
     server.add_argument("--allow-unauthenticated-ray", action="store_true", help="as for `serving up`")
     server.add_argument("--num-cpus", type=int, help="CPUs the embedded Ray may use (default: all)")
+    server.add_argument("--gateways-per-node", type=int, metavar="N", help="as for `serving up`")
     server.add_argument("--wait-timeout", type=float, default=180.0, help="seconds to wait for restored endpoints")
     _api_arguments(server)
     server.set_defaults(func=cmd_server)
@@ -346,6 +353,12 @@ def add_parser(commands) -> None:
         "(anyone who reaches it can run code there)",
     )
     up.add_argument("--num-cpus", type=int, help="CPUs the embedded Ray may use (default: all)")
+    up.add_argument(
+        "--gateways-per-node",
+        type=int,
+        metavar="N",
+        help="gateway processes on every Ray node, sharing the port (default 1, or SERVING_GATEWAYS_PER_NODE)",
+    )
     up.add_argument("--wait-timeout", type=float, default=180.0, help="seconds to wait for containers to load")
     up.add_argument("--exit-after-ready", action="store_true", help="stop once every endpoint is InService or Failed")
     up.add_argument(

@@ -66,6 +66,7 @@ class BackgroundServer:
         limits: HttpLimits = HttpLimits(),
         sock: socket.socket | None = None,
         also: tuple[socket.socket, ...] = (),
+        reuse_port: bool = False,
     ) -> None:
         """Bind `host:port`, or serve on `sock`, a socket already bound and listening (a container
         process inherits its data port from its supervisor, since it may not bind one itself). `also`: more
@@ -74,6 +75,8 @@ class BackgroundServer:
             family = socket.AF_INET6 if ":" in host else socket.AF_INET
             sock = socket.socket(family, socket.SOCK_STREAM)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if reuse_port:  # processes of this user that set it too share the port (the kernel spreads connections)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             sock.bind((host, port))  # raises at once if the port is taken
             sock.listen(2048)
         self.socket = sock

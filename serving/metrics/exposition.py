@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Iterable
 import aiohttp
 from prometheus_client import generate_latest
 from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -167,6 +168,7 @@ class MetricsRoute:
         self,
         collectors: Iterable,
         node_urls: Callable[[], Awaitable[list[str]]],
+        peers: Callable[[], Awaitable[list[str]]] | None = None,
         *,
         timeout_s: float = 10.0,
         wait_s: float = 1.5,
@@ -174,6 +176,9 @@ class MetricsRoute:
     ) -> None:
         self.collectors = list(collectors)  # anything with collect(): the gateway's registry and collectors
         self._node_urls = node_urls  # the metrics export URL of every live Ray node
+        # The other gateways' own counters (Prometheus text), so that one scrape of any gateway counts every request
+        self._peers = peers
+        self._peer_families: list[Metric] = []
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._wait_s, self._max_age_s = wait_s, max_age_s
         self._nodes: tuple[float, list[str]] = (float("-inf"), [])
@@ -197,6 +202,7 @@ class MetricsRoute:
         families = [family for collector in self.collectors for family in collector.collect()]
         for node in list(self._node_families.values()):
             families.extend(node)
+        families.extend(self._peer_families)
         return exposition(families)
 
     async def _refresh_nodes(self) -> None:
@@ -209,6 +215,11 @@ class MetricsRoute:
             )
             # A node that did not answer keeps its last families; one that left the cluster loses them.
             self._node_families = {url: parsed.get(url, self._node_families.get(url, [])) for url in urls}
+            if self._peers is not None:
+                peer_texts = await self._peers()
+                self._peer_families = await asyncio.to_thread(
+                    lambda: [family for text in peer_texts for family in text_string_to_metric_families(text)]
+                )
             self._refreshed_at = time.monotonic()
         except Exception:
             logger.exception("refreshing the nodes' metrics failed")

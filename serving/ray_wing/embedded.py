@@ -149,7 +149,7 @@ class EmbeddedServer:
             self._after_ray_start()
         # Before the gateway starts: its first 200 on /ping then means these endpoints route (issue 43).
         expect_endpoints([spec.EndpointName for spec in self.specs])
-        self.url = start_gateway(self.settings)
+        self.url = start_gateway(self.settings, exclusive=not self.address)
         self.settings = self.settings.model_copy(update={"port": int(self.url.rsplit(":", 1)[1])})
         for spec in self.specs:  # one call each: Serve starts their replicas a little apart
             self.deploy(spec)

@@ -9,6 +9,7 @@ import uuid
 from typing import Any
 
 import ray
+from prometheus_client import generate_latest
 from ray import serve
 
 from serving._gc import freeze_startup_objects
@@ -30,7 +31,10 @@ from serving.metrics.invocations import (
 )
 from serving.ray_wing.async_journal import HEARTBEAT_S, GcsJournal
 from serving.ray_wing.control_plane import start_control_plane
-from serving.ray_wing.names import CONTROL_APP, GATEWAY_APP, ON_HEAD
+from serving.ray_wing.gateway_count import autoscaling_config
+from serving.ray_wing.gateway_counters import PUBLISH_S as COUNTERS_PUBLISH_S
+from serving.ray_wing.gateway_counters import GatewayCounters
+from serving.ray_wing.names import CONTROL_APP, GATEWAY_APP
 from serving.ray_wing.operations import (
     control_token,
     delete_endpoint,
@@ -77,6 +81,7 @@ class Gateway:
         self.router.async_invocations.journal = self.journal
         self.board = StatusBoard()
         self.reader = f"gateway:{uuid.uuid4().hex}"  # how the registry knows what this gateway has applied
+        self.counters = GatewayCounters(self.reader)  # its own counters, for the other gateways' scrapes
         self.state = GatewayState(self.settings, self.router.invocations, self.transport, self.board)
         self.metrics = MetricsRoute(
             [
@@ -85,6 +90,7 @@ class Gateway:
                 DesiredReplicasCollector(self.state.desired_replicas),
             ],
             _metrics_export_urls,
+            peers=lambda: asyncio.to_thread(self.counters.peers),
         )
         control = ControlRoutes(
             keys.http_control_token(root),
@@ -99,7 +105,7 @@ class Gateway:
             hot=self.router.hot_route(),
         )
         self.server = BackgroundServer(
-            app, self.settings.host, self.settings.port, HttpLimits.from_settings(self.settings)
+            app, self.settings.host, self.settings.port, HttpLimits.from_settings(self.settings), reuse_port=True
         )
         if not self.server.wait_started():
             raise RuntimeError(f"endpoint server did not start on {self.server.url}")
@@ -114,11 +120,13 @@ class Gateway:
                 self.task = asyncio.create_task(gateway._poll_registry())
                 self.drop_task = asyncio.create_task(gateway._drop_unreachable())
                 self.journal_task = asyncio.create_task(gateway._keep_journal())
+                self.counters_task = asyncio.create_task(gateway._publish_counters())
 
             async def __aexit__(self, *exc):
                 self.task.cancel()
                 self.drop_task.cancel()
                 self.journal_task.cancel()
+                self.counters_task.cancel()
                 await gateway.router.async_invocations.close()  # unfinished async requests: failure objects
                 await gateway.transport.close()
                 await gateway.metrics.close()
@@ -156,6 +164,14 @@ class Gateway:
             except Exception:
                 logger.exception("async journal step failed")
             await asyncio.sleep(HEARTBEAT_S)
+
+    async def _publish_counters(self) -> None:
+        while True:
+            try:
+                await asyncio.to_thread(lambda: self.counters.publish(generate_latest(REGISTRY)))
+            except Exception:
+                logger.exception("publishing this gateway's counters failed")
+            await asyncio.sleep(COUNTERS_PUBLISH_S)
 
     async def _dispatch_api(self, prefix: str, operation: str, document: dict[str, Any]) -> Answer:
         """An authorized API call, run by the control plane (`control_plane`), bounded in time."""
@@ -196,16 +212,30 @@ async def _metrics_export_urls() -> list[str]:
 
 
 # --- control-plane operations ---------------------------------------------------------
-def start_gateway(settings: ServerSettings) -> str:
-    """Start Serve without its own proxy, the registry, and the endpoint HTTP server; returns its URL.
+def start_gateway(settings: ServerSettings, exclusive: bool = False) -> str:
+    """Start Serve without its own proxy, the registry, the control plane and the gateways (`gateways_per_node`
+    on every node, sharing the port); returns the URL of this machine's.
 
     Port 0 is resolved here, to a port free on this machine (where the head node is, for the embedded server),
-    so that a gateway that Serve restarts binds the same port again and clients find it.
+    so that a gateway that Serve restarts binds the same port again and clients find it. `exclusive`: refuse a
+    port that anything on this machine holds (gateways share theirs with SO_REUSEPORT, so another server of this
+    user would otherwise share it silently); a server joining a cluster may find its own gateways there.
     """
-    if settings.port == 0:
-        with socket.socket() as probe:
-            probe.bind((settings.host, 0))
+    if settings.port == 0 or exclusive:
+        with socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the gateway will: TIME_WAIT is no owner
+            try:
+                probe.bind((settings.host, settings.port))
+            except OSError as error:
+                raise RuntimeError(f"cannot bind {settings.host}:{settings.port}: {error.strerror}") from None
             settings = settings.model_copy(update={"port": probe.getsockname()[1]})
+    per_node, nodes = settings.gateways_per_node, [node for node in ray.nodes() if node.get("Alive")]
+    fewest = min((int(node.get("Resources", {}).get("CPU", 0)) for node in nodes), default=0)
+    if per_node > 1 and per_node > fewest:
+        raise RuntimeError(
+            f"--gateways-per-node {per_node} is more than a node of this cluster has CPUs ({fewest}): each gateway "
+            "of a node wants a core of its own"
+        )
     serve.start(proxy_location="Disabled")
     registry_handle()
     try:
@@ -214,10 +244,11 @@ def start_gateway(settings: ServerSettings) -> str:
         raise RuntimeError(f"could not start the control plane: {error}") from None
     gateway = serve.deployment(Gateway).options(  # type: ignore[attr-defined]  # Ray's overloads
         name="gateway",
-        num_replicas=1,
+        autoscaling_config=autoscaling_config(per_node, len(nodes)),  # `per_node` on every live node
+        max_replicas_per_node=per_node,
         max_ongoing_requests=8,
         health_check_period_s=5,
-        ray_actor_options={"num_cpus": 0, "resources": ON_HEAD},
+        ray_actor_options={"num_cpus": 0},
     )
     try:
         serve.run(gateway.bind(settings.model_dump()), name=GATEWAY_APP, route_prefix=None)

@@ -157,18 +157,27 @@ def _invoke(url: str, container: str) -> httpx.Response:
                       headers={"X-Amzn-SageMaker-Target-Container-Hostname": container})
 
 
-def _replicas(url: str, cluster: Cluster) -> dict[str, list[dict]]:
-    """Serve's replicas of each container with the node each runs on, read as a driver of the cluster."""
+def _serve_replicas(cluster: Cluster) -> dict[str, list[dict]]:
+    """Serve's replicas of every application with the node each runs on, read as a driver of the cluster."""
     code = ("import json, ray; from ray.serve.context import _get_global_client; ray.init(address=%r, namespace='serving');"
             "d = _get_global_client().get_serve_details(); nodes = {n['NodeID']: n['Resources'] for n in ray.nodes()};"
             "print(json.dumps({app: [{'node': sorted(k for k in nodes.get(r.get('node_id'), {}) if k.startswith('node-')),"
             " 'pid': r.get('pid'), 'state': r.get('state')} for dep in a['deployments'].values() for r in dep['replicas']]"
-            " for app, a in d['applications'].items() if app.startswith('mn.')}))") % cluster.address
+            " for app, a in d['applications'].items()}))") % cluster.address
     done = subprocess.run([sys.executable, "-c", code], env=cluster.environment, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    by_app = json.loads(done.stdout.strip().splitlines()[-1])
-    return {app.split(".")[1]: replicas for app, replicas in by_app.items()}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _replicas(url: str, cluster: Cluster) -> dict[str, list[dict]]:
+    """Serve's replicas of each container of `mn`, with their nodes."""
+    return {app.split(".")[1]: replicas for app, replicas in _serve_replicas(cluster).items() if app.startswith("mn.")}
+
+
+def _gateways(cluster: Cluster) -> list[str]:
+    """The node of each running gateway."""
+    return sorted(r["node"][0] for r in _serve_replicas(cluster)["serving-gateway"] if r["state"] == "RUNNING")
 
 
 class Load:
@@ -181,12 +190,15 @@ class Load:
         def run() -> None:
             with httpx.Client(timeout=30) as client:
                 while self.running:
-                    try:
-                        self.statuses.append(client.post(
-                            f"{self.url}/endpoints/mn/invocations", json={"x": 1},
-                            headers={"X-Amzn-SageMaker-Target-Container-Hostname": self.container}).status_code)
-                    except httpx.HTTPError as error:
-                        self.statuses.append(type(error).__name__)
+                    for attempt in range(2):  # once more on a broken connection, as SDKs retry
+                        try:
+                            self.statuses.append(client.post(
+                                f"{self.url}/endpoints/mn/invocations", json={"x": 1},
+                                headers={"X-Amzn-SageMaker-Target-Container-Hostname": self.container}).status_code)
+                            break
+                        except httpx.TransportError as error:
+                            if attempt:
+                                self.statuses.append(type(error).__name__)
                     time.sleep(0.05)
 
         self.threads = [threading.Thread(target=run, daemon=True) for _ in range(2)]
@@ -211,6 +223,8 @@ def test_containers_are_placed_on_both_nodes_and_all_answer(cluster) -> None:
     assert sorted(r["node"][0] for r in placement["spread"]) == ["node-a", "node-b"]
     for container in ("on-head", "on-worker", "spread"):
         assert _invoke(url, container).status_code == 200
+    # Issue 43: a gateway on every node (this machine's two nodes share the port through SO_REUSEPORT).
+    assert _gateways(cluster[0]) == ["node-a", "node-b"]
 
 
 def test_metrics_come_from_both_nodes(cluster) -> None:
@@ -252,6 +266,7 @@ def test_the_worker_node_killed_under_load_costs_no_request(cluster) -> None:
         time.sleep(20)  # past the registry's 15 s expiry of replicas nobody hears from
     assert load.failures() == Counter(), load.failures()
     assert head_load.failures() == Counter(), head_load.failures()
+    _wait(lambda: _gateways(cluster[0]) == ["node-a"], "the lost node's gateway gone, the head's kept", timeout=60)
     description = httpx.get(f"{url}/endpoints/mn", timeout=10).json()
     states = {c["ContainerHostname"]: (c["Status"], c["CurrentReplicas"]) for c in description["Containers"]}
     assert states["spread"] == ("Updating", 1) and states["on-head"] == ("InService", 1)

@@ -63,7 +63,7 @@ def test_keep_endpoints_only_disconnects(calls) -> None:
 
 
 def test_a_failed_start_stops_what_was_started(calls, monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(settings):
+    def refuse(settings, exclusive=False):
         raise RuntimeError("could not start the endpoint server on 127.0.0.1:8080")
 
     monkeypatch.setattr(embedded, "start_gateway", refuse)
