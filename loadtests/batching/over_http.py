@@ -150,12 +150,20 @@ def mlserver_ensure_frameworks(venv: Path) -> None:
 def start_mlserver(
     processes: Processes, binary: Path, models: dict[str, Path], root: Path, logs: Path
 ) -> tuple[subprocess.Popen, str]:
-    """One MLServer (default settings: one inference worker) with four models: each MLP with and without adaptive
-    batching."""
+    """One MLServer (default settings, one inference worker, but `debug: false` as in production: no access-log
+    line per request) with four models: each MLP with and without adaptive batching."""
     http_port = free_port()
     root.mkdir(parents=True, exist_ok=True)
     (root / "settings.json").write_text(
-        json.dumps({"host": "127.0.0.1", "http_port": http_port, "grpc_port": free_port(), "metrics_port": free_port()})
+        json.dumps(
+            {
+                "debug": False,
+                "host": "127.0.0.1",
+                "http_port": http_port,
+                "grpc_port": free_port(),
+                "metrics_port": free_port(),
+            }
+        )
     )
     implementation = {"torch": ("TorchScriptModel", "model.pt"), "onnx": ("OnnxModel", "model.onnx")}
     for kind, (cls, filename) in implementation.items():

@@ -127,10 +127,12 @@ def start_mlserver(
 ) -> tuple[subprocess.Popen, str]:
     root = paths["mlserver_root"]
     http_port = free_port()
-    # Default settings except where it listens (ports chosen free; loopback only) and `extra_settings`.
+    # MLServer as its users run it in production: default settings except `debug: false` (its default `true`
+    # writes a uvicorn access-log line per request), where it listens (free ports, loopback) and `extra_settings`.
     (root / "settings.json").write_text(
         json.dumps(
             {
+                "debug": False,
                 "host": "127.0.0.1",
                 "http_port": http_port,
                 "grpc_port": free_port(),

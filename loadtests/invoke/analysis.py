@@ -349,14 +349,6 @@ def build_breakdown_text(report: dict[str, Any], cases: list[Case]) -> list[str]
             "inference worker over multiprocessing queues (pickled messages, executor threads, a select() "
             "loop): two processes and several thread wake-ups per request."
         )
-    side_seq, side_c32 = get("MLServer, debug off (side)", "sequential"), get("MLServer, debug off (side)", "c32")
-    if peer and side_seq and side_c32:
-        m32 = get("MLServer", "c32")
-        out.append(
-            f"- MLServer's default `debug: true` logs every request; with `debug: false` (side measurement, "
-            f"not a verdict) it does {side_seq.p50_ms:.3f} ms sequential p50 and {side_c32.rps:,.0f} req/s at "
-            f"c32" + (f", against {peer.p50_ms:.3f} ms and {m32.rps:,.0f} req/s by default." if m32 else ".")
-        )
     c32 = {
         s: get(s, "c32")
         for s in ("floor", "MLServer", "ours: container data port", "ours: direct", "ours: serial (3 containers)")

@@ -54,9 +54,10 @@ the numbers (`--write-docs` rewrites this part only).
     Starlette app on uvicorn that forwards each request with this project's hop client
     (TCP keep-alive) and does nothing else. Every request of ours crosses two processes
     (the gateway, then the container), so this is what that alone costs here.
-  - *MLServer* with `mlserver-sklearn`, default settings (one inference worker process
-    behind the HTTP process; `debug` on, which writes an access-log line per request),
-    in its own virtual environment (`.bench/mlserver-venv`); then the same MLServer
+  - *MLServer* with `mlserver-sklearn`, configured as for production: default settings
+    (one inference worker process behind the HTTP process) except `debug: false` (its
+    default, `true`, writes a uvicorn access-log line per request; MLServer's docs turn it
+    off for production), in its own virtual environment (`.bench/mlserver-venv`); then the same MLServer
     *in-process* (`parallel_workers: 0`: inference in its HTTP process) and with its
     *adaptive batching* on (`max_batch_size: 32`, `max_batch_time: 0.002`).
   - *ours*: an embedded Ray, the endpoint server (the `serving-gateway` replica) and two
