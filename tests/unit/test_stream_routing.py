@@ -128,9 +128,10 @@ def test_parts_arrive_as_the_generator_makes_them(streaming) -> None:
     assert [kind for _, (kind, _) in received] == ["PayloadPart"] * 3
     chunks = [json.loads(payload) for _, (_, payload) in received]
     assert [chunk["index"] for chunk in chunks] == [0, 1, 2]
-    # the first part arrived before the last one was made: nothing waits for the generator to finish
+    # the first part arrived before the last one was made: nothing waits for the generator to finish (a buffered
+    # answer would arrive after it; the margin of two gaps keeps a starved CI machine from failing it falsely)
     first_arrival, last_made = received[0][0], chunks[-1]["made"]
-    assert first_arrival < last_made - GAP_S, (first_arrival, last_made)
+    assert first_arrival < last_made, (first_arrival, last_made)
 
 
 def test_a_non_streaming_container_answers_with_one_part(streaming) -> None:
