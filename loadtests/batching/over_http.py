@@ -20,6 +20,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from loadtests.harness.peers import mlserver_settings
 from loadtests.harness.processes import BenchError, Processes, free_port, http, log, wait_until
 from loadtests.harness.servers import CHILD_SCRIPT
 from loadtests.harness.wrk import Case, Wrk
@@ -154,17 +155,7 @@ def start_mlserver(
     line per request) with four models: each MLP with and without adaptive batching."""
     http_port = free_port()
     root.mkdir(parents=True, exist_ok=True)
-    (root / "settings.json").write_text(
-        json.dumps(
-            {
-                "debug": False,
-                "host": "127.0.0.1",
-                "http_port": http_port,
-                "grpc_port": free_port(),
-                "metrics_port": free_port(),
-            }
-        )
-    )
+    (root / "settings.json").write_text(mlserver_settings(http_port))
     implementation = {"torch": ("TorchScriptModel", "model.pt"), "onnx": ("OnnxModel", "model.onnx")}
     for kind, (cls, filename) in implementation.items():
         for batched in (False, True):

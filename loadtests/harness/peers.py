@@ -117,6 +117,13 @@ def mlserver_versions(venv: Path) -> dict[str, str]:
     return json.loads(done.stdout) if done.returncode == 0 else {"error": done.stderr.strip()[-300:]}
 
 
+def mlserver_settings(http_port: int, extra: dict[str, Any] | None = None) -> str:
+    """MLServer's settings.json as its users run it in production: default settings except `debug: false` (its
+    default `true` writes a uvicorn access-log line per request), where it listens (free ports, loopback), `extra`."""
+    settings = {"debug": False, "host": "127.0.0.1", "http_port": http_port, "grpc_port": free_port()}
+    return json.dumps({**settings, "metrics_port": free_port(), **(extra or {})})
+
+
 def start_mlserver(
     processes: Processes,
     binary: Path,
@@ -127,20 +134,7 @@ def start_mlserver(
 ) -> tuple[subprocess.Popen, str]:
     root = paths["mlserver_root"]
     http_port = free_port()
-    # MLServer as its users run it in production: default settings except `debug: false` (its default `true`
-    # writes a uvicorn access-log line per request), where it listens (free ports, loopback) and `extra_settings`.
-    (root / "settings.json").write_text(
-        json.dumps(
-            {
-                "debug": False,
-                "host": "127.0.0.1",
-                "http_port": http_port,
-                "grpc_port": free_port(),
-                "metrics_port": free_port(),
-                **(extra_settings or {}),
-            }
-        )
-    )
+    (root / "settings.json").write_text(mlserver_settings(http_port, extra_settings))
     (root / MLSERVER_MODEL / "model-settings.json").write_text(
         json.dumps(
             {
