@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -172,6 +172,8 @@ class StatusBoard:
         self.awaited: list[str] = []
         self.expected: set[str] = set()
         self.starting: str | None = None
+        self.everywhere: Callable[[], Awaitable[bool]] | None = None  # have the other gateways read this table?
+        self._ready = False  # the last /ping answered 200
 
     def refresh(self, statuses: Mapping[str, AppStatus], registered: Mapping[tuple[str, str, str], int]) -> None:
         """Rebuild descriptions from the registry's latest statuses and registered replicas."""
@@ -240,8 +242,15 @@ class StatusBoard:
         ]
 
     async def ping(self, request: Request) -> Response:
-        """200 only when every known endpoint is routable; 503 with the reasons otherwise (load balancers)."""
+        """200 only when every known endpoint is routable; 503 with the reasons otherwise (load balancers).
+
+        Becoming ready also waits for `everywhere`: every other gateway has read this table too, since a client
+        cannot pick which gateway of a shared port its next call reaches. Asked on that transition only, so that
+        a gateway killed later (silent in the registry for a while) takes no live one out of service."""
         reasons = self.unroutable()
+        if not reasons and not self._ready and self.everywhere is not None and not await self.everywhere():
+            reasons = ["another gateway has not read the latest routing table yet"]
+        self._ready = not reasons
         if reasons:
             raise ServiceUnavailableError("; ".join(reasons))
         return Response(b"", status_code=200)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 import uuid
@@ -99,6 +100,8 @@ class Gateway:
             describe=lambda name: self.board.descriptions.get(name),
         )
         api = api_routes(self.settings, self._dispatch_api, self.router.invocations.preauth_budget)
+        self.board.everywhere = self._applied_everywhere
+        self._read_first_snapshot()
         app = serving_app(
             self.board.routes() + control.routes() + self.router.routes() + self.metrics.routes() + api,
             lifespan=self._lifespan,
@@ -110,6 +113,25 @@ class Gateway:
         if not self.server.wait_started():
             raise RuntimeError(f"endpoint server did not start on {self.server.url}")
         freeze_startup_objects()
+
+    def _read_first_snapshot(self) -> None:
+        """Read the routing table before listening: the gateways of a node share the port, and the kernel hands
+        a listening one its share of new connections at once, which a gateway that cannot route yet would turn
+        away (a restarted gateway, or one on a node that just joined). Bounded: past it, 503s until the poll."""
+        try:
+            call = self.registry.snapshot.remote(-1, 0.0, None, self.reader)
+            self.state.offer(ray.get(call, timeout=FIRST_SNAPSHOT_S))
+        except Exception as error:  # the registry restarting: the poll catches up, and the router answers 503
+            logger.warning("no routing table before listening (%s); answering 503 until the first poll", error)
+
+    async def _applied_everywhere(self) -> bool:
+        """Whether every live gateway has read this gateway's table version (/ping: a client cannot pick which
+        gateway of a shared port its next call reaches)."""
+        call = self.registry.applied_everywhere.remote(self.state.version)
+        try:
+            return bool(await asyncio.wait_for(asyncio.wrap_future(call.future()), FIRST_SNAPSHOT_S))
+        except Exception:
+            return False
 
     def _lifespan(self, app):
         gateway = self
@@ -127,6 +149,9 @@ class Gateway:
                 self.drop_task.cancel()
                 self.journal_task.cancel()
                 self.counters_task.cancel()
+                with contextlib.suppress(Exception):  # the registry gone too: it forgets silent readers itself
+                    leave = gateway.registry.leave.remote(gateway._control, gateway.reader)
+                    await asyncio.wait_for(asyncio.wrap_future(leave.future()), 5.0)
                 await gateway.router.async_invocations.close()  # unfinished async requests: failure objects
                 await gateway.transport.close()
                 await gateway.metrics.close()
@@ -196,6 +221,7 @@ class Gateway:
         self.server.stop()
 
 
+FIRST_SNAPSHOT_S = 10.0  # a starting gateway waits this long for its first routing table, /ping for a confirmation
 API_CALL_TIMEOUT_S = 60.0  # an API call waits this long for the control plane (restarting: a few seconds)
 REGISTRY_WAIT_S = 10.0  # a registry snapshot call waits this long for a change before answering "none"
 DROP_CHECK_S = 0.25  # how often replicas found unreachable are reported to the registry

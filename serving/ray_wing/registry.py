@@ -213,6 +213,14 @@ class Registry:
                 if now - when < READER_SILENT_S
             )
 
+    def leave(self, token: str, reader: str) -> bool:
+        """A gateway stopping cleanly: no longer one of those that `applied_everywhere` waits for."""
+        if not self._allowed(token, f"leave({reader})"):
+            return False
+        with self._lock:
+            self.readers.pop(reader, None)
+        return True
+
     def stop_reconciling(self, token: str) -> bool:
         """The embedded server is stopping and deletes every application itself: deploy nothing again."""
         if not self._allowed(token, "stop_reconciling"):

@@ -174,3 +174,29 @@ def test_ping_waits_for_every_endpoint_the_server_must_serve(state: GatewayState
     assert state.board.unroutable() == [] and state.board.healthy()
     state.offer(snapshot(spec, version=5))  # kept deleted: no longer served
     assert state.board.healthy() and state.invocations.fronts == {}
+
+
+def test_ping_turns_200_only_once_every_gateway_has_read_the_table(state: GatewayState) -> None:
+    # Issue 43: gateways share a port, so a 200 from one means nothing if the next call reaches another that has
+    # not read the endpoints yet. Becoming ready waits for `everywhere`; once ready, it is not asked again (a
+    # killed gateway stays in the registry's readers a while, and must not take the live ones out of service).
+    from starlette.testclient import TestClient
+
+    from serving.http.responses import serving_app
+
+    others_read = [False]
+    asked: list[bool] = []
+
+    async def everywhere() -> bool:
+        asked.append(others_read[0])
+        return others_read[0]
+
+    state.board.everywhere = everywhere
+    state.offer(snapshot(endpoint("ready", container("only"))))
+    with TestClient(serving_app(state.board.routes())) as client:
+        refused = client.get("/ping")
+        assert refused.status_code == 503 and "another gateway has not read" in refused.text
+        others_read[0] = True
+        assert client.get("/ping").status_code == 200
+        others_read[0] = False
+        assert client.get("/ping").status_code == 200 and asked == [False, True]
