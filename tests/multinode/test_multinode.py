@@ -1,21 +1,21 @@
 """Two Ray nodes on this machine (`ray start` processes, token authentication on) and `serving up --address`.
 
-The head node (custom resource `node-a`) runs the gateway, the registry and one container; the worker node
-(`node-b`) another; a third container has one replica on each node (`spread`, one slot per node). The test
-invokes every container, reads both nodes' metrics through `GET /metrics`, kills a replica on the worker
-node and then the worker node itself, each under load, counting the caller's failures. Every process here
-was started by this test, and is stopped by its PID. Runs in its own pytest session (`make test` runs it
-after the others): it starts a Ray cluster of its own.
-"""
+The head node (custom resource `node-a`) runs the registry and one container; the worker node (`node-b`, an
+address of its own: 127.0.0.2) another; a third container has one replica on each node (`spread`, one slot per
+node); each node runs a gateway, both on the one port (SO_REUSEPORT). The test invokes every container, reads
+both nodes' metrics through `GET /metrics`, checks that a call is answered on the node it entered, kills the
+head's gateway under load, has a third node join and leave, kills a replica on the worker node and then the
+worker node itself, each under load, counting the caller's failures. Every process here was started by this
+test, and is stopped by its PID. Runs in its own pytest session (`make test` runs it after the others): it
+starts a Ray cluster of its own."""
 
 from __future__ import annotations
 
-import contextlib
+import http.client
 import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +26,7 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
+from processes import accepting_pid, free_port, listeners, stop, wait_for
 
 pytestmark = pytest.mark.multinode
 
@@ -45,40 +46,6 @@ def output_fn(prediction, accept):
 '''
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _wait(predicate, what: str, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if predicate():
-                return
-        except (httpx.HTTPError, ValueError, KeyError):
-            pass
-        time.sleep(1)
-    raise AssertionError(f"not {what} within {timeout} s")
-
-
-def _stop(process: subprocess.Popen, grace: float = 30) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(grace)
-        except subprocess.TimeoutExpired:
-            children: list[psutil.Process] = []
-            with contextlib.suppress(psutil.NoSuchProcess):
-                children = psutil.Process(process.pid).children(recursive=True)
-            for child in children:
-                with contextlib.suppress(psutil.NoSuchProcess):  # it may exit between the listing and the kill
-                    child.kill()
-            process.kill()
-            process.wait(10)
-
-
 class Cluster:
     """A head and a worker node (`ray start --block`), and `serving up --address` against them."""
 
@@ -89,7 +56,7 @@ class Cluster:
                             "RAY_preload_python_modules": "serving._worker_preload"}  # as deploy/ sets it
         self.environment.pop("RAY_AUTH_TOKEN_PATH", None)
         self.environment.pop("RAY_ADDRESS", None)
-        self.gcs_port, self.port = _free_port(), _free_port()
+        self.gcs_port, self.port = free_port(), free_port()
         self.processes: list[subprocess.Popen] = []
         self.address = f"{_node_ip()}:{self.gcs_port}"
 
@@ -109,7 +76,7 @@ class Cluster:
 
     def stop(self) -> None:
         for process in reversed(self.processes):
-            _stop(process)
+            stop(process)
 
 
 def _node_ip() -> str:
@@ -137,13 +104,15 @@ def cluster(tmp_path_factory) -> Iterator[tuple[Cluster, str, subprocess.Popen]]
     head = cluster.start_node("--head", f"--port={cluster.gcs_port}", "--num-cpus=1", "--include-dashboard=false",
                               '--resources={"node-a": 10, "slot": 1}')
     try:
-        _wait(lambda: subprocess.run([str(BIN / "ray"), "status", f"--address={cluster.address}"],
+        wait_for(lambda: subprocess.run([str(BIN / "ray"), "status", f"--address={cluster.address}"],
                                      env=cluster.environment, capture_output=True, timeout=60).returncode == 0,
               "head up", timeout=120)
-        worker = cluster.start_node(f"--address={cluster.address}", "--num-cpus=1", '--resources={"node-b": 10, "slot": 1}')
+        # A node address of its own, as every node of a real cluster has: locality is by address (issue 43).
+        worker = cluster.start_node(f"--address={cluster.address}", "--node-ip-address=127.0.0.2", "--num-cpus=1",
+                                    '--resources={"node-b": 10, "slot": 1}')
         cluster.up(spec)
         url = f"http://127.0.0.1:{cluster.port}"
-        _wait(lambda: httpx.get(f"{url}/endpoints/mn", timeout=5).json()["EndpointStatus"] == "InService",
+        wait_for(lambda: httpx.get(f"{url}/endpoints/mn", timeout=5).json()["EndpointStatus"] == "InService",
               "InService", timeout=300)
         yield cluster, url, worker
     finally:
@@ -240,7 +209,85 @@ def test_metrics_come_from_both_nodes(cluster) -> None:
                           for line in text.splitlines())}
         return counted == {"on-head", "on-worker"}
 
-    _wait(both, "recorded on both nodes", timeout=90)
+    wait_for(both, "recorded on both nodes", timeout=90)
+
+
+def _gateway_pids(cluster: Cluster) -> dict[int, str]:
+    """Each running gateway's PID, with its node."""
+    return {r["pid"]: r["node"][0] for r in _serve_replicas(cluster)["serving-gateway"] if r["state"] == "RUNNING"}
+
+
+def _enter(cluster: Cluster, container: str) -> tuple[int, int]:
+    """One call on a fresh connection: the gateway process that accepted it, and the container process that
+    answered (the echo's PID)."""
+    connection = http.client.HTTPConnection("127.0.0.1", cluster.port, timeout=30)
+    try:
+        connection.connect()
+        gateway = accepting_pid(connection.sock, cluster.port)
+        connection.request("POST", "/endpoints/mn/invocations", body=b'{"x": 1}', headers={
+            "Content-Type": "application/json", "X-Amzn-SageMaker-Target-Container-Hostname": container})
+        answer = connection.getresponse()
+        assert answer.status == 200, answer.read()
+        return gateway, json.loads(answer.read())["pid"]
+    finally:
+        connection.close()
+
+
+def test_a_request_entering_a_node_is_answered_on_that_node(cluster) -> None:
+    # Issue 43 item 3: `spread` has a replica on each node, so a call that enters through a node's gateway is
+    # answered by the replica on that node (the container process's parent), never crossing to the other.
+    replicas = _serve_replicas(cluster[0])
+    node_of = {r["pid"]: r["node"][0] for rs in replicas.values() for r in rs if r["node"]}
+    paths: Counter = Counter()
+    for _ in range(30):
+        gateway, container = _enter(cluster[0], "spread")
+        replica = next(p.pid for p in psutil.Process(container).parents() if p.pid in node_of)
+        paths[(node_of[gateway], node_of[replica])] += 1
+    print(f"entered -> answered on: {dict(paths)}")
+    assert set(paths) == {("node-a", "node-a"), ("node-b", "node-b")}, paths
+
+
+def test_the_head_gateway_killed_under_load_costs_no_request(cluster) -> None:
+    # Issue 43: the worker node's gateway keeps serving the shared port; a caller that retries a broken
+    # connection once (as SDKs do) loses nothing, and Serve puts a new gateway back on the head node.
+    c, url, _ = cluster
+    before = _gateway_pids(c)
+    head = next(pid for pid, node in before.items() if node == "node-a")
+    worker = next(pid for pid, node in before.items() if node == "node-b")
+    with Load(url, "spread") as load, Load(url, "on-worker") as worker_load:
+        time.sleep(2)
+        os.kill(head, signal.SIGKILL)  # the head node's gateway: a Serve replica of this test's own cluster
+        wait_for(lambda: len(listeners(c.port) - {head}) == 2, "a new gateway on the head node", timeout=120)
+        time.sleep(3)
+    assert load.failures() == Counter() and worker_load.failures() == Counter(), (load.failures(),
+                                                                                   worker_load.failures())
+    assert len(load.statuses) > 20
+    after = _gateway_pids(c)
+    assert worker in after and head not in after and sorted(after.values()) == ["node-a", "node-b"]
+
+
+def test_a_node_that_joins_gets_a_gateway_that_serves(cluster) -> None:
+    # Issue 43 item 1: nobody acts; the gateway policy sees one more live node and Serve starts its gateway,
+    # which reads the routing table before it listens (so its first connection is served), within 30 s.
+    c, _, _ = cluster
+    before = listeners(c.port)
+    joining = c.start_node(f"--address={c.address}", "--node-ip-address=127.0.0.3", "--num-cpus=1",
+                           '--resources={"node-c": 10}')
+    try:
+        wait_for(lambda: any(p.name() == "raylet" for p in psutil.Process(joining.pid).children(recursive=True)),
+                 "the node's raylet up", timeout=120, every=0.2)
+        took = wait_for(lambda: len(listeners(c.port) - before) == 1, "a gateway on the new node", timeout=120,
+                        every=0.2)
+        print(f"the new node's gateway listened {took:.1f} s after its raylet started")
+        (new,) = listeners(c.port) - before
+        assert _gateway_pids(c)[new] == "node-c"
+        served = [gateway for gateway, _ in (_enter(c, "on-worker") for _ in range(40))]
+        assert new in served, f"the new gateway took none of 40 connections: {Counter(served)}"
+        assert took < 30
+    finally:
+        stop(joining)
+    wait_for(lambda: sorted(_gateway_pids(c).values()) == ["node-a", "node-b"], "the left node's gateway gone",
+             timeout=120)
 
 
 def test_a_replica_killed_on_the_worker_node_costs_no_request(cluster) -> None:
@@ -249,7 +296,7 @@ def test_a_replica_killed_on_the_worker_node_costs_no_request(cluster) -> None:
     with Load(url, "spread") as load:
         time.sleep(2)
         os.kill(worker_replica["pid"], signal.SIGKILL)  # a Serve replica of this test's own cluster
-        _wait(lambda: sum(r["state"] == "RUNNING" for r in _replicas(url, cluster[0])["spread"]) == 2
+        wait_for(lambda: sum(r["state"] == "RUNNING" for r in _replicas(url, cluster[0])["spread"]) == 2
               and worker_replica["pid"] not in [r["pid"] for r in _replicas(url, cluster[0])["spread"]],
               "replaced", timeout=180)
         time.sleep(2)
@@ -266,7 +313,7 @@ def test_the_worker_node_killed_under_load_costs_no_request(cluster) -> None:
         time.sleep(20)  # past the registry's 15 s expiry of replicas nobody hears from
     assert load.failures() == Counter(), load.failures()
     assert head_load.failures() == Counter(), head_load.failures()
-    _wait(lambda: _gateways(cluster[0]) == ["node-a"], "the lost node's gateway gone, the head's kept", timeout=60)
+    wait_for(lambda: _gateways(cluster[0]) == ["node-a"], "the lost node's gateway gone, the head's kept", timeout=60)
     description = httpx.get(f"{url}/endpoints/mn", timeout=10).json()
     states = {c["ContainerHostname"]: (c["Status"], c["CurrentReplicas"]) for c in description["Containers"]}
     assert states["spread"] == ("Updating", 1) and states["on-head"] == ("InService", 1)
