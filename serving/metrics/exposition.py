@@ -156,7 +156,9 @@ def exposition(families: Iterable[Metric]) -> bytes:
 
 
 class MetricsRoute:
-    """`GET /metrics` of the endpoint server.
+    """The cluster's `GET /metrics`: the collectors given, every Ray node's replica metrics, and the gateways'
+    published counters (`peers`), merged. It runs in the control plane, which every gateway's `/metrics` asks
+    with that gateway's own current counters (`scrape(local, skip=...)`); `routes` serves it directly.
 
     A Ray node's agent takes 0.3-0.7 s to write its exposition (1.3 MB for ~25 replicas, measured; more
     under load), so a scrape does not wait on it for long: each scrape starts a refresh of the nodes'
@@ -168,17 +170,16 @@ class MetricsRoute:
         self,
         collectors: Iterable,
         node_urls: Callable[[], Awaitable[list[str]]],
-        peers: Callable[[], Awaitable[list[str]]] | None = None,
+        peers: Callable[[], Awaitable[dict[str, str]]] | None = None,
         *,
         timeout_s: float = 10.0,
         wait_s: float = 1.5,
         max_age_s: float = 1.0,
     ) -> None:
-        self.collectors = list(collectors)  # anything with collect(): the gateway's registry and collectors
+        self.collectors = list(collectors)  # anything with collect()
         self._node_urls = node_urls  # the metrics export URL of every live Ray node
-        # The other gateways' own counters (Prometheus text), so that one scrape of any gateway counts every request
-        self._peers = peers
-        self._peer_families: list[Metric] = []
+        self._peers = peers  # each gateway's published counters (Prometheus text), by gateway
+        self._peer_families: dict[str, list[Metric]] = {}
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._wait_s, self._max_age_s = wait_s, max_age_s
         self._nodes: tuple[float, list[str]] = (float("-inf"), [])
@@ -191,18 +192,25 @@ class MetricsRoute:
         return [Route("/metrics", self.metrics, methods=["GET"])]
 
     async def metrics(self, request: Request) -> Response:
+        return Response(await self.scrape(), media_type=CONTENT_TYPE)
+
+    async def scrape(self, local: bytes = b"", skip: str | None = None) -> bytes:
+        """The merged exposition, with `local` (a gateway's own current counters, Prometheus text) in place of
+        what the gateway `skip` last published."""
         if self._refresh is None and time.monotonic() - self._refreshed_at > self._max_age_s:
             self._refresh = asyncio.create_task(self._refresh_nodes())
         if self._refresh is not None:
             await asyncio.wait({self._refresh}, timeout=self._wait_s)
-        body = await asyncio.to_thread(self._render)
-        return Response(body, media_type=CONTENT_TYPE)
+        return await asyncio.to_thread(self._render, local, skip)
 
-    def _render(self) -> bytes:
+    def _render(self, local: bytes, skip: str | None) -> bytes:
         families = [family for collector in self.collectors for family in collector.collect()]
         for node in list(self._node_families.values()):
             families.extend(node)
-        families.extend(self._peer_families)
+        for gateway, published in list(self._peer_families.items()):
+            if gateway != skip:
+                families.extend(published)
+        families.extend(text_string_to_metric_families(local.decode()))
         return exposition(families)
 
     async def _refresh_nodes(self) -> None:
@@ -218,7 +226,9 @@ class MetricsRoute:
             if self._peers is not None:
                 peer_texts = await self._peers()
                 self._peer_families = await asyncio.to_thread(
-                    lambda: [family for text in peer_texts for family in text_string_to_metric_families(text)]
+                    lambda: {
+                        gateway: list(text_string_to_metric_families(text)) for gateway, text in peer_texts.items()
+                    }
                 )
             self._refreshed_at = time.monotonic()
         except Exception:

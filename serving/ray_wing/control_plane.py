@@ -1,5 +1,6 @@
 """The control plane's one restartable place: the SageMaker and Application Auto Scaling APIs, their state and
-their update step, as a Serve application of one replica on the head node (`serving-control`).
+their update step, and the cluster's `GET /metrics` merge, as a Serve application of one replica on the head node
+(`serving-control`).
 
 Every gateway authenticates an API call and hands it here (`call`); losing a gateway loses none of this, and
 losing this replica interrupts no invocation (Serve starts another, which restores the API's endpoints from its
@@ -21,6 +22,8 @@ from ray import serve
 from serving.control.records import ApiRouting
 from serving.control.status import StatusBoard
 from serving.gateway.variants import Front
+from serving.metrics.exposition import MetricsRoute
+from serving.ray_wing.gateway_counters import published
 from serving.ray_wing.names import CONTROL_APP, ON_HEAD
 from serving.ray_wing.operations import control_token, delete_endpoint, deploy_endpoint
 from serving.ray_wing.registry import registry_handle
@@ -45,6 +48,7 @@ class ControlPlane:
         self.board = StatusBoard()
         self.version, self.epoch = -1, None
         self.api = ControlApi(self.settings, _Deployer(self))
+        self.metrics = MetricsRoute([], metrics_export_urls, peers=lambda: asyncio.to_thread(published))
         self._threads = [
             threading.Thread(target=self._follow_registry, name="follow-registry", daemon=True),
             threading.Thread(target=self._step, name="api-step", daemon=True),
@@ -55,6 +59,11 @@ class ControlPlane:
     async def call(self, prefix: str, operation: str, document: dict[str, Any]) -> Answer:
         """One authorized API call (a gateway authenticated and authorized it)."""
         return await asyncio.to_thread(self.api.call, prefix, operation, document)
+
+    async def scrape(self, local: bytes, gateway: str) -> bytes:
+        """`GET /metrics` of the gateway `gateway`: its own series (`local`, current) with every node's replica
+        metrics and every other gateway's published counters, merged here rather than on the data path."""
+        return await self.metrics.scrape(local, skip=gateway)
 
     def check_health(self) -> None:
         if not all(thread.is_alive() for thread in self._threads):
@@ -128,6 +137,16 @@ class _Deployer:
 
     def capacity(self):
         return ray.cluster_resources()
+
+
+async def metrics_export_urls() -> list[str]:
+    """Where each live Ray node's metrics agent serves what the replicas on that node record."""
+    nodes = await asyncio.to_thread(ray.nodes)  # a GCS call: off the event loop
+    return [
+        f"http://{node['NodeManagerAddress']}:{node['MetricsExportPort']}/metrics"
+        for node in nodes
+        if node.get("Alive") and node.get("MetricsExportPort")
+    ]
 
 
 def start_control_plane(settings: ServerSettings) -> None:

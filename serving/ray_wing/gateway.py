@@ -12,6 +12,9 @@ from typing import Any
 import ray
 from prometheus_client import generate_latest
 from ray import serve
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from serving._gc import freeze_startup_objects
 from serving.access.decision import configure_audit_log
@@ -24,7 +27,7 @@ from serving.gateway.state import GatewayState
 from serving.gateway.transport import ContainerTransport
 from serving.http.responses import serving_app
 from serving.http.server import BackgroundServer, HttpLimits
-from serving.metrics.exposition import MetricsRoute
+from serving.metrics.exposition import CONTENT_TYPE, exposition
 from serving.metrics.invocations import (
     REGISTRY,
     DesiredReplicasCollector,
@@ -84,15 +87,12 @@ class Gateway:
         self.reader = f"gateway:{uuid.uuid4().hex}"  # how the registry knows what this gateway has applied
         self.counters = GatewayCounters(self.reader)  # its own counters, for the other gateways' scrapes
         self.state = GatewayState(self.settings, self.router.invocations, self.transport, self.board)
-        self.metrics = MetricsRoute(
-            [
-                REGISTRY,
-                ReplicaCountCollector(self.state.replica_counts),
-                DesiredReplicasCollector(self.state.desired_replicas),
-            ],
-            _metrics_export_urls,
-            peers=lambda: asyncio.to_thread(self.counters.peers),
-        )
+        # Its own series; GET /metrics adds every node's and gateway's in the control plane (off the data path).
+        self.local_metrics: list[Any] = [
+            REGISTRY,
+            ReplicaCountCollector(self.state.replica_counts),
+            DesiredReplicasCollector(self.state.desired_replicas),
+        ]
         control = ControlRoutes(
             keys.http_control_token(root),
             apply=lambda spec: deploy_endpoint(spec, self.settings),
@@ -103,7 +103,7 @@ class Gateway:
         self.board.everywhere = self._applied_everywhere
         self._read_first_snapshot()
         app = serving_app(
-            self.board.routes() + control.routes() + self.router.routes() + self.metrics.routes() + api,
+            self.board.routes() + control.routes() + self.router.routes() + [Route("/metrics", self._metrics)] + api,
             lifespan=self._lifespan,
             hot=self.router.hot_route(),
         )
@@ -154,7 +154,6 @@ class Gateway:
                     await asyncio.wait_for(asyncio.wrap_future(leave.future()), 5.0)
                 await gateway.router.async_invocations.close()  # unfinished async requests: failure objects
                 await gateway.transport.close()
-                await gateway.metrics.close()
 
         return _Lifespan()
 
@@ -198,11 +197,30 @@ class Gateway:
                 logger.exception("publishing this gateway's counters failed")
             await asyncio.sleep(COUNTERS_PUBLISH_S)
 
-    async def _dispatch_api(self, prefix: str, operation: str, document: dict[str, Any]) -> Answer:
-        """An authorized API call, run by the control plane (`control_plane`), bounded in time."""
+    def _control_plane_handle(self) -> Any:
         if self._control_plane is None:
             self._control_plane = serve.get_app_handle(CONTROL_APP)
-        call = self._control_plane.call.remote(prefix, operation, document)
+        return self._control_plane
+
+    async def _metrics(self, request: Request) -> Response:
+        """`GET /metrics`: this gateway's own series, current, merged by the control plane with every node's and
+        every other gateway's (what Prometheus scrapes from any gateway is the whole cluster)."""
+        local = await asyncio.to_thread(
+            lambda: exposition(family for collector in self.local_metrics for family in collector.collect())
+        )
+        try:
+            body = await asyncio.wait_for(
+                self._control_plane_handle().scrape.remote(local, self.reader), METRICS_TIMEOUT_S
+            )
+        except TimeoutError:
+            raise ServiceUnavailableError(
+                f"the control plane did not merge the metrics within {METRICS_TIMEOUT_S:.0f} s; scrape again"
+            ) from None
+        return Response(body, media_type=CONTENT_TYPE)
+
+    async def _dispatch_api(self, prefix: str, operation: str, document: dict[str, Any]) -> Answer:
+        """An authorized API call, run by the control plane (`control_plane`), bounded in time."""
+        call = self._control_plane_handle().call.remote(prefix, operation, document)
         try:
             return await asyncio.wait_for(call, API_CALL_TIMEOUT_S)
         except TimeoutError:
@@ -222,19 +240,10 @@ class Gateway:
 
 
 FIRST_SNAPSHOT_S = 10.0  # a starting gateway waits this long for its first routing table, /ping for a confirmation
+METRICS_TIMEOUT_S = 10.0  # Prometheus's default scrape timeout
 API_CALL_TIMEOUT_S = 60.0  # an API call waits this long for the control plane (restarting: a few seconds)
 REGISTRY_WAIT_S = 10.0  # a registry snapshot call waits this long for a change before answering "none"
 DROP_CHECK_S = 0.25  # how often replicas found unreachable are reported to the registry
-
-
-async def _metrics_export_urls() -> list[str]:
-    """Where each live Ray node's metrics agent serves what the replicas on that node record."""
-    nodes = await asyncio.to_thread(ray.nodes)  # a GCS call: off the event loop
-    return [
-        f"http://{node['NodeManagerAddress']}:{node['MetricsExportPort']}/metrics"
-        for node in nodes
-        if node.get("Alive") and node.get("MetricsExportPort")
-    ]
 
 
 # --- control-plane operations ---------------------------------------------------------

@@ -1,9 +1,9 @@
-"""Each gateway's own counters (the requests it routed), shared through Ray's GCS key-value store, so that a
-scrape of any gateway's `GET /metrics` counts the requests of every gateway.
+"""Each gateway's own counters (the requests it routed), shared through Ray's GCS key-value store, so that the
+control plane's merge for a `GET /metrics` of any gateway counts the requests of every gateway.
 
-A gateway publishes its registry's exposition every PUBLISH_S; a scrape adds the other gateways' last ones (so
-they are up to PUBLISH_S old). A gateway silent for STALE_S has stopped: its counters leave the sum, as a
-restarted gateway's always have.
+A gateway publishes its registry's exposition every PUBLISH_S, so a scrape sees the other gateways' counters up
+to PUBLISH_S old (the scraped gateway sends its own, current). A gateway silent for STALE_S has stopped: its
+counters leave the sum, as a restarted gateway's always have.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ _PREFIX = b"gateway-metrics/"
 
 
 class GatewayCounters:
-    """The published counters of the gateway `gateway`, and its peers'."""
+    """Where the gateway `gateway` publishes its counters."""
 
     def __init__(self, gateway: str) -> None:
         self.key = _PREFIX + gateway.encode()
@@ -30,18 +30,17 @@ class GatewayCounters:
         value = json.dumps({"at": time.time(), "text": exposition.decode()}).encode()
         internal_kv._internal_kv_put(self.key, value, namespace=NAMESPACE)
 
-    def peers(self) -> list[str]:
-        """The other live gateways' expositions; entries of gateways long gone are deleted."""
-        now, texts = time.time(), []
-        for key in internal_kv._internal_kv_list(_PREFIX, namespace=NAMESPACE):
-            if key == self.key:
-                continue
-            value = internal_kv._internal_kv_get(key, namespace=NAMESPACE)
-            if value is None:
-                continue
-            entry = json.loads(value)
-            if now - entry["at"] < STALE_S:
-                texts.append(entry["text"])
-            elif now - entry["at"] > 20 * STALE_S:
-                internal_kv._internal_kv_del(key, namespace=NAMESPACE)
-        return texts
+
+def published() -> dict[str, str]:
+    """Every live gateway's last exposition, by gateway; entries of gateways long gone are deleted."""
+    now, texts = time.time(), {}
+    for key in internal_kv._internal_kv_list(_PREFIX, namespace=NAMESPACE):
+        value = internal_kv._internal_kv_get(key, namespace=NAMESPACE)
+        if value is None:
+            continue
+        entry = json.loads(value)
+        if now - entry["at"] < STALE_S:
+            texts[key[len(_PREFIX) :].decode()] = entry["text"]
+        elif now - entry["at"] > 20 * STALE_S:
+            internal_kv._internal_kv_del(key, namespace=NAMESPACE)
+    return texts

@@ -115,3 +115,27 @@ def test_escaped_label_values_and_help_text_survive() -> None:
     merged = merge_families([family])
     assert samples(merged, "serving_x_total") == {(("model", 'a"b\\c'), ("replica", "r")): 5.0}
     assert list(text_string_to_metric_families(exposition([family]).decode()))[0].samples[0].labels["model"] == 'a"b\\c'
+
+
+def test_a_scrape_counts_the_asking_gateway_once_with_its_current_counters() -> None:
+    # Issue 43: the control plane merges /metrics for whichever gateway is scraped. That gateway sends its own
+    # counters, current; what it last published (up to 5 s old) must not be added on top of them.
+    def text(value: float) -> str:
+        return f'# HELP serving_invocations_total n\n# TYPE serving_invocations_total counter\nserving_invocations_total{{endpoint="e"}} {value}\n'
+
+    async def no_nodes() -> list[str]:
+        return []
+
+    async def published() -> dict[str, str]:
+        return {"asking": text(5), "other": text(7)}
+
+    route = MetricsRoute([], no_nodes, peers=published)
+
+    async def scrape() -> bytes:
+        try:
+            return await route.scrape(text(9).encode(), skip="asking")
+        finally:
+            await route.close()
+
+    families = list(text_string_to_metric_families(asyncio.run(scrape()).decode()))
+    assert samples(families, "serving_invocations_total") == {(("endpoint", "e"),): 16.0}  # 9 current + 7 other
