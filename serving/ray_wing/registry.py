@@ -192,8 +192,7 @@ class Registry:
         return True
 
     def publish_api(self, token: str, routing: ApiRouting) -> int:
-        """The control-plane API's fronts and served endpoints, for every gateway; the version that carries them
-        (0: refused)."""
+        """The API's fronts and served endpoints, for every gateway; the version carrying them (0: refused)."""
         if not self._allowed(token, "publish_api"):
             return 0
         with self._lock:
@@ -309,8 +308,7 @@ class Registry:
         return True
 
     def deregister(self, url: str, proof: str | None = None, token: str | None = None) -> bool:
-        """Remove a replica: by itself (its registration proof) or by the control plane (the gateway
-        drops a replica that refuses connections)."""
+        """Remove a replica: by itself (its registration proof), or by a gateway it refused (the control token)."""
         key = self.replicas.get(url)
         own = key is not None and keys.verify(
             keys.registration_proof(self.root_secret, key[0], key[1], url, key[2]), proof
