@@ -495,6 +495,11 @@ def test_the_control_plane_killed_under_load_interrupts_no_invocation(api_server
         with Load(api_server.url, "api-kept", {}, '{"x": 1}') as load:
             time.sleep(1)
             control.send_signal(signal.SIGKILL)
+            # An API call made at once, by a client with botocore's default retries, succeeds: it waits in the
+            # gateway for the new replica (at most 60 s), or botocore retries what failed.
+            patient = boto3.client("sagemaker", endpoint_url=api_server.url, region_name="us-east-1",
+                                   aws_access_key_id="x", aws_secret_access_key="x")
+            assert patient.describe_endpoint(EndpointName="api-kept")["EndpointStatus"] == "InService"
             _until(lambda: (_listed(sm) or {}).get("api-kept") == "InService", 120, "the API to answer again")
             time.sleep(1)
         assert len(load.statuses) > 10 and not load.failures, load.failures[:5]
