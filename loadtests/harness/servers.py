@@ -20,7 +20,7 @@ from serving.ray_wing import EmbeddedServer
 from serving.settings import ServerSettings
 options = json.loads(sys.argv[1])
 specs = [parse_spec(document) for document in options["specs"]]
-with EmbeddedServer(specs, ServerSettings(port=0), num_cpus=options["num_cpus"],
+with EmbeddedServer(specs, ServerSettings(port=0, **options["settings"]), num_cpus=options["num_cpus"],
                     ready_timeout_s=options["ready_timeout_s"]) as server:
     print(server.url, flush=True)
     sys.stdin.read()  # until the benchmark closes it
@@ -28,9 +28,14 @@ with EmbeddedServer(specs, ServerSettings(port=0), num_cpus=options["num_cpus"],
 
 
 @contextlib.contextmanager
-def embedded_endpoint(*specs: dict[str, Any], num_cpus: int = 2, ready_timeout_s: float = 300.0) -> Iterator[str]:
-    """The endpoint server's base URL while `specs` are served by a child process; it all stops when the block ends."""
-    options = json.dumps({"specs": list(specs), "num_cpus": num_cpus, "ready_timeout_s": ready_timeout_s})
+def embedded_endpoint(
+    *specs: dict[str, Any], num_cpus: int = 2, ready_timeout_s: float = 300.0, **settings: Any
+) -> Iterator[str]:
+    """The endpoint server's base URL while `specs` are served by a child process; it all stops when the block ends.
+    `settings`: ServerSettings fields (e.g. `gateways_per_node`)."""
+    options = json.dumps(
+        {"specs": list(specs), "num_cpus": num_cpus, "ready_timeout_s": ready_timeout_s, "settings": settings}
+    )
     server = subprocess.Popen(
         [sys.executable, "-c", CHILD_SCRIPT, options], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
