@@ -159,15 +159,19 @@ class Load:
         def run() -> None:
             with httpx.Client(timeout=30) as client:
                 while self.running:
-                    for attempt in range(2):  # once more on a broken connection, as SDKs retry
+                    # A broken connection is retried up to twice, after 0.1 s and 0.2 s, as SDKs retry (botocore: 4
+                    # times, backing off): a killed gateway's listening socket lives on while the kernel tears the
+                    # process down, and resets what it accepted meanwhile, so an immediate retry can be reset too.
+                    for attempt in range(3):
                         try:
                             self.statuses.append(client.post(
                                 f"{self.url}/endpoints/mn/invocations", json={"x": 1},
                                 headers={"X-Amzn-SageMaker-Target-Container-Hostname": self.container}).status_code)
                             break
                         except httpx.TransportError as error:
-                            if attempt:
+                            if attempt == 2:
                                 self.statuses.append(type(error).__name__)
+                            time.sleep(0.1 * 2**attempt)
                     time.sleep(0.05)
 
         self.threads = [threading.Thread(target=run, daemon=True) for _ in range(2)]
