@@ -1,0 +1,251 @@
+"""Where a direct call's CPU goes, per process: py-spy flame graphs of the gateway and of the container process
+under load, and each one's CPU per request split by what the code was doing (issue 44).
+
+The embedded server of bench_invoke (the iris pipeline in a scikit-learn container, one Direct endpoint, no
+AccessControl), wrk at `--connections` for `--seconds` while py-spy samples both processes twice: once as a
+flame graph (SVG, committed under docs/benchmarks/profiles/) and once as collapsed stacks, which are classified
+here: each sample goes to the category of its innermost frame that has one (so a category is the CPU spent in
+that code itself, below no other category). The shares are scaled by each process's CPU per request read from
+/proc in the same window (py-spy counts runnable threads as well as running ones).
+
+What py-spy cannot see is in no row: the kernel's share of a syscall (seccomp filters, socket calls) shows as
+the Python frame that made the call; `perf` would split it, and is not installed here.
+
+    python -m loadtests.bench_profile [--seconds 20] [--connections 8] [--write-docs]
+
+Results: loadtests/results/bench_profile.json; with --write-docs, docs/benchmarks/bench_profile.md and the SVGs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from loadtests.harness.cpu import CpuMeter, read_procs
+from loadtests.harness.models import iris_models
+from loadtests.harness.processes import BenchError, Processes, log
+from loadtests.harness.proctree import process_cpu_seconds
+from loadtests.harness.results import ROOT, command_line, machine_facts, our_versions, write_results, write_section
+from loadtests.harness.wrk import Wrk, ensure_wrk
+from loadtests.invoke.measure import DIRECT, JSON_HEADERS, OUR_BODY, start_ours
+
+RATE_HZ = 250
+PROFILES = ROOT / "docs" / "benchmarks" / "profiles"
+# (category, how a frame of it is recognised: a path fragment of its file, or its function's name), innermost wins.
+CATEGORIES: list[tuple[str, tuple[str, ...]]] = [
+    ("hop signature: sign (gateway) / verify (container)", ("trust/hops.py", "hmac.py", "hashlib")),
+    ("model: scikit-learn / numpy predict", ("sklearn/", "numpy/", "scipy/", "threadpoolctl")),
+    ("JSON decode / encode", ("json/", "orjson", "codecs.py", "serialization")),
+    ("metrics and stats events", ("metrics/", "events.py", "prometheus_client")),
+    ("logging", ("logging/",)),
+    (
+        "hop client (aiohttp) and hop transport",
+        ("aiohttp/", "yarl/", "multidict", "gateway/transport.py", "gateway/hop_client.py"),
+    ),
+    ("routing and access (router, invocation, failures)", ("gateway/",)),
+    ("container app, predictor, runtime, handler hooks", ("model_server/", "runtimes/")),
+    ("HTTP server: uvicorn + httptools (parse, write)", ("uvicorn/", "httptools")),
+    ("Starlette: request, response, headers", ("starlette/",)),
+    ("serving: other (http/, hot path, protocol)", ("serving/",)),
+    (
+        "event loop, threads and sockets (asyncio, uvloop, concurrent)",
+        ("asyncio/", "uvloop", "concurrent/", "threading.py", "selectors.py"),
+    ),
+]
+
+
+ROOT_FRAME = "BackgroundServer._run "  # the HTTP thread's root (serving/http/server.py): everything runs under it
+
+
+def category(frames: list[str]) -> str:
+    for frame in reversed(frames):  # innermost first
+        if frame.startswith(ROOT_FRAME):
+            break
+        location = frame[frame.rfind("(") + 1 :] if "(" in frame else frame
+        for name, marks in CATEGORIES:
+            if any(mark in location for mark in marks):
+                return name
+    return "other (Python runtime, Ray's threads)"
+
+
+def classify(raw: str, cpu_us: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Collapsed stacks -> CPU per request by category, and by innermost function (the 15 largest), scaled to
+    the process's measured CPU per request."""
+    counts: dict[str, int] = {}
+    leaves: dict[str, int] = {}
+    for line in raw.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if count.isdigit():
+            frames = stack.split(";")
+            name = category(frames)
+            counts[name] = counts.get(name, 0) + int(count)
+            leaves[frames[-1]] = leaves.get(frames[-1], 0) + int(count)
+    total = sum(counts.values()) or 1
+
+    def rows(table: dict[str, int], key: str, limit: int | None = None) -> list[dict[str, Any]]:
+        ranked = sorted(table.items(), key=lambda kv: -kv[1])[:limit]
+        return [
+            {key: k, "share": round(n / total, 3), "us_per_request": round(n / total * cpu_us, 1)} for k, n in ranked
+        ]
+
+    return rows(counts, "category"), rows(leaves, "function", 15)
+
+
+def targets() -> dict[str, int]:
+    """The gateway's process and the direct container's own process (its replica's child), by PID."""
+    table = read_procs()
+    found: dict[str, int] = {}
+    for pid, (_, parent, _, cmdline, _) in table.items():
+        if cmdline.startswith("ray::ServeReplica:serving-gateway"):
+            found["gateway"] = pid
+        elif "serving.model_server.main" in cmdline and table.get(parent, ("",) * 4)[3].startswith(
+            f"ray::ServeReplica:{DIRECT}."
+        ):
+            found["container"] = pid
+    if set(found) != {"gateway", "container"}:
+        raise BenchError(f"could not find the gateway and the container process: {found}")
+    return found
+
+
+def py_spy(processes: Processes, pid: int, seconds: float, fmt: str, out: Path) -> subprocess.Popen:
+    binary = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    return processes.start(
+        [
+            binary,
+            "record",
+            "--pid",
+            str(pid),
+            "--duration",
+            str(round(seconds)),
+            "--rate",
+            str(RATE_HZ),
+            "--format",
+            fmt,
+            "--nonblocking",
+            "-o",
+            str(out),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def docs_section(result: dict[str, Any]) -> str:
+    meta, lines = result["meta"], ["## Measured", ""]
+    lines.append(
+        f"wrk at {meta['connections']} connections for {meta['seconds']:.0f} s: {result['rps']:,} req/s. CPU per "
+        "request of each process from /proc, split by the category of the innermost classified frame of each "
+        f"py-spy sample ({RATE_HZ} Hz). Flame graphs: [gateway](profiles/gateway.svg), "
+        "[container process](profiles/container.svg)."
+    )
+    for name, process in result["processes"].items():
+        lines += [
+            "",
+            f"### {name}: {process['cpu_us_per_request']:.0f} µs per request",
+            "",
+            "| where | share | µs per request |",
+            "|---|---|---|",
+        ]
+        lines += [
+            f"| {row['category']} | {row['share']:.1%} | {row['us_per_request']:.0f} |" for row in process["rows"]
+        ]
+        lines += [
+            "",
+            "Innermost functions that took the most:",
+            "",
+            "| function (file:line) | share | µs per request |",
+            "|---|---|---|",
+        ]
+        lines += [
+            f"| `{row['function']}` | {row['share']:.1%} | {row['us_per_request']:.0f} |"
+            for row in process["functions"]
+        ]
+    lines += [
+        "",
+        f"Run: `{meta['command']}` at {meta['started']} ({meta['seconds_total']:.0f} s); {meta['machine']['nproc']} "
+        f"CPUs ({meta['machine']['cpu_model']}), load average before {meta['machine']['loadavg_at_start']}. "
+        "Results: `loadtests/results/bench_profile.json`.",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--connections", type=int, default=8)
+    parser.add_argument("--out", type=Path, default=ROOT / "loadtests" / "results" / "bench_profile.json")
+    parser.add_argument("--write-docs", action="store_true")
+    args = parser.parse_args()
+    started = time.monotonic()
+    meta: dict[str, Any] = {
+        "command": command_line(__file__),
+        "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": machine_facts(),
+        "versions": our_versions(),
+        "seconds": args.seconds,
+        "connections": args.connections,
+    }
+    processes = Processes()
+    work = Path(tempfile.mkdtemp(prefix="bench-profile-"))
+    server = None
+    try:
+        paths = iris_models(work)
+        log("starting the embedded server (bench_invoke's endpoints) ...")
+        server, ours = start_ours(paths)
+        url = f"{ours['base']}/endpoints/{DIRECT}/invocations"
+        wrk = Wrk(ensure_wrk(), work, CpuMeter())
+        wrk.case("warm-up", "c8", args.connections, url, 5, 0, body=OUR_BODY, headers=JSON_HEADERS)
+        pids = targets()
+        spies = [
+            (name, fmt, py_spy(processes, pid, args.seconds, fmt, work / f"{name}.{fmt}"))
+            for name, pid in pids.items()
+            for fmt in ("raw", "flamegraph")
+        ]
+        time.sleep(1.0)  # py-spy attaches
+        cpu_before = {name: process_cpu_seconds(pid) for name, pid in pids.items()}
+        stats, _ = wrk._run(wrk._script("POST", OUR_BODY, JSON_HEADERS), url, args.connections, args.seconds)
+        cpu = {name: process_cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
+        for _, _, spy in spies:
+            spy.wait(args.seconds + 60)
+        requests = stats["requests"]
+        result: dict[str, Any] = {
+            "meta": meta,
+            "requests": requests,
+            "rps": round(requests / (stats["duration_us"] / 1e6)),
+            "processes": {},
+        }
+        for name in pids:
+            used = cpu[name] / requests * 1e6
+            rows, functions = classify((work / f"{name}.raw").read_text(), used)
+            result["processes"][name] = {"cpu_us_per_request": round(used, 1), "rows": rows, "functions": functions}
+            log(f"{name}: {used:.0f} µs per request")
+            for row in rows:
+                log(f"  {row['us_per_request']:6.0f} µs  {row['share']:6.1%}  {row['category']}")
+    finally:
+        processes.stop_all()
+        if server is not None:
+            server.__exit__(None, None, None)
+    meta["seconds_total"] = time.monotonic() - started
+    write_results(args.out, result)
+    if args.write_docs:
+        PROFILES.mkdir(parents=True, exist_ok=True)
+        for name in pids:
+            shutil.copy(work / f"{name}.flamegraph", PROFILES / f"{name}.svg")
+        write_section(
+            ROOT / "docs" / "benchmarks" / "bench_profile.md",
+            "bench_profile",
+            docs_section(result),
+            title="# Where a direct call's CPU goes, per process",
+        )
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
