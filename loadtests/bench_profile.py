@@ -9,7 +9,8 @@ that code itself, below no other category). The shares are scaled by each proces
 /proc in the same window (py-spy counts runnable threads as well as running ones).
 
 What py-spy cannot see is in no row: the kernel's share of a syscall (seccomp filters, socket calls) shows as
-the Python frame that made the call; `perf` would split it, and is not installed here.
+the Python frame that made the call. A second load, as long, runs under `strace -c -f` on both processes instead,
+to count the syscalls each makes per request (strace slows every syscall, so only its counts are used).
 
     python -m loadtests.bench_profile [--seconds 20] [--connections 8] [--write-docs]
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -137,6 +139,43 @@ def py_spy(processes: Processes, pid: int, seconds: float, fmt: str, out: Path) 
     )
 
 
+def syscalls(summary: str, requests: int) -> list[dict[str, Any]]:
+    """`strace -c` output -> calls per request of each syscall (the 10 most frequent, errors included)."""
+    counts: dict[str, int] = {}
+    for line in summary.splitlines():
+        fields = line.split()
+        if len(fields) >= 5 and fields[0][0].isdigit() and fields[-1] != "total":
+            counts[fields[-1]] = int(fields[3])  # % time, seconds, usecs/call, calls, [errors], syscall
+    ranked = sorted(counts.items(), key=lambda kv: -kv[1])
+    rows = [{"syscall": name, "per_request": round(n / requests, 2)} for name, n in ranked[:10]]
+    return [{"syscall": "all", "per_request": round(sum(counts.values()) / requests, 1)}, *rows]
+
+
+def strace_counts(processes: Processes, pids: dict[str, int], wrk: Wrk, url: str, args) -> dict[str, Any]:
+    """Syscalls per request of each process, from a load as long as the profiled one under `strace -c -f`."""
+    binary = shutil.which("strace")
+    if binary is None:
+        return {"skipped": "strace not installed"}
+    work = wrk.workdir
+    tracers = {
+        name: processes.start(
+            [binary, "-c", "-f", "-p", str(pid), "-o", str(work / f"{name}.strace")],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for name, pid in pids.items()
+    }
+    time.sleep(1.0)  # strace attaches
+    stats, _ = wrk._run(wrk._script("POST", OUR_BODY, JSON_HEADERS), url, args.connections, args.seconds)
+    for tracer in tracers.values():
+        tracer.send_signal(signal.SIGINT)  # strace writes its summary on SIGINT
+        tracer.wait(30)
+    return {
+        "requests": stats["requests"],
+        **{name: syscalls((work / f"{name}.strace").read_text(), stats["requests"]) for name in pids},
+    }
+
+
 def docs_section(result: dict[str, Any]) -> str:
     meta, lines = result["meta"], ["## Measured", ""]
     lines.append(
@@ -167,6 +206,17 @@ def docs_section(result: dict[str, Any]) -> str:
             f"| `{row['function']}` | {row['share']:.1%} | {row['us_per_request']:.0f} |"
             for row in process["functions"]
         ]
+    traced = result.get("syscalls", {})
+    if "requests" in traced:
+        lines += [
+            "",
+            f"### Syscalls per request (`strace -c -f`, {traced['requests']:,} requests)",
+            "",
+            "| gateway | per request | container process | per request |",
+            "|---|---|---|---|",
+        ]
+        for g, c in zip(traced["gateway"], traced["container"], strict=False):
+            lines.append(f"| {g['syscall']} | {g['per_request']} | {c['syscall']} | {c['per_request']} |")
     lines += [
         "",
         f"Run: `{meta['command']}` at {meta['started']} ({meta['seconds_total']:.0f} s); {meta['machine']['nproc']} "
@@ -228,6 +278,7 @@ def main() -> None:
             log(f"{name}: {used:.0f} µs per request")
             for row in rows:
                 log(f"  {row['us_per_request']:6.0f} µs  {row['share']:6.1%}  {row['category']}")
+        result["syscalls"] = strace_counts(processes, pids, wrk, url, args)
     finally:
         processes.stop_all()
         if server is not None:
