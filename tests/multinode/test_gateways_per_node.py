@@ -22,24 +22,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from processes import free_port, listeners, stop, wait_for
+from processes import echo_model, free_port, listeners, stop, wait_for
 
 pytestmark = pytest.mark.multinode
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-ECHO = '''
-import json, os
-
-def input_fn(body, content_type):
-    return json.loads(body)
-
-def predict_fn(data, model):
-    return {"pid": os.getpid(), "input": data}
-
-def output_fn(prediction, accept):
-    return json.dumps(prediction), "application/json"
-'''
 CONTAINERS = {"gw-direct": ("first", "second"), "gw-serial": ("head", "tail")}
 
 
@@ -48,9 +36,7 @@ def server(tmp_path_factory):
     """`serving up` with both specs; yields its port and when the first GET /ping answered 200, after which
     every container of every spec was called at once (the calls' statuses)."""
     root = tmp_path_factory.mktemp("gateways")
-    model = root / "echo"
-    (model / "code").mkdir(parents=True)
-    (model / "code" / "inference.py").write_text(ECHO)
+    model = echo_model(root)
     specs = []
     for name, hosts in CONTAINERS.items():
         spec = root / f"{name}.json"

@@ -26,24 +26,12 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
-from processes import accepting_pid, free_port, listeners, stop, wait_for
+from processes import accepting_pid, echo_model, free_port, listeners, stop, wait_for
 
 pytestmark = pytest.mark.multinode
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-ECHO = '''
-import json, os
-
-def input_fn(body, content_type):
-    return json.loads(body)
-
-def predict_fn(data, model):
-    return {"pid": os.getpid(), "input": data}
-
-def output_fn(prediction, accept):
-    return json.dumps(prediction), "application/json"
-'''
 
 
 class Cluster:
@@ -90,9 +78,7 @@ def _node_ip() -> str:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory) -> Iterator[tuple[Cluster, str, subprocess.Popen]]:
     root = tmp_path_factory.mktemp("multinode")
-    model = root / "echo"
-    (model / "code").mkdir(parents=True)
-    (model / "code" / "inference.py").write_text(ECHO)
+    model = echo_model(root)
     container = lambda name, custom, replicas=1: {
         "ContainerHostname": name, "Image": "python", "ModelDataUrl": str(model),
         "Resources": {"Cpus": 0.1, "Custom": custom}, "AutoScaling": {"MinCapacity": replicas, "MaxCapacity": replicas}}
