@@ -34,6 +34,7 @@ from loadtests.harness.cpu import CpuMeter, read_procs
 from loadtests.harness.models import iris_models
 from loadtests.harness.processes import BenchError, Processes, log
 from loadtests.harness.proctree import process_cpu_seconds
+from loadtests.harness.profile import record
 from loadtests.harness.results import ROOT, command_line, machine_facts, our_versions, write_results, write_section
 from loadtests.harness.wrk import Wrk, ensure_wrk
 from loadtests.invoke.measure import DIRECT, JSON_HEADERS, OUR_BODY, start_ours
@@ -118,25 +119,7 @@ def targets() -> dict[str, int]:
 
 def py_spy(processes: Processes, pid: int, seconds: float, fmt: str, out: Path) -> subprocess.Popen:
     binary = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    return processes.start(
-        [
-            binary,
-            "record",
-            "--pid",
-            str(pid),
-            "--duration",
-            str(round(seconds)),
-            "--rate",
-            str(RATE_HZ),
-            "--format",
-            fmt,
-            "--nonblocking",
-            "-o",
-            str(out),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    return record(processes, binary, pid, seconds, RATE_HZ, fmt, out)
 
 
 def syscalls(summary: str, requests: int) -> list[dict[str, Any]]:

@@ -109,6 +109,15 @@ def summarize_profile(raw: str, requests: int, cpu_us_per_request: float | None)
     }
 
 
+def record(
+    processes: Processes, binary: str, pid: int, seconds: float, rate: int, fmt: str, out: Path, *options: str
+) -> subprocess.Popen:
+    """`py-spy record` of process `pid` for `seconds`, without pausing it, into `out` in format `fmt`."""
+    command = [binary, "record", "--pid", str(pid), "--duration", str(round(seconds)), "--rate", str(rate)]
+    command += ["--format", fmt, "--nonblocking", *options, "-o", str(out)]
+    return processes.start(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def profile_case(
     processes: Processes,
     wrk: Wrk,
@@ -134,26 +143,7 @@ def profile_case(
     runs = []
     for name, pid in pids.items():
         out = work / f"profile-{pid}.raw"
-        process = processes.start(
-            [
-                py_spy_bin,
-                "record",
-                "--pid",
-                str(pid),
-                "--duration",
-                str(round(seconds)),
-                "--rate",
-                str(PROFILE_RATE),
-                "--format",
-                "raw",
-                "--nonblocking",
-                "--threads",
-                "-o",
-                str(out),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        process = record(processes, py_spy_bin, pid, seconds, PROFILE_RATE, "raw", out, "--threads")
         runs.append((name, process, out))
     time.sleep(0.5)  # let py-spy attach
     script = wrk._script("POST", body, JSON_HEADERS)
