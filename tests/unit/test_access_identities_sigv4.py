@@ -230,6 +230,13 @@ def test_signature_from_the_future(authenticate) -> None:
     refused(authenticate, request, InvalidSignatureError, "Signature not yet current", clock=lambda: time.time() - MAX_SKEW_S - 60)
 
 
+@pytest.mark.parametrize("amz_date", ["2026-11-27T10:00:00Z", "20261327T100000Z", "20260230T100000Z",
+                                      "20261127T240000Z", "20261127T100000", "\u0662\u0660261127T100000Z"])
+def test_x_amz_date_not_in_the_basic_form_is_refused(authenticate, amz_date: str) -> None:
+    refused(authenticate, with_header(boto3_request(), "X-Amz-Date", amz_date), InvalidSignatureError,
+            "is not in the form YYYYMMDD'T'HHMMSS'Z'")
+
+
 def test_replay_outside_the_window_even_with_a_fresh_date_header(authenticate) -> None:
     request = boto3_request()
     later = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() + 3600))
