@@ -4,7 +4,7 @@ Trains examples/recipes/digits-cnn.yaml on two workers (Ray Train, embedded Ray)
 already holds it, then runs `serving up examples/direct.yaml examples/serial.yaml examples/trained.yaml` on an
 embedded Ray, waits for the endpoints to be InService, then makes the calls a user would make
 with curl and with an unmodified boto3 client, printing each one and its answer.
-With --exit it stops after the calls (used by the end-to-end test).
+With --exit it stops after the calls. Ctrl-C or SIGTERM stops the server (and its Ray) before the demo exits.
 """
 
 from __future__ import annotations
@@ -94,6 +94,15 @@ def main() -> int:
     base = f"http://127.0.0.1:{args.port}"
     server = subprocess.Popen([str(serving), "up", str(HERE / "direct.yaml"), str(HERE / "serial.yaml"),
                                str(HERE / "trained.yaml"), "--port", str(args.port)])
+    stopping = False
+
+    def stop(*_) -> None:  # SIGTERM (a service manager, `kill`): stop the server, then exit as after Ctrl-C
+        nonlocal stopping
+        stopping = True
+        if server.poll() is None:
+            server.send_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, stop)
     code = 0
     try:
         wait_in_service(base, ["mce-direct", "mce-serial", "mce-trained"], server)
@@ -103,15 +112,19 @@ def main() -> int:
             signal.signal(signal.SIGINT, lambda *_: None)  # the server handles Ctrl-C; we wait for it
             server.wait()
     except BaseException as error:
-        print(f"demo failed: {error}", file=sys.stderr)
-        code = 1
+        if not stopping:
+            print(f"demo failed: {error}", file=sys.stderr)
+            code = 1
     finally:
         if server.poll() is None:
-            server.send_signal(signal.SIGINT)
+            # SIGTERM, not SIGINT: a server started where SIGINT is ignored (a background job) ignores it too.
+            server.send_signal(signal.SIGTERM)
             try:
                 server.wait(60)
             except subprocess.TimeoutExpired:
                 server.kill()
+    if stopping:
+        print("Stopped.", flush=True)
     return code
 
 
