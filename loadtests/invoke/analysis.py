@@ -10,6 +10,7 @@ from typing import Any
 
 from loadtests.harness.cpu import OTHER, run_cpu_us
 from loadtests.harness.wrk import Case
+from loadtests.invoke.process_targets import process_targets
 
 LOADS = (("sequential", 1), ("c8", 8), ("c32", 32), ("c256", 256))
 # MLServer besides its default (one inference worker process):
@@ -239,6 +240,8 @@ def analyse(cases: list[Case]) -> dict[str, Any]:
             "met": None,
             "detail": "cases missing or flagged",
         }
+
+    out["targets"].update(process_targets(lambda system, load: _get(cases, system, load), server_cpu_us, MLSERVERS[1]))
 
     # 3. no throughput collapse at 32 connections
     verdicts, details = [], []
