@@ -142,7 +142,9 @@ def mlserver_ensure_frameworks(venv: Path) -> None:
         timeout=120,
     )
     versions = check.stdout.split()
-    if check.returncode == 0 and [v.split("+")[0] for v in versions] == [w.split("==")[1] for w in wanted]:
+    if check.returncode == 0 and [v.split("+")[0] for v in versions] == [
+        w.split("==")[1].split("+")[0] for w in wanted
+    ]:  # torch reports 2.13.0+cpu in both; compare the release only
         return
     log(f"installing {' '.join(wanted)} into {venv} (first run only) ...")
     subprocess.run([str(venv / "bin" / "pip"), "install", "-q", *wanted], check=True, timeout=1800)
@@ -199,7 +201,7 @@ def start_mlserver(
 
 def start_ours(processes: Processes, models: dict[str, Path], logs: Path) -> tuple[subprocess.Popen, str]:
     """Our endpoint server with the four endpoints, in a child process with its own embedded Ray."""
-    options = json.dumps({"specs": our_specs(models), "num_cpus": 4 * CPUS + 2, "ready_timeout_s": 300})
+    options = json.dumps({"specs": our_specs(models), "num_cpus": 4 * CPUS + 2, "ready_timeout_s": 300, "settings": {}})
     process = processes.start(
         [sys.executable, "-c", CHILD_SCRIPT, options],
         stdin=subprocess.PIPE,
