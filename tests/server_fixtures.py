@@ -468,6 +468,32 @@ def async_endpoint_spec(handlers: dict[str, Path], s3_url: str) -> dict:
             "S3EndpointUrl": s3_url}}
 
 
+# it-capture*: DataCaptureConfig (tests/integration/test_data_capture.py): every call to a folder, 30% to the
+# session's S3-compatible server, and a destination that refuses every write (a file where its folder would be).
+CAPTURE_BUCKET = "it-capture"
+
+
+@pytest.fixture(scope="session")
+def capture_root(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("capture")
+    (root / "blocked").write_text("a file where the capture folder would be")
+    return root
+
+
+def capture_endpoint_specs(handlers: dict[str, Path], root: Path, s3_url: str) -> list[dict]:
+    options = [{"CaptureMode": "Input"}, {"CaptureMode": "Output"}]
+
+    def endpoint(name: str, percent: int, destination: str, **extra) -> dict:
+        return {"EndpointName": name, "Containers": [
+            {"ContainerHostname": "echo", "Image": "python", "ModelDataUrl": str(handlers["echo"]), "Resources": TINY}],
+            "DataCaptureConfig": {"InitialSamplingPercentage": percent, "DestinationS3Uri": destination,
+                                  "CaptureOptions": options, **extra}}
+
+    return [endpoint("it-capture", 100, f"file://{root / 'all'}"),
+            endpoint("it-capture-sampled", 30, f"s3://{CAPTURE_BUCKET}/monitoring", S3EndpointUrl=s3_url),
+            endpoint("it-capture-blocked", 100, str(root / "blocked"))]
+
+
 def metrics_endpoint_spec(demo: Path, prefix: Path) -> dict:
     """it-metrics: the endpoint only the metrics test invokes, so it can predict every count."""
     return {"EndpointName": "it-metrics", "Containers": [
@@ -662,6 +688,7 @@ _BUILDERS = {
     "scaling": (("handler_models",), lambda handlers: [scaling_endpoint_spec(handlers)]),
     "scripts": (("sagemaker_script_models",), lambda models: [sagemaker_scripts_spec(models)]),
     "async": (("handler_models", "s3_models"), lambda handlers, url: [async_endpoint_spec(handlers, url)]),
+    "capture": (("handler_models", "capture_root", "s3_models"), capture_endpoint_specs),
     "tfs": (("tfs_models",), lambda models: [tfs_endpoint_spec(models)]),
     "xgboost": (("xgboost_model",), lambda model: [xgboost_endpoint_spec(model[0])]),
 }
@@ -672,6 +699,7 @@ CATALOGUE = {
     **dict.fromkeys(("it-fifteen", "it-hetero-serial", "it-hetero-serial-onnx", "it-runtime-env"), "hetero"),
     "it-multi": "multi", "it-metrics": "metrics", "it-scale": "scaling", "it-sagemaker": "scripts",
     "it-async": "async", "it-tfs": "tfs", "it-xgboost": "xgboost",
+    **dict.fromkeys(("it-capture", "it-capture-sampled", "it-capture-blocked"), "capture"),
 }
 EXPECTED_TO_FAIL = {"it-broken"}  # its `broken` container's model never loads: the endpoint settles Failed
 

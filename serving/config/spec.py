@@ -45,6 +45,7 @@ from serving.config.container import (
     ResourceConfig,
     RuntimeEnvironmentConfig,
 )
+from serving.config.data_capture import DataCaptureConfig as _CaptureConfig  # the field shares its name
 from serving.config.scaling import (
     AutoScalingConfig,
     CustomizedMetric,
@@ -167,6 +168,12 @@ class EndpointSpec(Document):
         None,
         description="Serve InvokeEndpointAsync: inputs and answers in S3 (docs/spec.md). Serial endpoints and "
         "single-container ones only: the operation cannot name a target container or model.",
+    )
+
+    DataCaptureConfig: _CaptureConfig | None = Field(
+        None,
+        description="Write a sampled share of the invocations, request and answer, in SageMaker's capture record "
+        "format to a folder or to S3 (docs/spec.md).",
     )
 
     @model_validator(mode="after")

@@ -80,5 +80,7 @@ def endpoint_record(spec: EndpointSpec, settings: ServerSettings) -> RegistryRec
         "access": spec.AccessControl.identities.reference() if spec.AccessControl else None,
         # What the gateway needs to serve InvokeEndpointAsync (no secrets: credentials are the gateway's own).
         "async_inference": spec.AsyncInferenceConfig.model_dump(mode="json") if spec.AsyncInferenceConfig else None,
+        # Where the gateway writes captured invocations (no secrets: credentials are the gateway's own).
+        "data_capture": spec.DataCaptureConfig.model_dump(mode="json") if spec.DataCaptureConfig else None,
         "plans": plans,
     }

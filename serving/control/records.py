@@ -11,7 +11,7 @@ SageMaker-shaped description (a container row, an update's status). Statuses and
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 from serving.access.identities import AccessReference
 
@@ -75,6 +75,7 @@ class RegistryRecord(TypedDict):
     not_idempotent: list[str]  # containers whose requests are never sent twice
     access: AccessReference | None  # where the gateway reads the identities (no secret), None: anonymous
     async_inference: dict[str, Any] | None  # AsyncInferenceConfig, as JSON
+    data_capture: NotRequired[dict[str, Any] | None]  # DataCaptureConfig, as JSON (absent in records saved before it)
     plans: dict[str, ContainerPlan]  # by container hostname
 
 
@@ -121,6 +122,7 @@ class EndpointSnapshot(TypedDict):
     not_idempotent: list[str]
     access: AccessReference | None
     async_inference: dict[str, Any] | None
+    data_capture: dict[str, Any] | None
     update: EndpointUpdate
     failed: bool  # its first deployment could not be brought up
     in_service: bool  # brought up once

@@ -12,6 +12,7 @@ from starlette.routing import Route
 
 from serving import protocol
 from serving.access.identities import AccessReference
+from serving.config.data_capture import capture_summary
 from serving.control.records import (
     AppStatus,
     ContainerRow,
@@ -47,6 +48,7 @@ class EndpointRecord:
     # Where the identities file is (path and fingerprint) or None; never part of a description.
     access: AccessReference | None = field(default=None, repr=False)
     async_inference: dict[str, Any] | None = None  # the spec's AsyncInferenceConfig, as validated
+    data_capture: dict[str, Any] | None = None  # the spec's DataCaptureConfig, as validated
     update: EndpointUpdate = field(default_factory=lambda: EndpointUpdate())  # the last apply
     failed: bool = False  # its first deployment could not be brought up
     in_service: bool = False  # brought up once: it routes with an active record (else it is being created)
@@ -65,6 +67,7 @@ class EndpointRecord:
             not_idempotent=document["not_idempotent"],
             access=document["access"],
             async_inference=document["async_inference"],
+            data_capture=document.get("data_capture"),
             update=document["update"],
             failed=document["failed"],
             in_service=document["in_service"],
@@ -152,6 +155,7 @@ def describe(
         "ScalingActivities": list(record.scaling_activities),
         # As DescribeEndpoint shows it: only for an endpoint that serves InvokeEndpointAsync.
         **({"AsyncInferenceConfig": record.async_inference} if record.async_inference else {}),
+        **({"DataCaptureConfigSummary": capture_summary(record.data_capture)} if record.data_capture else {}),
     }
 
 

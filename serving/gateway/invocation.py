@@ -13,9 +13,8 @@ signature is verified share one budget (`BodyBudget`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -23,12 +22,14 @@ from serving import protocol
 from serving.access.decision import EndpointAccess
 from serving.access.sigv4 import Caller, RawRequest
 from serving.config.async_inference import AsyncInferenceConfig
+from serving.config.data_capture import DataCaptureConfig
 from serving.errors import (
     AccessDeniedError,
     ServiceUnavailableError,
-    ThrottlingError,
     ValidationError,
 )
+from serving.gateway.body_budget import BodyBudget, Hold
+from serving.gateway.capture import CaptureWriter
 from serving.gateway.failures import container_failure, timed_out
 from serving.gateway.transport import ContainerTransport, HopResponse, HopStream
 from serving.gateway.variants import Front
@@ -50,6 +51,7 @@ class EndpointRoute:
     access: EndpointAccess | None = None  # None: no AccessControl (anonymous, see ServerSettings.anonymous_allowed)
     multi_model: frozenset[str] = frozenset()  # hostnames of its MultiModel containers
     async_inference: AsyncInferenceConfig | None = None  # set when it serves InvokeEndpointAsync
+    data_capture: DataCaptureConfig | None = None  # set while it captures a share of its invocations
 
 
 @dataclass
@@ -84,48 +86,6 @@ class InvocationResult:
     chunks: HopStream | None = None
 
 
-class BodyBudget:
-    """Bytes of request bodies held before their sender is verified, across all of the gateway's connections.
-
-    Only the server's event loop uses it, so plain arithmetic is enough.
-    """
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.held = 0
-
-    @contextlib.contextmanager
-    def hold(self) -> Iterator[_Hold]:
-        """A hold that grows as a body arrives; what it took is given back when the block ends."""
-        hold = _Hold(self)
-        try:
-            yield hold
-        finally:
-            self.held -= hold.bytes
-
-
-class _Hold:
-    def __init__(self, budget: BodyBudget) -> None:
-        self.budget = budget
-        self.bytes = 0
-
-    def grow_to(self, total: int) -> None:
-        """Hold `total` bytes, or raise ThrottlingError (429) when the budget cannot take them."""
-        extra = total - self.bytes
-        if extra <= 0:
-            return
-        budget = self.budget
-        if budget.held + extra > budget.limit:
-            # Refused at once rather than queued: the caller's SDK backs off and retries (botocore treats
-            # ThrottlingException as throttling), and no connection waits here holding a partial body.
-            raise ThrottlingError(
-                f"the gateway is already receiving as many signed request bodies as it holds before verifying "
-                f"their signatures ({budget.limit} bytes, SERVING_PREAUTH_BODY_BUDGET_MB); retry shortly"
-            )
-        budget.held += extra
-        self.bytes = total
-
-
 class Invocations:
     """Runs InvokeEndpoint requests against the endpoint table, which the gateway's state replaces."""
 
@@ -136,6 +96,7 @@ class Invocations:
         self.fronts: dict[str, Front] = {}  # API endpoints by name (their variants are served endpoints)
         self.loaded = True  # False while a (re)started gateway has not read its table yet: 503, which clients retry
         self.preauth_budget = BodyBudget(settings.preauth_body_budget_bytes)
+        self.capture = CaptureWriter()  # DataCaptureConfig: sampled invocations, written off the caller's path
 
     async def invoke(
         self, request: InvocationRequest, trace: InvocationTrace, *, stream: bool = False
@@ -148,7 +109,13 @@ class Invocations:
         """
         admission = await self.admit(request, trace, stream=stream)
         body = await self.body_of(request, admission, trace)
-        return await self.run(admission, body, request.headers, trace, stream=stream)
+        result = await self.run(admission, body, request.headers, trace, stream=stream)
+        capture = admission.endpoint.data_capture
+        if capture is not None and result.chunks is None:  # a streamed answer is not captured
+            self.capture.offer(
+                capture, request.endpoint, admission.variant, body, request.headers, result.body, result.content_type
+            )
+        return result
 
     async def admit(
         self, request: InvocationRequest, trace: InvocationTrace, action: str | None = None, *, stream: bool = False
@@ -307,7 +274,7 @@ class Invocations:
             )
         return validate_target(target_model)
 
-    async def _read_body(self, request: InvocationRequest, trace: InvocationTrace, hold: _Hold | None = None) -> bytes:
+    async def _read_body(self, request: InvocationRequest, trace: InvocationTrace, hold: Hold | None = None) -> bytes:
         """The whole body within the payload limit (and, with `hold`, within the pre-authentication budget).
 
         It grows in one bytearray (returned as it is): no list of chunks and no joined copy of them, so a

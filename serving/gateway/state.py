@@ -15,6 +15,7 @@ from typing import Any
 from serving.access.decision import EndpointAccess
 from serving.access.identities import Identities
 from serving.config.async_inference import AsyncInferenceConfig
+from serving.config.data_capture import DataCaptureConfig
 from serving.control.records import Snapshot
 from serving.control.status import EndpointRecord, StatusBoard
 from serving.gateway.invocation import EndpointRoute, Invocations
@@ -76,6 +77,7 @@ class GatewayState:
                 access=self.access.get(name),
                 multi_model=frozenset(c["ContainerHostname"] for c in record.containers if c["Mode"] == "MultiModel"),
                 async_inference=_async_config(name, record.async_inference),
+                data_capture=_capture_config(name, record.data_capture),
             )
             for name, record in records.items()
         }
@@ -134,6 +136,19 @@ class GatewayState:
             key: value for key, value in loaded.items() if value is not None and value.identities.identities
         }
         return access
+
+
+def _capture_config(name: str, document: Mapping[str, Any] | None) -> DataCaptureConfig | None:
+    """The endpoint's DataCaptureConfig (validated at deploy) while capture is on; one that no longer validates
+    captures nothing (the invocations are served as always)."""
+    if document is None:
+        return None
+    try:
+        config = DataCaptureConfig.model_validate(document)
+    except ValueError as error:  # pydantic.ValidationError is one
+        logger.error("DataCaptureConfig of endpoint %s is not valid on the gateway; capturing nothing: %s", name, error)
+        return None
+    return config if config.EnableCapture and config.InitialSamplingPercentage > 0 else None
 
 
 def _async_config(name: str, document: Mapping[str, Any] | None) -> AsyncInferenceConfig | None:

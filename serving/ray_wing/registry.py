@@ -363,6 +363,7 @@ class Registry:
                     "not_idempotent": routing["not_idempotent"],
                     "access": routing["access"],
                     "async_inference": routing["async_inference"],
+                    "data_capture": routing.get("data_capture"),
                     "update": EndpointUpdate(**state.update),
                     "failed": state.failed,
                     "in_service": state.active is not None,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from serving.config.data_capture import capture_summary
 from serving.errors import ApiValidationError
 from serving.protocol import VARIANT_SEPARATOR
 from serving.sagemaker_api import shapes
@@ -201,6 +202,9 @@ class EndpointApi(SageMakerApi):
         described["ProductionVariants"] = [self._variant(v, descriptions) for v in document["variants"]]
         if document.get("FailureReason"):
             described["FailureReason"] = document["FailureReason"]
+        capture = next((v["DataCapture"] for v in document["variants"] if v.get("DataCapture")), None)
+        if capture:
+            described["DataCaptureConfigSummary"] = capture_summary(capture)
         pending = document.get("pending")
         if pending and pending["kind"] != "capacity":
             described["PendingDeploymentSummary"] = {

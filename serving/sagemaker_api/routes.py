@@ -27,7 +27,7 @@ from serving.access.identities import Identities
 from serving.access.policies import RequestContext, evaluate
 from serving.access.sigv4 import Authenticator, Caller
 from serving.errors import AccessDeniedError, ApiValidationError, UnknownApiOperationError
-from serving.gateway.invocation import BodyBudget
+from serving.gateway.body_budget import BodyBudget
 from serving.gateway.router import raw_request
 from serving.sagemaker_api.resources import arn
 

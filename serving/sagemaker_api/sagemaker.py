@@ -184,6 +184,7 @@ class SageMakerApi:
                     "InstanceType": row["InstanceType"],
                     "Weight": old["Weight"] if old else row.get("InitialVariantWeight", 1.0),
                     "Count": old["Count"] if old else row.get("InitialInstanceCount", 1),
+                    "DataCapture": config["request"].get("DataCaptureConfig"),  # every variant captures alike
                 }
             )
         return variants

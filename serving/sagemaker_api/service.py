@@ -15,7 +15,7 @@ from starlette.routing import Route
 from serving import protocol
 from serving.access.identities import load_identities
 from serving.errors import ServingError, wire_error
-from serving.gateway.invocation import BodyBudget
+from serving.gateway.body_budget import BodyBudget
 from serving.sagemaker_api.application_autoscaling import AutoScalingApi
 from serving.sagemaker_api.database import ApiState
 from serving.sagemaker_api.endpoints import EndpointApi

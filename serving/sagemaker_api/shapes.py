@@ -81,9 +81,31 @@ class ProductionVariant(Shape):
     InitialVariantWeight: Annotated[float, Field(ge=0)] = 1.0
 
 
+class CaptureOptionShape(Shape):
+    CaptureMode: Literal["Input", "Output", "InputAndOutput"]
+
+
+class CaptureContentTypeHeaderShape(Shape):
+    CsvContentTypes: Annotated[list[str], Field(min_length=1, max_length=10)] | None = None
+    JsonContentTypes: Annotated[list[str], Field(min_length=1, max_length=10)] | None = None
+
+
+class DataCaptureConfigShape(Shape):
+    """SageMaker's DataCaptureConfig. Through the API the destination is S3 only, as SageMaker's own pattern says:
+    a caller may not choose a folder of the server's machine (a spec file may, docs/spec.md)."""
+
+    EnableCapture: bool = True
+    InitialSamplingPercentage: Annotated[int, Field(ge=0, le=100)]
+    DestinationS3Uri: Annotated[str, Field(pattern=r"^s3://", max_length=512)]
+    KmsKeyId: Annotated[str, Field(max_length=2048)] | None = None
+    CaptureOptions: Annotated[list[CaptureOptionShape], Field(min_length=1, max_length=32)]
+    CaptureContentTypeHeader: CaptureContentTypeHeaderShape | None = None
+
+
 class CreateEndpointConfigInput(Shape):
     EndpointConfigName: Name
     ProductionVariants: Annotated[list[ProductionVariant], Field(min_length=1, max_length=10)]
+    DataCaptureConfig: DataCaptureConfigShape | None = None
     Tags: Annotated[list[Tag], Field(max_length=50)] = Field(default_factory=list)
 
     @model_validator(mode="after")

@@ -184,6 +184,8 @@ def variant_spec(
     }
     if identities_file is not None:
         document["AccessControl"] = {"IdentitiesFile": identities_file}
+    if variant.get("DataCapture"):
+        document["DataCaptureConfig"] = {k: v for k, v in variant["DataCapture"].items() if v is not None}
     try:
         spec = parse_spec(document)
         for container in spec.Containers:

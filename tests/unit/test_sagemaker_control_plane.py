@@ -170,9 +170,6 @@ UNSUPPORTED = [
     ("create_model", {"ModelName": "m", "PrimaryContainer": {**CONTAINER, "ModelDataSource": {"S3DataSource": {
         "S3Uri": "s3://bucket/model/", "S3DataType": "S3Prefix", "CompressionType": "None"}}}},
      "PrimaryContainer.ModelDataSource"),
-    ("create_endpoint_config", {"EndpointConfigName": "c", "ProductionVariants": [VARIANT], "DataCaptureConfig": {
-        "InitialSamplingPercentage": 10, "DestinationS3Uri": "s3://bucket/capture",
-        "CaptureOptions": [{"CaptureMode": "Input"}]}}, "DataCaptureConfig"),
     ("create_endpoint_config", {"EndpointConfigName": "c", "ProductionVariants": [VARIANT],
                                 "KmsKeyId": "arn:aws:kms:us-east-1:000000000000:key/abc"}, "KmsKeyId"),
     ("create_endpoint_config", {"EndpointConfigName": "c", "ProductionVariants": [VARIANT],
@@ -203,6 +200,37 @@ def test_every_unsupported_field_is_refused_by_name(harness: Harness, operation:
     assert "not supported by this runtime" in message or "Input should be False" in message
     assert [m["ModelName"] for m in harness.api.state.all("model")] == (["m1"] if operation == "create_endpoint_config" else [])
     assert harness.api.state.all("endpoint-config") == [] and harness.deployer.applied == []
+
+
+CAPTURE = {"InitialSamplingPercentage": 10, "DestinationS3Uri": "s3://bucket/capture",
+           "CaptureOptions": [{"CaptureMode": "Input"}]}
+
+
+def test_data_capture_reaches_every_variant_spec_and_describe_endpoint(harness: Harness) -> None:
+    harness.model("m1")
+    harness.sm.create_endpoint_config(EndpointConfigName="c", ProductionVariants=[VARIANT], DataCaptureConfig=CAPTURE)
+    assert harness.sm.describe_endpoint_config(EndpointConfigName="c")["DataCaptureConfig"]["DestinationS3Uri"] == \
+        "s3://bucket/capture"
+    harness.sm.create_endpoint(EndpointName="e", EndpointConfigName="c")
+    (spec,) = harness.deployer.applied
+    assert spec.DataCaptureConfig is not None and spec.DataCaptureConfig.InitialSamplingPercentage == 10
+    summary = harness.sm.describe_endpoint(EndpointName="e")["DataCaptureConfigSummary"]
+    assert summary == {"EnableCapture": True, "CaptureStatus": "Started", "CurrentSamplingPercentage": 10,
+                       "DestinationS3Uri": "s3://bucket/capture"}
+
+
+@pytest.mark.parametrize(("capture", "field"), [
+    ({**CAPTURE, "DestinationS3Uri": "/var/lib/anything"}, "DataCaptureConfig.DestinationS3Uri"),
+    ({**CAPTURE, "DestinationS3Uri": "file:///etc"}, "DataCaptureConfig.DestinationS3Uri"),
+    ({**CAPTURE, "InitialSamplingPercentage": 101}, "DataCaptureConfig.InitialSamplingPercentage"),
+    ({**CAPTURE, "CaptureOptions": [{"CaptureMode": "Everything"}]}, "DataCaptureConfig.CaptureOptions[0].CaptureMode"),
+])
+def test_an_api_caller_may_capture_to_s3_only_and_bad_settings_are_refused_by_name(
+        harness: Harness, capture: dict, field: str) -> None:
+    harness.model("m1")
+    refused(lambda: harness.sm.create_endpoint_config(EndpointConfigName="c", ProductionVariants=[VARIANT],
+                                                      DataCaptureConfig=capture), "ValidationException", field)
+    assert harness.api.state.all("endpoint-config") == []
 
 
 def raw(url: str, target: str, body: bytes | dict, **headers: str) -> httpx.Response:

@@ -1,0 +1,259 @@
+"""Data capture: a sampled share of an endpoint's invocations, written in SageMaker's capture record format.
+
+Off the caller's path: an invocation that is sampled hands its request and answer (references, no copy) to a
+bounded queue and returns; a task of the gateway turns them into JSON lines and writes them, grouped by
+destination, endpoint, variant and hour, one file (or S3 object) per flush, under
+`<destination>/<endpoint>/<variant>/yyyy/mm/dd/hh/MM-SS-mmm-<uuid>.jsonl`, as SageMaker names them. A full queue,
+a full disk or an unreachable bucket costs records, never an answer: each is counted
+(`serving_data_capture_records_total{outcome}`) and logged. What is lost when the gateway dies: the records not
+yet written (at most `FLUSH_S` of them, and whatever the queue held). docs/spec.md, "DataCaptureConfig".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import logging
+import os
+import random
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import Counter
+
+from serving import protocol
+from serving.config.async_inference import parse_s3_uri
+from serving.config.data_capture import DataCaptureConfig
+from serving.metrics.invocations import REGISTRY
+
+__all__ = ["CAPTURED", "CaptureWriter", "record"]
+
+logger = logging.getLogger("serving.capture")
+
+FLUSH_S = 1.0  # how long a record waits for others to share its file
+MAX_BATCH = 1000  # records per file at most
+QUEUE_BYTES = 64 << 20  # request and answer bytes waiting to be written, at most; past it records are dropped
+
+CAPTURED = Counter(
+    "serving_data_capture_records",
+    "Invocations sampled for data capture, by outcome: written, dropped (the queue was full) or failed (the "
+    "destination refused the write).",
+    labelnames=("endpoint", "variant", "outcome"),
+    registry=REGISTRY,
+)
+
+
+def _media_type(content_type: str | None) -> str:
+    return (content_type or "").split(";", 1)[0].strip().lower()
+
+
+def _part(config: DataCaptureConfig, mode: str, body: bytes, content_type: str | None) -> dict[str, str]:
+    """One side of a record: text for the CSV and JSON types the config names (when it is UTF-8), else base64."""
+    kind = _media_type(content_type)
+    headers = config.CaptureContentTypeHeader
+    encoding = "CSV" if kind in headers.CsvContentTypes else "JSON" if kind in headers.JsonContentTypes else "BASE64"
+    if encoding != "BASE64":
+        try:
+            data = bytes(body).decode("utf-8")
+        except UnicodeDecodeError:
+            encoding = "BASE64"
+    if encoding == "BASE64":
+        data = base64.b64encode(body).decode("ascii")
+    return {"observedContentType": content_type or "", "mode": mode, "data": data, "encoding": encoding}
+
+
+def record(
+    config: DataCaptureConfig,
+    body: bytes,
+    content_type: str | None,
+    answer: bytes,
+    answer_type: str | None,
+    inference_id: str | None,
+    at: float,
+) -> str:
+    """One capture record, as one JSON line (SageMaker's format, `eventVersion` 0)."""
+    captured: dict[str, Any] = {}
+    if config.captures_input:
+        captured["endpointInput"] = _part(config, "INPUT", body, content_type)
+    if config.captures_output:
+        captured["endpointOutput"] = _part(config, "OUTPUT", answer, answer_type)
+    metadata = {
+        "eventId": str(uuid.uuid4()),
+        "inferenceTime": datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    if inference_id is not None:
+        metadata["inferenceId"] = inference_id
+    return json.dumps({"captureData": captured, "eventMetadata": metadata, "eventVersion": "0"}, separators=(",", ":"))
+
+
+@dataclass
+class _Pending:
+    config: DataCaptureConfig
+    endpoint: str
+    variant: str
+    body: bytes
+    content_type: str | None
+    answer: bytes
+    answer_type: str | None
+    inference_id: str | None
+    at: float
+    size: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.size = len(self.body) + len(self.answer)
+
+
+class CaptureWriter:
+    """Samples invocations and writes the sampled ones; one per gateway process."""
+
+    def __init__(
+        self,
+        s3_client: Callable[[str | None], Any] | None = None,
+        draw: Callable[[], float] = random.random,
+        queue_bytes: int = QUEUE_BYTES,
+    ) -> None:
+        self._s3_client = s3_client
+        self._clients: dict[str | None, Any] = {}
+        self._draw = draw
+        self.queue_bytes = queue_bytes
+        self._pending: list[_Pending] = []
+        self._bytes = 0
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def offer(
+        self,
+        config: DataCaptureConfig,
+        endpoint: str,
+        variant: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        answer: bytes,
+        answer_type: str | None,
+    ) -> bool:
+        """Sample one answered invocation; queue it if drawn (True). Never raises, never waits."""
+        if self._draw() * 100 >= config.InitialSamplingPercentage:
+            return False
+        pending = _Pending(
+            config,
+            endpoint,
+            variant,
+            body,
+            headers.get("content-type"),
+            answer,
+            answer_type,
+            headers.get(protocol.INFERENCE_ID),
+            time.time(),
+        )
+        if self._bytes + pending.size > self.queue_bytes:
+            CAPTURED.labels(endpoint, variant, "dropped").inc()
+            return True
+        self._pending.append(pending)
+        self._bytes += pending.size
+        self._start()
+        return True
+
+    def _start(self) -> None:
+        if self._task is None or self._task.done():
+            self._wake = asyncio.Event()
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="data-capture")
+        elif len(self._pending) >= MAX_BATCH and self._wake is not None:
+            self._wake.set()
+
+    async def _run(self) -> None:
+        while self._pending:
+            assert self._wake is not None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), FLUSH_S)
+            self._wake.clear()
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Write every queued record now (a file per destination, endpoint, variant and hour)."""
+        taken, self._pending, self._bytes = self._pending, [], 0
+        groups: dict[tuple[str, str | None, str | None, str, str, str], list[_Pending]] = {}
+        for item in taken:
+            hour = datetime.fromtimestamp(item.at, UTC).strftime("%Y/%m/%d/%H")
+            key = (
+                item.config.DestinationS3Uri,
+                item.config.S3EndpointUrl,
+                item.config.KmsKeyId,
+                item.endpoint,
+                item.variant,
+                hour,
+            )
+            groups.setdefault(key, []).append(item)
+        for (destination, _, _, endpoint, variant, hour), items in groups.items():
+            for start in range(0, len(items), MAX_BATCH):
+                batch = items[start : start + MAX_BATCH]
+                await self._write(batch, f"{endpoint}/{variant}/{hour}", endpoint, variant, destination)
+
+    async def _write(self, batch: list[_Pending], folder: str, endpoint: str, variant: str, destination: str) -> None:
+        lines = "".join(
+            record(i.config, i.body, i.content_type, i.answer, i.answer_type, i.inference_id, i.at) + "\n"
+            for i in batch
+        ).encode()
+        first = datetime.fromtimestamp(batch[0].at, UTC)
+        name = f"{first:%M-%S}-{first.microsecond // 1000:03d}-{uuid.uuid4()}.jsonl"
+        config = batch[0].config
+        try:
+            if config.is_s3:
+                await asyncio.to_thread(self._put, config, f"{folder}/{name}", lines)
+            else:
+                await asyncio.to_thread(_write_file, config.folder / folder, name, lines)
+        except Exception as error:  # a full disk, a refused or unreachable bucket: the records are lost, counted
+            CAPTURED.labels(endpoint, variant, "failed").inc(len(batch))
+            logger.error(
+                "data capture of %s/%s: %d records not written to %s: %s",
+                endpoint,
+                variant,
+                len(batch),
+                destination,
+                error,
+            )
+            return
+        CAPTURED.labels(endpoint, variant, "written").inc(len(batch))
+
+    def _put(self, config: DataCaptureConfig, key: str, lines: bytes) -> None:
+        url = config.S3EndpointUrl
+        client = self._clients.get(url)
+        if client is None:
+            if self._s3_client is None:
+                from serving.models.sources import s3_client
+
+                self._s3_client = s3_client
+            client = self._clients[url] = self._s3_client(url)
+        location = parse_s3_uri(config.DestinationS3Uri)
+        extra = {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": config.KmsKeyId} if config.KmsKeyId else {}
+        client.put_object(
+            Bucket=location.bucket, Key=f"{location.folder}{key}", Body=lines, ContentType="application/jsonl", **extra
+        )
+
+    async def close(self) -> None:
+        """Write what is queued (the gateway is stopping)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self.flush()
+
+
+def _write_file(folder: Path, name: str, lines: bytes) -> None:
+    """Write a whole file under a temporary name, then rename it: a reader never sees half a file."""
+    folder.mkdir(parents=True, exist_ok=True)
+    temporary = folder / f".{name}.part"
+    try:
+        with open(temporary, "xb") as handle:
+            handle.write(lines)
+        os.replace(temporary, folder / name)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        raise
