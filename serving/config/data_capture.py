@@ -17,6 +17,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from serving.config.async_inference import parse_s3_uri
 from serving.documents import Document, document_path, folder_of
+from serving.protocol import CSV, JSON
 
 __all__ = ["CaptureContentTypes", "CaptureOption", "DataCaptureConfig", "capture_summary"]
 
@@ -33,8 +34,8 @@ class CaptureOption(Document):
 class CaptureContentTypes(Document):
     """Which content types are captured as text (CSV or JSON); any other body is captured base64-encoded."""
 
-    CsvContentTypes: list[str] = Field(default_factory=lambda: ["text/csv"], min_length=1, max_length=10)
-    JsonContentTypes: list[str] = Field(default_factory=lambda: ["application/json"], min_length=1, max_length=10)
+    CsvContentTypes: list[str] = Field(default_factory=lambda: [CSV], min_length=1, max_length=10)
+    JsonContentTypes: list[str] = Field(default_factory=lambda: [JSON], min_length=1, max_length=10)
 
     @field_validator("CsvContentTypes", "JsonContentTypes")
     @classmethod
@@ -107,7 +108,7 @@ class DataCaptureConfig(Document):
 
 
 def capture_summary(document: Mapping[str, Any]) -> dict[str, Any]:
-    """DescribeEndpoint's DataCaptureConfigSummary of a validated DataCaptureConfig."""
+    """DescribeEndpoint's DataCaptureConfig (the shape SageMaker calls DataCaptureConfigSummary) of a validated config."""
     summary = {
         "EnableCapture": document["EnableCapture"],
         "CaptureStatus": "Started" if document["EnableCapture"] else "Stopped",

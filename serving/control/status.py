@@ -155,7 +155,7 @@ def describe(
         "ScalingActivities": list(record.scaling_activities),
         # As DescribeEndpoint shows it: only for an endpoint that serves InvokeEndpointAsync.
         **({"AsyncInferenceConfig": record.async_inference} if record.async_inference else {}),
-        **({"DataCaptureConfigSummary": capture_summary(record.data_capture)} if record.data_capture else {}),
+        **({"DataCaptureConfig": capture_summary(record.data_capture)} if record.data_capture else {}),
     }
 
 

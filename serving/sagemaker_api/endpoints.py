@@ -202,10 +202,11 @@ class EndpointApi(SageMakerApi):
         described["ProductionVariants"] = [self._variant(v, descriptions) for v in document["variants"]]
         if document.get("FailureReason"):
             described["FailureReason"] = document["FailureReason"]
-        capture = next((v["DataCapture"] for v in document["variants"] if v.get("DataCapture")), None)
-        if capture:
-            described["DataCaptureConfigSummary"] = capture_summary(capture)
         pending = document.get("pending")
+        variants = [*document["variants"], *(pending["variants"] if pending else [])]  # serving first, else coming
+        capture = next((v["DataCapture"] for v in variants if v.get("DataCapture")), None)
+        if capture:
+            described["DataCaptureConfig"] = capture_summary(capture)
         if pending and pending["kind"] != "capacity":
             described["PendingDeploymentSummary"] = {
                 "EndpointConfigName": pending["EndpointConfigName"],

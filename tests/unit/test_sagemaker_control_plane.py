@@ -214,7 +214,7 @@ def test_data_capture_reaches_every_variant_spec_and_describe_endpoint(harness: 
     harness.sm.create_endpoint(EndpointName="e", EndpointConfigName="c")
     (spec,) = harness.deployer.applied
     assert spec.DataCaptureConfig is not None and spec.DataCaptureConfig.InitialSamplingPercentage == 10
-    summary = harness.sm.describe_endpoint(EndpointName="e")["DataCaptureConfigSummary"]
+    summary = harness.sm.describe_endpoint(EndpointName="e")["DataCaptureConfig"]
     assert summary == {"EnableCapture": True, "CaptureStatus": "Started", "CurrentSamplingPercentage": 10,
                        "DestinationS3Uri": "s3://bucket/capture"}
 
