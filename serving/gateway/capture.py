@@ -1,7 +1,7 @@
 """Data capture: a sampled share of an endpoint's invocations, written in SageMaker's capture record format.
 
 Off the caller's path: an invocation that is sampled hands its request and answer (references, no copy) to a
-bounded queue and returns; a task of the gateway turns them into JSON lines and writes them, grouped by
+bounded queue and returns; a task of the gateway has them made into JSON lines and written on a thread, grouped by
 destination, endpoint, variant and hour, one file (or S3 object) per flush, under
 `<destination>/<endpoint>/<variant>/yyyy/mm/dd/hh/MM-SS-mmm-<uuid>.jsonl`, as SageMaker names them. A full queue,
 a full disk or an unreachable bucket costs records, never an answer: each is counted
@@ -196,18 +196,8 @@ class CaptureWriter:
                 await self._write(batch, f"{endpoint}/{variant}/{hour}", endpoint, variant, destination)
 
     async def _write(self, batch: list[_Pending], folder: str, endpoint: str, variant: str, destination: str) -> None:
-        lines = "".join(
-            record(i.config, i.body, i.content_type, i.answer, i.answer_type, i.inference_id, i.at) + "\n"
-            for i in batch
-        ).encode()
-        first = datetime.fromtimestamp(batch[0].at, UTC)
-        name = f"{first:%M-%S}-{first.microsecond // 1000:03d}-{uuid.uuid4()}.jsonl"
-        config = batch[0].config
-        try:
-            if config.is_s3:
-                await asyncio.to_thread(self._put, config, f"{folder}/{name}", lines)
-            else:
-                await asyncio.to_thread(_write_file, config.folder / folder, name, lines)
+        try:  # on a thread: a second's records made into JSON lines on the event loop would stall every request
+            await asyncio.to_thread(self._write_now, batch, folder)
         except Exception as error:  # a full disk, a refused or unreachable bucket: the records are lost, counted
             CAPTURED.labels(endpoint, variant, "failed").inc(len(batch))
             logger.error(
@@ -220,6 +210,19 @@ class CaptureWriter:
             )
             return
         CAPTURED.labels(endpoint, variant, "written").inc(len(batch))
+
+    def _write_now(self, batch: list[_Pending], folder: str) -> None:
+        lines = "".join(
+            record(i.config, i.body, i.content_type, i.answer, i.answer_type, i.inference_id, i.at) + "\n"
+            for i in batch
+        ).encode()
+        first = datetime.fromtimestamp(batch[0].at, UTC)
+        name = f"{first:%M-%S}-{first.microsecond // 1000:03d}-{uuid.uuid4()}.jsonl"
+        config = batch[0].config
+        if config.is_s3:
+            self._put(config, f"{folder}/{name}", lines)
+        else:
+            _write_file(config.folder / folder, name, lines)
 
     def _put(self, config: DataCaptureConfig, key: str, lines: bytes) -> None:
         url = config.S3EndpointUrl
