@@ -1,0 +1,224 @@
+"""What data capture costs an invocation: p50, p99 and CPU per request at 0%, 10% and 100% capture (issue 45).
+
+One embedded server, four Direct endpoints of the same scikit-learn container (bench_invoke's iris pipeline): one
+without DataCaptureConfig, and three capturing Input and Output to a local folder at 0%, 10% and 100%. wrk
+drives each at one connection (latency) and at 32 (throughput and CPU per request of the gateway and the
+container process, from /proc), interleaved over `--rounds`; the table gives medians and the ratio to the
+endpoint without capture in the same round. Capture is written by the gateway, so its cost lands in the gateway's
+CPU; the table also divides that by the container process's CPU, whose work is the same in every case, which
+cancels this VM's drift. What was written is counted at the end against the gateway's own count of the 100%
+endpoint's invocations (each must have its record).
+
+    python -m loadtests.bench_capture [--seconds 8] [--rounds 5] [--write-docs]
+
+Results: loadtests/results/bench_capture.json; with --write-docs, its section of docs/benchmarks/bench_capture.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import logging
+import re
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from loadtests.harness.cpu import CpuMeter, read_procs
+from loadtests.harness.models import iris_models
+from loadtests.harness.processes import BenchError, http, log
+from loadtests.harness.proctree import process_cpu_seconds
+from loadtests.harness.results import ROOT, command_line, machine_facts, our_versions, write_results, write_section
+from loadtests.harness.wrk import Wrk, ensure_wrk
+from loadtests.invoke.measure import JSON_HEADERS, OUR_BODY
+
+DOCS = ROOT / "docs" / "benchmarks" / "bench_capture.md"
+CASES = {"no capture": None, "capture 0%": 0, "capture 10%": 10, "capture 100%": 100}
+
+
+def specs(models: Path, folder: Path) -> dict[str, Any]:
+    from serving.config.spec import parse_spec
+
+    found = {}
+    for index, (case, percent) in enumerate(CASES.items()):
+        document: dict[str, Any] = {
+            "EndpointName": f"capture-{index}",
+            "Containers": [{"ContainerHostname": "iris", "Image": "sklearn", "ModelDataUrl": str(models / "iris")}],
+        }
+        if percent is not None:
+            document["DataCaptureConfig"] = {
+                "InitialSamplingPercentage": percent,
+                "DestinationS3Uri": str(folder),
+                "CaptureOptions": [{"CaptureMode": "InputAndOutput"}],
+            }
+        found[case] = parse_spec(document)
+    return found
+
+
+def processes_of(endpoint: str) -> dict[str, int]:
+    """The gateway's process and `endpoint`'s container process, by PID."""
+    table = read_procs()
+    found: dict[str, int] = {}
+    for pid, (_, parent, _, cmdline, _) in table.items():
+        if cmdline.startswith("ray::ServeReplica:serving-gateway"):
+            found["gateway"] = pid
+        elif "serving.model_server.main" in cmdline and table.get(parent, ("",) * 4)[3].startswith(
+            f"ray::ServeReplica:{endpoint}."
+        ):
+            found["container"] = pid
+    if set(found) != {"gateway", "container"}:
+        raise BenchError(f"could not find the gateway and {endpoint}'s container process: {found}")
+    return found
+
+
+def docs_section(result: dict[str, Any]) -> str:
+    meta = result["meta"]
+    lines = [
+        "## Measured",
+        "",
+        f"{meta['rounds']} interleaved rounds of {meta['seconds']:.0f} s per case; medians. Ratios: against the endpoint "
+        "without DataCaptureConfig in the same round, then the median of those.",
+        "",
+        "| endpoint | p50 ms (c1) | p99 ms (c1) | p50 ratio | req/s (c32) | req/s ratio | gateway µs/request (c32) | "
+        "container µs/request (c32) | gateway CPU ratio | gateway ÷ container, ratio |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in result["rows"]:
+        lines.append(
+            f"| {row['case']} | {row['p50_ms']:.3f} | {row['p99_ms']:.3f} | {row['p50_ratio']:.2f}× | {row['rps']:,.0f} "
+            f"| {row['rps_ratio']:.2f}× | {row['gateway_us']:.0f} | {row['container_us']:.0f} | "
+            f"{row['gateway_ratio']:.2f}× | {row['gateway_per_container_ratio']:.2f}× |"
+        )
+    lines += [
+        "",
+        f"Records written: {result['records_written']:,} (every call of the 100% endpoint: {result['complete']}).",
+        "",
+        f"Run: `{meta['command']}` at {meta['started']} ({meta['seconds_total']:.0f} s); {meta['machine']['nproc']} "
+        f"CPUs ({meta['machine']['cpu_model']}), load average before {meta['machine']['loadavg_at_start']}. "
+        "Results: `loadtests/results/bench_capture.json`.",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=ROOT / "loadtests" / "results" / "bench_capture.json")
+    parser.add_argument("--write-docs", action="store_true")
+    args = parser.parse_args()
+    started = time.monotonic()
+    meta: dict[str, Any] = {
+        "command": command_line(__file__),
+        "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": machine_facts(),
+        "versions": our_versions(),
+        "seconds": args.seconds,
+        "rounds": args.rounds,
+    }
+    from serving.ray_wing import EmbeddedServer, EndpointsNotReady
+    from serving.settings import ServerSettings
+
+    work = Path(tempfile.mkdtemp(prefix="bench-capture-"))
+    paths = iris_models(work)
+    folder = work / "captured"
+    endpoints = specs(paths["models"], folder)
+    logging.getLogger("ray.serve").setLevel(logging.WARNING)
+    log("starting the embedded server with four endpoints ...")
+    server = EmbeddedServer(list(endpoints.values()), ServerSettings(host="127.0.0.1", port=0), ready_timeout_s=300)
+    try:
+        server.__enter__()
+    except EndpointsNotReady as error:
+        raise BenchError(str(error)) from None
+    runs: dict[str, list[dict[str, float]]] = {case: [] for case in CASES}
+    full_endpoint = next(spec.EndpointName for case, spec in endpoints.items() if CASES[case] == 100)
+    full_calls = 0  # the 100% endpoint's invocations as the gateway counted them: each must have its record
+    try:
+        wrk = Wrk(ensure_wrk(), work, CpuMeter())
+        url = {case: f"{server.url}/endpoints/{spec.EndpointName}/invocations" for case, spec in endpoints.items()}
+        pids = {case: processes_of(spec.EndpointName) for case, spec in endpoints.items()}
+        script = wrk._script("POST", OUR_BODY, JSON_HEADERS)
+        for case in CASES:
+            wrk._run(script, url[case], 8, 2)  # warm: the model on the loop, connections open
+        for round_ in range(args.rounds):
+            for case in CASES:
+                one, _ = wrk._run(script, url[case], 1, args.seconds)
+                before = {name: process_cpu_seconds(pid) for name, pid in pids[case].items()}
+                many, _ = wrk._run(script, url[case], 32, args.seconds)
+                used = {name: process_cpu_seconds(pid) - before[name] for name, pid in pids[case].items()}
+                if any(stats[k] for stats in (one, many) for k in ("status", "timeout", "connect", "read", "write")):
+                    raise BenchError(f"{case}: errors under load")
+                runs[case].append(
+                    {
+                        "p50_ms": one["p50"] / 1000,
+                        "p99_ms": one["p99"] / 1000,
+                        "rps": many["requests"] / (many["duration_us"] / 1e6),
+                        "gateway_us": used["gateway"] / many["requests"] * 1e6,
+                        "container_us": used["container"] / many["requests"] * 1e6,
+                    }
+                )
+                row = runs[case][-1]
+                log(
+                    f"round {round_ + 1} {case:<14} p50 {row['p50_ms']:.3f} ms  p99 {row['p99_ms']:.3f} ms  "
+                    f"{row['rps']:6.0f} req/s  gateway {row['gateway_us']:.0f} µs  container {row['container_us']:.0f} µs"
+                )
+        time.sleep(3)  # the last flush
+        status, text = http("GET", f"{server.url}/metrics")
+        if status != 200:
+            raise BenchError(f"GET /metrics answered {status}")
+        pattern = rf'serving_invocations_total\{{[^}}]*endpoint="{full_endpoint}"[^}}]*\}} (\S+)'
+        full_calls = int(sum(float(value) for value in re.findall(pattern, text.decode())))
+    finally:
+        server.__exit__(None, None, None)
+    written = {}
+    for path in folder.rglob("*.jsonl"):
+        endpoint = path.relative_to(folder).parts[0]
+        written[endpoint] = written.get(endpoint, 0) + len(path.read_text().splitlines())
+    rows = []
+    base = runs["no capture"]
+    for case, samples in runs.items():
+
+        def median(key: str) -> float:
+            return statistics.median(s[key] for s in samples)
+
+        def ratio(key: str) -> float:
+            return statistics.median(s[key] / b[key] for s, b in zip(samples, base, strict=True))
+
+        rows.append(
+            {
+                "case": case,
+                **{key: round(median(key), 3) for key in ("p50_ms", "p99_ms", "rps", "gateway_us", "container_us")},
+                "p50_ratio": round(ratio("p50_ms"), 3),
+                "rps_ratio": round(ratio("rps"), 3),
+                "gateway_ratio": round(ratio("gateway_us"), 3),
+                # The container's work is the same in every case, so gateway ÷ container cancels this VM's drift.
+                "gateway_per_container_ratio": round(
+                    statistics.median(
+                        (s["gateway_us"] / s["container_us"]) / (b["gateway_us"] / b["container_us"])
+                        for s, b in zip(samples, base, strict=True)
+                    ),
+                    3,
+                ),
+            }
+        )
+    meta["seconds_total"] = round(time.monotonic() - started, 1)
+    result = {
+        "meta": meta,
+        "rows": rows,
+        "records_written": sum(written.values()),
+        "written_by_endpoint": written,
+        "complete": f"{written.get(full_endpoint, 0):,} records for {full_calls:,} invocations (the gateway's count)",
+        "runs": runs,
+    }
+    write_results(args.out, result)
+    for row in rows:
+        print(row)
+    print(result["complete"])
+    if args.write_docs:
+        write_section(DOCS, "bench_capture", docs_section(result), title="# bench_capture")
+
+
+if __name__ == "__main__":
+    main()
