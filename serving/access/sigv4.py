@@ -42,7 +42,8 @@ def _amz_datetime(value: str) -> datetime | None:
     if match is None:
         return None
     try:
-        return datetime(*(int(part) for part in match.groups()), tzinfo=UTC)
+        year, month, day, hour, minute, second = (int(part) for part in match.groups())
+        return datetime(year, month, day, hour, minute, second, tzinfo=UTC)
     except ValueError:  # month 13, February 30, hour 24 ...
         return None
 
