@@ -17,7 +17,6 @@ Results: loadtests/results/bench_capture.json; with --write-docs, its section of
 from __future__ import annotations
 
 import argparse
-import datetime
 import logging
 import re
 import statistics
@@ -26,15 +25,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loadtests.harness.cpu import CpuMeter, read_procs
+from loadtests.harness.cpu import CpuMeter
 from loadtests.harness.models import iris_models
 from loadtests.harness.processes import BenchError, http, log
-from loadtests.harness.proctree import process_cpu_seconds
-from loadtests.harness.results import ROOT, command_line, machine_facts, our_versions, write_results, write_section
+from loadtests.harness.proctree import gateway_and_container, process_cpu_seconds
+from loadtests.harness.results import ROOT, run_line, run_meta, write_results, write_section
 from loadtests.harness.wrk import Wrk, ensure_wrk
 from loadtests.invoke.measure import JSON_HEADERS, OUR_BODY
 
 DOCS = ROOT / "docs" / "benchmarks" / "bench_capture.md"
+RESULTS = ROOT / "loadtests" / "results" / "bench_capture.json"
 CASES = {"no capture": None, "capture 0%": 0, "capture 10%": 10, "capture 100%": 100}
 
 
@@ -57,28 +57,12 @@ def specs(models: Path, folder: Path) -> dict[str, Any]:
     return found
 
 
-def processes_of(endpoint: str) -> dict[str, int]:
-    """The gateway's process and `endpoint`'s container process, by PID."""
-    table = read_procs()
-    found: dict[str, int] = {}
-    for pid, (_, parent, _, cmdline, _) in table.items():
-        if cmdline.startswith("ray::ServeReplica:serving-gateway"):
-            found["gateway"] = pid
-        elif "serving.model_server.main" in cmdline and table.get(parent, ("",) * 4)[3].startswith(
-            f"ray::ServeReplica:{endpoint}."
-        ):
-            found["container"] = pid
-    if set(found) != {"gateway", "container"}:
-        raise BenchError(f"could not find the gateway and {endpoint}'s container process: {found}")
-    return found
-
-
 def docs_section(result: dict[str, Any]) -> str:
     meta = result["meta"]
     lines = [
         "## Measured",
         "",
-        f"{meta['rounds']} interleaved rounds of {meta['seconds']:.0f} s per case; medians. Ratios: against the endpoint "
+        f"{meta['rounds']} interleaved rounds of {meta['case_seconds']:.0f} s per case; medians. Ratios: against the endpoint "
         "without DataCaptureConfig in the same round, then the median of those.",
         "",
         "| endpoint | p50 ms (c1) | p99 ms (c1) | p50 ratio | req/s (c32) | req/s ratio | gateway µs/request (c32) | "
@@ -95,9 +79,7 @@ def docs_section(result: dict[str, Any]) -> str:
         "",
         f"Records written: {result['records_written']:,} (every call of the 100% endpoint: {result['complete']}).",
         "",
-        f"Run: `{meta['command']}` at {meta['started']} ({meta['seconds_total']:.0f} s); {meta['machine']['nproc']} "
-        f"CPUs ({meta['machine']['cpu_model']}), load average before {meta['machine']['loadavg_at_start']}. "
-        "Results: `loadtests/results/bench_capture.json`.",
+        run_line(meta, RESULTS),
     ]
     return "\n".join(lines)
 
@@ -106,18 +88,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--out", type=Path, default=ROOT / "loadtests" / "results" / "bench_capture.json")
+    parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     started = time.monotonic()
-    meta: dict[str, Any] = {
-        "command": command_line(__file__),
-        "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "machine": machine_facts(),
-        "versions": our_versions(),
-        "seconds": args.seconds,
-        "rounds": args.rounds,
-    }
+    meta = run_meta(__file__, case_seconds=args.seconds, rounds=args.rounds)
     from serving.ray_wing import EmbeddedServer, EndpointsNotReady
     from serving.settings import ServerSettings
 
@@ -138,7 +113,7 @@ def main() -> None:
     try:
         wrk = Wrk(ensure_wrk(), work, CpuMeter())
         url = {case: f"{server.url}/endpoints/{spec.EndpointName}/invocations" for case, spec in endpoints.items()}
-        pids = {case: processes_of(spec.EndpointName) for case, spec in endpoints.items()}
+        pids = {case: gateway_and_container(spec.EndpointName) for case, spec in endpoints.items()}
         script = wrk._script("POST", OUR_BODY, JSON_HEADERS)
         for case in CASES:
             wrk._run(script, url[case], 8, 2)  # warm: the model on the loop, connections open
@@ -203,7 +178,7 @@ def main() -> None:
                 ),
             }
         )
-    meta["seconds_total"] = round(time.monotonic() - started, 1)
+    meta["seconds"] = round(time.monotonic() - started, 1)
     result = {
         "meta": meta,
         "rows": rows,

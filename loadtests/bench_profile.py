@@ -20,7 +20,6 @@ Results: loadtests/results/bench_profile.json; with --write-docs, docs/benchmark
 from __future__ import annotations
 
 import argparse
-import datetime
 import shutil
 import signal
 import subprocess
@@ -30,12 +29,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loadtests.harness.cpu import CpuMeter, read_procs
+from loadtests.harness.cpu import CpuMeter
 from loadtests.harness.models import iris_models
-from loadtests.harness.processes import BenchError, Processes, log
-from loadtests.harness.proctree import process_cpu_seconds
+from loadtests.harness.processes import Processes, log
+from loadtests.harness.proctree import gateway_and_container, process_cpu_seconds
 from loadtests.harness.profile import record
-from loadtests.harness.results import ROOT, command_line, machine_facts, our_versions, write_results, write_section
+from loadtests.harness.results import ROOT, run_meta, write_results, write_section
 from loadtests.harness.wrk import Wrk, ensure_wrk
 from loadtests.invoke.measure import DIRECT, JSON_HEADERS, OUR_BODY, start_ours
 
@@ -99,22 +98,6 @@ def classify(raw: str, cpu_us: float) -> tuple[list[dict[str, Any]], list[dict[s
         ]
 
     return rows(counts, "category"), rows(leaves, "function", 15)
-
-
-def targets() -> dict[str, int]:
-    """The gateway's process and the direct container's own process (its replica's child), by PID."""
-    table = read_procs()
-    found: dict[str, int] = {}
-    for pid, (_, parent, _, cmdline, _) in table.items():
-        if cmdline.startswith("ray::ServeReplica:serving-gateway"):
-            found["gateway"] = pid
-        elif "serving.model_server.main" in cmdline and table.get(parent, ("",) * 4)[3].startswith(
-            f"ray::ServeReplica:{DIRECT}."
-        ):
-            found["container"] = pid
-    if set(found) != {"gateway", "container"}:
-        raise BenchError(f"could not find the gateway and the container process: {found}")
-    return found
 
 
 def py_spy(processes: Processes, pid: int, seconds: float, fmt: str, out: Path) -> subprocess.Popen:
@@ -217,14 +200,7 @@ def main() -> None:
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     started = time.monotonic()
-    meta: dict[str, Any] = {
-        "command": command_line(__file__),
-        "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "machine": machine_facts(),
-        "versions": our_versions(),
-        "seconds": args.seconds,
-        "connections": args.connections,
-    }
+    meta = run_meta(__file__, seconds=args.seconds, connections=args.connections)
     processes = Processes()
     work = Path(tempfile.mkdtemp(prefix="bench-profile-"))
     server = None
@@ -235,7 +211,7 @@ def main() -> None:
         url = f"{ours['base']}/endpoints/{DIRECT}/invocations"
         wrk = Wrk(ensure_wrk(), work, CpuMeter())
         wrk.case("warm-up", "c8", args.connections, url, 5, 0, body=OUR_BODY, headers=JSON_HEADERS)
-        pids = targets()
+        pids = gateway_and_container(DIRECT)
         spies = [
             (name, fmt, py_spy(processes, pid, args.seconds, fmt, work / f"{name}.{fmt}"))
             for name, pid in pids.items()

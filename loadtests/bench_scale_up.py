@@ -22,7 +22,6 @@ Results: loadtests/results/bench_scale_up.json; with --write-docs, its section o
 from __future__ import annotations
 
 import argparse
-import datetime
 import logging
 import statistics
 import tempfile
@@ -32,10 +31,11 @@ from typing import Any
 
 from loadtests.harness.cpu import CpuMeter
 from loadtests.harness.processes import BenchError, log
-from loadtests.harness.results import ROOT, command_line, machine_facts, our_versions, write_results, write_section
+from loadtests.harness.results import ROOT, run_line, run_meta, write_results, write_section
 from loadtests.harness.wrk import Wrk, ensure_wrk
 
 DOCS = ROOT / "docs" / "benchmarks" / "bench_scale_up.md"
+RESULTS = ROOT / "loadtests" / "results" / "bench_scale_up.json"
 BODY = "[1]"
 HEADERS = {"content-type": "application/json"}
 MODELS = {
@@ -87,7 +87,7 @@ def docs_section(result: dict[str, Any]) -> str:
     lines = [
         "## Measured",
         "",
-        f"wrk, {meta['connections']} connections, {meta['seconds']:.0f} s per case, median of {meta['rounds']} "
+        f"wrk, {meta['connections']} connections, {meta['case_seconds']:.0f} s per case, median of {meta['rounds']} "
         "interleaved rounds. Ratio: req/s against one replica with one thread, same model, same run.",
         "",
         "| model | served as | req/s | ratio | p50 ms | busy cores |",
@@ -100,9 +100,7 @@ def docs_section(result: dict[str, Any]) -> str:
         )
     lines += [
         "",
-        f"Run: `{meta['command']}` at {meta['started']} ({meta['seconds_total']:.0f} s); {meta['machine']['nproc']} "
-        f"CPUs ({meta['machine']['cpu_model']}), load average before {meta['machine']['loadavg_at_start']}. "
-        "Results: `loadtests/results/bench_scale_up.json`.",
+        run_line(meta, RESULTS),
     ]
     return "\n".join(lines)
 
@@ -112,19 +110,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--connections", type=int, default=8)
-    parser.add_argument("--out", type=Path, default=ROOT / "loadtests" / "results" / "bench_scale_up.json")
+    parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     started = time.monotonic()
-    meta: dict[str, Any] = {
-        "command": command_line(__file__),
-        "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "machine": machine_facts(),
-        "versions": our_versions(),
-        "seconds": args.seconds,
-        "rounds": args.rounds,
-        "connections": args.connections,
-    }
+    meta = run_meta(__file__, case_seconds=args.seconds, rounds=args.rounds, connections=args.connections)
     from serving.ray_wing import EmbeddedServer, EndpointsNotReady
     from serving.settings import ServerSettings
 
@@ -176,7 +166,7 @@ def main() -> None:
                 "busy": round(statistics.median(c.busy_cores for c in cases), 2),
             }
         )
-    meta["seconds_total"] = round(time.monotonic() - started, 1)
+    meta["seconds"] = round(time.monotonic() - started, 1)
     result = {"meta": meta, "rows": rows}
     write_results(args.out, result)
     for row in rows:

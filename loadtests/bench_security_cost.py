@@ -22,7 +22,6 @@ docs/benchmarks/bench_security_cost.md.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import statistics
@@ -34,11 +33,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from loadtests.harness.results import ROOT, command_line, machine_facts, our_versions, write_results, write_section
+from loadtests.harness.results import ROOT, run_line, run_meta, write_results, write_section
 
 LAYERS = ("none", "seccomp", "landlock", "both")
 BODY = b"[[5.1, 3.5, 1.4, 0.2]]"
 DOCS = ROOT / "docs" / "benchmarks" / "bench_security_cost.md"
+RESULTS = ROOT / "loadtests" / "results" / "bench_security_cost.json"
 PROFILE_RESULTS = ROOT / "loadtests" / "results" / "bench_profile.json"
 SYSCALLS_PER_REQUEST = 7.0  # the container process's, when bench_profile has not been run (its strace count)
 
@@ -268,9 +268,7 @@ def docs_section(result: dict[str, Any]) -> str:
     lines += [
         "| caller auth with AccessControl off | 0 (not run) |",
         "",
-        f"Run: `{meta['command']}` at {meta['started']} ({meta['seconds_total']:.0f} s); {meta['machine']['nproc']} "
-        f"CPUs ({meta['machine']['cpu_model']}), kernel {meta['kernel']}, load average before "
-        f"{meta['machine']['loadavg_at_start']}. Results: `loadtests/results/bench_security_cost.json`.",
+        f"Kernel {meta['kernel']}. " + run_line(meta, RESULTS),
     ]
     return "\n".join(lines)
 
@@ -279,18 +277,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=15, help="fresh processes per sandbox configuration")
     parser.add_argument("--calls", type=int, default=20000, help="calls per timed block")
-    parser.add_argument("--out", type=Path, default=ROOT / "loadtests" / "results" / "bench_security_cost.json")
+    parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     started = time.monotonic()
-    meta: dict[str, Any] = {
-        "command": command_line(__file__),
-        "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "machine": machine_facts(),
-        "kernel": os.uname().release,
-        "versions": our_versions(),
-        "rounds": args.rounds,
-    }
+    meta = run_meta(__file__, kernel=os.uname().release, rounds=args.rounds)
     syscalls = syscall_costs(args.rounds, args.calls)
     per, source = syscalls_per_request()
     result: dict[str, Any] = {
@@ -302,7 +293,7 @@ def main() -> None:
         "hop_mac": hop_mac(args.calls // 4),
         "caller_auth": caller_auth(args.calls // 10),
     }
-    meta["seconds_total"] = round(time.monotonic() - started, 1)
+    meta["seconds"] = round(time.monotonic() - started, 1)
     write_results(args.out, result)
     print(json.dumps({k: v for k, v in result.items() if k != "meta"}, indent=2))
     if args.write_docs:

@@ -7,6 +7,9 @@ import os
 import time
 from pathlib import Path
 
+from loadtests.harness.cpu import read_procs
+from loadtests.harness.processes import BenchError
+
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -81,3 +84,19 @@ def listener(url: str):
         if connection.status == psutil.CONN_LISTEN and connection.laddr.port == port and connection.pid:
             return psutil.Process(connection.pid)
     return None
+
+
+def gateway_and_container(endpoint: str) -> dict[str, int]:
+    """The gateway's process and `endpoint`'s (first) container process, by PID: {"gateway": .., "container": ..}."""
+    table = read_procs()
+    found: dict[str, int] = {}
+    for pid, (_, parent, _, cmdline, _) in table.items():
+        if cmdline.startswith("ray::ServeReplica:serving-gateway"):
+            found["gateway"] = pid
+        elif "serving.model_server.main" in cmdline and table.get(parent, ("",) * 4)[3].startswith(
+            f"ray::ServeReplica:{endpoint}."
+        ):
+            found["container"] = pid
+    if set(found) != {"gateway", "container"}:
+        raise BenchError(f"could not find the gateway and {endpoint}'s container process: {found}")
+    return found

@@ -4,6 +4,7 @@ number comparable (machine, versions, the command that produced it)."""
 from __future__ import annotations
 
 import contextlib
+import datetime
 import importlib.metadata as metadata
 import json
 import platform
@@ -46,6 +47,18 @@ def command_line(script: str) -> str:
         python = python.relative_to(ROOT) if python.is_relative_to(ROOT) else python
     module = ".".join(Path(script).resolve().relative_to(ROOT).with_suffix("").parts)
     return shlex.join([str(python), "-m", module, *sys.argv[1:]])
+
+
+def run_meta(script: str, **settings: Any) -> dict[str, Any]:
+    """What every run's results begin with: its command line, when it started, the machine, our versions, and the
+    benchmark's own `settings`. `run_line` writes it back once "seconds" (the run's length) is set."""
+    return {
+        "command": command_line(script),
+        "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": machine_facts(),
+        "versions": our_versions(),
+        **settings,
+    }
 
 
 def run_line(saved: dict[str, Any], results: Path) -> str:
