@@ -21,6 +21,7 @@ from serving.protocol import (
     LOG_STREAM_ARN,
     ORIGINAL_MESSAGE,
     ORIGINAL_STATUS_CODE,
+    QUERY_ERROR_HEADER,
     UNSUPPORTED_MEDIA_TYPE_STATUS,
     ErrorCode,
 )
@@ -40,6 +41,11 @@ class ServingError(Exception):
     def body(self) -> dict[str, Any]:
         """The JSON document sent to the caller."""
         return {"__type": self.code, "message": self.message, **self.extra}
+
+    @property
+    def counted_status(self) -> int:
+        """The status the 4XX/5XX error metrics count it under (ModelError: what the model answered)."""
+        return self.status
 
 
 class ValidationError(ServingError):
@@ -152,6 +158,11 @@ class ModelError(ServingError):
         self.original_message = original_message
         self.log_stream = log_stream
 
+    @property
+    def counted_status(self) -> int:
+        """The model's own status, as SageMaker's Invocation4XXErrors / Invocation5XXErrors count a ModelError."""
+        return self.original_status
+
 
 class ContainerError(ServingError):
     """A container's answer for a failure of its model, runtime or handler, sent with the container's own
@@ -242,6 +253,43 @@ class UnknownApiOperationError(ServingError):
     status = 400
 
 
+class CloudWatchError(ServingError):
+    """An error of CloudWatch's API: its query-protocol code (botocore's `Error.Code`) travels in
+    QUERY_ERROR_HEADER, the error shape's name in `__type`, as CloudWatch's awsJson answers send them."""
+
+    code = ErrorCode.INVALID_PARAMETER_VALUE
+    shape = "InvalidParameterValueException"
+    status = 400
+
+    def body(self) -> dict[str, Any]:
+        return {"__type": self.shape, "message": self.message}
+
+
+class InvalidParameterValueError(CloudWatchError):
+    """A CloudWatch parameter with a value this server cannot accept (named in the message)."""
+
+
+class InvalidParameterCombinationError(CloudWatchError):
+    code, shape = ErrorCode.INVALID_PARAMETER_COMBINATION, "InvalidParameterCombinationException"
+
+
+class MissingParameterError(CloudWatchError):
+    code, shape = ErrorCode.MISSING_PARAMETER, "MissingRequiredParameterException"
+
+
+class AlarmNotFoundError(CloudWatchError):
+    code = shape = ErrorCode.RESOURCE_NOT_FOUND  # the error shape has the code's name
+    status = 404
+
+
+class AlarmLimitExceededError(CloudWatchError):
+    code, shape = ErrorCode.LIMIT_EXCEEDED, "LimitExceededFault"
+
+
+class InvalidNextTokenError(CloudWatchError):
+    code = shape = ErrorCode.INVALID_NEXT_TOKEN
+
+
 # A container's platform answers (marked with protocol.PLATFORM_ERROR) that the router passes through as they
 # are, as SageMaker reports them; every other error a container answers is a ModelError.
 PASS_THROUGH_CODES = frozenset({ValidationError.code, ModelNotReadyError.code})
@@ -296,6 +344,8 @@ def failure_message(error: BaseException, limit: int = 1000) -> str:
 def wire_error(error: ServingError) -> tuple[int, dict[str, str], bytes]:
     """Status, headers and body of the response for `error`."""
     headers = {ERROR_TYPE_HEADER: error.code, "content-type": JSON}
+    if isinstance(error, CloudWatchError):
+        headers[QUERY_ERROR_HEADER] = f"{error.code};Sender"
     return error.status, headers, json.dumps(error.body()).encode()
 
 

@@ -109,6 +109,12 @@ class ErrorCode:
     RESOURCE_LIMIT_EXCEEDED = "ResourceLimitExceeded"
     OBJECT_NOT_FOUND = "ObjectNotFoundException"
     UNKNOWN_API_OPERATION = "UnknownOperationException"
+    # CloudWatch's (code sent in QUERY_ERROR_HEADER; the body's __type is the error shape's name).
+    INVALID_PARAMETER_VALUE = "InvalidParameterValue"
+    INVALID_PARAMETER_COMBINATION = "InvalidParameterCombination"
+    MISSING_PARAMETER = "MissingParameter"
+    LIMIT_EXCEEDED = "LimitExceeded"
+    INVALID_NEXT_TOKEN = "InvalidNextToken"
 
 
 # The status each code is sent with (ValidationError also as 431 when the request head is too large).
@@ -130,6 +136,11 @@ ERROR_STATUS = {
     ErrorCode.RESOURCE_IN_USE: 400,
     ErrorCode.RESOURCE_LIMIT_EXCEEDED: 400,
     ErrorCode.OBJECT_NOT_FOUND: 400,
+    ErrorCode.INVALID_PARAMETER_VALUE: 400,
+    ErrorCode.INVALID_PARAMETER_COMBINATION: 400,
+    ErrorCode.MISSING_PARAMETER: 400,
+    ErrorCode.LIMIT_EXCEEDED: 400,
+    ErrorCode.INVALID_NEXT_TOKEN: 400,
 }
 HEADERS_TOO_LARGE_STATUS = 431
 # A container's status for a content type or Accept its decoders lack (the toolkits' UnsupportedFormatError).
@@ -150,10 +161,24 @@ AMZ_JSON = "application/x-amz-json-1.1"
 # The signing name (SigV4 credential scope) and IAM prefix of SageMaker (both APIs) and Application Auto Scaling.
 SIGNING_SERVICE = "sagemaker"
 AUTOSCALING_SERVICE = "application-autoscaling"
-# Where each service's signature is scoped (boto3 signs with the service's signing name).
-API_SIGNING_SERVICES = {SAGEMAKER_TARGET_PREFIX: SIGNING_SERVICE, AUTOSCALING_TARGET_PREFIX: AUTOSCALING_SERVICE}
 # Separates an API endpoint's name from its variant's in the name of the endpoint that serves the variant.
 VARIANT_SEPARATOR = "@"
+
+# --- CloudWatch's API (the pinned botocore's client speaks awsJson 1.0 with query-compatible errors) ---------
+CLOUDWATCH_TARGET_PREFIX = "GraniteServiceVersion20100801"
+AMZ_JSON_1_0 = "application/x-amz-json-1.0"
+CLOUDWATCH_SIGNING_SERVICE = "monitoring"  # its SigV4 scope; its IAM actions are `cloudwatch:<Operation>`
+CLOUDWATCH_IAM_PREFIX = "cloudwatch"
+QUERY_ERROR_HEADER = "x-amzn-query-error"  # "<query-protocol code>;Sender": how botocore finds the modeled error
+SAGEMAKER_NAMESPACE = "AWS/SageMaker"  # invocation metrics
+ENDPOINTS_NAMESPACE = "/aws/sagemaker/Endpoints"  # CPU and memory utilization, as SageMaker files them
+API_SIGNING_SERVICES = {
+    SAGEMAKER_TARGET_PREFIX: SIGNING_SERVICE,
+    AUTOSCALING_TARGET_PREFIX: AUTOSCALING_SERVICE,
+    CLOUDWATCH_TARGET_PREFIX: CLOUDWATCH_SIGNING_SERVICE,
+}
+# Each service's IAM action prefix (`<prefix>:<Operation>`), where it differs from its signing name.
+API_IAM_PREFIXES = {**API_SIGNING_SERVICES, CLOUDWATCH_TARGET_PREFIX: CLOUDWATCH_IAM_PREFIX}
 
 # --- gateway -> container hops (SageMaker's model-container contract, signed) -----------------------------
 INVOCATIONS_PATH = "/invocations"

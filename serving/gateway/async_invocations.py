@@ -290,7 +290,7 @@ class AsyncInvocations:
             body = await self._read(client, job.source) if job.source is not None else job.body or b""
             result = await self.invocations.run(admission, body, job.headers, trace, timeout=job.timeout)
         except ServingError as error:
-            record_invocation(trace, error.status, time.perf_counter() - started)
+            record_invocation(trace, error.counted_status, time.perf_counter() - started)
             await self._write_failure(client, job, error)
             return
         record_invocation(trace, 200, time.perf_counter() - started)

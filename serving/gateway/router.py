@@ -89,6 +89,7 @@ class Router:
         invocation = InvocationRequest(
             request.path_params["name"], request.headers, request.stream, lambda: raw_request(request)
         )
+        counted: int | None = None  # the status the error metrics count, where it is not the answer's
         try:
             result = await self.invocations.invoke(invocation, trace, stream=stream)
             if result.chunks is not None:
@@ -99,14 +100,14 @@ class Router:
             record_client_abort(trace)
             return Response(status_code=499)  # nginx's "client closed request"; nobody is there to read it
         except ServingError as error:
-            response = error_response(error)
+            response, counted = error_response(error), error.counted_status
         except Exception:  # a bug of ours: say so in the documented shape, keep serving
             logger.exception("invocation failed inside the router")
             response = error_response(InternalFailureError("internal failure in the endpoint router"))
         if not trace.body_read:
             # Refused before its body was read: close rather than read (and drop) what anyone may send.
             response.headers["connection"] = "close"
-        record_invocation(trace, response.status_code, time.perf_counter() - started)
+        record_invocation(trace, counted or response.status_code, time.perf_counter() - started)
         return response
 
 

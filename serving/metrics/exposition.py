@@ -197,13 +197,22 @@ class MetricsRoute:
     async def scrape(self, local: bytes = b"", skip: str | None = None) -> bytes:
         """The merged exposition, with `local` (a gateway's own current counters, Prometheus text) in place of
         what the gateway `skip` last published."""
+        await self._fresh()
+        return await asyncio.to_thread(lambda: exposition(self._families(local, skip)))
+
+    async def merged(self) -> list[Metric]:
+        """Every family, merged as a scrape merges them (what the control plane samples for CloudWatch)."""
+        await self._fresh()
+        return await asyncio.to_thread(lambda: merge_families(self._families(b"", None)))
+
+    async def _fresh(self) -> None:
+        """Start a refresh of the nodes' families unless one runs or the last is recent; wait for it, bounded."""
         if self._refresh is None and time.monotonic() - self._refreshed_at > self._max_age_s:
             self._refresh = asyncio.create_task(self._refresh_nodes())
         if self._refresh is not None:
             await asyncio.wait({self._refresh}, timeout=self._wait_s)
-        return await asyncio.to_thread(self._render, local, skip)
 
-    def _render(self, local: bytes, skip: str | None) -> bytes:
+    def _families(self, local: bytes, skip: str | None) -> list[Metric]:
         families = [family for collector in self.collectors for family in collector.collect()]
         for node in list(self._node_families.values()):
             families.extend(node)
@@ -211,7 +220,7 @@ class MetricsRoute:
             if gateway != skip:
                 families.extend(published)
         families.extend(text_string_to_metric_families(local.decode()))
-        return exposition(families)
+        return families
 
     async def _refresh_nodes(self) -> None:
         try:

@@ -62,13 +62,13 @@ INVOCATIONS = Counter(
 )
 ERRORS_4XX = Counter(
     "serving_invocation_4xx_errors",
-    "InvokeEndpoint requests answered with a 4xx status.",
+    "InvokeEndpoint requests answered with a 4xx status (a ModelError: whose model answered 4xx).",
     labelnames=("endpoint", "container", "model"),
     registry=REGISTRY,
 )
 ERRORS_5XX = Counter(
     "serving_invocation_5xx_errors",
-    "InvokeEndpoint requests answered with a 5xx status.",
+    "InvokeEndpoint requests answered with a 5xx status (a ModelError: whose model answered 5xx).",
     labelnames=("endpoint", "container", "model"),
     registry=REGISTRY,
 )

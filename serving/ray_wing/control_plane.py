@@ -1,6 +1,6 @@
-"""The control plane's one restartable place: the SageMaker and Application Auto Scaling APIs, their state and
-their update step, and the cluster's `GET /metrics` merge, as a Serve application of one replica on the head node
-(`serving-control`).
+"""The control plane's one restartable place: the SageMaker, Application Auto Scaling and CloudWatch APIs, their
+state and their update step, the cluster's `GET /metrics` merge and CloudWatch's sampler, as a Serve application
+of one replica on the head node (`serving-control`).
 
 Every gateway authenticates an API call and hands it here (`call`); losing a gateway loses none of this, and
 losing this replica interrupts no invocation (Serve starts another, which restores the API's endpoints from its
@@ -19,6 +19,7 @@ from typing import Any
 import ray
 from ray import serve
 
+from serving.cloudwatch.datapoints import RESOLUTION_S
 from serving.control.records import ApiRouting
 from serving.control.status import StatusBoard
 from serving.gateway.variants import Front
@@ -35,6 +36,7 @@ logger = logging.getLogger("serving.ray_wing.control_plane")
 
 API_TICK_S = 0.5  # how often the API completes creates and updates (when one is under way)
 REGISTRY_WAIT_S = 10.0  # a snapshot call waits this long for a change before answering "none"
+SAMPLE_LAG_S = 0.2  # past each RESOLUTION_S boundary: the interval that just ended is the one recorded
 APPLIED_WAIT_S = 5.0  # the longest it waits for every gateway to apply a version (a gateway may have just died)
 
 
@@ -52,6 +54,7 @@ class ControlPlane:
         self._threads = [
             threading.Thread(target=self._follow_registry, name="follow-registry", daemon=True),
             threading.Thread(target=self._step, name="api-step", daemon=True),
+            threading.Thread(target=lambda: asyncio.run(self._sample()), name="cloudwatch-sampler", daemon=True),
         ]
         for thread in self._threads:
             thread.start()
@@ -104,6 +107,17 @@ class ControlPlane:
             except Exception:
                 logger.exception("control-plane API step failed")
             time.sleep(API_TICK_S)
+
+    async def _sample(self) -> None:
+        """Every RESOLUTION_S, on its boundary: the merged metrics into CloudWatch's store, then its alarms."""
+        source = MetricsRoute([], metrics_export_urls, peers=lambda: asyncio.to_thread(published))
+        while True:
+            await asyncio.sleep(RESOLUTION_S - time.time() % RESOLUTION_S + SAMPLE_LAG_S)
+            try:
+                families = await source.merged()
+                await asyncio.to_thread(self.api.cloudwatch.observe, families, time.time())
+            except Exception:
+                logger.exception("sampling the metrics for CloudWatch failed")
 
 
 class _Deployer:

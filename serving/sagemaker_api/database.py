@@ -1,4 +1,5 @@
-"""The control-plane API's state: models, endpoint configs, endpoints, scalable targets and scaling policies.
+"""The control-plane API's state: models, endpoint configs, endpoints, scalable targets, scaling policies, and
+CloudWatch's alarms with their history.
 
 One SQLite database (stdlib `sqlite3`), one row per resource holding its JSON document, written in a
 transaction per change, so a server that stops mid-call keeps either the old document or the new one.
@@ -21,7 +22,7 @@ from serving.private_files import open_private
 
 __all__ = ["KINDS", "ApiState"]
 
-KINDS = ("model", "endpoint-config", "endpoint", "scalable-target", "scaling-policy")
+KINDS = ("model", "endpoint-config", "endpoint", "scalable-target", "scaling-policy", "alarm", "alarm-history")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS resources (
     kind TEXT NOT NULL,

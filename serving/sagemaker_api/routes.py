@@ -1,4 +1,5 @@
-"""`POST /` with `X-Amz-Target`: SageMaker's and Application Auto Scaling's JSON protocol on the endpoint server.
+"""`POST /` with `X-Amz-Target`: SageMaker's, Application Auto Scaling's and CloudWatch's JSON protocols on the
+endpoint server.
 
 With an API identities file (`--api-identities`), every call must be signed (SigV4, scoped to the operation's
 service) or carry an identity's API key, and that identity's policies must allow the operation's IAM action on the
@@ -26,12 +27,13 @@ from serving.access.decision import AUDIT_LOGGER
 from serving.access.identities import Identities
 from serving.access.policies import RequestContext, evaluate
 from serving.access.sigv4 import Authenticator, Caller
+from serving.cloudwatch.api import OPERATIONS as CLOUDWATCH_OPERATIONS
 from serving.errors import AccessDeniedError, ApiValidationError, UnknownApiOperationError
 from serving.gateway.body_budget import BodyBudget
 from serving.gateway.router import raw_request
 from serving.sagemaker_api.resources import arn
 
-__all__ = ["AUTOSCALING_OPERATIONS", "MAX_BODY_BYTES", "SAGEMAKER_OPERATIONS", "Answer", "ApiRoutes"]
+__all__ = ["AUTOSCALING_OPERATIONS", "MAX_BODY_BYTES", "OPERATIONS", "SAGEMAKER_OPERATIONS", "Answer", "ApiRoutes"]
 
 Answer = tuple[int, dict[str, str], bytes]  # status, headers, body: what an operation answers, error or not
 
@@ -61,6 +63,11 @@ AUTOSCALING_OPERATIONS = (
     "DeleteScalingPolicy",
     "DescribeScalingActivities",
 )
+OPERATIONS = {
+    protocol.SAGEMAKER_TARGET_PREFIX: SAGEMAKER_OPERATIONS,
+    protocol.AUTOSCALING_TARGET_PREFIX: AUTOSCALING_OPERATIONS,
+    protocol.CLOUDWATCH_TARGET_PREFIX: CLOUDWATCH_OPERATIONS,
+}
 audit_log = logging.getLogger(AUDIT_LOGGER)
 
 
@@ -95,14 +102,12 @@ class ApiRoutes:
     def operation(self, target: str | None) -> tuple[str, str]:
         """(service prefix, operation) of an X-Amz-Target, or UnknownOperationException."""
         prefix, _, operation = (target or "").partition(".")
-        if (prefix == protocol.SAGEMAKER_TARGET_PREFIX and operation in SAGEMAKER_OPERATIONS) or (
-            prefix == protocol.AUTOSCALING_TARGET_PREFIX and operation in AUTOSCALING_OPERATIONS
-        ):
+        if operation in OPERATIONS.get(prefix, ()):
             return prefix, operation
+        served = " and ".join(f"{known}.<{'|'.join(operations)}>" for known, operations in OPERATIONS.items())
         raise UnknownApiOperationError(
-            f"{protocol.AMZ_TARGET} {target!r} is not an operation of this server; it serves "
-            f"{protocol.SAGEMAKER_TARGET_PREFIX}.<{'|'.join(SAGEMAKER_OPERATIONS)}> and "
-            f"{protocol.AUTOSCALING_TARGET_PREFIX}.<{'|'.join(AUTOSCALING_OPERATIONS)}> (docs/sagemaker-api.md)"
+            f"{protocol.AMZ_TARGET} {target!r} is not an operation of this server; it serves {served} "
+            "(docs/sagemaker-api.md, docs/cloudwatch.md)"
         )
 
     async def call(self, request: Request) -> Response:
@@ -133,8 +138,11 @@ class ApiRoutes:
             return authenticator.verify(claim, replace(raw, body=body)), body
 
     def _authorize(self, caller: Caller, prefix: str, operation: str, document: Any) -> None:
-        action = f"{protocol.API_SIGNING_SERVICES[prefix]}:{operation}"
-        resource = self._resource(document if isinstance(document, dict) else {})
+        action = f"{protocol.API_IAM_PREFIXES[prefix]}:{operation}"
+        for resource in self._resources(prefix, document if isinstance(document, dict) else {}):
+            self._authorize_one(caller, action, resource)
+
+    def _authorize_one(self, caller: Caller, action: str, resource: str) -> None:
         decision = evaluate(caller.identity.policies, RequestContext(action, resource, {}))
         record = {
             "event": "api",
@@ -150,6 +158,16 @@ class ApiRoutes:
             raise AccessDeniedError(
                 f"User: {caller.principal} is not authorized to perform: {action} on resource: {resource} because {why}"
             )
+
+    def _resources(self, prefix: str, document: dict[str, Any]) -> list[str]:
+        """The ARNs a call acts on: each alarm it names for CloudWatch (`*` for its metrics), else one."""
+        if prefix != protocol.CLOUDWATCH_TARGET_PREFIX:
+            return [self._resource(document)]
+        named = document.get("AlarmNames")
+        names = [document["AlarmName"]] if isinstance(document.get("AlarmName"), str) else named
+        names = names if isinstance(names, list) else []
+        scope = f"arn:aws:{protocol.CLOUDWATCH_IAM_PREFIX}:{self.region}:{self.account}"
+        return [f"{scope}:alarm:{name}" for name in names if isinstance(name, str)] or [f"{scope}:*"]
 
     def _resource(self, document: dict[str, Any]) -> str:
         """The ARN an operation acts on (SageMaker's resource types), `...:*` for the listing operations."""

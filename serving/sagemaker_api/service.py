@@ -1,4 +1,4 @@
-"""The control-plane API assembled from server settings: its state and both services (`ControlApi`, run where the
+"""The control-plane API assembled from server settings: its state and its services (`ControlApi`, run where the
 control plane runs), and the route that authenticates a call and hands it to them (`api_routes`, on every gateway).
 """
 
@@ -14,6 +14,8 @@ from starlette.routing import Route
 
 from serving import protocol
 from serving.access.identities import load_identities
+from serving.cloudwatch.api import CloudWatchApi
+from serving.cloudwatch.sampler import Served
 from serving.errors import ServingError, wire_error
 from serving.gateway.body_budget import BodyBudget
 from serving.sagemaker_api.application_autoscaling import AutoScalingApi
@@ -24,13 +26,14 @@ from serving.sagemaker_api.model_roots import check_model_roots
 from serving.sagemaker_api.resources import Deployer
 from serving.sagemaker_api.routes import Answer, ApiRoutes
 from serving.sagemaker_api.sealed import Sealer
+from serving.sagemaker_api.translate import public_name
 from serving.settings import ServerSettings
 
 __all__ = ["ControlApi", "api_routes", "build_api"]
 
 
 class ControlApi:
-    """Both services over one state: what a call runs once its caller is authenticated and authorized."""
+    """The services over one state: what a call runs once its caller is authenticated and authorized."""
 
     def __init__(self, settings: ServerSettings, deployer: Deployer) -> None:
         """Raises ModelRootError for a model root that holds what the server runs or its secrets."""
@@ -47,11 +50,34 @@ class ControlApi:
             sealer=Sealer(settings.state_file + ".key" if settings.state_file else None),
         )
         self.autoscaling = AutoScalingApi(self.sagemaker)
+        self.cloudwatch = CloudWatchApi(
+            self.sagemaker.state, settings.region, settings.account_id, self._layout(deployer)
+        )
+
+    @staticmethod
+    def _layout(deployer: Deployer) -> Callable[[str], Served | None]:
+        """How CloudWatch names a served endpoint: its API endpoint and variant, its mode and replicas."""
+
+        def layout(served: str) -> Served | None:
+            description = deployer.descriptions().get(served)
+            if description is None:
+                return None
+            endpoint, variant = public_name(served)
+            containers = description.get("Containers") or []
+            replicas = {c["ContainerHostname"]: int(c.get("CurrentReplicas") or 0) for c in containers}
+            serial = (description.get("InferenceExecutionConfig") or {}).get("Mode") == "Serial"
+            return Served(endpoint, variant, serial, replicas)
+
+        return layout
 
     def call(self, prefix: str, operation: str, document: dict[str, Any]) -> Answer:
-        """Run one operation (one at a time); its answer or its error, in the wire shape."""
-        service: Any = self.sagemaker if prefix == protocol.SAGEMAKER_TARGET_PREFIX else self.autoscaling
+        """Run one operation (SageMaker's one at a time; CloudWatch's beside them); its answer or its error, in the
+        wire shape."""
         try:
+            if prefix == protocol.CLOUDWATCH_TARGET_PREFIX:  # reads of the metric store never wait on a deploy
+                answer = getattr(self.cloudwatch, operation)(document)
+                return 200, {"content-type": protocol.AMZ_JSON_1_0}, json.dumps(answer).encode()
+            service: Any = self.sagemaker if prefix == protocol.SAGEMAKER_TARGET_PREFIX else self.autoscaling
             with self.sagemaker.lock:
                 answer = getattr(service, operation)(document)
         except ServingError as error:
@@ -72,7 +98,7 @@ def api_routes(
 
 def build_api(
     settings: ServerSettings, deployer: Deployer, budget: BodyBudget | None = None
-) -> tuple[EndpointApi, list[Route]]:
+) -> tuple[ControlApi, list[Route]]:
     """The API and its route in one process (tests, and anything without a separate control plane)."""
     control = ControlApi(settings, deployer)
 
@@ -80,4 +106,4 @@ def build_api(
         return await asyncio.to_thread(control.call, prefix, operation, document)
 
     budget = budget if budget is not None else BodyBudget(settings.preauth_body_budget_bytes)
-    return control.sagemaker, api_routes(settings, dispatch, budget)
+    return control, api_routes(settings, dispatch, budget)

@@ -470,6 +470,58 @@ def test_a_failed_update_rolls_back_and_keeps_serving(api_server, clients, handl
         sm.delete_endpoint(EndpointName="api-rollback")
 
 
+def test_cloudwatch_counts_every_call_and_an_alarm_fires_on_model_errors(api_server, clients, handler_models):
+    # Issue 45, item 1: an unmodified boto3 `cloudwatch` client reads SageMaker's metrics of an API endpoint and
+    # alarms on them; the metric store is fed by the control plane's sampler from the gateway's real counters.
+    sm, runtime, _ = clients
+    cw = boto3.client("cloudwatch", endpoint_url=api_server.url, region_name="us-east-1", aws_access_key_id="test",
+                      aws_secret_access_key="test", config=Config(retries={"max_attempts": 1}))
+    sm.create_model(ModelName="api-cw-model", InferenceExecutionConfig={"Mode": "Direct"}, Containers=[
+        {"ContainerHostname": name, "Image": "python", "ModelDataUrl": str(handler_models[name])}
+        for name in ("echo", "faulty")])
+    sm.create_endpoint_config(EndpointConfigName="api-cw-config", ProductionVariants=[
+        {"VariantName": "Blue", "ModelName": "api-cw-model", "InitialInstanceCount": 1, "InstanceType": "ml.m5.large"}])
+    sm.create_endpoint(EndpointName="api-cw", EndpointConfigName="api-cw-config")
+    variant = [{"Name": "EndpointName", "Value": "api-cw"}, {"Name": "VariantName", "Value": "Blue"}]
+    try:
+        sm.get_waiter("endpoint_in_service").wait(EndpointName="api-cw", WaiterConfig=WAIT)
+        cw.put_metric_alarm(AlarmName="api-cw-5xx", Namespace="AWS/SageMaker", MetricName="Invocation5XXErrors",
+                            Dimensions=variant, Statistic="Sum", Period=10, EvaluationPeriods=1, Threshold=0,
+                            ComparisonOperator="GreaterThanThreshold", TreatMissingData="notBreaching")
+        started = time.time()
+        for _ in range(30):
+            runtime.invoke_endpoint(EndpointName="api-cw", TargetContainerHostname="echo",
+                                    ContentType="application/json", Body='{"x": 1}')
+        for _ in range(3):  # ModelError to the caller; a 5XX of the model to SageMaker's metrics
+            with pytest.raises(ClientError, match="ModelError"):
+                runtime.invoke_endpoint(EndpointName="api-cw", TargetContainerHostname="faulty",
+                                        ContentType="application/json", Body='{"x": 1}')
+
+        def total(metric: str, dimensions: list, statistic: str = "Sum") -> float:
+            points = cw.get_metric_statistics(Namespace="AWS/SageMaker", MetricName=metric, Dimensions=dimensions,
+                                              StartTime=started - 120, EndTime=time.time() + 60, Period=60,
+                                              Statistics=[statistic])["Datapoints"]
+            return sum(point[statistic] for point in points)
+
+        # The gateway publishes its counters every 5 s and the sampler reads them every 10 s: bounded waits.
+        _until(lambda: total("Invocations", variant) == 33, 60, "Invocations to sum to the 33 calls sent")
+        faulty = [*variant, {"Name": "ContainerName", "Value": "faulty"}]
+        assert total("Invocation5XXErrors", faulty) == 3 and total("Invocation4XXErrors", variant) == 0
+        assert total("Invocations", [*variant, {"Name": "ContainerName", "Value": "echo"}]) == 30
+        history = lambda: [item["HistorySummary"] for item in cw.describe_alarm_history(  # noqa: E731
+            AlarmName="api-cw-5xx", HistoryItemType="StateUpdate")["AlarmHistoryItems"]]
+        # From OK, or straight from INSUFFICIENT_DATA if its first evaluation already saw the errors.
+        _until(lambda: any(item.endswith(" to ALARM") for item in history()), 60, "the 5XX alarm to fire")
+        latency = _until(lambda: total("ModelLatency", variant, "SampleCount"), 60, "ModelLatency datapoints")
+        assert latency >= 30
+        listed = cw.list_metrics(Namespace="AWS/SageMaker", Dimensions=[{"Name": "EndpointName", "Value": "api-cw"}])
+        assert {"Invocations", "Invocation5XXErrors", "ModelLatency"} <= {m["MetricName"] for m in listed["Metrics"]}
+        assert total("Invocations", variant) == 33  # sampled again since: nothing counted twice
+    finally:
+        cw.delete_alarms(AlarmNames=["api-cw-5xx"])
+        sm.delete_endpoint(EndpointName="api-cw")
+
+
 def _control_plane(server: Served) -> psutil.Process:
     """The control plane's replica: a Ray worker of this module's own server titled after its Serve application."""
     found = [p for p in psutil.Process(server.process.pid).children(recursive=True)

@@ -126,9 +126,10 @@ class Harness:
         # Anonymous calls, as `--allow-anonymous-api` allows them, unless the test signs its calls.
         settings.setdefault("allow_anonymous_api", "api_identities" not in settings)
         self.settings = ServerSettings(model_roots=str(self.models), **settings)
-        self.api, routes = build_api(self.settings, self.deployer)
+        self.control, routes = build_api(self.settings, self.deployer)
+        self.api = self.control.sagemaker
         self.clock = Clock()
-        self.api.clock = self.clock
+        self.api.clock = self.control.cloudwatch.clock = self.clock
         self.server = BackgroundServer(serving_app(routes), "127.0.0.1", 0)
         assert self.server.wait_started(), "API server did not start"
         self.url = self.server.url

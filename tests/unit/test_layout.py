@@ -89,7 +89,7 @@ LAYERS = (
     ("__init__", "cli"),  # serving/__init__.py: the public surface, loaded by name on first use
     ("ray_wing",),
     ("sagemaker_api",),
-    ("gateway",),
+    ("gateway", "cloudwatch"),
     ("control",),
     ("config",),
     ("model_server", "training"),

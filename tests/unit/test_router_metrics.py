@@ -78,14 +78,18 @@ def test_direct_invocations_and_latencies_are_counted_exactly(router: httpx.Clie
     assert container_time > 0 and overhead_time > 0
 
 
-def test_serial_counts_every_container_and_the_error_on_the_one_at_fault(router: httpx.Client) -> None:
+def test_serial_counts_every_container_and_the_models_error_on_the_one_at_fault(router: httpx.Client) -> None:
     deltas = Deltas(inv("pipeline-boom", "scaler"), inv("pipeline-boom", "boom"), inv("pipeline-boom", "labels"),
                     err("4xx", "pipeline-boom", "scaler"), err("4xx", "pipeline-boom", "boom"),
+                    err("5xx", "pipeline-boom", "boom"),
                     hops("pipeline-boom", "scaler"), hops("pipeline-boom", "boom"), hops("pipeline-boom", "labels"),
                     ("serving_overhead_latency_seconds_count", {"endpoint": "pipeline-boom", "container": ""}))
     response = invoke(router, "pipeline-boom")
     assert response.status_code == 424
-    assert deltas.now() == [1, 1, 1, 0, 1, 1, 1, 0, 1]
+    # The caller gets ModelError (424); the error counts by the status the model answered (500), as SageMaker's
+    # Invocation4XXErrors / Invocation5XXErrors count "the model returned a 4xx / 5xx response".
+    assert response.json()["OriginalStatusCode"] == 500
+    assert deltas.now() == [1, 1, 1, 0, 0, 1, 1, 1, 0, 1]
 
 
 def test_requests_refused_before_a_container_count_on_no_container(router: httpx.Client) -> None:

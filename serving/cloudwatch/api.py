@@ -1,0 +1,298 @@
+"""CloudWatch's operations over the runtime's metrics: statistics and listing from `datapoints`, metric alarms
+kept in the control-plane API's database, evaluated every RESOLUTION_S as the sampler records an interval.
+
+Alarm actions (SNS topics, Auto Scaling policies) are stored and shown, never run: nothing here can reach them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+from prometheus_client.metrics_core import Metric
+
+from serving.cloudwatch import inputs
+from serving.cloudwatch.alarms import evaluate
+from serving.cloudwatch.catalogue import METRICS, NAMESPACES, source
+from serving.cloudwatch.datapoints import PERIODS_HELP, RESOLUTION_S, RETENTION_S, MetricStore, valid_period
+from serving.cloudwatch.sampler import Dimensions, Key, Sampler, Served
+from serving.errors import (
+    AlarmLimitExceededError,
+    AlarmNotFoundError,
+    InvalidNextTokenError,
+    InvalidParameterCombinationError,
+    InvalidParameterValueError,
+)
+
+__all__ = ["OPERATIONS", "CloudWatchApi"]
+
+OPERATIONS = (
+    "PutMetricAlarm",
+    "DescribeAlarms",
+    "DeleteAlarms",
+    "SetAlarmState",
+    "DescribeAlarmHistory",
+    "GetMetricStatistics",
+    "GetMetricData",
+    "ListMetrics",
+)
+MAX_ALARMS = 1000
+MAX_DATAPOINTS = 1440  # GetMetricStatistics' limit per call, as CloudWatch's
+HISTORY_KEPT = 100  # history items kept per alarm
+ALARM, HISTORY = "alarm", "alarm-history"
+
+
+class Documents(Protocol):
+    """Where alarms are kept (the control-plane API's database)."""
+
+    def get(self, kind: str, name: str) -> dict[str, Any] | None: ...
+    def all(self, kind: str) -> list[dict[str, Any]]: ...
+    def put(self, kind: str, name: str, document: dict[str, Any]) -> None: ...
+    def delete(self, kind: str, name: str) -> bool: ...
+
+
+class CloudWatchApi:
+    """The operations of boto3's `cloudwatch` client, for the namespaces in `catalogue`."""
+
+    def __init__(
+        self,
+        state: Documents,
+        region: str,
+        account: str,
+        layout: Callable[[str], Served | None],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """`layout(served endpoint)`: its public names and replicas, None for what is not an endpoint."""
+        self.state, self.region, self.account, self.layout, self.clock = state, region, account, layout, clock
+        self.store, self.sampler = MetricStore(), Sampler()
+        self.lock = threading.Lock()  # alarm changes and evaluations, one at a time
+
+    # --- the sampler's tick --------------------------------------------------------------------------------
+    def observe(self, families: Iterable[Metric], now: float) -> None:
+        """Record the interval that ended at the last RESOLUTION_S boundary before `now`, then evaluate alarms."""
+        end = now - now % RESOLUTION_S
+        self.store.record(end - RESOLUTION_S, self.sampler.interval(families, self.layout), end)
+        self.evaluate(end)
+
+    def evaluate(self, end: float) -> None:
+        with self.lock:
+            for alarm in self.state.all(ALARM):
+                window = self.store.window(_key(alarm), end, int(alarm["Period"]), int(alarm["EvaluationPeriods"]))
+                state, reason, data = evaluate(alarm, window, end)
+                if state != alarm["StateValue"]:
+                    self._transition(alarm, state, reason, data)
+
+    def _transition(self, alarm: dict[str, Any], state: str, reason: str, data: str | None) -> None:
+        now, old = self.clock(), alarm["StateValue"]
+        alarm.update(StateValue=state, StateReason=reason, StateUpdatedTimestamp=now, StateTransitionedTimestamp=now)
+        if data is not None:
+            alarm["StateReasonData"] = data
+        self.state.put(ALARM, alarm["AlarmName"], alarm)
+        self._history(alarm["AlarmName"], "StateUpdate", f"Alarm updated from {old} to {state}", now)
+
+    def _history(self, name: str, kind: str, summary: str, now: float) -> None:
+        items = (self.state.get(HISTORY, name) or {"items": []})["items"]
+        item = {"AlarmName": name, "AlarmType": "MetricAlarm", "Timestamp": now}
+        items.append({**item, "HistoryItemType": kind, "HistorySummary": summary})
+        self.state.put(HISTORY, name, {"items": items[-HISTORY_KEPT:]})
+
+    # --- alarms ----------------------------------------------------------------------------------------------
+    def PutMetricAlarm(self, body: dict[str, Any]) -> dict[str, Any]:
+        request = inputs.parse(inputs.PutMetricAlarmInput, body, "PutMetricAlarm")
+        found = _metric(request.Namespace, request.MetricName)
+        if not valid_period(request.Period) or request.Period * request.EvaluationPeriods > RETENTION_S:
+            raise InvalidParameterValueError(
+                f"Period {request.Period} x EvaluationPeriods {request.EvaluationPeriods}: the period must be "
+                f"{PERIODS_HELP}, and the periods evaluated at most {RETENTION_S} seconds in all"
+            )
+        if request.ExtendedStatistic is not None and found.kind != "latency":
+            raise InvalidParameterCombinationError(
+                f"ExtendedStatistic: {request.MetricName} has no distribution here; percentiles are kept for the "
+                "latency metrics only"
+            )
+        now = self.clock()
+        with self.lock:
+            existing = self.state.get(ALARM, request.AlarmName)
+            if existing is None and len(self.state.all(ALARM)) >= MAX_ALARMS:
+                raise AlarmLimitExceededError(f"this server keeps at most {MAX_ALARMS} alarms")
+            alarm = {
+                **request.model_dump(exclude_none=True, exclude={"Tags"}),
+                "Dimensions": [dimension.model_dump() for dimension in request.Dimensions],
+                "AlarmArn": f"arn:aws:cloudwatch:{self.region}:{self.account}:alarm:{request.AlarmName}",
+                "AlarmConfigurationUpdatedTimestamp": now,
+                "StateValue": "INSUFFICIENT_DATA",
+                "StateReason": "Unchecked: Initial alarm creation",
+                "StateUpdatedTimestamp": now,
+                "StateTransitionedTimestamp": now,
+            }
+            if existing is not None:  # an update keeps the state until the next evaluation, as CloudWatch does
+                alarm.update({key: existing[key] for key in existing if key.startswith("State")})
+            self.state.put(ALARM, request.AlarmName, alarm)
+            verb = "updated" if existing is not None else "created"
+            self._history(request.AlarmName, "ConfigurationUpdate", f'Alarm "{request.AlarmName}" {verb}', now)
+        return {}
+
+    def DescribeAlarms(self, body: dict[str, Any]) -> dict[str, Any]:
+        request = inputs.parse(inputs.DescribeAlarmsInput, body, "DescribeAlarms")
+        alarms = [
+            alarm
+            for alarm in self.state.all(ALARM)
+            if (not request.AlarmNames or alarm["AlarmName"] in request.AlarmNames)
+            and alarm["AlarmName"].startswith(request.AlarmNamePrefix or "")
+            and (request.StateValue is None or alarm["StateValue"] == request.StateValue)
+            and (request.ActionPrefix is None or any(a.startswith(request.ActionPrefix) for a in alarm["AlarmActions"]))
+        ]
+        if request.AlarmTypes and "MetricAlarm" not in request.AlarmTypes:
+            alarms = []
+        shown, token = _page(alarms, request.NextToken, request.MaxRecords)
+        return {"MetricAlarms": shown, "CompositeAlarms": [], **({"NextToken": token} if token else {})}
+
+    def DeleteAlarms(self, body: dict[str, Any]) -> dict[str, Any]:
+        request = inputs.parse(inputs.DeleteAlarmsInput, body, "DeleteAlarms")
+        with self.lock:
+            for name in request.AlarmNames:  # names that are no alarm are skipped, as CloudWatch does
+                self.state.delete(ALARM, name)
+        return {}
+
+    def SetAlarmState(self, body: dict[str, Any]) -> dict[str, Any]:
+        request = inputs.parse(inputs.SetAlarmStateInput, body, "SetAlarmState")
+        with self.lock:
+            alarm = self.state.get(ALARM, request.AlarmName)
+            if alarm is None:
+                raise AlarmNotFoundError(f"Alarm {request.AlarmName} not found")
+            self._transition(alarm, request.StateValue, request.StateReason, request.StateReasonData)
+        return {}
+
+    def DescribeAlarmHistory(self, body: dict[str, Any]) -> dict[str, Any]:
+        request = inputs.parse(inputs.DescribeAlarmHistoryInput, body, "DescribeAlarmHistory")
+        names = [request.AlarmName] if request.AlarmName else [alarm["AlarmName"] for alarm in self.state.all(ALARM)]
+        items = [
+            item
+            for name in names
+            for item in (self.state.get(HISTORY, name) or {"items": []})["items"]
+            if (request.HistoryItemType is None or item["HistoryItemType"] == request.HistoryItemType)
+            and (request.StartDate is None or item["Timestamp"] >= request.StartDate)
+            and (request.EndDate is None or item["Timestamp"] <= request.EndDate)
+        ]
+        items.sort(key=lambda item: item["Timestamp"], reverse=request.ScanBy == "TimestampDescending")
+        shown, token = _page(items, request.NextToken, request.MaxRecords)
+        return {"AlarmHistoryItems": shown, **({"NextToken": token} if token else {})}
+
+    # --- metrics ---------------------------------------------------------------------------------------------
+    def GetMetricStatistics(self, body: dict[str, Any]) -> dict[str, Any]:
+        request = inputs.parse(inputs.GetMetricStatisticsInput, body, "GetMetricStatistics")
+        found = _metric(request.Namespace, request.MetricName, known_only=False)
+        _check_range(request.StartTime, request.EndTime, request.Period)
+        wanted = [*(request.Statistics or []), *(request.ExtendedStatistics or [])]
+        datapoints = []
+        if found is not None and request.Unit in (None, found.unit):
+            key = (request.Namespace, request.MetricName, _dimensions(request.Dimensions))
+            for at, stat in self.store.periods(key, request.StartTime, request.EndTime, request.Period):
+                point: dict[str, Any] = {"Timestamp": at, "Unit": found.unit}
+                for statistic in request.Statistics or []:
+                    point[statistic] = stat.value(statistic)
+                percentiles = {
+                    p: value for p in request.ExtendedStatistics or [] if (value := stat.value(p)) is not None
+                }
+                if percentiles:
+                    point["ExtendedStatistics"] = percentiles
+                datapoints.append(point)
+        del wanted
+        return {"Label": request.MetricName, "Datapoints": datapoints}
+
+    def GetMetricData(self, body: dict[str, Any]) -> dict[str, Any]:
+        request = inputs.parse(inputs.GetMetricDataInput, body, "GetMetricData")
+        results = []
+        for query in request.MetricDataQueries:
+            stat, metric = query.MetricStat, query.MetricStat.Metric
+            found = _metric(metric.Namespace, metric.MetricName, known_only=False)
+            _check_range(request.StartTime, request.EndTime, stat.Period, limit=request.MaxDatapoints)
+            if stat.Stat not in inputs.STATISTICS and not inputs.PERCENTILE.match(stat.Stat):
+                raise InvalidParameterValueError(
+                    f"MetricDataQueries[{query.Id}].MetricStat.Stat {stat.Stat!r}: one of "
+                    f"{', '.join(inputs.STATISTICS)} or a percentile pNN.NN"
+                )
+            points: list[tuple[float, float]] = []
+            if found is not None and stat.Unit in (None, found.unit):
+                key = (metric.Namespace, metric.MetricName, _dimensions(metric.Dimensions))
+                for at, values in self.store.periods(key, request.StartTime, request.EndTime, stat.Period):
+                    if (value := values.value(stat.Stat)) is not None:
+                        points.append((at, value))
+            points.sort(reverse=request.ScanBy == "TimestampDescending")
+            if query.ReturnData:
+                results.append(
+                    {
+                        "Id": query.Id,
+                        "Label": query.Label or metric.MetricName,
+                        "Timestamps": [at for at, _ in points],
+                        "Values": [value for _, value in points],
+                        "StatusCode": "Complete",
+                    }
+                )
+        return {"MetricDataResults": results, "Messages": []}
+
+    def ListMetrics(self, body: dict[str, Any]) -> dict[str, Any]:
+        request = inputs.parse(inputs.ListMetricsInput, body, "ListMetrics")
+        if request.Namespace is not None:
+            _namespace(request.Namespace)
+        since = self.store.latest - (3 * 3600 if request.RecentlyActive else RETENTION_S)
+        metrics = [
+            {"Namespace": namespace, "MetricName": name, "Dimensions": [{"Name": n, "Value": v} for n, v in dimensions]}
+            for namespace, name, dimensions in sorted(self.store.keys(since))
+            if request.Namespace in (None, namespace)
+            and request.MetricName in (None, name)
+            and all(
+                any(n == wanted.Name and wanted.Value in (None, v) for n, v in dimensions)
+                for wanted in request.Dimensions
+            )
+        ]
+        shown, token = _page(metrics, request.NextToken, 500)
+        return {"Metrics": shown, **({"NextToken": token} if token else {})}
+
+
+def _namespace(namespace: str) -> None:
+    if namespace not in NAMESPACES:
+        raise InvalidParameterValueError(
+            f"Namespace {namespace!r}: this server keeps only {' and '.join(NAMESPACES)}, the metrics it measures "
+            "itself; metrics of a namespace of your own are out of scope (docs/cloudwatch.md)"
+        )
+
+
+def _metric(namespace: str, metric: str, known_only: bool = True) -> Any:
+    """The catalogue's metric (an alarm needs one that exists; a query of another name just has no data)."""
+    _namespace(namespace)
+    found = source(namespace, metric)
+    if found is None and known_only:
+        names = ", ".join(name for name, kept in METRICS.items() if namespace in kept.namespaces)
+        raise InvalidParameterValueError(f"MetricName {metric!r}: {namespace} has {names}")
+    return found
+
+
+def _check_range(start: float, end: float, period: int, limit: int = MAX_DATAPOINTS) -> None:
+    if not valid_period(period):
+        raise InvalidParameterValueError(f"Period {period}: must be {PERIODS_HELP}")
+    if end <= start:
+        raise InvalidParameterValueError("StartTime must be before EndTime")
+    if (end - start) / period > limit:
+        raise InvalidParameterCombinationError(
+            f"You have requested up to {int((end - start) / period)} datapoints, which exceeds the limit of {limit}."
+        )
+
+
+def _dimensions(dimensions: Iterable[inputs.Dimension]) -> Dimensions:
+    return tuple(sorted((dimension.Name, dimension.Value) for dimension in dimensions))
+
+
+def _key(alarm: dict[str, Any]) -> Key:
+    dimensions = tuple(sorted((d["Name"], d["Value"]) for d in alarm.get("Dimensions", [])))
+    return (alarm["Namespace"], alarm["MetricName"], dimensions)
+
+
+def _page(items: list[Any], token: str | None, size: int) -> tuple[list[Any], str | None]:
+    """One page of `items` from the offset `token` names, and the next page's token."""
+    if token is not None and not token.isdigit():
+        raise InvalidNextTokenError("The service couldn't process NextToken: it is not one this server gave")
+    start = int(token or 0)
+    return items[start : start + size], str(start + size) if start + size < len(items) else None
