@@ -36,21 +36,32 @@ class Front:
     def pick(self, requested: str | None, draw: Callable[[], float] = random.random) -> VariantRoute:
         """The variant `requested` (TargetVariant), else one drawn by weight; ValidationError if none can be."""
         if requested is not None:
-            for variant in self.variants:
-                if variant.name == requested:
-                    return variant
-            names = ", ".join(variant.name for variant in self.variants)
-            raise ValidationError(
-                f"{protocol.TARGET_VARIANT} {requested!r} names no variant of endpoint {self.name}; variants: {names}"
-            )
-        total = sum(variant.weight for variant in self.variants)
-        if total <= 0:
+            named = [variant for variant in self.variants if variant.name == requested]
+            if not named:
+                names = ", ".join(dict.fromkeys(variant.name for variant in self.variants))
+                raise ValidationError(
+                    f"{protocol.TARGET_VARIANT} {requested!r} names no variant of endpoint {self.name}; variants: {names}"
+                )
+            # While an update shifts traffic, a variant is served by two fleets: split by their weights.
+            return _weighted(named, draw) or named[0]
+        chosen = _weighted(list(self.variants), draw)
+        if chosen is None:
             raise ValidationError(
                 f"every variant of endpoint {self.name} has weight 0: name one with {protocol.TARGET_VARIANT}"
             )
-        point, running = draw() * total, 0.0
-        for variant in self.variants:
-            running += variant.weight
-            if point < running and variant.weight > 0:
-                return variant
-        return next(variant for variant in reversed(self.variants) if variant.weight > 0)
+        return chosen
+
+
+def _weighted(variants: list[VariantRoute], draw: Callable[[], float]) -> VariantRoute | None:
+    """One of `variants` drawn with probability weight / total weight (None if every weight is 0)."""
+    total = sum(variant.weight for variant in variants)
+    if total <= 0:
+        return None
+    if len(variants) == 1:
+        return variants[0]
+    point, running = draw() * total, 0.0
+    for variant in variants:
+        running += variant.weight
+        if point < running and variant.weight > 0:
+            return variant
+    return next(variant for variant in reversed(variants) if variant.weight > 0)

@@ -3,8 +3,9 @@
 An endpoint's document holds the variants that serve (`variants`) and, while a change is under way, the
 set coming up (`pending`). Every CreateEndpoint / UpdateEndpoint starts a new generation: its variants are
 new served endpoints beside the old ones, so traffic moves only when the whole new set is InService (`tick`,
-about twice a second), in one step (the gateway's variant table is swapped whole), and the old set is
-deleted after `DRAIN_S`, so requests already routed to it finish. A new set that fails is deleted and the
+about twice a second), in one step (the gateway's variant table is swapped whole) or in the steps of the
+update's DeploymentConfig (`deployment`), and the old set is deleted after `DRAIN_S`, so requests already
+routed to it finish. A new set that fails is deleted and the
 endpoint keeps serving the old one, with the failure in DescribeEndpoint. Capacity changes and scaling
 policies re-apply a variant's own served endpoint (the container-level blue/green of `serving apply`).
 """
@@ -17,7 +18,8 @@ from typing import Any
 from serving.config.data_capture import capture_summary
 from serving.errors import ApiValidationError
 from serving.protocol import VARIANT_SEPARATOR
-from serving.sagemaker_api import shapes
+from serving.sagemaker_api import deployment, shapes
+from serving.sagemaker_api.descriptions import describe_spec_endpoint, describe_variant
 from serving.sagemaker_api.resources import page, sort_and_filter
 from serving.sagemaker_api.sagemaker import SageMakerApi, _missing
 from serving.sagemaker_api.translate import internal_name
@@ -78,6 +80,9 @@ class EndpointApi(SageMakerApi):
             "variants": [],
         }
         variants = self._new_generation(document, self.variants_of(config, [], retain=False))
+        if request.DeploymentConfig is not None:  # for later updates (RetainDeploymentConfig), as SageMaker keeps it
+            deployment.plan(request.DeploymentConfig, variants, self._alarm_exists)
+            document["DeploymentConfig"] = request.DeploymentConfig.model_dump(exclude_unset=True)
         self._check_capacity(variants, [])
         for variant in variants:  # every spec is checked before any is deployed
             self.spec_of(name, variant)
@@ -100,13 +105,23 @@ class EndpointApi(SageMakerApi):
                     f"({resource}); deregister it first (as SageMaker requires)"
                 )
         self._check_capacity(variants, document["variants"])
+        chosen = request.DeploymentConfig
+        if chosen is None and request.RetainDeploymentConfig and document.get("DeploymentConfig"):
+            chosen = shapes.DeploymentConfigShape.model_validate(document["DeploymentConfig"])
+        shift = deployment.plan(chosen, variants, self._alarm_exists) if chosen is not None else None
         self._new_generation(document, variants)
         for variant in variants:
             self.spec_of(request.EndpointName, variant)
         self._start(document, variants, "update", request.EndpointConfigName)
+        document["pending"]["deployment"] = shift
+        if chosen is not None:
+            document["DeploymentConfig"] = chosen.model_dump(exclude_unset=True)
         document["EndpointStatus"], document["FailureReason"] = "Updating", None
         self.state.put("endpoint", request.EndpointName, document)
         return {"EndpointArn": document["EndpointArn"]}
+
+    def _alarm_exists(self, name: str) -> bool:
+        return self.state.get("alarm", name) is not None
 
     def _updatable(self, document: dict[str, Any]) -> None:
         if document["EndpointStatus"] != "InService" or document.get("pending"):
@@ -192,17 +207,20 @@ class EndpointApi(SageMakerApi):
             spec_endpoint = self.spec_endpoints().get(request.EndpointName)
             if spec_endpoint is None:
                 raise _missing("endpoint", self.arn("endpoint", request.EndpointName))
-            return self._describe_spec_endpoint(spec_endpoint)
-        descriptions = self.deployer.descriptions()
+            return describe_spec_endpoint(spec_endpoint, self.arn("endpoint", request.EndpointName))
+        descriptions, pending = self.deployer.descriptions(), document.get("pending")
         described = {
             key: document[key]
             for key in ("EndpointName", "EndpointArn", "EndpointConfigName", "EndpointStatus", "CreationTime")
         }
         described["LastModifiedTime"] = document["LastModifiedTime"]
-        described["ProductionVariants"] = [self._variant(v, descriptions) for v in document["variants"]]
+        described["ProductionVariants"] = [
+            describe_variant(v, descriptions, pending, new=False) for v in document["variants"]
+        ]
         if document.get("FailureReason"):
             described["FailureReason"] = document["FailureReason"]
-        pending = document.get("pending")
+        if document.get("DeploymentConfig"):
+            described["LastDeploymentConfig"] = document["DeploymentConfig"]
         variants = [*document["variants"], *(pending["variants"] if pending else [])]  # serving first, else coming
         capture = next((v["DataCapture"] for v in variants if v.get("DataCapture")), None)
         if capture:
@@ -210,52 +228,11 @@ class EndpointApi(SageMakerApi):
         if pending and pending["kind"] != "capacity":
             described["PendingDeploymentSummary"] = {
                 "EndpointConfigName": pending["EndpointConfigName"],
-                "ProductionVariants": [self._variant(v, descriptions) for v in pending["variants"]],
+                "ProductionVariants": [
+                    describe_variant(v, descriptions, pending, new=True) for v in pending["variants"]
+                ],
                 "StartTime": pending["StartedAt"],
             }
-        return described
-
-    def _variant(self, variant: dict[str, Any], descriptions: Any) -> dict[str, Any]:
-        containers = (descriptions.get(variant["Served"]) or {}).get("Containers") or []
-        current = min((c.get("CurrentReplicas", 0) for c in containers), default=0)
-        desired = max((c.get("DesiredReplicas", 0) for c in containers), default=int(variant["Count"]))
-        images = variant["Model"].get("images") or [c["Image"] for c in variant["Model"]["containers"]]
-        return {
-            "VariantName": variant["VariantName"],
-            "DeployedImages": [
-                {"SpecifiedImage": image, "ResolvedImage": container["Image"]}
-                for image, container in zip(images, variant["Model"]["containers"], strict=False)
-            ],
-            "CurrentWeight": float(variant["Weight"]),
-            "DesiredWeight": float(variant["Weight"]),
-            "CurrentInstanceCount": current,
-            "DesiredInstanceCount": desired,
-        }
-
-    def _describe_spec_endpoint(self, description: Any) -> dict[str, Any]:
-        name = description["EndpointName"]
-        containers = description.get("Containers") or []
-        started = (description.get("LastUpdate") or {}).get("StartedAt") or 0.0
-        described = {
-            "EndpointName": name,
-            "EndpointArn": self.arn("endpoint", name),
-            "EndpointConfigName": name,  # a spec is its own config
-            "EndpointStatus": description["EndpointStatus"],
-            "CreationTime": started,
-            "LastModifiedTime": (description.get("LastUpdate") or {}).get("FinishedAt") or started,
-            "ProductionVariants": [
-                {
-                    "VariantName": "AllTraffic",
-                    "DeployedImages": [{"SpecifiedImage": c["Image"], "ResolvedImage": c["Image"]} for c in containers],
-                    "CurrentWeight": 1.0,
-                    "DesiredWeight": 1.0,
-                    "CurrentInstanceCount": min((c.get("CurrentReplicas", 0) for c in containers), default=0),
-                    "DesiredInstanceCount": max((c.get("DesiredReplicas", 0) for c in containers), default=0),
-                }
-            ],
-        }
-        if description.get("FailureReason"):
-            described["FailureReason"] = description["FailureReason"]
         return described
 
     def ListEndpoints(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -263,7 +240,7 @@ class EndpointApi(SageMakerApi):
         keys = ("EndpointName", "EndpointArn", "CreationTime", "LastModifiedTime", "EndpointStatus")
         rows = [{key: d[key] for key in keys} for d in self.state.all("endpoint")]
         for description in self.spec_endpoints().values():
-            described = self._describe_spec_endpoint(description)
+            described = describe_spec_endpoint(description, self.arn("endpoint", description["EndpointName"]))
             rows.append({key: described[key] for key in keys})
         ordered = sort_and_filter(rows, request, "EndpointName", "EndpointStatus")
         chunk, token = page(ordered, request.NextToken, request.MaxResults)
@@ -309,21 +286,50 @@ class EndpointApi(SageMakerApi):
         now = self.clock()
         if failure is not None:
             self._fail(document, pending, failure, now)
+        elif done and pending.get("deployment") and pending["kind"] == "update":
+            self._shift(document, pending, now)
         elif done:
-            retiring = {v["Served"] for v in pending["variants"]}
-            document["retired"] = [
-                *document.get("retired", []),
-                *({"Served": v["Served"], "At": now} for v in document["variants"] if v["Served"] not in retiring),
-            ]
-            document["variants"], document["pending"] = pending["variants"], None
-            document["EndpointConfigName"] = pending["EndpointConfigName"]
-            document["EndpointStatus"], document["FailureReason"] = "InService", None
-            document["LastModifiedTime"] = now
+            self._finish(document, pending, now)
+
+    def _shift(self, document: dict[str, Any], pending: dict[str, Any], now: float) -> None:
+        """An update with a DeploymentConfig: its next step of traffic, its end, or its rollback."""
+        if not pending.get("shift"):
+            pending["shift"] = {"step": 0, "since": now}
+            return
+        action, why = deployment.progress(
+            pending, now, lambda name: (self.state.get("alarm", name) or {}).get("StateValue")
+        )
+        if action == "rollback":
+            self._fail(document, pending, why, now)
+        elif action == "step":
+            pending["shift"] = {"step": pending["shift"]["step"] + 1, "since": now}
+        elif action == "finish":
+            self._finish(document, pending, now, termination=pending["deployment"]["termination"])
+
+    def _finish(self, document: dict[str, Any], pending: dict[str, Any], now: float, termination: float = 0) -> None:
+        """All traffic on the new fleet; the old one deleted DRAIN_S (plus `termination`) from now."""
+        retiring = {v["Served"] for v in pending["variants"]}
+        document["retired"] = [
+            *document.get("retired", []),
+            *(
+                {"Served": v["Served"], "At": now + termination}
+                for v in document["variants"]
+                if v["Served"] not in retiring
+            ),
+        ]
+        document["variants"], document["pending"] = pending["variants"], None
+        document["EndpointConfigName"] = pending["EndpointConfigName"]
+        document["EndpointStatus"], document["FailureReason"] = "InService", None
+        document["LastModifiedTime"] = now
 
     def _fail(self, document: dict[str, Any], pending: dict[str, Any], failure: str, now: float) -> None:
         serving = {v["Served"] for v in document["variants"]}
         for variant in pending["variants"]:
-            if variant["Served"] not in serving:
+            if variant["Served"] in serving:
+                continue
+            if pending.get("shift"):  # it took traffic: deleted only once the gateways route without it
+                document["retired"] = [*document.get("retired", []), {"Served": variant["Served"], "At": now}]
+            else:
                 self.deployer.delete(variant["Served"])
         document["pending"], document["LastModifiedTime"] = None, now
         if document["variants"] and pending["kind"] != "restore":  # rolled back: the serving set stays
@@ -374,6 +380,7 @@ class EndpointApi(SageMakerApi):
     def _restore_one(self, document: dict[str, Any], pending: dict[str, Any] | None) -> None:
         if pending:
             pending["generations"] = self._deploy(document["EndpointName"], pending["variants"])
+            pending.pop("shift", None)  # traffic shifting starts again once the new fleet is back
         if document["variants"]:
             generations = self._deploy(document["EndpointName"], document["variants"])
             if not pending:

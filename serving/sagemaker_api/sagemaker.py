@@ -18,7 +18,7 @@ from typing import Any
 from serving.errors import ApiValidationError, ResourceLimitExceededError
 from serving.gateway.variants import Front, VariantRoute
 from serving.protocol import VARIANT_SEPARATOR
-from serving.sagemaker_api import shapes
+from serving.sagemaker_api import deployment, shapes
 from serving.sagemaker_api.database import ApiState
 from serving.sagemaker_api.images import InstanceType
 from serving.sagemaker_api.resources import Deployer, arn, page, sort_and_filter
@@ -227,7 +227,10 @@ class SageMakerApi:
         table = {}
         for document in self.state.all("endpoint"):
             if document["variants"]:
-                name = document["EndpointName"]
+                name, pending = document["EndpointName"], document.get("pending") or {}
+                if pending.get("shift"):  # an update moving traffic in steps: both fleets, by its step's share
+                    table[name] = Front(name, deployment.routes(document["variants"], pending))
+                    continue
                 table[name] = Front(
                     name,
                     tuple(

@@ -117,9 +117,67 @@ class CreateEndpointConfigInput(Shape):
         return self
 
 
+class CapacitySizeShape(Shape):
+    Type: Literal["INSTANCE_COUNT", "CAPACITY_PERCENT"]
+    Value: Annotated[int, Field(ge=1)]
+
+
+Seconds = Annotated[int, Field(ge=0, le=3600)]
+ExecutionTimeout = Annotated[int, Field(ge=600, le=28800)]
+
+
+class TrafficRoutingConfigShape(Shape):
+    Type: Literal["ALL_AT_ONCE", "CANARY", "LINEAR"]
+    WaitIntervalInSeconds: Seconds
+    CanarySize: CapacitySizeShape | None = None
+    LinearStepSize: CapacitySizeShape | None = None
+
+    @model_validator(mode="after")
+    def _size(self) -> TrafficRoutingConfigShape:
+        if (self.Type == "CANARY") != (self.CanarySize is not None):
+            raise ValueError("CanarySize is required with Type CANARY, and only with it")
+        if (self.Type == "LINEAR") != (self.LinearStepSize is not None):
+            raise ValueError("LinearStepSize is required with Type LINEAR, and only with it")
+        return self
+
+
+class BlueGreenUpdatePolicyShape(Shape):
+    TrafficRoutingConfiguration: TrafficRoutingConfigShape
+    TerminationWaitInSeconds: Seconds = 0
+    MaximumExecutionTimeoutInSeconds: ExecutionTimeout | None = None
+
+
+class RollingUpdatePolicyShape(Shape):
+    MaximumBatchSize: CapacitySizeShape
+    WaitIntervalInSeconds: Seconds
+    MaximumExecutionTimeoutInSeconds: ExecutionTimeout | None = None
+    RollbackMaximumBatchSize: CapacitySizeShape | None = None
+
+
+class AlarmNameShape(Shape):
+    AlarmName: Annotated[str, Field(min_length=1, max_length=255)]
+
+
+class AutoRollbackConfigShape(Shape):
+    Alarms: Annotated[list[AlarmNameShape], Field(min_length=1, max_length=10)]
+
+
+class DeploymentConfigShape(Shape):
+    BlueGreenUpdatePolicy: BlueGreenUpdatePolicyShape | None = None
+    RollingUpdatePolicy: RollingUpdatePolicyShape | None = None
+    AutoRollbackConfiguration: AutoRollbackConfigShape | None = None
+
+    @model_validator(mode="after")
+    def _one_policy(self) -> DeploymentConfigShape:
+        if (self.BlueGreenUpdatePolicy is None) == (self.RollingUpdatePolicy is None):
+            raise ValueError("give exactly one of BlueGreenUpdatePolicy and RollingUpdatePolicy")
+        return self
+
+
 class CreateEndpointInput(Shape):
     EndpointName: Name
     EndpointConfigName: Name
+    DeploymentConfig: DeploymentConfigShape | None = None
     Tags: Annotated[list[Tag], Field(max_length=50)] = Field(default_factory=list)
 
 
@@ -127,7 +185,8 @@ class UpdateEndpointInput(Shape):
     EndpointName: Name
     EndpointConfigName: Name
     RetainAllVariantProperties: bool = False
-    RetainDeploymentConfig: Literal[False] | None = None
+    DeploymentConfig: DeploymentConfigShape | None = None
+    RetainDeploymentConfig: bool = False
 
 
 class DesiredWeightAndCapacity(Shape):

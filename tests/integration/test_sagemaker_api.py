@@ -522,6 +522,68 @@ def test_cloudwatch_counts_every_call_and_an_alarm_fires_on_model_errors(api_ser
         sm.delete_endpoint(EndpointName="api-cw")
 
 
+def test_a_canary_that_fails_is_rolled_back_by_its_alarm_and_a_linear_update_loses_nothing(
+        api_server, clients, handler_models):
+    # Issue 45, item 2, as a SageMaker pipeline runs it: a CANARY update whose new model raises on every call is
+    # rolled back by an Invocation5XXErrors alarm, only the canary's share of calls failing; then a LINEAR update
+    # of a healthy model completes step by step under load with no failed call.
+    sm, _, _ = clients
+    cw = boto3.client("cloudwatch", endpoint_url=api_server.url, region_name="us-east-1", aws_access_key_id="test",
+                      aws_secret_access_key="test", config=Config(retries={"max_attempts": 1}))
+    for model, handler in (("api-good", "echo"), ("api-bad", "faulty")):
+        sm.create_model(ModelName=model, PrimaryContainer={"Image": "python", "ModelDataUrl": str(handler_models[handler])})
+    for config, model in (("api-good-1", "api-good"), ("api-bad-1", "api-bad"), ("api-good-2", "api-good")):
+        sm.create_endpoint_config(EndpointConfigName=config, ProductionVariants=[
+            {"VariantName": "AllTraffic", "ModelName": model, "InitialInstanceCount": 1, "InstanceType": "ml.m5.large"}])
+    sm.create_endpoint(EndpointName="api-canary", EndpointConfigName="api-good-1")
+    try:
+        sm.get_waiter("endpoint_in_service").wait(EndpointName="api-canary", WaiterConfig=WAIT)
+        cw.put_metric_alarm(AlarmName="api-canary-5xx", Namespace="AWS/SageMaker", MetricName="Invocation5XXErrors",
+                            Dimensions=[{"Name": "EndpointName", "Value": "api-canary"},
+                                        {"Name": "VariantName", "Value": "AllTraffic"}],
+                            Statistic="Sum", Period=10, EvaluationPeriods=1, Threshold=0,
+                            ComparisonOperator="GreaterThanThreshold", TreatMissingData="notBreaching")
+        canary = {"BlueGreenUpdatePolicy": {"TrafficRoutingConfiguration": {
+            "Type": "CANARY", "CanarySize": {"Type": "CAPACITY_PERCENT", "Value": 20}, "WaitIntervalInSeconds": 600}},
+            "AutoRollbackConfiguration": {"Alarms": [{"AlarmName": "api-canary-5xx"}]}}
+        with Load(api_server.url, "api-canary", {}, '{"x": 1}') as load:
+            sm.update_endpoint(EndpointName="api-canary", EndpointConfigName="api-bad-1", DeploymentConfig=canary)
+            described = _until(
+                lambda: (lambda d: d if d["EndpointStatus"] != "Updating" else None)(
+                    sm.describe_endpoint(EndpointName="api-canary")),
+                240, "the alarm to roll the canary back")
+            rolled_back_at = len(load.statuses)
+            time.sleep(2)
+        assert described["EndpointStatus"] == "InService" and described["EndpointConfigName"] == "api-good-1"
+        assert "alarm api-canary-5xx went to ALARM" in described["FailureReason"], described["FailureReason"]
+        failed = [index for index, status in enumerate(load.statuses) if status != 200]
+        assert failed and {load.statuses[index] for index in failed} == {424}, [
+            failure for failure in load.failures if not failure.startswith("424")][:3]
+        during = load.statuses[failed[0]:failed[-1] + 1]  # the canary's window: it took about 20% of the calls
+        assert len(failed) / len(during) < 0.45, (len(failed), len(during))
+        assert all(status == 200 for status in load.statuses[rolled_back_at:])  # all back on the old fleet
+
+        linear = {"BlueGreenUpdatePolicy": {"TrafficRoutingConfiguration": {
+            "Type": "LINEAR", "LinearStepSize": {"Type": "CAPACITY_PERCENT", "Value": 50}, "WaitIntervalInSeconds": 5}}}
+        steps = set()
+        with Load(api_server.url, "api-canary", {}, '{"x": 1}') as load:
+            sm.update_endpoint(EndpointName="api-canary", EndpointConfigName="api-good-2", DeploymentConfig=linear)
+
+            def finished():
+                described = sm.describe_endpoint(EndpointName="api-canary")
+                for variant in (described.get("PendingDeploymentSummary") or {}).get("ProductionVariants", []):
+                    steps.update(status.get("StatusMessage", "") for status in variant.get("VariantStatus", []))
+                return described if described["EndpointStatus"] != "Updating" else None
+
+            described = _until(finished, 240, "the linear update to finish")
+        assert described["EndpointConfigName"] == "api-good-2" and "FailureReason" not in described
+        assert {"step 1 of 2: 50% of traffic on the new fleet", "step 2 of 2: 100% of traffic on the new fleet"} <= steps
+        assert len(load.statuses) > 50 and not load.failures, load.failures[:5]
+    finally:
+        cw.delete_alarms(AlarmNames=["api-canary-5xx"])
+        sm.delete_endpoint(EndpointName="api-canary")
+
+
 def _control_plane(server: Served) -> psutil.Process:
     """The control plane's replica: a Ray worker of this module's own server titled after its Serve application."""
     found = [p for p in psutil.Process(server.process.pid).children(recursive=True)

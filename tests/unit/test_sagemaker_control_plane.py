@@ -183,12 +183,10 @@ UNSUPPORTED = [
      "ProductionVariants[0].ServerlessConfig"),
     ("create_endpoint_config", {"EndpointConfigName": "c", "ProductionVariants": [{**VARIANT, "VolumeSizeInGB": 30}]},
      "ProductionVariants[0].VolumeSizeInGB"),
-    ("create_endpoint", {"EndpointName": "e", "EndpointConfigName": "c", "DeploymentConfig": BLUE_GREEN},
-     "DeploymentConfig"),
-    ("update_endpoint", {"EndpointName": "e", "EndpointConfigName": "c", "DeploymentConfig": BLUE_GREEN},
-     "DeploymentConfig"),
-    ("update_endpoint", {"EndpointName": "e", "EndpointConfigName": "c", "RetainDeploymentConfig": True},
-     "RetainDeploymentConfig"),
+    ("update_endpoint", {"EndpointName": "e", "EndpointConfigName": "c", "DeploymentConfig": {**BLUE_GREEN,
+     "BlueGreenUpdatePolicy": {**BLUE_GREEN["BlueGreenUpdatePolicy"], "MaximumExecutionTimeoutInSeconds": 600}},
+     "ExcludeRetainedVariantProperties": [{"VariantPropertyType": "DesiredWeight"}]},
+     "ExcludeRetainedVariantProperties"),
 ]
 
 

@@ -1,0 +1,68 @@
+"""DescribeEndpoint's parts: a production variant as SageMaker shows it (weights while an update shifts
+traffic, instance counts, images), and an endpoint from a spec shown as an endpoint of one `AllTraffic` variant.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from serving.protocol import DEFAULT_VARIANT
+from serving.sagemaker_api import deployment
+
+__all__ = ["describe_spec_endpoint", "describe_variant"]
+
+
+def describe_variant(
+    variant: dict[str, Any], descriptions: Any, pending: dict[str, Any] | None, *, new: bool
+) -> dict[str, Any]:
+    """One variant of the serving fleet (`new` False) or of the one an update brings up (`new` True)."""
+    containers = (descriptions.get(variant["Served"]) or {}).get("Containers") or []
+    current = min((c.get("CurrentReplicas", 0) for c in containers), default=0)
+    desired = max((c.get("DesiredReplicas", 0) for c in containers), default=int(variant["Count"]))
+    images = variant["Model"].get("images") or [c["Image"] for c in variant["Model"]["containers"]]
+    weight = float(variant["Weight"])
+    shifting = pending is not None and pending.get("deployment") is not None
+    on_new = deployment.share(pending) if shifting and pending is not None else (0.0 if new else 1.0)
+    described = {
+        "VariantName": variant["VariantName"],
+        "DeployedImages": [
+            {"SpecifiedImage": image, "ResolvedImage": container["Image"]}
+            for image, container in zip(images, variant["Model"]["containers"], strict=False)
+        ],
+        # While an update shifts traffic, each fleet's weight is its variant's times its share of the traffic.
+        "CurrentWeight": weight * (on_new if new else 1 - on_new) if shifting else weight,
+        "DesiredWeight": weight,
+        "CurrentInstanceCount": current,
+        "DesiredInstanceCount": desired,
+    }
+    if new and pending is not None:
+        described["VariantStatus"] = deployment.variant_status(pending)
+    return described
+
+
+def describe_spec_endpoint(description: Any, arn: str) -> dict[str, Any]:
+    """An endpoint from a spec, as DescribeEndpoint shows it: its own config, one AllTraffic variant."""
+    name = description["EndpointName"]
+    containers = description.get("Containers") or []
+    started = (description.get("LastUpdate") or {}).get("StartedAt") or 0.0
+    described = {
+        "EndpointName": name,
+        "EndpointArn": arn,
+        "EndpointConfigName": name,  # a spec is its own config
+        "EndpointStatus": description["EndpointStatus"],
+        "CreationTime": started,
+        "LastModifiedTime": (description.get("LastUpdate") or {}).get("FinishedAt") or started,
+        "ProductionVariants": [
+            {
+                "VariantName": DEFAULT_VARIANT,
+                "DeployedImages": [{"SpecifiedImage": c["Image"], "ResolvedImage": c["Image"]} for c in containers],
+                "CurrentWeight": 1.0,
+                "DesiredWeight": 1.0,
+                "CurrentInstanceCount": min((c.get("CurrentReplicas", 0) for c in containers), default=0),
+                "DesiredInstanceCount": max((c.get("DesiredReplicas", 0) for c in containers), default=0),
+            }
+        ],
+    }
+    if description.get("FailureReason"):
+        described["FailureReason"] = description["FailureReason"]
+    return described
