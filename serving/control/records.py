@@ -134,6 +134,7 @@ class ApiRouting(TypedDict):
     endpoints behind them (a gateway is not ready until it has seen each of those)."""
 
     fronts: dict[str, list[tuple[str, str, float]]]  # endpoint -> (variant, served endpoint, weight)
+    shadows: NotRequired[dict[str, list[tuple[str, str, float]]]]  # endpoint -> (variant, served endpoint, share)
     served: list[str]
 
 

@@ -26,14 +26,16 @@ from serving.config.data_capture import DataCaptureConfig
 from serving.errors import (
     AccessDeniedError,
     ServiceUnavailableError,
+    ServingError,
     ValidationError,
 )
 from serving.gateway.body_budget import BodyBudget, Hold
 from serving.gateway.capture import CaptureWriter
 from serving.gateway.failures import container_failure, timed_out
+from serving.gateway.shadows import ShadowCopies
 from serving.gateway.transport import ContainerTransport, HopResponse, HopStream
-from serving.gateway.variants import Front
-from serving.metrics.invocations import InvocationTrace
+from serving.gateway.variants import Front, ShadowRoute
+from serving.metrics.invocations import InvocationTrace, record_invocation
 from serving.models.store import validate_target
 from serving.settings import ServerSettings
 
@@ -73,6 +75,7 @@ class Admission:
     target_model: str | None
     body: bytes | None
     variant: str = protocol.DEFAULT_VARIANT  # the production variant that runs it
+    shadow: ShadowRoute | None = None  # the shadow variant a copy goes to, when this invocation is sampled
 
 
 @dataclass
@@ -97,6 +100,7 @@ class Invocations:
         self.loaded = True  # False while a (re)started gateway has not read its table yet: 503, which clients retry
         self.preauth_budget = BodyBudget(settings.preauth_body_budget_bytes)
         self.capture = CaptureWriter()  # DataCaptureConfig: sampled invocations, written off the caller's path
+        self.shadows = ShadowCopies()  # ShadowProductionVariants: copies run after the caller's answer
 
     async def invoke(
         self, request: InvocationRequest, trace: InvocationTrace, *, stream: bool = False
@@ -115,7 +119,35 @@ class Invocations:
             self.capture.offer(
                 capture, request.endpoint, admission.variant, body, request.headers, result.body, result.content_type
             )
+        shadow = admission.shadow
+        if shadow is not None and result.chunks is None:
+            copy = lambda: self._copy_to_shadow(request.endpoint, shadow, admission, body, request.headers)  # noqa: E731
+            self.shadows.start(request.endpoint, shadow.name, copy)
         return result
+
+    async def _copy_to_shadow(
+        self, public: str, shadow: ShadowRoute, admission: Admission, body: bytes, headers: Mapping[str, str]
+    ) -> bool:
+        """One copy on the shadow variant, counted in its own metrics; its answer is only captured."""
+        started, trace, status = time.perf_counter(), InvocationTrace(), 500
+        try:
+            endpoint = self.endpoints.get(shadow.endpoint)
+            if endpoint is None:
+                raise ServiceUnavailableError(f"Endpoint {public} is starting shadow variant {shadow.name}")
+            trace.endpoint, trace.mode, trace.multi_model = endpoint.name, endpoint.mode, endpoint.multi_model
+            chain = trace.chain = self._chain(endpoint, headers, public)
+            copy = Admission(endpoint, chain, admission.target_model, None, shadow.name)
+            result = await self.run(copy, body, headers, trace)
+            status = 200
+            capture = admission.endpoint.data_capture
+            if capture is not None:
+                self.capture.offer(capture, public, shadow.name, body, headers, result.body, result.content_type)
+            return True
+        except ServingError as error:
+            status = error.counted_status
+            return False
+        finally:
+            record_invocation(trace, status, time.perf_counter() - started)
 
     async def admit(
         self, request: InvocationRequest, trace: InvocationTrace, action: str | None = None, *, stream: bool = False
@@ -125,8 +157,9 @@ class Invocations:
         name, headers = request.endpoint, request.headers
         variant = protocol.DEFAULT_VARIANT
         front = self.fronts.get(name)
+        shadow = None
         if front is not None:  # an API endpoint: one of its variants runs the request
-            chosen = front.pick(headers.get(protocol.TARGET_VARIANT))
+            chosen, shadow = front.pick(headers.get(protocol.TARGET_VARIANT)), front.shadow()
             endpoint, variant = self.endpoints.get(chosen.endpoint), chosen.name
             if endpoint is None:  # its served endpoint is (re)starting
                 raise ServiceUnavailableError(f"Endpoint {name} is starting variant {variant}: retry shortly")
@@ -148,7 +181,7 @@ class Invocations:
             endpoint.access.authorize(name, caller, chain, headers.get(protocol.TARGET_MODEL), **permission)
         self._check_headers(headers, stream, variant_checked=front is not None)
         target_model = trace.model = self._check_target_model(endpoint, chain, headers, name)
-        return Admission(endpoint, chain, target_model, body, variant)
+        return Admission(endpoint, chain, target_model, body, variant, shadow)
 
     async def body_of(self, request: InvocationRequest, admission: Admission, trace: InvocationTrace) -> bytes:
         """The request's body: as authentication read it, else read now within the payload limit."""

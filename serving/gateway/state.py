@@ -20,7 +20,7 @@ from serving.control.records import Snapshot
 from serving.control.status import EndpointRecord, StatusBoard
 from serving.gateway.invocation import EndpointRoute, Invocations
 from serving.gateway.transport import ContainerTransport
-from serving.gateway.variants import Front, VariantRoute
+from serving.gateway.variants import Front, ShadowRoute, VariantRoute
 from serving.settings import ServerSettings
 
 logger = logging.getLogger("serving.gateway.state")
@@ -60,8 +60,13 @@ class GatewayState:
         self.board.read(snapshot)
         records = self.board.records
         api = snapshot["api"]
+        shadows = api.get("shadows", {}) if api is not None else {}
         self.invocations.fronts = {
-            public: Front(public, tuple(VariantRoute(*variant) for variant in variants))
+            public: Front(
+                public,
+                tuple(VariantRoute(*variant) for variant in variants),
+                tuple(ShadowRoute(*shadow) for shadow in shadows.get(public, ())),
+            )
             for public, variants in (api["fronts"] if api is not None else {}).items()
         }
         limits = {(name, host): limit for name, record in records.items() for host, limit in record.limits.items()}

@@ -1,4 +1,5 @@
-"""Production variants of the endpoints the control-plane API creates: which variant runs an invocation.
+"""Production variants of the endpoints the control-plane API creates: which variant runs an invocation, and which
+shadow variant gets a copy of it.
 
 An API endpoint (`Front`) has one or more variants, each served by an endpoint of its own; an invocation
 goes to the variant its `X-Amzn-SageMaker-Target-Variant` names, else to one drawn with probability
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from serving import protocol
 from serving.errors import ValidationError
 
-__all__ = ["Front", "VariantRoute"]
+__all__ = ["Front", "ShadowRoute", "VariantRoute"]
 
 
 @dataclass(frozen=True)
@@ -27,11 +28,29 @@ class VariantRoute:
 
 
 @dataclass(frozen=True)
+class ShadowRoute:
+    """A shadow variant: a copy of `share` of the endpoint's invocations goes to the endpoint that serves it."""
+
+    name: str
+    endpoint: str
+    share: float
+
+
+@dataclass(frozen=True)
 class Front:
-    """An endpoint created through the control-plane API: invocations are split over its variants by weight."""
+    """An endpoint created through the control-plane API: invocations are split over its variants by weight,
+    and a sample of them is copied to its shadow variants."""
 
     name: str
     variants: tuple[VariantRoute, ...]
+    shadows: tuple[ShadowRoute, ...] = ()
+
+    def shadow(self, draw: Callable[[], float] = random.random) -> ShadowRoute | None:
+        """The shadow variant this invocation is copied to, if it is sampled (SageMaker allows one)."""
+        for shadow in self.shadows:
+            if draw() < shadow.share:
+                return shadow
+        return None
 
     def pick(self, requested: str | None, draw: Callable[[], float] = random.random) -> VariantRoute:
         """The variant `requested` (TargetVariant), else one drawn by weight; ValidationError if none can be."""

@@ -142,6 +142,11 @@ class _Deployer:
                 name: [(variant.name, variant.endpoint, variant.weight) for variant in front.variants]
                 for name, front in fronts.items()
             },
+            "shadows": {
+                name: [(shadow.name, shadow.endpoint, shadow.share) for shadow in front.shadows]
+                for name, front in fronts.items()
+                if front.shadows
+            },
             "served": sorted(self.control.api.sagemaker.served_names()),
         }
         version = ray.get(self.control.registry.publish_api.remote(self.control.token, routing), timeout=30)

@@ -153,6 +153,7 @@ class Gateway:
                     leave = gateway.registry.leave.remote(gateway._control, gateway.reader)
                     await asyncio.wait_for(asyncio.wrap_future(leave.future()), 5.0)
                 await gateway.router.async_invocations.close()  # unfinished async requests: failure objects
+                await gateway.router.invocations.shadows.close()  # shadow copies still running: cancelled
                 await gateway.router.invocations.capture.close()  # captured invocations not yet written
                 await gateway.transport.close()
 

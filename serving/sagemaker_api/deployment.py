@@ -26,7 +26,7 @@ def plan(
 ) -> dict[str, Any]:
     """The steps (each a share of traffic on the new fleet) and limits of `config` for the fleet `variants`;
     a ValidationException names the field that cannot hold for this fleet."""
-    fleet = sum(int(variant["Count"]) for variant in variants)
+    fleet = sum(int(variant["Count"]) for variant in variants if not variant.get("Shadow"))
     blue_green, rolling = config.BlueGreenUpdatePolicy, config.RollingUpdatePolicy
     if blue_green is not None:
         routing, where = blue_green.TrafficRoutingConfiguration, "DeploymentConfig.BlueGreenUpdatePolicy"
@@ -96,16 +96,14 @@ def share(pending: dict[str, Any]) -> float:
 
 
 def routes(serving: list[dict[str, Any]], pending: dict[str, Any]) -> tuple[VariantRoute, ...]:
-    """Both fleets, weighted so that the new one takes its step's share of the traffic."""
-    new = share(pending)
+    """Both fleets' production variants, weighted so that the new one takes its step's share of the traffic
+    (shadow variants keep getting copies from the serving set's shadows until the update ends)."""
+    new, coming = share(pending), [v for v in pending["variants"] if not v.get("Shadow")]
     old_total = sum(float(v["Weight"]) for v in serving) or 1.0
-    new_total = sum(float(v["Weight"]) for v in pending["variants"]) or 1.0
+    new_total = sum(float(v["Weight"]) for v in coming) or 1.0
     return (
         *(VariantRoute(v["VariantName"], v["Served"], float(v["Weight"]) / old_total * (1 - new)) for v in serving),
-        *(
-            VariantRoute(v["VariantName"], v["Served"], float(v["Weight"]) / new_total * new)
-            for v in pending["variants"]
-        ),
+        *(VariantRoute(v["VariantName"], v["Served"], float(v["Weight"]) / new_total * new) for v in coming),
     )
 
 

@@ -1,4 +1,4 @@
-"""DescribeEndpoint's parts: a production variant as SageMaker shows it (weights while an update shifts
+"""DescribeEndpoint's parts: a production or shadow variant as SageMaker shows it (weights while an update shifts
 traffic, instance counts, images), and an endpoint from a spec shown as an endpoint of one `AllTraffic` variant.
 """
 
@@ -9,7 +9,7 @@ from typing import Any
 from serving.protocol import DEFAULT_VARIANT
 from serving.sagemaker_api import deployment
 
-__all__ = ["describe_spec_endpoint", "describe_variant"]
+__all__ = ["describe_spec_endpoint", "describe_variant", "describe_variants"]
 
 
 def describe_variant(
@@ -21,7 +21,7 @@ def describe_variant(
     desired = max((c.get("DesiredReplicas", 0) for c in containers), default=int(variant["Count"]))
     images = variant["Model"].get("images") or [c["Image"] for c in variant["Model"]["containers"]]
     weight = float(variant["Weight"])
-    shifting = pending is not None and pending.get("deployment") is not None
+    shifting = pending is not None and pending.get("deployment") is not None and not variant.get("Shadow")
     on_new = deployment.share(pending) if shifting and pending is not None else (0.0 if new else 1.0)
     described = {
         "VariantName": variant["VariantName"],
@@ -38,6 +38,19 @@ def describe_variant(
     if new and pending is not None:
         described["VariantStatus"] = deployment.variant_status(pending)
     return described
+
+
+def describe_variants(
+    variants: list[dict[str, Any]], descriptions: Any, pending: dict[str, Any] | None, *, new: bool
+) -> dict[str, Any]:
+    """`ProductionVariants` and, when the set has any, `ShadowProductionVariants` of one variant set."""
+    described = {
+        "ProductionVariants": [
+            describe_variant(v, descriptions, pending, new=new) for v in variants if not v.get("Shadow")
+        ]
+    }
+    shadows = [describe_variant(v, descriptions, pending, new=new) for v in variants if v.get("Shadow")]
+    return {**described, **({"ShadowProductionVariants": shadows} if shadows else {})}
 
 
 def describe_spec_endpoint(description: Any, arn: str) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from serving.config.data_capture import capture_summary
 from serving.errors import ApiValidationError
 from serving.protocol import VARIANT_SEPARATOR
 from serving.sagemaker_api import deployment, shapes
-from serving.sagemaker_api.descriptions import describe_spec_endpoint, describe_variant
+from serving.sagemaker_api.descriptions import describe_spec_endpoint, describe_variants
 from serving.sagemaker_api.resources import page, sort_and_filter
 from serving.sagemaker_api.sagemaker import SageMakerApi, _missing
 from serving.sagemaker_api.translate import internal_name
@@ -214,9 +214,7 @@ class EndpointApi(SageMakerApi):
             for key in ("EndpointName", "EndpointArn", "EndpointConfigName", "EndpointStatus", "CreationTime")
         }
         described["LastModifiedTime"] = document["LastModifiedTime"]
-        described["ProductionVariants"] = [
-            describe_variant(v, descriptions, pending, new=False) for v in document["variants"]
-        ]
+        described.update(describe_variants(document["variants"], descriptions, pending, new=False))
         if document.get("FailureReason"):
             described["FailureReason"] = document["FailureReason"]
         if document.get("DeploymentConfig"):
@@ -228,9 +226,7 @@ class EndpointApi(SageMakerApi):
         if pending and pending["kind"] != "capacity":
             described["PendingDeploymentSummary"] = {
                 "EndpointConfigName": pending["EndpointConfigName"],
-                "ProductionVariants": [
-                    describe_variant(v, descriptions, pending, new=True) for v in pending["variants"]
-                ],
+                **describe_variants(pending["variants"], descriptions, pending, new=True),
                 "StartTime": pending["StartedAt"],
             }
         return described

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from serving.errors import ApiValidationError, ResourceLimitExceededError
-from serving.gateway.variants import Front, VariantRoute
+from serving.gateway.variants import Front, ShadowRoute, VariantRoute
 from serving.protocol import VARIANT_SEPARATOR
 from serving.sagemaker_api import deployment, shapes
 from serving.sagemaker_api.database import ApiState
@@ -115,9 +115,13 @@ class SageMakerApi:
             raise ApiValidationError(
                 f'Cannot create already existing endpoint configuration "{self.arn("endpoint-config", name)}".'
             )
-        for index, variant in enumerate(request.ProductionVariants):
-            self._instance(variant.InstanceType, f"ProductionVariants[{index}].InstanceType")
-            self._model(variant.ModelName)  # SageMaker checks the model exists, too
+        for field, rows in (
+            ("ProductionVariants", request.ProductionVariants),
+            ("ShadowProductionVariants", request.ShadowProductionVariants or []),
+        ):
+            for index, variant in enumerate(rows):
+                self._instance(variant.InstanceType, f"{field}[{index}].InstanceType")
+                self._model(variant.ModelName)  # SageMaker checks the model exists, too
         document = {
             "EndpointConfigName": name,
             "EndpointConfigArn": self.arn("endpoint-config", name),
@@ -173,7 +177,9 @@ class SageMakerApi:
         weight and instance count, UpdateEndpoint's RetainAllVariantProperties)."""
         kept = {variant["VariantName"]: variant for variant in current} if retain else {}
         variants = []
-        for index, row in enumerate(config["request"]["ProductionVariants"]):
+        rows = [(row, False) for row in config["request"]["ProductionVariants"]]
+        rows += [(row, True) for row in config["request"].get("ShadowProductionVariants") or []]
+        for index, (row, shadow) in enumerate(rows):
             self._instance(row["InstanceType"], f"ProductionVariants[{index}].InstanceType")
             old = kept.get(row["VariantName"])
             variants.append(
@@ -185,6 +191,7 @@ class SageMakerApi:
                     "Weight": old["Weight"] if old else row.get("InitialVariantWeight", 1.0),
                     "Count": old["Count"] if old else row.get("InitialInstanceCount", 1),
                     "DataCapture": config["request"].get("DataCaptureConfig"),  # every variant captures alike
+                    **({"Shadow": True} if shadow else {}),  # gets copies of sampled invocations, answers none
                 }
             )
         return variants
@@ -228,15 +235,13 @@ class SageMakerApi:
         for document in self.state.all("endpoint"):
             if document["variants"]:
                 name, pending = document["EndpointName"], document.get("pending") or {}
+                production = [v for v in document["variants"] if not v.get("Shadow")]
+                shadows = shadow_routes(document["variants"])
                 if pending.get("shift"):  # an update moving traffic in steps: both fleets, by its step's share
-                    table[name] = Front(name, deployment.routes(document["variants"], pending))
+                    table[name] = Front(name, deployment.routes(production, pending), shadows)
                     continue
-                table[name] = Front(
-                    name,
-                    tuple(
-                        VariantRoute(v["VariantName"], v["Served"], float(v["Weight"])) for v in document["variants"]
-                    ),
-                )
+                routes = tuple(VariantRoute(v["VariantName"], v["Served"], float(v["Weight"])) for v in production)
+                table[name] = Front(name, routes, shadows)
         return table
 
     def publish(self) -> None:
@@ -253,3 +258,13 @@ class SageMakerApi:
     @staticmethod
     def split(name: str) -> tuple[str, str]:
         return public_name(name)
+
+
+def shadow_routes(variants: list[dict[str, Any]]) -> tuple[ShadowRoute, ...]:
+    """The shadow variants of a set, each sampling its weight over the production variants' (at most all)."""
+    production = sum(float(v["Weight"]) for v in variants if not v.get("Shadow")) or 1.0
+    return tuple(
+        ShadowRoute(v["VariantName"], v["Served"], min(1.0, float(v["Weight"]) / production))
+        for v in variants
+        if v.get("Shadow")
+    )

@@ -105,12 +105,17 @@ class DataCaptureConfigShape(Shape):
 class CreateEndpointConfigInput(Shape):
     EndpointConfigName: Name
     ProductionVariants: Annotated[list[ProductionVariant], Field(min_length=1, max_length=10)]
+    ShadowProductionVariants: Annotated[list[ProductionVariant], Field(min_length=1, max_length=1)] | None = None
     DataCaptureConfig: DataCaptureConfigShape | None = None
     Tags: Annotated[list[Tag], Field(max_length=50)] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _unique_variants(self) -> CreateEndpointConfigInput:
-        names = [variant.VariantName for variant in self.ProductionVariants]
+        if self.ShadowProductionVariants and len(self.ProductionVariants) > 1:
+            raise ValueError(
+                "ProductionVariants: with ShadowProductionVariants, give one production variant (as SageMaker)"
+            )
+        names = [variant.VariantName for variant in [*self.ProductionVariants, *(self.ShadowProductionVariants or [])]]
         duplicated = sorted({name for name in names if names.count(name) > 1})
         if duplicated:
             raise ValueError(f"ProductionVariants: VariantName {', '.join(duplicated)} is given more than once")

@@ -584,6 +584,65 @@ def test_a_canary_that_fails_is_rolled_back_by_its_alarm_and_a_linear_update_los
         sm.delete_endpoint(EndpointName="api-canary")
 
 
+def test_a_shadow_gets_its_sampled_copies_and_its_failures_cost_callers_nothing(api_server, clients, handler_models):
+    # Issue 45, item 3: a shadow variant whose model raises on every call gets about its weight's share of copies,
+    # off the callers' path; every caller is answered by production; the shadow's failures are counted as its own.
+    # Then the shadow's (fixed) model is promoted by an UpdateEndpoint.
+    sm, runtime, _ = clients
+    cw = boto3.client("cloudwatch", endpoint_url=api_server.url, region_name="us-east-1", aws_access_key_id="test",
+                      aws_secret_access_key="test", config=Config(retries={"max_attempts": 1}))
+    for model, handler in (("api-live", "echo"), ("api-shadow-bad", "faulty")):
+        sm.create_model(ModelName=model, PrimaryContainer={"Image": "python", "ModelDataUrl": str(handler_models[handler])})
+    sm.create_endpoint_config(
+        EndpointConfigName="api-shadowed",
+        ProductionVariants=[{"VariantName": "Live", "ModelName": "api-live", "InitialInstanceCount": 1,
+                             "InstanceType": "ml.m5.large"}],
+        ShadowProductionVariants=[{"VariantName": "Shadow", "ModelName": "api-shadow-bad", "InitialInstanceCount": 1,
+                                   "InstanceType": "ml.m5.large", "InitialVariantWeight": 0.5}])
+    sm.create_endpoint(EndpointName="api-shadow", EndpointConfigName="api-shadowed")
+    try:
+        sm.get_waiter("endpoint_in_service").wait(EndpointName="api-shadow", WaiterConfig=WAIT)
+        started, calls = time.time(), 200
+        for n in range(calls):  # every answer is production's, whatever the shadow does
+            answer = runtime.invoke_endpoint(EndpointName="api-shadow", ContentType="application/json",
+                                             Body=json.dumps({"n": n}))
+            assert answer["InvokedProductionVariant"] == "Live"
+            assert json.loads(answer["Body"].read())["body"] == json.dumps({"n": n})
+
+        def total(metric: str, variant: str) -> float:
+            return sum(point["Sum"] for point in cw.get_metric_statistics(
+                Namespace="AWS/SageMaker", MetricName=metric, StartTime=started - 120, EndTime=time.time() + 60,
+                Period=60, Statistics=["Sum"], Dimensions=[{"Name": "EndpointName", "Value": "api-shadow"},
+                                                           {"Name": "VariantName", "Value": variant}])["Datapoints"])
+
+        def copies_counted():
+            text = httpx.get(f"{api_server.url}/metrics", timeout=30).text
+            counted = {line.split('outcome="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                       if line.startswith("serving_shadow_copies_total") and 'endpoint="api-shadow"' in line}
+            shadow = total("Invocations", "Shadow")
+            done = total("Invocations", "Live") == calls and shadow and shadow == total("Invocation5XXErrors", "Shadow")
+            return (counted, shadow) if done and sum(counted.values()) == shadow else None
+
+        counted, shadow = _until(copies_counted, 90, "the shadow's copies to be counted")
+        assert abs(shadow - calls * 0.5) <= 3 * (calls * 0.25) ** 0.5, shadow  # 50% +- 3 standard deviations
+        assert counted == {"failed": shadow}  # each one the shadow's failure, none dropped
+        assert total("Invocation5XXErrors", "Live") == 0 and total("Invocation4XXErrors", "Live") == 0
+
+        sm.create_model(ModelName="api-shadow-fixed", PrimaryContainer={
+            "Image": "python", "ModelDataUrl": str(handler_models["echo"])})
+        sm.create_endpoint_config(EndpointConfigName="api-promoted", ProductionVariants=[
+            {"VariantName": "Live", "ModelName": "api-shadow-fixed", "InitialInstanceCount": 1,
+             "InstanceType": "ml.m5.large"}])
+        sm.update_endpoint(EndpointName="api-shadow", EndpointConfigName="api-promoted")
+        sm.get_waiter("endpoint_in_service").wait(EndpointName="api-shadow", WaiterConfig=WAIT)
+        described = sm.describe_endpoint(EndpointName="api-shadow")
+        assert described["EndpointConfigName"] == "api-promoted" and "ShadowProductionVariants" not in described
+        answer = runtime.invoke_endpoint(EndpointName="api-shadow", ContentType="application/json", Body='{"n": 1}')
+        assert json.loads(answer["Body"].read())["body"] == '{"n": 1}'  # the promoted model, which answers
+    finally:
+        sm.delete_endpoint(EndpointName="api-shadow")
+
+
 def _control_plane(server: Served) -> psutil.Process:
     """The control plane's replica: a Ray worker of this module's own server titled after its Serve application."""
     found = [p for p in psutil.Process(server.process.pid).children(recursive=True)

@@ -175,9 +175,6 @@ UNSUPPORTED = [
     ("create_endpoint_config", {"EndpointConfigName": "c", "ProductionVariants": [VARIANT],
                                 "AsyncInferenceConfig": {"OutputConfig": {"S3OutputPath": "s3://bucket/out"}}},
      "AsyncInferenceConfig"),
-    ("create_endpoint_config", {"EndpointConfigName": "c", "ProductionVariants": [VARIANT],
-                                "ShadowProductionVariants": [{**VARIANT, "VariantName": "Shadow"}]},
-     "ShadowProductionVariants"),
     ("create_endpoint_config", {"EndpointConfigName": "c", "ProductionVariants": [
         {**VARIANT, "ServerlessConfig": {"MemorySizeInMB": 2048, "MaxConcurrency": 5}}]},
      "ProductionVariants[0].ServerlessConfig"),
