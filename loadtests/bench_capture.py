@@ -1,13 +1,18 @@
-"""What data capture costs an invocation: p50, p99 and CPU per request at 0%, 10% and 100% capture (issue 45).
+"""What data capture and a shadow variant cost an invocation: p50, p99 and CPU per request at 0%, 10% and 100%
+capture, and with a shadow variant that gets a copy of every call (issue 45).
 
 One embedded server, four Direct endpoints of the same scikit-learn container (bench_invoke's iris pipeline): one
-without DataCaptureConfig, and three capturing Input and Output to a local folder at 0%, 10% and 100%. wrk
+without DataCaptureConfig, and three capturing Input and Output to a local folder at 0%, 10% and 100%; and two
+endpoints of the same model created through the SageMaker API (boto3): one variant alone, and one variant with a
+shadow variant of the same model at weight 1.0 (every call copied). wrk
 drives each at one connection (latency) and at 32 (throughput and CPU per request of the gateway and the
 container process, from /proc), interleaved over `--rounds`; the table gives medians and the ratio to the
 endpoint without capture in the same round. Capture is written by the gateway, so its cost lands in the gateway's
 CPU; the table also divides that by the container process's CPU, whose work is the same in every case, which
 cancels this VM's drift. What was written is counted at the end against the gateway's own count of the 100%
-endpoint's invocations (each must have its record).
+endpoint's invocations (each must have its record), and the shadow's copies against the calls its endpoint
+answered. The shadow's container process is a third process whose CPU per request is reported apart: it does the
+production container's work again.
 
     python -m loadtests.bench_capture [--seconds 8] [--rounds 5] [--write-docs]
 
@@ -36,6 +41,34 @@ from loadtests.invoke.measure import JSON_HEADERS, OUR_BODY
 DOCS = ROOT / "docs" / "benchmarks" / "bench_capture.md"
 RESULTS = ROOT / "loadtests" / "results" / "bench_capture.json"
 CASES = {"no capture": None, "capture 0%": 0, "capture 10%": 10, "capture 100%": 100}
+API_CASES = {"API variant": "api-plain", "API variant + shadow 100%": "api-shadow"}  # case -> API endpoint
+
+
+def api_endpoints(url: str, models: Path) -> None:
+    """The two API endpoints, created as a SageMaker pipeline creates them, InService."""
+    import boto3
+    from botocore.config import Config
+
+    sm = boto3.client(
+        "sagemaker",
+        endpoint_url=url,
+        region_name="us-east-1",
+        aws_access_key_id="x",
+        aws_secret_access_key="x",
+        config=Config(retries={"max_attempts": 1}),
+    )
+    sm.create_model(ModelName="iris", PrimaryContainer={"Image": "sklearn", "ModelDataUrl": str(models / "iris")})
+    variant = {"ModelName": "iris", "InitialInstanceCount": 1, "InstanceType": "ml.m5.large"}
+    sm.create_endpoint_config(EndpointConfigName="plain", ProductionVariants=[{"VariantName": "Live", **variant}])
+    sm.create_endpoint_config(
+        EndpointConfigName="shadowed",
+        ProductionVariants=[{"VariantName": "Live", **variant}],
+        ShadowProductionVariants=[{"VariantName": "Shadow", "InitialVariantWeight": 1.0, **variant}],
+    )
+    for endpoint, config in (("api-plain", "plain"), ("api-shadow", "shadowed")):
+        sm.create_endpoint(EndpointName=endpoint, EndpointConfigName=config)
+    for endpoint in API_CASES.values():
+        sm.get_waiter("endpoint_in_service").wait(EndpointName=endpoint, WaiterConfig={"Delay": 1, "MaxAttempts": 300})
 
 
 def specs(models: Path, folder: Path) -> dict[str, Any]:
@@ -66,18 +99,20 @@ def docs_section(result: dict[str, Any]) -> str:
         "without DataCaptureConfig in the same round, then the median of those.",
         "",
         "| endpoint | p50 ms (c1) | p99 ms (c1) | p50 ratio | req/s (c32) | req/s ratio | gateway µs/request (c32) | "
-        "container µs/request (c32) | gateway CPU ratio | gateway ÷ container, ratio |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "container µs/request (c32) | shadow container µs/request (c32) | gateway CPU ratio | gateway ÷ container, ratio |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in result["rows"]:
+        shadow = f"{row['shadow_us']:.0f}" if row.get("shadow_us") is not None else "—"
         lines.append(
             f"| {row['case']} | {row['p50_ms']:.3f} | {row['p99_ms']:.3f} | {row['p50_ratio']:.2f}× | {row['rps']:,.0f} "
-            f"| {row['rps_ratio']:.2f}× | {row['gateway_us']:.0f} | {row['container_us']:.0f} | "
+            f"| {row['rps_ratio']:.2f}× | {row['gateway_us']:.0f} | {row['container_us']:.0f} | {shadow} | "
             f"{row['gateway_ratio']:.2f}× | {row['gateway_per_container_ratio']:.2f}× |"
         )
     lines += [
         "",
         f"Records written: {result['records_written']:,} (every call of the 100% endpoint: {result['complete']}).",
+        f"Shadow copies: {result['shadow']}.",
         "",
         run_line(meta, RESULTS),
     ]
@@ -100,25 +135,43 @@ def main() -> None:
     paths = iris_models(work)
     folder = work / "captured"
     endpoints = specs(paths["models"], folder)
+    state = Path(tempfile.mkdtemp(prefix="bench-capture-state-"))  # outside the model root, as the API requires
+    (state / "types.json").write_text('{"InstanceTypes": {"ml.m5.large": {"Cpus": 0.1}}}')
+    settings = ServerSettings(
+        host="127.0.0.1",
+        port=0,
+        allow_anonymous_api=True,
+        model_roots=str(paths["models"]),
+        instance_types_file=str(state / "types.json"),
+        state_file=str(state / "state.db"),
+    )
     logging.getLogger("ray.serve").setLevel(logging.WARNING)
-    log("starting the embedded server with four endpoints ...")
-    server = EmbeddedServer(list(endpoints.values()), ServerSettings(host="127.0.0.1", port=0), ready_timeout_s=300)
+    log("starting the embedded server with four endpoints, then two through the SageMaker API ...")
+    server = EmbeddedServer(list(endpoints.values()), settings, ready_timeout_s=300)
     try:
         server.__enter__()
     except EndpointsNotReady as error:
         raise BenchError(str(error)) from None
-    runs: dict[str, list[dict[str, float]]] = {case: [] for case in CASES}
+    cases = [*CASES, *API_CASES]
+    runs: dict[str, list[dict[str, float]]] = {case: [] for case in cases}
     full_endpoint = next(spec.EndpointName for case, spec in endpoints.items() if CASES[case] == 100)
-    full_calls = 0  # the 100% endpoint's invocations as the gateway counted them: each must have its record
+    full_calls, shadow = 0, "not counted"  # the 100% endpoint's invocations (each must have its record)
     try:
+        api_endpoints(server.url, paths["models"])
         wrk = Wrk(ensure_wrk(), work, CpuMeter())
-        url = {case: f"{server.url}/endpoints/{spec.EndpointName}/invocations" for case, spec in endpoints.items()}
-        pids = {case: gateway_and_container(spec.EndpointName) for case, spec in endpoints.items()}
+        names = {**{case: spec.EndpointName for case, spec in endpoints.items()}, **API_CASES}
+        url = {case: f"{server.url}/endpoints/{name}/invocations" for case, name in names.items()}
+        served = {
+            **{case: spec.EndpointName for case, spec in endpoints.items()},
+            **{case: f"{name}@Live@1" for case, name in API_CASES.items()},
+        }
+        pids = {case: gateway_and_container(name) for case, name in served.items()}
+        pids["API variant + shadow 100%"]["shadow"] = gateway_and_container("api-shadow@Shadow@1")["container"]
         script = wrk._script("POST", OUR_BODY, JSON_HEADERS)
-        for case in CASES:
+        for case in cases:
             wrk._run(script, url[case], 8, 2)  # warm: the model on the loop, connections open
         for round_ in range(args.rounds):
-            for case in CASES:
+            for case in cases:
                 one, _ = wrk._run(script, url[case], 1, args.seconds)
                 before = {name: process_cpu_seconds(pid) for name, pid in pids[case].items()}
                 many, _ = wrk._run(script, url[case], 32, args.seconds)
@@ -132,6 +185,7 @@ def main() -> None:
                         "rps": many["requests"] / (many["duration_us"] / 1e6),
                         "gateway_us": used["gateway"] / many["requests"] * 1e6,
                         "container_us": used["container"] / many["requests"] * 1e6,
+                        **({"shadow_us": used["shadow"] / many["requests"] * 1e6} if "shadow" in used else {}),
                     }
                 )
                 row = runs[case][-1]
@@ -145,6 +199,19 @@ def main() -> None:
             raise BenchError(f"GET /metrics answered {status}")
         pattern = rf'serving_invocations_total\{{[^}}]*endpoint="{full_endpoint}"[^}}]*\}} (\S+)'
         full_calls = int(sum(float(value) for value in re.findall(pattern, text.decode())))
+        copies = {
+            outcome: int(float(value))
+            for outcome, value in re.findall(
+                r'serving_shadow_copies_total\{[^}]*endpoint="api-shadow"[^}]*outcome="(\w+)"[^}]*\} (\S+)',
+                text.decode(),
+            )
+        }
+        answered = re.findall(
+            r'serving_invocations_total\{[^}]*endpoint="api-shadow@Live@1"[^}]*\} (\S+)', text.decode()
+        )
+        shadow = (
+            f"{copies} for {int(sum(float(value) for value in answered)):,} calls answered by the production variant"
+        )
     finally:
         server.__exit__(None, None, None)
     written = {}
@@ -165,6 +232,7 @@ def main() -> None:
             {
                 "case": case,
                 **{key: round(median(key), 3) for key in ("p50_ms", "p99_ms", "rps", "gateway_us", "container_us")},
+                **({"shadow_us": round(median("shadow_us"), 3)} if "shadow_us" in samples[0] else {}),
                 "p50_ratio": round(ratio("p50_ms"), 3),
                 "rps_ratio": round(ratio("rps"), 3),
                 "gateway_ratio": round(ratio("gateway_us"), 3),
@@ -185,6 +253,7 @@ def main() -> None:
         "records_written": sum(written.values()),
         "written_by_endpoint": written,
         "complete": f"{written.get(full_endpoint, 0):,} records for {full_calls:,} invocations (the gateway's count)",
+        "shadow": shadow,
         "runs": runs,
     }
     write_results(args.out, result)
