@@ -70,11 +70,14 @@ class CloudWatchApi:
         self.lock = threading.Lock()  # alarm changes and evaluations, one at a time
 
     # --- the sampler's tick --------------------------------------------------------------------------------
-    def observe(self, families: Iterable[Metric], now: float) -> None:
-        """Record the interval that ended at the last RESOLUTION_S boundary before `now`, then evaluate alarms."""
+    def observe(self, families: Iterable[Metric], now: float) -> bool:
+        """Record the interval that ended at the last RESOLUTION_S boundary before `now`, then evaluate alarms;
+        True if any endpoint was invoked in it."""
         end = now - now % RESOLUTION_S
-        self.store.record(end - RESOLUTION_S, self.sampler.interval(families, self.layout), end)
+        points = self.sampler.interval(families, self.layout)
+        self.store.record(end - RESOLUTION_S, points, end)
         self.evaluate(end)
+        return any(metric == "Invocations" for _, metric, _ in points)
 
     def evaluate(self, end: float) -> None:
         with self.lock:

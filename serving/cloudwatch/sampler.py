@@ -1,7 +1,7 @@
 """One interval's datapoints from two successive readings of the merged metric families.
 
-Counters and histograms become what they gained since the last reading (a counter that went down, such as a
-restarted gateway's, counts from its new value); gauges are read as they are. Each served endpoint's numbers go
+Counters and histograms become what they gained since the last reading that had them (a counter that went down,
+such as a restarted gateway's, counts from its new value); gauges are read as they are, when a reading has them. Each served endpoint's numbers go
 to its public (EndpointName, VariantName), per container as well for an endpoint of several containers. The
 first reading only sets the baseline: a control plane that restarts does not count everything again.
 """
@@ -101,9 +101,15 @@ class Sampler:
     def interval(self, families: Iterable[Metric], layout: Callable[[str], Served | None]) -> dict[Key, Stat]:
         """The datapoints since the last call; `layout(served endpoint)` names it (None: not an endpoint)."""
         reading, before = _read(families), self._last
-        self._last = reading
         if before is None:
+            self._last = reading
             return {}
+        # A series this reading lacks (its node's metrics not read this time) keeps its baseline, so that its gain
+        # is counted, once, in the next reading that has it.
+        self._last = _Reading(
+            counters=defaultdict(float, {**before.counters, **reading.counters}),
+            histograms={**before.histograms, **reading.histograms},
+        )
         gains = {series: _gain(value, before.counters.get(series)) for series, value in reading.counters.items()}
         latencies = {
             series: stat

@@ -200,10 +200,14 @@ class MetricsRoute:
         await self._fresh()
         return await asyncio.to_thread(lambda: exposition(self._families(local, skip)))
 
-    async def merged(self) -> list[Metric]:
-        """Every family, merged as a scrape merges them (what the control plane samples for CloudWatch)."""
-        await self._fresh()
-        return await asyncio.to_thread(lambda: merge_families(self._families(b"", None)))
+    async def merged(self, nodes: bool = True) -> list[Metric]:
+        """Every family, merged as a scrape merges them (what the control plane samples for CloudWatch); without
+        `nodes`, only the gateways' (read from the GCS, which costs no node's metrics agent an exposition)."""
+        if nodes:
+            await self._fresh()
+            return await asyncio.to_thread(lambda: merge_families(self._families(b"", None)))
+        await self._refresh_peers()
+        return await asyncio.to_thread(lambda: merge_families(self._families(b"", None, nodes=False)))
 
     async def _fresh(self) -> None:
         """Start a refresh of the nodes' families unless one runs or the last is recent; wait for it, bounded."""
@@ -212,9 +216,9 @@ class MetricsRoute:
         if self._refresh is not None:
             await asyncio.wait({self._refresh}, timeout=self._wait_s)
 
-    def _families(self, local: bytes, skip: str | None) -> list[Metric]:
+    def _families(self, local: bytes, skip: str | None, nodes: bool = True) -> list[Metric]:
         families = [family for collector in self.collectors for family in collector.collect()]
-        for node in list(self._node_families.values()):
+        for node in list(self._node_families.values()) if nodes else []:
             families.extend(node)
         for gateway, published in list(self._peer_families.items()):
             if gateway != skip:
@@ -232,18 +236,19 @@ class MetricsRoute:
             )
             # A node that did not answer keeps its last families; one that left the cluster loses them.
             self._node_families = {url: parsed.get(url, self._node_families.get(url, [])) for url in urls}
-            if self._peers is not None:
-                peer_texts = await self._peers()
-                self._peer_families = await asyncio.to_thread(
-                    lambda: {
-                        gateway: list(text_string_to_metric_families(text)) for gateway, text in peer_texts.items()
-                    }
-                )
+            await self._refresh_peers()
             self._refreshed_at = time.monotonic()
         except Exception:
             logger.exception("refreshing the nodes' metrics failed")
         finally:
             self._refresh = None
+
+    async def _refresh_peers(self) -> None:
+        if self._peers is not None:
+            peer_texts = await self._peers()
+            self._peer_families = await asyncio.to_thread(
+                lambda: {gateway: list(text_string_to_metric_families(text)) for gateway, text in peer_texts.items()}
+            )
 
     async def _urls(self) -> list[str]:
         fetched_at, urls = self._nodes

@@ -37,6 +37,7 @@ logger = logging.getLogger("serving.ray_wing.control_plane")
 API_TICK_S = 0.5  # how often the API completes creates and updates (when one is under way)
 REGISTRY_WAIT_S = 10.0  # a snapshot call waits this long for a change before answering "none"
 SAMPLE_LAG_S = 0.2  # past each RESOLUTION_S boundary: the interval that just ended is the one recorded
+IDLE_NODES_S = 60.0  # how often an idle server's CloudWatch sampler reads the nodes' replica metrics
 APPLIED_WAIT_S = 5.0  # the longest it waits for every gateway to apply a version (a gateway may have just died)
 
 
@@ -109,13 +110,20 @@ class ControlPlane:
             time.sleep(API_TICK_S)
 
     async def _sample(self) -> None:
-        """Every RESOLUTION_S, on its boundary: the merged metrics into CloudWatch's store, then its alarms."""
+        """Every RESOLUTION_S, on its boundary: the merged metrics into CloudWatch's store, then its alarms.
+
+        The gateways' counters are read every time (from the GCS); the nodes' replica metrics, whose exposition
+        costs each node's metrics agent a fraction of a second, only while something was invoked in the last
+        interval, else every IDLE_NODES_S (utilization then has SageMaker's 1-minute resolution)."""
         source = MetricsRoute([], metrics_export_urls, peers=lambda: asyncio.to_thread(published))
+        busy, nodes_read = True, 0.0
         while True:
             await asyncio.sleep(RESOLUTION_S - time.time() % RESOLUTION_S + SAMPLE_LAG_S)
             try:
-                families = await source.merged()
-                await asyncio.to_thread(self.api.cloudwatch.observe, families, time.time())
+                nodes = busy or time.monotonic() - nodes_read >= IDLE_NODES_S - 1
+                families = await source.merged(nodes=nodes)
+                nodes_read = time.monotonic() if nodes else nodes_read
+                busy = await asyncio.to_thread(self.api.cloudwatch.observe, families, time.time())
             except Exception:
                 logger.exception("sampling the metrics for CloudWatch failed")
 

@@ -24,6 +24,7 @@ from serving.metrics.invocations import LATENCY_BUCKETS
 from tests.unit.sagemaker_harness import KEY, READER_KEY, READER_SECRET, SECRET, Harness, refused
 
 NS = "AWS/SageMaker"
+REPLICA_SIDE = {"serving_model_latency_seconds", "serving_cpu_utilization_percent"}
 START = 1_800_000_000.0  # a RESOLUTION_S boundary, far from the harness's real clock on purpose: no wall-time race
 
 
@@ -63,10 +64,12 @@ class World:
             "Containers": [{"ContainerHostname": c, "CurrentReplicas": replicas} for c in containers],
         }
 
-    def tick(self) -> None:
-        """One RESOLUTION_S interval ends: the sampler reads the metrics and the alarms are evaluated."""
+    def tick(self, nodes: bool = True) -> bool:
+        """One RESOLUTION_S interval ends: the sampler reads the metrics and the alarms are evaluated. Without
+        `nodes`, the replica-side families are not read this time (as an idle control plane skips the agents)."""
         self.at += 10
-        self.api.observe(self.metrics.families(), self.at + 0.2)
+        families = [f for f in self.metrics.families() if nodes or f.name not in REPLICA_SIDE]
+        return self.api.observe(families, self.at + 0.2)
 
     def stats(self, metric: str, statistics: tuple[str, ...] = ("Sum",), period: int = 60, **dimensions: str) -> list:
         answer = self.cw.get_metric_statistics(
@@ -144,6 +147,23 @@ def test_model_latency_is_in_microseconds_with_percentiles_from_the_buckets(worl
     assert 1000 <= point["ExtendedStatistics"]["p50"] <= 2500  # the bucket (1 ms, 2.5 ms]
     assert 100_000 <= point["ExtendedStatistics"]["p99"] <= 250_000
     assert (point["Minimum"], point["Maximum"]) == (1000.0, 250_000.0)  # bounds of the buckets hit
+
+
+def test_replica_metrics_read_less_often_are_counted_once_when_read(world: World) -> None:
+    world.serve("e1@A@1", "only")
+    for _ in range(4):  # before the last full reading: counted in it, and never again
+        world.metrics.latency.labels("e1@A@1", "only", "r1").observe(0.002)
+    assert world.tick() is False  # nothing invoked: the control plane may skip the nodes next time
+    for _ in range(3):  # calls in three intervals whose readings lack the replica side
+        world.metrics.calls.labels("e1@A@1", "only", "").inc(2)
+        world.metrics.latency.labels("e1@A@1", "only", "r1").observe(0.002)
+        world.metrics.latency.labels("e1@A@1", "only", "r1").observe(0.002)
+        assert world.tick(nodes=False) is True
+    world.tick()
+    world.tick()  # read again with nothing new: nothing counted twice
+    counts = world.stats("ModelLatency", ("SampleCount",), period=10, EndpointName="e1", VariantName="A")
+    assert [point["SampleCount"] for point in counts] == [4.0, 6.0]
+    assert [p["Sum"] for p in world.stats("Invocations", period=10, EndpointName="e1", VariantName="A")] == [2, 2, 2]
 
 
 def test_utilization_is_filed_where_sagemaker_files_it(world: World) -> None:
