@@ -286,6 +286,10 @@ class AlarmLimitExceededError(CloudWatchError):
     code, shape = ErrorCode.LIMIT_EXCEEDED, "LimitExceededFault"
 
 
+class InvalidFormatError(CloudWatchError):
+    code, shape = ErrorCode.INVALID_FORMAT, "InvalidFormatFault"
+
+
 class InvalidNextTokenError(CloudWatchError):
     code = shape = ErrorCode.INVALID_NEXT_TOKEN
 

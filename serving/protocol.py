@@ -115,6 +115,7 @@ class ErrorCode:
     MISSING_PARAMETER = "MissingParameter"
     LIMIT_EXCEEDED = "LimitExceeded"
     INVALID_NEXT_TOKEN = "InvalidNextToken"
+    INVALID_FORMAT = "InvalidFormat"
 
 
 # The status each code is sent with (ValidationError also as 431 when the request head is too large).
@@ -141,6 +142,7 @@ ERROR_STATUS = {
     ErrorCode.MISSING_PARAMETER: 400,
     ErrorCode.LIMIT_EXCEEDED: 400,
     ErrorCode.INVALID_NEXT_TOKEN: 400,
+    ErrorCode.INVALID_FORMAT: 400,
 }
 HEADERS_TOO_LARGE_STATUS = 431
 # A container's status for a content type or Accept its decoders lack (the toolkits' UnsupportedFormatError).

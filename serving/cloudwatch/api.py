@@ -6,6 +6,7 @@ Alarm actions (SNS topics, Auto Scaling policies) are stored and shown, never ru
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -21,6 +22,7 @@ from serving.cloudwatch.sampler import Dimensions, Key, Sampler, Served
 from serving.errors import (
     AlarmLimitExceededError,
     AlarmNotFoundError,
+    InvalidFormatError,
     InvalidNextTokenError,
     InvalidParameterCombinationError,
     InvalidParameterValueError,
@@ -161,6 +163,11 @@ class CloudWatchApi:
 
     def SetAlarmState(self, body: dict[str, Any]) -> dict[str, Any]:
         request = inputs.parse(inputs.SetAlarmStateInput, body, "SetAlarmState")
+        if request.StateReasonData is not None:
+            try:
+                json.loads(request.StateReasonData)
+            except ValueError:
+                raise InvalidFormatError("StateReasonData must be JSON, as CloudWatch requires") from None
         with self.lock:
             alarm = self.state.get(ALARM, request.AlarmName)
             if alarm is None:
@@ -188,7 +195,6 @@ class CloudWatchApi:
         request = inputs.parse(inputs.GetMetricStatisticsInput, body, "GetMetricStatistics")
         found = _metric(request.Namespace, request.MetricName, known_only=False)
         _check_range(request.StartTime, request.EndTime, request.Period)
-        wanted = [*(request.Statistics or []), *(request.ExtendedStatistics or [])]
         datapoints = []
         if found is not None and request.Unit in (None, found.unit):
             key = (request.Namespace, request.MetricName, _dimensions(request.Dimensions))
@@ -202,7 +208,6 @@ class CloudWatchApi:
                 if percentiles:
                     point["ExtendedStatistics"] = percentiles
                 datapoints.append(point)
-        del wanted
         return {"Label": request.MetricName, "Datapoints": datapoints}
 
     def GetMetricData(self, body: dict[str, Any]) -> dict[str, Any]:

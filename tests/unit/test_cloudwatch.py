@@ -273,6 +273,10 @@ def test_what_cloudwatch_would_refuse_is_refused_naming_the_field(world: World) 
             "InvalidParameterCombination", "8640 datapoints", "limit of 1440")
     refused(lambda: world.cw.list_metrics(Namespace="Custom/Thing"), "InvalidParameterValue", "Custom/Thing")
     refused(lambda: world.cw.describe_alarms(NextToken="forged"), "InvalidNextToken")
+    world.cw.put_metric_alarm(**alarm)
+    refused(lambda: world.cw.set_alarm_state(AlarmName="a", StateValue="OK", StateReason="r", StateReasonData="{x"),
+            "InvalidFormat", "StateReasonData must be JSON")
+    world.cw.delete_alarms(AlarmNames=["a"])
     # PutMetricData is not an operation here: metrics of one's own are out of scope, refused by name.
     refused(lambda: world.cw.put_metric_data(Namespace="Mine", MetricData=[{"MetricName": "x", "Value": 1}]),
             "UnknownOperationException", "PutMetricData")
