@@ -143,6 +143,7 @@ class ModelError(ServingError):
         original_status: int,
         original_message: str,
         log_stream: str | None = None,
+        counted_as: int | None = None,
         **extra: Any,
     ) -> None:
         fields: dict[str, Any] = {
@@ -157,11 +158,12 @@ class ModelError(ServingError):
         self.original_status = original_status
         self.original_message = original_message
         self.log_stream = log_stream
+        self.counted_as = counted_as  # where the model gave no status of its own (a timeout): what to count
 
     @property
     def counted_status(self) -> int:
         """The model's own status, as SageMaker's Invocation4XXErrors / Invocation5XXErrors count a ModelError."""
-        return self.original_status
+        return self.counted_as or self.original_status
 
 
 class ContainerError(ServingError):

@@ -18,6 +18,7 @@ def timed_out(container: str, timeout: float) -> ModelError:
         container=container,
         original_status=408,
         original_message="invocation timeout",
+        counted_as=504,  # the model never answered: the server's failure (5XX), never the caller's (4XX)
     )
 
 

@@ -13,6 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from test_router import containers, endpoints, module_servers, start_router, table  # noqa: F401  (fixtures)
 
+from serving.gateway.failures import container_failure
 from serving.metrics import invocations
 from serving.metrics.invocations import (
     REGISTRY,
@@ -145,3 +146,15 @@ def test_registry_text_is_valid_prometheus() -> None:
 
     names = {family.name for family in text_string_to_metric_families(generate_latest(REGISTRY).decode())}
     assert {"serving_invocations", "serving_container_latency_seconds", "serving_overhead_latency_seconds"} <= names
+
+
+def test_a_model_error_counts_by_its_models_status_and_a_timeout_as_the_servers_failure() -> None:
+    from serving.gateway.failures import timed_out
+    from serving.gateway.transport import HopResponse
+
+    raised = container_failure("e", "c", 1, 1, HopResponse(500, b'{"message": "boom"}', "application/json", None))
+    refused = container_failure("e", "c", 1, 1, HopResponse(415, b"unsupported", "text/plain", None))
+    late = timed_out("c", 3.0)
+    assert (raised.status, raised.counted_status) == (424, 500)
+    assert (refused.status, refused.counted_status) == (424, 415)
+    assert (late.status, late.body()["OriginalStatusCode"], late.counted_status) == (424, 408, 504)
