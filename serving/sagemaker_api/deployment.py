@@ -30,7 +30,7 @@ def plan(
     blue_green, rolling = config.BlueGreenUpdatePolicy, config.RollingUpdatePolicy
     if blue_green is not None:
         routing, where = blue_green.TrafficRoutingConfiguration, "DeploymentConfig.BlueGreenUpdatePolicy"
-        wait, termination, timeout = routing.WaitIntervalInSeconds, blue_green.TerminationWaitInSeconds, None
+        wait, termination = routing.WaitIntervalInSeconds, blue_green.TerminationWaitInSeconds
         timeout = blue_green.MaximumExecutionTimeoutInSeconds
         if routing.Type == "CANARY":
             assert routing.CanarySize is not None
@@ -54,7 +54,8 @@ def plan(
             f"{where}.MaximumExecutionTimeoutInSeconds: {timeout} s is less than the {baking} s this deployment "
             f"waits ({len(steps)} steps of WaitIntervalInSeconds plus TerminationWaitInSeconds)"
         )
-    alarms = [alarm.AlarmName for alarm in (config.AutoRollbackConfiguration or _NoAlarms()).Alarms]
+    rollback = config.AutoRollbackConfiguration
+    alarms = [alarm.AlarmName for alarm in rollback.Alarms] if rollback is not None else []
     for index, name in enumerate(alarms):
         if not alarm_exists(name):
             raise ApiValidationError(
@@ -62,10 +63,6 @@ def plan(
                 f"{name!r} exists on this server (create it with put_metric_alarm first: docs/cloudwatch.md)"
             )
     return {"steps": steps, "wait": wait, "termination": termination, "timeout": timeout, "alarms": alarms}
-
-
-class _NoAlarms:
-    Alarms: list[Any] = []
 
 
 def _fraction(size: CapacitySizeShape, fleet: int, field: str, most: float) -> float:

@@ -21,8 +21,9 @@ def describe_variant(
     desired = max((c.get("DesiredReplicas", 0) for c in containers), default=int(variant["Count"]))
     images = variant["Model"].get("images") or [c["Image"] for c in variant["Model"]["containers"]]
     weight = float(variant["Weight"])
-    shifting = pending is not None and pending.get("deployment") is not None and not variant.get("Shadow")
-    on_new = deployment.share(pending) if shifting and pending is not None else (0.0 if new else 1.0)
+    on_new = None  # the new set's share of the traffic, while an update shifts it (shadows are not shifted)
+    if pending is not None and pending.get("deployment") is not None and not variant.get("Shadow"):
+        on_new = deployment.share(pending)
     described = {
         "VariantName": variant["VariantName"],
         "DeployedImages": [
@@ -30,7 +31,7 @@ def describe_variant(
             for image, container in zip(images, variant["Model"]["containers"], strict=False)
         ],
         # While an update shifts traffic, each fleet's weight is its variant's times its share of the traffic.
-        "CurrentWeight": weight * (on_new if new else 1 - on_new) if shifting else weight,
+        "CurrentWeight": weight if on_new is None else weight * (on_new if new else 1 - on_new),
         "DesiredWeight": weight,
         "CurrentInstanceCount": current,
         "DesiredInstanceCount": desired,
