@@ -71,6 +71,28 @@ STREAM_TIMEOUT_CODE = "ModelInvocationTimeExceeded"  # SageMaker's: the stream o
 STREAM_BROKEN_CODE = "StreamBroken"  # SageMaker's: the connection to the container was reset or closed
 # (a generator that raises after its first part: ErrorCode.MODEL_ERROR)
 
+# --- Open Inference Protocol (V2; KServe's and Triton's inference API) ------------------------------------------
+V2_PREFIX = "/v2"
+MODEL_NAME_SEPARATOR = "."  # `<endpoint>.<container>`: neither name may contain it (NAME_PATTERN)
+V2_HEADER_LENGTH = "Inference-Header-Content-Length"  # the binary tensor extension: JSON header, then raw tensors
+# Each V2 datatype and the NumPy dtype that carries it ("object": a BYTES tensor's elements, bytes each).
+V2_DATATYPES = {
+    "BOOL": "bool",
+    "UINT8": "uint8",
+    "UINT16": "uint16",
+    "UINT32": "uint32",
+    "UINT64": "uint64",
+    "INT8": "int8",
+    "INT16": "int16",
+    "INT32": "int32",
+    "INT64": "int64",
+    "FP16": "float16",
+    "FP32": "float32",
+    "FP64": "float64",
+    "BYTES": "object",
+}
+V2_EXTENSIONS = ("binary_tensor_data",)  # what GET /v2 says this server supports
+
 # --- media types ----------------------------------------------------------------------------------------
 JSON = "application/json"
 CSV = "text/csv"
@@ -186,6 +208,7 @@ API_IAM_PREFIXES = {**API_SIGNING_SERVICES, CLOUDWATCH_TARGET_PREFIX: CLOUDWATCH
 INVOCATIONS_PATH = "/invocations"
 PING_PATH = "/ping"
 STATS_PATH = "/_serving/stats"  # the supervisor's read of its container's counters and metric events
+SIGNATURE_PATH = "/_serving/signature"  # the gateway's read of a model's tensors (Open Inference metadata)
 # The tensorflow stack's TF Serving REST API for its own process's handlers (`context.rest_uri`), under a
 # per-process secret token: LOCAL_TFS_PATH/<token>/v1/models/<name>:predict, loopback callers only.
 LOCAL_TFS_PATH = "/_serving/tfs"
@@ -220,6 +243,9 @@ PREFERRED_BATCH_SIZES_ENV = "SERVING_PREFERRED_BATCH_SIZES"  # comma-separated s
 ALLOW_PICKLE_ENV = "SERVING_ALLOW_PICKLE"  # "true": load formats that run code when loaded
 SKLEARN_METHOD_ENV = "SERVING_SKLEARN_METHOD"  # predict | predict_proba | transform | decision_function
 TF_SIGNATURE_ENV = "SERVING_TF_SIGNATURE"  # the SavedModel signature to call
+# JSON {"inputs": [...], "outputs": [...]} ({"name", "datatype", "shape"} each): what Open Inference metadata says
+# of a model whose stack cannot (a python container, a script) or says it otherwise
+TENSOR_SIGNATURE_ENV = "SERVING_TENSOR_SIGNATURE"
 SKOPS_TRUSTED_TYPES_ENV = "SERVING_SKOPS_TRUSTED_TYPES"  # comma-separated exact type names
 SANDBOX_READ_ENV = "SERVING_SANDBOX_READ"  # os.pathsep-separated paths the container may also read
 SANDBOX_WRITE_ENV = "SERVING_SANDBOX_WRITE"  # ... and write (both: a spec's author only, never an API caller)

@@ -152,6 +152,9 @@ class ContainerTransport:
     def replica_count(self, endpoint: str, container: str) -> int:
         return len(self._replicas.get((endpoint, container), ()))
 
+    def replica_urls(self, endpoint: str, container: str) -> tuple[str, ...]:
+        return tuple(replica.url for replica in self._replicas.get((endpoint, container), ()))
+
     def _pick(self, replicas: list[Replica], home: str | None = None, avoid: Replica | None = None) -> Replica:
         start = next(self._turn) % len(replicas)
         ordered = replicas[start:] + replicas[:start]
@@ -273,6 +276,27 @@ class ContainerTransport:
                 if not held:
                     replica.in_flight -= 1
         raise ModelNotReadyError(f"container {container} of endpoint {endpoint} has no ready replica; retry shortly")
+
+    async def read(self, endpoint: str, container: str, path: str, timeout: float) -> HopResponse:
+        """GET `path` on one replica of the container, signed as a hop (its model's signature, say); raises
+        ModelNotReadyError when it has no replica, ModelError when the one asked does not answer."""
+        assert self._session is not None, "transport not started"
+        replicas = self._replicas.get((endpoint, container))
+        if not replicas:
+            raise ModelNotReadyError(
+                f"container {container} of endpoint {endpoint} has no ready replica; retry shortly"
+            )
+        headers = {"accept": protocol.JSON}  # sent as signed (aiohttp would add its own Accept)
+        if self._hop_key is not None:
+            headers.update(hops.sign(self._hop_key(endpoint, container), "GET", path, b"", headers))
+        try:
+            async with self._session.get(
+                self._pick(replicas).url + path, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout)
+            ) as response:
+                body = await response.read()
+                return HopResponse(response.status, body, response.headers.get("content-type"), None)
+        except aiohttp.ClientError as error:
+            raise _lost(container, error) from None
 
     async def _post(self, replica: Replica, body: bytes, headers: dict[str, str], timeout: float) -> HopResponse:
         host, port = replica.address

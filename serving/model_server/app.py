@@ -5,7 +5,8 @@ container, so the router reaches it with one plain HTTP hop instead of Ray Serve
 handle path (see docs/benchmarks/bench_invoke.md for the measurements behind this). With a hop key, every
 request but `/ping` must carry the gateway's signature for this container (`trust.hops`); anything
 else is refused with 403 and counted. `GET /_serving/stats` gives the replica's supervisor the
-counters and metric events it records on the container's behalf.
+counters and metric events it records on the container's behalf, `GET /_serving/signature` the gateway the
+model's tensors (Open Inference metadata).
 """
 
 from __future__ import annotations
@@ -99,6 +100,7 @@ class ContainerApp:
             [
                 Route(protocol.PING_PATH, self.ping, methods=["GET"]),
                 Route(protocol.STATS_PATH, self.stats, methods=["GET"]),
+                Route(protocol.SIGNATURE_PATH, self.signature, methods=["GET"]),
                 *([self.local_rest.route()] if self.local_rest is not None else []),
             ],
             hot=Route(protocol.INVOCATIONS_PATH, self.invoke, methods=["POST"]),
@@ -143,6 +145,16 @@ class ContainerApp:
             document["events"] = self.events.drain()
             document["dropped_events"] = self.events.dropped
         return json_response(document)
+
+    async def signature(self, request: Request) -> Response:
+        """The model's tensors and how to carry them (`Runtime.tensor_signature`), for Open Inference metadata;
+        a MultiModel container's models differ, so it names none."""
+        refusal = self._refusal(request, b"")
+        if refusal is not None:
+            return refusal
+        if self.runtime is None:
+            return json_response({"inputs": [], "outputs": [], "content_type": protocol.JSON, "accept": protocol.JSON})
+        return json_response({"platform": self.runtime.name, **self.runtime.tensor_signature()})
 
     def _custom_metrics(self) -> dict[str, float]:
         hook = self.runtime.hook("autoscaling_metrics") if self.runtime is not None else None

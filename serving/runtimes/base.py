@@ -13,6 +13,7 @@ stack's own defaults run (named, checked inputs; see docs/sagemaker-compatibilit
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import json
@@ -24,7 +25,15 @@ from typing import Any
 import numpy as np
 
 from serving.errors import ValidationError
-from serving.protocol import DEFAULT_ACCEPT_ENV, GPUS_ENV, PROGRAM_ENV, SUBMIT_DIRECTORY_ENV
+from serving.protocol import (
+    DEFAULT_ACCEPT_ENV,
+    GPUS_ENV,
+    JSON,
+    NPY,
+    PROGRAM_ENV,
+    SUBMIT_DIRECTORY_ENV,
+    TENSOR_SIGNATURE_ENV,
+)
 from serving.runtimes import codecs, toolkit
 from serving.runtimes.context import InvocationContext, system_properties
 from serving.runtimes.handler import HOOK_NAMES, UserCode, load_user_code
@@ -57,6 +66,8 @@ class Runtime:
     # True where this is the only model its process will load (a container process without MultiModel): a stack may
     # then leave out imports that only another model or a script could use (tensorflow: Keras' sklearn wrappers).
     only_model_in_process = False
+    # How an Open Inference request's one numeric tensor reaches the stack's own handlers, and the Accept it answers
+    tensor_types = (NPY, f"{NPY}, {JSON}")
 
     @classmethod
     def import_frameworks(cls) -> None:
@@ -94,6 +105,25 @@ class Runtime:
     def choose_accept(self, accept: str) -> str:
         """The response type the stack's own `output_fn` answers an Accept with; refuses one it cannot encode."""
         return codecs.choose_accept(accept)
+
+    def tensor_signature(self) -> dict[str, Any]:
+        """The model's tensors for Open Inference metadata: `{"inputs": [...], "outputs": [...]}`, each
+        `{"name", "datatype", "shape"}` (-1: any size), and the `content_type` / `accept` that carry one tensor to
+        and from it. The container's declaration (TENSOR_SIGNATURE_ENV) wins; else the stack's reading of the
+        loaded model (`model_tensors`), empty where a script's hooks decide (which then get JSON)."""
+        body, accept = (JSON, JSON) if self.scripted else self.tensor_types
+        signature: dict[str, Any] = {"inputs": [], "outputs": [], "content_type": body, "accept": accept}
+        declared = self.environment.get(TENSOR_SIGNATURE_ENV)
+        if declared:
+            return {**signature, **json.loads(declared)}  # checked when the spec was read (config.container)
+        if not self.scripted and self.model is not None:
+            with contextlib.suppress(Exception):  # a model the stack cannot describe is still served
+                signature.update(self.model_tensors(self.model))
+        return signature
+
+    def model_tensors(self, model: Any) -> dict[str, list[dict[str, Any]]]:
+        """What the stack can tell of a loaded model's inputs and outputs (override per stack)."""
+        return {"inputs": [], "outputs": []}
 
     def script_defaults(self) -> dict[str, Callable[..., Any]]:
         """The steps this stack's SageMaker container runs where a user's script leaves them out

@@ -19,6 +19,7 @@ from serving.runtimes.tensors import (
     cpu_threads,
     describe_array,
     gpu_share,
+    v2_tensor,
 )
 
 logger = logging.getLogger("serving.runtimes.onnx")
@@ -88,6 +89,16 @@ class OnnxRuntime(TensorRuntime):
                 np.dtype(ELEMENT_TYPES[node.type]) if node.type in ELEMENT_TYPES else None,
             )
             for node in model.get_inputs()
+        ]
+
+    def output_tensors(self, model: Any) -> list[dict[str, Any]]:
+        return [
+            v2_tensor(
+                node.name,
+                np.dtype(ELEMENT_TYPES[node.type]) if node.type in ELEMENT_TYPES else None,
+                None if node.shape is None else tuple(d if isinstance(d, int) and d >= 0 else None for d in node.shape),
+            )
+            for node in model.get_outputs()
         ]
 
     def run(self, model: Any, inputs: dict[str, np.ndarray]) -> Any:

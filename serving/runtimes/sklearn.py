@@ -13,6 +13,7 @@ from serving.protocol import SKLEARN_METHOD_ENV as METHOD_ENV
 from serving.runtimes import toolkit
 from serving.runtimes.base import Runtime
 from serving.runtimes.skops_trust import load_skops
+from serving.runtimes.tensors import v2_datatype
 
 SKOPS_NAMES = ("model.skops",)
 PICKLE_NAMES = ("model.joblib", "model.pkl", "model.pickle")
@@ -87,8 +88,26 @@ class SklearnRuntime(Runtime):
         array = array.astype(np.float32) if content_type in toolkit.UTF8_TYPES else array
         return array.reshape(1, -1) if array.ndim == 1 else array
 
+    def model_tensors(self, model: Any) -> dict[str, list[dict[str, Any]]]:
+        """One input of `n_features_in_` columns; the output by method: a classifier's labels, or floats."""
+        features = getattr(model, "n_features_in_", None)
+        inputs = [{"name": "input-0", "datatype": "FP64", "shape": [-1, features if features else -1]}]
+        method = self._method(model)
+        classes = getattr(model, "classes_", None)
+        output: dict[str, Any] = {"name": "output-0", "datatype": "FP64", "shape": [-1]}
+        if method == "predict" and classes is not None:
+            output["datatype"] = v2_datatype(np.asarray(classes).dtype)
+        elif method in ("predict_proba", "predict_log_proba", "decision_function") and classes is not None:
+            output["shape"] = [-1, len(classes)] if len(classes) > 2 or method != "decision_function" else [-1]
+        elif method == "transform":
+            output["shape"] = [-1, -1]
+        return {"inputs": inputs, "outputs": [output]}
+
+    def _method(self, model: Any) -> str:
+        return self.environment.get(METHOD_ENV) or ("predict" if hasattr(model, "predict") else "transform")
+
     def predict_fn(self, data: Any, model: Any) -> Any:
-        method = self.environment.get(METHOD_ENV) or ("predict" if hasattr(model, "predict") else "transform")
+        method = self._method(model)
         if not hasattr(model, method):
             raise AttributeError(f"{type(model).__name__} has no method {method!r} ({METHOD_ENV})")
         try:

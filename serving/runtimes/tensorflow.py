@@ -28,6 +28,7 @@ from serving.runtimes.tensors import (
     cpu_threads,
     describe_array,
     gpu_share,
+    v2_tensor,
 )
 from serving.runtimes.tf_import import import_keras, import_tensorflow
 
@@ -214,6 +215,15 @@ class TensorFlowRuntime(TensorRuntime):
         _, named = self._signature(model, signature).structured_input_signature
         return [
             InputSpec(name, tuple(spec.shape.as_list()) if spec.shape.rank is not None else None, _np_dtype(spec.dtype))
+            for name, spec in named.items()
+        ]
+
+    def output_tensors(self, model: Any) -> list[dict[str, Any]]:
+        if _is_keras(model):
+            return [v2_tensor(_keras_name(t), _np_dtype(t.dtype), tuple(t.shape)) for t in model.outputs]
+        named = self._signature(model).structured_outputs
+        return [
+            v2_tensor(name, _np_dtype(spec.dtype), tuple(spec.shape.as_list()) if spec.shape.rank is not None else None)
             for name, spec in named.items()
         ]
 

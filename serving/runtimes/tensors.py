@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from serving.protocol import CPUS_ENV, GPUS_ENV, THREADS_ENV
+from serving.protocol import CPUS_ENV, GPUS_ENV, THREADS_ENV, V2_DATATYPES
 from serving.runtimes import codecs
 from serving.runtimes.base import Runtime
 
@@ -173,6 +173,20 @@ def describe_array(array: np.ndarray) -> str:
     return f"{array.dtype.name} {list(array.shape)}"
 
 
+def v2_datatype(dtype: np.dtype) -> str:
+    """The Open Inference datatype of a NumPy dtype (text, bytes and objects: BYTES)."""
+    kinds = {np.dtype(value): key for key, value in V2_DATATYPES.items() if value != "object"}
+    return kinds.get(dtype, "BYTES")
+
+
+def v2_tensor(name: str, dtype: np.dtype | None, shape: tuple | None) -> dict[str, Any]:
+    """One tensor of Open Inference metadata; an unknown dtype is FP32 (what numbers become for these stacks),
+    an unknown rank one dimension of any size."""
+    datatype = "FP32" if dtype is None else v2_datatype(np.dtype(dtype))
+    dims = [-1] if shape is None else [-1 if d is None else int(d) for d in shape]
+    return {"name": name, "datatype": datatype, "shape": dims}
+
+
 class TensorRuntime(Runtime):
     """Defaults shared by the tensor stacks; subclasses load the model and run it on checked arrays."""
 
@@ -183,6 +197,14 @@ class TensorRuntime(Runtime):
     def run(self, model: Any, inputs: dict[str, np.ndarray]) -> Any:
         """Call the model; returns an array, or arrays by output name."""
         raise NotImplementedError
+
+    def output_tensors(self, model: Any) -> list[dict[str, Any]]:
+        """The model's outputs as Open Inference metadata, where the framework declares them."""
+        return []
+
+    def model_tensors(self, model: Any) -> dict[str, list[dict[str, Any]]]:
+        inputs = [v2_tensor(spec.name, spec.dtype, spec.shape) for spec in self.input_specs(model)]
+        return {"inputs": inputs, "outputs": self.output_tensors(model)}
 
     def predict_fn(self, data: Any, model: Any) -> Any:
         payload, response_key = split_request(data)

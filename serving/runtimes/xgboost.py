@@ -60,6 +60,7 @@ class XGBoostRuntime(Runtime):
 
     name = "xgboost"
     frameworks = ("xgboost", "scipy.sparse")
+    tensor_types = (CSV, CSV)  # the container reads no NPY
 
     def __init__(self, model_dir: Path | None, environment: Mapping[str, str]) -> None:
         super().__init__(model_dir, environment)
@@ -126,6 +127,16 @@ class XGBoostRuntime(Runtime):
         if not isinstance(loaded, xgboost.Booster):
             raise TypeError(f"{path.name} unpickles to {type(loaded).__name__}, not an XGBoost Booster")
         return loaded
+
+    def model_tensors(self, model: Any) -> dict[str, list[dict[str, Any]]]:
+        booster = model[0] if isinstance(model, list) else model
+        features = booster.num_features() if hasattr(booster, "num_features") else -1
+        classes = int(self.num_class or 0)
+        scores = [-1, classes] if classes > 1 and self.objective == "multi:softprob" else [-1]
+        return {
+            "inputs": [{"name": "input-0", "datatype": "FP32", "shape": [-1, features]}],
+            "outputs": [{"name": "output-0", "datatype": "FP32", "shape": scores}],
+        }
 
     # --- input_fn ------------------------------------------------------------------------------------------------
     def input_fn(self, body: bytes, content_type: str | None) -> Any:

@@ -120,3 +120,43 @@ def test_the_transport_signs_what_the_container_verifies(tmp_path) -> None:
         assert httpx.post(server.url + "/invocations", content=b"hello").status_code == 403
     finally:
         server.stop()
+
+
+def test_a_containers_tensor_signature_is_read_by_signed_hops_only(tmp_path) -> None:
+    # Open Inference metadata: the gateway reads a container's signature with a signed GET; anyone else gets 403.
+    import asyncio
+    import json
+
+    import httpx
+
+    from serving.gateway.transport import ContainerTransport
+    from serving.http.server import BackgroundServer
+    from serving.model_server.app import ContainerApp
+    from serving.runtimes import runtime_for
+
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "inference.py").write_text(ECHO_HANDLER)
+    declared = {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [-1]}], "outputs": []}
+    runtime = runtime_for("python", tmp_path, {protocol.TENSOR_SIGNATURE_ENV: json.dumps(declared)})
+    runtime.load()
+    server = BackgroundServer(ContainerApp(runtime, "echo", hop_key=keys.hop_key(ROOT, "e", "echo")), "127.0.0.1", 0)
+    assert server.wait_started()
+
+    async def read(root: bytes):
+        transport = ContainerTransport(default_limit=4, hop_key=lambda endpoint, container: keys.hop_key(root, endpoint, container))
+        await transport.start()
+        transport.update({("e", "echo"): [server.url]})
+        try:
+            return await transport.read("e", "echo", protocol.SIGNATURE_PATH, timeout=10)
+        finally:
+            await transport.close()
+
+    try:
+        answer = asyncio.run(read(ROOT))
+        assert answer.status == 200
+        assert json.loads(answer.body) == {"platform": "python", **declared, "content_type": "application/json",
+                                           "accept": "application/json"}  # a script: JSON both ways
+        assert asyncio.run(read(b"s" * 32)).status == 403  # another cluster's key
+        assert httpx.get(server.url + protocol.SIGNATURE_PATH).status_code == 403  # unsigned
+    finally:
+        server.stop()
