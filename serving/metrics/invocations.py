@@ -56,20 +56,21 @@ ACCESS_DECISIONS = Counter(
 INVOCATIONS = Counter(
     "serving_invocations",
     "InvokeEndpoint requests, counted once per container they were addressed to (Serial: each container of "
-    "the chain); model is the TargetModel of MultiModel containers.",
-    labelnames=("endpoint", "container", "model"),
+    "the chain); model is the TargetModel of MultiModel containers; protocol: sagemaker-runtime, or v2-rest "
+    "(Open Inference).",
+    labelnames=("endpoint", "container", "model", "protocol"),
     registry=REGISTRY,
 )
 ERRORS_4XX = Counter(
     "serving_invocation_4xx_errors",
     "InvokeEndpoint requests answered with a 4xx status (a ModelError: whose model answered 4xx).",
-    labelnames=("endpoint", "container", "model"),
+    labelnames=("endpoint", "container", "model", "protocol"),
     registry=REGISTRY,
 )
 ERRORS_5XX = Counter(
     "serving_invocation_5xx_errors",
     "InvokeEndpoint requests answered with a 5xx status (a ModelError: whose model answered 5xx).",
-    labelnames=("endpoint", "container", "model"),
+    labelnames=("endpoint", "container", "model", "protocol"),
     registry=REGISTRY,
 )
 CLIENT_ABORTS = Counter(
@@ -96,6 +97,10 @@ OVERHEAD_LATENCY = Histogram(
 )
 
 
+# The invocation metrics' `protocol` label: how a request arrived (the SageMaker Runtime API, Open Inference's REST)
+RUNTIME_API_LABEL, V2_REST_LABEL = "sagemaker-runtime", "v2-rest"
+
+
 @dataclass
 class InvocationTrace:
     """What the router learned about one request, filled in as it goes."""
@@ -109,6 +114,7 @@ class InvocationTrace:
     hops: list[tuple[str, float]] = field(default_factory=list)  # (container, seconds) of each completed hop
     failed_container: str | None = None  # the container an error names, if any
     body_read: bool = False  # the whole request body has arrived
+    protocol: str = RUNTIME_API_LABEL  # how the request arrived: the SageMaker Runtime API, or V2_REST_LABEL
 
 
 def record_invocation(trace: InvocationTrace, status: int, seconds: float) -> None:
@@ -122,10 +128,11 @@ def record_invocation(trace: InvocationTrace, status: int, seconds: float) -> No
     model = trace.model if trace.model and trace.model_confirmed else None
     label = lambda container: model if model and container in trace.multi_model else ""
     for container in containers:
-        INVOCATIONS.labels(endpoint, container, label(container)).inc()
+        INVOCATIONS.labels(endpoint, container, label(container), trace.protocol).inc()
     if status >= 400:  # counted once, on the container at fault, else the first one addressed
         at_fault = trace.failed_container if trace.failed_container in containers else containers[0]
-        (ERRORS_5XX if status >= 500 else ERRORS_4XX).labels(endpoint, at_fault, label(at_fault)).inc()
+        errors = ERRORS_5XX if status >= 500 else ERRORS_4XX
+        errors.labels(endpoint, at_fault, label(at_fault), trace.protocol).inc()
     spent = 0.0
     for container, hop_seconds in trace.hops:
         CONTAINER_LATENCY.labels(endpoint, container).observe(hop_seconds)

@@ -33,6 +33,7 @@ from serving.metrics.invocations import (
     DesiredReplicasCollector,
     ReplicaCountCollector,
 )
+from serving.open_inference.rest import OpenInferenceRoutes
 from serving.ray_wing.async_journal import HEARTBEAT_S, GcsJournal
 from serving.ray_wing.control_plane import start_control_plane
 from serving.ray_wing.gateway_count import autoscaling_config
@@ -100,10 +101,16 @@ class Gateway:
             describe=lambda name: self.board.descriptions.get(name),
         )
         api = api_routes(self.settings, self._dispatch_api, self.router.invocations.preauth_budget)
+        v2 = OpenInferenceRoutes(self.router.invocations, self.board.unroutable).routes()
         self.board.everywhere = self._applied_everywhere
         self._read_first_snapshot()
         app = serving_app(
-            self.board.routes() + control.routes() + self.router.routes() + [Route("/metrics", self._metrics)] + api,
+            self.board.routes()
+            + control.routes()
+            + self.router.routes()
+            + [Route("/metrics", self._metrics)]
+            + api
+            + v2,
             lifespan=self._lifespan,
             hot=self.router.hot_route(),
         )

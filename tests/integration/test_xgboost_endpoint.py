@@ -51,3 +51,23 @@ def test_algorithm_artifact_answers_csv_libsvm_and_errors(runtime, xgboost_model
         runtime.invoke_endpoint(EndpointName="it-xgboost", ContentType="application/x-recordio-protobuf", Body=b"\0")
     assert raised.value.response["OriginalStatusCode"] == 415
     assert "application/x-recordio-protobuf input is not supported" in raised.value.response["OriginalMessage"]
+
+
+def test_open_inference_metadata_and_infer_match_the_booster(server, xgboost_model):
+    # The xgboost stack reads no NPY: a V2 tensor reaches it as CSV rows, and its CSV answer returns as one tensor.
+    import numpy as np
+    import tritonclient.http as triton
+
+    _, booster, x = xgboost_model
+    rows = np.asarray(x[:5], dtype=np.float32)
+    client = triton.InferenceServerClient(server.url.removeprefix("http://"), network_timeout=30.0)
+    try:
+        metadata = client.get_model_metadata("it-xgboost")
+        assert metadata["platform"] == "xgboost"
+        assert metadata["inputs"] == [{"name": "input-0", "datatype": "FP32", "shape": [-1, booster.num_features()]}]
+        tensor = triton.InferInput("input-0", list(rows.shape), "FP32")
+        tensor.set_data_from_numpy(rows)
+        got = client.infer("it-xgboost", [tensor]).as_numpy("output-0")
+    finally:
+        client.close()
+    assert np.allclose(got, booster.predict(xgboost.DMatrix(rows)), rtol=1e-6)

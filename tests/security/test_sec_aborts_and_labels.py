@@ -26,6 +26,8 @@ from serving.metrics.invocations import REGISTRY
 
 
 def sample(name: str, **labels: str) -> float:
+    if name == "serving_invocations_total":  # InvokeEndpoint's calls (the label tells them from Open Inference's)
+        labels = {**labels, "protocol": "sagemaker-runtime"}
     return REGISTRY.get_sample_value(name, labels) or 0.0
 
 

@@ -41,11 +41,13 @@ class Deltas:
 
 
 def inv(endpoint: str, container: str, model: str = "") -> tuple[str, dict[str, str]]:
-    return "serving_invocations_total", {"endpoint": endpoint, "container": container, "model": model}
+    return "serving_invocations_total", {"endpoint": endpoint, "container": container, "model": model,
+                                         "protocol": "sagemaker-runtime"}
 
 
 def err(kind: str, endpoint: str, container: str, model: str = "") -> tuple[str, dict[str, str]]:
-    return f"serving_invocation_{kind}_errors_total", {"endpoint": endpoint, "container": container, "model": model}
+    return f"serving_invocation_{kind}_errors_total", {"endpoint": endpoint, "container": container, "model": model,
+                                                       "protocol": "sagemaker-runtime"}
 
 
 def hops(endpoint: str, container: str) -> tuple[str, dict[str, str]]:
@@ -114,9 +116,9 @@ def test_a_target_model_is_a_label_only_once_a_container_answered_for_it(status:
                             hops=[("multi", 0.01)], failed_container="multi" if status >= 400 else None,
                             model_confirmed=confirmed)
     labelled = confirmed
-    before = value("serving_invocations_total", endpoint="mm", container="multi", model=name)
+    before = value("serving_invocations_total", endpoint="mm", container="multi", model=name, protocol="sagemaker-runtime")
     record_invocation(trace, status, 0.02)
-    after = value("serving_invocations_total", endpoint="mm", container="multi", model=name)
+    after = value("serving_invocations_total", endpoint="mm", container="multi", model=name, protocol="sagemaker-runtime")
     assert after - before == (1 if labelled else 0)
 
 

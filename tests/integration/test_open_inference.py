@@ -1,0 +1,143 @@
+"""The Open Inference Protocol (V2) over REST, driven by Triton's own client (`tritonclient.http`): health,
+server and model metadata, infer with JSON and binary tensors on every stack, a Serial chain, a MultiModel
+container's models as versions, access policies, errors in the protocol's shape and the metrics' protocol label.
+Answers are compared with InvokeEndpoint's for the same rows."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import tritonclient.http as triton
+from tritonclient.utils import InferenceServerException
+
+pytestmark = pytest.mark.integration
+
+ENDPOINTS = ("it-direct", "it-serial", "it-fifteen", "it-multi", "it-secure")  # what `server` deploys for this module
+
+IRIS_ROWS = np.array([[5.1, 3.5, 1.4, 0.2], [7.0, 3.2, 4.7, 1.4], [6.3, 3.3, 6.0, 2.5]], dtype=np.float32)
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    client = triton.InferenceServerClient(server.url.removeprefix("http://"), network_timeout=30.0)
+    yield client
+    client.close()
+
+
+def infer(client, model: str, rows: np.ndarray, *, binary: bool = True, outputs=None, datatype: str = "FP32",
+          version: str = "", headers=None):
+    tensor = triton.InferInput("input-0", list(rows.shape), datatype)
+    tensor.set_data_from_numpy(rows, binary_data=binary)
+    return client.infer(model, [tensor], model_version=version, outputs=outputs, headers=headers)
+
+
+def test_health_and_server_metadata(client) -> None:
+    assert client.is_server_live() and client.is_server_ready()
+    metadata = client.get_server_metadata()
+    assert metadata["name"] == "serving" and "binary_tensor_data" in metadata["extensions"]
+
+
+@pytest.mark.parametrize("binary", [True, False], ids=["binary", "json"])
+def test_sklearn_container_answers_as_invoke_endpoint_does(server, client, binary: bool) -> None:
+    result = infer(client, "it-direct.iris", IRIS_ROWS, binary=binary,
+                   outputs=[triton.InferRequestedOutput("output-0", binary_data=binary)])
+    invoked = server.invoke("it-direct", IRIS_ROWS.tolist(), target="iris")
+    assert result.as_numpy("output-0").tolist() == invoked.json() == [0, 1, 2]
+    assert result.get_output("output-0")["datatype"] == "INT64"
+
+
+def test_model_metadata_and_readiness_from_the_loaded_model(client) -> None:
+    metadata = client.get_model_metadata("it-direct.wine")
+    assert metadata["platform"] == "sklearn" and metadata["versions"] == ["1"]
+    assert metadata["inputs"] == [{"name": "input-0", "datatype": "FP64", "shape": [-1, 13]}]
+    assert metadata["outputs"] == [{"name": "output-0", "datatype": "FP64", "shape": [-1, 3]}]  # predict_proba
+    assert client.is_model_ready("it-direct.wine")
+    assert not client.is_model_ready("it-direct.no-such-container")
+
+
+# Each stack of it-fifteen through Triton's client: metadata from the loaded model, the answer InvokeEndpoint gives.
+STACKS = {"sklearn-iris": "sklearn", "pytorch-script": "pytorch", "tensorflow-keras": "tensorflow",
+          "onnx-iris": "onnx", "python-rules": "python"}
+
+
+@pytest.mark.parametrize("container", STACKS)
+def test_every_stack(server, client, container: str) -> None:
+    model = f"it-fifteen.{container}"
+    metadata = client.get_model_metadata(model)
+    assert metadata["platform"] == STACKS[container]
+    if container in ("onnx-iris", "tensorflow-keras", "pytorch-script"):
+        assert metadata["inputs"] and metadata["inputs"][0]["shape"][-1] in (4, -1), metadata
+    result = infer(client, model, IRIS_ROWS)
+    output = result.get_response()["outputs"][0]["name"]
+    got = result.as_numpy(output)
+    invoked = server.invoke("it-fifteen", IRIS_ROWS.tolist(), target=container).json()
+    if container == "python-rules":  # labels: a BYTES tensor
+        assert [item.decode() for item in got.reshape(-1)] == invoked
+    elif container == "tensorflow-keras":  # TF Serving's {"predictions": ...}
+        assert np.allclose(got, np.asarray(invoked["predictions"]), atol=1e-5)
+    else:
+        assert np.allclose(got, np.asarray(invoked), atol=1e-5)
+
+
+def test_serial_chain_is_one_model(server, client) -> None:
+    metadata = client.get_model_metadata("it-serial")
+    assert metadata["inputs"][0]["shape"] == [-1, 4]  # the first container's
+    result = infer(client, "it-serial", IRIS_ROWS[[0, 2]].astype(np.float64), datatype="FP64")
+    labels = [item.decode() for item in result.as_numpy("labels").reshape(-1)]
+    assert labels == server.invoke("it-serial", IRIS_ROWS[[0, 2]].tolist()).json()["labels"] == ["setosa", "virginica"]
+
+
+def test_int64_input_and_a_requested_output(client) -> None:
+    rows = np.array([[5, 3, 1, 0], [6, 3, 6, 2]], dtype=np.int64)
+    result = infer(client, "it-direct.iris", rows, datatype="INT64", outputs=[triton.InferRequestedOutput("output-0")])
+    assert result.as_numpy("output-0").tolist() == [0, 2]
+    with pytest.raises(InferenceServerException, match="'scores' is not an output"):
+        infer(client, "it-direct.iris", rows, datatype="INT64", outputs=[triton.InferRequestedOutput("scores")])
+
+
+def test_multimodel_models_are_versions(client) -> None:
+    result = infer(client, "it-multi.local", IRIS_ROWS[[0, 2]], version="iris-3.tar.gz")
+    assert result.as_numpy("output-0").tolist() == [0, 2]
+    with pytest.raises(InferenceServerException, match="the model version .* is required: container local"):
+        infer(client, "it-multi.local", IRIS_ROWS)
+
+
+def test_errors_in_the_protocols_shape_and_the_server_keeps_serving(server, client) -> None:
+    bad = {"inputs": [{"name": "input-0", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3]}]}
+    response = server.http.post("/v2/models/it-direct.iris/infer", json=bad)
+    assert response.status_code == 400 and "inputs[0].data: 3 elements given for shape [1, 4]" in response.json()["error"]
+    response = server.http.post("/v2/models/no-such-endpoint/infer", json=bad)
+    assert response.status_code == 400 and "no-such-endpoint" in response.json()["error"]
+    response = server.http.post("/v2/models/it-direct.faulty/infer",
+                                json={"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [1]}]})
+    assert response.status_code == 424 and "faulty" in response.json()["error"]
+    assert infer(client, "it-direct.iris", IRIS_ROWS).as_numpy("output-0").tolist() == [0, 1, 2]
+
+
+def test_access_policies_decide_per_container(client, access_callers) -> None:
+    key = {"Authorization": f"Bearer {access_callers['batch-job']['ApiKey']}"}  # all-but-special.json
+    rows = IRIS_ROWS[:1].astype(np.float64)
+    assert infer(client, "it-secure.common-wine", np.zeros((1, 13)), datatype="FP64", headers=key).as_numpy("output-0").size == 1
+    with pytest.raises(InferenceServerException, match="not authorized|denied|AccessDenied") as denied:
+        infer(client, "it-secure.special-labels", rows, datatype="FP64", headers=key)
+    assert "403" in str(denied.value.status())
+    with pytest.raises(InferenceServerException):
+        infer(client, "it-secure.common-wine", rows, datatype="FP64")  # no credentials at all
+    with pytest.raises(InferenceServerException):
+        client.get_model_metadata("it-secure.special-labels", headers=key)
+
+
+def test_counted_with_the_protocol_label(server, client) -> None:
+    def counted() -> float:
+        text = server.http.get("/metrics").text
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith("serving_invocations_total{") and 'endpoint="it-direct"' in line
+                   and 'container="wine"' in line and 'protocol="v2-rest"' in line)
+
+    before = counted()
+    for _ in range(3):
+        infer(client, "it-direct.wine", np.zeros((2, 13)), datatype="FP64")
+    assert counted() == before + 3
+    assert json.loads(server.http.get("/v2/health/live").text) == {"live": True}
