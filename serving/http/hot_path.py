@@ -1,14 +1,14 @@
-"""One route served without Starlette's middleware stack: the route every invocation takes.
+"""The invocation routes served without Starlette's middleware stack.
 
 Starlette's two exception middlewares, its route walk and the route's exception wrapper, each wrapping `send` again,
 cost CPU on every invocation, in the gateway and in each container (docs/benchmarks/bench_hot_path.md). `HotPath`
-hands the invocation route straight to its handler and answers what it raises with the app's own exception handlers,
+hands an invocation route (InvokeEndpoint's, Open Inference's infer) straight to its handler and answers what it raises with the app's own exception handlers,
 so the answers are the app's own; every other request, and every other scope type, goes to the app unchanged.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from starlette.applications import Starlette
@@ -18,34 +18,34 @@ from starlette.types import Receive, Scope, Send
 
 
 class HotPath:
-    """ASGI app: `route` served directly, anything else by `app` (whose first route `route` must be).
+    """ASGI app: `routes` served directly, anything else by `app` (whose first routes they must be, in this order).
 
-    Being first, the route is what the app would have chosen for every request taken here. What sending the
+    Being first, a hot route is what the app would have chosen for every request taken here. What sending the
     answer raises is left to the server, as Starlette would once the answer has started: the hot routes answer
     with a plain `Response`, whose only failure is a connection gone, where no answer can arrive."""
 
-    def __init__(self, app: Starlette, route: Route, handlers: Mapping[Any, Callable]) -> None:
-        if not app.routes or app.routes[0] is not route:
-            raise ValueError("the hot route must be the app's first route")
+    def __init__(self, app: Starlette, routes: Sequence[Route], handlers: Mapping[Any, Callable]) -> None:
+        if list(app.routes[: len(routes)]) != list(routes):
+            raise ValueError("the hot routes must be the app's first routes")
         self.app = app
-        self.route = route
-        self.endpoint = route.endpoint
+        self.routes = tuple(routes)
         self.handlers = handlers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            match, child = self.route.matches(scope)
-            if match is Match.FULL:
-                scope["app"] = self.app
-                scope.update(child)
-                await self._serve(scope, receive, send)
-                return
+            for route in self.routes:
+                match, child = route.matches(scope)
+                if match is Match.FULL:
+                    scope["app"] = self.app
+                    scope.update(child)
+                    await self._serve(route.endpoint, scope, receive, send)
+                    return
         await self.app(scope, receive, send)
 
-    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _serve(self, endpoint: Callable, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive, send)
         try:
-            response = await self.endpoint(request)
+            response = await endpoint(request)
         except Exception as error:
             handler = self._handler(error)
             if handler is None:

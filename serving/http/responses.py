@@ -79,8 +79,11 @@ EXCEPTION_HANDLERS: dict[Any, Callable] = {
 }
 
 
-def serving_app(routes: Sequence[BaseRoute], lifespan: Callable | None = None, hot: Route | None = None) -> ASGIApp:
-    """A Starlette app whose errors leave in the documented shape. `hot`: the route that carries invocations,
+def serving_app(
+    routes: Sequence[BaseRoute], lifespan: Callable | None = None, hot: Route | Sequence[Route] = ()
+) -> ASGIApp:
+    """A Starlette app whose errors leave in the documented shape. `hot`: the routes that carry invocations,
     served ahead of Starlette's middleware and route walk (`http.hot_path`), with the same answers."""
-    app = Starlette(routes=[*([hot] if hot else []), *routes], lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
-    return HotPath(app, hot, EXCEPTION_HANDLERS) if hot is not None else app
+    fast = [hot] if isinstance(hot, Route) else list(hot)
+    app = Starlette(routes=[*fast, *routes], lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
+    return HotPath(app, fast, EXCEPTION_HANDLERS) if fast else app

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import orjson
 
 from serving.errors import ValidationError
 from serving.open_inference import datatypes
@@ -50,8 +51,8 @@ def parse_request(body: bytes, header_length: str | None) -> InferRequest:
     else:
         head, binary = raw, raw[len(raw) :]
     try:
-        document = json.loads(bytes(head))
-    except (ValueError, RecursionError) as error:
+        document = orjson.loads(head)
+    except orjson.JSONDecodeError as error:
         raise ValidationError(f"the inference request is not valid JSON: {error}") from None
     if not isinstance(document, dict):
         raise ValidationError("the inference request must be a JSON object")
@@ -121,13 +122,17 @@ def container_body(request: InferRequest, body_type: str) -> tuple[bytes, str]:
     values = {name: _jsonable(array) for name, array in request.inputs}
     # several inputs: TF Serving's columnar document, which every stack reads by input name
     document = next(iter(values.values())) if len(values) == 1 else {"inputs": values}
-    return json.dumps(document, separators=(",", ":")).encode(), JSON
+    return orjson.dumps(document, option=orjson.OPT_SERIALIZE_NUMPY), JSON
 
 
 def _jsonable(array: np.ndarray) -> Any:
     if array.dtype == object:
-        return np.vectorize(lambda item: item.decode("utf-8", "replace"), otypes=[object])(array).tolist()
-    return array.tolist()
+        return (
+            [item.decode("utf-8", "replace") for item in array.reshape(-1)]
+            if array.ndim <= 1
+            else [_jsonable(row) for row in array]
+        )
+    return np.ascontiguousarray(array)
 
 
 def answer_tensors(body: bytes, content_type: str | None, names: list[str]) -> list[tuple[str, np.ndarray]]:
@@ -147,8 +152,8 @@ def answer_tensors(body: bytes, content_type: str | None, names: list[str]) -> l
             pass  # not numbers: passed on as bytes below
     elif kind == JSON:
         try:
-            value = json.loads(body)
-        except ValueError:
+            value = orjson.loads(body)
+        except orjson.JSONDecodeError:
             value = None
         if isinstance(value, dict) and list(value) == ["outputs"] and isinstance(value["outputs"], dict):
             value = next(iter(value.values()))  # TF Serving's {"outputs": {name: ...}}
@@ -209,7 +214,7 @@ def encode_response(
     if request.id is not None:
         response["id"] = request.id
     response["outputs"] = documents
-    head = json.dumps(response, separators=(",", ":")).encode()
+    head = orjson.dumps(response, option=orjson.OPT_SERIALIZE_NUMPY)
     if not blobs:
         return head, {"content-type": JSON}
     return b"".join([head, *blobs]), {"content-type": OCTET_STREAM, V2_HEADER_LENGTH: str(len(head))}

@@ -35,6 +35,7 @@ from serving.open_inference import codec
 from serving.open_inference.signatures import Signatures
 
 SINGLE_MODEL_VERSION = "1"  # the one version of a SingleModel container's model
+_MODEL, _VERSIONED = "/v2/models/{model}", "/v2/models/{model}/versions/{version}"
 
 
 def _version() -> str:
@@ -53,19 +54,22 @@ class OpenInferenceRoutes:
         self.unroutable = unroutable
         self.server = {"name": "serving", "version": _version(), "extensions": list(protocol.V2_EXTENSIONS)}
 
+    def hot_routes(self) -> list[Route]:
+        """Infer, which the app serves ahead of its middleware stack (`http.hot_path`), as InvokeEndpoint."""
+        return [Route(f"{path}/infer", self.infer, methods=["POST"]) for path in (_MODEL, _VERSIONED)]
+
     def routes(self) -> list[Route]:
-        v2, model, versioned = protocol.V2_PREFIX, "/v2/models/{model}", "/v2/models/{model}/versions/{version}"
+        v2 = protocol.V2_PREFIX
         return [
             Route(v2, self.server_metadata, methods=["GET"]),
             Route(f"{v2}/health/live", self.live, methods=["GET"]),
             Route(f"{v2}/health/ready", self.ready, methods=["GET"]),
             *[
                 route
-                for path in (model, versioned)
+                for path in (_MODEL, _VERSIONED)
                 for route in (
                     Route(path, self.model_metadata, methods=["GET"]),
                     Route(f"{path}/ready", self.model_ready, methods=["GET"]),
-                    Route(f"{path}/infer", self.infer, methods=["POST"]),
                 )
             ],
         ]

@@ -101,7 +101,7 @@ class Gateway:
             describe=lambda name: self.board.descriptions.get(name),
         )
         api = api_routes(self.settings, self._dispatch_api, self.router.invocations.preauth_budget)
-        v2 = OpenInferenceRoutes(self.router.invocations, self.board.unroutable).routes()
+        v2 = OpenInferenceRoutes(self.router.invocations, self.board.unroutable)
         self.board.everywhere = self._applied_everywhere
         self._read_first_snapshot()
         app = serving_app(
@@ -110,9 +110,9 @@ class Gateway:
             + self.router.routes()
             + [Route("/metrics", self._metrics)]
             + api
-            + v2,
+            + v2.routes(),
             lifespan=self._lifespan,
-            hot=self.router.hot_route(),
+            hot=[self.router.hot_route(), *v2.hot_routes()],
         )
         self.server = BackgroundServer(
             app, self.settings.host, self.settings.port, HttpLimits.from_settings(self.settings), reuse_port=True

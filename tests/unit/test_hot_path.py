@@ -91,5 +91,5 @@ def test_a_bug_is_answered_and_still_raised_for_the_server_to_log() -> None:
 def test_the_hot_route_must_come_first() -> None:
     hot = Route("/endpoints/{name}/invocations", invoke, methods=["POST"])
     app = serving_app([Route("/endpoints/{name}/invocations", other, methods=["POST"])])
-    with pytest.raises(ValueError, match="first route"):
-        HotPath(app, hot, {})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="first routes"):
+        HotPath(app, [hot], {})  # type: ignore[arg-type]
