@@ -20,6 +20,7 @@ import orjson
 from serving.errors import ValidationError
 from serving.open_inference import datatypes
 from serving.protocol import CSV, JSON, NPY, OCTET_STREAM, V2_HEADER_LENGTH
+from serving.runtimes.codecs import npy_decode, npy_encode
 
 DEFAULT_OUTPUT = "output-0"  # the name of a model's one output where the model does not name it
 
@@ -113,9 +114,7 @@ def container_body(request: InferRequest, body_type: str) -> tuple[bytes, str]:
     if len(request.inputs) == 1 and request.inputs[0][1].dtype != object:
         array = request.inputs[0][1]
         if body_type == NPY:
-            buffer = io.BytesIO()
-            np.save(buffer, array, allow_pickle=False)
-            return buffer.getvalue(), NPY
+            return npy_encode(array), NPY
         if body_type == CSV and array.ndim <= 2:
             rows = array.reshape(-1, 1) if array.ndim <= 1 else array
             return "".join(",".join(map(str, row)) + "\n" for row in rows.tolist()).encode(), CSV
@@ -142,7 +141,7 @@ def answer_tensors(body: bytes, content_type: str | None, names: list[str]) -> l
     single = names[0] if len(names) == 1 else DEFAULT_OUTPUT
     if kind == NPY:
         try:
-            return [(single, np.load(io.BytesIO(body), allow_pickle=False))]
+            return [(single, npy_decode(body))]
         except ValueError:
             pass  # not an array NumPy reads without pickles: passed on as bytes below
     elif kind == CSV:
