@@ -22,6 +22,8 @@ from serving.protocol import (  # container settings read from its Environment
     MODEL_MEMORY_ENV,
     NAME_PATTERN,
     PREFERRED_BATCH_SIZES_ENV,
+    TENSOR_SIGNATURE_ENV,
+    V2_DATATYPES,
 )
 from serving.runtimes import (
     STACKS as KNOWN_IMAGES,  # one module per stack, none imported here
@@ -234,6 +236,14 @@ class ContainerSpec(Document):
             )
         return environment
 
+    @field_validator("Environment")
+    @classmethod
+    def _tensor_signature_is_one(cls, environment: dict[str, str]) -> dict[str, str]:
+        declared = environment.get(TENSOR_SIGNATURE_ENV)
+        if declared is not None:
+            check_tensor_signature(declared)
+        return environment
+
     @field_validator("ModelDataUrl")
     @classmethod
     def _resolve_model_data(cls, url: str | None, info: ValidationInfo) -> str | None:
@@ -345,3 +355,26 @@ class ContainerSpec(Document):
     def replicas(self) -> int:
         """Replicas started with the container (autoscaling starts at its minimum)."""
         return self.AutoScaling.MinCapacity if self.AutoScaling else 1
+
+
+def check_tensor_signature(declared: str) -> None:
+    """Refuse a TENSOR_SIGNATURE_ENV that Open Inference metadata could not show: JSON `{"inputs": [...], "outputs":
+    [...]}`, each tensor `{"name": str, "datatype": a V2 datatype, "shape": [int >= -1, ...]}`."""
+    import json
+
+    try:
+        document = json.loads(declared)
+    except ValueError as error:
+        raise ValueError(f"Environment {TENSOR_SIGNATURE_ENV} is not JSON: {error}") from None
+    if not isinstance(document, dict) or not set(document) <= {"inputs", "outputs"}:
+        raise ValueError(f'Environment {TENSOR_SIGNATURE_ENV} must be {{"inputs": [...], "outputs": [...]}}')
+    for side, tensors in document.items():
+        for index, tensor in enumerate(tensors if isinstance(tensors, list) else [None]):
+            where = f"Environment {TENSOR_SIGNATURE_ENV} {side}[{index}]"
+            if not isinstance(tensor, dict) or set(tensor) != {"name", "datatype", "shape"}:
+                raise ValueError(f'{where}: {{"name", "datatype", "shape"}} expected')
+            shape = tensor["shape"]
+            if not isinstance(tensor["name"], str) or tensor["datatype"] not in (*V2_DATATYPES, "BF16"):
+                raise ValueError(f"{where}: a name and one of the datatypes {', '.join(V2_DATATYPES)}, BF16")
+            if not isinstance(shape, list) or not all(type(d) is int and d >= -1 for d in shape):
+                raise ValueError(f"{where}: shape must be a list of integers, -1 for any size")

@@ -430,3 +430,19 @@ def test_idempotent_comes_from_the_environment(value: str | None, idempotent: bo
     assert parse_spec(endpoint(container(Environment=environment))).Containers[0].idempotent is idempotent
     with pytest.raises(SpecError, match="SERVING_IDEMPOTENT must be true or false"):
         parse_spec(endpoint(container(Environment={"SERVING_IDEMPOTENT": "maybe"})))
+
+
+@pytest.mark.parametrize(("declared", "words"), [
+    ("not json", "is not JSON"),
+    ('{"inputs": [], "extra": 1}', '"inputs": [...], "outputs": [...]'),
+    ('{"inputs": [{"name": "x", "datatype": "FLOAT", "shape": [1]}]}', "inputs[0]: a name and one of the datatypes"),
+    ('{"outputs": [{"name": "y", "datatype": "FP32", "shape": [-2]}]}', "outputs[0]: shape must be"),
+    ('{"inputs": {"name": "x"}}', "inputs[0]"),
+])
+def test_a_tensor_signature_declaration_must_be_one(declared: str, words: str) -> None:
+    # Open Inference metadata shows it as it is: refused when the spec is read, naming the variable and the tensor.
+    with pytest.raises(SpecError, match="SERVING_TENSOR_SIGNATURE") as refused:
+        parse_spec(endpoint(container(Environment={"SERVING_TENSOR_SIGNATURE": declared})))
+    assert words in str(refused.value)
+    accepted = '{"inputs": [{"name": "text", "datatype": "BYTES", "shape": [-1]}], "outputs": []}'
+    assert parse_spec(endpoint(container(Environment={"SERVING_TENSOR_SIGNATURE": accepted})))
