@@ -10,6 +10,7 @@ in the same metrics with `protocol="v2-rest"`. Errors leave in the protocol's sh
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable
 from importlib import metadata
@@ -34,6 +35,7 @@ from serving.metrics.invocations import V2_REST_LABEL, InvocationTrace, record_c
 from serving.open_inference import codec
 from serving.open_inference.signatures import Signatures
 
+logger = logging.getLogger("serving.open_inference")
 SINGLE_MODEL_VERSION = "1"  # the one version of a SingleModel container's model
 _MODEL, _VERSIONED = "/v2/models/{model}", "/v2/models/{model}/versions/{version}"
 
@@ -142,6 +144,7 @@ class OpenInferenceRoutes:
         except ServingError as error:
             response, counted = _error(error), error.counted_status
         except Exception:  # a bug of ours: the documented shape, and keep serving
+            logger.exception("Open Inference call failed inside the gateway")
             response = _error(InternalFailureError("internal failure in the Open Inference route"))
         record_invocation(trace, counted or response.status_code, time.perf_counter() - started)
         return response
