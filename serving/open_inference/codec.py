@@ -20,7 +20,7 @@ import orjson
 from serving.errors import ValidationError
 from serving.open_inference import datatypes
 from serving.protocol import CSV, JSON, NPY, OCTET_STREAM, V2_HEADER_LENGTH
-from serving.runtimes.codecs import npy_decode, npy_encode
+from serving.runtimes.codecs import encode, npy_decode, npy_encode
 
 DEFAULT_OUTPUT = "output-0"  # the name of a model's one output where the model does not name it
 
@@ -116,8 +116,7 @@ def container_body(request: InferRequest, body_type: str) -> tuple[bytes, str]:
         if body_type == NPY:
             return npy_encode(array), NPY
         if body_type == CSV and array.ndim <= 2:
-            rows = array.reshape(-1, 1) if array.ndim <= 1 else array
-            return "".join(",".join(map(str, row)) + "\n" for row in rows.tolist()).encode(), CSV
+            return encode(array, CSV)  # the rows a CSV answer of this server's stacks carries
     values = {name: _jsonable(array) for name, array in request.inputs}
     # several inputs: TF Serving's columnar document, which every stack reads by input name
     document = next(iter(values.values())) if len(values) == 1 else {"inputs": values}

@@ -9,7 +9,6 @@ in the same metrics with `protocol="v2-rest"`. Errors leave in the protocol's sh
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from serving.errors import (
 )
 from serving.gateway.invocation import Admission, InvocationRequest, Invocations
 from serving.gateway.router import raw_request
+from serving.http.responses import json_response
 from serving.metrics.invocations import V2_REST_LABEL, InvocationTrace, record_client_abort, record_invocation
 from serving.open_inference import codec
 from serving.open_inference.signatures import Signatures
@@ -78,15 +78,15 @@ class OpenInferenceRoutes:
 
     # --- server ---------------------------------------------------------------------------------------------
     async def server_metadata(self, request: Request) -> Response:
-        return _json(self.server)
+        return json_response(self.server)
 
     async def live(self, request: Request) -> Response:
-        return _json({"live": True})
+        return json_response({"live": True})
 
     async def ready(self, request: Request) -> Response:
         """Ready as GET /ping is: every endpoint this gateway must serve is routable from it."""
         reasons = self.unroutable()
-        return _json({"ready": True}) if not reasons else _error(ServiceUnavailableError("; ".join(reasons)))
+        return json_response({"ready": True}) if not reasons else _error(ServiceUnavailableError("; ".join(reasons)))
 
     # --- one model ------------------------------------------------------------------------------------------
     async def model_metadata(self, request: Request) -> Response:
@@ -102,7 +102,7 @@ class OpenInferenceRoutes:
                 "inputs": first["inputs"],
                 "outputs": last["outputs"],
             }
-            return _json(document)
+            return json_response(document)
         except ServingError as error:
             return _error(error)
 
@@ -114,7 +114,7 @@ class OpenInferenceRoutes:
             idle = [c for c in admission.chain if transport.replica_count(admission.endpoint.name, c) == 0]
             if idle:
                 raise ModelNotReadyError(f"model {name}: no ready replica of {', '.join(idle)}")
-            return _json({"name": name, "ready": True})
+            return json_response({"name": name, "ready": True})
         except ServingError as error:
             return _error(error)
 
@@ -184,10 +184,6 @@ def _invocation(request: Request, endpoint: str, headers: Headers | None = None)
     )
 
 
-def _json(document: Any, status: int = 200) -> Response:
-    return Response(json.dumps(document).encode(), status_code=status, media_type=protocol.JSON)
-
-
 def _error(error: ServingError) -> Response:
     """The protocol's error shape, with the status InvokeEndpoint would answer."""
-    return _json({"error": error.message}, error.status)
+    return json_response({"error": error.message}, error.status)
