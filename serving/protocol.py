@@ -92,6 +92,7 @@ V2_DATATYPES = {
     "BYTES": "object",
 }
 V2_EXTENSIONS = ("binary_tensor_data",)  # what GET /v2 says this server supports
+V2_GRPC_SERVICE = "inference.GRPCInferenceService"  # the gRPC service's full name: its methods' path prefix
 
 # --- media types ----------------------------------------------------------------------------------------
 JSON = "application/json"

@@ -37,6 +37,25 @@ class ServerSettings(BaseSettings):
         "(SO_REUSEPORT), so that routing can use more than one core of a node. At most the node's CPUs.",
     )
     max_payload_mb: float = Field(6.0, gt=0, description="Largest request body accepted, in MB (SageMaker: 6).")
+    grpc_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="Port of the Open Inference Protocol's gRPC service on every gateway, at --host "
+        "(docs/open-inference-protocol.md); None: no gRPC listener. The gateways of a node share it as they share "
+        "--port.",
+    )
+    grpc_tls_cert: str | None = Field(
+        None, description="PEM certificate chain the gRPC listener presents (with grpc_tls_key); None: plaintext."
+    )
+    grpc_tls_key: str | None = Field(None, description="PEM private key of grpc_tls_cert.")
+    grpc_max_concurrent_rpcs: int = Field(
+        64,
+        ge=1,
+        description="gRPC calls one gateway runs at once; more are refused with RESOURCE_EXHAUSTED. A call's "
+        "message (at most max_payload_mb) is read whole before its model names whose credentials to check, so "
+        "this bounds what unauthenticated callers can make a gateway hold (64 x 6 MB).",
+    )
     invocation_timeout_s: float = Field(
         60.0,
         gt=0,
@@ -185,6 +204,14 @@ class ServerSettings(BaseSettings):
                 f"preauth_body_budget_mb ({self.preauth_body_budget_mb:g}) must be at least max_payload_mb "
                 f"({self.max_payload_mb:g}): a signed request of the largest payload could never be verified"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _grpc_tls_whole(self) -> ServerSettings:
+        if (self.grpc_tls_cert is None) != (self.grpc_tls_key is None):
+            raise ValueError("grpc_tls_cert and grpc_tls_key go together: a certificate needs its private key")
+        if self.grpc_tls_cert is not None and self.grpc_port is None:
+            raise ValueError("grpc_tls_cert is given but grpc_port is not: there is no gRPC listener to secure")
         return self
 
     @property

@@ -660,11 +660,12 @@ def sagemaker_scripts_spec(models: dict[str, Path]) -> dict:
 
 
 class Server:
-    """The running endpoint server: its URL and an HTTP client."""
+    """The running endpoint server: its URL and an HTTP client; its gRPC port's address and the CA that signed it."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, grpc_target: str = "", grpc_ca: Path | None = None) -> None:
         self.url = url
         self.http = httpx.Client(base_url=url, timeout=30)
+        self.grpc_target, self.grpc_ca = grpc_target, grpc_ca
 
     def invoke(self, endpoint: str, body, *, target: str | None = None, content_type: str = "application/json",
                headers: dict | None = None) -> httpx.Response:
@@ -704,12 +705,42 @@ CATALOGUE = {
 EXPECTED_TO_FAIL = {"it-broken"}  # its `broken` container's model never loads: the endpoint settles Failed
 
 
+def self_signed_certificate(folder: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and localhost, and its key (PEM files): the session's gRPC port serves TLS."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.UTC)
+    names = [x509.DNSName("localhost"), x509.IPAddress(__import__("ipaddress").ip_address("127.0.0.1"))]
+    certificate = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1)).add_extension(x509.SubjectAlternativeName(names), False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True).sign(key, hashes.SHA256())
+    )
+    cert, key_file = folder / "grpc-cert.pem", folder / "grpc-key.pem"
+    cert.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    key_file.chmod(0o600)
+    return cert, key_file
+
+
 @pytest.fixture(scope="session")
-def ray_server():
-    """Embedded Ray and the endpoint server, with no endpoints (the modules' `server` fixtures deploy them)."""
+def ray_server(tmp_path_factory):
+    """Embedded Ray and the endpoint server, with no endpoints (the modules' `server` fixtures deploy them); its
+    gRPC port serves TLS with a certificate of this session's."""
     from serving.ray_wing import EmbeddedServer
 
-    settings = ServerSettings(port=0, max_payload_mb=1.0, invocation_timeout_s=3.0)
+    cert, key = self_signed_certificate(tmp_path_factory.mktemp("grpc-tls"))
+    settings = ServerSettings(port=0, max_payload_mb=1.0, invocation_timeout_s=3.0, grpc_port=0,
+                              grpc_tls_cert=str(cert), grpc_tls_key=str(key))
     # The gateway reads and writes it-async's objects with its own credentials: those of the environment
     # Ray starts with (the local S3 server accepts any).
     with pytest.MonkeyPatch.context() as environment:
@@ -717,6 +748,7 @@ def ray_server():
             environment.setenv(key, value)
         with EmbeddedServer([], settings, num_cpus=2, wait=False, ready_timeout_s=READY_TIMEOUT_S) as embedded:
             embedded.running = set()  # catalogue endpoints deployed now
+            embedded.grpc_ca = cert
             yield embedded
 
 
@@ -750,7 +782,7 @@ def server(request, ray_server):
                 ray_server.delete(name)
                 ray_server.running.discard(name)
             pytest.fail(f"endpoints not ready after {READY_TIMEOUT_S} s: {readiness.explain()}")
-    running = Server(ray_server.url)
+    running = Server(ray_server.url, f"127.0.0.1:{ray_server.settings.grpc_port}", ray_server.grpc_ca)
     yield running
     running.http.close()
     module = request.node.nodeid

@@ -123,7 +123,12 @@ def _api_settings(args: argparse.Namespace, port: int) -> dict[str, str | None]:
 
 
 def _settings(args: argparse.Namespace, address: str | None) -> ServerSettings:
-    given = {"host": args.host, "port": args.port, "gateways_per_node": getattr(args, "gateways_per_node", None)}
+    given = {
+        "host": args.host,
+        "port": args.port,
+        "gateways_per_node": getattr(args, "gateways_per_node", None),
+        **{name: getattr(args, name, None) for name in ("grpc_port", "grpc_tls_cert", "grpc_tls_key")},
+    }
     overrides: dict = {k: v for k, v in given.items() if v is not None}
     overrides.update(_api_settings(args, overrides.get("port", int(os.environ.get("SERVING_PORT", 8080)))))
     if args.allow_anonymous:
@@ -224,6 +229,9 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 def _serve(server, specs: list[EndpointSpec], warning: str | None, stop: threading.Event, exit_early: bool) -> int:
     print(f"\nEndpoint server: {server.url}", flush=True)
+    if server.settings.grpc_port is not None:
+        tls = "TLS" if server.settings.grpc_tls_cert else "plaintext"
+        print(f"Open Inference gRPC: {server.settings.host}:{server.settings.grpc_port} ({tls})", flush=True)
     state = server.settings.state_file or "memory (gone when the server stops)"
     print(
         f"SageMaker API: boto3.client('sagemaker', endpoint_url='{server.url}') and 'application-autoscaling' "
@@ -314,6 +322,18 @@ def _api_arguments(parser) -> None:
     )
 
 
+def _grpc_arguments(parser) -> None:
+    parser.add_argument(
+        "--grpc-port",
+        type=int,
+        metavar="PORT",
+        help="also serve the Open Inference Protocol over gRPC on this port of every gateway (default: off, or "
+        "SERVING_GRPC_PORT)",
+    )
+    parser.add_argument("--grpc-tls-cert", metavar="PEM", help="certificate chain for the gRPC port (TLS)")
+    parser.add_argument("--grpc-tls-key", metavar="PEM", help="private key of --grpc-tls-cert")
+
+
 def add_parser(commands) -> None:
     """`serving up` and `serving server`."""
     server = commands.add_parser(
@@ -321,6 +341,7 @@ def add_parser(commands) -> None:
     )
     server.add_argument("--host", help="address to bind (default 127.0.0.1, or SERVING_HOST)")
     server.add_argument("--port", type=int, help="port to bind (default 8080, or SERVING_PORT)")
+    _grpc_arguments(server)
     server.add_argument("--address", help="use this existing Ray cluster (default: RAY_ADDRESS, else embedded)")
     server.add_argument("--allow-anonymous", action="store_true", help="as for `serving up`")
     server.add_argument("--allow-unauthenticated-ray", action="store_true", help="as for `serving up`")
@@ -335,6 +356,7 @@ def add_parser(commands) -> None:
     _api_arguments(up)
     up.add_argument("--host", help="address to bind (default 127.0.0.1, or SERVING_HOST)")
     up.add_argument("--port", type=int, help="port to bind (default 8080, or SERVING_PORT)")
+    _grpc_arguments(up)
     up.add_argument("--address", help="deploy onto this existing Ray cluster (default: RAY_ADDRESS, else embedded)")
     up.add_argument(
         "--identities",

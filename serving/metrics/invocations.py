@@ -56,7 +56,7 @@ ACCESS_DECISIONS = Counter(
 INVOCATIONS = Counter(
     "serving_invocations",
     "InvokeEndpoint requests, counted once per container they were addressed to (Serial: each container of "
-    "the chain); model is the TargetModel of MultiModel containers; protocol: sagemaker-runtime, or v2-rest "
+    "the chain); model is the TargetModel of MultiModel containers; protocol: sagemaker-runtime, v2-rest or v2-grpc "
     "(Open Inference).",
     labelnames=("endpoint", "container", "model", "protocol"),
     registry=REGISTRY,
@@ -97,8 +97,9 @@ OVERHEAD_LATENCY = Histogram(
 )
 
 
-# The invocation metrics' `protocol` label: how a request arrived (the SageMaker Runtime API, Open Inference's REST)
-RUNTIME_API_LABEL, V2_REST_LABEL = "sagemaker-runtime", "v2-rest"
+# The invocation metrics' `protocol` label: how a request arrived (the SageMaker Runtime API, Open Inference's REST
+# or gRPC)
+RUNTIME_API_LABEL, V2_REST_LABEL, V2_GRPC_LABEL = "sagemaker-runtime", "v2-rest", "v2-grpc"
 
 
 @dataclass
@@ -114,7 +115,9 @@ class InvocationTrace:
     hops: list[tuple[str, float]] = field(default_factory=list)  # (container, seconds) of each completed hop
     failed_container: str | None = None  # the container an error names, if any
     body_read: bool = False  # the whole request body has arrived
-    protocol: str = RUNTIME_API_LABEL  # how the request arrived: the SageMaker Runtime API, or V2_REST_LABEL
+    protocol: str = (
+        RUNTIME_API_LABEL  # how the request arrived: the SageMaker Runtime API, V2_REST_LABEL or V2_GRPC_LABEL
+    )
 
 
 def record_invocation(trace: InvocationTrace, status: int, seconds: float) -> None:

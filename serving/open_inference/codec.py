@@ -181,21 +181,26 @@ def _one_element(data: bytes) -> np.ndarray:
     return array
 
 
+def chosen_outputs(
+    model: str, request: InferRequest, outputs: list[tuple[str, np.ndarray]]
+) -> list[tuple[str, np.ndarray, bool | None]]:
+    """The outputs the request asked for (all when it names none), each with its `binary_data` choice."""
+    if not request.outputs:
+        return [(name, array, None) for name, array in outputs]
+    by_name = dict(outputs)
+    missing = [wanted.name for wanted in request.outputs if wanted.name not in by_name]
+    if missing:
+        raise ValidationError(
+            f"outputs: {', '.join(repr(m) for m in missing)} is not an output of model {model} "
+            f"(its outputs: {', '.join(by_name)})"
+        )
+    return [(wanted.name, by_name[wanted.name], wanted.binary) for wanted in request.outputs]
+
+
 def encode_response(
-    model: str, version: str | None, request: InferRequest, outputs: list[tuple[str, np.ndarray]]
+    model: str, version: str | None, request: InferRequest, chosen: list[tuple[str, np.ndarray, bool | None]]
 ) -> tuple[bytes, dict[str, str]]:
     """The V2 inference response (JSON, with binary outputs after it where asked) and its headers."""
-    if request.outputs:
-        by_name = dict(outputs)
-        missing = [wanted.name for wanted in request.outputs if wanted.name not in by_name]
-        if missing:
-            raise ValidationError(
-                f"outputs: {', '.join(repr(m) for m in missing)} is not an output of model {model} "
-                f"(its outputs: {', '.join(by_name)})"
-            )
-        chosen = [(wanted.name, by_name[wanted.name], wanted.binary) for wanted in request.outputs]
-    else:
-        chosen = [(name, array, None) for name, array in outputs]
     documents, blobs = [], []
     for name, array, binary in chosen:
         tensor: dict[str, Any] = {"name": name, "datatype": datatypes.datatype_of(array), "shape": list(array.shape)}

@@ -99,13 +99,13 @@ def _text(item: Any) -> str:
 
 
 def from_binary(raw: memoryview, datatype: str, shape: tuple[int, ...], field: str) -> np.ndarray:
-    """An input's raw bytes (the binary tensor extension) as an array of its datatype and shape."""
+    """An input's raw bytes (the binary tensor extension; gRPC's raw contents) as an array of its datatype and shape."""
     dtype = dtype_of(datatype, field)
     count = math.prod(shape)
     if datatype != "BYTES":
         if len(raw) != count * dtype.itemsize:
             raise ValidationError(
-                f"{field}: binary_data_size is {len(raw)} bytes, shape {list(shape)} of {datatype} needs "
+                f"{field}: its binary data is {len(raw)} bytes, shape {list(shape)} of {datatype} needs "
                 f"{count * dtype.itemsize}"
             )
         return np.frombuffer(raw, dtype=dtype.newbyteorder("<")).astype(dtype, copy=False).reshape(shape)
@@ -115,7 +115,7 @@ def from_binary(raw: memoryview, datatype: str, shape: tuple[int, ...], field: s
             raise ValidationError(f"{field}: a BYTES element's 4-byte length is cut short")
         (size,) = struct.unpack_from("<I", raw, offset)
         if offset + 4 + size > len(raw):
-            raise ValidationError(f"{field}: a BYTES element of {size} bytes runs past binary_data_size")
+            raise ValidationError(f"{field}: a BYTES element of {size} bytes runs past the tensor's binary data")
         items.append(bytes(raw[offset + 4 : offset + 4 + size]))
         offset += 4 + size
     if len(items) != count:

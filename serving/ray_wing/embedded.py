@@ -27,7 +27,7 @@ import ray
 from serving import protocol
 from serving.config.spec import EndpointSpec
 from serving.ray_wing.cluster import connect_cluster, start_local_ray, stop_local_ray
-from serving.ray_wing.gateway import start_gateway
+from serving.ray_wing.gateway import gateway_url, start_gateway
 from serving.ray_wing.operations import (
     delete_endpoint,
     deploy_endpoint,
@@ -109,7 +109,7 @@ class EmbeddedServer:
         if not address:  # one machine: nothing else needs to reach a data port (docs/security.md)
             settings = settings.model_copy(update={"container_host": "127.0.0.1"})
         self.specs = list(specs)
-        self.settings = settings  # the port is the one bound once entered (port 0 resolved)
+        self.settings = settings  # the ports are the ones bound once entered (port 0 resolved)
         self.address = address
         self.url = ""
         self._allow_unauthenticated, self._num_cpus = allow_unauthenticated_ray, num_cpus
@@ -149,8 +149,8 @@ class EmbeddedServer:
             self._after_ray_start()
         # Before the gateway starts: its first 200 on /ping then means these endpoints route (issue 43).
         expect_endpoints([spec.EndpointName for spec in self.specs])
-        self.url = start_gateway(self.settings, exclusive=not self.address)
-        self.settings = self.settings.model_copy(update={"port": int(self.url.rsplit(":", 1)[1])})
+        self.settings = start_gateway(self.settings, exclusive=not self.address)
+        self.url = gateway_url(self.settings)
         for spec in self.specs:  # one call each: Serve starts their replicas a little apart
             self.deploy(spec)
 

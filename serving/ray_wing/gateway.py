@@ -33,6 +33,8 @@ from serving.metrics.invocations import (
     DesiredReplicasCollector,
     ReplicaCountCollector,
 )
+from serving.open_inference.dataplane import OpenInference
+from serving.open_inference.grpc_service import GrpcInference
 from serving.open_inference.rest import OpenInferenceRoutes
 from serving.ray_wing.async_journal import HEARTBEAT_S, GcsJournal
 from serving.ray_wing.control_plane import start_control_plane
@@ -101,7 +103,10 @@ class Gateway:
             describe=lambda name: self.board.descriptions.get(name),
         )
         api = api_routes(self.settings, self._dispatch_api, self.router.invocations.preauth_budget)
-        v2 = OpenInferenceRoutes(self.router.invocations, self.board.unroutable)
+        open_inference = OpenInference(self.router.invocations, self.board.unroutable)
+        v2 = OpenInferenceRoutes(open_inference)
+        # gRPC: its own listener, on uvicorn's event loop (started with it), over the same pipeline
+        self.grpc = GrpcInference(open_inference, self.settings) if self.settings.grpc_port is not None else None
         self.board.everywhere = self._applied_everywhere
         self._read_first_snapshot()
         app = serving_app(
@@ -146,12 +151,16 @@ class Gateway:
         class _Lifespan:
             async def __aenter__(self):
                 await gateway.transport.start()
+                if gateway.grpc is not None:
+                    await gateway.grpc.start()
                 self.task = asyncio.create_task(gateway._poll_registry())
                 self.drop_task = asyncio.create_task(gateway._drop_unreachable())
                 self.journal_task = asyncio.create_task(gateway._keep_journal())
                 self.counters_task = asyncio.create_task(gateway._publish_counters())
 
             async def __aexit__(self, *exc):
+                if gateway.grpc is not None:
+                    await gateway.grpc.stop()  # first: no new gRPC call while the rest winds down
                 self.task.cancel()
                 self.drop_task.cancel()
                 self.journal_task.cancel()
@@ -256,23 +265,20 @@ DROP_CHECK_S = 0.25  # how often replicas found unreachable are reported to the 
 
 
 # --- control-plane operations ---------------------------------------------------------
-def start_gateway(settings: ServerSettings, exclusive: bool = False) -> str:
+def start_gateway(settings: ServerSettings, exclusive: bool = False) -> ServerSettings:
     """Start Serve without its own proxy, the registry, the control plane and the gateways (`gateways_per_node`
-    on every node, sharing the port); returns the URL of this machine's.
+    on every node, sharing the port); returns the settings they serve with (`gateway_url` formats this machine's).
 
-    Port 0 is resolved here, to a port free on this machine (where the head node is, for the embedded server),
-    so that a gateway that Serve restarts binds the same port again and clients find it. `exclusive`: refuse a
-    port that anything on this machine holds (gateways share theirs with SO_REUSEPORT, so another server of this
-    user would otherwise share it silently); a server joining a cluster may find its own gateways there.
+    Port 0 is resolved here (the gRPC port too), to a port free on this machine (where the head node is, for the
+    embedded server), so that a gateway that Serve restarts binds the same port again and clients find it.
+    `exclusive`: refuse a port that anything on this machine holds (gateways share theirs with SO_REUSEPORT, so
+    another server of this user would otherwise share it silently); a server joining a cluster may find its own
+    gateways there.
     """
     if settings.port == 0 or exclusive:
-        with socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the gateway will: TIME_WAIT is no owner
-            try:
-                probe.bind((settings.host, settings.port))
-            except OSError as error:
-                raise RuntimeError(f"cannot bind {settings.host}:{settings.port}: {error.strerror}") from None
-            settings = settings.model_copy(update={"port": probe.getsockname()[1]})
+        settings = settings.model_copy(update={"port": _free_port(settings.host, settings.port)})
+    if settings.grpc_port is not None and (settings.grpc_port == 0 or exclusive):
+        settings = settings.model_copy(update={"grpc_port": _free_port(settings.host, settings.grpc_port)})
     per_node, nodes = settings.gateways_per_node, [node for node in ray.nodes() if node.get("Alive")]
     fewest = min((int(node.get("Resources", {}).get("CPU", 0)) for node in nodes), default=0)
     if per_node > 1 and per_node > fewest:
@@ -298,7 +304,22 @@ def start_gateway(settings: ServerSettings, exclusive: bool = False) -> str:
         serve.run(gateway.bind(settings.model_dump()), name=GATEWAY_APP, route_prefix=None)
     except RuntimeError as error:
         raise RuntimeError(f"could not start the endpoint server on {settings.host}:{settings.port}: {error}") from None
-    # Its URL, as the gateway's server formats it, made here: a call through the handle would start a Serve router
-    # in this process, whose long poll of the controller fails noisily when Serve shuts down.
+    return settings
+
+
+def gateway_url(settings: ServerSettings) -> str:
+    """This machine's gateway URL, as its server formats it, made here: a call through the handle would start a
+    Serve router in this process, whose long poll of the controller fails noisily when Serve shuts down."""
     host = f"[{settings.host}]" if ":" in settings.host else settings.host
     return f"http://{host}:{settings.port}"
+
+
+def _free_port(host: str, port: int) -> int:
+    """`port` (0: one the kernel picks) once it is known that nothing on this machine holds it."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the gateway will: TIME_WAIT is no owner
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            raise RuntimeError(f"cannot bind {host}:{port}: {error.strerror}") from None
+        return probe.getsockname()[1]

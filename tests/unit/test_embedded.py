@@ -27,7 +27,11 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
     monkeypatch.setattr(embedded, "connect_cluster", record("connect_cluster"))
     monkeypatch.setattr(embedded, "expect_endpoints", lambda names, expected=True: made.append(
         ("expect" if expected else "withdraw", *names)))
-    monkeypatch.setattr(embedded, "start_gateway", record("start_gateway", "http://127.0.0.1:43210"))
+    def start_gateway(settings, exclusive=False):
+        made.append(("start_gateway", settings))
+        return settings.model_copy(update={"port": 43210})
+
+    monkeypatch.setattr(embedded, "start_gateway", start_gateway)
     monkeypatch.setattr(embedded, "deploy_endpoint", lambda spec, settings: made.append(
         ("deploy", spec.EndpointName, settings.port, settings.container_host)) or 1)
     monkeypatch.setattr(embedded, "delete_endpoint", record("delete", True))

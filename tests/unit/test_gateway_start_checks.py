@@ -41,3 +41,13 @@ def test_a_port_held_on_this_machine_is_refused_before_any_gateway(monkeypatch: 
         port = holder.getsockname()[1]
         with pytest.raises(RuntimeError, match=f"cannot bind 127.0.0.1:{port}: Address already in use"):
             gateway.start_gateway(ServerSettings(port=port), exclusive=True)
+
+
+def test_a_held_grpc_port_is_refused_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gateway.ray, "nodes", lambda: pytest.fail("asked Ray before checking the gRPC port"))
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        with pytest.raises(RuntimeError, match=f"cannot bind 127.0.0.1:{port}: Address already in use"):
+            gateway.start_gateway(ServerSettings(port=0, grpc_port=port), exclusive=True)

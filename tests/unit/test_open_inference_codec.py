@@ -51,7 +51,7 @@ def test_every_datatype_arrives_as_sent_and_returns_as_sent(datatype: str, binar
     assert name == "x" and got.shape == array.shape
     assert got.tolist() == array.tolist() and (datatype == "BYTES" or got.dtype == array.dtype)
     request.binary_output = binary
-    answer, headers = codec.encode_response("ep.c", "1", request, [("y", got)])
+    answer, headers = codec.encode_response("ep.c", "1", request, codec.chosen_outputs("ep.c", request, [("y", got)]))
     result = triton_result(answer, headers)
     assert result.get_output("y")["datatype"] == datatype
     returned = result.as_numpy("y")
@@ -84,7 +84,7 @@ def test_nested_json_data_and_flat_json_data_are_the_same_tensor() -> None:
     (b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [2], "parameters": {"binary_data_size": 8}}]}abcd', "4 at the end",
      "binary_data_size 8 runs past"),
     (b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [2], "parameters": {"binary_data_size": 4}}]}abcd', "4 at the end",
-     "binary_data_size is 4 bytes"),
+     "its binary data is 4 bytes"),
     (b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [1]}]}abcd', "4 at the end", "no input claims"),
     (b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [4294967296, 4294967296], "data": []}]}', None,
      "declares more than"),
@@ -135,11 +135,12 @@ def test_a_containers_answer_becomes_named_outputs(body, content_type, names, ex
 def test_requested_outputs_choose_and_order_and_each_says_if_it_is_binary() -> None:
     request = codec.InferRequest([("x", np.zeros(1))], outputs=[codec.RequestedOutput("b", True),
                                                                 codec.RequestedOutput("a", False)])
-    answer, headers = codec.encode_response("ep", None, request, [("a", np.array([1])), ("b", np.array([2.5]))])
+    chosen = codec.chosen_outputs("ep", request, [("a", np.array([1])), ("b", np.array([2.5]))])
+    answer, headers = codec.encode_response("ep", None, request, chosen)
     result = triton_result(answer, headers)
     assert [output["name"] for output in result.get_response()["outputs"]] == ["b", "a"]
     assert result.get_output("a")["data"] == [1] and "data" not in result.get_output("b")
     assert result.as_numpy("b").tolist() == [2.5]
     request.outputs = [codec.RequestedOutput("c", None)]
     with pytest.raises(ValidationError, match="'c' is not an output of model ep"):
-        codec.encode_response("ep", None, request, [("a", np.array([1]))])
+        codec.chosen_outputs("ep", request, [("a", np.array([1]))])

@@ -1,0 +1,180 @@
+"""The Open Inference Protocol's gRPC service, `inference.GRPCInferenceService`, on a gateway's `--grpc-port`.
+
+Its methods are served by name over raw bytes and parsed here (`grpc_codec`), so that a Signature V4 can cover the
+exact bytes sent. Credentials travel in the call's metadata: `authorization` with a bearer key, or a Signature V4 of
+`POST /inference.GRPCInferenceService/<Method>` over the signed metadata (`host` and `x-amz-date` among them) and
+the serialized message. Everything after the transport is `dataplane.OpenInference`, as for REST. Errors are gRPC
+statuses carrying the message InvokeEndpoint would give; infer calls are counted with `protocol="v2-grpc"`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any, NoReturn
+
+import grpc
+from grpc import aio
+
+from serving import protocol
+from serving.access.sigv4 import RawRequest
+from serving.errors import InternalFailureError, ModelNotReadyError, ServingError, ValidationError
+from serving.metrics.invocations import V2_GRPC_LABEL, InvocationTrace, record_client_abort, record_invocation
+from serving.open_inference import grpc_codec
+from serving.open_inference import grpc_messages_pb2 as pb
+from serving.open_inference.dataplane import ModelCall, OpenInference
+from serving.settings import ServerSettings
+
+logger = logging.getLogger("serving.open_inference")
+STOP_GRACE_S = 5.0  # calls in flight when the gateway stops may finish within this
+
+# The gRPC status of each HTTP status InvokeEndpoint answers (anything else: INTERNAL)
+_STATUS = {
+    400: grpc.StatusCode.INVALID_ARGUMENT,
+    401: grpc.StatusCode.UNAUTHENTICATED,
+    403: grpc.StatusCode.PERMISSION_DENIED,
+    404: grpc.StatusCode.NOT_FOUND,
+    408: grpc.StatusCode.DEADLINE_EXCEEDED,
+    413: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    429: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    503: grpc.StatusCode.UNAVAILABLE,
+    504: grpc.StatusCode.DEADLINE_EXCEEDED,
+}
+Handler = Callable[[bytes, aio.ServicerContext], Awaitable[bytes]]
+
+
+def grpc_status(error: ServingError) -> grpc.StatusCode:
+    return _STATUS.get(error.status, grpc.StatusCode.INTERNAL)
+
+
+class GrpcInference:
+    """The service's handlers over the shared V2 operations, and the listener that serves them."""
+
+    def __init__(self, v2: OpenInference, settings: ServerSettings) -> None:
+        self.v2 = v2
+        self.settings = settings
+        self.server: aio.Server | None = None
+        self.port = 0  # the port bound, once started (grpc_port 0: the kernel's choice)
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        methods: dict[str, Handler] = {
+            "ServerLive": self.server_live,
+            "ServerReady": self.server_ready,
+            "ServerMetadata": self.server_metadata,
+            "ModelReady": self.model_ready,
+            "ModelMetadata": self.model_metadata,
+            "ModelInfer": self.model_infer,
+        }
+        return grpc.method_handlers_generic_handler(
+            protocol.V2_GRPC_SERVICE,
+            {name: grpc.unary_unary_rpc_method_handler(method) for name, method in methods.items()},
+        )
+
+    async def start(self) -> None:
+        """Listen on the settings' host and gRPC port (TLS when a certificate is given), in the running loop."""
+        settings = self.settings
+        server = aio.server(
+            options=[
+                ("grpc.so_reuseport", 1),  # the node's gateways share the port, as they share the HTTP one
+                ("grpc.max_receive_message_length", settings.max_payload_bytes),  # a message is the payload
+                ("grpc.max_metadata_size", settings.max_header_bytes),
+                ("grpc.max_concurrent_streams", settings.grpc_max_concurrent_rpcs),
+            ],
+            maximum_concurrent_rpcs=settings.grpc_max_concurrent_rpcs,
+        )
+        server.add_generic_rpc_handlers((self.handler(),))
+        host = f"[{settings.host}]" if ":" in settings.host else settings.host
+        address = f"{host}:{settings.grpc_port}"
+        if settings.grpc_tls_cert is not None and settings.grpc_tls_key is not None:
+            pair = (Path(settings.grpc_tls_key).read_bytes(), Path(settings.grpc_tls_cert).read_bytes())
+            bound = server.add_secure_port(address, grpc.ssl_server_credentials([pair]))
+        else:
+            bound = server.add_insecure_port(address)
+        if not bound:
+            raise RuntimeError(f"the gRPC listener could not bind {address}")
+        await server.start()
+        self.server, self.port = server, bound
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            await self.server.stop(STOP_GRACE_S)
+
+    # --- server ---------------------------------------------------------------------------------------------
+    async def server_live(self, raw: bytes, context: aio.ServicerContext) -> bytes:
+        return pb.ServerLiveResponse(live=True).SerializeToString()
+
+    async def server_ready(self, raw: bytes, context: aio.ServicerContext) -> bytes:
+        """Ready as GET /ping is: every endpoint this gateway must serve is routable from it."""
+        return pb.ServerReadyResponse(ready=not self.v2.unroutable()).SerializeToString()
+
+    async def server_metadata(self, raw: bytes, context: aio.ServicerContext) -> bytes:
+        server = self.v2.server
+        return pb.ServerMetadataResponse(
+            name=server["name"], version=server["version"], extensions=server["extensions"]
+        ).SerializeToString()
+
+    # --- one model ------------------------------------------------------------------------------------------
+    async def model_ready(self, raw: bytes, context: aio.ServicerContext) -> bytes:
+        """Ready, or not (no replica, or no such model: Triton's answer); a caller refused is refused."""
+        try:
+            message = grpc_codec.parse(pb.ModelReadyRequest, raw)
+            await self.v2.model_ready(_call(message.name, message.version, raw, context, "ModelReady"))
+            ready = True
+        except (ModelNotReadyError, ValidationError):
+            ready = False
+        except ServingError as error:
+            await _abort(context, error)
+        return pb.ModelReadyResponse(ready=ready).SerializeToString()
+
+    async def model_metadata(self, raw: bytes, context: aio.ServicerContext) -> bytes:
+        try:
+            message = grpc_codec.parse(pb.ModelMetadataRequest, raw)
+            document = await self.v2.model_metadata(_call(message.name, message.version, raw, context, "ModelMetadata"))
+        except ServingError as error:
+            await _abort(context, error)
+        return grpc_codec.metadata_response(document)
+
+    async def model_infer(self, raw: bytes, context: aio.ServicerContext) -> bytes:
+        started = time.perf_counter()
+        trace = InvocationTrace(protocol=V2_GRPC_LABEL)
+        failure: ServingError | None = None
+        try:
+            message = grpc_codec.parse(pb.ModelInferRequest, raw)
+            call = _call(message.model_name, message.model_version, raw, context, "ModelInfer")
+            answer = await self.v2.infer(call, trace, lambda body: grpc_codec.infer_request(message))
+            response = grpc_codec.infer_response(answer.model, answer.version, answer.request, answer.outputs)
+        except asyncio.CancelledError:  # the client cancelled, or its deadline passed
+            record_client_abort(trace)
+            raise
+        except ServingError as error:
+            failure = error
+        except Exception:  # a bug of ours: a clear status, and keep serving
+            logger.exception("Open Inference gRPC call failed inside the gateway")
+            failure = InternalFailureError("internal failure in the Open Inference gRPC service")
+        status = 200 if failure is None else failure.counted_status
+        record_invocation(trace, status, time.perf_counter() - started)
+        if failure is not None:
+            await _abort(context, failure)
+        return response
+
+
+def _call(model: str, version: str, raw: bytes, context: aio.ServicerContext, method: str) -> ModelCall:
+    """A call naming `model`: its message is its body, its metadata and method path what a signature covers."""
+
+    async def body() -> AsyncIterator[bytes]:
+        yield raw
+
+    def head() -> RawRequest:
+        metadata: Any = context.invocation_metadata() or ()
+        headers = tuple((key, value) for key, value in metadata if isinstance(value, str))  # `-bin` keys: bytes
+        return RawRequest("POST", f"/{protocol.V2_GRPC_SERVICE}/{method}", "", headers, b"")
+
+    return ModelCall(model, version or None, str(len(raw)), body, head)
+
+
+async def _abort(context: aio.ServicerContext, error: ServingError) -> NoReturn:
+    await context.abort(grpc_status(error), error.message)
+    raise AssertionError("unreachable: abort raises")  # pragma: no cover
