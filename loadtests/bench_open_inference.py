@@ -1,16 +1,16 @@
-"""The Open Inference Protocol (V2 REST) here against MLServer's, on the same scikit-learn model (issue 46).
+"""The Open Inference Protocol (V2 REST and gRPC) here against MLServer's, on the same scikit-learn model (issue 46).
 
 One embedded server with one Direct endpoint of one `sklearn` container (bench_invoke's iris pipeline), and MLServer
 1.7.1 serving the same fitted pipeline in-process (`parallel_workers: 0`, `debug: false`: its fastest production
 configuration; bench_invoke measures its default worker too). wrk drives, interleaved over `--rounds`:
 
 - 1 row (`[1, 4]`): V2 JSON here and at MLServer; V2 with the binary tensor extension here (MLServer's REST has
-  no binary extension); and InvokeEndpoint here, the same container through SageMaker's protocol. Latency at one
-  connection (p50, p99), throughput and server CPU per request at 32 (here: the gateway and the container process;
-  MLServer: its one process), from /proc.
-- A 1 MB tensor (65,536 × 4 FP32): V2 JSON and binary here, JSON at MLServer, one request at a time from httpx.
-
-gRPC is not offered yet (docs/open-inference-protocol.md), so it has no row.
+  no binary extension); V2 gRPC (`raw_input_contents`) here and at MLServer; and InvokeEndpoint here, the same
+  container through SageMaker's protocol. Latency at one connection (p50, p99), throughput and server CPU per
+  request at 32 (here: the gateway and the container process; MLServer: its one process), from /proc. gRPC is
+  driven by `harness/grpc_load` (one channel, 32 calls in flight), REST by wrk: compare gRPC rows with each other.
+- A 1 MB tensor (65,536 × 4 FP32): V2 JSON and binary here, JSON at MLServer, one request at a time from httpx;
+  gRPC here and at MLServer, one call at a time from grpc_load.
 
     python -m loadtests.bench_open_inference [--seconds 5] [--rounds 3] [--write-docs]
 
@@ -30,10 +30,11 @@ from typing import Any
 
 import numpy as np
 
+from loadtests.harness import grpc_load
 from loadtests.harness.cpu import CpuMeter
 from loadtests.harness.models import MLSERVER_MODEL, iris_models
 from loadtests.harness.peers import ensure_mlserver, mlserver_versions, start_mlserver
-from loadtests.harness.processes import BenchError, Processes, log
+from loadtests.harness.processes import BenchError, Processes, free_port, log
 from loadtests.harness.proctree import gateway_and_container, process_cpu_seconds
 from loadtests.harness.results import ROOT, run_line, run_meta, write_results, write_section
 from loadtests.harness.wrk import Wrk, ensure_wrk
@@ -70,6 +71,16 @@ def v2_binary(rows: np.ndarray) -> tuple[str, dict[str, str]]:
     ).encode()
     headers = {"Content-Type": "application/octet-stream", "Inference-Header-Content-Length": str(len(head))}
     return (head + data).decode("latin-1"), headers
+
+
+def grpc_message(rows: np.ndarray, model: str, name: str = "input-0") -> bytes:
+    """A ModelInferRequest as Triton's gRPC client sends it: the tensor in raw_input_contents."""
+    from serving.open_inference import grpc_messages_pb2 as pb
+
+    request = pb.ModelInferRequest(model_name=model)
+    request.inputs.add(name=name, datatype="FP32", shape=list(rows.shape))
+    request.raw_input_contents.append(np.ascontiguousarray(rows, dtype="<f4").tobytes())
+    return request.SerializeToString()
 
 
 def lua_bytes(text: str) -> str:
@@ -115,10 +126,19 @@ def docs_section(result: dict[str, Any]) -> str:
             f"| {row['case']} | {row['p50_ms']:.3f} | {row['p99_ms']:.3f} | {row['rps']:,.0f} | {row['cpu_us']:.0f} | "
             f"{row['p50_ratio']:.2f}× | {row['rps_ratio']:.2f}× | {row['cpu_ratio']:.2f}× |"
         )
+    by_case = {row["case"]: row for row in result["rows"]}
+    ours, theirs = by_case.get("serving, V2 gRPC"), by_case.get("MLServer, V2 gRPC")
+    if ours and theirs:
+        lines += [
+            "",
+            f"gRPC against MLServer's gRPC (the same driver): p50 {ours['p50_ms'] / theirs['p50_ms']:.2f}×, "
+            f"req/s {ours['rps'] / theirs['rps']:.2f}×, server CPU per request {ours['cpu_us'] / theirs['cpu_us']:.2f}×.",
+        ]
     lines += [
         "",
         f"A 1 MB tensor (65,536 × 4 FP32), {result['meta'].get('large_requests', '?')} requests per round one after "
-        "another from httpx (client time included, the same for each):",
+        "another from httpx (REST), one call at a time for half a case's seconds from grpc_load (gRPC); client time "
+        "included:",
         "",
         "| system, encoding | request bytes | p50 ms | p99 ms | p50 vs MLServer JSON |",
         "|---|---|---|---|---|",
@@ -157,8 +177,11 @@ def main() -> None:
     processes = Processes()
     logging.getLogger("ray.serve").setLevel(logging.WARNING)
     log("starting MLServer (in-process) and the embedded server ...")
-    mlserver, mlserver_url = start_mlserver(processes, mlserver_bin, paths, work, {"parallel_workers": 0})
-    server = EmbeddedServer([spec], ServerSettings(host="127.0.0.1", port=0), ready_timeout_s=300)
+    mlserver_grpc = free_port()
+    mlserver, mlserver_url = start_mlserver(
+        processes, mlserver_bin, paths, work, {"parallel_workers": 0, "grpc_port": mlserver_grpc}
+    )
+    server = EmbeddedServer([spec], ServerSettings(host="127.0.0.1", port=0, grpc_port=0), ready_timeout_s=300)
     try:
         server.__enter__()
     except EndpointsNotReady as error:
@@ -189,8 +212,32 @@ def main() -> None:
         "serving, V2 JSON": (ours_v2, v2_json(large), json_headers),
         "serving, V2 binary": (ours_v2, binary_large, large_headers),
     }
-    runs: dict[str, list[dict[str, float]]] = {case: [] for case in cases}
-    large_runs: dict[str, list[dict[str, float]]] = {case: [] for case in large_cases}
+    # gRPC: case -> (target, message file, whose processes)
+    infer_method = "/inference.GRPCInferenceService/ModelInfer"
+    ours_grpc, theirs_grpc = f"127.0.0.1:{server.settings.grpc_port}", f"127.0.0.1:{mlserver_grpc}"
+
+    def message_file(name: str, message: bytes) -> Path:
+        (work / name).write_bytes(message)
+        return work / name
+
+    grpc_cases = {
+        "MLServer, V2 gRPC": (
+            theirs_grpc,
+            message_file("theirs-1.bin", grpc_message(one, MLSERVER_MODEL, "predict")),
+            "mlserver",
+        ),
+        "serving, V2 gRPC": (ours_grpc, message_file("ours-1.bin", grpc_message(one, "v2-iris")), "ours"),
+    }
+    large_grpc = {
+        "MLServer, V2 gRPC": (
+            theirs_grpc,
+            message_file("theirs-l.bin", grpc_message(large, MLSERVER_MODEL, "predict")),
+        ),
+        "serving, V2 gRPC": (ours_grpc, message_file("ours-l.bin", grpc_message(large, "v2-iris"))),
+    }
+    cases_all = [*cases, *grpc_cases]
+    runs: dict[str, list[dict[str, float]]] = {case: [] for case in cases_all}
+    large_runs: dict[str, list[dict[str, float]]] = {case: [] for case in [*large_cases, *large_grpc]}
     try:
         pids = {"ours": gateway_and_container("v2-iris"), "mlserver": {"mlserver": mlserver.pid}}
         wrk = Wrk(ensure_wrk(), work, CpuMeter(), timeout_s=30.0)
@@ -226,6 +273,30 @@ def main() -> None:
                     f"round {round_ + 1} {case:<30} p50 {row['p50_ms']:.3f} ms  p99 {row['p99_ms']:.3f} ms  "
                     f"{row['rps']:6.0f} req/s  {row['cpu_us']:.0f} µs CPU/request"
                 )
+            for case, (target, message, whose) in grpc_cases.items():
+                c1 = grpc_load.run(target, infer_method, message, 1, args.seconds)
+                before = {name: process_cpu_seconds(pid) for name, pid in pids[whose].items()}
+                c32 = grpc_load.run(target, infer_method, message, 32, args.seconds)
+                used = sum(process_cpu_seconds(pid) - before[name] for name, pid in pids[whose].items())
+                if c1["errors"] or c32["errors"] or not c32["requests"]:
+                    raise BenchError(f"{case}: errors under load")
+                runs[case].append(
+                    {
+                        "p50_ms": c1["p50"] / 1000,
+                        "p99_ms": c1["p99"] / 1000,
+                        "rps": c32["requests"] / (c32["duration_us"] / 1e6),
+                        "cpu_us": used / c32["requests"] * 1e6,
+                    }
+                )
+                row = runs[case][-1]
+                log(
+                    f"round {round_ + 1} {case:<30} p50 {row['p50_ms']:.3f} ms  p99 {row['p99_ms']:.3f} ms  "
+                    f"{row['rps']:6.0f} req/s  {row['cpu_us']:.0f} µs CPU/request"
+                )
+            for case, (target, message) in large_grpc.items():
+                one_at_a_time = grpc_load.run(target, infer_method, message, 1, max(2.0, args.seconds / 2))
+                large_runs[case].append({"p50_ms": one_at_a_time["p50"] / 1000, "p99_ms": one_at_a_time["p99"] / 1000})
+                log(f"round {round_ + 1} 1 MB {case:<25} p50 {large_runs[case][-1]['p50_ms']:.2f} ms")
             for case, (url, body, headers) in large_cases.items():
                 latencies = timed_posts(url, body.encode("latin-1"), headers, args.large_requests)
                 large_runs[case].append(
@@ -256,7 +327,9 @@ def main() -> None:
     large_rows = [
         {
             "case": case,
-            "bytes": len(large_cases[case][1].encode("latin-1")),
+            "bytes": len(large_cases[case][1].encode("latin-1"))
+            if case in large_cases
+            else large_grpc[case][1].stat().st_size,
             **{key: round(statistics.median(s[key] for s in samples), 3) for key in ("p50_ms", "p99_ms")},
             "p50_ratio": ratio(samples, "p50_ms", large_runs["MLServer, V2 JSON"]),
         }

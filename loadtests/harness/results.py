@@ -108,7 +108,11 @@ def our_versions() -> dict[str, str]:
     for name in ("ray", "scikit-learn", "numpy", "skops", "uvicorn", "starlette", "aiohttp", "uvloop", "httptools"):
         with contextlib.suppress(metadata.PackageNotFoundError):
             versions[name] = metadata.version(name)
-    wrk = subprocess.run([shutil.which("wrk") or "wrk", "-v"], capture_output=True, text=True, timeout=10)
+    path = shutil.which("wrk")
+    if path is None:  # not installed yet: the benchmark's ensure_wrk installs it, or says how
+        versions["wrk"] = "?"
+        return versions
+    wrk = subprocess.run([path, "-v"], capture_output=True, text=True, timeout=10)
     versions["wrk"] = (
         (wrk.stdout + wrk.stderr).splitlines()[0].split(" Copyright")[0] if (wrk.stdout + wrk.stderr) else "?"
     )
