@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -196,9 +196,11 @@ class Invocations:
         timeout: float | None = None,
         *,
         stream: bool = False,
+        accepts: Sequence[str | None] = (),
     ) -> InvocationResult:
         """The admitted chain on `body`; `headers` give what is forwarded, `timeout` replaces the server's,
-        `stream` asks the last container for an event stream (the result's `chunks`)."""
+        `stream` asks the last container for an event stream (the result's `chunks`), `accepts` the Accept each
+        container but the last is asked for (None: its default)."""
         forwarded = {key: headers[key] for key in _FORWARDED if key in headers}
         if stream:
             forwarded.pop("accept", None)
@@ -206,14 +208,7 @@ class Invocations:
                 forwarded["accept"] = headers[protocol.STREAM_ACCEPT]
         endpoint, target_model = admission.endpoint, admission.target_model
         last = await self._run_chain(
-            endpoint,
-            admission.chain,
-            body,
-            forwarded,
-            affinity=target_model,
-            trace=trace,
-            timeout=timeout,
-            stream=stream,
+            endpoint, admission.chain, body, forwarded, target_model, trace, timeout, stream=stream, accepts=accepts
         )
         response_headers = {protocol.INVOKED_VARIANT: admission.variant}
         if last.custom_attributes:
@@ -340,6 +335,7 @@ class Invocations:
         trace: InvocationTrace | None = None,
         timeout: float | None = None,
         stream: bool = False,
+        accepts: Sequence[str | None] = (),
     ) -> HopResponse:
         trace = trace if trace is not None else InvocationTrace()
         timeout = timeout if timeout is not None else self.settings.invocation_timeout_s
@@ -349,10 +345,11 @@ class Invocations:
         response: HopResponse | None = None
         headers = dict(headers)
         # The caller's Accept is for the last container; earlier ones emit their default
-        # (SAGEMAKER_DEFAULT_INVOCATIONS_ACCEPT), which is what the next one reads.
-        accept = headers.pop("accept", None)
+        # (SAGEMAKER_DEFAULT_INVOCATIONS_ACCEPT), which is what the next one reads, unless `accepts` names one.
+        wanted = [*(accepts or [None] * (len(chain) - 1)), headers.pop("accept", None)]
         for position, container in enumerate(chain, start=1):
-            hop_headers = headers if position < len(chain) or accept is None else {**headers, "accept": accept}
+            accept = wanted[position - 1]
+            hop_headers = headers if accept is None else {**headers, "accept": accept}
             remaining = deadline - loop.time()
             trace.failed_container = container  # until it answers well
             if remaining <= 0:

@@ -106,13 +106,14 @@ class OpenInference:
         invocation = _invocation(admission.endpoint.name, call)
         inference = parse(await self.invocations.body_of(invocation, admission, trace))
         endpoint, chain = admission.endpoint.name, admission.chain
-        first = await self.signatures.get(endpoint, chain[0])
-        last = first if len(chain) == 1 else await self.signatures.get(endpoint, chain[-1])
+        signatures = [await self.signatures.get(endpoint, container) for container in chain]
+        first, last = signatures[0], signatures[-1]
         payload, content_type = codec.container_body(inference, first["content_type"])
         hop_headers = {"content-type": content_type, "accept": last["accept"]}
         if admission.target_model is not None:
             hop_headers[protocol.TARGET_MODEL] = admission.target_model
-        result = await self.invocations.run(admission, payload, Headers(hop_headers), trace)
+        accepts = _tensor_hand_offs(signatures)
+        result = await self.invocations.run(admission, payload, Headers(hop_headers), trace, accepts=accepts)
         names = [output["name"] for output in last["outputs"]]
         outputs = codec.answer_tensors(result.body, result.content_type, names)
         return InferAnswer(call.model, call.version, inference, codec.chosen_outputs(call.model, inference, outputs))
@@ -133,6 +134,15 @@ class OpenInference:
             for header, term in _TERMS.items():
                 error.message = error.message.replace(header, term)
             raise
+
+
+def _tensor_hand_offs(signatures: list[dict[str, Any]]) -> list[str | None]:
+    """The Accept each container of a chain but the last is asked for: NPY where it and the next one both carry a
+    tensor as NPY (no JSON round trip, dtype and shape intact), else its default, as under InvokeEndpoint."""
+    return [
+        protocol.NPY if this["content_type"] == protocol.NPY and after["content_type"] == protocol.NPY else None
+        for this, after in zip(signatures, signatures[1:], strict=False)
+    ]
 
 
 def _invocation(endpoint: str, call: ModelCall, headers: dict[str, str] | None = None) -> InvocationRequest:
