@@ -91,7 +91,7 @@ V2_DATATYPES = {
     "FP64": "float64",
     "BYTES": "object",
 }
-V2_EXTENSIONS = ("binary_tensor_data",)  # what GET /v2 says this server supports
+V2_EXTENSIONS = ("binary_tensor_data", "model_repository")  # what GET /v2 says this server supports
 V2_GRPC_SERVICE = "inference.GRPCInferenceService"  # the gRPC service's full name: its methods' path prefix
 
 # --- media types ----------------------------------------------------------------------------------------
@@ -210,6 +210,8 @@ INVOCATIONS_PATH = "/invocations"
 PING_PATH = "/ping"
 STATS_PATH = "/_serving/stats"  # the supervisor's read of its container's counters and metric events
 SIGNATURE_PATH = "/_serving/signature"  # the gateway's read of a model's tensors (Open Inference metadata)
+# A MultiModel container's models: GET lists them, POST .../load and .../unload with {"model": name} (V2 repository)
+REPOSITORY_PATH = "/_serving/models"
 # The tensorflow stack's TF Serving REST API for its own process's handlers (`context.rest_uri`), under a
 # per-process secret token: LOCAL_TFS_PATH/<token>/v1/models/<name>:predict, loopback callers only.
 LOCAL_TFS_PATH = "/_serving/tfs"

@@ -81,6 +81,20 @@ class EndpointAccess:
         """The caller of a claim, once the body it needs (SigV4) is in `request`."""
         return self._audited(endpoint, self.authenticator.verify, claim, request)
 
+    def known_caller(self, request: RawRequest) -> Caller | None:
+        """The caller when this endpoint's identities know the request's credentials (a SigV4 request's body in
+        `request`), else None. Not audited: a listing asks every endpoint, and most know no given caller."""
+        try:
+            return self.authenticator.verify(self.authenticator.claim(request), request)
+        except ServingError:
+            return None
+
+    def permits(self, endpoint: str, caller: Caller, container: str, model: str | None = None) -> bool:
+        """Whether the caller may invoke `container` (`model`): what a listing shows, so not audited either."""
+        keys = {KEY_TARGET_CONTAINER: container, **({KEY_TARGET_MODEL: model} if model is not None else {})}
+        resource = endpoint_arn(self.region, self.account_id, endpoint)
+        return evaluate(caller.identity.policies, RequestContext(ACTION_INVOKE, resource, keys)).allowed
+
     def _audited(self, endpoint: str, check: Callable[..., Any], *args: Any) -> Any:
         try:
             return check(*args)

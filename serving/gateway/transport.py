@@ -16,6 +16,7 @@ connection, which the container sees as its caller gone.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import urllib.parse
 from collections import OrderedDict
@@ -286,15 +287,40 @@ class ContainerTransport:
             raise ModelNotReadyError(
                 f"container {container} of endpoint {endpoint} has no ready replica; retry shortly"
             )
+        return await self._signed(endpoint, container, self._pick(replicas), "GET", path, b"", timeout)
+
+    async def each(
+        self, endpoint: str, container: str, method: str, path: str, body: bytes, timeout: float
+    ) -> list[HopResponse]:
+        """`method path` with `body` on every replica of the container at once, signed as hops (a MultiModel
+        container's repository: each replica has its own cache); ModelNotReadyError when it has none."""
+        replicas = list(self._replicas.get((endpoint, container), ()))
+        if not replicas:
+            raise ModelNotReadyError(
+                f"container {container} of endpoint {endpoint} has no ready replica; retry shortly"
+            )
+        calls = [self._signed(endpoint, container, replica, method, path, body, timeout) for replica in replicas]
+        return list(await asyncio.gather(*calls))
+
+    async def _signed(
+        self, endpoint: str, container: str, replica: Replica, method: str, path: str, body: bytes, timeout: float
+    ) -> HopResponse:
+        assert self._session is not None, "transport not started"
         headers = {"accept": protocol.JSON}  # sent as signed (aiohttp would add its own Accept)
+        if body:
+            headers["content-type"] = protocol.JSON
         if self._hop_key is not None:
-            headers.update(hops.sign(self._hop_key(endpoint, container), "GET", path, b"", headers))
+            headers.update(hops.sign(self._hop_key(endpoint, container), method, path, body, headers))
         try:
-            async with self._session.get(
-                self._pick(replicas).url + path, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout)
+            async with self._session.request(
+                method,
+                replica.url + path,
+                data=body or None,
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=timeout),
             ) as response:
-                body = await response.read()
-                return HopResponse(response.status, body, response.headers.get("content-type"), None)
+                answer = await response.read()
+                return HopResponse(response.status, answer, response.headers.get("content-type"), None)
         except aiohttp.ClientError as error:
             raise _lost(container, error) from None
 

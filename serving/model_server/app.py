@@ -12,6 +12,7 @@ model's tensors (Open Inference metadata).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from serving import protocol
-from serving.errors import AccessDeniedError, ContainerAnswerError, ContainerError, ServingError
+from serving.errors import AccessDeniedError, ContainerAnswerError, ContainerError, ServingError, ValidationError
 from serving.http.responses import error_response, json_response, serving_app
 from serving.model_server import predictors
 from serving.model_server.events import EventLog
@@ -101,6 +102,8 @@ class ContainerApp:
                 Route(protocol.PING_PATH, self.ping, methods=["GET"]),
                 Route(protocol.STATS_PATH, self.stats, methods=["GET"]),
                 Route(protocol.SIGNATURE_PATH, self.signature, methods=["GET"]),
+                Route(protocol.REPOSITORY_PATH, self.repository, methods=["GET"]),
+                Route(protocol.REPOSITORY_PATH + "/{action:str}", self.repository_change, methods=["POST"]),
                 *([self.local_rest.route()] if self.local_rest is not None else []),
             ],
             hot=Route(protocol.INVOCATIONS_PATH, self.invoke, methods=["POST"]),
@@ -155,6 +158,33 @@ class ContainerApp:
         if self.runtime is None:
             return json_response({"inputs": [], "outputs": [], "content_type": protocol.JSON, "accept": protocol.JSON})
         return json_response({"platform": self.runtime.name, **self.runtime.tensor_signature()})
+
+    async def repository(self, request: Request) -> Response:
+        """A MultiModel container's models: under its prefix, and loaded in this replica (none for SingleModel)."""
+        refusal = self._refusal(request, b"")
+        if refusal is not None:
+            return refusal
+        return json_response(self.models.repository() if self.models is not None else {"available": [], "loaded": []})
+
+    async def repository_change(self, request: Request) -> Response:
+        """`load` or `unload` one model of a MultiModel container's cache: `{"model": name}`."""
+        body = await request.body()
+        refusal = self._refusal(request, body)
+        if refusal is not None:
+            return refusal
+        action = request.path_params["action"]
+        try:
+            model = json.loads(body).get("model") if body else None
+            if self.models is None or action not in ("load", "unload") or not isinstance(model, str):
+                raise ValidationError(f"container {self.hostname}: POST {{'model': name}} to load or unload")
+            if action == "load":
+                await self.models.load(model)
+                return json_response({"model": model, "loaded": True})
+            return json_response({"model": model, "unloaded": await self.models.cache.evict(model)})
+        except ServingError as error:
+            return error_response(error)
+        except Exception as error:  # the model's own load failed: its error, as an invocation's would be
+            return error_response(ContainerError.of(error))
 
     def _custom_metrics(self) -> dict[str, float]:
         hook = self.runtime.hook("autoscaling_metrics") if self.runtime is not None else None

@@ -139,6 +139,11 @@ class ModelCache:
 
     # -- reading -------------------------------------------------------------------------------------
 
+    @property
+    def enabled(self) -> bool:
+        """False under ModelCacheSetting Disabled: nothing stays loaded between requests."""
+        return self._enabled
+
     def holds(self, name: str) -> bool:
         """Whether `name` is loaded or loading (a request for it evicts nothing)."""
         return name in self._entries or name in self._loading

@@ -110,6 +110,21 @@ class MultiModelHandler:
         if torch is not None and torch.cuda.is_available():
             torch.cuda.empty_cache()
 
+    async def load(self, target: str) -> None:
+        """Load `target` into the cache now, as its first invocation would (the V2 repository's load)."""
+        if not self.cache.enabled:
+            raise ValidationError(
+                f"container {self.hostname} has ModelCacheSetting Disabled: each request loads its own model"
+            )
+        if not self.cache.holds(target):
+            await asyncio.to_thread(self.store.check, target)
+        async with self.cache.acquire(target):
+            pass
+
+    def repository(self) -> dict[str, list[str]]:
+        """The models under the prefix and those loaded now (the V2 repository's index)."""
+        return {"available": self.store.list_models(), "loaded": self.cache.loaded_models()}
+
     def describe(self) -> dict[str, Any]:
         return {"LoadedModels": self.cache.loaded_models(), "LoadedModelBytes": self.cache.total_bytes}
 

@@ -15,17 +15,20 @@ from importlib import metadata
 from typing import Any
 
 import numpy as np
+import orjson
 from starlette.datastructures import Headers
 
 from serving import protocol
 from serving.access.sigv4 import RawRequest
-from serving.errors import ModelNotReadyError, ValidationError
+from serving.errors import ModelError, ModelNotReadyError, ServingError, ValidationError
 from serving.gateway.invocation import Admission, InvocationRequest, Invocations
 from serving.metrics.invocations import InvocationTrace
 from serving.open_inference import codec
 from serving.open_inference.signatures import Signatures
 
 SINGLE_MODEL_VERSION = "1"  # the one version of a SingleModel container's model
+REPOSITORY_READ_S = 10.0  # a replica's list of models
+REPOSITORY_LOAD_S = 300.0  # a replica's load of one model (a large one: fetched from S3, unpacked, loaded)
 
 # InvokeEndpoint's headers, as a V2 call says the same thing
 _TERMS = {
@@ -81,10 +84,10 @@ class OpenInference:
         endpoint, chain = admission.endpoint, admission.chain
         first = await self.signatures.get(endpoint.name, chain[0])
         last = await self.signatures.get(endpoint.name, chain[-1])
-        multi = chain[0] in endpoint.multi_model
+        multi, version = chain[0] in endpoint.multi_model, admission.target_model
         return {
             "name": call.model,
-            "versions": [call.version] if multi and call.version else [] if multi else [SINGLE_MODEL_VERSION],
+            "versions": [version] if multi and version else [] if multi else [SINGLE_MODEL_VERSION],
             "platform": first.get("platform", ""),
             "inputs": first["inputs"],
             "outputs": last["outputs"],
@@ -118,22 +121,94 @@ class OpenInference:
         outputs = codec.answer_tensors(result.body, result.content_type, names)
         return InferAnswer(call.model, call.version, inference, codec.chosen_outputs(call.model, inference, outputs))
 
+    # --- the model repository extension: a MultiModel container's cache -------------------------------------
+    async def repository_index(self, head: RawRequest, ready_only: bool = False) -> list[dict[str, str]]:
+        """The models of every MultiModel container the caller may invoke (`head`: its request, body included),
+        named `<endpoint>.<container>.<model>`: READY when loaded in every replica, else UNAVAILABLE and why."""
+        entries: list[dict[str, str]] = []
+        for name, endpoint in sorted(self.invocations.endpoints.items()):
+            if not endpoint.multi_model or protocol.VARIANT_SEPARATOR in name or endpoint.failure is not None:
+                continue
+            access = endpoint.access
+            caller = access.known_caller(head) if access is not None else None
+            if (access is not None and caller is None) or (
+                access is None and not self.invocations.settings.anonymous_allowed
+            ):
+                continue
+            for container in sorted(endpoint.multi_model):
+                try:
+                    answers = await self.invocations.transport.each(
+                        name, container, "GET", protocol.REPOSITORY_PATH, b"", REPOSITORY_READ_S
+                    )
+                    replicas = [orjson.loads(answer.body) for answer in answers if answer.status == 200]
+                except (ServingError, orjson.JSONDecodeError):
+                    continue  # no replica to ask now: its models are not listed
+                for model in sorted({model for replica in replicas for model in replica["available"]}):
+                    if access is not None and caller is not None and not access.permits(name, caller, container, model):
+                        continue
+                    loaded = sum(model in replica["loaded"] for replica in replicas)
+                    if loaded == len(replicas):
+                        entries.append({"name": f"{name}.{container}.{model}", "state": "READY", "reason": ""})
+                    elif not ready_only:
+                        reason = f"loaded in {loaded} of {len(replicas)} replicas" if loaded else "not loaded"
+                        entries.append(
+                            {"name": f"{name}.{container}.{model}", "state": "UNAVAILABLE", "reason": reason}
+                        )
+        return entries
+
+    async def repository_change(self, call: ModelCall, action: str) -> None:
+        """`load` or `unload` a MultiModel container's model in every replica's cache, admitted as an invocation
+        of that model (loading is what its first invocation does; unloading what the cache does when full)."""
+        admission = await self.admit(call, InvocationTrace())
+        if admission.target_model is None:
+            raise ValidationError(
+                f"model {call.model} is not a MultiModel container's model (<endpoint>.<container>.<model>)"
+            )
+        endpoint, container = admission.endpoint.name, admission.chain[0]
+        body = orjson.dumps({"model": admission.target_model})
+        path = f"{protocol.REPOSITORY_PATH}/{action}"
+        for answer in await self.invocations.transport.each(endpoint, container, "POST", path, body, REPOSITORY_LOAD_S):
+            if answer.status >= 400:
+                message = _error_message(answer.body)
+                if answer.status < 500:
+                    raise ValidationError(message)
+                raise ModelError(message, container=container, original_status=answer.status, original_message=message)
+
     async def admit(self, call: ModelCall, trace: InvocationTrace) -> Admission:
         """The call's model admitted as an InvokeEndpoint call of it (refusals told in this protocol's terms)."""
-        endpoint, _, container = call.model.partition(protocol.MODEL_NAME_SEPARATOR)
-        if not endpoint:
-            raise ValidationError(f"model name {call.model!r} is not <endpoint> or <endpoint>.<container>")
+        endpoint, container, version = _parts(call)
         headers: dict[str, str] = {}
         if container:
             headers[protocol.TARGET_CONTAINER] = container
-        if call.version and call.version != SINGLE_MODEL_VERSION:
-            headers[protocol.TARGET_MODEL] = call.version  # a MultiModel container's model (refused elsewhere)
+        if version and version != SINGLE_MODEL_VERSION:
+            headers[protocol.TARGET_MODEL] = version  # a MultiModel container's model (refused elsewhere)
         try:
             return await self.invocations.admit(_invocation(endpoint, call, headers), trace)
         except ValidationError as error:
             for header, term in _TERMS.items():
                 error.message = error.message.replace(header, term)
             raise
+
+
+def _error_message(body: bytes) -> str:
+    """The message of a container's error answer (SageMaker's `{"message"}` shape), else its text."""
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        document = None
+    return str(document.get("message")) if isinstance(document, dict) else body[:300].decode("utf-8", "replace")
+
+
+def _parts(call: ModelCall) -> tuple[str, str, str | None]:
+    """Endpoint, container and version of a model name: `<endpoint>[.<container>[.<model>]]`, where a third part
+    names a MultiModel container's model as its version would (names of endpoints and containers have no dot)."""
+    endpoint, _, rest = call.model.partition(protocol.MODEL_NAME_SEPARATOR)
+    container, _, model = rest.partition(protocol.MODEL_NAME_SEPARATOR)
+    if not endpoint or (model and not container):
+        raise ValidationError(f"model name {call.model!r} is not <endpoint>, <endpoint>.<container> or ...<model>")
+    if model and call.version and call.version != model:
+        raise ValidationError(f"model name {call.model!r} names model {model!r}, its version {call.version!r}")
+    return endpoint, container, model or call.version
 
 
 def _tensor_hand_offs(signatures: list[dict[str, Any]]) -> list[str | None]:

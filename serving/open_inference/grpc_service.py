@@ -13,6 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -67,6 +68,9 @@ class GrpcInference:
             "ModelReady": self.model_ready,
             "ModelMetadata": self.model_metadata,
             "ModelInfer": self.model_infer,
+            "RepositoryIndex": self.repository_index,
+            "RepositoryModelLoad": self.repository_load,
+            "RepositoryModelUnload": self.repository_unload,
         }
         return grpc.method_handlers_generic_handler(
             protocol.V2_GRPC_SERVICE,
@@ -160,6 +164,40 @@ class GrpcInference:
             await _abort(context, failure)
         return response
 
+    # --- the model repository extension -------------------------------------------------------------------
+    async def repository_index(self, raw: bytes, context: aio.ServicerContext) -> bytes:
+        """The MultiModel containers' models the caller may invoke (`repository_name` is not read: one here)."""
+        try:
+            message = grpc_codec.parse(pb.RepositoryIndexRequest, raw)
+            head = replace(_head(context, "RepositoryIndex"), body=raw)  # a Signature V4 covers the message
+            entries = await self.v2.repository_index(head, message.ready)
+        except ServingError as error:
+            await _abort(context, error)
+        index = [pb.RepositoryIndexResponse.ModelIndex(**entry) for entry in entries]
+        return pb.RepositoryIndexResponse(models=index).SerializeToString()
+
+    async def repository_load(self, raw: bytes, context: aio.ServicerContext) -> bytes:
+        await self._repository_change(raw, context, "load", "RepositoryModelLoad")
+        return pb.RepositoryModelLoadResponse().SerializeToString()
+
+    async def repository_unload(self, raw: bytes, context: aio.ServicerContext) -> bytes:
+        await self._repository_change(raw, context, "unload", "RepositoryModelUnload")
+        return pb.RepositoryModelUnloadResponse().SerializeToString()
+
+    async def _repository_change(self, raw: bytes, context: aio.ServicerContext, action: str, method: str) -> None:
+        try:
+            message = grpc_codec.parse(pb.RepositoryModelLoadRequest, raw)  # Unload's fields are the same
+            await self.v2.repository_change(_call(message.model_name, "", raw, context, method), action)
+        except ServingError as error:
+            await _abort(context, error)
+
+
+def _head(context: aio.ServicerContext, method: str) -> RawRequest:
+    """A call as signed: POST to its method's path, with its metadata as headers (`-bin` keys' bytes left out)."""
+    metadata: Any = context.invocation_metadata() or ()
+    headers = tuple((key, value) for key, value in metadata if isinstance(value, str))
+    return RawRequest("POST", f"/{protocol.V2_GRPC_SERVICE}/{method}", "", headers, b"")
+
 
 def _call(model: str, version: str, raw: bytes, context: aio.ServicerContext, method: str) -> ModelCall:
     """A call naming `model`: its message is its body, its metadata and method path what a signature covers."""
@@ -167,12 +205,7 @@ def _call(model: str, version: str, raw: bytes, context: aio.ServicerContext, me
     async def body() -> AsyncIterator[bytes]:
         yield raw
 
-    def head() -> RawRequest:
-        metadata: Any = context.invocation_metadata() or ()
-        headers = tuple((key, value) for key, value in metadata if isinstance(value, str))  # `-bin` keys: bytes
-        return RawRequest("POST", f"/{protocol.V2_GRPC_SERVICE}/{method}", "", headers, b"")
-
-    return ModelCall(model, version or None, str(len(raw)), body, head)
+    return ModelCall(model, version or None, str(len(raw)), body, lambda: _head(context, method))
 
 
 async def _abort(context: aio.ServicerContext, error: ServingError) -> NoReturn:

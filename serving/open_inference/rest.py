@@ -8,13 +8,21 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 
+import orjson
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from serving import protocol
-from serving.errors import InternalFailureError, ServiceUnavailableError, ServingError
+from serving.errors import (
+    InternalFailureError,
+    ServiceUnavailableError,
+    ServingError,
+    UnknownOperationError,
+    ValidationError,
+)
 from serving.gateway.router import raw_request
 from serving.http.responses import json_response
 from serving.metrics.invocations import V2_REST_LABEL, InvocationTrace, record_client_abort, record_invocation
@@ -23,6 +31,7 @@ from serving.open_inference.dataplane import ModelCall, OpenInference
 
 logger = logging.getLogger("serving.open_inference")
 _MODEL, _VERSIONED = "/v2/models/{model}", "/v2/models/{model}/versions/{version}"
+INDEX_BODY_LIMIT = 65536  # a repository index request is `{"ready": true}`
 
 
 class OpenInferenceRoutes:
@@ -41,6 +50,8 @@ class OpenInferenceRoutes:
             Route(v2, self.server_metadata, methods=["GET"]),
             Route(f"{v2}/health/live", self.live, methods=["GET"]),
             Route(f"{v2}/health/ready", self.ready, methods=["GET"]),
+            Route(f"{v2}/repository/index", self.repository_index, methods=["POST"]),
+            Route(f"{v2}/repository/models/{{model:path}}/{{action:str}}", self.repository_change, methods=["POST"]),
             *[
                 route
                 for path in (_MODEL, _VERSIONED)
@@ -98,6 +109,34 @@ class OpenInferenceRoutes:
             response = _error(InternalFailureError("internal failure in the Open Inference route"))
         record_invocation(trace, counted or response.status_code, time.perf_counter() - started)
         return response
+
+    # --- the model repository extension -------------------------------------------------------------------
+    async def repository_index(self, request: Request) -> Response:
+        """`[{"name", "state", "reason"}]`: the MultiModel containers' models this caller may invoke."""
+        try:
+            body = await request.body()
+            if len(body) > INDEX_BODY_LIMIT:
+                raise ValidationError(f"the index request's body is over {INDEX_BODY_LIMIT} bytes")
+            try:
+                document = orjson.loads(body) if body.strip() else {}
+            except orjson.JSONDecodeError:
+                raise ValidationError("the index request's body is not JSON") from None
+            ready = bool(document.get("ready")) if isinstance(document, dict) else False
+            head = replace(raw_request(request), body=body)  # a Signature V4 covers it
+            return json_response(await self.v2.repository_index(head, ready))
+        except ServingError as error:
+            return _error(error)
+
+    async def repository_change(self, request: Request) -> Response:
+        """`load` or `unload` of `<endpoint>.<container>.<model>` (a MultiModel container's model)."""
+        action = request.path_params["action"]
+        try:
+            if action not in ("load", "unload"):
+                raise UnknownOperationError(f"POST {request.url.path}: the repository offers load and unload")
+            await self.v2.repository_change(_call(request), action)
+            return json_response({})
+        except ServingError as error:
+            return _error(error)
 
 
 def _call(request: Request) -> ModelCall:

@@ -152,3 +152,25 @@ def test_counted_with_the_protocol_label(server, client) -> None:
         infer(client, "it-direct.wine", np.zeros((2, 13)), datatype="FP64")
     assert counted() == before + 3
     assert json.loads(server.http.get("/v2/health/live").text) == {"live": True}
+
+
+def test_repository_loads_and_unloads_a_multimodel_containers_models_in_every_replica(client) -> None:
+    name = "it-multi.local.iris-7.tar.gz"  # two replicas, three models each at most
+    index = {entry["name"]: entry for entry in client.get_model_repository_index()}
+    assert index[name]["state"] == "UNAVAILABLE" and index[name]["reason"] == "not loaded"
+    assert "it-multi.cloud.iris-0.tar.gz" in index and not any(n.startswith("it-direct") for n in index)
+    client.load_model(name)
+    ready = {entry["name"] for entry in client.get_model_repository_index()
+             if entry["state"] == "READY"}
+    assert name in ready  # in both replicas' caches
+    result = infer(client, name, IRIS_ROWS[[0, 2]])  # the repository's name runs it too (version iris-7.tar.gz)
+    assert result.as_numpy("output-0").tolist() == [0, 2]
+    client.unload_model(name)
+    index = {entry["name"]: entry for entry in client.get_model_repository_index()}
+    assert index[name]["state"] == "UNAVAILABLE"
+    with pytest.raises(InferenceServerException, match="no-such-model"):
+        client.load_model("it-multi.local.no-such-model.tar.gz")
+    with pytest.raises(InferenceServerException, match="ModelCacheSetting Disabled"):
+        client.load_model("it-multi.once.echo-model")
+    with pytest.raises(InferenceServerException, match="not a MultiModel container's model"):
+        client.load_model("it-direct.iris")

@@ -176,3 +176,15 @@ def test_counted_with_the_protocol_label(server, client) -> None:
     for _ in range(3):
         infer(client, "it-direct.wine", np.zeros((2, 13)), datatype="FP64")
     assert counted() == before + 3
+
+
+def test_repository_over_grpc(client) -> None:
+    name = "it-multi.local.iris-8.tar.gz"
+    index = {model.name: model for model in client.get_model_repository_index().models}
+    assert index[name].state == "UNAVAILABLE"
+    client.load_model(name)
+    assert {model.name: model for model in client.get_model_repository_index().models}[name].state == "READY"
+    client.unload_model(name)
+    with pytest.raises(InferenceServerException) as refused:
+        client.load_model("it-direct.iris")
+    assert status_of(refused.value) == "StatusCode.INVALID_ARGUMENT"

@@ -160,3 +160,45 @@ def test_a_containers_tensor_signature_is_read_by_signed_hops_only(tmp_path) -> 
         assert httpx.get(server.url + protocol.SIGNATURE_PATH).status_code == 403  # unsigned
     finally:
         server.stop()
+
+
+def test_a_multimodel_containers_repository_answers_signed_hops_only(tmp_path) -> None:
+    # The V2 repository extension: list, load and unload reach a container's cache by signed hops; anyone else 403.
+    import asyncio
+    import json
+
+    import httpx
+
+    from serving.gateway.transport import ContainerTransport
+    from serving.http.server import BackgroundServer
+    from serving.model_server.app import ContainerApp
+    from serving.models.multimodel import MultiModelHandler
+
+    (tmp_path / "echo" / "code").mkdir(parents=True)
+    (tmp_path / "echo" / "code" / "inference.py").write_text(ECHO_HANDLER)
+    handler = MultiModelHandler("python", str(tmp_path), {}, hostname="mm")
+    server = BackgroundServer(ContainerApp(None, "mm", models=handler, hop_key=keys.hop_key(ROOT, "e", "mm")), "127.0.0.1", 0)
+    assert server.wait_started()
+
+    async def call(root: bytes, method: str, path: str, body: bytes = b""):
+        transport = ContainerTransport(default_limit=4, hop_key=lambda endpoint, container: keys.hop_key(root, endpoint, container))
+        await transport.start()
+        transport.update({("e", "mm"): [server.url]})
+        try:
+            (answer,) = await transport.each("e", "mm", method, path, body, timeout=30)
+            return answer
+        finally:
+            await transport.close()
+
+    load = json.dumps({"model": "echo"}).encode()
+    try:
+        assert asyncio.run(call(ROOT, "POST", protocol.REPOSITORY_PATH + "/load", load)).status == 200
+        listed = asyncio.run(call(ROOT, "GET", protocol.REPOSITORY_PATH))
+        assert json.loads(listed.body) == {"available": ["echo"], "loaded": ["echo"]}
+        assert asyncio.run(call(b"s" * 32, "POST", protocol.REPOSITORY_PATH + "/unload", load)).status == 403
+        assert httpx.get(server.url + protocol.REPOSITORY_PATH).status_code == 403  # unsigned
+        assert httpx.post(server.url + protocol.REPOSITORY_PATH + "/unload", content=load).status_code == 403
+        assert handler.cache.loaded_models() == ["echo"]  # nothing unsigned got through
+    finally:
+        server.stop()
+        handler.close()

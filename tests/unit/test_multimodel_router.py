@@ -1,4 +1,5 @@
-"""MultiModel containers end to end without Ray: router -> transport -> two replicas' data ports.
+"""MultiModel containers end to end without Ray: router -> transport -> two replicas' data ports; and the Open
+Inference model repository extension (index, load, unload) over the same replicas' caches.
 
 Each replica is a real ContainerApp around a MultiModelHandler (model store + LRU cache + the
 python stack) on its own loopback port; the router reaches them through a ContainerTransport
@@ -24,6 +25,8 @@ from serving.http.responses import serving_app
 from serving.http.server import BackgroundServer
 from serving.model_server.app import ContainerApp
 from serving.models.multimodel import MultiModelHandler
+from serving.open_inference.dataplane import OpenInference
+from serving.open_inference.rest import OpenInferenceRoutes
 from serving.runtimes import runtime_for
 from serving.settings import ServerSettings
 
@@ -102,7 +105,10 @@ class Endpoint:
             async def __aexit__(inner, *exc):
                 await self.transport.close()
 
-        self.url = self._serve(serving_app(router.routes(), lifespan=lambda app: _Lifespan(), hot=router.hot_route()))
+        v2 = OpenInferenceRoutes(OpenInference(router.invocations, lambda: []))  # the V2 repository extension too
+        self.url = self._serve(
+            serving_app(router.routes() + v2.routes(), lifespan=lambda app: _Lifespan(), hot=router.hot_route())
+        )
         self.http = httpx.Client(base_url=self.url, timeout=30)
 
     def _serve(self, app) -> str:
@@ -226,3 +232,31 @@ def test_an_unknown_model_evicts_nothing(prefix) -> None:
         asyncio.run(scenario())
     finally:
         handler.close()
+
+
+def test_the_v2_repository_loads_and_unloads_in_every_replica(endpoint: Endpoint) -> None:
+    index = {entry["name"]: entry for entry in endpoint.http.post("/v2/repository/index").json()}
+    assert len(index) == MODELS + 1 and index["ep.mm.model-3.tar.gz"] == {
+        "name": "ep.mm.model-3.tar.gz", "state": "UNAVAILABLE", "reason": "not loaded"}
+    assert endpoint.http.post("/v2/repository/models/ep.mm.model-3.tar.gz/load").status_code == 200
+    assert endpoint.holders("model-3.tar.gz") == [0, 1]  # both replicas' caches
+    ready = endpoint.http.post("/v2/repository/index", json={"ready": True}).json()
+    assert [entry["name"] for entry in ready] == ["ep.mm.model-3.tar.gz"]
+    endpoint.invoke(target(4))  # loaded in one replica only
+    assert {"state": "UNAVAILABLE", "reason": "loaded in 1 of 2 replicas"}.items() <= {
+        entry["name"]: entry for entry in endpoint.http.post("/v2/repository/index").json()}["ep.mm.model-4"].items()
+    assert endpoint.http.post("/v2/repository/models/ep.mm.model-3.tar.gz/unload").status_code == 200
+    assert endpoint.holders("model-3.tar.gz") == []
+
+
+@pytest.mark.parametrize(("model", "status", "words"), [
+    ("ep.mm.nosuch.tar.gz", 400, "not found"),
+    ("ep.mm.broken", 424, "this model cannot load"),
+    ("ep.single", 400, "not a MultiModel container's model"),
+    ("ep.nope.model-1", 400, "names no container of endpoint ep"),
+    ("nope.mm.model-1", 400, "Endpoint nope not found"),
+])
+def test_the_v2_repository_refuses_what_it_cannot_load(endpoint: Endpoint, model: str, status: int, words: str) -> None:
+    response = endpoint.http.post(f"/v2/repository/models/{model}/load")
+    assert response.status_code == status and words in response.json()["error"], response.text
+    assert endpoint.http.post("/v2/repository/models/ep.mm.model-1/reload").status_code == 404

@@ -82,3 +82,54 @@ def test_a_direct_container_is_asked_as_before() -> None:
     transport = ChainTransport({"iris": TENSOR})
     infer(transport, EndpointRoute("one", "Direct", ("iris",)), "one.iris")
     assert [headers.get("accept") for _, headers in transport.hops] == [TENSOR["accept"]]
+
+
+class RepositoryTransport(ChainTransport):
+    """Two replicas of each MultiModel container, each listing its models and what it has loaded."""
+
+    def __init__(self, listings: dict[str, list[dict]]) -> None:
+        super().__init__({})
+        self.listings = listings
+
+    async def each(self, endpoint, container, method, path, body, timeout) -> list[Answer]:
+        assert (method, path) == ("GET", protocol.REPOSITORY_PATH)
+        return [Answer(200, json.dumps(listing).encode()) for listing in self.listings[f"{endpoint}.{container}"]]
+
+
+def test_the_repository_index_lists_only_what_the_caller_may_invoke(tmp_path) -> None:
+    import yaml
+
+    from serving.access.decision import EndpointAccess
+    from serving.access.identities import load_identities
+
+    (tmp_path / "wine-only.json").write_text(json.dumps({"Version": "2012-10-17", "Statement": [{
+        "Effect": "Allow", "Action": "sagemaker:InvokeEndpoint", "Resource": "*",
+        "Condition": {"StringLike": {"sagemaker:TargetModel": "wine-*"}}}]}))
+    (tmp_path / "identities.yaml").write_text(yaml.safe_dump({"Identities": [
+        {"Principal": "wine-team", "ApiKey": "wine-team-api-key-0123456789", "PolicyDocuments": ["wine-only.json"]}]}))
+    access = EndpointAccess(load_identities(tmp_path / "identities.yaml"), region="us-east-1", account_id="0" * 12)
+    models = {"available": ["iris-1.tar.gz", "wine-1.tar.gz", "wine-2.tar.gz"], "loaded": ["wine-1.tar.gz"]}
+    transport = RepositoryTransport({
+        "secured.mm": [models, {**models, "loaded": []}],
+        "open.mm": [{"available": ["any.tar.gz"], "loaded": ["any.tar.gz"]}] * 2,
+    })
+    invocations = Invocations(ServerSettings(), transport)  # type: ignore[arg-type]  # loopback: anonymous allowed
+    invocations.endpoints = {
+        "secured": EndpointRoute("secured", "Direct", ("mm",), access=access, multi_model=frozenset({"mm"})),
+        "open": EndpointRoute("open", "Direct", ("mm",), multi_model=frozenset({"mm"})),
+        "single": EndpointRoute("single", "Direct", ("iris",)),
+    }
+    v2 = OpenInference(invocations, lambda: [])
+
+    def index(*headers: tuple[str, str]) -> list[dict[str, str]]:
+        return asyncio.run(v2.repository_index(RawRequest("POST", "/v2/repository/index", "", headers, b"")))
+
+    key = ("authorization", "Bearer wine-team-api-key-0123456789")
+    assert index(key) == [
+        {"name": "open.mm.any.tar.gz", "state": "READY", "reason": ""},
+        {"name": "secured.mm.wine-1.tar.gz", "state": "UNAVAILABLE", "reason": "loaded in 1 of 2 replicas"},
+        {"name": "secured.mm.wine-2.tar.gz", "state": "UNAVAILABLE", "reason": "not loaded"},
+    ]  # iris-1 is not the caller's to invoke, and a SingleModel container has no repository
+    assert [entry["name"] for entry in index()] == ["open.mm.any.tar.gz"]  # no credentials: the open endpoint only
+    assert [entry["name"] for entry in index(("authorization", "Bearer someone-else-key-0123456"))] == [
+        "open.mm.any.tar.gz"]
