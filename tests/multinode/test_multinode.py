@@ -44,7 +44,7 @@ class Cluster:
                             "RAY_preload_python_modules": "serving._worker_preload"}  # as deploy/ sets it
         self.environment.pop("RAY_AUTH_TOKEN_PATH", None)
         self.environment.pop("RAY_ADDRESS", None)
-        self.gcs_port, self.port = free_port(), free_port()
+        self.gcs_port, self.port, self.grpc_port = free_port(), free_port(), free_port()
         self.processes: list[subprocess.Popen] = []
         self.address = f"{_node_ip()}:{self.gcs_port}"
 
@@ -58,7 +58,7 @@ class Cluster:
         log = open(self.root / "serving-up.log", "w")
         process = subprocess.Popen(
             [str(BIN / "serving"), "up", str(spec), "--address", self.address, "--port", str(self.port),
-             "--wait-timeout", "300"], env=self.environment, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+             "--grpc-port", str(self.grpc_port), "--wait-timeout", "300"], env=self.environment, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
         self.processes.append(process)
         return process
 
@@ -184,6 +184,27 @@ def test_containers_are_placed_on_both_nodes_and_all_answer(cluster) -> None:
         assert _invoke(url, container).status_code == 200
     # Issue 43: a gateway on every node (this machine's two nodes share the port through SO_REUSEPORT).
     assert _gateways(cluster[0]) == ["node-a", "node-b"]
+
+
+def test_every_nodes_gateway_serves_the_grpc_port(cluster) -> None:
+    # Issue 46: the Open Inference gRPC service on --grpc-port of every gateway, shared like the HTTP port.
+    import numpy as np
+    import tritonclient.grpc as triton
+
+    c, _, _ = cluster
+    assert listeners(c.grpc_port) == set(_gateway_pids(c)), "a gRPC listener in each node's gateway"
+    pids = set()
+    for _ in range(6):  # fresh connections: the kernel spreads them over the gateways sharing the port
+        client = triton.InferenceServerClient(f"127.0.0.1:{c.grpc_port}")
+        try:
+            tensor = triton.InferInput("x", [1, 2], "FP32")
+            tensor.set_data_from_numpy(np.ones((1, 2), dtype=np.float32))
+            result = client.infer("mn.spread", [tensor], client_timeout=30)
+            pids.add(int(result.as_numpy("pid")))
+            assert result.as_numpy("input").tolist() == [[1.0, 1.0]]
+        finally:
+            client.close()
+    assert pids, "answered over gRPC"
 
 
 def test_metrics_come_from_both_nodes(cluster) -> None:
