@@ -114,9 +114,7 @@ class OpenInferenceRoutes:
     async def repository_index(self, request: Request) -> Response:
         """`[{"name", "state", "reason"}]`: the MultiModel containers' models this caller may invoke."""
         try:
-            body = await request.body()
-            if len(body) > INDEX_BODY_LIMIT:
-                raise ValidationError(f"the index request's body is over {INDEX_BODY_LIMIT} bytes")
+            body = await _small_body(request)
             try:
                 document = orjson.loads(body) if body.strip() else {}
             except orjson.JSONDecodeError:
@@ -137,6 +135,17 @@ class OpenInferenceRoutes:
             return json_response({})
         except ServingError as error:
             return _error(error)
+
+
+async def _small_body(request: Request) -> bytes:
+    """A repository index request's body, refused as soon as it passes INDEX_BODY_LIMIT (read before any
+    credentials are checked: never buffered whole)."""
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > INDEX_BODY_LIMIT:
+            raise ValidationError(f"the index request's body is over {INDEX_BODY_LIMIT} bytes")
+    return bytes(body)
 
 
 def _call(request: Request) -> ModelCall:

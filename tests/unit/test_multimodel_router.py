@@ -260,3 +260,18 @@ def test_the_v2_repository_refuses_what_it_cannot_load(endpoint: Endpoint, model
     response = endpoint.http.post(f"/v2/repository/models/{model}/load")
     assert response.status_code == status and words in response.json()["error"], response.text
     assert endpoint.http.post("/v2/repository/models/ep.mm.model-1/reload").status_code == 404
+
+
+def test_an_oversized_index_request_is_refused_before_it_is_read_whole(endpoint: Endpoint) -> None:
+    # Read before any credentials are checked: refused once past its limit, not buffered to the end first.
+    import socket
+    from urllib.parse import urlsplit
+
+    address = urlsplit(endpoint.url)
+    with socket.create_connection((address.hostname, address.port), timeout=10) as client:
+        client.sendall(b"POST /v2/repository/index HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+        chunk = b"x" * 32768
+        for _ in range(4):  # 128 kB of a body that never ends
+            client.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        answer = client.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 400") and b"over 65536 bytes" in answer
