@@ -253,51 +253,39 @@ def main() -> None:
             warm, _ = wrk._run(scripts[case], url, 8, 2)
             if warm["status"] or not warm["requests"]:
                 raise BenchError(f"{case}: {warm['status']} error answers while warming up")
+
+        def measure(round_: int, case: str, whose: str, load: Any, failed: Any) -> None:
+            """One case at 1 connection (latency) and 32 (latency, throughput, the servers' CPU per request);
+            `load(connections)` runs it, `failed(stats)` says whether a run saw errors."""
+            c1 = load(1)
+            before = {name: process_cpu_seconds(pid) for name, pid in pids[whose].items()}
+            c32 = load(32)
+            used = sum(process_cpu_seconds(pid) - before[name] for name, pid in pids[whose].items())
+            if failed(c1) or failed(c32):
+                raise BenchError(f"{case}: errors under load")
+            row = {
+                "p50_ms": c1["p50"] / 1000,
+                "p99_ms": c1["p99"] / 1000,
+                "p50_c32_ms": c32["p50"] / 1000,
+                "p99_c32_ms": c32["p99"] / 1000,
+                "rps": c32["requests"] / (c32["duration_us"] / 1e6),
+                "cpu_us": used / c32["requests"] * 1e6,
+            }
+            runs[case].append(row)
+            log(
+                f"round {round_ + 1} {case:<30} p50 {row['p50_ms']:.3f} ms  p99 {row['p99_ms']:.3f} ms  "
+                f"{row['rps']:6.0f} req/s  {row['cpu_us']:.0f} µs CPU/request"
+            )
+
+        wrk_failed = lambda stats: any(stats[k] for k in ("status", "timeout", "connect", "read", "write"))  # noqa: E731
+        grpc_failed = lambda stats: bool(stats["errors"]) or not stats["requests"]  # noqa: E731
         for round_ in range(args.rounds):
             for case, (url, _, _, whose) in cases.items():
-                c1, _ = wrk._run(scripts[case], url, 1, args.seconds)
-                before = {name: process_cpu_seconds(pid) for name, pid in pids[whose].items()}
-                c32, _ = wrk._run(scripts[case], url, 32, args.seconds)
-                used = sum(process_cpu_seconds(pid) - before[name] for name, pid in pids[whose].items())
-                if any(stats[k] for stats in (c1, c32) for k in ("status", "timeout", "connect", "read", "write")):
-                    raise BenchError(f"{case}: errors under load")
-                runs[case].append(
-                    {
-                        "p50_ms": c1["p50"] / 1000,
-                        "p99_ms": c1["p99"] / 1000,
-                        "p50_c32_ms": c32["p50"] / 1000,
-                        "p99_c32_ms": c32["p99"] / 1000,
-                        "rps": c32["requests"] / (c32["duration_us"] / 1e6),
-                        "cpu_us": used / c32["requests"] * 1e6,
-                    }
-                )
-                row = runs[case][-1]
-                log(
-                    f"round {round_ + 1} {case:<30} p50 {row['p50_ms']:.3f} ms  p99 {row['p99_ms']:.3f} ms  "
-                    f"{row['rps']:6.0f} req/s  {row['cpu_us']:.0f} µs CPU/request"
-                )
+                run_wrk = lambda c, s=scripts[case], u=url: wrk._run(s, u, c, args.seconds)[0]  # noqa: E731
+                measure(round_, case, whose, run_wrk, wrk_failed)
             for case, (target, message, whose) in grpc_cases.items():
-                c1 = grpc_load.run(target, infer_method, message, 1, args.seconds)
-                before = {name: process_cpu_seconds(pid) for name, pid in pids[whose].items()}
-                c32 = grpc_load.run(target, infer_method, message, 32, args.seconds)
-                used = sum(process_cpu_seconds(pid) - before[name] for name, pid in pids[whose].items())
-                if c1["errors"] or c32["errors"] or not c32["requests"]:
-                    raise BenchError(f"{case}: errors under load")
-                runs[case].append(
-                    {
-                        "p50_ms": c1["p50"] / 1000,
-                        "p99_ms": c1["p99"] / 1000,
-                        "p50_c32_ms": c32["p50"] / 1000,
-                        "p99_c32_ms": c32["p99"] / 1000,
-                        "rps": c32["requests"] / (c32["duration_us"] / 1e6),
-                        "cpu_us": used / c32["requests"] * 1e6,
-                    }
-                )
-                row = runs[case][-1]
-                log(
-                    f"round {round_ + 1} {case:<30} p50 {row['p50_ms']:.3f} ms  p99 {row['p99_ms']:.3f} ms  "
-                    f"{row['rps']:6.0f} req/s  {row['cpu_us']:.0f} µs CPU/request"
-                )
+                run_grpc = lambda c, t=target, m=message: grpc_load.run(t, infer_method, m, c, args.seconds)  # noqa: E731
+                measure(round_, case, whose, run_grpc, grpc_failed)
             for case, (target, message) in large_grpc.items():
                 one_at_a_time = grpc_load.run(target, infer_method, message, 1, max(2.0, args.seconds / 2))
                 large_runs[case].append({"p50_ms": one_at_a_time["p50"] / 1000, "p99_ms": one_at_a_time["p99"] / 1000})
