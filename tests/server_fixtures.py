@@ -256,6 +256,24 @@ def access_endpoint_spec(demo: Path, identities: Path) -> dict:
     ]}
 
 
+def v2_output_matches(container: str, got, invoked) -> bool:
+    """Whether an it-fifteen container's V2 output tensor says what its InvokeEndpoint answer says: python-rules'
+    labels as a BYTES tensor, tensorflow-keras' TF Serving `{"predictions": ...}`, the others the same numbers."""
+    import numpy as np
+
+    if container == "python-rules":
+        return [item.decode() for item in got.reshape(-1)] == invoked
+    if container == "tensorflow-keras":
+        return bool(np.allclose(got, np.asarray(invoked["predictions"]), atol=1e-5))
+    return bool(np.allclose(got, np.asarray(invoked), atol=1e-5))
+
+
+@pytest.fixture(scope="session")
+def v2_matches():
+    """`v2_matches(container, got, invoked)`: see v2_output_matches."""
+    return v2_output_matches
+
+
 # it-fifteen: three containers of each of the five stacks, one per artifact layout of
 # examples/train_hetero.py. Hostname -> (Image, model folder in hetero_models, Environment).
 FIFTEEN = {

@@ -74,17 +74,12 @@ STACKS = ("sklearn-iris", "pytorch-script", "tensorflow-keras", "onnx-iris", "py
 
 
 @pytest.mark.parametrize("container", STACKS)
-def test_every_stack_answers_as_invoke_endpoint_does(server, client, container: str) -> None:
+def test_every_stack_answers_as_invoke_endpoint_does(server, client, v2_matches, container: str) -> None:
     result = infer(client, f"it-fifteen.{container}", IRIS_ROWS)
     output = result.get_response(as_json=True)["outputs"][0]["name"]
     got = result.as_numpy(output)
     invoked = server.invoke("it-fifteen", IRIS_ROWS.tolist(), target=container).json()
-    if container == "python-rules":  # labels: a BYTES tensor
-        assert [item.decode() for item in got.reshape(-1)] == invoked
-    elif container == "tensorflow-keras":  # TF Serving's {"predictions": ...}
-        assert np.allclose(got, np.asarray(invoked["predictions"]), atol=1e-5)
-    else:
-        assert np.allclose(got, np.asarray(invoked), atol=1e-5)
+    assert v2_matches(container, got, invoked), (got, invoked)
 
 
 def test_serial_chain_is_one_model(server, client) -> None:
