@@ -115,12 +115,15 @@ class ContainerApp:
     async def ping(self, request: Request) -> Response:
         return Response(b"", status_code=200)
 
-    def _refusal(self, request: Request, body: bytes) -> Response | None:
-        """None when the hop is the gateway's for this container, else the 403 to answer."""
+    def _refusal(self, request: Request, body: bytes, headers: Headers | None = None) -> Response | None:
+        """None when the hop is the gateway's for this container, else the 403 to answer. `headers`: the request's
+        (`Headers.from_asgi`), the very mapping its handler reads."""
         if self.hop_key is None:
             return None
+        if headers is None:
+            headers = Headers.from_asgi(request.scope["headers"])
         try:
-            hops.verify(self.hop_key, request.method, request.url.path, body, request.headers)
+            hops.verify(self.hop_key, request.method, request.scope["path"], body, headers)
         except hops.HopAuthError as error:
             self.refused += 1
             logger.warning(
@@ -207,16 +210,17 @@ class ContainerApp:
         context = InvocationContext()
         streaming = False
         try:
-            if self.hop_key is not None and hops.SIGNATURE_HEADER not in request.headers:
-                refusal = self._refusal(request, b"")  # unsigned: refused before its body is read
+            # One mapping for the signature check and for everything after it (the hooks' context too: MMS's
+            # request properties), so no repeated header can be checked in one place and read in another.
+            headers = context.headers = Headers.from_asgi(request.scope["headers"])
+            if self.hop_key is not None and hops.SIGNATURE_HEADER not in headers:
+                refusal = self._refusal(request, b"", headers)  # unsigned: refused before its body is read
             else:
                 body = await request.body()
-                refusal = self._refusal(request, body)
+                refusal = self._refusal(request, body, headers)
             if refusal is not None:
                 self.invocations -= 1  # not an invocation: it never reached the model
                 return refusal
-            headers = request.headers
-            context.headers = Headers(headers)  # what the hooks' context offers (MMS's request properties)
             context.custom_attributes = headers.get(protocol.CUSTOM_ATTRIBUTES)
             context.target_model = headers.get(protocol.TARGET_MODEL)
             context.inference_id = headers.get(protocol.INFERENCE_ID)

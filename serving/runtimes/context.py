@@ -11,7 +11,7 @@ same methods (request index 0: one request per call here), plus this runtime's o
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +23,14 @@ class Headers(dict):
 
     def __init__(self, headers: Mapping[str, str] | None = None) -> None:
         super().__init__((key.lower(), value) for key, value in (headers or {}).items())
+
+    @classmethod
+    def from_asgi(cls, raw: Sequence[tuple[bytes, bytes]]) -> Headers:
+        """An ASGI scope's headers. Of a repeated name the first counts, as for Starlette's `Headers.get`, so that
+        whoever checks a header (a hop's signature) and whoever reads it (the model) see the same value."""
+        headers = cls()
+        dict.update(headers, [(key.decode("latin-1").lower(), value.decode("latin-1")) for key, value in reversed(raw)])
+        return headers
 
     def __getitem__(self, key: str) -> str:
         return super().__getitem__(key.lower())

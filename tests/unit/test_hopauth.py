@@ -122,6 +122,37 @@ def test_the_transport_signs_what_the_container_verifies(tmp_path) -> None:
         server.stop()
 
 
+def test_a_repeated_header_cannot_slip_an_unsigned_value_past_the_signature(tmp_path) -> None:
+    # A captured hop with a second Content-Type (or TargetModel, ...) put in front of the signed one: the signature
+    # was checked over one of the two and the model was handed the other, so a hop could be re-aimed unnoticed.
+    # Whatever the container does with a repeated header, the model must see only the value that was signed.
+    import httpx
+
+    from serving.http.server import BackgroundServer
+    from serving.model_server.app import ContainerApp
+    from serving.runtimes import runtime_for
+
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "inference.py").write_text(ECHO_HANDLER)
+    runtime = runtime_for("python", tmp_path, {})
+    runtime.load()
+    key = keys.hop_key(ROOT, "e", "echo")
+    server = BackgroundServer(ContainerApp(runtime, "echo", hop_key=key), "127.0.0.1", 0)
+    assert server.wait_started()
+    signed = {"content-type": "text/plain", "accept": "application/json"}  # httpx would add an unsigned Accept
+    signed |= hops.sign(key, "POST", "/invocations", b"hello", signed)
+    rest = [(name, value) for name, value in signed.items() if name != "content-type"]
+    try:
+        with httpx.Client(base_url=server.url, timeout=10) as client:
+            assert client.post("/invocations", content=b"hello", headers=signed).status_code == 200
+            for headers in ([("content-type", "text/csv"), ("content-type", "text/plain"), *rest],
+                            [("content-type", "text/plain"), ("content-type", "text/csv"), *rest]):
+                answer = client.post("/invocations", content=b"hello", headers=headers)
+                assert answer.status_code == 403 or answer.json()["content_type"] == "text/plain", answer.text
+    finally:
+        server.stop()
+
+
 def test_a_containers_tensor_signature_is_read_by_signed_hops_only(tmp_path) -> None:
     # Open Inference metadata: the gateway reads a container's signature with a signed GET; anyone else gets 403.
     import asyncio
