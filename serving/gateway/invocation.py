@@ -360,17 +360,21 @@ class Invocations:
             streamed: dict[str, Any] = (
                 {"stream": True, "stream_timeout": self.settings.stream_timeout_s} if last_streams else {}
             )
+            hop = self.transport.send(
+                endpoint.name,
+                container,
+                body,
+                hop_headers,
+                remaining,
+                affinity=affinity if container in endpoint.multi_model else None,
+                **streamed,
+            )
             try:
-                async with asyncio.timeout(remaining):  # not wait_for: no task of its own per hop
-                    response = await self.transport.send(
-                        endpoint.name,
-                        container,
-                        body,
-                        hop_headers,
-                        remaining,
-                        affinity=affinity if container in endpoint.multi_model else None,
-                        **streamed,
-                    )
+                if last_streams:  # aiohttp's own timeout is the stream's: the deadline bounds its first byte here
+                    async with asyncio.timeout(remaining):  # not wait_for: no task of its own per hop
+                        response = await hop
+                else:  # the transport keeps to `remaining` itself
+                    response = await hop
             except TimeoutError:
                 trace.hops.append((container, time.perf_counter() - sent))
                 raise timed_out(container, timeout) from None

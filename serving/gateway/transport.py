@@ -195,7 +195,8 @@ class ContainerTransport:
         stream: bool = False,
         stream_timeout: float | None = None,
     ) -> HopResponse:
-        """POST /invocations on one replica of the container; raises ModelNotReadyError if none answers.
+        """POST /invocations on one replica of the container; raises ModelNotReadyError if none answers, and
+        TimeoutError when `timeout` (seconds, a retry on another replica included) runs out first.
 
         `affinity`: a MultiModel request's TargetModel, routed to the replica that holds it when it can.
         `stream`: ask for an event stream; a successful answer returns once its headers arrive, with `chunks`
@@ -213,6 +214,8 @@ class ContainerTransport:
             )
         retries_left = 0 if key in self._no_retry else 1
         broken: Replica | None = None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
         while self._replicas.get(key):
             replicas = self._replicas[key]
             replica = self._pick(replicas, self._homes.get(home_key) if home_key and broken is None else None, broken)
@@ -227,7 +230,7 @@ class ContainerTransport:
             answered, held = False, False
             try:
                 if not stream:
-                    answer = await self._post(replica, body, headers, timeout)
+                    answer = await self._post(replica, body, headers, deadline - loop.time())
                 else:
                     response = await self._session.post(
                         replica.invocations_url,
