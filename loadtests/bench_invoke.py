@@ -100,6 +100,7 @@ from loadtests.invoke.measure import (
     start_ours,
     time_serve_status,
 )
+from loadtests.invoke.process_targets import H2H_LOADS, H2H_MLSERVER, H2H_OURS, h2h_load
 
 DEFAULT_MLSERVER_VENV = ROOT / ".bench" / "mlserver-venv"
 DEFAULT_OUT = ROOT / "loadtests" / "results" / "bench_invoke.json"  # beside the other benchmarks' results
@@ -149,6 +150,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "is kept and its disturbance reported",
     )
     parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="head-to-head rounds of MLServer in-process and our direct endpoint, both up, measured in turn at "
+        "1 and 32 connections (default 3; 0: none)",
+    )
+    parser.add_argument(
         "--no-profile",
         dest="profile",
         action="store_false",
@@ -169,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.monotonic()
     diag = max(2.0, args.duration / 3)
-    n_main, n_diag = 5 * len(LOADS), 8
+    n_main, n_diag = 5 * len(LOADS) + 2 * len(H2H_LOADS) * args.rounds, 8
     per_case = args.wait_quiet + (args.retries + 1) * (args.warmup + 20)
     budget = (
         1500
@@ -323,6 +331,34 @@ def main(argv: list[str] | None = None) -> int:
                     )
                 )
         processes.stop(floor)
+
+        if args.rounds:
+            # Minutes apart, this VM's drift alone moved MLServer's CPU per request by 10% between two runs: the
+            # target against it is judged on rounds in turn, each system's own processes counted in its cases.
+            system, _, settings, model_settings = MLSERVER_VARIANTS[0]
+            log(f"head to head: {system} and ours, {args.rounds} rounds in turn ...")
+            mlserver, mlserver_url = start_mlserver(processes, mlserver_bin, paths, logs, settings, model_settings)
+            meter.roles[mlserver.pid] = "mlserver"
+            contenders = [
+                (H2H_MLSERVER, f"{mlserver_url}/v2/models/{MLSERVER_MODEL}/infer", MLSERVER_BODY),
+                (H2H_OURS, direct_url, OUR_BODY),
+            ]
+            for round_ in range(1, args.rounds + 1):
+                for load, connections in H2H_LOADS:
+                    for name, url, body in contenders if round_ % 2 else contenders[::-1]:  # ABBA: neither always first
+                        cases.append(
+                            wrk.case(
+                                name,
+                                h2h_load(load, round_),
+                                connections,
+                                url,
+                                args.duration,
+                                args.warmup,
+                                body=body,
+                                headers=JSON_HEADERS,
+                            )
+                        )
+            processes.stop(mlserver)
 
         log("diagnostics ...")
         cases.append(

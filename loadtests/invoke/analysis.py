@@ -241,7 +241,9 @@ def analyse(cases: list[Case]) -> dict[str, Any]:
             "detail": "cases missing or flagged",
         }
 
-    out["targets"].update(process_targets(lambda system, load: _get(cases, system, load), server_cpu_us, MLSERVERS[1]))
+    out["targets"].update(
+        process_targets(lambda system, load: _get(cases, system, load), server_cpu_us, MLSERVERS[1], cases)
+    )
 
     # 3. no throughput collapse at 32 connections
     verdicts, details = [], []

@@ -65,6 +65,12 @@ the numbers (`--write-docs` rewrites this part only).
     `examples/serial.yaml` (preprocess → classifier → labels). Measured through the
     gateway (`POST /endpoints/{name}/invocations`) and, to split gateway from container,
     at the direct container's own data port (`POST /invocations`, found in the registry).
+  - *head to head*: once ours are measured, MLServer in-process is started beside them and
+    both are measured in turn, sequential then c32, for `--rounds` rounds (3 by default; the
+    order flips each round), each case counting only its own system's processes (the other
+    idles meanwhile). Issue 44's target against MLServer in-process is judged on these
+    rounds' means: measured minutes apart in the phases, this VM's drift alone moved
+    MLServer's CPU per request by 10% between two runs.
 - **Load**: wrk, one thread. *sequential*: 1 connection (`-t1 -c1 --latency`), latency
   percentiles; *c8*, *c32*, *c256*: 8, 32 and 256 keep-alive connections, throughput. Every case runs
   after a warm-up at the same concurrency. A case with any error (non-2xx, timeouts,
