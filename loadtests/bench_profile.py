@@ -9,8 +9,11 @@ that code itself, below no other category). The shares are scaled by each proces
 /proc in the same window (py-spy counts runnable threads as well as running ones).
 
 What py-spy cannot see is in no row: the kernel's share of a syscall (seccomp filters, socket calls) shows as
-the Python frame that made the call. A second load, as long, runs under `strace -c -f` on both processes instead,
-to count the syscalls each makes per request (strace slows every syscall, so only its counts are used).
+the Python frame that made the call, and the C code of uvloop, httptools and CPython itself, run under no Python
+frame, shows as the event loop's frame. A second load, as long, runs under `strace -c -f` on both processes instead,
+to count the syscalls each makes per request (strace slows every syscall, so only its counts are used). A third runs
+under `perf record` (where perf may read these processes): each process's CPU split by the binary it ran in, the
+kernel, CPython's interpreter (bytecode and the C API that extensions call) and other native code.
 
     python -m loadtests.bench_profile [--seconds 20] [--connections 8] [--write-docs]
 
@@ -142,6 +145,72 @@ def strace_counts(processes: Processes, pids: dict[str, int], wrk: Wrk, url: str
     }
 
 
+def binaries(report: str) -> dict[str, float]:
+    """`perf report --sort dso` output -> share of samples in the kernel, CPython and other native code."""
+    shares = {"kernel": 0.0, "CPython interpreter (libpython)": 0.0, "other native code": 0.0}
+    for line in report.splitlines():
+        fields = line.split()
+        if len(fields) >= 2 and fields[0].endswith("%"):
+            share, dso = float(fields[0][:-1]) / 100, fields[1]
+            key = (
+                "kernel"
+                if dso.startswith("[kernel")
+                else "CPython interpreter (libpython)"
+                if "libpython" in dso
+                else "other native code"
+            )
+            shares[key] += share
+    return shares
+
+
+def perf_split(processes: Processes, pids: dict[str, int], wrk: Wrk, url: str, args) -> dict[str, Any]:
+    """Each process's CPU per request split by binary, from a load as long as the profiled one under perf."""
+    binary = shutil.which("perf")
+    if binary is None:
+        return {"skipped": "perf not installed"}
+    work = wrk.workdir
+    recorders = {
+        name: processes.start(
+            [
+                binary,
+                "record",
+                "-F",
+                "999",
+                "-p",
+                str(pid),
+                "-o",
+                str(work / f"{name}.perf"),
+                "--",
+                "sleep",
+                str(args.seconds),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for name, pid in pids.items()
+    }
+    time.sleep(0.5)  # perf attaches
+    before = {name: process_cpu_seconds(pid) for name, pid in pids.items()}
+    stats, _ = wrk._run(wrk._script("POST", OUR_BODY, JSON_HEADERS), url, args.connections, args.seconds)
+    used = {name: (process_cpu_seconds(pid) - before[name]) / stats["requests"] * 1e6 for name, pid in pids.items()}
+    out: dict[str, Any] = {"requests": stats["requests"]}
+    for name, recorder in recorders.items():
+        recorder.wait(args.seconds + 30)
+        report = subprocess.run(
+            [binary, "report", "-i", str(work / f"{name}.perf"), "--sort", "dso", "--stdio", "-q", "-g", "none"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if report.returncode != 0 or "%" not in report.stdout:
+            return {"skipped": f"perf could not record {name}: {report.stderr.strip()[-200:]}"}
+        out[name] = {
+            "cpu_us_per_request": round(used[name], 1),
+            "binaries": {k: round(v, 3) for k, v in binaries(report.stdout).items()},
+        }
+    return out
+
+
 def docs_section(result: dict[str, Any]) -> str:
     meta, lines = result["meta"], ["## Measured", ""]
     lines.append(
@@ -183,6 +252,22 @@ def docs_section(result: dict[str, Any]) -> str:
         ]
         for g, c in zip(traced["gateway"], traced["container"], strict=False):
             lines.append(f"| {g['syscall']} | {g['per_request']} | {c['syscall']} | {c['per_request']} |")
+    split = result.get("binaries", {})
+    if "requests" in split:
+        names = [name for name in split if name != "requests"]
+        lines += [
+            "",
+            f"### Where each process ran, by binary (`perf record`, {split['requests']:,} requests)",
+            "",
+            "| binary | " + " | ".join(f"{name}: share | µs per request" for name in names) + " |",
+            "|---|" + "---|---|" * len(names),
+        ]
+        for kind in split[names[0]]["binaries"]:
+            cells = [
+                f"{split[name]['binaries'][kind]:.1%} | {split[name]['binaries'][kind] * split[name]['cpu_us_per_request']:.0f}"
+                for name in names
+            ]
+            lines.append(f"| {kind} | " + " | ".join(cells) + " |")
     lines += [
         "",
         f"Run: `{meta['command']}` at {meta['started']} ({meta['seconds_total']:.0f} s); {meta['machine']['nproc']} "
@@ -238,6 +323,7 @@ def main() -> None:
             for row in rows:
                 log(f"  {row['us_per_request']:6.0f} µs  {row['share']:6.1%}  {row['category']}")
         result["syscalls"] = strace_counts(processes, pids, wrk, url, args)
+        result["binaries"] = perf_split(processes, pids, wrk, url, args)
     finally:
         processes.stop_all()
         if server is not None:
