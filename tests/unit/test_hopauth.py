@@ -79,6 +79,21 @@ def output_fn(prediction, accept):
 """
 
 
+def echo_container(tmp_path, environment: dict | None = None):
+    """A started data port serving ECHO_HANDLER as container "echo" of endpoint "e", with that container's hop key."""
+    from serving.http.server import BackgroundServer
+    from serving.model_server.app import ContainerApp
+    from serving.runtimes import runtime_for
+
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "inference.py").write_text(ECHO_HANDLER)
+    runtime = runtime_for("python", tmp_path, environment or {})
+    runtime.load()
+    server = BackgroundServer(ContainerApp(runtime, "echo", hop_key=keys.hop_key(ROOT, "e", "echo")), "127.0.0.1", 0)
+    assert server.wait_started()
+    return server
+
+
 def test_the_transport_signs_what_the_container_verifies(tmp_path) -> None:
     # Real HTTP on loopback: a container that knows its key answers the transport's hops, whatever headers
     # the caller left out (the defaults aiohttp used to add are signed too), and refuses an unsigned request.
@@ -87,17 +102,8 @@ def test_the_transport_signs_what_the_container_verifies(tmp_path) -> None:
     import httpx
 
     from serving.gateway.transport import ContainerTransport
-    from serving.http.server import BackgroundServer
-    from serving.model_server.app import ContainerApp
-    from serving.runtimes import runtime_for
 
-    (tmp_path / "code").mkdir()
-    (tmp_path / "code" / "inference.py").write_text(ECHO_HANDLER)
-    runtime = runtime_for("python", tmp_path, {})
-    runtime.load()
-    key = keys.hop_key(ROOT, "e", "echo")
-    server = BackgroundServer(ContainerApp(runtime, "echo", hop_key=key), "127.0.0.1", 0)
-    assert server.wait_started()
+    server = echo_container(tmp_path)
 
     async def hops() -> list:
         transport = ContainerTransport(default_limit=4, hop_key=lambda endpoint, container: keys.hop_key(ROOT, endpoint, container))
@@ -128,19 +134,9 @@ def test_a_repeated_header_cannot_slip_an_unsigned_value_past_the_signature(tmp_
     # Whatever the container does with a repeated header, the model must see only the value that was signed.
     import httpx
 
-    from serving.http.server import BackgroundServer
-    from serving.model_server.app import ContainerApp
-    from serving.runtimes import runtime_for
-
-    (tmp_path / "code").mkdir()
-    (tmp_path / "code" / "inference.py").write_text(ECHO_HANDLER)
-    runtime = runtime_for("python", tmp_path, {})
-    runtime.load()
-    key = keys.hop_key(ROOT, "e", "echo")
-    server = BackgroundServer(ContainerApp(runtime, "echo", hop_key=key), "127.0.0.1", 0)
-    assert server.wait_started()
+    server = echo_container(tmp_path)
     signed = {"content-type": "text/plain", "accept": "application/json"}  # httpx would add an unsigned Accept
-    signed |= hops.sign(key, "POST", "/invocations", b"hello", signed)
+    signed |= hops.sign(keys.hop_key(ROOT, "e", "echo"), "POST", "/invocations", b"hello", signed)
     rest = [(name, value) for name, value in signed.items() if name != "content-type"]
     try:
         with httpx.Client(base_url=server.url, timeout=10) as client:
@@ -161,17 +157,9 @@ def test_a_containers_tensor_signature_is_read_by_signed_hops_only(tmp_path) -> 
     import httpx
 
     from serving.gateway.transport import ContainerTransport
-    from serving.http.server import BackgroundServer
-    from serving.model_server.app import ContainerApp
-    from serving.runtimes import runtime_for
 
-    (tmp_path / "code").mkdir()
-    (tmp_path / "code" / "inference.py").write_text(ECHO_HANDLER)
     declared = {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [-1]}], "outputs": []}
-    runtime = runtime_for("python", tmp_path, {protocol.TENSOR_SIGNATURE_ENV: json.dumps(declared)})
-    runtime.load()
-    server = BackgroundServer(ContainerApp(runtime, "echo", hop_key=keys.hop_key(ROOT, "e", "echo")), "127.0.0.1", 0)
-    assert server.wait_started()
+    server = echo_container(tmp_path, {protocol.TENSOR_SIGNATURE_ENV: json.dumps(declared)})
 
     async def read(root: bytes):
         transport = ContainerTransport(default_limit=4, hop_key=lambda endpoint, container: keys.hop_key(root, endpoint, container))
