@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -120,22 +121,42 @@ def syscalls(summary: str, requests: int) -> list[dict[str, Any]]:
     return [{"syscall": "all", "per_request": round(sum(counts.values()) / requests, 1)}, *rows]
 
 
+def load_under(
+    processes: Processes,
+    pids: dict[str, int],
+    command: Callable[[str, int], list[str]],
+    wrk: Wrk,
+    url: str,
+    args,
+    started: Callable[[], object] | None = None,
+) -> tuple[dict[str, subprocess.Popen], dict[str, Any]]:
+    """A load as long as the profiled one, with `command(name, pid)` (a tracer) attached to each process first:
+    the tracers and wrk's stats. `started` runs once they are attached, just before the load."""
+    watchers = {
+        name: processes.start(command(name, pid), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for name, pid in pids.items()
+    }
+    time.sleep(1.0)  # the tracers attach
+    if started is not None:
+        started()
+    stats, _ = wrk._run(wrk._script("POST", OUR_BODY, JSON_HEADERS), url, args.connections, args.seconds)
+    return watchers, stats
+
+
 def strace_counts(processes: Processes, pids: dict[str, int], wrk: Wrk, url: str, args) -> dict[str, Any]:
     """Syscalls per request of each process, from a load as long as the profiled one under `strace -c -f`."""
     binary = shutil.which("strace")
     if binary is None:
         return {"skipped": "strace not installed"}
     work = wrk.workdir
-    tracers = {
-        name: processes.start(
-            [binary, "-c", "-f", "-p", str(pid), "-o", str(work / f"{name}.strace")],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        for name, pid in pids.items()
-    }
-    time.sleep(1.0)  # strace attaches
-    stats, _ = wrk._run(wrk._script("POST", OUR_BODY, JSON_HEADERS), url, args.connections, args.seconds)
+    tracers, stats = load_under(
+        processes,
+        pids,
+        lambda name, pid: [binary, "-c", "-f", "-p", str(pid), "-o", str(work / f"{name}.strace")],
+        wrk,
+        url,
+        args,
+    )
     for tracer in tracers.values():
         tracer.send_signal(signal.SIGINT)  # strace writes its summary on SIGINT
         tracer.wait(30)
@@ -169,29 +190,28 @@ def perf_split(processes: Processes, pids: dict[str, int], wrk: Wrk, url: str, a
     if binary is None:
         return {"skipped": "perf not installed"}
     work = wrk.workdir
-    recorders = {
-        name: processes.start(
-            [
-                binary,
-                "record",
-                "-F",
-                "999",
-                "-p",
-                str(pid),
-                "-o",
-                str(work / f"{name}.perf"),
-                "--",
-                "sleep",
-                str(args.seconds),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        for name, pid in pids.items()
-    }
-    time.sleep(0.5)  # perf attaches
-    before = {name: process_cpu_seconds(pid) for name, pid in pids.items()}
-    stats, _ = wrk._run(wrk._script("POST", OUR_BODY, JSON_HEADERS), url, args.connections, args.seconds)
+    before: dict[str, float] = {}
+    recorders, stats = load_under(
+        processes,
+        pids,
+        lambda name, pid: [
+            binary,
+            "record",
+            "-F",
+            "999",
+            "-p",
+            str(pid),
+            "-o",
+            str(work / f"{name}.perf"),
+            "--",
+            "sleep",
+            str(args.seconds + 1),  # the load starts a second after perf does
+        ],
+        wrk,
+        url,
+        args,
+        started=lambda: before.update({name: process_cpu_seconds(pid) for name, pid in pids.items()}),
+    )
     used = {name: (process_cpu_seconds(pid) - before[name]) / stats["requests"] * 1e6 for name, pid in pids.items()}
     out: dict[str, Any] = {"requests": stats["requests"]}
     for name, recorder in recorders.items():
