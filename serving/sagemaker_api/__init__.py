@@ -9,5 +9,6 @@ Modules: `routes` (`POST /`: authentication, IAM actions, audit), `service` (ass
 DeploymentConfig: traffic steps and rollback), `descriptions` (DescribeEndpoint's variants),
 `application_autoscaling` (Application Auto Scaling's), `translate` (resources as specs), `images` (Image and
 InstanceType), `resources` (ARNs, paging, the `Deployer`), `database` (the SQLite state), `sealed` (secret
-Environment values), `model_roots` (which folders may be roots).
+Environment values), `model_roots` (which folders may be roots), `authorization` (what a call must be allowed:
+the IAM action on each resource it names).
 """

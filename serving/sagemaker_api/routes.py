@@ -2,12 +2,12 @@
 endpoint server.
 
 With an API identities file (`--api-identities`), every call must be signed (SigV4, scoped to the operation's
-service) or carry an identity's API key, and that identity's policies must allow the operation's IAM action on the
-resource's ARN. Without one, calls are refused unless `--allow-anonymous-api` (a loopback server only): creating an
+service) or carry an identity's API key, and that identity's policies must allow the operation's IAM action on every
+resource the call names (`authorization`: an endpoint config's models too, an endpoint's config, the metric an alarm
+watches). Without one, calls are refused unless `--allow-anonymous-api` (a loopback server only): creating an
 endpoint chooses code that runs. A body is read only once the headers have authenticated its sender as far as they
-can, as for invocations. Every decision is an audit line (`serving.audit`); then the operation is dispatched to
-the control plane (`service.ControlApi`), which runs one at a time. Details: docs/security.md, "The control-plane
-API".
+can, as for invocations. Every decision is an audit line (`serving.audit`); then the operation is dispatched to the
+control plane (`service.ControlApi`), which runs one at a time. Details: docs/security.md, "The control-plane API".
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ from starlette.routing import Route
 from serving import protocol
 from serving.access.decision import AUDIT_LOGGER
 from serving.access.identities import Identities
-from serving.access.policies import RequestContext, evaluate
+from serving.access.policies import Decision, RequestContext, evaluate
 from serving.access.sigv4 import Authenticator, Caller
 from serving.cloudwatch.api import OPERATIONS as CLOUDWATCH_OPERATIONS
 from serving.errors import AccessDeniedError, ApiValidationError, UnknownApiOperationError
 from serving.gateway.body_budget import BodyBudget
 from serving.gateway.router import raw_request
-from serving.sagemaker_api.resources import arn
+from serving.sagemaker_api.authorization import checks
 
 __all__ = ["AUTOSCALING_OPERATIONS", "MAX_BODY_BYTES", "OPERATIONS", "SAGEMAKER_OPERATIONS", "Answer", "ApiRoutes"]
 
@@ -115,7 +115,8 @@ class ApiRoutes:
         caller, body = await self._authenticated_body(request, prefix)
         document = _document(body, operation)
         if caller is not None:
-            self._authorize(caller, prefix, operation, document)
+            for action, resource in checks(prefix, operation, document, self.region, self.account):
+                self._authorize_one(caller, action, resource)
         status, headers, answer = await self.dispatch(prefix, operation, document)
         return Response(answer, status_code=status, headers=headers)
 
@@ -137,12 +138,16 @@ class ApiRoutes:
             body = await _read(request, hold)
             return authenticator.verify(claim, replace(raw, body=body)), body
 
-    def _authorize(self, caller: Caller, prefix: str, operation: str, document: Any) -> None:
-        action = f"{protocol.API_IAM_PREFIXES[prefix]}:{operation}"
-        for resource in self._resources(prefix, document if isinstance(document, dict) else {}):
-            self._authorize_one(caller, action, resource)
-
     def _authorize_one(self, caller: Caller, action: str, resource: str) -> None:
+        decision = self._decide(caller, action, resource)
+        if not decision.allowed:
+            why = "an explicit deny" if decision.explicit else f"no identity-based policy allows the {action} action"
+            raise AccessDeniedError(
+                f"User: {caller.principal} is not authorized to perform: {action} on resource: {resource} because {why}"
+            )
+
+    def _decide(self, caller: Caller, action: str, resource: str) -> Decision:
+        """The policies' decision, as one audit line."""
         decision = evaluate(caller.identity.policies, RequestContext(action, resource, {}))
         record = {
             "event": "api",
@@ -153,35 +158,7 @@ class ApiRoutes:
             "statement": decision.statement,
         }
         audit_log.log(logging.INFO if decision.allowed else logging.WARNING, json.dumps(record, separators=(",", ":")))
-        if not decision.allowed:
-            why = "an explicit deny" if decision.explicit else f"no identity-based policy allows the {action} action"
-            raise AccessDeniedError(
-                f"User: {caller.principal} is not authorized to perform: {action} on resource: {resource} because {why}"
-            )
-
-    def _resources(self, prefix: str, document: dict[str, Any]) -> list[str]:
-        """The ARNs a call acts on: each alarm it names for CloudWatch (`*` for its metrics), else one."""
-        if prefix != protocol.CLOUDWATCH_TARGET_PREFIX:
-            return [self._resource(document)]
-        named = document.get("AlarmNames")
-        names = [document["AlarmName"]] if isinstance(document.get("AlarmName"), str) else named
-        names = names if isinstance(names, list) else []
-        scope = f"arn:aws:{protocol.CLOUDWATCH_IAM_PREFIX}:{self.region}:{self.account}"
-        return [f"{scope}:alarm:{name}" for name in names if isinstance(name, str)] or [f"{scope}:*"]
-
-    def _resource(self, document: dict[str, Any]) -> str:
-        """The ARN an operation acts on (SageMaker's resource types), `...:*` for the listing operations."""
-        for field, kind in (
-            ("EndpointName", "endpoint"),
-            ("EndpointConfigName", "endpoint-config"),
-            ("ModelName", "model"),
-        ):
-            if isinstance(document.get(field), str):
-                return arn(self.region, self.account, kind, document[field])
-        resource_id = document.get("ResourceId")
-        if isinstance(resource_id, str) and resource_id.count("/") == 3:
-            return arn(self.region, self.account, "endpoint", resource_id.split("/")[1])
-        return f"arn:aws:{protocol.SIGNING_SERVICE}:{self.region}:{self.account}:*"
+        return decision
 
 
 async def _read(request: Request, hold: Any = None) -> bytes:

@@ -288,6 +288,8 @@ def test_signed_calls_need_cloudwatch_actions_on_the_alarm(tmp_path: Path) -> No
     (tmp_path / "ops.json").write_text(json.dumps({"Version": "2012-10-17", "Statement": [
         {"Effect": "Allow", "Action": ["cloudwatch:PutMetricAlarm", "cloudwatch:Describe*"],
          "Resource": "arn:aws:cloudwatch:*:*:alarm:team-*"},
+        # An alarm reads its metric, so putting one needs this too (tests/security/test_sec_api_resources.py).
+        {"Effect": "Allow", "Action": "cloudwatch:GetMetricStatistics", "Resource": "*"},
     ]}))
     (tmp_path / "sagemaker.json").write_text(json.dumps({"Version": "2012-10-17", "Statement": [
         {"Effect": "Allow", "Action": "sagemaker:*", "Resource": "*"}]}))
@@ -306,9 +308,10 @@ def test_signed_calls_need_cloudwatch_actions_on_the_alarm(tmp_path: Path) -> No
                 "cloudwatch:PutMetricAlarm", "arn:aws:cloudwatch:us-east-1:000000000000:alarm:other")
         assert [a["AlarmName"] for a in cw.describe_alarms(AlarmNames=["team-a"])["MetricAlarms"]] == ["team-a"]
         refused(lambda: cw.delete_alarms(AlarmNames=["team-a"]), "AccessDeniedException", "cloudwatch:DeleteAlarms")
-        refused(lambda: cw.get_metric_statistics(Namespace=NS, MetricName="Invocations", StartTime=START,
-                                                 EndTime=START + 60, Period=60, Statistics=["Sum"]),
-                "AccessDeniedException", "cloudwatch:GetMetricStatistics", "arn:aws:cloudwatch:us-east-1:000000000000:*")
+        query = {"Id": "q", "MetricStat": {"Metric": {"Namespace": NS, "MetricName": "Invocations"}, "Period": 60,
+                                           "Stat": "Sum"}}
+        refused(lambda: cw.get_metric_data(StartTime=START, EndTime=START + 60, MetricDataQueries=[query]),
+                "AccessDeniedException", "cloudwatch:GetMetricData", "arn:aws:cloudwatch:us-east-1:000000000000:*")
         reader = harness.client("cloudwatch", READER_KEY, READER_SECRET)
         refused(lambda: reader.describe_alarms(AlarmNames=["team-a"]), "AccessDeniedException")
         refused(lambda: harness.client("cloudwatch", KEY, "not-the-secret-of-ops-at-all").describe_alarms(),
