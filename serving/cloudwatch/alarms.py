@@ -1,6 +1,7 @@
 """One metric alarm's evaluation: its last EvaluationPeriods periods against its threshold, as CloudWatch
 decides it (DatapointsToAlarm of them breaching: ALARM; TreatMissingData for periods without data), and the
 state reason CloudWatch writes. Run every RESOLUTION_S over the periods that end at the latest datapoint.
+The reason shows the datapoints, so it is withheld from whoever may not read the metric (`withheld`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from datetime import UTC, datetime
 
 from serving.cloudwatch.statistics import Stat
 
-__all__ = ["COMPARISONS", "STATES", "TREATMENTS", "evaluate"]
+__all__ = ["COMPARISONS", "STATES", "TREATMENTS", "WITHHELD", "evaluate", "withheld"]
 
 COMPARISONS: dict[str, tuple[Callable[[float, float], bool], str]] = {
     "GreaterThanOrEqualToThreshold": (operator.ge, "greater than or equal to"),
@@ -22,6 +23,10 @@ COMPARISONS: dict[str, tuple[Callable[[float, float], bool], str]] = {
 }
 STATES = ("OK", "ALARM", "INSUFFICIENT_DATA")
 TREATMENTS = ("breaching", "notBreaching", "ignore", "missing")
+WITHHELD = (
+    "Datapoints withheld: the caller may not read this alarm's metric (cloudwatch:GetMetricStatistics), so its "
+    "state reason, which shows them, is not shown."
+)
 
 
 def evaluate(alarm: dict, window: list[Stat | None], end: float) -> tuple[str, str, str]:
@@ -82,3 +87,12 @@ def _data(alarm: dict, statistic: str, end: float, recent: list[float], threshol
         },
         separators=(",", ":"),
     )
+
+
+def withheld(alarm: dict) -> dict:
+    """`alarm` as DescribeAlarms shows it to a caller who may not read its metric: its state without the reason
+    and reason data, which carry the metric's values (SetAlarmState's, the caller's own words, go too)."""
+    shown = {key: value for key, value in alarm.items() if key != "StateReasonData"}
+    if "StateReason" in shown:
+        shown["StateReason"] = WITHHELD
+    return shown

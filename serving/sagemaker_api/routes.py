@@ -4,10 +4,11 @@ endpoint server.
 With an API identities file (`--api-identities`), every call must be signed (SigV4, scoped to the operation's
 service) or carry an identity's API key, and that identity's policies must allow the operation's IAM action on every
 resource the call names (`authorization`: an endpoint config's models too, an endpoint's config, the metric an alarm
-watches). Without one, calls are refused unless `--allow-anonymous-api` (a loopback server only): creating an
-endpoint chooses code that runs. A body is read only once the headers have authenticated its sender as far as they
-can, as for invocations. Every decision is an audit line (`serving.audit`); then the operation is dispatched to the
-control plane (`service.ControlApi`), which runs one at a time. Details: docs/security.md, "The control-plane API".
+watches); DescribeAlarms withholds the datapoints of alarms from a caller who may not read metrics. Without one,
+calls are refused unless `--allow-anonymous-api` (a loopback server only): creating an endpoint chooses code that
+runs. A body is read only once the headers have authenticated its sender as far as they can, as for invocations.
+Every decision is an audit line (`serving.audit`); then the operation is dispatched to the control plane
+(`service.ControlApi`), which runs one at a time. Details: docs/security.md, "The control-plane API".
 """
 
 from __future__ import annotations
@@ -27,11 +28,12 @@ from serving.access.decision import AUDIT_LOGGER
 from serving.access.identities import Identities
 from serving.access.policies import Decision, RequestContext, evaluate
 from serving.access.sigv4 import Authenticator, Caller
+from serving.cloudwatch.alarms import withheld
 from serving.cloudwatch.api import OPERATIONS as CLOUDWATCH_OPERATIONS
 from serving.errors import AccessDeniedError, ApiValidationError, UnknownApiOperationError
 from serving.gateway.body_budget import BodyBudget
 from serving.gateway.router import raw_request
-from serving.sagemaker_api.authorization import checks
+from serving.sagemaker_api.authorization import checks, metric_read
 
 __all__ = ["AUTOSCALING_OPERATIONS", "MAX_BODY_BYTES", "OPERATIONS", "SAGEMAKER_OPERATIONS", "Answer", "ApiRoutes"]
 
@@ -114,10 +116,14 @@ class ApiRoutes:
         prefix, operation = self.operation(request.headers.get(protocol.AMZ_TARGET))
         caller, body = await self._authenticated_body(request, prefix)
         document = _document(body, operation)
+        withhold = False
         if caller is not None:
             for action, resource in checks(prefix, operation, document, self.region, self.account):
                 self._authorize_one(caller, action, resource)
+            withhold = self._withholds_datapoints(caller, prefix, operation)
         status, headers, answer = await self.dispatch(prefix, operation, document)
+        if withhold and status == 200:
+            answer = _without_datapoints(answer)
         return Response(answer, status_code=status, headers=headers)
 
     async def _authenticated_body(self, request: Request, prefix: str) -> tuple[Caller | None, bytes]:
@@ -146,8 +152,15 @@ class ApiRoutes:
                 f"User: {caller.principal} is not authorized to perform: {action} on resource: {resource} because {why}"
             )
 
-    def _decide(self, caller: Caller, action: str, resource: str) -> Decision:
-        """The policies' decision, as one audit line."""
+    def _withholds_datapoints(self, caller: Caller, prefix: str, operation: str) -> bool:
+        """Whether the answer must go without alarms' datapoints: DescribeAlarms to a caller who may not read
+        metrics (GetMetricStatistics' authorization), which an alarm's state reason would show."""
+        if (prefix, operation) != (protocol.CLOUDWATCH_TARGET_PREFIX, "DescribeAlarms"):
+            return False
+        return not self._decide(caller, *metric_read(self.region, self.account), denied="datapoints withheld").allowed
+
+    def _decide(self, caller: Caller, action: str, resource: str, denied: str = "") -> Decision:
+        """The policies' decision, as one audit line (`denied`: what a deny does, when it refuses no call)."""
         decision = evaluate(caller.identity.policies, RequestContext(action, resource, {}))
         record = {
             "event": "api",
@@ -156,6 +169,7 @@ class ApiRoutes:
             "resource": resource,
             "decision": "allow" if decision.allowed else "deny",
             "statement": decision.statement,
+            **({"then": denied} if denied and not decision.allowed else {}),
         }
         audit_log.log(logging.INFO if decision.allowed else logging.WARNING, json.dumps(record, separators=(",", ":")))
         return decision
@@ -190,3 +204,10 @@ def _document(body: bytes, operation: str) -> dict[str, Any]:
     if not isinstance(document, dict):
         raise ApiValidationError(f"{operation}: the request body must be a JSON object")
     return document
+
+
+def _without_datapoints(answer: bytes) -> bytes:
+    """A DescribeAlarms answer with each alarm's state reason withheld (`alarms.withheld`)."""
+    document = json.loads(answer)
+    document["MetricAlarms"] = [withheld(alarm) for alarm in document.get("MetricAlarms", [])]
+    return json.dumps(document).encode()

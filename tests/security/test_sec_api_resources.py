@@ -21,11 +21,14 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.unit.sagemaker_harness import KEY, READER_KEY, READER_SECRET, SECRET, Harness, refused
 
 ACCOUNT = "arn:aws:sagemaker:us-east-1:000000000000"
 ALARMS = "arn:aws:cloudwatch:us-east-1:000000000000"
+START = 1_800_000_000.0  # a 10 s boundary of the metric store, far from the harness's clock on purpose
 ROLLBACK = {
     "BlueGreenUpdatePolicy": {"TrafficRoutingConfiguration": {"Type": "ALL_AT_ONCE", "WaitIntervalInSeconds": 0}},
 }
@@ -138,3 +141,39 @@ def test_a_caller_allowed_on_every_resource_named_still_succeeds(
     team_a.update_endpoint(EndpointName="a-ep", EndpointConfigName="a-cfg2", DeploymentConfig={
         **ROLLBACK, "AutoRollbackConfiguration": {"Alarms": [{"AlarmName": "a-alarm"}]}})
     assert team_a.describe_endpoint(EndpointName="a-ep")["PendingDeploymentSummary"]["EndpointConfigName"] == "a-cfg2"
+
+
+class _Invocations:
+    """The one family the sampler needs here, written by prometheus_client as `GET /metrics` writes it."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.calls = Counter("serving_invocations", "", ("endpoint", "container", "model"), registry=self.registry)
+
+    def families(self) -> list[Any]:
+        return list(text_string_to_metric_families(generate_latest(self.registry).decode()))
+
+
+def test_an_alarm_cannot_read_a_metric_its_caller_may_not(harness: Harness) -> None:
+    harness.deployer.served["a-ep@A@1"] = {  # team A's endpoint, serving
+        "EndpointName": "a-ep@A@1", "InferenceExecutionConfig": {"Mode": "Direct"},
+        "Containers": [{"ContainerHostname": "only", "CurrentReplicas": 1}],
+    }
+    intruder = harness.client("cloudwatch", READER_KEY, READER_SECRET)
+    refused(lambda: intruder.put_metric_alarm(**_alarm("t-watch", "a-ep")), "AccessDeniedException",
+            "User: team-t", "cloudwatch:GetMetricStatistics", f"on resource: {ALARMS}:* ")  # before: created
+    # An alarm the intruder may describe but whose metric it may not read (one put before this fix, or by an
+    # operator): DescribeAlarms shows its state, not its datapoints.
+    operator = harness.client("cloudwatch")
+    operator.put_metric_alarm(**_alarm("t-legacy", "a-ep"))
+    metrics, cloudwatch = _Invocations(), harness.control.cloudwatch
+    cloudwatch.observe(metrics.families(), START + 0.2)  # the baseline
+    metrics.calls.labels("a-ep@A@1", "only", "").inc(7)
+    cloudwatch.observe(metrics.families(), START + 10.2)
+    seen = operator.describe_alarms(AlarmNames=["t-legacy"])["MetricAlarms"][0]
+    assert seen["StateValue"] == "ALARM" and "7.0" in seen["StateReason"]
+    assert json.loads(seen["StateReasonData"])["recentDatapoints"] == [7.0]
+    shown = intruder.describe_alarms(AlarmNames=["t-legacy"])["MetricAlarms"][0]
+    assert shown["AlarmName"] == "t-legacy" and shown["StateValue"] == "ALARM"
+    assert "7.0" not in shown["StateReason"] and "withheld" in shown["StateReason"]
+    assert "StateReasonData" not in shown  # before: '{"recentDatapoints": [7.0], ...}'
