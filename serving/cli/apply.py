@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 import time
@@ -18,6 +19,7 @@ def _control_client(args: argparse.Namespace):
     import httpx
 
     from serving.gateway.control_routes import control_token_file
+    from serving.private_files import PrivateFileError, open_private
 
     url = (args.url or f"http://127.0.0.1:{os.environ.get('SERVING_PORT', '8080')}").rstrip("/")
     token = os.environ.get("SERVING_CONTROL_TOKEN")
@@ -31,14 +33,12 @@ def _control_client(args: argparse.Namespace):
             )
             raise SystemExit(2)
         path = control_token_file(int(url.rsplit(":", 1)[1].split("/")[0]))
-        try:
-            token = path.read_text().strip()
-        except OSError:
-            print(
-                f"no control token: {path} is missing (is `serving up` running on {url}?); or set "
-                "SERVING_CONTROL_TOKEN",
-                file=sys.stderr,
-            )
+        try:  # as `serving up` wrote it: this user's own file, through no link (else another file is sent)
+            with os.fdopen(open_private(path, os.O_RDONLY)) as file:
+                token = file.read().strip()
+        except PrivateFileError as error:
+            why = f"{path} is missing (is `serving up` running on {url}?)" if error.errno == errno.ENOENT else error
+            print(f"no control token: {why}; or set SERVING_CONTROL_TOKEN", file=sys.stderr)
             raise SystemExit(2) from None
     return httpx.Client(base_url=url, timeout=120, headers={"Authorization": f"Bearer {token}"})
 

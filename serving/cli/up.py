@@ -91,15 +91,16 @@ def _api_settings(args: argparse.Namespace, port: int) -> dict[str, str | None]:
     """
     from serving.access.identities import IdentitiesError, load_identities
     from serving.gateway.control_routes import control_token_file
-    from serving.private_files import PrivateFileError, private_folder
+    from serving.private_files import PrivateFileError, private_folder, unfollowed
     from serving.sagemaker_api.database import default_state_file
     from serving.sagemaker_api.images import load_instance_types
+    from serving.sagemaker_api.state_file import check_state_file
 
     env = os.environ
     chosen: dict[str, str | None] = {}
     if args.state or "SERVING_STATE_FILE" not in env:
         state = args.state or (str(default_state_file(port)) if port else None)
-        chosen["state_file"] = str(Path(state).expanduser().resolve()) if state else None
+        chosen["state_file"] = str(unfollowed(state)) if state else None  # a link there is refused, not followed
     if args.api_identities:
         chosen["api_identities"] = str(Path(args.api_identities).resolve())
     if args.instance_types:
@@ -112,7 +113,7 @@ def _api_settings(args: argparse.Namespace, port: int) -> dict[str, str | None]:
     try:
         private_folder(control_token_file(port).parent)  # where `serving apply` finds the control token
         if state_file:
-            private_folder(Path(state_file).expanduser().resolve().parent)
+            check_state_file(state_file)
         if identities:
             load_identities(identities)
         load_instance_types(chosen.get("instance_types_file", env.get("SERVING_INSTANCE_TYPES_FILE")))

@@ -8,7 +8,8 @@ Modules: `routes` (`POST /`: authentication, IAM actions, audit), `service` (ass
 (requests, validated), `sagemaker` and `endpoints` (SageMaker's operations), `deployment` (an update's
 DeploymentConfig: traffic steps and rollback), `descriptions` (DescribeEndpoint's variants),
 `application_autoscaling` (Application Auto Scaling's), `translate` (resources as specs), `images` (Image and
-InstanceType), `resources` (ARNs, paging, the `Deployer`), `database` (the SQLite state), `sealed` (secret
+InstanceType), `resources` (ARNs, paging, the `Deployer`), `database` (the SQLite state), `state_file` (its file,
+opened through no symbolic link), `sealed` (secret
 Environment values), `model_roots` (which folders may be roots), `authorization` (what a call must be allowed:
 the IAM action on each resource it names).
 """

@@ -6,7 +6,7 @@ transaction per change, so a server that stops mid-call keeps either the old doc
 `serving up` / `serving server` keep it in `~/.serving/state-<port>.db` (`--state` moves it); restarting
 the server on the same file brings every endpoint back. It says what code runs where, and holds the
 containers' Environment (secrets sealed, `sealed`): it is this user's own, readable by no one else, in a
-folder no other user can write (`private_files`).
+folder no other user can write, and opened through no symbolic link (`state_file`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from serving.private_files import open_private
+from serving.sagemaker_api.state_file import connect_state
 
 __all__ = ["KINDS", "ApiState"]
 
@@ -38,11 +38,11 @@ class ApiState:
 
     def __init__(self, path: str | Path | None) -> None:
         self.path = str(path) if path is not None else ":memory:"
-        if path is not None:
-            os.close(open_private(Path(path).expanduser().resolve(), os.O_RDWR | os.O_CREAT))
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        if path is not None:
+        if path is None:
+            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        else:  # PrivateFileError naming a link or another user's file at the state path or beside it
+            self._db = connect_state(path)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute(_SCHEMA)

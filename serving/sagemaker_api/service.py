@@ -26,6 +26,7 @@ from serving.sagemaker_api.model_roots import check_model_roots
 from serving.sagemaker_api.resources import Deployer
 from serving.sagemaker_api.routes import Answer, ApiRoutes
 from serving.sagemaker_api.sealed import Sealer
+from serving.sagemaker_api.state_file import KEY_SUFFIX
 from serving.sagemaker_api.translate import public_name
 from serving.settings import ServerSettings
 
@@ -47,7 +48,7 @@ class ControlApi:
             model_roots=[root for root in settings.model_roots.split(os.pathsep) if root],
             identities_file=settings.api_identities,
             allow_model_requirements=settings.allow_model_requirements,
-            sealer=Sealer(settings.state_file + ".key" if settings.state_file else None),
+            sealer=Sealer(settings.state_file + KEY_SUFFIX if settings.state_file else None),
         )
         self.autoscaling = AutoScalingApi(self.sagemaker)
         self.cloudwatch = CloudWatchApi(
