@@ -6,7 +6,8 @@ destination, endpoint, variant and hour, one file (or S3 object) per flush, unde
 `<destination>/<endpoint>/<variant>/yyyy/mm/dd/hh/MM-SS-mmm-<uuid>.jsonl`, as SageMaker names them. A full queue,
 a full disk or an unreachable bucket costs records, never an answer: each is counted
 (`serving_data_capture_records_total{outcome}`) and logged. What is lost when the gateway dies: the records not
-yet written (at most `FLUSH_S` of them, and whatever the queue held). docs/spec.md, "DataCaptureConfig".
+yet written (at most `FLUSH_S` of them, and whatever the queue held). A local destination's files are 0600 and the
+folders made for them 0700: callers' requests and answers, for this user only. docs/spec.md, "DataCaptureConfig".
 """
 
 from __future__ import annotations
@@ -249,14 +250,36 @@ class CaptureWriter:
 
 
 def _write_file(folder: Path, name: str, lines: bytes) -> None:
-    """Write a whole file under a temporary name, then rename it: a reader never sees half a file."""
-    folder.mkdir(parents=True, exist_ok=True)
+    """Write a whole file under a temporary name, then rename it: a reader never sees half a file. Callers' requests
+    and answers: readable by this user only (0600, in folders made 0700), whatever the gateway's umask."""
+    _make_folders(folder)
     temporary = folder / f".{name}.part"
     try:
-        with open(temporary, "xb") as handle:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        with os.fdopen(os.open(temporary, flags, 0o600), "wb") as handle:
+            os.fchmod(handle.fileno(), 0o600)  # open's mode is masked by the umask
             handle.write(lines)
         os.replace(temporary, folder / name)
     except BaseException:
         with contextlib.suppress(OSError):
             temporary.unlink()
         raise
+
+
+def _make_folders(folder: Path) -> None:
+    """`folder` with its missing parents, each one made here 0700 (mkdir's mode is masked by the umask); folders that
+    exist (the destination the operator made) are left as they are."""
+    missing = []
+    while not folder.is_dir():
+        missing.append(folder)
+        folder = folder.parent
+    for path in reversed(missing):
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:  # another gateway of this node made it, 0700 too (or a file is in the way: the next
+            continue  # mkdir, or the file's open, fails and the records are counted as failed)
+        descriptor = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.fchmod(descriptor, 0o700)
+        finally:
+            os.close(descriptor)
