@@ -6,7 +6,8 @@ response stream (`streaming`), and the control routes. Runs in the gateway repli
 Modules: `router` (the HTTP edge), `invocation` (InvokeEndpoint's steps), `variants` (which production variant
 runs, which shadow gets a copy), `shadows` (the copies, run after the caller's answer), `transport` and
 `hop_client` (hops to replica data ports), `failures` (what a caller is told of a container's failure), `state` (a
-registry snapshot in, the request path's tables out), `async_invocations` (InvokeEndpointAsync) and `async_jobs`
+registry snapshot in, the request path's tables out), `public_descriptions` (descriptions less the machine's
+paths), `async_invocations` (InvokeEndpointAsync) and `async_jobs`
 (its jobs and their journal), `streaming` (a response stream relayed), `capture` (DataCaptureConfig's sampled
 records, written off the caller's path), `body_budget` (bodies held before their sender is verified),
 `control_routes` (`serving apply` / `delete` over HTTP).

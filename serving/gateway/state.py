@@ -1,9 +1,10 @@
 """The gateway's view of the control plane, without Ray: a registry snapshot in, the request path's tables out.
 
 The Ray gateway polls the registry and hands each new snapshot to `GatewayState.apply`, which swaps in,
-together: the status board's records and descriptions, the transport's replica lists (with each container's
-in-flight limit and whether its requests may be retried), each endpoint's access control (identities files
-read here, once per file and fingerprint; the registry only names them) and the pipeline's endpoint table.
+together: the status board's records and descriptions (as anyone may read them: `public_descriptions`), the
+transport's replica lists (with each container's in-flight limit and whether its requests may be retried), each
+endpoint's access control (identities files read here, once per file and fingerprint; the registry only names
+them) and the pipeline's endpoint table.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from serving.config.data_capture import DataCaptureConfig
 from serving.control.records import Snapshot
 from serving.control.status import EndpointRecord, StatusBoard
 from serving.gateway.invocation import EndpointRoute, Invocations
+from serving.gateway.public_descriptions import public_description
 from serving.gateway.transport import ContainerTransport
 from serving.gateway.variants import Front, ShadowRoute, VariantRoute
 from serving.settings import ServerSettings
@@ -58,6 +60,8 @@ class GatewayState:
     def apply(self, snapshot: Snapshot) -> None:
         """Swap in the registry's view: descriptions, replica lists, access, the endpoint table."""
         self.board.read(snapshot)
+        # GET /endpoints/{name} and failed invocations show them to any caller: no path of this machine in them
+        self.board.descriptions = {name: public_description(d) for name, d in self.board.descriptions.items()}
         records = self.board.records
         api = snapshot["api"]
         shadows = api.get("shadows", {}) if api is not None else {}
