@@ -75,9 +75,23 @@ class ServerSettings(BaseSettings):
     )
     sandbox: Literal["auto", "required", "off"] = Field(
         "auto",
-        description="Confinement of container processes (docs/security.md): 'auto' applies every layer the kernel "
-        "offers (Landlock, seccomp) and warns when one is missing, 'required' refuses to start a "
-        "container without them, 'off' runs tenant code unconfined (still without Ray credentials).",
+        description="Confinement of container processes (docs/security.md): 'auto' gives each its own network "
+        "namespace (or refuses to start it: shared_container_network) and applies every other layer the kernel "
+        "offers (Landlock, seccomp), warning when one is missing, 'required' refuses to start a container "
+        "without them all, 'off' runs tenant code unconfined in the node's network (still without Ray "
+        "credentials).",
+    )
+    container_egress_ports: tuple[int, ...] = Field(
+        (),
+        description="TCP ports that a container which opts in (EnableNetworkIsolation: false) may connect to, on any "
+        "address, from the node's network instead of a network namespace of its own (docs/security.md); empty: no "
+        "container may opt in. Never the server's own ports.",
+    )
+    shared_container_network: bool = Field(
+        False,
+        description="Where the kernel cannot give a container process a network namespace of its own (the server is "
+        "not root and the host allows no unprivileged user namespaces), run it in the node's network, walled off "
+        "by Landlock's TCP rules and seccomp only (docs/security.md), instead of refusing to start it.",
     )
     allow_model_requirements: bool = Field(
         False,
@@ -203,6 +217,16 @@ class ServerSettings(BaseSettings):
             raise ValueError(
                 f"preauth_body_budget_mb ({self.preauth_body_budget_mb:g}) must be at least max_payload_mb "
                 f"({self.max_payload_mb:g}): a signed request of the largest payload could never be verified"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _egress_is_not_the_server(self) -> ServerSettings:
+        own = {self.port, self.grpc_port} & set(self.container_egress_ports)
+        if own - {0, None} or not all(0 < port < 65536 for port in self.container_egress_ports):
+            raise ValueError(
+                f"container_egress_ports ({', '.join(map(str, self.container_egress_ports))}) must be ports 1-65535 "
+                "other than the server's own (--port, --grpc-port): containers never reach the gateways"
             )
         return self
 

@@ -153,6 +153,10 @@ def _gcs_kv(gcs):
     return GcsClient(address=gcs).internal_kv_get(b"serving-root-secret", b"serving", timeout=10)
 
 def predict_fn(targets, model):
+    if "sockets" in targets:  # every socket the kernel offers, at the gateway's ports (tests/security/tenant_probe.py)
+        return sockets_probe(targets["sockets"])
+    if targets.get("collect_sockets"):
+        return dict(_GOT)
     report = {}
     for path in targets.get("read", []):
         report["read " + path] = _try(lambda: open(path, "rb").read(64))
@@ -201,7 +205,11 @@ def predict_fn(data, model):
 def _handler_dir(root: Path, name: str) -> Path:
     folder = root / name
     (folder / "code").mkdir(parents=True)
-    (folder / "code" / "inference.py").write_text(HANDLERS[name])
+    code = HANDLERS[name]
+    if name == "hostile":  # with the socket probe's functions (not its handler's)
+        probe = (Path(__file__).parent / "security" / "tenant_probe.py").read_text()
+        code = probe[: probe.index("def input_fn")] + code
+    (folder / "code" / "inference.py").write_text(code)
     return folder
 
 

@@ -1,6 +1,7 @@
 """The `serving` command: validate specs, bring endpoints up on an embedded or existing Ray, and load-test them.
 
-One module per command group: `specs` (reading specs; `serving validate`), `up` (`serving up`), `apply`
+One module per command group: `specs` (reading specs; `serving validate`), `up` (`serving up`), `preflight` (what
+`serving up` refuses before Ray starts), `apply`
 (`serving apply` / `serving delete` against a running server), `loadtest` (`serving loadtest`), `train`
 (`serving train`). Nothing here imports Ray until a command needs it (`serving.ray_wing`, only once specs and settings are known to be good).
 """
@@ -10,7 +11,8 @@ from __future__ import annotations
 import argparse
 
 from serving.cli import apply, loadtest, specs, train, up
-from serving.cli.up import check_anonymous, example_calls
+from serving.cli.preflight import check_anonymous
+from serving.cli.up import example_calls
 
 __all__ = ["build_parser", "check_anonymous", "example_calls", "main"]
 

@@ -10,32 +10,10 @@ import sys
 import threading
 from pathlib import Path
 
+from serving.cli.preflight import check_anonymous, check_container_network, check_requirements
 from serving.cli.specs import load_all
-from serving.config.spec import ContainerSpec, EndpointSpec, SpecError
-from serving.settings import ServerSettings, is_loopback
-
-
-def check_anonymous(specs: list[EndpointSpec], host: str, allow_anonymous: bool) -> str | None:
-    """The warning to print about endpoints without AccessControl; raises SystemExit(2) if they may not be served."""
-    anonymous = [spec.EndpointName for spec in specs if spec.AccessControl is None]
-    if not anonymous:
-        return None
-    names = ", ".join(anonymous)
-    if not is_loopback(host) and not allow_anonymous:
-        print(
-            f"refusing to serve {names} without authentication on {host}, which is not a loopback address: "
-            "add AccessControl to the spec (or --identities FILE; see docs/security.md), "
-            "or pass --allow-anonymous to serve it to anyone who can reach the port",
-            file=sys.stderr,
-        )
-        raise SystemExit(2)
-    who = "anyone who can reach this machine" if is_loopback(host) else f"ANYONE who can reach {host}"
-    bar = "!" * 78
-    return (
-        f"{bar}\n!! WARNING: no authentication for {names}: {who} can invoke every container.\n"
-        f"!! Add AccessControl (docs/security.md) before exposing the server.\n{bar}"
-    )
-
+from serving.config.spec import ContainerSpec, EndpointSpec
+from serving.settings import ServerSettings
 
 GENERIC_ROW = [[5.1, 3.5, 1.4, 0.2]]  # an iris row: the example input when a model says nothing of its own
 
@@ -136,6 +114,10 @@ def _settings(args: argparse.Namespace, address: str | None) -> ServerSettings:
         overrides["allow_anonymous"] = True
     if getattr(args, "allow_anonymous_api", False):
         overrides["allow_anonymous_api"] = True
+    if getattr(args, "container_egress_ports", None):
+        overrides["container_egress_ports"] = _ports(args.container_egress_ports)
+    if getattr(args, "shared_container_network", False):
+        overrides["shared_container_network"] = True
     if address and "SERVING_CONTAINER_HOST" not in os.environ:
         overrides["container_host"] = "node"  # replicas on other nodes must be reachable
     elif not address and os.environ.get("SERVING_CONTAINER_HOST", "127.0.0.1") != "127.0.0.1":
@@ -155,24 +137,21 @@ def _settings(args: argparse.Namespace, address: str | None) -> ServerSettings:
         raise SystemExit(2) from None
 
 
+def _ports(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(port) for port in text.split(",") if port.strip())
+    except ValueError:
+        print(
+            f"refusing to start: --container-egress-ports {text!r} is not a comma-separated list of ports",
+            file=sys.stderr,
+        )
+        raise SystemExit(2) from None
+
+
 def cmd_server(args: argparse.Namespace) -> int:
     """`serving server`: no spec; endpoints come from the control-plane API and its saved state."""
     args.specs, args.identities, args.exit_after_ready, args.detach = [], None, False, False
     return cmd_up(args)
-
-
-def check_requirements(specs: list[EndpointSpec], allowed: bool) -> str | None:
-    """Why a spec's model requirements may not be installed (`control.runtime_env`), before Ray starts; None if
-    they may."""
-    from serving.control.runtime_env import ray_runtime_env
-
-    for spec in specs:
-        for container in spec.Containers:
-            try:
-                ray_runtime_env(container, allowed)
-            except SpecError as error:
-                return f"{spec.EndpointName}: {error}"
-    return None
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -188,7 +167,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         print(f"refusing to start: {error}", file=sys.stderr)
         return 2
     warning = check_anonymous(specs, settings.host, settings.allow_anonymous)
-    refused = check_requirements(specs, settings.allow_model_requirements)
+    refused = check_requirements(specs, settings.allow_model_requirements) or check_container_network(specs, settings)
     if refused:
         print(f"refusing to deploy: {refused}", file=sys.stderr)
         return 2
@@ -271,11 +250,7 @@ def _api_access(settings: ServerSettings) -> str:
     """Who may call the control-plane API, in a few words for the start-up lines."""
     if settings.api_identities:
         return f"calls signed by {settings.api_identities}'s identities"
-    if settings.allow_anonymous_api:
-        from serving.model_server.sandbox import landlock_abi
-
-        if landlock_abi() < 4:  # no Landlock network rules: the server's port is not closed to container processes
-            return "anonymous calls from this machine (--allow-anonymous-api), model code included: this kernel cannot close the port to it"
+    if settings.allow_anonymous_api:  # container processes are not "this machine": they have their own network
         return "anonymous calls from this machine (--allow-anonymous-api)"
     return "every call refused (give --api-identities, or --allow-anonymous-api on loopback)"
 
@@ -350,6 +325,7 @@ def add_parser(commands) -> None:
     server.add_argument("--gateways-per-node", type=int, metavar="N", help="as for `serving up`")
     server.add_argument("--wait-timeout", type=float, default=180.0, help="seconds to wait for restored endpoints")
     _api_arguments(server)
+    _container_arguments(server)
     server.set_defaults(func=cmd_server)
 
     up = commands.add_parser("up", help="serve endpoints until interrupted")
@@ -389,4 +365,20 @@ def add_parser(commands) -> None:
         action="store_true",
         help="with --address: deploy, wait for readiness and return, leaving the endpoints running",
     )
+    _container_arguments(up)
     up.set_defaults(func=cmd_up)
+
+
+def _container_arguments(parser) -> None:
+    parser.add_argument(
+        "--container-egress-ports",
+        metavar="PORTS",
+        help="comma-separated TCP ports that containers with EnableNetworkIsolation: false may connect to "
+        "(default: none, and such a container is refused; SERVING_CONTAINER_EGRESS_PORTS)",
+    )
+    parser.add_argument(
+        "--shared-container-network",
+        action="store_true",
+        help="where no network namespace can be made for a container process (not root, and no unprivileged user "
+        "namespaces), run it in the node's network under narrower rules instead of refusing (docs/security.md)",
+    )

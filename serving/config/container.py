@@ -201,6 +201,12 @@ class ContainerSpec(Document):
     Environment: dict[Annotated[str, Field(pattern=r"^[a-zA-Z_][a-zA-Z0-9_]{0,1023}$")], str] = Field(
         default_factory=dict
     )
+    EnableNetworkIsolation: bool = Field(
+        True,
+        description="True (the default here; SageMaker's is false): the container's process has a network namespace "
+        "of its own and reaches nothing. False: it may connect out, over TCP to the server's "
+        "container_egress_ports only, which the operator must have set (docs/security.md).",
+    )
     Resources: ResourceConfig = Field(default_factory=ResourceConfig)
     AutoScaling: AutoScalingConfig | None = None
     RuntimeEnvironment: RuntimeEnvironmentConfig | None = Field(

@@ -11,6 +11,7 @@ from serving.control.rollout import (
     plan_version,
 )
 from serving.control.runtime_env import ray_runtime_env, replica_environment
+from serving.errors import ValidationError
 from serving.protocol import RAY_NAMESPACE, REGISTRY_ACTOR
 from serving.settings import ServerSettings
 
@@ -49,13 +50,27 @@ def container_plan(spec: EndpointSpec, container: ContainerSpec, settings: Serve
         "bind_host": settings.container_host,
         "multi_model": container.multi_model,
         "sandbox": settings.sandbox,
-        # the endpoint server's port: its control-plane API and control routes are no tenant's to call
-        "closed_ports": [settings.port] if settings.port else [],
+        "egress_ports": egress_ports(container, settings),
+        "shared_network": settings.shared_container_network,
         "working_dir": container.RuntimeEnvironment.WorkingDir if container.RuntimeEnvironment else None,
         "gpus": resources.Gpus,
         "actor_options": actor_options,
         "count": count,
     }
+
+
+def egress_ports(container: ContainerSpec, settings: ServerSettings) -> list[int]:
+    """The TCP ports a container may connect to from the node's network: none (its own network namespace) unless it
+    opted in and the operator allows it. Raises ValidationError, naming the container, if it asks for what the
+    operator does not allow."""
+    if container.EnableNetworkIsolation:
+        return []
+    if not settings.container_egress_ports:
+        raise ValidationError(
+            f"container {container.ContainerHostname}: EnableNetworkIsolation false asks for outbound network, "
+            "which this server allows no container (its operator sets --container-egress-ports)"
+        )
+    return list(settings.container_egress_ports)
 
 
 def endpoint_record(spec: EndpointSpec, settings: ServerSettings) -> RegistryRecord:

@@ -48,7 +48,8 @@ class ContainerPlan(TypedDict):
     bind_host: str  # where data ports bind: an address, or "node" for the Ray node's
     multi_model: dict[str, Any] | None  # MultiModel settings, None for a SingleModel container
     sandbox: str  # auto | required | off
-    closed_ports: list[int]  # the endpoint server's ports, closed to the container process
+    egress_ports: list[int]  # opted in: TCP ports it may connect to from the node's network; else none, isolated
+    shared_network: bool  # where no network namespace can be made: the node's network under its rules
     working_dir: str | None
     gpus: float
     actor_options: dict[str, Any]  # Ray actor options of each replica (CPUs, GPUs, memory, runtime_env)

@@ -4,6 +4,8 @@ and its metric events (`events`). No Ray: the process must hold no cluster crede
 
 Modules: `launcher` (confine, then `exec` the model server), `main` (the model server's entry), `app` (the data
 port), `predictors` (how a request's prediction runs, chosen once), `batching` and `inline` (two of those ways),
-`streaming` (a streamed answer), `tfs_rest` (the tensorflow stack's `context.rest_uri`), `sandbox` (Landlock,
-seccomp, no privileges), `supervisor` (the replica's side), `events` (metric events for the supervisor).
+`streaming` (a streamed answer), `tfs_rest` (the tensorflow stack's `context.rest_uri`), `sandbox` (its network
+namespace, Landlock, seccomp, no privileges), `netns` (the network namespace), `seccomp` (the socket allowlist),
+`supervisor` (the replica's side), `scratch` (scratch folders, reclaimed when their supervisor dies), `events`
+(metric events for the supervisor).
 """

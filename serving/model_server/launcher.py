@@ -3,9 +3,9 @@
 The supervisor starts this with `python -I -S -B` and an environment it chose itself, holding nothing of the
 container's `Environment`: the dynamic loader, glibc and the interpreter read no variable a caller chose
 before the sandbox is on. This reads the sandbox policy and the model server's environment from its stdin,
-applies the sandbox (`sandbox.apply`, while this process has one thread), and `exec`s the model server with
-that environment. Landlock, seccomp and no-new-privileges outlive `exec`, so whatever the environment makes
-the loader or the interpreter do happens inside the sandbox. The model server gets its configuration, with
+applies the sandbox (`sandbox.apply`, while this process has one thread: its own network namespace first), and
+`exec`s the model server with that environment. The namespace, Landlock, seccomp and no-new-privileges outlive
+`exec`, so whatever the environment makes the loader or the interpreter do happens inside the sandbox. The model server gets its configuration, with
 what the sandbox applied, on a new stdin (a memfd). The standard library only.
 """
 
@@ -33,7 +33,10 @@ def main() -> int:
                     read=tuple(policy["read"]),
                     write=tuple(policy["write"]),
                     devices=tuple(policy["devices"]),
-                    closed_ports=tuple(policy.get("closed_ports", ())),
+                    network=policy["network"],
+                    connect_ports=tuple(policy["connect_ports"]),
+                    own_port=policy["own_port"],
+                    shared_fallback=policy["shared_fallback"],
                 ),
                 require=policy["mode"] == "required",
             )
@@ -45,8 +48,12 @@ def main() -> int:
         "landlock_abi": report.landlock_abi,
         "seccomp": report.seccomp,
         "capabilities_dropped": report.capabilities_dropped,
-        "closed_ports": report.closed_ports,
+        "network": report.network,
+        "connect_ports": report.connect_ports,
     }
+    if report.loopback_fd is not None:  # its data port, as the container itself sees it (`context.rest_uri`)
+        config["loopback_fd"] = report.loopback_fd
+        config["data_url"] = f"http://127.0.0.1:{policy['own_port']}"
     if hasattr(os, "memfd_create"):  # Linux: a file in memory only, never on disk
         stdin = os.memfd_create("serving-container-config")
     else:  # macOS and the like (no sandbox there): an unlinked temporary file

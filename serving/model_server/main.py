@@ -3,7 +3,8 @@
 Started by a container replica's supervisor (`supervisor.ContainerProcess`) through `launcher`, which
 confines the process (`sandbox`) and then `exec`s this module, so that this runs confined from its first
 instruction. Its configuration comes on stdin, its sockets and pipes as inherited file descriptors: the
-listening data-port socket (and its Unix socket, where the supervisor made one), a status pipe (it writes
+listening data-port socket (and its Unix socket, where the supervisor made one; and the launcher's listener on the
+same port number in the loopback of the process's own network namespace, where it calls itself), a status pipe (it writes
 one JSON line: ready, or the error that kept the model from loading) and a lifeline pipe (end of file = the
 supervisor is gone, so this process exits too). It imports the framework, loads the model and serves. It
 holds no Ray credentials, so a tenant's `code/inference.py` cannot reach the cluster; it knows only its own
@@ -99,21 +100,25 @@ def _serve(config: dict):
     from serving.model_server.events import EventLog
     from serving.models.artifacts import materialize
     from serving.models.multimodel import MultiModelHandler
+    from serving.models.s3_broker import BrokeredS3
     from serving.runtimes import runtime_for
     from serving.runtimes.concurrency import batch_settings, inline_budget_s
 
     listener = socket.socket(fileno=config["listen_fd"])
-    also = (socket.socket(fileno=config["unix_fd"]),) if config.get("unix_fd") is not None else ()
+    # the data port's Unix socket, and its number on the loopback of the process's own network namespace
+    also = tuple(socket.socket(fileno=config[key]) for key in ("unix_fd", "loopback_fd") if config.get(key) is not None)
     events = EventLog()
     hop_key = bytes.fromhex(config["hop_key"])
     hostname, environment = config["hostname"], config["environment"]
     log_stream = config.get("log_stream")
     if config["multi_model"] is not None:
+        broker = config.get("s3_broker")  # an S3 prefix: its supervisor makes the calls (this process has no network)
         models = MultiModelHandler(
             config["image"],
             config["model_data"],
             environment,
             hostname=hostname,
+            s3_client=BrokeredS3(*broker) if broker else None,
             observer=events,
             downloaded=events.downloaded,
             model_latency=events.model_latency,

@@ -1,26 +1,28 @@
-"""Confine a container process before it loads a tenant's model: Landlock, seccomp, no privileges.
+"""Confine a container process before it loads a tenant's model: its own network, Landlock, seccomp, no privileges.
 
 A model's `code/inference.py` is code, so its process confines itself before it imports a framework or reads the
-model: Landlock limits the files it may touch, the processes it may reach and its TCP ports (the endpoint server's
-closed), seccomp refuses Unix sockets and io_uring, and it keeps no capabilities. What each layer allows, and what
-tenant code can still do: docs/security.md, "Tenant code". Standard library and ctypes only, since it runs first:
-Landlock binds the calling thread and its future threads, so it must run while the process has one thread (before
-numpy's BLAS starts its pool).
+model: it leaves the node's network for a namespace of its own (`netns`: the wall, whatever socket it opens),
+Landlock limits the files it may touch, the processes it may reach and the TCP ports it may bind (none) and
+connect to (its own, and an operator's egress ports), seccomp allows Internet TCP and UDP sockets only (`seccomp`),
+and it keeps no capabilities. What each layer allows, and what tenant code can still do: docs/security.md,
+"Tenant code". Standard library and ctypes only, since it runs first: Landlock binds the calling thread and its
+future threads, and a user namespace needs a single-threaded process, so it must run while the process has one
+thread (before numpy's BLAS starts its pool).
 """
 
 from __future__ import annotations
 
 import ctypes
-import errno
 import os
 import platform
 import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from serving.model_server import netns, seccomp
 from serving.protocol import HARMLESS_PYTHON_VARIABLES, STARTUP_VARIABLE_PREFIXES, STARTUP_VARIABLES
 
-__all__ = ["SandboxError", "SandboxPolicy", "SandboxReport", "apply", "landlock_abi", "startup_variables"]
+__all__ = ["NETWORKS", "SandboxError", "SandboxPolicy", "SandboxReport", "apply", "landlock_abi", "startup_variables"]
 
 # Syscall numbers of Landlock are the same on every architecture (the generic table).
 _SYS_LANDLOCK_CREATE_RULESET, _SYS_LANDLOCK_ADD_RULE, _SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
@@ -51,16 +53,12 @@ _FILE_RIGHTS = _FS["EXECUTE"] | _FS["WRITE_FILE"] | _FS["READ_FILE"] | _FS["TRUN
 _READ = _FS["EXECUTE"] | _FS["READ_FILE"] | _FS["READ_DIR"]
 _DEVICE = _FS["READ_FILE"] | _FS["WRITE_FILE"] | _FS["IOCTL_DEV"]
 _NET_BIND_TCP, _NET_CONNECT_TCP = 1 << 0, 1 << 1
-_PORTS = 65536
 _SCOPE_ABSTRACT_UNIX_SOCKET, _SCOPE_SIGNAL = 1 << 0, 1 << 1
 
-_PR_SET_NO_NEW_PRIVS, _PR_CAPBSET_DROP, _PR_SET_SECCOMP = 38, 24, 22
-_SECCOMP_MODE_FILTER = 2
-_SECCOMP_RET_ALLOW, _SECCOMP_RET_ERRNO = 0x7FFF0000, 0x00050000
-# (audit arch, socket, io_uring_setup, io_uring_enter, io_uring_register) per machine.
-_SECCOMP_ARCH = {"x86_64": (0xC000003E, 41, 425, 426, 427), "aarch64": (0xC00000B7, 198, 425, 426, 427)}
-_X32_SYSCALL_BIT = 0x40000000
-_AF_UNIX = 1
+_PR_SET_NO_NEW_PRIVS, _PR_CAPBSET_DROP = 38, 24
+# "isolated": a network namespace of its own (the default); "host": the node's network, where only Landlock's TCP
+# rules and seccomp's socket allowlist stand between it and the node's listeners (an operator's egress opt-in).
+NETWORKS = ("isolated", "host")
 
 # What Python and the frameworks read outside their install: name lookups, TLS roots, time zones,
 # the dynamic loader's cache. Not /etc as a whole (/etc/shadow is readable by its owner, root).
@@ -108,12 +106,15 @@ class SandboxError(RuntimeError):
 
 @dataclass(frozen=True)
 class SandboxPolicy:
-    """Which paths a container process may read, write and use as devices."""
+    """Which paths a container process may read, write and use as devices, and which network it has."""
 
     read: tuple[str, ...] = ()
     write: tuple[str, ...] = ()
     devices: tuple[str, ...] = ()
-    closed_ports: tuple[int, ...] = ()  # TCP ports it may not connect to, on any address (Landlock ABI >= 4)
+    network: str = "isolated"  # one of NETWORKS
+    connect_ports: tuple[int, ...] = ()  # the only TCP ports it may connect to (Landlock ABI >= 4); it binds none
+    own_port: int | None = None  # isolated: the data port's number, listened on in its namespace's loopback too
+    shared_fallback: bool = False  # isolated, where no namespace can be made: the host network's rules instead
 
 
 @dataclass
@@ -123,7 +124,9 @@ class SandboxReport:
     landlock_abi: int = 0
     seccomp: bool = False
     capabilities_dropped: bool = False
-    closed_ports: list[int] = field(default_factory=list)  # the policy's closed ports, where the kernel enforces them
+    network: str = "host"  # "network" or "user+network" (the namespaces it has of its own), or "host"
+    connect_ports: list[int] = field(default_factory=list)  # where the kernel enforces them
+    loopback_fd: int | None = None  # the own_port listener in its namespace
     skipped: list[str] = field(default_factory=list)  # paths granted but absent on this machine
 
     @property
@@ -148,8 +151,22 @@ def landlock_abi() -> int:
 
 
 def apply(policy: SandboxPolicy, *, require: bool = False) -> SandboxReport:
-    """Confine this process (call while it has one thread); raises SandboxError if `require` and any layer fails."""
+    """Confine this process (call while it has one thread). Raises SandboxError when its network cannot be walled
+    off (always: a namespace, or the host network's rules, whatever `require` says) and, if `require`, when any
+    other layer fails."""
+    if policy.network not in NETWORKS:
+        raise SandboxError(f"network must be one of {', '.join(NETWORKS)}, not {policy.network!r}")
     report = SandboxReport()
+    network = policy.network
+    if network == "isolated":
+        try:
+            report.network = netns.isolate()
+        except netns.NamespaceError as error:
+            if not policy.shared_fallback:
+                raise SandboxError(f"no network namespace for the container process: {error}") from None
+            network = "host"  # the operator's choice (--shared-container-network)
+    if network == "isolated" and policy.own_port is not None:
+        report.loopback_fd = netns.listen_on_loopback(policy.own_port)
     libc = _libc()
     if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         _fail_or_skip(require, "prctl(PR_SET_NO_NEW_PRIVS)")
@@ -160,9 +177,16 @@ def apply(policy: SandboxPolicy, *, require: bool = False) -> SandboxReport:
         report.landlock_abi = abi
     elif require:
         raise SandboxError("Landlock is not available (Linux 5.13+ with Landlock enabled is needed)")
-    report.seccomp = _seccomp(libc)
+    # UDP: in its own namespace it reaches nothing; in the node's network, only where the operator allowed egress (DNS)
+    report.seccomp = seccomp.install(libc, udp=network == "isolated" or bool(policy.connect_ports))
     if require and not report.seccomp:
         raise SandboxError(f"seccomp filter could not be installed on {platform.machine()}")
+    if network == "host" and (abi < 4 or not report.seccomp):
+        raise SandboxError(
+            "in the node's network a container process is walled off from the node's listeners by Landlock's TCP "
+            f"rules (Linux 6.7+, ABI 4; this kernel: {abi}) and seccomp's socket allowlist "
+            f"({'installed' if report.seccomp else 'unavailable on ' + platform.machine()}), and this host lacks one"
+        )
     return report
 
 
@@ -196,11 +220,11 @@ def _handled_fs(abi: int) -> int:
 
 def _landlock(libc: ctypes.CDLL, abi: int, policy: SandboxPolicy, report: SandboxReport) -> None:
     handled = _handled_fs(abi)
-    closed = set(policy.closed_ports) if abi >= 4 else set()
+    ports = sorted({*policy.connect_ports, *([policy.own_port] if policy.own_port is not None else [])})
     attr = _RulesetAttr(
         handled_access_fs=handled,
-        # no listening (the port is inherited); connecting to any port but the closed ones
-        handled_access_net=(_NET_BIND_TCP | (_NET_CONNECT_TCP if closed else 0)) if abi >= 4 else 0,
+        # no binding (its listeners are inherited), connecting to the policy's ports only: deny by default
+        handled_access_net=(_NET_BIND_TCP | _NET_CONNECT_TCP) if abi >= 4 else 0,
         scoped=(_SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL) if abi >= 6 else 0,
     )
     size = 24 if abi >= 6 else 16 if abi >= 4 else 8
@@ -215,9 +239,9 @@ def _landlock(libc: ctypes.CDLL, abi: int, policy: SandboxPolicy, report: Sandbo
         grants += [(path, _DEVICE) for path in policy.devices]
         for path, rights in grants:
             _allow(libc, int(ruleset), path, rights & handled, report)
-        if closed:
-            _allow_ports(libc, int(ruleset), closed)
-            report.closed_ports = sorted(closed)
+        if abi >= 4:
+            _allow_connect(libc, int(ruleset), ports)
+            report.connect_ports = ports
         if libc.syscall(ctypes.c_long(_SYS_LANDLOCK_RESTRICT_SELF), ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:
             raise SandboxError(f"landlock_restrict_self failed: {os.strerror(ctypes.get_errno())}")
     finally:
@@ -233,83 +257,23 @@ def _allow(libc: ctypes.CDLL, ruleset: int, path: str, rights: int, report: Sand
     try:
         if not stat.S_ISDIR(os.fstat(fd).st_mode):
             rights &= _FILE_RIGHTS  # directory-only rights on a file are refused (EINVAL)
-        rule = _PathBeneathAttr(allowed_access=rights, parent_fd=fd)
-        if (
-            libc.syscall(
-                ctypes.c_long(_SYS_LANDLOCK_ADD_RULE),
-                ctypes.c_int(ruleset),
-                ctypes.c_int(_RULE_PATH_BENEATH),
-                ctypes.byref(rule),
-                ctypes.c_uint32(0),
-            )
-            != 0
-        ):
-            raise SandboxError(f"landlock_add_rule({path}) failed: {os.strerror(ctypes.get_errno())}")
+        _add_rule(libc, ruleset, _RULE_PATH_BENEATH, _PathBeneathAttr(allowed_access=rights, parent_fd=fd), path)
     finally:
         os.close(fd)
 
 
-def _allow_ports(libc: ctypes.CDLL, ruleset: int, closed: set[int]) -> None:
-    """Allow connecting to every TCP port but `closed`: Landlock's network rules name only what is allowed.
-
-    65,535 system calls: their arguments are built once (ctypes objects made per call cost more than the calls)."""
-    rule = _NetPortAttr(allowed_access=_NET_CONNECT_TCP, port=0)
-    add_rule, pointer, zero = libc.syscall, ctypes.byref(rule), ctypes.c_uint32(0)
-    number, fd, kind = ctypes.c_long(_SYS_LANDLOCK_ADD_RULE), ctypes.c_int(ruleset), ctypes.c_int(_RULE_NET_PORT)
-    for port in range(_PORTS):
-        if port in closed:
-            continue
-        rule.port = port
-        if add_rule(number, fd, kind, pointer, zero) != 0:
-            raise SandboxError(f"landlock_add_rule(port {port}) failed: {os.strerror(ctypes.get_errno())}")
+def _allow_connect(libc: ctypes.CDLL, ruleset: int, ports: list[int]) -> None:
+    """Allow connecting to `ports` over TCP: Landlock's network rules name only what is allowed."""
+    for port in ports:
+        _add_rule(
+            libc, ruleset, _RULE_NET_PORT, _NetPortAttr(allowed_access=_NET_CONNECT_TCP, port=port), f"port {port}"
+        )
 
 
-# --- seccomp -----------------------------------------------------------------------------------
-class _SockFilter(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
-
-
-class _SockFprog(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(_SockFilter))]
-
-
-_LD_W_ABS, _JEQ_K, _JGE_K, _RET_K = 0x20, 0x15, 0x35, 0x06
-
-
-def seccomp_program(machine: str) -> list[tuple[int, int, int, int]] | None:
-    """The BPF filter (code, jt, jf, k) for `machine`, or None for an architecture we have no table for."""
-    numbers = _SECCOMP_ARCH.get(machine)
-    if numbers is None:
-        return None
-    arch, socket_nr, *uring = numbers
-    deny = _SECCOMP_RET_ERRNO | errno.EPERM
-    program = [
-        (_LD_W_ABS, 0, 0, 4),  # 0: A = seccomp_data.arch
-        (_JEQ_K, 1, 0, arch),  # 1: our arch? skip the next
-        (_RET_K, 0, 0, deny),  # 2: another ABI (e.g. 32-bit entry): refuse
-        (_LD_W_ABS, 0, 0, 0),  # 3: A = seccomp_data.nr
-        (_JGE_K, 0, 1, _X32_SYSCALL_BIT),  # 4: x32 numbers: refuse
-        (_RET_K, 0, 0, deny),  # 5
-    ]
-    for number in uring:  # io_uring creates sockets without socket(2)
-        program += [(_JEQ_K, 0, 1, number), (_RET_K, 0, 0, deny)]
-    program += [
-        (_JEQ_K, 0, 3, socket_nr),  # socket(2)? else allow
-        (_LD_W_ABS, 0, 0, 16),  # A = low 32 bits of args[0] (the domain)
-        (_JEQ_K, 0, 1, _AF_UNIX),  # AF_UNIX? refuse
-        (_RET_K, 0, 0, deny),
-        (_RET_K, 0, 0, _SECCOMP_RET_ALLOW),
-    ]
-    return program
-
-
-def _seccomp(libc: ctypes.CDLL) -> bool:
-    program = seccomp_program(platform.machine())
-    if program is None:
-        return False
-    filters = (_SockFilter * len(program))(*[_SockFilter(*instruction) for instruction in program])
-    fprog = _SockFprog(len(program), filters)
-    return libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) == 0
+def _add_rule(libc: ctypes.CDLL, ruleset: int, kind: int, rule: ctypes.Structure, what: str) -> None:
+    number = ctypes.c_long(_SYS_LANDLOCK_ADD_RULE)
+    if libc.syscall(number, ctypes.c_int(ruleset), ctypes.c_int(kind), ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
+        raise SandboxError(f"landlock_add_rule({what}) failed: {os.strerror(ctypes.get_errno())}")
 
 
 # --- capabilities ------------------------------------------------------------------------------

@@ -6,9 +6,10 @@ child, which may bind nothing itself. The child starts as `launcher`, in an envi
 allowlist only, confines itself and `exec`s the model server with the container's environment: its
 `Environment` (less `protocol.STARTUP_VARIABLES`) plus what Python needs, with a private scratch folder as
 HOME and TMPDIR, and nothing else of the supervisor's (no Ray address or token, no AWS variables of the
-host). Its sandbox lets it read the Python install, this package, the system's libraries and its own model,
-write only its scratch and cache folders, and connect to any TCP port but the endpoint server's (see
-`sandbox` for the rest). No Ray here.
+host). Its sandbox gives it a network namespace of its own (unless the operator let it reach out: `egress_ports`),
+lets it read the Python install, this package, the system's libraries and its own model, and write only its
+scratch folder (see `sandbox` for the rest). A MultiModel container's S3 calls are made here for it
+(`models.s3_broker`). No Ray here.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import site
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -34,8 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from serving.http import local_socket
-from serving.model_server import sandbox
-from serving.protocol import MODEL_CACHE_DIR_ENV, S3_ENDPOINT_URL_ENV, STATS_PATH, SUBMIT_DIRECTORY_ENV
+from serving.model_server import sandbox, scratch
+from serving.models.s3_broker import S3Broker
+from serving.models.sources import s3_client_for
+from serving.protocol import MODEL_CACHE_DIR_ENV, STATS_PATH, SUBMIT_DIRECTORY_ENV
 from serving.protocol import SANDBOX_READ_ENV as EXTRA_READ_ENV
 from serving.protocol import SANDBOX_WRITE_ENV as EXTRA_WRITE_ENV
 from serving.runtimes.handler import SAGEMAKER_MODEL_DIR
@@ -97,7 +99,8 @@ class ContainerConfig:
     sandbox: str = "auto"
     working_dir: str | None = None
     gpus: float = 0.0
-    closed_ports: tuple[int, ...] = ()  # the endpoint server's ports: no connecting to them from the sandbox
+    egress_ports: tuple[int, ...] = ()  # opted in: the node's network, TCP out to these ports only
+    shared_network: bool = False  # where no network namespace can be made: the node's network, under its rules
 
 
 def _local_model_path(model_data: str | None) -> str | None:
@@ -192,7 +195,7 @@ class ContainerProcess:
         # The same port for a gateway on this machine, without TCP (None where no safe folder exists).
         self.unix_listener = local_socket.listen(host, port)
         self.unix_path = self.unix_listener.getsockname() if self.unix_listener is not None else None
-        self.scratch = tempfile.mkdtemp(prefix=f"serving-{config.hostname}-")
+        self.scratch = scratch.make(config.hostname)
         self.process: subprocess.Popen | None = None
         self.report: dict[str, Any] = {}
         self._lifeline_w: int | None = None
@@ -200,32 +203,13 @@ class ContainerProcess:
         self._stopping = False
 
     def _fetch_model(self, url: str) -> Path:
-        """A SingleModel's S3 model.tar.gz, fetched here, outside the sandbox, as SageMaker's platform fetches it
-        before the container starts: with the container's own AWS_* settings if its Environment has them, else
-        this process's credentials, which the container process never sees."""
+        """A SingleModel's S3 model.tar.gz, fetched here, before the container starts and outside its sandbox, as
+        SageMaker's platform fetches it."""
         from serving.models.artifacts import ArtifactError
-        from serving.models.sources import ModelStoreError, fetch_archive, s3_client
+        from serving.models.sources import ModelStoreError, fetch_archive
 
-        environment = self.config.environment
-        endpoint = environment.get(S3_ENDPOINT_URL_ENV) or os.environ.get(S3_ENDPOINT_URL_ENV) or None
-        keys = {
-            name: environment[variable]
-            for name, variable in (
-                ("aws_access_key_id", "AWS_ACCESS_KEY_ID"),
-                ("aws_secret_access_key", "AWS_SECRET_ACCESS_KEY"),
-                ("aws_session_token", "AWS_SESSION_TOKEN"),
-                ("region_name", "AWS_DEFAULT_REGION"),
-            )
-            if variable in environment
-        }
         try:
-            if keys:
-                import boto3
-
-                client = boto3.session.Session(**keys).client("s3", endpoint_url=endpoint)
-            else:
-                client = s3_client(endpoint)
-            return fetch_archive(url, Path(self.scratch) / "model-data", client)
+            return fetch_archive(url, Path(self.scratch) / "model-data", s3_client_for(self.config.environment))
         except (ArtifactError, ModelStoreError) as error:
             raise ContainerStartError(f"cannot fetch the model: {error}") from None
 
@@ -247,7 +231,18 @@ class ContainerProcess:
         lifeline_r, self._lifeline_w = os.pipe()
         os.set_inheritable(self._lifeline_w, False)
         paths = sandbox_paths(self.config, self.scratch)
-        sandbox_policy = {"mode": self.config.sandbox, **paths, "closed_ports": list(self.config.closed_ports)}
+        sandbox_policy = {
+            "mode": self.config.sandbox,
+            **paths,
+            "network": "host" if self.config.egress_ports else "isolated",
+            "connect_ports": list(self.config.egress_ports),
+            "own_port": self.listener.getsockname()[1],
+            "shared_fallback": self.config.shared_network,
+        }
+        broker = None
+        if self.config.multi_model is not None and (self.config.model_data or "").startswith("s3://"):
+            client = s3_client_for(self.config.environment)
+            broker = S3Broker(self.config.model_data or "", client, Path(self.scratch) / "s3")
         document = {
             "endpoint": self.config.endpoint,
             "hostname": self.config.hostname,
@@ -264,6 +259,7 @@ class ContainerProcess:
             "lifeline_fd": lifeline_r,
             "sandbox": sandbox_policy,  # the launcher's
             "process_environment": child_environment(self.config, self.scratch),  # the launcher's, for the exec
+            "s3_broker": list(broker.child_fds) if broker is not None else None,
             "sys_path": [p for p in sys.path if p],
             "log_stream": log_stream(self.config.endpoint, self.config.hostname),
         }
@@ -276,6 +272,7 @@ class ContainerProcess:
                     *([self.unix_listener.fileno()] if self.unix_listener is not None else []),
                     status_w,
                     lifeline_r,
+                    *(broker.child_fds if broker is not None else ()),
                 ),
                 env=launcher_environment(),
                 cwd=self.config.working_dir or self.scratch,
@@ -283,6 +280,8 @@ class ContainerProcess:
         finally:
             os.close(status_w)
             os.close(lifeline_r)
+            if broker is not None:
+                broker.start()
         assert self.process.stdin is not None
         try:
             self.process.stdin.write(json.dumps(document).encode())  # on stdin: never in argv or the environment
@@ -304,6 +303,12 @@ class ContainerProcess:
             logger.warning(
                 "container %s runs WITHOUT a filesystem sandbox (Landlock unavailable on this kernel): "
                 "its model code can read whatever this user can",
+                self.config.hostname,
+            )
+        if self.report.get("network") == "host" and not self.config.egress_ports and self.config.sandbox != "off":
+            logger.warning(
+                "container %s shares the node's network (no network namespace could be made; "
+                "--shared-container-network): only Landlock's TCP rules and seccomp wall it off (docs/security.md)",
                 self.config.hostname,
             )
         threading.Thread(target=self._watch, args=(on_exit,), name="container-watch", daemon=True).start()
@@ -380,7 +385,9 @@ def describe_sandbox(report: Mapping[str, Any]) -> str:
     """One line for logs: which layers confine the process."""
     if not report:
         return "not started"
+    network = report.get("network", "host")
     parts = [
+        "the node's network" if network == "host" else f"its own {network} namespace",
         f"Landlock ABI {report['landlock_abi']}" if report.get("landlock_abi") else "no Landlock",
         "seccomp" if report.get("seccomp") else "no seccomp",
         "no capabilities" if report.get("capabilities_dropped") else "capabilities kept",

@@ -44,6 +44,7 @@ class MultiModelHandler:
         max_models: int = 16,
         max_bytes: int | None = None,
         max_disk_bytes: int | None = None,
+        s3_client: Any = None,
         observer: CacheObserver | None = None,
         downloaded: DownloadObserver | None = None,
         model_latency: Callable[[float], None] | None = None,
@@ -53,7 +54,9 @@ class MultiModelHandler:
         self.environment = dict(environment)
         self.hostname = hostname
         self.cache_dir = Path(tempfile.mkdtemp(prefix=f"serving-models-{hostname}-"))
-        self.store = ModelStore(prefix, self.cache_dir, max_disk_bytes=max_disk_bytes, downloaded=downloaded)
+        self.store = ModelStore(
+            prefix, self.cache_dir, max_disk_bytes=max_disk_bytes, s3_client=s3_client, downloaded=downloaded
+        )
         # The exact measure walks the page tables twice per load (~25 ms in a replica); it is needed only
         # where a byte bound depends on it. Otherwise sizes (the loaded-bytes gauge) are approximate.
         measure = process_memory if max_bytes is not None else approximate_memory

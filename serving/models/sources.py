@@ -6,7 +6,7 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -102,6 +102,28 @@ def s3_client(endpoint_url: str | None = None) -> Any:
     # None lets boto3 apply AWS_ENDPOINT_URL / AWS_ENDPOINT_URL_S3 and its config files itself.
     endpoint_url = endpoint_url or os.environ.get(protocol.S3_ENDPOINT_URL_ENV) or None
     return boto3.session.Session().client("s3", endpoint_url=endpoint_url)
+
+
+def s3_client_for(environment: Mapping[str, str]) -> Any:
+    """The S3 client a container's model data is fetched with by its supervisor, outside its sandbox: with the
+    container's own AWS_* settings if its Environment has them, else the supervisor's credentials, which the
+    container process never sees (the API holds such models to the operator's s3:// model roots)."""
+    endpoint = environment.get(protocol.S3_ENDPOINT_URL_ENV) or os.environ.get(protocol.S3_ENDPOINT_URL_ENV) or None
+    keys = {
+        name: environment[variable]
+        for name, variable in (
+            ("aws_access_key_id", "AWS_ACCESS_KEY_ID"),
+            ("aws_secret_access_key", "AWS_SECRET_ACCESS_KEY"),
+            ("aws_session_token", "AWS_SESSION_TOKEN"),
+            ("region_name", "AWS_DEFAULT_REGION"),
+        )
+        if variable in environment
+    }
+    if not keys:
+        return s3_client(endpoint)
+    import boto3
+
+    return boto3.session.Session(**keys).client("s3", endpoint_url=endpoint)
 
 
 def fetch_archive(url: str, cache_root: Path, client: Any = None) -> Path:

@@ -159,6 +159,9 @@ class EmbeddedServer:
         held, self._ray = self._ray, None
         if held == "embedded":
             shutdown()
+            from serving.model_server import scratch
+
+            scratch.sweep()  # a killed replica's scratch folder: its supervisor could not remove it
         elif held == "joined":
             try:
                 if not self.keep_endpoints:

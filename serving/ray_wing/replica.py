@@ -57,7 +57,8 @@ class ContainerReplica:
         working_dir: str | None = None,
         gpus: float = 0.0,
         autoscaled: bool = False,
-        closed_ports: tuple[int, ...] = (),
+        egress_ports: tuple[int, ...] = (),
+        shared_network: bool = False,
     ) -> None:
         root = cluster_secret()
         self._autoscaled = autoscaled  # its autoscaler reads the counters: fetch them at the usual pace
@@ -75,7 +76,8 @@ class ContainerReplica:
                 sandbox=sandbox,
                 working_dir=working_dir,
                 gpus=gpus,
-                closed_ports=tuple(closed_ports),
+                egress_ports=tuple(egress_ports),
+                shared_network=shared_network,
             ),
             host,
         )
@@ -213,7 +215,8 @@ def deploy_container(action: Deploy) -> None:
         sandbox=plan["sandbox"],
         working_dir=plan["working_dir"],
         gpus=plan["gpus"],
-        closed_ports=plan["closed_ports"],
+        egress_ports=plan["egress_ports"],
+        shared_network=plan["shared_network"],
         autoscaled="autoscaling_config" in plan["count"],
     )
     _run_many(

@@ -47,6 +47,7 @@ class SageMakerApi:
         model_roots: list[str],
         identities_file: str | None,
         allow_model_requirements: bool = False,
+        container_egress: bool = False,
         clock: Any = time.time,
         sealer: Sealer | None = None,
     ) -> None:
@@ -55,6 +56,7 @@ class SageMakerApi:
         self.instance_types, self.model_roots = dict(instance_types), model_roots
         self.identities_file = identities_file
         self.allow_model_requirements = allow_model_requirements  # settings.allow_model_requirements
+        self.container_egress = container_egress  # whether settings.container_egress_ports names any
         self.clock = clock
         self.sealer = sealer or Sealer(None)  # secret Environment values, sealed in the state
         self.lock = threading.RLock()
@@ -67,6 +69,11 @@ class SageMakerApi:
         request = shapes.parse(shapes.CreateModelInput, body, "CreateModel")
         if self.state.get("model", request.ModelName) is not None:
             raise ApiValidationError(f'Cannot create already existing model "{self.arn("model", request.ModelName)}".')
+        if request.EnableNetworkIsolation is False and not self.container_egress:
+            raise ApiValidationError(
+                "EnableNetworkIsolation: false asks for outbound network for the model's containers, which this "
+                "server allows none (its operator sets --container-egress-ports); leave it out, or true"
+            )
         model = check_model(request, self.model_roots, self.allow_model_requirements)
         definitions = [request.PrimaryContainer] if request.PrimaryContainer else list(request.Containers or [])
         model["images"] = [definition.Image for definition in definitions if definition is not None]

@@ -48,6 +48,7 @@ class ControlApi:
             model_roots=[root for root in settings.model_roots.split(os.pathsep) if root],
             identities_file=settings.api_identities,
             allow_model_requirements=settings.allow_model_requirements,
+            container_egress=bool(settings.container_egress_ports),
             sealer=Sealer(settings.state_file + KEY_SUFFIX if settings.state_file else None),
         )
         self.autoscaling = AutoScalingApi(self.sagemaker)

@@ -59,7 +59,9 @@ class CreateModelInput(Shape):
     InferenceExecutionConfig: InferenceExecutionConfigShape | None = None
     # Accepted and shown by DescribeModel; no role is assumed here (docs/sagemaker-api.md).
     ExecutionRoleArn: Annotated[str, Field(min_length=20, max_length=2048)] | None = None
-    EnableNetworkIsolation: Literal[False] | None = None  # True is not supported: containers may reach the network
+    # None or True: no network for the containers (the default here); False: outbound TCP to the operator's
+    # container_egress_ports, refused where there are none (docs/sagemaker-api.md)
+    EnableNetworkIsolation: bool | None = None
     Tags: Annotated[list[Tag], Field(max_length=50)] = Field(default_factory=list)
 
     @model_validator(mode="after")

@@ -67,6 +67,8 @@ def model_containers(request: CreateModelInput, roots: Sequence[str]) -> tuple[s
                 raise ApiValidationError(f"{where}.ContainerHostname: required for a Direct model's containers")
             hostname = PRIMARY_HOSTNAME if field == "PrimaryContainer" else f"container-{index + 1}"
         containers.append(_container(definition, hostname, where, roots))
+        if request.EnableNetworkIsolation is False:  # SageMaker's is per model; a spec's, per container
+            containers[-1]["EnableNetworkIsolation"] = False
     return mode, containers
 
 
@@ -109,14 +111,15 @@ def _model_data(definition: ContainerDefinition, field: str, roots: Sequence[str
 
     An API caller chooses what a container may read: a path outside the roots the server was given (its
     working directory by default) is refused, so that `/home/me/.ssh` cannot be served as "model data". A
-    SingleModel's S3 object is fetched with the server's credentials when the container's Environment has
-    none: only from the s3:// roots the operator named, or any caller could read the server's buckets.
+    model's S3 objects (a SingleModel's archive, a MultiModel's prefix) are fetched with the server's credentials when
+    the container's Environment has none: only from the s3:// roots the operator named, or any caller could read the
+    server's buckets.
     """
     url = definition.ModelDataUrl or ""
     if not url.startswith("s3://"):
         return _inside_roots(url.removeprefix("file://"), field, [r for r in roots if not r.startswith("s3://")])
-    if definition.Mode == "MultiModel" or "AWS_ACCESS_KEY_ID" in definition.Environment:
-        return url  # read with the container's own credentials (MultiModel: always the container process's)
+    if "AWS_ACCESS_KEY_ID" in definition.Environment:
+        return url  # read with the container's own credentials (by its supervisor: models.s3_broker)
     s3_roots = [root if root.endswith("/") else root + "/" for root in roots if root.startswith("s3://")]
     if not any(url.startswith(root) for root in s3_roots):
         raise ApiValidationError(

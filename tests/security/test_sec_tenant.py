@@ -85,8 +85,9 @@ def test_the_tenant_reaches_nothing_outside_its_sandbox(report: dict[str, str], 
 
 
 def test_the_tenant_cannot_call_other_containers(report: dict[str, str]) -> None:
+    # Not even to be refused by their hop signature check (403): no connection leaves its network namespace.
     for key, value in _attempts(report, "post ").items():
-        assert value.startswith("REFUSED: HTTPError: HTTP Error 403"), (key, value)
+        assert value.startswith("REFUSED: URLError"), (key, value)
 
 
 def test_the_tenant_cannot_join_the_cluster_or_read_its_store(report: dict[str, str]) -> None:
@@ -111,8 +112,8 @@ def test_the_tenants_environment_is_its_container_process_only(report: dict[str,
 
 
 def test_the_tenant_cannot_reach_the_control_plane(report: dict[str, str], server) -> None:
-    # The endpoint server's port is closed to container processes (Landlock's TCP connect rule): neither the
-    # SageMaker API nor `serving delete`'s control route answers them, whatever credentials they hold.
+    # Container processes have a network namespace of their own (and Landlock allows them no TCP port but their
+    # own): neither the SageMaker API nor `serving delete`'s control route answers them, whatever they hold.
     for key, value in {**_attempts(report, "api "), **_attempts(report, "delete ")}.items():
         assert value.startswith("REFUSED: URLError") and "Permission denied" in value, (key, value)
     assert server.describe("it-secure")["EndpointStatus"] == "InService"  # not deleted
@@ -153,3 +154,42 @@ def test_no_secret_travels_through_ray(server, access_callers) -> None:
             if secret:
                 assert secret not in snapshot
                 assert hashlib.sha256(secret.encode()).hexdigest() not in snapshot
+
+
+def test_the_tenant_cannot_join_or_reach_any_listener_of_the_node(server, access_callers) -> None:
+    """Issue 56: with an MPTCP socket (which Landlock's TCP rules do not cover) the tenant once joined the gateway's
+    SO_REUSEPORT group and answered 18 of 40 calls made to another, access-controlled endpoint, reading their keys.
+    Now it tries every socket the kernel offers (tests/security/tenant_probe.py) on the gateway's HTTP and gRPC
+    ports, and connects to them, to Ray's GCS and to another container's data port and Unix socket, while callers
+    of it-secure keep calling: every call is answered by it-secure, and the tenant bound, reached and got nothing."""
+    import httpx
+
+    gateway_port = int(server.url.rsplit(":", 1)[1])
+    grpc_port = int(server.grpc_target.rsplit(":", 1)[1])
+    gcs_host, gcs_port = ray.get_runtime_context().gcs_address.rsplit(":", 1)
+    victim = next(url for key, urls in _replicas().items() for url in urls if key[0] == "it-secure")
+    victim_host, victim_port = victim.removeprefix("http://").rsplit(":", 1)
+    from serving.http import local_socket
+
+    targets = {"listen": [["127.0.0.1", gateway_port], ["127.0.0.1", grpc_port]],
+               "connect": [["127.0.0.1", gateway_port], ["127.0.0.1", grpc_port], [gcs_host, int(gcs_port)],
+                           [victim_host, int(victim_port)]],
+               "unix": [local_socket.path_for(victim_host, int(victim_port))], "window_s": 8}
+    found = server.invoke("it-hostile", {"sockets": targets}, target="tenant").json()
+    key = access_callers["batch-job"]["ApiKey"]
+    origins = []
+    for _ in range(40):  # fresh connections: the kernel spreads them over the port's group
+        with httpx.Client(base_url=server.url, timeout=30) as caller:
+            answer = caller.post("/endpoints/it-secure/invocations", content=b"[[5.1, 3.5, 1.4, 0.2]]",
+                                 headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}",
+                                          "X-Amzn-SageMaker-Target-Container-Hostname": "customIps-iris"})
+            origins.append((answer.status_code, answer.headers.get("x-Amzn-Invoked-Production-Variant")))
+    deadline = time.monotonic() + 60
+    while not (got := server.invoke("it-hostile", {"collect_sockets": True}, target="tenant").json())["done"]:
+        assert time.monotonic() < deadline, "the tenant's listeners did not finish"
+        time.sleep(0.5)
+    assert all(status == 200 and variant for status, variant in origins), origins  # each answered by it-secure
+    assert got["received"] == 0, got
+    assert not found["connected"], found["connected"]
+    stream_like = [entry for entry in found["bound"] if entry.split("/")[1] in ("1", "5")]
+    assert not stream_like, stream_like

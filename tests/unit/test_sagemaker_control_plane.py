@@ -163,8 +163,6 @@ BLUE_GREEN = {"BlueGreenUpdatePolicy": {"TrafficRoutingConfiguration": {"Type": 
 UNSUPPORTED = [
     ("create_model", {"ModelName": "m", "PrimaryContainer": CONTAINER,
                       "VpcConfig": {"SecurityGroupIds": ["sg-1"], "Subnets": ["subnet-1"]}}, "VpcConfig"),
-    ("create_model", {"ModelName": "m", "PrimaryContainer": CONTAINER, "EnableNetworkIsolation": True},
-     "EnableNetworkIsolation"),
     ("create_model", {"ModelName": "m", "PrimaryContainer": {**CONTAINER, "ImageConfig": {"RepositoryAccessMode": "Platform"}}},
      "PrimaryContainer.ImageConfig"),
     ("create_model", {"ModelName": "m", "PrimaryContainer": {**CONTAINER, "ModelDataSource": {"S3DataSource": {
@@ -292,6 +290,29 @@ def test_an_unknown_image_is_refused_naming_the_field(harness: Harness, image: s
     assert harness.sm.list_models()["Models"] == []
 
 
+def test_network_isolation_is_the_default_and_egress_the_operators_to_allow(harness: Harness, tmp_path: Path) -> None:
+    # SageMaker's default is false (network on); here a container has no network unless the operator names
+    # egress ports and the model asks for them.
+    def model(api: Harness, name: str, isolated: bool) -> None:
+        api.sm.create_model(ModelName=name, EnableNetworkIsolation=isolated,
+                            PrimaryContainer={"Image": "sklearn", "ModelDataUrl": str(api.models / "iris")})
+
+    refused(lambda: model(harness, "open", False), "ValidationException",
+            "EnableNetworkIsolation: false asks for outbound network", "--container-egress-ports")
+    model(harness, "isolated", True)
+    harness.config("c1", ("A", "isolated"))
+    harness.sm.create_endpoint(EndpointName="e1", EndpointConfigName="c1")
+    assert harness.deployer.spec("e1@A@1")["Containers"][0]["EnableNetworkIsolation"] is True
+    allowing = Harness(tmp_path / "egress", container_egress_ports=(443,))
+    try:
+        model(allowing, "open", False)
+        allowing.config("c1", ("A", "open"))
+        allowing.sm.create_endpoint(EndpointName="e1", EndpointConfigName="c1")
+        assert allowing.deployer.spec("e1@A@1")["Containers"][0]["EnableNetworkIsolation"] is False
+    finally:
+        allowing.stop()
+
+
 def test_model_data_must_lie_inside_the_model_roots(harness: Harness, tmp_path: Path) -> None:
     outside = tmp_path / "secrets"
     outside.mkdir()
@@ -299,7 +320,12 @@ def test_model_data_must_lie_inside_the_model_roots(harness: Harness, tmp_path: 
         refused(lambda: harness.model("m1", ModelDataUrl=url), "ValidationException",
                 "PrimaryContainer.ModelDataUrl", "outside the model roots")
     harness.model("relative", ModelDataUrl="iris")
-    harness.model("s3", ModelDataUrl="s3://bucket/models/", Mode="MultiModel")
+    # A MultiModel prefix is read by the container's supervisor (its process has no network), with the server's
+    # credentials unless the container brings its own: held to the s3:// roots as a SingleModel's archive is.
+    refused(lambda: harness.model("s3", ModelDataUrl="s3://bucket/models/", Mode="MultiModel"), "ValidationException",
+            "PrimaryContainer.ModelDataUrl", "lies under none of its s3:// model roots")
+    own_keys = {"AWS_ACCESS_KEY_ID": "AKIAOWN", "AWS_SECRET_ACCESS_KEY": "own-secret"}
+    harness.model("s3", ModelDataUrl="s3://bucket/models/", Mode="MultiModel", Environment=own_keys)
     harness.config("c1", ("A", "relative"), ("B", "s3"))
     harness.sm.create_endpoint(EndpointName="e1", EndpointConfigName="c1")
     assert harness.deployer.spec("e1@A@1")["Containers"][0]["ModelDataUrl"] == str((harness.models / "iris").resolve())
