@@ -1,11 +1,17 @@
 """What each security property of a direct call costs, measured apart (issue 44, item 2).
 
-- **seccomp and Landlock** (the container process's sandbox, `serving.model_server.sandbox`): a child process times
-  syscalls, then is measured again in fresh children confined by seccomp alone, by Landlock alone and by both (what
-  a container process runs under). Confinement cannot be undone, so each configuration is its own process; the
-  four are interleaved over `--rounds`, and each figure is the median of the rounds' best-of-5 blocks. The
-  syscalls are those a container process makes per request: a socket write and read, a clock read, `getppid` as
-  the bare syscall; and `open` + `close`, which Landlock checks (a container opens no file per request).
+- **The network namespace, seccomp and Landlock** (the container process's sandbox, `serving.model_server.sandbox`):
+  a child process times syscalls, then is measured again in fresh children confined by seccomp alone, by Landlock
+  alone, by both (a container process until 2026-11-28) and by all three (a container process now: a network
+  namespace of its own first). Confinement cannot be undone, so each configuration is its own process; the five are
+  interleaved over `--rounds`, and each figure is the median of the rounds' best-of-5 blocks. The syscalls are
+  those a container process makes per request: a write and read on a socket pair and on a TCP loopback connection
+  made before confinement (as the data port is, in the node's namespace), a clock read, `getppid` as the bare
+  syscall; and `open` + `close`, which Landlock checks (a container opens no file per request).
+- **Start-up**: the CPU and wall time of confining a fresh process, as a container process does now (its own
+  network namespace with loopback up and a listener on it, a Landlock rule for its own port) and as it did until
+  2026-11-27 (the node's network, a Landlock connect rule for each of the 65,535 ports but the server's), in
+  `--rounds` fresh processes each.
 - **The hop MAC** (`serving.trust.hops`): `sign` as the gateway calls it and `verify` as the container does, on
   the benchmarks' 1-row request.
 - **Caller authentication and authorization in the gateway** (`serving.access.decision.EndpointAccess`):
@@ -35,7 +41,7 @@ from typing import Any
 
 from loadtests.harness.results import ROOT, run_line, run_meta, write_results, write_section
 
-LAYERS = ("none", "seccomp", "landlock", "both")
+LAYERS = ("none", "seccomp", "landlock", "both", "all")
 BODY = b"[[5.1, 3.5, 1.4, 0.2]]"
 DOCS = ROOT / "docs" / "benchmarks" / "bench_security_cost.md"
 RESULTS = ROOT / "loadtests" / "results" / "bench_security_cost.json"
@@ -59,30 +65,39 @@ def best_ns(call: Callable[[], Any], n: int, blocks: int = 5) -> float:
 def child(layer: str, folder: str, n: int) -> None:
     """Run in a fresh process: confine it as `layer` says, time the syscalls, print them as JSON."""
     import ctypes  # noqa: F401  (loaded before Landlock closes the file system)
+    import socket
 
-    from serving.model_server import sandbox
+    from serving.model_server import sandbox, seccomp
 
     probe = os.path.join(folder, "probe")
-    a, b = __import__("socket").socketpair()  # before seccomp, which refuses new Unix sockets
+    a, b = socket.socketpair()  # before seccomp, which refuses new Unix sockets
+    listener = socket.create_server(("127.0.0.1", 0))  # the data port: in the node's namespace, made before
+    tcp_a = socket.create_connection(listener.getsockname())
+    tcp_b, _ = listener.accept()
     payload = b"x" * 64
     if layer != "none":
-        policy = sandbox.SandboxPolicy(read=(folder,))
         libc = sandbox._libc()  # the sandbox's own layers, one at a time (apply() runs them all)
-        if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS, which both layers need
+        if layer in ("seccomp", "landlock") and libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
             raise SystemExit("prctl(PR_SET_NO_NEW_PRIVS) failed")
-        if layer == "seccomp" and not sandbox._seccomp(libc):
+        if layer == "seccomp" and not seccomp.install(libc):
             raise SystemExit("seccomp could not be installed")
         if layer == "landlock":
             abi = sandbox.landlock_abi()
             if not abi:
                 raise SystemExit("Landlock is not available")
-            sandbox._landlock(libc, abi, policy, sandbox.SandboxReport())
-        if layer == "both" and not sandbox.apply(policy, require=True).confined:
+            sandbox._landlock(libc, abi, sandbox.SandboxPolicy(read=(folder,)), sandbox.SandboxReport())
+        network = {"both": "host", "all": "isolated"}.get(layer)
+        # "both": as until 2026-11-28, in the node's network; "all": a namespace of its own first, as now
+        if network and not sandbox.apply(sandbox.SandboxPolicy(read=(folder,), network=network), require=True).confined:
             raise SystemExit("the sandbox could not be applied")
 
     def socket_round() -> None:
         os.write(a.fileno(), payload)
         os.read(b.fileno(), 64)
+
+    def tcp_round() -> None:
+        os.write(tcp_a.fileno(), payload)
+        os.read(tcp_b.fileno(), 64)
 
     def open_close() -> None:
         os.close(os.open(probe, os.O_RDONLY))
@@ -91,9 +106,44 @@ def child(layer: str, folder: str, n: int) -> None:
         "getppid": best_ns(os.getppid, n),
         "clock_gettime (thread CPU clock)": best_ns(time.thread_time, n),
         "socket write + read (2 syscalls)": best_ns(socket_round, n),
+        "TCP loopback write + read (2 syscalls)": best_ns(tcp_round, n),
         "open + close (2 syscalls)": best_ns(open_close, n // 4),
     }
     print(json.dumps(timings))
+
+
+def confine_once(how: str) -> None:
+    """Run in a fresh process: confine it as a container process does now ("namespace") or did until 2026-11-28
+    ("port rules"), and print the CPU and wall seconds that took."""
+    from serving.model_server import sandbox
+
+    folder = tempfile.mkdtemp(prefix="bench-confine-")
+    if how == "namespace":
+        policy = sandbox.SandboxPolicy(read=(folder,), network="isolated", own_port=45999)
+    else:  # every port but the server's, one rule each (what the closed-port design needed)
+        policy = sandbox.SandboxPolicy(
+            read=(folder,), network="host", connect_ports=tuple(range(1, 8080)) + tuple(range(8081, 65536))
+        )
+    cpu, wall = time.process_time(), time.perf_counter()
+    sandbox.apply(policy, require=True)
+    print(json.dumps({"cpu_s": time.process_time() - cpu, "wall_s": time.perf_counter() - wall}))
+
+
+def startup_costs(rounds: int) -> dict[str, dict[str, float]]:
+    runs: dict[str, list[dict[str, float]]] = {"namespace": [], "port rules": []}
+    for _ in range(rounds):
+        for how in runs:
+            code = f"from loadtests.bench_security_cost import confine_once; confine_once({how!r})"
+            done = subprocess.run(
+                [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT, check=False
+            )
+            if done.returncode != 0:
+                raise SystemExit(f"confining ({how}) failed: {done.stderr.strip()[-800:]}")
+            runs[how].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    return {
+        how: {key: round(statistics.median(r[key] for r in results) * 1000, 2) for key in ("cpu_s", "wall_s")}
+        for how, results in runs.items()
+    }
 
 
 def syscall_costs(rounds: int, n: int) -> dict[str, Any]:
@@ -245,20 +295,34 @@ def docs_section(result: dict[str, Any]) -> str:
         f"ns per operation, median of {meta['rounds']} rounds of fresh processes (each the best of 5 blocks). "
         "Δ: the median over the rounds of the confined process's figure less the same round's unconfined one.",
         "",
-        "| operation | unconfined | seccomp | Δ | Landlock | Δ | both (a container process) | Δ |",
-        "|---|---|---|---|---|---|---|---|",
+        "| operation | unconfined | seccomp | Δ | Landlock | Δ | both (until 2026-11-28) | Δ | "
+        "namespace + both (a container process) | Δ |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for op, plain in base.items():
         row = [f"| {op} | {plain:.0f}"]
-        for layer in ("seccomp", "landlock", "both"):
+        for layer in ("seccomp", "landlock", "both", "all"):
             row.append(f"{syscalls[layer][op]:.0f} | {deltas[layer][op]:+.0f}")
         lines.append(" | ".join(row) + " |")
     per, source = result["syscalls_per_request"], result["syscalls_per_request_source"]
     lines += [
         "",
-        f"Per request: {per:g} syscalls in the container process ({source}) × the `getppid` Δ under both layers = "
+        f"Per request: {per:g} syscalls in the container process ({source}) × the `getppid` Δ under all layers = "
         f"**{result['sandbox_us_per_request']:+.2f} µs** (Landlock checks only opens, and a container opens no "
-        "file per request).",
+        "file per request; its data port's sockets stay in the node's namespace, so the namespace adds no work to "
+        "them).",
+        "",
+        "Start-up: confining one fresh process, ms (median of the rounds):",
+        "",
+        "| confinement | CPU ms | wall ms |",
+        "|---|---|---|",
+        *[
+            f"| {label} | {result['startup'][how]['cpu_s']:.1f} | {result['startup'][how]['wall_s']:.1f} |"
+            for how, label in (
+                ("namespace", "now: a network namespace of its own, Landlock, seccomp"),
+                ("port rules", "until 2026-11-28: the node's network, 65,534 Landlock port rules, seccomp"),
+            )
+        ],
         "",
         "| per request | µs |",
         "|---|---|",
@@ -289,7 +353,8 @@ def main() -> None:
         "syscalls": syscalls,
         "syscalls_per_request": per,
         "syscalls_per_request_source": source,
-        "sandbox_us_per_request": round(per * syscalls["delta_ns"]["both"]["getppid"] / 1000, 2),
+        "sandbox_us_per_request": round(per * syscalls["delta_ns"]["all"]["getppid"] / 1000, 2),
+        "startup": startup_costs(args.rounds),
         "hop_mac": hop_mac(args.calls // 4),
         "caller_auth": caller_auth(args.calls // 10),
     }
