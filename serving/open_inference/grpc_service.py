@@ -54,9 +54,10 @@ def grpc_status(error: ServingError) -> grpc.StatusCode:
 class GrpcInference:
     """The service's handlers over the shared V2 operations, and the listener that serves them."""
 
-    def __init__(self, v2: OpenInference, settings: ServerSettings) -> None:
+    def __init__(self, v2: OpenInference, settings: ServerSettings, share_port: bool = True) -> None:
         self.v2 = v2
         self.settings = settings
+        self.share_port = share_port  # SO_REUSEPORT: the port is shared with the node's other gateways
         self.server: aio.Server | None = None
         self.port = 0  # the port bound, once started (grpc_port 0: the kernel's choice)
 
@@ -82,7 +83,7 @@ class GrpcInference:
         settings = self.settings
         server = aio.server(
             options=[
-                ("grpc.so_reuseport", 1),  # the node's gateways share the port, as they share the HTTP one
+                ("grpc.so_reuseport", int(self.share_port)),  # as the HTTP port: with the node's other gateways
                 ("grpc.max_receive_message_length", settings.max_payload_bytes),  # a message is the payload
                 ("grpc.max_metadata_size", settings.max_header_bytes),
                 ("grpc.max_concurrent_streams", settings.grpc_max_concurrent_rpcs),

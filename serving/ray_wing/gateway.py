@@ -61,7 +61,9 @@ logger = logging.getLogger("serving.ray_wing.gateway")
 class Gateway:
     """A Serve replica running the endpoint HTTP server: router plus control routes."""
 
-    def __init__(self, settings: dict[str, Any]) -> None:
+    def __init__(self, settings: dict[str, Any], share_port: bool = True) -> None:
+        """`share_port`: bind the ports with SO_REUSEPORT, for the other gateways of this node or this machine; an
+        embedded server's one gateway shares them with nothing (docs/security.md, "Listeners")."""
         self.settings = ServerSettings(**settings)
         configure_audit_log()  # access decisions: JSON lines on this replica's stderr
         self.registry = registry_handle()
@@ -106,7 +108,8 @@ class Gateway:
         open_inference = OpenInference(self.router.invocations, self.board.unroutable)
         v2 = OpenInferenceRoutes(open_inference)
         # gRPC: its own listener, on uvicorn's event loop (started with it), over the same pipeline
-        self.grpc = GrpcInference(open_inference, self.settings) if self.settings.grpc_port is not None else None
+        grpc_on = self.settings.grpc_port is not None
+        self.grpc = GrpcInference(open_inference, self.settings, share_port) if grpc_on else None
         self.board.everywhere = self._applied_everywhere
         self._read_first_snapshot()
         app = serving_app(
@@ -120,7 +123,7 @@ class Gateway:
             hot=[self.router.hot_route(), *v2.hot_routes()],
         )
         self.server = BackgroundServer(
-            app, self.settings.host, self.settings.port, HttpLimits.from_settings(self.settings), reuse_port=True
+            app, self.settings.host, self.settings.port, HttpLimits.from_settings(self.settings), reuse_port=share_port
         )
         if not self.server.wait_started():
             raise RuntimeError(f"endpoint server did not start on {self.server.url}")
@@ -301,7 +304,9 @@ def start_gateway(settings: ServerSettings, exclusive: bool = False) -> ServerSe
         ray_actor_options={"num_cpus": 0},
     )
     try:
-        serve.run(gateway.bind(settings.model_dump()), name=GATEWAY_APP, route_prefix=None)
+        # One gateway on one machine (the embedded server's default) binds its ports for itself alone.
+        share_port = not (exclusive and per_node == 1)
+        serve.run(gateway.bind(settings.model_dump(), share_port), name=GATEWAY_APP, route_prefix=None)
     except RuntimeError as error:
         raise RuntimeError(f"could not start the endpoint server on {settings.host}:{settings.port}: {error}") from None
     return settings

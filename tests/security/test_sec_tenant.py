@@ -193,3 +193,16 @@ def test_the_tenant_cannot_join_or_reach_any_listener_of_the_node(server, access
     assert not found["connected"], found["connected"]
     stream_like = [entry for entry in found["bound"] if entry.split("/")[1] in ("1", "5")]
     assert not stream_like, stream_like
+
+
+def test_the_embedded_gateways_ports_admit_no_second_listener(server) -> None:
+    """One gateway on one machine binds its ports without SO_REUSEPORT: not even a process of the server's own
+    user, in its own network namespace, can join them (before: any such process setting SO_REUSEPORT could)."""
+    import socket
+
+    for port in (int(server.url.rsplit(":", 1)[1]), int(server.grpc_target.rsplit(":", 1)[1])):
+        with socket.socket() as intruder:
+            intruder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            intruder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            with pytest.raises(OSError):
+                intruder.bind(("127.0.0.1", port))
