@@ -29,6 +29,7 @@ from serving.errors import (
     MissingAuthenticationTokenError,
     ValidationError,
 )
+from serving.http.bodies import read_bounded
 from serving.http.responses import json_response
 
 __all__ = ["MAX_SPEC_BYTES", "ControlRoutes", "control_token_file"]
@@ -101,10 +102,9 @@ class ControlRoutes:
 
 
 async def _read(request: Request) -> bytes:
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_SPEC_BYTES:
-            raise ValidationError(f"a spec may be at most {MAX_SPEC_BYTES} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
+    declared = request.headers.get("content-length")
+    return bytes(await read_bounded(request.stream(), MAX_SPEC_BYTES, _too_large, declared=declared))
+
+
+def _too_large(size: int | None) -> ValidationError:
+    return ValidationError(f"a spec may be at most {MAX_SPEC_BYTES} bytes")

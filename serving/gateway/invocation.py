@@ -35,6 +35,7 @@ from serving.gateway.failures import container_failure, timed_out
 from serving.gateway.shadows import ShadowCopies
 from serving.gateway.transport import ContainerTransport, HopResponse, HopStream
 from serving.gateway.variants import Front, ShadowRoute
+from serving.http.bodies import read_bounded
 from serving.metrics.invocations import InvocationTrace, record_invocation
 from serving.models.store import validate_target
 from serving.settings import ServerSettings
@@ -303,25 +304,16 @@ class Invocations:
         return validate_target(target_model)
 
     async def _read_body(self, request: InvocationRequest, trace: InvocationTrace, hold: Hold | None = None) -> bytes:
-        """The whole body within the payload limit (and, with `hold`, within the pre-authentication budget).
-
-        It grows in one bytearray (returned as it is): no list of chunks and no joined copy of them, so a
-        body costs its own size once. Whatever the body's source raises (a client gone) passes through.
-        """
+        """The whole body within the payload limit (and, with `hold`, within the pre-authentication budget)."""
         limit = self.settings.max_payload_bytes
+
+        def too_large(size: int | None) -> ValidationError:
+            if size is None:
+                return ValidationError(f"payload exceeds the limit of {limit} bytes")
+            return ValidationError(f"payload of {size} bytes exceeds the limit of {limit} bytes")
+
         declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit():
-            if int(declared) > limit:
-                raise ValidationError(f"payload of {int(declared)} bytes exceeds the limit of {limit} bytes")
-            if hold is not None:
-                hold.grow_to(int(declared))  # refused before a byte is read if it cannot fit
-        body = bytearray()
-        async for chunk in request.body():
-            if len(body) + len(chunk) > limit:
-                raise ValidationError(f"payload exceeds the limit of {limit} bytes")
-            if hold is not None:
-                hold.grow_to(len(body) + len(chunk))  # a body without Content-Length: as it arrives
-            body += chunk
+        body = await read_bounded(request.body(), limit, too_large, declared=declared, hold=hold)
         trace.body_read = True
         return body  # type: ignore[return-value]  # the bytearray itself, read as bytes: no copy
 

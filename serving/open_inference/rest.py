@@ -24,6 +24,7 @@ from serving.errors import (
     ValidationError,
 )
 from serving.gateway.router import raw_request
+from serving.http.bodies import read_bounded
 from serving.http.responses import json_response
 from serving.metrics.invocations import V2_REST_LABEL, InvocationTrace, record_client_abort, record_invocation
 from serving.open_inference import codec
@@ -140,12 +141,12 @@ class OpenInferenceRoutes:
 async def _small_body(request: Request) -> bytes:
     """A repository index request's body, refused as soon as it passes INDEX_BODY_LIMIT (read before any
     credentials are checked: never buffered whole)."""
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > INDEX_BODY_LIMIT:
-            raise ValidationError(f"the index request's body is over {INDEX_BODY_LIMIT} bytes")
-    return bytes(body)
+    declared = request.headers.get("content-length")
+    return bytes(await read_bounded(request.stream(), INDEX_BODY_LIMIT, _index_too_large, declared=declared))
+
+
+def _index_too_large(size: int | None) -> ValidationError:
+    return ValidationError(f"the index request's body is over {INDEX_BODY_LIMIT} bytes")
 
 
 def _call(request: Request) -> ModelCall:

@@ -33,6 +33,7 @@ from serving.cloudwatch.api import OPERATIONS as CLOUDWATCH_OPERATIONS
 from serving.errors import AccessDeniedError, ApiValidationError, UnknownApiOperationError
 from serving.gateway.body_budget import BodyBudget
 from serving.gateway.router import raw_request
+from serving.http.bodies import read_bounded
 from serving.sagemaker_api.authorization import checks, metric_read
 
 __all__ = ["AUTOSCALING_OPERATIONS", "MAX_BODY_BYTES", "OPERATIONS", "SAGEMAKER_OPERATIONS", "Answer", "ApiRoutes"]
@@ -178,19 +179,11 @@ class ApiRoutes:
 async def _read(request: Request, hold: Any = None) -> bytes:
     """The body within MAX_BODY_BYTES (and, with `hold`, within the pre-authentication budget)."""
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit():
-        if int(declared) > MAX_BODY_BYTES:
-            raise ApiValidationError(f"a control-plane request may be at most {MAX_BODY_BYTES} bytes")
-        if hold is not None:
-            hold.grow_to(int(declared))  # refused before a byte is read if it cannot fit
-    body = bytearray()
-    async for chunk in request.stream():
-        if len(body) + len(chunk) > MAX_BODY_BYTES:
-            raise ApiValidationError(f"a control-plane request may be at most {MAX_BODY_BYTES} bytes")
-        if hold is not None:
-            hold.grow_to(len(body) + len(chunk))
-        body += chunk
-    return bytes(body)
+    return bytes(await read_bounded(request.stream(), MAX_BODY_BYTES, _too_large, declared=declared, hold=hold))
+
+
+def _too_large(size: int | None) -> ApiValidationError:
+    return ApiValidationError(f"a control-plane request may be at most {MAX_BODY_BYTES} bytes")
 
 
 def _document(body: bytes, operation: str) -> dict[str, Any]:
