@@ -9,12 +9,12 @@ this runtime does not (SNS notifications, KMS keys) is refused with a message na
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from serving.documents import Document
+from serving.s3 import S3Location, parse_s3_uri
 
 __all__ = [
     "DEFAULT_ASYNC_CONCURRENCY",
@@ -22,61 +22,11 @@ __all__ = [
     "AsyncInferenceConfig",
     "AsyncInputConfig",
     "AsyncOutputConfig",
-    "S3Location",
-    "parse_s3_uri",
 ]
 
 # SageMaker "chooses an optimal value"; async requests are the long ones, and a few at a time per endpoint
 # keep its replicas busy without taking every slot from its real-time callers.
 DEFAULT_ASYNC_CONCURRENCY = 4
-# S3's bucket naming rules (3-63 lowercase letters, digits, dots, hyphens; starts and ends alphanumeric).
-_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-
-
-class S3Location:
-    """A bucket and a key (or key prefix) parsed from an `s3://bucket/key` URI."""
-
-    __slots__ = ("bucket", "key")
-
-    def __init__(self, bucket: str, key: str) -> None:
-        self.bucket, self.key = bucket, key
-
-    @property
-    def folder(self) -> str:
-        """The key as a folder prefix: '' or ending in '/'."""
-        return self.key if not self.key or self.key.endswith("/") else self.key + "/"
-
-    def child(self, name: str) -> S3Location:
-        """The object `name` in this folder."""
-        return S3Location(self.bucket, self.folder + name)
-
-    def contains(self, other: S3Location) -> bool:
-        """Whether `other` lies in this folder (same bucket, key under the folder)."""
-        return other.bucket == self.bucket and other.key.startswith(self.folder)
-
-    @property
-    def uri(self) -> str:
-        return f"s3://{self.bucket}/{self.key}"
-
-    def __repr__(self) -> str:
-        return self.uri
-
-
-def parse_s3_uri(value: str, what: str = "location") -> S3Location:
-    """`s3://bucket/key` as an S3Location; ValueError naming `what` for anything else.
-
-    Keys with empty, `.` or `..` segments are refused: some S3-compatible stores normalise them, which would
-    let a key leave the prefix it was checked against.
-    """
-    if not value.startswith("s3://"):
-        raise ValueError(f"{what} {value!r} is not an s3://bucket/key URI (https:// locations are not supported)")
-    bucket, _, key = value.removeprefix("s3://").partition("/")
-    if not _BUCKET.match(bucket):
-        raise ValueError(f"{what} {value!r} names no valid bucket")
-    segments = key.rstrip("/").split("/") if key else []
-    if any(segment in ("", ".", "..") for segment in segments):
-        raise ValueError(f"{what} {value!r} has an empty, '.' or '..' path segment")
-    return S3Location(bucket, key)
 
 
 def _s3_folder(value: str, field: str) -> str:

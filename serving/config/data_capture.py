@@ -15,9 +15,9 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from serving.config.async_inference import parse_s3_uri
 from serving.documents import Document, document_path, folder_of
 from serving.protocol import CSV, JSON
+from serving.s3 import parse_s3_uri
 
 __all__ = ["CaptureContentTypes", "CaptureOption", "DataCaptureConfig", "capture_summary"]
 

@@ -31,7 +31,7 @@ from starlette.routing import Route
 from serving import protocol
 from serving.access.policies import ACTION_INVOKE_ASYNC
 from serving.access.sigv4 import RawRequest
-from serving.config.async_inference import AsyncInferenceConfig, S3Location, parse_s3_uri
+from serving.config.async_inference import AsyncInferenceConfig
 from serving.errors import (
     InternalFailureError,
     ServiceUnavailableError,
@@ -44,7 +44,7 @@ from serving.gateway.async_jobs import Job, Journal, Lane, job_from_entry
 from serving.gateway.invocation import Admission, InvocationRequest, Invocations
 from serving.http.responses import error_response
 from serving.metrics.invocations import InvocationTrace, record_client_abort, record_invocation
-from serving.models.sources import s3_client
+from serving.s3 import Clients, S3Location, parse_s3_uri
 from serving.settings import ServerSettings
 
 __all__ = ["AsyncInvocations"]
@@ -64,7 +64,7 @@ class AsyncInvocations:
         settings: ServerSettings,
         invocations: Invocations,
         head: Callable[[Request], RawRequest],
-        client: Callable[[str | None], Any] = s3_client,
+        client: Callable[[str | None], Any] | None = None,
         clock: Callable[[], float] = time.monotonic,
         journal: Journal | None = None,
     ) -> None:
@@ -72,8 +72,7 @@ class AsyncInvocations:
         loses them)."""
         self.settings, self.invocations, self.head, self.clock = settings, invocations, head, clock
         self.journal = journal
-        self._client_factory = client
-        self._clients: dict[str | None, Any] = {}  # one S3 client per store URL; boto3 clients are thread-safe
+        self._client = Clients(client)  # one S3 client per store URL (serving.s3's, unless a test gives its own)
         self.lanes: dict[str, Lane] = {}
 
     def routes(self) -> list[Route]:
@@ -340,12 +339,6 @@ class AsyncInvocations:
             raise ValidationError(f"cannot {what}: {info.get('Code')}: {info.get('Message')}") from None
         except BotoCoreError as error:
             raise ServiceUnavailableError(f"cannot {what}: {error}") from None
-
-    def _client(self, endpoint_url: str | None) -> Any:
-        client = self._clients.get(endpoint_url)
-        if client is None:
-            client = self._clients[endpoint_url] = self._client_factory(endpoint_url)
-        return client
 
 
 def _input(location: str, config: AsyncInferenceConfig) -> S3Location:

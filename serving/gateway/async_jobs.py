@@ -10,8 +10,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from serving.config.async_inference import AsyncInferenceConfig, S3Location
+from serving.config.async_inference import AsyncInferenceConfig
 from serving.gateway.invocation import Admission, EndpointRoute
+from serving.s3 import S3Location
 
 __all__ = ["Job", "Journal", "Lane"]
 

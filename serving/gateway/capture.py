@@ -30,9 +30,9 @@ from typing import Any
 from prometheus_client import Counter
 
 from serving import protocol
-from serving.config.async_inference import parse_s3_uri
 from serving.config.data_capture import DataCaptureConfig
 from serving.metrics.invocations import REGISTRY
+from serving.s3 import Clients, parse_s3_uri
 
 __all__ = ["CAPTURED", "CaptureWriter", "record"]
 
@@ -120,8 +120,7 @@ class CaptureWriter:
         draw: Callable[[], float] = random.random,
         queue_bytes: int = QUEUE_BYTES,
     ) -> None:
-        self._s3_client = s3_client
-        self._clients: dict[str | None, Any] = {}
+        self._clients = Clients(s3_client)
         self._draw = draw
         self.queue_bytes = queue_bytes
         self._pending: list[_Pending] = []
@@ -226,14 +225,7 @@ class CaptureWriter:
             _write_file(config.folder / folder, name, lines)
 
     def _put(self, config: DataCaptureConfig, key: str, lines: bytes) -> None:
-        url = config.S3EndpointUrl
-        client = self._clients.get(url)
-        if client is None:
-            if self._s3_client is None:
-                from serving.models.sources import s3_client
-
-                self._s3_client = s3_client
-            client = self._clients[url] = self._s3_client(url)
+        client = self._clients(config.S3EndpointUrl)
         location = parse_s3_uri(config.DestinationS3Uri)
         extra = {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": config.KmsKeyId} if config.KmsKeyId else {}
         client.put_object(

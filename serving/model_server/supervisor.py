@@ -33,10 +33,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from serving import s3
 from serving.http import local_socket
 from serving.model_server import sandbox, scratch
 from serving.models.s3_broker import S3Broker
-from serving.models.sources import s3_client_for
 from serving.protocol import MODEL_CACHE_DIR_ENV, STATS_PATH, SUBMIT_DIRECTORY_ENV
 from serving.protocol import SANDBOX_READ_ENV as EXTRA_READ_ENV
 from serving.protocol import SANDBOX_WRITE_ENV as EXTRA_WRITE_ENV
@@ -209,7 +209,7 @@ class ContainerProcess:
         from serving.models.sources import ModelStoreError, fetch_archive
 
         try:
-            return fetch_archive(url, Path(self.scratch) / "model-data", s3_client_for(self.config.environment))
+            return fetch_archive(url, Path(self.scratch) / "model-data", s3.client_for(self.config.environment))
         except (ArtifactError, ModelStoreError) as error:
             raise ContainerStartError(f"cannot fetch the model: {error}") from None
 
@@ -241,7 +241,7 @@ class ContainerProcess:
         }
         broker = None
         if self.config.multi_model is not None and (self.config.model_data or "").startswith("s3://"):
-            client = s3_client_for(self.config.environment)
+            client = s3.client_for(self.config.environment)
             broker = S3Broker(self.config.model_data or "", client, Path(self.scratch) / "s3")
         document = {
             "endpoint": self.config.endpoint,

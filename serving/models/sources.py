@@ -6,12 +6,12 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from serving import protocol
+from serving import s3
 from serving.errors import InternalFailureError, ValidationError
 from serving.models.artifacts import ARCHIVE_SUFFIXES, ArtifactError, extract_archive
 from serving.models.targets import (
@@ -92,40 +92,6 @@ class _LocalSource:
                     yield PurePosixPath(Path(path).relative_to(self.real_root)).as_posix()
 
 
-def s3_client(endpoint_url: str | None = None) -> Any:
-    """A boto3 S3 client for `endpoint_url`, else SERVING_S3_ENDPOINT_URL, else boto3's own configuration.
-
-    Credentials come from boto3's usual chain (environment, config files, instance role) of this process.
-    """
-    import boto3  # only S3 locations need it
-
-    # None lets boto3 apply AWS_ENDPOINT_URL / AWS_ENDPOINT_URL_S3 and its config files itself.
-    endpoint_url = endpoint_url or os.environ.get(protocol.S3_ENDPOINT_URL_ENV) or None
-    return boto3.session.Session().client("s3", endpoint_url=endpoint_url)
-
-
-def s3_client_for(environment: Mapping[str, str]) -> Any:
-    """The S3 client a container's model data is fetched with by its supervisor, outside its sandbox: with the
-    container's own AWS_* settings if its Environment has them, else the supervisor's credentials, which the
-    container process never sees (the API holds such models to the operator's s3:// model roots)."""
-    endpoint = environment.get(protocol.S3_ENDPOINT_URL_ENV) or os.environ.get(protocol.S3_ENDPOINT_URL_ENV) or None
-    keys = {
-        name: environment[variable]
-        for name, variable in (
-            ("aws_access_key_id", "AWS_ACCESS_KEY_ID"),
-            ("aws_secret_access_key", "AWS_SECRET_ACCESS_KEY"),
-            ("aws_session_token", "AWS_SESSION_TOKEN"),
-            ("region_name", "AWS_DEFAULT_REGION"),
-        )
-        if variable in environment
-    }
-    if not keys:
-        return s3_client(endpoint)
-    import boto3
-
-    return boto3.session.Session(**keys).client("s3", endpoint_url=endpoint)
-
-
 def fetch_archive(url: str, cache_root: Path, client: Any = None) -> Path:
     """A SingleModel's `s3://bucket/key.tar.gz`, downloaded and unpacked under `cache_root` (a folder per object
     version: its ETag), with the S3 client of `s3_client` (credentials and endpoint from the container's
@@ -156,7 +122,7 @@ class _S3Source:
             raise ArtifactError(f"model-store prefix {prefix} names no bucket")
         self.bucket = bucket
         self.key_prefix = key if not key or key.endswith("/") else key + "/"
-        self.client = client if client is not None else s3_client(endpoint_url)
+        self.client = client if client is not None else s3.client(endpoint_url)
 
     def locate(self, target: str, prefix: str) -> _Located:
         key = self.key_prefix + target

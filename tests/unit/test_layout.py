@@ -95,7 +95,7 @@ LAYERS = (
     ("model_server", "training"),
     ("models", "settings"),
     ("access", "http", "loadtest", "runtimes"),
-    ("client", "errors", "trust"),
+    ("client", "errors", "s3", "trust"),
     ("_gc", "_malloc", "_worker_preload", "autoscaling", "documents", "metrics", "private_files", "protocol"),
 )
 LAYER_OF = {name: depth for depth, names in enumerate(LAYERS) for name in names}

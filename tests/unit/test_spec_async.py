@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from serving.config.async_inference import DEFAULT_ASYNC_CONCURRENCY, parse_s3_uri
+from serving.config.async_inference import DEFAULT_ASYNC_CONCURRENCY
 from serving.config.spec import SpecError, parse_spec
+from serving.s3 import parse_s3_uri
 
 OUTPUT = {"S3OutputPath": "s3://bucket-a/async/answers"}
 INPUT = {"S3InputPath": "s3://bucket-a/async/inputs/"}
