@@ -3,7 +3,8 @@ InvokeEndpointAsync queue over it (`async_invocations`), the transport to contai
 response stream (`streaming`), and the control routes. Runs in the gateway replica; imports no Ray
 (the Ray wing builds it).
 
-Modules: `router` (the HTTP edge), `invocation` (InvokeEndpoint's steps), `variants` (which production variant
+Modules: `router` (the HTTP edge), `entry` (the one frame every way into an invocation runs in: its clock, outcome
+and count), `invocation` (InvokeEndpoint's steps), `variants` (which production variant
 runs, which shadow gets a copy), `shadows` (the copies, run after the caller's answer), `transport` and
 `hop_client` (hops to replica data ports), `failures` (what a caller is told of a container's failure), `state` (a
 registry snapshot in, the request path's tables out), `public_descriptions` (descriptions less the machine's

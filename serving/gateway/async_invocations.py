@@ -41,9 +41,10 @@ from serving.errors import (
     wire_error,
 )
 from serving.gateway.async_jobs import Job, Journal, Lane, job_from_entry
+from serving.gateway.entry import invocation_frame
 from serving.gateway.invocation import Admission, InvocationRequest, Invocations
 from serving.http.responses import error_response
-from serving.metrics.invocations import InvocationTrace, record_client_abort, record_invocation
+from serving.metrics.invocations import InvocationTrace
 from serving.s3 import Clients, S3Location, parse_s3_uri
 from serving.settings import ServerSettings
 
@@ -79,12 +80,11 @@ class AsyncInvocations:
         return [Route(protocol.ASYNC_INVOCATIONS_PATH, self.invoke_async, methods=["POST"])]
 
     async def invoke_async(self, request: Request) -> Response:
-        started = time.perf_counter()
         trace = InvocationTrace()
         invocation = InvocationRequest(
             request.path_params["name"], request.headers, request.stream, lambda: self.head(request)
         )
-        try:
+        async with invocation_frame(trace, "InvokeEndpointAsync", (ClientDisconnect,)) as frame:
             admission = await self.invocations.admit(invocation, trace, action=ACTION_INVOKE_ASYNC)
             body = await self.invocations.body_of(invocation, admission, trace)
             job = self._job(admission, request.headers, body)
@@ -95,18 +95,14 @@ class AsyncInvocations:
                 lane.admitted -= 1
                 raise
             self._enqueue(lane, job)
-        except ClientDisconnect:
-            record_client_abort(trace)
+            frame.defer()  # admitted: its run counts it (`_invoke`), once
+        if frame.aborted:
             return Response(status_code=499)
-        except ServingError as error:
-            response = error_response(error)
-            record_invocation(trace, response.status_code, time.perf_counter() - started)
+        if frame.error is not None:
+            response = error_response(frame.error)
             if not trace.body_read:
                 response.headers["connection"] = "close"
             return response
-        except Exception:
-            logger.exception("InvokeEndpointAsync failed inside the gateway")
-            return error_response(InternalFailureError("internal failure in the endpoint router"))
         return Response(
             json.dumps({"InferenceId": job.inference_id}).encode(),
             status_code=202,
@@ -277,9 +273,9 @@ class AsyncInvocations:
         endpoint = admission.endpoint
         trace = InvocationTrace(endpoint=endpoint.name, mode=endpoint.mode, chain=admission.chain)
         trace.multi_model, trace.body_read = endpoint.multi_model, True
-        started = time.perf_counter()
         client = self._client(job.config.S3EndpointUrl)
-        try:
+        result = None
+        async with invocation_frame(trace, "an async invocation's run") as frame:
             waited = self.clock() - job.admitted
             if waited > job.ttl:
                 raise ServiceUnavailableError(
@@ -288,11 +284,9 @@ class AsyncInvocations:
                 )
             body = await self._read(client, job.source) if job.source is not None else job.body or b""
             result = await self.invocations.run(admission, body, job.headers, trace, timeout=job.timeout)
-        except ServingError as error:
-            record_invocation(trace, error.counted_status, time.perf_counter() - started)
-            await self._write_failure(client, job, error)
+        if frame.error is not None or result is None:
+            await self._write_failure(client, job, frame.error or InternalFailureError("the run gave no answer"))
             return
-        record_invocation(trace, 200, time.perf_counter() - started)
         try:
             await self._put(client, job.output, result.body, result.content_type)
         except ServingError as error:

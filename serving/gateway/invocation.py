@@ -26,17 +26,17 @@ from serving.config.data_capture import DataCaptureConfig
 from serving.errors import (
     AccessDeniedError,
     ServiceUnavailableError,
-    ServingError,
     ValidationError,
 )
 from serving.gateway.body_budget import BodyBudget, Hold
 from serving.gateway.capture import CaptureWriter
+from serving.gateway.entry import invocation_frame
 from serving.gateway.failures import container_failure, timed_out
 from serving.gateway.shadows import ShadowCopies
 from serving.gateway.transport import ContainerTransport, HopResponse, HopStream
 from serving.gateway.variants import Front, ShadowRoute
 from serving.http.bodies import read_bounded
-from serving.metrics.invocations import InvocationTrace, record_invocation
+from serving.metrics.invocations import InvocationTrace
 from serving.models.store import validate_target
 from serving.settings import ServerSettings
 
@@ -130,8 +130,8 @@ class Invocations:
         self, public: str, shadow: ShadowRoute, admission: Admission, body: bytes, headers: Mapping[str, str]
     ) -> bool:
         """One copy on the shadow variant, counted in its own metrics; its answer is only captured."""
-        started, trace, status = time.perf_counter(), InvocationTrace(), 500
-        try:
+        trace = InvocationTrace()
+        async with invocation_frame(trace, f"shadow variant {shadow.name}") as frame:
             endpoint = self.endpoints.get(shadow.endpoint)
             if endpoint is None:
                 raise ServiceUnavailableError(f"Endpoint {public} is starting shadow variant {shadow.name}")
@@ -139,16 +139,10 @@ class Invocations:
             chain = trace.chain = self._chain(endpoint, headers, public)
             copy = Admission(endpoint, chain, admission.target_model, None, shadow.name)
             result = await self.run(copy, body, headers, trace)
-            status = 200
             capture = admission.endpoint.data_capture
             if capture is not None:
                 self.capture.offer(capture, public, shadow.name, body, headers, result.body, result.content_type)
-            return True
-        except ServingError as error:
-            status = error.counted_status
-            return False
-        finally:
-            record_invocation(trace, status, time.perf_counter() - started)
+        return frame.error is None
 
     async def admit(
         self, request: InvocationRequest, trace: InvocationTrace, action: str | None = None, *, stream: bool = False

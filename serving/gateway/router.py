@@ -8,8 +8,8 @@ was read. The steps themselves live in the pipeline, which knows no web framewor
 
 from __future__ import annotations
 
-import logging
 import time
+from collections.abc import Callable
 from urllib.parse import quote
 
 from starlette.background import BackgroundTask
@@ -19,22 +19,16 @@ from starlette.routing import Route
 
 from serving._malloc import keep_large_blocks_in_mmap
 from serving.access.sigv4 import RawRequest
-from serving.errors import InternalFailureError, ServingError
 from serving.gateway.async_invocations import AsyncInvocations
+from serving.gateway.entry import invocation_frame
 from serving.gateway.invocation import EndpointRoute, InvocationRequest, InvocationResult, Invocations
 from serving.gateway.streaming import relay
 from serving.gateway.transport import ContainerTransport
 from serving.http.responses import error_response
-from serving.metrics.invocations import (
-    InvocationTrace,
-    record_client_abort,
-    record_invocation,
-)
+from serving.metrics.invocations import InvocationTrace
 from serving.settings import ServerSettings
 
 __all__ = ["EndpointRoute", "Router"]
-
-logger = logging.getLogger("serving.router")
 
 
 class Router:
@@ -84,53 +78,47 @@ class Router:
         return await self._answer(request, stream=True)
 
     async def _answer(self, request: Request, stream: bool) -> Response:
-        started = time.perf_counter()
         trace = InvocationTrace()
         invocation = InvocationRequest(
             request.path_params["name"], request.headers, request.stream, lambda: raw_request(request)
         )
-        counted: int | None = None  # the status the error metrics count, where it is not the answer's
-        try:
+        response: Response | None = None
+        async with invocation_frame(trace, "the endpoint router", (ClientDisconnect,)) as frame:
             result = await self.invocations.invoke(invocation, trace, stream=stream)
             if result.chunks is not None:
-                return _streamed(result, trace, started)
+                return _streamed(result, trace, frame.defer())
             # The container's Content-Type exactly as it set it (media_type= would add "; charset=utf-8" to text/*).
             response = Response(result.body, headers={**result.headers, "content-type": result.content_type})
-        except ClientDisconnect:  # the client left (or was cut off) mid-body: its doing, not a failure of ours
-            record_client_abort(trace)
+        if frame.aborted:  # the client left (or was cut off) mid-body: its doing, not a failure of ours
             return Response(status_code=499)  # nginx's "client closed request"; nobody is there to read it
-        except ServingError as error:
-            response, counted = error_response(error), error.counted_status
-        except Exception:  # a bug of ours: say so in the documented shape, keep serving
-            logger.exception("invocation failed inside the router")
-            response = error_response(InternalFailureError("internal failure in the endpoint router"))
+        if frame.error is not None:
+            response = error_response(frame.error)
+        assert response is not None
         if not trace.body_read:
             # Refused before its body was read: close rather than read (and drop) what anyone may send.
             response.headers["connection"] = "close"
-        record_invocation(trace, counted or response.status_code, time.perf_counter() - started)
         return response
 
 
-def _streamed(result: InvocationResult, trace: InvocationTrace, started: float) -> Response:
-    """The event-stream response; the invocation is counted once, when the stream ends however it ends."""
+def _streamed(result: InvocationResult, trace: InvocationTrace, count: Callable[[int], None]) -> Response:
+    """The event-stream response; the invocation is counted once (`count`), when the stream ends however it ends."""
     hop = result.chunks
     assert hop is not None
     first_part = time.perf_counter()
-    recorded = False
+    ended = False
 
     def finished(status: int) -> None:
-        nonlocal recorded
+        nonlocal ended
         hop.close()  # also when the stream never started (the caller left first)
-        if recorded:
+        if ended:
             return
-        recorded = True
-        now = time.perf_counter()
+        ended = True
         if trace.hops:  # the last hop lasted until its stream ended
             container, seconds = trace.hops[-1]
-            trace.hops[-1] = (container, seconds + now - first_part)
+            trace.hops[-1] = (container, seconds + time.perf_counter() - first_part)
         if status >= 400:
             trace.failed_container = trace.chain[-1]
-        record_invocation(trace, status, now - started)
+        count(status)
 
     container = trace.chain[-1]
     return StreamingResponse(

@@ -10,8 +10,6 @@ statuses carrying the message InvokeEndpoint would give; infer calls are counted
 from __future__ import annotations
 
 import asyncio
-import logging
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
@@ -22,14 +20,14 @@ from grpc import aio
 
 from serving import protocol
 from serving.access.sigv4 import RawRequest
-from serving.errors import InternalFailureError, ModelNotReadyError, ServingError, ValidationError
-from serving.metrics.invocations import V2_GRPC_LABEL, InvocationTrace, record_client_abort, record_invocation
+from serving.errors import ModelNotReadyError, ServingError, ValidationError
+from serving.gateway.entry import invocation_frame
+from serving.metrics.invocations import V2_GRPC_LABEL, InvocationTrace
 from serving.open_inference import grpc_codec
 from serving.open_inference import grpc_messages_pb2 as pb
 from serving.open_inference.dataplane import ModelCall, OpenInference
 from serving.settings import ServerSettings
 
-logger = logging.getLogger("serving.open_inference")
 STOP_GRACE_S = 5.0  # calls in flight when the gateway stops may finish within this
 
 # The gRPC status of each HTTP status InvokeEndpoint answers (anything else: INTERNAL)
@@ -143,26 +141,17 @@ class GrpcInference:
         return grpc_codec.metadata_response(document)
 
     async def model_infer(self, raw: bytes, context: aio.ServicerContext) -> bytes:
-        started = time.perf_counter()
         trace = InvocationTrace(protocol=V2_GRPC_LABEL)
-        failure: ServingError | None = None
-        try:
+        response = b""
+        # a cancelled call (by its client, or its deadline) is counted as an abort and cancelled on
+        aborts = (asyncio.CancelledError,)
+        async with invocation_frame(trace, "the Open Inference gRPC service", aborts, reraise_abort=True) as frame:
             message = grpc_codec.parse(pb.ModelInferRequest, raw)
             call = _call(message.model_name, message.model_version, raw, context, "ModelInfer")
             answer = await self.v2.infer(call, trace, lambda body: grpc_codec.infer_request(message))
             response = grpc_codec.infer_response(answer.model, answer.version, answer.request, answer.outputs)
-        except asyncio.CancelledError:  # the client cancelled, or its deadline passed
-            record_client_abort(trace)
-            raise
-        except ServingError as error:
-            failure = error
-        except Exception:  # a bug of ours: a clear status, and keep serving
-            logger.exception("Open Inference gRPC call failed inside the gateway")
-            failure = InternalFailureError("internal failure in the Open Inference gRPC service")
-        status = 200 if failure is None else failure.counted_status
-        record_invocation(trace, status, time.perf_counter() - started)
-        if failure is not None:
-            await _abort(context, failure)
+        if frame.error is not None:
+            await _abort(context, frame.error)
         return response
 
     # --- the model repository extension -------------------------------------------------------------------

@@ -6,8 +6,6 @@ counted with `protocol="v2-rest"`.
 
 from __future__ import annotations
 
-import logging
-import time
 from dataclasses import replace
 
 import orjson
@@ -17,20 +15,19 @@ from starlette.routing import Route
 
 from serving import protocol
 from serving.errors import (
-    InternalFailureError,
     ServiceUnavailableError,
     ServingError,
     UnknownOperationError,
     ValidationError,
 )
+from serving.gateway.entry import invocation_frame
 from serving.gateway.router import raw_request
 from serving.http.bodies import read_bounded
 from serving.http.responses import json_response
-from serving.metrics.invocations import V2_REST_LABEL, InvocationTrace, record_client_abort, record_invocation
+from serving.metrics.invocations import V2_REST_LABEL, InvocationTrace
 from serving.open_inference import codec
 from serving.open_inference.dataplane import ModelCall, OpenInference
 
-logger = logging.getLogger("serving.open_inference")
 _MODEL, _VERSIONED = "/v2/models/{model}", "/v2/models/{model}/versions/{version}"
 INDEX_BODY_LIMIT = 65536  # a repository index request is `{"ready": true}`
 
@@ -92,24 +89,14 @@ class OpenInferenceRoutes:
             return _error(error)
 
     async def infer(self, request: Request) -> Response:
-        started = time.perf_counter()
         trace = InvocationTrace(protocol=V2_REST_LABEL)
-        counted: int | None = None
         length = request.headers.get(protocol.V2_HEADER_LENGTH)
-        try:
+        response = Response(status_code=499)  # the caller left: nobody is there to read it
+        async with invocation_frame(trace, "the Open Inference route", (ClientDisconnect,)) as frame:
             answer = await self.v2.infer(_call(request), trace, lambda body: codec.parse_request(body, length))
             body, headers = codec.encode_response(answer.model, answer.version, answer.request, answer.outputs)
             response = Response(body, headers=headers)
-        except ClientDisconnect:
-            record_client_abort(trace)
-            return Response(status_code=499)
-        except ServingError as error:
-            response, counted = _error(error), error.counted_status
-        except Exception:  # a bug of ours: the documented shape, and keep serving
-            logger.exception("Open Inference call failed inside the gateway")
-            response = _error(InternalFailureError("internal failure in the Open Inference route"))
-        record_invocation(trace, counted or response.status_code, time.perf_counter() - started)
-        return response
+        return _error(frame.error) if frame.error is not None else response
 
     # --- the model repository extension -------------------------------------------------------------------
     async def repository_index(self, request: Request) -> Response:

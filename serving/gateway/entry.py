@@ -1,0 +1,79 @@
+"""One frame for every way into an invocation: its clock, its trace, its outcome and its count.
+
+InvokeEndpoint and its response stream, InvokeEndpointAsync (its admission and each run), the Open Inference
+Protocol over REST and gRPC, and a shadow variant's copy all run inside `invocation_frame`. The frame catches what
+the work raises and makes it one outcome: a `ServingError` as it is, a caller who left (counted as such, never as a
+failure), anything else a bug of ours (logged, and `InternalFailure`). Then it counts the invocation once
+(`metrics.invocations`), unless the answer is a stream, whose end counts it (`Frame.defer`). Each transport only
+turns the outcome into its own wire: a response, a gRPC status, a failure object in S3. A change to how a request
+is timed, counted or mapped to an error is made here, for all of them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+from serving.errors import InternalFailureError, ServingError
+from serving.metrics.invocations import InvocationTrace, record_client_abort, record_invocation
+
+__all__ = ["Frame", "invocation_frame"]
+
+logger = logging.getLogger("serving.router")
+
+
+class Frame:
+    """One invocation as it runs: when it started, what it learned (`trace`) and how it ended."""
+
+    def __init__(self, trace: InvocationTrace) -> None:
+        self.trace = trace
+        self.started = time.perf_counter()
+        self.error: ServingError | None = None  # how it failed, for the transport's wire
+        self.aborted = False  # the caller left before it was answered
+        self._deferred = False
+        self._counted = False
+
+    @property
+    def status(self) -> int:
+        """The status its count carries: the error's, or 200."""
+        return self.error.counted_status if self.error is not None else 200
+
+    def count(self, status: int) -> None:
+        """Count the invocation (once, whoever asks first) with its latencies up to now."""
+        if not self._counted:
+            self._counted = True
+            record_invocation(self.trace, status, time.perf_counter() - self.started)
+
+    def defer(self) -> Callable[[int], None]:
+        """Leave the count to whoever ends the answer (a stream, when it ends however it ends): `count`."""
+        self._deferred = True
+        return self.count
+
+
+@asynccontextmanager
+async def invocation_frame(
+    trace: InvocationTrace,
+    where: str,
+    aborts: tuple[type[BaseException], ...] = (),
+    reraise_abort: bool = False,
+) -> AsyncIterator[Frame]:
+    """Run an invocation's work in its frame: `aborts` are the exceptions that mean the caller left (re-raised with
+    `reraise_abort`, as a cancelled gRPC call must be); `where` names the failing part in an internal failure."""
+    frame = Frame(trace)
+    try:
+        yield frame
+    except aborts:  # the caller's doing, not a failure of ours: counted as an abort, never as an invocation
+        record_client_abort(trace)
+        frame.aborted = True
+        if reraise_abort:
+            raise
+        return
+    except ServingError as error:
+        frame.error = error
+    except Exception:  # a bug of ours: said in the documented shape, and the server keeps serving
+        logger.exception("an invocation failed inside %s", where)
+        frame.error = InternalFailureError(f"internal failure in {where}")
+    if not frame._deferred:
+        frame.count(frame.status)
