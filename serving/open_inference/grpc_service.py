@@ -10,6 +10,7 @@ statuses carrying the message InvokeEndpoint would give; infer calls are counted
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
@@ -47,6 +48,23 @@ Handler = Callable[[bytes, aio.ServicerContext], Awaitable[bytes]]
 
 def grpc_status(error: ServingError) -> grpc.StatusCode:
     return _STATUS.get(error.status, grpc.StatusCode.INTERNAL)
+
+
+Method = Callable[[Any, bytes, aio.ServicerContext], Awaitable[bytes]]
+
+
+def _grpc_errors(method: Method) -> Method:
+    """A method whose ServingError ends the call with the status InvokeEndpoint's would map to (`grpc_status`): the
+    one place every method maps an error to its wire."""
+
+    @functools.wraps(method)
+    async def call(service: Any, raw: bytes, context: aio.ServicerContext) -> bytes:
+        try:
+            return await method(service, raw, context)
+        except ServingError as error:
+            await _abort(context, error)
+
+    return call
 
 
 class GrpcInference:
@@ -120,6 +138,7 @@ class GrpcInference:
         ).SerializeToString()
 
     # --- one model ------------------------------------------------------------------------------------------
+    @_grpc_errors
     async def model_ready(self, raw: bytes, context: aio.ServicerContext) -> bytes:
         """Ready, or not (no replica, or no such model: Triton's answer); a caller refused is refused."""
         try:
@@ -128,18 +147,15 @@ class GrpcInference:
             ready = True
         except (ModelNotReadyError, ValidationError):
             ready = False
-        except ServingError as error:
-            await _abort(context, error)
         return pb.ModelReadyResponse(ready=ready).SerializeToString()
 
+    @_grpc_errors
     async def model_metadata(self, raw: bytes, context: aio.ServicerContext) -> bytes:
-        try:
-            message = grpc_codec.parse(pb.ModelMetadataRequest, raw)
-            document = await self.v2.model_metadata(_call(message.name, message.version, raw, context, "ModelMetadata"))
-        except ServingError as error:
-            await _abort(context, error)
+        message = grpc_codec.parse(pb.ModelMetadataRequest, raw)
+        document = await self.v2.model_metadata(_call(message.name, message.version, raw, context, "ModelMetadata"))
         return grpc_codec.metadata_response(document)
 
+    @_grpc_errors
     async def model_infer(self, raw: bytes, context: aio.ServicerContext) -> bytes:
         trace = InvocationTrace(protocol=V2_GRPC_LABEL)
         response = b""
@@ -151,35 +167,32 @@ class GrpcInference:
             answer = await self.v2.infer(call, trace, lambda body: grpc_codec.infer_request(message))
             response = grpc_codec.infer_response(answer.model, answer.version, answer.request, answer.outputs)
         if frame.error is not None:
-            await _abort(context, frame.error)
+            raise frame.error  # to the method's wire (`_grpc_errors`)
         return response
 
     # --- the model repository extension -------------------------------------------------------------------
+    @_grpc_errors
     async def repository_index(self, raw: bytes, context: aio.ServicerContext) -> bytes:
         """The MultiModel containers' models the caller may invoke (`repository_name` is not read: one here)."""
-        try:
-            message = grpc_codec.parse(pb.RepositoryIndexRequest, raw)
-            head = replace(_head(context, "RepositoryIndex"), body=raw)  # a Signature V4 covers the message
-            entries = await self.v2.repository_index(head, message.ready)
-        except ServingError as error:
-            await _abort(context, error)
+        message = grpc_codec.parse(pb.RepositoryIndexRequest, raw)
+        head = replace(_head(context, "RepositoryIndex"), body=raw)  # a Signature V4 covers the message
+        entries = await self.v2.repository_index(head, message.ready)
         index = [pb.RepositoryIndexResponse.ModelIndex(**entry) for entry in entries]
         return pb.RepositoryIndexResponse(models=index).SerializeToString()
 
+    @_grpc_errors
     async def repository_load(self, raw: bytes, context: aio.ServicerContext) -> bytes:
         await self._repository_change(raw, context, "load", "RepositoryModelLoad")
         return pb.RepositoryModelLoadResponse().SerializeToString()
 
+    @_grpc_errors
     async def repository_unload(self, raw: bytes, context: aio.ServicerContext) -> bytes:
         await self._repository_change(raw, context, "unload", "RepositoryModelUnload")
         return pb.RepositoryModelUnloadResponse().SerializeToString()
 
     async def _repository_change(self, raw: bytes, context: aio.ServicerContext, action: str, method: str) -> None:
-        try:
-            message = grpc_codec.parse(pb.RepositoryModelLoadRequest, raw)  # Unload's fields are the same
-            await self.v2.repository_change(_call(message.model_name, "", raw, context, method), action)
-        except ServingError as error:
-            await _abort(context, error)
+        message = grpc_codec.parse(pb.RepositoryModelLoadRequest, raw)  # Unload's fields are the same
+        await self.v2.repository_change(_call(message.model_name, "", raw, context, method), action)
 
 
 def _head(context: aio.ServicerContext, method: str) -> RawRequest:

@@ -6,7 +6,10 @@ counted with `protocol="v2-rest"`.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
+from typing import Any
 
 import orjson
 from starlette.requests import ClientDisconnect, Request
@@ -30,6 +33,23 @@ from serving.open_inference.dataplane import ModelCall, OpenInference
 
 _MODEL, _VERSIONED = "/v2/models/{model}", "/v2/models/{model}/versions/{version}"
 INDEX_BODY_LIMIT = 65536  # a repository index request is `{"ready": true}`
+
+
+Handler = Callable[[Any, Request], Awaitable[Response]]
+
+
+def _v2_errors(handler: Handler) -> Handler:
+    """A route whose ServingError is answered in the protocol's shape (`_error`): the one place every /v2 route but
+    infer (whose outcome its entry frame holds) maps an error to its wire."""
+
+    @functools.wraps(handler)
+    async def route(routes: Any, request: Request) -> Response:
+        try:
+            return await handler(routes, request)
+        except ServingError as error:
+            return _error(error)
+
+    return route
 
 
 class OpenInferenceRoutes:
@@ -73,20 +93,16 @@ class OpenInferenceRoutes:
         return json_response({"ready": True}) if not reasons else _error(ServiceUnavailableError("; ".join(reasons)))
 
     # --- one model ------------------------------------------------------------------------------------------
+    @_v2_errors
     async def model_metadata(self, request: Request) -> Response:
-        try:
-            return json_response(await self.v2.model_metadata(_call(request)))
-        except ServingError as error:
-            return _error(error)
+        return json_response(await self.v2.model_metadata(_call(request)))
 
+    @_v2_errors
     async def model_ready(self, request: Request) -> Response:
         """200 while every container of the model has a replica this gateway routes to."""
         call = _call(request)
-        try:
-            await self.v2.model_ready(call)
-            return json_response({"name": call.model, "ready": True})
-        except ServingError as error:
-            return _error(error)
+        await self.v2.model_ready(call)
+        return json_response({"name": call.model, "ready": True})
 
     async def infer(self, request: Request) -> Response:
         trace = InvocationTrace(protocol=V2_REST_LABEL)
@@ -99,30 +115,26 @@ class OpenInferenceRoutes:
         return _error(frame.error) if frame.error is not None else response
 
     # --- the model repository extension -------------------------------------------------------------------
+    @_v2_errors
     async def repository_index(self, request: Request) -> Response:
         """`[{"name", "state", "reason"}]`: the MultiModel containers' models this caller may invoke."""
+        body = await _small_body(request)
         try:
-            body = await _small_body(request)
-            try:
-                document = orjson.loads(body) if body.strip() else {}
-            except orjson.JSONDecodeError:
-                raise ValidationError("the index request's body is not JSON") from None
-            ready = bool(document.get("ready")) if isinstance(document, dict) else False
-            head = replace(raw_request(request), body=body)  # a Signature V4 covers it
-            return json_response(await self.v2.repository_index(head, ready))
-        except ServingError as error:
-            return _error(error)
+            document = orjson.loads(body) if body.strip() else {}
+        except orjson.JSONDecodeError:
+            raise ValidationError("the index request's body is not JSON") from None
+        ready = bool(document.get("ready")) if isinstance(document, dict) else False
+        head = replace(raw_request(request), body=body)  # a Signature V4 covers it
+        return json_response(await self.v2.repository_index(head, ready))
 
+    @_v2_errors
     async def repository_change(self, request: Request) -> Response:
         """`load` or `unload` of `<endpoint>.<container>.<model>` (a MultiModel container's model)."""
         action = request.path_params["action"]
-        try:
-            if action not in ("load", "unload"):
-                raise UnknownOperationError(f"POST {request.url.path}: the repository offers load and unload")
-            await self.v2.repository_change(_call(request), action)
-            return json_response({})
-        except ServingError as error:
-            return _error(error)
+        if action not in ("load", "unload"):
+            raise UnknownOperationError(f"POST {request.url.path}: the repository offers load and unload")
+        await self.v2.repository_change(_call(request), action)
+        return json_response({})
 
 
 async def _small_body(request: Request) -> bytes:
