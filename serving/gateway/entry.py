@@ -71,6 +71,9 @@ async def invocation_frame(
             raise
         return
     except ServingError as error:
+        # Kept without its traceback: that would hold the failed work's frames (a request body among their locals)
+        # in a cycle through this frame, for the garbage collector to find, long after the answer was sent.
+        error.__traceback__ = error.__context__ = error.__cause__ = None
         frame.error = error
     except Exception:  # a bug of ours: said in the documented shape, and the server keeps serving
         logger.exception("an invocation failed inside %s", where)
