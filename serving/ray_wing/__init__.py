@@ -3,7 +3,8 @@
 Modules: `cluster` (start or join Ray), `names` (Ray names the wing shares), `registry` (the routing table's
 actor), `kv_store` (its state in GCS), `control_plane` (the SageMaker API's one place), `replica` (a container
 replica), `gateway` (the gateway replica), `gateway_count` (how many, per node), `gateway_counters` (their
-counters, shared), `async_journal` (their async requests, durable), `serve_status`,
+counters, shared), `async_journal` (their async requests, durable), `periodic` (their periodic tasks' one
+error-and-backoff policy), `serve_status`,
 `autoscaler`, `replica_metrics`, `operations` (deploy, delete, describe), `embedded` (the one embedded server),
 `training` and `train_session` (`serving train`'s driver and worker sides).
 """

@@ -7,6 +7,7 @@ import contextlib
 import logging
 import socket
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import ray
@@ -48,6 +49,7 @@ from serving.ray_wing.operations import (
     deploy_endpoint,
     root_secret,
 )
+from serving.ray_wing.periodic import every
 from serving.ray_wing.registry import registry_handle
 from serving.sagemaker_api.routes import Answer
 from serving.sagemaker_api.service import api_routes
@@ -148,75 +150,55 @@ class Gateway:
         except Exception:
             return False
 
-    def _lifespan(self, app):
-        gateway = self
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, app: Any) -> AsyncIterator[None]:
+        """What the gateway runs beside its routes, and their closing in reverse order of starting: gRPC first (no
+        new call while the rest winds down), then the periodic tasks, leaving the registry, unfinished async
+        requests (failure objects), shadow copies (cancelled), captured invocations (written), the transport."""
+        async with contextlib.AsyncExitStack() as stack:
+            await self.transport.start()
+            stack.push_async_callback(self.transport.close)
+            stack.push_async_callback(self.router.invocations.capture.close)
+            stack.push_async_callback(self.router.invocations.shadows.close)
+            stack.push_async_callback(self.router.async_invocations.close)
+            stack.push_async_callback(self._leave_registry)
+            tasks = [
+                every("registry poll", self._poll_registry, self.settings.registry_poll_s),
+                every("drop unreachable replicas", self._drop_unreachable, DROP_CHECK_S),
+                every("async journal", self._keep_journal, HEARTBEAT_S),
+                every("publish counters", self._publish_counters, COUNTERS_PUBLISH_S),
+            ]
+            stack.callback(lambda: [task.cancel() for task in tasks])
+            if self.grpc is not None:
+                await self.grpc.start()
+                stack.push_async_callback(self.grpc.stop)
+            yield
 
-        class _Lifespan:
-            async def __aenter__(self):
-                await gateway.transport.start()
-                if gateway.grpc is not None:
-                    await gateway.grpc.start()
-                self.task = asyncio.create_task(gateway._poll_registry())
-                self.drop_task = asyncio.create_task(gateway._drop_unreachable())
-                self.journal_task = asyncio.create_task(gateway._keep_journal())
-                self.counters_task = asyncio.create_task(gateway._publish_counters())
-
-            async def __aexit__(self, *exc):
-                if gateway.grpc is not None:
-                    await gateway.grpc.stop()  # first: no new gRPC call while the rest winds down
-                self.task.cancel()
-                self.drop_task.cancel()
-                self.journal_task.cancel()
-                self.counters_task.cancel()
-                with contextlib.suppress(Exception):  # the registry gone too: it forgets silent readers itself
-                    leave = gateway.registry.leave.remote(gateway._control, gateway.reader)
-                    await asyncio.wait_for(asyncio.wrap_future(leave.future()), 5.0)
-                await gateway.router.async_invocations.close()  # unfinished async requests: failure objects
-                await gateway.router.invocations.shadows.close()  # shadow copies still running: cancelled
-                await gateway.router.invocations.capture.close()  # captured invocations not yet written
-                await gateway.transport.close()
-
-        return _Lifespan()
+    async def _leave_registry(self) -> None:
+        with contextlib.suppress(Exception):  # the registry gone too: it forgets silent readers itself
+            leave = self.registry.leave.remote(self._control, self.reader)
+            await asyncio.wait_for(asyncio.wrap_future(leave.future()), 5.0)
 
     async def _poll_registry(self) -> None:
         """Keep the router's tables current: a long poll that the registry answers as soon as its state changes
         (at most every `registry_poll_s`), so an idle server makes one call per REGISTRY_WAIT_S, not four a second."""
-        while True:
-            failed = False
-            try:
-                call = self.registry.snapshot.remote(self.state.version, REGISTRY_WAIT_S, self.state.epoch, self.reader)
-                self.state.offer(await asyncio.wrap_future(call.future()))
-            except Exception:
-                logger.exception("registry poll failed")
-                failed = True
-            await asyncio.sleep(max(self.settings.registry_poll_s, 1.0 if failed else 0.0))
+        call = self.registry.snapshot.remote(self.state.version, REGISTRY_WAIT_S, self.state.epoch, self.reader)
+        self.state.offer(await asyncio.wrap_future(call.future()))
 
     async def _drop_unreachable(self) -> None:
         """Have the registry forget replicas the transport found refusing connections (a local check first)."""
-        while True:
-            for url in self.transport.take_dropped():
-                self.registry.deregister.remote(url, token=self._control)
-            await asyncio.sleep(DROP_CHECK_S)
+        for url in self.transport.take_dropped():
+            self.registry.deregister.remote(url, token=self._control)
 
     async def _keep_journal(self) -> None:
         """Say this gateway is alive, and take over the async requests of gateways gone silent (once the routing
         table is read: a job needs its endpoint's route)."""
-        while True:
-            try:
-                await asyncio.to_thread(self.journal.beat)
-                if self.router.invocations.loaded:
-                    await self.router.async_invocations.take_over()
-            except Exception:
-                logger.exception("async journal step failed")
-            await asyncio.sleep(HEARTBEAT_S)
+        await asyncio.to_thread(self.journal.beat)
+        if self.router.invocations.loaded:
+            await self.router.async_invocations.take_over()
 
     async def _publish_counters(self) -> None:
-        while True:
-            try:
-                await asyncio.to_thread(lambda: self.counters.publish(generate_latest(REGISTRY)))
-            except Exception:
-                logger.exception("publishing this gateway's counters failed")
-            await asyncio.sleep(COUNTERS_PUBLISH_S)
+        await asyncio.to_thread(lambda: self.counters.publish(generate_latest(REGISTRY)))
 
     def _control_plane_handle(self) -> Any:
         if self._control_plane is None:
