@@ -11,10 +11,8 @@ model's tensors (Open Inference metadata).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -249,18 +247,10 @@ class ContainerApp:
                     self.local_rest.revoke(context.local_api)
 
     async def _stream(self, request: Request, body: bytes, headers: Any, context: InvocationContext) -> Response:
-        """The model's chunks as an event stream (a MultiModel container's whole answer, as one part)."""
-        content_type, accept = headers.get("content-type"), headers.get("accept")
-        started = time.perf_counter()
-        chunks: Any
-        if self.models is not None:
-            out, out_type = await self.models.ainvoke(body, content_type, accept, context)
-            chunks = iter((out,))
-        else:
-            assert self.runtime is not None
-            if self.local_rest is not None:
-                context.local_api = self.local_rest.grant(request)
-            chunks, out_type = await asyncio.to_thread(self.runtime.invoke_chunks, body, content_type, accept, context)
+        """The model's chunks as an event stream, run by the predictor as a whole answer is (`Predictor.stream`)."""
+        if self.local_rest is not None:
+            context.local_api = self.local_rest.grant(request)
+        answer = await self.predictor.stream(body, headers.get("content-type"), headers.get("accept"), context)
         response_headers = {}
         if context.response_custom_attributes:
             response_headers[protocol.CUSTOM_ATTRIBUTES] = context.response_custom_attributes
@@ -269,10 +259,14 @@ class ContainerApp:
             self.in_flight -= 1
             if self.local_rest is not None:
                 self.local_rest.revoke(context.local_api)
-            if self.models is None and self.model_latency is not None:  # the model's time, to its last chunk
-                self.model_latency(time.perf_counter() - started)
+            answer.end()
 
-        return _resolved(await stream_answer(chunks, out_type, response_headers, self.hostname, done), context)
+        try:
+            response = await stream_answer(answer.chunks, answer.content_type, response_headers, self.hostname, done)
+        except BaseException:  # failed before its first chunk: answered as any failure (`invoke`)
+            answer.end()
+            raise
+        return _resolved(response, context)
 
     def _failure(self, error: Exception, context: InvocationContext) -> Response:
         """The error answer. The platform's own refusals (a MultiModel TargetModel it cannot resolve) are marked

@@ -8,13 +8,16 @@
   merged runs as it would without batching.
 - `MultiModel`: the request's TargetModel loaded (or found loaded) and run by its own runtime.
 
-`choose` picks one; the data port's app (`app.ContainerApp`) calls `predict` and nothing else of it.
+Each runs a whole answer (`predict`) and a streamed one (`stream`: InvokeEndpointWithResponseStream) the same
+way: a stream holds one of the model's threads and is timed until its last chunk, as a prediction is until its
+answer. `choose` picks one; the data port's app (`app.ContainerApp`) calls `predict` and `stream` and nothing else.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
 
@@ -28,9 +31,25 @@ from serving.models.multimodel import MultiModelHandler
 from serving.runtimes import InvocationContext, Runtime
 from serving.runtimes.concurrency import BatchSettings
 
-__all__ = ["Batched", "Inline", "MultiModel", "Predictor", "Threaded", "choose"]
+__all__ = ["Batched", "Inline", "MultiModel", "Predictor", "Stream", "Threaded", "choose"]
 
 Answer = tuple[bytes, str]
+
+
+@dataclass
+class Stream:
+    """A streamed answer: its chunks (made as they are read), its content type, and what its end releases."""
+
+    chunks: Iterator[bytes]
+    content_type: str
+    _release: Callable[[], None] = field(default=lambda: None, repr=False)
+    _ended: bool = field(default=False, repr=False)
+
+    def end(self) -> None:
+        """The stream is over, however it ended (called once or more): free its model thread, report its time."""
+        if not self._ended:
+            self._ended = True
+            self._release()
 
 
 class Predictor(Protocol):
@@ -41,6 +60,10 @@ class Predictor(Protocol):
     async def predict(
         self, body: bytes, content_type: str | None, accept: str | None, context: InvocationContext
     ) -> Answer: ...
+
+    async def stream(
+        self, body: bytes, content_type: str | None, accept: str | None, context: InvocationContext
+    ) -> Stream: ...
 
 
 class Threaded:
@@ -67,6 +90,30 @@ class Threaded:
         self, body: bytes, content_type: str | None, accept: str | None, context: InvocationContext
     ) -> Answer:
         return await self.run(partial(self.timed, partial(self.runtime.invoke, body, content_type, accept, context)))
+
+    async def stream(
+        self, body: bytes, content_type: str | None, accept: str | None, context: InvocationContext
+    ) -> Stream:
+        """The runtime's chunks, holding one of the model's threads (a token of its limiter) until the stream ends,
+        and timed from the call to its last chunk."""
+        limiter, holder = self.limiter(), object()
+        await limiter.acquire_on_behalf_of(holder)
+        started = time.perf_counter()
+        try:
+            # The handler's own code until its first `yield` (the chunks themselves are pumped on a thread of the
+            # stream's: model_server.streaming); on a thread, not the loop, as a prediction.
+            call = partial(self.runtime.invoke_chunks, body, content_type, accept, context)
+            chunks, out_type = await anyio.to_thread.run_sync(call)
+        except BaseException:
+            limiter.release_on_behalf_of(holder)
+            raise
+
+        def release() -> None:
+            limiter.release_on_behalf_of(holder)
+            if self.model_latency is not None:  # the model's time, to its last chunk
+                self.model_latency(time.perf_counter() - started)
+
+        return Stream(chunks, out_type, release)
 
     def timed(self, call: Callable[[], Answer]) -> Answer:
         """Run the model on this thread, reporting its time (not the wait for a thread); a failure reports none."""
@@ -141,6 +188,12 @@ class Batched:
             return await self.batcher.invoke(body, content_type, accept, context)
         return await self.alone.predict(body, content_type, accept, context)
 
+    async def stream(
+        self, body: bytes, content_type: str | None, accept: str | None, context: InvocationContext
+    ) -> Stream:
+        """A stream is never merged with others: it runs as it would without batching."""
+        return await self.alone.stream(body, content_type, accept, context)
+
 
 class MultiModel:
     """The MultiModel handler: it loads the request's model (reporting the model's own time, not the load)."""
@@ -154,6 +207,13 @@ class MultiModel:
         self, body: bytes, content_type: str | None, accept: str | None, context: InvocationContext
     ) -> Answer:
         return await self.models.ainvoke(body, content_type, accept, context)
+
+    async def stream(
+        self, body: bytes, content_type: str | None, accept: str | None, context: InvocationContext
+    ) -> Stream:
+        """The request's model's whole answer, as the stream's one part."""
+        out, out_type = await self.models.ainvoke(body, content_type, accept, context)
+        return Stream(iter((out,)), out_type)
 
 
 def choose(
