@@ -43,7 +43,7 @@ test-frameworks: install
 # Lint, format and types: what keeps the package map readable (CONTRIBUTING.md).
 lint: install
 	$(BIN)/ruff check serving tests loadtests examples
-	$(BIN)/ruff format --check serving loadtests
+	$(BIN)/ruff format --check serving loadtests tests
 	$(BIN)/mypy
 
 # The metrics integration test scrapes the endpoint with a real Prometheus (Debian's package).

@@ -51,9 +51,17 @@ def hetero_expected(hetero_models) -> dict:
 def answers_match(got, want, atol: float = 1e-4) -> bool:
     """Nested JSON answers equal, numbers within `atol` (frameworks differ in the last float32 bits)."""
     if isinstance(want, dict):
-        return isinstance(got, dict) and got.keys() == want.keys() and all(answers_match(got[k], want[k], atol) for k in want)
+        return (
+            isinstance(got, dict)
+            and got.keys() == want.keys()
+            and all(answers_match(got[k], want[k], atol) for k in want)
+        )
     if isinstance(want, list):
-        return isinstance(got, list) and len(got) == len(want) and all(answers_match(g, w, atol) for g, w in zip(got, want))
+        return (
+            isinstance(got, list)
+            and len(got) == len(want)
+            and all(answers_match(g, w, atol) for g, w in zip(got, want))
+        )
     if isinstance(want, (int, float)) and not isinstance(want, bool):
         return isinstance(got, (int, float)) and abs(got - want) <= atol
     return got == want

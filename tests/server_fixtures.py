@@ -48,12 +48,12 @@ def pytest_collection_modifyitems(config, items):
 
 HANDLERS = {
     # predict_fn fails for every input: the model's own error must reach the caller as ModelError.
-    "faulty": '''
+    "faulty": """
 def predict_fn(data, model):
     raise RuntimeError("faulty model: cannot score this input")
-''',
+""",
     # Sleeps for the seconds given in custom attributes ("sleep=2.5"): timeouts and backpressure.
-    "sleepy": '''
+    "sleepy": """
 import json, time
 
 def input_fn(body, content_type):
@@ -63,10 +63,10 @@ def predict_fn(data, model, context):
     seconds = float((context.custom_attributes or "sleep=0").split("=", 1)[1])
     time.sleep(seconds)
     return {"slept": seconds}
-''',
+""",
     # InvokeEndpointWithResponseStream: output_fn returns a generator of JSON lines, each stamped with when it was
     # made; {"count": N, "gap": S, "fail": K} makes N chunks S seconds apart and raises before chunk K.
-    "streamer": '''
+    "streamer": """
 import json, time
 
 def input_fn(body, content_type):
@@ -83,9 +83,9 @@ def output_fn(prediction, accept):
             yield json.dumps({"index": index, "made": time.time()}) + "\\n"
             time.sleep(prediction.get("gap", 0))
     return chunks()  # a generator: each item is one part (content type: the Accept)
-''',
+""",
     # Echoes what it received, with its content type: proves the serial hand-off.
-    "echo": '''
+    "echo": """
 import json
 
 def input_fn(body, content_type):
@@ -97,9 +97,9 @@ def predict_fn(data, model):
 
 def output_fn(prediction, accept):
     return json.dumps(prediction), "application/json"
-''',
+""",
     # Emits CSV whatever it gets: the next container must receive text/csv.
-    "to-csv": '''
+    "to-csv": """
 def input_fn(body, content_type):
     return body
 
@@ -108,9 +108,9 @@ def predict_fn(data, model):
 
 def output_fn(prediction, accept):
     return prediction, "text/csv"
-''',
+""",
     # A hostile tenant: tries every way around the gateway it is told of, and reports what worked.
-    "hostile": '''
+    "hostile": """
 import json, os, socket, subprocess, sys, threading, urllib.request
 
 CLUSTER_ATTEMPTS = {}  # slow ones (a Ray driver starting): run in the background, collected by a later request
@@ -190,15 +190,15 @@ def predict_fn(targets, model):
 
 def output_fn(prediction, accept):
     return json.dumps(prediction), "application/json"
-''',
+""",
     # Fails to load: the endpoint must become Failed with this reason, not hang.
-    "broken": '''
+    "broken": """
 def model_fn(model_dir):
     raise ValueError("weights file is corrupt (test)")
 
 def predict_fn(data, model):
     return data
-''',
+""",
 }
 
 
@@ -230,10 +230,16 @@ def handler_models(tmp_path_factory) -> dict[str, Path]:
 # Callers of it-secure, the one endpoint with AccessControl: SageMaker's documented example
 # (team-a may invoke customIps* and common* containers only, team-b everything but special*).
 ACCESS_CALLERS = {
-    "team-a": {"AccessKeyId": "AKIAINTEGTEAMA0001", "SecretAccessKey": "team-a-integration-secret",
-               "PolicyDocuments": ["customips-and-common.json"]},
-    "team-b": {"AccessKeyId": "AKIAINTEGTEAMB0002", "SecretAccessKey": "team-b-integration-secret",
-               "PolicyDocuments": ["all-but-special.json"]},
+    "team-a": {
+        "AccessKeyId": "AKIAINTEGTEAMA0001",
+        "SecretAccessKey": "team-a-integration-secret",
+        "PolicyDocuments": ["customips-and-common.json"],
+    },
+    "team-b": {
+        "AccessKeyId": "AKIAINTEGTEAMB0002",
+        "SecretAccessKey": "team-b-integration-secret",
+        "PolicyDocuments": ["all-but-special.json"],
+    },
     "batch-job": {"ApiKey": "batch-job-integration-api-key", "PolicyDocuments": ["all-but-special.json"]},
 }
 
@@ -248,8 +254,10 @@ def access_callers() -> dict[str, dict]:
 def identities_file(tmp_path_factory) -> Path:
     """it-secure's identities file, attaching the example policies shipped in policies/."""
     policies = Path(__file__).resolve().parents[1] / "policies"
-    entries = [{"Principal": name, **fields, "PolicyDocuments": [str(policies / p) for p in fields["PolicyDocuments"]]}
-               for name, fields in ACCESS_CALLERS.items()]
+    entries = [
+        {"Principal": name, **fields, "PolicyDocuments": [str(policies / p) for p in fields["PolicyDocuments"]]}
+        for name, fields in ACCESS_CALLERS.items()
+    ]
     path = tmp_path_factory.mktemp("access") / "identities.yaml"
     path.write_text(yaml.safe_dump({"Identities": entries}))
     return path
@@ -257,11 +265,19 @@ def identities_file(tmp_path_factory) -> Path:
 
 def access_endpoint_spec(demo: Path, identities: Path) -> dict:
     """it-secure: Direct, three containers named after the documented example, with AccessControl."""
-    return {"EndpointName": "it-secure", "AccessControl": {"IdentitiesFile": str(identities)}, "Containers": [
-        {"ContainerHostname": "customIps-iris", "Image": "sklearn", "ModelDataUrl": str(demo / "iris-classifier")},
-        {"ContainerHostname": "common-wine", "Image": "sklearn", "ModelDataUrl": str(demo / "wine-classifier")},
-        {"ContainerHostname": "special-labels", "Image": "python", "ModelDataUrl": str(demo / "iris-labels.tar.gz")},
-    ]}
+    return {
+        "EndpointName": "it-secure",
+        "AccessControl": {"IdentitiesFile": str(identities)},
+        "Containers": [
+            {"ContainerHostname": "customIps-iris", "Image": "sklearn", "ModelDataUrl": str(demo / "iris-classifier")},
+            {"ContainerHostname": "common-wine", "Image": "sklearn", "ModelDataUrl": str(demo / "wine-classifier")},
+            {
+                "ContainerHostname": "special-labels",
+                "Image": "python",
+                "ModelDataUrl": str(demo / "iris-labels.tar.gz"),
+            },
+        ],
+    }
 
 
 def v2_output_matches(container: str, got, invoked) -> bool:
@@ -351,69 +367,139 @@ def api_instance_types(tmp_path_factory) -> Path:
 
 def hetero_endpoint_specs(hetero: Path, working_dir_model: tuple[Path, Path]) -> list[dict]:
     """it-fifteen (Direct, all five stacks), two Serial chains across frameworks, and it-runtime-env."""
-    c = lambda host, image, model, **extra: {"ContainerHostname": host, "Image": image, "ModelDataUrl": str(hetero / model),
-                                             "Resources": TINY, **extra}
-    fifteen = [c(host, image, model, Environment=env, Resources={"Cpus": 0.05}) for host, (image, model, env) in FIFTEEN.items()]
+    c = lambda host, image, model, **extra: {
+        "ContainerHostname": host,
+        "Image": image,
+        "ModelDataUrl": str(hetero / model),
+        "Resources": TINY,
+        **extra,
+    }
+    fifteen = [
+        c(host, image, model, Environment=env, Resources={"Cpus": 0.05})
+        for host, (image, model, env) in FIFTEEN.items()
+    ]
     return [
         {"EndpointName": "it-fifteen", "Containers": fifteen},
         # scikit-learn features -> TensorFlow classifier -> Python labels (examples/hetero-serial.yaml)
-        {"EndpointName": "it-hetero-serial", "InferenceExecutionConfig": {"Mode": "Serial"}, "Containers": [
-            c("features", "sklearn", "hetero-features"),
-            c("classifier", "tensorflow", "hetero-tf-features"),
-            c("labels", "python", "hetero-labels"),
-        ]},
+        {
+            "EndpointName": "it-hetero-serial",
+            "InferenceExecutionConfig": {"Mode": "Serial"},
+            "Containers": [
+                c("features", "sklearn", "hetero-features"),
+                c("classifier", "tensorflow", "hetero-tf-features"),
+                c("labels", "python", "hetero-labels"),
+            ],
+        },
         # the same chain with an ONNX classifier, handed NPY by the first container, batching concurrent requests
-        {"EndpointName": "it-hetero-serial-onnx", "InferenceExecutionConfig": {"Mode": "Serial"}, "Containers": [
-            c("features", "sklearn", "hetero-features", Environment={"SAGEMAKER_DEFAULT_INVOCATIONS_ACCEPT": "application/x-npy"}),
-            c("classifier", "onnx", "hetero-onnx-features", Batching={"MaxBatchSize": 16, "MaxDelayMs": 20}),
-            c("labels", "python", "hetero-labels"),
-        ]},
-        {"EndpointName": "it-runtime-env", "Containers": [
-            {"ContainerHostname": "wd", "Image": "python", "ModelDataUrl": str(working_dir_model[0]), "Resources": TINY,
-             "RuntimeEnvironment": {"WorkingDir": str(working_dir_model[1])}},
-        ]},
+        {
+            "EndpointName": "it-hetero-serial-onnx",
+            "InferenceExecutionConfig": {"Mode": "Serial"},
+            "Containers": [
+                c(
+                    "features",
+                    "sklearn",
+                    "hetero-features",
+                    Environment={"SAGEMAKER_DEFAULT_INVOCATIONS_ACCEPT": "application/x-npy"},
+                ),
+                c("classifier", "onnx", "hetero-onnx-features", Batching={"MaxBatchSize": 16, "MaxDelayMs": 20}),
+                c("labels", "python", "hetero-labels"),
+            ],
+        },
+        {
+            "EndpointName": "it-runtime-env",
+            "Containers": [
+                {
+                    "ContainerHostname": "wd",
+                    "Image": "python",
+                    "ModelDataUrl": str(working_dir_model[0]),
+                    "Resources": TINY,
+                    "RuntimeEnvironment": {"WorkingDir": str(working_dir_model[1])},
+                },
+            ],
+        },
     ]
 
 
 def endpoint_specs(demo: Path, handlers: dict[str, Path]) -> list[dict]:
-    py = lambda host, name, **extra: {"ContainerHostname": host, "Image": "python", "ModelDataUrl": str(handlers[name]), **extra}
-    sk = lambda host, model, **extra: {"ContainerHostname": host, "Image": "sklearn", "ModelDataUrl": str(demo / model), **extra}
+    py = lambda host, name, **extra: {
+        "ContainerHostname": host,
+        "Image": "python",
+        "ModelDataUrl": str(handlers[name]),
+        **extra,
+    }
+    sk = lambda host, model, **extra: {
+        "ContainerHostname": host,
+        "Image": "sklearn",
+        "ModelDataUrl": str(demo / model),
+        **extra,
+    }
     return [
-        {"EndpointName": "it-direct", "Containers": [
-            sk("iris", "iris-classifier"),
-            sk("wine", "wine-classifier", Environment={"SERVING_SKLEARN_METHOD": "predict_proba"}),
-            {"ContainerHostname": "labels", "Image": "python", "ModelDataUrl": str(demo / "iris-labels.tar.gz")},
-            py("faulty", "faulty"),
-            py("sleepy", "sleepy"),
-            py("narrow", "sleepy", Environment={"SERVING_MAX_CONCURRENCY": "1"}),
-        ]},
-        {"EndpointName": "it-single", "Containers": [
-            sk("only", "iris-classifier", AutoScaling={"MinCapacity": 2, "MaxCapacity": 2})]},
-        {"EndpointName": "it-serial", "InferenceExecutionConfig": {"Mode": "Serial"}, "Containers": [
-            sk("preprocess", "iris-preprocess"),
-            sk("classifier", "iris-on-features"),
-            {"ContainerHostname": "labels", "Image": "python", "ModelDataUrl": str(demo / "iris-labels.tar.gz")},
-        ]},
-        {"EndpointName": "it-handoff", "InferenceExecutionConfig": {"Mode": "Serial"}, "Containers": [
-            py("first", "to-csv"), py("second", "echo"),
-        ]},
-        {"EndpointName": "it-serial-fail", "InferenceExecutionConfig": {"Mode": "Serial"}, "Containers": [
-            sk("preprocess", "iris-preprocess"), py("faulty", "faulty"), py("never", "echo"),
-        ]},
+        {
+            "EndpointName": "it-direct",
+            "Containers": [
+                sk("iris", "iris-classifier"),
+                sk("wine", "wine-classifier", Environment={"SERVING_SKLEARN_METHOD": "predict_proba"}),
+                {"ContainerHostname": "labels", "Image": "python", "ModelDataUrl": str(demo / "iris-labels.tar.gz")},
+                py("faulty", "faulty"),
+                py("sleepy", "sleepy"),
+                py("narrow", "sleepy", Environment={"SERVING_MAX_CONCURRENCY": "1"}),
+            ],
+        },
+        {
+            "EndpointName": "it-single",
+            "Containers": [sk("only", "iris-classifier", AutoScaling={"MinCapacity": 2, "MaxCapacity": 2})],
+        },
+        {
+            "EndpointName": "it-serial",
+            "InferenceExecutionConfig": {"Mode": "Serial"},
+            "Containers": [
+                sk("preprocess", "iris-preprocess"),
+                sk("classifier", "iris-on-features"),
+                {"ContainerHostname": "labels", "Image": "python", "ModelDataUrl": str(demo / "iris-labels.tar.gz")},
+            ],
+        },
+        {
+            "EndpointName": "it-handoff",
+            "InferenceExecutionConfig": {"Mode": "Serial"},
+            "Containers": [
+                py("first", "to-csv"),
+                py("second", "echo"),
+            ],
+        },
+        {
+            "EndpointName": "it-serial-fail",
+            "InferenceExecutionConfig": {"Mode": "Serial"},
+            "Containers": [
+                sk("preprocess", "iris-preprocess"),
+                py("faulty", "faulty"),
+                py("never", "echo"),
+            ],
+        },
         {"EndpointName": "it-broken", "Containers": [py("fine", "echo"), py("broken", "broken")]},
         # tests/integration/test_reliability.py: replicas, the registry and the gateway are killed under load;
         # `twin` has two replicas (one dies), `solo` one; it-spare is deleted and it-update updated live.
-        {"EndpointName": "it-chaos", "Containers": [
-            py("twin", "sleepy", Resources=TINY, AutoScaling={"MinCapacity": 2, "MaxCapacity": 2}),
-            py("solo", "echo", Resources=TINY)]},
+        {
+            "EndpointName": "it-chaos",
+            "Containers": [
+                py("twin", "sleepy", Resources=TINY, AutoScaling={"MinCapacity": 2, "MaxCapacity": 2}),
+                py("solo", "echo", Resources=TINY),
+            ],
+        },
         {"EndpointName": "it-spare", "Containers": [py("only", "echo", Resources=TINY)]},
         # tests/integration/test_response_stream.py: a container whose output_fn yields chunks
         {"EndpointName": "it-stream", "Containers": [py("streamer", "streamer", Resources=TINY)]},
-        {"EndpointName": "it-update", "Containers": [py("first", "echo", Resources=TINY),
-                                                     py("second", "echo", Resources=TINY)]},
+        {
+            "EndpointName": "it-update",
+            "Containers": [py("first", "echo", Resources=TINY), py("second", "echo", Resources=TINY)],
+        },
         # tests/security: a tenant's model that attacks its neighbour, the gateway and the cluster
-        {"EndpointName": "it-hostile", "Containers": [py("tenant", "hostile", Resources=TINY, Environment=tenant_environment(handlers)),
-                                                      py("victim", "echo", Resources=TINY)]},
+        {
+            "EndpointName": "it-hostile",
+            "Containers": [
+                py("tenant", "hostile", Resources=TINY, Environment=tenant_environment(handlers)),
+                py("victim", "echo", Resources=TINY),
+            ],
+        },
     ]
 
 
@@ -421,7 +507,11 @@ def endpoint_specs(demo: Path, handlers: dict[str, Path]) -> list[dict]:
 # replicas; `cloud` serves the same models from an S3 bucket (a local S3-compatible server).
 MULTI_MODELS = 12
 S3_BUCKET = "it-models"
-AWS_TEST_ENVIRONMENT = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+AWS_TEST_ENVIRONMENT = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
 
 
 @pytest.fixture(scope="session")
@@ -438,7 +528,8 @@ def multi_model_prefix(demo_models, tmp_path_factory) -> Path:
     echo.mkdir(parents=True)
     (echo / "inference.py").write_text(
         "def model_fn(model_dir):\n    return 'echo-model'\n\n"
-        "def predict_fn(data, model):\n    return {'model': model, 'input': data}\n")
+        "def predict_fn(data, model):\n    return {'model': model, 'input': data}\n"
+    )
     return root
 
 
@@ -457,8 +548,13 @@ def s3_models(multi_model_prefix) -> str:
     host, port = server.get_host_and_port()
     url = f"http://{host}:{port}"
     try:
-        s3 = boto3.client("s3", endpoint_url=url, region_name="us-east-1", aws_access_key_id="testing",
-                          aws_secret_access_key="testing")
+        s3 = boto3.client(
+            "s3",
+            endpoint_url=url,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
         s3.create_bucket(Bucket=S3_BUCKET)
         for path in sorted(multi_model_prefix.rglob("*")):
             if path.is_file():
@@ -469,15 +565,36 @@ def s3_models(multi_model_prefix) -> str:
 
 
 def multi_model_spec(prefix: Path, s3_url: str) -> dict:
-    return {"EndpointName": "it-multi", "Containers": [
-        {"ContainerHostname": "local", "Image": "sklearn", "Mode": "MultiModel", "ModelDataUrl": str(prefix),
-         "Environment": {"SERVING_MAX_MODELS": "3"}, "AutoScaling": {"MinCapacity": 2, "MaxCapacity": 2}, "Resources": TINY},
-        {"ContainerHostname": "cloud", "Image": "sklearn", "Mode": "MultiModel", "ModelDataUrl": f"s3://{S3_BUCKET}/team-a/",
-         "Environment": {**AWS_TEST_ENVIRONMENT, "SERVING_S3_ENDPOINT_URL": s3_url, "SERVING_MAX_MODELS": "3"},
-         "Resources": TINY},
-        {"ContainerHostname": "once", "Image": "python", "Mode": "MultiModel", "ModelDataUrl": str(prefix),
-         "MultiModelConfig": {"ModelCacheSetting": "Disabled"}, "Resources": TINY},
-    ]}
+    return {
+        "EndpointName": "it-multi",
+        "Containers": [
+            {
+                "ContainerHostname": "local",
+                "Image": "sklearn",
+                "Mode": "MultiModel",
+                "ModelDataUrl": str(prefix),
+                "Environment": {"SERVING_MAX_MODELS": "3"},
+                "AutoScaling": {"MinCapacity": 2, "MaxCapacity": 2},
+                "Resources": TINY,
+            },
+            {
+                "ContainerHostname": "cloud",
+                "Image": "sklearn",
+                "Mode": "MultiModel",
+                "ModelDataUrl": f"s3://{S3_BUCKET}/team-a/",
+                "Environment": {**AWS_TEST_ENVIRONMENT, "SERVING_S3_ENDPOINT_URL": s3_url, "SERVING_MAX_MODELS": "3"},
+                "Resources": TINY,
+            },
+            {
+                "ContainerHostname": "once",
+                "Image": "python",
+                "Mode": "MultiModel",
+                "ModelDataUrl": str(prefix),
+                "MultiModelConfig": {"ModelCacheSetting": "Disabled"},
+                "Resources": TINY,
+            },
+        ],
+    }
 
 
 # it-async: InvokeEndpointAsync on the session's S3-compatible server (tests/integration/test_async_invocations.py).
@@ -485,13 +602,26 @@ ASYNC_BUCKET = "it-async"
 
 
 def async_endpoint_spec(handlers: dict[str, Path], s3_url: str) -> dict:
-    return {"EndpointName": "it-async", "Containers": [
-        {"ContainerHostname": "sleepy", "Image": "python", "ModelDataUrl": str(handlers["sleepy"]), "Resources": TINY}],
+    return {
+        "EndpointName": "it-async",
+        "Containers": [
+            {
+                "ContainerHostname": "sleepy",
+                "Image": "python",
+                "ModelDataUrl": str(handlers["sleepy"]),
+                "Resources": TINY,
+            }
+        ],
         "AsyncInferenceConfig": {
             "ClientConfig": {"MaxConcurrentInvocationsPerInstance": 2},
-            "OutputConfig": {"S3OutputPath": f"s3://{ASYNC_BUCKET}/answers", "S3FailurePath": f"s3://{ASYNC_BUCKET}/failures/"},
+            "OutputConfig": {
+                "S3OutputPath": f"s3://{ASYNC_BUCKET}/answers",
+                "S3FailurePath": f"s3://{ASYNC_BUCKET}/failures/",
+            },
             "InputConfig": {"S3InputPath": f"s3://{ASYNC_BUCKET}/inputs/"},
-            "S3EndpointUrl": s3_url}}
+            "S3EndpointUrl": s3_url,
+        },
+    }
 
 
 # it-capture*: DataCaptureConfig (tests/integration/test_data_capture.py): every call to a folder, 30% to the
@@ -510,24 +640,52 @@ def capture_endpoint_specs(handlers: dict[str, Path], root: Path, s3_url: str) -
     options = [{"CaptureMode": "Input"}, {"CaptureMode": "Output"}]
 
     def endpoint(name: str, percent: int, destination: str, **extra) -> dict:
-        return {"EndpointName": name, "Containers": [
-            {"ContainerHostname": "echo", "Image": "python", "ModelDataUrl": str(handlers["echo"]), "Resources": TINY}],
-            "DataCaptureConfig": {"InitialSamplingPercentage": percent, "DestinationS3Uri": destination,
-                                  "CaptureOptions": options, **extra}}
+        return {
+            "EndpointName": name,
+            "Containers": [
+                {
+                    "ContainerHostname": "echo",
+                    "Image": "python",
+                    "ModelDataUrl": str(handlers["echo"]),
+                    "Resources": TINY,
+                }
+            ],
+            "DataCaptureConfig": {
+                "InitialSamplingPercentage": percent,
+                "DestinationS3Uri": destination,
+                "CaptureOptions": options,
+                **extra,
+            },
+        }
 
-    return [endpoint("it-capture", 100, f"file://{root / 'all'}"),
-            endpoint("it-capture-sampled", 30, f"s3://{CAPTURE_BUCKET}/monitoring", S3EndpointUrl=s3_url),
-            endpoint("it-capture-blocked", 100, str(root / "blocked"))]
+    return [
+        endpoint("it-capture", 100, f"file://{root / 'all'}"),
+        endpoint("it-capture-sampled", 30, f"s3://{CAPTURE_BUCKET}/monitoring", S3EndpointUrl=s3_url),
+        endpoint("it-capture-blocked", 100, str(root / "blocked")),
+    ]
 
 
 def metrics_endpoint_spec(demo: Path, prefix: Path) -> dict:
     """it-metrics: the endpoint only the metrics test invokes, so it can predict every count."""
-    return {"EndpointName": "it-metrics", "Containers": [
-        {"ContainerHostname": "multi", "Image": "sklearn", "Mode": "MultiModel", "ModelDataUrl": str(prefix),
-         "Environment": {"SERVING_MAX_MODELS": "2"}, "Resources": TINY},
-        {"ContainerHostname": "single", "Image": "sklearn", "ModelDataUrl": str(demo / "iris-classifier"),
-         "Resources": TINY},
-    ]}
+    return {
+        "EndpointName": "it-metrics",
+        "Containers": [
+            {
+                "ContainerHostname": "multi",
+                "Image": "sklearn",
+                "Mode": "MultiModel",
+                "ModelDataUrl": str(prefix),
+                "Environment": {"SERVING_MAX_MODELS": "2"},
+                "Resources": TINY,
+            },
+            {
+                "ContainerHostname": "single",
+                "Image": "sklearn",
+                "ModelDataUrl": str(demo / "iris-classifier"),
+                "Resources": TINY,
+            },
+        ],
+    }
 
 
 # it-scale: two containers with the same short-cooldown target tracking; the autoscaling test loads one.
@@ -535,11 +693,28 @@ SCALE_TARGET_PER_MINUTE = 120
 
 
 def scaling_endpoint_spec(handlers: dict[str, Path]) -> dict:
-    policy = {"MinCapacity": 1, "MaxCapacity": 3, "TargetTrackingScalingPolicyConfiguration": {
-        "TargetValue": SCALE_TARGET_PER_MINUTE, "ScaleOutCooldown": 5, "ScaleInCooldown": 10}}
-    return {"EndpointName": "it-scale", "Containers": [
-        {"ContainerHostname": name, "Image": "python", "ModelDataUrl": str(handlers["echo"]), "Resources": TINY,
-         "AutoScaling": policy} for name in ("busy", "quiet")]}
+    policy = {
+        "MinCapacity": 1,
+        "MaxCapacity": 3,
+        "TargetTrackingScalingPolicyConfiguration": {
+            "TargetValue": SCALE_TARGET_PER_MINUTE,
+            "ScaleOutCooldown": 5,
+            "ScaleInCooldown": 10,
+        },
+    }
+    return {
+        "EndpointName": "it-scale",
+        "Containers": [
+            {
+                "ContainerHostname": name,
+                "Image": "python",
+                "ModelDataUrl": str(handlers["echo"]),
+                "Resources": TINY,
+                "AutoScaling": policy,
+            }
+            for name in ("busy", "quiet")
+        ],
+    }
 
 
 # it-tfs (tests/integration/test_sagemaker_tfs.py): SageMaker TensorFlow Serving container scripts in the style
@@ -564,7 +739,9 @@ def output_handler(data, context):
 """
 TFS_SCRIPTS = {
     "io": TFS_PROCESS,
-    "posting": TFS_PROCESS.replace("def input_handler", "def _process_input").replace("def output_handler", "def _process_output")
+    "posting": TFS_PROCESS.replace("def input_handler", "def _process_input").replace(
+        "def output_handler", "def _process_output"
+    )
     + "\ndef handler(data, context):\n"
     "    response = requests.post(context.rest_uri, data=_process_input(data, context))\n"
     "    return _process_output(response, context)\n",
@@ -586,9 +763,13 @@ def tfs_models(tmp_path_factory) -> dict[str, Path]:
 
 
 def tfs_endpoint_spec(models: dict[str, Path]) -> dict:
-    return {"EndpointName": "it-tfs", "Containers": [
-        {"ContainerHostname": name, "Image": "tensorflow", "ModelDataUrl": str(folder), "Resources": TINY}
-        for name, folder in models.items()]}
+    return {
+        "EndpointName": "it-tfs",
+        "Containers": [
+            {"ContainerHostname": name, "Image": "tensorflow", "ModelDataUrl": str(folder), "Resources": TINY}
+            for name, folder in models.items()
+        ],
+    }
 
 
 # it-xgboost (tests/integration/test_xgboost_endpoint.py): a model.tar.gz as SageMaker's XGBoost algorithm writes it.
@@ -613,8 +794,12 @@ def xgboost_model(tmp_path_factory) -> tuple[Path, object, object]:
 
 
 def xgboost_endpoint_spec(archive: Path) -> dict:
-    return {"EndpointName": "it-xgboost", "Containers": [
-        {"ContainerHostname": "algorithm", "Image": "xgboost", "ModelDataUrl": str(archive), "Resources": TINY}]}
+    return {
+        "EndpointName": "it-xgboost",
+        "Containers": [
+            {"ContainerHostname": "algorithm", "Image": "xgboost", "ModelDataUrl": str(archive), "Resources": TINY}
+        ],
+    }
 
 
 def _small(specs: list[dict]) -> list[dict]:
@@ -637,7 +822,7 @@ def model_fn(model_dir):
     return load(os.path.join(model_dir, "model.skops"))
 '''
 
-PROGRAM_WITH_TRANSFORM_FN = '''
+PROGRAM_WITH_TRANSFORM_FN = """
 import json
 
 from weights import WEIGHTS
@@ -657,7 +842,7 @@ def transform_fn(model, request_body, request_content_type, response_content_typ
         return "refused by the script", "text/plain"
     body = {"scores": scores, "body_type": type(request_body).__name__, "attributes": attributes, **model}
     return json.dumps(body), response_content_type
-'''
+"""
 
 
 @pytest.fixture(scope="session")
@@ -678,11 +863,24 @@ def sagemaker_script_models(demo_models, tmp_path_factory) -> dict[str, Path]:
 
 
 def sagemaker_scripts_spec(models: dict[str, Path]) -> dict:
-    return {"EndpointName": "it-sagemaker", "Containers": [
-        {"ContainerHostname": "sk-script", "Image": "sklearn", "ModelDataUrl": str(models["sklearn"]), "Resources": TINY},
-        {"ContainerHostname": "program", "Image": "python", "ModelDataUrl": str(models["program"]), "Resources": TINY,
-         "Environment": {"SAGEMAKER_PROGRAM": "serve.py"}},
-    ]}
+    return {
+        "EndpointName": "it-sagemaker",
+        "Containers": [
+            {
+                "ContainerHostname": "sk-script",
+                "Image": "sklearn",
+                "ModelDataUrl": str(models["sklearn"]),
+                "Resources": TINY,
+            },
+            {
+                "ContainerHostname": "program",
+                "Image": "python",
+                "ModelDataUrl": str(models["program"]),
+                "Resources": TINY,
+                "Environment": {"SAGEMAKER_PROGRAM": "serve.py"},
+            },
+        ],
+    }
 
 
 class Server:
@@ -693,8 +891,15 @@ class Server:
         self.http = httpx.Client(base_url=url, timeout=30)
         self.grpc_target, self.grpc_ca = grpc_target, grpc_ca
 
-    def invoke(self, endpoint: str, body, *, target: str | None = None, content_type: str = "application/json",
-               headers: dict | None = None) -> httpx.Response:
+    def invoke(
+        self,
+        endpoint: str,
+        body,
+        *,
+        target: str | None = None,
+        content_type: str = "application/json",
+        headers: dict | None = None,
+    ) -> httpx.Response:
         all_headers = {"Content-Type": content_type, **(headers or {})}
         if target is not None:
             all_headers["X-Amzn-SageMaker-Target-Container-Hostname"] = target
@@ -720,12 +925,31 @@ _BUILDERS = {
     "xgboost": (("xgboost_model",), lambda model: [xgboost_endpoint_spec(model[0])]),
 }
 CATALOGUE = {
-    **dict.fromkeys(("it-direct", "it-single", "it-serial", "it-handoff", "it-serial-fail", "it-broken", "it-chaos",
-                     "it-spare", "it-stream", "it-update", "it-hostile"), "basic"),
+    **dict.fromkeys(
+        (
+            "it-direct",
+            "it-single",
+            "it-serial",
+            "it-handoff",
+            "it-serial-fail",
+            "it-broken",
+            "it-chaos",
+            "it-spare",
+            "it-stream",
+            "it-update",
+            "it-hostile",
+        ),
+        "basic",
+    ),
     "it-secure": "access",
     **dict.fromkeys(("it-fifteen", "it-hetero-serial", "it-hetero-serial-onnx", "it-runtime-env"), "hetero"),
-    "it-multi": "multi", "it-metrics": "metrics", "it-scale": "scaling", "it-sagemaker": "scripts",
-    "it-async": "async", "it-tfs": "tfs", "it-xgboost": "xgboost",
+    "it-multi": "multi",
+    "it-metrics": "metrics",
+    "it-scale": "scaling",
+    "it-sagemaker": "scripts",
+    "it-async": "async",
+    "it-tfs": "tfs",
+    "it-xgboost": "xgboost",
     **dict.fromkeys(("it-capture", "it-capture-sampled", "it-capture-blocked"), "capture"),
 }
 EXPECTED_TO_FAIL = {"it-broken"}  # its `broken` container's model never loads: the endpoint settles Failed
@@ -745,15 +969,22 @@ def self_signed_certificate(folder: Path) -> tuple[Path, Path]:
     now = datetime.datetime.now(datetime.UTC)
     names = [x509.DNSName("localhost"), x509.IPAddress(__import__("ipaddress").ip_address("127.0.0.1"))]
     certificate = (
-        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-        .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1)).add_extension(x509.SubjectAlternativeName(names), False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True).sign(key, hashes.SHA256())
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName(names), False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+        .sign(key, hashes.SHA256())
     )
     cert, key_file = folder / "grpc-cert.pem", folder / "grpc-key.pem"
     cert.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    key_file.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     key_file.chmod(0o600)
     return cert, key_file
 
@@ -765,8 +996,14 @@ def ray_server(tmp_path_factory):
     from serving.ray_wing import EmbeddedServer
 
     cert, key = self_signed_certificate(tmp_path_factory.mktemp("grpc-tls"))
-    settings = ServerSettings(port=0, max_payload_mb=1.0, invocation_timeout_s=3.0, grpc_port=0,
-                              grpc_tls_cert=str(cert), grpc_tls_key=str(key))
+    settings = ServerSettings(
+        port=0,
+        max_payload_mb=1.0,
+        invocation_timeout_s=3.0,
+        grpc_port=0,
+        grpc_tls_cert=str(cert),
+        grpc_tls_key=str(key),
+    )
     # The gateway reads and writes it-async's objects with its own credentials: those of the environment
     # Ray starts with (the local S3 server accepts any).
     with pytest.MonkeyPatch.context() as environment:

@@ -59,12 +59,16 @@ def test_demo_trains_its_model_serves_the_endpoints_and_sample_calls_succeed():
         port = sock.getsockname()[1]
     demo = subprocess.Popen(
         [sys.executable, str(ROOT / "examples" / "demo.py"), "--port", str(port)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     lines: list[str] = []
     errors: list[str] = []
-    readers = [threading.Thread(target=lambda: lines.extend(demo.stdout), daemon=True),
-               threading.Thread(target=lambda: errors.extend(demo.stderr), daemon=True)]
+    readers = [
+        threading.Thread(target=lambda: lines.extend(demo.stdout), daemon=True),
+        threading.Thread(target=lambda: errors.extend(demo.stderr), daemon=True),
+    ]
     for reader in readers:
         reader.start()
     started: list[Process] = []
@@ -95,14 +99,22 @@ def test_demo_trains_its_model_serves_the_endpoints_and_sample_calls_succeed():
     assert output.count("-> 200") == 5
     assert '{"labels": ["setosa", "virginica"]}' in output
     assert "botocore ValidationError" in output and "X-Amzn-SageMaker-Target-Container-Hostname" in output
-    assert "mce-direct: InService" in output and "mce-serial: InService" in output and "mce-trained: InService" in output
+    assert (
+        "mce-direct: InService" in output and "mce-serial: InService" in output and "mce-trained: InService" in output
+    )
     assert (ROOT / "model-store" / "digits-cnn" / "latest" / "model.json").is_file()
     # Issue 42, item 8: the console reads as the project's own (Ray's chatter stays in its log files). On a fresh
     # clone the demo trains the CNN first: then every epoch's line appears once (it appeared twice).
     console = output + result.stderr
     epochs = [line for line in output.splitlines() if line.startswith("[serving train] digits-cnn: epoch")]
     assert len(epochs) == len(set(epochs)), epochs
-    for chatter in ("Reporting training result", "Checkpoint successfully created", "Connecting to existing Serve app",
-                    "State API may be temporarily unavailable", "SharedRouterLongPollClient",
-                    "graceful_shutdown failed", "infinite retries remaining"):
+    for chatter in (
+        "Reporting training result",
+        "Checkpoint successfully created",
+        "Connecting to existing Serve app",
+        "State API may be temporarily unavailable",
+        "SharedRouterLongPollClient",
+        "graceful_shutdown failed",
+        "infinite retries remaining",
+    ):
         assert chatter not in console, chatter

@@ -30,8 +30,14 @@ BODIES = {
 
 
 def runtime(server, key: str, secret: str, region: str = "us-east-1"):
-    return boto3.client("sagemaker-runtime", endpoint_url=server.url, region_name=region, aws_access_key_id=key,
-                        aws_secret_access_key=secret, config=Config(retries={"max_attempts": 1}))
+    return boto3.client(
+        "sagemaker-runtime",
+        endpoint_url=server.url,
+        region_name=region,
+        aws_access_key_id=key,
+        aws_secret_access_key=secret,
+        config=Config(retries={"max_attempts": 1}),
+    )
 
 
 def caller(server, access_callers, principal: str):
@@ -41,8 +47,9 @@ def caller(server, access_callers, principal: str):
 
 def invoke(client, container: str):
     body, _ = BODIES[container]
-    response = client.invoke_endpoint(EndpointName=ENDPOINT, TargetContainerHostname=container,
-                                      ContentType="application/json", Body=json.dumps(body))
+    response = client.invoke_endpoint(
+        EndpointName=ENDPOINT, TargetContainerHostname=container, ContentType="application/json", Body=json.dumps(body)
+    )
     return json.loads(response["Body"].read())
 
 
@@ -65,7 +72,9 @@ def error_of(call) -> dict:
         ("team-b", "special-labels", False),
     ],
 )
-def test_documented_example_per_caller_and_container(server, access_callers, principal: str, container: str, allowed: bool):
+def test_documented_example_per_caller_and_container(
+    server, access_callers, principal: str, container: str, allowed: bool
+):
     client = caller(server, access_callers, principal)
     if allowed:
         assert invoke(client, container) == BODIES[container][1]

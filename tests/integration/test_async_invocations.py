@@ -30,15 +30,24 @@ WAIT_S = 60  # a job runs in well under a second; the bound only keeps a broken 
 @pytest.fixture(scope="module")
 def runtime(server):
     return boto3.client(
-        "sagemaker-runtime", endpoint_url=server.url, region_name="us-east-1",
-        aws_access_key_id="test", aws_secret_access_key="test", config=Config(retries={"max_attempts": 1}),
+        "sagemaker-runtime",
+        endpoint_url=server.url,
+        region_name="us-east-1",
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+        config=Config(retries={"max_attempts": 1}),
     )
 
 
 @pytest.fixture(scope="module")
 def s3(server, s3_models):
-    client = boto3.client("s3", endpoint_url=s3_models, region_name="us-east-1",
-                          aws_access_key_id="testing", aws_secret_access_key="testing")
+    client = boto3.client(
+        "s3",
+        endpoint_url=s3_models,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
     client.create_bucket(Bucket=ASYNC_BUCKET)
     return client
 
@@ -74,7 +83,9 @@ def _absent(s3, uri: str) -> bool:
 def test_answer_is_written_where_sagemaker_writes_it(server, runtime, s3):
     payload = b'{"question": 42}'
     response = runtime.invoke_endpoint_async(
-        EndpointName="it-async", InputLocation=_put_input(s3, payload), ContentType="application/json",
+        EndpointName="it-async",
+        InputLocation=_put_input(s3, payload),
+        ContentType="application/json",
         CustomAttributes="sleep=0.1",
     )
     assert response["ResponseMetadata"]["HTTPStatusCode"] == 202
@@ -90,7 +101,10 @@ def test_answer_is_written_where_sagemaker_writes_it(server, runtime, s3):
 
 def test_inference_id_and_inline_body(runtime, s3):
     response = runtime.invoke_endpoint_async(
-        EndpointName="it-async", InferenceId="batch-7-item-3", Body=b"{}", ContentType="application/json",
+        EndpointName="it-async",
+        InferenceId="batch-7-item-3",
+        Body=b"{}",
+        ContentType="application/json",
     )
     assert response["InferenceId"] == "batch-7-item-3"
     assert response["OutputLocation"] == f"s3://{ASYNC_BUCKET}/answers/batch-7-item-3.out"
@@ -100,7 +114,9 @@ def test_inference_id_and_inline_body(runtime, s3):
 def test_a_failing_model_leaves_its_error_at_the_failure_location(server, runtime, s3):
     payload = b"[1]"
     response = runtime.invoke_endpoint_async(
-        EndpointName="it-async", InputLocation=_put_input(s3, payload), ContentType="application/json",
+        EndpointName="it-async",
+        InputLocation=_put_input(s3, payload),
+        ContentType="application/json",
         CustomAttributes="sleep=never",  # the handler's float() fails: the model's own error
     )
     synchronous = server.invoke("it-async", payload, headers={"X-Amzn-SageMaker-Custom-Attributes": "sleep=never"})
@@ -114,8 +130,11 @@ def test_a_failing_model_leaves_its_error_at_the_failure_location(server, runtim
 
 def test_invocation_timeout_is_honoured(runtime, s3):
     response = runtime.invoke_endpoint_async(
-        EndpointName="it-async", InputLocation=_put_input(s3, b"{}"), ContentType="application/json",
-        CustomAttributes="sleep=2.5", InvocationTimeoutSeconds=1,
+        EndpointName="it-async",
+        InputLocation=_put_input(s3, b"{}"),
+        ContentType="application/json",
+        CustomAttributes="sleep=2.5",
+        InvocationTimeoutSeconds=1,
     )
     failure = json.loads(_object(s3, response["FailureLocation"]))
     assert failure["__type"] == "ModelError" and "timed out" in failure["message"]
@@ -123,8 +142,11 @@ def test_invocation_timeout_is_honoured(runtime, s3):
 
 def test_input_outside_the_allowed_prefix_is_refused(runtime, s3):
     s3.put_object(Bucket=ASYNC_BUCKET, Key="answers/secret.json", Body=b"{}")
-    for location in (f"s3://{ASYNC_BUCKET}/answers/secret.json", "s3://it-models/team-a/iris-0.tar.gz",
-                     f"s3://{ASYNC_BUCKET}/inputs/../answers/secret.json"):
+    for location in (
+        f"s3://{ASYNC_BUCKET}/answers/secret.json",
+        "s3://it-models/team-a/iris-0.tar.gz",
+        f"s3://{ASYNC_BUCKET}/inputs/../answers/secret.json",
+    ):
         with pytest.raises(runtime.exceptions.ValidationError) as raised:
             runtime.invoke_endpoint_async(EndpointName="it-async", InputLocation=location)
         assert raised.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
@@ -148,8 +170,11 @@ def test_describe_endpoint_shows_the_config(server):
 def _gateway(url: str) -> psutil.Process:
     """The process listening on the gateway's port (this session's own gateway replica)."""
     port = int(url.rsplit(":", 1)[1])
-    holders = {c.pid for c in psutil.net_connections("tcp")
-               if c.status == psutil.CONN_LISTEN and c.laddr.port == port and c.pid}
+    holders = {
+        c.pid
+        for c in psutil.net_connections("tcp")
+        if c.status == psutil.CONN_LISTEN and c.laddr.port == port and c.pid
+    }
     assert len(holders) == 1, holders
     return psutil.Process(holders.pop())
 
@@ -162,9 +187,15 @@ def test_requests_admitted_before_the_gateway_is_killed_are_finished_exactly_onc
     run = uuid.uuid4().hex[:8]
     admitted = []
     for index in range(4):  # two run at once (MaxConcurrentInvocationsPerInstance), two wait in the queue
-        admitted.append(runtime.invoke_endpoint_async(
-            EndpointName="it-async", InputLocation=_put_input(s3, b"{}"), ContentType="application/json",
-            CustomAttributes="sleep=1.5", InferenceId=f"killed-{run}-{index}"))
+        admitted.append(
+            runtime.invoke_endpoint_async(
+                EndpointName="it-async",
+                InputLocation=_put_input(s3, b"{}"),
+                ContentType="application/json",
+                CustomAttributes="sleep=1.5",
+                InferenceId=f"killed-{run}-{index}",
+            )
+        )
     gateway = _gateway(server.url)
     assert gateway.pid != os.getpid()
     gateway.send_signal(signal.SIGKILL)

@@ -46,8 +46,14 @@ class Load:
             while not self._stop.is_set():
                 started = time.monotonic()
                 try:
-                    response = client.post(f"/endpoints/{ENDPOINT}/invocations", content=b'{"x": 1}', headers={
-                        "Content-Type": "application/json", "X-Amzn-SageMaker-Target-Container-Hostname": self.container})
+                    response = client.post(
+                        f"/endpoints/{ENDPOINT}/invocations",
+                        content=b'{"x": 1}',
+                        headers={
+                            "Content-Type": "application/json",
+                            "X-Amzn-SageMaker-Target-Container-Hostname": self.container,
+                        },
+                    )
                     self.statuses.append(response.status_code)
                     if response.status_code != 200:
                         self.failures.append(response.text[:300])
@@ -87,8 +93,9 @@ def test_a_load_step_scales_that_container_out_and_back_in_without_failures(serv
     assert activities[0]["To"] == 1 and activities[0]["From"] > 1, activities
     assert max(a["To"] for a in activities) == 3
     out = [a for a in activities if a["To"] > a["From"]]
-    assert out and all(a["MetricName"] == "SageMakerVariantInvocationsPerInstance" and a["MetricValue"] > 120
-                       for a in out), out
+    assert out and all(
+        a["MetricName"] == "SageMakerVariantInvocationsPerInstance" and a["MetricValue"] > 120 for a in out
+    ), out
     assert all(a["Reason"] for a in activities)
     metrics = server.http.get("/metrics").text
     assert 'serving_desired_replicas{container="busy",endpoint="it-scale"} 1.0' in metrics

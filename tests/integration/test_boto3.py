@@ -18,16 +18,22 @@ ENDPOINTS = ("it-direct", "it-serial", "it-serial-fail")  # what `server` deploy
 def runtime(server):
     # Authentication is off on a loopback server without policies; boto3 still signs requests.
     return boto3.client(
-        "sagemaker-runtime", endpoint_url=server.url, region_name="us-east-1",
-        aws_access_key_id="test", aws_secret_access_key="test",
+        "sagemaker-runtime",
+        endpoint_url=server.url,
+        region_name="us-east-1",
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
         config=Config(retries={"max_attempts": 1}),
     )
 
 
 def test_direct_invocation(runtime):
     response = runtime.invoke_endpoint(
-        EndpointName="it-direct", TargetContainerHostname="iris", ContentType="application/json",
-        Accept="application/json", Body=json.dumps([[6.7, 3.0, 5.2, 2.3]]),
+        EndpointName="it-direct",
+        TargetContainerHostname="iris",
+        ContentType="application/json",
+        Accept="application/json",
+        Body=json.dumps([[6.7, 3.0, 5.2, 2.3]]),
     )
     assert json.loads(response["Body"].read()) == [2]
     assert response["ContentType"].startswith("application/json")
@@ -36,7 +42,10 @@ def test_direct_invocation(runtime):
 
 def test_serial_invocation_with_custom_attributes(runtime):
     response = runtime.invoke_endpoint(
-        EndpointName="it-serial", ContentType="text/csv", Body="5.1,3.5,1.4,0.2\n", CustomAttributes="run=7",
+        EndpointName="it-serial",
+        ContentType="text/csv",
+        Body="5.1,3.5,1.4,0.2\n",
+        CustomAttributes="run=7",
     )
     assert json.loads(response["Body"].read()) == {"labels": ["setosa"]}
     assert response["CustomAttributes"] == "run=7;labelled=1"
@@ -44,8 +53,12 @@ def test_serial_invocation_with_custom_attributes(runtime):
 
 def test_validation_error_is_a_botocore_exception(runtime):
     with pytest.raises(botocore.exceptions.ClientError) as raised:
-        runtime.invoke_endpoint(EndpointName="it-direct", TargetContainerHostname="nosuch",
-                                ContentType="application/json", Body="[[1,2,3,4]]")
+        runtime.invoke_endpoint(
+            EndpointName="it-direct",
+            TargetContainerHostname="nosuch",
+            ContentType="application/json",
+            Body="[[1,2,3,4]]",
+        )
     assert raised.value.response["Error"]["Code"] == "ValidationError"
     assert raised.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
     assert isinstance(raised.value, runtime.exceptions.ValidationError)
@@ -53,7 +66,9 @@ def test_validation_error_is_a_botocore_exception(runtime):
 
 def test_model_error_carries_the_original_status(runtime):
     with pytest.raises(runtime.exceptions.ModelError) as raised:
-        runtime.invoke_endpoint(EndpointName="it-serial-fail", ContentType="application/json", Body="[[5.1,3.5,1.4,0.2]]")
+        runtime.invoke_endpoint(
+            EndpointName="it-serial-fail", ContentType="application/json", Body="[[5.1,3.5,1.4,0.2]]"
+        )
     error = raised.value.response
     assert error["Error"]["Code"] == "ModelError"
     assert error["OriginalStatusCode"] == 500

@@ -26,7 +26,13 @@ from serving.client import (
 
 pytestmark = pytest.mark.integration
 
-ENDPOINTS = ("it-direct", "it-serial", "it-serial-fail", "it-broken", "it-secure")  # what `server` deploys for this module
+ENDPOINTS = (
+    "it-direct",
+    "it-serial",
+    "it-serial-fail",
+    "it-broken",
+    "it-secure",
+)  # what `server` deploys for this module
 
 SETOSA, VIRGINICA = [5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]
 
@@ -65,10 +71,21 @@ def test_serial_chain_with_custom_attributes(client) -> None:
 
 
 def test_same_answer_as_boto3(server, client) -> None:
-    boto = boto3.client("sagemaker-runtime", endpoint_url=server.url, region_name="us-east-1",
-                        aws_access_key_id="test", aws_secret_access_key="test", config=Config(retries={"max_attempts": 1}))
-    arguments = dict(EndpointName="it-serial", ContentType="text/csv", Accept="application/json",
-                     Body="6.7,3.0,5.2,2.3\n", CustomAttributes="run=8")
+    boto = boto3.client(
+        "sagemaker-runtime",
+        endpoint_url=server.url,
+        region_name="us-east-1",
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+        config=Config(retries={"max_attempts": 1}),
+    )
+    arguments = dict(
+        EndpointName="it-serial",
+        ContentType="text/csv",
+        Accept="application/json",
+        Body="6.7,3.0,5.2,2.3\n",
+        CustomAttributes="run=8",
+    )
     theirs, ours = boto.invoke_endpoint(**arguments), client.invoke_endpoint(**arguments)
     assert set(ours) == set(theirs)
     assert json.loads(ours["Body"].read()) == json.loads(theirs["Body"].read()) == {"labels": ["virginica"]}
@@ -136,8 +153,13 @@ def test_management_calls(client) -> None:
 
 def test_signed_and_bearer_callers_on_the_secure_endpoint(server, access_callers) -> None:
     team_a = access_callers["team-a"]
-    signed = Client(server.url, aws_access_key_id=team_a["AccessKeyId"], aws_secret_access_key=team_a["SecretAccessKey"],
-                    region_name="us-east-1", retry=RetryPolicy.none())
+    signed = Client(
+        server.url,
+        aws_access_key_id=team_a["AccessKeyId"],
+        aws_secret_access_key=team_a["SecretAccessKey"],
+        region_name="us-east-1",
+        retry=RetryPolicy.none(),
+    )
     assert signed.invoke("it-secure", [SETOSA], target="customIps-iris").body == [0]
     with pytest.raises(AccessDenied) as denied:
         signed.invoke("it-secure", [0, 2], target="special-labels")
@@ -148,4 +170,5 @@ def test_signed_and_bearer_callers_on_the_secure_endpoint(server, access_callers
         bearer.invoke("it-secure", [0, 2], target="special-labels")
     with pytest.raises(UnrecognizedClient):
         Client(server.url, api_key="not-a-known-key-000", retry=RetryPolicy.none()).invoke(
-            "it-secure", [SETOSA], target="customIps-iris")
+            "it-secure", [SETOSA], target="customIps-iris"
+        )

@@ -115,8 +115,11 @@ def test_rays_log_monitor_looks_for_new_log_files_once_a_second(server):
 def test_serve_workers_run_without_pandas(server):
     # Serve's utilities loaded pandas (~30 MiB and a few tenths of a CPU-second per worker) only for the HTTP
     # proxy this runtime does not run; the embedded Ray runs serving._worker_preload first in every worker.
-    serve_workers = {pid: title for pid, title in _ray_processes().items()
-                     if title.startswith(("ray::ServeReplica", "ray::ServeController"))}
+    serve_workers = {
+        pid: title
+        for pid, title in _ray_processes().items()
+        if title.startswith(("ray::ServeReplica", "ray::ServeController"))
+    }
     assert len(serve_workers) > 2, serve_workers
     with_pandas = []
     for pid, title in serve_workers.items():

@@ -27,9 +27,14 @@ WAIT_S = 30  # records are written about a second after their call; the bound ke
 
 @pytest.fixture(scope="module")
 def runtime(server):
-    return boto3.client("sagemaker-runtime", endpoint_url=server.url, region_name="us-east-1",
-                        aws_access_key_id="test", aws_secret_access_key="test",
-                        config=Config(retries={"max_attempts": 1}))
+    return boto3.client(
+        "sagemaker-runtime",
+        endpoint_url=server.url,
+        region_name="us-east-1",
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+        config=Config(retries={"max_attempts": 1}),
+    )
 
 
 def _data(part: dict) -> bytes:
@@ -50,8 +55,9 @@ def test_every_call_is_one_record_that_decodes_to_the_bytes_sent_and_answered(se
     for n in range(40):
         inference_id = f"call-{n}-{uuid.uuid4().hex[:8]}"
         body = json.dumps({"n": n, "text": "é" * (n % 3)}).encode()
-        answer = runtime.invoke_endpoint(EndpointName="it-capture", ContentType="application/json", Body=body,
-                                         InferenceId=inference_id)["Body"].read()
+        answer = runtime.invoke_endpoint(
+            EndpointName="it-capture", ContentType="application/json", Body=body, InferenceId=inference_id
+        )["Body"].read()
         sent[inference_id] = (body, answer)
     records = _records(capture_root / "all", len(sent))
     assert len(records) == len(sent)
@@ -67,8 +73,13 @@ def test_every_call_is_one_record_that_decodes_to_the_bytes_sent_and_answered(se
 
 
 def test_sampling_at_30_percent_writes_30_percent_within_three_standard_deviations(server, runtime, s3_models):
-    s3 = boto3.client("s3", endpoint_url=s3_models, region_name="us-east-1", aws_access_key_id="testing",
-                      aws_secret_access_key="testing")
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=s3_models,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
     s3.create_bucket(Bucket=CAPTURE_BUCKET)
     calls = 400
     for n in range(calls):
@@ -91,11 +102,14 @@ def test_sampling_at_30_percent_writes_30_percent_within_three_standard_deviatio
 
 def test_a_destination_that_refuses_writes_costs_no_call(server, runtime):
     for n in range(20):
-        answer = runtime.invoke_endpoint(EndpointName="it-capture-blocked", ContentType="application/json",
-                                         Body=json.dumps([n]).encode())
+        answer = runtime.invoke_endpoint(
+            EndpointName="it-capture-blocked", ContentType="application/json", Body=json.dumps([n]).encode()
+        )
         assert answer["ResponseMetadata"]["HTTPStatusCode"] == 200
-    pattern = re.compile(r'serving_data_capture_records_total\{[^}]*endpoint="it-capture-blocked"[^}]*'
-                         r'outcome="failed"[^}]*\} (\S+)')
+    pattern = re.compile(
+        r'serving_data_capture_records_total\{[^}]*endpoint="it-capture-blocked"[^}]*'
+        r'outcome="failed"[^}]*\} (\S+)'
+    )
     deadline, failed = time.monotonic() + WAIT_S, 0.0
     while time.monotonic() < deadline:
         found = pattern.search(server.http.get("/metrics").text)

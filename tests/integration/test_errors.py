@@ -8,7 +8,13 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
-ENDPOINTS = ("it-direct", "it-single", "it-serial", "it-serial-fail", "it-broken")  # what `server` deploys for this module
+ENDPOINTS = (
+    "it-direct",
+    "it-single",
+    "it-serial",
+    "it-serial-fail",
+    "it-broken",
+)  # what `server` deploys for this module
 
 ROW = [[5.1, 3.5, 1.4, 0.2]]
 
@@ -28,8 +34,9 @@ def test_unknown_endpoint(server):
 
 
 def test_missing_target_header_with_several_containers(server):
-    assert_error(server.invoke("it-direct", ROW), 400, "ValidationError",
-                 "X-Amzn-SageMaker-Target-Container-Hostname", "iris")
+    assert_error(
+        server.invoke("it-direct", ROW), 400, "ValidationError", "X-Amzn-SageMaker-Target-Container-Hostname", "iris"
+    )
 
 
 def test_unknown_target_hostname(server):
@@ -42,15 +49,23 @@ def test_target_header_on_serial_endpoint(server):
 
 def test_unsupported_content_type_is_a_model_error_with_the_containers_415(server):
     # SageMaker reports every non-2xx answer of a model container as ModelError, with the container's status.
-    body = assert_error(server.invoke("it-single", b"<xml/>", content_type="application/xml"), 424,
-                        "ModelError", "application/xml", "container only", "(415)")
+    body = assert_error(
+        server.invoke("it-single", b"<xml/>", content_type="application/xml"),
+        424,
+        "ModelError",
+        "application/xml",
+        "container only",
+        "(415)",
+    )
     assert body["OriginalStatusCode"] == 415
     assert "unsupported content type 'application/xml'" in body["OriginalMessage"]
 
 
 def test_unknown_operation_is_sagemaker_shaped(server):
-    for method, path, words in [("POST", "/endpoints/it-single/foo", ["POST /endpoints/it-single/foo"]),
-                                ("GET", "/endpoints/it-single/invocations", ["InvokeEndpoint", "GET"])]:
+    for method, path, words in [
+        ("POST", "/endpoints/it-single/foo", ["POST /endpoints/it-single/foo"]),
+        ("GET", "/endpoints/it-single/invocations", ["InvokeEndpoint", "GET"]),
+    ]:
         response = server.http.request(method, path)
         assert response.headers["x-amzn-errortype"] == "UnknownOperationException", response.text
         assert response.json()["__type"] == "UnknownOperationException"
@@ -62,12 +77,26 @@ def test_boto3_model_error_has_original_status_and_log_stream(server):
     import boto3
     from botocore.config import Config
 
-    runtime = boto3.client("sagemaker-runtime", endpoint_url=server.url, region_name="us-east-1",
-                           aws_access_key_id="test", aws_secret_access_key="test",
-                           config=Config(retries={"max_attempts": 1}))
-    for kwargs, status in [({"EndpointName": "it-single", "ContentType": "application/xml", "Body": b"<xml/>"}, 415),
-                           ({"EndpointName": "it-direct", "TargetContainerHostname": "faulty",
-                             "ContentType": "application/json", "Body": b"[[1.0]]"}, 500)]:
+    runtime = boto3.client(
+        "sagemaker-runtime",
+        endpoint_url=server.url,
+        region_name="us-east-1",
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+        config=Config(retries={"max_attempts": 1}),
+    )
+    for kwargs, status in [
+        ({"EndpointName": "it-single", "ContentType": "application/xml", "Body": b"<xml/>"}, 415),
+        (
+            {
+                "EndpointName": "it-direct",
+                "TargetContainerHostname": "faulty",
+                "ContentType": "application/json",
+                "Body": b"[[1.0]]",
+            },
+            500,
+        ),
+    ]:
         with pytest.raises(runtime.exceptions.ModelError) as raised:
             runtime.invoke_endpoint(**kwargs)
         error = raised.value.response
@@ -104,9 +133,13 @@ def test_serial_failure_names_container_and_position(server):
 
 
 def test_invocation_timeout(server):
-    body = assert_error(server.invoke("it-direct", b"{}", target="sleepy",
-                                      headers={"X-Amzn-SageMaker-Custom-Attributes": "sleep=5"}),
-                        424, "ModelError", "timed out", "sleepy")
+    body = assert_error(
+        server.invoke("it-direct", b"{}", target="sleepy", headers={"X-Amzn-SageMaker-Custom-Attributes": "sleep=5"}),
+        424,
+        "ModelError",
+        "timed out",
+        "sleepy",
+    )
     assert body["OriginalStatusCode"] == 408
 
 
@@ -116,27 +149,40 @@ def test_backpressure_is_model_not_ready(server):
 
     def slow_call():
         slow_started.set()
-        results["slow"] = server.invoke("it-direct", b"{}", target="narrow",
-                                        headers={"X-Amzn-SageMaker-Custom-Attributes": "sleep=2"})
+        results["slow"] = server.invoke(
+            "it-direct", b"{}", target="narrow", headers={"X-Amzn-SageMaker-Custom-Attributes": "sleep=2"}
+        )
 
     worker = threading.Thread(target=slow_call)
     worker.start()
     slow_started.wait(5)
     import time
+
     time.sleep(0.5)  # let the slow request reach the replica
-    rejected = server.invoke("it-direct", b"{}", target="narrow", headers={"X-Amzn-SageMaker-Custom-Attributes": "sleep=0"})
+    rejected = server.invoke(
+        "it-direct", b"{}", target="narrow", headers={"X-Amzn-SageMaker-Custom-Attributes": "sleep=0"}
+    )
     worker.join(30)
     assert_error(rejected, 429, "ModelNotReadyException", "narrow", "limit of 1")
     assert results["slow"].status_code == 200  # what was accepted is not lost
 
 
 def test_failed_endpoint_is_service_unavailable(server):
-    assert_error(server.invoke("it-broken", ROW, target="fine"), 503, "ServiceUnavailable", "broken",
-                 "weights file is corrupt")
+    assert_error(
+        server.invoke("it-broken", ROW, target="fine"), 503, "ServiceUnavailable", "broken", "weights file is corrupt"
+    )
 
 
 def test_bad_variant_and_target_model_headers(server):
-    assert_error(server.invoke("it-single", ROW, headers={"X-Amzn-SageMaker-Target-Variant": "Blue"}),
-                 400, "ValidationError", "Blue")
-    assert_error(server.invoke("it-single", ROW, headers={"X-Amzn-SageMaker-Target-Model": "m.tar.gz"}),
-                 400, "ValidationError", "MultiModel")
+    assert_error(
+        server.invoke("it-single", ROW, headers={"X-Amzn-SageMaker-Target-Variant": "Blue"}),
+        400,
+        "ValidationError",
+        "Blue",
+    )
+    assert_error(
+        server.invoke("it-single", ROW, headers={"X-Amzn-SageMaker-Target-Model": "m.tar.gz"}),
+        400,
+        "ValidationError",
+        "MultiModel",
+    )

@@ -21,12 +21,29 @@ def test_fifteen_heterogeneous_containers_are_in_service(server, fifteen_contain
     assert all(c["Status"] == "InService" for c in containers.values()), containers
 
 
-@pytest.mark.parametrize("hostname", [
-    "sklearn-features", "sklearn-iris", "sklearn-wine", "pytorch-script", "pytorch-export", "pytorch-state",
-    "tensorflow-saved", "tensorflow-keras", "tensorflow-archive", "onnx-iris", "onnx-two", "onnx-features",
-    "python-labels", "python-wine-labels", "python-rules",
-])
-def test_each_container_answers_correctly(server, fifteen_containers, hetero_expected, answer_matches, hostname) -> None:
+@pytest.mark.parametrize(
+    "hostname",
+    [
+        "sklearn-features",
+        "sklearn-iris",
+        "sklearn-wine",
+        "pytorch-script",
+        "pytorch-export",
+        "pytorch-state",
+        "tensorflow-saved",
+        "tensorflow-keras",
+        "tensorflow-archive",
+        "onnx-iris",
+        "onnx-two",
+        "onnx-features",
+        "python-labels",
+        "python-wine-labels",
+        "python-rules",
+    ],
+)
+def test_each_container_answers_correctly(
+    server, fifteen_containers, hetero_expected, answer_matches, hostname
+) -> None:
     image, model, _ = fifteen_containers[hostname]
     expected = hetero_expected[model]
     response = server.invoke("it-fifteen", expected["request"], target=hostname)

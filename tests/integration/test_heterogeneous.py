@@ -14,7 +14,12 @@ from botocore.config import Config
 
 pytestmark = pytest.mark.integration
 
-ENDPOINTS = ("it-fifteen", "it-hetero-serial", "it-hetero-serial-onnx", "it-runtime-env")  # what `server` deploys for this module
+ENDPOINTS = (
+    "it-fifteen",
+    "it-hetero-serial",
+    "it-hetero-serial-onnx",
+    "it-runtime-env",
+)  # what `server` deploys for this module
 
 IRIS_ROWS = [[5.1, 3.5, 1.4, 0.2], [7.0, 3.2, 4.7, 1.4], [6.3, 3.3, 6.0, 2.5]]
 IRIS_NAMES = ["setosa", "versicolor", "virginica"]
@@ -23,19 +28,29 @@ IRIS_NAMES = ["setosa", "versicolor", "virginica"]
 @pytest.fixture(scope="module")
 def runtime(server):
     return boto3.client(
-        "sagemaker-runtime", endpoint_url=server.url, region_name="us-east-1",
-        aws_access_key_id="test", aws_secret_access_key="test", config=Config(retries={"max_attempts": 1}),
+        "sagemaker-runtime",
+        endpoint_url=server.url,
+        region_name="us-east-1",
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+        config=Config(retries={"max_attempts": 1}),
     )
 
 
 # --- Direct: the same rows through four frameworks' iris models --------------------------------
 
-@pytest.mark.parametrize("hostname", ["sklearn-iris", "pytorch-script", "pytorch-state", "tensorflow-keras", "onnx-iris",
-                                      "python-rules"])
+
+@pytest.mark.parametrize(
+    "hostname", ["sklearn-iris", "pytorch-script", "pytorch-state", "tensorflow-keras", "onnx-iris", "python-rules"]
+)
 def test_direct_with_boto3_across_frameworks(runtime, hostname: str) -> None:
-    response = runtime.invoke_endpoint(EndpointName="it-fifteen", TargetContainerHostname=hostname,
-                                       ContentType="text/csv", Accept="application/json",
-                                       Body="\n".join(",".join(map(str, row)) for row in IRIS_ROWS))
+    response = runtime.invoke_endpoint(
+        EndpointName="it-fifteen",
+        TargetContainerHostname=hostname,
+        ContentType="text/csv",
+        Accept="application/json",
+        Body="\n".join(",".join(map(str, row)) for row in IRIS_ROWS),
+    )
     got = json.loads(response["Body"].read())
     if hostname == "python-rules":
         assert got == IRIS_NAMES
@@ -50,38 +65,51 @@ def test_direct_with_boto3_across_frameworks(runtime, hostname: str) -> None:
 def test_direct_npy_in_and_out(server) -> None:
     buffer = io.BytesIO()
     np.save(buffer, np.asarray(IRIS_ROWS, dtype=np.float32))
-    response = server.invoke("it-fifteen", buffer.getvalue(), target="onnx-iris", content_type="application/x-npy",
-                             headers={"Accept": "application/x-npy"})
+    response = server.invoke(
+        "it-fifteen",
+        buffer.getvalue(),
+        target="onnx-iris",
+        content_type="application/x-npy",
+        headers={"Accept": "application/x-npy"},
+    )
     assert response.status_code == 200, response.text
     assert response.headers["content-type"] == "application/x-npy"
     assert np.load(io.BytesIO(response.content), allow_pickle=False).argmax(axis=1).tolist() == [0, 1, 2]
 
 
 def test_tensorflow_serving_request_over_http(server) -> None:
-    response = server.invoke("it-fifteen", {"instances": [{"features": row} for row in IRIS_ROWS]}, target="tensorflow-keras")
+    response = server.invoke(
+        "it-fifteen", {"instances": [{"features": row} for row in IRIS_ROWS]}, target="tensorflow-keras"
+    )
     assert response.status_code == 200, response.text
     assert np.asarray(response.json()["predictions"]).argmax(axis=1).tolist() == [0, 1, 2]
 
 
 # --- Serial: preprocess in scikit-learn, classify in TensorFlow or ONNX, name in Python ------------
 
+
 @pytest.mark.parametrize("endpoint", ["it-hetero-serial", "it-hetero-serial-onnx"])
 @pytest.mark.parametrize("content_type", ["application/json", "text/csv"])
 def test_serial_chain_across_frameworks(server, endpoint: str, content_type: str) -> None:
-    body = json.dumps(IRIS_ROWS) if content_type == "application/json" else "".join(
-        ",".join(map(str, row)) + "\n" for row in IRIS_ROWS)
+    body = (
+        json.dumps(IRIS_ROWS)
+        if content_type == "application/json"
+        else "".join(",".join(map(str, row)) + "\n" for row in IRIS_ROWS)
+    )
     response = server.invoke(endpoint, body, content_type=content_type)
     assert response.status_code == 200, response.text
     assert response.json() == {"labels": IRIS_NAMES}
 
 
 def test_serial_chain_with_boto3(runtime) -> None:
-    response = runtime.invoke_endpoint(EndpointName="it-hetero-serial", ContentType="application/json",
-                                       Body=json.dumps(IRIS_ROWS[2:]))
+    response = runtime.invoke_endpoint(
+        EndpointName="it-hetero-serial", ContentType="application/json", Body=json.dumps(IRIS_ROWS[2:])
+    )
     assert json.loads(response["Body"].read()) == {"labels": ["virginica"]}
 
 
 # --- input mismatches: 424 ModelError naming the container, the replica keeps serving --------------
+
 
 @pytest.mark.parametrize(
     ("hostname", "body", "fragment"),
@@ -109,8 +137,12 @@ def test_input_mismatch_is_a_model_error_naming_the_container(server, hostname: 
 
 def test_input_mismatch_with_boto3(runtime) -> None:
     with pytest.raises(runtime.exceptions.ModelError) as raised:
-        runtime.invoke_endpoint(EndpointName="it-fifteen", TargetContainerHostname="onnx-two",
-                                ContentType="application/json", Body=json.dumps([[5.1, 3.5, 1.4, 0.2]]))
+        runtime.invoke_endpoint(
+            EndpointName="it-fifteen",
+            TargetContainerHostname="onnx-two",
+            ContentType="application/json",
+            Body=json.dumps([[5.1, 3.5, 1.4, 0.2]]),
+        )
     error = raised.value.response
     assert "onnx-two" in error["Error"]["Message"]
     assert "takes 2 inputs" in error["OriginalMessage"]
@@ -126,11 +158,15 @@ def test_serial_mismatch_names_the_container_and_position(server) -> None:
 
 # --- a container's own runtime environment -------------------------------------------------------
 
+
 def test_working_dir_and_cpu_share_reach_the_replica(server, working_dir_model) -> None:
     response = server.invoke("it-runtime-env", b"{}")
     assert response.status_code == 200, response.text
-    assert response.json() == {"helper": "from the working dir", "cwd": str(working_dir_model[1].resolve()),
-                               "cpus": "0.01"}
+    assert response.json() == {
+        "helper": "from the working dir",
+        "cwd": str(working_dir_model[1].resolve()),
+        "cpus": "0.01",
+    }
 
 
 def _batch_metrics(server) -> tuple[float, float]:

@@ -40,15 +40,18 @@ def test_single_container_endpoint_needs_no_target_header(server):
 def test_fixed_replica_count_serves_from_every_replica(server):
     container = server.describe("it-single")["Containers"][0]
     assert container["DesiredReplicas"] == container["CurrentReplicas"] == 2
-    answers = [server.invoke("it-single", IRIS.data[i:i + 1].tolist()).json() for i in (0, 50, 100) * 4]
+    answers = [server.invoke("it-single", IRIS.data[i : i + 1].tolist()).json() for i in (0, 50, 100) * 4]
     assert answers == [[0], [1], [2]] * 4
 
 
-@pytest.mark.parametrize("content_type, body", [
-    ("text/csv", b"5.1,3.5,1.4,0.2\n6.7,3.0,5.2,2.3\n"),
-    ("application/x-npy", None),
-    ("application/json", json.dumps({"instances": [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]]}).encode()),
-])
+@pytest.mark.parametrize(
+    "content_type, body",
+    [
+        ("text/csv", b"5.1,3.5,1.4,0.2\n6.7,3.0,5.2,2.3\n"),
+        ("application/x-npy", None),
+        ("application/json", json.dumps({"instances": [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]]}).encode()),
+    ],
+)
 def test_content_types_are_decoded(server, content_type, body):
     if body is None:
         buffer = io.BytesIO()
@@ -59,7 +62,9 @@ def test_content_types_are_decoded(server, content_type, body):
     assert response.json() == [0, 2]
 
 
-@pytest.mark.parametrize("accept, expected_type", [("text/csv", "text/csv"), ("application/x-npy", "application/x-npy")])
+@pytest.mark.parametrize(
+    "accept, expected_type", [("text/csv", "text/csv"), ("application/x-npy", "application/x-npy")]
+)
 def test_accept_selects_the_response_encoding(server, accept, expected_type):
     response = server.invoke("it-single", [[5.1, 3.5, 1.4, 0.2]], headers={"Accept": accept})
     assert response.status_code == 200
@@ -86,8 +91,9 @@ def test_serial_hands_off_body_and_content_type(server):
 
 
 def test_custom_attributes_reach_the_container_and_come_back(server):
-    response = server.invoke("it-serial", IRIS.data[:2].tolist(),
-                             headers={"X-Amzn-SageMaker-Custom-Attributes": "trace-id=abc"})
+    response = server.invoke(
+        "it-serial", IRIS.data[:2].tolist(), headers={"X-Amzn-SageMaker-Custom-Attributes": "trace-id=abc"}
+    )
     assert response.status_code == 200
     assert response.headers["x-amzn-sagemaker-custom-attributes"] == "trace-id=abc;labelled=2"
 
@@ -110,12 +116,21 @@ def test_the_gateway_reaches_a_replica_on_its_machine_over_the_unix_socket(serve
         host, port = url.removeprefix("http://").rsplit(":", 1)
         path = local_socket.path_for(host, int(port))
         assert path is not None
-        holders = [c.pid for c in psutil.net_connections("tcp") if c.status == psutil.CONN_LISTEN
-                   and c.laddr.port == int(port) and c.pid]
-        container = next(psutil.Process(pid) for pid in holders
-                         if "serving.model_server.main" in " ".join(psutil.Process(pid).cmdline()))
-        tcp_in = [c for c in container.net_connections("tcp")
-                  if c.status == psutil.CONN_ESTABLISHED and c.laddr.port == int(port)]
+        holders = [
+            c.pid
+            for c in psutil.net_connections("tcp")
+            if c.status == psutil.CONN_LISTEN and c.laddr.port == int(port) and c.pid
+        ]
+        container = next(
+            psutil.Process(pid)
+            for pid in holders
+            if "serving.model_server.main" in " ".join(psutil.Process(pid).cmdline())
+        )
+        tcp_in = [
+            c
+            for c in container.net_connections("tcp")
+            if c.status == psutil.CONN_ESTABLISHED and c.laddr.port == int(port)
+        ]
         unix_in = [c for c in container.net_connections("unix") if c.laddr == path]
         assert not tcp_in, tcp_in
         seen_unix += len(unix_in) - 1  # the listening socket has the path too

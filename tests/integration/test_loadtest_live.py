@@ -20,15 +20,20 @@ def run_loadtest(server, tmp_path: Path, *arguments: str) -> dict:
     out = tmp_path / "report"
     completed = subprocess.run(
         [sys.executable, "-m", "serving.cli", "loadtest", *arguments, "--out", str(out), "--metrics-check"],
-        capture_output=True, text=True, timeout=180, check=False)
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     assert (out / "report.html").read_text().count("<img") >= 4
     return json.loads((out / "report.json").read_text())
 
 
 def test_direct_run_matches_the_servers_invocation_count(server, tmp_path: Path) -> None:
-    report = run_loadtest(server, tmp_path, "direct", "--endpoint", f"{server.url}/endpoints/it-single",
-                          "--rate", "20", "--duration", "4")
+    report = run_loadtest(
+        server, tmp_path, "direct", "--endpoint", f"{server.url}/endpoints/it-single", "--rate", "20", "--duration", "4"
+    )
     check = report["metrics_check"]
     assert check["error"] is None, check
     assert check["harness_answered"] >= 70  # 80 scheduled at 20/s for 4 s
@@ -37,7 +42,8 @@ def test_direct_run_matches_the_servers_invocation_count(server, tmp_path: Path)
 
 
 def test_serial_run_counts_each_request_once(server, tmp_path: Path) -> None:
-    report = run_loadtest(server, tmp_path, "serial", "--endpoint", f"{server.url}/endpoints/it-serial",
-                          "--users", "2", "--duration", "3")
+    report = run_loadtest(
+        server, tmp_path, "serial", "--endpoint", f"{server.url}/endpoints/it-serial", "--users", "2", "--duration", "3"
+    )
     check = report["metrics_check"]
     assert check["difference"] == check["harness_answered"] > 0, check

@@ -46,18 +46,29 @@ def prometheus(server, tmp_path_factory) -> Iterator[str]:
     if binary is None:
         if os.environ.get("SERVING_SKIP_PROMETHEUS") == "1":
             pytest.skip("SERVING_SKIP_PROMETHEUS=1 and no prometheus binary")
-        pytest.fail("the prometheus binary is missing: `make test` installs Debian's prometheus package "
-                    "(apt-get install prometheus); set SERVING_SKIP_PROMETHEUS=1 to skip this test")
+        pytest.fail(
+            "the prometheus binary is missing: `make test` installs Debian's prometheus package "
+            "(apt-get install prometheus); set SERVING_SKIP_PROMETHEUS=1 to skip this test"
+        )
     root = tmp_path_factory.mktemp("prometheus")
     target = server.url.removeprefix("http://")
-    config = {"global": {"scrape_interval": "3s", "scrape_timeout": "3s"},
-              "scrape_configs": [{"job_name": "serving", "static_configs": [{"targets": [target]}]}]}
+    config = {
+        "global": {"scrape_interval": "3s", "scrape_timeout": "3s"},
+        "scrape_configs": [{"job_name": "serving", "static_configs": [{"targets": [target]}]}],
+    }
     (root / "prometheus.yml").write_text(json.dumps(config))  # JSON is YAML
     port = _free_port()
     log = (root / "prometheus.log").open("w")
     process = subprocess.Popen(
-        [binary, f"--config.file={root / 'prometheus.yml'}", f"--storage.tsdb.path={root / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
+        [
+            binary,
+            f"--config.file={root / 'prometheus.yml'}",
+            f"--storage.tsdb.path={root / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
@@ -120,16 +131,21 @@ def test_prometheus_sees_the_invocations_and_cache_hit_ratio_sent(server, traffi
     counts = {model: SEQUENCE.count(model) for model in set(SEQUENCE)}
     expected = {
         f"sum by (container) (serving_invocations_total{{{e}}})": {
-            json.dumps({"container": "multi"}): len(SEQUENCE) + 1, json.dumps({"container": "single"}): SINGLE_REQUESTS},
+            json.dumps({"container": "multi"}): len(SEQUENCE) + 1,
+            json.dumps({"container": "single"}): SINGLE_REQUESTS,
+        },
         f'sum by (model) (serving_invocations_total{{{e},container="multi",model!=""}})': {
-            json.dumps({"model": f"{m}.tar.gz"}): n for m, n in counts.items()},
+            json.dumps({"model": f"{m}.tar.gz"}): n for m, n in counts.items()
+        },
         f"sum(serving_invocation_4xx_errors_total{{{e}}})": {"{}": 1.0},
         f"sum(serving_model_cache_hit_total{{{e}}}) / (sum(serving_model_cache_hit_total{{{e}}}) "
         f"+ sum(serving_model_cache_miss_total{{{e}}}))": {"{}": HITS / (HITS + MISSES)},
         f"sum(serving_model_cache_miss_total{{{e}}})": {"{}": MISSES},
         f"sum(serving_loaded_model_count{{{e}}})": {"{}": 2.0},
         f"sum by (container) (serving_replicas{{{e}}})": {
-            json.dumps({"container": "multi"}): 1.0, json.dumps({"container": "single"}): 1.0},
+            json.dumps({"container": "multi"}): 1.0,
+            json.dumps({"container": "single"}): 1.0,
+        },
         f"sum(serving_model_loading_time_seconds_count{{{e}}})": {"{}": MISSES},
         f"sum(serving_model_unloading_time_seconds_count{{{e}}})": {"{}": MISSES - 2},  # 2 stay loaded
     }
@@ -142,8 +158,12 @@ def test_latencies_are_positive_and_ordered(server, traffic, prometheus) -> None
     families = {}
     deadline = time.monotonic() + WAIT_S
     while time.monotonic() < deadline:  # until the replicas' next push carries the module's requests
-        families = {s.name: s.value for f in text_string_to_metric_families(server.http.get("/metrics").text)
-                    for s in f.samples if s.labels.get("endpoint") == ENDPOINT and s.labels.get("container") == "single"}
+        families = {
+            s.name: s.value
+            for f in text_string_to_metric_families(server.http.get("/metrics").text)
+            for s in f.samples
+            if s.labels.get("endpoint") == ENDPOINT and s.labels.get("container") == "single"
+        }
         if families.get("serving_model_latency_seconds_count") == SINGLE_REQUESTS:
             break
         time.sleep(1)
@@ -153,8 +173,11 @@ def test_latencies_are_positive_and_ordered(server, traffic, prometheus) -> None
     # The router's hop contains the container's model time, plus the network both ways.
     assert 0 < model < container
     assert families["serving_overhead_latency_seconds_sum"] > 0
-    answer = query(prometheus, f'sum(serving_model_loading_wait_time_seconds_sum{{endpoint="{ENDPOINT}"}}) '
-                               f'- sum(serving_model_loading_time_seconds_sum{{endpoint="{ENDPOINT}"}})')
+    answer = query(
+        prometheus,
+        f'sum(serving_model_loading_wait_time_seconds_sum{{endpoint="{ENDPOINT}"}}) '
+        f'- sum(serving_model_loading_time_seconds_sum{{endpoint="{ENDPOINT}"}})',
+    )
     assert list(answer.values())[0] >= 0  # a request that missed waited at least for its model's load
 
 

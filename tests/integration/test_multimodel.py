@@ -22,7 +22,10 @@ def test_the_endpoint_is_in_service(server) -> None:
     description = server.describe("it-multi")
     assert description["EndpointStatus"] == "InService", description
     assert {c["ContainerHostname"]: c["Mode"] for c in description["Containers"]} == {
-        "local": "MultiModel", "cloud": "MultiModel", "once": "MultiModel"}
+        "local": "MultiModel",
+        "cloud": "MultiModel",
+        "once": "MultiModel",
+    }
 
 
 @pytest.mark.parametrize("container", ["local", "cloud"])
@@ -44,12 +47,15 @@ def test_folder_model_and_disabled_cache(server) -> None:
     assert invoke(server, "once", "echo-model", body=[3]).json() == {"model": "echo-model", "input": [3]}
 
 
-@pytest.mark.parametrize(("container", "model", "words"), [
-    ("local", None, ["Target-Model is required", "local"]),
-    ("local", "../iris-0.tar.gz", ["TargetModel '../iris-0.tar.gz' is invalid", ".."]),
-    ("local", "nosuch.tar.gz", ["nosuch.tar.gz", "not found"]),
-    ("cloud", "nosuch.tar.gz", ["nosuch.tar.gz", "not found"]),
-])
+@pytest.mark.parametrize(
+    ("container", "model", "words"),
+    [
+        ("local", None, ["Target-Model is required", "local"]),
+        ("local", "../iris-0.tar.gz", ["TargetModel '../iris-0.tar.gz' is invalid", ".."]),
+        ("local", "nosuch.tar.gz", ["nosuch.tar.gz", "not found"]),
+        ("cloud", "nosuch.tar.gz", ["nosuch.tar.gz", "not found"]),
+    ],
+)
 def test_bad_target_model_is_a_validation_error(server, container, model, words) -> None:
     response = invoke(server, container, model)
     assert response.status_code == 400, response.text

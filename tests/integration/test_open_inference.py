@@ -26,8 +26,17 @@ def client(server):
     client.close()
 
 
-def infer(client, model: str, rows: np.ndarray, *, binary: bool = True, outputs=None, datatype: str = "FP32",
-          version: str = "", headers=None):
+def infer(
+    client,
+    model: str,
+    rows: np.ndarray,
+    *,
+    binary: bool = True,
+    outputs=None,
+    datatype: str = "FP32",
+    version: str = "",
+    headers=None,
+):
     tensor = triton.InferInput("input-0", list(rows.shape), datatype)
     tensor.set_data_from_numpy(rows, binary_data=binary)
     return client.infer(model, [tensor], model_version=version, outputs=outputs, headers=headers)
@@ -52,8 +61,13 @@ def test_health_and_server_metadata(server, client) -> None:
 
 @pytest.mark.parametrize("binary", [True, False], ids=["binary", "json"])
 def test_sklearn_container_answers_as_invoke_endpoint_does(server, client, binary: bool) -> None:
-    result = infer(client, "it-direct.iris", IRIS_ROWS, binary=binary,
-                   outputs=[triton.InferRequestedOutput("output-0", binary_data=binary)])
+    result = infer(
+        client,
+        "it-direct.iris",
+        IRIS_ROWS,
+        binary=binary,
+        outputs=[triton.InferRequestedOutput("output-0", binary_data=binary)],
+    )
     invoked = server.invoke("it-direct", IRIS_ROWS.tolist(), target="iris")
     assert result.as_numpy("output-0").tolist() == invoked.json() == [0, 1, 2]
     assert result.get_output("output-0")["datatype"] == "INT64"
@@ -69,8 +83,13 @@ def test_model_metadata_and_readiness_from_the_loaded_model(client) -> None:
 
 
 # Each stack of it-fifteen through Triton's client: metadata from the loaded model, the answer InvokeEndpoint gives.
-STACKS = {"sklearn-iris": "sklearn", "pytorch-script": "pytorch", "tensorflow-keras": "tensorflow",
-          "onnx-iris": "onnx", "python-rules": "python"}
+STACKS = {
+    "sklearn-iris": "sklearn",
+    "pytorch-script": "pytorch",
+    "tensorflow-keras": "tensorflow",
+    "onnx-iris": "onnx",
+    "python-rules": "python",
+}
 
 
 @pytest.mark.parametrize("container", STACKS)
@@ -113,11 +132,15 @@ def test_multimodel_models_are_versions(client) -> None:
 def test_errors_in_the_protocols_shape_and_the_server_keeps_serving(server, client) -> None:
     bad = {"inputs": [{"name": "input-0", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3]}]}
     response = server.http.post("/v2/models/it-direct.iris/infer", json=bad)
-    assert response.status_code == 400 and "inputs[0].data: 3 elements given for shape [1, 4]" in response.json()["error"]
+    assert (
+        response.status_code == 400 and "inputs[0].data: 3 elements given for shape [1, 4]" in response.json()["error"]
+    )
     response = server.http.post("/v2/models/no-such-endpoint/infer", json=bad)
     assert response.status_code == 400 and "no-such-endpoint" in response.json()["error"]
-    response = server.http.post("/v2/models/it-direct.faulty/infer",
-                                json={"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [1]}]})
+    response = server.http.post(
+        "/v2/models/it-direct.faulty/infer",
+        json={"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [1]}]},
+    )
     assert response.status_code == 424 and "faulty" in response.json()["error"]
     assert infer(client, "it-direct.iris", IRIS_ROWS).as_numpy("output-0").tolist() == [0, 1, 2]
 
@@ -125,7 +148,12 @@ def test_errors_in_the_protocols_shape_and_the_server_keeps_serving(server, clie
 def test_access_policies_decide_per_container(client, access_callers) -> None:
     key = {"Authorization": f"Bearer {access_callers['batch-job']['ApiKey']}"}  # all-but-special.json
     rows = IRIS_ROWS[:1].astype(np.float64)
-    assert infer(client, "it-secure.common-wine", np.zeros((1, 13)), datatype="FP64", headers=key).as_numpy("output-0").size == 1
+    assert (
+        infer(client, "it-secure.common-wine", np.zeros((1, 13)), datatype="FP64", headers=key)
+        .as_numpy("output-0")
+        .size
+        == 1
+    )
     with pytest.raises(InferenceServerException, match="not authorized|denied|AccessDenied") as denied:
         infer(client, "it-secure.special-labels", rows, datatype="FP64", headers=key)
     assert "403" in str(denied.value.status())
@@ -138,9 +166,14 @@ def test_access_policies_decide_per_container(client, access_callers) -> None:
 def test_counted_with_the_protocol_label(server, client) -> None:
     def counted() -> float:
         text = server.http.get("/metrics").text
-        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                   if line.startswith("serving_invocations_total{") and 'endpoint="it-direct"' in line
-                   and 'container="wine"' in line and 'protocol="v2-rest"' in line)
+        return sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("serving_invocations_total{")
+            and 'endpoint="it-direct"' in line
+            and 'container="wine"' in line
+            and 'protocol="v2-rest"' in line
+        )
 
     before = counted()
     for _ in range(3):
@@ -155,8 +188,7 @@ def test_repository_loads_and_unloads_a_multimodel_containers_models_in_every_re
     assert index[name]["state"] == "UNAVAILABLE" and index[name]["reason"] == "not loaded"
     assert "it-multi.cloud.iris-0.tar.gz" in index and not any(n.startswith("it-direct") for n in index)
     client.load_model(name)
-    ready = {entry["name"] for entry in client.get_model_repository_index()
-             if entry["state"] == "READY"}
+    ready = {entry["name"] for entry in client.get_model_repository_index() if entry["state"] == "READY"}
     assert name in ready  # in both replicas' caches
     result = infer(client, name, IRIS_ROWS[[0, 2]])  # the repository's name runs it too (version iris-7.tar.gz)
     assert result.as_numpy("output-0").tolist() == [0, 2]

@@ -39,8 +39,9 @@ def channel(server):
         yield channel
 
 
-def infer(client, model: str, rows: np.ndarray, *, datatype: str = "FP32", version: str = "", outputs=None,
-          headers=None):
+def infer(
+    client, model: str, rows: np.ndarray, *, datatype: str = "FP32", version: str = "", outputs=None, headers=None
+):
     tensor = triton.InferInput("input-0", list(rows.shape), datatype)
     tensor.set_data_from_numpy(rows)
     return client.infer(model, [tensor], model_version=version, outputs=outputs, headers=headers, client_timeout=30)
@@ -163,9 +164,14 @@ def test_access_policies_decide_per_container(server, client, channel, access_ca
 def test_counted_with_the_protocol_label(server, client) -> None:
     def counted() -> float:
         text = server.http.get("/metrics").text
-        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                   if line.startswith("serving_invocations_total{") and 'endpoint="it-direct"' in line
-                   and 'container="wine"' in line and 'protocol="v2-grpc"' in line)
+        return sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("serving_invocations_total{")
+            and 'endpoint="it-direct"' in line
+            and 'container="wine"' in line
+            and 'protocol="v2-grpc"' in line
+        )
 
     before = counted()
     for _ in range(3):

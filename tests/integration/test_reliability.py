@@ -87,8 +87,11 @@ def _listener(url: str) -> psutil.Process:
     """The process serving a port. A container's data port is held by the replica that bound it and by the
     container process it passed it to: the holder whose parent holds it too. The gateway's port has one holder."""
     port = int(url.rsplit(":", 1)[1])
-    holders = {connection.pid for connection in psutil.net_connections("tcp")
-               if connection.status == psutil.CONN_LISTEN and connection.laddr.port == port and connection.pid}
+    holders = {
+        connection.pid
+        for connection in psutil.net_connections("tcp")
+        if connection.status == psutil.CONN_LISTEN and connection.laddr.port == port and connection.pid
+    }
     if not holders:
         raise AssertionError(f"nothing listens on {url}")
     children = [pid for pid in holders if psutil.Process(pid).ppid() in holders]
@@ -134,9 +137,16 @@ def _invoker(server, endpoint: str, target: str, body: bytes = b'{"x": 1}', head
     client = httpx.Client(base_url=server.url, timeout=30)
 
     def send() -> int:
-        return client.post(f"/endpoints/{endpoint}/invocations", content=body,
-                           headers={"Content-Type": "application/json",
-                                    "X-Amzn-SageMaker-Target-Container-Hostname": target, **(headers or {})}).status_code
+        return client.post(
+            f"/endpoints/{endpoint}/invocations",
+            content=body,
+            headers={
+                "Content-Type": "application/json",
+                "X-Amzn-SageMaker-Target-Container-Hostname": target,
+                **(headers or {}),
+            },
+        ).status_code
+
     return send
 
 
@@ -150,12 +160,20 @@ def test_a_replica_killed_under_load_costs_no_request(server) -> None:
     twins = _registry_snapshot()["replicas"][("it-chaos", "twin")]
     assert len(twins) == 2
     supervisor = _replica_of(twins[0])  # the Serve replica (a Ray worker) that owns the data port
-    with Load(_invoker(server, "it-chaos", "twin")) as twin_load, Load(_invoker(server, "it-chaos", "solo")) as solo_load:
+    with (
+        Load(_invoker(server, "it-chaos", "twin")) as twin_load,
+        Load(_invoker(server, "it-chaos", "solo")) as solo_load,
+    ):
         time.sleep(2)
         supervisor.send_signal(signal.SIGKILL)
         # Serve notices, starts a replacement, and it registers; meanwhile the other twin serves.
-        _wait(lambda: len(_registry_snapshot()["replicas"][("it-chaos", "twin")]) == 2
-              and twins[0] not in _registry_snapshot()["replicas"][("it-chaos", "twin")], "replaced")
+        _wait(
+            lambda: (
+                len(_registry_snapshot()["replicas"][("it-chaos", "twin")]) == 2
+                and twins[0] not in _registry_snapshot()["replicas"][("it-chaos", "twin")]
+            ),
+            "replaced",
+        )
         time.sleep(1)
     assert twin_load.failures() == Counter(), twin_load.failures()
     assert solo_load.failures() == Counter(), solo_load.failures()
@@ -211,11 +229,26 @@ def test_a_registry_restart_keeps_every_endpoint_routable(server) -> None:
 
 
 def _update_spec(handler_models: dict[str, Path], second: str, **environment: str):
-    return parse_spec({"EndpointName": "it-update", "Containers": [
-        {"ContainerHostname": "first", "Image": "python", "ModelDataUrl": str(handler_models["echo"]),
-         "Resources": {"Cpus": 0.01}},
-        {"ContainerHostname": "second", "Image": "python", "ModelDataUrl": str(handler_models[second]),
-         "Resources": {"Cpus": 0.01}, "Environment": environment}]})
+    return parse_spec(
+        {
+            "EndpointName": "it-update",
+            "Containers": [
+                {
+                    "ContainerHostname": "first",
+                    "Image": "python",
+                    "ModelDataUrl": str(handler_models["echo"]),
+                    "Resources": {"Cpus": 0.01},
+                },
+                {
+                    "ContainerHostname": "second",
+                    "Image": "python",
+                    "ModelDataUrl": str(handler_models[second]),
+                    "Resources": {"Cpus": 0.01},
+                    "Environment": environment,
+                },
+            ],
+        }
+    )
 
 
 def test_a_live_update_loses_no_request_and_keeps_unchanged_containers(server, handler_models) -> None:
@@ -273,19 +306,35 @@ def test_serving_apply_and_delete_over_http(server, handler_models, tmp_path: Pa
     from serving import ray_wing
 
     path = tmp_path / "update.yaml"
-    path.write_text(yaml.safe_dump(_update_spec(handler_models, "echo", RELEASE="3").model_dump(mode="json",
-                                                                                                 exclude_none=True)))
+    path.write_text(
+        yaml.safe_dump(_update_spec(handler_models, "echo", RELEASE="3").model_dump(mode="json", exclude_none=True))
+    )
     environment = {**os.environ, "SERVING_CONTROL_TOKEN": ray_wing.http_control_token()}
     cli = [sys.executable, "-m", "serving.cli"]
-    applied = subprocess.run([*cli, "apply", str(path), "--url", server.url, "--wait-timeout", "300"],
-                             capture_output=True, text=True, timeout=360, env=environment)
+    applied = subprocess.run(
+        [*cli, "apply", str(path), "--url", server.url, "--wait-timeout", "300"],
+        capture_output=True,
+        text=True,
+        timeout=360,
+        env=environment,
+    )
     assert applied.returncode == 0, applied.stdout + applied.stderr
     assert "it-update: InService (updated)" in applied.stdout
-    refused = subprocess.run([*cli, "apply", str(path), "--url", server.url],
-                             capture_output=True, text=True, timeout=60, env={**environment, "SERVING_CONTROL_TOKEN": "x"})
+    refused = subprocess.run(
+        [*cli, "apply", str(path), "--url", server.url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**environment, "SERVING_CONTROL_TOKEN": "x"},
+    )
     assert refused.returncode == 2 and "AccessDeniedException" in refused.stderr
-    missing = subprocess.run([*cli, "delete", "no-such-endpoint", "--url", server.url],
-                             capture_output=True, text=True, timeout=60, env=environment)
+    missing = subprocess.run(
+        [*cli, "delete", "no-such-endpoint", "--url", server.url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=environment,
+    )
     assert missing.returncode == 1 and "no-such-endpoint: not found" in missing.stdout
 
 
@@ -301,11 +350,17 @@ def test_the_gateway_killed_under_load_comes_back_and_retrying_clients_lose_noth
 
     def send() -> int:
         if not hasattr(local, "runtime"):
-            local.runtime = boto3.client("sagemaker-runtime", endpoint_url=server.url, region_name="us-east-1",
-                                         aws_access_key_id="x", aws_secret_access_key="x",
-                                         config=Config(retries={"mode": "standard", "max_attempts": 15}, connect_timeout=5))
-        response = local.runtime.invoke_endpoint(EndpointName="it-chaos", TargetContainerHostname="solo",
-                                           ContentType="application/json", Body=b'{"x": 1}')
+            local.runtime = boto3.client(
+                "sagemaker-runtime",
+                endpoint_url=server.url,
+                region_name="us-east-1",
+                aws_access_key_id="x",
+                aws_secret_access_key="x",
+                config=Config(retries={"mode": "standard", "max_attempts": 15}, connect_timeout=5),
+            )
+        response = local.runtime.invoke_endpoint(
+            EndpointName="it-chaos", TargetContainerHostname="solo", ContentType="application/json", Body=b'{"x": 1}'
+        )
         return response["ResponseMetadata"]["HTTPStatusCode"]
 
     gateway = _listener(server.url)

@@ -20,8 +20,11 @@ GAP_S = 0.4
 @pytest.fixture(scope="module")
 def runtime(server):
     return boto3.client(
-        "sagemaker-runtime", endpoint_url=server.url, region_name="us-east-1",
-        aws_access_key_id="test", aws_secret_access_key="test",
+        "sagemaker-runtime",
+        endpoint_url=server.url,
+        region_name="us-east-1",
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
         config=Config(retries={"max_attempts": 1}, read_timeout=30),
     )
 
@@ -29,7 +32,10 @@ def runtime(server):
 def stream(runtime, endpoint: str, document, **kwargs):
     kwargs.setdefault("Accept", "application/jsonlines")
     return runtime.invoke_endpoint_with_response_stream(
-        EndpointName=endpoint, ContentType="application/json", Body=json.dumps(document), **kwargs,
+        EndpointName=endpoint,
+        ContentType="application/json",
+        Body=json.dumps(document),
+        **kwargs,
     )
 
 

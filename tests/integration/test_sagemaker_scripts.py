@@ -23,8 +23,12 @@ ROWS = [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]]
 @pytest.fixture(scope="module")
 def runtime(server):
     return boto3.client(
-        "sagemaker-runtime", endpoint_url=server.url, region_name="us-east-1",
-        aws_access_key_id="test", aws_secret_access_key="test", config=Config(retries={"max_attempts": 1}),
+        "sagemaker-runtime",
+        endpoint_url=server.url,
+        region_name="us-east-1",
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+        config=Config(retries={"max_attempts": 1}),
     )
 
 
@@ -37,8 +41,13 @@ def iris_estimator(sagemaker_script_models):
 
 
 def test_sklearn_script_with_model_fn_only_answers_the_containers_json_bytes(runtime, iris_estimator):
-    response = runtime.invoke_endpoint(EndpointName="it-sagemaker", TargetContainerHostname="sk-script",
-                                       ContentType="application/json", Accept="application/json", Body=json.dumps(ROWS))
+    response = runtime.invoke_endpoint(
+        EndpointName="it-sagemaker",
+        TargetContainerHostname="sk-script",
+        ContentType="application/json",
+        Accept="application/json",
+        Body=json.dumps(ROWS),
+    )
     # sagemaker-scikit-learn-container: np.array(json).astype(float32) -> predict -> json.dumps(default=tolist)
     expected = json.dumps(iris_estimator.predict(np.array(ROWS).astype(np.float32)), default=np.ndarray.tolist)
     assert response["Body"].read() == expected.encode()
@@ -47,8 +56,13 @@ def test_sklearn_script_with_model_fn_only_answers_the_containers_json_bytes(run
 
 def test_sklearn_script_answers_csv_with_np_savetxt(runtime, iris_estimator):
     body = "\n".join(",".join(map(str, row)) for row in ROWS)
-    response = runtime.invoke_endpoint(EndpointName="it-sagemaker", TargetContainerHostname="sk-script",
-                                       ContentType="text/csv", Accept="text/csv", Body=body)
+    response = runtime.invoke_endpoint(
+        EndpointName="it-sagemaker",
+        TargetContainerHostname="sk-script",
+        ContentType="text/csv",
+        Accept="text/csv",
+        Body=body,
+    )
     stream = io.StringIO()
     np.savetxt(stream, iris_estimator.predict(np.array(ROWS, dtype=np.float32)), delimiter=",", fmt="%s")
     assert response["Body"].read() == stream.getvalue().encode()
@@ -57,8 +71,12 @@ def test_sklearn_script_answers_csv_with_np_savetxt(runtime, iris_estimator):
 
 def test_an_unsupported_content_type_is_a_model_error_with_the_containers_415(runtime):
     with pytest.raises(runtime.exceptions.ModelError) as raised:
-        runtime.invoke_endpoint(EndpointName="it-sagemaker", TargetContainerHostname="sk-script",
-                                ContentType="application/x-image", Body=b"\x89PNG")
+        runtime.invoke_endpoint(
+            EndpointName="it-sagemaker",
+            TargetContainerHostname="sk-script",
+            ContentType="application/x-image",
+            Body=b"\x89PNG",
+        )
     error = raised.value.response
     assert error["ResponseMetadata"]["HTTPStatusCode"] == 424
     assert error["OriginalStatusCode"] == 415
@@ -66,19 +84,34 @@ def test_an_unsupported_content_type_is_a_model_error_with_the_containers_415(ru
 
 
 def test_sagemaker_program_with_transform_fn_and_a_context(runtime):
-    response = runtime.invoke_endpoint(EndpointName="it-sagemaker", TargetContainerHostname="program",
-                                       ContentType="application/json", Accept="application/json",
-                                       CustomAttributes="trace=42", Body=json.dumps([[1, 2, 3]]))
+    response = runtime.invoke_endpoint(
+        EndpointName="it-sagemaker",
+        TargetContainerHostname="program",
+        ContentType="application/json",
+        Accept="application/json",
+        CustomAttributes="trace=42",
+        Body=json.dumps([[1, 2, 3]]),
+    )
     assert json.loads(response["Body"].read()) == {
-        "scores": [321.0], "body_type": "str", "attributes": "trace=42",
-        "weights": [1.0, 10.0, 100.0], "model_dir_is_str": True, "gpu_id": None}
+        "scores": [321.0],
+        "body_type": "str",
+        "attributes": "trace=42",
+        "weights": [1.0, 10.0, 100.0],
+        "model_dir_is_str": True,
+        "gpu_id": None,
+    }
     assert response["ContentType"] == "application/json"
 
 
 def test_a_status_the_script_sets_reaches_the_caller_as_a_model_error(runtime):
     with pytest.raises(runtime.exceptions.ModelError) as raised:
-        runtime.invoke_endpoint(EndpointName="it-sagemaker", TargetContainerHostname="program",
-                                ContentType="application/json", CustomAttributes="fail=teapot", Body="[[1]]")
+        runtime.invoke_endpoint(
+            EndpointName="it-sagemaker",
+            TargetContainerHostname="program",
+            ContentType="application/json",
+            CustomAttributes="fail=teapot",
+            Body="[[1]]",
+        )
     error = raised.value.response
     assert error["OriginalStatusCode"] == 418
     assert error["OriginalMessage"] == "refused by the script"
@@ -97,6 +130,11 @@ def test_pytorch_state_dict_with_model_fn_answers_the_toolkits_bytes(runtime, he
     model.eval()
     with torch.no_grad():  # the PyTorch toolkit: FloatTensor(json) -> model -> tolist -> json.dumps
         expected = json.dumps(model(torch.FloatTensor(ROWS)).detach().cpu().numpy().tolist())
-    response = runtime.invoke_endpoint(EndpointName="it-fifteen", TargetContainerHostname="pytorch-state",
-                                       ContentType="application/json", Accept="application/json", Body=json.dumps(ROWS))
+    response = runtime.invoke_endpoint(
+        EndpointName="it-fifteen",
+        TargetContainerHostname="pytorch-state",
+        ContentType="application/json",
+        Accept="application/json",
+        Body=json.dumps(ROWS),
+    )
     assert response["Body"].read() == expected.encode()

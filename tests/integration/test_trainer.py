@@ -36,7 +36,9 @@ TRAIN_TIMEOUT_S = 360
 def _train(recipe: str, store: Path, *extra: str) -> subprocess.CompletedProcess:
     done = subprocess.run(
         [sys.executable, "-m", "serving.cli", "train", str(RECIPES / recipe), "--store", str(store), *extra],
-        capture_output=True, text=True, timeout=TRAIN_TIMEOUT_S,
+        capture_output=True,
+        text=True,
+        timeout=TRAIN_TIMEOUT_S,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done
@@ -50,8 +52,14 @@ def _record(store: Path, name: str) -> dict:
 def store(tmp_path_factory) -> Path:
     """Every example recipe but the TensorFlow one's twin, trained once for the module (about a minute each)."""
     root = tmp_path_factory.mktemp("model-store")
-    for recipe in ("digits-cnn.yaml", "tabular-mlp.yaml", "customers-multimodel.yaml", "iris-sklearn.yaml",
-                   "wine-tensorflow.yaml", "cancer-xgboost.yaml"):
+    for recipe in (
+        "digits-cnn.yaml",
+        "tabular-mlp.yaml",
+        "customers-multimodel.yaml",
+        "iris-sklearn.yaml",
+        "wine-tensorflow.yaml",
+        "cancer-xgboost.yaml",
+    ):
         _train(recipe, root)
     return root
 
@@ -100,12 +108,27 @@ def test_the_served_artifacts_answer_what_the_trained_model_predicts(endpoint_se
     server = endpoint_server
 
     latest = store / "digits-cnn" / "latest"
-    spec = parse_spec({"EndpointName": "it-trained", "Containers": [
-        {"ContainerHostname": "torchscript", "Image": "pytorch", "ModelDataUrl": str(latest), "Resources": TINY},
-        {"ContainerHostname": "onnx", "Image": "onnx", "ModelDataUrl": str(latest), "Resources": TINY},
-        {"ContainerHostname": "customers", "Image": "sklearn", "Mode": "MultiModel",
-         "ModelDataUrl": str(store / "customers" / "latest") + "/", "Resources": TINY},
-    ]})
+    spec = parse_spec(
+        {
+            "EndpointName": "it-trained",
+            "Containers": [
+                {
+                    "ContainerHostname": "torchscript",
+                    "Image": "pytorch",
+                    "ModelDataUrl": str(latest),
+                    "Resources": TINY,
+                },
+                {"ContainerHostname": "onnx", "Image": "onnx", "ModelDataUrl": str(latest), "Resources": TINY},
+                {
+                    "ContainerHostname": "customers",
+                    "Image": "sklearn",
+                    "Mode": "MultiModel",
+                    "ModelDataUrl": str(store / "customers" / "latest") + "/",
+                    "Resources": TINY,
+                },
+            ],
+        }
+    )
     settings = ServerSettings(port=int(server.url.rsplit(":", 1)[1]), max_payload_mb=1.0, invocation_timeout_s=3.0)
     ray_wing.deploy_endpoint(spec, settings)
     deadline = time.monotonic() + 300
@@ -128,8 +151,12 @@ def test_the_served_artifacts_answer_what_the_trained_model_predicts(endpoint_se
     customers = _record(store, "customers")
     assert customers["groups"] == [f"customer-{i}" for i in range(5)]
     for group in customers["groups"]:
-        answer = server.invoke("it-trained", [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]], target="customers",
-                               headers={"X-Amzn-SageMaker-Target-Model": f"{group}.tar.gz"})
+        answer = server.invoke(
+            "it-trained",
+            [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]],
+            target="customers",
+            headers={"X-Amzn-SageMaker-Target-Model": f"{group}.tar.gz"},
+        )
         assert answer.status_code == 200, answer.text
         assert answer.json()[0] == "setosa"
 
@@ -218,8 +245,15 @@ def test_a_killed_run_resumes_from_its_checkpoint_to_the_weights_of_an_uninterru
     import torch
 
     interrupted = tmp_path / "interrupted"
-    command = [sys.executable, "-m", "serving.cli", "train", str(RECIPES / "tabular-mlp.yaml"), "--store",
-               str(interrupted)]
+    command = [
+        sys.executable,
+        "-m",
+        "serving.cli",
+        "train",
+        str(RECIPES / "tabular-mlp.yaml"),
+        "--store",
+        str(interrupted),
+    ]
     log = tmp_path / "interrupted.log"
     with log.open("w") as output:
         run = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
@@ -276,8 +310,12 @@ def test_a_worker_killed_mid_run_is_replaced_and_the_run_finishes(tmp_path) -> N
     out = tmp_path / "store"
     log = tmp_path / "worker-killed.log"
     with log.open("w") as output:
-        run = subprocess.Popen([sys.executable, "-m", "serving.cli", "train", str(path), "--store", str(out)],
-                               stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
+        run = subprocess.Popen(
+            [sys.executable, "-m", "serving.cli", "train", str(path), "--store", str(out)],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         deadline = time.monotonic() + 420
         while not _checkpointed(out):

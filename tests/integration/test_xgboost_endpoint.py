@@ -21,8 +21,12 @@ ENDPOINTS = ("it-xgboost",)  # what `server` deploys for this module
 @pytest.fixture(scope="module")
 def runtime(server):
     return boto3.client(
-        "sagemaker-runtime", endpoint_url=server.url, region_name="us-east-1",
-        aws_access_key_id="test", aws_secret_access_key="test", config=Config(retries={"max_attempts": 1}),
+        "sagemaker-runtime",
+        endpoint_url=server.url,
+        region_name="us-east-1",
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+        config=Config(retries={"max_attempts": 1}),
     )
 
 
@@ -36,8 +40,9 @@ def test_algorithm_artifact_answers_csv_libsvm_and_errors(runtime, xgboost_model
     assert answer["Body"].read() == csv_answer(expected)
 
     libsvm = "\n".join("0 " + " ".join(f"{j + 1}:{v!r}" for j, v in enumerate(row.tolist())) for row in rows)
-    answer = runtime.invoke_endpoint(EndpointName="it-xgboost", ContentType="text/libsvm", Accept="application/json",
-                                     Body=libsvm)
+    answer = runtime.invoke_endpoint(
+        EndpointName="it-xgboost", ContentType="text/libsvm", Accept="application/json", Body=libsvm
+    )
     assert answer["ContentType"].startswith("application/json")
     assert answer["Body"].read() == json_answer(expected)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-ECHO = '''
+ECHO = """
 import json, os
 
 def input_fn(body, content_type):
@@ -25,7 +25,7 @@ def predict_fn(data, model):
 
 def output_fn(prediction, accept):
     return json.dumps(prediction), "application/json"
-'''
+"""
 
 
 def echo_model(root: Path) -> Path:
@@ -74,8 +74,11 @@ def stop(process: subprocess.Popen, grace: float = 30) -> None:
 
 def listeners(port: int) -> set[int]:
     """The processes listening on `port` (the gateways sharing it)."""
-    return {c.pid for c in psutil.net_connections("tcp")
-            if c.status == psutil.CONN_LISTEN and c.laddr.port == port and c.pid}
+    return {
+        c.pid
+        for c in psutil.net_connections("tcp")
+        if c.status == psutil.CONN_LISTEN and c.laddr.port == port and c.pid
+    }
 
 
 def accepting_pid(client: socket.socket, port: int) -> int:

@@ -40,20 +40,34 @@ def server(tmp_path_factory):
     specs = []
     for name, hosts in CONTAINERS.items():
         spec = root / f"{name}.json"
-        spec.write_text(json.dumps({
-            "EndpointName": name, "InferenceExecutionConfig": {"Mode": "Serial" if name == "gw-serial" else "Direct"},
-            "Containers": [{"ContainerHostname": host, "Image": "python", "ModelDataUrl": str(model)} for host in hosts]}))
+        spec.write_text(
+            json.dumps(
+                {
+                    "EndpointName": name,
+                    "InferenceExecutionConfig": {"Mode": "Serial" if name == "gw-serial" else "Direct"},
+                    "Containers": [
+                        {"ContainerHostname": host, "Image": "python", "ModelDataUrl": str(model)} for host in hosts
+                    ],
+                }
+            )
+        )
         specs.append(str(spec))
     port = free_port()
     environment = {**os.environ, "SERVING_STATE_DIR": str(root / "state"), "RAY_USAGE_STATS_ENABLED": "0"}
     environment.pop("RAY_ADDRESS", None)
     log = open(root / "serving-up.log", "w")
-    process = subprocess.Popen([str(BIN / "serving"), "up", *specs, "--port", str(port), "--gateways-per-node", "2",
-                                "--wait-timeout", "300"], env=environment, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    process = subprocess.Popen(
+        [str(BIN / "serving"), "up", *specs, "--port", str(port), "--gateways-per-node", "2", "--wait-timeout", "300"],
+        env=environment,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=ROOT,
+    )
     try:
         url = f"http://127.0.0.1:{port}"
-        wait_for(lambda: httpx.get(f"{url}/ping", timeout=5).status_code == 200, "GET /ping 200", timeout=300,
-                 every=0.05)
+        wait_for(
+            lambda: httpx.get(f"{url}/ping", timeout=5).status_code == 200, "GET /ping 200", timeout=300, every=0.05
+        )
         yield url, port, _first_calls(url)
     finally:
         stop(process)
@@ -63,12 +77,14 @@ def server(tmp_path_factory):
 
 def _first_calls(url: str) -> Counter:
     """Every container of every endpoint, each on 8 fresh connections (so both gateways take some)."""
+
     def call(target: tuple[str, str | None]) -> int | str:
         name, host = target
         headers = {"X-Amzn-SageMaker-Target-Container-Hostname": host} if host else {}
         try:
-            return httpx.post(f"{url}/endpoints/{name}/invocations", json={"x": 1}, headers=headers,
-                              timeout=30).status_code
+            return httpx.post(
+                f"{url}/endpoints/{name}/invocations", json={"x": 1}, headers=headers, timeout=30
+            ).status_code
         except httpx.HTTPError as error:
             return type(error).__name__
 
@@ -93,12 +109,21 @@ def test_a_gateway_killed_under_boto3_load_costs_no_call(server) -> None:
     running.set()
 
     def caller() -> None:
-        local.client = boto3.client("sagemaker-runtime", endpoint_url=url, region_name="us-east-1",
-                                    aws_access_key_id="x", aws_secret_access_key="x")
+        local.client = boto3.client(
+            "sagemaker-runtime",
+            endpoint_url=url,
+            region_name="us-east-1",
+            aws_access_key_id="x",
+            aws_secret_access_key="x",
+        )
         while running.is_set():
             try:
-                answer = local.client.invoke_endpoint(EndpointName="gw-direct", TargetContainerHostname="first",
-                                                      ContentType="application/json", Body=b'{"x": 1}')
+                answer = local.client.invoke_endpoint(
+                    EndpointName="gw-direct",
+                    TargetContainerHostname="first",
+                    ContentType="application/json",
+                    Body=b'{"x": 1}',
+                )
                 statuses.append(answer["ResponseMetadata"]["HTTPStatusCode"])
             except Exception as error:  # what boto3 raised after its retries
                 statuses.append(type(error).__name__)

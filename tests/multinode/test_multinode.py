@@ -39,9 +39,14 @@ class Cluster:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.environment = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32),
-                            "RAY_USAGE_STATS_ENABLED": "0", "SERVING_STATE_DIR": str(root / "state"),
-                            "RAY_preload_python_modules": "serving._worker_preload"}  # as deploy/ sets it
+        self.environment = {
+            **os.environ,
+            "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN": secrets.token_hex(32),
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "SERVING_STATE_DIR": str(root / "state"),
+            "RAY_preload_python_modules": "serving._worker_preload",
+        }  # as deploy/ sets it
         self.environment.pop("RAY_AUTH_TOKEN_PATH", None)
         self.environment.pop("RAY_ADDRESS", None)
         self.gcs_port, self.port, self.grpc_port = free_port(), free_port(), free_port()
@@ -49,16 +54,36 @@ class Cluster:
         self.address = f"{_node_ip()}:{self.gcs_port}"
 
     def start_node(self, *arguments: str) -> subprocess.Popen:
-        process = subprocess.Popen([str(BIN / "ray"), "start", "--block", "--disable-usage-stats", *arguments],
-                                   env=self.environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        process = subprocess.Popen(
+            [str(BIN / "ray"), "start", "--block", "--disable-usage-stats", *arguments],
+            env=self.environment,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         self.processes.append(process)
         return process
 
     def up(self, spec: Path) -> subprocess.Popen:
         log = open(self.root / "serving-up.log", "w")
         process = subprocess.Popen(
-            [str(BIN / "serving"), "up", str(spec), "--address", self.address, "--port", str(self.port),
-             "--grpc-port", str(self.grpc_port), "--wait-timeout", "300"], env=self.environment, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+            [
+                str(BIN / "serving"),
+                "up",
+                str(spec),
+                "--address",
+                self.address,
+                "--port",
+                str(self.port),
+                "--grpc-port",
+                str(self.grpc_port),
+                "--wait-timeout",
+                "300",
+            ],
+            env=self.environment,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
         self.processes.append(process)
         return process
 
@@ -80,26 +105,61 @@ def cluster(tmp_path_factory) -> Iterator[tuple[Cluster, str, subprocess.Popen]]
     root = tmp_path_factory.mktemp("multinode")
     model = echo_model(root)
     container = lambda name, custom, replicas=1: {
-        "ContainerHostname": name, "Image": "python", "ModelDataUrl": str(model),
-        "Resources": {"Cpus": 0.1, "Custom": custom}, "AutoScaling": {"MinCapacity": replicas, "MaxCapacity": replicas}}
+        "ContainerHostname": name,
+        "Image": "python",
+        "ModelDataUrl": str(model),
+        "Resources": {"Cpus": 0.1, "Custom": custom},
+        "AutoScaling": {"MinCapacity": replicas, "MaxCapacity": replicas},
+    }
     spec = root / "spec.json"
-    spec.write_text(json.dumps({"EndpointName": "mn", "Containers": [
-        container("on-head", {"node-a": 1}), container("on-worker", {"node-b": 1}),
-        container("spread", {"slot": 1}, replicas=2)]}))
+    spec.write_text(
+        json.dumps(
+            {
+                "EndpointName": "mn",
+                "Containers": [
+                    container("on-head", {"node-a": 1}),
+                    container("on-worker", {"node-b": 1}),
+                    container("spread", {"slot": 1}, replicas=2),
+                ],
+            }
+        )
+    )
     cluster = Cluster(root)
-    head = cluster.start_node("--head", f"--port={cluster.gcs_port}", "--num-cpus=1", "--include-dashboard=false",
-                              '--resources={"node-a": 10, "slot": 1}')
+    head = cluster.start_node(
+        "--head",
+        f"--port={cluster.gcs_port}",
+        "--num-cpus=1",
+        "--include-dashboard=false",
+        '--resources={"node-a": 10, "slot": 1}',
+    )
     try:
-        wait_for(lambda: subprocess.run([str(BIN / "ray"), "status", f"--address={cluster.address}"],
-                                     env=cluster.environment, capture_output=True, timeout=60).returncode == 0,
-              "head up", timeout=120)
+        wait_for(
+            lambda: (
+                subprocess.run(
+                    [str(BIN / "ray"), "status", f"--address={cluster.address}"],
+                    env=cluster.environment,
+                    capture_output=True,
+                    timeout=60,
+                ).returncode
+                == 0
+            ),
+            "head up",
+            timeout=120,
+        )
         # A node address of its own, as every node of a real cluster has: locality is by address (issue 43).
-        worker = cluster.start_node(f"--address={cluster.address}", "--node-ip-address=127.0.0.2", "--num-cpus=1",
-                                    '--resources={"node-b": 10, "slot": 1}')
+        worker = cluster.start_node(
+            f"--address={cluster.address}",
+            "--node-ip-address=127.0.0.2",
+            "--num-cpus=1",
+            '--resources={"node-b": 10, "slot": 1}',
+        )
         cluster.up(spec)
         url = f"http://127.0.0.1:{cluster.port}"
-        wait_for(lambda: httpx.get(f"{url}/endpoints/mn", timeout=5).json()["EndpointStatus"] == "InService",
-              "InService", timeout=300)
+        wait_for(
+            lambda: httpx.get(f"{url}/endpoints/mn", timeout=5).json()["EndpointStatus"] == "InService",
+            "InService",
+            timeout=300,
+        )
         yield cluster, url, worker
     finally:
         print((root / "serving-up.log").read_text()[-3000:] if (root / "serving-up.log").exists() else "")
@@ -108,19 +168,26 @@ def cluster(tmp_path_factory) -> Iterator[tuple[Cluster, str, subprocess.Popen]]
 
 
 def _invoke(url: str, container: str) -> httpx.Response:
-    return httpx.post(f"{url}/endpoints/mn/invocations", json={"ask": container}, timeout=30,
-                      headers={"X-Amzn-SageMaker-Target-Container-Hostname": container})
+    return httpx.post(
+        f"{url}/endpoints/mn/invocations",
+        json={"ask": container},
+        timeout=30,
+        headers={"X-Amzn-SageMaker-Target-Container-Hostname": container},
+    )
 
 
 def _serve_replicas(cluster: Cluster) -> dict[str, list[dict]]:
     """Serve's replicas of every application with the node each runs on, read as a driver of the cluster."""
-    code = ("import json, ray; from ray.serve.context import _get_global_client; ray.init(address=%r, namespace='serving');"
-            "d = _get_global_client().get_serve_details(); nodes = {n['NodeID']: n['Resources'] for n in ray.nodes()};"
-            "print(json.dumps({app: [{'node': sorted(k for k in nodes.get(r.get('node_id'), {}) if k.startswith('node-')),"
-            " 'pid': r.get('pid'), 'state': r.get('state')} for dep in a['deployments'].values() for r in dep['replicas']]"
-            " for app, a in d['applications'].items()}))") % cluster.address
-    done = subprocess.run([sys.executable, "-c", code], env=cluster.environment, capture_output=True, text=True,
-                          timeout=120)
+    code = (
+        "import json, ray; from ray.serve.context import _get_global_client; ray.init(address=%r, namespace='serving');"
+        "d = _get_global_client().get_serve_details(); nodes = {n['NodeID']: n['Resources'] for n in ray.nodes()};"
+        "print(json.dumps({app: [{'node': sorted(k for k in nodes.get(r.get('node_id'), {}) if k.startswith('node-')),"
+        " 'pid': r.get('pid'), 'state': r.get('state')} for dep in a['deployments'].values() for r in dep['replicas']]"
+        " for app, a in d['applications'].items()}))"
+    ) % cluster.address
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=cluster.environment, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -150,9 +217,13 @@ class Load:
                     # process down, and resets what it accepted meanwhile, so an immediate retry can be reset too.
                     for attempt in range(3):
                         try:
-                            self.statuses.append(client.post(
-                                f"{self.url}/endpoints/mn/invocations", json={"x": 1},
-                                headers={"X-Amzn-SageMaker-Target-Container-Hostname": self.container}).status_code)
+                            self.statuses.append(
+                                client.post(
+                                    f"{self.url}/endpoints/mn/invocations",
+                                    json={"x": 1},
+                                    headers={"X-Amzn-SageMaker-Target-Container-Hostname": self.container},
+                                ).status_code
+                            )
                             break
                         except httpx.TransportError as error:
                             if attempt == 2:
@@ -215,9 +286,14 @@ def test_metrics_come_from_both_nodes(cluster) -> None:
 
     def both() -> bool:
         text = httpx.get(f"{url}/metrics", timeout=30).text
-        counted = {container for container in ("on-head", "on-worker")
-                   if any(line.startswith("serving_model_latency_seconds_count") and f'container="{container}"' in line
-                          for line in text.splitlines())}
+        counted = {
+            container
+            for container in ("on-head", "on-worker")
+            if any(
+                line.startswith("serving_model_latency_seconds_count") and f'container="{container}"' in line
+                for line in text.splitlines()
+            )
+        }
         return counted == {"on-head", "on-worker"}
 
     wait_for(both, "recorded on both nodes", timeout=90)
@@ -235,8 +311,12 @@ def _enter(cluster: Cluster, container: str) -> tuple[int, int]:
     try:
         connection.connect()
         gateway = accepting_pid(connection.sock, cluster.port)
-        connection.request("POST", "/endpoints/mn/invocations", body=b'{"x": 1}', headers={
-            "Content-Type": "application/json", "X-Amzn-SageMaker-Target-Container-Hostname": container})
+        connection.request(
+            "POST",
+            "/endpoints/mn/invocations",
+            body=b'{"x": 1}',
+            headers={"Content-Type": "application/json", "X-Amzn-SageMaker-Target-Container-Hostname": container},
+        )
         answer = connection.getresponse()
         assert answer.status == 200, answer.read()
         return gateway, json.loads(answer.read())["pid"]
@@ -270,8 +350,10 @@ def test_the_head_gateway_killed_under_load_costs_no_request(cluster) -> None:
         os.kill(head, signal.SIGKILL)  # the head node's gateway: a Serve replica of this test's own cluster
         wait_for(lambda: len(listeners(c.port) - {head}) == 2, "a new gateway on the head node", timeout=120)
         time.sleep(3)
-    assert load.failures() == Counter() and worker_load.failures() == Counter(), (load.failures(),
-                                                                                   worker_load.failures())
+    assert load.failures() == Counter() and worker_load.failures() == Counter(), (
+        load.failures(),
+        worker_load.failures(),
+    )
     assert len(load.statuses) > 20
     after = _gateway_pids(c)
     assert worker in after and head not in after and sorted(after.values()) == ["node-a", "node-b"]
@@ -282,13 +364,19 @@ def test_a_node_that_joins_gets_a_gateway_that_serves(cluster) -> None:
     # which reads the routing table before it listens (so its first connection is served), within 30 s.
     c, _, _ = cluster
     before = listeners(c.port)
-    joining = c.start_node(f"--address={c.address}", "--node-ip-address=127.0.0.3", "--num-cpus=1",
-                           '--resources={"node-c": 10}')
+    joining = c.start_node(
+        f"--address={c.address}", "--node-ip-address=127.0.0.3", "--num-cpus=1", '--resources={"node-c": 10}'
+    )
     try:
-        wait_for(lambda: any(p.name() == "raylet" for p in psutil.Process(joining.pid).children(recursive=True)),
-                 "the node's raylet up", timeout=120, every=0.2)
-        took = wait_for(lambda: len(listeners(c.port) - before) == 1, "a gateway on the new node", timeout=120,
-                        every=0.2)
+        wait_for(
+            lambda: any(p.name() == "raylet" for p in psutil.Process(joining.pid).children(recursive=True)),
+            "the node's raylet up",
+            timeout=120,
+            every=0.2,
+        )
+        took = wait_for(
+            lambda: len(listeners(c.port) - before) == 1, "a gateway on the new node", timeout=120, every=0.2
+        )
         print(f"the new node's gateway listened {took:.1f} s after its raylet started")
         (new,) = listeners(c.port) - before
         assert _gateway_pids(c)[new] == "node-c"
@@ -297,8 +385,9 @@ def test_a_node_that_joins_gets_a_gateway_that_serves(cluster) -> None:
         assert took < 30
     finally:
         stop(joining)
-    wait_for(lambda: sorted(_gateway_pids(c).values()) == ["node-a", "node-b"], "the left node's gateway gone",
-             timeout=120)
+    wait_for(
+        lambda: sorted(_gateway_pids(c).values()) == ["node-a", "node-b"], "the left node's gateway gone", timeout=120
+    )
 
 
 def test_a_replica_killed_on_the_worker_node_costs_no_request(cluster) -> None:
@@ -307,9 +396,14 @@ def test_a_replica_killed_on_the_worker_node_costs_no_request(cluster) -> None:
     with Load(url, "spread") as load:
         time.sleep(2)
         os.kill(worker_replica["pid"], signal.SIGKILL)  # a Serve replica of this test's own cluster
-        wait_for(lambda: sum(r["state"] == "RUNNING" for r in _replicas(url, cluster[0])["spread"]) == 2
-              and worker_replica["pid"] not in [r["pid"] for r in _replicas(url, cluster[0])["spread"]],
-              "replaced", timeout=180)
+        wait_for(
+            lambda: (
+                sum(r["state"] == "RUNNING" for r in _replicas(url, cluster[0])["spread"]) == 2
+                and worker_replica["pid"] not in [r["pid"] for r in _replicas(url, cluster[0])["spread"]]
+            ),
+            "replaced",
+            timeout=180,
+        )
         time.sleep(2)
     assert load.failures() == Counter(), load.failures()
     assert len(load.statuses) > 20

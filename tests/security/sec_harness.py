@@ -41,21 +41,37 @@ DENIED_KEY = "sec-tests-key-of-nothing-0001"  # a known caller whose policy allo
 KEY_ID, SECRET = "AKIASECTESTS00001", "sec-tests-secret-access-key-0001"
 REGION = "us-east-1"
 TARGET_MODEL = "X-Amzn-SageMaker-Target-Model"
-ALLOW_ALL = {"Version": "2012-10-17", "Statement": [
-    {"Sid": "All", "Effect": "Allow", "Action": "sagemaker:InvokeEndpoint", "Resource": "*"}]}
+ALLOW_ALL = {
+    "Version": "2012-10-17",
+    "Statement": [{"Sid": "All", "Effect": "Allow", "Action": "sagemaker:InvokeEndpoint", "Resource": "*"}],
+}
 
 
 def write_identities(folder: Path) -> Path:
     """An identities file with a SigV4 caller and a bearer caller allowed everything, and a bearer caller
     allowed nothing here."""
     (folder / "allow-all.json").write_text(json.dumps(ALLOW_ALL))
-    elsewhere = {**ALLOW_ALL, "Statement": [{**ALLOW_ALL["Statement"][0], "Resource": "arn:aws:sagemaker:*:*:endpoint/elsewhere"}]}
+    elsewhere = {
+        **ALLOW_ALL,
+        "Statement": [{**ALLOW_ALL["Statement"][0], "Resource": "arn:aws:sagemaker:*:*:endpoint/elsewhere"}],
+    }
     (folder / "allow-elsewhere.json").write_text(json.dumps(elsewhere))
-    (folder / "identities.yaml").write_text(yaml.safe_dump({"Identities": [
-        {"Principal": "signer", "AccessKeyId": KEY_ID, "SecretAccessKey": SECRET, "PolicyDocuments": ["allow-all.json"]},
-        {"Principal": "bearer", "ApiKey": API_KEY, "PolicyDocuments": ["allow-all.json"]},
-        {"Principal": "denied", "ApiKey": DENIED_KEY, "PolicyDocuments": ["allow-elsewhere.json"]},
-    ]}))
+    (folder / "identities.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "Identities": [
+                    {
+                        "Principal": "signer",
+                        "AccessKeyId": KEY_ID,
+                        "SecretAccessKey": SECRET,
+                        "PolicyDocuments": ["allow-all.json"],
+                    },
+                    {"Principal": "bearer", "ApiKey": API_KEY, "PolicyDocuments": ["allow-all.json"]},
+                    {"Principal": "denied", "ApiKey": DENIED_KEY, "PolicyDocuments": ["allow-elsewhere.json"]},
+                ]
+            }
+        )
+    )
     return folder / "identities.yaml"
 
 
@@ -91,8 +107,11 @@ def sleepy_container(seconds: float):
 def routes(identities: Path, settings: ServerSettings) -> list[EndpointRoute]:
     """`secure` (AccessControl), `open` (anonymous) and `mm` (anonymous, MultiModel), one container each."""
     access = EndpointAccess(load_identities(identities), region=settings.region, account_id=settings.account_id)
-    return [EndpointRoute("secure", "Direct", ("echo",), access=access), EndpointRoute("open", "Direct", ("echo",)),
-            EndpointRoute("mm", "Direct", ("mm",), multi_model=frozenset({"mm"}))]
+    return [
+        EndpointRoute("secure", "Direct", ("echo",), access=access),
+        EndpointRoute("open", "Direct", ("echo",)),
+        EndpointRoute("mm", "Direct", ("mm",), multi_model=frozenset({"mm"})),
+    ]
 
 
 class Stack:
@@ -119,7 +138,9 @@ class Stack:
         self.servers.clear()
 
 
-def gateway_app(identities: Path, table: dict[tuple[str, str], list[str]], settings: ServerSettings) -> tuple[ASGIApp, Router]:
+def gateway_app(
+    identities: Path, table: dict[tuple[str, str], list[str]], settings: ServerSettings
+) -> tuple[ASGIApp, Router]:
     transport = ContainerTransport(default_limit=128)
     router = Router(settings, transport)
     router.endpoints = {route.name: route for route in routes(identities, settings)}
@@ -137,6 +158,7 @@ def gateway_app(identities: Path, table: dict[tuple[str, str], list[str]], setti
 
 
 # --- raw HTTP over loopback ---------------------------------------------------------------------------
+
 
 def connect(url: str, timeout: float = 10.0) -> socket.socket:
     parts = urlsplit(url)
@@ -193,10 +215,13 @@ def wait_closed(sock: socket.socket, timeout: float) -> float | None:
     return None
 
 
-def sigv4_headers(url: str, path: str, body: bytes, key_id: str = KEY_ID, secret: str = SECRET,
-                  extra: dict[str, str] | None = None) -> list[tuple[str, str]]:
+def sigv4_headers(
+    url: str, path: str, body: bytes, key_id: str = KEY_ID, secret: str = SECRET, extra: dict[str, str] | None = None
+) -> list[tuple[str, str]]:
     """The headers boto3 would send for this request, signed with botocore's own SigV4 (Host left out)."""
-    request = AWSRequest(method="POST", url=url + path, data=body, headers={"Content-Type": "application/json", **(extra or {})})
+    request = AWSRequest(
+        method="POST", url=url + path, data=body, headers={"Content-Type": "application/json", **(extra or {})}
+    )
     SigV4Auth(Credentials(key_id, secret), "sagemaker", REGION).add_auth(request)
     return [(name, value) for name, value in request.headers.items()]
 

@@ -32,8 +32,12 @@ def sample(name: str, **labels: str) -> float:
 
 
 def server_errors(endpoint: str) -> float:
-    return sum(s.value for f in REGISTRY.collect() for s in f.samples
-               if s.name == "serving_invocation_5xx_errors_total" and s.labels["endpoint"] == endpoint)
+    return sum(
+        s.value
+        for f in REGISTRY.collect()
+        for s in f.samples
+        if s.name == "serving_invocation_5xx_errors_total" and s.labels["endpoint"] == endpoint
+    )
 
 
 @pytest.fixture(scope="module")
@@ -42,12 +46,16 @@ def url(stack: Stack, identities: Path, table) -> str:
 
 
 @pytest.mark.parametrize(("endpoint", "auth"), [("open", []), ("secure", [("Authorization", f"Bearer {API_KEY}")])])
-def test_an_aborted_upload_is_a_client_abort(url: str, endpoint: str, auth: list, caplog: pytest.LogCaptureFixture) -> None:
+def test_an_aborted_upload_is_a_client_abort(
+    url: str, endpoint: str, auth: list, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO)
     aborts, errors = sample("serving_invocation_client_aborts_total", endpoint=endpoint), server_errors(endpoint)
     with connect(url) as sock:
         path = f"/endpoints/{endpoint}/invocations"
-        sock.sendall(request_head(url, path, [("Content-Type", "application/json"), ("Content-Length", "100000"), *auth]))
+        sock.sendall(
+            request_head(url, path, [("Content-Type", "application/json"), ("Content-Length", "100000"), *auth])
+        )
         sock.sendall(b"[" + b"1," * 500)  # a tenth of the body, then the client goes away
         time.sleep(0.2)
     deadline = time.monotonic() + 5
@@ -71,7 +79,9 @@ def test_a_timed_out_target_model_adds_no_series(stack: Stack, identities: Path,
     assert sample("serving_invocations_total", endpoint="mm", container="mm", model="") == before + 1
     # A model that a container answered for is labelled as before.
     answered = stack.gateway(identities, {("mm", "mm"): [echo_url]})
-    response = httpx.post(f"{answered}/endpoints/mm/invocations", json=[1], headers={TARGET_MODEL: "answered-model"}, timeout=10)
+    response = httpx.post(
+        f"{answered}/endpoints/mm/invocations", json=[1], headers={TARGET_MODEL: "answered-model"}, timeout=10
+    )
     assert response.status_code == 200
     assert sample("serving_invocations_total", endpoint="mm", container="mm", model="answered-model") == 1
 
@@ -92,7 +102,9 @@ def test_a_model_that_raises_is_labelled_an_unknown_one_is_not(stack: Stack, ide
         failed = httpx.post(f"{url}/endpoints/mm/invocations", json=[1], headers={TARGET_MODEL: "raises"}, timeout=30)
         assert failed.status_code == 424
         assert sample("serving_invocations_total", endpoint="mm", container="mm", model="raises") == 1
-        unknown = httpx.post(f"{url}/endpoints/mm/invocations", json=[1], headers={TARGET_MODEL: "no-such-model"}, timeout=30)
+        unknown = httpx.post(
+            f"{url}/endpoints/mm/invocations", json=[1], headers={TARGET_MODEL: "no-such-model"}, timeout=30
+        )
         assert unknown.status_code == 400
         assert sample("serving_invocations_total", endpoint="mm", container="mm", model="no-such-model") == 0
     finally:

@@ -28,12 +28,28 @@ BUDGET_MB = 8
 
 @pytest.fixture
 def signed_harness(tmp_path: Path):
-    (tmp_path / "all.json").write_text(json.dumps({"Version": "2012-10-17", "Statement": [
-        {"Effect": "Allow", "Action": "sagemaker:*", "Resource": "*"}]}))
-    (tmp_path / "identities.yaml").write_text(yaml.safe_dump({"Identities": [
-        {"Principal": "deployer", "AccessKeyId": KEY, "SecretAccessKey": SECRET, "PolicyDocuments": ["all.json"]}]}))
-    harness = Harness(tmp_path, api_identities=str(tmp_path / "identities.yaml"),
-                      preauth_body_budget_mb=BUDGET_MB, max_payload_mb=1)
+    (tmp_path / "all.json").write_text(
+        json.dumps(
+            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sagemaker:*", "Resource": "*"}]}
+        )
+    )
+    (tmp_path / "identities.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "Identities": [
+                    {
+                        "Principal": "deployer",
+                        "AccessKeyId": KEY,
+                        "SecretAccessKey": SECRET,
+                        "PolicyDocuments": ["all.json"],
+                    }
+                ]
+            }
+        )
+    )
+    harness = Harness(
+        tmp_path, api_identities=str(tmp_path / "identities.yaml"), preauth_body_budget_mb=BUDGET_MB, max_payload_mb=1
+    )
     yield harness
     harness.stop()
 
@@ -43,11 +59,15 @@ def _head(url: str, key: str, length: int) -> bytes:
     host = url.removeprefix("http://")
     now = datetime.now(UTC)
     stamp, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
-    authorization = (f"AWS4-HMAC-SHA256 Credential={key}/{day}/us-east-1/sagemaker/aws4_request, "
-                     f"SignedHeaders=content-type;host;x-amz-date;x-amz-target, Signature={'0' * 64}")
-    return (f"POST / HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/x-amz-json-1.1\r\n"
-            f"X-Amz-Target: SageMaker.ListModels\r\nX-Amz-Date: {stamp}\r\nAuthorization: {authorization}\r\n"
-            f"Content-Length: {length}\r\n\r\n").encode()
+    authorization = (
+        f"AWS4-HMAC-SHA256 Credential={key}/{day}/us-east-1/sagemaker/aws4_request, "
+        f"SignedHeaders=content-type;host;x-amz-date;x-amz-target, Signature={'0' * 64}"
+    )
+    return (
+        f"POST / HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/x-amz-json-1.1\r\n"
+        f"X-Amz-Target: SageMaker.ListModels\r\nX-Amz-Date: {stamp}\r\nAuthorization: {authorization}\r\n"
+        f"Content-Length: {length}\r\n\r\n"
+    ).encode()
 
 
 def _connect(url: str) -> socket.socket:
@@ -101,8 +121,12 @@ def test_deeply_nested_json_is_a_validation_error(tmp_path: Path) -> None:
         import httpx
 
         deep = b"[" * 100_000 + b"]" * 100_000
-        answer = httpx.post(harness.url + "/", content=deep, headers={
-            "X-Amz-Target": "SageMaker.ListModels", "Content-Type": "application/x-amz-json-1.1"}, timeout=30)
+        answer = httpx.post(
+            harness.url + "/",
+            content=deep,
+            headers={"X-Amz-Target": "SageMaker.ListModels", "Content-Type": "application/x-amz-json-1.1"},
+            timeout=30,
+        )
         assert answer.status_code == 400, answer.text  # before: 500 (RecursionError)
         assert answer.json()["__type"] == "ValidationException"
         assert "nests too deeply" in answer.json()["message"]
@@ -119,8 +143,13 @@ def test_an_uncompressed_tar_named_tar_gz_is_a_validation_error(tmp_path: Path) 
             info = tarfile.TarInfo("code/inference.py")
             info.size = len(payload)
             tar.addfile(info, io.BytesIO(payload))
-        message = refused(lambda: harness.sm.create_model(ModelName="plain", PrimaryContainer={
-            "Image": "python", "ModelDataUrl": str(archive)}), "ValidationException", "plain.tar.gz")
+        message = refused(
+            lambda: harness.sm.create_model(
+                ModelName="plain", PrimaryContainer={"Image": "python", "ModelDataUrl": str(archive)}
+            ),
+            "ValidationException",
+            "plain.tar.gz",
+        )
         assert "not a readable gzip-compressed tar archive" in message  # before: 500 InternalFailure
     finally:
         harness.stop()

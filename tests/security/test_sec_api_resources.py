@@ -35,26 +35,60 @@ ROLLBACK = {
 
 
 def _policy(team: str, *cloudwatch: dict[str, Any]) -> str:
-    return json.dumps({"Version": "2012-10-17", "Statement": [
-        {"Sid": f"Team{team.upper()}", "Effect": "Allow", "Action": "sagemaker:*", "Resource": [
-            f"arn:aws:sagemaker:*:*:model/{team}-*", f"arn:aws:sagemaker:*:*:endpoint-config/{team}-*",
-            f"arn:aws:sagemaker:*:*:endpoint/{team}-*"]},
-        *cloudwatch,
-    ]})
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": f"Team{team.upper()}",
+                    "Effect": "Allow",
+                    "Action": "sagemaker:*",
+                    "Resource": [
+                        f"arn:aws:sagemaker:*:*:model/{team}-*",
+                        f"arn:aws:sagemaker:*:*:endpoint-config/{team}-*",
+                        f"arn:aws:sagemaker:*:*:endpoint/{team}-*",
+                    ],
+                },
+                *cloudwatch,
+            ],
+        }
+    )
 
 
 @pytest.fixture
 def harness(tmp_path: Path) -> Iterator[Harness]:
     # Team A may do anything to a-* and read every metric; team T (the intruder) anything to t-*, and alarms t-*.
     (tmp_path / "team-a.json").write_text(_policy("a", {"Effect": "Allow", "Action": "cloudwatch:*", "Resource": "*"}))
-    (tmp_path / "team-t.json").write_text(_policy("t", {
-        "Effect": "Allow", "Action": ["cloudwatch:PutMetricAlarm", "cloudwatch:DescribeAlarms"],
-        "Resource": "arn:aws:cloudwatch:*:*:alarm:t-*"}))
-    (tmp_path / "identities.yaml").write_text(yaml.safe_dump({"Identities": [
-        {"Principal": "team-a", "AccessKeyId": KEY, "SecretAccessKey": SECRET, "PolicyDocuments": ["team-a.json"]},
-        {"Principal": "team-t", "AccessKeyId": READER_KEY, "SecretAccessKey": READER_SECRET,
-         "PolicyDocuments": ["team-t.json"]},
-    ]}))
+    (tmp_path / "team-t.json").write_text(
+        _policy(
+            "t",
+            {
+                "Effect": "Allow",
+                "Action": ["cloudwatch:PutMetricAlarm", "cloudwatch:DescribeAlarms"],
+                "Resource": "arn:aws:cloudwatch:*:*:alarm:t-*",
+            },
+        )
+    )
+    (tmp_path / "identities.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "Identities": [
+                    {
+                        "Principal": "team-a",
+                        "AccessKeyId": KEY,
+                        "SecretAccessKey": SECRET,
+                        "PolicyDocuments": ["team-a.json"],
+                    },
+                    {
+                        "Principal": "team-t",
+                        "AccessKeyId": READER_KEY,
+                        "SecretAccessKey": READER_SECRET,
+                        "PolicyDocuments": ["team-t.json"],
+                    },
+                ]
+            }
+        )
+    )
     running = Harness(tmp_path, api_identities=str(tmp_path / "identities.yaml"))
     yield running
     running.stop()
@@ -72,23 +106,42 @@ def _in_service(harness: Harness, sm: Any, endpoint: str, config: str) -> None:
 
 
 def _alarm(name: str, endpoint: str) -> dict[str, Any]:
-    return {"AlarmName": name, "Namespace": "AWS/SageMaker", "MetricName": "Invocations", "Statistic": "Sum",
-            "Dimensions": [{"Name": "EndpointName", "Value": endpoint}, {"Name": "VariantName", "Value": "A"}],
-            "Period": 10, "EvaluationPeriods": 1, "Threshold": 0, "ComparisonOperator": "GreaterThanThreshold"}
+    return {
+        "AlarmName": name,
+        "Namespace": "AWS/SageMaker",
+        "MetricName": "Invocations",
+        "Statistic": "Sum",
+        "Dimensions": [{"Name": "EndpointName", "Value": endpoint}, {"Name": "VariantName", "Value": "A"}],
+        "Period": 10,
+        "EvaluationPeriods": 1,
+        "Threshold": 0,
+        "ComparisonOperator": "GreaterThanThreshold",
+    }
 
 
 def test_an_endpoint_config_may_name_only_models_its_caller_may_use(harness: Harness) -> None:
     harness.model("a-model")  # team A's, with its code and Environment
     intruder = harness.client(key=READER_KEY, secret=READER_SECRET)
-    intruder.create_model(ModelName="t-model", PrimaryContainer={
-        "Image": "sklearn", "ModelDataUrl": str(harness.models / "iris")})
-    refused(lambda: intruder.create_endpoint_config(EndpointConfigName="t-cfg", ProductionVariants=[
-        _variant("a-model")]), "AccessDeniedException", "User: team-t", "sagemaker:CreateEndpointConfig",
-        f"on resource: {ACCOUNT}:model/a-model ")  # before: created, and t-ep from it served team A's model
-    refused(lambda: intruder.create_endpoint_config(
-        EndpointConfigName="t-cfg", ProductionVariants=[_variant("t-model")],
-        ShadowProductionVariants=[_variant("a-model", "shadow")]),
-        "AccessDeniedException", "sagemaker:CreateEndpointConfig", f"{ACCOUNT}:model/a-model ")
+    intruder.create_model(
+        ModelName="t-model", PrimaryContainer={"Image": "sklearn", "ModelDataUrl": str(harness.models / "iris")}
+    )
+    refused(
+        lambda: intruder.create_endpoint_config(EndpointConfigName="t-cfg", ProductionVariants=[_variant("a-model")]),
+        "AccessDeniedException",
+        "User: team-t",
+        "sagemaker:CreateEndpointConfig",
+        f"on resource: {ACCOUNT}:model/a-model ",
+    )  # before: created, and t-ep from it served team A's model
+    refused(
+        lambda: intruder.create_endpoint_config(
+            EndpointConfigName="t-cfg",
+            ProductionVariants=[_variant("t-model")],
+            ShadowProductionVariants=[_variant("a-model", "shadow")],
+        ),
+        "AccessDeniedException",
+        "sagemaker:CreateEndpointConfig",
+        f"{ACCOUNT}:model/a-model ",
+    )
     assert [c["EndpointConfigName"] for c in harness.api.state.all("endpoint-config")] == []
 
 
@@ -97,23 +150,46 @@ def test_an_endpoint_may_be_created_or_updated_only_from_configs_its_caller_may_
     harness.config("a-cfg", ("A", "a-model"))
     harness.client("cloudwatch").put_metric_alarm(**_alarm("a-alarm", "a-ep"))
     intruder = harness.client(key=READER_KEY, secret=READER_SECRET)
-    refused(lambda: intruder.create_endpoint(EndpointName="t-ep", EndpointConfigName="a-cfg"),
-            "AccessDeniedException", "sagemaker:CreateEndpoint", f"on resource: {ACCOUNT}:endpoint-config/a-cfg ")
+    refused(
+        lambda: intruder.create_endpoint(EndpointName="t-ep", EndpointConfigName="a-cfg"),
+        "AccessDeniedException",
+        "sagemaker:CreateEndpoint",
+        f"on resource: {ACCOUNT}:endpoint-config/a-cfg ",
+    )
     # The intruder's own endpoint, from its own config: then an update to team A's config is refused too.
-    intruder.create_model(ModelName="t-model", PrimaryContainer={
-        "Image": "sklearn", "ModelDataUrl": str(harness.models / "iris")})
+    intruder.create_model(
+        ModelName="t-model", PrimaryContainer={"Image": "sklearn", "ModelDataUrl": str(harness.models / "iris")}
+    )
     intruder.create_endpoint_config(EndpointConfigName="t-cfg", ProductionVariants=[_variant("t-model")])
     intruder.create_endpoint_config(EndpointConfigName="t-cfg2", ProductionVariants=[_variant("t-model")])
     _in_service(harness, intruder, "t-ep", "t-cfg")
-    refused(lambda: intruder.update_endpoint(EndpointName="t-ep", EndpointConfigName="a-cfg"),
-            "AccessDeniedException", "sagemaker:UpdateEndpoint", f"{ACCOUNT}:endpoint-config/a-cfg ")
+    refused(
+        lambda: intruder.update_endpoint(EndpointName="t-ep", EndpointConfigName="a-cfg"),
+        "AccessDeniedException",
+        "sagemaker:UpdateEndpoint",
+        f"{ACCOUNT}:endpoint-config/a-cfg ",
+    )
     # A DeploymentConfig's rollback alarms are read by the update: they need cloudwatch:DescribeAlarms.
-    refused(lambda: intruder.update_endpoint(EndpointName="t-ep", EndpointConfigName="t-cfg2", DeploymentConfig={
-        **ROLLBACK, "AutoRollbackConfiguration": {"Alarms": [{"AlarmName": "a-alarm"}]}}),
-        "AccessDeniedException", "cloudwatch:DescribeAlarms", f"on resource: {ALARMS}:alarm:a-alarm ")
-    refused(lambda: intruder.create_endpoint(EndpointName="t-ep2", EndpointConfigName="t-cfg", DeploymentConfig={
-        **ROLLBACK, "AutoRollbackConfiguration": {"Alarms": [{"AlarmName": "a-alarm"}]}}),
-        "AccessDeniedException", "cloudwatch:DescribeAlarms", f"{ALARMS}:alarm:a-alarm ")
+    refused(
+        lambda: intruder.update_endpoint(
+            EndpointName="t-ep",
+            EndpointConfigName="t-cfg2",
+            DeploymentConfig={**ROLLBACK, "AutoRollbackConfiguration": {"Alarms": [{"AlarmName": "a-alarm"}]}},
+        ),
+        "AccessDeniedException",
+        "cloudwatch:DescribeAlarms",
+        f"on resource: {ALARMS}:alarm:a-alarm ",
+    )
+    refused(
+        lambda: intruder.create_endpoint(
+            EndpointName="t-ep2",
+            EndpointConfigName="t-cfg",
+            DeploymentConfig={**ROLLBACK, "AutoRollbackConfiguration": {"Alarms": [{"AlarmName": "a-alarm"}]}},
+        ),
+        "AccessDeniedException",
+        "cloudwatch:DescribeAlarms",
+        f"{ALARMS}:alarm:a-alarm ",
+    )
     described = intruder.describe_endpoint(EndpointName="t-ep")
     assert described["EndpointConfigName"] == "t-cfg" and "PendingDeploymentSummary" not in described
     assert [e["EndpointName"] for e in harness.api.state.all("endpoint")] == ["t-ep"]
@@ -125,8 +201,11 @@ def test_a_caller_allowed_on_every_resource_named_still_succeeds(
     team_a = harness.sm
     harness.model("a-model")
     harness.model("a-shadow")
-    team_a.create_endpoint_config(EndpointConfigName="a-cfg", ProductionVariants=[_variant("a-model")],
-                                  ShadowProductionVariants=[_variant("a-shadow", "shadow")])
+    team_a.create_endpoint_config(
+        EndpointConfigName="a-cfg",
+        ProductionVariants=[_variant("a-model")],
+        ShadowProductionVariants=[_variant("a-shadow", "shadow")],
+    )
     team_a.create_endpoint_config(EndpointConfigName="a-cfg2", ProductionVariants=[_variant("a-model")])
     harness.client("cloudwatch").put_metric_alarm(**_alarm("a-alarm", "a-ep"))
     with caplog.at_level(logging.INFO, logger="serving.audit"):
@@ -138,8 +217,11 @@ def test_a_caller_allowed_on_every_resource_named_still_succeeds(
     ]
     harness.deployer.ready("a-ep@A@1", "a-ep@shadow@1")
     harness.api.tick()
-    team_a.update_endpoint(EndpointName="a-ep", EndpointConfigName="a-cfg2", DeploymentConfig={
-        **ROLLBACK, "AutoRollbackConfiguration": {"Alarms": [{"AlarmName": "a-alarm"}]}})
+    team_a.update_endpoint(
+        EndpointName="a-ep",
+        EndpointConfigName="a-cfg2",
+        DeploymentConfig={**ROLLBACK, "AutoRollbackConfiguration": {"Alarms": [{"AlarmName": "a-alarm"}]}},
+    )
     assert team_a.describe_endpoint(EndpointName="a-ep")["PendingDeploymentSummary"]["EndpointConfigName"] == "a-cfg2"
 
 
@@ -156,12 +238,18 @@ class _Invocations:
 
 def test_an_alarm_cannot_read_a_metric_its_caller_may_not(harness: Harness) -> None:
     harness.deployer.served["a-ep@A@1"] = {  # team A's endpoint, serving
-        "EndpointName": "a-ep@A@1", "InferenceExecutionConfig": {"Mode": "Direct"},
+        "EndpointName": "a-ep@A@1",
+        "InferenceExecutionConfig": {"Mode": "Direct"},
         "Containers": [{"ContainerHostname": "only", "CurrentReplicas": 1}],
     }
     intruder = harness.client("cloudwatch", READER_KEY, READER_SECRET)
-    refused(lambda: intruder.put_metric_alarm(**_alarm("t-watch", "a-ep")), "AccessDeniedException",
-            "User: team-t", "cloudwatch:GetMetricStatistics", f"on resource: {ALARMS}:* ")  # before: created
+    refused(
+        lambda: intruder.put_metric_alarm(**_alarm("t-watch", "a-ep")),
+        "AccessDeniedException",
+        "User: team-t",
+        "cloudwatch:GetMetricStatistics",
+        f"on resource: {ALARMS}:* ",
+    )  # before: created
     # An alarm the intruder may describe but whose metric it may not read (one put before this fix, or by an
     # operator): DescribeAlarms shows its state, not its datapoints.
     operator = harness.client("cloudwatch")

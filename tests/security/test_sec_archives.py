@@ -59,7 +59,10 @@ def realpath_chain(dest_len: int, climb: int) -> list[Member]:
     component = "d" * ((os.pathconf("/", "PC_PATH_MAX") - dest_len) // (len(steps) + 1))
     members, path = [], ""
     for step in steps:
-        members += [folder(os.path.join(path, component)), special(os.path.join(path, step), tarfile.SYMTYPE, component)]
+        members += [
+            folder(os.path.join(path, component)),
+            special(os.path.join(path, step), tarfile.SYMTYPE, component),
+        ]
         path = os.path.join(path, component)
     linkpath = os.path.join(*steps, "l" * 254)
     members.append(special(linkpath, tarfile.SYMTYPE, os.path.join(*[".."] * len(steps))))
@@ -73,15 +76,19 @@ def hostile(tmp: Path, dest_len: int, climb: int) -> dict[str, list[Member]]:
     chain = realpath_chain(dest_len, climb)
     return {
         "realpath chain, file through it": chain + [regular("escape/evil")],
-        "realpath chain, hardlink through it": chain + [special("flag", tarfile.LNKTYPE, "escape/secret"),
-                                                        regular("flag", b"overwritten")],
+        "realpath chain, hardlink through it": chain
+        + [special("flag", tarfile.LNKTYPE, "escape/secret"), regular("flag", b"overwritten")],
         "hardlink to outside": [special("flag", tarfile.LNKTYPE, f"{up}/secret"), regular("flag", b"overwritten")],
         "absolute hardlink": [special("flag", tarfile.LNKTYPE, f"{tmp}/secret"), regular("flag", b"overwritten")],
         "symlink then file through it": [special("code", tarfile.SYMTYPE, up), regular("code/evil")],
         "absolute symlink then file": [special("code", tarfile.SYMTYPE, str(tmp)), regular("code/evil")],
         # Lexically inside (a/b/c/up/../../.. is a), really `climb` folders above the destination.
-        "symlink to a symlink": [folder("a/b/c"), special("a/b/c/up", tarfile.SYMTYPE, "../../.."),
-                                 special("x", tarfile.SYMTYPE, "a/b/c/up/" + up), regular("x/evil")],
+        "symlink to a symlink": [
+            folder("a/b/c"),
+            special("a/b/c/up", tarfile.SYMTYPE, "../../.."),
+            special("x", tarfile.SYMTYPE, "a/b/c/up/" + up),
+            regular("x/evil"),
+        ],
         "absolute path": [regular("model.skops", b"w"), regular(f"{tmp}/evil")],
         "dot-dot": [regular("model.skops", b"w"), regular(f"{up}/evil")],
         "dot-dot inside a path": [regular("code/" + "../" * (climb + 1) + "evil")],
@@ -180,12 +187,15 @@ def test_multimodel_store_refuses_naming_the_model_without_server_paths(tmp: Pat
     assert_nothing_written_outside(tmp, before, cache)
 
 
-@pytest.mark.parametrize(("member", "kind"), [
-    (special("model.skops", tarfile.SYMTYPE, "weights/v1.skops"), "symbolic link"),
-    (special("model.skops", tarfile.LNKTYPE, "weights/v1.skops"), "hard link"),
-    (special("pipe", tarfile.FIFOTYPE), "FIFO"),
-    (special("null", tarfile.CHRTYPE), "character device"),
-])
+@pytest.mark.parametrize(
+    ("member", "kind"),
+    [
+        (special("model.skops", tarfile.SYMTYPE, "weights/v1.skops"), "symbolic link"),
+        (special("model.skops", tarfile.LNKTYPE, "weights/v1.skops"), "hard link"),
+        (special("pipe", tarfile.FIFOTYPE), "FIFO"),
+        (special("null", tarfile.CHRTYPE), "character device"),
+    ],
+)
 def test_links_and_special_files_are_refused_even_pointing_inside(tmp: Path, member: Member, kind: str) -> None:
     # Models need none of these; refusing them outright does not depend on tarfile's filter being right.
     archive = write_archive(tmp / "model.tar.gz", [folder("weights"), regular("weights/v1.skops", b"w"), member])
@@ -207,8 +217,15 @@ def test_modes_are_normalised_by_the_data_filter(tmp: Path) -> None:
 
 
 def test_a_plain_model_archive_still_extracts(tmp: Path) -> None:
-    archive = write_archive(tmp / "model.tar.gz", [folder("code"), regular("code/inference.py", b"# hooks\n"),
-                                                    regular("model.skops", b"weights"), regular("./extra.txt", b"x")])
+    archive = write_archive(
+        tmp / "model.tar.gz",
+        [
+            folder("code"),
+            regular("code/inference.py", b"# hooks\n"),
+            regular("model.skops", b"weights"),
+            regular("./extra.txt", b"x"),
+        ],
+    )
     out = extract_archive(archive, tmp / "out" / "model")
     assert (out / "code" / "inference.py").read_bytes() == b"# hooks\n"
     assert (out / "model.skops").read_bytes() == b"weights" and (out / "extra.txt").is_file()

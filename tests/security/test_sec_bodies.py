@@ -57,8 +57,17 @@ TEXT = {
 
 def assert_clean(error: ValidationError, *machine_paths: str) -> None:
     assert error.status == 400 and error.code == "ValidationError"
-    fragments = ["Traceback", "site-packages", "/work/", "/tmp/", "/root/", "/usr/", sys.prefix, os.getcwd(),
-                 *machine_paths]
+    fragments = [
+        "Traceback",
+        "site-packages",
+        "/work/",
+        "/tmp/",
+        "/root/",
+        "/usr/",
+        sys.prefix,
+        os.getcwd(),
+        *machine_paths,
+    ]
     for fragment in fragments:
         assert fragment not in error.message, (fragment, error.message)
 
@@ -142,8 +151,13 @@ def test_brackets_inside_json_strings_do_not_count() -> None:
 
 
 def test_a_well_formed_npy_still_decodes_exactly() -> None:
-    for array in (np.arange(12, dtype=np.float32).reshape(3, 4), np.asfortranarray(np.eye(3)), np.array(5.0),
-                  np.zeros((0, 4)), np.array([["a", "bc"]])):
+    for array in (
+        np.arange(12, dtype=np.float32).reshape(3, 4),
+        np.asfortranarray(np.eye(3)),
+        np.array(5.0),
+        np.zeros((0, 4)),
+        np.array([["a", "bc"]]),
+    ):
         decoded = codecs.decode(npy(array), NPY)
         assert decoded.dtype == array.dtype and decoded.shape == array.shape
         np.testing.assert_array_equal(decoded, array)
@@ -158,11 +172,15 @@ def test_failure_message_drops_paths_and_tracebacks(tmp_path: Path) -> None:
         "The following operation failed in the TorchScript interpreter.\n"
         "Traceback of TorchScript (most recent call last):\n"
         f'  File "{tmp_path}/code/__torch__.py", line 12, in forward\n'
-        "RuntimeError: mat1 and mat2 shapes cannot be multiplied (1x3 and 4x16)\n")
+        "RuntimeError: mat1 and mat2 shapes cannot be multiplied (1x3 and 4x16)\n"
+    )
     message = failure_message(torch_like)
     assert "mat1 and mat2 shapes cannot be multiplied" in message
     assert str(tmp_path) not in message and "Traceback" not in message and 'File "' not in message
-    assert failure_message(ValueError("could not convert 'a/b' to float")) == "ValueError: could not convert 'a/b' to float"
+    assert (
+        failure_message(ValueError("could not convert 'a/b' to float"))
+        == "ValueError: could not convert 'a/b' to float"
+    )
 
 
 def test_a_failing_model_reports_no_path_of_the_server(tmp_path: Path) -> None:
@@ -174,7 +192,8 @@ def test_a_failing_model_reports_no_path_of_the_server(tmp_path: Path) -> None:
 
     (tmp_path / "code").mkdir()
     (tmp_path / "code" / "inference.py").write_text(
-        "def predict_fn(data, model):\n    open('/srv/secret/weights.bin')\n")
+        "def predict_fn(data, model):\n    open('/srv/secret/weights.bin')\n"
+    )
     runtime = runtime_for("python", tmp_path, {})
     runtime.load()
     with TestClient(ContainerApp(runtime, "leaky")) as client:

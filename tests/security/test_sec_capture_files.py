@@ -19,17 +19,29 @@ from serving.gateway.capture import CaptureWriter
 
 
 @pytest.mark.parametrize("umask", [0o022, 0o000], ids=["umask-022", "umask-000"])
-def test_capture_files_are_0600_and_the_folders_made_for_them_0700_whatever_the_umask(tmp_path: Path,
-                                                                                      umask: int) -> None:
+def test_capture_files_are_0600_and_the_folders_made_for_them_0700_whatever_the_umask(
+    tmp_path: Path, umask: int
+) -> None:
     destination = tmp_path / "capture"  # missing: the writer makes it, with everything under it
-    config = DataCaptureConfig.model_validate({
-        "InitialSamplingPercentage": 100, "DestinationS3Uri": str(destination),
-        "CaptureOptions": [{"CaptureMode": "Input"}, {"CaptureMode": "Output"}]})
+    config = DataCaptureConfig.model_validate(
+        {
+            "InitialSamplingPercentage": 100,
+            "DestinationS3Uri": str(destination),
+            "CaptureOptions": [{"CaptureMode": "Input"}, {"CaptureMode": "Output"}],
+        }
+    )
 
     async def capture() -> None:
         writer = CaptureWriter()
-        writer.offer(config, "private", "AllTraffic", b"[[1, 2]]", {"content-type": "application/json"}, b"[1]",
-                     "application/json")
+        writer.offer(
+            config,
+            "private",
+            "AllTraffic",
+            b"[[1, 2]]",
+            {"content-type": "application/json"},
+            b"[1]",
+            "application/json",
+        )
         await writer.close()
 
     previous = os.umask(umask)

@@ -36,8 +36,14 @@ def _ray(mode: str, tmp_path: Path) -> Iterator[str]:
     environment.pop("RAY_AUTH_TOKEN_PATH", None)
     if mode == "disabled":
         environment.pop("RAY_AUTH_TOKEN")
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, env=environment, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=environment,
+        text=True,
+    )
     try:
         address = holder.stdout.readline().strip()
         assert address, "the test cluster did not start"
@@ -68,9 +74,24 @@ def test_the_probe_tells_open_from_authenticated_clusters(open_cluster: str, tok
 
 def test_serving_up_refuses_an_open_cluster(open_cluster: str) -> None:
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "serving.cli", "up", str(ROOT / "examples" / "direct.yaml"),
-                           "--address", open_cluster, "--exit-after-ready", "--wait-timeout", "1"],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "serving.cli",
+            "up",
+            str(ROOT / "examples" / "direct.yaml"),
+            "--address",
+            open_cluster,
+            "--exit-after-ready",
+            "--wait-timeout",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert done.returncode == 2, done.stderr[-2000:]
     assert "accepts connections without an authentication token" in done.stderr
     assert "--allow-unauthenticated-ray" in done.stderr

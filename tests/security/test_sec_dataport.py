@@ -82,9 +82,13 @@ def test_refused_hops_are_counted(server, replicas) -> None:
     deadline = time.monotonic() + 60  # the supervisor relays counts every 2 s; Ray exports every 5 s
     while time.monotonic() < deadline:
         text = server.http.get("/metrics").text
-        counted = [line for line in text.splitlines()
-                   if line.startswith("serving_refused_hops_total") and 'container="iris"' in line
-                   and 'endpoint="it-direct"' in line]
+        counted = [
+            line
+            for line in text.splitlines()
+            if line.startswith("serving_refused_hops_total")
+            and 'container="iris"' in line
+            and 'endpoint="it-direct"' in line
+        ]
         if counted and float(counted[0].rsplit(" ", 1)[1]) >= 3:
             return
         time.sleep(2)

@@ -14,8 +14,10 @@ def _documents(path: Path) -> list[dict]:
 
 
 def _env(containers: list[dict]) -> list[dict[str, object]]:
-    return [{item["name"]: item.get("value", item.get("valueFrom")) for item in container.get("env", [])}
-            for container in containers]
+    return [
+        {item["name"]: item.get("value", item.get("valueFrom")) for item in container.get("env", [])}
+        for container in containers
+    ]
 
 
 def test_kuberay_pods_and_job_use_token_authentication() -> None:
@@ -36,5 +38,7 @@ def test_cluster_launcher_config_uses_token_authentication() -> None:
     config = yaml.safe_load((DEPLOY / "ray-cluster.yaml").read_text())
     commands = " ".join(config["head_start_ray_commands"] + config["worker_start_ray_commands"])
     assert "--dashboard-host=0.0.0.0" not in commands
-    assert "RAY_AUTH_MODE=token" in commands or "RAY_AUTH_MODE=token" in " ".join(config["docker"].get("run_options", []))
+    assert "RAY_AUTH_MODE=token" in commands or "RAY_AUTH_MODE=token" in " ".join(
+        config["docker"].get("run_options", [])
+    )
     assert "RAY_AUTH_MODE=disabled" not in (DEPLOY / "ray-cluster.yaml").read_text()

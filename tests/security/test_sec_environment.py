@@ -62,9 +62,17 @@ def test_a_preloaded_library_never_reaches_the_container_process(tmp_path: Path)
         "GCONV_PATH": str(tmp_path),
         "FEATURE_FLAG": "kept",
     }
-    process = ContainerProcess(ContainerConfig(endpoint="e", hostname="preload", image="python",
-                                               model_data=str(model), environment=environment, hop_key=KEY),
-                               "127.0.0.1")
+    process = ContainerProcess(
+        ContainerConfig(
+            endpoint="e",
+            hostname="preload",
+            image="python",
+            model_data=str(model),
+            environment=environment,
+            hop_key=KEY,
+        ),
+        "127.0.0.1",
+    )
     try:
         report = process.start(timeout=60)
         seen = _environ(report["pid"])
@@ -92,32 +100,58 @@ def test_what_the_environment_makes_the_loader_run_runs_confined(tmp_path: Path)
         "os.execve('/bin/true', ['/bin/true'], {'LD_PRELOAD': sys.argv[1]})\n"
     )
     read = [str(library), str(Path(sandbox.__file__).resolve().parents[2])]
-    subprocess.run([shutil.which("python3") or "python3", "-c", script, str(library), *read], check=True, timeout=60,
-                   env={"PYTHONPATH": read[1]})
+    subprocess.run(
+        [shutil.which("python3") or "python3", "-c", script, str(library), *read],
+        check=True,
+        timeout=60,
+        env={"PYTHONPATH": read[1]},
+    )
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("variable", ["LD_PRELOAD", "LD_AUDIT", "LD_LIBRARY_PATH", "GCONV_PATH", "PYTHONPATH",
-                                      "PYTHONSTARTUP", "PYTHONHOME", "BASH_ENV", "OPENSSL_CONF", "GLIBC_TUNABLES"])
+@pytest.mark.parametrize(
+    "variable",
+    [
+        "LD_PRELOAD",
+        "LD_AUDIT",
+        "LD_LIBRARY_PATH",
+        "GCONV_PATH",
+        "PYTHONPATH",
+        "PYTHONSTARTUP",
+        "PYTHONHOME",
+        "BASH_ENV",
+        "OPENSSL_CONF",
+        "GLIBC_TUNABLES",
+    ],
+)
 def test_a_spec_setting_a_startup_variable_is_refused_naming_it(variable: str, tmp_path: Path) -> None:
-    document = {"EndpointName": "e", "Containers": [
-        {"ContainerHostname": "c", "Image": "python", "Environment": {variable: str(tmp_path), "SAFE": "1"}}]}
+    document = {
+        "EndpointName": "e",
+        "Containers": [
+            {"ContainerHostname": "c", "Image": "python", "Environment": {variable: str(tmp_path), "SAFE": "1"}}
+        ],
+    }
     with pytest.raises(SpecError, match=rf"Containers\[0\]\.Environment: {variable} may not be set"):
         parse_spec(document)
 
 
 def test_harmless_python_variables_pass() -> None:
     # SageMaker's examples set PYTHONUNBUFFERED; it chooses no code.
-    parse_spec({"EndpointName": "e", "Containers": [
-        {"ContainerHostname": "c", "Image": "python", "Environment": {"PYTHONUNBUFFERED": "TRUE"}}]})
+    parse_spec(
+        {
+            "EndpointName": "e",
+            "Containers": [{"ContainerHostname": "c", "Image": "python", "Environment": {"PYTHONUNBUFFERED": "TRUE"}}],
+        }
+    )
 
 
 def test_create_model_with_a_startup_variable_is_refused_naming_it(tmp_path: Path) -> None:
     harness = Harness(tmp_path)
     try:
         environment = {"LD_PRELOAD": "/tmp/hostile.so", "MODEL_FLAG": "x"}
-        refused(lambda: harness.model("m1", Environment=environment), "ValidationException",
-                "LD_PRELOAD may not be set")
+        refused(
+            lambda: harness.model("m1", Environment=environment), "ValidationException", "LD_PRELOAD may not be set"
+        )
         assert harness.sm.list_models()["Models"] == []
     finally:
         harness.stop()

@@ -37,6 +37,7 @@ def invoke(runtime, body) -> object:
 
 # --- skops --------------------------------------------------------------------------------------
 
+
 def rewrite_zip(path: Path, edit) -> None:
     """Rewrite every member of a zip archive through `edit(name, data) -> data`."""
     with zipfile.ZipFile(path) as source:
@@ -53,7 +54,9 @@ def gadget_skops(folder: Path, gadget: str) -> Path:
     skops stores a function as its module and name only.
     """
     shell = {"shell": True} if gadget.endswith("check_output") else None
-    pipeline = make_pipeline(FunctionTransformer(column_or_1d), FunctionTransformer(subprocess.check_output, kw_args=shell))
+    pipeline = make_pipeline(
+        FunctionTransformer(column_or_1d), FunctionTransformer(subprocess.check_output, kw_args=shell)
+    )
     folder.mkdir(parents=True, exist_ok=True)
     skops.io.dump(pipeline, folder / "model.skops")
     module, _, name = gadget.rpartition(".")
@@ -83,9 +86,14 @@ GADGETS = ["sklearn.utils._testing.check_output", "subprocess.check_output", "os
 
 
 @pytest.mark.parametrize("gadget", GADGETS)
-@pytest.mark.parametrize("environment", [{}, {"SERVING_SKOPS_TRUSTED_TYPES": "sklearn., sklearn.utils, sklearn.*"}],
-                         ids=["defaults", "prefixes listed"])
-def test_skops_function_gadget_is_refused_at_load_and_never_runs(tmp_path: Path, gadget: str, environment: dict) -> None:
+@pytest.mark.parametrize(
+    "environment",
+    [{}, {"SERVING_SKOPS_TRUSTED_TYPES": "sklearn., sklearn.utils, sklearn.*"}],
+    ids=["defaults", "prefixes listed"],
+)
+def test_skops_function_gadget_is_refused_at_load_and_never_runs(
+    tmp_path: Path, gadget: str, environment: dict
+) -> None:
     marker = tmp_path / "gadget-ran"
     runtime = runtime_for("sklearn", gadget_skops(tmp_path / "model", gadget), environment)
     refusal = None
@@ -110,12 +118,16 @@ def test_an_operator_may_trust_an_exact_function(tmp_path: Path) -> None:
     model = make_pipeline(FunctionTransformer(np.log1p), StandardScaler(), LogisticRegression(max_iter=1000))
     iris = load_iris()
     skops.io.dump(model.fit(iris.data, iris.target), folder / "model.skops")
-    assert invoke(runtime_loaded("sklearn", folder, {}), ROWS) == model.predict(ROWS).tolist()  # a ufunc: skops trusts it
+    assert (
+        invoke(runtime_loaded("sklearn", folder, {}), ROWS) == model.predict(ROWS).tolist()
+    )  # a ufunc: skops trusts it
 
     skops.io.dump(make_pipeline(FunctionTransformer(column_or_1d)), folder / "model.skops")
     with pytest.raises(PermissionError, match="column_or_1d"):
         runtime_loaded("sklearn", folder, {})
-    runtime = runtime_loaded("sklearn", folder, {"SERVING_SKOPS_TRUSTED_TYPES": "sklearn.utils.validation.column_or_1d"})
+    runtime = runtime_loaded(
+        "sklearn", folder, {"SERVING_SKOPS_TRUSTED_TYPES": "sklearn.utils.validation.column_or_1d"}
+    )
     assert invoke(runtime, [[1.0], [2.0]]) == [1.0, 2.0]
 
 
@@ -150,6 +162,7 @@ def test_the_demo_models_load_without_any_trust_listed(demo_models: Path) -> Non
 
 def _edit_tree_nodes(path: Path, change) -> None:
     """Apply `change(nodes)` to every decision-tree node array stored in a .skops file."""
+
     def edit(member: str, data: bytes) -> bytes:
         if not member.endswith(".npy"):
             return data
@@ -164,8 +177,9 @@ def _edit_tree_nodes(path: Path, change) -> None:
     rewrite_zip(path, edit)
 
 
-@pytest.mark.parametrize(("field", "value"), [("left_child", 10**6), ("right_child", 0), ("feature", 10**6),
-                                              ("feature", -5)])
+@pytest.mark.parametrize(
+    ("field", "value"), [("left_child", 10**6), ("right_child", 0), ("feature", 10**6), ("feature", -5)]
+)
 def test_a_tree_with_out_of_range_nodes_is_refused_before_it_predicts(tmp_path: Path, field: str, value: int) -> None:
     # scikit-learn follows these indices in C without bounds checks: predicting would read out of bounds.
     iris = load_iris()
@@ -200,6 +214,7 @@ def test_a_tree_wider_than_its_estimator_is_refused(tmp_path: Path) -> None:
 
 
 # --- torch.export (.pt2) --------------------------------------------------------------------------
+
 
 class _WritesMarker:
     """Unpickling this writes the marker: what any pickle may do."""
@@ -240,8 +255,9 @@ def hostile_pt2(exported_folder: Path, target: Path, marker: Path, how: str) -> 
         if how == "shape expression" and member.endswith("/models/model.json"):
             # torch.export.load hands every symbolic size to sympy.sympify, which evaluates Python.
             code = f"__import__('pathlib').Path({str(marker)!r}).write_text('sympify ran')"
-            doc, count = re.subn(r'"expr_str": "(?:[^"\\]|\\.)*"', lambda _: json.dumps({"expr_str": code})[1:-1],
-                                 data.decode())
+            doc, count = re.subn(
+                r'"expr_str": "(?:[^"\\]|\\.)*"', lambda _: json.dumps({"expr_str": code})[1:-1], data.decode()
+            )
             assert count
             return doc.encode()
         return data

@@ -24,22 +24,26 @@ SLACK = 2.0
 
 @pytest.fixture(scope="module")
 def url(stack: Stack, identities: Path, table) -> str:
-    return stack.gateway(identities, table, header_timeout_s=HEADER_TIMEOUT, body_idle_timeout_s=BODY_IDLE,
-                         body_timeout_s=BODY_TOTAL)
+    return stack.gateway(
+        identities, table, header_timeout_s=HEADER_TIMEOUT, body_idle_timeout_s=BODY_IDLE, body_timeout_s=BODY_TOTAL
+    )
 
 
 def serves(url: str) -> bool:
     """A normal request gets its normal answer."""
-    response = httpx.post(url + OPEN, content=b'{"still": "serving"}', headers={"content-type": "application/json"}, timeout=10)
+    response = httpx.post(
+        url + OPEN, content=b'{"still": "serving"}', headers={"content-type": "application/json"}, timeout=10
+    )
     return response.status_code == 200 and response.json() == {"still": "serving"}
 
 
 def trickle(sock: socket.socket, data: bytes, every: float) -> threading.Thread:
     """Send `data` one byte every `every` seconds on a thread, until done or the server closes."""
+
     def run() -> None:
         try:
             for index in range(len(data)):
-                sock.send(data[index:index + 1])
+                sock.send(data[index : index + 1])
                 time.sleep(every)
         except OSError:
             pass
@@ -50,6 +54,7 @@ def trickle(sock: socket.socket, data: bytes, every: float) -> threading.Thread:
 
 
 # --- slow clients -----------------------------------------------------------------------------------
+
 
 def test_a_connection_that_sends_nothing_is_closed(url: str) -> None:
     with connect(url) as sock:
@@ -75,7 +80,9 @@ def test_headers_trickled_byte_by_byte_are_cut_off(url: str) -> None:
 
 def test_a_stalled_body_is_cut_off(url: str) -> None:
     with connect(url) as sock:
-        sock.sendall(request_head(url, OPEN, [("Content-Type", "application/json"), ("Content-Length", "1000")]) + b"[1,")
+        sock.sendall(
+            request_head(url, OPEN, [("Content-Type", "application/json"), ("Content-Length", "1000")]) + b"[1,"
+        )
         started = time.monotonic()
         answer = read_answer(sock, timeout=BODY_IDLE + SLACK)
         elapsed = time.monotonic() - started
@@ -112,6 +119,7 @@ def test_idle_keep_alive_connections_are_not_cut_by_the_header_timeout(url: str)
 
 
 # --- oversized heads -----------------------------------------------------------------------------------
+
 
 def send_head(url: str, headers: list[tuple[str, str]], body: bytes = b"{}") -> tuple[int, str | None, str]:
     """Status, error code and message of a request with these headers (sent on a thread: the server may
@@ -158,6 +166,7 @@ def test_the_header_limits_are_exact(url: str) -> None:
 
 
 # --- too many connections -----------------------------------------------------------------------------
+
 
 def test_connections_beyond_the_limit_are_closed(stack: Stack, identities: Path, table) -> None:
     url = stack.gateway(identities, table, max_connections=8, header_timeout_s=30)

@@ -145,8 +145,14 @@ def test_serving_apply_sends_the_local_token_to_no_other_host(tmp_path: Path, mo
     (tmp_path / "state" / f"control-token-{port}").write_text("local-control-token-never-to-leave")
     (tmp_path / "model").mkdir()
     spec = tmp_path / "spec.yaml"
-    spec.write_text(yaml.safe_dump({"EndpointName": "e", "Containers": [
-        {"ContainerHostname": "a", "Image": "python", "ModelDataUrl": str(tmp_path / "model")}]}))
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "EndpointName": "e",
+                "Containers": [{"ContainerHostname": "a", "Image": "python", "ModelDataUrl": str(tmp_path / "model")}],
+            }
+        )
+    )
     try:
         with pytest.raises(SystemExit) as exited:
             main(["apply", str(spec), "--url", f"http://{address}:{port}"])

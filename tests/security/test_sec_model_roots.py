@@ -25,8 +25,11 @@ from serving.settings import ServerSettings
 PACKAGE = Path(serving.model_server.__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("root", [PACKAGE.parent, PACKAGE, Path(sys.prefix), Path(sys.prefix) / "lib"],
-                         ids=["checkout", "package", "venv", "inside-venv"])
+@pytest.mark.parametrize(
+    "root",
+    [PACKAGE.parent, PACKAGE, Path(sys.prefix), Path(sys.prefix) / "lib"],
+    ids=["checkout", "package", "venv", "inside-venv"],
+)
 def test_a_model_root_holding_the_servers_code_is_refused(root: Path) -> None:
     with pytest.raises(ModelRootError, match="model root"):
         check_model_roots(ServerSettings(model_roots=str(root)))
@@ -44,8 +47,15 @@ def test_a_model_root_holding_the_state_or_identities_is_refused(tmp_path: Path)
 def test_no_model_root_is_implicit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SERVING_MODEL_ROOTS", raising=False)
     monkeypatch.chdir(PACKAGE.parent)  # a checkout: once the default root, holding `serving/`
-    flags = {"host": None, "port": 18098, "state": str(tmp_path / "s.db"), "api_identities": None,
-             "model_root": None, "instance_types": None, "allow_anonymous": False}
+    flags = {
+        "host": None,
+        "port": 18098,
+        "state": str(tmp_path / "s.db"),
+        "api_identities": None,
+        "model_root": None,
+        "instance_types": None,
+        "allow_anonymous": False,
+    }
     assert _settings(argparse.Namespace(**flags), None).model_roots == ""
 
 
@@ -61,9 +71,17 @@ def test_a_container_may_not_write_the_servers_code(tmp_path: Path) -> None:
     (tmp_path / "code").mkdir()
     (tmp_path / "code" / "inference.py").write_text("def predict_fn(data, model):\n    return data\n")
     for target in (PACKAGE / "model_server", Path(sys.prefix)):
-        process = ContainerProcess(ContainerConfig(endpoint="e", hostname="writer", image="python",
-                                                   model_data=str(tmp_path), hop_key=b"w" * 32,
-                                                   environment={"SERVING_SANDBOX_WRITE": str(target)}), "127.0.0.1")
+        process = ContainerProcess(
+            ContainerConfig(
+                endpoint="e",
+                hostname="writer",
+                image="python",
+                model_data=str(tmp_path),
+                hop_key=b"w" * 32,
+                environment={"SERVING_SANDBOX_WRITE": str(target)},
+            ),
+            "127.0.0.1",
+        )
         try:
             with pytest.raises(ContainerStartError, match="may not write it"):
                 process.start(timeout=60)

@@ -91,7 +91,10 @@ def test_each_model_imports_its_own_helpers_and_nothing_leaks(prefix: Path) -> N
         handler.close()
     for answer, value in zip(answers, "ABAB"):
         assert {k: answer[k] for k in ("helper", "lazy", "colour")} == {
-            "helper": value, "lazy": f"{value}-lazy", "colour": f"{value}-colour"}, answers
+            "helper": value,
+            "lazy": f"{value}-lazy",
+            "colour": f"{value}-colour",
+        }, answers
     assert answers[0]["module"] != answers[1]["module"]
     assert code_modules(prefix) == {}, "unloaded models left their modules behind"
     assert sys.path == path_before and sys.meta_path == meta_before

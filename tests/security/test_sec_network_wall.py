@@ -35,8 +35,12 @@ KEY = b"w" * 32
 PROBE = Path(__file__).with_name("tenant_probe.py")
 ROOT = Path(__file__).resolve().parents[2]
 # What the seccomp filter lets a container create: Internet TCP and UDP, by number or by 0 (family/type/protocol).
-ALLOWED = {f"{family}/{kind}/{protocol}" for family in (2, 10) for kind, protocols in ((1, (0, 6)), (2, (0, 17)))
-           for protocol in protocols}
+ALLOWED = {
+    f"{family}/{kind}/{protocol}"
+    for family in (2, 10)
+    for kind, protocols in ((1, (0, 6)), (2, (0, 17)))
+    for protocol in protocols
+}
 
 
 class StandInGateway:
@@ -95,8 +99,12 @@ def _start(tmp_path_factory, name: str, **config) -> ContainerProcess:
     model = tmp_path_factory.mktemp(name)
     (model / "code").mkdir()
     shutil.copy(PROBE, model / "code" / "inference.py")
-    process = ContainerProcess(ContainerConfig(endpoint="e", hostname=name, image="python", model_data=str(model),
-                                               environment={}, hop_key=KEY, **config), "127.0.0.1")
+    process = ContainerProcess(
+        ContainerConfig(
+            endpoint="e", hostname=name, image="python", model_data=str(model), environment={}, hop_key=KEY, **config
+        ),
+        "127.0.0.1",
+    )
     process.start(timeout=120)
     return process
 
@@ -120,9 +128,12 @@ def _ask(container: ContainerProcess, request: dict) -> dict:
 
 def _targets(gateway: StandInGateway, neighbour: ContainerProcess, window_s: float) -> dict:
     neighbour_port = int(neighbour.url.rsplit(":", 1)[1])
-    return {"listen": [["127.0.0.1", port] for port in gateway.ports],
-            "connect": [["127.0.0.1", port] for port in [*gateway.ports, neighbour_port]],
-            "unix": [neighbour.unix_path] if neighbour.unix_path else [], "window_s": window_s}
+    return {
+        "listen": [["127.0.0.1", port] for port in gateway.ports],
+        "connect": [["127.0.0.1", port] for port in [*gateway.ports, neighbour_port]],
+        "unix": [neighbour.unix_path] if neighbour.unix_path else [],
+        "window_s": window_s,
+    }
 
 
 def _check(found: dict, received: int, origins: Counter, gateway: StandInGateway, udp: bool) -> None:
@@ -170,8 +181,9 @@ def test_an_egress_container_reaches_its_egress_port_only(tmp_path_factory, gate
         port = allowed.getsockname()[1]
         tenant = _start(tmp_path_factory, "egress-reach", egress_ports=(port,))
         try:
-            found = _ask(tenant, {"sockets": {"connect": [["127.0.0.1", port], ["127.0.0.1", gateway.ports[0]]],
-                                              "window_s": 0}})
+            found = _ask(
+                tenant, {"sockets": {"connect": [["127.0.0.1", port], ["127.0.0.1", gateway.ports[0]]], "window_s": 0}}
+            )
         finally:
             tenant.stop()
     reached = {entry.rsplit(":", 1)[1] for entry in found["connected"]}
@@ -195,8 +207,10 @@ print(tenant_probe._GOT["received"], flush=True)
 """
 
 
-@pytest.mark.skipif(os.getuid() != 0 or not shutil.which("setpriv") or not os.path.exists("/usr/bin/python3"),
-                    reason="needs root (to drop to another user), setpriv and a system Python")
+@pytest.mark.skipif(
+    os.getuid() != 0 or not shutil.which("setpriv") or not os.path.exists("/usr/bin/python3"),
+    reason="needs root (to drop to another user), setpriv and a system Python",
+)
 def test_a_non_root_server_walls_containers_off_with_a_user_namespace(gateway, neighbour) -> None:
     """As an ordinary user (nobody), where the distribution allows unprivileged user namespaces, the sandbox makes
     a user namespace to hold the network one. The project's virtualenv lies under /root here, which that user
@@ -215,9 +229,25 @@ def test_a_non_root_server_walls_containers_off_with_a_user_namespace(gateway, n
                 os.chmod(os.path.join(folder, name), 0o644)
         targets = json.dumps(_targets(gateway, neighbour, window_s=6))
         child = subprocess.Popen(
-            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-I", "-c", NON_ROOT,
-             str(copy), "45999", targets],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/")
+            [
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "/usr/bin/python3",
+                "-I",
+                "-c",
+                NON_ROOT,
+                str(copy),
+                "45999",
+                targets,
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd="/",
+        )
         try:
             line = child.stdout.readline()
             assert line, child.stderr.read()

@@ -115,8 +115,12 @@ def test_bearer_callers_are_authorized_before_their_body_is_read(url: str) -> No
     # ... and the body of an allowed one is asked for only then.
     with connect(url) as sock:
         body = b'{"ok": 1}'
-        head = [JSON, ("Content-Length", str(len(body))), ("Authorization", f"Bearer {API_KEY}"),
-                ("Expect", "100-continue")]
+        head = [
+            JSON,
+            ("Content-Length", str(len(body))),
+            ("Authorization", f"Bearer {API_KEY}"),
+            ("Expect", "100-continue"),
+        ]
         sock.sendall(request_head(url, PATH, head))
         sock.settimeout(5)
         assert sock.recv(100).startswith(b"HTTP/1.1 100 Continue")  # asked for the body only now
@@ -126,6 +130,7 @@ def test_bearer_callers_are_authorized_before_their_body_is_read(url: str) -> No
 
 
 # --- a SigV4 signature needs the body: what a known key id can make us hold is bounded -------------
+
 
 def signed_head(url: str, length: int, secret: str = "not-the-secret-of-signer") -> list[tuple[str, str]]:
     """Headers of a signed upload with the known key id and a wrong secret: it passes every check before the
@@ -160,7 +165,9 @@ def test_signed_bodies_are_read_within_a_byte_budget(stack: Stack, identities: P
         # And a correctly signed request still runs.
         body = b'{"signed": true}'
         with connect(url) as good:
-            good.sendall(request_head(url, PATH, [("Content-Length", str(len(body))), *sigv4_headers(url, PATH, body)]) + body)
+            good.sendall(
+                request_head(url, PATH, [("Content-Length", str(len(body))), *sigv4_headers(url, PATH, body)]) + body
+            )
             answer = read_answer(good)
             assert (answer.status, answer.body) == (200, body)
     finally:
@@ -170,20 +177,33 @@ def test_signed_bodies_are_read_within_a_byte_budget(stack: Stack, identities: P
 
 # --- memory of the gateway process under unauthenticated load -----------------------------------------
 
+
 @pytest.fixture
 def child(identities: Path) -> Iterator[tuple[subprocess.Popen, str]]:
     """A gateway in a process of its own (default limits), and its URL."""
     config = {"identities": str(identities), "settings": {}}
-    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])  # this checkout's serving, not an installed one
-    process = subprocess.Popen([sys.executable, str(Path(__file__).with_name("sec_harness.py")), json.dumps(config)],
-                               cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                               env={**os.environ, "PYTHONPATH": path})
+    path = os.pathsep.join(
+        [str(ROOT), os.environ.get("PYTHONPATH", "")]
+    )  # this checkout's serving, not an installed one
+    process = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("sec_harness.py")), json.dumps(config)],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": path},
+    )
     try:
         url = process.stdout.readline().strip()
         assert url.startswith("http://127.0.0.1:"), url
         probe = "import serving.gateway.router as router; print(router.__file__)"
-        assert subprocess.run([sys.executable, "-c", probe], env={**os.environ, "PYTHONPATH": path}, cwd="/",
-                              capture_output=True, text=True).stdout.startswith(str(ROOT))
+        assert subprocess.run(
+            [sys.executable, "-c", probe],
+            env={**os.environ, "PYTHONPATH": path},
+            cwd="/",
+            capture_output=True,
+            text=True,
+        ).stdout.startswith(str(ROOT))
         yield process, url
     finally:
         process.stdin.close()
@@ -270,8 +290,10 @@ def test_memory_of_unauthenticated_uploads(child) -> None:
     statuses = burst(url, heads, PAYLOAD)
     peak = peak.stop()
     after = settle(process.pid, baseline + 16 * MiB)
-    print(f"\n{CONNECTIONS} unauthenticated {PAYLOAD} B uploads: VmRSS baseline {baseline / MiB:.1f} MiB, "
-          f"peak +{(peak - baseline) / MiB:.1f} MiB, after +{(after - baseline) / MiB:.1f} MiB; answers {sorted(set(map(str, statuses)))}")
+    print(
+        f"\n{CONNECTIONS} unauthenticated {PAYLOAD} B uploads: VmRSS baseline {baseline / MiB:.1f} MiB, "
+        f"peak +{(peak - baseline) / MiB:.1f} MiB, after +{(after - baseline) / MiB:.1f} MiB; answers {sorted(set(map(str, statuses)))}"
+    )
     assert all(status == 403 for status in statuses), statuses
     # Each connection costs at most what uvicorn reads ahead of the app before it is refused: 64 KiB, plus
     # one socket read of up to 256 KiB; 100 of them fit in 32 MiB. Without the pre-body check: ~570 MiB.
@@ -289,9 +311,11 @@ def test_memory_of_signed_uploads_that_fail_verification(child) -> None:
     statuses = burst(url, heads, PAYLOAD)
     peak = peak.stop()
     after = settle(process.pid, baseline + 16 * MiB)
-    print(f"\n{CONNECTIONS} signed {PAYLOAD} B uploads with a wrong secret: VmRSS baseline {baseline / MiB:.1f} MiB, "
-          f"peak +{(peak - baseline) / MiB:.1f} MiB, after +{(after - baseline) / MiB:.1f} MiB; "
-          f"answers {[(s, statuses.count(s)) for s in sorted(set(statuses), key=str)]}")
+    print(
+        f"\n{CONNECTIONS} signed {PAYLOAD} B uploads with a wrong secret: VmRSS baseline {baseline / MiB:.1f} MiB, "
+        f"peak +{(peak - baseline) / MiB:.1f} MiB, after +{(after - baseline) / MiB:.1f} MiB; "
+        f"answers {[(s, statuses.count(s)) for s in sorted(set(statuses), key=str)]}"
+    )
     assert set(statuses) <= {403, 429}, statuses
     # At most the budget (64 MB by default) of bodies is held at once, plus uvicorn's read-ahead of the
     # connections being refused, as above. Without the budget: ~570 MiB.

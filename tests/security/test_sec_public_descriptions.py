@@ -23,21 +23,55 @@ from serving.settings import ServerSettings
 
 def _snapshot(name: str, destination: str, message: str) -> dict:
     """A registry snapshot of one endpoint whose container failed with `message` (as Serve reports it)."""
-    row = {"ContainerHostname": "english", "Image": "sklearn", "Mode": "SingleModel", "DesiredReplicas": 1,
-           "Version": "v1"}
-    capture = DataCaptureConfig.model_validate({
-        "InitialSamplingPercentage": 20, "DestinationS3Uri": destination,
-        "CaptureOptions": [{"CaptureMode": "Input"}]}).model_dump(mode="json")
-    record = {"name": name, "mode": "Direct", "containers": [row], "limits": {}, "not_idempotent": [],
-              "access": None, "async_inference": None, "data_capture": capture,
-              "update": {"Status": "Failed", "FailureReason": f"container english: {message}"}, "failed": False,
-              "in_service": True, "desired_versions": {"english": "v1"}}
-    statuses = {f"{name}.english.v1": {"status": "RUNNING", "message": "", "deployments": {"english": {
-        "status": "UNHEALTHY", "message": f"Traceback (most recent call last):\n{message}",
-        "replicas": {"RUNNING": 1}}}}}
-    return {"version": 1, "epoch": "e1", "endpoints": {name: record},
-            "replicas": {(name, "english"): ["http://10.0.0.1:9000/x"]}, "registered": {(name, "english", "v1"): 1},
-            "statuses": statuses, "refused": 0, "scaling": {}, "awaited": [], "api": {"fronts": {}, "served": []}}
+    row = {
+        "ContainerHostname": "english",
+        "Image": "sklearn",
+        "Mode": "SingleModel",
+        "DesiredReplicas": 1,
+        "Version": "v1",
+    }
+    capture = DataCaptureConfig.model_validate(
+        {"InitialSamplingPercentage": 20, "DestinationS3Uri": destination, "CaptureOptions": [{"CaptureMode": "Input"}]}
+    ).model_dump(mode="json")
+    record = {
+        "name": name,
+        "mode": "Direct",
+        "containers": [row],
+        "limits": {},
+        "not_idempotent": [],
+        "access": None,
+        "async_inference": None,
+        "data_capture": capture,
+        "update": {"Status": "Failed", "FailureReason": f"container english: {message}"},
+        "failed": False,
+        "in_service": True,
+        "desired_versions": {"english": "v1"},
+    }
+    statuses = {
+        f"{name}.english.v1": {
+            "status": "RUNNING",
+            "message": "",
+            "deployments": {
+                "english": {
+                    "status": "UNHEALTHY",
+                    "message": f"Traceback (most recent call last):\n{message}",
+                    "replicas": {"RUNNING": 1},
+                }
+            },
+        }
+    }
+    return {
+        "version": 1,
+        "epoch": "e1",
+        "endpoints": {name: record},
+        "replicas": {(name, "english"): ["http://10.0.0.1:9000/x"]},
+        "registered": {(name, "english", "v1"): 1},
+        "statuses": statuses,
+        "refused": 0,
+        "scaling": {},
+        "awaited": [],
+        "api": {"fronts": {}, "served": []},
+    }
 
 
 def test_an_anonymous_description_shows_no_local_path(tmp_path: Path) -> None:

@@ -26,9 +26,14 @@ pytestmark = pytest.mark.integration
 ENDPOINTS = ("it-single",)  # what `server` deploys for this module
 
 # A method of each of Ray's gRPC services: answered without a token, each would hand out cluster state.
-GRPC_METHODS = ("/ray.rpc.InternalKVGcsService/InternalKVGet", "/ray.rpc.NodeInfoGcsService/GetAllNodeInfo",
-                "/ray.rpc.NodeManagerService/GetNodeStats", "/ray.rpc.CoreWorkerService/NumPendingTasks",
-                "/ray.rpc.ReporterService/GetTraceback", "/ray.rpc.ObjectManagerService/FreeObjects")
+GRPC_METHODS = (
+    "/ray.rpc.InternalKVGcsService/InternalKVGet",
+    "/ray.rpc.NodeInfoGcsService/GetAllNodeInfo",
+    "/ray.rpc.NodeManagerService/GetNodeStats",
+    "/ray.rpc.CoreWorkerService/NumPendingTasks",
+    "/ray.rpc.ReporterService/GetTraceback",
+    "/ray.rpc.ObjectManagerService/FreeObjects",
+)
 LOOPBACK = ("127.0.0.1", "::1")
 
 
@@ -90,8 +95,9 @@ def test_no_ray_port_runs_a_job_for_a_stranger(server, node_ip, tmp_path: Path) 
             continue
         for path in ("/api/job_agent/jobs/", "/api/jobs/"):
             try:
-                response = httpx.post(f"http://{host}:{port}{path}", content=job, timeout=10,
-                                      headers={"content-type": "application/json"})
+                response = httpx.post(
+                    f"http://{host}:{port}{path}", content=job, timeout=10, headers={"content-type": "application/json"}
+                )
             except httpx.HTTPError:
                 continue
             assert response.status_code >= 400, (name, port, path, response.status_code, response.text[:200])
@@ -115,9 +121,12 @@ def test_no_ray_grpc_port_answers_without_the_token(server, node_ip) -> None:
                     channel.unary_unary(method)(b"", timeout=5)
                     answered.append((name, port, method))
                 except grpc.RpcError as error:
-                    assert error.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.UNIMPLEMENTED,
-                                            grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED), \
-                        (name, port, method, error.code())
+                    assert error.code() in (
+                        grpc.StatusCode.UNAUTHENTICATED,
+                        grpc.StatusCode.UNIMPLEMENTED,
+                        grpc.StatusCode.UNAVAILABLE,
+                        grpc.StatusCode.DEADLINE_EXCEEDED,
+                    ), (name, port, method, error.code())
     assert checked, "no gRPC port found"
     assert not answered, answered
 
@@ -125,8 +134,13 @@ def test_no_ray_grpc_port_answers_without_the_token(server, node_ip) -> None:
 def test_a_driver_without_the_token_cannot_join(server) -> None:
     gcs = ray.get_runtime_context().gcs_address
     code = f"import ray; ray.init(address={gcs!r}); print('joined')"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "RAY_AUTH_MODE": "disabled"})
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "RAY_AUTH_MODE": "disabled"},
+    )
     assert done.returncode != 0 and "joined" not in done.stdout, done.stdout[-500:]
 
 

@@ -60,7 +60,9 @@ def output_fn(prediction, accept):
     return json.dumps(prediction), "application/json"
 """
 
-needs_landlock = pytest.mark.skipif(sandbox.landlock_abi() == 0, reason="this kernel has no Landlock: no filesystem sandbox")
+needs_landlock = pytest.mark.skipif(
+    sandbox.landlock_abi() == 0, reason="this kernel has no Landlock: no filesystem sandbox"
+)
 
 
 @pytest.fixture(scope="module")
@@ -77,8 +79,17 @@ def container(tmp_path_factory, gateway_port: int) -> Iterator[ContainerProcess]
     model = tmp_path_factory.mktemp("tenant-model")
     (model / "code").mkdir()
     (model / "code" / "inference.py").write_text(ATTEMPTS)
-    process = ContainerProcess(ContainerConfig(endpoint="e", hostname="tenant", image="python", model_data=str(model),
-                                               environment={"SERVING_CPUS": "1"}, hop_key=KEY), "127.0.0.1")
+    process = ContainerProcess(
+        ContainerConfig(
+            endpoint="e",
+            hostname="tenant",
+            image="python",
+            model_data=str(model),
+            environment={"SERVING_CPUS": "1"},
+            hop_key=KEY,
+        ),
+        "127.0.0.1",
+    )
     process.start(timeout=120)
     yield process
     process.stop()
@@ -98,8 +109,15 @@ def attempt(container: ContainerProcess, what: str, target: object = None) -> di
 def test_secrets_and_other_models_are_out_of_reach(container, tmp_path: Path, what: str) -> None:
     secret = tmp_path / "identities.yaml"
     secret.write_text("SecretAccessKey: not-for-tenants")
-    for target in (str(secret), str(Path.home() / ".ray" / "auth_token"), os.environ.get("RAY_AUTH_TOKEN_PATH"),
-                   "/dev/shm", "/etc/shadow", str(tmp_path), "/tmp"):
+    for target in (
+        str(secret),
+        str(Path.home() / ".ray" / "auth_token"),
+        os.environ.get("RAY_AUTH_TOKEN_PATH"),
+        "/dev/shm",
+        "/etc/shadow",
+        str(tmp_path),
+        "/tmp",
+    ):
         if target and (what == "list") == os.path.isdir(target):
             assert attempt(container, what, target)["result"].startswith("REFUSED"), target
 
@@ -142,9 +160,15 @@ def test_the_environment_is_the_containers_own(container, monkeypatch) -> None:
 
 def test_a_model_that_fails_to_load_reports_why(tmp_path: Path) -> None:
     (tmp_path / "code").mkdir()
-    (tmp_path / "code" / "inference.py").write_text("def model_fn(model_dir):\n    raise ValueError('corrupt weights')\n")
-    process = ContainerProcess(ContainerConfig(endpoint="e", hostname="broken", image="python",
-                                               model_data=str(tmp_path), environment={}, hop_key=KEY), "127.0.0.1")
+    (tmp_path / "code" / "inference.py").write_text(
+        "def model_fn(model_dir):\n    raise ValueError('corrupt weights')\n"
+    )
+    process = ContainerProcess(
+        ContainerConfig(
+            endpoint="e", hostname="broken", image="python", model_data=str(tmp_path), environment={}, hop_key=KEY
+        ),
+        "127.0.0.1",
+    )
     with pytest.raises(ContainerStartError, match="ValueError: corrupt weights"):
         process.start(timeout=60)
     process.stop()
@@ -158,12 +182,17 @@ def test_an_archive_unpacks_inside_the_sandbox(tmp_path: Path) -> None:
     (source / "code").mkdir(parents=True)
     (source / "code" / "inference.py").write_text(
         "import os\n\ndef model_fn(model_dir):\n    return str(model_dir)\n\n"
-        "def predict_fn(data, model):\n    return {'model_dir': model, 'tmp': os.environ['TMPDIR']}\n")
+        "def predict_fn(data, model):\n    return {'model_dir': model, 'tmp': os.environ['TMPDIR']}\n"
+    )
     archive = tmp_path / "model.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:
         tar.add(source, arcname=".")
-    process = ContainerProcess(ContainerConfig(endpoint="e", hostname="archived", image="python",
-                                               model_data=str(archive), environment={}, hop_key=KEY), "127.0.0.1")
+    process = ContainerProcess(
+        ContainerConfig(
+            endpoint="e", hostname="archived", image="python", model_data=str(archive), environment={}, hop_key=KEY
+        ),
+        "127.0.0.1",
+    )
     try:
         process.start(timeout=60)
         body, headers = b"{}", {"content-type": "application/json", "accept": "*/*"}
@@ -199,7 +228,9 @@ def test_the_unix_socket_beside_the_data_port_is_private_and_still_signed(contai
     with httpx.Client(transport=httpx.HTTPTransport(uds=path), timeout=30) as client:
         answer = _signed_post(client, json.dumps({"what": "scratch"}).encode())
         assert answer.status_code == 200 and answer.json()["result"].startswith("ALLOWED")
-        unsigned = client.post("http://data-port/invocations", content=b"{}", headers={"content-type": "application/json"})
+        unsigned = client.post(
+            "http://data-port/invocations", content=b"{}", headers={"content-type": "application/json"}
+        )
         assert unsigned.status_code == 403  # the socket is no way around the hop's signature
         other_key = {"content-type": "application/json", "accept": "*/*"}
         other_key.update(hops.sign(b"x" * 32, "POST", "/invocations", b"{}", other_key))
@@ -217,8 +248,12 @@ def test_tenant_code_cannot_reach_the_socket_folder(container) -> None:
 def test_stopping_a_container_removes_its_unix_socket(tmp_path: Path) -> None:
     (tmp_path / "code").mkdir()
     (tmp_path / "code" / "inference.py").write_text("def predict_fn(data, model):\n    return data\n")
-    process = ContainerProcess(ContainerConfig(endpoint="e", hostname="short-lived", image="python",
-                                               model_data=str(tmp_path), environment={}, hop_key=KEY), "127.0.0.1")
+    process = ContainerProcess(
+        ContainerConfig(
+            endpoint="e", hostname="short-lived", image="python", model_data=str(tmp_path), environment={}, hop_key=KEY
+        ),
+        "127.0.0.1",
+    )
     assert process.unix_listener is not None
     path = process.unix_path
     try:
@@ -253,8 +288,9 @@ def test_a_killed_supervisors_scratch_folder_is_reclaimed(tmp_path: Path) -> Non
 
     (tmp_path / "code").mkdir()
     (tmp_path / "code" / "inference.py").write_text("def predict_fn(data, model):\n    return data\n")
-    supervisor = subprocess.Popen([sys.executable, "-c", KILLED_SUPERVISOR, str(tmp_path)], stdout=subprocess.PIPE,
-                                  text=True)
+    supervisor = subprocess.Popen(
+        [sys.executable, "-c", KILLED_SUPERVISOR, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
     try:
         started = json.loads(supervisor.stdout.readline())
     finally:
@@ -264,8 +300,12 @@ def test_a_killed_supervisors_scratch_folder_is_reclaimed(tmp_path: Path) -> Non
     while psutil.pid_exists(started["pid"]) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert os.path.isdir(started["scratch"])  # what the old code left behind, for good
-    successor = ContainerProcess(ContainerConfig(endpoint="e", hostname="next", image="python",
-                                                 model_data=str(tmp_path), environment={}, hop_key=KEY), "127.0.0.1")
+    successor = ContainerProcess(
+        ContainerConfig(
+            endpoint="e", hostname="next", image="python", model_data=str(tmp_path), environment={}, hop_key=KEY
+        ),
+        "127.0.0.1",
+    )
     try:
         assert not os.path.exists(started["scratch"])
         assert os.path.isdir(successor.scratch)  # its own, alive: kept

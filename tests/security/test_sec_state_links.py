@@ -30,8 +30,9 @@ def _private(folder: Path) -> Path:
 
 
 @pytest.mark.parametrize("planted", ["", "-wal", "-shm", "-journal"])
-def test_a_link_at_the_state_path_or_beside_it_is_refused_and_its_target_untouched(tmp_path: Path,
-                                                                                    planted: str) -> None:
+def test_a_link_at_the_state_path_or_beside_it_is_refused_and_its_target_untouched(
+    tmp_path: Path, planted: str
+) -> None:
     state_dir, elsewhere = _private(tmp_path / "state"), _private(tmp_path / "elsewhere")
     victim = elsewhere / "precious.db"
     victim.write_bytes(b"not the server's to write")
@@ -45,7 +46,10 @@ def test_a_link_at_the_state_path_or_beside_it_is_refused_and_its_target_untouch
     after = victim.stat()
     assert victim.read_bytes() == b"not the server's to write"
     assert (after.st_size, after.st_mtime_ns, stat.S_IMODE(after.st_mode)) == (
-        before.st_size, before.st_mtime_ns, stat.S_IMODE(before.st_mode))
+        before.st_size,
+        before.st_mtime_ns,
+        stat.S_IMODE(before.st_mode),
+    )
     assert sorted(p.name for p in elsewhere.iterdir()) == ["precious.db"]  # no -wal / -shm beside the target
     assert link.is_symlink()
 
@@ -64,8 +68,9 @@ def test_a_state_without_links_still_opens_and_keeps_its_documents(tmp_path: Pat
 
 
 @pytest.mark.parametrize("planted", ["", ".key"])
-def test_serving_server_refuses_a_state_path_or_key_that_is_a_link(tmp_path: Path, monkeypatch, capsys,
-                                                                   planted: str) -> None:
+def test_serving_server_refuses_a_state_path_or_key_that_is_a_link(
+    tmp_path: Path, monkeypatch, capsys, planted: str
+) -> None:
     def went_on(name: str):
         if name.startswith("__"):
             raise AttributeError(name)
@@ -108,6 +113,8 @@ def test_serving_apply_reads_no_control_token_through_a_link(tmp_path: Path, mon
             listener.accept()[0].close()
     finally:
         listener.close()
+
+
 def test_a_link_put_in_place_between_the_check_and_sqlites_open_is_caught(tmp_path: Path, monkeypatch) -> None:
     import serving.sagemaker_api.state_file as state_file
 

@@ -19,8 +19,11 @@ from serving.runtimes import InvocationContext, runtime_for
 
 
 def write_model(folder: Path) -> Path:
-    for name, text in {"code/inference.py": "def predict_fn(data, model):\n    return data\n",
-                       "code/helper.py": "", "labels.json": "[]"}.items():
+    for name, text in {
+        "code/inference.py": "def predict_fn(data, model):\n    return data\n",
+        "code/helper.py": "",
+        "labels.json": "[]",
+    }.items():
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_text(text)
     return folder

@@ -48,11 +48,17 @@ def report(server, identities_file, demo_models, tmp_path_factory) -> dict[str, 
     outside = tmp_path_factory.mktemp("outside-the-sandbox")
     Path("/tmp/serving-tenant-marker").unlink(missing_ok=True)  # a run of an older, unconfined version may have left it
     targets = {
-        "read": [str(identities_file), *[path for path in token_files if path],
-                 str(demo_models / "iris-classifier" / "model.skops"), str(ROOT / "examples" / "identities.yaml")],
+        "read": [
+            str(identities_file),
+            *[path for path in token_files if path],
+            str(demo_models / "iris-classifier" / "model.skops"),
+            str(ROOT / "examples" / "identities.yaml"),
+        ],
         "list": ["/dev/shm", str(session), "/tmp", str(Path.home())],
         "write": [str(outside / "marker"), "/tmp/serving-tenant-marker"],
-        "post": [url + "/invocations" for key, urls in replicas.items() for url in urls if key != ("it-hostile", "tenant")][:4],
+        "post": [
+            url + "/invocations" for key, urls in replicas.items() for url in urls if key != ("it-hostile", "tenant")
+        ][:4],
         "api": [server.url + "/"],
         "delete": [server.url + "/endpoints/it-secure"],
         "unix": sorted(glob.glob(str(session / "sockets" / "*")))[:3],
@@ -130,8 +136,12 @@ def test_registry_writes_need_the_control_plane_capability(server) -> None:
     assert ray.get(registry.put_endpoint.remote("0" * 64, forged), timeout=30) is False
     assert ray.get(registry.delete_endpoint.remote("", "it-secure"), timeout=30) is False
     version = before["endpoints"]["it-secure"]["containers"][0]["Version"]
-    assert ray.get(registry.register.remote("it-secure", "customIps-iris", version, "http://127.0.0.1:9", "0" * 64),
-                   timeout=30) is False
+    assert (
+        ray.get(
+            registry.register.remote("it-secure", "customIps-iris", version, "http://127.0.0.1:9", "0" * 64), timeout=30
+        )
+        is False
+    )
     some_url = next(iter(before["replicas"][("it-secure", "customIps-iris")]))
     assert ray.get(registry.deregister.remote(some_url, "0" * 64), timeout=30) is False
     after = ray.get(registry.snapshot.remote(-1), timeout=30)
@@ -147,7 +157,12 @@ def test_no_secret_travels_through_ray(server, access_callers) -> None:
     # What the registry (actor state, object store) holds names the identities file; no secret, no digest.
     import hashlib
 
-    snapshot = repr(ray.get(__import__("serving.ray_wing", fromlist=["registry_handle"]).registry_handle().snapshot.remote(-1), timeout=30))
+    snapshot = repr(
+        ray.get(
+            __import__("serving.ray_wing", fromlist=["registry_handle"]).registry_handle().snapshot.remote(-1),
+            timeout=30,
+        )
+    )
     for credentials in access_callers.values():
         for field in ("SecretAccessKey", "ApiKey"):
             secret = credentials.get(field)
@@ -171,18 +186,31 @@ def test_the_tenant_cannot_join_or_reach_any_listener_of_the_node(server, access
     victim_host, victim_port = victim.removeprefix("http://").rsplit(":", 1)
     from serving.http import local_socket
 
-    targets = {"listen": [["127.0.0.1", gateway_port], ["127.0.0.1", grpc_port]],
-               "connect": [["127.0.0.1", gateway_port], ["127.0.0.1", grpc_port], [gcs_host, int(gcs_port)],
-                           [victim_host, int(victim_port)]],
-               "unix": [local_socket.path_for(victim_host, int(victim_port))], "window_s": 8}
+    targets = {
+        "listen": [["127.0.0.1", gateway_port], ["127.0.0.1", grpc_port]],
+        "connect": [
+            ["127.0.0.1", gateway_port],
+            ["127.0.0.1", grpc_port],
+            [gcs_host, int(gcs_port)],
+            [victim_host, int(victim_port)],
+        ],
+        "unix": [local_socket.path_for(victim_host, int(victim_port))],
+        "window_s": 8,
+    }
     found = server.invoke("it-hostile", {"sockets": targets}, target="tenant").json()
     key = access_callers["batch-job"]["ApiKey"]
     origins = []
     for _ in range(40):  # fresh connections: the kernel spreads them over the port's group
         with httpx.Client(base_url=server.url, timeout=30) as caller:
-            answer = caller.post("/endpoints/it-secure/invocations", content=b"[[5.1, 3.5, 1.4, 0.2]]",
-                                 headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}",
-                                          "X-Amzn-SageMaker-Target-Container-Hostname": "customIps-iris"})
+            answer = caller.post(
+                "/endpoints/it-secure/invocations",
+                content=b"[[5.1, 3.5, 1.4, 0.2]]",
+                headers={
+                    "Content-Type": "application/json",
+                    "Authorization": f"Bearer {key}",
+                    "X-Amzn-SageMaker-Target-Container-Hostname": "customIps-iris",
+                },
+            )
             origins.append((answer.status_code, answer.headers.get("x-Amzn-Invoked-Production-Variant")))
     deadline = time.monotonic() + 60
     while not (got := server.invoke("it-hostile", {"collect_sockets": True}, target="tenant").json())["done"]:

@@ -22,7 +22,7 @@ from serving.protocol import LOCAL_TFS_PATH
 from serving.trust import hops
 
 KEY = b"t" * 32
-HANDLER = '''
+HANDLER = """
 import json, requests
 
 def handler(data, context):
@@ -34,7 +34,7 @@ def handler(data, context):
         return json.dumps({"rest_uri": context.rest_uri}), "application/json"
     response = requests.post(context.rest_uri, data=json.dumps({"instances": request["instances"]}))
     return response.content, "application/json"
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +44,12 @@ def container(tmp_path_factory) -> Iterator[ContainerProcess]:
     model = save_half_plus_three(tmp_path_factory.mktemp("tfs-capability") / "model")
     (model / "code").mkdir()
     (model / "code" / "inference.py").write_text(HANDLER)
-    process = ContainerProcess(ContainerConfig(endpoint="e", hostname="tfs", image="tensorflow",
-                                               model_data=str(model), environment={}, hop_key=KEY), "127.0.0.1")
+    process = ContainerProcess(
+        ContainerConfig(
+            endpoint="e", hostname="tfs", image="tensorflow", model_data=str(model), environment={}, hop_key=KEY
+        ),
+        "127.0.0.1",
+    )
     log = model.parent / "container.log"  # the process's stderr, as a replica's is its Ray worker's log file
     saved = os.dup(2)
     with open(log, "wb") as out:

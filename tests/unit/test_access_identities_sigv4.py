@@ -45,11 +45,22 @@ class _Captured(Exception):
         self.request = request
 
 
-def boto3_request(key_id: str = KEY_A, secret: str = SECRET_A, region: str = "us-east-1", endpoint: str = "mce-secure",
-                  target: str | None = "customIps-iris", body: bytes = b"[[5.1, 3.5, 1.4, 0.2]]") -> RawRequest:
+def boto3_request(
+    key_id: str = KEY_A,
+    secret: str = SECRET_A,
+    region: str = "us-east-1",
+    endpoint: str = "mce-secure",
+    target: str | None = "customIps-iris",
+    body: bytes = b"[[5.1, 3.5, 1.4, 0.2]]",
+) -> RawRequest:
     """An InvokeEndpoint request exactly as an unmodified boto3 client signs and sends it."""
-    client = boto3.client("sagemaker-runtime", endpoint_url=URL, region_name=region,
-                          aws_access_key_id=key_id, aws_secret_access_key=secret)
+    client = boto3.client(
+        "sagemaker-runtime",
+        endpoint_url=URL,
+        region_name=region,
+        aws_access_key_id=key_id,
+        aws_secret_access_key=secret,
+    )
 
     def capture(request, **_):
         raise _Captured(request)
@@ -70,14 +81,21 @@ def wire(prepared) -> RawRequest:
     for name, value in prepared.headers.items():
         headers.append((name, value.decode() if isinstance(value, bytes) else str(value)))
     body = prepared.body or b""
-    return RawRequest(prepared.method, url.path, url.query, tuple(headers), body if isinstance(body, bytes) else body.encode())
+    return RawRequest(
+        prepared.method, url.path, url.query, tuple(headers), body if isinstance(body, bytes) else body.encode()
+    )
 
 
-def signed_by_botocore(service: str = "sagemaker", region: str = "us-east-1", headers: dict[str, str] | None = None,
-                       body: bytes = b"[1]") -> RawRequest:
+def signed_by_botocore(
+    service: str = "sagemaker", region: str = "us-east-1", headers: dict[str, str] | None = None, body: bytes = b"[1]"
+) -> RawRequest:
     """A request signed by botocore's SigV4Auth directly (for scopes boto3's runtime client never uses)."""
-    request = AWSRequest("POST", f"{URL}/endpoints/mce-secure/invocations", headers={"Content-Type": "application/json",
-                                                                                    **(headers or {})}, data=body)
+    request = AWSRequest(
+        "POST",
+        f"{URL}/endpoints/mce-secure/invocations",
+        headers={"Content-Type": "application/json", **(headers or {})},
+        data=body,
+    )
     SigV4Auth(Credentials(KEY_A, SECRET_A), service, region).add_auth(request)
     return wire(request.prepare())
 
@@ -108,12 +126,24 @@ def identities(tmp_path_factory: pytest.TempPathFactory) -> Identities:
     folder = tmp_path_factory.mktemp("identities")
     (folder / "secrets").mkdir()
     (folder / "all-but-special.json").write_text((ROOT / "policies" / "all-but-special.json").read_text())
-    path = write_identities(folder / "secrets", [  # one absolute and one relative policy path
-        {"Principal": "team-a", "AccessKeyId": KEY_A, "SecretAccessKey": SECRET_A,
-         "PolicyDocuments": [str(ROOT / "policies" / "customips-and-common.json")]},
-        {"Principal": "team-b", "AccessKeyId": KEY_B, "SecretAccessKey": SECRET_B, "PolicyDocuments": ["../all-but-special.json"]},
-        {"Principal": "batch-job", "ApiKey": API_KEY, "PolicyDocuments": ["../all-but-special.json"]},
-    ])
+    path = write_identities(
+        folder / "secrets",
+        [  # one absolute and one relative policy path
+            {
+                "Principal": "team-a",
+                "AccessKeyId": KEY_A,
+                "SecretAccessKey": SECRET_A,
+                "PolicyDocuments": [str(ROOT / "policies" / "customips-and-common.json")],
+            },
+            {
+                "Principal": "team-b",
+                "AccessKeyId": KEY_B,
+                "SecretAccessKey": SECRET_B,
+                "PolicyDocuments": ["../all-but-special.json"],
+            },
+            {"Principal": "batch-job", "ApiKey": API_KEY, "PolicyDocuments": ["../all-but-special.json"]},
+        ],
+    )
     return load_identities(path)
 
 
@@ -121,6 +151,7 @@ def identities(tmp_path_factory: pytest.TempPathFactory) -> Identities:
 def authenticate(identities: Identities) -> Callable[..., object]:
     def run(request: RawRequest, clock: Callable[[], float] = time.time, region: str = "us-east-1"):
         return Authenticator(identities, region, clock).authenticate(request)
+
     return run
 
 
@@ -133,6 +164,7 @@ def refused(authenticate, request: RawRequest, error: type[ServingError], fragme
 
 
 # --- Signature V4: accepted -------------------------------------------------------------------
+
 
 def test_boto3_signed_requests_authenticate_their_principal(authenticate) -> None:
     caller = authenticate(boto3_request())
@@ -165,9 +197,14 @@ def test_signatures_inside_the_clock_window_are_accepted(authenticate) -> None:
 
 # --- Signature V4: refused --------------------------------------------------------------------
 
+
 def test_wrong_secret(authenticate) -> None:
-    refused(authenticate, boto3_request(KEY_A, "not-the-secret-of-team-a"), InvalidSignatureError,
-            "signature we calculated does not match")
+    refused(
+        authenticate,
+        boto3_request(KEY_A, "not-the-secret-of-team-a"),
+        InvalidSignatureError,
+        "signature we calculated does not match",
+    )
 
 
 def test_secret_of_another_identity(authenticate) -> None:
@@ -175,8 +212,12 @@ def test_secret_of_another_identity(authenticate) -> None:
 
 
 def test_unknown_access_key(authenticate) -> None:
-    error = refused(authenticate, boto3_request("AKIAUNKNOWNKEY0000", SECRET_A), UnrecognizedClientError,
-                    "security token included in the request is invalid")
+    error = refused(
+        authenticate,
+        boto3_request("AKIAUNKNOWNKEY0000", SECRET_A),
+        UnrecognizedClientError,
+        "security token included in the request is invalid",
+    )
     assert error.code == "UnrecognizedClientException"
     assert error.key_id == "AKIAUNKNOWNKEY0000"
 
@@ -187,13 +228,17 @@ def test_tampered_body(authenticate) -> None:
 
 
 def test_tampered_signed_header(authenticate) -> None:
-    request = with_header(boto3_request(target="customIps-iris"), "X-Amzn-SageMaker-Target-Container-Hostname", "special-labels")
+    request = with_header(
+        boto3_request(target="customIps-iris"), "X-Amzn-SageMaker-Target-Container-Hostname", "special-labels"
+    )
     refused(authenticate, request, InvalidSignatureError, "does not match")
 
 
 def test_tampered_path(authenticate) -> None:
     request = boto3_request(endpoint="mce-secure")
-    refused(authenticate, replace(request, path="/endpoints/mce-other/invocations"), InvalidSignatureError, "does not match")
+    refused(
+        authenticate, replace(request, path="/endpoints/mce-other/invocations"), InvalidSignatureError, "does not match"
+    )
 
 
 def test_tampered_query_and_method(authenticate) -> None:
@@ -222,19 +267,40 @@ def test_payload_hash_header_that_does_not_match_the_body(authenticate) -> None:
 
 def test_expired_signature(authenticate) -> None:
     request = boto3_request()
-    refused(authenticate, request, InvalidSignatureError, "Signature expired", clock=lambda: time.time() + MAX_SKEW_S + 60)
+    refused(
+        authenticate, request, InvalidSignatureError, "Signature expired", clock=lambda: time.time() + MAX_SKEW_S + 60
+    )
 
 
 def test_signature_from_the_future(authenticate) -> None:
     request = boto3_request()
-    refused(authenticate, request, InvalidSignatureError, "Signature not yet current", clock=lambda: time.time() - MAX_SKEW_S - 60)
+    refused(
+        authenticate,
+        request,
+        InvalidSignatureError,
+        "Signature not yet current",
+        clock=lambda: time.time() - MAX_SKEW_S - 60,
+    )
 
 
-@pytest.mark.parametrize("amz_date", ["2026-11-27T10:00:00Z", "20261327T100000Z", "20260230T100000Z",
-                                      "20261127T240000Z", "20261127T100000", "\u0662\u0660261127T100000Z"])
+@pytest.mark.parametrize(
+    "amz_date",
+    [
+        "2026-11-27T10:00:00Z",
+        "20261327T100000Z",
+        "20260230T100000Z",
+        "20261127T240000Z",
+        "20261127T100000",
+        "\u0662\u0660261127T100000Z",
+    ],
+)
 def test_x_amz_date_not_in_the_basic_form_is_refused(authenticate, amz_date: str) -> None:
-    refused(authenticate, with_header(boto3_request(), "X-Amz-Date", amz_date), InvalidSignatureError,
-            "is not in the form YYYYMMDD'T'HHMMSS'Z'")
+    refused(
+        authenticate,
+        with_header(boto3_request(), "X-Amz-Date", amz_date),
+        InvalidSignatureError,
+        "is not in the form YYYYMMDD'T'HHMMSS'Z'",
+    )
 
 
 def test_replay_outside_the_window_even_with_a_fresh_date_header(authenticate) -> None:
@@ -246,13 +312,20 @@ def test_replay_outside_the_window_even_with_a_fresh_date_header(authenticate) -
 
 
 def test_wrong_region_scope(authenticate) -> None:
-    refused(authenticate, boto3_request(region="eu-west-1"), InvalidSignatureError, "scoped to a valid region, not 'eu-west-1'")
+    refused(
+        authenticate,
+        boto3_request(region="eu-west-1"),
+        InvalidSignatureError,
+        "scoped to a valid region, not 'eu-west-1'",
+    )
     # and the same request is fine for a server configured for that region
     assert authenticate(boto3_request(region="eu-west-1"), region="eu-west-1").principal == "team-a"
 
 
 def test_wrong_service_scope(authenticate) -> None:
-    refused(authenticate, signed_by_botocore(service="execute-api"), InvalidSignatureError, "correct service: 'sagemaker'")
+    refused(
+        authenticate, signed_by_botocore(service="execute-api"), InvalidSignatureError, "correct service: 'sagemaker'"
+    )
 
 
 def test_botocore_signature_for_the_right_scope_verifies(authenticate) -> None:
@@ -261,18 +334,31 @@ def test_botocore_signature_for_the_right_scope_verifies(authenticate) -> None:
 
 def test_malformed_authorization_headers(authenticate) -> None:
     request = boto3_request()
-    refused(authenticate, with_header(request, "Authorization", "AWS4-HMAC-SHA256 Credential=x"), InvalidSignatureError,
-            "requires 'Credential', 'SignedHeaders' and 'Signature'")
+    refused(
+        authenticate,
+        with_header(request, "Authorization", "AWS4-HMAC-SHA256 Credential=x"),
+        InvalidSignatureError,
+        "requires 'Credential', 'SignedHeaders' and 'Signature'",
+    )
     value = header(request, "authorization")
-    refused(authenticate, with_header(request, "Authorization", value.replace("/aws4_request", "")), InvalidSignatureError,
-            "Credential must have the form")
-    refused(authenticate, with_header(request, "Authorization", value.replace("host;", "")), InvalidSignatureError,
-            "SignedHeaders must include 'host'")
+    refused(
+        authenticate,
+        with_header(request, "Authorization", value.replace("/aws4_request", "")),
+        InvalidSignatureError,
+        "Credential must have the form",
+    )
+    refused(
+        authenticate,
+        with_header(request, "Authorization", value.replace("host;", "")),
+        InvalidSignatureError,
+        "SignedHeaders must include 'host'",
+    )
     twice = replace(request, headers=request.headers + (("Authorization", value),))
     refused(authenticate, twice, InvalidSignatureError, "more than one Authorization header")
 
 
 # --- no credentials, other schemes, bearer keys -------------------------------------------------
+
 
 def test_missing_authentication(authenticate) -> None:
     request = with_header(boto3_request(), "Authorization", None)
@@ -296,8 +382,15 @@ def test_bearer_key(authenticate) -> None:
 
 
 def test_wrong_bearer_keys(authenticate) -> None:
-    refused(authenticate, bearer(f"Bearer {API_KEY}x"), UnrecognizedClientError, "API key included in the request is invalid")
-    refused(authenticate, bearer(f"Bearer {SECRET_A}"), UnrecognizedClientError, "API key")  # a SigV4 secret is not an API key
+    refused(
+        authenticate,
+        bearer(f"Bearer {API_KEY}x"),
+        UnrecognizedClientError,
+        "API key included in the request is invalid",
+    )
+    refused(
+        authenticate, bearer(f"Bearer {SECRET_A}"), UnrecognizedClientError, "API key"
+    )  # a SigV4 secret is not an API key
     refused(authenticate, bearer("Bearer "), MissingAuthenticationTokenError, "Bearer")
 
 
@@ -310,6 +403,7 @@ def test_errors_never_echo_secrets(authenticate) -> None:
 
 
 # --- the identities file ---------------------------------------------------------------------------
+
 
 def test_identities_keep_secrets_out_of_reprs_and_references(identities: Identities) -> None:
     # What travels through Ray's registry is a reference to the file, never a secret or a digest of one.
@@ -347,30 +441,64 @@ SECRET = "s" * 20
 
 INVALID_IDENTITIES = [
     ("no credentials", [{"Principal": "p", "PolicyDocuments": ["ok.json"]}], "Identities[0]: give AccessKeyId"),
-    ("key without secret", [{"Principal": "p", "AccessKeyId": KEY_A, "PolicyDocuments": ["ok.json"]}],
-     "Identities[0]: AccessKeyId and SecretAccessKey go together"),
-    ("short secret", [{"Principal": "p", "AccessKeyId": KEY_A, "SecretAccessKey": "short", "PolicyDocuments": ["ok.json"]}],
-     "Identities[0].SecretAccessKey: must be at least 16 characters"),
-    ("short api key", [{"Principal": "p", "ApiKey": "abc", "PolicyDocuments": ["ok.json"]}], "Identities[0].ApiKey: must be at least 16"),
-    ("bad key id", [{"Principal": "p", "AccessKeyId": "AK", "SecretAccessKey": SECRET, "PolicyDocuments": ["ok.json"]}],
-     "Identities[0].AccessKeyId"),
+    (
+        "key without secret",
+        [{"Principal": "p", "AccessKeyId": KEY_A, "PolicyDocuments": ["ok.json"]}],
+        "Identities[0]: AccessKeyId and SecretAccessKey go together",
+    ),
+    (
+        "short secret",
+        [{"Principal": "p", "AccessKeyId": KEY_A, "SecretAccessKey": "short", "PolicyDocuments": ["ok.json"]}],
+        "Identities[0].SecretAccessKey: must be at least 16 characters",
+    ),
+    (
+        "short api key",
+        [{"Principal": "p", "ApiKey": "abc", "PolicyDocuments": ["ok.json"]}],
+        "Identities[0].ApiKey: must be at least 16",
+    ),
+    (
+        "bad key id",
+        [{"Principal": "p", "AccessKeyId": "AK", "SecretAccessKey": SECRET, "PolicyDocuments": ["ok.json"]}],
+        "Identities[0].AccessKeyId",
+    ),
     ("no policies", [{"Principal": "p", "ApiKey": SECRET, "PolicyDocuments": []}], "Identities[0].PolicyDocuments"),
-    ("unknown field", [{"Principal": "p", "ApiKey": SECRET, "PolicyDocuments": ["ok.json"], "Role": "admin"}],
-     "Identities[0].Role: unknown field"),
-    ("duplicate principal", [{"Principal": "p", "ApiKey": SECRET, "PolicyDocuments": ["ok.json"]},
-                             {"Principal": "p", "ApiKey": SECRET + "2", "PolicyDocuments": ["ok.json"]}],
-     "Identities[1].Principal duplicates Identities[0]"),
-    ("duplicate api key", [{"Principal": "p", "ApiKey": SECRET, "PolicyDocuments": ["ok.json"]},
-                           {"Principal": "q", "ApiKey": SECRET, "PolicyDocuments": ["ok.json"]}],
-     "Identities[1].ApiKey duplicates Identities[0]"),
-    ("missing policy file", [{"Principal": "p", "ApiKey": SECRET, "PolicyDocuments": ["nope.json"]}],
-     "Identities[0].PolicyDocuments[0] (nope.json): cannot read policy"),
-    ("bad policy", [{"Principal": "p", "ApiKey": SECRET, "PolicyDocuments": ["ok.json", "bad.json"]}],
-     "Identities[0].PolicyDocuments[1] (bad.json): Statement[1].Effect: Input should be 'Allow' or 'Deny'"),
+    (
+        "unknown field",
+        [{"Principal": "p", "ApiKey": SECRET, "PolicyDocuments": ["ok.json"], "Role": "admin"}],
+        "Identities[0].Role: unknown field",
+    ),
+    (
+        "duplicate principal",
+        [
+            {"Principal": "p", "ApiKey": SECRET, "PolicyDocuments": ["ok.json"]},
+            {"Principal": "p", "ApiKey": SECRET + "2", "PolicyDocuments": ["ok.json"]},
+        ],
+        "Identities[1].Principal duplicates Identities[0]",
+    ),
+    (
+        "duplicate api key",
+        [
+            {"Principal": "p", "ApiKey": SECRET, "PolicyDocuments": ["ok.json"]},
+            {"Principal": "q", "ApiKey": SECRET, "PolicyDocuments": ["ok.json"]},
+        ],
+        "Identities[1].ApiKey duplicates Identities[0]",
+    ),
+    (
+        "missing policy file",
+        [{"Principal": "p", "ApiKey": SECRET, "PolicyDocuments": ["nope.json"]}],
+        "Identities[0].PolicyDocuments[0] (nope.json): cannot read policy",
+    ),
+    (
+        "bad policy",
+        [{"Principal": "p", "ApiKey": SECRET, "PolicyDocuments": ["ok.json", "bad.json"]}],
+        "Identities[0].PolicyDocuments[1] (bad.json): Statement[1].Effect: Input should be 'Allow' or 'Deny'",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("entries", "fragment"), [c[1:] for c in INVALID_IDENTITIES], ids=[c[0] for c in INVALID_IDENTITIES])
+@pytest.mark.parametrize(
+    ("entries", "fragment"), [c[1:] for c in INVALID_IDENTITIES], ids=[c[0] for c in INVALID_IDENTITIES]
+)
 def test_invalid_identities_are_refused(tmp_path: Path, entries: list[dict], fragment: str) -> None:
     bad = {"Statement": [GOOD_POLICY["Statement"][0], {"Effect": "Permit", "Action": "*", "Resource": "*"}]}
     path = write_identities(tmp_path, entries, {"ok.json": GOOD_POLICY, "bad.json": bad})

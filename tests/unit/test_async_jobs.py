@@ -36,8 +36,9 @@ def s3():
     server.start()
     host, port = server.get_host_and_port()
     url = f"http://{host}:{port}"
-    client = boto3.client("s3", endpoint_url=url, region_name="us-east-1",
-                          aws_access_key_id="testing", aws_secret_access_key="testing")
+    client = boto3.client(
+        "s3", endpoint_url=url, region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing"
+    )
     client.create_bucket(Bucket="jobs")
     client.put_object(Bucket="jobs", Key="in/x.json", Body=b"[1, 2]")
     yield client
@@ -65,22 +66,34 @@ class Pipeline:
         await asyncio.to_thread(self.release.wait, WAIT_S)
         self.ran.append((body, dict(headers)))
         if self.fail:
-            raise ModelError("Received server error (500) from container only", container="only",
-                             original_status=500, original_message="boom")
+            raise ModelError(
+                "Received server error (500) from container only",
+                container="only",
+                original_status=500,
+                original_message="boom",
+            )
         return InvocationResult(b"answer to " + bytes(body), "application/json")
 
 
 def serve(pipeline: Pipeline, s3, clock=time.monotonic, **settings) -> tuple[TestClient, AsyncInvocations]:
-    handler = AsyncInvocations(ServerSettings(**settings), pipeline, head=lambda request: None,  # type: ignore[arg-type]
-                               client=lambda url: s3, clock=clock)
+    handler = AsyncInvocations(
+        ServerSettings(**settings),
+        pipeline,
+        head=lambda request: None,  # type: ignore[arg-type]
+        client=lambda url: s3,
+        clock=clock,
+    )
     return TestClient(Starlette(routes=handler.routes())), handler
 
 
 def route(concurrency: int = 1) -> EndpointRoute:
-    config = AsyncInferenceConfig.model_validate({
-        "ClientConfig": {"MaxConcurrentInvocationsPerInstance": concurrency},
-        "OutputConfig": {"S3OutputPath": "s3://jobs/out", "S3FailurePath": "s3://jobs/failed"},
-        "InputConfig": {"S3InputPath": "s3://jobs/in"}})
+    config = AsyncInferenceConfig.model_validate(
+        {
+            "ClientConfig": {"MaxConcurrentInvocationsPerInstance": concurrency},
+            "OutputConfig": {"S3OutputPath": "s3://jobs/out", "S3FailurePath": "s3://jobs/failed"},
+            "InputConfig": {"S3InputPath": "s3://jobs/in"},
+        }
+    )
     return EndpointRoute("e", "Direct", ("only",), async_inference=config)
 
 
@@ -99,9 +112,15 @@ def test_a_job_reads_its_input_and_writes_its_answer(s3) -> None:
     pipeline.release.set()
     client, _ = serve(pipeline, s3)
     with client:
-        response = client.post("/endpoints/e/async-invocations", headers={
-            protocol.INPUT_LOCATION: "s3://jobs/in/x.json", protocol.ASYNC_CONTENT_TYPE: "application/json",
-            protocol.ASYNC_ACCEPT: "text/csv", protocol.INFERENCE_ID: "job-1"})
+        response = client.post(
+            "/endpoints/e/async-invocations",
+            headers={
+                protocol.INPUT_LOCATION: "s3://jobs/in/x.json",
+                protocol.ASYNC_CONTENT_TYPE: "application/json",
+                protocol.ASYNC_ACCEPT: "text/csv",
+                protocol.INFERENCE_ID: "job-1",
+            },
+        )
         assert response.status_code == 202
         assert response.json() == {"InferenceId": "job-1"}
         assert response.headers[protocol.OUTPUT_LOCATION] == "s3://jobs/out/job-1.out"
@@ -116,7 +135,9 @@ def test_a_full_queue_answers_429_and_frees_up(s3) -> None:
     pipeline = Pipeline(route(concurrency=1))
     client, handler = serve(pipeline, s3, async_max_queued=1)
     with client:
-        ask = lambda: client.post("/endpoints/e/async-invocations", headers={protocol.INPUT_LOCATION: "s3://jobs/in/x.json"})
+        ask = lambda: client.post(
+            "/endpoints/e/async-invocations", headers={protocol.INPUT_LOCATION: "s3://jobs/in/x.json"}
+        )
         assert [ask().status_code for _ in range(2)] == [202, 202]  # one running, one waiting
         refused = ask()
         assert refused.status_code == 429 and refused.json()["__type"] == "ThrottlingException"
@@ -132,8 +153,10 @@ def test_an_expired_request_is_failed_without_running(s3) -> None:
     now = [1000.0]
     client, _ = serve(pipeline, s3, clock=lambda: now[0])
     with client:
-        ask = lambda ttl: client.post("/endpoints/e/async-invocations", headers={
-            protocol.INPUT_LOCATION: "s3://jobs/in/x.json", protocol.REQUEST_TTL: ttl}).json()["InferenceId"]
+        ask = lambda ttl: client.post(
+            "/endpoints/e/async-invocations",
+            headers={protocol.INPUT_LOCATION: "s3://jobs/in/x.json", protocol.REQUEST_TTL: ttl},
+        ).json()["InferenceId"]
         first, second = ask("60"), ask("60")  # the second waits behind the first
         now[0] += 61
         pipeline.release.set()
@@ -148,26 +171,41 @@ def test_a_model_failure_is_written_as_the_error_document(s3) -> None:
     pipeline.release.set()
     client, _ = serve(pipeline, s3)
     with client:
-        inference_id = client.post("/endpoints/e/async-invocations",
-                                   headers={protocol.INPUT_LOCATION: "s3://jobs/in/x.json"}).json()["InferenceId"]
+        inference_id = client.post(
+            "/endpoints/e/async-invocations", headers={protocol.INPUT_LOCATION: "s3://jobs/in/x.json"}
+        ).json()["InferenceId"]
         assert str(uuid.UUID(inference_id)) == inference_id
         failure = json.loads(read(s3, f"failed/{inference_id}-error.out"))
-    assert failure == {"__type": "ModelError", "message": "Received server error (500) from container only",
-                       "OriginalStatusCode": 500, "OriginalMessage": "boom", "ContainerHostname": "only"}
+    assert failure == {
+        "__type": "ModelError",
+        "message": "Received server error (500) from container only",
+        "OriginalStatusCode": 500,
+        "OriginalMessage": "boom",
+        "ContainerHostname": "only",
+    }
 
 
-@pytest.mark.parametrize(("headers", "reason"), [
-    ({}, "InputLocation"),
-    ({protocol.INPUT_LOCATION: "s3://jobs/out/job-1.out"}, "S3InputPath"),
-    ({protocol.INPUT_LOCATION: "s3://jobs/in/../out/job-1.out"}, "'..'"),
-    ({protocol.INPUT_LOCATION: "s3://jobs/in"}, "S3InputPath"),
-    ({protocol.INPUT_LOCATION: "https://jobs.s3.amazonaws.com/in/x.json"}, "s3://"),
-    ({protocol.INPUT_LOCATION: "s3://jobs/in/x.json", protocol.INFERENCE_ID: "../x"}, "segments"),
-    ({protocol.INPUT_LOCATION: "s3://jobs/in/x.json", protocol.REQUEST_TTL: "59"}, "RequestTTLSeconds"),
-    ({protocol.INPUT_LOCATION: "s3://jobs/in/x.json", protocol.INVOCATION_TIMEOUT: "3601"}, "InvocationTimeoutSeconds"),
-    ({protocol.INPUT_LOCATION: "s3://jobs/in/x.json", protocol.OUTPUT_FILENAME: "a..b"}, "Filename"),
-    ({protocol.INPUT_LOCATION: "s3://jobs/in/x.json", protocol.OUTPUT_PATH_EXTENSION: "a/../b"}, "S3OutputPathExtension"),
-])
+@pytest.mark.parametrize(
+    ("headers", "reason"),
+    [
+        ({}, "InputLocation"),
+        ({protocol.INPUT_LOCATION: "s3://jobs/out/job-1.out"}, "S3InputPath"),
+        ({protocol.INPUT_LOCATION: "s3://jobs/in/../out/job-1.out"}, "'..'"),
+        ({protocol.INPUT_LOCATION: "s3://jobs/in"}, "S3InputPath"),
+        ({protocol.INPUT_LOCATION: "https://jobs.s3.amazonaws.com/in/x.json"}, "s3://"),
+        ({protocol.INPUT_LOCATION: "s3://jobs/in/x.json", protocol.INFERENCE_ID: "../x"}, "segments"),
+        ({protocol.INPUT_LOCATION: "s3://jobs/in/x.json", protocol.REQUEST_TTL: "59"}, "RequestTTLSeconds"),
+        (
+            {protocol.INPUT_LOCATION: "s3://jobs/in/x.json", protocol.INVOCATION_TIMEOUT: "3601"},
+            "InvocationTimeoutSeconds",
+        ),
+        ({protocol.INPUT_LOCATION: "s3://jobs/in/x.json", protocol.OUTPUT_FILENAME: "a..b"}, "Filename"),
+        (
+            {protocol.INPUT_LOCATION: "s3://jobs/in/x.json", protocol.OUTPUT_PATH_EXTENSION: "a/../b"},
+            "S3OutputPathExtension",
+        ),
+    ],
+)
 def test_requests_are_checked_before_202(s3, headers: dict, reason: str) -> None:
     pipeline = Pipeline(route())
     client, handler = serve(pipeline, s3)
@@ -181,7 +219,9 @@ def test_requests_are_checked_before_202(s3, headers: dict, reason: str) -> None
 def test_an_endpoint_without_the_config_is_refused(s3) -> None:
     client, _ = serve(Pipeline(EndpointRoute("plain", "Direct", ("only",))), s3)
     with client:
-        response = client.post("/endpoints/plain/async-invocations", headers={protocol.INPUT_LOCATION: "s3://jobs/in/x.json"})
+        response = client.post(
+            "/endpoints/plain/async-invocations", headers={protocol.INPUT_LOCATION: "s3://jobs/in/x.json"}
+        )
     assert response.status_code == 400
     assert "Endpoint plain has no AsyncInferenceConfig" in response.json()["message"]
 
@@ -191,9 +231,14 @@ def test_output_extension_and_filename(s3) -> None:
     pipeline.release.set()
     client, _ = serve(pipeline, s3)
     with client:
-        response = client.post("/endpoints/e/async-invocations", headers={
-            protocol.INPUT_LOCATION: "s3://jobs/in/x.json", protocol.OUTPUT_PATH_EXTENSION: "2026/11",
-            protocol.OUTPUT_FILENAME: "result.json"})
+        response = client.post(
+            "/endpoints/e/async-invocations",
+            headers={
+                protocol.INPUT_LOCATION: "s3://jobs/in/x.json",
+                protocol.OUTPUT_PATH_EXTENSION: "2026/11",
+                protocol.OUTPUT_FILENAME: "result.json",
+            },
+        )
         assert response.headers[protocol.OUTPUT_LOCATION] == "s3://jobs/out/2026/11/result.json"
         assert read(s3, "out/2026/11/result.json") == b"answer to [1, 2]"
 
@@ -202,8 +247,9 @@ def test_a_stopping_gateway_fails_its_unfinished_requests_where_callers_look(s3)
     pipeline = Pipeline(route(concurrency=1))
     client, handler = serve(pipeline, s3)
     with client:
-        ask = lambda: client.post("/endpoints/e/async-invocations",
-                                  headers={protocol.INPUT_LOCATION: "s3://jobs/in/x.json"}).json()["InferenceId"]
+        ask = lambda: client.post(
+            "/endpoints/e/async-invocations", headers={protocol.INPUT_LOCATION: "s3://jobs/in/x.json"}
+        ).json()["InferenceId"]
         running, waiting = ask(), ask()
         client.portal.call(handler.close)  # what the gateway's lifespan does when it stops
         pipeline.release.set()  # (the stand-in's thread, which cancelling its coroutine cannot stop)
@@ -238,8 +284,10 @@ def test_a_job_is_recorded_before_the_202_and_forgotten_once_answered(s3) -> Non
     client, handler = serve(pipeline, s3)
     handler.journal = MemoryJournal(store, "first")
     with client:
-        response = client.post("/endpoints/e/async-invocations", headers={
-            protocol.INPUT_LOCATION: "s3://jobs/in/x.json", protocol.INFERENCE_ID: "journaled"})
+        response = client.post(
+            "/endpoints/e/async-invocations",
+            headers={protocol.INPUT_LOCATION: "s3://jobs/in/x.json", protocol.INFERENCE_ID: "journaled"},
+        )
         assert response.status_code == 202
         [entry] = store.values()  # recorded before the answer: the job is still waiting for its release
         assert entry["inference_id"] == "journaled" and entry["output"] == ["jobs", "out/journaled.out"]

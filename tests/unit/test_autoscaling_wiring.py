@@ -26,17 +26,26 @@ class Recording(ContainerAutoscaler):
     def _report(self, hostname, running, decision, values) -> None:
         from serving.autoscaling.policy import activity
 
-        self.reports.append((hostname, {"DesiredReplicas": decision.desired},
-                             activity(decision, hostname) if decision.changed else None))
+        self.reports.append(
+            (
+                hostname,
+                {"DesiredReplicas": decision.desired},
+                activity(decision, hostname) if decision.changed else None,
+            )
+        )
 
 
 def context(per_replica_rates: list[float], target: int, *, name: str = "busy", running: int | None = None):
     replicas = [f"r{i}" for i in range(len(per_replica_rates))]
     running_ids = replicas[: len(replicas) if running is None else running]
     return SimpleNamespace(
-        deployment_name=name, target_num_replicas=target, current_num_replicas=len(running_ids),
-        running_replicas=running_ids, aggregated_metrics={RATE: dict(zip(replicas, per_replica_rates))},
-        policy_state={"serve": "state"})
+        deployment_name=name,
+        target_num_replicas=target,
+        current_num_replicas=len(running_ids),
+        running_replicas=running_ids,
+        aggregated_metrics={RATE: dict(zip(replicas, per_replica_rates))},
+        policy_state={"serve": "state"},
+    )
 
 
 def test_metric_is_summed_over_running_replicas_and_shared_by_the_target_count() -> None:
@@ -82,20 +91,37 @@ def test_endpoint_level_containers_share_one_decision() -> None:
 
 @pytest.mark.parametrize("level", ["container", "endpoint"])
 def test_spec_becomes_a_serve_autoscaling_config_without_serves_own_delays(level: str) -> None:
-    scaling = {"MinCapacity": 1, "MaxCapacity": 3, "TargetTrackingScalingPolicyConfiguration": {
-        "TargetValue": 70, "ScaleOutCooldown": 5, "ScaleInCooldown": 20}}
+    scaling = {
+        "MinCapacity": 1,
+        "MaxCapacity": 3,
+        "TargetTrackingScalingPolicyConfiguration": {"TargetValue": 70, "ScaleOutCooldown": 5, "ScaleInCooldown": 20},
+    }
     container = {"ContainerHostname": "c", "Image": "python"}
-    document = {"EndpointName": "e", "Containers": [{**container, "AutoScaling": scaling}]} if level == "container" \
+    document = (
+        {"EndpointName": "e", "Containers": [{**container, "AutoScaling": scaling}]}
+        if level == "container"
         else {"EndpointName": "e", "Containers": [container], "AutoScaling": scaling}
+    )
     spec = parse_spec(document)
-    config = serve_autoscaling_config("e", "c" if level == "container" else None, spec.scaling_of(spec.Containers[0]),
-                                      [p.as_policy() for p in spec.scaling_of(spec.Containers[0]).policies],
-                                      ("serving-registry", "serving"))
+    config = serve_autoscaling_config(
+        "e",
+        "c" if level == "container" else None,
+        spec.scaling_of(spec.Containers[0]),
+        [p.as_policy() for p in spec.scaling_of(spec.Containers[0]).policies],
+        ("serving-registry", "serving"),
+    )
     assert (config["min_replicas"], config["max_replicas"], config["initial_replicas"]) == (1, 3, 1)
     assert config["upscale_delay_s"] == config["downscale_delay_s"] == 0
     kwargs = config["policy"]["policy_kwargs"]
-    assert kwargs["policies"] == [{"metric": RATE, "target": 70.0, "scale_out_cooldown_s": 5.0,
-                                   "scale_in_cooldown_s": 20.0, "disable_scale_in": False}]
+    assert kwargs["policies"] == [
+        {
+            "metric": RATE,
+            "target": 70.0,
+            "scale_out_cooldown_s": 5.0,
+            "scale_in_cooldown_s": 20.0,
+            "disable_scale_in": False,
+        }
+    ]
     from ray.serve.config import (
         AutoscalingConfig,  # Serve accepts it as it is, and finds the class
     )

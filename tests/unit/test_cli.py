@@ -21,16 +21,36 @@ API_KEY = "cli-test-api-key-0001"
 def specs(tmp_path: Path) -> dict[str, Path]:
     """An open spec, a secured one, and the identities file the secured one names."""
     (tmp_path / "model").mkdir()
-    (tmp_path / "policy.json").write_text(json.dumps({"Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
-    (tmp_path / "identities.yaml").write_text(yaml.safe_dump({"Identities": [
-        {"Principal": "team-a", "AccessKeyId": "AKIACLITEST000001", "SecretAccessKey": SECRET, "PolicyDocuments": ["policy.json"]},
-        {"Principal": "batch", "ApiKey": API_KEY, "PolicyDocuments": ["policy.json"]},
-    ]}))
+    (tmp_path / "policy.json").write_text(
+        json.dumps({"Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]})
+    )
+    (tmp_path / "identities.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "Identities": [
+                    {
+                        "Principal": "team-a",
+                        "AccessKeyId": "AKIACLITEST000001",
+                        "SecretAccessKey": SECRET,
+                        "PolicyDocuments": ["policy.json"],
+                    },
+                    {"Principal": "batch", "ApiKey": API_KEY, "PolicyDocuments": ["policy.json"]},
+                ]
+            }
+        )
+    )
     containers = [{"ContainerHostname": "a", "Image": "python", "ModelDataUrl": "model"}]
     (tmp_path / "open.yaml").write_text(yaml.safe_dump({"EndpointName": "open", "Containers": containers}))
-    (tmp_path / "secure.yaml").write_text(yaml.safe_dump({
-        "EndpointName": "secure", "Containers": containers, "AccessControl": {"IdentitiesFile": "identities.yaml"}}))
-    return {"open": tmp_path / "open.yaml", "secure": tmp_path / "secure.yaml", "identities": tmp_path / "identities.yaml"}
+    (tmp_path / "secure.yaml").write_text(
+        yaml.safe_dump(
+            {"EndpointName": "secure", "Containers": containers, "AccessControl": {"IdentitiesFile": "identities.yaml"}}
+        )
+    )
+    return {
+        "open": tmp_path / "open.yaml",
+        "secure": tmp_path / "secure.yaml",
+        "identities": tmp_path / "identities.yaml",
+    }
 
 
 @pytest.fixture
@@ -84,13 +104,17 @@ def test_identities_flag_secures_every_spec(specs, no_ray, capsys: pytest.Captur
 
 
 def test_validate_reports_a_bad_policy(specs, capsys: pytest.CaptureFixture[str]) -> None:
-    specs["identities"].with_name("policy.json").write_text(json.dumps({"Statement": [{"Effect": "Allow", "Action": "*"}]}))
+    specs["identities"].with_name("policy.json").write_text(
+        json.dumps({"Statement": [{"Effect": "Allow", "Action": "*"}]})
+    )
     with pytest.raises(SystemExit) as exited:
         main(["validate", str(specs["secure"])])
     assert exited.value.code == 2
     error = capsys.readouterr().err
     assert "secure.yaml: INVALID" in error
-    assert "Identities[0].PolicyDocuments[0] (policy.json): Statement[0]: exactly one of Resource or NotResource" in error
+    assert (
+        "Identities[0].PolicyDocuments[0] (policy.json): Statement[0]: exactly one of Resource or NotResource" in error
+    )
 
 
 def test_example_calls_for_a_secured_endpoint_show_placeholders_never_secrets(specs) -> None:
@@ -108,8 +132,15 @@ def test_api_settings_flags_override_environment_which_overrides_cli_defaults(tm
     from serving.cli.up import _settings
 
     def settings(**flags):
-        values = {"host": None, "port": None, "state": None, "api_identities": None, "model_root": None,
-                  "instance_types": None, "allow_anonymous": False}
+        values = {
+            "host": None,
+            "port": None,
+            "state": None,
+            "api_identities": None,
+            "model_root": None,
+            "instance_types": None,
+            "allow_anonymous": False,
+        }
         return _settings(argparse.Namespace(**{**values, **flags}), None)
 
     monkeypatch.setenv("SERVING_MODEL_ROOTS", str(tmp_path / "env-root"))
@@ -127,8 +158,9 @@ def test_api_settings_flags_override_environment_which_overrides_cli_defaults(tm
     assert defaults.state_file.endswith("state-18099.db")
 
 
-def test_a_model_whose_requirements_would_install_packages_exits_2_before_ray(specs, no_ray, monkeypatch,
-                                                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_model_whose_requirements_would_install_packages_exits_2_before_ray(
+    specs, no_ray, monkeypatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     code = specs["open"].parent / "model" / "code"
     code.mkdir()
     (code / "requirements.txt").write_text("surely-not-installed-pkg==1.0\n")
@@ -151,9 +183,15 @@ def test_example_calls_use_each_models_own_input_where_its_model_json_says(tmp_p
     digits.mkdir()
     other.mkdir()
     (digits / "model.json").write_text(json.dumps({"signature": {"inputs": [{"shape": [-1, 64]}]}}))
-    spec = parse_spec({"EndpointName": "e", "Containers": [
-        {"ContainerHostname": "digits", "Image": "python", "ModelDataUrl": str(digits)},
-        {"ContainerHostname": "other", "Image": "python", "ModelDataUrl": str(other)}]})
+    spec = parse_spec(
+        {
+            "EndpointName": "e",
+            "Containers": [
+                {"ContainerHostname": "digits", "Image": "python", "ModelDataUrl": str(digits)},
+                {"ContainerHostname": "other", "Image": "python", "ModelDataUrl": str(other)},
+            ],
+        }
+    )
     lines = example_calls("http://127.0.0.1:8080", spec)
     digits_line = next(line for line in lines if "Hostname: digits'" in line)
     assert json.loads(digits_line.split("-d '", 1)[1].rstrip("'")) == [[0.0] * 64]

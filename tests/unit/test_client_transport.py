@@ -54,8 +54,11 @@ def error_answer(error) -> httpx.Response:
 
 
 def ok(body: object = None, **headers: str) -> httpx.Response:
-    return httpx.Response(200, json=body if body is not None else [1],
-                          headers={"x-Amzn-Invoked-Production-Variant": "AllTraffic", **headers})
+    return httpx.Response(
+        200,
+        json=body if body is not None else [1],
+        headers={"x-Amzn-Invoked-Production-Variant": "AllTraffic", **headers},
+    )
 
 
 class Script:
@@ -81,16 +84,20 @@ def client(script: Script, **options) -> Client:
 
 # --- payloads -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("data", "content_type", "expected_type"), [
-    (b"\x00\x01", None, "application/octet-stream"),
-    ("5.1,3.5\n", None, "text/csv"),
-    ({"instances": [[1, 2]]}, None, "application/json"),
-    ([[1.5, 2]], None, "application/json"),
-    (np.arange(6, dtype="float32").reshape(2, 3), None, "application/x-npy"),
-    ([[1, 2], [3, 4]], "text/csv", "text/csv"),
-    ([[1, 2], [3, 4]], "application/x-npy", "application/x-npy"),
-    (np.arange(4).reshape(2, 2), "application/json", "application/json"),
-])
+
+@pytest.mark.parametrize(
+    ("data", "content_type", "expected_type"),
+    [
+        (b"\x00\x01", None, "application/octet-stream"),
+        ("5.1,3.5\n", None, "text/csv"),
+        ({"instances": [[1, 2]]}, None, "application/json"),
+        ([[1.5, 2]], None, "application/json"),
+        (np.arange(6, dtype="float32").reshape(2, 3), None, "application/x-npy"),
+        ([[1, 2], [3, 4]], "text/csv", "text/csv"),
+        ([[1, 2], [3, 4]], "application/x-npy", "application/x-npy"),
+        (np.arange(4).reshape(2, 2), "application/json", "application/json"),
+    ],
+)
 def test_payloads_round_trip(data, content_type, expected_type) -> None:
     body, sent_type = encode_payload(data, content_type)
     assert sent_type == expected_type
@@ -125,8 +132,15 @@ def test_unencodable_payload_says_what_is_accepted() -> None:
 
 def test_invoke_sends_the_protocol_headers_and_decodes_the_answer() -> None:
     script = Script(ok({"labels": ["setosa"]}, **{"X-Amzn-SageMaker-Custom-Attributes": "seen=1"}))
-    result = client(script).invoke("mce-demo", [[5.1, 3.5, 1.4, 0.2]], target="iris", model="m.tar.gz",
-                                   accept="application/json", custom_attributes="trace=1", inference_id="id-7")
+    result = client(script).invoke(
+        "mce-demo",
+        [[5.1, 3.5, 1.4, 0.2]],
+        target="iris",
+        model="m.tar.gz",
+        accept="application/json",
+        custom_attributes="trace=1",
+        inference_id="id-7",
+    )
     sent = script.requests[0]
     assert sent.method == "POST" and sent.url.path == "/endpoints/mce-demo/invocations"
     assert json.loads(sent.content) == [[5.1, 3.5, 1.4, 0.2]]
@@ -153,8 +167,13 @@ def test_bad_endpoint_names_are_refused_before_sending(name: str) -> None:
 
 def test_invoke_endpoint_matches_boto3s_shape() -> None:
     script = Script(ok([2], **{"X-Amzn-SageMaker-Custom-Attributes": "a=1"}))
-    response = client(script).invoke_endpoint(EndpointName="mce-demo", Body=b"[[1,2,3,4]]", ContentType="application/json",
-                                               TargetContainerHostname="iris", CustomAttributes="a=1")
+    response = client(script).invoke_endpoint(
+        EndpointName="mce-demo",
+        Body=b"[[1,2,3,4]]",
+        ContentType="application/json",
+        TargetContainerHostname="iris",
+        CustomAttributes="a=1",
+    )
     assert set(response) == {"Body", "ContentType", "InvokedProductionVariant", "CustomAttributes", "ResponseMetadata"}
     assert json.loads(response["Body"].read()) == [2]
     assert response["ResponseMetadata"]["HTTPStatusCode"] == 200
@@ -167,17 +186,25 @@ def test_invoke_endpoint_matches_boto3s_shape() -> None:
 
 # --- errors ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("answer", "exception", "code"), [
-    (httpx.Response(400, json={"__type": "ValidationError", "message": "bad"}), ValidationError, "ValidationError"),
-    (httpx.Response(403, json={"__type": "AccessDeniedException", "message": "no"}), AccessDenied, "AccessDeniedException"),
-    (httpx.Response(403, json={"__type": "UnrecognizedClientException", "message": "?"}), UnrecognizedClient, None),
-    (httpx.Response(403, json={"__type": "InvalidSignatureException", "message": "sig"}), InvalidSignature, None),
-    (httpx.Response(503, json={"__type": "ServiceUnavailable", "message": "down"}), ServiceUnavailable, None),
-    (httpx.Response(500, json={"__type": "InternalFailure", "message": "bug"}), InternalFailure, None),
-    (httpx.Response(500, text="<html>proxy</html>"), InternalFailure, None),
-    (httpx.Response(418, text="teapot"), UnknownServerError, None),
-    (httpx.Response(400, headers={"x-amzn-ErrorType": "ValidationError"}, content=b""), ValidationError, None),
-])
+
+@pytest.mark.parametrize(
+    ("answer", "exception", "code"),
+    [
+        (httpx.Response(400, json={"__type": "ValidationError", "message": "bad"}), ValidationError, "ValidationError"),
+        (
+            httpx.Response(403, json={"__type": "AccessDeniedException", "message": "no"}),
+            AccessDenied,
+            "AccessDeniedException",
+        ),
+        (httpx.Response(403, json={"__type": "UnrecognizedClientException", "message": "?"}), UnrecognizedClient, None),
+        (httpx.Response(403, json={"__type": "InvalidSignatureException", "message": "sig"}), InvalidSignature, None),
+        (httpx.Response(503, json={"__type": "ServiceUnavailable", "message": "down"}), ServiceUnavailable, None),
+        (httpx.Response(500, json={"__type": "InternalFailure", "message": "bug"}), InternalFailure, None),
+        (httpx.Response(500, text="<html>proxy</html>"), InternalFailure, None),
+        (httpx.Response(418, text="teapot"), UnknownServerError, None),
+        (httpx.Response(400, headers={"x-amzn-ErrorType": "ValidationError"}, content=b""), ValidationError, None),
+    ],
+)
 def test_each_error_code_has_its_exception(answer, exception, code) -> None:
     with pytest.raises(exception) as raised:
         client(Script(answer)).invoke("e", [1])
@@ -188,17 +215,25 @@ def test_each_error_code_has_its_exception(answer, exception, code) -> None:
 
 
 def test_model_error_carries_the_original_status_and_container() -> None:
-    answer = error_answer(ServerModelError("container iris failed", container="iris", original_status=500,
-                                           original_message="ValueError: nope"))
+    answer = error_answer(
+        ServerModelError(
+            "container iris failed", container="iris", original_status=500, original_message="ValueError: nope"
+        )
+    )
     with pytest.raises(ModelError) as raised:
         client(Script(answer)).invoke("e", [1])
     error = raised.value
-    assert (error.original_status_code, error.original_message, error.container_hostname) == (500, "ValueError: nope", "iris")
+    assert (error.original_status_code, error.original_message, error.container_hostname) == (
+        500,
+        "ValueError: nope",
+        "iris",
+    )
     assert error.response["OriginalStatusCode"] == 500  # where botocore's ClientError has it
     assert "ModelError (424)" in str(error)
 
 
 # --- retries --------------------------------------------------------------------------------
+
 
 def test_throttling_is_retried_until_it_succeeds() -> None:
     busy = error_answer(ModelNotReadyError("container iris is busy"))
@@ -260,12 +295,15 @@ def test_retry_policy_refuses_retrying_client_errors() -> None:
 def test_waits_between_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     slept: list[float] = []
     monkeypatch.setattr("serving.client._clients.time.sleep", slept.append)
-    busy = httpx.Response(429, headers={"Retry-After": "0.25"}, json={"__type": "ModelNotReadyException", "message": "x"})
+    busy = httpx.Response(
+        429, headers={"Retry-After": "0.25"}, json={"__type": "ModelNotReadyException", "message": "x"}
+    )
     client(Script(busy, ok()), retry=RetryPolicy(base_delay=0.01, max_delay=1.0)).invoke("e", [1])
     assert slept == [pytest.approx(0.25)]
 
 
 # --- async ----------------------------------------------------------------------------------
+
 
 def test_async_client_behaves_the_same() -> None:
     busy = error_answer(ModelNotReadyError("busy"))
@@ -288,6 +326,7 @@ def test_async_client_behaves_the_same() -> None:
 
 # --- management -----------------------------------------------------------------------------
 
+
 def test_wait_until_in_service_follows_the_status(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("serving.client._clients.time.sleep", lambda s: None)
     not_found = httpx.Response(400, json={"__type": "ValidationError", "message": "Could not find endpoint e."})
@@ -296,7 +335,9 @@ def test_wait_until_in_service_follows_the_status(monkeypatch: pytest.MonkeyPatc
     script = Script(not_found, creating, ready)
     assert client(script).wait_until_in_service("e", timeout=10, poll_interval=0.01)["EndpointStatus"] == "InService"
     assert [r.url.path for r in script.requests] == ["/endpoints/e"] * 3
-    failed = httpx.Response(200, json={"EndpointName": "e", "EndpointStatus": "Failed", "FailureReason": "container x: boom"})
+    failed = httpx.Response(
+        200, json={"EndpointName": "e", "EndpointStatus": "Failed", "FailureReason": "container x: boom"}
+    )
     with pytest.raises(WaiterError, match="boom") as raised:
         client(Script(failed)).wait_until_in_service("e", timeout=10, poll_interval=0.01)
     assert raised.value.last_description["EndpointStatus"] == "Failed"
@@ -322,16 +363,39 @@ KEY_ID, SECRET, API_KEY = "AKIACLIENTTEST0001", "client-test-secret-0001", "clie
 @pytest.fixture
 def verifier(tmp_path: Path):
     """The server's authenticator over an identities file with one SigV4 and bearer caller."""
-    (tmp_path / "all.json").write_text(json.dumps({"Version": "2012-10-17", "Statement": [
-        {"Effect": "Allow", "Action": "sagemaker:InvokeEndpoint", "Resource": "*"}]}))
-    (tmp_path / "ids.yaml").write_text(yaml.safe_dump({"Identities": [
-        {"Principal": "sdk", "AccessKeyId": KEY_ID, "SecretAccessKey": SECRET, "ApiKey": API_KEY,
-         "PolicyDocuments": ["all.json"]}]}))
+    (tmp_path / "all.json").write_text(
+        json.dumps(
+            {
+                "Version": "2012-10-17",
+                "Statement": [{"Effect": "Allow", "Action": "sagemaker:InvokeEndpoint", "Resource": "*"}],
+            }
+        )
+    )
+    (tmp_path / "ids.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "Identities": [
+                    {
+                        "Principal": "sdk",
+                        "AccessKeyId": KEY_ID,
+                        "SecretAccessKey": SECRET,
+                        "ApiKey": API_KEY,
+                        "PolicyDocuments": ["all.json"],
+                    }
+                ]
+            }
+        )
+    )
     authenticator = Authenticator(load_identities(tmp_path / "ids.yaml"), region="eu-west-1")
 
     def handler(request: httpx.Request) -> httpx.Response:
-        raw = RawRequest(request.method, request.url.raw_path.decode().split("?")[0], request.url.query.decode(),
-                         tuple((k.decode(), v.decode()) for k, v in request.headers.raw), request.read())
+        raw = RawRequest(
+            request.method,
+            request.url.raw_path.decode().split("?")[0],
+            request.url.query.decode(),
+            tuple((k.decode(), v.decode()) for k, v in request.headers.raw),
+            request.read(),
+        )
         try:
             caller = authenticator.authenticate(raw)
         except Exception as error:  # the server's own error, in its wire shape
@@ -342,19 +406,37 @@ def verifier(tmp_path: Path):
 
 
 def test_sigv4_signature_verifies_on_the_server(verifier) -> None:
-    signed = Client(URL, transport=httpx.MockTransport(verifier), aws_access_key_id=KEY_ID, aws_secret_access_key=SECRET,
-                    region_name="eu-west-1", retry=NO_SLEEP)
+    signed = Client(
+        URL,
+        transport=httpx.MockTransport(verifier),
+        aws_access_key_id=KEY_ID,
+        aws_secret_access_key=SECRET,
+        region_name="eu-west-1",
+        retry=NO_SLEEP,
+    )
     result = signed.invoke("mce-secure", [[1, 2, 3, 4]], target="iris", custom_attributes="a=1")
     assert result.body == {"principal": "sdk", "how": "sigv4"}
 
 
 def test_wrong_secret_or_region_is_refused(verifier) -> None:
-    wrong = Client(URL, transport=httpx.MockTransport(verifier), aws_access_key_id=KEY_ID,
-                   aws_secret_access_key="not-the-secret-000", region_name="eu-west-1", retry=NO_SLEEP)
+    wrong = Client(
+        URL,
+        transport=httpx.MockTransport(verifier),
+        aws_access_key_id=KEY_ID,
+        aws_secret_access_key="not-the-secret-000",
+        region_name="eu-west-1",
+        retry=NO_SLEEP,
+    )
     with pytest.raises(InvalidSignature):
         wrong.invoke("mce-secure", [1])
-    elsewhere = Client(URL, transport=httpx.MockTransport(verifier), aws_access_key_id=KEY_ID,
-                       aws_secret_access_key=SECRET, region_name="us-east-1", retry=NO_SLEEP)
+    elsewhere = Client(
+        URL,
+        transport=httpx.MockTransport(verifier),
+        aws_access_key_id=KEY_ID,
+        aws_secret_access_key=SECRET,
+        region_name="us-east-1",
+        retry=NO_SLEEP,
+    )
     with pytest.raises(InvalidSignature, match="region"):
         elsewhere.invoke("mce-secure", [1])
 
@@ -364,12 +446,21 @@ def test_bearer_key(verifier) -> None:
     assert bearer.invoke("mce-secure", [1]).body == {"principal": "sdk", "how": "bearer"}
     assert API_KEY not in repr(bearer)
     with pytest.raises(UnrecognizedClient):
-        Client(URL, transport=httpx.MockTransport(verifier), api_key="unknown-key-0000000", retry=NO_SLEEP).invoke("e", [1])
+        Client(URL, transport=httpx.MockTransport(verifier), api_key="unknown-key-0000000", retry=NO_SLEEP).invoke(
+            "e", [1]
+        )
 
 
 def test_credentials_resolution(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "SERVING_API_KEY",
-                 "AWS_DEFAULT_REGION", "AWS_REGION"):
+    for name in (
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_PROFILE",
+        "SERVING_API_KEY",
+        "AWS_DEFAULT_REGION",
+        "AWS_REGION",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))

@@ -38,11 +38,15 @@ class Metrics:
         self.errors_4xx = Counter("serving_invocation_4xx_errors", "", labels, registry=self.registry)
         self.errors_5xx = Counter("serving_invocation_5xx_errors", "", labels, registry=self.registry)
         self.latency = Histogram(
-            "serving_model_latency_seconds", "", ("endpoint", "container", "replica"),
-            buckets=LATENCY_BUCKETS, registry=self.registry,
+            "serving_model_latency_seconds",
+            "",
+            ("endpoint", "container", "replica"),
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
         )
-        self.cpu = Gauge("serving_cpu_utilization_percent", "", ("endpoint", "container", "replica"),
-                         registry=self.registry)
+        self.cpu = Gauge(
+            "serving_cpu_utilization_percent", "", ("endpoint", "container", "replica"), registry=self.registry
+        )
 
     def families(self) -> list[Any]:
         return list(text_string_to_metric_families(generate_latest(self.registry).decode()))
@@ -73,8 +77,13 @@ class World:
 
     def stats(self, metric: str, statistics: tuple[str, ...] = ("Sum",), period: int = 60, **dimensions: str) -> list:
         answer = self.cw.get_metric_statistics(
-            Namespace=NS, MetricName=metric, Dimensions=[{"Name": k, "Value": v} for k, v in dimensions.items()],
-            StartTime=START - 3600, EndTime=self.at + 60, Period=period, Statistics=list(statistics),
+            Namespace=NS,
+            MetricName=metric,
+            Dimensions=[{"Name": k, "Value": v} for k, v in dimensions.items()],
+            StartTime=START - 3600,
+            EndTime=self.at + 60,
+            Period=period,
+            Statistics=list(statistics),
         )
         return sorted(answer["Datapoints"], key=lambda point: point["Timestamp"])
 
@@ -111,8 +120,9 @@ def test_invocations_sum_to_the_calls_counted_per_variant_and_container(world: W
     assert world.stats("Invocations", EndpointName="chain", VariantName="AllTraffic")[0]["Sum"] == 5.0
     # One container: no ContainerName series, as SageMaker has none for a single-container endpoint.
     assert world.stats("Invocations", EndpointName="e1", VariantName="A", ContainerName="only") == []
-    listed = world.cw.list_metrics(Namespace=NS, MetricName="Invocations",
-                                   Dimensions=[{"Name": "EndpointName", "Value": "mce"}])["Metrics"]
+    listed = world.cw.list_metrics(
+        Namespace=NS, MetricName="Invocations", Dimensions=[{"Name": "EndpointName", "Value": "mce"}]
+    )["Metrics"]
     assert sorted(len(metric["Dimensions"]) for metric in listed) == [2, 3, 3]
 
 
@@ -121,8 +131,7 @@ def test_error_averages_are_error_rates_and_a_restarted_counter_is_not_negative(
     world.metrics.calls.labels("e1@A@1", "only", "").inc(8)
     world.metrics.errors_5xx.labels("e1@A@1", "only", "").inc(2)
     world.tick()
-    point = world.stats("Invocation5XXErrors", ("Sum", "Average", "SampleCount"), EndpointName="e1",
-                        VariantName="A")[0]
+    point = world.stats("Invocation5XXErrors", ("Sum", "Average", "SampleCount"), EndpointName="e1", VariantName="A")[0]
     assert (point["Sum"], point["Average"], point["SampleCount"]) == (2.0, 0.25, 8.0)
     world.metrics = Metrics()  # a gateway restarted: its counters start again from 0
     world.metrics.calls.labels("e1@A@1", "only", "").inc(3)
@@ -137,9 +146,14 @@ def test_model_latency_is_in_microseconds_with_percentiles_from_the_buckets(worl
         world.metrics.latency.labels("e1@A@1", "only", "r1").observe(value)
     world.tick()
     answer = world.cw.get_metric_statistics(
-        Namespace=NS, MetricName="ModelLatency", StartTime=START, EndTime=world.at, Period=60,
+        Namespace=NS,
+        MetricName="ModelLatency",
+        StartTime=START,
+        EndTime=world.at,
+        Period=60,
         Dimensions=[{"Name": "EndpointName", "Value": "e1"}, {"Name": "VariantName", "Value": "A"}],
-        Statistics=["Average", "Minimum", "Maximum"], ExtendedStatistics=["p50", "p99"],
+        Statistics=["Average", "Minimum", "Maximum"],
+        ExtendedStatistics=["p50", "p99"],
     )
     point = answer["Datapoints"][0]
     assert point["Unit"] == "Microseconds"
@@ -173,7 +187,11 @@ def test_utilization_is_filed_where_sagemaker_files_it(world: World) -> None:
     world.tick()
     for namespace in ("/aws/sagemaker/Endpoints", NS):
         point = world.cw.get_metric_statistics(
-            Namespace=namespace, MetricName="CPUUtilization", StartTime=START, EndTime=world.at, Period=10,
+            Namespace=namespace,
+            MetricName="CPUUtilization",
+            StartTime=START,
+            EndTime=world.at,
+            Period=10,
             Dimensions=[{"Name": "EndpointName", "Value": "e1"}, {"Name": "VariantName", "Value": "A"}],
             Statistics=["Average", "Maximum"],
         )["Datapoints"][0]
@@ -186,12 +204,29 @@ def test_get_metric_data_answers_several_queries(world: World) -> None:
     world.metrics.errors_4xx.labels("e1@A@1", "only", "").inc(1)
     world.tick()
     dimensions = [{"Name": "EndpointName", "Value": "e1"}, {"Name": "VariantName", "Value": "A"}]
-    answer = world.cw.get_metric_data(StartTime=START, EndTime=world.at + 60, MetricDataQueries=[
-        {"Id": "calls", "MetricStat": {"Metric": {"Namespace": NS, "MetricName": "Invocations",
-                                                  "Dimensions": dimensions}, "Period": 60, "Stat": "Sum"}},
-        {"Id": "rate", "Label": "4xx rate", "MetricStat": {"Metric": {"Namespace": NS,
-         "MetricName": "Invocation4XXErrors", "Dimensions": dimensions}, "Period": 60, "Stat": "Average"}},
-    ])
+    answer = world.cw.get_metric_data(
+        StartTime=START,
+        EndTime=world.at + 60,
+        MetricDataQueries=[
+            {
+                "Id": "calls",
+                "MetricStat": {
+                    "Metric": {"Namespace": NS, "MetricName": "Invocations", "Dimensions": dimensions},
+                    "Period": 60,
+                    "Stat": "Sum",
+                },
+            },
+            {
+                "Id": "rate",
+                "Label": "4xx rate",
+                "MetricStat": {
+                    "Metric": {"Namespace": NS, "MetricName": "Invocation4XXErrors", "Dimensions": dimensions},
+                    "Period": 60,
+                    "Stat": "Average",
+                },
+            },
+        ],
+    )
     results = {result["Id"]: result for result in answer["MetricDataResults"]}
     assert results["calls"]["Values"] == [4.0] and results["calls"]["StatusCode"] == "Complete"
     assert (results["rate"]["Label"], results["rate"]["Values"]) == ("4xx rate", [0.25])
@@ -200,9 +235,17 @@ def test_get_metric_data_answers_several_queries(world: World) -> None:
 def test_an_alarm_goes_to_alarm_and_back_with_its_history(world: World) -> None:
     world.serve("e1@A@1", "only")
     world.cw.put_metric_alarm(
-        AlarmName="e1-5xx", Namespace=NS, MetricName="Invocation5XXErrors", Statistic="Sum", Period=10,
-        EvaluationPeriods=3, DatapointsToAlarm=2, Threshold=0, ComparisonOperator="GreaterThanThreshold",
-        TreatMissingData="notBreaching", AlarmActions=["arn:aws:sns:us-east-1:000000000000:pager"],
+        AlarmName="e1-5xx",
+        Namespace=NS,
+        MetricName="Invocation5XXErrors",
+        Statistic="Sum",
+        Period=10,
+        EvaluationPeriods=3,
+        DatapointsToAlarm=2,
+        Threshold=0,
+        ComparisonOperator="GreaterThanThreshold",
+        TreatMissingData="notBreaching",
+        AlarmActions=["arn:aws:sns:us-east-1:000000000000:pager"],
         Dimensions=[{"Name": "EndpointName", "Value": "e1"}, {"Name": "VariantName", "Value": "A"}],
     )
     state = lambda: world.cw.describe_alarms(AlarmNames=["e1-5xx"])["MetricAlarms"][0]  # noqa: E731
@@ -222,10 +265,17 @@ def test_an_alarm_goes_to_alarm_and_back_with_its_history(world: World) -> None:
         world.metrics.calls.labels("e1@A@1", "only", "").inc(5)
         world.tick()
     assert state()["StateValue"] == "OK"
-    summaries = [item["HistorySummary"] for item in world.cw.describe_alarm_history(
-        AlarmName="e1-5xx", HistoryItemType="StateUpdate", ScanBy="TimestampAscending")["AlarmHistoryItems"]]
-    assert summaries == ["Alarm updated from INSUFFICIENT_DATA to OK", "Alarm updated from OK to ALARM",
-                         "Alarm updated from ALARM to OK"]
+    summaries = [
+        item["HistorySummary"]
+        for item in world.cw.describe_alarm_history(
+            AlarmName="e1-5xx", HistoryItemType="StateUpdate", ScanBy="TimestampAscending"
+        )["AlarmHistoryItems"]
+    ]
+    assert summaries == [
+        "Alarm updated from INSUFFICIENT_DATA to OK",
+        "Alarm updated from OK to ALARM",
+        "Alarm updated from ALARM to OK",
+    ]
     world.cw.set_alarm_state(AlarmName="e1-5xx", StateValue="ALARM", StateReason="testing the pager")
     assert (state()["StateValue"], state()["StateReason"]) == ("ALARM", "testing the pager")
     world.tick()  # the next evaluation puts it back, as CloudWatch's does
@@ -233,88 +283,203 @@ def test_an_alarm_goes_to_alarm_and_back_with_its_history(world: World) -> None:
     assert world.cw.describe_alarms(StateValue="ALARM")["MetricAlarms"] == []
     world.cw.delete_alarms(AlarmNames=["e1-5xx", "never-was"])
     assert world.cw.describe_alarms()["MetricAlarms"] == []
-    refused(lambda: world.cw.set_alarm_state(AlarmName="e1-5xx", StateValue="OK", StateReason="x"),
-            "ResourceNotFound", "e1-5xx")
+    refused(
+        lambda: world.cw.set_alarm_state(AlarmName="e1-5xx", StateValue="OK", StateReason="x"),
+        "ResourceNotFound",
+        "e1-5xx",
+    )
 
 
-@pytest.mark.parametrize(("treatment", "expected"), [
-    ("missing", "INSUFFICIENT_DATA"), ("ignore", "OK"), ("breaching", "ALARM"), ("notBreaching", "OK"),
-])
+@pytest.mark.parametrize(
+    ("treatment", "expected"),
+    [
+        ("missing", "INSUFFICIENT_DATA"),
+        ("ignore", "OK"),
+        ("breaching", "ALARM"),
+        ("notBreaching", "OK"),
+    ],
+)
 def test_missing_data_is_treated_as_the_alarm_says(treatment: str, expected: str) -> None:
-    alarm = {"Statistic": "Sum", "ComparisonOperator": "GreaterThanThreshold", "Threshold": 1, "Period": 60,
-             "EvaluationPeriods": 3, "DatapointsToAlarm": 2, "TreatMissingData": treatment, "StateValue": "OK"}
+    alarm = {
+        "Statistic": "Sum",
+        "ComparisonOperator": "GreaterThanThreshold",
+        "Threshold": 1,
+        "Period": 60,
+        "EvaluationPeriods": 3,
+        "DatapointsToAlarm": 2,
+        "TreatMissingData": treatment,
+        "StateValue": "OK",
+    }
     assert evaluate(alarm, [None, None, None], START)[0] == expected
     one_breach = [Stat(1, 5, 5, 5), None, None]
     assert evaluate(alarm, one_breach, START)[0] == ("ALARM" if treatment == "breaching" else "OK")
 
 
 def test_what_cloudwatch_would_refuse_is_refused_naming_the_field(world: World) -> None:
-    alarm = {"AlarmName": "a", "Namespace": NS, "MetricName": "Invocations", "Statistic": "Sum", "Period": 60,
-             "EvaluationPeriods": 1, "Threshold": 1, "ComparisonOperator": "GreaterThanThreshold"}
-    refused(lambda: world.cw.put_metric_alarm(**{**alarm, "Namespace": "MyApp"}), "InvalidParameterValue",
-            "'MyApp'", "out of scope")
-    refused(lambda: world.cw.put_metric_alarm(**{**alarm, "MetricName": "Invocationz"}), "InvalidParameterValue",
-            "Invocationz")
+    alarm = {
+        "AlarmName": "a",
+        "Namespace": NS,
+        "MetricName": "Invocations",
+        "Statistic": "Sum",
+        "Period": 60,
+        "EvaluationPeriods": 1,
+        "Threshold": 1,
+        "ComparisonOperator": "GreaterThanThreshold",
+    }
+    refused(
+        lambda: world.cw.put_metric_alarm(**{**alarm, "Namespace": "MyApp"}),
+        "InvalidParameterValue",
+        "'MyApp'",
+        "out of scope",
+    )
+    refused(
+        lambda: world.cw.put_metric_alarm(**{**alarm, "MetricName": "Invocationz"}),
+        "InvalidParameterValue",
+        "Invocationz",
+    )
     refused(lambda: world.cw.put_metric_alarm(**{**alarm, "Period": 45}), "InvalidParameterValue", "Period 45")
-    refused(lambda: world.cw.put_metric_alarm(**{**alarm, "Period": 3600, "EvaluationPeriods": 4}),
-            "InvalidParameterValue", "EvaluationPeriods 4")
-    refused(lambda: world.cw.put_metric_alarm(**{**alarm, "EvaluationPeriods": 1, "DatapointsToAlarm": 2}),
-            "InvalidParameterValue", "DatapointsToAlarm")
-    refused(lambda: world.cw.put_metric_alarm(**{**alarm, "ExtendedStatistic": "p99"}),
-            "InvalidParameterCombination", "exactly one of Statistic and ExtendedStatistic")
-    refused(lambda: world.cw.put_metric_alarm(**{**alarm, "ComparisonOperator": "LessThanLowerThreshold"}),
-            "InvalidParameterValue", "ComparisonOperator")
-    refused(lambda: world.cw.put_metric_alarm(**{**alarm, "ThresholdMetricId": "m1"}), "InvalidParameterValue",
-            "ThresholdMetricId is not supported")
-    refused(lambda: world.cw.get_metric_data(StartTime=START, EndTime=START + 60, MetricDataQueries=[
-        {"Id": "m", "Expression": "SUM(METRICS())"}]), "InvalidParameterValue", "Expression is not supported")
-    refused(lambda: world.cw.get_metric_statistics(Namespace=NS, MetricName="Invocations", StartTime=START,
-                                                   EndTime=START + 86400, Period=10, Statistics=["Sum"]),
-            "InvalidParameterCombination", "8640 datapoints", "limit of 1440")
+    refused(
+        lambda: world.cw.put_metric_alarm(**{**alarm, "Period": 3600, "EvaluationPeriods": 4}),
+        "InvalidParameterValue",
+        "EvaluationPeriods 4",
+    )
+    refused(
+        lambda: world.cw.put_metric_alarm(**{**alarm, "EvaluationPeriods": 1, "DatapointsToAlarm": 2}),
+        "InvalidParameterValue",
+        "DatapointsToAlarm",
+    )
+    refused(
+        lambda: world.cw.put_metric_alarm(**{**alarm, "ExtendedStatistic": "p99"}),
+        "InvalidParameterCombination",
+        "exactly one of Statistic and ExtendedStatistic",
+    )
+    refused(
+        lambda: world.cw.put_metric_alarm(**{**alarm, "ComparisonOperator": "LessThanLowerThreshold"}),
+        "InvalidParameterValue",
+        "ComparisonOperator",
+    )
+    refused(
+        lambda: world.cw.put_metric_alarm(**{**alarm, "ThresholdMetricId": "m1"}),
+        "InvalidParameterValue",
+        "ThresholdMetricId is not supported",
+    )
+    refused(
+        lambda: world.cw.get_metric_data(
+            StartTime=START, EndTime=START + 60, MetricDataQueries=[{"Id": "m", "Expression": "SUM(METRICS())"}]
+        ),
+        "InvalidParameterValue",
+        "Expression is not supported",
+    )
+    refused(
+        lambda: world.cw.get_metric_statistics(
+            Namespace=NS,
+            MetricName="Invocations",
+            StartTime=START,
+            EndTime=START + 86400,
+            Period=10,
+            Statistics=["Sum"],
+        ),
+        "InvalidParameterCombination",
+        "8640 datapoints",
+        "limit of 1440",
+    )
     refused(lambda: world.cw.list_metrics(Namespace="Custom/Thing"), "InvalidParameterValue", "Custom/Thing")
     refused(lambda: world.cw.describe_alarms(NextToken="forged"), "InvalidNextToken")
     world.cw.put_metric_alarm(**alarm)
-    refused(lambda: world.cw.set_alarm_state(AlarmName="a", StateValue="OK", StateReason="r", StateReasonData="{x"),
-            "InvalidFormat", "StateReasonData must be JSON")
+    refused(
+        lambda: world.cw.set_alarm_state(AlarmName="a", StateValue="OK", StateReason="r", StateReasonData="{x"),
+        "InvalidFormat",
+        "StateReasonData must be JSON",
+    )
     world.cw.delete_alarms(AlarmNames=["a"])
     # PutMetricData is not an operation here: metrics of one's own are out of scope, refused by name.
-    refused(lambda: world.cw.put_metric_data(Namespace="Mine", MetricData=[{"MetricName": "x", "Value": 1}]),
-            "UnknownOperationException", "PutMetricData")
+    refused(
+        lambda: world.cw.put_metric_data(Namespace="Mine", MetricData=[{"MetricName": "x", "Value": 1}]),
+        "UnknownOperationException",
+        "PutMetricData",
+    )
     world.tick()  # and the server still samples and answers
     assert world.cw.describe_alarms()["MetricAlarms"] == []
 
 
 def test_signed_calls_need_cloudwatch_actions_on_the_alarm(tmp_path: Path) -> None:
-    (tmp_path / "ops.json").write_text(json.dumps({"Version": "2012-10-17", "Statement": [
-        {"Effect": "Allow", "Action": ["cloudwatch:PutMetricAlarm", "cloudwatch:Describe*"],
-         "Resource": "arn:aws:cloudwatch:*:*:alarm:team-*"},
-        # An alarm reads its metric, so putting one needs this too (tests/security/test_sec_api_resources.py).
-        {"Effect": "Allow", "Action": "cloudwatch:GetMetricStatistics", "Resource": "*"},
-    ]}))
-    (tmp_path / "sagemaker.json").write_text(json.dumps({"Version": "2012-10-17", "Statement": [
-        {"Effect": "Allow", "Action": "sagemaker:*", "Resource": "*"}]}))
-    (tmp_path / "identities.yaml").write_text(yaml.safe_dump({"Identities": [
-        {"Principal": "ops", "AccessKeyId": KEY, "SecretAccessKey": SECRET, "PolicyDocuments": ["ops.json"]},
-        {"Principal": "reader", "AccessKeyId": READER_KEY, "SecretAccessKey": READER_SECRET,
-         "PolicyDocuments": ["sagemaker.json"]},
-    ]}))
+    (tmp_path / "ops.json").write_text(
+        json.dumps(
+            {
+                "Version": "2012-10-17",
+                "Statement": [
+                    {
+                        "Effect": "Allow",
+                        "Action": ["cloudwatch:PutMetricAlarm", "cloudwatch:Describe*"],
+                        "Resource": "arn:aws:cloudwatch:*:*:alarm:team-*",
+                    },
+                    # An alarm reads its metric, so putting one needs this too (tests/security/test_sec_api_resources.py).
+                    {"Effect": "Allow", "Action": "cloudwatch:GetMetricStatistics", "Resource": "*"},
+                ],
+            }
+        )
+    )
+    (tmp_path / "sagemaker.json").write_text(
+        json.dumps(
+            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sagemaker:*", "Resource": "*"}]}
+        )
+    )
+    (tmp_path / "identities.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "Identities": [
+                    {
+                        "Principal": "ops",
+                        "AccessKeyId": KEY,
+                        "SecretAccessKey": SECRET,
+                        "PolicyDocuments": ["ops.json"],
+                    },
+                    {
+                        "Principal": "reader",
+                        "AccessKeyId": READER_KEY,
+                        "SecretAccessKey": READER_SECRET,
+                        "PolicyDocuments": ["sagemaker.json"],
+                    },
+                ]
+            }
+        )
+    )
     harness = Harness(tmp_path, api_identities=str(tmp_path / "identities.yaml"))
     try:
         cw = harness.client("cloudwatch")  # signs for `monitoring`, CloudWatch's signing name
-        alarm = {"Namespace": NS, "MetricName": "Invocations", "Statistic": "Sum", "Period": 60,
-                 "EvaluationPeriods": 1, "Threshold": 1, "ComparisonOperator": "GreaterThanThreshold"}
+        alarm = {
+            "Namespace": NS,
+            "MetricName": "Invocations",
+            "Statistic": "Sum",
+            "Period": 60,
+            "EvaluationPeriods": 1,
+            "Threshold": 1,
+            "ComparisonOperator": "GreaterThanThreshold",
+        }
         cw.put_metric_alarm(AlarmName="team-a", **alarm)
-        refused(lambda: cw.put_metric_alarm(AlarmName="other", **alarm), "AccessDeniedException",
-                "cloudwatch:PutMetricAlarm", "arn:aws:cloudwatch:us-east-1:000000000000:alarm:other")
+        refused(
+            lambda: cw.put_metric_alarm(AlarmName="other", **alarm),
+            "AccessDeniedException",
+            "cloudwatch:PutMetricAlarm",
+            "arn:aws:cloudwatch:us-east-1:000000000000:alarm:other",
+        )
         assert [a["AlarmName"] for a in cw.describe_alarms(AlarmNames=["team-a"])["MetricAlarms"]] == ["team-a"]
         refused(lambda: cw.delete_alarms(AlarmNames=["team-a"]), "AccessDeniedException", "cloudwatch:DeleteAlarms")
-        query = {"Id": "q", "MetricStat": {"Metric": {"Namespace": NS, "MetricName": "Invocations"}, "Period": 60,
-                                           "Stat": "Sum"}}
-        refused(lambda: cw.get_metric_data(StartTime=START, EndTime=START + 60, MetricDataQueries=[query]),
-                "AccessDeniedException", "cloudwatch:GetMetricData", "arn:aws:cloudwatch:us-east-1:000000000000:*")
+        query = {
+            "Id": "q",
+            "MetricStat": {"Metric": {"Namespace": NS, "MetricName": "Invocations"}, "Period": 60, "Stat": "Sum"},
+        }
+        refused(
+            lambda: cw.get_metric_data(StartTime=START, EndTime=START + 60, MetricDataQueries=[query]),
+            "AccessDeniedException",
+            "cloudwatch:GetMetricData",
+            "arn:aws:cloudwatch:us-east-1:000000000000:*",
+        )
         reader = harness.client("cloudwatch", READER_KEY, READER_SECRET)
         refused(lambda: reader.describe_alarms(AlarmNames=["team-a"]), "AccessDeniedException")
-        refused(lambda: harness.client("cloudwatch", KEY, "not-the-secret-of-ops-at-all").describe_alarms(),
-                "InvalidSignatureException")
+        refused(
+            lambda: harness.client("cloudwatch", KEY, "not-the-secret-of-ops-at-all").describe_alarms(),
+            "InvalidSignatureException",
+        )
     finally:
         harness.stop()

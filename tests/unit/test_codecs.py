@@ -36,6 +36,7 @@ def test_media_type(content_type: str | None, expected: str) -> None:
 
 # --- decode ---------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     ("body", "content_type", "expected"),
     [
@@ -45,10 +46,23 @@ def test_media_type(content_type: str | None, expected: str) -> None:
         (b"1,2,3\n4,5,6\n", "text/csv", np.array([[1, 2, 3], [4, 5, 6]], dtype=np.float64)),
         (b"1,2\r\n\r\n3,4\r\n", "text/csv; charset=utf-8", np.array([[1, 2], [3, 4]], dtype=np.float64)),
         (b"0.5, -2e3", "TEXT/CSV", np.array([[0.5, -2000.0]])),
-        (npy(np.arange(6, dtype=np.int32).reshape(2, 3)), "application/x-npy", np.arange(6, dtype=np.int32).reshape(2, 3)),
+        (
+            npy(np.arange(6, dtype=np.int32).reshape(2, 3)),
+            "application/x-npy",
+            np.arange(6, dtype=np.int32).reshape(2, 3),
+        ),
         (npy(np.array([1.5, 2.5])), "application/x-npy; x=1", np.array([1.5, 2.5])),
     ],
-    ids=["json object", "json list with charset", "json utf-8", "csv", "csv crlf and blank line", "csv spaces", "npy int", "npy param"],
+    ids=[
+        "json object",
+        "json list with charset",
+        "json utf-8",
+        "csv",
+        "csv crlf and blank line",
+        "csv spaces",
+        "npy int",
+        "npy param",
+    ],
 )
 def test_decode(body: bytes, content_type: str, expected: Any) -> None:
     decoded = codecs.decode(body, content_type)
@@ -79,12 +93,25 @@ def test_decode(body: bytes, content_type: str, expected: Any) -> None:
         (b"1,2", "", "(none)"),
     ],
     ids=[
-        "truncated json", "json not utf-8", "empty json", "ragged csv", "csv not numbers", "csv not utf-8",
-        "empty npy", "npy garbage", "truncated npy", "pickled object npy", "text/plain", "octet-stream",
-        "no content type", "empty content type",
+        "truncated json",
+        "json not utf-8",
+        "empty json",
+        "ragged csv",
+        "csv not numbers",
+        "csv not utf-8",
+        "empty npy",
+        "npy garbage",
+        "truncated npy",
+        "pickled object npy",
+        "text/plain",
+        "octet-stream",
+        "no content type",
+        "empty content type",
     ],
 )
-def test_decode_refuses_with_a_validation_error_naming_the_type(body: bytes, content_type: str | None, named: str) -> None:
+def test_decode_refuses_with_a_validation_error_naming_the_type(
+    body: bytes, content_type: str | None, named: str
+) -> None:
     with pytest.raises(ValidationError) as caught:
         codecs.decode(body, content_type)
     assert named in caught.value.message
@@ -116,12 +143,16 @@ def test_unsupported_type_lists_the_supported_ones() -> None:
 
 # --- encode ---------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
         (np.array([0, 1, 2]), [0, 1, 2]),
         (np.array([[0.5, 1.0]]), [[0.5, 1.0]]),
-        ({"scores": np.float32(0.5), "ids": np.array([1, 2]), "n": np.int64(3)}, {"scores": 0.5, "ids": [1, 2], "n": 3}),
+        (
+            {"scores": np.float32(0.5), "ids": np.array([1, 2]), "n": np.int64(3)},
+            {"scores": 0.5, "ids": [1, 2], "n": 3},
+        ),
         ([np.int64(1), (np.float64(2.0), "x")], [1, [2.0, "x"]]),
         ("plain", "plain"),
     ],
@@ -186,6 +217,7 @@ def test_encode_refuses_unsupported_accept() -> None:
 
 # --- Accept negotiation ---------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     ("accept", "chosen"),
     [
@@ -221,11 +253,19 @@ def _npy_with_header(header: str, data: bytes) -> bytes:
     return b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode() + data
 
 
-@pytest.mark.parametrize("array", [
-    np.arange(12, dtype=">f8").reshape(3, 4), np.asfortranarray(np.arange(6, dtype=np.int16).reshape(2, 3)),
-    np.array(3.5), np.zeros((0, 2), dtype=np.uint8), np.array(["a", "bc"]), np.array([True, False]),
-    np.zeros(3, dtype=[("x", "<i4"), ("y", "<f2")]),  # a structured dtype: NumPy's reader
-], ids=["big-endian", "fortran", "scalar", "empty", "text", "bool", "structured"])
+@pytest.mark.parametrize(
+    "array",
+    [
+        np.arange(12, dtype=">f8").reshape(3, 4),
+        np.asfortranarray(np.arange(6, dtype=np.int16).reshape(2, 3)),
+        np.array(3.5),
+        np.zeros((0, 2), dtype=np.uint8),
+        np.array(["a", "bc"]),
+        np.array([True, False]),
+        np.zeros(3, dtype=[("x", "<i4"), ("y", "<f2")]),  # a structured dtype: NumPy's reader
+    ],
+    ids=["big-endian", "fortran", "scalar", "empty", "text", "bool", "structured"],
+)
 def test_fast_npy_reads_what_np_load_reads(array: np.ndarray) -> None:
     body = npy(array)
     decoded = codecs.decode(body, "application/x-npy")
@@ -235,11 +275,20 @@ def test_fast_npy_reads_what_np_load_reads(array: np.ndarray) -> None:
     assert np.array_equal(np.load(io.BytesIO(codecs.npy_encode(array)), allow_pickle=False), array)
 
 
-@pytest.mark.parametrize("body, words", [
-    (_npy_with_header("{'descr': '|O', 'fortran_order': False, 'shape': (1,), }", b"\0" * 8), "object arrays"),
-    (_npy_with_header("{'descr': '<f8', 'fortran_order': False, 'shape': (2, 2), }", b"\0" * 24), "declares 32 bytes"),
-    (_npy_with_header("{'descr': '<f8', 'fortran_order': False, 'shape': (1000000000, 1000000000), }", b""), "declares"),
-])
+@pytest.mark.parametrize(
+    "body, words",
+    [
+        (_npy_with_header("{'descr': '|O', 'fortran_order': False, 'shape': (1,), }", b"\0" * 8), "object arrays"),
+        (
+            _npy_with_header("{'descr': '<f8', 'fortran_order': False, 'shape': (2, 2), }", b"\0" * 24),
+            "declares 32 bytes",
+        ),
+        (
+            _npy_with_header("{'descr': '<f8', 'fortran_order': False, 'shape': (1000000000, 1000000000), }", b""),
+            "declares",
+        ),
+    ],
+)
 def test_fast_npy_refuses_what_np_load_would_not_read_safely(body: bytes, words: str) -> None:
     with pytest.raises(ValidationError, match=words):
         codecs.decode(body, "application/x-npy")

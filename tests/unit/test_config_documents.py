@@ -41,12 +41,15 @@ def problems(document: object, **options: object) -> list[str]:
 
 def test_unknown_fields_are_refused_naming_the_document() -> None:
     assert problems({"Items": [{"Name": "a", "Extra": 1}]}) == [
-        "Items[0].Extra: unknown field (not part of a test document)"]
+        "Items[0].Extra: unknown field (not part of a test document)"
+    ]
 
 
 def test_every_line_of_a_message_carries_its_path() -> None:
     assert problems({"Items": [{"Name": "a"}, {"Name": "long"}]}) == [
-        "Items[1].Name: too long", "Items[1].Name: keep it under 4"]
+        "Items[1].Name: too long",
+        "Items[1].Name: keep it under 4",
+    ]
 
 
 def test_a_problem_with_the_whole_document_is_named_by_the_root() -> None:
@@ -79,16 +82,27 @@ def test_identities_follow_the_same_path_rule(tmp_path: Path, monkeypatch: pytes
     policy = '{"Statement": {"Effect": "Allow", "Action": "*", "Resource": "*"}}'
     (home / "mine.json").write_text(policy)
     (folder / "team.json").write_text(policy)
-    (folder / "identities.yaml").write_text(yaml.safe_dump({"Identities": [
-        {"Principal": "p", "ApiKey": "k" * 20, "PolicyDocuments": ["~/mine.json", "team.json"]}]}))
+    (folder / "identities.yaml").write_text(
+        yaml.safe_dump(
+            {"Identities": [{"Principal": "p", "ApiKey": "k" * 20, "PolicyDocuments": ["~/mine.json", "team.json"]}]}
+        )
+    )
     loaded = load_identities(folder / "identities.yaml")
     assert [policy.name for policy in loaded.identities[0].policies] == ["mine.json", "team.json"]
 
 
 # Validating a spec (`serving validate`, the control routes) must not pay for the request path:
 # botocore's signer is needed only to verify a signature, NumPy and the frameworks only in a replica.
-HEAVY = ("botocore.auth", "botocore.awsrequest", "botocore.credentials", "numpy", "torch", "tensorflow",
-         "onnxruntime", "sklearn")
+HEAVY = (
+    "botocore.auth",
+    "botocore.awsrequest",
+    "botocore.credentials",
+    "numpy",
+    "torch",
+    "tensorflow",
+    "onnxruntime",
+    "sklearn",
+)
 
 LIST_HEAVY = """
 heavy = sys.argv[-1].split(",")
@@ -99,8 +113,14 @@ print(json.dumps(sorted({name for name in heavy for m in sys.modules if m == nam
 def heavy_modules_after(code: str, *arguments: str) -> list[str]:
     """Which of HEAVY a fresh interpreter (this session has long since imported them all) holds after `code`."""
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, "-c", "import json, sys\n" + code + LIST_HEAVY, *arguments, ",".join(HEAVY)],
-                          cwd=ROOT, env=environment, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", "import json, sys\n" + code + LIST_HEAVY, *arguments, ",".join(HEAVY)],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -114,15 +134,19 @@ def test_loading_a_spec_with_access_control_imports_no_signer_and_no_framework(t
         "  - {ContainerHostname: iris, Image: sklearn, ModelDataUrl: model}\n"
         f"AccessControl: {{IdentitiesFile: {json.dumps(str(ROOT / 'examples' / 'identities.yaml'))}}}\n"
     )
-    load = ("from serving.config.spec import load_spec\n"
-            "spec = load_spec(sys.argv[1])\n"
-            "assert [i.principal for i in spec.AccessControl.identities.identities] == ['team-a', 'team-b', 'batch-job']\n")
+    load = (
+        "from serving.config.spec import load_spec\n"
+        "spec = load_spec(sys.argv[1])\n"
+        "assert [i.principal for i in spec.AccessControl.identities.identities] == ['team-a', 'team-b', 'batch-job']\n"
+    )
     assert heavy_modules_after(load, str(spec)) == []
 
 
 def test_botocore_s_signer_is_imported_by_a_verifier_not_by_its_module() -> None:
     assert heavy_modules_after("import serving.access.sigv4\n") == []
-    made = ("from serving.access.identities import Identities\n"
-            "from serving.access.sigv4 import Authenticator\n"
-            "Authenticator(Identities([]), 'us-east-1')\n")
+    made = (
+        "from serving.access.identities import Identities\n"
+        "from serving.access.sigv4 import Authenticator\n"
+        "Authenticator(Identities([]), 'us-east-1')\n"
+    )
     assert {"botocore.auth", "botocore.credentials"} <= set(heavy_modules_after(made))

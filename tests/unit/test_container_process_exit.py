@@ -22,9 +22,12 @@ from serving.model_server.supervisor import ContainerConfig, ContainerProcess
 def test_a_killed_container_process_closes_its_port_and_says_so(tmp_path: Path) -> None:
     (tmp_path / "code").mkdir()
     (tmp_path / "code" / "inference.py").write_text("def predict_fn(data, model):\n    return data\n")
-    process = ContainerProcess(ContainerConfig(endpoint="e", hostname="doomed", image="python",
-                                               model_data=str(tmp_path), environment={}, hop_key=b"d" * 32),
-                               "127.0.0.1")
+    process = ContainerProcess(
+        ContainerConfig(
+            endpoint="e", hostname="doomed", image="python", model_data=str(tmp_path), environment={}, hop_key=b"d" * 32
+        ),
+        "127.0.0.1",
+    )
     exited: list[int] = []
     done = threading.Event()
     try:
@@ -44,9 +47,12 @@ def test_a_killed_container_process_closes_its_port_and_says_so(tmp_path: Path) 
 def test_a_stopped_container_process_does_not_report_an_exit(tmp_path: Path) -> None:
     (tmp_path / "code").mkdir()
     (tmp_path / "code" / "inference.py").write_text("def predict_fn(data, model):\n    return data\n")
-    process = ContainerProcess(ContainerConfig(endpoint="e", hostname="calm", image="python",
-                                               model_data=str(tmp_path), environment={}, hop_key=b"c" * 32),
-                               "127.0.0.1")
+    process = ContainerProcess(
+        ContainerConfig(
+            endpoint="e", hostname="calm", image="python", model_data=str(tmp_path), environment={}, hop_key=b"c" * 32
+        ),
+        "127.0.0.1",
+    )
     exited: list[int] = []
     process.start(timeout=60, on_exit=exited.append)
     process.stop()
@@ -64,9 +70,12 @@ def test_a_container_process_whose_supervisor_died_empties_its_scratch_folder(tm
     archive = tmp_path / "model.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:
         tar.add(source, arcname=".")
-    process = ContainerProcess(ContainerConfig(endpoint="e", hostname="orphan", image="python",
-                                               model_data=str(archive), environment={}, hop_key=b"o" * 32),
-                               "127.0.0.1")
+    process = ContainerProcess(
+        ContainerConfig(
+            endpoint="e", hostname="orphan", image="python", model_data=str(archive), environment={}, hop_key=b"o" * 32
+        ),
+        "127.0.0.1",
+    )
     try:
         process.start(timeout=60)
         assert any(Path(process.scratch).rglob("weights.bin"))  # unpacked there

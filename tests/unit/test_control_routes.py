@@ -33,7 +33,9 @@ def routes(calls) -> ControlRoutes:
     return ControlRoutes(TOKEN, apply=apply, delete=delete, describe=lambda name: {} if name == "known" else None)
 
 
-def send(routes: ControlRoutes, method: str, path: str, body: object = None, token: str | None = TOKEN) -> httpx.Response:
+def send(
+    routes: ControlRoutes, method: str, path: str, body: object = None, token: str | None = TOKEN
+) -> httpx.Response:
     async def request() -> httpx.Response:
         transport = httpx.ASGITransport(app=serving_app(routes.routes()))
         headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -45,10 +47,15 @@ def send(routes: ControlRoutes, method: str, path: str, body: object = None, tok
 
 
 def spec(name: str, model: Path) -> dict:
-    return {"EndpointName": name, "Containers": [{"ContainerHostname": "c", "Image": "python", "ModelDataUrl": str(model)}]}
+    return {
+        "EndpointName": name,
+        "Containers": [{"ContainerHostname": "c", "Image": "python", "ModelDataUrl": str(model)}],
+    }
 
 
-@pytest.mark.parametrize(("token", "code"), [(None, "MissingAuthenticationTokenException"), ("x" * 64, "AccessDeniedException")])
+@pytest.mark.parametrize(
+    ("token", "code"), [(None, "MissingAuthenticationTokenException"), ("x" * 64, "AccessDeniedException")]
+)
 def test_changes_need_the_control_token(routes, calls, tmp_path: Path, token, code: str) -> None:
     for method, path, body in (("PUT", "/endpoints/new", spec("new", tmp_path)), ("DELETE", "/endpoints/known", None)):
         response = send(routes, method, path, body, token=token)
@@ -64,11 +71,14 @@ def test_a_valid_spec_is_applied(routes, calls, tmp_path: Path) -> None:
     assert send(routes, "PUT", "/endpoints/known", spec("known", tmp_path)).json()["EndpointStatus"] == "Updating"
 
 
-@pytest.mark.parametrize(("body", "fragment"), [
-    (b"{not json", "invalid JSON"),
-    ({"EndpointName": "new", "Containers": []}, "invalid spec"),
-    ({"EndpointName": "other", "Containers": [{"ContainerHostname": "c", "Image": "python"}]}, "is not 'new'"),
-])
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        (b"{not json", "invalid JSON"),
+        ({"EndpointName": "new", "Containers": []}, "invalid spec"),
+        ({"EndpointName": "other", "Containers": [{"ContainerHostname": "c", "Image": "python"}]}, "is not 'new'"),
+    ],
+)
 def test_a_bad_spec_is_a_400_naming_the_problem(routes, calls, body, fragment: str) -> None:
     response = send(routes, "PUT", "/endpoints/new", body)
     assert response.status_code == 400 and fragment in response.json()["message"]
@@ -88,8 +98,12 @@ def test_a_spec_its_plan_refuses_is_a_400_naming_the_container(tmp_path: Path) -
 
     (tmp_path / "code").mkdir()
     (tmp_path / "code" / "requirements.txt").write_text("surely-not-installed-pkg==1.0\n")
-    routes = ControlRoutes(TOKEN, apply=lambda s: endpoint_record(s, ServerSettings()) and 1, delete=lambda n: False,
-                           describe=lambda name: None)
+    routes = ControlRoutes(
+        TOKEN,
+        apply=lambda s: endpoint_record(s, ServerSettings()) and 1,
+        delete=lambda n: False,
+        describe=lambda name: None,
+    )
     response = send(routes, "PUT", "/endpoints/new", spec("new", tmp_path))
     assert response.status_code == 400, response.text
     assert response.json()["__type"] == "ValidationError"

@@ -24,16 +24,31 @@ PermissionError: refusing to unpickle model.joblib: pickle runs arbitrary code. 
 """
 
 
-def record(*hostnames: str, mode: str = "Direct", name: str = "mce-demo", in_service: bool = True,
-           failed: bool = False, update: dict | None = None, desired: dict | None = None) -> EndpointRecord:
+def record(
+    *hostnames: str,
+    mode: str = "Direct",
+    name: str = "mce-demo",
+    in_service: bool = True,
+    failed: bool = False,
+    update: dict | None = None,
+    desired: dict | None = None,
+) -> EndpointRecord:
     return EndpointRecord(
         name=name,
         mode=mode,
         containers=[
-            {"ContainerHostname": host, "Image": "sklearn", "Mode": "SingleModel", "DesiredReplicas": 2, "Version": "v1"}
+            {
+                "ContainerHostname": host,
+                "Image": "sklearn",
+                "Mode": "SingleModel",
+                "DesiredReplicas": 2,
+                "Version": "v1",
+            }
             for host in hostnames
         ],
-        in_service=in_service, failed=failed, update=update or {"Status": "Succeeded"},
+        in_service=in_service,
+        failed=failed,
+        update=update or {"Status": "Succeeded"},
         desired_versions=desired or {host: "v1" for host in hostnames},
     )
 
@@ -58,12 +73,16 @@ def registered(name: str = "mce-demo", version: str = "v1", **counts: int) -> di
 
 # --- short_reason ---------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     ("message", "reason"),
     [
-        (TRACEBACK, "PermissionError: refusing to unpickle model.joblib: pickle runs arbitrary code. Save the model with skops"),
         (
-            "Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n"
+            TRACEBACK,
+            "PermissionError: refusing to unpickle model.joblib: pickle runs arbitrary code. Save the model with skops",
+        ),
+        (
+            'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\n'
             "    raise FileNotFoundError('no model: here')\nFileNotFoundError: no model.skops in /models/english\n",
             "FileNotFoundError: no model.skops in /models/english",
         ),
@@ -74,14 +93,24 @@ def registered(name: str = "mce-demo", version: str = "v1", **counts: int) -> di
             "RuntimeError: the python stack needs code/inference.py defining predict_fn",
         ),
         ("Deploying app 'mce-demo' failed.\n\nReplica gave up after 3 attempts\n", "Replica gave up after 3 attempts"),
-        ("RuntimeError: Traceback (most recent call last):\n  File \"x.py\", line 3\nValueError: weights are corrupt\n",
-         "ValueError: weights are corrupt"),
+        (
+            'RuntimeError: Traceback (most recent call last):\n  File "x.py", line 3\nValueError: weights are corrupt\n',
+            "ValueError: weights are corrupt",
+        ),
         ("", ""),
         ("   \n \n", ""),
         (None, ""),
     ],
-    ids=["ray replica failure", "plain traceback", "continuation line", "no error line", "wrapped traceback", "empty",
-         "blank", "none"],
+    ids=[
+        "ray replica failure",
+        "plain traceback",
+        "continuation line",
+        "no error line",
+        "wrapped traceback",
+        "empty",
+        "blank",
+        "none",
+    ],
 )
 def test_short_reason(message: str | None, reason: str) -> None:
     assert short_reason(message) == reason
@@ -93,6 +122,7 @@ def test_short_reason_is_bounded() -> None:
 
 # --- describe -------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     ("in_service", "live", "states", "endpoint_status", "container_statuses"),
     [
@@ -100,20 +130,31 @@ def test_short_reason_is_bounded() -> None:
         (False, {"english": 2}, {}, "Creating", ["InService", "Creating"]),
         (True, {"english": 2, "labels": 2}, {}, "InService", ["InService", "InService"]),
         # One replica of two died: Serve replaces it; the container still serves, the endpoint is Updating.
-        (True, {"english": 1, "labels": 2}, {"english": {"RUNNING": 1, "STARTING": 1}}, "Updating",
-         ["Updating", "InService"]),
+        (
+            True,
+            {"english": 1, "labels": 2},
+            {"english": {"RUNNING": 1, "STARTING": 1}},
+            "Updating",
+            ["Updating", "InService"],
+        ),
         # Every replica of one container is gone: it is unavailable (429s) until Serve brings one back.
         (True, {"labels": 2}, {"english": {"STARTING": 2}}, "Updating", ["Updating", "InService"]),
     ],
     ids=["creating", "half created", "in service", "a replica died", "all replicas of one died"],
 )
-def test_health_comes_from_registered_replicas(in_service: bool, live: dict, states: dict, endpoint_status: str,
-                                               container_statuses: list[str]) -> None:
+def test_health_comes_from_registered_replicas(
+    in_service: bool, live: dict, states: dict, endpoint_status: str, container_statuses: list[str]
+) -> None:
     # Serve calls a deployment whose replica died UNHEALTHY: that must never make the endpoint Failed.
-    statuses = apps(**{host: deployment("UNHEALTHY" if host in states else "HEALTHY", **states.get(host, {}))
-                       for host in ("english", "labels")})
-    description = describe(record("english", "labels", in_service=in_service), statuses,
-                           registered(**live), in_service=in_service)
+    statuses = apps(
+        **{
+            host: deployment("UNHEALTHY" if host in states else "HEALTHY", **states.get(host, {}))
+            for host in ("english", "labels")
+        }
+    )
+    description = describe(
+        record("english", "labels", in_service=in_service), statuses, registered(**live), in_service=in_service
+    )
     assert description["EndpointStatus"] == endpoint_status
     assert description["FailureReason"] is None
     assert [c["Status"] for c in description["Containers"]] == container_statuses
@@ -123,8 +164,11 @@ def test_health_comes_from_registered_replicas(in_service: bool, live: dict, sta
 
 
 def test_replica_counts_by_state_and_the_last_failure_are_shown() -> None:
-    statuses = apps(english=deployment("UNHEALTHY", message="RuntimeError: container process exited (-9)",
-                                       RUNNING=1, STARTING=1, STOPPING=1))
+    statuses = apps(
+        english=deployment(
+            "UNHEALTHY", message="RuntimeError: container process exited (-9)", RUNNING=1, STARTING=1, STOPPING=1
+        )
+    )
     description = describe(record("english"), statuses, registered(english=1), in_service=True)
     english = description["Containers"][0]
     assert english["Replicas"] == {"Running": 1, "Starting": 1, "Stopping": 1}
@@ -135,8 +179,12 @@ def test_replica_counts_by_state_and_the_last_failure_are_shown() -> None:
 def test_a_first_deployment_that_fails_makes_the_endpoint_failed() -> None:
     statuses = apps(english=deployment("DEPLOY_FAILED", message=TRACEBACK), labels=deployment("HEALTHY", 2))
     update = {"Status": "Failed", "FailureReason": "container english: PermissionError: refusing to unpickle"}
-    description = describe(record("english", "labels", mode="Serial", in_service=False, failed=True, update=update),
-                           statuses, registered(labels=2), in_service=False)
+    description = describe(
+        record("english", "labels", mode="Serial", in_service=False, failed=True, update=update),
+        statuses,
+        registered(labels=2),
+        in_service=False,
+    )
     assert description["EndpointStatus"] == "Failed"
     reason = "PermissionError: refusing to unpickle model.joblib: pickle runs arbitrary code. Save the model with skops"
     assert description["FailureReason"] == f"container english: {reason}"  # Serve's message now, in full
@@ -156,8 +204,9 @@ def test_an_update_in_progress_and_a_rolled_back_one() -> None:
     failed = record("english", update={"Status": "Failed", "FailureReason": "container english: did not become ready"})
     description = describe(failed, statuses, registered(english=2), in_service=True)
     assert description["EndpointStatus"] == "InService"  # still serving the previous version
-    assert description["FailureReason"] == ("The last update failed and was rolled back: "
-                                            "container english: did not become ready")
+    assert description["FailureReason"] == (
+        "The last update failed and was rolled back: container english: did not become ready"
+    )
     assert description["LastUpdate"]["Status"] == "Failed"
 
 
@@ -172,6 +221,7 @@ def test_description_does_not_share_the_records_lists() -> None:
 
 
 # --- StatusBoard ----------------------------------------------------------------------
+
 
 @pytest.fixture
 def board() -> StatusBoard:
@@ -196,8 +246,12 @@ def test_board_is_unroutable_until_every_endpoint_has_replicas(board: StatusBoar
 
 
 def test_board_failure(board: StatusBoard) -> None:
-    board.records["mce-demo"] = record("english", failed=True, in_service=False,
-                                       update={"Status": "Failed", "FailureReason": "container english: broken"})
+    board.records["mce-demo"] = record(
+        "english",
+        failed=True,
+        in_service=False,
+        update={"Status": "Failed", "FailureReason": "container english: broken"},
+    )
     board.refresh(STATUSES, BOTH)
     assert board.failure("mce-demo") == "container english: broken"
     assert board.failure("other") is None
@@ -220,6 +274,7 @@ def test_empty_board_is_healthy_once_loaded() -> None:
 
 
 # --- HTTP -----------------------------------------------------------------------------
+
 
 def get(board: StatusBoard, path: str) -> httpx.Response:
     """One GET against the board's routes, in process."""
@@ -271,13 +326,24 @@ def test_applications_from_serve_details() -> None:
         "proxy_location": "Disabled",
         "applications": {
             "mce-demo": {
-                "name": "mce-demo", "status": "DEPLOYING", "message": "", "route_prefix": None,
+                "name": "mce-demo",
+                "status": "DEPLOYING",
+                "message": "",
+                "route_prefix": None,
                 "deployments": {
-                    "english": {"name": "english", "status": "HEALTHY", "status_trigger": "CONFIG_UPDATE_COMPLETED",
-                                "message": "", "replicas": [{"replica_id": "a", "state": "RUNNING"},
-                                                            {"replica_id": "b", "state": "RUNNING"}]},
-                    "german": {"name": "german", "status": "UPDATING", "message": "starting",
-                               "replicas": [{"replica_id": "c", "state": "STARTING"}, {"replica_id": "d", "state": "RUNNING"}]},
+                    "english": {
+                        "name": "english",
+                        "status": "HEALTHY",
+                        "status_trigger": "CONFIG_UPDATE_COMPLETED",
+                        "message": "",
+                        "replicas": [{"replica_id": "a", "state": "RUNNING"}, {"replica_id": "b", "state": "RUNNING"}],
+                    },
+                    "german": {
+                        "name": "german",
+                        "status": "UPDATING",
+                        "message": "starting",
+                        "replicas": [{"replica_id": "c", "state": "STARTING"}, {"replica_id": "d", "state": "RUNNING"}],
+                    },
                     "french": {"name": "french", "status": "UPDATING"},  # no replicas yet, no message
                 },
             },
@@ -286,11 +352,15 @@ def test_applications_from_serve_details() -> None:
     }
     applications = applications_from_serve_details(details)
     assert applications == {
-        "mce-demo": {"status": "DEPLOYING", "message": "", "deployments": {
-            "english": {"status": "HEALTHY", "message": "", "replicas": {"RUNNING": 2}},
-            "german": {"status": "UPDATING", "message": "starting", "replicas": {"STARTING": 1, "RUNNING": 1}},
-            "french": {"status": "UPDATING", "message": "", "replicas": {}},
-        }},
+        "mce-demo": {
+            "status": "DEPLOYING",
+            "message": "",
+            "deployments": {
+                "english": {"status": "HEALTHY", "message": "", "replicas": {"RUNNING": 2}},
+                "german": {"status": "UPDATING", "message": "starting", "replicas": {"STARTING": 1, "RUNNING": 1}},
+                "french": {"status": "UPDATING", "message": "", "replicas": {}},
+            },
+        },
         "empty": {"status": "NOT_STARTED", "message": "", "deployments": {}},
     }
     assert applications_from_serve_details({}) == {}

@@ -53,9 +53,17 @@ def step(harness: Harness, seconds: float = 0) -> None:
 
 def alarm(harness: Harness, name: str = "e1-5xx") -> Any:
     cw = harness.client("cloudwatch")
-    cw.put_metric_alarm(AlarmName=name, Namespace=NS, MetricName="Invocation5XXErrors", Statistic="Sum", Period=10,
-                        EvaluationPeriods=1, Threshold=0, ComparisonOperator="GreaterThanThreshold",
-                        Dimensions=[{"Name": "EndpointName", "Value": "e1"}, {"Name": "VariantName", "Value": "A"}])
+    cw.put_metric_alarm(
+        AlarmName=name,
+        Namespace=NS,
+        MetricName="Invocation5XXErrors",
+        Statistic="Sum",
+        Period=10,
+        EvaluationPeriods=1,
+        Threshold=0,
+        ComparisonOperator="GreaterThanThreshold",
+        Dimensions=[{"Name": "EndpointName", "Value": "e1"}, {"Name": "VariantName", "Value": "A"}],
+    )
     return cw
 
 
@@ -90,9 +98,14 @@ def test_a_canary_bakes_then_takes_all_traffic_and_the_old_fleet_waits_out_its_t
 
 def test_an_alarm_in_alarm_while_baking_sends_all_traffic_back_and_fails_the_update(harness: Harness) -> None:
     cw = alarm(harness)
-    harness.sm.update_endpoint(EndpointName="e1", EndpointConfigName="c2", DeploymentConfig={
-        **canary({"Type": "CAPACITY_PERCENT", "Value": 25}, wait=600),
-        "AutoRollbackConfiguration": {"Alarms": [{"AlarmName": "e1-5xx"}]}})
+    harness.sm.update_endpoint(
+        EndpointName="e1",
+        EndpointConfigName="c2",
+        DeploymentConfig={
+            **canary({"Type": "CAPACITY_PERCENT", "Value": 25}, wait=600),
+            "AutoRollbackConfiguration": {"Alarms": [{"AlarmName": "e1-5xx"}]},
+        },
+    )
     harness.deployer.ready("e1@A@2")
     step(harness)
     assert shares(harness) == {"e1@A@1": 0.75, "e1@A@2": 0.25}
@@ -111,9 +124,16 @@ def test_an_alarm_in_alarm_while_baking_sends_all_traffic_back_and_fails_the_upd
 
 
 def test_linear_and_rolling_move_traffic_step_by_step(harness: Harness) -> None:
-    linear = {"Type": "LINEAR", "LinearStepSize": {"Type": "CAPACITY_PERCENT", "Value": 34}, "WaitIntervalInSeconds": 30}
-    harness.sm.update_endpoint(EndpointName="e1", EndpointConfigName="c2",
-                               DeploymentConfig={"BlueGreenUpdatePolicy": {"TrafficRoutingConfiguration": linear}})
+    linear = {
+        "Type": "LINEAR",
+        "LinearStepSize": {"Type": "CAPACITY_PERCENT", "Value": 34},
+        "WaitIntervalInSeconds": 30,
+    }
+    harness.sm.update_endpoint(
+        EndpointName="e1",
+        EndpointConfigName="c2",
+        DeploymentConfig={"BlueGreenUpdatePolicy": {"TrafficRoutingConfiguration": linear}},
+    )
     harness.deployer.ready("e1@A@2")
     seen = []
     for _ in range(4):
@@ -122,8 +142,16 @@ def test_linear_and_rolling_move_traffic_step_by_step(harness: Harness) -> None:
         step(harness, 31)
     assert seen == [0.34, 0.68, 1.0, 1.0] and harness.status("e1") == "InService"
     # RollingUpdatePolicy: batches of MaximumBatchSize, each waiting WaitIntervalInSeconds.
-    harness.sm.update_endpoint(EndpointName="e1", EndpointConfigName="c1", DeploymentConfig={"RollingUpdatePolicy": {
-        "MaximumBatchSize": {"Type": "INSTANCE_COUNT", "Value": 1}, "WaitIntervalInSeconds": 20}})
+    harness.sm.update_endpoint(
+        EndpointName="e1",
+        EndpointConfigName="c1",
+        DeploymentConfig={
+            "RollingUpdatePolicy": {
+                "MaximumBatchSize": {"Type": "INSTANCE_COUNT", "Value": 1},
+                "WaitIntervalInSeconds": 20,
+            }
+        },
+    )
     harness.deployer.ready("e1@A@3")
     step(harness)
     assert shares(harness) == {"e1@A@2": 0.5, "e1@A@3": 0.5}
@@ -160,31 +188,61 @@ def test_retain_deployment_config_reuses_the_endpoints_last_one(harness: Harness
 
 def test_settings_the_fleet_or_the_server_cannot_honour_are_refused_naming_the_field(harness: Harness) -> None:
     update = lambda config: harness.sm.update_endpoint(  # noqa: E731
-        EndpointName="e1", EndpointConfigName="c2", DeploymentConfig=config)
-    refused(lambda: update(canary({"Type": "INSTANCE_COUNT", "Value": 2})), "ValidationException",
-            "TrafficRoutingConfiguration.CanarySize: 2 instances is more than 50% of the new fleet's 2")
-    refused(lambda: update(canary({"Type": "CAPACITY_PERCENT", "Value": 75})), "ValidationException",
-            "CanarySize: 75% is more than 50%")
-    refused(lambda: update({**canary({"Type": "CAPACITY_PERCENT", "Value": 10}),
-                            "AutoRollbackConfiguration": {"Alarms": [{"AlarmName": "no-such-alarm"}]}}),
-            "ValidationException", "Alarms[0].AlarmName", "no-such-alarm")
-    refused(lambda: update(canary({"Type": "CAPACITY_PERCENT", "Value": 10}, wait=600,
-                                  MaximumExecutionTimeoutInSeconds=900)),
-            "ValidationException", "MaximumExecutionTimeoutInSeconds: 900 s is less than the 1200 s")
+        EndpointName="e1", EndpointConfigName="c2", DeploymentConfig=config
+    )
+    refused(
+        lambda: update(canary({"Type": "INSTANCE_COUNT", "Value": 2})),
+        "ValidationException",
+        "TrafficRoutingConfiguration.CanarySize: 2 instances is more than 50% of the new fleet's 2",
+    )
+    refused(
+        lambda: update(canary({"Type": "CAPACITY_PERCENT", "Value": 75})),
+        "ValidationException",
+        "CanarySize: 75% is more than 50%",
+    )
+    refused(
+        lambda: update(
+            {
+                **canary({"Type": "CAPACITY_PERCENT", "Value": 10}),
+                "AutoRollbackConfiguration": {"Alarms": [{"AlarmName": "no-such-alarm"}]},
+            }
+        ),
+        "ValidationException",
+        "Alarms[0].AlarmName",
+        "no-such-alarm",
+    )
+    refused(
+        lambda: update(
+            canary({"Type": "CAPACITY_PERCENT", "Value": 10}, wait=600, MaximumExecutionTimeoutInSeconds=900)
+        ),
+        "ValidationException",
+        "MaximumExecutionTimeoutInSeconds: 900 s is less than the 1200 s",
+    )
     linear = {"Type": "LINEAR", "LinearStepSize": {"Type": "CAPACITY_PERCENT", "Value": 5}, "WaitIntervalInSeconds": 1}
-    refused(lambda: update({"BlueGreenUpdatePolicy": {"TrafficRoutingConfiguration": linear}}),
-            "ValidationException", "LinearStepSize: a step of 5% of the fleet is less than the 10% allowed")
-    refused(lambda: update({"BlueGreenUpdatePolicy": {"TrafficRoutingConfiguration": {
-        "Type": "CANARY", "WaitIntervalInSeconds": 1}}}), "ValidationException", "CanarySize is required")
-    both = {**canary({"Type": "CAPACITY_PERCENT", "Value": 10}), "RollingUpdatePolicy": {
-        "MaximumBatchSize": {"Type": "INSTANCE_COUNT", "Value": 1}, "WaitIntervalInSeconds": 1}}
+    refused(
+        lambda: update({"BlueGreenUpdatePolicy": {"TrafficRoutingConfiguration": linear}}),
+        "ValidationException",
+        "LinearStepSize: a step of 5% of the fleet is less than the 10% allowed",
+    )
+    refused(
+        lambda: update(
+            {"BlueGreenUpdatePolicy": {"TrafficRoutingConfiguration": {"Type": "CANARY", "WaitIntervalInSeconds": 1}}}
+        ),
+        "ValidationException",
+        "CanarySize is required",
+    )
+    both = {
+        **canary({"Type": "CAPACITY_PERCENT", "Value": 10}),
+        "RollingUpdatePolicy": {"MaximumBatchSize": {"Type": "INSTANCE_COUNT", "Value": 1}, "WaitIntervalInSeconds": 1},
+    }
     refused(lambda: update(both), "ValidationException", "exactly one of BlueGreenUpdatePolicy and RollingUpdatePolicy")
     assert harness.status("e1") == "InService" and not harness.deployer.generations.get("e1@A@2")
 
 
 def test_a_target_variant_served_by_two_fleets_is_split_by_their_weights() -> None:
-    front = Front("e1", (VariantRoute("A", "e1@A@1", 0.75), VariantRoute("A", "e1@A@2", 0.25),
-                         VariantRoute("B", "e1@B@1", 0.0)))
+    front = Front(
+        "e1", (VariantRoute("A", "e1@A@1", 0.75), VariantRoute("A", "e1@A@2", 0.25), VariantRoute("B", "e1@B@1", 0.0))
+    )
     draws = random.Random(7)
     picked = [front.pick("A", draws.random).endpoint for _ in range(4000)]
     assert 0.22 < picked.count("e1@A@2") / len(picked) < 0.28

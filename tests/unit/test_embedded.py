@@ -14,8 +14,14 @@ from serving.ray_wing.embedded import EmbeddedServer, EndpointsNotReady
 from serving.settings import ServerSettings
 
 REAL_CLIENT = httpx.Client  # one test replaces httpx.Client itself
-SPEC = parse_spec({"EndpointName": "ep", "Containers": [{"ContainerHostname": "a", "Image": "python", "Mode": "MultiModel",
-                                                        "ModelDataUrl": "s3://bucket/prefix/"}]})
+SPEC = parse_spec(
+    {
+        "EndpointName": "ep",
+        "Containers": [
+            {"ContainerHostname": "a", "Image": "python", "Mode": "MultiModel", "ModelDataUrl": "s3://bucket/prefix/"}
+        ],
+    }
+)
 
 
 @pytest.fixture
@@ -25,15 +31,22 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
     record = lambda name, result=None: lambda *args, **kwargs: made.append((name, *args)) or result  # noqa: E731
     monkeypatch.setattr(embedded, "start_local_ray", record("start_local_ray"))
     monkeypatch.setattr(embedded, "connect_cluster", record("connect_cluster"))
-    monkeypatch.setattr(embedded, "expect_endpoints", lambda names, expected=True: made.append(
-        ("expect" if expected else "withdraw", *names)))
+    monkeypatch.setattr(
+        embedded,
+        "expect_endpoints",
+        lambda names, expected=True: made.append(("expect" if expected else "withdraw", *names)),
+    )
+
     def start_gateway(settings, exclusive=False):
         made.append(("start_gateway", settings))
         return settings.model_copy(update={"port": 43210})
 
     monkeypatch.setattr(embedded, "start_gateway", start_gateway)
-    monkeypatch.setattr(embedded, "deploy_endpoint", lambda spec, settings: made.append(
-        ("deploy", spec.EndpointName, settings.port, settings.container_host)) or 1)
+    monkeypatch.setattr(
+        embedded,
+        "deploy_endpoint",
+        lambda spec, settings: made.append(("deploy", spec.EndpointName, settings.port, settings.container_host)) or 1,
+    )
     monkeypatch.setattr(embedded, "delete_endpoint", record("delete", True))
     monkeypatch.setattr(embedded, "shutdown", record("shutdown"))
     monkeypatch.setattr(embedded, "disconnect", record("disconnect"))
@@ -52,10 +65,21 @@ def test_embedded_ray_is_started_and_shut_down(calls) -> None:
 
 
 def test_a_joined_cluster_loses_only_this_servers_endpoints(calls) -> None:
-    with EmbeddedServer([SPEC], ServerSettings(container_host="node"), address="ray://head:10001", wait=False) as server:
+    with EmbeddedServer(
+        [SPEC], ServerSettings(container_host="node"), address="ray://head:10001", wait=False
+    ) as server:
         server.deploy(parse_spec({**SPEC.model_dump(mode="json", exclude_none=True), "EndpointName": "other"}))
-    assert [call[0] for call in calls] == ["connect_cluster", "expect", "start_gateway", "deploy", "deploy", "delete",
-                                           "delete", "withdraw", "disconnect"]
+    assert [call[0] for call in calls] == [
+        "connect_cluster",
+        "expect",
+        "start_gateway",
+        "deploy",
+        "deploy",
+        "delete",
+        "delete",
+        "withdraw",
+        "disconnect",
+    ]
     assert [call[1] for call in calls if call[0] == "delete"] == ["ep", "other"]
     assert calls[3][3] == "node"
 
@@ -79,6 +103,7 @@ def test_a_failed_start_stops_what_was_started(calls, monkeypatch: pytest.Monkey
 
 def _gateway(states: dict[str, dict], ping: int = 200, others: tuple[str, ...] = ()) -> httpx.Client:
     """A client whose gateway describes `states` (name -> status, replicas) and answers /ping with `ping`."""
+
     def handle(request: httpx.Request) -> httpx.Response:
         path = request.url.path
         if path == "/ping":
@@ -89,22 +114,33 @@ def _gateway(states: dict[str, dict], ping: int = 200, others: tuple[str, ...] =
         if name not in states:
             return httpx.Response(400, json={"__type": "ValidationError"})
         status, replicas = states[name]["status"], states[name].get("replicas", 1)
-        return httpx.Response(200, content=json.dumps({
-            "EndpointName": name, "EndpointStatus": status, "FailureReason": "broken" if status == "Failed" else None,
-            "Containers": [{"ContainerHostname": "a", "CurrentReplicas": replicas}]}))
+        return httpx.Response(
+            200,
+            content=json.dumps(
+                {
+                    "EndpointName": name,
+                    "EndpointStatus": status,
+                    "FailureReason": "broken" if status == "Failed" else None,
+                    "Containers": [{"ContainerHostname": "a", "CurrentReplicas": replicas}],
+                }
+            ),
+        )
 
     return REAL_CLIENT(base_url="http://gateway", transport=httpx.MockTransport(handle))
 
 
-@pytest.mark.parametrize(("states", "ping", "others", "ready", "settled"), [
-    ({}, 200, (), False, False),  # the gateway does not know it yet
-    ({"ep": {"status": "Creating"}}, 503, (), False, False),
-    ({"ep": {"status": "InService"}}, 200, (), True, True),
-    ({"ep": {"status": "InService"}}, 503, (), False, True),  # /ping disagrees: not routable yet
-    ({"ep": {"status": "InService", "replicas": 0}}, 200, (), False, True),
-    ({"ep": {"status": "InService"}}, 503, ("someone-elses",), True, True),  # /ping speaks for endpoints not ours
-    ({"ep": {"status": "Failed"}}, 503, (), False, True),
-])
+@pytest.mark.parametrize(
+    ("states", "ping", "others", "ready", "settled"),
+    [
+        ({}, 200, (), False, False),  # the gateway does not know it yet
+        ({"ep": {"status": "Creating"}}, 503, (), False, False),
+        ({"ep": {"status": "InService"}}, 200, (), True, True),
+        ({"ep": {"status": "InService"}}, 503, (), False, True),  # /ping disagrees: not routable yet
+        ({"ep": {"status": "InService", "replicas": 0}}, 200, (), False, True),
+        ({"ep": {"status": "InService"}}, 503, ("someone-elses",), True, True),  # /ping speaks for endpoints not ours
+        ({"ep": {"status": "Failed"}}, 503, (), False, True),
+    ],
+)
 def test_readiness_is_the_gateways_view(states, ping, others, ready, settled) -> None:
     server = EmbeddedServer([SPEC])
     readiness = server._look(_gateway(states, ping, others), ["ep"])

@@ -20,10 +20,15 @@ LABELS = {"endpoint": "frame-test", "container": "c", "model": "", "protocol": "
 
 
 def counts() -> dict[str, float]:
-    names = {"invocations": "serving_invocations_total", "4xx": "serving_invocation_4xx_errors_total",
-             "5xx": "serving_invocation_5xx_errors_total"}
+    names = {
+        "invocations": "serving_invocations_total",
+        "4xx": "serving_invocation_4xx_errors_total",
+        "5xx": "serving_invocation_5xx_errors_total",
+    }
     found = {key: REGISTRY.get_sample_value(name, LABELS) or 0.0 for key, name in names.items()}
-    found["aborts"] = REGISTRY.get_sample_value("serving_invocation_client_aborts_total", {"endpoint": "frame-test"}) or 0.0
+    found["aborts"] = (
+        REGISTRY.get_sample_value("serving_invocation_client_aborts_total", {"endpoint": "frame-test"}) or 0.0
+    )
     return found
 
 
@@ -55,8 +60,9 @@ def test_an_answer_is_counted_once_as_200() -> None:
     assert delta == {"invocations": 1, "4xx": 0, "5xx": 0, "aborts": 0}
 
 
-@pytest.mark.parametrize(("error", "kind"), [(ValidationError("bad header"), "4xx"),
-                                             (ModelNotReadyError("no replica"), "4xx")])
+@pytest.mark.parametrize(
+    ("error", "kind"), [(ValidationError("bad header"), "4xx"), (ModelNotReadyError("no replica"), "4xx")]
+)
 def test_a_serving_error_is_the_outcome_and_counted_under_its_status(error: ServingError, kind: str) -> None:
     async def fail(frame) -> None:
         raise error
@@ -74,7 +80,9 @@ def test_a_bug_is_logged_and_becomes_an_internal_failure(caplog) -> None:
 
     with caplog.at_level(logging.ERROR, logger="serving.router"):
         frame, delta = run(bug)
-    assert frame.error is not None and frame.error.status == 500 and "internal failure in the test" in frame.error.message
+    assert (
+        frame.error is not None and frame.error.status == 500 and "internal failure in the test" in frame.error.message
+    )
     assert delta == {"invocations": 1, "4xx": 0, "5xx": 1, "aborts": 0}
     assert "an invocation failed inside the test" in caplog.text
 

@@ -49,15 +49,22 @@ def test_a_payload_part_round_trips_through_botocores_parser() -> None:
 
 
 def test_boto3_reads_parts_then_raises_the_model_stream_error() -> None:
-    data = b"".join([*eventstream.payload_parts(b"one"), *eventstream.payload_parts(b""), *eventstream.payload_parts(b"two")])
+    data = b"".join(
+        [*eventstream.payload_parts(b"one"), *eventstream.payload_parts(b""), *eventstream.payload_parts(b"two")]
+    )
     data += eventstream.model_stream_error("ModelError", "container c: ValueError: bad token")
     events = iter(boto_events(data))
     assert [next(events) for _ in range(3)] == [
-        {"PayloadPart": {"Bytes": b"one"}}, {"PayloadPart": {"Bytes": b""}}, {"PayloadPart": {"Bytes": b"two"}},
+        {"PayloadPart": {"Bytes": b"one"}},
+        {"PayloadPart": {"Bytes": b""}},
+        {"PayloadPart": {"Bytes": b"two"}},
     ]
     with pytest.raises(EventStreamError) as raised:
         next(events)
-    assert raised.value.response["Error"] == {"Code": "ModelStreamError", "Message": "container c: ValueError: bad token"}
+    assert raised.value.response["Error"] == {
+        "Code": "ModelStreamError",
+        "Message": "container c: ValueError: bad token",
+    }
 
 
 def test_internal_stream_failure_is_botocores_too() -> None:

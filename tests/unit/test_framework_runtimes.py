@@ -33,14 +33,26 @@ from serving.runtimes.tensors import (
 pytestmark = pytest.mark.frameworks  # imports torch, TensorFlow, ONNX Runtime or XGBoost: not in `make test-unit`
 
 STACK_OF = {
-    "hetero-features": "sklearn", "hetero-iris-sklearn": "sklearn", "hetero-wine-sklearn": "sklearn",
-    "hetero-iris-torchscript": "pytorch", "hetero-wine-export": "pytorch", "hetero-iris-state": "pytorch",
-    "hetero-tf-features": "tensorflow", "hetero-tf-iris": "tensorflow", "hetero-tf-wine.tar.gz": "tensorflow",
-    "hetero-onnx-iris": "onnx", "hetero-onnx-two": "onnx", "hetero-onnx-features": "onnx",
-    "hetero-labels": "python", "hetero-wine-labels": "python", "hetero-rules": "python",
+    "hetero-features": "sklearn",
+    "hetero-iris-sklearn": "sklearn",
+    "hetero-wine-sklearn": "sklearn",
+    "hetero-iris-torchscript": "pytorch",
+    "hetero-wine-export": "pytorch",
+    "hetero-iris-state": "pytorch",
+    "hetero-tf-features": "tensorflow",
+    "hetero-tf-iris": "tensorflow",
+    "hetero-tf-wine.tar.gz": "tensorflow",
+    "hetero-onnx-iris": "onnx",
+    "hetero-onnx-two": "onnx",
+    "hetero-onnx-features": "onnx",
+    "hetero-labels": "python",
+    "hetero-wine-labels": "python",
+    "hetero-rules": "python",
 }
-ENVIRONMENT = {"hetero-wine-sklearn": {"SERVING_SKLEARN_METHOD": "predict_proba"},
-               "hetero-wine-export": {"SERVING_ALLOW_PICKLE": "true"}}  # a .pt2 runs code while loading
+ENVIRONMENT = {
+    "hetero-wine-sklearn": {"SERVING_SKLEARN_METHOD": "predict_proba"},
+    "hetero-wine-export": {"SERVING_ALLOW_PICKLE": "true"},
+}  # a .pt2 runs code while loading
 IRIS_ROWS = [[5.1, 3.5, 1.4, 0.2], [7.0, 3.2, 4.7, 1.4], [6.3, 3.3, 6.0, 2.5]]  # setosa, versicolor, virginica
 
 
@@ -74,8 +86,11 @@ def model(hetero_models: Path) -> Callable[..., Runtime]:
     def load(name: str, environment: dict[str, str] | None = None) -> Runtime:
         key = (name, tuple(sorted((environment or {}).items())))
         if key not in cache:
-            runtime = runtime_for(STACK_OF[name], materialize(str(hetero_models / name)),
-                                  {"SERVING_CPUS": "1", **ENVIRONMENT.get(name, {}), **(environment or {})})
+            runtime = runtime_for(
+                STACK_OF[name],
+                materialize(str(hetero_models / name)),
+                {"SERVING_CPUS": "1", **ENVIRONMENT.get(name, {}), **(environment or {})},
+            )
             runtime.load()
             cache[key] = runtime
         return cache[key]
@@ -89,6 +104,7 @@ def copy_model(hetero_models: Path, name: str, target: Path) -> Path:
 
 
 # --- every layout loads and answers what the framework answered in process -----------------
+
 
 @pytest.mark.parametrize("name", sorted(STACK_OF))
 def test_each_model_answers_as_trained(model, hetero_expected: dict, answer_matches, name: str) -> None:
@@ -121,8 +137,9 @@ def test_iris_models_read_every_content_type(model, name: str, body: bytes, cont
     assert probabilities.argmax(axis=1).tolist() == [0, 1, 2]
 
 
-@pytest.mark.parametrize("name", ["hetero-iris-torchscript", "hetero-iris-state", "hetero-tf-iris", "hetero-onnx-iris",
-                                  "hetero-onnx-two"])
+@pytest.mark.parametrize(
+    "name", ["hetero-iris-torchscript", "hetero-iris-state", "hetero-tf-iris", "hetero-onnx-iris", "hetero-onnx-two"]
+)
 def test_whole_numbers_reach_float_models(model, name: str) -> None:
     rows = [[5, 3, 1, 0], [6, 3, 6, 3]]  # JSON integers decode as int64; these models take float32
     body = {"sepal": [r[:2] for r in rows], "petal": [r[2:] for r in rows]} if name == "hetero-onnx-two" else rows
@@ -175,6 +192,7 @@ def test_a_single_instance_gets_a_batch_axis(model, hetero_expected: dict, name:
 
 # --- input mismatches: a ModelInputError (424 at the edge) that says what the model takes --------
 
+
 @pytest.mark.parametrize(
     ("name", "body", "fragments"),
     [
@@ -182,9 +200,16 @@ def test_a_single_instance_gets_a_batch_axis(model, hetero_expected: dict, name:
         ("hetero-onnx-iris", [[1.0, 2.0, 3.0]], ["has shape [1, 3]", "x (float32 [?, 4])"]),
         ("hetero-tf-features", [[1.0, 2.0, 3.0, 4.0]], ["has shape [1, 4]", "(float32 [?, 3])"]),
         ("hetero-tf-iris", [[1.0, 2.0, 3.0]], ["has shape [1, 3]", "features (float32 [?, 4])"]),
-        ("hetero-iris-torchscript", [[1, 2, 3]], ["the model failed on input x float32 [1, 3]",
-                                                  "size of tensor a (3) must match the size of tensor b (4)"]),
-        ("hetero-iris-state", [[1.0, 2.0, 3.0]], ["the model failed on input x float32 [1, 3]", "size of tensor a (3)"]),
+        (
+            "hetero-iris-torchscript",
+            [[1, 2, 3]],
+            ["the model failed on input x float32 [1, 3]", "size of tensor a (3) must match the size of tensor b (4)"],
+        ),
+        (
+            "hetero-iris-state",
+            [[1.0, 2.0, 3.0]],
+            ["the model failed on input x float32 [1, 3]", "size of tensor a (3)"],
+        ),
         ("hetero-onnx-iris", [[[1.0, 2.0, 3.0, 4.0]]], ["has shape [1, 1, 4]"]),
         ("hetero-onnx-iris", [["a", "b", "c", "d"]], ["holds text", "x (float32 [?, 4])"]),
         ("hetero-tf-iris", [[1.0, [2.0], 3.0, 4.0]], ["not a rectangular array"]),
@@ -192,12 +217,28 @@ def test_a_single_instance_gets_a_batch_axis(model, hetero_expected: dict, name:
         ("hetero-onnx-two", {"sepal": [[5.1, 3.5]], "petal": [[1.4, 0.2]], "stem": [[1]]}, ["unknown input 'stem'"]),
         ("hetero-onnx-two", IRIS_ROWS, ["takes 2 inputs", "JSON object keyed by input name"]),
         ("hetero-tf-wine.tar.gz", {"inputs": {"wine": [[1.0] * 13]}}, ["missing input 'features'"]),
-        ("hetero-tf-iris", {"instances": [{"features": IRIS_ROWS[0]}, {"other": IRIS_ROWS[1]}]},
-         ["Failed to process element: 1 of 'instances' list", "keys must be equal to: features"]),
+        (
+            "hetero-tf-iris",
+            {"instances": [{"features": IRIS_ROWS[0]}, {"other": IRIS_ROWS[1]}]},
+            ["Failed to process element: 1 of 'instances' list", "keys must be equal to: features"],
+        ),
     ],
-    ids=["export wrong width", "onnx wrong width", "savedmodel wrong width", "keras wrong width",
-         "torchscript wrong width", "state dict wrong width", "onnx wrong rank", "onnx strings", "ragged",
-         "missing input name", "unknown input name", "array for two inputs", "tf missing input", "instances differ"],
+    ids=[
+        "export wrong width",
+        "onnx wrong width",
+        "savedmodel wrong width",
+        "keras wrong width",
+        "torchscript wrong width",
+        "state dict wrong width",
+        "onnx wrong rank",
+        "onnx strings",
+        "ragged",
+        "missing input name",
+        "unknown input name",
+        "array for two inputs",
+        "tf missing input",
+        "instances differ",
+    ],
 )
 def test_input_mismatch_says_what_the_model_takes(model, name: str, body: Any, fragments: list[str]) -> None:
     # tensorflow: TF Serving's 400 {"error": ...}, which the router reports as 424 ModelError too.
@@ -224,6 +265,7 @@ def test_malformed_body_is_still_a_validation_error(model) -> None:
 
 
 # --- dtypes ----------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def onnx_int_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -260,10 +302,17 @@ def tf_module_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import tensorflow as tf
 
     class Scorer(tf.Module):
-        @tf.function(input_signature=[tf.TensorSpec([None, 2], tf.float32, name="values"),
-                                      tf.TensorSpec([None], tf.int64, name="offset")])
+        @tf.function(
+            input_signature=[
+                tf.TensorSpec([None, 2], tf.float32, name="values"),
+                tf.TensorSpec([None], tf.int64, name="offset"),
+            ]
+        )
         def serve(self, values, offset):
-            return {"total": tf.reduce_sum(values, axis=-1) + tf.cast(offset, tf.float32), "count": tf.shape(values)[:1]}
+            return {
+                "total": tf.reduce_sum(values, axis=-1) + tf.cast(offset, tf.float32),
+                "count": tf.shape(values)[:1],
+            }
 
     scorer = Scorer()
     folder = tmp_path_factory.mktemp("tf-module")
@@ -288,13 +337,22 @@ def test_savedmodel_signature_by_environment(loaded, tf_module_model: Path) -> N
 
 # --- TensorFlow layouts ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("layout", ["root", "version folder", "model/version", "export/Servo", "two versions", "archive"])
-def test_savedmodel_layouts(loaded, hetero_models: Path, hetero_expected: dict, answer_matches, tmp_path: Path,
-                            layout: str) -> None:
+
+@pytest.mark.parametrize(
+    "layout", ["root", "version folder", "model/version", "export/Servo", "two versions", "archive"]
+)
+def test_savedmodel_layouts(
+    loaded, hetero_models: Path, hetero_expected: dict, answer_matches, tmp_path: Path, layout: str
+) -> None:
     source = hetero_models / "hetero-tf-features" / "1"
-    target = {"root": tmp_path / "m", "version folder": tmp_path / "m" / "3", "model/version": tmp_path / "m" / "features" / "7",
-              "export/Servo": tmp_path / "m" / "export" / "Servo" / "5",  # SageMaker's legacy TF layout
-              "two versions": tmp_path / "m" / "2", "archive": tmp_path / "staging" / "model" / "1"}[layout]
+    target = {
+        "root": tmp_path / "m",
+        "version folder": tmp_path / "m" / "3",
+        "model/version": tmp_path / "m" / "features" / "7",
+        "export/Servo": tmp_path / "m" / "export" / "Servo" / "5",  # SageMaker's legacy TF layout
+        "two versions": tmp_path / "m" / "2",
+        "archive": tmp_path / "staging" / "model" / "1",
+    }[layout]
     shutil.copytree(source, target)
     if layout == "two versions":  # the highest version is served: version 1 is a broken copy
         (tmp_path / "m" / "1").mkdir()
@@ -322,6 +380,7 @@ def test_tensorflow_without_a_model(tmp_path: Path) -> None:
 
 
 # --- PyTorch layouts ---------------------------------------------------------------------------
+
 
 def test_state_dict_without_model_fn_is_refused(hetero_models: Path, tmp_path: Path) -> None:
     shutil.copy(hetero_models / "hetero-iris-state" / "model.pth", tmp_path / "model.pth")
@@ -353,8 +412,9 @@ def test_pytorch_without_a_model(tmp_path: Path) -> None:
         runtime_for("pytorch", tmp_path, {}).load()
 
 
-def test_export_is_preferred_over_weights(hetero_models: Path, hetero_expected: dict, answer_matches, loaded,
-                                          tmp_path: Path) -> None:
+def test_export_is_preferred_over_weights(
+    hetero_models: Path, hetero_expected: dict, answer_matches, loaded, tmp_path: Path
+) -> None:
     folder = copy_model(hetero_models, "hetero-wine-export", tmp_path / "m")
     (folder / "model.pt").write_bytes(b"not read")
     expected = hetero_expected["hetero-wine-export"]
@@ -399,13 +459,18 @@ def predict_fn(data, model):
     ("hook", "body", "expected"),
     [
         (NAMES_OUTPUT, IRIS_ROWS, ["setosa", "versicolor", "virginica"]),
-        (SCALE_INPUT + NAMES_OUTPUT, {"mm": (np.array(IRIS_ROWS) * 10).tolist()}, ["setosa", "versicolor", "virginica"]),
+        (
+            SCALE_INPUT + NAMES_OUTPUT,
+            {"mm": (np.array(IRIS_ROWS) * 10).tolist()},
+            ["setosa", "versicolor", "virginica"],
+        ),
         (OWN_PREDICT, IRIS_ROWS, {"stack": "custom", "rows": 3}),
     ],
     ids=["output_fn", "input_fn and output_fn", "predict_fn"],
 )
-def test_hooks_override_the_defaults(hetero_models: Path, loaded, tmp_path: Path, name: str, hook: str, body: Any,
-                                     expected: Any) -> None:
+def test_hooks_override_the_defaults(
+    hetero_models: Path, loaded, tmp_path: Path, name: str, hook: str, body: Any, expected: Any
+) -> None:
     folder = copy_model(hetero_models, name, tmp_path / "m")
     (folder / "code").mkdir()
     (folder / "code" / "inference.py").write_text(hook)
@@ -426,10 +491,16 @@ def test_user_model_fn_replaces_loading(hetero_models: Path, loaded, tmp_path: P
 
 # --- CPU and GPU share ---------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     ("environment", "threads"),
-    [({}, None), ({"SERVING_CPUS": "0.05"}, 1), ({"SERVING_CPUS": "1"}, 1), ({"SERVING_CPUS": "2.5"}, 2),
-     ({"SERVING_CPUS": "0.5", "SERVING_NUM_THREADS": "3"}, 3)],
+    [
+        ({}, None),
+        ({"SERVING_CPUS": "0.05"}, 1),
+        ({"SERVING_CPUS": "1"}, 1),
+        ({"SERVING_CPUS": "2.5"}, 2),
+        ({"SERVING_CPUS": "0.5", "SERVING_NUM_THREADS": "3"}, 3),
+    ],
 )
 def test_threads_follow_the_cpu_share(environment: dict[str, str], threads: int | None) -> None:
     assert cpu_threads(environment) == threads
@@ -437,11 +508,17 @@ def test_threads_follow_the_cpu_share(environment: dict[str, str], threads: int 
 
 @pytest.mark.parametrize(
     ("environment", "predictions", "threads"),
-    [({"SERVING_CPUS": "2"}, 2, 1), ({"SERVING_CPUS": "4"}, 2, 2), ({"SERVING_CPUS": "1"}, 4, 1),
-     ({"SERVING_CPUS": "2", "SERVING_NUM_THREADS": "3"}, 2, 3), ({}, 2, None)],
+    [
+        ({"SERVING_CPUS": "2"}, 2, 1),
+        ({"SERVING_CPUS": "4"}, 2, 2),
+        ({"SERVING_CPUS": "1"}, 4, 1),
+        ({"SERVING_CPUS": "2", "SERVING_NUM_THREADS": "3"}, 2, 3),
+        ({}, 2, None),
+    ],
 )
-def test_concurrent_predictions_share_the_cpus(environment: dict[str, str], predictions: int,
-                                               threads: int | None) -> None:
+def test_concurrent_predictions_share_the_cpus(
+    environment: dict[str, str], predictions: int, threads: int | None
+) -> None:
     # Model threads times intra-op threads stay within the reservation (an explicit SERVING_NUM_THREADS wins).
     assert cpu_threads(environment, predictions) == threads
 
@@ -459,8 +536,9 @@ def test_onnx_session_uses_the_cpu_share(hetero_models: Path) -> None:
 
 
 @pytest.mark.parametrize("stack,name", [("onnx", "hetero-onnx-iris"), ("pytorch", "hetero-iris-torchscript")])
-def test_gpu_share_without_cuda_falls_back_to_cpu(hetero_models: Path, caplog: pytest.LogCaptureFixture, stack: str,
-                                                  name: str) -> None:
+def test_gpu_share_without_cuda_falls_back_to_cpu(
+    hetero_models: Path, caplog: pytest.LogCaptureFixture, stack: str, name: str
+) -> None:
     # The CUDA path itself needs a GPU machine: here only the decision and the fallback are exercised.
     runtime = runtime_for(stack, hetero_models / name, {"SERVING_CPUS": "1", "SERVING_GPUS": "1"})
     with caplog.at_level(logging.WARNING):
@@ -469,11 +547,14 @@ def test_gpu_share_without_cuda_falls_back_to_cpu(hetero_models: Path, caplog: p
     assert np.asarray(invoke(runtime, IRIS_ROWS)).argmax(axis=1).tolist() == [0, 1, 2]
 
 
-@pytest.mark.parametrize(("gpus", "available", "chosen"), [
-    ("1", ["CUDAExecutionProvider", "CPUExecutionProvider"], ["CUDAExecutionProvider", "CPUExecutionProvider"]),
-    ("0", ["CUDAExecutionProvider", "CPUExecutionProvider"], ["CPUExecutionProvider"]),
-    ("1", ["CPUExecutionProvider"], ["CPUExecutionProvider"]),
-])
+@pytest.mark.parametrize(
+    ("gpus", "available", "chosen"),
+    [
+        ("1", ["CUDAExecutionProvider", "CPUExecutionProvider"], ["CUDAExecutionProvider", "CPUExecutionProvider"]),
+        ("0", ["CUDAExecutionProvider", "CPUExecutionProvider"], ["CPUExecutionProvider"]),
+        ("1", ["CPUExecutionProvider"], ["CPUExecutionProvider"]),
+    ],
+)
 def test_onnx_provider_choice(gpus: str, available: list[str], chosen: list[str]) -> None:
     # A stand-in for onnxruntime's provider list: no onnxruntime build with CUDA can be installed here
     # (CUDA itself ran on a GPU machine: python -m loadtests.bench_gpu, docs/benchmarks/bench_gpu.md).
@@ -495,8 +576,9 @@ def test_onnx_threads_sleep_between_calls(hetero_models: Path) -> None:
 
 
 @pytest.mark.parametrize(("script", "torch_threads"), [(None, 1), (OWN_PREDICT, 2)], ids=["no script", "predict_fn"])
-def test_pytorch_intra_op_threads_follow_the_model_threads(hetero_models: Path, tmp_path: Path, script: str | None,
-                                                           torch_threads: int) -> None:
+def test_pytorch_intra_op_threads_follow_the_model_threads(
+    hetero_models: Path, tmp_path: Path, script: str | None, torch_threads: int
+) -> None:
     # Cpus 2: two model threads of one intra-op thread each; a script's predict_fn (not assumed thread-safe) runs
     # one prediction at a time, which then gets both cores.
     import torch
@@ -528,11 +610,15 @@ def test_pytorch_sets_threads_from_the_cpu_share(hetero_models: Path) -> None:
 
 # --- request helpers ---------------------------------------------------------------------------
 
+
 def test_split_request_shapes() -> None:
     assert split_request([[1, 2]]) == ([[1, 2]], None)
     assert split_request({"instances": [[1, 2]]}) == ([[1, 2]], "predictions")
     assert split_request({"inputs": {"a": [1]}}) == ({"a": [1]}, "outputs")
-    assert split_request({"instances": [{"a": 1, "b": 2}, {"a": 3, "b": 4}]}) == ({"a": [1, 3], "b": [2, 4]}, "predictions")
+    assert split_request({"instances": [{"a": 1, "b": 2}, {"a": 3, "b": 4}]}) == (
+        {"a": [1, 3], "b": [2, 4]},
+        "predictions",
+    )
     assert split_request({"a": [1]}) == ({"a": [1]}, None)
 
 
@@ -544,7 +630,9 @@ def test_wrap_outputs_follows_tf_serving() -> None:
     assert rows == {"predictions": [{"a": 1, "b": 3}, {"a": 2, "b": 4}]}
     with_scalar = wrap_outputs({"a": np.array([1, 2]), "n": np.array(2)}, "predictions")
     assert with_scalar == {"predictions": [{"a": 1, "n": 2}, {"a": 2, "n": 2}]}
-    assert wrap_outputs({"a": np.array([1]), "b": np.array([2])}, "outputs") == {"outputs": {"a": np.array([1]), "b": np.array([2])}}
+    assert wrap_outputs({"a": np.array([1]), "b": np.array([2])}, "outputs") == {
+        "outputs": {"a": np.array([1]), "b": np.array([2])}
+    }
 
 
 def test_conform_out_of_range_integers() -> None:

@@ -16,8 +16,16 @@ from serving.settings import ServerSettings
 def test_zero_gateways_per_node_is_refused_naming_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
     from serving.cli.up import _settings
 
-    arguments = {"host": None, "port": None, "state": None, "api_identities": None, "model_root": None,
-                 "instance_types": None, "allow_anonymous": False, "gateways_per_node": 0}
+    arguments = {
+        "host": None,
+        "port": None,
+        "state": None,
+        "api_identities": None,
+        "model_root": None,
+        "instance_types": None,
+        "allow_anonymous": False,
+        "gateways_per_node": 0,
+    }
     with pytest.raises(SystemExit) as exited:
         _settings(argparse.Namespace(**arguments), None)
     assert exited.value.code == 2
@@ -25,8 +33,11 @@ def test_zero_gateways_per_node_is_refused_naming_the_flag(capsys: pytest.Captur
 
 
 def test_more_gateways_than_a_nodes_cpus_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    nodes = [{"Alive": True, "Resources": {"CPU": 4.0}}, {"Alive": True, "Resources": {"CPU": 2.0}},
-             {"Alive": False, "Resources": {"CPU": 1.0}}]
+    nodes = [
+        {"Alive": True, "Resources": {"CPU": 4.0}},
+        {"Alive": True, "Resources": {"CPU": 2.0}},
+        {"Alive": False, "Resources": {"CPU": 1.0}},
+    ]
     monkeypatch.setattr(gateway.ray, "nodes", lambda: nodes)
     monkeypatch.setattr(gateway.serve, "start", lambda **_: pytest.fail("Serve started before the check"))
     with pytest.raises(RuntimeError, match=r"--gateways-per-node 3 is more than a node of this cluster has CPUs \(2\)"):

@@ -25,15 +25,31 @@ def container(host: str, mode: str = "SingleModel", version: str = "v1", desired
 
 
 def endpoint(name: str, *containers: dict[str, Any], mode: str = "Direct", **fields: Any) -> dict[str, Any]:
-    return {"name": name, "mode": mode, "containers": list(containers), "limits": {}, "not_idempotent": [],
-            "access": None, "async_inference": None, "update": {"Status": "Succeeded"}, "failed": False,
-            "in_service": True,
-            "desired_versions": {c["ContainerHostname"]: c["Version"] for c in containers}, **fields}
+    return {
+        "name": name,
+        "mode": mode,
+        "containers": list(containers),
+        "limits": {},
+        "not_idempotent": [],
+        "access": None,
+        "async_inference": None,
+        "update": {"Status": "Succeeded"},
+        "failed": False,
+        "in_service": True,
+        "desired_versions": {c["ContainerHostname"]: c["Version"] for c in containers},
+        **fields,
+    }
 
 
-def snapshot(*endpoints: dict[str, Any], version: int = 1, epoch: str = "e1", replicas: int = 1,
-             scaling: dict[str, Any] | None = None, awaited: tuple[str, ...] = (),
-             api: dict[str, Any] | None = None) -> dict[str, Any]:
+def snapshot(
+    *endpoints: dict[str, Any],
+    version: int = 1,
+    epoch: str = "e1",
+    replicas: int = 1,
+    scaling: dict[str, Any] | None = None,
+    awaited: tuple[str, ...] = (),
+    api: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """What Registry.snapshot returns: every container of every endpoint with `replicas` running replicas."""
     table, registered, statuses = {}, {}, {}
     for document in endpoints:
@@ -42,11 +58,25 @@ def snapshot(*endpoints: dict[str, Any], version: int = 1, epoch: str = "e1", re
             host, v = c["ContainerHostname"], c["Version"]
             table[(name, host)] = [f"http://10.0.0.{i + 1}:{9000 + i}/{name}/{host}" for i in range(replicas)]
             registered[(name, host, v)] = replicas
-            statuses[f"{name}.{host}.{v}"] = {"status": "RUNNING", "message": "", "deployments": {
-                host: {"status": "HEALTHY", "message": "", "replicas": {"RUNNING": replicas} if replicas else {}}}}
-    return {"version": version, "epoch": epoch, "endpoints": {d["name"]: d for d in endpoints}, "replicas": table,
-            "registered": registered, "statuses": statuses, "refused": 0, "scaling": scaling or {},
-            "awaited": list(awaited), "api": api if api is not None else {"fronts": {}, "served": []}}
+            statuses[f"{name}.{host}.{v}"] = {
+                "status": "RUNNING",
+                "message": "",
+                "deployments": {
+                    host: {"status": "HEALTHY", "message": "", "replicas": {"RUNNING": replicas} if replicas else {}}
+                },
+            }
+    return {
+        "version": version,
+        "epoch": epoch,
+        "endpoints": {d["name"]: d for d in endpoints},
+        "replicas": table,
+        "registered": registered,
+        "statuses": statuses,
+        "refused": 0,
+        "scaling": scaling or {},
+        "awaited": list(awaited),
+        "api": api if api is not None else {"fronts": {}, "served": []},
+    }
 
 
 @pytest.fixture
@@ -63,8 +93,14 @@ def test_before_the_first_snapshot_the_gateway_is_not_loaded(state: GatewayState
 
 
 def test_a_snapshot_becomes_the_endpoint_table_replica_lists_and_descriptions(state: GatewayState) -> None:
-    serial = endpoint("chain", container("scaler"), container("model", mode="MultiModel"), mode="Serial",
-                      limits={"scaler": 4}, not_idempotent=["model"])
+    serial = endpoint(
+        "chain",
+        container("scaler"),
+        container("model", mode="MultiModel"),
+        mode="Serial",
+        limits={"scaler": 4},
+        not_idempotent=["model"],
+    )
     direct = endpoint("direct", container("iris"), container("wine"))
     assert state.offer(snapshot(serial, direct, replicas=2)) is True
 
@@ -76,13 +112,21 @@ def test_a_snapshot_becomes_the_endpoint_table_replica_lists_and_descriptions(st
     assert all(route.failure is None and route.access is None for route in routes.values())
     assert state.invocations.loaded is True
 
-    assert state.replica_counts() == {("chain", "scaler"): 2, ("chain", "model"): 2,
-                                      ("direct", "iris"): 2, ("direct", "wine"): 2}
+    assert state.replica_counts() == {
+        ("chain", "scaler"): 2,
+        ("chain", "model"): 2,
+        ("direct", "iris"): 2,
+        ("direct", "wine"): 2,
+    }
     assert state.transport._limits == {("chain", "scaler"): 4}
     assert state.transport._no_retry == {("chain", "model")}
     assert state.board.descriptions["direct"]["EndpointStatus"] == "InService"
-    assert state.desired_replicas() == {("chain", "scaler"): 1, ("chain", "model"): 1,
-                                        ("direct", "iris"): 1, ("direct", "wine"): 1}
+    assert state.desired_replicas() == {
+        ("chain", "scaler"): 1,
+        ("chain", "model"): 1,
+        ("direct", "iris"): 1,
+        ("direct", "wine"): 1,
+    }
 
 
 def test_the_autoscalers_decision_is_the_desired_count(state: GatewayState) -> None:
@@ -94,8 +138,13 @@ def test_the_autoscalers_decision_is_the_desired_count(state: GatewayState) -> N
 
 
 def test_a_failed_endpoint_is_routed_with_its_failure(state: GatewayState) -> None:
-    broken = endpoint("broken", container("iris"), failed=True, in_service=False,
-                      update={"Status": "Failed", "FailureReason": "container iris: no model.skops"})
+    broken = endpoint(
+        "broken",
+        container("iris"),
+        failed=True,
+        in_service=False,
+        update={"Status": "Failed", "FailureReason": "container iris: no model.skops"},
+    )
     state.offer(snapshot(broken, replicas=0))
     route = state.invocations.endpoints["broken"]
     assert route.failure is not None and "no model.skops" in route.failure
@@ -121,18 +170,25 @@ def test_a_new_registry_knowing_no_endpoint_is_not_believed(state: GatewayState)
 
 
 def _identities(folder: Path, key: str = "key-one-0123456789abcdef") -> Path:
-    (folder / "allow.json").write_text('{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", '
-                                       '"Action": "sagemaker:InvokeEndpoint", "Resource": "*"}]}')
+    (folder / "allow.json").write_text(
+        '{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", '
+        '"Action": "sagemaker:InvokeEndpoint", "Resource": "*"}]}'
+    )
     path = folder / "identities.yaml"
-    path.write_text(yaml.safe_dump({"Identities": [{"Principal": "alice", "ApiKey": key,
-                                                    "PolicyDocuments": ["allow.json"]}]}))
+    path.write_text(
+        yaml.safe_dump({"Identities": [{"Principal": "alice", "ApiKey": key, "PolicyDocuments": ["allow.json"]}]})
+    )
     return path
 
 
-def test_access_is_loaded_from_the_file_the_registry_names_once_per_fingerprint(state: GatewayState,
-                                                                               tmp_path: Path) -> None:
+def test_access_is_loaded_from_the_file_the_registry_names_once_per_fingerprint(
+    state: GatewayState, tmp_path: Path
+) -> None:
     reference = load_identities(_identities(tmp_path)).reference()
-    guarded = [endpoint("one", container("iris"), access=reference), endpoint("two", container("iris"), access=reference)]
+    guarded = [
+        endpoint("one", container("iris"), access=reference),
+        endpoint("two", container("iris"), access=reference),
+    ]
     state.offer(snapshot(*guarded, version=1))
     first = state.invocations.endpoints["one"].access
     assert first is not None and first is state.invocations.endpoints["two"].access  # one file, read once
@@ -150,7 +206,10 @@ def test_an_identities_file_changed_since_deploy_refuses_every_caller(state: Gat
     access = state.invocations.endpoints["guarded"].access
     assert access is not None, "must not fall back to an open endpoint"
     assert access.identities.identities == ()  # nobody authenticates
-    assert access.identities.by_api_key("key-one-0123456789abcdef") is None and access.identities.by_api_key("key-two-0123456789abcdef") is None
+    assert (
+        access.identities.by_api_key("key-one-0123456789abcdef") is None
+        and access.identities.by_api_key("key-two-0123456789abcdef") is None
+    )
 
 
 def test_ping_waits_for_every_endpoint_the_server_must_serve(state: GatewayState) -> None:
@@ -158,12 +217,16 @@ def test_ping_waits_for_every_endpoint_the_server_must_serve(state: GatewayState
     # the control-plane API's endpoints (none known before it has restored and published; then each served
     # variant), keep /ping at 503 until a snapshot shows them routable; then it is 200.
     state.offer({**snapshot(awaited=("from-spec",)), "api": None})
-    assert state.board.unroutable() == ["the control-plane API has not restored its stored endpoints yet",
-                                        "endpoint from-spec is not deployed yet"]
+    assert state.board.unroutable() == [
+        "the control-plane API has not restored its stored endpoints yet",
+        "endpoint from-spec is not deployed yet",
+    ]
     fronts = {"kept": [("AllTraffic", "kept--AllTraffic", 1.0)]}
     state.offer(snapshot(awaited=("from-spec",), api={"fronts": fronts, "served": ["kept--AllTraffic"]}, version=2))
-    assert state.board.unroutable() == ["endpoint from-spec is not deployed yet", "endpoint kept--AllTraffic is not "
-                                        "deployed yet"]
+    assert state.board.unroutable() == [
+        "endpoint from-spec is not deployed yet",
+        "endpoint kept--AllTraffic is not deployed yet",
+    ]
     assert state.invocations.fronts["kept"].variants[0].endpoint == "kept--AllTraffic"
     spec, kept = (endpoint(name, container("only"), in_service=False) for name in ("from-spec", "kept--AllTraffic"))
     api = {"fronts": fronts, "served": ["kept--AllTraffic"]}

@@ -34,17 +34,23 @@ def test_a_signed_hop_verifies_with_any_header_case() -> None:
     hops.verify(key, "POST", "/invocations", BODY, received)
 
 
-@pytest.mark.parametrize(("change", "reason"), [
-    (lambda h, b: (h, b + b" "), "does not match"),
-    (lambda h, b: ({**h, "accept": "text/csv"}, b), "does not match"),
-    (lambda h, b: ({**h, protocol.TARGET_MODEL.lower(): "b.tar.gz"}, b), "does not match"),
-    (lambda h, b: ({**h, protocol.CUSTOM_ATTRIBUTES.lower(): "x"}, b), "does not match"),
-    (lambda h, b: ({k: v for k, v in h.items() if k != hops.SIGNATURE_HEADER}, b), "unsigned"),
-    (lambda h, b: ({**h, hops.DATE_HEADER: "soon"}, b), "expired"),
-])
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (lambda h, b: (h, b + b" "), "does not match"),
+        (lambda h, b: ({**h, "accept": "text/csv"}, b), "does not match"),
+        (lambda h, b: ({**h, protocol.TARGET_MODEL.lower(): "b.tar.gz"}, b), "does not match"),
+        (lambda h, b: ({**h, protocol.CUSTOM_ATTRIBUTES.lower(): "x"}, b), "does not match"),
+        (lambda h, b: ({k: v for k, v in h.items() if k != hops.SIGNATURE_HEADER}, b), "unsigned"),
+        (lambda h, b: ({**h, hops.DATE_HEADER: "soon"}, b), "expired"),
+    ],
+)
 def test_any_change_to_a_signed_hop_is_refused(change, reason: str) -> None:
     key = keys.hop_key(ROOT, "e", "c")
-    signed = {name.lower(): value for name, value in {**HEADERS, **hops.sign(key, "POST", "/invocations", BODY, HEADERS)}.items()}
+    signed = {
+        name.lower(): value
+        for name, value in {**HEADERS, **hops.sign(key, "POST", "/invocations", BODY, HEADERS)}.items()
+    }
     headers, body = change(signed, BODY)
     with pytest.raises(hops.HopAuthError, match=reason):
         hops.verify(key, "POST", "/invocations", body, headers)
@@ -106,15 +112,23 @@ def test_the_transport_signs_what_the_container_verifies(tmp_path) -> None:
     server = echo_container(tmp_path)
 
     async def hops() -> list:
-        transport = ContainerTransport(default_limit=4, hop_key=lambda endpoint, container: keys.hop_key(ROOT, endpoint, container))
+        transport = ContainerTransport(
+            default_limit=4, hop_key=lambda endpoint, container: keys.hop_key(ROOT, endpoint, container)
+        )
         await transport.start()
         transport.update({("e", "echo"): [server.url]})
         try:
-            return [await transport.send("e", "echo", b"hello", headers, timeout=10)
-                    for headers in ({}, {"content-type": "text/plain"}, {"accept": "application/json"},
-                                     # a non-ASCII value, as Starlette hands the gateway the caller's bytes (latin-1):
-                                     # the container must read the very string that was signed
-                                     {protocol.CUSTOM_ATTRIBUTES: "caf\xe9"})]
+            return [
+                await transport.send("e", "echo", b"hello", headers, timeout=10)
+                for headers in (
+                    {},
+                    {"content-type": "text/plain"},
+                    {"accept": "application/json"},
+                    # a non-ASCII value, as Starlette hands the gateway the caller's bytes (latin-1):
+                    # the container must read the very string that was signed
+                    {protocol.CUSTOM_ATTRIBUTES: "caf\xe9"},
+                )
+            ]
         finally:
             await transport.close()
 
@@ -122,7 +136,11 @@ def test_the_transport_signs_what_the_container_verifies(tmp_path) -> None:
         answers = asyncio.run(hops())
         assert [answer.status for answer in answers] == [200, 200, 200, 200]
         assert [__import__("json").loads(a.body)["content_type"] for a in answers] == [
-            "application/octet-stream", "text/plain", "application/octet-stream", "application/octet-stream"]
+            "application/octet-stream",
+            "text/plain",
+            "application/octet-stream",
+            "application/octet-stream",
+        ]
         assert httpx.post(server.url + "/invocations", content=b"hello").status_code == 403
     finally:
         server.stop()
@@ -141,8 +159,10 @@ def test_a_repeated_header_cannot_slip_an_unsigned_value_past_the_signature(tmp_
     try:
         with httpx.Client(base_url=server.url, timeout=10) as client:
             assert client.post("/invocations", content=b"hello", headers=signed).status_code == 200
-            for headers in ([("content-type", "text/csv"), ("content-type", "text/plain"), *rest],
-                            [("content-type", "text/plain"), ("content-type", "text/csv"), *rest]):
+            for headers in (
+                [("content-type", "text/csv"), ("content-type", "text/plain"), *rest],
+                [("content-type", "text/plain"), ("content-type", "text/csv"), *rest],
+            ):
                 answer = client.post("/invocations", content=b"hello", headers=headers)
                 assert answer.status_code == 403 or answer.json()["content_type"] == "text/plain", answer.text
     finally:
@@ -162,7 +182,9 @@ def test_a_containers_tensor_signature_is_read_by_signed_hops_only(tmp_path) -> 
     server = echo_container(tmp_path, {protocol.TENSOR_SIGNATURE_ENV: json.dumps(declared)})
 
     async def read(root: bytes):
-        transport = ContainerTransport(default_limit=4, hop_key=lambda endpoint, container: keys.hop_key(root, endpoint, container))
+        transport = ContainerTransport(
+            default_limit=4, hop_key=lambda endpoint, container: keys.hop_key(root, endpoint, container)
+        )
         await transport.start()
         transport.update({("e", "echo"): [server.url]})
         try:
@@ -173,8 +195,12 @@ def test_a_containers_tensor_signature_is_read_by_signed_hops_only(tmp_path) -> 
     try:
         answer = asyncio.run(read(ROOT))
         assert answer.status == 200
-        assert json.loads(answer.body) == {"platform": "python", **declared, "content_type": "application/json",
-                                           "accept": "application/json"}  # a script: JSON both ways
+        assert json.loads(answer.body) == {
+            "platform": "python",
+            **declared,
+            "content_type": "application/json",
+            "accept": "application/json",
+        }  # a script: JSON both ways
         assert asyncio.run(read(b"s" * 32)).status == 403  # another cluster's key
         assert httpx.get(server.url + protocol.SIGNATURE_PATH).status_code == 403  # unsigned
     finally:
@@ -196,11 +222,15 @@ def test_a_multimodel_containers_repository_answers_signed_hops_only(tmp_path) -
     (tmp_path / "echo" / "code").mkdir(parents=True)
     (tmp_path / "echo" / "code" / "inference.py").write_text(ECHO_HANDLER)
     handler = MultiModelHandler("python", str(tmp_path), {}, hostname="mm")
-    server = BackgroundServer(ContainerApp(None, "mm", models=handler, hop_key=keys.hop_key(ROOT, "e", "mm")), "127.0.0.1", 0)
+    server = BackgroundServer(
+        ContainerApp(None, "mm", models=handler, hop_key=keys.hop_key(ROOT, "e", "mm")), "127.0.0.1", 0
+    )
     assert server.wait_started()
 
     async def call(root: bytes, method: str, path: str, body: bytes = b""):
-        transport = ContainerTransport(default_limit=4, hop_key=lambda endpoint, container: keys.hop_key(root, endpoint, container))
+        transport = ContainerTransport(
+            default_limit=4, hop_key=lambda endpoint, container: keys.hop_key(root, endpoint, container)
+        )
         await transport.start()
         transport.update({("e", "mm"): [server.url]})
         try:

@@ -36,8 +36,15 @@ class RecordingTransport:
         self.answers = answers
         self.hops: list[tuple[str, bytes, dict[str, str]]] = []
 
-    async def send(self, endpoint: str, container: str, body: bytes, headers: dict[str, str], timeout: float,
-                   affinity: str | None = None) -> HopResponse:
+    async def send(
+        self,
+        endpoint: str,
+        container: str,
+        body: bytes,
+        headers: dict[str, str],
+        timeout: float,
+        affinity: str | None = None,
+    ) -> HopResponse:
         self.hops.append((container, bytes(body), dict(headers)))
         status, out, content_type = self.answers[container]
         return HopResponse(status, out, content_type, None)
@@ -46,11 +53,12 @@ class RecordingTransport:
 def request(endpoint: str, body: bytes = b"[1]", **headers: str) -> InvocationRequest:
     async def chunks() -> AsyncIterator[bytes]:
         yield body[: len(body) // 2]
-        yield body[len(body) // 2:]
+        yield body[len(body) // 2 :]
 
     head = RawRequest("POST", f"/endpoints/{endpoint}/invocations", "", tuple(headers.items()), b"")
-    return InvocationRequest(endpoint, Headers({k.replace("_", "-"): v for k, v in headers.items()}), chunks,
-                             lambda: head)
+    return InvocationRequest(
+        endpoint, Headers({k.replace("_", "-"): v for k, v in headers.items()}), chunks, lambda: head
+    )
 
 
 def pipeline(transport: RecordingTransport, *routes: EndpointRoute, **settings: Any) -> Invocations:
@@ -65,15 +73,20 @@ def run(invocations: Invocations, invocation: InvocationRequest) -> Any:
 
 SERIAL = EndpointRoute("chain", "Serial", ("scale", "predict", "label"))
 DIRECT = EndpointRoute("pair", "Direct", ("iris", "wine"))
-ANSWERS = {"scale": (200, b"scaled", "application/x-npy"), "predict": (200, b"[2]", "application/json"),
-           "label": (200, b"virginica", "text/plain"), "iris": (200, b"[0]", "application/json"),
-           "wine": (200, b"[1]", "application/json")}
+ANSWERS = {
+    "scale": (200, b"scaled", "application/x-npy"),
+    "predict": (200, b"[2]", "application/json"),
+    "label": (200, b"virginica", "text/plain"),
+    "iris": (200, b"[0]", "application/json"),
+    "wine": (200, b"[1]", "application/json"),
+}
 
 
 def test_serial_chain_feeds_each_answer_to_the_next_and_accept_only_to_the_last() -> None:
     transport = RecordingTransport(ANSWERS)
-    result = run(pipeline(transport, SERIAL), request("chain", b"[[1, 2]]", content_type="text/csv",
-                                                      accept="text/plain"))
+    result = run(
+        pipeline(transport, SERIAL), request("chain", b"[[1, 2]]", content_type="text/csv", accept="text/plain")
+    )
     assert [hop[0] for hop in transport.hops] == ["scale", "predict", "label"]
     assert [hop[1] for hop in transport.hops] == [b"[[1, 2]]", b"scaled", b"[2]"]
     assert [hop[2]["content-type"] for hop in transport.hops] == ["text/csv", "application/x-npy", "application/json"]
@@ -107,8 +120,10 @@ def test_refusals_come_before_any_hop() -> None:
     with pytest.raises(ValidationError, match="only valid for MultiModel"):
         run(invocations, request("one", **{protocol.TARGET_MODEL: "a.tar.gz"}))
     with pytest.raises(ValidationError, match="payload exceeds the limit of"):
-        run(pipeline(transport, EndpointRoute("one", "Direct", ("iris",)), max_payload_mb=4 / 2**20),
-            request("one", b"[1, 2, 3]"))
+        run(
+            pipeline(transport, EndpointRoute("one", "Direct", ("iris",)), max_payload_mb=4 / 2**20),
+            request("one", b"[1, 2, 3]"),
+        )
     assert transport.hops == []
 
 

@@ -35,8 +35,11 @@ def test_only_the_ray_wing_imports_ray(path: Path) -> None:
     assert not uses, f"{path.relative_to(SERVING)} imports {uses}: Ray belongs in serving/ray_wing/"
 
 
-@pytest.mark.parametrize("path", [p for p in MODULES if package_of(p) in ("model_server", "models", "runtimes")],
-                         ids=lambda path: str(path.relative_to(SERVING)))
+@pytest.mark.parametrize(
+    "path",
+    [p for p in MODULES if package_of(p) in ("model_server", "models", "runtimes")],
+    ids=lambda path: str(path.relative_to(SERVING)),
+)
 def test_the_model_server_side_reaches_no_control_plane(path: Path) -> None:
     # What runs in the sandboxed container process must need nothing of the gateway, the control plane or Ray.
     forbidden = ("serving.ray_wing", "serving.gateway", "serving.control", "serving.access", "serving.cli")
@@ -56,29 +59,48 @@ def _wire_facts() -> dict[str, str]:
     from serving import protocol
 
     facts = {name: value for name, value in vars(protocol).items() if isinstance(value, str) and name.isupper()}
-    facts.update({f"ErrorCode.{name}": value for name, value in vars(protocol.ErrorCode).items()
-                  if isinstance(value, str) and name.isupper()})
+    facts.update(
+        {
+            f"ErrorCode.{name}": value
+            for name, value in vars(protocol.ErrorCode).items()
+            if isinstance(value, str) and name.isupper()
+        }
+    )
     return facts
 
 
-@pytest.mark.parametrize("path", [p for p in MODULES if p.name != "protocol.py"],
-                         ids=lambda path: str(path.relative_to(SERVING)))
+@pytest.mark.parametrize(
+    "path", [p for p in MODULES if p.name != "protocol.py"], ids=lambda path: str(path.relative_to(SERVING))
+)
 def test_no_wire_fact_is_written_twice(path: Path) -> None:
     # A header name, media type, error code or container variable is defined once, in serving/protocol.py:
     # a second spelling drifts (it did: the SDK and the server each had their own error-type header).
     # Document field names that double as error fields ("ContainerHostname") are the spec's, not wire facts.
     # "serving" (the Ray namespace) is also the package's and the command's name.
-    facts = {value.lower(): name for name, value in _wire_facts().items()
-             if len(value) > 4 and not value.startswith("^") and name not in ("CONTAINER_HOSTNAME", "DEFAULT_VARIANT", "RAY_NAMESPACE")}
+    facts = {
+        value.lower(): name
+        for name, value in _wire_facts().items()
+        if len(value) > 4
+        and not value.startswith("^")
+        and name not in ("CONTAINER_HOSTNAME", "DEFAULT_VARIANT", "RAY_NAMESPACE")
+    }
     tree = ast.parse(path.read_text())
-    exported = {id(node) for assign in ast.walk(tree) if isinstance(assign, ast.Assign)
-                and any(isinstance(t, ast.Name) and t.id == "__all__" for t in assign.targets)
-                for node in ast.walk(assign.value)}  # __all__ lists names of classes, not codes
+    exported = {
+        id(node)
+        for assign in ast.walk(tree)
+        if isinstance(assign, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in assign.targets)
+        for node in ast.walk(assign.value)
+    }  # __all__ lists names of classes, not codes
     pieces = {id(node) for joined in ast.walk(tree) if isinstance(joined, ast.JoinedStr) for node in joined.values}
     copies = []
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.lower() in facts
-                and id(node) not in exported and id(node) not in pieces):
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and node.value.lower() in facts
+            and id(node) not in exported
+            and id(node) not in pieces
+        ):
             copies.append(f"line {node.lineno}: {node.value!r} (protocol.{facts[node.value.lower()]})")
     assert not copies, f"{path.relative_to(SERVING)} spells wire facts itself: {copies}"
 
@@ -109,7 +131,9 @@ def _unit(path: Path) -> str:
 
 def test_every_package_has_a_layer() -> None:
     units = {_unit(path) for path in MODULES}
-    assert units == set(LAYER_OF), f"place these in LAYERS: {sorted(units - set(LAYER_OF))}; gone: {sorted(set(LAYER_OF) - units)}"
+    assert units == set(LAYER_OF), (
+        f"place these in LAYERS: {sorted(units - set(LAYER_OF))}; gone: {sorted(set(LAYER_OF) - units)}"
+    )
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda path: str(path.relative_to(SERVING)))
@@ -117,11 +141,20 @@ def test_imports_follow_the_layer_order(path: Path) -> None:
     # Issue 42: control <-> ray_wing, training <-> ray_wing, config <-> access and settings <-> http were cycles
     # that no test guarded. A new upward import fails here, naming the layers.
     own = _unit(path)
-    upward = sorted({name for name in imported(path) if name.startswith("serving.")
-                     and (other := name.split(".")[1]) != own and other in LAYER_OF
-                     and LAYER_OF[other] <= LAYER_OF[own]})
-    assert not upward, (f"{path.relative_to(SERVING)} (layer {LAYER_OF[own] + 1}, {own}) imports {upward}: a package "
-                        "may import only the layers below its own (tests/unit/test_layout.py LAYERS)")
+    upward = sorted(
+        {
+            name
+            for name in imported(path)
+            if name.startswith("serving.")
+            and (other := name.split(".")[1]) != own
+            and other in LAYER_OF
+            and LAYER_OF[other] <= LAYER_OF[own]
+        }
+    )
+    assert not upward, (
+        f"{path.relative_to(SERVING)} (layer {LAYER_OF[own] + 1}, {own}) imports {upward}: a package "
+        "may import only the layers below its own (tests/unit/test_layout.py LAYERS)"
+    )
 
 
 # One file name, one concept (issue 42): a module named as another package's is that module's concept, seen from

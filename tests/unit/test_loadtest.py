@@ -22,13 +22,19 @@ from serving.loadtest.recorder import RunResult
 from serving.protocol import TARGET_CONTAINER, TARGET_MODEL
 
 DESCRIPTION = {
-    "EndpointName": "ep", "EndpointStatus": "InService", "InferenceExecutionConfig": {"Mode": "Direct"},
-    "Containers": [{"ContainerHostname": "iris", "Mode": "SingleModel", "CurrentReplicas": 1},
-                   {"ContainerHostname": "wine", "Mode": "SingleModel", "CurrentReplicas": 2},
-                   {"ContainerHostname": "customers", "Mode": "MultiModel", "CurrentReplicas": 1}],
+    "EndpointName": "ep",
+    "EndpointStatus": "InService",
+    "InferenceExecutionConfig": {"Mode": "Direct"},
+    "Containers": [
+        {"ContainerHostname": "iris", "Mode": "SingleModel", "CurrentReplicas": 1},
+        {"ContainerHostname": "wine", "Mode": "SingleModel", "CurrentReplicas": 2},
+        {"ContainerHostname": "customers", "Mode": "MultiModel", "CurrentReplicas": 1},
+    ],
 }
-SERIAL = {"InferenceExecutionConfig": {"Mode": "Serial"},
-          "Containers": [{"ContainerHostname": "pre"}, {"ContainerHostname": "clf"}]}
+SERIAL = {
+    "InferenceExecutionConfig": {"Mode": "Serial"},
+    "Containers": [{"ContainerHostname": "pre"}, {"ContainerHostname": "clf"}],
+}
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -40,6 +46,7 @@ def plan(*argv: str, description=DESCRIPTION) -> options.Plan:
 
 
 # --- scenario math -----------------------------------------------------------------------------
+
 
 def test_weighted_picks_in_proportion() -> None:
     direct = scenarios.Direct({"a": 3, "b": 1})
@@ -57,7 +64,7 @@ def test_zipf_popularity_is_normalized_ranked_and_seeded() -> None:
     weights = scenarios.zipf_weights(10, 1.1)
     assert sum(weights) == pytest.approx(1.0)
     assert weights == sorted(weights, reverse=True)
-    assert weights[0] / weights[1] == pytest.approx(2 ** 1.1)
+    assert weights[0] / weights[1] == pytest.approx(2**1.1)
     assert scenarios.zipf_weights(4, 0) == [0.25] * 4  # s = 0: uniform
     names = scenarios.model_names(10, "customer-{i}.tar.gz")
     assert names[0] == "customer-0.tar.gz" and names[-1] == "customer-9.tar.gz"
@@ -109,6 +116,7 @@ def test_open_loop_schedule_has_exactly_the_planned_count() -> None:
 
 # --- options ------------------------------------------------------------------------------------
 
+
 def test_endpoint_and_baseline_urls() -> None:
     assert options.parse_endpoint_url("http://h:1/endpoints/ep") == ("http://h:1", "ep")
     assert options.parse_endpoint_url("https://h/prefix/endpoints/ep/invocations") == ("https://h/prefix", "ep")
@@ -131,28 +139,42 @@ def test_direct_defaults_to_every_container_with_sdk_requests() -> None:
 
 def test_weights_rate_and_payloads(tmp_path) -> None:
     (tmp_path / "wine.csv").write_text("1,2,3\n")
-    p = plan("direct", "--rate", "25", "--weights", "iris=3,wine=1", "--payload", f"wine={tmp_path / 'wine.csv'}",
-             "--payload-json", "[[1, 2]]", "--content-type", "text/csv")
+    p = plan(
+        "direct",
+        "--rate",
+        "25",
+        "--weights",
+        "iris=3,wine=1",
+        "--payload",
+        f"wine={tmp_path / 'wine.csv'}",
+        "--payload-json",
+        "[[1, 2]]",
+        "--content-type",
+        "text/csv",
+    )
     assert p.open_loop and p.level == 25 and p.scenario.weights == {"iris": 3.0, "wine": 1.0}
     assert p.requests[scenarios.Target("iris")].body == b"1,2\n"  # the SDK's JSON → CSV encoding
     assert p.requests[scenarios.Target("wine")].body == b"1,2,3\n"
     assert p.requests[scenarios.Target("wine")].headers["Content-Type"] == "text/csv"
 
 
-@pytest.mark.parametrize("argv, flag", [
-    (["direct", "--weights", "iris=x"], "--weights"),
-    (["direct", "--weights", "nope=1"], "--weights"),
-    (["shift", "--from", "iris"], "--to"),
-    (["shift", "--from", "iris", "--to", "iris"], "--to"),
-    (["shift", "--from", "nope", "--to", "iris"], "--from"),
-    (["step"], "--steps"),
-    (["step", "--steps", "10,x"], "--steps"),
-    (["step", "--steps", "1,2", "--rate", "5"], "--rate"),
-    (["zipf", "--model-pattern", "m.tar.gz", "--container", "customers"], "--model-pattern"),
-    (["zipf", "--container", "nope"], "--container"),
-    (["direct", "--payload", "/does/not/exist"], "--payload"),
-    (["direct", "--payload-json", "[1,"], "--payload-json"),
-])
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["direct", "--weights", "iris=x"], "--weights"),
+        (["direct", "--weights", "nope=1"], "--weights"),
+        (["shift", "--from", "iris"], "--to"),
+        (["shift", "--from", "iris", "--to", "iris"], "--to"),
+        (["shift", "--from", "nope", "--to", "iris"], "--from"),
+        (["step"], "--steps"),
+        (["step", "--steps", "10,x"], "--steps"),
+        (["step", "--steps", "1,2", "--rate", "5"], "--rate"),
+        (["zipf", "--model-pattern", "m.tar.gz", "--container", "customers"], "--model-pattern"),
+        (["zipf", "--container", "nope"], "--container"),
+        (["direct", "--payload", "/does/not/exist"], "--payload"),
+        (["direct", "--payload-json", "[1,"], "--payload-json"),
+    ],
+)
 def test_bad_options_name_their_flag(argv, flag) -> None:
     with pytest.raises(OptionError) as caught:
         plan(*argv)
@@ -177,7 +199,8 @@ def test_serial_step_and_zipf_plans() -> None:
     assert step.open_loop and step.duration == 180 and step.peak_level == 50 and step.level_at(61) == 50
     assert step.parameters()["rate"] is None and step.parameters()["scenario"]["levels"] == [10, 50, 10]
     assert "steps 10,50,10 req/s" in report.summary_table(
-        report.build_report("step", step.parameters(), RunResult("main", 1.0, 2.0), step.duration))
+        report.build_report("step", step.parameters(), RunResult("main", 1.0, 2.0), step.duration)
+    )
     assert list(step.requests) == [scenarios.Target(None)]
     users = plan("step", "--steps", "2,8", "--step-unit", "users", "--duration", "10")
     assert not users.open_loop and users.duration == 10 and users.peak_level == 8
@@ -192,20 +215,27 @@ def test_serial_step_and_zipf_plans() -> None:
 
 # --- probe parsing --------------------------------------------------------------------------------
 
+
 def test_replica_counts_and_invocation_metric() -> None:
     assert probe.replica_counts(DESCRIPTION) == {"iris": 1, "wine": 2, "customers": 1}
-    text = "\n".join([
-        "# HELP serving_invocations_total Invocations.", "# TYPE serving_invocations_total counter",
-        'serving_invocations_total{endpoint="ep",container="iris",model=""} 3.0',
-        'serving_invocations_total{endpoint="ep",container="customers",model="m1"} 2.0',
-        'serving_invocations_total{endpoint="other",container="x",model=""} 9.0',
-        'serving_invocations_created{endpoint="ep",container="iris",model=""} 1.7e9', ""])
+    text = "\n".join(
+        [
+            "# HELP serving_invocations_total Invocations.",
+            "# TYPE serving_invocations_total counter",
+            'serving_invocations_total{endpoint="ep",container="iris",model=""} 3.0',
+            'serving_invocations_total{endpoint="ep",container="customers",model="m1"} 2.0',
+            'serving_invocations_total{endpoint="other",container="x",model=""} 9.0',
+            'serving_invocations_created{endpoint="ep",container="iris",model=""} 1.7e9',
+            "",
+        ]
+    )
     assert probe.invocations_total(text, "ep") == 5.0
     assert probe.invocations_total(text, "new") == 0.0  # exposed, never invoked
     assert probe.invocations_total("# TYPE other counter\nother_total 1\n", "ep") is None
 
 
 # --- report -------------------------------------------------------------------------------------
+
 
 def synthetic() -> RunResult:
     result = RunResult("main", started_at=1_700_000_000.0, ended_at=1_700_000_004.0, levels=[10, 10, 20, 20])
@@ -222,14 +252,26 @@ def synthetic() -> RunResult:
 def test_report_totals_latency_series_and_replicas() -> None:
     built = report.build_report("direct", {"load_mode": "open", "rate": 10, "endpoint_url": "u"}, synthetic(), 4.0)
     totals = built["totals"]
-    assert totals == {"requests": 102, "ok": 100, "failures": 2, "answered": 101, "dropped": 1, "unfinished": 0,
-                      "failures_by_status": {"429": 1, "no answer": 1},
-                      "failures_by_code": {"ModelNotReadyException": 1, "ConnectionRefusedError": 1}}
+    assert totals == {
+        "requests": 102,
+        "ok": 100,
+        "failures": 2,
+        "answered": 101,
+        "dropped": 1,
+        "unfinished": 0,
+        "failures_by_status": {"429": 1, "no answer": 1},
+        "failures_by_code": {"ModelNotReadyException": 1, "ConnectionRefusedError": 1},
+    }
     assert built["latency_ms"] == {"p50": 50.0, "p90": 90.0, "p99": 99.0, "max": 100.0, "mean": 50.5}
     assert built["throughput_rps"] == {"requests": 25.5, "ok": 25.0, "window_s": 4.0}
     assert built["per_target"]["iris"]["requests"] == 51 and built["per_target"]["iris"]["dropped"] == 1
     series = built["timeseries"]
-    assert [row["requests"] for row in series] == [26, 25, 25, 26] and [row["level"] for row in series] == [10, 10, 20, 20]
+    assert [row["requests"] for row in series] == [26, 25, 25, 26] and [row["level"] for row in series] == [
+        10,
+        10,
+        20,
+        20,
+    ]
     assert series[0]["errors_by_code"] == {"ModelNotReadyException": 1} and series[2]["dropped"] == 1
     assert series[0]["p50"] == 13.0  # ok latencies 1..25 in the first second
     assert built["replicas"]["containers"] == {"iris": [[0.0, 1], [2.0, 2]], "wine": [[0.0, 1], [2.0, 1]]}
@@ -242,8 +284,15 @@ def test_report_baseline_ratios_and_metrics_check() -> None:
     base = synthetic()
     base.samples = [s._replace(latency_ms=s.latency_ms / 2) for s in base.samples]
     check = report.metrics_check(10.0, 111.0, 101)
-    built = report.build_report("direct", {"load_mode": "closed", "users": 4, "endpoint_url": "u"}, synthetic(), 4.0,
-                                baseline=base, baseline_url="http://floor/invocations", metrics_check=check)
+    built = report.build_report(
+        "direct",
+        {"load_mode": "closed", "users": 4, "endpoint_url": "u"},
+        synthetic(),
+        4.0,
+        baseline=base,
+        baseline_url="http://floor/invocations",
+        metrics_check=check,
+    )
     assert built["ratios"] == {"p50": 2.0, "p99": 2.0, "throughput": 1.0}
     assert built["baseline"]["url"] == "http://floor/invocations"
     assert built["metrics_check"]["difference"] == 101 and built["metrics_check"]["matches"] is True

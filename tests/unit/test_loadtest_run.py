@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[2]
 # describe call, so the poll is visible. A request with an Authorization header is checked by the
 # server's own verifier (serving.access.sigv4) against one identity: SigV4 keys AKIDLOADTEST/secret, API key
 # "lt-key"; one without is let through (an endpoint without AccessControl).
-FAKE_SERVER = textwrap.dedent('''
+FAKE_SERVER = textwrap.dedent("""
     import asyncio, hashlib, json, socket, sys
     from collections import Counter
     import uvicorn
@@ -115,7 +115,7 @@ FAKE_SERVER = textwrap.dedent('''
     sock.listen(1024)
     print(sock.getsockname()[1], flush=True)
     uvicorn.Server(uvicorn.Config(app, lifespan="off", access_log=False, log_level="warning")).run(sockets=[sock])
-''')
+""")
 
 
 def _with_repo_path() -> dict[str, str]:
@@ -149,16 +149,37 @@ def loadtest(*args: str, timeout: float = 240, **variables: str) -> subprocess.C
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SERVING_API_KEY"))}
     env["AWS_SHARED_CREDENTIALS_FILE"] = env["AWS_CONFIG_FILE"] = os.devnull  # no ambient credentials: anonymous
     env.update(variables)
-    return subprocess.run([sys.executable, "-m", "serving.cli", "loadtest", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "serving.cli", "loadtest", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_open_loop_direct_counts_match_the_server(fake_server: str, tmp_path: Path) -> None:
     before = total_invocations(fake_server)
     out = tmp_path / "direct"
-    run = loadtest("direct", "--endpoint", f"{fake_server}/endpoints/fake", "--rate", "40", "--duration", "3",
-                   "--weights", "a=1,slow=1,busy=2", "--poll-interval", "0.5", "--metrics-check",
-                   "--baseline", f"{fake_server}/invocations", "--out", str(out))
+    run = loadtest(
+        "direct",
+        "--endpoint",
+        f"{fake_server}/endpoints/fake",
+        "--rate",
+        "40",
+        "--duration",
+        "3",
+        "--weights",
+        "a=1,slow=1,busy=2",
+        "--poll-interval",
+        "0.5",
+        "--metrics-check",
+        "--baseline",
+        f"{fake_server}/invocations",
+        "--out",
+        str(out),
+    )
     assert run.returncode == 0, run.stderr + run.stdout
     report = json.loads((out / "report.json").read_text())
     totals = report["totals"]
@@ -184,8 +205,20 @@ def test_open_loop_does_not_wait_for_answers(fake_server: str, tmp_path: Path) -
     """300 ms answers at 50 requests/s: every request leaves on schedule (about 15 in flight), none is
     skipped, and each latency counts from its intended send time. A closed loop would send 1 per 300 ms."""
     before = total_invocations(fake_server)
-    run = loadtest("direct", "--endpoint", f"{fake_server}/endpoints/fake", "--rate", "50", "--duration", "2",
-                   "--weights", "sleepy=1", "--no-html", "--out", str(tmp_path / "open"))
+    run = loadtest(
+        "direct",
+        "--endpoint",
+        f"{fake_server}/endpoints/fake",
+        "--rate",
+        "50",
+        "--duration",
+        "2",
+        "--weights",
+        "sleepy=1",
+        "--no-html",
+        "--out",
+        str(tmp_path / "open"),
+    )
     assert run.returncode == 0, run.stderr + run.stdout
     report = json.loads((tmp_path / "open" / "report.json").read_text())
     assert report["totals"]["requests"] == 100 and report["totals"]["dropped"] == 0
@@ -194,7 +227,7 @@ def test_open_loop_does_not_wait_for_answers(fake_server: str, tmp_path: Path) -
     assert report["latency_ms"]["p50"] >= 300 and report["elapsed_s"] < 10  # not 100 × 300 ms
 
 
-LAST_LAUNCH_SCRIPT = textwrap.dedent('''
+LAST_LAUNCH_SCRIPT = textwrap.dedent("""
     import locust  # noqa: F401  (gevent's patching first, as `python -m serving.loadtest` does)
     import gevent
     from types import SimpleNamespace
@@ -215,7 +248,7 @@ LAST_LAUNCH_SCRIPT = textwrap.dedent('''
     runner._Scheduler.schedule(SimpleNamespace(load=load, client=Hanging()))  # @task leaves the function as is
     print(load.schedule_done, load.launched, load.in_flight)
     load.pool.kill(block=False)
-''')
+""")
 
 
 def test_a_request_launched_last_counts_as_in_flight_before_it_runs(tmp_path: Path) -> None:
@@ -225,8 +258,9 @@ def test_a_request_launched_last_counts_as_in_flight_before_it_runs(tmp_path: Pa
     (a CI run's baseline sent 119 of its 120). Here the schedule returns before its last greenlet runs."""
     script = tmp_path / "last_launch.py"
     script.write_text(LAST_LAUNCH_SCRIPT)
-    run = subprocess.run([sys.executable, str(script)], cwd=REPO, env=_with_repo_path(), capture_output=True, text=True,
-                         timeout=120)
+    run = subprocess.run(
+        [sys.executable, str(script)], cwd=REPO, env=_with_repo_path(), capture_output=True, text=True, timeout=120
+    )
     assert run.returncode == 0, run.stderr
     done, launched, in_flight = run.stdout.split()
     assert done == "True" and int(launched) == 5 and int(in_flight) == 5, run.stdout
@@ -234,8 +268,22 @@ def test_a_request_launched_last_counts_as_in_flight_before_it_runs(tmp_path: Pa
 
 def test_open_loop_drops_beyond_max_in_flight(fake_server: str, tmp_path: Path) -> None:
     before = total_invocations(fake_server)
-    run = loadtest("direct", "--endpoint", f"{fake_server}/endpoints/fake", "--rate", "50", "--duration", "2",
-                   "--weights", "sleepy=1", "--max-in-flight", "5", "--no-html", "--out", str(tmp_path / "bound"))
+    run = loadtest(
+        "direct",
+        "--endpoint",
+        f"{fake_server}/endpoints/fake",
+        "--rate",
+        "50",
+        "--duration",
+        "2",
+        "--weights",
+        "sleepy=1",
+        "--max-in-flight",
+        "5",
+        "--no-html",
+        "--out",
+        str(tmp_path / "bound"),
+    )
     assert run.returncode == 0, run.stderr + run.stdout
     totals = json.loads((tmp_path / "bound" / "report.json").read_text())["totals"]
     assert totals["requests"] + totals["dropped"] == 100 and totals["dropped"] >= 50  # ~5 per 300 ms get through
@@ -245,8 +293,24 @@ def test_open_loop_drops_beyond_max_in_flight(fake_server: str, tmp_path: Path) 
 def test_closed_loop_zipf_with_max_requests(fake_server: str, tmp_path: Path) -> None:
     before = counts(fake_server)["invocations"]
     out = tmp_path / "zipf"
-    run = loadtest("zipf", "--endpoint", f"{fake_server}/endpoints/fake", "--users", "4", "--duration", "20",
-                   "--max-requests", "200", "--container", "b", "--models", "5", "--no-html", "--out", str(out))
+    run = loadtest(
+        "zipf",
+        "--endpoint",
+        f"{fake_server}/endpoints/fake",
+        "--users",
+        "4",
+        "--duration",
+        "20",
+        "--max-requests",
+        "200",
+        "--container",
+        "b",
+        "--models",
+        "5",
+        "--no-html",
+        "--out",
+        str(out),
+    )
     assert run.returncode == 0, run.stderr + run.stdout
     report = json.loads((out / "report.json").read_text())
     assert report["totals"]["requests"] == 200 and report["totals"]["failures"] == 0
@@ -264,32 +328,55 @@ def test_unreachable_endpoint_exits_1(tmp_path: Path) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # nothing listens once closed
-    run = loadtest("direct", "--endpoint", f"http://127.0.0.1:{port}/endpoints/x", "--duration", "1",
-                   "--out", str(tmp_path / "x"))
+    run = loadtest(
+        "direct", "--endpoint", f"http://127.0.0.1:{port}/endpoints/x", "--duration", "1", "--out", str(tmp_path / "x")
+    )
     assert run.returncode == 1
     assert "not reachable" in run.stderr and not (tmp_path / "x").exists()
 
 
-@pytest.mark.parametrize("args, flag", [
-    (["direct", "--weights", "a=x"], "--weights"),
-    (["shift", "--from", "a", "--to", "nope"], "--to"),
-    (["step"], "--steps"),
-    (["direct", "--rate", "-1"], "--rate"),
-])
+@pytest.mark.parametrize(
+    "args, flag",
+    [
+        (["direct", "--weights", "a=x"], "--weights"),
+        (["shift", "--from", "a", "--to", "nope"], "--to"),
+        (["step"], "--steps"),
+        (["direct", "--rate", "-1"], "--rate"),
+    ],
+)
 def test_bad_arguments_exit_2_naming_the_flag(fake_server: str, args: list[str], flag: str) -> None:
     run = loadtest(*args, "--endpoint", f"{fake_server}/endpoints/fake", "--duration", "1")
     assert run.returncode == 2 and f"argument {flag}" in run.stderr, run.stderr
 
 
-@pytest.mark.parametrize("secret, api_key, status", [
-    ("secret", None, "ok"), ("wrong", None, "InvalidSignatureException"), (None, "lt-key", "ok"),
-])
+@pytest.mark.parametrize(
+    "secret, api_key, status",
+    [
+        ("secret", None, "ok"),
+        ("wrong", None, "InvalidSignatureException"),
+        (None, "lt-key", "ok"),
+    ],
+)
 def test_credentials_are_sent_as_the_sdk_sends_them(fake_server: str, tmp_path: Path, secret, api_key, status) -> None:
     """SigV4 from the AWS environment variables (verified by the server's own code), or --api-key."""
     variables = {"AWS_ACCESS_KEY_ID": "AKIDLOADTEST", "AWS_SECRET_ACCESS_KEY": secret} if secret else {}
     flags = ["--api-key", api_key] if api_key else []
-    run = loadtest("direct", "--endpoint", f"{fake_server}/endpoints/fake", "--rate", "20", "--duration", "1",
-                   "--weights", "a=1,b=1", *flags, "--no-html", "--out", str(tmp_path / "auth"), **variables)
+    run = loadtest(
+        "direct",
+        "--endpoint",
+        f"{fake_server}/endpoints/fake",
+        "--rate",
+        "20",
+        "--duration",
+        "1",
+        "--weights",
+        "a=1,b=1",
+        *flags,
+        "--no-html",
+        "--out",
+        str(tmp_path / "auth"),
+        **variables,
+    )
     report = json.loads((tmp_path / "auth" / "report.json").read_text())
     assert report["parameters"]["auth"] == ("BearerKey" if api_key else "SigV4")
     assert report["totals"]["requests"] == 20

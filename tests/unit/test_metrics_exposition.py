@@ -60,7 +60,11 @@ def test_gateway_and_node_families_merge_and_created_samples_are_left_out() -> N
     counter = Counter("serving_invocations", "test", ["endpoint"], registry=registry)
     counter.labels("e").inc(2)
     merged = merge_families(list(registry.collect()) + serving_families_from_ray(NODE_TEXT))
-    assert [f.name for f in merged] == ["serving_invocations", "serving_model_cache_hit", "serving_model_latency_seconds"]
+    assert [f.name for f in merged] == [
+        "serving_invocations",
+        "serving_model_cache_hit",
+        "serving_model_latency_seconds",
+    ]
     assert not any(s.name.endswith("_created") for f in merged for s in f.samples)
     assert samples(merged, "serving_invocations_total") == {(("endpoint", "e"),): 2.0}
 
@@ -107,9 +111,11 @@ def test_metrics_route_scrapes_every_node_and_survives_one_down(node_agent: str)
 
 
 def test_escaped_label_values_and_help_text_survive() -> None:
-    text = ('# HELP ray_serving_x_total Counts "things"\\n twice.\n# TYPE ray_serving_x_total counter\n'
-            'ray_serving_x_total{WorkerId="w1",model="a\\"b\\\\c",replica="r"} 2.0\n'
-            'ray_serving_x_total{WorkerId="w2",model="a\\"b\\\\c",replica="r"} 3.0\n')
+    text = (
+        '# HELP ray_serving_x_total Counts "things"\\n twice.\n# TYPE ray_serving_x_total counter\n'
+        'ray_serving_x_total{WorkerId="w1",model="a\\"b\\\\c",replica="r"} 2.0\n'
+        'ray_serving_x_total{WorkerId="w2",model="a\\"b\\\\c",replica="r"} 3.0\n'
+    )
     (family,) = serving_families_from_ray(text)
     assert family.name == "serving_x" and family.type == "counter"
     merged = merge_families([family])

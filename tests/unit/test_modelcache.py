@@ -284,7 +284,12 @@ def test_unload_runs_once_when_evict_and_unload_all_race() -> None:
         loading_d = asyncio.create_task(use(cache, "d"))  # a load still in flight
         await asyncio.sleep(0)
         racers = asyncio.gather(
-            cache.evict("a"), cache.unload_all(), cache.evict("a"), cache.evict("b"), cache.evict("c"), cache.unload_all()
+            cache.evict("a"),
+            cache.unload_all(),
+            cache.evict("a"),
+            cache.evict("b"),
+            cache.evict("c"),
+            cache.unload_all(),
         )
         await asyncio.sleep(0.1)
         assert fakes.count("unload")["c"] == 0  # still pinned by its request

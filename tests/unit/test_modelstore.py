@@ -92,7 +92,12 @@ def test_archive_is_extracted_into_the_cache(tmp_path: Path, cache_dir: Path, su
     assert folder is not None and folder.parent == cache_dir
     assert (folder / "model.skops").read_bytes() == b"weights"
     assert (folder / "code" / "inference.py").read_bytes() == b"# hooks\n"
-    assert tree(cache_dir) == {folder.name, f"{folder.name}/model.skops", f"{folder.name}/code", f"{folder.name}/code/inference.py"}
+    assert tree(cache_dir) == {
+        folder.name,
+        f"{folder.name}/model.skops",
+        f"{folder.name}/code",
+        f"{folder.name}/code/inference.py",
+    }
 
 
 def test_same_archive_is_extracted_once(tmp_path: Path, cache_dir: Path) -> None:
@@ -144,7 +149,10 @@ MALICIOUS = [
     ("absolute path member", lambda tmp: [regular("model.skops"), regular(f"{tmp}/evil", b"pwned")]),
     ("symlink to outside", lambda tmp: [link("escape", "../../..", tarfile.SYMTYPE), regular("escape/evil", b"pwned")]),
     ("absolute symlink", lambda tmp: [link("escape", tmp, tarfile.SYMTYPE), regular("escape/evil", b"pwned")]),
-    ("symlink written through", lambda tmp: [link("code", "../../../", tarfile.SYMTYPE), regular("code/evil", b"pwned")]),
+    (
+        "symlink written through",
+        lambda tmp: [link("code", "../../../", tarfile.SYMTYPE), regular("code/evil", b"pwned")],
+    ),
     ("hardlink to outside", lambda tmp: [link("stolen", "../../../secret", tarfile.LNKTYPE)]),
     ("absolute hardlink", lambda tmp: [link("stolen", f"{tmp}/secret", tarfile.LNKTYPE)]),
     ("device file", lambda tmp: [device("null")]),

@@ -149,14 +149,17 @@ def test_each_target_model_answers(endpoint: Endpoint) -> None:
         assert response.json() == {"model": f"model-{index}", "doubled": [2 * index]}
 
 
-@pytest.mark.parametrize(("model", "container", "status", "words"), [
-    (None, "mm", 400, ["Target-Model is required", "container mm", "MultiModel"]),
-    ("model-0", "single", 400, ["only valid for MultiModel containers", "container single"]),
-    ("../model-0", "mm", 400, ["TargetModel '../model-0' is invalid"]),
-    ("/etc/passwd", "mm", 400, ["absolute path"]),
-    ("nosuch.tar.gz", "mm", 400, ["nosuch.tar.gz", "not found"]),
-    ("broken", "mm", 424, ["this model cannot load"]),
-])
+@pytest.mark.parametrize(
+    ("model", "container", "status", "words"),
+    [
+        (None, "mm", 400, ["Target-Model is required", "container mm", "MultiModel"]),
+        ("model-0", "single", 400, ["only valid for MultiModel containers", "container single"]),
+        ("../model-0", "mm", 400, ["TargetModel '../model-0' is invalid"]),
+        ("/etc/passwd", "mm", 400, ["absolute path"]),
+        ("nosuch.tar.gz", "mm", 400, ["nosuch.tar.gz", "not found"]),
+        ("broken", "mm", 424, ["this model cannot load"]),
+    ],
+)
 def test_bad_target_models(endpoint: Endpoint, model, container, status, words) -> None:
     response = endpoint.invoke(model, container=container)
     assert response.status_code == status, response.text
@@ -237,25 +240,32 @@ def test_an_unknown_model_evicts_nothing(prefix) -> None:
 def test_the_v2_repository_loads_and_unloads_in_every_replica(endpoint: Endpoint) -> None:
     index = {entry["name"]: entry for entry in endpoint.http.post("/v2/repository/index").json()}
     assert len(index) == MODELS + 1 and index["ep.mm.model-3.tar.gz"] == {
-        "name": "ep.mm.model-3.tar.gz", "state": "UNAVAILABLE", "reason": "not loaded"}
+        "name": "ep.mm.model-3.tar.gz",
+        "state": "UNAVAILABLE",
+        "reason": "not loaded",
+    }
     assert endpoint.http.post("/v2/repository/models/ep.mm.model-3.tar.gz/load").status_code == 200
     assert endpoint.holders("model-3.tar.gz") == [0, 1]  # both replicas' caches
     ready = endpoint.http.post("/v2/repository/index", json={"ready": True}).json()
     assert [entry["name"] for entry in ready] == ["ep.mm.model-3.tar.gz"]
     endpoint.invoke(target(4))  # loaded in one replica only
     assert {"state": "UNAVAILABLE", "reason": "loaded in 1 of 2 replicas"}.items() <= {
-        entry["name"]: entry for entry in endpoint.http.post("/v2/repository/index").json()}["ep.mm.model-4"].items()
+        entry["name"]: entry for entry in endpoint.http.post("/v2/repository/index").json()
+    }["ep.mm.model-4"].items()
     assert endpoint.http.post("/v2/repository/models/ep.mm.model-3.tar.gz/unload").status_code == 200
     assert endpoint.holders("model-3.tar.gz") == []
 
 
-@pytest.mark.parametrize(("model", "status", "words"), [
-    ("ep.mm.nosuch.tar.gz", 400, "not found"),
-    ("ep.mm.broken", 424, "this model cannot load"),
-    ("ep.single", 400, "not a MultiModel container's model"),
-    ("ep.nope.model-1", 400, "names no container of endpoint ep"),
-    ("nope.mm.model-1", 400, "Endpoint nope not found"),
-])
+@pytest.mark.parametrize(
+    ("model", "status", "words"),
+    [
+        ("ep.mm.nosuch.tar.gz", 400, "not found"),
+        ("ep.mm.broken", 424, "this model cannot load"),
+        ("ep.single", 400, "not a MultiModel container's model"),
+        ("ep.nope.model-1", 400, "names no container of endpoint ep"),
+        ("nope.mm.model-1", 400, "Endpoint nope not found"),
+    ],
+)
 def test_the_v2_repository_refuses_what_it_cannot_load(endpoint: Endpoint, model: str, status: int, words: str) -> None:
     response = endpoint.http.post(f"/v2/repository/models/{model}/load")
     assert response.status_code == status and words in response.json()["error"], response.text

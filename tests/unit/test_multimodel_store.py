@@ -36,7 +36,13 @@ def s3_endpoint() -> str:
 @pytest.fixture
 def aws_env(monkeypatch, tmp_path):
     """Credentials through boto3's normal chain (environment), isolated from the host's AWS config."""
-    for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "SERVING_S3_ENDPOINT_URL", "AWS_SESSION_TOKEN"):
+    for name in (
+        "AWS_PROFILE",
+        "AWS_ENDPOINT_URL",
+        "AWS_ENDPOINT_URL_S3",
+        "SERVING_S3_ENDPOINT_URL",
+        "AWS_SESSION_TOKEN",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
@@ -87,7 +93,9 @@ SAGEMAKER_MODEL = {"model.joblib": b"weights", "code/inference.py": b"def model_
 # --- validate_target -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("target", ["customer-17.tar.gz", "team/a/model.tar.gz", "a%2F..%2Fb.tar.gz", "x" * 1024, "héllo/m.tgz"])
+@pytest.mark.parametrize(
+    "target", ["customer-17.tar.gz", "team/a/model.tar.gz", "a%2F..%2Fb.tar.gz", "x" * 1024, "héllo/m.tgz"]
+)
 def test_valid_targets_pass_unchanged(target):
     assert validate_target(target) == target
 
@@ -312,7 +320,10 @@ def test_s3_prefix_with_endpoint_url_and_credentials_chain(s3_endpoint, bucket, 
     client.put_object(Bucket=bucket, Key="other/x.tar.gz", Body=b"")  # outside the prefix
     calls = []
     store = ModelStore(
-        f"s3://{bucket}/mme", tmp_path / "cache", s3_endpoint_url=s3_endpoint, downloaded=lambda *args: calls.append(args)
+        f"s3://{bucket}/mme",
+        tmp_path / "cache",
+        s3_endpoint_url=s3_endpoint,
+        downloaded=lambda *args: calls.append(args),
     )
     path = store.fetch("team/a/model.tar.gz")
     assert (path / "model.joblib").read_bytes() == b"weights" and (path / "code" / "inference.py").is_file()
@@ -348,14 +359,28 @@ def test_s3_object_escaping_its_folder_is_refused(s3_endpoint, bucket, tmp_path)
 def test_s3_target_must_be_a_model(s3_endpoint, bucket, tmp_path):
     # As list_models: a folder around a model, a part of a model or a hidden folder is no TargetModel.
     client = s3_client(s3_endpoint)
-    for key in ("secret/inner/model.joblib", "sk/model.joblib", "sk/code/inference.py", "sk/extra.tar.gz",
-                ".hidden/model.joblib", "only-archives/a.tar.gz", "marker/", "echo/code/inference.py"):
+    for key in (
+        "secret/inner/model.joblib",
+        "sk/model.joblib",
+        "sk/code/inference.py",
+        "sk/extra.tar.gz",
+        ".hidden/model.joblib",
+        "only-archives/a.tar.gz",
+        "marker/",
+        "echo/code/inference.py",
+    ):
         client.put_object(Bucket=bucket, Key=key, Body=archive_bytes({"w": b"1"}) if key.endswith(".gz") else b"x")
     client.put_object(Bucket=bucket, Key="marker/inner/model.joblib", Body=b"x")
     store = ModelStore(f"s3://{bucket}", tmp_path / "cache", s3_client=client)
-    for target, why in [("secret", "holds only folders or archives"), ("only-archives", "holds only folders"),
-                        ("marker", "holds only folders"), ("sk/code", "inside model 'sk'"),
-                        ("sk/extra.tar.gz", "inside model 'sk'"), (".hidden", "hidden"), ("echo/code", "inside model 'echo'")]:
+    for target, why in [
+        ("secret", "holds only folders or archives"),
+        ("only-archives", "holds only folders"),
+        ("marker", "holds only folders"),
+        ("sk/code", "inside model 'sk'"),
+        ("sk/extra.tar.gz", "inside model 'sk'"),
+        (".hidden", "hidden"),
+        ("echo/code", "inside model 'echo'"),
+    ]:
         with pytest.raises(ValidationError, match=why) as caught:
             store.check(target)
         assert f"model {target!r}" in caught.value.message

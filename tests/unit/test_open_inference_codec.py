@@ -16,9 +16,20 @@ from serving.errors import ValidationError
 from serving.open_inference import codec
 from serving.protocol import CSV, JSON, NPY
 
-NUMERIC = {"BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32, "UINT64": np.uint64,
-           "INT8": np.int8, "INT16": np.int16, "INT32": np.int32, "INT64": np.int64, "FP16": np.float16,
-           "FP32": np.float32, "FP64": np.float64}
+NUMERIC = {
+    "BOOL": np.bool_,
+    "UINT8": np.uint8,
+    "UINT16": np.uint16,
+    "UINT32": np.uint32,
+    "UINT64": np.uint64,
+    "INT8": np.int8,
+    "INT16": np.int16,
+    "INT32": np.int32,
+    "INT64": np.int64,
+    "FP16": np.float16,
+    "FP32": np.float32,
+    "FP64": np.float64,
+}
 
 
 def triton_request(arrays: dict[str, tuple[np.ndarray, str]], binary: bool, outputs=None) -> tuple[bytes, str | None]:
@@ -47,7 +58,7 @@ def test_every_datatype_arrives_as_sent_and_returns_as_sent(datatype: str, binar
         array = (np.arange(6).reshape(2, 3) * (1.5 if datatype.startswith("FP") else 1)).astype(NUMERIC[datatype])
     body, length = triton_request({"x": (array, datatype)}, binary)
     request = codec.parse_request(body, length)
-    (name, got), = request.inputs
+    ((name, got),) = request.inputs
     assert name == "x" and got.shape == array.shape
     assert got.tolist() == array.tolist() and (datatype == "BYTES" or got.dtype == array.dtype)
     request.binary_output = binary
@@ -68,28 +79,51 @@ def test_nested_json_data_and_flat_json_data_are_the_same_tensor() -> None:
     assert a.dtype == np.float32 and a.tolist() == b.tolist() == [[1, 2], [3, 4]]
 
 
-@pytest.mark.parametrize("document, length, words", [
-    (b"not json", None, "not valid JSON"),
-    (b"[]", None, "JSON object"),
-    (b'{"inputs": []}', None, "inputs: a non-empty list"),
-    (b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3]}]}', None,
-     "inputs[0].data: 3 elements given for shape [1, 4]"),
-    (b'{"inputs": [{"name": "x", "datatype": "BF16", "shape": [1], "data": [1]}]}', None, "datatype 'BF16'"),
-    (b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [-1], "data": [1]}]}', None, "inputs[0].shape"),
-    (b'{"inputs": [{"name": "x", "datatype": "INT8", "shape": [1], "data": [300]}]}', None, "do not fit INT8"),
-    (b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": ["a"]}]}', None, "must be numbers"),
-    (b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1]}]}', None, "inputs[0]: data"),
-    (b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [1]}, '
-     b'{"name": "x", "datatype": "FP32", "shape": [1], "data": [1]}]}', None, "given twice"),
-    (b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [2], "parameters": {"binary_data_size": 8}}]}abcd', "4 at the end",
-     "binary_data_size 8 runs past"),
-    (b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [2], "parameters": {"binary_data_size": 4}}]}abcd', "4 at the end",
-     "its binary data is 4 bytes"),
-    (b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [1]}]}abcd', "4 at the end", "no input claims"),
-    (b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [4294967296, 4294967296], "data": []}]}', None,
-     "declares more than"),
-    (b"{}", "999", "Inference-Header-Content-Length"),
-])
+@pytest.mark.parametrize(
+    "document, length, words",
+    [
+        (b"not json", None, "not valid JSON"),
+        (b"[]", None, "JSON object"),
+        (b'{"inputs": []}', None, "inputs: a non-empty list"),
+        (
+            b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3]}]}',
+            None,
+            "inputs[0].data: 3 elements given for shape [1, 4]",
+        ),
+        (b'{"inputs": [{"name": "x", "datatype": "BF16", "shape": [1], "data": [1]}]}', None, "datatype 'BF16'"),
+        (b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [-1], "data": [1]}]}', None, "inputs[0].shape"),
+        (b'{"inputs": [{"name": "x", "datatype": "INT8", "shape": [1], "data": [300]}]}', None, "do not fit INT8"),
+        (b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": ["a"]}]}', None, "must be numbers"),
+        (b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1]}]}', None, "inputs[0]: data"),
+        (
+            b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [1]}, '
+            b'{"name": "x", "datatype": "FP32", "shape": [1], "data": [1]}]}',
+            None,
+            "given twice",
+        ),
+        (
+            b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [2], "parameters": {"binary_data_size": 8}}]}abcd',
+            "4 at the end",
+            "binary_data_size 8 runs past",
+        ),
+        (
+            b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [2], "parameters": {"binary_data_size": 4}}]}abcd',
+            "4 at the end",
+            "its binary data is 4 bytes",
+        ),
+        (
+            b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [1]}]}abcd',
+            "4 at the end",
+            "no input claims",
+        ),
+        (
+            b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [4294967296, 4294967296], "data": []}]}',
+            None,
+            "declares more than",
+        ),
+        (b"{}", "999", "Inference-Header-Content-Length"),
+    ],
+)
 def test_malformed_requests_are_refused_naming_the_field(document: bytes, length: str | None, words: str) -> None:
     if length == "4 at the end":  # the JSON, then 4 bytes of tensor data
         length = str(len(document) - 4)
@@ -109,20 +143,25 @@ def test_a_container_reads_one_tensor_as_npy_or_csv_and_several_by_name() -> Non
     assert kind == JSON and np.asarray(json.loads(body), dtype=np.float32).tolist() == rows.tolist()
     two = codec.InferRequest([("a", rows), ("b", np.array([1, 2], dtype=np.int64))])
     body, kind = codec.container_body(two, NPY)
-    assert kind == JSON and json.loads(body) == {"inputs": {"a": [[5.1, 3.5], [6.7, 3.0]], "b": [1, 2]}}  # float32's shortest
+    assert kind == JSON and json.loads(body) == {
+        "inputs": {"a": [[5.1, 3.5], [6.7, 3.0]], "b": [1, 2]}
+    }  # float32's shortest
     text = codec.InferRequest([("words", np.array([b"hi", b"there"], dtype=object))])
     assert codec.container_body(text, NPY) == (b'["hi","there"]', JSON)
 
 
-@pytest.mark.parametrize("body, content_type, names, expected", [
-    (None, NPY, ["probabilities"], {"probabilities": [[0.25, 0.75]]}),
-    (b"0.5\n0.25\n", CSV, [], {"output-0": [0.5, 0.25]}),
-    (b'{"labels": ["setosa"], "scores": [0.9]}', JSON, [], {"labels": [b"setosa"], "scores": [0.9]}),
-    (b'{"outputs": {"a": [1], "b": [2]}}', JSON, [], {"a": [1], "b": [2]}),
-    (b"[[1, 2], [3, 4]]", "application/json; charset=utf-8", [], {"output-0": [[1, 2], [3, 4]]}),
-    (b'[{"score": 0.5}]', JSON, [], {"output-0": [b'[{"score": 0.5}]']}),
-    (b"plain words", "text/plain", ["y"], {"y": [b"plain words"]}),
-])
+@pytest.mark.parametrize(
+    "body, content_type, names, expected",
+    [
+        (None, NPY, ["probabilities"], {"probabilities": [[0.25, 0.75]]}),
+        (b"0.5\n0.25\n", CSV, [], {"output-0": [0.5, 0.25]}),
+        (b'{"labels": ["setosa"], "scores": [0.9]}', JSON, [], {"labels": [b"setosa"], "scores": [0.9]}),
+        (b'{"outputs": {"a": [1], "b": [2]}}', JSON, [], {"a": [1], "b": [2]}),
+        (b"[[1, 2], [3, 4]]", "application/json; charset=utf-8", [], {"output-0": [[1, 2], [3, 4]]}),
+        (b'[{"score": 0.5}]', JSON, [], {"output-0": [b'[{"score": 0.5}]']}),
+        (b"plain words", "text/plain", ["y"], {"y": [b"plain words"]}),
+    ],
+)
 def test_a_containers_answer_becomes_named_outputs(body, content_type, names, expected) -> None:
     if body is None:
         buffer = io.BytesIO()
@@ -133,8 +172,9 @@ def test_a_containers_answer_becomes_named_outputs(body, content_type, names, ex
 
 
 def test_requested_outputs_choose_and_order_and_each_says_if_it_is_binary() -> None:
-    request = codec.InferRequest([("x", np.zeros(1))], outputs=[codec.RequestedOutput("b", True),
-                                                                codec.RequestedOutput("a", False)])
+    request = codec.InferRequest(
+        [("x", np.zeros(1))], outputs=[codec.RequestedOutput("b", True), codec.RequestedOutput("a", False)]
+    )
     chosen = codec.chosen_outputs("ep", request, [("a", np.array([1])), ("b", np.array([2.5]))])
     answer, headers = codec.encode_response("ep", None, request, chosen)
     result = triton_result(answer, headers)

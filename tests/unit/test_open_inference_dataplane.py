@@ -102,17 +102,42 @@ def test_the_repository_index_lists_only_what_the_caller_may_invoke(tmp_path) ->
     from serving.access.decision import EndpointAccess
     from serving.access.identities import load_identities
 
-    (tmp_path / "wine-only.json").write_text(json.dumps({"Version": "2012-10-17", "Statement": [{
-        "Effect": "Allow", "Action": "sagemaker:InvokeEndpoint", "Resource": "*",
-        "Condition": {"StringLike": {"sagemaker:TargetModel": "wine-*"}}}]}))
-    (tmp_path / "identities.yaml").write_text(yaml.safe_dump({"Identities": [
-        {"Principal": "wine-team", "ApiKey": "wine-team-api-key-0123456789", "PolicyDocuments": ["wine-only.json"]}]}))
+    (tmp_path / "wine-only.json").write_text(
+        json.dumps(
+            {
+                "Version": "2012-10-17",
+                "Statement": [
+                    {
+                        "Effect": "Allow",
+                        "Action": "sagemaker:InvokeEndpoint",
+                        "Resource": "*",
+                        "Condition": {"StringLike": {"sagemaker:TargetModel": "wine-*"}},
+                    }
+                ],
+            }
+        )
+    )
+    (tmp_path / "identities.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "Identities": [
+                    {
+                        "Principal": "wine-team",
+                        "ApiKey": "wine-team-api-key-0123456789",
+                        "PolicyDocuments": ["wine-only.json"],
+                    }
+                ]
+            }
+        )
+    )
     access = EndpointAccess(load_identities(tmp_path / "identities.yaml"), region="us-east-1", account_id="0" * 12)
     models = {"available": ["iris-1.tar.gz", "wine-1.tar.gz", "wine-2.tar.gz"], "loaded": ["wine-1.tar.gz"]}
-    transport = RepositoryTransport({
-        "secured.mm": [models, {**models, "loaded": []}],
-        "open.mm": [{"available": ["any.tar.gz"], "loaded": ["any.tar.gz"]}] * 2,
-    })
+    transport = RepositoryTransport(
+        {
+            "secured.mm": [models, {**models, "loaded": []}],
+            "open.mm": [{"available": ["any.tar.gz"], "loaded": ["any.tar.gz"]}] * 2,
+        }
+    )
     invocations = Invocations(ServerSettings(), transport)  # type: ignore[arg-type]  # loopback: anonymous allowed
     invocations.endpoints = {
         "secured": EndpointRoute("secured", "Direct", ("mm",), access=access, multi_model=frozenset({"mm"})),
@@ -132,4 +157,5 @@ def test_the_repository_index_lists_only_what_the_caller_may_invoke(tmp_path) ->
     ]  # iris-1 is not the caller's to invoke, and a SingleModel container has no repository
     assert [entry["name"] for entry in index()] == ["open.mm.any.tar.gz"]  # no credentials: the open endpoint only
     assert [entry["name"] for entry in index(("authorization", "Bearer someone-else-key-0123456"))] == [
-        "open.mm.any.tar.gz"]
+        "open.mm.any.tar.gz"
+    ]

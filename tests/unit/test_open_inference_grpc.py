@@ -54,7 +54,7 @@ def triton_message(arrays: dict[str, tuple[np.ndarray, str]], outputs=None) -> p
 def test_tritons_raw_contents_arrive_and_return_as_sent(datatype: str) -> None:
     array = ARRAYS[datatype]
     request = grpc_codec.infer_request(triton_message({"x": (array, datatype)}))
-    (name, got), = request.inputs
+    ((name, got),) = request.inputs
     assert name == "x" and request.id == "req-1" and got.shape == array.shape and got.tolist() == array.tolist()
     answer = grpc_codec.infer_response("ep.c", "1", request, codec.chosen_outputs("ep.c", request, [("y", got)]))
     result = triton.InferResult(service_pb2.ModelInferResponse.FromString(answer))
@@ -62,16 +62,24 @@ def test_tritons_raw_contents_arrive_and_return_as_sent(datatype: str) -> None:
     assert result.as_numpy("y").tolist() == array.tolist()
 
 
-@pytest.mark.parametrize("datatype, field, values", [
-    ("FP32", "fp32_contents", [0.5, 1.5]), ("FP64", "fp64_contents", [0.25, 2.0]), ("INT32", "int_contents", [-4, 9]),
-    ("INT64", "int64_contents", [2**40, 3]), ("UINT8", "uint_contents", [255, 0]), ("UINT64", "uint64_contents", [7, 8]),
-    ("BOOL", "bool_contents", [True, False]), ("BYTES", "bytes_contents", [b"x", b"yz"]),
-])
+@pytest.mark.parametrize(
+    "datatype, field, values",
+    [
+        ("FP32", "fp32_contents", [0.5, 1.5]),
+        ("FP64", "fp64_contents", [0.25, 2.0]),
+        ("INT32", "int_contents", [-4, 9]),
+        ("INT64", "int64_contents", [2**40, 3]),
+        ("UINT8", "uint_contents", [255, 0]),
+        ("UINT64", "uint64_contents", [7, 8]),
+        ("BOOL", "bool_contents", [True, False]),
+        ("BYTES", "bytes_contents", [b"x", b"yz"]),
+    ],
+)
 def test_typed_contents_of_every_kind(datatype: str, field: str, values: list) -> None:
     message = pb.ModelInferRequest(model_name="ep")
     tensor = message.inputs.add(name="x", datatype=datatype, shape=[1, 2])
     getattr(tensor.contents, field).extend(values)
-    (_, array), = grpc_codec.infer_request(message).inputs
+    ((_, array),) = grpc_codec.infer_request(message).inputs
     assert array.shape == (1, 2) and array.reshape(-1).tolist() == values
 
 
@@ -85,15 +93,18 @@ def _message(datatype="FP32", shape=(1, 2), field="fp32_contents", values=(1.0, 
     return message
 
 
-@pytest.mark.parametrize("message, words", [
-    (_message(values=(1.0,)), "inputs[0].contents.fp32_contents: 1 elements given for shape [1, 2]"),
-    (_message(datatype="FP16", field="fp32_contents"), "FP16 has no typed contents: send it in raw_input_contents"),
-    (_message(datatype="INT8", field="int_contents", values=(300, 1)), "out of INT8's range"),
-    (_message(datatype="BF16"), "datatype 'BF16' is not supported"),
-    (_message(raw=[b"\0" * 8, b"\0" * 8]), "raw_input_contents: 2 values for 1 inputs"),
-    (_message(raw=[b"\0" * 4]), "raw_input_contents[0]: its binary data is 4 bytes, shape [1, 2] of FP32 needs 8"),
-    (pb.ModelInferRequest(model_name="ep"), "inputs: at least one tensor is required"),
-])
+@pytest.mark.parametrize(
+    "message, words",
+    [
+        (_message(values=(1.0,)), "inputs[0].contents.fp32_contents: 1 elements given for shape [1, 2]"),
+        (_message(datatype="FP16", field="fp32_contents"), "FP16 has no typed contents: send it in raw_input_contents"),
+        (_message(datatype="INT8", field="int_contents", values=(300, 1)), "out of INT8's range"),
+        (_message(datatype="BF16"), "datatype 'BF16' is not supported"),
+        (_message(raw=[b"\0" * 8, b"\0" * 8]), "raw_input_contents: 2 values for 1 inputs"),
+        (_message(raw=[b"\0" * 4]), "raw_input_contents[0]: its binary data is 4 bytes, shape [1, 2] of FP32 needs 8"),
+        (pb.ModelInferRequest(model_name="ep"), "inputs: at least one tensor is required"),
+    ],
+)
 def test_malformed_messages_are_refused_naming_the_field(message: pb.ModelInferRequest, words: str) -> None:
     with pytest.raises(ValidationError) as refused:
         grpc_codec.infer_request(message)
@@ -106,9 +117,13 @@ def test_bytes_that_are_no_message_are_refused() -> None:
 
 
 def test_model_metadata_reads_as_tritons() -> None:
-    document = {"name": "ep.c", "versions": ["1"], "platform": "onnx",
-                "inputs": [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}],
-                "outputs": [{"name": "y", "datatype": "INT64", "shape": [-1]}]}
+    document = {
+        "name": "ep.c",
+        "versions": ["1"],
+        "platform": "onnx",
+        "inputs": [{"name": "x", "datatype": "FP32", "shape": [-1, 4]}],
+        "outputs": [{"name": "y", "datatype": "INT64", "shape": [-1]}],
+    }
     read = service_pb2.ModelMetadataResponse.FromString(grpc_codec.metadata_response(document))
     assert read.name == "ep.c" and read.platform == "onnx" and list(read.versions) == ["1"]
     assert [(t.name, t.datatype, list(t.shape)) for t in read.inputs] == [("x", "FP32", [-1, 4])]
@@ -148,8 +163,15 @@ def test_a_plaintext_listener_answers_tritons_client_and_refuses_what_it_must() 
 
 def test_the_checked_in_protoc_output_is_what_the_proto_makes(tmp_path: Path) -> None:
     root = PACKAGE.parents[1]
-    command = [sys.executable, "-m", "grpc_tools.protoc", f"-I{root}", f"--python_out={tmp_path}",
-               f"--pyi_out={tmp_path}", str(PACKAGE / "grpc_messages.proto")]
+    command = [
+        sys.executable,
+        "-m",
+        "grpc_tools.protoc",
+        f"-I{root}",
+        f"--python_out={tmp_path}",
+        f"--pyi_out={tmp_path}",
+        str(PACKAGE / "grpc_messages.proto"),
+    ]
     subprocess.run(command, check=True, capture_output=True, timeout=60)
     for name in ("grpc_messages_pb2.py", "grpc_messages_pb2.pyi"):
         made = (tmp_path / "serving" / "open_inference" / name).read_text()

@@ -16,10 +16,14 @@ TIMEOUT = 100.0
 
 
 def record(**versions: str) -> dict:
-    return {"name": "ep", "mode": "Direct",
-            "containers": [{"ContainerHostname": host, "DesiredReplicas": 2, "Version": version}
-                           for host, version in versions.items()],
-            "plans": {host: {"image": "sklearn", "v": version} for host, version in versions.items()}}
+    return {
+        "name": "ep",
+        "mode": "Direct",
+        "containers": [
+            {"ContainerHostname": host, "DesiredReplicas": 2, "Version": version} for host, version in versions.items()
+        ],
+        "plans": {host: {"image": "sklearn", "v": version} for host, version in versions.items()},
+    }
 
 
 def running(*apps: str) -> dict[str, dict]:
@@ -55,7 +59,9 @@ def test_a_new_endpoint_deploys_every_container_and_becomes_active_when_all_are_
 
 
 def test_an_update_starts_only_changed_containers_and_switches_at_once() -> None:
-    state = EndpointState("ep", record(a="v2", b="v1"), record(a="v1", b="v1"), {"Status": "InProgress", "StartedAt": 0.0})
+    state = EndpointState(
+        "ep", record(a="v2", b="v1"), record(a="v1", b="v1"), {"Status": "InProgress", "StartedAt": 0.0}
+    )
     statuses = running("ep.a.v1", "ep.b.v1")
     actions = step(state, statuses, live(a__v1=2, b__v1=2), now=1.0, timeout_s=TIMEOUT, deployed=set())
     assert actions == [Deploy("ep.a.v2", "ep", "a", "v2", {"image": "sklearn", "v": "v2"})]
@@ -69,12 +75,21 @@ def test_an_update_starts_only_changed_containers_and_switches_at_once() -> None
 def test_a_version_that_fails_to_deploy_is_rolled_back() -> None:
     old = record(a="v1")
     state = EndpointState("ep", record(a="v2"), old, {"Status": "InProgress", "StartedAt": 0.0})
-    statuses = {**running("ep.a.v1"), "ep.a.v2": {"status": "DEPLOY_FAILED", "message": "", "deployments": {
-        "a": {"status": "DEPLOY_FAILED", "message": "Traceback ...\nValueError: corrupt weights"}}}}
+    statuses = {
+        **running("ep.a.v1"),
+        "ep.a.v2": {
+            "status": "DEPLOY_FAILED",
+            "message": "",
+            "deployments": {"a": {"status": "DEPLOY_FAILED", "message": "Traceback ...\nValueError: corrupt weights"}},
+        },
+    }
     actions = step(state, statuses, live(a__v1=2), now=5.0, timeout_s=TIMEOUT, deployed={"ep.a.v2"})
     assert actions == [Delete("ep.a.v2")]
     assert state.active == old and state.desired == old
-    assert state.update["Status"] == "Failed" and state.update["FailureReason"] == "container a: ValueError: corrupt weights"
+    assert (
+        state.update["Status"] == "Failed"
+        and state.update["FailureReason"] == "container a: ValueError: corrupt weights"
+    )
     assert step(state, running("ep.a.v1"), live(a__v1=2), now=6.0, timeout_s=TIMEOUT, deployed=set()) == []
 
 
@@ -89,19 +104,29 @@ def test_a_version_that_is_not_ready_in_time_is_rolled_back() -> None:
 
 def test_a_first_deployment_that_fails_leaves_a_failed_endpoint() -> None:
     state = creating()
-    statuses = {"ep.a.v1": {"status": "DEPLOY_FAILED", "message": "ValueError: bad", "deployments": {}},
-                **running("ep.b.v1")}
+    statuses = {
+        "ep.a.v1": {"status": "DEPLOY_FAILED", "message": "ValueError: bad", "deployments": {}},
+        **running("ep.b.v1"),
+    }
     actions = step(state, statuses, live(b__v1=2), now=1.0, timeout_s=TIMEOUT, deployed={"ep.a.v1", "ep.b.v1"})
     assert actions == [] and state.failed and state.update["FailureReason"] == "container a: ValueError: bad"
 
 
 def test_containers_added_and_removed_and_leftovers() -> None:
-    state = EndpointState("ep", record(a="v1", c="v1"), record(a="v1", b="v1"), {"Status": "InProgress", "StartedAt": 0.0})
+    state = EndpointState(
+        "ep", record(a="v1", c="v1"), record(a="v1", b="v1"), {"Status": "InProgress", "StartedAt": 0.0}
+    )
     statuses = running("ep.a.v1", "ep.b.v1", "ep.a.v0")  # v0: a leftover of an interrupted update
     actions = step(state, statuses, live(a__v1=2, b__v1=2), now=1.0, timeout_s=TIMEOUT, deployed=set())
     assert Delete("ep.a.v0") in actions and [a.app for a in actions if isinstance(a, Deploy)] == ["ep.c.v1"]
-    actions = step(state, running("ep.a.v1", "ep.b.v1", "ep.c.v1"), live(a__v1=2, b__v1=2, c__v1=2), now=2.0,
-                   timeout_s=TIMEOUT, deployed={"ep.c.v1"})
+    actions = step(
+        state,
+        running("ep.a.v1", "ep.b.v1", "ep.c.v1"),
+        live(a__v1=2, b__v1=2, c__v1=2),
+        now=2.0,
+        timeout_s=TIMEOUT,
+        deployed={"ep.c.v1"},
+    )
     assert actions == [Delete("ep.b.v1")] and state.update["Status"] == "Succeeded"
 
 

@@ -63,7 +63,8 @@ def predict_fn(data, model):
 """
 
 # predict_fn signals that it started, then blocks until the test releases it.
-GATED_HANDLER = """
+GATED_HANDLER = (
+    """
 import threading
 
 def model_fn(model_dir):
@@ -73,7 +74,9 @@ def predict_fn(data, gate):
     gate["entered"].set()
     gate["release"].wait(%d)
     return data
-""" % SAFETY_WAIT_S
+"""
+    % SAFETY_WAIT_S
+)
 
 
 def write_handler(folder: Path, source: str, files: dict[str, str] | None = None) -> Path:
@@ -123,10 +126,18 @@ def servers() -> Iterator[Servers]:
 
 
 @pytest.fixture(scope="module")
-def containers(module_servers: Servers, iris: Iris, iris_classifier: SavedModel, iris_scaler: SavedModel,
-               iris_on_scaled: SavedModel, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+def containers(
+    module_servers: Servers,
+    iris: Iris,
+    iris_classifier: SavedModel,
+    iris_scaler: SavedModel,
+    iris_on_scaled: SavedModel,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, str]:
     """Hostname -> data-port URL of the shared containers."""
-    labels_dir = write_handler(tmp_path_factory.mktemp("labels"), LABELS_HANDLER, {"labels.json": json.dumps(iris.target_names)})
+    labels_dir = write_handler(
+        tmp_path_factory.mktemp("labels"), LABELS_HANDLER, {"labels.json": json.dumps(iris.target_names)}
+    )
     runtimes = {
         "iris": load("sklearn", iris_classifier.path),
         # The pipeline's first step emits CSV (SageMaker's variable), which the next step reads.
@@ -166,9 +177,14 @@ def table(containers: dict[str, str]) -> dict[tuple[str, str], list[str]]:
     }
 
 
-def start_router(servers: Servers, routes: list[EndpointRoute], replicas: dict[tuple[str, str], list[str]],
-                 limits: dict[tuple[str, str], int] | None = None, default_limit: int = DEFAULT_MAX_CONCURRENCY,
-                 **settings: Any) -> tuple[str, ContainerTransport]:
+def start_router(
+    servers: Servers,
+    routes: list[EndpointRoute],
+    replicas: dict[tuple[str, str], list[str]],
+    limits: dict[tuple[str, str], int] | None = None,
+    default_limit: int = DEFAULT_MAX_CONCURRENCY,
+    **settings: Any,
+) -> tuple[str, ContainerTransport]:
     """Serve a Router (its routes mounted in Starlette, as the gateway does); returns its URL and transport."""
     transport = ContainerTransport(default_limit=default_limit)
     router = Router(ServerSettings(**settings), transport)
@@ -212,7 +228,9 @@ def make_router(servers: Servers) -> Iterator[RouterFactory]:
         client.close()
 
 
-def invoke(client: httpx.Client, endpoint: str, body: Any = ROWS, headers: dict[str, str] | None = None) -> httpx.Response:
+def invoke(
+    client: httpx.Client, endpoint: str, body: Any = ROWS, headers: dict[str, str] | None = None
+) -> httpx.Response:
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
     return client.post(f"/endpoints/{endpoint}/invocations", content=content, headers={**JSON, **(headers or {})})
 
@@ -228,6 +246,7 @@ def assert_error(response: httpx.Response, status: int, code: str, *fragments: s
 
 
 # --- success paths ---------------------------------------------------------------------
+
 
 def test_direct_routes_by_hostname_header(client: httpx.Client, iris_classifier: SavedModel) -> None:
     response = invoke(client, "direct", headers={protocol.TARGET_CONTAINER: "iris"})
@@ -255,15 +274,18 @@ def test_accept_reaches_the_container(client: httpx.Client, iris_classifier: Sav
     assert response.text.split() == [str(value) for value in expected]
 
 
-def test_serial_chain_hands_off_body_and_content_type(client: httpx.Client, iris: Iris, iris_scaler: SavedModel,
-                                                      iris_on_scaled: SavedModel) -> None:
+def test_serial_chain_hands_off_body_and_content_type(
+    client: httpx.Client, iris: Iris, iris_scaler: SavedModel, iris_on_scaled: SavedModel
+) -> None:
     # The client sends JSON; the scaler answers CSV, which the classifier can only read
     # if the router hands the scaler's content type on; the classifier answers JSON.
     response = invoke(client, "pipeline")
     assert response.status_code == 200, response.text
     ids = iris_on_scaled.estimator.predict(iris_scaler.estimator.transform(np.array(ROWS)))
     assert response.json() == {
-        "labels": [iris.target_names[i] for i in ids], "received": "application/json", "inference_id": None,
+        "labels": [iris.target_names[i] for i in ids],
+        "received": "application/json",
+        "inference_id": None,
     }
     assert response.headers["x-Amzn-Invoked-Production-Variant"] == "AllTraffic"
 
@@ -277,13 +299,17 @@ def test_serial_accept_is_for_the_last_container(client: httpx.Client, iris: Iri
 
 
 def test_inference_id_reaches_the_container(client: httpx.Client) -> None:
-    response = invoke(client, "direct", [1], headers={protocol.TARGET_CONTAINER: "labels", protocol.INFERENCE_ID: "req-123"})
+    response = invoke(
+        client, "direct", [1], headers={protocol.TARGET_CONTAINER: "labels", protocol.INFERENCE_ID: "req-123"}
+    )
     assert response.status_code == 200, response.text
     assert response.json() == {"labels": ["versicolor"], "received": "application/json", "inference_id": "req-123"}
 
 
 def test_custom_attributes_round_trip(client: httpx.Client) -> None:
-    response = invoke(client, "direct", [0, 1], headers={protocol.TARGET_CONTAINER: "labels", protocol.CUSTOM_ATTRIBUTES: "trace=42"})
+    response = invoke(
+        client, "direct", [0, 1], headers={protocol.TARGET_CONTAINER: "labels", protocol.CUSTOM_ATTRIBUTES: "trace=42"}
+    )
     assert response.status_code == 200, response.text
     assert response.headers["X-Amzn-SageMaker-Custom-Attributes"] == "trace=42;labelled=2"
 
@@ -328,18 +354,56 @@ ROUTER_ERRORS = [
     ("unknown endpoint", "nope", {}, 400, "ValidationError", ["Endpoint nope not found"]),
     (
         "missing hostname with three containers",
-        "direct", {}, 400, "ValidationError",
+        "direct",
+        {},
+        400,
+        "ValidationError",
         [protocol.TARGET_CONTAINER, "is required", "iris, labels, boom"],
     ),
-    ("unknown hostname", "direct", {protocol.TARGET_CONTAINER: "french"}, 400, "ValidationError", ["'french'", "names no container"]),
-    ("malformed hostname", "direct", {protocol.TARGET_CONTAINER: "no such host"}, 400, "ValidationError", ["names no container"]),
-    ("hostname of another endpoint", "single", {protocol.TARGET_CONTAINER: "labels"}, 400, "ValidationError", ["'labels'"]),
-    ("hostname on a Serial endpoint", "pipeline", {protocol.TARGET_CONTAINER: "scaler"}, 400, "ValidationError", ["Serial"]),
+    (
+        "unknown hostname",
+        "direct",
+        {protocol.TARGET_CONTAINER: "french"},
+        400,
+        "ValidationError",
+        ["'french'", "names no container"],
+    ),
+    (
+        "malformed hostname",
+        "direct",
+        {protocol.TARGET_CONTAINER: "no such host"},
+        400,
+        "ValidationError",
+        ["names no container"],
+    ),
+    (
+        "hostname of another endpoint",
+        "single",
+        {protocol.TARGET_CONTAINER: "labels"},
+        400,
+        "ValidationError",
+        ["'labels'"],
+    ),
+    (
+        "hostname on a Serial endpoint",
+        "pipeline",
+        {protocol.TARGET_CONTAINER: "scaler"},
+        400,
+        "ValidationError",
+        ["Serial"],
+    ),
     ("other variant", "single", {protocol.TARGET_VARIANT: "Blue"}, 400, "ValidationError", ["'Blue'", "AllTraffic"]),
     ("target model", "single", {protocol.TARGET_MODEL: "m.tar.gz"}, 400, "ValidationError", ["MultiModel"]),
     ("inference id too long", "single", {protocol.INFERENCE_ID: "i" * 65}, 400, "ValidationError", ["1-64"]),
     ("empty inference id", "single", {protocol.INFERENCE_ID: ""}, 400, "ValidationError", ["1-64"]),
-    ("custom attributes too long", "single", {protocol.CUSTOM_ATTRIBUTES: "a" * 1025}, 400, "ValidationError", ["1024"]),
+    (
+        "custom attributes too long",
+        "single",
+        {protocol.CUSTOM_ATTRIBUTES: "a" * 1025},
+        400,
+        "ValidationError",
+        ["1024"],
+    ),
     ("no replicas", "no-replicas", {}, 429, "ModelNotReadyException", ["iris", "no ready replica"]),
     ("failed endpoint", "failed", {}, 503, "ServiceUnavailable", ["is Failed", "FileNotFoundError"]),
 ]
@@ -350,8 +414,9 @@ ROUTER_ERRORS = [
     [case[1:] for case in ROUTER_ERRORS],
     ids=[case[0] for case in ROUTER_ERRORS],
 )
-def test_router_errors(client: httpx.Client, endpoint: str, headers: dict[str, str], status: int, code: str,
-                       fragments: list[str]) -> None:
+def test_router_errors(
+    client: httpx.Client, endpoint: str, headers: dict[str, str], status: int, code: str, fragments: list[str]
+) -> None:
     assert_error(invoke(client, endpoint, headers=headers), status, code, *fragments)
 
 
@@ -384,9 +449,13 @@ def test_streamed_payload_over_the_limit(make_router: RouterFactory, containers:
 
 # --- errors from containers ----------------------------------------------------------------
 
+
 def test_container_failure_is_a_model_error(client: httpx.Client) -> None:
     body = assert_error(
-        invoke(client, "direct", headers={protocol.TARGET_CONTAINER: "boom"}), 424, "ModelError", "container boom",
+        invoke(client, "direct", headers={protocol.TARGET_CONTAINER: "boom"}),
+        424,
+        "ModelError",
+        "container boom",
     )
     assert body["OriginalStatusCode"] == 500
     assert "boom: the model exploded" in body["OriginalMessage"]
@@ -417,21 +486,30 @@ def test_unsupported_format_is_a_model_error_with_the_containers_415(
     client: httpx.Client, headers: dict[str, str], fragment: str
 ) -> None:
     # SageMaker reports every non-2xx answer of a model container as ModelError; the toolkits answer 415 here.
-    body = assert_error(invoke(client, "single", headers=headers), 424, "ModelError",
-                        "Received client error (415) from container iris", fragment)
+    body = assert_error(
+        invoke(client, "single", headers=headers),
+        424,
+        "ModelError",
+        "Received client error (415) from container iris",
+        fragment,
+    )
     assert body["OriginalStatusCode"] == 415
     assert fragment in body["OriginalMessage"]
 
 
 def test_serial_bad_payload_is_a_model_error_naming_the_position(client: httpx.Client) -> None:
     body = assert_error(
-        invoke(client, "pipeline", {"rows": ROWS}), 424, "ModelError",
-        "(400) from container scaler (position 1 of 3)", '"instances" or "inputs"',
+        invoke(client, "pipeline", {"rows": ROWS}),
+        424,
+        "ModelError",
+        "(400) from container scaler (position 1 of 3)",
+        '"instances" or "inputs"',
     )
     assert body["OriginalStatusCode"] == 400
 
 
 # --- a container that holds requests: timeouts and the per-replica concurrency bound ------------
+
 
 @pytest.fixture
 def gated(servers: Servers, tmp_path: Path) -> Iterator[Callable[[], tuple[str, dict[str, threading.Event]]]]:
@@ -450,7 +528,9 @@ def gated(servers: Servers, tmp_path: Path) -> Iterator[Callable[[], tuple[str, 
 
 def test_invocation_timeout_is_a_model_error(make_router: RouterFactory, gated) -> None:
     url, gate = gated()
-    client, _ = make_router([EndpointRoute("slow", "Direct", ("gated",))], {("slow", "gated"): [url]}, invocation_timeout_s=0.5)
+    client, _ = make_router(
+        [EndpointRoute("slow", "Direct", ("gated",))], {("slow", "gated"): [url]}, invocation_timeout_s=0.5
+    )
     try:
         response = invoke(client, "slow")
     finally:
@@ -528,7 +608,8 @@ def hang_up() -> Iterator[HangUp]:
 
 
 def test_a_connection_closed_before_any_answer_is_retried_on_another_replica(
-        make_router: RouterFactory, hang_up: HangUp, containers: dict[str, str]) -> None:
+    make_router: RouterFactory, hang_up: HangUp, containers: dict[str, str]
+) -> None:
     # A replica that dies (or drops the connection) before answering never answered: inference is
     # idempotent, so the request goes once more, to another replica, and the caller sees no failure.
     route = EndpointRoute("flaky", "Direct", ("iris",))
@@ -539,7 +620,8 @@ def test_a_connection_closed_before_any_answer_is_retried_on_another_replica(
 
 
 def test_a_container_that_is_not_idempotent_is_never_sent_a_request_twice(
-        make_router: RouterFactory, hang_up: HangUp, containers: dict[str, str]) -> None:
+    make_router: RouterFactory, hang_up: HangUp, containers: dict[str, str]
+) -> None:
     route = EndpointRoute("flaky", "Direct", ("iris",))
     client, transport = make_router([route], {("flaky", "iris"): [hang_up.url, containers["iris"]]})
     transport.update({("flaky", "iris"): [hang_up.url, containers["iris"]]}, not_idempotent={("flaky", "iris")})
@@ -555,8 +637,9 @@ def test_a_container_that_is_not_idempotent_is_never_sent_a_request_twice(
     assert hang_up.accepted == 1
 
 
-def test_a_connection_lost_after_the_answer_began_is_not_retried(make_router: RouterFactory,
-                                                                containers: dict[str, str]) -> None:
+def test_a_connection_lost_after_the_answer_began_is_not_retried(
+    make_router: RouterFactory, containers: dict[str, str]
+) -> None:
     # The container was answering: whatever it did, it must not run again on another replica.
     peer = HangUp(answer=b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n[0")
     try:

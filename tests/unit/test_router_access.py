@@ -42,7 +42,7 @@ CREDENTIALS = {
     "team-c": ("AKIAUNITTEAMC0003", "team-c-secret-for-router-tests"),
 }
 API_KEY = "batch-job-key-for-router-tests"
-ECHO_HANDLER = '''
+ECHO_HANDLER = """
 def input_fn(body, content_type):
     return body
 
@@ -51,19 +51,37 @@ def predict_fn(data, model):
 
 def output_fn(prediction, accept):
     return prediction, "application/json"
-'''
+"""
 
 
 @pytest.fixture(scope="module")
 def identities_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("router-identities")
-    (folder / "common-only.json").write_text(json.dumps({"Version": "2012-10-17", "Statement": [{
-        "Sid": "CommonOnly", "Effect": "Allow", "Action": "sagemaker:InvokeEndpoint", "Resource": "*",
-        "Condition": {"StringLike": {"sagemaker:TargetContainerHostname": "common*"}}}]}))
-    policies = {"team-a": str(ROOT / "policies" / "customips-and-common.json"),
-                "team-b": str(ROOT / "policies" / "all-but-special.json"), "team-c": "common-only.json"}
-    entries = [{"Principal": name, "AccessKeyId": key, "SecretAccessKey": secret, "PolicyDocuments": [policies[name]]}
-               for name, (key, secret) in CREDENTIALS.items()]
+    (folder / "common-only.json").write_text(
+        json.dumps(
+            {
+                "Version": "2012-10-17",
+                "Statement": [
+                    {
+                        "Sid": "CommonOnly",
+                        "Effect": "Allow",
+                        "Action": "sagemaker:InvokeEndpoint",
+                        "Resource": "*",
+                        "Condition": {"StringLike": {"sagemaker:TargetContainerHostname": "common*"}},
+                    }
+                ],
+            }
+        )
+    )
+    policies = {
+        "team-a": str(ROOT / "policies" / "customips-and-common.json"),
+        "team-b": str(ROOT / "policies" / "all-but-special.json"),
+        "team-c": "common-only.json",
+    }
+    entries = [
+        {"Principal": name, "AccessKeyId": key, "SecretAccessKey": secret, "PolicyDocuments": [policies[name]]}
+        for name, (key, secret) in CREDENTIALS.items()
+    ]
     entries.append({"Principal": "batch-job", "ApiKey": API_KEY, "PolicyDocuments": [policies["team-b"]]})
     (folder / "identities.yaml").write_text(yaml.safe_dump({"Identities": entries}))
     return folder / "identities.yaml"
@@ -81,7 +99,9 @@ class Stack:
         assert server.wait_started(), "server did not start"
         return server.url
 
-    def router(self, settings: ServerSettings, routes: list[EndpointRoute], table: dict[tuple[str, str], list[str]]) -> str:
+    def router(
+        self, settings: ServerSettings, routes: list[EndpointRoute], table: dict[tuple[str, str], list[str]]
+    ) -> str:
         transport = ContainerTransport(default_limit=8)
         router = Router(settings, transport)
         router.endpoints = {route.name: route for route in routes}
@@ -138,7 +158,9 @@ ENDPOINTS = {
 def start(stack: Stack, containers: dict[str, ContainerApp], identities_file: Path, **settings: Any) -> str:
     urls = {name: stack.serve(app) for name, app in containers.items()}
     server_settings = ServerSettings(**settings)
-    access = EndpointAccess(load_identities(identities_file), region=server_settings.region, account_id=server_settings.account_id)
+    access = EndpointAccess(
+        load_identities(identities_file), region=server_settings.region, account_id=server_settings.account_id
+    )
     routes = [EndpointRoute(name, mode, tuple(hosts), access=access) for name, (mode, hosts) in ENDPOINTS.items()]
     routes.append(EndpointRoute("open", "Direct", ("iris",)))  # no AccessControl
     table = {(name, host): [urls[app]] for name, (_, hosts) in ENDPOINTS.items() for host, app in hosts.items()}
@@ -151,12 +173,19 @@ def url(stack: Stack, containers: dict[str, ContainerApp], identities_file: Path
     return start(stack, containers, identities_file)
 
 
-def client(url: str, principal: str | None = None, key: str | None = None, secret: str | None = None,
-           region: str = "us-east-1"):
+def client(
+    url: str, principal: str | None = None, key: str | None = None, secret: str | None = None, region: str = "us-east-1"
+):
     if principal is not None:
         key, secret = CREDENTIALS[principal]
-    return boto3.client("sagemaker-runtime", endpoint_url=url, region_name=region, aws_access_key_id=key,
-                        aws_secret_access_key=secret, config=Config(retries={"max_attempts": 1}))
+    return boto3.client(
+        "sagemaker-runtime",
+        endpoint_url=url,
+        region_name=region,
+        aws_access_key_id=key,
+        aws_secret_access_key=secret,
+        config=Config(retries={"max_attempts": 1}),
+    )
 
 
 def invoke(runtime, endpoint: str, target: str | None = None, body: Any = ROW) -> Any:
@@ -178,17 +207,26 @@ def refused(runtime, endpoint: str, target: str | None, code: str, *fragments: s
 
 
 def decisions(endpoint: str, decision: str) -> float:
-    return REGISTRY.get_sample_value("serving_access_decisions_total", {"endpoint": endpoint, "decision": decision}) or 0.0
+    return (
+        REGISTRY.get_sample_value("serving_access_decisions_total", {"endpoint": endpoint, "decision": decision}) or 0.0
+    )
 
 
 # --- the documented SageMaker example, per caller and container -----------------------------------
 
+
 @pytest.mark.parametrize(
     ("principal", "target", "allowed"),
     [
-        ("team-a", "customIps-iris", True), ("team-a", "common-iris", True), ("team-a", "special-echo", False),
-        ("team-b", "customIps-iris", True), ("team-b", "common-iris", True), ("team-b", "special-echo", False),
-        ("team-c", "customIps-iris", False), ("team-c", "common-iris", True), ("team-c", "special-echo", False),
+        ("team-a", "customIps-iris", True),
+        ("team-a", "common-iris", True),
+        ("team-a", "special-echo", False),
+        ("team-b", "customIps-iris", True),
+        ("team-b", "common-iris", True),
+        ("team-b", "special-echo", False),
+        ("team-c", "customIps-iris", False),
+        ("team-c", "common-iris", True),
+        ("team-c", "special-echo", False),
     ],
 )
 def test_direct_invocation_per_caller(url: str, containers, principal: str, target: str, allowed: bool) -> None:
@@ -198,9 +236,16 @@ def test_direct_invocation_per_caller(url: str, containers, principal: str, targ
         assert invoke(runtime, "mce-secure", target) == [0]
         assert calls(containers) == before + 1
     else:
-        message = refused(runtime, "mce-secure", target, "AccessDeniedException", f"User: {principal} is not authorized",
-                          "sagemaker:InvokeEndpoint", "arn:aws:sagemaker:us-east-1:000000000000:endpoint/mce-secure",
-                          f"container {target}")
+        message = refused(
+            runtime,
+            "mce-secure",
+            target,
+            "AccessDeniedException",
+            f"User: {principal} is not authorized",
+            "sagemaker:InvokeEndpoint",
+            "arn:aws:sagemaker:us-east-1:000000000000:endpoint/mce-secure",
+            f"container {target}",
+        )
         assert "StringLike" not in message and "Statement" not in message  # no policy text
         assert calls(containers) == before  # refused before any container ran
 
@@ -219,7 +264,9 @@ def test_invoke_endpoint_async_needs_its_own_action(url: str, containers) -> Non
 
 def test_explicit_and_implicit_denials_say_which(url: str) -> None:
     refused(client(url, "team-b"), "mce-secure", "special-echo", "AccessDeniedException", "explicit deny")
-    refused(client(url, "team-a"), "mce-secure", "special-echo", "AccessDeniedException", "no identity-based policy allows")
+    refused(
+        client(url, "team-a"), "mce-secure", "special-echo", "AccessDeniedException", "no identity-based policy allows"
+    )
 
 
 def test_the_only_container_is_authorized_without_a_target_header(url: str, containers) -> None:
@@ -242,18 +289,26 @@ def test_serial_chain_needs_every_container(url: str, containers) -> None:
 
 def test_bearer_api_key(url: str) -> None:
     headers = {"Content-Type": "application/json", "Authorization": f"Bearer {API_KEY}"}
-    response = httpx.post(f"{url}/endpoints/mce-secure/invocations", json=ROW, headers={**headers, TARGET: "common-iris"})
+    response = httpx.post(
+        f"{url}/endpoints/mce-secure/invocations", json=ROW, headers={**headers, TARGET: "common-iris"}
+    )
     assert response.status_code == 200, response.text
     assert response.json() == [0]
-    response = httpx.post(f"{url}/endpoints/mce-secure/invocations", json=ROW, headers={**headers, TARGET: "special-echo"})
+    response = httpx.post(
+        f"{url}/endpoints/mce-secure/invocations", json=ROW, headers={**headers, TARGET: "special-echo"}
+    )
     assert response.status_code == 403
     assert response.headers["x-amzn-ErrorType"] == "AccessDeniedException"
-    response = httpx.post(f"{url}/endpoints/mce-secure/invocations", json=ROW,
-                          headers={**headers, "Authorization": "Bearer not-a-key-of-anyone", TARGET: "common-iris"})
+    response = httpx.post(
+        f"{url}/endpoints/mce-secure/invocations",
+        json=ROW,
+        headers={**headers, "Authorization": "Bearer not-a-key-of-anyone", TARGET: "common-iris"},
+    )
     assert (response.status_code, response.json()["__type"]) == (403, "UnrecognizedClientException")
 
 
 # --- authentication failures, in the wire shape botocore reads -------------------------------------
+
 
 def test_unsigned_request(url: str, containers) -> None:
     before = calls(containers)
@@ -276,11 +331,22 @@ def test_authentication_comes_before_request_checks(url: str) -> None:
 
 def test_forged_and_unknown_credentials(url: str) -> None:
     key, _ = CREDENTIALS["team-a"]
-    refused(client(url, key=key, secret="forged-secret-forged-secret"), "mce-secure", "common-iris", "InvalidSignatureException",
-            "signature we calculated does not match")
-    refused(client(url, key="AKIANOBODY00000000", secret="whatever-secret-x"), "mce-secure", "common-iris",
-            "UnrecognizedClientException")
-    refused(client(url, "team-a", region="eu-west-1"), "mce-secure", "common-iris", "InvalidSignatureException", "region")
+    refused(
+        client(url, key=key, secret="forged-secret-forged-secret"),
+        "mce-secure",
+        "common-iris",
+        "InvalidSignatureException",
+        "signature we calculated does not match",
+    )
+    refused(
+        client(url, key="AKIANOBODY00000000", secret="whatever-secret-x"),
+        "mce-secure",
+        "common-iris",
+        "UnrecognizedClientException",
+    )
+    refused(
+        client(url, "team-a", region="eu-west-1"), "mce-secure", "common-iris", "InvalidSignatureException", "region"
+    )
 
 
 def test_anonymous_endpoint_on_loopback(url: str) -> None:
@@ -301,6 +367,7 @@ def test_anonymous_endpoint_off_loopback_needs_allow_anonymous(stack: Stack, con
 
 # --- audit log and metrics ---------------------------------------------------------------------
 
+
 def test_every_decision_is_audited_and_counted(url: str, caplog: pytest.LogCaptureFixture) -> None:
     counts = {d: decisions("mce-secure", d) for d in ("allow", "deny", "unauthenticated")}
     caplog.set_level(logging.INFO, logger=AUDIT_LOGGER)
@@ -312,9 +379,15 @@ def test_every_decision_is_audited_and_counted(url: str, caplog: pytest.LogCaptu
     allow, deny, unauthenticated = lines[-3:]
     assert allow.pop("time").endswith("Z")
     assert allow == {
-        "event": "authorize", "principal": "team-b", "auth": "sigv4", "endpoint": "mce-secure", "containers": ["common-iris"],
-        "model": None, "action": "sagemaker:InvokeEndpoint",
-        "resource": "arn:aws:sagemaker:us-east-1:000000000000:endpoint/mce-secure", "decision": "allow",
+        "event": "authorize",
+        "principal": "team-b",
+        "auth": "sigv4",
+        "endpoint": "mce-secure",
+        "containers": ["common-iris"],
+        "model": None,
+        "action": "sagemaker:InvokeEndpoint",
+        "resource": "arn:aws:sagemaker:us-east-1:000000000000:endpoint/mce-secure",
+        "decision": "allow",
         "statements": {"common-iris": "all-but-special.json#InvokeEveryContainer"},
     }
     assert deny["decision"] == "deny" and deny["denied_container"] == "special-echo"

@@ -41,13 +41,21 @@ class Deltas:
 
 
 def inv(endpoint: str, container: str, model: str = "") -> tuple[str, dict[str, str]]:
-    return "serving_invocations_total", {"endpoint": endpoint, "container": container, "model": model,
-                                         "protocol": "sagemaker-runtime"}
+    return "serving_invocations_total", {
+        "endpoint": endpoint,
+        "container": container,
+        "model": model,
+        "protocol": "sagemaker-runtime",
+    }
 
 
 def err(kind: str, endpoint: str, container: str, model: str = "") -> tuple[str, dict[str, str]]:
-    return f"serving_invocation_{kind}_errors_total", {"endpoint": endpoint, "container": container, "model": model,
-                                                       "protocol": "sagemaker-runtime"}
+    return f"serving_invocation_{kind}_errors_total", {
+        "endpoint": endpoint,
+        "container": container,
+        "model": model,
+        "protocol": "sagemaker-runtime",
+    }
 
 
 def hops(endpoint: str, container: str) -> tuple[str, dict[str, str]]:
@@ -69,11 +77,18 @@ def invoke(router: httpx.Client, endpoint: str, target: str | None = None) -> ht
 
 
 def test_direct_invocations_and_latencies_are_counted_exactly(router: httpx.Client) -> None:
-    deltas = Deltas(inv("direct", "iris"), inv("direct", "labels"), hops("direct", "iris"),
-                    ("serving_overhead_latency_seconds_count", {"endpoint": "direct", "container": "iris"}),
-                    err("4xx", "direct", "iris"), err("5xx", "direct", "iris"))
-    sums = Deltas(("serving_container_latency_seconds_sum", {"endpoint": "direct", "container": "iris"}),
-                  ("serving_overhead_latency_seconds_sum", {"endpoint": "direct", "container": "iris"}))
+    deltas = Deltas(
+        inv("direct", "iris"),
+        inv("direct", "labels"),
+        hops("direct", "iris"),
+        ("serving_overhead_latency_seconds_count", {"endpoint": "direct", "container": "iris"}),
+        err("4xx", "direct", "iris"),
+        err("5xx", "direct", "iris"),
+    )
+    sums = Deltas(
+        ("serving_container_latency_seconds_sum", {"endpoint": "direct", "container": "iris"}),
+        ("serving_overhead_latency_seconds_sum", {"endpoint": "direct", "container": "iris"}),
+    )
     for _ in range(3):
         assert invoke(router, "direct", "iris").status_code == 200
     assert deltas.now() == [3, 0, 3, 3, 0, 0]
@@ -82,11 +97,18 @@ def test_direct_invocations_and_latencies_are_counted_exactly(router: httpx.Clie
 
 
 def test_serial_counts_every_container_and_the_models_error_on_the_one_at_fault(router: httpx.Client) -> None:
-    deltas = Deltas(inv("pipeline-boom", "scaler"), inv("pipeline-boom", "boom"), inv("pipeline-boom", "labels"),
-                    err("4xx", "pipeline-boom", "scaler"), err("4xx", "pipeline-boom", "boom"),
-                    err("5xx", "pipeline-boom", "boom"),
-                    hops("pipeline-boom", "scaler"), hops("pipeline-boom", "boom"), hops("pipeline-boom", "labels"),
-                    ("serving_overhead_latency_seconds_count", {"endpoint": "pipeline-boom", "container": ""}))
+    deltas = Deltas(
+        inv("pipeline-boom", "scaler"),
+        inv("pipeline-boom", "boom"),
+        inv("pipeline-boom", "labels"),
+        err("4xx", "pipeline-boom", "scaler"),
+        err("4xx", "pipeline-boom", "boom"),
+        err("5xx", "pipeline-boom", "boom"),
+        hops("pipeline-boom", "scaler"),
+        hops("pipeline-boom", "boom"),
+        hops("pipeline-boom", "labels"),
+        ("serving_overhead_latency_seconds_count", {"endpoint": "pipeline-boom", "container": ""}),
+    )
     response = invoke(router, "pipeline-boom")
     assert response.status_code == 424
     # The caller gets ModelError (424); the error counts by the status the model answered (500), as SageMaker's
@@ -112,13 +134,23 @@ def test_unknown_endpoints_add_no_series(router: httpx.Client) -> None:
 def test_a_target_model_is_a_label_only_once_a_container_answered_for_it(status: int, confirmed: bool) -> None:
     # An unknown, refused or timed-out TargetModel must not become a series: callers choose those names.
     name = f"model-{status}-{confirmed}.tar.gz"
-    trace = InvocationTrace(endpoint="mm", chain=("multi",), model=name, multi_model=frozenset({"multi"}),
-                            hops=[("multi", 0.01)], failed_container="multi" if status >= 400 else None,
-                            model_confirmed=confirmed)
+    trace = InvocationTrace(
+        endpoint="mm",
+        chain=("multi",),
+        model=name,
+        multi_model=frozenset({"multi"}),
+        hops=[("multi", 0.01)],
+        failed_container="multi" if status >= 400 else None,
+        model_confirmed=confirmed,
+    )
     labelled = confirmed
-    before = value("serving_invocations_total", endpoint="mm", container="multi", model=name, protocol="sagemaker-runtime")
+    before = value(
+        "serving_invocations_total", endpoint="mm", container="multi", model=name, protocol="sagemaker-runtime"
+    )
     record_invocation(trace, status, 0.02)
-    after = value("serving_invocations_total", endpoint="mm", container="multi", model=name, protocol="sagemaker-runtime")
+    after = value(
+        "serving_invocations_total", endpoint="mm", container="multi", model=name, protocol="sagemaker-runtime"
+    )
     assert after - before == (1 if labelled else 0)
 
 
@@ -126,7 +158,9 @@ def test_overhead_is_the_request_time_less_its_hops() -> None:
     trace = InvocationTrace(endpoint="timing", mode="Serial", chain=("a", "b"), hops=[("a", 0.25), ("b", 0.5)])
     before = value("serving_overhead_latency_seconds_sum", endpoint="timing", container="")
     record_invocation(trace, 200, 1.0)
-    assert value("serving_overhead_latency_seconds_sum", endpoint="timing", container="") - before == pytest.approx(0.25)
+    assert value("serving_overhead_latency_seconds_sum", endpoint="timing", container="") - before == pytest.approx(
+        0.25
+    )
 
 
 def test_replica_counts_are_read_at_scrape_time() -> None:

@@ -49,14 +49,20 @@ def test_empty_runtime_environment_adds_nothing() -> None:
 @pytest.mark.parametrize(
     ("runtime_environment", "field", "reason"),
     [
-        ({"Pip": ["--index-url=https://example.com"]}, "Containers[0].RuntimeEnvironment.Pip", "requirement specifiers only"),
+        (
+            {"Pip": ["--index-url=https://example.com"]},
+            "Containers[0].RuntimeEnvironment.Pip",
+            "requirement specifiers only",
+        ),
         ({"Pip": [""]}, "Containers[0].RuntimeEnvironment.Pip[0]", "at least 1 character"),
         ({"WorkingDir": "missing"}, "Containers[0].RuntimeEnvironment.WorkingDir", "existing directory or .zip"),
         ({"WorkingDir": "notes.txt"}, "Containers[0].RuntimeEnvironment.WorkingDir", "existing directory or .zip"),
         ({"Conda": "env.yaml"}, "Containers[0].RuntimeEnvironment.Conda", "unknown field"),
     ],
 )
-def test_bad_runtime_environment_names_the_field(tmp_path: Path, runtime_environment: dict, field: str, reason: str) -> None:
+def test_bad_runtime_environment_names_the_field(
+    tmp_path: Path, runtime_environment: dict, field: str, reason: str
+) -> None:
     (tmp_path / "notes.txt").write_text("not a zip")
     with pytest.raises(SpecError) as caught:
         container(tmp_path, RuntimeEnvironment=runtime_environment)
@@ -70,6 +76,7 @@ def test_oci_image_reference_is_refused_with_a_pointer() -> None:
 
 
 # --- a model's code/requirements.txt: installed outside the sandbox, so only where the operator allows it --------
+
 
 def requirements_model(tmp_path: Path, text: str) -> Path:
     folder = tmp_path / "model"
@@ -94,8 +101,12 @@ def test_the_plan_of_every_deploy_holds_the_same_rule(tmp_path: Path) -> None:
     from serving.settings import ServerSettings
 
     folder = requirements_model(tmp_path, "surely-not-installed-pkg==1.0\n")
-    spec = parse_spec({"EndpointName": "env", "Containers": [{"ContainerHostname": "c", "Image": "python",
-                                                               "ModelDataUrl": str(folder)}]})
+    spec = parse_spec(
+        {
+            "EndpointName": "env",
+            "Containers": [{"ContainerHostname": "c", "Image": "python", "ModelDataUrl": str(folder)}],
+        }
+    )
     with pytest.raises(SpecError, match="surely-not-installed-pkg"):
         endpoint_record(spec, ServerSettings())
     record = endpoint_record(spec, ServerSettings(allow_model_requirements=True))

@@ -32,8 +32,13 @@ def npy(array: Any) -> bytes:
     return buffer.getvalue()
 
 
-def invoke(runtime: Runtime, body: bytes, content_type: str | None = "application/json", accept: str | None = None,
-           context: InvocationContext | None = None) -> tuple[bytes, str]:
+def invoke(
+    runtime: Runtime,
+    body: bytes,
+    content_type: str | None = "application/json",
+    accept: str | None = None,
+    context: InvocationContext | None = None,
+) -> tuple[bytes, str]:
     return runtime.invoke(body, content_type, accept, context or InvocationContext())
 
 
@@ -43,6 +48,7 @@ def test_unknown_stack_is_refused() -> None:
 
 
 # --- sklearn ---------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     ("body", "content_type"),
@@ -55,7 +61,9 @@ def test_unknown_stack_is_refused() -> None:
     ],
     ids=["json rows", "json instances", "json inputs", "csv", "npy"],
 )
-def test_sklearn_predicts_like_the_estimator(iris_classifier: SavedModel, loaded, body: bytes, content_type: str) -> None:
+def test_sklearn_predicts_like_the_estimator(
+    iris_classifier: SavedModel, loaded, body: bytes, content_type: str
+) -> None:
     runtime = loaded("sklearn", iris_classifier.path)
     out, out_type = invoke(runtime, body, content_type)
     assert out_type == "application/json"
@@ -76,7 +84,9 @@ def test_sklearn_single_row_is_one_sample(iris_classifier: SavedModel, loaded) -
         ("image/png, text/csv", lambda body: np.loadtxt(io.StringIO(body.decode()), delimiter=",", ndmin=1)),
     ],
 )
-def test_sklearn_answers_in_the_accepted_type(iris_classifier: SavedModel, loaded, accept: str, decode: Callable) -> None:
+def test_sklearn_answers_in_the_accepted_type(
+    iris_classifier: SavedModel, loaded, accept: str, decode: Callable
+) -> None:
     out, out_type = invoke(loaded("sklearn", iris_classifier.path), json.dumps(ROWS).encode(), accept=accept)
     assert out_type in accept or accept == "*/*"
     np.testing.assert_array_equal(decode(out), iris_classifier.estimator.predict(np.array(ROWS)))
@@ -87,7 +97,9 @@ def test_default_accept_comes_from_the_sagemaker_variable(iris_scaler: SavedMode
     for accept in (None, "*/*"):
         out, out_type = invoke(runtime, json.dumps(ROWS).encode(), accept=accept)
         assert out_type == "text/csv"
-        np.testing.assert_allclose(np.loadtxt(io.StringIO(out.decode()), delimiter=","), iris_scaler.estimator.transform(ROWS))
+        np.testing.assert_allclose(
+            np.loadtxt(io.StringIO(out.decode()), delimiter=","), iris_scaler.estimator.transform(ROWS)
+        )
     _, out_type = invoke(runtime, json.dumps(ROWS).encode(), accept="application/json")
     assert out_type == "application/json"  # an explicit Accept still wins
 
@@ -148,7 +160,9 @@ def test_skops_prefers_skops_over_pickle(save_skops, iris_classifier: SavedModel
 
 
 def test_skops_with_untrusted_types_needs_them_listed(save_skops, iris: Iris, loaded, tmp_path: Path) -> None:
-    model = make_pipeline(FunctionTransformer(operator.neg), LogisticRegression(max_iter=1000)).fit(iris.data, iris.target)
+    model = make_pipeline(FunctionTransformer(operator.neg), LogisticRegression(max_iter=1000)).fit(
+        iris.data, iris.target
+    )
     save_skops(model, tmp_path)
     with pytest.raises(PermissionError, match="_operator.neg") as caught:
         loaded("sklearn", tmp_path)
@@ -185,8 +199,9 @@ def test_wrong_feature_count_is_a_model_error(iris_classifier: SavedModel, loade
     ],
     ids=["object without instances", "ragged", "object cell", "unsupported type", "bad json", "bad accept"],
 )
-def test_sklearn_bad_input_is_a_validation_error(iris_classifier: SavedModel, loaded, body: bytes, content_type: str,
-                                                 accept: str | None, fragment: str) -> None:
+def test_sklearn_bad_input_is_a_validation_error(
+    iris_classifier: SavedModel, loaded, body: bytes, content_type: str, accept: str | None, fragment: str
+) -> None:
     runtime = loaded("sklearn", iris_classifier.path)
     with pytest.raises(ValidationError) as caught:
         invoke(runtime, body, content_type, accept)
@@ -205,8 +220,11 @@ HANDLERS = [
             assert model is None
             return {"sum": sum(data)}
         """,
-        b"[1, 2, 3]", "application/json", None,
-        b'{"sum":6}', "application/json",
+        b"[1, 2, 3]",
+        "application/json",
+        None,
+        b'{"sum":6}',
+        "application/json",
     ),
     (
         "model_fn and predict_fn",
@@ -218,8 +236,11 @@ HANDLERS = [
         def predict_fn(ids, labels):
             return [labels[int(i)] for i in ids]
         """,
-        b"[2, 0]", "application/json", "text/csv",
-        b"virginica\nsetosa\n", "text/csv",
+        b"[2, 0]",
+        "application/json",
+        "text/csv",
+        b"virginica\nsetosa\n",
+        "text/csv",
     ),
     (
         "model_fn returning a callable",
@@ -227,8 +248,11 @@ HANDLERS = [
         def model_fn(model_dir):
             return lambda data: [x * 10 for x in data]
         """,
-        b"[1, 2]", "application/json", None,
-        b"[10,20]", "application/json",
+        b"[1, 2]",
+        "application/json",
+        None,
+        b"[10,20]",
+        "application/json",
     ),
     (
         "input_fn gets raw bytes of an unknown type",
@@ -239,8 +263,11 @@ HANDLERS = [
         def predict_fn(data, model):
             return data
         """,
-        b"olleh", "application/x-custom; v=2", None,
-        b'{"type":"application/x-custom; v=2","text":"hello"}', "application/json",
+        b"olleh",
+        "application/x-custom; v=2",
+        None,
+        b'{"type":"application/x-custom; v=2","text":"hello"}',
+        "application/json",
     ),
     (
         "output_fn returning a string",
@@ -250,8 +277,11 @@ HANDLERS = [
         def output_fn(prediction, accept):
             return "accept=" + accept + " n=" + str(len(prediction))
         """,
-        b"[1, 2, 3]", "application/json", "text/plain",
-        b"accept=text/plain n=3", "text/plain",
+        b"[1, 2, 3]",
+        "application/json",
+        "text/plain",
+        b"accept=text/plain n=3",
+        "text/plain",
     ),
     (
         "output_fn returning body and type",
@@ -261,8 +291,11 @@ HANDLERS = [
         def output_fn(prediction, accept):
             return bytes(prediction), "application/octet-stream"
         """,
-        b"[104, 105]", "application/json", None,
-        b"hi", "application/octet-stream",
+        b"[104, 105]",
+        "application/json",
+        None,
+        b"hi",
+        "application/octet-stream",
     ),
     (
         "all four hooks",
@@ -276,8 +309,11 @@ HANDLERS = [
         def output_fn(prediction, accept):
             return str(prediction).encode(), "text/plain"
         """,
-        b"23", "text/plain", None,
-        b"123", "text/plain",
+        b"23",
+        "text/plain",
+        None,
+        b"123",
+        "text/plain",
     ),
 ]
 
@@ -287,15 +323,25 @@ HANDLERS = [
     [case[1:] for case in HANDLERS],
     ids=[case[0] for case in HANDLERS],
 )
-def test_python_handler_hooks(handler_dir, loaded, source: str, body: bytes, content_type: str, accept: str | None,
-                              expected_body: bytes, expected_type: str) -> None:
+def test_python_handler_hooks(
+    handler_dir,
+    loaded,
+    source: str,
+    body: bytes,
+    content_type: str,
+    accept: str | None,
+    expected_body: bytes,
+    expected_type: str,
+) -> None:
     runtime = loaded("python", handler_dir(source, {"labels.json": LABELS}))
     assert invoke(runtime, body, content_type, accept) == (expected_body, expected_type)
 
 
 def test_hooks_taking_context_read_and_set_custom_attributes(handler_dir, loaded) -> None:
-    runtime = loaded("python", handler_dir(
-        """
+    runtime = loaded(
+        "python",
+        handler_dir(
+            """
         def input_fn(body, content_type, context):
             return {"rows": len(body.splitlines()), "caller": context.custom_attributes, "id": context.inference_id}
         def predict_fn(data, model):
@@ -304,7 +350,8 @@ def test_hooks_taking_context_read_and_set_custom_attributes(handler_dir, loaded
             context.response_custom_attributes = "rows=%d;%s" % (prediction["rows"], context.custom_attributes)
             return str(prediction)
         """
-    ))
+        ),
+    )
     context = InvocationContext(custom_attributes="trace=abc", inference_id="req-7")
     out, _ = invoke(runtime, b"a\nb\n", "text/plain", None, context)
     assert out == str({"rows": 2, "caller": "trace=abc", "id": "req-7"}).encode()
@@ -358,37 +405,47 @@ def test_unknown_type_without_user_input_fn_is_a_validation_error(handler_dir, l
 
 def test_output_fn_returning_a_dict_is_json_as_the_model_servers_send_it(handler_dir, loaded) -> None:
     # MMS and TorchServe answer a non-bytes, non-str hook result with json.dumps(value, indent=2).
-    runtime = loaded("python", handler_dir(
-        """
+    runtime = loaded(
+        "python",
+        handler_dir(
+            """
         def predict_fn(data, model):
             return data
         def output_fn(prediction, accept):
             return {"echo": prediction}
         """
-    ))
+        ),
+    )
     assert invoke(runtime, b"[1]") == (json.dumps({"echo": [1]}, indent=2).encode(), "application/json")
 
 
 def test_output_fn_returning_something_else_is_refused(handler_dir, loaded) -> None:
-    runtime = loaded("python", handler_dir(
-        """
+    runtime = loaded(
+        "python",
+        handler_dir(
+            """
         def predict_fn(data, model):
             return data
         def output_fn(prediction, accept):
             return object()
         """
-    ))
+        ),
+    )
     with pytest.raises(TypeError, match="output_fn must return bytes"):
         invoke(runtime, b"[1]")
 
 
 def test_user_predict_fn_error_propagates(handler_dir, loaded) -> None:
-    runtime = loaded("python", handler_dir("def predict_fn(data, model):\n    raise ZeroDivisionError('model blew up')\n"))
+    runtime = loaded(
+        "python", handler_dir("def predict_fn(data, model):\n    raise ZeroDivisionError('model blew up')\n")
+    )
     with pytest.raises(ZeroDivisionError, match="model blew up"):
         invoke(runtime, b"[1]")
 
 
-def test_user_hooks_override_sklearn_defaults(save_skops, iris_classifier: SavedModel, handler_dir, loaded, tmp_path: Path) -> None:
+def test_user_hooks_override_sklearn_defaults(
+    save_skops, iris_classifier: SavedModel, handler_dir, loaded, tmp_path: Path
+) -> None:
     folder = handler_dir(
         """
         import json

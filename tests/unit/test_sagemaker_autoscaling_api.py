@@ -37,7 +37,11 @@ def scaling(harness: Harness) -> Any:
 
 def register(scaling: Any, low: int, high: int, resource: str = RESOURCE) -> dict[str, Any]:
     return scaling.register_scalable_target(
-        ServiceNamespace="sagemaker", ResourceId=resource, ScalableDimension=DIMENSION, MinCapacity=low, MaxCapacity=high
+        ServiceNamespace="sagemaker",
+        ResourceId=resource,
+        ScalableDimension=DIMENSION,
+        MinCapacity=low,
+        MaxCapacity=high,
     )
 
 
@@ -142,28 +146,45 @@ def test_register_refuses_what_this_api_did_not_create(harness: Harness, scaling
     refused(lambda: register(scaling, 3, 2), "ValidationException", "MinCapacity (3) must not exceed MaxCapacity (2)")
     refused(
         lambda: scaling.register_scalable_target(
-            ServiceNamespace="ecs", ResourceId="service/cluster/web", ScalableDimension="ecs:service:DesiredCount",
-            MinCapacity=1, MaxCapacity=2,
+            ServiceNamespace="ecs",
+            ResourceId="service/cluster/web",
+            ScalableDimension="ecs:service:DesiredCount",
+            MinCapacity=1,
+            MaxCapacity=2,
         ),
         "ValidationException",
         "ServiceNamespace",
     )
     refused(
-        lambda: scaling.register_scalable_target(ServiceNamespace="sagemaker", ResourceId=RESOURCE,
-                                                 ScalableDimension=DIMENSION),
-        "ValidationException", "MinCapacity and MaxCapacity are required",
+        lambda: scaling.register_scalable_target(
+            ServiceNamespace="sagemaker", ResourceId=RESOURCE, ScalableDimension=DIMENSION
+        ),
+        "ValidationException",
+        "MinCapacity and MaxCapacity are required",
     )
     assert scaling.describe_scalable_targets(ServiceNamespace="sagemaker")["ScalableTargets"] == []
     assert len(applied(harness)) == 2
 
 
 def test_a_policy_needs_a_registered_target(scaling: Any) -> None:
-    refused(lambda: put_policy(scaling, "p", 5.0, PredefinedMetricSpecification=INVOCATIONS),
-            "ObjectNotFoundException", RESOURCE)
-    refused(lambda: scaling.deregister_scalable_target(ServiceNamespace="sagemaker", ResourceId=RESOURCE,
-                                                       ScalableDimension=DIMENSION), "ObjectNotFoundException")
-    refused(lambda: scaling.delete_scaling_policy(PolicyName="p", ServiceNamespace="sagemaker", ResourceId=RESOURCE,
-                                                  ScalableDimension=DIMENSION), "ObjectNotFoundException", "policy name: p")
+    refused(
+        lambda: put_policy(scaling, "p", 5.0, PredefinedMetricSpecification=INVOCATIONS),
+        "ObjectNotFoundException",
+        RESOURCE,
+    )
+    refused(
+        lambda: scaling.deregister_scalable_target(
+            ServiceNamespace="sagemaker", ResourceId=RESOURCE, ScalableDimension=DIMENSION
+        ),
+        "ObjectNotFoundException",
+    )
+    refused(
+        lambda: scaling.delete_scaling_policy(
+            PolicyName="p", ServiceNamespace="sagemaker", ResourceId=RESOURCE, ScalableDimension=DIMENSION
+        ),
+        "ObjectNotFoundException",
+        "policy name: p",
+    )
 
 
 def test_targets_and_policies_become_the_variants_autoscaling(harness: Harness, scaling: Any) -> None:
@@ -174,15 +195,21 @@ def test_targets_and_policies_become_the_variants_autoscaling(harness: Harness, 
     count = len(applied(harness))
     register(scaling, 2, 4)  # the same bounds: nothing to re-apply
     assert len(applied(harness)) == count
-    [target] = scaling.describe_scalable_targets(ServiceNamespace="sagemaker", ResourceIds=[RESOURCE])["ScalableTargets"]
+    [target] = scaling.describe_scalable_targets(ServiceNamespace="sagemaker", ResourceIds=[RESOURCE])[
+        "ScalableTargets"
+    ]
     assert (target["MinCapacity"], target["MaxCapacity"], target["ScalableDimension"]) == (2, 4, DIMENSION)
     assert isinstance(target["CreationTime"], datetime.datetime)
 
     policy_arn = put_policy(scaling, "per-instance", 50.0, PredefinedMetricSpecification=INVOCATIONS)["PolicyARN"]
     assert policy_arn.startswith("arn:aws:autoscaling:us-east-1:000000000000:scalingPolicy:")
     assert policy_arn.endswith(f":resource/sagemaker/{RESOURCE}:policyName/per-instance")
-    put_policy(scaling, "queue", 3.0, CustomizedMetricSpecification={
-        "MetricName": "queue_depth", "Namespace": "serving", "Statistic": "Average"})
+    put_policy(
+        scaling,
+        "queue",
+        3.0,
+        CustomizedMetricSpecification={"MetricName": "queue_depth", "Namespace": "serving", "Statistic": "Average"},
+    )
     block = scaling_of(harness)
     assert (block["MinCapacity"], block["MaxCapacity"]) == (2, 4)
     policies = {
@@ -192,29 +219,46 @@ def test_targets_and_policies_become_the_variants_autoscaling(harness: Harness, 
     }
     assert set(policies) == {"SageMakerVariantInvocationsPerInstance", "queue_depth"}
     assert policies["queue_depth"]["TargetValue"] == 3.0 and policies["queue_depth"]["ScaleInCooldown"] == 60
-    refused(lambda: put_policy(scaling, "again", 9.0, PredefinedMetricSpecification=INVOCATIONS),
-            "ValidationException", "already has a target-tracking policy on SageMakerVariantInvocationsPerInstance")
+    refused(
+        lambda: put_policy(scaling, "again", 9.0, PredefinedMetricSpecification=INVOCATIONS),
+        "ValidationException",
+        "already has a target-tracking policy on SageMakerVariantInvocationsPerInstance",
+    )
     put_policy(scaling, "per-instance", 70.0, PredefinedMetricSpecification=INVOCATIONS)  # replaces its own
     described = scaling.describe_scaling_policies(ServiceNamespace="sagemaker", ResourceId=RESOURCE)["ScalingPolicies"]
-    assert sorted((p["PolicyName"], p["TargetTrackingScalingPolicyConfiguration"]["TargetValue"]) for p in described) == [
-        ("per-instance", 70.0), ("queue", 3.0)]
-    assert scaling.describe_scaling_policies(ServiceNamespace="sagemaker", PolicyNames=["queue"])["ScalingPolicies"][0][
-        "PolicyName"] == "queue"
+    assert sorted(
+        (p["PolicyName"], p["TargetTrackingScalingPolicyConfiguration"]["TargetValue"]) for p in described
+    ) == [("per-instance", 70.0), ("queue", 3.0)]
+    assert (
+        scaling.describe_scaling_policies(ServiceNamespace="sagemaker", PolicyNames=["queue"])["ScalingPolicies"][0][
+            "PolicyName"
+        ]
+        == "queue"
+    )
 
     # UpdateEndpointWeightsAndCapacities stays within the target's bounds.
-    refused(lambda: harness.sm.update_endpoint_weights_and_capacities(
-        EndpointName="e1", DesiredWeightsAndCapacities=[{"VariantName": "A", "DesiredInstanceCount": 5}]),
-        "ValidationException", "outside the scalable target's bounds [2, 4]")
+    refused(
+        lambda: harness.sm.update_endpoint_weights_and_capacities(
+            EndpointName="e1", DesiredWeightsAndCapacities=[{"VariantName": "A", "DesiredInstanceCount": 5}]
+        ),
+        "ValidationException",
+        "outside the scalable target's bounds [2, 4]",
+    )
     # A variant with a scalable target cannot be dropped by an update.
     harness.config("only-b", ("B", "m1"))
-    refused(lambda: harness.sm.update_endpoint(EndpointName="e1", EndpointConfigName="only-b"),
-            "ValidationException", "deregister it first")
+    refused(
+        lambda: harness.sm.update_endpoint(EndpointName="e1", EndpointConfigName="only-b"),
+        "ValidationException",
+        "deregister it first",
+    )
 
-    scaling.delete_scaling_policy(PolicyName="queue", ServiceNamespace="sagemaker", ResourceId=RESOURCE,
-                                  ScalableDimension=DIMENSION)
-    assert [p["PredefinedMetricSpecification"]["PredefinedMetricType"]
-            for p in scaling_of(harness)["TargetTrackingScalingPolicyConfiguration"]] == [
-        "SageMakerVariantInvocationsPerInstance"]
+    scaling.delete_scaling_policy(
+        PolicyName="queue", ServiceNamespace="sagemaker", ResourceId=RESOURCE, ScalableDimension=DIMENSION
+    )
+    assert [
+        p["PredefinedMetricSpecification"]["PredefinedMetricType"]
+        for p in scaling_of(harness)["TargetTrackingScalingPolicyConfiguration"]
+    ] == ["SageMakerVariantInvocationsPerInstance"]
     scaling.deregister_scalable_target(ServiceNamespace="sagemaker", ResourceId=RESOURCE, ScalableDimension=DIMENSION)
     assert scaling_of(harness) == {"MinCapacity": 1, "MaxCapacity": 1}  # back to the variant's own count
     assert scaling.describe_scaling_policies(ServiceNamespace="sagemaker")["ScalingPolicies"] == []
@@ -239,15 +283,21 @@ def test_scaling_activities_are_the_engines_records(harness: Harness, scaling: A
         {"Time": "2026-03-01T10:30:00Z", "From": 3, "To": 2, "Reason": "InvocationsPerInstance 1 < 5"},
     ]
     harness.deployer.served["e1@B@1"]["ScalingActivities"] = [
-        {"Time": "2026-03-01T09:00:00Z", "From": 1, "To": 2, "Reason": "manual"}]
+        {"Time": "2026-03-01T09:00:00Z", "From": 1, "To": 2, "Reason": "manual"}
+    ]
     activities = scaling.describe_scaling_activities(ServiceNamespace="sagemaker", ResourceId=RESOURCE)[
-        "ScalingActivities"]
+        "ScalingActivities"
+    ]
     assert [a["Description"] for a in activities] == [
-        "Setting desired instance count to 2.", "Setting desired instance count to 3."]  # newest first, once each
+        "Setting desired instance count to 2.",
+        "Setting desired instance count to 3.",
+    ]  # newest first, once each
     latest, earlier = activities
     assert latest["Cause"].startswith("scale in") and earlier["Cause"] == "scale out: InvocationsPerInstance 12 > 5"
     assert earlier["StartTime"] == datetime.datetime(2026, 3, 1, 10, 0, tzinfo=datetime.UTC)
-    assert {a["StatusCode"] for a in activities} == {"Successful"} and {a["ResourceId"] for a in activities} == {RESOURCE}
+    assert {a["StatusCode"] for a in activities} == {"Successful"} and {a["ResourceId"] for a in activities} == {
+        RESOURCE
+    }
     assert len({a["ActivityId"] for a in activities}) == 2
     every = scaling.describe_scaling_activities(ServiceNamespace="sagemaker")["ScalingActivities"]
     assert [a["ResourceId"] for a in every] == [RESOURCE, RESOURCE, "endpoint/e1/variant/B"]

@@ -119,8 +119,9 @@ def test_list_pages_with_max_results_and_next_token_and_refuses_a_forged_token(h
         harness.model(name)
     seen, token, pages = [], None, 0
     while True:
-        answer = harness.sm.list_models(MaxResults=5, SortBy="Name", SortOrder="Ascending", **(
-            {"NextToken": token} if token else {}))
+        answer = harness.sm.list_models(
+            MaxResults=5, SortBy="Name", SortOrder="Ascending", **({"NextToken": token} if token else {})
+        )
         seen += [m["ModelName"] for m in answer["Models"]]
         pages += 1
         token = answer.get("NextToken")
@@ -148,40 +149,106 @@ def test_list_sorts_and_filters(harness: Harness) -> None:
         harness.model(name)
     listed = harness.sm.list_models
     assert [m["ModelName"] for m in listed()["Models"]] == ["delta", "gamma-IRIS", "Alpha-iris", "beta"]
-    assert [m["ModelName"] for m in listed(SortOrder="Ascending")["Models"]] == ["beta", "Alpha-iris", "gamma-IRIS", "delta"]
-    assert [m["ModelName"] for m in listed(SortBy="Name", SortOrder="Ascending")["Models"]] == [
-        "Alpha-iris", "beta", "delta", "gamma-IRIS"
+    assert [m["ModelName"] for m in listed(SortOrder="Ascending")["Models"]] == [
+        "beta",
+        "Alpha-iris",
+        "gamma-IRIS",
+        "delta",
     ]
-    assert [m["ModelName"] for m in listed(NameContains="iris", SortBy="Name")["Models"]] == ["gamma-IRIS", "Alpha-iris"]
+    assert [m["ModelName"] for m in listed(SortBy="Name", SortOrder="Ascending")["Models"]] == [
+        "Alpha-iris",
+        "beta",
+        "delta",
+        "gamma-IRIS",
+    ]
+    assert [m["ModelName"] for m in listed(NameContains="iris", SortBy="Name")["Models"]] == [
+        "gamma-IRIS",
+        "Alpha-iris",
+    ]
     refused(lambda: listed(SortBy="Size"), "ValidationException", "SortBy")
 
 
 # --- what the shapes refuse ------------------------------------------------------------------------------
 VARIANT = {"VariantName": "A", "ModelName": "m1", "InstanceType": "ml.m5.large"}
 CONTAINER = {"Image": "sklearn"}
-BLUE_GREEN = {"BlueGreenUpdatePolicy": {"TrafficRoutingConfiguration": {"Type": "ALL_AT_ONCE", "WaitIntervalInSeconds": 0}}}
+BLUE_GREEN = {
+    "BlueGreenUpdatePolicy": {"TrafficRoutingConfiguration": {"Type": "ALL_AT_ONCE", "WaitIntervalInSeconds": 0}}
+}
 UNSUPPORTED = [
-    ("create_model", {"ModelName": "m", "PrimaryContainer": CONTAINER,
-                      "VpcConfig": {"SecurityGroupIds": ["sg-1"], "Subnets": ["subnet-1"]}}, "VpcConfig"),
-    ("create_model", {"ModelName": "m", "PrimaryContainer": {**CONTAINER, "ImageConfig": {"RepositoryAccessMode": "Platform"}}},
-     "PrimaryContainer.ImageConfig"),
-    ("create_model", {"ModelName": "m", "PrimaryContainer": {**CONTAINER, "ModelDataSource": {"S3DataSource": {
-        "S3Uri": "s3://bucket/model/", "S3DataType": "S3Prefix", "CompressionType": "None"}}}},
-     "PrimaryContainer.ModelDataSource"),
-    ("create_endpoint_config", {"EndpointConfigName": "c", "ProductionVariants": [VARIANT],
-                                "KmsKeyId": "arn:aws:kms:us-east-1:000000000000:key/abc"}, "KmsKeyId"),
-    ("create_endpoint_config", {"EndpointConfigName": "c", "ProductionVariants": [VARIANT],
-                                "AsyncInferenceConfig": {"OutputConfig": {"S3OutputPath": "s3://bucket/out"}}},
-     "AsyncInferenceConfig"),
-    ("create_endpoint_config", {"EndpointConfigName": "c", "ProductionVariants": [
-        {**VARIANT, "ServerlessConfig": {"MemorySizeInMB": 2048, "MaxConcurrency": 5}}]},
-     "ProductionVariants[0].ServerlessConfig"),
-    ("create_endpoint_config", {"EndpointConfigName": "c", "ProductionVariants": [{**VARIANT, "VolumeSizeInGB": 30}]},
-     "ProductionVariants[0].VolumeSizeInGB"),
-    ("update_endpoint", {"EndpointName": "e", "EndpointConfigName": "c", "DeploymentConfig": {**BLUE_GREEN,
-     "BlueGreenUpdatePolicy": {**BLUE_GREEN["BlueGreenUpdatePolicy"], "MaximumExecutionTimeoutInSeconds": 600}},
-     "ExcludeRetainedVariantProperties": [{"VariantPropertyType": "DesiredWeight"}]},
-     "ExcludeRetainedVariantProperties"),
+    (
+        "create_model",
+        {
+            "ModelName": "m",
+            "PrimaryContainer": CONTAINER,
+            "VpcConfig": {"SecurityGroupIds": ["sg-1"], "Subnets": ["subnet-1"]},
+        },
+        "VpcConfig",
+    ),
+    (
+        "create_model",
+        {"ModelName": "m", "PrimaryContainer": {**CONTAINER, "ImageConfig": {"RepositoryAccessMode": "Platform"}}},
+        "PrimaryContainer.ImageConfig",
+    ),
+    (
+        "create_model",
+        {
+            "ModelName": "m",
+            "PrimaryContainer": {
+                **CONTAINER,
+                "ModelDataSource": {
+                    "S3DataSource": {"S3Uri": "s3://bucket/model/", "S3DataType": "S3Prefix", "CompressionType": "None"}
+                },
+            },
+        },
+        "PrimaryContainer.ModelDataSource",
+    ),
+    (
+        "create_endpoint_config",
+        {
+            "EndpointConfigName": "c",
+            "ProductionVariants": [VARIANT],
+            "KmsKeyId": "arn:aws:kms:us-east-1:000000000000:key/abc",
+        },
+        "KmsKeyId",
+    ),
+    (
+        "create_endpoint_config",
+        {
+            "EndpointConfigName": "c",
+            "ProductionVariants": [VARIANT],
+            "AsyncInferenceConfig": {"OutputConfig": {"S3OutputPath": "s3://bucket/out"}},
+        },
+        "AsyncInferenceConfig",
+    ),
+    (
+        "create_endpoint_config",
+        {
+            "EndpointConfigName": "c",
+            "ProductionVariants": [{**VARIANT, "ServerlessConfig": {"MemorySizeInMB": 2048, "MaxConcurrency": 5}}],
+        },
+        "ProductionVariants[0].ServerlessConfig",
+    ),
+    (
+        "create_endpoint_config",
+        {"EndpointConfigName": "c", "ProductionVariants": [{**VARIANT, "VolumeSizeInGB": 30}]},
+        "ProductionVariants[0].VolumeSizeInGB",
+    ),
+    (
+        "update_endpoint",
+        {
+            "EndpointName": "e",
+            "EndpointConfigName": "c",
+            "DeploymentConfig": {
+                **BLUE_GREEN,
+                "BlueGreenUpdatePolicy": {
+                    **BLUE_GREEN["BlueGreenUpdatePolicy"],
+                    "MaximumExecutionTimeoutInSeconds": 600,
+                },
+            },
+            "ExcludeRetainedVariantProperties": [{"VariantPropertyType": "DesiredWeight"}],
+        },
+        "ExcludeRetainedVariantProperties",
+    ),
 ]
 
 
@@ -191,38 +258,61 @@ def test_every_unsupported_field_is_refused_by_name(harness: Harness, operation:
         harness.model("m1")
     message = refused(lambda: getattr(harness.sm, operation)(**params), "ValidationException", f"{field}: ")
     assert "not supported by this runtime" in message or "Input should be False" in message
-    assert [m["ModelName"] for m in harness.api.state.all("model")] == (["m1"] if operation == "create_endpoint_config" else [])
+    assert [m["ModelName"] for m in harness.api.state.all("model")] == (
+        ["m1"] if operation == "create_endpoint_config" else []
+    )
     assert harness.api.state.all("endpoint-config") == [] and harness.deployer.applied == []
 
 
-CAPTURE = {"InitialSamplingPercentage": 10, "DestinationS3Uri": "s3://bucket/capture",
-           "CaptureOptions": [{"CaptureMode": "Input"}]}
+CAPTURE = {
+    "InitialSamplingPercentage": 10,
+    "DestinationS3Uri": "s3://bucket/capture",
+    "CaptureOptions": [{"CaptureMode": "Input"}],
+}
 
 
 def test_data_capture_reaches_every_variant_spec_and_describe_endpoint(harness: Harness) -> None:
     harness.model("m1")
     harness.sm.create_endpoint_config(EndpointConfigName="c", ProductionVariants=[VARIANT], DataCaptureConfig=CAPTURE)
-    assert harness.sm.describe_endpoint_config(EndpointConfigName="c")["DataCaptureConfig"]["DestinationS3Uri"] == \
-        "s3://bucket/capture"
+    assert (
+        harness.sm.describe_endpoint_config(EndpointConfigName="c")["DataCaptureConfig"]["DestinationS3Uri"]
+        == "s3://bucket/capture"
+    )
     harness.sm.create_endpoint(EndpointName="e", EndpointConfigName="c")
     (spec,) = harness.deployer.applied
     assert spec.DataCaptureConfig is not None and spec.DataCaptureConfig.InitialSamplingPercentage == 10
     summary = harness.sm.describe_endpoint(EndpointName="e")["DataCaptureConfig"]
-    assert summary == {"EnableCapture": True, "CaptureStatus": "Started", "CurrentSamplingPercentage": 10,
-                       "DestinationS3Uri": "s3://bucket/capture"}
+    assert summary == {
+        "EnableCapture": True,
+        "CaptureStatus": "Started",
+        "CurrentSamplingPercentage": 10,
+        "DestinationS3Uri": "s3://bucket/capture",
+    }
 
 
-@pytest.mark.parametrize(("capture", "field"), [
-    ({**CAPTURE, "DestinationS3Uri": "/var/lib/anything"}, "DataCaptureConfig.DestinationS3Uri"),
-    ({**CAPTURE, "DestinationS3Uri": "file:///etc"}, "DataCaptureConfig.DestinationS3Uri"),
-    ({**CAPTURE, "InitialSamplingPercentage": 101}, "DataCaptureConfig.InitialSamplingPercentage"),
-    ({**CAPTURE, "CaptureOptions": [{"CaptureMode": "Everything"}]}, "DataCaptureConfig.CaptureOptions[0].CaptureMode"),
-])
+@pytest.mark.parametrize(
+    ("capture", "field"),
+    [
+        ({**CAPTURE, "DestinationS3Uri": "/var/lib/anything"}, "DataCaptureConfig.DestinationS3Uri"),
+        ({**CAPTURE, "DestinationS3Uri": "file:///etc"}, "DataCaptureConfig.DestinationS3Uri"),
+        ({**CAPTURE, "InitialSamplingPercentage": 101}, "DataCaptureConfig.InitialSamplingPercentage"),
+        (
+            {**CAPTURE, "CaptureOptions": [{"CaptureMode": "Everything"}]},
+            "DataCaptureConfig.CaptureOptions[0].CaptureMode",
+        ),
+    ],
+)
 def test_an_api_caller_may_capture_to_s3_only_and_bad_settings_are_refused_by_name(
-        harness: Harness, capture: dict, field: str) -> None:
+    harness: Harness, capture: dict, field: str
+) -> None:
     harness.model("m1")
-    refused(lambda: harness.sm.create_endpoint_config(EndpointConfigName="c", ProductionVariants=[VARIANT],
-                                                      DataCaptureConfig=capture), "ValidationException", field)
+    refused(
+        lambda: harness.sm.create_endpoint_config(
+            EndpointConfigName="c", ProductionVariants=[VARIANT], DataCaptureConfig=capture
+        ),
+        "ValidationException",
+        field,
+    )
     assert harness.api.state.all("endpoint-config") == []
 
 
@@ -234,10 +324,14 @@ def raw(url: str, target: str, body: bytes | dict, **headers: str) -> httpx.Resp
 
 
 def test_fields_botocore_would_not_send_are_refused_too(harness: Harness) -> None:
-    answer = raw(harness.url, "SageMaker.CreateModel", {"ModelName": "m", "PrimaryContainer": CONTAINER, "Colour": "red"})
+    answer = raw(
+        harness.url, "SageMaker.CreateModel", {"ModelName": "m", "PrimaryContainer": CONTAINER, "Colour": "red"}
+    )
     assert answer.status_code == 400
     assert answer.json()["__type"] == "ValidationException" and "Colour: not supported" in answer.json()["message"]
-    answer = raw(harness.url, "SageMaker.CreateModel", {"ModelName": "m", "PrimaryContainer": CONTAINER, "Containers": []})
+    answer = raw(
+        harness.url, "SageMaker.CreateModel", {"ModelName": "m", "PrimaryContainer": CONTAINER, "Containers": []}
+    )
     assert "exactly one of PrimaryContainer and Containers" in answer.json()["message"]
     answer = raw(harness.url, "SageMaker.CreateModel", b"{not json")
     assert (answer.status_code, answer.json()["__type"]) == (400, "ValidationException")
@@ -276,16 +370,20 @@ def test_an_image_maps_to_the_stack_serving_its_artifacts(harness: Harness, imag
     assert pending["ProductionVariants"][0]["DeployedImages"] == [{"SpecifiedImage": image, "ResolvedImage": stack}]
 
 
-@pytest.mark.parametrize("image", [
-    "nginx:latest",
-    "123456789012.dkr.ecr.us-east-1.amazonaws.com/my-own-inference:1",
-    "683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-scikit-learn:1.2-1-cpu-py3; rm -rf /",
-])
+@pytest.mark.parametrize(
+    "image",
+    [
+        "nginx:latest",
+        "123456789012.dkr.ecr.us-east-1.amazonaws.com/my-own-inference:1",
+        "683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-scikit-learn:1.2-1-cpu-py3; rm -rf /",
+    ],
+)
 def test_an_unknown_image_is_refused_naming_the_field(harness: Harness, image: str) -> None:
     refused(lambda: harness.model("m1", image=image), "ValidationException", "PrimaryContainer.Image", "not served")
     refused(
         lambda: harness.sm.create_model(ModelName="m2", Containers=[{"Image": "sklearn"}, {"Image": image}]),
-        "ValidationException", "Containers[1].Image",
+        "ValidationException",
+        "Containers[1].Image",
     )
     assert harness.sm.list_models()["Models"] == []
 
@@ -294,11 +392,18 @@ def test_network_isolation_is_the_default_and_egress_the_operators_to_allow(harn
     # SageMaker's default is false (network on); here a container has no network unless the operator names
     # egress ports and the model asks for them.
     def model(api: Harness, name: str, isolated: bool) -> None:
-        api.sm.create_model(ModelName=name, EnableNetworkIsolation=isolated,
-                            PrimaryContainer={"Image": "sklearn", "ModelDataUrl": str(api.models / "iris")})
+        api.sm.create_model(
+            ModelName=name,
+            EnableNetworkIsolation=isolated,
+            PrimaryContainer={"Image": "sklearn", "ModelDataUrl": str(api.models / "iris")},
+        )
 
-    refused(lambda: model(harness, "open", False), "ValidationException",
-            "EnableNetworkIsolation: false asks for outbound network", "--container-egress-ports")
+    refused(
+        lambda: model(harness, "open", False),
+        "ValidationException",
+        "EnableNetworkIsolation: false asks for outbound network",
+        "--container-egress-ports",
+    )
     model(harness, "isolated", True)
     harness.config("c1", ("A", "isolated"))
     harness.sm.create_endpoint(EndpointName="e1", EndpointConfigName="c1")
@@ -317,13 +422,21 @@ def test_model_data_must_lie_inside_the_model_roots(harness: Harness, tmp_path: 
     outside = tmp_path / "secrets"
     outside.mkdir()
     for url in (str(outside), "../secrets", "iris/../../secrets", f"file://{outside}", "/etc"):
-        refused(lambda: harness.model("m1", ModelDataUrl=url), "ValidationException",
-                "PrimaryContainer.ModelDataUrl", "outside the model roots")
+        refused(
+            lambda: harness.model("m1", ModelDataUrl=url),
+            "ValidationException",
+            "PrimaryContainer.ModelDataUrl",
+            "outside the model roots",
+        )
     harness.model("relative", ModelDataUrl="iris")
     # A MultiModel prefix is read by the container's supervisor (its process has no network), with the server's
     # credentials unless the container brings its own: held to the s3:// roots as a SingleModel's archive is.
-    refused(lambda: harness.model("s3", ModelDataUrl="s3://bucket/models/", Mode="MultiModel"), "ValidationException",
-            "PrimaryContainer.ModelDataUrl", "lies under none of its s3:// model roots")
+    refused(
+        lambda: harness.model("s3", ModelDataUrl="s3://bucket/models/", Mode="MultiModel"),
+        "ValidationException",
+        "PrimaryContainer.ModelDataUrl",
+        "lies under none of its s3:// model roots",
+    )
     own_keys = {"AWS_ACCESS_KEY_ID": "AKIAOWN", "AWS_SECRET_ACCESS_KEY": "own-secret"}
     harness.model("s3", ModelDataUrl="s3://bucket/models/", Mode="MultiModel", Environment=own_keys)
     harness.config("c1", ("A", "relative"), ("B", "s3"))
@@ -341,22 +454,33 @@ def test_a_multi_model_primary_container_is_served_direct(harness: Harness) -> N
     assert spec["InferenceExecutionConfig"] == {"Mode": "Direct"}
     assert spec["Containers"][0]["Mode"] == "MultiModel"
     assert spec["Containers"][0]["MultiModelConfig"] == {"ModelCacheSetting": "Disabled"}
-    refused(lambda: harness.sm.create_model(
-        ModelName="chain", Containers=[{"Image": "sklearn", "Mode": "MultiModel", "ModelDataUrl": "iris"},
-                                       {"Image": "python"}]), "ValidationException", "Serial endpoint")
+    refused(
+        lambda: harness.sm.create_model(
+            ModelName="chain",
+            Containers=[{"Image": "sklearn", "Mode": "MultiModel", "ModelDataUrl": "iris"}, {"Image": "python"}],
+        ),
+        "ValidationException",
+        "Serial endpoint",
+    )
 
 
 def test_each_variant_becomes_a_spec_of_its_own(harness: Harness) -> None:
     harness.sm.create_model(
         ModelName="pair",
-        Containers=[{"ContainerHostname": "first", "Image": "sklearn"}, {"ContainerHostname": "second", "Image": "python"}],
+        Containers=[
+            {"ContainerHostname": "first", "Image": "sklearn"},
+            {"ContainerHostname": "second", "Image": "python"},
+        ],
         InferenceExecutionConfig={"Mode": "Direct"},
     )
     harness.model("single")
-    harness.sm.create_endpoint_config(EndpointConfigName="c1", ProductionVariants=[
-        {"VariantName": "Pair", "ModelName": "pair", "InstanceType": "ml.m5.xlarge", "InitialInstanceCount": 2},
-        {"VariantName": "One", "ModelName": "single", "InstanceType": "ml.t2.medium", "InitialVariantWeight": 3},
-    ])
+    harness.sm.create_endpoint_config(
+        EndpointConfigName="c1",
+        ProductionVariants=[
+            {"VariantName": "Pair", "ModelName": "pair", "InstanceType": "ml.m5.xlarge", "InitialInstanceCount": 2},
+            {"VariantName": "One", "ModelName": "single", "InstanceType": "ml.t2.medium", "InitialVariantWeight": 3},
+        ],
+    )
     harness.deployer.cpus = 16.0
     harness.sm.create_endpoint(EndpointName="e1", EndpointConfigName="c1")
     pair, one = harness.deployer.spec("e1@Pair@1"), harness.deployer.spec("e1@One@1")
@@ -365,25 +489,40 @@ def test_each_variant_becomes_a_spec_of_its_own(harness: Harness) -> None:
     assert [c["Resources"]["Cpus"] for c in pair["Containers"]] == [2.0, 2.0]  # ml.m5.xlarge's 4 CPUs, shared
     assert pair["AutoScaling"] == {"MinCapacity": 2, "MaxCapacity": 2}
     assert one["Containers"][0]["ContainerHostname"] == "primary"
-    assert one["Containers"][0]["Resources"]["Cpus"] == 2.0 and one["AutoScaling"] == {"MinCapacity": 1, "MaxCapacity": 1}
+    assert one["Containers"][0]["Resources"]["Cpus"] == 2.0 and one["AutoScaling"] == {
+        "MinCapacity": 1,
+        "MaxCapacity": 1,
+    }
     assert "AccessControl" not in one  # no API identities: the endpoint is as anonymous as the API
-    refused(lambda: harness.sm.create_model(
-        ModelName="ambiguous", Containers=[{"Image": "sklearn"}, {"Image": "python"}],
-        InferenceExecutionConfig={"Mode": "Direct"}), "ValidationException", "Containers[0].ContainerHostname")
+    refused(
+        lambda: harness.sm.create_model(
+            ModelName="ambiguous",
+            Containers=[{"Image": "sklearn"}, {"Image": "python"}],
+            InferenceExecutionConfig={"Mode": "Direct"},
+        ),
+        "ValidationException",
+        "Containers[0].ContainerHostname",
+    )
 
 
 # --- endpoints: create, update (blue/green), delete -----------------------------------------------------
 def test_create_goes_in_service_when_its_variants_do_and_publishes_their_weights(harness: Harness) -> None:
     harness.model("m1")
-    harness.sm.create_endpoint_config(EndpointConfigName="c1", ProductionVariants=[
-        {**VARIANT, "VariantName": "A", "InitialVariantWeight": 3.0},
-        {**VARIANT, "VariantName": "B", "InitialVariantWeight": 1.0},
-    ])
+    harness.sm.create_endpoint_config(
+        EndpointConfigName="c1",
+        ProductionVariants=[
+            {**VARIANT, "VariantName": "A", "InitialVariantWeight": 3.0},
+            {**VARIANT, "VariantName": "B", "InitialVariantWeight": 1.0},
+        ],
+    )
     arn = harness.sm.create_endpoint(EndpointName="e1", EndpointConfigName="c1")["EndpointArn"]
     assert arn == "arn:aws:sagemaker:us-east-1:000000000000:endpoint/e1"
     assert [s.EndpointName for s in harness.deployer.applied] == ["e1@A@1", "e1@B@1"]
-    refused(lambda: harness.sm.create_endpoint(EndpointName="e1", EndpointConfigName="c1"),
-            "ValidationException", "Cannot create already existing endpoint")
+    refused(
+        lambda: harness.sm.create_endpoint(EndpointName="e1", EndpointConfigName="c1"),
+        "ValidationException",
+        "Cannot create already existing endpoint",
+    )
     harness.api.tick()
     assert harness.status("e1") == "Creating" and not (harness.deployer.fronts or {}).get("e1")
     harness.deployer.ready("e1@A@1")
@@ -393,8 +532,9 @@ def test_create_goes_in_service_when_its_variants_do_and_publishes_their_weights
     harness.api.tick()
     described = harness.sm.describe_endpoint(EndpointName="e1")
     assert described["EndpointStatus"] == "InService" and "PendingDeploymentSummary" not in described
-    assert [(v["VariantName"], v["CurrentWeight"], v["CurrentInstanceCount"]) for v in described["ProductionVariants"]] == [
-        ("A", 3.0, 1), ("B", 1.0, 1)]
+    assert [
+        (v["VariantName"], v["CurrentWeight"], v["CurrentInstanceCount"]) for v in described["ProductionVariants"]
+    ] == [("A", 3.0, 1), ("B", 1.0, 1)]
     assert harness.deployer.routes("e1") == [("A", "e1@A@1", 3.0), ("B", "e1@B@1", 1.0)]
     listed = harness.sm.list_endpoints(StatusEquals="InService")["Endpoints"]
     assert [(e["EndpointName"], e["EndpointStatus"]) for e in listed] == [("e1", "InService")]
@@ -418,7 +558,9 @@ def test_the_endpoint_in_service_waiter(harness: Harness) -> None:
     ticker.start()
     try:
         started = time.monotonic()
-        harness.sm.get_waiter("endpoint_in_service").wait(EndpointName="e1", WaiterConfig={"Delay": 1, "MaxAttempts": 10})
+        harness.sm.get_waiter("endpoint_in_service").wait(
+            EndpointName="e1", WaiterConfig={"Delay": 1, "MaxAttempts": 10}
+        )
         assert time.monotonic() - started < 8
     finally:
         stop.set()
@@ -437,7 +579,9 @@ def test_a_first_create_that_fails_leaves_the_endpoint_failed(harness: Harness) 
     assert "variant A: model.skops: no such file" in described["FailureReason"]
     assert "e1@A@1" in harness.deployer.deleted and "e1" not in (harness.deployer.fronts or {})
     with pytest.raises(WaiterError, match="terminal failure state"):
-        harness.sm.get_waiter("endpoint_in_service").wait(EndpointName="e1", WaiterConfig={"Delay": 1, "MaxAttempts": 2})
+        harness.sm.get_waiter("endpoint_in_service").wait(
+            EndpointName="e1", WaiterConfig={"Delay": 1, "MaxAttempts": 2}
+        )
 
 
 def test_an_update_moves_traffic_only_when_the_whole_new_set_is_in_service(
@@ -452,8 +596,11 @@ def test_an_update_moves_traffic_only_when_the_whole_new_set_is_in_service(
     assert described["EndpointStatus"] == "Updating" and described["EndpointConfigName"] == "c1"
     assert [v["VariantName"] for v in described["PendingDeploymentSummary"]["ProductionVariants"]] == ["A", "B"]
     assert [s.EndpointName for s in harness.deployer.applied] == ["e1@A@1", "e1@A@2", "e1@B@2"]  # beside the old
-    refused(lambda: harness.sm.update_endpoint(EndpointName="e1", EndpointConfigName="c1"),
-            "ValidationException", "Cannot update in-progress endpoint")
+    refused(
+        lambda: harness.sm.update_endpoint(EndpointName="e1", EndpointConfigName="c1"),
+        "ValidationException",
+        "Cannot update in-progress endpoint",
+    )
     harness.deployer.ready("e1@A@2")
     harness.api.tick()
     assert harness.status("e1") == "Updating" and harness.deployer.routes("e1") == [("A", "e1@A@1", 1.0)]
@@ -499,36 +646,83 @@ def test_delete_endpoint_and_the_endpoint_deleted_waiter(harness: Harness) -> No
 def test_variants_needing_more_than_the_cluster_has_are_refused(harness: Harness) -> None:
     harness.model("m1")
     harness.config("big", ("A", "m1"), instance="ml.m5.4xlarge")
-    refused(lambda: harness.sm.create_endpoint(EndpointName="e1", EndpointConfigName="big"),
-            "ResourceLimitExceeded", "need 16 CPUs", "has 8")
+    refused(
+        lambda: harness.sm.create_endpoint(EndpointName="e1", EndpointConfigName="big"),
+        "ResourceLimitExceeded",
+        "need 16 CPUs",
+        "has 8",
+    )
     assert harness.sm.list_endpoints()["Endpoints"] == []
     harness.config("c1", ("A", "m1"), instance="ml.m5.xlarge", count=2)  # 2 × 4 CPUs: fits, not twice
     harness.sm.create_endpoint(EndpointName="e1", EndpointConfigName="c1")
     harness.deployer.ready("e1@A@1")
     harness.api.tick()
     harness.config("c2", ("B", "m1"))
-    refused(lambda: harness.sm.update_endpoint(EndpointName="e1", EndpointConfigName="c2"),
-            "ResourceLimitExceeded", "still serving")
+    refused(
+        lambda: harness.sm.update_endpoint(EndpointName="e1", EndpointConfigName="c2"),
+        "ResourceLimitExceeded",
+        "still serving",
+    )
     assert [s.EndpointName for s in harness.deployer.applied] == ["e1@A@1"]
 
 
 # --- authentication -------------------------------------------------------------------------------------
 @pytest.fixture
 def identities(tmp_path: Path) -> Path:
-    (tmp_path / "builder.json").write_text(json.dumps({"Version": "2012-10-17", "Statement": [{
-        "Effect": "Allow", "Resource": "*",
-        "Action": ["sagemaker:CreateModel", "sagemaker:DescribeModel", "application-autoscaling:DescribeScalableTargets"],
-    }]}))
-    (tmp_path / "reader.json").write_text(json.dumps({"Version": "2012-10-17", "Statement": [
-        {"Effect": "Allow", "Action": "sagemaker:Describe*", "Resource": "*"},
-        {"Effect": "Deny", "Action": "sagemaker:DescribeModel", "Resource": "arn:aws:sagemaker:*:*:model/secret*"},
-    ]}))
-    (tmp_path / "identities.yaml").write_text(yaml.safe_dump({"Identities": [
-        {"Principal": "builder", "AccessKeyId": KEY, "SecretAccessKey": SECRET, "ApiKey": API_KEY,
-         "PolicyDocuments": ["builder.json"]},
-        {"Principal": "reader", "AccessKeyId": READER_KEY, "SecretAccessKey": READER_SECRET,
-         "PolicyDocuments": ["reader.json"]},
-    ]}))
+    (tmp_path / "builder.json").write_text(
+        json.dumps(
+            {
+                "Version": "2012-10-17",
+                "Statement": [
+                    {
+                        "Effect": "Allow",
+                        "Resource": "*",
+                        "Action": [
+                            "sagemaker:CreateModel",
+                            "sagemaker:DescribeModel",
+                            "application-autoscaling:DescribeScalableTargets",
+                        ],
+                    }
+                ],
+            }
+        )
+    )
+    (tmp_path / "reader.json").write_text(
+        json.dumps(
+            {
+                "Version": "2012-10-17",
+                "Statement": [
+                    {"Effect": "Allow", "Action": "sagemaker:Describe*", "Resource": "*"},
+                    {
+                        "Effect": "Deny",
+                        "Action": "sagemaker:DescribeModel",
+                        "Resource": "arn:aws:sagemaker:*:*:model/secret*",
+                    },
+                ],
+            }
+        )
+    )
+    (tmp_path / "identities.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "Identities": [
+                    {
+                        "Principal": "builder",
+                        "AccessKeyId": KEY,
+                        "SecretAccessKey": SECRET,
+                        "ApiKey": API_KEY,
+                        "PolicyDocuments": ["builder.json"],
+                    },
+                    {
+                        "Principal": "reader",
+                        "AccessKeyId": READER_KEY,
+                        "SecretAccessKey": READER_SECRET,
+                        "PolicyDocuments": ["reader.json"],
+                    },
+                ]
+            }
+        )
+    )
     return tmp_path / "identities.yaml"
 
 
@@ -538,8 +732,13 @@ def test_signed_calls_are_authorized_by_the_identitys_policies(tmp_path: Path, i
         harness.model("m1")
         harness.model("secret-model")
         assert harness.sm.describe_model(ModelName="m1")["ModelName"] == "m1"
-        refused(lambda: harness.sm.delete_model(ModelName="m1"), "AccessDeniedException",
-                "User: builder", "sagemaker:DeleteModel", "arn:aws:sagemaker:us-east-1:000000000000:model/m1")
+        refused(
+            lambda: harness.sm.delete_model(ModelName="m1"),
+            "AccessDeniedException",
+            "User: builder",
+            "sagemaker:DeleteModel",
+            "arn:aws:sagemaker:us-east-1:000000000000:model/m1",
+        )
         refused(harness.sm.list_models, "AccessDeniedException", "sagemaker:ListModels")
         reader = harness.client(key=READER_KEY, secret=READER_SECRET)
         assert reader.describe_model(ModelName="m1")["ModelName"] == "m1"
@@ -548,12 +747,21 @@ def test_signed_calls_are_authorized_by_the_identitys_policies(tmp_path: Path, i
         # Application Auto Scaling's client signs for its own service; the same key verifies there.
         scaling = harness.client("application-autoscaling")
         assert scaling.describe_scalable_targets(ServiceNamespace="sagemaker")["ScalableTargets"] == []
-        refused(lambda: harness.client("application-autoscaling", READER_KEY, READER_SECRET).describe_scalable_targets(
-            ServiceNamespace="sagemaker"), "AccessDeniedException", "application-autoscaling:DescribeScalableTargets")
+        refused(
+            lambda: harness.client("application-autoscaling", READER_KEY, READER_SECRET).describe_scalable_targets(
+                ServiceNamespace="sagemaker"
+            ),
+            "AccessDeniedException",
+            "application-autoscaling:DescribeScalableTargets",
+        )
         # A signed request botocore would not have sent (a field it does not know): authorized, then refused.
         body = json.dumps({"ModelName": "m9", "PrimaryContainer": CONTAINER, "Colour": "red"}).encode()
-        request = AWSRequest("POST", harness.url + "/", data=body, headers={
-            protocol.AMZ_TARGET: "SageMaker.CreateModel", "Content-Type": protocol.AMZ_JSON})
+        request = AWSRequest(
+            "POST",
+            harness.url + "/",
+            data=body,
+            headers={protocol.AMZ_TARGET: "SageMaker.CreateModel", "Content-Type": protocol.AMZ_JSON},
+        )
         SigV4Auth(Credentials(KEY, SECRET), "sagemaker", "us-east-1").add_auth(request)
         answer = httpx.post(request.url, content=body, headers=dict(request.headers.items()))
         assert (answer.status_code, answer.json()["__type"]) == (400, "ValidationException")
@@ -569,21 +777,37 @@ def test_signed_calls_are_authorized_by_the_identitys_policies(tmp_path: Path, i
 def test_unsigned_forged_and_unknown_callers_are_refused(tmp_path: Path, identities: Path) -> None:
     harness = Harness(tmp_path, api_identities=str(identities))
     try:
-        refused(lambda: harness.client(secret="not-the-builders-secret-at-all").describe_model(ModelName="m1"),
-                "InvalidSignatureException")
-        refused(lambda: harness.client("application-autoscaling", secret="not-the-builders-secret-at-all")
-                .describe_scalable_targets(ServiceNamespace="sagemaker"), "InvalidSignatureException")
-        refused(lambda: harness.client(key="AKIANOBODYKNOWSTHIS1").describe_model(ModelName="m1"),
-                "UnrecognizedClientException")
+        refused(
+            lambda: harness.client(secret="not-the-builders-secret-at-all").describe_model(ModelName="m1"),
+            "InvalidSignatureException",
+        )
+        refused(
+            lambda: harness.client(
+                "application-autoscaling", secret="not-the-builders-secret-at-all"
+            ).describe_scalable_targets(ServiceNamespace="sagemaker"),
+            "InvalidSignatureException",
+        )
+        refused(
+            lambda: harness.client(key="AKIANOBODYKNOWSTHIS1").describe_model(ModelName="m1"),
+            "UnrecognizedClientException",
+        )
         answer = raw(harness.url, "SageMaker.CreateModel", {"ModelName": "m", "PrimaryContainer": CONTAINER})
         assert (answer.status_code, answer.json()["__type"]) == (403, "MissingAuthenticationTokenException")
-        answer = raw(harness.url, "SageMaker.CreateModel", {"ModelName": "m", "PrimaryContainer": CONTAINER},
-                     Authorization="Bearer not-the-builders-api-key")
+        answer = raw(
+            harness.url,
+            "SageMaker.CreateModel",
+            {"ModelName": "m", "PrimaryContainer": CONTAINER},
+            Authorization="Bearer not-the-builders-api-key",
+        )
         assert (answer.status_code, answer.json()["__type"]) == (403, "UnrecognizedClientException")
         assert harness.api.state.all("model") == []
         # A caller that cannot sign: the identity's API key, under the same policies.
-        answer = raw(harness.url, "SageMaker.CreateModel", {"ModelName": "m", "PrimaryContainer": CONTAINER},
-                     Authorization=f"Bearer {API_KEY}")
+        answer = raw(
+            harness.url,
+            "SageMaker.CreateModel",
+            {"ModelName": "m", "PrimaryContainer": CONTAINER},
+            Authorization=f"Bearer {API_KEY}",
+        )
         assert answer.status_code == 200 and answer.json()["ModelArn"].endswith(":model/m")
         answer = raw(harness.url, "SageMaker.DeleteModel", {"ModelName": "m"}, Authorization=f"Bearer {API_KEY}")
         assert (answer.status_code, answer.json()["__type"]) == (403, "AccessDeniedException")
@@ -600,8 +824,10 @@ def test_a_server_without_identities_refuses_every_call_unless_told_otherwise(tm
     try:
         refused(harness.sm.list_models, "AccessDeniedException", "no anonymous calls")
         refused(lambda: harness.model("m1"), "AccessDeniedException")
-        refused(lambda: harness.client("application-autoscaling").describe_scalable_targets(ServiceNamespace="sagemaker"),
-                "AccessDeniedException")
+        refused(
+            lambda: harness.client("application-autoscaling").describe_scalable_targets(ServiceNamespace="sagemaker"),
+            "AccessDeniedException",
+        )
         assert harness.api.state.all("model") == []
     finally:
         harness.stop()
@@ -753,23 +979,29 @@ def test_invocations_reach_a_variant_only_through_its_api_endpoint() -> None:
         admit(invocations, "e1", **{protocol.TARGET_VARIANT: "AllTraffic"})
 
 
-
 def test_a_model_whose_requirements_would_install_packages_is_refused(harness: Harness) -> None:
     # Ray would install them outside the container's sandbox, with Ray's credentials (docs/security.md)
     code = harness.models / "needs" / "code"
     code.mkdir(parents=True)
     (code / "requirements.txt").write_text("surely-not-installed-pkg==1.0\n")
-    refused(lambda: harness.model("m1", ModelDataUrl="needs"), "ValidationException",
-            "model m1: Containers[primary].ModelDataUrl", "surely-not-installed-pkg==1.0",
-            "SERVING_ALLOW_MODEL_REQUIREMENTS")
+    refused(
+        lambda: harness.model("m1", ModelDataUrl="needs"),
+        "ValidationException",
+        "model m1: Containers[primary].ModelDataUrl",
+        "surely-not-installed-pkg==1.0",
+        "SERVING_ALLOW_MODEL_REQUIREMENTS",
+    )
     (harness.models / "plain").mkdir()
     harness.model("ok", ModelDataUrl="plain")
     harness.model("m2", ModelDataUrl="iris")  # a model whose folder gains the file after CreateModel ...
     (harness.models / "iris" / "code").mkdir()
     (harness.models / "iris" / "code" / "requirements.txt").write_text("surely-not-installed-pkg==1.0\n")
     harness.config("c1", ("A", "ok"), ("B", "m2"))
-    refused(lambda: harness.sm.create_endpoint(EndpointName="e1", EndpointConfigName="c1"), "ValidationException",
-            "surely-not-installed-pkg==1.0")
+    refused(
+        lambda: harness.sm.create_endpoint(EndpointName="e1", EndpointConfigName="c1"),
+        "ValidationException",
+        "surely-not-installed-pkg==1.0",
+    )
     assert harness.deployer.applied == []  # ... is refused when deployed, before any variant is applied
 
 

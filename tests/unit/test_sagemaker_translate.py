@@ -25,8 +25,16 @@ def roots(tmp_path):
 
 
 def request(roots, environment: dict[str, str]) -> CreateModelInput:
-    return CreateModelInput.model_validate({"ModelName": "m", "PrimaryContainer": {
-        "Image": "python", "ModelDataUrl": str(roots / "root" / "model"), "Environment": environment}})
+    return CreateModelInput.model_validate(
+        {
+            "ModelName": "m",
+            "PrimaryContainer": {
+                "Image": "python",
+                "ModelDataUrl": str(roots / "root" / "model"),
+                "Environment": environment,
+            },
+        }
+    )
 
 
 def test_a_shared_script_folder_must_lie_in_the_model_roots(roots):
@@ -37,8 +45,10 @@ def test_a_shared_script_folder_must_lie_in_the_model_roots(roots):
     with pytest.raises(ApiValidationError):
         check_model(request(roots, {variable: str(roots / "root" / ".." / "outside")}), [str(roots / "root")])
     inside = str(roots / "root" / "model" / "code")
-    assert check_model(request(roots, {variable: inside}), [str(roots / "root")])["containers"][0]["Environment"][
-        variable] == inside
+    assert (
+        check_model(request(roots, {variable: inside}), [str(roots / "root")])["containers"][0]["Environment"][variable]
+        == inside
+    )
 
 
 @pytest.mark.parametrize("variable", ["SERVING_SANDBOX_READ", "SERVING_SANDBOX_WRITE"])
@@ -60,8 +70,9 @@ def test_submit_directory_inside_the_model_folder_needs_no_root(roots):
 
 
 def _s3_request(environment: dict[str, str], url: str = "s3://private/secrets/model.tar.gz") -> CreateModelInput:
-    return CreateModelInput.model_validate({"ModelName": "m", "PrimaryContainer": {
-        "Image": "sklearn", "ModelDataUrl": url, "Environment": environment}})
+    return CreateModelInput.model_validate(
+        {"ModelName": "m", "PrimaryContainer": {"Image": "sklearn", "ModelDataUrl": url, "Environment": environment}}
+    )
 
 
 def test_an_s3_object_read_with_the_servers_credentials_must_be_under_an_s3_root(roots):

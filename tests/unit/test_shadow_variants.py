@@ -29,8 +29,9 @@ def shadowed(harness: Harness, config: str = "c1", weight: float = 0.5) -> None:
     harness.sm.create_endpoint_config(
         EndpointConfigName=config,
         ProductionVariants=[{"VariantName": "Live", "ModelName": "m1", "InstanceType": "ml.m5.large"}],
-        ShadowProductionVariants=[{"VariantName": "Shadow", "ModelName": "m2", "InstanceType": "ml.m5.large",
-                                   "InitialVariantWeight": weight}],
+        ShadowProductionVariants=[
+            {"VariantName": "Shadow", "ModelName": "m2", "InstanceType": "ml.m5.large", "InitialVariantWeight": weight}
+        ],
     )
 
 
@@ -64,8 +65,10 @@ def test_promoting_the_shadow_is_an_update_to_a_config_that_serves_its_model(har
     described = harness.sm.describe_endpoint(EndpointName="e1")
     assert (described["EndpointStatus"], described["EndpointConfigName"]) == ("InService", "promoted")
     assert "ShadowProductionVariants" not in described
-    assert harness.deployer.spec("e1@Live@2")["Containers"][0]["ModelDataUrl"] == harness.deployer.spec(
-        "e1@Shadow@1")["Containers"][0]["ModelDataUrl"]
+    assert (
+        harness.deployer.spec("e1@Live@2")["Containers"][0]["ModelDataUrl"]
+        == harness.deployer.spec("e1@Shadow@1")["Containers"][0]["ModelDataUrl"]
+    )
     assert harness.deployer.fronts is not None and harness.deployer.fronts["e1"].shadows == ()
     harness.clock.advance(11)
     harness.api.tick()
@@ -76,14 +79,30 @@ def test_shadow_configs_sagemaker_would_refuse_are_refused_naming_the_field(harn
     variant = {"VariantName": "Live", "ModelName": "m1", "InstanceType": "ml.m5.large"}
     shadow = {"VariantName": "Shadow", "ModelName": "m2", "InstanceType": "ml.m5.large"}
     create = lambda **fields: harness.sm.create_endpoint_config(EndpointConfigName="c", **fields)  # noqa: E731
-    refused(lambda: create(ProductionVariants=[variant, {**variant, "VariantName": "Other"}],
-                           ShadowProductionVariants=[shadow]), "ValidationException", "give one production variant")
-    refused(lambda: create(ProductionVariants=[variant], ShadowProductionVariants=[shadow, {**shadow, "VariantName": "S2"}]),
-            "ValidationException", "ShadowProductionVariants")
-    refused(lambda: create(ProductionVariants=[variant], ShadowProductionVariants=[{**shadow, "VariantName": "Live"}]),
-            "ValidationException", "VariantName Live is given more than once")
-    refused(lambda: create(ProductionVariants=[variant], ShadowProductionVariants=[{**shadow, "ModelName": "nope"}]),
-            "ValidationException", "nope")
+    refused(
+        lambda: create(
+            ProductionVariants=[variant, {**variant, "VariantName": "Other"}], ShadowProductionVariants=[shadow]
+        ),
+        "ValidationException",
+        "give one production variant",
+    )
+    refused(
+        lambda: create(
+            ProductionVariants=[variant], ShadowProductionVariants=[shadow, {**shadow, "VariantName": "S2"}]
+        ),
+        "ValidationException",
+        "ShadowProductionVariants",
+    )
+    refused(
+        lambda: create(ProductionVariants=[variant], ShadowProductionVariants=[{**shadow, "VariantName": "Live"}]),
+        "ValidationException",
+        "VariantName Live is given more than once",
+    )
+    refused(
+        lambda: create(ProductionVariants=[variant], ShadowProductionVariants=[{**shadow, "ModelName": "nope"}]),
+        "ValidationException",
+        "nope",
+    )
 
 
 def test_a_shadow_samples_its_share_of_invocations() -> None:

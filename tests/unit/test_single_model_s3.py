@@ -31,9 +31,13 @@ def s3_url():
 
 @pytest.fixture
 def s3(s3_url, monkeypatch, tmp_path):
-    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_DEFAULT_REGION": "us-east-1", "SERVING_S3_ENDPOINT_URL": s3_url,
-                       "SERVING_MODEL_CACHE_DIR": str(tmp_path / "cache")}.items():
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "SERVING_S3_ENDPOINT_URL": s3_url,
+        "SERVING_MODEL_CACHE_DIR": str(tmp_path / "cache"),
+    }.items():
         monkeypatch.setenv(key, value)
     client = boto3.client("s3", endpoint_url=s3_url)
     client.create_bucket(Bucket=BUCKET)
@@ -68,9 +72,19 @@ def test_a_missing_object_or_an_unsafe_archive_is_refused_by_name(s3):
 
 
 def test_the_spec_takes_an_s3_object_for_single_model_and_a_prefix_only_for_multi_model():
-    spec = parse_spec({"EndpointName": "e", "Containers": [
-        {"ContainerHostname": "c", "Image": "sklearn", "ModelDataUrl": "s3://bucket/iris/model.tar.gz"}]})
+    spec = parse_spec(
+        {
+            "EndpointName": "e",
+            "Containers": [
+                {"ContainerHostname": "c", "Image": "sklearn", "ModelDataUrl": "s3://bucket/iris/model.tar.gz"}
+            ],
+        }
+    )
     assert spec.Containers[0].ModelDataUrl == "s3://bucket/iris/model.tar.gz"
     with pytest.raises(SpecError, match="one .tar.gz object"):
-        parse_spec({"EndpointName": "e", "Containers": [
-            {"ContainerHostname": "c", "Image": "sklearn", "ModelDataUrl": "s3://bucket/iris/"}]})
+        parse_spec(
+            {
+                "EndpointName": "e",
+                "Containers": [{"ContainerHostname": "c", "Image": "sklearn", "ModelDataUrl": "s3://bucket/iris/"}],
+            }
+        )

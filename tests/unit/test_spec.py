@@ -45,7 +45,10 @@ def write_yaml(folder: Path, document: Any, name: str = "endpoint.yaml") -> Path
 
 # --- accepted specs -------------------------------------------------------------------
 
-def test_yaml_direct_spec_resolves_model_paths_against_its_folder(spec_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+
+def test_yaml_direct_spec_resolves_model_paths_against_its_folder(
+    spec_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir("/")  # relative paths must not depend on the working directory
     path = spec_dir / "endpoint.yaml"
     path.write_text(
@@ -107,7 +110,9 @@ def test_fifteen_containers_and_a_63_character_name_are_accepted() -> None:
     assert spec.EndpointName == name
 
 
-@pytest.mark.parametrize(("environment", "limit"), [({}, DEFAULT_MAX_CONCURRENCY), ({"SERVING_MAX_CONCURRENCY": "8"}, 8)])
+@pytest.mark.parametrize(
+    ("environment", "limit"), [({}, DEFAULT_MAX_CONCURRENCY), ({"SERVING_MAX_CONCURRENCY": "8"}, 8)]
+)
 def test_max_concurrency_comes_from_the_environment(environment: dict[str, str], limit: int) -> None:
     assert parse_spec(endpoint(container(Environment=environment))).Containers[0].max_concurrency == limit
 
@@ -142,7 +147,12 @@ REJECTED = [
     ("empty hostname", endpoint(container("")), "Containers[0].ContainerHostname", "1-63 letters"),
     ("endpoint name with a space", endpoint(EndpointName="mce demo"), "EndpointName", "1-63 letters"),
     ("endpoint name of 64 characters", endpoint(EndpointName="e" * 64), "EndpointName", "63"),
-    ("endpoint name of 82 characters made of hyphens", endpoint(EndpointName="e" + "-" * 80 + "e"), "EndpointName", "63"),
+    (
+        "endpoint name of 82 characters made of hyphens",
+        endpoint(EndpointName="e" + "-" * 80 + "e"),
+        "EndpointName",
+        "63",
+    ),
     ("reserved endpoint name", endpoint(EndpointName="serving-gateway"), "EndpointName", "reserved"),
     ("missing endpoint name", {"Containers": [container()]}, "EndpointName", "required"),
     ("unknown top-level field", endpoint(Bogus=1), "Bogus", "unknown field"),
@@ -155,7 +165,12 @@ REJECTED = [
     ),
     ("unknown Image", endpoint(container(Image="caffe")), "Containers[0].Image", "unknown Image 'caffe'"),
     ("missing Image", endpoint({"ContainerHostname": "english"}), "Containers[0].Image", "required"),
-    ("missing model directory", endpoint(container(ModelDataUrl="models/french/1")), "Containers[0].ModelDataUrl", "does not exist"),
+    (
+        "missing model directory",
+        endpoint(container(ModelDataUrl="models/french/1")),
+        "Containers[0].ModelDataUrl",
+        "does not exist",
+    ),
     (
         "missing file:// model",
         endpoint(container(ModelDataUrl="file://models/french.tar.gz")),
@@ -180,19 +195,46 @@ REJECTED = [
         "Containers[0]",
         "must be a directory or s3:// prefix",
     ),
-    ("MultiModel without a prefix", endpoint(container(Mode="MultiModel", ModelDataUrl=None)), "Containers[0]",
-     "ModelDataUrl is required for a MultiModel container"),
-    ("s3 prefix without a bucket", endpoint(container(Mode="MultiModel", ModelDataUrl="s3:///models")), "Containers[0]",
-     "names no bucket"),
-    ("MultiModelConfig on a SingleModel container", endpoint(container(MultiModelConfig={"ModelCacheSetting": "Disabled"})),
-     "Containers[0]", "MultiModelConfig applies to MultiModel containers only"),
-    ("bad ModelCacheSetting", endpoint(container(Mode="MultiModel", ModelDataUrl="models", MultiModelConfig={"ModelCacheSetting": "Off"})),
-     "Containers[0].MultiModelConfig.ModelCacheSetting", "'Enabled' or 'Disabled'"),
-    ("MultiModel in a Serial endpoint",
-     endpoint(container(Mode="MultiModel", ModelDataUrl="models"), container("german"), InferenceExecutionConfig={"Mode": "Serial"}),
-     "(spec)", "a Serial endpoint serves SingleModel containers only"),
-    ("SERVING_MAX_MODELS not a count", endpoint(container(Environment={"SERVING_MAX_MODELS": "0"})),
-     "Containers[0].Environment", "SERVING_MAX_MODELS must be a whole number"),
+    (
+        "MultiModel without a prefix",
+        endpoint(container(Mode="MultiModel", ModelDataUrl=None)),
+        "Containers[0]",
+        "ModelDataUrl is required for a MultiModel container",
+    ),
+    (
+        "s3 prefix without a bucket",
+        endpoint(container(Mode="MultiModel", ModelDataUrl="s3:///models")),
+        "Containers[0]",
+        "names no bucket",
+    ),
+    (
+        "MultiModelConfig on a SingleModel container",
+        endpoint(container(MultiModelConfig={"ModelCacheSetting": "Disabled"})),
+        "Containers[0]",
+        "MultiModelConfig applies to MultiModel containers only",
+    ),
+    (
+        "bad ModelCacheSetting",
+        endpoint(container(Mode="MultiModel", ModelDataUrl="models", MultiModelConfig={"ModelCacheSetting": "Off"})),
+        "Containers[0].MultiModelConfig.ModelCacheSetting",
+        "'Enabled' or 'Disabled'",
+    ),
+    (
+        "MultiModel in a Serial endpoint",
+        endpoint(
+            container(Mode="MultiModel", ModelDataUrl="models"),
+            container("german"),
+            InferenceExecutionConfig={"Mode": "Serial"},
+        ),
+        "(spec)",
+        "a Serial endpoint serves SingleModel containers only",
+    ),
+    (
+        "SERVING_MAX_MODELS not a count",
+        endpoint(container(Environment={"SERVING_MAX_MODELS": "0"})),
+        "Containers[0].Environment",
+        "SERVING_MAX_MODELS must be a whole number",
+    ),
     (
         "MinCapacity above MaxCapacity",
         endpoint(container(AutoScaling={"MinCapacity": 3, "MaxCapacity": 2})),
@@ -207,21 +249,40 @@ REJECTED = [
     ),
     (
         "two metric specifications",
-        endpoint(container(AutoScaling={"MaxCapacity": 2, "TargetTrackingScalingPolicyConfiguration": {
-            "TargetValue": 5, "PredefinedMetricSpecification": {}, "CustomizedMetricSpecification": {"MetricName": "q"}}})),
+        endpoint(
+            container(
+                AutoScaling={
+                    "MaxCapacity": 2,
+                    "TargetTrackingScalingPolicyConfiguration": {
+                        "TargetValue": 5,
+                        "PredefinedMetricSpecification": {},
+                        "CustomizedMetricSpecification": {"MetricName": "q"},
+                    },
+                }
+            )
+        ),
         "Containers[0].AutoScaling.TargetTrackingScalingPolicyConfiguration",
         "not both",
     ),
     (
         "two policies on one metric",
-        endpoint(container(AutoScaling={"MaxCapacity": 2, "TargetTrackingScalingPolicyConfiguration": [
-            {"TargetValue": 5}, {"TargetValue": 9}]})),
+        endpoint(
+            container(
+                AutoScaling={
+                    "MaxCapacity": 2,
+                    "TargetTrackingScalingPolicyConfiguration": [{"TargetValue": 5}, {"TargetValue": 9}],
+                }
+            )
+        ),
         "Containers[0].AutoScaling",
         "one target-tracking policy per metric",
     ),
     (
         "endpoint and container scaling",
-        endpoint(container(AutoScaling={"MinCapacity": 2, "MaxCapacity": 2}), AutoScaling={"MinCapacity": 1, "MaxCapacity": 1}),
+        endpoint(
+            container(AutoScaling={"MinCapacity": 2, "MaxCapacity": 2}),
+            AutoScaling={"MinCapacity": 1, "MaxCapacity": 1},
+        ),
         "(spec)",
         "use one level",
     ),
@@ -244,7 +305,12 @@ REJECTED = [
         "AccessControl.IdentitiesFile",
         "identities file 'identities.yaml' does not exist",
     ),
-    ("AccessControl with an unknown field", endpoint(AccessControl={"Identities": []}), "AccessControl.Identities", "unknown field"),
+    (
+        "AccessControl with an unknown field",
+        endpoint(AccessControl={"Identities": []}),
+        "AccessControl.Identities",
+        "unknown field",
+    ),
     ("zero Cpus", endpoint(container(Resources={"Cpus": 0})), "Containers[0].Resources.Cpus", "greater than 0"),
     (
         "Environment key with a hyphen",
@@ -252,7 +318,12 @@ REJECTED = [
         "Containers[0].Environment.BAD-KEY",
         "pattern",
     ),
-    ("Environment value not a string", endpoint(container(Environment={"SERVING_X": 5})), "Containers[0].Environment.SERVING_X", "string"),
+    (
+        "Environment value not a string",
+        endpoint(container(Environment={"SERVING_X": 5})),
+        "Containers[0].Environment.SERVING_X",
+        "string",
+    ),
     (
         "zero max concurrency",
         endpoint(container(Environment={"SERVING_MAX_CONCURRENCY": "0"})),
@@ -275,14 +346,20 @@ def _names(path: str, field: str) -> bool:
     return path == field or path.startswith(field + ".")
 
 
-@pytest.mark.parametrize(("document", "field", "reason"), [case[1:] for case in REJECTED], ids=[case[0] for case in REJECTED])
+@pytest.mark.parametrize(
+    ("document", "field", "reason"), [case[1:] for case in REJECTED], ids=[case[0] for case in REJECTED]
+)
 def test_rejected_spec_names_field_and_reason(spec_dir: Path, document: Any, field: str, reason: str) -> None:
     with pytest.raises(SpecError) as caught:
         load_spec(write_yaml(spec_dir, document))
     message = str(caught.value)
     # A cross-field check reports at "(spec)" and names the field in its text.
     line = next(
-        (line for line in message.splitlines() if _names(line.split(": ", 1)[0], field) or line.startswith(f"(spec): {field}")),
+        (
+            line
+            for line in message.splitlines()
+            if _names(line.split(": ", 1)[0], field) or line.startswith(f"(spec): {field}")
+        ),
         None,
     )
     assert line is not None, f"no line for {field} in:\n{message}"
@@ -331,8 +408,14 @@ def test_spec_error_is_a_value_error() -> None:
 
 
 def test_fixed_replica_count_is_accepted():
-    spec = parse_spec({"EndpointName": "e", "Containers": [
-        {"ContainerHostname": "c", "Image": "python", "AutoScaling": {"MinCapacity": 3, "MaxCapacity": 3}}]})
+    spec = parse_spec(
+        {
+            "EndpointName": "e",
+            "Containers": [
+                {"ContainerHostname": "c", "Image": "python", "AutoScaling": {"MinCapacity": 3, "MaxCapacity": 3}}
+            ],
+        }
+    )
     assert spec.Containers[0].replicas == 3
 
 
@@ -345,16 +428,28 @@ ALLOW_ALL = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action"
 def write_identities(folder: Path, policy: dict[str, Any] = ALLOW_ALL, name: str = "identities.yaml") -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "policy.json").write_text(json.dumps(policy))
-    identities = {"Identities": [{"Principal": "team-a", "AccessKeyId": "AKIASPECTEST00001",
-                                  "SecretAccessKey": "spec-test-secret-0001", "PolicyDocuments": ["policy.json"]}]}
+    identities = {
+        "Identities": [
+            {
+                "Principal": "team-a",
+                "AccessKeyId": "AKIASPECTEST00001",
+                "SecretAccessKey": "spec-test-secret-0001",
+                "PolicyDocuments": ["policy.json"],
+            }
+        ]
+    }
     return write_yaml(folder, identities, name)
 
 
 def test_access_control_is_loaded_relative_to_the_spec(spec_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir("/")
     write_identities(spec_dir / "secrets")
-    path = write_yaml(spec_dir, endpoint(container(ModelDataUrl="models/english/1"),
-                                         AccessControl={"IdentitiesFile": "secrets/identities.yaml"}))
+    path = write_yaml(
+        spec_dir,
+        endpoint(
+            container(ModelDataUrl="models/english/1"), AccessControl={"IdentitiesFile": "secrets/identities.yaml"}
+        ),
+    )
     spec = load_spec(path)
     assert spec.AccessControl.IdentitiesFile == str((spec_dir / "secrets" / "identities.yaml").resolve())
     identity = spec.AccessControl.identities.by_access_key_id("AKIASPECTEST00001")
@@ -363,15 +458,27 @@ def test_access_control_is_loaded_relative_to_the_spec(spec_dir: Path, monkeypat
 
 def test_identities_inside_a_model_directory_are_refused(spec_dir: Path) -> None:
     write_identities(spec_dir / "models" / "english" / "1")
-    path = write_yaml(spec_dir, endpoint(container(ModelDataUrl="models/english/1"),
-                                         AccessControl={"IdentitiesFile": "models/english/1/identities.yaml"}))
+    path = write_yaml(
+        spec_dir,
+        endpoint(
+            container(ModelDataUrl="models/english/1"),
+            AccessControl={"IdentitiesFile": "models/english/1/identities.yaml"},
+        ),
+    )
     with pytest.raises(SpecError, match=r"AccessControl.IdentitiesFile lies inside Containers\[0\].ModelDataUrl"):
         load_spec(path)
 
 
 def test_bad_policy_is_reported_with_statement_and_field(spec_dir: Path) -> None:
-    write_identities(spec_dir, {"Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"},
-                                              {"Effect": "Maybe", "Action": "*", "Resource": "*"}]})
+    write_identities(
+        spec_dir,
+        {
+            "Statement": [
+                {"Effect": "Allow", "Action": "*", "Resource": "*"},
+                {"Effect": "Maybe", "Action": "*", "Resource": "*"},
+            ]
+        },
+    )
     path = write_yaml(spec_dir, endpoint(AccessControl={"IdentitiesFile": "identities.yaml"}))
     with pytest.raises(SpecError) as raised:
         load_spec(path)
@@ -392,8 +499,12 @@ def test_identities_file_argument_replaces_the_spec(spec_dir: Path, tmp_path_fac
 
 def test_the_secure_example_validates(demo_models: Path, tmp_path: Path) -> None:
     # The example as shipped, laid out as in the repository, with freshly trained demo models.
-    for name in ("examples/secure.yaml", "examples/identities.yaml", "policies/customips-and-common.json",
-                 "policies/all-but-special.json"):
+    for name in (
+        "examples/secure.yaml",
+        "examples/identities.yaml",
+        "policies/customips-and-common.json",
+        "policies/all-but-special.json",
+    ):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text((ROOT / name).read_text())
     (tmp_path / "examples" / "models").symlink_to(demo_models)
@@ -403,11 +514,18 @@ def test_the_secure_example_validates(demo_models: Path, tmp_path: Path) -> None
 
 
 def test_multi_model_containers_are_accepted(spec_dir: Path) -> None:
-    spec = parse_spec(endpoint(
-        container("local", Mode="MultiModel", ModelDataUrl="models", Environment={"SERVING_MAX_MODELS": "5"}),
-        container("cloud", Mode="MultiModel", ModelDataUrl="s3://models-bucket/team-a/",
-                  MultiModelConfig={"ModelCacheSetting": "Disabled"}),
-    ), base_dir=spec_dir)
+    spec = parse_spec(
+        endpoint(
+            container("local", Mode="MultiModel", ModelDataUrl="models", Environment={"SERVING_MAX_MODELS": "5"}),
+            container(
+                "cloud",
+                Mode="MultiModel",
+                ModelDataUrl="s3://models-bucket/team-a/",
+                MultiModelConfig={"ModelCacheSetting": "Disabled"},
+            ),
+        ),
+        base_dir=spec_dir,
+    )
     local, cloud = spec.Containers
     assert local.ModelDataUrl == str((spec_dir / "models").resolve())
     assert local.MultiModelConfig is None and local.Environment["SERVING_MAX_MODELS"] == "5"
@@ -432,13 +550,19 @@ def test_idempotent_comes_from_the_environment(value: str | None, idempotent: bo
         parse_spec(endpoint(container(Environment={"SERVING_IDEMPOTENT": "maybe"})))
 
 
-@pytest.mark.parametrize(("declared", "words"), [
-    ("not json", "is not JSON"),
-    ('{"inputs": [], "extra": 1}', '"inputs": [...], "outputs": [...]'),
-    ('{"inputs": [{"name": "x", "datatype": "FLOAT", "shape": [1]}]}', "inputs[0]: a name and one of the datatypes"),
-    ('{"outputs": [{"name": "y", "datatype": "FP32", "shape": [-2]}]}', "outputs[0]: shape must be"),
-    ('{"inputs": {"name": "x"}}', "inputs[0]"),
-])
+@pytest.mark.parametrize(
+    ("declared", "words"),
+    [
+        ("not json", "is not JSON"),
+        ('{"inputs": [], "extra": 1}', '"inputs": [...], "outputs": [...]'),
+        (
+            '{"inputs": [{"name": "x", "datatype": "FLOAT", "shape": [1]}]}',
+            "inputs[0]: a name and one of the datatypes",
+        ),
+        ('{"outputs": [{"name": "y", "datatype": "FP32", "shape": [-2]}]}', "outputs[0]: shape must be"),
+        ('{"inputs": {"name": "x"}}', "inputs[0]"),
+    ],
+)
 def test_a_tensor_signature_declaration_must_be_one(declared: str, words: str) -> None:
     # Open Inference metadata shows it as it is: refused when the spec is read, naming the variable and the tensor.
     with pytest.raises(SpecError, match="SERVING_TENSOR_SIGNATURE") as refused:

@@ -81,7 +81,11 @@ def test_inputs_may_not_overlap_failures() -> None:
 
 
 def test_concurrency_is_bounded_as_sagemaker_bounds_it() -> None:
-    config = {"OutputConfig": OUTPUT, "InputConfig": INPUT, "ClientConfig": {"MaxConcurrentInvocationsPerInstance": 1001}}
+    config = {
+        "OutputConfig": OUTPUT,
+        "InputConfig": INPUT,
+        "ClientConfig": {"MaxConcurrentInvocationsPerInstance": 1001},
+    }
     assert "ClientConfig.MaxConcurrentInvocationsPerInstance" in refused(spec(config))
 
 
@@ -98,14 +102,20 @@ def test_a_multimodel_container_is_refused() -> None:
 
 @pytest.mark.parametrize(
     ("uri", "bucket", "key"),
-    [("s3://bucket-a/k/x.json", "bucket-a", "k/x.json"), ("s3://bucket-a", "bucket-a", ""), ("s3://b.c-d/k/", "b.c-d", "k/")],
+    [
+        ("s3://bucket-a/k/x.json", "bucket-a", "k/x.json"),
+        ("s3://bucket-a", "bucket-a", ""),
+        ("s3://b.c-d/k/", "b.c-d", "k/"),
+    ],
 )
 def test_s3_uris(uri: str, bucket: str, key: str) -> None:
     location = parse_s3_uri(uri)
     assert (location.bucket, location.key) == (bucket, key)
 
 
-@pytest.mark.parametrize("uri", ["s3://bucket-a//x", "s3://bucket-a/./x", "s3://bucket-a/a/../b", "file:///x", "s3:///x"])
+@pytest.mark.parametrize(
+    "uri", ["s3://bucket-a//x", "s3://bucket-a/./x", "s3://bucket-a/a/../b", "file:///x", "s3:///x"]
+)
 def test_s3_uris_that_could_leave_their_prefix_are_refused(uri: str) -> None:
     with pytest.raises(ValueError):
         parse_s3_uri(uri)

@@ -30,7 +30,10 @@ def spec(**fields: Any):
             r"Batching and Environment SERVING_MAX_BATCH_SIZE both set",
         ),
         ({"Environment": {"SERVING_MAX_BATCH_SIZE": "many"}}, r"Environment.*SERVING_MAX_BATCH_SIZE must be a whole"),
-        ({"Environment": {"SERVING_MAX_BATCH_DELAY_MS": "5"}}, r"SERVING_MAX_BATCH_DELAY_MS needs SERVING_MAX_BATCH_SIZE"),
+        (
+            {"Environment": {"SERVING_MAX_BATCH_DELAY_MS": "5"}},
+            r"SERVING_MAX_BATCH_DELAY_MS needs SERVING_MAX_BATCH_SIZE",
+        ),
         (
             {"Environment": {"SERVING_MAX_BATCH_SIZE": "8", "SERVING_MAX_BATCH_DELAY_MS": "soon"}},
             r"SERVING_MAX_BATCH_DELAY_MS must be milliseconds",

@@ -75,7 +75,9 @@ def predict_fn(data, model):
 
 
 @pytest.fixture(scope="module")
-def streaming(tmp_path_factory: pytest.TempPathFactory, iris_classifier: SavedModel) -> Iterator[tuple[httpx.Client, dict]]:
+def streaming(
+    tmp_path_factory: pytest.TempPathFactory, iris_classifier: SavedModel
+) -> Iterator[tuple[httpx.Client, dict]]:
     servers = Servers()
     streamer = load("python", write_handler(tmp_path_factory.mktemp("streamer"), STREAMING_HANDLER))
     streamer._hooks["output_fn"].__globals__["MODEL"] = streamer.model  # the generator's view of its model
@@ -84,7 +86,10 @@ def streaming(tmp_path_factory: pytest.TempPathFactory, iris_classifier: SavedMo
         "iris": load("sklearn", iris_classifier.path),
         "toolkit": load("python", write_handler(tmp_path_factory.mktemp("toolkit"), TOOLKIT_ERROR_HANDLER)),
     }
-    urls = {name: servers.serve(ContainerApp(runtime, name, log_stream="/var/log/" + name)) for name, runtime in runtimes.items()}
+    urls = {
+        name: servers.serve(ContainerApp(runtime, name, log_stream="/var/log/" + name))
+        for name, runtime in runtimes.items()
+    }
     routes = [
         EndpointRoute("stream", "Direct", ("streamer",)),
         EndpointRoute("iris", "Direct", ("iris",)),
@@ -110,8 +115,9 @@ def events(response: httpx.Response) -> Iterator[tuple[float, Any]]:
 
 def stream(client: httpx.Client, endpoint: str, document: Any, **headers: str) -> tuple[httpx.Response, list]:
     headers = {"content-type": "application/json", protocol.STREAM_ACCEPT: "application/jsonlines", **headers}
-    with client.stream("POST", STREAM_PATH.format(endpoint), content=json.dumps(document).encode(),
-                       headers=headers) as response:
+    with client.stream(
+        "POST", STREAM_PATH.format(endpoint), content=json.dumps(document).encode(), headers=headers
+    ) as response:
         if response.status_code != 200:
             response.read()
             return response, []
@@ -155,7 +161,10 @@ def test_a_generator_that_raises_midway_ends_with_a_model_stream_error(streaming
     assert response.status_code == 200
     assert [kind for _, (kind, _) in received] == ["PayloadPart", "PayloadPart", "ModelStreamError"]
     error = json.loads(received[-1][1][1])
-    assert error == {"Message": "container streamer: ValueError: the generator broke at chunk 2", "ErrorCode": "ModelError"}
+    assert error == {
+        "Message": "container streamer: ValueError: the generator broke at chunk 2",
+        "ErrorCode": "ModelError",
+    }
 
 
 def test_an_error_before_the_first_part_is_an_ordinary_model_error(streaming) -> None:
@@ -181,18 +190,25 @@ def test_a_caller_that_leaves_stops_the_generator(streaming) -> None:
     client, runtimes = streaming
     closed: threading.Event = runtimes["streamer"].model["closed"]
     closed.clear()
-    with client.stream("POST", STREAM_PATH.format("stream"), content=b'{"forever": true, "gap": 0.1}',
-                       headers={"content-type": "application/json"}) as response:
+    with client.stream(
+        "POST",
+        STREAM_PATH.format("stream"),
+        content=b'{"forever": true, "gap": 0.1}',
+        headers={"content-type": "application/json"},
+    ) as response:
         assert response.status_code == 200
         parts = events(response)
         next(parts), next(parts)
     assert closed.wait(5), "the model's generator kept running after its caller left"
 
 
-@pytest.mark.parametrize(("header", "parameter"), [
-    ("X-Amzn-SageMaker-Inference-Component", "InferenceComponentName"),
-    ("X-Amzn-SageMaker-Session-Id", "SessionId"),
-])
+@pytest.mark.parametrize(
+    ("header", "parameter"),
+    [
+        ("X-Amzn-SageMaker-Inference-Component", "InferenceComponentName"),
+        ("X-Amzn-SageMaker-Session-Id", "SessionId"),
+    ],
+)
 def test_unsupported_stream_parameters_are_refused_by_name(streaming, header: str, parameter: str) -> None:
     client, _ = streaming
     response, _ = stream(client, "stream", {"count": 1}, **{header: "x"})
@@ -202,9 +218,12 @@ def test_unsupported_stream_parameters_are_refused_by_name(streaming, header: st
 
 # --- container errors, as SageMaker reports them ---------------------------------------------------------
 
+
 def test_a_toolkit_style_error_keeps_its_status_code(streaming) -> None:
     client, _ = streaming
-    response = client.post("/endpoints/toolkit/invocations", content=b"[[1.0]]", headers={"content-type": "application/json"})
+    response = client.post(
+        "/endpoints/toolkit/invocations", content=b"[[1.0]]", headers={"content-type": "application/json"}
+    )
     body = response.json()
     assert response.status_code == 424 and body["__type"] == "ModelError"
     assert body["OriginalStatusCode"] == 403
@@ -215,19 +234,25 @@ def test_a_toolkit_style_error_keeps_its_status_code(streaming) -> None:
 
 def test_a_model_raising_a_validation_error_cannot_pass_for_the_platform(streaming) -> None:
     client, _ = streaming
-    response = client.post("/endpoints/toolkit/invocations", content=b'[["validation"]]',
-                           headers={"content-type": "application/json"})
+    response = client.post(
+        "/endpoints/toolkit/invocations", content=b'[["validation"]]', headers={"content-type": "application/json"}
+    )
     assert response.status_code == 424 and response.json()["OriginalStatusCode"] == 400
 
 
-
-
-@pytest.mark.parametrize(("platform", "code", "status"), [
-    (True, "ValidationError", 400), (True, "ModelNotReadyException", 429), (False, "ModelError", 424),
-])
+@pytest.mark.parametrize(
+    ("platform", "code", "status"),
+    [
+        (True, "ValidationError", 400),
+        (True, "ModelNotReadyException", 429),
+        (False, "ModelError", 424),
+    ],
+)
 def test_only_marked_platform_answers_pass_through(platform: bool, code: str, status: int) -> None:
     body = json.dumps({"__type": "ValidationError" if status != 429 else code, "message": "model m not found"}).encode()
-    answer = HopResponse(400 if status != 429 else 429, body, "application/json", None, platform=platform, log_stream="/l")
+    answer = HopResponse(
+        400 if status != 429 else 429, body, "application/json", None, platform=platform, log_stream="/l"
+    )
     error = container_failure("e", "c", 1, 1, answer)
     assert (error.code, error.status) == (code, status)
 
@@ -243,15 +268,18 @@ class _Toolkit(Exception):
         self.status_code, self.message = status_code, message
 
 
-@pytest.mark.parametrize(("raised", "status", "message"), [
-    (UnsupportedFormatError("unsupported content type 'a/b'"), 415, "unsupported content type 'a/b'"),
-    (ValidationError("not valid JSON"), 400, "not valid JSON"),
-    (ModelNotReadyError("still loading"), 429, "still loading"),
-    (_Toolkit(418, "teapot"), 418, "teapot"),
-    (_Toolkit(200, "not an error status"), 500, "_Toolkit: "),
-    (_Toolkit("500", "a string"), 500, "_Toolkit: "),
-    (RuntimeError("failed reading /home/me/model.bin"), 500, "RuntimeError: failed reading <path>"),
-])
+@pytest.mark.parametrize(
+    ("raised", "status", "message"),
+    [
+        (UnsupportedFormatError("unsupported content type 'a/b'"), 415, "unsupported content type 'a/b'"),
+        (ValidationError("not valid JSON"), 400, "not valid JSON"),
+        (ModelNotReadyError("still loading"), 429, "still loading"),
+        (_Toolkit(418, "teapot"), 418, "teapot"),
+        (_Toolkit(200, "not an error status"), 500, "_Toolkit: "),
+        (_Toolkit("500", "a string"), 500, "_Toolkit: "),
+        (RuntimeError("failed reading /home/me/model.bin"), 500, "RuntimeError: failed reading <path>"),
+    ],
+)
 def test_container_error_statuses_follow_the_toolkits(raised: Exception, status: int, message: str) -> None:
     error = ContainerError.of(raised)
     assert error.status == status and error.code == "ModelError"

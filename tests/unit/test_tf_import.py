@@ -50,8 +50,9 @@ def _serve(model: Path, request, alone: bool = False) -> str:
 
 
 @pytest.mark.parametrize("name", ["hetero-tf-features", "hetero-tf-wine.tar.gz"])
-def test_a_savedmodel_is_served_without_keras(hetero_models: Path, hetero_expected: dict, answer_matches,
-                                             name: str) -> None:
+def test_a_savedmodel_is_served_without_keras(
+    hetero_models: Path, hetero_expected: dict, answer_matches, name: str
+) -> None:
     from serving.models.artifacts import materialize
 
     expected = hetero_expected[name]
@@ -68,8 +69,9 @@ def test_plain_tensorflow_still_imports_keras() -> None:
     assert _probe("import tensorflow\nresult = {}")["keras"]
 
 
-def test_a_keras_model_loads_and_keras_imports_whole_afterwards(hetero_models: Path, hetero_expected: dict,
-                                                               answer_matches) -> None:
+def test_a_keras_model_loads_and_keras_imports_whole_afterwards(
+    hetero_models: Path, hetero_expected: dict, answer_matches
+) -> None:
     expected = hetero_expected["hetero-tf-iris"]
     how = _serve(hetero_models / "hetero-tf-iris", expected["request"]) + (
         "import tensorflow as tf\n"
@@ -104,7 +106,9 @@ def output_handler(response, context):
 """
 
 
-@pytest.mark.parametrize(("alone", "script", "trimmed"), [(True, False, True), (False, False, False), (True, True, False)])
+@pytest.mark.parametrize(
+    ("alone", "script", "trimmed"), [(True, False, True), (False, False, False), (True, True, False)]
+)
 def test_a_lone_keras_model_without_a_script_loads_keras_without_sklearn(
     hetero_models: Path, hetero_expected: dict, answer_matches, tmp_path: Path, alone: bool, script: bool, trimmed: bool
 ) -> None:

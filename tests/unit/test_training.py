@@ -48,8 +48,10 @@ def test_every_example_recipe_is_valid_and_its_data_checks_out(path: Path) -> No
         ({"training__batch_size": 0}, "training.batch_size: Input should be greater than or equal to 1"),
         ({"training__bogus": 1}, "training.bogus: unknown field"),
         ({"model": {"family": "rnn"}}, "model.family: 'rnn' is not a pytorch family; one of mlp, cnn"),
-        ({"framework": "sklearn", "model": {"family": "logistic_regression"}, "workers": {"count": 2}},
-         "workers.count: scikit-learn trains on one worker"),
+        (
+            {"framework": "sklearn", "model": {"family": "logistic_regression"}, "workers": {"count": 2}},
+            "workers.count: scikit-learn trains on one worker",
+        ),
         ({"data": {"source": "sklearn:digitz"}}, "data.source: unknown scikit-learn dataset 'digitz'"),
         ({"name": "../escape"}, "name: String should match pattern"),
     ],
@@ -72,13 +74,19 @@ def test_data_problems_are_refused_before_anything_starts(tmp_path: Path) -> Non
     with pytest.raises(RecipeError, match=r"data.source: cannot read .*broken.parquet as PARQUET"):
         plan_data(parse_recipe(_recipe(data={"source": "broken.parquet", "label": "label"}), tmp_path).data)
     with pytest.raises(RecipeError, match="data.group_by: no column 'customer'"):
-        plan_data(parse_recipe(_recipe(data={"source": "table.csv", "label": "label", "group_by": "customer"},
-                                       workers={"count": 1}), tmp_path).data)
+        plan_data(
+            parse_recipe(
+                _recipe(data={"source": "table.csv", "label": "label", "group_by": "customer"}, workers={"count": 1}),
+                tmp_path,
+            ).data
+        )
     plan = plan_data(parse_recipe(_recipe(data={"source": "table.csv", "label": "label"}), tmp_path).data)
     assert plan.features == ("a", "b")
     table.write_text("a,b,label\n1,2,0\n3,4,0\n")
-    assert plan_data(parse_recipe(_recipe(data={"source": "table.csv", "label": "label"}), tmp_path).data).fingerprint \
+    assert (
+        plan_data(parse_recipe(_recipe(data={"source": "table.csv", "label": "label"}), tmp_path).data).fingerprint
         != plan.fingerprint
+    )
 
 
 def test_serving_train_refuses_a_bad_recipe_with_status_2(tmp_path: Path, capsys) -> None:
@@ -99,12 +107,18 @@ def _iris_setup(recipe_document: dict) -> tuple[dict, dict[str, Shard]]:
     features = [c for c in frame.columns if c != "target"]
     x = train[features].to_numpy(dtype=np.float32)
     setup = {
-        "recipe": recipe.to_record(), "features": features, "label": "target", "task": "classification",
-        "classes": [0, 1, 2], "stats": {"mean": x.mean(0).tolist(), "std": x.std(0).tolist(), "image_shape": None},
+        "recipe": recipe.to_record(),
+        "features": features,
+        "label": "target",
+        "task": "classification",
+        "classes": [0, 1, 2],
+        "stats": {"mean": x.mean(0).tolist(), "std": x.std(0).tolist(), "image_shape": None},
         "profile_dir": None,
     }
-    shards = {"train": Shard(x, train["target"].to_numpy()),
-              "validation": Shard(validation[features].to_numpy(dtype=np.float32), validation["target"].to_numpy())}
+    shards = {
+        "train": Shard(x, train["target"].to_numpy()),
+        "validation": Shard(validation[features].to_numpy(dtype=np.float32), validation["target"].to_numpy()),
+    }
     return setup, shards
 
 
@@ -131,8 +145,9 @@ def test_the_pytorch_loop_trains_and_its_exports_serve_what_it_predicts(tmp_path
     for stack in ("pytorch", "onnx"):
         runtime = runtime_for(stack, final / "export", {})
         runtime.load()
-        body, _ = runtime.invoke(json.dumps(rows.tolist()).encode(), "application/json", "application/json",
-                                 InvocationContext())
+        body, _ = runtime.invoke(
+            json.dumps(rows.tolist()).encode(), "application/json", "application/json", InvocationContext()
+        )
         np.testing.assert_allclose(np.asarray(json.loads(body), dtype=np.float32), expected, rtol=1e-4, atol=1e-5)
 
 

@@ -27,8 +27,9 @@ print(serve_had_pandas, loaded_with_serve, "ServeWithoutPandas" in finders, int(
 
 
 def _probe(mode: str) -> list[str]:
-    done = subprocess.run([sys.executable, "-I", "-c", _PROBE, str(ROOT), mode],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", _PROBE, str(ROOT), mode], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout.split()
 
@@ -43,9 +44,11 @@ def test_without_the_preload_serve_loads_pandas() -> None:
 
 
 def test_install_leaves_a_process_that_already_has_pandas_alone() -> None:
-    code = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); import pandas; import serving._worker_preload; "
-            "import ray.serve._private.utils as u; print(u.pd is pandas, len([f for f in sys.meta_path "
-            "if type(f).__name__ == 'ServeWithoutPandas']))")
+    code = (
+        f"import sys; sys.path.insert(0, {str(ROOT)!r}); import pandas; import serving._worker_preload; "
+        "import ray.serve._private.utils as u; print(u.pd is pandas, len([f for f in sys.meta_path "
+        "if type(f).__name__ == 'ServeWithoutPandas']))"
+    )
     done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "0"]

@@ -55,7 +55,9 @@ def loaded(folder: Path, **environment: str) -> Runtime:
     return runtime
 
 
-def invoke(runtime: Runtime, body: bytes | str, content_type: str | None, accept: str | None = None) -> tuple[bytes, str]:
+def invoke(
+    runtime: Runtime, body: bytes | str, content_type: str | None, accept: str | None = None
+) -> tuple[bytes, str]:
     raw = body.encode() if isinstance(body, str) else body
     return runtime.invoke(raw, content_type, accept, InvocationContext())
 
@@ -94,10 +96,15 @@ def test_csv_and_json_answers_are_booster_predict(boosters, task):
     expected = booster.predict(xgboost.DMatrix(rows))
     runtime = loaded(folder)
     assert invoke(runtime, csv_rows(rows), "text/csv", "text/csv") == (csv_answer(expected), "text/csv")
-    assert invoke(runtime, csv_rows(rows), "text/csv", "application/json") == (json_answer(expected), "application/json")
+    assert invoke(runtime, csv_rows(rows), "text/csv", "application/json") == (
+        json_answer(expected),
+        "application/json",
+    )
     body = json.dumps({"instances": rows.tolist()})
     assert invoke(runtime, body, "application/json", "application/json")[0] == json_answer(expected)
-    got = np.array(json.loads(invoke(runtime, csv_rows(rows), "text/csv", "application/json")[0])["predictions"][0]["score"])
+    got = np.array(
+        json.loads(invoke(runtime, csv_rows(rows), "text/csv", "application/json")[0])["predictions"][0]["score"]
+    )
     assert np.array_equal(got.astype(np.float32), expected[0])  # the float32 prediction, exactly
 
 
@@ -170,7 +177,7 @@ def test_default_accept_is_csv_unless_configured(boosters):
         ("0 1:1 7:2", "text/libsvm", "LIBSVM feature index 6 (0-based) is beyond the model's 4 features"),
         ("0 1:a", "text/libsvm", "LIBSVM line 1: '1:a' is not index:value"),
         ('{"rows": [[1, 2, 3, 4]]}', "application/json", 'needs an "instances", "inputs" or "features" field'),
-        ('[[1, 2, 3, 4], [1, 2]]', "application/json", "not a rectangular array of numbers"),
+        ("[[1, 2, 3, 4], [1, 2]]", "application/json", "not a rectangular array of numbers"),
         ("1,2,3,4", "text/csv; label_size=2", "label_size must be 1"),
     ],
 )
@@ -189,8 +196,12 @@ def test_one_feature_fewer_is_accepted_as_the_container_does(boosters):
 
 @pytest.mark.parametrize(
     ("content_type", "accept"),
-    [("application/x-recordio-protobuf", "text/csv"), ("application/x-npy", "text/csv"),
-     ("text/csv", "application/x-recordio-protobuf"), ("text/csv", "text/html")],
+    [
+        ("application/x-recordio-protobuf", "text/csv"),
+        ("application/x-npy", "text/csv"),
+        ("text/csv", "application/x-recordio-protobuf"),
+        ("text/csv", "text/html"),
+    ],
 )
 def test_unsupported_types_are_415(boosters, content_type, accept):
     with pytest.raises(UnsupportedFormatError) as raised:
@@ -203,11 +214,23 @@ def test_selectable_inference_output(boosters):
     p = booster.predict(xgboost.DMatrix(x[:3]))
     runtime = loaded(folder, SAGEMAKER_INFERENCE_OUTPUT="probabilities, predicted_label,probability,predicted_score")
     body, _ = invoke(runtime, csv_rows(x[:3]), "text/csv", "application/json")
-    assert json.loads(body) == {"predictions": [
-        {"predicted_label": int(v > 0.5), "probability": v.item(), "probabilities": [1.0 - v.item(), v.item()],
-         "predicted_score": pytest.approx(float("nan"), nan_ok=True)} for v in p]}
-    assert list(json.loads(body)["predictions"][0]) == ["predicted_label", "probability", "probabilities",
-                                                        "predicted_score"]  # the container's order
+    assert json.loads(body) == {
+        "predictions": [
+            {
+                "predicted_label": int(v > 0.5),
+                "probability": v.item(),
+                "probabilities": [1.0 - v.item(), v.item()],
+                "predicted_score": pytest.approx(float("nan"), nan_ok=True),
+            }
+            for v in p
+        ]
+    }
+    assert list(json.loads(body)["predictions"][0]) == [
+        "predicted_label",
+        "probability",
+        "probabilities",
+        "predicted_score",
+    ]  # the container's order
     body, kind = invoke(runtime, csv_rows(x[:3]), "text/csv", "text/csv")
     assert kind == "text/csv"
     assert body.decode() == "\n".join(f'"{[1.0 - v.item(), v.item()]}",{int(v > 0.5)},{v.item()},nan' for v in p)
@@ -219,7 +242,8 @@ def test_selectable_output_of_a_multiclass_model(boosters):
     runtime = loaded(folder, SAGEMAKER_INFERENCE_OUTPUT="predicted_label,labels,probability")
     body, _ = invoke(runtime, csv_rows(x[:2]), "text/csv", "application/json")
     assert json.loads(body)["predictions"] == [
-        {"predicted_label": int(np.argmax(row)), "labels": [0, 1, 2], "probability": max(row).item()} for row in p]
+        {"predicted_label": int(np.argmax(row)), "labels": [0, 1, 2], "probability": max(row).item()} for row in p
+    ]
 
 
 def test_selectable_output_refuses_an_objective_without_fields(tmp_path):
@@ -323,8 +347,12 @@ def test_script_predict_fn_gets_a_dmatrix_and_the_booster(boosters, tmp_path):
     (tmp_path / "code").mkdir()
     (tmp_path / "code" / "inference.py").write_text(SCRIPT_PREDICT_FN)
     body, _ = invoke(loaded(tmp_path), csv_rows(x[:3]), "text/csv", "application/json")
-    assert json.loads(body) == {"rows": 3, "columns": 4, "type": "DMatrix",
-                                "first": booster.predict(xgboost.DMatrix(x[:1])).tolist()}
+    assert json.loads(body) == {
+        "rows": 3,
+        "columns": 4,
+        "type": "DMatrix",
+        "first": booster.predict(xgboost.DMatrix(x[:1])).tolist(),
+    }
 
 
 @pytest.mark.filterwarnings("ignore:.*Text file input has been deprecated")  # XGBoost's own LIBSVM reader, as reference
