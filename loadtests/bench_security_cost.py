@@ -129,17 +129,20 @@ def confine_once(how: str) -> None:
     print(json.dumps({"cpu_s": time.process_time() - cpu, "wall_s": time.perf_counter() - wall}))
 
 
+def fresh_process(call: str, what: str) -> dict[str, float]:
+    """What `call` (a function of this module, with its arguments) prints last, run in a fresh interpreter."""
+    code = f"from loadtests.bench_security_cost import {call.partition('(')[0]}; {call}"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    if done.returncode != 0:
+        raise SystemExit(f"{what} failed: {done.stderr.strip()[-800:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def startup_costs(rounds: int) -> dict[str, dict[str, float]]:
     runs: dict[str, list[dict[str, float]]] = {"namespace": [], "port rules": []}
     for _ in range(rounds):
         for how in runs:
-            code = f"from loadtests.bench_security_cost import confine_once; confine_once({how!r})"
-            done = subprocess.run(
-                [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT, check=False
-            )
-            if done.returncode != 0:
-                raise SystemExit(f"confining ({how}) failed: {done.stderr.strip()[-800:]}")
-            runs[how].append(json.loads(done.stdout.strip().splitlines()[-1]))
+            runs[how].append(fresh_process(f"confine_once({how!r})", f"confining ({how})"))
     return {
         how: {key: round(statistics.median(r[key] for r in results) * 1000, 2) for key in ("cpu_s", "wall_s")}
         for how, results in runs.items()
@@ -152,13 +155,7 @@ def syscall_costs(rounds: int, n: int) -> dict[str, Any]:
     runs: dict[str, list[dict[str, float]]] = {layer: [] for layer in LAYERS}
     for _ in range(rounds):
         for layer in LAYERS:
-            code = f"from loadtests.bench_security_cost import child; child({layer!r}, {folder!r}, {n})"
-            done = subprocess.run(
-                [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT, check=False
-            )
-            if done.returncode != 0:
-                raise SystemExit(f"the {layer} child failed: {done.stderr.strip()[-800:]}")
-            runs[layer].append(json.loads(done.stdout.strip().splitlines()[-1]))
+            runs[layer].append(fresh_process(f"child({layer!r}, {folder!r}, {n})", f"the {layer} child"))
     ops = list(runs["none"][0])
     medians = {layer: {op: round(statistics.median(r[op] for r in runs[layer]), 1) for op in ops} for layer in LAYERS}
     # Each round's confined process against that round's unconfined one: the VM's drift falls on both alike.
