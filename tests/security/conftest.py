@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import types
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,3 +31,19 @@ def echo_url(stack: Stack) -> str:
 @pytest.fixture(scope="module")
 def table(echo_url: str) -> dict[tuple[str, str], list[str]]:
     return {("secure", "echo"): [echo_url], ("open", "echo"): [echo_url]}
+
+
+@pytest.fixture
+def no_ray(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`serving.ray_wing` replaced by a trap: a command that should refuse before starting Ray fails the test if it
+    goes on to it."""
+
+    def went_on(name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        pytest.fail(f"serving server went on to serving.ray_wing.{name}")
+
+    trap = types.ModuleType("serving.ray_wing")
+    trap.__getattr__ = went_on  # type: ignore[method-assign]
+    monkeypatch.setitem(sys.modules, "serving.ray_wing", trap)
+    monkeypatch.setattr("serving.ray_wing", trap, raising=False)
