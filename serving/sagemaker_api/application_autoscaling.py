@@ -12,11 +12,17 @@ from __future__ import annotations
 import time
 import uuid
 from datetime import datetime
-from typing import Any
 
 from serving.errors import ApiValidationError, ObjectNotFoundError
 from serving.protocol import SIGNING_SERVICE
 from serving.sagemaker_api import shapes
+from serving.sagemaker_api.documents import (
+    ApiJson,
+    EndpointDocument,
+    ScalableTargetDocument,
+    ScalingPolicyDocument,
+    VariantRow,
+)
 from serving.sagemaker_api.endpoints import EndpointApi
 from serving.sagemaker_api.resources import page
 
@@ -41,14 +47,15 @@ class AutoScalingApi:
         policy_id = uuid.uuid5(uuid.NAMESPACE_URL, f"{resource_id}/{policy}")
         return f"arn:aws:autoscaling:{scope}:scalingPolicy:{policy_id}:resource/sagemaker/{resource_id}:policyName/{policy}"
 
-    def _variant(self, resource_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    def _variant(self, resource_id: str) -> tuple[EndpointDocument, VariantRow]:
         """The endpoint document and variant a ResourceId names, or a ValidationException."""
         _, endpoint, _, variant_name = resource_id.split("/")
-        document = self.state.get("endpoint", endpoint)
-        variants = [*(document or {}).get("variants", []), *((document or {}).get("pending") or {}).get("variants", [])]
+        document = self.state.endpoints.get(endpoint)
+        pending = document["pending"] if document else None
+        variants = [*(document["variants"] if document else []), *(pending["variants"] if pending else [])]
         for variant in variants:
-            if variant["VariantName"] == variant_name:
-                return document or {}, variant
+            if variant["VariantName"] == variant_name and document is not None:
+                return document, variant
         raise ApiValidationError(
             f"ResourceId {resource_id}: no endpoint {endpoint} with variant {variant_name} was created through "
             "this API (an endpoint from a spec scales by its spec's AutoScaling)"
@@ -59,75 +66,75 @@ class AutoScalingApi:
         document, _ = self._variant(resource_id)
         variant_name = resource_id.split("/")[3]
         name = document["EndpointName"]
-        pending: dict[str, Any] = document.get("pending") or {}
+        pending = document.get("pending")
         for variant in document["variants"]:
             if variant["VariantName"] == variant_name:
                 self.sagemaker.deployer.apply(self.sagemaker.spec_of(name, variant))
-        for variant in pending.get("variants", []):
+        for variant in pending["variants"] if pending else []:
             if variant["VariantName"] == variant_name:
-                pending["generations"][variant["Served"]] = self.sagemaker.deployer.apply(
+                pending["generations"][variant["Served"]] = self.sagemaker.deployer.apply(  # type: ignore[index]
                     self.sagemaker.spec_of(name, variant)
                 )
-        self.state.put("endpoint", name, document)
+        self.state.endpoints.put(name, document)
 
-    def RegisterScalableTarget(self, body: dict[str, Any]) -> dict[str, Any]:
+    def RegisterScalableTarget(self, body: ApiJson) -> ApiJson:
         request = shapes.parse(shapes.RegisterScalableTargetInput, body, "RegisterScalableTarget")
         self._variant(request.ResourceId)
-        existing = self.state.get("scalable-target", request.ResourceId)
-        low = request.MinCapacity if request.MinCapacity is not None else (existing or {}).get("MinCapacity")
-        high = request.MaxCapacity if request.MaxCapacity is not None else (existing or {}).get("MaxCapacity")
+        existing = self.state.scalable_targets.get(request.ResourceId)
+        low = request.MinCapacity if request.MinCapacity is not None else existing and existing["MinCapacity"]
+        high = request.MaxCapacity if request.MaxCapacity is not None else existing and existing["MaxCapacity"]
         if low is None or high is None:
             raise ApiValidationError("MinCapacity and MaxCapacity are required to register a new scalable target")
         if low > high:
             raise ApiValidationError(f"MinCapacity ({low}) must not exceed MaxCapacity ({high})")
-        document = {
+        document: ScalableTargetDocument = {
             "ServiceNamespace": SIGNING_SERVICE,
             "ResourceId": request.ResourceId,
             "ScalableDimension": DIMENSION,
             "MinCapacity": low,
             "MaxCapacity": high,
             "RoleARN": request.RoleARN or "",
-            "CreationTime": (existing or {}).get("CreationTime") or time.time(),
+            "CreationTime": existing["CreationTime"] if existing else time.time(),
             "ScalableTargetARN": self._arn(request.ResourceId),
         }
-        self.state.put("scalable-target", request.ResourceId, document)
+        self.state.scalable_targets.put(request.ResourceId, document)
         if existing is None or (existing["MinCapacity"], existing["MaxCapacity"]) != (low, high):
             self._reapply(request.ResourceId)
         return {"ScalableTargetARN": document["ScalableTargetARN"]}
 
-    def DescribeScalableTargets(self, body: dict[str, Any]) -> dict[str, Any]:
+    def DescribeScalableTargets(self, body: ApiJson) -> ApiJson:
         request = shapes.parse(shapes.TargetsInput, body, "DescribeScalableTargets")
         rows = [
-            {key: value for key, value in target.items()}
-            for target in self.state.all("scalable-target")
+            dict(target)
+            for target in self.state.scalable_targets.all()
             if request.ResourceIds is None or target["ResourceId"] in request.ResourceIds
         ]
         chunk, token = page(rows, request.NextToken, request.MaxResults)
         return {"ScalableTargets": chunk, **({"NextToken": token} if token else {})}
 
-    def DeregisterScalableTarget(self, body: dict[str, Any]) -> dict[str, Any]:
+    def DeregisterScalableTarget(self, body: ApiJson) -> ApiJson:
         request = shapes.parse(shapes.TargetInput, body, "DeregisterScalableTarget")
-        if self.state.get("scalable-target", request.ResourceId) is None:
+        if self.state.scalable_targets.get(request.ResourceId) is None:
             raise ObjectNotFoundError(
                 f"No scalable target registered for service namespace: sagemaker, resource ID: "
                 f"{request.ResourceId}, scalable dimension: {DIMENSION}"
             )
-        for policy in self.state.all("scaling-policy"):  # as Application Auto Scaling does: its policies go too
+        for policy in self.state.scaling_policies.all():  # as Application Auto Scaling does: its policies go too
             if policy["ResourceId"] == request.ResourceId:
-                self.state.delete("scaling-policy", policy["key"])
-        self.state.delete("scalable-target", request.ResourceId)
+                self.state.scaling_policies.delete(policy["key"])
+        self.state.scalable_targets.delete(request.ResourceId)
         self._reapply(request.ResourceId)
         return {}
 
-    def PutScalingPolicy(self, body: dict[str, Any]) -> dict[str, Any]:
+    def PutScalingPolicy(self, body: ApiJson) -> ApiJson:
         request = shapes.parse(shapes.PutScalingPolicyInput, body, "PutScalingPolicy")
-        if self.state.get("scalable-target", request.ResourceId) is None:
+        if self.state.scalable_targets.get(request.ResourceId) is None:
             raise ObjectNotFoundError(
                 f"No scalable target registered for service namespace: sagemaker, resource ID: {request.ResourceId}, "
                 f"scalable dimension: {DIMENSION}"
             )
         config = request.TargetTrackingScalingPolicyConfiguration
-        spec: dict[str, Any] = {
+        spec: ApiJson = {
             "TargetValue": config.TargetValue,
             "ScaleOutCooldown": config.ScaleOutCooldown,
             "ScaleInCooldown": config.ScaleInCooldown,
@@ -142,12 +149,12 @@ class AutoScalingApi:
             spec["CustomizedMetricSpecification"] = {"MetricName": config.CustomizedMetricSpecification.MetricName}
         key = f"{request.ResourceId}/{request.PolicyName}"
         others = [
-            p for p in self.state.all("scaling-policy") if p["ResourceId"] == request.ResourceId and p["key"] != key
+            p for p in self.state.scaling_policies.all() if p["ResourceId"] == request.ResourceId and p["key"] != key
         ]
         metric = _metric(spec)
         if any(_metric(p["spec"]) == metric for p in others):
             raise ApiValidationError(f"variant {request.ResourceId} already has a target-tracking policy on {metric}")
-        document = {
+        document: ScalingPolicyDocument = {
             "key": key,
             "PolicyName": request.PolicyName,
             "PolicyARN": self._arn(request.ResourceId, request.PolicyName),
@@ -160,24 +167,24 @@ class AutoScalingApi:
             "CreationTime": time.time(),
             "spec": spec,
         }
-        self.state.put("scaling-policy", key, document)
+        self.state.scaling_policies.put(key, document)
         self._reapply(request.ResourceId)
         return {"PolicyARN": document["PolicyARN"], "Alarms": []}
 
-    def DescribeScalingPolicies(self, body: dict[str, Any]) -> dict[str, Any]:
+    def DescribeScalingPolicies(self, body: ApiJson) -> ApiJson:
         request = shapes.parse(shapes.PoliciesInput, body, "DescribeScalingPolicies")
         rows = [
             {key: value for key, value in policy.items() if key not in ("key", "spec")}
-            for policy in self.state.all("scaling-policy")
+            for policy in self.state.scaling_policies.all()
             if (request.ResourceId is None or policy["ResourceId"] == request.ResourceId)
             and (request.PolicyNames is None or policy["PolicyName"] in request.PolicyNames)
         ]
         chunk, token = page(rows, request.NextToken, request.MaxResults)
         return {"ScalingPolicies": chunk, **({"NextToken": token} if token else {})}
 
-    def DeleteScalingPolicy(self, body: dict[str, Any]) -> dict[str, Any]:
+    def DeleteScalingPolicy(self, body: ApiJson) -> ApiJson:
         request = shapes.parse(shapes.DeletePolicyInput, body, "DeleteScalingPolicy")
-        if not self.state.delete("scaling-policy", f"{request.ResourceId}/{request.PolicyName}"):
+        if not self.state.scaling_policies.delete(f"{request.ResourceId}/{request.PolicyName}"):
             raise ObjectNotFoundError(
                 f"No scaling policy found for service namespace: sagemaker, resource ID: "
                 f"{request.ResourceId}, scalable dimension: {DIMENSION}, policy name: "
@@ -186,11 +193,11 @@ class AutoScalingApi:
         self._reapply(request.ResourceId)
         return {}
 
-    def DescribeScalingActivities(self, body: dict[str, Any]) -> dict[str, Any]:
+    def DescribeScalingActivities(self, body: ApiJson) -> ApiJson:
         request = shapes.parse(shapes.ActivitiesInput, body, "DescribeScalingActivities")
         descriptions = self.sagemaker.deployer.descriptions()
         activities = []
-        for document in self.state.all("endpoint"):
+        for document in self.state.endpoints.all():
             for variant in document["variants"]:
                 resource = f"endpoint/{document['EndpointName']}/variant/{variant['VariantName']}"
                 if request.ResourceId is not None and resource != request.ResourceId:
@@ -206,14 +213,14 @@ class AutoScalingApi:
         return {"ScalingActivities": chunk, **({"NextToken": token} if token else {})}
 
 
-def _metric(spec: dict[str, Any]) -> str:
+def _metric(spec: ApiJson) -> str:
     custom = spec.get("CustomizedMetricSpecification")
     if custom:
         return custom["MetricName"]
     return spec["PredefinedMetricSpecification"]["PredefinedMetricType"]
 
 
-def _activity(resource: str, entry: dict[str, Any]) -> dict[str, Any]:
+def _activity(resource: str, entry: ApiJson) -> ApiJson:
     """The engine's activity record as DescribeScalingActivities returns one."""
     when = datetime.fromisoformat(entry["Time"].replace("Z", "+00:00")).timestamp()
     direction = "out" if entry["To"] > entry["From"] else "in"

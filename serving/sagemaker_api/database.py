@@ -16,11 +16,20 @@ import os
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 
+from serving.sagemaker_api.documents import (
+    EndpointConfigDocument,
+    EndpointDocument,
+    ModelDocument,
+    ScalableTargetDocument,
+    ScalingPolicyDocument,
+)
 from serving.sagemaker_api.state_file import connect_state
 
-__all__ = ["KINDS", "ApiState"]
+__all__ = ["KINDS", "ApiState", "Table"]
+
+D = TypeVar("D")
 
 KINDS = ("model", "endpoint-config", "endpoint", "scalable-target", "scaling-policy", "alarm", "alarm-history")
 _SCHEMA = """
@@ -33,8 +42,28 @@ CREATE TABLE IF NOT EXISTS resources (
 """
 
 
+class Table(Generic[D]):
+    """One kind's documents, typed: the rows of `state` whose kind is `kind`."""
+
+    def __init__(self, state: ApiState, kind: str) -> None:
+        self.state, self.kind = state, kind
+
+    def get(self, name: str) -> D | None:
+        return cast("D | None", self.state.get(self.kind, name))
+
+    def all(self) -> list[D]:
+        return cast("list[D]", self.state.all(self.kind))
+
+    def put(self, name: str, document: D) -> None:
+        self.state.put(self.kind, name, cast("dict[str, Any]", document))
+
+    def delete(self, name: str) -> bool:
+        return self.state.delete(self.kind, name)
+
+
 class ApiState:
-    """Resources by kind and name; `path` None keeps them in memory (gone with the process)."""
+    """Resources by kind and name, and a typed table per kind; `path` None keeps them in memory (gone with the
+    process)."""
 
     def __init__(self, path: str | Path | None) -> None:
         self.path = str(path) if path is not None else ":memory:"
@@ -46,6 +75,14 @@ class ApiState:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute(_SCHEMA)
+        self.models = Table[ModelDocument](self, "model")
+        self.endpoint_configs = Table[EndpointConfigDocument](self, "endpoint-config")
+        self.endpoints = Table[EndpointDocument](self, "endpoint")
+        self.scalable_targets = Table[ScalableTargetDocument](self, "scalable-target")
+        self.scaling_policies = Table[ScalingPolicyDocument](self, "scaling-policy")
+        # CloudWatch's alarms and their history: typed where they are made (`cloudwatch.documents`).
+        self.alarms: Table[Any] = Table(self, "alarm")
+        self.alarm_history: Table[Any] = Table(self, "alarm-history")
 
     def get(self, kind: str, name: str) -> dict[str, Any] | None:
         with self._lock:

@@ -4,17 +4,19 @@ traffic, instance counts, images), and an endpoint from a spec shown as an endpo
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from serving.protocol import DEFAULT_VARIANT
-from serving.sagemaker_api import deployment
+from serving.sagemaker_api.documents import ApiJson, PendingUpdate, VariantRow
+from serving.sagemaker_api.endpoint_update import share, variant_status
 
 __all__ = ["describe_spec_endpoint", "describe_variant", "describe_variants"]
 
 
 def describe_variant(
-    variant: dict[str, Any], descriptions: Any, pending: dict[str, Any] | None, *, new: bool
-) -> dict[str, Any]:
+    variant: VariantRow, descriptions: Mapping[str, Any], pending: PendingUpdate | None, *, new: bool
+) -> ApiJson:
     """One variant of the serving fleet (`new` False) or of the one an update brings up (`new` True)."""
     containers = (descriptions.get(variant["Served"]) or {}).get("Containers") or []
     current = min((c.get("CurrentReplicas", 0) for c in containers), default=0)
@@ -23,8 +25,8 @@ def describe_variant(
     weight = float(variant["Weight"])
     on_new = None  # the new set's share of the traffic, while an update shifts it (shadows are not shifted)
     if pending is not None and pending.get("deployment") is not None and not variant.get("Shadow"):
-        on_new = deployment.share(pending)
-    described = {
+        on_new = share(pending)
+    described: ApiJson = {
         "VariantName": variant["VariantName"],
         "DeployedImages": [
             {"SpecifiedImage": image, "ResolvedImage": container["Image"]}
@@ -37,15 +39,15 @@ def describe_variant(
         "DesiredInstanceCount": desired,
     }
     if new and pending is not None:
-        described["VariantStatus"] = deployment.variant_status(pending)
+        described["VariantStatus"] = variant_status(pending)
     return described
 
 
 def describe_variants(
-    variants: list[dict[str, Any]], descriptions: Any, pending: dict[str, Any] | None, *, new: bool
-) -> dict[str, Any]:
+    variants: list[VariantRow], descriptions: Mapping[str, Any], pending: PendingUpdate | None, *, new: bool
+) -> ApiJson:
     """`ProductionVariants` and, when the set has any, `ShadowProductionVariants` of one variant set."""
-    described = {
+    described: ApiJson = {
         "ProductionVariants": [
             describe_variant(v, descriptions, pending, new=new) for v in variants if not v.get("Shadow")
         ]
@@ -54,12 +56,12 @@ def describe_variants(
     return {**described, **({"ShadowProductionVariants": shadows} if shadows else {})}
 
 
-def describe_spec_endpoint(description: Any, arn: str) -> dict[str, Any]:
+def describe_spec_endpoint(description: Mapping[str, Any], arn: str) -> ApiJson:
     """An endpoint from a spec, as DescribeEndpoint shows it: its own config, one AllTraffic variant."""
     name = description["EndpointName"]
     containers = description.get("Containers") or []
     started = (description.get("LastUpdate") or {}).get("StartedAt") or 0.0
-    described = {
+    described: ApiJson = {
         "EndpointName": name,
         "EndpointArn": arn,
         "EndpointConfigName": name,  # a spec is its own config

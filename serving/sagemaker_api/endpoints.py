@@ -1,13 +1,10 @@
 """SageMaker's endpoint operations: create, describe, list, update (blue/green), weights and capacities, delete.
 
-An endpoint's document holds the variants that serve (`variants`) and, while a change is under way, the
-set coming up (`pending`). Every CreateEndpoint / UpdateEndpoint starts a new generation: its variants are
-new served endpoints beside the old ones, so traffic moves only when the whole new set is InService (`tick`,
-about twice a second), in one step (the gateway's variant table is swapped whole) or in the steps of the
-update's DeploymentConfig (`deployment`), and the old set is deleted after `DRAIN_S`, so requests already
-routed to it finish. A new set that fails is deleted and the
-endpoint keeps serving the old one, with the failure in DescribeEndpoint. Capacity changes and scaling
-policies re-apply a variant's own served endpoint (the container-level blue/green of `serving apply`).
+An endpoint's document (`documents.EndpointDocument`) holds the fleet of variants that serves and, while an
+update is under way, the fleet coming up. Every operation that changes the fleet starts an endpoint update, and
+`tick` (about twice a second) advances each one: `endpoint_update` owns it from the new generation through its
+steps to finish, rollback and drain. Capacity changes and scaling policies re-apply a variant's own served
+endpoint (the container-level blue/green of `serving apply`).
 """
 
 from __future__ import annotations
@@ -20,22 +17,21 @@ from serving.errors import ApiValidationError
 from serving.protocol import VARIANT_SEPARATOR
 from serving.sagemaker_api import deployment, shapes
 from serving.sagemaker_api.descriptions import describe_spec_endpoint, describe_variants
+from serving.sagemaker_api.documents import ApiJson, EndpointDocument, UpdateKind, VariantRow
+from serving.sagemaker_api.endpoint_update import EndpointUpdates, next_generation, served_names
 from serving.sagemaker_api.resources import page, sort_and_filter
 from serving.sagemaker_api.sagemaker import SageMakerApi, _missing
-from serving.sagemaker_api.translate import internal_name
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DRAIN_S", "EndpointApi"]
-
-DRAIN_S = 10.0  # an old variant set is deleted this long after traffic left it (requests in flight finish)
+__all__ = ["EndpointApi"]
 
 
 class EndpointApi(SageMakerApi):
     """The endpoint operations and the background step that completes them."""
 
-    def _endpoint(self, name: str) -> dict[str, Any]:
-        document = self.state.get("endpoint", name)
+    def _endpoint(self, name: str) -> EndpointDocument:
+        document = self.state.endpoints.get(name)
         if document is None:
             raise _missing("endpoint", self.arn("endpoint", name))
         return document
@@ -44,31 +40,29 @@ class EndpointApi(SageMakerApi):
     # restore starts something (an idle server's gateway reads no state twice a second).
     _settled = False
 
-    def _start(self, document: dict[str, Any], variants: list[dict[str, Any]], kind: str, config: str) -> None:
+    @property
+    def updates(self) -> EndpointUpdates:
+        """The owner of every endpoint update, driving the served endpoints through this API's deployer."""
+        return EndpointUpdates(_ServedFleet(self), self.clock, self._alarm_state)
+
+    def _alarm_state(self, name: str) -> str | None:
+        alarm = self.state.alarms.get(name)
+        return alarm["StateValue"] if alarm else None
+
+    def _start(
+        self, document: EndpointDocument, variants: list[VariantRow], kind: UpdateKind, config: str, **plan: Any
+    ) -> None:
         self._settled = False
-        document["pending"] = {
-            "kind": kind,
-            "EndpointConfigName": config,
-            "variants": variants,
-            "generations": self._deploy(document["EndpointName"], variants),
-            "StartedAt": self.clock(),
-        }
-        document["LastModifiedTime"] = self.clock()
+        self.updates.start(document, variants, kind, config, **plan)
 
-    def _new_generation(self, document: dict[str, Any], variants: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        document["Generation"] = int(document.get("Generation", 0)) + 1
-        for variant in variants:
-            variant["Served"] = internal_name(document["EndpointName"], variant["VariantName"], document["Generation"])
-        return variants
-
-    def CreateEndpoint(self, body: dict[str, Any]) -> dict[str, Any]:
+    def CreateEndpoint(self, body: ApiJson) -> ApiJson:
         request = shapes.parse(shapes.CreateEndpointInput, body, "CreateEndpoint")
         name = request.EndpointName
-        if self.state.get("endpoint", name) is not None or name in self.spec_endpoints():
+        if self.state.endpoints.get(name) is not None or name in self.spec_endpoints():
             raise ApiValidationError(f'Cannot create already existing endpoint "{self.arn("endpoint", name)}".')
         config = self._config(request.EndpointConfigName)
         now = self.clock()
-        document: dict[str, Any] = {
+        document: EndpointDocument = {
             "EndpointName": name,
             "EndpointArn": self.arn("endpoint", name),
             "EndpointConfigName": request.EndpointConfigName,
@@ -77,9 +71,12 @@ class EndpointApi(SageMakerApi):
             "EndpointStatus": "Creating",
             "FailureReason": None,
             "Tags": [tag.model_dump() for tag in request.Tags],
+            "Generation": 0,
             "variants": [],
+            "pending": None,
         }
-        variants = self._new_generation(document, self.variants_of(config, [], retain=False))
+        document["Generation"], served = next_generation(document)
+        variants = self.variants_of(config, [], retain=False, served=served)
         if request.DeploymentConfig is not None:  # for later updates (RetainDeploymentConfig), as SageMaker keeps it
             deployment.plan(request.DeploymentConfig, variants, self._alarm_exists)
             document["DeploymentConfig"] = request.DeploymentConfig.model_dump(exclude_unset=True)
@@ -87,19 +84,21 @@ class EndpointApi(SageMakerApi):
         for variant in variants:  # every spec is checked before any is deployed
             self.spec_of(name, variant)
         self._start(document, variants, "create", request.EndpointConfigName)
-        self.state.put("endpoint", name, document)
+        self.state.endpoints.put(name, document)
         return {"EndpointArn": document["EndpointArn"]}
 
-    def UpdateEndpoint(self, body: dict[str, Any]) -> dict[str, Any]:
+    def UpdateEndpoint(self, body: ApiJson) -> ApiJson:
         request = shapes.parse(shapes.UpdateEndpointInput, body, "UpdateEndpoint")
         document = self._endpoint(request.EndpointName)
         self._updatable(document)
         config = self._config(request.EndpointConfigName)
-        variants = self.variants_of(config, document["variants"], retain=request.RetainAllVariantProperties)
+        generation, served = next_generation(document)
+        retain = request.RetainAllVariantProperties
+        variants = self.variants_of(config, document["variants"], retain=retain, served=served)
         names = {variant["VariantName"] for variant in variants}
         for old in document["variants"]:
             resource = f"endpoint/{document['EndpointName']}/variant/{old['VariantName']}"
-            if old["VariantName"] not in names and self.state.get("scalable-target", resource) is not None:
+            if old["VariantName"] not in names and self.state.scalable_targets.get(resource) is not None:
                 raise ApiValidationError(
                     f"the update removes variant {old['VariantName']}, which has a scalable target "
                     f"({resource}); deregister it first (as SageMaker requires)"
@@ -108,32 +107,31 @@ class EndpointApi(SageMakerApi):
         chosen = request.DeploymentConfig
         if chosen is None and request.RetainDeploymentConfig and document.get("DeploymentConfig"):
             chosen = shapes.DeploymentConfigShape.model_validate(document["DeploymentConfig"])
-        shift = deployment.plan(chosen, variants, self._alarm_exists) if chosen is not None else None
-        self._new_generation(document, variants)
+        plan = deployment.plan(chosen, variants, self._alarm_exists) if chosen is not None else None
         for variant in variants:
             self.spec_of(request.EndpointName, variant)
-        self._start(document, variants, "update", request.EndpointConfigName)
-        document["pending"]["deployment"] = shift
+        document["Generation"] = generation
+        self._start(document, variants, "update", request.EndpointConfigName, plan=plan)
         if chosen is not None:
             document["DeploymentConfig"] = chosen.model_dump(exclude_unset=True)
         document["EndpointStatus"], document["FailureReason"] = "Updating", None
-        self.state.put("endpoint", request.EndpointName, document)
+        self.state.endpoints.put(request.EndpointName, document)
         return {"EndpointArn": document["EndpointArn"]}
 
     def _alarm_exists(self, name: str) -> bool:
-        return self.state.get("alarm", name) is not None
+        return self.state.alarms.get(name) is not None
 
-    def _updatable(self, document: dict[str, Any]) -> None:
+    def _updatable(self, document: EndpointDocument) -> None:
         if document["EndpointStatus"] != "InService" or document.get("pending"):
             raise ApiValidationError(
                 f'Cannot update in-progress endpoint "{document["EndpointArn"]}" (it is {document["EndpointStatus"]}).'
             )
 
-    def UpdateEndpointWeightsAndCapacities(self, body: dict[str, Any]) -> dict[str, Any]:
+    def UpdateEndpointWeightsAndCapacities(self, body: ApiJson) -> ApiJson:
         request = shapes.parse(shapes.UpdateWeightsInput, body, "UpdateEndpointWeightsAndCapacities")
         document = self._endpoint(request.EndpointName)
         self._updatable(document)
-        variants = [dict(variant) for variant in document["variants"]]
+        variants = [VariantRow(**variant) for variant in document["variants"]]
         by_name = {variant["VariantName"]: variant for variant in variants}
         recount = []
         for index, desired in enumerate(request.DesiredWeightsAndCapacities):
@@ -152,68 +150,68 @@ class EndpointApi(SageMakerApi):
         if sum(float(v["Weight"]) for v in variants) <= 0:
             raise ApiValidationError("DesiredWeightsAndCapacities: the variants' weights cannot all be 0")
         # Weights move traffic at once; new counts re-apply those variants and finish in the background.
-        document["variants"] = [
-            {**old, "Weight": by_name[old["VariantName"]]["Weight"]} for old in document["variants"]
-        ]
+        for old in document["variants"]:
+            old["Weight"] = by_name[old["VariantName"]]["Weight"]
         document["LastModifiedTime"] = self.clock()
         if recount:
             self._check_capacity(variants, [])
             self._start(document, variants, "capacity", document["EndpointConfigName"])
             document["EndpointStatus"] = "Updating"
-        self.state.put("endpoint", request.EndpointName, document)
+        self.state.endpoints.put(request.EndpointName, document)
         self.publish()
         return {"EndpointArn": document["EndpointArn"]}
 
-    def _check_count(self, endpoint: str, variant: dict[str, Any], count: int, index: int) -> None:
+    def _check_count(self, endpoint: str, variant: VariantRow, count: int, index: int) -> None:
         field = f"DesiredWeightsAndCapacities[{index}].DesiredInstanceCount"
         if count < 1:
             raise ApiValidationError(f"{field}: at least 1 instance (this runtime does not scale a variant to 0)")
         resource = f"endpoint/{endpoint}/variant/{variant['VariantName']}"
-        target = self.state.get("scalable-target", resource)
+        target = self.state.scalable_targets.get(resource)
         if target is not None and not target["MinCapacity"] <= count <= target["MaxCapacity"]:
             raise ApiValidationError(
                 f"{field}: {count} is outside the scalable target's bounds "
                 f"[{target['MinCapacity']}, {target['MaxCapacity']}] ({resource})"
             )
 
-    def DeleteEndpoint(self, body: dict[str, Any]) -> dict[str, Any]:
+    def DeleteEndpoint(self, body: ApiJson) -> ApiJson:
         request = shapes.parse(shapes.EndpointNameInput, body, "DeleteEndpoint")
         name = request.EndpointName
-        if self.state.get("endpoint", name) is None and name in self.spec_endpoints():
+        if self.state.endpoints.get(name) is None and name in self.spec_endpoints():
             raise ApiValidationError(
                 f"endpoint {name} comes from a spec given to `serving up`; delete it with `serving delete {name}`"
             )
         document = self._endpoint(name)
-        self.state.delete("endpoint", name)
+        self.state.endpoints.delete(name)
         self.publish()  # no new request reaches it from here on
-        for variant in [*document["variants"], *((document.get("pending") or {}).get("variants") or [])]:
-            self.deployer.delete(variant["Served"])
-        for retired in document.get("retired", []):
-            self.deployer.delete(retired["Served"])
+        for served in sorted(served_names(document) | {r["Served"] for r in document.get("retired", [])}):
+            self.deployer.delete(served)
         prefix = f"endpoint/{name}/variant/"
-        for policy in self.state.all("scaling-policy"):
+        for policy in self.state.scaling_policies.all():
             if policy["ResourceId"].startswith(prefix):
-                self.state.delete("scaling-policy", policy["key"])
-        for target in self.state.all("scalable-target"):
+                self.state.scaling_policies.delete(policy["key"])
+        for target in self.state.scalable_targets.all():
             if target["ResourceId"].startswith(prefix):
-                self.state.delete("scalable-target", target["ResourceId"])
+                self.state.scalable_targets.delete(target["ResourceId"])
         return {}
 
     # --- describing ---------------------------------------------------------------------------------
-    def DescribeEndpoint(self, body: dict[str, Any]) -> dict[str, Any]:
+    def DescribeEndpoint(self, body: ApiJson) -> ApiJson:
         request = shapes.parse(shapes.EndpointNameInput, body, "DescribeEndpoint")
-        document = self.state.get("endpoint", request.EndpointName)
+        document = self.state.endpoints.get(request.EndpointName)
         if document is None:
             spec_endpoint = self.spec_endpoints().get(request.EndpointName)
             if spec_endpoint is None:
                 raise _missing("endpoint", self.arn("endpoint", request.EndpointName))
             return describe_spec_endpoint(spec_endpoint, self.arn("endpoint", request.EndpointName))
         descriptions, pending = self.deployer.descriptions(), document.get("pending")
-        described = {
-            key: document[key]
-            for key in ("EndpointName", "EndpointArn", "EndpointConfigName", "EndpointStatus", "CreationTime")
+        described: ApiJson = {
+            "EndpointName": document["EndpointName"],
+            "EndpointArn": document["EndpointArn"],
+            "EndpointConfigName": document["EndpointConfigName"],
+            "EndpointStatus": document["EndpointStatus"],
+            "CreationTime": document["CreationTime"],
+            "LastModifiedTime": document["LastModifiedTime"],
         }
-        described["LastModifiedTime"] = document["LastModifiedTime"]
         described.update(describe_variants(document["variants"], descriptions, pending, new=False))
         if document.get("FailureReason"):
             described["FailureReason"] = document["FailureReason"]
@@ -231,10 +229,10 @@ class EndpointApi(SageMakerApi):
             }
         return described
 
-    def ListEndpoints(self, body: dict[str, Any]) -> dict[str, Any]:
+    def ListEndpoints(self, body: ApiJson) -> ApiJson:
         request = shapes.parse(shapes.ListInput, body, "ListEndpoints")
         keys = ("EndpointName", "EndpointArn", "CreationTime", "LastModifiedTime", "EndpointStatus")
-        rows = [{key: d[key] for key in keys} for d in self.state.all("endpoint")]
+        rows: list[ApiJson] = [{key: dict(d)[key] for key in keys} for d in self.state.endpoints.all()]
         for description in self.spec_endpoints().values():
             described = describe_spec_endpoint(description, self.arn("endpoint", description["EndpointName"]))
             rows.append({key: described[key] for key in keys})
@@ -244,150 +242,55 @@ class EndpointApi(SageMakerApi):
 
     # --- the background step -----------------------------------------------------------------------
     def tick(self) -> None:
-        """Finish what is under way: move traffic to a ready set, roll back a failed one, delete drained sets."""
+        """Advance every endpoint update under way (`endpoint_update`), then publish the routes if any moved."""
         with self.lock:
             if self._settled:
                 return
-            descriptions = self.deployer.descriptions()
+            descriptions, updates = self.deployer.descriptions(), self.updates
             changed, under_way = False, False
-            for document in self.state.all("endpoint"):
-                before = repr(document)
-                self._advance(document, descriptions)
-                self._retire(document)
-                if repr(document) != before:
-                    self.state.put("endpoint", document["EndpointName"], document)
+            for document in self.state.endpoints.all():
+                if updates.advance(document, descriptions):
+                    self.state.endpoints.put(document["EndpointName"], document)
                     changed = True
                 under_way = under_way or bool(document.get("pending") or document.get("retired"))
             if changed:
                 self.publish()
             self._settled = not under_way
 
-    def _advance(self, document: dict[str, Any], descriptions: Any) -> None:
-        pending = document.get("pending")
-        if not pending:
-            return
-        done, failure = True, None
-        for variant in pending["variants"]:
-            served = variant["Served"]
-            description = descriptions.get(served)
-            update = (description or {}).get("LastUpdate") or {}
-            if description is None or (update.get("Generation") or 0) < pending["generations"][served]:
-                done = False
-                continue
-            if update.get("Status") == "Failed":
-                failure = f"variant {variant['VariantName']}: {update.get('FailureReason')}"
-                break
-            if update.get("Status") != "Succeeded" or description.get("EndpointStatus") != "InService":
-                done = False
-        now = self.clock()
-        if failure is not None:
-            self._fail(document, pending, failure, now)
-        elif done and pending.get("deployment") and pending["kind"] == "update":
-            self._shift(document, pending, now)
-        elif done:
-            self._finish(document, pending, now)
-
-    def _shift(self, document: dict[str, Any], pending: dict[str, Any], now: float) -> None:
-        """An update with a DeploymentConfig: its next step of traffic, its end, or its rollback."""
-        if not pending.get("shift"):
-            pending["shift"] = {"step": 0, "since": now}
-            return
-        action, why = deployment.progress(
-            pending, now, lambda name: (self.state.get("alarm", name) or {}).get("StateValue")
-        )
-        if action == "rollback":
-            self._fail(document, pending, why, now)
-        elif action == "step":
-            pending["shift"] = {"step": pending["shift"]["step"] + 1, "since": now}
-        elif action == "finish":
-            self._finish(document, pending, now, termination=pending["deployment"]["termination"])
-
-    def _finish(self, document: dict[str, Any], pending: dict[str, Any], now: float, termination: float = 0) -> None:
-        """All traffic on the new fleet; the old one deleted DRAIN_S (plus `termination`) from now."""
-        retiring = {v["Served"] for v in pending["variants"]}
-        document["retired"] = [
-            *document.get("retired", []),
-            *(
-                {"Served": v["Served"], "At": now + termination}
-                for v in document["variants"]
-                if v["Served"] not in retiring
-            ),
-        ]
-        document["variants"], document["pending"] = pending["variants"], None
-        document["EndpointConfigName"] = pending["EndpointConfigName"]
-        document["EndpointStatus"], document["FailureReason"] = "InService", None
-        document["LastModifiedTime"] = now
-
-    def _fail(self, document: dict[str, Any], pending: dict[str, Any], failure: str, now: float) -> None:
-        serving = {v["Served"] for v in document["variants"]}
-        for variant in pending["variants"]:
-            if variant["Served"] in serving:
-                continue
-            if pending.get("shift"):  # it took traffic: deleted only once the gateways route without it
-                document["retired"] = [*document.get("retired", []), {"Served": variant["Served"], "At": now}]
-            else:
-                self.deployer.delete(variant["Served"])
-        document["pending"], document["LastModifiedTime"] = None, now
-        if document["variants"] and pending["kind"] != "restore":  # rolled back: the serving set stays
-            document["EndpointStatus"] = "InService"
-            document["FailureReason"] = f"The update failed and was rolled back: {failure}"
-        else:
-            document["EndpointStatus"], document["FailureReason"], document["variants"] = "Failed", failure, []
-
-    def _retire(self, document: dict[str, Any]) -> None:
-        keep = []
-        for retired in document.get("retired", []):
-            if self.clock() - retired["At"] >= DRAIN_S:
-                self.deployer.delete(retired["Served"])
-            else:
-                keep.append(retired)
-        document["retired"] = keep
-
     def served_names(self) -> set[str]:
         """The served endpoint of every variant the stored endpoints route to or are bringing up."""
         with self.lock:
-            return {
-                variant["Served"]
-                for document in self.state.all("endpoint")
-                for variant in [*document["variants"], *((document.get("pending") or {}).get("variants") or [])]
-            }
+            return {served for document in self.state.endpoints.all() for served in served_names(document)}
 
     def restore(self) -> None:
         """Bring back every stored endpoint (a restarted server): re-apply what served and what was coming up."""
         with self.lock:
             self._settled = False
             referenced: set[str] = set()
-            for document in self.state.all("endpoint"):
-                pending = document.get("pending")
+            for document in self.state.endpoints.all():
                 try:
-                    self._restore_one(document, pending)
+                    self.updates.restore(document)
                 except Exception as error:  # one bad stored endpoint must not keep every other one down
                     logger.exception("could not restore endpoint %s", document["EndpointName"])
                     reason = f"could not be restored after a restart: {type(error).__name__}: {error}"
-                    document.update(EndpointStatus="Failed", FailureReason=reason, variants=[], pending=None)
-                pending = document.get("pending")
-                referenced |= {v["Served"] for v in [*document["variants"], *((pending or {}).get("variants") or [])]}
-                self.state.put("endpoint", document["EndpointName"], document)
+                    document["EndpointStatus"], document["FailureReason"] = "Failed", reason
+                    document["variants"], document["pending"] = [], None
+                referenced |= served_names(document)
+                self.state.endpoints.put(document["EndpointName"], document)
             for name in list(self.deployer.descriptions()):  # served variants no stored endpoint names (a crash
                 if VARIANT_SEPARATOR in name and name not in referenced:  # between the two steps of a delete)
                     self.deployer.delete(name)
             self.publish()
 
-    def _restore_one(self, document: dict[str, Any], pending: dict[str, Any] | None) -> None:
-        if pending:
-            pending["generations"] = self._deploy(document["EndpointName"], pending["variants"])
-            pending.pop("shift", None)  # traffic shifting starts again once the new fleet is back
-        if document["variants"]:
-            generations = self._deploy(document["EndpointName"], document["variants"])
-            if not pending:
-                document["EndpointStatus"] = "Updating"  # until its variants are back
-                document["pending"] = {
-                    "kind": "restore",
-                    "EndpointConfigName": document["EndpointConfigName"],
-                    "variants": document["variants"],
-                    "generations": generations,
-                    "StartedAt": self.clock(),
-                }
-        for retired in document.get("retired", []):
-            self.deployer.delete(retired["Served"])
-        document["retired"] = []
+
+class _ServedFleet:
+    """An endpoint update's `Fleet`: each variant applied as a served endpoint of its own by the API's deployer."""
+
+    def __init__(self, api: EndpointApi) -> None:
+        self.api = api
+
+    def deploy(self, endpoint: str, variants: list[VariantRow]) -> dict[str, int]:
+        return self.api._deploy(endpoint, variants)
+
+    def delete(self, served: str) -> bool:
+        return self.api.deployer.delete(served)

@@ -12,14 +12,23 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, cast
 
+from serving.config.spec import EndpointSpec
 from serving.errors import ApiValidationError, ResourceLimitExceededError
 from serving.gateway.variants import Front, ShadowRoute, VariantRoute
 from serving.protocol import VARIANT_SEPARATOR
-from serving.sagemaker_api import deployment, shapes
+from serving.sagemaker_api import shapes
 from serving.sagemaker_api.database import ApiState
+from serving.sagemaker_api.documents import (
+    ApiJson,
+    EndpointConfigDocument,
+    ModelDocument,
+    ModelSnapshot,
+    VariantRow,
+)
+from serving.sagemaker_api.endpoint_update import routes as stepped_routes
 from serving.sagemaker_api.images import InstanceType
 from serving.sagemaker_api.resources import Deployer, arn, page, sort_and_filter
 from serving.sagemaker_api.sealed import Sealer, masked
@@ -65,9 +74,9 @@ class SageMakerApi:
         return arn(self.region, self.account, kind, name)
 
     # --- models ---------------------------------------------------------------------------------
-    def CreateModel(self, body: dict[str, Any]) -> dict[str, Any]:
+    def CreateModel(self, body: ApiJson) -> ApiJson:
         request = shapes.parse(shapes.CreateModelInput, body, "CreateModel")
-        if self.state.get("model", request.ModelName) is not None:
+        if self.state.models.get(request.ModelName) is not None:
             raise ApiValidationError(f'Cannot create already existing model "{self.arn("model", request.ModelName)}".')
         if request.EnableNetworkIsolation is False and not self.container_egress:
             raise ApiValidationError(
@@ -77,48 +86,48 @@ class SageMakerApi:
         model = check_model(request, self.model_roots, self.allow_model_requirements)
         definitions = [request.PrimaryContainer] if request.PrimaryContainer else list(request.Containers or [])
         model["images"] = [definition.Image for definition in definitions if definition is not None]
-        document = {
+        document: ModelDocument = {
             "ModelName": request.ModelName,
             "ModelArn": self.arn("model", request.ModelName),
             "CreationTime": self.clock(),
             "request": self.sealer.seal(request.model_dump(mode="json", exclude_none=True)),
-            "model": self.sealer.seal(model),
+            "model": cast(ModelSnapshot, self.sealer.seal(dict(model))),
         }
-        self.state.put("model", request.ModelName, document)
+        self.state.models.put(request.ModelName, document)
         return {"ModelArn": document["ModelArn"]}
 
-    def _model(self, name: str) -> dict[str, Any]:
-        document = self.state.get("model", name)
+    def _model(self, name: str) -> ModelDocument:
+        document = self.state.models.get(name)
         if document is None:
             raise _missing("model", self.arn("model", name))
         return document
 
-    def DescribeModel(self, body: dict[str, Any]) -> dict[str, Any]:
+    def DescribeModel(self, body: ApiJson) -> ApiJson:
         request = shapes.parse(shapes.ModelNameInput, body, "DescribeModel")
         document = self._model(request.ModelName)
         described = masked({key: value for key, value in document["request"].items() if key != "Tags"})
         return {**described, "ModelArn": document["ModelArn"], "CreationTime": document["CreationTime"]}
 
-    def ListModels(self, body: dict[str, Any]) -> dict[str, Any]:
+    def ListModels(self, body: ApiJson) -> ApiJson:
         request = shapes.parse(shapes.ListInput, body, "ListModels")
         rows = [
             {"ModelName": d["ModelName"], "ModelArn": d["ModelArn"], "CreationTime": d["CreationTime"]}
-            for d in self.state.all("model")
+            for d in self.state.models.all()
         ]
         chunk, token = page(sort_and_filter(rows, request, "ModelName"), request.NextToken, request.MaxResults)
         return {"Models": chunk, **({"NextToken": token} if token else {})}
 
-    def DeleteModel(self, body: dict[str, Any]) -> dict[str, Any]:
+    def DeleteModel(self, body: ApiJson) -> ApiJson:
         request = shapes.parse(shapes.ModelNameInput, body, "DeleteModel")
-        if not self.state.delete("model", request.ModelName):
+        if not self.state.models.delete(request.ModelName):
             raise _missing("model", self.arn("model", request.ModelName))
         return {}  # as on SageMaker, endpoints already serving it keep serving (they hold their own copy)
 
     # --- endpoint configs ------------------------------------------------------------------------
-    def CreateEndpointConfig(self, body: dict[str, Any]) -> dict[str, Any]:
+    def CreateEndpointConfig(self, body: ApiJson) -> ApiJson:
         request = shapes.parse(shapes.CreateEndpointConfigInput, body, "CreateEndpointConfig")
         name = request.EndpointConfigName
-        if self.state.get("endpoint-config", name) is not None:
+        if self.state.endpoint_configs.get(name) is not None:
             raise ApiValidationError(
                 f'Cannot create already existing endpoint configuration "{self.arn("endpoint-config", name)}".'
             )
@@ -129,13 +138,13 @@ class SageMakerApi:
             for index, variant in enumerate(rows):
                 self._instance(variant.InstanceType, f"{field}[{index}].InstanceType")
                 self._model(variant.ModelName)  # SageMaker checks the model exists, too
-        document = {
+        document: EndpointConfigDocument = {
             "EndpointConfigName": name,
             "EndpointConfigArn": self.arn("endpoint-config", name),
             "CreationTime": self.clock(),
             "request": request.model_dump(mode="json", exclude_none=True),
         }
-        self.state.put("endpoint-config", name, document)
+        self.state.endpoint_configs.put(name, document)
         return {"EndpointConfigArn": document["EndpointConfigArn"]}
 
     def _instance(self, instance_type: str, field: str) -> InstanceType:
@@ -147,13 +156,13 @@ class SageMakerApi:
             )
         return instance
 
-    def _config(self, name: str) -> dict[str, Any]:
-        document = self.state.get("endpoint-config", name)
+    def _config(self, name: str) -> EndpointConfigDocument:
+        document = self.state.endpoint_configs.get(name)
         if document is None:
             raise _missing("endpoint configuration", self.arn("endpoint-config", name))
         return document
 
-    def DescribeEndpointConfig(self, body: dict[str, Any]) -> dict[str, Any]:
+    def DescribeEndpointConfig(self, body: ApiJson) -> ApiJson:
         request = shapes.parse(shapes.EndpointConfigNameInput, body, "DescribeEndpointConfig")
         document = self._config(request.EndpointConfigName)
         described = {key: value for key, value in document["request"].items() if key != "Tags"}
@@ -163,27 +172,38 @@ class SageMakerApi:
             "CreationTime": document["CreationTime"],
         }
 
-    def ListEndpointConfigs(self, body: dict[str, Any]) -> dict[str, Any]:
+    def ListEndpointConfigs(self, body: ApiJson) -> ApiJson:
         request = shapes.parse(shapes.ListInput, body, "ListEndpointConfigs")
         rows = [
-            {key: d[key] for key in ("EndpointConfigName", "EndpointConfigArn", "CreationTime")}
-            for d in self.state.all("endpoint-config")
+            {
+                "EndpointConfigName": d["EndpointConfigName"],
+                "EndpointConfigArn": d["EndpointConfigArn"],
+                "CreationTime": d["CreationTime"],
+            }
+            for d in self.state.endpoint_configs.all()
         ]
         chunk, token = page(sort_and_filter(rows, request, "EndpointConfigName"), request.NextToken, request.MaxResults)
         return {"EndpointConfigs": chunk, **({"NextToken": token} if token else {})}
 
-    def DeleteEndpointConfig(self, body: dict[str, Any]) -> dict[str, Any]:
+    def DeleteEndpointConfig(self, body: ApiJson) -> ApiJson:
         request = shapes.parse(shapes.EndpointConfigNameInput, body, "DeleteEndpointConfig")
-        if not self.state.delete("endpoint-config", request.EndpointConfigName):
+        if not self.state.endpoint_configs.delete(request.EndpointConfigName):
             raise _missing("endpoint configuration", self.arn("endpoint-config", request.EndpointConfigName))
         return {}
 
     # --- variants as served endpoints -------------------------------------------------------------
-    def variants_of(self, config: dict[str, Any], current: list[dict[str, Any]], retain: bool) -> list[dict[str, Any]]:
-        """A config's variants with a snapshot of each model (`retain`: same-named variants keep their current
-        weight and instance count, UpdateEndpoint's RetainAllVariantProperties)."""
+    def variants_of(
+        self,
+        config: EndpointConfigDocument,
+        current: list[VariantRow],
+        *,
+        retain: bool,
+        served: Callable[[str], str],
+    ) -> list[VariantRow]:
+        """A config's variants with a snapshot of each model, each served as `served(variant name)` (`retain`:
+        same-named variants keep their current weight and instance count, RetainAllVariantProperties)."""
         kept = {variant["VariantName"]: variant for variant in current} if retain else {}
-        variants = []
+        variants: list[VariantRow] = []
         rows = [(row, False) for row in config["request"]["ProductionVariants"]]
         rows += [(row, True) for row in config["request"].get("ShadowProductionVariants") or []]
         for index, (row, shadow) in enumerate(rows):
@@ -191,6 +211,7 @@ class SageMakerApi:
             old = kept.get(row["VariantName"])
             variants.append(
                 {
+                    "Served": served(row["VariantName"]),
                     "VariantName": row["VariantName"],
                     "ModelName": row["ModelName"],
                     "Model": self._model(row["ModelName"])["model"],
@@ -198,23 +219,24 @@ class SageMakerApi:
                     "Weight": old["Weight"] if old else row.get("InitialVariantWeight", 1.0),
                     "Count": old["Count"] if old else row.get("InitialInstanceCount", 1),
                     "DataCapture": config["request"].get("DataCaptureConfig"),  # every variant captures alike
-                    **({"Shadow": True} if shadow else {}),  # gets copies of sampled invocations, answers none
                 }
             )
+            if shadow:
+                variants[-1]["Shadow"] = True
         return variants
 
-    def spec_of(self, endpoint: str, variant: dict[str, Any]):
+    def spec_of(self, endpoint: str, variant: VariantRow) -> EndpointSpec:
         """The spec of one variant now: its model, instances, and its scalable target and policies if any."""
         resource = f"endpoint/{endpoint}/variant/{variant['VariantName']}"
-        target = self.state.get("scalable-target", resource)
-        policies = [p for p in self.state.all("scaling-policy") if p["ResourceId"] == resource]
+        target = self.state.scalable_targets.get(resource)
+        policies = [p for p in self.state.scaling_policies.all() if p["ResourceId"] == resource]
         scaling = scaling_block(int(variant["Count"]), target, policies)
         instance = self._instance(variant["InstanceType"], "InstanceType")
-        variant = {**variant, "Model": self.sealer.opened(variant["Model"])}
-        spec = variant_spec(endpoint, variant, instance, scaling, self.identities_file, self.allow_model_requirements)
+        opened = {**variant, "Model": self.sealer.opened(dict(variant["Model"]))}
+        spec = variant_spec(endpoint, opened, instance, scaling, self.identities_file, self.allow_model_requirements)
         return spec.model_copy(update={"EndpointName": variant["Served"]})
 
-    def _check_capacity(self, variants: list[dict[str, Any]], beside: list[dict[str, Any]]) -> None:
+    def _check_capacity(self, variants: list[VariantRow], beside: list[VariantRow]) -> None:
         """ResourceLimitExceeded when the variants (beside those still serving) need more than the cluster has."""
         capacity = self.deployer.capacity()
         if not capacity:
@@ -230,7 +252,7 @@ class SageMakerApi:
                     f"{capacity.get(resource, 0.0):g}. Use smaller instance types or counts, or --instance-types"
                 )
 
-    def _deploy(self, endpoint: str, variants: list[dict[str, Any]]) -> dict[str, int]:
+    def _deploy(self, endpoint: str, variants: list[VariantRow]) -> dict[str, int]:
         """Apply every variant's spec; their generations, to recognise when each update is done. Every spec is
         built (and checked) before the first is applied, so a refused variant deploys none."""
         specs = {v["Served"]: self.spec_of(endpoint, v) for v in variants}
@@ -239,13 +261,13 @@ class SageMakerApi:
     def fronts(self) -> dict[str, Front]:
         """The routing table of every API endpoint that has variants serving."""
         table = {}
-        for document in self.state.all("endpoint"):
+        for document in self.state.endpoints.all():
             if document["variants"]:
-                name, pending = document["EndpointName"], document.get("pending") or {}
+                name, pending = document["EndpointName"], document.get("pending")
                 production = [v for v in document["variants"] if not v.get("Shadow")]
                 shadows = shadow_routes(document["variants"])
-                if pending.get("shift"):  # an update moving traffic in steps: both fleets, by its step's share
-                    table[name] = Front(name, deployment.routes(production, pending), shadows)
+                if pending and pending.get("shift"):  # an update moving traffic in steps: both fleets, by share
+                    table[name] = Front(name, stepped_routes(production, pending), shadows)
                     continue
                 routes = tuple(VariantRoute(v["VariantName"], v["Served"], float(v["Weight"])) for v in production)
                 table[name] = Front(name, routes, shadows)
@@ -259,7 +281,7 @@ class SageMakerApi:
         return {
             name: description
             for name, description in self.deployer.descriptions().items()
-            if VARIANT_SEPARATOR not in name and self.state.get("endpoint", name) is None
+            if VARIANT_SEPARATOR not in name and self.state.endpoints.get(name) is None
         }
 
     @staticmethod
@@ -267,7 +289,7 @@ class SageMakerApi:
         return public_name(name)
 
 
-def shadow_routes(variants: list[dict[str, Any]]) -> tuple[ShadowRoute, ...]:
+def shadow_routes(variants: list[VariantRow]) -> tuple[ShadowRoute, ...]:
     """The shadow variants of a set, each sampling its weight over the production variants' (at most all)."""
     production = sum(float(v["Weight"]) for v in variants if not v.get("Shadow")) or 1.0
     return tuple(

@@ -39,7 +39,7 @@ from serving.gateway.transport import ContainerTransport
 from serving.gateway.variants import Front, VariantRoute
 from serving.metrics.invocations import InvocationTrace
 from serving.runtimes.context import Headers
-from serving.sagemaker_api import endpoints
+from serving.sagemaker_api import endpoint_update
 from serving.settings import ServerSettings
 from tests.unit.sagemaker_harness import (
     API_KEY,
@@ -587,7 +587,7 @@ def test_a_first_create_that_fails_leaves_the_endpoint_failed(harness: Harness) 
 def test_an_update_moves_traffic_only_when_the_whole_new_set_is_in_service(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(endpoints, "DRAIN_S", 30.0)
+    monkeypatch.setattr(endpoint_update, "DRAIN_S", 30.0)
     harness.in_service("e1", "c1", ("A",))
     harness.model("m2", image="python")
     harness.config("c2", ("A", "m2"), ("B", "m1"))
