@@ -10,10 +10,62 @@ import json
 import operator
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Literal, NotRequired, TypedDict
 
 from serving.cloudwatch.statistics import Stat
+from serving.documents import ApiJson
 
-__all__ = ["COMPARISONS", "STATES", "TREATMENTS", "WITHHELD", "evaluate", "withheld"]
+__all__ = [
+    "COMPARISONS",
+    "STATES",
+    "TREATMENTS",
+    "WITHHELD",
+    "AlarmDocument",
+    "AlarmHistory",
+    "AlarmState",
+    "evaluate",
+    "withheld",
+]
+
+AlarmState = Literal["OK", "ALARM", "INSUFFICIENT_DATA"]
+
+
+class AlarmDocument(TypedDict):
+    """A metric alarm as the API's database keeps it and DescribeAlarms shows it: PutMetricAlarm's request (less
+    its Tags) and its state."""
+
+    AlarmName: str
+    AlarmArn: str
+    AlarmDescription: NotRequired[str]
+    ActionsEnabled: bool
+    OKActions: list[str]
+    AlarmActions: list[str]
+    InsufficientDataActions: list[str]
+    MetricName: str
+    Namespace: str
+    Statistic: NotRequired[str]
+    ExtendedStatistic: NotRequired[str]
+    Dimensions: list[dict[str, str]]  # [{"Name": ..., "Value": ...}]
+    Period: int
+    Unit: NotRequired[str]
+    EvaluationPeriods: int
+    DatapointsToAlarm: NotRequired[int]
+    Threshold: float
+    ComparisonOperator: str
+    TreatMissingData: str
+    AlarmConfigurationUpdatedTimestamp: float
+    StateValue: AlarmState
+    StateReason: str
+    StateReasonData: NotRequired[str]
+    StateUpdatedTimestamp: float
+    StateTransitionedTimestamp: float
+
+
+class AlarmHistory(TypedDict):
+    """An alarm's history, newest last (DescribeAlarmHistory's items, as CloudWatch shapes them)."""
+
+    items: list[ApiJson]
+
 
 COMPARISONS: dict[str, tuple[Callable[[float, float], bool], str]] = {
     "GreaterThanOrEqualToThreshold": (operator.ge, "greater than or equal to"),
@@ -29,9 +81,9 @@ WITHHELD = (
 )
 
 
-def evaluate(alarm: dict, window: list[Stat | None], end: float) -> tuple[str, str, str]:
+def evaluate(alarm: AlarmDocument, window: list[Stat | None], end: float) -> tuple[AlarmState, str, str]:
     """(state, reason, reason data) of `alarm` over `window`, its periods oldest first, the last ending at `end`."""
-    statistic = alarm.get("Statistic") or alarm["ExtendedStatistic"]
+    statistic = alarm.get("Statistic") or alarm.get("ExtendedStatistic") or ""
     values = [stat.value(statistic) if stat is not None else None for stat in window]
     compare, words = COMPARISONS[alarm["ComparisonOperator"]]
     threshold, needed = float(alarm["Threshold"]), int(alarm.get("DatapointsToAlarm") or alarm["EvaluationPeriods"])
@@ -39,6 +91,7 @@ def evaluate(alarm: dict, window: list[Stat | None], end: float) -> tuple[str, s
     period = int(alarm["Period"])
     stamped = [(end - period * (len(values) - index), value) for index, value in enumerate(values)]
     present = [(at, value) for at, value in stamped if value is not None]
+    state: AlarmState
     if not present and treatment in ("missing", "ignore"):
         state = "INSUFFICIENT_DATA" if treatment == "missing" else alarm.get("StateValue", "INSUFFICIENT_DATA")
         reason = f"Insufficient Data: {len(values)} datapoints were unknown."
@@ -71,7 +124,7 @@ def _iso(at: float) -> str:
     return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%S.000+0000")
 
 
-def _data(alarm: dict, statistic: str, end: float, recent: list[float], threshold: float) -> str:
+def _data(alarm: AlarmDocument, statistic: str, end: float, recent: list[float], threshold: float) -> str:
     """StateReasonData, as CloudWatch writes it for a metric alarm."""
     start = end - int(alarm["Period"]) * int(alarm["EvaluationPeriods"])
     return json.dumps(
@@ -89,7 +142,7 @@ def _data(alarm: dict, statistic: str, end: float, recent: list[float], threshol
     )
 
 
-def withheld(alarm: dict) -> dict:
+def withheld(alarm: AlarmDocument) -> ApiJson:
     """`alarm` as DescribeAlarms shows it to a caller who may not read its metric: its state without the reason
     and reason data, which carry the metric's values (SetAlarmState's, the caller's own words, go too)."""
     shown = {key: value for key, value in alarm.items() if key != "StateReasonData"}

@@ -10,15 +10,16 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, cast
 
 from prometheus_client.metrics_core import Metric
 
 from serving.cloudwatch import inputs
-from serving.cloudwatch.alarms import evaluate
+from serving.cloudwatch.alarms import AlarmDocument, AlarmHistory, AlarmState, evaluate
 from serving.cloudwatch.catalogue import METRICS, NAMESPACES, source
 from serving.cloudwatch.datapoints import PERIODS_HELP, RESOLUTION_S, RETENTION_S, MetricStore, valid_period
 from serving.cloudwatch.sampler import Dimensions, Key, Sampler, Served
+from serving.documents import ApiJson
 from serving.errors import (
     AlarmLimitExceededError,
     AlarmNotFoundError,
@@ -43,16 +44,16 @@ OPERATIONS = (
 MAX_ALARMS = 1000
 MAX_DATAPOINTS = 1440  # GetMetricStatistics' limit per call, as CloudWatch's
 HISTORY_KEPT = 100  # history items kept per alarm
-ALARM, HISTORY = "alarm", "alarm-history"
+D = TypeVar("D")
 
 
-class Documents(Protocol):
-    """Where alarms are kept (the control-plane API's database)."""
+class Store(Protocol[D]):
+    """Where one kind of document is kept by name (a table of the control-plane API's database)."""
 
-    def get(self, kind: str, name: str) -> dict[str, Any] | None: ...
-    def all(self, kind: str) -> list[dict[str, Any]]: ...
-    def put(self, kind: str, name: str, document: dict[str, Any]) -> None: ...
-    def delete(self, kind: str, name: str) -> bool: ...
+    def get(self, name: str) -> D | None: ...
+    def all(self) -> list[D]: ...
+    def put(self, name: str, document: D) -> None: ...
+    def delete(self, name: str) -> bool: ...
 
 
 class CloudWatchApi:
@@ -60,14 +61,16 @@ class CloudWatchApi:
 
     def __init__(
         self,
-        state: Documents,
+        alarms: Store[AlarmDocument],
+        history: Store[AlarmHistory],
         region: str,
         account: str,
         layout: Callable[[str], Served | None],
         clock: Callable[[], float] = time.time,
     ) -> None:
         """`layout(served endpoint)`: its public names and replicas, None for what is not an endpoint."""
-        self.state, self.region, self.account, self.layout, self.clock = state, region, account, layout, clock
+        self.alarms, self.history = alarms, history
+        self.region, self.account, self.layout, self.clock = region, account, layout, clock
         self.store, self.sampler = MetricStore(), Sampler()
         self.lock = threading.Lock()  # alarm changes and evaluations, one at a time
 
@@ -83,28 +86,29 @@ class CloudWatchApi:
 
     def evaluate(self, end: float) -> None:
         with self.lock:
-            for alarm in self.state.all(ALARM):
+            for alarm in self.alarms.all():
                 window = self.store.window(_key(alarm), end, int(alarm["Period"]), int(alarm["EvaluationPeriods"]))
                 state, reason, data = evaluate(alarm, window, end)
                 if state != alarm["StateValue"]:
                     self._transition(alarm, state, reason, data)
 
-    def _transition(self, alarm: dict[str, Any], state: str, reason: str, data: str | None) -> None:
+    def _transition(self, alarm: AlarmDocument, state: AlarmState, reason: str, data: str | None) -> None:
         now, old = self.clock(), alarm["StateValue"]
-        alarm.update(StateValue=state, StateReason=reason, StateUpdatedTimestamp=now, StateTransitionedTimestamp=now)
+        alarm["StateValue"], alarm["StateReason"] = state, reason
+        alarm["StateUpdatedTimestamp"] = alarm["StateTransitionedTimestamp"] = now
         if data is not None:
             alarm["StateReasonData"] = data
-        self.state.put(ALARM, alarm["AlarmName"], alarm)
+        self.alarms.put(alarm["AlarmName"], alarm)
         self._history(alarm["AlarmName"], "StateUpdate", f"Alarm updated from {old} to {state}", now)
 
     def _history(self, name: str, kind: str, summary: str, now: float) -> None:
-        items = (self.state.get(HISTORY, name) or {"items": []})["items"]
+        items = (self.history.get(name) or {"items": []})["items"]
         item = {"AlarmName": name, "AlarmType": "MetricAlarm", "Timestamp": now}
         items.append({**item, "HistoryItemType": kind, "HistorySummary": summary})
-        self.state.put(HISTORY, name, {"items": items[-HISTORY_KEPT:]})
+        self.history.put(name, {"items": items[-HISTORY_KEPT:]})
 
     # --- alarms ----------------------------------------------------------------------------------------------
-    def PutMetricAlarm(self, body: dict[str, Any]) -> dict[str, Any]:
+    def PutMetricAlarm(self, body: ApiJson) -> ApiJson:
         request = inputs.parse(inputs.PutMetricAlarmInput, body, "PutMetricAlarm")
         found = _metric(request.Namespace, request.MetricName)
         if not valid_period(request.Period) or request.Period * request.EvaluationPeriods > RETENTION_S:
@@ -119,11 +123,12 @@ class CloudWatchApi:
             )
         now = self.clock()
         with self.lock:
-            existing = self.state.get(ALARM, request.AlarmName)
-            if existing is None and len(self.state.all(ALARM)) >= MAX_ALARMS:
+            existing = self.alarms.get(request.AlarmName)
+            if existing is None and len(self.alarms.all()) >= MAX_ALARMS:
                 raise AlarmLimitExceededError(f"this server keeps at most {MAX_ALARMS} alarms")
-            alarm = {
-                **request.model_dump(exclude_none=True, exclude={"Tags"}),
+            fields: ApiJson = request.model_dump(exclude_none=True, exclude={"Tags"})  # the request, validated
+            alarm: AlarmDocument = {
+                **fields,  # type: ignore[typeddict-item]
                 "Dimensions": [dimension.model_dump() for dimension in request.Dimensions],
                 "AlarmArn": f"arn:aws:cloudwatch:{self.region}:{self.account}:alarm:{request.AlarmName}",
                 "AlarmConfigurationUpdatedTimestamp": now,
@@ -133,17 +138,18 @@ class CloudWatchApi:
                 "StateTransitionedTimestamp": now,
             }
             if existing is not None:  # an update keeps the state until the next evaluation, as CloudWatch does
-                alarm.update({key: existing[key] for key in existing if key.startswith("State")})
-            self.state.put(ALARM, request.AlarmName, alarm)
+                kept = {key: value for key, value in existing.items() if key.startswith("State")}
+                alarm.update(cast(AlarmDocument, kept))
+            self.alarms.put(request.AlarmName, alarm)
             verb = "updated" if existing is not None else "created"
             self._history(request.AlarmName, "ConfigurationUpdate", f'Alarm "{request.AlarmName}" {verb}', now)
         return {}
 
-    def DescribeAlarms(self, body: dict[str, Any]) -> dict[str, Any]:
+    def DescribeAlarms(self, body: ApiJson) -> ApiJson:
         request = inputs.parse(inputs.DescribeAlarmsInput, body, "DescribeAlarms")
         alarms = [
             alarm
-            for alarm in self.state.all(ALARM)
+            for alarm in self.alarms.all()
             if (not request.AlarmNames or alarm["AlarmName"] in request.AlarmNames)
             and alarm["AlarmName"].startswith(request.AlarmNamePrefix or "")
             and (request.StateValue is None or alarm["StateValue"] == request.StateValue)
@@ -154,14 +160,14 @@ class CloudWatchApi:
         shown, token = _page(alarms, request.NextToken, request.MaxRecords)
         return {"MetricAlarms": shown, "CompositeAlarms": [], **({"NextToken": token} if token else {})}
 
-    def DeleteAlarms(self, body: dict[str, Any]) -> dict[str, Any]:
+    def DeleteAlarms(self, body: ApiJson) -> ApiJson:
         request = inputs.parse(inputs.DeleteAlarmsInput, body, "DeleteAlarms")
         with self.lock:
             for name in request.AlarmNames:  # names that are no alarm are skipped, as CloudWatch does
-                self.state.delete(ALARM, name)
+                self.alarms.delete(name)
         return {}
 
-    def SetAlarmState(self, body: dict[str, Any]) -> dict[str, Any]:
+    def SetAlarmState(self, body: ApiJson) -> ApiJson:
         request = inputs.parse(inputs.SetAlarmStateInput, body, "SetAlarmState")
         if request.StateReasonData is not None:
             try:
@@ -169,19 +175,19 @@ class CloudWatchApi:
             except ValueError:
                 raise InvalidFormatError("StateReasonData must be JSON, as CloudWatch requires") from None
         with self.lock:
-            alarm = self.state.get(ALARM, request.AlarmName)
+            alarm = self.alarms.get(request.AlarmName)
             if alarm is None:
                 raise AlarmNotFoundError(f"Alarm {request.AlarmName} not found")
             self._transition(alarm, request.StateValue, request.StateReason, request.StateReasonData)
         return {}
 
-    def DescribeAlarmHistory(self, body: dict[str, Any]) -> dict[str, Any]:
+    def DescribeAlarmHistory(self, body: ApiJson) -> ApiJson:
         request = inputs.parse(inputs.DescribeAlarmHistoryInput, body, "DescribeAlarmHistory")
-        names = [request.AlarmName] if request.AlarmName else [alarm["AlarmName"] for alarm in self.state.all(ALARM)]
+        names = [request.AlarmName] if request.AlarmName else [alarm["AlarmName"] for alarm in self.alarms.all()]
         items = [
             item
             for name in names
-            for item in (self.state.get(HISTORY, name) or {"items": []})["items"]
+            for item in (self.history.get(name) or {"items": []})["items"]
             if (request.HistoryItemType is None or item["HistoryItemType"] == request.HistoryItemType)
             and (request.StartDate is None or item["Timestamp"] >= request.StartDate)
             and (request.EndDate is None or item["Timestamp"] <= request.EndDate)
@@ -191,7 +197,7 @@ class CloudWatchApi:
         return {"AlarmHistoryItems": shown, **({"NextToken": token} if token else {})}
 
     # --- metrics ---------------------------------------------------------------------------------------------
-    def GetMetricStatistics(self, body: dict[str, Any]) -> dict[str, Any]:
+    def GetMetricStatistics(self, body: ApiJson) -> ApiJson:
         request = inputs.parse(inputs.GetMetricStatisticsInput, body, "GetMetricStatistics")
         found = _metric(request.Namespace, request.MetricName, known_only=False)
         _check_range(request.StartTime, request.EndTime, request.Period)
@@ -199,7 +205,7 @@ class CloudWatchApi:
         if found is not None and request.Unit in (None, found.unit):
             key = (request.Namespace, request.MetricName, _dimensions(request.Dimensions))
             for at, stat in self.store.periods(key, request.StartTime, request.EndTime, request.Period):
-                point: dict[str, Any] = {"Timestamp": at, "Unit": found.unit}
+                point: ApiJson = {"Timestamp": at, "Unit": found.unit}
                 for statistic in request.Statistics or []:
                     point[statistic] = stat.value(statistic)
                 percentiles = {
@@ -210,7 +216,7 @@ class CloudWatchApi:
                 datapoints.append(point)
         return {"Label": request.MetricName, "Datapoints": datapoints}
 
-    def GetMetricData(self, body: dict[str, Any]) -> dict[str, Any]:
+    def GetMetricData(self, body: ApiJson) -> ApiJson:
         request = inputs.parse(inputs.GetMetricDataInput, body, "GetMetricData")
         results = []
         for query in request.MetricDataQueries:
@@ -241,7 +247,7 @@ class CloudWatchApi:
                 )
         return {"MetricDataResults": results, "Messages": []}
 
-    def ListMetrics(self, body: dict[str, Any]) -> dict[str, Any]:
+    def ListMetrics(self, body: ApiJson) -> ApiJson:
         request = inputs.parse(inputs.ListMetricsInput, body, "ListMetrics")
         if request.Namespace is not None:
             _namespace(request.Namespace)
@@ -293,7 +299,7 @@ def _dimensions(dimensions: Iterable[inputs.Dimension]) -> Dimensions:
     return tuple(sorted((dimension.Name, dimension.Value) for dimension in dimensions))
 
 
-def _key(alarm: dict[str, Any]) -> Key:
+def _key(alarm: AlarmDocument) -> Key:
     dimensions = tuple(sorted((d["Name"], d["Value"]) for d in alarm.get("Dimensions", [])))
     return (alarm["Namespace"], alarm["MetricName"], dimensions)
 

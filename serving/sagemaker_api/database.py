@@ -18,6 +18,7 @@ import threading
 from pathlib import Path
 from typing import Any, Generic, TypeVar, cast
 
+from serving.cloudwatch.alarms import AlarmDocument, AlarmHistory
 from serving.sagemaker_api.documents import (
     EndpointConfigDocument,
     EndpointDocument,
@@ -30,6 +31,7 @@ from serving.sagemaker_api.state_file import connect_state
 __all__ = ["KINDS", "ApiState", "Table"]
 
 D = TypeVar("D")
+Row = dict[str, Any]  # one stored document, of whichever kind: its kind's Table types it
 
 KINDS = ("model", "endpoint-config", "endpoint", "scalable-target", "scaling-policy", "alarm", "alarm-history")
 _SCHEMA = """
@@ -55,7 +57,7 @@ class Table(Generic[D]):
         return cast("list[D]", self.state.all(self.kind))
 
     def put(self, name: str, document: D) -> None:
-        self.state.put(self.kind, name, cast("dict[str, Any]", document))
+        self.state.put(self.kind, name, cast(Row, document))
 
     def delete(self, name: str) -> bool:
         return self.state.delete(self.kind, name)
@@ -80,21 +82,20 @@ class ApiState:
         self.endpoints = Table[EndpointDocument](self, "endpoint")
         self.scalable_targets = Table[ScalableTargetDocument](self, "scalable-target")
         self.scaling_policies = Table[ScalingPolicyDocument](self, "scaling-policy")
-        # CloudWatch's alarms and their history: typed where they are made (`cloudwatch.documents`).
-        self.alarms: Table[Any] = Table(self, "alarm")
-        self.alarm_history: Table[Any] = Table(self, "alarm-history")
+        self.alarms = Table[AlarmDocument](self, "alarm")  # CloudWatch's, typed where they are evaluated
+        self.alarm_history = Table[AlarmHistory](self, "alarm-history")
 
-    def get(self, kind: str, name: str) -> dict[str, Any] | None:
+    def get(self, kind: str, name: str) -> Row | None:
         with self._lock:
             row = self._db.execute("SELECT document FROM resources WHERE kind=? AND name=?", (kind, name)).fetchone()
         return json.loads(row[0]) if row else None
 
-    def all(self, kind: str) -> list[dict[str, Any]]:
+    def all(self, kind: str) -> list[Row]:
         with self._lock:
             rows = self._db.execute("SELECT document FROM resources WHERE kind=? ORDER BY name", (kind,)).fetchall()
         return [json.loads(row[0]) for row in rows]
 
-    def put(self, kind: str, name: str, document: dict[str, Any]) -> None:
+    def put(self, kind: str, name: str, document: Row) -> None:
         text = json.dumps(document, sort_keys=True)
         with self._lock:
             self._db.execute(

@@ -9,7 +9,9 @@ and DescribeX returns them as they came.
 
 from __future__ import annotations
 
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Literal, NotRequired, TypedDict
+
+from serving.documents import ApiJson
 
 __all__ = [
     "ApiJson",
@@ -27,10 +29,6 @@ __all__ = [
     "UpdateKind",
     "VariantRow",
 ]
-
-# An operation's request body or answer, or a SageMaker request shape kept as sent: JSON whose shape is SageMaker's
-# (the `shapes` module checks what comes in). The one open document of this package, by design.
-ApiJson = dict[str, Any]
 
 # SageMaker's EndpointStatus values this runtime reaches (it has no OutOfService, SystemUpdating or RollingBack:
 # a rollback here ends the update InService with the reason in FailureReason, as SageMaker's does once done).

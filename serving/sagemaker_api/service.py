@@ -16,6 +16,7 @@ from serving import protocol
 from serving.access.identities import load_identities
 from serving.cloudwatch.api import CloudWatchApi
 from serving.cloudwatch.sampler import Served
+from serving.documents import ApiJson
 from serving.errors import ServingError, wire_error
 from serving.gateway.body_budget import BodyBudget
 from serving.sagemaker_api.application_autoscaling import AutoScalingApi
@@ -52,8 +53,9 @@ class ControlApi:
             sealer=Sealer(settings.state_file + KEY_SUFFIX if settings.state_file else None),
         )
         self.autoscaling = AutoScalingApi(self.sagemaker)
+        state = self.sagemaker.state
         self.cloudwatch = CloudWatchApi(
-            self.sagemaker.state, settings.region, settings.account_id, self._layout(deployer)
+            state.alarms, state.alarm_history, settings.region, settings.account_id, self._layout(deployer)
         )
 
     @staticmethod
@@ -72,7 +74,7 @@ class ControlApi:
 
         return layout
 
-    def call(self, prefix: str, operation: str, document: dict[str, Any]) -> Answer:
+    def call(self, prefix: str, operation: str, document: ApiJson) -> Answer:
         """Run one operation (SageMaker's one at a time; CloudWatch's beside them); its answer or its error, in the
         wire shape."""
         try:
@@ -88,7 +90,7 @@ class ControlApi:
 
 
 def api_routes(
-    settings: ServerSettings, dispatch: Callable[[str, str, dict[str, Any]], Awaitable[Answer]], budget: BodyBudget
+    settings: ServerSettings, dispatch: Callable[[str, str, ApiJson], Awaitable[Answer]], budget: BodyBudget
 ) -> list[Route]:
     """`POST /` on a gateway: authentication and authorization here, then `dispatch` to the control plane.
     `budget`: the gateway's pre-authentication budget, which signed API bodies share with invocations."""
@@ -104,7 +106,7 @@ def build_api(
     """The API and its route in one process (tests, and anything without a separate control plane)."""
     control = ControlApi(settings, deployer)
 
-    async def dispatch(prefix: str, operation: str, document: dict[str, Any]) -> Answer:
+    async def dispatch(prefix: str, operation: str, document: ApiJson) -> Answer:
         return await asyncio.to_thread(control.call, prefix, operation, document)
 
     budget = budget if budget is not None else BodyBudget(settings.preauth_body_budget_bytes)
