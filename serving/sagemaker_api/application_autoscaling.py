@@ -16,15 +16,15 @@ from datetime import datetime
 from serving.errors import ApiValidationError, ObjectNotFoundError
 from serving.protocol import SIGNING_SERVICE
 from serving.sagemaker_api import shapes
-from serving.sagemaker_api.documents import (
+from serving.sagemaker_api.resources import page
+from serving.sagemaker_api.sagemaker import SageMakerApi
+from serving.sagemaker_api.stored import (
     ApiJson,
     EndpointDocument,
     ScalableTargetDocument,
     ScalingPolicyDocument,
     VariantRow,
 )
-from serving.sagemaker_api.endpoints import EndpointApi
-from serving.sagemaker_api.resources import page
 
 __all__ = ["AutoScalingApi"]
 
@@ -34,13 +34,13 @@ DIMENSION = "sagemaker:variant:DesiredInstanceCount"
 class AutoScalingApi:
     """The operations of the `application-autoscaling` client, over the SageMaker API's state."""
 
-    def __init__(self, sagemaker: EndpointApi) -> None:
+    def __init__(self, sagemaker: SageMakerApi) -> None:
         self.sagemaker = sagemaker
         self.state = sagemaker.state
         self.lock = sagemaker.lock
 
     def _arn(self, resource_id: str, policy: str | None = None) -> str:
-        api = self.sagemaker
+        api = self.sagemaker.context
         if policy is None:
             return f"arn:aws:application-autoscaling:{api.region}:{api.account}:scalable-target/{resource_id}"
         scope = f"{api.region}:{api.account}"
@@ -69,11 +69,11 @@ class AutoScalingApi:
         pending = document.get("pending")
         for variant in document["variants"]:
             if variant["VariantName"] == variant_name:
-                self.sagemaker.deployer.apply(self.sagemaker.spec_of(name, variant))
+                self.sagemaker.deployer.apply(self.sagemaker.fleet.spec_of(name, variant))
         for variant in pending["variants"] if pending else []:
             if variant["VariantName"] == variant_name:
                 pending["generations"][variant["Served"]] = self.sagemaker.deployer.apply(  # type: ignore[index]
-                    self.sagemaker.spec_of(name, variant)
+                    self.sagemaker.fleet.spec_of(name, variant)
                 )
         self.state.endpoints.put(name, document)
 

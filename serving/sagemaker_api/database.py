@@ -19,14 +19,14 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar, cast
 
 from serving.cloudwatch.alarms import AlarmDocument, AlarmHistory
-from serving.sagemaker_api.documents import (
+from serving.sagemaker_api.state_file import connect_state
+from serving.sagemaker_api.stored import (
     EndpointConfigDocument,
     EndpointDocument,
     ModelDocument,
     ScalableTargetDocument,
     ScalingPolicyDocument,
 )
-from serving.sagemaker_api.state_file import connect_state
 
 __all__ = ["KINDS", "ApiState", "Table"]
 

@@ -15,8 +15,8 @@ import math
 from collections.abc import Callable, Sequence
 
 from serving.errors import ApiValidationError
-from serving.sagemaker_api.documents import DeploymentPlan, VariantRow
 from serving.sagemaker_api.shapes import CapacitySizeShape, DeploymentConfigShape
+from serving.sagemaker_api.stored import DeploymentPlan, VariantRow
 
 __all__ = ["plan"]
 

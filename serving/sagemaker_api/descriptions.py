@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from serving.protocol import DEFAULT_VARIANT
-from serving.sagemaker_api.documents import ApiJson, PendingUpdate, VariantRow
 from serving.sagemaker_api.endpoint_update import share, variant_status
+from serving.sagemaker_api.stored import ApiJson, PendingUpdate, VariantRow
 
 __all__ = ["describe_spec_endpoint", "describe_variant", "describe_variants"]
 

@@ -9,7 +9,7 @@ versions* (`control.container_versions`), which is how a new fleet comes up here
 
 Every CreateEndpoint, UpdateEndpoint, capacity change and restart starts one (`start`, `restore`); the API's
 background tick calls `advance` about twice a second until it is done. The documents are typed
-(`documents.EndpointDocument`) and stay JSON in the state database; a server that stops mid-update brings the
+(`stored.EndpointDocument`) and stay JSON in the state database; a server that stops mid-update brings the
 update back on restart (`restore`) and its traffic shifting starts over once the new fleet is back.
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal, Protocol
 
 from serving.gateway.variants import VariantRoute
-from serving.sagemaker_api.documents import (
+from serving.sagemaker_api.stored import (
     DeploymentPlan,
     EndpointDocument,
     PendingUpdate,

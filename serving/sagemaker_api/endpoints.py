@@ -1,6 +1,6 @@
 """SageMaker's endpoint operations: create, describe, list, update (blue/green), weights and capacities, delete.
 
-An endpoint's document (`documents.EndpointDocument`) holds the fleet of variants that serves and, while an
+An endpoint's document (`stored.EndpointDocument`) holds the fleet of variants that serves and, while an
 update is under way, the fleet coming up. Every operation that changes the fleet starts an endpoint update, and
 `tick` (about twice a second) advances each one: `endpoint_update` owns it from the new generation through its
 steps to finish, rollback and drain. Capacity changes and scaling policies re-apply a variant's own served
@@ -16,24 +16,30 @@ from serving.config.data_capture import capture_summary
 from serving.errors import ApiValidationError
 from serving.protocol import VARIANT_SEPARATOR
 from serving.sagemaker_api import deployment, shapes
+from serving.sagemaker_api.api_context import ApiContext, missing
 from serving.sagemaker_api.descriptions import describe_spec_endpoint, describe_variants
-from serving.sagemaker_api.documents import ApiJson, EndpointDocument, UpdateKind, VariantRow
+from serving.sagemaker_api.endpoint_configs import EndpointConfigs
 from serving.sagemaker_api.endpoint_update import EndpointUpdates, next_generation, served_names
 from serving.sagemaker_api.resources import page, sort_and_filter
-from serving.sagemaker_api.sagemaker import SageMakerApi, _missing
+from serving.sagemaker_api.stored import ApiJson, EndpointDocument, UpdateKind, VariantRow
+from serving.sagemaker_api.variant_fleet import VariantFleet
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["EndpointApi"]
+__all__ = ["Endpoints"]
 
 
-class EndpointApi(SageMakerApi):
+class Endpoints:
     """The endpoint operations and the background step that completes them."""
+
+    def __init__(self, context: ApiContext, configs: EndpointConfigs, fleet: VariantFleet) -> None:
+        self.context, self.configs, self.fleet = context, configs, fleet
+        self.state, self.lock = context.state, context.lock
 
     def _endpoint(self, name: str) -> EndpointDocument:
         document = self.state.endpoints.get(name)
         if document is None:
-            raise _missing("endpoint", self.arn("endpoint", name))
+            raise missing("endpoint", self.context.arn("endpoint", name))
         return document
 
     # Whether the last tick found nothing under way: ticks then skip their reads until a create, update or
@@ -43,7 +49,7 @@ class EndpointApi(SageMakerApi):
     @property
     def updates(self) -> EndpointUpdates:
         """The owner of every endpoint update, driving the served endpoints through this API's deployer."""
-        return EndpointUpdates(_ServedFleet(self), self.clock, self._alarm_state)
+        return EndpointUpdates(self.fleet, self.context.clock, self._alarm_state)
 
     def _alarm_state(self, name: str) -> str | None:
         alarm = self.state.alarms.get(name)
@@ -58,13 +64,13 @@ class EndpointApi(SageMakerApi):
     def CreateEndpoint(self, body: ApiJson) -> ApiJson:
         request = shapes.parse(shapes.CreateEndpointInput, body, "CreateEndpoint")
         name = request.EndpointName
-        if self.state.endpoints.get(name) is not None or name in self.spec_endpoints():
-            raise ApiValidationError(f'Cannot create already existing endpoint "{self.arn("endpoint", name)}".')
-        config = self._config(request.EndpointConfigName)
-        now = self.clock()
+        if self.state.endpoints.get(name) is not None or name in self.fleet.spec_endpoints():
+            raise ApiValidationError(f'Cannot create already existing endpoint "{self.context.arn("endpoint", name)}".')
+        config = self.configs.config(request.EndpointConfigName)
+        now = self.context.clock()
         document: EndpointDocument = {
             "EndpointName": name,
-            "EndpointArn": self.arn("endpoint", name),
+            "EndpointArn": self.context.arn("endpoint", name),
             "EndpointConfigName": request.EndpointConfigName,
             "CreationTime": now,
             "LastModifiedTime": now,
@@ -76,13 +82,13 @@ class EndpointApi(SageMakerApi):
             "pending": None,
         }
         document["Generation"], served = next_generation(document)
-        variants = self.variants_of(config, [], retain=False, served=served)
+        variants = self.fleet.variants_of(config, [], retain=False, served=served)
         if request.DeploymentConfig is not None:  # for later updates (RetainDeploymentConfig), as SageMaker keeps it
             deployment.plan(request.DeploymentConfig, variants, self._alarm_exists)
             document["DeploymentConfig"] = request.DeploymentConfig.model_dump(exclude_unset=True)
-        self._check_capacity(variants, [])
+        self.fleet.check_capacity(variants, [])
         for variant in variants:  # every spec is checked before any is deployed
-            self.spec_of(name, variant)
+            self.fleet.spec_of(name, variant)
         self._start(document, variants, "create", request.EndpointConfigName)
         self.state.endpoints.put(name, document)
         return {"EndpointArn": document["EndpointArn"]}
@@ -91,10 +97,10 @@ class EndpointApi(SageMakerApi):
         request = shapes.parse(shapes.UpdateEndpointInput, body, "UpdateEndpoint")
         document = self._endpoint(request.EndpointName)
         self._updatable(document)
-        config = self._config(request.EndpointConfigName)
+        config = self.configs.config(request.EndpointConfigName)
         generation, served = next_generation(document)
         retain = request.RetainAllVariantProperties
-        variants = self.variants_of(config, document["variants"], retain=retain, served=served)
+        variants = self.fleet.variants_of(config, document["variants"], retain=retain, served=served)
         names = {variant["VariantName"] for variant in variants}
         for old in document["variants"]:
             resource = f"endpoint/{document['EndpointName']}/variant/{old['VariantName']}"
@@ -103,13 +109,13 @@ class EndpointApi(SageMakerApi):
                     f"the update removes variant {old['VariantName']}, which has a scalable target "
                     f"({resource}); deregister it first (as SageMaker requires)"
                 )
-        self._check_capacity(variants, document["variants"])
+        self.fleet.check_capacity(variants, document["variants"])
         chosen = request.DeploymentConfig
         if chosen is None and request.RetainDeploymentConfig and document.get("DeploymentConfig"):
             chosen = shapes.DeploymentConfigShape.model_validate(document["DeploymentConfig"])
         plan = deployment.plan(chosen, variants, self._alarm_exists) if chosen is not None else None
         for variant in variants:
-            self.spec_of(request.EndpointName, variant)
+            self.fleet.spec_of(request.EndpointName, variant)
         document["Generation"] = generation
         self._start(document, variants, "update", request.EndpointConfigName, plan=plan)
         if chosen is not None:
@@ -152,13 +158,13 @@ class EndpointApi(SageMakerApi):
         # Weights move traffic at once; new counts re-apply those variants and finish in the background.
         for old in document["variants"]:
             old["Weight"] = by_name[old["VariantName"]]["Weight"]
-        document["LastModifiedTime"] = self.clock()
+        document["LastModifiedTime"] = self.context.clock()
         if recount:
-            self._check_capacity(variants, [])
+            self.fleet.check_capacity(variants, [])
             self._start(document, variants, "capacity", document["EndpointConfigName"])
             document["EndpointStatus"] = "Updating"
         self.state.endpoints.put(request.EndpointName, document)
-        self.publish()
+        self.fleet.publish()
         return {"EndpointArn": document["EndpointArn"]}
 
     def _check_count(self, endpoint: str, variant: VariantRow, count: int, index: int) -> None:
@@ -176,15 +182,15 @@ class EndpointApi(SageMakerApi):
     def DeleteEndpoint(self, body: ApiJson) -> ApiJson:
         request = shapes.parse(shapes.EndpointNameInput, body, "DeleteEndpoint")
         name = request.EndpointName
-        if self.state.endpoints.get(name) is None and name in self.spec_endpoints():
+        if self.state.endpoints.get(name) is None and name in self.fleet.spec_endpoints():
             raise ApiValidationError(
                 f"endpoint {name} comes from a spec given to `serving up`; delete it with `serving delete {name}`"
             )
         document = self._endpoint(name)
         self.state.endpoints.delete(name)
-        self.publish()  # no new request reaches it from here on
+        self.fleet.publish()  # no new request reaches it from here on
         for served in sorted(served_names(document) | {r["Served"] for r in document.get("retired", [])}):
-            self.deployer.delete(served)
+            self.context.deployer.delete(served)
         prefix = f"endpoint/{name}/variant/"
         for policy in self.state.scaling_policies.all():
             if policy["ResourceId"].startswith(prefix):
@@ -199,11 +205,11 @@ class EndpointApi(SageMakerApi):
         request = shapes.parse(shapes.EndpointNameInput, body, "DescribeEndpoint")
         document = self.state.endpoints.get(request.EndpointName)
         if document is None:
-            spec_endpoint = self.spec_endpoints().get(request.EndpointName)
+            spec_endpoint = self.fleet.spec_endpoints().get(request.EndpointName)
             if spec_endpoint is None:
-                raise _missing("endpoint", self.arn("endpoint", request.EndpointName))
-            return describe_spec_endpoint(spec_endpoint, self.arn("endpoint", request.EndpointName))
-        descriptions, pending = self.deployer.descriptions(), document.get("pending")
+                raise missing("endpoint", self.context.arn("endpoint", request.EndpointName))
+            return describe_spec_endpoint(spec_endpoint, self.context.arn("endpoint", request.EndpointName))
+        descriptions, pending = self.context.deployer.descriptions(), document.get("pending")
         described: ApiJson = {
             "EndpointName": document["EndpointName"],
             "EndpointArn": document["EndpointArn"],
@@ -233,8 +239,8 @@ class EndpointApi(SageMakerApi):
         request = shapes.parse(shapes.ListInput, body, "ListEndpoints")
         keys = ("EndpointName", "EndpointArn", "CreationTime", "LastModifiedTime", "EndpointStatus")
         rows: list[ApiJson] = [{key: dict(d)[key] for key in keys} for d in self.state.endpoints.all()]
-        for description in self.spec_endpoints().values():
-            described = describe_spec_endpoint(description, self.arn("endpoint", description["EndpointName"]))
+        for description in self.fleet.spec_endpoints().values():
+            described = describe_spec_endpoint(description, self.context.arn("endpoint", description["EndpointName"]))
             rows.append({key: described[key] for key in keys})
         ordered = sort_and_filter(rows, request, "EndpointName", "EndpointStatus")
         chunk, token = page(ordered, request.NextToken, request.MaxResults)
@@ -246,7 +252,7 @@ class EndpointApi(SageMakerApi):
         with self.lock:
             if self._settled:
                 return
-            descriptions, updates = self.deployer.descriptions(), self.updates
+            descriptions, updates = self.context.deployer.descriptions(), self.updates
             changed, under_way = False, False
             for document in self.state.endpoints.all():
                 if updates.advance(document, descriptions):
@@ -254,7 +260,7 @@ class EndpointApi(SageMakerApi):
                     changed = True
                 under_way = under_way or bool(document.get("pending") or document.get("retired"))
             if changed:
-                self.publish()
+                self.fleet.publish()
             self._settled = not under_way
 
     def served_names(self) -> set[str]:
@@ -277,20 +283,7 @@ class EndpointApi(SageMakerApi):
                     document["variants"], document["pending"] = [], None
                 referenced |= served_names(document)
                 self.state.endpoints.put(document["EndpointName"], document)
-            for name in list(self.deployer.descriptions()):  # served variants no stored endpoint names (a crash
+            for name in list(self.context.deployer.descriptions()):  # served variants no stored endpoint names (a crash
                 if VARIANT_SEPARATOR in name and name not in referenced:  # between the two steps of a delete)
-                    self.deployer.delete(name)
-            self.publish()
-
-
-class _ServedFleet:
-    """An endpoint update's `Fleet`: each variant applied as a served endpoint of its own by the API's deployer."""
-
-    def __init__(self, api: EndpointApi) -> None:
-        self.api = api
-
-    def deploy(self, endpoint: str, variants: list[VariantRow]) -> dict[str, int]:
-        return self.api._deploy(endpoint, variants)
-
-    def delete(self, served: str) -> bool:
-        return self.api.deployer.delete(served)
+                    self.context.deployer.delete(name)
+            self.fleet.publish()

@@ -8,24 +8,24 @@ import asyncio
 import json
 import os
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from starlette.routing import Route
 
 from serving import protocol
 from serving.access.identities import load_identities
+from serving.cloudwatch.api import OPERATIONS as CLOUDWATCH_OPERATIONS
 from serving.cloudwatch.api import CloudWatchApi
 from serving.cloudwatch.sampler import Served
 from serving.documents import ApiJson
-from serving.errors import ServingError, wire_error
+from serving.errors import ServingError, UnknownApiOperationError, wire_error
 from serving.gateway.body_budget import BodyBudget
 from serving.sagemaker_api.application_autoscaling import AutoScalingApi
 from serving.sagemaker_api.database import ApiState
-from serving.sagemaker_api.endpoints import EndpointApi
 from serving.sagemaker_api.images import load_instance_types
 from serving.sagemaker_api.model_roots import check_model_roots
 from serving.sagemaker_api.resources import Deployer
-from serving.sagemaker_api.routes import Answer, ApiRoutes
+from serving.sagemaker_api.routes import AUTOSCALING_OPERATIONS, SAGEMAKER_OPERATIONS, Answer, ApiRoutes
+from serving.sagemaker_api.sagemaker import SageMakerApi
 from serving.sagemaker_api.sealed import Sealer
 from serving.sagemaker_api.state_file import KEY_SUFFIX
 from serving.sagemaker_api.translate import public_name
@@ -40,7 +40,7 @@ class ControlApi:
     def __init__(self, settings: ServerSettings, deployer: Deployer) -> None:
         """Raises ModelRootError for a model root that holds what the server runs or its secrets."""
         check_model_roots(settings)
-        self.sagemaker = EndpointApi(
+        self.sagemaker = SageMakerApi(
             ApiState(settings.state_file),
             deployer,
             region=settings.region,
@@ -57,6 +57,14 @@ class ControlApi:
         self.cloudwatch = CloudWatchApi(
             state.alarms, state.alarm_history, settings.region, settings.account_id, self._layout(deployer)
         )
+        # What each service prefix runs, by operation: exactly the operations the route admits.
+        self.handlers: dict[str, dict[str, Callable[[ApiJson], ApiJson]]] = {
+            protocol.SAGEMAKER_TARGET_PREFIX: {name: self.sagemaker.operations[name] for name in SAGEMAKER_OPERATIONS},
+            protocol.AUTOSCALING_TARGET_PREFIX: {
+                name: getattr(self.autoscaling, name) for name in AUTOSCALING_OPERATIONS
+            },
+            protocol.CLOUDWATCH_TARGET_PREFIX: {name: getattr(self.cloudwatch, name) for name in CLOUDWATCH_OPERATIONS},
+        }
 
     @staticmethod
     def _layout(deployer: Deployer) -> Callable[[str], Served | None]:
@@ -78,12 +86,14 @@ class ControlApi:
         """Run one operation (SageMaker's one at a time; CloudWatch's beside them); its answer or its error, in the
         wire shape."""
         try:
+            handler = self.handlers.get(prefix, {}).get(operation)
+            if handler is None:  # the route admits only known operations; this holds if another caller does not
+                raise UnknownApiOperationError(f"{prefix}.{operation} is not an operation of this server")
             if prefix == protocol.CLOUDWATCH_TARGET_PREFIX:  # reads of the metric store never wait on a deploy
-                answer = getattr(self.cloudwatch, operation)(document)
+                answer = handler(document)
                 return 200, {"content-type": protocol.AMZ_JSON_1_0}, json.dumps(answer).encode()
-            service: Any = self.sagemaker if prefix == protocol.SAGEMAKER_TARGET_PREFIX else self.autoscaling
             with self.sagemaker.lock:
-                answer = getattr(service, operation)(document)
+                answer = handler(document)
         except ServingError as error:
             return wire_error(error)
         return 200, {"content-type": protocol.AMZ_JSON}, json.dumps(answer).encode()

@@ -129,7 +129,7 @@ class Harness:
         self.control, routes = build_api(self.settings, self.deployer)
         self.api = self.control.sagemaker
         self.clock = Clock()
-        self.api.clock = self.control.cloudwatch.clock = self.clock
+        self.api.context.clock = self.control.cloudwatch.clock = self.clock
         self.server = BackgroundServer(serving_app(routes), "127.0.0.1", 0)
         assert self.server.wait_started(), "API server did not start"
         self.url = self.server.url

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from serving.sagemaker_api import endpoint_update
-from serving.sagemaker_api.documents import DeploymentPlan, EndpointDocument, VariantRow
 from serving.sagemaker_api.endpoint_update import EndpointUpdates, next_generation, routes, served_names
+from serving.sagemaker_api.stored import DeploymentPlan, EndpointDocument, VariantRow
 
 
 class RecordingFleet:

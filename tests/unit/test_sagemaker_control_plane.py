@@ -767,8 +767,8 @@ def test_signed_calls_are_authorized_by_the_identitys_policies(tmp_path: Path, i
         assert (answer.status_code, answer.json()["__type"]) == (400, "ValidationException")
         assert "Colour: not supported" in answer.json()["message"]
         # The endpoints the API creates carry the same identities file as their AccessControl.
-        harness.api.CreateEndpointConfig({"EndpointConfigName": "c1", "ProductionVariants": [VARIANT]})
-        harness.api.CreateEndpoint({"EndpointName": "e1", "EndpointConfigName": "c1"})
+        harness.api.operations["CreateEndpointConfig"]({"EndpointConfigName": "c1", "ProductionVariants": [VARIANT]})
+        harness.api.operations["CreateEndpoint"]({"EndpointName": "e1", "EndpointConfigName": "c1"})
         assert harness.deployer.spec("e1@A@1")["AccessControl"]["IdentitiesFile"] == str(identities)
     finally:
         harness.stop()
