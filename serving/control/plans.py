@@ -6,10 +6,10 @@ from typing import Any
 
 from serving.autoscaling.config import serve_autoscaling_config
 from serving.config.spec import ContainerSpec, EndpointSpec
-from serving.control.records import ContainerPlan, RegistryRecord
-from serving.control.rollout import (
+from serving.control.container_versions import (
     plan_version,
 )
+from serving.control.records import ContainerPlan, RegistryRecord
 from serving.control.runtime_env import ray_runtime_env, replica_environment
 from serving.errors import ValidationError
 from serving.protocol import RAY_NAMESPACE, REGISTRY_ACTOR

@@ -2,7 +2,7 @@
 
 They cross processes through Ray and sit in Ray's key-value store as JSON, so they stay plain dicts (TypedDicts,
 not classes): what changes is that mypy knows every key, and a key misspelt where a record is made or read fails
-`make lint` instead of a replica at start. `plans.endpoint_record` makes them; `rollout`, the registry, the
+`make lint` instead of a replica at start. `plans.endpoint_record` makes them; `container_versions`, the registry, the
 container replica and the gateway's state read them.
 
 One key style: snake_case for the runtime's own fields; PascalCase only for the parts shown as they are in a
@@ -22,7 +22,7 @@ __all__ = [
     "ContainerRow",
     "DeploymentStatus",
     "EndpointSnapshot",
-    "EndpointUpdate",
+    "VersionsUpdate",
     "RegistryRecord",
     "ScalingRecord",
     "Snapshot",
@@ -80,8 +80,8 @@ class RegistryRecord(TypedDict):
     plans: dict[str, ContainerPlan]  # by container hostname
 
 
-class EndpointUpdate(TypedDict, total=False):
-    """The state of an endpoint's latest update (`rollout.EndpointState.update`)."""
+class VersionsUpdate(TypedDict, total=False):
+    """Where the latest move of an endpoint's containers to new versions stands (`container_versions.EndpointState`)."""
 
     Generation: int
     Status: UpdateStatus
@@ -124,7 +124,7 @@ class EndpointSnapshot(TypedDict):
     access: AccessReference | None
     async_inference: dict[str, Any] | None
     data_capture: dict[str, Any] | None
-    update: EndpointUpdate
+    update: VersionsUpdate
     failed: bool  # its first deployment could not be brought up
     in_service: bool  # brought up once
     desired_versions: dict[str, str]  # hostname -> the version being rolled out

@@ -13,16 +13,16 @@ from starlette.routing import Route
 from serving import protocol
 from serving.access.identities import AccessReference
 from serving.config.data_capture import capture_summary
+from serving.control.container_versions import app_name, short_reason
 from serving.control.records import (
     AppStatus,
     ContainerRow,
     DeploymentStatus,
     EndpointSnapshot,
-    EndpointUpdate,
     Mode,
     Snapshot,
+    VersionsUpdate,
 )
-from serving.control.rollout import app_name, short_reason
 from serving.errors import ServiceUnavailableError, ValidationError
 from serving.http.responses import json_response
 
@@ -49,7 +49,7 @@ class EndpointRecord:
     access: AccessReference | None = field(default=None, repr=False)
     async_inference: dict[str, Any] | None = None  # the spec's AsyncInferenceConfig, as validated
     data_capture: dict[str, Any] | None = None  # the spec's DataCaptureConfig, as validated
-    update: EndpointUpdate = field(default_factory=lambda: EndpointUpdate())  # the last apply
+    update: VersionsUpdate = field(default_factory=lambda: VersionsUpdate())  # the last apply
     failed: bool = False  # its first deployment could not be brought up
     in_service: bool = False  # brought up once: it routes with an active record (else it is being created)
     desired_versions: dict[str, str] = field(default_factory=dict)  # hostname -> version being rolled out
@@ -130,7 +130,7 @@ def describe(
             entry["FailureReason"] = trouble or update.get("FailureReason") or "the container could not be deployed"
             problems.append(f"container {host}: {entry['FailureReason']}")
         containers.append(entry)
-    if record.failed:  # the containers' own messages as Serve reports them now, else what the rollout recorded
+    if record.failed:  # the containers' own messages as Serve reports them now, else what the versions step recorded
         endpoint_status = "Failed"
         failure = "; ".join(problems) or update.get("FailureReason") or "the endpoint failed"
     else:

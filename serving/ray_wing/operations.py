@@ -10,10 +10,10 @@ import ray
 from ray import serve
 
 from serving.config.spec import EndpointSpec
-from serving.control.plans import endpoint_record
-from serving.control.rollout import (
+from serving.control.container_versions import (
     parse_app_name,
 )
+from serving.control.plans import endpoint_record
 from serving.control.status import EndpointRecord, StatusBoard
 from serving.ray_wing.cluster import (
     cluster_secret,
@@ -48,7 +48,7 @@ def deploy_endpoint(spec: EndpointSpec, settings: ServerSettings) -> int:
     """Create or update the endpoint (blue/green per changed container); returns without waiting.
 
     The registry deploys each new container version beside the serving one and moves traffic once
-    all are ready, or rolls back (see `rollout`); `describe_endpoints` shows the progress. Returns the
+    all are ready, or rolls back (see `container_versions`); `describe_endpoints` shows the progress. Returns the
     update's generation: its description's `LastUpdate.Generation` once the gateway has seen it.
     """
     generation = ray.get(

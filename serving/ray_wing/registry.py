@@ -13,17 +13,17 @@ from typing import Any
 import ray
 from ray import serve
 
-from serving.control import rollout
+from serving.control import container_versions
+from serving.control.container_versions import Delete, Deploy, EndpointState, parse_app_name, step
 from serving.control.records import (
     ApiRouting,
     AppStatus,
     EndpointSnapshot,
-    EndpointUpdate,
     RegistryRecord,
     ScalingRecord,
     Snapshot,
+    VersionsUpdate,
 )
-from serving.control.rollout import Delete, Deploy, EndpointState, parse_app_name, step
 from serving.ray_wing.cluster import NAMESPACE, cluster_secret
 from serving.ray_wing.kv_store import KvStore
 from serving.ray_wing.names import ON_HEAD, REGISTRY_NAME, REPLICA_TTL_S
@@ -66,7 +66,7 @@ class Registry:
     one after `serving up` restarts on a cluster) carries on where the last stopped: same endpoints,
     same routing table (replicas re-register every HEARTBEAT_S and one not heard from for
     REPLICA_TTL_S leaves it), updates in progress resumed. A background loop reads Serve's
-    statuses every STATUS_POLL_S and advances each endpoint toward its desired record (`rollout`).
+    statuses every STATUS_POLL_S and advances each endpoint toward its desired record (`container_versions`).
     Writes need the control plane's token; a registration needs the proof made for that very
     container, version and URL (`keys`). Anything else is refused, logged and counted. Nothing
     here is secret: snapshots may be read by anyone who can reach the cluster.
@@ -261,7 +261,7 @@ class Registry:
             if state is not None and state.desired == record and state.update.get("Status") != "Failed":
                 return state.update.get("Generation", 1)
             generation = (state.update.get("Generation", 0) if state is not None else 0) + 1
-            update = EndpointUpdate(
+            update = VersionsUpdate(
                 Status="InProgress", StartedAt=time.time(), FailureReason=None, Generation=generation
             )
             if state is None:
@@ -354,7 +354,7 @@ class Registry:
             table: dict[tuple[str, str], list[str]] = {}
             for name, state in self.states.items():
                 routing = state.routing()
-                routing_versions = rollout.versions(routing)
+                routing_versions = container_versions.versions(routing)
                 endpoints[name] = {
                     "name": routing["name"],
                     "mode": routing["mode"],
@@ -364,10 +364,10 @@ class Registry:
                     "access": routing["access"],
                     "async_inference": routing["async_inference"],
                     "data_capture": routing.get("data_capture"),
-                    "update": EndpointUpdate(**state.update),
+                    "update": VersionsUpdate(**state.update),
                     "failed": state.failed,
                     "in_service": state.active is not None,
-                    "desired_versions": rollout.versions(state.desired),
+                    "desired_versions": container_versions.versions(state.desired),
                 }
                 for host, version in routing_versions.items():
                     table[(name, host)] = sorted(

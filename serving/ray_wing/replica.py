@@ -11,7 +11,7 @@ import ray
 from ray import serve
 
 from serving._gc import freeze_startup_objects
-from serving.control.rollout import (
+from serving.control.container_versions import (
     Deploy,
 )
 from serving.model_server.events import replay

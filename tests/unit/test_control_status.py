@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from serving.control.rollout import short_reason
+from serving.control.container_versions import short_reason
 from serving.control.status import EndpointRecord, StatusBoard, describe
 from serving.http.responses import serving_app
 from serving.ray_wing.serve_status import applications_from_serve_details

@@ -1,8 +1,9 @@
-"""serving.control.rollout: desired endpoints to running ones, blue/green per container, rollback, as pure steps."""
+"""serving.control.container_versions: desired endpoints to running ones, blue/green per container, reverted on
+failure, as pure steps."""
 
 from __future__ import annotations
 
-from serving.control.rollout import (
+from serving.control.container_versions import (
     Delete,
     Deploy,
     EndpointState,

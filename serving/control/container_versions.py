@@ -1,4 +1,9 @@
-"""Desired endpoints to running ones: versions, blue/green switches and rollbacks, as a pure step function.
+"""Container versions: a served endpoint's containers moved from the versions that serve to the desired ones,
+blue/green, reverted on failure, as a pure step function.
+
+This is the lower of the two layers that update: an *endpoint update* of the control-plane API
+(`sagemaker_api.endpoint_update`) moves an API endpoint between fleets of variants, and each variant is a served
+endpoint whose containers move here. `serving apply` drives this layer directly.
 
 Every container version runs as its own Serve application, `<endpoint>.<container>.<version>`, where
 the version is a digest of everything its replicas are built from (its *plan*). An endpoint has an
@@ -12,8 +17,8 @@ While they differ, the registry calls `step` about once a second:
   replicas leave the routing table, then finish what they hold);
 - if a desired version fails to deploy (Serve gives up on its replicas) or is not ready within the
   update timeout, the desired record is dropped, its new applications deleted, and the active one
-  stays: an automatic rollback, reported in the endpoint's description. A first deployment that
-  fails has nothing to roll back to: the endpoint is Failed.
+  stays: the move is *reverted* (descriptions say "rolled back", as SageMaker words it). A first
+  deployment that fails has nothing to revert to: the endpoint is Failed.
 
 No Ray here: the registry executes the actions and persists the states.
 """
@@ -26,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from serving.control.records import AppStatus, ContainerPlan, EndpointUpdate, RegistryRecord
+from serving.control.records import AppStatus, ContainerPlan, RegistryRecord, VersionsUpdate
 
 __all__ = [
     "APP_SEPARATOR",
@@ -91,7 +96,7 @@ class EndpointState:
     name: str
     desired: RegistryRecord
     active: RegistryRecord | None = None
-    update: EndpointUpdate = field(default_factory=lambda: EndpointUpdate())
+    update: VersionsUpdate = field(default_factory=lambda: VersionsUpdate())
 
     def routing(self) -> RegistryRecord:
         """The record the gateway routes with: the active one, or the desired one while it is first created."""
@@ -99,7 +104,7 @@ class EndpointState:
 
     @property
     def failed(self) -> bool:
-        """A first deployment that could not be brought up (nothing to roll back to)."""
+        """A first deployment that could not be brought up (nothing to revert to)."""
         return self.active is None and self.update.get("Status") == "Failed"
 
     def to_dict(self) -> dict[str, Any]:
@@ -107,7 +112,7 @@ class EndpointState:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> EndpointState:
-        return cls(data["name"], data["desired"], data.get("active"), EndpointUpdate(**(data.get("update") or {})))
+        return cls(data["name"], data["desired"], data.get("active"), VersionsUpdate(**(data.get("update") or {})))
 
 
 def versions(record: RegistryRecord | None) -> dict[str, str]:
@@ -160,7 +165,7 @@ def step(
         )
     if failure is not None:
         state.update = {**state.update, "Status": "Failed", "FailureReason": failure, "FinishedAt": now}
-        if state.active is not None:  # roll back: the active record stays, the new versions go
+        if state.active is not None:  # revert: the active record stays, the new versions go
             state.desired = state.active
             actions += [Delete(app) for app in sorted(apps_of(name, desired) - apps_of(name, state.active))]
         return [action for action in actions if not isinstance(action, Deploy)]
