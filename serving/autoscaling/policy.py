@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TypedDict
 
 __all__ = [
     "CONCURRENT_REQUESTS_PER_REPLICA",
@@ -26,6 +26,8 @@ __all__ = [
     "MEMORY_UTILIZATION",
     "PREDEFINED_METRICS",
     "SPEC_METRIC_TYPES",
+    "ScalerState",
+    "ScalingActivity",
     "ScalingDecision",
     "ScalingState",
     "TargetTracking",
@@ -239,9 +241,38 @@ class TargetTrackingScaler:
         return 0.0 if since is None else max(0.0, since + cooldown_s - now)
 
 
+class Cooldown(TypedDict):
+    ScaleOutSecondsLeft: float
+    ScaleInSecondsLeft: float
+
+
+class ScalingActivity(TypedDict):
+    """One capacity change, as an endpoint's description lists it (DescribeScalingActivities-style)."""
+
+    Time: str  # ISO 8601, UTC
+    ContainerHostname: str
+    From: int
+    To: int
+    MetricName: str
+    MetricValue: float | None
+    TargetValue: float
+    Reason: str
+    Cooldown: Cooldown
+
+
+class ScalerState(TypedDict):
+    """What a container's autoscaler last decided, and on what (the registry keeps it; descriptions show it)."""
+
+    DesiredReplicas: int
+    MetricName: str
+    MetricValue: float | None
+    TargetValue: float
+    Metrics: dict[str, float]  # every metric it read, by name
+
+
 def activity(
     decision: ScalingDecision, container: str, *, wall_clock: Callable[[], float] = time.time
-) -> dict[str, Any]:
+) -> ScalingActivity:
     """A capacity change as a DescribeScalingActivities-style entry for the endpoint's describe output."""
     if not decision.changed:
         raise ValueError(f"decision: {decision.current} → {decision.desired} changes nothing, so it is no activity")

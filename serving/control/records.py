@@ -14,12 +14,18 @@ from __future__ import annotations
 from typing import Any, Literal, NotRequired, TypedDict
 
 from serving.access.identities import AccessReference
+from serving.autoscaling.policy import ScalerState, ScalingActivity
 
 __all__ = [
     "ApiRouting",
     "AppStatus",
+    "ContainerDescription",
     "ContainerPlan",
     "ContainerRow",
+    "EndpointDescription",
+    "EndpointStatus",
+    "LastUpdate",
+    "Passthrough",
     "DeploymentStatus",
     "EndpointSnapshot",
     "VersionsUpdate",
@@ -37,6 +43,11 @@ __all__ = [
 Mode = Literal["Direct", "Serial"]  # config.spec.ExecutionMode's values
 ContainerMode = Literal["SingleModel", "MultiModel"]  # config.container.ContainerMode's values
 UpdateStatus = Literal["InProgress", "Succeeded", "Failed"]
+EndpointStatus = Literal["Creating", "Updating", "InService", "Failed"]
+# A document kept as the spec gave it (AsyncInferenceConfig, DataCaptureConfig, MultiModel settings: validated by
+# their config models, which are their types), or options handed through to Ray as they are (actor options,
+# Serve's autoscaling_config): open here by design.
+Passthrough = dict[str, Any]
 
 
 class ContainerPlan(TypedDict):
@@ -46,14 +57,14 @@ class ContainerPlan(TypedDict):
     model_data: str | None
     environment: dict[str, str]  # the container process's (Environment, Batching, the Resources share)
     bind_host: str  # where data ports bind: an address, or "node" for the Ray node's
-    multi_model: dict[str, Any] | None  # MultiModel settings, None for a SingleModel container
+    multi_model: Passthrough | None  # MultiModel settings, None for a SingleModel container
     sandbox: str  # auto | required | off
     egress_ports: list[int]  # opted in: TCP ports it may connect to from the node's network; else none, isolated
     shared_network: bool  # where no network namespace can be made: the node's network under its rules
     working_dir: str | None
     gpus: float
-    actor_options: dict[str, Any]  # Ray actor options of each replica (CPUs, GPUs, memory, runtime_env)
-    count: dict[str, Any]  # Serve's `num_replicas`, or its `autoscaling_config`
+    actor_options: Passthrough  # Ray actor options of each replica (CPUs, GPUs, memory, runtime_env)
+    count: Passthrough  # Serve's `num_replicas`, or its `autoscaling_config`
 
 
 class ContainerRow(TypedDict):
@@ -75,8 +86,8 @@ class RegistryRecord(TypedDict):
     limits: dict[str, int]  # requests in flight per replica, by container
     not_idempotent: list[str]  # containers whose requests are never sent twice
     access: AccessReference | None  # where the gateway reads the identities (no secret), None: anonymous
-    async_inference: dict[str, Any] | None  # AsyncInferenceConfig, as JSON
-    data_capture: NotRequired[dict[str, Any] | None]  # DataCaptureConfig, as JSON (absent in records saved before it)
+    async_inference: Passthrough | None  # AsyncInferenceConfig, as JSON
+    data_capture: NotRequired[Passthrough | None]  # DataCaptureConfig, as JSON (absent in records saved before it)
     plans: dict[str, ContainerPlan]  # by container hostname
 
 
@@ -88,6 +99,50 @@ class VersionsUpdate(TypedDict, total=False):
     FailureReason: str | None
     StartedAt: float
     FinishedAt: float
+
+
+class LastUpdate(TypedDict):
+    """A description's view of the latest update: every key, None where it has none yet."""
+
+    Generation: int | None
+    Status: UpdateStatus | None
+    FailureReason: str | None
+    StartedAt: float | None
+    FinishedAt: float | None
+
+
+class ReplicaCounts(TypedDict):
+    Running: int
+    Starting: int
+    Stopping: int
+
+
+class ContainerDescription(ContainerRow):
+    """One container in an endpoint's description: its row, and how its replicas stand."""
+
+    Status: EndpointStatus
+    CurrentReplicas: int
+    Replicas: ReplicaCounts
+    ScalingMetric: NotRequired[
+        dict[str, float | str | None]
+    ]  # an autoscaled one's MetricName, MetricValue, TargetValue
+    PendingVersion: NotRequired[str]  # the version being moved to
+    LastFailureReason: NotRequired[str]
+    FailureReason: NotRequired[str]
+
+
+class EndpointDescription(TypedDict):
+    """An endpoint as `GET /endpoints/<name>` describes it (DescribeEndpoint-shaped: `control.status.describe`)."""
+
+    EndpointName: str
+    EndpointStatus: EndpointStatus
+    FailureReason: str | None
+    InferenceExecutionConfig: dict[str, Mode]
+    Containers: list[ContainerDescription]
+    LastUpdate: LastUpdate
+    ScalingActivities: list[ScalingActivity]
+    AsyncInferenceConfig: NotRequired[Passthrough]
+    DataCaptureConfig: NotRequired[Passthrough]  # its summary, as DescribeEndpoint shows it
 
 
 class DeploymentStatus(TypedDict):
@@ -109,8 +164,8 @@ class AppStatus(TypedDict):
 class ScalingRecord(TypedDict):
     """An endpoint's autoscaling as the registry keeps it: each container's latest state, recent activities."""
 
-    containers: dict[str, dict[str, Any]]  # hostname -> DesiredReplicas, metric, target (autoscaling.state)
-    activities: list[dict[str, Any]]  # newest first, as DescribeScalingActivities shows them
+    containers: dict[str, ScalerState]  # by container hostname
+    activities: list[ScalingActivity]  # newest first
 
 
 class EndpointSnapshot(TypedDict):
@@ -122,8 +177,8 @@ class EndpointSnapshot(TypedDict):
     limits: dict[str, int]
     not_idempotent: list[str]
     access: AccessReference | None
-    async_inference: dict[str, Any] | None
-    data_capture: dict[str, Any] | None
+    async_inference: Passthrough | None
+    data_capture: Passthrough | None
     update: VersionsUpdate
     failed: bool  # its first deployment could not be brought up
     in_service: bool  # brought up once

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -12,14 +11,19 @@ from starlette.routing import Route
 
 from serving import protocol
 from serving.access.identities import AccessReference
+from serving.autoscaling.policy import ScalerState, ScalingActivity
 from serving.config.data_capture import capture_summary
 from serving.control.container_versions import app_name, short_reason
 from serving.control.records import (
     AppStatus,
+    ContainerDescription,
     ContainerRow,
     DeploymentStatus,
+    EndpointDescription,
     EndpointSnapshot,
+    EndpointStatus,
     Mode,
+    Passthrough,
     Snapshot,
     VersionsUpdate,
 )
@@ -47,15 +51,14 @@ class EndpointRecord:
     not_idempotent: list[str] = field(default_factory=list)  # hostnames whose requests are never sent twice
     # Where the identities file is (path and fingerprint) or None; never part of a description.
     access: AccessReference | None = field(default=None, repr=False)
-    async_inference: dict[str, Any] | None = None  # the spec's AsyncInferenceConfig, as validated
-    data_capture: dict[str, Any] | None = None  # the spec's DataCaptureConfig, as validated
+    async_inference: Passthrough | None = None  # the spec's AsyncInferenceConfig, as validated
+    data_capture: Passthrough | None = None  # the spec's DataCaptureConfig, as validated
     update: VersionsUpdate = field(default_factory=lambda: VersionsUpdate())  # the last apply
     failed: bool = False  # its first deployment could not be brought up
     in_service: bool = False  # brought up once: it routes with an active record (else it is being created)
     desired_versions: dict[str, str] = field(default_factory=dict)  # hostname -> version being rolled out
-    scaling_activities: list[dict[str, Any]] = field(default_factory=list)  # newest first
-    # Autoscaled containers: hostname -> the autoscaler's latest state (DesiredReplicas, metric, target).
-    scaling: dict[str, dict[str, Any]] = field(default_factory=dict)
+    scaling_activities: list[ScalingActivity] = field(default_factory=list)  # newest first
+    scaling: dict[str, ScalerState] = field(default_factory=dict)  # autoscaled containers, by hostname
 
     @classmethod
     def from_snapshot(cls, document: EndpointSnapshot) -> EndpointRecord:
@@ -80,14 +83,15 @@ def describe(
     statuses: Mapping[str, AppStatus],
     registered: Mapping[tuple[str, str, str], int],
     in_service: bool,
-) -> dict[str, Any]:
+) -> EndpointDescription:
     """DescribeEndpoint-shaped document for one endpoint.
 
     `registered`: live replicas per (endpoint, container, version); `in_service`: whether the record
     has been active (created) before, so that no replica means Updating rather than Creating.
     """
     update = record.update
-    containers, problems = [], []
+    containers: list[ContainerDescription] = []
+    problems: list[str] = []
     for container in record.containers:
         host, version = container["ContainerHostname"], container.get("Version", "")
         app = statuses.get(app_name(record.name, host, version))
@@ -101,6 +105,7 @@ def describe(
         starting = sum(states.get(state, 0) for state in _STARTING)
         pending = record.desired_versions.get(host)
         trouble = short_reason(deployment["message"]) if deployment["status"] in _TROUBLE else None
+        status: EndpointStatus
         if record.failed and (app_failed or deployment["status"] == "DEPLOY_FAILED"):
             status = "Failed"
         elif running == 0:
@@ -109,7 +114,7 @@ def describe(
             status = "Updating"
         else:
             status = "InService"
-        entry = {
+        entry: ContainerDescription = {
             **container,
             "Status": status,
             "CurrentReplicas": running,
@@ -121,7 +126,11 @@ def describe(
         }
         if scaling is not None:  # an autoscaled container: what its autoscaler last decided, and on what
             entry["DesiredReplicas"] = scaling["DesiredReplicas"]
-            entry["ScalingMetric"] = {key: scaling.get(key) for key in ("MetricName", "MetricValue", "TargetValue")}
+            entry["ScalingMetric"] = {
+                "MetricName": scaling.get("MetricName"),
+                "MetricValue": scaling.get("MetricValue"),
+                "TargetValue": scaling.get("TargetValue"),
+            }
         if pending is not None and pending != version:
             entry["PendingVersion"] = pending
         if trouble:
@@ -130,6 +139,7 @@ def describe(
             entry["FailureReason"] = trouble or update.get("FailureReason") or "the container could not be deployed"
             problems.append(f"container {host}: {entry['FailureReason']}")
         containers.append(entry)
+    endpoint_status: EndpointStatus
     if record.failed:  # the containers' own messages as Serve reports them now, else what the versions step recorded
         endpoint_status = "Failed"
         failure = "; ".join(problems) or update.get("FailureReason") or "the endpoint failed"
@@ -143,20 +153,26 @@ def describe(
             endpoint_status = "InService"
         if update.get("Status") == "Failed":  # rolled back: still serving the previous version
             failure = f"The last update failed and was rolled back: {update.get('FailureReason')}"
-    return {
+    described: EndpointDescription = {
         "EndpointName": record.name,
         "EndpointStatus": endpoint_status,
         "FailureReason": failure,
         "InferenceExecutionConfig": {"Mode": record.mode},
         "Containers": containers,
-        "LastUpdate": {
-            key: update.get(key) for key in ("Generation", "Status", "FailureReason", "StartedAt", "FinishedAt")
+        "LastUpdate": {  # every key, None where the update has none yet
+            "Generation": update.get("Generation"),
+            "Status": update.get("Status"),
+            "FailureReason": update.get("FailureReason"),
+            "StartedAt": update.get("StartedAt"),
+            "FinishedAt": update.get("FinishedAt"),
         },
         "ScalingActivities": list(record.scaling_activities),
-        # As DescribeEndpoint shows it: only for an endpoint that serves InvokeEndpointAsync.
-        **({"AsyncInferenceConfig": record.async_inference} if record.async_inference else {}),
-        **({"DataCaptureConfig": capture_summary(record.data_capture)} if record.data_capture else {}),
     }
+    if record.async_inference:  # as DescribeEndpoint shows it: only for an endpoint that serves InvokeEndpointAsync
+        described["AsyncInferenceConfig"] = record.async_inference
+    if record.data_capture:
+        described["DataCaptureConfig"] = capture_summary(record.data_capture)
+    return described
 
 
 class StatusBoard:
@@ -164,7 +180,7 @@ class StatusBoard:
 
     def __init__(self) -> None:
         self.records: dict[str, EndpointRecord] = {}
-        self.descriptions: dict[str, dict[str, Any]] = {}
+        self.descriptions: dict[str, EndpointDescription] = {}
         self.loaded = False  # a first snapshot of the registry has been applied
         # Served endpoints behind each API endpoint's traffic (its current generation); a served variant of an
         # API endpoint that has one but is not among them is a standby (an update's new generation coming up, or

@@ -15,7 +15,7 @@ import asyncio
 import hmac
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +51,7 @@ class ControlRoutes:
         token: str,
         apply: Callable[[EndpointSpec], int],
         delete: Callable[[str], bool],
-        describe: Callable[[str], dict[str, Any] | None],
+        describe: Callable[[str], Mapping[str, Any] | None],
     ) -> None:
         self._token = token
         self._apply, self._delete, self._describe = apply, delete, describe

@@ -15,6 +15,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from serving.control.records import EndpointDescription
+
 __all__ = ["public_description", "without_local_paths"]
 
 _NAME = r"[^\s'\"`:,;()\[\]{}<>|/]+"
@@ -31,12 +33,12 @@ def without_local_paths(text: str) -> str:
     return _LOCAL_PATH.sub(_shortened, text) if "/" in text else text
 
 
-def public_description(description: Mapping[str, Any]) -> dict[str, Any]:
+def public_description(description: EndpointDescription) -> EndpointDescription:
     """A copy of a DescribeEndpoint-shaped `description` that names no path of this machine."""
-    public = _scrubbed(description)
+    public: EndpointDescription = _scrubbed(description)
     capture = public.get("DataCaptureConfig")
-    destination = capture.get("DestinationS3Uri") if isinstance(capture, dict) else None
-    if isinstance(destination, str) and not destination.startswith("s3://"):  # a folder, even one at the root
+    destination = capture.get("DestinationS3Uri") if capture is not None else None
+    if capture is not None and isinstance(destination, str) and not destination.startswith("s3://"):  # a folder
         capture["DestinationS3Uri"] = ".../" + destination.removeprefix("file://").rstrip("/").rsplit("/", 1)[-1]
     return public
 

@@ -95,8 +95,10 @@ class GatewayState:
     def desired_replicas(self) -> dict[tuple[str, str], int]:
         """Each container's desired count: its autoscaler's last decision, else the count it was deployed with."""
         return {
-            (name, c["ContainerHostname"]): record.scaling.get(c["ContainerHostname"], {}).get(
-                "DesiredReplicas", c["DesiredReplicas"]
+            (name, c["ContainerHostname"]): (
+                scaling["DesiredReplicas"]
+                if (scaling := record.scaling.get(c["ContainerHostname"]))
+                else c["DesiredReplicas"]
             )
             for name, record in self.board.records.items()
             for c in record.containers

@@ -26,6 +26,7 @@ import ray
 
 from serving import protocol
 from serving.config.spec import EndpointSpec
+from serving.control.records import EndpointDescription, Snapshot
 from serving.ray_wing.cluster import connect_cluster, start_local_ray, stop_local_ray
 from serving.ray_wing.gateway import gateway_url, start_gateway
 from serving.ray_wing.operations import (
@@ -191,11 +192,11 @@ class EmbeddedServer:
             self._deployed.remove(name)
         return delete_endpoint(name)
 
-    def describe(self) -> dict[str, dict[str, Any]]:
+    def describe(self) -> dict[str, EndpointDescription]:
         """Every endpoint's description, from the registry (no HTTP)."""
         return describe_endpoints()
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> Snapshot:
         """The registry's state now: endpoint records, replica data-port URLs per (endpoint, container), statuses."""
         return ray.get(registry_handle().snapshot.remote(-1), timeout=60)
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from functools import lru_cache
-from typing import Any
 
 import ray
 from ray import serve
@@ -14,6 +13,7 @@ from serving.control.container_versions import (
     parse_app_name,
 )
 from serving.control.plans import endpoint_record
+from serving.control.records import EndpointDescription
 from serving.control.status import EndpointRecord, StatusBoard
 from serving.ray_wing.cluster import (
     cluster_secret,
@@ -111,7 +111,7 @@ def shutdown(timeout: float = 30.0) -> None:
         stop_local_ray()
 
 
-def describe_endpoints() -> dict[str, dict[str, Any]]:
+def describe_endpoints() -> dict[str, EndpointDescription]:
     """Descriptions of every endpoint, read from the registry (no HTTP needed)."""
     snapshot = ray.get(registry_handle().snapshot.remote(-1), timeout=30)
     board = StatusBoard()

@@ -8,11 +8,11 @@ import secrets
 import threading
 import time
 from collections import Counter
-from typing import Any
 
 import ray
 from ray import serve
 
+from serving.autoscaling.policy import ScalerState, ScalingActivity
 from serving.control import container_versions
 from serving.control.container_versions import Delete, Deploy, EndpointState, parse_app_name, step
 from serving.control.records import (
@@ -177,7 +177,7 @@ class Registry:
         return False
 
     def record_scaling(
-        self, token: str, endpoint: str, container: str, state: dict[str, Any], activity: dict[str, Any] | None
+        self, token: str, endpoint: str, container: str, state: ScalerState, activity: ScalingActivity | None
     ) -> bool:
         """An autoscaler's latest state for a container and, when it changed the count, the activity."""
         if not self._allowed(token, f"record_scaling({endpoint}/{container})"):
