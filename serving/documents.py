@@ -5,8 +5,8 @@
   (`Containers[1].ContainerHostname`, `Statement[0].Effect`), an unknown field said to be no part of that document.
 - One path rule (`document_path`): a path written in a document has `~` expanded and is relative to the
   document's folder, which the loader passes as validation context (`context={"base_dir": folder}`).
-- One name for JSON whose shape is another's (`ApiJson`): an AWS JSON-protocol request before its input model
-  checks it, an answer, a request kept as sent.
+- Names for JSON whose shape a model elsewhere owns: `ApiJson` (an AWS JSON-protocol request before its input
+  model checks it, an answer, a request kept as sent) and `SpecJson` (a spec document before it is parsed).
 
 Pure and light: loading a spec must not pay for the request path (no botocore, no NumPy, no Ray).
 """
@@ -19,13 +19,25 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo
 
-__all__ = ["BASE_DIR", "ApiJson", "Document", "Rewrite", "describe", "document_path", "field_path", "folder_of"]
+__all__ = [
+    "BASE_DIR",
+    "ApiJson",
+    "Document",
+    "SpecJson",
+    "Rewrite",
+    "describe",
+    "document_path",
+    "field_path",
+    "folder_of",
+]
 
 BASE_DIR = "base_dir"  # the validation-context key holding the folder of the document being validated
 
 # An operation's request body or answer on an AWS JSON protocol (SageMaker, Application Auto Scaling, CloudWatch),
 # or one of their request shapes kept as sent: open by design, its shape is AWS's, checked by an input model.
 ApiJson = dict[str, Any]
+# An endpoint spec, or part of one, as JSON before `config.spec.parse_spec` validates it (the API builds them).
+SpecJson = dict[str, Any]
 
 
 class Document(BaseModel):

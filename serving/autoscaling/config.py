@@ -5,6 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from serving.autoscaling.policy import PolicyArguments
+
+# A document of Serve's own (an `autoscaling_config`, a policy's decision metadata) as Serve reads it: its shape
+# is Ray's, open here by design.
+ServeOptions = dict[str, Any]
+
 # How often a replica's stats reach the controller, and the window Serve averages them over.
 METRICS_INTERVAL_S = 2.0
 
@@ -19,10 +25,10 @@ def serve_autoscaling_config(
     endpoint: str,
     container: str | None,
     autoscaling: Any,
-    policies: list[dict[str, Any]],
+    policies: list[PolicyArguments],
     registry: tuple[str, str],
     containers: list[str] | None = None,
-) -> dict[str, Any]:
+) -> ServeOptions:
     """The `autoscaling_config` of one container deployment (Serve's own delays neutralised).
 
     `container` None with `containers`: the endpoint-level policy, each deployment joining its group.

@@ -26,6 +26,7 @@ __all__ = [
     "MEMORY_UTILIZATION",
     "PREDEFINED_METRICS",
     "SPEC_METRIC_TYPES",
+    "PolicyArguments",
     "ScalerState",
     "ScalingActivity",
     "ScalingDecision",
@@ -239,6 +240,16 @@ class TargetTrackingScaler:
     @staticmethod
     def _left(since: float | None, cooldown_s: float, now: float) -> float:
         return 0.0 if since is None else max(0.0, since + cooldown_s - now)
+
+
+class PolicyArguments(TypedDict):
+    """A TargetTracking's fields as JSON: how a spec's policy reaches Serve's controller (policy_kwargs)."""
+
+    metric: str
+    target: float
+    scale_out_cooldown_s: float
+    scale_in_cooldown_s: float
+    disable_scale_in: bool
 
 
 class Cooldown(TypedDict):

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from serving.autoscaling.policy import SPEC_METRIC_TYPES
+from serving.autoscaling.policy import SPEC_METRIC_TYPES, PolicyArguments
 from serving.documents import Document
 
 __all__ = ["AutoScalingConfig", "CustomizedMetric", "PredefinedMetric", "TargetTrackingPolicy"]
@@ -68,7 +68,7 @@ class TargetTrackingPolicy(Document):
         predefined = self.PredefinedMetricSpecification or PredefinedMetric()
         return SPEC_METRIC_TYPES[predefined.PredefinedMetricType]
 
-    def as_policy(self) -> dict[str, Any]:
+    def as_policy(self) -> PolicyArguments:
         """scaling_policy.TargetTracking's fields (JSON, for Serve's policy_kwargs)."""
         return {
             "metric": self.metric,

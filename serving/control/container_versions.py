@@ -29,7 +29,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from serving.control.records import AppStatus, ContainerPlan, RegistryRecord, VersionsUpdate
 
@@ -89,6 +89,15 @@ class Delete:
     app: str
 
 
+class StoredEndpointState(TypedDict):
+    """An `EndpointState` as the registry persists it (JSON in Ray's key-value store)."""
+
+    name: str
+    desired: RegistryRecord
+    active: RegistryRecord | None
+    update: VersionsUpdate
+
+
 @dataclass
 class EndpointState:
     """What the registry keeps of one endpoint (persisted as plain data)."""
@@ -107,7 +116,7 @@ class EndpointState:
         """A first deployment that could not be brought up (nothing to revert to)."""
         return self.active is None and self.update.get("Status") == "Failed"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> StoredEndpointState:
         return {"name": self.name, "desired": self.desired, "active": self.active, "update": self.update}
 
     @classmethod

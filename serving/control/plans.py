@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from serving.autoscaling.config import serve_autoscaling_config
 from serving.config.spec import ContainerSpec, EndpointSpec
 from serving.control.container_versions import (
     plan_version,
 )
-from serving.control.records import ContainerPlan, RegistryRecord
+from serving.control.records import ContainerPlan, Passthrough, RegistryRecord
 from serving.control.runtime_env import ray_runtime_env, replica_environment
 from serving.errors import ValidationError
 from serving.protocol import RAY_NAMESPACE, REGISTRY_ACTOR
@@ -19,7 +17,7 @@ from serving.settings import ServerSettings
 def container_plan(spec: EndpointSpec, container: ContainerSpec, settings: ServerSettings) -> ContainerPlan:
     """Everything one container's replicas are built from (its version is a digest of this)."""
     resources = container.Resources
-    actor_options: dict[str, Any] = {"num_cpus": resources.Cpus, "num_gpus": resources.Gpus}
+    actor_options: Passthrough = {"num_cpus": resources.Cpus, "num_gpus": resources.Gpus}
     # RuntimeEnvironment (and allowed model requirements) only: Environment goes to the container process
     runtime_env = ray_runtime_env(container, settings.allow_model_requirements)
     if runtime_env:  # none at all, else Ray starts the worker through an extra Python (control/runtime_env.py)
@@ -31,7 +29,7 @@ def container_plan(spec: EndpointSpec, container: ContainerSpec, settings: Serve
     scaling = spec.scaling_of(container)
     if scaling is not None and scaling.policies:  # target tracking: our policy in Serve's controller
         endpoint_level = spec.AutoScaling is not None
-        count: dict[str, Any] = {
+        count: Passthrough = {
             "autoscaling_config": serve_autoscaling_config(
                 spec.EndpointName,
                 None if endpoint_level else container.ContainerHostname,

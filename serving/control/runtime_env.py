@@ -25,6 +25,9 @@ from serving.control.requirements import model_requirements
 from serving.protocol import CPUS_ENV, GPUS_ENV, MEMORY_ENV
 from serving.runtimes.requirements import unmet
 
+# Ray's runtime_env document (pip, working_dir, env_vars ...) as Ray reads it: its shape is Ray's.
+RuntimeEnv = dict[str, Any]
+
 
 def _share(value: float) -> str:
     return f"{value:g}"
@@ -45,10 +48,10 @@ def replica_environment(container: ContainerSpec) -> dict[str, str]:
     return environment
 
 
-def ray_runtime_env(container: ContainerSpec, allow_model_requirements: bool = False) -> dict[str, Any]:
+def ray_runtime_env(container: ContainerSpec, allow_model_requirements: bool = False) -> RuntimeEnv:
     """The Ray runtime_env of the container's replicas: what its `RuntimeEnvironment` asks for, and its model's
     `code/requirements.txt` where allowed (the module docstring). Raises SpecError naming what is refused."""
-    runtime_env: dict[str, Any] = {}
+    runtime_env: RuntimeEnv = {}
     extra = container.RuntimeEnvironment
     packages = list(extra.Pip) if extra is not None else []
     try:

@@ -6,10 +6,10 @@ import importlib
 import logging
 import threading
 import time
-from typing import Any
 
-from serving.autoscaling.config import per_replica
+from serving.autoscaling.config import ServeOptions, per_replica
 from serving.autoscaling.policy import (
+    PolicyArguments,
     ScalingDecision,
     TargetTracking,
     TargetTrackingScaler,
@@ -56,7 +56,7 @@ class ContainerAutoscaler:
         container: str | None,
         min_capacity: int,
         max_capacity: int,
-        policies: list[dict[str, Any]],
+        policies: list[PolicyArguments],
         registry: list[str],
         containers: list[str] | None = None,
     ) -> None:
@@ -76,7 +76,7 @@ class ContainerAutoscaler:
         self._reported: tuple | None = None
         self._token: str | None = None  # registry writes need the control plane's capability
 
-    def __call__(self, ctx) -> tuple[int, dict[str, Any]]:
+    def __call__(self, ctx) -> tuple[int, ServeOptions]:
         hostname = self.container or ctx.deployment_name
         target = ctx.target_num_replicas
         try:

@@ -5,7 +5,8 @@ leaves takes only its own, with nobody acting; `max_replicas_per_node` keeps the
 from __future__ import annotations
 
 import time
-from typing import Any
+
+from serving.autoscaling.config import ServeOptions
 
 NODES_TTL_S = 2.0  # how long a count of live nodes is reused (the controller asks many times a second)
 MAX_NODES = 1000  # Serve needs an upper bound
@@ -17,7 +18,7 @@ def live_nodes() -> int:
     return sum(1 for node in ray.nodes() if node.get("Alive"))
 
 
-def autoscaling_config(per_node: int, nodes: int) -> dict[str, Any]:
+def autoscaling_config(per_node: int, nodes: int) -> ServeOptions:
     """The gateway deployment's `autoscaling_config`: this policy, starting at `per_node` × `nodes`."""
     return {
         "min_replicas": per_node,
@@ -39,7 +40,7 @@ class GatewayCount:
         self.per_node = per_node
         self._nodes, self._counted_at = 1, float("-inf")
 
-    def __call__(self, ctx) -> tuple[int, dict[str, Any]]:
+    def __call__(self, ctx) -> tuple[int, ServeOptions]:
         now = time.monotonic()
         if now - self._counted_at > NODES_TTL_S:
             try:

@@ -14,6 +14,7 @@ from serving._gc import freeze_startup_objects
 from serving.control.container_versions import (
     Deploy,
 )
+from serving.control.records import Passthrough
 from serving.model_server.events import replay
 from serving.model_server.supervisor import (
     ContainerConfig,
@@ -52,7 +53,7 @@ class ContainerReplica:
         model_data: str | None,
         environment: dict[str, str],
         bind_host: str,
-        multi_model: dict[str, Any] | None = None,
+        multi_model: Passthrough | None = None,
         sandbox: str = "auto",
         working_dir: str | None = None,
         gpus: float = 0.0,

@@ -6,10 +6,11 @@ from typing import Any
 
 from ray import serve
 
+from serving.autoscaling.config import ServeOptions
 from serving.control.records import AppStatus, DeploymentStatus
 
 
-def applications_from_serve_details(details: dict[str, Any]) -> dict[str, AppStatus]:
+def applications_from_serve_details(details: ServeOptions) -> dict[str, AppStatus]:
     """Application statuses from Serve's instance details (the documented JSON of Ray's
     `GET /api/serve/applications/`): per app its status and message, per deployment its
     status, message and replica count by state. What `serve.status()` derives, minus the

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from serving import protocol
+from serving.documents import ApiJson
 from serving.sagemaker_api.resources import arn
 
 __all__ = ["Check", "checks", "metric_read"]
@@ -44,7 +45,7 @@ _ALARMS_FIELD = {  # CloudWatch operation -> the field naming its alarms; the ot
 }
 
 
-def checks(prefix: str, operation: str, document: dict[str, Any], region: str, account: str) -> list[Check]:
+def checks(prefix: str, operation: str, document: ApiJson, region: str, account: str) -> list[Check]:
     """Every (action, ARN) the call needs, its own resource first. A name that is there but is not a string (which
     validation refuses later) stands for every resource, `...:*`, so that nothing named goes unchecked."""
     action = f"{protocol.API_IAM_PREFIXES[prefix]}:{operation}"
@@ -75,7 +76,7 @@ def metric_read(region: str, account: str) -> Check:
     return f"{protocol.CLOUDWATCH_IAM_PREFIX}:GetMetricStatistics", _alarm(None, region, account)
 
 
-def _cloudwatch(action: str, operation: str, document: dict[str, Any], region: str, account: str) -> list[Check]:
+def _cloudwatch(action: str, operation: str, document: ApiJson, region: str, account: str) -> list[Check]:
     """Alarm operations on each alarm named (`...:*` when none is), metric operations on `...:*`; PutMetricAlarm
     also needs to read the metric it watches, whose datapoints the alarm's state reason shows."""
     field = _ALARMS_FIELD.get(operation)
@@ -95,7 +96,7 @@ def _rollback_alarms(config: Any, region: str, account: str) -> list[Check]:
     return [(action, _alarm(row.get("AlarmName"), region, account)) for row in _rows(rollback, "Alarms")]
 
 
-def _rows(document: Any, field: str) -> list[dict[str, Any]]:
+def _rows(document: Any, field: str) -> list[ApiJson]:
     """The objects of a list field; anything else in the list becomes an empty row (whose name is then `...:*`)."""
     rows = document.get(field) if isinstance(document, dict) else None
     return [row if isinstance(row, dict) else {} for row in rows] if isinstance(rows, list) else []

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from serving.config.spec import EndpointSpec
+from serving.documents import ApiJson
 from serving.errors import ApiValidationError
 from serving.gateway.variants import Front
 from serving.protocol import SIGNING_SERVICE
@@ -67,12 +68,10 @@ def page(items: Sequence[Any], token: str | None, limit: int) -> tuple[list[Any]
     return chunk, next_token
 
 
-def sort_and_filter(
-    rows: list[dict[str, Any]], request: Any, name_key: str, status_key: str | None = None
-) -> list[dict[str, Any]]:
+def sort_and_filter(rows: list[ApiJson], request: Any, name_key: str, status_key: str | None = None) -> list[ApiJson]:
     """The List* operations' filters (NameContains, times, StatusEquals) and sort (SortBy, SortOrder)."""
 
-    def keep(row: dict[str, Any]) -> bool:
+    def keep(row: ApiJson) -> bool:
         checks: list[Callable[[], bool]] = [
             lambda: request.NameContains is None or request.NameContains.lower() in row[name_key].lower(),
             lambda: request.CreationTimeBefore is None or row["CreationTime"] < request.CreationTimeBefore,

@@ -30,6 +30,7 @@ from serving.access.policies import Decision, RequestContext, evaluate
 from serving.access.sigv4 import Authenticator, Caller
 from serving.cloudwatch.alarms import withheld
 from serving.cloudwatch.api import OPERATIONS as CLOUDWATCH_OPERATIONS
+from serving.documents import ApiJson
 from serving.errors import AccessDeniedError, ApiValidationError, UnknownApiOperationError
 from serving.gateway.body_budget import BodyBudget
 from serving.gateway.router import raw_request
@@ -79,7 +80,7 @@ class ApiRoutes:
 
     def __init__(
         self,
-        dispatch: Callable[[str, str, dict[str, Any]], Awaitable[Answer]],
+        dispatch: Callable[[str, str, ApiJson], Awaitable[Answer]],
         region: str,
         account: str,
         identities: Identities | None,
@@ -186,7 +187,7 @@ def _too_large(size: int | None) -> ApiValidationError:
     return ApiValidationError(f"a control-plane request may be at most {MAX_BODY_BYTES} bytes")
 
 
-def _document(body: bytes, operation: str) -> dict[str, Any]:
+def _document(body: bytes, operation: str) -> ApiJson:
     """The request's JSON object, or a ValidationException naming what is wrong with it."""
     try:
         document = json.loads(body or b"{}")

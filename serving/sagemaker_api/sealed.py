@@ -18,6 +18,7 @@ from typing import Any
 
 from cryptography.fernet import Fernet, InvalidToken
 
+from serving.documents import ApiJson
 from serving.private_files import PrivateFileError, open_private
 
 __all__ = ["MASK", "Sealer", "is_secret"]
@@ -73,7 +74,7 @@ class Sealer:
                     environment[name] = _SEALED + self._fernet.encrypt(value.encode()).decode()
         return document
 
-    def opened(self, document: Mapping[str, Any]) -> dict[str, Any]:
+    def opened(self, document: Mapping[str, Any]) -> ApiJson:
         """A deep copy of `document` with its sealed values in clear (what a container's spec needs)."""
         copy = _copy(document)
         for environment in _environments(copy):
@@ -89,7 +90,7 @@ class Sealer:
         return copy
 
 
-def masked(document: Mapping[str, Any]) -> dict[str, Any]:
+def masked(document: Mapping[str, Any]) -> ApiJson:
     """A deep copy of `document` with each sealed value shown as MASK (DescribeModel's answer)."""
     copy = _copy(document)
     for environment in _environments(copy):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Literal, NotRequired, TypedDict
 
-from serving.documents import ApiJson
+from serving.documents import ApiJson, SpecJson
 
 __all__ = [
     "ApiJson",
@@ -42,7 +42,7 @@ class ModelSnapshot(TypedDict):
     """A model as it is deployed (containers as spec entries, secrets sealed): each variant keeps its own copy."""
 
     mode: Literal["Direct", "Serial"]
-    containers: list[ApiJson]  # spec container entries (config.container), as `translate` builds them
+    containers: list[SpecJson]  # spec container entries (config.container), as `translate` builds them
     images: NotRequired[list[str]]  # the images as CreateModel named them (DeployedImages' SpecifiedImage)
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from serving.config.spec import KNOWN_IMAGES, EndpointSpec, SpecError, parse_spec
 from serving.control.runtime_env import ray_runtime_env
+from serving.documents import SpecJson
 from serving.errors import ApiValidationError
 from serving.protocol import (
     DEFAULT_VARIANT,
@@ -45,7 +46,7 @@ def public_name(name: str) -> tuple[str, str]:
     return (parts[0], parts[1]) if len(parts) == 3 else (name, DEFAULT_VARIANT)
 
 
-def model_containers(request: CreateModelInput, roots: Sequence[str]) -> tuple[str, list[dict[str, Any]]]:
+def model_containers(request: CreateModelInput, roots: Sequence[str]) -> tuple[str, list[SpecJson]]:
     """The model's execution mode and its containers as spec entries (Image mapped to a stack, ModelDataUrl
     checked against the model roots). Raises ApiValidationError naming the field."""
     if request.PrimaryContainer is not None:
@@ -90,9 +91,9 @@ def _check_environment(environment: Mapping[str, str], where: str, roots: Sequen
         _inside_roots(path, f"{where}.Environment.{SUBMIT_DIRECTORY_ENV}", roots)
 
 
-def _container(definition: ContainerDefinition, hostname: str, where: str, roots: Sequence[str]) -> dict[str, Any]:
+def _container(definition: ContainerDefinition, hostname: str, where: str, roots: Sequence[str]) -> SpecJson:
     _check_environment(definition.Environment, where, roots)
-    entry: dict[str, Any] = {
+    entry: SpecJson = {
         "ContainerHostname": hostname,
         "Image": stack_of(definition.Image, list(KNOWN_IMAGES), f"{where}.Image"),
         "Mode": definition.Mode,
@@ -146,9 +147,7 @@ def _inside_roots(value: str, field: str, roots: Sequence[str]) -> str:
     return str(resolved)
 
 
-def scaling_block(
-    count: int, target: Mapping[str, Any] | None, policies: Sequence[Mapping[str, Any]]
-) -> dict[str, Any]:
+def scaling_block(count: int, target: Mapping[str, Any] | None, policies: Sequence[Mapping[str, Any]]) -> SpecJson:
     """The variant's endpoint-level AutoScaling: a fixed count, or its scalable target's bounds and policies."""
     if target is None:
         return {"MinCapacity": count, "MaxCapacity": count}
@@ -167,7 +166,7 @@ def variant_spec(
     endpoint: str,
     variant: Mapping[str, Any],
     instance: InstanceType,
-    scaling: dict[str, Any],
+    scaling: SpecJson,
     identities_file: str | None,
     allow_model_requirements: bool = False,
 ) -> EndpointSpec:
@@ -176,10 +175,10 @@ def variant_spec(
     model = variant["Model"]
     containers = model["containers"]
     share = len(containers)
-    resources: dict[str, Any] = {"Cpus": round(instance.Cpus / share, 4), "Gpus": round(instance.Gpus / share, 4)}
+    resources: SpecJson = {"Cpus": round(instance.Cpus / share, 4), "Gpus": round(instance.Gpus / share, 4)}
     if instance.MemoryMb:
         resources["MemoryMb"] = max(1, instance.MemoryMb // share)
-    document: dict[str, Any] = {
+    document: SpecJson = {
         "EndpointName": endpoint,  # validated with the public name; the served name has the separator
         "InferenceExecutionConfig": {"Mode": model["mode"]},
         "Containers": [{**container, "Resources": resources} for container in containers],
@@ -199,9 +198,7 @@ def variant_spec(
     return spec
 
 
-def check_model(
-    request: CreateModelInput, roots: Sequence[str], allow_model_requirements: bool = False
-) -> dict[str, Any]:
+def check_model(request: CreateModelInput, roots: Sequence[str], allow_model_requirements: bool = False) -> SpecJson:
     """The model as it is stored (mode, containers as spec entries), validated as a one-instance variant."""
     mode, containers = model_containers(request, roots)
     model = {"mode": mode, "containers": containers}
