@@ -5,7 +5,7 @@ control, the gateway's variant table and the error types; never Ray (the Ray win
 model server.
 
 Modules: `routes` (`POST /`: authentication, IAM actions, audit), `service` (assembled from settings, each operation
-by name), `shapes` (requests, validated), `sagemaker` (SageMaker's operations assembled), one module per resource
+by name), `shapes` and `autoscaling_shapes` (requests, validated), `sagemaker` (SageMaker's operations assembled), one module per resource
 over one `api_context`: `models`, `endpoint_configs`, `endpoints`, and `variant_fleet` (each variant as a served
 endpoint, and the routes over them); `endpoint_update` (an update from its new generation through its steps to
 finish, rollback and drain), `deployment` (a DeploymentConfig made into steps), `stored` (the stored documents,

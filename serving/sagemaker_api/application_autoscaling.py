@@ -15,9 +15,10 @@ from datetime import datetime
 
 from serving.errors import ApiValidationError, ObjectNotFoundError
 from serving.protocol import SIGNING_SERVICE
-from serving.sagemaker_api import shapes
+from serving.sagemaker_api import autoscaling_shapes
 from serving.sagemaker_api.resources import page
 from serving.sagemaker_api.sagemaker import SageMakerApi
+from serving.sagemaker_api.shapes import parse
 from serving.sagemaker_api.stored import (
     ApiJson,
     EndpointDocument,
@@ -78,7 +79,7 @@ class AutoScalingApi:
         self.state.endpoints.put(name, document)
 
     def RegisterScalableTarget(self, body: ApiJson) -> ApiJson:
-        request = shapes.parse(shapes.RegisterScalableTargetInput, body, "RegisterScalableTarget")
+        request = parse(autoscaling_shapes.RegisterScalableTargetInput, body, "RegisterScalableTarget")
         self._variant(request.ResourceId)
         existing = self.state.scalable_targets.get(request.ResourceId)
         low = request.MinCapacity if request.MinCapacity is not None else existing and existing["MinCapacity"]
@@ -103,7 +104,7 @@ class AutoScalingApi:
         return {"ScalableTargetARN": document["ScalableTargetARN"]}
 
     def DescribeScalableTargets(self, body: ApiJson) -> ApiJson:
-        request = shapes.parse(shapes.TargetsInput, body, "DescribeScalableTargets")
+        request = parse(autoscaling_shapes.TargetsInput, body, "DescribeScalableTargets")
         rows = [
             dict(target)
             for target in self.state.scalable_targets.all()
@@ -113,7 +114,7 @@ class AutoScalingApi:
         return {"ScalableTargets": chunk, **({"NextToken": token} if token else {})}
 
     def DeregisterScalableTarget(self, body: ApiJson) -> ApiJson:
-        request = shapes.parse(shapes.TargetInput, body, "DeregisterScalableTarget")
+        request = parse(autoscaling_shapes.TargetInput, body, "DeregisterScalableTarget")
         if self.state.scalable_targets.get(request.ResourceId) is None:
             raise ObjectNotFoundError(
                 f"No scalable target registered for service namespace: sagemaker, resource ID: "
@@ -127,7 +128,7 @@ class AutoScalingApi:
         return {}
 
     def PutScalingPolicy(self, body: ApiJson) -> ApiJson:
-        request = shapes.parse(shapes.PutScalingPolicyInput, body, "PutScalingPolicy")
+        request = parse(autoscaling_shapes.PutScalingPolicyInput, body, "PutScalingPolicy")
         if self.state.scalable_targets.get(request.ResourceId) is None:
             raise ObjectNotFoundError(
                 f"No scalable target registered for service namespace: sagemaker, resource ID: {request.ResourceId}, "
@@ -172,7 +173,7 @@ class AutoScalingApi:
         return {"PolicyARN": document["PolicyARN"], "Alarms": []}
 
     def DescribeScalingPolicies(self, body: ApiJson) -> ApiJson:
-        request = shapes.parse(shapes.PoliciesInput, body, "DescribeScalingPolicies")
+        request = parse(autoscaling_shapes.PoliciesInput, body, "DescribeScalingPolicies")
         rows = [
             {key: value for key, value in policy.items() if key not in ("key", "spec")}
             for policy in self.state.scaling_policies.all()
@@ -183,7 +184,7 @@ class AutoScalingApi:
         return {"ScalingPolicies": chunk, **({"NextToken": token} if token else {})}
 
     def DeleteScalingPolicy(self, body: ApiJson) -> ApiJson:
-        request = shapes.parse(shapes.DeletePolicyInput, body, "DeleteScalingPolicy")
+        request = parse(autoscaling_shapes.DeletePolicyInput, body, "DeleteScalingPolicy")
         if not self.state.scaling_policies.delete(f"{request.ResourceId}/{request.PolicyName}"):
             raise ObjectNotFoundError(
                 f"No scaling policy found for service namespace: sagemaker, resource ID: "
@@ -194,7 +195,7 @@ class AutoScalingApi:
         return {}
 
     def DescribeScalingActivities(self, body: ApiJson) -> ApiJson:
-        request = shapes.parse(shapes.ActivitiesInput, body, "DescribeScalingActivities")
+        request = parse(autoscaling_shapes.ActivitiesInput, body, "DescribeScalingActivities")
         descriptions = self.sagemaker.deployer.descriptions()
         activities = []
         for document in self.state.endpoints.all():

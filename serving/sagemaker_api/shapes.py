@@ -1,4 +1,5 @@
-"""The requests of the control-plane API as SageMaker and Application Auto Scaling define them, validated.
+"""The requests of SageMaker's operations as SageMaker defines them, validated (Application Auto Scaling's:
+`autoscaling_shapes`).
 
 Field names are the services' own. A field SageMaker has but this runtime does not support is not a field
 here, so the request is refused with a ValidationException naming it (never silently ignored); so is a
@@ -9,12 +10,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic import ValidationError as PydanticValidationError
 
 from serving.documents import field_path
 from serving.errors import ApiValidationError
-from serving.protocol import NAME_PATTERN, SIGNING_SERVICE
+from serving.protocol import NAME_PATTERN
 
 Name = Annotated[str, Field(pattern=NAME_PATTERN, max_length=63)]
 EnvironmentMap = dict[
@@ -251,113 +252,6 @@ class ListInput(Shape):
         ]
         | None
     ) = None
-
-
-# --- Application Auto Scaling --------------------------------------------------------------------------
-def _sagemaker(namespace: str) -> str:
-    if namespace != SIGNING_SERVICE:
-        raise ValueError(f"this server scales SageMaker variants only (ServiceNamespace {SIGNING_SERVICE})")
-    return namespace
-
-
-Namespace = Annotated[str, AfterValidator(_sagemaker)]
-Dimension = Literal["sagemaker:variant:DesiredInstanceCount"]
-ResourceIdStr = Annotated[str, Field(pattern=r"^endpoint/[^/]+/variant/[^/]+$", max_length=1600)]
-
-
-class RegisterScalableTargetInput(Shape):
-    ServiceNamespace: Namespace
-    ResourceId: ResourceIdStr
-    ScalableDimension: Dimension
-    MinCapacity: Annotated[int, Field(ge=1, le=100)] | None = None
-    MaxCapacity: Annotated[int, Field(ge=1, le=100)] | None = None
-    RoleARN: Annotated[str, Field(max_length=1600)] | None = None  # accepted, shown; no role is assumed
-
-
-class TargetsInput(Shape):
-    ServiceNamespace: Namespace
-    ResourceIds: Annotated[list[ResourceIdStr], Field(max_length=50)] | None = None
-    ScalableDimension: Dimension | None = None
-    MaxResults: Annotated[int, Field(ge=1, le=50)] = 50
-    NextToken: Annotated[str, Field(max_length=8192)] | None = None
-
-
-class TargetInput(Shape):
-    ServiceNamespace: Namespace
-    ResourceId: ResourceIdStr
-    ScalableDimension: Dimension
-
-
-class PredefinedMetricSpecificationShape(Shape):
-    PredefinedMetricType: Literal[
-        "SageMakerVariantInvocationsPerInstance",
-        "SageMakerVariantConcurrentRequestsPerModel",
-        "SageMakerVariantCPUUtilization",
-        "SageMakerVariantMemoryUtilization",
-    ]
-    ResourceLabel: Annotated[str, Field(max_length=1023)] | None = None
-
-
-class MetricDimension(Shape):
-    Name: str
-    Value: str
-
-
-class CustomizedMetricSpecificationShape(Shape):
-    MetricName: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_.-]{0,127}$")]
-    Namespace: str | None = None  # accepted and shown: the metric is the one the container reports by this name
-    Dimensions: list[MetricDimension] = Field(default_factory=list)
-    Statistic: Literal["Average"] = "Average"
-    Unit: str | None = None
-
-
-class TargetTrackingConfiguration(Shape):
-    TargetValue: Annotated[float, Field(gt=0)]
-    PredefinedMetricSpecification: PredefinedMetricSpecificationShape | None = None
-    CustomizedMetricSpecification: CustomizedMetricSpecificationShape | None = None
-    ScaleOutCooldown: Annotated[int, Field(ge=0, le=86400)] = 300
-    ScaleInCooldown: Annotated[int, Field(ge=0, le=86400)] = 300
-    DisableScaleIn: bool = False
-
-    @model_validator(mode="after")
-    def _one_metric(self) -> TargetTrackingConfiguration:
-        if (self.PredefinedMetricSpecification is None) == (self.CustomizedMetricSpecification is None):
-            raise ValueError("give exactly one of PredefinedMetricSpecification and CustomizedMetricSpecification")
-        return self
-
-
-class PutScalingPolicyInput(Shape):
-    PolicyName: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:-]+$", max_length=256)]
-    ServiceNamespace: Namespace
-    ResourceId: ResourceIdStr
-    ScalableDimension: Dimension
-    PolicyType: Literal["TargetTrackingScaling"] = "TargetTrackingScaling"
-    TargetTrackingScalingPolicyConfiguration: TargetTrackingConfiguration
-
-
-class PoliciesInput(Shape):
-    ServiceNamespace: Namespace
-    PolicyNames: Annotated[list[str], Field(max_length=50)] | None = None
-    ResourceId: ResourceIdStr | None = None
-    ScalableDimension: Dimension | None = None
-    MaxResults: Annotated[int, Field(ge=1, le=50)] = 50
-    NextToken: Annotated[str, Field(max_length=8192)] | None = None
-
-
-class DeletePolicyInput(Shape):
-    PolicyName: str
-    ServiceNamespace: Namespace
-    ResourceId: ResourceIdStr
-    ScalableDimension: Dimension
-
-
-class ActivitiesInput(Shape):
-    ServiceNamespace: Namespace
-    ResourceId: ResourceIdStr | None = None
-    ScalableDimension: Dimension | None = None
-    MaxResults: Annotated[int, Field(ge=1, le=50)] = 50
-    NextToken: Annotated[str, Field(max_length=8192)] | None = None
-    IncludeNotScaledActivities: bool = False
 
 
 S = TypeVar("S", bound=Shape)
