@@ -66,7 +66,7 @@ async def drive(app: Any, body: bytes, clients: int, seconds: float) -> list[flo
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from serving.model_server.app import ContainerApp
+    from serving.model_server.app import build_container_app
     from serving.runtimes import runtime_for
     from serving.runtimes.concurrency import BatchSettings
 
@@ -79,8 +79,8 @@ def run(args: argparse.Namespace) -> int:
         rows = []
         for label, threads, size, delay_ms in CASES:
             batching = BatchSettings(size, delay_ms / 1000) if size else None
-            asyncio.run(drive(ContainerApp(runtime, "bench", threads=threads, batching=batching), body, 4, 0.5))
-            app = ContainerApp(runtime, "bench", threads=threads, batching=batching)
+            asyncio.run(drive(build_container_app(runtime, "bench", threads=threads, batching=batching), body, 4, 0.5))
+            app = build_container_app(runtime, "bench", threads=threads, batching=batching)
             latencies = asyncio.run(drive(app, body, args.clients, args.seconds))
             latencies.sort()
             rows.append(

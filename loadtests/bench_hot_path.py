@@ -47,7 +47,7 @@ from serving.gateway.router import EndpointRoute, Router
 from serving.gateway.transport import ContainerTransport
 from serving.http.hot_path import HotPath
 from serving.http.responses import serving_app
-from serving.model_server.app import ContainerApp
+from serving.model_server.app import build_container_app
 from serving.runtimes import runtime_for
 from serving.runtimes.concurrency import inline_budget_s
 from serving.settings import ServerSettings
@@ -115,7 +115,7 @@ async def alternate(calls: dict[str, Call], requests: int, pairs: int) -> dict[s
 def container_calls(model_dir: Path) -> dict[str, Call]:
     runtime = runtime_for("sklearn", model_dir, {})
     runtime.load()
-    app = ContainerApp(runtime, CONTAINER, hop_key=HOP_KEY, inline_budget_s=inline_budget_s({}))
+    app = build_container_app(runtime, CONTAINER, hop_key=HOP_KEY, inline_budget_s=inline_budget_s({}))
     assert isinstance(app.app, HotPath)
 
     def signed() -> dict[str, str]:

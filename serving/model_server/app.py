@@ -50,33 +50,28 @@ class ContainerApp:
 
     def __init__(
         self,
-        runtime: Runtime | None,
+        predictor: predictors.Predictor,
         hostname: str,
+        *,
+        runtime: Runtime | None = None,
         models: MultiModelHandler | None = None,
-        model_latency: Callable[[float], None] | None = None,
         hop_key: bytes | None = None,
         events: EventLog | None = None,
         log_stream: str | None = None,
-        threads: int = 1,
-        batching: BatchSettings | None = None,
-        inline_budget_s: float = 0.0,
         data_url: str | None = None,
-        predictor: predictors.Predictor | None = None,
     ) -> None:
-        """`model_latency(seconds)` receives each SingleModel invocation's model time (MultiModel: the
-        handler reports it, since only it can leave out the load). `hop_key`: refuse requests the
-        gateway did not sign for this container (None only in tests that run no gateway).
-        `events`: drained by `GET /_serving/stats`. `log_stream`: where this process's output goes, told to
-        the gateway on every error answer (the caller's ModelError names it as LogStreamArn). `threads`: predictions
-        run at once (SingleModel). `batching`: merge concurrent requests' rows into one predict_fn call.
-        `inline_budget_s`: a prediction that fast may run on the event loop (`model_server.inline`; 0: never).
-        `data_url`: the data port's TCP address, where a handler calls back (`context.rest_uri`) whichever socket
-        its request came in on (None: the address the request reached). `predictor`: how the model runs for a
-        request (`predictors.choose`, which the other settings feed when it is not given)."""
+        """`predictor`: how the model runs for a request, whole answers and streams alike (`build_container_app`
+        chooses it). The facts it serves: the SingleModel `runtime` (its tensor signature, its autoscaling hook,
+        its calls back) or the MultiModel `models` (their repository). `hop_key`: refuse requests the gateway did
+        not sign for this container (None only in tests that run no gateway). `events`: drained by
+        `GET /_serving/stats`. `log_stream`: where this process's output goes, told to the gateway on every error
+        answer (the caller's ModelError names it as LogStreamArn). `data_url`: the data port's TCP address, where a
+        handler calls back (`context.rest_uri`) whichever socket its request came in on (None: the address the
+        request reached)."""
         if (runtime is None) == (models is None):
             raise ValueError("give a runtime (SingleModel) or models (MultiModel)")
+        self.predictor = predictor
         self.runtime = runtime
-        self.model_latency = model_latency
         self.models = models
         self.hostname = hostname
         self.hop_key = hop_key
@@ -85,15 +80,6 @@ class ContainerApp:
         self.in_flight = 0
         self.invocations = 0
         self.refused = 0  # requests refused for a missing or bad hop signature
-        self.predictor = predictor or predictors.choose(
-            runtime,
-            models,
-            threads=threads,
-            batching=batching,
-            inline_budget_s=inline_budget_s,
-            model_latency=model_latency,
-            events=events,
-        )
         self.local_rest = LocalRest(runtime, data_url) if hasattr(runtime, "rest_call") else None
         self.app = serving_app(
             [
@@ -290,3 +276,30 @@ class ContainerApp:
         if self.log_stream:
             response.headers[protocol.LOG_STREAM] = self.log_stream
         return _resolved(response, context)
+
+
+def build_container_app(
+    runtime: Runtime | None,
+    hostname: str,
+    models: MultiModelHandler | None = None,
+    *,
+    threads: int = 1,
+    batching: BatchSettings | None = None,
+    inline_budget_s: float = 0.0,
+    model_latency: Callable[[float], None] | None = None,
+    events: EventLog | None = None,
+    **facts: Any,
+) -> ContainerApp:
+    """A container's app: its predictor chosen from how the model should run (`predictors.choose`: `threads`
+    at once, `batching`, on the event loop under `inline_budget_s`; `model_latency` gets each SingleModel
+    prediction's time), then the app over it. `facts`: ContainerApp's own (hop_key, log_stream, data_url)."""
+    predictor = predictors.choose(
+        runtime,
+        models,
+        threads=threads,
+        batching=batching,
+        inline_budget_s=inline_budget_s,
+        model_latency=model_latency,
+        events=events,
+    )
+    return ContainerApp(predictor, hostname, runtime=runtime, models=models, events=events, **facts)

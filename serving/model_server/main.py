@@ -95,8 +95,7 @@ def _serve(config: dict):
     import socket
 
     from serving.http.server import BackgroundServer
-    from serving.model_server import predictors
-    from serving.model_server.app import ContainerApp
+    from serving.model_server.app import build_container_app
     from serving.model_server.events import EventLog
     from serving.models.artifacts import materialize
     from serving.models.multimodel import MultiModelHandler
@@ -124,36 +123,22 @@ def _serve(config: dict):
             model_latency=events.model_latency,
             **config["multi_model"],
         )
-        app = ContainerApp(
-            None,
-            hostname,
-            models=models,
-            hop_key=hop_key,
-            events=events,
-            log_stream=log_stream,
-            predictor=predictors.choose(models=models),
-        )
+        app = build_container_app(None, hostname, models, events=events, hop_key=hop_key, log_stream=log_stream)
     else:
         runtime = runtime_for(config["image"], materialize(config["model_data"]), environment)
         runtime.only_model_in_process = True
         runtime.load()
-        predictor = predictors.choose(  # how this container runs its model, chosen once: threads, inline, batching
+        app = build_container_app(  # how this container runs its model, chosen once: threads, inline, batching
             runtime,
+            hostname,
             threads=runtime.prediction_threads(),
             batching=batch_settings(environment),
             inline_budget_s=inline_budget_s(environment),
             model_latency=events.model_latency,
             events=events,
-        )
-        app = ContainerApp(
-            runtime,
-            hostname,
-            model_latency=events.model_latency,
             hop_key=hop_key,
-            events=events,
             log_stream=log_stream,
             data_url=config["data_url"],
-            predictor=predictor,
         )
     server = BackgroundServer(app, sock=listener, also=also)
     if not server.wait_started():

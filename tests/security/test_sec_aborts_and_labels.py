@@ -89,7 +89,7 @@ def test_a_timed_out_target_model_adds_no_series(stack: Stack, identities: Path,
 def test_a_model_that_raises_is_labelled_an_unknown_one_is_not(stack: Stack, identities: Path, tmp_path: Path) -> None:
     # The MultiModel container says when it resolved the TargetModel to a model (X-Serving-Model-Resolved):
     # a real model's own failure is labelled with its name, a name that is no model is not.
-    from serving.model_server.app import ContainerApp
+    from serving.model_server.app import build_container_app
     from serving.models.multimodel import MultiModelHandler
 
     model = tmp_path / "prefix" / "raises" / "code"
@@ -97,7 +97,7 @@ def test_a_model_that_raises_is_labelled_an_unknown_one_is_not(stack: Stack, ide
     (model / "inference.py").write_text("def predict_fn(data, model):\n    raise RuntimeError('this model fails')\n")
     handler = MultiModelHandler("python", str(tmp_path / "prefix"), {}, hostname="mm")
     try:
-        container = stack.serve(ContainerApp(None, "mm", models=handler))
+        container = stack.serve(build_container_app(None, "mm", models=handler))
         url = stack.gateway(identities, {("mm", "mm"): [container]})
         failed = httpx.post(f"{url}/endpoints/mm/invocations", json=[1], headers={TARGET_MODEL: "raises"}, timeout=30)
         assert failed.status_code == 424

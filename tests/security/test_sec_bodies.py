@@ -187,7 +187,7 @@ def test_a_failing_model_reports_no_path_of_the_server(tmp_path: Path) -> None:
     # The container's catch-all answer for a model that raised: the error's type and text, paths removed.
     from starlette.testclient import TestClient
 
-    from serving.model_server.app import ContainerApp
+    from serving.model_server.app import build_container_app
     from serving.runtimes import runtime_for
 
     (tmp_path / "code").mkdir()
@@ -196,7 +196,7 @@ def test_a_failing_model_reports_no_path_of_the_server(tmp_path: Path) -> None:
     )
     runtime = runtime_for("python", tmp_path, {})
     runtime.load()
-    with TestClient(ContainerApp(runtime, "leaky")) as client:
+    with TestClient(build_container_app(runtime, "leaky")) as client:
         response = client.post("/invocations", content=b"[1]", headers={"content-type": "application/json"})
     assert response.status_code == 500
     message = response.json()["message"]

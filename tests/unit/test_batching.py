@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from serving.model_server.app import ContainerApp
+from serving.model_server.app import ContainerApp, build_container_app
 from serving.model_server.events import EventLog
 from serving.runtimes import InvocationContext, Runtime
 from serving.runtimes.concurrency import BatchSettings
@@ -95,7 +95,7 @@ def alone(runtime: Runtime, body: bytes, kind: str, accept: str = JSON) -> tuple
 def test_concurrent_requests_share_one_predict_call(loaded, iris_classifier, iris) -> None:
     runtime = loaded("sklearn", iris_classifier.path)
     sizes = counting(runtime)
-    app = ContainerApp(runtime, "iris", batching=BatchSettings(64, max_delay_s=0.5))
+    app = build_container_app(runtime, "iris", batching=BatchSettings(64, max_delay_s=0.5))
     rows = [iris.data[i : i + n] for i, n in ((0, 1), (50, 3), (100, 2), (10, 4))]
     responses = asyncio.run(post_all(app, [(json.dumps(r.tolist()).encode(), JSON) for r in rows]))
     assert [r.status_code for r in responses] == [200] * 4
@@ -107,7 +107,7 @@ def test_concurrent_requests_share_one_predict_call(loaded, iris_classifier, iri
 def test_a_full_batch_runs_without_waiting_for_the_delay(loaded, iris_classifier, iris) -> None:
     runtime = loaded("sklearn", iris_classifier.path)
     sizes = counting(runtime)
-    app = ContainerApp(runtime, "iris", batching=BatchSettings(4, max_delay_s=30.0))
+    app = build_container_app(runtime, "iris", batching=BatchSettings(4, max_delay_s=30.0))
     started = time.monotonic()
     responses = asyncio.run(post_all(app, [(json.dumps(iris.data[i].tolist()).encode(), JSON) for i in range(4)]))
     assert [r.status_code for r in responses] == [200] * 4
@@ -117,7 +117,7 @@ def test_a_full_batch_runs_without_waiting_for_the_delay(loaded, iris_classifier
 
 def test_a_lone_request_waits_at_most_the_delay(loaded, iris_classifier, iris) -> None:
     runtime = loaded("sklearn", iris_classifier.path)
-    app = ContainerApp(runtime, "iris", batching=BatchSettings(64, max_delay_s=0.2))
+    app = build_container_app(runtime, "iris", batching=BatchSettings(64, max_delay_s=0.2))
     started = time.monotonic()
     (response,) = asyncio.run(post_all(app, [(json.dumps(iris.data[0].tolist()).encode(), JSON)]))
     elapsed = time.monotonic() - started
@@ -128,7 +128,7 @@ def test_a_lone_request_waits_at_most_the_delay(loaded, iris_classifier, iris) -
 def test_preferred_sizes_cut_the_batch(loaded, handler_dir) -> None:
     runtime = loaded("python", handler_dir(SUMS))
     sizes = counting(runtime)
-    app = ContainerApp(runtime, "sums", batching=BatchSettings(8, max_delay_s=0.3, preferred=(4,)))
+    app = build_container_app(runtime, "sums", batching=BatchSettings(8, max_delay_s=0.3, preferred=(4,)))
     responses = asyncio.run(post_all(app, [(json.dumps([[i, 1.0]]).encode(), JSON) for i in range(6)]))
     assert [json.loads(r.content) for r in responses] == [[i + 1.0] for i in range(6)]
     assert sizes == [4, 2]
@@ -172,7 +172,7 @@ def test_requests_arriving_while_the_model_computes_go_together_into_the_next_ba
     # MaxDelayMs 0 waits for nobody, yet under load batches form: the queue fills while every thread is busy.
     runtime = loaded("python", handler_dir(SLOW_SUMS))
     sizes = counting(runtime)
-    app = ContainerApp(runtime, "sums", threads=1, batching=BatchSettings(16, max_delay_s=0.0))
+    app = build_container_app(runtime, "sums", threads=1, batching=BatchSettings(16, max_delay_s=0.0))
     responses = asyncio.run(post_all(app, [(json.dumps([[i, 1.0]]).encode(), JSON) for i in range(6)]))
     assert [json.loads(r.content) for r in responses] == [[i + 1.0] for i in range(6)]
     assert sum(sizes) == 6 and len(sizes) <= 3 and max(sizes) >= 3, sizes
@@ -181,7 +181,7 @@ def test_requests_arriving_while_the_model_computes_go_together_into_the_next_ba
 def test_a_failing_request_in_a_batch_fails_alone(loaded, handler_dir) -> None:
     runtime = loaded("python", handler_dir(SUMS))
     sizes = counting(runtime)
-    app = ContainerApp(runtime, "sums", batching=BatchSettings(16, max_delay_s=0.3))
+    app = build_container_app(runtime, "sums", batching=BatchSettings(16, max_delay_s=0.3))
     bodies = [[[1.0, 2.0]], [[-1.0, 0.0]], [[3.0, 4.0], [5.0, 6.0]], [[7.0, 8.0]]]
     responses = asyncio.run(post_all(app, [(json.dumps(b).encode(), JSON) for b in bodies]))
     assert [r.status_code for r in responses] == [
@@ -198,7 +198,7 @@ def test_a_failing_request_in_a_batch_fails_alone(loaded, handler_dir) -> None:
 def test_a_request_that_fails_to_decode_fails_alone(loaded, iris_classifier, iris) -> None:
     runtime = loaded("sklearn", iris_classifier.path)
     sizes = counting(runtime)
-    app = ContainerApp(runtime, "iris", batching=BatchSettings(16, max_delay_s=0.3))
+    app = build_container_app(runtime, "iris", batching=BatchSettings(16, max_delay_s=0.3))
     good = json.dumps(iris.data[:2].tolist()).encode()
     responses = asyncio.run(post_all(app, [(good, JSON), (b"[[1, 2", JSON), (good, JSON)]))
     assert [r.status_code for r in responses] == [200, 400, 200]
@@ -221,7 +221,7 @@ def test_small_bodies_decode_on_the_loop_large_ones_and_scripts_on_threads(loade
         return decode(*args)
 
     runtime.decode = recorded  # type: ignore[method-assign]
-    app = ContainerApp(runtime, "iris", batching=BatchSettings(16, max_delay_s=0.01))
+    app = build_container_app(runtime, "iris", batching=BatchSettings(16, max_delay_s=0.01))
     small = json.dumps(iris.data[:2].tolist()).encode()
     large = json.dumps(np.tile(iris.data, (20, 1)).tolist()).encode()
     assert len(small) <= INLINE_DECODE_BYTES < len(large)
@@ -235,7 +235,7 @@ def test_small_bodies_decode_on_the_loop_large_ones_and_scripts_on_threads(loade
 def test_a_python_container_batches_only_when_it_says_so(loaded, handler_dir) -> None:
     runtime = loaded("python", handler_dir(SUMS.replace("accepts_batches = True", "")))
     sizes = counting(runtime)
-    app = ContainerApp(runtime, "sums", batching=BatchSettings(16, max_delay_s=0.3))
+    app = build_container_app(runtime, "sums", batching=BatchSettings(16, max_delay_s=0.3))
     responses = asyncio.run(post_all(app, [(json.dumps([[i, 1.0]]).encode(), JSON) for i in range(3)]))
     assert [r.status_code for r in responses] == [200] * 3
     assert sizes == [1, 1, 1]
@@ -244,7 +244,7 @@ def test_a_python_container_batches_only_when_it_says_so(loaded, handler_dir) ->
 def test_batches_are_reported_as_metric_events(loaded, iris_classifier, iris) -> None:
     runtime = loaded("sklearn", iris_classifier.path)
     events = EventLog()
-    app = ContainerApp(
+    app = build_container_app(
         runtime, "iris", events=events, model_latency=events.model_latency, batching=BatchSettings(8, max_delay_s=0.2)
     )
 
@@ -283,7 +283,7 @@ SLOW = """
 @pytest.mark.parametrize("threads", [1, 3])
 def test_predictions_run_on_a_bounded_pool(loaded, handler_dir, threads: int) -> None:
     runtime = loaded("python", handler_dir(SLOW))
-    app = ContainerApp(runtime, "slow", threads=threads)
+    app = build_container_app(runtime, "slow", threads=threads)
     responses = asyncio.run(post_all(app, [(b"[1]", JSON)] * 9))
     most = max(json.loads(r.content)[0] for r in responses)
     assert most == threads
@@ -326,7 +326,7 @@ def test_each_caller_gets_its_own_rows(stack, loaded, iris_classifier, torch_lin
     runtime = loaded(stack, iris_classifier.path if stack == "sklearn" else torch_linear)
     requests = [_request(stack, rows, kind, seed) for rows, kind, seed in mix]
     expected = [alone(runtime, body, kind) for body, kind in requests]
-    app = ContainerApp(runtime, stack, threads=2, batching=BatchSettings(max_batch, max_delay_s=0.02))
+    app = build_container_app(runtime, stack, threads=2, batching=BatchSettings(max_batch, max_delay_s=0.02))
     responses = asyncio.run(post_all(app, requests))
     for (status, want), response in zip(expected, responses):
         got_status, got = answer(response)
@@ -372,7 +372,7 @@ def test_the_framework_stacks_batch_their_own_steps(hetero_models, loaded, folde
     ]
     expected = [alone(runtime, body, kind) for body, kind in requests]
     sizes.clear()
-    app = ContainerApp(runtime, stack, threads=2, batching=BatchSettings(16, max_delay_s=0.3))
+    app = build_container_app(runtime, stack, threads=2, batching=BatchSettings(16, max_delay_s=0.3))
     responses = asyncio.run(post_all(app, requests))
     for (status, want), response in zip(expected, responses):
         assert response.status_code == (200 if status == 200 else 500), response.text
@@ -396,7 +396,7 @@ def test_xgboost_requests_run_alone_and_answer_as_without_batching(tmp_path) -> 
     ]
     expected = [alone(runtime, body, kind) for body, kind in requests]
     sizes.clear()
-    app = ContainerApp(runtime, "xgb", threads=2, batching=BatchSettings(16, max_delay_s=0.2))
+    app = build_container_app(runtime, "xgb", threads=2, batching=BatchSettings(16, max_delay_s=0.2))
     responses = asyncio.run(post_all(app, requests))
     assert [answer(r) for r in responses] == expected
     assert len(sizes) == 2

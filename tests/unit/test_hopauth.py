@@ -88,14 +88,16 @@ def output_fn(prediction, accept):
 def echo_container(tmp_path, environment: dict | None = None):
     """A started data port serving ECHO_HANDLER as container "echo" of endpoint "e", with that container's hop key."""
     from serving.http.server import BackgroundServer
-    from serving.model_server.app import ContainerApp
+    from serving.model_server.app import build_container_app
     from serving.runtimes import runtime_for
 
     (tmp_path / "code").mkdir()
     (tmp_path / "code" / "inference.py").write_text(ECHO_HANDLER)
     runtime = runtime_for("python", tmp_path, environment or {})
     runtime.load()
-    server = BackgroundServer(ContainerApp(runtime, "echo", hop_key=keys.hop_key(ROOT, "e", "echo")), "127.0.0.1", 0)
+    server = BackgroundServer(
+        build_container_app(runtime, "echo", hop_key=keys.hop_key(ROOT, "e", "echo")), "127.0.0.1", 0
+    )
     assert server.wait_started()
     return server
 
@@ -216,14 +218,14 @@ def test_a_multimodel_containers_repository_answers_signed_hops_only(tmp_path) -
 
     from serving.gateway.transport import ContainerTransport
     from serving.http.server import BackgroundServer
-    from serving.model_server.app import ContainerApp
+    from serving.model_server.app import build_container_app
     from serving.models.multimodel import MultiModelHandler
 
     (tmp_path / "echo" / "code").mkdir(parents=True)
     (tmp_path / "echo" / "code" / "inference.py").write_text(ECHO_HANDLER)
     handler = MultiModelHandler("python", str(tmp_path), {}, hostname="mm")
     server = BackgroundServer(
-        ContainerApp(None, "mm", models=handler, hop_key=keys.hop_key(ROOT, "e", "mm")), "127.0.0.1", 0
+        build_container_app(None, "mm", models=handler, hop_key=keys.hop_key(ROOT, "e", "mm")), "127.0.0.1", 0
     )
     assert server.wait_started()
 

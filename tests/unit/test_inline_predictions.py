@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from serving.model_server.app import ContainerApp
+from serving.model_server.app import ContainerApp, build_container_app
 from serving.model_server.inline import GC_CLOCK, MAX_STREAK, STREAK, InlineGate, RunQueueClock
 from serving.runtimes import InvocationContext, Runtime
 from serving.runtimes.concurrency import inline_budget_s
@@ -123,7 +123,7 @@ def test_a_fast_model_moves_onto_the_loop_and_a_slow_prediction_moves_it_back(lo
     # Call STREAK + 2 is slow: it ran on the loop (the gate was open), and closes the gate behind it.
     delays = [0.0] * (STREAK + 1) + [BUDGET_S * 2] + [0.0] * (STREAK + 2)  # spent computing
     places = where_predictions_run(runtime, delays)
-    app = ContainerApp(runtime, "iris", inline_budget_s=BUDGET_S)
+    app = build_container_app(runtime, "iris", inline_budget_s=BUDGET_S)
     body = json.dumps(iris.data[:1].tolist()).encode()
     responses = asyncio.run(post_one_by_one(app, [body] * len(delays)))
     assert {response.status_code for response in responses} == {200}
@@ -138,7 +138,7 @@ def test_a_fast_model_moves_onto_the_loop_and_a_slow_prediction_moves_it_back(lo
 def test_a_failure_counts_like_an_answer(loaded, iris_classifier, iris) -> None:
     runtime = loaded("sklearn", iris_classifier.path)
     places = where_predictions_run(runtime)
-    app = ContainerApp(runtime, "iris", inline_budget_s=BUDGET_S)
+    app = build_container_app(runtime, "iris", inline_budget_s=BUDGET_S)
     good = json.dumps(iris.data[:1].tolist()).encode()
     narrow = json.dumps(iris.data[:1, :3].tolist()).encode()  # the model raises on 3 features (a ModelError, 500)
     bodies = [good] * STREAK + [narrow, good]
@@ -165,8 +165,8 @@ def test_what_never_runs_on_the_loop(loaded, iris_classifier, iris, handler_dir)
         ),
     )
     cases = {
-        "budget 0": (sklearn, ContainerApp(sklearn, "a", inline_budget_s=0.0)),
-        "two model threads": (sklearn, ContainerApp(sklearn, "b", threads=2, inline_budget_s=BUDGET_S)),
+        "budget 0": (sklearn, build_container_app(sklearn, "a", inline_budget_s=0.0)),
+        "two model threads": (sklearn, build_container_app(sklearn, "b", threads=2, inline_budget_s=BUDGET_S)),
     }
     for name, (runtime, app) in cases.items():
         places = where_predictions_run(runtime)
@@ -175,7 +175,7 @@ def test_what_never_runs_on_the_loop(loaded, iris_classifier, iris, handler_dir)
         assert set(places) == {"thread"}, name
         del runtime.predict  # the recording wrapper
     # A user's request hooks may block or run asyncio themselves: always on a thread.
-    app = ContainerApp(scripted, "s", inline_budget_s=BUDGET_S)
+    app = build_container_app(scripted, "s", inline_budget_s=BUDGET_S)
     assert app.inline is None
     answers = asyncio.run(post_one_by_one(app, [b"[1]"] * (STREAK + 3)))
     assert {tuple(json.loads(response.content)) for response in answers} == {("thread",)}
@@ -185,7 +185,7 @@ def test_no_prediction_runs_on_the_loop_while_one_runs_on_a_thread(loaded, iris_
     # The model-thread bound (1) holds across both places: with the gate open but the thread busy, a request
     # waits for the thread instead of computing beside it on the loop.
     runtime = loaded("sklearn", iris_classifier.path)
-    app = ContainerApp(runtime, "iris", inline_budget_s=BUDGET_S)
+    app = build_container_app(runtime, "iris", inline_budget_s=BUDGET_S)
     assert app.inline is not None
     body = json.dumps(iris.data[:1].tolist()).encode()
     at_once = {"now": 0, "most": 0}
@@ -242,7 +242,7 @@ def test_a_model_that_waits_is_tried_on_the_loop_ever_more_rarely(loaded, iris_c
     runtime = loaded("sklearn", iris_classifier.path)
     calls = STREAK + 1 + 2 * STREAK + 1 + 2
     places = where_predictions_run(runtime, sleeps=[BUDGET_S * 2] * calls)
-    app = ContainerApp(runtime, "iris", inline_budget_s=BUDGET_S)
+    app = build_container_app(runtime, "iris", inline_budget_s=BUDGET_S)
     body = json.dumps(iris.data[:1].tolist()).encode()
     responses = asyncio.run(post_one_by_one(app, [body] * calls))
     assert {response.status_code for response in responses} == {200}
@@ -254,7 +254,7 @@ def test_requests_queued_behind_a_threads_prediction_run_on_the_loop_in_turn(loa
     # Under steady load some request always waits for the model's token; once the gate is open the waiting ones
     # run on the loop, one at a time, instead of all going back to the thread because the token was busy.
     runtime = loaded("sklearn", iris_classifier.path)
-    app = ContainerApp(runtime, "iris", inline_budget_s=BUDGET_S)
+    app = build_container_app(runtime, "iris", inline_budget_s=BUDGET_S)
     body = json.dumps(iris.data[:1].tolist()).encode()
 
     async def run() -> tuple[list[httpx.Response], list[str]]:
@@ -292,7 +292,7 @@ def test_a_garbage_collection_inside_a_prediction_does_not_close_the_gate(loaded
         spent.append(time.thread_time() - started)
         return predict(data, context)
 
-    app = ContainerApp(runtime, "iris", inline_budget_s=BUDGET_S)
+    app = build_container_app(runtime, "iris", inline_budget_s=BUDGET_S)
     body = json.dumps(iris.data[:1].tolist()).encode()
 
     async def run() -> list[httpx.Response]:

@@ -23,7 +23,7 @@ from serving.gateway.router import EndpointRoute, Router
 from serving.gateway.transport import ContainerTransport
 from serving.http.responses import serving_app
 from serving.http.server import BackgroundServer
-from serving.model_server.app import ContainerApp
+from serving.model_server.app import build_container_app
 from serving.models.multimodel import MultiModelHandler
 from serving.open_inference.dataplane import OpenInference
 from serving.open_inference.rest import OpenInferenceRoutes
@@ -89,11 +89,13 @@ class Endpoint:
     def __init__(self, prefix: Path, **cache) -> None:
         self.servers: list[BackgroundServer] = []
         self.handlers = [MultiModelHandler("python", str(prefix), {}, hostname="mm", **cache) for _ in range(2)]
-        urls = [self._serve(ContainerApp(None, "mm", models=handler)) for handler in self.handlers]
+        urls = [self._serve(build_container_app(None, "mm", models=handler)) for handler in self.handlers]
         single = runtime_for("python", prefix / "model-0", {})
         single.load()
         self.transport = ContainerTransport(default_limit=64)
-        self.transport.update({("ep", "mm"): urls, ("ep", "single"): [self._serve(ContainerApp(single, "single"))]})
+        self.transport.update(
+            {("ep", "mm"): urls, ("ep", "single"): [self._serve(build_container_app(single, "single"))]}
+        )
         self.urls = urls
         router = Router(ServerSettings(), self.transport)
         router.endpoints = {"ep": EndpointRoute("ep", "Direct", ("mm", "single"), multi_model=frozenset({"mm"}))}

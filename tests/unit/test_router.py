@@ -27,7 +27,7 @@ from serving.gateway.router import EndpointRoute, Router
 from serving.gateway.transport import ContainerTransport
 from serving.http.responses import serving_app
 from serving.http.server import BackgroundServer
-from serving.model_server.app import ContainerApp
+from serving.model_server.app import build_container_app
 from serving.runtimes import Runtime, runtime_for
 from serving.settings import ServerSettings
 
@@ -146,7 +146,7 @@ def containers(
         "labels": load("python", labels_dir),
         "boom": load("python", write_handler(tmp_path_factory.mktemp("boom"), FAILING_HANDLER)),
     }
-    return {name: module_servers.serve(ContainerApp(runtime, name)) for name, runtime in runtimes.items()}
+    return {name: module_servers.serve(build_container_app(runtime, name)) for name, runtime in runtimes.items()}
 
 
 def dead_url() -> str:
@@ -519,7 +519,7 @@ def gated(servers: Servers, tmp_path: Path) -> Iterator[Callable[[], tuple[str, 
     def start() -> tuple[str, dict[str, threading.Event]]:
         runtime = load("python", write_handler(tmp_path / f"gated-{len(gates)}", GATED_HANDLER))
         gates.append(runtime.model)
-        return servers.serve(ContainerApp(runtime, "gated")), runtime.model
+        return servers.serve(build_container_app(runtime, "gated")), runtime.model
 
     yield start
     for gate in gates:

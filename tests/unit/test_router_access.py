@@ -29,7 +29,7 @@ from serving.gateway.transport import ContainerTransport
 from serving.http.responses import serving_app
 from serving.http.server import BackgroundServer
 from serving.metrics.invocations import REGISTRY
-from serving.model_server.app import ContainerApp
+from serving.model_server.app import ContainerApp, build_container_app
 from serving.runtimes import runtime_for
 from serving.settings import ServerSettings
 
@@ -138,7 +138,7 @@ def containers(stack: Stack, iris_classifier, tmp_path_factory: pytest.TempPathF
     for name, image, model in (("iris", "sklearn", iris_classifier.path), ("echo", "python", echo_dir)):
         runtime = runtime_for(image, model, {})
         runtime.load()
-        apps[name] = ContainerApp(runtime, name)
+        apps[name] = build_container_app(runtime, name)
     return apps
 
 

@@ -19,7 +19,7 @@ from serving.errors import ContainerError, ModelNotReadyError, UnsupportedFormat
 from serving.gateway.failures import container_failure
 from serving.gateway.invocation import EndpointRoute
 from serving.gateway.transport import HopResponse
-from serving.model_server.app import ContainerApp
+from serving.model_server.app import build_container_app
 
 if TYPE_CHECKING:
     from conftest import SavedModel
@@ -87,7 +87,7 @@ def streaming(
         "toolkit": load("python", write_handler(tmp_path_factory.mktemp("toolkit"), TOOLKIT_ERROR_HANDLER)),
     }
     urls = {
-        name: servers.serve(ContainerApp(runtime, name, log_stream="/var/log/" + name))
+        name: servers.serve(build_container_app(runtime, name, log_stream="/var/log/" + name))
         for name, runtime in runtimes.items()
     }
     routes = [

@@ -15,7 +15,7 @@ import pytest
 import requests
 
 from serving.http.server import BackgroundServer
-from serving.model_server.app import ContainerApp
+from serving.model_server.app import build_container_app
 from serving.runtimes import runtime_for
 from serving.runtimes.concurrency import BatchSettings
 from tests.unit.test_tfs_shapes import save_half_plus_three
@@ -74,7 +74,7 @@ def serve(model_folder: Path, tmp_path: Path):
         (folder / "code" / "inference.py").write_text(script)
         runtime = runtime_for("tensorflow", folder, {})
         runtime.load()
-        server = BackgroundServer(ContainerApp(runtime, "tfs", **app_settings))
+        server = BackgroundServer(build_container_app(runtime, "tfs", **app_settings))
         assert server.wait_started()
         servers.append(server)
         return server.url
