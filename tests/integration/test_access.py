@@ -16,10 +16,14 @@ import botocore.exceptions
 import pytest
 from botocore.config import Config
 from sklearn.datasets import load_wine
+from suite import endpoints
 
 pytestmark = pytest.mark.integration
 
-ENDPOINTS = ("it-secure", "it-single")  # what `server` deploys for this module
+ENDPOINTS = {
+    "it-secure": endpoints.secure,
+    "it-single": endpoints.single,
+}  # what `server` deploys for this module, by builder
 
 ENDPOINT = "it-secure"
 BODIES = {

@@ -1,6 +1,6 @@
 """InvokeEndpointAsync with an unmodified boto3 client, inputs and answers on a local S3-compatible server.
 
-it-async (tests/server_fixtures.py) is one `sleepy` container with an AsyncInferenceConfig: answers under
+it-async (built below) is one `sleepy` container with an AsyncInferenceConfig: answers under
 s3://it-async/answers/, failures under s3://it-async/failures/, inputs only from s3://it-async/inputs/. Each
 answer is checked against what InvokeEndpoint returns for the same input, byte for byte.
 """
@@ -12,17 +12,43 @@ import os
 import signal
 import time
 import uuid
+from pathlib import Path
 
 import boto3
 import botocore.exceptions
 import psutil
 import pytest
 from botocore.config import Config
-from server_fixtures import ASYNC_BUCKET
+from suite import endpoints
+from suite.endpoint_server import TINY
+from suite.endpoints import python_container
 
 pytestmark = pytest.mark.integration
 
-ENDPOINTS = ("it-async", "it-single")  # what `server` deploys for this module
+# it-async: InvokeEndpointAsync on the session's S3-compatible server.
+ASYNC_BUCKET = "it-async"
+
+
+def sleepy_async(handler_models: dict[str, Path], s3_models: str) -> dict:
+    return {
+        "EndpointName": "it-async",
+        "Containers": [python_container("sleepy", handler_models, "sleepy", Resources=TINY)],
+        "AsyncInferenceConfig": {
+            "ClientConfig": {"MaxConcurrentInvocationsPerInstance": 2},
+            "OutputConfig": {
+                "S3OutputPath": f"s3://{ASYNC_BUCKET}/answers",
+                "S3FailurePath": f"s3://{ASYNC_BUCKET}/failures/",
+            },
+            "InputConfig": {"S3InputPath": f"s3://{ASYNC_BUCKET}/inputs/"},
+            "S3EndpointUrl": s3_models,
+        },
+    }
+
+
+ENDPOINTS = {
+    "it-async": sleepy_async,
+    "it-single": endpoints.single,
+}  # what `server` deploys for this module, by builder
 
 WAIT_S = 60  # a job runs in well under a second; the bound only keeps a broken gateway from hanging the suite
 

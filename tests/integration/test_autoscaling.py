@@ -10,13 +10,37 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
+from suite.endpoint_server import TINY
+from suite.endpoints import python_container
 
 pytestmark = pytest.mark.integration
 
-ENDPOINTS = ("it-scale",)  # what `server` deploys for this module
+# it-scale: two containers with the same short-cooldown target tracking; the autoscaling test loads one.
+SCALE_TARGET_PER_MINUTE = 120
+
+
+def scaled(handler_models: dict[str, Path]) -> dict:
+    """it-scale: two containers with the same short-cooldown target tracking; the tests load one."""
+    policy = {
+        "MinCapacity": 1,
+        "MaxCapacity": 3,
+        "TargetTrackingScalingPolicyConfiguration": {
+            "TargetValue": SCALE_TARGET_PER_MINUTE,
+            "ScaleOutCooldown": 5,
+            "ScaleInCooldown": 10,
+        },
+    }
+    containers = [
+        python_container(name, handler_models, "echo", Resources=TINY, AutoScaling=policy) for name in ("busy", "quiet")
+    ]
+    return {"EndpointName": "it-scale", "Containers": containers}
+
+
+ENDPOINTS = {"it-scale": scaled}  # what `server` deploys for this module, by builder
 
 ENDPOINT = "it-scale"
 STEP_TIMEOUT_S = 150  # replicas start on 2 CPUs shared with the whole session

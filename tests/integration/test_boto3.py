@@ -8,10 +8,15 @@ import boto3
 import botocore.exceptions
 import pytest
 from botocore.config import Config
+from suite import endpoints
 
 pytestmark = pytest.mark.integration
 
-ENDPOINTS = ("it-direct", "it-serial", "it-serial-fail")  # what `server` deploys for this module
+ENDPOINTS = {
+    "it-direct": endpoints.direct,
+    "it-serial": endpoints.serial,
+    "it-serial-fail": endpoints.serial_fail,
+}  # what `server` deploys for this module, by builder
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ import boto3
 import numpy as np
 import pytest
 from botocore.config import Config
+from suite import endpoints
 
 from serving.client import (
     AccessDenied,
@@ -26,13 +27,13 @@ from serving.client import (
 
 pytestmark = pytest.mark.integration
 
-ENDPOINTS = (
-    "it-direct",
-    "it-serial",
-    "it-serial-fail",
-    "it-broken",
-    "it-secure",
-)  # what `server` deploys for this module
+ENDPOINTS = {
+    "it-direct": endpoints.direct,
+    "it-serial": endpoints.serial,
+    "it-serial-fail": endpoints.serial_fail,
+    "it-broken": endpoints.broken,
+    "it-secure": endpoints.secure,
+}  # what `server` deploys for this module, by builder
 
 SETOSA, VIRGINICA = [5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]
 

@@ -6,10 +6,15 @@ import os
 import time
 
 import pytest
+from suite import endpoints
 
 pytestmark = pytest.mark.integration
 
-ENDPOINTS = ("it-direct", "it-serial", "it-broken")  # what `server` deploys for this module
+ENDPOINTS = {
+    "it-direct": endpoints.direct,
+    "it-serial": endpoints.serial,
+    "it-broken": endpoints.broken,
+}  # what `server` deploys for this module, by builder
 
 
 def test_describe_in_service_endpoint(server):

@@ -1,7 +1,7 @@
 """DataCaptureConfig end to end: an unmodified boto3 client invokes, the gateway captures.
 
 it-capture writes every call to a folder, it-capture-sampled 30% of them to the session's S3-compatible server
-(moto), and it-capture-blocked to a destination that refuses every write (tests/server_fixtures.py).
+(moto), and it-capture-blocked to a destination that refuses every write (built below).
 """
 
 from __future__ import annotations
@@ -17,11 +17,58 @@ from pathlib import Path
 import boto3
 import pytest
 from botocore.config import Config
-from server_fixtures import CAPTURE_BUCKET
+from suite.endpoint_server import TINY
+from suite.endpoints import python_container
 
 pytestmark = pytest.mark.integration
 
-ENDPOINTS = ("it-capture", "it-capture-sampled", "it-capture-blocked")
+# it-capture*: DataCaptureConfig (tests/integration/test_data_capture.py): every call to a folder, 30% to the
+# session's S3-compatible server, and a destination that refuses every write (a file where its folder would be).
+CAPTURE_BUCKET = "it-capture"
+
+
+@pytest.fixture(scope="session")
+def capture_root(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("capture")
+    (root / "blocked").write_text("a file where the capture folder would be")
+    return root
+
+
+def _capture(name: str, handlers: dict[str, Path], percent: int, destination: str, **extra) -> dict:
+    options = [{"CaptureMode": "Input"}, {"CaptureMode": "Output"}]
+    return {
+        "EndpointName": name,
+        "Containers": [python_container("echo", handlers, "echo", Resources=TINY)],
+        "DataCaptureConfig": {
+            "InitialSamplingPercentage": percent,
+            "DestinationS3Uri": destination,
+            "CaptureOptions": options,
+            **extra,
+        },
+    }
+
+
+def capture_all(handler_models: dict[str, Path], capture_root: Path) -> dict:
+    """it-capture: every call, to a folder."""
+    return _capture("it-capture", handler_models, 100, f"file://{capture_root / 'all'}")
+
+
+def capture_sampled(handler_models: dict[str, Path], s3_models: str) -> dict:
+    """it-capture-sampled: 30% of the calls, to the session's S3-compatible server."""
+    destination = f"s3://{CAPTURE_BUCKET}/monitoring"
+    return _capture("it-capture-sampled", handler_models, 30, destination, S3EndpointUrl=s3_models)
+
+
+def capture_blocked(handler_models: dict[str, Path], capture_root: Path) -> dict:
+    """it-capture-blocked: a destination that refuses every write (a file where its folder would be)."""
+    return _capture("it-capture-blocked", handler_models, 100, str(capture_root / "blocked"))
+
+
+ENDPOINTS = {
+    "it-capture": capture_all,
+    "it-capture-sampled": capture_sampled,
+    "it-capture-blocked": capture_blocked,
+}  # what `server` deploys for this module, by builder
 WAIT_S = 30  # records are written about a second after their call; the bound keeps a broken gateway from hanging
 
 

@@ -5,16 +5,17 @@ from __future__ import annotations
 import threading
 
 import pytest
+from suite import endpoints
 
 pytestmark = pytest.mark.integration
 
-ENDPOINTS = (
-    "it-direct",
-    "it-single",
-    "it-serial",
-    "it-serial-fail",
-    "it-broken",
-)  # what `server` deploys for this module
+ENDPOINTS = {
+    "it-direct": endpoints.direct,
+    "it-single": endpoints.single,
+    "it-serial": endpoints.serial,
+    "it-serial-fail": endpoints.serial_fail,
+    "it-broken": endpoints.broken,
+}  # what `server` deploys for this module, by builder
 
 ROW = [[5.1, 3.5, 1.4, 0.2]]
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from suite import endpoints
 
 from serving.config.spec import SpecError, parse_spec
 
 pytestmark = pytest.mark.integration
 
-ENDPOINTS = ("it-fifteen",)  # what `server` deploys for this module
+ENDPOINTS = {"it-fifteen": endpoints.fifteen}  # what `server` deploys for this module, by builder
 
 
 def test_fifteen_heterogeneous_containers_are_in_service(server, fifteen_containers) -> None:

@@ -6,20 +6,91 @@ from __future__ import annotations
 import io
 import json
 import time
+from pathlib import Path
 
 import boto3
 import numpy as np
 import pytest
 from botocore.config import Config
+from suite import endpoints
+from suite.endpoint_server import TINY
 
 pytestmark = pytest.mark.integration
 
-ENDPOINTS = (
-    "it-fifteen",
-    "it-hetero-serial",
-    "it-hetero-serial-onnx",
-    "it-runtime-env",
-)  # what `server` deploys for this module
+# it-runtime-env: a handler importing a module that only its RuntimeEnvironment.WorkingDir holds.
+WORKING_DIR_HANDLER = """
+import json, os
+import wd_helper  # lives in the working dir, not in the model directory
+
+def predict_fn(data, model):
+    return {"helper": wd_helper.NAME, "cwd": os.getcwd(), "cpus": os.environ.get("SERVING_CPUS")}
+
+def output_fn(prediction, accept):
+    return json.dumps(prediction), "application/json"
+"""
+
+
+@pytest.fixture(scope="session")
+def working_dir_model(tmp_path_factory) -> tuple[Path, Path]:
+    """(model directory, working directory) of it-runtime-env."""
+    root = tmp_path_factory.mktemp("runtime-env")
+    (root / "model" / "code").mkdir(parents=True)
+    (root / "model" / "code" / "inference.py").write_text(WORKING_DIR_HANDLER)
+    (root / "lib").mkdir()
+    (root / "lib" / "wd_helper.py").write_text("NAME = 'from the working dir'\n")
+    return root / "model", root / "lib"
+
+
+def _container(hetero: Path, host: str, image: str, model: str, **extra) -> dict:
+    return {"ContainerHostname": host, "Image": image, "ModelDataUrl": str(hetero / model), "Resources": TINY, **extra}
+
+
+def hetero_serial(hetero_models: Path) -> dict:
+    """scikit-learn features -> TensorFlow classifier -> Python labels (examples/hetero-serial.yaml)."""
+    return {
+        "EndpointName": "it-hetero-serial",
+        "InferenceExecutionConfig": {"Mode": "Serial"},
+        "Containers": [
+            _container(hetero_models, "features", "sklearn", "hetero-features"),
+            _container(hetero_models, "classifier", "tensorflow", "hetero-tf-features"),
+            _container(hetero_models, "labels", "python", "hetero-labels"),
+        ],
+    }
+
+
+def hetero_serial_onnx(hetero_models: Path) -> dict:
+    """The same chain with an ONNX classifier, handed NPY by the first container, batching concurrent requests."""
+    npy = {"SAGEMAKER_DEFAULT_INVOCATIONS_ACCEPT": "application/x-npy"}
+    batching = {"MaxBatchSize": 16, "MaxDelayMs": 20}
+    return {
+        "EndpointName": "it-hetero-serial-onnx",
+        "InferenceExecutionConfig": {"Mode": "Serial"},
+        "Containers": [
+            _container(hetero_models, "features", "sklearn", "hetero-features", Environment=npy),
+            _container(hetero_models, "classifier", "onnx", "hetero-onnx-features", Batching=batching),
+            _container(hetero_models, "labels", "python", "hetero-labels"),
+        ],
+    }
+
+
+def runtime_env(working_dir_model: tuple[Path, Path]) -> dict:
+    model, working_dir = working_dir_model
+    container = {
+        "ContainerHostname": "wd",
+        "Image": "python",
+        "ModelDataUrl": str(model),
+        "Resources": TINY,
+        "RuntimeEnvironment": {"WorkingDir": str(working_dir)},
+    }
+    return {"EndpointName": "it-runtime-env", "Containers": [container]}
+
+
+ENDPOINTS = {
+    "it-fifteen": endpoints.fifteen,
+    "it-hetero-serial": hetero_serial,
+    "it-hetero-serial-onnx": hetero_serial_onnx,
+    "it-runtime-env": runtime_env,
+}  # what `server` deploys for this module, by builder
 
 IRIS_ROWS = [[5.1, 3.5, 1.4, 0.2], [7.0, 3.2, 4.7, 1.4], [6.3, 3.3, 6.0, 2.5]]
 IRIS_NAMES = ["setosa", "versicolor", "virginica"]

@@ -4,14 +4,35 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 from sklearn.datasets import load_iris, load_wine
+from suite import endpoints
+from suite.endpoints import python_container
 
 pytestmark = pytest.mark.integration
 
-ENDPOINTS = ("it-direct", "it-single", "it-serial", "it-handoff")  # what `server` deploys for this module
+
+def handoff(handler_models: dict[str, Path]) -> dict:
+    """it-handoff: a Serial chain whose first container answers CSV whatever it gets, the second echoes it."""
+    return {
+        "EndpointName": "it-handoff",
+        "InferenceExecutionConfig": {"Mode": "Serial"},
+        "Containers": [
+            python_container("first", handler_models, "to-csv"),
+            python_container("second", handler_models, "echo"),
+        ],
+    }
+
+
+ENDPOINTS = {
+    "it-direct": endpoints.direct,
+    "it-single": endpoints.single,
+    "it-serial": endpoints.serial,
+    "it-handoff": handoff,
+}  # what `server` deploys for this module, by builder
 
 IRIS = load_iris()
 WINE = load_wine()

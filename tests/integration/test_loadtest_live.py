@@ -10,10 +10,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from suite import endpoints
 
 pytestmark = pytest.mark.integration
 
-ENDPOINTS = ("it-single", "it-serial")  # what `server` deploys for this module
+ENDPOINTS = {
+    "it-single": endpoints.single,
+    "it-serial": endpoints.serial,
+}  # what `server` deploys for this module, by builder
 
 
 def run_loadtest(server, tmp_path: Path, *arguments: str) -> dict:

@@ -15,14 +15,36 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from suite.endpoint_server import TINY
+from suite.endpoints import sklearn_container
 
 pytestmark = pytest.mark.integration
 
-ENDPOINTS = ("it-metrics",)  # what `server` deploys for this module
+
+def metrics(demo_models: Path, multi_model_prefix: Path) -> dict:
+    """it-metrics: the endpoint only this module invokes, so that it can predict every count."""
+    return {
+        "EndpointName": "it-metrics",
+        "Containers": [
+            {
+                "ContainerHostname": "multi",
+                "Image": "sklearn",
+                "Mode": "MultiModel",
+                "ModelDataUrl": str(multi_model_prefix),
+                "Environment": {"SERVING_MAX_MODELS": "2"},
+                "Resources": TINY,
+            },
+            sklearn_container("single", demo_models, "iris-classifier", Resources=TINY),
+        ],
+    }
+
+
+ENDPOINTS = {"it-metrics": metrics}  # what `server` deploys for this module, by builder
 
 ENDPOINT = "it-metrics"
 ROW = [[5.1, 3.5, 1.4, 0.2]]

@@ -4,10 +4,14 @@ the LRU cache cycling more models than it holds, and the errors a caller can cau
 from __future__ import annotations
 
 import pytest
+from suite import endpoints
 
 pytestmark = pytest.mark.integration
 
-ENDPOINTS = ("it-direct", "it-multi")  # what `server` deploys for this module
+ENDPOINTS = {
+    "it-direct": endpoints.direct,
+    "it-multi": endpoints.multi,
+}  # what `server` deploys for this module, by builder
 
 ROWS = [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]]
 MODEL = "X-Amzn-SageMaker-Target-Model"

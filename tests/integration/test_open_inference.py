@@ -10,11 +10,18 @@ import json
 import numpy as np
 import pytest
 import tritonclient.http as triton
+from suite import endpoints
 from tritonclient.utils import InferenceServerException
 
 pytestmark = pytest.mark.integration
 
-ENDPOINTS = ("it-direct", "it-serial", "it-fifteen", "it-multi", "it-secure")  # what `server` deploys for this module
+ENDPOINTS = {
+    "it-direct": endpoints.direct,
+    "it-serial": endpoints.serial,
+    "it-fifteen": endpoints.fifteen,
+    "it-multi": endpoints.multi,
+    "it-secure": endpoints.secure,
+}  # what `server` deploys for this module, by builder
 
 IRIS_ROWS = np.array([[5.1, 3.5, 1.4, 0.2], [7.0, 3.2, 4.7, 1.4], [6.3, 3.3, 6.0, 2.5]], dtype=np.float32)
 

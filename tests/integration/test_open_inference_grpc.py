@@ -2,7 +2,7 @@
 server and model metadata, infer on every stack, a Serial chain, a MultiModel container's models as versions, typed
 contents, bearer keys and Signature V4 in the call's metadata, policies per container, errors as gRPC statuses and
 the metrics' protocol label. Answers are compared with InvokeEndpoint's for the same rows. The session's gRPC port
-serves TLS (tests/server_fixtures.py); plaintext is refused there."""
+serves TLS (tests/suite/endpoint_server.py); plaintext is refused there."""
 
 from __future__ import annotations
 
@@ -13,13 +13,20 @@ import tritonclient.grpc as triton
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
+from suite import endpoints
 from tritonclient.utils import InferenceServerException
 
 from serving.open_inference import grpc_messages_pb2 as pb
 
 pytestmark = pytest.mark.integration
 
-ENDPOINTS = ("it-direct", "it-serial", "it-fifteen", "it-multi", "it-secure")  # as test_open_inference.py: reused
+ENDPOINTS = {
+    "it-direct": endpoints.direct,
+    "it-serial": endpoints.serial,
+    "it-fifteen": endpoints.fifteen,
+    "it-multi": endpoints.multi,
+    "it-secure": endpoints.secure,
+}  # what `server` deploys for this module, by builder
 SERVICE = "/inference.GRPCInferenceService"
 IRIS_ROWS = np.array([[5.1, 3.5, 1.4, 0.2], [7.0, 3.2, 4.7, 1.4], [6.3, 3.3, 6.0, 2.5]], dtype=np.float32)
 

@@ -21,13 +21,52 @@ import httpx
 import psutil
 import pytest
 import ray
+from suite import endpoints
+from suite.endpoint_server import TINY
+from suite.endpoints import python_container
 
 from serving.config.spec import parse_spec
 from serving.settings import ServerSettings
 
 pytestmark = pytest.mark.integration
 
-ENDPOINTS = ("it-chaos", "it-spare", "it-update", "it-broken")  # what `server` deploys for this module
+
+# Replicas, the registry and the gateway are killed under load: `twin` has two replicas (one dies), `solo` one;
+# it-spare is deleted and it-update updated live.
+def chaos(handler_models: dict[str, Path]) -> dict:
+    scaled = {"MinCapacity": 2, "MaxCapacity": 2}
+    return {
+        "EndpointName": "it-chaos",
+        "Containers": [
+            python_container("twin", handler_models, "sleepy", Resources=TINY, AutoScaling=scaled),
+            python_container("solo", handler_models, "echo", Resources=TINY),
+        ],
+    }
+
+
+def spare(handler_models: dict[str, Path]) -> dict:
+    return {
+        "EndpointName": "it-spare",
+        "Containers": [python_container("only", handler_models, "echo", Resources=TINY)],
+    }
+
+
+def live_update(handler_models: dict[str, Path]) -> dict:
+    return {
+        "EndpointName": "it-update",
+        "Containers": [
+            python_container("first", handler_models, "echo", Resources=TINY),
+            python_container("second", handler_models, "echo", Resources=TINY),
+        ],
+    }
+
+
+ENDPOINTS = {
+    "it-chaos": chaos,
+    "it-spare": spare,
+    "it-update": live_update,
+    "it-broken": endpoints.broken,
+}  # what `server` deploys for this module, by builder
 
 SETTLE_S = 120  # bound on every wait for Serve to replace or start something on this 2-core machine
 

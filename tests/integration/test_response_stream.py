@@ -4,15 +4,32 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import boto3
 import pytest
 from botocore.config import Config
 from botocore.exceptions import EventStreamError
+from suite import endpoints
+from suite.endpoint_server import TINY
+from suite.endpoints import python_container
 
 pytestmark = pytest.mark.integration
 
-ENDPOINTS = ("it-stream", "it-single", "it-serial")  # what `server` deploys for this module
+
+def stream(handler_models: dict[str, Path]) -> dict:
+    """it-stream: a container whose output_fn yields chunks."""
+    return {
+        "EndpointName": "it-stream",
+        "Containers": [python_container("streamer", handler_models, "streamer", Resources=TINY)],
+    }
+
+
+ENDPOINTS = {
+    "it-stream": stream,
+    "it-single": endpoints.single,
+    "it-serial": endpoints.serial,
+}  # what `server` deploys for this module, by builder
 
 GAP_S = 0.4
 

@@ -7,15 +7,94 @@ import importlib.util
 import io
 import json
 import sys
+from pathlib import Path
 
 import boto3
 import numpy as np
 import pytest
 from botocore.config import Config
+from suite import endpoints
+from suite.endpoint_server import TINY
 
 pytestmark = pytest.mark.integration
 
-ENDPOINTS = ("it-sagemaker", "it-fifteen")  # what `server` deploys for this module
+# Scripts written the way AWS's examples write them, for it-sagemaker (tests/integration/test_sagemaker_scripts.py).
+SKLEARN_MODEL_FN_ONLY = '''
+import os
+
+from skops.io import load
+
+
+def model_fn(model_dir):
+    """Load the model (the scikit-learn container's defaults do the rest)."""
+    return load(os.path.join(model_dir, "model.skops"))
+'''
+
+PROGRAM_WITH_TRANSFORM_FN = """
+import json
+
+from weights import WEIGHTS
+
+
+def model_fn(model_dir, context):
+    return {"weights": WEIGHTS, "model_dir_is_str": isinstance(model_dir, str),
+            "gpu_id": context.system_properties.get("gpu_id")}
+
+
+def transform_fn(model, request_body, request_content_type, response_content_type, context):
+    rows = json.loads(request_body)
+    scores = [sum(w * x for w, x in zip(model["weights"], row)) for row in rows]
+    attributes = context.get_request_header(0, "X-Amzn-SageMaker-Custom-Attributes")
+    if attributes == "fail=teapot":
+        context.set_response_status(418, "I am a teapot")
+        return "refused by the script", "text/plain"
+    body = {"scores": scores, "body_type": type(request_body).__name__, "attributes": attributes, **model}
+    return json.dumps(body), response_content_type
+"""
+
+
+@pytest.fixture(scope="session")
+def sagemaker_script_models(demo_models, tmp_path_factory) -> dict[str, Path]:
+    """Model folders with SageMaker-style scripts: a scikit-learn model_fn, a SAGEMAKER_PROGRAM with transform_fn."""
+    import shutil
+
+    root = tmp_path_factory.mktemp("sagemaker-scripts")
+    sklearn = root / "sklearn-script"
+    shutil.copytree(demo_models / "iris-classifier", sklearn)
+    (sklearn / "code").mkdir(exist_ok=True)
+    (sklearn / "code" / "inference.py").write_text(SKLEARN_MODEL_FN_ONLY)
+    program = root / "program"
+    (program / "code").mkdir(parents=True)
+    (program / "code" / "serve.py").write_text(PROGRAM_WITH_TRANSFORM_FN)
+    (program / "code" / "weights.py").write_text("WEIGHTS = [1.0, 10.0, 100.0]\n")
+    return {"sklearn": sklearn, "program": program}
+
+
+def scripts(sagemaker_script_models: dict[str, Path]) -> dict:
+    return {
+        "EndpointName": "it-sagemaker",
+        "Containers": [
+            {
+                "ContainerHostname": "sk-script",
+                "Image": "sklearn",
+                "ModelDataUrl": str(sagemaker_script_models["sklearn"]),
+                "Resources": TINY,
+            },
+            {
+                "ContainerHostname": "program",
+                "Image": "python",
+                "ModelDataUrl": str(sagemaker_script_models["program"]),
+                "Resources": TINY,
+                "Environment": {"SAGEMAKER_PROGRAM": "serve.py"},
+            },
+        ],
+    }
+
+
+ENDPOINTS = {
+    "it-sagemaker": scripts,
+    "it-fifteen": endpoints.fifteen,
+}  # what `server` deploys for this module, by builder
 
 ROWS = [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]]
 

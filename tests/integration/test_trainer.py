@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from server_fixtures import Server
+from suite.endpoint_server import Server
 
 from serving.config.spec import parse_spec
 from serving.settings import ServerSettings
@@ -25,7 +25,7 @@ from serving.settings import ServerSettings
 # READY_TIMEOUT_S) are set-up, not the test's own 900 s.
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900, func_only=True)]
 
-ENDPOINTS = ()  # what `server` deploys for this module
+ENDPOINTS: dict = {}  # this module deploys nothing on the session server
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ROOT / "examples" / "recipes"

@@ -1,21 +1,52 @@
 """The xgboost stack behind a real endpoint: SageMaker's XGBoost algorithm artifact invoked with boto3.
 
-it-xgboost (tests/server_fixtures.py) serves a `model.tar.gz` holding `xgboost-model` at its root, as the built-in
+it-xgboost (built below) serves a `model.tar.gz` holding `xgboost-model` at its root, as the built-in
 algorithm writes it; the answers must be what `Booster.predict` gives in this process, byte for byte.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import boto3
 import pytest
 import xgboost
 from botocore.config import Config
+from suite.endpoint_server import TINY
 
 from tests.unit.test_xgboost_stack import csv_answer, csv_rows, json_answer
 
 pytestmark = pytest.mark.integration
 
-ENDPOINTS = ("it-xgboost",)  # what `server` deploys for this module
+
+# it-xgboost: a model.tar.gz as SageMaker's XGBoost algorithm writes it.
+@pytest.fixture(scope="session")
+def xgboost_model(tmp_path_factory) -> tuple[Path, object, object]:
+    """(archive, booster, rows): a binary:logistic booster on breast cancer saved as `xgboost-model` at the root
+    of `model.tar.gz`, and the rows it was trained on."""
+    import tarfile
+    import warnings
+
+    from tests.unit.test_xgboost_stack import train_booster
+
+    booster, rows = train_booster("binary")
+    root = tmp_path_factory.mktemp("xgboost-algorithm")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Saving model in the UBJSON format as default": as the algorithm does
+        booster.save_model(str(root / "xgboost-model"))
+    archive = root / "model.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(root / "xgboost-model", arcname="xgboost-model")
+    return archive, booster, rows
+
+
+def algorithm(xgboost_model) -> dict:
+    archive = xgboost_model[0]
+    container = {"ContainerHostname": "algorithm", "Image": "xgboost", "ModelDataUrl": str(archive), "Resources": TINY}
+    return {"EndpointName": "it-xgboost", "Containers": [container]}
+
+
+ENDPOINTS = {"it-xgboost": algorithm}  # what `server` deploys for this module, by builder
 
 
 @pytest.fixture(scope="module")

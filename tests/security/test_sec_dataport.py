@@ -12,12 +12,17 @@ import time
 import httpx
 import pytest
 import ray
+from suite import endpoints
 
 from serving import protocol
 
 pytestmark = pytest.mark.integration
 
-ENDPOINTS = ("it-direct", "it-secure", "it-broken")  # what `server` deploys for this module
+ENDPOINTS = {
+    "it-direct": endpoints.direct,
+    "it-secure": endpoints.secure,
+    "it-broken": endpoints.broken,
+}  # what `server` deploys for this module, by builder
 
 BODY = b"[[5.1, 3.5, 1.4, 0.2]]"
 JSON = {"content-type": "application/json", "accept": "*/*"}  # what httpx sends: all of it is signed

@@ -20,10 +20,11 @@ import httpx
 import psutil
 import pytest
 import ray
+from suite import endpoints
 
 pytestmark = pytest.mark.integration
 
-ENDPOINTS = ("it-single",)  # what `server` deploys for this module
+ENDPOINTS = {"it-single": endpoints.single}  # what `server` deploys for this module, by builder
 
 # A method of each of Ray's gRPC services: answered without a token, each would hand out cluster state.
 GRPC_METHODS = (

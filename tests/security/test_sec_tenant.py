@@ -1,6 +1,6 @@
 """A hostile tenant: a model's own code (it-hostile/tenant) attacks the gateway, its neighbour and the cluster.
 
-The tenant's `code/inference.py` (tests/server_fixtures.py, HANDLERS["hostile"]) tries what the
+The tenant's `code/inference.py` (tests/suite/models.py, HANDLERS["hostile"]) tries what the
 request tells it: read secrets (the identities file, Ray's token, another model), list Ray's object
 store, write outside its scratch folder, call its neighbour's data port, open Ray's Unix sockets,
 signal or read the gateway's process, join the cluster as a driver and read the registry. It
@@ -18,10 +18,28 @@ from pathlib import Path
 import psutil
 import pytest
 import ray
+from suite import endpoints
+from suite.endpoint_server import TINY
+from suite.endpoints import python_container
 
 pytestmark = pytest.mark.integration
 
-ENDPOINTS = ("it-hostile", "it-secure")  # what `server` deploys for this module
+# The hostile tenant's Environment (tests/security): a variable that must reach its container process only.
+TENANT_CANARY = "SERVING_TENANT_CANARY"
+
+
+def hostile(handler_models: dict[str, Path]) -> dict:
+    """it-hostile: a tenant's model that attacks its neighbour, the gateway and the cluster, beside a victim."""
+    tenant = python_container(
+        "tenant", handler_models, "hostile", Resources=TINY, Environment={TENANT_CANARY: "set-by-the-tenant"}
+    )
+    return {
+        "EndpointName": "it-hostile",
+        "Containers": [tenant, python_container("victim", handler_models, "echo", Resources=TINY)],
+    }
+
+
+ENDPOINTS = {"it-hostile": hostile, "it-secure": endpoints.secure}  # what `server` deploys for this module, by builder
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -110,8 +128,6 @@ def test_the_tenants_environment_is_its_container_process_only(report: dict[str,
     """Its Environment is its container process's, never its Ray worker's (which holds Ray's credentials): once,
     PYTHONPATH there ran the tenant's sitecustomize.py in the worker. (Variables that choose code as a process
     starts are now refused by name: test_sec_environment.py.)"""
-    from server_fixtures import TENANT_CANARY
-
     assert TENANT_CANARY in report["environment"]  # the variable did reach the container process
     supervisor = Path(f"/proc/{report['supervisor']}/environ").read_bytes()
     assert TENANT_CANARY.encode() not in supervisor
