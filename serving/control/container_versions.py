@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
-from serving.control.records import AppStatus, ContainerPlan, RegistryRecord, VersionsUpdate
+from serving.control.records import AppStatus, ContainerPlan, EndpointSnapshot, RegistryRecord, VersionsUpdate
 
 __all__ = [
     "APP_SEPARATOR",
@@ -116,6 +116,24 @@ class EndpointState:
         """A first deployment that could not be brought up (nothing to revert to)."""
         return self.active is None and self.update.get("Status") == "Failed"
 
+    def snapshot(self) -> EndpointSnapshot:
+        """This endpoint as a gateway's snapshot shows it: its routing record without plans, and its update."""
+        routing = self.routing()
+        return {
+            "name": routing["name"],
+            "mode": routing["mode"],
+            "containers": routing["containers"],
+            "limits": routing["limits"],
+            "not_idempotent": routing["not_idempotent"],
+            "access": routing["access"],
+            "async_inference": routing["async_inference"],
+            "data_capture": routing.get("data_capture"),
+            "update": VersionsUpdate(**self.update),
+            "failed": self.failed,
+            "in_service": self.active is not None,
+            "desired_versions": versions(self.desired),
+        }
+
     def to_dict(self) -> StoredEndpointState:
         return {"name": self.name, "desired": self.desired, "active": self.active, "update": self.update}
 
@@ -127,6 +145,18 @@ class EndpointState:
 def versions(record: RegistryRecord | None) -> dict[str, str]:
     """Container hostname -> version of a record."""
     return {c["ContainerHostname"]: c["Version"] for c in (record["containers"] if record else [])}
+
+
+def routed_replicas(
+    states: Mapping[str, EndpointState], replicas: Mapping[str, tuple[str, str, str]]
+) -> dict[tuple[str, str], list[str]]:
+    """(endpoint, container) -> the URLs of the replicas of the version it routes with; `replicas`: URL ->
+    (endpoint, container, version) of every live replica."""
+    table: dict[tuple[str, str], list[str]] = {}
+    for name, state in states.items():
+        for host, version in versions(state.routing()).items():
+            table[(name, host)] = sorted(url for url, key in replicas.items() if key == (name, host, version))
+    return table
 
 
 def apps_of(name: str, record: RegistryRecord | None) -> set[str]:

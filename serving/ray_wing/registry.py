@@ -18,7 +18,6 @@ from serving.control.container_versions import Delete, Deploy, EndpointState, pa
 from serving.control.records import (
     ApiRouting,
     AppStatus,
-    EndpointSnapshot,
     RegistryRecord,
     ScalingRecord,
     Snapshot,
@@ -350,29 +349,8 @@ class Registry:
                     return None
                 self._changed.wait(remaining)
             registered = Counter(self.replicas.values())
-            endpoints: dict[str, EndpointSnapshot] = {}
-            table: dict[tuple[str, str], list[str]] = {}
-            for name, state in self.states.items():
-                routing = state.routing()
-                routing_versions = container_versions.versions(routing)
-                endpoints[name] = {
-                    "name": routing["name"],
-                    "mode": routing["mode"],
-                    "containers": routing["containers"],
-                    "limits": routing["limits"],
-                    "not_idempotent": routing["not_idempotent"],
-                    "access": routing["access"],
-                    "async_inference": routing["async_inference"],
-                    "data_capture": routing.get("data_capture"),
-                    "update": VersionsUpdate(**state.update),
-                    "failed": state.failed,
-                    "in_service": state.active is not None,
-                    "desired_versions": container_versions.versions(state.desired),
-                }
-                for host, version in routing_versions.items():
-                    table[(name, host)] = sorted(
-                        url for url, key in self.replicas.items() if key == (name, host, version)
-                    )
+            endpoints = {name: state.snapshot() for name, state in self.states.items()}
+            table = container_versions.routed_replicas(self.states, self.replicas)
             return {
                 "version": self.version,
                 "epoch": self.epoch,

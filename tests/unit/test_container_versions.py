@@ -134,3 +134,22 @@ def test_containers_added_and_removed_and_leftovers() -> None:
 def test_state_round_trips_as_plain_data() -> None:
     state = creating()
     assert EndpointState.from_dict(state.to_dict()) == state
+
+
+def test_a_snapshot_routes_with_the_active_versions_while_new_ones_come_up() -> None:
+    active = {**record(a="v1", b="v1"), "limits": {}, "not_idempotent": [], "access": None, "async_inference": None}
+    desired = {**active, **record(a="v2", b="v1")}
+    state = EndpointState("ep", desired, active, {"Status": "InProgress", "StartedAt": 0.0})
+    snapshot = state.snapshot()
+    assert [c["Version"] for c in snapshot["containers"]] == ["v1", "v1"]  # the active record routes
+    assert snapshot["desired_versions"] == {"a": "v2", "b": "v1"} and snapshot["in_service"]
+    assert not snapshot["failed"] and snapshot["update"]["Status"] == "InProgress"
+    replicas = {
+        "http://a-old": ("ep", "a", "v1"),
+        "http://a-new": ("ep", "a", "v2"),
+        "http://b": ("ep", "b", "v1"),
+        "http://other": ("other", "a", "v1"),
+    }
+    from serving.control.container_versions import routed_replicas
+
+    assert routed_replicas({"ep": state}, replicas) == {("ep", "a"): ["http://a-old"], ("ep", "b"): ["http://b"]}
