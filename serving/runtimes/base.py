@@ -17,7 +17,7 @@ import contextlib
 import importlib
 import inspect
 import json
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ from serving.protocol import (
     TENSOR_SIGNATURE_ENV,
 )
 from serving.runtimes import codecs, toolkit
+from serving.runtimes.answers import answer_chunks, is_stream
 from serving.runtimes.context import InvocationContext, system_properties
 from serving.runtimes.handler import HOOK_NAMES, UserCode, load_user_code
 from serving.runtimes.requirements import missing_requirements
@@ -264,10 +265,9 @@ class Runtime:
     def encode_chunks(self, prediction: Any, accept: str, context: InvocationContext) -> tuple[Iterator[bytes], str]:
         """output_fn of one request's prediction; a generator prediction streams."""
         defaults = self.script_defaults() if self.scripted else {}
-        if _is_stream(prediction) and "output_fn" not in self._hooks:
+        if is_stream(prediction) and "output_fn" not in self._hooks:
             encode = defaults.get("output_fn", self.output_fn)
-            parts = (_normalize(encode(item, accept), accept, context) for item in prediction)
-            return _chunks(parts), context.response_content_type or _first_type(accept)
+            return answer_chunks((encode(item, accept) for item in prediction), accept, context)
         result = self._step("output_fn", defaults, context, prediction, accept)
         return self._answer(result, accept, context)
 
@@ -322,11 +322,7 @@ class Runtime:
         raise TypeError(f"{hook} takes {count} arguments but {len(args)} were given")
 
     def _answer(self, result: Any, accept: str, context: InvocationContext) -> tuple[Iterator[bytes], str]:
-        if _is_stream(result):
-            parts = (_normalize(item, accept, context) for item in result)
-            return _chunks(parts), context.response_content_type or _first_type(accept)
-        body, response_type = _normalize(result, accept, context)
-        return iter((body,)), response_type
+        return answer_chunks(result, accept, context)
 
 
 def _parameter_count(function: Callable[..., Any]) -> int | None:
@@ -345,55 +341,6 @@ def _rows_of(data: Any) -> int | None:
     if isinstance(data, np.ndarray):
         return None if data.dtype == object else int(shape[0])
     return int(shape[0]) if type(data).__module__.startswith("torch") else None
-
-
-def _is_stream(value: Any) -> bool:
-    """A generator or other one-shot iterator (not a container like a list, an array or a string)."""
-    return isinstance(value, Iterator) and not isinstance(value, (str, bytes, bytearray, memoryview))
-
-
-def _chunks(parts: Iterable[tuple[bytes, str]]) -> Iterator[bytes]:
-    for body, _ in parts:
-        if body:
-            yield body
-
-
-def _first_type(accept: str) -> str:
-    return toolkit.parse_accept(accept)[0] if accept else codecs.DEFAULT_ACCEPT
-
-
-def _normalize(result: Any, accept: str, context: InvocationContext) -> tuple[bytes, str]:
-    """What a hook returned, as (body, content type), the way SageMaker's model servers take it:
-    bytes or str; `(body, content_type)`; a Flask-style response (`worker.Response`: body, mimetype,
-    status); a NumPy array (encoded for the Accept); a list or dict (JSON, as MMS serializes it)."""
-    content_type = context.response_content_type or accept
-    if isinstance(result, tuple) and len(result) == 2:
-        result, content_type = result
-    elif _is_response(result):
-        content_type = getattr(result, "mimetype", None) or getattr(result, "content_type", None) or content_type
-        status = getattr(result, "status_code", 200)
-        if isinstance(status, int) and status != 200:
-            context.set_response_status(status)
-        result = result.get_data() if callable(getattr(result, "get_data", None)) else result.body
-    if isinstance(result, (np.ndarray, np.generic)):
-        encoded, content_type = toolkit.default_output(result, content_type)
-        result = encoded
-    elif isinstance(result, (list, dict)):
-        result = json.dumps(result, indent=2, default=lambda value: value.tolist())
-    if isinstance(result, str):
-        result = result.encode()
-    if not isinstance(result, (bytes, bytearray, memoryview)):
-        raise TypeError(
-            "output_fn must return bytes, str, (body, content_type), a response object, a NumPy array, a list "
-            f"or a dict; got {type(result).__name__}"
-        )
-    return bytes(result), str(content_type)
-
-
-def _is_response(value: Any) -> bool:
-    return (callable(getattr(value, "get_data", None)) or hasattr(value, "body")) and (
-        hasattr(value, "mimetype") or hasattr(value, "content_type")
-    )
 
 
 __all__ = ["BATCH_OPT_IN", "HOOK_NAMES", "SCRIPT_HOOKS", "InvocationContext", "Runtime", "ValidationError"]
