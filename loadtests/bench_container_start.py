@@ -44,7 +44,8 @@ DOCS = ROOT / "docs" / "benchmarks" / "bench_container_start.md"
 # first): start one container process, measure it.
 _PROBE = r"""
 import json, os, sys, time, urllib.request
-from serving.model_server.supervisor import ContainerConfig, ContainerProcess
+from serving.model_server.container_config import ContainerConfig
+from serving.model_server.supervisor import ContainerProcess
 from serving.trust import hops
 container = json.loads(sys.argv[1])
 key = b"k" * 32

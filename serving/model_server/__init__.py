@@ -6,6 +6,7 @@ Modules: `launcher` (confine, then `exec` the model server), `main` (the model s
 port), `predictors` (how a request's prediction runs, chosen once), `batching` and `inline` (two of those ways),
 `streaming` (a streamed answer), `tfs_rest` (the tensorflow stack's `context.rest_uri`), `sandbox` (its network
 namespace, Landlock, seccomp, no privileges), `netns` (the network namespace), `seccomp` (the socket allowlist),
-`supervisor` (the replica's side), `scratch` (scratch folders, reclaimed when their supervisor dies), `events`
+`supervisor` (the replica's side: start, watch, stop), `container_config` (what a process is given: its config,
+paths and environment), `scratch` (scratch folders, reclaimed when their supervisor dies), `events`
 (metric events for the supervisor).
 """

@@ -15,12 +15,9 @@ from serving.control.container_versions import (
     Deploy,
 )
 from serving.control.records import Passthrough
+from serving.model_server.container_config import ContainerConfig, describe_sandbox
 from serving.model_server.events import replay
-from serving.model_server.supervisor import (
-    ContainerConfig,
-    ContainerProcess,
-    describe_sandbox,
-)
+from serving.model_server.supervisor import ContainerProcess
 from serving.ray_wing.cluster import (
     cluster_secret,
 )

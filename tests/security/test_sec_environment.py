@@ -16,7 +16,8 @@ import pytest
 
 from serving.config.spec import SpecError, parse_spec
 from serving.model_server import sandbox
-from serving.model_server.supervisor import ContainerConfig, ContainerProcess
+from serving.model_server.container_config import ContainerConfig
+from serving.model_server.supervisor import ContainerProcess
 from tests.unit.sagemaker_harness import Harness, refused
 
 KEY = b"e" * 32

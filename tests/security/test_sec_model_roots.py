@@ -18,7 +18,8 @@ import pytest
 
 import serving.model_server
 from serving.cli.up import _settings
-from serving.model_server.supervisor import ContainerConfig, ContainerProcess, ContainerStartError
+from serving.model_server.container_config import ContainerConfig, ContainerStartError
+from serving.model_server.supervisor import ContainerProcess
 from serving.sagemaker_api.model_roots import ModelRootError, check_model_roots
 from serving.settings import ServerSettings
 

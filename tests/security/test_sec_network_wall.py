@@ -28,7 +28,8 @@ import httpx
 import pytest
 
 from serving.model_server import netns, sandbox
-from serving.model_server.supervisor import ContainerConfig, ContainerProcess
+from serving.model_server.container_config import ContainerConfig
+from serving.model_server.supervisor import ContainerProcess
 from serving.trust import hops
 
 KEY = b"w" * 32

@@ -20,11 +20,8 @@ import pytest
 
 from serving.http import local_socket
 from serving.model_server import sandbox
-from serving.model_server.supervisor import (
-    ContainerConfig,
-    ContainerProcess,
-    ContainerStartError,
-)
+from serving.model_server.container_config import ContainerConfig, ContainerStartError
+from serving.model_server.supervisor import ContainerProcess
 from serving.trust import hops
 
 KEY = b"k" * 32
@@ -267,7 +264,8 @@ def test_stopping_a_container_removes_its_unix_socket(tmp_path: Path) -> None:
 
 KILLED_SUPERVISOR = """
 import json, sys, time
-from serving.model_server.supervisor import ContainerConfig, ContainerProcess
+from serving.model_server.container_config import ContainerConfig
+from serving.model_server.supervisor import ContainerProcess
 process = ContainerProcess(ContainerConfig(endpoint="e", hostname="killed", image="python", model_data=sys.argv[1],
                                            environment={}, hop_key=b"k" * 32), "127.0.0.1")
 process.start(timeout=120)

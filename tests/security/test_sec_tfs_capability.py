@@ -17,7 +17,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from serving.model_server.supervisor import ContainerConfig, ContainerProcess
+from serving.model_server.container_config import ContainerConfig
+from serving.model_server.supervisor import ContainerProcess
 from serving.protocol import LOCAL_TFS_PATH
 from serving.trust import hops
 

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from serving.model_server.supervisor import ContainerConfig, ContainerProcess
+from serving.model_server.container_config import ContainerConfig
+from serving.model_server.supervisor import ContainerProcess
 
 
 def test_a_killed_container_process_closes_its_port_and_says_so(tmp_path: Path) -> None:
