@@ -1,4 +1,4 @@
-"""What every tier shares: the suite's fixtures (tests/suite, as plugins) and an answer comparison."""
+"""What every tier shares: the suite's fixtures (tests/suite, as plugins, by tier) and an answer comparison."""
 
 from __future__ import annotations
 
@@ -6,10 +6,23 @@ from pathlib import Path
 
 import pytest
 
-# The suite's shared fixtures, by concern: trained models, shared endpoints, the session's endpoint server.
-pytest_plugins = ["suite.models", "suite.endpoint_server", "suite.endpoints"]
+# Every tier's fixtures: the trained models.
+pytest_plugins = ["suite.models"]
+# The Ray tiers' fixtures: handler scripts, the S3 server and identities, the session's endpoint server and the
+# endpoints several modules share. pytest reads `pytest_plugins` in this conftest only, so they load here too, but
+# only when a run names a path outside tests/unit: the unit tier starts without them.
+RAY_TIER_PLUGINS = ["suite.handlers", "suite.services", "suite.endpoint_server", "suite.endpoints"]
 
 ROOT = Path(__file__).resolve().parent.parent
+UNIT = ROOT / "tests" / "unit"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    here = config.invocation_params.dir
+    paths = [(here / argument.split("::")[0]).resolve() for argument in config.args]
+    if any(not path.is_relative_to(UNIT) for path in paths):
+        for name in RAY_TIER_PLUGINS:
+            config.pluginmanager.import_plugin(name)
 
 
 def answers_match(got, want, atol: float = 1e-4) -> bool:

@@ -8,7 +8,7 @@ describe_scaling_activities -> update_endpoint under load -> delete_endpoint -> 
 waiter. Load for the update is counted with plain HTTP (no SDK retries), so a single failed call shows.
 
 The servers are this module's own `serving` processes (own_ray: they run before the session's Ray starts,
-see tests/suite/models.py; beside a session server of ~60 replicas the walkthrough's took the node past Ray's memory
+see tests/suite/services.py; beside a session server of ~60 replicas the walkthrough's took the node past Ray's memory
 threshold), each stopped with SIGINT by its PID and waited for, bounded. The first test restarts one on the
 same state file: every endpoint, config, model and scaling policy comes back, beside an endpoint from a spec
 given to `serving up`, which DescribeEndpoint and ListEndpoints show too.

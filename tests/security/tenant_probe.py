@@ -1,7 +1,7 @@
 """What hostile model code tries against the node's network: every socket the kernel offers, at every port it is told.
 
 This file is model code: a container's `code/inference.py` (test_sec_sandbox) and part of the hostile tenant of the
-shared server (tests/suite/models.py). A request `{"sockets": {"listen": [[host, port], ...], "connect": [...],
+shared server (tests/suite/handlers.py). A request `{"sockets": {"listen": [[host, port], ...], "connect": [...],
 "unix": [path, ...], "window_s": s}}` makes it create a socket of every family (1-45), type and protocol it can;
 with each Internet one, bind the listen ports (with SO_REUSEPORT, on the address, the wildcard and, for IPv6, the
 mapped address) and listen, and connect to the connect ports; with a Unix one, connect to the paths. It answers

@@ -1,6 +1,6 @@
 """A hostile tenant: a model's own code (it-hostile/tenant) attacks the gateway, its neighbour and the cluster.
 
-The tenant's `code/inference.py` (tests/suite/models.py, HANDLERS["hostile"]) tries what the
+The tenant's `code/inference.py` (tests/suite/handlers.py, HANDLERS["hostile"]) tries what the
 request tells it: read secrets (the identities file, Ray's token, another model), list Ray's object
 store, write outside its scratch folder, call its neighbour's data port, open Ray's Unix sockets,
 signal or read the gateway's process, join the cluster as a driver and read the registry. It

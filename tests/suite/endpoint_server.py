@@ -20,7 +20,7 @@ import pytest
 
 from serving.config.spec import parse_spec
 from serving.settings import ServerSettings
-from suite.models import AWS_TEST_ENVIRONMENT
+from suite.services import AWS_TEST_ENVIRONMENT
 
 _LAST_USER = pytest.StashKey[dict]()
 

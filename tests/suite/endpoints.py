@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from suite.endpoint_server import TINY, fails_to_start
-from suite.models import AWS_TEST_ENVIRONMENT, S3_BUCKET
+from suite.services import AWS_TEST_ENVIRONMENT, S3_BUCKET
 
 
 def python_container(host: str, handlers: dict[str, Path], handler: str, **extra) -> dict:
-    """A container of the Python stack serving one of `suite.models.HANDLERS`."""
+    """A container of the Python stack serving one of `suite.handlers.HANDLERS`."""
     return {"ContainerHostname": host, "Image": "python", "ModelDataUrl": str(handlers[handler]), **extra}
 
 
