@@ -288,11 +288,13 @@ def build_container_app(
     inline_budget_s: float = 0.0,
     model_latency: Callable[[float], None] | None = None,
     events: EventLog | None = None,
-    **facts: Any,
+    hop_key: bytes | None = None,
+    log_stream: str | None = None,
+    data_url: str | None = None,
 ) -> ContainerApp:
     """A container's app: its predictor chosen from how the model should run (`predictors.choose`: `threads`
     at once, `batching`, on the event loop under `inline_budget_s`; `model_latency` gets each SingleModel
-    prediction's time), then the app over it. `facts`: ContainerApp's own (hop_key, log_stream, data_url)."""
+    prediction's time), then the app over it, given the facts it serves (`ContainerApp`)."""
     predictor = predictors.choose(
         runtime,
         models,
@@ -302,4 +304,13 @@ def build_container_app(
         model_latency=model_latency,
         events=events,
     )
-    return ContainerApp(predictor, hostname, runtime=runtime, models=models, events=events, **facts)
+    return ContainerApp(
+        predictor,
+        hostname,
+        runtime=runtime,
+        models=models,
+        hop_key=hop_key,
+        events=events,
+        log_stream=log_stream,
+        data_url=data_url,
+    )
