@@ -5,7 +5,8 @@ response stream (`streaming`), and the control routes. Runs in the gateway repli
 
 Modules: `router` (the HTTP edge), `entry` (the one frame every way into an invocation runs in: its clock, outcome
 and count), `invocation` (InvokeEndpoint's steps), `variants` (which production variant
-runs, which shadow gets a copy), `shadows` (the copies, run after the caller's answer), `transport` and
+runs, which shadow gets a copy), `shadows` (the copies, run after the caller's answer), `after_answer` (the one runner of what runs after an
+answer: shadow copies, capture writes, async jobs), `transport` and
 `hop_client` (hops to replica data ports), `failures` (what a caller is told of a container's failure), `state` (a
 registry snapshot in, the request path's tables out), `public_descriptions` (descriptions less the machine's
 paths), `async_invocations` (InvokeEndpointAsync) and `async_jobs`

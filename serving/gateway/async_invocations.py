@@ -40,6 +40,7 @@ from serving.errors import (
     ValidationError,
     wire_error,
 )
+from serving.gateway.after_answer import AfterAnswer
 from serving.gateway.async_jobs import Job, Journal, Lane, job_from_entry
 from serving.gateway.entry import invocation_frame
 from serving.gateway.invocation import Admission, InvocationRequest, Invocations
@@ -53,12 +54,15 @@ __all__ = ["AsyncInvocations"]
 logger = logging.getLogger("serving.gateway.async")
 
 # SageMaker's patterns for S3OutputPathExtension and Filename.
+CLOSE_GRACE_S = 10.0  # a stopping gateway's unfinished jobs get this long to write their failure objects
 _EXTENSION = re.compile(r"^(?!s3:|https:)[a-zA-Z0-9!_.*'()/-]{1,512}$")
 _FILENAME = re.compile(r"^(?!.*\..*\.)[a-zA-Z0-9][a-zA-Z0-9_.-]{0,31}$")
 
 
 class AsyncInvocations:
     """Serves `POST /endpoints/{name}/async-invocations` over the invocation pipeline."""
+
+    KIND = "async"
 
     def __init__(
         self,
@@ -68,11 +72,16 @@ class AsyncInvocations:
         client: Callable[[str | None], Any] | None = None,
         clock: Callable[[], float] = time.monotonic,
         journal: Journal | None = None,
+        after: AfterAnswer | None = None,
     ) -> None:
         """`journal`: where admitted jobs outlive this gateway; None keeps them in memory only (a killed gateway
-        loses them)."""
+        loses them). `after`: the gateway's after-the-answer runner, which runs the jobs (bounded by their
+        endpoints' queues here) and, when the gateway stops, cancels them (each writes its failure object within
+        CLOSE_GRACE_S)."""
         self.settings, self.invocations, self.head, self.clock = settings, invocations, head, clock
         self.journal = journal
+        self.after = after if after is not None else AfterAnswer()
+        self.after.register(self.KIND, None, grace_s=CLOSE_GRACE_S)
         self._client = Clients(client)  # one S3 client per store URL (serving.s3's, unless a test gives its own)
         self.lanes: dict[str, Lane] = {}
 
@@ -161,9 +170,7 @@ class AsyncInvocations:
         concurrency = job.config.ClientConfig.MaxConcurrentInvocationsPerInstance
         lane = self.lanes.get(name)
         if lane is None or lane.concurrency != concurrency:  # new, or its config changed: new jobs, new bound
-            # The set of tasks carries over, so that `close` still finds the jobs admitted under the old bound.
-            tasks = lane.tasks if lane is not None else set()
-            lane = self.lanes[name] = Lane(asyncio.Semaphore(concurrency), concurrency, tasks=tasks)
+            lane = self.lanes[name] = Lane(asyncio.Semaphore(concurrency), concurrency)
         if bounded and lane.admitted >= concurrency + self.settings.async_max_queued:
             raise ThrottlingError(
                 f"endpoint {name} already holds {lane.admitted} InvokeEndpointAsync requests, as many as it queues "
@@ -193,9 +200,8 @@ class AsyncInvocations:
             logger.error("async invocation %s could not be removed from the journal: %s", job.inference_id, error)
 
     def _enqueue(self, lane: Lane, job: Job) -> None:
-        task = asyncio.create_task(self._run(lane, job))
-        lane.tasks.add(task)
-        task.add_done_callback(lane.tasks.discard)
+        what = f"async invocation {job.inference_id} of endpoint {job.admission.endpoint.name}"
+        self.after.submit(self.KIND, lambda: self._run(lane, job), what)  # never dropped: "async" has no bound here
 
     # --- the job -------------------------------------------------------------------------------------------
     async def _run(self, lane: Lane, job: Job) -> None:
@@ -209,9 +215,7 @@ class AsyncInvocations:
             await self._write_failure(self._client(job.config.S3EndpointUrl), job, stopped)
             await self._forget(job)
             raise
-        except Exception:  # a bug of ours: logged; the caller finds neither object
-            logger.exception("async invocation %s of endpoint %s failed", job.inference_id, job.admission.endpoint.name)
-        else:
+        else:  # a bug of ours raises: the runner logs it; the caller finds neither object
             await self._forget(job)
         finally:
             lane.admitted -= 1
@@ -258,15 +262,6 @@ class AsyncInvocations:
         except ClientError:
             return False
         return head["LastModified"].timestamp() >= since - 1.0  # S3's times are whole seconds
-
-    async def close(self, grace_s: float = 10.0) -> None:
-        """Stop every unfinished request, writing its failure object, rather than lose it without a trace
-        (a gateway that is killed cannot: docs/reliability.md)."""
-        tasks = [task for lane in self.lanes.values() for task in lane.tasks]
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.wait(tasks, timeout=grace_s)
 
     async def _invoke(self, job: Job) -> None:
         admission = job.admission

@@ -74,7 +74,6 @@ class Lane:
     slots: asyncio.Semaphore
     concurrency: int
     admitted: int = 0  # waiting plus running
-    tasks: set[asyncio.Task] = field(default_factory=set)
 
 
 def job_from_entry(entry: dict[str, Any], route: EndpointRoute, config: AsyncInferenceConfig, now: float) -> Job:

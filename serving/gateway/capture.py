@@ -31,6 +31,7 @@ from prometheus_client import Counter
 
 from serving import protocol
 from serving.config.data_capture import DataCaptureConfig
+from serving.gateway.after_answer import AfterAnswer
 from serving.metrics.invocations import REGISTRY
 from serving.s3 import Clients, parse_s3_uri
 
@@ -114,12 +115,19 @@ class _Pending:
 class CaptureWriter:
     """Samples invocations and writes the sampled ones; one per gateway process."""
 
+    KIND = "capture"
+
     def __init__(
         self,
+        after: AfterAnswer,
         s3_client: Callable[[str | None], Any] | None = None,
         draw: Callable[[], float] = random.random,
         queue_bytes: int = QUEUE_BYTES,
     ) -> None:
+        """`after`: the gateway's after-the-answer runner, which runs the writing task and, at close, the last
+        write of what is queued."""
+        self.after = after
+        after.register(self.KIND, 1, closer=self.flush)
         self._clients = Clients(s3_client)
         self._draw = draw
         self.queue_bytes = queue_bytes
@@ -163,7 +171,7 @@ class CaptureWriter:
     def _start(self) -> None:
         if self._task is None or self._task.done():
             self._wake = asyncio.Event()
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="data-capture")
+            self._task = self.after.submit(self.KIND, self._run)
         elif len(self._pending) >= MAX_BATCH and self._wake is not None:
             self._wake.set()
 
@@ -231,14 +239,6 @@ class CaptureWriter:
         client.put_object(
             Bucket=location.bucket, Key=f"{location.folder}{key}", Body=lines, ContentType="application/jsonl", **extra
         )
-
-    async def close(self) -> None:
-        """Write what is queued (the gateway is stopping)."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        await self.flush()
 
 
 def _write_file(folder: Path, name: str, lines: bytes) -> None:

@@ -28,6 +28,7 @@ from serving.errors import (
     ServiceUnavailableError,
     ValidationError,
 )
+from serving.gateway.after_answer import AfterAnswer
 from serving.gateway.body_budget import BodyBudget, Hold
 from serving.gateway.capture import CaptureWriter
 from serving.gateway.entry import invocation_frame
@@ -100,8 +101,9 @@ class Invocations:
         self.fronts: dict[str, Front] = {}  # API endpoints by name (their variants are served endpoints)
         self.loaded = True  # False while a (re)started gateway has not read its table yet: 503, which clients retry
         self.preauth_budget = BodyBudget(settings.preauth_body_budget_bytes)
-        self.capture = CaptureWriter()  # DataCaptureConfig: sampled invocations, written off the caller's path
-        self.shadows = ShadowCopies()  # ShadowProductionVariants: copies run after the caller's answer
+        self.after_answer = AfterAnswer()  # what runs once the caller has its answer: one bound per kind, one close
+        self.capture = CaptureWriter(self.after_answer)  # DataCaptureConfig: sampled invocations, written later
+        self.shadows = ShadowCopies(self.after_answer)  # ShadowProductionVariants: copies run after the answer
 
     async def invoke(
         self, request: InvocationRequest, trace: InvocationTrace, *, stream: bool = False

@@ -38,7 +38,9 @@ class Router:
         self.settings = settings
         self.transport = transport
         self.invocations = Invocations(settings, transport)
-        self.async_invocations = AsyncInvocations(settings, self.invocations, raw_request)
+        self.async_invocations = AsyncInvocations(
+            settings, self.invocations, raw_request, after=self.invocations.after_answer
+        )
         # Request bodies are the gateway's large allocations: without this, the memory of a burst of them
         # stays with the process after they are freed (measured: up to 62 MiB after a 64 MB burst, varying run to run).
         keep_large_blocks_in_mmap()

@@ -3,23 +3,20 @@
 The copy runs on the gateway's event loop after the production answer is made, so the caller's latency and answer
 never depend on it; its answer goes to data capture (as the shadow variant's) and nowhere else, and its failures
 count in the shadow's own invocation metrics (its served endpoint, `E@<shadow>@<n>`). A gateway runs at most
-MAX_IN_FLIGHT copies at once: past that a copy is dropped and counted, never queued, so a slow shadow cannot hold
-the gateway's memory or connections.
+MAX_IN_FLIGHT copies at once (its after-the-answer runner's bound for them): past that a copy is dropped and
+counted, never queued, so a slow shadow cannot hold the gateway's memory or connections.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from collections.abc import Awaitable, Callable
 
 from prometheus_client import Counter
 
+from serving.gateway.after_answer import AfterAnswer
 from serving.metrics.invocations import REGISTRY
 
 __all__ = ["MAX_IN_FLIGHT", "SHADOW_COPIES", "ShadowCopies"]
-
-logger = logging.getLogger("serving.shadows")
 
 MAX_IN_FLIGHT = 64
 SHADOW_COPIES = Counter(
@@ -32,34 +29,27 @@ SHADOW_COPIES = Counter(
 
 
 class ShadowCopies:
-    """The copies one gateway has in flight."""
+    """Starts one gateway's shadow copies on its after-the-answer runner (cancelled when the gateway stops)."""
 
-    def __init__(self) -> None:
-        self.in_flight = 0
-        self._tasks: set[asyncio.Task] = set()
+    KIND = "shadow"
+
+    def __init__(self, after: AfterAnswer) -> None:
+        self.after = after
+        after.register(self.KIND, MAX_IN_FLIGHT)
+
+    @property
+    def in_flight(self) -> int:
+        return self.after.running(self.KIND)
 
     def start(self, endpoint: str, variant: str, copy: Callable[[], Awaitable[bool]]) -> None:
         """Run `copy` (True once the shadow answered) in the background, unless too many already run."""
-        if self.in_flight >= MAX_IN_FLIGHT:
+        what = f"copying an invocation of {endpoint} to shadow variant {variant}"
+        if self.after.submit(self.KIND, lambda: self._run(endpoint, variant, copy), what) is None:
             SHADOW_COPIES.labels(endpoint, variant, "dropped").inc()
-            return
-        self.in_flight += 1
-        task = asyncio.get_running_loop().create_task(self._run(endpoint, variant, copy))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     async def _run(self, endpoint: str, variant: str, copy: Callable[[], Awaitable[bool]]) -> None:
         answered = False
         try:
-            answered = await copy()
-        except Exception:  # a bug of ours: logged, and still never the caller's
-            logger.exception("copying an invocation of %s to shadow variant %s failed", endpoint, variant)
+            answered = await copy()  # a bug of ours raises: the runner logs it, and it is never the caller's
         finally:
-            self.in_flight -= 1
             SHADOW_COPIES.labels(endpoint, variant, "answered" if answered else "failed").inc()
-
-    async def close(self) -> None:
-        """Cancel the copies still running (the gateway stops)."""
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -153,14 +153,13 @@ class Gateway:
     @contextlib.asynccontextmanager
     async def _lifespan(self, app: Any) -> AsyncIterator[None]:
         """What the gateway runs beside its routes, and their closing in reverse order of starting: gRPC first (no
-        new call while the rest winds down), then the periodic tasks, leaving the registry, unfinished async
-        requests (failure objects), shadow copies (cancelled), captured invocations (written), the transport."""
+        new call while the rest winds down), then the periodic tasks, leaving the registry, the after-the-answer
+        tasks (async requests write failure objects, shadow copies are cancelled, captured invocations written), the
+        transport."""
         async with contextlib.AsyncExitStack() as stack:
             await self.transport.start()
             stack.push_async_callback(self.transport.close)
-            stack.push_async_callback(self.router.invocations.capture.close)
-            stack.push_async_callback(self.router.invocations.shadows.close)
-            stack.push_async_callback(self.router.async_invocations.close)
+            stack.push_async_callback(self.router.invocations.after_answer.close)
             stack.push_async_callback(self._leave_registry)
             tasks = [
                 every("registry poll", self._poll_registry, self.settings.registry_poll_s),

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from serving.config.data_capture import DataCaptureConfig
+from serving.gateway.after_answer import AfterAnswer
 from serving.gateway.capture import CaptureWriter
 
 
@@ -32,7 +33,7 @@ def test_capture_files_are_0600_and_the_folders_made_for_them_0700_whatever_the_
     )
 
     async def capture() -> None:
-        writer = CaptureWriter()
+        writer = CaptureWriter(AfterAnswer())
         writer.offer(
             config,
             "private",
@@ -42,7 +43,7 @@ def test_capture_files_are_0600_and_the_folders_made_for_them_0700_whatever_the_
             b"[1]",
             "application/json",
         )
-        await writer.close()
+        await writer.after.close()  # what the gateway's lifespan does
 
     previous = os.umask(umask)
     try:

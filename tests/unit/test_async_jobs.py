@@ -251,7 +251,7 @@ def test_a_stopping_gateway_fails_its_unfinished_requests_where_callers_look(s3)
             "/endpoints/e/async-invocations", headers={protocol.INPUT_LOCATION: "s3://jobs/in/x.json"}
         ).json()["InferenceId"]
         running, waiting = ask(), ask()
-        client.portal.call(handler.close)  # what the gateway's lifespan does when it stops
+        client.portal.call(handler.after.close)  # what the gateway's lifespan does when it stops
         pipeline.release.set()  # (the stand-in's thread, which cancelling its coroutine cannot stop)
     for inference_id in (running, waiting):
         failure = json.loads(read(s3, f"failed/{inference_id}-error.out"))

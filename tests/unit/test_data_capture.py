@@ -17,6 +17,7 @@ from moto.server import ThreadedMotoServer
 from pydantic import ValidationError
 
 from serving.config.data_capture import DataCaptureConfig
+from serving.gateway.after_answer import AfterAnswer
 from serving.gateway.capture import CAPTURED, CaptureWriter, record
 
 HEADERS = {"content-type": "application/json"}
@@ -133,7 +134,7 @@ def test_a_local_destination_may_be_a_file_uri_or_a_path_relative_to_the_spec(tm
 
 def test_every_sampled_call_is_one_record_in_a_file_named_as_sagemaker_names_them(tmp_path: Path) -> None:
     async def main() -> CaptureWriter:
-        writer = CaptureWriter()
+        writer = CaptureWriter(AfterAnswer())
         for n in range(25):
             assert writer.offer(
                 config(str(tmp_path)),
@@ -144,7 +145,7 @@ def test_every_sampled_call_is_one_record_in_a_file_named_as_sagemaker_names_the
                 f"{n * 2}".encode(),
                 "application/json",
             )
-        await writer.close()
+        await writer.after.close()  # what the gateway's lifespan does
         return writer
 
     written = count("local", "written")
@@ -166,12 +167,12 @@ def test_sampling_draws_once_per_call(tmp_path: Path) -> None:
     draws = iter([0.05, 0.29, 0.30, 0.99])
 
     async def main() -> list[bool]:
-        writer = CaptureWriter(draw=lambda: next(draws))
+        writer = CaptureWriter(AfterAnswer(), draw=lambda: next(draws))
         taken = [
             writer.offer(config(str(tmp_path), 30), "sampled", "AllTraffic", b"[1]", HEADERS, b"1", "application/json")
             for _ in range(4)
         ]
-        await writer.close()
+        await writer.after.close()  # what the gateway's lifespan does
         return taken
 
     assert asyncio.run(main()) == [True, True, False, False]
@@ -183,10 +184,10 @@ def test_a_destination_that_refuses_writes_costs_records_never_an_answer(tmp_pat
     blocked.write_text("a file where the folder should be")
 
     async def main() -> None:
-        writer = CaptureWriter()
+        writer = CaptureWriter(AfterAnswer())
         for _ in range(3):
             assert writer.offer(config(str(blocked)), "refused", "AllTraffic", b"[1]", HEADERS, b"1", "text/csv")
-        await writer.close()
+        await writer.after.close()  # what the gateway's lifespan does
 
     failed = count("refused", "failed")
     asyncio.run(main())  # raises nothing
@@ -195,10 +196,10 @@ def test_a_destination_that_refuses_writes_costs_records_never_an_answer(tmp_pat
 
 def test_past_its_byte_bound_the_queue_drops_records_and_counts_them(tmp_path: Path) -> None:
     async def main() -> None:
-        writer = CaptureWriter(queue_bytes=100)
+        writer = CaptureWriter(AfterAnswer(), queue_bytes=100)
         for _ in range(5):
             writer.offer(config(str(tmp_path)), "bounded", "AllTraffic", b"x" * 40, HEADERS, b"y" * 10, "text/csv")
-        await writer.close()
+        await writer.after.close()  # what the gateway's lifespan does
 
     dropped = count("bounded", "dropped")
     asyncio.run(main())
@@ -226,7 +227,7 @@ def test_an_s3_destination_gets_one_object_per_flush_under_endpoint_variant_and_
         s3.create_bucket(Bucket="capture")
 
         async def main() -> None:
-            writer = CaptureWriter(s3_client=client)
+            writer = CaptureWriter(AfterAnswer(), s3_client=client)
             for n in range(3):
                 writer.offer(
                     config("s3://capture/monitoring"),
@@ -237,7 +238,7 @@ def test_an_s3_destination_gets_one_object_per_flush_under_endpoint_variant_and_
                     b"0",
                     "application/json",
                 )
-            await writer.close()
+            await writer.after.close()  # what the gateway's lifespan does
 
         asyncio.run(main())
         (key,) = [item["Key"] for item in s3.list_objects_v2(Bucket="capture")["Contents"]]

@@ -116,13 +116,14 @@ def test_a_shadow_samples_its_share_of_invocations() -> None:
 def test_copies_past_the_bound_are_dropped_and_every_outcome_is_counted() -> None:
     import asyncio
 
+    from serving.gateway.after_answer import AfterAnswer
     from serving.gateway.shadows import MAX_IN_FLIGHT, SHADOW_COPIES, ShadowCopies
 
     def count(outcome: str) -> float:
         return SHADOW_COPIES.labels("bound", "Shadow", outcome)._value.get()
 
     async def scenario() -> None:
-        copies, release = ShadowCopies(), asyncio.Event()
+        copies, release = ShadowCopies(AfterAnswer()), asyncio.Event()
 
         async def slow() -> bool:
             await release.wait()
@@ -142,6 +143,6 @@ def test_copies_past_the_bound_are_dropped_and_every_outcome_is_counted() -> Non
         assert copies.in_flight == 0
         assert count("answered") - before["answered"] == MAX_IN_FLIGHT
         assert (count("dropped") - before["dropped"], count("failed") - before["failed"]) == (3, 1)
-        await copies.close()
+        await copies.after.close()
 
     asyncio.run(scenario())
