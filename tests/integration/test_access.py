@@ -18,6 +18,8 @@ from botocore.config import Config
 from sklearn.datasets import load_wine
 from suite import endpoints
 
+from serving.client import AccessDenied, Client, RetryPolicy
+
 pytestmark = pytest.mark.integration
 
 ENDPOINTS = {
@@ -93,20 +95,28 @@ def test_documented_example_per_caller_and_container(
 def test_bearer_api_key(server, access_callers):
     key = access_callers["batch-job"]["ApiKey"]
     body, expected = BODIES["common-wine"]
-    response = server.invoke(ENDPOINT, body, target="common-wine", headers={"Authorization": f"Bearer {key}"})
-    assert response.status_code == 200, response.text
-    assert response.json() == expected
-    response = server.invoke(ENDPOINT, [0], target="special-labels", headers={"Authorization": f"Bearer {key}"})
-    assert (response.status_code, response.headers["x-amzn-ErrorType"]) == (403, "AccessDeniedException")
-    response = server.invoke(ENDPOINT, body, target="common-wine", headers={"Authorization": f"Bearer {key}-not"})
-    assert (response.status_code, response.json()["__type"]) == (403, "UnrecognizedClientException")
+    with Client(server.url, api_key=key, retry=RetryPolicy.none()) as batch_job:
+        response = batch_job.invoke(ENDPOINT, body, target="common-wine")
+        assert response.status_code == 200
+        assert response.body == expected
+        with pytest.raises(AccessDenied) as raised:
+            batch_job.invoke(ENDPOINT, [0], target="special-labels")
+        assert (raised.value.status_code, raised.value.headers["x-amzn-errortype"]) == (403, "AccessDeniedException")
+    with (
+        Client(server.url, api_key=f"{key}-not", retry=RetryPolicy.none()) as forger,
+        pytest.raises(AccessDenied) as raised,
+    ):
+        forger.invoke(ENDPOINT, body, target="common-wine")
+    assert (raised.value.status_code, raised.value.body["__type"]) == (403, "UnrecognizedClientException")
 
 
 def test_unsigned_call_is_refused(server):
-    response = server.invoke(ENDPOINT, [[5.1, 3.5, 1.4, 0.2]], target="customIps-iris")
+    with pytest.raises(AccessDenied) as raised:
+        server.client.invoke(ENDPOINT, [[5.1, 3.5, 1.4, 0.2]], target="customIps-iris")
+    response = raised.value
     assert response.status_code == 403
-    assert response.headers["x-amzn-ErrorType"] == "MissingAuthenticationTokenException"
-    assert response.json()["__type"] == "MissingAuthenticationTokenException"
+    assert response.headers["x-amzn-errortype"] == "MissingAuthenticationTokenException"
+    assert response.body["__type"] == "MissingAuthenticationTokenException"
 
 
 def test_forged_signature_is_refused(server, access_callers):
@@ -138,8 +148,8 @@ def test_wrong_region_scope_is_refused(server, access_callers):
 
 
 def test_other_endpoints_stay_anonymous(server):
-    response = server.invoke("it-single", [[5.1, 3.5, 1.4, 0.2]])
-    assert response.status_code == 200, response.text
+    response = server.client.invoke("it-single", [[5.1, 3.5, 1.4, 0.2]])
+    assert response.status_code == 200
 
 
 def test_descriptions_carry_no_secrets(server, access_callers):

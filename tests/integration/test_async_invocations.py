@@ -23,6 +23,8 @@ from suite import endpoints
 from suite.endpoint_server import TINY
 from suite.endpoints import python_container
 
+from serving.client import ModelError
+
 pytestmark = pytest.mark.integration
 
 # it-async: InvokeEndpointAsync on the session's S3-compatible server.
@@ -119,9 +121,11 @@ def test_answer_is_written_where_sagemaker_writes_it(server, runtime, s3):
     assert str(uuid.UUID(inference_id)) == inference_id  # generated: a UUID, as SageMaker does
     assert response["OutputLocation"] == f"s3://{ASYNC_BUCKET}/answers/{inference_id}.out"
     assert response["FailureLocation"] == f"s3://{ASYNC_BUCKET}/failures/{inference_id}-error.out"
-    synchronous = server.invoke("it-async", payload, headers={"X-Amzn-SageMaker-Custom-Attributes": "sleep=0.1"})
+    synchronous = server.client.invoke(
+        "it-async", payload, content_type="application/json", custom_attributes="sleep=0.1"
+    )
     assert synchronous.status_code == 200
-    assert _object(s3, response["OutputLocation"]) == synchronous.content == b'{"slept":0.1}'
+    assert _object(s3, response["OutputLocation"]) == synchronous.raw == b'{"slept":0.1}'
     assert _absent(s3, response["FailureLocation"])
 
 
@@ -145,10 +149,12 @@ def test_a_failing_model_leaves_its_error_at_the_failure_location(server, runtim
         ContentType="application/json",
         CustomAttributes="sleep=never",  # the handler's float() fails: the model's own error
     )
-    synchronous = server.invoke("it-async", payload, headers={"X-Amzn-SageMaker-Custom-Attributes": "sleep=never"})
+    with pytest.raises(ModelError) as raised:
+        server.client.invoke("it-async", payload, content_type="application/json", custom_attributes="sleep=never")
+    synchronous = raised.value
     assert synchronous.status_code == 424
     failure = json.loads(_object(s3, response["FailureLocation"]))
-    assert failure == synchronous.json()
+    assert failure == synchronous.body
     assert failure["__type"] == "ModelError" and failure["OriginalStatusCode"] == 500
     assert "could not convert string to float" in failure["OriginalMessage"]
     assert _absent(s3, response["OutputLocation"])
@@ -187,10 +193,10 @@ def test_an_endpoint_without_async_inference_config_refuses(runtime):
 
 
 def test_describe_endpoint_shows_the_config(server):
-    config = server.describe("it-async")["AsyncInferenceConfig"]
+    config = server.client.describe_endpoint("it-async")["AsyncInferenceConfig"]
     assert config["OutputConfig"]["S3OutputPath"] == f"s3://{ASYNC_BUCKET}/answers"
     assert config["ClientConfig"] == {"MaxConcurrentInvocationsPerInstance": 2}
-    assert "AsyncInferenceConfig" not in server.describe("it-single")
+    assert "AsyncInferenceConfig" not in server.client.describe_endpoint("it-single")
 
 
 def _gateway(url: str) -> psutil.Process:

@@ -87,7 +87,7 @@ class Load:
 
 
 def containers(server) -> dict[str, dict]:
-    return {c["ContainerHostname"]: c for c in server.describe(ENDPOINT)["Containers"]}
+    return {c["ContainerHostname"]: c for c in server.client.describe_endpoint(ENDPOINT)["Containers"]}
 
 
 def wait_for_replicas(server, container: str, count: int, load: Load) -> float:
@@ -98,7 +98,9 @@ def wait_for_replicas(server, container: str, count: int, load: Load) -> float:
             return time.monotonic() - started
         assert not load.failures, load.failures[:3]
         time.sleep(1)
-    pytest.fail(f"{container} did not reach {count} replicas in {STEP_TIMEOUT_S} s: {server.describe(ENDPOINT)}")
+    pytest.fail(
+        f"{container} did not reach {count} replicas in {STEP_TIMEOUT_S} s: {server.client.describe_endpoint(ENDPOINT)}"
+    )
 
 
 def test_a_load_step_scales_that_container_out_and_back_in_without_failures(server) -> None:
@@ -111,7 +113,7 @@ def test_a_load_step_scales_that_container_out_and_back_in_without_failures(serv
         time.sleep(2)
     assert load.failures == [], load.failures[:5]
     assert len(load.statuses) > 50 and set(load.statuses) == {200}
-    description = server.describe(ENDPOINT)
+    description = server.client.describe_endpoint(ENDPOINT)
     activities = description["ScalingActivities"]  # newest first
     assert {a["ContainerHostname"] for a in activities} == {"busy"}, activities
     assert activities[0]["To"] == 1 and activities[0]["From"] > 1, activities

@@ -18,7 +18,7 @@ ENDPOINTS = {
 
 
 def test_describe_in_service_endpoint(server):
-    description = server.describe("it-direct")
+    description = server.client.describe_endpoint("it-direct")
     assert description["EndpointStatus"] == "InService"
     assert description["FailureReason"] is None
     assert description["InferenceExecutionConfig"] == {"Mode": "Direct"}
@@ -31,7 +31,7 @@ def test_describe_in_service_endpoint(server):
 
 
 def test_failed_container_is_named_with_its_reason(server):
-    description = server.describe("it-broken")
+    description = server.client.describe_endpoint("it-broken")
     assert description["EndpointStatus"] == "Failed"
     assert "broken" in description["FailureReason"] and "weights file is corrupt" in description["FailureReason"]
     containers = {c["ContainerHostname"]: c for c in description["Containers"]}
@@ -40,7 +40,7 @@ def test_failed_container_is_named_with_its_reason(server):
 
 
 def test_list_endpoints(server):
-    listing = server.http.get("/endpoints").json()["Endpoints"]
+    listing = server.client.list_endpoints()
     statuses = {e["EndpointName"]: e["EndpointStatus"] for e in listing}
     assert statuses["it-serial"] == "InService"
     assert statuses["it-broken"] == "Failed"

@@ -115,7 +115,7 @@ def test_every_call_is_one_record_that_decodes_to_the_bytes_sent_and_answered(se
         assert document["captureData"]["endpointInput"]["observedContentType"] == "application/json"
     paths = [p.relative_to(capture_root / "all").as_posix() for p in (capture_root / "all").rglob("*.jsonl")]
     assert all(re.fullmatch(r"it-capture/AllTraffic/\d{4}/\d\d/\d\d/\d\d/[0-9a-f-]{46}\.jsonl", p) for p in paths)
-    summary = server.describe("it-capture")["DataCaptureConfig"]
+    summary = server.client.describe_endpoint("it-capture")["DataCaptureConfig"]
     assert summary["CaptureStatus"] == "Started" and summary["CurrentSamplingPercentage"] == 100
 
 

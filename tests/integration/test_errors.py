@@ -7,6 +7,8 @@ import threading
 import pytest
 from suite import endpoints
 
+from serving.client import ServingClientError
+
 pytestmark = pytest.mark.integration
 
 ENDPOINTS = {
@@ -18,12 +20,20 @@ ENDPOINTS = {
 }  # what `server` deploys for this module, by builder
 
 ROW = [[5.1, 3.5, 1.4, 0.2]]
+JSON = "application/json"
 
 
-def assert_error(response, status: int, code: str, *fragments: str) -> dict:
-    assert response.status_code == status, response.text
-    assert response.headers["x-amzn-errortype"] == code
-    body = response.json()
+def raised(call, *args, **options) -> ServingClientError:
+    """The error the SDK raised for `call(*args, **options)`: the status, headers and body the server answered."""
+    with pytest.raises(ServingClientError) as caught:
+        call(*args, **options)
+    return caught.value
+
+
+def assert_error(error: ServingClientError, status: int, code: str, *fragments: str) -> dict:
+    assert error.status_code == status, error
+    assert error.headers["x-amzn-errortype"] == code
+    body = error.body
     assert body["__type"] == code
     for fragment in fragments:
         assert fragment in body["message"], body["message"]
@@ -31,27 +41,31 @@ def assert_error(response, status: int, code: str, *fragments: str) -> dict:
 
 
 def test_unknown_endpoint(server):
-    assert_error(server.invoke("no-such-endpoint", ROW), 400, "ValidationError", "no-such-endpoint")
+    assert_error(raised(server.client.invoke, "no-such-endpoint", ROW), 400, "ValidationError", "no-such-endpoint")
 
 
 def test_missing_target_header_with_several_containers(server):
     assert_error(
-        server.invoke("it-direct", ROW), 400, "ValidationError", "X-Amzn-SageMaker-Target-Container-Hostname", "iris"
+        raised(server.client.invoke, "it-direct", ROW),
+        400,
+        "ValidationError",
+        "X-Amzn-SageMaker-Target-Container-Hostname",
+        "iris",
     )
 
 
 def test_unknown_target_hostname(server):
-    assert_error(server.invoke("it-direct", ROW, target="nosuch"), 400, "ValidationError", "nosuch")
+    assert_error(raised(server.client.invoke, "it-direct", ROW, target="nosuch"), 400, "ValidationError", "nosuch")
 
 
 def test_target_header_on_serial_endpoint(server):
-    assert_error(server.invoke("it-serial", ROW, target="classifier"), 400, "ValidationError", "Serial")
+    assert_error(raised(server.client.invoke, "it-serial", ROW, target="classifier"), 400, "ValidationError", "Serial")
 
 
 def test_unsupported_content_type_is_a_model_error_with_the_containers_415(server):
     # SageMaker reports every non-2xx answer of a model container as ModelError, with the container's status.
     body = assert_error(
-        server.invoke("it-single", b"<xml/>", content_type="application/xml"),
+        raised(server.client.invoke, "it-single", b"<xml/>", content_type="application/xml"),
         424,
         "ModelError",
         "application/xml",
@@ -112,30 +126,36 @@ def test_boto3_model_error_has_original_status_and_log_stream(server):
 
 def test_payload_over_the_limit(server):
     big = b"[" + b"1.0," * 400_000 + b"1.0]"  # ~1.6 MB against the session's 1 MB limit
-    assert_error(server.invoke("it-single", big), 400, "ValidationError", "limit")
+    assert_error(raised(server.client.invoke, "it-single", big, content_type=JSON), 400, "ValidationError", "limit")
     # the server keeps serving
-    assert server.invoke("it-single", ROW).status_code == 200
+    assert server.client.invoke("it-single", ROW).status_code == 200
 
 
 def test_model_failure_names_the_container(server):
-    body = assert_error(server.invoke("it-direct", ROW, target="faulty"), 424, "ModelError", "faulty")
+    body = assert_error(raised(server.client.invoke, "it-direct", ROW, target="faulty"), 424, "ModelError", "faulty")
     assert body["OriginalStatusCode"] == 500
     assert "cannot score this input" in body["OriginalMessage"]
 
 
 def test_wrong_feature_count_is_a_model_error(server):
-    body = assert_error(server.invoke("it-direct", [[1.0, 2.0]], target="iris"), 424, "ModelError", "iris")
+    body = assert_error(
+        raised(server.client.invoke, "it-direct", [[1.0, 2.0]], target="iris"), 424, "ModelError", "iris"
+    )
     assert "features" in body["OriginalMessage"]
 
 
 def test_serial_failure_names_container_and_position(server):
-    body = assert_error(server.invoke("it-serial-fail", ROW), 424, "ModelError", "faulty", "position 2 of 3")
+    body = assert_error(
+        raised(server.client.invoke, "it-serial-fail", ROW), 424, "ModelError", "faulty", "position 2 of 3"
+    )
     assert body["ContainerHostname"] == "faulty"
 
 
 def test_invocation_timeout(server):
     body = assert_error(
-        server.invoke("it-direct", b"{}", target="sleepy", headers={"X-Amzn-SageMaker-Custom-Attributes": "sleep=5"}),
+        raised(
+            server.client.invoke, "it-direct", b"{}", target="sleepy", content_type=JSON, custom_attributes="sleep=5"
+        ),
         424,
         "ModelError",
         "timed out",
@@ -150,8 +170,8 @@ def test_backpressure_is_model_not_ready(server):
 
     def slow_call():
         slow_started.set()
-        results["slow"] = server.invoke(
-            "it-direct", b"{}", target="narrow", headers={"X-Amzn-SageMaker-Custom-Attributes": "sleep=2"}
+        results["slow"] = server.client.invoke(
+            "it-direct", b"{}", target="narrow", content_type=JSON, custom_attributes="sleep=2"
         )
 
     worker = threading.Thread(target=slow_call)
@@ -160,8 +180,8 @@ def test_backpressure_is_model_not_ready(server):
     import time
 
     time.sleep(0.5)  # let the slow request reach the replica
-    rejected = server.invoke(
-        "it-direct", b"{}", target="narrow", headers={"X-Amzn-SageMaker-Custom-Attributes": "sleep=0"}
+    rejected = raised(
+        server.client.invoke, "it-direct", b"{}", target="narrow", content_type=JSON, custom_attributes="sleep=0"
     )
     worker.join(30)
     assert_error(rejected, 429, "ModelNotReadyException", "narrow", "limit of 1")
@@ -170,19 +190,23 @@ def test_backpressure_is_model_not_ready(server):
 
 def test_failed_endpoint_is_service_unavailable(server):
     assert_error(
-        server.invoke("it-broken", ROW, target="fine"), 503, "ServiceUnavailable", "broken", "weights file is corrupt"
+        raised(server.client.invoke, "it-broken", ROW, target="fine"),
+        503,
+        "ServiceUnavailable",
+        "broken",
+        "weights file is corrupt",
     )
 
 
 def test_bad_variant_and_target_model_headers(server):
     assert_error(
-        server.invoke("it-single", ROW, headers={"X-Amzn-SageMaker-Target-Variant": "Blue"}),
+        raised(server.client.invoke, "it-single", ROW, variant="Blue"),
         400,
         "ValidationError",
         "Blue",
     )
     assert_error(
-        server.invoke("it-single", ROW, headers={"X-Amzn-SageMaker-Target-Model": "m.tar.gz"}),
+        raised(server.client.invoke, "it-single", ROW, model="m.tar.gz"),
         400,
         "ValidationError",
         "MultiModel",

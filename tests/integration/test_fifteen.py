@@ -14,7 +14,7 @@ ENDPOINTS = {"it-fifteen": endpoints.fifteen}  # what `server` deploys for this 
 
 
 def test_fifteen_heterogeneous_containers_are_in_service(server, fifteen_containers) -> None:
-    description = server.describe("it-fifteen")
+    description = server.client.describe_endpoint("it-fifteen")
     assert description["EndpointStatus"] == "InService", description
     containers = {c["ContainerHostname"]: c for c in description["Containers"]}
     assert list(containers) == list(fifteen_containers)
@@ -47,9 +47,9 @@ def test_each_container_answers_correctly(
 ) -> None:
     image, model, _ = fifteen_containers[hostname]
     expected = hetero_expected[model]
-    response = server.invoke("it-fifteen", expected["request"], target=hostname)
-    assert response.status_code == 200, (hostname, response.text)
-    got = response.json()
+    response = server.client.invoke("it-fifteen", expected["request"], target=hostname)
+    assert response.status_code == 200, hostname
+    got = response.body
     if image == "tensorflow" and not isinstance(expected["response"], dict):
         got = got["predictions"]  # SageMaker's TFS container: a bare JSON list is TF Serving's "instances"
     # The same answer the framework gave in the training process...

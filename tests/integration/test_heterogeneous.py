@@ -15,6 +15,8 @@ from botocore.config import Config
 from suite import endpoints
 from suite.endpoint_server import TINY
 
+from serving.client import ModelError
+
 pytestmark = pytest.mark.integration
 
 # it-runtime-env: a handler importing a module that only its RuntimeEnvironment.WorkingDir holds.
@@ -136,24 +138,24 @@ def test_direct_with_boto3_across_frameworks(runtime, hostname: str) -> None:
 def test_direct_npy_in_and_out(server) -> None:
     buffer = io.BytesIO()
     np.save(buffer, np.asarray(IRIS_ROWS, dtype=np.float32))
-    response = server.invoke(
+    response = server.client.invoke(
         "it-fifteen",
         buffer.getvalue(),
         target="onnx-iris",
         content_type="application/x-npy",
-        headers={"Accept": "application/x-npy"},
+        accept="application/x-npy",
     )
-    assert response.status_code == 200, response.text
+    assert response.status_code == 200
     assert response.headers["content-type"] == "application/x-npy"
-    assert np.load(io.BytesIO(response.content), allow_pickle=False).argmax(axis=1).tolist() == [0, 1, 2]
+    assert np.load(io.BytesIO(response.raw), allow_pickle=False).argmax(axis=1).tolist() == [0, 1, 2]
 
 
 def test_tensorflow_serving_request_over_http(server) -> None:
-    response = server.invoke(
+    response = server.client.invoke(
         "it-fifteen", {"instances": [{"features": row} for row in IRIS_ROWS]}, target="tensorflow-keras"
     )
-    assert response.status_code == 200, response.text
-    assert np.asarray(response.json()["predictions"]).argmax(axis=1).tolist() == [0, 1, 2]
+    assert response.status_code == 200
+    assert np.asarray(response.body["predictions"]).argmax(axis=1).tolist() == [0, 1, 2]
 
 
 # --- Serial: preprocess in scikit-learn, classify in TensorFlow or ONNX, name in Python ------------
@@ -167,9 +169,9 @@ def test_serial_chain_across_frameworks(server, endpoint: str, content_type: str
         if content_type == "application/json"
         else "".join(",".join(map(str, row)) + "\n" for row in IRIS_ROWS)
     )
-    response = server.invoke(endpoint, body, content_type=content_type)
-    assert response.status_code == 200, response.text
-    assert response.json() == {"labels": IRIS_NAMES}
+    response = server.client.invoke(endpoint, body, content_type=content_type)
+    assert response.status_code == 200
+    assert response.body == {"labels": IRIS_NAMES}
 
 
 def test_serial_chain_with_boto3(runtime) -> None:
@@ -194,16 +196,17 @@ def test_serial_chain_with_boto3(runtime) -> None:
     ],
 )
 def test_input_mismatch_is_a_model_error_naming_the_container(server, hostname: str, body, fragment: str) -> None:
-    response = server.invoke("it-fifteen", body, target=hostname)
-    assert response.status_code == 424, response.text
-    assert response.headers["x-amzn-errortype"] == "ModelError"
-    error = response.json()
+    with pytest.raises(ModelError) as raised:
+        server.client.invoke("it-fifteen", body, target=hostname)
+    assert raised.value.status_code == 424, raised.value
+    assert raised.value.headers["x-amzn-errortype"] == "ModelError"
+    error = raised.value.body
     assert error["ContainerHostname"] == hostname
     assert hostname in error["message"]
     assert fragment in error["OriginalMessage"], error["OriginalMessage"]
     # the replica survived: a good request right after is answered
-    again = server.invoke("it-fifteen", [[5.1, 3.5, 1.4, 0.2]], target="onnx-iris")
-    assert again.status_code == 200, again.text
+    again = server.client.invoke("it-fifteen", [[5.1, 3.5, 1.4, 0.2]], target="onnx-iris")
+    assert again.status_code == 200
 
 
 def test_input_mismatch_with_boto3(runtime) -> None:
@@ -220,9 +223,10 @@ def test_input_mismatch_with_boto3(runtime) -> None:
 
 
 def test_serial_mismatch_names_the_container_and_position(server) -> None:
-    response = server.invoke("it-hetero-serial", [[5.1, 3.5, 1.4]])
-    assert response.status_code == 424, response.text
-    error = response.json()
+    with pytest.raises(ModelError) as raised:
+        server.client.invoke("it-hetero-serial", [[5.1, 3.5, 1.4]])
+    assert raised.value.status_code == 424, raised.value
+    error = raised.value.body
     assert error["ContainerHostname"] == "features"
     assert "position 1 of 3" in error["message"]
 
@@ -231,9 +235,9 @@ def test_serial_mismatch_names_the_container_and_position(server) -> None:
 
 
 def test_working_dir_and_cpu_share_reach_the_replica(server, working_dir_model) -> None:
-    response = server.invoke("it-runtime-env", b"{}")
-    assert response.status_code == 200, response.text
-    assert response.json() == {
+    response = server.client.invoke("it-runtime-env", b"{}", content_type="application/json")
+    assert response.status_code == 200
+    assert response.body == {
         "helper": "from the working dir",
         "cwd": str(working_dir_model[1].resolve()),
         "cpus": "0.01",
@@ -264,13 +268,15 @@ def test_batching_container_answers_each_concurrent_caller_with_its_own_rows(ser
     batches_before, rows_before = _batch_metrics(server)
 
     def call(mix: list[int]):
-        return server.invoke("it-hetero-serial-onnx", json.dumps([IRIS_ROWS[i] for i in mix]))
+        return server.client.invoke(
+            "it-hetero-serial-onnx", json.dumps([IRIS_ROWS[i] for i in mix]), content_type="application/json"
+        )
 
     with ThreadPoolExecutor(max_workers=24) as pool:
         responses = list(pool.map(call, mixes))
     for mix, response in zip(mixes, responses, strict=True):
-        assert response.status_code == 200, response.text
-        assert response.json() == {"labels": [IRIS_NAMES[i] for i in mix]}
+        assert response.status_code == 200
+        assert response.body == {"labels": [IRIS_NAMES[i] for i in mix]}
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:  # the supervisor relays the events, Ray pushes them to the node's agent
         batches, seen_rows = _batch_metrics(server)

@@ -39,29 +39,29 @@ WINE = load_wine()
 
 
 def test_direct_routes_to_each_named_container(server):
-    iris = server.invoke("it-direct", IRIS.data[[0, 60, 120]].tolist(), target="iris")
-    assert iris.status_code == 200, iris.text
-    assert iris.json() == [0, 1, 2]
+    iris = server.client.invoke("it-direct", IRIS.data[[0, 60, 120]].tolist(), target="iris")
+    assert iris.status_code == 200
+    assert iris.body == [0, 1, 2]
     assert iris.headers["x-amzn-invoked-production-variant"] == "AllTraffic"
 
-    wine = server.invoke("it-direct", WINE.data[:2].tolist(), target="wine")
-    assert wine.status_code == 200, wine.text
-    probabilities = np.array(wine.json())
+    wine = server.client.invoke("it-direct", WINE.data[:2].tolist(), target="wine")
+    assert wine.status_code == 200
+    probabilities = np.array(wine.body)
     assert probabilities.shape == (2, 3) and np.allclose(probabilities.sum(axis=1), 1.0)
 
-    labels = server.invoke("it-direct", [0, 2], target="labels")
-    assert labels.json() == {"labels": ["setosa", "virginica"]}
+    labels = server.client.invoke("it-direct", [0, 2], target="labels")
+    assert labels.body == {"labels": ["setosa", "virginica"]}
 
 
 def test_single_container_endpoint_needs_no_target_header(server):
-    response = server.invoke("it-single", IRIS.data[:1].tolist())
-    assert response.status_code == 200 and response.json() == [0]
+    response = server.client.invoke("it-single", IRIS.data[:1].tolist())
+    assert response.status_code == 200 and response.body == [0]
 
 
 def test_fixed_replica_count_serves_from_every_replica(server):
-    container = server.describe("it-single")["Containers"][0]
+    container = server.client.describe_endpoint("it-single")["Containers"][0]
     assert container["DesiredReplicas"] == container["CurrentReplicas"] == 2
-    answers = [server.invoke("it-single", IRIS.data[i : i + 1].tolist()).json() for i in (0, 50, 100) * 4]
+    answers = [server.client.invoke("it-single", IRIS.data[i : i + 1].tolist()).body for i in (0, 50, 100) * 4]
     assert answers == [[0], [1], [2]] * 4
 
 
@@ -78,43 +78,41 @@ def test_content_types_are_decoded(server, content_type, body):
         buffer = io.BytesIO()
         np.save(buffer, np.array([[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]]))
         body = buffer.getvalue()
-    response = server.invoke("it-single", body, content_type=content_type)
-    assert response.status_code == 200, response.text
-    assert response.json() == [0, 2]
+    response = server.client.invoke("it-single", body, content_type=content_type)
+    assert response.status_code == 200
+    assert response.body == [0, 2]
 
 
 @pytest.mark.parametrize(
     "accept, expected_type", [("text/csv", "text/csv"), ("application/x-npy", "application/x-npy")]
 )
 def test_accept_selects_the_response_encoding(server, accept, expected_type):
-    response = server.invoke("it-single", [[5.1, 3.5, 1.4, 0.2]], headers={"Accept": accept})
+    response = server.client.invoke("it-single", [[5.1, 3.5, 1.4, 0.2]], accept=accept)
     assert response.status_code == 200
     assert response.headers["content-type"].startswith(expected_type)
     if expected_type == "text/csv":
-        assert response.text.strip() == "0"
+        assert response.body.strip() == "0"
     else:
-        assert np.load(io.BytesIO(response.content)).tolist() == [0]
+        assert np.load(io.BytesIO(response.raw)).tolist() == [0]
 
 
 def test_serial_chain_runs_every_container_in_order(server):
     rows = IRIS.data[[0, 60, 120]].tolist()
-    response = server.invoke("it-serial", rows)
-    assert response.status_code == 200, response.text
-    assert response.json() == {"labels": ["setosa", "versicolor", "virginica"]}
+    response = server.client.invoke("it-serial", rows)
+    assert response.status_code == 200
+    assert response.body == {"labels": ["setosa", "versicolor", "virginica"]}
 
 
 def test_serial_hands_off_body_and_content_type(server):
-    response = server.invoke("it-handoff", b"ignored", content_type="application/octet-stream")
-    assert response.status_code == 200, response.text
-    received = response.json()
+    response = server.client.invoke("it-handoff", b"ignored", content_type="application/octet-stream")
+    assert response.status_code == 200
+    received = response.body
     assert received["content_type"] == "text/csv"
     assert received["body"] == "1.0,2.0\n3.0,4.0\n"
 
 
 def test_custom_attributes_reach_the_container_and_come_back(server):
-    response = server.invoke(
-        "it-serial", IRIS.data[:2].tolist(), headers={"X-Amzn-SageMaker-Custom-Attributes": "trace-id=abc"}
-    )
+    response = server.client.invoke("it-serial", IRIS.data[:2].tolist(), custom_attributes="trace-id=abc")
     assert response.status_code == 200
     assert response.headers["x-amzn-sagemaker-custom-attributes"] == "trace-id=abc;labelled=2"
 
@@ -129,7 +127,7 @@ def test_the_gateway_reaches_a_replica_on_its_machine_over_the_unix_socket(serve
     from serving.http import local_socket
 
     for _ in range(3):
-        assert server.invoke("it-single", IRIS.data[:1].tolist()).status_code == 200
+        assert server.client.invoke("it-single", IRIS.data[:1].tolist()).status_code == 200
     snapshot = ray.get(ray_wing.registry_handle().snapshot.remote(-1), timeout=30)
     urls = snapshot["replicas"][("it-single", "only")]
     seen_unix = 0

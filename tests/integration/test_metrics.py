@@ -23,6 +23,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from suite.endpoint_server import TINY
 from suite.endpoints import sklearn_container
 
+from serving.client import InvokeResult, ValidationError
+
 pytestmark = pytest.mark.integration
 
 
@@ -131,9 +133,8 @@ def wait_for(prometheus: str, expected: dict[str, dict[str, float]]) -> dict[str
         time.sleep(1)
 
 
-def invoke(server, target: str, model: str | None = None) -> httpx.Response:
-    headers = {"X-Amzn-SageMaker-Target-Model": f"{model}.tar.gz"} if model else {}
-    return server.invoke(ENDPOINT, ROW, target=target, headers=headers)
+def invoke(server, target: str, model: str | None = None) -> InvokeResult:
+    return server.client.invoke(ENDPOINT, ROW, target=target, model=f"{model}.tar.gz" if model else None)
 
 
 @pytest.fixture(scope="module")
@@ -141,11 +142,13 @@ def traffic(server) -> None:
     """The module's requests, sent once, sequentially."""
     for model in SEQUENCE:
         response = invoke(server, "multi", model)
-        assert response.status_code == 200, response.text
+        assert response.status_code == 200
     for _ in range(SINGLE_REQUESTS):
         assert invoke(server, "single").status_code == 200
-    unknown = invoke(server, "multi", "no-such-model")
-    assert unknown.status_code == 400 and "no-such-model" in unknown.text
+    with pytest.raises(ValidationError) as raised:
+        invoke(server, "multi", "no-such-model")
+    unknown = raised.value
+    assert unknown.status_code == 400 and "no-such-model" in unknown.message
 
 
 def test_prometheus_sees_the_invocations_and_cache_hit_ratio_sent(server, traffic, prometheus) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 from suite import endpoints
 
+from serving.client import ValidationError
+
 pytestmark = pytest.mark.integration
 
 ENDPOINTS = {
@@ -14,16 +16,14 @@ ENDPOINTS = {
 }  # what `server` deploys for this module, by builder
 
 ROWS = [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]]
-MODEL = "X-Amzn-SageMaker-Target-Model"
 
 
 def invoke(server, container: str, model: str | None, body=ROWS):
-    headers = {MODEL: model} if model is not None else {}
-    return server.invoke("it-multi", body, target=container, headers=headers)
+    return server.client.invoke("it-multi", body, target=container, model=model)
 
 
 def test_the_endpoint_is_in_service(server) -> None:
-    description = server.describe("it-multi")
+    description = server.client.describe_endpoint("it-multi")
     assert description["EndpointStatus"] == "InService", description
     assert {c["ContainerHostname"]: c["Mode"] for c in description["Containers"]} == {
         "local": "MultiModel",
@@ -40,15 +40,15 @@ def test_more_models_than_the_cache_holds(server, multi_model_prefix, container:
     for _ in range(2):
         for model in models:
             response = invoke(server, container, model)
-            assert response.status_code == 200, response.text
-            assert response.json() == [0, 2]
+            assert response.status_code == 200
+            assert response.body == [0, 2]
 
 
 def test_folder_model_and_disabled_cache(server) -> None:
     for container in ("local", "once"):
         response = invoke(server, container, "echo-model", body=[1, 2])
-        assert response.status_code == 200, response.text
-    assert invoke(server, "once", "echo-model", body=[3]).json() == {"model": "echo-model", "input": [3]}
+        assert response.status_code == 200
+    assert invoke(server, "once", "echo-model", body=[3]).body == {"model": "echo-model", "input": [3]}
 
 
 @pytest.mark.parametrize(
@@ -61,14 +61,18 @@ def test_folder_model_and_disabled_cache(server) -> None:
     ],
 )
 def test_bad_target_model_is_a_validation_error(server, container, model, words) -> None:
-    response = invoke(server, container, model)
-    assert response.status_code == 400, response.text
-    assert response.json()["__type"] == "ValidationError"
+    with pytest.raises(ValidationError) as raised:
+        invoke(server, container, model)
+    response = raised.value
+    assert response.status_code == 400, response
+    assert response.body["__type"] == "ValidationError"
     for word in words:
-        assert word in response.json()["message"]
+        assert word in response.body["message"]
     assert invoke(server, container, "iris-1.tar.gz").status_code == 200  # still serving
 
 
 def test_target_model_on_a_single_model_container(server) -> None:
-    response = server.invoke("it-direct", ROWS, target="iris", headers={MODEL: "iris-0.tar.gz"})
-    assert response.status_code == 400 and "only valid for MultiModel containers" in response.json()["message"]
+    with pytest.raises(ValidationError) as raised:
+        server.client.invoke("it-direct", ROWS, target="iris", model="iris-0.tar.gz")
+    response = raised.value
+    assert response.status_code == 400 and "only valid for MultiModel containers" in response.body["message"]

@@ -75,8 +75,8 @@ def test_sklearn_container_answers_as_invoke_endpoint_does(server, client, binar
         binary=binary,
         outputs=[triton.InferRequestedOutput("output-0", binary_data=binary)],
     )
-    invoked = server.invoke("it-direct", IRIS_ROWS.tolist(), target="iris")
-    assert result.as_numpy("output-0").tolist() == invoked.json() == [0, 1, 2]
+    invoked = server.client.invoke("it-direct", IRIS_ROWS.tolist(), target="iris")
+    assert result.as_numpy("output-0").tolist() == invoked.body == [0, 1, 2]
     assert result.get_output("output-0")["datatype"] == "INT64"
 
 
@@ -109,7 +109,7 @@ def test_every_stack(server, client, v2_matches, container: str) -> None:
     result = infer(client, model, IRIS_ROWS)
     output = result.get_response()["outputs"][0]["name"]
     got = result.as_numpy(output)
-    invoked = server.invoke("it-fifteen", IRIS_ROWS.tolist(), target=container).json()
+    invoked = server.client.invoke("it-fifteen", IRIS_ROWS.tolist(), target=container).body
     assert v2_matches(container, got, invoked), (got, invoked)
 
 
@@ -118,7 +118,11 @@ def test_serial_chain_is_one_model(server, client) -> None:
     assert metadata["inputs"][0]["shape"] == [-1, 4]  # the first container's
     result = infer(client, "it-serial", IRIS_ROWS[[0, 2]].astype(np.float64), datatype="FP64")
     labels = [item.decode() for item in result.as_numpy("labels").reshape(-1)]
-    assert labels == server.invoke("it-serial", IRIS_ROWS[[0, 2]].tolist()).json()["labels"] == ["setosa", "virginica"]
+    assert (
+        labels
+        == server.client.invoke("it-serial", IRIS_ROWS[[0, 2]].tolist()).body["labels"]
+        == ["setosa", "virginica"]
+    )
 
 
 def test_int64_input_and_a_requested_output(client) -> None:

@@ -86,14 +86,18 @@ def test_every_stack_answers_as_invoke_endpoint_does(server, client, v2_matches,
     result = infer(client, f"it-fifteen.{container}", IRIS_ROWS)
     output = result.get_response(as_json=True)["outputs"][0]["name"]
     got = result.as_numpy(output)
-    invoked = server.invoke("it-fifteen", IRIS_ROWS.tolist(), target=container).json()
+    invoked = server.client.invoke("it-fifteen", IRIS_ROWS.tolist(), target=container).body
     assert v2_matches(container, got, invoked), (got, invoked)
 
 
 def test_serial_chain_is_one_model(server, client) -> None:
     result = infer(client, "it-serial", IRIS_ROWS[[0, 2]].astype(np.float64), datatype="FP64")
     labels = [item.decode() for item in result.as_numpy("labels").reshape(-1)]
-    assert labels == server.invoke("it-serial", IRIS_ROWS[[0, 2]].tolist()).json()["labels"] == ["setosa", "virginica"]
+    assert (
+        labels
+        == server.client.invoke("it-serial", IRIS_ROWS[[0, 2]].tolist()).body["labels"]
+        == ["setosa", "virginica"]
+    )
 
 
 def test_typed_contents_and_requested_outputs(channel, client) -> None:

@@ -217,7 +217,7 @@ def test_a_replica_killed_under_load_costs_no_request(server) -> None:
     assert twin_load.failures() == Counter(), twin_load.failures()
     assert solo_load.failures() == Counter(), solo_load.failures()
     assert len(twin_load.statuses) > 40
-    _wait(lambda: server.describe("it-chaos")["EndpointStatus"] == "InService", "back in service")
+    _wait(lambda: server.client.describe_endpoint("it-chaos")["EndpointStatus"] == "InService", "back in service")
 
 
 def test_a_container_process_killed_under_load_costs_no_request(server) -> None:
@@ -235,7 +235,7 @@ def test_a_container_process_killed_under_load_costs_no_request(server) -> None:
         time.sleep(1)
     assert twin_load.failures() == Counter(), twin_load.failures()
     assert len(twin_load.statuses) > 40
-    _wait(lambda: server.describe("it-chaos")["EndpointStatus"] == "InService", "back in service")
+    _wait(lambda: server.client.describe_endpoint("it-chaos")["EndpointStatus"] == "InService", "back in service")
 
 
 def test_a_request_in_flight_on_a_dying_replica_is_retried(server) -> None:
@@ -294,13 +294,13 @@ def test_a_live_update_loses_no_request_and_keeps_unchanged_containers(server, h
     from serving import ray_wing
 
     settings = ServerSettings(port=int(server.url.rsplit(":", 1)[1]), max_payload_mb=1.0, invocation_timeout_s=3.0)
-    before = server.describe("it-update")
+    before = server.client.describe_endpoint("it-update")
     first_url = _registry_snapshot()["replicas"][("it-update", "first")]
     with Load(_invoker(server, "it-update", "second")) as load:
         generation = ray_wing.deploy_endpoint(_update_spec(handler_models, "echo", RELEASE="2"), settings)
         _wait(lambda: _finished(server, "it-update", generation), "updated")
         time.sleep(1)
-    after = server.describe("it-update")
+    after = server.client.describe_endpoint("it-update")
     assert after["LastUpdate"]["Status"] == "Succeeded" and after["EndpointStatus"] == "InService"
     versions = {c["ContainerHostname"]: c["Version"] for c in after["Containers"]}
     assert versions["second"] != {c["ContainerHostname"]: c["Version"] for c in before["Containers"]}["second"]
@@ -312,11 +312,11 @@ def test_an_update_that_cannot_start_is_rolled_back(server, handler_models) -> N
     from serving import ray_wing
 
     settings = ServerSettings(port=int(server.url.rsplit(":", 1)[1]), max_payload_mb=1.0, invocation_timeout_s=3.0)
-    serving_before = server.describe("it-update")
+    serving_before = server.client.describe_endpoint("it-update")
     with Load(_invoker(server, "it-update", "second")) as load:
         generation = ray_wing.deploy_endpoint(_update_spec(handler_models, "broken"), settings)
         _wait(lambda: _finished(server, "it-update", generation), "decided", timeout=300)
-    after = server.describe("it-update")
+    after = server.client.describe_endpoint("it-update")
     assert after["LastUpdate"]["Status"] == "Failed"
     assert after["EndpointStatus"] == "InService"
     assert "weights file is corrupt" in after["FailureReason"] and "rolled back" in after["FailureReason"]
@@ -416,7 +416,7 @@ def test_the_gateway_killed_under_load_comes_back_and_retrying_clients_lose_noth
 
 
 def _finished(server, name: str, generation: int) -> bool:
-    update = server.describe(name)["LastUpdate"]
+    update = server.client.describe_endpoint(name)["LastUpdate"]
     return update["Generation"] >= generation and update["Status"] != "InProgress"
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from suite.endpoint_server import Server
+from suite.endpoint_server import EndpointServer
 
 from serving.config.spec import parse_spec
 from serving.settings import ServerSettings
@@ -96,13 +96,15 @@ def _in_memory_digits(store: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 @pytest.fixture
-def endpoint_server(server) -> Iterator[Server]:
+def endpoint_server(server) -> Iterator[EndpointServer]:
     """Where the trained artifacts are served: the session's endpoint server, which deploys nothing for this
     module (ENDPOINTS is empty): the test deploys it-trained itself."""
     yield server
 
 
-def test_the_served_artifacts_answer_what_the_trained_model_predicts(endpoint_server: Server, store: Path) -> None:
+def test_the_served_artifacts_answer_what_the_trained_model_predicts(
+    endpoint_server: EndpointServer, store: Path
+) -> None:
     from serving import ray_wing
 
     server = endpoint_server
@@ -132,16 +134,18 @@ def test_the_served_artifacts_answer_what_the_trained_model_predicts(endpoint_se
     settings = ServerSettings(port=int(server.url.rsplit(":", 1)[1]), max_payload_mb=1.0, invocation_timeout_s=3.0)
     ray_wing.deploy_endpoint(spec, settings)
     deadline = time.monotonic() + 300
-    while server.describe("it-trained").get("EndpointStatus") != "InService":
-        assert server.describe("it-trained").get("EndpointStatus") != "Failed", server.describe("it-trained")
-        assert time.monotonic() < deadline, server.describe("it-trained")
+    while server.client.describe_endpoint("it-trained").get("EndpointStatus") != "InService":
+        assert server.client.describe_endpoint("it-trained").get("EndpointStatus") != "Failed", (
+            server.client.describe_endpoint("it-trained")
+        )
+        assert time.monotonic() < deadline, server.client.describe_endpoint("it-trained")
         time.sleep(1)
 
     rows, expected = _in_memory_digits(store)
     for target in ("torchscript", "onnx"):
-        answer = server.invoke("it-trained", rows.tolist(), target=target)
-        assert answer.status_code == 200, answer.text
-        served = np.asarray(answer.json(), dtype=np.float32)
+        answer = server.client.invoke("it-trained", rows.tolist(), target=target)
+        assert answer.status_code == 200
+        served = np.asarray(answer.body, dtype=np.float32)
         # Same weights, other kernels and thread counts (the replica runs on its CPU share, ONNX Runtime on its
         # own): sums in another order, so equal to float32 rounding, and the same digit for every row.
         np.testing.assert_allclose(served, expected, rtol=1e-4, atol=1e-4)
@@ -151,14 +155,14 @@ def test_the_served_artifacts_answer_what_the_trained_model_predicts(endpoint_se
     customers = _record(store, "customers")
     assert customers["groups"] == [f"customer-{i}" for i in range(5)]
     for group in customers["groups"]:
-        answer = server.invoke(
+        answer = server.client.invoke(
             "it-trained",
             [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]],
             target="customers",
-            headers={"X-Amzn-SageMaker-Target-Model": f"{group}.tar.gz"},
+            model=f"{group}.tar.gz",
         )
-        assert answer.status_code == 200, answer.text
-        assert answer.json()[0] == "setosa"
+        assert answer.status_code == 200
+        assert answer.body[0] == "setosa"
 
     ray_wing.delete_endpoint("it-trained")
 

@@ -46,7 +46,11 @@ def test_data_ports_listen_on_loopback_in_embedded_mode(replicas) -> None:
 
 def test_unsigned_calls_are_refused_with_403(server, replicas) -> None:
     live = {key: urls for key, urls in replicas.items() if urls}  # it-broken's failed container has none
-    every = {(name, c["ContainerHostname"]) for name in ENDPOINTS for c in server.describe(name)["Containers"]}
+    every = {
+        (name, c["ContainerHostname"])
+        for name in ENDPOINTS
+        for c in server.client.describe_endpoint(name)["Containers"]
+    }
     assert every - {("it-broken", "broken")} <= set(live), every - set(live)  # each is tried below
     for (endpoint, container), urls in live.items():
         response = _post(urls[0])

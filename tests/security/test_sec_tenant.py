@@ -22,6 +22,8 @@ from suite import endpoints
 from suite.endpoint_server import TINY
 from suite.endpoints import python_container
 
+from serving.client import AccessDenied
+
 pytestmark = pytest.mark.integration
 
 # The hostile tenant's Environment (tests/security): a variable that must reach its container process only.
@@ -83,13 +85,13 @@ def report(server, identities_file, demo_models, tmp_path_factory) -> dict[str, 
         "pids": [_gateway_pid(server.url), os.getpid()],
         "gcs": ray.get_runtime_context().gcs_address,
     }
-    response = server.invoke("it-hostile", targets, target="tenant")
-    assert response.status_code == 200, response.text
-    found = response.json()
+    response = server.client.invoke("it-hostile", targets, target="tenant")
+    assert response.status_code == 200
+    found = response.body
     assert not (outside / "marker").exists() and not Path("/tmp/serving-tenant-marker").exists()
     deadline = time.monotonic() + 180  # the tenant's Ray driver attempt runs in its background: collect it
     while time.monotonic() < deadline:
-        cluster = server.invoke("it-hostile", {"collect": True}, target="tenant").json()
+        cluster = server.client.invoke("it-hostile", {"collect": True}, target="tenant").body
         if "ray driver" in cluster:
             return {**found, **cluster}
         time.sleep(2)
@@ -138,7 +140,7 @@ def test_the_tenant_cannot_reach_the_control_plane(report: dict[str, str], serve
     # own): neither the SageMaker API nor `serving delete`'s control route answers them, whatever they hold.
     for key, value in {**_attempts(report, "api "), **_attempts(report, "delete ")}.items():
         assert value.startswith("REFUSED: URLError") and "Permission denied" in value, (key, value)
-    assert server.describe("it-secure")["EndpointStatus"] == "InService"  # not deleted
+    assert server.client.describe_endpoint("it-secure")["EndpointStatus"] == "InService"  # not deleted
 
 
 def test_registry_writes_need_the_control_plane_capability(server) -> None:
@@ -165,8 +167,9 @@ def test_registry_writes_need_the_control_plane_capability(server) -> None:
     assert "http://127.0.0.1:9" not in after["replicas"].get(("it-secure", "customIps-iris"), [])
     assert some_url in after["replicas"][("it-secure", "customIps-iris")]
     assert after["refused"] >= before["refused"] + 4
-    anonymous = server.invoke("it-secure", [[5.1, 3.5, 1.4, 0.2]], target="customIps-iris")
-    assert anonymous.status_code == 403  # still protected
+    with pytest.raises(AccessDenied) as anonymous:
+        server.client.invoke("it-secure", [[5.1, 3.5, 1.4, 0.2]], target="customIps-iris")
+    assert anonymous.value.status_code == 403  # still protected
 
 
 def test_no_secret_travels_through_ray(server, access_callers) -> None:
@@ -213,7 +216,7 @@ def test_the_tenant_cannot_join_or_reach_any_listener_of_the_node(server, access
         "unix": [local_socket.path_for(victim_host, int(victim_port))],
         "window_s": 8,
     }
-    found = server.invoke("it-hostile", {"sockets": targets}, target="tenant").json()
+    found = server.client.invoke("it-hostile", {"sockets": targets}, target="tenant").body
     key = access_callers["batch-job"]["ApiKey"]
     origins = []
     for _ in range(40):  # fresh connections: the kernel spreads them over the port's group
@@ -229,7 +232,7 @@ def test_the_tenant_cannot_join_or_reach_any_listener_of_the_node(server, access
             )
             origins.append((answer.status_code, answer.headers.get("x-Amzn-Invoked-Production-Variant")))
     deadline = time.monotonic() + 60
-    while not (got := server.invoke("it-hostile", {"collect_sockets": True}, target="tenant").json())["done"]:
+    while not (got := server.client.invoke("it-hostile", {"collect_sockets": True}, target="tenant").body)["done"]:
         assert time.monotonic() < deadline, "the tenant's listeners did not finish"
         time.sleep(0.5)
     assert all(status == 200 and variant for status, variant in origins), origins  # each answered by it-secure

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
 
+from serving.client import Client, RetryPolicy
 from serving.config.spec import parse_spec
 from serving.settings import ServerSettings
 from suite.services import AWS_TEST_ENVIRONMENT
@@ -59,31 +61,18 @@ def pytest_collection_modifyitems(config, items):
     config.stash[_LAST_USER] = last_user
 
 
-class Server:
-    """The running endpoint server: its URL and an HTTP client; its gRPC port's address and the CA that signed it."""
+@dataclass(frozen=True)
+class EndpointServer:
+    """The running endpoint server as the tests reach it: `client`, the SDK's Client (what a user calls: answers and
+    the errors they raise, one attempt each, unsigned); `http`, plain HTTP for what a client would not send (other
+    routes, malformed requests, a status code as it comes); its URL, its gRPC port's address and the CA that signed
+    it."""
 
-    def __init__(self, url: str, grpc_target: str = "", grpc_ca: Path | None = None) -> None:
-        self.url = url
-        self.http = httpx.Client(base_url=url, timeout=30)
-        self.grpc_target, self.grpc_ca = grpc_target, grpc_ca
-
-    def invoke(
-        self,
-        endpoint: str,
-        body,
-        *,
-        target: str | None = None,
-        content_type: str = "application/json",
-        headers: dict | None = None,
-    ) -> httpx.Response:
-        all_headers = {"Content-Type": content_type, **(headers or {})}
-        if target is not None:
-            all_headers["X-Amzn-SageMaker-Target-Container-Hostname"] = target
-        data = body if isinstance(body, (bytes, str)) else __import__("json").dumps(body)
-        return self.http.post(f"/endpoints/{endpoint}/invocations", content=data, headers=all_headers)
-
-    def describe(self, name: str) -> dict:
-        return self.http.get(f"/endpoints/{name}").json()
+    url: str
+    client: Client
+    http: httpx.Client
+    grpc_target: str
+    grpc_ca: Path
 
 
 def self_signed_certificate(folder: Path) -> tuple[Path, Path]:
@@ -186,9 +175,13 @@ def server(request, ray_server):
                 ray_server.delete(name)
                 ray_server.running.discard(name)
             pytest.fail(f"endpoints not ready after {READY_TIMEOUT_S} s: {readiness.explain()}")
-    running = Server(ray_server.url, f"127.0.0.1:{ray_server.settings.grpc_port}", ray_server.grpc_ca)
-    yield running
-    running.http.close()
+    with (
+        Client(ray_server.url, sign=False, retry=RetryPolicy.none(), timeout=30) as client,
+        httpx.Client(base_url=ray_server.url, timeout=30) as http,
+    ):
+        yield EndpointServer(
+            ray_server.url, client, http, f"127.0.0.1:{ray_server.settings.grpc_port}", ray_server.grpc_ca
+        )
     module = request.node.nodeid
     for name in wanted:
         if request.config.stash[_LAST_USER].get(name, module) == module and name in ray_server.running:
