@@ -6,13 +6,15 @@ Every gateway authenticates an API call and hands it here (`call`); losing a gat
 losing this replica interrupts no invocation (Serve starts another, which restores the API's endpoints from its
 state file). What it reports is what every gateway routes with: it takes in a registry snapshot, and publishes
 the API's routing, only once every live gateway has applied it (`Registry.applied_everywhere`).
+
+Its periodic work is three named tasks under `periodic`'s one policy (a failure logged, then a back-off), on a loop
+of their own: following the registry, the API's step (restore, then creates and updates) and CloudWatch's sampler.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 from typing import Any
 
@@ -27,6 +29,7 @@ from serving.metrics.exposition import MetricsRoute
 from serving.ray_wing.gateway_counters import published
 from serving.ray_wing.names import CONTROL_APP, ON_HEAD
 from serving.ray_wing.operations import control_token, delete_endpoint, deploy_endpoint
+from serving.ray_wing.periodic import PeriodicLoop
 from serving.ray_wing.registry import registry_handle
 from serving.sagemaker_api.routes import Answer
 from serving.sagemaker_api.service import ControlApi
@@ -52,13 +55,16 @@ class ControlPlane:
         self.version, self.epoch = -1, None
         self.api = ControlApi(self.settings, _Deployer(self))
         self.metrics = MetricsRoute([], metrics_export_urls, peers=lambda: asyncio.to_thread(published))
-        self._threads = [
-            threading.Thread(target=self._follow_registry, name="follow-registry", daemon=True),
-            threading.Thread(target=self._step, name="api-step", daemon=True),
-            threading.Thread(target=lambda: asyncio.run(self._sample()), name="cloudwatch-sampler", daemon=True),
-        ]
-        for thread in self._threads:
-            thread.start()
+        self._restored = False
+        sampler = _Sampler(self)
+        self.periodic = PeriodicLoop(
+            "control-plane-periodic",
+            {
+                "follow registry": (lambda: asyncio.to_thread(self._follow_registry), 0.0),
+                "api step": (lambda: asyncio.to_thread(self._step), API_TICK_S),
+                "cloudwatch sampler": (sampler.step, 0.0),
+            },
+        )
 
     async def call(self, prefix: str, operation: str, document: dict[str, Any]) -> Answer:
         """One authorized API call (a gateway authenticated and authorized it)."""
@@ -70,8 +76,14 @@ class ControlPlane:
         return await self.metrics.scrape(local, skip=gateway)
 
     def check_health(self) -> None:
-        if not all(thread.is_alive() for thread in self._threads):
-            raise RuntimeError("a control-plane thread stopped")
+        stopped = self.periodic.stopped()
+        if stopped:
+            raise RuntimeError(f"the control plane's periodic tasks stopped: {', '.join(stopped)}")
+
+    def __del__(self) -> None:
+        """Serve stops this replica: its periodic tasks end first."""
+        if hasattr(self, "periodic"):
+            self.periodic.close()
 
     def wait_applied(self, version: int) -> None:
         """Wait, bounded, until every live gateway routes with `version` of the registry."""
@@ -83,49 +95,43 @@ class ControlPlane:
         logger.warning("not every gateway applied registry version %d within %.0f s", version, APPLIED_WAIT_S)
 
     def _follow_registry(self) -> None:
-        while True:
-            try:
-                call = self.registry.snapshot.remote(self.version, REGISTRY_WAIT_S, self.epoch)
-                snapshot = ray.get(call, timeout=REGISTRY_WAIT_S + 30)
-                if snapshot is not None:
-                    self.wait_applied(snapshot["version"])  # what the API reports, every gateway routes
-                    self.board.read(snapshot)
-                    self.version, self.epoch = snapshot["version"], snapshot["epoch"]
-            except Exception:
-                logger.exception("registry poll failed")
-                time.sleep(1.0)
+        """Read the registry's next snapshot (a long poll: it answers once the registry changes, else "none" after
+        REGISTRY_WAIT_S), and take it in once every gateway routes with it."""
+        call = self.registry.snapshot.remote(self.version, REGISTRY_WAIT_S, self.epoch)
+        snapshot = ray.get(call, timeout=REGISTRY_WAIT_S + 30)
+        if snapshot is not None:
+            self.wait_applied(snapshot["version"])  # what the API reports, every gateway routes
+            self.board.read(snapshot)
+            self.version, self.epoch = snapshot["version"], snapshot["epoch"]
 
     def _step(self) -> None:
         """Bring back the API's stored endpoints once the registry is read, then complete creates and updates."""
-        restored = False
-        while True:
-            try:
-                if not restored and self.board.loaded:
-                    self.api.sagemaker.restore()
-                    restored = True
-                if restored:
-                    self.api.sagemaker.tick()
-            except Exception:
-                logger.exception("control-plane API step failed")
-            time.sleep(API_TICK_S)
+        if not self._restored and self.board.loaded:
+            self.api.sagemaker.restore()
+            self._restored = True
+        if self._restored:
+            self.api.sagemaker.tick()
 
-    async def _sample(self) -> None:
-        """Every RESOLUTION_S, on its boundary: the merged metrics into CloudWatch's store, then its alarms.
 
-        The gateways' counters are read every time (from the GCS); the nodes' replica metrics, whose exposition
-        costs each node's metrics agent a fraction of a second, only while something was invoked in the last
-        interval, else every IDLE_NODES_S (utilization then has SageMaker's 1-minute resolution)."""
-        source = MetricsRoute([], metrics_export_urls, peers=lambda: asyncio.to_thread(published))
-        busy, nodes_read = True, 0.0
-        while True:
-            await asyncio.sleep(RESOLUTION_S - time.time() % RESOLUTION_S + SAMPLE_LAG_S)
-            try:
-                nodes = busy or time.monotonic() - nodes_read >= IDLE_NODES_S - 1
-                families = await source.merged(nodes=nodes)
-                nodes_read = time.monotonic() if nodes else nodes_read
-                busy = await asyncio.to_thread(self.api.cloudwatch.observe, families, time.time())
-            except Exception:
-                logger.exception("sampling the metrics for CloudWatch failed")
+class _Sampler:
+    """Every RESOLUTION_S, on its boundary: the merged metrics into CloudWatch's store, then its alarms.
+
+    The gateways' counters are read every time (from the GCS); the nodes' replica metrics, whose exposition costs
+    each node's metrics agent a fraction of a second, only while something was invoked in the last interval, else
+    every IDLE_NODES_S (utilization then has SageMaker's 1-minute resolution)."""
+
+    def __init__(self, control: ControlPlane) -> None:
+        self.control = control
+        # Its own: an aiohttp session belongs to one event loop, and the scrapes run on the replica's.
+        self.source = MetricsRoute([], metrics_export_urls, peers=lambda: asyncio.to_thread(published))
+        self.busy, self.nodes_read = True, 0.0
+
+    async def step(self) -> None:
+        await asyncio.sleep(RESOLUTION_S - time.time() % RESOLUTION_S + SAMPLE_LAG_S)
+        nodes = self.busy or time.monotonic() - self.nodes_read >= IDLE_NODES_S - 1
+        families = await self.source.merged(nodes=nodes)
+        self.nodes_read = time.monotonic() if nodes else self.nodes_read
+        self.busy = await asyncio.to_thread(self.control.api.cloudwatch.observe, families, time.time())
 
 
 class _Deployer:
