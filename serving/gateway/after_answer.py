@@ -8,7 +8,8 @@ jobs. One runner per gateway holds every such task.
   `done`, `failed` (it raised: a bug of ours, logged), `cancelled` (the gateway stopped first) or `dropped`.
 - One close stops them all, kind by kind, the last registered first: each kind's tasks are cancelled and
   given its grace to end (their own handlers run: an async job writes its failure object), then the kind's closer
-  runs (data capture writes what it still holds).
+  runs (data capture writes what it still holds) in what is left of that grace: a gateway stops within the sum
+  of its kinds' graces, whatever a destination does.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ class AfterAnswer:
         return task
 
     async def _run(self, kind: str, work: Callable[[], Awaitable[object]], what: str) -> None:
-        outcome = "failed"
+        outcome, held = "failed", self._kinds[kind]
         try:
             await work()
             outcome = "done"
@@ -87,12 +88,19 @@ class AfterAnswer:
         except Exception:  # a bug of ours: logged, counted, and never the caller's (who has their answer)
             logger.exception("%s failed after its caller was answered", what or f"a {kind} task")
         finally:
+            # Out of its kind's count as it ends, not when its done-callback runs later: a submit in between
+            # (data capture restarting its writer) would find the kind full and drop.
+            task = asyncio.current_task()
+            if task is not None:
+                held.tasks.discard(task)
             AFTER_ANSWER_TASKS.labels(kind, outcome).inc()
 
     async def close(self) -> None:
         """Stop every kind, the last registered first: cancel its tasks, give them its grace to end (their own
-        handlers run), then its closer."""
+        handlers run), then its closer, within the same grace."""
+        loop = asyncio.get_running_loop()
         for kind, held in reversed(self._kinds.items()):
+            deadline = loop.time() + held.grace_s
             running = list(held.tasks)
             for task in running:
                 task.cancel()
@@ -104,6 +112,8 @@ class AfterAnswer:
                     )
             if held.closer is not None:
                 try:
-                    await held.closer()
+                    await asyncio.wait_for(held.closer(), max(deadline - loop.time(), 0.0))
+                except TimeoutError:
+                    logger.warning("closing the gateway's %s tasks took more than %.0f s", kind, held.grace_s)
                 except Exception:
                     logger.exception("closing the gateway's %s tasks failed", kind)

@@ -42,6 +42,7 @@ logger = logging.getLogger("serving.capture")
 FLUSH_S = 1.0  # how long a record waits for others to share its file
 MAX_BATCH = 1000  # records per file at most
 QUEUE_BYTES = 64 << 20  # request and answer bytes waiting to be written, at most; past it records are dropped
+CLOSE_GRACE_S = 10.0  # a stopping gateway writes what the queue holds within this, else leaves the rest unwritten
 
 CAPTURED = Counter(
     "serving_data_capture_records",
@@ -124,10 +125,10 @@ class CaptureWriter:
         draw: Callable[[], float] = random.random,
         queue_bytes: int = QUEUE_BYTES,
     ) -> None:
-        """`after`: the gateway's after-the-answer runner, which runs the writing task and, at close, the last
-        write of what is queued."""
+        """`after`: the gateway's after-the-answer runner, which runs the writing task (one at a time) and, at
+        close, the last write of what is queued (within CLOSE_GRACE_S)."""
         self.after = after
-        after.register(self.KIND, 1, closer=self.flush)
+        after.register(self.KIND, 1, grace_s=CLOSE_GRACE_S, closer=self.flush)
         self._clients = Clients(s3_client)
         self._draw = draw
         self.queue_bytes = queue_bytes

@@ -102,3 +102,55 @@ def test_close_waits_a_kinds_grace_and_no_longer() -> None:
 
     waited = asyncio.run(asyncio.wait_for(scenario(), 5))
     assert 0.15 <= waited < 2.0
+
+
+def test_a_failing_task_stops_nothing_and_a_kind_at_its_bound_takes_a_task_again_as_one_ends() -> None:
+    async def scenario() -> list[bool]:
+        runner = AfterAnswer()
+        runner.register("t-writer", 1)
+        before = counts("t-writer")
+        again: list[bool] = []
+
+        async def broken() -> None:
+            raise RuntimeError("a bug of ours")
+
+        async def hands_over() -> None:  # what runs next on the loop sees this task ended: its kind has room again
+            asyncio.get_running_loop().call_soon(lambda: again.append(runner.submit("t-writer", ok) is not None))
+
+        async def ok() -> None:
+            await asyncio.sleep(0)
+
+        first = runner.submit("t-writer", broken)
+        assert first is not None and runner.submit("t-writer", ok) is None  # at its bound: dropped
+        await asyncio.gather(first, return_exceptions=True)
+        second = runner.submit("t-writer", hands_over)  # the failure stopped nothing: the kind runs the next
+        assert second is not None
+        await second
+        await asyncio.sleep(0.05)
+        assert moved(before, "t-writer") == {"failed": 1, "dropped": 1, "done": 2}
+        await runner.close()
+        return again
+
+    assert asyncio.run(scenario()) == [True]
+
+
+def test_a_kinds_closer_has_what_is_left_of_its_grace() -> None:
+    async def scenario() -> float:
+        runner = AfterAnswer()
+        closed: list[str] = []
+
+        async def hangs() -> None:  # a destination that never answers
+            await asyncio.Event().wait()
+
+        async def writes() -> None:
+            closed.append("t-quick")
+
+        runner.register("t-quick", None, grace_s=1.0, closer=writes)
+        runner.register("t-hanging", None, grace_s=0.2, closer=hangs)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await runner.close()
+        assert closed == ["t-quick"]  # the hanging closer did not keep the next kind from closing
+        return loop.time() - started
+
+    assert 0.15 <= asyncio.run(asyncio.wait_for(scenario(), 5)) < 1.0
