@@ -44,7 +44,8 @@ class ServingError(Exception):
 
     @property
     def counted_status(self) -> int:
-        """The status the 4XX/5XX error metrics count it under (ModelError: what the model answered)."""
+        """The status the 4XX/5XX error metrics count it under (ModelError: what the model
+        answered)."""
         return self.status
 
 
@@ -56,7 +57,8 @@ class ValidationError(ServingError):
 
 
 class UnknownOperationError(ServingError):
-    """No operation of this server has that path and method (404; 405 for a known path with another method)."""
+    """No operation of this server has that path and method (404; 405 for a known path with another
+    method)."""
 
     code = ErrorCode.UNKNOWN_OPERATION
     status = ERROR_STATUS[code]
@@ -68,14 +70,15 @@ class UnknownOperationError(ServingError):
 
 
 class HeadersTooLargeError(ValidationError):
-    """The request line and headers exceed the server's size or count limit (HTTP 431, code ValidationError)."""
+    """The request line and headers exceed the server's size or count limit (HTTP 431, code
+    ValidationError)."""
 
     status = HEADERS_TOO_LARGE_STATUS
 
 
 class UnsupportedFormatError(ValidationError):
-    """A content type or Accept the decoders and encoders lack: a container answers it with 415, as the
-    toolkits' `UnsupportedFormatError` (the caller sees ModelError, OriginalStatusCode 415)."""
+    """A content type or Accept the decoders and encoders lack: a container answers it with 415, as
+    the toolkits' `UnsupportedFormatError` (the caller sees ModelError, OriginalStatusCode 415)."""
 
     status = UNSUPPORTED_MEDIA_TYPE_STATUS
 
@@ -88,7 +91,8 @@ class RequestTimeoutError(ServingError):
 
 
 class ThrottlingError(ServingError):
-    """The gateway is holding as much unverified request data as it allows; retry shortly (botocore backs off)."""
+    """The gateway is holding as much unverified request data as it allows; retry shortly (botocore
+    backs off)."""
 
     code = ErrorCode.THROTTLING
     status = ERROR_STATUS[code]
@@ -109,7 +113,8 @@ class UnrecognizedClientError(ServingError):
 
 
 class InvalidSignatureError(ServingError):
-    """The Signature V4 does not verify: wrong secret, tampered request, wrong scope, outside the time window."""
+    """The Signature V4 does not verify: wrong secret, tampered request, wrong scope, outside the
+    time window."""
 
     code = ErrorCode.INVALID_SIGNATURE
     status = ERROR_STATUS[code]
@@ -158,21 +163,25 @@ class ModelError(ServingError):
         self.original_status = original_status
         self.original_message = original_message
         self.log_stream = log_stream
-        self.counted_as = counted_as  # where the model gave no status of its own (a timeout): what to count
+        # where the model gave no status of its own (a timeout): what to count
+        self.counted_as = counted_as
 
     @property
     def counted_status(self) -> int:
-        """The model's own status, as SageMaker's Invocation4XXErrors / Invocation5XXErrors count a ModelError."""
+        """The model's own status, as SageMaker's Invocation4XXErrors / Invocation5XXErrors count a
+        ModelError."""
         return self.counted_as or self.original_status
 
 
 class ContainerError(ServingError):
-    """A container's answer for a failure of its model, runtime or handler, sent with the container's own
-    status; the router reports it to the caller as ModelError 424 with that status as OriginalStatusCode.
+    """A container's answer for a failure of its model, runtime or handler, sent with the
+    container's own status; the router reports it to the caller as ModelError 424 with that status
+    as OriginalStatusCode.
 
     `of(error)` gives the status AWS's inference toolkits give: an exception carrying an integer
-    `status_code` (their `BaseInferenceToolkitError` shape: `status_code`, `message`, `phrase`) its own, a
-    `ServingError` its status (415 unsupported content type, 400 malformed body), anything else 500.
+    `status_code` (their `BaseInferenceToolkitError` shape: `status_code`, `message`, `phrase`) its
+    own, a `ServingError` its status (415 unsupported content type, 400 malformed body), anything
+    else 500.
     """
 
     code = ErrorCode.MODEL_ERROR
@@ -195,9 +204,10 @@ class ContainerError(ServingError):
 
 
 class ContainerAnswerError(ServingError):
-    """A framework container's own error answer, sent as it is (status, body, content type), not in our wire
-    shape: SageMaker's TensorFlow Serving container answers `{"error": ...}` bodies of its own, which the router
-    reports as ModelError with that status and body as OriginalStatusCode and OriginalMessage."""
+    """A framework container's own error answer, sent as it is (status, body, content type), not in
+    our wire shape: SageMaker's TensorFlow Serving container answers `{"error": ...}` bodies of its
+    own, which the router reports as ModelError with that status and body as OriginalStatusCode and
+    OriginalMessage."""
 
     def __init__(self, status: int, body: bytes, content_type: str = JSON) -> None:
         super().__init__(body.decode("utf-8", "replace"))
@@ -221,14 +231,16 @@ class InternalFailureError(ServingError):
 
 
 class ApiValidationError(ServingError):
-    """A control-plane API request that cannot be done as asked (SageMaker's ValidationException)."""
+    """A control-plane API request that cannot be done as asked (SageMaker's
+    ValidationException)."""
 
     code = ErrorCode.API_VALIDATION
     status = ERROR_STATUS[code]
 
 
 class ResourceLimitExceededError(ServingError):
-    """A control-plane request that needs more than this runtime can place (SageMaker's ResourceLimitExceeded)."""
+    """A control-plane request that needs more than this runtime can place (SageMaker's
+    ResourceLimitExceeded)."""
 
     code = ErrorCode.RESOURCE_LIMIT_EXCEEDED
     status = ERROR_STATUS[code]
@@ -257,7 +269,8 @@ class UnknownApiOperationError(ServingError):
 
 class CloudWatchError(ServingError):
     """An error of CloudWatch's API: its query-protocol code (botocore's `Error.Code`) travels in
-    QUERY_ERROR_HEADER, the error shape's name in `__type`, as CloudWatch's awsJson answers send them."""
+    QUERY_ERROR_HEADER, the error shape's name in `__type`, as CloudWatch's awsJson answers send
+    them."""
 
     code = ErrorCode.INVALID_PARAMETER_VALUE
     shape = "InvalidParameterValueException"
@@ -296,8 +309,9 @@ class InvalidNextTokenError(CloudWatchError):
     code = shape = ErrorCode.INVALID_NEXT_TOKEN
 
 
-# A container's platform answers (marked with protocol.PLATFORM_ERROR) that the router passes through as they
-# are, as SageMaker reports them; every other error a container answers is a ModelError.
+# A container's platform answers (marked with protocol.PLATFORM_ERROR) that the router passes
+# through as they are, as SageMaker reports them; every other error a container answers is a
+# ModelError.
 PASS_THROUGH_CODES = frozenset({ValidationError.code, ModelNotReadyError.code})
 
 _BY_CODE = {
@@ -314,23 +328,28 @@ _BY_CODE = {
 
 MAX_ORIGINAL_MESSAGE = 1024  # characters of a container's error message kept as OriginalMessage
 
-_PATH = re.compile(r"(?<![\w.~-])/[^\s'\"(),;<>\[\]]+")  # an absolute POSIX path (not a/b, not text/csv)
+# an absolute POSIX path (not a/b, not text/csv)
+_PATH = re.compile(r"(?<![\w.~-])/[^\s'\"(),;<>\[\]]+")
 
 
-# A tensorflow container's own TF Serving route, with the token that lets a caller use it (`context.rest_uri`).
+# A tensorflow container's own TF Serving route, with the token that lets a caller use it
+# (`context.rest_uri`).
 _CAPABILITY_URL = re.compile(rf"(?:[a-z]+://[^\s'\"/]+)?{re.escape(LOCAL_TFS_PATH)}/[^\s'\"]*", re.IGNORECASE)
 
 
 def without_capabilities(text: str) -> str:
-    """`text` with every URL of a container's TF Serving route (and its token) replaced by `<rest_uri>`: requests'
-    errors name the URL they failed on, and answers and logs are read by others than the model's own code."""
+    """`text` with every URL of a container's TF Serving route (and its token) replaced by
+    `<rest_uri>`: requests' errors name the URL they failed on, and answers and logs are read by
+    others than the model's own code."""
     return _CAPABILITY_URL.sub("<rest_uri>", text)
 
 
 def failure_message(error: BaseException, limit: int = 1000) -> str:
-    """`Type: message` of an unexpected failure for a caller: no paths of this machine, no traceback blocks.
+    """`Type: message` of an unexpected failure for a caller: no paths of this machine, no traceback
+    blocks.
 
-    Frameworks put both in their messages (TorchScript and TensorFlow embed tracebacks, OSError its file).
+    Frameworks put both in their messages (TorchScript and TensorFlow embed tracebacks, OSError its
+    file).
     """
     kept, in_traceback = [], False
     for line in str(error).splitlines():

@@ -1,9 +1,11 @@
-"""The `serving` command: validate specs, bring endpoints up on an embedded or existing Ray, and load-test them.
+"""The `serving` command: validate specs, bring endpoints up on an embedded or existing Ray, and
+load-test them.
 
-One module per command group: `specs` (reading specs; `serving validate`), `up` (`serving up`), `preflight` (what
-`serving up` refuses before Ray starts), `apply`
-(`serving apply` / `serving delete` against a running server), `loadtest` (`serving loadtest`), `train`
-(`serving train`). Nothing here imports Ray until a command needs it (`serving.ray_wing`, only once specs and settings are known to be good).
+One module per command group: `specs` (reading specs; `serving validate`), `up` (`serving up`),
+`preflight` (what `serving up` refuses before Ray starts), `apply` (`serving apply` / `serving
+delete` against a running server), `loadtest` (`serving loadtest`), `train` (`serving train`).
+Nothing here imports Ray until a command needs it (`serving.ray_wing`, only once specs and settings
+are known to be good).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""`serving apply` and `serving delete`: change the endpoints of a running server, over its control routes
-(the embedded server, with the control token `serving up` left) or straight through a Ray cluster."""
+"""`serving apply` and `serving delete`: change the endpoints of a running server, over its control
+routes (the embedded server, with the control token `serving up` left) or straight through a Ray
+cluster."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ def _control_client(args: argparse.Namespace):
     token = os.environ.get("SERVING_CONTROL_TOKEN")
     if not token:
         host = httpx.URL(url).host
-        if not is_loopback(host):  # the file holds this machine's server's token: never another host's to read
+        # the file holds this machine's server's token: never another host's to read
+        if not is_loopback(host):
             print(
                 f"refusing to send this machine's control token to {host}: `serving up` left it for the server on "
                 "this machine; to call another server, set SERVING_CONTROL_TOKEN to that server's token",
@@ -33,7 +35,9 @@ def _control_client(args: argparse.Namespace):
             )
             raise SystemExit(2)
         path = control_token_file(int(url.rsplit(":", 1)[1].split("/")[0]))
-        try:  # as `serving up` wrote it: this user's own file, through no link (else another file is sent)
+        # as `serving up` wrote it: this user's own file, through no link (else another file is
+        # sent)
+        try:
             with os.fdopen(open_private(path, os.O_RDONLY)) as file:
                 token = file.read().strip()
         except PrivateFileError as error:
@@ -44,8 +48,8 @@ def _control_client(args: argparse.Namespace):
 
 
 def wait_for_updates(describe, generations: dict[str, int], timeout: float) -> dict[str, dict]:
-    """Poll descriptions until each endpoint's update of at least `generations[name]` has finished (or the
-    timeout passes): the gateway may still show the previous update for a moment."""
+    """Poll descriptions until each endpoint's update of at least `generations[name]` has finished
+    (or the timeout passes): the gateway may still show the previous update for a moment."""
     deadline = time.monotonic() + timeout
 
     def done(description: dict | None, generation: int) -> bool:

@@ -1,4 +1,5 @@
-"""What `serving up` and `serving server` refuse, or warn of, before Ray starts: checks of specs against settings."""
+"""What `serving up` and `serving server` refuse, or warn of, before Ray starts: checks of specs
+against settings."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ __all__ = ["check_anonymous", "check_container_network", "check_requirements"]
 
 
 def check_anonymous(specs: list[EndpointSpec], host: str, allow_anonymous: bool) -> str | None:
-    """The warning to print about endpoints without AccessControl; raises SystemExit(2) if they may not be served."""
+    """The warning to print about endpoints without AccessControl; raises SystemExit(2) if they may
+    not be served."""
     anonymous = [spec.EndpointName for spec in specs if spec.AccessControl is None]
     if not anonymous:
         return None
@@ -33,8 +35,8 @@ def check_anonymous(specs: list[EndpointSpec], host: str, allow_anonymous: bool)
 
 
 def check_requirements(specs: list[EndpointSpec], allowed: bool) -> str | None:
-    """Why a spec's model requirements may not be installed (`control.runtime_env`), before Ray starts; None if
-    they may."""
+    """Why a spec's model requirements may not be installed (`control.runtime_env`), before Ray
+    starts; None if they may."""
     from serving.control.runtime_env import ray_runtime_env
 
     for spec in specs:
@@ -47,7 +49,8 @@ def check_requirements(specs: list[EndpointSpec], allowed: bool) -> str | None:
 
 
 def check_container_network(specs: list[EndpointSpec], settings: ServerSettings) -> str | None:
-    """Why the containers cannot be walled off as the settings say (before Ray starts); None if they can."""
+    """Why the containers cannot be walled off as the settings say (before Ray starts); None if they
+    can."""
     from serving.control.plans import egress_ports
     from serving.errors import ValidationError
 

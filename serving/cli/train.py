@@ -1,4 +1,5 @@
-"""`serving train RECIPE.yaml`: train on Ray (embedded, or a cluster with --address) into the model store."""
+"""`serving train RECIPE.yaml`: train on Ray (embedded, or a cluster with --address) into the model
+store."""
 
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     print(f"trained {run.name} version {run.version} ({where}) in {run.wall_s:.1f} s")
     print(f"metrics: {json.dumps(run.metrics, default=str)}")
     timing = run.timing
-    if timing.get("per_step", {}).get("sync_wait_ms") or timing.get("backward_ms"):  # a data-parallel step split
+    # a data-parallel step split
+    if timing.get("per_step", {}).get("sync_wait_ms") or timing.get("backward_ms"):
         split = timing["per_step"]
         print(
             f"per step: compute {split['compute_ms']:.2f} ms, gradient sync wait {split['sync_wait_ms']:.2f} ms "

@@ -1,4 +1,5 @@
-"""`serving up`: validate, then serve endpoints on an embedded Ray (or a cluster) until interrupted."""
+"""`serving up`: validate, then serve endpoints on an embedded Ray (or a cluster) until
+interrupted."""
 
 from __future__ import annotations
 
@@ -15,12 +16,14 @@ from serving.cli.specs import load_all
 from serving.config.spec import ContainerSpec, EndpointSpec
 from serving.settings import ServerSettings
 
-GENERIC_ROW = [[5.1, 3.5, 1.4, 0.2]]  # an iris row: the example input when a model says nothing of its own
+# an iris row: the example input when a model says nothing of its own
+GENERIC_ROW = [[5.1, 3.5, 1.4, 0.2]]
 
 
 def example_input(container: ContainerSpec) -> list[list[float]]:
-    """A request body a container's model accepts, where it is known: a row of zeros as wide as the trainer's
-    `model.json` signature says (`serving train` writes one beside every model); else GENERIC_ROW."""
+    """A request body a container's model accepts, where it is known: a row of zeros as wide as the
+    trainer's `model.json` signature says (`serving train` writes one beside every model); else
+    GENERIC_ROW."""
     url = container.ModelDataUrl or ""
     if "://" in url:
         return GENERIC_ROW
@@ -33,8 +36,8 @@ def example_input(container: ContainerSpec) -> list[list[float]]:
 
 
 def example_calls(base_url: str, spec: EndpointSpec, region: str = "us-east-1") -> list[str]:
-    """Copy-pasteable calls for an endpoint, shown at start-up (with placeholders, never secrets), each with an
-    input its container's model takes where one is known (`example_input`)."""
+    """Copy-pasteable calls for an endpoint, shown at start-up (with placeholders, never secrets),
+    each with an input its container's model takes where one is known (`example_input`)."""
     url = f"{base_url}/endpoints/{spec.EndpointName}/invocations"
     lines = []
     secured = spec.AccessControl is not None
@@ -63,7 +66,8 @@ def example_calls(base_url: str, spec: EndpointSpec, region: str = "us-east-1") 
 
 
 def _api_settings(args: argparse.Namespace, port: int) -> dict[str, str | None]:
-    """The control-plane API's settings a flag names, else the CLI's defaults where no SERVING_* variable is set.
+    """The control-plane API's settings a flag names, else the CLI's defaults where no SERVING_*
+    variable is set.
 
     SystemExit(2) naming a file that cannot be used.
     """
@@ -78,7 +82,8 @@ def _api_settings(args: argparse.Namespace, port: int) -> dict[str, str | None]:
     chosen: dict[str, str | None] = {}
     if args.state or "SERVING_STATE_FILE" not in env:
         state = args.state or (str(default_state_file(port)) if port else None)
-        chosen["state_file"] = str(unfollowed(state)) if state else None  # a link there is refused, not followed
+        # a link there is refused, not followed
+        chosen["state_file"] = str(unfollowed(state)) if state else None
     if args.api_identities:
         chosen["api_identities"] = str(Path(args.api_identities).resolve())
     if args.instance_types:
@@ -89,7 +94,8 @@ def _api_settings(args: argparse.Namespace, port: int) -> dict[str, str | None]:
     identities = chosen.get("api_identities", env.get("SERVING_API_IDENTITIES"))
     state_file = chosen.get("state_file", env.get("SERVING_STATE_FILE"))
     try:
-        private_folder(control_token_file(port).parent)  # where `serving apply` finds the control token
+        # where `serving apply` finds the control token
+        private_folder(control_token_file(port).parent)
         if state_file:
             check_state_file(state_file)
         if identities:
@@ -126,7 +132,8 @@ def _settings(args: argparse.Namespace, address: str | None) -> ServerSettings:
         )
     try:
         return ServerSettings(**overrides)
-    except ValueError as error:  # pydantic's ValidationError: a combination of flags that cannot be served
+    # pydantic's ValidationError: a combination of flags that cannot be served
+    except ValueError as error:
         lines = [
             item["msg"].removeprefix("Value error, ")
             if item["msg"].startswith("Value error")
@@ -202,7 +209,8 @@ def cmd_up(args: argparse.Namespace) -> int:
             finally:
                 if not detach:
                     token_file.unlink(missing_ok=True)
-    except ray_wing.UnauthenticatedClusterError as error:  # raised by joining the cluster, before anything started
+    # raised by joining the cluster, before anything started
+    except ray_wing.UnauthenticatedClusterError as error:
         print(f"refusing to deploy: {error}", file=sys.stderr)
         return 2
 
@@ -250,7 +258,8 @@ def _api_access(settings: ServerSettings) -> str:
     """Who may call the control-plane API, in a few words for the start-up lines."""
     if settings.api_identities:
         return f"calls signed by {settings.api_identities}'s identities"
-    if settings.allow_anonymous_api:  # container processes are not "this machine": they have their own network
+    # container processes are not "this machine": they have their own network
+    if settings.allow_anonymous_api:
         return "anonymous calls from this machine (--allow-anonymous-api)"
     return "every call refused (give --api-identities, or --allow-anonymous-api on loopback)"
 

@@ -253,7 +253,8 @@ class Client(_Base):
         return self._run(self._describe_flow(name))
 
     def wait_until_in_service(self, name: str, *, timeout: float = 600.0, poll_interval: float = 1.0) -> dict[str, Any]:
-        """Poll until `name` is InService (returns its description); WaiterError if it Fails or times out."""
+        """Poll until `name` is InService (returns its description); WaiterError if it Fails or
+        times out."""
         return self._run(self._wait_flow(name, timeout, poll_interval))
 
     def ping(self) -> bool:

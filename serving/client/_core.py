@@ -72,7 +72,8 @@ def encode_payload(data: Any, content_type: str | None) -> tuple[bytes, str]:
 
 
 def decode_payload(body: bytes, content_type: str | None) -> Any:
-    """The response body as Python: JSON → objects, NPY → numpy array, text (CSV, plain) → str, else bytes."""
+    """The response body as Python: JSON → objects, NPY → numpy array, text (CSV, plain) → str, else
+    bytes."""
     media = (content_type or "").split(";")[0].strip().lower()
     if media == JSON or media.endswith("+json"):
         return json.loads(body) if body else None
@@ -200,7 +201,8 @@ BOTO3_ARGUMENTS = {  # invoke_endpoint keyword -> invoke keyword
 
 
 def boto3_arguments(arguments: Mapping[str, Any]) -> tuple[str, Any, dict[str, Any]]:
-    """(endpoint, body, invoke keywords) from boto3-style keywords; unknown ones are refused by name."""
+    """(endpoint, body, invoke keywords) from boto3-style keywords; unknown ones are refused by
+    name."""
     unknown = set(arguments) - set(BOTO3_ARGUMENTS) - {"EndpointName", "Body"}
     if unknown:
         raise TypeError(f"invoke_endpoint() got unsupported arguments: {', '.join(sorted(unknown))}")
@@ -213,7 +215,8 @@ def boto3_arguments(arguments: Mapping[str, Any]) -> tuple[str, Any, dict[str, A
     if not isinstance(body, (bytes, bytearray, str)):
         raise TypeError("invoke_endpoint(Body=...) takes bytes, str or a file-like object, as boto3 does")
     options = {BOTO3_ARGUMENTS[k]: v for k, v in arguments.items() if k in BOTO3_ARGUMENTS}
-    options.setdefault("content_type", OCTET_STREAM)  # what boto3 sends when ContentType is not given
+    # what boto3 sends when ContentType is not given
+    options.setdefault("content_type", OCTET_STREAM)
     return arguments["EndpointName"], body, options
 
 

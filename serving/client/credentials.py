@@ -55,7 +55,8 @@ class BearerKey:
 
 
 class SigV4:
-    """AWS Signature Version 4 over the method, URL, every header sent and the body (botocore's signer)."""
+    """AWS Signature Version 4 over the method, URL, every header sent and the body (botocore's
+    signer)."""
 
     def __init__(self, credentials: Credentials, region: str) -> None:
         self.credentials = credentials

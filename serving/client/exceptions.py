@@ -45,7 +45,8 @@ class ServingClientError(Exception):
 
     @property
     def response(self) -> dict[str, Any]:
-        """botocore's `ClientError.response` shape: Error, ResponseMetadata and the body's extra fields."""
+        """botocore's `ClientError.response` shape: Error, ResponseMetadata and the body's extra
+        fields."""
         extra = {k: v for k, v in self.body.items() if k not in ("__type", "message")}
         return {
             "Error": {"Code": self.code, "Message": self.message},
@@ -63,7 +64,8 @@ class ServingClientError(Exception):
 
 
 class ValidationError(ServingClientError):
-    """400: unknown endpoint or container, bad header, payload too large, a MultiModel TargetModel not found."""
+    """400: unknown endpoint or container, bad header, payload too large, a MultiModel TargetModel
+    not found."""
 
     code = ErrorCode.VALIDATION
 
@@ -93,8 +95,9 @@ class MissingAuthenticationToken(AccessDenied):
 
 
 class ModelError(ServingClientError):
-    """424: the container answered an error (its model failed, or refused the input: 415 unsupported content type,
-    400 malformed body, 500 exception); says which container, what it answered, and where its logs are."""
+    """424: the container answered an error (its model failed, or refused the input: 415 unsupported
+    content type, 400 malformed body, 500 exception); says which container, what it answered, and
+    where its logs are."""
 
     code = ErrorCode.MODEL_ERROR
 
@@ -112,12 +115,14 @@ class ModelError(ServingClientError):
 
     @property
     def log_stream_arn(self) -> str | None:
-        """Where the failing container's process writes its output (a file on its replica's node)."""
+        """Where the failing container's process writes its output (a file on its replica's
+        node)."""
         return self.body.get(LOG_STREAM_ARN)
 
 
 class ModelNotReady(ServingClientError):
-    """429: the container has no ready replica yet or is at its concurrency limit (retried by default)."""
+    """429: the container has no ready replica yet or is at its concurrency limit (retried by
+    default)."""
 
     code = ErrorCode.MODEL_NOT_READY
 
@@ -129,7 +134,8 @@ class UnknownOperation(ServingClientError):
 
 
 class ServiceUnavailable(ServingClientError):
-    """503: the endpoint cannot take requests (Failed, or the server is unavailable); retried by default."""
+    """503: the endpoint cannot take requests (Failed, or the server is unavailable); retried by
+    default."""
 
     code = ErrorCode.SERVICE_UNAVAILABLE
 
@@ -181,13 +187,15 @@ _BY_STATUS: dict[int, type[ServingClientError]] = {
     ERROR_STATUS[cls.code]: cls
     for cls in (ValidationError, AccessDenied, ModelError, ModelNotReady, InternalFailure, ServiceUnavailable)
 }
-_BY_STATUS.update({502: ServiceUnavailable, 504: ServiceUnavailable})  # what proxies in front of a server answer
+# what proxies in front of a server answer
+_BY_STATUS.update({502: ServiceUnavailable, 504: ServiceUnavailable})
 
 
 def error_from_response(
     status_code: int, headers: Mapping[str, str], content: bytes, retry_attempts: int = 0
 ) -> ServingClientError:
-    """The exception for an error answer: by its `__type` (or `x-amzn-ErrorType`), else by its status."""
+    """The exception for an error answer: by its `__type` (or `x-amzn-ErrorType`), else by its
+    status."""
     lowered = {k.lower(): v for k, v in headers.items()}
     try:
         body = json.loads(content) if content else {}

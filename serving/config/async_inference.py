@@ -1,10 +1,12 @@
-"""An endpoint's AsyncInferenceConfig: SageMaker's field names, plus where callers' inputs may come from.
+"""An endpoint's AsyncInferenceConfig: SageMaker's field names, plus where callers' inputs may come
+from.
 
 InvokeEndpointAsync reads its input from an S3 object the caller names and writes the answer under
-`OutputConfig.S3OutputPath`, with the gateway's own credentials. So that a caller cannot make the gateway
-read any object those credentials reach, an input must lie under `InputConfig.S3InputPath` (ours; SageMaker
-checks the caller's own IAM permissions instead, which this runtime cannot see). What SageMaker offers and
-this runtime does not (SNS notifications, KMS keys) is refused with a message naming the field.
+`OutputConfig.S3OutputPath`, with the gateway's own credentials. So that a caller cannot make the
+gateway read any object those credentials reach, an input must lie under `InputConfig.S3InputPath`
+(ours; SageMaker checks the caller's own IAM permissions instead, which this runtime cannot see).
+What SageMaker offers and this runtime does not (SNS notifications, KMS keys) is refused with a
+message naming the field.
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ __all__ = [
     "AsyncOutputConfig",
 ]
 
-# SageMaker "chooses an optimal value"; async requests are the long ones, and a few at a time per endpoint
-# keep its replicas busy without taking every slot from its real-time callers.
+# SageMaker "chooses an optimal value"; async requests are the long ones, and a few at a time per
+# endpoint keep its replicas busy without taking every slot from its real-time callers.
 DEFAULT_ASYNC_CONCURRENCY = 4
 
 
@@ -129,7 +131,8 @@ class AsyncInferenceConfig(Document):
 
     @model_validator(mode="after")
     def _inputs_apart_from_outputs(self) -> AsyncInferenceConfig:
-        # An input under the output or failure path would let one caller feed another's answers to the model.
+        # An input under the output or failure path would let one caller feed another's answers to
+        # the model.
         allowed = self.InputConfig.input
         for name, place in (("S3OutputPath", self.OutputConfig.output), ("S3FailurePath", self.OutputConfig.failure)):
             if allowed.contains(place) or place.contains(allowed):

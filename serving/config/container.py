@@ -1,4 +1,5 @@
-"""Container fields of the endpoint spec: one serving stack plus its model, resources, scaling and environment."""
+"""Container fields of the endpoint spec: one serving stack plus its model, resources, scaling and
+environment."""
 
 from __future__ import annotations
 
@@ -94,7 +95,8 @@ class ContainerMode(str, Enum):
 
 
 def _local_path(value: str, info: ValidationInfo) -> Path:
-    """A local path or `file://` URL from the spec, by the documents' path rule (relative to the spec's folder)."""
+    """A local path or `file://` URL from the spec, by the documents' path rule (relative to the
+    spec's folder)."""
     return document_path(value.removeprefix("file://"), folder_of(info))
 
 
@@ -139,7 +141,8 @@ class CacheSetting(str, Enum):
 
 
 class MultiModelSettings(Document):
-    """SageMaker's MultiModelConfig: Disabled loads the model for each request and unloads it after."""
+    """SageMaker's MultiModelConfig: Disabled loads the model for each request and unloads it
+    after."""
 
     ModelCacheSetting: CacheSetting = CacheSetting.ENABLED
 
@@ -306,13 +309,14 @@ class ContainerSpec(Document):
 
     @property
     def model_threads(self) -> int:
-        """Predictions one replica runs at once, as far as the spec tells (a user's script may lower it to 1)."""
+        """Predictions one replica runs at once, as far as the spec tells (a user's script may lower
+        it to 1)."""
         return model_threads(self.Image, {**self.Environment, CPUS_ENV: f"{self.Resources.Cpus:g}"})
 
     @property
     def max_concurrency(self) -> int:
-        """In-flight requests the router lets reach one replica before answering 429; by default enough to keep
-        its model threads and a full batch busy (at least 128)."""
+        """In-flight requests the router lets reach one replica before answering 429; by default
+        enough to keep its model threads and a full batch busy (at least 128)."""
         if MAX_CONCURRENCY_ENV in self.Environment:
             return int(self.Environment[MAX_CONCURRENCY_ENV])
         batching = batch_settings({**self.Environment, **self.batching_environment})
@@ -320,7 +324,8 @@ class ContainerSpec(Document):
 
     @property
     def idempotent(self) -> bool:
-        """Whether a request whose connection broke before any answer may be sent again to another replica."""
+        """Whether a request whose connection broke before any answer may be sent again to another
+        replica."""
         return self.Environment.get(IDEMPOTENT_ENV, "true").strip().lower() not in ("false", "0", "no", "off")
 
     @field_validator("Environment")
@@ -364,8 +369,9 @@ class ContainerSpec(Document):
 
 
 def check_tensor_signature(declared: str) -> None:
-    """Refuse a TENSOR_SIGNATURE_ENV that Open Inference metadata could not show: JSON `{"inputs": [...], "outputs":
-    [...]}`, each tensor `{"name": str, "datatype": a V2 datatype, "shape": [int >= -1, ...]}`."""
+    """Refuse a TENSOR_SIGNATURE_ENV that Open Inference metadata could not show: JSON `{"inputs":
+    [...], "outputs": [...]}`, each tensor `{"name": str, "datatype": a V2 datatype, "shape": [int
+    >= -1, ...]}`."""
     import json
 
     try:

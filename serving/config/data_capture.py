@@ -1,9 +1,10 @@
-"""An endpoint's DataCaptureConfig: SageMaker's field names, and a local folder as well as S3 as its destination.
+"""An endpoint's DataCaptureConfig: SageMaker's field names, and a local folder as well as S3 as its
+destination.
 
-A sampled share of the endpoint's invocations is written, request and answer, in SageMaker's capture record format
-(`serving.gateway.capture`). In a spec the destination may be a folder of this machine (`file:///path` or an
-absolute path: the operator who writes the spec chooses it, as for ModelDataUrl); `s3://bucket/prefix` is written
-with the gateway's own credentials.
+A sampled share of the endpoint's invocations is written, request and answer, in SageMaker's capture
+record format (`serving.gateway.capture`). In a spec the destination may be a folder of this machine
+(`file:///path` or an absolute path: the operator who writes the spec chooses it, as for
+ModelDataUrl); `s3://bucket/prefix` is written with the gateway's own credentials.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ class CaptureOption(Document):
 
 
 class CaptureContentTypes(Document):
-    """Which content types are captured as text (CSV or JSON); any other body is captured base64-encoded."""
+    """Which content types are captured as text (CSV or JSON); any other body is captured
+    base64-encoded."""
 
     CsvContentTypes: list[str] = Field(default_factory=lambda: [CSV], min_length=1, max_length=10)
     JsonContentTypes: list[str] = Field(default_factory=lambda: [JSON], min_length=1, max_length=10)
@@ -108,7 +110,8 @@ class DataCaptureConfig(Document):
 
 
 def capture_summary(document: Mapping[str, Any]) -> dict[str, Any]:
-    """DescribeEndpoint's DataCaptureConfig (the shape SageMaker calls DataCaptureConfigSummary) of a validated config."""
+    """DescribeEndpoint's DataCaptureConfig (the shape SageMaker calls DataCaptureConfigSummary) of
+    a validated config."""
     summary = {
         "EnableCapture": document["EnableCapture"],
         "CaptureStatus": "Started" if document["EnableCapture"] else "Stopped",

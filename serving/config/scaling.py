@@ -1,4 +1,5 @@
-"""Autoscaling fields of the endpoint spec: Application Auto Scaling's target tracking, per container or per endpoint."""
+"""Autoscaling fields of the endpoint spec: Application Auto Scaling's target tracking, per
+container or per endpoint."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ class PredefinedMetric(Document):
 
 
 class CustomizedMetric(Document):
-    """A metric the container reports itself (its `code/inference.py` defines `autoscaling_metrics`)."""
+    """A metric the container reports itself (its `code/inference.py` defines
+    `autoscaling_metrics`)."""
 
     MetricName: Annotated[
         str,

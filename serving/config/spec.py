@@ -1,4 +1,5 @@
-"""The endpoint spec: SageMaker CreateModel-shaped fields, validated by pydantic, and how a spec file is loaded.
+"""The endpoint spec: SageMaker CreateModel-shaped fields, validated by pydantic, and how a spec
+file is loaded.
 
 One source of truth for configuration. Every rejection names the field at fault
 (`Containers[1].ContainerHostname: ...`) so users can fix their YAML quickly. The fields of one
@@ -178,7 +179,8 @@ class EndpointSpec(Document):
 
     @model_validator(mode="after")
     def _async_needs_no_target(self) -> EndpointSpec:
-        # InvokeEndpointAsync has no TargetContainerHostname nor TargetModel: its chain must be implied.
+        # InvokeEndpointAsync has no TargetContainerHostname nor TargetModel: its chain must be
+        # implied.
         if self.AsyncInferenceConfig is None:
             return self
         if self.mode is ExecutionMode.DIRECT and len(self.Containers) > 1:
@@ -236,7 +238,8 @@ class EndpointSpec(Document):
 
     @model_validator(mode="after")
     def _multi_model_is_direct(self) -> EndpointSpec:
-        # As on SageMaker: one TargetModel header could not say which container of a chain it is for.
+        # As on SageMaker: one TargetModel header could not say which container of a chain it is
+        # for.
         if self.mode is ExecutionMode.SERIAL:
             for index, container in enumerate(self.Containers):
                 if container.Mode is ContainerMode.MULTI:

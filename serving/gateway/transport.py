@@ -8,10 +8,10 @@ replica, within the caller's deadline: inference is idempotent unless the contai
 otherwise (`SERVING_IDEMPOTENT: "false"`). A connection lost after the answer began is
 never retried: the container reported, or may have reported, something.
 
-A streamed hop (InvokeEndpointWithResponseStream) is handed on as its bytes arrive: aiohttp's read buffer
-(64 KiB before it stops reading the socket) is all it holds, so a slow caller slows the container rather than
-filling the gateway's memory. Its replica counts as busy until the stream ends; closing the stream closes the
-connection, which the container sees as its caller gone.
+A streamed hop (InvokeEndpointWithResponseStream) is handed on as its bytes arrive: aiohttp's read
+buffer (64 KiB before it stops reading the socket) is all it holds, so a slow caller slows the
+container rather than filling the gateway's memory. Its replica counts as busy until the stream
+ends; closing the stream closes the connection, which the container sees as its caller gone.
 """
 
 from __future__ import annotations
@@ -56,16 +56,19 @@ class HopResponse:
     content_type: str | None
     custom_attributes: str | None
     model_resolved: bool = False  # a MultiModel container answered about a model it resolved
-    platform: bool = False  # an error answer the container marks as the platform's refusal, not its model's
+    # an error answer the container marks as the platform's refusal, not its model's
+    platform: bool = False
     log_stream: str | None = None  # where the container's logs are (on its error answers)
-    chunks: HopStream | None = None  # a streamed answer's body, as it arrives (`body` is then empty)
+    # a streamed answer's body, as it arrives (`body` is then empty)
+    chunks: HopStream | None = None
 
 
 class StreamBroken(Exception):
     """The connection to a container broke while its answer was streaming."""
 
 
-# What aiohttp would add to a request that lacks them (and what containers have always received then).
+# What aiohttp would add to a request that lacks them (and what containers have always received
+# then).
 _DEFAULT_HEADERS = {"content-type": protocol.OCTET_STREAM, "accept": "*/*"}
 
 
@@ -78,15 +81,17 @@ def _with_defaults(headers: Mapping[str, str]) -> dict[str, str]:
 # unless that replica has this many more requests in flight than the least busy one: then a
 # second replica loads the model too, so a hot model spreads instead of queueing on one.
 SPILL_IN_FLIGHT = 2
-# A replica on the gateway's own node (a Unix socket, no network) is preferred while it carries at most this many
-# more requests in flight than the least busy replica elsewhere; past that the hop leaves the node. So a node that
-# receives all the traffic still spreads it over every node's replicas, by least outstanding requests.
+# A replica on the gateway's own node (a Unix socket, no network) is preferred while it carries at
+# most this many more requests in flight than the least busy replica elsewhere; past that the hop
+# leaves the node. So a node that receives all the traffic still spreads it over every node's
+# replicas, by least outstanding requests.
 LOCAL_SLACK = 2
 MAX_HOMES = 100_000  # remembered (container, model) -> replica pairs, least recently used dropped
 
 
 class ContainerTransport:
-    """Sends invocations to the least-busy replica of a container (to a model's home for MultiModel)."""
+    """Sends invocations to the least-busy replica of a container (to a model's home for
+    MultiModel)."""
 
     def __init__(
         self,
@@ -95,10 +100,11 @@ class ContainerTransport:
         unix_sockets: bool = False,
         local_hosts: frozenset[str] = frozenset(),
     ) -> None:
-        """`hop_key(endpoint, container)`: the key each hop to that container is signed with (`trust.hops`);
-        None sends unsigned hops (tests of containers that verify nothing). `unix_sockets`: plain hops to a
-        replica on this machine go through its data port's Unix socket (`http.local_socket`). `local_hosts`: the
-        addresses of this node, whose replicas are preferred (LOCAL_SLACK)."""
+        """`hop_key(endpoint, container)`: the key each hop to that container is signed with
+        (`trust.hops`); None sends unsigned hops (tests of containers that verify nothing).
+        `unix_sockets`: plain hops to a replica on this machine go through its data port's Unix
+        socket (`http.local_socket`). `local_hosts`: the addresses of this node, whose replicas are
+        preferred (LOCAL_SLACK)."""
         self._hop_key = hop_key
         self._local_hosts = local_hosts
         self._homes: OrderedDict[tuple[str, str, str], str] = OrderedDict()
@@ -128,8 +134,8 @@ class ContainerTransport:
         limits: Mapping[tuple[str, str], int] | None = None,
         not_idempotent: set[tuple[str, str]] | None = None,
     ) -> None:
-        """Replace the replica table (and per-replica in-flight limits, and which containers may not be
-        retried), keeping counts of replicas that stay."""
+        """Replace the replica table (and per-replica in-flight limits, and which containers may not
+        be retried), keeping counts of replicas that stay."""
         if limits is not None:
             self._limits = dict(limits)
         if not_idempotent is not None:
@@ -195,17 +201,20 @@ class ContainerTransport:
         stream: bool = False,
         stream_timeout: float | None = None,
     ) -> HopResponse:
-        """POST /invocations on one replica of the container; raises ModelNotReadyError if none answers, and
-        TimeoutError when `timeout` (seconds, a retry on another replica included) runs out first.
+        """POST /invocations on one replica of the container; raises ModelNotReadyError if none
+        answers, and TimeoutError when `timeout` (seconds, a retry on another replica included) runs
+        out first.
 
-        `affinity`: a MultiModel request's TargetModel, routed to the replica that holds it when it can.
-        `stream`: ask for an event stream; a successful answer returns once its headers arrive, with `chunks`
-        (bounded by `stream_timeout` in all, raising TimeoutError past it, StreamBroken if the connection breaks).
+        `affinity`: a MultiModel request's TargetModel, routed to the replica that holds it when it
+        can. `stream`: ask for an event stream; a successful answer returns once its headers arrive,
+        with `chunks` (bounded by `stream_timeout` in all, raising TimeoutError past it,
+        StreamBroken if the connection breaks).
         """
         assert self._session is not None, "transport not started"
         key = (endpoint, container)
         home_key = (endpoint, container, affinity) if affinity is not None else None
-        headers = _with_defaults(headers)  # sign exactly what is sent: no client adds a header after signing
+        # sign exactly what is sent: no client adds a header after signing
+        headers = _with_defaults(headers)
         if stream:
             headers[protocol.HOP_STREAM_HEADER] = "true"
         if self._hop_key is not None:
@@ -253,7 +262,8 @@ class ContainerTransport:
                             log_stream=response.headers.get(protocol.LOG_STREAM),
                             chunks=HopStream(response, replica) if streaming else None,
                         )
-                        held = streaming  # the stream releases the replica and the connection when it ends
+                        # the stream releases the replica and the connection when it ends
+                        held = streaming
                     finally:
                         if not held:
                             response.release()
@@ -282,8 +292,9 @@ class ContainerTransport:
         raise ModelNotReadyError(f"container {container} of endpoint {endpoint} has no ready replica; retry shortly")
 
     async def read(self, endpoint: str, container: str, path: str, timeout: float) -> HopResponse:
-        """GET `path` on one replica of the container, signed as a hop (its model's signature, say); raises
-        ModelNotReadyError when it has no replica, ModelError when the one asked does not answer."""
+        """GET `path` on one replica of the container, signed as a hop (its model's signature, say);
+        raises ModelNotReadyError when it has no replica, ModelError when the one asked does not
+        answer."""
         assert self._session is not None, "transport not started"
         replicas = self._replicas.get((endpoint, container))
         if not replicas:
@@ -295,8 +306,9 @@ class ContainerTransport:
     async def each(
         self, endpoint: str, container: str, method: str, path: str, body: bytes, timeout: float
     ) -> list[HopResponse]:
-        """`method path` with `body` on every replica of the container at once, signed as hops (a MultiModel
-        container's repository: each replica has its own cache); ModelNotReadyError when it has none."""
+        """`method path` with `body` on every replica of the container at once, signed as hops (a
+        MultiModel container's repository: each replica has its own cache); ModelNotReadyError when
+        it has none."""
         replicas = list(self._replicas.get((endpoint, container), ()))
         if not replicas:
             raise ModelNotReadyError(
@@ -343,8 +355,8 @@ class ContainerTransport:
 
 
 class HopStream:
-    """A streamed answer's bytes as they arrive. Its replica counts as busy and its connection stays open until
-    `close()` (idempotent; also when the bytes run out or the connection breaks)."""
+    """A streamed answer's bytes as they arrive. Its replica counts as busy and its connection stays
+    open until `close()` (idempotent; also when the bytes run out or the connection breaks)."""
 
     def __init__(self, response: aiohttp.ClientResponse, replica: Replica) -> None:
         self._response = response
@@ -366,7 +378,8 @@ class HopStream:
         if self._replica is not None:
             self._replica.in_flight -= 1
             self._replica = None
-            self._response.close()  # not back to the pool: a stream left unfinished must end at the container too
+            # not back to the pool: a stream left unfinished must end at the container too
+            self._response.close()
 
 
 def _lost(container: str, error: Exception) -> ModelError:

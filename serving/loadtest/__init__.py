@@ -1,15 +1,15 @@
 """`serving loadtest`: drive an endpoint with Locust and write a JSON + HTML report.
 
-Locust monkey-patches the whole process with gevent when it is imported, and that patching
-breaks (RecursionError in ssl) once urllib3 or botocore have been imported unpatched, which
-`serving.cli` already has. So the load test runs in a fresh interpreter
-(`python -m serving.loadtest`, see `__main__`) that imports Locust before anything else, and only
-`locust_driver` and `__main__` import Locust. Everything else here (scenario math, options, the report)
-is plain Python, testable without Locust.
+Locust monkey-patches the whole process with gevent when it is imported, and that patching breaks
+(RecursionError in ssl) once urllib3 or botocore have been imported unpatched, which `serving.cli`
+already has. So the load test runs in a fresh interpreter (`python -m serving.loadtest`, see
+`__main__`) that imports Locust before anything else, and only `locust_driver` and `__main__` import
+Locust. Everything else here (scenario math, options, the report) is plain Python, testable without
+Locust.
 
-Modules: `command` (start to finish), `options` (arguments to a plan), `scenarios` (what each scenario sends),
-`locust_driver` (every use of Locust), `recorder` (raw outcomes), `report` and `plots` (report.json, the summary,
-report.html), `probe` (the server's description and metrics).
+Modules: `command` (start to finish), `options` (arguments to a plan), `scenarios` (what each
+scenario sends), `locust_driver` (every use of Locust), `recorder` (raw outcomes), `report` and
+`plots` (report.json, the summary, report.html), `probe` (the server's description and metrics).
 """
 
 from __future__ import annotations
@@ -21,11 +21,13 @@ import signal
 import subprocess
 import sys
 
-ARGS_VARIABLE = "SERVING_LOADTEST_ARGS"  # the parsed arguments, as JSON, for the child (not argv: it holds keys)
+# the parsed arguments, as JSON, for the child (not argv: it holds keys)
+ARGS_VARIABLE = "SERVING_LOADTEST_ARGS"
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run the load test `args` describe (from `serving loadtest ...`) in a child interpreter; its exit code."""
+    """Run the load test `args` describe (from `serving loadtest ...`) in a child interpreter; its
+    exit code."""
     parser = getattr(args, "_parser", None)
     options = {k: v for k, v in vars(args).items() if k not in ("func", "_parser")}
     options["_usage"] = parser.format_usage() if parser else ""

@@ -15,7 +15,8 @@ from serving.loadtest import ARGS_VARIABLE
 from serving.loadtest.command import run
 
 if __name__ == "__main__":
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C ends the run early, even if inherited ignored
+    # Ctrl-C ends the run early, even if inherited ignored
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     if ARGS_VARIABLE not in os.environ:
         sys.exit("run this through `serving loadtest ...` (see `serving loadtest --help`)")
     sys.exit(run(argparse.Namespace(**json.loads(os.environ.pop(ARGS_VARIABLE)))))

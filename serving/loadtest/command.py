@@ -75,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
     if baseline is not None:
         origin, path = baseline
         print(f"baseline: the same load against {origin}{path}", flush=True)
-        baseline_plan = dataclasses.replace(plan, auth=Anonymous())  # never send credentials to another server
+        # never send credentials to another server
+        baseline_plan = dataclasses.replace(plan, auth=Anonymous())
         requests = {t: Prepared(path, p.headers, p.body) for t, p in plan.requests.items()}
         baseline_result = locust_driver.run_load(
             baseline_plan, "baseline", origin, requests, origin, poll=False, on_progress=_progress
@@ -104,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _usage_error(args: argparse.Namespace, error: OptionError) -> int:
-    """Report a bad argument as argparse does (usage line, then `PROG: error: argument FLAG: ...`), exit 2."""
+    """Report a bad argument as argparse does (usage line, then `PROG: error: argument FLAG: ...`),
+    exit 2."""
     usage = getattr(args, "_usage", "")
     if usage:
         print(usage.rstrip(), file=sys.stderr)
@@ -134,7 +136,8 @@ def _progress(load: Any) -> None:
 
 def _read_invocations(plan: Plan) -> tuple[float | None, str | None]:
     try:
-        # A Serial request counts once per container of the chain: compare with the first one's count.
+        # A Serial request counts once per container of the chain: compare with the first one's
+        # count.
         first = plan.containers[0] if plan.scenario.name == "serial" and plan.containers else None
         return probe.read_invocations(plan.base_url, plan.endpoint, plan.auth, container=first), None
     except probe.ProbeError as error:
@@ -142,7 +145,8 @@ def _read_invocations(plan: Plan) -> tuple[float | None, str | None]:
 
 
 def _metrics_check(plan: Plan, before: tuple[float | None, str | None], answered: int) -> dict[str, Any]:
-    """Read the counter after the run, a few times if it lags (metrics can be exported asynchronously)."""
+    """Read the counter after the run, a few times if it lags (metrics can be exported
+    asynchronously)."""
     after: tuple[float | None, str | None] = (None, None)
     for attempt in range(4):
         after = _read_invocations(plan)

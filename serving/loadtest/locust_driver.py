@@ -1,11 +1,12 @@
-"""Locust glue: every use of Locust's API is here (`__main__` only imports it first, for gevent's patching).
+"""Locust glue: every use of Locust's API is here (`__main__` only imports it first, for gevent's
+patching).
 
-Two load modes over one send path: closed loop (`--users N`: each user sends its next request when the last is
-answered) and open loop (`--rate R`: each request launched at its intended time, answered or not, so no
-coordinated omission; a request due while `--max-in-flight` are out is counted as dropped, and latency runs from
-the intended send time, so a generator falling behind shows as latency and `lag_ms`, not as missing samples).
-Runs end by a flag, not by killing users: requests in flight are waited for, so every request the server saw
-is counted.
+Two load modes over one send path: closed loop (`--users N`: each user sends its next request when
+the last is answered) and open loop (`--rate R`: each request launched at its intended time,
+answered or not, so no coordinated omission; a request due while `--max-in-flight` are out is
+counted as dropped, and latency runs from the intended send time, so a generator falling behind
+shows as latency and `lag_ms`, not as missing samples). Runs end by a flag, not by killing users:
+requests in flight are waited for, so every request the server saw is counted.
 """
 
 from __future__ import annotations
@@ -36,12 +37,14 @@ TICK_S = 0.1  # how often the control loop checks the deadline
 
 
 class Load:
-    """State shared by the users of one run: what to send, whether to keep sending, and the results."""
+    """State shared by the users of one run: what to send, whether to keep sending, and the
+    results."""
 
     def __init__(self, plan: Plan, result: RunResult, requests: dict[Target, Prepared], signing_base: str) -> None:
         self.plan, self.result, self.requests = plan, result, requests
         self.signing_base = signing_base  # the URL origin + prefix the requests are signed for
-        self.t0: float | None = None  # perf_counter at the run's time 0 (set by the first user to start)
+        # perf_counter at the run's time 0 (set by the first user to start)
+        self.t0: float | None = None
         self.stopping = False
         self.exhausted = False  # --max-requests reached
         self.schedule_done = False  # the open-loop schedule has no more arrivals
@@ -64,11 +67,13 @@ class Load:
         return self._next_index - 1
 
     def claim(self) -> bool:
-        """Take one request from the --max-requests budget; False once the run should send no more."""
+        """Take one request from the --max-requests budget; False once the run should send no
+        more."""
         if self.stopping:
             return False
         if not self.plan.open_loop and self.t0 is not None and self.elapsed() >= self.plan.duration:
-            self.stopping = True  # users stop at the deadline themselves, not a control-loop tick later
+            # users stop at the deadline themselves, not a control-loop tick later
+            self.stopping = True
             return False
         if self.plan.max_requests is not None and self.launched >= self.plan.max_requests:
             self.exhausted = True
@@ -84,10 +89,12 @@ class Load:
 
 
 def send(client: Any, load: Load, target: Target, intended: float) -> None:
-    """Send one invocation and record it; latency runs from `intended` (perf_counter) to the full answer.
+    """Send one invocation and record it; latency runs from `intended` (perf_counter) to the full
+    answer.
 
-    The caller counted the request in `load.in_flight` when it launched it: a greenlet the scheduler has
-    spawned may not have started yet when the control loop looks, and the run must not end without it."""
+    The caller counted the request in `load.in_flight` when it launched it: a greenlet the scheduler
+    has spawned may not have started yet when the control loop looks, and the run must not end
+    without it."""
     try:
         prepared = load.requests[target]
         url = load.signing_base + prepared.path
@@ -96,7 +103,8 @@ def send(client: Any, load: Load, target: Target, intended: float) -> None:
             "POST", prepared.path, data=prepared.body, headers=headers, name=target.label, catch_response=True
         ) as response:
             latency_ms = (time.perf_counter() - intended) * 1000
-            response.request_meta["response_time"] = latency_ms  # Locust's own stats (web UI) agree with ours
+            # Locust's own stats (web UI) agree with ours
+            response.request_meta["response_time"] = latency_ms
             status = response.status_code or 0
             code = None if 200 <= status < 300 else error_code(status, response)
             if code is None:
@@ -109,8 +117,8 @@ def send(client: Any, load: Load, target: Target, intended: float) -> None:
 
 
 def error_code(status: int, response: Any) -> str:
-    """The SageMaker error code of a failed answer (x-amzn-ErrorType, else the body's __type), else a
-    name for what went wrong (`HTTP 502`, or the exception when no answer came)."""
+    """The SageMaker error code of a failed answer (x-amzn-ErrorType, else the body's __type), else
+    a name for what went wrong (`HTTP 502`, or the exception when no answer came)."""
     if not status:
         error = getattr(response, "error", None)
         return type(error).__name__ if error is not None else "NoResponse"
@@ -142,7 +150,8 @@ class _Invoker(FastHttpUser):
     @task
     def invoke(self) -> None:
         load = self.load
-        # The step scenario gates users by index rather than stopping them, so no request is killed mid-flight.
+        # The step scenario gates users by index rather than stopping them, so no request is killed
+        # mid-flight.
         if load.stopping or self.index >= load.active_users():
             gevent.sleep(0.05)  # idle: stopping, or this user is above the step's current level
             return
@@ -180,7 +189,8 @@ class _Scheduler(FastHttpUser):
                     load.result.drop(due, target.label)
                     continue
                 load.result.lag_ms.append((time.perf_counter() - intended) * 1000)
-                load.in_flight += 1  # from the launch, not from when the greenlet first runs (see send)
+                # from the launch, not from when the greenlet first runs (see send)
+                load.in_flight += 1
                 pool.spawn(send, self.client, load, target, intended)
         finally:
             load.schedule_done = True
@@ -212,7 +222,8 @@ def _user_class(load: Load, host: str) -> type[FastHttpUser]:
 
 
 def _poll_replicas(plan: Plan, load: Load, result: RunResult) -> None:
-    """Record each container's CurrentReplicas every poll interval; failures are noted, never fatal."""
+    """Record each container's CurrentReplicas every poll interval; failures are noted, never
+    fatal."""
     while True:
         sample_replicas(plan, result, load.elapsed())
         gevent.sleep(plan.poll_interval)
@@ -237,8 +248,10 @@ def run_load(
     web_port: int | None = None,
     on_progress: Callable[[Load], None] | None = None,
 ) -> RunResult:
-    """Run one load against `host` (origin + prefix of the request paths) and return its raw result."""
-    logging.getLogger("locust.runners").setLevel(logging.ERROR)  # its "spawn rate > 100" warning: we spawn at once
+    """Run one load against `host` (origin + prefix of the request paths) and return its raw
+    result."""
+    # its "spawn rate > 100" warning: we spawn at once
+    logging.getLogger("locust.runners").setLevel(logging.ERROR)
     result = RunResult(name)
     load = Load(plan, result, requests, signing_base)
     users = 1 if plan.open_loop else max(1, int(math.ceil(plan.peak_level)))
@@ -246,15 +259,17 @@ def run_load(
     runner = environment.create_local_runner()
     if web_port is not None:
         environment.create_web_ui("127.0.0.1", web_port)
-        gevent.sleep(1.0)  # let the UI finish starting before the schedule begins: it shares this event loop
+        # let the UI finish starting before the schedule begins: it shares this event loop
+        gevent.sleep(1.0)
     poller = gevent.spawn(_poll_replicas, plan, load, result) if poll else None
     runner.start(users, spawn_rate=users)
     try:
         last_report = 0.0
         while True:
             gevent.sleep(TICK_S)
-            # The open loop ends with its schedule (every arrival due before the deadline is sent, late if
-            # need be), unless the generator has fallen hopelessly behind; the closed loop at the deadline.
+            # The open loop ends with its schedule (every arrival due before the deadline is sent,
+            # late if need be), unless the generator has fallen hopelessly behind; the closed loop
+            # at the deadline.
             overtime = max(5.0, 0.1 * plan.duration) if plan.open_loop else 0.0
             if load.t0 is not None and load.elapsed() >= plan.duration + overtime:
                 break

@@ -1,7 +1,8 @@
-"""From `serving loadtest` arguments and the endpoint's description to a `Plan`: what to send, how much, how long.
+"""From `serving loadtest` arguments and the endpoint's description to a `Plan`: what to send, how
+much, how long.
 
-Every mistake is an `OptionError` naming the flag at fault, which the CLI turns into an argparse error
-(exit 2). Requests are built with the SDK's own helpers (`encode_payload`, `invocation_path`,
+Every mistake is an `OptionError` naming the flag at fault, which the CLI turns into an argparse
+error (exit 2). Requests are built with the SDK's own helpers (`encode_payload`, `invocation_path`,
 `invocation_headers`), so the harness sends what `serving.client` sends; only the signature is added
 per request, as the SDK does per attempt.
 """
@@ -88,7 +89,8 @@ class Plan:
         return {
             "endpoint_url": f"{self.base_url}/endpoints/{self.endpoint}",
             "endpoint": self.endpoint,
-            "load_mode": "open" if self.open_loop else "closed",  # fixed arrival rate, or fixed concurrency
+            # fixed arrival rate, or fixed concurrency
+            "load_mode": "open" if self.open_loop else "closed",
             "rate" if self.open_loop else "users": None if self.scenario.level(0.0) is not None else self.level,
             "duration_s": self.duration,
             "max_requests": self.max_requests,
@@ -156,7 +158,8 @@ def parse_levels(text: str) -> list[float]:
 def parse_payloads(
     payloads: list[str] | None, payload_json: str | None, content_type: str | None
 ) -> tuple[tuple[bytes, str], dict[str, tuple[bytes, str]]]:
-    """(default body and content type, per-container ones) from --payload [CONTAINER=]FILE and --payload-json."""
+    """(default body and content type, per-container ones) from --payload [CONTAINER=]FILE and
+    --payload-json."""
     per_container: dict[str, tuple[bytes, str]] = {}
     default: tuple[bytes, str] | None = None
     for value in payloads or []:
@@ -263,7 +266,8 @@ def build_scenario(args: argparse.Namespace, description: Mapping[str, Any], dur
             return scenarios.Zipf(models, args.zipf_s, container)
         except ValueError as error:
             raise OptionError("--zipf-s", str(error)) from None
-    raise OptionError("scenario", f"unknown scenario {name!r}")  # argparse's choices catch this first
+    # argparse's choices catch this first
+    raise OptionError("scenario", f"unknown scenario {name!r}")
 
 
 def _multimodel_container(args: argparse.Namespace, description: Mapping[str, Any], known) -> str | None:

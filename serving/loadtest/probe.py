@@ -69,8 +69,9 @@ def replica_counts(description: Mapping[str, Any]) -> dict[str, int]:
 
 
 def invocations_total(text: str, endpoint: str, container: str | None = None) -> float | None:
-    """Sum of `serving_invocations_total` over every container (or only `container`) and model of `endpoint`
-    (None: not exposed). The server counts a Serial request once per container of its chain."""
+    """Sum of `serving_invocations_total` over every container (or only `container`) and model of
+    `endpoint` (None: not exposed). The server counts a Serial request once per container of its
+    chain."""
     from prometheus_client.parser import text_string_to_metric_families
 
     total, seen = 0.0, False
@@ -91,7 +92,8 @@ def invocations_total(text: str, endpoint: str, container: str | None = None) ->
 def read_invocations(
     base_url: str, endpoint: str, auth: Authenticator, timeout: float = 5.0, container: str | None = None
 ) -> float | None:
-    """The server's invocation count for `endpoint` now, from `GET /metrics` (ProbeError if unreadable)."""
+    """The server's invocation count for `endpoint` now, from `GET /metrics` (ProbeError if
+    unreadable)."""
     text = get(f"{base_url}/metrics", auth, "text/plain", timeout).decode("utf-8", "replace")
     try:
         return invocations_total(text, endpoint, container)

@@ -18,7 +18,8 @@ class Sample(NamedTuple):
     label: str  # the container it targeted (scenarios.ENDPOINT_LABEL when none)
     model: str | None  # its TargetModel, for MultiModel traffic
     status: int  # HTTP status; 0 when no answer came (connection refused, reset, timeout)
-    error: str | None  # None on 2xx; else the error code (x-amzn-ErrorType), or the exception's name
+    # None on 2xx; else the error code (x-amzn-ErrorType), or the exception's name
+    error: str | None
 
 
 @dataclass
@@ -29,10 +30,14 @@ class RunResult:
     started_at: float = 0.0  # wall clock (epoch seconds) at the run's time 0
     ended_at: float = 0.0  # wall clock when the last answer was in (or the drain gave up)
     samples: list[Sample] = field(default_factory=list)
-    dropped: list[tuple[float, str]] = field(default_factory=list)  # (due time, label): refused by --max-in-flight
-    unfinished: int = 0  # still in flight when the drain timed out (neither answered nor counted as dropped)
-    lag_ms: list[float] = field(default_factory=list)  # open loop: how late each request left its schedule
-    replicas: list[tuple[float, dict[str, int]]] = field(default_factory=list)  # (seconds from start, counts)
+    # (due time, label): refused by --max-in-flight
+    dropped: list[tuple[float, str]] = field(default_factory=list)
+    # still in flight when the drain timed out (neither answered nor counted as dropped)
+    unfinished: int = 0
+    # open loop: how late each request left its schedule
+    lag_ms: list[float] = field(default_factory=list)
+    # (seconds from start, counts)
+    replicas: list[tuple[float, dict[str, int]]] = field(default_factory=list)
     replica_errors: list[str] = field(default_factory=list)
     levels: list[float] = field(default_factory=list)  # planned load level at each second
     cpu_warning: bool = False  # Locust saw the load generator's CPU above 90%
@@ -48,7 +53,8 @@ class RunResult:
 
     @property
     def answered(self) -> int:
-        """Requests the server answered (any status): what the server's own counters should have seen."""
+        """Requests the server answered (any status): what the server's own counters should have
+        seen."""
         return sum(1 for s in self.samples if s.status)
 
 

@@ -18,11 +18,13 @@ from typing import Any
 
 from serving.loadtest.recorder import RunResult, Sample
 
-LAG_WARNING_MS = 10.0  # open-loop p99 launch lag above this: the generator, not the server, set the pace
+# open-loop p99 launch lag above this: the generator, not the server, set the pace
+LAG_WARNING_MS = 10.0
 
 
 def percentiles(values: Iterable[float]) -> dict[str, float | None]:
-    """Nearest-rank p50/p90/p99, max and mean (milliseconds, 3 decimals); None for an empty sample."""
+    """Nearest-rank p50/p90/p99, max and mean (milliseconds, 3 decimals); None for an empty
+    sample."""
     ordered = sorted(values)
     if not ordered:
         return {"p50": None, "p90": None, "p99": None, "max": None, "mean": None}
@@ -90,7 +92,8 @@ def per_model(result: RunResult, top: int = 50) -> dict[str, int]:
 
 
 def timeseries(result: RunResult, duration: float) -> list[dict[str, Any]]:
-    """One row per second of the run: planned level, requests, errors (by code), drops, latency percentiles."""
+    """One row per second of the run: planned level, requests, errors (by code), drops, latency
+    percentiles."""
     last = max([s.sent for s in result.samples] + [t for t, _ in result.dropped] + [0.0])
     seconds = max(int(math.ceil(duration)), int(last) + 1)
     buckets: list[list[Sample]] = [[] for _ in range(seconds)]
@@ -119,7 +122,8 @@ def timeseries(result: RunResult, duration: float) -> list[dict[str, Any]]:
 
 
 def replicas(result: RunResult) -> dict[str, Any]:
-    """CurrentReplicas per container over time: {container: [[seconds, replicas], ...]} and poll errors."""
+    """CurrentReplicas per container over time: {container: [[seconds, replicas], ...]} and poll
+    errors."""
     series: dict[str, list[list[float]]] = defaultdict(list)
     for at, counts in result.replicas:
         for container, count in counts.items():
@@ -183,7 +187,8 @@ def build_report(
     baseline_url: str | None = None,
     metrics_check: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The whole report: the main run's summary at top level, then the baseline and the metrics check."""
+    """The whole report: the main run's summary at top level, then the baseline and the metrics
+    check."""
     report: dict[str, Any] = {"scenario": scenario, "parameters": dict(parameters), **summarize(result, duration)}
     if baseline is not None:
         summary = summarize(baseline, duration)
@@ -210,7 +215,8 @@ def build_report(
 
 
 def metrics_check(before: float | None, after: float | None, answered: int, error: str | None = None) -> dict[str, Any]:
-    """The server's serving_invocations_total for the endpoint around the run, against the harness's count."""
+    """The server's serving_invocations_total for the endpoint around the run, against the harness's
+    count."""
     difference = after - before if before is not None and after is not None else None
     return {
         "metric": "serving_invocations_total",

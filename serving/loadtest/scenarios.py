@@ -21,7 +21,8 @@ ENDPOINT_LABEL = "(endpoint)"  # per-target label of requests that name no conta
 
 @dataclass(frozen=True)
 class Target:
-    """Where one request goes: a container hostname (None: the endpoint decides) and a MultiModel model."""
+    """Where one request goes: a container hostname (None: the endpoint decides) and a MultiModel
+    model."""
 
     container: str | None
     model: str | None = None
@@ -32,7 +33,8 @@ class Target:
 
 
 class Weighted:
-    """Draws keys in proportion to their weights from one uniform number (so callers own the randomness)."""
+    """Draws keys in proportion to their weights from one uniform number (so callers own the
+    randomness)."""
 
     def __init__(self, weights: Mapping[str | None, float]) -> None:
         if not weights or any(w < 0 or not math.isfinite(w) for w in weights.values()):
@@ -46,7 +48,8 @@ class Weighted:
 
     def pick(self, uniform: float) -> str | None:
         index = bisect.bisect_right(self._cumulative, uniform)
-        return self.keys[min(index, len(self.keys) - 1)]  # float rounding can leave the last sum below 1
+        # float rounding can leave the last sum below 1
+        return self.keys[min(index, len(self.keys) - 1)]
 
 
 def zipf_weights(n: int, s: float) -> list[float]:
@@ -71,7 +74,8 @@ def model_names(n: int, pattern: str, start: int = 0) -> list[str]:
 
 
 def shift_fraction(elapsed: float, duration: float) -> float:
-    """Share of traffic on the shift's destination: 0 until 25% of the run, linear to 1 at 75%, then 1."""
+    """Share of traffic on the shift's destination: 0 until 25% of the run, linear to 1 at 75%, then
+    1."""
     start, end = 0.25 * duration, 0.75 * duration
     if elapsed <= start:
         return 0.0
@@ -81,8 +85,8 @@ def shift_fraction(elapsed: float, duration: float) -> float:
 
 
 def step_level(elapsed: float, levels: Sequence[float], step_seconds: float, ramp: bool = False) -> float:
-    """The load level at `elapsed`: each level held for `step_seconds` (the last one held after), or,
-    with `ramp`, moving linearly from each level to the next over its step."""
+    """The load level at `elapsed`: each level held for `step_seconds` (the last one held after),
+    or, with `ramp`, moving linearly from each level to the next over its step."""
     index = int(max(elapsed, 0.0) // step_seconds)
     if index >= len(levels) - 1:
         return float(levels[-1])
@@ -97,9 +101,10 @@ def arrival_times(
 ) -> Iterator[float]:
     """Intended send times (seconds from the start, below `duration`) of an open-loop schedule.
 
-    The k-th request is due when the integrated rate reaches k (so a constant 50/s for 2 s is exactly
-    100 requests, and a step or ramp gets exactly its area). With `rng`, the gaps in integrated rate are
-    exponential instead of 1: a Poisson process that follows the same (time-varying) rate.
+    The k-th request is due when the integrated rate reaches k (so a constant 50/s for 2 s is
+    exactly 100 requests, and a step or ramp gets exactly its area). With `rng`, the gaps in
+    integrated rate are exponential instead of 1: a Poisson process that follows the same
+    (time-varying) rate.
     """
     area, due, index = 0.0, 0.0, 0
     while True:
@@ -132,7 +137,8 @@ class Scenario:
         return None
 
     def targets(self) -> list[Target]:
-        """Every target this scenario can send to (to encode payloads and headers once, up front)."""
+        """Every target this scenario can send to (to encode payloads and headers once, up
+        front)."""
         raise NotImplementedError
 
 
@@ -169,7 +175,8 @@ class Serial(Scenario):
 
 @dataclass
 class Shift(Scenario):
-    """Move traffic from container `source` to `destination` at constant total volume (see shift_fraction)."""
+    """Move traffic from container `source` to `destination` at constant total volume (see
+    shift_fraction)."""
 
     name: ClassVar[str] = "shift"
 

@@ -1,15 +1,16 @@
 """Start, watch and stop a container process (`model_server.main`) for a replica's supervisor.
 
-The supervisor binds the data port (loopback, or the node's address on a cluster), and a Unix socket for
-the same port for a gateway on this machine (`http.local_socket`), and hands both listening sockets to the
-child, which may bind nothing itself. The child starts as `launcher`, in an environment of the supervisor's
-allowlist only, confines itself and `exec`s the model server with the container's environment: its
-`Environment` (less `protocol.STARTUP_VARIABLES`) plus what Python needs, with a private scratch folder as
-HOME and TMPDIR, and nothing else of the supervisor's (no Ray address or token, no AWS variables of the
-host). Its sandbox gives it a network namespace of its own (unless the operator let it reach out: `egress_ports`),
-lets it read the Python install, this package, the system's libraries and its own model, and write only its
-scratch folder (see `sandbox` for the rest). A MultiModel container's S3 calls are made here for it
-(`models.s3_broker`). No Ray here.
+The supervisor binds the data port (loopback, or the node's address on a cluster), and a Unix socket
+for the same port for a gateway on this machine (`http.local_socket`), and hands both listening
+sockets to the child, which may bind nothing itself. The child starts as `launcher`, in an
+environment of the supervisor's allowlist only, confines itself and `exec`s the model server with
+the container's environment: its `Environment` (less `protocol.STARTUP_VARIABLES`) plus what Python
+needs, with a private scratch folder as HOME and TMPDIR, and nothing else of the supervisor's (no
+Ray address or token, no AWS variables of the host). Its sandbox gives it a network namespace of its
+own (unless the operator let it reach out: `egress_ports`), lets it read the Python install, this
+package, the system's libraries and its own model, and write only its scratch folder (see `sandbox`
+for the rest). A MultiModel container's S3 calls are made here for it (`models.s3_broker`). No Ray
+here.
 """
 
 from __future__ import annotations
@@ -48,19 +49,21 @@ from serving.trust import hops
 
 logger = logging.getLogger("serving.container_process")
 
-# `-I` keeps the environment's PYTHONPATH out, `-S` site-packages (the launcher needs the standard library only);
-# the launcher must still run this very `serving` package (the one the supervisor runs, wherever it was imported
-# from), so its folder goes first on the path.
+# `-I` keeps the environment's PYTHONPATH out, `-S` site-packages (the launcher needs the standard
+# library only); the launcher must still run this very `serving` package (the one the supervisor
+# runs, wherever it was imported from), so its folder goes first on the path.
 _LAUNCH = "import runpy, sys; sys.path.insert(0, sys.argv[1]); runpy.run_module('serving.model_server.launcher', run_name='__main__')"
 
 
 def log_stream(endpoint: str, hostname: str) -> str | None:
-    """Where a container process's output goes, as a caller may be told it (the LogStreamArn of the container's
-    errors): `<endpoint>/<hostname>/<file>`, the file behind the stderr it inherits from its supervisor (on Ray,
-    the replica worker's `worker-*.err` in the node's session log folder) named without its folder, which is a
-    path of the server; None when that is not a file (a terminal, a pipe)."""
+    """Where a container process's output goes, as a caller may be told it (the LogStreamArn of the
+    container's errors): `<endpoint>/<hostname>/<file>`, the file behind the stderr it inherits from
+    its supervisor (on Ray, the replica worker's `worker-*.err` in the node's session log folder)
+    named without its folder, which is a path of the server; None when that is not a file (a
+    terminal, a pipe)."""
     try:
-        target = os.readlink("/proc/self/fd/2")  # the descriptor the child inherits, whatever sys.stderr is now
+        # the descriptor the child inherits, whatever sys.stderr is now
+        target = os.readlink("/proc/self/fd/2")
     except OSError:
         return None
     if not (target.startswith("/") and os.path.isfile(target)):
@@ -81,19 +84,21 @@ class ContainerProcess:
         self.listener.listen(2048)
         host, port = self.listener.getsockname()[:2]
         self.url = f"http://[{host}]:{port}" if family == socket.AF_INET6 else f"http://{host}:{port}"
-        # The same port for a gateway on this machine, without TCP (None where no safe folder exists).
+        # The same port for a gateway on this machine, without TCP (None where no safe folder
+        # exists).
         self.unix_listener = local_socket.listen(host, port)
         self.unix_path = self.unix_listener.getsockname() if self.unix_listener is not None else None
         self.scratch = scratch.make(config.hostname)
         self.process: subprocess.Popen | None = None
         self.report: dict[str, Any] = {}
         self._lifeline_w: int | None = None
-        self._released = threading.Lock()  # held by whoever closes the listeners: the watcher or `stop`
+        # held by whoever closes the listeners: the watcher or `stop`
+        self._released = threading.Lock()
         self._stopping = False
 
     def _fetch_model(self, url: str) -> Path:
-        """A SingleModel's S3 model.tar.gz, fetched here, before the container starts and outside its sandbox, as
-        SageMaker's platform fetches it."""
+        """A SingleModel's S3 model.tar.gz, fetched here, before the container starts and outside
+        its sandbox, as SageMaker's platform fetches it."""
         from serving.models.artifacts import ArtifactError
         from serving.models.sources import ModelStoreError, fetch_archive
 
@@ -111,9 +116,10 @@ class ContainerProcess:
         return self.process is not None and self.process.poll() is None
 
     def start(self, timeout: float | None = None, on_exit: Callable[[int], None] | None = None) -> dict[str, Any]:
-        """Start the process and wait until it serves (or raise ContainerStartError with its reason). Should it exit
-        on its own later, its listeners are closed at once (a connection is refused, not left in a backlog nobody
-        accepts from) and `on_exit(exit code)` runs, on a thread of its own."""
+        """Start the process and wait until it serves (or raise ContainerStartError with its
+        reason). Should it exit on its own later, its listeners are closed at once (a connection is
+        refused, not left in a backlog nobody accepts from) and `on_exit(exit code)` runs, on a
+        thread of its own."""
         if self.config.multi_model is None and (self.config.model_data or "").startswith("s3://"):
             self.config = replace(self.config, model_data=str(self._fetch_model(self.config.model_data or "")))
         status_r, status_w = os.pipe()
@@ -147,7 +153,8 @@ class ContainerProcess:
             "scratch": self.scratch,
             "lifeline_fd": lifeline_r,
             "sandbox": sandbox_policy,  # the launcher's
-            "process_environment": child_environment(self.config, self.scratch),  # the launcher's, for the exec
+            # the launcher's, for the exec
+            "process_environment": child_environment(self.config, self.scratch),
             "s3_broker": list(broker.child_fds) if broker is not None else None,
             "sys_path": [p for p in sys.path if p],
             "log_stream": log_stream(self.config.endpoint, self.config.hostname),
@@ -173,7 +180,8 @@ class ContainerProcess:
                 broker.start()
         assert self.process.stdin is not None
         try:
-            self.process.stdin.write(json.dumps(document).encode())  # on stdin: never in argv or the environment
+            # on stdin: never in argv or the environment
+            self.process.stdin.write(json.dumps(document).encode())
             self.process.stdin.close()
         except BrokenPipeError:  # it exited first: the status pipe says why
             pass
@@ -216,7 +224,8 @@ class ContainerProcess:
     def _release_listeners(self) -> None:
         """Close the data port and its Unix socket (once, whoever asks first)."""
         with self._released:
-            if self.unix_listener is not None and self.unix_path:  # before the TCP port is freed: no new replica
+            # before the TCP port is freed: no new replica
+            if self.unix_listener is not None and self.unix_path:
                 local_socket.remove(self.unix_listener, self.unix_path)  # can be at this path yet
                 self.unix_listener = None
             self.listener.close()
@@ -237,7 +246,8 @@ class ContainerProcess:
             connection.close()
 
     def stop(self, grace_s: float = 15.0) -> None:
-        """Ask the process to finish its requests and exit; kill it after `grace_s`; remove its files."""
+        """Ask the process to finish its requests and exit; kill it after `grace_s`; remove its
+        files."""
         self._stopping = True
         process = self.process
         if process is not None and process.poll() is None:

@@ -23,7 +23,8 @@ from pathlib import Path, PurePosixPath
 from serving import protocol
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz")
-# A model version written by `serving train`: STORE/NAME/VERSION/ holds the archive and its description.
+# A model version written by `serving train`: STORE/NAME/VERSION/ holds the archive and its
+# description.
 TRAINED_ARCHIVE = "model.tar.gz"
 TRAINED_MANIFEST = "model.json"
 
@@ -37,16 +38,19 @@ def _cache_root() -> Path:
 
 
 def materialize(model_data: str | None) -> Path | None:
-    """A local directory holding the model: the directory itself, or the archive (local or one S3 object) unpacked."""
+    """A local directory holding the model: the directory itself, or the archive (local or one S3
+    object) unpacked."""
     if model_data is None:
         return None
-    if model_data.startswith("s3://"):  # SageMaker's usual model.tar.gz, fetched once per node and version
+    # SageMaker's usual model.tar.gz, fetched once per node and version
+    if model_data.startswith("s3://"):
         from serving.models.sources import fetch_archive
 
         return fetch_archive(model_data, _cache_root())
     path = Path(model_data.removeprefix("file://"))
     if path.is_dir() and (path / TRAINED_ARCHIVE).is_file() and (path / TRAINED_MANIFEST).is_file():
-        path = Path(os.path.realpath(path / TRAINED_ARCHIVE))  # a version of `serving train`'s store (or `latest`)
+        # a version of `serving train`'s store (or `latest`)
+        path = Path(os.path.realpath(path / TRAINED_ARCHIVE))
     if path.is_dir():
         return path
     if not path.is_file():
@@ -68,7 +72,8 @@ def extract_archive(archive: Path, target: Path) -> Path:
     try:
         with tarfile.open(archive, "r:*") as tar:
             members = []
-            for member in tar:  # all of them before the first write; not getmembers(), which can loop forever
+            # all of them before the first write; not getmembers(), which can loop forever
+            for member in tar:
                 _check_member(member)
                 members.append(member)
             tar.extractall(staging, members=members, filter="data")
@@ -92,8 +97,10 @@ _KINDS = {
 
 
 def _check_member(member: tarfile.TarInfo) -> None:
-    """Refuse anything but a regular file or folder, and any name that is absolute or climbs with `..`."""
-    if member.size < 0:  # sends tarfile back to an earlier header, forever, before 3.11.14 (CVE-2025-8194)
+    """Refuse anything but a regular file or folder, and any name that is absolute or climbs with
+    `..`."""
+    # sends tarfile back to an earlier header, forever, before 3.11.14 (CVE-2025-8194)
+    if member.size < 0:
         raise ArtifactError(f"member {_shown(member.name)} has a negative size (a crafted archive)")
     if member.name.startswith("/"):
         raise ArtifactError("a member has an absolute name")

@@ -1,8 +1,9 @@
 """A replica's cache of loaded models for a MultiModel container (SageMaker multi-model semantics).
 
-`ModelCache` keeps models loaded least recently used first, bounded by count and by their measured memory, with
-single-flight loads and pinned models never unloaded mid-request; `CacheObserver` turns its events into the
-MultiModel metrics (docs/metrics.md). What users see of it: docs/spec.md, "MultiModel containers".
+`ModelCache` keeps models loaded least recently used first, bounded by count and by their measured
+memory, with single-flight loads and pinned models never unloaded mid-request; `CacheObserver` turns
+its events into the MultiModel metrics (docs/metrics.md). What users see of it: docs/spec.md,
+"MultiModel containers".
 """
 
 from __future__ import annotations
@@ -28,16 +29,17 @@ _LOADING, _CACHED, _LEAVING, _GONE, _FAILED = "loading", "cached", "leaving", "g
 
 
 class CacheObserver:
-    """Receives the cache's events on the event loop; metrics subclass it. Every method defaults to a no-op.
+    """Receives the cache's events on the event loop; metrics subclass it. Every method defaults to
+    a no-op.
 
     ModelCacheHit: `hit`/`miss`; ModelLoadingWaitTime: `waited`; ModelLoadingTime: `loaded`;
     ModelUnloadingTime: `unloaded`; LoadedModelCount: `changed`.
 
-    `waited`, precisely: for each request that did not find its model cached, the time from entering `acquire`
-    until the model is handed to it: queueing behind other loads and unloads, evictions that make room, and the
-    load itself; a request that joins a load already in flight reports its own, shorter, wait. Hits report no
-    wait; a failed load reports none (`load_failed` fires once per load instead). `loaded` is the load alone,
-    lock held.
+    `waited`, precisely: for each request that did not find its model cached, the time from entering
+    `acquire` until the model is handed to it: queueing behind other loads and unloads, evictions
+    that make room, and the load itself; a request that joins a load already in flight reports its
+    own, shorter, wait. Hits report no wait; a failed load reports none (`load_failed` fires once
+    per load instead). `loaded` is the load alone, lock held.
     """
 
     def hit(self, name: str) -> None:
@@ -81,21 +83,23 @@ class _Entry:
 class ModelCache:
     """LRU cache of loaded models bounded by count and measured bytes.
 
-    - `async with cache.acquire(name) as model:` hands out a loaded model and pins it for the block; a pinned
-      model is never unloaded, so no request loses its model half-way.
-    - A miss loads with the blocking `load(name)` in an executor. Loads are single-flight: concurrent first
-      requests share one load; a failed load raises to all of them, leaves nothing behind, and the next request
-      loads again.
-    - Loads and unloads run one at a time (one lock, as Ray Serve's model multiplexing does), so the growth of
-      process memory across a load is that model's size: entries are measured, not guessed. After an unload,
-      freed memory goes back to the OS (glibc, `release_memory`), else the next load would measure as free.
-    - Eviction is least recently used first, until at most `max_models` are cached (loads in flight hold a
-      place) and their sizes sum to at most `max_bytes`, when given. Room by count is made before a load; the
-      byte bound right after it, before the model is handed out. Pinned models are skipped: when all are pinned
-      the cache overshoots and evicts as soon as a request releases. A model larger than `max_bytes` alone is
-      still served, then evicted when its last request releases it.
-    - `enabled=False` (SageMaker `ModelCacheSetting: Disabled`): each request loads its own copy and unloads it
-      on release; no sharing, no single-flight, no hits, nothing counted as cached.
+    - `async with cache.acquire(name) as model:` hands out a loaded model and pins it for the block;
+      a pinned model is never unloaded, so no request loses its model half-way.
+    - A miss loads with the blocking `load(name)` in an executor. Loads are single-flight:
+      concurrent first requests share one load; a failed load raises to all of them, leaves nothing
+      behind, and the next request loads again.
+    - Loads and unloads run one at a time (one lock, as Ray Serve's model multiplexing does), so the
+      growth of process memory across a load is that model's size: entries are measured, not
+      guessed. After an unload, freed memory goes back to the OS (glibc, `release_memory`), else the
+      next load would measure as free.
+    - Eviction is least recently used first, until at most `max_models` are cached (loads in flight
+      hold a place) and their sizes sum to at most `max_bytes`, when given. Room by count is made
+      before a load; the byte bound right after it, before the model is handed out. Pinned models
+      are skipped: when all are pinned the cache overshoots and evicts as soon as a request
+      releases. A model larger than `max_bytes` alone is still served, then evicted when its last
+      request releases it.
+    - `enabled=False` (SageMaker `ModelCacheSetting: Disabled`): each request loads its own copy and
+      unloads it on release; no sharing, no single-flight, no hits, nothing counted as cached.
     - All state lives on the event loop; only `load`, `unload` and `measure` run in the executor.
     """
 
@@ -137,7 +141,7 @@ class ModelCache:
         self._bytes = 0
         self._lock = asyncio.Lock()  # one load or unload at a time: memory deltas stay attributable
 
-    # -- reading -------------------------------------------------------------------------------------
+    # -- reading -----------------------------------------------------------------------------------
 
     @property
     def enabled(self) -> bool:
@@ -166,7 +170,7 @@ class ModelCache:
         """Measured size of cached model `name`; KeyError when it is not cached."""
         return self._entries[name].nbytes
 
-    # -- requests ------------------------------------------------------------------------------------
+    # -- requests ----------------------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
     async def acquire(self, name: str) -> AsyncIterator[Any]:
@@ -195,7 +199,8 @@ class ModelCache:
                 await self._released(entry)
 
     async def evict(self, name: str) -> bool:
-        """Unload cached model `name` (after its last request releases it); False if it was not cached."""
+        """Unload cached model `name` (after its last request releases it); False if it was not
+        cached."""
         entry = self._entries.get(name)
         if entry is None:
             return False
@@ -205,7 +210,8 @@ class ModelCache:
         return True
 
     async def unload_all(self) -> None:
-        """Unload everything, waiting for loads in flight and requests still holding models (shutdown).
+        """Unload everything, waiting for loads in flight and requests still holding models
+        (shutdown).
 
         Returns once nothing is loaded; call it after the replica stopped taking requests.
         """
@@ -221,7 +227,7 @@ class ModelCache:
             else:
                 await entry.done.wait()
 
-    # -- loading -------------------------------------------------------------------------------------
+    # -- loading -----------------------------------------------------------------------------------
 
     def _start_load(self, name: str) -> _Entry:
         entry = _Entry(name)
@@ -252,7 +258,8 @@ class ModelCache:
         await self._enforce_bounds()
 
     async def _load_alone(self, entry: _Entry) -> None:
-        """A Disabled cache's per-request load: the copy is unloaded when its request releases it."""
+        """A Disabled cache's per-request load: the copy is unloaded when its request releases
+        it."""
         try:
             await self._load(entry)
         except BaseException as error:
@@ -292,9 +299,10 @@ class ModelCache:
                 self._loading.pop(entry.name, None)
                 self._fail(entry, asyncio.CancelledError())
         else:
-            task.exception()  # retrieved: a load whose waiters all left must not log "never retrieved"
+            # retrieved: a load whose waiters all left must not log "never retrieved"
+            task.exception()
 
-    # -- eviction ------------------------------------------------------------------------------------
+    # -- eviction ----------------------------------------------------------------------------------
 
     def _over(self) -> bool:
         if len(self._entries) + len(self._loading) > self._max_models:
@@ -302,7 +310,8 @@ class ModelCache:
         return self._max_bytes is not None and self._bytes > self._max_bytes
 
     async def _enforce_bounds(self) -> None:
-        """Evict unpinned models, least recently used first, until both bounds hold or none is left."""
+        """Evict unpinned models, least recently used first, until both bounds hold or none is
+        left."""
         victims = []
         while self._over():
             victim = next((entry for entry in self._entries.values() if entry.pins == 0), None)
@@ -316,7 +325,8 @@ class ModelCache:
                 await victim.done.wait()
 
     def _retire(self, entry: _Entry) -> None:
-        """Take `entry` out of the cache; it is unloaded now, or when its last request releases it."""
+        """Take `entry` out of the cache; it is unloaded now, or when its last request releases
+        it."""
         del self._entries[entry.name]
         self._bytes -= entry.nbytes
         entry.state = _LEAVING
@@ -362,7 +372,7 @@ class ModelCache:
             if self._release_memory:
                 release_freed_memory()
 
-    # -- observer ------------------------------------------------------------------------------------
+    # -- observer ----------------------------------------------------------------------------------
 
     def _changed(self) -> None:
         self._notify("changed", len(self._entries), self._bytes)

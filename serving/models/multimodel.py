@@ -1,9 +1,9 @@
 """A MultiModel container replica's models: fetched from the prefix, loaded on first use, cached.
 
-Each TargetModel becomes its own runtime of the container's stack (the same loading code and SageMaker hooks as a
-SingleModel container, with the model's own `code/inference.py`), fetched by `store.ModelStore` into the
-replica's disk cache and kept loaded by `cache.ModelCache`. Runs in the container process, behind
-`model_server.app.ContainerApp`.
+Each TargetModel becomes its own runtime of the container's stack (the same loading code and
+SageMaker hooks as a SingleModel container, with the model's own `code/inference.py`), fetched by
+`store.ModelStore` into the replica's disk cache and kept loaded by `cache.ModelCache`. Runs in the
+container process, behind `model_server.app.ContainerApp`.
 """
 
 from __future__ import annotations
@@ -57,8 +57,9 @@ class MultiModelHandler:
         self.store = ModelStore(
             prefix, self.cache_dir, max_disk_bytes=max_disk_bytes, s3_client=s3_client, downloaded=downloaded
         )
-        # The exact measure walks the page tables twice per load (~25 ms in a replica); it is needed only
-        # where a byte bound depends on it. Otherwise sizes (the loaded-bytes gauge) are approximate.
+        # The exact measure walks the page tables twice per load (~25 ms in a replica); it is needed
+        # only where a byte bound depends on it. Otherwise sizes (the loaded-bytes gauge) are
+        # approximate.
         measure = process_memory if max_bytes is not None else approximate_memory
         self.cache = ModelCache(
             self._load,
@@ -89,21 +90,26 @@ class MultiModelHandler:
             return answer
 
     def _load(self, target: str) -> Runtime:
-        """In a worker thread: fetch the model (download, unpack) and load it with the stack's runtime."""
+        """In a worker thread: fetch the model (download, unpack) and load it with the stack's
+        runtime."""
         with self.store.hold(target) as model_dir:  # not evicted from disk while it loads
             runtime = runtime_for(self.image, model_dir, self.environment)
-            runtime.model_name = target  # the hooks' context.model_name, as MMS names a multi-model endpoint's model
-            # An unpacked archive is one model whatever its layout; a folder is the model only at its top.
+            # the hooks' context.model_name, as MMS names a multi-model endpoint's model
+            runtime.model_name = target
+            # An unpacked archive is one model whatever its layout; a folder is the model only at
+            # its top.
             runtime.nested_layouts = target.endswith(ARCHIVE_SUFFIXES) and model_dir.is_relative_to(self.cache_dir)
             try:
                 runtime.load()
-            except Exception as error:  # the model's own code failed: its error, never a platform refusal
+            # the model's own code failed: its error, never a platform refusal
+            except Exception as error:
                 logger.exception("container %s: model %s failed to load", self.hostname, target)
                 raise ContainerError.of(error) from error
         return runtime
 
     def _unload(self, runtime: Runtime) -> None:
-        """Drop the model and its code's modules, and give its memory back (framework caches included)."""
+        """Drop the model and its code's modules, and give its memory back (framework caches
+        included)."""
         runtime.unload()
         # Reference counting frees a model as soon as the last reference goes; a young-generation
         # collection catches the usual short cycles. A full collection would cost ~150 ms per
@@ -114,7 +120,8 @@ class MultiModelHandler:
             torch.cuda.empty_cache()
 
     async def load(self, target: str) -> None:
-        """Load `target` into the cache now, as its first invocation would (the V2 repository's load)."""
+        """Load `target` into the cache now, as its first invocation would (the V2 repository's
+        load)."""
         if not self.cache.enabled:
             raise ValidationError(
                 f"container {self.hostname} has ModelCacheSetting Disabled: each request loads its own model"

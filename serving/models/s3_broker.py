@@ -1,13 +1,15 @@
-"""S3 for a MultiModel container whose process has no network: its supervisor makes the calls for it.
+"""S3 for a MultiModel container whose process has no network: its supervisor makes the calls for
+it.
 
-A container process lives in a network namespace of its own (`model_server.netns`), so it cannot reach an S3
-store itself, as SageMaker's platform, not the container, fetches a model for a multi-model endpoint. Its
-`ModelStore` gets a `BrokeredS3` client instead, whose three calls (`head_object`, `list_objects_v2`,
-`get_object`) travel as JSON lines over a pair of pipes to an `S3Broker` thread of its supervisor. The broker makes
-them outside the sandbox, with the S3 client the supervisor chose (the container's own credentials, if its
-Environment has them), for objects under the container's own prefix only, read-only, and writes a fetched object
-into a file of the container's scratch folder, which the container opens and unlinks. Tenant code can drive the
-pipes, and reach no more than its prefix: what its model store reads anyway.
+A container process lives in a network namespace of its own (`model_server.netns`), so it cannot
+reach an S3 store itself, as SageMaker's platform, not the container, fetches a model for a
+multi-model endpoint. Its `ModelStore` gets a `BrokeredS3` client instead, whose three calls
+(`head_object`, `list_objects_v2`, `get_object`) travel as JSON lines over a pair of pipes to an
+`S3Broker` thread of its supervisor. The broker makes them outside the sandbox, with the S3 client
+the supervisor chose (the container's own credentials, if its Environment has them), for objects
+under the container's own prefix only, read-only, and writes a fetched object into a file of the
+container's scratch folder, which the container opens and unlinks. Tenant code can drive the pipes,
+and reach no more than its prefix: what its model store reads anyway.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ _ARGUMENTS = {
 
 
 class BrokeredS3:
-    """The container process's S3 client: each call is one request to its supervisor's broker (one at a time)."""
+    """The container process's S3 client: each call is one request to its supervisor's broker (one
+    at a time)."""
 
     def __init__(self, requests_fd: int, answers_fd: int) -> None:
         self._requests = os.fdopen(requests_fd, "wb", buffering=0)
@@ -48,7 +51,8 @@ class BrokeredS3:
     def get_object(self, **arguments: Any) -> dict[str, Any]:
         answer = self._call("get_object", arguments)
         path = answer.pop("Path")
-        body: BinaryIO = open(path, "rb")  # noqa: SIM115  # the caller closes it, as boto3's StreamingBody
+        # the caller closes it, as boto3's StreamingBody
+        body: BinaryIO = open(path, "rb")  # noqa: SIM115
         os.unlink(path)  # its bytes stay readable through the descriptor, and go with it
         return {**answer, "Body": body}
 
@@ -70,7 +74,8 @@ class BrokeredS3:
 
 
 class S3Broker:
-    """The supervisor's side: answers one container process's S3 calls under `prefix`, on a thread of its own."""
+    """The supervisor's side: answers one container process's S3 calls under `prefix`, on a thread
+    of its own."""
 
     def __init__(self, prefix: str, client: Any, downloads: Path) -> None:
         bucket, _, key = prefix.removeprefix("s3://").partition("/")
@@ -79,7 +84,8 @@ class S3Broker:
         self.downloads = downloads
         self._requests, child_requests = os.pipe()
         child_answers, self._answers = os.pipe()
-        self.child_fds = (child_requests, child_answers)  # the container process's ends: pass, then close here
+        # the container process's ends: pass, then close here
+        self.child_fds = (child_requests, child_answers)
 
     def start(self) -> None:
         """Close the child's ends (it holds them now) and serve until it closes its own."""

@@ -35,11 +35,13 @@ class ModelStoreError(InternalFailureError):
 
 @dataclass(frozen=True)
 class _Located:
-    """Where a target's model comes from: a local folder used as is, or bytes to fill a staging folder."""
+    """Where a target's model comes from: a local folder used as is, or bytes to fill a staging
+    folder."""
 
     directory: Path | None = None
     version: str = ""
-    fill: Callable[[Path], int] | None = None  # writes the model into the folder; returns bytes moved
+    # writes the model into the folder; returns bytes moved
+    fill: Callable[[Path], int] | None = None
 
 
 class _LocalSource:
@@ -93,9 +95,10 @@ class _LocalSource:
 
 
 def fetch_archive(url: str, cache_root: Path, client: Any = None) -> Path:
-    """A SingleModel's `s3://bucket/key.tar.gz`, downloaded and unpacked under `cache_root` (a folder per object
-    version: its ETag), with the S3 client of `s3_client` (credentials and endpoint from the container's
-    environment). Raises ArtifactError / ModelStoreError saying which object and why."""
+    """A SingleModel's `s3://bucket/key.tar.gz`, downloaded and unpacked under `cache_root` (a
+    folder per object version: its ETag), with the S3 client of `s3_client` (credentials and
+    endpoint from the container's environment). Raises ArtifactError / ModelStoreError saying which
+    object and why."""
     bucket, _, key = url.removeprefix("s3://").partition("/")
     source = _S3Source(f"s3://{bucket}/", None, client)
     head = source._call("read", key, source.client.head_object, Bucket=bucket, Key=key)
@@ -200,7 +203,8 @@ class _S3Source:
         return path.stat().st_size
 
     def _call(self, what: str, key: str, method: Callable[..., dict], **arguments: Any) -> dict | None:
-        """One S3 request; None when the key does not exist, ModelStoreError on any other failure."""
+        """One S3 request; None when the key does not exist, ModelStoreError on any other
+        failure."""
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:

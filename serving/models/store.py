@@ -1,9 +1,10 @@
-"""MultiModel model store: fetch a `TargetModel` from a model-store prefix into a bounded disk cache.
+"""MultiModel model store: fetch a `TargetModel` from a model-store prefix into a bounded disk
+cache.
 
-A prefix is a local directory, `file:///abs/dir` or `s3://bucket/prefix/` (`sources`); what a TargetModel may
-name is `targets`' rule. A directory is used as is (local) or downloaded (S3); an archive is unpacked with
-`serving.models.artifacts`' checked extraction. This module only moves bytes: nothing is unpickled or imported
-from a model.
+A prefix is a local directory, `file:///abs/dir` or `s3://bucket/prefix/` (`sources`); what a
+TargetModel may name is `targets`' rule. A directory is used as is (local) or downloaded (S3); an
+archive is unpacked with `serving.models.artifacts`' checked extraction. This module only moves
+bytes: nothing is unpickled or imported from a model.
 """
 
 from __future__ import annotations
@@ -68,16 +69,18 @@ class _Slot:
 
 
 class ModelStore:
-    """The models under one MultiModel container's prefix, fetched on demand into a bounded disk cache.
+    """The models under one MultiModel container's prefix, fetched on demand into a bounded disk
+    cache.
 
-    Models live in `cache_dir/<safe-name>/model`, built in a hidden staging folder and renamed into place, so a
-    crash never leaves a half model that looks whole. One ModelStore owns its `cache_dir`; processes must not
-    share one.
-    - An entry is current while its source is unchanged (same size/mtime/inode locally, same ETag on S3); a
-      changed source is fetched again and replaces the entry.
-    - After each install, least recently used entries are evicted until `disk_bytes() <= max_disk_bytes`, except
-      entries whose target has a fetch in progress or is inside `hold()`; so a model bigger than the bound is
-      still returned. A fetch in flight may overshoot the bound by its archive and its unpacked model.
+    Models live in `cache_dir/<safe-name>/model`, built in a hidden staging folder and renamed into
+    place, so a crash never leaves a half model that looks whole. One ModelStore owns its
+    `cache_dir`; processes must not share one.
+    - An entry is current while its source is unchanged (same size/mtime/inode locally, same ETag on
+      S3); a changed source is fetched again and replaces the entry.
+    - After each install, least recently used entries are evicted until `disk_bytes() <=
+      max_disk_bytes`, except entries whose target has a fetch in progress or is inside `hold()`; so
+      a model bigger than the bound is still returned. A fetch in flight may overshoot the bound by
+      its archive and its unpacked model.
     - A directory under a local prefix costs nothing to fetch and is never cached.
     """
 
@@ -106,24 +109,28 @@ class ModelStore:
         self._adopt_cache()
 
     def check(self, target: str) -> None:
-        """Raise the error a fetch of `target` would (bad name, not found) without fetching it (blocking)."""
+        """Raise the error a fetch of `target` would (bad name, not found) without fetching it
+        (blocking)."""
         validate_target(target)
         self._source.locate(target, self.prefix)
 
     def fetch(self, target: str) -> Path:
-        """A local directory holding `target`'s model, downloaded and unpacked if needed (blocking)."""
+        """A local directory holding `target`'s model, downloaded and unpacked if needed
+        (blocking)."""
         with self.hold(target) as path:
             return path
 
     @contextmanager
     def hold(self, target: str) -> Iterator[Path]:
-        """Fetch `target` and keep its cache entry from eviction until the block ends (load it here)."""
+        """Fetch `target` and keep its cache entry from eviction until the block ends (load it
+        here)."""
         validate_target(target)
         with self._lock:
             slot = self._slots.setdefault(target, _Slot())
             slot.users += 1
         try:
-            with slot.lock:  # single flight: a second fetch of the target waits and then hits the cache
+            # single flight: a second fetch of the target waits and then hits the cache
+            with slot.lock:
                 path = self._fetch(target)
             yield path
         finally:
@@ -133,7 +140,8 @@ class ModelStore:
                     del self._slots[target]
 
     def list_models(self, limit: int | None = None) -> list[str]:
-        """TargetModel names under the prefix, sorted: archives, and folders that directly hold files."""
+        """TargetModel names under the prefix, sorted: archives, and folders that directly hold
+        files."""
         models = _models_from_files(self._source.files())
         return models if limit is None else models[: max(limit, 0)]
 
@@ -187,7 +195,8 @@ class ModelStore:
         return self.cache_dir / name / _MODEL_DIR
 
     def _retire(self, name: str) -> Path | None:
-        """Move an entry folder out of the way (atomically) so it can be deleted outside the lock."""
+        """Move an entry folder out of the way (atomically) so it can be deleted outside the
+        lock."""
         current = self.cache_dir / name
         if not current.exists():
             return None
@@ -212,7 +221,8 @@ class ModelStore:
         return retired
 
     def _adopt_cache(self) -> None:
-        """Index the complete entries a previous run left; delete its staging and trash leftovers."""
+        """Index the complete entries a previous run left; delete its staging and trash
+        leftovers."""
         found = []
         for child in self.cache_dir.iterdir():
             if child.name.startswith((_STAGING, _TRASH)):

@@ -21,7 +21,8 @@ _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:")  # also catches Windows driv
 
 
 def validate_target(target: str) -> str:
-    """Return `target` if it is a relative POSIX path that stays under the prefix; else ValidationError."""
+    """Return `target` if it is a relative POSIX path that stays under the prefix; else
+    ValidationError."""
     why = None
     if not isinstance(target, str) or not target:
         why = "it is empty"
@@ -45,7 +46,8 @@ def validate_target(target: str) -> str:
 
 
 def _models_from_files(paths: Iterable[str]) -> list[str]:
-    """TargetModels among relative file paths: folders directly holding files, and archives outside them."""
+    """TargetModels among relative file paths: folders directly holding files, and archives outside
+    them."""
     files = []
     for path in paths:
         parts = path.split("/")
@@ -56,7 +58,8 @@ def _models_from_files(paths: Iterable[str]) -> list[str]:
         except ValidationError:
             continue
     holders = {path.rpartition("/")[0] for path in files if not path.endswith(ARCHIVE_SUFFIXES)}
-    holders |= {path[: -len(HANDLER) - 1] for path in files if path.endswith("/" + HANDLER)}  # a handler-only model
+    # a handler-only model
+    holders |= {path[: -len(HANDLER) - 1] for path in files if path.endswith("/" + HANDLER)}
     holders -= {""}
 
     def within_model(path: str) -> bool:
@@ -69,8 +72,9 @@ def _models_from_files(paths: Iterable[str]) -> list[str]:
 
 
 def _check_model(target: str, model_folder: bool | None, holder: Callable[[str], bool]) -> None:
-    """Refuse a TargetModel that `list_models` would not list: hidden, a folder that is no model folder
-    (`model_folder` None: an archive), or inside another model (a model folder up the path)."""
+    """Refuse a TargetModel that `list_models` would not list: hidden, a folder that is no model
+    folder (`model_folder` None: an archive), or inside another model (a model folder up the
+    path)."""
     parts = target.split("/")
     why = None
     if any(part.startswith(".") for part in parts):
@@ -89,7 +93,8 @@ def _check_model(target: str, model_folder: bool | None, holder: Callable[[str],
 
 
 def _model_folder(names: Iterable[str], has_handler: bool) -> bool:
-    """Whether a folder directly holding files `names` (and `code/inference.py` or not) is a model folder.
+    """Whether a folder directly holding files `names` (and `code/inference.py` or not) is a model
+    folder.
 
     Archives beside each other are models of their own, not files of their folder's model.
     """
@@ -108,7 +113,8 @@ def _not_found(target: str, prefix: str) -> ValidationError:
 
 
 def shown_prefix(prefix: str) -> str:
-    """The model store as a caller may see it: an s3:// prefix is the spec's; a folder is a path of the server."""
+    """The model store as a caller may see it: an s3:// prefix is the spec's; a folder is a path of
+    the server."""
     return prefix if prefix.startswith("s3://") else "the container's model store"
 
 

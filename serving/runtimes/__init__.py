@@ -5,11 +5,13 @@ replica pays only for the framework it serves. The interface itself (`Runtime`,
 `InvocationContext`, whose codecs need NumPy) is imported on first use, so the
 stack names (`STACKS`, which the spec validates `Image` against) cost nothing.
 
-Modules: `base` (the `Runtime` interface), `answers` (what a hook returns, made into an answer), `handler` (loading `code/inference.py`), `context` (the handler context),
-`toolkit` (what AWS's toolkits do with an unscripted step), `codecs` and `tensors` (bodies and shapes),
-`concurrency` (threads and batching settings), `requirements` (a script's requirements checked at load), one per
-stack (`sklearn`, `pytorch`, `tensorflow`, `onnx`, `xgboost`, `python`), `skops_trust`, `tf_import`, `tfs` and
-`tfs_json` (SageMaker's TF Serving contract), `xgboost_codecs` (SageMaker's XGBoost bodies).
+Modules: `base` (the `Runtime` interface), `answers` (what a hook returns, made into an answer),
+`handler` (loading `code/inference.py`), `context` (the handler context), `toolkit` (what AWS's
+toolkits do with an unscripted step), `codecs` and `tensors` (bodies and shapes), `concurrency`
+(threads and batching settings), `requirements` (a script's requirements checked at load), one per
+stack (`sklearn`, `pytorch`, `tensorflow`, `onnx`, `xgboost`, `python`), `skops_trust`, `tf_import`,
+`tfs` and `tfs_json` (SageMaker's TF Serving contract), `xgboost_codecs` (SageMaker's XGBoost
+bodies).
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ STACKS = tuple(STACK_CLASSES)
 
 
 def __getattr__(name: str) -> Any:
-    # PEP 562: `from serving.runtimes import Runtime` loads base (and NumPy) then, not with the package.
+    # PEP 562: `from serving.runtimes import Runtime` loads base (and NumPy) then, not with the
+    # package.
     if name in ("InvocationContext", "Runtime"):
         from serving.runtimes import base
 

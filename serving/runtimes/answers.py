@@ -1,6 +1,6 @@
-"""What a user's hook may return, made into an answer: bytes and a content type, the way SageMaker's model servers
-take it (bytes or str, `(body, content_type)`, a Flask-style response, a NumPy array, a list or dict), or a stream
-of such parts from a generator."""
+"""What a user's hook may return, made into an answer: bytes and a content type, the way SageMaker's
+model servers take it (bytes or str, `(body, content_type)`, a Flask-style response, a NumPy array,
+a list or dict), or a stream of such parts from a generator."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ __all__ = ["answer_chunks", "is_stream", "normalize"]
 
 
 def answer_chunks(result: Any, accept: str, context: InvocationContext) -> tuple[Iterator[bytes], str]:
-    """A hook's result as the chunks of its answer (one, unless it is a stream) and their content type."""
+    """A hook's result as the chunks of its answer (one, unless it is a stream) and their content
+    type."""
     if is_stream(result):
         parts = (normalize(item, accept, context) for item in result)
         return _chunks(parts), context.response_content_type or _first_type(accept)
@@ -26,7 +27,8 @@ def answer_chunks(result: Any, accept: str, context: InvocationContext) -> tuple
 
 
 def is_stream(value: Any) -> bool:
-    """A generator or other one-shot iterator (not a container like a list, an array or a string)."""
+    """A generator or other one-shot iterator (not a container like a list, an array or a
+    string)."""
     return isinstance(value, Iterator) and not isinstance(value, (str, bytes, bytearray, memoryview))
 
 

@@ -6,9 +6,9 @@ functions: `model_fn` (load), `input_fn` (decode), `predict_fn`, `output_fn` (en
 or `SAGEMAKER_PROGRAM` in `SAGEMAKER_SUBMIT_DIRECTORY`) overrides any subset, called as AWS's
 inference toolkit calls them (`transformer.py`): a hook with one parameter more than usual gets the
 context (`runtimes.context`), `input_fn` gets `str` for exactly `application/json` / `text/csv` and
-`bytes` otherwise, `model_fn` gets the model directory as a `str`. With a script, the steps it leaves
-out are the ones that stack's SageMaker container would run (`script_defaults`); without one, the
-stack's own defaults run (named, checked inputs; see docs/sagemaker-compatibility.md).
+`bytes` otherwise, `model_fn` gets the model directory as a `str`. With a script, the steps it
+leaves out are the ones that stack's SageMaker container would run (`script_defaults`); without one,
+the stack's own defaults run (named, checked inputs; see docs/sagemaker-compatibility.md).
 """
 
 from __future__ import annotations
@@ -40,10 +40,12 @@ from serving.runtimes.context import InvocationContext, system_properties
 from serving.runtimes.handler import HOOK_NAMES, UserCode, load_user_code
 from serving.runtimes.requirements import missing_requirements
 
-# The inference toolkit's hooks, which every stack runs (the TensorFlow stack adds the TFS container's).
+# The inference toolkit's hooks, which every stack runs (the TensorFlow stack adds the TFS
+# container's).
 SCRIPT_HOOKS = ("model_fn", "input_fn", "predict_fn", "output_fn", "transform_fn", "pre_model_fn", "model_warmup_fn")
 TFS_HOOKS = ("input_handler", "output_handler", "handler")
-# A script's module-level `accepts_batches = True`: its hooks take a batch of several requests' rows.
+# A script's module-level `accepts_batches = True`: its hooks take a batch of several requests'
+# rows.
 BATCH_OPT_IN = "accepts_batches"
 _WHY_NOT = {
     **{name: "a TensorFlow Serving container hook: use Image tensorflow" for name in TFS_HOOKS},
@@ -58,16 +60,21 @@ class Runtime:
     # Modules a replica imports before its first model: a MultiModel container loads models on
     # demand, and its first request should pay for the model, not for importing the framework.
     frameworks: tuple[str, ...] = ()
-    # Whether the stack may look for its model in a folder below model_dir (SageMaker's `<model>/<version>/`).
-    # False for a MultiModel folder TargetModel: that folder is the model, and one below it may be another.
+    # Whether the stack may look for its model in a folder below model_dir (SageMaker's
+    # `<model>/<version>/`). False for a MultiModel folder TargetModel: that folder is the model,
+    # and one below it may be another.
     nested_layouts = True
-    # The script hooks this stack runs; a script defining any other hook of HOOK_NAMES is refused at load.
+    # The script hooks this stack runs; a script defining any other hook of HOOK_NAMES is refused at
+    # load.
     supported_hooks: tuple[str, ...] = (*SCRIPT_HOOKS, "autoscaling_metrics")
-    model_name: str | None = None  # the hooks' context.model_name: a MultiModel container's TargetModel
-    # True where this is the only model its process will load (a container process without MultiModel): a stack may
-    # then leave out imports that only another model or a script could use (tensorflow: Keras' sklearn wrappers).
+    # the hooks' context.model_name: a MultiModel container's TargetModel
+    model_name: str | None = None
+    # True where this is the only model its process will load (a container process without
+    # MultiModel): a stack may then leave out imports that only another model or a script could use
+    # (tensorflow: Keras' sklearn wrappers).
     only_model_in_process = False
-    # How an Open Inference request's one numeric tensor reaches the stack's own handlers, and the Accept it answers
+    # How an Open Inference request's one numeric tensor reaches the stack's own handlers, and the
+    # Accept it answers
     tensor_types = (NPY, f"{NPY}, {JSON}")
 
     @classmethod
@@ -104,21 +111,25 @@ class Runtime:
         return codecs.encode(prediction, accept)
 
     def choose_accept(self, accept: str) -> str:
-        """The response type the stack's own `output_fn` answers an Accept with; refuses one it cannot encode."""
+        """The response type the stack's own `output_fn` answers an Accept with; refuses one it
+        cannot encode."""
         return codecs.choose_accept(accept)
 
     def tensor_signature(self) -> dict[str, Any]:
-        """The model's tensors for Open Inference metadata: `{"inputs": [...], "outputs": [...]}`, each
-        `{"name", "datatype", "shape"}` (-1: any size), and the `content_type` / `accept` that carry one tensor to
-        and from it. The container's declaration (TENSOR_SIGNATURE_ENV) wins; else the stack's reading of the
-        loaded model (`model_tensors`), empty where a script's hooks decide (which then get JSON)."""
+        """The model's tensors for Open Inference metadata: `{"inputs": [...], "outputs": [...]}`,
+        each `{"name", "datatype", "shape"}` (-1: any size), and the `content_type` / `accept` that
+        carry one tensor to and from it. The container's declaration (TENSOR_SIGNATURE_ENV) wins;
+        else the stack's reading of the loaded model (`model_tensors`), empty where a script's hooks
+        decide (which then get JSON)."""
         body, accept = (JSON, JSON) if self.scripted else self.tensor_types
         signature: dict[str, Any] = {"inputs": [], "outputs": [], "content_type": body, "accept": accept}
         declared = self.environment.get(TENSOR_SIGNATURE_ENV)
         if declared:
-            return {**signature, **json.loads(declared)}  # checked when the spec was read (config.container)
+            # checked when the spec was read (config.container)
+            return {**signature, **json.loads(declared)}
         if not self.scripted and self.model is not None:
-            with contextlib.suppress(Exception):  # a model the stack cannot describe is still served
+            # a model the stack cannot describe is still served
+            with contextlib.suppress(Exception):
                 signature.update(self.model_tensors(self.model))
         return signature
 
@@ -134,11 +145,13 @@ class Runtime:
     # --- lifecycle and invocation ---------------------------------------------------
     @property
     def scripted(self) -> bool:
-        """Whether a user's script was loaded (its missing steps then follow the SageMaker container)."""
+        """Whether a user's script was loaded (its missing steps then follow the SageMaker
+        container)."""
         return self._code is not None
 
     def load(self) -> None:
-        """Load the user's script (if any), then the model; called once per replica (MultiModel: per load)."""
+        """Load the user's script (if any), then the model; called once per replica (MultiModel: per
+        load)."""
         model_dir = str(self.model_dir) if self.model_dir is not None else None
         gpus = float(self.environment.get(GPUS_ENV) or 0)
         self.load_context = InvocationContext(
@@ -161,33 +174,37 @@ class Runtime:
             raise
 
     def load_code(self) -> None:
-        """Import the user's script, if any, once: which hooks it has decides how many predictions run at once,
-        which a stack needs to know before its framework starts (`prediction_threads`)."""
+        """Import the user's script, if any, once: which hooks it has decides how many predictions
+        run at once, which a stack needs to know before its framework starts
+        (`prediction_threads`)."""
         if self._code_loaded:
             return
         self._code = load_user_code(
             self.model_dir, self.environment.get(PROGRAM_ENV), self.environment.get(SUBMIT_DIRECTORY_ENV)
         )
         self._hooks = self._code.hooks if self._code is not None else {}
-        self._arity = {name: _parameter_count(function) for name, function in self._hooks.items()}  # once, not per call
+        # once, not per call
+        self._arity = {name: _parameter_count(function) for name, function in self._hooks.items()}
         self._code_loaded = True
 
     def hook(self, name: str) -> Callable[[], Any] | None:
         """The script's `name` hook bound to the loaded model (`autoscaling_metrics`: `hook()` calls
-        `autoscaling_metrics(model)`), or None when the script defines none: what callers outside this package ask
-        instead of reading the runtime's fields."""
+        `autoscaling_metrics(model)`), or None when the script defines none: what callers outside
+        this package ask instead of reading the runtime's fields."""
         function = self._hooks.get(name)
         return None if function is None else partial(function, self.model)
 
     def prediction_threads(self) -> int:
-        """Predictions this container runs at once (`concurrency.model_threads`), once its script is loaded."""
+        """Predictions this container runs at once (`concurrency.model_threads`), once its script is
+        loaded."""
         from serving.runtimes.concurrency import model_threads
 
         return model_threads(self.name, self.environment, scripted=self.runs_request_hooks())
 
     def _check_requirements(self) -> None:
-        """Refuse to start when the script's requirements.txt lists what this environment lacks: SageMaker
-        installs it at start; here the control plane installs it from local models (`control.requirements`)."""
+        """Refuse to start when the script's requirements.txt lists what this environment lacks:
+        SageMaker installs it at start; here the control plane installs it from local models
+        (`control.requirements`)."""
         if self._code is None:
             return
         missing = missing_requirements(Path(self._code.folder))
@@ -198,7 +215,8 @@ class Runtime:
             )
 
     def _check_hooks(self) -> None:
-        """Refuse, naming it, a hook this stack would not run, and transform_fn mixed with the other steps."""
+        """Refuse, naming it, a hook this stack would not run, and transform_fn mixed with the other
+        steps."""
         for name in self._hooks:
             if name not in self.supported_hooks:
                 why = _WHY_NOT.get(name, f"not run by the {self.name} stack")
@@ -228,8 +246,9 @@ class Runtime:
     def invoke_chunks(
         self, body: bytes, content_type: str | None, accept: str | None, context: InvocationContext
     ) -> tuple[Iterator[bytes], str]:
-        """Decode, predict and encode one request; the answer in chunks. A `predict_fn`, `output_fn` or
-        `transform_fn` that returns a generator streams: each item is a chunk. Otherwise one chunk."""
+        """Decode, predict and encode one request; the answer in chunks. A `predict_fn`, `output_fn`
+        or `transform_fn` that returns a generator streams: each item is a chunk. Otherwise one
+        chunk."""
         if "transform_fn" in self._hooks:
             accept = self._request_accept(accept, context)
             data = toolkit.request_data(body, content_type)
@@ -238,7 +257,8 @@ class Runtime:
         data, accept = self.decode(body, content_type, accept, context)
         return self.encode_chunks(self.predict(data, context), accept, context)
 
-    # --- the steps one at a time (dynamic batching merges what `decode` gives, then splits the prediction) ---
+    # --- the steps one at a time (dynamic batching merges what `decode` gives, then splits the
+    # prediction) ---
     def _request_accept(self, accept: str | None, context: InvocationContext) -> str:
         if not accept or codecs.media_type(accept) in ("*/*", ""):
             accept = self.default_accept
@@ -249,7 +269,8 @@ class Runtime:
     def decode(
         self, body: bytes, content_type: str | None, accept: str | None, context: InvocationContext
     ) -> tuple[Any, str]:
-        """input_fn of one request, and the Accept its answer will be encoded for (not for transform_fn)."""
+        """input_fn of one request, and the Accept its answer will be encoded for (not for
+        transform_fn)."""
         accept = self._request_accept(accept, context)
         defaults = self.script_defaults() if self.scripted else {}
         if "output_fn" not in self._hooks and "output_fn" not in defaults:
@@ -276,11 +297,11 @@ class Runtime:
         chunks, response_type = self.encode_chunks(prediction, accept, context)
         return b"".join(chunks), response_type
 
-    # --- dynamic batching ---------------------------------------------------------------------------------
+    # --- dynamic batching -------------------------------------------------------------------------
     def accepts_batches(self) -> bool:
-        """Whether predict_fn may get several requests' rows at once: the stack's own steps do; a user's
-        script that defines input_fn, predict_fn or output_fn must say so (`accepts_batches = True`);
-        transform_fn never (it does every step at once)."""
+        """Whether predict_fn may get several requests' rows at once: the stack's own steps do; a
+        user's script that defines input_fn, predict_fn or output_fn must say so (`accepts_batches =
+        True`); transform_fn never (it does every step at once)."""
         if "transform_fn" in self._hooks:
             return False
         return self._declares_batches() or not {"input_fn", "predict_fn", "output_fn"} & set(self._hooks)
@@ -290,18 +311,21 @@ class Runtime:
         return getattr(module, BATCH_OPT_IN, False) is True
 
     def runs_request_hooks(self) -> bool:
-        """Whether a user's script runs per request (any hook but loading and metrics): its code is then not
-        assumed thread-safe, and the replica runs one prediction at a time unless SERVING_MODEL_THREADS says so."""
+        """Whether a user's script runs per request (any hook but loading and metrics): its code is
+        then not assumed thread-safe, and the replica runs one prediction at a time unless
+        SERVING_MODEL_THREADS says so."""
         return bool(set(self._hooks) - {"model_fn", "pre_model_fn", "model_warmup_fn", "autoscaling_metrics"})
 
     def batchable(self, content_type: str | None) -> bool:
-        """Whether a request of this content type goes through decode / predict / encode (a stack with another
-        path for some types, as the tensorflow stack's TF Serving one, says no for those)."""
+        """Whether a request of this content type goes through decode / predict / encode (a stack
+        with another path for some types, as the tensorflow stack's TF Serving one, says no for
+        those)."""
         return True
 
     def batch_rows(self, data: Any) -> Any:
-        """Decoded input as rows to merge along the first axis (a NumPy array or a torch tensor with at least one
-        axis), or None when it cannot be merged with others (a dict, a list, a DMatrix, a scalar)."""
+        """Decoded input as rows to merge along the first axis (a NumPy array or a torch tensor with
+        at least one axis), or None when it cannot be merged with others (a dict, a list, a DMatrix,
+        a scalar)."""
         return data if _rows_of(data) is not None else None
 
     def _step(self, hook: str, defaults: Mapping[str, Callable[..., Any]], context: InvocationContext, *args: Any):
@@ -310,7 +334,8 @@ class Runtime:
         return defaults.get(hook, getattr(self, hook))(*args)
 
     def _run_hook(self, hook: str, context: InvocationContext, *args: Any) -> Any:
-        """Call a user's hook as the toolkit does: with the context when it takes one argument more."""
+        """Call a user's hook as the toolkit does: with the context when it takes one argument
+        more."""
         function = self._hooks[hook]
         count = self._arity.get(hook)
         if count is None:

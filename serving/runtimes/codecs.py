@@ -1,11 +1,11 @@
 """Content types the default handlers understand: JSON, CSV and NPY.
 
-Decoding never unpickles (`allow_pickle=False`), and every malformed or unsupported
-payload becomes a `ValidationError` that names the content type (a container answers a
-malformed one with 400, an unsupported one, `UnsupportedFormatError`, with 415 as AWS's
-toolkits do), found before it costs much: JSON nesting is measured before parsing (the parser would recurse), an NPY body
-must be exactly as long as its header declares (before anything is allocated), and CSV
-fields stay within the csv module's limit.
+Decoding never unpickles (`allow_pickle=False`), and every malformed or unsupported payload becomes
+a `ValidationError` that names the content type (a container answers a malformed one with 400, an
+unsupported one, `UnsupportedFormatError`, with 415 as AWS's toolkits do), found before it costs
+much: JSON nesting is measured before parsing (the parser would recurse), an NPY body must be
+exactly as long as its header declares (before anything is allocated), and CSV fields stay within
+the csv module's limit.
 """
 
 from __future__ import annotations
@@ -55,12 +55,13 @@ def decode(body: bytes, content_type: str | None) -> Any:
 
 
 def _too_deep(body: bytes) -> bool:
-    """Whether arrays and objects nest deeper than MAX_JSON_DEPTH, counting brackets outside strings.
+    """Whether arrays and objects nest deeper than MAX_JSON_DEPTH, counting brackets outside
+    strings.
 
     Vectorized over the positions of brackets, quotes and backslashes only, in chunks so that a deep
-    body stops at its first chunk: a few ms for a full-size payload. A body with no more opening brackets than
-    the limit cannot nest deeper, and saying so costs two `bytes.count`s (0.2 µs) instead of the NumPy pass
-    (8 µs, for every 1-row request).
+    body stops at its first chunk: a few ms for a full-size payload. A body with no more opening
+    brackets than the limit cannot nest deeper, and saying so costs two `bytes.count`s (0.2 µs)
+    instead of the NumPy pass (8 µs, for every 1-row request).
     """
     if body.count(b"[") + body.count(b"{") <= MAX_JSON_DEPTH:
         return False
@@ -80,7 +81,8 @@ def _too_deep(body: bytes) -> bool:
         chunk = brackets[start : start + _CHUNK]
         steps = np.where(opening[chunk], 1, -1)
         if quotes.size:
-            steps[np.searchsorted(quotes, chunk) % 2 == 1] = 0  # between an opening and a closing quote
+            # between an opening and a closing quote
+            steps[np.searchsorted(quotes, chunk) % 2 == 1] = 0
         levels = depth + np.cumsum(steps)
         if levels.max() > MAX_JSON_DEPTH:
             return True
@@ -89,7 +91,8 @@ def _too_deep(body: bytes) -> bool:
 
 
 def _check_npy(body: bytes) -> None:
-    """Refuse an NPY body whose header declares objects (pickles) or a size other than what follows it."""
+    """Refuse an NPY body whose header declares objects (pickles) or a size other than what follows
+    it."""
     stream = io.BytesIO(body)
     version = np.lib.format.read_magic(stream)
     read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
@@ -104,8 +107,9 @@ def _check_npy(body: bytes) -> None:
         )
 
 
-# NumPy's own header, as np.save writes it for a plain dtype: read with a pattern, not NumPy's literal_eval (which took
-# 100 µs of a 1-row request's 140); any other header (structured dtypes, hand-made files) goes to NumPy's reader.
+# NumPy's own header, as np.save writes it for a plain dtype: read with a pattern, not NumPy's
+# literal_eval (which took 100 µs of a 1-row request's 140); any other header (structured dtypes,
+# hand-made files) goes to NumPy's reader.
 _NPY_HEADER = re.compile(
     r"\{'descr': '([^']+)', 'fortran_order': (True|False), 'shape': \(((?:\d+, ?)*\d*)\), \} *\n?$"
 )
@@ -113,7 +117,8 @@ _NPY_MAGIC = b"\x93NUMPY"
 
 
 def npy_decode(body: bytes) -> np.ndarray:
-    """An NPY body as an array, refused (ValueError) if it declares objects (pickles) or a size other than it carries."""
+    """An NPY body as an array, refused (ValueError) if it declares objects (pickles) or a size
+    other than it carries."""
     version = body[6:7]
     if body[:6] == _NPY_MAGIC and version in (b"\x01", b"\x02", b"\x03") and len(body) >= 12:
         size, start = (
@@ -134,20 +139,23 @@ def npy_decode(body: bytes) -> np.ndarray:
                 )
             array = np.frombuffer(body, dtype=dtype, count=math.prod(shape), offset=start + size)
             array = array.reshape(shape, order="F" if match[2] == "True" else "C")
-            return array if array.flags.writeable else array.copy()  # as np.load: a model may write to its input
+            # as np.load: a model may write to its input
+            return array if array.flags.writeable else array.copy()
     _check_npy(body)
     return np.load(io.BytesIO(body), allow_pickle=False)
 
 
 def npy_encode(array: np.ndarray) -> bytes:
-    """np.save's bytes (format 1.0) for an array of a plain dtype, written without np.save's Python overhead."""
+    """np.save's bytes (format 1.0) for an array of a plain dtype, written without np.save's Python
+    overhead."""
     descr = np.lib.format.dtype_to_descr(array.dtype)
     if not isinstance(descr, str) or array.dtype.hasobject:
         buffer = io.BytesIO()
         np.save(buffer, array, allow_pickle=False)
         return buffer.getvalue()
     header = f"{{'descr': {descr!r}, 'fortran_order': False, 'shape': {tuple(array.shape)!r}, }}"
-    header += " " * (63 - (10 + len(header)) % 64) + "\n"  # the data starts 64-byte aligned, as np.save's
+    # the data starts 64-byte aligned, as np.save's
+    header += " " * (63 - (10 + len(header)) % 64) + "\n"
     if len(header) > 0xFFFF:
         buffer = io.BytesIO()
         np.save(buffer, array, allow_pickle=False)

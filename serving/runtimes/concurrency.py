@@ -1,7 +1,9 @@
-"""How many predictions one replica runs at once, and how it batches them: settings read from its environment.
+"""How many predictions one replica runs at once, and how it batches them: settings read from its
+environment.
 
-Pure and light (no NumPy, no framework): the spec validates a container's `Environment` with it, and the
-container process reads its settings with it once at start-up, so both agree on names, defaults and errors.
+Pure and light (no NumPy, no framework): the spec validates a container's `Environment` with it, and
+the container process reads its settings with it once at start-up, so both agree on names, defaults
+and errors.
 """
 
 from __future__ import annotations
@@ -19,17 +21,18 @@ from serving.protocol import (
     PREFERRED_BATCH_SIZES_ENV,
 )
 
-# Stacks whose predictions release the GIL inside the framework (C++/CUDA kernels), so that predictions on
-# several threads of one process run at once. scikit-learn mostly holds it (NumPy glue, Python loops); the
-# python stack runs the user's own code, which may not be thread-safe.
+# Stacks whose predictions release the GIL inside the framework (C++/CUDA kernels), so that
+# predictions on several threads of one process run at once. scikit-learn mostly holds it (NumPy
+# glue, Python loops); the python stack runs the user's own code, which may not be thread-safe.
 GIL_RELEASING = frozenset({"pytorch", "onnx", "tensorflow", "xgboost"})
 MAX_THREADS = 1024
 
 
 @dataclass(frozen=True)
 class BatchSettings:
-    """A container's dynamic batching: at most `max_batch_size` rows per predict_fn call, the first request
-    waiting at most `max_delay_s` for others; `preferred` sizes to cut at when possible (ascending)."""
+    """A container's dynamic batching: at most `max_batch_size` rows per predict_fn call, the first
+    request waiting at most `max_delay_s` for others; `preferred` sizes to cut at when possible
+    (ascending)."""
 
     max_batch_size: int
     max_delay_s: float = 0.0
@@ -44,7 +47,8 @@ def _whole(name: str, value: str) -> int:
 
 
 def batch_settings(environment: Mapping[str, str]) -> BatchSettings | None:
-    """The container's batching, or None when it does not batch (no SERVING_MAX_BATCH_SIZE, or 1)."""
+    """The container's batching, or None when it does not batch (no SERVING_MAX_BATCH_SIZE, or
+    1)."""
     size = environment.get(MAX_BATCH_SIZE_ENV)
     delay = environment.get(MAX_BATCH_DELAY_ENV)
     preferred_text = environment.get(PREFERRED_BATCH_SIZES_ENV)
@@ -78,8 +82,9 @@ def batch_settings(environment: Mapping[str, str]) -> BatchSettings | None:
 
 
 def model_threads(image: str, environment: Mapping[str, str], scripted: bool = False) -> int:
-    """Predictions one replica runs at once: SERVING_MODEL_THREADS, else ceil(Cpus) for a stack that releases
-    the GIL and runs no user hooks, else 1 (a user's hooks are thread-safe only when the user says so)."""
+    """Predictions one replica runs at once: SERVING_MODEL_THREADS, else ceil(Cpus) for a stack that
+    releases the GIL and runs no user hooks, else 1 (a user's hooks are thread-safe only when the
+    user says so)."""
     override = environment.get(MODEL_THREADS_ENV)
     if override is not None:
         threads = _whole(MODEL_THREADS_ENV, override)
@@ -97,7 +102,8 @@ def model_threads(image: str, environment: Mapping[str, str], scripted: bool = F
 
 # 3x a 0.5 ms pipeline's p99 CPU in this VM's slow phases (docs/benchmarks/bench_invoke.md)
 DEFAULT_INLINE_BUDGET_MS = 5.0
-MAX_INLINE_BUDGET_MS = 50.0  # a longer stall of the event loop would delay /ping and other requests noticeably
+# a longer stall of the event loop would delay /ping and other requests noticeably
+MAX_INLINE_BUDGET_MS = 50.0
 
 
 def inline_budget_s(environment: Mapping[str, str]) -> float:

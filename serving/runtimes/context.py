@@ -1,11 +1,11 @@
 """The handler context: what SageMaker's model servers hand a hook that takes one more argument.
 
-The inference toolkit passes its model server's context (MMS / TorchServe `Context`) to any hook with
-one parameter more than the hook's usual ones, whatever that parameter is called. Scripts read
+The inference toolkit passes its model server's context (MMS / TorchServe `Context`) to any hook
+with one parameter more than the hook's usual ones, whatever that parameter is called. Scripts read
 `context.system_properties["model_dir"]` and `["gpu_id"]`, request headers through
-`context.request_processor[0].get_request_properties()` or `context.get_request_header(0, name)`, and
-set the answer's status, content type and headers through `set_response_*`. This class offers the
-same methods (request index 0: one request per call here), plus this runtime's own fields
+`context.request_processor[0].get_request_properties()` or `context.get_request_header(0, name)`,
+and set the answer's status, content type and headers through `set_response_*`. This class offers
+the same methods (request index 0: one request per call here), plus this runtime's own fields
 (`custom_attributes`, `target_model`, `inference_id`, `response_custom_attributes`).
 """
 
@@ -19,15 +19,17 @@ SERVER_NAME = "serving"
 
 
 class Headers(dict):
-    """Request headers looked up case-insensitively (scripts ask for "Accept" and "accept" alike)."""
+    """Request headers looked up case-insensitively (scripts ask for "Accept" and "accept"
+    alike)."""
 
     def __init__(self, headers: Mapping[str, str] | None = None) -> None:
         super().__init__((key.lower(), value) for key, value in (headers or {}).items())
 
     @classmethod
     def from_asgi(cls, raw: Sequence[tuple[bytes, bytes]]) -> Headers:
-        """An ASGI scope's headers. Of a repeated name the first counts, as for Starlette's `Headers.get`, so that
-        whoever checks a header (a hop's signature) and whoever reads it (the model) see the same value."""
+        """An ASGI scope's headers. Of a repeated name the first counts, as for Starlette's
+        `Headers.get`, so that whoever checks a header (a hop's signature) and whoever reads it (the
+        model) see the same value."""
         headers = cls()
         dict.update(headers, [(key.decode("latin-1").lower(), value.decode("latin-1")) for key, value in reversed(raw)])
         return headers
@@ -43,7 +45,8 @@ class Headers(dict):
 
 
 class RequestProcessor:
-    """MMS's per-request view: the request's headers, and where a status for the answer is reported."""
+    """MMS's per-request view: the request's headers, and where a status for the answer is
+    reported."""
 
     def __init__(self, context: InvocationContext) -> None:
         self._context = context
@@ -69,8 +72,10 @@ class InvocationContext:
     target_model: str | None = None
     inference_id: str | None = None
     response_custom_attributes: str | None = None
-    model_resolved: bool = False  # a MultiModel container found the TargetModel to be a model and loaded it
-    local_api: str | None = None  # where this process reaches its own model's TF Serving REST API (tensorflow)
+    # a MultiModel container found the TargetModel to be a model and loaded it
+    model_resolved: bool = False
+    # where this process reaches its own model's TF Serving REST API (tensorflow)
+    local_api: str | None = None
     headers: Headers = field(default_factory=Headers)
     system_properties: dict[str, Any] = field(default_factory=dict)
     model_name: str | None = None
@@ -121,7 +126,8 @@ class InvocationContext:
 
 
 def system_properties(model_dir: str | None, gpus: float, model_name: str | None = None) -> dict[str, Any]:
-    """`context.system_properties` as MMS fills it: `gpu_id` is None on a container without a GPU."""
+    """`context.system_properties` as MMS fills it: `gpu_id` is None on a container without a
+    GPU."""
     return {
         "model_dir": model_dir,
         "gpu_id": 0 if gpus > 0 else None,

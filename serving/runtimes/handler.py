@@ -1,9 +1,11 @@
-"""Loading a user's `code/inference.py` with SageMaker's handler functions, its imports private to its model.
+"""Loading a user's `code/inference.py` with SageMaker's handler functions, its imports private to
+its model.
 
-A model's `code/` folder becomes a package of its own, `_serving_code_<n>` (unique per load), never put on
-`sys.path`, so two models' `helper.py` never meet and a later load of the same name gets fresh code
-(docs/security.md). The user's files stay as written (`import helper`, not `from . import helper`): the package's
-modules get builtins whose `__import__` sends an absolute import of a name `code/` holds into the package.
+A model's `code/` folder becomes a package of its own, `_serving_code_<n>` (unique per load), never
+put on `sys.path`, so two models' `helper.py` never meet and a later load of the same name gets
+fresh code (docs/security.md). The user's files stay as written (`import helper`, not `from . import
+helper`): the package's modules get builtins whose `__import__` sends an absolute import of a name
+`code/` holds into the package.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# Every hook any SageMaker serving container looks for; each stack says which of them it runs (`Runtime`).
+# Every hook any SageMaker serving container looks for; each stack says which of them it runs
+# (`Runtime`).
 HOOK_NAMES = (
     "model_fn",
     "input_fn",
@@ -38,7 +41,8 @@ HOOK_NAMES = (
 )
 CODE_FOLDER = "code"
 DEFAULT_PROGRAM = "inference.py"
-SAGEMAKER_MODEL_DIR = "/opt/ml/model"  # where SageMaker unpacks the model; a submit directory below it is ours
+# where SageMaker unpacks the model; a submit directory below it is ours
+SAGEMAKER_MODEL_DIR = "/opt/ml/model"
 PACKAGE_PREFIX = "_serving_code_"
 
 _ids = itertools.count(1)
@@ -53,17 +57,19 @@ class UserCode:
     package: str
     folder: str
     hooks: dict[str, Callable[..., Any]]
-    module: Any = None  # the imported handler module, for stacks that read other names from it (tensorflow)
+    # the imported handler module, for stacks that read other names from it (tensorflow)
+    module: Any = None
 
     def unload(self) -> None:
-        """Forget the package's modules (the model is gone; its functions keep working if still referenced)."""
+        """Forget the package's modules (the model is gone; its functions keep working if still
+        referenced)."""
         _forget(self.package, self.folder)
 
 
 def entry_point(model_dir: Path | None, program: str | None = None, submit_directory: str | None = None) -> Path | None:
     """The handler script as SageMaker finds it: `SAGEMAKER_PROGRAM` (default inference.py) in
-    `SAGEMAKER_SUBMIT_DIRECTORY` (default the model's `code/`). None when the default script is absent;
-    a script or folder the environment names explicitly must exist."""
+    `SAGEMAKER_SUBMIT_DIRECTORY` (default the model's `code/`). None when the default script is
+    absent; a script or folder the environment names explicitly must exist."""
     if submit_directory:
         folder = _submit_folder(model_dir, submit_directory)
     elif model_dir is not None:
@@ -83,7 +89,8 @@ def entry_point(model_dir: Path | None, program: str | None = None, submit_direc
 
 
 def _submit_folder(model_dir: Path | None, submit_directory: str) -> Path:
-    """SAGEMAKER_SUBMIT_DIRECTORY as a local folder: SageMaker's /opt/ml/model/... maps to the model's folder."""
+    """SAGEMAKER_SUBMIT_DIRECTORY as a local folder: SageMaker's /opt/ml/model/... maps to the
+    model's folder."""
     value = submit_directory.removeprefix("file://")
     if "://" in value or value.endswith((".tar.gz", ".tgz", ".zip")):
         raise ValueError(
@@ -107,8 +114,8 @@ def _submit_folder(model_dir: Path | None, submit_directory: str) -> Path:
 def load_user_code(
     model_dir: Path | None, program: str | None = None, submit_directory: str | None = None
 ) -> UserCode | None:
-    """Import the handler script (`entry_point`) as a module of a private package made of its folder;
-    None when there is none."""
+    """Import the handler script (`entry_point`) as a module of a private package made of its
+    folder; None when there is none."""
     path = entry_point(model_dir, program, submit_directory)
     if path is None:
         return None
@@ -130,13 +137,14 @@ def load_user_code(
     return UserCode(package, folder, hooks, module)
 
 
-# How `import helper` in a model's code finds that model's helper: Python looks `__import__` up in the importing
-# module's builtins each time an import statement runs, so the redirect holds for imports inside hooks at predict
-# time too, and every other import is untouched. A meta-path finder, installed while any model's code is loaded,
-# gives modules of these packages those builtins; `UserCode.unload` removes the package's modules and the finder
-# (when no model is left). Not redirected: `importlib.import_module("helper")` (not an import statement; use
-# `importlib.import_module(".helper", __package__)`), and unpickling objects whose classes were pickled as
-# `helper.X` by another process (pickle imports `helper` itself).
+# How `import helper` in a model's code finds that model's helper: Python looks `__import__` up in
+# the importing module's builtins each time an import statement runs, so the redirect holds for
+# imports inside hooks at predict time too, and every other import is untouched. A meta-path finder,
+# installed while any model's code is loaded, gives modules of these packages those builtins;
+# `UserCode.unload` removes the package's modules and the finder (when no model is left). Not
+# redirected: `importlib.import_module("helper")` (not an import statement; use
+# `importlib.import_module(".helper", __package__)`), and unpickling objects whose classes were
+# pickled as `helper.X` by another process (pickle imports `helper` itself).
 def _local_names(folder: str) -> frozenset[str]:
     """Top-level module names `code/` provides: `.py` and extension files, and regular packages."""
     names = set()
@@ -154,7 +162,8 @@ def _local_names(folder: str) -> frozenset[str]:
 
 
 def _builtins_for(package: str, local: frozenset[str]) -> dict[str, Any]:
-    """The builtins of `package`'s modules: the real ones, with imports of local names sent into the package."""
+    """The builtins of `package`'s modules: the real ones, with imports of local names sent into the
+    package."""
     real_import = builtins.__import__
 
     def __import__(name, globals=None, locals=None, fromlist=(), level=0):  # noqa: A001 (the builtin's own name)
@@ -183,7 +192,8 @@ class _CodeLoader(importlib.machinery.SourceFileLoader):
 
 
 class _CodeFinder:
-    """Finds the modules of loaded models' code/ packages as usual, and loads them with `_CodeLoader`."""
+    """Finds the modules of loaded models' code/ packages as usual, and loads them with
+    `_CodeLoader`."""
 
     @staticmethod
     def find_spec(fullname: str, path: Any = None, target: Any = None) -> Any:

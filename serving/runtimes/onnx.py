@@ -1,4 +1,5 @@
-"""ONNX stack: an onnxruntime `InferenceSession` on the CPU, or on CUDA when the container has a GPU.
+"""ONNX stack: an onnxruntime `InferenceSession` on the CPU, or on CUDA when the container has a
+GPU.
 
 Input names, shapes and element types come from the model; a request's arrays are
 cast to them, and a model with several inputs takes a JSON object keyed by input name.
@@ -63,9 +64,10 @@ class OnnxRuntime(TensorRuntime):
                 raise FileNotFoundError(f"no model.onnx (or other *.onnx file) in {model_dir}")
             path = found[0]
         options = ort.SessionOptions()
-        # Intra-op threads sleep between calls instead of spinning: a server's calls come with gaps, and each
-        # spin burns a core for nothing (a 1-row MLP, calls 2 ms apart: 2.8 ms of CPU per call spinning, 0.5 ms
-        # not), CPU the replica's HTTP work and the node's other containers need.
+        # Intra-op threads sleep between calls instead of spinning: a server's calls come with gaps,
+        # and each spin burns a core for nothing (a 1-row MLP, calls 2 ms apart: 2.8 ms of CPU per
+        # call spinning, 0.5 ms not), CPU the replica's HTTP work and the node's other containers
+        # need.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         threads = cpu_threads(self.environment, self.prediction_threads())
         if threads is not None:
@@ -104,7 +106,8 @@ class OnnxRuntime(TensorRuntime):
     def run(self, model: Any, inputs: dict[str, np.ndarray]) -> Any:
         try:
             values = model.run(None, inputs)
-        except Exception as error:  # onnxruntime raises its own InvalidArgument / Fail / RuntimeException types
+        # onnxruntime raises its own InvalidArgument / Fail / RuntimeException types
+        except Exception as error:
             given = ", ".join(f"{name} {describe_array(array)}" for name, array in inputs.items())
             detail = " ".join(str(error).split())
             raise ModelInputError(f"the model failed on input {given}: {detail}") from error

@@ -27,7 +27,8 @@ class PythonRuntime(Runtime):
             )
 
     def accepts_batches(self) -> bool:
-        # The user's code is all there is: it batches only when it says so (`accepts_batches = True`).
+        # The user's code is all there is: it batches only when it says so (`accepts_batches =
+        # True`).
         return "transform_fn" not in self._hooks and self._declares_batches()
 
     def model_fn(self, model_dir: Path | None) -> Any:

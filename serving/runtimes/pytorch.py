@@ -1,4 +1,5 @@
-"""PyTorch stack: TorchScript, `torch.export` programs, or a state dict loaded by the user's `model_fn`.
+"""PyTorch stack: TorchScript, `torch.export` programs, or a state dict loaded by the user's
+`model_fn`.
 
 Weights never unpickle arbitrary objects: `torch.load(weights_only=True)`, unless the
 artifact's own `code/inference.py` loads otherwise or the container opts in with
@@ -50,7 +51,8 @@ def _first(model_dir: Path, suffixes: tuple[str, ...]) -> Path | None:
 
 
 def _is_torchscript(path: Path) -> bool:
-    """TorchScript archives carry compiled code (`*/code/`, `*/constants.pkl`); torch.save archives do not."""
+    """TorchScript archives carry compiled code (`*/code/`, `*/constants.pkl`); torch.save archives
+    do not."""
     try:
         with zipfile.ZipFile(path) as archive:
             return any(name.endswith("/constants.pkl") or "/code/" in name for name in archive.namelist())
@@ -128,7 +130,8 @@ class PyTorchRuntime(TensorRuntime):
                 "a state dict also needs code/inference.py with a model_fn"
             )
         if _is_torchscript(weights):
-            with warnings.catch_warnings():  # TorchScript is deprecated upstream but still what many artifacts are
+            # TorchScript is deprecated upstream but still what many artifacts are
+            with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DeprecationWarning)
                 warnings.filterwarnings("ignore", message=".*deprecated.*")
                 return torch.jit.load(str(weights), map_location=self.device)
@@ -139,7 +142,8 @@ class PyTorchRuntime(TensorRuntime):
             return torch.load(path, map_location=self.device, weights_only=False)
         try:
             loaded = torch.load(path, map_location=self.device, weights_only=True)
-        except Exception as error:  # UnpicklingError: a pickled nn.Module, or not a torch file at all
+        # UnpicklingError: a pickled nn.Module, or not a torch file at all
+        except Exception as error:
             raise PermissionError(
                 f"{path.name} is not a TorchScript, torch.export or weights-only file ({type(error).__name__}); "
                 f"save the model with torch.export or TorchScript, load it in your own code/inference.py model_fn, "
@@ -153,9 +157,10 @@ class PyTorchRuntime(TensorRuntime):
         )
 
     def script_defaults(self) -> dict[str, Any]:
-        # sagemaker-pytorch-inference-toolkit's DefaultPytorchInferenceHandler.
-        # Where the toolkit would fail (a JSON object, input that is not a tensor, a float64 tensor for a float32
-        # model) the stack's own handling answers instead; where it answers, the values and bytes are the toolkit's.
+        # sagemaker-pytorch-inference-toolkit's DefaultPytorchInferenceHandler. Where the toolkit
+        # would fail (a JSON object, input that is not a tensor, a float64 tensor for a float32
+        # model) the stack's own handling answers instead; where it answers, the values and bytes
+        # are the toolkit's.
         return {
             "input_fn": self._container_input,
             "predict_fn": self._container_predict,
@@ -163,17 +168,20 @@ class PyTorchRuntime(TensorRuntime):
         }
 
     def _container_input(self, body: bytes, content_type: str | None) -> Any:
-        """A float tensor of JSON/CSV input (`torch.FloatTensor`), NPY as its own dtype (`from_numpy`), on the device."""
+        """A float tensor of JSON/CSV input (`torch.FloatTensor`), NPY as its own dtype
+        (`from_numpy`), on the device."""
         import torch
 
         array = toolkit.decode(toolkit.request_data(body, content_type), content_type)
         if not isinstance(array, np.ndarray) or array.dtype == object or array.dtype.kind not in "fiub":
-            return self.input_fn(body, content_type)  # named inputs, TF Serving documents: the stack's own decoding
+            # named inputs, TF Serving documents: the stack's own decoding
+            return self.input_fn(body, content_type)
         tensor = torch.FloatTensor(array) if content_type in toolkit.UTF8_TYPES else torch.from_numpy(array)
         return tensor.to(self.device or "cpu")
 
     def _container_predict(self, data: Any, model: Any) -> Any:
-        """The model on a tensor, on the device, under no_grad (the toolkit's default); other input the stack's way."""
+        """The model on a tensor, on the device, under no_grad (the toolkit's default); other input
+        the stack's way."""
         import torch
 
         if not isinstance(data, torch.Tensor):
@@ -206,8 +214,9 @@ class PyTorchRuntime(TensorRuntime):
 
         float_dtype = self._describe(model)[1]
         if float_dtype is not None:
-            # A model that does not declare its inputs (TorchScript, nn.Module) gets numbers as its floating
-            # dtype, as SageMaker's PyTorch container makes a FloatTensor of them (JSON cannot say 1 is a float).
+            # A model that does not declare its inputs (TorchScript, nn.Module) gets numbers as its
+            # floating dtype, as SageMaker's PyTorch container makes a FloatTensor of them (JSON
+            # cannot say 1 is a float).
             inputs = {
                 name: array.astype(float_dtype) if array.dtype.kind in "fiub" else array
                 for name, array in inputs.items()
@@ -272,7 +281,8 @@ def _forward_names(model: Any) -> list[str]:
 
 
 def _parameter_dtype(model: Any) -> np.dtype | None:
-    """Floating inputs take the dtype of the model's first floating parameter (float32 if it has none)."""
+    """Floating inputs take the dtype of the model's first floating parameter (float32 if it has
+    none)."""
     import torch
 
     for parameter in getattr(model, "parameters", lambda: [])():
@@ -297,8 +307,8 @@ def _to_numpy(value: Any) -> Any:
 
 
 def _container_output(prediction: Any, accept: str) -> bytes | str:
-    """The toolkit's default_output_fn: a tensor as a list, encoded for the first supported Accept entry
-    (CSV as UTF-8 bytes); the answer's type is the Accept itself, as the toolkit sets it."""
+    """The toolkit's default_output_fn: a tensor as a list, encoded for the first supported Accept
+    entry (CSV as UTF-8 bytes); the answer's type is the Accept itself, as the toolkit sets it."""
     import torch
 
     if type(prediction) is torch.Tensor:

@@ -1,4 +1,5 @@
-"""A model's `code/requirements.txt`: its lines, and whether this environment already satisfies them."""
+"""A model's `code/requirements.txt`: its lines, and whether this environment already satisfies
+them."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ REQUIREMENTS_FILE = "requirements.txt"
 
 
 def parse_requirements(text: str) -> list[str]:
-    """The requirement lines (comments and blanks dropped); pip options are refused, naming the line."""
+    """The requirement lines (comments and blanks dropped); pip options are refused, naming the
+    line."""
     lines = []
     for raw in text.splitlines():
         line = raw.split(" #", 1)[0].strip()
@@ -32,8 +34,9 @@ def missing_requirements(code_folder: Path) -> list[str]:
 
 
 def unmet(lines: list[str], unknown_unmet: bool = False) -> list[str]:
-    """Those of the requirement `lines` this environment does not satisfy (a version that does not match says
-    which one is installed). A line naming no project (a URL) counts as met unless `unknown_unmet`."""
+    """Those of the requirement `lines` this environment does not satisfy (a version that does not
+    match says which one is installed). A line naming no project (a URL) counts as met unless
+    `unknown_unmet`."""
     missing = []
     for line in lines:
         reason = _unmet(line, unknown_unmet)
@@ -48,7 +51,8 @@ def _unmet(line: str, unknown_unmet: bool) -> str | None:
     requirement: Requirement | None
     try:
         requirement = Requirement(line)
-    except InvalidRequirement:  # a wheel path or URL: installed under its project name, unknown here
+    # a wheel path or URL: installed under its project name, unknown here
+    except InvalidRequirement:
         name = Path(line).name.split("-", 1)[0]
         requirement = Requirement(name) if name.replace("_", "").isalnum() else None
     if requirement is None:

@@ -24,7 +24,8 @@ def _truthy(value: str | None) -> bool:
 
 
 def to_matrix(data: Any) -> np.ndarray:
-    """Rows for an estimator: TF-Serving style `{"instances": ...}` or a bare list; one row if 1-D."""
+    """Rows for an estimator: TF-Serving style `{"instances": ...}` or a bare list; one row if
+    1-D."""
     if isinstance(data, dict):
         for key in ("instances", "inputs"):
             if key in data:
@@ -69,27 +70,31 @@ class SklearnRuntime(Runtime):
         raise FileNotFoundError(f"no model.skops (or opted-in model.joblib) in {model_dir}")
 
     def _load_skops(self, path: Path) -> Any:
-        return load_skops(path, self.environment)  # skops' defaults, reviewed data holders, the operator's list
+        # skops' defaults, reviewed data holders, the operator's list
+        return load_skops(path, self.environment)
 
     def input_fn(self, body: bytes, content_type: str | None) -> Any:
         return to_matrix(super().input_fn(body, content_type))
 
     def script_defaults(self) -> dict[str, Any]:
         # sagemaker-scikit-learn-container's serving.py: default_input_fn / predict_fn / output_fn.
-        # Where the container would fail (a JSON object, one row as a flat list, an Accept list) the stack's own
-        # handling answers instead; where it answers, the values and bytes are the container's.
+        # Where the container would fail (a JSON object, one row as a flat list, an Accept list) the
+        # stack's own handling answers instead; where it answers, the values and bytes are the
+        # container's.
         return {"input_fn": self._container_input, "output_fn": toolkit.default_output}
 
     def _container_input(self, body: bytes, content_type: str | None) -> Any:
         """The container's default_input_fn: decoded, as float32 for JSON and CSV."""
         array = toolkit.decode(toolkit.request_data(body, content_type), content_type)
         if not isinstance(array, np.ndarray) or array.dtype == object:
-            return self.input_fn(body, content_type)  # {"instances": ...} and other shapes the container refuses
+            # {"instances": ...} and other shapes the container refuses
+            return self.input_fn(body, content_type)
         array = array.astype(np.float32) if content_type in toolkit.UTF8_TYPES else array
         return array.reshape(1, -1) if array.ndim == 1 else array
 
     def model_tensors(self, model: Any) -> dict[str, list[dict[str, Any]]]:
-        """One input of `n_features_in_` columns; the output by method: a classifier's labels, or floats."""
+        """One input of `n_features_in_` columns; the output by method: a classifier's labels, or
+        floats."""
         features = getattr(model, "n_features_in_", None)
         inputs = [{"name": "input-0", "datatype": "FP64", "shape": [-1, features if features else -1]}]
         method = self._method(model)
@@ -114,7 +119,8 @@ class SklearnRuntime(Runtime):
             return getattr(model, method)(data)
         except (ValueError, TypeError) as error:
             if getattr(data, "dtype", None) is not None and data.dtype.kind in "US":
-                # Text is the caller's input error for a model that takes numbers (a categorical one takes it).
+                # Text is the caller's input error for a model that takes numbers (a categorical one
+                # takes it).
                 reason = str(error).splitlines()[0] if str(error) else type(error).__name__
                 raise ValidationError(
                     f"input holds text ({data.dtype}) that {type(model).__name__} cannot use: {reason}"

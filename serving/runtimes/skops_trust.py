@@ -34,14 +34,16 @@ def operator_types(environment: Mapping[str, str]) -> set[str]:
     return {name.strip() for name in environment.get(TRUSTED_TYPES_ENV, "").split(",") if name.strip()}
 
 
-# sklearn's array-API shims for other frameworks: `sklearn.externals.array_api_compat.<framework>` imports it whole.
+# sklearn's array-API shims for other frameworks: `sklearn.externals.array_api_compat.<framework>`
+# imports it whole.
 _ARRAY_API_SHIMS = ("torch", "cupy", "dask", "jax")
 _SHIM_PREFIX = "sklearn.externals.array_api_compat."
 _FIRST_IMPORT = threading.Lock()
 
 
 class _SkipUnusedArrayApiShims(importlib.abc.MetaPathFinder):
-    """Refuses the shim of a framework this process has not imported (ImportError, which a package walk skips)."""
+    """Refuses the shim of a framework this process has not imported (ImportError, which a package
+    walk skips)."""
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
         framework = name.removeprefix(_SHIM_PREFIX)
@@ -53,12 +55,12 @@ class _SkipUnusedArrayApiShims(importlib.abc.MetaPathFinder):
 def _import_skops() -> Any:
     """`skops.io`, imported without PyTorch.
 
-    skops lists scikit-learn's estimators when first imported (`all_estimators()`), and that walk imports every
-    subpackage of sklearn, `sklearn.externals.array_api_compat.torch` among them, which imports all of PyTorch
-    (~2 s of CPU per container process here) although no estimator lives there. For that first import only, the
-    shims of frameworks this process has not imported are refused; skops' trusted names come out the same
-    (tests/unit/test_skops_import.py), and the shims import normally afterwards (an ImportError leaves nothing
-    in sys.modules).
+    skops lists scikit-learn's estimators when first imported (`all_estimators()`), and that walk
+    imports every subpackage of sklearn, `sklearn.externals.array_api_compat.torch` among them,
+    which imports all of PyTorch (~2 s of CPU per container process here) although no estimator
+    lives there. For that first import only, the shims of frameworks this process has not imported
+    are refused; skops' trusted names come out the same (tests/unit/test_skops_import.py), and the
+    shims import normally afterwards (an ImportError leaves nothing in sys.modules).
     """
     with _FIRST_IMPORT:  # a MultiModel container may load models on several threads
         if "skops.io" not in sys.modules:
@@ -73,7 +75,8 @@ def _import_skops() -> Any:
 
 
 def load_skops(path: Path, environment: Mapping[str, str]) -> Any:
-    """The object in a `.skops` file, or PermissionError naming every type it would build that is not trusted."""
+    """The object in a `.skops` file, or PermissionError naming every type it would build that is
+    not trusted."""
     skops_io = _import_skops()
 
     trusted = REVIEWED_TYPES | operator_types(environment)
@@ -84,13 +87,15 @@ def load_skops(path: Path, environment: Mapping[str, str]) -> Any:
             f"in Environment {TRUSTED_TYPES_ENV} is trusted to run with request data: list it only if you trust "
             "this artifact"
         )
-    model = skops_io.load(path, trusted=sorted(trusted))  # skops audits the file again against the same list
+    # skops audits the file again against the same list
+    model = skops_io.load(path, trusted=sorted(trusted))
     check_trees(model, path.name)
     return model
 
 
 def check_trees(model: Any, name: str) -> None:
-    """Refuse decision trees whose node indices scikit-learn would follow out of bounds (no bounds checks in C)."""
+    """Refuse decision trees whose node indices scikit-learn would follow out of bounds (no bounds
+    checks in C)."""
     from sklearn.ensemble._gb import BaseGradientBoosting
     from sklearn.tree._tree import Tree
 
@@ -102,9 +107,11 @@ def check_trees(model: Any, name: str) -> None:
             continue
         tree = attributes.get("tree_")
         if isinstance(tree, Tree) and attributes.get("n_features_in_") != tree.n_features:
-            # The estimator checks a request's width against n_features_in_; the tree reads up to n_features.
+            # The estimator checks a request's width against n_features_in_; the tree reads up to
+            # n_features.
             raise ValueError(f"{name}: a decision tree's feature count does not match its estimator's")
-        if isinstance(obj, BaseGradientBoosting):  # predicts from its trees' nodes without their own checks
+        # predicts from its trees' nodes without their own checks
+        if isinstance(obj, BaseGradientBoosting):
             if any(
                 getattr(stage, "tree_", None) is None or stage.tree_.n_features != obj.n_features_in_
                 for stage in np.ravel(obj.estimators_)
@@ -117,7 +124,8 @@ def _nodes_in_range(tree: Any) -> bool:
     ids = np.arange(len(nodes))
     left, right, feature = nodes["left_child"], nodes["right_child"], nodes["feature"]
     leaf = (left == -1) & (right == -1)
-    # scikit-learn adds children after their parent: ids only grow along a path, so no cycles either.
+    # scikit-learn adds children after their parent: ids only grow along a path, so no cycles
+    # either.
     split = (
         (left > ids)
         & (left < len(nodes))
@@ -130,7 +138,8 @@ def _nodes_in_range(tree: Any) -> bool:
 
 
 def _objects(root: Any) -> Iterator[Any]:
-    """Every object reachable from `root` through attributes, containers and object arrays (once each)."""
+    """Every object reachable from `root` through attributes, containers and object arrays (once
+    each)."""
     seen: set[int] = set()
     stack = [root]
     while stack:

@@ -1,4 +1,5 @@
-"""TensorFlow stack: a SavedModel (also SageMaker's `model/<version>/` layout) or a Keras `.keras` file.
+"""TensorFlow stack: a SavedModel (also SageMaker's `model/<version>/` layout) or a Keras `.keras`
+file.
 
 A SavedModel is called through its serving signature (`serving_default` unless
 `SERVING_TF_SIGNATURE` names another), with inputs named, shaped and typed as the
@@ -39,8 +40,9 @@ SAVED_MODEL_FILE = "saved_model.pb"
 
 
 def find_saved_model(model_dir: Path, nested: bool = True) -> Path | None:
-    """The SavedModel folder: the model directory itself, its highest numbered version folder, or, when
-    `nested`, that of its only model folder (SageMaker's `<model>/<version>/` and `export/Servo/<version>/`)."""
+    """The SavedModel folder: the model directory itself, its highest numbered version folder, or,
+    when `nested`, that of its only model folder (SageMaker's `<model>/<version>/` and
+    `export/Servo/<version>/`)."""
     if (model_dir / SAVED_MODEL_FILE).is_file():
         return model_dir
     versioned = _highest_version(model_dir)
@@ -74,7 +76,8 @@ class TensorFlowRuntime(TensorRuntime):
 
     name = "tensorflow"
     frameworks = ("tensorflow",)
-    model_name = "model"  # TF Serving's name for it: its folder's (SageMaker: /opt/ml/model/<n>/ is "model")
+    # TF Serving's name for it: its folder's (SageMaker: /opt/ml/model/<n>/ is "model")
+    model_name = "model"
     model_version: str | None = None
     _tfs_hooks: tuple[Any, Any, Any] = (None, None, None)
 
@@ -92,7 +95,8 @@ class TensorFlowRuntime(TensorRuntime):
                 tf.config.threading.set_intra_op_parallelism_threads(threads)
                 tf.config.threading.set_inter_op_parallelism_threads(1)
             if gpu_share(self.environment) == 0:
-                tf.config.set_visible_devices([], "GPU")  # a GPU share of 0 means: leave the node's GPUs alone
+                # a GPU share of 0 means: leave the node's GPUs alone
+                tf.config.set_visible_devices([], "GPU")
         except RuntimeError:  # only settable before TensorFlow initializes in this process
             logger.info("TensorFlow already initialized in this process: thread and device settings unchanged")
         super().load()
@@ -104,7 +108,8 @@ class TensorFlowRuntime(TensorRuntime):
             [model_dir / "model.keras"] if (model_dir / "model.keras").is_file() else sorted(model_dir.glob("*.keras"))
         )
         if keras_files:
-            # Without scikit-learn for Keras' wrappers when no script, and no other model, can use them.
+            # Without scikit-learn for Keras' wrappers when no script, and no other model, can use
+            # them.
             keras = import_keras(without_sklearn=self.only_model_in_process and self._code is None)
             # safe_mode (the default) refuses Lambda layers that would deserialize Python code.
             return keras.saving.load_model(keras_files[0], compile=False)
@@ -126,21 +131,24 @@ class TensorFlowRuntime(TensorRuntime):
         return loaded
 
     def _check_hooks(self) -> None:
-        # The user's code is loaded and nothing of it has run: the TFS container's rules, not the toolkit's.
+        # The user's code is loaded and nothing of it has run: the TFS container's rules, not the
+        # toolkit's.
         module = self._code.module if self._code is not None else None
         self._tfs_hooks = tfs.resolve_handlers(module) if module is not None else (None, None, None)
 
-    # --- SageMaker's TensorFlow Serving container ----------------------------------------------------------
+    # --- SageMaker's TensorFlow Serving container -------------------------------------------------
     def invoke_chunks(
         self, body: bytes, content_type: str | None, accept: str | None, context: InvocationContext
     ) -> tuple[Iterator[bytes], str]:
         if codecs.media_type(content_type) == codecs.NPY and self._tfs_hooks == (None, None, None):
-            return super().invoke_chunks(body, content_type, accept, context)  # our extension: the tensor path
+            # our extension: the tensor path
+            return super().invoke_chunks(body, content_type, accept, context)
         out, out_type = self._answer_as_tfs(body, content_type, accept, context)
         return iter((out,)), out_type
 
     def batchable(self, content_type: str | None) -> bool:
-        # Only NPY without TFS handlers takes the tensor path; everything else is TF Serving's REST contract.
+        # Only NPY without TFS handlers takes the tensor path; everything else is TF Serving's REST
+        # contract.
         return codecs.media_type(content_type) == codecs.NPY and self._tfs_hooks == (None, None, None)
 
     def _answer_as_tfs(
@@ -163,7 +171,8 @@ class TensorFlowRuntime(TensorRuntime):
         return out, out_type
 
     def _pipeline(self, input_handler: Any, output_handler: Any) -> Any:
-        def handler(data: Any, context: Any) -> Any:  # python_service._make_handler, with TF Serving in process
+        # python_service._make_handler, with TF Serving in process
+        def handler(data: Any, context: Any) -> Any:
             sent = tfs.posted_body(input_handler(data, context), context.rest_uri)
             path = context.rest_uri[context.rest_uri.index("/v1/models/") :] if context.rest_uri else None
             status, out = self.rest_call(path or tfs.rest_path(self.model_name, {}), sent)
@@ -172,7 +181,8 @@ class TensorFlowRuntime(TensorRuntime):
         return handler
 
     def rest_call(self, path: str, body: bytes) -> tuple[int, bytes]:
-        """TF Serving's REST `POST /v1/models/<name>[/versions/<v>]:predict` on this model: (status, body)."""
+        """TF Serving's REST `POST /v1/models/<name>[/versions/<v>]:predict` on this model: (status,
+        body)."""
         match = re.fullmatch(r"/v1/models/([^/:]+)(?:/versions/(\d+))?:(\w+)", path)
         if match is None:
             return 404, tfs_json.error_json(f"Malformed request: POST {path}")

@@ -1,4 +1,5 @@
-"""What the tensor stacks (pytorch, tensorflow, onnx) share: request shapes, input checks, CPU/GPU share.
+"""What the tensor stacks (pytorch, tensorflow, onnx) share: request shapes, input checks, CPU/GPU
+share.
 
 A request is a plain array, an object keyed by input name, or a TensorFlow Serving
 document (`{"instances": ...}` row format, `{"inputs": ...}` columnar format). Each
@@ -29,7 +30,8 @@ TF_SERVING_KEYS = {"instances": "predictions", "inputs": "outputs"}
 
 
 class ModelInputError(ValueError):
-    """The input does not fit the model (name, shape or dtype); the caller gets 424 ModelError with this text."""
+    """The input does not fit the model (name, shape or dtype); the caller gets 424 ModelError with
+    this text."""
 
 
 @dataclass(frozen=True)
@@ -47,10 +49,11 @@ class InputSpec:
 
 # --- CPU and GPU share -------------------------------------------------------------------
 def cpu_threads(environment: Mapping[str, str], predictions: int = 1) -> int | None:
-    """Intra-op threads per prediction (at least 1): the container's CPU share divided among the `predictions`
-    its replica runs at once (its model threads), so that all of them together use the cores it reserved and no
-    more; None when the share is unknown. Oversubscribed, the framework's threads spin and wait for each other:
-    on 2 cores, two model threads of 2 intra-op threads each cost a 32-row MLP batch 1.4-2× the CPU of 1 each."""
+    """Intra-op threads per prediction (at least 1): the container's CPU share divided among the
+    `predictions` its replica runs at once (its model threads), so that all of them together use the
+    cores it reserved and no more; None when the share is unknown. Oversubscribed, the framework's
+    threads spin and wait for each other: on 2 cores, two model threads of 2 intra-op threads each
+    cost a 32-row MLP batch 1.4-2× the CPU of 1 each."""
     override = environment.get(THREADS_ENV)
     if override:
         if not override.isdigit() or int(override) < 1:
@@ -70,7 +73,8 @@ def gpu_share(environment: Mapping[str, str]) -> float:
 
 # --- request shapes ----------------------------------------------------------------------
 def split_request(data: Any) -> tuple[Any, str | None]:
-    """The inputs of a decoded request, and the TF Serving response key to wrap the answer in (or None)."""
+    """The inputs of a decoded request, and the TF Serving response key to wrap the answer in (or
+    None)."""
     if not isinstance(data, dict):
         return data, None
     for key, response_key in TF_SERVING_KEYS.items():
@@ -130,11 +134,13 @@ def conform(value: Any, spec: InputSpec) -> np.ndarray:
 def _cast(array: np.ndarray, spec: InputSpec) -> np.ndarray:
     target = spec.dtype
     if target is None:
-        # JSON and CSV numbers decode as float64/int64; models are float32 unless they say otherwise.
+        # JSON and CSV numbers decode as float64/int64; models are float32 unless they say
+        # otherwise.
         return array.astype(np.float32) if array.dtype == np.float64 else array
     if array.dtype == target:
         return array
-    text_in, text_wanted = array.dtype.kind in "US", target.kind in "USO"  # TensorFlow strings map to object
+    # TensorFlow strings map to object
+    text_in, text_wanted = array.dtype.kind in "US", target.kind in "USO"
     if text_in and text_wanted:
         return array
     if text_in:
@@ -154,13 +160,15 @@ def _cast(array: np.ndarray, spec: InputSpec) -> np.ndarray:
 
 
 def wrap_outputs(outputs: Any, response_key: str | None) -> Any:
-    """The answer: one output as is, several by name; wrapped as TF Serving would when it was asked that way."""
+    """The answer: one output as is, several by name; wrapped as TF Serving would when it was asked
+    that way."""
     if isinstance(outputs, dict) and len(outputs) == 1:
         outputs = next(iter(outputs.values()))
     if response_key is None:
         return outputs
     if response_key == "predictions" and isinstance(outputs, dict):
-        # Row format: one object per instance, keyed by output name (an output without a batch axis repeats).
+        # Row format: one object per instance, keyed by output name (an output without a batch axis
+        # repeats).
         rows = max((len(value) for value in outputs.values() if np.ndim(value) > 0), default=1)
         outputs = [
             {name: value[i] if np.ndim(value) > 0 and len(value) == rows else value for name, value in outputs.items()}
@@ -180,15 +188,16 @@ def v2_datatype(dtype: np.dtype) -> str:
 
 
 def v2_tensor(name: str, dtype: np.dtype | None, shape: tuple | None) -> dict[str, Any]:
-    """One tensor of Open Inference metadata; an unknown dtype is FP32 (what numbers become for these stacks),
-    an unknown rank one dimension of any size."""
+    """One tensor of Open Inference metadata; an unknown dtype is FP32 (what numbers become for
+    these stacks), an unknown rank one dimension of any size."""
     datatype = "FP32" if dtype is None else v2_datatype(np.dtype(dtype))
     dims = [-1] if shape is None else [-1 if d is None else int(d) for d in shape]
     return {"name": name, "datatype": datatype, "shape": dims}
 
 
 class TensorRuntime(Runtime):
-    """Defaults shared by the tensor stacks; subclasses load the model and run it on checked arrays."""
+    """Defaults shared by the tensor stacks; subclasses load the model and run it on checked
+    arrays."""
 
     def input_specs(self, model: Any) -> list[InputSpec]:
         """What `model` takes, in call order."""
@@ -212,9 +221,9 @@ class TensorRuntime(Runtime):
         return wrap_outputs(self.run(model, inputs), response_key)
 
     def batch_rows(self, data: Any) -> Any:
-        """A plain array request for a one-input model, checked and given its batch axis as predict_fn would;
-        TF Serving documents and inputs by name keep their own shape (they run alone). With a user's script the
-        decoded input is merged as it is."""
+        """A plain array request for a one-input model, checked and given its batch axis as
+        predict_fn would; TF Serving documents and inputs by name keep their own shape (they run
+        alone). With a user's script the decoded input is merged as it is."""
         if self.scripted:
             return super().batch_rows(data)
         payload, response_key = split_request(data)

@@ -2,9 +2,10 @@
 
 Mirrors `sagemaker-tensorflow-serving-container`: without `code/inference.py`, its nginx module
 (`tensorflowServing.js`) turns JSON, JSON lines and CSV bodies into a TF Serving `:predict` request
-and passes TF Serving's answer back (newlines removed when the Accept names a JSON type). With one, its
-`python_service.py` calls `handler(data, context)`, or `input_handler` → TF Serving → `output_handler`,
-where `data` is the request stream and `context` the namedtuple built by `tfs_utils.parse_request`.
+and passes TF Serving's answer back (newlines removed when the Accept names a JSON type). With one,
+its `python_service.py` calls `handler(data, context)`, or `input_handler` → TF Serving →
+`output_handler`, where `data` is the request stream and `context` the namedtuple built by
+`tfs_utils.parse_request`.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ Context = namedtuple(
 )
 # What SageMaker's TFS container reads from `code/inference.py`.
 TFS_HANDLERS = ("handler", "input_handler", "output_handler")
-# The SageMaker inference toolkit's hooks, which that container does not call: refused, never ignored.
+# The SageMaker inference toolkit's hooks, which that container does not call: refused, never
+# ignored.
 TOOLKIT_HOOKS = ("model_fn", "input_fn", "predict_fn", "output_fn", "transform_fn", "pre_model_fn", "model_warmup_fn")
 _ATTRIBUTE = re.compile(r"(tfs-[a-z\-]+=[^,]+)")
 JSON_TYPES = (JSON, JSON_LINES, JSONS)
@@ -71,7 +73,8 @@ def rest_path(model_name: str, attributes: dict[str, str]) -> str:
 def make_context(
     body: bytes, content_type: str | None, accept: str | None, custom: str | None, model_name: str, base: str | None
 ) -> Any:
-    """tfs_utils.parse_request's context; `base` is where this process reaches its TF Serving REST API."""
+    """tfs_utils.parse_request's context; `base` is where this process reaches its TF Serving REST
+    API."""
     attributes = tfs_attributes(custom)
     return Context(
         attributes.get("tfs-model-name"),
@@ -87,9 +90,10 @@ def make_context(
     )
 
 
-# --- without user code: tensorflowServing.js ----------------------------------------------------------
+# --- without user code: tensorflowServing.js ------------------------------------------------------
 def predict_body(body: bytes, content_type: str) -> bytes:
-    """The `:predict` body the container's nginx module makes of a JSON, JSON-lines or CSV request."""
+    """The `:predict` body the container's nginx module makes of a JSON, JSON-lines or CSV
+    request."""
     data = body.decode("utf-8", "surrogateescape")
     if content_type == CSV:
         converted = _csv_request(data)
@@ -117,8 +121,9 @@ def _json_lines_request(data: str) -> str:
 
 
 def _csv_request(data: str) -> str:
-    # A first field that is neither quoted nor numeric makes every line a list of strings (as the JS does:
-    # its `replace` changes only the first quote and the first comma of a line, and so does this).
+    # A first field that is neither quoted nor numeric makes every line a list of strings (as the JS
+    # does: its `replace` changes only the first quote and the first comma of a line, and so does
+    # this).
     needs_quotes = re.match(r'\s*("|[\d.Ee+\-]+.*)', data) is None
     lines = _lines(data)
     parts = ['{"instances":[']
@@ -141,7 +146,8 @@ def unsupported_media_type(content_type: str | None) -> ContainerAnswerError:
 
 
 def with_accept(body: bytes, accept: str | None) -> tuple[bytes, str]:
-    """The JS callback: an Accept naming a JSON type gets the body without newlines, as its first type."""
+    """The JS callback: an Accept naming a JSON type gets the body without newlines, as its first
+    type."""
     if accept is not None:
         types = accept.strip().replace(" ", "", 1).split(",")
         if JSON_LINES in types or JSON in types:
@@ -149,9 +155,10 @@ def with_accept(body: bytes, accept: str | None) -> tuple[bytes, str]:
     return body, JSON
 
 
-# --- with user code: python_service.py -------------------------------------------------------------------
+# --- with user code: python_service.py ------------------------------------------------------------
 def resolve_handlers(module: Any) -> tuple[Callable[..., Any] | None, Callable[..., Any] | None, Callable | None]:
-    """(handler, input_handler, output_handler) as `_import_handlers` picks them; raises what it refuses."""
+    """(handler, input_handler, output_handler) as `_import_handlers` picks them; raises what it
+    refuses."""
     defined = {name for name in TFS_HANDLERS + TOOLKIT_HOOKS if callable(getattr(module, name, None))}
     toolkit = [name for name in TOOLKIT_HOOKS if name in defined]
     if toolkit:
@@ -179,7 +186,8 @@ def resolve_handlers(module: Any) -> tuple[Callable[..., Any] | None, Callable[.
             "SageMaker's TensorFlow Serving container needs both (or handler) and refuses this script "
             '("Handlers are not implemented correctly in user script.")'
         )
-    if not callable(getattr(module, "autoscaling_metrics", None)):  # ours; the container would refuse the script
+    # ours; the container would refuse the script
+    if not callable(getattr(module, "autoscaling_metrics", None)):
         raise ValueError(
             "code/inference.py defines no handler: SageMaker's TensorFlow Serving container needs handler(data, "
             "context), or input_handler and output_handler, and refuses this script"
@@ -188,8 +196,9 @@ def resolve_handlers(module: Any) -> tuple[Callable[..., Any] | None, Callable[.
 
 
 def call_handler(handler: Callable[..., Any], body: bytes, context: Any) -> tuple[bytes, str]:
-    """`handler(data, context)` → (body, content type); a failure is the container's 500 `{"error": str(e)}`, less
-    the URL of this process's TF Serving route (`context.rest_uri`, whose token is a capability)."""
+    """`handler(data, context)` → (body, content type); a failure is the container's 500 `{"error":
+    str(e)}`, less the URL of this process's TF Serving route (`context.rest_uri`, whose token is a
+    capability)."""
     try:
         out, content_type = handler(io.BytesIO(body), context)
         if isinstance(out, str):
@@ -203,7 +212,8 @@ def call_handler(handler: Callable[..., Any], body: bytes, context: Any) -> tupl
 
 
 def response_object(status: int, content: bytes, url: str | None) -> Any:
-    """What `requests.post(context.rest_uri, ...)` returns for a TF Serving answer: a `requests.Response`."""
+    """What `requests.post(context.rest_uri, ...)` returns for a TF Serving answer: a
+    `requests.Response`."""
     import requests
 
     response = requests.Response()
@@ -217,7 +227,8 @@ def response_object(status: int, content: bytes, url: str | None) -> Any:
 
 
 def posted_body(processed: Any, url: str | None) -> bytes:
-    """The bytes `requests.post(url, data=processed)` sends (a dict is form-encoded, a str as Latin-1)."""
+    """The bytes `requests.post(url, data=processed)` sends (a dict is form-encoded, a str as
+    Latin-1)."""
     import requests
 
     body: Any = requests.Request("POST", url or "http://localhost/", data=processed).prepare().body

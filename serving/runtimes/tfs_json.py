@@ -1,11 +1,12 @@
-"""TensorFlow Serving's REST JSON, byte for byte: the `:predict` request it reads and the answer it writes.
+"""TensorFlow Serving's REST JSON, byte for byte: the `:predict` request it reads and the answer it
+writes.
 
-TF Serving (`tensorflow_serving/util/json_tensor.cc`) writes its answers with rapidjson's PrettyWriter
-(4-space indent, arrays of one instance on one line in the row format, every value on its own line in
-the columnar format) and its own float formatting (`%g`, then full precision when that does not round
-trip, `.0` appended to whole numbers). `PrettyJson` replays that writer so that a client comparing bytes
-sees what TF Serving sends. Outputs are written in name order (TF Serving's order is that of a protobuf
-map, which is unspecified).
+TF Serving (`tensorflow_serving/util/json_tensor.cc`) writes its answers with rapidjson's
+PrettyWriter (4-space indent, arrays of one instance on one line in the row format, every value on
+its own line in the columnar format) and its own float formatting (`%g`, then full precision when
+that does not round trip, `.0` appended to whole numbers). `PrettyJson` replays that writer so that
+a client comparing bytes sees what TF Serving sends. Outputs are written in name order (TF Serving's
+order is that of a protobuf map, which is unspecified).
 """
 
 from __future__ import annotations
@@ -78,7 +79,8 @@ class PrettyJson:
 
 
 def string_token(text: str | bytes) -> str:
-    """A JSON string as rapidjson writes it: control characters escaped (upper-case hex), the rest raw UTF-8."""
+    """A JSON string as rapidjson writes it: control characters escaped (upper-case hex), the rest
+    raw UTF-8."""
     if isinstance(text, bytes):
         text = text.decode("utf-8", "surrogateescape")
     short = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
@@ -94,7 +96,8 @@ def string_token(text: str | bytes) -> str:
 
 
 def decimal_token(value: float, single: bool) -> str:
-    """TF Serving's WriteDecimal: six significant digits unless that loses the value, `.0` on whole numbers."""
+    """TF Serving's WriteDecimal: six significant digits unless that loses the value, `.0` on whole
+    numbers."""
     if math.isnan(value):
         return "NaN"
     if math.isinf(value):
@@ -134,7 +137,8 @@ def _write_values(writer: PrettyJson, array: np.ndarray, as_b64: bool) -> None:
 
 
 def predictions_json(outputs: dict[str, np.ndarray]) -> bytes:
-    """The row-format answer `{"predictions": [...]}`: one entry per instance, an object when several outputs."""
+    """The row-format answer `{"predictions": [...]}`: one entry per instance, an object when
+    several outputs."""
     batch = -1
     for name, array in outputs.items():
         if array.ndim == 0:
@@ -194,7 +198,8 @@ def error_json(message: str) -> bytes:
 
 
 def parse_predict(body: bytes) -> tuple[str, Any, str | None]:
-    """(format, inputs, signature name) of a `:predict` body; `inputs` as `tensors.bind_inputs` takes them."""
+    """(format, inputs, signature name) of a `:predict` body; `inputs` as `tensors.bind_inputs`
+    takes them."""
     if not body.strip():
         raise TfsRequestError("JSON Parse error: The document is empty")
     try:

@@ -1,12 +1,12 @@
 """What AWS's inference toolkits do with a request when the user's script leaves a step to them.
 
-`sagemaker-inference-toolkit` (the PyTorch and multi-model containers) and `sagemaker-containers` (the
-scikit-learn container) decode with `decoder.decode` and encode with `encoder.encode`: JSON through
-`json.loads` / `json.dumps` (default separators, NumPy values through `tolist`), CSV through
-`np.genfromtxt` / `np.savetxt(fmt="%s")`, NPY through `np.load` / `np.save`. A content type they do not
-know is `UnsupportedFormatError`, answered with HTTP 415. These functions produce the same values and
-bytes, with two safety differences: NPY never unpickles (the toolkit passes `allow_pickle=True`) and
-bodies are size- and depth-checked first (`codecs`).
+`sagemaker-inference-toolkit` (the PyTorch and multi-model containers) and `sagemaker-containers`
+(the scikit-learn container) decode with `decoder.decode` and encode with `encoder.encode`: JSON
+through `json.loads` / `json.dumps` (default separators, NumPy values through `tolist`), CSV through
+`np.genfromtxt` / `np.savetxt(fmt="%s")`, NPY through `np.load` / `np.save`. A content type they do
+not know is `UnsupportedFormatError`, answered with HTTP 415. These functions produce the same
+values and bytes, with two safety differences: NPY never unpickles (the toolkit passes
+`allow_pickle=True`) and bodies are size- and depth-checked first (`codecs`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ ENCODABLE = (JSON, CSV, NPY)
 
 
 class UnsupportedFormatError(errors.UnsupportedFormatError):
-    """The toolkit's error for a content type no decoder/encoder knows, with its message; the container answers 415."""
+    """The toolkit's error for a content type no decoder/encoder knows, with its message; the
+    container answers 415."""
 
     def __init__(self, content_type: str | None) -> None:
         super().__init__(
@@ -45,7 +46,8 @@ class UnsupportedFormatError(errors.UnsupportedFormatError):
 
 
 def request_data(body: bytes, content_type: str | None) -> bytes | str:
-    """The body as the toolkits hand it to `input_fn`: `str` for exactly `application/json` / `text/csv`."""
+    """The body as the toolkits hand it to `input_fn`: `str` for exactly `application/json` /
+    `text/csv`."""
     if content_type in UTF8_TYPES:
         try:
             return body.decode("utf-8")

@@ -1,11 +1,13 @@
-"""XGBoost stack: a `Booster` saved by `save_model` (JSON or UBJSON), as SageMaker's built-in XGBoost algorithm
-and this project's trainer write it (`xgboost-model` at the root of `model.tar.gz`).
+"""XGBoost stack: a `Booster` saved by `save_model` (JSON or UBJSON), as SageMaker's built-in
+XGBoost algorithm and this project's trainer write it (`xgboost-model` at the root of
+`model.tar.gz`).
 
-Without a script it answers as the algorithm's container (`sagemaker-xgboost-container`, algorithm mode) does:
-CSV, LIBSVM (and JSON rows, our extension) in; CSV or `{"predictions": [{"score": ...}]}` out, or the fields
-`SAGEMAKER_INFERENCE_OUTPUT` selects; k-fold `xgboost-model-N` files served as one ensemble. A pickled booster
-(the container's older versions) loads only with `SERVING_ALLOW_PICKLE`. With a `code/inference.py`, the steps
-it leaves out are the container's script-mode defaults (`serving.py`). See containers/xgboost/README.md.
+Without a script it answers as the algorithm's container (`sagemaker-xgboost-container`, algorithm
+mode) does: CSV, LIBSVM (and JSON rows, our extension) in; CSV or `{"predictions": [{"score":
+...}]}` out, or the fields `SAGEMAKER_INFERENCE_OUTPUT` selects; k-fold `xgboost-model-N` files
+served as one ensemble. A pickled booster (the container's older versions) loads only with
+`SERVING_ALLOW_PICKLE`. With a `code/inference.py`, the steps it leaves out are the container's
+script-mode defaults (`serving.py`). See containers/xgboost/README.md.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ logger = logging.getLogger("serving.runtimes.xgboost")
 
 MODEL_FILE = "xgboost-model"  # the algorithm's (and the trainer's) name
 BOOSTER_NAMES = (MODEL_FILE, "model.ubj", "model.json")
-VOTED = ("multi:softmax", "binary:hinge")  # an ensemble of these votes; of any other objective, averages
+# an ensemble of these votes; of any other objective, averages
+VOTED = ("multi:softmax", "binary:hinge")
 
 
 def _truthy(value: str | None) -> bool:
@@ -38,7 +41,8 @@ def _truthy(value: str | None) -> bool:
 
 
 def booster_files(model_dir: Path, ensemble: bool) -> list[Path]:
-    """The booster file(s) to load, in the order this stack looks for them (README: Artifact layout)."""
+    """The booster file(s) to load, in the order this stack looks for them (README: Artifact
+    layout)."""
     for name in BOOSTER_NAMES:
         if (model_dir / name).is_file():
             return [model_dir / name]
@@ -74,7 +78,7 @@ class XGBoostRuntime(Runtime):
     def _selectable(self) -> bool:
         return INFERENCE_OUTPUT_ENV in self.environment
 
-    # --- model_fn ------------------------------------------------------------------------------------------------
+    # --- model_fn ---------------------------------------------------------------------------------
     def model_fn(self, model_dir: Path | None) -> Any:
         if model_dir is None:
             raise FileNotFoundError("the xgboost stack needs ModelDataUrl")
@@ -96,7 +100,8 @@ class XGBoostRuntime(Runtime):
         raw = path.read_bytes()
         booster = xgboost.Booster()
         try:
-            booster.load_model(bytearray(raw))  # JSON or UBJSON, told apart by content (file names need no extension)
+            # JSON or UBJSON, told apart by content (file names need no extension)
+            booster.load_model(bytearray(raw))
         except xgboost.core.XGBoostError as error:
             if not _is_pickle(raw):
                 reason = str(error).splitlines()[0] if str(error) else "unreadable"
@@ -113,7 +118,8 @@ class XGBoostRuntime(Runtime):
         return booster
 
     def _unpickle(self, path: Path, raw: bytes) -> Any:
-        """A pickled booster (the algorithm's versions before 1.3 wrote one), only when the spec opts in."""
+        """A pickled booster (the algorithm's versions before 1.3 wrote one), only when the spec
+        opts in."""
         import xgboost
 
         if not _truthy(self.environment.get(ALLOW_PICKLE_ENV)):
@@ -138,7 +144,7 @@ class XGBoostRuntime(Runtime):
             "outputs": [{"name": "output-0", "datatype": "FP32", "shape": scores}],
         }
 
-    # --- input_fn ------------------------------------------------------------------------------------------------
+    # --- input_fn ---------------------------------------------------------------------------------
     def input_fn(self, body: bytes, content_type: str | None) -> Any:
         """A DMatrix of the request's rows, checked against the model's feature count."""
         import xgboost
@@ -154,7 +160,8 @@ class XGBoostRuntime(Runtime):
         return matrix
 
     def _check_features(self, matrix: Any, kind: str) -> None:
-        """The container's rule: dense rows carry the model's features or one fewer; LIBSVM indices stay below it."""
+        """The container's rule: dense rows carry the model's features or one fewer; LIBSVM indices
+        stay below it."""
         boosters = self.model if isinstance(self.model, list) else [self.model]
         if not all(hasattr(booster, "num_features") for booster in boosters):
             return  # a user's model_fn returned something else: its predict_fn decides
@@ -167,7 +174,7 @@ class XGBoostRuntime(Runtime):
         elif got not in (expected, expected - 1):
             raise ValidationError(f"{kind.upper()} rows have {got} features; the model takes {expected}")
 
-    # --- predict_fn ----------------------------------------------------------------------------------------------
+    # --- predict_fn -------------------------------------------------------------------------------
     def predict_fn(self, data: Any, model: Any) -> Any:
         import xgboost
 
@@ -178,9 +185,10 @@ class XGBoostRuntime(Runtime):
             return _vote(outputs) if self.objective in VOTED else outputs.mean(axis=0)
         if isinstance(model, xgboost.Booster):
             return model.predict(data, validate_features=False)
-        return model.predict(data)  # a user's model_fn: an XGBModel (sklearn API) or anything with predict
+        # a user's model_fn: an XGBModel (sklearn API) or anything with predict
+        return model.predict(data)
 
-    # --- output_fn -----------------------------------------------------------------------------------------------
+    # --- output_fn --------------------------------------------------------------------------------
     def choose_accept(self, accept: str) -> str:
         return xc.choose_output(accept, self.default_accept)
 
@@ -192,15 +200,17 @@ class XGBoostRuntime(Runtime):
             return xc.encode_selected(rows, self.selected, kind)
         return xc.encode_scores(predictions, kind)
 
-    # --- the container's script mode (serving.py) ----------------------------------------------------------------
+    # --- the container's script mode (serving.py) -------------------------------------------------
     def script_defaults(self) -> dict[str, Any]:
-        # sagemaker-xgboost-container's serving.py: default_input_fn (encoder.decode), default_predict_fn
-        # (model.predict(..., validate_features=False)) and default_output_fn (sagemaker_containers' encoders:
-        # JSON, CSV, NPY). Where it would fail (JSON input, no model_fn) the stack's own handling answers instead.
+        # sagemaker-xgboost-container's serving.py: default_input_fn (encoder.decode),
+        # default_predict_fn (model.predict(..., validate_features=False)) and default_output_fn
+        # (sagemaker_containers' encoders: JSON, CSV, NPY). Where it would fail (JSON input, no
+        # model_fn) the stack's own handling answers instead.
         return {"input_fn": self._container_input, "output_fn": toolkit.default_output}
 
     def _container_input(self, body: bytes, content_type: str | None) -> Any:
-        """The container's script-mode decoding: CSV and JSON as above, LIBSVM dense with 0 where absent."""
+        """The container's script-mode decoding: CSV and JSON as above, LIBSVM dense with 0 where
+        absent."""
         import xgboost
 
         if xc.input_kind(content_type) == "libsvm":
@@ -209,7 +219,8 @@ class XGBoostRuntime(Runtime):
 
 
 def _vote(outputs: np.ndarray) -> np.ndarray:
-    """Per row, the most frequent prediction of the ensemble (the smallest on a tie, as scipy.stats.mode)."""
+    """Per row, the most frequent prediction of the ensemble (the smallest on a tie, as
+    scipy.stats.mode)."""
     voted = np.empty(outputs.shape[1:], dtype=outputs.dtype)
     for index in np.ndindex(*outputs.shape[1:]):
         values, counts = np.unique(outputs[(slice(None), *index)], return_counts=True)

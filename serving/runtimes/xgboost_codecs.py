@@ -1,11 +1,12 @@
 """Request and response bodies of SageMaker's XGBoost container (`sagemaker-xgboost-container`).
 
-Its algorithm mode (`algorithm_mode/serve.py`, `serve_utils.py`) reads CSV (no header, no label; an empty field
-is a missing value), LIBSVM (`label idx:value ...`; an absent feature is missing; indices are taken as 1-based,
-and shifted to 0-based, when the body's smallest one is at least 1) and RecordIO-protobuf (refused here), a request
-without a content type as LIBSVM. It answers CSV (one prediction per line, a row of class probabilities per line
-for `multi:softprob`), JSON `{"predictions": [{"score": ...}, ...]}` or, with `SAGEMAKER_INFERENCE_OUTPUT`, the
-selected fields of each prediction. Nothing here imports XGBoost; malformed bodies are `ValidationError`s.
+Its algorithm mode (`algorithm_mode/serve.py`, `serve_utils.py`) reads CSV (no header, no label; an
+empty field is a missing value), LIBSVM (`label idx:value ...`; an absent feature is missing;
+indices are taken as 1-based, and shifted to 0-based, when the body's smallest one is at least 1)
+and RecordIO-protobuf (refused here), a request without a content type as LIBSVM. It answers CSV
+(one prediction per line, a row of class probabilities per line for `multi:softprob`), JSON
+`{"predictions": [{"score": ...}, ...]}` or, with `SAGEMAKER_INFERENCE_OUTPUT`, the selected fields
+of each prediction. Nothing here imports XGBoost; malformed bodies are `ValidationError`s.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ _KINDS = {CSV: "csv", "csv": "csv", LIBSVM: "libsvm", X_LIBSVM: "libsvm", "libsv
 
 
 def input_kind(content_type: str | None) -> str:
-    """ "csv", "libsvm" or "json" for a request's Content-Type (none: LIBSVM, as the container reads it)."""
+    """ "csv", "libsvm" or "json" for a request's Content-Type (none: LIBSVM, as the container reads
+    it)."""
     if not content_type:
         return "libsvm"
     kind = codecs.media_type(content_type)
@@ -56,7 +58,8 @@ def _text(body: bytes, what: str) -> str:
 
 
 def parse_csv(body: bytes) -> np.ndarray:
-    """Rows of float64, the delimiter sniffed from the first line (comma unless it is clearly another)."""
+    """Rows of float64, the delimiter sniffed from the first line (comma unless it is clearly
+    another)."""
     text = _text(body, CSV)
     if not text:
         raise ValidationError("request body is empty")
@@ -83,8 +86,8 @@ def parse_csv(body: bytes) -> np.ndarray:
 
 
 def parse_libsvm(body: bytes, dense: bool = False) -> Any:
-    """A SciPy CSR matrix, one row per line (a leading label and `qid:` are ignored); `dense`: an array, 0 where
-    absent (the container's script-mode decoder)."""
+    """A SciPy CSR matrix, one row per line (a leading label and `qid:` are ignored); `dense`: an
+    array, 0 where absent (the container's script-mode decoder)."""
     import scipy.sparse
 
     text = _text(body, LIBSVM)
@@ -110,7 +113,8 @@ def parse_libsvm(body: bytes, dense: bool = False) -> Any:
             values.append(number_value)
     cols = np.asarray(columns, dtype=np.int64)
     if cols.size and cols.min() >= 1:
-        cols -= 1  # 1-based, as LIBSVM files are written: the container shifts when no index 0 appears
+        # 1-based, as LIBSVM files are written: the container shifts when no index 0 appears
+        cols -= 1
     width = int(cols.max()) + 1 if cols.size else 0
     matrix = scipy.sparse.csr_matrix(
         (np.asarray(values, dtype=np.float64), (np.asarray(rows, dtype=np.int64), cols)), shape=(len(lines), width)
@@ -119,8 +123,9 @@ def parse_libsvm(body: bytes, dense: bool = False) -> Any:
 
 
 def parse_json(body: bytes) -> np.ndarray:
-    """Rows from a list of rows (a flat list is one row), `{"instances": rows}` / `{"inputs": rows}`, or the
-    built-in algorithms' `{"instances": [{"features": [...]}, ...]}` / `{"features": [...]}`; null is missing."""
+    """Rows from a list of rows (a flat list is one row), `{"instances": rows}` / `{"inputs":
+    rows}`, or the built-in algorithms' `{"instances": [{"features": [...]}, ...]}` / `{"features":
+    [...]}`; null is missing."""
     data = codecs.decode(body, JSON)
     if isinstance(data, dict):
         key = next((k for k in ("instances", "inputs", "features") if k in data), None)
@@ -142,7 +147,7 @@ def parse_json(body: bytes) -> np.ndarray:
     return array
 
 
-# --- responses -----------------------------------------------------------------------------------------------
+# --- responses ------------------------------------------------------------------------------------
 def choose_output(accept: str, default: str) -> str:
     """The first Accept entry the container answers (`*/*` and `application/*` mean `default`)."""
     for entry in accept.split(","):
@@ -155,8 +160,9 @@ def choose_output(accept: str, default: str) -> str:
 
 
 def encode_scores(predictions: np.ndarray, kind: str) -> tuple[bytes, str]:
-    """The container's plain answer: CSV rows, or `{"predictions": [{"score": ...}]}` (one object per line for
-    JSON Lines, our extension: the container fails there without SAGEMAKER_INFERENCE_OUTPUT)."""
+    """The container's plain answer: CSV rows, or `{"predictions": [{"score": ...}]}` (one object
+    per line for JSON Lines, our extension: the container fails there without
+    SAGEMAKER_INFERENCE_OUTPUT)."""
     values = predictions.tolist()
     if kind == CSV:
         return codecs.encode(values, CSV)
@@ -166,7 +172,7 @@ def encode_scores(predictions: np.ndarray, kind: str) -> tuple[bytes, str]:
     return json.dumps({"predictions": scored}).encode(), JSON
 
 
-# --- SAGEMAKER_INFERENCE_OUTPUT (serve_utils.get_selected_predictions) ----------------------------------------
+# --- SAGEMAKER_INFERENCE_OUTPUT (serve_utils.get_selected_predictions) ----------------------------
 REGRESSION = ("reg:squarederror", "reg:logistic", "reg:gamma", "reg:absoluteerror", "reg:tweedie")
 SELECTABLE = {
     **{objective: ("predicted_score",) for objective in REGRESSION},
@@ -213,8 +219,10 @@ def _field(key: str, objective: str, raw: Any, num_class: str) -> Any:
 
 
 def select(predictions: np.ndarray, keys: Sequence[str], objective: str, num_class: str) -> list[dict[str, Any]]:
-    """Each prediction's selected fields; a field the objective does not have is NaN, as the container sends it."""
-    valid = [key for key in FIELD_ORDER if key in keys and key in SELECTABLE[objective]]  # the container's order
+    """Each prediction's selected fields; a field the objective does not have is NaN, as the
+    container sends it."""
+    # the container's order
+    valid = [key for key in FIELD_ORDER if key in keys and key in SELECTABLE[objective]]
     invalid = [key for key in dict.fromkeys(keys) if key not in valid]
     return [
         {**{key: _field(key, objective, raw, num_class) for key in valid}, **dict.fromkeys(invalid, float("nan"))}
@@ -223,7 +231,8 @@ def select(predictions: np.ndarray, keys: Sequence[str], objective: str, num_cla
 
 
 def encode_selected(rows: list[dict[str, Any]], keys: Sequence[str], kind: str) -> tuple[bytes, str]:
-    """`{"predictions": rows}`, JSON Lines, or CSV in the order of SAGEMAKER_INFERENCE_OUTPUT (a list as "[...]")."""
+    """`{"predictions": rows}`, JSON Lines, or CSV in the order of SAGEMAKER_INFERENCE_OUTPUT (a
+    list as "[...]")."""
     if kind == JSON:
         return json.dumps({"predictions": rows}).encode(), JSON
     if kind == JSON_LINES:

@@ -1,8 +1,9 @@
-"""A recipe's data, checked before anything starts: which files, which columns, what the label is, a fingerprint.
+"""A recipe's data, checked before anything starts: which files, which columns, what the label is, a
+fingerprint.
 
-The rows themselves are read by Ray Data (serving/ray_wing/training.py) and sharded across the workers; this
-module only opens what it must to refuse a bad recipe early (an unreadable file, a missing label column) and
-to fingerprint the exact bytes the model was trained on.
+The rows themselves are read by Ray Data (serving/ray_wing/training.py) and sharded across the
+workers; this module only opens what it must to refuse a bad recipe early (an unreadable file, a
+missing label column) and to fingerprint the exact bytes the model was trained on.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
 
 @dataclass(frozen=True)
 class DataPlan:
-    """What the trainer reads: a scikit-learn dataset by name, or CSV/Parquet files, and the columns it uses."""
+    """What the trainer reads: a scikit-learn dataset by name, or CSV/Parquet files, and the columns
+    it uses."""
 
     kind: str  # "sklearn", "csv" or "parquet"
     source: str
@@ -46,7 +48,8 @@ class DataPlan:
 
 
 def sklearn_frame(name: str) -> Any:
-    """A scikit-learn bundled dataset as a DataFrame: feature columns plus `target` (no download)."""
+    """A scikit-learn bundled dataset as a DataFrame: feature columns plus `target` (no
+    download)."""
     from sklearn import datasets
 
     loader = getattr(datasets, f"load_{name}")

@@ -1,8 +1,9 @@
-"""A training recipe: what `serving train RECIPE.yaml` trains, on how many workers, and where the model goes.
+"""A training recipe: what `serving train RECIPE.yaml` trains, on how many workers, and where the
+model goes.
 
-One strict pydantic document (unknown fields refused, every field described: `serving train --help` and
-docs/training.md print these descriptions), checked whole before Ray starts. Model families and scikit-learn
-estimators come from fixed lists: a recipe names them, it never names code to import.
+One strict pydantic document (unknown fields refused, every field described: `serving train --help`
+and docs/training.md print these descriptions), checked whole before Ray starts. Model families and
+scikit-learn estimators come from fixed lists: a recipe names them, it never names code to import.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ __all__ = ["FAMILIES", "SKLEARN_ESTIMATORS", "Recipe", "RecipeError", "field_lin
 SKLEARN_DATASETS = ("iris", "wine", "digits", "breast_cancer")
 SKLEARN_PREFIX = "sklearn:"
 
-# scikit-learn estimators a recipe may name, by the module that holds each (no other import is ever made).
+# scikit-learn estimators a recipe may name, by the module that holds each (no other import is ever
+# made).
 SKLEARN_ESTIMATORS = {
     "logistic_regression": "sklearn.linear_model:LogisticRegression",
     "ridge": "sklearn.linear_model:Ridge",
@@ -49,7 +51,8 @@ class Framework(str, Enum):
 
 
 class RecipeError(ValueError):
-    """A recipe that cannot be trained; the message names the recipe file and every field at fault."""
+    """A recipe that cannot be trained; the message names the recipe file and every field at
+    fault."""
 
 
 class DataSection(Document):
@@ -114,7 +117,8 @@ class WorkersSection(Document):
 
 
 class TrainingSection(Document):
-    """The optimisation: epochs or steps, batch, learning rate schedule, gradient fusion, checkpoints."""
+    """The optimisation: epochs or steps, batch, learning rate schedule, gradient fusion,
+    checkpoints."""
 
     epochs: int = Field(10, ge=1, description="passes over the training rows")
     max_steps: int | None = Field(None, ge=1, description="stop after this many optimizer steps (default: none)")
@@ -201,14 +205,16 @@ class Recipe(Document):
 
 
 def field_lines() -> list[str]:
-    """Every recipe field with its default and description, for `serving train --help` and docs/training.md."""
+    """Every recipe field with its default and description, for `serving train --help` and
+    docs/training.md."""
     lines = []
 
     def walk(model: type[Document], prefix: str) -> None:
         for name, field in model.model_fields.items():
             annotation = field.annotation
             if isinstance(annotation, type) and issubclass(annotation, Document):
-                lines.append(f"{prefix}{name}:  {annotation.__doc__ or ''}".rstrip())
+                summary = " ".join((annotation.__doc__ or "").split())  # one line, however it is wrapped
+                lines.append(f"{prefix}{name}:  {summary}".rstrip())
                 walk(annotation, prefix + "  ")
                 continue
             default = "required" if field.is_required() else f"default {_shown_default(field)}"

@@ -1,8 +1,9 @@
-"""One training run, end to end: check the recipe, read and split the rows, train on Ray, publish the version.
+"""One training run, end to end: check the recipe, read and split the rows, train on Ray, publish
+the version.
 
-Everything that can be refused (the recipe, its data, a missing framework) is refused before Ray starts. Ray
-itself is the caller's to pass in (`on_ray`: `serving.ray_wing.training`, whose `train` is the entry point), so
-this package never imports the Ray wing.
+Everything that can be refused (the recipe, its data, a missing framework) is refused before Ray
+starts. Ray itself is the caller's to pass in (`on_ray`: `serving.ray_wing.training`, whose `train`
+is the entry point), so this package never imports the Ray wing.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ __all__ = ["TrainingRun", "run"]
 # What each framework's loop imports, and the serving stacks that load what it writes.
 NEEDS = {"pytorch": "torch", "tensorflow": "tensorflow", "xgboost": "xgboost", "sklearn": "sklearn"}
 STACKS = {"pytorch": ["pytorch", "onnx"], "tensorflow": ["tensorflow"], "xgboost": ["xgboost"], "sklearn": ["sklearn"]}
-CHECKPOINT = "checkpoint"  # STORE/NAME/VERSION/checkpoint/: the final training state (state.pt) and result.json
+# STORE/NAME/VERSION/checkpoint/: the final training state (state.pt) and result.json
+CHECKPOINT = "checkpoint"
 _GROUP_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -57,10 +59,10 @@ def run(
     num_cpus: int | None = None,
     verbose: bool = False,
 ) -> TrainingRun:
-    """Train a recipe on Ray (embedded local Ray unless `address`) and publish STORE/NAME/VERSION. `on_ray`: what
-    reads, splits and fits on Ray (`ray_for_training`, `read_rows`, `split_rows`, `fit_data_parallel`,
-    `fit_per_model`). The console shows the run's own progress (a line per epoch, from the workers' `say`);
-    `verbose` adds Ray's own output."""
+    """Train a recipe on Ray (embedded local Ray unless `address`) and publish STORE/NAME/VERSION.
+    `on_ray`: what reads, splits and fits on Ray (`ray_for_training`, `read_rows`, `split_rows`,
+    `fit_data_parallel`, `fit_per_model`). The console shows the run's own progress (a line per
+    epoch, from the workers' `say`); `verbose` adds Ray's own output."""
     if not isinstance(recipe, Recipe):
         recipe = load_recipe(recipe)
     plan = plan_data(recipe.data)
@@ -79,10 +81,12 @@ def run(
         "features": list(plan.features),
         "label": plan.label,
         "profile_dir": str(version.staging / "timeline") if profile else None,
-        # the workers' progress lines, which the driver prints as they come (in the store: every node reaches it)
+        # the workers' progress lines, which the driver prints as they come (in the store: every
+        # node reaches it)
         "progress_file": str(version.runs / f"{version.run_name}.progress"),
     }
-    version.runs.mkdir(parents=True, exist_ok=True)  # the progress file's folder, before any worker writes it
+    # the progress file's folder, before any worker writes it
+    version.runs.mkdir(parents=True, exist_ok=True)
     started = time.time()
     with on_ray.ray_for_training(address, num_cpus=num_cpus, progress_file=setup["progress_file"], verbose=verbose):
         rows = on_ray.read_rows(plan)
@@ -93,7 +97,8 @@ def run(
     wall = time.time() - started
     record = _record(recipe, plan, version, results, wall)
     path = versions.publish(version, record)
-    shutil.rmtree(version.runs / version.run_name, ignore_errors=True)  # checkpoints of a finished run
+    # checkpoints of a finished run
+    shutil.rmtree(version.runs / version.run_name, ignore_errors=True)
     Path(setup["progress_file"]).unlink(missing_ok=True)
     first = next(iter(results.values()))
     groups = [g for g in results if g is not None]
@@ -148,7 +153,8 @@ def _train_one(recipe: Recipe, plan: DataPlan, setup: dict, rows: Any, version: 
         shutil.copytree(final, folder, dirs_exist_ok=True)
         result = json.loads((folder / "result.json").read_text())
     versions.pack(folder / "export", versions.archive_path(version))
-    shutil.rmtree(folder / "export")  # in the archive; what stays is the training state, to fine-tune from
+    # in the archive; what stays is the training state, to fine-tune from
+    shutil.rmtree(folder / "export")
     return result
 
 
@@ -200,7 +206,8 @@ def _record(recipe: Recipe, plan: DataPlan, version, results: dict, wall: float)
 
 
 def summarize(timing: list[dict[str, float]]) -> dict[str, Any]:
-    """Per-step means over the workers: data, compute (forward+backward+optimizer), gradient sync; samples/s."""
+    """Per-step means over the workers: data, compute (forward+backward+optimizer), gradient sync;
+    samples/s."""
     if not timing or not timing[0].get("steps"):
         return {}
     steps = max(t["steps"] for t in timing)
@@ -208,7 +215,8 @@ def summarize(timing: list[dict[str, float]]) -> dict[str, Any]:
     wall = max(t["wall"] for t in timing)
     split = {
         "data_ms": mean("data"),
-        # PyTorch times forward and backward apart; TensorFlow's tape gives one `compute` (forward + gradients).
+        # PyTorch times forward and backward apart; TensorFlow's tape gives one `compute` (forward +
+        # gradients).
         "compute_ms": mean("compute") + mean("forward") + mean("backward") + mean("optimizer"),
         "sync_wait_ms": mean("sync_wait"),
         "allreduce_busy_ms": mean("sync_busy"),
@@ -216,7 +224,8 @@ def summarize(timing: list[dict[str, float]]) -> dict[str, Any]:
     return {
         "steps": steps,
         "samples_per_s": sum(t["rows"] for t in timing) / wall if wall else None,
-        # the loop's wall time per step (slowest worker): the split above plus per-epoch validation and bookkeeping
+        # the loop's wall time per step (slowest worker): the split above plus per-epoch validation
+        # and bookkeeping
         "step_ms": round(wall / steps * 1000, 3),
         "per_step": {k: round(v, 3) for k, v in split.items()},
         "forward_ms": round(mean("forward"), 3),

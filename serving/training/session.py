@@ -1,9 +1,10 @@
-"""What a training loop sees of the cluster: its rank, its shard of the rows, reports, checkpoints, progress.
+"""What a training loop sees of the cluster: its rank, its shard of the rows, reports, checkpoints,
+progress.
 
-The loops (`torch_loop`, `tf_loop`, `xgboost_loop`) are plain framework code written against this small
-interface; `serving/ray_wing/train_session.py` implements it on Ray Train (get_dataset_shard, report,
-get_checkpoint, tqdm_ray), and `LocalSession` implements it in-process for one worker (scikit-learn, the
-per-group models of a MultiModel recipe, and unit tests).
+The loops (`torch_loop`, `tf_loop`, `xgboost_loop`) are plain framework code written against this
+small interface; `serving/ray_wing/train_session.py` implements it on Ray Train (get_dataset_shard,
+report, get_checkpoint, tqdm_ray), and `LocalSession` implements it in-process for one worker
+(scikit-learn, the per-group models of a MultiModel recipe, and unit tests).
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ class WorkerSession(Protocol):
         ...
 
     def report(self, metrics: dict[str, Any], checkpoint: Path | None = None) -> None:
-        """Every worker calls this at the same step; a checkpoint folder is kept by the run (rank 0's)."""
+        """Every worker calls this at the same step; a checkpoint folder is kept by the run (rank
+        0's)."""
         ...
 
     def latest_checkpoint(self) -> Path | None:
@@ -87,7 +89,8 @@ class _Bar:
 
 @dataclass
 class LocalSession:
-    """One in-process worker: the whole training shard, reports kept in memory, checkpoints in a folder."""
+    """One in-process worker: the whole training shard, reports kept in memory, checkpoints in a
+    folder."""
 
     shards: dict[str, Shard]
     checkpoint_root: Path | None = None
@@ -95,7 +98,8 @@ class LocalSession:
     world_size: int = 1
     reports: list[dict[str, Any]] = field(default_factory=list)
     checkpoints: list[Path] = field(default_factory=list)
-    progress_file: str | None = None  # where `say` appends (the driver prints it), else this process's stdout
+    # where `say` appends (the driver prints it), else this process's stdout
+    progress_file: str | None = None
 
     def shard(self, name: str) -> Shard:
         return self.shards[name]
@@ -103,7 +107,8 @@ class LocalSession:
     def report(self, metrics: dict[str, Any], checkpoint: Path | None = None) -> None:
         self.reports.append(dict(metrics))
         if checkpoint is not None:
-            if self.checkpoint_root is not None:  # the loop's folder is temporary: keep a copy, as Ray Train does
+            # the loop's folder is temporary: keep a copy, as Ray Train does
+            if self.checkpoint_root is not None:
                 kept = self.checkpoint_root / f"checkpoint-{len(self.checkpoints):04d}"
                 shutil.copytree(checkpoint, kept)
                 checkpoint = kept
@@ -120,8 +125,8 @@ class LocalSession:
 
 
 def say(line: str, progress_file: str | None) -> None:
-    """Append `line` to the run's progress file, which the driver prints as it grows (one write: lines from
-    several processes do not interleave), or print it when there is none."""
+    """Append `line` to the run's progress file, which the driver prints as it grows (one write:
+    lines from several processes do not interleave), or print it when there is none."""
     if progress_file is None:
         print(line, flush=True)
         return

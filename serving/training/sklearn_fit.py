@@ -1,4 +1,5 @@
-"""The scikit-learn recipe: one estimator from the recipe's fixed list, fitted on one worker, saved with skops."""
+"""The scikit-learn recipe: one estimator from the recipe's fixed list, fitted on one worker, saved
+with skops."""
 
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ def build_estimator(family: str, hyperparameters: dict[str, Any], seed: int) -> 
 
 
 def train_sklearn(setup: dict, session: WorkerSession) -> None:
-    """Fit, score on the validation rows, and report the model (`export/model.skops`) and its result."""
+    """Fit, score on the validation rows, and report the model (`export/model.skops`) and its
+    result."""
     import skops.io
 
     recipe = setup["recipe"]

@@ -1,13 +1,15 @@
-"""The TensorFlow data-parallel loop, run once per worker (Ray Train's TensorflowTrainer sets TF_CONFIG).
+"""The TensorFlow data-parallel loop, run once per worker (Ray Train's TensorflowTrainer sets
+TF_CONFIG).
 
-A custom `strategy.run` loop on `MultiWorkerMirroredStrategy` (Keras 3's `fit` fails under it): each step
-computes this worker's gradients, all-reduces them across the workers (collective ring, packed into chunks of
-`bucket_cap_mb`, TensorFlow's tensor fusion), then applies them with PyTorch's update rules (SGD with momentum,
-Adam; L2 weight decay) so a recipe means the same thing in both frameworks. The three phases are separate
-calls, so each step's time splits into data, compute, gradient synchronisation and optimizer. Weights start
-from a seeded generator (identical on every rank), dropout masks and the batch order are functions of
-(seed, step or epoch, rank), and checkpoints hold weights, optimizer state and step: a resumed run ends with the
-weights of an uninterrupted one.
+A custom `strategy.run` loop on `MultiWorkerMirroredStrategy` (Keras 3's `fit` fails under it): each
+step computes this worker's gradients, all-reduces them across the workers (collective ring, packed
+into chunks of `bucket_cap_mb`, TensorFlow's tensor fusion), then applies them with PyTorch's update
+rules (SGD with momentum, Adam; L2 weight decay) so a recipe means the same thing in both
+frameworks. The three phases are separate calls, so each step's time splits into data, compute,
+gradient synchronisation and optimizer. Weights start from a seeded generator (identical on every
+rank), dropout masks and the batch order are functions of (seed, step or epoch, rank), and
+checkpoints hold weights, optimizer state and step: a resumed run ends with the weights of an
+uninterrupted one.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ TIMING_KEYS = ("steps", "wall", "rows", "data", "compute", "sync_wait", "optimiz
 
 
 class Mlp(tf.Module):
-    """Standardize → (Dense → ReLU → Dropout)* → Dense, initialised as torch.nn.Linear is (U(±1/√fan_in))."""
+    """Standardize → (Dense → ReLU → Dropout)* → Dense, initialised as torch.nn.Linear is
+    (U(±1/√fan_in))."""
 
     def __init__(self, features: int, outputs: int, stats: dict, seed: int, hidden=(64, 64), dropout=0.0) -> None:
         super().__init__(name="mlp")
@@ -67,7 +70,8 @@ class Mlp(tf.Module):
 
 
 class Optimizer(tf.Module):
-    """torch.optim.SGD (momentum, L2 weight decay) and torch.optim.Adam, same formulas, on tf.Variables."""
+    """torch.optim.SGD (momentum, L2 weight decay) and torch.optim.Adam, same formulas, on
+    tf.Variables."""
 
     def __init__(self, training: dict, weights: list[tf.Variable]) -> None:
         super().__init__(name="optimizer")
@@ -104,8 +108,9 @@ class Optimizer(tf.Module):
 
 
 class Timeline:
-    """Times each step's phases into `totals`; with `--profile` (profile_dir) also records the first steps as a
-    Chrome trace, worker-RANK.trace.json (Perfetto, chrome://tracing), like torch_loop's profiler trace."""
+    """Times each step's phases into `totals`; with `--profile` (profile_dir) also records the first
+    steps as a Chrome trace, worker-RANK.trace.json (Perfetto, chrome://tracing), like torch_loop's
+    profiler trace."""
 
     def __init__(self, folder: str | None, rank: int, steps: int = 50) -> None:
         self.folder, self.rank, self.steps = folder, rank, steps
@@ -133,7 +138,8 @@ class Timeline:
 
 
 def _strategy(session: WorkerSession) -> tf.distribute.Strategy:
-    if session.world_size > 1:  # TF_CONFIG (set by TensorflowTrainer) names the cluster and this worker
+    # TF_CONFIG (set by TensorflowTrainer) names the cluster and this worker
+    if session.world_size > 1:
         communication = tf.distribute.experimental.CommunicationOptions(
             implementation=tf.distribute.experimental.CommunicationImplementation.RING
         )
@@ -146,12 +152,14 @@ def _threads(recipe: dict) -> None:
     try:
         tf.config.threading.set_intra_op_parallelism_threads(threads)
         tf.config.threading.set_inter_op_parallelism_threads(1)
-    except RuntimeError:  # TensorFlow already running in this process (a unit test): keep its settings
+    # TensorFlow already running in this process (a unit test): keep its settings
+    except RuntimeError:
         pass
 
 
 def _lr(recipe: dict, world_size: int, warmup_steps: int, step: int) -> float:
-    """The one-worker rate × workers (linear scaling), reached linearly over the warm-up (torch_loop's rule)."""
+    """The one-worker rate × workers (linear scaling), reached linearly over the warm-up
+    (torch_loop's rule)."""
     training = recipe["training"]
     target = float(world_size) if training["lr_scaling"] == "linear" else 1.0
     factor = target if warmup_steps <= 0 or step >= warmup_steps else 1.0 + (target - 1.0) * step / warmup_steps
@@ -174,10 +182,12 @@ def _evaluate(model: Mlp, x: np.ndarray, y: np.ndarray, setup: dict) -> dict:
 
 
 def train_tensorflow(setup: dict, session: WorkerSession) -> None:
-    """One worker's part of a TensorFlow recipe; rank 0's last report carries the exported SavedModel."""
+    """One worker's part of a TensorFlow recipe; rank 0's last report carries the exported
+    SavedModel."""
     recipe, training = setup["recipe"], setup["recipe"]["training"]
     _threads(recipe)
-    strategy = _strategy(session)  # first: MultiWorkerMirroredStrategy configures collectives at start-up
+    # first: MultiWorkerMirroredStrategy configures collectives at start-up
+    strategy = _strategy(session)
     tf.keras.utils.set_random_seed(recipe["seed"])
     classification = setup["task"] == "classification"
     outputs = len(setup["classes"]) if classification else 1
@@ -213,7 +223,8 @@ def train_tensorflow(setup: dict, session: WorkerSession) -> None:
 
     @tf.function
     def synchronise(grads: list) -> Any:
-        def replica(grads):  # tf.identity places each gradient on the replica's device, where all_reduce wants it
+        # tf.identity places each gradient on the replica's device, where all_reduce wants it
+        def replica(grads):
             local = [tf.identity(g) for g in grads]
             return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.MEAN, local, fusion)
 
@@ -290,7 +301,8 @@ def _block(strategy: tf.distribute.Strategy, values: Any) -> None:
 
 
 def _gather(strategy: tf.distribute.Strategy, session: WorkerSession, mine: dict) -> list[dict[str, float]]:
-    """Every rank's timing, as rows of a matrix summed across the workers (each rank fills its own row)."""
+    """Every rank's timing, as rows of a matrix summed across the workers (each rank fills its own
+    row)."""
     table = np.zeros((session.world_size, len(TIMING_KEYS)), np.float64)
     table[session.rank] = [float(mine.get(key, 0.0)) for key in TIMING_KEYS]
     total = lambda t: tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, tf.identity(t))
@@ -342,12 +354,14 @@ def _finish(session, setup, model: Mlp, optimizer: Optimizer, step: int, metrics
 
 
 def export_model(model: Mlp, folder: Path, setup: dict) -> dict[str, Any]:
-    """A SavedModel of the trained weights (plain variables, no distribution strategy) with a `serving_default`
-    signature: float32 `input` [None, features] → {"output": logits or values}; returns the signature."""
+    """A SavedModel of the trained weights (plain variables, no distribution strategy) with a
+    `serving_default` signature: float32 `input` [None, features] → {"output": logits or values};
+    returns the signature."""
     hyper = setup["recipe"]["model"]["hyperparameters"]
     features = int(model.layers[0][0].shape[0])
     outputs = int(model.layers[-1][1].shape[0])
-    plain = Mlp(features, outputs, setup["stats"], 0, **hyper)  # outside strategy.scope(): plain variables
+    # outside strategy.scope(): plain variables
+    plain = Mlp(features, outputs, setup["stats"], 0, **hyper)
     for target, source in zip(plain.weights, model.weights):
         target.assign(source.numpy())
 

@@ -1,4 +1,5 @@
-"""A trained PyTorch model in the formats the serving stacks load: TorchScript (`pytorch`) and ONNX (`onnx`)."""
+"""A trained PyTorch model in the formats the serving stacks load: TorchScript (`pytorch`) and ONNX
+(`onnx`)."""
 
 from __future__ import annotations
 
@@ -16,14 +17,16 @@ OUTPUT_NAME = "output"
 
 
 def export_model(model: torch.nn.Module, folder: Path, setup: dict, sample: np.ndarray) -> dict[str, Any]:
-    """Write model.pt (TorchScript) and/or model.onnx into `folder`; returns the input/output signature."""
+    """Write model.pt (TorchScript) and/or model.onnx into `folder`; returns the input/output
+    signature."""
     folder.mkdir(parents=True, exist_ok=True)
     formats = setup["recipe"]["output"]["formats"]
     example = torch.from_numpy(np.ascontiguousarray(sample, dtype=np.float32))
     with torch.no_grad():
         outputs = model(example).shape[1]
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # TorchScript's and the exporter's notices about their own futures
+        # TorchScript's and the exporter's notices about their own futures
+        warnings.simplefilter("ignore")
         if "torchscript" in formats:
             scripted = torch.jit.trace(model, example)
             scripted.save(str(folder / "model.pt"))

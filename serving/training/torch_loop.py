@@ -1,11 +1,12 @@
-"""The PyTorch data-parallel loop, run once per worker (Ray Train's TorchTrainer sets up the process group).
+"""The PyTorch data-parallel loop, run once per worker (Ray Train's TorchTrainer sets up the process
+group).
 
-Horovod's techniques, on torch.distributed: DDP broadcasts rank 0's initial weights and all-reduces gradients
-in buckets of `bucket_cap_mb` (the fusion threshold) while backward runs; the learning rate is the one-worker
-rate × workers, reached by a linear warm-up; every step's time is split into data, forward, backward
-(gradient computation, then the all-reduce it waits for) and optimizer. The batch order is a function of
-(seed, epoch, rank) and checkpoints hold the model, optimizer, schedule and step, so a resumed run ends with
-the weights of an uninterrupted one.
+Horovod's techniques, on torch.distributed: DDP broadcasts rank 0's initial weights and all-reduces
+gradients in buckets of `bucket_cap_mb` (the fusion threshold) while backward runs; the learning
+rate is the one-worker rate × workers, reached by a linear warm-up; every step's time is split into
+data, forward, backward (gradient computation, then the all-reduce it waits for) and optimizer. The
+batch order is a function of (seed, epoch, rank) and checkpoints hold the model, optimizer, schedule
+and step, so a resumed run ends with the weights of an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -33,9 +34,9 @@ STATE_FILE = "state.pt"
 class SyncClock:
     """A DDP comm hook that all-reduces each bucket (as DDP's default) and times it.
 
-    `busy` sums every bucket's all-reduce (launch to done, overlapping backward); `last_launch` is when the last
-    bucket was handed over, i.e. when the local gradients were all computed: backward time after that is
-    time spent waiting for the network (exposed synchronisation)."""
+    `busy` sums every bucket's all-reduce (launch to done, overlapping backward); `last_launch` is
+    when the last bucket was handed over, i.e. when the local gradients were all computed: backward
+    time after that is time spent waiting for the network (exposed synchronisation)."""
 
     def __init__(self, world_size: int) -> None:
         self.world_size = world_size
@@ -99,7 +100,8 @@ def train_torch(setup: dict, session: WorkerSession) -> None:
     """One worker's part of a PyTorch recipe; rank 0's last report carries the exported model."""
     recipe = setup["recipe"]
     training = recipe["training"]
-    torch.manual_seed(recipe["seed"])  # every rank builds the same initial weights; DDP broadcasts rank 0's anyway
+    # every rank builds the same initial weights; DDP broadcasts rank 0's anyway
+    torch.manual_seed(recipe["seed"])
     threads = max(1, int(recipe["workers"]["cpus_per_worker"]))
     torch.set_num_threads(threads)
     device = _device(recipe)
@@ -123,7 +125,8 @@ def train_torch(setup: dict, session: WorkerSession) -> None:
             device_ids=[device.index] if device.type == "cuda" else None,
             bucket_cap_mb=training["bucket_cap_mb"],
         )
-        # unannotated wrapper: DDP checks a hook's annotations, which `from __future__ import annotations` makes strings
+        # unannotated wrapper: DDP checks a hook's annotations, which `from __future__ import
+        # annotations` makes strings
         net.register_comm_hook(None, lambda state, bucket: clock.hook(state, bucket))
 
     per_epoch = steps_per_epoch(len(x_train), training["batch_size"])
@@ -187,7 +190,8 @@ def train_torch(setup: dict, session: WorkerSession) -> None:
                 optimizer.zero_grad(set_to_none=True)
                 schedule.step()
             timed_steps += 1
-            timed_rows += len(rows)  # the last batch of an epoch is short: count the rows, not steps × batch
+            # the last batch of an epoch is short: count the rows, not steps × batch
+            timed_rows += len(rows)
             step += 1
             if profiler is not None:
                 profiler.step()
@@ -252,7 +256,8 @@ def _finish(session, setup, model, optimizer, schedule, step, metrics, timing, x
 
 
 def _profiler(setup: dict, rank: int, device: torch.device):
-    """torch.profiler over a few steps, written as a Chrome/Perfetto trace per worker (`--profile`)."""
+    """torch.profiler over a few steps, written as a Chrome/Perfetto trace per worker
+    (`--profile`)."""
     folder = setup.get("profile_dir")
     if not folder:
         return None

@@ -1,7 +1,8 @@
 """The PyTorch model families a recipe can name: an MLP for tables and a small CNN for images.
 
-Both take rows of float32 features and carry their own standardisation (the training rows' mean and standard
-deviation, as buffers), so the exported model answers raw rows: the artifact needs no preprocessing script.
+Both take rows of float32 features and carry their own standardisation (the training rows' mean and
+standard deviation, as buffers), so the exported model answers raw rows: the artifact needs no
+preprocessing script.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ class MLP(nn.Module):
 
 
 class CNN(nn.Module):
-    """Rows reshaped to (channels, height, width) images → (Conv → ReLU)* → pool → Linear → ReLU → Linear."""
+    """Rows reshaped to (channels, height, width) images → (Conv → ReLU)* → pool → Linear → ReLU →
+    Linear."""
 
     def __init__(
         self,

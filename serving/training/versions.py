@@ -1,9 +1,10 @@
-"""The model store `serving train` writes: STORE/NAME/VERSION/ (model.tar.gz + model.json), STORE/NAME/latest.
+"""The model store `serving train` writes: STORE/NAME/VERSION/ (model.tar.gz + model.json),
+STORE/NAME/latest.
 
-A version is built in a hidden staging folder (`.VERSION.partial`) and renamed into place when complete, then
-`latest` is re-pointed (a symlink replaced atomically), so a reader never sees half a model and a killed run
-leaves only its staging folder, which `--resume` continues. Archives are packed as SageMaker packs
-`model.tar.gz`: the model's files at the root, regular files only.
+A version is built in a hidden staging folder (`.VERSION.partial`) and renamed into place when
+complete, then `latest` is re-pointed (a symlink replaced atomically), so a reader never sees half a
+model and a killed run leaves only its staging folder, which `--resume` continues. Archives are
+packed as SageMaker packs `model.tar.gz`: the model's files at the root, regular files only.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ _PARTIAL = re.compile(r"^\.(\d+)\.partial$")
 
 @dataclass(frozen=True)
 class Version:
-    """One version being written: its number, its staging folder, and its Ray Train run's name and storage."""
+    """One version being written: its number, its staging folder, and its Ray Train run's name and
+    storage."""
 
     store: Path
     name: str
@@ -70,7 +72,8 @@ def open_version(store: Path, name: str, resume: bool) -> Version:
 
 
 def pack(files: Path, archive: Path) -> None:
-    """`files`' contents as a gzip tar with the files at its root (sorted, regular files and folders only)."""
+    """`files`' contents as a gzip tar with the files at its root (sorted, regular files and folders
+    only)."""
     with tarfile.open(archive, "w:gz") as tar:
         for path in sorted(files.rglob("*")):
             if path.is_symlink():

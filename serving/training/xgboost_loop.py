@@ -1,8 +1,10 @@
-"""The XGBoost recipe: gradient-boosted trees trained across workers (Ray Train's XGBoost collective).
+"""The XGBoost recipe: gradient-boosted trees trained across workers (Ray Train's XGBoost
+collective).
 
-Each worker builds a DMatrix from its shard; inside Ray Train's communicator context `xgboost.train` is
-distributed (histograms all-reduced every round), so every worker ends with the same booster. The booster is
-saved as SageMaker's built-in XGBoost algorithm names it, `xgboost-model`, which the `xgboost` stack loads.
+Each worker builds a DMatrix from its shard; inside Ray Train's communicator context `xgboost.train`
+is distributed (histograms all-reduced every round), so every worker ends with the same booster. The
+booster is saved as SageMaker's built-in XGBoost algorithm names it, `xgboost-model`, which the
+`xgboost` stack loads.
 """
 
 from __future__ import annotations
@@ -129,7 +131,8 @@ def _report(session: WorkerSession, booster: Any, metrics: dict, final: bool, re
         return
     with tempfile.TemporaryDirectory(prefix="serving-xgb-") as folder:
         root = Path(folder)
-        saved = bytes(booster.save_raw(raw_format="json"))  # XGBoost's JSON model: the file name has no extension
+        # XGBoost's JSON model: the file name has no extension
+        saved = bytes(booster.save_raw(raw_format="json"))
         (root / MODEL_FILE).write_bytes(saved)
         if final:
             (root / "export").mkdir()
