@@ -9,8 +9,10 @@ from typing import Annotated, Any
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from serving.config.placement import ResourceConfig, RuntimeEnvironmentConfig, local_path
 from serving.config.scaling import AutoScalingConfig
-from serving.documents import Document, document_path, folder_of
+from serving.config.tensor_signature import check_tensor_signature
+from serving.documents import Document
 from serving.model_server.sandbox import startup_variables
 from serving.protocol import (  # container settings read from its Environment
     CPUS_ENV,
@@ -24,7 +26,6 @@ from serving.protocol import (  # container settings read from its Environment
     NAME_PATTERN,
     PREFERRED_BATCH_SIZES_ENV,
     TENSOR_SIGNATURE_ENV,
-    V2_DATATYPES,
 )
 from serving.runtimes import (
     STACKS as KNOWN_IMAGES,  # one module per stack, none imported here
@@ -56,83 +57,11 @@ DEFAULT_MAX_MODELS = 16
 DEFAULT_MODEL_DISK_MB = 10240
 
 
-class ResourceConfig(Document):
-    """Ray resources reserved for each replica of a container."""
-
-    Cpus: float = Field(
-        0.1, gt=0, le=512, description="Logical CPUs per replica (Ray num_cpus); fractional shares allowed."
-    )
-    MemoryMb: int | None = Field(None, gt=0, description="Memory reserved per replica in MiB (Ray memory resource).")
-    Gpus: float = Field(0, ge=0, le=64, description="GPUs per replica (Ray num_gpus).")
-    Custom: dict[Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_.:-]{0,63}$")], Annotated[float, Field(gt=0)]] = (
-        Field(
-            default_factory=dict,
-            description="Ray custom resources per replica (e.g. {gpu-node: 1} to place it on nodes started with "
-            "--resources '{\"gpu-node\": 4}'); Ray's own names (CPU, GPU, memory, node:...) are refused.",
-        )
-    )
-
-    @field_validator("Custom")
-    @classmethod
-    def _custom_is_custom(cls, custom: dict[str, float]) -> dict[str, float]:
-        reserved = [
-            name
-            for name in custom
-            if name in ("CPU", "GPU", "memory", "object_store_memory")
-            or name.startswith("node:")
-            or name.startswith("accelerator_type:")
-        ]
-        if reserved:
-            raise ValueError(f"{', '.join(reserved)}: use Cpus, Gpus or MemoryMb; node:... is Ray's own")
-        return custom
-
-
 class ContainerMode(str, Enum):
     """SingleModel: one model always loaded. MultiModel: many models loaded on demand."""
 
     SINGLE = "SingleModel"
     MULTI = "MultiModel"
-
-
-def _local_path(value: str, info: ValidationInfo) -> Path:
-    """A local path or `file://` URL from the spec, by the documents' path rule (relative to the
-    spec's folder)."""
-    return document_path(value.removeprefix("file://"), folder_of(info))
-
-
-class RuntimeEnvironmentConfig(Document):
-    """The container's own Python environment on Ray (its replicas' Ray `runtime_env`); environment
-    variables come from the container's `Environment`."""
-
-    Pip: list[Annotated[str, Field(min_length=1, max_length=512)]] = Field(
-        default_factory=list,
-        max_length=100,
-        description="Requirement specifiers (`name==1.2`) Ray installs into a virtualenv for this container's "
-        "replicas, on top of the node's packages (Ray runtime_env `pip`). Needs the package index on every node.",
-    )
-    WorkingDir: str | None = Field(
-        None,
-        description="A directory or .zip, relative to the spec file: the replicas' working directory, importable "
-        "from code/inference.py (Ray runtime_env `working_dir`). Cluster mode: the same path on every node.",
-    )
-
-    @field_validator("Pip")
-    @classmethod
-    def _requirements_only(cls, packages: list[str]) -> list[str]:
-        for package in packages:
-            if package.lstrip().startswith("-"):
-                raise ValueError(f"{package!r}: list requirement specifiers only, not pip options")
-        return packages
-
-    @field_validator("WorkingDir")
-    @classmethod
-    def _resolve_working_dir(cls, value: str | None, info: ValidationInfo) -> str | None:
-        if value is None:
-            return None
-        path = _local_path(value, info)
-        if not (path.is_dir() or (path.is_file() and path.suffix == ".zip")):
-            raise ValueError(f"working dir {value!r} must be an existing directory or .zip file (looked at {path})")
-        return str(path.resolve())
 
 
 class CacheSetting(str, Enum):
@@ -258,7 +187,7 @@ class ContainerSpec(Document):
     def _resolve_model_data(cls, url: str | None, info: ValidationInfo) -> str | None:
         if url is None or url.startswith("s3://"):
             return url  # s3:// is checked against Mode below
-        path = _local_path(url, info)
+        path = local_path(url, info)
         if not path.exists():
             raise ValueError(f"model data {url!r} does not exist (looked at {path})")
         if path.is_file() and not path.name.endswith((".tar.gz", ".tgz")):
@@ -366,27 +295,3 @@ class ContainerSpec(Document):
     def replicas(self) -> int:
         """Replicas started with the container (autoscaling starts at its minimum)."""
         return self.AutoScaling.MinCapacity if self.AutoScaling else 1
-
-
-def check_tensor_signature(declared: str) -> None:
-    """Refuse a TENSOR_SIGNATURE_ENV that Open Inference metadata could not show: JSON `{"inputs":
-    [...], "outputs": [...]}`, each tensor `{"name": str, "datatype": a V2 datatype, "shape": [int
-    >= -1, ...]}`."""
-    import json
-
-    try:
-        document = json.loads(declared)
-    except ValueError as error:
-        raise ValueError(f"Environment {TENSOR_SIGNATURE_ENV} is not JSON: {error}") from None
-    if not isinstance(document, dict) or not set(document) <= {"inputs", "outputs"}:
-        raise ValueError(f'Environment {TENSOR_SIGNATURE_ENV} must be {{"inputs": [...], "outputs": [...]}}')
-    for side, tensors in document.items():
-        for index, tensor in enumerate(tensors if isinstance(tensors, list) else [None]):
-            where = f"Environment {TENSOR_SIGNATURE_ENV} {side}[{index}]"
-            if not isinstance(tensor, dict) or set(tensor) != {"name", "datatype", "shape"}:
-                raise ValueError(f'{where}: {{"name", "datatype", "shape"}} expected')
-            shape = tensor["shape"]
-            if not isinstance(tensor["name"], str) or tensor["datatype"] not in (*V2_DATATYPES, "BF16"):
-                raise ValueError(f"{where}: a name and one of the datatypes {', '.join(V2_DATATYPES)}, BF16")
-            if not isinstance(shape, list) or not all(type(d) is int and d >= -1 for d in shape):
-                raise ValueError(f"{where}: shape must be a list of integers, -1 for any size")
