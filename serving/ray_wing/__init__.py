@@ -1,7 +1,9 @@
 """The Ray wing: everything that imports `ray`, and nothing else does (tests/unit/test_layout.py checks).
 
 Modules: `cluster` (start or join Ray), `names` (Ray names the wing shares), `registry` (the routing table's
-actor), `kv_store` (its state in GCS), `control_plane` (the SageMaker API's one place), `replica` (a container
+actor), `reconcile` (its loop toward each endpoint's desired state), `replica_table` (its replicas),
+`gateway_readers` (what each gateway applied),
+`kv_store` (its state in GCS), `control_plane` (the SageMaker API's one place), `replica` (a container
 replica), `gateway` (the gateway replica), `gateway_count` (how many, per node), `gateway_counters` (their
 counters, shared), `async_journal` (their async requests, durable), `periodic` (their periodic tasks' one
 error-and-backoff policy), `serve_status`,
