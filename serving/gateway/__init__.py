@@ -7,7 +7,8 @@ Modules: `router` (the HTTP edge), `entry` (the one frame every way into an invo
 and count), `invocation` (InvokeEndpoint's steps), `variants` (which production variant
 runs, which shadow gets a copy), `shadows` (the copies, run after the caller's answer), `after_answer` (the one runner of what runs after an
 answer: shadow copies, capture writes, async jobs), `transport` and
-`hop_client` (hops to replica data ports), `failures` (what a caller is told of a container's failure), `state` (a
+`hop_client` (hops to replica data ports), `replica_choice` (which replica), `hop_answers` (what comes back),
+`failures` (what a caller is told of a container's failure), `state` (a
 registry snapshot in, the request path's tables out), `public_descriptions` (descriptions less the machine's
 paths), `async_invocations` (InvokeEndpointAsync) and `async_jobs`
 (its jobs and their journal), `streaming` (a response stream relayed), `capture` (DataCaptureConfig's sampled

@@ -18,53 +18,19 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import urllib.parse
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 
 import aiohttp
 
 from serving import protocol
-from serving.errors import ModelError, ModelNotReadyError
+from serving.errors import ModelNotReadyError
+from serving.gateway.hop_answers import HopResponse, HopStream, StreamBroken, lost_connection
 from serving.gateway.hop_client import HopClient, HopLost, HopRefused
+from serving.gateway.replica_choice import LOCAL_SLACK, ModelHomes, Replica, choose
 from serving.trust import hops
 
-
-@dataclass
-class Replica:
-    """One replica's data port and the requests now in flight to it."""
-
-    url: str
-    local: bool = False  # on the gateway's own node: preferred while it has capacity
-    in_flight: int = 0
-    invocations_url: str = field(init=False)
-    address: tuple[str, int] = field(init=False)  # (host, port) for the hop client
-
-    def __post_init__(self) -> None:
-        self.invocations_url = self.url + protocol.INVOCATIONS_PATH
-        parts = urllib.parse.urlsplit(self.url)
-        self.address = (parts.hostname or "", parts.port or 80)
-
-
-@dataclass(frozen=True)
-class HopResponse:
-    """What a container answered (any status)."""
-
-    status: int
-    body: bytes
-    content_type: str | None
-    custom_attributes: str | None
-    model_resolved: bool = False  # a MultiModel container answered about a model it resolved
-    # an error answer the container marks as the platform's refusal, not its model's
-    platform: bool = False
-    log_stream: str | None = None  # where the container's logs are (on its error answers)
-    # a streamed answer's body, as it arrives (`body` is then empty)
-    chunks: HopStream | None = None
-
-
-class StreamBroken(Exception):
-    """The connection to a container broke while its answer was streaming."""
+# the answers and the replica are also importable from here, where they were first
+__all__ = ["LOCAL_SLACK", "ContainerTransport", "HopResponse", "HopStream", "Replica", "StreamBroken"]
 
 
 # What aiohttp would add to a request that lacks them (and what containers have always received
@@ -75,18 +41,6 @@ _DEFAULT_HEADERS = {"content-type": protocol.OCTET_STREAM, "accept": "*/*"}
 def _with_defaults(headers: Mapping[str, str]) -> dict[str, str]:
     present = {key.lower() for key in headers}
     return {**{key: value for key, value in _DEFAULT_HEADERS.items() if key not in present}, **headers}
-
-
-# A MultiModel request goes to the replica that last served its model (it holds it loaded),
-# unless that replica has this many more requests in flight than the least busy one: then a
-# second replica loads the model too, so a hot model spreads instead of queueing on one.
-SPILL_IN_FLIGHT = 2
-# A replica on the gateway's own node (a Unix socket, no network) is preferred while it carries at
-# most this many more requests in flight than the least busy replica elsewhere; past that the hop
-# leaves the node. So a node that receives all the traffic still spreads it over every node's
-# replicas, by least outstanding requests.
-LOCAL_SLACK = 2
-MAX_HOMES = 100_000  # remembered (container, model) -> replica pairs, least recently used dropped
 
 
 class ContainerTransport:
@@ -107,7 +61,7 @@ class ContainerTransport:
         preferred (LOCAL_SLACK)."""
         self._hop_key = hop_key
         self._local_hosts = local_hosts
-        self._homes: OrderedDict[tuple[str, str, str], str] = OrderedDict()
+        self._homes = ModelHomes()
         self._replicas: dict[tuple[str, str], list[Replica]] = {}
         self._limits: dict[tuple[str, str], int] = {}
         self._no_retry: set[tuple[str, str]] = set()  # containers that are not idempotent
@@ -163,32 +117,11 @@ class ContainerTransport:
         return tuple(replica.url for replica in self._replicas.get((endpoint, container), ()))
 
     def _pick(self, replicas: list[Replica], home: str | None = None, avoid: Replica | None = None) -> Replica:
-        start = next(self._turn) % len(replicas)
-        ordered = replicas[start:] + replicas[:start]
-        if avoid is not None and len(ordered) > 1:
-            ordered = [replica for replica in ordered if replica is not avoid]
-        least = min(ordered, key=lambda replica: replica.in_flight)
-        if home is not None:
-            for replica in replicas:
-                if replica.url == home and replica.in_flight <= least.in_flight + SPILL_IN_FLIGHT:
-                    return replica
-        if not least.local and self._local_hosts:
-            local = [replica for replica in ordered if replica.local]
-            if local:
-                nearest = min(local, key=lambda replica: replica.in_flight)
-                if nearest.in_flight <= least.in_flight + LOCAL_SLACK:
-                    return nearest
-        return least
+        return choose(replicas, next(self._turn), home, avoid, local_first=bool(self._local_hosts))
 
     def home_of(self, endpoint: str, container: str, model: str) -> str | None:
         """The replica URL that last served `model` of a MultiModel container."""
         return self._homes.get((endpoint, container, model))
-
-    def _remember(self, key: tuple[str, str, str], url: str) -> None:
-        self._homes[key] = url
-        self._homes.move_to_end(key)
-        if len(self._homes) > MAX_HOMES:
-            self._homes.popitem(last=False)
 
     async def send(
         self,
@@ -268,7 +201,7 @@ class ContainerTransport:
                         if not held:
                             response.release()
                 if home_key is not None and answer.status < 400:  # it holds the model now
-                    self._remember(home_key, replica.url)
+                    self._homes.remember(home_key, replica.url)
                 return answer
             except (aiohttp.ClientConnectorError, HopRefused):
                 # Refused: the replica is gone. Forget it until the registry says otherwise.
@@ -280,12 +213,12 @@ class ContainerTransport:
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, HopLost) as error:
                 # Closed or reset before any answer: the replica died or dropped an idle connection.
                 if answered or retries_left == 0 or (isinstance(error, HopLost) and error.answered):
-                    raise _lost(container, error) from None
+                    raise lost_connection(container, error) from None
                 retries_left -= 1
                 broken = replica
             except aiohttp.ClientError as error:
                 # The answer was under way: never retry it, report the container as failed.
-                raise _lost(container, error) from None
+                raise lost_connection(container, error) from None
             finally:
                 if not held:
                     replica.in_flight -= 1
@@ -337,7 +270,7 @@ class ContainerTransport:
                 answer = await response.read()
                 return HopResponse(response.status, answer, response.headers.get("content-type"), None)
         except aiohttp.ClientError as error:
-            raise _lost(container, error) from None
+            raise lost_connection(container, error) from None
 
     async def _post(self, replica: Replica, body: bytes, headers: dict[str, str], timeout: float) -> HopResponse:
         host, port = replica.address
@@ -352,40 +285,3 @@ class ContainerTransport:
             platform=got.get(protocol.PLATFORM_ERROR.lower()) == "true",
             log_stream=got.get(protocol.LOG_STREAM.lower()),
         )
-
-
-class HopStream:
-    """A streamed answer's bytes as they arrive. Its replica counts as busy and its connection stays
-    open until `close()` (idempotent; also when the bytes run out or the connection breaks)."""
-
-    def __init__(self, response: aiohttp.ClientResponse, replica: Replica) -> None:
-        self._response = response
-        self._replica: Replica | None = replica
-
-    def __aiter__(self) -> AsyncIterator[bytes]:
-        return self._chunks()
-
-    async def _chunks(self) -> AsyncIterator[bytes]:
-        try:
-            async for data in self._response.content.iter_any():
-                yield data
-        except aiohttp.ClientError as error:
-            raise StreamBroken(str(error) or type(error).__name__) from None
-        finally:
-            self.close()
-
-    def close(self) -> None:
-        if self._replica is not None:
-            self._replica.in_flight -= 1
-            self._replica = None
-            # not back to the pool: a stream left unfinished must end at the container too
-            self._response.close()
-
-
-def _lost(container: str, error: Exception) -> ModelError:
-    return ModelError(
-        f"connection to container {container} was lost during the invocation ({type(error).__name__})",
-        container=container,
-        original_status=502,
-        original_message=str(error) or type(error).__name__,
-    )
