@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import inspect
 import json
 from collections.abc import Callable, Iterator, Mapping
 from functools import partial
@@ -38,19 +37,14 @@ from serving.runtimes import codecs, toolkit
 from serving.runtimes.answers import answer_chunks, is_stream
 from serving.runtimes.context import InvocationContext, system_properties
 from serving.runtimes.handler import HOOK_NAMES, UserCode, load_user_code
-from serving.runtimes.requirements import missing_requirements
-
-# The inference toolkit's hooks, which every stack runs (the TensorFlow stack adds the TFS
-# container's).
-SCRIPT_HOOKS = ("model_fn", "input_fn", "predict_fn", "output_fn", "transform_fn", "pre_model_fn", "model_warmup_fn")
-TFS_HOOKS = ("input_handler", "output_handler", "handler")
-# A script's module-level `accepts_batches = True`: its hooks take a batch of several requests'
-# rows.
-BATCH_OPT_IN = "accepts_batches"
-_WHY_NOT = {
-    **{name: "a TensorFlow Serving container hook: use Image tensorflow" for name in TFS_HOOKS},
-    "execution_parameters_fn": "the scikit-learn container's batch-transform hook: batch transform is not offered",
-}
+from serving.runtimes.script_hooks import (
+    BATCH_OPT_IN,
+    SCRIPT_HOOKS,
+    call_hook,
+    check_hooks,
+    check_requirements,
+    parameter_count,
+)
 
 
 class Runtime:
@@ -184,7 +178,7 @@ class Runtime:
         )
         self._hooks = self._code.hooks if self._code is not None else {}
         # once, not per call
-        self._arity = {name: _parameter_count(function) for name, function in self._hooks.items()}
+        self._arity = {name: parameter_count(function) for name, function in self._hooks.items()}
         self._code_loaded = True
 
     def hook(self, name: str) -> Callable[[], Any] | None:
@@ -202,30 +196,12 @@ class Runtime:
         return model_threads(self.name, self.environment, scripted=self.runs_request_hooks())
 
     def _check_requirements(self) -> None:
-        """Refuse to start when the script's requirements.txt lists what this environment lacks:
-        SageMaker installs it at start; here the control plane installs it from local models
-        (`control.requirements`)."""
-        if self._code is None:
-            return
-        missing = missing_requirements(Path(self._code.folder))
-        if missing:
-            raise ModuleNotFoundError(
-                f"code/requirements.txt lists what this container's environment lacks: {', '.join(missing)}. "
-                "A model read from S3 is not inspected at deploy time: list them in RuntimeEnvironment.Pip"
-            )
+        check_requirements(self._code)
 
     def _check_hooks(self) -> None:
-        """Refuse, naming it, a hook this stack would not run, and transform_fn mixed with the other
-        steps."""
-        for name in self._hooks:
-            if name not in self.supported_hooks:
-                why = _WHY_NOT.get(name, f"not run by the {self.name} stack")
-                raise ValueError(f"the handler script defines {name}, which this container does not run ({why})")
-        if "transform_fn" in self._hooks and {"input_fn", "predict_fn", "output_fn"} & set(self._hooks):
-            raise ValueError(
-                "Cannot use transform_fn implementation in conjunction with input_fn, predict_fn, "
-                "and/or output_fn implementation"
-            )
+        """Refuse a hook this stack would not run (the tensorflow stack: by the TFS container's
+        rules)."""
+        check_hooks(self._hooks, self.supported_hooks, self.name)
 
     def unload(self) -> None:
         """Drop the model, its hooks and its code's modules (MultiModel eviction)."""
@@ -334,28 +310,10 @@ class Runtime:
         return defaults.get(hook, getattr(self, hook))(*args)
 
     def _run_hook(self, hook: str, context: InvocationContext, *args: Any) -> Any:
-        """Call a user's hook as the toolkit does: with the context when it takes one argument
-        more."""
-        function = self._hooks[hook]
-        count = self._arity.get(hook)
-        if count is None:
-            count = len(args)
-        if count == len(args) + 1:
-            return function(*args, context)
-        if count == len(args):
-            return function(*args)
-        raise TypeError(f"{hook} takes {count} arguments but {len(args)} were given")
+        return call_hook(hook, self._hooks[hook], self._arity.get(hook), context, *args)
 
     def _answer(self, result: Any, accept: str, context: InvocationContext) -> tuple[Iterator[bytes], str]:
         return answer_chunks(result, accept, context)
-
-
-def _parameter_count(function: Callable[..., Any]) -> int | None:
-    """How many parameters a hook declares (None when Python cannot say)."""
-    try:
-        return len(inspect.signature(function).parameters)
-    except (TypeError, ValueError):
-        return None
 
 
 def _rows_of(data: Any) -> int | None:
