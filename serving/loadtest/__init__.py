@@ -7,9 +7,10 @@ already has. So the load test runs in a fresh interpreter (`python -m serving.lo
 Locust. Everything else here (scenario math, options, the report) is plain Python, testable without
 Locust.
 
-Modules: `command` (start to finish), `options` (arguments to a plan), `scenarios` (what each
-scenario sends), `locust_driver` (every use of Locust), `recorder` (raw outcomes), `report` and
-`plots` (report.json, the summary, report.html), `probe` (the server's description and metrics).
+Modules: `command` (start to finish), `arguments` (each flag's text parsed), `options` (arguments to
+a plan), `scenarios` (what each scenario sends), `locust_driver` (every use of Locust), `recorder`
+(raw outcomes), `report` and `plots` (report.json, the summary, report.html), `probe` (the server's
+description and metrics).
 """
 
 from __future__ import annotations
