@@ -27,6 +27,7 @@ from serving.client.exceptions import (
     ValidationError,
     WaiterError,
 )
+from serving.client.shapes import EndpointDescription, EndpointSummary, InvokeEndpointResponse
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 # Read timeout above the server's default 60 s invocation timeout, so the server's answer wins.
@@ -155,7 +156,7 @@ class _Base:
 
     def _wait_flow(self, name: str, timeout: float, poll_interval: float) -> Flow:
         deadline = time.monotonic() + timeout
-        description: dict[str, Any] | None = None
+        description: EndpointDescription | None = None
         while True:
             try:
                 description = yield from self._describe_flow(name)
@@ -241,18 +242,20 @@ class Client(_Base):
             )
         )
 
-    def invoke_endpoint(self, **arguments: Any) -> dict[str, Any]:
+    def invoke_endpoint(self, **arguments: Any) -> InvokeEndpointResponse:
         """boto3's `sagemaker-runtime` `invoke_endpoint`: same keywords, same response dict."""
         endpoint, body, options = _core.boto3_arguments(arguments)
         return self.invoke(endpoint, body, **options).to_boto3()
 
-    def list_endpoints(self) -> list[dict[str, Any]]:
+    def list_endpoints(self) -> list[EndpointSummary]:
         return self._run(self._get_json_flow("/endpoints"))["Endpoints"]
 
-    def describe_endpoint(self, name: str) -> dict[str, Any]:
+    def describe_endpoint(self, name: str) -> EndpointDescription:
         return self._run(self._describe_flow(name))
 
-    def wait_until_in_service(self, name: str, *, timeout: float = 600.0, poll_interval: float = 1.0) -> dict[str, Any]:
+    def wait_until_in_service(
+        self, name: str, *, timeout: float = 600.0, poll_interval: float = 1.0
+    ) -> EndpointDescription:
         """Poll until `name` is InService (returns its description); WaiterError if it Fails or
         times out."""
         return self._run(self._wait_flow(name, timeout, poll_interval))
@@ -319,20 +322,20 @@ class AsyncClient(_Base):
             )
         )
 
-    async def invoke_endpoint(self, **arguments: Any) -> dict[str, Any]:
+    async def invoke_endpoint(self, **arguments: Any) -> InvokeEndpointResponse:
         """See `Client.invoke_endpoint`."""
         endpoint, body, options = _core.boto3_arguments(arguments)
         return (await self.invoke(endpoint, body, **options)).to_boto3()
 
-    async def list_endpoints(self) -> list[dict[str, Any]]:
+    async def list_endpoints(self) -> list[EndpointSummary]:
         return (await self._run(self._get_json_flow("/endpoints")))["Endpoints"]
 
-    async def describe_endpoint(self, name: str) -> dict[str, Any]:
+    async def describe_endpoint(self, name: str) -> EndpointDescription:
         return await self._run(self._describe_flow(name))
 
     async def wait_until_in_service(
         self, name: str, *, timeout: float = 600.0, poll_interval: float = 1.0
-    ) -> dict[str, Any]:
+    ) -> EndpointDescription:
         """See `Client.wait_until_in_service`."""
         return await self._run(self._wait_flow(name, timeout, poll_interval))
 

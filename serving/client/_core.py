@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import quote
 
 from serving.client.exceptions import ServingClientError, error_from_response
+from serving.client.shapes import InvokeEndpointResponse
 from serving.protocol import (  # the wire protocol's header names, shared with the server
     CSV,
     CUSTOM_ATTRIBUTES,
@@ -155,11 +156,11 @@ class InvokeResult:
     headers: dict[str, str] = field(default_factory=dict, repr=False)
     retry_attempts: int = 0
 
-    def to_boto3(self) -> dict[str, Any]:
+    def to_boto3(self) -> InvokeEndpointResponse:
         """The dict boto3's `invoke_endpoint` returns, with a botocore StreamingBody as `Body`."""
         from botocore.response import StreamingBody
 
-        response: dict[str, Any] = {
+        response: InvokeEndpointResponse = {
             "Body": StreamingBody(io.BytesIO(self.raw), len(self.raw)),
             "ContentType": self.content_type,
             "InvokedProductionVariant": self.invoked_variant,
@@ -200,7 +201,7 @@ BOTO3_ARGUMENTS = {  # invoke_endpoint keyword -> invoke keyword
 }
 
 
-def boto3_arguments(arguments: Mapping[str, Any]) -> tuple[str, Any, dict[str, Any]]:
+def boto3_arguments(arguments: Mapping[str, Any]) -> tuple[str, Any, dict[str, str]]:
     """(endpoint, body, invoke keywords) from boto3-style keywords; unknown ones are refused by
     name."""
     unknown = set(arguments) - set(BOTO3_ARGUMENTS) - {"EndpointName", "Body"}
@@ -214,7 +215,7 @@ def boto3_arguments(arguments: Mapping[str, Any]) -> tuple[str, Any, dict[str, A
         body = body.read()
     if not isinstance(body, (bytes, bytearray, str)):
         raise TypeError("invoke_endpoint(Body=...) takes bytes, str or a file-like object, as boto3 does")
-    options = {BOTO3_ARGUMENTS[k]: v for k, v in arguments.items() if k in BOTO3_ARGUMENTS}
+    options: dict[str, str] = {BOTO3_ARGUMENTS[k]: v for k, v in arguments.items() if k in BOTO3_ARGUMENTS}
     # what boto3 sends when ContentType is not given
     options.setdefault("content_type", OCTET_STREAM)
     return arguments["EndpointName"], body, options

@@ -44,7 +44,7 @@ class ServingClientError(Exception):
         self.retry_attempts = retry_attempts
 
     @property
-    def response(self) -> dict[str, Any]:
+    def response(self) -> dict[str, Any]:  # botocore's shape, plus whatever the error body carries: open
         """botocore's `ClientError.response` shape: Error, ResponseMetadata and the body's extra
         fields."""
         extra = {k: v for k, v in self.body.items() if k not in ("__type", "message")}
