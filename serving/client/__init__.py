@@ -8,7 +8,7 @@ See docs/client.md.
 
 Modules: `_core` (what both clients share, no I/O), `_clients` (`Client`, `AsyncClient`),
 `credentials` (SigV4 or a bearer key), `exceptions` (one per error code, under one base),
-`shapes` (the answers' types).
+`replies` (the answers' types).
 """
 
 from serving.client._clients import AsyncClient, Client

@@ -27,7 +27,7 @@ from serving.client.exceptions import (
     ValidationError,
     WaiterError,
 )
-from serving.client.shapes import EndpointDescription, EndpointSummary, InvokeEndpointResponse
+from serving.client.replies import EndpointDescription, EndpointSummary, InvokeEndpointResponse
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 # Read timeout above the server's default 60 s invocation timeout, so the server's answer wins.

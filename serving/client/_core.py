@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import quote
 
 from serving.client.exceptions import ServingClientError, error_from_response
-from serving.client.shapes import InvokeEndpointResponse
+from serving.client.replies import InvokeEndpointResponse
 from serving.protocol import (  # the wire protocol's header names, shared with the server
     CSV,
     CUSTOM_ATTRIBUTES,
