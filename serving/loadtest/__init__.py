@@ -9,8 +9,8 @@ Locust.
 
 Modules: `command` (start to finish), `arguments` (each flag's text parsed), `options` (arguments to
 a plan), `scenarios` (what each scenario sends), `locust_driver` (every use of Locust), `recorder`
-(raw outcomes), `report` and `plots` (report.json, the summary, report.html), `probe` (the server's
-description and metrics).
+(raw outcomes), `report` and `plots` (report.json, the summary, report.html), `report_types`
+(report.json's shape), `probe` (the server's description and metrics).
 """
 
 from __future__ import annotations

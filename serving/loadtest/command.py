@@ -24,6 +24,7 @@ from serving.loadtest.options import (
     parse_baseline_url,
     parse_endpoint_url,
 )
+from serving.loadtest.report_types import MetricsCheck
 
 
 def run(args: argparse.Namespace) -> int:
@@ -144,7 +145,7 @@ def _read_invocations(plan: Plan) -> tuple[float | None, str | None]:
         return None, str(error)
 
 
-def _metrics_check(plan: Plan, before: tuple[float | None, str | None], answered: int) -> dict[str, Any]:
+def _metrics_check(plan: Plan, before: tuple[float | None, str | None], answered: int) -> MetricsCheck:
     """Read the counter after the run, a few times if it lags (metrics can be exported
     asynchronously)."""
     after: tuple[float | None, str | None] = (None, None)

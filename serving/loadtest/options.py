@@ -25,6 +25,7 @@ from serving.loadtest.arguments import (
     parse_payloads,
     parse_weights,
 )
+from serving.loadtest.report_types import Parameters
 from serving.loadtest.scenarios import Scenario, Target
 
 
@@ -67,7 +68,7 @@ class Plan:
         levels = getattr(self.scenario, "levels", None)
         return float(max(levels)) if levels else self.level
 
-    def parameters(self) -> dict[str, Any]:
+    def parameters(self) -> Parameters:
         """The plan as the report records it."""
         scenario = {
             k: v

@@ -10,10 +10,11 @@ import json
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from serving import protocol
 from serving.client.credentials import Authenticator
+from serving.client.replies import EndpointDescription
 
 INVOCATIONS_METRIC = "serving_invocations_total"
 
@@ -46,7 +47,7 @@ def _message(body: str) -> str:
         return body.strip() or "(empty body)"
 
 
-def describe(base_url: str, endpoint: str, auth: Authenticator, timeout: float = 5.0) -> dict[str, Any]:
+def describe(base_url: str, endpoint: str, auth: Authenticator, timeout: float = 5.0) -> EndpointDescription:
     """`GET /endpoints/{endpoint}`: the DescribeEndpoint-style description (docs/api.md)."""
     body = get(f"{base_url}/endpoints/{endpoint}", auth, protocol.JSON, timeout)
     try:
@@ -55,7 +56,7 @@ def describe(base_url: str, endpoint: str, auth: Authenticator, timeout: float =
         raise ProbeError(f"{base_url}/endpoints/{endpoint} did not answer JSON") from None
     if not isinstance(description, dict):
         raise ProbeError(f"{base_url}/endpoints/{endpoint} did not answer a description object")
-    return description
+    return cast(EndpointDescription, description)  # an object, as the server describes one
 
 
 def replica_counts(description: Mapping[str, Any]) -> dict[str, int]:

@@ -17,12 +17,24 @@ from pathlib import Path
 from typing import Any
 
 from serving.loadtest.recorder import RunResult, Sample
+from serving.loadtest.report_types import (
+    MetricsCheck,
+    Parameters,
+    Percentiles,
+    Ratios,
+    ReplicaSeries,
+    Report,
+    Second,
+    Summary,
+    TargetSummary,
+    Totals,
+)
 
 # open-loop p99 launch lag above this: the generator, not the server, set the pace
 LAG_WARNING_MS = 10.0
 
 
-def percentiles(values: Iterable[float]) -> dict[str, float | None]:
+def percentiles(values: Iterable[float]) -> Percentiles:
     """Nearest-rank p50/p90/p99, max and mean (milliseconds, 3 decimals); None for an empty
     sample."""
     ordered = sorted(values)
@@ -49,7 +61,7 @@ def _failure_key(status: int) -> str:
     return str(status) if status else "no answer"
 
 
-def totals(result: RunResult) -> dict[str, Any]:
+def totals(result: RunResult) -> Totals:
     """Counts: every request sent, how it ended, and what the generator could not send."""
     failed = [s for s in result.samples if s.error is not None]
     return {
@@ -60,7 +72,7 @@ def totals(result: RunResult) -> dict[str, Any]:
         "dropped": len(result.dropped),
         "unfinished": result.unfinished,
         "failures_by_status": dict(Counter(_failure_key(s.status) for s in failed).most_common()),
-        "failures_by_code": dict(Counter(s.error for s in failed).most_common()),
+        "failures_by_code": dict(Counter(s.error for s in failed if s.error is not None).most_common()),
     }
 
 
@@ -68,7 +80,7 @@ def _ok_latencies(samples: Iterable[Sample]) -> list[float]:
     return [s.latency_ms for s in samples if s.error is None]
 
 
-def per_target(result: RunResult) -> dict[str, dict[str, Any]]:
+def per_target(result: RunResult) -> dict[str, TargetSummary]:
     """Requests, failures and latency per container (the endpoint label for untargeted requests)."""
     groups: dict[str, list[Sample]] = defaultdict(list)
     for sample in result.samples:
@@ -91,7 +103,7 @@ def per_model(result: RunResult, top: int = 50) -> dict[str, int]:
     return dict(counts.most_common(top))
 
 
-def timeseries(result: RunResult, duration: float) -> list[dict[str, Any]]:
+def timeseries(result: RunResult, duration: float) -> list[Second]:
     """One row per second of the run: planned level, requests, errors (by code), drops, latency
     percentiles."""
     last = max([s.sent for s in result.samples] + [t for t, _ in result.dropped] + [0.0])
@@ -100,7 +112,7 @@ def timeseries(result: RunResult, duration: float) -> list[dict[str, Any]]:
     for sample in result.samples:
         buckets[min(int(sample.sent), seconds - 1)].append(sample)
     drops = Counter(min(int(t), seconds - 1) for t, _ in result.dropped)
-    rows = []
+    rows: list[Second] = []
     for second, bucket in enumerate(buckets):
         errors = Counter(s.error for s in bucket if s.error is not None)
         latency = percentiles(_ok_latencies(bucket))
@@ -121,7 +133,7 @@ def timeseries(result: RunResult, duration: float) -> list[dict[str, Any]]:
     return rows
 
 
-def replicas(result: RunResult) -> dict[str, Any]:
+def replicas(result: RunResult) -> ReplicaSeries:
     """CurrentReplicas per container over time: {container: [[seconds, replicas], ...]} and poll
     errors."""
     series: dict[str, list[list[float]]] = defaultdict(list)
@@ -131,7 +143,7 @@ def replicas(result: RunResult) -> dict[str, Any]:
     return {"containers": dict(series), "errors": list(result.replica_errors)}
 
 
-def summarize(result: RunResult, duration: float) -> dict[str, Any]:
+def summarize(result: RunResult, duration: float) -> Summary:
     """Everything the report says about one run."""
     counts = totals(result)
     elapsed = max(result.ended_at - result.started_at, 1e-9) if result.started_at else 0.0
@@ -165,7 +177,7 @@ def summarize(result: RunResult, duration: float) -> dict[str, Any]:
     }
 
 
-def ratios(ours: Mapping[str, Any], baseline: Mapping[str, Any]) -> dict[str, float | None]:
+def ratios(ours: Summary, baseline: Summary) -> Ratios:
     """ours / baseline for p50, p99 latency and throughput (None where either side has no value)."""
 
     def ratio(a: float | None, b: float | None) -> float | None:
@@ -180,41 +192,36 @@ def ratios(ours: Mapping[str, Any], baseline: Mapping[str, Any]) -> dict[str, fl
 
 def build_report(
     scenario: str,
-    parameters: Mapping[str, Any],
+    parameters: Parameters,
     result: RunResult,
     duration: float,
     baseline: RunResult | None = None,
     baseline_url: str | None = None,
-    metrics_check: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
+    metrics_check: MetricsCheck | None = None,
+) -> Report:
     """The whole report: the main run's summary at top level, then the baseline and the metrics
     check."""
-    report: dict[str, Any] = {"scenario": scenario, "parameters": dict(parameters), **summarize(result, duration)}
+    report: Report = {"scenario": scenario, "parameters": dict(parameters), **summarize(result, duration)}
     if baseline is not None:
         summary = summarize(baseline, duration)
         report["baseline"] = {
             "url": baseline_url,
-            **{
-                k: summary[k]
-                for k in (
-                    "start",
-                    "end",
-                    "elapsed_s",
-                    "totals",
-                    "latency_ms",
-                    "throughput_rps",
-                    "timeseries",
-                    "generator",
-                )
-            },
+            "start": summary["start"],
+            "end": summary["end"],
+            "elapsed_s": summary["elapsed_s"],
+            "totals": summary["totals"],
+            "latency_ms": summary["latency_ms"],
+            "throughput_rps": summary["throughput_rps"],
+            "timeseries": summary["timeseries"],
+            "generator": summary["generator"],
         }
         report["ratios"] = ratios(report, summary)
     if metrics_check is not None:
-        report["metrics_check"] = dict(metrics_check)
+        report["metrics_check"] = metrics_check
     return report
 
 
-def metrics_check(before: float | None, after: float | None, answered: int, error: str | None = None) -> dict[str, Any]:
+def metrics_check(before: float | None, after: float | None, answered: int, error: str | None = None) -> MetricsCheck:
     """The server's serving_invocations_total for the endpoint around the run, against the harness's
     count."""
     difference = after - before if before is not None and after is not None else None
