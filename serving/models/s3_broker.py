@@ -20,7 +20,7 @@ import secrets
 import shutil
 import threading
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NotRequired, TypedDict, cast
 
 __all__ = ["BrokeredS3", "S3Broker"]
 
@@ -33,6 +33,51 @@ _ARGUMENTS = {
 }
 
 
+class Head(TypedDict):
+    ETag: str | None
+    ContentLength: int | None
+
+
+class Listed(TypedDict):
+    Key: str
+    ETag: str | None
+    Size: int | None
+
+
+class Listing(TypedDict):
+    Contents: list[Listed]
+    IsTruncated: NotRequired[bool]
+    NextContinuationToken: NotRequired[str]
+
+
+class Fetched(TypedDict):
+    """`get_object` over the pipes: where the broker wrote the object."""
+
+    Path: str
+    ETag: str | None
+    ContentLength: int
+
+
+class Opened(TypedDict):
+    """`get_object` as the model store gets it: an open body, as boto3's."""
+
+    Body: BinaryIO
+    ETag: str | None
+    ContentLength: int
+
+
+class S3Error(TypedDict):
+    Code: str
+    Message: str
+
+
+class Answer(TypedDict, total=False):
+    """One line back over the pipes: the call's result, or its error."""
+
+    result: Head | Listing | Fetched
+    error: S3Error
+
+
 class BrokeredS3:
     """The container process's S3 client: each call is one request to its supervisor's broker (one
     at a time)."""
@@ -42,21 +87,20 @@ class BrokeredS3:
         self._answers = os.fdopen(answers_fd, "rb")
         self._lock = threading.Lock()
 
-    def head_object(self, **arguments: Any) -> dict[str, Any]:
-        return self._call("head_object", arguments)
+    def head_object(self, **arguments: str) -> Head:
+        return cast(Head, self._call("head_object", arguments))
 
-    def list_objects_v2(self, **arguments: Any) -> dict[str, Any]:
-        return self._call("list_objects_v2", arguments)
+    def list_objects_v2(self, **arguments: str) -> Listing:
+        return cast(Listing, self._call("list_objects_v2", arguments))
 
-    def get_object(self, **arguments: Any) -> dict[str, Any]:
-        answer = self._call("get_object", arguments)
-        path = answer.pop("Path")
+    def get_object(self, **arguments: str) -> Opened:
+        answer = cast(Fetched, self._call("get_object", arguments))
         # the caller closes it, as boto3's StreamingBody
-        body: BinaryIO = open(path, "rb")  # noqa: SIM115
-        os.unlink(path)  # its bytes stay readable through the descriptor, and go with it
-        return {**answer, "Body": body}
+        body: BinaryIO = open(answer["Path"], "rb")  # noqa: SIM115
+        os.unlink(answer["Path"])  # its bytes stay readable through the descriptor, and go with it
+        return {"Body": body, "ETag": answer["ETag"], "ContentLength": answer["ContentLength"]}
 
-    def _call(self, operation: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    def _call(self, operation: str, arguments: dict[str, str]) -> Head | Listing | Fetched:
         from botocore.exceptions import ClientError
 
         with self._lock:
@@ -65,7 +109,7 @@ class BrokeredS3:
                 line = self._answers.readline()
             except OSError:
                 line = b""
-        answer = (
+        answer: Answer = (
             json.loads(line) if line else _error("SupervisorGone", "its supervisor, which makes its S3 calls, is gone")
         )
         if "error" in answer:
@@ -101,7 +145,7 @@ class S3Broker:
                 except OSError:  # the container process is gone
                     return
 
-    def _answer(self, line: bytes) -> dict[str, Any]:
+    def _answer(self, line: bytes) -> Answer:
         try:
             request = json.loads(line) if len(line) <= _MAX_LINE else None
             operation, arguments = request["operation"], request["arguments"]  # type: ignore[index]
@@ -126,17 +170,23 @@ class S3Broker:
         except (BotoCoreError, OSError) as error:
             return _error("RequestFailed", str(error))
 
-    def _call(self, operation: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    def _call(self, operation: str, arguments: dict[str, str]) -> Head | Listing | Fetched:
         if operation == "head_object":
             head = self.client.head_object(**arguments)
             return {"ETag": head.get("ETag"), "ContentLength": head.get("ContentLength")}
         if operation == "list_objects_v2":
             page = self.client.list_objects_v2(**arguments)
-            contents = [
-                {field: obj.get(field) for field in ("Key", "ETag", "Size")} for obj in page.get("Contents", [])
-            ]
-            kept = {field: page[field] for field in ("IsTruncated", "NextContinuationToken") if field in page}
-            return {"Contents": contents, **kept}
+            listing: Listing = {
+                "Contents": [
+                    {"Key": obj.get("Key"), "ETag": obj.get("ETag"), "Size": obj.get("Size")}
+                    for obj in page.get("Contents", [])
+                ]
+            }
+            if "IsTruncated" in page:
+                listing["IsTruncated"] = page["IsTruncated"]
+            if "NextContinuationToken" in page:
+                listing["NextContinuationToken"] = page["NextContinuationToken"]
+            return listing
         response = self.client.get_object(**arguments)
         self.downloads.mkdir(mode=0o700, exist_ok=True)
         path = self.downloads / secrets.token_hex(8)
@@ -145,5 +195,5 @@ class S3Broker:
         return {"Path": str(path), "ETag": response.get("ETag"), "ContentLength": path.stat().st_size}
 
 
-def _error(code: str, message: str) -> dict[str, Any]:
+def _error(code: str, message: str) -> Answer:
     return {"error": {"Code": code, "Message": message}}
