@@ -41,7 +41,7 @@ from serving.errors import (
     wire_error,
 )
 from serving.gateway.after_answer import AfterAnswer
-from serving.gateway.async_jobs import Job, Journal, Lane, job_from_entry
+from serving.gateway.async_jobs import Job, Journal, Lane, TakenEntry, job_from_entry
 from serving.gateway.entry import invocation_frame
 from serving.gateway.invocation import Admission, InvocationRequest, Invocations
 from serving.http.responses import error_response
@@ -233,7 +233,7 @@ class AsyncInvocations:
                 logger.exception("async invocation %s could not be taken over", entry.get("inference_id"))
         return taken
 
-    async def _resume(self, entry: dict[str, Any]) -> int:
+    async def _resume(self, entry: TakenEntry) -> int:
         output, failure = S3Location(*entry["output"]), S3Location(*entry["failure"])
         client = self._client(entry["s3_endpoint_url"])
         if await self._written_since(client, output, entry["admitted_at"]) or await self._written_since(

@@ -8,23 +8,49 @@ import base64
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol, TypedDict
 
 from serving.config.async_inference import AsyncInferenceConfig
 from serving.gateway.invocation import Admission, EndpointRoute
 from serving.s3 import S3Location
 
-__all__ = ["Job", "Journal", "Lane"]
+__all__ = ["Job", "JobEntry", "Journal", "Lane", "TakenEntry"]
+
+
+class JobEntry(TypedDict):
+    """A job as the journal keeps it (JSON): enough for another gateway to run it."""
+
+    endpoint: str
+    chain: list[str]
+    target_model: str | None
+    variant: str
+    inference_id: str
+    source: list[str] | None  # [bucket, key]; None: the input is `body`
+    body: str | None  # base64
+    headers: dict[str, str]
+    output: list[str]  # [bucket, key]
+    failure: list[str]
+    s3_endpoint_url: str | None
+    admitted_at: float  # wall clock
+    ttl: int
+    timeout: float
+
+
+class TakenEntry(JobEntry):
+    """A journal entry as another gateway takes it over."""
+
+    key: str
+    owner: str  # the gateway that admitted it
 
 
 class Journal(Protocol):
     """Where admitted jobs are kept until they finish, beyond the life of one gateway."""
 
-    def record(self, key: str, entry: dict[str, Any]) -> None: ...
+    def record(self, key: str, entry: JobEntry) -> None: ...
 
     def remove(self, key: str) -> None: ...
 
-    def take_orphans(self) -> list[dict[str, Any]]:
+    def take_orphans(self) -> list[TakenEntry]:
         """The jobs of gateways gone silent, now this gateway's (each taken by one gateway only)."""
         ...
 
@@ -47,7 +73,7 @@ class Job:
     key: str = field(default_factory=lambda: uuid.uuid4().hex)  # its journal entry
     admitted_at: float = field(default_factory=time.time)  # wall-clock time of its admission
 
-    def entry(self) -> dict[str, Any]:
+    def entry(self) -> JobEntry:
         """What the journal keeps: enough for another gateway to run it (JSON)."""
         return {
             "endpoint": self.admission.endpoint.name,
@@ -76,7 +102,7 @@ class Lane:
     admitted: int = 0  # waiting plus running
 
 
-def job_from_entry(entry: dict[str, Any], route: EndpointRoute, config: AsyncInferenceConfig, now: float) -> Job:
+def job_from_entry(entry: TakenEntry, route: EndpointRoute, config: AsyncInferenceConfig, now: float) -> Job:
     """A job another gateway admitted, from its journal entry, to run on this gateway's route (`now`: monotonic)."""
     return Job(
         Admission(route, tuple(entry["chain"]), entry["target_model"], None, entry["variant"]),

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
 
 from ray.experimental import internal_kv
 
+from serving.gateway.async_jobs import JobEntry, TakenEntry
 from serving.ray_wing.names import NAMESPACE
 
 HEARTBEAT_S = 2.0
@@ -30,7 +30,7 @@ class GcsJournal:
     def beat(self) -> None:
         internal_kv._internal_kv_put(_OWNER + self.owner.encode(), str(time.time()).encode(), namespace=NAMESPACE)
 
-    def record(self, key: str, entry: dict[str, Any]) -> None:
+    def record(self, key: str, entry: JobEntry) -> None:
         value = json.dumps({**entry, "key": key, "owner": self.owner}).encode()
         internal_kv._internal_kv_put(_JOB + key.encode(), value, namespace=NAMESPACE)
 
@@ -38,13 +38,13 @@ class GcsJournal:
         internal_kv._internal_kv_del(_JOB + key.encode(), namespace=NAMESPACE)
         internal_kv._internal_kv_del(_CLAIM + key.encode() + b"/", del_by_prefix=True, namespace=NAMESPACE)
 
-    def take_orphans(self) -> list[dict[str, Any]]:
+    def take_orphans(self) -> list[TakenEntry]:
         now, silent, taken = time.time(), {}, []
         for stored in internal_kv._internal_kv_list(_JOB, namespace=NAMESPACE):
             value = internal_kv._internal_kv_get(stored, namespace=NAMESPACE)
             if value is None:
                 continue  # finished meanwhile
-            entry = json.loads(value)
+            entry: TakenEntry = json.loads(value)
             owner = entry["owner"]
             if owner == self.owner:
                 continue
@@ -56,6 +56,6 @@ class GcsJournal:
             claim = _CLAIM + entry["key"].encode() + b"/" + owner.encode()
             if internal_kv._internal_kv_put(claim, self.owner.encode(), overwrite=False, namespace=NAMESPACE):
                 continue  # the claim existed: another gateway took it
-            self.record(entry["key"], {k: v for k, v in entry.items() if k not in ("key", "owner")})
+            self.record(entry["key"], entry)  # now under this gateway's name
             taken.append(entry)
         return taken
