@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
@@ -14,6 +14,7 @@ from serving.config.scaling import AutoScalingConfig
 from serving.config.tensor_signature import check_tensor_signature
 from serving.documents import Document
 from serving.model_server.sandbox import startup_variables
+from serving.models.cache_limits import CacheLimits
 from serving.protocol import (  # container settings read from its Environment
     CPUS_ENV,
     IDEMPOTENT_ENV,
@@ -276,7 +277,7 @@ class ContainerSpec(Document):
         return environment
 
     @property
-    def multi_model(self) -> dict[str, Any] | None:
+    def multi_model(self) -> CacheLimits | None:
         """A MultiModel container's cache settings for its replicas, or None for SingleModel."""
         if self.Mode is not ContainerMode.MULTI:
             return None

@@ -15,6 +15,7 @@ from typing import Any, Literal, NotRequired, TypedDict
 
 from serving.access.identities import AccessReference
 from serving.autoscaling.policy import ScalerState, ScalingActivity
+from serving.models.cache_limits import CacheLimits
 
 __all__ = [
     "ApiRouting",
@@ -57,7 +58,7 @@ class ContainerPlan(TypedDict):
     model_data: str | None
     environment: dict[str, str]  # the container process's (Environment, Batching, the Resources share)
     bind_host: str  # where data ports bind: an address, or "node" for the Ray node's
-    multi_model: Passthrough | None  # MultiModel settings, None for a SingleModel container
+    multi_model: CacheLimits | None  # None for a SingleModel container
     sandbox: str  # auto | required | off
     egress_ports: list[int]  # opted in: TCP ports it may connect to from the node's network; else none, isolated
     shared_network: bool  # where no network namespace can be made: the node's network under its rules
