@@ -236,9 +236,8 @@ def _serve(server, specs: list[EndpointSpec], warning: str | None, stop: threadi
     readiness = server.wait_ready()
     failed = False
     for spec in specs:
-        description = readiness.status(spec.EndpointName)
-        status = description["EndpointStatus"]
-        reason = f": {description['FailureReason']}" if description.get("FailureReason") else ""
+        status, failure = readiness.status(spec.EndpointName)
+        reason = f": {failure}" if failure else ""
         print(f"  {spec.EndpointName}: {status}{reason}", flush=True)
         failed |= status != "InService"
     for reason in readiness.unroutable:  # InService, but the gateway could not route it yet

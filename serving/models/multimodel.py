@@ -135,9 +135,6 @@ class MultiModelHandler:
         """The models under the prefix and those loaded now (the V2 repository's index)."""
         return {"available": self.store.list_models(), "loaded": self.cache.loaded_models()}
 
-    def describe(self) -> dict[str, Any]:
-        return {"LoadedModels": self.cache.loaded_models(), "LoadedModelBytes": self.cache.total_bytes}
-
     def close(self) -> None:
         """Forget the disk cache (the process is going away; loaded models go with it)."""
         shutil.rmtree(self.cache_dir, ignore_errors=True)

@@ -24,6 +24,7 @@ from ray import serve
 from serving.cloudwatch.datapoints import RESOLUTION_S
 from serving.control.records import ApiRouting
 from serving.control.status import StatusBoard
+from serving.documents import ApiJson
 from serving.gateway.variants import Front
 from serving.metrics.exposition import MetricsRoute
 from serving.ray_wing.gateway_counters import published
@@ -66,7 +67,7 @@ class ControlPlane:
             },
         )
 
-    async def call(self, prefix: str, operation: str, document: dict[str, Any]) -> Answer:
+    async def call(self, prefix: str, operation: str, document: ApiJson) -> Answer:
         """One authorized API call (a gateway authenticated and authorized it)."""
         return await asyncio.to_thread(self.api.call, prefix, operation, document)
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Self
 
 import httpx
 import ray
@@ -55,7 +55,7 @@ class EndpointsNotReady(RuntimeError):
 class Readiness:
     """What one bounded wait saw last: each endpoint's description and why the server is not ready (if so)."""
 
-    descriptions: dict[str, dict[str, Any]]  # as the gateway answered (the registry's view if it is unreachable)
+    descriptions: dict[str, EndpointDescription]  # as the gateway answered (the registry's view if it is unreachable)
     pending: list[str] = field(default_factory=list)  # neither InService nor Failed yet
     failed: list[str] = field(default_factory=list)
     unroutable: list[str] = field(
@@ -73,13 +73,14 @@ class Readiness:
         """Every endpoint InService and routable through the gateway."""
         return not self.pending and not self.failed and not self.unroutable
 
-    def status(self, name: str) -> dict[str, Any]:
-        """The endpoint's last description (`Creating` if the gateway did not know it yet)."""
-        return self.descriptions.get(name, {"EndpointName": name, "EndpointStatus": "Creating", "FailureReason": None})
+    def status(self, name: str) -> tuple[str, str | None]:
+        """The endpoint's last status and failure reason (`Creating` if the gateway did not know it yet)."""
+        description = self.descriptions.get(name)
+        return (description["EndpointStatus"], description["FailureReason"]) if description else ("Creating", None)
 
     def explain(self) -> str:
-        parts = [f"{name}: Failed ({self.status(name).get('FailureReason')})" for name in self.failed]
-        parts += [f"{name}: {self.status(name)['EndpointStatus']}" for name in self.pending]
+        parts = [f"{name}: Failed ({self.status(name)[1]})" for name in self.failed]
+        parts += [f"{name}: {self.status(name)[0]}" for name in self.pending]
         parts += self.unroutable
         return "endpoints not ready: " + "; ".join(parts) if parts else "ready"
 
@@ -235,7 +236,7 @@ class EmbeddedServer:
             source = "gateway"
         readiness = Readiness(descriptions, source=source)
         for name in names:
-            status = readiness.status(name)["EndpointStatus"]
+            status, _ = readiness.status(name)
             if status == "Failed":
                 readiness.failed.append(name)
             elif status != "InService":

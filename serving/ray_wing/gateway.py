@@ -21,6 +21,7 @@ from serving._gc import freeze_startup_objects
 from serving.access.decision import configure_audit_log
 from serving.config.spec import DEFAULT_MAX_CONCURRENCY
 from serving.control.status import StatusBoard
+from serving.documents import ApiJson
 from serving.errors import ServiceUnavailableError
 from serving.gateway.control_routes import ControlRoutes
 from serving.gateway.router import Router
@@ -220,7 +221,7 @@ class Gateway:
             ) from None
         return Response(body, media_type=CONTENT_TYPE)
 
-    async def _dispatch_api(self, prefix: str, operation: str, document: dict[str, Any]) -> Answer:
+    async def _dispatch_api(self, prefix: str, operation: str, document: ApiJson) -> Answer:
         """An authorized API call, run by the control plane (`control_plane`), bounded in time."""
         call = self._control_plane_handle().call.remote(prefix, operation, document)
         try:
