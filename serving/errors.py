@@ -21,10 +21,13 @@ from serving.protocol import (
     LOG_STREAM_ARN,
     ORIGINAL_MESSAGE,
     ORIGINAL_STATUS_CODE,
-    QUERY_ERROR_HEADER,
     UNSUPPORTED_MEDIA_TYPE_STATUS,
     ErrorCode,
 )
+
+# An error's wire document: `__type`, `message`, and the fields its kind adds (a ModelError's original
+# status, a throttle's retry hint ...): open, each kind has its own.
+ErrorJson = dict[str, Any]
 
 
 class ServingError(Exception):
@@ -38,9 +41,13 @@ class ServingError(Exception):
         self.message = message
         self.extra = extra
 
-    def body(self) -> dict[str, Any]:
+    def body(self) -> ErrorJson:
         """The JSON document sent to the caller."""
         return {"__type": self.code, "message": self.message, **self.extra}
+
+    def wire_headers(self) -> dict[str, str]:
+        """Headers its protocol adds to the answer, beside the error type's."""
+        return {}
 
     @property
     def counted_status(self) -> int:
@@ -151,7 +158,7 @@ class ModelError(ServingError):
         counted_as: int | None = None,
         **extra: Any,
     ) -> None:
-        fields: dict[str, Any] = {
+        fields: ErrorJson = {
             ORIGINAL_STATUS_CODE: original_status,
             ORIGINAL_MESSAGE: original_message,
             CONTAINER_HOSTNAME: container,
@@ -267,48 +274,6 @@ class UnknownApiOperationError(ServingError):
     status = 400
 
 
-class CloudWatchError(ServingError):
-    """An error of CloudWatch's API: its query-protocol code (botocore's `Error.Code`) travels in
-    QUERY_ERROR_HEADER, the error shape's name in `__type`, as CloudWatch's awsJson answers send
-    them."""
-
-    code = ErrorCode.INVALID_PARAMETER_VALUE
-    shape = "InvalidParameterValueException"
-    status = 400
-
-    def body(self) -> dict[str, Any]:
-        return {"__type": self.shape, "message": self.message}
-
-
-class InvalidParameterValueError(CloudWatchError):
-    """A CloudWatch parameter with a value this server cannot accept (named in the message)."""
-
-
-class InvalidParameterCombinationError(CloudWatchError):
-    code, shape = ErrorCode.INVALID_PARAMETER_COMBINATION, "InvalidParameterCombinationException"
-
-
-class MissingParameterError(CloudWatchError):
-    code, shape = ErrorCode.MISSING_PARAMETER, "MissingRequiredParameterException"
-
-
-class AlarmNotFoundError(CloudWatchError):
-    code = shape = ErrorCode.RESOURCE_NOT_FOUND  # the error shape has the code's name
-    status = 404
-
-
-class AlarmLimitExceededError(CloudWatchError):
-    code, shape = ErrorCode.LIMIT_EXCEEDED, "LimitExceededFault"
-
-
-class InvalidFormatError(CloudWatchError):
-    code, shape = ErrorCode.INVALID_FORMAT, "InvalidFormatFault"
-
-
-class InvalidNextTokenError(CloudWatchError):
-    code = shape = ErrorCode.INVALID_NEXT_TOKEN
-
-
 # A container's platform answers (marked with protocol.PLATFORM_ERROR) that the router passes
 # through as they are, as SageMaker reports them; every other error a container answers is a
 # ModelError.
@@ -369,8 +334,7 @@ def failure_message(error: BaseException, limit: int = 1000) -> str:
 def wire_error(error: ServingError) -> tuple[int, dict[str, str], bytes]:
     """Status, headers and body of the response for `error`."""
     headers = {ERROR_TYPE_HEADER: error.code, "content-type": JSON}
-    if isinstance(error, CloudWatchError):
-        headers[QUERY_ERROR_HEADER] = f"{error.code};Sender"
+    headers.update(error.wire_headers())
     return error.status, headers, json.dumps(error.body()).encode()
 
 

@@ -6,5 +6,5 @@ never Ray (the Ray wing feeds the sampler) nor the gateway.
 Modules: `catalogue` (which SageMaker metric comes from which family), `statistics` (a datapoint's statistic
 set and its percentiles), `sampler` (merged families to one interval's datapoints), `datapoints` (kept
 for the retention window), `alarms` (one alarm's evaluation), `inputs` (requests, validated), `api` (the
-operations).
+operations), `api_errors` (the errors it answers).
 """

@@ -16,11 +16,7 @@ from prometheus_client.metrics_core import Metric
 
 from serving.cloudwatch import inputs
 from serving.cloudwatch.alarms import AlarmDocument, AlarmHistory, AlarmState, evaluate
-from serving.cloudwatch.catalogue import METRICS, NAMESPACES, source
-from serving.cloudwatch.datapoints import PERIODS_HELP, RESOLUTION_S, RETENTION_S, MetricStore, valid_period
-from serving.cloudwatch.sampler import Dimensions, Key, Sampler, Served
-from serving.documents import ApiJson
-from serving.errors import (
+from serving.cloudwatch.api_errors import (
     AlarmLimitExceededError,
     AlarmNotFoundError,
     InvalidFormatError,
@@ -28,6 +24,10 @@ from serving.errors import (
     InvalidParameterCombinationError,
     InvalidParameterValueError,
 )
+from serving.cloudwatch.catalogue import METRICS, NAMESPACES, source
+from serving.cloudwatch.datapoints import PERIODS_HELP, RESOLUTION_S, RETENTION_S, MetricStore, valid_period
+from serving.cloudwatch.sampler import Dimensions, Key, Sampler, Served
+from serving.documents import ApiJson
 
 __all__ = ["OPERATIONS", "CloudWatchApi"]
 

@@ -13,9 +13,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic import ValidationError as PydanticValidationError
 
 from serving.cloudwatch.alarms import COMPARISONS, STATES, TREATMENTS
+from serving.cloudwatch.api_errors import (
+    InvalidParameterCombinationError,
+    InvalidParameterValueError,
+    MissingParameterError,
+)
 from serving.cloudwatch.statistics import PERCENTILE, STATISTICS
 from serving.documents import field_path
-from serving.errors import InvalidParameterCombinationError, InvalidParameterValueError, MissingParameterError
 
 Text = Annotated[str, Field(min_length=1, max_length=255)]
 StatisticName = Literal["SampleCount", "Average", "Sum", "Minimum", "Maximum"]
