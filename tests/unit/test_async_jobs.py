@@ -23,8 +23,10 @@ from serving import protocol
 from serving.access.policies import ACTION_INVOKE_ASYNC
 from serving.config.async_inference import AsyncInferenceConfig
 from serving.errors import ModelError
+from serving.gateway.admission import Admission, EndpointRoute
 from serving.gateway.async_invocations import AsyncInvocations
-from serving.gateway.invocation import Admission, EndpointRoute, InvocationResult
+from serving.gateway.async_jobs import job_from_request
+from serving.gateway.invocation import InvocationResult
 from serving.settings import ServerSettings
 
 WAIT_S = 10
@@ -308,9 +310,13 @@ def test_another_gateway_finishes_a_silent_gateways_job_once(s3) -> None:
     first = Pipeline(route())
     _, dead = serve(first, s3)
     admission = Admission(first.route, first.route.containers, None, None)
-    job = dead._job(admission, {protocol.INPUT_LOCATION: "s3://jobs/in/x.json", protocol.INFERENCE_ID: "orphan"}, b"")
+    job = job_from_request(
+        admission, {protocol.INPUT_LOCATION: "s3://jobs/in/x.json", protocol.INFERENCE_ID: "orphan"}, b"", dead.clock()
+    )
     silent.record(job.key, job.entry())
-    done = dead._job(admission, {protocol.INPUT_LOCATION: "s3://jobs/in/x.json", protocol.INFERENCE_ID: "done"}, b"")
+    done = job_from_request(
+        admission, {protocol.INPUT_LOCATION: "s3://jobs/in/x.json", protocol.INFERENCE_ID: "done"}, b"", dead.clock()
+    )
     silent.record(done.key, done.entry())
     s3.put_object(Bucket="jobs", Key="out/done.out", Body=b"written before the gateway died")
 
