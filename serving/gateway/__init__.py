@@ -4,7 +4,8 @@ response stream (`streaming`), and the control routes. Runs in the gateway repli
 (the Ray wing builds it).
 
 Modules: `router` (the HTTP edge), `entry` (the one frame every way into an invocation runs in: its clock, outcome
-and count), `invocation` (InvokeEndpoint's steps), `variants` (which production variant
+and count), `invocation` (InvokeEndpoint's steps), `admission` (the route, the chain the headers pick, their
+checks), `variants` (which production variant
 runs, which shadow gets a copy), `shadows` (the copies, run after the caller's answer), `after_answer` (the one runner of what runs after an
 answer: shadow copies, capture writes, async jobs), `transport` and
 `hop_client` (hops to replica data ports), `replica_choice` (which replica), `hop_answers` (what comes back),

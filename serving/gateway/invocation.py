@@ -19,15 +19,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from serving import protocol
-from serving.access.decision import EndpointAccess
 from serving.access.sigv4 import Caller, RawRequest
-from serving.config.async_inference import AsyncInferenceConfig
-from serving.config.data_capture import DataCaptureConfig
 from serving.errors import (
     AccessDeniedError,
     ServiceUnavailableError,
     ValidationError,
 )
+from serving.gateway.admission import Admission, EndpointRoute, chain_of, check_headers, target_model_of
 from serving.gateway.after_answer import AfterAnswer
 from serving.gateway.body_budget import BodyBudget, Hold
 from serving.gateway.capture import CaptureWriter
@@ -38,24 +36,9 @@ from serving.gateway.transport import ContainerTransport, HopResponse, HopStream
 from serving.gateway.variants import Front, ShadowRoute
 from serving.http.bodies import read_bounded
 from serving.metrics.invocations import InvocationTrace
-from serving.models.store import validate_target
 from serving.settings import ServerSettings
 
 _FORWARDED = ("content-type", "accept", protocol.CUSTOM_ATTRIBUTES, protocol.TARGET_MODEL, protocol.INFERENCE_ID)
-
-
-@dataclass(frozen=True)
-class EndpointRoute:
-    """What the router needs to know of one endpoint."""
-
-    name: str
-    mode: str  # "Direct" or "Serial"
-    containers: tuple[str, ...]
-    failure: str | None = None  # set when the endpoint is Failed
-    access: EndpointAccess | None = None  # None: no AccessControl (anonymous, see ServerSettings.anonymous_allowed)
-    multi_model: frozenset[str] = frozenset()  # hostnames of its MultiModel containers
-    async_inference: AsyncInferenceConfig | None = None  # set when it serves InvokeEndpointAsync
-    data_capture: DataCaptureConfig | None = None  # set while it captures a share of its invocations
 
 
 @dataclass
@@ -66,18 +49,6 @@ class InvocationRequest:
     headers: Mapping[str, str]  # looked up case-insensitively (the adapter passes such a mapping)
     body: Callable[[], AsyncIterator[bytes]]  # the body's chunks as they arrive; may be called once
     head: Callable[[], RawRequest]  # the request exactly as it arrived, for signature verification
-
-
-@dataclass(frozen=True)
-class Admission:
-    """An invocation that passed every check: what runs, and the body if authentication had to read it."""
-
-    endpoint: EndpointRoute
-    chain: tuple[str, ...]
-    target_model: str | None
-    body: bytes | None
-    variant: str = protocol.DEFAULT_VARIANT  # the production variant that runs it
-    shadow: ShadowRoute | None = None  # the shadow variant a copy goes to, when this invocation is sampled
 
 
 @dataclass
@@ -138,7 +109,7 @@ class Invocations:
             if endpoint is None:
                 raise ServiceUnavailableError(f"Endpoint {public} is starting shadow variant {shadow.name}")
             trace.endpoint, trace.mode, trace.multi_model = endpoint.name, endpoint.mode, endpoint.multi_model
-            chain = trace.chain = self._chain(endpoint, headers, public)
+            chain = trace.chain = chain_of(endpoint, headers, public)
             copy = Admission(endpoint, chain, admission.target_model, None, shadow.name)
             result = await self.run(copy, body, headers, trace)
             capture = admission.endpoint.data_capture
@@ -171,13 +142,13 @@ class Invocations:
         body, caller = await self._authenticate(endpoint, request, trace, name)
         if endpoint.failure is not None:
             raise ServiceUnavailableError(f"Endpoint {name} is Failed: {endpoint.failure}")
-        chain = trace.chain = self._chain(endpoint, headers, name)
+        chain = trace.chain = chain_of(endpoint, headers, name)
         if caller is not None:
             assert endpoint.access is not None
             permission = {"action": action} if action is not None else {}
             endpoint.access.authorize(name, caller, chain, headers.get(protocol.TARGET_MODEL), **permission)
-        self._check_headers(headers, stream, variant_checked=front is not None)
-        target_model = trace.model = self._check_target_model(endpoint, chain, headers, name)
+        check_headers(headers, stream, variant_checked=front is not None)
+        target_model = trace.model = target_model_of(endpoint, chain, headers, name)
         return Admission(endpoint, chain, target_model, body, variant, shadow)
 
     async def body_of(self, request: InvocationRequest, admission: Admission, trace: InvocationTrace) -> bytes:
@@ -236,68 +207,6 @@ class Invocations:
         with self.preauth_budget.hold() as hold:  # the signature covers the payload: hold it until verified
             body = await self._read_body(request, trace, hold)
             return body, endpoint.access.verify(name, claim, replace(raw, body=body))
-
-    def _chain(self, endpoint: EndpointRoute, headers: Mapping[str, str], name: str) -> tuple[str, ...]:
-        # Errors name the endpoint as the caller did (an API endpoint's name, not its variant's served one).
-        target = headers.get(protocol.TARGET_CONTAINER)
-        if endpoint.mode == "Serial":
-            if target is not None:
-                raise ValidationError(
-                    f"{protocol.TARGET_CONTAINER} is not allowed: endpoint {name} runs its containers in Serial mode"
-                )
-            return endpoint.containers
-        if target is None:
-            if len(endpoint.containers) == 1:
-                return endpoint.containers
-            raise ValidationError(
-                f"{protocol.TARGET_CONTAINER} is required: endpoint {name} has {len(endpoint.containers)} "
-                f"containers ({', '.join(endpoint.containers)})"
-            )
-        if target not in endpoint.containers:
-            raise ValidationError(
-                f"{protocol.TARGET_CONTAINER} {target!r} names no container of endpoint {name}; "
-                f"containers: {', '.join(endpoint.containers)}"
-            )
-        return (target,)
-
-    def _check_headers(self, headers: Mapping[str, str], stream: bool = False, variant_checked: bool = False) -> None:
-        if stream:
-            for header, parameter in protocol.STREAM_UNSUPPORTED.items():
-                if header in headers:
-                    raise ValidationError(f"{parameter} ({header}) is not supported by this endpoint server")
-        variant = headers.get(protocol.TARGET_VARIANT)
-        if not variant_checked and variant is not None and variant != protocol.DEFAULT_VARIANT:
-            raise ValidationError(
-                f"{protocol.TARGET_VARIANT} {variant!r} does not exist; the only variant is {protocol.DEFAULT_VARIANT}"
-            )
-        inference_id = headers.get(protocol.INFERENCE_ID)
-        if inference_id is not None and not (
-            1 <= len(inference_id) <= protocol.MAX_INFERENCE_ID and inference_id.isascii()
-        ):
-            raise ValidationError(f"{protocol.INFERENCE_ID} must be 1-{protocol.MAX_INFERENCE_ID} ASCII characters")
-        attributes = headers.get(protocol.CUSTOM_ATTRIBUTES)
-        if attributes is not None and (len(attributes) > protocol.MAX_CUSTOM_ATTRIBUTES or not attributes.isascii()):
-            raise ValidationError(
-                f"{protocol.CUSTOM_ATTRIBUTES} must be at most {protocol.MAX_CUSTOM_ATTRIBUTES} ASCII characters"
-            )
-
-    @staticmethod
-    def _check_target_model(endpoint: EndpointRoute, chain: tuple, headers: Mapping[str, str], name: str) -> str | None:
-        """The TargetModel of a MultiModel container (required there, refused elsewhere), checked early."""
-        target_model = headers.get(protocol.TARGET_MODEL)
-        multi = [container for container in chain if container in endpoint.multi_model]
-        if not multi:
-            if target_model is not None:
-                raise ValidationError(
-                    f"{protocol.TARGET_MODEL} is only valid for MultiModel containers; "
-                    f"container {chain[0]} of endpoint {name} is SingleModel"
-                )
-            return None
-        if target_model is None:
-            raise ValidationError(
-                f"{protocol.TARGET_MODEL} is required: container {multi[0]} of endpoint {name} is MultiModel"
-            )
-        return validate_target(target_model)
 
     async def _read_body(self, request: InvocationRequest, trace: InvocationTrace, hold: Hold | None = None) -> bytes:
         """The whole body within the payload limit (and, with `hold`, within the pre-authentication budget)."""

@@ -19,7 +19,8 @@ from serving.config.async_inference import AsyncInferenceConfig
 from serving.config.data_capture import DataCaptureConfig
 from serving.control.records import Snapshot
 from serving.control.status import EndpointRecord, StatusBoard
-from serving.gateway.invocation import EndpointRoute, Invocations
+from serving.gateway.admission import EndpointRoute
+from serving.gateway.invocation import Invocations
 from serving.gateway.public_descriptions import public_description
 from serving.gateway.transport import ContainerTransport
 from serving.gateway.variants import Front, ShadowRoute, VariantRoute

@@ -15,7 +15,8 @@ import numpy as np
 
 from serving import protocol
 from serving.access.sigv4 import RawRequest
-from serving.gateway.invocation import EndpointRoute, Invocations
+from serving.gateway.admission import EndpointRoute
+from serving.gateway.invocation import Invocations
 from serving.gateway.transport import HopResponse
 from serving.metrics.invocations import InvocationTrace
 from serving.open_inference import codec

@@ -16,8 +16,8 @@ from test_router import ROWS, Servers, load, start_router, write_handler
 
 from serving import protocol
 from serving.errors import ContainerError, ModelNotReadyError, UnsupportedFormatError, ValidationError
+from serving.gateway.admission import EndpointRoute
 from serving.gateway.failures import container_failure
-from serving.gateway.invocation import EndpointRoute
 from serving.gateway.transport import HopResponse
 from serving.model_server.app import build_container_app
 
