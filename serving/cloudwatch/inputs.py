@@ -7,7 +7,7 @@ required field is MissingParameter, as CloudWatch answers.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic import ValidationError as PydanticValidationError
@@ -29,8 +29,8 @@ Comparison = Literal[
 ]
 State = Literal["OK", "ALARM", "INSUFFICIENT_DATA"]
 Treatment = Literal["breaching", "notBreaching", "ignore", "missing"]
-assert (tuple(COMPARISONS), STATES, TREATMENTS) == (Comparison.__args__, State.__args__, Treatment.__args__)  # type: ignore[attr-defined]
-assert STATISTICS == StatisticName.__args__  # type: ignore[attr-defined]
+assert (tuple(COMPARISONS), STATES, TREATMENTS) == (get_args(Comparison), get_args(State), get_args(Treatment))
+assert STATISTICS == get_args(StatisticName)
 
 
 class Shape(BaseModel):
