@@ -8,8 +8,9 @@ stack names (`STACKS`, which the spec validates `Image` against) cost nothing.
 Modules: `base` (the `Runtime` interface), `answers` (what a hook returns, made into an answer),
 `handler` (loading `code/inference.py`), `script_hooks` (its hooks checked and called), `context`
 (the handler context), `toolkit` (what AWS's toolkits do with an unscripted step), `codecs` and
-`tensors` (bodies and shapes), `concurrency` (threads and batching settings), `requirements` (a
-script's requirements checked at load), one per stack (`sklearn`, `pytorch`, `tensorflow`, `onnx`,
+`tensors` (bodies and shapes), `tensor_metadata` (a model's tensors as Open Inference metadata),
+`concurrency` (threads and batching settings), `requirements` (a script's requirements checked at
+load), one per stack (`sklearn`, `pytorch`, `tensorflow`, `onnx`,
 `xgboost`, `python`), `skops_trust`, `tf_import`, `tfs` and `tfs_json` (SageMaker's TF Serving
 contract), `xgboost_codecs` (SageMaker's XGBoost bodies).
 """

@@ -45,6 +45,7 @@ from serving.runtimes.script_hooks import (
     check_requirements,
     parameter_count,
 )
+from serving.runtimes.tensor_metadata import ModelTensors, TensorSignature
 
 
 class Runtime:
@@ -109,25 +110,29 @@ class Runtime:
         cannot encode."""
         return codecs.choose_accept(accept)
 
-    def tensor_signature(self) -> dict[str, Any]:
+    def tensor_signature(self) -> TensorSignature:
         """The model's tensors for Open Inference metadata: `{"inputs": [...], "outputs": [...]}`,
         each `{"name", "datatype", "shape"}` (-1: any size), and the `content_type` / `accept` that
         carry one tensor to and from it. The container's declaration (TENSOR_SIGNATURE_ENV) wins;
         else the stack's reading of the loaded model (`model_tensors`), empty where a script's hooks
         decide (which then get JSON)."""
         body, accept = (JSON, JSON) if self.scripted else self.tensor_types
-        signature: dict[str, Any] = {"inputs": [], "outputs": [], "content_type": body, "accept": accept}
+        signature: TensorSignature = {"inputs": [], "outputs": [], "content_type": body, "accept": accept}
         declared = self.environment.get(TENSOR_SIGNATURE_ENV)
         if declared:
-            # checked when the spec was read (config.container)
-            return {**signature, **json.loads(declared)}
+            # checked when the spec was read (config.container): `inputs`, `outputs` or both
+            tensors = json.loads(declared)
+            signature["inputs"] = tensors.get("inputs", [])
+            signature["outputs"] = tensors.get("outputs", [])
+            return signature
         if not self.scripted and self.model is not None:
             # a model the stack cannot describe is still served
             with contextlib.suppress(Exception):
-                signature.update(self.model_tensors(self.model))
+                read = self.model_tensors(self.model)
+                signature["inputs"], signature["outputs"] = read["inputs"], read["outputs"]
         return signature
 
-    def model_tensors(self, model: Any) -> dict[str, list[dict[str, Any]]]:
+    def model_tensors(self, model: Any) -> ModelTensors:
         """What the stack can tell of a loaded model's inputs and outputs (override per stack)."""
         return {"inputs": [], "outputs": []}
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from serving.runtimes.tensor_metadata import TensorMetadata
 from serving.runtimes.tensors import (
     InputSpec,
     ModelInputError,
@@ -93,7 +94,7 @@ class OnnxRuntime(TensorRuntime):
             for node in model.get_inputs()
         ]
 
-    def output_tensors(self, model: Any) -> list[dict[str, Any]]:
+    def output_tensors(self, model: Any) -> list[TensorMetadata]:
         return [
             v2_tensor(
                 node.name,

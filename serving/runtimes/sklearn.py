@@ -13,6 +13,7 @@ from serving.protocol import SKLEARN_METHOD_ENV as METHOD_ENV
 from serving.runtimes import toolkit
 from serving.runtimes.base import Runtime
 from serving.runtimes.skops_trust import load_skops
+from serving.runtimes.tensor_metadata import ModelTensors, TensorMetadata
 from serving.runtimes.tensors import v2_datatype
 
 SKOPS_NAMES = ("model.skops",)
@@ -92,14 +93,16 @@ class SklearnRuntime(Runtime):
         array = array.astype(np.float32) if content_type in toolkit.UTF8_TYPES else array
         return array.reshape(1, -1) if array.ndim == 1 else array
 
-    def model_tensors(self, model: Any) -> dict[str, list[dict[str, Any]]]:
+    def model_tensors(self, model: Any) -> ModelTensors:
         """One input of `n_features_in_` columns; the output by method: a classifier's labels, or
         floats."""
         features = getattr(model, "n_features_in_", None)
-        inputs = [{"name": "input-0", "datatype": "FP64", "shape": [-1, features if features else -1]}]
+        inputs: list[TensorMetadata] = [
+            {"name": "input-0", "datatype": "FP64", "shape": [-1, features if features else -1]}
+        ]
         method = self._method(model)
         classes = getattr(model, "classes_", None)
-        output: dict[str, Any] = {"name": "output-0", "datatype": "FP64", "shape": [-1]}
+        output: TensorMetadata = {"name": "output-0", "datatype": "FP64", "shape": [-1]}
         if method == "predict" and classes is not None:
             output["datatype"] = v2_datatype(np.asarray(classes).dtype)
         elif method in ("predict_proba", "predict_log_proba", "decision_function") and classes is not None:

@@ -21,6 +21,7 @@ from serving.protocol import TF_SIGNATURE_ENV as SIGNATURE_ENV
 from serving.protocol import TFS_MODEL_NAME_ENV
 from serving.runtimes import codecs, tfs, tfs_json
 from serving.runtimes.base import InvocationContext
+from serving.runtimes.tensor_metadata import TensorMetadata
 from serving.runtimes.tensors import (
     InputSpec,
     ModelInputError,
@@ -228,7 +229,7 @@ class TensorFlowRuntime(TensorRuntime):
             for name, spec in named.items()
         ]
 
-    def output_tensors(self, model: Any) -> list[dict[str, Any]]:
+    def output_tensors(self, model: Any) -> list[TensorMetadata]:
         if _is_keras(model):
             return [v2_tensor(_keras_name(t), _np_dtype(t.dtype), tuple(t.shape)) for t in model.outputs]
         named = self._signature(model).structured_outputs

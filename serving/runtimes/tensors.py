@@ -21,6 +21,7 @@ import numpy as np
 from serving.protocol import CPUS_ENV, GPUS_ENV, THREADS_ENV, V2_DATATYPES
 from serving.runtimes import codecs
 from serving.runtimes.base import Runtime
+from serving.runtimes.tensor_metadata import ModelTensors, TensorMetadata
 
 logger = logging.getLogger("serving.runtimes")
 
@@ -187,7 +188,7 @@ def v2_datatype(dtype: np.dtype) -> str:
     return kinds.get(dtype, "BYTES")
 
 
-def v2_tensor(name: str, dtype: np.dtype | None, shape: tuple | None) -> dict[str, Any]:
+def v2_tensor(name: str, dtype: np.dtype | None, shape: tuple | None) -> TensorMetadata:
     """One tensor of Open Inference metadata; an unknown dtype is FP32 (what numbers become for
     these stacks), an unknown rank one dimension of any size."""
     datatype = "FP32" if dtype is None else v2_datatype(np.dtype(dtype))
@@ -207,11 +208,11 @@ class TensorRuntime(Runtime):
         """Call the model; returns an array, or arrays by output name."""
         raise NotImplementedError
 
-    def output_tensors(self, model: Any) -> list[dict[str, Any]]:
+    def output_tensors(self, model: Any) -> list[TensorMetadata]:
         """The model's outputs as Open Inference metadata, where the framework declares them."""
         return []
 
-    def model_tensors(self, model: Any) -> dict[str, list[dict[str, Any]]]:
+    def model_tensors(self, model: Any) -> ModelTensors:
         inputs = [v2_tensor(spec.name, spec.dtype, spec.shape) for spec in self.input_specs(model)]
         return {"inputs": inputs, "outputs": self.output_tensors(model)}
 

@@ -26,6 +26,7 @@ from serving.protocol import ALLOW_PICKLE_ENV, CSV, DEFAULT_ACCEPT_ENV, INFERENC
 from serving.runtimes import toolkit
 from serving.runtimes import xgboost_codecs as xc
 from serving.runtimes.base import Runtime
+from serving.runtimes.tensor_metadata import ModelTensors
 from serving.runtimes.tensors import cpu_threads
 
 logger = logging.getLogger("serving.runtimes.xgboost")
@@ -134,7 +135,7 @@ class XGBoostRuntime(Runtime):
             raise TypeError(f"{path.name} unpickles to {type(loaded).__name__}, not an XGBoost Booster")
         return loaded
 
-    def model_tensors(self, model: Any) -> dict[str, list[dict[str, Any]]]:
+    def model_tensors(self, model: Any) -> ModelTensors:
         booster = model[0] if isinstance(model, list) else model
         features = booster.num_features() if hasattr(booster, "num_features") else -1
         classes = int(self.num_class or 0)
