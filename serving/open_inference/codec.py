@@ -12,7 +12,7 @@ from __future__ import annotations
 import io
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 import orjson
@@ -21,8 +21,54 @@ from serving.errors import ValidationError
 from serving.open_inference import datatypes
 from serving.protocol import CSV, JSON, NPY, OCTET_STREAM, V2_HEADER_LENGTH
 from serving.runtimes.codecs import encode, npy_decode, npy_encode
+from serving.runtimes.tensor_metadata import TensorMetadata
 
 DEFAULT_OUTPUT = "output-0"  # the name of a model's one output where the model does not name it
+
+
+# The protocol's JSON documents this server answers with (Open Inference Protocol v2, REST; gRPC has the same fields).
+class ServerMetadata(TypedDict):
+    """`$metadata_server_response`."""
+
+    name: str
+    version: str
+    extensions: list[str]
+
+
+class ModelMetadata(TypedDict):
+    """`$metadata_model_response`."""
+
+    name: str
+    versions: list[str]
+    platform: str
+    inputs: list[TensorMetadata]
+    outputs: list[TensorMetadata]
+
+
+class OutputParameters(TypedDict):
+    binary_data_size: int  # the binary tensor extension: the output's bytes follow the JSON
+
+
+class ResponseOutput(TypedDict):
+    """`$response_output`: one output tensor, its `data` inline or its bytes after the JSON (`parameters`)."""
+
+    name: str
+    datatype: str
+    shape: list[int]
+    parameters: NotRequired[OutputParameters]
+    data: NotRequired[np.ndarray | list[str]]  # flat, row-major: numbers as the array (orjson writes it), BYTES as text
+
+
+class ResponseNames(TypedDict, total=False):
+    model_version: str
+    id: str  # the request's
+
+
+class InferResponse(ResponseNames):
+    """`$inference_response`."""
+
+    model_name: str
+    outputs: list[ResponseOutput]
 
 
 @dataclass(frozen=True)
@@ -201,9 +247,10 @@ def encode_response(
     model: str, version: str | None, request: InferRequest, chosen: list[tuple[str, np.ndarray, bool | None]]
 ) -> tuple[bytes, dict[str, str]]:
     """The V2 inference response (JSON, with binary outputs after it where asked) and its headers."""
-    documents, blobs = [], []
+    documents: list[ResponseOutput] = []
+    blobs = []
     for name, array, binary in chosen:
-        tensor: dict[str, Any] = {"name": name, "datatype": datatypes.datatype_of(array), "shape": list(array.shape)}
+        tensor: ResponseOutput = {"name": name, "datatype": datatypes.datatype_of(array), "shape": list(array.shape)}
         if request.binary_output if binary is None else binary:
             blob = datatypes.to_binary(array)
             tensor["parameters"] = {"binary_data_size": len(blob)}
@@ -211,12 +258,12 @@ def encode_response(
         else:
             tensor["data"] = datatypes.to_json(array)
         documents.append(tensor)
-    response: dict[str, Any] = {"model_name": model}
+    named: ResponseNames = {}
     if version is not None:
-        response["model_version"] = version
+        named["model_version"] = version
     if request.id is not None:
-        response["id"] = request.id
-    response["outputs"] = documents
+        named["id"] = request.id
+    response: InferResponse = {"model_name": model, **named, "outputs": documents}
     head = orjson.dumps(response, option=orjson.OPT_SERIALIZE_NUMPY)
     if not blobs:
         return head, {"content-type": JSON}

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any
 
 import numpy as np
 import orjson
@@ -25,6 +24,7 @@ from serving.gateway.invocation import Admission, InvocationRequest, Invocations
 from serving.metrics.invocations import InvocationTrace
 from serving.open_inference import codec
 from serving.open_inference.signatures import Signatures
+from serving.runtimes.tensor_metadata import TensorSignature
 
 SINGLE_MODEL_VERSION = "1"  # the one version of a SingleModel container's model
 REPOSITORY_READ_S = 10.0  # a replica's list of models
@@ -72,13 +72,13 @@ class OpenInference:
         self.invocations = invocations
         self.signatures = Signatures(invocations.transport)
         self.unroutable = unroutable
-        self.server: dict[str, Any] = {
+        self.server: codec.ServerMetadata = {
             "name": "serving",
             "version": _version(),
             "extensions": list(protocol.V2_EXTENSIONS),
         }
 
-    async def model_metadata(self, call: ModelCall) -> dict[str, Any]:
+    async def model_metadata(self, call: ModelCall) -> codec.ModelMetadata:
         """The model's name, versions, platform and tensors (inputs of its first container, outputs of its last)."""
         admission = await self.admit(call, InvocationTrace())
         endpoint, chain = admission.endpoint, admission.chain
@@ -211,7 +211,7 @@ def _parts(call: ModelCall) -> tuple[str, str, str | None]:
     return endpoint, container, model or call.version
 
 
-def _tensor_hand_offs(signatures: list[dict[str, Any]]) -> list[str | None]:
+def _tensor_hand_offs(signatures: list[TensorSignature]) -> list[str | None]:
     """The Accept each container of a chain but the last is asked for: NPY where it and the next one both carry a
     tensor as NPY (no JSON round trip, dtype and shape intact), else its default, as under InvokeEndpoint."""
     return [

@@ -16,7 +16,8 @@ from google.protobuf.message import DecodeError
 from serving.errors import ValidationError
 from serving.open_inference import datatypes
 from serving.open_inference import grpc_messages_pb2 as pb
-from serving.open_inference.codec import InferRequest, RequestedOutput
+from serving.open_inference.codec import InferRequest, ModelMetadata, RequestedOutput
+from serving.runtimes.tensor_metadata import TensorMetadata
 
 # The InferTensorContents field that carries each datatype (FP16 has none: raw contents only)
 _CONTENTS = {
@@ -102,10 +103,10 @@ def infer_response(
     return response.SerializeToString()
 
 
-def metadata_response(document: dict[str, Any]) -> bytes:
+def metadata_response(document: ModelMetadata) -> bytes:
     """The ModelMetadataResponse of the document REST answers."""
 
-    def tensors(items: list[dict[str, Any]]) -> list[pb.ModelMetadataResponse.TensorMetadata]:
+    def tensors(items: list[TensorMetadata]) -> list[pb.ModelMetadataResponse.TensorMetadata]:
         return [
             pb.ModelMetadataResponse.TensorMetadata(name=t["name"], datatype=t["datatype"], shape=t["shape"])
             for t in items

@@ -8,11 +8,12 @@ while the container's replicas stay the same ones: a redeployed container has ne
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import cast
 
 from serving import protocol
 from serving.errors import ModelError
 from serving.gateway.transport import ContainerTransport
+from serving.runtimes.tensor_metadata import TensorSignature
 
 READ_TIMEOUT_S = 10.0
 
@@ -20,9 +21,9 @@ READ_TIMEOUT_S = 10.0
 class Signatures:
     def __init__(self, transport: ContainerTransport) -> None:
         self.transport = transport
-        self._known: dict[tuple[str, str], tuple[tuple[str, ...], dict[str, Any]]] = {}
+        self._known: dict[tuple[str, str], tuple[tuple[str, ...], TensorSignature]] = {}
 
-    async def get(self, endpoint: str, container: str) -> dict[str, Any]:
+    async def get(self, endpoint: str, container: str) -> TensorSignature:
         """The container's signature: `inputs`, `outputs`, `content_type`, `accept` (and `platform`)."""
         key = (endpoint, container)
         replicas = self.transport.replica_urls(endpoint, container)
@@ -41,5 +42,6 @@ class Signatures:
                 original_status=answer.status,
                 original_message=answer.body[:200].decode("utf-8", "replace"),
             )
-        self._known[key] = (replicas, signature)
-        return signature
+        checked = cast(TensorSignature, signature)  # its keys are the signature's (its tensors: the container's)
+        self._known[key] = (replicas, checked)
+        return checked
