@@ -13,9 +13,32 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 SERVER_NAME = "serving"
+
+
+class SystemProperties(TypedDict, total=False):
+    """`context.system_properties`, the keys MMS / TorchServe fill (all of them, or none before the runtime
+    gives a request's context its load-time ones)."""
+
+    model_dir: str | None
+    gpu_id: int | None  # None on a container without a GPU
+    batch_size: int
+    server_name: str
+    server_version: str
+    limit_max_image_pixels: bool
+    model_name: str | None
+
+
+class ManifestModel(TypedDict):
+    modelName: str | None  # noqa: N815 (TorchServe's key)
+
+
+class Manifest(TypedDict):
+    """`context.manifest`: what TorchServe's MAR manifest says of the model (its name only, here)."""
+
+    model: ManifestModel
 
 
 class Headers(dict):
@@ -77,7 +100,7 @@ class InvocationContext:
     # where this process reaches its own model's TF Serving REST API (tensorflow)
     local_api: str | None = None
     headers: Headers = field(default_factory=Headers)
-    system_properties: dict[str, Any] = field(default_factory=dict)
+    system_properties: SystemProperties = field(default_factory=lambda: SystemProperties())
     model_name: str | None = None
     response_status: int = 200
     response_phrase: str = ""
@@ -94,7 +117,7 @@ class InvocationContext:
         return [RequestProcessor(self)]
 
     @property
-    def manifest(self) -> dict[str, Any]:
+    def manifest(self) -> Manifest:
         return {"model": {"modelName": self.model_name}}
 
     def get_request_id(self, idx: int = 0) -> str | None:
@@ -125,7 +148,7 @@ class InvocationContext:
         return self.response_headers
 
 
-def system_properties(model_dir: str | None, gpus: float, model_name: str | None = None) -> dict[str, Any]:
+def system_properties(model_dir: str | None, gpus: float, model_name: str | None = None) -> SystemProperties:
     """`context.system_properties` as MMS fills it: `gpu_id` is None on a container without a
     GPU."""
     return {

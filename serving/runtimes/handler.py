@@ -47,7 +47,9 @@ PACKAGE_PREFIX = "_serving_code_"
 
 _ids = itertools.count(1)
 _lock = threading.Lock()
-_packages: dict[str, dict[str, Any]] = {}  # package name -> the builtins its modules run with
+# A module's builtins: every name Python's `builtins` has, and whatever a user's code adds; open by nature.
+Builtins = dict[str, Any]
+_packages: dict[str, Builtins] = {}  # package name -> the builtins its modules run with
 
 
 @dataclass
@@ -161,7 +163,7 @@ def _local_names(folder: str) -> frozenset[str]:
     return frozenset(names)
 
 
-def _builtins_for(package: str, local: frozenset[str]) -> dict[str, Any]:
+def _builtins_for(package: str, local: frozenset[str]) -> Builtins:
     """The builtins of `package`'s modules: the real ones, with imports of local names sent into the
     package."""
     real_import = builtins.__import__
@@ -182,7 +184,7 @@ def _builtins_for(package: str, local: frozenset[str]) -> dict[str, Any]:
 class _CodeLoader(importlib.machinery.SourceFileLoader):
     """Executes a module of a model's code/ package with that package's builtins."""
 
-    def __init__(self, fullname: str, path: str, namespace: dict[str, Any]) -> None:
+    def __init__(self, fullname: str, path: str, namespace: Builtins) -> None:
         super().__init__(fullname, path)
         self.namespace = namespace
 

@@ -16,6 +16,7 @@ import inspect
 import logging
 import warnings
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -156,7 +157,7 @@ class PyTorchRuntime(TensorRuntime):
             "model_fn(model_dir) that builds the module and loads these weights (the SageMaker PyTorch convention)"
         )
 
-    def script_defaults(self) -> dict[str, Any]:
+    def script_defaults(self) -> dict[str, Callable[..., Any]]:
         # sagemaker-pytorch-inference-toolkit's DefaultPytorchInferenceHandler. Where the toolkit
         # would fail (a JSON object, input that is not a tensor, a float64 tensor for a float32
         # model) the stack's own handling answers instead; where it answers, the values and bytes

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +78,7 @@ class SklearnRuntime(Runtime):
     def input_fn(self, body: bytes, content_type: str | None) -> Any:
         return to_matrix(super().input_fn(body, content_type))
 
-    def script_defaults(self) -> dict[str, Any]:
+    def script_defaults(self) -> dict[str, Callable[..., Any]]:
         # sagemaker-scikit-learn-container's serving.py: default_input_fn / predict_fn / output_fn.
         # Where the container would fail (a JSON object, one row as a flat list, an Accept list) the
         # stack's own handling answers instead; where it answers, the values and bytes are the

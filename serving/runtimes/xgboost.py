@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import pickle
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -202,7 +202,7 @@ class XGBoostRuntime(Runtime):
         return xc.encode_scores(predictions, kind)
 
     # --- the container's script mode (serving.py) -------------------------------------------------
-    def script_defaults(self) -> dict[str, Any]:
+    def script_defaults(self) -> dict[str, Callable[..., Any]]:
         # sagemaker-xgboost-container's serving.py: default_input_fn (encoder.decode),
         # default_predict_fn (model.predict(..., validate_features=False)) and default_output_fn
         # (sagemaker_containers' encoders: JSON, CSV, NPY). Where it would fail (JSON input, no

@@ -194,6 +194,10 @@ FIELD_ORDER = (
     "predicted_score",
 )
 
+# One prediction's selected fields, by the names SAGEMAKER_INFERENCE_OUTPUT gives (a name the objective lacks
+# is NaN): a label or score, or a list of labels, probabilities or scores.
+SelectedRow = dict[str, int | float | list[int] | list[float]]
+
 
 def selected_keys(value: str) -> list[str]:
     return value.replace(" ", "").lower().split(",")
@@ -218,7 +222,7 @@ def _field(key: str, objective: str, raw: Any, num_class: str) -> Any:
     return raw.item()  # probability, raw_score
 
 
-def select(predictions: np.ndarray, keys: Sequence[str], objective: str, num_class: str) -> list[dict[str, Any]]:
+def select(predictions: np.ndarray, keys: Sequence[str], objective: str, num_class: str) -> list[SelectedRow]:
     """Each prediction's selected fields; a field the objective does not have is NaN, as the
     container sends it."""
     # the container's order
@@ -230,7 +234,7 @@ def select(predictions: np.ndarray, keys: Sequence[str], objective: str, num_cla
     ]
 
 
-def encode_selected(rows: list[dict[str, Any]], keys: Sequence[str], kind: str) -> tuple[bytes, str]:
+def encode_selected(rows: list[SelectedRow], keys: Sequence[str], kind: str) -> tuple[bytes, str]:
     """`{"predictions": rows}`, JSON Lines, or CSV in the order of SAGEMAKER_INFERENCE_OUTPUT (a
     list as "[...]")."""
     if kind == JSON:
