@@ -24,6 +24,7 @@ from serving import protocol
 from serving.errors import AccessDeniedError, ContainerAnswerError, ContainerError, ServingError, ValidationError
 from serving.http.responses import error_response, json_response, serving_app
 from serving.model_server import predictors
+from serving.model_server.container_config import ContainerStats
 from serving.model_server.events import EventLog
 from serving.model_server.inline import InlineGate
 from serving.model_server.streaming import stream_answer
@@ -124,7 +125,7 @@ class ContainerApp:
         refusal = self._refusal(request, b"")
         if refusal is not None:
             return refusal
-        document: dict[str, Any] = {
+        document: ContainerStats = {
             "invocations": self.invocations,
             "in_flight": self.in_flight,
             "refused": self.refused,

@@ -1,7 +1,8 @@
 """What a container process is given, decided before it starts: what it serves (`ContainerConfig`), the files it
 may read and write and the devices it may open (`sandbox_paths`), and its environment, first the launcher's (the
 supervisor's allowlist) then the model server's (the container's own, less the variables that choose code).
-`supervisor` starts the process with them; `sandbox` enforces them."""
+`supervisor` starts the process with them; `sandbox` enforces them. What the process tells its supervisor back:
+its start report (`StartReport`) and its counters (`ContainerStats`)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,9 @@ import logging
 import os
 import site
 import sys
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from serving.model_server import sandbox
 from serving.protocol import MODEL_CACHE_DIR_ENV, SUBMIT_DIRECTORY_ENV
@@ -25,6 +25,8 @@ __all__ = [
     "SANDBOX_MODES",
     "ContainerConfig",
     "ContainerStartError",
+    "ContainerStats",
+    "StartReport",
     "child_environment",
     "describe_sandbox",
     "launcher_environment",
@@ -63,6 +65,8 @@ class ContainerConfig:
     model_data: str | None
     environment: dict[str, str]
     hop_key: bytes = field(repr=False)
+    # the MultiModel handler's CacheLimits (serving.models.cache_limits), as the Ray replica is handed them (a
+    # control.records Passthrough): typed once that replica takes them as CacheLimits
     multi_model: dict[str, Any] | None = None
     sandbox: str = "auto"
     working_dir: str | None = None
@@ -147,7 +151,34 @@ def child_environment(config: ContainerConfig, scratch: str) -> dict[str, str]:
     }
 
 
-def describe_sandbox(report: Mapping[str, Any]) -> str:
+class StartReport(TypedDict, total=False):
+    """The one line a container process writes on its status pipe: `error`, or `ready` with its pid and what its
+    sandbox applied (the launcher's `sandbox_report`)."""
+
+    error: str
+    ready: bool
+    pid: int
+    landlock_abi: int  # 0: no Landlock
+    seccomp: bool
+    capabilities_dropped: bool
+    network: str  # "host", or the namespaces it has of its own ("network", "user+network")
+    connect_ports: list[int]
+
+
+class ContainerStats(TypedDict):
+    """What a container process answers on STATS_PATH: its counters, its model's autoscaling metrics, and the metric
+    events since the last call (where it records them)."""
+
+    invocations: int
+    in_flight: int
+    refused: int  # requests without a valid hop signature
+    inline: int  # requests answered on the event loop's thread
+    custom: dict[str, float]  # the model's `autoscaling_metrics`, by name
+    events: NotRequired[list[tuple[Any, ...]]]  # (method, *arguments) of the metrics to record
+    dropped_events: NotRequired[int]
+
+
+def describe_sandbox(report: StartReport) -> str:
     """One line for logs: which layers confine the process."""
     if not report:
         return "not started"

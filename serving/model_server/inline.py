@@ -14,7 +14,6 @@ import gc
 import os
 import threading
 import time
-from typing import Any
 
 STREAK = 8  # fast predictions in a row before one runs on the loop
 MAX_STREAK = 1024  # the most a model that was caught waiting must wait for its next try on the loop
@@ -59,7 +58,7 @@ class GcClock:
         if self._on_gc not in gc.callbacks:
             gc.callbacks.append(self._on_gc)
 
-    def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
         now = time.thread_time()
         if phase == "start":
             self._started = now

@@ -39,6 +39,7 @@ from serving.model_server.container_config import (
     SANDBOX_MODES,
     ContainerConfig,
     ContainerStartError,
+    StartReport,
     child_environment,
     launcher_environment,
     sandbox_paths,
@@ -90,7 +91,7 @@ class ContainerProcess:
         self.unix_path = self.unix_listener.getsockname() if self.unix_listener is not None else None
         self.scratch = scratch.make(config.hostname)
         self.process: subprocess.Popen | None = None
-        self.report: dict[str, Any] = {}
+        self.report: StartReport = {}
         self._lifeline_w: int | None = None
         # held by whoever closes the listeners: the watcher or `stop`
         self._released = threading.Lock()
@@ -115,7 +116,7 @@ class ContainerProcess:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def start(self, timeout: float | None = None, on_exit: Callable[[int], None] | None = None) -> dict[str, Any]:
+    def start(self, timeout: float | None = None, on_exit: Callable[[int], None] | None = None) -> StartReport:
         """Start the process and wait until it serves (or raise ContainerStartError with its
         reason). Should it exit on its own later, its listeners are closed at once (a connection is
         refused, not left in a backlog nobody accepts from) and `on_exit(exit code)` runs, on a
@@ -230,8 +231,8 @@ class ContainerProcess:
                 self.unix_listener = None
             self.listener.close()
 
-    def stats(self, timeout: float = 5.0) -> dict[str, Any]:
-        """The process's counters and the metric events since the last call."""
+    def stats(self, timeout: float = 5.0) -> dict[str, Any]:  # a ContainerStats, as the Ray replica keeps its counters
+        """The process's counters and the metric events since the last call (`ContainerStats`)."""
         host, _, port = self.url.removeprefix("http://").rpartition(":")
         connection = http.client.HTTPConnection(host.strip("[]"), int(port), timeout=timeout)
         try:
