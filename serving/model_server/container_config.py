@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
 from serving.model_server import sandbox
+from serving.models.cache_limits import CacheLimits
 from serving.protocol import MODEL_CACHE_DIR_ENV, SUBMIT_DIRECTORY_ENV
 from serving.protocol import SANDBOX_READ_ENV as EXTRA_READ_ENV
 from serving.protocol import SANDBOX_WRITE_ENV as EXTRA_WRITE_ENV
@@ -65,9 +66,7 @@ class ContainerConfig:
     model_data: str | None
     environment: dict[str, str]
     hop_key: bytes = field(repr=False)
-    # the MultiModel handler's CacheLimits (serving.models.cache_limits), as the Ray replica is handed them (a
-    # control.records Passthrough): typed once that replica takes them as CacheLimits
-    multi_model: dict[str, Any] | None = None
+    multi_model: CacheLimits | None = None  # None: SingleModel
     sandbox: str = "auto"
     working_dir: str | None = None
     gpus: float = 0.0

@@ -30,7 +30,6 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from serving import s3
 from serving.http import local_socket
@@ -39,6 +38,7 @@ from serving.model_server.container_config import (
     SANDBOX_MODES,
     ContainerConfig,
     ContainerStartError,
+    ContainerStats,
     StartReport,
     child_environment,
     launcher_environment,
@@ -231,8 +231,8 @@ class ContainerProcess:
                 self.unix_listener = None
             self.listener.close()
 
-    def stats(self, timeout: float = 5.0) -> dict[str, Any]:  # a ContainerStats, as the Ray replica keeps its counters
-        """The process's counters and the metric events since the last call (`ContainerStats`)."""
+    def stats(self, timeout: float = 5.0) -> ContainerStats:
+        """The process's counters and the metric events since the last call."""
         host, _, port = self.url.removeprefix("http://").rpartition(":")
         connection = http.client.HTTPConnection(host.strip("[]"), int(port), timeout=timeout)
         try:

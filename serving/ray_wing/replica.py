@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
 
 import ray
 from ray import serve
@@ -14,10 +13,10 @@ from serving._gc import freeze_startup_objects
 from serving.control.container_versions import (
     Deploy,
 )
-from serving.control.records import Passthrough
-from serving.model_server.container_config import ContainerConfig, describe_sandbox
+from serving.model_server.container_config import ContainerConfig, ContainerStats, describe_sandbox
 from serving.model_server.events import replay
 from serving.model_server.supervisor import ContainerProcess
+from serving.models.cache_limits import CacheLimits
 from serving.ray_wing.cluster import (
     cluster_secret,
 )
@@ -50,7 +49,7 @@ class ContainerReplica:
         model_data: str | None,
         environment: dict[str, str],
         bind_host: str,
-        multi_model: Passthrough | None = None,
+        multi_model: CacheLimits | None = None,
         sandbox: str = "auto",
         working_dir: str | None = None,
         gpus: float = 0.0,
@@ -94,7 +93,7 @@ class ContainerReplica:
             self.process.pid,
             describe_sandbox(report),
         )
-        self._counters: dict[str, Any] = {"invocations": 0, "in_flight": 0, "custom": {}}
+        self._counters: ContainerStats = {"invocations": 0, "in_flight": 0, "refused": 0, "inline": 0, "custom": {}}
         self.metrics.start_utilization(pids=lambda: [self.process.pid], environment=environment)
         self.stats = AutoscalingStats(self._read_counters, pids=lambda: [self.process.pid], environment=environment)
         self.registry = existing_registry()
@@ -145,11 +144,13 @@ class ContainerReplica:
             return True  # keep looking at the usual pace
         events = stats.pop("events", [])
         replay(events, self.metrics)
-        self.metrics.refused_hops(stats["refused"] - self._counters.get("refused", 0))
+        self.metrics.refused_hops(stats["refused"] - self._counters["refused"])
+        before = self._counters
         moved = (
             bool(events)
             or stats["in_flight"] > 0
-            or any(stats.get(key) != self._counters.get(key) for key in ("invocations", "refused", "custom"))
+            or (stats["invocations"], stats["refused"], stats["custom"])
+            != (before["invocations"], before["refused"], before["custom"])
         )
         self._counters = stats
         return moved
