@@ -6,7 +6,8 @@
 
 See docs/client.md.
 
-Modules: `_core` (what both clients share, no I/O), `_clients` (`Client`, `AsyncClient`),
+Modules: `_core` (what both clients share, no I/O), `_flows` (each call written once, as steps),
+`_clients` (`Client`, `AsyncClient`: the steps driven),
 `credentials` (SigV4 or a bearer key), `exceptions` (one per error code, under one base),
 `replies` (the answers' types).
 """
