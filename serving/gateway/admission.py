@@ -1,23 +1,55 @@
-"""What an invocation is admitted as: the endpoint's route, the chain its headers pick, their checks.
+"""What an invocation is: the request as any server hands it in, the endpoint's route, what it is admitted as
+(the chain its headers pick, their checks), and its answer.
 
-The pipeline (`invocation`) runs these before any body is read, so that a request naming no container, a
+The pipeline (`invocation`) runs the checks before any body is read, so that a request naming no container, a
 container the endpoint lacks or a model a SingleModel container cannot take is refused at its headers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
 
 from serving import protocol
 from serving.access.decision import EndpointAccess
+from serving.access.sigv4 import RawRequest
 from serving.config.async_inference import AsyncInferenceConfig
 from serving.config.data_capture import DataCaptureConfig
 from serving.errors import ValidationError
+from serving.gateway.transport import HopStream
 from serving.gateway.variants import ShadowRoute
 from serving.models.store import validate_target
 
-__all__ = ["Admission", "EndpointRoute", "chain_of", "check_headers", "target_model_of"]
+__all__ = [
+    "Admission",
+    "EndpointRoute",
+    "InvocationRequest",
+    "InvocationResult",
+    "chain_of",
+    "check_headers",
+    "target_model_of",
+]
+
+
+@dataclass
+class InvocationRequest:
+    """One InvokeEndpoint request as the pipeline needs it, whatever server received it."""
+
+    endpoint: str
+    headers: Mapping[str, str]  # looked up case-insensitively (the adapter passes such a mapping)
+    body: Callable[[], AsyncIterator[bytes]]  # the body's chunks as they arrive; may be called once
+    head: Callable[[], RawRequest]  # the request exactly as it arrived, for signature verification
+
+
+@dataclass
+class InvocationResult:
+    """The answer to a successful invocation: the last container's body and what goes with it."""
+
+    body: bytes
+    content_type: str
+    headers: dict[str, str] = field(default_factory=dict)
+    # InvokeEndpointWithResponseStream: the last container's event-stream bytes as they arrive (`body` is empty)
+    chunks: HopStream | None = None
 
 
 @dataclass(frozen=True)

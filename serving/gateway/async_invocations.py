@@ -37,10 +37,11 @@ from serving.errors import (
     ValidationError,
     wire_error,
 )
+from serving.gateway.admission import InvocationRequest
 from serving.gateway.after_answer import AfterAnswer
 from serving.gateway.async_jobs import Job, Journal, Lane, TakenEntry, job_from_entry, job_from_request
 from serving.gateway.entry import invocation_frame
-from serving.gateway.invocation import InvocationRequest, Invocations
+from serving.gateway.invocation import Invocations
 from serving.http.responses import error_response
 from serving.metrics.invocations import InvocationTrace
 from serving.s3 import Clients, S3Location

@@ -14,52 +14,39 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from serving import protocol
-from serving.access.sigv4 import Caller, RawRequest
+from serving.access.sigv4 import Caller
 from serving.errors import (
     AccessDeniedError,
     ServiceUnavailableError,
     ValidationError,
 )
-from serving.gateway.admission import Admission, EndpointRoute, chain_of, check_headers, target_model_of
+from serving.gateway.admission import (
+    Admission,
+    EndpointRoute,
+    InvocationRequest,
+    InvocationResult,
+    chain_of,
+    check_headers,
+    target_model_of,
+)
 from serving.gateway.after_answer import AfterAnswer
 from serving.gateway.body_budget import BodyBudget, Hold
 from serving.gateway.capture import CaptureWriter
 from serving.gateway.entry import invocation_frame
 from serving.gateway.failures import container_failure, timed_out
 from serving.gateway.shadows import ShadowCopies
-from serving.gateway.transport import ContainerTransport, HopResponse, HopStream
+from serving.gateway.transport import ContainerTransport, HopResponse
 from serving.gateway.variants import Front, ShadowRoute
 from serving.http.bodies import read_bounded
 from serving.metrics.invocations import InvocationTrace
 from serving.settings import ServerSettings
 
 _FORWARDED = ("content-type", "accept", protocol.CUSTOM_ATTRIBUTES, protocol.TARGET_MODEL, protocol.INFERENCE_ID)
-
-
-@dataclass
-class InvocationRequest:
-    """One InvokeEndpoint request as the pipeline needs it, whatever server received it."""
-
-    endpoint: str
-    headers: Mapping[str, str]  # looked up case-insensitively (the adapter passes such a mapping)
-    body: Callable[[], AsyncIterator[bytes]]  # the body's chunks as they arrive; may be called once
-    head: Callable[[], RawRequest]  # the request exactly as it arrived, for signature verification
-
-
-@dataclass
-class InvocationResult:
-    """The answer to a successful invocation: the last container's body and what goes with it."""
-
-    body: bytes
-    content_type: str
-    headers: dict[str, str] = field(default_factory=dict)
-    # InvokeEndpointWithResponseStream: the last container's event-stream bytes as they arrive (`body` is empty)
-    chunks: HopStream | None = None
 
 
 class Invocations:

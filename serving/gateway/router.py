@@ -19,10 +19,10 @@ from starlette.routing import Route
 
 from serving._malloc import keep_large_blocks_in_mmap
 from serving.access.sigv4 import RawRequest
-from serving.gateway.admission import EndpointRoute
+from serving.gateway.admission import EndpointRoute, InvocationRequest, InvocationResult
 from serving.gateway.async_invocations import AsyncInvocations
 from serving.gateway.entry import invocation_frame
-from serving.gateway.invocation import InvocationRequest, InvocationResult, Invocations
+from serving.gateway.invocation import Invocations
 from serving.gateway.streaming import relay
 from serving.gateway.transport import ContainerTransport
 from serving.http.responses import error_response

@@ -20,8 +20,8 @@ from starlette.datastructures import Headers
 from serving import protocol
 from serving.access.sigv4 import RawRequest
 from serving.errors import ModelError, ModelNotReadyError, ServingError, ValidationError
-from serving.gateway.admission import Admission
-from serving.gateway.invocation import InvocationRequest, Invocations
+from serving.gateway.admission import Admission, InvocationRequest
+from serving.gateway.invocation import Invocations
 from serving.metrics.invocations import InvocationTrace
 from serving.open_inference import codec
 from serving.open_inference.signatures import Signatures

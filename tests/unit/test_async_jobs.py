@@ -23,10 +23,9 @@ from serving import protocol
 from serving.access.policies import ACTION_INVOKE_ASYNC
 from serving.config.async_inference import AsyncInferenceConfig
 from serving.errors import ModelError
-from serving.gateway.admission import Admission, EndpointRoute
+from serving.gateway.admission import Admission, EndpointRoute, InvocationResult
 from serving.gateway.async_invocations import AsyncInvocations
 from serving.gateway.async_jobs import job_from_request
-from serving.gateway.invocation import InvocationResult
 from serving.settings import ServerSettings
 
 WAIT_S = 10

@@ -22,8 +22,8 @@ from serving.errors import (
     ServiceUnavailableError,
     ValidationError,
 )
-from serving.gateway.admission import EndpointRoute
-from serving.gateway.invocation import InvocationRequest, Invocations
+from serving.gateway.admission import EndpointRoute, InvocationRequest
+from serving.gateway.invocation import Invocations
 from serving.gateway.transport import HopResponse
 from serving.metrics.invocations import InvocationTrace
 from serving.runtimes.context import Headers  # case-insensitive, as any server adapter passes headers

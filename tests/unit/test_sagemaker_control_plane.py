@@ -34,8 +34,8 @@ from botocore.exceptions import WaiterError
 from serving import protocol
 from serving.access.sigv4 import RawRequest
 from serving.errors import ValidationError
-from serving.gateway.admission import EndpointRoute
-from serving.gateway.invocation import InvocationRequest, Invocations
+from serving.gateway.admission import EndpointRoute, InvocationRequest
+from serving.gateway.invocation import Invocations
 from serving.gateway.transport import ContainerTransport
 from serving.gateway.variants import Front, VariantRoute
 from serving.metrics.invocations import InvocationTrace
