@@ -24,7 +24,6 @@ from serving.cloudwatch.api_errors import (
     InvalidParameterCombinationError,
     InvalidParameterValueError,
 )
-from serving.cloudwatch.catalogue import METRICS, NAMESPACES, source
 from serving.cloudwatch.datapoints import PERIODS_HELP, RESOLUTION_S, RETENTION_S, MetricStore, valid_period
 from serving.cloudwatch.sampler import Dimensions, Key, Sampler, Served
 from serving.documents import ApiJson
@@ -42,7 +41,6 @@ OPERATIONS = (
     "ListMetrics",
 )
 MAX_ALARMS = 1000
-MAX_DATAPOINTS = 1440  # GetMetricStatistics' limit per call, as CloudWatch's
 HISTORY_KEPT = 100  # history items kept per alarm
 D = TypeVar("D")
 
@@ -110,7 +108,7 @@ class CloudWatchApi:
     # --- alarms ----------------------------------------------------------------------------------------------
     def PutMetricAlarm(self, body: ApiJson) -> ApiJson:
         request = inputs.parse(inputs.PutMetricAlarmInput, body, "PutMetricAlarm")
-        found = _metric(request.Namespace, request.MetricName)
+        found = inputs.catalogued(request.Namespace, request.MetricName)
         if not valid_period(request.Period) or request.Period * request.EvaluationPeriods > RETENTION_S:
             raise InvalidParameterValueError(
                 f"Period {request.Period} x EvaluationPeriods {request.EvaluationPeriods}: the period must be "
@@ -199,8 +197,8 @@ class CloudWatchApi:
     # --- metrics ---------------------------------------------------------------------------------------------
     def GetMetricStatistics(self, body: ApiJson) -> ApiJson:
         request = inputs.parse(inputs.GetMetricStatisticsInput, body, "GetMetricStatistics")
-        found = _metric(request.Namespace, request.MetricName, known_only=False)
-        _check_range(request.StartTime, request.EndTime, request.Period)
+        found = inputs.catalogued(request.Namespace, request.MetricName, known_only=False)
+        inputs.check_range(request.StartTime, request.EndTime, request.Period)
         datapoints = []
         if found is not None and request.Unit in (None, found.unit):
             key = (request.Namespace, request.MetricName, _dimensions(request.Dimensions))
@@ -221,8 +219,8 @@ class CloudWatchApi:
         results = []
         for query in request.MetricDataQueries:
             stat, metric = query.MetricStat, query.MetricStat.Metric
-            found = _metric(metric.Namespace, metric.MetricName, known_only=False)
-            _check_range(request.StartTime, request.EndTime, stat.Period, limit=request.MaxDatapoints)
+            found = inputs.catalogued(metric.Namespace, metric.MetricName, known_only=False)
+            inputs.check_range(request.StartTime, request.EndTime, stat.Period, limit=request.MaxDatapoints)
             if stat.Stat not in inputs.STATISTICS and not inputs.PERCENTILE.match(stat.Stat):
                 raise InvalidParameterValueError(
                     f"MetricDataQueries[{query.Id}].MetricStat.Stat {stat.Stat!r}: one of "
@@ -250,7 +248,7 @@ class CloudWatchApi:
     def ListMetrics(self, body: ApiJson) -> ApiJson:
         request = inputs.parse(inputs.ListMetricsInput, body, "ListMetrics")
         if request.Namespace is not None:
-            _namespace(request.Namespace)
+            inputs.check_namespace(request.Namespace)
         since = self.store.latest - (3 * 3600 if request.RecentlyActive else RETENTION_S)
         metrics = [
             {"Namespace": namespace, "MetricName": name, "Dimensions": [{"Name": n, "Value": v} for n, v in dimensions]}
@@ -264,35 +262,6 @@ class CloudWatchApi:
         ]
         shown, token = _page(metrics, request.NextToken, 500)
         return {"Metrics": shown, **({"NextToken": token} if token else {})}
-
-
-def _namespace(namespace: str) -> None:
-    if namespace not in NAMESPACES:
-        raise InvalidParameterValueError(
-            f"Namespace {namespace!r}: this server keeps only {' and '.join(NAMESPACES)}, the metrics it measures "
-            "itself; metrics of a namespace of your own are out of scope (docs/cloudwatch.md)"
-        )
-
-
-def _metric(namespace: str, metric: str, known_only: bool = True) -> Any:
-    """The catalogue's metric (an alarm needs one that exists; a query of another name just has no data)."""
-    _namespace(namespace)
-    found = source(namespace, metric)
-    if found is None and known_only:
-        names = ", ".join(name for name, kept in METRICS.items() if namespace in kept.namespaces)
-        raise InvalidParameterValueError(f"MetricName {metric!r}: {namespace} has {names}")
-    return found
-
-
-def _check_range(start: float, end: float, period: int, limit: int = MAX_DATAPOINTS) -> None:
-    if not valid_period(period):
-        raise InvalidParameterValueError(f"Period {period}: must be {PERIODS_HELP}")
-    if end <= start:
-        raise InvalidParameterValueError("StartTime must be before EndTime")
-    if (end - start) / period > limit:
-        raise InvalidParameterCombinationError(
-            f"You have requested up to {int((end - start) / period)} datapoints, which exceeds the limit of {limit}."
-        )
 
 
 def _dimensions(dimensions: Iterable[inputs.Dimension]) -> Dimensions:

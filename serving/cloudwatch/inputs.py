@@ -18,6 +18,8 @@ from serving.cloudwatch.api_errors import (
     InvalidParameterValueError,
     MissingParameterError,
 )
+from serving.cloudwatch.catalogue import METRICS, NAMESPACES, source
+from serving.cloudwatch.datapoints import PERIODS_HELP, valid_period
 from serving.cloudwatch.statistics import PERCENTILE, STATISTICS
 from serving.documents import field_path
 
@@ -187,3 +189,37 @@ def parse(shape: type[S], document: Any, operation: str) -> S:
         item = problems[0]
         path = field_path(item["loc"], root=operation)
         raise InvalidParameterValueError(f"{operation}: {path}: {item['msg'].removeprefix('Value error, ')}") from None
+
+
+# --- values checked against what this server keeps
+
+MAX_DATAPOINTS = 1440  # GetMetricStatistics' limit per call, as CloudWatch's
+
+
+def check_namespace(namespace: str) -> None:
+    if namespace not in NAMESPACES:
+        raise InvalidParameterValueError(
+            f"Namespace {namespace!r}: this server keeps only {' and '.join(NAMESPACES)}, the metrics it measures "
+            "itself; metrics of a namespace of your own are out of scope (docs/cloudwatch.md)"
+        )
+
+
+def catalogued(namespace: str, metric: str, known_only: bool = True) -> Any:
+    """The catalogue's metric (an alarm needs one that exists; a query of another name just has no data)."""
+    check_namespace(namespace)
+    found = source(namespace, metric)
+    if found is None and known_only:
+        names = ", ".join(name for name, kept in METRICS.items() if namespace in kept.namespaces)
+        raise InvalidParameterValueError(f"MetricName {metric!r}: {namespace} has {names}")
+    return found
+
+
+def check_range(start: float, end: float, period: int, limit: int = MAX_DATAPOINTS) -> None:
+    if not valid_period(period):
+        raise InvalidParameterValueError(f"Period {period}: must be {PERIODS_HELP}")
+    if end <= start:
+        raise InvalidParameterValueError("StartTime must be before EndTime")
+    if (end - start) / period > limit:
+        raise InvalidParameterCombinationError(
+            f"You have requested up to {int((end - start) / period)} datapoints, which exceeds the limit of {limit}."
+        )
