@@ -8,5 +8,6 @@ and `runner` (the whole run). The Ray Train side lives in serving/ray_wing/train
 other use of Ray.
 
 Also `torch_models` (the PyTorch model families), `torch_export` (TorchScript and ONNX exports)
-and `tf_models` (the TensorFlow family, its optimizer and SavedModel).
+and `tf_models` (the TensorFlow family, its optimizer and SavedModel); `run_records` types what a run
+passes around and writes (the setup a loop is handed, result.json, model.json).
 """

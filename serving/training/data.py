@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from serving.training.recipe import SKLEARN_PREFIX, DataSection, RecipeError
+from serving.training.run_records import DataExtra, DataRecord
 
 __all__ = ["DataPlan", "plan_data", "sklearn_frame"]
 
@@ -33,9 +34,9 @@ class DataPlan:
     features: tuple[str, ...]
     group_by: str | None
     fingerprint: str
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: DataExtra = field(default_factory=DataExtra)
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> DataRecord:
         """The data's part of model.json."""
         return {
             "source": self.source,
@@ -105,7 +106,7 @@ def _digest(paths: list[Path]) -> str:
 
 def plan_data(data: DataSection) -> DataPlan:
     """Check the recipe's data and fingerprint it; RecipeError names the field at fault."""
-    extra: dict[str, Any] = {}
+    extra: DataExtra = {}
     files: list[Path]
     if data.source.startswith(SKLEARN_PREFIX):
         name = data.source.removeprefix(SKLEARN_PREFIX)

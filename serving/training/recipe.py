@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import yaml
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from serving.documents import BASE_DIR, Document, describe, document_path, folder_of
+from serving.training.run_records import Hyperparameters, RecipeRecord, Task
 
 __all__ = ["FAMILIES", "SKLEARN_ESTIMATORS", "Recipe", "RecipeError", "field_lines", "load_recipe", "parse_recipe"]
 
@@ -66,7 +67,7 @@ class DataSection(Document):
     features: list[str] | None = Field(
         None, description="the feature columns, in the order the model takes them (default: every other column)"
     )
-    task: Literal["classification", "regression"] | None = Field(
+    task: Task | None = Field(
         None, description="default: classification for an integer or text label, regression for a float one"
     )
     validation_fraction: float = Field(
@@ -100,7 +101,7 @@ class ModelSection(Document):
     family: str = Field(
         description="pytorch: mlp, cnn; tensorflow: mlp; xgboost: gbtree; sklearn: " + ", ".join(SKLEARN_ESTIMATORS)
     )
-    hyperparameters: dict[str, Any] = Field(
+    hyperparameters: Hyperparameters = Field(
         default_factory=dict,
         description="the family's own: mlp `hidden` (list of widths), `dropout`; cnn `channels` (list), "
         "`hidden`, `dropout`; gbtree any XGBoost booster parameter (`max_depth`, `eta`, ...); an sklearn "
@@ -199,9 +200,9 @@ class Recipe(Document):
             raise ValueError("data.group_by: the label column cannot also be the group column")
         return self
 
-    def to_record(self) -> dict[str, Any]:
+    def to_record(self) -> RecipeRecord:
         """The recipe as written into model.json."""
-        return self.model_dump(mode="json")
+        return cast(RecipeRecord, self.model_dump(mode="json"))
 
 
 def field_lines() -> list[str]:

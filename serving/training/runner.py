@@ -22,6 +22,18 @@ import numpy as np
 from serving.training import versions
 from serving.training.data import DataPlan, plan_data
 from serving.training.recipe import Recipe, RecipeError, load_recipe
+from serving.training.run_records import (
+    Metrics,
+    ModelSetup,
+    RunSetup,
+    Stats,
+    StepSplit,
+    Task,
+    TimingSummary,
+    TrainingRecord,
+    TrainResult,
+    WorkerTiming,
+)
 
 __all__ = ["TrainingRun", "run"]
 
@@ -41,10 +53,10 @@ class TrainingRun:
     version: int
     path: Path
     model_data_url: str
-    metrics: dict[str, Any]
+    metrics: Metrics | dict[str, Metrics]  # per group, for a `group_by` recipe
     wall_s: float
     workers: int
-    timing: dict[str, Any] = field(default_factory=dict)
+    timing: TimingSummary = field(default_factory=TimingSummary)
     groups: list[str] = field(default_factory=list)
     stacks: list[str] = field(default_factory=list)
 
@@ -76,7 +88,7 @@ def run(
         )
     root = Path(store) if store is not None else Path(recipe.output.store)
     version = versions.open_version(root, recipe.name, resume)
-    setup: dict[str, Any] = {
+    setup: RunSetup = {
         "recipe": recipe.to_record(),
         "features": list(plan.features),
         "label": plan.label,
@@ -90,46 +102,53 @@ def run(
     started = time.time()
     with on_ray.ray_for_training(address, num_cpus=num_cpus, progress_file=setup["progress_file"], verbose=verbose):
         rows = on_ray.read_rows(plan)
+        # a `group_by` recipe's models by group, else the one model's result
+        groups: dict[str, TrainResult] | None = None
+        single: TrainResult | None = None
         if plan.group_by is not None:
-            results = _train_groups(recipe, plan, setup, rows.to_pandas(), version, on_ray)
+            groups = _train_groups(recipe, plan, setup, rows.to_pandas(), version, on_ray)
         else:
-            results = {None: _train_one(recipe, plan, setup, rows, version, on_ray)}
+            single = _train_one(recipe, plan, setup, rows, version, on_ray)
     wall = time.time() - started
-    record = _record(recipe, plan, version, results, wall)
+    first = single if single is not None else next(iter((groups or {}).values()))
+    record = _record(recipe, plan, version, first, groups, wall)
     path = versions.publish(version, record)
     # checkpoints of a finished run
     shutil.rmtree(version.runs / version.run_name, ignore_errors=True)
     Path(setup["progress_file"]).unlink(missing_ok=True)
-    first = next(iter(results.values()))
-    groups = [g for g in results if g is not None]
+    names = list(groups or {})
     return TrainingRun(
         name=recipe.name,
         version=version.number,
         path=path,
-        model_data_url=str(path.parent / versions.LATEST) + ("/" if groups else ""),
+        model_data_url=str(path.parent / versions.LATEST) + ("/" if names else ""),
         metrics=record["metrics"],
         wall_s=wall,
         workers=recipe.workers.count,
         timing=summarize(first.get("timing") or []),
-        groups=groups,
+        groups=names,
         stacks=STACKS[framework],
     )
 
 
-def _label_setup(setup: dict, recipe: Recipe, labels: np.ndarray) -> dict:
+def _model_setup(setup: RunSetup, recipe: Recipe, labels: np.ndarray, features: Any) -> ModelSetup:
+    """The run's setup for one model: the task and classes its training labels make, the statistics of
+    its training rows' `features` (a pandas frame)."""
     values = sorted({_plain(v) for v in labels}, key=lambda v: (isinstance(v, str), v))
     kind = np.asarray(labels).dtype.kind
-    task = recipe.data.task or ("regression" if kind == "f" else "classification")
+    task: Task = recipe.data.task or ("regression" if kind == "f" else "classification")
     if task == "classification" and len(values) < 2:
         raise RecipeError(f"data.label: {recipe.data.label!r} has one value in the training rows; nothing to learn")
-    return {**setup, "task": task, "classes": values if task == "classification" else None}
+    classes = values if task == "classification" else None
+    x = features.to_numpy(dtype=np.float64)
+    return {**setup, "task": task, "classes": classes, "stats": _stats(recipe, x)}
 
 
 def _plain(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
-def _stats(recipe: Recipe, x: np.ndarray) -> dict[str, Any]:
+def _stats(recipe: Recipe, x: np.ndarray) -> Stats:
     return {
         "mean": x.mean(axis=0).tolist(),
         "std": x.std(axis=0).tolist(),
@@ -137,14 +156,16 @@ def _stats(recipe: Recipe, x: np.ndarray) -> dict[str, Any]:
     }
 
 
-def _train_one(recipe: Recipe, plan: DataPlan, setup: dict, rows: Any, version: versions.Version, on_ray) -> dict:
+def _train_one(
+    recipe: Recipe, plan: DataPlan, run_setup: RunSetup, rows: Any, version: versions.Version, on_ray: Any
+) -> TrainResult:
     train, validation = on_ray.split_rows(rows, recipe.data.validation_fraction, recipe.seed)
     frame = train.to_pandas()
     if len(frame) < recipe.workers.count:
         raise RecipeError(f"data.source: {len(frame)} training rows for {recipe.workers.count} workers")
-    setup = _label_setup(setup, recipe, frame[plan.label].to_numpy())
-    setup["stats"] = _stats(recipe, frame[list(plan.features)].to_numpy(dtype=np.float64))
+    setup = _model_setup(run_setup, recipe, frame[plan.label].to_numpy(), frame[list(plan.features)])
     folder = version.staging / CHECKPOINT
+    result: TrainResult
     if recipe.framework.value == "sklearn":
         jobs = {CHECKPOINT: (setup, frame, validation.to_pandas())}
         result = on_ray.fit_per_model(jobs, version.staging)[CHECKPOINT]
@@ -158,9 +179,11 @@ def _train_one(recipe: Recipe, plan: DataPlan, setup: dict, rows: Any, version: 
     return result
 
 
-def _train_groups(recipe: Recipe, plan: DataPlan, setup: dict, frame: Any, version, on_ray) -> dict:
-    jobs: dict[str, tuple[dict, Any, Any]] = {}
-    names: dict[str, Any] = {}
+def _train_groups(
+    recipe: Recipe, plan: DataPlan, setup: RunSetup, frame: Any, version: versions.Version, on_ray: Any
+) -> dict[str, TrainResult]:
+    jobs: dict[str, tuple[ModelSetup, Any, Any]] = {}
+    names: dict[str, object] = {}  # a group's file name: the column's value it holds
     for value, rows in sorted(frame.groupby(plan.group_by), key=lambda item: str(item[0])):
         name = _GROUP_NAME.sub("-", str(value)).strip("-.") or "group"
         if name in names:
@@ -171,21 +194,27 @@ def _train_groups(recipe: Recipe, plan: DataPlan, setup: dict, frame: Any, versi
         if len(rows) - held < 2:
             raise RecipeError(f"data.group_by: group {value!r} has {len(rows)} rows, too few to train and validate")
         train, validation = rows.iloc[order[held:]], rows.iloc[order[:held]]
-        group_setup = _label_setup(setup, recipe, train[plan.label].to_numpy())
-        group_setup["stats"] = _stats(recipe, train[list(plan.features)].to_numpy(dtype=np.float64))
+        group_setup = _model_setup(setup, recipe, train[plan.label].to_numpy(), train[list(plan.features)])
         group_setup["profile_dir"] = None
         group_setup["group"] = name
         jobs[name] = (group_setup, train, validation)
-    results = on_ray.fit_per_model(jobs, version.staging / "groups")
+    results: dict[str, TrainResult] = on_ray.fit_per_model(jobs, version.staging / "groups")
     for name in results:
         versions.pack(version.staging / "groups" / name / "export", versions.archive_path(version, name))
     shutil.rmtree(version.staging / "groups", ignore_errors=True)
     return results
 
 
-def _record(recipe: Recipe, plan: DataPlan, version, results: dict, wall: float) -> dict[str, Any]:
-    first = next(iter(results.values()))
-    grouped = None not in results
+def _record(
+    recipe: Recipe,
+    plan: DataPlan,
+    version: versions.Version,
+    first: TrainResult,
+    groups: dict[str, TrainResult] | None,
+    wall: float,
+) -> TrainingRecord:
+    """model.json; `first`: the model's result, or the first group's."""
+    grouped = groups is not None
     return {
         "name": recipe.name,
         "version": version.number,
@@ -193,8 +222,8 @@ def _record(recipe: Recipe, plan: DataPlan, version, results: dict, wall: float)
         "stacks": STACKS[recipe.framework.value],
         "artifact": "<group>.tar.gz per group (a MultiModel prefix)" if grouped else "model.tar.gz",
         "signature": first.get("signature"),
-        "metrics": {name: r["metrics"] for name, r in results.items()} if grouped else first["metrics"],
-        "groups": sorted(results) if grouped else None,
+        "metrics": {name: r["metrics"] for name, r in groups.items()} if groups is not None else first["metrics"],
+        "groups": sorted(groups) if groups is not None else None,
         "recipe": recipe.to_record(),
         "data": plan.record(),
         "code_version": versions.code_version(),
@@ -205,7 +234,7 @@ def _record(recipe: Recipe, plan: DataPlan, version, results: dict, wall: float)
     }
 
 
-def summarize(timing: list[dict[str, float]]) -> dict[str, Any]:
+def summarize(timing: list[WorkerTiming]) -> TimingSummary:
     """Per-step means over the workers: data, compute (forward+backward+optimizer), gradient sync;
     samples/s."""
     if not timing or not timing[0].get("steps"):
@@ -213,13 +242,13 @@ def summarize(timing: list[dict[str, float]]) -> dict[str, Any]:
     steps = max(t["steps"] for t in timing)
     mean = lambda key: sum(t.get(key, 0.0) for t in timing) / len(timing) / steps * 1000
     wall = max(t["wall"] for t in timing)
-    split = {
-        "data_ms": mean("data"),
+    split: StepSplit = {
+        "data_ms": round(mean("data"), 3),
         # PyTorch times forward and backward apart; TensorFlow's tape gives one `compute` (forward +
         # gradients).
-        "compute_ms": mean("compute") + mean("forward") + mean("backward") + mean("optimizer"),
-        "sync_wait_ms": mean("sync_wait"),
-        "allreduce_busy_ms": mean("sync_busy"),
+        "compute_ms": round(mean("compute") + mean("forward") + mean("backward") + mean("optimizer"), 3),
+        "sync_wait_ms": round(mean("sync_wait"), 3),
+        "allreduce_busy_ms": round(mean("sync_busy"), 3),
     }
     return {
         "steps": steps,
@@ -227,7 +256,7 @@ def summarize(timing: list[dict[str, float]]) -> dict[str, Any]:
         # the loop's wall time per step (slowest worker): the split above plus per-epoch validation
         # and bookkeeping
         "step_ms": round(wall / steps * 1000, 3),
-        "per_step": {k: round(v, 3) for k, v in split.items()},
+        "per_step": split,
         "forward_ms": round(mean("forward"), 3),
         "backward_ms": round(mean("backward"), 3),
         "optimizer_ms": round(mean("optimizer"), 3),

@@ -16,10 +16,10 @@ import subprocess
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from serving.models.artifacts import TRAINED_ARCHIVE, TRAINED_MANIFEST
 from serving.training.recipe import RecipeError
+from serving.training.run_records import TrainingRecord
 
 __all__ = ["LATEST", "Version", "code_version", "open_version", "pack", "publish"]
 
@@ -81,7 +81,7 @@ def pack(files: Path, archive: Path) -> None:
             tar.add(path, arcname=str(path.relative_to(files)), recursive=False)
 
 
-def publish(version: Version, record: dict[str, Any]) -> Path:
+def publish(version: Version, record: TrainingRecord) -> Path:
     """Write model.json, move the staging folder into place and point `latest` at it."""
     (version.staging / TRAINED_MANIFEST).write_text(json.dumps(record, indent=2, default=str) + "\n")
     version.staging.rename(version.final)

@@ -248,3 +248,37 @@ def test_parquet_files_and_folders_are_planned_like_csv(tmp_path: Path) -> None:
     (tmp_path / "parts" / "c.csv").write_text("a\n1\n")
     with pytest.raises(RecipeError, match="mixes CSV and Parquet"):
         plan_data(parse_recipe(_recipe(data={"source": "parts"}), tmp_path).data)
+
+
+@pytest.mark.parametrize("path", sorted(RECIPES.glob("*.yaml")), ids=lambda p: p.name)
+def test_the_typed_records_have_the_keys_model_json_is_written_with(path: Path) -> None:
+    from typing import get_type_hints
+
+    from serving.training import run_records
+
+    recipe = load_recipe(path)
+    record = recipe.to_record()
+    sections = get_type_hints(run_records.RecipeRecord)
+    assert list(record) == list(sections)
+    for section in ("data", "model", "workers", "training", "output"):
+        assert list(record[section]) == list(get_type_hints(sections[section])), section
+    assert list(plan_data(recipe.data).record()) == list(run_records.DataRecord.__annotations__)
+
+
+def test_the_timing_summary_keeps_its_keys_and_rounding() -> None:
+    from serving.training.runner import summarize
+
+    worker = {"steps": 4, "wall": 0.2, "rows": 64, "data": 0.001, "compute": 0.01, "sync_wait": 0.002}
+    summary = summarize([worker, {**worker, "wall": 0.3, "sync_busy": 0.004}])
+    assert json.dumps(summary) == json.dumps(
+        {
+            "steps": 4,
+            "samples_per_s": 128 / 0.3,
+            "step_ms": 75.0,
+            "per_step": {"data_ms": 0.25, "compute_ms": 2.5, "sync_wait_ms": 0.5, "allreduce_busy_ms": 0.5},
+            "forward_ms": 0.0,
+            "backward_ms": 0.0,
+            "optimizer_ms": 0.0,
+        }
+    )
+    assert summarize([]) == {}
