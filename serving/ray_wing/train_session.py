@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import ray.data
 import ray.train
 from ray.experimental import tqdm_ray
 
+from serving.training.run_records import ModelSetup, RunSetup, TrainResult
 from serving.training.session import LocalSession, Progress, Shard, say
 
 __all__ = ["RaySession", "model_task", "tensorflow_worker", "torch_worker", "xgboost_worker"]
@@ -27,7 +29,7 @@ __all__ = ["RaySession", "model_task", "tensorflow_worker", "torch_worker", "xgb
 class RaySession:
     """This worker's rank, shards, reports and checkpoints, from Ray Train."""
 
-    def __init__(self, setup: dict) -> None:
+    def __init__(self, setup: ModelSetup) -> None:
         context = ray.train.get_context()
         self.rank = context.get_world_rank()
         self.world_size = context.get_world_size()
@@ -43,7 +45,7 @@ class RaySession:
             self._shards[name] = frame_shard(frames, self._setup)
         return self._shards[name]
 
-    def report(self, metrics: dict[str, Any], checkpoint: Path | None = None) -> None:
+    def report(self, metrics: Mapping[str, float], checkpoint: Path | None = None) -> None:
         saved = ray.train.Checkpoint.from_directory(str(checkpoint)) if checkpoint is not None else None
         ray.train.report(metrics, checkpoint=saved)
 
@@ -72,7 +74,7 @@ def quiet_data() -> None:
     logging.getLogger("ray.data").setLevel(logging.WARNING)
 
 
-def frame_shard(frames: list[Any], setup: dict) -> Shard:
+def frame_shard(frames: list[Any], setup: RunSetup) -> Shard:
     """Rows of pandas frames as (float32 features in the recipe's order, raw labels)."""
     import pandas as pd
 
@@ -81,20 +83,20 @@ def frame_shard(frames: list[Any], setup: dict) -> Shard:
     return Shard(frame[features].to_numpy(dtype=np.float32), frame[label].to_numpy())
 
 
-def torch_worker(setup: dict) -> None:
+def torch_worker(setup: ModelSetup) -> None:
     from serving.training.torch_loop import train_torch
 
     train_torch(setup, RaySession(setup))
 
 
-def tensorflow_worker(setup: dict) -> None:
+def tensorflow_worker(setup: ModelSetup) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from serving.training.tf_loop import train_tensorflow
 
     train_tensorflow(setup, RaySession(setup))
 
 
-def xgboost_worker(setup: dict) -> None:
+def xgboost_worker(setup: ModelSetup) -> None:
     from serving.training.xgboost_loop import train_xgboost
 
     train_xgboost(setup, RaySession(setup))
@@ -108,7 +110,7 @@ LOOPS = {
 }
 
 
-def run_local(setup: dict, shards: dict[str, Shard], out: Path) -> dict:
+def run_local(setup: ModelSetup, shards: dict[str, Shard], out: Path) -> TrainResult:
     """One model trained in this process with one worker's loop; its final folder copied to `out`."""
     import importlib
     import json
@@ -123,10 +125,11 @@ def run_local(setup: dict, shards: dict[str, Shard], out: Path) -> dict:
         if final is None:
             raise RuntimeError("the training loop reported no final model")
         shutil.copytree(final, out, dirs_exist_ok=True)
-    return json.loads((out / "result.json").read_text())
+    result: TrainResult = json.loads((out / "result.json").read_text())
+    return result
 
 
 @ray.remote
-def model_task(setup: dict, shards: dict[str, Shard], out: str) -> dict:
+def model_task(setup: ModelSetup, shards: dict[str, Shard], out: str) -> TrainResult:
     """`run_local` as a Ray task (one CPU share, placed by Ray; `out` must be reachable from its node)."""
     return run_local(setup, shards, Path(out))

@@ -10,7 +10,7 @@ Train's storage (`storage`), which must be a folder every node can reach on a mu
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from serving.ray_wing.cluster import connect_cluster, start_local_ray, stop_loca
 from serving.ray_wing.train_session import frame_shard, model_task, quiet_data
 from serving.training.data import DataPlan, sklearn_frame
 from serving.training.recipe import Recipe
+from serving.training.run_records import ModelSetup, TrainResult
 from serving.training.runner import TrainingRun, run
 
 
@@ -144,7 +145,7 @@ def split_rows(dataset: ray.data.Dataset, fraction: float, seed: int) -> tuple[r
     return train.materialize(), validation.materialize()
 
 
-def fit_data_parallel(setup: dict, train: Any, validation: Any, storage: Path, run_name: str) -> Path:
+def fit_data_parallel(setup: ModelSetup, train: Any, validation: Any, storage: Path, run_name: str) -> Path:
     """Run the recipe's Ray Train trainer; the folder of its final checkpoint (rank 0's model and result)."""
     from ray.data import ExecutionOptions
 
@@ -162,41 +163,38 @@ def fit_data_parallel(setup: dict, train: Any, validation: Any, storage: Path, r
         failure_config=ray.train.FailureConfig(max_failures=int(recipe["training"]["max_failures"])),
         checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2),
     )
-    common: dict[str, Any] = {
-        "train_loop_config": setup,
-        "scaling_config": scaling,
-        "run_config": run_config,
-        "datasets": {"train": train, "validation": validation},
-        "dataset_config": ray.train.DataConfig(
+    framework = recipe["framework"]
+    trainer_class: type  # Ray Train's trainer for the framework
+    worker: Callable[[ModelSetup], None]
+    if framework == "pytorch":
+        from ray.train.torch import TorchTrainer as trainer_class
+
+        from serving.ray_wing.train_session import torch_worker as worker
+    elif framework == "tensorflow":
+        from ray.train.tensorflow import TensorflowTrainer as trainer_class
+
+        from serving.ray_wing.train_session import tensorflow_worker as worker
+    else:
+        from ray.train.xgboost import XGBoostTrainer as trainer_class
+
+        from serving.ray_wing.train_session import xgboost_worker as worker
+    trainer = _trainer(trainer_class)(
+        worker,
+        train_loop_config=setup,
+        scaling_config=scaling,
+        run_config=run_config,
+        datasets={"train": train, "validation": validation},
+        dataset_config=ray.train.DataConfig(
             datasets_to_split=["train"], execution_options=ExecutionOptions(preserve_order=True)
         ),
-    }
-    framework = recipe["framework"]
-    if framework == "pytorch":
-        from ray.train.torch import TorchTrainer
-
-        from serving.ray_wing.train_session import torch_worker
-
-        trainer: Any = _trainer(TorchTrainer)(torch_worker, **common)
-    elif framework == "tensorflow":
-        from ray.train.tensorflow import TensorflowTrainer
-
-        from serving.ray_wing.train_session import tensorflow_worker
-
-        trainer = _trainer(TensorflowTrainer)(tensorflow_worker, **common)
-    else:
-        from ray.train.xgboost import XGBoostTrainer
-
-        from serving.ray_wing.train_session import xgboost_worker
-
-        trainer = _trainer(XGBoostTrainer)(xgboost_worker, **common)
+    )
     result = trainer.fit()
     if result.checkpoint is None:
         raise RuntimeError(f"the {framework} trainer finished without a final model (run {run_name} in {storage})")
     return Path(result.checkpoint.path)
 
 
-def fit_per_model(jobs: dict[str, tuple[dict, Any, Any]], out: Path) -> dict[str, dict]:
+def fit_per_model(jobs: dict[str, tuple[ModelSetup, Any, Any]], out: Path) -> dict[str, TrainResult]:
     """One single-worker model per job (its setup, pandas training and validation rows), as parallel Ray tasks;
     each writes its folder under `out` and returns its result."""
     pending = {}

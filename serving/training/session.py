@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import math
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
+
+from serving.training.run_records import Label, Metrics
 
 __all__ = ["Progress", "Shard", "WorkerSession", "label_indices"]
 
@@ -43,7 +45,7 @@ class WorkerSession(Protocol):
         """`train`: this worker's shard; `validation`: every validation row."""
         ...
 
-    def report(self, metrics: dict[str, Any], checkpoint: Path | None = None) -> None:
+    def report(self, metrics: Mapping[str, float], checkpoint: Path | None = None) -> None:
         """Every worker calls this at the same step; a checkpoint folder is kept by the run (rank
         0's)."""
         ...
@@ -61,9 +63,10 @@ class WorkerSession(Protocol):
         ...
 
 
-def label_indices(y: np.ndarray, classes: list[Any]) -> np.ndarray:
-    """Class labels as indices into `classes` (the sorted distinct labels of the training rows)."""
-    lookup = {value: index for index, value in enumerate(classes)}
+def label_indices(y: np.ndarray, classes: Sequence[Label] | None) -> np.ndarray:
+    """Class labels as indices into `classes` (the sorted distinct labels of the training rows; a
+    regression setup's None holds none)."""
+    lookup = {value: index for index, value in enumerate(classes or ())}
     try:
         return np.fromiter((lookup[_plain(v)] for v in y), dtype=np.int64, count=len(y))
     except KeyError as error:
@@ -96,7 +99,7 @@ class LocalSession:
     checkpoint_root: Path | None = None
     rank: int = 0
     world_size: int = 1
-    reports: list[dict[str, Any]] = field(default_factory=list)
+    reports: list[Metrics] = field(default_factory=list)
     checkpoints: list[Path] = field(default_factory=list)
     # where `say` appends (the driver prints it), else this process's stdout
     progress_file: str | None = None
@@ -104,7 +107,7 @@ class LocalSession:
     def shard(self, name: str) -> Shard:
         return self.shards[name]
 
-    def report(self, metrics: dict[str, Any], checkpoint: Path | None = None) -> None:
+    def report(self, metrics: Mapping[str, float], checkpoint: Path | None = None) -> None:
         self.reports.append(dict(metrics))
         if checkpoint is not None:
             # the loop's folder is temporary: keep a copy, as Ray Train does

@@ -13,12 +13,13 @@ from typing import Any
 import numpy as np
 
 from serving.training.recipe import SKLEARN_ESTIMATORS
+from serving.training.run_records import Hyperparameters, Metrics, ModelSetup, Signature, WorkerTiming
 from serving.training.session import WorkerSession
 
 __all__ = ["build_estimator", "train_sklearn"]
 
 
-def build_estimator(family: str, hyperparameters: dict[str, Any], seed: int) -> Any:
+def build_estimator(family: str, hyperparameters: Hyperparameters, seed: int) -> Any:
     """StandardScaler → the named estimator; unknown constructor arguments are refused by name."""
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
@@ -35,7 +36,7 @@ def build_estimator(family: str, hyperparameters: dict[str, Any], seed: int) -> 
     return make_pipeline(StandardScaler(), estimator_class(**arguments))
 
 
-def train_sklearn(setup: dict, session: WorkerSession) -> None:
+def train_sklearn(setup: ModelSetup, session: WorkerSession) -> None:
     """Fit, score on the validation rows, and report the model (`export/model.skops`) and its
     result."""
     import skops.io
@@ -49,6 +50,7 @@ def train_sklearn(setup: dict, session: WorkerSession) -> None:
     model.fit(train.x, y_train)
     wall = time.perf_counter() - started
     predicted = model.predict(validation.x)
+    metrics: Metrics
     if classification:
         metrics = {"val_accuracy": float(np.mean(predicted == validation.y))}
     else:
@@ -57,7 +59,7 @@ def train_sklearn(setup: dict, session: WorkerSession) -> None:
         f"[serving train] {setup.get('group') or recipe['name']}: "
         + ", ".join(f"{k} {v:.4g}" for k, v in metrics.items())
     )
-    signature = {
+    signature: Signature = {
         "inputs": [
             {"name": "input", "dtype": "float32", "shape": [-1, train.x.shape[1]], "columns": setup["features"]}
         ],
@@ -71,7 +73,7 @@ def train_sklearn(setup: dict, session: WorkerSession) -> None:
         ],
         "classes": setup["classes"],
     }
-    timing = [{"steps": 1, "wall": wall, "rows": len(train.x), "forward": wall}]
+    timing: list[WorkerTiming] = [{"steps": 1, "wall": wall, "rows": len(train.x), "forward": wall}]
     with tempfile.TemporaryDirectory(prefix="serving-final-") as folder:
         root = Path(folder)
         (root / "export").mkdir()

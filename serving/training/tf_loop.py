@@ -20,11 +20,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import tensorflow as tf
 
+from serving.training.run_records import Metrics, ModelSetup, RecipeRecord, WorkerTiming
 from serving.training.session import WorkerSession, label_indices, steps_per_epoch
 from serving.training.tf_models import ALLOWED, Mlp, Optimizer, export_model
 
@@ -32,6 +33,18 @@ __all__ = ["train_tensorflow"]
 
 STATE_FILE = "state.npz"
 TIMING_KEYS = ("steps", "wall", "rows", "data", "compute", "sync_wait", "optimizer")
+
+
+class TraceEvent(TypedDict):
+    """One complete event ("ph": "X") of the Chrome trace format: a phase of a step, in microseconds."""
+
+    name: str
+    ph: str
+    ts: float
+    dur: float
+    pid: int
+    tid: int
+    args: dict[str, int]  # the step
 
 
 class Timeline:
@@ -42,7 +55,7 @@ class Timeline:
     def __init__(self, folder: str | None, rank: int, steps: int = 50) -> None:
         self.folder, self.rank, self.steps = folder, rank, steps
         self.totals: dict[str, float] = {}
-        self.events: list[dict[str, Any]] = []
+        self.events: list[TraceEvent] = []
         self.step = 0
 
     @contextmanager
@@ -54,8 +67,16 @@ class Timeline:
             end = time.perf_counter()
             self.totals[name] = self.totals.get(name, 0.0) + end - start
             if self.folder and self.step < self.steps:
-                event = {"name": name, "ph": "X", "ts": start * 1e6, "dur": (end - start) * 1e6, "pid": self.rank}
-                self.events.append({**event, "tid": 0, "args": {"step": self.step}})
+                event: TraceEvent = {
+                    "name": name,
+                    "ph": "X",
+                    "ts": start * 1e6,
+                    "dur": (end - start) * 1e6,
+                    "pid": self.rank,
+                    "tid": 0,
+                    "args": {"step": self.step},
+                }
+                self.events.append(event)
 
     def write(self) -> None:
         if self.folder:
@@ -74,7 +95,7 @@ def _strategy(session: WorkerSession) -> tf.distribute.Strategy:
     return tf.distribute.get_strategy()
 
 
-def _threads(recipe: dict) -> None:
+def _threads(recipe: RecipeRecord) -> None:
     threads = max(1, int(recipe["workers"]["cpus_per_worker"]))
     try:
         tf.config.threading.set_intra_op_parallelism_threads(threads)
@@ -84,7 +105,7 @@ def _threads(recipe: dict) -> None:
         pass
 
 
-def _lr(recipe: dict, world_size: int, warmup_steps: int, step: int) -> float:
+def _lr(recipe: RecipeRecord, world_size: int, warmup_steps: int, step: int) -> float:
     """The one-worker rate × workers (linear scaling), reached linearly over the warm-up
     (torch_loop's rule)."""
     training = recipe["training"]
@@ -99,7 +120,7 @@ def _loss(out: tf.Tensor, y: tf.Tensor, classification: bool) -> tf.Tensor:
     return tf.reduce_mean(tf.square(out - tf.reshape(y, tf.shape(out))))
 
 
-def _evaluate(model: Mlp, x: np.ndarray, y: np.ndarray, setup: dict) -> dict:
+def _evaluate(model: Mlp, x: np.ndarray, y: np.ndarray, setup: ModelSetup) -> Metrics:
     out = model(tf.constant(x))
     if setup["task"] == "classification":
         target = label_indices(y, setup["classes"])
@@ -108,7 +129,7 @@ def _evaluate(model: Mlp, x: np.ndarray, y: np.ndarray, setup: dict) -> dict:
     return {"val_loss": float(_loss(out, tf.constant(y.astype(np.float32)), False))}
 
 
-def train_tensorflow(setup: dict, session: WorkerSession) -> None:
+def train_tensorflow(setup: ModelSetup, session: WorkerSession) -> None:
     """One worker's part of a TensorFlow recipe; rank 0's last report carries the exported
     SavedModel."""
     recipe, training = setup["recipe"], setup["recipe"]["training"]
@@ -117,7 +138,7 @@ def train_tensorflow(setup: dict, session: WorkerSession) -> None:
     strategy = _strategy(session)
     tf.keras.utils.set_random_seed(recipe["seed"])
     classification = setup["task"] == "classification"
-    outputs = len(setup["classes"]) if classification else 1
+    outputs = len(setup["classes"] or []) if classification else 1
     hyper = recipe["model"]["hyperparameters"]
     unknown = sorted(set(hyper) - ALLOWED)
     if unknown:
@@ -173,7 +194,7 @@ def train_tensorflow(setup: dict, session: WorkerSession) -> None:
     bar = session.progress(total_steps, f"{recipe['name']} (rank {session.rank})") if session.rank == 0 else None
     if bar is not None and step:
         bar.update(step)
-    metrics: dict[str, Any] = {}
+    metrics: Metrics = {}
     loss: Any = 0.0
     batch_size = training["batch_size"]
     started = time.perf_counter()
@@ -215,7 +236,7 @@ def train_tensorflow(setup: dict, session: WorkerSession) -> None:
     if bar is not None:
         bar.close()
     wall = time.perf_counter() - started
-    mine = {"steps": timed_steps, "wall": wall, "rows": timed_steps * batch_size, **timeline.totals}
+    mine: WorkerTiming = {"steps": timed_steps, "wall": wall, "rows": timed_steps * batch_size, **timeline.totals}
     timing = _gather(strategy, session, mine)
     _finish(session, setup, model, optimizer, step, metrics, timing)
 
@@ -227,7 +248,7 @@ def _block(strategy: tf.distribute.Strategy, values: Any) -> None:
             local.numpy()
 
 
-def _gather(strategy: tf.distribute.Strategy, session: WorkerSession, mine: dict) -> list[dict[str, float]]:
+def _gather(strategy: tf.distribute.Strategy, session: WorkerSession, mine: WorkerTiming) -> list[WorkerTiming]:
     """Every rank's timing, as rows of a matrix summed across the workers (each rank fills its own
     row)."""
     table = np.zeros((session.world_size, len(TIMING_KEYS)), np.float64)
@@ -243,10 +264,10 @@ def _gather(strategy: tf.distribute.Strategy, session: WorkerSession, mine: dict
 
 def _save(path: Path, model: Mlp, optimizer: Optimizer, step: int) -> None:
     """Weights, optimizer state and step, as named arrays (restored by `_restore`)."""
-    state: dict[str, Any] = {f"model_{i}": v.numpy() for i, v in enumerate(model.weights)}
+    state: dict[str, np.ndarray] = {f"model_{i}": v.numpy() for i, v in enumerate(model.weights)}
     state.update({f"optimizer_{i}": v.numpy() for i, v in enumerate(optimizer.variables_list)})
     state["step"] = np.asarray(step, np.int64)
-    np.savez(path, **state)
+    np.savez(path, **state)  # type: ignore[arg-type]  # numpy's stub checks **kwds against allow_pickle: bool
 
 
 def _restore(path: Path, model: Mlp, optimizer: Optimizer, strategy: tf.distribute.Strategy) -> int:
@@ -258,7 +279,7 @@ def _restore(path: Path, model: Mlp, optimizer: Optimizer, strategy: tf.distribu
         return int(state["step"])
 
 
-def _checkpoint(session: WorkerSession, model: Mlp, optimizer: Optimizer, step: int, metrics: dict) -> None:
+def _checkpoint(session: WorkerSession, model: Mlp, optimizer: Optimizer, step: int, metrics: Metrics) -> None:
     if session.rank != 0:
         session.report(metrics)
         return
@@ -267,7 +288,15 @@ def _checkpoint(session: WorkerSession, model: Mlp, optimizer: Optimizer, step: 
         session.report(metrics, Path(folder))
 
 
-def _finish(session, setup, model: Mlp, optimizer: Optimizer, step: int, metrics: dict, timing: list) -> None:
+def _finish(
+    session: WorkerSession,
+    setup: ModelSetup,
+    model: Mlp,
+    optimizer: Optimizer,
+    step: int,
+    metrics: Metrics,
+    timing: list[WorkerTiming],
+) -> None:
     final = {**metrics, "final": True}
     if session.rank != 0:
         session.report(final)

@@ -4,10 +4,11 @@ SavedModel an endpoint serves from them: what `tf_loop` trains, apart from how i
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import tensorflow as tf
+
+from serving.training.run_records import ModelSetup, Signature, Stats, TrainingRecordSection
 
 __all__ = ["ALLOWED", "INPUT_NAME", "OUTPUT_NAME", "Mlp", "Optimizer", "export_model"]
 
@@ -20,7 +21,7 @@ class Mlp(tf.Module):
     """Standardize → (Dense → ReLU → Dropout)* → Dense, initialised as torch.nn.Linear is
     (U(±1/√fan_in))."""
 
-    def __init__(self, features: int, outputs: int, stats: dict, seed: int, hidden=(64, 64), dropout=0.0) -> None:
+    def __init__(self, features: int, outputs: int, stats: Stats, seed: int, hidden=(64, 64), dropout=0.0) -> None:
         super().__init__(name="mlp")
         self.mean = tf.constant(np.asarray(stats["mean"], np.float32))
         self.std = tf.constant(np.asarray([s if s > 0 else 1.0 for s in stats["std"]], np.float32))
@@ -53,7 +54,7 @@ class Optimizer(tf.Module):
     """torch.optim.SGD (momentum, L2 weight decay) and torch.optim.Adam, same formulas, on
     tf.Variables."""
 
-    def __init__(self, training: dict, weights: list[tf.Variable]) -> None:
+    def __init__(self, training: TrainingRecordSection, weights: list[tf.Variable]) -> None:
         super().__init__(name="optimizer")
         self.kind, self.decay = training["optimizer"], float(training["weight_decay"])
         self.momentum = float(training["momentum"])
@@ -87,7 +88,7 @@ class Optimizer(tf.Module):
                 param.assign_sub(lr * grad)
 
 
-def export_model(model: Mlp, folder: Path, setup: dict) -> dict[str, Any]:
+def export_model(model: Mlp, folder: Path, setup: ModelSetup) -> Signature:
     """A SavedModel of the trained weights (plain variables, no distribution strategy) with a
     `serving_default` signature: float32 `input` [None, features] → {"output": logits or values};
     returns the signature."""

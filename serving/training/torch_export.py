@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
+
+from serving.training.run_records import ModelSetup, Signature
 
 __all__ = ["INPUT_NAME", "OUTPUT_NAME", "export_model"]
 
@@ -16,7 +17,7 @@ INPUT_NAME = "input"
 OUTPUT_NAME = "output"
 
 
-def export_model(model: torch.nn.Module, folder: Path, setup: dict, sample: np.ndarray) -> dict[str, Any]:
+def export_model(model: torch.nn.Module, folder: Path, setup: ModelSetup, sample: np.ndarray) -> Signature:
     """Write model.pt (TorchScript) and/or model.onnx into `folder`; returns the input/output
     signature."""
     folder.mkdir(parents=True, exist_ok=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from serving.training.run_records import Metrics, ModelSetup, RecipeRecord, WorkerTiming
 from serving.training.session import WorkerSession, label_indices, steps_per_epoch, stopwatch
 from serving.training.torch_export import export_model
 from serving.training.torch_models import build_model
@@ -56,13 +58,13 @@ class SyncClock:
         return future.then(done)
 
 
-def _device(recipe: dict) -> torch.device:
+def _device(recipe: RecipeRecord) -> torch.device:
     if recipe["workers"]["gpus_per_worker"] > 0 and torch.cuda.is_available():
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
 
 
-def _lr_factor(recipe: dict, world_size: int, warmup_steps: int):
+def _lr_factor(recipe: RecipeRecord, world_size: int, warmup_steps: int) -> Callable[[int], float]:
     training = recipe["training"]
     target = float(world_size) if training["lr_scaling"] == "linear" else 1.0
 
@@ -74,7 +76,7 @@ def _lr_factor(recipe: dict, world_size: int, warmup_steps: int):
     return factor
 
 
-def _optimizer(recipe: dict, params) -> torch.optim.Optimizer:
+def _optimizer(recipe: RecipeRecord, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
     training = recipe["training"]
     if training["optimizer"] == "adam":
         return torch.optim.Adam(params, lr=training["learning_rate"], weight_decay=training["weight_decay"])
@@ -83,7 +85,7 @@ def _optimizer(recipe: dict, params) -> torch.optim.Optimizer:
     )
 
 
-def _evaluate(model: nn.Module, x: np.ndarray, y: np.ndarray, setup: dict, device: torch.device) -> dict:
+def _evaluate(model: nn.Module, x: np.ndarray, y: np.ndarray, setup: ModelSetup, device: torch.device) -> Metrics:
     model.eval()
     with torch.no_grad():
         out = model(torch.from_numpy(x).to(device)).float().cpu()
@@ -96,7 +98,7 @@ def _evaluate(model: nn.Module, x: np.ndarray, y: np.ndarray, setup: dict, devic
     return {"val_loss": nn.functional.mse_loss(out, target).item()}
 
 
-def train_torch(setup: dict, session: WorkerSession) -> None:
+def train_torch(setup: ModelSetup, session: WorkerSession) -> None:
     """One worker's part of a PyTorch recipe; rank 0's last report carries the exported model."""
     recipe = setup["recipe"]
     training = recipe["training"]
@@ -106,7 +108,7 @@ def train_torch(setup: dict, session: WorkerSession) -> None:
     torch.set_num_threads(threads)
     device = _device(recipe)
     classification = setup["task"] == "classification"
-    outputs = len(setup["classes"]) if classification else 1
+    outputs = len(setup["classes"] or []) if classification else 1
 
     train, validation = session.shard("train"), session.shard("validation")
     x_train = train.x.astype(np.float32)
@@ -158,7 +160,7 @@ def train_torch(setup: dict, session: WorkerSession) -> None:
     bar = session.progress(total_steps, f"{recipe['name']} (rank {session.rank})") if session.rank == 0 else None
     if bar is not None and step:
         bar.update(step)
-    metrics: dict[str, Any] = {}
+    metrics: Metrics = {}
     started = time.perf_counter()
     while step < total_steps:
         epoch, offset = divmod(step, per_epoch)
@@ -200,7 +202,12 @@ def train_torch(setup: dict, session: WorkerSession) -> None:
             if step % training["checkpoint_every_steps"] == 0 and step < total_steps:
                 _checkpoint(session, model, optimizer, schedule, step, {"step": step, "epoch": epoch + 1})
         if step % per_epoch == 0 or step >= total_steps:
-            metrics = {"epoch": epoch + 1, "step": step, "loss": float(loss.item()), "lr": schedule.get_last_lr()[0]}
+            metrics = {
+                "epoch": epoch + 1,
+                "step": step,
+                "loss": float(loss.item()),
+                "lr": float(schedule.get_last_lr()[0]),
+            }
             metrics.update(_evaluate(model, x_val, validation.y, setup, device))
             if session.rank == 0:
                 shown = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items())
@@ -215,7 +222,7 @@ def train_torch(setup: dict, session: WorkerSession) -> None:
     _finish(session, setup, model, optimizer, schedule, step, metrics, timing, x_val)
 
 
-def _gather(mine: dict[str, float]) -> list[dict[str, float]]:
+def _gather(mine: WorkerTiming) -> list[WorkerTiming]:
     if dist.is_available() and dist.is_initialized():
         every: list[Any] = [None] * dist.get_world_size()
         dist.all_gather_object(every, mine)
@@ -232,7 +239,7 @@ def _state(model, optimizer, schedule, step: int) -> dict:
     }
 
 
-def _checkpoint(session: WorkerSession, model, optimizer, schedule, step: int, metrics: dict) -> None:
+def _checkpoint(session: WorkerSession, model, optimizer, schedule, step: int, metrics: Metrics) -> None:
     if session.rank != 0:
         session.report(metrics)
         return
@@ -255,7 +262,7 @@ def _finish(session, setup, model, optimizer, schedule, step, metrics, timing, x
         session.report(final, root)
 
 
-def _profiler(setup: dict, rank: int, device: torch.device):
+def _profiler(setup: ModelSetup, rank: int, device: torch.device):
     """torch.profiler over a few steps, written as a Chrome/Perfetto trace per worker
     (`--profile`)."""
     folder = setup.get("profile_dir")

@@ -7,10 +7,10 @@ preprocessing script.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import nn
+
+from serving.training.run_records import Hyperparameters, Stats
 
 __all__ = ["build_model"]
 
@@ -87,7 +87,7 @@ class CNN(nn.Module):
 ALLOWED = {"mlp": {"hidden", "dropout"}, "cnn": {"channels", "hidden", "dropout"}}
 
 
-def build_model(family: str, hyperparameters: dict[str, Any], features: int, outputs: int, stats: dict) -> nn.Module:
+def build_model(family: str, hyperparameters: Hyperparameters, features: int, outputs: int, stats: Stats) -> nn.Module:
     """The recipe's model, with standardisation from `stats` (mean, std, image_shape)."""
     unknown = sorted(set(hyperparameters) - ALLOWED[family])
     if unknown:

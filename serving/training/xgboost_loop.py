@@ -17,34 +17,40 @@ from typing import Any
 
 import numpy as np
 
+from serving.training.run_records import Hyperparameters, Metrics, ModelSetup, TrainResult
 from serving.training.session import WorkerSession, label_indices
 
 __all__ = ["MODEL_FILE", "booster_params", "train_xgboost"]
 
 MODEL_FILE = "xgboost-model"
+# xgboost.train's evals_result: each evaluation set's metrics, a float per round
+EvalsLog = dict[str, dict[str, list[float]]]
 
 
-def booster_params(setup: dict) -> dict[str, Any]:
-    """The objective for the task, the seed and thread count, then the recipe's own parameters."""
+def booster_params(setup: ModelSetup) -> Hyperparameters:
+    """The objective for the task, the seed and thread count, then the recipe's own parameters (any
+    booster parameter: the result is as open as they are)."""
     recipe = setup["recipe"]
-    params: dict[str, Any] = {"seed": recipe["seed"], "nthread": max(1, int(recipe["workers"]["cpus_per_worker"]))}
+    params: Hyperparameters = {"seed": recipe["seed"], "nthread": max(1, int(recipe["workers"]["cpus_per_worker"]))}
     if setup["task"] == "regression":
         params.update(objective="reg:squarederror", eval_metric="rmse")
-    elif len(setup["classes"]) == 2:
+    elif len(setup["classes"] or []) == 2:
         params.update(objective="binary:logistic", eval_metric=["logloss", "error"])
     else:
-        params.update(objective="multi:softprob", num_class=len(setup["classes"]), eval_metric=["mlogloss", "merror"])
+        params.update(
+            objective="multi:softprob", num_class=len(setup["classes"] or []), eval_metric=["mlogloss", "merror"]
+        )
     params.update(recipe["model"]["hyperparameters"])
     return params
 
 
-def _labels(setup: dict, y: np.ndarray) -> np.ndarray:
+def _labels(setup: ModelSetup, y: np.ndarray) -> np.ndarray:
     if setup["task"] == "classification":
         return label_indices(y, setup["classes"]).astype(np.float32)
     return y.astype(np.float32)
 
 
-def train_xgboost(setup: dict, session: WorkerSession) -> None:
+def train_xgboost(setup: ModelSetup, session: WorkerSession) -> None:
     """One worker's part; rank 0 reports the final booster and the validation metrics."""
     import xgboost
 
@@ -74,7 +80,7 @@ def train_xgboost(setup: dict, session: WorkerSession) -> None:
                 _report(session, model, {"round": boosted, **metrics}, final=False)
             return False
 
-    history: dict = {}
+    history: EvalsLog = {}
     started = time.perf_counter()
     booster = xgboost.train(
         booster_params(setup),
@@ -89,9 +95,7 @@ def train_xgboost(setup: dict, session: WorkerSession) -> None:
     wall = time.perf_counter() - started
     if bar is not None:
         bar.close()
-    metrics: dict[str, Any] = {
-        f"val_{name}": float(values[-1]) for name, values in history.get("validation", {}).items()
-    }
+    metrics: Metrics = {f"val_{name}": float(values[-1]) for name, values in history.get("validation", {}).items()}
     predicted = booster.predict(dval)
     if setup["task"] == "classification":
         chosen = (predicted > 0.5).astype(np.int64) if predicted.ndim == 1 else predicted.argmax(axis=1)
@@ -102,7 +106,8 @@ def train_xgboost(setup: dict, session: WorkerSession) -> None:
             f"[serving train] {setup.get('group') or recipe['name']}: {booster.num_boosted_rounds()} rounds, {shown}"
         )
     classification = setup["task"] == "classification"
-    result = {
+    classes = len(setup["classes"] or [])
+    result: TrainResult = {
         "metrics": metrics,
         "timing": [{"steps": rounds - done, "wall": wall, "rows": len(train.x) * (rounds - done), "forward": wall}],
         "signature": {
@@ -113,7 +118,7 @@ def train_xgboost(setup: dict, session: WorkerSession) -> None:
                 {
                     "name": "output",
                     "dtype": "float32",
-                    "shape": [-1, len(setup["classes"])] if classification and len(setup["classes"]) > 2 else [-1],
+                    "shape": [-1, classes] if classification and classes > 2 else [-1],
                     "meaning": "class probabilities (of classes[1] for two classes)"
                     if classification
                     else "the predicted value",
@@ -125,7 +130,9 @@ def train_xgboost(setup: dict, session: WorkerSession) -> None:
     _report(session, booster, {**metrics, "final": True}, final=True, result=result)
 
 
-def _report(session: WorkerSession, booster: Any, metrics: dict, final: bool, result: dict | None = None) -> None:
+def _report(
+    session: WorkerSession, booster: Any, metrics: Metrics, final: bool, result: TrainResult | None = None
+) -> None:
     if session.rank != 0:
         session.report(metrics)
         return
