@@ -16,7 +16,6 @@ import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
 
 from serving import protocol
 from serving.access.sigv4 import Caller
@@ -241,9 +240,6 @@ class Invocations:
             sent = time.perf_counter()
             # only the last container streams; its stream outlasts the deadline, which bounds its first byte
             last_streams = stream and position == len(chain)
-            streamed: dict[str, Any] = (
-                {"stream": True, "stream_timeout": self.settings.stream_timeout_s} if last_streams else {}
-            )
             hop = self.transport.send(
                 endpoint.name,
                 container,
@@ -251,7 +247,8 @@ class Invocations:
                 hop_headers,
                 remaining,
                 affinity=affinity if container in endpoint.multi_model else None,
-                **streamed,
+                stream=last_streams,
+                stream_timeout=self.settings.stream_timeout_s if last_streams else None,
             )
             try:
                 if last_streams:  # aiohttp's own timeout is the stream's: the deadline bounds its first byte here

@@ -45,6 +45,8 @@ class RecordingTransport:
         headers: dict[str, str],
         timeout: float,
         affinity: str | None = None,
+        stream: bool = False,
+        stream_timeout: float | None = None,
     ) -> HopResponse:
         self.hops.append((container, bytes(body), dict(headers)))
         status, out, content_type = self.answers[container]

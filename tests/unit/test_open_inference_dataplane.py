@@ -47,7 +47,9 @@ class ChainTransport:
         assert path == protocol.SIGNATURE_PATH
         return Answer(200, json.dumps(self.signatures[container]).encode())
 
-    async def send(self, endpoint, container, body, headers, timeout, affinity=None) -> HopResponse:
+    async def send(
+        self, endpoint, container, body, headers, timeout, affinity=None, stream=False, stream_timeout=None
+    ) -> HopResponse:
         self.hops.append((container, dict(headers)))
         if headers.get("accept", "").startswith(protocol.NPY):
             return HopResponse(200, npy_encode(np.array([[1.0, 2.0]])), protocol.NPY, None)
