@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -21,6 +21,10 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:  # any other host name may resolve to anything
         return False
+
+
+# ServerSettings as JSON, the form Serve hands a replica its arguments in; ServerSettings validates it back.
+SettingsJson = dict[str, Any]
 
 
 class ServerSettings(BaseSettings):

@@ -35,7 +35,11 @@ AUDIT_LOGGER = "serving.audit"
 audit_log = logging.getLogger(AUDIT_LOGGER)
 
 
-def _audit(level: int, record: dict[str, Any]) -> None:
+# One audit line's fields: the decision's facts, which differ by event (authenticate, authorize); open.
+AuditRecord = dict[str, Any]
+
+
+def _audit(level: int, record: AuditRecord) -> None:
     stamp = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     audit_log.log(level, json.dumps({"time": stamp, **record}, separators=(",", ":")))
 
@@ -123,7 +127,7 @@ class EndpointAccess:
     ) -> None:
         """Allow only if the caller's policies allow `action` for every container; else AccessDeniedException."""
         resource = endpoint_arn(self.region, self.account_id, endpoint)
-        record: dict[str, Any] = {
+        record: AuditRecord = {
             "event": "authorize",
             "principal": caller.principal,
             "auth": caller.scheme,

@@ -16,12 +16,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from pydantic import Field, field_validator, model_validator
 from pydantic import ValidationError as PydanticValidationError
 
-from serving.documents import Document, describe
+from serving.documents import ApiJson, Document, describe
 
 __all__ = [
     "ACTION_INVOKE",
@@ -267,12 +267,17 @@ class Policy:
     def matching(self, request: RequestContext) -> Iterable[_Compiled]:
         return (s for s in self._statements if s.applies(request))
 
-    def to_record(self) -> dict[str, Any]:
+    def to_record(self) -> PolicyRecord:
         """Plain data (name and document) to hand to another process."""
         return {"Name": self.name, "Document": self.document.model_dump(exclude_none=True)}
 
     def __repr__(self) -> str:
         return f"Policy({self.name!r}, {len(self._statements)} statements)"
+
+
+class PolicyRecord(TypedDict):
+    Name: str
+    Document: ApiJson  # the IAM policy document, as PolicyDocument dumps it
 
 
 @dataclass(frozen=True)
@@ -301,7 +306,7 @@ def evaluate(policies: Sequence[Policy], request: RequestContext) -> Decision:
 # --- loading ----------------------------------------------------------------------------
 
 
-def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, object]:  # any JSON object
     keys = [key for key, _ in pairs]
     duplicates = sorted({key for key in keys if keys.count(key) > 1})
     if duplicates:

@@ -9,7 +9,6 @@ import errno
 import os
 import sys
 import time
-from typing import Any
 
 from serving.cli.specs import load_all
 from serving.settings import ServerSettings, is_loopback
@@ -88,8 +87,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
     if address:  # straight to the cluster's control plane (this process holds the cluster's token)
         from serving import ray_wing
 
-        overrides: dict[str, Any] = {} if "SERVING_CONTAINER_HOST" in os.environ else {"container_host": "node"}
-        settings = ServerSettings(**overrides)
+        # as a server started with `serving up` would resolve it, unless the environment says otherwise
+        settings = ServerSettings() if "SERVING_CONTAINER_HOST" in os.environ else ServerSettings(container_host="node")
         ray_wing.connect_cluster(address, allow_unauthenticated=args.allow_unauthenticated_ray)
         try:
             generations = {spec.EndpointName: ray_wing.deploy_endpoint(spec, settings) for spec in specs}

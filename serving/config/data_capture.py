@@ -109,7 +109,7 @@ class DataCaptureConfig(Document):
         return any(option.CaptureMode in ("Output", "InputAndOutput") for option in self.CaptureOptions)
 
 
-def capture_summary(document: Mapping[str, Any]) -> dict[str, Any]:
+def capture_summary(document: Mapping[str, Any]) -> dict[str, str | bool | int]:
     """DescribeEndpoint's DataCaptureConfig (the shape SageMaker calls DataCaptureConfigSummary) of
     a validated config."""
     summary = {

@@ -82,7 +82,7 @@ def record(
     at: float,
 ) -> str:
     """One capture record, as one JSON line (SageMaker's format, `eventVersion` 0)."""
-    captured: dict[str, Any] = {}
+    captured: dict[str, dict[str, str]] = {}
     if config.captures_input:
         captured["endpointInput"] = _part(config, "INPUT", body, content_type)
     if config.captures_output:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
 
 import ray
 from ray import serve
@@ -34,7 +33,7 @@ from serving.ray_wing.periodic import PeriodicLoop
 from serving.ray_wing.registry import registry_handle
 from serving.sagemaker_api.routes import Answer
 from serving.sagemaker_api.service import ControlApi
-from serving.settings import ServerSettings
+from serving.settings import ServerSettings, SettingsJson
 
 logger = logging.getLogger("serving.ray_wing.control_plane")
 
@@ -48,7 +47,7 @@ APPLIED_WAIT_S = 5.0  # the longest it waits for every gateway to apply a versio
 class ControlPlane:
     """A Serve replica running the control-plane API over the registry."""
 
-    def __init__(self, settings: dict[str, Any]) -> None:
+    def __init__(self, settings: SettingsJson) -> None:
         self.settings = ServerSettings(**settings)
         self.registry = registry_handle()
         self.token = control_token()

@@ -54,7 +54,7 @@ from serving.ray_wing.periodic import every
 from serving.ray_wing.registry import registry_handle
 from serving.sagemaker_api.routes import Answer
 from serving.sagemaker_api.service import api_routes
-from serving.settings import ServerSettings
+from serving.settings import ServerSettings, SettingsJson
 from serving.trust import keys
 
 logger = logging.getLogger("serving.ray_wing.gateway")
@@ -64,7 +64,7 @@ logger = logging.getLogger("serving.ray_wing.gateway")
 class Gateway:
     """A Serve replica running the endpoint HTTP server: router plus control routes."""
 
-    def __init__(self, settings: dict[str, Any], share_port: bool = True) -> None:
+    def __init__(self, settings: SettingsJson, share_port: bool = True) -> None:
         """`share_port`: bind the ports with SO_REUSEPORT, for the other gateways of this node or this machine; an
         embedded server's one gateway shares them with nothing (docs/security.md, "Listeners")."""
         self.settings = ServerSettings(**settings)

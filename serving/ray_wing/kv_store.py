@@ -25,7 +25,7 @@ class KvStore:
 
         internal_kv._internal_kv_del(prefix + key.encode(), namespace=NAMESPACE)
 
-    def load(self, prefix: bytes) -> dict[str, Any]:
+    def load(self, prefix: bytes) -> dict[str, Any]:  # each key's JSON document, whatever its owner stored
         from ray.experimental import internal_kv
 
         found = {}
