@@ -70,19 +70,32 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
 def train(out: Path) -> None:
     iris = load_iris()
     wine = load_wine()
-    _save(make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)).fit(iris.data, iris.target),
-          out / "iris-classifier")
-    _save(RandomForestClassifier(n_estimators=50, random_state=0).fit(wine.data, wine.target), out / "wine-classifier")
+    _save(
+        make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)).fit(
+            iris.data, iris.target
+        ),
+        out / "iris-classifier",
+    )
+    _save(
+        RandomForestClassifier(n_estimators=50, random_state=0).fit(wine.data, wine.target),
+        out / "wine-classifier",
+    )
     preprocess = make_pipeline(StandardScaler(), PCA(n_components=3, random_state=0)).fit(iris.data)
     _save(preprocess, out / "iris-preprocess")
-    _save(LogisticRegression(max_iter=1000).fit(preprocess.transform(iris.data), iris.target), out / "iris-on-features")
+    _save(
+        LogisticRegression(max_iter=1000).fit(preprocess.transform(iris.data), iris.target),
+        out / "iris-on-features",
+    )
     with tarfile.open(out / "iris-labels.tar.gz", "w:gz") as tar:
         _add(tar, "labels.json", json.dumps(list(iris.target_names)).encode())
         _add(tar, "code/inference.py", LABELS_HANDLER.encode())
     customers = out / "customers"
     customers.mkdir(parents=True, exist_ok=True)
-    for index in range(10):  # SageMaker multi-model layout: one model.tar.gz per model under one prefix
-        model = make_pipeline(StandardScaler(), LogisticRegression(C=0.01 * 3 ** index, max_iter=1000))
+    # SageMaker multi-model layout: one model.tar.gz per model under one prefix
+    for index in range(10):
+        model = make_pipeline(
+            StandardScaler(), LogisticRegression(C=0.01 * 3**index, max_iter=1000)
+        )
         buffer = io.BytesIO()
         skops.io.dump(model.fit(iris.data, iris.target), buffer)
         with tarfile.open(customers / f"customer-{index}.tar.gz", "w:gz") as tar:

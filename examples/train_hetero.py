@@ -172,7 +172,8 @@ def _tar(archive: Path, source: Path) -> None:
 
 
 def _net_module(path: Path) -> Any:
-    """Import NET_SOURCE from the file it is shipped in (TorchScript compiles from the source file)."""
+    """Import NET_SOURCE from the file it is shipped in (TorchScript compiles from the source
+    file)."""
     import importlib.util
 
     _write(path.parent, {path.name: NET_SOURCE})
@@ -208,11 +209,20 @@ def _train_keras(x: np.ndarray, y: np.ndarray, classes: int, input_name: str = "
     inputs = keras.Input((x.shape[1],), name=input_name)
     hidden = keras.layers.Dense(16, activation="relu")(normalize(inputs))
     model = keras.Model(inputs, keras.layers.Dense(classes, activation="softmax")(hidden))
-    # 150 full-batch steps run as one graph call (steps_per_execution): Keras' per-epoch overhead would dominate.
+    # 150 full-batch steps run as one graph call (steps_per_execution): Keras' per-epoch overhead
+    # would dominate.
     steps = 150
-    model.compile(keras.optimizers.Adam(0.05), "sparse_categorical_crossentropy", steps_per_execution=steps)
-    model.fit(np.tile(x.astype("float32"), (steps, 1)), np.tile(y, steps), epochs=1, batch_size=len(x),
-              shuffle=False, verbose=0)
+    model.compile(
+        keras.optimizers.Adam(0.05), "sparse_categorical_crossentropy", steps_per_execution=steps
+    )
+    model.fit(
+        np.tile(x.astype("float32"), (steps, 1)),
+        np.tile(y, steps),
+        epochs=1,
+        batch_size=len(x),
+        shuffle=False,
+        verbose=0,
+    )
     return model
 
 
@@ -221,14 +231,25 @@ def _export_onnx(module: Any, example: tuple[Any, ...], names: list[str], path: 
 
     batch = torch.export.Dim("batch")
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.onnx.export(module, example, str(path), input_names=names, output_names=["probabilities"],
-                      dynamic_shapes={name: {0: batch} for name in names}, dynamo=True, optimize=False, verbose=False)
+    torch.onnx.export(
+        module,
+        example,
+        str(path),
+        input_names=names,
+        output_names=["probabilities"],
+        dynamic_shapes={name: {0: batch} for name in names},
+        dynamo=True,
+        optimize=False,
+        verbose=False,
+    )
 
 
 def train(out: Path) -> dict[str, Any]:
-    """Write every model under `out`; returns (and writes to out/expected.json) each one's sample request and answer."""
+    """Write every model under `out`; returns (and writes to out/expected.json) each one's sample
+    request and answer."""
     with warnings.catch_warnings():
-        # TorchScript and the exporters warn about their own deprecations; the artifacts are what we want.
+        # TorchScript and the exporters warn about their own deprecations; the artifacts are what we
+        # want.
         warnings.simplefilter("ignore")
         return _train(out)
 
@@ -238,7 +259,8 @@ def _train(out: Path) -> dict[str, Any]:
     import tensorflow as tf
     import torch
 
-    # One thread each: these models are tiny, and spinning thread pools on a busy machine cost seconds.
+    # One thread each: these models are tiny, and spinning thread pools on a busy machine cost
+    # seconds.
     torch.set_num_threads(1)
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
@@ -253,19 +275,29 @@ def _train(out: Path) -> dict[str, Any]:
     expected: dict[str, Any] = {}
 
     def record(name: str, request: Any, response: Any, classes: list[int] | None = None) -> None:
-        expected[name] = {"request": _plain(request), "response": _plain(response), "classes": classes}
+        expected[name] = {
+            "request": _plain(request),
+            "response": _plain(response),
+            "classes": classes,
+        }
 
     # scikit-learn
     features = make_pipeline(StandardScaler(), PCA(n_components=3, random_state=0)).fit(iris.data)
     iris_features = features.transform(iris.data).astype(np.float32)
     skops.io.dump(features, _dir(out / "hetero-features") / "model.skops")
     record("hetero-features", iris_rows, features.transform(iris.data[IRIS_PROBES]))
-    iris_sk = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)).fit(iris.data, iris.target)
+    iris_sk = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)).fit(
+        iris.data, iris.target
+    )
     skops.io.dump(iris_sk, _dir(out / "hetero-iris-sklearn") / "model.skops")
     record("hetero-iris-sklearn", iris_rows, iris_sk.predict(iris.data[IRIS_PROBES]), [0, 1, 2])
-    wine_sk = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)).fit(wine.data, wine.target)
+    wine_sk = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)).fit(
+        wine.data, wine.target
+    )
     skops.io.dump(wine_sk, _dir(out / "hetero-wine-sklearn") / "model.skops")
-    record("hetero-wine-sklearn", wine_rows, wine_sk.predict_proba(wine.data[WINE_PROBES]), [0, 1, 2])
+    record(
+        "hetero-wine-sklearn", wine_rows, wine_sk.predict_proba(wine.data[WINE_PROBES]), [0, 1, 2]
+    )
 
     # PyTorch: TorchScript, torch.export, and a state dict with the user's model_fn
     state_dir = _write(out / "hetero-iris-state", {"code/inference.py": STATE_DICT_HANDLER})
@@ -278,7 +310,9 @@ def _train(out: Path) -> dict[str, Any]:
     record("hetero-iris-torchscript", iris_rows, iris_probs, [0, 1, 2])
     wine_net = _train_torch(net.TabularNet(13, 3), wine.data, wine.target)
     wine_probe = torch.tensor(wine_rows, dtype=torch.float32)
-    program = torch.export.export(wine_net, (wine_probe,), dynamic_shapes={"x": {0: torch.export.Dim("batch")}})
+    program = torch.export.export(
+        wine_net, (wine_probe,), dynamic_shapes={"x": {0: torch.export.Dim("batch")}}
+    )
     torch.export.save(program, str(_dir(out / "hetero-wine-export") / "model.pt2"))
     with torch.no_grad():
         record("hetero-wine-export", wine_rows, wine_net(wine_probe).numpy(), [0, 1, 2])
@@ -289,34 +323,69 @@ def _train(out: Path) -> dict[str, Any]:
     _export_onnx(iris_net, (iris_probe,), ["x"], out / "hetero-onnx-iris" / "model.onnx")
     record("hetero-onnx-iris", iris_rows, iris_probs, [0, 1, 2])
     two = net.SepalPetal(iris_net).eval()
-    _export_onnx(two, (iris_probe[:, :2], iris_probe[:, 2:]), ["sepal", "petal"], out / "hetero-onnx-two" / "model.onnx")
-    record("hetero-onnx-two", {"sepal": [r[:2] for r in iris_rows], "petal": [r[2:] for r in iris_rows]}, iris_probs, [0, 1, 2])
+    _export_onnx(
+        two,
+        (iris_probe[:, :2], iris_probe[:, 2:]),
+        ["sepal", "petal"],
+        out / "hetero-onnx-two" / "model.onnx",
+    )
+    record(
+        "hetero-onnx-two",
+        {"sepal": [r[:2] for r in iris_rows], "petal": [r[2:] for r in iris_rows]},
+        iris_probs,
+        [0, 1, 2],
+    )
     features_net = _train_torch(net.TabularNet(3, 3), iris_features, iris.target)
     features_probe = torch.tensor(iris_features[IRIS_PROBES])
-    _export_onnx(features_net, (features_probe,), ["x"], out / "hetero-onnx-features" / "model.onnx")
+    _export_onnx(
+        features_net, (features_probe,), ["x"], out / "hetero-onnx-features" / "model.onnx"
+    )
     with torch.no_grad():
-        record("hetero-onnx-features", iris_features[IRIS_PROBES].tolist(), features_net(features_probe).numpy(), [0, 1, 2])
+        record(
+            "hetero-onnx-features",
+            iris_features[IRIS_PROBES].tolist(),
+            features_net(features_probe).numpy(),
+            [0, 1, 2],
+        )
 
     # TensorFlow: SavedModel in a version folder, a .keras file, and a SageMaker-layout model.tar.gz
     tf_features = _train_keras(iris_features, iris.target, 3)
     tf_features.export(str(out / "hetero-tf-features" / "1"), verbose=False)
-    record("hetero-tf-features", iris_features[IRIS_PROBES].tolist(),
-           tf_features.predict_on_batch(iris_features[IRIS_PROBES]), [0, 1, 2])
+    record(
+        "hetero-tf-features",
+        iris_features[IRIS_PROBES].tolist(),
+        tf_features.predict_on_batch(iris_features[IRIS_PROBES]),
+        [0, 1, 2],
+    )
     tf_iris = _train_keras(iris.data, iris.target, 3)
     tf_iris.save(_dir(out / "hetero-tf-iris") / "model.keras")
-    record("hetero-tf-iris", {"instances": iris_rows},
-           {"predictions": tf_iris.predict_on_batch(np.float32(iris_rows))}, [0, 1, 2])
+    record(
+        "hetero-tf-iris",
+        {"instances": iris_rows},
+        {"predictions": tf_iris.predict_on_batch(np.float32(iris_rows))},
+        [0, 1, 2],
+    )
     tf_wine = _train_keras(wine.data, wine.target, 3)
     with tempfile.TemporaryDirectory() as staging:
         tf_wine.export(str(Path(staging) / "wine" / "1"), verbose=False)
         _tar(out / "hetero-tf-wine.tar.gz", Path(staging))
-    record("hetero-tf-wine.tar.gz", {"inputs": wine_rows},
-           {"outputs": tf_wine.predict_on_batch(np.float32(wine_rows))}, [0, 1, 2])
+    record(
+        "hetero-tf-wine.tar.gz",
+        {"inputs": wine_rows},
+        {"outputs": tf_wine.predict_on_batch(np.float32(wine_rows))},
+        [0, 1, 2],
+    )
 
     # Python: names for class probabilities, and a rule with no framework at all
-    _write(out / "hetero-labels", {"labels.json": json.dumps(names), "code/inference.py": LABELS_HANDLER})
+    _write(
+        out / "hetero-labels",
+        {"labels.json": json.dumps(names), "code/inference.py": LABELS_HANDLER},
+    )
     record("hetero-labels", iris_probs, {"labels": [names[i] for i in iris_probs.argmax(axis=1)]})
-    _write(out / "hetero-wine-labels", {"labels.json": json.dumps(wine_names), "code/inference.py": LABELS_HANDLER})
+    _write(
+        out / "hetero-wine-labels",
+        {"labels.json": json.dumps(wine_names), "code/inference.py": LABELS_HANDLER},
+    )
     record("hetero-wine-labels", [0, 2, 1], {"labels": [wine_names[i] for i in (0, 2, 1)]})
     _write(out / "hetero-rules", {"code/inference.py": RULES_HANDLER})
     record("hetero-rules", iris_rows, _rules(iris_rows))

@@ -1,15 +1,17 @@
-"""UpdateEndpoint through the SageMaker API under constant load, against `serving apply`'s update as the baseline.
+"""UpdateEndpoint through the SageMaker API under constant load, against `serving apply`'s update as
+the baseline.
 
     .venv/bin/python -m loadtests.bench_api_update [--rate 40] [--write-docs]
 
-One embedded server. Two endpoints serve the same one-container Python model (a few ms of work): `apply-ep`
-from a spec, `api-ep` created with boto3 (create_model -> create_endpoint_config -> create_endpoint). Each is
-updated once while RATE requests/s reach it over plain HTTP (no retries): `apply-ep` by re-deploying its spec
-with a changed Environment (what `serving apply` does: container-level blue/green), `api-ep` by UpdateEndpoint
-to a new endpoint config (a new generation of every variant beside the old, traffic moved in one step, the old
-one drained). Reported per endpoint: failed calls, p50/p99 latency before and during the update, and how long the
-update took to finish (InService again); the API's as ratios to the baseline's, measured in the same run.
-With --write-docs the numbers become the "Updates under load" section of docs/sagemaker-api.md.
+One embedded server. Two endpoints serve the same one-container Python model (a few ms of work):
+`apply-ep` from a spec, `api-ep` created with boto3 (create_model -> create_endpoint_config ->
+create_endpoint). Each is updated once while RATE requests/s reach it over plain HTTP (no retries):
+`apply-ep` by re-deploying its spec with a changed Environment (what `serving apply` does:
+container-level blue/green), `api-ep` by UpdateEndpoint to a new endpoint config (a new generation
+of every variant beside the old, traffic moved in one step, the old one drained). Reported per
+endpoint: failed calls, p50/p99 latency before and during the update, and how long the update took
+to finish (InService again); the API's as ratios to the baseline's, measured in the same run. With
+--write-docs the numbers become the "Updates under load" section of docs/sagemaker-api.md.
 """
 
 from __future__ import annotations
@@ -24,7 +26,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loadtests.harness.results import ROOT, command_line, machine_facts, write_results, write_section
+from loadtests.harness.results import (
+    ROOT,
+    command_line,
+    machine_facts,
+    write_results,
+    write_section,
+)
 from loadtests.harness.servers import in_process
 
 RESULTS = ROOT / "loadtests" / "results" / "bench_api_update.json"
@@ -52,7 +60,8 @@ def log(message: str) -> None:
 
 
 class Load:
-    """RATE requests/s to one endpoint over plain HTTP, on two threads; each answer's time, status and latency."""
+    """RATE requests/s to one endpoint over plain HTTP, on two threads; each answer's time, status
+    and latency."""
 
     def __init__(self, url: str, endpoint: str, rate: float) -> None:
         self.url, self.endpoint, self.interval = url, endpoint, 2.0 / rate
@@ -88,13 +97,17 @@ class Load:
                 self._stop.wait(max(0.0, self.interval - (time.monotonic() - sent)))
 
     def window(self, start: float, end: float) -> dict[str, Any]:
-        chosen = [(status, latency) for sent, status, latency in self.samples if start <= sent < end]
+        chosen = [
+            (status, latency) for sent, status, latency in self.samples if start <= sent < end
+        ]
         latencies = sorted(latency for status, latency in chosen if status == 200)
         return {
             "calls": len(chosen),
             "failed": sum(1 for status, _ in chosen if status != 200),
             "p50_ms": round(statistics.median(latencies) * 1000, 2) if latencies else None,
-            "p99_ms": round(latencies[int(0.99 * (len(latencies) - 1))] * 1000, 2) if latencies else None,
+            "p99_ms": round(latencies[int(0.99 * (len(latencies) - 1))] * 1000, 2)
+            if latencies
+            else None,
         }
 
 
@@ -131,7 +144,10 @@ def run(rate: float) -> dict[str, Any]:
             config=Config(retries={"max_attempts": 1}),
         )
         sm = boto3.client("sagemaker", **options)
-        sm.create_model(ModelName="bench", PrimaryContainer={"Image": "python", "ModelDataUrl": str(root / "model")})
+        sm.create_model(
+            ModelName="bench",
+            PrimaryContainer={"Image": "python", "ModelDataUrl": str(root / "model")},
+        )
         for name in ("bench-1", "bench-2"):
             sm.create_endpoint_config(
                 EndpointConfigName=name,
@@ -188,8 +204,12 @@ def run(rate: float) -> dict[str, Any]:
     api, base = results["api-ep"], results["apply-ep"]
     results["ratios"] = {
         "update_time_api_over_apply": round(api["update_s"] / base["update_s"], 2),
-        "p99_during_over_steady_api": round(api["during_update"]["p99_ms"] / api["steady"]["p99_ms"], 2),
-        "p99_during_over_steady_apply": round(base["during_update"]["p99_ms"] / base["steady"]["p99_ms"], 2),
+        "p99_during_over_steady_api": round(
+            api["during_update"]["p99_ms"] / api["steady"]["p99_ms"], 2
+        ),
+        "p99_during_over_steady_apply": round(
+            base["during_update"]["p99_ms"] / base["steady"]["p99_ms"], 2
+        ),
     }
     results["rate_per_s"] = rate
     return results
@@ -230,9 +250,15 @@ def section(results: dict[str, Any]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rate", type=float, default=40.0, help="requests per second during each update")
-    parser.add_argument("--write-docs", action="store_true", help="replace the section in docs/sagemaker-api.md")
-    parser.add_argument("--from-results", action="store_true", help="no run: write the docs from the last results")
+    parser.add_argument(
+        "--rate", type=float, default=40.0, help="requests per second during each update"
+    )
+    parser.add_argument(
+        "--write-docs", action="store_true", help="replace the section in docs/sagemaker-api.md"
+    )
+    parser.add_argument(
+        "--from-results", action="store_true", help="no run: write the docs from the last results"
+    )
     args = parser.parse_args()
     if args.from_results:
         results = json.loads(RESULTS.read_text())
@@ -243,7 +269,9 @@ def main() -> int:
         write_results(RESULTS, results)
     print(json.dumps(results["ratios"], indent=2))
     if args.write_docs:
-        write_section(DOCS, "bench_api_update", section(results), title="# SageMaker control-plane API")
+        write_section(
+            DOCS, "bench_api_update", section(results), title="# SageMaker control-plane API"
+        )
     return 0
 
 

@@ -2,19 +2,21 @@
 
     .venv/bin/python -m loadtests.bench_autoscaling [--rate 30] [--duration 180] [--write-docs]
 
-One endpoint `shift` with two Python containers: `heavy` takes HEAVY_MS per request without using the CPU (a
-model waiting on an accelerator or a remote feature store: each replica serves one request at a time, so
-replicas, not this VM's two cores, are what it needs more of), `light` spends LIGHT_MS of CPU.
-`serving loadtest shift --from heavy --to light` sends a constant RATE requests/s, all to `heavy` for the first
-quarter of the run, moving linearly to `light` by three quarters. Run twice on a fresh embedded Ray each:
+One endpoint `shift` with two Python containers: `heavy` takes HEAVY_MS per request without using
+the CPU (a model waiting on an accelerator or a remote feature store: each replica serves one
+request at a time, so replicas, not this VM's two cores, are what it needs more of), `light` spends
+LIGHT_MS of CPU. `serving loadtest shift --from heavy --to light` sends a constant RATE requests/s,
+all to `heavy` for the first quarter of the run, moving linearly to `light` by three quarters. Run
+twice on a fresh embedded Ray each:
 
-1. per container: each container tracks invocations per replica per minute with a target that suits its
-   own cost (`heavy` HEAVY_TARGET, `light` LIGHT_TARGET), 1..3 replicas;
+1. per container: each container tracks invocations per replica per minute with a target that suits
+   its own cost (`heavy` HEAVY_TARGET, `light` LIGHT_TARGET), 1..3 replicas;
 2. endpoint level (a SageMaker production variant): one `AutoScaling` block for the endpoint, target
    LIGHT_TARGET invocations per instance (what the endpoint's total traffic needs once it is light).
 
 The load-test reports (p99 per second, replicas per container over time) become one plot,
-docs/images/autoscaling-shift.png, and with --write-docs the "traffic shift" section of docs/autoscaling.md.
+docs/images/autoscaling-shift.png, and with --write-docs the "traffic shift" section of
+docs/autoscaling.md.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ PLOT = ROOT / "docs" / "images" / "autoscaling-shift.png"
 HEAVY_MS, LIGHT_MS = 50.0, 0.5  # heavy: 20 requests/s per replica at most
 HEAVY_TARGET, LIGHT_TARGET = 900, 3000  # invocations per replica per minute
 COOLDOWN_OUT_S, COOLDOWN_IN_S = 15, 30
-SETTLE_S = 20.0  # after this, the first scale-out has happened (metrics every 2 s, 10 s look-back, a replica start)
+# after this, the first scale-out has happened (metrics every 2 s, 10 s look-back, a replica start)
+SETTLE_S = 20.0
 
 HANDLER = """
 import json, time
@@ -69,7 +72,9 @@ def log(message: str) -> None:
 def model(root: Path, name: str, milliseconds: float) -> Path:
     folder = root / name / "code"
     folder.mkdir(parents=True)
-    (folder / "inference.py").write_text(HANDLER.format(seconds=milliseconds / 1000, wait=name == "heavy"))
+    (folder / "inference.py").write_text(
+        HANDLER.format(seconds=milliseconds / 1000, wait=name == "heavy")
+    )
     return folder.parent
 
 
@@ -135,14 +140,18 @@ def summarize(report: dict[str, Any], duration: float) -> dict[str, Any]:
         "p99_ms": report["latency_ms"]["p99"],
         "worst_second_p99_ms": max(p99) if p99 else None,
         "max_replicas": {
-            name: max((point[1] for point in points), default=0) for name, points in _points(replicas).items()
+            name: max((point[1] for point in points), default=0)
+            for name, points in _points(replicas).items()
         },
     }
 
 
 def _points(replicas: dict[str, Any]) -> dict[str, list[tuple[float, int]]]:
     """Replica samples per container as (seconds, count), from a load-test report's `replicas`."""
-    return {name: [(float(t), int(n)) for t, n in samples] for name, samples in replicas.get("containers", {}).items()}
+    return {
+        name: [(float(t), int(n)) for t, n in samples]
+        for name, samples in replicas.get("containers", {}).items()
+    }
 
 
 def plot(reports: dict[str, dict[str, Any]], path: Path) -> None:
@@ -155,11 +164,24 @@ def plot(reports: dict[str, dict[str, Any]], path: Path) -> None:
     for column, (level, report) in enumerate(reports.items()):
         top, bottom = axes[0][column], axes[1][column]
         series = report["timeseries"]
-        top.plot([row["t"] for row in series], [row.get("p99") for row in series], label="p99", color="tab:red")
-        top.plot([row["t"] for row in series], [row.get("p50") for row in series], label="p50", color="tab:blue")
+        top.plot(
+            [row["t"] for row in series],
+            [row.get("p99") for row in series],
+            label="p99",
+            color="tab:red",
+        )
+        top.plot(
+            [row["t"] for row in series],
+            [row.get("p50") for row in series],
+            label="p50",
+            color="tab:blue",
+        )
         top.set_yscale("log")
         top.set_title(
-            {"container": "per-container target tracking", "endpoint": "endpoint-level (variant) scaling"}[level]
+            {
+                "container": "per-container target tracking",
+                "endpoint": "endpoint-level (variant) scaling",
+            }[level]
         )
         top.set_ylabel("latency (ms)")
         top.legend(loc="upper right")
@@ -176,7 +198,11 @@ def plot(reports: dict[str, dict[str, Any]], path: Path) -> None:
 
 def settled_p99(report: dict[str, Any], after_s: float = SETTLE_S) -> float | None:
     """The worst one-second p99 once the first scale-out could have happened."""
-    values = [row["p99"] for row in report["timeseries"] if row["t"] >= after_s and row.get("p99") is not None]
+    values = [
+        row["p99"]
+        for row in report["timeseries"]
+        if row["t"] >= after_s and row.get("p99") is not None
+    ]
     return max(values) if values else None
 
 
@@ -184,7 +210,8 @@ def render(result: dict[str, Any]) -> str:
     c, e = result["container"], result["endpoint"]
     p = result["parameters"]
     settled = {level: settled_p99(result["reports"][level]) for level in ("container", "endpoint")}
-    # A run no longer than SETTLE_S has no settled second: "–" rather than a crash after the whole run.
+    # A run no longer than SETTLE_S has no settled second: "–" rather than a crash after the whole
+    # run.
     worst = {level: "–" if value is None else f"{value:.0f} ms" for level, value in settled.items()}
     row = lambda name, s, level: (
         f"| {name} | {s['p50_ms']:.1f} ms | {s['p99_ms']:.0f} ms | {worst[level]} | "  # noqa: E731
@@ -238,7 +265,9 @@ def render(result: dict[str, Any]) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rate", type=float, default=30.0)
     parser.add_argument("--duration", type=float, default=180.0)
     parser.add_argument("--write-docs", action="store_true")
@@ -249,11 +278,17 @@ def main() -> int:
     else:
         with tempfile.TemporaryDirectory(prefix="bench-autoscaling-") as work:
             reports = {
-                level: run_level(Path(work), level, args.rate, args.duration) for level in ("container", "endpoint")
+                level: run_level(Path(work), level, args.rate, args.duration)
+                for level in ("container", "endpoint")
             }
         plot(reports, PLOT)
         result = {
-            "parameters": {"rate": args.rate, "duration": args.duration, "heavy_ms": HEAVY_MS, "light_ms": LIGHT_MS},
+            "parameters": {
+                "rate": args.rate,
+                "duration": args.duration,
+                "heavy_ms": HEAVY_MS,
+                "light_ms": LIGHT_MS,
+            },
             **{level: summarize(report, args.duration) for level, report in reports.items()},
             "reports": reports,
         }
@@ -265,7 +300,8 @@ def main() -> int:
         content = page.read_text()
         marker = "## Measured: traffic shift"
         if marker in content and "<!-- begin bench_autoscaling -->" not in content:
-            page.write_text(content[: content.index(marker)].rstrip() + "\n")  # the placeholder goes
+            # the placeholder goes
+            page.write_text(content[: content.index(marker)].rstrip() + "\n")
         write_section(page, "bench_autoscaling", text, title="# Autoscaling")
     return 0
 

@@ -1,20 +1,24 @@
-"""Batching and model threads: one MLP under concurrent single-row requests, in process and over HTTP.
+"""Batching and model threads: one MLP under concurrent single-row requests, in process and over
+HTTP.
 
-    .venv/bin/python -m loadtests.bench_batching http --out DIR [--duration 15] [--wait-quiet 60] [--write-docs]
-    .venv/bin/python -m loadtests.bench_batching run --out DIR [--seconds 5] [--clients 32] [--cpus 2]
-    .venv/bin/python -m loadtests.bench_batching docs DIR/bench_batching.json   # its part of docs/benchmarks/bench_batching.md
+    .venv/bin/python -m loadtests.bench_batching http --out DIR [--duration 15] [--wait-quiet 60]
+    [--write-docs] .venv/bin/python -m loadtests.bench_batching run --out DIR [--seconds 5]
+    [--clients 32] [--cpus 2] .venv/bin/python -m loadtests.bench_batching docs
+    DIR/bench_batching.json # its part of docs/benchmarks/bench_batching.md
 
-`http` (the issue's benchmark, loadtests/batching/over_http.py): an MLP of 1.3 M parameters as TorchScript and
-ONNX, served by our endpoint (pytorch and onnx stacks, through the gateway) and by MLServer 1.7.1 (a custom
-runtime for each, as a user would write; in .bench/mlserver-venv), each with and without batching at the same
-limits (32 rows, 2 ms), loaded by wrk with 64 connections of one-row JSON requests. Reports requests/s, latency
-and CPU per request, and the ratios batched/unbatched and ours/MLServer from the same run.
+`http` (the issue's benchmark, loadtests/batching/over_http.py): an MLP of 1.3 M parameters as
+TorchScript and ONNX, served by our endpoint (pytorch and onnx stacks, through the gateway) and by
+MLServer 1.7.1 (a custom runtime for each, as a user would write; in .bench/mlserver-venv), each
+with and without batching at the same limits (32 rows, 2 ms), loaded by wrk with 64 connections of
+one-row JSON requests. Reports requests/s, latency and CPU per request, and the ratios
+batched/unbatched and ours/MLServer from the same run.
 
-`run`: builds the same TorchScript MLP, loads it through the pytorch stack as a replica does (`SERVING_CPUS` =
---cpus), and drives `ContainerApp` in this process over httpx's ASGI transport (no network, no Ray) with
---clients concurrent callers, each sending one NPY row at a time, for --seconds per case. Cases differ only in
-the app's model threads and Batching; each reports requests/s and p50/p99 latency, and its throughput as a ratio
-against the first case (one thread, no batching) of the same run.
+`run`: builds the same TorchScript MLP, loads it through the pytorch stack as a replica does
+(`SERVING_CPUS` = --cpus), and drives `ContainerApp` in this process over httpx's ASGI transport (no
+network, no Ray) with --clients concurrent callers, each sending one NPY row at a time, for
+--seconds per case. Cases differ only in the app's model threads and Batching; each reports
+requests/s and p50/p99 latency, and its throughput as a ratio against the first case (one thread, no
+batching) of the same run.
 """
 
 from __future__ import annotations
@@ -50,7 +54,9 @@ async def drive(app: Any, body: bytes, clients: int, seconds: float) -> list[flo
     latencies: list[float] = []
     stop = time.monotonic() + seconds
     headers = {"content-type": "application/x-npy", "accept": "application/json"}
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://bench") as client:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://bench"
+    ) as client:
 
         async def caller() -> None:
             while time.monotonic() < stop:
@@ -71,7 +77,11 @@ def run(args: argparse.Namespace) -> int:
     from serving.runtimes.concurrency import BatchSettings
 
     with tempfile.TemporaryDirectory() as scratch:
-        runtime = runtime_for("pytorch", build_models(Path(scratch) / "mlp")["torch"], {"SERVING_CPUS": str(args.cpus)})
+        runtime = runtime_for(
+            "pytorch",
+            build_models(Path(scratch) / "mlp")["torch"],
+            {"SERVING_CPUS": str(args.cpus)},
+        )
         runtime.load()
         buffer = io.BytesIO()
         np.save(buffer, np.random.default_rng(0).standard_normal((1, WIDTHS[0])).astype(np.float32))
@@ -79,7 +89,14 @@ def run(args: argparse.Namespace) -> int:
         rows = []
         for label, threads, size, delay_ms in CASES:
             batching = BatchSettings(size, delay_ms / 1000) if size else None
-            asyncio.run(drive(build_container_app(runtime, "bench", threads=threads, batching=batching), body, 4, 0.5))
+            asyncio.run(
+                drive(
+                    build_container_app(runtime, "bench", threads=threads, batching=batching),
+                    body,
+                    4,
+                    0.5,
+                )
+            )
             app = build_container_app(runtime, "bench", threads=threads, batching=batching)
             latencies = asyncio.run(drive(app, body, args.clients, args.seconds))
             latencies.sort()
@@ -109,7 +126,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_http(args: argparse.Namespace) -> int:
-    """The issue's benchmark: ours vs MLServer, batched vs not, over HTTP at 64 connections (see over_http)."""
+    """The issue's benchmark: ours vs MLServer, batched vs not, over HTTP at 64 connections (see
+    over_http)."""
     from dataclasses import asdict
 
     from loadtests.batching import over_http
@@ -153,18 +171,22 @@ def run_http(args: argparse.Namespace) -> int:
     write_results(Path(args.out) / "bench_batching.json", report)
     log(f"ratios: {json.dumps(report['ratios'])}")
     if args.write_docs:
-        write_section(ROOT / "docs" / "benchmarks" / "bench_batching.md", "bench_batching", render(report))
+        write_section(
+            ROOT / "docs" / "benchmarks" / "bench_batching.md", "bench_batching", render(report)
+        )
     return 0
 
 
 def server_cpu_us(per_request: dict[str, float]) -> float:
-    """CPU per request of the server's processes (all of them, Ray's included): not wrk, this driver or others."""
+    """CPU per request of the server's processes (all of them, Ray's included): not wrk, this driver
+    or others."""
     skip = (OTHER, "wrk (load generator)", "bench driver (also the Ray driver)")
     return sum(value for name, value in per_request.items() if name not in skip)
 
 
 def model_cpu_us(case: dict[str, Any]) -> float:
-    """CPU per request of the process that runs the model: our container process, MLServer's inference worker."""
+    """CPU per request of the process that runs the model: our container process, MLServer's
+    inference worker."""
     system, model = case["system"].split(" ", 1)
     if system == "MLServer":
         return case["cpu_us_per_request"].get("mlserver: inference worker", 0.0)
@@ -225,10 +247,15 @@ def render_http(report: dict[str, Any]) -> str:
         ]
         for kind, per_row in cost.items():
             plain = next((c for c in report["cases"] if c["system"] == f"ours bench-{kind}"), None)
-            batched = next((c for c in report["cases"] if c["system"] == f"ours bench-{kind}-batched"), None)
+            batched = next(
+                (c for c in report["cases"] if c["system"] == f"ours bench-{kind}-batched"), None
+            )
             if plain is None or batched is None:
                 continue
-            whole, merged = server_cpu_us(plain["cpu_us_per_request"]), server_cpu_us(batched["cpu_us_per_request"])
+            whole, merged = (
+                server_cpu_us(plain["cpu_us_per_request"]),
+                server_cpu_us(batched["cpu_us_per_request"]),
+            )
             gateway = batched["cpu_us_per_request"].get("gateway replica", 0.0)
             in_batch = per_row[f"rows_{report['max_batch_size']}"]
             lines.append(
@@ -263,7 +290,9 @@ def render(report: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     measure = commands.add_parser("run")
     measure.add_argument("--out", required=True)
@@ -274,8 +303,18 @@ def main(argv: list[str] | None = None) -> int:
     over.add_argument("--out", required=True)
     over.add_argument("--duration", type=float, default=15.0)
     over.add_argument("--warmup", type=float, default=3.0)
-    over.add_argument("--wait-quiet", type=float, default=60.0, help="seconds to wait for a quiet machine per case")
-    over.add_argument("--retries", type=int, default=2, help="measure a disturbed case again up to this many times")
+    over.add_argument(
+        "--wait-quiet",
+        type=float,
+        default=60.0,
+        help="seconds to wait for a quiet machine per case",
+    )
+    over.add_argument(
+        "--retries",
+        type=int,
+        default=2,
+        help="measure a disturbed case again up to this many times",
+    )
     over.add_argument("--mlserver-venv", type=Path, default=ROOT / ".bench" / "mlserver-venv")
     over.add_argument("--write-docs", action="store_true")
     docs = commands.add_parser("docs")

@@ -1,22 +1,24 @@
-"""What data capture and a shadow variant cost an invocation: p50, p99 and CPU per request at 0%, 10% and 100%
-capture, and with a shadow variant that gets a copy of every call (issue 45).
+"""What data capture and a shadow variant cost an invocation: p50, p99 and CPU per request at 0%,
+10% and 100% capture, and with a shadow variant that gets a copy of every call (issue 45).
 
-One embedded server, four Direct endpoints of the same scikit-learn container (bench_invoke's iris pipeline): one
-without DataCaptureConfig, and three capturing Input and Output to a local folder at 0%, 10% and 100%; and two
-endpoints of the same model created through the SageMaker API (boto3): one variant alone, and one variant with a
-shadow variant of the same model at weight 1.0 (every call copied). wrk
-drives each at one connection (latency) and at 32 (throughput and CPU per request of the gateway and the
-container process, from /proc), interleaved over `--rounds`; the table gives medians and the ratio to the
-endpoint without capture in the same round. Capture is written by the gateway, so its cost lands in the gateway's
-CPU; the table also divides that by the container process's CPU, whose work is the same in every case, which
-cancels this VM's drift. What was written is counted at the end against the gateway's own count of the 100%
-endpoint's invocations (each must have its record), and the shadow's copies against the calls its endpoint
-answered. The shadow's container process is a third process whose CPU per request is reported apart: it does the
-production container's work again.
+One embedded server, four Direct endpoints of the same scikit-learn container (bench_invoke's iris
+pipeline): one without DataCaptureConfig, and three capturing Input and Output to a local folder at
+0%, 10% and 100%; and two endpoints of the same model created through the SageMaker API (boto3): one
+variant alone, and one variant with a shadow variant of the same model at weight 1.0 (every call
+copied). wrk drives each at one connection (latency) and at 32 (throughput and CPU per request of
+the gateway and the container process, from /proc), interleaved over `--rounds`; the table gives
+medians and the ratio to the endpoint without capture in the same round. Capture is written by the
+gateway, so its cost lands in the gateway's CPU; the table also divides that by the container
+process's CPU, whose work is the same in every case, which cancels this VM's drift. What was written
+is counted at the end against the gateway's own count of the 100% endpoint's invocations (each must
+have its record), and the shadow's copies against the calls its endpoint answered. The shadow's
+container process is a third process whose CPU per request is reported apart: it does the production
+container's work again.
 
     python -m loadtests.bench_capture [--seconds 8] [--rounds 5] [--write-docs]
 
-Results: loadtests/results/bench_capture.json; with --write-docs, its section of docs/benchmarks/bench_capture.md.
+Results: loadtests/results/bench_capture.json; with --write-docs, its section of
+docs/benchmarks/bench_capture.md.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ from loadtests.invoke.measure import JSON_HEADERS, OUR_BODY
 DOCS = ROOT / "docs" / "benchmarks" / "bench_capture.md"
 RESULTS = ROOT / "loadtests" / "results" / "bench_capture.json"
 CASES = {"no capture": None, "capture 0%": 0, "capture 10%": 10, "capture 100%": 100}
-API_CASES = {"API variant": "api-plain", "API variant + shadow 100%": "api-shadow"}  # case -> API endpoint
+# case -> API endpoint
+API_CASES = {"API variant": "api-plain", "API variant + shadow 100%": "api-shadow"}
 
 
 def api_endpoints(url: str, models: Path) -> None:
@@ -57,18 +60,27 @@ def api_endpoints(url: str, models: Path) -> None:
         aws_secret_access_key="x",
         config=Config(retries={"max_attempts": 1}),
     )
-    sm.create_model(ModelName="iris", PrimaryContainer={"Image": "sklearn", "ModelDataUrl": str(models / "iris")})
+    sm.create_model(
+        ModelName="iris",
+        PrimaryContainer={"Image": "sklearn", "ModelDataUrl": str(models / "iris")},
+    )
     variant = {"ModelName": "iris", "InitialInstanceCount": 1, "InstanceType": "ml.m5.large"}
-    sm.create_endpoint_config(EndpointConfigName="plain", ProductionVariants=[{"VariantName": "Live", **variant}])
+    sm.create_endpoint_config(
+        EndpointConfigName="plain", ProductionVariants=[{"VariantName": "Live", **variant}]
+    )
     sm.create_endpoint_config(
         EndpointConfigName="shadowed",
         ProductionVariants=[{"VariantName": "Live", **variant}],
-        ShadowProductionVariants=[{"VariantName": "Shadow", "InitialVariantWeight": 1.0, **variant}],
+        ShadowProductionVariants=[
+            {"VariantName": "Shadow", "InitialVariantWeight": 1.0, **variant}
+        ],
     )
     for endpoint, config in (("api-plain", "plain"), ("api-shadow", "shadowed")):
         sm.create_endpoint(EndpointName=endpoint, EndpointConfigName=config)
     for endpoint in API_CASES.values():
-        sm.get_waiter("endpoint_in_service").wait(EndpointName=endpoint, WaiterConfig={"Delay": 1, "MaxAttempts": 300})
+        sm.get_waiter("endpoint_in_service").wait(
+            EndpointName=endpoint, WaiterConfig={"Delay": 1, "MaxAttempts": 300}
+        )
 
 
 def specs(models: Path, folder: Path) -> dict[str, Any]:
@@ -78,7 +90,13 @@ def specs(models: Path, folder: Path) -> dict[str, Any]:
     for index, (case, percent) in enumerate(CASES.items()):
         document: dict[str, Any] = {
             "EndpointName": f"capture-{index}",
-            "Containers": [{"ContainerHostname": "iris", "Image": "sklearn", "ModelDataUrl": str(models / "iris")}],
+            "Containers": [
+                {
+                    "ContainerHostname": "iris",
+                    "Image": "sklearn",
+                    "ModelDataUrl": str(models / "iris"),
+                }
+            ],
         }
         if percent is not None:
             document["DataCaptureConfig"] = {
@@ -120,7 +138,9 @@ def docs_section(result: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -135,7 +155,8 @@ def main() -> None:
     paths = iris_models(work)
     folder = work / "captured"
     endpoints = specs(paths["models"], folder)
-    state = Path(tempfile.mkdtemp(prefix="bench-capture-state-"))  # outside the model root, as the API requires
+    # outside the model root, as the API requires
+    state = Path(tempfile.mkdtemp(prefix="bench-capture-state-"))
     (state / "types.json").write_text('{"InstanceTypes": {"ml.m5.large": {"Cpus": 0.1}}}')
     settings = ServerSettings(
         host="127.0.0.1",
@@ -154,8 +175,11 @@ def main() -> None:
         raise BenchError(str(error)) from None
     cases = [*CASES, *API_CASES]
     runs: dict[str, list[dict[str, float]]] = {case: [] for case in cases}
-    full_endpoint = next(spec.EndpointName for case, spec in endpoints.items() if CASES[case] == 100)
-    full_calls, shadow = 0, "not counted"  # the 100% endpoint's invocations (each must have its record)
+    full_endpoint = next(
+        spec.EndpointName for case, spec in endpoints.items() if CASES[case] == 100
+    )
+    # the 100% endpoint's invocations (each must have its record)
+    full_calls, shadow = 0, "not counted"
     try:
         api_endpoints(server.url, paths["models"])
         wrk = Wrk(ensure_wrk(), work, CpuMeter())
@@ -166,7 +190,9 @@ def main() -> None:
             **{case: f"{name}@Live@1" for case, name in API_CASES.items()},
         }
         pids = {case: gateway_and_container(name) for case, name in served.items()}
-        pids["API variant + shadow 100%"]["shadow"] = gateway_and_container("api-shadow@Shadow@1")["container"]
+        pids["API variant + shadow 100%"]["shadow"] = gateway_and_container("api-shadow@Shadow@1")[
+            "container"
+        ]
         script = wrk._script("POST", OUR_BODY, JSON_HEADERS)
         for case in cases:
             wrk._run(script, url[case], 8, 2)  # warm: the model on the loop, connections open
@@ -175,8 +201,15 @@ def main() -> None:
                 one, _ = wrk._run(script, url[case], 1, args.seconds)
                 before = {name: process_cpu_seconds(pid) for name, pid in pids[case].items()}
                 many, _ = wrk._run(script, url[case], 32, args.seconds)
-                used = {name: process_cpu_seconds(pid) - before[name] for name, pid in pids[case].items()}
-                if any(stats[k] for stats in (one, many) for k in ("status", "timeout", "connect", "read", "write")):
+                used = {
+                    name: process_cpu_seconds(pid) - before[name]
+                    for name, pid in pids[case].items()
+                }
+                if any(
+                    stats[k]
+                    for stats in (one, many)
+                    for k in ("status", "timeout", "connect", "read", "write")
+                ):
                     raise BenchError(f"{case}: errors under load")
                 runs[case].append(
                     {
@@ -185,7 +218,11 @@ def main() -> None:
                         "rps": many["requests"] / (many["duration_us"] / 1e6),
                         "gateway_us": used["gateway"] / many["requests"] * 1e6,
                         "container_us": used["container"] / many["requests"] * 1e6,
-                        **({"shadow_us": used["shadow"] / many["requests"] * 1e6} if "shadow" in used else {}),
+                        **(
+                            {"shadow_us": used["shadow"] / many["requests"] * 1e6}
+                            if "shadow" in used
+                            else {}
+                        ),
                     }
                 )
                 row = runs[case][-1]
@@ -207,11 +244,10 @@ def main() -> None:
             )
         }
         answered = re.findall(
-            r'serving_invocations_total\{[^}]*endpoint="api-shadow@Live@1"[^}]*\} (\S+)', text.decode()
+            r'serving_invocations_total\{[^}]*endpoint="api-shadow@Live@1"[^}]*\} (\S+)',
+            text.decode(),
         )
-        shadow = (
-            f"{copies} for {int(sum(float(value) for value in answered)):,} calls answered by the production variant"
-        )
+        shadow = f"{copies} for {int(sum(float(value) for value in answered)):,} calls answered by the production variant"
     finally:
         server.__exit__(None, None, None)
     written = {}
@@ -231,15 +267,24 @@ def main() -> None:
         rows.append(
             {
                 "case": case,
-                **{key: round(median(key), 3) for key in ("p50_ms", "p99_ms", "rps", "gateway_us", "container_us")},
-                **({"shadow_us": round(median("shadow_us"), 3)} if "shadow_us" in samples[0] else {}),
+                **{
+                    key: round(median(key), 3)
+                    for key in ("p50_ms", "p99_ms", "rps", "gateway_us", "container_us")
+                },
+                **(
+                    {"shadow_us": round(median("shadow_us"), 3)}
+                    if "shadow_us" in samples[0]
+                    else {}
+                ),
                 "p50_ratio": round(ratio("p50_ms"), 3),
                 "rps_ratio": round(ratio("rps"), 3),
                 "gateway_ratio": round(ratio("gateway_us"), 3),
-                # The container's work is the same in every case, so gateway ÷ container cancels this VM's drift.
+                # The container's work is the same in every case, so gateway ÷ container cancels
+                # this VM's drift.
                 "gateway_per_container_ratio": round(
                     statistics.median(
-                        (s["gateway_us"] / s["container_us"]) / (b["gateway_us"] / b["container_us"])
+                        (s["gateway_us"] / s["container_us"])
+                        / (b["gateway_us"] / b["container_us"])
                         for s, b in zip(samples, base, strict=True)
                     ),
                     3,

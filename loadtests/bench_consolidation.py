@@ -58,7 +58,8 @@ CPUS_PER_CONTAINER = 0.1
 
 
 def _containers(models: Path) -> list[dict[str, Any]]:
-    """examples/fifteen.yaml's containers, with model paths in `models` and the benchmark's reservation."""
+    """examples/fifteen.yaml's containers, with model paths in `models` and the benchmark's
+    reservation."""
     import yaml
 
     document = yaml.safe_load(FIFTEEN_SPEC.read_text())
@@ -77,7 +78,13 @@ def _role(pid: int, stacks: dict[str, str]) -> str:
     if pid == os.getpid():
         return "driver"
     try:
-        title = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        title = (
+            Path(f"/proc/{pid}/cmdline")
+            .read_bytes()
+            .replace(b"\0", b" ")
+            .decode(errors="replace")
+            .strip()
+        )
     except OSError:
         return "gone"
     if "ServeReplica:serving-gateway" in title:
@@ -86,7 +93,11 @@ def _role(pid: int, stacks: dict[str, str]) -> str:
         deployment = title.split("ServeReplica:", 1)[1].split()[0].rsplit(":", 1)[-1]
         return "replica:" + stacks.get(deployment, "unknown")
     parent = parent_of(pid)  # a replica's container process, where the model lives
-    if parent is not None and parent != os.getpid() and _role(parent, stacks).startswith("replica:"):
+    if (
+        parent is not None
+        and parent != os.getpid()
+        and _role(parent, stacks).startswith("replica:")
+    ):
         return "container:" + _role(parent, stacks).split(":", 1)[1]
     if "ServeController" in title:
         return "serve-controller"
@@ -121,14 +132,19 @@ def _check_answers(url: str, targets: list[tuple[str, str, str]], expected: dict
             timeout=60,
             headers={"X-Amzn-SageMaker-Target-Container-Hostname": hostname},
         )
-        got, want = (response.json() if response.status_code == 200 else None), expected[model]["response"]
+        got, want = (
+            (response.json() if response.status_code == 200 else None),
+            expected[model]["response"],
+        )
         if isinstance(got, dict) and set(got) == {"predictions"} and isinstance(want, list):
-            got = got["predictions"]  # the tensorflow stack answers as TFS does; the trainer kept the bare rows
+            # the tensorflow stack answers as TFS does; the trainer kept the bare rows
+            got = got["predictions"]
         if response.status_code == 200 and answers_match(got, want):
             ok += 1
         else:
             print(
-                f"  {endpoint}/{hostname}: unexpected answer {response.status_code} {response.text[:300]}", flush=True
+                f"  {endpoint}/{hostname}: unexpected answer {response.status_code} {response.text[:300]}",
+                flush=True,
             )
     return ok
 
@@ -142,7 +158,10 @@ def run_scenario(name: str, models: Path, containers: list[dict[str, Any]]) -> d
     if name == "consolidated":
         documents = [{"EndpointName": "fifteen", "Containers": containers}]
     else:
-        documents = [{"EndpointName": f"single-{c['ContainerHostname']}", "Containers": [c]} for c in containers]
+        documents = [
+            {"EndpointName": f"single-{c['ContainerHostname']}", "Containers": [c]}
+            for c in containers
+        ]
     targets = [
         (d["EndpointName"], c["ContainerHostname"], Path(c["ModelDataUrl"]).name)
         for d in documents
@@ -151,7 +170,9 @@ def run_scenario(name: str, models: Path, containers: list[dict[str, Any]]) -> d
     stacks = {c["ContainerHostname"]: c["Image"] for c in containers}
     load_start = os.getloadavg()[0]
     started = time.monotonic()
-    with in_process(num_cpus=2, ready_timeout_s=READY_TIMEOUT_S, invocation_timeout_s=60.0) as server:
+    with in_process(
+        num_cpus=2, ready_timeout_s=READY_TIMEOUT_S, invocation_timeout_s=60.0
+    ) as server:
         url = server.url
         server_s = time.monotonic() - started
         specs = [parse_spec(document) for document in documents]
@@ -190,10 +211,15 @@ def _child(args: argparse.Namespace) -> int:
 
 # --- orchestration (parent process) ---------------------------------------------------------
 def _spawn(
-    scenario: str, models: Path, containers: list[dict[str, Any]], workdir: Path, tag: str, attempts: int = 2
+    scenario: str,
+    models: Path,
+    containers: list[dict[str, Any]],
+    workdir: Path,
+    tag: str,
+    attempts: int = 2,
 ) -> dict[str, Any]:
-    """Run one scenario in a child process; once more if it fails or hangs (a `ray.init` can hang on a
-    machine where other Ray instances come and go)."""
+    """Run one scenario in a child process; once more if it fails or hangs (a `ray.init` can hang on
+    a machine where other Ray instances come and go)."""
     spec_file = workdir / f"{tag}.containers.json"
     result_file = workdir / f"{tag}.result.json"
     log_file = workdir / f"{tag}.log"
@@ -214,7 +240,9 @@ def _spawn(
     timeout = 240 + 40 * len(containers)
     for attempt in range(1, attempts + 1):
         with log_file.open("w") as log:
-            child = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            child = subprocess.Popen(
+                command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
             try:
                 child.wait(timeout)
             except subprocess.TimeoutExpired:
@@ -223,7 +251,8 @@ def _spawn(
         if child.returncode == 0 and result_file.exists():
             return json.loads(result_file.read_text())
         print(
-            f"  {tag}: attempt {attempt} failed (exit {child.returncode}):\n{log_file.read_text()[-2000:]}", flush=True
+            f"  {tag}: attempt {attempt} failed (exit {child.returncode}):\n{log_file.read_text()[-2000:]}",
+            flush=True,
         )
     raise RuntimeError(f"scenario {scenario} ({tag}) failed {attempts} times")
 
@@ -239,7 +268,9 @@ def _machine() -> dict[str, Any]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     parser.add_argument("--out", type=Path, help="write all results as JSON")
     parser.add_argument(
@@ -253,7 +284,12 @@ def main() -> int:
         metavar="JSON",
         help="only rewrite the docs section from a results file an earlier run wrote with --out",
     )
-    parser.add_argument("--limit", type=int, default=15, help="serve only the first N containers (a quick smoke run)")
+    parser.add_argument(
+        "--limit",
+        type=int,
+        default=15,
+        help="serve only the first N containers (a quick smoke run)",
+    )
     parser.add_argument(
         "--wait-quiet",
         type=float,
@@ -278,7 +314,11 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown scenarios: {', '.join(sorted(unknown))}")
     waited = time.monotonic()
-    while args.wait_quiet and os.getloadavg()[0] >= 1.0 and time.monotonic() - waited < args.wait_quiet:
+    while (
+        args.wait_quiet
+        and os.getloadavg()[0] >= 1.0
+        and time.monotonic() - waited < args.wait_quiet
+    ):
         time.sleep(10)
     meta: dict[str, Any] = {
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
@@ -321,7 +361,9 @@ def main() -> int:
     report = docs_section(summary, meta)
     print(report)
     if args.out:
-        args.out.write_text(json.dumps({"meta": meta, "summary": summary, "results": results}, indent=1))
+        args.out.write_text(
+            json.dumps({"meta": meta, "summary": summary, "results": results}, indent=1)
+        )
     if args.write_docs:
         if len(containers) < 15 or set(scenarios) != set(SCENARIOS):
             print("not writing docs: a partial run (--limit or --scenarios)")
@@ -331,7 +373,9 @@ def main() -> int:
 
 
 def _write_docs(section: str) -> None:
-    write_section(ROOT / "docs" / "benchmarks" / "bench_consolidation.md", "bench_consolidation", section)
+    write_section(
+        ROOT / "docs" / "benchmarks" / "bench_consolidation.md", "bench_consolidation", section
+    )
     print("wrote docs/benchmarks/bench_consolidation.md")
 
 

@@ -1,16 +1,19 @@
-"""Container process start: CPU-seconds and memory of each of the fifteen example's container processes, against a baseline tree.
+"""Container process start: CPU-seconds and memory of each of the fifteen example's container
+processes, against a baseline tree.
 
-    .venv/bin/python -m loadtests.bench_container_start --baseline REV [--rounds 2] [--only tensorflow] [--write-docs]
+    .venv/bin/python -m loadtests.bench_container_start --baseline REV [--rounds 2] [--only
+    tensorflow] [--write-docs]
 
-Half of the fifteen-container endpoint's start-up CPU is its container processes (framework imports and model
-loads; docs/benchmarks/bench_idle.md), and on 2 cores start-up is CPU-bound. This measures that
-half alone, without Ray: each container of examples/fifteen.yaml is started through the replica supervisor's own
-`ContainerProcess` (sandbox, stdin configuration, inherited data port, exactly as on a replica), in a fresh
-interpreter, and once it reports ready the bench reads the container process's CPU time (user + system, from
-`/proc`) and PSS, checks its sample answer over its data port, and stops it. Each container runs in this tree
-and in `--baseline` (a git revision, checked out into a temporary worktree), interleaved round by round so both
-see the same machine; the table gives the median over rounds and the ratio. Models are trained from
-scikit-learn's bundled data into a temporary folder (examples/train_hetero.py).
+Half of the fifteen-container endpoint's start-up CPU is its container processes (framework imports
+and model loads; docs/benchmarks/bench_idle.md), and on 2 cores start-up is CPU-bound. This measures
+that half alone, without Ray: each container of examples/fifteen.yaml is started through the replica
+supervisor's own `ContainerProcess` (sandbox, stdin configuration, inherited data port, exactly as
+on a replica), in a fresh interpreter, and once it reports ready the bench reads the container
+process's CPU time (user + system, from `/proc`) and PSS, checks its sample answer over its data
+port, and stops it. Each container runs in this tree and in `--baseline` (a git revision, checked
+out into a temporary worktree), interleaved round by round so both see the same machine; the table
+gives the median over rounds and the ratio. Models are trained from scikit-learn's bundled data into
+a temporary folder (examples/train_hetero.py).
 """
 
 from __future__ import annotations
@@ -40,8 +43,8 @@ from loadtests.harness.results import (
 RESULTS = ROOT / "loadtests" / "results" / "bench_container_start.json"
 DOCS = ROOT / "docs" / "benchmarks" / "bench_container_start.md"
 
-# Runs in a fresh interpreter started in the measured tree (`python -c` imports from its working directory
-# first): start one container process, measure it.
+# Runs in a fresh interpreter started in the measured tree (`python -c` imports from its working
+# directory first): start one container process, measure it.
 _PROBE = r"""
 import json, os, sys, time, urllib.request
 from serving.model_server.container_config import ContainerConfig
@@ -76,7 +79,8 @@ print(json.dumps({"ready_s": ready_s, "cpu_s": cpu_s, "pss_mib": pss_kb / 1024, 
 
 
 def containers(models: Path) -> list[dict[str, Any]]:
-    """examples/fifteen.yaml's containers, with their models in `models` and a 0.1 CPU share each."""
+    """examples/fifteen.yaml's containers, with their models in `models` and a 0.1 CPU share
+    each."""
     import yaml
 
     expected = json.loads((models / "expected.json").read_text())
@@ -88,7 +92,11 @@ def containers(models: Path) -> list[dict[str, Any]]:
                 "hostname": container["ContainerHostname"],
                 "image": container["Image"],
                 "model_data": str(models / name),
-                "environment": {**container.get("Environment", {}), "SERVING_CPUS": "0.1", "SERVING_GPUS": "0"},
+                "environment": {
+                    **container.get("Environment", {}),
+                    "SERVING_CPUS": "0.1",
+                    "SERVING_GPUS": "0",
+                },
                 "request": expected[name]["request"],
             }
         )
@@ -97,7 +105,11 @@ def containers(models: Path) -> list[dict[str, Any]]:
 
 def start_one(tree: Path, container: dict[str, Any]) -> dict[str, Any]:
     done = subprocess.run(
-        [sys.executable, "-c", _PROBE, json.dumps(container)], capture_output=True, text=True, timeout=600, cwd=tree
+        [sys.executable, "-c", _PROBE, json.dumps(container)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tree,
     )
     if done.returncode != 0:
         raise RuntimeError(f"{container['hostname']} in {tree}: {done.stderr[-2000:]}")
@@ -108,7 +120,10 @@ def docs_section(saved: dict[str, Any]) -> str:
     rows, totals = [], {"ours": 0.0, "baseline": 0.0}
     for hostname, runs in saved["containers"].items():
         median = {
-            tree: {key: statistics.median(run[key] for run in runs[tree]) for key in ("cpu_s", "pss_mib")}
+            tree: {
+                key: statistics.median(run[key] for run in runs[tree])
+                for key in ("cpu_s", "pss_mib")
+            }
             for tree in ("baseline", "ours")
         }
         for tree in totals:
@@ -140,7 +155,9 @@ def docs_section(saved: dict[str, Any]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--baseline", required=True, help="git revision to compare with (e.g. HEAD~1)")
+    parser.add_argument(
+        "--baseline", required=True, help="git revision to compare with (e.g. HEAD~1)"
+    )
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--only", help="measure only this stack's containers (e.g. tensorflow)")
     parser.add_argument("--write-docs", action="store_true")

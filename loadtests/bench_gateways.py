@@ -1,15 +1,16 @@
-"""Gateway capacity: the gateway's CPU per request, what one gateway process sustains, and 1 against 2 gateway
-processes sharing the port (`--gateways-per-node`), on a near-free model.
+"""Gateway capacity: the gateway's CPU per request, what one gateway process sustains, and 1 against
+2 gateway processes sharing the port (`--gateways-per-node`), on a near-free model.
 
-One Direct endpoint with one `python` container whose handler returns the request body as it came (the least a
-container can do), two replicas of it, on an embedded Ray with `gateways_per_node` 1 and then 2 (a fresh server
-each). wrk on loopback at 1, 32 and 64 connections; every case records req/s, p50/p99 and the CPU each process
-group spent per request (/proc). A gateway process saturates at 1 / (its CPU per request); the page's capacity
-model starts from that figure.
+One Direct endpoint with one `python` container whose handler returns the request body as it came
+(the least a container can do), two replicas of it, on an embedded Ray with `gateways_per_node` 1
+and then 2 (a fresh server each). wrk on loopback at 1, 32 and 64 connections; every case records
+req/s, p50/p99 and the CPU each process group spent per request (/proc). A gateway process saturates
+at 1 / (its CPU per request); the page's capacity model starts from that figure.
 
     python -m loadtests.bench_gateways [--duration 10] [--write-docs]
 
-Results: loadtests/results/bench_gateways.json; with --write-docs, its section of docs/benchmarks/bench_gateways.md.
+Results: loadtests/results/bench_gateways.json; with --write-docs, its section of
+docs/benchmarks/bench_gateways.md.
 """
 
 from __future__ import annotations
@@ -24,7 +25,14 @@ from typing import Any
 
 from loadtests.harness.cpu import OTHER, CpuMeter
 from loadtests.harness.processes import BenchError, http, log
-from loadtests.harness.results import ROOT, command_line, machine_facts, our_versions, write_results, write_section
+from loadtests.harness.results import (
+    ROOT,
+    command_line,
+    machine_facts,
+    our_versions,
+    write_results,
+    write_section,
+)
 from loadtests.harness.servers import embedded_endpoint
 from loadtests.harness.wrk import Case, Wrk, ensure_wrk
 
@@ -63,7 +71,8 @@ def share(case: Case, label: str) -> float:
 
 
 def container_us(case: Case) -> float:
-    """CPU per request of the container's processes (its replicas' supervisors and model processes)."""
+    """CPU per request of the container's processes (its replicas' supervisors and model
+    processes)."""
     return sum(v for k, v in case.cpu_us_per_request.items() if k.startswith("container echo "))
 
 
@@ -85,7 +94,8 @@ def summary(case: Case) -> dict[str, Any]:
 
 
 def reading(one: dict[str, Any], cores: int) -> str:
-    """Whether one gateway was the bottleneck at 64 connections, which decides what a second one can add."""
+    """Whether one gateway was the bottleneck at 64 connections, which decides what a second one can
+    add."""
     if one["gateway_cores"] >= 0.9:
         return (
             f"One gateway was saturated ({one['gateway_cores']:.2f} of its core busy at 64 connections): routing was "
@@ -119,7 +129,9 @@ def docs_section(result: dict[str, Any]) -> str:
     gains = [
         f"{load}: {s2['rps']:,} against {s1['rps']:,} req/s ({s2['rps'] / max(s1['rps'], 1):.2f}×, the machine's "
         f"cores {s2['busy_cores']:.2f} and {s1['busy_cores']:.2f} busy)"
-        for load, s1, s2 in ((k, result["summary"]["1"][k], result["summary"]["2"][k]) for k in ("c32", "c64"))
+        for load, s1, s2 in (
+            (k, result["summary"]["1"][k], result["summary"]["2"][k]) for k in ("c32", "c64")
+        )
     ]
     return "\n".join(
         [
@@ -131,7 +143,9 @@ def docs_section(result: dict[str, Any]) -> str:
             "",
             *rows,
             "",
-            f"Two gateway processes against one, {meta['machine']['nproc']} cores: " + "; ".join(gains) + ".",
+            f"Two gateway processes against one, {meta['machine']['nproc']} cores: "
+            + "; ".join(gains)
+            + ".",
             "",
             reading(result["summary"]["1"]["c64"], meta["machine"]["nproc"]),
             "",
@@ -143,11 +157,17 @@ def docs_section(result: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per case")
-    parser.add_argument("--warmup", type=float, default=2.0, help="seconds of warm-up before each case")
+    parser.add_argument(
+        "--warmup", type=float, default=2.0, help="seconds of warm-up before each case"
+    )
     parser.add_argument("--replicas", type=int, default=2, help="replicas of the echo container")
-    parser.add_argument("--out", type=Path, default=ROOT / "loadtests" / "results" / "bench_gateways.json")
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "loadtests" / "results" / "bench_gateways.json"
+    )
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     started = time.monotonic()
@@ -190,8 +210,14 @@ def main() -> None:
     meta["seconds"] = time.monotonic() - started
     result = {
         "meta": meta,
-        "summary": {g: {load: summary(case) for load, case in by_load.items()} for g, by_load in cases.items()},
-        "cases": {g: {load: asdict(case) for load, case in by_load.items()} for g, by_load in cases.items()},
+        "summary": {
+            g: {load: summary(case) for load, case in by_load.items()}
+            for g, by_load in cases.items()
+        },
+        "cases": {
+            g: {load: asdict(case) for load, case in by_load.items()}
+            for g, by_load in cases.items()
+        },
     }
     write_results(args.out, result)
     for gateways, by_load in result["summary"].items():

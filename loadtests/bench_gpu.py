@@ -1,7 +1,8 @@
 """GPU benchmark: the pytorch and onnx stacks on CUDA against the same stacks on the CPU.
 
-    python -m loadtests.bench_gpu run --out DIR [--cpus 4] [--seconds 5]   # on a machine with a GPU
-    .venv/bin/python -m loadtests.bench_gpu docs DIR/bench_gpu.json         # writes its part of docs/benchmarks/bench_gpu.md
+    python -m loadtests.bench_gpu run --out DIR [--cpus 4] [--seconds 5] # on a machine with a GPU
+    .venv/bin/python -m loadtests.bench_gpu docs DIR/bench_gpu.json # writes its part of
+    docs/benchmarks/bench_gpu.md
 
 `run` builds two models with torch (no downloads), saves each as TorchScript (`model.pt`, the
 pytorch stack) and as ONNX (`model.onnx`, the onnx stack), loads them through this project's
@@ -150,7 +151,8 @@ def run(args: argparse.Namespace) -> int:
                 answers = {}
                 for device, gpus in (("cpu", "0"), ("cuda", "1")):
                     runtime = runtime_class(
-                        folders[f"{stack}/{model}"], {"SERVING_CPUS": str(args.cpus), "SERVING_GPUS": gpus}
+                        folders[f"{stack}/{model}"],
+                        {"SERVING_CPUS": str(args.cpus), "SERVING_GPUS": gpus},
                     )
                     runtime.load()
                     used = _device_of(stack, runtime)
@@ -231,7 +233,11 @@ def render(report: dict[str, Any]) -> str:
             f"| {c['stack']} | {c['model']} | {c['batch']} | {body} | {c['device']} | {c['p50_ms']:.3f} | "
             f"{c['p99_ms']:.3f} | {c['rows_per_s']:,.0f} | {ratio} |"
         )
-    faster = [c for c in report["cases"] if c["device"] == "cuda" and (c["stack"], c["model"], c["batch"]) in cpu]
+    faster = [
+        c
+        for c in report["cases"]
+        if c["device"] == "cuda" and (c["stack"], c["model"], c["batch"]) in cpu
+    ]
     if faster:
         lines += [
             "",
@@ -240,18 +246,27 @@ def render(report: dict[str, Any]) -> str:
             "batching (several rows per request) is where it gains most. Choose `Resources.Gpus` per container "
             "accordingly: a multi-container endpoint can give the GPU to the one container that needs it.",
         ]
-    lines += ["", "Notes:", ""] + [f"- {note}" for note in dict.fromkeys(report["notes"])]  # once each
+    # once each
+    lines += ["", "Notes:", ""] + [f"- {note}" for note in dict.fromkeys(report["notes"])]
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     commands = parser.add_subparsers(dest="command", required=True)
-    run_parser = commands.add_parser("run", help="measure (needs torch and onnxruntime; CUDA when present)")
+    run_parser = commands.add_parser(
+        "run", help="measure (needs torch and onnxruntime; CUDA when present)"
+    )
     run_parser.add_argument("--out", required=True, help="folder for bench_gpu.json")
-    run_parser.add_argument("--cpus", type=float, default=4, help="the container's CPU share (SERVING_CPUS)")
+    run_parser.add_argument(
+        "--cpus", type=float, default=4, help="the container's CPU share (SERVING_CPUS)"
+    )
     run_parser.add_argument("--seconds", type=float, default=5, help="seconds per case")
-    docs_parser = commands.add_parser("docs", help="write the results' section of docs/benchmarks/bench_gpu.md")
+    docs_parser = commands.add_parser(
+        "docs", help="write the results' section of docs/benchmarks/bench_gpu.md"
+    )
     docs_parser.add_argument("result", type=Path)
     args = parser.parse_args(argv)
     if args.command == "run":
@@ -259,7 +274,9 @@ def main(argv: list[str] | None = None) -> int:
     from loadtests.harness.results import write_section
 
     write_section(
-        ROOT / "docs" / "benchmarks" / "bench_gpu.md", "bench_gpu", render(json.loads(args.result.read_text()))
+        ROOT / "docs" / "benchmarks" / "bench_gpu.md",
+        "bench_gpu",
+        render(json.loads(args.result.read_text())),
     )
     return 0
 

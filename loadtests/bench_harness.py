@@ -3,10 +3,11 @@
     .venv/bin/python -m loadtests.bench_harness [--rate 100] [--duration 30] [--write-docs]
 
 Trains the iris pipeline (skops for us, joblib for the floor: one fitted object), starts the floor
-(loadtests/harness/floor_server.py: the model behind a bare Starlette app) and an embedded endpoint server with one
-sklearn container, then runs `serving loadtest direct --rate R --baseline FLOOR`, which drives both with the
-same open-loop schedule and reports ours / floor. Its section of docs/benchmarks/bench_harness.md
-comes from its report (bench_invoke's wrk tables are the closed-loop view of the same question).
+(loadtests/harness/floor_server.py: the model behind a bare Starlette app) and an embedded endpoint
+server with one sklearn container, then runs `serving loadtest direct --rate R --baseline FLOOR`,
+which drives both with the same open-loop schedule and reports ours / floor. Its section of
+docs/benchmarks/bench_harness.md comes from its report (bench_invoke's wrk tables are the
+closed-loop view of the same question).
 """
 
 from __future__ import annotations
@@ -35,7 +36,13 @@ def run(work: Path, rate: float, duration: float) -> dict:
         _, floor = start_floor(processes, paths, work)
         spec = {
             "EndpointName": "bench-harness",
-            "Containers": [{"ContainerHostname": "iris", "Image": "sklearn", "ModelDataUrl": str(paths["skops_dir"])}],
+            "Containers": [
+                {
+                    "ContainerHostname": "iris",
+                    "Image": "sklearn",
+                    "ModelDataUrl": str(paths["skops_dir"]),
+                }
+            ],
         }
         with embedded_endpoint(spec) as url:
             return run_loadtest(
@@ -89,7 +96,9 @@ def render(report: dict) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rate", type=float, default=100.0)
     parser.add_argument("--duration", type=float, default=30.0)
     parser.add_argument("--write-docs", action="store_true")

@@ -2,16 +2,17 @@
 
     .venv/bin/python -m loadtests.bench_hop_transport [--rounds 3] [--seconds 5] [--write-docs]
 
-The two real pieces of a hop, each in a process of its own: a container data port's server (`BackgroundServer`
-on a TCP listener and on the Unix socket `http.local_socket.listen` makes for that address, as a container
-process serves them) answering a 256-number JSON row with a 10-number answer, and the gateway's `HopClient`
-(uvloop, as in the gateway) posting to it with `unix_sockets` off (TCP) and on (the Unix socket), one client of
-each in one process. This VM's speed drifts ~2x within seconds, so the transports are interleaved finely rather
-than run one after the other: sequential calls (1 caller) alternate them request by request; 32 concurrent
-callers alternate them in 0.2 s blocks, with the CPU of the server and the client process (user + system, from
-/proc) summed per transport over its blocks. `--seconds` of each transport per load, after 1 s of warm-up; each
-round is a fresh client process. The docs report medians over rounds and the ratio Unix / TCP of each round. No
-model, no signing, no Ray: what differs is only the transport.
+The two real pieces of a hop, each in a process of its own: a container data port's server
+(`BackgroundServer` on a TCP listener and on the Unix socket `http.local_socket.listen` makes for
+that address, as a container process serves them) answering a 256-number JSON row with a 10-number
+answer, and the gateway's `HopClient` (uvloop, as in the gateway) posting to it with `unix_sockets`
+off (TCP) and on (the Unix socket), one client of each in one process. This VM's speed drifts ~2x
+within seconds, so the transports are interleaved finely rather than run one after the other:
+sequential calls (1 caller) alternate them request by request; 32 concurrent callers alternate them
+in 0.2 s blocks, with the CPU of the server and the client process (user + system, from /proc)
+summed per transport over its blocks. `--seconds` of each transport per load, after 1 s of warm-up;
+each round is a fresh client process. The docs report medians over rounds and the ratio Unix / TCP
+of each round. No model, no signing, no Ray: what differs is only the transport.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ ANSWER = b"[[0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,1.0]]"
 
 
 def serve() -> None:
-    """The child: a data port on TCP and its Unix socket; the TCP port on stdout, until stdin closes."""
+    """The child: a data port on TCP and its Unix socket; the TCP port on stdout, until stdin
+    closes."""
     import socket
 
     from starlette.applications import Starlette
@@ -80,12 +82,12 @@ def serve() -> None:
 
 
 def load(seconds: float, port: int, server_pid: int) -> None:
-    """The child: both transports interleaved finely, so that this VM's drift (its speed changes ~2x within
-    seconds) falls on both alike; a JSON line of what each saw.
+    """The child: both transports interleaved finely, so that this VM's drift (its speed changes ~2x
+    within seconds) falls on both alike; a JSON line of what each saw.
 
-    One caller: requests alternate TCP and Unix socket one by one (the order flips each pair), each timed alone.
-    32 callers: 0.2 s blocks alternate the transport; hops and the CPU of both processes (/proc) are summed per
-    transport over its blocks."""
+    One caller: requests alternate TCP and Unix socket one by one (the order flips each pair), each
+    timed alone. 32 callers: 0.2 s blocks alternate the transport; hops and the CPU of both
+    processes (/proc) are summed per transport over its blocks."""
     import uvloop
 
     from serving.gateway.hop_client import HopClient
@@ -120,14 +122,19 @@ def load(seconds: float, port: int, server_pid: int) -> None:
                 "p50_us": times[len(times) // 2] * 1e6,
                 "p99_us": times[int(len(times) * 0.99)] * 1e6,
             }
-        totals = {mode: {"hops": 0, "wall": 0.0, "server": 0.0, "client": 0.0, "times": []} for mode in MODES}
+        totals = {
+            mode: {"hops": 0, "wall": 0.0, "server": 0.0, "client": 0.0, "times": []}
+            for mode in MODES
+        }
         for block in range(int(2 * seconds / BLOCK_S)):
             mode = MODES[block % 2]
             total: dict[str, Any] = totals[mode]
             until = time.monotonic() + BLOCK_S
             server, client, wall = cpu_seconds(server_pid), time.process_time(), time.perf_counter()
 
-            async def caller(mode: str = mode, total: dict[str, Any] = total, until: float = until) -> None:
+            async def caller(
+                mode: str = mode, total: dict[str, Any] = total, until: float = until
+            ) -> None:
                 while time.monotonic() < until:
                     total["times"].append(await hop(mode))
 
@@ -154,7 +161,15 @@ def load(seconds: float, port: int, server_pid: int) -> None:
 
 def one_round(seconds: float, port: int, server_pid: int) -> dict[str, Any]:
     done = subprocess.run(
-        [sys.executable, "-m", "loadtests.bench_hop_transport", "--load", str(seconds), str(port), str(server_pid)],
+        [
+            sys.executable,
+            "-m",
+            "loadtests.bench_hop_transport",
+            "--load",
+            str(seconds),
+            str(port),
+            str(server_pid),
+        ],
         capture_output=True,
         text=True,
         timeout=4 * seconds + 60,
@@ -174,14 +189,19 @@ def docs_section(saved: dict[str, Any]) -> str:
         return r[mode]["32"]["server_us"] + r[mode]["32"]["client_us"]
 
     ratio_rows = {
-        "p50 latency, 1 caller": [r["unix"]["1"]["p50_us"] / r["tcp"]["1"]["p50_us"] for r in rounds],
-        "p50 latency, 32 callers": [r["unix"]["32"]["p50_us"] / r["tcp"]["32"]["p50_us"] for r in rounds],
+        "p50 latency, 1 caller": [
+            r["unix"]["1"]["p50_us"] / r["tcp"]["1"]["p50_us"] for r in rounds
+        ],
+        "p50 latency, 32 callers": [
+            r["unix"]["32"]["p50_us"] / r["tcp"]["32"]["p50_us"] for r in rounds
+        ],
         "hops/s, 32 callers": [r["unix"]["32"]["rps"] / r["tcp"]["32"]["rps"] for r in rounds],
         "CPU per hop at both ends, 32 callers": [cpu(r, "unix") / cpu(r, "tcp") for r in rounds],
     }
     names = {"tcp": "TCP", "unix": "Unix socket"}
     rows = [
-        f"| 1 | {names[mode]} | {med(mode, 1, 'p50_us'):,.0f} | {med(mode, 1, 'p99_us'):,.0f} | | | |" for mode in MODES
+        f"| 1 | {names[mode]} | {med(mode, 1, 'p50_us'):,.0f} | {med(mode, 1, 'p99_us'):,.0f} | | | |"
+        for mode in MODES
     ]
     rows += [
         f"| 32 | {names[mode]} | {med(mode, 32, 'p50_us'):,.0f} | {med(mode, 32, 'p99_us'):,.0f} "

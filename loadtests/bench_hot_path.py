@@ -1,21 +1,27 @@
-"""What serving the invocation route ahead of Starlette's middleware (serving.http.hot_path) saves per request.
+"""What serving the invocation route ahead of Starlette's middleware (serving.http.hot_path) saves
+per request.
 
-Both apps that every invocation crosses are driven in this process through ASGI (no sockets, so HTTP parsing,
-which is the same either way, is left out), with the hot path (`HotPath`) and without it (the same Starlette
-app, `HotPath.app`, whose first route is the invocation route: the shortest route walk it can have):
+Both apps that every invocation crosses are driven in this process through ASGI (no sockets, so HTTP
+parsing, which is the same either way, is left out), with the hot path (`HotPath`) and without it
+(the same Starlette app, `HotPath.app`, whose first route is the invocation route: the shortest
+route walk it can have):
 
-- **container**: a container's data port (`ContainerApp`) with the scikit-learn stack on the iris pipeline of
-  bench_invoke (skops), answering signed hops as behind the gateway, its prediction on the event loop;
-- **gateway**: the gateway's `Router` for one Direct endpoint without AccessControl, its hop going over TCP to
-  the floor server (loadtests/harness/floor_server.py) in another process, so that only the gateway's own work is timed.
+- **container**: a container's data port (`ContainerApp`) with the scikit-learn stack on the iris
+  pipeline of bench_invoke (skops), answering signed hops as behind the gateway, its prediction on
+  the event loop;
+- **gateway**: the gateway's `Router` for one Direct endpoint without AccessControl, its hop going
+  over TCP to the floor server (loadtests/harness/floor_server.py) in another process, so that only
+  the gateway's own work is timed.
 
-Modes alternate between blocks of `--requests` sequential requests, in the order without, with, with,
-without, ... (`--pairs` of each), so that this VM's speed, which drifts by up to 2x within minutes, falls on
-both alike. A block's figure is the driving thread's CPU time per request (`time.thread_time`).
+Modes alternate between blocks of `--requests` sequential requests, in the order without, with,
+with, without, ... (`--pairs` of each), so that this VM's speed, which drifts by up to 2x within
+minutes, falls on both alike. A block's figure is the driving thread's CPU time per request
+(`time.thread_time`).
 
     python -m loadtests.bench_hot_path [--requests 500] [--pairs 30] [--write-docs]
 
-Results: loadtests/results/bench_hot_path.json; with --write-docs, its section of docs/benchmarks/bench_hot_path.md.
+Results: loadtests/results/bench_hot_path.json; with --write-docs, its section of
+docs/benchmarks/bench_hot_path.md.
 """
 
 from __future__ import annotations
@@ -89,7 +95,9 @@ def asgi_call(app: Any, path: str, headers: Callable[[], dict[str, str]]) -> Cal
         }
         await app(scope, receive, send)
         if sent[0]["status"] != 200 or sent[-1]["body"] != ANSWER:
-            raise SystemExit(f"unexpected answer from {path}: {sent[0]['status']} {sent[-1].get('body')!r}")
+            raise SystemExit(
+                f"unexpected answer from {path}: {sent[0]['status']} {sent[-1].get('body')!r}"
+            )
 
     return call
 
@@ -115,11 +123,17 @@ async def alternate(calls: dict[str, Call], requests: int, pairs: int) -> dict[s
 def container_calls(model_dir: Path) -> dict[str, Call]:
     runtime = runtime_for("sklearn", model_dir, {})
     runtime.load()
-    app = build_container_app(runtime, CONTAINER, hop_key=HOP_KEY, inline_budget_s=inline_budget_s({}))
+    app = build_container_app(
+        runtime, CONTAINER, hop_key=HOP_KEY, inline_budget_s=inline_budget_s({})
+    )
     assert isinstance(app.app, HotPath)
 
     def signed() -> dict[str, str]:
-        plain = {"content-type": "application/json", "accept": "application/json", "content-length": str(len(BODY))}
+        plain = {
+            "content-type": "application/json",
+            "accept": "application/json",
+            "content-length": str(len(BODY)),
+        }
         return plain | hops.sign(HOP_KEY, "POST", protocol.INVOCATIONS_PATH, BODY, plain)
 
     return {
@@ -134,15 +148,22 @@ def gateway_calls(router: Router) -> dict[str, Call]:
     path = f"/endpoints/{ENDPOINT}/invocations"
 
     def plain() -> dict[str, str]:
-        return {"content-type": "application/json", "accept": "application/json", "content-length": str(len(BODY))}
+        return {
+            "content-type": "application/json",
+            "accept": "application/json",
+            "content-length": str(len(BODY)),
+        }
 
     return {"without": asgi_call(app.app, path, plain), "with": asgi_call(app, path, plain)}
 
 
 def summary(blocks: dict[str, list[float]]) -> dict[str, float]:
-    """Means of each mode's blocks, and the saving per pair of neighbouring blocks (its quartiles: the spread)."""
+    """Means of each mode's blocks, and the saving per pair of neighbouring blocks (its quartiles:
+    the spread)."""
     without, with_ = statistics.mean(blocks["without"]), statistics.mean(blocks["with"])
-    q1, _, q3 = statistics.quantiles([a - b for a, b in zip(blocks["without"], blocks["with"], strict=True)], n=4)
+    q1, _, q3 = statistics.quantiles(
+        [a - b for a, b in zip(blocks["without"], blocks["with"], strict=True)], n=4
+    )
     return {
         "cpu_us_without": without,
         "cpu_us_with": with_,
@@ -153,7 +174,9 @@ def summary(blocks: dict[str, list[float]]) -> dict[str, float]:
     }
 
 
-async def measure(model_dir: Path, floor_url: str, requests: int, pairs: int) -> dict[str, dict[str, list[float]]]:
+async def measure(
+    model_dir: Path, floor_url: str, requests: int, pairs: int
+) -> dict[str, dict[str, list[float]]]:
     transport = ContainerTransport(default_limit=64)
     router = Router(ServerSettings(host="127.0.0.1"), transport)
     router.endpoints = {ENDPOINT: EndpointRoute(ENDPOINT, "Direct", (CONTAINER,))}
@@ -202,10 +225,14 @@ def docs_section(result: dict) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--requests", type=int, default=500, help="requests per block")
     parser.add_argument("--pairs", type=int, default=30, help="blocks per mode and app")
-    parser.add_argument("--out", type=Path, default=ROOT / "loadtests" / "results" / "bench_hot_path.json")
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "loadtests" / "results" / "bench_hot_path.json"
+    )
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     started = time.monotonic()
@@ -238,7 +265,11 @@ def main() -> None:
     result = {"meta": meta, "cases": cases, "blocks": blocks}
     write_results(args.out, result)
     if args.write_docs:
-        write_section(ROOT / "docs" / "benchmarks" / "bench_hot_path.md", "bench_hot_path", docs_section(result))
+        write_section(
+            ROOT / "docs" / "benchmarks" / "bench_hot_path.md",
+            "bench_hot_path",
+            docs_section(result),
+        )
 
 
 if __name__ == "__main__":

@@ -79,7 +79,9 @@ def serve(case: str) -> None:
 
     async def echo(request: Request) -> Response:
         body = json.loads(await request.body())
-        return Response(json.dumps({"predictions": body["instances"]}), media_type="application/json")
+        return Response(
+            json.dumps({"predictions": body["instances"]}), media_type="application/json"
+        )
 
     server = BackgroundServer(Starlette(routes=[Route("/invocations", echo, methods=["POST"])]))
     server.wait_started()
@@ -107,7 +109,10 @@ def idle_cores(seconds: float) -> dict[str, float]:
         time.sleep(2)
         before = {case: cpu_seconds(child.pid) for case, child in children.items()}
         time.sleep(seconds)
-        return {case: (cpu_seconds(child.pid) - before[case]) / seconds for case, child in children.items()}
+        return {
+            case: (cpu_seconds(child.pid) - before[case]) / seconds
+            for case, child in children.items()
+        }
     finally:
         for child in children.values():
             if child.stdin:
@@ -127,7 +132,9 @@ def one_case(case: str, wrk: str, script: Path, seconds: float) -> dict[str, flo
         assert child.stdout is not None
         port = int(child.stdout.readline())
         url = f"http://127.0.0.1:{port}/invocations"
-        subprocess.run([wrk, "-t1", "-c32", "-d2s", "-s", str(script), url], capture_output=True, timeout=60)
+        subprocess.run(
+            [wrk, "-t1", "-c32", "-d2s", "-s", str(script), url], capture_output=True, timeout=60
+        )
         before = cpu_seconds(child.pid)
         done = subprocess.run(
             [wrk, "-t1", "-c32", f"-d{seconds:g}s", "-s", str(script), url],
@@ -144,16 +151,27 @@ def one_case(case: str, wrk: str, script: Path, seconds: float) -> dict[str, flo
     requests, errors = (int(value) for value in line.split()[1:])
     if errors or not requests:
         raise RuntimeError(f"{case}: {errors} errors in {requests} requests")
-    return {"requests": requests, "rps": requests / seconds, "cpu_us_per_request": used * 1e6 / requests}
+    return {
+        "requests": requests,
+        "rps": requests / seconds,
+        "cpu_us_per_request": used * 1e6 / requests,
+    }
 
 
 def docs_section(saved: dict[str, Any]) -> str:
     rounds = saved["rounds"]
-    median = {case: statistics.median(r[case]["cpu_us_per_request"] for r in rounds) for case in CASES}
+    median = {
+        case: statistics.median(r[case]["cpu_us_per_request"] for r in rounds) for case in CASES
+    }
     rps = {case: statistics.median(r[case]["rps"] for r in rounds) for case in CASES}
-    ratios = [r["ours"]["cpu_us_per_request"] / r["uvicorn defaults"]["cpu_us_per_request"] for r in rounds]
+    ratios = [
+        r["ours"]["cpu_us_per_request"] / r["uvicorn defaults"]["cpu_us_per_request"]
+        for r in rounds
+    ]
     idle = {case: statistics.median(r["idle_cores"][case] for r in rounds) for case in CASES}
-    rows = [f"| {case} | {median[case]:.0f} | {rps[case]:,.0f} | {idle[case]:.4f} |" for case in CASES]
+    rows = [
+        f"| {case} | {median[case]:.0f} | {rps[case]:,.0f} | {idle[case]:.4f} |" for case in CASES
+    ]
     return "\n".join(
         [
             "## HTTP server settings: proxy headers and the idle tick",
@@ -205,7 +223,8 @@ def main() -> int:
         script.write_text(LUA)
         for index in range(args.rounds):
             found: dict[str, Any] = {
-                case: one_case(case, wrk, script, args.seconds) for case in (CASES if index % 2 == 0 else CASES[::-1])
+                case: one_case(case, wrk, script, args.seconds)
+                for case in (CASES if index % 2 == 0 else CASES[::-1])
             }
             found["idle_cores"] = idle_cores(args.idle_seconds)
             print(index, json.dumps(found), flush=True)

@@ -44,9 +44,16 @@ from typing import Any
 from loadtests.bench_consolidation import _check_answers, _containers
 from loadtests.harness.models import hetero_models
 from loadtests.harness.proctree import parent_of, process_cpu_seconds, process_tree, smaps
-from loadtests.harness.results import ROOT, machine_facts, package_versions, write_results, write_section
+from loadtests.harness.results import (
+    ROOT,
+    machine_facts,
+    package_versions,
+    write_results,
+    write_section,
+)
 
-# Ray's own values for what the embedded Ray sets (serving/ray_wing/cluster.py, EMBEDDED_RAY_ENVIRONMENT)
+# Ray's own values for what the embedded Ray sets (serving/ray_wing/cluster.py,
+# EMBEDDED_RAY_ENVIRONMENT)
 RAY_DEFAULTS = {
     "RAY_worker_niceness": "15",
     "RAY_SERVE_METRICS_EXPORT_INTERVAL_MS": "100",
@@ -59,13 +66,20 @@ SCENARIOS = {"one": 1, "fifteen": 15}
 SETTLE_S = 10
 READY_TIMEOUT_S = 600
 RESULTS = ROOT / "loadtests" / "results" / "bench_idle.json"
-TARGET_IDLE_CORES, TARGET_STARTUP_S = 0.05, 30.0  # issue 18's targets for the fifteen-container endpoint
+# issue 18's targets for the fifteen-container endpoint
+TARGET_IDLE_CORES, TARGET_STARTUP_S = 0.05, 30.0
 
 
-# --- measurements, inside the scenario's child process -------------------------------------------------
+# --- measurements, inside the scenario's child process --------------------------------------------
 def _title(pid: int) -> str:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        return (
+            Path(f"/proc/{pid}/cmdline")
+            .read_bytes()
+            .replace(b"\0", b" ")
+            .decode(errors="replace")
+            .strip()
+        )
     except OSError:
         return ""
 
@@ -84,7 +98,11 @@ def role(pid: int) -> str:
     if "ray::Registry" in title:
         return "registry"
     parent = parent_of(pid)
-    if parent is not None and "ServeReplica:" in _title(parent) and "serving-gateway" not in _title(parent):
+    if (
+        parent is not None
+        and "ServeReplica:" in _title(parent)
+        and "serving-gateway" not in _title(parent)
+    ):
         return "container processes"
     return "ray system"
 
@@ -99,9 +117,11 @@ def _cpu_seconds() -> dict[int, tuple[str, float]]:
     return seen
 
 
-def cpu_by_role(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]) -> dict[str, float]:
-    """CPU seconds between two readings, by role (a process that started meanwhile counts whole; one that ended
-    meanwhile is not seen)."""
+def cpu_by_role(
+    before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]
+) -> dict[str, float]:
+    """CPU seconds between two readings, by role (a process that started meanwhile counts whole; one
+    that ended meanwhile is not seen)."""
     seconds: dict[str, float] = {}
     for pid, (name, used) in after.items():
         seconds[name] = seconds.get(name, 0.0) + used - before.get(pid, (name, 0.0))[1]
@@ -125,9 +145,14 @@ def run_scenario(scenario: str, models: Path, window: float) -> dict[str, Any]:
     expected = json.loads((models / "expected.json").read_text())
     containers = _containers(models)[: SCENARIOS[scenario]]
     document = {"EndpointName": f"idle-{scenario}", "Containers": containers}
-    targets = [(document["EndpointName"], c["ContainerHostname"], Path(c["ModelDataUrl"]).name) for c in containers]
+    targets = [
+        (document["EndpointName"], c["ContainerHostname"], Path(c["ModelDataUrl"]).name)
+        for c in containers
+    ]
     started = time.monotonic()
-    with in_process(num_cpus=2, ready_timeout_s=READY_TIMEOUT_S, invocation_timeout_s=60.0) as server:
+    with in_process(
+        num_cpus=2, ready_timeout_s=READY_TIMEOUT_S, invocation_timeout_s=60.0
+    ) as server:
         server_s = time.monotonic() - started
         cpu_before = _cpu_seconds()
         deploy_started = time.monotonic()
@@ -154,8 +179,10 @@ def run_scenario(scenario: str, models: Path, window: float) -> dict[str, Any]:
         }
 
 
-# --- orchestration ----------------------------------------------------------------------------------------
-def _spawn(scenario: str, setting: str, models: Path, window: float, workdir: Path) -> dict[str, Any]:
+# --- orchestration --------------------------------------------------------------------------------
+def _spawn(
+    scenario: str, setting: str, models: Path, window: float, workdir: Path
+) -> dict[str, Any]:
     result = workdir / f"{scenario}-{setting}.json"
     log = workdir / f"{scenario}-{setting}.log"
     environment = {**os.environ, **SETTINGS[setting]}
@@ -174,7 +201,12 @@ def _spawn(scenario: str, setting: str, models: Path, window: float, workdir: Pa
     ]
     with log.open("w") as out:
         child = subprocess.Popen(
-            command, cwd=ROOT, env=environment, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            command,
+            cwd=ROOT,
+            env=environment,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         try:
             child.wait(READY_TIMEOUT_S + window + 120)
@@ -186,7 +218,9 @@ def _spawn(scenario: str, setting: str, models: Path, window: float, workdir: Pa
         if "unexpected answer" in line:
             print(line, flush=True)
     if child.returncode != 0 or not result.exists():
-        raise RuntimeError(f"{scenario}/{setting} failed (exit {child.returncode}):\n{text[-3000:]}")
+        raise RuntimeError(
+            f"{scenario}/{setting} failed (exit {child.returncode}):\n{text[-3000:]}"
+        )
     return json.loads(result.read_text())
 
 
@@ -210,7 +244,9 @@ def docs_section(saved: dict[str, Any]) -> str:
                 f"| {scenario} | {setting} | {run['answered']}/{run['containers']} | {run['startup_s']:.1f} s | "
                 f"{run['idle_cores']:.3f} | {run['pss_mib']:,.0f} MiB |"
             )
-    roles = sorted({name for by in runs.values() for run in by.values() for name in run["idle_by_role"]})
+    roles = sorted(
+        {name for by in runs.values() for run in by.values() for name in run["idle_by_role"]}
+    )
     lines += [
         "",
         "Idle CPU by role (cores):",
@@ -253,18 +289,26 @@ def docs_section(saved: dict[str, Any]) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--window", type=float, default=60.0, help="idle measurement window, seconds")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--window", type=float, default=60.0, help="idle measurement window, seconds"
+    )
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--write-docs", action="store_true")
-    parser.add_argument("--render", type=Path, metavar="JSON", help="only rewrite the docs section from results")
+    parser.add_argument(
+        "--render", type=Path, metavar="JSON", help="only rewrite the docs section from results"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--models", help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        Path(args.result).write_text(json.dumps(run_scenario(args.child, Path(args.models), args.window)))
+        Path(args.result).write_text(
+            json.dumps(run_scenario(args.child, Path(args.models), args.window))
+        )
         return 0
     if args.render:
         write_section(
@@ -277,7 +321,9 @@ def main() -> int:
         "command": " ".join(["python", "-m", "loadtests.bench_idle", *sys.argv[1:]]),
         "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "machine_before": machine_facts(),
-        "versions": package_versions(("ray", "torch", "tensorflow-cpu", "onnxruntime", "scikit-learn")),
+        "versions": package_versions(
+            ("ray", "torch", "tensorflow-cpu", "onnxruntime", "scikit-learn")
+        ),
     }
     began = time.monotonic()
     runs: dict[str, dict[str, Any]] = {}
@@ -288,7 +334,9 @@ def main() -> int:
         for scenario in [s for s in args.scenarios.split(",") if s]:
             for setting in SETTINGS:
                 print(f"{scenario} / {setting} ...", flush=True)
-                run = runs.setdefault(scenario, {})[setting] = _spawn(scenario, setting, models, args.window, workdir)
+                run = runs.setdefault(scenario, {})[setting] = _spawn(
+                    scenario, setting, models, args.window, workdir
+                )
                 print(
                     f"  start-up {run['startup_s']:.1f} s, idle {run['idle_cores']:.3f} cores "
                     f"{json.dumps({k: round(v, 4) for k, v in run['idle_by_role'].items()})}",

@@ -103,7 +103,8 @@ from loadtests.invoke.measure import (
 from loadtests.invoke.process_targets import H2H_LOADS, H2H_MLSERVER, H2H_OURS, h2h_load
 
 DEFAULT_MLSERVER_VENV = ROOT / ".bench" / "mlserver-venv"
-DEFAULT_OUT = ROOT / "loadtests" / "results" / "bench_invoke.json"  # beside the other benchmarks' results
+# beside the other benchmarks' results
+DEFAULT_OUT = ROOT / "loadtests" / "results" / "bench_invoke.json"
 DOCS_PATH = ROOT / "docs" / "benchmarks" / "bench_invoke.md"
 
 
@@ -111,13 +112,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--duration", type=float, default=15.0, help="seconds per measured case (default 15)")
-    parser.add_argument("--warmup", type=float, help="warm-up seconds before each case (default: duration/5, 1..3)")
     parser.add_argument(
-        "--out", type=Path, default=DEFAULT_OUT, help=f"results JSON (default {DEFAULT_OUT.relative_to(ROOT)})"
+        "--duration", type=float, default=15.0, help="seconds per measured case (default 15)"
     )
     parser.add_argument(
-        "--write-docs", action="store_true", help=f"(re)write {DOCS_PATH.relative_to(ROOT)} from this run"
+        "--warmup", type=float, help="warm-up seconds before each case (default: duration/5, 1..3)"
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=DEFAULT_OUT,
+        help=f"results JSON (default {DEFAULT_OUT.relative_to(ROOT)})",
+    )
+    parser.add_argument(
+        "--write-docs",
+        action="store_true",
+        help=f"(re)write {DOCS_PATH.relative_to(ROOT)} from this run",
     )
     parser.add_argument("--docs", type=Path, default=DOCS_PATH, help=argparse.SUPPRESS)
     parser.add_argument(
@@ -163,7 +173,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="skip the py-spy profiles of the gateway and container replicas",
     )
     parser.add_argument(
-        "--keep-temp", action="store_true", help="keep the temporary folder (models, logs, Lua scripts)"
+        "--keep-temp",
+        action="store_true",
+        help="keep the temporary folder (models, logs, Lua scripts)",
     )
     args = parser.parse_args(argv)
     if args.duration < 1:
@@ -217,7 +229,9 @@ def main(argv: list[str] | None = None) -> int:
         try:  # fail before spending time on the peers if our side cannot even start
             importlib.import_module("serving.ray_wing")
         except Exception as error:
-            raise BenchError(f"cannot import serving.ray_wing: {type(error).__name__}: {error}") from None
+            raise BenchError(
+                f"cannot import serving.ray_wing: {type(error).__name__}: {error}"
+            ) from None
         mlserver_bin = ensure_mlserver(args.mlserver_venv)
         report["mlserver_versions"] = mlserver_versions(args.mlserver_venv)
         log(f"training models into {work} ...")
@@ -228,8 +242,9 @@ def main(argv: list[str] | None = None) -> int:
         log(f"in-process µs per call: {report['inprocess_us']}")
 
         def load_all(system: str, url: str, body: str, headers=None, inline=None):
-            """Every load on `url`; `inline`: the container's counts reader, to record the share of its
-            predictions that ran on its event loop in each case (warm-up and retries included)."""
+            """Every load on `url`; `inline`: the container's counts reader, to record the share of
+            its predictions that ran on its event loop in each case (warm-up and retries
+            included)."""
             for load, connections in LOADS:
                 before = inline() if inline else None
                 cases.append(
@@ -248,7 +263,9 @@ def main(argv: list[str] | None = None) -> int:
                     (calls, on_loop), (calls0, on_loop0) = inline(), before
                     share = (on_loop - on_loop0) / max(1, calls - calls0)
                     report["inline_share"][f"{system} {load}"] = round(share, 3)
-                    log(f"    the container ran {share:.1%} of its {calls - calls0} predictions on its event loop")
+                    log(
+                        f"    the container ran {share:.1%} of its {calls - calls0} predictions on its event loop"
+                    )
 
         # --- peers phase
         log("starting the floor (bare Starlette + uvicorn, predict in-process) ...")
@@ -265,12 +282,16 @@ def main(argv: list[str] | None = None) -> int:
         status, body = http("POST", proxy_url + "/invocations", OUR_BODY, JSON_HEADERS)
         report["samples"][PROXY_FLOOR] = body.decode()
         if status != 200 or json.loads(body) != [0]:
-            raise BenchError(f"the proxy in front of the floor answered {status} {body[:200]!r}, expected [0]")
+            raise BenchError(
+                f"the proxy in front of the floor answered {status} {body[:200]!r}, expected [0]"
+            )
         load_all(PROXY_FLOOR, proxy_url + "/invocations", OUR_BODY)
         processes.stop(proxy)
         processes.stop(floor)
 
-        log(f"starting MLServer {report['mlserver_versions'].get('mlserver')} (default settings) ...")
+        log(
+            f"starting MLServer {report['mlserver_versions'].get('mlserver')} (default settings) ..."
+        )
         mlserver, mlserver_url = start_mlserver(processes, mlserver_bin, paths, logs)
         meter.roles[mlserver.pid] = "mlserver"
         infer = f"{mlserver_url}/v2/models/{MLSERVER_MODEL}/infer"
@@ -280,10 +301,13 @@ def main(argv: list[str] | None = None) -> int:
             raise BenchError(f"MLServer answered {status} {body[:300]!r}, expected class 0")
         load_all("MLServer", infer, MLSERVER_BODY)
         processes.stop(mlserver)
-        # The same MLServer with inference in its HTTP process, and with its adaptive batching on (issue 18).
+        # The same MLServer with inference in its HTTP process, and with its adaptive batching on
+        # (issue 18).
         for system, _, settings, model_settings in MLSERVER_VARIANTS:
             log(f"starting MLServer ({system}) ...")
-            mlserver, mlserver_url = start_mlserver(processes, mlserver_bin, paths, logs, settings, model_settings)
+            mlserver, mlserver_url = start_mlserver(
+                processes, mlserver_bin, paths, logs, settings, model_settings
+            )
             meter.roles[mlserver.pid] = "mlserver"
             load_all(system, f"{mlserver_url}/v2/models/{MLSERVER_MODEL}/infer", MLSERVER_BODY)
             processes.stop(mlserver)
@@ -297,7 +321,8 @@ def main(argv: list[str] | None = None) -> int:
         base = ours["base"]
         direct_url, serial_url = (f"{base}/endpoints/{n}/invocations" for n in (DIRECT, SERIAL))
         port_url = ours["ports"][f"{DIRECT}/iris"] + "/invocations"
-        port_headers = hop_headers(DIRECT, "iris", OUR_BODY)  # the data port answers only signed hops
+        # the data port answers only signed hops
+        port_headers = hop_headers(DIRECT, "iris", OUR_BODY)
         for name, url, headers in (
             ("direct", direct_url, lambda: JSON_HEADERS),
             ("serial", serial_url, lambda: JSON_HEADERS),
@@ -307,7 +332,9 @@ def main(argv: list[str] | None = None) -> int:
             report["samples"][f"ours: {name}"] = body.decode()
             expected = {"labels": ["setosa"]} if name == "serial" else [0]
             if status != 200 or json.loads(body) != expected:
-                raise BenchError(f"ours ({name}) answered {status} {body[:300]!r}, expected {expected}")
+                raise BenchError(
+                    f"ours ({name}) answered {status} {body[:300]!r}, expected {expected}"
+                )
         inline = inline_counts(ours["ports"][f"{DIRECT}/iris"], DIRECT, "iris")
         report["inline_share"] = {}
         load_all("ours: container data port", port_url, OUR_BODY, port_headers, inline)
@@ -333,11 +360,14 @@ def main(argv: list[str] | None = None) -> int:
         processes.stop(floor)
 
         if args.rounds:
-            # Minutes apart, this VM's drift alone moved MLServer's CPU per request by 10% between two runs: the
-            # target against it is judged on rounds in turn, each system's own processes counted in its cases.
+            # Minutes apart, this VM's drift alone moved MLServer's CPU per request by 10% between
+            # two runs: the target against it is judged on rounds in turn, each system's own
+            # processes counted in its cases.
             system, _, settings, model_settings = MLSERVER_VARIANTS[0]
             log(f"head to head: {system} and ours, {args.rounds} rounds in turn ...")
-            mlserver, mlserver_url = start_mlserver(processes, mlserver_bin, paths, logs, settings, model_settings)
+            mlserver, mlserver_url = start_mlserver(
+                processes, mlserver_bin, paths, logs, settings, model_settings
+            )
             meter.roles[mlserver.pid] = "mlserver"
             contenders = [
                 (H2H_MLSERVER, f"{mlserver_url}/v2/models/{MLSERVER_MODEL}/infer", MLSERVER_BODY),
@@ -345,7 +375,8 @@ def main(argv: list[str] | None = None) -> int:
             ]
             for round_ in range(1, args.rounds + 1):
                 for load, connections in H2H_LOADS:
-                    for name, url, body in contenders if round_ % 2 else contenders[::-1]:  # ABBA: neither always first
+                    # ABBA: neither always first
+                    for name, url, body in contenders if round_ % 2 else contenders[::-1]:
                         cases.append(
                             wrk.case(
                                 name,
@@ -362,7 +393,15 @@ def main(argv: list[str] | None = None) -> int:
 
         log("diagnostics ...")
         cases.append(
-            wrk.case("ours: gateway GET /ping", "sequential", 1, f"{base}/ping", diag, args.warmup, method="GET")
+            wrk.case(
+                "ours: gateway GET /ping",
+                "sequential",
+                1,
+                f"{base}/ping",
+                diag,
+                args.warmup,
+                method="GET",
+            )
         )
         report["serial_ports"] = {}
         body = OUR_BODY
@@ -402,7 +441,14 @@ def main(argv: list[str] | None = None) -> int:
                     work,
                 ),
                 "serial": profile_case(
-                    processes, wrk, meter, {"gateway replica": "gateway"}, serial_url, OUR_BODY, diag, work
+                    processes,
+                    wrk,
+                    meter,
+                    {"gateway replica": "gateway"},
+                    serial_url,
+                    OUR_BODY,
+                    diag,
+                    work,
                 ),
             }
             for name, prof in report["profiles"].items():
@@ -410,7 +456,8 @@ def main(argv: list[str] | None = None) -> int:
                     log(f"  {name}: profile skipped ({prof['skipped']})")
                 for process_name, summary in prof.get("processes", {}).items():
                     top = ", ".join(
-                        f"{b['bucket'].split(' (')[0]} {b['us_per_request']} µs" for b in summary.get("buckets", [])[:4]
+                        f"{b['bucket'].split(' (')[0]} {b['us_per_request']} µs"
+                        for b in summary.get("buckets", [])[:4]
                     )
                     log(f"  {name} c32 ({prof['rps']} req/s while profiled), {process_name}: {top}")
     except Interrupted as why:
@@ -421,7 +468,8 @@ def main(argv: list[str] | None = None) -> int:
         report["notes"].append(f"run failed: {error}")
         log(f"FAILED: {error}")
         return_code = 1
-    except Exception as error:  # a bug, or serving/ not importable: still stop everything and keep the results
+    # a bug, or serving/ not importable: still stop everything and keep the results
+    except Exception as error:
         import traceback
 
         traceback.print_exc()

@@ -1,23 +1,26 @@
-"""MultiModel benchmark: warm hits against SingleModel, cold loads against the framework's load, Zipf traffic.
+"""MultiModel benchmark: warm hits against SingleModel, cold loads against the framework's load,
+Zipf traffic.
 
     .venv/bin/python -m loadtests.bench_multimodel [--write-docs]
 
 One embedded Ray and endpoint server on this machine, one endpoint `bench-mm` with two containers
-serving the same scikit-learn model (examples/models/iris-classifier, `python examples/train_demo.py`):
-`single` (SingleModel) and `multi` (MultiModel, a prefix of MODELS copies of it as SageMaker archives,
-a cache of CACHE models). Requests come from a client in its own process (aiohttp on uvloop, one
-keep-alive connection per concurrent caller), so the Ray driver's threads do not compete with it.
+serving the same scikit-learn model (examples/models/iris-classifier, `python
+examples/train_demo.py`): `single` (SingleModel) and `multi` (MultiModel, a prefix of MODELS copies
+of it as SageMaker archives, a cache of CACHE models). Requests come from a client in its own
+process (aiohttp on uvloop, one keep-alive connection per concurrent caller), so the Ray driver's
+threads do not compete with it.
 
-1. Warm hits: sequential requests, alternating blocks to `single` and to one cached model of `multi`;
-   p50/p99 of each and their ratio (target: MultiModel within 10% of SingleModel).
+1. Warm hits: sequential requests, alternating blocks to `single` and to one cached model of
+   `multi`; p50/p99 of each and their ratio (target: MultiModel within 10% of SingleModel).
 2. Cold loads: the first request for each of COLD models not loaded yet, against the framework's own
    load of that artifact (the stack's `Runtime.load`, i.e. skops, timed in this process) and the
    replica's own download/unpack and load times read from `GET /metrics`.
 3. Zipf: CONCURRENCY closed-loop callers for ZIPF_SECONDS, TargetModel drawn from MODELS models with
-   Zipf popularity (exponent ZIPF_S), through the cache of CACHE; throughput, p50/p99 and the cache hit
-   ratio from the server's metrics, next to the same load on `single` (every request a hit).
-Results go to loadtests/results/bench_multimodel.json and, with --write-docs, its section of
-docs/benchmarks/bench_multimodel.md. Ratios, not absolute times, are the point: this VM has 2 shared cores.
+   Zipf popularity (exponent ZIPF_S), through the cache of CACHE; throughput, p50/p99 and the cache
+   hit ratio from the server's metrics, next to the same load on `single` (every request a hit).
+   Results go to loadtests/results/bench_multimodel.json and, with --write-docs, its section of
+   docs/benchmarks/bench_multimodel.md. Ratios, not absolute times, are the point: this VM has 2
+   shared cores.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ def log(message: str) -> None:
     print(f"[bench_multimodel {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-# --- client (runs in its own process: `python -m loadtests.bench_multimodel client SPEC_JSON`) ---------------------------
+# --- client (runs in its own process: `python -m loadtests.bench_multimodel client SPEC_JSON`) ----
 
 
 async def _client(spec: dict[str, Any]) -> dict[str, Any]:
@@ -65,7 +68,9 @@ async def _client(spec: dict[str, Any]) -> dict[str, Any]:
 
         async def call(headers: dict[str, str]) -> tuple[float, int]:
             started = time.perf_counter()
-            async with session.post(url, data=ROW, headers={"Content-Type": "application/json", **headers}) as response:
+            async with session.post(
+                url, data=ROW, headers={"Content-Type": "application/json", **headers}
+            ) as response:
                 await response.read()
                 return time.perf_counter() - started, response.status
 
@@ -96,7 +101,9 @@ async def _client(spec: dict[str, Any]) -> dict[str, Any]:
 
             started = time.perf_counter()
             await asyncio.gather(*(caller() for _ in range(spec["concurrency"])))
-            results.update(latencies=latencies, errors=errors, seconds=time.perf_counter() - started)
+            results.update(
+                latencies=latencies, errors=errors, seconds=time.perf_counter() - started
+            )
     return results
 
 
@@ -114,7 +121,7 @@ def run_client(spec: dict[str, Any]) -> dict[str, Any]:
     return json.loads(output.stdout)
 
 
-# --- the server side ------------------------------------------------------------------------------------
+# --- the server side ------------------------------------------------------------------------------
 
 
 def build_prefix(root: Path) -> Path:
@@ -129,7 +136,8 @@ def build_prefix(root: Path) -> Path:
 
 
 def metric_sums(url: str) -> dict[str, float]:
-    """serving_* samples of the endpoint summed over replicas and models, by sample name and container."""
+    """serving_* samples of the endpoint summed over replicas and models, by sample name and
+    container."""
     import httpx
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -159,7 +167,8 @@ def framework_load_times(prefix: Path, count: int) -> list[float]:
     unpacked = prefix.parent / "unpacked"
     with tarfile.open(prefix / "customer-0.tar.gz") as tar:
         tar.extractall(unpacked, filter="data")
-    runtime_for("sklearn", unpacked, {}).load()  # imports sklearn and skops once, as a replica does at start
+    # imports sklearn and skops once, as a replica does at start
+    runtime_for("sklearn", unpacked, {}).load()
     samples = []
     for _ in range(count):
         started = time.perf_counter()
@@ -175,7 +184,12 @@ def run(work: Path) -> dict[str, Any]:
     spec = {
         "EndpointName": ENDPOINT,
         "Containers": [
-            {"ContainerHostname": "single", "Image": "sklearn", "ModelDataUrl": str(MODEL), "Resources": {"Cpus": 0.5}},
+            {
+                "ContainerHostname": "single",
+                "Image": "sklearn",
+                "ModelDataUrl": str(MODEL),
+                "Resources": {"Cpus": 0.5},
+            },
             {
                 "ContainerHostname": "multi",
                 "Image": "sklearn",
@@ -196,18 +210,23 @@ def run(work: Path) -> dict[str, Any]:
         }
 
         log("warm hits: single vs multi (one cached model)")
-        run_client({"url": invocations, "mode": "sequence", "requests": [single, multi(0)] * 50})  # warm up, load 0
+        # warm up, load 0
+        run_client({"url": invocations, "mode": "sequence", "requests": [single, multi(0)] * 50})
         warm: dict[str, list[float]] = {"single": [], "multi": []}
         for _ in range(WARM_BLOCKS):
             for name, headers in (("single", single), ("multi", multi(0))):
-                warm[name] += run_client({"url": invocations, "mode": "sequence", "requests": [headers] * WARM_BLOCK})[
-                    "latencies"
-                ]
+                warm[name] += run_client(
+                    {"url": invocations, "mode": "sequence", "requests": [headers] * WARM_BLOCK}
+                )["latencies"]
 
         log(f"cold loads: {COLD} models requested once each")
         before = metric_sums(url)
         cold = run_client(
-            {"url": invocations, "mode": "sequence", "requests": [multi(index) for index in range(1, COLD + 1)]}
+            {
+                "url": invocations,
+                "mode": "sequence",
+                "requests": [multi(index) for index in range(1, COLD + 1)],
+            }
         )["latencies"]
         after = settled_metrics(
             url,
@@ -223,7 +242,9 @@ def run(work: Path) -> dict[str, Any]:
         }
         framework = framework_load_times(prefix, COLD)
 
-        log(f"zipf: {MODELS} models, s={ZIPF_S}, cache {CACHE}, {CONCURRENCY} callers, {ZIPF_SECONDS:g} s")
+        log(
+            f"zipf: {MODELS} models, s={ZIPF_S}, cache {CACHE}, {CONCURRENCY} callers, {ZIPF_SECONDS:g} s"
+        )
         before = metric_sums(url)
         weights = zipf_weights(MODELS, ZIPF_S)
         zipf = run_client(
@@ -248,7 +269,8 @@ def run(work: Path) -> dict[str, Any]:
         misses = after.get("serving_model_cache_miss_total|multi", 0) - before.get(
             "serving_model_cache_miss_total|multi", 0
         )
-        ideal = sum(sorted(weights, reverse=True)[:CACHE])  # hit ratio of a cache holding the CACHE most popular
+        # hit ratio of a cache holding the CACHE most popular
+        ideal = sum(sorted(weights, reverse=True)[:CACHE])
         log("zipf baseline: the same load on single")
         baseline = run_client(
             {
@@ -261,7 +283,10 @@ def run(work: Path) -> dict[str, Any]:
             }
         )
 
-    warm_single, warm_multi = summarize_latencies(warm["single"]), summarize_latencies(warm["multi"])
+    warm_single, warm_multi = (
+        summarize_latencies(warm["single"]),
+        summarize_latencies(warm["multi"]),
+    )
     cold_summary, framework_summary = summarize_latencies(cold), summarize_latencies(framework)
     zipf_summary = {
         **summarize_latencies(zipf["latencies"]),
@@ -364,9 +389,13 @@ def render(result: dict[str, Any]) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument(
-        "--write-docs", action="store_true", help="rewrite its section of docs/benchmarks/bench_multimodel.md"
+        "--write-docs",
+        action="store_true",
+        help="rewrite its section of docs/benchmarks/bench_multimodel.md",
     )
     parser.add_argument("--render", metavar="JSON", help="only render a saved result")
     args = parser.parse_args()
@@ -381,7 +410,9 @@ def main() -> int:
     text = render(result)
     print(text)
     if args.write_docs:
-        write_section(ROOT / "docs" / "benchmarks" / "bench_multimodel.md", "bench_multimodel", text)
+        write_section(
+            ROOT / "docs" / "benchmarks" / "bench_multimodel.md", "bench_multimodel", text
+        )
     return 0
 
 

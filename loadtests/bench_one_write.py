@@ -1,16 +1,19 @@
-"""What sending a response's head with its body (serving.http.one_write) saves per hop, measured in one process.
+"""What sending a response's head with its body (serving.http.one_write) saves per hop, measured in
+one process.
 
-One process runs this runtime's HTTP server (`BackgroundServer`, uvicorn with `LimitedHttpToolsProtocol`, on its
-own thread) with a minimal `/invocations` app, and the gateway's hop client (`serving.gateway.hop_client`, uvloop)
-on the main thread calling it at 1, 8 and 32 requests in flight. The held head is switched on and off between
-blocks of `--block` seconds, in the order off, on, on, off, ... (`--pairs` of each), so that this VM's speed, which
-drifts by up to 2x within minutes, falls on both alike. Each block reports the process's CPU per request (server
-and client together: the saving is on both sides of the socket), the median latency and the server thread's
-socket writes per response (its `syscw`, /proc/self/task/TID/io).
+One process runs this runtime's HTTP server (`BackgroundServer`, uvicorn with
+`LimitedHttpToolsProtocol`, on its own thread) with a minimal `/invocations` app, and the gateway's
+hop client (`serving.gateway.hop_client`, uvloop) on the main thread calling it at 1, 8 and 32
+requests in flight. The held head is switched on and off between blocks of `--block` seconds, in the
+order off, on, on, off, ... (`--pairs` of each), so that this VM's speed, which drifts by up to 2x
+within minutes, falls on both alike. Each block reports the process's CPU per request (server and
+client together: the saving is on both sides of the socket), the median latency and the server
+thread's socket writes per response (its `syscw`, /proc/self/task/TID/io).
 
     python -m loadtests.bench_one_write [--block 1.0] [--pairs 20] [--write-docs]
 
-Results: loadtests/results/bench_one_write.json; with --write-docs, its section of docs/benchmarks/bench_one_write.md.
+Results: loadtests/results/bench_one_write.json; with --write-docs, its section of
+docs/benchmarks/bench_one_write.md.
 """
 
 from __future__ import annotations
@@ -42,20 +45,25 @@ ANSWER = b'{"predictions": [0]}'
 
 
 async def invocations(scope, receive, send):
-    """A container's data port with no model: read the body, answer 20 bytes (Starlette's Response does the same)."""
+    """A container's data port with no model: read the body, answer 20 bytes (Starlette's Response
+    does the same)."""
     if scope["type"] != "http":
         return
     more = True
     while more:
         message = await receive()
         more = message.get("more_body", False)
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(ANSWER)).encode())]
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(ANSWER)).encode()),
+    ]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": ANSWER})
 
 
 def held_head(on: bool) -> None:
-    """What the protocol wraps each response's transport in: the held head, or the transport itself."""
+    """What the protocol wraps each response's transport in: the held head, or the transport
+    itself."""
     limits.HeldHeadTransport = HeldHeadTransport if on else (lambda transport, loop: transport)  # type: ignore[assignment]
 
 
@@ -64,21 +72,29 @@ def server_writes(server: BackgroundServer) -> int:
     return int(dict(line.split(": ") for line in text.splitlines())["syscw"])
 
 
-async def block(server: BackgroundServer, client: HopClient, in_flight: int, seconds: float) -> dict[str, float]:
+async def block(
+    server: BackgroundServer, client: HopClient, in_flight: int, seconds: float
+) -> dict[str, float]:
     latencies: list[float] = []
 
     async def worker(until: float, keep: bool) -> None:
         while time.monotonic() < until:
             start = time.perf_counter()
             answer = await client.post(
-                server.host, server.port, "/invocations", BODY, {"content-type": "application/json"}, 10
+                server.host,
+                server.port,
+                "/invocations",
+                BODY,
+                {"content-type": "application/json"},
+                10,
             )
             if answer.status != 200 or answer.body != ANSWER:
                 raise SystemExit(f"unexpected answer: {answer.status} {answer.body!r}")
             if keep:
                 latencies.append(time.perf_counter() - start)
 
-    await asyncio.gather(*(worker(time.monotonic() + 0.1, False) for _ in range(in_flight)))  # settle in this mode
+    # settle in this mode
+    await asyncio.gather(*(worker(time.monotonic() + 0.1, False) for _ in range(in_flight)))
     cpu, writes, began = time.process_time(), server_writes(server), time.monotonic()
     await asyncio.gather(*(worker(began + seconds, True) for _ in range(in_flight)))
     n = len(latencies)
@@ -107,7 +123,10 @@ async def run(
 
 
 def summary(blocks: dict[str, list[dict[str, float]]]) -> dict[str, float]:
-    mean = {mode: {key: statistics.mean(b[key] for b in blocks[mode]) for key in blocks[mode][0]} for mode in blocks}
+    mean = {
+        mode: {key: statistics.mean(b[key] for b in blocks[mode]) for key in blocks[mode][0]}
+        for mode in blocks
+    }
     return {
         "cpu_us_off": mean["off"]["cpu_us"],
         "cpu_us_on": mean["on"]["cpu_us"],
@@ -152,11 +171,15 @@ def docs_section(result: dict) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--block", type=float, default=1.0, help="seconds per block")
     parser.add_argument("--pairs", type=int, default=20, help="blocks per mode and case")
     parser.add_argument("--in-flight", type=int, nargs="+", default=[1, 8, 32])
-    parser.add_argument("--out", type=Path, default=ROOT / "loadtests" / "results" / "bench_one_write.json")
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "loadtests" / "results" / "bench_one_write.json"
+    )
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     started = time.monotonic()
@@ -189,7 +212,11 @@ def main() -> None:
     result = {"meta": meta, "cases": cases, "blocks": blocks}
     write_results(args.out, result)
     if args.write_docs:
-        write_section(ROOT / "docs" / "benchmarks" / "bench_one_write.md", "bench_one_write", docs_section(result))
+        write_section(
+            ROOT / "docs" / "benchmarks" / "bench_one_write.md",
+            "bench_one_write",
+            docs_section(result),
+        )
 
 
 if __name__ == "__main__":

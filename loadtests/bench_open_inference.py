@@ -1,20 +1,24 @@
-"""The Open Inference Protocol (V2 REST and gRPC) here against MLServer's, on the same scikit-learn model (issue 46).
+"""The Open Inference Protocol (V2 REST and gRPC) here against MLServer's, on the same scikit-learn
+model (issue 46).
 
-One embedded server with one Direct endpoint of one `sklearn` container (bench_invoke's iris pipeline), and MLServer
-1.7.1 serving the same fitted pipeline in-process (`parallel_workers: 0`, `debug: false`: its fastest production
-configuration; bench_invoke measures its default worker too). wrk drives, interleaved over `--rounds`:
+One embedded server with one Direct endpoint of one `sklearn` container (bench_invoke's iris
+pipeline), and MLServer 1.7.1 serving the same fitted pipeline in-process (`parallel_workers: 0`,
+`debug: false`: its fastest production configuration; bench_invoke measures its default worker too).
+wrk drives, interleaved over `--rounds`:
 
-- 1 row (`[1, 4]`): V2 JSON here and at MLServer; V2 with the binary tensor extension here (MLServer's REST has
-  no binary extension); V2 gRPC (`raw_input_contents`) here and at MLServer; and InvokeEndpoint here, the same
-  container through SageMaker's protocol. Latency at one connection (p50, p99), throughput and server CPU per
-  request at 32 (here: the gateway and the container process; MLServer: its one process), from /proc. gRPC is
-  driven by `harness/grpc_load` (one channel, 32 calls in flight), REST by wrk: compare gRPC rows with each other.
-- A 1 MB tensor (65,536 × 4 FP32): V2 JSON and binary here, JSON at MLServer, one request at a time from httpx;
-  gRPC here and at MLServer, one call at a time from grpc_load.
+- 1 row (`[1, 4]`): V2 JSON here and at MLServer; V2 with the binary tensor extension here
+  (MLServer's REST has no binary extension); V2 gRPC (`raw_input_contents`) here and at MLServer;
+  and InvokeEndpoint here, the same container through SageMaker's protocol. Latency at one
+  connection (p50, p99), throughput and server CPU per request at 32 (here: the gateway and the
+  container process; MLServer: its one process), from /proc. gRPC is driven by `harness/grpc_load`
+  (one channel, 32 calls in flight), REST by wrk: compare gRPC rows with each other.
+- A 1 MB tensor (65,536 × 4 FP32): V2 JSON and binary here, JSON at MLServer, one request at a time
+  from httpx; gRPC here and at MLServer, one call at a time from grpc_load.
 
     python -m loadtests.bench_open_inference [--seconds 5] [--rounds 3] [--write-docs]
 
-Results: loadtests/results/bench_open_inference.json; with --write-docs, docs/benchmarks/bench_open_inference.md.
+Results: loadtests/results/bench_open_inference.json; with --write-docs,
+docs/benchmarks/bench_open_inference.md.
 """
 
 from __future__ import annotations
@@ -48,13 +52,22 @@ LARGE_ROWS = 65_536  # × 4 FP32 = 1 MiB of tensor data
 
 def v2_json(rows: np.ndarray, name: str = "input-0") -> str:
     return json.dumps(
-        {"inputs": [{"name": name, "datatype": "FP32", "shape": list(rows.shape), "data": rows.reshape(-1).tolist()}]}
+        {
+            "inputs": [
+                {
+                    "name": name,
+                    "datatype": "FP32",
+                    "shape": list(rows.shape),
+                    "data": rows.reshape(-1).tolist(),
+                }
+            ]
+        }
     )
 
 
 def v2_binary(rows: np.ndarray) -> tuple[str, dict[str, str]]:
-    """The binary tensor extension as Triton's client sends it: JSON header, then the raw tensor; as a str of
-    bytes 0-255 (latin-1), which the wrk script carries byte for byte."""
+    """The binary tensor extension as Triton's client sends it: JSON header, then the raw tensor; as
+    a str of bytes 0-255 (latin-1), which the wrk script carries byte for byte."""
     data = np.ascontiguousarray(rows, dtype="<f4").tobytes()
     head = json.dumps(
         {
@@ -69,7 +82,10 @@ def v2_binary(rows: np.ndarray) -> tuple[str, dict[str, str]]:
             "parameters": {"binary_data_output": True},
         }
     ).encode()
-    headers = {"Content-Type": "application/octet-stream", "Inference-Header-Content-Length": str(len(head))}
+    headers = {
+        "Content-Type": "application/octet-stream",
+        "Inference-Header-Content-Length": str(len(head)),
+    }
     return (head + data).decode("latin-1"), headers
 
 
@@ -84,7 +100,8 @@ def grpc_message(rows: np.ndarray, model: str, name: str = "input-0") -> bytes:
 
 
 def lua_bytes(text: str) -> str:
-    """`text` (bytes as latin-1) as a Lua string literal: printable ASCII as is, every other byte as \\ddd."""
+    """`text` (bytes as latin-1) as a Lua string literal: printable ASCII as is, every other byte as
+    \\ddd."""
     out = []
     for char in text:
         code = ord(char)
@@ -93,8 +110,8 @@ def lua_bytes(text: str) -> str:
 
 
 def timed_posts(url: str, body: bytes, headers: dict[str, str], count: int) -> list[float]:
-    """Milliseconds of `count` POSTs one after another on one keep-alive connection (httpx: wrk cannot send a body
-    this large with NUL bytes in it from its Lua script), each answered 200."""
+    """Milliseconds of `count` POSTs one after another on one keep-alive connection (httpx: wrk
+    cannot send a body this large with NUL bytes in it from its Lua script), each answered 200."""
     import httpx
 
     latencies = []
@@ -153,15 +170,21 @@ def docs_section(result: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--large-requests", type=int, default=20, help="1 MB requests per case and round")
+    parser.add_argument(
+        "--large-requests", type=int, default=20, help="1 MB requests per case and round"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     started = time.monotonic()
-    meta = run_meta(__file__, case_seconds=args.seconds, rounds=args.rounds, large_requests=args.large_requests)
+    meta = run_meta(
+        __file__, case_seconds=args.seconds, rounds=args.rounds, large_requests=args.large_requests
+    )
     from serving.config.spec import parse_spec
     from serving.ray_wing import EmbeddedServer, EndpointsNotReady
     from serving.settings import ServerSettings
@@ -171,7 +194,13 @@ def main() -> None:
     spec = parse_spec(
         {
             "EndpointName": "v2-iris",
-            "Containers": [{"ContainerHostname": "iris", "Image": "sklearn", "ModelDataUrl": str(paths["skops_dir"])}],
+            "Containers": [
+                {
+                    "ContainerHostname": "iris",
+                    "Image": "sklearn",
+                    "ModelDataUrl": str(paths["skops_dir"]),
+                }
+            ],
         }
     )
     mlserver_bin = ensure_mlserver(MLSERVER_VENV)
@@ -182,7 +211,9 @@ def main() -> None:
     mlserver, mlserver_url = start_mlserver(
         processes, mlserver_bin, paths, work, {"parallel_workers": 0, "grpc_port": mlserver_grpc}
     )
-    server = EmbeddedServer([spec], ServerSettings(host="127.0.0.1", port=0, grpc_port=0), ready_timeout_s=300)
+    server = EmbeddedServer(
+        [spec], ServerSettings(host="127.0.0.1", port=0, grpc_port=0), ready_timeout_s=300
+    )
     try:
         server.__enter__()
     except EndpointsNotReady as error:
@@ -227,7 +258,11 @@ def main() -> None:
             message_file("theirs-1.bin", grpc_message(one, MLSERVER_MODEL, "predict")),
             "mlserver",
         ),
-        "serving, V2 gRPC": (ours_grpc, message_file("ours-1.bin", grpc_message(one, "v2-iris")), "ours"),
+        "serving, V2 gRPC": (
+            ours_grpc,
+            message_file("ours-1.bin", grpc_message(one, "v2-iris")),
+            "ours",
+        ),
     }
     large_grpc = {
         "MLServer, V2 gRPC": (
@@ -238,14 +273,18 @@ def main() -> None:
     }
     cases_all = [*cases, *grpc_cases]
     runs: dict[str, list[dict[str, float]]] = {case: [] for case in cases_all}
-    large_runs: dict[str, list[dict[str, float]]] = {case: [] for case in [*large_cases, *large_grpc]}
+    large_runs: dict[str, list[dict[str, float]]] = {
+        case: [] for case in [*large_cases, *large_grpc]
+    }
     try:
         pids = {"ours": gateway_and_container("v2-iris"), "mlserver": {"mlserver": mlserver.pid}}
         wrk = Wrk(ensure_wrk(), work, CpuMeter(), timeout_s=30.0)
 
         def script(body: str, headers: dict[str, str]) -> Path:
             path = wrk._script("POST", "", headers)
-            path.write_text(path.read_text().replace('wrk.body = ""', f"wrk.body = {lua_bytes(body)}", 1))
+            path.write_text(
+                path.read_text().replace('wrk.body = ""', f"wrk.body = {lua_bytes(body)}", 1)
+            )
             return path
 
         scripts = {case: script(body, headers) for case, (_, body, headers, _) in cases.items()}
@@ -255,8 +294,8 @@ def main() -> None:
                 raise BenchError(f"{case}: {warm['status']} error answers while warming up")
 
         def measure(round_: int, case: str, whose: str, load: Any, failed: Any) -> None:
-            """One case at 1 connection (latency) and 32 (latency, throughput, the servers' CPU per request);
-            `load(connections)` runs it, `failed(stats)` says whether a run saw errors."""
+            """One case at 1 connection (latency) and 32 (latency, throughput, the servers' CPU per
+            request); `load(connections)` runs it, `failed(stats)` says whether a run saw errors."""
             c1 = load(1)
             before = {name: process_cpu_seconds(pid) for name, pid in pids[whose].items()}
             c32 = load(32)
@@ -277,32 +316,49 @@ def main() -> None:
                 f"{row['rps']:6.0f} req/s  {row['cpu_us']:.0f} µs CPU/request"
             )
 
-        wrk_failed = lambda stats: any(stats[k] for k in ("status", "timeout", "connect", "read", "write"))  # noqa: E731
+        wrk_failed = lambda stats: any(
+            stats[k] for k in ("status", "timeout", "connect", "read", "write")
+        )  # noqa: E731
         grpc_failed = lambda stats: bool(stats["errors"]) or not stats["requests"]  # noqa: E731
         for round_ in range(args.rounds):
             for case, (url, _, _, whose) in cases.items():
                 run_wrk = lambda c, s=scripts[case], u=url: wrk._run(s, u, c, args.seconds)[0]  # noqa: E731
                 measure(round_, case, whose, run_wrk, wrk_failed)
             for case, (target, message, whose) in grpc_cases.items():
-                run_grpc = lambda c, t=target, m=message: grpc_load.run(t, infer_method, m, c, args.seconds)  # noqa: E731
+                run_grpc = lambda c, t=target, m=message: grpc_load.run(
+                    t, infer_method, m, c, args.seconds
+                )  # noqa: E731
                 measure(round_, case, whose, run_grpc, grpc_failed)
             for case, (target, message) in large_grpc.items():
-                one_at_a_time = grpc_load.run(target, infer_method, message, 1, max(2.0, args.seconds / 2))
-                large_runs[case].append({"p50_ms": one_at_a_time["p50"] / 1000, "p99_ms": one_at_a_time["p99"] / 1000})
-                log(f"round {round_ + 1} 1 MB {case:<25} p50 {large_runs[case][-1]['p50_ms']:.2f} ms")
+                one_at_a_time = grpc_load.run(
+                    target, infer_method, message, 1, max(2.0, args.seconds / 2)
+                )
+                large_runs[case].append(
+                    {"p50_ms": one_at_a_time["p50"] / 1000, "p99_ms": one_at_a_time["p99"] / 1000}
+                )
+                log(
+                    f"round {round_ + 1} 1 MB {case:<25} p50 {large_runs[case][-1]['p50_ms']:.2f} ms"
+                )
             for case, (url, body, headers) in large_cases.items():
                 latencies = timed_posts(url, body.encode("latin-1"), headers, args.large_requests)
                 large_runs[case].append(
-                    {"p50_ms": float(np.percentile(latencies, 50)), "p99_ms": float(np.percentile(latencies, 99))}
+                    {
+                        "p50_ms": float(np.percentile(latencies, 50)),
+                        "p99_ms": float(np.percentile(latencies, 99)),
+                    }
                 )
-                log(f"round {round_ + 1} 1 MB {case:<25} p50 {large_runs[case][-1]['p50_ms']:.2f} ms")
+                log(
+                    f"round {round_ + 1} 1 MB {case:<25} p50 {large_runs[case][-1]['p50_ms']:.2f} ms"
+                )
     finally:
         server.__exit__(None, None, None)
         processes.stop(mlserver)
     base = runs["MLServer, V2 JSON"]
 
     def ratio(samples: list[dict[str, float]], key: str, against: list[dict[str, float]]) -> float:
-        return round(statistics.median(s[key] / b[key] for s, b in zip(samples, against, strict=True)), 3)
+        return round(
+            statistics.median(s[key] / b[key] for s, b in zip(samples, against, strict=True)), 3
+        )
 
     rows = [
         {
@@ -323,7 +379,10 @@ def main() -> None:
             "bytes": len(large_cases[case][1].encode("latin-1"))
             if case in large_cases
             else large_grpc[case][1].stat().st_size,
-            **{key: round(statistics.median(s[key] for s in samples), 3) for key in ("p50_ms", "p99_ms")},
+            **{
+                key: round(statistics.median(s[key] for s in samples), 3)
+                for key in ("p50_ms", "p99_ms")
+            },
             "p50_ratio": ratio(samples, "p50_ms", large_runs["MLServer, V2 JSON"]),
         }
         for case, samples in large_runs.items()
@@ -341,7 +400,9 @@ def main() -> None:
     for row in rows + large_rows:
         print(row)
     if args.write_docs:
-        write_section(DOCS, "bench_open_inference", docs_section(result), title="# bench_open_inference")
+        write_section(
+            DOCS, "bench_open_inference", docs_section(result), title="# bench_open_inference"
+        )
 
 
 if __name__ == "__main__":

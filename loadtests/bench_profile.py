@@ -1,23 +1,27 @@
-"""Where a direct call's CPU goes, per process: py-spy flame graphs of the gateway and of the container process
-under load, and each one's CPU per request split by what the code was doing (issue 44).
+"""Where a direct call's CPU goes, per process: py-spy flame graphs of the gateway and of the
+container process under load, and each one's CPU per request split by what the code was doing (issue
+44).
 
-The embedded server of bench_invoke (the iris pipeline in a scikit-learn container, one Direct endpoint, no
-AccessControl), wrk at `--connections` for `--seconds` while py-spy samples both processes twice: once as a
-flame graph (SVG, committed under docs/benchmarks/profiles/) and once as collapsed stacks, which are classified
-here: each sample goes to the category of its innermost frame that has one (so a category is the CPU spent in
-that code itself, below no other category). The shares are scaled by each process's CPU per request read from
-/proc in the same window (py-spy counts runnable threads as well as running ones).
+The embedded server of bench_invoke (the iris pipeline in a scikit-learn container, one Direct
+endpoint, no AccessControl), wrk at `--connections` for `--seconds` while py-spy samples both
+processes twice: once as a flame graph (SVG, committed under docs/benchmarks/profiles/) and once as
+collapsed stacks, which are classified here: each sample goes to the category of its innermost frame
+that has one (so a category is the CPU spent in that code itself, below no other category). The
+shares are scaled by each process's CPU per request read from /proc in the same window (py-spy
+counts runnable threads as well as running ones).
 
-What py-spy cannot see is in no row: the kernel's share of a syscall (seccomp filters, socket calls) shows as
-the Python frame that made the call, and the C code of uvloop, httptools and CPython itself, run under no Python
-frame, shows as the event loop's frame. A second load, as long, runs under `strace -c -f` on both processes instead,
-to count the syscalls each makes per request (strace slows every syscall, so only its counts are used). A third runs
-under `perf record` (where perf may read these processes): each process's CPU split by the binary it ran in, the
-kernel, CPython's interpreter (bytecode and the C API that extensions call) and other native code.
+What py-spy cannot see is in no row: the kernel's share of a syscall (seccomp filters, socket calls)
+shows as the Python frame that made the call, and the C code of uvloop, httptools and CPython
+itself, run under no Python frame, shows as the event loop's frame. A second load, as long, runs
+under `strace -c -f` on both processes instead, to count the syscalls each makes per request (strace
+slows every syscall, so only its counts are used). A third runs under `perf record` (where perf may
+read these processes): each process's CPU split by the binary it ran in, the kernel, CPython's
+interpreter (bytecode and the C API that extensions call) and other native code.
 
     python -m loadtests.bench_profile [--seconds 20] [--connections 8] [--write-docs]
 
-Results: loadtests/results/bench_profile.json; with --write-docs, docs/benchmarks/bench_profile.md and the SVGs.
+Results: loadtests/results/bench_profile.json; with --write-docs, docs/benchmarks/bench_profile.md
+and the SVGs.
 """
 
 from __future__ import annotations
@@ -44,7 +48,8 @@ from loadtests.invoke.measure import DIRECT, JSON_HEADERS, OUR_BODY, start_ours
 
 RATE_HZ = 250
 PROFILES = ROOT / "docs" / "benchmarks" / "profiles"
-# (category, how a frame of it is recognised: a path fragment of its file, or its function's name), innermost wins.
+# (category, how a frame of it is recognised: a path fragment of its file, or its function's name),
+# innermost wins.
 CATEGORIES: list[tuple[str, tuple[str, ...]]] = [
     ("hop signature: sign (gateway) / verify (container)", ("trust/hops.py", "hmac.py", "hashlib")),
     ("model: scikit-learn / numpy predict", ("sklearn/", "numpy/", "scipy/", "threadpoolctl")),
@@ -67,7 +72,8 @@ CATEGORIES: list[tuple[str, tuple[str, ...]]] = [
 ]
 
 
-ROOT_FRAME = "BackgroundServer._run "  # the HTTP thread's root (serving/http/server.py): everything runs under it
+# the HTTP thread's root (serving/http/server.py): everything runs under it
+ROOT_FRAME = "BackgroundServer._run "
 
 
 def category(frames: list[str]) -> str:
@@ -82,8 +88,8 @@ def category(frames: list[str]) -> str:
 
 
 def classify(raw: str, cpu_us: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Collapsed stacks -> CPU per request by category, and by innermost function (the 15 largest), scaled to
-    the process's measured CPU per request."""
+    """Collapsed stacks -> CPU per request by category, and by innermost function (the 15 largest),
+    scaled to the process's measured CPU per request."""
     counts: dict[str, int] = {}
     leaves: dict[str, int] = {}
     for line in raw.splitlines():
@@ -98,7 +104,8 @@ def classify(raw: str, cpu_us: float) -> tuple[list[dict[str, Any]], list[dict[s
     def rows(table: dict[str, int], key: str, limit: int | None = None) -> list[dict[str, Any]]:
         ranked = sorted(table.items(), key=lambda kv: -kv[1])[:limit]
         return [
-            {key: k, "share": round(n / total, 3), "us_per_request": round(n / total * cpu_us, 1)} for k, n in ranked
+            {key: k, "share": round(n / total, 3), "us_per_request": round(n / total * cpu_us, 1)}
+            for k, n in ranked
         ]
 
     return rows(counts, "category"), rows(leaves, "function", 15)
@@ -110,12 +117,14 @@ def py_spy(processes: Processes, pid: int, seconds: float, fmt: str, out: Path) 
 
 
 def syscalls(summary: str, requests: int) -> list[dict[str, Any]]:
-    """`strace -c` output -> calls per request of each syscall (the 10 most frequent, errors included)."""
+    """`strace -c` output -> calls per request of each syscall (the 10 most frequent, errors
+    included)."""
     counts: dict[str, int] = {}
     for line in summary.splitlines():
         fields = line.split()
         if len(fields) >= 5 and fields[0][0].isdigit() and fields[-1] != "total":
-            counts[fields[-1]] = int(fields[3])  # % time, seconds, usecs/call, calls, [errors], syscall
+            # % time, seconds, usecs/call, calls, [errors], syscall
+            counts[fields[-1]] = int(fields[3])
     ranked = sorted(counts.items(), key=lambda kv: -kv[1])
     rows = [{"syscall": name, "per_request": round(n / requests, 2)} for name, n in ranked[:10]]
     return [{"syscall": "all", "per_request": round(sum(counts.values()) / requests, 1)}, *rows]
@@ -130,21 +139,29 @@ def load_under(
     args,
     started: Callable[[], object] | None = None,
 ) -> tuple[dict[str, subprocess.Popen], dict[str, Any]]:
-    """A load as long as the profiled one, with `command(name, pid)` (a tracer) attached to each process first:
-    the tracers and wrk's stats. `started` runs once they are attached, just before the load."""
+    """A load as long as the profiled one, with `command(name, pid)` (a tracer) attached to each
+    process first: the tracers and wrk's stats. `started` runs once they are attached, just before
+    the load."""
     watchers = {
-        name: processes.start(command(name, pid), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        name: processes.start(
+            command(name, pid), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         for name, pid in pids.items()
     }
     time.sleep(1.0)  # the tracers attach
     if started is not None:
         started()
-    stats, _ = wrk._run(wrk._script("POST", OUR_BODY, JSON_HEADERS), url, args.connections, args.seconds)
+    stats, _ = wrk._run(
+        wrk._script("POST", OUR_BODY, JSON_HEADERS), url, args.connections, args.seconds
+    )
     return watchers, stats
 
 
-def strace_counts(processes: Processes, pids: dict[str, int], wrk: Wrk, url: str, args) -> dict[str, Any]:
-    """Syscalls per request of each process, from a load as long as the profiled one under `strace -c -f`."""
+def strace_counts(
+    processes: Processes, pids: dict[str, int], wrk: Wrk, url: str, args
+) -> dict[str, Any]:
+    """Syscalls per request of each process, from a load as long as the profiled one under `strace
+    -c -f`."""
     binary = shutil.which("strace")
     if binary is None:
         return {"skipped": "strace not installed"}
@@ -162,12 +179,16 @@ def strace_counts(processes: Processes, pids: dict[str, int], wrk: Wrk, url: str
         tracer.wait(30)
     return {
         "requests": stats["requests"],
-        **{name: syscalls((work / f"{name}.strace").read_text(), stats["requests"]) for name in pids},
+        **{
+            name: syscalls((work / f"{name}.strace").read_text(), stats["requests"])
+            for name in pids
+        },
     }
 
 
 def binaries(report: str) -> dict[str, float]:
-    """`perf report --sort dso` output -> share of samples in the kernel, CPython and other native code."""
+    """`perf report --sort dso` output -> share of samples in the kernel, CPython and other native
+    code."""
     shares = {"kernel": 0.0, "CPython interpreter (libpython)": 0.0, "other native code": 0.0}
     for line in report.splitlines():
         fields = line.split()
@@ -184,8 +205,11 @@ def binaries(report: str) -> dict[str, float]:
     return shares
 
 
-def perf_split(processes: Processes, pids: dict[str, int], wrk: Wrk, url: str, args) -> dict[str, Any]:
-    """Each process's CPU per request split by binary, from a load as long as the profiled one under perf."""
+def perf_split(
+    processes: Processes, pids: dict[str, int], wrk: Wrk, url: str, args
+) -> dict[str, Any]:
+    """Each process's CPU per request split by binary, from a load as long as the profiled one under
+    perf."""
     binary = shutil.which("perf")
     if binary is None:
         return {"skipped": "perf not installed"}
@@ -210,14 +234,30 @@ def perf_split(processes: Processes, pids: dict[str, int], wrk: Wrk, url: str, a
         wrk,
         url,
         args,
-        started=lambda: before.update({name: process_cpu_seconds(pid) for name, pid in pids.items()}),
+        started=lambda: before.update(
+            {name: process_cpu_seconds(pid) for name, pid in pids.items()}
+        ),
     )
-    used = {name: (process_cpu_seconds(pid) - before[name]) / stats["requests"] * 1e6 for name, pid in pids.items()}
+    used = {
+        name: (process_cpu_seconds(pid) - before[name]) / stats["requests"] * 1e6
+        for name, pid in pids.items()
+    }
     out: dict[str, Any] = {"requests": stats["requests"]}
     for name, recorder in recorders.items():
         recorder.wait(args.seconds + 30)
         report = subprocess.run(
-            [binary, "report", "-i", str(work / f"{name}.perf"), "--sort", "dso", "--stdio", "-q", "-g", "none"],
+            [
+                binary,
+                "report",
+                "-i",
+                str(work / f"{name}.perf"),
+                "--sort",
+                "dso",
+                "--stdio",
+                "-q",
+                "-g",
+                "none",
+            ],
             capture_output=True,
             text=True,
             timeout=120,
@@ -248,7 +288,8 @@ def docs_section(result: dict[str, Any]) -> str:
             "|---|---|---|",
         ]
         lines += [
-            f"| {row['category']} | {row['share']:.1%} | {row['us_per_request']:.0f} |" for row in process["rows"]
+            f"| {row['category']} | {row['share']:.1%} | {row['us_per_request']:.0f} |"
+            for row in process["rows"]
         ]
         lines += [
             "",
@@ -271,7 +312,9 @@ def docs_section(result: dict[str, Any]) -> str:
             "|---|---|---|---|",
         ]
         for g, c in zip(traced["gateway"], traced["container"], strict=False):
-            lines.append(f"| {g['syscall']} | {g['per_request']} | {c['syscall']} | {c['per_request']} |")
+            lines.append(
+                f"| {g['syscall']} | {g['per_request']} | {c['syscall']} | {c['per_request']} |"
+            )
     split = result.get("binaries", {})
     if "requests" in split:
         names = [name for name in split if name != "requests"]
@@ -298,10 +341,14 @@ def docs_section(result: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--connections", type=int, default=8)
-    parser.add_argument("--out", type=Path, default=ROOT / "loadtests" / "results" / "bench_profile.json")
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "loadtests" / "results" / "bench_profile.json"
+    )
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     started = time.monotonic()
@@ -324,7 +371,9 @@ def main() -> None:
         ]
         time.sleep(1.0)  # py-spy attaches
         cpu_before = {name: process_cpu_seconds(pid) for name, pid in pids.items()}
-        stats, _ = wrk._run(wrk._script("POST", OUR_BODY, JSON_HEADERS), url, args.connections, args.seconds)
+        stats, _ = wrk._run(
+            wrk._script("POST", OUR_BODY, JSON_HEADERS), url, args.connections, args.seconds
+        )
         cpu = {name: process_cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
         for _, _, spy in spies:
             spy.wait(args.seconds + 60)
@@ -338,7 +387,11 @@ def main() -> None:
         for name in pids:
             used = cpu[name] / requests * 1e6
             rows, functions = classify((work / f"{name}.raw").read_text(), used)
-            result["processes"][name] = {"cpu_us_per_request": round(used, 1), "rows": rows, "functions": functions}
+            result["processes"][name] = {
+                "cpu_us_per_request": round(used, 1),
+                "rows": rows,
+                "functions": functions,
+            }
             log(f"{name}: {used:.0f} µs per request")
             for row in rows:
                 log(f"  {row['us_per_request']:6.0f} µs  {row['share']:6.1%}  {row['category']}")

@@ -1,14 +1,16 @@
-"""Serve replica start: CPU-seconds a replica's Ray worker has used when its constructor runs, with and without a runtime_env.
+"""Serve replica start: CPU-seconds a replica's Ray worker has used when its constructor runs, with
+and without a runtime_env.
 
     .venv/bin/python -m loadtests.bench_replica_start [--replicas 6] [--write-docs]
 
-On an embedded Ray (this runtime's settings), deploys `--replicas` one-replica Serve applications of a trivial
-deployment with no `runtime_env`, and as many whose `runtime_env` holds one `env_vars` entry (what every container
-replica had until this runtime passed its `Environment` to the container process instead), alternating. Each
-replica reports its own process's CPU time (user + system, `getrusage`) from its constructor: everything its
-worker process did to get there, i.e. what Ray and Serve cost before a container's own start. Ray starts a worker
-whose actor has a runtime_env through `setup_worker.py`, a Python that imports Ray and then `exec`s the worker,
-so the process pays for Python and `import ray` twice.
+On an embedded Ray (this runtime's settings), deploys `--replicas` one-replica Serve applications of
+a trivial deployment with no `runtime_env`, and as many whose `runtime_env` holds one `env_vars`
+entry (what every container replica had until this runtime passed its `Environment` to the container
+process instead), alternating. Each replica reports its own process's CPU time (user + system,
+`getrusage`) from its constructor: everything its worker process did to get there, i.e. what Ray and
+Serve cost before a container's own start. Ray starts a worker whose actor has a runtime_env through
+`setup_worker.py`, a Python that imports Ray and then `exec`s the worker, so the process pays for
+Python and `import ray` twice.
 """
 
 from __future__ import annotations
@@ -31,7 +33,10 @@ from loadtests.harness.results import (
 
 RESULTS = ROOT / "loadtests" / "results" / "bench_replica_start.json"
 DOCS = ROOT / "docs" / "benchmarks" / "bench_replica_start.md"
-CASES = {"no runtime_env": {}, "runtime_env with env_vars": {"runtime_env": {"env_vars": {"SERVING_BENCH": "1"}}}}
+CASES = {
+    "no runtime_env": {},
+    "runtime_env with env_vars": {"runtime_env": {"env_vars": {"SERVING_BENCH": "1"}}},
+}
 
 
 def measure(replicas: int) -> dict[str, list[float]]:
@@ -59,7 +64,9 @@ def measure(replicas: int) -> dict[str, list[float]]:
         for index in range(replicas):
             for case, options in CASES.items():
                 app = Probe.options(ray_actor_options={"num_cpus": 0.01, **options}).bind()
-                handle = serve.run(app, name=f"probe-{len(found[case])}-{case.split()[0]}", route_prefix=None)
+                handle = serve.run(
+                    app, name=f"probe-{len(found[case])}-{case.split()[0]}", route_prefix=None
+                )
                 found[case].append(handle.remote().result(timeout_s=120))
                 print(case, index, f"{found[case][-1]:.2f}", flush=True)
         return found

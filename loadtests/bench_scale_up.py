@@ -1,22 +1,26 @@
-"""More throughput when one container process is the bottleneck: replicas and model threads (issue 44, item 5).
+"""More throughput when one container process is the bottleneck: replicas and model threads (issue
+44, item 5).
 
-One embedded server, six Direct endpoints of one `python` container each. Two models, each about a millisecond or
-two of CPU per request, so that the container process, not the gateway, is what limits throughput:
+One embedded server, six Direct endpoints of one `python` container each. Two models, each about a
+millisecond or two of CPU per request, so that the container process, not the gateway, is what
+limits throughput:
 
-- *holds the GIL*: a pure-Python loop (as most `code/inference.py` pre- and post-processing, and scikit-learn's
-  own Python, do);
-- *releases the GIL*: SHA-256 over 1 MiB (hashlib lets go of the GIL for large buffers, as PyTorch, ONNX Runtime,
-  TensorFlow and XGBoost do while they compute).
+- *holds the GIL*: a pure-Python loop (as most `code/inference.py` pre- and post-processing, and
+  scikit-learn's own Python, do);
+- *releases the GIL*: SHA-256 over 1 MiB (hashlib lets go of the GIL for large buffers, as PyTorch,
+  ONNX Runtime, TensorFlow and XGBoost do while they compute).
 
-Each model is served three ways: one replica with one model thread (the default for a `python` container with a
-`predict_fn`); one replica with two model threads (`SERVING_MODEL_THREADS: "2"`, which declares the script
-thread-safe); two replicas (`AutoScaling: {MinCapacity: 2, MaxCapacity: 2}`, two processes, which the gateway's
-router balances by requests in flight). wrk sends `--connections` at a time to each endpoint for `--seconds`,
-interleaved over `--rounds`; the table gives the median req/s and p50 and the ratio to one replica, one thread.
+Each model is served three ways: one replica with one model thread (the default for a `python`
+container with a `predict_fn`); one replica with two model threads (`SERVING_MODEL_THREADS: "2"`,
+which declares the script thread-safe); two replicas (`AutoScaling: {MinCapacity: 2, MaxCapacity:
+2}`, two processes, which the gateway's router balances by requests in flight). wrk sends
+`--connections` at a time to each endpoint for `--seconds`, interleaved over `--rounds`; the table
+gives the median req/s and p50 and the ratio to one replica, one thread.
 
     python -m loadtests.bench_scale_up [--seconds 10] [--rounds 3] [--connections 8] [--write-docs]
 
-Results: loadtests/results/bench_scale_up.json; with --write-docs, its section of docs/benchmarks/bench_scale_up.md.
+Results: loadtests/results/bench_scale_up.json; with --write-docs, its section of
+docs/benchmarks/bench_scale_up.md.
 """
 
 from __future__ import annotations
@@ -71,7 +75,11 @@ def specs(folder: Path) -> dict[tuple[str, str], Any]:
         (folder / f"model{m}" / "code").mkdir(parents=True)
         (folder / f"model{m}" / "code" / "inference.py").write_text(code)
         for w, (way, fields) in enumerate(WAYS.items()):
-            container = {"ContainerHostname": "model", "Image": "python", "ModelDataUrl": str(folder / f"model{m}")}
+            container = {
+                "ContainerHostname": "model",
+                "Image": "python",
+                "ModelDataUrl": str(folder / f"model{m}"),
+            }
             found[(model, way)] = parse_spec(
                 {
                     "EndpointName": f"scale-m{m}-w{w}",
@@ -106,7 +114,9 @@ def docs_section(result: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--connections", type=int, default=8)
@@ -114,7 +124,9 @@ def main() -> None:
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     started = time.monotonic()
-    meta = run_meta(__file__, case_seconds=args.seconds, rounds=args.rounds, connections=args.connections)
+    meta = run_meta(
+        __file__, case_seconds=args.seconds, rounds=args.rounds, connections=args.connections
+    )
     from serving.ray_wing import EmbeddedServer, EndpointsNotReady
     from serving.settings import ServerSettings
 
@@ -122,7 +134,9 @@ def main() -> None:
     endpoints = specs(work)
     logging.getLogger("ray.serve").setLevel(logging.WARNING)
     log(f"starting the embedded server with {len(endpoints)} endpoints ...")
-    server = EmbeddedServer(list(endpoints.values()), ServerSettings(host="127.0.0.1", port=0), ready_timeout_s=300)
+    server = EmbeddedServer(
+        list(endpoints.values()), ServerSettings(host="127.0.0.1", port=0), ready_timeout_s=300
+    )
     try:
         server.__enter__()
     except EndpointsNotReady as error:
@@ -130,7 +144,10 @@ def main() -> None:
     try:
         meter = CpuMeter()
         wrk = Wrk(ensure_wrk(), work, meter)
-        url = {key: f"{server.url}/endpoints/{spec.EndpointName}/invocations" for key, spec in endpoints.items()}
+        url = {
+            key: f"{server.url}/endpoints/{spec.EndpointName}/invocations"
+            for key, spec in endpoints.items()
+        }
         for key in endpoints:  # every replica warm, every model thread started
             wrk.case("warm-up", "", args.connections, url[key], 2, 0, body=BODY, headers=HEADERS)
         runs: dict[tuple[str, str], list[Any]] = {key: [] for key in endpoints}
@@ -149,7 +166,9 @@ def main() -> None:
                 if case.errors:
                     raise BenchError(f"{key}: errors {case.errors}")
                 runs[key].append(case)
-                log(f"round {round_ + 1} {key[0]:>16} | {key[1]:<26} {case.rps:8.0f} req/s  p50 {case.p50_ms:.2f} ms")
+                log(
+                    f"round {round_ + 1} {key[0]:>16} | {key[1]:<26} {case.rps:8.0f} req/s  p50 {case.p50_ms:.2f} ms"
+                )
     finally:
         server.__exit__(None, None, None)
     rows = []

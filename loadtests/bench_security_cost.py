@@ -1,23 +1,26 @@
 """What each security property of a direct call costs, measured apart (issue 44, item 2).
 
-- **The network namespace, seccomp and Landlock** (the container process's sandbox, `serving.model_server.sandbox`):
-  a child process times syscalls, then is measured again in fresh children confined by seccomp alone, by Landlock
-  alone, by both (a container process until 2026-11-28) and by all three (a container process now: a network
-  namespace of its own first). Confinement cannot be undone, so each configuration is its own process; the five are
-  interleaved over `--rounds`, and each figure is the median of the rounds' best-of-5 blocks. The syscalls are
-  those a container process makes per request: a write and read on a socket pair and on a TCP loopback connection
-  made before confinement (as the data port is, in the node's namespace), a clock read, `getppid` as the bare
-  syscall; and `open` + `close`, which Landlock checks (a container opens no file per request).
-- **Start-up**: the CPU and wall time of confining a fresh process, as a container process does now (its own
-  network namespace with loopback up and a listener on it, a Landlock rule for its own port) and as it did until
-  2026-11-27 (the node's network, a Landlock connect rule for each of the 65,535 ports but the server's), in
-  `--rounds` fresh processes each.
-- **The hop MAC** (`serving.trust.hops`): `sign` as the gateway calls it and `verify` as the container does, on
-  the benchmarks' 1-row request.
-- **Caller authentication and authorization in the gateway** (`serving.access.decision.EndpointAccess`):
-  `authenticate` of an API key (`Authorization: Bearer`) and of a request signed by botocore's SigV4 signer, and
-  `authorize` of one container (its audit line written to /dev/null), as the gateway runs them when an endpoint
-  has AccessControl; with AccessControl off the gateway runs neither.
+- **The network namespace, seccomp and Landlock** (the container process's sandbox,
+  `serving.model_server.sandbox`): a child process times syscalls, then is measured again in fresh
+  children confined by seccomp alone, by Landlock alone, by both (a container process until
+  2026-11-28) and by all three (a container process now: a network namespace of its own first).
+  Confinement cannot be undone, so each configuration is its own process; the five are interleaved
+  over `--rounds`, and each figure is the median of the rounds' best-of-5 blocks. The syscalls are
+  those a container process makes per request: a write and read on a socket pair and on a TCP
+  loopback connection made before confinement (as the data port is, in the node's namespace), a
+  clock read, `getppid` as the bare syscall; and `open` + `close`, which Landlock checks (a
+  container opens no file per request).
+- **Start-up**: the CPU and wall time of confining a fresh process, as a container process does now
+  (its own network namespace with loopback up and a listener on it, a Landlock rule for its own
+  port) and as it did until 2026-11-27 (the node's network, a Landlock connect rule for each of the
+  65,535 ports but the server's), in `--rounds` fresh processes each.
+- **The hop MAC** (`serving.trust.hops`): `sign` as the gateway calls it and `verify` as the
+  container does, on the benchmarks' 1-row request.
+- **Caller authentication and authorization in the gateway**
+  (`serving.access.decision.EndpointAccess`): `authenticate` of an API key (`Authorization: Bearer`)
+  and of a request signed by botocore's SigV4 signer, and `authorize` of one container (its audit
+  line written to /dev/null), as the gateway runs them when an endpoint has AccessControl; with
+  AccessControl off the gateway runs neither.
 
     python -m loadtests.bench_security_cost [--rounds 15] [--write-docs]
 
@@ -46,11 +49,13 @@ BODY = b"[[5.1, 3.5, 1.4, 0.2]]"
 DOCS = ROOT / "docs" / "benchmarks" / "bench_security_cost.md"
 RESULTS = ROOT / "loadtests" / "results" / "bench_security_cost.json"
 PROFILE_RESULTS = ROOT / "loadtests" / "results" / "bench_profile.json"
-SYSCALLS_PER_REQUEST = 7.0  # the container process's, when bench_profile has not been run (its strace count)
+# the container process's, when bench_profile has not been run (its strace count)
+SYSCALLS_PER_REQUEST = 7.0
 
 
 def best_ns(call: Callable[[], Any], n: int, blocks: int = 5) -> float:
-    """ns per call: the least of `blocks` timed blocks of `n` calls (the least disturbed, as timeit advises)."""
+    """ns per call: the least of `blocks` timed blocks of `n` calls (the least disturbed, as timeit
+    advises)."""
     for _ in range(n // 10):
         call()
     samples = []
@@ -71,13 +76,15 @@ def child(layer: str, folder: str, n: int) -> None:
 
     probe = os.path.join(folder, "probe")
     a, b = socket.socketpair()  # before seccomp, which refuses new Unix sockets
-    listener = socket.create_server(("127.0.0.1", 0))  # the data port: in the node's namespace, made before
+    # the data port: in the node's namespace, made before
+    listener = socket.create_server(("127.0.0.1", 0))
     tcp_a = socket.create_connection(listener.getsockname())
     tcp_b, _ = listener.accept()
     payload = b"x" * 64
     if layer != "none":
         libc = sandbox._libc()  # the sandbox's own layers, one at a time (apply() runs them all)
-        if layer in ("seccomp", "landlock") and libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        # PR_SET_NO_NEW_PRIVS
+        if layer in ("seccomp", "landlock") and libc.prctl(38, 1, 0, 0, 0) != 0:
             raise SystemExit("prctl(PR_SET_NO_NEW_PRIVS) failed")
         if layer == "seccomp" and not seccomp.install(libc):
             raise SystemExit("seccomp could not be installed")
@@ -85,10 +92,18 @@ def child(layer: str, folder: str, n: int) -> None:
             abi = sandbox.landlock_abi()
             if not abi:
                 raise SystemExit("Landlock is not available")
-            sandbox._landlock(libc, abi, sandbox.SandboxPolicy(read=(folder,)), sandbox.SandboxReport())
+            sandbox._landlock(
+                libc, abi, sandbox.SandboxPolicy(read=(folder,)), sandbox.SandboxReport()
+            )
         network = {"both": "host", "all": "isolated"}.get(layer)
-        # "both": as until 2026-11-28, in the node's network; "all": a namespace of its own first, as now
-        if network and not sandbox.apply(sandbox.SandboxPolicy(read=(folder,), network=network), require=True).confined:
+        # "both": as until 2026-11-28, in the node's network; "all": a namespace of its own first,
+        # as now
+        if (
+            network
+            and not sandbox.apply(
+                sandbox.SandboxPolicy(read=(folder,), network=network), require=True
+            ).confined
+        ):
             raise SystemExit("the sandbox could not be applied")
 
     def socket_round() -> None:
@@ -113,8 +128,8 @@ def child(layer: str, folder: str, n: int) -> None:
 
 
 def confine_once(how: str) -> None:
-    """Run in a fresh process: confine it as a container process does now ("namespace") or did until 2026-11-28
-    ("port rules"), and print the CPU and wall seconds that took."""
+    """Run in a fresh process: confine it as a container process does now ("namespace") or did until
+    2026-11-28 ("port rules"), and print the CPU and wall seconds that took."""
     from serving.model_server import sandbox
 
     folder = tempfile.mkdtemp(prefix="bench-confine-")
@@ -122,7 +137,9 @@ def confine_once(how: str) -> None:
         policy = sandbox.SandboxPolicy(read=(folder,), network="isolated", own_port=45999)
     else:  # every port but the server's, one rule each (what the closed-port design needed)
         policy = sandbox.SandboxPolicy(
-            read=(folder,), network="host", connect_ports=tuple(range(1, 8080)) + tuple(range(8081, 65536))
+            read=(folder,),
+            network="host",
+            connect_ports=tuple(range(1, 8080)) + tuple(range(8081, 65536)),
         )
     cpu, wall = time.process_time(), time.perf_counter()
     sandbox.apply(policy, require=True)
@@ -130,9 +147,12 @@ def confine_once(how: str) -> None:
 
 
 def fresh_process(call: str, what: str) -> dict[str, float]:
-    """What `call` (a function of this module, with its arguments) prints last, run in a fresh interpreter."""
+    """What `call` (a function of this module, with its arguments) prints last, run in a fresh
+    interpreter."""
     code = f"from loadtests.bench_security_cost import {call.partition('(')[0]}; {call}"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
     if done.returncode != 0:
         raise SystemExit(f"{what} failed: {done.stderr.strip()[-800:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -144,7 +164,10 @@ def startup_costs(rounds: int) -> dict[str, dict[str, float]]:
         for how in runs:
             runs[how].append(fresh_process(f"confine_once({how!r})", f"confining ({how})"))
     return {
-        how: {key: round(statistics.median(r[key] for r in results) * 1000, 2) for key in ("cpu_s", "wall_s")}
+        how: {
+            key: round(statistics.median(r[key] for r in results) * 1000, 2)
+            for key in ("cpu_s", "wall_s")
+        }
         for how, results in runs.items()
     }
 
@@ -155,14 +178,23 @@ def syscall_costs(rounds: int, n: int) -> dict[str, Any]:
     runs: dict[str, list[dict[str, float]]] = {layer: [] for layer in LAYERS}
     for _ in range(rounds):
         for layer in LAYERS:
-            runs[layer].append(fresh_process(f"child({layer!r}, {folder!r}, {n})", f"the {layer} child"))
+            runs[layer].append(
+                fresh_process(f"child({layer!r}, {folder!r}, {n})", f"the {layer} child")
+            )
     ops = list(runs["none"][0])
-    medians = {layer: {op: round(statistics.median(r[op] for r in runs[layer]), 1) for op in ops} for layer in LAYERS}
-    # Each round's confined process against that round's unconfined one: the VM's drift falls on both alike.
+    medians = {
+        layer: {op: round(statistics.median(r[op] for r in runs[layer]), 1) for op in ops}
+        for layer in LAYERS
+    }
+    # Each round's confined process against that round's unconfined one: the VM's drift falls on
+    # both alike.
     deltas = {
         layer: {
             op: round(
-                statistics.median(r[op] - plain[op] for r, plain in zip(runs[layer], runs["none"], strict=True)), 1
+                statistics.median(
+                    r[op] - plain[op] for r, plain in zip(runs[layer], runs["none"], strict=True)
+                ),
+                1,
             )
             for op in ops
         }
@@ -179,7 +211,9 @@ def hop_mac(n: int) -> dict[str, float]:
     plain = {"content-type": "application/json", "accept": "application/json"}
     signed = plain | hops.sign(key, "POST", protocol.INVOCATIONS_PATH, BODY, plain)
     return {
-        "sign (gateway)": round(best_ns(lambda: hops.sign(key, "POST", protocol.INVOCATIONS_PATH, BODY, plain), n)),
+        "sign (gateway)": round(
+            best_ns(lambda: hops.sign(key, "POST", protocol.INVOCATIONS_PATH, BODY, plain), n)
+        ),
         "verify (container)": round(
             best_ns(lambda: hops.verify(key, "POST", protocol.INVOCATIONS_PATH, BODY, signed), n)
         ),
@@ -187,7 +221,8 @@ def hop_mac(n: int) -> dict[str, float]:
 
 
 def caller_auth(n: int) -> dict[str, float]:
-    """ns per request of authenticate, by scheme, and of authorize (its audit line written to /dev/null)."""
+    """ns per request of authenticate, by scheme, and of authorize (its audit line written to
+    /dev/null)."""
     import logging
 
     import yaml
@@ -225,7 +260,9 @@ def caller_auth(n: int) -> dict[str, float]:
             }
         )
     )
-    access = EndpointAccess(load_identities(folder / "identities.yaml"), region="us-east-1", account_id="000000000000")
+    access = EndpointAccess(
+        load_identities(folder / "identities.yaml"), region="us-east-1", account_id="000000000000"
+    )
     audit = logging.getLogger(AUDIT_LOGGER)
     audit.handlers[:] = [logging.StreamHandler(open(os.devnull, "w"))]  # noqa: SIM115 (for the whole run)
     audit.propagate, audit.level = False, logging.INFO
@@ -235,7 +272,10 @@ def caller_auth(n: int) -> dict[str, float]:
         "POST",
         f"http://127.0.0.1:8080{path}",
         data=BODY,
-        headers={"Content-Type": "application/json", "X-Amzn-SageMaker-Target-Container-Hostname": "c"},
+        headers={
+            "Content-Type": "application/json",
+            "X-Amzn-SageMaker-Target-Container-Hostname": "c",
+        },
     )
     SigV4Auth(Credentials(key_id, secret), "sagemaker", "us-east-1").add_auth(request)
     prepared = request.prepare()
@@ -247,7 +287,11 @@ def caller_auth(n: int) -> dict[str, float]:
         "POST",
         path,
         "",
-        (("host", "127.0.0.1:8080"), ("authorization", f"Bearer {api_key}"), ("content-type", "application/json")),
+        (
+            ("host", "127.0.0.1:8080"),
+            ("authorization", f"Bearer {api_key}"),
+            ("content-type", "application/json"),
+        ),
         BODY,
     )
 
@@ -265,26 +309,40 @@ def caller_auth(n: int) -> dict[str, float]:
         "statements": {"c": None},
     }
     return {
-        "authenticate: API key (Bearer)": round(best_ns(lambda: access.authenticate("bench", bearer), n)),
-        "authenticate: SigV4 (boto3's signer)": round(best_ns(lambda: access.authenticate("bench", sigv4), n)),
+        "authenticate: API key (Bearer)": round(
+            best_ns(lambda: access.authenticate("bench", bearer), n)
+        ),
+        "authenticate: SigV4 (boto3's signer)": round(
+            best_ns(lambda: access.authenticate("bench", sigv4), n)
+        ),
         "authorize one container (policies, decision metric, audit line)": round(
             best_ns(lambda: access.authorize("bench", caller, ["c"]), n)
         ),
-        "of which the audit line (time stamp, JSON, logging)": round(best_ns(lambda: _audit(logging.INFO, record), n)),
+        "of which the audit line (time stamp, JSON, logging)": round(
+            best_ns(lambda: _audit(logging.INFO, record), n)
+        ),
     }
 
 
 def syscalls_per_request() -> tuple[float, str]:
-    """The container process's syscalls per request: bench_profile's strace count when it has been run."""
+    """The container process's syscalls per request: bench_profile's strace count when it has been
+    run."""
     try:
         traced = json.loads(PROFILE_RESULTS.read_text())["syscalls"]["container"]
         return float(traced[0]["per_request"]), "bench_profile's strace count"
     except (OSError, KeyError, IndexError, ValueError):
-        return SYSCALLS_PER_REQUEST, "bench_profile's last strace count (not found in this checkout)"
+        return (
+            SYSCALLS_PER_REQUEST,
+            "bench_profile's last strace count (not found in this checkout)",
+        )
 
 
 def docs_section(result: dict[str, Any]) -> str:
-    meta, syscalls, deltas = result["meta"], result["syscalls"]["median_ns"], result["syscalls"]["delta_ns"]
+    meta, syscalls, deltas = (
+        result["meta"],
+        result["syscalls"]["median_ns"],
+        result["syscalls"]["delta_ns"],
+    )
     base = syscalls["none"]
     lines = [
         "## Measured",
@@ -317,7 +375,10 @@ def docs_section(result: dict[str, Any]) -> str:
             f"| {label} | {result['startup'][how]['cpu_s']:.1f} | {result['startup'][how]['wall_s']:.1f} |"
             for how, label in (
                 ("namespace", "now: a network namespace of its own, Landlock, seccomp"),
-                ("port rules", "until 2026-11-28: the node's network, 65,534 Landlock port rules, seccomp"),
+                (
+                    "port rules",
+                    "until 2026-11-28: the node's network, 65,534 Landlock port rules, seccomp",
+                ),
             )
         ],
         "",
@@ -325,7 +386,10 @@ def docs_section(result: dict[str, Any]) -> str:
         "|---|---|",
     ]
     lines += [f"| hop MAC: {name} | {ns / 1000:.1f} |" for name, ns in result["hop_mac"].items()]
-    lines += [f"| caller auth in the gateway: {name} | {ns / 1000:.1f} |" for name, ns in result["caller_auth"].items()]
+    lines += [
+        f"| caller auth in the gateway: {name} | {ns / 1000:.1f} |"
+        for name, ns in result["caller_auth"].items()
+    ]
     lines += [
         "| caller auth with AccessControl off | 0 (not run) |",
         "",
@@ -335,8 +399,12 @@ def docs_section(result: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=15, help="fresh processes per sandbox configuration")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=15, help="fresh processes per sandbox configuration"
+    )
     parser.add_argument("--calls", type=int, default=20000, help="calls per timed block")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--write-docs", action="store_true")
@@ -359,7 +427,9 @@ def main() -> None:
     write_results(args.out, result)
     print(json.dumps({k: v for k, v in result.items() if k != "meta"}, indent=2))
     if args.write_docs:
-        write_section(DOCS, "bench_security_cost", docs_section(result), title="# bench_security_cost")
+        write_section(
+            DOCS, "bench_security_cost", docs_section(result), title="# bench_security_cost"
+        )
 
 
 if __name__ == "__main__":

@@ -1,26 +1,30 @@
-"""Training scaling benchmark: the digits CNN (PyTorch, DDP over gloo) on 1 and 2 workers, and a bucket sweep.
+"""Training scaling benchmark: the digits CNN (PyTorch, DDP over gloo) on 1 and 2 workers, and a
+bucket sweep.
 
     .venv/bin/python -m loadtests.bench_train [--quick] [--steps N] [--repeats N] [--write-docs]
 
-Every configuration is one `serving.ray_wing.training.train()` call (its own embedded Ray, num_cpus=2, a
-throw-away model store) of the recipe examples/recipes/digits-cnn.yaml with a fixed number of optimizer
-steps and no checkpoint inside the timed steps; the whole list of configurations runs --repeats times
-(passes, one after the other, so that drift on this VM hits every configuration alike) and each number is
-the mean over the passes. What is read is `TrainingRun.timing`, measured inside the
-PyTorch loop: samples/s over the loop's wall time, and per step the data, compute (forward + backward +
-optimizer), gradient-sync wait (backward time after the last gradient bucket was handed to the all-reduce)
-and all-reduce busy time (a DDP comm hook times each bucket's all-reduce, overlapping backward); `other`
-is the loop's wall time per step less those (per-epoch validation, progress bar, Python between phases).
+Every configuration is one `serving.ray_wing.training.train()` call (its own embedded Ray,
+num_cpus=2, a throw-away model store) of the recipe examples/recipes/digits-cnn.yaml with a fixed
+number of optimizer steps and no checkpoint inside the timed steps; the whole list of configurations
+runs --repeats times (passes, one after the other, so that drift on this VM hits every configuration
+alike) and each number is the mean over the passes. What is read is `TrainingRun.timing`, measured
+inside the PyTorch loop: samples/s over the loop's wall time, and per step the data, compute
+(forward + backward + optimizer), gradient-sync wait (backward time after the last gradient bucket
+was handed to the all-reduce) and all-reduce busy time (a DDP comm hook times each bucket's
+all-reduce, overlapping backward); `other` is the loop's wall time per step less those (per-epoch
+validation, progress bar, Python between phases).
 
-1. Samples/s at the same GLOBAL batch (1 worker × 64 against 2 × 32) and at the same PER-WORKER batch
-   (1 × 32 against 2 × 32); scaling efficiency = 2-worker samples/s / (2 × 1-worker samples/s).
-   Also 1 worker × 64 with both cores (2 torch threads), the other way to spend the whole machine.
+1. Samples/s at the same GLOBAL batch (1 worker × 64 against 2 × 32) and at the same PER-WORKER
+   batch (1 × 32 against 2 × 32); scaling efficiency = 2-worker samples/s / (2 × 1-worker
+   samples/s). Also 1 worker × 64 with both cores (2 torch threads), the other way to spend the
+   whole machine.
 2. The per-step split of each run.
-3. A bucket-size sweep at 2 × 32 (`training.bucket_cap_mb`, the analogue of Horovod's autotuned fusion
-   threshold): the CNN's gradients are ~0.055 MB, so smaller buckets split every step's all-reduce.
-Results go to loadtests/results/bench_train.json (--quick: bench_train-quick.json) and, with --write-docs,
-the "Scaling benchmark" section of docs/training.md. Ratios within one run are the point, not absolute
-numbers: this VM has 2 shared cores, and 2 workers × 1 CPU is all of it.
+3. A bucket-size sweep at 2 × 32 (`training.bucket_cap_mb`, the analogue of Horovod's autotuned
+   fusion threshold): the CNN's gradients are ~0.055 MB, so smaller buckets split every step's
+   all-reduce. Results go to loadtests/results/bench_train.json (--quick: bench_train-quick.json)
+   and, with --write-docs, the "Scaling benchmark" section of docs/training.md. Ratios within one
+   run are the point, not absolute numbers: this VM has 2 shared cores, and 2 workers × 1 CPU is all
+   of it.
 """
 
 from __future__ import annotations
@@ -36,11 +40,19 @@ from typing import Any
 
 import yaml
 
-from loadtests.harness.results import ROOT, command_line, machine_facts, package_versions, write_results, write_section
+from loadtests.harness.results import (
+    ROOT,
+    command_line,
+    machine_facts,
+    package_versions,
+    write_results,
+    write_section,
+)
 
 RECIPE = ROOT / "examples" / "recipes" / "digits-cnn.yaml"
 RESULTS = ROOT / "loadtests" / "results"
-STEPS, QUICK_STEPS = 1000, 100  # ~4-8 ms a step: a few seconds of loop next to ~35 s of Ray start and stop
+# ~4-8 ms a step: a few seconds of loop next to ~35 s of Ray start and stop
+STEPS, QUICK_STEPS = 1000, 100
 REPEATS = 2
 SWEEP_MB = (0.001, 0.025, 1.0, 25.0)  # 25: DDP's default, the 2 × 32 run of part 1
 NUM_CPUS = 2
@@ -58,7 +70,9 @@ def log(message: str) -> None:
     print(f"[bench_train {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def recipe_for(workers: int, cpus: float, batch: int, bucket_mb: float, steps: int, store: Path) -> Any:
+def recipe_for(
+    workers: int, cpus: float, batch: int, bucket_mb: float, steps: int, store: Path
+) -> Any:
     from serving.training.recipe import parse_recipe
 
     document = copy.deepcopy(yaml.safe_load(RECIPE.read_text()))
@@ -69,10 +83,12 @@ def recipe_for(workers: int, cpus: float, batch: int, bucket_mb: float, steps: i
         max_steps=steps,
         batch_size=batch,
         bucket_cap_mb=bucket_mb,
-        checkpoint_every_steps=steps + 1,  # none inside the timed loop (the final state is written after it)
+        # none inside the timed loop (the final state is written after it)
+        checkpoint_every_steps=steps + 1,
         max_failures=0,
     )
-    document["output"] = {"store": str(store), "formats": ["torchscript"]}  # export is after the timed loop
+    # export is after the timed loop
+    document["output"] = {"store": str(store), "formats": ["torchscript"]}
     return parse_recipe(document, RECIPE.parent, f"bench recipe {document['name']}")
 
 
@@ -106,9 +122,10 @@ def measure(workers: int, cpus: float, batch: int, bucket_mb: float, steps: int)
 
 
 def ddp_buckets() -> dict[str, Any]:
-    """The recipe's CNN: its parameter count, and the gradient buckets DDP forms at each swept bucket_cap_mb
-    (element counts of each all-reduce in one step, after DDP's first-iteration rebuild), read through a comm
-    hook in a one-process gloo group in this process; the same model and parameter order as the runs."""
+    """The recipe's CNN: its parameter count, and the gradient buckets DDP forms at each swept
+    bucket_cap_mb (element counts of each all-reduce in one step, after DDP's first-iteration
+    rebuild), read through a comm hook in a one-process gloo group in this process; the same model
+    and parameter order as the runs."""
     import torch
     import torch.distributed as dist
     from torch import nn
@@ -120,19 +137,28 @@ def ddp_buckets() -> dict[str, Any]:
     stats = {"mean": [0.0] * 64, "std": [1.0] * 64, "image_shape": document["data"]["image_shape"]}
     buckets: dict[str, list[int]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-train-ddp-") as folder:
-        dist.init_process_group("gloo", store=dist.FileStore(str(Path(folder) / "store"), 1), rank=0, world_size=1)
+        dist.init_process_group(
+            "gloo", store=dist.FileStore(str(Path(folder) / "store"), 1), rank=0, world_size=1
+        )
         try:
             for mb in SWEEP_MB:
                 torch.manual_seed(0)
-                model = build_model(model_spec["family"], model_spec["hyperparameters"], 64, 10, stats)
+                model = build_model(
+                    model_spec["family"], model_spec["hyperparameters"], 64, 10, stats
+                )
                 net = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=mb)
                 sizes: list[int] = []
 
                 def hook(state: Any, bucket: Any, sizes: list[int] = sizes) -> Any:
                     sizes.append(bucket.buffer().numel())
-                    return dist.all_reduce(bucket.buffer(), async_op=True).get_future().then(lambda f: f.value()[0])
+                    return (
+                        dist.all_reduce(bucket.buffer(), async_op=True)
+                        .get_future()
+                        .then(lambda f: f.value()[0])
+                    )
 
-                net.register_comm_hook(None, lambda state, bucket: hook(state, bucket))  # unannotated: DDP checks them
+                # unannotated: DDP checks them
+                net.register_comm_hook(None, lambda state, bucket: hook(state, bucket))
                 for _ in range(3):  # DDP rebuilds its buckets after the first iteration
                     sizes.clear()
                     net(torch.randn(32, 64)).sum().backward()
@@ -146,14 +172,31 @@ def ddp_buckets() -> dict[str, Any]:
 def mean_of(passes: list[dict[str, Any]]) -> dict[str, Any]:
     """One configuration's passes: the mean of every number, each pass's samples/s kept."""
     first = passes[0]
-    average = lambda key, within=None: sum((p[within] if within else p)[key] for p in passes) / len(passes)  # noqa: E731
+    average = lambda key, within=None: (
+        sum((p[within] if within else p)[key] for p in passes) / len(passes)
+    )  # noqa: E731
     merged = {
         key: value
         for key, value in first.items()
         if not isinstance(value, (int, float))
-        or key in ("workers", "cpus_per_worker", "batch_per_worker", "global_batch", "bucket_cap_mb", "steps")
+        or key
+        in (
+            "workers",
+            "cpus_per_worker",
+            "batch_per_worker",
+            "global_batch",
+            "bucket_cap_mb",
+            "steps",
+        )
     }
-    for key in ("samples_per_s", "step_ms", "forward_ms", "backward_ms", "optimizer_ms", "train_call_wall_s"):
+    for key in (
+        "samples_per_s",
+        "step_ms",
+        "forward_ms",
+        "backward_ms",
+        "optimizer_ms",
+        "train_call_wall_s",
+    ):
         merged[key] = average(key)
     merged["per_step"] = {key: average(key, "per_step") for key in first["per_step"]}
     merged["samples_per_s_each_pass"] = [p["samples_per_s"] for p in passes]
@@ -162,14 +205,20 @@ def mean_of(passes: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def run(steps: int, repeats: int) -> dict[str, Any]:
-    configs = {**SCALING, **{f"2x32-bucket{mb:g}": (2, 1, 32, mb) for mb in SWEEP_MB if mb != SCALING["2x32"][3]}}
+    configs = {
+        **SCALING,
+        **{f"2x32-bucket{mb:g}": (2, 1, 32, mb) for mb in SWEEP_MB if mb != SCALING["2x32"][3]},
+    }
     passes: dict[str, list[dict[str, Any]]] = {name: [] for name in configs}
     for index in range(repeats):
         log(f"pass {index + 1} of {repeats}")
         for name, config in configs.items():
             passes[name].append(measure(*config, steps))
     runs = {name: mean_of(results) for name, results in passes.items()}
-    sweep = {f"{mb:g}": runs["2x32" if mb == SCALING["2x32"][3] else f"2x32-bucket{mb:g}"] for mb in SWEEP_MB}
+    sweep = {
+        f"{mb:g}": runs["2x32" if mb == SCALING["2x32"][3] else f"2x32-bucket{mb:g}"]
+        for mb in SWEEP_MB
+    }
     rate = lambda name: runs[name]["samples_per_s"]  # noqa: E731
     return {
         "model": ddp_buckets(),
@@ -184,8 +233,16 @@ def run(steps: int, repeats: int) -> dict[str, Any]:
         },
         "runs": runs,
         "scaling": {
-            "same_global_batch": {"one": "1x64", "two": "2x32", "efficiency": rate("2x32") / (2 * rate("1x64"))},
-            "same_per_worker_batch": {"one": "1x32", "two": "2x32", "efficiency": rate("2x32") / (2 * rate("1x32"))},
+            "same_global_batch": {
+                "one": "1x64",
+                "two": "2x32",
+                "efficiency": rate("2x32") / (2 * rate("1x64")),
+            },
+            "same_per_worker_batch": {
+                "one": "1x32",
+                "two": "2x32",
+                "efficiency": rate("2x32") / (2 * rate("1x32")),
+            },
             "two_workers_over_one_worker_two_threads": rate("2x32") / rate("1x64-2threads"),
         },
         "bucket_sweep": {
@@ -211,7 +268,12 @@ def _row(label: str, r: dict[str, Any]) -> str:
 
 
 def render(result: dict[str, Any]) -> str:
-    runs, scaling, sweep, p = result["runs"], result["scaling"], result["bucket_sweep"], result["parameters"]
+    runs, scaling, sweep, p = (
+        result["runs"],
+        result["scaling"],
+        result["bucket_sweep"],
+        result["parameters"],
+    )
     machine, m = result["machine"], result["model"]
     header = [
         "| run (workers × batch) | global batch | samples/s (passes) | step ms | compute ms | fwd / bwd / opt ms | "
@@ -276,7 +338,8 @@ def reading(result: dict[str, Any]) -> list[str]:
     """What the numbers say, with the numbers of this result."""
     runs, sweep, m = result["runs"], result["bucket_sweep"], result["model"]
     one, two, wide = runs["1x32"], runs["2x32"], runs["1x64-2threads"]
-    same = sweep["1"]["samples_per_s_vs_25mb"]  # 1 MB and 25 MB form the same single bucket: the noise floor
+    # 1 MB and 25 MB form the same single bucket: the noise floor
+    same = sweep["1"]["samples_per_s_vs_25mb"]
     tiny = sweep[f"{SWEEP_MB[0]:g}"]
     return [
         "**Reading.** On this machine two workers are slower than one, at either batch. 2 workers × 1 CPU is the",
@@ -317,12 +380,20 @@ def reading(result: dict[str, Any]) -> list[str]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help=f"{QUICK_STEPS} steps a run (a smoke run)")
-    parser.add_argument("--steps", type=int, help=f"optimizer steps a run (default {STEPS})")
-    parser.add_argument("--repeats", type=int, help=f"passes over the configurations (default {REPEATS}; --quick 1)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument(
-        "--write-docs", action="store_true", help="rewrite the Scaling benchmark section of docs/training.md"
+        "--quick", action="store_true", help=f"{QUICK_STEPS} steps a run (a smoke run)"
+    )
+    parser.add_argument("--steps", type=int, help=f"optimizer steps a run (default {STEPS})")
+    parser.add_argument(
+        "--repeats", type=int, help=f"passes over the configurations (default {REPEATS}; --quick 1)"
+    )
+    parser.add_argument(
+        "--write-docs",
+        action="store_true",
+        help="rewrite the Scaling benchmark section of docs/training.md",
     )
     parser.add_argument("--render", metavar="JSON", help="only render a saved result")
     args = parser.parse_args()
@@ -334,7 +405,9 @@ def main() -> int:
     else:
         steps = args.steps or (QUICK_STEPS if args.quick else STEPS)
         result = run(steps, args.repeats or (1 if args.quick else REPEATS))
-        write_results(RESULTS / ("bench_train-quick.json" if args.quick else "bench_train.json"), result)
+        write_results(
+            RESULTS / ("bench_train-quick.json" if args.quick else "bench_train.json"), result
+        )
     text = render(result)
     print(text)
     if args.write_docs:

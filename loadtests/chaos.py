@@ -1,15 +1,16 @@
-"""Chaos under constant load: replicas, the registry and the gateway killed, one live update, on one machine.
+"""Chaos under constant load: replicas, the registry and the gateway killed, one live update, on one
+machine.
 
     .venv/bin/python -m loadtests.chaos [--rate 40] [--duration 150] [--write-docs]
 
-Serves one Direct endpoint (three sklearn/python containers of the demo, two replicas each) on an embedded
-Ray in this process, and drives it with `serving loadtest direct` (open loop, no client retries) for the
-whole run, plus a second, slower stream of boto3 calls in standard retry mode (what SageMaker advises).
-Meanwhile, on a fixed timetable: a random replica is killed every 20 s, the registry actor once, the
-gateway once, and one update (a new environment for one container) is applied. It reports, for each
-stream, requests sent and failed (by code) and p99, and for each event how long until the endpoint was
-whole again. Bounded in time; not part of the test run. Results: loadtests/results/chaos.json, and with
---write-docs the "Chaos run" section of docs/reliability.md.
+Serves one Direct endpoint (three sklearn/python containers of the demo, two replicas each) on an
+embedded Ray in this process, and drives it with `serving loadtest direct` (open loop, no client
+retries) for the whole run, plus a second, slower stream of boto3 calls in standard retry mode (what
+SageMaker advises). Meanwhile, on a fixed timetable: a random replica is killed every 20 s, the
+registry actor once, the gateway once, and one update (a new environment for one container) is
+applied. It reports, for each stream, requests sent and failed (by code) and p99, and for each event
+how long until the endpoint was whole again. Bounded in time; not part of the test run. Results:
+loadtests/results/chaos.json, and with --write-docs the "Chaos run" section of docs/reliability.md.
 """
 
 from __future__ import annotations
@@ -47,14 +48,21 @@ def spec(models: Path, release: str = "1") -> dict:
         "EndpointName": "chaos",
         "Containers": [
             container("iris", "sklearn", "iris-classifier"),
-            container("wine", "sklearn", "wine-classifier", SERVING_SKLEARN_METHOD="predict_proba", RELEASE=release),
+            container(
+                "wine",
+                "sklearn",
+                "wine-classifier",
+                SERVING_SKLEARN_METHOD="predict_proba",
+                RELEASE=release,
+            ),
             container("labels", "python", "iris-labels.tar.gz"),
         ],
     }
 
 
 class RetryingStream:
-    """boto3 calls in standard retry mode, one client per thread, at a fixed rate; failures by error code."""
+    """boto3 calls in standard retry mode, one client per thread, at a fixed rate; failures by error
+    code."""
 
     def __init__(self, url: str, rate: float) -> None:
         import boto3
@@ -68,7 +76,12 @@ class RetryingStream:
             aws_secret_access_key="x",
             config=Config(retries={"mode": "standard", "max_attempts": 10}),
         )
-        self.period, self.latencies, self.failures, self.stop = 1.0 / rate, [], Counter(), threading.Event()
+        self.period, self.latencies, self.failures, self.stop = (
+            1.0 / rate,
+            [],
+            Counter(),
+            threading.Event(),
+        )
         self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(2)]
 
     def _run(self) -> None:
@@ -84,7 +97,10 @@ class RetryingStream:
                 )
                 self.latencies.append(time.perf_counter() - started)
             except Exception as error:
-                self.failures[getattr(error, "response", {}).get("Error", {}).get("Code") or type(error).__name__] += 1
+                self.failures[
+                    getattr(error, "response", {}).get("Error", {}).get("Code")
+                    or type(error).__name__
+                ] += 1
             time.sleep(max(self.period * len(self.threads) - (time.perf_counter() - started), 0))
 
     def start(self) -> RetryingStream:
@@ -100,7 +116,9 @@ class RetryingStream:
         return {
             "requests": len(latencies) + sum(self.failures.values()),
             "failed": dict(self.failures),
-            "p99_ms": round(latencies[int(0.99 * (len(latencies) - 1))] * 1000, 1) if latencies else None,
+            "p99_ms": round(latencies[int(0.99 * (len(latencies) - 1))] * 1000, 1)
+            if latencies
+            else None,
         }
 
 
@@ -120,7 +138,8 @@ def run(rate: float, duration: float, seed: int) -> dict:
         describe = lambda: httpx.get(f"{url}/endpoints/chaos", timeout=10).json()
         snapshot = server.snapshot
         whole = lambda: all(
-            len(snapshot()["replicas"].get(("chaos", host), [])) == REPLICAS for host in ("iris", "wine", "labels")
+            len(snapshot()["replicas"].get(("chaos", host), [])) == REPLICAS
+            for host in ("iris", "wine", "labels")
         )
 
         report_dir = work / "loadtest"
@@ -175,9 +194,12 @@ def run(rate: float, duration: float, seed: int) -> dict:
                 host = rng.choice(("iris", "wine", "labels"))
                 victim = rng.choice(snapshot()["replicas"][("chaos", host)])
                 process = listener(victim)
-                process.parent().send_signal(signal.SIGKILL)  # the replica's supervisor (a Ray worker)
+                # the replica's supervisor (a Ray worker)
+                process.parent().send_signal(signal.SIGKILL)
                 recover(
-                    "replica killed", host, lambda: whole() and victim not in snapshot()["replicas"][("chaos", host)]
+                    "replica killed",
+                    host,
+                    lambda: whole() and victim not in snapshot()["replicas"][("chaos", host)],
                 )
             elif kind == "registry":
                 epoch = snapshot()["epoch"]
@@ -241,19 +263,24 @@ def render(result: dict) -> str:
         stream = result[name]
         failed = (
             ", ".join(
-                f"{code}: {count}" for code, count in sorted(stream.get("failed_by_code", stream["failed"]).items())
+                f"{code}: {count}"
+                for code, count in sorted(stream.get("failed_by_code", stream["failed"]).items())
             )
             or "0"
         )
         lines.append(f"| {label} | {stream['requests']} | {failed} | {stream['p99_ms']} |")
     lines += ["", "| at (s) | event | | whole again after (s) |", "|---|---|---|---|"]
     for event in result["events"]:
-        lines.append(f"| {event['at_s']} | {event['event']} | {event['detail']} | {event['recovered_after_s']} |")
+        lines.append(
+            f"| {event['at_s']} | {event['event']} | {event['detail']} | {event['recovered_after_s']} |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rate", type=float, default=40.0)
     parser.add_argument("--duration", type=float, default=150.0)
     parser.add_argument("--seed", type=int, default=0)
@@ -263,7 +290,9 @@ def main() -> None:
     write_results(RESULTS, result)
     print(render(result))
     if args.write_docs:
-        write_section(ROOT / "docs" / "reliability.md", "chaos", "## Chaos run\n\n" + render(result))
+        write_section(
+            ROOT / "docs" / "reliability.md", "chaos", "## Chaos run\n\n" + render(result)
+        )
 
 
 if __name__ == "__main__":

@@ -2,12 +2,13 @@
 
     .venv/bin/python -m loadtests.soak [--minutes 30] [--write-docs]
 
-Serves the chaos run's endpoint (three containers, two replicas each) on an embedded Ray in this process,
-measures its capacity with a short closed-loop run (`serving loadtest direct --users 32`), then drives it
-open-loop at 70% of that for `--minutes`, sampling the resident memory (RSS) of the gateway, the registry,
-every replica's supervisor and container process every 30 s. It reports requests, failures, p99, and each
-process's memory after the first five minutes (warm) and at the end, with the growth per hour. Results:
-loadtests/results/soak.json, and with --write-docs the "Soak" section of docs/reliability.md.
+Serves the chaos run's endpoint (three containers, two replicas each) on an embedded Ray in this
+process, measures its capacity with a short closed-loop run (`serving loadtest direct --users 32`),
+then drives it open-loop at 70% of that for `--minutes`, sampling the resident memory (RSS) of the
+gateway, the registry, every replica's supervisor and container process every 30 s. It reports
+requests, failures, p99, and each process's memory after the first five minutes (warm) and at the
+end, with the growth per hour. Results: loadtests/results/soak.json, and with --write-docs the
+"Soak" section of docs/reliability.md.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ WARM_S = 300.0
 
 
 def _processes(url: str, snapshot) -> dict[str, int]:
-    """Role -> pid of every process of the endpoint: gateway, registry, and per replica its two processes."""
+    """Role -> pid of every process of the endpoint: gateway, registry, and per replica its two
+    processes."""
     import psutil
 
     roles = {"gateway": listener(url).pid}
@@ -66,9 +68,9 @@ def run(minutes: float) -> dict:
     payloads = demo_models(work)
     with in_process(spec(work / "models"), num_cpus=2) as server:
         url = server.url
-        capacity = _loadtest(url, payloads, work / "capacity", "--users", "32", "--duration", "20")["throughput_rps"][
-            "ok"
-        ]
+        capacity = _loadtest(url, payloads, work / "capacity", "--users", "32", "--duration", "20")[
+            "throughput_rps"
+        ]["ok"]
         rate = round(0.7 * capacity, 1)
         roles = _processes(url, server.snapshot)
         samples: dict[str, list[tuple[float, int]]] = {role: [] for role in roles}
@@ -79,14 +81,19 @@ def run(minutes: float) -> dict:
                 for role, pid in roles.items():
                     try:
                         samples[role].append(
-                            (round(time.monotonic() - started, 1), psutil.Process(pid).memory_info().rss)
+                            (
+                                round(time.monotonic() - started, 1),
+                                psutil.Process(pid).memory_info().rss,
+                            )
                         )
                     except psutil.Error:
                         pass
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
-        load = _loadtest(url, payloads, work / "soak", "--rate", str(rate), "--duration", str(minutes * 60))
+        load = _loadtest(
+            url, payloads, work / "soak", "--rate", str(rate), "--duration", str(minutes * 60)
+        )
         stop.set()
         sampler.join(60)
         memory = {}
@@ -122,12 +129,16 @@ def render(result: dict) -> str:
         "|---|---|---|---|",
     ]
     for role, numbers in result["memory"].items():
-        lines.append(f"| {role} | {numbers['warm_mib']} | {numbers['end_mib']} | {numbers['growth_mib_per_hour']} |")
+        lines.append(
+            f"| {role} | {numbers['warm_mib']} | {numbers['end_mib']} | {numbers['growth_mib_per_hour']} |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()

@@ -1,15 +1,20 @@
-"""serving: up to fifteen model containers behind one HTTP endpoint on Ray Serve, speaking SageMaker's protocols.
+"""serving: up to fifteen model containers behind one HTTP endpoint on Ray Serve, speaking
+SageMaker's protocols.
 
-The public surface, importable from here (each loaded on first use: importing `serving` runs nothing, so a
-container process or a Ray worker that imports a module of this package pays for that module only):
+The public surface, importable from here (each loaded on first use: importing `serving` runs
+nothing, so a container process or a Ray worker that imports a module of this package pays for that
+module only):
 
 - `Client`, `AsyncClient`: the SDK (`serving.client`; docs/client.md).
-- `EndpointSpec`, `parse_spec`, `load_spec`: the endpoint spec (`serving.config.spec`; docs/spec.md).
+- `EndpointSpec`, `parse_spec`, `load_spec`: the endpoint spec (`serving.config.spec`;
+  docs/spec.md).
 - `ServerSettings`: the server's settings (`serving.settings`; docs/api.md).
-- `EmbeddedServer`: Ray, the gateway and endpoints as a context manager (`serving.ray_wing`; docs/architecture.md).
+- `EmbeddedServer`: Ray, the gateway and endpoints as a context manager (`serving.ray_wing`;
+  docs/architecture.md).
 - `train`: one run of a training recipe on Ray (`serving.ray_wing.training`; docs/training.md).
 
-Everything else is the implementation: its packages say what each owns (docs/architecture.md, "Package map").
+Everything else is the implementation: its packages say what each owns (docs/architecture.md,
+"Package map").
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """glibc's allocator, told to give large freed blocks back to the OS (a no-op elsewhere).
 
-glibc raises its mmap threshold each time it frees a large mmapped block (up to 32 MB), so the next blocks
-of that size land in a heap that is seldom given back: a process that once held many large buffers (request
-bodies, models) keeps their memory after freeing them, in amounts that vary run to run. A fixed threshold
-keeps large blocks in mmap, unmapped as soon as they are freed.
+glibc raises its mmap threshold each time it frees a large mmapped block (up to 32 MB), so the next
+blocks of that size land in a heap that is seldom given back: a process that once held many large
+buffers (request bodies, models) keeps their memory after freeing them, in amounts that vary run to
+run. A fixed threshold keeps large blocks in mmap, unmapped as soon as they are freed.
 """
 
 from __future__ import annotations

@@ -25,8 +25,8 @@ from serving.protocol import (
     ErrorCode,
 )
 
-# An error's wire document: `__type`, `message`, and the fields its kind adds (a ModelError's original
-# status, a throttle's retry hint ...): open, each kind has its own.
+# An error's wire document: `__type`, `message`, and the fields its kind adds (a ModelError's
+# original status, a throttle's retry hint ...): open, each kind has its own.
 ErrorJson = dict[str, Any]
 
 
@@ -206,7 +206,9 @@ class ContainerError(ServingError):
         status = getattr(error, "status_code", None)
         if isinstance(status, int) and not isinstance(status, bool) and 400 <= status <= 599:
             message = getattr(error, "message", None)
-            return cls(str(message if message is not None else error)[:MAX_ORIGINAL_MESSAGE], status)
+            return cls(
+                str(message if message is not None else error)[:MAX_ORIGINAL_MESSAGE], status
+            )
         return cls(failure_message(error), ERROR_STATUS[ErrorCode.INTERNAL_FAILURE])
 
 
@@ -299,7 +301,9 @@ _PATH = re.compile(r"(?<![\w.~-])/[^\s'\"(),;<>\[\]]+")
 
 # A tensorflow container's own TF Serving route, with the token that lets a caller use it
 # (`context.rest_uri`).
-_CAPABILITY_URL = re.compile(rf"(?:[a-z]+://[^\s'\"/]+)?{re.escape(LOCAL_TFS_PATH)}/[^\s'\"]*", re.IGNORECASE)
+_CAPABILITY_URL = re.compile(
+    rf"(?:[a-z]+://[^\s'\"/]+)?{re.escape(LOCAL_TFS_PATH)}/[^\s'\"]*", re.IGNORECASE
+)
 
 
 def without_capabilities(text: str) -> str:

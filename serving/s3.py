@@ -1,6 +1,7 @@
-"""S3 in one place: `s3://` URIs parsed and checked, and clients made (from this process's configuration or a
-container's Environment) and kept, one per store URL. The gateway (capture, async invocations), the model stores
-and the container supervisors all take theirs from here; boto3 is imported only when a client is made.
+"""S3 in one place: `s3://` URIs parsed and checked, and clients made (from this process's
+configuration or a container's Environment) and kept, one per store URL. The gateway (capture, async
+invocations), the model stores and the container supervisors all take theirs from here; boto3 is
+imported only when a client is made.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from serving.protocol import S3_ENDPOINT_URL_ENV
 
 __all__ = ["Clients", "S3Location", "client", "client_for", "parse_s3_uri"]
 
-# S3's bucket naming rules (3-63 lowercase letters, digits, dots, hyphens; starts and ends alphanumeric).
+# S3's bucket naming rules (3-63 lowercase letters, digits, dots, hyphens; starts and ends
+# alphanumeric).
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
 
@@ -51,11 +53,13 @@ class S3Location:
 def parse_s3_uri(value: str, what: str = "location") -> S3Location:
     """`s3://bucket/key` as an S3Location; ValueError naming `what` for anything else.
 
-    Keys with empty, `.` or `..` segments are refused: some S3-compatible stores normalise them, which would
-    let a key leave the prefix it was checked against.
+    Keys with empty, `.` or `..` segments are refused: some S3-compatible stores normalise them,
+    which would let a key leave the prefix it was checked against.
     """
     if not value.startswith("s3://"):
-        raise ValueError(f"{what} {value!r} is not an s3://bucket/key URI (https:// locations are not supported)")
+        raise ValueError(
+            f"{what} {value!r} is not an s3://bucket/key URI (https:// locations are not supported)"
+        )
     bucket, _, key = value.removeprefix("s3://").partition("/")
     if not _BUCKET.match(bucket):
         raise ValueError(f"{what} {value!r} names no valid bucket")
@@ -66,9 +70,11 @@ def parse_s3_uri(value: str, what: str = "location") -> S3Location:
 
 
 def client(endpoint_url: str | None = None) -> Any:
-    """A boto3 S3 client for `endpoint_url`, else SERVING_S3_ENDPOINT_URL, else boto3's own configuration.
+    """A boto3 S3 client for `endpoint_url`, else SERVING_S3_ENDPOINT_URL, else boto3's own
+    configuration.
 
-    Credentials come from boto3's usual chain (environment, config files, instance role) of this process.
+    Credentials come from boto3's usual chain (environment, config files, instance role) of this
+    process.
     """
     import boto3  # only S3 locations need it
 
@@ -78,9 +84,10 @@ def client(endpoint_url: str | None = None) -> Any:
 
 
 def client_for(environment: Mapping[str, str]) -> Any:
-    """The S3 client a container's model data is fetched with by its supervisor, outside its sandbox: with the
-    container's own AWS_* settings if its Environment has them, else the supervisor's credentials, which the
-    container process never sees (the API holds such models to the operator's s3:// model roots)."""
+    """The S3 client a container's model data is fetched with by its supervisor, outside its
+    sandbox: with the container's own AWS_* settings if its Environment has them, else the
+    supervisor's credentials, which the container process never sees (the API holds such models to
+    the operator's s3:// model roots)."""
     endpoint = environment.get(S3_ENDPOINT_URL_ENV) or os.environ.get(S3_ENDPOINT_URL_ENV) or None
     keys = {
         name: environment[variable]
@@ -100,8 +107,8 @@ def client_for(environment: Mapping[str, str]) -> Any:
 
 
 class Clients:
-    """One client per store URL (None: boto3's own configuration), made by `factory` on first use; boto3's clients
-    are thread-safe, so one serves every thread."""
+    """One client per store URL (None: boto3's own configuration), made by `factory` on first use;
+    boto3's clients are thread-safe, so one serves every thread."""
 
     def __init__(self, factory: Callable[[str | None], Any] | None = None) -> None:
         self._factory = factory

@@ -23,7 +23,8 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-# ServerSettings as JSON, the form Serve hands a replica its arguments in; ServerSettings validates it back.
+# ServerSettings as JSON, the form Serve hands a replica its arguments in; ServerSettings validates
+# it back.
 SettingsJson = dict[str, Any]
 
 
@@ -40,7 +41,9 @@ class ServerSettings(BaseSettings):
         description="Gateway processes on every Ray node (`--gateways-per-node`); those of one node share the port "
         "(SO_REUSEPORT), so that routing can use more than one core of a node. At most the node's CPUs.",
     )
-    max_payload_mb: float = Field(6.0, gt=0, description="Largest request body accepted, in MB (SageMaker: 6).")
+    max_payload_mb: float = Field(
+        6.0, gt=0, description="Largest request body accepted, in MB (SageMaker: 6)."
+    )
     grpc_port: int | None = Field(
         None,
         ge=0,
@@ -50,7 +53,8 @@ class ServerSettings(BaseSettings):
         "--port.",
     )
     grpc_tls_cert: str | None = Field(
-        None, description="PEM certificate chain the gRPC listener presents (with grpc_tls_key); None: plaintext."
+        None,
+        description="PEM certificate chain the gRPC listener presents (with grpc_tls_key); None: plaintext.",
     )
     grpc_tls_key: str | None = Field(None, description="PEM private key of grpc_tls_cert.")
     grpc_max_concurrent_rpcs: int = Field(
@@ -121,13 +125,16 @@ class ServerSettings(BaseSettings):
         pattern=r"^[a-z0-9-]{1,32}$",
         description="Region in endpoint ARNs and the one SigV4 credential scopes must name (clients' region_name).",
     )
-    account_id: str = Field("000000000000", pattern=r"^\d{12}$", description="Account id in endpoint ARNs.")
+    account_id: str = Field(
+        "000000000000", pattern=r"^\d{12}$", description="Account id in endpoint ARNs."
+    )
     allow_anonymous: bool = Field(
         False,
         description="Serve endpoints without AccessControl to anyone even when `host` is not a loopback address.",
     )
-    # What a caller can cost before it is authenticated (see docs/api.md, "Limits"). The HTTP server enforces
-    # the first six (serving.http.limits; their defaults live in serving.http.limit_defaults), the router the last.
+    # What a caller can cost before it is authenticated (see docs/api.md, "Limits"). The HTTP server
+    # enforces the first six (serving.http.limits; their defaults live in
+    # serving.http.limit_defaults), the router the last.
     max_connections: int = Field(
         default.MAX_CONNECTIONS,
         ge=1,
@@ -212,7 +219,8 @@ class ServerSettings(BaseSettings):
         "(`sagemaker_api.model_roots`).",
     )
     instance_types_file: str | None = Field(
-        None, description="YAML/JSON table of InstanceType -> {Cpus, MemoryMb, Gpus}; None: the default table."
+        None,
+        description="YAML/JSON table of InstanceType -> {Cpus, MemoryMb, Gpus}; None: the default table.",
     )
 
     @model_validator(mode="after")
@@ -237,9 +245,13 @@ class ServerSettings(BaseSettings):
     @model_validator(mode="after")
     def _grpc_tls_whole(self) -> ServerSettings:
         if (self.grpc_tls_cert is None) != (self.grpc_tls_key is None):
-            raise ValueError("grpc_tls_cert and grpc_tls_key go together: a certificate needs its private key")
+            raise ValueError(
+                "grpc_tls_cert and grpc_tls_key go together: a certificate needs its private key"
+            )
         if self.grpc_tls_cert is not None and self.grpc_port is None:
-            raise ValueError("grpc_tls_cert is given but grpc_port is not: there is no gRPC listener to secure")
+            raise ValueError(
+                "grpc_tls_cert is given but grpc_port is not: there is no gRPC listener to secure"
+            )
         return self
 
     @property
@@ -257,7 +269,9 @@ class ServerSettings(BaseSettings):
     @model_validator(mode="after")
     def _anonymous_api_on_loopback_only(self) -> ServerSettings:
         if self.allow_anonymous_api and self.api_identities is not None:
-            raise ValueError("allow_anonymous_api and api_identities exclude each other: API calls are signed or not")
+            raise ValueError(
+                "allow_anonymous_api and api_identities exclude each other: API calls are signed or not"
+            )
         if self.allow_anonymous_api and not is_loopback(self.host):
             raise ValueError(
                 f"allow_anonymous_api needs a loopback host, not {self.host}: anyone who reached the port could "
@@ -267,7 +281,8 @@ class ServerSettings(BaseSettings):
 
     @property
     def api_anonymous_allowed(self) -> bool:
-        """Whether control-plane API calls may come without credentials: only when the operator said so."""
+        """Whether control-plane API calls may come without credentials: only when the operator said
+        so."""
         return self.allow_anonymous_api
 
     @property

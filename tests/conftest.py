@@ -1,4 +1,5 @@
-"""What every tier shares: the suite's fixtures (tests/suite, as plugins, by tier) and an answer comparison."""
+"""What every tier shares: the suite's fixtures (tests/suite, as plugins, by tier) and an answer
+comparison."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ import pytest
 
 # Every tier's fixtures: the trained models.
 pytest_plugins = ["suite.models"]
-# The Ray tiers' fixtures: handler scripts, the S3 server and identities, the session's endpoint server and the
-# endpoints several modules share. pytest reads `pytest_plugins` in this conftest only, so they load here too, but
-# only when a run names a path outside tests/unit: the unit tier starts without them.
+# The Ray tiers' fixtures: handler scripts, the S3 server and identities, the session's endpoint
+# server and the endpoints several modules share. pytest reads `pytest_plugins` in this conftest
+# only, so they load here too, but only when a run names a path outside tests/unit: the unit tier
+# starts without them.
 RAY_TIER_PLUGINS = ["suite.handlers", "suite.services", "suite.endpoint_server", "suite.endpoints"]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,7 +28,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def answers_match(got, want, atol: float = 1e-4) -> bool:
-    """Nested JSON answers equal, numbers within `atol` (frameworks differ in the last float32 bits)."""
+    """Nested JSON answers equal, numbers within `atol` (frameworks differ in the last float32
+    bits)."""
     if isinstance(want, dict):
         return (
             isinstance(got, dict)

@@ -1,11 +1,13 @@
-"""MLServer runtimes for the batching benchmark's TorchScript and ONNX models (MLServer 1.7.1 ships neither).
+"""MLServer runtimes for the batching benchmark's TorchScript and ONNX models (MLServer 1.7.1 ships
+neither).
 
-Copied into each MLServer model folder and named by its model-settings.json (`implementation`); it runs in
-MLServer's own virtual environment, never imported by this project. What a user would write: decode the V2
-tensor with NumpyCodec, run the model, encode the answer. MLServer's adaptive batching (`max_batch_size`,
-`max_batch_time`) merges concurrent requests along the first axis before `predict` and splits the answer after.
-The frameworks' thread pools get what ours get (over_http: BENCH_NUM_THREADS intra-op threads, ONNX Runtime's
-pool not spinning, OMP_WAIT_POLICY=PASSIVE): the comparison is of the servers, not of framework settings.
+Copied into each MLServer model folder and named by its model-settings.json (`implementation`); it
+runs in MLServer's own virtual environment, never imported by this project. What a user would write:
+decode the V2 tensor with NumpyCodec, run the model, encode the answer. MLServer's adaptive batching
+(`max_batch_size`, `max_batch_time`) merges concurrent requests along the first axis before
+`predict` and splits the answer after. The frameworks' thread pools get what ours get (over_http:
+BENCH_NUM_THREADS intra-op threads, ONNX Runtime's pool not spinning, OMP_WAIT_POLICY=PASSIVE): the
+comparison is of the servers, not of framework settings.
 """
 
 import os
@@ -30,7 +32,9 @@ class TorchScriptModel(MLModel):
         rows = NumpyCodec.decode_input(payload.inputs[0]).astype(np.float32, copy=False)
         with self._torch.inference_mode():
             out = self._model(self._torch.from_numpy(rows)).numpy()
-        return InferenceResponse(model_name=self.name, outputs=[NumpyCodec.encode_output("output", out)])
+        return InferenceResponse(
+            model_name=self.name, outputs=[NumpyCodec.encode_output("output", out)]
+        )
 
 
 class OnnxModel(MLModel):
@@ -49,4 +53,6 @@ class OnnxModel(MLModel):
     async def predict(self, payload: InferenceRequest) -> InferenceResponse:
         rows = NumpyCodec.decode_input(payload.inputs[0]).astype(np.float32, copy=False)
         out = self._session.run(None, {self._input: rows})[0]
-        return InferenceResponse(model_name=self.name, outputs=[NumpyCodec.encode_output("output", out)])
+        return InferenceResponse(
+            model_name=self.name, outputs=[NumpyCodec.encode_output("output", out)]
+        )

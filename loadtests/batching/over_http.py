@@ -1,12 +1,13 @@
-"""Batching over real HTTP: one MLP (TorchScript and ONNX) behind our endpoint and behind MLServer, with and
-without batching, loaded by wrk at 64 connections with one-row requests.
+"""Batching over real HTTP: one MLP (TorchScript and ONNX) behind our endpoint and behind MLServer,
+with and without batching, loaded by wrk at 64 connections with one-row requests.
 
 Both systems get the same model files, the same batch limits (32 rows, 2 ms) and the same cores: our
-containers reserve `Resources.Cpus: 2` (two model threads of one intra-op thread each), MLServer's runtime sets two
-intra-op threads in its one default inference worker. Each system is measured alone on the machine (MLServer
-first, then ours); every case after a warm-up at the same concurrency, waiting for quiet as bench_invoke does.
-Before the servers start, `model_cost` measures the model alone in this process (one row per call, and 32-row
-batches): what batching can save per request, to set against what a request costs the server in all.
+containers reserve `Resources.Cpus: 2` (two model threads of one intra-op thread each), MLServer's
+runtime sets two intra-op threads in its one default inference worker. Each system is measured alone
+on the machine (MLServer first, then ours); every case after a warm-up at the same concurrency,
+waiting for quiet as bench_invoke does. Before the servers start, `model_cost` measures the model
+alone in this process (one row per call, and 32-row batches): what batching can save per request, to
+set against what a request costs the server in all.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ JSON = {"Content-Type": "application/json"}
 
 
 def build_models(folder: Path) -> dict[str, Path]:
-    """The MLP as TorchScript (model.pt) and ONNX (model.onnx, dynamic batch axis), same weights, no downloads."""
+    """The MLP as TorchScript (model.pt) and ONNX (model.onnx, dynamic batch axis), same weights, no
+    downloads."""
     import torch
 
     torch.manual_seed(0)
@@ -63,7 +65,8 @@ def build_models(folder: Path) -> dict[str, Path]:
 
 
 def model_cost(models: dict[str, Path], seconds: float = 3.0) -> dict[str, dict[str, float]]:
-    """CPU µs per row of the model alone, one intra-op thread (ours' setting): 1-row calls and 32-row batches."""
+    """CPU µs per row of the model alone, one intra-op thread (ours' setting): 1-row calls and
+    32-row batches."""
     import time
 
     import numpy as np
@@ -127,10 +130,14 @@ def our_specs(models: dict[str, Path]) -> list[dict[str, Any]]:
 
 
 def mlserver_ensure_frameworks(venv: Path) -> None:
-    """torch and onnxruntime in MLServer's environment, at our versions (CPU wheels), for the custom runtimes."""
+    """torch and onnxruntime in MLServer's environment, at our versions (CPU wheels), for the custom
+    runtimes."""
     import importlib.metadata as metadata
 
-    wanted = [f"torch=={metadata.version('torch')}", f"onnxruntime=={metadata.version('onnxruntime')}"]
+    wanted = [
+        f"torch=={metadata.version('torch')}",
+        f"onnxruntime=={metadata.version('onnxruntime')}",
+    ]
     check = subprocess.run(
         [
             str(venv / "bin" / "python"),
@@ -153,12 +160,15 @@ def mlserver_ensure_frameworks(venv: Path) -> None:
 def start_mlserver(
     processes: Processes, binary: Path, models: dict[str, Path], root: Path, logs: Path
 ) -> tuple[subprocess.Popen, str]:
-    """One MLServer (default settings, one inference worker, but `debug: false` as in production: no access-log
-    line per request) with four models: each MLP with and without adaptive batching."""
+    """One MLServer (default settings, one inference worker, but `debug: false` as in production: no
+    access-log line per request) with four models: each MLP with and without adaptive batching."""
     http_port = free_port()
     root.mkdir(parents=True, exist_ok=True)
     (root / "settings.json").write_text(mlserver_settings(http_port))
-    implementation = {"torch": ("TorchScriptModel", "model.pt"), "onnx": ("OnnxModel", "model.onnx")}
+    implementation = {
+        "torch": ("TorchScriptModel", "model.pt"),
+        "onnx": ("OnnxModel", "model.onnx"),
+    }
     for kind, (cls, filename) in implementation.items():
         for batched in (False, True):
             name = f"bench-{kind}{'-batched' if batched else ''}"
@@ -182,7 +192,11 @@ def start_mlserver(
     }
     log_file = logs / "mlserver-batching.log"
     process = processes.start(
-        [str(binary), "start", str(root)], cwd=root, env=env, stdout=open(log_file, "wb"), stderr=subprocess.STDOUT
+        [str(binary), "start", str(root)],
+        cwd=root,
+        env=env,
+        stdout=open(log_file, "wb"),
+        stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{http_port}"
 
@@ -199,9 +213,18 @@ def start_mlserver(
     return process, url
 
 
-def start_ours(processes: Processes, models: dict[str, Path], logs: Path) -> tuple[subprocess.Popen, str]:
+def start_ours(
+    processes: Processes, models: dict[str, Path], logs: Path
+) -> tuple[subprocess.Popen, str]:
     """Our endpoint server with the four endpoints, in a child process with its own embedded Ray."""
-    options = json.dumps({"specs": our_specs(models), "num_cpus": 4 * CPUS + 2, "ready_timeout_s": 300, "settings": {}})
+    options = json.dumps(
+        {
+            "specs": our_specs(models),
+            "num_cpus": 4 * CPUS + 2,
+            "ready_timeout_s": 300,
+            "settings": {},
+        }
+    )
     process = processes.start(
         [sys.executable, "-c", CHILD_SCRIPT, options],
         stdin=subprocess.PIPE,
@@ -222,18 +245,35 @@ def measure(
     logs.mkdir(exist_ok=True)
     models = build_models(work / "models")
     cost = model_cost(models)
-    log(f"the model alone, CPU µs per row (1-row calls, {MAX_BATCH}-row batches): {json.dumps(cost)}")
+    log(
+        f"the model alone, CPU µs per row (1-row calls, {MAX_BATCH}-row batches): {json.dumps(cost)}"
+    )
     values = row()
     ours_body = json.dumps([values], separators=(",", ":"))
     v2_body = json.dumps(
-        {"inputs": [{"name": "input", "shape": [1, WIDTHS[0]], "datatype": "FP32", "data": values}]},
+        {
+            "inputs": [
+                {"name": "input", "shape": [1, WIDTHS[0]], "datatype": "FP32", "data": values}
+            ]
+        },
         separators=(",", ":"),
     )
     cases: list[Case] = []
     samples: dict[str, Any] = {}
 
     def load(system: str, url: str, body: str) -> None:
-        cases.append(wrk.case(system, f"c{CONNECTIONS}", CONNECTIONS, url, duration, warmup, body=body, headers=JSON))
+        cases.append(
+            wrk.case(
+                system,
+                f"c{CONNECTIONS}",
+                CONNECTIONS,
+                url,
+                duration,
+                warmup,
+                body=body,
+                headers=JSON,
+            )
+        )
 
     log("starting MLServer with the four MLP models ...")
     mlserver, url = start_mlserver(processes, mlserver_bin, models, work / "mlserver", logs)
@@ -274,12 +314,18 @@ def ratios(cases: list[Case]) -> dict[str, float]:
     out: dict[str, float] = {}
     for system in ("ours", "MLServer"):
         for kind in ("torch", "onnx"):
-            base, batched = rps.get(f"{system} bench-{kind}"), rps.get(f"{system} bench-{kind}-batched")
+            base, batched = (
+                rps.get(f"{system} bench-{kind}"),
+                rps.get(f"{system} bench-{kind}-batched"),
+            )
             if base and batched:
                 out[f"{system} {kind}: batched / unbatched"] = round(batched / base, 2)
     for kind in ("torch", "onnx"):
         for suffix in ("", "-batched"):
-            ours, peer = rps.get(f"ours bench-{kind}{suffix}"), rps.get(f"MLServer bench-{kind}{suffix}")
+            ours, peer = (
+                rps.get(f"ours bench-{kind}{suffix}"),
+                rps.get(f"MLServer bench-{kind}{suffix}"),
+            )
             if ours and peer:
                 out[f"{kind}{suffix or ' unbatched'}: ours / MLServer"] = round(ours / peer, 2)
     return out

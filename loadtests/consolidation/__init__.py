@@ -1,1 +1,2 @@
-"""bench_consolidation.py's own parts: `report` (summary rows, per-stack footprints, its docs section)."""
+"""bench_consolidation.py's own parts: `report` (summary rows, per-stack footprints, its docs
+section)."""

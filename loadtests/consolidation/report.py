@@ -1,5 +1,5 @@
-"""bench_consolidation's report: one row per scenario, per-stack replica footprints, and its section of
-docs/benchmarks/bench_consolidation.md (what consolidation saves)."""
+"""bench_consolidation's report: one row per scenario, per-stack replica footprints, and its section
+of docs/benchmarks/bench_consolidation.md (what consolidation saves)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ SYSTEM_ROLES = ("driver", "ray-system", "serve-controller", "registry", "gateway
 
 
 def _per_stack(result: dict[str, Any]) -> dict[str, dict[str, float]]:
-    """Mean footprint of one replica per stack: its Serve replica process plus its container process."""
+    """Mean footprint of one replica per stack: its Serve replica process plus its container
+    process."""
     groups = result["memory"]["groups"]
     stacks = {}
     for role, entries in groups.items():
@@ -21,7 +22,10 @@ def _per_stack(result: dict[str, Any]) -> dict[str, dict[str, float]]:
             both = entries + groups.get(f"container:{stack}", [])
             stacks[stack] = {
                 "replicas": len(entries),
-                **{f"{key}_mb": sum(e[key] for e in both) / len(entries) / 2**20 for key in ("pss", "uss", "rss")},
+                **{
+                    f"{key}_mb": sum(e[key] for e in both) / len(entries) / 2**20
+                    for key in ("pss", "uss", "rss")
+                },
             }
     return stacks
 
@@ -31,7 +35,8 @@ def _group_mb(result: dict[str, Any], role: str) -> float:
 
 
 def summarize(results: dict[str, Any]) -> dict[str, Any]:
-    """One row per scenario (separate-servers summed over its fifteen runs) plus per-stack footprints."""
+    """One row per scenario (separate-servers summed over its fifteen runs) plus per-stack
+    footprints."""
     rows = {}
     for scenario, result in results.items():
         if scenario == "separate-servers":
@@ -72,7 +77,10 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
             for stack, numbers in _per_stack(run).items():
                 merged.setdefault(stack, []).append(numbers)
         stacks["alone"] = {
-            stack: {key: statistics.mean(n[key] for n in entries) for key in ("pss_mb", "uss_mb", "rss_mb")}
+            stack: {
+                key: statistics.mean(n[key] for n in entries)
+                for key in ("pss_mb", "uss_mb", "rss_mb")
+            }
             | {"replicas": len(entries)}
             for stack, entries in merged.items()
         }
@@ -99,7 +107,9 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
             continue
         row = rows[scenario]
         startup = f"{row['startup_s']:.1f} s" + (
-            f" (sum; longest {row['startup_max_s']:.1f} s)" if scenario == "separate-servers" else ""
+            f" (sum; longest {row['startup_max_s']:.1f} s)"
+            if scenario == "separate-servers"
+            else ""
         )
         lines.append(
             f"| {labels[scenario].format(n=row['containers'])} | {row['endpoints']} | {row['answered']}/15 | {startup} | "
@@ -107,12 +117,21 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
             f"{row['reserved_cpus']:.1f} | {row['load']:.1f} |"
         )
     for key, title in (
-        ("consolidated", "Per-stack replica footprint in the consolidated endpoint (mean per replica)"),
+        (
+            "consolidated",
+            "Per-stack replica footprint in the consolidated endpoint (mean per replica)",
+        ),
         ("alone", "Per-stack replica footprint alone on its own Ray (mean over that stack's runs)"),
     ):
         if key not in stacks:
             continue
-        lines += ["", f"{title}:", "", "| stack | replicas | PSS | USS | RSS |", "|---|---|---|---|---|"]
+        lines += [
+            "",
+            f"{title}:",
+            "",
+            "| stack | replicas | PSS | USS | RSS |",
+            "|---|---|---|---|---|",
+        ]
         for stack in ("sklearn", "pytorch", "tensorflow", "onnx", "python"):
             if stack in stacks[key]:
                 s = stacks[key][stack]
@@ -196,7 +215,15 @@ def _less(fraction: float) -> str:
 def docs_section(summary: dict[str, Any], meta: dict[str, Any]) -> str:
     return (
         "\n".join(
-            [INTRO, "### Results", "", markdown(summary, meta), "### What consolidation saves", "", *savings(summary)]
+            [
+                INTRO,
+                "### Results",
+                "",
+                markdown(summary, meta),
+                "### What consolidation saves",
+                "",
+                *savings(summary),
+            ]
         )
         + "\n"
     )

@@ -1,7 +1,9 @@
-"""CPU accounting from /proc: whose process the CPU time of a window went to, and whether the machine was quiet.
+"""CPU accounting from /proc: whose process the CPU time of a window went to, and whether the
+machine was quiet.
 
-A `CpuMeter` labels every process by the role of its nearest labelled ancestor (`roles`: pid -> role, for
-peers this run started), by Ray's process titles for this run's Ray, or as other processes (not this run's).
+A `CpuMeter` labels every process by the role of its nearest labelled ancestor (`roles`: pid ->
+role, for peers this run started), by Ray's process titles for this run's Ray, or as other processes
+(not this run's).
 """
 
 from __future__ import annotations
@@ -32,12 +34,19 @@ def read_procs() -> dict[int, tuple[str, int, int, str, int]]:
         close = stat.rfind(")")
         comm = stat[stat.find("(") + 1 : close]
         fields = stat[close + 2 :].split()
-        table[int(entry)] = (comm, int(fields[1]), int(fields[11]) + int(fields[12]), cmdline, int(fields[19]))
+        table[int(entry)] = (
+            comm,
+            int(fields[1]),
+            int(fields[11]) + int(fields[12]),
+            cmdline,
+            int(fields[19]),
+        )
     return table
 
 
 def _machine_ticks() -> tuple[int, int, int]:
-    """(total, idle + iowait, steal) jiffies of the whole machine. Steal: time the hypervisor gave other guests."""
+    """(total, idle + iowait, steal) jiffies of the whole machine. Steal: time the hypervisor gave
+    other guests."""
     with open("/proc/stat") as f:
         values = [int(v) for v in f.readline().split()[1:]]
     return sum(values), values[3] + values[4], values[7] if len(values) > 7 else 0
@@ -85,7 +94,8 @@ class CpuMeter:
             return "gateway replica" if name is None else f"{name}: Ray replica (supervisor)"
         parent = table.get(table[pid][1])
         if parent is not None and parent[3].startswith("ray::ServeReplica:"):
-            name = _replica_name(parent[3])  # the replica's child: the container's own process (its model)
+            # the replica's child: the container's own process (its model)
+            name = _replica_name(parent[3])
             if name is not None:
                 return name
         if cmdline.startswith("ray::ServeController"):
@@ -110,7 +120,8 @@ class CpuMeter:
                 used = (ticks - previous[1]) / CLOCK_TICKS
             elif started >= uptime0 - 1:  # born during the window: all its CPU is in the window
                 used = ticks / CLOCK_TICKS
-            else:  # existed before but was not seen (a read raced with it): no baseline, leave it out
+            # existed before but was not seen (a read raced with it): no baseline, leave it out
+            else:
                 continue
             if used > 0:
                 seconds[label] = seconds.get(label, 0.0) + used
@@ -119,7 +130,8 @@ class CpuMeter:
 
     @staticmethod
     def machine(before, after) -> tuple[float, float]:
-        """This machine's average busy cores (its own work, steal excluded) and cores stolen by the hypervisor."""
+        """This machine's average busy cores (its own work, steal excluded) and cores stolen by the
+        hypervisor."""
         (total0, idle0, steal0), (total1, idle1, steal1) = before[2], after[2]
         if total1 <= total0:
             return 0.0, 0.0
@@ -141,9 +153,14 @@ def run_cpu_us(case) -> float:
 
 
 def wait_for_quiet(
-    meter: CpuMeter, limit_s: float, threshold: float = 0.15, window: float = 5.0, quiet: bool = False
+    meter: CpuMeter,
+    limit_s: float,
+    threshold: float = 0.15,
+    window: float = 5.0,
+    quiet: bool = False,
 ) -> float:
-    """Wait (up to limit_s) until processes outside this run use under `threshold` cores over `window` s."""
+    """Wait (up to limit_s) until processes outside this run use under `threshold` cores over
+    `window` s."""
     deadline = time.monotonic() + limit_s
     told = False
     while True:

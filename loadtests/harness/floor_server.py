@@ -36,7 +36,9 @@ def build_app(model) -> Starlette:
     async def ping(request: Request) -> Response:
         return Response(b"")
 
-    return Starlette(routes=[Route("/invocations", invocations, methods=["POST"]), Route("/ping", ping)])
+    return Starlette(
+        routes=[Route("/invocations", invocations, methods=["POST"]), Route("/ping", ping)]
+    )
 
 
 def main() -> None:
@@ -47,7 +49,12 @@ def main() -> None:
     sock.listen(2048)
     print(sock.getsockname()[1], flush=True)
     config = uvicorn.Config(
-        build_app(model), loop="uvloop", http="httptools", lifespan="off", access_log=False, log_level="warning"
+        build_app(model),
+        loop="uvloop",
+        http="httptools",
+        lifespan="off",
+        access_log=False,
+        log_level="warning",
     )
     uvicorn.Server(config).run(sockets=[sock])
 

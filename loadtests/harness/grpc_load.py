@@ -1,8 +1,10 @@
-"""A closed-loop gRPC load driver, wrk's counterpart for unary calls: `concurrency` calls kept in flight for a while.
+"""A closed-loop gRPC load driver, wrk's counterpart for unary calls: `concurrency` calls kept in
+flight for a while.
 
-It runs as its own process (`run`), so that its CPU is not the benchmark's, and sends one serialized message over
-and over without parsing answers beyond their status: what it costs is the same for every server it drives. One
-HTTP/2 channel carries the calls, as a gRPC client does (wrk's 32 connections are 32 streams here).
+It runs as its own process (`run`), so that its CPU is not the benchmark's, and sends one serialized
+message over and over without parsing answers beyond their status: what it costs is the same for
+every server it drives. One HTTP/2 channel carries the calls, as a gRPC client does (wrk's 32
+connections are 32 streams here).
 
     python -m loadtests.harness.grpc_load TARGET METHOD MESSAGE_FILE CONCURRENCY SECONDS
 """
@@ -20,12 +22,16 @@ from typing import Any
 from loadtests.harness.processes import BenchError
 
 
-async def _drive(target: str, method: str, message: bytes, concurrency: int, seconds: float) -> dict[str, Any]:
+async def _drive(
+    target: str, method: str, message: bytes, concurrency: int, seconds: float
+) -> dict[str, Any]:
     import grpc
 
     latencies: list[float] = []
     errors = 0
-    async with grpc.aio.insecure_channel(target, options=[("grpc.max_receive_message_length", -1)]) as channel:
+    async with grpc.aio.insecure_channel(
+        target, options=[("grpc.max_receive_message_length", -1)]
+    ) as channel:
         call = channel.unary_unary(method)
         await call(message, timeout=30)  # the channel open, the path warm
         started = time.perf_counter()
@@ -44,7 +50,9 @@ async def _drive(target: str, method: str, message: bytes, concurrency: int, sec
         await asyncio.gather(*(loop() for _ in range(concurrency)))
         duration = time.perf_counter() - started
     latencies.sort()
-    pick = lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1e6 if latencies else 0.0  # noqa: E731
+    pick = lambda q: (
+        latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1e6 if latencies else 0.0
+    )  # noqa: E731
     return {
         "requests": len(latencies),
         "errors": errors,
@@ -54,8 +62,11 @@ async def _drive(target: str, method: str, message: bytes, concurrency: int, sec
     }
 
 
-def run(target: str, method: str, message: Path, concurrency: int, seconds: float) -> dict[str, Any]:
-    """One run in a child process: requests, errors, duration_us, p50 and p99 (µs), as wrk's runs report them."""
+def run(
+    target: str, method: str, message: Path, concurrency: int, seconds: float
+) -> dict[str, Any]:
+    """One run in a child process: requests, errors, duration_us, p50 and p99 (µs), as wrk's runs
+    report them."""
     command = [
         sys.executable,
         "-m",
@@ -74,4 +85,10 @@ def run(target: str, method: str, message: Path, concurrency: int, seconds: floa
 
 if __name__ == "__main__":
     target, method, message, concurrency, seconds = sys.argv[1:6]
-    print(json.dumps(asyncio.run(_drive(target, method, Path(message).read_bytes(), int(concurrency), float(seconds)))))
+    print(
+        json.dumps(
+            asyncio.run(
+                _drive(target, method, Path(message).read_bytes(), int(concurrency), float(seconds))
+            )
+        )
+    )

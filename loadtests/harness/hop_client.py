@@ -7,7 +7,8 @@ would compete for the GIL):
     python -m loadtests.harness.hop_client URL BODY SECONDS [HEADERS_JSON]
 
 Prints one JSON line: requests, p50_ms, p99_ms, mean_ms, cpu_us (this process's CPU per request).
-Compared with wrk's latency on the same port, it shows what the router's HTTP client adds to each hop.
+Compared with wrk's latency on the same port, it shows what the router's HTTP client adds to each
+hop.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ import uvloop
 from serving.gateway.hop_client import HopClient
 
 
-async def measure(url: str, body: bytes, seconds: float, headers: dict[str, str]) -> tuple[list[float], float]:
+async def measure(
+    url: str, body: bytes, seconds: float, headers: dict[str, str]
+) -> tuple[list[float], float]:
     parts = urllib.parse.urlsplit(url)
     client = HopClient()
     samples: list[float] = []
@@ -36,7 +39,9 @@ async def measure(url: str, body: bytes, seconds: float, headers: dict[str, str]
             start = time.perf_counter()
             if start > warm_until and cpu_at_warm is None:
                 cpu_at_warm = time.process_time()
-            answer = await client.post(parts.hostname or "", parts.port or 80, parts.path, body, headers, 10)
+            answer = await client.post(
+                parts.hostname or "", parts.port or 80, parts.path, body, headers, 10
+            )
             if answer.status != 200:
                 raise SystemExit(f"{url}: HTTP {answer.status}")
             if start > warm_until:

@@ -1,4 +1,5 @@
-"""Runs of `serving loadtest` (Locust, open or closed loop) against an endpoint, and their JSON reports."""
+"""Runs of `serving loadtest` (Locust, open or closed loop) against an endpoint, and their JSON
+reports."""
 
 from __future__ import annotations
 
@@ -32,7 +33,12 @@ def read_report(out: Path) -> dict[str, Any]:
 
 
 def run_loadtest(
-    scenario: str, endpoint_url: str, out: Path, *options: str, timeout: float | None = None, quiet: bool = False
+    scenario: str,
+    endpoint_url: str,
+    out: Path,
+    *options: str,
+    timeout: float | None = None,
+    quiet: bool = False,
 ) -> dict[str, Any]:
     """Run one load test to its end (raising if it fails) and return its report."""
     subprocess.run(

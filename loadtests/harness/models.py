@@ -1,4 +1,5 @@
-"""Models the benchmarks serve, trained from scikit-learn's bundled data into a temporary folder (no downloads)."""
+"""Models the benchmarks serve, trained from scikit-learn's bundled data into a temporary folder (no
+downloads)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from pathlib import Path
 from loadtests.harness.peers import MLSERVER_MODEL
 
 ROOT = Path(__file__).resolve().parents[2]
-# One request per container of the demo's Direct endpoint (examples/direct.yaml), as files for `--payload`.
+# One request per container of the demo's Direct endpoint (examples/direct.yaml), as files for
+# `--payload`.
 DEMO_PAYLOADS = {
     "iris": [[5.1, 3.5, 1.4, 0.2]],
     "wine": [[13.2, 1.78, 2.14, 11.2, 100, 2.65, 2.76, 0.26, 1.28, 4.38, 1.05, 3.4, 1050]],
@@ -40,7 +42,8 @@ def demo_models(work: Path) -> dict[str, Path]:
 
 
 def hetero_models(models: Path) -> None:
-    """examples/train_hetero.py's fifteen models (three per stack) and their expected.json, into `models`."""
+    """examples/train_hetero.py's fifteen models (three per stack) and their expected.json, into
+    `models`."""
     example("train_hetero").train(models)
 
 
@@ -55,7 +58,9 @@ def iris_models(work: Path) -> dict[str, Path]:
     from sklearn.preprocessing import StandardScaler
 
     iris = load_iris()
-    model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)).fit(iris.data, iris.target)
+    model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)).fit(
+        iris.data, iris.target
+    )
     ours = work / "iris"
     ours.mkdir()
     skops.io.dump(model, ours / "model.skops")
@@ -64,5 +69,11 @@ def iris_models(work: Path) -> dict[str, Path]:
     joblib.dump(model, peer / "model.joblib")
 
     with contextlib.redirect_stdout(sys.stderr):
-        example("train_demo").train(work / "models")  # examples/serial.yaml's layout: models/iris-preprocess, ...
-    return {"skops_dir": ours, "joblib": peer / "model.joblib", "mlserver_root": work / "mlserver", "models": work}
+        # examples/serial.yaml's layout: models/iris-preprocess, ...
+        example("train_demo").train(work / "models")
+    return {
+        "skops_dir": ours,
+        "joblib": peer / "model.joblib",
+        "mlserver_root": work / "mlserver",
+        "models": work,
+    }

@@ -1,6 +1,6 @@
-"""The servers benchmarks compare ours with: the floor (the model in-process behind a bare Starlette app,
-`floor_server`), the floor behind the cheapest proxy (`proxy_floor`) and MLServer with its scikit-learn runtime,
-in a virtual environment of its own."""
+"""The servers benchmarks compare ours with: the floor (the model in-process behind a bare Starlette
+app, `floor_server`), the floor behind the cheapest proxy (`proxy_floor`) and MLServer with its
+scikit-learn runtime, in a virtual environment of its own."""
 
 from __future__ import annotations
 
@@ -29,13 +29,19 @@ MLSERVER_MODEL = "iris"
 def _start_port_printer(
     processes: Processes, module: str, args: list[str], name: str, log: Path
 ) -> tuple[subprocess.Popen, str]:
-    """Start a harness server (`python -m module`) that prints its port on its first stdout line; wait until it
-    answers /ping."""
+    """Start a harness server (`python -m module`) that prints its port on its first stdout line;
+    wait until it answers /ping."""
     process = processes.start(
-        [sys.executable, "-m", module, *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=open(log, "wb"), text=True
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=open(log, "wb"),
+        text=True,
     )
     line = wait_until(
-        f"{name} port", lambda: process.stdout.readline().strip() or process.poll() is not None, timeout=60
+        f"{name} port",
+        lambda: process.stdout.readline().strip() or process.poll() is not None,
+        timeout=60,
     )
     if process.poll() is not None or not str(line).isdigit():
         raise BenchError(f"the {name} did not start; see {log}")
@@ -44,13 +50,21 @@ def _start_port_printer(
     return process, url
 
 
-def start_floor(processes: Processes, paths: dict[str, Path], logs: Path) -> tuple[subprocess.Popen, str]:
+def start_floor(
+    processes: Processes, paths: dict[str, Path], logs: Path
+) -> tuple[subprocess.Popen, str]:
     return _start_port_printer(
-        processes, "loadtests.harness.floor_server", [str(paths["joblib"])], "floor server", logs / "floor.log"
+        processes,
+        "loadtests.harness.floor_server",
+        [str(paths["joblib"])],
+        "floor server",
+        logs / "floor.log",
     )
 
 
-def start_proxy_floor(processes: Processes, floor_url: str, logs: Path) -> tuple[subprocess.Popen, str]:
+def start_proxy_floor(
+    processes: Processes, floor_url: str, logs: Path
+) -> tuple[subprocess.Popen, str]:
     """The two-process floor: `proxy_floor` forwarding to the floor at `floor_url`."""
     return _start_port_printer(
         processes,
@@ -67,15 +81,18 @@ def _mlserver_requirements() -> list[str]:
     return [
         f"mlserver=={MLSERVER_VERSION}",
         f"mlserver-sklearn=={MLSERVER_VERSION}",
-        f"scikit-learn=={sklearn.__version__}",  # the version that fitted the model: joblib files are not portable
-        # uvloop 0.22 changed its event-loop policy: MLServer 1.7.1's inference workers die at start with
-        # "There is no current event loop in thread 'MainThread'" (mlserver/parallel/worker.py, _ignore_signals).
+        # the version that fitted the model: joblib files are not portable
+        f"scikit-learn=={sklearn.__version__}",
+        # uvloop 0.22 changed its event-loop policy: MLServer 1.7.1's inference workers die at start
+        # with "There is no current event loop in thread 'MainThread'" (mlserver/parallel/worker.py,
+        # _ignore_signals).
         "uvloop<0.22",
     ]
 
 
 def ensure_mlserver(venv: Path) -> Path:
-    """The MLServer virtual environment (created on first use, repaired if its pins drifted); its `mlserver`."""
+    """The MLServer virtual environment (created on first use, repaired if its pins drifted); its
+    `mlserver`."""
     binary = venv / "bin" / "mlserver"
     requirements = _mlserver_requirements()
     if binary.exists():
@@ -98,7 +115,9 @@ def ensure_mlserver(venv: Path) -> Path:
     try:
         if not binary.exists():
             subprocess.run([python3, "-m", "venv", str(venv)], check=True, timeout=300)
-        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", *requirements], check=True, timeout=1200)
+        subprocess.run(
+            [str(venv / "bin" / "pip"), "install", "-q", *requirements], check=True, timeout=1200
+        )
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as error:
         raise BenchError(
             f"could not prepare the MLServer environment at {venv} ({' '.join(requirements)}): {error}; "
@@ -113,14 +132,24 @@ def mlserver_versions(venv: Path) -> dict[str, str]:
         "('mlserver', 'mlserver-sklearn', 'scikit-learn', 'numpy', 'uvicorn', 'uvloop', 'fastapi')} | "
         "{'python': sys.version.split()[0]}))"
     )
-    done = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, timeout=60)
-    return json.loads(done.stdout) if done.returncode == 0 else {"error": done.stderr.strip()[-300:]}
+    done = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, timeout=60
+    )
+    return (
+        json.loads(done.stdout) if done.returncode == 0 else {"error": done.stderr.strip()[-300:]}
+    )
 
 
 def mlserver_settings(http_port: int, extra: dict[str, Any] | None = None) -> str:
-    """MLServer's settings.json as its users run it in production: default settings except `debug: false` (its
-    default `true` writes a uvicorn access-log line per request), where it listens (free ports, loopback), `extra`."""
-    settings = {"debug": False, "host": "127.0.0.1", "http_port": http_port, "grpc_port": free_port()}
+    """MLServer's settings.json as its users run it in production: default settings except `debug:
+    false` (its default `true` writes a uvicorn access-log line per request), where it listens (free
+    ports, loopback), `extra`."""
+    settings = {
+        "debug": False,
+        "host": "127.0.0.1",
+        "http_port": http_port,
+        "grpc_port": free_port(),
+    }
     return json.dumps({**settings, "metrics_port": free_port(), **(extra or {})})
 
 
@@ -149,10 +178,16 @@ def start_mlserver(
     env["PATH"] = f"{binary.parent}:{env.get('PATH', '')}"
     changed = {**(extra_settings or {}), **(model_settings or {})}
     log_file = logs / (
-        "mlserver-" + "-".join(f"{k}-{v}" for k, v in changed.items()) + ".log" if changed else "mlserver.log"
+        "mlserver-" + "-".join(f"{k}-{v}" for k, v in changed.items()) + ".log"
+        if changed
+        else "mlserver.log"
     )
     process = processes.start(
-        [str(binary), "start", str(root)], cwd=root, env=env, stdout=open(log_file, "wb"), stderr=subprocess.STDOUT
+        [str(binary), "start", str(root)],
+        cwd=root,
+        env=env,
+        stdout=open(log_file, "wb"),
+        stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{http_port}"
 

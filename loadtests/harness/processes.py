@@ -1,5 +1,5 @@
-"""Processes a benchmark starts and waits for: each in its own session (its children go with it), bounded waits,
-plain HTTP calls, interruption that still runs every cleanup."""
+"""Processes a benchmark starts and waits for: each in its own session (its children go with it),
+bounded waits, plain HTTP calls, interruption that still runs every cleanup."""
 
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ def _raise_interrupted(signum, _frame):
 
 
 def install_interrupts() -> None:
-    """SIGINT, SIGTERM and SIGALRM raise Interrupted (install again after ray.init, which sets its own)."""
+    """SIGINT, SIGTERM and SIGALRM raise Interrupted (install again after ray.init, which sets its
+    own)."""
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGALRM):
         signal.signal(signum, _raise_interrupted)
 
@@ -43,7 +44,11 @@ def free_port() -> int:
 
 
 def http(
-    method: str, url: str, body: str | bytes | None = None, headers: dict[str, str] | None = None, timeout: float = 10.0
+    method: str,
+    url: str,
+    body: str | bytes | None = None,
+    headers: dict[str, str] | None = None,
+    timeout: float = 10.0,
 ) -> tuple[int, bytes]:
     data = body.encode() if isinstance(body, str) else body
     request = urllib.request.Request(url, data=data, method=method, headers=headers or {})
@@ -66,7 +71,10 @@ def wait_until(what: str, check, timeout: float, interval: float = 0.25):
         except (OSError, urllib.error.URLError, ValueError) as error:
             last_error = error
         time.sleep(interval)
-    raise BenchError(f"{what}: not ready after {timeout:g} s" + (f" (last error: {last_error})" if last_error else ""))
+    raise BenchError(
+        f"{what}: not ready after {timeout:g} s"
+        + (f" (last error: {last_error})" if last_error else "")
+    )
 
 
 class Processes:

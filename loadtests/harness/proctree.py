@@ -1,5 +1,5 @@
-"""A driver's process tree from /proc: every process it started, their memory (PSS/USS/RSS) and CPU time,
-and which process listens on a URL's port."""
+"""A driver's process tree from /proc: every process it started, their memory (PSS/USS/RSS) and CPU
+time, and which process listens on a URL's port."""
 
 from __future__ import annotations
 
@@ -23,8 +23,13 @@ def parent_of(pid: int) -> int | None:
 
 
 def process_tree() -> list[int]:
-    """This driver (what `serving up` is) and every process it started: Ray's, Serve's, the replicas."""
-    parents = {int(entry.name): parent_of(int(entry.name)) for entry in Path("/proc").iterdir() if entry.name.isdigit()}
+    """This driver (what `serving up` is) and every process it started: Ray's, Serve's, the
+    replicas."""
+    parents = {
+        int(entry.name): parent_of(int(entry.name))
+        for entry in Path("/proc").iterdir()
+        if entry.name.isdigit()
+    }
     tree, frontier = [os.getpid()], [os.getpid()]
     while frontier:
         children = [pid for pid, parent in parents.items() if parent in frontier]
@@ -69,7 +74,8 @@ def tree_cpu_seconds() -> float:
 
 
 def idle_cpu(window: float) -> float:
-    """Cores the whole tree uses, on average over `window` seconds (call it while no request runs)."""
+    """Cores the whole tree uses, on average over `window` seconds (call it while no request
+    runs)."""
     before = tree_cpu_seconds()
     time.sleep(window)
     return (tree_cpu_seconds() - before) / window
@@ -81,13 +87,18 @@ def listener(url: str):
 
     port = int(url.rsplit(":", 1)[1])
     for connection in psutil.net_connections("tcp"):
-        if connection.status == psutil.CONN_LISTEN and connection.laddr.port == port and connection.pid:
+        if (
+            connection.status == psutil.CONN_LISTEN
+            and connection.laddr.port == port
+            and connection.pid
+        ):
             return psutil.Process(connection.pid)
     return None
 
 
 def gateway_and_container(endpoint: str) -> dict[str, int]:
-    """The gateway's process and `endpoint`'s (first) container process, by PID: {"gateway": .., "container": ..}."""
+    """The gateway's process and `endpoint`'s (first) container process, by PID: {"gateway": ..,
+    "container": ..}."""
     table = read_procs()
     found: dict[str, int] = {}
     for pid, (_, parent, _, cmdline, _) in table.items():

@@ -1,4 +1,5 @@
-"""py-spy profiles of server processes under load: CPU by component (model, HTTP client, our code, ...) per request."""
+"""py-spy profiles of server processes under load: CPU by component (model, HTTP client, our code,
+...) per request."""
 
 from __future__ import annotations
 
@@ -25,17 +26,30 @@ PROFILE_BUCKETS = [  # a frame's top-level module -> what the time is spent on
         "model: scikit-learn/numpy (incl. sklearn's input validation)",
     ),
     (
-        ("aiohttp", "yarl", "multidict", "aiohappyeyeballs", "propcache", "frozenlist", "aiosignal", "async_timeout"),
+        (
+            "aiohttp",
+            "yarl",
+            "multidict",
+            "aiohappyeyeballs",
+            "propcache",
+            "frozenlist",
+            "aiosignal",
+            "async_timeout",
+        ),
         "aiohttp client (the hop to the container)",
     ),
-    # py-spy names this project's files without their package folder ("router.py", "runtimes/base.py").
-    # (http/server.py's BackgroundServer._run sits at the root of every HTTP-thread sample: not a cost of its own,
-    # so `summarize_profile` skips its frame.)
+    # py-spy names this project's files without their package folder ("router.py",
+    # "runtimes/base.py"). (http/server.py's BackgroundServer._run sits at the root of every
+    # HTTP-thread sample: not a cost of its own, so `summarize_profile` skips its frame.)
     (
         tuple(
             {"serving"}
             | {p.stem for p in (ROOT / "serving").glob("*.py") if p.stem != "__init__"}
-            | {p.name for p in (ROOT / "serving").iterdir() if p.is_dir() and not p.name.startswith("__")}
+            | {
+                p.name
+                for p in (ROOT / "serving").iterdir()
+                if p.is_dir() and not p.name.startswith("__")
+            }
         ),
         "serving code (router, transport, container app, runtime, codecs)",
     ),
@@ -47,7 +61,8 @@ PROFILE_BUCKETS = [  # a frame's top-level module -> what the time is spent on
 
 
 ROOT_FRAME = (
-    "BackgroundServer._run "  # the HTTP thread's root frame (serving/http/server.py): the event loop runs under it
+    # the HTTP thread's root frame (serving/http/server.py): the event loop runs under it
+    "BackgroundServer._run "
 )
 
 
@@ -70,12 +85,22 @@ def summarize_profile(raw: str, requests: int, cpu_us_per_request: float | None)
         all_frames = stack.split(";")
         frames = [f for f in all_frames if not f.startswith(ROOT_FRAME)]
         total += count
-        thread = frames[0].split(": ", 1)[1] if frames[0].startswith("thread (") and ": " in frames[0] else "?"
+        thread = (
+            frames[0].split(": ", 1)[1]
+            if frames[0].startswith("thread (") and ": " in frames[0]
+            else "?"
+        )
         if thread == "status-poll" or any("_poll_status" in f for f in frames):
             bucket = "status-poll thread (none since the registry polls statuses)"
         elif thread.startswith("http-") or len(frames) < len(all_frames):
             bucket = next(
-                (name for f in reversed(frames) for mods, name in PROFILE_BUCKETS if _frame_module(f) in mods), None
+                (
+                    name
+                    for f in reversed(frames)
+                    for mods, name in PROFILE_BUCKETS
+                    if _frame_module(f) in mods
+                ),
+                None,
             )
             if bucket is None:
                 bucket = (
@@ -89,14 +114,17 @@ def summarize_profile(raw: str, requests: int, cpu_us_per_request: float | None)
         else:
             bucket = f"other threads of the replica: {thread}"
         buckets[bucket] = buckets.get(bucket, 0) + count
-    # py-spy counts running and runnable threads alike, which over-counts on a busy 2-core machine: keep its
-    # shares, and scale them by the CPU the process really used (from /proc) in the same window.
+    # py-spy counts running and runnable threads alike, which over-counts on a busy 2-core machine:
+    # keep its shares, and scale them by the CPU the process really used (from /proc) in the same
+    # window.
     rows = [
         {
             "bucket": name,
             "samples": n,
             "share": round(n / total, 3) if total else 0.0,
-            "us_per_request": round(n / total * cpu_us_per_request, 1) if total and cpu_us_per_request else None,
+            "us_per_request": round(n / total * cpu_us_per_request, 1)
+            if total and cpu_us_per_request
+            else None,
         }
         for name, n in sorted(buckets.items(), key=lambda kv: -kv[1])
     ]
@@ -110,10 +138,27 @@ def summarize_profile(raw: str, requests: int, cpu_us_per_request: float | None)
 
 
 def record(
-    processes: Processes, binary: str, pid: int, seconds: float, rate: int, fmt: str, out: Path, *options: str
+    processes: Processes,
+    binary: str,
+    pid: int,
+    seconds: float,
+    rate: int,
+    fmt: str,
+    out: Path,
+    *options: str,
 ) -> subprocess.Popen:
-    """`py-spy record` of process `pid` for `seconds`, without pausing it, into `out` in format `fmt`."""
-    command = [binary, "record", "--pid", str(pid), "--duration", str(round(seconds)), "--rate", str(rate)]
+    """`py-spy record` of process `pid` for `seconds`, without pausing it, into `out` in format
+    `fmt`."""
+    command = [
+        binary,
+        "record",
+        "--pid",
+        str(pid),
+        "--duration",
+        str(round(seconds)),
+        "--rate",
+        str(rate),
+    ]
     command += ["--format", fmt, "--nonblocking", *options, "-o", str(out)]
     return processes.start(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -128,7 +173,8 @@ def profile_case(
     seconds: float,
     work: Path,
 ) -> dict[str, Any]:
-    """Load `url` at 32 connections while py-spy samples the processes whose labels are in `targets`."""
+    """Load `url` at 32 connections while py-spy samples the processes whose labels are in
+    `targets`."""
     py_spy = Path(sys.executable).parent / "py-spy"
     if not py_spy.exists() and not shutil.which("py-spy"):
         return {"skipped": "py-spy not installed"}
@@ -170,8 +216,14 @@ def profile_case(
             processes.stop(process)
         processes.started.remove(process) if process in processes.started else None
         if out.exists():
-            used = cpu.get(labels[name], 0.0) / stats["requests"] * 1e6 if stats["requests"] else None
-            result["processes"][name] = summarize_profile(out.read_text(), stats["requests"], used and round(used, 1))
+            used = (
+                cpu.get(labels[name], 0.0) / stats["requests"] * 1e6 if stats["requests"] else None
+            )
+            result["processes"][name] = summarize_profile(
+                out.read_text(), stats["requests"], used and round(used, 1)
+            )
         else:
-            result["processes"][name] = {"skipped": "py-spy wrote nothing (needs ptrace permission)"}
+            result["processes"][name] = {
+                "skipped": "py-spy wrote nothing (needs ptrace permission)"
+            }
     return result

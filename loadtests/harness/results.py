@@ -1,5 +1,5 @@
-"""What a benchmark leaves behind: its results JSON, its section of a docs page, and the facts that make a
-number comparable (machine, versions, the command that produced it)."""
+"""What a benchmark leaves behind: its results JSON, its section of a docs page, and the facts that
+make a number comparable (machine, versions, the command that produced it)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def write_section(path: Path, name: str, text: str, title: str | None = None) -> None:
-    """Replace (or append) the part of `path` owned by `name`; create the page with `title` (`# name`) if needed."""
+    """Replace (or append) the part of `path` owned by `name`; create the page with `title` (`#
+    name`) if needed."""
     begin, end = f"<!-- begin {name} -->", f"<!-- end {name} -->"
     block = f"{begin}\n{text.strip()}\n{end}"
     page = path.read_text() if path.exists() else f"{title or '# ' + name}\n"
@@ -40,8 +41,8 @@ def write_results(path: Path, result: dict[str, Any], indent: int = 2) -> None:
 
 
 def command_line(script: str) -> str:
-    """How this run was started (`python -m loadtests.NAME ...` for the module file `script`), the interpreter
-    relative to the repository where possible (for the docs)."""
+    """How this run was started (`python -m loadtests.NAME ...` for the module file `script`), the
+    interpreter relative to the repository where possible (for the docs)."""
     python = Path(sys.executable)
     with contextlib.suppress(ValueError):
         python = python.relative_to(ROOT) if python.is_relative_to(ROOT) else python
@@ -50,8 +51,9 @@ def command_line(script: str) -> str:
 
 
 def run_meta(script: str, **settings: Any) -> dict[str, Any]:
-    """What every run's results begin with: its command line, when it started, the machine, our versions, and the
-    benchmark's own `settings`. `run_line` writes it back once "seconds" (the run's length) is set."""
+    """What every run's results begin with: its command line, when it started, the machine, our
+    versions, and the benchmark's own `settings`. `run_line` writes it back once "seconds" (the
+    run's length) is set."""
     return {
         "command": command_line(script),
         "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -62,7 +64,8 @@ def run_meta(script: str, **settings: Any) -> dict[str, Any]:
 
 
 def run_line(saved: dict[str, Any], results: Path) -> str:
-    """The docs' last line for a run saved with "command", "started", "seconds" and `machine_facts()` as "machine"."""
+    """The docs' last line for a run saved with "command", "started", "seconds" and
+    `machine_facts()` as "machine"."""
     return (
         f"Run: `{saved['command']}` at {saved['started']} ({saved['seconds']:.0f} s); load average before "
         f"{saved['machine']['loadavg_at_start']}; {saved['machine']['nproc']} CPUs. Results: "
@@ -91,7 +94,9 @@ def machine_facts() -> dict[str, Any]:
         platform.processor() or "unknown",
     )
     mem_kb = next(
-        int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal")
+        int(line.split()[1])
+        for line in Path("/proc/meminfo").read_text().splitlines()
+        if line.startswith("MemTotal")
     )
     nproc = subprocess.run(["nproc"], capture_output=True, text=True, timeout=10).stdout.strip()
     return {
@@ -105,7 +110,17 @@ def machine_facts() -> dict[str, Any]:
 
 def our_versions() -> dict[str, str]:
     versions = {"python": sys.version.split()[0]}
-    for name in ("ray", "scikit-learn", "numpy", "skops", "uvicorn", "starlette", "aiohttp", "uvloop", "httptools"):
+    for name in (
+        "ray",
+        "scikit-learn",
+        "numpy",
+        "skops",
+        "uvicorn",
+        "starlette",
+        "aiohttp",
+        "uvloop",
+        "httptools",
+    ):
         with contextlib.suppress(metadata.PackageNotFoundError):
             versions[name] = metadata.version(name)
     path = shutil.which("wrk")
@@ -114,6 +129,8 @@ def our_versions() -> dict[str, str]:
         return versions
     wrk = subprocess.run([path, "-v"], capture_output=True, text=True, timeout=10)
     versions["wrk"] = (
-        (wrk.stdout + wrk.stderr).splitlines()[0].split(" Copyright")[0] if (wrk.stdout + wrk.stderr) else "?"
+        (wrk.stdout + wrk.stderr).splitlines()[0].split(" Copyright")[0]
+        if (wrk.stdout + wrk.stderr)
+        else "?"
     )
     return versions

@@ -1,7 +1,7 @@
-"""Our endpoint server for a benchmark: in this process (`in_process`), or in a child process with a fresh
-embedded Ray of its own (`embedded_endpoint`), so that runs do not disturb each other and the benchmark's
-own threads stay out of the Ray driver. Both are serving.ray_wing.EmbeddedServer: ready means InService and
-routable through the gateway."""
+"""Our endpoint server for a benchmark: in this process (`in_process`), or in a child process with a
+fresh embedded Ray of its own (`embedded_endpoint`), so that runs do not disturb each other and the
+benchmark's own threads stay out of the Ray driver. Both are serving.ray_wing.EmbeddedServer: ready
+means InService and routable through the gateway."""
 
 from __future__ import annotations
 
@@ -31,19 +31,30 @@ with EmbeddedServer(specs, ServerSettings(port=0, **options["settings"]), num_cp
 def embedded_endpoint(
     *specs: dict[str, Any], num_cpus: int = 2, ready_timeout_s: float = 300.0, **settings: Any
 ) -> Iterator[str]:
-    """The endpoint server's base URL while `specs` are served by a child process; it all stops when the block ends.
-    `settings`: ServerSettings fields (e.g. `gateways_per_node`)."""
+    """The endpoint server's base URL while `specs` are served by a child process; it all stops when
+    the block ends. `settings`: ServerSettings fields (e.g. `gateways_per_node`)."""
     options = json.dumps(
-        {"specs": list(specs), "num_cpus": num_cpus, "ready_timeout_s": ready_timeout_s, "settings": settings}
+        {
+            "specs": list(specs),
+            "num_cpus": num_cpus,
+            "ready_timeout_s": ready_timeout_s,
+            "settings": settings,
+        }
     )
     server = subprocess.Popen(
-        [sys.executable, "-c", CHILD_SCRIPT, options], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", CHILD_SCRIPT, options],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
-        url = server.stdout.readline().strip()  # the child exits (and this reads "") if it cannot get ready
+        # the child exits (and this reads "") if it cannot get ready
+        url = server.stdout.readline().strip()
         if not url.startswith("http"):
             names = ", ".join(spec["EndpointName"] for spec in specs)
-            raise RuntimeError(f"the endpoint server for {names} did not start (exit {server.wait(60)})")
+            raise RuntimeError(
+                f"the endpoint server for {names} did not start (exit {server.wait(60)})"
+            )
         yield url
     finally:
         server.stdin.close()
@@ -55,10 +66,14 @@ def embedded_endpoint(
 
 
 def in_process(
-    *specs: dict[str, Any], num_cpus: int | None = 2, wait: bool = True, ready_timeout_s: float = 300.0, **settings: Any
+    *specs: dict[str, Any],
+    num_cpus: int | None = 2,
+    wait: bool = True,
+    ready_timeout_s: float = 300.0,
+    **settings: Any,
 ):
-    """An EmbeddedServer for `specs` (spec documents) in this process, as a context manager; `settings` are
-    ServerSettings fields (port 0 by default: the gateway takes a free port)."""
+    """An EmbeddedServer for `specs` (spec documents) in this process, as a context manager;
+    `settings` are ServerSettings fields (port 0 by default: the gateway takes a free port)."""
     from serving.config.spec import parse_spec
     from serving.ray_wing import EmbeddedServer
     from serving.settings import ServerSettings

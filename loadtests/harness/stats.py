@@ -1,4 +1,5 @@
-"""Statistics the benchmarks share: percentiles, latency summaries, Zipf popularity, answers within a tolerance."""
+"""Statistics the benchmarks share: percentiles, latency summaries, Zipf popularity, answers within
+a tolerance."""
 
 from __future__ import annotations
 
@@ -32,9 +33,17 @@ def summarize_latencies(samples: list[float]) -> dict[str, float]:
 def answers_match(got: Any, want: Any, atol: float = 1e-4) -> bool:
     """Nested JSON equal, numbers within `atol` (frameworks differ in the last float32 bits)."""
     if isinstance(want, dict):
-        return isinstance(got, dict) and got.keys() == want.keys() and all(answers_match(got[k], want[k]) for k in want)
+        return (
+            isinstance(got, dict)
+            and got.keys() == want.keys()
+            and all(answers_match(got[k], want[k]) for k in want)
+        )
     if isinstance(want, list):
-        return isinstance(got, list) and len(got) == len(want) and all(answers_match(g, w) for g, w in zip(got, want))
+        return (
+            isinstance(got, list)
+            and len(got) == len(want)
+            and all(answers_match(g, w) for g, w in zip(got, want))
+        )
     if isinstance(want, (int, float)) and not isinstance(want, bool):
         return isinstance(got, (int, float)) and abs(got - want) <= atol
     return got == want

@@ -1,7 +1,8 @@
-"""wrk runs: one case is one server at one concurrency, with latency percentiles, errors and CPU per request.
+"""wrk runs: one case is one server at one concurrency, with latency percentiles, errors and CPU per
+request.
 
-On a shared machine a case waits (bounded) for quiet and is measured again when other processes disturbed it,
-keeping the least disturbed attempt (`Wrk(quiet_wait=..., retries=...)`).
+On a shared machine a case waits (bounded) for quiet and is measured again when other processes
+disturbed it, keeping the least disturbed attempt (`Wrk(quiet_wait=..., retries=...)`).
 """
 
 from __future__ import annotations
@@ -51,7 +52,11 @@ def ensure_wrk() -> str:
         return path
     log("wrk not found: installing it with apt-get (Debian package 'wrk') ...")
     if os.geteuid() == 0 and shutil.which("apt-get"):
-        for step in (["apt-get", "install", "-y", "wrk"], ["apt-get", "update"], ["apt-get", "install", "-y", "wrk"]):
+        for step in (
+            ["apt-get", "install", "-y", "wrk"],
+            ["apt-get", "update"],
+            ["apt-get", "install", "-y", "wrk"],
+        ):
             subprocess.run(
                 step,
                 stdout=subprocess.DEVNULL,
@@ -89,7 +94,8 @@ class Case:
     errors: dict[str, int] = field(default_factory=dict)
     warmup_errors: int = 0
     flagged: str | None = None  # why these numbers must not be trusted
-    cpu_s: dict[str, float] = field(default_factory=dict)  # CPU seconds per process group in the window
+    # CPU seconds per process group in the window
+    cpu_s: dict[str, float] = field(default_factory=dict)
     cpu_us_per_request: dict[str, float] = field(default_factory=dict)
     busy_cores: float = 0.0
     loadavg: str = ""
@@ -129,12 +135,16 @@ class Wrk:
             LUA_TEMPLATE.format(
                 method=method,
                 body=f"wrk.body = {_lua_string(body)}" if body is not None else "",
-                headers="\n".join(f"wrk.headers[{_lua_string(k)}] = {_lua_string(v)}" for k, v in headers.items()),
+                headers="\n".join(
+                    f"wrk.headers[{_lua_string(k)}] = {_lua_string(v)}" for k, v in headers.items()
+                ),
             )
         )
         return path
 
-    def _run(self, script: Path, url: str, connections: int, seconds: float) -> tuple[dict[str, Any], str]:
+    def _run(
+        self, script: Path, url: str, connections: int, seconds: float
+    ) -> tuple[dict[str, Any], str]:
         args = [
             self.binary,
             "-t1",
@@ -148,13 +158,17 @@ class Wrk:
             url,
         ]
         try:  # generous: on a swamped machine wrk itself may be starved of CPU
-            done = subprocess.run(args, capture_output=True, text=True, timeout=2 * seconds + self.timeout_s + 60)
+            done = subprocess.run(
+                args, capture_output=True, text=True, timeout=2 * seconds + self.timeout_s + 60
+            )
         except subprocess.TimeoutExpired:
             raise WrkStalled(f"wrk did not finish in time: {shlex.join(args)}") from None
         for line in done.stdout.splitlines():
             if line.startswith("BENCH_JSON "):
                 return json.loads(line[len("BENCH_JSON ") :]), shlex.join(args)
-        raise BenchError(f"wrk failed (exit {done.returncode}): {done.stderr.strip() or done.stdout.strip()}")
+        raise BenchError(
+            f"wrk failed (exit {done.returncode}): {done.stderr.strip() or done.stdout.strip()}"
+        )
 
     def case(
         self,
@@ -168,16 +182,25 @@ class Wrk:
         body: str | None = None,
         headers: dict[str, str] | Callable[[], dict[str, str]] | None = None,
     ) -> Case:
-        """One case; on a shared machine, waits for quiet and repeats a case that other processes disturbed.
-        `headers` may be a function, called before each attempt: a hop signature (valid for a minute) is made
-        just before the requests that carry it, however long the wait for quiet was."""
+        """One case; on a shared machine, waits for quiet and repeats a case that other processes
+        disturbed. `headers` may be a function, called before each attempt: a hop signature (valid
+        for a minute) is made just before the requests that carry it, however long the wait for
+        quiet was."""
         best: Case | None = None
         for attempt in range(1, self.retries + 2):
             if self.quiet_wait > 0:
-                wait_for_quiet(self.meter, self.quiet_wait, self.quiet_threshold, window=2.0, quiet=attempt == 1)
+                wait_for_quiet(
+                    self.meter,
+                    self.quiet_wait,
+                    self.quiet_threshold,
+                    window=2.0,
+                    quiet=attempt == 1,
+                )
             script = self._script(method, body, (headers() if callable(headers) else headers) or {})
             try:
-                result = self._case_once(script, system, load, connections, url, duration, warmup, method)
+                result = self._case_once(
+                    script, system, load, connections, url, duration, warmup, method
+                )
             except WrkStalled as stalled:
                 result = Case(
                     system,
@@ -225,7 +248,9 @@ class Wrk:
         result = Case(system, load, connections, url, duration, warmup)
         if warmup > 0:
             warm, _ = self._run(script, url, connections, warmup)
-            result.warmup_errors = sum(warm[k] for k in ("connect", "read", "write", "status", "timeout"))
+            result.warmup_errors = sum(
+                warm[k] for k in ("connect", "read", "write", "status", "timeout")
+            )
         before, children = self.meter.snapshot(), resource.getrusage(resource.RUSAGE_CHILDREN)
         stats, command = self._run(script, url, connections, duration)
         after, children_after = self.meter.snapshot(), resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -233,7 +258,10 @@ class Wrk:
         result.loadavg = " ".join(Path("/proc/loadavg").read_text().split()[:3])
         seconds, result.busy_cores = CpuMeter.delta(before, after)
         seconds["wrk (load generator)"] = (
-            children_after.ru_utime + children_after.ru_stime - children.ru_utime - children.ru_stime
+            children_after.ru_utime
+            + children_after.ru_stime
+            - children.ru_utime
+            - children.ru_stime
         )  # wrk: the only child that exited
         CpuMeter.clamp_other(seconds, result.busy_cores, after[0] - before[0])
         result.requests = stats["requests"]
@@ -241,12 +269,20 @@ class Wrk:
         result.rps = result.requests / elapsed if elapsed else 0.0
         result.other_cores = round(seconds.get(OTHER, 0.0) / elapsed, 3) if elapsed else 0.0
         result.steal_cores = round(CpuMeter.machine(before, after)[1], 3)
-        result.p50_ms, result.p90_ms, result.p99_ms = (stats[k] / 1000 for k in ("p50", "p90", "p99"))
-        result.mean_ms, result.stdev_ms, result.max_ms = (stats[k] / 1000 for k in ("mean", "stdev", "max"))
-        result.errors = {k: stats[k] for k in ("connect", "read", "write", "status", "timeout") if stats[k]}
+        result.p50_ms, result.p90_ms, result.p99_ms = (
+            stats[k] / 1000 for k in ("p50", "p90", "p99")
+        )
+        result.mean_ms, result.stdev_ms, result.max_ms = (
+            stats[k] / 1000 for k in ("mean", "stdev", "max")
+        )
+        result.errors = {
+            k: stats[k] for k in ("connect", "read", "write", "status", "timeout") if stats[k]
+        }
         result.cpu_s = {k: round(v, 3) for k, v in sorted(seconds.items(), key=lambda kv: -kv[1])}
         if result.requests:
-            result.cpu_us_per_request = {k: round(v / result.requests * 1e6, 1) for k, v in result.cpu_s.items()}
+            result.cpu_us_per_request = {
+                k: round(v / result.requests * 1e6, 1) for k, v in result.cpu_s.items()
+            }
         if result.requests == 0:
             result.flagged = "no request completed"
         elif result.errors:

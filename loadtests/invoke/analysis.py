@@ -1,5 +1,5 @@
-"""bench_invoke's verdicts: ratios, per-hop costs and the issue's three targets, and the plain-language reading
-of where the time goes, all computed from one run's cases."""
+"""bench_invoke's verdicts: ratios, per-hop costs and the issue's three targets, and the
+plain-language reading of where the time goes, all computed from one run's cases."""
 
 from __future__ import annotations
 
@@ -17,12 +17,20 @@ LOADS = (("sequential", 1), ("c8", 8), ("c32", 32), ("c256", 256))
 # (system, ratio key, settings.json changes, model-settings.json changes)
 MLSERVER_VARIANTS = (
     ("MLServer, in-process", "mlserver_inprocess", {"parallel_workers": 0}, None),
-    ("MLServer, adaptive batching", "mlserver_batching", None, {"max_batch_size": 32, "max_batch_time": 0.002}),
+    (
+        "MLServer, adaptive batching",
+        "mlserver_batching",
+        None,
+        {"max_batch_size": 32, "max_batch_time": 0.002},
+    ),
 )
 MLSERVERS = ("MLServer", *(variant[0] for variant in MLSERVER_VARIANTS))
-PROXY_FLOOR = "floor behind a proxy"  # loadtests/harness/proxy_floor.py: what two processes cost, no work of ours
-FLOOR_AGAIN = "floor, again after ours"  # the floor measured once more at the end: this VM's speed drifts
-FLOOR_P50_TARGET, FLOOR_CPU_TARGET, SERIAL_HOP_TARGET = 2.0, 2.5, 0.5  # issue 18's targets against the floor
+# loadtests/harness/proxy_floor.py: what two processes cost, no work of ours
+PROXY_FLOOR = "floor behind a proxy"
+# the floor measured once more at the end: this VM's speed drifts
+FLOOR_AGAIN = "floor, again after ours"
+# issue 18's targets against the floor
+FLOOR_P50_TARGET, FLOOR_CPU_TARGET, SERIAL_HOP_TARGET = 2.0, 2.5, 0.5
 COLLAPSE_RATIO = 0.8  # c32 below this fraction of c8 req/s counts as a throughput collapse
 
 
@@ -31,18 +39,24 @@ def _get(cases: list[Case], system: str, load: str) -> Case | None:
 
 
 def _floor_only(again: Case, first: Case) -> Case:
-    """The floor's run after ours with the CPU of its own processes only (those of its first run), not Ray's idle."""
+    """The floor's run after ours with the CPU of its own processes only (those of its first run),
+    not Ray's idle."""
     return replace(
-        again, cpu_us_per_request={k: v for k, v in again.cpu_us_per_request.items() if k in first.cpu_us_per_request}
+        again,
+        cpu_us_per_request={
+            k: v for k, v in again.cpu_us_per_request.items() if k in first.cpu_us_per_request
+        },
     )
 
 
 def bracketed_floor(cases: list[Case]) -> list[Case]:
-    """`cases` with each floor case replaced by the mean of it and the same load's measurement after ours.
+    """`cases` with each floor case replaced by the mean of it and the same load's measurement after
+    ours.
 
-    This VM's speed drifts by up to 2× within minutes, and ours are measured minutes after the floor: the floor
-    is measured before and after them, and every ratio against the floor uses the mean of the two. Ray is up and
-    idle during the second run; only the processes of the first (the floor server, wrk) count as the floor's."""
+    This VM's speed drifts by up to 2× within minutes, and ours are measured minutes after the
+    floor: the floor is measured before and after them, and every ratio against the floor uses the
+    mean of the two. Ray is up and idle during the second run; only the processes of the first (the
+    floor server, wrk) count as the floor's."""
     out = []
     for case in cases:
         again = _get(cases, FLOOR_AGAIN, case.load) if case.system == "floor" else None
@@ -57,7 +71,8 @@ def bracketed_floor(cases: list[Case]) -> list[Case]:
                 p99_ms=(case.p99_ms + again.p99_ms) / 2,
                 rps=(case.rps + again.rps) / 2,
                 cpu_us_per_request={
-                    k: (v + again.cpu_us_per_request.get(k, 0.0)) / 2 for k, v in case.cpu_us_per_request.items()
+                    k: (v + again.cpu_us_per_request.get(k, 0.0)) / 2
+                    for k, v in case.cpu_us_per_request.items()
                 },
             )
         )
@@ -66,11 +81,14 @@ def bracketed_floor(cases: list[Case]) -> list[Case]:
 
 def server_cpu_us(case: Case) -> float:
     """CPU per request of the server's processes: everything this run started except wrk."""
-    return sum(v for k, v in case.cpu_us_per_request.items() if k not in (OTHER, "wrk (load generator)"))
+    return sum(
+        v for k, v in case.cpu_us_per_request.items() if k not in (OTHER, "wrk (load generator)")
+    )
 
 
 def analyse(cases: list[Case]) -> dict[str, Any]:
-    """Ratios, per-hop costs and the three targets, all from this run's cases (the floor: `bracketed_floor`)."""
+    """Ratios, per-hop costs and the three targets, all from this run's cases (the floor:
+    `bracketed_floor`)."""
     measured = {(c.system, c.load): c for c in cases}
     cases = bracketed_floor(cases)
 
@@ -88,7 +106,11 @@ def analyse(cases: list[Case]) -> dict[str, Any]:
     out: dict[str, Any] = {"ratios": [], "targets": {}}
     for system in (PROXY_FLOOR, C, D, S, *MLSERVERS):
         for load, _ in LOADS:
-            case, floor, peer = _get(cases, system, load), _get(cases, F, load), _get(cases, M, load)
+            case, floor, peer = (
+                _get(cases, system, load),
+                _get(cases, F, load),
+                _get(cases, M, load),
+            )
             if not ok(case):
                 continue
             row = {"system": system, "load": load}
@@ -105,7 +127,8 @@ def analyse(cases: list[Case]) -> dict[str, Any]:
                     row[f"rps_vs_{key}"] = round(case.rps / other.rps, 2)
             out["ratios"].append(row)
 
-    # 1. direct ahead of every MLServer configuration: sequential p50 and p99, req/s at every concurrency
+    # 1. direct ahead of every MLServer configuration: sequential p50 and p99, req/s at every
+    #    concurrency
     checks, details = [], []
     for peer_name in MLSERVERS:
         for load, _ in LOADS:
@@ -116,7 +139,9 @@ def analyse(cases: list[Case]) -> dict[str, Any]:
             if load == "sequential":
                 for q in ("p50_ms", "p99_ms"):
                     checks.append(getattr(d, q) < getattr(m, q))
-                    details.append(f"{peer_name} sequential {q[:3]} {getattr(d, q):.3f} vs {getattr(m, q):.3f} ms")
+                    details.append(
+                        f"{peer_name} sequential {q[:3]} {getattr(d, q):.3f} vs {getattr(m, q):.3f} ms"
+                    )
             else:
                 checks.append(d.rps > m.rps)
                 details.append(f"{peer_name} {load} {d.rps:.0f} vs {m.rps:.0f} req/s")
@@ -124,18 +149,22 @@ def analyse(cases: list[Case]) -> dict[str, Any]:
         _get(cases, PROXY_FLOOR, "sequential"),
         _get(cases, MLSERVER_VARIANTS[0][0], "sequential"),
     )
-    if ok(proxy_seq) and ok(inprocess_seq):  # one process against two: where a one-connection row is decided
+    # one process against two: where a one-connection row is decided
+    if ok(proxy_seq) and ok(inprocess_seq):
         details.append(
             f"for reference, the floor behind a proxy (two processes, no work of ours) against "
             f"{inprocess_seq.system} (one process): sequential p50 {proxy_seq.p50_ms:.3f} vs "
             f"{inprocess_seq.p50_ms:.3f} ms"
         )
-    out["targets"]["direct ahead of MLServer (default, in-process, adaptive batching) in every row"] = {
+    out["targets"][
+        "direct ahead of MLServer (default, in-process, adaptive batching) in every row"
+    ] = {
         "met": None if None in checks else all(checks),
         "detail": "; ".join(details),
     }
 
-    # 1b. direct against the floor: sequential p50 and the servers' CPU per request at c32 (wrk and others excluded)
+    # 1b. direct against the floor: sequential p50 and the servers' CPU per request at c32 (wrk and
+    # others excluded)
     floor_seq, d_seq = _get(cases, F, "sequential"), _get(cases, D, "sequential")
     floor_c32, d_c32 = _get(cases, F, "c32"), _get(cases, D, "c32")
     if all(ok(c) for c in (floor_seq, d_seq, floor_c32, d_c32)):
@@ -160,9 +189,13 @@ def analyse(cases: list[Case]) -> dict[str, Any]:
                 f" (the floor: the mean of its runs before and after ours, p50 {before.p50_ms:.3f} and "
                 f"{after.p50_ms:.3f} ms, CPU {server_cpu_us(before32):.0f} and {again_cpu:.0f} µs)"
             )
-        proxy_seq, proxy_c32 = _get(cases, PROXY_FLOOR, "sequential"), _get(cases, PROXY_FLOOR, "c32")
+        proxy_seq, proxy_c32 = (
+            _get(cases, PROXY_FLOOR, "sequential"),
+            _get(cases, PROXY_FLOOR, "c32"),
+        )
         if ok(proxy_seq) and ok(proxy_c32):
-            # What two processes cost with no work of ours: the part of the ratios no change of ours can remove.
+            # What two processes cost with no work of ours: the part of the ratios no change of ours
+            # can remove.
             proxy_cpu = server_cpu_us(proxy_c32)
             out["floor"].update(
                 {
@@ -178,18 +211,34 @@ def analyse(cases: list[Case]) -> dict[str, Any]:
                 f"{out['floor']['proxy_cpu_ratio']:.2f}×; ours over it: p50 "
                 f"{out['floor']['ours_over_proxy_p50']:.2f}×, CPU {out['floor']['ours_over_proxy_cpu']:.2f}×"
             )
-        out["targets"][f"direct p50 ≤ {FLOOR_P50_TARGET:g}× and CPU per request ≤ {FLOOR_CPU_TARGET:g}× the floor"] = {
+        out["targets"][
+            f"direct p50 ≤ {FLOOR_P50_TARGET:g}× and CPU per request ≤ {FLOOR_CPU_TARGET:g}× the floor"
+        ] = {
             "met": p50_ratio <= FLOOR_P50_TARGET and cpu_ratio <= FLOOR_CPU_TARGET,
             "detail": detail,
         }
 
     # 2. serial: each container adds at most one hop's cost (beyond its own work)
-    s_seq, p_seq, c_seq = _get(cases, S, "sequential"), _get(cases, P, "sequential"), _get(cases, C, "sequential")
-    ports = [c for c in cases if c.system.startswith("ours: serial container ") and c.load == "sequential"]
-    if all(ok(c) for c in (s_seq, d_seq, p_seq, c_seq)) and len(ports) == 3 and all(ok(c) for c in ports):
+    s_seq, p_seq, c_seq = (
+        _get(cases, S, "sequential"),
+        _get(cases, P, "sequential"),
+        _get(cases, C, "sequential"),
+    )
+    ports = [
+        c
+        for c in cases
+        if c.system.startswith("ours: serial container ") and c.load == "sequential"
+    ]
+    if (
+        all(ok(c) for c in (s_seq, d_seq, p_seq, c_seq))
+        and len(ports) == 3
+        and all(ok(c) for c in ports)
+    ):
         work = sum(c.p50_ms for c in ports)
-        hop = d_seq.p50_ms - p_seq.p50_ms - c_seq.p50_ms  # direct: gateway beyond HTTP, minus the container
-        per_container = (s_seq.p50_ms - p_seq.p50_ms - work) / 3  # serial: the same, per container of the chain
+        # direct: gateway beyond HTTP, minus the container
+        hop = d_seq.p50_ms - p_seq.p50_ms - c_seq.p50_ms
+        # serial: the same, per container of the chain
+        per_container = (s_seq.p50_ms - p_seq.p50_ms - work) / 3
         gross_added = (s_seq.p50_ms - d_seq.p50_ms) / 2
         gross_hop = d_seq.p50_ms - p_seq.p50_ms
         out["hop"] = {
@@ -223,12 +272,17 @@ def analyse(cases: list[Case]) -> dict[str, Any]:
             f"direct − ping = {gross_hop:.3f} ms (sequential p50)",
         }
         if ok(floor_seq):
-            # Issue 18: what each container beyond the first adds, net of its own work, against what one direct
-            # call adds over the floor (the whole per-call overhead of our path: gateway, hop, container app).
+            # Issue 18: what each container beyond the first adds, net of its own work, against what
+            # one direct call adds over the floor (the whole per-call overhead of our path: gateway,
+            # hop, container app).
             extra = ((s_seq.p50_ms - work) - (d_seq.p50_ms - c_seq.p50_ms)) / 2
             overhead = d_seq.p50_ms - floor_seq.p50_ms
-            out["hop"].update({"extra_container_ms": round(extra, 3), "direct_over_floor_ms": round(overhead, 3)})
-            out["targets"][f"each extra serial container adds ≤ {SERIAL_HOP_TARGET:g}× a direct call's overhead"] = {
+            out["hop"].update(
+                {"extra_container_ms": round(extra, 3), "direct_over_floor_ms": round(overhead, 3)}
+            )
+            out["targets"][
+                f"each extra serial container adds ≤ {SERIAL_HOP_TARGET:g}× a direct call's overhead"
+            ] = {
                 "met": overhead > 0 and extra <= SERIAL_HOP_TARGET * overhead,
                 "detail": f"((serial {s_seq.p50_ms:.3f} − Σ container ports {work:.3f}) − (direct {d_seq.p50_ms:.3f} − "
                 f"its container port {c_seq.p50_ms:.3f})) / 2 = {extra:.3f} ms per extra container vs direct "
@@ -242,7 +296,9 @@ def analyse(cases: list[Case]) -> dict[str, Any]:
         }
 
     out["targets"].update(
-        process_targets(lambda system, load: _get(cases, system, load), server_cpu_us, MLSERVERS[1], cases)
+        process_targets(
+            lambda system, load: _get(cases, system, load), server_cpu_us, MLSERVERS[1], cases
+        )
     )
 
     # 3. no throughput collapse at 32 connections
@@ -254,11 +310,13 @@ def analyse(cases: list[Case]) -> dict[str, Any]:
         good = ok(c8) and ok(c32) and c32.rps >= COLLAPSE_RATIO * c8.rps
         verdicts.append(good)
         details.append(
-            f"{system}: c32/c8 = {c32.rps / c8.rps if c8.rps else 0:.2f}" + ("" if ok(c32) else f" ({c32.flagged})")
+            f"{system}: c32/c8 = {c32.rps / c8.rps if c8.rps else 0:.2f}"
+            + ("" if ok(c32) else f" ({c32.flagged})")
         )
     out["targets"]["no throughput collapse at 32 connections"] = {
         "met": all(verdicts) if verdicts else None,
-        "detail": "; ".join(details) + f" (collapse: c32 below {COLLAPSE_RATIO:g}× c8 or any error)",
+        "detail": "; ".join(details)
+        + f" (collapse: c32 below {COLLAPSE_RATIO:g}× c8 or any error)",
     }
     return out
 
@@ -328,7 +386,8 @@ def build_breakdown_text(report: dict[str, Any], cases: list[Case]) -> list[str]
                 f"{hop:.3f} ms, {hop - port.p50_ms:+.3f} ms against wrk calling it"
             )
         out.append(
-            text + ". The rest is the router's own work (headers, body, the chain loop) and waiting for the "
+            text
+            + ". The rest is the router's own work (headers, body, the chain loop) and waiting for the "
             "GIL inside the gateway replica, which it shares with Ray's threads."
         )
     status = report.get("serve_status_call")
@@ -356,12 +415,20 @@ def build_breakdown_text(report: dict[str, Any], cases: list[Case]) -> list[str]
         )
     c32 = {
         s: get(s, "c32")
-        for s in ("floor", "MLServer", "ours: container data port", "ours: direct", "ours: serial (3 containers)")
+        for s in (
+            "floor",
+            "MLServer",
+            "ours: container data port",
+            "ours: direct",
+            "ours: serial (3 containers)",
+        )
     }
     for name in ("ours: direct", "ours: serial (3 containers)"):
         d = c32[name]
         if d:
-            parts = ", ".join(f"{k} {v:.0f} µs" for k, v in d.cpu_us_per_request.items() if k != OTHER and v >= 5)
+            parts = ", ".join(
+                f"{k} {v:.0f} µs" for k, v in d.cpu_us_per_request.items() if k != OTHER and v >= 5
+            )
             out.append(
                 f"- {name[6:].capitalize()} at 32 connections ({d.busy_cores:.2f} of {os.cpu_count()} cores "
                 f"busy), CPU per request: {parts}."

@@ -1,4 +1,5 @@
-"""bench_invoke's part of docs/benchmarks/bench_invoke.md: method, results, ratios, targets, where the time goes."""
+"""bench_invoke's part of docs/benchmarks/bench_invoke.md: method, results, ratios, targets, where
+the time goes."""
 
 from __future__ import annotations
 
@@ -10,15 +11,24 @@ from loadtests.harness.profile import PROFILE_RATE
 from loadtests.harness.wrk import Case
 from loadtests.invoke.analysis import PROXY_FLOOR, _get, bracketed_floor
 
-# Ray Serve's own paths, measured earlier on a 2-core machine like this one (/work/shared/RAY_NOTES.md),
-# NOT in this run: the reason the data path bypasses Serve's proxy and handles.
+# Ray Serve's own paths, measured earlier on a 2-core machine like this one
+# (/work/shared/RAY_NOTES.md), NOT in this run: the reason the data path bypasses Serve's proxy and
+# handles.
 RAY_REFERENCE = [
     ("floor: bare Starlette + uvicorn, predict in-process", "0.14–0.18 ms", "6.7–7.6k"),
-    ("MLServer 1.7.1 + mlserver-sklearn (default: 1 inference worker process)", "0.74–0.85 ms", "1.8–2.5k"),
+    (
+        "MLServer 1.7.1 + mlserver-sklearn (default: 1 inference worker process)",
+        "0.74–0.85 ms",
+        "1.8–2.5k",
+    ),
     ("MLServer, inference in the HTTP process", "0.35–0.39 ms", "3.1–3.3k"),
     ("Ray Serve default: proxy → 1 deployment", "3.3–3.5 ms", "16–18 (collapse)"),
     ("same, `max_ongoing_requests=64`", "3.5–3.6 ms", "480–530"),
-    ("Ray Serve: proxy → router → handle → model, `max_ongoing_requests=64`", "5.3–7.6 ms", "240–250"),
+    (
+        "Ray Serve: proxy → router → handle → model, `max_ongoing_requests=64`",
+        "5.3–7.6 ms",
+        "240–250",
+    ),
     (
         "same router pattern, `RAY_SERVE_THROUGHPUT_OPTIMIZED=1`, HTTP straight to the router replica's "
         "direct-ingress port",
@@ -133,9 +143,16 @@ def _fmt_case_row(c: Case) -> str:
 def render_docs(report: dict[str, Any]) -> str:
     cases = [Case(**c) for c in report["cases"]]
     analysis = report["analysis"]
-    machine, versions, peer = report["machine"], report["versions"], report.get("mlserver_versions", {})
+    machine, versions, peer = (
+        report["machine"],
+        report["versions"],
+        report.get("mlserver_versions", {}),
+    )
     lines = [
-        INTRO.replace("{ray_rows}", "\n".join(f"| {path} | {p50} | {rate} |" for path, p50, rate in RAY_REFERENCE)),
+        INTRO.replace(
+            "{ray_rows}",
+            "\n".join(f"| {path} | {p50} | {rate} |" for path, p50, rate in RAY_REFERENCE),
+        ),
         "",
     ]
     lines += [
@@ -176,7 +193,8 @@ def render_docs(report: dict[str, Any]) -> str:
     if warm:
         lines += [
             "",
-            "Warm-up errors (not counted): " + "; ".join(f"{c.system} {c.load}: {c.warmup_errors}" for c in warm),
+            "Warm-up errors (not counted): "
+            + "; ".join(f"{c.system} {c.load}: {c.warmup_errors}" for c in warm),
         ]
     shares = report.get("inline_share")
     if shares:
@@ -184,7 +202,9 @@ def render_docs(report: dict[str, Any]) -> str:
             "",
             "The direct container's predictions that ran on its event loop rather than on a model thread "
             "(`serving/model_server/inline.py`; a hand-off to the thread costs ~0.4-0.6 ms of CPU here), "
-            "per case, from its stats: " + "; ".join(f"{k} {v:.0%}" for k, v in shares.items()) + ". The "
+            "per case, from its stats: "
+            + "; ".join(f"{k} {v:.0%}" for k, v in shares.items())
+            + ". The "
             "counters are read between cases, so a request still in flight when a case ends can count in the "
             "next one (a share just over 100%).",
         ]
@@ -294,17 +314,23 @@ def render_docs(report: dict[str, Any]) -> str:
         lines.append(
             f"| {label} | "
             + " | ".join(
-                f"{c.cpu_us_per_request.get(label, 0):.0f}" if label in c.cpu_us_per_request else "" for c in c32
+                f"{c.cpu_us_per_request.get(label, 0):.0f}" if label in c.cpu_us_per_request else ""
+                for c in c32
             )
             + " |"
         )
-    lines.append("| **total of this run's processes** | " + " | ".join(f"**{run_cpu_us(c):.0f}**" for c in c32) + " |")
+    lines.append(
+        "| **total of this run's processes** | "
+        + " | ".join(f"**{run_cpu_us(c):.0f}**" for c in c32)
+        + " |"
+    )
     lines.append("| busy cores | " + " | ".join(f"{c.busy_cores:.2f}" for c in c32) + " |")
     notes = report.get("notes") or []
     if notes:
         lines += ["", "### Notes on this run", ""] + [f"- {n}" for n in notes]
     title, _, rest = ("\n".join(lines) + "\n").partition("\n")
-    # One section of docs/benchmarks/bench_invoke.md: its own headings sit one level below its title.
+    # One section of docs/benchmarks/bench_invoke.md: its own headings sit one level below its
+    # title.
     return title + "\n" + re.sub(r"^(#{2,}) ", r"#\1 ", rest, flags=re.MULTILINE)
 
 
@@ -340,7 +366,9 @@ def render_breakdown(report: dict[str, Any], cases: list[Case]) -> list[str]:
     if predict is not None:
         rows.append(f"| predict, in-process | {predict / 1000:.3f} | | the model itself (1 row) |")
     if handler is not None:
-        rows.append(f"| floor's handler, in-process | {handler / 1000:.3f} | | JSON decode + predict + JSON encode |")
+        rows.append(
+            f"| floor's handler, in-process | {handler / 1000:.3f} | | JSON decode + predict + JSON encode |"
+        )
     if runtime is not None:
         rows.append(
             f"| our runtime's invoke, in-process | {runtime / 1000:.3f} | "
@@ -356,7 +384,9 @@ def render_breakdown(report: dict[str, Any], cases: list[Case]) -> list[str]:
     ):
         if value is None:
             continue
-        rows.append(f"| {name} | {value:.3f} | {'' if prev is None else f'{value - prev:+.3f}'} | {what} |")
+        rows.append(
+            f"| {name} | {value:.3f} | {'' if prev is None else f'{value - prev:+.3f}'} | {what} |"
+        )
         prev = value
     if proxy is not None:
         rows.append(

@@ -1,5 +1,6 @@
-"""bench_invoke's own measurements: the request bodies, our two endpoints on an embedded server, in-process
-timings of the work around the model, the router's HTTP client alone, and the registry's status poll."""
+"""bench_invoke's own measurements: the request bodies, our two endpoints on an embedded server,
+in-process timings of the work around the model, the router's HTTP client alone, and the registry's
+status poll."""
 
 from __future__ import annotations
 
@@ -17,14 +18,17 @@ from loadtests.harness.processes import BenchError, http, install_interrupts
 ROOT = Path(__file__).resolve().parents[2]
 IRIS_ROW = [5.1, 3.5, 1.4, 0.2]  # a setosa: every server must answer class 0
 OUR_BODY = json.dumps([IRIS_ROW])
-MLSERVER_BODY = json.dumps({"inputs": [{"name": "predict", "shape": [1, 4], "datatype": "FP64", "data": IRIS_ROW}]})
+MLSERVER_BODY = json.dumps(
+    {"inputs": [{"name": "predict", "shape": [1, 4], "datatype": "FP64", "data": IRIS_ROW}]}
+)
 JSON_HEADERS = {"Content-Type": "application/json"}
 DIRECT = "bench-direct"
 SERIAL = "bench-serial"
 
 
 def inprocess_timings(paths: dict[str, Path]) -> dict[str, float]:
-    """µs per call (best of 7 repeats of 500) of the work each server does around the same fitted model."""
+    """µs per call (best of 7 repeats of 500) of the work each server does around the same fitted
+    model."""
     import joblib
     import numpy as np
 
@@ -37,7 +41,9 @@ def inprocess_timings(paths: dict[str, Path]) -> dict[str, float]:
     runtime.load()
 
     def floor_handler():
-        out = json.dumps(model.predict(np.asarray(json.loads(body))).tolist(), separators=(",", ":"))
+        out = json.dumps(
+            model.predict(np.asarray(json.loads(body))).tolist(), separators=(",", ":")
+        )
         return out
 
     calls = {
@@ -70,7 +76,13 @@ def endpoint_specs(models: Path):
         {
             "EndpointName": DIRECT,
             "InferenceExecutionConfig": {"Mode": "Direct"},
-            "Containers": [{"ContainerHostname": "iris", "Image": "sklearn", "ModelDataUrl": str(models / "iris")}],
+            "Containers": [
+                {
+                    "ContainerHostname": "iris",
+                    "Image": "sklearn",
+                    "ModelDataUrl": str(models / "iris"),
+                }
+            ],
         }
     )
     document = yaml.safe_load((ROOT / "examples" / "serial.yaml").read_text())
@@ -80,13 +92,15 @@ def endpoint_specs(models: Path):
 
 
 def start_ours(paths: dict[str, Path]):
-    """Embedded Ray, the gateway and both endpoints, InService and routable (an entered EmbeddedServer), and
-    {"base": URL, "ports": {"endpoint/container": data-port URL}, "serial_hostnames": [...]}."""
+    """Embedded Ray, the gateway and both endpoints, InService and routable (an entered
+    EmbeddedServer), and {"base": URL, "ports": {"endpoint/container": data-port URL},
+    "serial_hostnames": [...]}."""
     from serving.ray_wing import EmbeddedServer, EndpointsNotReady
     from serving.settings import ServerSettings
 
     direct, serial = endpoint_specs(paths["models"])
-    logging.getLogger("ray.serve").setLevel(logging.WARNING)  # keep Serve's INFO lines out of the bench output
+    # keep Serve's INFO lines out of the bench output
+    logging.getLogger("ray.serve").setLevel(logging.WARNING)
     server = EmbeddedServer(
         [direct, serial],
         ServerSettings(host="127.0.0.1", port=0),
@@ -98,7 +112,8 @@ def start_ours(paths: dict[str, Path]):
     except EndpointsNotReady as error:
         raise BenchError(str(error)) from None
     ports = {
-        f"{endpoint}/{container}": urls[0] for (endpoint, container), urls in server.snapshot()["replicas"].items()
+        f"{endpoint}/{container}": urls[0]
+        for (endpoint, container), urls in server.snapshot()["replicas"].items()
     }
     return server, {
         "base": server.url,
@@ -108,9 +123,9 @@ def start_ours(paths: dict[str, Path]):
 
 
 def hop_headers(endpoint: str, container: str, body: str) -> Callable[[], dict[str, str]]:
-    """Headers for calling a container's data port directly, signed as the gateway signs its hops (the port
-    refuses anything else); a function, so that each wrk attempt gets a fresh signature (valid for a minute).
-    Accept is set (and signed) so that no client adds its own."""
+    """Headers for calling a container's data port directly, signed as the gateway signs its hops
+    (the port refuses anything else); a function, so that each wrk attempt gets a fresh signature
+    (valid for a minute). Accept is set (and signed) so that no client adds its own."""
     from serving import protocol
     from serving.ray_wing.cluster import cluster_secret
     from serving.trust import hops, keys
@@ -125,8 +140,9 @@ def hop_headers(endpoint: str, container: str, body: str) -> Callable[[], dict[s
 
 
 def inline_counts(url: str, endpoint: str, container: str) -> Callable[[], tuple[int, int]]:
-    """A reader of a container's (invocations, predictions run on its event loop) so far, from its signed
-    `GET /_serving/stats` (`model_server.inline`: the gate that spares a fast model the hand-off to a thread)."""
+    """A reader of a container's (invocations, predictions run on its event loop) so far, from its
+    signed `GET /_serving/stats` (`model_server.inline`: the gate that spares a fast model the
+    hand-off to a thread)."""
     from serving import protocol
     from serving.ray_wing.cluster import cluster_secret
     from serving.trust import hops, keys
@@ -134,7 +150,12 @@ def inline_counts(url: str, endpoint: str, container: str) -> Callable[[], tuple
     key = keys.hop_key(cluster_secret(), endpoint, container)
 
     def read() -> tuple[int, int]:
-        status, body = http("GET", url + protocol.STATS_PATH, None, hops.sign(key, "GET", protocol.STATS_PATH, b"", {}))
+        status, body = http(
+            "GET",
+            url + protocol.STATS_PATH,
+            None,
+            hops.sign(key, "GET", protocol.STATS_PATH, b"", {}),
+        )
         if status != 200:
             raise BenchError(f"{endpoint}/{container} stats answered {status}")
         stats = json.loads(body)
@@ -144,8 +165,17 @@ def inline_counts(url: str, endpoint: str, container: str) -> Callable[[], tuple
 
 
 def router_hop(url: str, body: str, seconds: float, headers: dict[str, str]) -> dict[str, float]:
-    """Sequential POSTs with the router's hop client (serving.gateway.hop_client on uvloop), from a fresh process."""
-    args = [sys.executable, "-m", "loadtests.harness.hop_client", url, body, str(seconds), json.dumps(headers)]
+    """Sequential POSTs with the router's hop client (serving.gateway.hop_client on uvloop), from a
+    fresh process."""
+    args = [
+        sys.executable,
+        "-m",
+        "loadtests.harness.hop_client",
+        url,
+        body,
+        str(seconds),
+        json.dumps(headers),
+    ]
     try:
         done = subprocess.run(args, capture_output=True, text=True, timeout=seconds + 60, cwd=ROOT)
     except subprocess.TimeoutExpired:
@@ -156,9 +186,9 @@ def router_hop(url: str, body: str, seconds: float, headers: dict[str, str]) -> 
 
 
 def time_serve_status(calls: int = 7) -> dict[str, float]:
-    """What the registry's status poll pays once per second: serving.ray_wing.serve_status() (the controller's
-    instance details, parsed by hand), and for comparison Serve's public status API, which the gateway
-    itself used to call (and which then held the gateway's GIL)."""
+    """What the registry's status poll pays once per second: serving.ray_wing.serve_status() (the
+    controller's instance details, parsed by hand), and for comparison Serve's public status API,
+    which the gateway itself used to call (and which then held the gateway's GIL)."""
     from ray import serve
 
     from serving.ray_wing.serve_status import serve_status

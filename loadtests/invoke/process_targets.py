@@ -1,9 +1,10 @@
-"""Issue 44's targets for bench_invoke: a direct call against MLServer serving in-process, and each of our two
-processes (the gateway, the container process) against the floor, all from the same run's c32 and sequential cases.
+"""Issue 44's targets for bench_invoke: a direct call against MLServer serving in-process, and each
+of our two processes (the gateway, the container process) against the floor, all from the same run's
+c32 and sequential cases.
 
-The issue states the gateway's target in µs (120, on a machine where its floor cost 170 µs per request); on a VM
-whose speed moves by 2× that cannot be compared across runs, so it is checked as the same fraction of this run's
-floor (`GATEWAY_FLOOR_SHARE`).
+The issue states the gateway's target in µs (120, on a machine where its floor cost 170 µs per
+request); on a VM whose speed moves by 2× that cannot be compared across runs, so it is checked as
+the same fraction of this run's floor (`GATEWAY_FLOOR_SHARE`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ WRK = "wrk (load generator)"
 CONTAINER_FLOOR_TARGET = 1.3  # the container process's CPU per request, against the floor's
 GATEWAY_FLOOR_SHARE = 120 / 170  # the issue's 120 µs, against its own floor's 170 µs
 GATEWAY = "gateway replica"
-# The head-to-head rounds: MLServer in-process and our direct endpoint, both up, measured in turn (bench_invoke).
+# The head-to-head rounds: MLServer in-process and our direct endpoint, both up, measured in turn
+# (bench_invoke).
 H2H_MLSERVER, H2H_OURS = "head-to-head: MLServer, in-process", "head-to-head: ours: direct"
 H2H_LOADS = (("sequential", 1), ("c32", 32))
 MLSERVER_ROLE = "mlserver"  # the prefix of MLServer's process groups in a case's CPU split
@@ -30,8 +32,9 @@ def h2h_load(load: str, round_: int) -> str:
 
 
 def own_cpu_us(case: Case, mlserver: bool) -> float:
-    """A head-to-head case's server CPU per request, its own system's processes only: with both up, the one not
-    measured idles (Ray's processes ~0.1 core), and that is not the measured one's cost."""
+    """A head-to-head case's server CPU per request, its own system's processes only: with both up,
+    the one not measured idles (Ray's processes ~0.1 core), and that is not the measured one's
+    cost."""
     return sum(
         value
         for key, value in case.cpu_us_per_request.items()
@@ -40,8 +43,9 @@ def own_cpu_us(case: Case, mlserver: bool) -> float:
 
 
 def head_to_head(cases: list[Case]) -> dict[str, Any] | None:
-    """Means over the interleaved rounds (None when a round's case is missing or flagged): CPU per request at c32
-    (and each round's ratio), p50 at one connection, req/s at c32, for MLServer in-process and ours."""
+    """Means over the interleaved rounds (None when a round's case is missing or flagged): CPU per
+    request at c32 (and each round's ratio), p50 at one connection, req/s at c32, for MLServer
+    in-process and ours."""
     rounds: dict[int, dict[tuple[str, str], Case]] = {}
     for case in cases:
         if case.system in (H2H_MLSERVER, H2H_OURS) and ", round " in case.load:
@@ -56,19 +60,28 @@ def head_to_head(cases: list[Case]) -> dict[str, Any] | None:
         return sum(values) / len(values)
 
     cpu = {
-        sys: [own_cpu_us(r[(sys, "c32")], sys == H2H_MLSERVER) for r in complete] for sys in (H2H_MLSERVER, H2H_OURS)
+        sys: [own_cpu_us(r[(sys, "c32")], sys == H2H_MLSERVER) for r in complete]
+        for sys in (H2H_MLSERVER, H2H_OURS)
     }
     two = [
-        (container_process_us(r[(H2H_OURS, "c32")]) or 0.0) + r[(H2H_OURS, "c32")].cpu_us_per_request.get(GATEWAY, 0.0)
+        (container_process_us(r[(H2H_OURS, "c32")]) or 0.0)
+        + r[(H2H_OURS, "c32")].cpu_us_per_request.get(GATEWAY, 0.0)
         for r in complete
     ]
     return {
         "rounds": len(complete),
         "cpu_us": {sys: mean(values) for sys, values in cpu.items()},
-        "cpu_ratios": [ours / theirs for ours, theirs in zip(cpu[H2H_OURS], cpu[H2H_MLSERVER], strict=True)],
+        "cpu_ratios": [
+            ours / theirs for ours, theirs in zip(cpu[H2H_OURS], cpu[H2H_MLSERVER], strict=True)
+        ],
         "two_processes_us": mean(two),
-        "p50_ms": {sys: mean([r[(sys, "sequential")].p50_ms for r in complete]) for sys in (H2H_MLSERVER, H2H_OURS)},
-        "rps": {sys: mean([r[(sys, "c32")].rps for r in complete]) for sys in (H2H_MLSERVER, H2H_OURS)},
+        "p50_ms": {
+            sys: mean([r[(sys, "sequential")].p50_ms for r in complete])
+            for sys in (H2H_MLSERVER, H2H_OURS)
+        },
+        "rps": {
+            sys: mean([r[(sys, "c32")].rps for r in complete]) for sys in (H2H_MLSERVER, H2H_OURS)
+        },
     }
 
 
@@ -86,9 +99,10 @@ def process_targets(
     inprocess: str,
     cases: Sequence[Case] = (),
 ) -> dict[str, dict[str, Any]]:
-    """{target: {"met": bool | None, "detail": str}} for issue 44 (None: a case is missing or flagged). The direct
-    call against MLServer in-process is judged on the head-to-head rounds when `cases` hold them (measured minutes
-    apart, this VM's drift alone moved MLServer's CPU per request by 10% between two runs), else on the phases."""
+    """{target: {"met": bool | None, "detail": str}} for issue 44 (None: a case is missing or
+    flagged). The direct call against MLServer in-process is judged on the head-to-head rounds when
+    `cases` hold them (measured minutes apart, this VM's drift alone moved MLServer's CPU per
+    request by 10% between two runs), else on the phases."""
 
     def ok(case: Case | None) -> bool:
         return case is not None and case.flagged is None
@@ -117,13 +131,16 @@ def process_targets(
         ours, theirs = cpu[H2H_OURS], cpu[H2H_MLSERVER]
         rounds = ", ".join(f"{ratio:.2f}×" for ratio in h2h["cpu_ratios"])
         out[name] = {
-            "met": ours <= theirs and p50[H2H_OURS] <= p50[H2H_MLSERVER] and rps[H2H_OURS] >= rps[H2H_MLSERVER],
+            "met": ours <= theirs
+            and p50[H2H_OURS] <= p50[H2H_MLSERVER]
+            and rps[H2H_OURS] >= rps[H2H_MLSERVER],
             "detail": f"head to head, means of {h2h['rounds']} interleaved rounds: server CPU per request at c32 "
             f"{ours:.0f} vs {theirs:.0f} µs ({ours / theirs:.2f}×; each round {rounds}; of ours, the gateway and the "
             f"container process {h2h['two_processes_us']:.0f} µs = {h2h['two_processes_us'] / theirs:.2f}×, the rest "
             "Ray's own processes and the replicas' supervisors); sequential p50 "
             f"{p50[H2H_OURS]:.3f} vs {p50[H2H_MLSERVER]:.3f} ms; c32 {rps[H2H_OURS]:.0f} vs {rps[H2H_MLSERVER]:.0f} "
-            "req/s. In the phases, minutes apart: " + (phases["detail"] if phases else "cases missing or flagged"),
+            "req/s. In the phases, minutes apart: "
+            + (phases["detail"] if phases else "cases missing or flagged"),
         }
     else:
         out[name] = phases or {"met": None, "detail": "cases missing or flagged"}

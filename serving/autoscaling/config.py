@@ -1,4 +1,5 @@
-"""What a container's Serve deployment is told about autoscaling: its config and our policy's arguments."""
+"""What a container's Serve deployment is told about autoscaling: its config and our policy's
+arguments."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from typing import Any
 
 from serving.autoscaling.policy import PolicyArguments
 
-# A document of Serve's own (an `autoscaling_config`, a policy's decision metadata) as Serve reads it: its shape
-# is Ray's, open here by design.
+# A document of Serve's own (an `autoscaling_config`, a policy's decision metadata) as Serve reads
+# it: its shape is Ray's, open here by design.
 ServeOptions = dict[str, Any]
 
 # How often a replica's stats reach the controller, and the window Serve averages them over.
@@ -31,7 +32,8 @@ def serve_autoscaling_config(
 ) -> ServeOptions:
     """The `autoscaling_config` of one container deployment (Serve's own delays neutralised).
 
-    `container` None with `containers`: the endpoint-level policy, each deployment joining its group.
+    `container` None with `containers`: the endpoint-level policy, each deployment joining its
+    group.
     """
     return {
         "min_replicas": autoscaling.MinCapacity,
@@ -41,8 +43,8 @@ def serve_autoscaling_config(
         "downscale_delay_s": 0.0,
         "metrics_interval_s": METRICS_INTERVAL_S,
         "look_back_period_s": LOOK_BACK_S,
-        # An import path, not the class: the controller imports this module (as it must on a cluster),
-        # rather than unpickling a copy of it.
+        # An import path, not the class: the controller imports this module (as it must on a
+        # cluster), rather than unpickling a copy of it.
         "policy": {
             "policy_function": POLICY_PATH,
             "policy_kwargs": {
@@ -59,7 +61,10 @@ def serve_autoscaling_config(
 
 
 def per_replica(
-    aggregated: Mapping[str, Mapping[Any, float]] | None, running: list[Any], capacity: int, names: list[str]
+    aggregated: Mapping[str, Mapping[Any, float]] | None,
+    running: list[Any],
+    capacity: int,
+    names: list[str],
 ) -> tuple[dict[str, float | None], dict[str, float]]:
     """Each metric per replica of the capacity Serve is heading to, and each metric's total.
 

@@ -1,11 +1,13 @@
-"""Target-tracking autoscaling, decided the way Application Auto Scaling does it for SageMaker variants.
+"""Target-tracking autoscaling, decided the way Application Auto Scaling does it for SageMaker
+variants.
 
-Pure policy core: no Ray, no I/O, the clock is injected, so every rule is unit-tested on synthetic traces.
-The caller samples each policy's metric (already averaged per replica), calls `TargetTrackingScaler.decide`
-and applies the returned count when `decision.changed`; the scaler records every decision with
-`desired != current` as applied, so there is no separate confirm step. `current` is the number of replicas
-the metric was averaged over: while replicas added by a scale-out are still starting it is below the count
-that scale-out set, which is what ScaleOutCooldown guards. The rules and formulas: docs/autoscaling.md.
+Pure policy core: no Ray, no I/O, the clock is injected, so every rule is unit-tested on synthetic
+traces. The caller samples each policy's metric (already averaged per replica), calls
+`TargetTrackingScaler.decide` and applies the returned count when `decision.changed`; the scaler
+records every decision with `desired != current` as applied, so there is no separate confirm step.
+`current` is the number of replicas the metric was averaged over: while replicas added by a
+scale-out are still starting it is below the count that scale-out set, which is what
+ScaleOutCooldown guards. The rules and formulas: docs/autoscaling.md.
 """
 
 from __future__ import annotations
@@ -36,16 +38,19 @@ __all__ = [
     "activity",
 ]
 
-# Predefined metrics, each a value per replica that the caller measures. Any other string names a custom
-# metric (what a CustomizedMetricSpecification's MetricName would be); the scaler treats all of them alike.
-INVOCATIONS_PER_INSTANCE = "SageMakerVariantInvocationsPerInstance"  # invocations per replica per minute
+# Predefined metrics, each a value per replica that the caller measures. Any other string names a
+# custom metric (what a CustomizedMetricSpecification's MetricName would be); the scaler treats all
+# of them alike.
+# invocations per replica per minute
+INVOCATIONS_PER_INSTANCE = "SageMakerVariantInvocationsPerInstance"
 CONCURRENT_REQUESTS_PER_REPLICA = "ConcurrentRequestsPerReplica"  # requests in flight per replica
 CPU_UTILIZATION = "CPUUtilization"  # percent of the replica's CPUs
 MEMORY_UTILIZATION = "MemoryUtilization"  # percent of the replica's memory
 PREDEFINED_METRICS = frozenset(
     {INVOCATIONS_PER_INSTANCE, CONCURRENT_REQUESTS_PER_REPLICA, CPU_UTILIZATION, MEMORY_UTILIZATION}
 )
-# serving/spec.py's PredefinedMetricType values → the names above (the spec keeps SageMaker's spelling).
+# serving/spec.py's PredefinedMetricType values → the names above (the spec keeps SageMaker's
+# spelling).
 SPEC_METRIC_TYPES = {
     "SageMakerVariantInvocationsPerInstance": INVOCATIONS_PER_INSTANCE,
     "SageMakerVariantConcurrentRequestsPerModel": CONCURRENT_REQUESTS_PER_REPLICA,
@@ -53,8 +58,10 @@ SPEC_METRIC_TYPES = {
     "SageMakerVariantMemoryUtilization": MEMORY_UTILIZATION,
 }
 
-DEFAULT_COOLDOWN_S = 300.0  # Application Auto Scaling's default for both cooldowns of a SageMaker variant
-DEFAULT_SCALE_IN_TOLERANCE = 0.1  # scale in only below target * (1 - 0.1): no flapping around the target
+# Application Auto Scaling's default for both cooldowns of a SageMaker variant
+DEFAULT_COOLDOWN_S = 300.0
+# scale in only below target * (1 - 0.1): no flapping around the target
+DEFAULT_SCALE_IN_TOLERANCE = 0.1
 
 
 @dataclass(frozen=True)
@@ -98,7 +105,8 @@ class ScalingDecision:
 
 @dataclass
 class ScalingState:
-    """What the cooldowns need to remember: the last scale-out (time, count it set) and the last scale-in."""
+    """What the cooldowns need to remember: the last scale-out (time, count it set) and the last
+    scale-in."""
 
     scale_out_at: float | None = None
     scale_out_to: int | None = None
@@ -139,7 +147,9 @@ class TargetTrackingScaler:
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{field}: must be a whole number >= 0, got {value!r}")
         if min_capacity > max_capacity:
-            raise ValueError(f"min_capacity: {min_capacity} must not exceed max_capacity {max_capacity}")
+            raise ValueError(
+                f"min_capacity: {min_capacity} must not exceed max_capacity {max_capacity}"
+            )
         if not (isinstance(scale_in_tolerance, (int, float)) and 0 <= scale_in_tolerance < 1):
             raise ValueError(f"scale_in_tolerance: must be in [0, 1), got {scale_in_tolerance!r}")
         self.policies = policies
@@ -149,15 +159,19 @@ class TargetTrackingScaler:
         self._clock = clock
 
     def decide(self, current: int, metrics: Mapping[str, float | None]) -> ScalingDecision:
-        """One decision from the current count and each policy's metric; records it when it changes the count.
+        """One decision from the current count and each policy's metric; records it when it changes
+        the count.
 
-        The largest proposal wins, so capacity only goes down when every policy proposes fewer replicas;
-        a policy without data proposes `current`, which holds scale-in but lets the others scale out.
+        The largest proposal wins, so capacity only goes down when every policy proposes fewer
+        replicas; a policy without data proposes `current`, which holds scale-in but lets the others
+        scale out.
         """
         if not isinstance(current, int) or isinstance(current, bool) or current < 0:
             raise ValueError(f"current: must be a whole number >= 0, got {current!r}")
         now = self._clock()
-        proposals = [self._propose(p, current, self._value(p.metric, metrics), now) for p in self.policies]
+        proposals = [
+            self._propose(p, current, self._value(p.metric, metrics), now) for p in self.policies
+        ]
         best = max(proposals, key=lambda p: p.desired)  # the first listed wins a tie
         desired, reason = self._clamp(best.desired), best.reason
         if not self.min_capacity <= current <= self.max_capacity:
@@ -167,7 +181,8 @@ class TargetTrackingScaler:
             )
         if desired > current:  # a scale-out ends any scale-in cooldown
             self.state = ScalingState(scale_out_at=now, scale_out_to=desired)
-        elif desired < current:  # and a scale-in any scale-out cooldown: the capacity it added is gone
+        # and a scale-in any scale-out cooldown: the capacity it added is gone
+        elif desired < current:
             self.state = ScalingState(scale_in_at=now)
         return ScalingDecision(
             desired,
@@ -180,19 +195,27 @@ class TargetTrackingScaler:
             self._left(self.state.scale_in_at, best.policy.scale_in_cooldown_s, now),
         )
 
-    def _propose(self, policy: TargetTracking, current: int, value: float | None, now: float) -> _Proposal:
-        """One policy's count: desired = ceil(current * metric / target), then its own rules and cooldowns."""
+    def _propose(
+        self, policy: TargetTracking, current: int, value: float | None, now: float
+    ) -> _Proposal:
+        """One policy's count: desired = ceil(current * metric / target), then its own rules and
+        cooldowns."""
         m, t = policy.metric, _num(policy.target)
         if value is None:
             return _Proposal(policy, None, current, f"no data for {m}")
         v = _num(value)
-        # max(current, 1): from zero replicas the metric is read as one replica's load. round() keeps float
-        # noise (3 * 0.1 / 0.1 = 3.0000000000000004) from asking for a replica nobody needs.
+        # max(current, 1): from zero replicas the metric is read as one replica's load. round()
+        # keeps float noise (3 * 0.1 / 0.1 = 3.0000000000000004) from asking for a replica nobody
+        # needs.
         wanted = math.ceil(round(max(current, 1) * value / policy.target, 9))
         desired = self._clamp(wanted)
         if desired > current:
             left = self._left(self.state.scale_out_at, policy.scale_out_cooldown_s, now)
-            if left > 0 and self.state.scale_out_to is not None and desired <= self.state.scale_out_to:
+            if (
+                left > 0
+                and self.state.scale_out_to is not None
+                and desired <= self.state.scale_out_to
+            ):
                 return _Proposal(
                     policy,
                     value,
@@ -202,16 +225,26 @@ class TargetTrackingScaler:
                 )
             capped = " (MaxCapacity)" if desired < wanted else ""
             return _Proposal(
-                policy, value, desired, f"scale out: {m} {v} > target {t} per replica → {desired} replicas{capped}"
+                policy,
+                value,
+                desired,
+                f"scale out: {m} {v} > target {t} per replica → {desired} replicas{capped}",
             )
         if desired < current:
             if policy.disable_scale_in:
-                return _Proposal(policy, value, current, f"DisableScaleIn: {m} {v} < target {t}, holding {current}")
+                return _Proposal(
+                    policy,
+                    value,
+                    current,
+                    f"DisableScaleIn: {m} {v} < target {t}, holding {current}",
+                )
             if value >= policy.target * (1 - self.scale_in_tolerance):
                 return _Proposal(policy, value, current, f"within tolerance: {m} {v} vs target {t}")
             left = self._left(self.state.scale_in_at, policy.scale_in_cooldown_s, now)
             if left > 0:
-                return _Proposal(policy, value, current, f"blocked by ScaleInCooldown ({left:.0f} s left)")
+                return _Proposal(
+                    policy, value, current, f"blocked by ScaleInCooldown ({left:.0f} s left)"
+                )
             predicted = _num(value * current / desired) if desired else 0.0
             return _Proposal(
                 policy,
@@ -220,7 +253,12 @@ class TargetTrackingScaler:
                 f"scale in: {m} {v} < target {t} per replica → {desired} replicas (predicted {predicted} per replica)",
             )
         if wanted > current:
-            return _Proposal(policy, value, current, f"at MaxCapacity: {m} {v} > target {t} wants {wanted} replicas")
+            return _Proposal(
+                policy,
+                value,
+                current,
+                f"at MaxCapacity: {m} {v} > target {t} wants {wanted} replicas",
+            )
         if wanted < current and value < policy.target * (1 - self.scale_in_tolerance):
             return _Proposal(policy, value, current, f"at MinCapacity: {m} {v} < target {t}")
         return _Proposal(policy, value, current, f"within tolerance: {m} {v} vs target {t}")
@@ -233,8 +271,14 @@ class TargetTrackingScaler:
         value = metrics.get(name)
         if value is None or (isinstance(value, float) and math.isnan(value)):
             return None  # no data yet (Prometheus-style sources report NaN)
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < math.inf:
-            raise ValueError(f"metrics[{name!r}]: must be a finite number >= 0 or None, got {value!r}")
+        if (
+            not isinstance(value, (int, float))
+            or isinstance(value, bool)
+            or not 0 <= value < math.inf
+        ):
+            raise ValueError(
+                f"metrics[{name!r}]: must be a finite number >= 0 or None, got {value!r}"
+            )
         return float(value)
 
     @staticmethod
@@ -243,7 +287,8 @@ class TargetTrackingScaler:
 
 
 class PolicyArguments(TypedDict):
-    """A TargetTracking's fields as JSON: how a spec's policy reaches Serve's controller (policy_kwargs)."""
+    """A TargetTracking's fields as JSON: how a spec's policy reaches Serve's controller
+    (policy_kwargs)."""
 
     metric: str
     target: float
@@ -258,7 +303,8 @@ class Cooldown(TypedDict):
 
 
 class ScalingActivity(TypedDict):
-    """One capacity change, as an endpoint's description lists it (DescribeScalingActivities-style)."""
+    """One capacity change, as an endpoint's description lists it
+    (DescribeScalingActivities-style)."""
 
     Time: str  # ISO 8601, UTC
     ContainerHostname: str
@@ -272,7 +318,8 @@ class ScalingActivity(TypedDict):
 
 
 class ScalerState(TypedDict):
-    """What a container's autoscaler last decided, and on what (the registry keeps it; descriptions show it)."""
+    """What a container's autoscaler last decided, and on what (the registry keeps it; descriptions
+    show it)."""
 
     DesiredReplicas: int
     MetricName: str
@@ -284,10 +331,17 @@ class ScalerState(TypedDict):
 def activity(
     decision: ScalingDecision, container: str, *, wall_clock: Callable[[], float] = time.time
 ) -> ScalingActivity:
-    """A capacity change as a DescribeScalingActivities-style entry for the endpoint's describe output."""
+    """A capacity change as a DescribeScalingActivities-style entry for the endpoint's describe
+    output."""
     if not decision.changed:
-        raise ValueError(f"decision: {decision.current} → {decision.desired} changes nothing, so it is no activity")
-    when = datetime.fromtimestamp(wall_clock(), UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        raise ValueError(
+            f"decision: {decision.current} → {decision.desired} changes nothing, so it is no activity"
+        )
+    when = (
+        datetime.fromtimestamp(wall_clock(), UTC)
+        .isoformat(timespec="seconds")
+        .replace("+00:00", "Z")
+    )
     return {
         "Time": when,
         "ContainerHostname": container,

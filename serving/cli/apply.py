@@ -40,7 +40,11 @@ def _control_client(args: argparse.Namespace):
             with os.fdopen(open_private(path, os.O_RDONLY)) as file:
                 token = file.read().strip()
         except PrivateFileError as error:
-            why = f"{path} is missing (is `serving up` running on {url}?)" if error.errno == errno.ENOENT else error
+            why = (
+                f"{path} is missing (is `serving up` running on {url}?)"
+                if error.errno == errno.ENOENT
+                else error
+            )
             print(f"no control token: {why}; or set SERVING_CONTROL_TOKEN", file=sys.stderr)
             raise SystemExit(2) from None
     return httpx.Client(base_url=url, timeout=120, headers={"Authorization": f"Bearer {token}"})
@@ -53,11 +57,16 @@ def wait_for_updates(describe, generations: dict[str, int], timeout: float) -> d
 
     def done(description: dict | None, generation: int) -> bool:
         update = (description or {}).get("LastUpdate") or {}
-        return (update.get("Generation") or 0) >= generation and update.get("Status") not in (None, "InProgress")
+        return (update.get("Generation") or 0) >= generation and update.get("Status") not in (
+            None,
+            "InProgress",
+        )
 
     while True:
         latest = {name: d for name, d in describe().items() if name in generations}
-        settled = all(done(latest.get(name), generation) for name, generation in generations.items())
+        settled = all(
+            done(latest.get(name), generation) for name, generation in generations.items()
+        )
         if settled or time.monotonic() >= deadline:
             return latest
         time.sleep(0.5)
@@ -70,7 +79,9 @@ def _report(names: list[str], states: dict[str, dict]) -> int:
         update = description.get("LastUpdate") or {}
         outcome = {
             "Succeeded": "updated",
-            "Failed": "update FAILED and was rolled back" if description["EndpointStatus"] != "Failed" else "FAILED",
+            "Failed": "update FAILED and was rolled back"
+            if description["EndpointStatus"] != "Failed"
+            else "FAILED",
             "InProgress": "still updating",
         }
         text = outcome.get(str(update.get("Status")), "unknown")
@@ -87,23 +98,35 @@ def cmd_apply(args: argparse.Namespace) -> int:
     if address:  # straight to the cluster's control plane (this process holds the cluster's token)
         from serving import ray_wing
 
-        # as a server started with `serving up` would resolve it, unless the environment says otherwise
-        settings = ServerSettings() if "SERVING_CONTAINER_HOST" in os.environ else ServerSettings(container_host="node")
+        # as a server started with `serving up` would resolve it, unless the environment says
+        # otherwise
+        settings = (
+            ServerSettings()
+            if "SERVING_CONTAINER_HOST" in os.environ
+            else ServerSettings(container_host="node")
+        )
         ray_wing.connect_cluster(address, allow_unauthenticated=args.allow_unauthenticated_ray)
         try:
-            generations = {spec.EndpointName: ray_wing.deploy_endpoint(spec, settings) for spec in specs}
+            generations = {
+                spec.EndpointName: ray_wing.deploy_endpoint(spec, settings) for spec in specs
+            }
             print(f"Applied {', '.join(names)}; waiting for the new versions ...", flush=True)
-            return _report(names, wait_for_updates(ray_wing.describe_endpoints, generations, args.wait_timeout))
+            return _report(
+                names, wait_for_updates(ray_wing.describe_endpoints, generations, args.wait_timeout)
+            )
         finally:
             ray_wing.disconnect()
     with _control_client(args) as client:
         generations = {}
         for spec in specs:
             response = client.put(
-                f"/endpoints/{spec.EndpointName}", json=spec.model_dump(mode="json", exclude_none=True)
+                f"/endpoints/{spec.EndpointName}",
+                json=spec.model_dump(mode="json", exclude_none=True),
             )
             if response.status_code != 200:
-                print(f"{spec.EndpointName}: {response.status_code} {response.text}", file=sys.stderr)
+                print(
+                    f"{spec.EndpointName}: {response.status_code} {response.text}", file=sys.stderr
+                )
                 return 2 if response.status_code < 500 else 1
             generations[spec.EndpointName] = response.json()["Generation"]
         print(f"Applied {', '.join(names)}; waiting for the new versions ...", flush=True)
@@ -161,15 +184,29 @@ def add_parsers(commands) -> None:
         help="the embedded server (default http://127.0.0.1:8080, or SERVING_PORT); its control "
         "token is read from ~/.serving/control-token-PORT or SERVING_CONTROL_TOKEN",
     )
-    apply.add_argument("--address", help="a Ray cluster running `serving up --address` (default RAY_ADDRESS)")
-    apply.add_argument("--identities", metavar="FILE", help="identities file for every endpoint (as for `serving up`)")
+    apply.add_argument(
+        "--address", help="a Ray cluster running `serving up --address` (default RAY_ADDRESS)"
+    )
+    apply.add_argument(
+        "--identities",
+        metavar="FILE",
+        help="identities file for every endpoint (as for `serving up`)",
+    )
     apply.add_argument("--allow-unauthenticated-ray", action="store_true", help=argparse.SUPPRESS)
-    apply.add_argument("--wait-timeout", type=float, default=900.0, help="seconds to wait for the new versions")
+    apply.add_argument(
+        "--wait-timeout", type=float, default=900.0, help="seconds to wait for the new versions"
+    )
     apply.set_defaults(func=cmd_apply)
 
-    delete = commands.add_parser("delete", help="remove endpoints from a running server, leaving the others")
+    delete = commands.add_parser(
+        "delete", help="remove endpoints from a running server, leaving the others"
+    )
     delete.add_argument("names", nargs="+", metavar="NAME")
-    delete.add_argument("--url", help="the embedded server (default http://127.0.0.1:8080, or SERVING_PORT)")
-    delete.add_argument("--address", help="a Ray cluster running `serving up --address` (default RAY_ADDRESS)")
+    delete.add_argument(
+        "--url", help="the embedded server (default http://127.0.0.1:8080, or SERVING_PORT)"
+    )
+    delete.add_argument(
+        "--address", help="a Ray cluster running `serving up --address` (default RAY_ADDRESS)"
+    )
     delete.add_argument("--allow-unauthenticated-ray", action="store_true", help=argparse.SUPPRESS)
     delete.set_defaults(func=cmd_delete)

@@ -26,7 +26,9 @@ def check_anonymous(specs: list[EndpointSpec], host: str, allow_anonymous: bool)
             file=sys.stderr,
         )
         raise SystemExit(2)
-    who = "anyone who can reach this machine" if is_loopback(host) else f"ANYONE who can reach {host}"
+    who = (
+        "anyone who can reach this machine" if is_loopback(host) else f"ANYONE who can reach {host}"
+    )
     bar = "!" * 78
     return (
         f"{bar}\n!! WARNING: no authentication for {names}: {who} can invoke every container.\n"

@@ -51,6 +51,8 @@ def add_parser(commands) -> None:
     validate = commands.add_parser("validate", help="check endpoint specs and print the verdict")
     validate.add_argument("specs", nargs="+", metavar="SPEC")
     validate.add_argument(
-        "--identities", metavar="FILE", help="identities file to use instead of each spec's AccessControl"
+        "--identities",
+        metavar="FILE",
+        help="identities file to use instead of each spec's AccessControl",
     )
     validate.set_defaults(func=cmd_validate)

@@ -16,7 +16,9 @@ def _epilog() -> str:
     for line in field_lines():
         indent = len(line) - len(line.lstrip())
         wrapped += textwrap.wrap(line, 110, subsequent_indent=" " * (indent + 4)) or [""]
-    return "recipe fields (docs/training.md; examples/recipes/):\n" + "\n".join("  " + line for line in wrapped)
+    return "recipe fields (docs/training.md; examples/recipes/):\n" + "\n".join(
+        "  " + line for line in wrapped
+    )
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -53,7 +55,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         )
     print(f"model: {run.path}  (model.json describes it)")
     if args.profile:
-        print(f"timeline: {run.path / 'timeline'} (open the worker-*.trace.json files in https://ui.perfetto.dev)")
+        print(
+            f"timeline: {run.path / 'timeline'} (open the worker-*.trace.json files in https://ui.perfetto.dev)"
+        )
     print("serve it with this container in an endpoint spec (`serving up SPEC.yaml`):")
     if run.groups:
         print(
@@ -61,7 +65,9 @@ def cmd_train(args: argparse.Namespace) -> int:
             f"ModelDataUrl: {run.model_data_url}}}   # TargetModel: <group>.tar.gz, {len(run.groups)} groups"
         )
     else:
-        print(f"  - {{ContainerHostname: {run.name}, Image: {run.stacks[0]}, ModelDataUrl: {run.model_data_url}}}")
+        print(
+            f"  - {{ContainerHostname: {run.name}, Image: {run.stacks[0]}, ModelDataUrl: {run.model_data_url}}}"
+        )
     return 0
 
 
@@ -76,13 +82,17 @@ def add_parser(commands) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("recipe", metavar="RECIPE.yaml")
-    parser.add_argument("--store", metavar="DIR", help="model store folder (default: the recipe's output.store)")
+    parser.add_argument(
+        "--store", metavar="DIR", help="model store folder (default: the recipe's output.store)"
+    )
     parser.add_argument(
         "--verbose",
         action="store_true",
         help="show Ray's own output too (its workers', Ray Train's and Ray Data's notices); it is always in Ray's log files",
     )
-    parser.add_argument("--address", metavar="ADDR", help="train on this Ray cluster (as `serving up --address`)")
+    parser.add_argument(
+        "--address", metavar="ADDR", help="train on this Ray cluster (as `serving up --address`)"
+    )
     parser.add_argument(
         "--resume",
         action="store_true",
@@ -90,6 +100,8 @@ def add_parser(commands) -> None:
         "last checkpoint (a run that was killed)",
     )
     parser.add_argument(
-        "--profile", action="store_true", help="write a Chrome-trace/Perfetto timeline per worker (torch profiler)"
+        "--profile",
+        action="store_true",
+        help="write a Chrome-trace/Perfetto timeline per worker (torch profiler)",
     )
     parser.set_defaults(func=cmd_train)

@@ -43,12 +43,16 @@ def example_calls(base_url: str, spec: EndpointSpec, region: str = "us-east-1") 
     secured = spec.AccessControl is not None
     bearer = " -H 'Authorization: Bearer <ApiKey>'" if secured else ""
     containers = {c.ContainerHostname: c for c in spec.Containers}
-    targets = [None] if spec.mode.value == "Serial" or len(spec.Containers) == 1 else list(containers)
+    targets = (
+        [None] if spec.mode.value == "Serial" or len(spec.Containers) == 1 else list(containers)
+    )
     first = spec.Containers[0]  # a Serial chain's input is its first container's
     for target in targets[:3]:
         header = f" -H 'X-Amzn-SageMaker-Target-Container-Hostname: {target}'" if target else ""
         body = json.dumps(example_input(containers[target] if target else first))
-        lines.append(f"curl -s {url} -H 'Content-Type: application/json'{header}{bearer} -d '{body}'")
+        lines.append(
+            f"curl -s {url} -H 'Content-Type: application/json'{header}{bearer} -d '{body}'"
+        )
     target_arg = f", TargetContainerHostname='{targets[0]}'" if targets[0] else ""
     key, secret = ("<AccessKeyId>", "<SecretAccessKey>") if secured else ("x", "x")
     if secured:
@@ -57,7 +61,9 @@ def example_calls(base_url: str, spec: EndpointSpec, region: str = "us-east-1") 
         )
     body = json.dumps(example_input(containers[targets[0]] if targets[0] else first))
     lines.append(
-        "python -c \"import boto3; rt = boto3.client('sagemaker-runtime', endpoint_url='" + base_url + "', "
+        "python -c \"import boto3; rt = boto3.client('sagemaker-runtime', endpoint_url='"
+        + base_url
+        + "', "
         f"region_name='{region}', aws_access_key_id='{key}', aws_secret_access_key='{secret}'); "
         f"print(rt.invoke_endpoint(EndpointName='{spec.EndpointName}', ContentType='application/json', "
         f"Body='{body}'{target_arg})['Body'].read())\""
@@ -90,7 +96,9 @@ def _api_settings(args: argparse.Namespace, port: int) -> dict[str, str | None]:
         chosen["instance_types_file"] = str(Path(args.instance_types).resolve())
     if args.model_root:  # no default: the operator names every folder callers may serve from
         roots = args.model_root
-        chosen["model_roots"] = os.pathsep.join(r if r.startswith("s3://") else str(Path(r).resolve()) for r in roots)
+        chosen["model_roots"] = os.pathsep.join(
+            r if r.startswith("s3://") else str(Path(r).resolve()) for r in roots
+        )
     identities = chosen.get("api_identities", env.get("SERVING_API_IDENTITIES"))
     state_file = chosen.get("state_file", env.get("SERVING_STATE_FILE"))
     try:
@@ -100,7 +108,9 @@ def _api_settings(args: argparse.Namespace, port: int) -> dict[str, str | None]:
             check_state_file(state_file)
         if identities:
             load_identities(identities)
-        load_instance_types(chosen.get("instance_types_file", env.get("SERVING_INSTANCE_TYPES_FILE")))
+        load_instance_types(
+            chosen.get("instance_types_file", env.get("SERVING_INSTANCE_TYPES_FILE"))
+        )
     except (IdentitiesError, PrivateFileError, OSError, ValueError) as error:
         print(f"refusing to start: {error}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -112,10 +122,15 @@ def _settings(args: argparse.Namespace, address: str | None) -> ServerSettings:
         "host": args.host,
         "port": args.port,
         "gateways_per_node": getattr(args, "gateways_per_node", None),
-        **{name: getattr(args, name, None) for name in ("grpc_port", "grpc_tls_cert", "grpc_tls_key")},
+        **{
+            name: getattr(args, name, None)
+            for name in ("grpc_port", "grpc_tls_cert", "grpc_tls_key")
+        },
     }
     overrides: dict = {k: v for k, v in given.items() if v is not None}
-    overrides.update(_api_settings(args, overrides.get("port", int(os.environ.get("SERVING_PORT", 8080)))))
+    overrides.update(
+        _api_settings(args, overrides.get("port", int(os.environ.get("SERVING_PORT", 8080))))
+    )
     if args.allow_anonymous:
         overrides["allow_anonymous"] = True
     if getattr(args, "allow_anonymous_api", False):
@@ -128,7 +143,8 @@ def _settings(args: argparse.Namespace, address: str | None) -> ServerSettings:
         overrides["container_host"] = "node"  # replicas on other nodes must be reachable
     elif not address and os.environ.get("SERVING_CONTAINER_HOST", "127.0.0.1") != "127.0.0.1":
         print(
-            "note: SERVING_CONTAINER_HOST is ignored by the embedded server: data ports bind 127.0.0.1", file=sys.stderr
+            "note: SERVING_CONTAINER_HOST is ignored by the embedded server: data ports bind 127.0.0.1",
+            file=sys.stderr,
         )
     try:
         return ServerSettings(**overrides)
@@ -168,13 +184,17 @@ def cmd_up(args: argparse.Namespace) -> int:
     address = args.address or os.environ.get("RAY_ADDRESS")
     settings = _settings(args, address)
     try:
-        identities = tuple(str(spec.AccessControl.IdentitiesFile) for spec in specs if spec.AccessControl)
+        identities = tuple(
+            str(spec.AccessControl.IdentitiesFile) for spec in specs if spec.AccessControl
+        )
         check_model_roots(settings, identities)
     except ModelRootError as error:
         print(f"refusing to start: {error}", file=sys.stderr)
         return 2
     warning = check_anonymous(specs, settings.host, settings.allow_anonymous)
-    refused = check_requirements(specs, settings.allow_model_requirements) or check_container_network(specs, settings)
+    refused = check_requirements(
+        specs, settings.allow_model_requirements
+    ) or check_container_network(specs, settings)
     if refused:
         print(f"refusing to deploy: {refused}", file=sys.stderr)
         return 2
@@ -182,7 +202,10 @@ def cmd_up(args: argparse.Namespace) -> int:
         ray_wing,  # imports Ray: only once the specs and settings are known to be good
     )
 
-    print(f"Starting {'on the Ray cluster at ' + address if address else 'an embedded local Ray'} ...", flush=True)
+    print(
+        f"Starting {'on the Ray cluster at ' + address if address else 'an embedded local Ray'} ...",
+        flush=True,
+    )
     stop = threading.Event()
 
     def on_signals() -> None:  # after ray.init, which installs its own
@@ -205,7 +228,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         with server:
             token_file = _write_control_token(ray_wing.http_control_token(), server.url)
             try:
-                return _serve(server, specs, warning, stop, exit_early=args.exit_after_ready or detach)
+                return _serve(
+                    server, specs, warning, stop, exit_early=args.exit_after_ready or detach
+                )
             finally:
                 if not detach:
                     token_file.unlink(missing_ok=True)
@@ -215,11 +240,16 @@ def cmd_up(args: argparse.Namespace) -> int:
         return 2
 
 
-def _serve(server, specs: list[EndpointSpec], warning: str | None, stop: threading.Event, exit_early: bool) -> int:
+def _serve(
+    server, specs: list[EndpointSpec], warning: str | None, stop: threading.Event, exit_early: bool
+) -> int:
     print(f"\nEndpoint server: {server.url}", flush=True)
     if server.settings.grpc_port is not None:
         tls = "TLS" if server.settings.grpc_tls_cert else "plaintext"
-        print(f"Open Inference gRPC: {server.settings.host}:{server.settings.grpc_port} ({tls})", flush=True)
+        print(
+            f"Open Inference gRPC: {server.settings.host}:{server.settings.grpc_port} ({tls})",
+            flush=True,
+        )
     state = server.settings.state_file or "memory (gone when the server stops)"
     print(
         f"SageMaker API: boto3.client('sagemaker', endpoint_url='{server.url}') and 'application-autoscaling' "
@@ -227,7 +257,9 @@ def _serve(server, specs: list[EndpointSpec], warning: str | None, stop: threadi
         flush=True,
     )
     for spec in specs:
-        print(f"\n{spec.EndpointName} ({spec.mode.value}) - example calls (use your model's input):")
+        print(
+            f"\n{spec.EndpointName} ({spec.mode.value}) - example calls (use your model's input):"
+        )
         for line in example_calls(server.url, spec, server.settings.region):
             print(f"  {line}")
     if warning:

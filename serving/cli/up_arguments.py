@@ -36,7 +36,9 @@ def _api_arguments(parser) -> None:
         "under an s3:// root. A folder holding this package, its Python, the state or identities is refused",
     )
     parser.add_argument(
-        "--instance-types", metavar="FILE", help="YAML/JSON table InstanceType -> {Cpus, MemoryMb, Gpus}"
+        "--instance-types",
+        metavar="FILE",
+        help="YAML/JSON table InstanceType -> {Cpus, MemoryMb, Gpus}",
     )
 
 
@@ -48,24 +50,33 @@ def _grpc_arguments(parser) -> None:
         help="also serve the Open Inference Protocol over gRPC on this port of every gateway (default: off, or "
         "SERVING_GRPC_PORT)",
     )
-    parser.add_argument("--grpc-tls-cert", metavar="PEM", help="certificate chain for the gRPC port (TLS)")
+    parser.add_argument(
+        "--grpc-tls-cert", metavar="PEM", help="certificate chain for the gRPC port (TLS)"
+    )
     parser.add_argument("--grpc-tls-key", metavar="PEM", help="private key of --grpc-tls-cert")
 
 
 def add_parser(commands) -> None:
     """`serving up` and `serving server`."""
     server = commands.add_parser(
-        "server", help="serve the SageMaker control-plane API (no spec): endpoints come from API calls and saved state"
+        "server",
+        help="serve the SageMaker control-plane API (no spec): endpoints come from API calls and saved state",
     )
     server.add_argument("--host", help="address to bind (default 127.0.0.1, or SERVING_HOST)")
     server.add_argument("--port", type=int, help="port to bind (default 8080, or SERVING_PORT)")
     _grpc_arguments(server)
-    server.add_argument("--address", help="use this existing Ray cluster (default: RAY_ADDRESS, else embedded)")
+    server.add_argument(
+        "--address", help="use this existing Ray cluster (default: RAY_ADDRESS, else embedded)"
+    )
     server.add_argument("--allow-anonymous", action="store_true", help="as for `serving up`")
-    server.add_argument("--allow-unauthenticated-ray", action="store_true", help="as for `serving up`")
+    server.add_argument(
+        "--allow-unauthenticated-ray", action="store_true", help="as for `serving up`"
+    )
     server.add_argument("--num-cpus", type=int, help="CPUs the embedded Ray may use (default: all)")
     server.add_argument("--gateways-per-node", type=int, metavar="N", help="as for `serving up`")
-    server.add_argument("--wait-timeout", type=float, default=180.0, help="seconds to wait for restored endpoints")
+    server.add_argument(
+        "--wait-timeout", type=float, default=180.0, help="seconds to wait for restored endpoints"
+    )
     _api_arguments(server)
     _container_arguments(server)
     server.set_defaults(func=cmd_server)
@@ -76,7 +87,10 @@ def add_parser(commands) -> None:
     up.add_argument("--host", help="address to bind (default 127.0.0.1, or SERVING_HOST)")
     up.add_argument("--port", type=int, help="port to bind (default 8080, or SERVING_PORT)")
     _grpc_arguments(up)
-    up.add_argument("--address", help="deploy onto this existing Ray cluster (default: RAY_ADDRESS, else embedded)")
+    up.add_argument(
+        "--address",
+        help="deploy onto this existing Ray cluster (default: RAY_ADDRESS, else embedded)",
+    )
     up.add_argument(
         "--identities",
         metavar="FILE",
@@ -100,8 +114,14 @@ def add_parser(commands) -> None:
         metavar="N",
         help="gateway processes on every Ray node, sharing the port (default 1, or SERVING_GATEWAYS_PER_NODE)",
     )
-    up.add_argument("--wait-timeout", type=float, default=180.0, help="seconds to wait for containers to load")
-    up.add_argument("--exit-after-ready", action="store_true", help="stop once every endpoint is InService or Failed")
+    up.add_argument(
+        "--wait-timeout", type=float, default=180.0, help="seconds to wait for containers to load"
+    )
+    up.add_argument(
+        "--exit-after-ready",
+        action="store_true",
+        help="stop once every endpoint is InService or Failed",
+    )
     up.add_argument(
         "--detach",
         action="store_true",

@@ -50,7 +50,9 @@ class Client(_Base):
                     step = flow.send(None)
                     continue
                 try:
-                    response = self._http.request(step.method, step.path, headers=step.headers, content=step.body)
+                    response = self._http.request(
+                        step.method, step.path, headers=step.headers, content=step.body
+                    )
                     outcome: Any = _answer(response)
                 except httpx.TransportError as error:
                     outcome = error
@@ -78,7 +80,15 @@ class Client(_Base):
         """
         return self._run(
             self._invoke_flow(
-                endpoint, data, target, model, content_type, accept, custom_attributes, inference_id, variant
+                endpoint,
+                data,
+                target,
+                model,
+                content_type,
+                accept,
+                custom_attributes,
+                inference_id,
+                variant,
             )
         )
 
@@ -134,7 +144,9 @@ class AsyncClient(_Base):
                     step = flow.send(None)
                     continue
                 try:
-                    response = await self._http.request(step.method, step.path, headers=step.headers, content=step.body)
+                    response = await self._http.request(
+                        step.method, step.path, headers=step.headers, content=step.body
+                    )
                     outcome: Any = _answer(response)
                 except httpx.TransportError as error:
                     outcome = error
@@ -158,7 +170,15 @@ class AsyncClient(_Base):
         """See `Client.invoke`."""
         return await self._run(
             self._invoke_flow(
-                endpoint, data, target, model, content_type, accept, custom_attributes, inference_id, variant
+                endpoint,
+                data,
+                target,
+                model,
+                content_type,
+                accept,
+                custom_attributes,
+                inference_id,
+                variant,
             )
         )
 

@@ -175,7 +175,9 @@ class InvokeResult:
         return response
 
 
-def result_from_response(status_code: int, headers: Mapping[str, str], content: bytes, attempts: int) -> InvokeResult:
+def result_from_response(
+    status_code: int, headers: Mapping[str, str], content: bytes, attempts: int
+) -> InvokeResult:
     lowered = {k.lower(): v for k, v in headers.items()}
     content_type = lowered.get("content-type", OCTET_STREAM)
     return InvokeResult(
@@ -206,7 +208,9 @@ def boto3_arguments(arguments: Mapping[str, Any]) -> tuple[str, Any, dict[str, s
     name."""
     unknown = set(arguments) - set(BOTO3_ARGUMENTS) - {"EndpointName", "Body"}
     if unknown:
-        raise TypeError(f"invoke_endpoint() got unsupported arguments: {', '.join(sorted(unknown))}")
+        raise TypeError(
+            f"invoke_endpoint() got unsupported arguments: {', '.join(sorted(unknown))}"
+        )
     for required in ("EndpointName", "Body"):
         if required not in arguments:
             raise TypeError(f"invoke_endpoint() missing required argument: {required}")
@@ -214,8 +218,12 @@ def boto3_arguments(arguments: Mapping[str, Any]) -> tuple[str, Any, dict[str, s
     if hasattr(body, "read"):  # boto3 accepts a file-like Body too
         body = body.read()
     if not isinstance(body, (bytes, bytearray, str)):
-        raise TypeError("invoke_endpoint(Body=...) takes bytes, str or a file-like object, as boto3 does")
-    options: dict[str, str] = {BOTO3_ARGUMENTS[k]: v for k, v in arguments.items() if k in BOTO3_ARGUMENTS}
+        raise TypeError(
+            "invoke_endpoint(Body=...) takes bytes, str or a file-like object, as boto3 does"
+        )
+    options: dict[str, str] = {
+        BOTO3_ARGUMENTS[k]: v for k, v in arguments.items() if k in BOTO3_ARGUMENTS
+    }
     # what boto3 sends when ContentType is not given
     options.setdefault("content_type", OCTET_STREAM)
     return arguments["EndpointName"], body, options
@@ -248,13 +256,17 @@ class RetryPolicy:
         if self.base_delay < 0 or self.max_delay < 0:
             raise ValueError("delays must not be negative")
         if any(400 <= s < 500 and s != 429 for s in self.retry_on_status):
-            raise ValueError("4xx answers other than 429 describe the request: retrying cannot help")
+            raise ValueError(
+                "4xx answers other than 429 describe the request: retrying cannot help"
+            )
 
     @classmethod
     def none(cls) -> RetryPolicy:
         return cls(max_attempts=1)
 
-    def delay(self, retry: int, retry_after: str | None = None, rng: random.Random | None = None) -> float:
+    def delay(
+        self, retry: int, retry_after: str | None = None, rng: random.Random | None = None
+    ) -> float:
         """Seconds to wait before retry number `retry` (1 = the first retry)."""
         cap = min(self.max_delay, self.base_delay * 2 ** (retry - 1))
         wait = (rng or random).uniform(0, cap)
@@ -272,7 +284,9 @@ class RetryPolicy:
         return attempt < self.max_attempts and self.retry_connect_errors
 
 
-def raise_for_answer(status_code: int, headers: Mapping[str, str], content: bytes, attempts: int) -> None:
+def raise_for_answer(
+    status_code: int, headers: Mapping[str, str], content: bytes, attempts: int
+) -> None:
     if status_code >= 400:
         raise error_from_response(status_code, headers, content, retry_attempts=attempts)
 

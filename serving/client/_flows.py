@@ -1,6 +1,6 @@
-"""What `Client` and `AsyncClient` do, written once: each call is a generator that yields what it needs
-done (`_Send` this request, `_Sleep` this long) and receives the outcome, so retries, signing and error
-mapping cannot drift apart between the two. No I/O here; `_clients` drives the generators.
+"""What `Client` and `AsyncClient` do, written once: each call is a generator that yields what it
+needs done (`_Send` this request, `_Sleep` this long) and receives the outcome, so retries, signing
+and error mapping cannot drift apart between the two. No I/O here; `_clients` drives the generators.
 """
 
 from __future__ import annotations
@@ -90,7 +90,9 @@ class _Base:
             timeout=timeout,
             headers=dict(headers or {}),
             transport=transport,
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+            limits=httpx.Limits(
+                max_connections=max_connections, max_keepalive_connections=max_connections
+            ),
         )
 
     def __repr__(self) -> str:
@@ -108,7 +110,11 @@ class _Base:
                 if isinstance(outcome, _NOT_SENT) and self.retry.should_retry_connect(attempt):
                     yield _Sleep(self.retry.delay(attempt))
                     continue
-                sent = "" if isinstance(outcome, _NOT_SENT) else " (the request may have been processed)"
+                sent = (
+                    ""
+                    if isinstance(outcome, _NOT_SENT)
+                    else " (the request may have been processed)"
+                )
                 raise ConnectionFailed(
                     f"{method} {self.base_url}{path} failed after {attempt} attempt(s): "
                     f"{type(outcome).__name__}: {outcome}{sent}",
@@ -117,7 +123,9 @@ class _Base:
             if self.retry.should_retry_status(attempt, outcome.status_code):
                 yield _Sleep(self.retry.delay(attempt, outcome.headers.get("retry-after")))
                 continue
-            _core.raise_for_answer(outcome.status_code, outcome.headers, outcome.content, attempt - 1)
+            _core.raise_for_answer(
+                outcome.status_code, outcome.headers, outcome.content, attempt - 1
+            )
             outcome.attempts = attempt - 1
             return outcome
 
@@ -139,7 +147,9 @@ class _Base:
             content_type, accept, target, model, variant, custom_attributes, inference_id
         )
         answer = yield from self._request_flow("POST", path, headers, body)
-        return _core.result_from_response(answer.status_code, answer.headers, answer.content, answer.attempts)
+        return _core.result_from_response(
+            answer.status_code, answer.headers, answer.content, answer.attempts
+        )
 
     def _get_json_flow(self, path: str) -> Flow:
         answer = yield from self._request_flow("GET", path, {"Accept": protocol.JSON}, b"")
@@ -162,10 +172,13 @@ class _Base:
                 return description
             if status == "Failed":
                 raise WaiterError(
-                    f"endpoint {name} Failed: {(description or {}).get('FailureReason')}", last_description=description
+                    f"endpoint {name} Failed: {(description or {}).get('FailureReason')}",
+                    last_description=description,
                 )
             if time.monotonic() + poll_interval > deadline:
-                raise WaiterError(_core.describe_timeout(name, timeout, description), last_description=description)
+                raise WaiterError(
+                    _core.describe_timeout(name, timeout, description), last_description=description
+                )
             yield _Sleep(poll_interval)
 
     def _ping_flow(self) -> Flow:

@@ -24,7 +24,9 @@ _NETWORK_PROVIDERS = ("container-role", "iam-role")
 
 
 class Authenticator(Protocol):
-    def headers(self, method: str, url: str, headers: Mapping[str, str], body: bytes) -> dict[str, str]:
+    def headers(
+        self, method: str, url: str, headers: Mapping[str, str], body: bytes
+    ) -> dict[str, str]:
         """Headers to add to this request (computed per attempt: a signature has a timestamp)."""
         ...
 
@@ -32,7 +34,9 @@ class Authenticator(Protocol):
 class Anonymous:
     """No Authorization header: for endpoints without AccessControl."""
 
-    def headers(self, method: str, url: str, headers: Mapping[str, str], body: bytes) -> dict[str, str]:
+    def headers(
+        self, method: str, url: str, headers: Mapping[str, str], body: bytes
+    ) -> dict[str, str]:
         return {}
 
     def __repr__(self) -> str:
@@ -47,7 +51,9 @@ class BearerKey:
             raise ValueError("api_key must be a non-empty string without spaces")
         self._value = f"Bearer {api_key}"
 
-    def headers(self, method: str, url: str, headers: Mapping[str, str], body: bytes) -> dict[str, str]:
+    def headers(
+        self, method: str, url: str, headers: Mapping[str, str], body: bytes
+    ) -> dict[str, str]:
         return {"Authorization": self._value}
 
     def __repr__(self) -> str:  # never the key itself
@@ -63,10 +69,15 @@ class SigV4:
         self.region = region
         self._signer = SigV4Auth(credentials, SIGNING_SERVICE, region)
 
-    def headers(self, method: str, url: str, headers: Mapping[str, str], body: bytes) -> dict[str, str]:
+    def headers(
+        self, method: str, url: str, headers: Mapping[str, str], body: bytes
+    ) -> dict[str, str]:
         request = AWSRequest(method=method, url=url, headers=dict(headers), data=body)
         self._signer.add_auth(request)
-        signed = {"Authorization": request.headers["Authorization"], "X-Amz-Date": request.headers["X-Amz-Date"]}
+        signed = {
+            "Authorization": request.headers["Authorization"],
+            "X-Amz-Date": request.headers["X-Amz-Date"],
+        }
         if "X-Amz-Security-Token" in request.headers:
             signed["X-Amz-Security-Token"] = request.headers["X-Amz-Security-Token"]
         return signed
@@ -102,12 +113,18 @@ def resolve(
     session = botocore.session.Session(profile=profile_name)
     region = region_name or session.get_config_variable("region") or DEFAULT_REGION
     if aws_access_key_id is not None:
-        return SigV4(Credentials(aws_access_key_id, aws_secret_access_key, aws_session_token), region)
+        return SigV4(
+            Credentials(aws_access_key_id, aws_secret_access_key, aws_session_token), region
+        )
     credentials = _local_credentials(session)
     if credentials is not None:
         return SigV4(credentials, region)
     if sign or profile_name:
-        where = f"profile {profile_name!r}" if profile_name else "the environment or the shared AWS files"
+        where = (
+            f"profile {profile_name!r}"
+            if profile_name
+            else "the environment or the shared AWS files"
+        )
         raise ValueError(f"sign=True but no AWS credentials were found in {where}")
     return Anonymous()
 
@@ -128,4 +145,11 @@ def api_key_from_environment() -> str | None:
     return os.environ.get("SERVING_API_KEY") or None
 
 
-__all__ = ["Anonymous", "Authenticator", "BearerKey", "SigV4", "api_key_from_environment", "resolve"]
+__all__ = [
+    "Anonymous",
+    "Authenticator",
+    "BearerKey",
+    "SigV4",
+    "api_key_from_environment",
+    "resolve",
+]

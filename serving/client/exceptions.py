@@ -44,7 +44,8 @@ class ServingClientError(Exception):
         self.retry_attempts = retry_attempts
 
     @property
-    def response(self) -> dict[str, Any]:  # botocore's shape, plus whatever the error body carries: open
+    # botocore's shape, plus whatever the error body carries: open
+    def response(self) -> dict[str, Any]:
         """botocore's `ClientError.response` shape: Error, ResponseMetadata and the body's extra
         fields."""
         extra = {k: v for k, v in self.body.items() if k not in ("__type", "message")}
@@ -185,7 +186,14 @@ _BY_CODE: dict[str, type[ServingClientError]] = {
 }
 _BY_STATUS: dict[int, type[ServingClientError]] = {
     ERROR_STATUS[cls.code]: cls
-    for cls in (ValidationError, AccessDenied, ModelError, ModelNotReady, InternalFailure, ServiceUnavailable)
+    for cls in (
+        ValidationError,
+        AccessDenied,
+        ModelError,
+        ModelNotReady,
+        InternalFailure,
+        ServiceUnavailable,
+    )
 }
 # what proxies in front of a server answer
 _BY_STATUS.update({502: ServiceUnavailable, 504: ServiceUnavailable})
@@ -203,12 +211,25 @@ def error_from_response(
         body = {}
     if not isinstance(body, dict):
         body = {}
-    code = str(body.get("__type") or lowered.get(ERROR_TYPE_HEADER.lower(), "")).split(":")[0].rsplit("#", 1)[-1]
+    code = (
+        str(body.get("__type") or lowered.get(ERROR_TYPE_HEADER.lower(), ""))
+        .split(":")[0]
+        .rsplit("#", 1)[-1]
+    )
     cls = _BY_CODE.get(code) or _BY_STATUS.get(status_code, UnknownServerError)
     message = str(
-        body.get("message") or body.get("Message") or content[:500].decode("utf-8", "replace") or f"HTTP {status_code}"
+        body.get("message")
+        or body.get("Message")
+        or content[:500].decode("utf-8", "replace")
+        or f"HTTP {status_code}"
     )
-    return cls(message, status_code=status_code, body=body, headers=dict(headers), retry_attempts=retry_attempts)
+    return cls(
+        message,
+        status_code=status_code,
+        body=body,
+        headers=dict(headers),
+        retry_attempts=retry_attempts,
+    )
 
 
 __all__ = [

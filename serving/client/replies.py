@@ -60,7 +60,8 @@ class EndpointDescription(TypedDict, total=False):
     FailureReason: str | None
     InferenceExecutionConfig: dict[str, str]
     Containers: list[ContainerDescription]
-    LastUpdate: dict[str, int | float | str | None]  # Generation, Status, FailureReason, StartedAt, FinishedAt
+    # Generation, Status, FailureReason, StartedAt, FinishedAt
+    LastUpdate: dict[str, int | float | str | None]
     ScalingActivities: list[dict[str, object]]  # DescribeScalingActivities-style records
     AsyncInferenceConfig: dict[str, object]
     DataCaptureConfig: dict[str, object]

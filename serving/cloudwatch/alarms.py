@@ -1,7 +1,8 @@
-"""One metric alarm's evaluation: its last EvaluationPeriods periods against its threshold, as CloudWatch
-decides it (DatapointsToAlarm of them breaching: ALARM; TreatMissingData for periods without data), and the
-state reason CloudWatch writes. Run every RESOLUTION_S over the periods that end at the latest datapoint.
-The reason shows the datapoints, so it is withheld from whoever may not read the metric (`withheld`).
+"""One metric alarm's evaluation: its last EvaluationPeriods periods against its threshold, as
+CloudWatch decides it (DatapointsToAlarm of them breaching: ALARM; TreatMissingData for periods
+without data), and the state reason CloudWatch writes. Run every RESOLUTION_S over the periods that
+end at the latest datapoint. The reason shows the datapoints, so it is withheld from whoever may not
+read the metric (`withheld`).
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ AlarmState = Literal["OK", "ALARM", "INSUFFICIENT_DATA"]
 
 
 class AlarmDocument(TypedDict):
-    """A metric alarm as the API's database keeps it and DescribeAlarms shows it: PutMetricAlarm's request (less
-    its Tags) and its state."""
+    """A metric alarm as the API's database keeps it and DescribeAlarms shows it: PutMetricAlarm's
+    request (less its Tags) and its state."""
 
     AlarmName: str
     AlarmArn: str
@@ -81,19 +82,29 @@ WITHHELD = (
 )
 
 
-def evaluate(alarm: AlarmDocument, window: list[Stat | None], end: float) -> tuple[AlarmState, str, str]:
-    """(state, reason, reason data) of `alarm` over `window`, its periods oldest first, the last ending at `end`."""
+def evaluate(
+    alarm: AlarmDocument, window: list[Stat | None], end: float
+) -> tuple[AlarmState, str, str]:
+    """(state, reason, reason data) of `alarm` over `window`, its periods oldest first, the last
+    ending at `end`."""
     statistic = alarm.get("Statistic") or alarm.get("ExtendedStatistic") or ""
     values = [stat.value(statistic) if stat is not None else None for stat in window]
     compare, words = COMPARISONS[alarm["ComparisonOperator"]]
-    threshold, needed = float(alarm["Threshold"]), int(alarm.get("DatapointsToAlarm") or alarm["EvaluationPeriods"])
+    threshold, needed = (
+        float(alarm["Threshold"]),
+        int(alarm.get("DatapointsToAlarm") or alarm["EvaluationPeriods"]),
+    )
     treatment = alarm.get("TreatMissingData") or "missing"
     period = int(alarm["Period"])
     stamped = [(end - period * (len(values) - index), value) for index, value in enumerate(values)]
     present = [(at, value) for at, value in stamped if value is not None]
     state: AlarmState
     if not present and treatment in ("missing", "ignore"):
-        state = "INSUFFICIENT_DATA" if treatment == "missing" else alarm.get("StateValue", "INSUFFICIENT_DATA")
+        state = (
+            "INSUFFICIENT_DATA"
+            if treatment == "missing"
+            else alarm.get("StateValue", "INSUFFICIENT_DATA")
+        )
         reason = f"Insufficient Data: {len(values)} datapoints were unknown."
         return state, reason, _data(alarm, statistic, end, [], threshold)
     breaching = sum(1 for _, value in present if compare(value, threshold))
@@ -113,7 +124,11 @@ def evaluate(alarm: AlarmDocument, window: list[Stat | None], end: float) -> tup
             f"({threshold}) [{recent}] (minimum {needed} datapoint{'s' if needed > 1 else ''} for ALARM -> OK "
             "transition)."
         )
-    return state, reason, _data(alarm, statistic, end, [value for _, value in reversed(present)], threshold)
+    return (
+        state,
+        reason,
+        _data(alarm, statistic, end, [value for _, value in reversed(present)], threshold),
+    )
 
 
 def _stamp(at: float) -> str:
@@ -124,7 +139,9 @@ def _iso(at: float) -> str:
     return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%S.000+0000")
 
 
-def _data(alarm: AlarmDocument, statistic: str, end: float, recent: list[float], threshold: float) -> str:
+def _data(
+    alarm: AlarmDocument, statistic: str, end: float, recent: list[float], threshold: float
+) -> str:
     """StateReasonData, as CloudWatch writes it for a metric alarm."""
     start = end - int(alarm["Period"]) * int(alarm["EvaluationPeriods"])
     return json.dumps(
@@ -143,8 +160,9 @@ def _data(alarm: AlarmDocument, statistic: str, end: float, recent: list[float],
 
 
 def withheld(alarm: AlarmDocument) -> ApiJson:
-    """`alarm` as DescribeAlarms shows it to a caller who may not read its metric: its state without the reason
-    and reason data, which carry the metric's values (SetAlarmState's, the caller's own words, go too)."""
+    """`alarm` as DescribeAlarms shows it to a caller who may not read its metric: its state without
+    the reason and reason data, which carry the metric's values (SetAlarmState's, the caller's own
+    words, go too)."""
     shown = {key: value for key, value in alarm.items() if key != "StateReasonData"}
     if "StateReason" in shown:
         shown["StateReason"] = WITHHELD

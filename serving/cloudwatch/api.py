@@ -1,7 +1,9 @@
-"""CloudWatch's operations over the runtime's metrics: statistics and listing from `datapoints`, metric alarms
-kept in the control-plane API's database, evaluated every RESOLUTION_S as the sampler records an interval.
+"""CloudWatch's operations over the runtime's metrics: statistics and listing from `datapoints`,
+metric alarms kept in the control-plane API's database, evaluated every RESOLUTION_S as the sampler
+records an interval.
 
-Alarm actions (SNS topics, Auto Scaling policies) are stored and shown, never run: nothing here can reach them.
+Alarm actions (SNS topics, Auto Scaling policies) are stored and shown, never run: nothing here can
+reach them.
 """
 
 from __future__ import annotations
@@ -24,7 +26,13 @@ from serving.cloudwatch.api_errors import (
     InvalidParameterCombinationError,
     InvalidParameterValueError,
 )
-from serving.cloudwatch.datapoints import PERIODS_HELP, RESOLUTION_S, RETENTION_S, MetricStore, valid_period
+from serving.cloudwatch.datapoints import (
+    PERIODS_HELP,
+    RESOLUTION_S,
+    RETENTION_S,
+    MetricStore,
+    valid_period,
+)
 from serving.cloudwatch.sampler import Dimensions, Key, Sampler, Served
 from serving.documents import ApiJson
 
@@ -66,16 +74,17 @@ class CloudWatchApi:
         layout: Callable[[str], Served | None],
         clock: Callable[[], float] = time.time,
     ) -> None:
-        """`layout(served endpoint)`: its public names and replicas, None for what is not an endpoint."""
+        """`layout(served endpoint)`: its public names and replicas, None for what is not an
+        endpoint."""
         self.alarms, self.history = alarms, history
         self.region, self.account, self.layout, self.clock = region, account, layout, clock
         self.store, self.sampler = MetricStore(), Sampler()
         self.lock = threading.Lock()  # alarm changes and evaluations, one at a time
 
-    # --- the sampler's tick --------------------------------------------------------------------------------
+    # --- the sampler's tick -----------------------------------------------------------------------
     def observe(self, families: Iterable[Metric], now: float) -> bool:
-        """Record the interval that ended at the last RESOLUTION_S boundary before `now`, then evaluate alarms;
-        True if any endpoint was invoked in it."""
+        """Record the interval that ended at the last RESOLUTION_S boundary before `now`, then
+        evaluate alarms; True if any endpoint was invoked in it."""
         end = now - now % RESOLUTION_S
         points = self.sampler.interval(families, self.layout)
         self.store.record(end - RESOLUTION_S, points, end)
@@ -85,19 +94,25 @@ class CloudWatchApi:
     def evaluate(self, end: float) -> None:
         with self.lock:
             for alarm in self.alarms.all():
-                window = self.store.window(_key(alarm), end, int(alarm["Period"]), int(alarm["EvaluationPeriods"]))
+                window = self.store.window(
+                    _key(alarm), end, int(alarm["Period"]), int(alarm["EvaluationPeriods"])
+                )
                 state, reason, data = evaluate(alarm, window, end)
                 if state != alarm["StateValue"]:
                     self._transition(alarm, state, reason, data)
 
-    def _transition(self, alarm: AlarmDocument, state: AlarmState, reason: str, data: str | None) -> None:
+    def _transition(
+        self, alarm: AlarmDocument, state: AlarmState, reason: str, data: str | None
+    ) -> None:
         now, old = self.clock(), alarm["StateValue"]
         alarm["StateValue"], alarm["StateReason"] = state, reason
         alarm["StateUpdatedTimestamp"] = alarm["StateTransitionedTimestamp"] = now
         if data is not None:
             alarm["StateReasonData"] = data
         self.alarms.put(alarm["AlarmName"], alarm)
-        self._history(alarm["AlarmName"], "StateUpdate", f"Alarm updated from {old} to {state}", now)
+        self._history(
+            alarm["AlarmName"], "StateUpdate", f"Alarm updated from {old} to {state}", now
+        )
 
     def _history(self, name: str, kind: str, summary: str, now: float) -> None:
         items = (self.history.get(name) or {"items": []})["items"]
@@ -105,11 +120,14 @@ class CloudWatchApi:
         items.append({**item, "HistoryItemType": kind, "HistorySummary": summary})
         self.history.put(name, {"items": items[-HISTORY_KEPT:]})
 
-    # --- alarms ----------------------------------------------------------------------------------------------
+    # --- alarms -----------------------------------------------------------------------------------
     def PutMetricAlarm(self, body: ApiJson) -> ApiJson:
         request = inputs.parse(inputs.PutMetricAlarmInput, body, "PutMetricAlarm")
         found = inputs.catalogued(request.Namespace, request.MetricName)
-        if not valid_period(request.Period) or request.Period * request.EvaluationPeriods > RETENTION_S:
+        if (
+            not valid_period(request.Period)
+            or request.Period * request.EvaluationPeriods > RETENTION_S
+        ):
             raise InvalidParameterValueError(
                 f"Period {request.Period} x EvaluationPeriods {request.EvaluationPeriods}: the period must be "
                 f"{PERIODS_HELP}, and the periods evaluated at most {RETENTION_S} seconds in all"
@@ -124,7 +142,8 @@ class CloudWatchApi:
             existing = self.alarms.get(request.AlarmName)
             if existing is None and len(self.alarms.all()) >= MAX_ALARMS:
                 raise AlarmLimitExceededError(f"this server keeps at most {MAX_ALARMS} alarms")
-            fields: ApiJson = request.model_dump(exclude_none=True, exclude={"Tags"})  # the request, validated
+            # the request, validated
+            fields: ApiJson = request.model_dump(exclude_none=True, exclude={"Tags"})
             alarm: AlarmDocument = {
                 **fields,  # type: ignore[typeddict-item]
                 "Dimensions": [dimension.model_dump() for dimension in request.Dimensions],
@@ -135,12 +154,15 @@ class CloudWatchApi:
                 "StateUpdatedTimestamp": now,
                 "StateTransitionedTimestamp": now,
             }
-            if existing is not None:  # an update keeps the state until the next evaluation, as CloudWatch does
+            # an update keeps the state until the next evaluation, as CloudWatch does
+            if existing is not None:
                 kept = {key: value for key, value in existing.items() if key.startswith("State")}
                 alarm.update(cast(AlarmDocument, kept))
             self.alarms.put(request.AlarmName, alarm)
             verb = "updated" if existing is not None else "created"
-            self._history(request.AlarmName, "ConfigurationUpdate", f'Alarm "{request.AlarmName}" {verb}', now)
+            self._history(
+                request.AlarmName, "ConfigurationUpdate", f'Alarm "{request.AlarmName}" {verb}', now
+            )
         return {}
 
     def DescribeAlarms(self, body: ApiJson) -> ApiJson:
@@ -151,17 +173,25 @@ class CloudWatchApi:
             if (not request.AlarmNames or alarm["AlarmName"] in request.AlarmNames)
             and alarm["AlarmName"].startswith(request.AlarmNamePrefix or "")
             and (request.StateValue is None or alarm["StateValue"] == request.StateValue)
-            and (request.ActionPrefix is None or any(a.startswith(request.ActionPrefix) for a in alarm["AlarmActions"]))
+            and (
+                request.ActionPrefix is None
+                or any(a.startswith(request.ActionPrefix) for a in alarm["AlarmActions"])
+            )
         ]
         if request.AlarmTypes and "MetricAlarm" not in request.AlarmTypes:
             alarms = []
         shown, token = _page(alarms, request.NextToken, request.MaxRecords)
-        return {"MetricAlarms": shown, "CompositeAlarms": [], **({"NextToken": token} if token else {})}
+        return {
+            "MetricAlarms": shown,
+            "CompositeAlarms": [],
+            **({"NextToken": token} if token else {}),
+        }
 
     def DeleteAlarms(self, body: ApiJson) -> ApiJson:
         request = inputs.parse(inputs.DeleteAlarmsInput, body, "DeleteAlarms")
         with self.lock:
-            for name in request.AlarmNames:  # names that are no alarm are skipped, as CloudWatch does
+            # names that are no alarm are skipped, as CloudWatch does
+            for name in request.AlarmNames:
                 self.alarms.delete(name)
         return {}
 
@@ -171,30 +201,43 @@ class CloudWatchApi:
             try:
                 json.loads(request.StateReasonData)
             except ValueError:
-                raise InvalidFormatError("StateReasonData must be JSON, as CloudWatch requires") from None
+                raise InvalidFormatError(
+                    "StateReasonData must be JSON, as CloudWatch requires"
+                ) from None
         with self.lock:
             alarm = self.alarms.get(request.AlarmName)
             if alarm is None:
                 raise AlarmNotFoundError(f"Alarm {request.AlarmName} not found")
-            self._transition(alarm, request.StateValue, request.StateReason, request.StateReasonData)
+            self._transition(
+                alarm, request.StateValue, request.StateReason, request.StateReasonData
+            )
         return {}
 
     def DescribeAlarmHistory(self, body: ApiJson) -> ApiJson:
         request = inputs.parse(inputs.DescribeAlarmHistoryInput, body, "DescribeAlarmHistory")
-        names = [request.AlarmName] if request.AlarmName else [alarm["AlarmName"] for alarm in self.alarms.all()]
+        names = (
+            [request.AlarmName]
+            if request.AlarmName
+            else [alarm["AlarmName"] for alarm in self.alarms.all()]
+        )
         items = [
             item
             for name in names
             for item in (self.history.get(name) or {"items": []})["items"]
-            if (request.HistoryItemType is None or item["HistoryItemType"] == request.HistoryItemType)
+            if (
+                request.HistoryItemType is None
+                or item["HistoryItemType"] == request.HistoryItemType
+            )
             and (request.StartDate is None or item["Timestamp"] >= request.StartDate)
             and (request.EndDate is None or item["Timestamp"] <= request.EndDate)
         ]
-        items.sort(key=lambda item: item["Timestamp"], reverse=request.ScanBy == "TimestampDescending")
+        items.sort(
+            key=lambda item: item["Timestamp"], reverse=request.ScanBy == "TimestampDescending"
+        )
         shown, token = _page(items, request.NextToken, request.MaxRecords)
         return {"AlarmHistoryItems": shown, **({"NextToken": token} if token else {})}
 
-    # --- metrics ---------------------------------------------------------------------------------------------
+    # --- metrics ----------------------------------------------------------------------------------
     def GetMetricStatistics(self, body: ApiJson) -> ApiJson:
         request = inputs.parse(inputs.GetMetricStatisticsInput, body, "GetMetricStatistics")
         found = inputs.catalogued(request.Namespace, request.MetricName, known_only=False)
@@ -202,12 +245,16 @@ class CloudWatchApi:
         datapoints = []
         if found is not None and request.Unit in (None, found.unit):
             key = (request.Namespace, request.MetricName, _dimensions(request.Dimensions))
-            for at, stat in self.store.periods(key, request.StartTime, request.EndTime, request.Period):
+            for at, stat in self.store.periods(
+                key, request.StartTime, request.EndTime, request.Period
+            ):
                 point: ApiJson = {"Timestamp": at, "Unit": found.unit}
                 for statistic in request.Statistics or []:
                     point[statistic] = stat.value(statistic)
                 percentiles = {
-                    p: value for p in request.ExtendedStatistics or [] if (value := stat.value(p)) is not None
+                    p: value
+                    for p in request.ExtendedStatistics or []
+                    if (value := stat.value(p)) is not None
                 }
                 if percentiles:
                     point["ExtendedStatistics"] = percentiles
@@ -220,7 +267,9 @@ class CloudWatchApi:
         for query in request.MetricDataQueries:
             stat, metric = query.MetricStat, query.MetricStat.Metric
             found = inputs.catalogued(metric.Namespace, metric.MetricName, known_only=False)
-            inputs.check_range(request.StartTime, request.EndTime, stat.Period, limit=request.MaxDatapoints)
+            inputs.check_range(
+                request.StartTime, request.EndTime, stat.Period, limit=request.MaxDatapoints
+            )
             if stat.Stat not in inputs.STATISTICS and not inputs.PERCENTILE.match(stat.Stat):
                 raise InvalidParameterValueError(
                     f"MetricDataQueries[{query.Id}].MetricStat.Stat {stat.Stat!r}: one of "
@@ -229,7 +278,9 @@ class CloudWatchApi:
             points: list[tuple[float, float]] = []
             if found is not None and stat.Unit in (None, found.unit):
                 key = (metric.Namespace, metric.MetricName, _dimensions(metric.Dimensions))
-                for at, values in self.store.periods(key, request.StartTime, request.EndTime, stat.Period):
+                for at, values in self.store.periods(
+                    key, request.StartTime, request.EndTime, stat.Period
+                ):
                     if (value := values.value(stat.Stat)) is not None:
                         points.append((at, value))
             points.sort(reverse=request.ScanBy == "TimestampDescending")
@@ -251,7 +302,11 @@ class CloudWatchApi:
             inputs.check_namespace(request.Namespace)
         since = self.store.latest - (3 * 3600 if request.RecentlyActive else RETENTION_S)
         metrics = [
-            {"Namespace": namespace, "MetricName": name, "Dimensions": [{"Name": n, "Value": v} for n, v in dimensions]}
+            {
+                "Namespace": namespace,
+                "MetricName": name,
+                "Dimensions": [{"Name": n, "Value": v} for n, v in dimensions],
+            }
             for namespace, name, dimensions in sorted(self.store.keys(since))
             if request.Namespace in (None, namespace)
             and request.MetricName in (None, name)
@@ -276,6 +331,8 @@ def _key(alarm: AlarmDocument) -> Key:
 def _page(items: list[Any], token: str | None, size: int) -> tuple[list[Any], str | None]:
     """One page of `items` from the offset `token` names, and the next page's token."""
     if token is not None and not token.isdigit():
-        raise InvalidNextTokenError("The service couldn't process NextToken: it is not one this server gave")
+        raise InvalidNextTokenError(
+            "The service couldn't process NextToken: it is not one this server gave"
+        )
     start = int(token or 0)
     return items[start : start + size], str(start + size) if start + size < len(items) else None

@@ -1,5 +1,5 @@
-"""The errors CloudWatch's API answers: its own shapes and query-protocol codes, on the one wire shape
-of `serving.errors`."""
+"""The errors CloudWatch's API answers: its own shapes and query-protocol codes, on the one wire
+shape of `serving.errors`."""
 
 from __future__ import annotations
 

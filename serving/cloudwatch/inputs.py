@@ -1,8 +1,9 @@
-"""The requests of CloudWatch's API that this server answers, validated with CloudWatch's own limits.
+"""The requests of CloudWatch's API that this server answers, validated with CloudWatch's own
+limits.
 
-A field CloudWatch has but this server does not support (metric math, anomaly detection, composite alarms'
-filters) is not a field here, so the request is refused with InvalidParameterValue naming it; a missing
-required field is MissingParameter, as CloudWatch answers.
+A field CloudWatch has but this server does not support (metric math, anomaly detection, composite
+alarms' filters) is not a field here, so the request is refused with InvalidParameterValue naming
+it; a missing required field is MissingParameter, as CloudWatch answers.
 """
 
 from __future__ import annotations
@@ -27,11 +28,18 @@ Text = Annotated[str, Field(min_length=1, max_length=255)]
 StatisticName = Literal["SampleCount", "Average", "Sum", "Minimum", "Maximum"]
 Percentile = Annotated[str, Field(pattern=PERCENTILE.pattern)]
 Comparison = Literal[
-    "GreaterThanOrEqualToThreshold", "GreaterThanThreshold", "LessThanThreshold", "LessThanOrEqualToThreshold"
+    "GreaterThanOrEqualToThreshold",
+    "GreaterThanThreshold",
+    "LessThanThreshold",
+    "LessThanOrEqualToThreshold",
 ]
 State = Literal["OK", "ALARM", "INSUFFICIENT_DATA"]
 Treatment = Literal["breaching", "notBreaching", "ignore", "missing"]
-assert (tuple(COMPARISONS), STATES, TREATMENTS) == (get_args(Comparison), get_args(State), get_args(Treatment))
+assert (tuple(COMPARISONS), STATES, TREATMENTS) == (
+    get_args(Comparison),
+    get_args(State),
+    get_args(Treatment),
+)
 assert STATISTICS == get_args(StatisticName)
 
 
@@ -121,13 +129,17 @@ class GetMetricStatisticsInput(Shape):
     EndTime: float
     Period: Annotated[int, Field(ge=1)]
     Statistics: Annotated[list[StatisticName], Field(min_length=1, max_length=5)] | None = None
-    ExtendedStatistics: Annotated[list[Percentile], Field(min_length=1, max_length=10)] | None = None
+    ExtendedStatistics: Annotated[list[Percentile], Field(min_length=1, max_length=10)] | None = (
+        None
+    )
     Unit: str | None = None
 
     @model_validator(mode="after")
     def _statistics(self) -> GetMetricStatisticsInput:
         if not self.Statistics and not self.ExtendedStatistics:
-            raise MissingParameterError("GetMetricStatistics: Statistics or ExtendedStatistics is required")
+            raise MissingParameterError(
+                "GetMetricStatistics: Statistics or ExtendedStatistics is required"
+            )
         return self
 
 
@@ -146,7 +158,8 @@ class MetricStatShape(Shape):
 
 class MetricDataQuery(Shape):
     Id: Annotated[str, Field(pattern=r"^[a-z][a-zA-Z0-9_]{0,254}$")]
-    MetricStat: MetricStatShape  # metric math (Expression) is not supported: refused as an unknown field
+    # metric math (Expression) is not supported: refused as an unknown field
+    MetricStat: MetricStatShape
     Label: str | None = None
     ReturnData: bool = True
     Period: int | None = None
@@ -178,17 +191,24 @@ def parse(shape: type[S], document: Any, operation: str) -> S:
         return shape.model_validate(document)
     except PydanticValidationError as error:
         problems = error.errors(include_url=False)
-        unsupported = [field_path(item["loc"]) for item in problems if item["type"] == "extra_forbidden"]
-        if unsupported:  # first: a field this server lacks explains the rest (metric math has no MetricStat)
+        unsupported = [
+            field_path(item["loc"]) for item in problems if item["type"] == "extra_forbidden"
+        ]
+        # first: a field this server lacks explains the rest (metric math has no MetricStat)
+        if unsupported:
             raise InvalidParameterValueError(
                 f"{operation}: {unsupported[0]} is not supported by this server (docs/cloudwatch.md lists what is)"
             ) from None
         missing = [field_path(item["loc"]) for item in problems if item["type"] == "missing"]
         if missing:
-            raise MissingParameterError(f"{operation}: the parameter {missing[0]} is required.") from None
+            raise MissingParameterError(
+                f"{operation}: the parameter {missing[0]} is required."
+            ) from None
         item = problems[0]
         path = field_path(item["loc"], root=operation)
-        raise InvalidParameterValueError(f"{operation}: {path}: {item['msg'].removeprefix('Value error, ')}") from None
+        raise InvalidParameterValueError(
+            f"{operation}: {path}: {item['msg'].removeprefix('Value error, ')}"
+        ) from None
 
 
 # --- values checked against what this server keeps
@@ -205,7 +225,8 @@ def check_namespace(namespace: str) -> None:
 
 
 def catalogued(namespace: str, metric: str, known_only: bool = True) -> Any:
-    """The catalogue's metric (an alarm needs one that exists; a query of another name just has no data)."""
+    """The catalogue's metric (an alarm needs one that exists; a query of another name just has no
+    data)."""
     check_namespace(namespace)
     found = source(namespace, metric)
     if found is None and known_only:

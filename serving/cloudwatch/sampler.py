@@ -1,9 +1,10 @@
 """One interval's datapoints from two successive readings of the merged metric families.
 
-Counters and histograms become what they gained since the last reading that had them (a counter that went down,
-such as a restarted gateway's, counts from its new value); gauges are read as they are, when a reading has them. Each served endpoint's numbers go
-to its public (EndpointName, VariantName), per container as well for an endpoint of several containers. The
-first reading only sets the baseline: a control plane that restarts does not count everything again.
+Counters and histograms become what they gained since the last reading that had them (a counter that
+went down, such as a restarted gateway's, counts from its new value); gauges are read as they are,
+when a reading has them. Each served endpoint's numbers go to its public (EndpointName,
+VariantName), per container as well for an endpoint of several containers. The first reading only
+sets the baseline: a control plane that restarts does not count everything again.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ _FAMILIES = {source.family for source in METRICS.values()} | {CACHE_MISS_FAMILY}
 
 @dataclass(frozen=True)
 class Served:
-    """A served endpoint as CloudWatch names it: its endpoint and variant, how it runs, its replicas."""
+    """A served endpoint as CloudWatch names it: its endpoint and variant, how it runs, its
+    replicas."""
 
     endpoint: str
     variant: str
@@ -73,9 +75,12 @@ def _gain(now: float, before: float | None) -> float:
 
 
 def _latency(now: tuple[float, float, dict[float, float]], before: tuple | None) -> Stat | None:
-    """A histogram's gain as a statistic set in microseconds (bounds of the lowest and highest bucket hit)."""
+    """A histogram's gain as a statistic set in microseconds (bounds of the lowest and highest
+    bucket hit)."""
     count, total, cumulative = now
-    old_count, old_total, old_cumulative = before if before is not None and before[0] <= count else (0.0, 0.0, {})
+    old_count, old_total, old_cumulative = (
+        before if before is not None and before[0] <= count else (0.0, 0.0, {})
+    )
     gained = count - old_count
     if gained <= 0:
         return None
@@ -98,19 +103,25 @@ class Sampler:
     def __init__(self) -> None:
         self._last: _Reading | None = None
 
-    def interval(self, families: Iterable[Metric], layout: Callable[[str], Served | None]) -> dict[Key, Stat]:
-        """The datapoints since the last call; `layout(served endpoint)` names it (None: not an endpoint)."""
+    def interval(
+        self, families: Iterable[Metric], layout: Callable[[str], Served | None]
+    ) -> dict[Key, Stat]:
+        """The datapoints since the last call; `layout(served endpoint)` names it (None: not an
+        endpoint)."""
         reading, before = _read(families), self._last
         if before is None:
             self._last = reading
             return {}
-        # A series this reading lacks (its node's metrics not read this time) keeps its baseline, so that its gain
-        # is counted, once, in the next reading that has it.
+        # A series this reading lacks (its node's metrics not read this time) keeps its baseline, so
+        # that its gain is counted, once, in the next reading that has it.
         self._last = _Reading(
             counters=defaultdict(float, {**before.counters, **reading.counters}),
             histograms={**before.histograms, **reading.histograms},
         )
-        gains = {series: _gain(value, before.counters.get(series)) for series, value in reading.counters.items()}
+        gains = {
+            series: _gain(value, before.counters.get(series))
+            for series, value in reading.counters.items()
+        }
         latencies = {
             series: stat
             for series, value in reading.histograms.items()
@@ -133,17 +144,29 @@ def _endpoint(
     latencies: Mapping[Series, Stat],
     gauges: Mapping[Series, list[float]],
 ) -> Iterable[tuple[Key, Stat]]:
-    """Every datapoint of one served endpoint: per container (several only) and for the whole variant."""
-    containers = sorted({series[2] for series in [*gains, *latencies, *gauges] if series[1] == name} - {""})
+    """Every datapoint of one served endpoint: per container (several only) and for the whole
+    variant."""
+    containers = sorted(
+        {series[2] for series in [*gains, *latencies, *gauges] if series[1] == name} - {""}
+    )
     base: Dimensions = (("EndpointName", where.endpoint), ("VariantName", where.variant))
     per_container = len(set(containers) | set(where.replicas)) > 1
     for source in METRICS.values():
-        stats = {c: _stat(source, name, c, where, gains, latencies, gauges) for c in [*containers, ""]}
+        stats = {
+            c: _stat(source, name, c, where, gains, latencies, gauges) for c in [*containers, ""]
+        }
         if per_container:
             for container in containers:
                 if (stat := stats[container]) is not None:
                     for namespace in source.namespaces:
-                        yield (namespace, source.metric, tuple(sorted((*base, ("ContainerName", container))))), stat
+                        yield (
+                            (
+                                namespace,
+                                source.metric,
+                                tuple(sorted((*base, ("ContainerName", container)))),
+                            ),
+                            stat,
+                        )
         whole = _whole(source, name, containers, where, gains, stats)
         if whole is not None:
             for namespace in source.namespaces:
@@ -165,7 +188,11 @@ def _stat(
         return Stat(calls, calls, 1.0, 1.0) if calls else None
     if source.kind == "errors":
         failed = gains.get((source.family, name, container), 0.0)
-        return Stat(calls, failed, 0.0 if failed < calls else 1.0, 1.0 if failed else 0.0) if calls else None
+        return (
+            Stat(calls, failed, 0.0 if failed < calls else 1.0, 1.0 if failed else 0.0)
+            if calls
+            else None
+        )
     if source.kind == "per_instance":
         share = calls / max(where.replicas.get(container, 1), 1)
         return Stat(1.0, share, share, share) if calls else None
@@ -174,7 +201,11 @@ def _stat(
     if source.kind == "cache_hits":
         hits = gains.get((source.family, name, container), 0.0)
         looked = hits + gains.get((CACHE_MISS_FAMILY, name, container), 0.0)
-        return Stat(looked, hits, 0.0 if hits < looked else 1.0, 1.0 if hits else 0.0) if looked else None
+        return (
+            Stat(looked, hits, 0.0 if hits < looked else 1.0, 1.0 if hits else 0.0)
+            if looked
+            else None
+        )
     values = gauges.get((source.family, name, container))
     return Stat(len(values), sum(values), min(values), max(values)) if values else None
 
@@ -187,7 +218,8 @@ def _whole(
     gains: Mapping[Series, float],
     stats: Mapping[str, Stat | None],
 ) -> Stat | None:
-    """The variant's datapoint: its requests (a Serial chain's once, not once per container) and their errors."""
+    """The variant's datapoint: its requests (a Serial chain's once, not once per container) and
+    their errors."""
     calls = [gains.get(("serving_invocations", name, c), 0.0) for c in containers]
     requests = (max(calls, default=0.0) if where.serial else sum(calls)) + gains.get(
         ("serving_invocations", name, ""), 0.0
@@ -196,7 +228,11 @@ def _whole(
         return Stat(requests, requests, 1.0, 1.0) if requests else None
     if source.kind == "errors":
         failed = sum(gains.get((source.family, name, c), 0.0) for c in [*containers, ""])
-        return Stat(requests, failed, 0.0 if failed < requests else 1.0, 1.0 if failed else 0.0) if requests else None
+        return (
+            Stat(requests, failed, 0.0 if failed < requests else 1.0, 1.0 if failed else 0.0)
+            if requests
+            else None
+        )
     if source.kind == "per_instance":
         share = requests / max(max(where.replicas.values(), default=1), 1)
         return Stat(1.0, share, share, share) if requests else None

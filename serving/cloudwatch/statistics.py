@@ -1,8 +1,9 @@
-"""A datapoint's statistic set (SampleCount, Sum, Minimum, Maximum) and, for latencies, its histogram.
+"""A datapoint's statistic set (SampleCount, Sum, Minimum, Maximum) and, for latencies, its
+histogram.
 
-Latencies come from Prometheus histograms, so their Minimum and Maximum are the bounds of the lowest and
-highest bucket that holds a request, and a percentile is interpolated within its bucket, as Prometheus's
-`histogram_quantile` does: exact to within a bucket (docs/cloudwatch.md).
+Latencies come from Prometheus histograms, so their Minimum and Maximum are the bounds of the lowest
+and highest bucket that holds a request, and a percentile is interpolated within its bucket, as
+Prometheus's `histogram_quantile` does: exact to within a bucket (docs/cloudwatch.md).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ class Stat:
     total: float
     low: float
     high: float
-    buckets: tuple[tuple[float, float], ...] = ()  # (upper bound, observations in the bucket), latencies only
+    # (upper bound, observations in the bucket), latencies only
+    buckets: tuple[tuple[float, float], ...] = ()
 
     def merge(self, other: Stat) -> Stat:
         counts: dict[float, float] = dict(self.buckets)
@@ -39,7 +41,8 @@ class Stat:
         )
 
     def value(self, statistic: str) -> float | None:
-        """One statistic (`Sum`, `p99`, ...); None for a percentile of a metric without a histogram."""
+        """One statistic (`Sum`, `p99`, ...); None for a percentile of a metric without a
+        histogram."""
         if statistic == "SampleCount":
             return self.count
         if statistic == "Sum":

@@ -59,8 +59,12 @@ class AsyncOutputConfig(Document):
         description="s3://bucket/prefix: each failure is written to <S3FailurePath>/<InferenceId>-error.out. "
         "Default: S3OutputPath (SageMaker writes failures nowhere without it; here they always land somewhere).",
     )
-    KmsKeyId: Any = Field(None, description="Refused: outputs are written with the bucket's default encryption.")
-    NotificationConfig: Any = Field(None, description="Refused: no SNS notifications; poll the output locations.")
+    KmsKeyId: Any = Field(
+        None, description="Refused: outputs are written with the bucket's default encryption."
+    )
+    NotificationConfig: Any = Field(
+        None, description="Refused: no SNS notifications; poll the output locations."
+    )
 
     @field_validator("S3OutputPath", "S3FailurePath")
     @classmethod
@@ -134,7 +138,10 @@ class AsyncInferenceConfig(Document):
         # An input under the output or failure path would let one caller feed another's answers to
         # the model.
         allowed = self.InputConfig.input
-        for name, place in (("S3OutputPath", self.OutputConfig.output), ("S3FailurePath", self.OutputConfig.failure)):
+        for name, place in (
+            ("S3OutputPath", self.OutputConfig.output),
+            ("S3FailurePath", self.OutputConfig.failure),
+        ):
             if allowed.contains(place) or place.contains(allowed):
                 raise ValueError(
                     f"InputConfig.S3InputPath {allowed.uri} overlaps OutputConfig.{name} {place.uri}: keep inputs "

@@ -82,7 +82,9 @@ class BatchingConfig(Document):
     (docs/benchmarks/bench_batching.md)."""
 
     MaxBatchSize: int = Field(
-        ge=1, le=1_000_000, description="Most rows in one predict_fn call; a request with more runs alone. 1: off."
+        ge=1,
+        le=1_000_000,
+        description="Most rows in one predict_fn call; a request with more runs alone. 1: off.",
     )
     MaxDelayMs: float = Field(
         0.0,
@@ -101,12 +103,17 @@ class BatchingConfig(Document):
     def _preferred_fit(self) -> BatchingConfig:
         too_big = [size for size in self.PreferredBatchSizes or () if size > self.MaxBatchSize]
         if too_big:
-            raise ValueError(f"PreferredBatchSizes {too_big} exceed MaxBatchSize {self.MaxBatchSize}")
+            raise ValueError(
+                f"PreferredBatchSizes {too_big} exceed MaxBatchSize {self.MaxBatchSize}"
+            )
         return self
 
     def environment(self) -> dict[str, str]:
         """The same settings as the container process reads them."""
-        environment = {MAX_BATCH_SIZE_ENV: str(self.MaxBatchSize), MAX_BATCH_DELAY_ENV: f"{self.MaxDelayMs:g}"}
+        environment = {
+            MAX_BATCH_SIZE_ENV: str(self.MaxBatchSize),
+            MAX_BATCH_DELAY_ENV: f"{self.MaxDelayMs:g}",
+        }
         if self.PreferredBatchSizes:
             environment[PREFERRED_BATCH_SIZES_ENV] = ",".join(map(str, self.PreferredBatchSizes))
         return environment
@@ -118,7 +125,9 @@ class ContainerSpec(Document):
     ContainerHostname: Annotated[
         str,
         Field(
-            pattern=NAME_PATTERN, max_length=63, description="1-63 letters, digits or hyphens; unique in the endpoint."
+            pattern=NAME_PATTERN,
+            max_length=63,
+            description="1-63 letters, digits or hyphens; unique in the endpoint.",
         ),
     ]
     Image: str = Field(description=f"Serving stack: one of {', '.join(KNOWN_IMAGES)}.")
@@ -131,8 +140,8 @@ class ContainerSpec(Document):
     MultiModelConfig: MultiModelSettings | None = Field(
         None, description="MultiModel only: ModelCacheSetting Enabled (default) or Disabled."
     )
-    Environment: dict[Annotated[str, Field(pattern=r"^[a-zA-Z_][a-zA-Z0-9_]{0,1023}$")], str] = Field(
-        default_factory=dict
+    Environment: dict[Annotated[str, Field(pattern=r"^[a-zA-Z_][a-zA-Z0-9_]{0,1023}$")], str] = (
+        Field(default_factory=dict)
     )
     EnableNetworkIsolation: bool = Field(
         True,
@@ -143,7 +152,8 @@ class ContainerSpec(Document):
     Resources: ResourceConfig = Field(default_factory=ResourceConfig)
     AutoScaling: AutoScalingConfig | None = None
     RuntimeEnvironment: RuntimeEnvironmentConfig | None = Field(
-        None, description="Extra pip packages and a working directory for this container's replicas."
+        None,
+        description="Extra pip packages and a working directory for this container's replicas.",
     )
     Batching: BatchingConfig | None = Field(
         None,
@@ -160,7 +170,9 @@ class ContainerSpec(Document):
                 if "/" in image or ":" in image
                 else ""
             )
-            raise ValueError(f"unknown Image {image!r}; this version serves: {', '.join(KNOWN_IMAGES)}{hint}")
+            raise ValueError(
+                f"unknown Image {image!r}; this version serves: {', '.join(KNOWN_IMAGES)}{hint}"
+            )
         return image
 
     @field_validator("Environment")
@@ -200,13 +212,17 @@ class ContainerSpec(Document):
         url = self.ModelDataUrl
         if self.Mode is ContainerMode.MULTI:
             if url is None:
-                raise ValueError("ModelDataUrl is required for a MultiModel container: the prefix holding its models")
+                raise ValueError(
+                    "ModelDataUrl is required for a MultiModel container: the prefix holding its models"
+                )
             if url.startswith("s3://"):
                 bucket = url[len("s3://") :].split("/", 1)[0]
                 if not bucket:
                     raise ValueError(f"ModelDataUrl {url!r} names no bucket (s3://bucket/prefix/)")
             elif not Path(url).is_dir():
-                raise ValueError(f"ModelDataUrl {url!r} of a MultiModel container must be a directory or s3:// prefix")
+                raise ValueError(
+                    f"ModelDataUrl {url!r} of a MultiModel container must be a directory or s3:// prefix"
+                )
         else:
             if url is not None and url.startswith("s3://"):
                 bucket, _, key = url[len("s3://") :].partition("/")
@@ -216,7 +232,9 @@ class ContainerSpec(Document):
                         "(s3://bucket/path/model.tar.gz), as SageMaker's; a prefix is for MultiModel containers"
                     )
             if self.MultiModelConfig is not None:
-                raise ValueError("MultiModelConfig applies to MultiModel containers only (set Mode: MultiModel)")
+                raise ValueError(
+                    "MultiModelConfig applies to MultiModel containers only (set Mode: MultiModel)"
+                )
         return self
 
     @model_validator(mode="after")
@@ -227,7 +245,9 @@ class ContainerSpec(Document):
             if name in self.Environment
         ]
         if self.Batching is not None and given:
-            raise ValueError(f"Batching and Environment {', '.join(given)} both set: set one of them")
+            raise ValueError(
+                f"Batching and Environment {', '.join(given)} both set: set one of them"
+            )
         if self.Mode is ContainerMode.MULTI and (self.Batching is not None or given):
             raise ValueError("Batching applies to SingleModel containers only")
         return self
@@ -250,13 +270,21 @@ class ContainerSpec(Document):
         if MAX_CONCURRENCY_ENV in self.Environment:
             return int(self.Environment[MAX_CONCURRENCY_ENV])
         batching = batch_settings({**self.Environment, **self.batching_environment})
-        return max(DEFAULT_MAX_CONCURRENCY, self.model_threads + (batching.max_batch_size if batching else 0))
+        return max(
+            DEFAULT_MAX_CONCURRENCY,
+            self.model_threads + (batching.max_batch_size if batching else 0),
+        )
 
     @property
     def idempotent(self) -> bool:
         """Whether a request whose connection broke before any answer may be sent again to another
         replica."""
-        return self.Environment.get(IDEMPOTENT_ENV, "true").strip().lower() not in ("false", "0", "no", "off")
+        return self.Environment.get(IDEMPOTENT_ENV, "true").strip().lower() not in (
+            "false",
+            "0",
+            "no",
+            "off",
+        )
 
     @field_validator("Environment")
     @classmethod
@@ -272,7 +300,16 @@ class ContainerSpec(Document):
         except ValueError as error:
             raise ValueError(str(error)) from None
         flag = environment.get(IDEMPOTENT_ENV)
-        if flag is not None and flag.strip().lower() not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
+        if flag is not None and flag.strip().lower() not in (
+            "true",
+            "false",
+            "1",
+            "0",
+            "yes",
+            "no",
+            "on",
+            "off",
+        ):
             raise ValueError(f"{IDEMPOTENT_ENV} must be true or false, got {flag!r}")
         return environment
 
@@ -289,7 +326,8 @@ class ContainerSpec(Document):
             "cache_enabled": settings.ModelCacheSetting is CacheSetting.ENABLED,
             "max_models": int(self.Environment.get(MAX_MODELS_ENV, DEFAULT_MAX_MODELS)),
             "max_bytes": int(memory_mb) * 2**20 if memory_mb else None,
-            "max_disk_bytes": int(self.Environment.get(MODEL_DISK_ENV, DEFAULT_MODEL_DISK_MB)) * 2**20,
+            "max_disk_bytes": int(self.Environment.get(MODEL_DISK_ENV, DEFAULT_MODEL_DISK_MB))
+            * 2**20,
         }
 
     @property

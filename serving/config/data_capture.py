@@ -44,7 +44,9 @@ class CaptureContentTypes(Document):
     def _types(cls, values: list[str], info: ValidationInfo) -> list[str]:
         for value in values:
             if len(value) > 256 or not _CONTENT_TYPE.match(value):
-                raise ValueError(f"{info.field_name}: {value!r} is not a content type (type/subtype)")
+                raise ValueError(
+                    f"{info.field_name}: {value!r} is not a content type (type/subtype)"
+                )
         return [value.lower() for value in values]
 
 
@@ -53,7 +55,9 @@ class DataCaptureConfig(Document):
 
     EnableCapture: bool = True
     InitialSamplingPercentage: int = Field(
-        ge=0, le=100, description="The share of invocations captured, drawn independently for each invocation."
+        ge=0,
+        le=100,
+        description="The share of invocations captured, drawn independently for each invocation.",
     )
     DestinationS3Uri: str = Field(
         max_length=512,
@@ -61,7 +65,9 @@ class DataCaptureConfig(Document):
         "<destination>/<endpoint>/<variant>/yyyy/mm/dd/hh/.",
     )
     KmsKeyId: str | None = Field(
-        None, max_length=2048, description="S3 only: the objects are written with SSE-KMS under this key."
+        None,
+        max_length=2048,
+        description="S3 only: the objects are written with SSE-KMS under this key.",
     )
     CaptureOptions: list[CaptureOption] = Field(min_length=1, max_length=32)
     CaptureContentTypeHeader: CaptureContentTypes = CaptureContentTypes()
@@ -79,7 +85,9 @@ class DataCaptureConfig(Document):
             parse_s3_uri(value, "DestinationS3Uri")
             return value.rstrip("/")
         if value.startswith(("https://", "http://")):
-            raise ValueError("DestinationS3Uri: https:// destinations are not supported; give s3://bucket/prefix")
+            raise ValueError(
+                "DestinationS3Uri: https:// destinations are not supported; give s3://bucket/prefix"
+            )
         path = value.removeprefix("file://")
         if not path:
             raise ValueError("DestinationS3Uri is empty")
@@ -88,7 +96,9 @@ class DataCaptureConfig(Document):
     @model_validator(mode="after")
     def _kms_only_for_s3(self) -> DataCaptureConfig:
         if self.KmsKeyId is not None and not self.is_s3:
-            raise ValueError("KmsKeyId applies to an s3:// DestinationS3Uri only; a local folder is not encrypted")
+            raise ValueError(
+                "KmsKeyId applies to an s3:// DestinationS3Uri only; a local folder is not encrypted"
+            )
         return self
 
     @property
@@ -102,11 +112,15 @@ class DataCaptureConfig(Document):
 
     @property
     def captures_input(self) -> bool:
-        return any(option.CaptureMode in ("Input", "InputAndOutput") for option in self.CaptureOptions)
+        return any(
+            option.CaptureMode in ("Input", "InputAndOutput") for option in self.CaptureOptions
+        )
 
     @property
     def captures_output(self) -> bool:
-        return any(option.CaptureMode in ("Output", "InputAndOutput") for option in self.CaptureOptions)
+        return any(
+            option.CaptureMode in ("Output", "InputAndOutput") for option in self.CaptureOptions
+        )
 
 
 def capture_summary(document: Mapping[str, Any]) -> dict[str, str | bool | int]:

@@ -17,16 +17,22 @@ class ResourceConfig(Document):
     """Ray resources reserved for each replica of a container."""
 
     Cpus: float = Field(
-        0.1, gt=0, le=512, description="Logical CPUs per replica (Ray num_cpus); fractional shares allowed."
+        0.1,
+        gt=0,
+        le=512,
+        description="Logical CPUs per replica (Ray num_cpus); fractional shares allowed.",
     )
-    MemoryMb: int | None = Field(None, gt=0, description="Memory reserved per replica in MiB (Ray memory resource).")
+    MemoryMb: int | None = Field(
+        None, gt=0, description="Memory reserved per replica in MiB (Ray memory resource)."
+    )
     Gpus: float = Field(0, ge=0, le=64, description="GPUs per replica (Ray num_gpus).")
-    Custom: dict[Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_.:-]{0,63}$")], Annotated[float, Field(gt=0)]] = (
-        Field(
-            default_factory=dict,
-            description="Ray custom resources per replica (e.g. {gpu-node: 1} to place it on nodes started with "
-            "--resources '{\"gpu-node\": 4}'); Ray's own names (CPU, GPU, memory, node:...) are refused.",
-        )
+    Custom: dict[
+        Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_.:-]{0,63}$")],
+        Annotated[float, Field(gt=0)],
+    ] = Field(
+        default_factory=dict,
+        description="Ray custom resources per replica (e.g. {gpu-node: 1} to place it on nodes started with "
+        "--resources '{\"gpu-node\": 4}'); Ray's own names (CPU, GPU, memory, node:...) are refused.",
     )
 
     @field_validator("Custom")
@@ -40,7 +46,9 @@ class ResourceConfig(Document):
             or name.startswith("accelerator_type:")
         ]
         if reserved:
-            raise ValueError(f"{', '.join(reserved)}: use Cpus, Gpus or MemoryMb; node:... is Ray's own")
+            raise ValueError(
+                f"{', '.join(reserved)}: use Cpus, Gpus or MemoryMb; node:... is Ray's own"
+            )
         return custom
 
 
@@ -81,5 +89,7 @@ class RuntimeEnvironmentConfig(Document):
             return None
         path = local_path(value, info)
         if not (path.is_dir() or (path.is_file() and path.suffix == ".zip")):
-            raise ValueError(f"working dir {value!r} must be an existing directory or .zip file (looked at {path})")
+            raise ValueError(
+                f"working dir {value!r} must be an existing directory or .zip file (looked at {path})"
+            )
         return str(path.resolve())

@@ -35,7 +35,9 @@ class CustomizedMetric(Document):
             description="Key of the dict `autoscaling_metrics(model)` returns.",
         ),
     ]
-    Statistic: Literal["Average"] = Field("Average", description="Averaged per replica, as the predefined metrics.")
+    Statistic: Literal["Average"] = Field(
+        "Average", description="Averaged per replica, as the predefined metrics."
+    )
 
 
 class TargetTrackingPolicy(Document):
@@ -49,17 +51,26 @@ class TargetTrackingPolicy(Document):
         None, description="Instead of a predefined metric: one the container reports."
     )
     ScaleOutCooldown: float = Field(
-        300, ge=0, description="Seconds after a scale-out before another scale-out (unless a larger one is needed)."
+        300,
+        ge=0,
+        description="Seconds after a scale-out before another scale-out (unless a larger one is needed).",
     )
     ScaleInCooldown: float = Field(
-        300, ge=0, description="Seconds after a scale-in before another scale-in; a scale-out is never blocked by it."
+        300,
+        ge=0,
+        description="Seconds after a scale-in before another scale-in; a scale-out is never blocked by it.",
     )
     DisableScaleIn: bool = False
 
     @model_validator(mode="after")
     def _one_metric(self) -> TargetTrackingPolicy:
-        if self.PredefinedMetricSpecification is not None and self.CustomizedMetricSpecification is not None:
-            raise ValueError("give PredefinedMetricSpecification or CustomizedMetricSpecification, not both")
+        if (
+            self.PredefinedMetricSpecification is not None
+            and self.CustomizedMetricSpecification is not None
+        ):
+            raise ValueError(
+                "give PredefinedMetricSpecification or CustomizedMetricSpecification, not both"
+            )
         return self
 
     @property
@@ -86,7 +97,9 @@ class AutoScalingConfig(Document):
 
     MinCapacity: int = Field(1, ge=1, le=100)
     MaxCapacity: int = Field(1, ge=1, le=100)
-    TargetTrackingScalingPolicyConfiguration: TargetTrackingPolicy | list[TargetTrackingPolicy] | None = Field(
+    TargetTrackingScalingPolicyConfiguration: (
+        TargetTrackingPolicy | list[TargetTrackingPolicy] | None
+    ) = Field(
         None,
         description="One policy, or several (the largest desired count wins; scale-in only when all agree). "
         "Without one, the count is fixed at MinCapacity (which must then equal MaxCapacity).",
@@ -95,7 +108,9 @@ class AutoScalingConfig(Document):
     @model_validator(mode="after")
     def _bounds(self) -> AutoScalingConfig:
         if self.MinCapacity > self.MaxCapacity:
-            raise ValueError(f"MinCapacity ({self.MinCapacity}) must not exceed MaxCapacity ({self.MaxCapacity})")
+            raise ValueError(
+                f"MinCapacity ({self.MinCapacity}) must not exceed MaxCapacity ({self.MaxCapacity})"
+            )
         if self.MinCapacity != self.MaxCapacity and not self.policies:
             raise ValueError(
                 "MinCapacity < MaxCapacity needs a TargetTrackingScalingPolicyConfiguration "

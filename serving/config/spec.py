@@ -28,7 +28,9 @@ from pydantic import ValidationError as PydanticValidationError
 
 from serving.access.identities import Identities, IdentitiesError, load_identities
 from serving.config.async_inference import AsyncInferenceConfig
-from serving.config.async_inference import AsyncInferenceConfig as _AsyncConfig  # the field shares its name
+
+# the field shares its name
+from serving.config.async_inference import AsyncInferenceConfig as _AsyncConfig
 from serving.config.container import (
     DEFAULT_MAX_CONCURRENCY,
     DEFAULT_MAX_MODELS,
@@ -46,7 +48,9 @@ from serving.config.container import (
     ResourceConfig,
     RuntimeEnvironmentConfig,
 )
-from serving.config.data_capture import DataCaptureConfig as _CaptureConfig  # the field shares its name
+
+# the field shares its name
+from serving.config.data_capture import DataCaptureConfig as _CaptureConfig
 from serving.config.scaling import (
     AutoScalingConfig,
     CustomizedMetric,
@@ -113,7 +117,8 @@ class ExecutionConfig(Document):
     """SageMaker's InferenceExecutionConfig."""
 
     Mode: ExecutionMode = Field(
-        ExecutionMode.DIRECT, description="Direct: one named container per request; Serial: all, in order."
+        ExecutionMode.DIRECT,
+        description="Direct: one named container per request; Serial: all, in order.",
     )
 
 
@@ -140,7 +145,9 @@ class AccessControlConfig(Document):
             self._identities = load_identities(self.IdentitiesFile)
         except IdentitiesError as error:
             name = Path(self.IdentitiesFile).name
-            raise ValueError("\n".join(f"IdentitiesFile {name}: {line}" for line in str(error).splitlines())) from None
+            raise ValueError(
+                "\n".join(f"IdentitiesFile {name}: {line}" for line in str(error).splitlines())
+            ) from None
         return self
 
     @property
@@ -154,7 +161,8 @@ class EndpointSpec(Document):
     """An endpoint: 1 to 15 containers behind one name, Direct or Serial."""
 
     EndpointName: Annotated[
-        str, Field(pattern=NAME_PATTERN, max_length=63, description="1-63 letters, digits or hyphens.")
+        str,
+        Field(pattern=NAME_PATTERN, max_length=63, description="1-63 letters, digits or hyphens."),
     ]
     InferenceExecutionConfig: ExecutionConfig = ExecutionConfig()
     Containers: list[ContainerSpec] = Field(min_length=1, max_length=MAX_CONTAINERS)
@@ -272,7 +280,10 @@ class EndpointSpec(Document):
 
 def _rewrite(item: Mapping[str, Any]) -> str | None:
     # Say what a name may be rather than quote the pattern; and the limit on containers in words.
-    if item["type"] == "string_pattern_mismatch" and item["loc"][-1] in ("EndpointName", "ContainerHostname"):
+    if item["type"] == "string_pattern_mismatch" and item["loc"][-1] in (
+        "EndpointName",
+        "ContainerHostname",
+    ):
         return f"{item['input']!r} must be 1-63 letters, digits or hyphens, starting and ending with a letter or digit"
     if item["type"] == "missing" and item["loc"] == ("AsyncInferenceConfig", "InputConfig"):
         return (
@@ -294,11 +305,18 @@ def parse_spec(
     if not isinstance(document, dict):
         raise SpecError("(spec): the spec must be a mapping with EndpointName and Containers")
     if identities_file is not None:
-        document = {**document, "AccessControl": {"IdentitiesFile": str(Path(identities_file).resolve())}}
+        document = {
+            **document,
+            "AccessControl": {"IdentitiesFile": str(Path(identities_file).resolve())},
+        }
     try:
-        return EndpointSpec.model_validate(document, context={BASE_DIR: str(base_dir) if base_dir else None})
+        return EndpointSpec.model_validate(
+            document, context={BASE_DIR: str(base_dir) if base_dir else None}
+        )
     except PydanticValidationError as error:
-        raise SpecError("\n".join(describe(error, "the endpoint spec", root="(spec)", rewrite=_rewrite))) from None
+        raise SpecError(
+            "\n".join(describe(error, "the endpoint spec", root="(spec)", rewrite=_rewrite))
+        ) from None
 
 
 def load_spec(path: str | Path, identities_file: str | Path | None = None) -> EndpointSpec:
@@ -311,5 +329,7 @@ def load_spec(path: str | Path, identities_file: str | Path | None = None) -> En
     try:
         document = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (ValueError, yaml.YAMLError) as error:
-        raise SpecError(f"{path} is not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {error}") from None
+        raise SpecError(
+            f"{path} is not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {error}"
+        ) from None
     return parse_spec(document, base_dir=path.parent.resolve(), identities_file=identities_file)

@@ -1,9 +1,9 @@
-"""Container versions: a served endpoint's containers moved from the versions that serve to the desired ones,
-blue/green, reverted on failure, as a pure step function.
+"""Container versions: a served endpoint's containers moved from the versions that serve to the
+desired ones, blue/green, reverted on failure, as a pure step function.
 
 This is the lower of the two layers that update: an *endpoint update* of the control-plane API
-(`sagemaker_api.endpoint_update`) moves an API endpoint between fleets of variants, and each variant is a served
-endpoint whose containers move here. `serving apply` drives this layer directly.
+(`sagemaker_api.endpoint_update`) moves an API endpoint between fleets of variants, and each variant
+is a served endpoint whose containers move here. `serving apply` drives this layer directly.
 
 Every container version runs as its own Serve application, `<endpoint>.<container>.<version>`, where
 the version is a digest of everything its replicas are built from (its *plan*). An endpoint has an
@@ -31,7 +31,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
-from serving.control.records import AppStatus, ContainerPlan, EndpointSnapshot, RegistryRecord, VersionsUpdate
+from serving.control.records import (
+    AppStatus,
+    ContainerPlan,
+    EndpointSnapshot,
+    RegistryRecord,
+    VersionsUpdate,
+)
 
 __all__ = [
     "APP_SEPARATOR",
@@ -50,9 +56,11 @@ DEPLOY_FAILED = "DEPLOY_FAILED"
 
 
 def plan_version(plan: Mapping[str, Any]) -> str:
-    """A short digest of a container's plan: equal plans, equal versions (1 and 1.0 alike: a spec read
-    from YAML and the same spec sent as JSON must not start new replicas)."""
-    return hashlib.sha256(json.dumps(_canonical(plan), sort_keys=True, default=str).encode()).hexdigest()[:12]
+    """A short digest of a container's plan: equal plans, equal versions (1 and 1.0 alike: a spec
+    read from YAML and the same spec sent as JSON must not start new replicas)."""
+    return hashlib.sha256(
+        json.dumps(_canonical(plan), sort_keys=True, default=str).encode()
+    ).hexdigest()[:12]
 
 
 def _canonical(value: Any) -> Any:
@@ -108,7 +116,8 @@ class EndpointState:
     update: VersionsUpdate = field(default_factory=lambda: VersionsUpdate())
 
     def routing(self) -> RegistryRecord:
-        """The record the gateway routes with: the active one, or the desired one while it is first created."""
+        """The record the gateway routes with: the active one, or the desired one while it is first
+        created."""
         return self.active if self.active is not None else self.desired
 
     @property
@@ -117,7 +126,8 @@ class EndpointState:
         return self.active is None and self.update.get("Status") == "Failed"
 
     def snapshot(self) -> EndpointSnapshot:
-        """This endpoint as a gateway's snapshot shows it: its routing record without plans, and its update."""
+        """This endpoint as a gateway's snapshot shows it: its routing record without plans, and its
+        update."""
         routing = self.routing()
         return {
             "name": routing["name"],
@@ -135,11 +145,21 @@ class EndpointState:
         }
 
     def to_dict(self) -> StoredEndpointState:
-        return {"name": self.name, "desired": self.desired, "active": self.active, "update": self.update}
+        return {
+            "name": self.name,
+            "desired": self.desired,
+            "active": self.active,
+            "update": self.update,
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> EndpointState:
-        return cls(data["name"], data["desired"], data.get("active"), VersionsUpdate(**(data.get("update") or {})))
+        return cls(
+            data["name"],
+            data["desired"],
+            data.get("active"),
+            VersionsUpdate(**(data.get("update") or {})),
+        )
 
 
 def versions(record: RegistryRecord | None) -> dict[str, str]:
@@ -150,12 +170,14 @@ def versions(record: RegistryRecord | None) -> dict[str, str]:
 def routed_replicas(
     states: Mapping[str, EndpointState], replicas: Mapping[str, tuple[str, str, str]]
 ) -> dict[tuple[str, str], list[str]]:
-    """(endpoint, container) -> the URLs of the replicas of the version it routes with; `replicas`: URL ->
-    (endpoint, container, version) of every live replica."""
+    """(endpoint, container) -> the URLs of the replicas of the version it routes with; `replicas`:
+    URL -> (endpoint, container, version) of every live replica."""
     table: dict[tuple[str, str], list[str]] = {}
     for name, state in states.items():
         for host, version in versions(state.routing()).items():
-            table[(name, host)] = sorted(url for url, key in replicas.items() if key == (name, host, version))
+            table[(name, host)] = sorted(
+                url for url, key in replicas.items() if key == (name, host, version)
+            )
     return table
 
 
@@ -203,15 +225,27 @@ def step(
             f"{timeout_s:g} s"
         )
     if failure is not None:
-        state.update = {**state.update, "Status": "Failed", "FailureReason": failure, "FinishedAt": now}
+        state.update = {
+            **state.update,
+            "Status": "Failed",
+            "FailureReason": failure,
+            "FinishedAt": now,
+        }
         if state.active is not None:  # revert: the active record stays, the new versions go
             state.desired = state.active
-            actions += [Delete(app) for app in sorted(apps_of(name, desired) - apps_of(name, state.active))]
+            actions += [
+                Delete(app) for app in sorted(apps_of(name, desired) - apps_of(name, state.active))
+            ]
         return [action for action in actions if not isinstance(action, Deploy)]
     if not waiting:
         previous = state.active
         state.active = desired
-        state.update = {**state.update, "Status": "Succeeded", "FailureReason": None, "FinishedAt": now}
+        state.update = {
+            **state.update,
+            "Status": "Succeeded",
+            "FailureReason": None,
+            "FinishedAt": now,
+        }
         actions += [Delete(app) for app in sorted(apps_of(name, previous) - apps_of(name, desired))]
     return actions
 

@@ -1,4 +1,5 @@
-"""A spec as the registry's record: routing fields and, per container, the plan its replicas are built from."""
+"""A spec as the registry's record: routing fields and, per container, the plan its replicas are
+built from."""
 
 from __future__ import annotations
 
@@ -14,20 +15,25 @@ from serving.protocol import RAY_NAMESPACE, REGISTRY_ACTOR
 from serving.settings import ServerSettings
 
 
-def container_plan(spec: EndpointSpec, container: ContainerSpec, settings: ServerSettings) -> ContainerPlan:
+def container_plan(
+    spec: EndpointSpec, container: ContainerSpec, settings: ServerSettings
+) -> ContainerPlan:
     """Everything one container's replicas are built from (its version is a digest of this)."""
     resources = container.Resources
     actor_options: Passthrough = {"num_cpus": resources.Cpus, "num_gpus": resources.Gpus}
-    # RuntimeEnvironment (and allowed model requirements) only: Environment goes to the container process
+    # RuntimeEnvironment (and allowed model requirements) only: Environment goes to the container
+    # process
     runtime_env = ray_runtime_env(container, settings.allow_model_requirements)
-    if runtime_env:  # none at all, else Ray starts the worker through an extra Python (control/runtime_env.py)
+    # none at all, else Ray starts the worker through an extra Python (control/runtime_env.py)
+    if runtime_env:
         actor_options["runtime_env"] = runtime_env
     if resources.MemoryMb:
         actor_options["memory"] = resources.MemoryMb * 1024 * 1024
     if resources.Custom:
         actor_options["resources"] = dict(resources.Custom)
     scaling = spec.scaling_of(container)
-    if scaling is not None and scaling.policies:  # target tracking: our policy in Serve's controller
+    # target tracking: our policy in Serve's controller
+    if scaling is not None and scaling.policies:
         endpoint_level = spec.AutoScaling is not None
         count: Passthrough = {
             "autoscaling_config": serve_autoscaling_config(
@@ -36,7 +42,9 @@ def container_plan(spec: EndpointSpec, container: ContainerSpec, settings: Serve
                 scaling,
                 [policy.as_policy() for policy in scaling.policies],
                 (REGISTRY_ACTOR, RAY_NAMESPACE),
-                containers=[c.ContainerHostname for c in spec.Containers] if endpoint_level else None,
+                containers=[c.ContainerHostname for c in spec.Containers]
+                if endpoint_level
+                else None,
             )
         }
     else:
@@ -50,7 +58,9 @@ def container_plan(spec: EndpointSpec, container: ContainerSpec, settings: Serve
         "sandbox": settings.sandbox,
         "egress_ports": egress_ports(container, settings),
         "shared_network": settings.shared_container_network,
-        "working_dir": container.RuntimeEnvironment.WorkingDir if container.RuntimeEnvironment else None,
+        "working_dir": container.RuntimeEnvironment.WorkingDir
+        if container.RuntimeEnvironment
+        else None,
         "gpus": resources.Gpus,
         "actor_options": actor_options,
         "count": count,
@@ -58,9 +68,9 @@ def container_plan(spec: EndpointSpec, container: ContainerSpec, settings: Serve
 
 
 def egress_ports(container: ContainerSpec, settings: ServerSettings) -> list[int]:
-    """The TCP ports a container may connect to from the node's network: none (its own network namespace) unless it
-    opted in and the operator allows it. Raises ValidationError, naming the container, if it asks for what the
-    operator does not allow."""
+    """The TCP ports a container may connect to from the node's network: none (its own network
+    namespace) unless it opted in and the operator allows it. Raises ValidationError, naming the
+    container, if it asks for what the operator does not allow."""
     if container.EnableNetworkIsolation:
         return []
     if not settings.container_egress_ports:
@@ -72,7 +82,8 @@ def egress_ports(container: ContainerSpec, settings: ServerSettings) -> list[int
 
 
 def endpoint_record(spec: EndpointSpec, settings: ServerSettings) -> RegistryRecord:
-    """The registry's record of a spec: what the router and descriptions need, and each container's plan."""
+    """The registry's record of a spec: what the router and descriptions need, and each container's
+    plan."""
     plans = {c.ContainerHostname: container_plan(spec, c, settings) for c in spec.Containers}
     return {
         "name": spec.EndpointName,
@@ -91,9 +102,15 @@ def endpoint_record(spec: EndpointSpec, settings: ServerSettings) -> RegistryRec
         "not_idempotent": [c.ContainerHostname for c in spec.Containers if not c.idempotent],
         # Where the gateway reads the identities itself: the secrets never travel through Ray.
         "access": spec.AccessControl.identities.reference() if spec.AccessControl else None,
-        # What the gateway needs to serve InvokeEndpointAsync (no secrets: credentials are the gateway's own).
-        "async_inference": spec.AsyncInferenceConfig.model_dump(mode="json") if spec.AsyncInferenceConfig else None,
-        # Where the gateway writes captured invocations (no secrets: credentials are the gateway's own).
-        "data_capture": spec.DataCaptureConfig.model_dump(mode="json") if spec.DataCaptureConfig else None,
+        # What the gateway needs to serve InvokeEndpointAsync (no secrets: credentials are the
+        # gateway's own).
+        "async_inference": spec.AsyncInferenceConfig.model_dump(mode="json")
+        if spec.AsyncInferenceConfig
+        else None,
+        # Where the gateway writes captured invocations (no secrets: credentials are the gateway's
+        # own).
+        "data_capture": spec.DataCaptureConfig.model_dump(mode="json")
+        if spec.DataCaptureConfig
+        else None,
         "plans": plans,
     }

@@ -1,12 +1,15 @@
-"""The records the control plane hands the registry, and the registry the gateway and the replicas, typed.
+"""The records the control plane hands the registry, and the registry the gateway and the replicas,
+typed.
 
-They cross processes through Ray and sit in Ray's key-value store as JSON, so they stay plain dicts (TypedDicts,
-not classes): what changes is that mypy knows every key, and a key misspelt where a record is made or read fails
-`make lint` instead of a replica at start. `plans.endpoint_record` makes them; `container_versions`, the registry, the
-container replica and the gateway's state read them.
+They cross processes through Ray and sit in Ray's key-value store as JSON, so they stay plain dicts
+(TypedDicts, not classes): what changes is that mypy knows every key, and a key misspelt where a
+record is made or read fails `make lint` instead of a replica at start. `plans.endpoint_record`
+makes them; `container_versions`, the registry, the container replica and the gateway's state read
+them.
 
-One key style: snake_case for the runtime's own fields; PascalCase only for the parts shown as they are in a
-SageMaker-shaped description (a container row, an update's status). Statuses and modes are Literal types (below).
+One key style: snake_case for the runtime's own fields; PascalCase only for the parts shown as they
+are in a SageMaker-shaped description (a container row, an update's status). Statuses and modes are
+Literal types (below).
 """
 
 from __future__ import annotations
@@ -38,16 +41,17 @@ __all__ = [
     "UpdateStatus",
 ]
 
-# The closed sets of values, as the JSON holds them. Literal types rather than `str` enums: a record crosses Ray by
-# pickle as well as the key-value store by JSON, and an enum member that survives the pickle formats as
-# `ExecutionMode.SERIAL` in a log line or a metric label; a Literal is the string itself, checked by mypy.
+# The closed sets of values, as the JSON holds them. Literal types rather than `str` enums: a record
+# crosses Ray by pickle as well as the key-value store by JSON, and an enum member that survives the
+# pickle formats as `ExecutionMode.SERIAL` in a log line or a metric label; a Literal is the string
+# itself, checked by mypy.
 Mode = Literal["Direct", "Serial"]  # config.spec.ExecutionMode's values
 ContainerMode = Literal["SingleModel", "MultiModel"]  # config.container.ContainerMode's values
 UpdateStatus = Literal["InProgress", "Succeeded", "Failed"]
 EndpointStatus = Literal["Creating", "Updating", "InService", "Failed"]
-# A document kept as the spec gave it (AsyncInferenceConfig, DataCaptureConfig, MultiModel settings: validated by
-# their config models, which are their types), or options handed through to Ray as they are (actor options,
-# Serve's autoscaling_config): open here by design.
+# A document kept as the spec gave it (AsyncInferenceConfig, DataCaptureConfig, MultiModel settings:
+# validated by their config models, which are their types), or options handed through to Ray as they
+# are (actor options, Serve's autoscaling_config): open here by design.
 Passthrough = dict[str, Any]
 
 
@@ -56,15 +60,19 @@ class ContainerPlan(TypedDict):
 
     image: str
     model_data: str | None
-    environment: dict[str, str]  # the container process's (Environment, Batching, the Resources share)
+    # the container process's (Environment, Batching, the Resources share)
+    environment: dict[str, str]
     bind_host: str  # where data ports bind: an address, or "node" for the Ray node's
     multi_model: CacheLimits | None  # None for a SingleModel container
     sandbox: str  # auto | required | off
-    egress_ports: list[int]  # opted in: TCP ports it may connect to from the node's network; else none, isolated
-    shared_network: bool  # where no network namespace can be made: the node's network under its rules
+    # opted in: TCP ports it may connect to from the node's network; else none, isolated
+    egress_ports: list[int]
+    # where no network namespace can be made: the node's network under its rules
+    shared_network: bool
     working_dir: str | None
     gpus: float
-    actor_options: Passthrough  # Ray actor options of each replica (CPUs, GPUs, memory, runtime_env)
+    # Ray actor options of each replica (CPUs, GPUs, memory, runtime_env)
+    actor_options: Passthrough
     count: Passthrough  # Serve's `num_replicas`, or its `autoscaling_config`
 
 
@@ -79,21 +87,25 @@ class ContainerRow(TypedDict):
 
 
 class RegistryRecord(TypedDict):
-    """One endpoint as the registry keeps it: what the router and descriptions need, and each container's plan."""
+    """One endpoint as the registry keeps it: what the router and descriptions need, and each
+    container's plan."""
 
     name: str
     mode: Mode
     containers: list[ContainerRow]
     limits: dict[str, int]  # requests in flight per replica, by container
     not_idempotent: list[str]  # containers whose requests are never sent twice
-    access: AccessReference | None  # where the gateway reads the identities (no secret), None: anonymous
+    # where the gateway reads the identities (no secret), None: anonymous
+    access: AccessReference | None
     async_inference: Passthrough | None  # AsyncInferenceConfig, as JSON
-    data_capture: NotRequired[Passthrough | None]  # DataCaptureConfig, as JSON (absent in records saved before it)
+    # DataCaptureConfig, as JSON (absent in records saved before it)
+    data_capture: NotRequired[Passthrough | None]
     plans: dict[str, ContainerPlan]  # by container hostname
 
 
 class VersionsUpdate(TypedDict, total=False):
-    """Where the latest move of an endpoint's containers to new versions stands (`container_versions.EndpointState`)."""
+    """Where the latest move of an endpoint's containers to new versions stands
+    (`container_versions.EndpointState`)."""
 
     Generation: int
     Status: UpdateStatus
@@ -133,7 +145,8 @@ class ContainerDescription(ContainerRow):
 
 
 class EndpointDescription(TypedDict):
-    """An endpoint as `GET /endpoints/<name>` describes it (DescribeEndpoint-shaped: `control.status.describe`)."""
+    """An endpoint as `GET /endpoints/<name>` describes it (DescribeEndpoint-shaped:
+    `control.status.describe`)."""
 
     EndpointName: str
     EndpointStatus: EndpointStatus
@@ -155,7 +168,8 @@ class DeploymentStatus(TypedDict):
 
 
 class AppStatus(TypedDict):
-    """One Serve application's status (one container version), as `ray_wing.serve_status` reads it."""
+    """One Serve application's status (one container version), as `ray_wing.serve_status` reads
+    it."""
 
     status: str  # Serve's ApplicationStatus value (DEPLOY_FAILED, RUNNING ...)
     message: str
@@ -163,7 +177,8 @@ class AppStatus(TypedDict):
 
 
 class ScalingRecord(TypedDict):
-    """An endpoint's autoscaling as the registry keeps it: each container's latest state, recent activities."""
+    """An endpoint's autoscaling as the registry keeps it: each container's latest state, recent
+    activities."""
 
     containers: dict[str, ScalerState]  # by container hostname
     activities: list[ScalingActivity]  # newest first
@@ -187,24 +202,29 @@ class EndpointSnapshot(TypedDict):
 
 
 class ApiRouting(TypedDict):
-    """What the control-plane API publishes for every gateway: each API endpoint's variants, and the served
-    endpoints behind them (a gateway is not ready until it has seen each of those)."""
+    """What the control-plane API publishes for every gateway: each API endpoint's variants, and the
+    served endpoints behind them (a gateway is not ready until it has seen each of those)."""
 
-    fronts: dict[str, list[tuple[str, str, float]]]  # endpoint -> (variant, served endpoint, weight)
-    shadows: NotRequired[dict[str, list[tuple[str, str, float]]]]  # endpoint -> (variant, served endpoint, share)
+    # endpoint -> (variant, served endpoint, weight)
+    fronts: dict[str, list[tuple[str, str, float]]]
+    # endpoint -> (variant, served endpoint, share)
+    shadows: NotRequired[dict[str, list[tuple[str, str, float]]]]
     served: list[str]
 
 
 class Snapshot(TypedDict):
-    """Everything a gateway needs from the registry (`Registry.snapshot`), versioned for the long poll."""
+    """Everything a gateway needs from the registry (`Registry.snapshot`), versioned for the long
+    poll."""
 
     version: int
     epoch: str
     endpoints: dict[str, EndpointSnapshot]
-    replicas: dict[tuple[str, str], list[str]]  # (endpoint, container) -> URLs of the routed version
+    # (endpoint, container) -> URLs of the routed version
+    replicas: dict[tuple[str, str], list[str]]
     registered: dict[tuple[str, str, str], int]  # (endpoint, container, version) -> live replicas
     statuses: dict[str, AppStatus]  # by Serve application name
     refused: int  # calls refused for want of the control plane's token
     awaited: list[str]  # endpoints a server was started with, not deployed yet (`Registry.expect`)
-    api: ApiRouting | None  # None until the control-plane API has restored its endpoints and published
+    # None until the control-plane API has restored its endpoints and published
+    api: ApiRouting | None
     scaling: dict[str, ScalingRecord]

@@ -2,9 +2,9 @@
 
 SageMaker's framework containers `pip install -r code/requirements.txt` when they start. Here the
 file is read at deploy time from a local model folder or `.tar.gz`, and what it lists that is not
-installed goes to the replicas' Ray runtime_env `pip` (a virtualenv per set of requirements, built once
-per node) only where the operator allows it (`control.runtime_env` says why). A model in S3 is not
-read at deploy time: its container checks at load that what the file lists is installed
+installed goes to the replicas' Ray runtime_env `pip` (a virtualenv per set of requirements, built
+once per node) only where the operator allows it (`control.runtime_env` says why). A model in S3 is
+not read at deploy time: its container checks at load that what the file lists is installed
 (`serving.runtimes.requirements`) and refuses to start, naming what is missing, if it is not.
 """
 
@@ -19,8 +19,9 @@ MAX_BYTES = 64 * 1024
 
 
 def model_requirements(model_data: str | None) -> list[str]:
-    """The requirement lines of the model's `code/requirements.txt` (local models only; [] when none). Raises
-    ValueError for an archive that is not one, a pip option or a file that is not UTF-8."""
+    """The requirement lines of the model's `code/requirements.txt` (local models only; [] when
+    none). Raises ValueError for an archive that is not one, a pip option or a file that is not
+    UTF-8."""
     if not model_data or "://" in model_data.removeprefix("file://"):
         return []
     path = Path(model_data.removeprefix("file://"))
@@ -37,6 +38,9 @@ def model_requirements(model_data: str | None) -> list[str]:
                         extracted = archive.extractfile(member)
                         text = extracted.read(MAX_BYTES).decode("utf-8") if extracted else None
                         break
-        except (tarfile.TarError, EOFError, OSError) as error:  # not gzip, cut short: the caller's, not a 500
-            raise ValueError(f"{path.name} is not a readable gzip-compressed tar archive ({error})") from None
+        # not gzip, cut short: the caller's, not a 500
+        except (tarfile.TarError, EOFError, OSError) as error:
+            raise ValueError(
+                f"{path.name} is not a readable gzip-compressed tar archive ({error})"
+            ) from None
     return parse_requirements(text) if text else []

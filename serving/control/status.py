@@ -1,4 +1,5 @@
-"""Endpoint status and descriptions from registered replicas (health by replica), and the board the gateway reads."""
+"""Endpoint status and descriptions from registered replicas (health by replica), and the board the
+gateway reads."""
 
 from __future__ import annotations
 
@@ -42,23 +43,28 @@ _TROUBLE = ("UNHEALTHY", "DEPLOY_FAILED")
 
 @dataclass
 class EndpointRecord:
-    """What the control plane knows of an endpoint: the spec summary it routes with, and its state."""
+    """What the control plane knows of an endpoint: the spec summary it routes with, and its
+    state."""
 
     name: str
     mode: Mode
     containers: list[ContainerRow]
     limits: dict[str, int] = field(default_factory=dict)  # per-replica in-flight bound by hostname
-    not_idempotent: list[str] = field(default_factory=list)  # hostnames whose requests are never sent twice
+    # hostnames whose requests are never sent twice
+    not_idempotent: list[str] = field(default_factory=list)
     # Where the identities file is (path and fingerprint) or None; never part of a description.
     access: AccessReference | None = field(default=None, repr=False)
     async_inference: Passthrough | None = None  # the spec's AsyncInferenceConfig, as validated
     data_capture: Passthrough | None = None  # the spec's DataCaptureConfig, as validated
     update: VersionsUpdate = field(default_factory=lambda: VersionsUpdate())  # the last apply
     failed: bool = False  # its first deployment could not be brought up
-    in_service: bool = False  # brought up once: it routes with an active record (else it is being created)
-    desired_versions: dict[str, str] = field(default_factory=dict)  # hostname -> version being rolled out
+    # brought up once: it routes with an active record (else it is being created)
+    in_service: bool = False
+    # hostname -> version being rolled out
+    desired_versions: dict[str, str] = field(default_factory=dict)
     scaling_activities: list[ScalingActivity] = field(default_factory=list)  # newest first
-    scaling: dict[str, ScalerState] = field(default_factory=dict)  # autoscaled containers, by hostname
+    # autoscaled containers, by hostname
+    scaling: dict[str, ScalerState] = field(default_factory=dict)
 
     @classmethod
     def from_snapshot(cls, document: EndpointSnapshot) -> EndpointRecord:
@@ -101,7 +107,9 @@ def describe(
         states = deployment["replicas"]
         running = registered.get((record.name, host, version), 0)
         scaling = record.scaling.get(host)
-        desired = scaling["DesiredReplicas"] if scaling is not None else container["DesiredReplicas"]
+        desired = (
+            scaling["DesiredReplicas"] if scaling is not None else container["DesiredReplicas"]
+        )
         starting = sum(states.get(state, 0) for state in _STARTING)
         pending = record.desired_versions.get(host)
         trouble = short_reason(deployment["message"]) if deployment["status"] in _TROUBLE else None
@@ -124,7 +132,8 @@ def describe(
                 "Stopping": sum(states.get(state, 0) for state in _STOPPING),
             },
         }
-        if scaling is not None:  # an autoscaled container: what its autoscaler last decided, and on what
+        # an autoscaled container: what its autoscaler last decided, and on what
+        if scaling is not None:
             entry["DesiredReplicas"] = scaling["DesiredReplicas"]
             entry["ScalingMetric"] = {
                 "MetricName": scaling.get("MetricName"),
@@ -136,18 +145,23 @@ def describe(
         if trouble:
             entry["LastFailureReason"] = trouble
         if status == "Failed":
-            entry["FailureReason"] = trouble or update.get("FailureReason") or "the container could not be deployed"
+            entry["FailureReason"] = (
+                trouble or update.get("FailureReason") or "the container could not be deployed"
+            )
             problems.append(f"container {host}: {entry['FailureReason']}")
         containers.append(entry)
     endpoint_status: EndpointStatus
-    if record.failed:  # the containers' own messages as Serve reports them now, else what the versions step recorded
+    # the containers' own messages as Serve reports them now, else what the versions step recorded
+    if record.failed:
         endpoint_status = "Failed"
         failure = "; ".join(problems) or update.get("FailureReason") or "the endpoint failed"
     else:
         failure = None
         if not in_service:
             endpoint_status = "Creating"
-        elif update.get("Status") == "InProgress" or any(c["Status"] != "InService" for c in containers):
+        elif update.get("Status") == "InProgress" or any(
+            c["Status"] != "InService" for c in containers
+        ):
             endpoint_status = "Updating"
         else:
             endpoint_status = "InService"
@@ -168,7 +182,8 @@ def describe(
         },
         "ScalingActivities": list(record.scaling_activities),
     }
-    if record.async_inference:  # as DescribeEndpoint shows it: only for an endpoint that serves InvokeEndpointAsync
+    # as DescribeEndpoint shows it: only for an endpoint that serves InvokeEndpointAsync
+    if record.async_inference:
         described["AsyncInferenceConfig"] = record.async_inference
     if record.data_capture:
         described["DataCaptureConfig"] = capture_summary(record.data_capture)
@@ -182,35 +197,48 @@ class StatusBoard:
         self.records: dict[str, EndpointRecord] = {}
         self.descriptions: dict[str, EndpointDescription] = {}
         self.loaded = False  # a first snapshot of the registry has been applied
-        # Served endpoints behind each API endpoint's traffic (its current generation); a served variant of an
-        # API endpoint that has one but is not among them is a standby (an update's new generation coming up, or
-        # one that failed and is rolled back) and does not make GET /ping unhealthy: traffic never reaches it.
+        # Served endpoints behind each API endpoint's traffic (its current generation); a served
+        # variant of an API endpoint that has one but is not among them is a standby (an update's
+        # new generation coming up, or one that failed and is rolled back) and does not make GET
+        # /ping unhealthy: traffic never reaches it.
         self.fronted: dict[str, frozenset[str]] = {}
-        # Readiness means routable (issue 43): endpoints this gateway must serve before /ping answers 200 that it
-        # has not seen in a snapshot yet: the registry's awaited ones (`serving up`'s specs, not deployed yet) and
-        # the ones a restarted control-plane API put back; and why the gateway itself is not ready (`starting`).
+        # Readiness means routable (issue 43): endpoints this gateway must serve before /ping
+        # answers 200 that it has not seen in a snapshot yet: the registry's awaited ones (`serving
+        # up`'s specs, not deployed yet) and the ones a restarted control-plane API put back; and
+        # why the gateway itself is not ready (`starting`).
         self.awaited: list[str] = []
         self.expected: set[str] = set()
         self.starting: str | None = None
-        self.everywhere: Callable[[], Awaitable[bool]] | None = None  # have the other gateways read this table?
+        # have the other gateways read this table?
+        self.everywhere: Callable[[], Awaitable[bool]] | None = None
         self._ready = False  # the last /ping answered 200
 
-    def refresh(self, statuses: Mapping[str, AppStatus], registered: Mapping[tuple[str, str, str], int]) -> None:
+    def refresh(
+        self, statuses: Mapping[str, AppStatus], registered: Mapping[tuple[str, str, str], int]
+    ) -> None:
         """Rebuild descriptions from the registry's latest statuses and registered replicas."""
         self.descriptions = {
             name: describe(record, statuses, registered, in_service=record.in_service)
             for name, record in list(self.records.items())
         }
-        self.expected -= set(self.records)  # seen once: from here on its description says whether it routes
+        # seen once: from here on its description says whether it routes
+        self.expected -= set(self.records)
         self.loaded = True
 
     def read(self, snapshot: Snapshot) -> None:
-        """Take a registry snapshot in: records, their autoscaling, the awaited endpoints, descriptions."""
-        records = {name: EndpointRecord.from_snapshot(document) for name, document in snapshot["endpoints"].items()}
+        """Take a registry snapshot in: records, their autoscaling, the awaited endpoints,
+        descriptions."""
+        records = {
+            name: EndpointRecord.from_snapshot(document)
+            for name, document in snapshot["endpoints"].items()
+        }
         for name, record in records.items():
             scaling = snapshot["scaling"].get(name)
             if scaling is not None:
-                record.scaling, record.scaling_activities = scaling["containers"], scaling["activities"]
+                record.scaling, record.scaling_activities = (
+                    scaling["containers"],
+                    scaling["activities"],
+                )
         self.records = records
         self.awaited = snapshot["awaited"]
         api = snapshot["api"]
@@ -219,7 +247,10 @@ class StatusBoard:
         else:
             self.starting = None
             self.expected = set(api["served"])
-            self.fronted = {public: frozenset(v[1] for v in variants) for public, variants in api["fronts"].items()}
+            self.fronted = {
+                public: frozenset(v[1] for v in variants)
+                for public, variants in api["fronts"].items()
+            }
         self.refresh(snapshot["statuses"], snapshot["registered"])
 
     def unroutable(self) -> list[str]:
@@ -227,14 +258,21 @@ class StatusBoard:
         if not self.loaded:
             return ["the gateway has not read the registry yet"]
         reasons = [self.starting] if self.starting else []
-        reasons += [f"endpoint {name} is not deployed yet" for name in sorted(set(self.awaited) | self.expected)]
+        reasons += [
+            f"endpoint {name} is not deployed yet"
+            for name in sorted(set(self.awaited) | self.expected)
+        ]
         for name, description in sorted(self.descriptions.items()):
             if self._standby(name):
                 continue
             if description["EndpointStatus"] in ("Failed", "Creating"):
                 reasons.append(f"endpoint {name} is {description['EndpointStatus']}")
                 continue
-            idle = [c["ContainerHostname"] for c in description["Containers"] if c["CurrentReplicas"] == 0]
+            idle = [
+                c["ContainerHostname"]
+                for c in description["Containers"]
+                if c["CurrentReplicas"] == 0
+            ]
             if idle:
                 reasons.append(f"endpoint {name}: no ready replica of {', '.join(idle)}")
         return reasons
@@ -262,13 +300,20 @@ class StatusBoard:
         ]
 
     async def ping(self, request: Request) -> Response:
-        """200 only when every known endpoint is routable; 503 with the reasons otherwise (load balancers).
+        """200 only when every known endpoint is routable; 503 with the reasons otherwise (load
+        balancers).
 
-        Becoming ready also waits for `everywhere`: every other gateway has read this table too, since a client
-        cannot pick which gateway of a shared port its next call reaches. Asked on that transition only, so that
-        a gateway killed later (silent in the registry for a while) takes no live one out of service."""
+        Becoming ready also waits for `everywhere`: every other gateway has read this table too,
+        since a client cannot pick which gateway of a shared port its next call reaches. Asked on
+        that transition only, so that a gateway killed later (silent in the registry for a while)
+        takes no live one out of service."""
         reasons = self.unroutable()
-        if not reasons and not self._ready and self.everywhere is not None and not await self.everywhere():
+        if (
+            not reasons
+            and not self._ready
+            and self.everywhere is not None
+            and not await self.everywhere()
+        ):
             reasons = ["another gateway has not read the latest routing table yet"]
         self._ready = not reasons
         if reasons:

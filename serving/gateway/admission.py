@@ -1,8 +1,9 @@
-"""What an invocation is: the request as any server hands it in, the endpoint's route, what it is admitted as
-(the chain its headers pick, their checks), and its answer.
+"""What an invocation is: the request as any server hands it in, the endpoint's route, what it is
+admitted as (the chain its headers pick, their checks), and its answer.
 
-The pipeline (`invocation`) runs the checks before any body is read, so that a request naming no container, a
-container the endpoint lacks or a model a SingleModel container cannot take is refused at its headers.
+The pipeline (`invocation`) runs the checks before any body is read, so that a request naming no
+container, a container the endpoint lacks or a model a SingleModel container cannot take is refused
+at its headers.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ class InvocationResult:
     body: bytes
     content_type: str
     headers: dict[str, str] = field(default_factory=dict)
-    # InvokeEndpointWithResponseStream: the last container's event-stream bytes as they arrive (`body` is empty)
+    # InvokeEndpointWithResponseStream: the last container's event-stream bytes as they arrive
+    # (`body` is empty)
     chunks: HopStream | None = None
 
 
@@ -60,28 +62,34 @@ class EndpointRoute:
     mode: str  # "Direct" or "Serial"
     containers: tuple[str, ...]
     failure: str | None = None  # set when the endpoint is Failed
-    access: EndpointAccess | None = None  # None: no AccessControl (anonymous, see ServerSettings.anonymous_allowed)
+    # None: no AccessControl (anonymous, see ServerSettings.anonymous_allowed)
+    access: EndpointAccess | None = None
     multi_model: frozenset[str] = frozenset()  # hostnames of its MultiModel containers
     async_inference: AsyncInferenceConfig | None = None  # set when it serves InvokeEndpointAsync
-    data_capture: DataCaptureConfig | None = None  # set while it captures a share of its invocations
+    # set while it captures a share of its invocations
+    data_capture: DataCaptureConfig | None = None
 
 
 @dataclass(frozen=True)
 class Admission:
-    """An invocation that passed every check: what runs, and the body if authentication had to read it."""
+    """An invocation that passed every check: what runs, and the body if authentication had to read
+    it."""
 
     endpoint: EndpointRoute
     chain: tuple[str, ...]
     target_model: str | None
     body: bytes | None
     variant: str = protocol.DEFAULT_VARIANT  # the production variant that runs it
-    shadow: ShadowRoute | None = None  # the shadow variant a copy goes to, when this invocation is sampled
+    # the shadow variant a copy goes to, when this invocation is sampled
+    shadow: ShadowRoute | None = None
 
 
 def chain_of(endpoint: EndpointRoute, headers: Mapping[str, str], name: str) -> tuple[str, ...]:
-    """The containers a request runs: the whole chain (Serial) or the one its TargetContainerHostname names.
+    """The containers a request runs: the whole chain (Serial) or the one its
+    TargetContainerHostname names.
 
-    Errors name the endpoint as the caller did (an API endpoint's name, not its variant's served one)."""
+    Errors name the endpoint as the caller did (an API endpoint's name, not its variant's served
+    one)."""
     target = headers.get(protocol.TARGET_CONTAINER)
     if endpoint.mode == "Serial":
         if target is not None:
@@ -104,12 +112,16 @@ def chain_of(endpoint: EndpointRoute, headers: Mapping[str, str], name: str) -> 
     return (target,)
 
 
-def check_headers(headers: Mapping[str, str], stream: bool = False, variant_checked: bool = False) -> None:
+def check_headers(
+    headers: Mapping[str, str], stream: bool = False, variant_checked: bool = False
+) -> None:
     """SageMaker's limits on the headers a container receives, and what a stream cannot take."""
     if stream:
         for header, parameter in protocol.STREAM_UNSUPPORTED.items():
             if header in headers:
-                raise ValidationError(f"{parameter} ({header}) is not supported by this endpoint server")
+                raise ValidationError(
+                    f"{parameter} ({header}) is not supported by this endpoint server"
+                )
     variant = headers.get(protocol.TARGET_VARIANT)
     if not variant_checked and variant is not None and variant != protocol.DEFAULT_VARIANT:
         raise ValidationError(
@@ -119,9 +131,13 @@ def check_headers(headers: Mapping[str, str], stream: bool = False, variant_chec
     if inference_id is not None and not (
         1 <= len(inference_id) <= protocol.MAX_INFERENCE_ID and inference_id.isascii()
     ):
-        raise ValidationError(f"{protocol.INFERENCE_ID} must be 1-{protocol.MAX_INFERENCE_ID} ASCII characters")
+        raise ValidationError(
+            f"{protocol.INFERENCE_ID} must be 1-{protocol.MAX_INFERENCE_ID} ASCII characters"
+        )
     attributes = headers.get(protocol.CUSTOM_ATTRIBUTES)
-    if attributes is not None and (len(attributes) > protocol.MAX_CUSTOM_ATTRIBUTES or not attributes.isascii()):
+    if attributes is not None and (
+        len(attributes) > protocol.MAX_CUSTOM_ATTRIBUTES or not attributes.isascii()
+    ):
         raise ValidationError(
             f"{protocol.CUSTOM_ATTRIBUTES} must be at most {protocol.MAX_CUSTOM_ATTRIBUTES} ASCII characters"
         )
@@ -130,7 +146,8 @@ def check_headers(headers: Mapping[str, str], stream: bool = False, variant_chec
 def target_model_of(
     endpoint: EndpointRoute, chain: tuple[str, ...], headers: Mapping[str, str], name: str
 ) -> str | None:
-    """The TargetModel of a MultiModel container (required there, refused elsewhere), checked early."""
+    """The TargetModel of a MultiModel container (required there, refused elsewhere), checked
+    early."""
     target_model = headers.get(protocol.TARGET_MODEL)
     multi = [container for container in chain if container in endpoint.multi_model]
     if not multi:

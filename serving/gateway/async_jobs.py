@@ -1,6 +1,6 @@
-"""An admitted InvokeEndpointAsync request (`Job`: from its checked headers, or from a journal entry), its queue
-(`Lane`), and the journal that keeps it beyond one gateway's life (`Journal`; Ray's key-value store in
-`ray_wing.async_journal`)."""
+"""An admitted InvokeEndpointAsync request (`Job`: from its checked headers, or from a journal
+entry), its queue (`Lane`), and the journal that keeps it beyond one gateway's life (`Journal`;
+Ray's key-value store in `ray_wing.async_journal`)."""
 
 from __future__ import annotations
 
@@ -107,8 +107,11 @@ class Lane:
     admitted: int = 0  # waiting plus running
 
 
-def job_from_entry(entry: TakenEntry, route: EndpointRoute, config: AsyncInferenceConfig, now: float) -> Job:
-    """A job another gateway admitted, from its journal entry, to run on this gateway's route (`now`: monotonic)."""
+def job_from_entry(
+    entry: TakenEntry, route: EndpointRoute, config: AsyncInferenceConfig, now: float
+) -> Job:
+    """A job another gateway admitted, from its journal entry, to run on this gateway's route
+    (`now`: monotonic)."""
     return Job(
         Admission(route, tuple(entry["chain"]), entry["target_model"], None, entry["variant"]),
         config,
@@ -126,9 +129,11 @@ def job_from_entry(entry: TakenEntry, route: EndpointRoute, config: AsyncInferen
     )
 
 
-def job_from_request(admission: Admission, headers: Mapping[str, str], body: bytes, admitted: float) -> Job:
-    """The job an admitted InvokeEndpointAsync request asks for, its headers checked as SageMaker checks them
-    (`admitted`: monotonic)."""
+def job_from_request(
+    admission: Admission, headers: Mapping[str, str], body: bytes, admitted: float
+) -> Job:
+    """The job an admitted InvokeEndpointAsync request asks for, its headers checked as SageMaker
+    checks them (`admitted`: monotonic)."""
     endpoint = admission.endpoint
     config = endpoint.async_inference
     if config is None:
@@ -140,12 +145,16 @@ def job_from_request(admission: Admission, headers: Mapping[str, str], body: byt
     source = None
     if location is not None:
         if body:
-            raise ValidationError("Body and InputLocation are mutually exclusive: provide exactly one of them")
+            raise ValidationError(
+                "Body and InputLocation are mutually exclusive: provide exactly one of them"
+            )
         source = _input(location, config)
     elif not body:
         raise ValidationError(f"InputLocation ({protocol.INPUT_LOCATION}) is required")
     elif len(body) > protocol.MAX_ASYNC_BODY:
-        raise ValidationError(f"an inline Body holds at most {protocol.MAX_ASYNC_BODY} bytes; use InputLocation")
+        raise ValidationError(
+            f"an inline Body holds at most {protocol.MAX_ASYNC_BODY} bytes; use InputLocation"
+        )
     inference_id = headers.get(protocol.INFERENCE_ID) or str(uuid.uuid4())
     _check_inference_id(inference_id)
     forwarded = {
@@ -154,9 +163,14 @@ def job_from_request(admission: Admission, headers: Mapping[str, str], body: byt
     }
     forwarded[protocol.CUSTOM_ATTRIBUTES] = headers.get(protocol.CUSTOM_ATTRIBUTES)
     forwarded[protocol.INFERENCE_ID] = inference_id
-    ttl = _seconds(headers, protocol.REQUEST_TTL, protocol.REQUEST_TTL_RANGE, protocol.DEFAULT_REQUEST_TTL)
+    ttl = _seconds(
+        headers, protocol.REQUEST_TTL, protocol.REQUEST_TTL_RANGE, protocol.DEFAULT_REQUEST_TTL
+    )
     timeout = _seconds(
-        headers, protocol.INVOCATION_TIMEOUT, protocol.INVOCATION_TIMEOUT_RANGE, protocol.DEFAULT_INVOCATION_TIMEOUT
+        headers,
+        protocol.INVOCATION_TIMEOUT,
+        protocol.INVOCATION_TIMEOUT_RANGE,
+        protocol.DEFAULT_INVOCATION_TIMEOUT,
     )
     return Job(
         admission,
@@ -180,7 +194,9 @@ _FILENAME = re.compile(r"^(?!.*\..*\.)[a-zA-Z0-9][a-zA-Z0-9_.-]{0,31}$")
 
 def _input(location: str, config: AsyncInferenceConfig) -> S3Location:
     if len(location) > protocol.MAX_INPUT_LOCATION:
-        raise ValidationError(f"InputLocation is longer than {protocol.MAX_INPUT_LOCATION} characters")
+        raise ValidationError(
+            f"InputLocation is longer than {protocol.MAX_INPUT_LOCATION} characters"
+        )
     try:
         source = parse_s3_uri(location, "InputLocation")
     except ValueError as error:
@@ -195,20 +211,31 @@ def _input(location: str, config: AsyncInferenceConfig) -> S3Location:
 
 
 def _check_inference_id(inference_id: str) -> None:
-    # It becomes part of an S3 key: printable ASCII (SageMaker's pattern), and no segment that leaves a folder.
+    # It becomes part of an S3 key: printable ASCII (SageMaker's pattern), and no segment that
+    # leaves a folder.
     if not inference_id.isprintable() or not inference_id.isascii() or inference_id[:1].isspace():
-        raise ValidationError(f"{protocol.INFERENCE_ID} must be printable ASCII, not starting with a space")
+        raise ValidationError(
+            f"{protocol.INFERENCE_ID} must be printable ASCII, not starting with a space"
+        )
     if any(segment in ("", ".", "..") for segment in inference_id.split("/")):
-        raise ValidationError(f"{protocol.INFERENCE_ID} may not have empty, '.' or '..' path segments")
+        raise ValidationError(
+            f"{protocol.INFERENCE_ID} may not have empty, '.' or '..' path segments"
+        )
 
 
-def _output(config: AsyncInferenceConfig, inference_id: str, headers: Mapping[str, str]) -> S3Location:
+def _output(
+    config: AsyncInferenceConfig, inference_id: str, headers: Mapping[str, str]
+) -> S3Location:
     """`<S3OutputPath>[/<S3OutputPathExtension>]/<Filename or InferenceId.out>`."""
     place = config.OutputConfig.output
     extension = headers.get(protocol.OUTPUT_PATH_EXTENSION)
     if extension is not None:
-        if not _EXTENSION.match(extension) or any(s in ("", ".", "..") for s in extension.strip("/").split("/")):
-            raise ValidationError(f"{protocol.OUTPUT_PATH_EXTENSION} {extension!r} is not a relative S3 path")
+        if not _EXTENSION.match(extension) or any(
+            s in ("", ".", "..") for s in extension.strip("/").split("/")
+        ):
+            raise ValidationError(
+                f"{protocol.OUTPUT_PATH_EXTENSION} {extension!r} is not a relative S3 path"
+            )
         place = S3Location(place.bucket, place.folder + extension.strip("/"))
     filename = headers.get(protocol.OUTPUT_FILENAME)
     if filename is not None and not _FILENAME.match(filename):

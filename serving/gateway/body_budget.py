@@ -1,7 +1,9 @@
-"""What a gateway holds of request bodies before their senders are verified: one budget for all its connections.
+"""What a gateway holds of request bodies before their senders are verified: one budget for all its
+connections.
 
-A Signature V4 covers the body, so a signed request's body must be read before its sender is known; these bodies
-share one bound (`SERVING_PREAUTH_BODY_BUDGET_MB`), so that unauthenticated callers cannot fill the gateway's memory.
+A Signature V4 covers the body, so a signed request's body must be read before its sender is known;
+these bodies share one bound (`SERVING_PREAUTH_BODY_BUDGET_MB`), so that unauthenticated callers
+cannot fill the gateway's memory.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ __all__ = ["BodyBudget", "Hold"]
 
 
 class BodyBudget:
-    """Bytes of request bodies held before their sender is verified, across all of the gateway's connections.
+    """Bytes of request bodies held before their sender is verified, across all of the gateway's
+    connections.
 
     Only the server's event loop uses it, so plain arithmetic is enough.
     """
@@ -48,8 +51,9 @@ class Hold:
             return
         budget = self.budget
         if budget.held + extra > budget.limit:
-            # Refused at once rather than queued: the caller's SDK backs off and retries (botocore treats
-            # ThrottlingException as throttling), and no connection waits here holding a partial body.
+            # Refused at once rather than queued: the caller's SDK backs off and retries (botocore
+            # treats ThrottlingException as throttling), and no connection waits here holding a
+            # partial body.
             raise ThrottlingError(
                 f"the gateway is already receiving as many signed request bodies as it holds before verifying "
                 f"their signatures ({budget.limit} bytes, SERVING_PREAUTH_BODY_BUDGET_MB); retry shortly"

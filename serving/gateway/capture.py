@@ -1,13 +1,15 @@
-"""Data capture: a sampled share of an endpoint's invocations, written in SageMaker's capture record format.
+"""Data capture: a sampled share of an endpoint's invocations, written in SageMaker's capture record
+format.
 
-Off the caller's path: an invocation that is sampled hands its request and answer (references, no copy) to a
-bounded queue and returns; a task of the gateway has them made into JSON lines and written on a thread, grouped by
-destination, endpoint, variant and hour, one file (or S3 object) per flush, under
-`<destination>/<endpoint>/<variant>/yyyy/mm/dd/hh/MM-SS-mmm-<uuid>.jsonl`, as SageMaker names them. A full queue,
-a full disk or an unreachable bucket costs records, never an answer: each is counted
-(`serving_data_capture_records_total{outcome}`) and logged. What is lost when the gateway dies: the records not
-yet written (at most `FLUSH_S` of them, and whatever the queue held). A local destination's files are 0600 and the
-folders made for them 0700: callers' requests and answers, for this user only. docs/spec.md, "DataCaptureConfig".
+Off the caller's path: an invocation that is sampled hands its request and answer (references, no
+copy) to a bounded queue and returns; a task of the gateway has them made into JSON lines and
+written on a thread, grouped by destination, endpoint, variant and hour, one file (or S3 object) per
+flush, under `<destination>/<endpoint>/<variant>/yyyy/mm/dd/hh/MM-SS-mmm-<uuid>.jsonl`, as SageMaker
+names them. A full queue, a full disk or an unreachable bucket costs records, never an answer: each
+is counted (`serving_data_capture_records_total{outcome}`) and logged. What is lost when the gateway
+dies: the records not yet written (at most `FLUSH_S` of them, and whatever the queue held). A local
+destination's files are 0600 and the folders made for them 0700: callers' requests and answers, for
+this user only. docs/spec.md, "DataCaptureConfig".
 """
 
 from __future__ import annotations
@@ -41,8 +43,10 @@ logger = logging.getLogger("serving.capture")
 
 FLUSH_S = 1.0  # how long a record waits for others to share its file
 MAX_BATCH = 1000  # records per file at most
-QUEUE_BYTES = 64 << 20  # request and answer bytes waiting to be written, at most; past it records are dropped
-CLOSE_GRACE_S = 10.0  # a stopping gateway writes what the queue holds within this, else leaves the rest unwritten
+# request and answer bytes waiting to be written, at most; past it records are dropped
+QUEUE_BYTES = 64 << 20
+# a stopping gateway writes what the queue holds within this, else leaves the rest unwritten
+CLOSE_GRACE_S = 10.0
 
 CAPTURED = Counter(
     "serving_data_capture_records",
@@ -57,11 +61,20 @@ def _media_type(content_type: str | None) -> str:
     return (content_type or "").split(";", 1)[0].strip().lower()
 
 
-def _part(config: DataCaptureConfig, mode: str, body: bytes, content_type: str | None) -> dict[str, str]:
-    """One side of a record: text for the CSV and JSON types the config names (when it is UTF-8), else base64."""
+def _part(
+    config: DataCaptureConfig, mode: str, body: bytes, content_type: str | None
+) -> dict[str, str]:
+    """One side of a record: text for the CSV and JSON types the config names (when it is UTF-8),
+    else base64."""
     kind = _media_type(content_type)
     headers = config.CaptureContentTypeHeader
-    encoding = "CSV" if kind in headers.CsvContentTypes else "JSON" if kind in headers.JsonContentTypes else "BASE64"
+    encoding = (
+        "CSV"
+        if kind in headers.CsvContentTypes
+        else "JSON"
+        if kind in headers.JsonContentTypes
+        else "BASE64"
+    )
     if encoding != "BASE64":
         try:
             data = bytes(body).decode("utf-8")
@@ -69,7 +82,12 @@ def _part(config: DataCaptureConfig, mode: str, body: bytes, content_type: str |
             encoding = "BASE64"
     if encoding == "BASE64":
         data = base64.b64encode(body).decode("ascii")
-    return {"observedContentType": content_type or "", "mode": mode, "data": data, "encoding": encoding}
+    return {
+        "observedContentType": content_type or "",
+        "mode": mode,
+        "data": data,
+        "encoding": encoding,
+    }
 
 
 def record(
@@ -93,7 +111,10 @@ def record(
     }
     if inference_id is not None:
         metadata["inferenceId"] = inference_id
-    return json.dumps({"captureData": captured, "eventMetadata": metadata, "eventVersion": "0"}, separators=(",", ":"))
+    return json.dumps(
+        {"captureData": captured, "eventMetadata": metadata, "eventVersion": "0"},
+        separators=(",", ":"),
+    )
 
 
 @dataclass
@@ -125,8 +146,8 @@ class CaptureWriter:
         draw: Callable[[], float] = random.random,
         queue_bytes: int = QUEUE_BYTES,
     ) -> None:
-        """`after`: the gateway's after-the-answer runner, which runs the writing task (one at a time) and, at
-        close, the last write of what is queued (within CLOSE_GRACE_S)."""
+        """`after`: the gateway's after-the-answer runner, which runs the writing task (one at a
+        time) and, at close, the last write of what is queued (within CLOSE_GRACE_S)."""
         self.after = after
         after.register(self.KIND, 1, grace_s=CLOSE_GRACE_S, closer=self.flush)
         self._clients = Clients(s3_client)
@@ -202,12 +223,19 @@ class CaptureWriter:
         for (destination, _, _, endpoint, variant, hour), items in groups.items():
             for start in range(0, len(items), MAX_BATCH):
                 batch = items[start : start + MAX_BATCH]
-                await self._write(batch, f"{endpoint}/{variant}/{hour}", endpoint, variant, destination)
+                await self._write(
+                    batch, f"{endpoint}/{variant}/{hour}", endpoint, variant, destination
+                )
 
-    async def _write(self, batch: list[_Pending], folder: str, endpoint: str, variant: str, destination: str) -> None:
-        try:  # on a thread: a second's records made into JSON lines on the event loop would stall every request
+    async def _write(
+        self, batch: list[_Pending], folder: str, endpoint: str, variant: str, destination: str
+    ) -> None:
+        # on a thread: a second's records made into JSON lines on the event loop would stall every
+        # request
+        try:
             await asyncio.to_thread(self._write_now, batch, folder)
-        except Exception as error:  # a full disk, a refused or unreachable bucket: the records are lost, counted
+        # a full disk, a refused or unreachable bucket: the records are lost, counted
+        except Exception as error:
             CAPTURED.labels(endpoint, variant, "failed").inc(len(batch))
             logger.error(
                 "data capture of %s/%s: %d records not written to %s: %s",
@@ -222,7 +250,8 @@ class CaptureWriter:
 
     def _write_now(self, batch: list[_Pending], folder: str) -> None:
         lines = "".join(
-            record(i.config, i.body, i.content_type, i.answer, i.answer_type, i.inference_id, i.at) + "\n"
+            record(i.config, i.body, i.content_type, i.answer, i.answer_type, i.inference_id, i.at)
+            + "\n"
             for i in batch
         ).encode()
         first = datetime.fromtimestamp(batch[0].at, UTC)
@@ -236,15 +265,24 @@ class CaptureWriter:
     def _put(self, config: DataCaptureConfig, key: str, lines: bytes) -> None:
         client = self._clients(config.S3EndpointUrl)
         location = parse_s3_uri(config.DestinationS3Uri)
-        extra = {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": config.KmsKeyId} if config.KmsKeyId else {}
+        extra = (
+            {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": config.KmsKeyId}
+            if config.KmsKeyId
+            else {}
+        )
         client.put_object(
-            Bucket=location.bucket, Key=f"{location.folder}{key}", Body=lines, ContentType="application/jsonl", **extra
+            Bucket=location.bucket,
+            Key=f"{location.folder}{key}",
+            Body=lines,
+            ContentType="application/jsonl",
+            **extra,
         )
 
 
 def _write_file(folder: Path, name: str, lines: bytes) -> None:
-    """Write a whole file under a temporary name, then rename it: a reader never sees half a file. Callers' requests
-    and answers: readable by this user only (0600, in folders made 0700), whatever the gateway's umask."""
+    """Write a whole file under a temporary name, then rename it: a reader never sees half a file.
+    Callers' requests and answers: readable by this user only (0600, in folders made 0700), whatever
+    the gateway's umask."""
     _make_folders(folder)
     temporary = folder / f".{name}.part"
     try:
@@ -260,8 +298,8 @@ def _write_file(folder: Path, name: str, lines: bytes) -> None:
 
 
 def _make_folders(folder: Path) -> None:
-    """`folder` with its missing parents, each one made here 0700 (mkdir's mode is masked by the umask); folders that
-    exist (the destination the operator made) are left as they are."""
+    """`folder` with its missing parents, each one made here 0700 (mkdir's mode is masked by the
+    umask); folders that exist (the destination the operator made) are left as they are."""
     missing = []
     while not folder.is_dir():
         missing.append(folder)
@@ -269,7 +307,8 @@ def _make_folders(folder: Path) -> None:
     for path in reversed(missing):
         try:
             os.mkdir(path, 0o700)
-        except FileExistsError:  # another gateway of this node made it, 0700 too (or a file is in the way: the next
+        # another gateway of this node made it, 0700 too (or a file is in the way: the next
+        except FileExistsError:
             continue  # mkdir, or the file's open, fails and the records are counted as failed)
         descriptor = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:

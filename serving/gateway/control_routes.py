@@ -1,9 +1,10 @@
-"""Live changes over HTTP: `PUT /endpoints/{name}` (create or update from a spec), `DELETE /endpoints/{name}`.
+"""Live changes over HTTP: `PUT /endpoints/{name}` (create or update from a spec), `DELETE
+/endpoints/{name}`.
 
-What `serving apply` and `serving delete` call when the server runs embedded (the Ray instance is the
-server's own, so nothing else can reach its control plane). Every call needs the server's control
-token (`Authorization: Bearer <token>`), whatever address the server binds: a spec chooses code to
-run and what its sandbox may read, so deploying one is the operator's power, not a caller's.
+What `serving apply` and `serving delete` call when the server runs embedded (the Ray instance is
+the server's own, so nothing else can reach its control plane). Every call needs the server's
+control token (`Authorization: Bearer <token>`), whatever address the server binds: a spec chooses
+code to run and what its sandbox may read, so deploying one is the operator's power, not a caller's.
 `serving up` writes the token to a file only its user can read (`control_token_file`). No Ray here:
 the gateway passes in what applies and deletes. Errors are raised; the app's handler answers them
 (`serving.http.responses`).
@@ -38,7 +39,8 @@ MAX_SPEC_BYTES = 1_000_000
 
 
 def control_token_file(port: int) -> Path:
-    """Where `serving up` leaves the control token of the server on `port` (mode 0600, in a 0700 folder)."""
+    """Where `serving up` leaves the control token of the server on `port` (mode 0600, in a 0700
+    folder)."""
     base = os.environ.get("SERVING_STATE_DIR") or os.path.join(os.path.expanduser("~"), ".serving")
     return Path(base) / f"control-token-{port}"
 
@@ -69,18 +71,26 @@ class ControlRoutes:
         try:
             document = json.loads(body)
             spec = parse_spec(document)
-        except ValueError as error:  # bad JSON, or a spec that does not validate (SpecError names the fields)
+        # bad JSON, or a spec that does not validate (SpecError names the fields)
+        except ValueError as error:
             kind = "spec" if isinstance(error, SpecError) else "JSON"
             raise ValidationError(f"invalid {kind}: {error}") from None
         if spec.EndpointName != name:
-            raise ValidationError(f"the spec's EndpointName {spec.EndpointName!r} is not {name!r} (the URL's)")
+            raise ValidationError(
+                f"the spec's EndpointName {spec.EndpointName!r} is not {name!r} (the URL's)"
+            )
         existed = self._describe(name) is not None
         try:
             generation = await asyncio.to_thread(self._apply, spec)
-        except SpecError as error:  # refused while planned (a model's code/requirements.txt: control.runtime_env)
+        # refused while planned (a model's code/requirements.txt: control.runtime_env)
+        except SpecError as error:
             raise ValidationError(f"invalid spec: {error}") from None
         return json_response(
-            {"EndpointName": name, "EndpointStatus": "Updating" if existed else "Creating", "Generation": generation}
+            {
+                "EndpointName": name,
+                "EndpointStatus": "Updating" if existed else "Creating",
+                "Generation": generation,
+            }
         )
 
     async def delete(self, request: Request) -> Response:
@@ -103,7 +113,9 @@ class ControlRoutes:
 
 async def _read(request: Request) -> bytes:
     declared = request.headers.get("content-length")
-    return bytes(await read_bounded(request.stream(), MAX_SPEC_BYTES, _too_large, declared=declared))
+    return bytes(
+        await read_bounded(request.stream(), MAX_SPEC_BYTES, _too_large, declared=declared)
+    )
 
 
 def _too_large(size: int | None) -> ValidationError:

@@ -1,12 +1,13 @@
 """One frame for every way into an invocation: its clock, its trace, its outcome and its count.
 
-InvokeEndpoint and its response stream, InvokeEndpointAsync (its admission and each run), the Open Inference
-Protocol over REST and gRPC, and a shadow variant's copy all run inside `invocation_frame`. The frame catches what
-the work raises and makes it one outcome: a `ServingError` as it is, a caller who left (counted as such, never as a
-failure), anything else a bug of ours (logged, and `InternalFailure`). Then it counts the invocation once
-(`metrics.invocations`), unless the answer is a stream, whose end counts it (`Frame.defer`). Each transport only
-turns the outcome into its own wire: a response, a gRPC status, a failure object in S3. A change to how a request
-is timed, counted or mapped to an error is made here, for all of them.
+InvokeEndpoint and its response stream, InvokeEndpointAsync (its admission and each run), the Open
+Inference Protocol over REST and gRPC, and a shadow variant's copy all run inside
+`invocation_frame`. The frame catches what the work raises and makes it one outcome: a
+`ServingError` as it is, a caller who left (counted as such, never as a failure), anything else a
+bug of ours (logged, and `InternalFailure`). Then it counts the invocation once
+(`metrics.invocations`), unless the answer is a stream, whose end counts it (`Frame.defer`). Each
+transport only turns the outcome into its own wire: a response, a gRPC status, a failure object in
+S3. A change to how a request is timed, counted or mapped to an error is made here, for all of them.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ class Frame:
             record_invocation(self.trace, status, time.perf_counter() - self.started)
 
     def defer(self) -> Callable[[int], None]:
-        """Leave the count to whoever ends the answer (a stream, when it ends however it ends): `count`."""
+        """Leave the count to whoever ends the answer (a stream, when it ends however it ends):
+        `count`."""
         self._deferred = True
         return self.count
 
@@ -59,20 +61,23 @@ async def invocation_frame(
     aborts: tuple[type[BaseException], ...] = (),
     reraise_abort: bool = False,
 ) -> AsyncIterator[Frame]:
-    """Run an invocation's work in its frame: `aborts` are the exceptions that mean the caller left (re-raised with
-    `reraise_abort`, as a cancelled gRPC call must be); `where` names the failing part in an internal failure."""
+    """Run an invocation's work in its frame: `aborts` are the exceptions that mean the caller left
+    (re-raised with `reraise_abort`, as a cancelled gRPC call must be); `where` names the failing
+    part in an internal failure."""
     frame = Frame(trace)
     try:
         yield frame
-    except aborts:  # the caller's doing, not a failure of ours: counted as an abort, never as an invocation
+    # the caller's doing, not a failure of ours: counted as an abort, never as an invocation
+    except aborts:
         record_client_abort(trace)
         frame.aborted = True
         if reraise_abort:
             raise
         return
     except ServingError as error:
-        # Kept without its traceback: that would hold the failed work's frames (a request body among their locals)
-        # in a cycle through this frame, for the garbage collector to find, long after the answer was sent.
+        # Kept without its traceback: that would hold the failed work's frames (a request body among
+        # their locals) in a cycle through this frame, for the garbage collector to find, long after
+        # the answer was sent.
         error.__traceback__ = error.__context__ = error.__cause__ = None
         frame.error = error
     except Exception:  # a bug of ours: said in the documented shape, and the server keeps serving

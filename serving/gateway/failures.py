@@ -1,14 +1,22 @@
-"""What a caller is told when a container fails an invocation: SageMaker's shapes for a container's answers.
+"""What a caller is told when a container fails an invocation: SageMaker's shapes for a container's
+answers.
 
-SageMaker reports every non-2xx answer of a model container as `ModelError` 424 with the container's status
-(`OriginalStatusCode`), its message (`OriginalMessage`) and where its logs are (`LogStreamArn`); only the
-platform's own refusals keep their code (a MultiModel TargetModel that does not exist is a `ValidationError`).
-A container marks those with a header (`protocol.PLATFORM_ERROR`), so no code a model raises passes for them.
+SageMaker reports every non-2xx answer of a model container as `ModelError` 424 with the container's
+status (`OriginalStatusCode`), its message (`OriginalMessage`) and where its logs are
+(`LogStreamArn`); only the platform's own refusals keep their code (a MultiModel TargetModel that
+does not exist is a `ValidationError`). A container marks those with a header
+(`protocol.PLATFORM_ERROR`), so no code a model raises passes for them.
 """
 
 from __future__ import annotations
 
-from serving.errors import PASS_THROUGH_CODES, ModelError, ServingError, error_from_wire, message_from_wire
+from serving.errors import (
+    PASS_THROUGH_CODES,
+    ModelError,
+    ServingError,
+    error_from_wire,
+    message_from_wire,
+)
 from serving.gateway.transport import HopResponse
 
 
@@ -18,7 +26,8 @@ def timed_out(container: str, timeout: float) -> ModelError:
         container=container,
         original_status=408,
         original_message="invocation timeout",
-        counted_as=504,  # the model never answered: the server's failure (5XX), never the caller's (4XX)
+        # the model never answered: the server's failure (5XX), never the caller's (4XX)
+        counted_as=504,
     )
 
 
@@ -29,10 +38,14 @@ def container_failure(
     length: int,
     response: HopResponse,
 ) -> ServingError:
-    """What the caller is told of a container's error answer: the platform's own refusals (marked by the container,
-    never by a code a model could raise) as they are, everything else as SageMaker reports it: ModelError 424 with
-    the container's status and message, and where its logs are."""
-    where = f"container {container}" if length == 1 else f"container {container} (position {position} of {length})"
+    """What the caller is told of a container's error answer: the platform's own refusals (marked by
+    the container, never by a code a model could raise) as they are, everything else as SageMaker
+    reports it: ModelError 424 with the container's status and message, and where its logs are."""
+    where = (
+        f"container {container}"
+        if length == 1
+        else f"container {container} (position {position} of {length})"
+    )
     if response.platform:
         reported = error_from_wire(response.body)
         if reported is not None and reported.code in PASS_THROUGH_CODES:

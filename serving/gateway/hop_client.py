@@ -1,18 +1,21 @@
-"""The gateway's HTTP/1.1 client for plain (unstreamed) hops: pooled keep-alive connections, httptools' parser.
+"""The gateway's HTTP/1.1 client for plain (unstreamed) hops: pooled keep-alive connections,
+httptools' parser.
 
-Why not aiohttp, which streams still use (`transport.HopStream`): it cost several times the client CPU per hop
-(commit 9360810 has the measurement). A hop is the one request shape the gateway sends: `POST`, a body of known
-length, an answer read whole. So this client does only that.
-A replica on the gateway's own machine is reached through the Unix socket beside its data port, where the
+Why not aiohttp, which streams still use (`transport.HopStream`): it cost several times the client
+CPU per hop (commit 9360810 has the measurement). A hop is the one request shape the gateway sends:
+`POST`, a body of known length, an answer read whole. So this client does only that. A replica on
+the gateway's own machine is reached through the Unix socket beside its data port, where the
 gateway's settings allow it (`hop_unix_socket`) and the socket is there (`http.local_socket`).
 
 What a caller can tell apart (the transport's retry rules, docs/reliability.md):
 - `HopRefused`: no connection could be made (the replica is gone);
-- `HopLost(answered=False)`: the connection closed or reset before any byte of an answer (safe to retry);
-- `HopLost(answered=True)`: it broke after the answer began, or the answer was not HTTP (never retried);
-- `TimeoutError`: past the caller's deadline (the connection is closed, never reused).
-Header values go out as the bytes they arrived as (latin-1, as Starlette decodes them), so what the container
-reads is what the gateway signed; a value with CR or LF is refused (`ValueError`), never sent.
+- `HopLost(answered=False)`: the connection closed or reset before any byte of an answer (safe to
+  retry);
+- `HopLost(answered=True)`: it broke after the answer began, or the answer was not HTTP (never
+  retried);
+- `TimeoutError`: past the caller's deadline (the connection is closed, never reused). Header values
+  go out as the bytes they arrived as (latin-1, as Starlette decodes them), so what the container
+  reads is what the gateway signed; a value with CR or LF is refused (`ValueError`), never sent.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ import httptools
 
 from serving.http import local_socket
 
-IDLE_S = 30.0  # an idle connection older than this is closed rather than reused (uvicorn closes at 75 s)
+# an idle connection older than this is closed rather than reused (uvicorn closes at 75 s)
+IDLE_S = 30.0
 MAX_IDLE = 256  # idle connections kept per replica; more are closed when they come back
 
 
@@ -37,7 +41,8 @@ class HopRefused(Exception):
 
 
 class HopLost(Exception):
-    """The connection broke (or the answer was not HTTP); `answered`: whether any byte of the answer had arrived."""
+    """The connection broke (or the answer was not HTTP); `answered`: whether any byte of the answer
+    had arrived."""
 
     def __init__(self, message: str, answered: bool) -> None:
         super().__init__(message)
@@ -69,7 +74,8 @@ class _Connection(asyncio.Protocol):
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not an asyncio.Transport subclass
+        # uvloop's is not an asyncio.Transport subclass
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         self._answered = True
@@ -146,11 +152,12 @@ def _head(authority: str, path: str, headers: Mapping[str, str], length: int) ->
 
 
 class HopClient:
-    """Keep-alive connections per replica (host, port), reused one request at a time; no limit on how many:
-    the transport bounds requests in flight per replica.
+    """Keep-alive connections per replica (host, port), reused one request at a time; no limit on
+    how many: the transport bounds requests in flight per replica.
 
     `unix_sockets`: reach a replica on this machine through the Unix socket beside its data port
-    (`http.local_socket`) when there is one; TCP otherwise, and for good once its Unix socket refuses."""
+    (`http.local_socket`) when there is one; TCP otherwise, and for good once its Unix socket
+    refuses."""
 
     def __init__(self, unix_sockets: bool = False) -> None:
         self._idle: dict[tuple[str, int], deque[_Connection]] = {}
@@ -159,7 +166,13 @@ class HopClient:
         self._unix_paths: dict[tuple[str, int], str | None] = {}  # None: TCP for this replica
 
     async def post(
-        self, host: str, port: int, path: str, body: bytes, headers: Mapping[str, str], timeout: float
+        self,
+        host: str,
+        port: int,
+        path: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        timeout: float,
     ) -> HopAnswer:
         """POST `body` and read the whole answer, all within `timeout` seconds."""
         authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -190,7 +203,8 @@ class HopClient:
             try:
                 _, unix = await loop.create_unix_connection(_Connection, path)
                 return unix
-            except OSError:  # none there (another node), or left by a replica that died: TCP decides
+            # none there (another node), or left by a replica that died: TCP decides
+            except OSError:
                 self._unix_paths[(host, port)] = None
         try:
             _, protocol = await loop.create_connection(_Connection, host, port)

@@ -41,7 +41,11 @@ MAX_HOMES = 100_000  # remembered (container, model) -> replica pairs, least rec
 
 
 def choose(
-    replicas: list[Replica], turn: int, home: str | None = None, avoid: Replica | None = None, local_first: bool = False
+    replicas: list[Replica],
+    turn: int,
+    home: str | None = None,
+    avoid: Replica | None = None,
+    local_first: bool = False,
 ) -> Replica:
     """The replica for the next hop; `turn` rotates the start, so that ties spread evenly."""
     start = turn % len(replicas)

@@ -1,9 +1,10 @@
-"""The data plane's HTTP edge: a thin adapter from Starlette to the invocation pipeline (`invocation`).
+"""The data plane's HTTP edge: a thin adapter from Starlette to the invocation pipeline
+(`invocation`).
 
-It turns a request into an `InvocationRequest`, the pipeline's result or error into a response (errors
-through `serving.http.responses.error_response`, the function every server app's handler uses), counts
-each answer (`metrics.invocations`), and closes the connection of a request refused before its body
-was read. The steps themselves live in the pipeline, which knows no web framework.
+It turns a request into an `InvocationRequest`, the pipeline's result or error into a response
+(errors through `serving.http.responses.error_response`, the function every server app's handler
+uses), counts each answer (`metrics.invocations`), and closes the connection of a request refused
+before its body was read. The steps themselves live in the pipeline, which knows no web framework.
 """
 
 from __future__ import annotations
@@ -42,8 +43,9 @@ class Router:
         self.async_invocations = AsyncInvocations(
             settings, self.invocations, raw_request, after=self.invocations.after_answer
         )
-        # Request bodies are the gateway's large allocations: without this, the memory of a burst of them
-        # stays with the process after they are freed (measured: up to 62 MiB after a 64 MB burst, varying run to run).
+        # Request bodies are the gateway's large allocations: without this, the memory of a burst of
+        # them stays with the process after they are freed (measured: up to 62 MiB after a 64 MB
+        # burst, varying run to run).
         keep_large_blocks_in_mmap()
 
     @property
@@ -63,12 +65,17 @@ class Router:
         self.invocations.loaded = value
 
     def hot_route(self) -> Route:
-        """InvokeEndpoint's route: the app serves it ahead of its middleware stack (`http.hot_path`)."""
+        """InvokeEndpoint's route: the app serves it ahead of its middleware stack
+        (`http.hot_path`)."""
         return Route("/endpoints/{name}/invocations", self.invoke, methods=["POST"])
 
     def routes(self) -> list[Route]:
         return [
-            Route("/endpoints/{name}/invocations-response-stream", self.invoke_stream, methods=["POST"]),
+            Route(
+                "/endpoints/{name}/invocations-response-stream",
+                self.invoke_stream,
+                methods=["POST"],
+            ),
             *self.async_invocations.routes(),
         ]
 
@@ -76,35 +83,48 @@ class Router:
         return await self._answer(request, stream=False)
 
     async def invoke_stream(self, request: Request) -> Response:
-        """InvokeEndpointWithResponseStream: the same pipeline; errors before the first part are answered as
-        InvokeEndpoint's, later ones as an error event that ends the stream (`gateway.streaming`)."""
+        """InvokeEndpointWithResponseStream: the same pipeline; errors before the first part are
+        answered as InvokeEndpoint's, later ones as an error event that ends the stream
+        (`gateway.streaming`)."""
         return await self._answer(request, stream=True)
 
     async def _answer(self, request: Request, stream: bool) -> Response:
         trace = InvocationTrace()
         invocation = InvocationRequest(
-            request.path_params["name"], request.headers, request.stream, lambda: raw_request(request)
+            request.path_params["name"],
+            request.headers,
+            request.stream,
+            lambda: raw_request(request),
         )
         response: Response | None = None
         async with invocation_frame(trace, "the endpoint router", (ClientDisconnect,)) as frame:
             result = await self.invocations.invoke(invocation, trace, stream=stream)
             if result.chunks is not None:
                 return _streamed(result, trace, frame.defer())
-            # The container's Content-Type exactly as it set it (media_type= would add "; charset=utf-8" to text/*).
-            response = Response(result.body, headers={**result.headers, "content-type": result.content_type})
-        if frame.aborted:  # the client left (or was cut off) mid-body: its doing, not a failure of ours
-            return Response(status_code=499)  # nginx's "client closed request"; nobody is there to read it
+            # The container's Content-Type exactly as it set it (media_type= would add ";
+            # charset=utf-8" to text/*).
+            response = Response(
+                result.body, headers={**result.headers, "content-type": result.content_type}
+            )
+        # the client left (or was cut off) mid-body: its doing, not a failure of ours
+        if frame.aborted:
+            # nginx's "client closed request"; nobody is there to read it
+            return Response(status_code=499)
         if frame.error is not None:
             response = error_response(frame.error)
         assert response is not None
         if not trace.body_read:
-            # Refused before its body was read: close rather than read (and drop) what anyone may send.
+            # Refused before its body was read: close rather than read (and drop) what anyone may
+            # send.
             response.headers["connection"] = "close"
         return response
 
 
-def _streamed(result: InvocationResult, trace: InvocationTrace, count: Callable[[int], None]) -> Response:
-    """The event-stream response; the invocation is counted once (`count`), when the stream ends however it ends."""
+def _streamed(
+    result: InvocationResult, trace: InvocationTrace, count: Callable[[int], None]
+) -> Response:
+    """The event-stream response; the invocation is counted once (`count`), when the stream ends
+    however it ends."""
     hop = result.chunks
     assert hop is not None
     first_part = time.perf_counter()
@@ -140,6 +160,8 @@ def raw_request(request: Request) -> RawRequest:
         method=request.method,
         path=raw_path.decode("latin-1").split("?", 1)[0],
         query=scope.get("query_string", b"").decode("latin-1"),
-        headers=tuple((key.decode("latin-1"), value.decode("latin-1")) for key, value in request.headers.raw),
+        headers=tuple(
+            (key.decode("latin-1"), value.decode("latin-1")) for key, value in request.headers.raw
+        ),
         body=b"",
     )

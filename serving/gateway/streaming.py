@@ -1,15 +1,19 @@
-"""InvokeEndpointWithResponseStream's answer: the last container's event stream, relayed to the caller.
+"""InvokeEndpointWithResponseStream's answer: the last container's event stream, relayed to the
+caller.
 
-The container answers a streaming hop in SageMaker's own framing (`http.eventstream`): `PayloadPart` events, and
-a `ModelStreamError` event if its model raised after the first part. The relay parses whole messages with
-botocore's parser and re-encodes each (so a container that dies mid-message never leaves a torn message in the
-caller's stream), hands each on as it arrives, and ends the stream with one error event when something goes
-wrong after the first byte, when the status line can no longer say so:
+The container answers a streaming hop in SageMaker's own framing (`http.eventstream`): `PayloadPart`
+events, and a `ModelStreamError` event if its model raised after the first part. The relay parses
+whole messages with botocore's parser and re-encodes each (so a container that dies mid-message
+never leaves a torn message in the caller's stream), hands each on as it arrives, and ends the
+stream with one error event when something goes wrong after the first byte, when the status line can
+no longer say so:
 
 - the container's own `ModelStreamError`: passed on;
-- the stream outlasting `SERVING_STREAM_TIMEOUT_S`: `ModelStreamError` `ModelInvocationTimeExceeded`;
+- the stream outlasting `SERVING_STREAM_TIMEOUT_S`: `ModelStreamError`
+  `ModelInvocationTimeExceeded`;
 - the connection to the container breaking (its process died): `ModelStreamError` `StreamBroken`;
-- anything the container sends that is not one of those events, or a bug here: `InternalStreamFailure`.
+- anything the container sends that is not one of those events, or a bug here:
+  `InternalStreamFailure`.
 """
 
 from __future__ import annotations
@@ -26,12 +30,16 @@ from serving.http import eventstream
 
 logger = logging.getLogger("serving.router")
 
-# The status an invocation is counted with when its stream ended this way (the status line said 200).
+# The status an invocation is counted with when its stream ended this way (the status line said
+# 200).
 STREAMED, MODEL_FAILED, INTERNAL_FAILED = 200, 424, 500
 
 
-async def relay(hop: HopStream, container: str, finished: Callable[[int], None]) -> AsyncIterator[bytes]:
-    """The caller's event stream; `finished(status)` is called once when it ends (see the module's list)."""
+async def relay(
+    hop: HopStream, container: str, finished: Callable[[int], None]
+) -> AsyncIterator[bytes]:
+    """The caller's event stream; `finished(status)` is called once when it ends (see the module's
+    list)."""
     status = STREAMED
     try:
         buffer = EventStreamBuffer()
@@ -48,7 +56,9 @@ async def relay(hop: HopStream, container: str, finished: Callable[[int], None])
                     yield _model_error(container, message.payload)
                 else:
                     status = INTERNAL_FAILED
-                    yield eventstream.internal_stream_failure(f"container {container} sent an unexpected event")
+                    yield eventstream.internal_stream_failure(
+                        f"container {container} sent an unexpected event"
+                    )
                 return
     except TimeoutError:
         status = MODEL_FAILED
@@ -59,11 +69,14 @@ async def relay(hop: HopStream, container: str, finished: Callable[[int], None])
     except StreamBroken as error:
         status = MODEL_FAILED
         yield eventstream.model_stream_error(
-            protocol.STREAM_BROKEN_CODE, f"The connection to container {container} was closed or reset: {error}"
+            protocol.STREAM_BROKEN_CODE,
+            f"The connection to container {container} was closed or reset: {error}",
         )
     except ParserError:
         status = INTERNAL_FAILED
-        yield eventstream.internal_stream_failure(f"container {container} sent a malformed event stream")
+        yield eventstream.internal_stream_failure(
+            f"container {container} sent a malformed event stream"
+        )
     except Exception:  # a bug of ours: say so in the stream's documented shape
         logger.exception("response stream of container %s failed inside the router", container)
         status = INTERNAL_FAILED
@@ -82,4 +95,6 @@ def _model_error(container: str, payload: bytes) -> bytes:
     if not isinstance(document, dict):
         document = {}
     code = str(document.get(protocol.STREAM_ERROR_CODE) or protocol.ErrorCode.MODEL_ERROR)
-    return eventstream.model_stream_error(code, f"container {container}: {document.get('Message', '')}")
+    return eventstream.model_stream_error(
+        code, f"container {container}: {document.get('Message', '')}"
+    )

@@ -30,7 +30,14 @@ from serving.gateway.replica_choice import LOCAL_SLACK, ModelHomes, Replica, cho
 from serving.trust import hops
 
 # the answers and the replica are also importable from here, where they were first
-__all__ = ["LOCAL_SLACK", "ContainerTransport", "HopResponse", "HopStream", "Replica", "StreamBroken"]
+__all__ = [
+    "LOCAL_SLACK",
+    "ContainerTransport",
+    "HopResponse",
+    "HopStream",
+    "Replica",
+    "StreamBroken",
+]
 
 
 # What aiohttp would add to a request that lacks them (and what containers have always received
@@ -40,7 +47,10 @@ _DEFAULT_HEADERS = {"content-type": protocol.OCTET_STREAM, "accept": "*/*"}
 
 def _with_defaults(headers: Mapping[str, str]) -> dict[str, str]:
     present = {key.lower() for key in headers}
-    return {**{key: value for key, value in _DEFAULT_HEADERS.items() if key not in present}, **headers}
+    return {
+        **{key: value for key, value in _DEFAULT_HEADERS.items() if key not in present},
+        **headers,
+    }
 
 
 class ContainerTransport:
@@ -96,9 +106,12 @@ class ContainerTransport:
             self._no_retry = set(not_idempotent)
         current = {(key, r.url): r for key, replicas in self._replicas.items() for r in replicas}
         self._replicas = {
-            key: [current.get((key, url)) or self._replica(url) for url in sorted(urls)] for key, urls in table.items()
+            key: [current.get((key, url)) or self._replica(url) for url in sorted(urls)]
+            for key, urls in table.items()
         }
-        self._client.keep_only({replica.address for replicas in self._replicas.values() for replica in replicas})
+        self._client.keep_only(
+            {replica.address for replicas in self._replicas.values() for replica in replicas}
+        )
 
     def _replica(self, url: str) -> Replica:
         replica = Replica(url)
@@ -116,7 +129,9 @@ class ContainerTransport:
     def replica_urls(self, endpoint: str, container: str) -> tuple[str, ...]:
         return tuple(replica.url for replica in self._replicas.get((endpoint, container), ()))
 
-    def _pick(self, replicas: list[Replica], home: str | None = None, avoid: Replica | None = None) -> Replica:
+    def _pick(
+        self, replicas: list[Replica], home: str | None = None, avoid: Replica | None = None
+    ) -> Replica:
         return choose(replicas, next(self._turn), home, avoid, local_first=bool(self._local_hosts))
 
     def home_of(self, endpoint: str, container: str, model: str) -> str | None:
@@ -152,7 +167,13 @@ class ContainerTransport:
             headers[protocol.HOP_STREAM_HEADER] = "true"
         if self._hop_key is not None:
             headers.update(
-                hops.sign(self._hop_key(endpoint, container), "POST", protocol.INVOCATIONS_PATH, body, headers)
+                hops.sign(
+                    self._hop_key(endpoint, container),
+                    "POST",
+                    protocol.INVOCATIONS_PATH,
+                    body,
+                    headers,
+                )
             )
         retries_left = 0 if key in self._no_retry else 1
         broken: Replica | None = None
@@ -160,7 +181,9 @@ class ContainerTransport:
         deadline = loop.time() + timeout
         while self._replicas.get(key):
             replicas = self._replicas[key]
-            replica = self._pick(replicas, self._homes.get(home_key) if home_key and broken is None else None, broken)
+            replica = self._pick(
+                replicas, self._homes.get(home_key) if home_key and broken is None else None, broken
+            )
             limit = self._limits.get(key, self.default_limit)
             if replica.in_flight >= limit:
                 # Shed load here rather than queue without bound: the caller retries (429).
@@ -222,7 +245,9 @@ class ContainerTransport:
             finally:
                 if not held:
                     replica.in_flight -= 1
-        raise ModelNotReadyError(f"container {container} of endpoint {endpoint} has no ready replica; retry shortly")
+        raise ModelNotReadyError(
+            f"container {container} of endpoint {endpoint} has no ready replica; retry shortly"
+        )
 
     async def read(self, endpoint: str, container: str, path: str, timeout: float) -> HopResponse:
         """GET `path` on one replica of the container, signed as a hop (its model's signature, say);
@@ -234,7 +259,9 @@ class ContainerTransport:
             raise ModelNotReadyError(
                 f"container {container} of endpoint {endpoint} has no ready replica; retry shortly"
             )
-        return await self._signed(endpoint, container, self._pick(replicas), "GET", path, b"", timeout)
+        return await self._signed(
+            endpoint, container, self._pick(replicas), "GET", path, b"", timeout
+        )
 
     async def each(
         self, endpoint: str, container: str, method: str, path: str, body: bytes, timeout: float
@@ -247,18 +274,30 @@ class ContainerTransport:
             raise ModelNotReadyError(
                 f"container {container} of endpoint {endpoint} has no ready replica; retry shortly"
             )
-        calls = [self._signed(endpoint, container, replica, method, path, body, timeout) for replica in replicas]
+        calls = [
+            self._signed(endpoint, container, replica, method, path, body, timeout)
+            for replica in replicas
+        ]
         return list(await asyncio.gather(*calls))
 
     async def _signed(
-        self, endpoint: str, container: str, replica: Replica, method: str, path: str, body: bytes, timeout: float
+        self,
+        endpoint: str,
+        container: str,
+        replica: Replica,
+        method: str,
+        path: str,
+        body: bytes,
+        timeout: float,
     ) -> HopResponse:
         assert self._session is not None, "transport not started"
         headers = {"accept": protocol.JSON}  # sent as signed (aiohttp would add its own Accept)
         if body:
             headers["content-type"] = protocol.JSON
         if self._hop_key is not None:
-            headers.update(hops.sign(self._hop_key(endpoint, container), method, path, body, headers))
+            headers.update(
+                hops.sign(self._hop_key(endpoint, container), method, path, body, headers)
+            )
         try:
             async with self._session.request(
                 method,
@@ -268,13 +307,19 @@ class ContainerTransport:
                 timeout=aiohttp.ClientTimeout(total=timeout),
             ) as response:
                 answer = await response.read()
-                return HopResponse(response.status, answer, response.headers.get("content-type"), None)
+                return HopResponse(
+                    response.status, answer, response.headers.get("content-type"), None
+                )
         except aiohttp.ClientError as error:
             raise lost_connection(container, error) from None
 
-    async def _post(self, replica: Replica, body: bytes, headers: dict[str, str], timeout: float) -> HopResponse:
+    async def _post(
+        self, replica: Replica, body: bytes, headers: dict[str, str], timeout: float
+    ) -> HopResponse:
         host, port = replica.address
-        answer = await self._client.post(host, port, protocol.INVOCATIONS_PATH, body, headers, timeout)
+        answer = await self._client.post(
+            host, port, protocol.INVOCATIONS_PATH, body, headers, timeout
+        )
         got = answer.headers
         return HopResponse(
             status=answer.status,

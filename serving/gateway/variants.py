@@ -1,9 +1,9 @@
-"""Production variants of the endpoints the control-plane API creates: which variant runs an invocation, and which
-shadow variant gets a copy of it.
+"""Production variants of the endpoints the control-plane API creates: which variant runs an
+invocation, and which shadow variant gets a copy of it.
 
-An API endpoint (`Front`) has one or more variants, each served by an endpoint of its own; an invocation
-goes to the variant its `X-Amzn-SageMaker-Target-Variant` names, else to one drawn with probability
-weight / total weight, as SageMaker splits traffic by `CurrentWeight`.
+An API endpoint (`Front`) has one or more variants, each served by an endpoint of its own; an
+invocation goes to the variant its `X-Amzn-SageMaker-Target-Variant` names, else to one drawn with
+probability weight / total weight, as SageMaker splits traffic by `CurrentWeight`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ __all__ = ["Front", "ShadowRoute", "VariantRoute"]
 
 @dataclass(frozen=True)
 class VariantRoute:
-    """One production variant of an API endpoint: its name, the endpoint that serves it, its weight."""
+    """One production variant of an API endpoint: its name, the endpoint that serves it, its
+    weight."""
 
     name: str
     endpoint: str
@@ -29,7 +30,8 @@ class VariantRoute:
 
 @dataclass(frozen=True)
 class ShadowRoute:
-    """A shadow variant: a copy of `share` of the endpoint's invocations goes to the endpoint that serves it."""
+    """A shadow variant: a copy of `share` of the endpoint's invocations goes to the endpoint that
+    serves it."""
 
     name: str
     endpoint: str
@@ -38,22 +40,26 @@ class ShadowRoute:
 
 @dataclass(frozen=True)
 class Front:
-    """An endpoint created through the control-plane API: invocations are split over its variants by weight,
-    and a sample of them is copied to its shadow variants."""
+    """An endpoint created through the control-plane API: invocations are split over its variants by
+    weight, and a sample of them is copied to its shadow variants."""
 
     name: str
     variants: tuple[VariantRoute, ...]
     shadows: tuple[ShadowRoute, ...] = ()
 
     def shadow(self, draw: Callable[[], float] = random.random) -> ShadowRoute | None:
-        """The shadow variant this invocation is copied to, if it is sampled (SageMaker allows one)."""
+        """The shadow variant this invocation is copied to, if it is sampled (SageMaker allows
+        one)."""
         for shadow in self.shadows:
             if draw() < shadow.share:
                 return shadow
         return None
 
-    def pick(self, requested: str | None, draw: Callable[[], float] = random.random) -> VariantRoute:
-        """The variant `requested` (TargetVariant), else one drawn by weight; ValidationError if none can be."""
+    def pick(
+        self, requested: str | None, draw: Callable[[], float] = random.random
+    ) -> VariantRoute:
+        """The variant `requested` (TargetVariant), else one drawn by weight; ValidationError if
+        none can be."""
         if requested is not None:
             named = [variant for variant in self.variants if variant.name == requested]
             if not named:
@@ -61,7 +67,8 @@ class Front:
                 raise ValidationError(
                     f"{protocol.TARGET_VARIANT} {requested!r} names no variant of endpoint {self.name}; variants: {names}"
                 )
-            # While an update shifts traffic, a variant is served by two fleets: split by their weights.
+            # While an update shifts traffic, a variant is served by two fleets: split by their
+            # weights.
             return _weighted(named, draw) or named[0]
         chosen = _weighted(list(self.variants), draw)
         if chosen is None:
@@ -72,7 +79,8 @@ class Front:
 
 
 def _weighted(variants: list[VariantRoute], draw: Callable[[], float]) -> VariantRoute | None:
-    """One of `variants` drawn with probability weight / total weight (None if every weight is 0)."""
+    """One of `variants` drawn with probability weight / total weight (None if every weight is
+    0)."""
     total = sum(variant.weight for variant in variants)
     if total <= 0:
         return None

@@ -1,8 +1,10 @@
-"""The one reader of a request body within a limit, for every way in (invocations, Open Inference, the API, specs).
+"""The one reader of a request body within a limit, for every way in (invocations, Open Inference,
+the API, specs).
 
-A body is refused by its declared length before a byte of it is read, and as soon as what arrived passes the limit,
-so that it is never buffered beyond it; what is held before the sender is verified is charged to a hold as it
-arrives (`gateway.body_budget`). A limit fixed here holds for every route that reads a body.
+A body is refused by its declared length before a byte of it is read, and as soon as what arrived
+passes the limit, so that it is never buffered beyond it; what is held before the sender is verified
+is charged to a hold as it arrives (`gateway.body_budget`). A limit fixed here holds for every route
+that reads a body.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ __all__ = ["Growing", "read_bounded"]
 
 
 class Growing(Protocol):
-    """A share of a budget that grows with the body (`gateway.body_budget.Hold`); raises when it cannot."""
+    """A share of a budget that grows with the body (`gateway.body_budget.Hold`); raises when it
+    cannot."""
 
     def grow_to(self, size: int) -> None: ...
 
@@ -27,9 +30,10 @@ async def read_bounded(
     declared: str | None = None,
     hold: Growing | None = None,
 ) -> bytearray:
-    """The whole body in one bytearray (no list of chunks, no joined copy: a body costs its own size once), or
-    `too_large(size)` raised: with the declared size when `declared` (Content-Length) is over the limit, with None
-    when the body passes it as it arrives. Whatever the source raises (a client gone) passes through."""
+    """The whole body in one bytearray (no list of chunks, no joined copy: a body costs its own size
+    once), or `too_large(size)` raised: with the declared size when `declared` (Content-Length) is
+    over the limit, with None when the body passes it as it arrives. Whatever the source raises (a
+    client gone) passes through."""
     if declared is not None and declared.isdigit():
         size = int(declared)
         if size > limit:

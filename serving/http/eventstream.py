@@ -1,11 +1,13 @@
-"""AWS event-stream messages (`application/vnd.amazon.eventstream`), as InvokeEndpointWithResponseStream sends them.
+"""AWS event-stream messages (`application/vnd.amazon.eventstream`), as
+InvokeEndpointWithResponseStream sends them.
 
-botocore ships the parser (`botocore.eventstream.EventStreamBuffer`) but no encoder, and the maintained encoder
-(`awscrt`) is a native library whose Python API exposes it only inside its RPC client; the framing is small and
-documented, so it is written here. A message: a prelude (total length, headers length, CRC32 of those 8 bytes),
-the headers (name length, name, value type 7 = string, value length, value), the payload, and a CRC32 of all
-that precedes it, integers big-endian. Used both by a container answering a streaming hop and by the gateway
-answering the caller, so the hop carries SageMaker's own framing. No web framework here.
+botocore ships the parser (`botocore.eventstream.EventStreamBuffer`) but no encoder, and the
+maintained encoder (`awscrt`) is a native library whose Python API exposes it only inside its RPC
+client; the framing is small and documented, so it is written here. A message: a prelude (total
+length, headers length, CRC32 of those 8 bytes), the headers (name length, name, value type 7 =
+string, value length, value), the payload, and a CRC32 of all that precedes it, integers big-endian.
+Used both by a container answering a streaming hop and by the gateway answering the caller, so the
+hop carries SageMaker's own framing. No web framework here.
 """
 
 from __future__ import annotations
@@ -44,15 +46,23 @@ def encode_message(headers: Iterable[tuple[str, str]], payload: bytes) -> bytes:
 
 
 def payload_parts(data: bytes) -> list[bytes]:
-    """`PayloadPart` events carrying `data` (one, or several when it exceeds a message's payload limit)."""
-    headers = ((":event-type", STREAM_PAYLOAD_EVENT), (":content-type", OCTET_STREAM), (":message-type", "event"))
+    """`PayloadPart` events carrying `data` (one, or several when it exceeds a message's payload
+    limit)."""
+    headers = (
+        (":event-type", STREAM_PAYLOAD_EVENT),
+        (":content-type", OCTET_STREAM),
+        (":message-type", "event"),
+    )
     view = memoryview(data)
-    pieces = [view[at : at + MAX_PAYLOAD_LENGTH] for at in range(0, len(data), MAX_PAYLOAD_LENGTH)] or [view]
+    pieces = [
+        view[at : at + MAX_PAYLOAD_LENGTH] for at in range(0, len(data), MAX_PAYLOAD_LENGTH)
+    ] or [view]
     return [encode_message(headers, bytes(piece)) for piece in pieces]
 
 
 def model_stream_error(error_code: str, message: str) -> bytes:
-    """A `ModelStreamError` exception event: the model's stream failed after it began (botocore raises it)."""
+    """A `ModelStreamError` exception event: the model's stream failed after it began (botocore
+    raises it)."""
     return _exception(STREAM_MODEL_ERROR_EVENT, {"Message": message, STREAM_ERROR_CODE: error_code})
 
 

@@ -1,9 +1,11 @@
 """The invocation routes served without Starlette's middleware stack.
 
-Starlette's two exception middlewares, its route walk and the route's exception wrapper, each wrapping `send` again,
-cost CPU on every invocation, in the gateway and in each container (docs/benchmarks/bench_hot_path.md). `HotPath`
-hands an invocation route (InvokeEndpoint's, Open Inference's infer) straight to its handler and answers what it raises with the app's own exception handlers,
-so the answers are the app's own; every other request, and every other scope type, goes to the app unchanged.
+Starlette's two exception middlewares, its route walk and the route's exception wrapper, each
+wrapping `send` again, cost CPU on every invocation, in the gateway and in each container
+(docs/benchmarks/bench_hot_path.md). `HotPath` hands an invocation route (InvokeEndpoint's, Open
+Inference's infer) straight to its handler and answers what it raises with the app's own exception
+handlers, so the answers are the app's own; every other request, and every other scope type, goes to
+the app unchanged.
 """
 
 from __future__ import annotations
@@ -18,13 +20,17 @@ from starlette.types import Receive, Scope, Send
 
 
 class HotPath:
-    """ASGI app: `routes` served directly, anything else by `app` (whose first routes they must be, in this order).
+    """ASGI app: `routes` served directly, anything else by `app` (whose first routes they must be,
+    in this order).
 
-    Being first, a hot route is what the app would have chosen for every request taken here. What sending the
-    answer raises is left to the server, as Starlette would once the answer has started: the hot routes answer
-    with a plain `Response`, whose only failure is a connection gone, where no answer can arrive."""
+    Being first, a hot route is what the app would have chosen for every request taken here. What
+    sending the answer raises is left to the server, as Starlette would once the answer has started:
+    the hot routes answer with a plain `Response`, whose only failure is a connection gone, where no
+    answer can arrive."""
 
-    def __init__(self, app: Starlette, routes: Sequence[Route], handlers: Mapping[Any, Callable]) -> None:
+    def __init__(
+        self, app: Starlette, routes: Sequence[Route], handlers: Mapping[Any, Callable]
+    ) -> None:
         if list(app.routes[: len(routes)]) != list(routes):
             raise ValueError("the hot routes must be the app's first routes")
         self.app = app
@@ -52,7 +58,8 @@ class HotPath:
                 raise
             response = await handler(request, error)
             if self.handlers.get(Exception) is handler:
-                # As Starlette's ServerErrorMiddleware: answer, then raise, so that the server logs the bug.
+                # As Starlette's ServerErrorMiddleware: answer, then raise, so that the server logs
+                # the bug.
                 await response(scope, receive, send)
                 raise
         await response(scope, receive, send)

@@ -1,8 +1,9 @@
 """The defaults of the HTTP servers' per-client limits, in one place for both readers.
 
-`ServerSettings` documents and validates them (the gateway's server); `HttpLimits` uses them as they are in
-every container process, which serves a data port but has no settings: importing `serving.settings` there would
-load pydantic-settings for nothing, at every container process's start (docs/benchmarks/bench_idle.md).
+`ServerSettings` documents and validates them (the gateway's server); `HttpLimits` uses them as they
+are in every container process, which serves a data port but has no settings: importing
+`serving.settings` there would load pydantic-settings for nothing, at every container process's
+start (docs/benchmarks/bench_idle.md).
 """
 
 MAX_CONNECTIONS = 1024

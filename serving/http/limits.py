@@ -1,9 +1,11 @@
-"""What one HTTP client may cost the server before an app sees its request: connections, heads, slow reads.
+"""What one HTTP client may cost the server before an app sees its request: connections, heads, slow
+reads.
 
-uvicorn's httptools protocol, which BackgroundServer runs, bounds none of these (no header size or count limit, no
-timeout for a request's head or body, no cap on connections that never complete their headers), and no option of
-uvicorn, httptools or uvloop adds them, so `LimitedHttpToolsProtocol` does, inside uvicorn's own protocol object.
-The limits, their settings and defaults: docs/api.md and docs/security.md.
+uvicorn's httptools protocol, which BackgroundServer runs, bounds none of these (no header size or
+count limit, no timeout for a request's head or body, no cap on connections that never complete
+their headers), and no option of uvicorn, httptools or uvloop adds them, so
+`LimitedHttpToolsProtocol` does, inside uvicorn's own protocol object. The limits, their settings
+and defaults: docs/api.md and docs/security.md.
 """
 
 from __future__ import annotations
@@ -40,8 +42,9 @@ class HttpLimits:
 
     @classmethod
     def from_settings(cls, settings: Any) -> HttpLimits:
-        """The limits named as this class's fields, from any object with those attributes (the ServerSettings: not
-        imported here, so a container process serves with the defaults without loading pydantic's settings)."""
+        """The limits named as this class's fields, from any object with those attributes (the
+        ServerSettings: not imported here, so a container process serves with the defaults without
+        loading pydantic's settings)."""
         return cls(**{f.name: getattr(settings, f.name) for f in fields(cls)})
 
     def protocol(self) -> type[asyncio.Protocol]:
@@ -52,18 +55,20 @@ class HttpLimits:
 class LimitedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with the limits of `limits`:
 
-    - a connection over `max_connections` is closed as soon as it is accepted (there is no request to answer yet);
-    - a head (request line and headers) over `max_header_bytes` or `max_header_count` is answered 431 and the
-      connection closed, without waiting for (or keeping) the rest of it;
-    - a head not complete `header_timeout_s` after its first byte (after the connection opened, for the first
-      request) is answered 408, or with no byte of it received the connection is just closed;
-    - a body that pauses longer than `body_idle_timeout_s`, or is not complete `body_timeout_s` after its
-      headers, is answered 408 unless a response has started, and the connection closed: the app sees a
-      disconnect.
+    - a connection over `max_connections` is closed as soon as it is accepted (there is no request
+      to answer yet);
+    - a head (request line and headers) over `max_header_bytes` or `max_header_count` is answered
+      431 and the connection closed, without waiting for (or keeping) the rest of it;
+    - a head not complete `header_timeout_s` after its first byte (after the connection opened, for
+      the first request) is answered 408, or with no byte of it received the connection is just
+      closed;
+    - a body that pauses longer than `body_idle_timeout_s`, or is not complete `body_timeout_s`
+      after its headers, is answered 408 unless a response has started, and the connection closed:
+      the app sees a disconnect.
 
-    Answers are in the documented error shape (`serving.errors.wire_error`). Between requests, a keep-alive
-    connection is governed by uvicorn's `timeout_keep_alive`. Timers exist only while a request spans more than
-    one read, so requests that arrive whole cost none."""
+    Answers are in the documented error shape (`serving.errors.wire_error`). Between requests, a
+    keep-alive connection is governed by uvicorn's `timeout_keep_alive`. Timers exist only while a
+    request spans more than one read, so requests that arrive whole cost none."""
 
     limits = HttpLimits()
 
@@ -71,7 +76,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         super().__init__(*args, **kwargs)
         self._done = False  # closed by a limit: whatever still arrives is ignored
         self._over_capacity = False  # closed on arrival; uvicorn never saw the connection
-        self._in_head = True  # until the end of a request's headers (then again once its body is complete)
+        # until the end of a request's headers (then again once its body is complete)
+        self._in_head = True
         self._in_body = False  # from the end of its headers to the end of its body
         self._head_started = False  # a byte of the next request has been parsed
         self._head_received = 0  # bytes received while in the head
@@ -80,7 +86,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._body_timer: asyncio.TimerHandle | None = None
         self._body_started = self._body_seen = 0.0
 
-    # --- connections -------------------------------------------------------------------------------
+    # --- connections ------------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         cap = self.limits.max_connections
@@ -107,10 +113,13 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if self._done:
             return
         if self._in_head and (self._head_received or self._head_started):
-            if self._head_received > self.limits.max_header_bytes:  # no end of the head yet, and already too long
+            # no end of the head yet, and already too long
+            if self._head_received > self.limits.max_header_bytes:
                 self._refuse(self._too_large())
             elif self._head_timer is None:
-                self._head_timer = self.loop.call_later(self.limits.header_timeout_s, self._head_timed_out)
+                self._head_timer = self.loop.call_later(
+                    self.limits.header_timeout_s, self._head_timed_out
+                )
         elif self._in_body and self._body_timer is None:
             self._body_started = self._body_seen = self.loop.time()
             self._body_timer = self.loop.call_later(
@@ -118,10 +127,11 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             )
 
     def send_400_response(self, msg: str) -> None:
-        if not self._done:  # after a refusal the parser may still fail on what follows: it has been answered
+        # after a refusal the parser may still fail on what follows: it has been answered
+        if not self._done:
             super().send_400_response(msg)
 
-    # --- parser callbacks -----------------------------------------------------------------------------
+    # --- parser callbacks -------------------------------------------------------------------------
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -158,7 +168,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             return
         earlier = self.cycle
         super().on_headers_complete()
-        if self.cycle is not earlier:  # a new request: its response's head goes out with its body (http.one_write)
+        # a new request: its response's head goes out with its body (http.one_write)
+        if self.cycle is not earlier:
             self.cycle.transport = HeldHeadTransport(self.transport, self.loop)  # type: ignore[assignment]
 
     def on_body(self, body: bytes) -> None:
@@ -173,7 +184,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if not self._done:
             super().on_message_complete()
 
-    # --- timers and refusals ------------------------------------------------------------------------------
+    # --- timers and refusals ----------------------------------------------------------------------
 
     def _head_timed_out(self) -> None:
         self._head_timer = None
@@ -194,7 +205,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if self._done or not self._in_body:
             return
         limits, now = self.limits, self.loop.time()
-        if self.flow.read_paused:  # the app has not taken what arrived, so we are not reading: not the client's pause
+        # the app has not taken what arrived, so we are not reading: not the client's pause
+        if self.flow.read_paused:
             self._body_seen = now
         if now >= self._body_started + limits.body_timeout_s:
             self._refuse(
@@ -211,7 +223,10 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
                 body=True,
             )
         else:
-            wake = min(self._body_started + limits.body_timeout_s, self._body_seen + limits.body_idle_timeout_s)
+            wake = min(
+                self._body_started + limits.body_timeout_s,
+                self._body_seen + limits.body_idle_timeout_s,
+            )
             self._body_timer = self.loop.call_at(wake, self._body_check)
 
     def _too_large(self) -> HeadersTooLargeError:
@@ -222,8 +237,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def _refuse(self, error: ServingError, body: bool = False) -> None:
         """Answer `error` where the connection is free for an answer, and close it.
 
-        A head is answered only when no earlier response on the connection is under way; a body only when the
-        app has not started its response (then the app sees a disconnect).
+        A head is answered only when no earlier response on the connection is under way; a body only
+        when the app has not started its response (then the app sees a disconnect).
         """
         self._done = True
         self._stop_timers()

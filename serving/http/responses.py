@@ -1,8 +1,8 @@
-"""Where an error becomes a response: the one Starlette exception handler for `ServingError`, used by
-every HTTP app of the server (the gateway's routes, a container's data port, the control routes).
+"""Where an error becomes a response: the one Starlette exception handler for `ServingError`, used
+by every HTTP app of the server (the gateway's routes, a container's data port, the control routes).
 
-Routes raise `ServingError`s; `serving_app` wires the handler in. A route that must see its own answer
-(the invoke route counts each one) calls `error_response` itself — the same function.
+Routes raise `ServingError`s; `serving_app` wires the handler in. A route that must see its own
+answer (the invoke route counts each one) calls `error_response` itself — the same function.
 """
 
 from __future__ import annotations
@@ -20,14 +20,21 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp
 
 from serving import protocol
-from serving.errors import InternalFailureError, ServingError, UnknownOperationError, ValidationError, wire_error
+from serving.errors import (
+    InternalFailureError,
+    ServingError,
+    UnknownOperationError,
+    ValidationError,
+    wire_error,
+)
 from serving.http.hot_path import HotPath
 
 logger = logging.getLogger("serving.http")
 
 
 def error_response(error: ServingError) -> Response:
-    """The documented error response: `{"__type", "message", ...}`, its status, and the error-type header."""
+    """The documented error response: `{"__type", "message", ...}`, its status, and the error-type
+    header."""
     status, headers, body = wire_error(error)
     return Response(body, status_code=status, headers=headers)
 
@@ -42,7 +49,8 @@ async def _serving_error(request: Request, error: Exception) -> Response:
 
 
 async def _unexpected(request: Request, error: Exception) -> Response:
-    # A bug of ours: answer in the documented shape (Starlette still logs the traceback), keep serving.
+    # A bug of ours: answer in the documented shape (Starlette still logs the traceback), keep
+    # serving.
     logger.error("unexpected failure answering %s %s: %s", request.method, request.url.path, error)
     return error_response(InternalFailureError("internal failure in the endpoint server"))
 
@@ -52,19 +60,24 @@ _SHOWN_PATH = 200  # characters of a request's path repeated in an answer
 
 
 async def _http_error(request: Request, error: Exception) -> Response:
-    """Starlette's own refusals (no route, another method) in the documented shape, never its plain text."""
+    """Starlette's own refusals (no route, another method) in the documented shape, never its plain
+    text."""
     assert isinstance(error, HTTPException)
     method, path = request.method, request.url.path[:_SHOWN_PATH]
     if error.status_code not in (_NOT_FOUND, _NOT_ALLOWED):
         return error_response(ValidationError(f"{method} {path}: {error.detail}"))
     operation = (
-        protocol.RUNTIME_OPERATIONS.get(path.rstrip("/").rsplit("/", 1)[-1]) if path.startswith("/endpoints/") else None
+        protocol.RUNTIME_OPERATIONS.get(path.rstrip("/").rsplit("/", 1)[-1])
+        if path.startswith("/endpoints/")
+        else None
     )
     if error.status_code == _NOT_ALLOWED:
         what = f"{operation} is POST {path}" if operation else f"{path} does not take {method}"
         message = f"unknown operation {method} {path}: {what}"
     elif operation:
-        message = f"operation {operation} ({method} {path}) is not supported by this endpoint server"
+        message = (
+            f"operation {operation} ({method} {path}) is not supported by this endpoint server"
+        )
     else:
         message = f"unknown operation {method} {path}"
     response = error_response(UnknownOperationError(message, error.status_code))
@@ -82,8 +95,11 @@ EXCEPTION_HANDLERS: dict[Any, Callable] = {
 def serving_app(
     routes: Sequence[BaseRoute], lifespan: Callable | None = None, hot: Route | Sequence[Route] = ()
 ) -> ASGIApp:
-    """A Starlette app whose errors leave in the documented shape. `hot`: the routes that carry invocations,
-    served ahead of Starlette's middleware and route walk (`http.hot_path`), with the same answers."""
+    """A Starlette app whose errors leave in the documented shape. `hot`: the routes that carry
+    invocations, served ahead of Starlette's middleware and route walk (`http.hot_path`), with the
+    same answers."""
     fast = [hot] if isinstance(hot, Route) else list(hot)
-    app = Starlette(routes=[*fast, *routes], lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
+    app = Starlette(
+        routes=[*fast, *routes], lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS
+    )
     return HotPath(app, fast, EXCEPTION_HANDLERS) if fast else app

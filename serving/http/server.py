@@ -19,15 +19,17 @@ from serving.http.limits import HttpLimits
 
 __all__ = ["BackgroundServer", "HttpLimits"]
 
-TICK_S = 1.0  # how often an idle server wakes: the `date` header's resolution (uvicorn wakes every 0.1 s)
+# how often an idle server wakes: the `date` header's resolution (uvicorn wakes every 0.1 s)
+TICK_S = 1.0
 
 
 class _Server(uvicorn.Server):
     """uvicorn's server, woken once a second instead of ten times, and at once when asked to stop.
 
-    uvicorn's main loop sleeps 0.1 s between checks of `should_exit`; its tick (the `date` header, which has
-    one-second resolution anyway) needs a wake-up only once a second. Every container process and the gateway
-    run one of these, so an idle endpoint pays those wake-ups per container (docs/benchmarks/bench_http_server.md)."""
+    uvicorn's main loop sleeps 0.1 s between checks of `should_exit`; its tick (the `date` header,
+    which has one-second resolution anyway) needs a wake-up only once a second. Every container
+    process and the gateway run one of these, so an idle endpoint pays those wake-ups per container
+    (docs/benchmarks/bench_http_server.md)."""
 
     _loop: asyncio.AbstractEventLoop | None = None
     _wake: asyncio.Event | None = None
@@ -39,7 +41,8 @@ class _Server(uvicorn.Server):
         while not should_exit:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), TICK_S)
-            counter = (counter + 10) % 864000  # on_tick counts tenths of a second: a multiple of 10 is a whole one
+            # on_tick counts tenths of a second: a multiple of 10 is a whole one
+            counter = (counter + 10) % 864000
             should_exit = await self.on_tick(counter)
 
     def request_exit(self) -> None:
@@ -54,8 +57,9 @@ class _Server(uvicorn.Server):
 class BackgroundServer:
     """A uvicorn server bound at construction, serving on a daemon thread.
 
-    `limits`: what one client may cost before the app sees its request; the defaults suit both the gateway
-    and a container's data port (which only the gateway calls, with at most its own connection count).
+    `limits`: what one client may cost before the app sees its request; the defaults suit both the
+    gateway and a container's data port (which only the gateway calls, with at most its own
+    connection count).
     """
 
     def __init__(
@@ -69,13 +73,15 @@ class BackgroundServer:
         reuse_port: bool = False,
     ) -> None:
         """Bind `host:port`, or serve on `sock`, a socket already bound and listening (a container
-        process inherits its data port from its supervisor, since it may not bind one itself). `also`: more
-        listening sockets to serve (a data port's Unix socket, `local_socket`); `url` names only the first."""
+        process inherits its data port from its supervisor, since it may not bind one itself).
+        `also`: more listening sockets to serve (a data port's Unix socket, `local_socket`); `url`
+        names only the first."""
         if sock is None:
             family = socket.AF_INET6 if ":" in host else socket.AF_INET
             sock = socket.socket(family, socket.SOCK_STREAM)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if reuse_port:  # processes of this user that set it too share the port (the kernel spreads connections)
+            # processes of this user that set it too share the port (the kernel spreads connections)
+            if reuse_port:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             sock.bind((host, port))  # raises at once if the port is taken
             sock.listen(2048)
@@ -83,16 +89,17 @@ class BackgroundServer:
         self.also = also
         self.host, self.port = sock.getsockname()[:2]
         config = uvicorn.Config(
-            # No WebSocket routes here: upgrades are refused rather than handed to a protocol the limits skip.
+            # No WebSocket routes here: upgrades are refused rather than handed to a protocol the
+            # limits skip.
             app,
             loop="none",
             http=limits.protocol(),
             ws="none",
             lifespan="on",
             access_log=False,
-            # The peer is the TCP peer, whatever FORWARDED_ALLOW_IPS says: no proxy we set up stands in front
-            # of these servers, so X-Forwarded-* could only let a peer claim an address it does not have
-            # (docs/security.md). No `server: uvicorn` header either.
+            # The peer is the TCP peer, whatever FORWARDED_ALLOW_IPS says: no proxy we set up stands
+            # in front of these servers, so X-Forwarded-* could only let a peer claim an address it
+            # does not have (docs/security.md). No `server: uvicorn` header either.
             proxy_headers=False,
             server_header=False,
             log_level="warning",

@@ -34,7 +34,8 @@ def main(args: argparse.Namespace) -> int:
     options["_usage"] = parser.format_usage() if parser else ""
     options["_prog"] = parser.prog if parser else "serving loadtest"
     child = subprocess.Popen(
-        [sys.executable, "-m", "serving.loadtest"], env={**os.environ, ARGS_VARIABLE: json.dumps(options)}
+        [sys.executable, "-m", "serving.loadtest"],
+        env={**os.environ, ARGS_VARIABLE: json.dumps(options)},
     )
     # Ctrl-C reaches the child from the terminal (same process group) and it stops the run cleanly;
     # a SIGTERM to this process is passed on.

@@ -24,7 +24,12 @@ __all__ = [
 ]
 
 DEFAULT_PAYLOAD = "[[5.1, 3.5, 1.4, 0.2]]"  # one iris row: what the demo endpoints take
-_BY_SUFFIX = {".json": protocol.JSON, ".csv": protocol.CSV, ".npy": protocol.NPY, ".txt": "text/plain"}
+_BY_SUFFIX = {
+    ".json": protocol.JSON,
+    ".csv": protocol.CSV,
+    ".npy": protocol.NPY,
+    ".txt": "text/plain",
+}
 
 
 class OptionError(ValueError):
@@ -40,7 +45,9 @@ def parse_endpoint_url(url: str) -> tuple[str, str]:
     parts = urlsplit(url)
     match = re.fullmatch(r"(.*?)/endpoints/([^/]+)(?:/invocations)?/?", parts.path)
     if parts.scheme not in ("http", "https") or not parts.netloc or not match:
-        raise OptionError("--endpoint", f"{url!r} is not an endpoint URL: use http://HOST:PORT/endpoints/NAME")
+        raise OptionError(
+            "--endpoint", f"{url!r} is not an endpoint URL: use http://HOST:PORT/endpoints/NAME"
+        )
     if not re.match(NAME_PATTERN, match.group(2)):
         raise OptionError("--endpoint", f"{match.group(2)!r} is not a valid endpoint name")
     return f"{parts.scheme}://{parts.netloc}{match.group(1)}", match.group(2)
@@ -50,7 +57,9 @@ def parse_baseline_url(url: str) -> tuple[str, str]:
     """(origin, path) of the baseline: its own path, or `/invocations` when it has none."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise OptionError("--baseline", f"{url!r} is not a URL: use e.g. http://127.0.0.1:9000/invocations")
+        raise OptionError(
+            "--baseline", f"{url!r} is not a URL: use e.g. http://127.0.0.1:9000/invocations"
+        )
     return f"{parts.scheme}://{parts.netloc}", parts.path.rstrip("/") or protocol.INVOCATIONS_PATH
 
 
@@ -76,7 +85,9 @@ def parse_levels(text: str) -> list[float]:
     try:
         levels = [float(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise OptionError("--steps", f"{text!r}: use comma-separated numbers, e.g. 10,50,10") from None
+        raise OptionError(
+            "--steps", f"{text!r}: use comma-separated numbers, e.g. 10,50,10"
+        ) from None
     if not levels or any(v < 0 or not math.isfinite(v) for v in levels) or max(levels) <= 0:
         raise OptionError("--steps", "steps must be non-negative numbers, at least one positive")
     return levels
@@ -94,13 +105,17 @@ def parse_payloads(
         encoded = _encode_file(path, content_type)
         if container is None:
             if default is not None:
-                raise OptionError("--payload", "give one default payload FILE; others as CONTAINER=FILE")
+                raise OptionError(
+                    "--payload", "give one default payload FILE; others as CONTAINER=FILE"
+                )
             default = encoded
         else:
             per_container[container] = encoded
     if payload_json is not None:
         if default is not None:
-            raise OptionError("--payload-json", "give a default --payload FILE or --payload-json, not both")
+            raise OptionError(
+                "--payload-json", "give a default --payload FILE or --payload-json, not both"
+            )
         default = _encode_json(payload_json, content_type)
     return default or _encode_json(DEFAULT_PAYLOAD, content_type), per_container
 
@@ -117,7 +132,9 @@ def _encode_file(path: Path, content_type: str | None) -> tuple[bytes, str]:
         data = path.read_bytes()
     except OSError as error:
         raise OptionError("--payload", f"cannot read {path}: {error.strerror or error}") from None
-    return _core.encode_payload(data, content_type or _BY_SUFFIX.get(path.suffix.lower(), protocol.OCTET_STREAM))
+    return _core.encode_payload(
+        data, content_type or _BY_SUFFIX.get(path.suffix.lower(), protocol.OCTET_STREAM)
+    )
 
 
 def _encode_json(text: str, content_type: str | None) -> tuple[bytes, str]:

@@ -60,7 +60,10 @@ def run(args: argparse.Namespace) -> int:
         flush=True,
     )
     if args.web:
-        print(f"Locust web UI: http://127.0.0.1:{args.web_port} (watch only: the harness drives the load)", flush=True)
+        print(
+            f"Locust web UI: http://127.0.0.1:{args.web_port} (watch only: the harness drives the load)",
+            flush=True,
+        )
     result = locust_driver.run_load(
         plan,
         "main",
@@ -111,7 +114,10 @@ def _usage_error(args: argparse.Namespace, error: OptionError) -> int:
     usage = getattr(args, "_usage", "")
     if usage:
         print(usage.rstrip(), file=sys.stderr)
-    print(f"{getattr(args, '_prog', 'serving loadtest')}: error: argument {error.flag}: {error}", file=sys.stderr)
+    print(
+        f"{getattr(args, '_prog', 'serving loadtest')}: error: argument {error.flag}: {error}",
+        file=sys.stderr,
+    )
     return 2
 
 
@@ -119,9 +125,7 @@ def _load_words(plan: Plan) -> str:
     unit = "requests/s (open loop)" if plan.open_loop else "users (closed loop)"
     levels = getattr(plan.scenario, "levels", None)
     if levels:
-        return (
-            f"steps {','.join(f'{v:g}' for v in levels)} {unit}, {getattr(plan.scenario, 'step_seconds', 0):g} s each"
-        )
+        return f"steps {','.join(f'{v:g}' for v in levels)} {unit}, {getattr(plan.scenario, 'step_seconds', 0):g} s each"
     return f"{plan.level:g} {unit}"
 
 
@@ -140,12 +144,16 @@ def _read_invocations(plan: Plan) -> tuple[float | None, str | None]:
         # A Serial request counts once per container of the chain: compare with the first one's
         # count.
         first = plan.containers[0] if plan.scenario.name == "serial" and plan.containers else None
-        return probe.read_invocations(plan.base_url, plan.endpoint, plan.auth, container=first), None
+        return probe.read_invocations(
+            plan.base_url, plan.endpoint, plan.auth, container=first
+        ), None
     except probe.ProbeError as error:
         return None, str(error)
 
 
-def _metrics_check(plan: Plan, before: tuple[float | None, str | None], answered: int) -> MetricsCheck:
+def _metrics_check(
+    plan: Plan, before: tuple[float | None, str | None], answered: int
+) -> MetricsCheck:
     """Read the counter after the run, a few times if it lags (metrics can be exported
     asynchronously)."""
     after: tuple[float | None, str | None] = (None, None)

@@ -40,7 +40,9 @@ class Load:
     """State shared by the users of one run: what to send, whether to keep sending, and the
     results."""
 
-    def __init__(self, plan: Plan, result: RunResult, requests: dict[Target, Prepared], signing_base: str) -> None:
+    def __init__(
+        self, plan: Plan, result: RunResult, requests: dict[Target, Prepared], signing_base: str
+    ) -> None:
         self.plan, self.result, self.requests = plan, result, requests
         self.signing_base = signing_base  # the URL origin + prefix the requests are signed for
         # perf_counter at the run's time 0 (set by the first user to start)
@@ -98,9 +100,17 @@ def send(client: Any, load: Load, target: Target, intended: float) -> None:
     try:
         prepared = load.requests[target]
         url = load.signing_base + prepared.path
-        headers = {**prepared.headers, **load.plan.auth.headers("POST", url, prepared.headers, prepared.body)}
+        headers = {
+            **prepared.headers,
+            **load.plan.auth.headers("POST", url, prepared.headers, prepared.body),
+        }
         with client.request(
-            "POST", prepared.path, data=prepared.body, headers=headers, name=target.label, catch_response=True
+            "POST",
+            prepared.path,
+            data=prepared.body,
+            headers=headers,
+            name=target.label,
+            catch_response=True,
         ) as response:
             latency_ms = (time.perf_counter() - intended) * 1000
             # Locust's own stats (web UI) agree with ours
@@ -111,7 +121,9 @@ def send(client: Any, load: Load, target: Target, intended: float) -> None:
                 response.success()
             else:
                 response.failure(code)
-        load.result.add(intended - (load.t0 or intended), latency_ms, target.label, target.model, status, code)
+        load.result.add(
+            intended - (load.t0 or intended), latency_ms, target.label, target.model, status, code
+        )
     finally:
         load.in_flight -= 1
 
@@ -123,7 +135,9 @@ def error_code(status: int, response: Any) -> str:
         error = getattr(response, "error", None)
         return type(error).__name__ if error is not None else "NoResponse"
     headers = response.headers or {}
-    header = headers.get(protocol.ERROR_TYPE_HEADER) or headers.get(protocol.ERROR_TYPE_HEADER.lower())
+    header = headers.get(protocol.ERROR_TYPE_HEADER) or headers.get(
+        protocol.ERROR_TYPE_HEADER.lower()
+    )
     if header:
         return str(header).split(":")[0]
     try:
@@ -159,7 +173,12 @@ class _Invoker(FastHttpUser):
             return
         intended = time.perf_counter()
         load.in_flight += 1
-        send(self.client, load, load.plan.scenario.target(intended - (load.t0 or intended), self.random), intended)
+        send(
+            self.client,
+            load,
+            load.plan.scenario.target(intended - (load.t0 or intended), self.random),
+            intended,
+        )
 
 
 class _Scheduler(FastHttpUser):
@@ -231,7 +250,9 @@ def _poll_replicas(plan: Plan, load: Load, result: RunResult) -> None:
 
 def sample_replicas(plan: Plan, result: RunResult, at: float) -> None:
     try:
-        description = probe.describe(plan.base_url, plan.endpoint, plan.auth, timeout=min(5.0, plan.timeout))
+        description = probe.describe(
+            plan.base_url, plan.endpoint, plan.auth, timeout=min(5.0, plan.timeout)
+        )
         result.replicas.append((round(at, 3), probe.replica_counts(description)))
     except probe.ProbeError as error:
         if len(result.replica_errors) < 20:

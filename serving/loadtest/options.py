@@ -76,13 +76,17 @@ class Plan:
             if not k.startswith("_") and k not in ("inner", "probabilities")
         }
         if isinstance(scenario.get("models"), list) and len(scenario["models"]) > 20:
-            scenario["models"] = scenario["models"][:20] + [f"... ({len(scenario['models'])} in all)"]
+            scenario["models"] = scenario["models"][:20] + [
+                f"... ({len(scenario['models'])} in all)"
+            ]
         return {
             "endpoint_url": f"{self.base_url}/endpoints/{self.endpoint}",
             "endpoint": self.endpoint,
             # fixed arrival rate, or fixed concurrency
             "load_mode": "open" if self.open_loop else "closed",
-            "rate" if self.open_loop else "users": None if self.scenario.level(0.0) is not None else self.level,
+            "rate" if self.open_loop else "users": None
+            if self.scenario.level(0.0) is not None
+            else self.level,
             "duration_s": self.duration,
             "max_requests": self.max_requests,
             "max_in_flight": self.max_in_flight if self.open_loop else None,
@@ -100,25 +104,36 @@ class Plan:
 
 
 def containers_of(description: Mapping[str, Any]) -> list[str]:
-    return [c.get("ContainerHostname") for c in description.get("Containers") or [] if c.get("ContainerHostname")]
+    return [
+        c.get("ContainerHostname")
+        for c in description.get("Containers") or []
+        if c.get("ContainerHostname")
+    ]
 
 
 def execution_mode(description: Mapping[str, Any]) -> str:
     return (description.get("InferenceExecutionConfig") or {}).get("Mode") or "Direct"
 
 
-def build_scenario(args: argparse.Namespace, description: Mapping[str, Any], duration: float) -> Scenario:
+def build_scenario(
+    args: argparse.Namespace, description: Mapping[str, Any], duration: float
+) -> Scenario:
     """The scenario `args.scenario` names, checked against the endpoint's containers."""
     containers, mode = containers_of(description), execution_mode(description)
 
     def known(flag: str, name: str) -> str:
         if containers and name not in containers:
-            raise OptionError(flag, f"no container {name!r} in this endpoint (containers: {', '.join(containers)})")
+            raise OptionError(
+                flag,
+                f"no container {name!r} in this endpoint (containers: {', '.join(containers)})",
+            )
         return name
 
     def mix() -> Scenario:
         if args.weights:
-            return scenarios.Direct({known("--weights", n): w for n, w in parse_weights(args.weights).items()})
+            return scenarios.Direct(
+                {known("--weights", n): w for n, w in parse_weights(args.weights).items()}
+            )
         if mode == "Serial" or not containers:
             return scenarios.Serial()
         return scenarios.Direct({c: 1.0 for c in containers})
@@ -126,9 +141,13 @@ def build_scenario(args: argparse.Namespace, description: Mapping[str, Any], dur
     name = args.scenario
     if name == "direct":
         if mode == "Serial":
-            raise OptionError("scenario", "this endpoint is Serial (a pipeline): use the serial scenario")
+            raise OptionError(
+                "scenario", "this endpoint is Serial (a pipeline): use the serial scenario"
+            )
         if not containers and not args.weights:
-            raise OptionError("--weights", "the endpoint lists no containers: name them with --weights a=1,b=1")
+            raise OptionError(
+                "--weights", "the endpoint lists no containers: name them with --weights a=1,b=1"
+            )
         return mix()
     if name == "serial":
         if mode != "Serial" and len(containers) > 1:
@@ -140,10 +159,15 @@ def build_scenario(args: argparse.Namespace, description: Mapping[str, Any], dur
         return scenarios.Serial()
     if name == "shift":
         if not args.shift_from or not args.shift_to:
-            raise OptionError("--from" if not args.shift_from else "--to", "the shift scenario needs --from A --to B")
+            raise OptionError(
+                "--from" if not args.shift_from else "--to",
+                "the shift scenario needs --from A --to B",
+            )
         if args.shift_from == args.shift_to:
             raise OptionError("--to", "--from and --to must name different containers")
-        return scenarios.Shift(known("--from", args.shift_from), known("--to", args.shift_to), duration)
+        return scenarios.Shift(
+            known("--from", args.shift_from), known("--to", args.shift_to), duration
+        )
     if name == "step":
         if not args.steps:
             raise OptionError("--steps", "the step scenario needs --steps, e.g. --steps 10,50,10")
@@ -162,7 +186,9 @@ def build_scenario(args: argparse.Namespace, description: Mapping[str, Any], dur
     raise OptionError("scenario", f"unknown scenario {name!r}")
 
 
-def _multimodel_container(args: argparse.Namespace, description: Mapping[str, Any], known) -> str | None:
+def _multimodel_container(
+    args: argparse.Namespace, description: Mapping[str, Any], known
+) -> str | None:
     if args.container:
         return known("--container", args.container)
     entries = description.get("Containers") or []
@@ -170,7 +196,9 @@ def _multimodel_container(args: argparse.Namespace, description: Mapping[str, An
         return None  # the only container: no target needed
     multi = [c["ContainerHostname"] for c in entries if c.get("Mode") == "MultiModel"]
     if len(multi) != 1:
-        raise OptionError("--container", "name the MultiModel container to send to with --container")
+        raise OptionError(
+            "--container", "name the MultiModel container to send to with --container"
+        )
     return multi[0]
 
 
@@ -186,19 +214,27 @@ def prepare_requests(
     prepared = {}
     for target in scenario.targets():
         body, content_type = per_container.get(target.container or "", default)
-        headers = _core.invocation_headers(content_type, accept, target.container, target.model, None, None, None)
+        headers = _core.invocation_headers(
+            content_type, accept, target.container, target.model, None, None, None
+        )
         prepared[target] = Prepared(path, headers, body)
     return prepared
 
 
 def build_plan(
-    args: argparse.Namespace, base_url: str, endpoint: str, description: Mapping[str, Any], auth: Authenticator
+    args: argparse.Namespace,
+    base_url: str,
+    endpoint: str,
+    description: Mapping[str, Any],
+    auth: Authenticator,
 ) -> Plan:
     """Resolve the load mode and the scenario for this endpoint; every error names its flag."""
     if args.scenario == "step":
         for flag, value in (("--users", args.users), ("--rate", args.rate)):
             if value is not None:
-                raise OptionError(flag, "with the step scenario, --steps sets the load (see --step-unit)")
+                raise OptionError(
+                    flag, "with the step scenario, --steps sets the load (see --step-unit)"
+                )
         open_loop = args.step_unit == "rate"
         level = 0.0
     else:
@@ -206,7 +242,11 @@ def build_plan(
         level = args.rate if open_loop else (args.users if args.users is not None else 10)
     duration = args.duration
     if duration is None:
-        duration = len(parse_levels(args.steps)) * args.step_seconds if args.scenario == "step" and args.steps else 30.0
+        duration = (
+            len(parse_levels(args.steps)) * args.step_seconds
+            if args.scenario == "step" and args.steps
+            else 30.0
+        )
     scenario = build_scenario(args, description, duration)
     payloads = parse_payloads(args.payload, args.payload_json, args.content_type)
     unknown = sorted(set(payloads[1]) - set(containers_of(description)))

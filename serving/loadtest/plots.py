@@ -38,7 +38,11 @@ def latency_plot(report: Mapping[str, Any]) -> str:
         points = [(r["t"], r[key]) for r in rows if r[key] is not None]
         if points:
             axes.plot(*zip(*points), label=key, marker=".", linewidth=1)
-    axes.set(title="Latency of successful requests (from intended send time)", xlabel="seconds", ylabel="ms")
+    axes.set(
+        title="Latency of successful requests (from intended send time)",
+        xlabel="seconds",
+        ylabel="ms",
+    )
     axes.set_ylim(bottom=0)
     axes.legend(loc="upper left")
     axes.grid(alpha=0.3)
@@ -48,7 +52,9 @@ def latency_plot(report: Mapping[str, Any]) -> str:
 def _per_second(axes: Any, seconds: list[float], values: list[float], **style: Any) -> None:
     """Per-second counts as steps, the last second drawn to its end."""
     if seconds:
-        axes.step(list(seconds) + [seconds[-1] + 1], list(values) + [values[-1]], where="post", **style)
+        axes.step(
+            list(seconds) + [seconds[-1] + 1], list(values) + [values[-1]], where="post", **style
+        )
 
 
 def throughput_plot(report: Mapping[str, Any]) -> str:
@@ -59,7 +65,13 @@ def throughput_plot(report: Mapping[str, Any]) -> str:
     levels = [(r["t"], r["level"]) for r in rows if r["level"] is not None]
     if levels:  # first and wide, so the measured lines stay visible on top of it
         twin = axes.twinx() if unit == "users" else axes
-        _per_second(twin, *map(list, zip(*levels)), label=f"planned ({unit})", color="lightgrey", linewidth=4)
+        _per_second(
+            twin,
+            *map(list, zip(*levels)),
+            label=f"planned ({unit})",
+            color="lightgrey",
+            linewidth=4,
+        )
         if twin is not axes:
             twin.set_ylabel("users")
             twin.set_ylim(bottom=0)
@@ -68,7 +80,11 @@ def throughput_plot(report: Mapping[str, Any]) -> str:
     _per_second(axes, seconds, [r["ok"] for r in rows], label="ok", linewidth=1)
     if any(r["dropped"] for r in rows):
         _per_second(axes, seconds, [r["dropped"] for r in rows], label="dropped", linewidth=1)
-    axes.set(title="Throughput (requests per second, by intended send time)", xlabel="seconds", ylabel="requests/s")
+    axes.set(
+        title="Throughput (requests per second, by intended send time)",
+        xlabel="seconds",
+        ylabel="requests/s",
+    )
     axes.set_ylim(bottom=0)
     axes.legend(loc="upper left")
     axes.grid(alpha=0.3)
@@ -83,7 +99,12 @@ def errors_plot(report: Mapping[str, Any]) -> str:
     for code in codes:
         counts = [r["errors_by_code"].get(code, 0) for r in rows]
         axes.bar(
-            [r["t"] for r in rows], counts, bottom=bottom, label=f"{code} ({sum(counts)})", width=1.0, align="edge"
+            [r["t"] for r in rows],
+            counts,
+            bottom=bottom,
+            label=f"{code} ({sum(counts)})",
+            width=1.0,
+            align="edge",
         )
         bottom = [b + c for b, c in zip(bottom, counts)]
     if not codes:
@@ -99,12 +120,20 @@ def replicas_plot(report: Mapping[str, Any]) -> str:
     figure, axes = plt.subplots(figsize=(9, 3.2))
     containers = report["replicas"]["containers"]
     for name, series in containers.items():
-        axes.step([p[0] for p in series], [p[1] for p in series], where="post", label=name, marker=".")
+        axes.step(
+            [p[0] for p in series], [p[1] for p in series], where="post", label=name, marker="."
+        )
     if containers:
         axes.legend(loc="upper left")
     else:
-        axes.text(0.5, 0.5, "no replica samples", ha="center", va="center", transform=axes.transAxes)
-    axes.set(title="CurrentReplicas per container (GET /endpoints/{name})", xlabel="seconds", ylabel="replicas")
+        axes.text(
+            0.5, 0.5, "no replica samples", ha="center", va="center", transform=axes.transAxes
+        )
+    axes.set(
+        title="CurrentReplicas per container (GET /endpoints/{name})",
+        xlabel="seconds",
+        ylabel="replicas",
+    )
     axes.set_ylim(bottom=0)
     axes.yaxis.set_major_locator(MaxNLocator(integer=True))
     axes.grid(alpha=0.3)
@@ -113,7 +142,12 @@ def replicas_plot(report: Mapping[str, Any]) -> str:
 
 def render_html(report: Mapping[str, Any]) -> str:
     """The page: summary text, parameters, and the four plots, with no external resources."""
-    plots = [latency_plot(report), throughput_plot(report), errors_plot(report), replicas_plot(report)]
+    plots = [
+        latency_plot(report),
+        throughput_plot(report),
+        errors_plot(report),
+        replicas_plot(report),
+    ]
     images = "\n".join(f'<img alt="plot" src="data:image/png;base64,{png}">' for png in plots)
     title = f"serving loadtest: {report['scenario']} ({report.get('start') or ''})"
     return f"""<!doctype html>

@@ -47,7 +47,9 @@ def _message(body: str) -> str:
         return body.strip() or "(empty body)"
 
 
-def describe(base_url: str, endpoint: str, auth: Authenticator, timeout: float = 5.0) -> EndpointDescription:
+def describe(
+    base_url: str, endpoint: str, auth: Authenticator, timeout: float = 5.0
+) -> EndpointDescription:
     """`GET /endpoints/{endpoint}`: the DescribeEndpoint-style description (docs/api.md)."""
     body = get(f"{base_url}/endpoints/{endpoint}", auth, protocol.JSON, timeout)
     try:
@@ -91,7 +93,11 @@ def invocations_total(text: str, endpoint: str, container: str | None = None) ->
 
 
 def read_invocations(
-    base_url: str, endpoint: str, auth: Authenticator, timeout: float = 5.0, container: str | None = None
+    base_url: str,
+    endpoint: str,
+    auth: Authenticator,
+    timeout: float = 5.0,
+    container: str | None = None,
 ) -> float | None:
     """The server's invocation count for `endpoint` now, from `GET /metrics` (ProbeError if
     unreadable)."""

@@ -44,7 +44,13 @@ class RunResult:
     interrupted: bool = False  # stopped early (Ctrl-C or the web UI's stop)
 
     def add(
-        self, sent: float, latency_ms: float, label: str, model: str | None, status: int, error: str | None
+        self,
+        sent: float,
+        latency_ms: float,
+        label: str,
+        model: str | None,
+        status: int,
+        error: str | None,
     ) -> None:
         self.samples.append(Sample(sent, latency_ms, label, model, status, error))
 

@@ -72,7 +72,9 @@ def totals(result: RunResult) -> Totals:
         "dropped": len(result.dropped),
         "unfinished": result.unfinished,
         "failures_by_status": dict(Counter(_failure_key(s.status) for s in failed).most_common()),
-        "failures_by_code": dict(Counter(s.error for s in failed if s.error is not None).most_common()),
+        "failures_by_code": dict(
+            Counter(s.error for s in failed if s.error is not None).most_common()
+        ),
     }
 
 
@@ -201,7 +203,11 @@ def build_report(
 ) -> Report:
     """The whole report: the main run's summary at top level, then the baseline and the metrics
     check."""
-    report: Report = {"scenario": scenario, "parameters": dict(parameters), **summarize(result, duration)}
+    report: Report = {
+        "scenario": scenario,
+        "parameters": dict(parameters),
+        **summarize(result, duration),
+    }
     if baseline is not None:
         summary = summarize(baseline, duration)
         report["baseline"] = {
@@ -221,7 +227,9 @@ def build_report(
     return report
 
 
-def metrics_check(before: float | None, after: float | None, answered: int, error: str | None = None) -> MetricsCheck:
+def metrics_check(
+    before: float | None, after: float | None, answered: int, error: str | None = None
+) -> MetricsCheck:
     """The server's serving_invocations_total for the endpoint around the run, against the harness's
     count."""
     difference = after - before if before is not None and after is not None else None
@@ -261,7 +269,14 @@ def summary_table(report: Mapping[str, Any]) -> str:
     header = f"{'target':<24} {'requests':>9} {'failures':>9} {'p50 ms':>9} {'p90 ms':>9} {'p99 ms':>9} {'max ms':>9}"
     lines += [header, "-" * len(header)]
     rows = list(report["per_target"].items()) + [
-        ("all", {"requests": counts["requests"], "failures": counts["failures"], "latency_ms": report["latency_ms"]})
+        (
+            "all",
+            {
+                "requests": counts["requests"],
+                "failures": counts["failures"],
+                "latency_ms": report["latency_ms"],
+            },
+        )
     ]
     for label, row in rows:
         lat = row["latency_ms"]
@@ -304,7 +319,9 @@ def summary_table(report: Mapping[str, Any]) -> str:
     check = report.get("metrics_check")
     if check:
         if check["difference"] is None:
-            lines.append(f"metrics check: {check['error'] or 'serving_invocations_total is not exposed'}")
+            lines.append(
+                f"metrics check: {check['error'] or 'serving_invocations_total is not exposed'}"
+            )
         else:
             verdict = "matches" if check["matches"] else "DIFFERS from"
             lines.append(
@@ -329,4 +346,12 @@ def write_report(report: Mapping[str, Any], out_dir: Path, html: bool = True) ->
     return paths
 
 
-__all__ = ["build_report", "metrics_check", "percentiles", "ratios", "summarize", "summary_table", "write_report"]
+__all__ = [
+    "build_report",
+    "metrics_check",
+    "percentiles",
+    "ratios",
+    "summarize",
+    "summary_table",
+    "write_report",
+]

@@ -84,7 +84,9 @@ def shift_fraction(elapsed: float, duration: float) -> float:
     return (elapsed - start) / (end - start)
 
 
-def step_level(elapsed: float, levels: Sequence[float], step_seconds: float, ramp: bool = False) -> float:
+def step_level(
+    elapsed: float, levels: Sequence[float], step_seconds: float, ramp: bool = False
+) -> float:
     """The load level at `elapsed`: each level held for `step_seconds` (the last one held after),
     or, with `ramp`, moving linearly from each level to the next over its step."""
     index = int(max(elapsed, 0.0) // step_seconds)
@@ -97,7 +99,10 @@ def step_level(elapsed: float, levels: Sequence[float], step_seconds: float, ram
 
 
 def arrival_times(
-    rate_at: Callable[[float], float], duration: float, rng: random.Random | None = None, dt: float = 0.001
+    rate_at: Callable[[float], float],
+    duration: float,
+    rng: random.Random | None = None,
+    dt: float = 0.001,
 ) -> Iterator[float]:
     """Intended send times (seconds from the start, below `duration`) of an open-loop schedule.
 

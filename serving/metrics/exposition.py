@@ -3,9 +3,9 @@
 Two sources, merged by metric family (never by pasting texts together, which would repeat HELP and
 TYPE lines and split one family in two):
 - the gateway's own registry (`metrics`): the router's counters and latencies, exact and immediate;
-- each Ray node's metrics agent, where Ray exports what replicas record (`replica_metrics`). Only the
-  `ray_serving_*` families are kept, renamed to `serving_*`, and Ray's bookkeeping labels (worker,
-  session, node, version) dropped; series that then coincide are summed.
+- each Ray node's metrics agent, where Ray exports what replicas record (`replica_metrics`). Only
+  the `ray_serving_*` families are kept, renamed to `serving_*`, and Ray's bookkeeping labels
+  (worker, session, node, version) dropped; series that then coincide are summed.
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ RAY_LABELS = frozenset(
     }
 )
 NODE_LIST_TTL_S = 10.0
-# The classic text format every Prometheus version reads (prometheus_client's "latest" moved to 1.0.0).
+# The classic text format every Prometheus version reads (prometheus_client's "latest" moved to
+# 1.0.0).
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 EXACT_SUM_SUFFIX = "_exact_sum"  # see replica_metrics._Timing
 
@@ -57,17 +58,20 @@ _UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
 
 
 def serving_families_from_ray(text: str) -> list[Metric]:
-    """The `serving_*` families of one node agent's exposition, Ray's labels and name prefix removed.
+    """The `serving_*` families of one node agent's exposition, Ray's labels and name prefix
+    removed.
 
-    Parsed here rather than by prometheus_client's parser, which takes ~50 us per line of Ray's long label
-    sets (a gateway scraping dozens of replicas would spend a second per scrape); this reads the subset
-    of the text format that Ray's exporter writes: HELP, TYPE, then that family's samples.
+    Parsed here rather than by prometheus_client's parser, which takes ~50 us per line of Ray's long
+    label sets (a gateway scraping dozens of replicas would spend a second per scrape); this reads
+    the subset of the text format that Ray's exporter writes: HELP, TYPE, then that family's
+    samples.
     """
     families: dict[str, Metric] = {}
     helps: dict[str, str] = {}
     family: Metric | None = None
     for line in text.splitlines():
-        if not line.startswith(_KEPT_LINES):  # hundreds of Ray's own series: skip before any parsing
+        # hundreds of Ray's own series: skip before any parsing
+        if not line.startswith(_KEPT_LINES):
             continue
         if line.startswith("# HELP "):
             name, _, documentation = line[7:].partition(" ")
@@ -75,7 +79,9 @@ def serving_families_from_ray(text: str) -> list[Metric]:
         elif line.startswith("# TYPE "):
             name, _, kind = line[7:].partition(" ")
             base = name[: -len("_total")] if kind == "counter" and name.endswith("_total") else name
-            family = families.setdefault(base, Metric(base[len(RAY_PREFIX) :], helps.get(name, ""), kind.strip()))
+            family = families.setdefault(
+                base, Metric(base[len(RAY_PREFIX) :], helps.get(name, ""), kind.strip())
+            )
         elif family is not None:
             match = _SAMPLE.fullmatch(line.strip())
             if match is None:
@@ -83,7 +89,11 @@ def serving_families_from_ray(text: str) -> list[Metric]:
             sample_name, label_text, value = match.groups()
             if not sample_name.startswith(RAY_PREFIX + family.name):
                 continue
-            labels = {key: _unescape(raw) for key, raw in _LABEL.findall(label_text or "") if key not in RAY_LABELS}
+            labels = {
+                key: _unescape(raw)
+                for key, raw in _LABEL.findall(label_text or "")
+                if key not in RAY_LABELS
+            }
             family.add_sample(sample_name[len(RAY_PREFIX) :], labels, float(value))
     return _with_exact_sums({metric.name: metric for metric in families.values()})
 
@@ -99,7 +109,11 @@ def _with_exact_sums(families: dict[str, Metric]) -> list[Metric]:
         histogram = families.get(name[: -len(EXACT_SUM_SUFFIX)])
         if histogram is None or histogram.type != "histogram":
             continue
-        sums = {_key(sample.labels): sample.value for sample in exact.samples if sample.name.endswith("_total")}
+        sums = {
+            _key(sample.labels): sample.value
+            for sample in exact.samples
+            if sample.name.endswith("_total")
+        }
         histogram.samples = [
             sample._replace(value=sums.get(_key(sample.labels), 0.0))
             if sample.name == histogram.name + "_sum"
@@ -114,19 +128,28 @@ def _key(labels: dict[str, str]) -> tuple:
 
 
 def merge_families(families: Iterable[Metric]) -> list[Metric]:
-    """One family per name, series with equal labels summed (counts and buckets add up across processes).
+    """One family per name, series with equal labels summed (counts and buckets add up across
+    processes).
 
-    `_created` samples are left out: Ray's series have none, and a merged series has no single creation.
+    `_created` samples are left out: Ray's series have none, and a merged series has no single
+    creation.
     """
     merged: dict[str, Metric] = {}
     values: dict[str, dict[tuple, float]] = {}
     for family in families:
         target = merged.get(family.name)
         if target is None:
-            target = merged[family.name] = Metric(family.name, family.documentation, family.type, family.unit)
+            target = merged[family.name] = Metric(
+                family.name, family.documentation, family.type, family.unit
+            )
             values[family.name] = {}
         elif target.type != family.type:
-            logger.warning("metric %s has types %s and %s; keeping the first", family.name, target.type, family.type)
+            logger.warning(
+                "metric %s has types %s and %s; keeping the first",
+                family.name,
+                target.type,
+                family.type,
+            )
             continue
         series = values[family.name]
         for sample in family.samples:
@@ -156,14 +179,16 @@ def exposition(families: Iterable[Metric]) -> bytes:
 
 
 class MetricsRoute:
-    """The cluster's `GET /metrics`: the collectors given, every Ray node's replica metrics, and the gateways'
-    published counters (`peers`), merged. It runs in the control plane, which every gateway's `/metrics` asks
-    with that gateway's own current counters (`scrape(local, skip=...)`); `routes` serves it directly.
+    """The cluster's `GET /metrics`: the collectors given, every Ray node's replica metrics, and the
+    gateways' published counters (`peers`), merged. It runs in the control plane, which every
+    gateway's `/metrics` asks with that gateway's own current counters (`scrape(local, skip=...)`);
+    `routes` serves it directly.
 
-    A Ray node's agent takes 0.3-0.7 s to write its exposition (1.3 MB for ~25 replicas, measured; more
-    under load), so a scrape does not wait on it for long: each scrape starts a refresh of the nodes'
-    families (unless one is running or the last is under `max_age_s` old) and waits up to `wait_s` for
-    it, then answers with the freshest families it has. Replicas only push every few seconds anyway.
+    A Ray node's agent takes 0.3-0.7 s to write its exposition (1.3 MB for ~25 replicas, measured;
+    more under load), so a scrape does not wait on it for long: each scrape starts a refresh of the
+    nodes' families (unless one is running or the last is under `max_age_s` old) and waits up to
+    `wait_s` for it, then answers with the freshest families it has. Replicas only push every few
+    seconds anyway.
     """
 
     def __init__(
@@ -184,7 +209,8 @@ class MetricsRoute:
         self._wait_s, self._max_age_s = wait_s, max_age_s
         self._nodes: tuple[float, list[str]] = (float("-inf"), [])
         self._session: aiohttp.ClientSession | None = None
-        self._node_families: dict[str, list[Metric]] = {}  # url -> its families at the last good read
+        # url -> its families at the last good read
+        self._node_families: dict[str, list[Metric]] = {}
         self._refreshed_at = float("-inf")
         self._refresh: asyncio.Task | None = None
 
@@ -195,22 +221,26 @@ class MetricsRoute:
         return Response(await self.scrape(), media_type=CONTENT_TYPE)
 
     async def scrape(self, local: bytes = b"", skip: str | None = None) -> bytes:
-        """The merged exposition, with `local` (a gateway's own current counters, Prometheus text) in place of
-        what the gateway `skip` last published."""
+        """The merged exposition, with `local` (a gateway's own current counters, Prometheus text)
+        in place of what the gateway `skip` last published."""
         await self._fresh()
         return await asyncio.to_thread(lambda: exposition(self._families(local, skip)))
 
     async def merged(self, nodes: bool = True) -> list[Metric]:
-        """Every family, merged as a scrape merges them (what the control plane samples for CloudWatch); without
-        `nodes`, only the gateways' (read from the GCS, which costs no node's metrics agent an exposition)."""
+        """Every family, merged as a scrape merges them (what the control plane samples for
+        CloudWatch); without `nodes`, only the gateways' (read from the GCS, which costs no node's
+        metrics agent an exposition)."""
         if nodes:
             await self._fresh()
             return await asyncio.to_thread(lambda: merge_families(self._families(b"", None)))
         await self._refresh_peers()
-        return await asyncio.to_thread(lambda: merge_families(self._families(b"", None, nodes=False)))
+        return await asyncio.to_thread(
+            lambda: merge_families(self._families(b"", None, nodes=False))
+        )
 
     async def _fresh(self) -> None:
-        """Start a refresh of the nodes' families unless one runs or the last is recent; wait for it, bounded."""
+        """Start a refresh of the nodes' families unless one runs or the last is recent; wait for
+        it, bounded."""
         if self._refresh is None and time.monotonic() - self._refreshed_at > self._max_age_s:
             self._refresh = asyncio.create_task(self._refresh_nodes())
         if self._refresh is not None:
@@ -232,10 +262,17 @@ class MetricsRoute:
             texts = await asyncio.gather(*(self._fetch(url) for url in urls))
             # Parsing takes milliseconds per node: off the event loop that serves invocations.
             parsed = await asyncio.to_thread(
-                lambda: {url: serving_families_from_ray(text) for url, text in zip(urls, texts) if text is not None}
+                lambda: {
+                    url: serving_families_from_ray(text)
+                    for url, text in zip(urls, texts)
+                    if text is not None
+                }
             )
-            # A node that did not answer keeps its last families; one that left the cluster loses them.
-            self._node_families = {url: parsed.get(url, self._node_families.get(url, [])) for url in urls}
+            # A node that did not answer keeps its last families; one that left the cluster loses
+            # them.
+            self._node_families = {
+                url: parsed.get(url, self._node_families.get(url, [])) for url in urls
+            }
             await self._refresh_peers()
             self._refreshed_at = time.monotonic()
         except Exception:
@@ -247,7 +284,10 @@ class MetricsRoute:
         if self._peers is not None:
             peer_texts = await self._peers()
             self._peer_families = await asyncio.to_thread(
-                lambda: {gateway: list(text_string_to_metric_families(text)) for gateway, text in peer_texts.items()}
+                lambda: {
+                    gateway: list(text_string_to_metric_families(text))
+                    for gateway, text in peer_texts.items()
+                }
             )
 
     async def _urls(self) -> list[str]:

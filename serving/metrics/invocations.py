@@ -98,8 +98,8 @@ OVERHEAD_LATENCY = Histogram(
 )
 
 
-# The invocation metrics' `protocol` label: how a request arrived (the SageMaker Runtime API, Open Inference's REST
-# or gRPC)
+# The invocation metrics' `protocol` label: how a request arrived (the SageMaker Runtime API, Open
+# Inference's REST or gRPC)
 RUNTIME_API_LABEL, V2_REST_LABEL, V2_GRPC_LABEL = "sagemaker-runtime", "v2-rest", "v2-grpc"
 
 
@@ -107,25 +107,31 @@ RUNTIME_API_LABEL, V2_REST_LABEL, V2_GRPC_LABEL = "sagemaker-runtime", "v2-rest"
 class InvocationTrace:
     """What the router learned about one request, filled in as it goes."""
 
-    endpoint: str | None = None  # set once the endpoint is known (requests to unknown names are not counted)
+    # set once the endpoint is known (requests to unknown names are not counted)
+    endpoint: str | None = None
     mode: str = "Direct"
     chain: tuple[str, ...] = ()
     model: str | None = None  # TargetModel, once checked
-    model_confirmed: bool = False  # a MultiModel container answered for `model`: only then is it a label value
+    # a MultiModel container answered for `model`: only then is it a label value
+    model_confirmed: bool = False
     multi_model: frozenset[str] = frozenset()
-    hops: list[tuple[str, float]] = field(default_factory=list)  # (container, seconds) of each completed hop
+    # (container, seconds) of each completed hop
+    hops: list[tuple[str, float]] = field(default_factory=list)
     failed_container: str | None = None  # the container an error names, if any
     body_read: bool = False  # the whole request body has arrived
     protocol: str = (
-        RUNTIME_API_LABEL  # how the request arrived: the SageMaker Runtime API, V2_REST_LABEL or V2_GRPC_LABEL
+        # how the request arrived: the SageMaker Runtime API, V2_REST_LABEL or V2_GRPC_LABEL
+        RUNTIME_API_LABEL
     )
 
 
-_children: dict[tuple[Any, ...], Any] = {}  # (metric, *label values) -> its child: labels() costs ~1 µs a call
+# (metric, *label values) -> its child: labels() costs ~1 µs a call
+_children: dict[tuple[Any, ...], Any] = {}
 
 
 def _child(metric: Any, *labels: str) -> Any:
-    """`metric.labels(*labels)`, remembered: no series is ever removed, so a child stays the metric's own."""
+    """`metric.labels(*labels)`, remembered: no series is ever removed, so a child stays the
+    metric's own."""
     key = (metric, *labels)
     child = _children.get(key)
     if child is None:
@@ -139,8 +145,9 @@ def record_invocation(trace: InvocationTrace, status: int, seconds: float) -> No
     if endpoint is None:
         return
     containers = trace.chain or ("",)  # "" when the request never resolved to a container
-    # A TargetModel becomes a label value only once a container answered for it: a name that was refused
-    # (unknown, malformed) or never answered (timed out) would otherwise let any caller add series without bound.
+    # A TargetModel becomes a label value only once a container answered for it: a name that was
+    # refused (unknown, malformed) or never answered (timed out) would otherwise let any caller add
+    # series without bound.
     model = trace.model if trace.model and trace.model_confirmed else None
     label = lambda container: model if model and container in trace.multi_model else ""
     for container in containers:
@@ -158,7 +165,8 @@ def record_invocation(trace: InvocationTrace, status: int, seconds: float) -> No
 
 
 def record_client_abort(trace: InvocationTrace) -> None:
-    """Count a request whose client went away before its body arrived (a no-op for unknown endpoints)."""
+    """Count a request whose client went away before its body arrived (a no-op for unknown
+    endpoints)."""
     if trace.endpoint is not None:
         CLIENT_ABORTS.labels(trace.endpoint).inc()
 
@@ -185,7 +193,8 @@ class ReplicaCountCollector(_PerContainerGauge):
 
 
 class DesiredReplicasCollector(_PerContainerGauge):
-    """`serving_desired_replicas{endpoint,container}`: what the container's autoscaler last decided."""
+    """`serving_desired_replicas{endpoint,container}`: what the container's autoscaler last
+    decided."""
 
     name = "serving_desired_replicas"
     documentation = (

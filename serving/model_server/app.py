@@ -1,11 +1,11 @@
 """The data port of a container process: SageMaker's container contract over HTTP.
 
-Each container process answers `POST /invocations` and `GET /ping` like a SageMaker model
-container, so the router reaches it with one plain HTTP hop instead of Ray Serve's slower
-handle path (see docs/benchmarks/bench_invoke.md for the measurements behind this). With a hop key, every
-request but `/ping` must carry the gateway's signature for this container (`trust.hops`); anything
-else is refused with 403 and counted. `GET /_serving/stats` gives the replica's supervisor the
-counters and metric events it records on the container's behalf, `GET /_serving/signature` the gateway the
+Each container process answers `POST /invocations` and `GET /ping` like a SageMaker model container,
+so the router reaches it with one plain HTTP hop instead of Ray Serve's slower handle path (see
+docs/benchmarks/bench_invoke.md for the measurements behind this). With a hop key, every request but
+`/ping` must carry the gateway's signature for this container (`trust.hops`); anything else is
+refused with 403 and counted. `GET /_serving/stats` gives the replica's supervisor the counters and
+metric events it records on the container's behalf, `GET /_serving/signature` the gateway the
 model's tensors (Open Inference metadata).
 """
 
@@ -21,7 +21,13 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from serving import protocol
-from serving.errors import AccessDeniedError, ContainerAnswerError, ContainerError, ServingError, ValidationError
+from serving.errors import (
+    AccessDeniedError,
+    ContainerAnswerError,
+    ContainerError,
+    ServingError,
+    ValidationError,
+)
 from serving.http.responses import error_response, json_response, serving_app
 from serving.model_server import predictors
 from serving.model_server.container_config import ContainerStats
@@ -39,7 +45,8 @@ logger = logging.getLogger("serving.container")
 
 
 def _resolved(response: Response, context: InvocationContext) -> Response:
-    """Say whether the answer concerns a model the container resolved (the router's metric labels use it)."""
+    """Say whether the answer concerns a model the container resolved (the router's metric labels
+    use it)."""
     if context.model_resolved:
         response.headers[protocol.MODEL_RESOLVED] = "true"
     return response
@@ -61,14 +68,15 @@ class ContainerApp:
         log_stream: str | None = None,
         data_url: str | None = None,
     ) -> None:
-        """`predictor`: how the model runs for a request, whole answers and streams alike (`build_container_app`
-        chooses it). The facts it serves: the SingleModel `runtime` (its tensor signature, its autoscaling hook,
-        its calls back) or the MultiModel `models` (their repository). `hop_key`: refuse requests the gateway did
-        not sign for this container (None only in tests that run no gateway). `events`: drained by
-        `GET /_serving/stats`. `log_stream`: where this process's output goes, told to the gateway on every error
-        answer (the caller's ModelError names it as LogStreamArn). `data_url`: the data port's TCP address, where a
-        handler calls back (`context.rest_uri`) whichever socket its request came in on (None: the address the
-        request reached)."""
+        """`predictor`: how the model runs for a request, whole answers and streams alike
+        (`build_container_app` chooses it). The facts it serves: the SingleModel `runtime` (its
+        tensor signature, its autoscaling hook, its calls back) or the MultiModel `models` (their
+        repository). `hop_key`: refuse requests the gateway did not sign for this container (None
+        only in tests that run no gateway). `events`: drained by `GET /_serving/stats`.
+        `log_stream`: where this process's output goes, told to the gateway on every error answer
+        (the caller's ModelError names it as LogStreamArn). `data_url`: the data port's TCP address,
+        where a handler calls back (`context.rest_uri`) whichever socket its request came in on
+        (None: the address the request reached)."""
         if (runtime is None) == (models is None):
             raise ValueError("give a runtime (SingleModel) or models (MultiModel)")
         self.predictor = predictor
@@ -88,7 +96,11 @@ class ContainerApp:
                 Route(protocol.STATS_PATH, self.stats, methods=["GET"]),
                 Route(protocol.SIGNATURE_PATH, self.signature, methods=["GET"]),
                 Route(protocol.REPOSITORY_PATH, self.repository, methods=["GET"]),
-                Route(protocol.REPOSITORY_PATH + "/{action:str}", self.repository_change, methods=["POST"]),
+                Route(
+                    protocol.REPOSITORY_PATH + "/{action:str}",
+                    self.repository_change,
+                    methods=["POST"],
+                ),
                 *([self.local_rest.route()] if self.local_rest is not None else []),
             ],
             hot=Route(protocol.INVOCATIONS_PATH, self.invoke, methods=["POST"]),
@@ -100,9 +112,11 @@ class ContainerApp:
     async def ping(self, request: Request) -> Response:
         return Response(b"", status_code=200)
 
-    def _refusal(self, request: Request, body: bytes, headers: Headers | None = None) -> Response | None:
-        """None when the hop is the gateway's for this container, else the 403 to answer. `headers`: the request's
-        (`Headers.from_asgi`), the very mapping its handler reads."""
+    def _refusal(
+        self, request: Request, body: bytes, headers: Headers | None = None
+    ) -> Response | None:
+        """None when the hop is the gateway's for this container, else the 403 to answer. `headers`:
+        the request's (`Headers.from_asgi`), the very mapping its handler reads."""
         if self.hop_key is None:
             return None
         if headers is None:
@@ -121,7 +135,8 @@ class ContainerApp:
         return None
 
     async def stats(self, request: Request) -> Response:
-        """Counters, the model's own autoscaling metrics and the metric events since the last call."""
+        """Counters, the model's own autoscaling metrics and the metric events since the last
+        call."""
         refusal = self._refusal(request, b"")
         if refusal is not None:
             return refusal
@@ -138,21 +153,31 @@ class ContainerApp:
         return json_response(document)
 
     async def signature(self, request: Request) -> Response:
-        """The model's tensors and how to carry them (`Runtime.tensor_signature`), for Open Inference metadata;
-        a MultiModel container's models differ, so it names none."""
+        """The model's tensors and how to carry them (`Runtime.tensor_signature`), for Open
+        Inference metadata; a MultiModel container's models differ, so it names none."""
         refusal = self._refusal(request, b"")
         if refusal is not None:
             return refusal
         if self.runtime is None:
-            return json_response({"inputs": [], "outputs": [], "content_type": protocol.JSON, "accept": protocol.JSON})
+            return json_response(
+                {
+                    "inputs": [],
+                    "outputs": [],
+                    "content_type": protocol.JSON,
+                    "accept": protocol.JSON,
+                }
+            )
         return json_response({"platform": self.runtime.name, **self.runtime.tensor_signature()})
 
     async def repository(self, request: Request) -> Response:
-        """A MultiModel container's models: under its prefix, and loaded in this replica (none for SingleModel)."""
+        """A MultiModel container's models: under its prefix, and loaded in this replica (none for
+        SingleModel)."""
         refusal = self._refusal(request, b"")
         if refusal is not None:
             return refusal
-        return json_response(self.models.repository() if self.models is not None else {"available": [], "loaded": []})
+        return json_response(
+            self.models.repository() if self.models is not None else {"available": [], "loaded": []}
+        )
 
     async def repository_change(self, request: Request) -> Response:
         """`load` or `unload` one model of a MultiModel container's cache: `{"model": name}`."""
@@ -163,15 +188,22 @@ class ContainerApp:
         action = request.path_params["action"]
         try:
             model = json.loads(body).get("model") if body else None
-            if self.models is None or action not in ("load", "unload") or not isinstance(model, str):
-                raise ValidationError(f"container {self.hostname}: POST {{'model': name}} to load or unload")
+            if (
+                self.models is None
+                or action not in ("load", "unload")
+                or not isinstance(model, str)
+            ):
+                raise ValidationError(
+                    f"container {self.hostname}: POST {{'model': name}} to load or unload"
+                )
             if action == "load":
                 await self.models.load(model)
                 return json_response({"model": model, "loaded": True})
             return json_response({"model": model, "unloaded": await self.models.cache.evict(model)})
         except ServingError as error:
             return error_response(error)
-        except Exception as error:  # the model's own load failed: its error, as an invocation's would be
+        # the model's own load failed: its error, as an invocation's would be
+        except Exception as error:
             return error_response(ContainerError.of(error))
 
     def _custom_metrics(self) -> dict[str, float]:
@@ -186,7 +218,8 @@ class ContainerApp:
 
     @property
     def inline(self) -> InlineGate | None:
-        """The gate that lets fast predictions run on the event loop (None when the predictor has none)."""
+        """The gate that lets fast predictions run on the event loop (None when the predictor has
+        none)."""
         return self.predictor.gate
 
     async def invoke(self, request: Request) -> Response:
@@ -195,11 +228,13 @@ class ContainerApp:
         context = InvocationContext()
         streaming = False
         try:
-            # One mapping for the signature check and for everything after it (the hooks' context too: MMS's
-            # request properties), so no repeated header can be checked in one place and read in another.
+            # One mapping for the signature check and for everything after it (the hooks' context
+            # too: MMS's request properties), so no repeated header can be checked in one place and
+            # read in another.
             headers = context.headers = Headers.from_asgi(request.scope["headers"])
             if self.hop_key is not None and hops.SIGNATURE_HEADER not in headers:
-                refusal = self._refusal(request, b"", headers)  # unsigned: refused before its body is read
+                # unsigned: refused before its body is read
+                refusal = self._refusal(request, b"", headers)
             else:
                 body = await request.body()
                 refusal = self._refusal(request, body, headers)
@@ -218,13 +253,21 @@ class ContainerApp:
             out, content_type = await self.predictor.predict(
                 body, headers.get("content-type"), headers.get("accept"), context
             )
-            # A hook may set the answer's status and headers through the context, as on MMS / TorchServe.
+            # A hook may set the answer's status and headers through the context, as on MMS /
+            # TorchServe.
             response_headers = {**context.response_headers, "content-type": content_type}
             if context.response_custom_attributes:
                 response_headers[protocol.CUSTOM_ATTRIBUTES] = context.response_custom_attributes
-            return _resolved(Response(out, status_code=context.response_status, headers=response_headers), context)
-        except ContainerAnswerError as answer:  # the framework container's own error answer, as it sends it
-            return _resolved(Response(answer.raw, status_code=answer.status, media_type=answer.content_type), context)
+            return _resolved(
+                Response(out, status_code=context.response_status, headers=response_headers),
+                context,
+            )
+        # the framework container's own error answer, as it sends it
+        except ContainerAnswerError as answer:
+            return _resolved(
+                Response(answer.raw, status_code=answer.status, media_type=answer.content_type),
+                context,
+            )
         except Exception as error:
             return self._failure(error, context)
         finally:
@@ -233,11 +276,16 @@ class ContainerApp:
                 if self.local_rest is not None:
                     self.local_rest.revoke(context.local_api)
 
-    async def _stream(self, request: Request, body: bytes, headers: Any, context: InvocationContext) -> Response:
-        """The model's chunks as an event stream, run by the predictor as a whole answer is (`Predictor.stream`)."""
+    async def _stream(
+        self, request: Request, body: bytes, headers: Any, context: InvocationContext
+    ) -> Response:
+        """The model's chunks as an event stream, run by the predictor as a whole answer is
+        (`Predictor.stream`)."""
         if self.local_rest is not None:
             context.local_api = self.local_rest.grant(request)
-        answer = await self.predictor.stream(body, headers.get("content-type"), headers.get("accept"), context)
+        answer = await self.predictor.stream(
+            body, headers.get("content-type"), headers.get("accept"), context
+        )
         response_headers = {}
         if context.response_custom_attributes:
             response_headers[protocol.CUSTOM_ATTRIBUTES] = context.response_custom_attributes
@@ -249,17 +297,19 @@ class ContainerApp:
             answer.end()
 
         try:
-            response = await stream_answer(answer.chunks, answer.content_type, response_headers, self.hostname, done)
+            response = await stream_answer(
+                answer.chunks, answer.content_type, response_headers, self.hostname, done
+            )
         except BaseException:  # failed before its first chunk: answered as any failure (`invoke`)
             answer.end()
             raise
         return _resolved(response, context)
 
     def _failure(self, error: Exception, context: InvocationContext) -> Response:
-        """The error answer. The platform's own refusals (a MultiModel TargetModel it cannot resolve) are marked
-        as such; whatever the model, runtime or handler raised is a ContainerError with the status AWS's
-        toolkits give it, which the gateway reports as ModelError (so no code a model raises passes for the
-        platform's)."""
+        """The error answer. The platform's own refusals (a MultiModel TargetModel it cannot
+        resolve) are marked as such; whatever the model, runtime or handler raised is a
+        ContainerError with the status AWS's toolkits give it, which the gateway reports as
+        ModelError (so no code a model raises passes for the platform's)."""
         platform = (
             isinstance(error, ServingError)
             and not isinstance(error, ContainerError)
@@ -273,7 +323,8 @@ class ContainerApp:
         else:
             if not isinstance(error, ServingError):  # the model failed: report it, keep serving
                 logger.exception("container %s: invocation failed", self.hostname)
-            response = error_response(ContainerError.of(error))  # no paths of this machine, no traceback
+            # no paths of this machine, no traceback
+            response = error_response(ContainerError.of(error))
         if self.log_stream:
             response.headers[protocol.LOG_STREAM] = self.log_stream
         return _resolved(response, context)
@@ -293,9 +344,10 @@ def build_container_app(
     log_stream: str | None = None,
     data_url: str | None = None,
 ) -> ContainerApp:
-    """A container's app: its predictor chosen from how the model should run (`predictors.choose`: `threads`
-    at once, `batching`, on the event loop under `inline_budget_s`; `model_latency` gets each SingleModel
-    prediction's time), then the app over it, given the facts it serves (`ContainerApp`)."""
+    """A container's app: its predictor chosen from how the model should run (`predictors.choose`:
+    `threads` at once, `batching`, on the event loop under `inline_budget_s`; `model_latency` gets
+    each SingleModel prediction's time), then the app over it, given the facts it serves
+    (`ContainerApp`)."""
     predictor = predictors.choose(
         runtime,
         models,

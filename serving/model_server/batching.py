@@ -1,10 +1,11 @@
-"""Dynamic batching in a container process: concurrent requests' rows merged into one `predict_fn` call.
+"""Dynamic batching in a container process: concurrent requests' rows merged into one `predict_fn`
+call.
 
-Each request is decoded and encoded alone; rows that can merge (same content type, Accept, array type, trailing
-shape, dtype and device) wait in a queue per kind, and a batch runs when it is full, at a preferred size or after
-the delay, once a model thread is free, as on Triton. A batch whose `predict_fn` raises, or whose answer cannot be
-split by rows, runs again request by request, so one bad row fails only its own request. The rules users see:
-docs/spec.md, `Batching`.
+Each request is decoded and encoded alone; rows that can merge (same content type, Accept, array
+type, trailing shape, dtype and device) wait in a queue per kind, and a batch runs when it is full,
+at a preferred size or after the delay, once a model thread is free, as on Triton. A batch whose
+`predict_fn` raises, or whose answer cannot be split by rows, runs again request by request, so one
+bad row fails only its own request. The rules users see: docs/spec.md, `Batching`.
 """
 
 from __future__ import annotations
@@ -28,11 +29,13 @@ from serving.runtimes.concurrency import BatchSettings
 logger = logging.getLogger("serving.container")
 
 T = TypeVar("T")
-Run = Callable[[Callable[[], T]], Awaitable[T]]  # runs a call on a model thread (bounded by the replica's pool)
+# runs a call on a model thread (bounded by the replica's pool)
+Run = Callable[[Callable[[], T]], Awaitable[T]]
 Answer = tuple[bytes, str]
-# Bodies up to this size, read by the stack's own decoder (no user input_fn), are decoded on the event loop: a
-# 1-row JSON request decodes in ~0.1 ms, less than the round trip to a decode thread, and a batch's requests then
-# reach the model with one thread hand-off per batch instead of one per request and one per batch.
+# Bodies up to this size, read by the stack's own decoder (no user input_fn), are decoded on the
+# event loop: a 1-row JSON request decodes in ~0.1 ms, less than the round trip to a decode thread,
+# and a batch's requests then reach the model with one thread hand-off per batch instead of one per
+# request and one per batch.
 INLINE_DECODE_BYTES = 16 * 1024
 
 
@@ -91,14 +94,20 @@ def merge(rows: list[Any]) -> Any:
 
 
 def split(prediction: Any, counts: list[int]) -> list[Any]:
-    """The merged prediction back per request, by row counts: an array, tensor or list with one entry per row,
-    or a dict of those (a model with several outputs)."""
+    """The merged prediction back per request, by row counts: an array, tensor or list with one
+    entry per row, or a dict of those (a model with several outputs)."""
     total = sum(counts)
     if isinstance(prediction, dict):
         columns = {name: split(value, counts) for name, value in prediction.items()}
         return [{name: parts[i] for name, parts in columns.items()} for i in range(len(counts))]
     shape = getattr(prediction, "shape", None)
-    length = shape[0] if shape is not None and len(shape) else len(prediction) if isinstance(prediction, list) else None
+    length = (
+        shape[0]
+        if shape is not None and len(shape)
+        else len(prediction)
+        if isinstance(prediction, list)
+        else None
+    )
     if length != total:
         raise UnsplittableError(f"the prediction has no batch axis of {total} rows")
     bounds = np.cumsum([0, *counts])
@@ -117,25 +126,29 @@ class Batcher:
         model_latency: Callable[[float], None] | None = None,
         threads: int = 1,
     ) -> None:
-        """`run(call)`: `call` on a model thread. `threads`: how many batches may run at once (the replica's model
-        threads). `model_latency(seconds)`: each request's model time (its decode, its batch's predict_fn, its
-        encode)."""
+        """`run(call)`: `call` on a model thread. `threads`: how many batches may run at once (the
+        replica's model threads). `model_latency(seconds)`: each request's model time (its decode,
+        its batch's predict_fn, its encode)."""
         self.runtime = runtime
-        # A user's input_fn may block: only the stack's own decoder runs on the event loop (the runtime is loaded).
+        # A user's input_fn may block: only the stack's own decoder runs on the event loop (the
+        # runtime is loaded).
         self._inline_decode = not runtime.runs_request_hooks()
         self.slots = threads
-        # Decoding runs beside the model, so that requests arriving while every model thread computes are
-        # decoded and queued, and go together into the next batch when a thread is free (created on first use).
+        # Decoding runs beside the model, so that requests arriving while every model thread
+        # computes are decoded and queued, and go together into the next batch when a thread is free
+        # (created on first use).
         self._decode_limiter: CapacityLimiter | None = None
         self.model_latency = model_latency
         self.settings = settings
         self.run = run
         self.observer = observer
         self._queues: dict[tuple[Any, ...], _Queue] = {}
-        self._running: set[asyncio.Task[None]] = set()  # batches on model threads (the loop keeps weak references)
+        # batches on model threads (the loop keeps weak references)
+        self._running: set[asyncio.Task[None]] = set()
 
     def wants(self, content_type: str | None) -> bool:
-        """Whether a request of this type may be batched at all (else the caller runs it as before)."""
+        """Whether a request of this type may be batched at all (else the caller runs it as
+        before)."""
         return self.runtime.accepts_batches() and self.runtime.batchable(content_type)
 
     async def invoke(
@@ -153,7 +166,13 @@ class Batcher:
         if rows is None:  # cannot be merged: the rest of the request runs alone
             return await self.run(lambda: self._alone(data, chosen, context, decode_s))
         request = _Request(
-            data, rows, int(rows.shape[0]), chosen, context, decode_s, asyncio.get_running_loop().create_future()
+            data,
+            rows,
+            int(rows.shape[0]),
+            chosen,
+            context,
+            decode_s,
+            asyncio.get_running_loop().create_future(),
         )
         key = batch_key(content_type, chosen, rows)
         queue = self._queues.setdefault(key, _Queue())
@@ -162,7 +181,7 @@ class Batcher:
         self._cut(key)
         return await request.future
 
-    # --- on the event loop ----------------------------------------------------------------------------------
+    # --- on the event loop ------------------------------------------------------------------------
     def _due(self, queue: _Queue) -> bool:
         settings = self.settings
         if queue.rows >= settings.max_batch_size:
@@ -184,8 +203,8 @@ class Batcher:
         return best or taken
 
     def _cut(self, key: tuple[Any, ...]) -> None:
-        """Start every batch that is due in this queue while a model thread is free; wake up for the rest when
-        its first request has waited long enough, or when a running batch ends."""
+        """Start every batch that is due in this queue while a model thread is free; wake up for the
+        rest when its first request has waited long enough, or when a running batch ends."""
         queue = self._queues.get(key)
         if queue is None:
             return
@@ -227,8 +246,10 @@ class Batcher:
             else:
                 request.future.set_result(answer)
 
-    # --- on a model thread ----------------------------------------------------------------------------------
-    def _decode(self, body: bytes, content_type: str | None, accept: str | None, context: InvocationContext):
+    # --- on a model thread ------------------------------------------------------------------------
+    def _decode(
+        self, body: bytes, content_type: str | None, accept: str | None, context: InvocationContext
+    ):
         started = time.perf_counter()
         data, chosen = self.runtime.decode(body, content_type, accept, context)
         return data, chosen, self.runtime.batch_rows(data), time.perf_counter() - started
@@ -249,15 +270,24 @@ class Batcher:
             return [self._guarded(partial(self._request_alone, batch[0]))]
         clock = time.perf_counter()
         try:
-            # The batch's predict_fn sees the first request's context (documented: per-request state belongs
-            # in input_fn / output_fn).
-            prediction = self.runtime.predict(merge([request.rows for request in batch]), batch[0].context)
+            # The batch's predict_fn sees the first request's context (documented: per-request state
+            # belongs in input_fn / output_fn).
+            prediction = self.runtime.predict(
+                merge([request.rows for request in batch]), batch[0].context
+            )
             parts = split(prediction, [request.count for request in batch])
         except Exception as error:  # one request may be at fault: each runs alone and fails alone
-            logger.info("a batch of %d requests failed (%s): running each alone", len(batch), type(error).__name__)
+            logger.info(
+                "a batch of %d requests failed (%s): running each alone",
+                len(batch),
+                type(error).__name__,
+            )
             return [self._guarded(partial(self._request_alone, request)) for request in batch]
         predict_s = time.perf_counter() - clock
-        return [self._guarded(partial(self._encode, request, part, predict_s)) for request, part in zip(batch, parts)]
+        return [
+            self._guarded(partial(self._encode, request, part, predict_s))
+            for request, part in zip(batch, parts)
+        ]
 
     def _request_alone(self, request: _Request) -> Answer:
         return self._alone(request.data, request.accept, request.context, request.decode_s)

@@ -1,8 +1,9 @@
-"""What a container process is given, decided before it starts: what it serves (`ContainerConfig`), the files it
-may read and write and the devices it may open (`sandbox_paths`), and its environment, first the launcher's (the
-supervisor's allowlist) then the model server's (the container's own, less the variables that choose code).
-`supervisor` starts the process with them; `sandbox` enforces them. What the process tells its supervisor back:
-its start report (`StartReport`) and its counters (`ContainerStats`)."""
+"""What a container process is given, decided before it starts: what it serves (`ContainerConfig`),
+the files it may read and write and the devices it may open (`sandbox_paths`), and its environment,
+first the launcher's (the supervisor's allowlist) then the model server's (the container's own, less
+the variables that choose code). `supervisor` starts the process with them; `sandbox` enforces them.
+What the process tells its supervisor back: its start report (`StartReport`) and its counters
+(`ContainerStats`)."""
 
 from __future__ import annotations
 
@@ -53,7 +54,8 @@ _PASSED_PREFIXES = ("LC_",)
 
 
 class ContainerStartError(RuntimeError):
-    """The container process exited before serving: its model did not load, or the sandbox failed."""
+    """The container process exited before serving: its model did not load, or the sandbox
+    failed."""
 
 
 @dataclass
@@ -71,7 +73,8 @@ class ContainerConfig:
     working_dir: str | None = None
     gpus: float = 0.0
     egress_ports: tuple[int, ...] = ()  # opted in: the node's network, TCP out to these ports only
-    shared_network: bool = False  # where no network namespace can be made: the node's network, under its rules
+    # where no network namespace can be made: the node's network, under its rules
+    shared_network: bool = False
 
 
 def _local_model_path(model_data: str | None) -> str | None:
@@ -81,19 +84,26 @@ def _local_model_path(model_data: str | None) -> str | None:
 
 
 def _code_paths() -> list[str]:
-    """What the server runs: the Python install, its site-packages and this package. A container may read them,
-    never write them (a replica started later would run what it wrote, as this process's user)."""
-    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
+    """What the server runs: the Python install, its site-packages and this package. A container may
+    read them, never write them (a replica started later would run what it wrote, as this process's
+    user)."""
+    paths = {
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        os.path.dirname(os.path.realpath(sys.executable)),
+    }
     paths.update(path for path in site.getsitepackages() if os.path.isdir(path))
-    paths.add(str(Path(__file__).resolve().parents[1]))  # the `serving` package, wherever it is installed
+    # the `serving` package, wherever it is installed
+    paths.add(str(Path(__file__).resolve().parents[1]))
     return sorted(paths)
 
 
 def sandbox_paths(config: ContainerConfig, scratch: str) -> dict[str, list[str]]:
     """The sandbox policy of a container process: what it may read, write and open as a device.
 
-    Raises ContainerStartError when an extra writable path (SERVING_SANDBOX_WRITE) holds or lies inside code the
-    server runs."""
+    Raises ContainerStartError when an extra writable path (SERVING_SANDBOX_WRITE) holds or lies
+    inside code the server runs."""
     code = _code_paths()
     read = list(sandbox.SYSTEM_READ) + code
     model = _local_model_path(config.model_data)
@@ -103,12 +113,17 @@ def sandbox_paths(config: ContainerConfig, scratch: str) -> dict[str, list[str]]
         read.append(os.path.realpath(config.working_dir))
     read += [path for path in config.environment.get(EXTRA_READ_ENV, "").split(os.pathsep) if path]
     submit = config.environment.get(SUBMIT_DIRECTORY_ENV, "").removeprefix("file://")
-    if os.path.isabs(submit) and not submit.startswith(SAGEMAKER_MODEL_DIR):  # a shared script (MultiModel)
+    # a shared script (MultiModel)
+    if os.path.isabs(submit) and not submit.startswith(SAGEMAKER_MODEL_DIR):
         read.append(os.path.realpath(submit))
-    extra_write = [path for path in config.environment.get(EXTRA_WRITE_ENV, "").split(os.pathsep) if path]
+    extra_write = [
+        path for path in config.environment.get(EXTRA_WRITE_ENV, "").split(os.pathsep) if path
+    ]
     for path in extra_write:
         resolved = Path(path).resolve()
-        overlap = [c for c in code if resolved.is_relative_to(c) or Path(c).is_relative_to(resolved)]
+        overlap = [
+            c for c in code if resolved.is_relative_to(c) or Path(c).is_relative_to(resolved)
+        ]
         if overlap:
             raise ContainerStartError(
                 f"container {config.hostname}: {EXTRA_WRITE_ENV} names {path}, which holds or lies in code this "
@@ -122,22 +137,33 @@ def sandbox_paths(config: ContainerConfig, scratch: str) -> dict[str, list[str]]
 
 
 def launcher_environment() -> dict[str, str]:
-    """The environment the container process starts in: the supervisor's allowlisted variables, nothing of the
-    container's (the launcher confines the process before the container's environment applies)."""
-    return {key: value for key, value in os.environ.items() if key in _PASSED_ENV or key.startswith(_PASSED_PREFIXES)}
+    """The environment the container process starts in: the supervisor's allowlisted variables,
+    nothing of the container's (the launcher confines the process before the container's environment
+    applies)."""
+    return {
+        key: value
+        for key, value in os.environ.items()
+        if key in _PASSED_ENV or key.startswith(_PASSED_PREFIXES)
+    }
 
 
 def child_environment(config: ContainerConfig, scratch: str) -> dict[str, str]:
-    """The model server's environment, applied once confined: the container's `Environment` less the variables
-    that choose code as a process starts (a spec or API call naming one is refused; one that got here anyway,
-    say from an older state file, is dropped and logged), plus what Python needs."""
+    """The model server's environment, applied once confined: the container's `Environment` less the
+    variables that choose code as a process starts (a spec or API call naming one is refused; one
+    that got here anyway, say from an older state file, is dropped and logged), plus what Python
+    needs."""
     refused = sandbox.startup_variables(config.environment)
     if refused:
-        logger.warning("container %s: not passing %s to its process (docs/security.md)", config.hostname, refused)
-    # joblib's process pools need POSIX semaphores in /dev/shm, which the sandbox keeps from it: say so
-    # up front rather than have it warn on every import (scikit-learn then predicts in one process).
-    # OpenMP's threads (PyTorch's intra-op pool, XGBoost, scikit-learn) sleep when out of work instead of spinning
-    # for it: a spinning pool takes the cores the replica's other requests and the node's other containers need.
+        logger.warning(
+            "container %s: not passing %s to its process (docs/security.md)",
+            config.hostname,
+            refused,
+        )
+    # joblib's process pools need POSIX semaphores in /dev/shm, which the sandbox keeps from it: say
+    # so up front rather than have it warn on every import (scikit-learn then predicts in one
+    # process). OpenMP's threads (PyTorch's intra-op pool, XGBoost, scikit-learn) sleep when out of
+    # work instead of spinning for it: a spinning pool takes the cores the replica's other requests
+    # and the node's other containers need.
     defaults = {"JOBLIB_MULTIPROCESSING": "0", "OMP_WAIT_POLICY": "PASSIVE"}
     return {
         **launcher_environment(),
@@ -151,8 +177,8 @@ def child_environment(config: ContainerConfig, scratch: str) -> dict[str, str]:
 
 
 class StartReport(TypedDict, total=False):
-    """The one line a container process writes on its status pipe: `error`, or `ready` with its pid and what its
-    sandbox applied (the launcher's `sandbox_report`)."""
+    """The one line a container process writes on its status pipe: `error`, or `ready` with its pid
+    and what its sandbox applied (the launcher's `sandbox_report`)."""
 
     error: str
     ready: bool
@@ -165,8 +191,8 @@ class StartReport(TypedDict, total=False):
 
 
 class ContainerStats(TypedDict):
-    """What a container process answers on STATS_PATH: its counters, its model's autoscaling metrics, and the metric
-    events since the last call (where it records them)."""
+    """What a container process answers on STATS_PATH: its counters, its model's autoscaling
+    metrics, and the metric events since the last call (where it records them)."""
 
     invocations: int
     in_flight: int

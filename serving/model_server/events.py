@@ -18,7 +18,17 @@ __all__ = ["EVENTS", "EventLog", "replay"]
 
 # The methods an event may name: ReplicaMetrics implements each.
 EVENTS = frozenset(
-    {"model_latency", "hit", "waited", "loaded", "unloaded", "changed", "downloaded", "batch_size", "queue_delay"}
+    {
+        "model_latency",
+        "hit",
+        "waited",
+        "loaded",
+        "unloaded",
+        "changed",
+        "downloaded",
+        "batch_size",
+        "queue_delay",
+    }
 )
 
 

@@ -1,10 +1,12 @@
-"""When a container process may run a prediction on its event loop instead of handing it to a worker thread.
+"""When a container process may run a prediction on its event loop instead of handing it to a worker
+thread.
 
 The hand-off to a thread and back costs more CPU than a small model's own prediction
-(docs/benchmarks/bench_batching.md), so a model shown to be fast runs on the loop, which then waits for it (and so
-do `/ping` and every other request) for about the budget (`concurrency.inline_budget_s`) at most. `InlineGate`
-judges what the model did, not what the machine did to it: its CPU time, less the garbage collections it happened to
-trigger (`GcClock`), and, on the loop, its waits for anything but a core (`RunQueueClock`). The rules users see:
+(docs/benchmarks/bench_batching.md), so a model shown to be fast runs on the loop, which then waits
+for it (and so do `/ping` and every other request) for about the budget
+(`concurrency.inline_budget_s`) at most. `InlineGate` judges what the model did, not what the
+machine did to it: its CPU time, less the garbage collections it happened to trigger (`GcClock`),
+and, on the loop, its waits for anything but a core (`RunQueueClock`). The rules users see:
 docs/spec.md, `Batching`.
 """
 
@@ -17,11 +19,13 @@ import time
 
 STREAK = 8  # fast predictions in a row before one runs on the loop
 MAX_STREAK = 1024  # the most a model that was caught waiting must wait for its next try on the loop
-SCHEDSTAT = "/proc/thread-self/schedstat"  # run time, run-queue delay, time slices (ns); Linux's CONFIG_SCHED_INFO
+# run time, run-queue delay, time slices (ns); Linux's CONFIG_SCHED_INFO
+SCHEDSTAT = "/proc/thread-self/schedstat"
 
 
 class RunQueueClock:
-    """Seconds the calling thread has waited for a core so far (0.0 where the kernel does not say)."""
+    """Seconds the calling thread has waited for a core so far (0.0 where the kernel does not
+    say)."""
 
     def __init__(self, path: str = SCHEDSTAT) -> None:
         self.path = path
@@ -44,11 +48,13 @@ class RunQueueClock:
 
 
 class GcClock:
-    """CPU seconds the calling thread has spent in garbage collections so far, from `gc.callbacks` once installed.
+    """CPU seconds the calling thread has spent in garbage collections so far, from `gc.callbacks`
+    once installed.
 
-    A collection runs in the thread whose allocation triggered it, holding the GIL from its start to its stop
-    callback, and collections do not nest, so one start time serves every thread. It is not the model's time: it
-    stalls the loop wherever it runs, and moving the model to a thread would not spare the loop one."""
+    A collection runs in the thread whose allocation triggered it, holding the GIL from its start to
+    its stop callback, and collections do not nest, so one start time serves every thread. It is not
+    the model's time: it stalls the loop wherever it runs, and moving the model to a thread would
+    not spare the loop one."""
 
     def __init__(self) -> None:
         self._local = threading.local()
@@ -75,11 +81,12 @@ GC_CLOCK = GcClock()  # one per process, as gc.callbacks is
 class InlineGate:
     """Counts fast predictions in a row; `open` says whether the next one may run on the event loop.
 
-    A prediction over the budget of CPU closes the gate; `required` fast ones in a row open it again. On the loop
-    only, a prediction that waited longer than the budget (I/O, its own threads) also closes it and doubles
-    `required` (up to MAX_STREAK), so a model that waits blocks the loop about log2(n) times in n predictions; as
-    many good runs on the loop halve it again. Waiting is not judged on a worker thread, whose wall time also
-    counts its waits for the GIL, which the loop holds while it answers other requests."""
+    A prediction over the budget of CPU closes the gate; `required` fast ones in a row open it
+    again. On the loop only, a prediction that waited longer than the budget (I/O, its own threads)
+    also closes it and doubles `required` (up to MAX_STREAK), so a model that waits blocks the loop
+    about log2(n) times in n predictions; as many good runs on the loop halve it again. Waiting is
+    not judged on a worker thread, whose wall time also counts its waits for the GIL, which the loop
+    holds while it answers other requests."""
 
     def __init__(self, budget_s: float, streak: int = STREAK) -> None:
         self.budget_s = budget_s
@@ -94,12 +101,12 @@ class InlineGate:
         return self.budget_s > 0 and self._fast >= self.required
 
     def record(self, cpu_s: float, waited_s: float | None = None) -> None:
-        """One prediction's CPU time on its thread and, for one run on the loop, the time it spent neither running
-        nor waiting for a core (None on a worker thread); a failed one counts too.
+        """One prediction's CPU time on its thread and, for one run on the loop, the time it spent
+        neither running nor waiting for a core (None on a worker thread); a failed one counts too.
 
-        CPU time, not wall time, measures computing: on a busy machine the wall time of a 0.5 ms prediction often
-        passes 2 ms while other processes hold the cores, and closing the gate then would add the hand-off's CPU
-        exactly when CPU is short."""
+        CPU time, not wall time, measures computing: on a busy machine the wall time of a 0.5 ms
+        prediction often passes 2 ms while other processes hold the cores, and closing the gate then
+        would add the hand-off's CPU exactly when CPU is short."""
         if cpu_s > self.budget_s:
             self._fast = 0
             return

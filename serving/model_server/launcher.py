@@ -1,12 +1,14 @@
-"""The container process's first step: confine itself, then become the model server (`main`) by `exec`.
+"""The container process's first step: confine itself, then become the model server (`main`) by
+`exec`.
 
-The supervisor starts this with `python -I -S -B` and an environment it chose itself, holding nothing of the
-container's `Environment`: the dynamic loader, glibc and the interpreter read no variable a caller chose
-before the sandbox is on. This reads the sandbox policy and the model server's environment from its stdin,
-applies the sandbox (`sandbox.apply`, while this process has one thread: its own network namespace first), and
-`exec`s the model server with that environment. The namespace, Landlock, seccomp and no-new-privileges outlive
-`exec`, so whatever the environment makes the loader or the interpreter do happens inside the sandbox. The model server gets its configuration, with
-what the sandbox applied, on a new stdin (a memfd). The standard library only.
+The supervisor starts this with `python -I -S -B` and an environment it chose itself, holding
+nothing of the container's `Environment`: the dynamic loader, glibc and the interpreter read no
+variable a caller chose before the sandbox is on. This reads the sandbox policy and the model
+server's environment from its stdin, applies the sandbox (`sandbox.apply`, while this process has
+one thread: its own network namespace first), and `exec`s the model server with that environment.
+The namespace, Landlock, seccomp and no-new-privileges outlive `exec`, so whatever the environment
+makes the loader or the interpreter do happens inside the sandbox. The model server gets its
+configuration, with what the sandbox applied, on a new stdin (a memfd). The standard library only.
 """
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ def main() -> int:
         "network": report.network,
         "connect_ports": report.connect_ports,
     }
-    if report.loopback_fd is not None:  # its data port, as the container itself sees it (`context.rest_uri`)
+    # its data port, as the container itself sees it (`context.rest_uri`)
+    if report.loopback_fd is not None:
         config["loopback_fd"] = report.loopback_fd
         config["data_url"] = f"http://127.0.0.1:{policy['own_port']}"
     if hasattr(os, "memfd_create"):  # Linux: a file in memory only, never on disk

@@ -1,13 +1,15 @@
-"""The container process: one model (or a MultiModel container's models) on a data port, with no Ray.
+"""The container process: one model (or a MultiModel container's models) on a data port, with no
+Ray.
 
-Started by a container replica's supervisor (`supervisor.ContainerProcess`) through `launcher`, which
-confines the process (`sandbox`) and then `exec`s this module, so that this runs confined from its first
-instruction. Its configuration comes on stdin, its sockets and pipes as inherited file descriptors: the
-listening data-port socket (and its Unix socket, where the supervisor made one; and the launcher's listener on the
-same port number in the loopback of the process's own network namespace, where it calls itself), a status pipe (it writes
-one JSON line: ready, or the error that kept the model from loading) and a lifeline pipe (end of file = the
-supervisor is gone, so this process exits too). It imports the framework, loads the model and serves. It
-holds no Ray credentials, so a tenant's `code/inference.py` cannot reach the cluster; it knows only its own
+Started by a container replica's supervisor (`supervisor.ContainerProcess`) through `launcher`,
+which confines the process (`sandbox`) and then `exec`s this module, so that this runs confined from
+its first instruction. Its configuration comes on stdin, its sockets and pipes as inherited file
+descriptors: the listening data-port socket (and its Unix socket, where the supervisor made one; and
+the launcher's listener on the same port number in the loopback of the process's own network
+namespace, where it calls itself), a status pipe (it writes one JSON line: ready, or the error that
+kept the model from loading) and a lifeline pipe (end of file = the supervisor is gone, so this
+process exits too). It imports the framework, loads the model and serves. It holds no Ray
+credentials, so a tenant's `code/inference.py` cannot reach the cluster; it knows only its own
 container's hop key.
 """
 
@@ -27,8 +29,9 @@ from serving.errors import without_capabilities
 
 
 class _WithoutCapabilities(logging.Formatter):
-    """Log lines less the URL of this process's TF Serving route: its output goes to Ray's log files, which other
-    users of the machine may read, and a handler's failure names the URL it posted to."""
+    """Log lines less the URL of this process's TF Serving route: its output goes to Ray's log
+    files, which other users of the machine may read, and a handler's failure names the URL it
+    posted to."""
 
     def format(self, record: logging.LogRecord) -> str:
         return without_capabilities(super().format(record))
@@ -43,8 +46,9 @@ def _lifeline(fd: int, stop: threading.Event, orphaned: threading.Event) -> None
 
 
 def _empty(folder: str) -> None:
-    """Remove what this process left in its scratch folder (the unpacked model); the folder itself is its
-    supervisor's to remove (the sandbox lets this process change only what lies inside it)."""
+    """Remove what this process left in its scratch folder (the unpacked model); the folder itself
+    is its supervisor's to remove (the sandbox lets this process change only what lies inside
+    it)."""
     for entry in os.scandir(folder):
         if entry.is_dir(follow_symlinks=False):
             shutil.rmtree(entry.path, ignore_errors=True)
@@ -60,7 +64,8 @@ def _report(fd: int, document: dict) -> None:
 
 def main() -> int:
     defer_collections()  # until the model is loaded and serving (freeze_startup_objects)
-    handler = logging.StreamHandler()  # what logging's last resort did (warnings and worse, on stderr), redacted
+    # what logging's last resort did (warnings and worse, on stderr), redacted
+    handler = logging.StreamHandler()
     handler.setFormatter(_WithoutCapabilities("%(message)s"))
     logging.getLogger().addHandler(handler)
     config = json.loads(sys.stdin.read())
@@ -75,7 +80,8 @@ def main() -> int:
         signal.signal(signum, lambda *_: stop.set())
     try:
         server = _serve(config)
-    except Exception as error:  # the model did not load: the supervisor reports it as the container's failure
+    # the model did not load: the supervisor reports it as the container's failure
+    except Exception as error:
         _report(status_fd, {"error": f"{type(error).__name__}: {error}"})
         return 1
     _report(
@@ -85,13 +91,15 @@ def main() -> int:
     freeze_startup_objects()  # after the report: serving does not wait for it
     stop.wait()
     server.stop()
-    if orphaned.is_set():  # a supervisor that was killed cannot clean up after this process: do it here
+    # a supervisor that was killed cannot clean up after this process: do it here
+    if orphaned.is_set():
         _empty(config["scratch"])
     return 0
 
 
 def _serve(config: dict):
-    """Load the model and start serving on the inherited socket (imports the framework: after the sandbox)."""
+    """Load the model and start serving on the inherited socket (imports the framework: after the
+    sandbox)."""
     import socket
 
     from serving.http.server import BackgroundServer
@@ -104,14 +112,20 @@ def _serve(config: dict):
     from serving.runtimes.concurrency import batch_settings, inline_budget_s
 
     listener = socket.socket(fileno=config["listen_fd"])
-    # the data port's Unix socket, and its number on the loopback of the process's own network namespace
-    also = tuple(socket.socket(fileno=config[key]) for key in ("unix_fd", "loopback_fd") if config.get(key) is not None)
+    # the data port's Unix socket, and its number on the loopback of the process's own network
+    # namespace
+    also = tuple(
+        socket.socket(fileno=config[key])
+        for key in ("unix_fd", "loopback_fd")
+        if config.get(key) is not None
+    )
     events = EventLog()
     hop_key = bytes.fromhex(config["hop_key"])
     hostname, environment = config["hostname"], config["environment"]
     log_stream = config.get("log_stream")
     if config["multi_model"] is not None:
-        broker = config.get("s3_broker")  # an S3 prefix: its supervisor makes the calls (this process has no network)
+        # an S3 prefix: its supervisor makes the calls (this process has no network)
+        broker = config.get("s3_broker")
         models = MultiModelHandler(
             config["image"],
             config["model_data"],
@@ -123,12 +137,15 @@ def _serve(config: dict):
             model_latency=events.model_latency,
             **config["multi_model"],
         )
-        app = build_container_app(None, hostname, models, events=events, hop_key=hop_key, log_stream=log_stream)
+        app = build_container_app(
+            None, hostname, models, events=events, hop_key=hop_key, log_stream=log_stream
+        )
     else:
         runtime = runtime_for(config["image"], materialize(config["model_data"]), environment)
         runtime.only_model_in_process = True
         runtime.load()
-        app = build_container_app(  # how this container runs its model, chosen once: threads, inline, batching
+        # how this container runs its model, chosen once: threads, inline, batching
+        app = build_container_app(
             runtime,
             hostname,
             threads=runtime.prediction_threads(),

@@ -1,15 +1,17 @@
-"""A network namespace of its own for a container process: the kernel's wall between tenant code and the node.
+"""A network namespace of its own for a container process: the kernel's wall between tenant code and
+the node.
 
-A socket belongs to the namespace it was created in. Once a process has left the node's namespace, every socket
-it creates, of any family or protocol (TCP, MPTCP, SCTP, UDP, raw, netlink, abstract Unix names ...), lives in an
-empty one with a loopback of its own: it can neither reach a listener of the node nor bind, or join by
-SO_REUSEPORT, a port of the node. No list of protocols is involved, so a protocol nobody thought of is walled off
-too. The listeners its supervisor bound before (the data port, its Unix socket) stay in the node's namespace and
-keep accepting. Root unshares the network namespace alone; another user first unshares a user namespace (where
-the kernel allows unprivileged ones), which maps only its own ids and so grants nothing outside.
+A socket belongs to the namespace it was created in. Once a process has left the node's namespace,
+every socket it creates, of any family or protocol (TCP, MPTCP, SCTP, UDP, raw, netlink, abstract
+Unix names ...), lives in an empty one with a loopback of its own: it can neither reach a listener
+of the node nor bind, or join by SO_REUSEPORT, a port of the node. No list of protocols is involved,
+so a protocol nobody thought of is walled off too. The listeners its supervisor bound before (the
+data port, its Unix socket) stay in the node's namespace and keep accepting. Root unshares the
+network namespace alone; another user first unshares a user namespace (where the kernel allows
+unprivileged ones), which maps only its own ids and so grants nothing outside.
 
-Standard library and ctypes only: it runs in the launcher, before the sandbox's other layers and any import of
-the container's.
+Standard library and ctypes only: it runs in the launcher, before the sandbox's other layers and any
+import of the container's.
 """
 
 from __future__ import annotations
@@ -29,16 +31,19 @@ _IFREQ = "16sH22x"  # struct ifreq: the interface's name, then ifr_flags in its 
 
 
 class NamespaceError(OSError):
-    """The kernel would not give this process a network namespace of its own; the message says why."""
+    """The kernel would not give this process a network namespace of its own; the message says
+    why."""
 
 
 def isolate() -> str:
-    """Move this process (single-threaded: unshare of a user namespace needs it) into a new network namespace with
-    its loopback up; returns the namespaces made, "network" or "user+network". Raises NamespaceError saying what the
-    host lacks."""
+    """Move this process (single-threaded: unshare of a user namespace needs it) into a new network
+    namespace with its loopback up; returns the namespaces made, "network" or "user+network". Raises
+    NamespaceError saying what the host lacks."""
     libc = ctypes.CDLL(None, use_errno=True)
     if not hasattr(libc, "unshare"):
-        raise NamespaceError(errno.ENOSYS, "this system has no network namespaces (they are Linux's)")
+        raise NamespaceError(
+            errno.ENOSYS, "this system has no network namespaces (they are Linux's)"
+        )
     made = "network"
     if libc.unshare(_CLONE_NEWNET) != 0:
         first = ctypes.get_errno()
@@ -63,8 +68,8 @@ def isolate() -> str:
 
 
 def unavailable() -> str | None:
-    """Why a container process could not have a network namespace of its own here, None if it can: tried in a
-    child process (forked, so single-threaded), before a server starts any."""
+    """Why a container process could not have a network namespace of its own here, None if it can:
+    tried in a child process (forked, so single-threaded), before a server starts any."""
     if not hasattr(os, "fork"):
         return "this system has no network namespaces (they are Linux's)"
     read, write = os.pipe()
@@ -86,8 +91,9 @@ def unavailable() -> str | None:
 
 
 def listen_on_loopback(port: int, backlog: int = 128) -> int:
-    """An inheritable listening socket on 127.0.0.1:`port` of this process's own namespace: where the container
-    calls itself (the tensorflow stack's `context.rest_uri`), bound before the sandbox forbids binding."""
+    """An inheritable listening socket on 127.0.0.1:`port` of this process's own namespace: where
+    the container calls itself (the tensorflow stack's `context.rest_uri`), bound before the sandbox
+    forbids binding."""
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.bind(("127.0.0.1", port))
     listener.listen(backlog)

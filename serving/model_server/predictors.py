@@ -1,16 +1,20 @@
-"""How a container process runs its model for a request: one strategy, chosen once when the process starts.
+"""How a container process runs its model for a request: one strategy, chosen once when the process
+starts.
 
-- `Threaded`: on one of the model's threads (at most `threads` predictions at a time), never on the event loop, so
-  that a handler may call back into this server (the tensorflow stack's `context.rest_uri`).
-- `Inline`: as `Threaded`, but a prediction runs on the event loop itself while the model stays fast enough
-  (`inline.InlineGate`): for a model of a fraction of a millisecond the hand-off to a thread costs more than it.
-- `Batched`: concurrent requests' rows merged into one `predict_fn` call (`batching.Batcher`); what cannot be
-  merged runs as it would without batching.
+- `Threaded`: on one of the model's threads (at most `threads` predictions at a time), never on the
+  event loop, so that a handler may call back into this server (the tensorflow stack's
+  `context.rest_uri`).
+- `Inline`: as `Threaded`, but a prediction runs on the event loop itself while the model stays fast
+  enough (`inline.InlineGate`): for a model of a fraction of a millisecond the hand-off to a thread
+  costs more than it.
+- `Batched`: concurrent requests' rows merged into one `predict_fn` call (`batching.Batcher`); what
+  cannot be merged runs as it would without batching.
 - `MultiModel`: the request's TargetModel loaded (or found loaded) and run by its own runtime.
 
-Each runs a whole answer (`predict`) and a streamed one (`stream`: InvokeEndpointWithResponseStream) the same
-way: a stream holds one of the model's threads and is timed until its last chunk, as a prediction is until its
-answer. `choose` picks one; the data port's app (`app.ContainerApp`) calls `predict` and `stream` and nothing else.
+Each runs a whole answer (`predict`) and a streamed one (`stream`: InvokeEndpointWithResponseStream)
+the same way: a stream holds one of the model's threads and is timed until its last chunk, as a
+prediction is until its answer. `choose` picks one; the data port's app (`app.ContainerApp`) calls
+`predict` and `stream` and nothing else.
 """
 
 from __future__ import annotations
@@ -38,7 +42,8 @@ Answer = tuple[bytes, str]
 
 @dataclass
 class Stream:
-    """A streamed answer: its chunks (made as they are read), its content type, and what its end releases."""
+    """A streamed answer: its chunks (made as they are read), its content type, and what its end
+    releases."""
 
     chunks: Iterator[bytes]
     content_type: str
@@ -46,7 +51,8 @@ class Stream:
     _ended: bool = field(default=False, repr=False)
 
     def end(self) -> None:
-        """The stream is over, however it ended (called once or more): free its model thread, report its time."""
+        """The stream is over, however it ended (called once or more): free its model thread, report
+        its time."""
         if not self._ended:
             self._ended = True
             self._release()
@@ -67,11 +73,14 @@ class Predictor(Protocol):
 
 
 class Threaded:
-    """The runtime's whole invocation on one of `threads` model threads, its time reported to `model_latency`."""
+    """The runtime's whole invocation on one of `threads` model threads, its time reported to
+    `model_latency`."""
 
     gate: InlineGate | None = None
 
-    def __init__(self, runtime: Runtime, threads: int, model_latency: Callable[[float], None] | None) -> None:
+    def __init__(
+        self, runtime: Runtime, threads: int, model_latency: Callable[[float], None] | None
+    ) -> None:
         self.runtime = runtime
         self.threads = threads
         self.model_latency = model_latency
@@ -89,19 +98,22 @@ class Threaded:
     async def predict(
         self, body: bytes, content_type: str | None, accept: str | None, context: InvocationContext
     ) -> Answer:
-        return await self.run(partial(self.timed, partial(self.runtime.invoke, body, content_type, accept, context)))
+        return await self.run(
+            partial(self.timed, partial(self.runtime.invoke, body, content_type, accept, context))
+        )
 
     async def stream(
         self, body: bytes, content_type: str | None, accept: str | None, context: InvocationContext
     ) -> Stream:
-        """The runtime's chunks, holding one of the model's threads (a token of its limiter) until the stream ends,
-        and timed from the call to its last chunk."""
+        """The runtime's chunks, holding one of the model's threads (a token of its limiter) until
+        the stream ends, and timed from the call to its last chunk."""
         limiter, holder = self.limiter(), object()
         await limiter.acquire_on_behalf_of(holder)
         started = time.perf_counter()
         try:
-            # The handler's own code until its first `yield` (the chunks themselves are pumped on a thread of the
-            # stream's: model_server.streaming); on a thread, not the loop, as a prediction.
+            # The handler's own code until its first `yield` (the chunks themselves are pumped on a
+            # thread of the stream's: model_server.streaming); on a thread, not the loop, as a
+            # prediction.
             call = partial(self.runtime.invoke_chunks, body, content_type, accept, context)
             chunks, out_type = await anyio.to_thread.run_sync(call)
         except BaseException:
@@ -116,7 +128,8 @@ class Threaded:
         return Stream(chunks, out_type, release)
 
     def timed(self, call: Callable[[], Answer]) -> Answer:
-        """Run the model on this thread, reporting its time (not the wait for a thread); a failure reports none."""
+        """Run the model on this thread, reporting its time (not the wait for a thread); a failure
+        reports none."""
         started = time.perf_counter()
         answer = call()
         if self.model_latency is not None:
@@ -125,12 +138,14 @@ class Threaded:
 
 
 class Inline(Threaded):
-    """On the event loop while the gate is open, else on a model thread. One model-thread token bounds both: a
-    prediction runs on the loop at once when no prediction holds it, or else waits for it in line with the
-    thread's requests (under steady load there always is one waiting, and a fast model must not be sent back to
-    the thread for that alone)."""
+    """On the event loop while the gate is open, else on a model thread. One model-thread token
+    bounds both: a prediction runs on the loop at once when no prediction holds it, or else waits
+    for it in line with the thread's requests (under steady load there always is one waiting, and a
+    fast model must not be sent back to the thread for that alone)."""
 
-    def __init__(self, runtime: Runtime, budget_s: float, model_latency: Callable[[float], None] | None) -> None:
+    def __init__(
+        self, runtime: Runtime, budget_s: float, model_latency: Callable[[float], None] | None
+    ) -> None:
         super().__init__(runtime, 1, model_latency)
         self.gate = InlineGate(budget_s)
         self._run_queue = RunQueueClock()
@@ -144,19 +159,22 @@ class Inline(Threaded):
         assert gate is not None
         if gate.open:
             limiter = self.limiter()
-            if limiter.borrowed_tokens == 0:  # nothing else can run until this returns: no token needed
+            # nothing else can run until this returns: no token needed
+            if limiter.borrowed_tokens == 0:
                 gate.inline += 1
                 return self.timed(call, on_loop=True)
             async with limiter:
                 if gate.open:  # still, once it is this request's turn
                     gate.inline += 1
                     return self.timed(call, on_loop=True)
-                return await anyio.to_thread.run_sync(partial(self.timed, call))  # this request holds the token
+                # this request holds the token
+                return await anyio.to_thread.run_sync(partial(self.timed, call))
         return await self.run(partial(self.timed, call))
 
     def timed(self, call: Callable[[], Answer], on_loop: bool = False) -> Answer:
-        """Run the model on this thread, reporting its time and what it cost the gate: its CPU, less a collection
-        it set off, and, `on_loop`, the time it spent waiting for anything but a core (`model_server.inline`)."""
+        """Run the model on this thread, reporting its time and what it cost the gate: its CPU, less
+        a collection it set off, and, `on_loop`, the time it spent waiting for anything but a core
+        (`model_server.inline`)."""
         gate = self.gate
         assert gate is not None
         started, computed, collected = time.perf_counter(), time.thread_time(), GC_CLOCK()
@@ -166,16 +184,19 @@ class Inline(Threaded):
         finally:  # a slow failure closes the gate as a slow answer does
             cpu = time.thread_time() - computed
             waited = time.perf_counter() - started - cpu if on_loop else None
-            if waited is not None and waited > gate.budget_s:  # only then ask how long it waited for a core
+            # only then ask how long it waited for a core
+            if waited is not None and waited > gate.budget_s:
                 waited -= self._run_queue() - queued
-            gate.record(cpu - (GC_CLOCK() - collected), waited)  # a collection it triggered is not its time
+            # a collection it triggered is not its time
+            gate.record(cpu - (GC_CLOCK() - collected), waited)
         if self.model_latency is not None:
             self.model_latency(time.perf_counter() - started)
         return answer
 
 
 class Batched:
-    """Requests whose rows can be merged go through the batcher; the rest run as `alone` runs them."""
+    """Requests whose rows can be merged go through the batcher; the rest run as `alone` runs
+    them."""
 
     def __init__(self, batcher: Batcher, alone: Threaded) -> None:
         self.batcher, self.alone = batcher, alone
@@ -196,7 +217,8 @@ class Batched:
 
 
 class MultiModel:
-    """The MultiModel handler: it loads the request's model (reporting the model's own time, not the load)."""
+    """The MultiModel handler: it loads the request's model (reporting the model's own time, not the
+    load)."""
 
     gate: InlineGate | None = None
 
@@ -226,9 +248,10 @@ def choose(
     model_latency: Callable[[float], None] | None = None,
     events: EventLog | None = None,
 ) -> Predictor:
-    """The strategy for a SingleModel `runtime` (or MultiModel `models`): batching when asked for; on the event
-    loop only for a model that runs one prediction at a time anyway, with no user hooks per request (they may
-    block, or call asyncio themselves) and no handler calling back into this server; else threads."""
+    """The strategy for a SingleModel `runtime` (or MultiModel `models`): batching when asked for;
+    on the event loop only for a model that runs one prediction at a time anyway, with no user hooks
+    per request (they may block, or call asyncio themselves) and no handler calling back into this
+    server; else threads."""
     if models is not None:
         return MultiModel(models)
     assert runtime is not None, "give a runtime (SingleModel) or models (MultiModel)"
@@ -240,5 +263,7 @@ def choose(
         alone = Threaded(runtime, threads, model_latency)
     if batching is None:
         return alone
-    batcher = Batcher(runtime, batching, alone.run, observer=events, model_latency=model_latency, threads=threads)
+    batcher = Batcher(
+        runtime, batching, alone.run, observer=events, model_latency=model_latency, threads=threads
+    )
     return Batched(batcher, alone)

@@ -1,13 +1,15 @@
-"""Confine a container process before it loads a tenant's model: its own network, Landlock, seccomp, no privileges.
+"""Confine a container process before it loads a tenant's model: its own network, Landlock, seccomp,
+no privileges.
 
-A model's `code/inference.py` is code, so its process confines itself before it imports a framework or reads the
-model: it leaves the node's network for a namespace of its own (`netns`: the wall, whatever socket it opens),
-Landlock limits the files it may touch, the processes it may reach and the TCP ports it may bind (none) and
-connect to (its own, and an operator's egress ports), seccomp allows Internet TCP and UDP sockets only (`seccomp`),
-and it keeps no capabilities. What each layer allows, and what tenant code can still do: docs/security.md,
-"Tenant code". Standard library and ctypes only, since it runs first: Landlock binds the calling thread and its
-future threads, and a user namespace needs a single-threaded process, so it must run while the process has one
-thread (before numpy's BLAS starts its pool).
+A model's `code/inference.py` is code, so its process confines itself before it imports a framework
+or reads the model: it leaves the node's network for a namespace of its own (`netns`: the wall,
+whatever socket it opens), Landlock limits the files it may touch, the processes it may reach and
+the TCP ports it may bind (none) and connect to (its own, and an operator's egress ports), seccomp
+allows Internet TCP and UDP sockets only (`seccomp`), and it keeps no capabilities. What each layer
+allows, and what tenant code can still do: docs/security.md, "Tenant code". Standard library and
+ctypes only, since it runs first: Landlock binds the calling thread and its future threads, and a
+user namespace needs a single-threaded process, so it must run while the process has one thread
+(before numpy's BLAS starts its pool).
 """
 
 from __future__ import annotations
@@ -22,7 +24,15 @@ from dataclasses import dataclass, field
 from serving.model_server import netns, seccomp
 from serving.protocol import HARMLESS_PYTHON_VARIABLES, STARTUP_VARIABLE_PREFIXES, STARTUP_VARIABLES
 
-__all__ = ["NETWORKS", "SandboxError", "SandboxPolicy", "SandboxReport", "apply", "landlock_abi", "startup_variables"]
+__all__ = [
+    "NETWORKS",
+    "SandboxError",
+    "SandboxPolicy",
+    "SandboxReport",
+    "apply",
+    "landlock_abi",
+    "startup_variables",
+]
 
 # Syscall numbers of Landlock are the same on every architecture (the generic table).
 _SYS_LANDLOCK_CREATE_RULESET, _SYS_LANDLOCK_ADD_RULE, _SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
@@ -49,15 +59,18 @@ _FS = {
     "IOCTL_DEV": 1 << 15,
 }
 _FS_BY_ABI = {1: (1 << 13) - 1, 2: (1 << 14) - 1, 3: (1 << 15) - 1, 5: (1 << 16) - 1}
-_FILE_RIGHTS = _FS["EXECUTE"] | _FS["WRITE_FILE"] | _FS["READ_FILE"] | _FS["TRUNCATE"] | _FS["IOCTL_DEV"]
+_FILE_RIGHTS = (
+    _FS["EXECUTE"] | _FS["WRITE_FILE"] | _FS["READ_FILE"] | _FS["TRUNCATE"] | _FS["IOCTL_DEV"]
+)
 _READ = _FS["EXECUTE"] | _FS["READ_FILE"] | _FS["READ_DIR"]
 _DEVICE = _FS["READ_FILE"] | _FS["WRITE_FILE"] | _FS["IOCTL_DEV"]
 _NET_BIND_TCP, _NET_CONNECT_TCP = 1 << 0, 1 << 1
 _SCOPE_ABSTRACT_UNIX_SOCKET, _SCOPE_SIGNAL = 1 << 0, 1 << 1
 
 _PR_SET_NO_NEW_PRIVS, _PR_CAPBSET_DROP = 38, 24
-# "isolated": a network namespace of its own (the default); "host": the node's network, where only Landlock's TCP
-# rules and seccomp's socket allowlist stand between it and the node's listeners (an operator's egress opt-in).
+# "isolated": a network namespace of its own (the default); "host": the node's network, where only
+# Landlock's TCP rules and seccomp's socket allowlist stand between it and the node's listeners (an
+# operator's egress opt-in).
 NETWORKS = ("isolated", "host")
 
 # What Python and the frameworks read outside their install: name lookups, TLS roots, time zones,
@@ -90,8 +103,9 @@ SYSTEM_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/ur
 
 
 def startup_variables(names: Iterable[str]) -> list[str]:
-    """The names among `names` that a process reads as it starts, to choose code (`protocol.STARTUP_VARIABLES`):
-    refused in a container's Environment, and never in a container process's environment."""
+    """The names among `names` that a process reads as it starts, to choose code
+    (`protocol.STARTUP_VARIABLES`): refused in a container's Environment, and never in a container
+    process's environment."""
     return sorted(
         name
         for name in names
@@ -106,15 +120,19 @@ class SandboxError(RuntimeError):
 
 @dataclass(frozen=True)
 class SandboxPolicy:
-    """Which paths a container process may read, write and use as devices, and which network it has."""
+    """Which paths a container process may read, write and use as devices, and which network it
+    has."""
 
     read: tuple[str, ...] = ()
     write: tuple[str, ...] = ()
     devices: tuple[str, ...] = ()
     network: str = "isolated"  # one of NETWORKS
-    connect_ports: tuple[int, ...] = ()  # the only TCP ports it may connect to (Landlock ABI >= 4); it binds none
-    own_port: int | None = None  # isolated: the data port's number, listened on in its namespace's loopback too
-    shared_fallback: bool = False  # isolated, where no namespace can be made: the host network's rules instead
+    # the only TCP ports it may connect to (Landlock ABI >= 4); it binds none
+    connect_ports: tuple[int, ...] = ()
+    # isolated: the data port's number, listened on in its namespace's loopback too
+    own_port: int | None = None
+    # isolated, where no namespace can be made: the host network's rules instead
+    shared_fallback: bool = False
 
 
 @dataclass
@@ -124,7 +142,8 @@ class SandboxReport:
     landlock_abi: int = 0
     seccomp: bool = False
     capabilities_dropped: bool = False
-    network: str = "host"  # "network" or "user+network" (the namespaces it has of its own), or "host"
+    # "network" or "user+network" (the namespaces it has of its own), or "host"
+    network: str = "host"
     connect_ports: list[int] = field(default_factory=list)  # where the kernel enforces them
     loopback_fd: int | None = None  # the own_port listener in its namespace
     skipped: list[str] = field(default_factory=list)  # paths granted but absent on this machine
@@ -145,15 +164,18 @@ def landlock_abi() -> int:
     libc = _libc()
     libc.syscall.restype = ctypes.c_long
     version = libc.syscall(
-        ctypes.c_long(_SYS_LANDLOCK_CREATE_RULESET), None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION)
+        ctypes.c_long(_SYS_LANDLOCK_CREATE_RULESET),
+        None,
+        ctypes.c_size_t(0),
+        ctypes.c_uint32(_CREATE_RULESET_VERSION),
     )
     return max(int(version), 0)
 
 
 def apply(policy: SandboxPolicy, *, require: bool = False) -> SandboxReport:
-    """Confine this process (call while it has one thread). Raises SandboxError when its network cannot be walled
-    off (always: a namespace, or the host network's rules, whatever `require` says) and, if `require`, when any
-    other layer fails."""
+    """Confine this process (call while it has one thread). Raises SandboxError when its network
+    cannot be walled off (always: a namespace, or the host network's rules, whatever `require` says)
+    and, if `require`, when any other layer fails."""
     if policy.network not in NETWORKS:
         raise SandboxError(f"network must be one of {', '.join(NETWORKS)}, not {policy.network!r}")
     report = SandboxReport()
@@ -163,7 +185,9 @@ def apply(policy: SandboxPolicy, *, require: bool = False) -> SandboxReport:
             report.network = netns.isolate()
         except netns.NamespaceError as error:
             if not policy.shared_fallback:
-                raise SandboxError(f"no network namespace for the container process: {error}") from None
+                raise SandboxError(
+                    f"no network namespace for the container process: {error}"
+                ) from None
             network = "host"  # the operator's choice (--shared-container-network)
     if network == "isolated" and policy.own_port is not None:
         report.loopback_fd = netns.listen_on_loopback(policy.own_port)
@@ -176,8 +200,11 @@ def apply(policy: SandboxPolicy, *, require: bool = False) -> SandboxReport:
         _landlock(libc, abi, policy, report)
         report.landlock_abi = abi
     elif require:
-        raise SandboxError("Landlock is not available (Linux 5.13+ with Landlock enabled is needed)")
-    # UDP: in its own namespace it reaches nothing; in the node's network, only where the operator allowed egress (DNS)
+        raise SandboxError(
+            "Landlock is not available (Linux 5.13+ with Landlock enabled is needed)"
+        )
+    # UDP: in its own namespace it reaches nothing; in the node's network, only where the operator
+    # allowed egress (DNS)
     report.seccomp = seccomp.install(libc, udp=network == "isolated" or bool(policy.connect_ports))
     if require and not report.seccomp:
         raise SandboxError(f"seccomp filter could not be installed on {platform.machine()}")
@@ -220,29 +247,44 @@ def _handled_fs(abi: int) -> int:
 
 def _landlock(libc: ctypes.CDLL, abi: int, policy: SandboxPolicy, report: SandboxReport) -> None:
     handled = _handled_fs(abi)
-    ports = sorted({*policy.connect_ports, *([policy.own_port] if policy.own_port is not None else [])})
+    ports = sorted(
+        {*policy.connect_ports, *([policy.own_port] if policy.own_port is not None else [])}
+    )
     attr = _RulesetAttr(
         handled_access_fs=handled,
-        # no binding (its listeners are inherited), connecting to the policy's ports only: deny by default
+        # no binding (its listeners are inherited), connecting to the policy's ports only: deny by
+        # default
         handled_access_net=(_NET_BIND_TCP | _NET_CONNECT_TCP) if abi >= 4 else 0,
         scoped=(_SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL) if abi >= 6 else 0,
     )
     size = 24 if abi >= 6 else 16 if abi >= 4 else 8
     libc.syscall.restype = ctypes.c_long
     ruleset = libc.syscall(
-        ctypes.c_long(_SYS_LANDLOCK_CREATE_RULESET), ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0)
+        ctypes.c_long(_SYS_LANDLOCK_CREATE_RULESET),
+        ctypes.byref(attr),
+        ctypes.c_size_t(size),
+        ctypes.c_uint32(0),
     )
     if ruleset < 0:
         raise SandboxError(f"landlock_create_ruleset failed: {os.strerror(ctypes.get_errno())}")
     try:
-        grants = [(path, _READ) for path in policy.read] + [(path, handled) for path in policy.write]
+        grants = [(path, _READ) for path in policy.read] + [
+            (path, handled) for path in policy.write
+        ]
         grants += [(path, _DEVICE) for path in policy.devices]
         for path, rights in grants:
             _allow(libc, int(ruleset), path, rights & handled, report)
         if abi >= 4:
             _allow_connect(libc, int(ruleset), ports)
             report.connect_ports = ports
-        if libc.syscall(ctypes.c_long(_SYS_LANDLOCK_RESTRICT_SELF), ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:
+        if (
+            libc.syscall(
+                ctypes.c_long(_SYS_LANDLOCK_RESTRICT_SELF),
+                ctypes.c_int(ruleset),
+                ctypes.c_uint32(0),
+            )
+            != 0
+        ):
             raise SandboxError(f"landlock_restrict_self failed: {os.strerror(ctypes.get_errno())}")
     finally:
         os.close(int(ruleset))
@@ -257,7 +299,13 @@ def _allow(libc: ctypes.CDLL, ruleset: int, path: str, rights: int, report: Sand
     try:
         if not stat.S_ISDIR(os.fstat(fd).st_mode):
             rights &= _FILE_RIGHTS  # directory-only rights on a file are refused (EINVAL)
-        _add_rule(libc, ruleset, _RULE_PATH_BENEATH, _PathBeneathAttr(allowed_access=rights, parent_fd=fd), path)
+        _add_rule(
+            libc,
+            ruleset,
+            _RULE_PATH_BENEATH,
+            _PathBeneathAttr(allowed_access=rights, parent_fd=fd),
+            path,
+        )
     finally:
         os.close(fd)
 
@@ -266,13 +314,28 @@ def _allow_connect(libc: ctypes.CDLL, ruleset: int, ports: list[int]) -> None:
     """Allow connecting to `ports` over TCP: Landlock's network rules name only what is allowed."""
     for port in ports:
         _add_rule(
-            libc, ruleset, _RULE_NET_PORT, _NetPortAttr(allowed_access=_NET_CONNECT_TCP, port=port), f"port {port}"
+            libc,
+            ruleset,
+            _RULE_NET_PORT,
+            _NetPortAttr(allowed_access=_NET_CONNECT_TCP, port=port),
+            f"port {port}",
         )
 
 
-def _add_rule(libc: ctypes.CDLL, ruleset: int, kind: int, rule: ctypes.Structure, what: str) -> None:
+def _add_rule(
+    libc: ctypes.CDLL, ruleset: int, kind: int, rule: ctypes.Structure, what: str
+) -> None:
     number = ctypes.c_long(_SYS_LANDLOCK_ADD_RULE)
-    if libc.syscall(number, ctypes.c_int(ruleset), ctypes.c_int(kind), ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
+    if (
+        libc.syscall(
+            number,
+            ctypes.c_int(ruleset),
+            ctypes.c_int(kind),
+            ctypes.byref(rule),
+            ctypes.c_uint32(0),
+        )
+        != 0
+    ):
         raise SandboxError(f"landlock_add_rule({what}) failed: {os.strerror(ctypes.get_errno())}")
 
 
@@ -282,7 +345,11 @@ class _CapHeader(ctypes.Structure):
 
 
 class _CapData(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
 
 
 _CAPABILITY_VERSION_3 = 0x20080522
@@ -290,9 +357,11 @@ _CAP_LAST = 63
 
 
 def _drop_capabilities(libc: ctypes.CDLL) -> bool:
-    """Empty the bounding, effective, permitted and inheritable sets (a no-op for an ordinary user)."""
+    """Empty the bounding, effective, permitted and inheritable sets (a no-op for an ordinary
+    user)."""
     for capability in range(_CAP_LAST + 1):
-        libc.prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0)  # EINVAL past the kernel's last one; EPERM if not root
+        # EINVAL past the kernel's last one; EPERM if not root
+        libc.prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0)
     header = _CapHeader(_CAPABILITY_VERSION_3, 0)
     data = (_CapData * 2)()
     return libc.capset(ctypes.byref(header), ctypes.byref(data)) == 0

@@ -1,9 +1,11 @@
-"""Container processes' scratch folders: one each, under one private root, reclaimed once their supervisor is gone.
+"""Container processes' scratch folders: one each, under one private root, reclaimed once their
+supervisor is gone.
 
-A supervisor removes its container's folder when it stops. One that is killed cannot, and its container process,
-confined to what lies inside the folder, can empty it but not remove it. So each folder's name carries its
-supervisor's process id and start time, and every new supervisor, and the server's clean stop, removes the folders
-of supervisors no longer running (a start time tells a reused process id apart).
+A supervisor removes its container's folder when it stops. One that is killed cannot, and its
+container process, confined to what lies inside the folder, can empty it but not remove it. So each
+folder's name carries its supervisor's process id and start time, and every new supervisor, and the
+server's clean stop, removes the folders of supervisors no longer running (a start time tells a
+reused process id apart).
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ def root() -> Path:
 
 
 def make(hostname: str) -> str:
-    """A new scratch folder for a container process of this supervisor's, after reclaiming those of dead ones."""
+    """A new scratch folder for a container process of this supervisor's, after reclaiming those of
+    dead ones."""
     sweep()
     prefix = f"{os.getpid()}-{_started(os.getpid())}-{hostname}-"
     return tempfile.mkdtemp(prefix=prefix, dir=root())

@@ -1,12 +1,14 @@
-"""The container process's seccomp filter: which sockets it may create, and the calls that reach other processes.
+"""The container process's seccomp filter: which sockets it may create, and the calls that reach
+other processes.
 
-Defence in depth behind the network namespace (`netns`): `socket(2)` is allowed for the Internet families with
-TCP or UDP only (protocol 0 or its number; UDP not at all for a process in the node's network with no egress), and
-refused for everything else, new protocols included, with the
-error a kernel without that protocol gives (EAFNOSUPPORT for a family, EPROTONOSUPPORT for a type or protocol), so
-libraries fall back as they would there. io_uring (which creates sockets without `socket(2)`) and the calls that
-read or take another process's memory or descriptors, join a namespace or load BPF are refused with EPERM. Any
-other ABI of the machine (32-bit entry points, x32) is refused whole. Standard library and ctypes only.
+Defence in depth behind the network namespace (`netns`): `socket(2)` is allowed for the Internet
+families with TCP or UDP only (protocol 0 or its number; UDP not at all for a process in the node's
+network with no egress), and refused for everything else, new protocols included, with the error a
+kernel without that protocol gives (EAFNOSUPPORT for a family, EPROTONOSUPPORT for a type or
+protocol), so libraries fall back as they would there. io_uring (which creates sockets without
+`socket(2)`) and the calls that read or take another process's memory or descriptors, join a
+namespace or load BPF are refused with EPERM. Any other ABI of the machine (32-bit entry points,
+x32) is refused whole. Standard library and ctypes only.
 """
 
 from __future__ import annotations
@@ -31,19 +33,21 @@ _ARCH = {
     "aarch64": (0xC00000B7, 198, (425, 426, 427, 117, 270, 271, 438, 268, 280)),
 }
 
-# BPF: load a word of seccomp_data (nr at 0, arch at 4, args[i]'s low half at 16 + 8 i), compare, and, mask, return.
+# BPF: load a word of seccomp_data (nr at 0, arch at 4, args[i]'s low half at 16 + 8 i), compare,
+# and, mask, return.
 _LD_W_ABS, _JEQ_K, _JGE_K, _AND_K, _RET_K = 0x20, 0x15, 0x35, 0x54, 0x06
 _NR, _ARCH_WORD, _ARG0, _ARG1, _ARG2 = 0, 4, 16, 24, 32
 
 
 def program(machine: str, udp: bool = True) -> list[tuple[int, int, int, int]] | None:
-    """The BPF filter (code, jt, jf, k) for `machine` (UDP sockets refused too unless `udp`), or None for an
-    architecture we have no table for."""
+    """The BPF filter (code, jt, jf, k) for `machine` (UDP sockets refused too unless `udp`), or
+    None for an architecture we have no table for."""
     numbers = _ARCH.get(machine)
     if numbers is None:
         return None
     arch, socket_nr, refused = numbers
-    # (code, jump-if-true label, jump-if-false label, k, label of this instruction); None: the next one.
+    # (code, jump-if-true label, jump-if-false label, k, label of this instruction); None: the next
+    # one.
     code: list[tuple[int, str | None, str | None, int, str | None]] = [
         (_LD_W_ABS, None, None, _ARCH_WORD, None),
         (_JEQ_K, None, "eperm", arch, None),
@@ -78,7 +82,12 @@ def program(machine: str, udp: bool = True) -> list[tuple[int, int, int, int]] |
 
 
 class _SockFilter(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+    _fields_ = [
+        ("code", ctypes.c_uint16),
+        ("jt", ctypes.c_uint8),
+        ("jf", ctypes.c_uint8),
+        ("k", ctypes.c_uint32),
+    ]
 
 
 class _SockFprog(ctypes.Structure):
@@ -86,10 +95,13 @@ class _SockFprog(ctypes.Structure):
 
 
 def install(libc: ctypes.CDLL, udp: bool = True) -> bool:
-    """Install the filter on this process (no-new-privileges must be set first); False where it cannot be."""
+    """Install the filter on this process (no-new-privileges must be set first); False where it
+    cannot be."""
     instructions = program(platform.machine(), udp)
     if instructions is None:
         return False
-    filters = (_SockFilter * len(instructions))(*[_SockFilter(*instruction) for instruction in instructions])
+    filters = (_SockFilter * len(instructions))(
+        *[_SockFilter(*instruction) for instruction in instructions]
+    )
     fprog = _SockFprog(len(instructions), filters)
     return libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) == 0

@@ -1,11 +1,13 @@
-"""A container's streamed answer (a hop carrying `protocol.HOP_STREAM_HEADER`): the model's chunks as events.
+"""A container's streamed answer (a hop carrying `protocol.HOP_STREAM_HEADER`): the model's chunks
+as events.
 
-The runtime's `invoke_chunks` gives an iterator of byte chunks (a `predict_fn`/`output_fn` that returns a
-generator yields several, any other handler one). One worker thread per stream runs it, since the model's code
-blocks, and hands chunks to the event loop with at most `DEPTH` waiting, so a slow reader slows the model
-instead of filling memory. Nothing is answered until the first chunk exists: an error before it is an
-ordinary error answer (`ContainerApp` answers it); after it, a `ModelStreamError` event ends the stream. A
-caller that goes away stops the generator: the thread closes it after the chunk it is computing.
+The runtime's `invoke_chunks` gives an iterator of byte chunks (a `predict_fn`/`output_fn` that
+returns a generator yields several, any other handler one). One worker thread per stream runs it,
+since the model's code blocks, and hands chunks to the event loop with at most `DEPTH` waiting, so a
+slow reader slows the model instead of filling memory. Nothing is answered until the first chunk
+exists: an error before it is an ordinary error answer (`ContainerApp` answers it); after it, a
+`ModelStreamError` event ends the stream. A caller that goes away stops the generator: the thread
+closes it after the chunk it is computing.
 """
 
 from __future__ import annotations
@@ -30,9 +32,12 @@ _PART, _END, _FAILED = "part", "end", "failed"
 
 
 class ChunkPump:
-    """Iterates a model's chunks on a worker thread of its own; `get()` returns them in order on the event loop."""
+    """Iterates a model's chunks on a worker thread of its own; `get()` returns them in order on the
+    event loop."""
 
-    def __init__(self, chunks: Iterator[bytes], loop: asyncio.AbstractEventLoop, hostname: str) -> None:
+    def __init__(
+        self, chunks: Iterator[bytes], loop: asyncio.AbstractEventLoop, hostname: str
+    ) -> None:
         self._chunks = chunks
         self._loop = loop
         self._hostname = hostname
@@ -71,7 +76,9 @@ class ChunkPump:
                 try:
                     close()  # GeneratorExit in the model's generator: its `finally` runs
                 except Exception:
-                    logger.exception("container %s: closing the model's stream failed", self._hostname)
+                    logger.exception(
+                        "container %s: closing the model's stream failed", self._hostname
+                    )
 
     async def get(self) -> tuple[str, Any]:
         item = await self._queue.get()
@@ -92,7 +99,11 @@ def _as_bytes(chunk: Any) -> bytes:
 
 
 async def stream_answer(
-    chunks: Iterator[bytes], content_type: str, headers: dict[str, str], hostname: str, done: Callable[[], None]
+    chunks: Iterator[bytes],
+    content_type: str,
+    headers: dict[str, str],
+    hostname: str,
+    done: Callable[[], None],
 ) -> Response:
     """The streamed answer, once the first chunk exists (raises what the model raised before it).
 

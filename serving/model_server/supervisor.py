@@ -77,18 +77,24 @@ class ContainerProcess:
 
     def __init__(self, config: ContainerConfig, bind_host: str) -> None:
         if config.sandbox not in SANDBOX_MODES:
-            raise ValueError(f"sandbox mode must be one of {', '.join(SANDBOX_MODES)}, not {config.sandbox!r}")
+            raise ValueError(
+                f"sandbox mode must be one of {', '.join(SANDBOX_MODES)}, not {config.sandbox!r}"
+            )
         self.config = config
         family = socket.AF_INET6 if ":" in bind_host else socket.AF_INET
         self.listener = socket.socket(family, socket.SOCK_STREAM)
         self.listener.bind((bind_host, 0))
         self.listener.listen(2048)
         host, port = self.listener.getsockname()[:2]
-        self.url = f"http://[{host}]:{port}" if family == socket.AF_INET6 else f"http://{host}:{port}"
+        self.url = (
+            f"http://[{host}]:{port}" if family == socket.AF_INET6 else f"http://{host}:{port}"
+        )
         # The same port for a gateway on this machine, without TCP (None where no safe folder
         # exists).
         self.unix_listener = local_socket.listen(host, port)
-        self.unix_path = self.unix_listener.getsockname() if self.unix_listener is not None else None
+        self.unix_path = (
+            self.unix_listener.getsockname() if self.unix_listener is not None else None
+        )
         self.scratch = scratch.make(config.hostname)
         self.process: subprocess.Popen | None = None
         self.report: StartReport = {}
@@ -104,7 +110,9 @@ class ContainerProcess:
         from serving.models.sources import ModelStoreError, fetch_archive
 
         try:
-            return fetch_archive(url, Path(self.scratch) / "model-data", s3.client_for(self.config.environment))
+            return fetch_archive(
+                url, Path(self.scratch) / "model-data", s3.client_for(self.config.environment)
+            )
         except (ArtifactError, ModelStoreError) as error:
             raise ContainerStartError(f"cannot fetch the model: {error}") from None
 
@@ -116,13 +124,17 @@ class ContainerProcess:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def start(self, timeout: float | None = None, on_exit: Callable[[int], None] | None = None) -> StartReport:
+    def start(
+        self, timeout: float | None = None, on_exit: Callable[[int], None] | None = None
+    ) -> StartReport:
         """Start the process and wait until it serves (or raise ContainerStartError with its
         reason). Should it exit on its own later, its listeners are closed at once (a connection is
         refused, not left in a backlog nobody accepts from) and `on_exit(exit code)` runs, on a
         thread of its own."""
         if self.config.multi_model is None and (self.config.model_data or "").startswith("s3://"):
-            self.config = replace(self.config, model_data=str(self._fetch_model(self.config.model_data or "")))
+            self.config = replace(
+                self.config, model_data=str(self._fetch_model(self.config.model_data or ""))
+            )
         status_r, status_w = os.pipe()
         lifeline_r, self._lifeline_w = os.pipe()
         os.set_inheritable(self._lifeline_w, False)
@@ -136,7 +148,9 @@ class ContainerProcess:
             "shared_fallback": self.config.shared_network,
         }
         broker = None
-        if self.config.multi_model is not None and (self.config.model_data or "").startswith("s3://"):
+        if self.config.multi_model is not None and (self.config.model_data or "").startswith(
+            "s3://"
+        ):
             client = s3.client_for(self.config.environment)
             broker = S3Broker(self.config.model_data or "", client, Path(self.scratch) / "s3")
         document = {
@@ -162,7 +176,15 @@ class ContainerProcess:
         }
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-B", "-c", _LAUNCH, str(Path(__file__).resolve().parents[2])],
+                [
+                    sys.executable,
+                    "-I",
+                    "-S",
+                    "-B",
+                    "-c",
+                    _LAUNCH,
+                    str(Path(__file__).resolve().parents[2]),
+                ],
                 stdin=subprocess.PIPE,
                 pass_fds=(
                     self.listener.fileno(),
@@ -191,8 +213,14 @@ class ContainerProcess:
         finally:
             os.close(status_r)
         if not line:
-            code = self.process.wait(timeout=10) if self.process.poll() is None else self.process.returncode
-            raise ContainerStartError(f"container {self.config.hostname}: its process exited ({code}) before serving")
+            code = (
+                self.process.wait(timeout=10)
+                if self.process.poll() is None
+                else self.process.returncode
+            )
+            raise ContainerStartError(
+                f"container {self.config.hostname}: its process exited ({code}) before serving"
+            )
         self.report = json.loads(line)
         if "error" in self.report:
             self.process.wait(timeout=10)
@@ -203,13 +231,19 @@ class ContainerProcess:
                 "its model code can read whatever this user can",
                 self.config.hostname,
             )
-        if self.report.get("network") == "host" and not self.config.egress_ports and self.config.sandbox != "off":
+        if (
+            self.report.get("network") == "host"
+            and not self.config.egress_ports
+            and self.config.sandbox != "off"
+        ):
             logger.warning(
                 "container %s shares the node's network (no network namespace could be made; "
                 "--shared-container-network): only Landlock's TCP rules and seccomp wall it off (docs/security.md)",
                 self.config.hostname,
             )
-        threading.Thread(target=self._watch, args=(on_exit,), name="container-watch", daemon=True).start()
+        threading.Thread(
+            target=self._watch, args=(on_exit,), name="container-watch", daemon=True
+        ).start()
         return self.report
 
     def _watch(self, on_exit: Callable[[int], None] | None) -> None:
@@ -217,7 +251,11 @@ class ContainerProcess:
         code = self.process.wait()
         if self._stopping:
             return
-        logger.warning("container %s: its process exited (%s); closing its data port", self.config.hostname, code)
+        logger.warning(
+            "container %s: its process exited (%s); closing its data port",
+            self.config.hostname,
+            code,
+        )
         self._release_listeners()
         if on_exit is not None:
             on_exit(code)

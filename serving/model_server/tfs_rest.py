@@ -1,14 +1,16 @@
-"""A tensorflow container's TF Serving REST API, for its own handlers' `requests.post(context.rest_uri, ...)`.
+"""A tensorflow container's TF Serving REST API, for its own handlers'
+`requests.post(context.rest_uri, ...)`.
 
-SageMaker's TensorFlow Serving container gives `code/inference.py` a `context.rest_uri` on TF Serving's
-REST port; scripts post their processed input there. Here the model runs in the container process
-itself, so the data port serves that API under `LOCAL_TFS_PATH/<nonce>/v1/models/<name>:predict`, where
-the nonce is 128 random bits made for one invocation, valid only while that invocation runs (its handler's
-context is the only thing that holds it), and the caller must be this machine (a loopback address or the
-data port's own address, which is where a connection from this host to it comes from). The gateway's hop
-signature is not needed: the nonce is the capability. A URL that leaks (a requests error names it; answers
-and logs leave it out, `errors.without_capabilities`) is dead once its invocation ends. Anything else gets
-TF Serving's 404.
+SageMaker's TensorFlow Serving container gives `code/inference.py` a `context.rest_uri` on TF
+Serving's REST port; scripts post their processed input there. Here the model runs in the container
+process itself, so the data port serves that API under
+`LOCAL_TFS_PATH/<nonce>/v1/models/<name>:predict`, where the nonce is 128 random bits made for one
+invocation, valid only while that invocation runs (its handler's context is the only thing that
+holds it), and the caller must be this machine (a loopback address or the data port's own address,
+which is where a connection from this host to it comes from). The gateway's hop signature is not
+needed: the nonce is the capability. A URL that leaks (a requests error names it; answers and logs
+leave it out, `errors.without_capabilities`) is dead once its invocation ends. Anything else gets TF
+Serving's 404.
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ _NOT_FOUND = b'{"error": "Not Found"}'
 
 
 class LocalRest:
-    """The same-host-only TF Serving REST route of one runtime that offers `rest_call`, open to the nonce of an
-    invocation while it runs."""
+    """The same-host-only TF Serving REST route of one runtime that offers `rest_call`, open to the
+    nonce of an invocation while it runs."""
 
     def __init__(self, runtime: Any, data_url: str | None = None) -> None:
         self.runtime = runtime
@@ -40,11 +42,14 @@ class LocalRest:
         self._limiter: CapacityLimiter | None = None
 
     def route(self) -> Route:
-        return Route(LOCAL_TFS_PATH + "/{token}/v1/models/{rest:path}", self.handle, methods=["POST"])
+        return Route(
+            LOCAL_TFS_PATH + "/{token}/v1/models/{rest:path}", self.handle, methods=["POST"]
+        )
 
     def grant(self, request: Request) -> str:
-        """`http://<data port address>/…/<nonce>` for the invocation `request` (until `revoke`): the data port's TCP
-        address (a request that came over its Unix socket has none), else the address the gateway reached."""
+        """`http://<data port address>/…/<nonce>` for the invocation `request` (until `revoke`): the
+        data port's TCP address (a request that came over its Unix socket has none), else the
+        address the gateway reached."""
         nonce = secrets.token_hex(16)
         self._live.add(nonce)
         if self.data_url is not None:
@@ -59,14 +64,18 @@ class LocalRest:
             self._live.discard(url.rsplit("/", 1)[1])
 
     async def handle(self, request: Request) -> Response:
-        # A set lookup hashes the whole nonce: its time says nothing of how much of a guess was right.
+        # A set lookup hashes the whole nonce: its time says nothing of how much of a guess was
+        # right.
         if not (request.path_params["token"] in self._live and _same_host(request)):
             return Response(_NOT_FOUND, status_code=404, media_type=JSON)
         body = await request.body()
         if self._limiter is None:
-            self._limiter = CapacityLimiter(1)  # one TF Serving call at a time, as the runtime expects
+            # one TF Serving call at a time, as the runtime expects
+            self._limiter = CapacityLimiter(1)
         path = "/v1/models/" + request.path_params["rest"]
-        status, out = await anyio.to_thread.run_sync(partial(self.runtime.rest_call, path, body), limiter=self._limiter)
+        status, out = await anyio.to_thread.run_sync(
+            partial(self.runtime.rest_call, path, body), limiter=self._limiter
+        )
         return Response(out, status_code=status, media_type=JSON)
 
 

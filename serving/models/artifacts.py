@@ -34,7 +34,10 @@ class ArtifactError(ValueError):
 
 
 def _cache_root() -> Path:
-    return Path(os.environ.get(protocol.MODEL_CACHE_DIR_ENV) or Path(tempfile.gettempdir()) / "serving-models")
+    return Path(
+        os.environ.get(protocol.MODEL_CACHE_DIR_ENV)
+        or Path(tempfile.gettempdir()) / "serving-models"
+    )
 
 
 def materialize(model_data: str | None) -> Path | None:
@@ -58,7 +61,9 @@ def materialize(model_data: str | None) -> Path | None:
     if not path.name.endswith(ARCHIVE_SUFFIXES):
         raise ArtifactError(f"model data {model_data} is neither a directory nor a .tar.gz archive")
     stat = path.stat()
-    key = hashlib.sha256(f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    key = hashlib.sha256(
+        f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()
+    ).hexdigest()[:16]
     target = _cache_root() / key
     if target.is_dir():
         return target
@@ -105,7 +110,9 @@ def _check_member(member: tarfile.TarInfo) -> None:
     if member.name.startswith("/"):
         raise ArtifactError("a member has an absolute name")
     if ".." in PurePosixPath(member.name).parts:
-        raise ArtifactError(f"member {_shown(member.name)} climbs out of the archive's folder ('..')")
+        raise ArtifactError(
+            f"member {_shown(member.name)} climbs out of the archive's folder ('..')"
+        )
     if not (member.isreg() or member.isdir()):
         kind = _KINDS.get(member.type, "special file")
         raise ArtifactError(

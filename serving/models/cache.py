@@ -88,7 +88,9 @@ class ModelCache:
             raise ValueError("unload must be a callable taking a loaded model, or None")
         if isinstance(max_models, bool) or not isinstance(max_models, int) or max_models < 1:
             raise ValueError(f"max_models must be an integer of at least 1, got {max_models!r}")
-        if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1):
+        if max_bytes is not None and (
+            isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1
+        ):
             raise ValueError(f"max_bytes must be a positive integer or None, got {max_bytes!r}")
         self._load_fn = load
         self._unload_fn = unload
@@ -238,7 +240,9 @@ class ModelCache:
         loop = asyncio.get_running_loop()
         async with self._lock:
             started = self._clock()
-            entry.model, entry.nbytes = await loop.run_in_executor(self._executor, self._measured_load, entry.name)
+            entry.model, entry.nbytes = await loop.run_in_executor(
+                self._executor, self._measured_load, entry.name
+            )
             seconds = self._clock() - started
         self._notify("loaded", entry.name, seconds, entry.nbytes)
 
@@ -317,7 +321,9 @@ class ModelCache:
             async with self._lock:
                 started = self._clock()
                 try:
-                    await asyncio.get_running_loop().run_in_executor(self._executor, self._unload_box, box)
+                    await asyncio.get_running_loop().run_in_executor(
+                        self._executor, self._unload_box, box
+                    )
                 finally:
                     seconds = self._clock() - started
         except Exception:

@@ -1,5 +1,6 @@
-"""A MultiModel container's cache settings: the spec sets them (`config.container`), its handler obeys them
-(`multimodel.MultiModelHandler`'s keywords). Apart from both so that the spec's side imports no model code."""
+"""A MultiModel container's cache settings: the spec sets them (`config.container`), its handler
+obeys them (`multimodel.MultiModelHandler`'s keywords). Apart from both so that the spec's side
+imports no model code."""
 
 from __future__ import annotations
 

@@ -37,7 +37,10 @@ def process_memory() -> int:
     page-table walk of a few ms), else RssAnon from /proc/self/status (cheaper, but the kernel's
     per-CPU counters may lag by megabytes in a process with many threads), else RSS, else peak
     RSS."""
-    for path, key in (("/proc/self/smaps_rollup", b"Anonymous:"), ("/proc/self/status", b"RssAnon:")):
+    for path, key in (
+        ("/proc/self/smaps_rollup", b"Anonymous:"),
+        ("/proc/self/status", b"RssAnon:"),
+    ):
         try:
             with open(path, "rb") as table:
                 for line in table:

@@ -55,7 +55,11 @@ class MultiModelHandler:
         self.hostname = hostname
         self.cache_dir = Path(tempfile.mkdtemp(prefix=f"serving-models-{hostname}-"))
         self.store = ModelStore(
-            prefix, self.cache_dir, max_disk_bytes=max_disk_bytes, s3_client=s3_client, downloaded=downloaded
+            prefix,
+            self.cache_dir,
+            max_disk_bytes=max_disk_bytes,
+            s3_client=s3_client,
+            downloaded=downloaded,
         )
         # The exact measure walks the page tables twice per load (~25 ms in a replica); it is needed
         # only where a byte bound depends on it. Otherwise sizes (the loaded-bytes gauge) are
@@ -77,7 +81,9 @@ class MultiModelHandler:
     ) -> tuple[bytes, str]:
         target = context.target_model
         if not target:
-            raise ValidationError(f"{TARGET_MODEL} is required: container {self.hostname} is MultiModel")
+            raise ValidationError(
+                f"{TARGET_MODEL} is required: container {self.hostname} is MultiModel"
+            )
         if not self.cache.holds(target):
             # Refuse an unknown model before the cache makes room for it by evicting a loaded one.
             await asyncio.to_thread(self.store.check, target)
@@ -98,7 +104,9 @@ class MultiModelHandler:
             runtime.model_name = target
             # An unpacked archive is one model whatever its layout; a folder is the model only at
             # its top.
-            runtime.nested_layouts = target.endswith(ARCHIVE_SUFFIXES) and model_dir.is_relative_to(self.cache_dir)
+            runtime.nested_layouts = target.endswith(ARCHIVE_SUFFIXES) and model_dir.is_relative_to(
+                self.cache_dir
+            )
             try:
                 runtime.load()
             # the model's own code failed: its error, never a platform refusal

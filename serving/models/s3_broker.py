@@ -105,12 +105,16 @@ class BrokeredS3:
 
         with self._lock:
             try:
-                self._requests.write(json.dumps({"operation": operation, "arguments": arguments}).encode() + b"\n")
+                self._requests.write(
+                    json.dumps({"operation": operation, "arguments": arguments}).encode() + b"\n"
+                )
                 line = self._answers.readline()
             except OSError:
                 line = b""
         answer: Answer = (
-            json.loads(line) if line else _error("SupervisorGone", "its supervisor, which makes its S3 calls, is gone")
+            json.loads(line)
+            if line
+            else _error("SupervisorGone", "its supervisor, which makes its S3 calls, is gone")
         )
         if "error" in answer:
             raise ClientError({"Error": answer["error"]}, operation)
@@ -138,7 +142,10 @@ class S3Broker:
         threading.Thread(target=self._serve, name="s3-broker", daemon=True).start()
 
     def _serve(self) -> None:
-        with os.fdopen(self._requests, "rb") as requests, os.fdopen(self._answers, "wb", buffering=0) as answers:
+        with (
+            os.fdopen(self._requests, "rb") as requests,
+            os.fdopen(self._answers, "wb", buffering=0) as answers,
+        ):
             while line := requests.readline(_MAX_LINE + 1):
                 try:
                     answers.write(json.dumps(self._answer(line), default=str).encode() + b"\n")
@@ -149,7 +156,11 @@ class S3Broker:
         try:
             request = json.loads(line) if len(line) <= _MAX_LINE else None
             operation, arguments = request["operation"], request["arguments"]  # type: ignore[index]
-            if operation not in _ARGUMENTS or not isinstance(arguments, dict) or set(arguments) - _ARGUMENTS[operation]:
+            if (
+                operation not in _ARGUMENTS
+                or not isinstance(arguments, dict)
+                or set(arguments) - _ARGUMENTS[operation]
+            ):
                 raise ValueError(operation)
         except (ValueError, KeyError, TypeError):
             return _error("InvalidRequest", "not an S3 call a model store makes")
@@ -159,7 +170,9 @@ class S3Broker:
             or not isinstance(named, str)
             or not named.startswith(self.key_prefix)
         ):
-            return _error("AccessDenied", f"only s3://{self.bucket}/{self.key_prefix} is this container's")
+            return _error(
+                "AccessDenied", f"only s3://{self.bucket}/{self.key_prefix} is this container's"
+            )
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
@@ -192,7 +205,11 @@ class S3Broker:
         path = self.downloads / secrets.token_hex(8)
         with response["Body"] as body, open(path, "xb") as out:
             shutil.copyfileobj(body, out, 1 << 20)
-        return {"Path": str(path), "ETag": response.get("ETag"), "ContentLength": path.stat().st_size}
+        return {
+            "Path": str(path),
+            "ETag": response.get("ETag"),
+            "ContentLength": path.stat().st_size,
+        }
 
 
 def _error(code: str, message: str) -> Answer:

@@ -59,14 +59,18 @@ class _LocalSource:
     def locate(self, target: str, prefix: str) -> _Located:
         real = self._real(target)
         if not _inside(real, self.real_root):
-            raise ValidationError(f"TargetModel {_shown(target)} resolves outside {shown_prefix(prefix)}")
+            raise ValidationError(
+                f"TargetModel {_shown(target)} resolves outside {shown_prefix(prefix)}"
+            )
         if os.path.isdir(real):
             _check_model(target, self._holder(target), self._holder)
             return _Located(directory=Path(real))
         if not os.path.isfile(real):
             raise _not_found(target, prefix)
         if not target.endswith(ARCHIVE_SUFFIXES):
-            raise ValidationError(f"model {_shown(target)} is neither a directory nor a .tar.gz/.tgz archive")
+            raise ValidationError(
+                f"model {_shown(target)} is neither a directory nor a .tar.gz/.tgz archive"
+            )
         _check_model(target, None, self._holder)
         stat = os.stat(real)
 
@@ -74,7 +78,9 @@ class _LocalSource:
             extract_archive(Path(real), folder)
             return stat.st_size
 
-        return _Located(version=f"file:{stat.st_dev}:{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}", fill=fill)
+        return _Located(
+            version=f"file:{stat.st_dev}:{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}", fill=fill
+        )
 
     def _real(self, relative: str) -> str:
         return os.path.realpath(os.path.join(self.real_root, *relative.split("/")))
@@ -83,7 +89,9 @@ class _LocalSource:
         real = self._real(folder)
         if not (_inside(real, self.real_root) and os.path.isdir(real)):
             return False
-        return _model_folder(_file_names(real), os.path.isfile(os.path.join(real, *HANDLER.split("/"))))
+        return _model_folder(
+            _file_names(real), os.path.isfile(os.path.join(real, *HANDLER.split("/")))
+        )
 
     def files(self) -> Iterator[str]:
         for folder, dirs, files in os.walk(self.real_root):
@@ -104,7 +112,9 @@ def fetch_archive(url: str, cache_root: Path, client: Any = None) -> Path:
     head = source._call("read", key, source.client.head_object, Bucket=bucket, Key=key)
     if head is None:
         raise ArtifactError(f"model data {url} does not exist")
-    version = hashlib.sha256(f"{url}|{head.get('ETag')}|{head.get('ContentLength')}".encode()).hexdigest()[:16]
+    version = hashlib.sha256(
+        f"{url}|{head.get('ETag')}|{head.get('ContentLength')}".encode()
+    ).hexdigest()[:16]
     target = cache_root / version
     if target.is_dir():
         return target
@@ -142,12 +152,22 @@ class _S3Source:
                 shutil.rmtree(download.parent)
                 return nbytes
 
-            return _Located(version=f"s3:{head.get('ETag')}:{head.get('ContentLength')}", fill=fill_archive)
-        objects = [(obj["Key"][len(key) + 1 :], obj) for obj in self._list(key + "/") if not obj["Key"].endswith("/")]
+            return _Located(
+                version=f"s3:{head.get('ETag')}:{head.get('ContentLength')}", fill=fill_archive
+            )
+        objects = [
+            (obj["Key"][len(key) + 1 :], obj)
+            for obj in self._list(key + "/")
+            if not obj["Key"].endswith("/")
+        ]
         if not objects:
             raise _not_found(target, prefix)
         relatives = [relative for relative, _ in objects]
-        _check_model(target, _model_folder([r for r in relatives if "/" not in r], HANDLER in relatives), self._holder)
+        _check_model(
+            target,
+            _model_folder([r for r in relatives if "/" not in r], HANDLER in relatives),
+            self._holder,
+        )
         for relative, _ in objects:
             try:
                 validate_target(relative)
@@ -155,11 +175,14 @@ class _S3Source:
                 raise ValidationError(
                     f"model {_shown(target)} holds an object that leaves its folder: {_shown(relative)}"
                 ) from None
-        digest = hashlib.sha256(json.dumps([(rel, obj.get("ETag"), obj.get("Size")) for rel, obj in objects]).encode())
+        digest = hashlib.sha256(
+            json.dumps([(rel, obj.get("ETag"), obj.get("Size")) for rel, obj in objects]).encode()
+        )
 
         def fill_folder(folder: Path) -> int:
             return sum(
-                self._download(key + "/" + relative, folder.joinpath(*relative.split("/"))) for relative, _ in objects
+                self._download(key + "/" + relative, folder.joinpath(*relative.split("/")))
+                for relative, _ in objects
             )
 
         return _Located(version=f"s3dir:{digest.hexdigest()}", fill=fill_folder)
@@ -169,7 +192,10 @@ class _S3Source:
         if _model_folder((obj["Key"][len(key) :] for obj in self._list(key, delimiter="/")), False):
             return True
         handler = key + HANDLER
-        return self._call("read", handler, self.client.head_object, Bucket=self.bucket, Key=handler) is not None
+        return (
+            self._call("read", handler, self.client.head_object, Bucket=self.bucket, Key=handler)
+            is not None
+        )
 
     def files(self) -> Iterator[str]:
         for obj in self._list(self.key_prefix):
@@ -181,7 +207,12 @@ class _S3Source:
         token: dict[str, str] = {"Delimiter": delimiter} if delimiter else {}
         while True:
             page = self._call(
-                "list", key_prefix, self.client.list_objects_v2, Bucket=self.bucket, Prefix=key_prefix, **token
+                "list",
+                key_prefix,
+                self.client.list_objects_v2,
+                Bucket=self.bucket,
+                Prefix=key_prefix,
+                **token,
             )
             yield from (page or {}).get("Contents", [])
             if page is None or not page.get("IsTruncated"):
@@ -192,7 +223,9 @@ class _S3Source:
         path.parent.mkdir(parents=True, exist_ok=True)
         response = self._call("download", key, self.client.get_object, Bucket=self.bucket, Key=key)
         if response is None:
-            raise ModelStoreError(f"s3://{self.bucket}/{key} disappeared while it was being fetched")
+            raise ModelStoreError(
+                f"s3://{self.bucket}/{key} disappeared while it was being fetched"
+            )
         from botocore.exceptions import BotoCoreError
 
         try:
@@ -202,7 +235,9 @@ class _S3Source:
             raise ModelStoreError(f"cannot download s3://{self.bucket}/{key}: {error}") from None
         return path.stat().st_size
 
-    def _call(self, what: str, key: str, method: Callable[..., dict], **arguments: Any) -> dict | None:
+    def _call(
+        self, what: str, key: str, method: Callable[..., dict], **arguments: Any
+    ) -> dict | None:
         """One S3 request; None when the key does not exist, ModelStoreError on any other
         failure."""
         from botocore.exceptions import BotoCoreError, ClientError

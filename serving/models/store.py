@@ -35,7 +35,13 @@ from serving.models.targets import (
     validate_target,
 )
 
-__all__ = ["MAX_TARGET_LENGTH", "DownloadObserver", "ModelStore", "ModelStoreError", "validate_target"]
+__all__ = [
+    "MAX_TARGET_LENGTH",
+    "DownloadObserver",
+    "ModelStore",
+    "ModelStoreError",
+    "validate_target",
+]
 
 # `downloaded(target, seconds, nbytes)`: called once per fetch that was not a disk-cache hit.
 DownloadObserver = Callable[[str, float, int], None]
@@ -178,7 +184,9 @@ class ModelStore:
                 message = str(error).replace(str(self.cache_dir), "<cache>")
                 raise ValidationError(f"model {_shown(target)} cannot be used: {message}") from None
             size = _tree_bytes(staging / _MODEL_DIR)
-            (staging / _ENTRY_FILE).write_text(json.dumps({"target": target, "version": version, "size": size}))
+            (staging / _ENTRY_FILE).write_text(
+                json.dumps({"target": target, "version": version, "size": size})
+            )
             with self._lock:
                 trash = [self._retire(name)]
                 staging.rename(self.cache_dir / name)
@@ -232,7 +240,13 @@ class ModelStore:
                 meta = json.loads((child / _ENTRY_FILE).read_text())
                 if _safe_name(meta["target"]) == child.name and (child / _MODEL_DIR).is_dir():
                     stamp = (child / _ENTRY_FILE).stat().st_mtime_ns
-                    found.append((stamp, meta["target"], _Entry(child.name, meta["version"], int(meta["size"]))))
+                    found.append(
+                        (
+                            stamp,
+                            meta["target"],
+                            _Entry(child.name, meta["version"], int(meta["size"])),
+                        )
+                    )
             except (OSError, ValueError, KeyError, TypeError):
                 continue  # not ours: leave it alone
         for _, target, entry in sorted(found, key=lambda item: item[0]):

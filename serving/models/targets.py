@@ -67,7 +67,9 @@ def _models_from_files(paths: Iterable[str]) -> list[str]:
         return any("/".join(parts[:depth]) in holders for depth in range(1, len(parts)))
 
     folders = {folder for folder in holders if not within_model(folder)}
-    archives = {path for path in files if path.endswith(ARCHIVE_SUFFIXES) and not within_model(path)}
+    archives = {
+        path for path in files if path.endswith(ARCHIVE_SUFFIXES) and not within_model(path)
+    }
     return sorted(folders | archives)
 
 
@@ -89,7 +91,9 @@ def _check_model(target: str, model_folder: bool | None, holder: Callable[[str],
     for depth in range(1, len(parts)):
         ancestor = "/".join(parts[:depth])
         if holder(ancestor):
-            raise ValidationError(f"model {_shown(target)} is inside model {_shown(ancestor)}: name that model")
+            raise ValidationError(
+                f"model {_shown(target)} is inside model {_shown(ancestor)}: name that model"
+            )
 
 
 def _model_folder(names: Iterable[str], has_handler: bool) -> bool:

@@ -1,10 +1,12 @@
-"""A V2 inference request in, a container's body out; a container's answer in, a V2 inference response out.
+"""A V2 inference request in, a container's body out; a container's answer in, a V2 inference
+response out.
 
-Containers keep SageMaker's contract (`POST /invocations` with a body and a content type), so a V2 request becomes
-a body they already read: one numeric input as `application/x-npy` (its dtype and shape intact, no JSON round
-trip), BYTES or several inputs as JSON (several: an object of name -> nested list, which the tensor stacks bind by
-input name). The answer becomes outputs: an NPY answer is one tensor, a JSON object one tensor per key, any other
-JSON value one tensor, and an answer that is no tensor (mixed JSON, text) one BYTES element holding it.
+Containers keep SageMaker's contract (`POST /invocations` with a body and a content type), so a V2
+request becomes a body they already read: one numeric input as `application/x-npy` (its dtype and
+shape intact, no JSON round trip), BYTES or several inputs as JSON (several: an object of name ->
+nested list, which the tensor stacks bind by input name). The answer becomes outputs: an NPY answer
+is one tensor, a JSON object one tensor per key, any other JSON value one tensor, and an answer that
+is no tensor (mixed JSON, text) one BYTES element holding it.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from serving.runtimes.tensor_metadata import TensorMetadata
 DEFAULT_OUTPUT = "output-0"  # the name of a model's one output where the model does not name it
 
 
-# The protocol's JSON documents this server answers with (Open Inference Protocol v2, REST; gRPC has the same fields).
+# The protocol's JSON documents this server answers with (Open Inference Protocol v2, REST; gRPC has
+# the same fields).
 class ServerMetadata(TypedDict):
     """`$metadata_server_response`."""
 
@@ -50,13 +53,15 @@ class OutputParameters(TypedDict):
 
 
 class ResponseOutput(TypedDict):
-    """`$response_output`: one output tensor, its `data` inline or its bytes after the JSON (`parameters`)."""
+    """`$response_output`: one output tensor, its `data` inline or its bytes after the JSON
+    (`parameters`)."""
 
     name: str
     datatype: str
     shape: list[int]
     parameters: NotRequired[OutputParameters]
-    data: NotRequired[np.ndarray | list[str]]  # flat, row-major: numbers as the array (orjson writes it), BYTES as text
+    # flat, row-major: numbers as the array (orjson writes it), BYTES as text
+    data: NotRequired[np.ndarray | list[str]]
 
 
 class ResponseNames(TypedDict, total=False):
@@ -88,11 +93,14 @@ class InferRequest:
 
 
 def parse_request(body: bytes, header_length: str | None) -> InferRequest:
-    """The request's JSON (with the binary tensor extension: the first `header_length` bytes) and its tensors."""
+    """The request's JSON (with the binary tensor extension: the first `header_length` bytes) and
+    its tensors."""
     raw = memoryview(body)
     if header_length is not None:
         if not header_length.isdigit() or int(header_length) > len(body):
-            raise ValidationError(f"{V2_HEADER_LENGTH} {header_length!r} is not a length within the body's {len(body)}")
+            raise ValidationError(
+                f"{V2_HEADER_LENGTH} {header_length!r} is not a length within the body's {len(body)}"
+            )
         split = int(header_length)
         head, binary = raw[:split], raw[split:]
     else:
@@ -111,7 +119,9 @@ def parse_request(body: bytes, header_length: str | None) -> InferRequest:
     for index, tensor in enumerate(inputs):
         where = f"inputs[{index}]"
         if not isinstance(tensor, dict) or not isinstance(tensor.get("name"), str):
-            raise ValidationError(f"{where}: an object with a name, a datatype and a shape is required")
+            raise ValidationError(
+                f"{where}: an object with a name, a datatype and a shape is required"
+            )
         name = tensor["name"]
         if any(name == seen for seen, _ in parsed):
             raise ValidationError(f"{where}: input {name!r} is given twice")
@@ -120,8 +130,12 @@ def parse_request(body: bytes, header_length: str | None) -> InferRequest:
         size = (tensor.get("parameters") or {}).get("binary_data_size")
         if size is not None:
             if not isinstance(size, int) or size < 0 or offset + size > len(binary):
-                raise ValidationError(f"{where}.parameters.binary_data_size {size!r} runs past the request's body")
-            array = datatypes.from_binary(binary[offset : offset + size], datatype, shape, f"{where}")
+                raise ValidationError(
+                    f"{where}.parameters.binary_data_size {size!r} runs past the request's body"
+                )
+            array = datatypes.from_binary(
+                binary[offset : offset + size], datatype, shape, f"{where}"
+            )
             offset += size
         elif "data" in tensor:
             array = datatypes.from_json(tensor["data"], datatype, shape, f"{where}.data")
@@ -129,14 +143,18 @@ def parse_request(body: bytes, header_length: str | None) -> InferRequest:
             raise ValidationError(f"{where}: data (or parameters.binary_data_size) is required")
         parsed.append((name, array))
     if offset != len(binary):
-        raise ValidationError(f"the body carries {len(binary) - offset} bytes of binary data that no input claims")
+        raise ValidationError(
+            f"the body carries {len(binary) - offset} bytes of binary data that no input claims"
+        )
     parameters = document.get("parameters") or {}
     request_id = document.get("id")
     return InferRequest(
         parsed,
         id=request_id if isinstance(request_id, str) else None,
         outputs=_requested(document.get("outputs")),
-        binary_output=bool(parameters.get("binary_data_output", False)) if isinstance(parameters, dict) else False,
+        binary_output=bool(parameters.get("binary_data_output", False))
+        if isinstance(parameters, dict)
+        else False,
     )
 
 
@@ -155,8 +173,8 @@ def _requested(outputs: Any) -> list[RequestedOutput]:
 
 
 def container_body(request: InferRequest, body_type: str) -> tuple[bytes, str]:
-    """The body (and its content type) a container reads the request's inputs from; `body_type`: what it reads
-    one numeric tensor as (its signature's `content_type`: NPY, CSV, or JSON)."""
+    """The body (and its content type) a container reads the request's inputs from; `body_type`:
+    what it reads one numeric tensor as (its signature's `content_type`: NPY, CSV, or JSON)."""
     if len(request.inputs) == 1 and request.inputs[0][1].dtype != object:
         array = request.inputs[0][1]
         if body_type == NPY:
@@ -179,8 +197,11 @@ def _jsonable(array: np.ndarray) -> Any:
     return np.ascontiguousarray(array)
 
 
-def answer_tensors(body: bytes, content_type: str | None, names: list[str]) -> list[tuple[str, np.ndarray]]:
-    """A container's answer as named outputs; `names`: the model's declared outputs (one answer takes the first)."""
+def answer_tensors(
+    body: bytes, content_type: str | None, names: list[str]
+) -> list[tuple[str, np.ndarray]]:
+    """A container's answer as named outputs; `names`: the model's declared outputs (one answer
+    takes the first)."""
     kind = (content_type or "").split(";", 1)[0].strip().lower()
     kind = JSON if kind.endswith("+json") else kind
     single = names[0] if len(names) == 1 else DEFAULT_OUTPUT
@@ -199,7 +220,11 @@ def answer_tensors(body: bytes, content_type: str | None, names: list[str]) -> l
             value = orjson.loads(body)
         except orjson.JSONDecodeError:
             value = None
-        if isinstance(value, dict) and list(value) == ["outputs"] and isinstance(value["outputs"], dict):
+        if (
+            isinstance(value, dict)
+            and list(value) == ["outputs"]
+            and isinstance(value["outputs"], dict)
+        ):
             value = next(iter(value.values()))  # TF Serving's {"outputs": {name: ...}}
         if isinstance(value, dict) and value:
             return [(str(key), _tensor(item)) for key, item in value.items()]
@@ -209,7 +234,8 @@ def answer_tensors(body: bytes, content_type: str | None, names: list[str]) -> l
 
 
 def _tensor(value: Any) -> np.ndarray:
-    """A JSON value as a tensor: numbers or strings of a rectangular shape; anything else its JSON text."""
+    """A JSON value as a tensor: numbers or strings of a rectangular shape; anything else its JSON
+    text."""
     try:
         array = np.asarray(value)
     except ValueError:  # ragged
@@ -217,7 +243,9 @@ def _tensor(value: Any) -> np.ndarray:
     if array.dtype.kind in "biuf":
         return array
     if array.dtype.kind == "U":
-        return np.vectorize(str.encode, otypes=[object])(array) if array.size else array.astype(object)
+        return (
+            np.vectorize(str.encode, otypes=[object])(array) if array.size else array.astype(object)
+        )
     return _one_element(json.dumps(value).encode())
 
 
@@ -230,7 +258,8 @@ def _one_element(data: bytes) -> np.ndarray:
 def chosen_outputs(
     model: str, request: InferRequest, outputs: list[tuple[str, np.ndarray]]
 ) -> list[tuple[str, np.ndarray, bool | None]]:
-    """The outputs the request asked for (all when it names none), each with its `binary_data` choice."""
+    """The outputs the request asked for (all when it names none), each with its `binary_data`
+    choice."""
     if not request.outputs:
         return [(name, array, None) for name, array in outputs]
     by_name = dict(outputs)
@@ -244,13 +273,21 @@ def chosen_outputs(
 
 
 def encode_response(
-    model: str, version: str | None, request: InferRequest, chosen: list[tuple[str, np.ndarray, bool | None]]
+    model: str,
+    version: str | None,
+    request: InferRequest,
+    chosen: list[tuple[str, np.ndarray, bool | None]],
 ) -> tuple[bytes, dict[str, str]]:
-    """The V2 inference response (JSON, with binary outputs after it where asked) and its headers."""
+    """The V2 inference response (JSON, with binary outputs after it where asked) and its
+    headers."""
     documents: list[ResponseOutput] = []
     blobs = []
     for name, array, binary in chosen:
-        tensor: ResponseOutput = {"name": name, "datatype": datatypes.datatype_of(array), "shape": list(array.shape)}
+        tensor: ResponseOutput = {
+            "name": name,
+            "datatype": datatypes.datatype_of(array),
+            "shape": list(array.shape),
+        }
         if request.binary_output if binary is None else binary:
             blob = datatypes.to_binary(array)
             tensor["parameters"] = {"binary_data_size": len(blob)}
@@ -267,4 +304,7 @@ def encode_response(
     head = orjson.dumps(response, option=orjson.OPT_SERIALIZE_NUMPY)
     if not blobs:
         return head, {"content-type": JSON}
-    return b"".join([head, *blobs]), {"content-type": OCTET_STREAM, V2_HEADER_LENGTH: str(len(head))}
+    return b"".join([head, *blobs]), {
+        "content-type": OCTET_STREAM,
+        V2_HEADER_LENGTH: str(len(head)),
+    }

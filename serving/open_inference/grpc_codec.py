@@ -1,8 +1,10 @@
-"""V2 gRPC messages in and out: a ModelInferRequest's tensors as arrays, outputs as raw contents, metadata.
+"""V2 gRPC messages in and out: a ModelInferRequest's tensors as arrays, outputs as raw contents,
+metadata.
 
-Inputs come as typed contents (the repeated field of their datatype) or as `raw_input_contents` (one bytes value
-per input, laid out as the binary tensor extension's); outputs always leave as `raw_output_contents`, as Triton's
-server answers, which every V2 gRPC client reads. Every malformed message is a `ValidationError` naming the field.
+Inputs come as typed contents (the repeated field of their datatype) or as `raw_input_contents` (one
+bytes value per input, laid out as the binary tensor extension's); outputs always leave as
+`raw_output_contents`, as Triton's server answers, which every V2 gRPC client reads. Every malformed
+message is a `ValidationError` naming the field.
 """
 
 from __future__ import annotations
@@ -72,11 +74,15 @@ def infer_request(message: pb.ModelInferRequest) -> InferRequest:
     return InferRequest(inputs, id=message.id or None, outputs=outputs)
 
 
-def _from_contents(tensor: pb.ModelInferRequest.InferInputTensor, shape: tuple[int, ...], where: str) -> np.ndarray:
+def _from_contents(
+    tensor: pb.ModelInferRequest.InferInputTensor, shape: tuple[int, ...], where: str
+) -> np.ndarray:
     dtype = datatypes.dtype_of(tensor.datatype, f"{where}.datatype")
     field = _CONTENTS.get(tensor.datatype)
     if field is None:
-        raise ValidationError(f"{where}: {tensor.datatype} has no typed contents: send it in raw_input_contents")
+        raise ValidationError(
+            f"{where}: {tensor.datatype} has no typed contents: send it in raw_input_contents"
+        )
     values = getattr(tensor.contents, field)
     if len(values) != math.prod(shape):
         raise ValidationError(
@@ -89,14 +95,21 @@ def _from_contents(tensor: pb.ModelInferRequest.InferInputTensor, shape: tuple[i
     try:
         return np.array(values, dtype=dtype).reshape(shape)
     except OverflowError:
-        raise ValidationError(f"{where}.contents.{field}: a value is out of {tensor.datatype}'s range") from None
+        raise ValidationError(
+            f"{where}.contents.{field}: a value is out of {tensor.datatype}'s range"
+        ) from None
 
 
 def infer_response(
-    model: str, version: str | None, request: InferRequest, outputs: list[tuple[str, np.ndarray, bool | None]]
+    model: str,
+    version: str | None,
+    request: InferRequest,
+    outputs: list[tuple[str, np.ndarray, bool | None]],
 ) -> bytes:
     """The ModelInferResponse of the chosen outputs, their data in `raw_output_contents`."""
-    response = pb.ModelInferResponse(model_name=model, model_version=version or "", id=request.id or "")
+    response = pb.ModelInferResponse(
+        model_name=model, model_version=version or "", id=request.id or ""
+    )
     for name, array, _ in outputs:
         response.outputs.add(name=name, datatype=datatypes.datatype_of(array), shape=array.shape)
         response.raw_output_contents.append(datatypes.to_binary(array))
@@ -108,7 +121,9 @@ def metadata_response(document: ModelMetadata) -> bytes:
 
     def tensors(items: list[TensorMetadata]) -> list[pb.ModelMetadataResponse.TensorMetadata]:
         return [
-            pb.ModelMetadataResponse.TensorMetadata(name=t["name"], datatype=t["datatype"], shape=t["shape"])
+            pb.ModelMetadataResponse.TensorMetadata(
+                name=t["name"], datatype=t["datatype"], shape=t["shape"]
+            )
             for t in items
         ]
 

@@ -1,10 +1,12 @@
-"""The Open Inference Protocol's gRPC service, `inference.GRPCInferenceService`, on a gateway's `--grpc-port`.
+"""The Open Inference Protocol's gRPC service, `inference.GRPCInferenceService`, on a gateway's
+`--grpc-port`.
 
-Its methods are served by name over raw bytes and parsed here (`grpc_codec`), so that a Signature V4 can cover the
-exact bytes sent. Credentials travel in the call's metadata: `authorization` with a bearer key, or a Signature V4 of
-`POST /inference.GRPCInferenceService/<Method>` over the signed metadata (`host` and `x-amz-date` among them) and
-the serialized message. Everything after the transport is `dataplane.OpenInference`, as for REST. Errors are gRPC
-statuses carrying the message InvokeEndpoint would give; infer calls are counted with `protocol="v2-grpc"`.
+Its methods are served by name over raw bytes and parsed here (`grpc_codec`), so that a Signature V4
+can cover the exact bytes sent. Credentials travel in the call's metadata: `authorization` with a
+bearer key, or a Signature V4 of `POST /inference.GRPCInferenceService/<Method>` over the signed
+metadata (`host` and `x-amz-date` among them) and the serialized message. Everything after the
+transport is `dataplane.OpenInference`, as for REST. Errors are gRPC statuses carrying the message
+InvokeEndpoint would give; infer calls are counted with `protocol="v2-grpc"`.
 """
 
 from __future__ import annotations
@@ -54,8 +56,8 @@ Method = Callable[[Any, bytes, aio.ServicerContext], Awaitable[bytes]]
 
 
 def _grpc_errors(method: Method) -> Method:
-    """A method whose ServingError ends the call with the status InvokeEndpoint's would map to (`grpc_status`): the
-    one place every method maps an error to its wire."""
+    """A method whose ServingError ends the call with the status InvokeEndpoint's would map to
+    (`grpc_status`): the one place every method maps an error to its wire."""
 
     @functools.wraps(method)
     async def call(service: Any, raw: bytes, context: aio.ServicerContext) -> bytes:
@@ -70,10 +72,13 @@ def _grpc_errors(method: Method) -> Method:
 class GrpcInference:
     """The service's handlers over the shared V2 operations, and the listener that serves them."""
 
-    def __init__(self, v2: OpenInference, settings: ServerSettings, share_port: bool = True) -> None:
+    def __init__(
+        self, v2: OpenInference, settings: ServerSettings, share_port: bool = True
+    ) -> None:
         self.v2 = v2
         self.settings = settings
-        self.share_port = share_port  # SO_REUSEPORT: the port is shared with the node's other gateways
+        # SO_REUSEPORT: the port is shared with the node's other gateways
+        self.share_port = share_port
         self.server: aio.Server | None = None
         self.port = 0  # the port bound, once started (grpc_port 0: the kernel's choice)
 
@@ -95,12 +100,15 @@ class GrpcInference:
         )
 
     async def start(self) -> None:
-        """Listen on the settings' host and gRPC port (TLS when a certificate is given), in the running loop."""
+        """Listen on the settings' host and gRPC port (TLS when a certificate is given), in the
+        running loop."""
         settings = self.settings
         server = aio.server(
             options=[
-                ("grpc.so_reuseport", int(self.share_port)),  # as the HTTP port: with the node's other gateways
-                ("grpc.max_receive_message_length", settings.max_payload_bytes),  # a message is the payload
+                # as the HTTP port: with the node's other gateways
+                ("grpc.so_reuseport", int(self.share_port)),
+                # a message is the payload
+                ("grpc.max_receive_message_length", settings.max_payload_bytes),
                 ("grpc.max_metadata_size", settings.max_header_bytes),
                 ("grpc.max_concurrent_streams", settings.grpc_max_concurrent_rpcs),
             ],
@@ -110,7 +118,10 @@ class GrpcInference:
         host = f"[{settings.host}]" if ":" in settings.host else settings.host
         address = f"{host}:{settings.grpc_port}"
         if settings.grpc_tls_cert is not None and settings.grpc_tls_key is not None:
-            pair = (Path(settings.grpc_tls_key).read_bytes(), Path(settings.grpc_tls_cert).read_bytes())
+            pair = (
+                Path(settings.grpc_tls_key).read_bytes(),
+                Path(settings.grpc_tls_cert).read_bytes(),
+            )
             bound = server.add_secure_port(address, grpc.ssl_server_credentials([pair]))
         else:
             bound = server.add_insecure_port(address)
@@ -123,7 +134,7 @@ class GrpcInference:
         if self.server is not None:
             await self.server.stop(STOP_GRACE_S)
 
-    # --- server ---------------------------------------------------------------------------------------------
+    # --- server -----------------------------------------------------------------------------------
     async def server_live(self, raw: bytes, context: aio.ServicerContext) -> bytes:
         return pb.ServerLiveResponse(live=True).SerializeToString()
 
@@ -137,13 +148,16 @@ class GrpcInference:
             name=server["name"], version=server["version"], extensions=server["extensions"]
         ).SerializeToString()
 
-    # --- one model ------------------------------------------------------------------------------------------
+    # --- one model --------------------------------------------------------------------------------
     @_grpc_errors
     async def model_ready(self, raw: bytes, context: aio.ServicerContext) -> bytes:
-        """Ready, or not (no replica, or no such model: Triton's answer); a caller refused is refused."""
+        """Ready, or not (no replica, or no such model: Triton's answer); a caller refused is
+        refused."""
         try:
             message = grpc_codec.parse(pb.ModelReadyRequest, raw)
-            await self.v2.model_ready(_call(message.name, message.version, raw, context, "ModelReady"))
+            await self.v2.model_ready(
+                _call(message.name, message.version, raw, context, "ModelReady")
+            )
             ready = True
         except (ModelNotReadyError, ValidationError):
             ready = False
@@ -152,7 +166,9 @@ class GrpcInference:
     @_grpc_errors
     async def model_metadata(self, raw: bytes, context: aio.ServicerContext) -> bytes:
         message = grpc_codec.parse(pb.ModelMetadataRequest, raw)
-        document = await self.v2.model_metadata(_call(message.name, message.version, raw, context, "ModelMetadata"))
+        document = await self.v2.model_metadata(
+            _call(message.name, message.version, raw, context, "ModelMetadata")
+        )
         return grpc_codec.metadata_response(document)
 
     @_grpc_errors
@@ -161,21 +177,29 @@ class GrpcInference:
         response = b""
         # a cancelled call (by its client, or its deadline) is counted as an abort and cancelled on
         aborts = (asyncio.CancelledError,)
-        async with invocation_frame(trace, "the Open Inference gRPC service", aborts, reraise_abort=True) as frame:
+        async with invocation_frame(
+            trace, "the Open Inference gRPC service", aborts, reraise_abort=True
+        ) as frame:
             message = grpc_codec.parse(pb.ModelInferRequest, raw)
             call = _call(message.model_name, message.model_version, raw, context, "ModelInfer")
-            answer = await self.v2.infer(call, trace, lambda body: grpc_codec.infer_request(message))
-            response = grpc_codec.infer_response(answer.model, answer.version, answer.request, answer.outputs)
+            answer = await self.v2.infer(
+                call, trace, lambda body: grpc_codec.infer_request(message)
+            )
+            response = grpc_codec.infer_response(
+                answer.model, answer.version, answer.request, answer.outputs
+            )
         if frame.error is not None:
             raise frame.error  # to the method's wire (`_grpc_errors`)
         return response
 
-    # --- the model repository extension -------------------------------------------------------------------
+    # --- the model repository extension -----------------------------------------------------------
     @_grpc_errors
     async def repository_index(self, raw: bytes, context: aio.ServicerContext) -> bytes:
-        """The MultiModel containers' models the caller may invoke (`repository_name` is not read: one here)."""
+        """The MultiModel containers' models the caller may invoke (`repository_name` is not read:
+        one here)."""
         message = grpc_codec.parse(pb.RepositoryIndexRequest, raw)
-        head = replace(_head(context, "RepositoryIndex"), body=raw)  # a Signature V4 covers the message
+        # a Signature V4 covers the message
+        head = replace(_head(context, "RepositoryIndex"), body=raw)
         entries = await self.v2.repository_index(head, message.ready)
         index = [pb.RepositoryIndexResponse.ModelIndex(**entry) for entry in entries]
         return pb.RepositoryIndexResponse(models=index).SerializeToString()
@@ -190,20 +214,27 @@ class GrpcInference:
         await self._repository_change(raw, context, "unload", "RepositoryModelUnload")
         return pb.RepositoryModelUnloadResponse().SerializeToString()
 
-    async def _repository_change(self, raw: bytes, context: aio.ServicerContext, action: str, method: str) -> None:
-        message = grpc_codec.parse(pb.RepositoryModelLoadRequest, raw)  # Unload's fields are the same
+    async def _repository_change(
+        self, raw: bytes, context: aio.ServicerContext, action: str, method: str
+    ) -> None:
+        # Unload's fields are the same
+        message = grpc_codec.parse(pb.RepositoryModelLoadRequest, raw)
         await self.v2.repository_change(_call(message.model_name, "", raw, context, method), action)
 
 
 def _head(context: aio.ServicerContext, method: str) -> RawRequest:
-    """A call as signed: POST to its method's path, with its metadata as headers (`-bin` keys' bytes left out)."""
+    """A call as signed: POST to its method's path, with its metadata as headers (`-bin` keys' bytes
+    left out)."""
     metadata: Any = context.invocation_metadata() or ()
     headers = tuple((key, value) for key, value in metadata if isinstance(value, str))
     return RawRequest("POST", f"/{protocol.V2_GRPC_SERVICE}/{method}", "", headers, b"")
 
 
-def _call(model: str, version: str, raw: bytes, context: aio.ServicerContext, method: str) -> ModelCall:
-    """A call naming `model`: its message is its body, its metadata and method path what a signature covers."""
+def _call(
+    model: str, version: str, raw: bytes, context: aio.ServicerContext, method: str
+) -> ModelCall:
+    """A call naming `model`: its message is its body, its metadata and method path what a signature
+    covers."""
 
     async def body() -> AsyncIterator[bytes]:
         yield raw

@@ -1,7 +1,8 @@
-"""The Open Inference Protocol's REST API (`/v2/...`) on every gateway: HTTP in and out of `dataplane.OpenInference`.
+"""The Open Inference Protocol's REST API (`/v2/...`) on every gateway: HTTP in and out of
+`dataplane.OpenInference`.
 
-Errors leave in the protocol's shape, `{"error": "..."}`, with the status InvokeEndpoint would answer; infer calls are
-counted with `protocol="v2-rest"`.
+Errors leave in the protocol's shape, `{"error": "..."}`, with the status InvokeEndpoint would
+answer; infer calls are counted with `protocol="v2-rest"`.
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ Handler = Callable[[Any, Request], Awaitable[Response]]
 
 
 def _v2_errors(handler: Handler) -> Handler:
-    """A route whose ServingError is answered in the protocol's shape (`_error`): the one place every /v2 route but
-    infer (whose outcome its entry frame holds) maps an error to its wire."""
+    """A route whose ServingError is answered in the protocol's shape (`_error`): the one place
+    every /v2 route but infer (whose outcome its entry frame holds) maps an error to its wire."""
 
     @functools.wraps(handler)
     async def route(routes: Any, request: Request) -> Response:
@@ -59,8 +60,11 @@ class OpenInferenceRoutes:
         self.v2 = v2
 
     def hot_routes(self) -> list[Route]:
-        """Infer, which the app serves ahead of its middleware stack (`http.hot_path`), as InvokeEndpoint."""
-        return [Route(f"{path}/infer", self.infer, methods=["POST"]) for path in (_MODEL, _VERSIONED)]
+        """Infer, which the app serves ahead of its middleware stack (`http.hot_path`), as
+        InvokeEndpoint."""
+        return [
+            Route(f"{path}/infer", self.infer, methods=["POST"]) for path in (_MODEL, _VERSIONED)
+        ]
 
     def routes(self) -> list[Route]:
         v2 = protocol.V2_PREFIX
@@ -69,7 +73,11 @@ class OpenInferenceRoutes:
             Route(f"{v2}/health/live", self.live, methods=["GET"]),
             Route(f"{v2}/health/ready", self.ready, methods=["GET"]),
             Route(f"{v2}/repository/index", self.repository_index, methods=["POST"]),
-            Route(f"{v2}/repository/models/{{model:path}}/{{action:str}}", self.repository_change, methods=["POST"]),
+            Route(
+                f"{v2}/repository/models/{{model:path}}/{{action:str}}",
+                self.repository_change,
+                methods=["POST"],
+            ),
             *[
                 route
                 for path in (_MODEL, _VERSIONED)
@@ -80,7 +88,7 @@ class OpenInferenceRoutes:
             ],
         ]
 
-    # --- server ---------------------------------------------------------------------------------------------
+    # --- server -----------------------------------------------------------------------------------
     async def server_metadata(self, request: Request) -> Response:
         return json_response(self.v2.server)
 
@@ -90,9 +98,13 @@ class OpenInferenceRoutes:
     async def ready(self, request: Request) -> Response:
         """Ready as GET /ping is: every endpoint this gateway must serve is routable from it."""
         reasons = self.v2.unroutable()
-        return json_response({"ready": True}) if not reasons else _error(ServiceUnavailableError("; ".join(reasons)))
+        return (
+            json_response({"ready": True})
+            if not reasons
+            else _error(ServiceUnavailableError("; ".join(reasons)))
+        )
 
-    # --- one model ------------------------------------------------------------------------------------------
+    # --- one model --------------------------------------------------------------------------------
     @_v2_errors
     async def model_metadata(self, request: Request) -> Response:
         return json_response(await self.v2.model_metadata(_call(request)))
@@ -108,16 +120,23 @@ class OpenInferenceRoutes:
         trace = InvocationTrace(protocol=V2_REST_LABEL)
         length = request.headers.get(protocol.V2_HEADER_LENGTH)
         response = Response(status_code=499)  # the caller left: nobody is there to read it
-        async with invocation_frame(trace, "the Open Inference route", (ClientDisconnect,)) as frame:
-            answer = await self.v2.infer(_call(request), trace, lambda body: codec.parse_request(body, length))
-            body, headers = codec.encode_response(answer.model, answer.version, answer.request, answer.outputs)
+        async with invocation_frame(
+            trace, "the Open Inference route", (ClientDisconnect,)
+        ) as frame:
+            answer = await self.v2.infer(
+                _call(request), trace, lambda body: codec.parse_request(body, length)
+            )
+            body, headers = codec.encode_response(
+                answer.model, answer.version, answer.request, answer.outputs
+            )
             response = Response(body, headers=headers)
         return _error(frame.error) if frame.error is not None else response
 
-    # --- the model repository extension -------------------------------------------------------------------
+    # --- the model repository extension -----------------------------------------------------------
     @_v2_errors
     async def repository_index(self, request: Request) -> Response:
-        """`[{"name", "state", "reason"}]`: the MultiModel containers' models this caller may invoke."""
+        """`[{"name", "state", "reason"}]`: the MultiModel containers' models this caller may
+        invoke."""
         body = await _small_body(request)
         try:
             document = orjson.loads(body) if body.strip() else {}
@@ -129,19 +148,24 @@ class OpenInferenceRoutes:
 
     @_v2_errors
     async def repository_change(self, request: Request) -> Response:
-        """`load` or `unload` of `<endpoint>.<container>.<model>` (a MultiModel container's model)."""
+        """`load` or `unload` of `<endpoint>.<container>.<model>` (a MultiModel container's
+        model)."""
         action = request.path_params["action"]
         if action not in ("load", "unload"):
-            raise UnknownOperationError(f"POST {request.url.path}: the repository offers load and unload")
+            raise UnknownOperationError(
+                f"POST {request.url.path}: the repository offers load and unload"
+            )
         await self.v2.repository_change(_call(request), action)
         return json_response({})
 
 
 async def _small_body(request: Request) -> bytes:
-    """A repository index request's body, refused as soon as it passes INDEX_BODY_LIMIT (read before any
-    credentials are checked: never buffered whole)."""
+    """A repository index request's body, refused as soon as it passes INDEX_BODY_LIMIT (read before
+    any credentials are checked: never buffered whole)."""
     declared = request.headers.get("content-length")
-    return bytes(await read_bounded(request.stream(), INDEX_BODY_LIMIT, _index_too_large, declared=declared))
+    return bytes(
+        await read_bounded(request.stream(), INDEX_BODY_LIMIT, _index_too_large, declared=declared)
+    )
 
 
 def _index_too_large(size: int | None) -> ValidationError:

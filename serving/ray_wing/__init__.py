@@ -1,14 +1,15 @@
-"""The Ray wing: everything that imports `ray`, and nothing else does (tests/unit/test_layout.py checks).
+"""The Ray wing: everything that imports `ray`, and nothing else does (tests/unit/test_layout.py
+checks).
 
-Modules: `cluster` (start or join Ray), `names` (Ray names the wing shares), `registry` (the routing table's
-actor), `reconcile` (its loop toward each endpoint's desired state), `replica_table` (its replicas),
-`gateway_readers` (what each gateway applied),
-`kv_store` (its state in GCS), `control_plane` (the SageMaker API's one place), `replica` (a container
-replica), `gateway` (the gateway replica), `gateway_count` (how many, per node), `gateway_counters` (their
-counters, shared), `async_journal` (their async requests, durable), `periodic` (their periodic tasks' one
-error-and-backoff policy), `serve_status`,
-`autoscaler`, `replica_metrics`, `operations` (deploy, delete, describe), `embedded` (the one embedded server),
-`training` and `train_session` (`serving train`'s driver and worker sides).
+Modules: `cluster` (start or join Ray), `names` (Ray names the wing shares), `registry` (the routing
+table's actor), `reconcile` (its loop toward each endpoint's desired state), `replica_table` (its
+replicas), `gateway_readers` (what each gateway applied), `kv_store` (its state in GCS),
+`control_plane` (the SageMaker API's one place), `replica` (a container replica), `gateway` (the
+gateway replica), `gateway_count` (how many, per node), `gateway_counters` (their counters, shared),
+`async_journal` (their async requests, durable), `periodic` (their periodic tasks' one
+error-and-backoff policy), `serve_status`, `autoscaler`, `replica_metrics`, `operations` (deploy,
+delete, describe), `embedded` (the one embedded server), `training` and `train_session` (`serving
+train`'s driver and worker sides).
 """
 
 from __future__ import annotations
@@ -17,7 +18,11 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the same names, for type checkers and readers
-    from serving.ray_wing.cluster import UnauthenticatedClusterError, connect_cluster, start_local_ray
+    from serving.ray_wing.cluster import (
+        UnauthenticatedClusterError,
+        connect_cluster,
+        start_local_ray,
+    )
     from serving.ray_wing.embedded import EmbeddedServer, EndpointsNotReady, Readiness
     from serving.ray_wing.gateway import start_gateway
     from serving.ray_wing.operations import (
@@ -32,8 +37,9 @@ if TYPE_CHECKING:  # the same names, for type checkers and readers
     )
     from serving.ray_wing.registry import registry_handle
 
-# `serve_status` is both a submodule and the function it exports: importing the submodule later would set the
-# package's attribute to the module, so it is bound here, eagerly (it imports only `ray.serve`).
+# `serve_status` is both a submodule and the function it exports: importing the submodule later
+# would set the package's attribute to the module, so it is bound here, eagerly (it imports only
+# `ray.serve`).
 from serving.ray_wing.serve_status import ServeNotRunning, serve_status
 
 # Every other name loads its module on first use (PEP 562): a replica's worker process imports

@@ -1,4 +1,5 @@
-"""Target tracking on Ray Serve: the custom autoscaling policy Serve's controller runs per container."""
+"""Target tracking on Ray Serve: the custom autoscaling policy Serve's controller runs per
+container."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ class _EndpointGroup:
 
     def __init__(self, scaler: TargetTrackingScaler) -> None:
         self.scaler = scaler
-        self.totals: dict[str, dict[str, float]] = {}  # container -> metric -> total over its replicas
+        # container -> metric -> total over its replicas
+        self.totals: dict[str, dict[str, float]] = {}
         self.decision: ScalingDecision | None = None
         self.decided_at = float("-inf")
         self.lock = threading.Lock()
@@ -48,7 +50,8 @@ def _groups() -> dict[str, _EndpointGroup]:
 
 
 class ContainerAutoscaler:
-    """Serve's policy for one container deployment (`policy_function`, built once with `policy_kwargs`)."""
+    """Serve's policy for one container deployment (`policy_function`, built once with
+    `policy_kwargs`)."""
 
     def __init__(
         self,
@@ -66,9 +69,11 @@ class ContainerAutoscaler:
         self.registry = tuple(registry)
         self.containers = list(containers or [])
         self.group: _EndpointGroup | None = None
-        if container is None:  # endpoint level: one scaler for the endpoint, whichever container asks first
+        # endpoint level: one scaler for the endpoint, whichever container asks first
+        if container is None:
             self.group = _groups().setdefault(
-                endpoint, _EndpointGroup(TargetTrackingScaler(self.policies, min_capacity, max_capacity))
+                endpoint,
+                _EndpointGroup(TargetTrackingScaler(self.policies, min_capacity, max_capacity)),
             )
             self.scaler = self.group.scaler
         else:
@@ -80,18 +85,24 @@ class ContainerAutoscaler:
         hostname = self.container or ctx.deployment_name
         target = ctx.target_num_replicas
         try:
-            values, totals = per_replica(ctx.aggregated_metrics, list(ctx.running_replicas), target, self.names)
+            values, totals = per_replica(
+                ctx.aggregated_metrics, list(ctx.running_replicas), target, self.names
+            )
             if self.group is None:
                 decision = self.scaler.decide(target, values)
             else:
                 decision = self._decide_as_endpoint(hostname, target, totals)
         except Exception:  # a policy error must not stop Serve's control loop: keep the count
-            logger.exception("autoscaling of %s/%s failed; keeping %d replicas", self.endpoint, hostname, target)
+            logger.exception(
+                "autoscaling of %s/%s failed; keeping %d replicas", self.endpoint, hostname, target
+            )
             return target, ctx.policy_state
         self._report(hostname, ctx.current_num_replicas, decision, values)
         return decision.desired, ctx.policy_state
 
-    def _decide_as_endpoint(self, hostname: str, target: int, totals: dict[str, float]) -> ScalingDecision:
+    def _decide_as_endpoint(
+        self, hostname: str, target: int, totals: dict[str, float]
+    ) -> ScalingDecision:
         group = self.group
         assert group is not None
         with group.lock:
@@ -102,10 +113,13 @@ class ContainerAutoscaler:
                 members = self.containers or list(group.totals)
                 values: dict[str, float | None] = {}
                 for name in self.names:
-                    reported = [group.totals[c][name] for c in members if name in group.totals.get(c, {})]
+                    reported = [
+                        group.totals[c][name] for c in members if name in group.totals.get(c, {})
+                    ]
                     values[name] = sum(reported) / max(target, 1) if reported else None
                     if reported and name in ("CPUUtilization", "MemoryUtilization"):
-                        values[name] = sum(reported) / (max(target, 1) * len(reported))  # utilization: a mean
+                        # utilization: a mean
+                        values[name] = sum(reported) / (max(target, 1) * len(reported))
                 group.decision = group.scaler.decide(target, values)
                 group.decided_at = now
             decision = group.decision
@@ -124,8 +138,15 @@ class ContainerAutoscaler:
             )
         )
 
-    def _report(self, hostname: str, running: int, decision: ScalingDecision, values: dict[str, float | None]) -> None:
-        """Tell the registry the container's desired count and, on a change, the activity (fire and forget)."""
+    def _report(
+        self,
+        hostname: str,
+        running: int,
+        decision: ScalingDecision,
+        values: dict[str, float | None],
+    ) -> None:
+        """Tell the registry the container's desired count and, on a change, the activity (fire and
+        forget)."""
         change = activity(decision, hostname) if decision.changed else None
         state = (
             decision.desired,
@@ -140,7 +161,8 @@ class ContainerAutoscaler:
             import ray
 
             registry = ray.get_actor(self.registry[0], namespace=self.registry[1])
-            if self._token is None:  # the control plane's capability: the controller holds the cluster's token
+            # the control plane's capability: the controller holds the cluster's token
+            if self._token is None:
                 from serving.ray_wing.cluster import cluster_secret
                 from serving.trust import keys
 

@@ -27,7 +27,9 @@ from serving import protocol
 logger = logging.getLogger("serving.cluster")
 
 NAMESPACE = protocol.RAY_NAMESPACE
-METRICS_REPORT_INTERVAL_MS = 5000  # embedded Ray: how often replicas push their metrics to the node agent
+METRICS_REPORT_INTERVAL_MS = (
+    5000  # embedded Ray: how often replicas push their metrics to the node agent
+)
 AUTH_MODE_ENV, TOKEN_ENV, TOKEN_PATH_ENV = "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"
 # What the embedded Ray starts with unless the environment already says otherwise (docs/benchmarks/bench_idle.md):
 EMBEDDED_RAY_ENVIRONMENT = {
@@ -77,9 +79,14 @@ def start_local_ray(num_cpus: int | None = None, log_to_driver: bool | None = No
         token_file.write_text(secrets.token_hex(32))
         os.environ[TOKEN_PATH_ENV] = str(token_file)
     _use_token_auth()
-    for name, value in EMBEDDED_RAY_ENVIRONMENT.items():  # read by the raylet ray.init starts, and its workers
+    for (
+        name,
+        value,
+    ) in EMBEDDED_RAY_ENVIRONMENT.items():  # read by the raylet ray.init starts, and its workers
         os.environ.setdefault(name, value)
-    if os.environ.get("SERVING_RAY_LOGS", "0") != "1":  # Serve's notices in this process ("Started Serve", ...)
+    if (
+        os.environ.get("SERVING_RAY_LOGS", "0") != "1"
+    ):  # Serve's notices in this process ("Started Serve", ...)
         logging.getLogger("ray.serve").setLevel(logging.WARNING)
     with _driver_directory():
         ray.init(
@@ -88,7 +95,9 @@ def start_local_ray(num_cpus: int | None = None, log_to_driver: bool | None = No
             num_cpus=num_cpus,
             namespace=NAMESPACE,
             # Workers' output reaches this console only when asked (the trainer's progress bars and metrics do).
-            log_to_driver=os.environ.get("SERVING_RAY_LOGS", "0") == "1" if log_to_driver is None else log_to_driver,
+            log_to_driver=os.environ.get("SERVING_RAY_LOGS", "0") == "1"
+            if log_to_driver is None
+            else log_to_driver,
             configure_logging=False,
             # replicas' metrics reach GET /metrics within this period (Ray's default: 10 s)
             _system_config={"metrics_report_interval_ms": METRICS_REPORT_INTERVAL_MS},
@@ -122,7 +131,8 @@ def connect_cluster(address: str, allow_unauthenticated: bool = False) -> None:
                 "(deploy/README.md), or pass --allow-unauthenticated-ray to use it anyway"
             )
         logger.warning(
-            "the Ray cluster at %s has no authentication: anyone who reaches it controls these endpoints", address
+            "the Ray cluster at %s has no authentication: anyone who reaches it controls these endpoints",
+            address,
         )
     elif address.startswith("ray://"):
         logger.warning(
@@ -172,12 +182,18 @@ except Exception as error:
 def cluster_accepts_anyone(address: str) -> bool:
     """Whether the GCS at `address` answers a client that presents no token (in a clean child process)."""
     environment = {
-        key: value for key, value in os.environ.items() if key not in (TOKEN_ENV, TOKEN_PATH_ENV, AUTH_MODE_ENV)
+        key: value
+        for key, value in os.environ.items()
+        if key not in (TOKEN_ENV, TOKEN_PATH_ENV, AUTH_MODE_ENV)
     }
     environment[AUTH_MODE_ENV] = "disabled"
     environment["HOME"] = tempfile.gettempdir()  # no ~/.ray/auth_token either
     result = subprocess.run(
-        [sys.executable, "-c", _PROBE, address], env=environment, capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", _PROBE, address],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     return result.returncode == 0
 
@@ -195,5 +211,7 @@ def cluster_secret() -> bytes:
         return hashlib.sha256(b"serving-root\0" + loader.get_raw_token().encode()).digest()
     from ray.experimental import internal_kv
 
-    internal_kv._internal_kv_put(_ROOT_KV_KEY, secrets.token_bytes(32), overwrite=False, namespace=NAMESPACE)
+    internal_kv._internal_kv_put(
+        _ROOT_KV_KEY, secrets.token_bytes(32), overwrite=False, namespace=NAMESPACE
+    )
     return internal_kv._internal_kv_get(_ROOT_KV_KEY, namespace=NAMESPACE)

@@ -1,14 +1,16 @@
-"""The control plane's one restartable place: the SageMaker, Application Auto Scaling and CloudWatch APIs, their
-state and their update step, the cluster's `GET /metrics` merge and CloudWatch's sampler, as a Serve application
-of one replica on the head node (`serving-control`).
+"""The control plane's one restartable place: the SageMaker, Application Auto Scaling and CloudWatch
+APIs, their state and their update step, the cluster's `GET /metrics` merge and CloudWatch's
+sampler, as a Serve application of one replica on the head node (`serving-control`).
 
-Every gateway authenticates an API call and hands it here (`call`); losing a gateway loses none of this, and
-losing this replica interrupts no invocation (Serve starts another, which restores the API's endpoints from its
-state file). What it reports is what every gateway routes with: it takes in a registry snapshot, and publishes
-the API's routing, only once every live gateway has applied it (`Registry.applied_everywhere`).
+Every gateway authenticates an API call and hands it here (`call`); losing a gateway loses none of
+this, and losing this replica interrupts no invocation (Serve starts another, which restores the
+API's endpoints from its state file). What it reports is what every gateway routes with: it takes in
+a registry snapshot, and publishes the API's routing, only once every live gateway has applied it
+(`Registry.applied_everywhere`).
 
-Its periodic work is three named tasks under `periodic`'s one policy (a failure logged, then a back-off), on a loop
-of their own: following the registry, the API's step (restore, then creates and updates) and CloudWatch's sampler.
+Its periodic work is three named tasks under `periodic`'s one policy (a failure logged, then a
+back-off), on a loop of their own: following the registry, the API's step (restore, then creates and
+updates) and CloudWatch's sampler.
 """
 
 from __future__ import annotations
@@ -39,9 +41,15 @@ logger = logging.getLogger("serving.ray_wing.control_plane")
 
 API_TICK_S = 0.5  # how often the API completes creates and updates (when one is under way)
 REGISTRY_WAIT_S = 10.0  # a snapshot call waits this long for a change before answering "none"
-SAMPLE_LAG_S = 0.2  # past each RESOLUTION_S boundary: the interval that just ended is the one recorded
-IDLE_NODES_S = 60.0  # how often an idle server's CloudWatch sampler reads the nodes' replica metrics
-APPLIED_WAIT_S = 5.0  # the longest it waits for every gateway to apply a version (a gateway may have just died)
+SAMPLE_LAG_S = (
+    0.2  # past each RESOLUTION_S boundary: the interval that just ended is the one recorded
+)
+IDLE_NODES_S = (
+    60.0  # how often an idle server's CloudWatch sampler reads the nodes' replica metrics
+)
+APPLIED_WAIT_S = (
+    5.0  # the longest it waits for every gateway to apply a version (a gateway may have just died)
+)
 
 
 class ControlPlane:
@@ -54,7 +62,9 @@ class ControlPlane:
         self.board = StatusBoard()
         self.version, self.epoch = -1, None
         self.api = ControlApi(self.settings, _Deployer(self))
-        self.metrics = MetricsRoute([], metrics_export_urls, peers=lambda: asyncio.to_thread(published))
+        self.metrics = MetricsRoute(
+            [], metrics_export_urls, peers=lambda: asyncio.to_thread(published)
+        )
         self._restored = False
         sampler = _Sampler(self)
         self.periodic = PeriodicLoop(
@@ -71,8 +81,9 @@ class ControlPlane:
         return await asyncio.to_thread(self.api.call, prefix, operation, document)
 
     async def scrape(self, local: bytes, gateway: str) -> bytes:
-        """`GET /metrics` of the gateway `gateway`: its own series (`local`, current) with every node's replica
-        metrics and every other gateway's published counters, merged here rather than on the data path."""
+        """`GET /metrics` of the gateway `gateway`: its own series (`local`, current) with every
+        node's replica metrics and every other gateway's published counters, merged here rather than
+        on the data path."""
         return await self.metrics.scrape(local, skip=gateway)
 
     def check_health(self) -> None:
@@ -92,11 +103,13 @@ class ControlPlane:
             if ray.get(self.registry.applied_everywhere.remote(version), timeout=30):
                 return
             time.sleep(0.02)
-        logger.warning("not every gateway applied registry version %d within %.0f s", version, APPLIED_WAIT_S)
+        logger.warning(
+            "not every gateway applied registry version %d within %.0f s", version, APPLIED_WAIT_S
+        )
 
     def _follow_registry(self) -> None:
-        """Read the registry's next snapshot (a long poll: it answers once the registry changes, else "none" after
-        REGISTRY_WAIT_S), and take it in once every gateway routes with it."""
+        """Read the registry's next snapshot (a long poll: it answers once the registry changes,
+        else "none" after REGISTRY_WAIT_S), and take it in once every gateway routes with it."""
         call = self.registry.snapshot.remote(self.version, REGISTRY_WAIT_S, self.epoch)
         snapshot = ray.get(call, timeout=REGISTRY_WAIT_S + 30)
         if snapshot is not None:
@@ -105,7 +118,8 @@ class ControlPlane:
             self.version, self.epoch = snapshot["version"], snapshot["epoch"]
 
     def _step(self) -> None:
-        """Bring back the API's stored endpoints once the registry is read, then complete creates and updates."""
+        """Bring back the API's stored endpoints once the registry is read, then complete creates
+        and updates."""
         if not self._restored and self.board.loaded:
             self.api.sagemaker.restore()
             self._restored = True
@@ -114,16 +128,21 @@ class ControlPlane:
 
 
 class _Sampler:
-    """Every RESOLUTION_S, on its boundary: the merged metrics into CloudWatch's store, then its alarms.
+    """Every RESOLUTION_S, on its boundary: the merged metrics into CloudWatch's store, then its
+    alarms.
 
-    The gateways' counters are read every time (from the GCS); the nodes' replica metrics, whose exposition costs
-    each node's metrics agent a fraction of a second, only while something was invoked in the last interval, else
-    every IDLE_NODES_S (utilization then has SageMaker's 1-minute resolution)."""
+    The gateways' counters are read every time (from the GCS); the nodes' replica metrics, whose
+    exposition costs each node's metrics agent a fraction of a second, only while something was
+    invoked in the last interval, else every IDLE_NODES_S (utilization then has SageMaker's 1-minute
+    resolution)."""
 
     def __init__(self, control: ControlPlane) -> None:
         self.control = control
-        # Its own: an aiohttp session belongs to one event loop, and the scrapes run on the replica's.
-        self.source = MetricsRoute([], metrics_export_urls, peers=lambda: asyncio.to_thread(published))
+        # Its own: an aiohttp session belongs to one event loop, and the scrapes run on the
+        # replica's.
+        self.source = MetricsRoute(
+            [], metrics_export_urls, peers=lambda: asyncio.to_thread(published)
+        )
         self.busy, self.nodes_read = True, 0.0
 
     async def step(self) -> None:
@@ -131,11 +150,14 @@ class _Sampler:
         nodes = self.busy or time.monotonic() - self.nodes_read >= IDLE_NODES_S - 1
         families = await self.source.merged(nodes=nodes)
         self.nodes_read = time.monotonic() if nodes else self.nodes_read
-        self.busy = await asyncio.to_thread(self.control.api.cloudwatch.observe, families, time.time())
+        self.busy = await asyncio.to_thread(
+            self.control.api.cloudwatch.observe, families, time.time()
+        )
 
 
 class _Deployer:
-    """What the API drives: the registry (apply, delete, the API's routing) and the board of descriptions."""
+    """What the API drives: the registry (apply, delete, the API's routing) and the board of
+    descriptions."""
 
     def __init__(self, control: ControlPlane) -> None:
         self.control = control
@@ -150,10 +172,13 @@ class _Deployer:
         return self.control.board.descriptions
 
     def set_fronts(self, fronts: dict[str, Front]) -> None:
-        """Publish the API's routing through the registry, and return once every gateway routes with it."""
+        """Publish the API's routing through the registry, and return once every gateway routes with
+        it."""
         routing: ApiRouting = {
             "fronts": {
-                name: [(variant.name, variant.endpoint, variant.weight) for variant in front.variants]
+                name: [
+                    (variant.name, variant.endpoint, variant.weight) for variant in front.variants
+                ]
                 for name, front in fronts.items()
             },
             "shadows": {
@@ -163,9 +188,13 @@ class _Deployer:
             },
             "served": sorted(self.control.api.sagemaker.served_names()),
         }
-        version = ray.get(self.control.registry.publish_api.remote(self.control.token, routing), timeout=30)
+        version = ray.get(
+            self.control.registry.publish_api.remote(self.control.token, routing), timeout=30
+        )
         if not version:
-            raise RuntimeError("the registry refused the API's routing: this process lacks the cluster's token")
+            raise RuntimeError(
+                "the registry refused the API's routing: this process lacks the cluster's token"
+            )
         self.control.wait_applied(version)
 
     def capacity(self):
@@ -183,11 +212,13 @@ async def metrics_export_urls() -> list[str]:
 
 
 def start_control_plane(settings: ServerSettings) -> None:
-    """Deploy (or replace, with new settings) the control plane; raises with its reason if it cannot start."""
+    """Deploy (or replace, with new settings) the control plane; raises with its reason if it cannot
+    start."""
     control = serve.deployment(ControlPlane).options(  # type: ignore[attr-defined]  # Ray's overloads
         name="control",
         num_replicas=1,
-        max_ongoing_requests=64,  # calls queue in the replica, behind the API's one lock, not in each gateway
+        # calls queue in the replica, behind the API's one lock, not in each gateway
+        max_ongoing_requests=64,
         health_check_period_s=5,
         ray_actor_options={"num_cpus": 0, "resources": ON_HEAD},
     )

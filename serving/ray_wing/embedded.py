@@ -44,7 +44,8 @@ SETTLED = ("InService", "Failed")
 
 
 class EndpointsNotReady(RuntimeError):
-    """Entering with `wait=True`: an endpoint failed, or was not InService and routable within the timeout."""
+    """Entering with `wait=True`: an endpoint failed, or was not InService and routable within the
+    timeout."""
 
     def __init__(self, readiness: Readiness) -> None:
         super().__init__(readiness.explain())
@@ -53,15 +54,18 @@ class EndpointsNotReady(RuntimeError):
 
 @dataclass
 class Readiness:
-    """What one bounded wait saw last: each endpoint's description and why the server is not ready (if so)."""
+    """What one bounded wait saw last: each endpoint's description and why the server is not ready
+    (if so)."""
 
-    descriptions: dict[str, EndpointDescription]  # as the gateway answered (the registry's view if it is unreachable)
+    # as the gateway answered (the registry's view if it is unreachable)
+    descriptions: dict[str, EndpointDescription]
     pending: list[str] = field(default_factory=list)  # neither InService nor Failed yet
     failed: list[str] = field(default_factory=list)
     unroutable: list[str] = field(
         default_factory=list
     )  # InService, yet the gateway cannot route it (or /ping says why)
-    source: str = "gateway"  # "gateway" (HTTP) or "registry" (the gateway's URL did not answer from here)
+    # "gateway" (HTTP) or "registry" (the gateway's URL did not answer from here)
+    source: str = "gateway"
 
     @property
     def settled(self) -> bool:
@@ -74,9 +78,14 @@ class Readiness:
         return not self.pending and not self.failed and not self.unroutable
 
     def status(self, name: str) -> tuple[str, str | None]:
-        """The endpoint's last status and failure reason (`Creating` if the gateway did not know it yet)."""
+        """The endpoint's last status and failure reason (`Creating` if the gateway did not know it
+        yet)."""
         description = self.descriptions.get(name)
-        return (description["EndpointStatus"], description["FailureReason"]) if description else ("Creating", None)
+        return (
+            (description["EndpointStatus"], description["FailureReason"])
+            if description
+            else ("Creating", None)
+        )
 
     def explain(self) -> str:
         parts = [f"{name}: Failed ({self.status(name)[1]})" for name in self.failed]
@@ -88,10 +97,11 @@ class Readiness:
 class EmbeddedServer:
     """Ray, the endpoint server and `specs`, running while the `with` block runs.
 
-    `address`: join that Ray cluster instead of starting one (`allow_unauthenticated_ray` as for `serving up`).
-    `wait`: on entering, wait up to `ready_timeout_s` until every endpoint is ready, else raise EndpointsNotReady
-    (after stopping what was started); with `wait=False` call `wait_ready` yourself. `after_ray_start` runs once
-    Ray is up (ray.init installs signal handlers of its own: a caller's must come after).
+    `address`: join that Ray cluster instead of starting one (`allow_unauthenticated_ray` as for
+    `serving up`). `wait`: on entering, wait up to `ready_timeout_s` until every endpoint is ready,
+    else raise EndpointsNotReady (after stopping what was started); with `wait=False` call
+    `wait_ready` yourself. `after_ray_start` runs once Ray is up (ray.init installs signal handlers
+    of its own: a caller's must come after).
     """
 
     def __init__(
@@ -115,9 +125,14 @@ class EmbeddedServer:
         self.address = address
         self.url = ""
         self._allow_unauthenticated, self._num_cpus = allow_unauthenticated_ray, num_cpus
-        self._wait, self.ready_timeout_s, self.keep_endpoints = wait, ready_timeout_s, keep_endpoints
+        self._wait, self.ready_timeout_s, self.keep_endpoints = (
+            wait,
+            ready_timeout_s,
+            keep_endpoints,
+        )
         self._after_ray_start = after_ray_start
-        self._ray: str | None = None  # "embedded" or "joined" while this object holds a Ray connection
+        # "embedded" or "joined" while this object holds a Ray connection
+        self._ray: str | None = None
         self._deployed: list[str] = []  # endpoint names, in deploy order, to delete on a cluster
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -149,7 +164,8 @@ class EmbeddedServer:
             self._ray = "embedded"
         if self._after_ray_start is not None:
             self._after_ray_start()
-        # Before the gateway starts: its first 200 on /ping then means these endpoints route (issue 43).
+        # Before the gateway starts: its first 200 on /ping then means these endpoints route (issue
+        # 43).
         expect_endpoints([spec.EndpointName for spec in self.specs])
         self.settings = start_gateway(self.settings, exclusive=not self.address)
         self.url = gateway_url(self.settings)
@@ -157,7 +173,8 @@ class EmbeddedServer:
             self.deploy(spec)
 
     def close(self) -> None:
-        """Stop what entering started (idempotent): the embedded Ray, or this server's endpoints on a cluster."""
+        """Stop what entering started (idempotent): the embedded Ray, or this server's endpoints on
+        a cluster."""
         held, self._ray = self._ray, None
         if held == "embedded":
             shutdown()
@@ -167,10 +184,15 @@ class EmbeddedServer:
         elif held == "joined":
             try:
                 if not self.keep_endpoints:
-                    for name in self._deployed:  # leave the rest of the cluster's Serve applications alone
+                    # leave the rest of the cluster's Serve applications alone
+                    for name in self._deployed:
                         delete_endpoint(name)
-                # Expected but never deployed (a failed start): no gateway waits for them any longer.
-                expect_endpoints([s.EndpointName for s in self.specs if s.EndpointName not in self._deployed], False)
+                # Expected but never deployed (a failed start): no gateway waits for them any
+                # longer.
+                expect_endpoints(
+                    [s.EndpointName for s in self.specs if s.EndpointName not in self._deployed],
+                    False,
+                )
             finally:
                 disconnect()
 
@@ -181,14 +203,16 @@ class EmbeddedServer:
         return list(self._deployed)
 
     def deploy(self, spec: EndpointSpec) -> int:
-        """Create or update an endpoint (blue/green); returns its update's generation without waiting."""
+        """Create or update an endpoint (blue/green); returns its update's generation without
+        waiting."""
         generation = deploy_endpoint(spec, self.settings)
         if spec.EndpointName not in self._deployed:
             self._deployed.append(spec.EndpointName)
         return generation
 
     def delete(self, name: str) -> bool:
-        """Delete an endpoint and wait (bounded) for its applications to go; False if it was unknown."""
+        """Delete an endpoint and wait (bounded) for its applications to go; False if it was
+        unknown."""
         if name in self._deployed:
             self._deployed.remove(name)
         return delete_endpoint(name)
@@ -198,14 +222,19 @@ class EmbeddedServer:
         return describe_endpoints()
 
     def snapshot(self) -> Snapshot:
-        """The registry's state now: endpoint records, replica data-port URLs per (endpoint, container), statuses."""
+        """The registry's state now: endpoint records, replica data-port URLs per (endpoint,
+        container), statuses."""
         return ray.get(registry_handle().snapshot.remote(-1), timeout=60)
 
     def wait_ready(
-        self, names: Iterable[str] | None = None, timeout: float | None = None, interval: float = 0.2
+        self,
+        names: Iterable[str] | None = None,
+        timeout: float | None = None,
+        interval: float = 0.2,
     ) -> Readiness:
-        """Wait (at most `timeout`, default `ready_timeout_s`) until the endpoints (default: all deployed here)
-        are settled and, unless one failed, routable; returns what was seen last, ready or not."""
+        """Wait (at most `timeout`, default `ready_timeout_s`) until the endpoints (default: all
+        deployed here) are settled and, unless one failed, routable; returns what was seen last,
+        ready or not."""
         wanted = list(self._deployed if names is None else names)
         deadline = time.monotonic() + (self.ready_timeout_s if timeout is None else timeout)
         with httpx.Client(base_url=self.url, timeout=10) as client:
@@ -224,11 +253,14 @@ class EmbeddedServer:
                 response = client.get(f"/endpoints/{name}")
                 if response.status_code == 200:
                     descriptions[name] = response.json()
-            known = {e["EndpointName"] for e in client.get("/endpoints").json().get("Endpoints", [])}
+            known = {
+                e["EndpointName"] for e in client.get("/endpoints").json().get("Endpoints", [])
+            }
             ping = (
                 client.get(protocol.PING_PATH) if known <= set(names) else None
             )  # /ping answers for every known endpoint
-        except (httpx.TransportError, ValueError):  # e.g. a cluster's gateway this machine cannot reach
+        # e.g. a cluster's gateway this machine cannot reach
+        except (httpx.TransportError, ValueError):
             found = describe_endpoints()
             descriptions, ping = {name: found[name] for name in names if name in found}, None
             source = "registry"
@@ -241,7 +273,11 @@ class EmbeddedServer:
                 readiness.failed.append(name)
             elif status != "InService":
                 readiness.pending.append(name)
-            elif idle := [c["ContainerHostname"] for c in descriptions[name]["Containers"] if not c["CurrentReplicas"]]:
+            elif idle := [
+                c["ContainerHostname"]
+                for c in descriptions[name]["Containers"]
+                if not c["CurrentReplicas"]
+            ]:
                 readiness.unroutable.append(f"{name}: no ready replica of {', '.join(idle)}")
         if ping is not None and ping.status_code != 200 and not readiness.unroutable:
             readiness.unroutable.append(f"GET /ping: {ping.status_code} {ping.text[:300]}")

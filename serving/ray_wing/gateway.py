@@ -1,4 +1,5 @@
-"""The gateway replica: the endpoint HTTP server on the head node, and how the control plane starts it."""
+"""The gateway replica: the endpoint HTTP server on the head node, and how the control plane starts
+it."""
 
 from __future__ import annotations
 
@@ -65,8 +66,9 @@ class Gateway:
     """A Serve replica running the endpoint HTTP server: router plus control routes."""
 
     def __init__(self, settings: SettingsJson, share_port: bool = True) -> None:
-        """`share_port`: bind the ports with SO_REUSEPORT, for the other gateways of this node or this machine; an
-        embedded server's one gateway shares them with nothing (docs/security.md, "Listeners")."""
+        """`share_port`: bind the ports with SO_REUSEPORT, for the other gateways of this node or
+        this machine; an embedded server's one gateway shares them with nothing (docs/security.md,
+        "Listeners")."""
         self.settings = ServerSettings(**settings)
         configure_audit_log()  # access decisions: JSON lines on this replica's stderr
         self.registry = registry_handle()
@@ -88,14 +90,20 @@ class Gateway:
         )
         self.router = Router(self.settings, self.transport)
         self._control_plane: Any = None  # the control plane's handle, made on first use
-        self.journal = GcsJournal(owner=uuid.uuid4().hex)  # this gateway process's unfinished async requests
+        # this gateway process's unfinished async requests
+        self.journal = GcsJournal(owner=uuid.uuid4().hex)
         self.journal.beat()
         self.router.async_invocations.journal = self.journal
         self.board = StatusBoard()
-        self.reader = f"gateway:{uuid.uuid4().hex}"  # how the registry knows what this gateway has applied
-        self.counters = GatewayCounters(self.reader)  # its own counters, for the other gateways' scrapes
-        self.state = GatewayState(self.settings, self.router.invocations, self.transport, self.board)
-        # Its own series; GET /metrics adds every node's and gateway's in the control plane (off the data path).
+        # how the registry knows what this gateway has applied
+        self.reader = f"gateway:{uuid.uuid4().hex}"
+        # its own counters, for the other gateways' scrapes
+        self.counters = GatewayCounters(self.reader)
+        self.state = GatewayState(
+            self.settings, self.router.invocations, self.transport, self.board
+        )
+        # Its own series; GET /metrics adds every node's and gateway's in the control plane (off the
+        # data path).
         self.local_metrics: list[Any] = [
             REGISTRY,
             ReplicaCountCollector(self.state.replica_counts),
@@ -126,37 +134,47 @@ class Gateway:
             hot=[self.router.hot_route(), *v2.hot_routes()],
         )
         self.server = BackgroundServer(
-            app, self.settings.host, self.settings.port, HttpLimits.from_settings(self.settings), reuse_port=share_port
+            app,
+            self.settings.host,
+            self.settings.port,
+            HttpLimits.from_settings(self.settings),
+            reuse_port=share_port,
         )
         if not self.server.wait_started():
             raise RuntimeError(f"endpoint server did not start on {self.server.url}")
         freeze_startup_objects()
 
     def _read_first_snapshot(self) -> None:
-        """Read the routing table before listening: the gateways of a node share the port, and the kernel hands
-        a listening one its share of new connections at once, which a gateway that cannot route yet would turn
-        away (a restarted gateway, or one on a node that just joined). Bounded: past it, 503s until the poll."""
+        """Read the routing table before listening: the gateways of a node share the port, and the
+        kernel hands a listening one its share of new connections at once, which a gateway that
+        cannot route yet would turn away (a restarted gateway, or one on a node that just joined).
+        Bounded: past it, 503s until the poll."""
         try:
             call = self.registry.snapshot.remote(-1, 0.0, None, self.reader)
             self.state.offer(ray.get(call, timeout=FIRST_SNAPSHOT_S))
-        except Exception as error:  # the registry restarting: the poll catches up, and the router answers 503
-            logger.warning("no routing table before listening (%s); answering 503 until the first poll", error)
+        # the registry restarting: the poll catches up, and the router answers 503
+        except Exception as error:
+            logger.warning(
+                "no routing table before listening (%s); answering 503 until the first poll", error
+            )
 
     async def _applied_everywhere(self) -> bool:
-        """Whether every live gateway has read this gateway's table version (/ping: a client cannot pick which
-        gateway of a shared port its next call reaches)."""
+        """Whether every live gateway has read this gateway's table version (/ping: a client cannot
+        pick which gateway of a shared port its next call reaches)."""
         call = self.registry.applied_everywhere.remote(self.state.version)
         try:
-            return bool(await asyncio.wait_for(asyncio.wrap_future(call.future()), FIRST_SNAPSHOT_S))
+            return bool(
+                await asyncio.wait_for(asyncio.wrap_future(call.future()), FIRST_SNAPSHOT_S)
+            )
         except Exception:
             return False
 
     @contextlib.asynccontextmanager
     async def _lifespan(self, app: Any) -> AsyncIterator[None]:
-        """What the gateway runs beside its routes, and their closing in reverse order of starting: gRPC first (no
-        new call while the rest winds down), then the periodic tasks, leaving the registry, the after-the-answer
-        tasks (async requests write failure objects, shadow copies are cancelled, captured invocations written), the
-        transport."""
+        """What the gateway runs beside its routes, and their closing in reverse order of starting:
+        gRPC first (no new call while the rest winds down), then the periodic tasks, leaving the
+        registry, the after-the-answer tasks (async requests write failure objects, shadow copies
+        are cancelled, captured invocations written), the transport."""
         async with contextlib.AsyncExitStack() as stack:
             await self.transport.start()
             stack.push_async_callback(self.transport.close)
@@ -175,24 +193,29 @@ class Gateway:
             yield
 
     async def _leave_registry(self) -> None:
-        with contextlib.suppress(Exception):  # the registry gone too: it forgets silent readers itself
+        # the registry gone too: it forgets silent readers itself
+        with contextlib.suppress(Exception):
             leave = self.registry.leave.remote(self._control, self.reader)
             await asyncio.wait_for(asyncio.wrap_future(leave.future()), 5.0)
 
     async def _poll_registry(self) -> None:
-        """Keep the router's tables current: a long poll that the registry answers as soon as its state changes
-        (at most every `registry_poll_s`), so an idle server makes one call per REGISTRY_WAIT_S, not four a second."""
-        call = self.registry.snapshot.remote(self.state.version, REGISTRY_WAIT_S, self.state.epoch, self.reader)
+        """Keep the router's tables current: a long poll that the registry answers as soon as its
+        state changes (at most every `registry_poll_s`), so an idle server makes one call per
+        REGISTRY_WAIT_S, not four a second."""
+        call = self.registry.snapshot.remote(
+            self.state.version, REGISTRY_WAIT_S, self.state.epoch, self.reader
+        )
         self.state.offer(await asyncio.wrap_future(call.future()))
 
     async def _drop_unreachable(self) -> None:
-        """Have the registry forget replicas the transport found refusing connections (a local check first)."""
+        """Have the registry forget replicas the transport found refusing connections (a local check
+        first)."""
         for url in self.transport.take_dropped():
             self.registry.deregister.remote(url, token=self._control)
 
     async def _keep_journal(self) -> None:
-        """Say this gateway is alive, and take over the async requests of gateways gone silent (once the routing
-        table is read: a job needs its endpoint's route)."""
+        """Say this gateway is alive, and take over the async requests of gateways gone silent (once
+        the routing table is read: a job needs its endpoint's route)."""
         await asyncio.to_thread(self.journal.beat)
         if self.router.invocations.loaded:
             await self.router.async_invocations.take_over()
@@ -206,10 +229,13 @@ class Gateway:
         return self._control_plane
 
     async def _metrics(self, request: Request) -> Response:
-        """`GET /metrics`: this gateway's own series, current, merged by the control plane with every node's and
-        every other gateway's (what Prometheus scrapes from any gateway is the whole cluster)."""
+        """`GET /metrics`: this gateway's own series, current, merged by the control plane with
+        every node's and every other gateway's (what Prometheus scrapes from any gateway is the
+        whole cluster)."""
         local = await asyncio.to_thread(
-            lambda: exposition(family for collector in self.local_metrics for family in collector.collect())
+            lambda: exposition(
+                family for collector in self.local_metrics for family in collector.collect()
+            )
         )
         try:
             body = await asyncio.wait_for(
@@ -242,29 +268,38 @@ class Gateway:
         self.server.stop()
 
 
-FIRST_SNAPSHOT_S = 10.0  # a starting gateway waits this long for its first routing table, /ping for a confirmation
+# a starting gateway waits this long for its first routing table, /ping for a confirmation
+FIRST_SNAPSHOT_S = 10.0
 METRICS_TIMEOUT_S = 10.0  # Prometheus's default scrape timeout
-API_CALL_TIMEOUT_S = 60.0  # an API call waits this long for the control plane (restarting: a few seconds)
-REGISTRY_WAIT_S = 10.0  # a registry snapshot call waits this long for a change before answering "none"
+# an API call waits this long for the control plane (restarting: a few seconds)
+API_CALL_TIMEOUT_S = 60.0
+# a registry snapshot call waits this long for a change before answering "none"
+REGISTRY_WAIT_S = 10.0
 DROP_CHECK_S = 0.25  # how often replicas found unreachable are reported to the registry
 
 
 # --- control-plane operations ---------------------------------------------------------
 def start_gateway(settings: ServerSettings, exclusive: bool = False) -> ServerSettings:
-    """Start Serve without its own proxy, the registry, the control plane and the gateways (`gateways_per_node`
-    on every node, sharing the port); returns the settings they serve with (`gateway_url` formats this machine's).
+    """Start Serve without its own proxy, the registry, the control plane and the gateways
+    (`gateways_per_node` on every node, sharing the port); returns the settings they serve with
+    (`gateway_url` formats this machine's).
 
-    Port 0 is resolved here (the gRPC port too), to a port free on this machine (where the head node is, for the
-    embedded server), so that a gateway that Serve restarts binds the same port again and clients find it.
-    `exclusive`: refuse a port that anything on this machine holds (gateways share theirs with SO_REUSEPORT, so
-    another server of this user would otherwise share it silently); a server joining a cluster may find its own
-    gateways there.
+    Port 0 is resolved here (the gRPC port too), to a port free on this machine (where the head node
+    is, for the embedded server), so that a gateway that Serve restarts binds the same port again
+    and clients find it. `exclusive`: refuse a port that anything on this machine holds (gateways
+    share theirs with SO_REUSEPORT, so another server of this user would otherwise share it
+    silently); a server joining a cluster may find its own gateways there.
     """
     if settings.port == 0 or exclusive:
         settings = settings.model_copy(update={"port": _free_port(settings.host, settings.port)})
     if settings.grpc_port is not None and (settings.grpc_port == 0 or exclusive):
-        settings = settings.model_copy(update={"grpc_port": _free_port(settings.host, settings.grpc_port)})
-    per_node, nodes = settings.gateways_per_node, [node for node in ray.nodes() if node.get("Alive")]
+        settings = settings.model_copy(
+            update={"grpc_port": _free_port(settings.host, settings.grpc_port)}
+        )
+    per_node, nodes = (
+        settings.gateways_per_node,
+        [node for node in ray.nodes() if node.get("Alive")],
+    )
     fewest = min((int(node.get("Resources", {}).get("CPU", 0)) for node in nodes), default=0)
     if per_node > 1 and per_node > fewest:
         raise RuntimeError(
@@ -274,29 +309,37 @@ def start_gateway(settings: ServerSettings, exclusive: bool = False) -> ServerSe
     serve.start(proxy_location="Disabled")
     registry_handle()
     try:
-        start_control_plane(settings)  # first: the API's state and checks, before any gateway takes a call
+        # first: the API's state and checks, before any gateway takes a call
+        start_control_plane(settings)
     except RuntimeError as error:
         raise RuntimeError(f"could not start the control plane: {error}") from None
     gateway = serve.deployment(Gateway).options(  # type: ignore[attr-defined]  # Ray's overloads
         name="gateway",
-        autoscaling_config=autoscaling_config(per_node, len(nodes)),  # `per_node` on every live node
+        # `per_node` on every live node
+        autoscaling_config=autoscaling_config(per_node, len(nodes)),
         max_replicas_per_node=per_node,
         max_ongoing_requests=8,
         health_check_period_s=5,
         ray_actor_options={"num_cpus": 0},
     )
     try:
-        # One gateway on one machine (the embedded server's default) binds its ports for itself alone.
+        # One gateway on one machine (the embedded server's default) binds its ports for itself
+        # alone.
         share_port = not (exclusive and per_node == 1)
-        serve.run(gateway.bind(settings.model_dump(), share_port), name=GATEWAY_APP, route_prefix=None)
+        serve.run(
+            gateway.bind(settings.model_dump(), share_port), name=GATEWAY_APP, route_prefix=None
+        )
     except RuntimeError as error:
-        raise RuntimeError(f"could not start the endpoint server on {settings.host}:{settings.port}: {error}") from None
+        raise RuntimeError(
+            f"could not start the endpoint server on {settings.host}:{settings.port}: {error}"
+        ) from None
     return settings
 
 
 def gateway_url(settings: ServerSettings) -> str:
-    """This machine's gateway URL, as its server formats it, made here: a call through the handle would start a
-    Serve router in this process, whose long poll of the controller fails noisily when Serve shuts down."""
+    """This machine's gateway URL, as its server formats it, made here: a call through the handle
+    would start a Serve router in this process, whose long poll of the controller fails noisily when
+    Serve shuts down."""
     host = f"[{settings.host}]" if ":" in settings.host else settings.host
     return f"http://{host}:{settings.port}"
 
@@ -304,7 +347,8 @@ def gateway_url(settings: ServerSettings) -> str:
 def _free_port(host: str, port: int) -> int:
     """`port` (0: one the kernel picks) once it is known that nothing on this machine holds it."""
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the gateway will: TIME_WAIT is no owner
+        # as the gateway will: TIME_WAIT is no owner
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError as error:

@@ -1,6 +1,7 @@
-"""How many gateways run: `gateways_per_node` on every live Ray node, as Serve's autoscaling policy of the
-gateway deployment. Serve's controller asks it every loop, so a node that joins gets its gateways and a node that
-leaves takes only its own, with nobody acting; `max_replicas_per_node` keeps them one node's share each."""
+"""How many gateways run: `gateways_per_node` on every live Ray node, as Serve's autoscaling policy
+of the gateway deployment. Serve's controller asks it every loop, so a node that joins gets its
+gateways and a node that leaves takes only its own, with nobody acting; `max_replicas_per_node`
+keeps them one node's share each."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import time
 
 from serving.autoscaling.config import ServeOptions
 
-NODES_TTL_S = 2.0  # how long a count of live nodes is reused (the controller asks many times a second)
+# how long a count of live nodes is reused (the controller asks many times a second)
+NODES_TTL_S = 2.0
 MAX_NODES = 1000  # Serve needs an upper bound
 
 
@@ -19,7 +21,8 @@ def live_nodes() -> int:
 
 
 def autoscaling_config(per_node: int, nodes: int) -> ServeOptions:
-    """The gateway deployment's `autoscaling_config`: this policy, starting at `per_node` × `nodes`."""
+    """The gateway deployment's `autoscaling_config`: this policy, starting at `per_node` ×
+    `nodes`."""
     return {
         "min_replicas": per_node,
         "max_replicas": per_node * MAX_NODES,

@@ -1,9 +1,10 @@
-"""Each gateway's own counters (the requests it routed), shared through Ray's GCS key-value store, so that the
-control plane's merge for a `GET /metrics` of any gateway counts the requests of every gateway.
+"""Each gateway's own counters (the requests it routed), shared through Ray's GCS key-value store,
+so that the control plane's merge for a `GET /metrics` of any gateway counts the requests of every
+gateway.
 
-A gateway publishes its registry's exposition every PUBLISH_S, so a scrape sees the other gateways' counters up
-to PUBLISH_S old (the scraped gateway sends its own, current). A gateway silent for STALE_S has stopped: its
-counters leave the sum, as a restarted gateway's always have.
+A gateway publishes its registry's exposition every PUBLISH_S, so a scrape sees the other gateways'
+counters up to PUBLISH_S old (the scraped gateway sends its own, current). A gateway silent for
+STALE_S has stopped: its counters leave the sum, as a restarted gateway's always have.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ class GatewayCounters:
 
 
 def published() -> dict[str, str]:
-    """Every live gateway's last exposition, by gateway; entries of gateways long gone are deleted."""
+    """Every live gateway's last exposition, by gateway; entries of gateways long gone are
+    deleted."""
     now, texts = time.time(), {}
     for key in internal_kv._internal_kv_list(_PREFIX, namespace=NAMESPACE):
         value = internal_kv._internal_kv_get(key, namespace=NAMESPACE)

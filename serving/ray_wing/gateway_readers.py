@@ -22,7 +22,9 @@ class GatewayReaders:
         """A snapshot call: `reader` has applied version `since` of the registry process `epoch`."""
         now = time.monotonic()
         self._table[reader] = (since, epoch, now)
-        for gone in [r for r, (_, _, when) in self._table.items() if now - when > READER_FORGOTTEN_S]:
+        for gone in [
+            r for r, (_, _, when) in self._table.items() if now - when > READER_FORGOTTEN_S
+        ]:
             del self._table[gone]
 
     def left(self, reader: str) -> None:

@@ -1,4 +1,5 @@
-"""The registry's state in Ray's GCS key-value store, as JSON: it outlives the registry actor and the gateway."""
+"""The registry's state in Ray's GCS key-value store, as JSON: it outlives the registry actor and
+the gateway."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ __all__ = ["KvStore"]
 
 
 class KvStore:
-    """The registry's state in Ray's GCS key-value store: it outlives the registry actor and the gateway."""
+    """The registry's state in Ray's GCS key-value store: it outlives the registry actor and the
+    gateway."""
 
     def put(self, prefix: bytes, key: str, value: Any) -> None:
         from ray.experimental import internal_kv
@@ -25,7 +27,8 @@ class KvStore:
 
         internal_kv._internal_kv_del(prefix + key.encode(), namespace=NAMESPACE)
 
-    def load(self, prefix: bytes) -> dict[str, Any]:  # each key's JSON document, whatever its owner stored
+    # each key's JSON document, whatever its owner stored
+    def load(self, prefix: bytes) -> dict[str, Any]:
         from ray.experimental import internal_kv
 
         found = {}

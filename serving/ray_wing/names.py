@@ -1,4 +1,5 @@
-"""Names every part of the Ray wing agrees on: the registry's, the gateway's, the head node's resource."""
+"""Names every part of the Ray wing agrees on: the registry's, the gateway's, the head node's
+resource."""
 
 from __future__ import annotations
 

@@ -35,7 +35,8 @@ def root_secret() -> bytes:
 
 
 def control_token() -> str:
-    """The control plane's capability for registry writes (derivable only with the cluster's token)."""
+    """The control plane's capability for registry writes (derivable only with the cluster's
+    token)."""
     return keys.control_token(root_secret())
 
 
@@ -48,27 +49,35 @@ def deploy_endpoint(spec: EndpointSpec, settings: ServerSettings) -> int:
     """Create or update the endpoint (blue/green per changed container); returns without waiting.
 
     The registry deploys each new container version beside the serving one and moves traffic once
-    all are ready, or rolls back (see `container_versions`); `describe_endpoints` shows the progress. Returns the
-    update's generation: its description's `LastUpdate.Generation` once the gateway has seen it.
+    all are ready, or rolls back (see `container_versions`); `describe_endpoints` shows the
+    progress. Returns the update's generation: its description's `LastUpdate.Generation` once the
+    gateway has seen it.
     """
     generation = ray.get(
-        registry_handle().put_endpoint.remote(control_token(), endpoint_record(spec, settings)), timeout=30
+        registry_handle().put_endpoint.remote(control_token(), endpoint_record(spec, settings)),
+        timeout=30,
     )
     if not generation:
-        raise RuntimeError("the registry refused the endpoint: this process does not hold the cluster's token")
+        raise RuntimeError(
+            "the registry refused the endpoint: this process does not hold the cluster's token"
+        )
     return generation
 
 
 def expect_endpoints(names: list[str], expected: bool = True) -> None:
-    """Tell the registry these endpoints are about to be deployed: no gateway answers /ping with 200 until they
-    route (or are deleted). `expected=False`: they will not be after all."""
-    if names and not ray.get(registry_handle().expect.remote(control_token(), names, expected), timeout=30):
-        raise RuntimeError("the registry refused the endpoints: this process does not hold the cluster's token")
+    """Tell the registry these endpoints are about to be deployed: no gateway answers /ping with 200
+    until they route (or are deleted). `expected=False`: they will not be after all."""
+    if names and not ray.get(
+        registry_handle().expect.remote(control_token(), names, expected), timeout=30
+    ):
+        raise RuntimeError(
+            "the registry refused the endpoints: this process does not hold the cluster's token"
+        )
 
 
 def delete_endpoint(name: str, timeout: float = 60.0, wait: bool = True) -> bool:
-    """Stop routing to the endpoint and (`wait`) wait, bounded, until its applications are gone; False if it was
-    unknown."""
+    """Stop routing to the endpoint and (`wait`) wait, bounded, until its applications are gone;
+    False if it was unknown."""
     registry = registry_handle()
     known = name in (ray.get(registry.snapshot.remote(-1), timeout=30) or {}).get("endpoints", {})
     ray.get(registry.delete_endpoint.remote(control_token(), name), timeout=30)
@@ -86,12 +95,14 @@ def delete_endpoint(name: str, timeout: float = 60.0, wait: bool = True) -> bool
 
 
 def shutdown(timeout: float = 30.0) -> None:
-    """Stop every endpoint and the gateway gracefully, then the embedded Ray (never used on a shared cluster).
+    """Stop every endpoint and the gateway gracefully, then the embedded Ray (never used on a shared
+    cluster).
 
-    Not `serve.shutdown()`: its controller kills itself while the driver's call to it is still open, and Ray prints
-    "Task ServeController.graceful_shutdown failed ... will be retried" on the console of every clean stop. Deleting
-    the applications does what it did for them (replicas drain, the gateway's lifespan ends), once the registry has
-    stopped reconciling (it would deploy them again); stopping Ray then ends the rest, no call to any of it open.
+    Not `serve.shutdown()`: its controller kills itself while the driver's call to it is still open,
+    and Ray prints "Task ServeController.graceful_shutdown failed ... will be retried" on the
+    console of every clean stop. Deleting the applications does what it did for them (replicas
+    drain, the gateway's lifespan ends), once the registry has stopped reconciling (it would deploy
+    them again); stopping Ray then ends the rest, no call to any of it open.
     """
     try:
         try:
@@ -115,7 +126,9 @@ def describe_endpoints() -> dict[str, EndpointDescription]:
     """Descriptions of every endpoint, read from the registry (no HTTP needed)."""
     snapshot = ray.get(registry_handle().snapshot.remote(-1), timeout=30)
     board = StatusBoard()
-    board.records = {name: EndpointRecord.from_snapshot(record) for name, record in snapshot["endpoints"].items()}
+    board.records = {
+        name: EndpointRecord.from_snapshot(record) for name, record in snapshot["endpoints"].items()
+    }
     board.refresh(snapshot["statuses"], snapshot["registered"])
     return board.descriptions
 

@@ -1,10 +1,11 @@
-"""Periodic work of the Ray wing's long-lived processes, under one policy: a named task that runs a step, logs a
-failure with the task's name and keeps going, waiting at least `BACKOFF_S` after one (a registry or GCS that is
-restarting is not hammered), and stops when it is cancelled.
+"""Periodic work of the Ray wing's long-lived processes, under one policy: a named task that runs a
+step, logs a failure with the task's name and keeps going, waiting at least `BACKOFF_S` after one (a
+registry or GCS that is restarting is not hammered), and stops when it is cancelled.
 
-The gateway runs its tasks on its server's event loop (`every`); the control plane, whose replica loop hands the
-API's calls to a thread pool they can fill while they wait for the API's lock, runs its own on a loop of their own
-(`PeriodicLoop`), so that reading the registry never waits for a thread behind them.
+The gateway runs its tasks on its server's event loop (`every`); the control plane, whose replica
+loop hands the API's calls to a thread pool they can fill while they wait for the API's lock, runs
+its own on a loop of their own (`PeriodicLoop`), so that reading the registry never waits for a
+thread behind them.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ Step = Callable[[], Awaitable[object]]
 
 
 def every(name: str, step: Step, interval_s: float) -> asyncio.Task[None]:
-    """A task named `name` running `step` every `interval_s` seconds (from the end of one run to the next)."""
+    """A task named `name` running `step` every `interval_s` seconds (from the end of one run to the
+    next)."""
 
     async def loop() -> None:
         while True:
@@ -41,9 +43,9 @@ def every(name: str, step: Step, interval_s: float) -> asyncio.Task[None]:
 
 
 class PeriodicLoop:
-    """Named tasks (`every`) on an event loop of their own, run by one daemon thread named `name`: `steps` maps each
-    task's name to its step and interval. A blocking step hands its work to a thread (`asyncio.to_thread`): the
-    loop's own pool, which only these tasks use."""
+    """Named tasks (`every`) on an event loop of their own, run by one daemon thread named `name`:
+    `steps` maps each task's name to its step and interval. A blocking step hands its work to a
+    thread (`asyncio.to_thread`): the loop's own pool, which only these tasks use."""
 
     def __init__(self, name: str, steps: Mapping[str, tuple[Step, float]]) -> None:
         self._loop = asyncio.new_event_loop()
@@ -56,14 +58,16 @@ class PeriodicLoop:
         self.tasks = asyncio.run_coroutine_threadsafe(start(), self._loop).result()
 
     def stopped(self) -> list[str]:
-        """The tasks that no longer run (all of them once the loop's thread has ended): a health check's answer."""
+        """The tasks that no longer run (all of them once the loop's thread has ended): a health
+        check's answer."""
         if not self._thread.is_alive():
             return [task.get_name() for task in self.tasks]
         return [task.get_name() for task in self.tasks if task.done()]
 
     def close(self, timeout_s: float = 2.0) -> None:
-        """Cancel every task, wait at most `timeout_s` for them to end, then stop the loop. A step blocked on a thread
-        is not waited for (the thread is left to finish on its own). Idempotent."""
+        """Cancel every task, wait at most `timeout_s` for them to end, then stop the loop. A step
+        blocked on a thread is not waited for (the thread is left to finish on its own).
+        Idempotent."""
         if not self._thread.is_alive():
             return
 

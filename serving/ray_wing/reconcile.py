@@ -34,7 +34,9 @@ class Reconciled(Protocol):
 
     def _updating(self) -> bool: ...
 
-    def _advance(self, statuses: dict[str, AppStatus], deployed: set[str]) -> list[Deploy | Delete]: ...
+    def _advance(
+        self, statuses: dict[str, AppStatus], deployed: set[str]
+    ) -> list[Deploy | Delete]: ...
 
 
 class Reconciler:
@@ -62,7 +64,11 @@ class Reconciler:
                 before = self._registry.version
                 statuses = serve_status()
                 self._registry._observe(statuses)
-                acted = False if self.stopping else self._apply(self._registry._advance(statuses, self._deployed))
+                acted = (
+                    False
+                    if self.stopping
+                    else self._apply(self._registry._advance(statuses, self._deployed))
+                )
                 busy = acted or self._registry.version != before or self._registry._updating()
                 quiet = 0 if busy else quiet + 1
             except ServeNotRunning:

@@ -97,7 +97,11 @@ class Registry:
         self.awaited = set(self._store.load(_KV_AWAITED))
         self.api = self._store.load(_KV_API).get("routing")
         if self.states:
-            logger.info("registry restored %d endpoints and %d replicas", len(self.states), len(self._replicas.by_url))
+            logger.info(
+                "registry restored %d endpoints and %d replicas",
+                len(self.states),
+                len(self._replicas.by_url),
+            )
 
     def _bump(self) -> None:
         """A new version of the state (call with the lock held): wake the snapshots waiting for
@@ -127,7 +131,9 @@ class Registry:
             registered = Counter(self._replicas.by_url.values())
             for name, state in self.states.items():
                 before = json.dumps(state.to_dict(), sort_keys=True)
-                actions += step(state, statuses, registered, time.time(), UPDATE_TIMEOUT_S, deployed)
+                actions += step(
+                    state, statuses, registered, time.time(), UPDATE_TIMEOUT_S, deployed
+                )
                 if json.dumps(state.to_dict(), sort_keys=True) != before:
                     self._store.put(_KV_ENDPOINT, name, state.to_dict())
                     self._bump()
@@ -145,7 +151,12 @@ class Registry:
         return False
 
     def record_scaling(
-        self, token: str, endpoint: str, container: str, state: ScalerState, activity: ScalingActivity | None
+        self,
+        token: str,
+        endpoint: str,
+        container: str,
+        state: ScalerState,
+        activity: ScalingActivity | None,
     ) -> bool:
         """An autoscaler's latest state for a container and, when it changed the count, the
         activity."""
@@ -227,11 +238,18 @@ class Registry:
         with self._lock:
             self._arrived(name)
             state = self.states.get(name)
-            if state is not None and state.desired == record and state.update.get("Status") != "Failed":
+            if (
+                state is not None
+                and state.desired == record
+                and state.update.get("Status") != "Failed"
+            ):
                 return state.update.get("Generation", 1)
             generation = (state.update.get("Generation", 0) if state is not None else 0) + 1
             update = VersionsUpdate(
-                Status="InProgress", StartedAt=time.time(), FailureReason=None, Generation=generation
+                Status="InProgress",
+                StartedAt=time.time(),
+                FailureReason=None,
+                Generation=generation,
             )
             if state is None:
                 state = self.states[name] = EndpointState(name, record, None, update)
@@ -267,7 +285,12 @@ class Registry:
         key = (endpoint, container, version)
         if not self._replicas.proven(key, url, proof):
             self.refused += 1
-            logger.warning("registry: refused to register %s for %s/%s without its proof", url, endpoint, container)
+            logger.warning(
+                "registry: refused to register %s for %s/%s without its proof",
+                url,
+                endpoint,
+                container,
+            )
             return False
         with self._lock:
             if self._replicas.heard(url, key):
@@ -321,7 +344,9 @@ class Registry:
                 "awaited": sorted(self.awaited),
                 "api": self.api,
                 "scaling": {
-                    name: ScalingRecord(containers=dict(s["containers"]), activities=list(s["activities"]))
+                    name: ScalingRecord(
+                        containers=dict(s["containers"]), activities=list(s["activities"])
+                    )
                     for name, s in self.scaling.items()
                 },
             }

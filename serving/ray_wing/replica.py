@@ -27,7 +27,9 @@ from serving.trust import keys
 logger = logging.getLogger("serving.ray_wing.replica")
 
 
-STATS_POLL_S = 2.0  # how often a supervisor fetches its container process's counters and metric events
+STATS_POLL_S = (
+    2.0  # how often a supervisor fetches its container process's counters and metric events
+)
 # ... and, doubling after each fetch that found nothing new (no invocation, no event), at most this often: an idle
 # container's process is not woken every 2 s for counters that did not move. Not for an autoscaled container,
 # whose autoscaler must see a burst's first invocations within STATS_POLL_S.
@@ -58,8 +60,12 @@ class ContainerReplica:
         shared_network: bool = False,
     ) -> None:
         root = cluster_secret()
-        self._autoscaled = autoscaled  # its autoscaler reads the counters: fetch them at the usual pace
-        self.metrics = ReplicaMetrics(endpoint, hostname, serve.get_replica_context().replica_id.unique_id)
+        self._autoscaled = (
+            autoscaled  # its autoscaler reads the counters: fetch them at the usual pace
+        )
+        self.metrics = ReplicaMetrics(
+            endpoint, hostname, serve.get_replica_context().replica_id.unique_id
+        )
         host = ray.util.get_node_ip_address() if bind_host == "node" else bind_host
         self.process = ContainerProcess(
             ContainerConfig(
@@ -93,9 +99,17 @@ class ContainerReplica:
             self.process.pid,
             describe_sandbox(report),
         )
-        self._counters: ContainerStats = {"invocations": 0, "in_flight": 0, "refused": 0, "inline": 0, "custom": {}}
+        self._counters: ContainerStats = {
+            "invocations": 0,
+            "in_flight": 0,
+            "refused": 0,
+            "inline": 0,
+            "custom": {},
+        }
         self.metrics.start_utilization(pids=lambda: [self.process.pid], environment=environment)
-        self.stats = AutoscalingStats(self._read_counters, pids=lambda: [self.process.pid], environment=environment)
+        self.stats = AutoscalingStats(
+            self._read_counters, pids=lambda: [self.process.pid], environment=environment
+        )
         self.registry = existing_registry()
         url = self.process.url
         self._registration = (
@@ -161,7 +175,9 @@ class ContainerReplica:
 
     def check_health(self) -> None:
         if not self.process.alive:
-            exit_code = self.process.process.returncode if self.process.process is not None else None
+            exit_code = (
+                self.process.process.returncode if self.process.process is not None else None
+            )
             raise RuntimeError(f"container process exited ({exit_code})")
 
     def record_autoscaling_stats(self) -> dict[str, float]:

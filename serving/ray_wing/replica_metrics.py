@@ -1,9 +1,10 @@
 """A container replica's metrics, exported through Ray's metrics machinery.
 
-Recorded with `ray.util.metrics` in the replica's supervisor (its container process's events are replayed
-here), pushed by Ray to the metrics agent of the replica's node (every `metrics_report_interval_ms`: Ray's
-default, or `cluster.METRICS_REPORT_INTERVAL_MS` on the embedded Ray), and read from every node by the gateway's
-`GET /metrics` (`metrics.exposition`): a replica on any node shows up in one scrape, with no port to discover.
+Recorded with `ray.util.metrics` in the replica's supervisor (its container process's events are
+replayed here), pushed by Ray to the metrics agent of the replica's node (every
+`metrics_report_interval_ms`: Ray's default, or `cluster.METRICS_REPORT_INTERVAL_MS` on the embedded
+Ray), and read from every node by the gateway's `GET /metrics` (`metrics.exposition`): a replica on
+any node shows up in one scrape, with no port to discover.
 """
 
 from __future__ import annotations
@@ -38,9 +39,15 @@ class _Timing:
     bucket; a counter next to it carries the true sum, swapped in by `metrics.exposition`.
     """
 
-    def __init__(self, name: str, description: str, boundaries: tuple[float, ...] = LATENCY_BUCKETS) -> None:
-        self._histogram = ray_metrics.Histogram(name, description, boundaries=list(boundaries), tag_keys=_REPLICA)
-        self._sum = ray_metrics.Counter(name + EXACT_SUM_SUFFIX, f"Exact sum of {name}.", tag_keys=_REPLICA)
+    def __init__(
+        self, name: str, description: str, boundaries: tuple[float, ...] = LATENCY_BUCKETS
+    ) -> None:
+        self._histogram = ray_metrics.Histogram(
+            name, description, boundaries=list(boundaries), tag_keys=_REPLICA
+        )
+        self._sum = ray_metrics.Counter(
+            name + EXACT_SUM_SUFFIX, f"Exact sum of {name}.", tag_keys=_REPLICA
+        )
 
     def observe(self, seconds: float, tags: dict[str, str]) -> None:
         self._histogram.observe(seconds, tags=tags)
@@ -58,7 +65,9 @@ class ReplicaMetrics(CacheObserver):
             "Time a container spent running its model for one request (decode, predict, encode), excluding loading.",
         )
         self._cache_hit = ray_metrics.Counter(
-            "serving_model_cache_hit", "MultiModel requests whose model was already loaded.", tag_keys=_MODEL
+            "serving_model_cache_hit",
+            "MultiModel requests whose model was already loaded.",
+            tag_keys=_MODEL,
         )
         self._cache_miss = ray_metrics.Counter(
             "serving_model_cache_miss",
@@ -70,15 +79,20 @@ class ReplicaMetrics(CacheObserver):
             "Time a request that missed the cache waited for its model to be downloaded and loaded.",
         )
         self._loading = _Timing(
-            "serving_model_loading_time_seconds", "Time to load one model into memory (after its download)."
+            "serving_model_loading_time_seconds",
+            "Time to load one model into memory (after its download).",
         )
         self._downloading = _Timing(
             "serving_model_downloading_time_seconds",
             "Time to fetch and unpack one model from its store into the replica's disk cache.",
         )
-        self._unloading = _Timing("serving_model_unloading_time_seconds", "Time to unload one model.")
+        self._unloading = _Timing(
+            "serving_model_unloading_time_seconds", "Time to unload one model."
+        )
         self._loaded_count = ray_metrics.Gauge(
-            "serving_loaded_model_count", "Models loaded in a MultiModel replica.", tag_keys=_REPLICA
+            "serving_loaded_model_count",
+            "Models loaded in a MultiModel replica.",
+            tag_keys=_REPLICA,
         )
         self._loaded_bytes = ray_metrics.Gauge(
             "serving_loaded_model_bytes",
@@ -86,7 +100,9 @@ class ReplicaMetrics(CacheObserver):
             tag_keys=_REPLICA,
         )
         self._cpu = ray_metrics.Gauge(
-            "serving_cpu_utilization_percent", "CPU used by the replica's process; 100 = one core.", tag_keys=_REPLICA
+            "serving_cpu_utilization_percent",
+            "CPU used by the replica's process; 100 = one core.",
+            tag_keys=_REPLICA,
         )
         self._memory = ray_metrics.Gauge(
             "serving_memory_utilization_percent",
@@ -99,7 +115,9 @@ class ReplicaMetrics(CacheObserver):
             tag_keys=_REPLICA,
         )
         self._gpu = ray_metrics.Gauge(
-            "serving_gpu_utilization_percent", "Utilization of the GPUs assigned to the replica.", tag_keys=_REPLICA
+            "serving_gpu_utilization_percent",
+            "Utilization of the GPUs assigned to the replica.",
+            tag_keys=_REPLICA,
         )
         self._batch_size = _Timing(  # an exact sum: rows batched
             "serving_batch_size",
@@ -111,8 +129,8 @@ class ReplicaMetrics(CacheObserver):
             "Time a batched request waited in its container's batch queue, from its decode to its batch's start.",
         )
         self._stop = threading.Event()
-        # Re-set every period: Ray's agent evicts a gauge not refreshed within two export intervals (a
-        # loaded-model count set once vanished from the scrape after a few seconds).
+        # Re-set every period: Ray's agent evicts a gauge not refreshed within two export intervals
+        # (a loaded-model count set once vanished from the scrape after a few seconds).
         self._loaded: tuple[int, int] | None = None
 
     def model_latency(self, seconds: float) -> None:
@@ -128,7 +146,7 @@ class ReplicaMetrics(CacheObserver):
         if count > 0:
             self._refused_hops.inc(count, tags=self.tags)
 
-    # -- the model cache's events (modelcache.CacheObserver) and the store's downloads ----------------
+    # -- the model cache's events (modelcache.CacheObserver) and the store's downloads -------------
     def hit(self, name: str) -> None:
         self._cache_hit.inc(1, tags={**self.tags, "model": name})
 
@@ -156,17 +174,21 @@ class ReplicaMetrics(CacheObserver):
     def downloaded(self, name: str, seconds: float, nbytes: int) -> None:
         self._downloading.observe(seconds, tags=self.tags)
 
-    # -- utilization ----------------------------------------------------------------------------------
+    # -- utilization -------------------------------------------------------------------------------
     def start_utilization(
         self,
         period_s: float = UTILIZATION_PERIOD_S,
         pids: Callable[[], list[int | None]] = lambda: [],
         environment: Mapping[str, str] | None = None,
     ) -> None:
-        """Sample CPU, memory (and GPU) every `period_s` on a daemon thread: this process's plus those of
-        `pids()` (the replica's container process). `environment`: the container's (its memory and GPU share)."""
+        """Sample CPU, memory (and GPU) every `period_s` on a daemon thread: this process's plus
+        those of `pids()` (the replica's container process). `environment`: the container's (its
+        memory and GPU share)."""
         threading.Thread(
-            target=self._sample_forever, args=(period_s, pids, environment or {}), name="utilization", daemon=True
+            target=self._sample_forever,
+            args=(period_s, pids, environment or {}),
+            name="utilization",
+            daemon=True,
         ).start()
 
     def stop(self) -> None:
@@ -191,7 +213,8 @@ class ReplicaMetrics(CacheObserver):
 
 
 class ReplicaProcesses:
-    """CPU (100 = one core) and resident memory of a replica: its supervisor plus its container process."""
+    """CPU (100 = one core) and resident memory of a replica: its supervisor plus its container
+    process."""
 
     def __init__(self, pids: Callable[[], list[int | None]]) -> None:
         import psutil
@@ -221,8 +244,8 @@ class ReplicaProcesses:
 
 
 def memory_limit_bytes(environment: Mapping[str, str]) -> float:
-    """100% of the memory utilization metrics: the container's Resources.MemoryMb (`SERVING_MEMORY_MB` in its
-    `environment`), else the machine's memory."""
+    """100% of the memory utilization metrics: the container's Resources.MemoryMb
+    (`SERVING_MEMORY_MB` in its `environment`), else the machine's memory."""
     import psutil
 
     memory_mb = float(environment.get(MEMORY_ENV) or 0)
@@ -237,9 +260,13 @@ def _gpu_reader():
         logger.warning("GPU utilization is not reported: nvidia-ml-py (pynvml) is not installed")
         return None
     pynvml.nvmlInit()
-    visible = [item for item in os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",") if item.strip()]
+    visible = [
+        item for item in os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",") if item.strip()
+    ]
     handles = [
-        pynvml.nvmlDeviceGetHandleByIndex(int(item)) if item.isdigit() else pynvml.nvmlDeviceGetHandleByUUID(item)
+        pynvml.nvmlDeviceGetHandleByIndex(int(item))
+        if item.isdigit()
+        else pynvml.nvmlDeviceGetHandleByUUID(item)
         for item in visible
     ]
 
@@ -264,10 +291,11 @@ class AutoscalingStats:
         pids: Callable[[], list[int | None]] = lambda: [],
         environment: Mapping[str, str] | None = None,
     ) -> None:
-        """`counters()`: the container's invocations so far, requests in flight and the model's own metrics;
-        `environment`: the container's (its memory share)."""
+        """`counters()`: the container's invocations so far, requests in flight and the model's own
+        metrics; `environment`: the container's (its memory share)."""
         self.counters = counters
-        self._processes = ReplicaProcesses(pids)  # its own CPU interval, apart from the utilization sampler's
+        # its own CPU interval, apart from the utilization sampler's
+        self._processes = ReplicaProcesses(pids)
         self._memory_limit = memory_limit_bytes(environment or {})
         self._last = (time.monotonic(), counters()[0])
 
@@ -290,5 +318,6 @@ class AutoscalingStats:
             CPU_UTILIZATION: cpu,
             MEMORY_UTILIZATION: 100.0 * rss / self._memory_limit,
         }
-        stats.update(custom)  # the model's own `autoscaling_metrics` (computed in the container process)
+        # the model's own `autoscaling_metrics` (computed in the container process)
+        stats.update(custom)
         return stats

@@ -29,7 +29,9 @@ class ReplicaTable:
     def proven(self, key: tuple[str, str, str], url: str, proof: object) -> bool:
         """Whether `proof` is the one made for exactly this replica (`keys.registration_proof`)."""
         endpoint, container, version = key
-        return keys.verify(keys.registration_proof(self._root_secret, endpoint, container, url, version), proof)
+        return keys.verify(
+            keys.registration_proof(self._root_secret, endpoint, container, url, version), proof
+        )
 
     def owned(self, url: str, proof: object) -> bool:
         """Whether `proof` is the registered replica's own (it may deregister itself)."""
@@ -60,4 +62,6 @@ class ReplicaTable:
     def expire(self) -> bool:
         """Remove the replicas not heard from for REPLICA_TTL_S; whether there was any."""
         now = time.monotonic()
-        return [self.forget(url) for url, seen in list(self._seen.items()) if now - seen > REPLICA_TTL_S] != []
+        return [
+            self.forget(url) for url, seen in list(self._seen.items()) if now - seen > REPLICA_TTL_S
+        ] != []

@@ -66,7 +66,9 @@ def serve_status() -> dict[str, AppStatus]:
                 dep_name: {
                     "status": str(getattr(dep.status, "value", dep.status)),
                     "message": dep.message or "",
-                    "replicas": {str(getattr(k, "value", k)): v for k, v in dep.replica_states.items()},
+                    "replicas": {
+                        str(getattr(k, "value", k)): v for k, v in dep.replica_states.items()
+                    },
                 }
                 for dep_name, dep in app.deployments.items()
             },

@@ -1,9 +1,10 @@
 """The worker side of `serving train` on Ray Train: `WorkerSession` over Ray Train's per-worker API.
 
-Ray Train starts one of these entry functions per worker (`torch_worker` inside TorchTrainer's process group,
-`tensorflow_worker` with TF_CONFIG set, `xgboost_worker` inside XGBoost's collective); each wraps Ray Train's
-calls in a `RaySession` and runs the framework's loop from serving/training/, which knows nothing of Ray.
-`model_task` trains one model in one Ray task (scikit-learn, and each group of a MultiModel recipe).
+Ray Train starts one of these entry functions per worker (`torch_worker` inside TorchTrainer's
+process group, `tensorflow_worker` with TF_CONFIG set, `xgboost_worker` inside XGBoost's
+collective); each wraps Ray Train's calls in a `RaySession` and runs the framework's loop from
+serving/training/, which knows nothing of Ray. `model_task` trains one model in one Ray task
+(scikit-learn, and each group of a MultiModel recipe).
 """
 
 from __future__ import annotations
@@ -46,7 +47,9 @@ class RaySession:
         return self._shards[name]
 
     def report(self, metrics: Mapping[str, float], checkpoint: Path | None = None) -> None:
-        saved = ray.train.Checkpoint.from_directory(str(checkpoint)) if checkpoint is not None else None
+        saved = (
+            ray.train.Checkpoint.from_directory(str(checkpoint)) if checkpoint is not None else None
+        )
         ray.train.report(metrics, checkpoint=saved)
 
     def latest_checkpoint(self) -> Path | None:
@@ -54,7 +57,9 @@ class RaySession:
             checkpoint = ray.train.get_checkpoint()
             if checkpoint is None:
                 return None
-            self._restored = Path(checkpoint.to_directory(tempfile.mkdtemp(prefix="serving-restore-")))
+            self._restored = Path(
+                checkpoint.to_directory(tempfile.mkdtemp(prefix="serving-restore-"))
+            )
         return self._restored
 
     def progress(self, total: int, desc: str) -> Progress:
@@ -65,7 +70,8 @@ class RaySession:
 
 
 def quiet_data() -> None:
-    """No Ray Data progress bars or notices on the console: the trainer's own bar and metric lines are shown."""
+    """No Ray Data progress bars or notices on the console: the trainer's own bar and metric lines
+    are shown."""
     import logging
 
     context = ray.data.DataContext.get_current()
@@ -79,7 +85,9 @@ def frame_shard(frames: list[Any], setup: RunSetup) -> Shard:
     import pandas as pd
 
     features, label = setup["features"], setup["label"]
-    frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[*features, label])
+    frame = (
+        pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[*features, label])
+    )
     return Shard(frame[features].to_numpy(dtype=np.float32), frame[label].to_numpy())
 
 
@@ -111,7 +119,8 @@ LOOPS = {
 
 
 def run_local(setup: ModelSetup, shards: dict[str, Shard], out: Path) -> TrainResult:
-    """One model trained in this process with one worker's loop; its final folder copied to `out`."""
+    """One model trained in this process with one worker's loop; its final folder copied to
+    `out`."""
     import importlib
     import json
     import shutil
@@ -119,7 +128,9 @@ def run_local(setup: ModelSetup, shards: dict[str, Shard], out: Path) -> TrainRe
     module, function = LOOPS[setup["recipe"]["framework"]].split(":")
     loop = getattr(importlib.import_module(module), function)
     with tempfile.TemporaryDirectory(prefix="serving-model-") as scratch:
-        session = LocalSession(shards, checkpoint_root=Path(scratch), progress_file=setup.get("progress_file"))
+        session = LocalSession(
+            shards, checkpoint_root=Path(scratch), progress_file=setup.get("progress_file")
+        )
         loop(setup, session)
         final = session.latest_checkpoint()
         if final is None:
@@ -131,5 +142,6 @@ def run_local(setup: ModelSetup, shards: dict[str, Shard], out: Path) -> TrainRe
 
 @ray.remote
 def model_task(setup: ModelSetup, shards: dict[str, Shard], out: str) -> TrainResult:
-    """`run_local` as a Ray task (one CPU share, placed by Ray; `out` must be reachable from its node)."""
+    """`run_local` as a Ray task (one CPU share, placed by Ray; `out` must be reachable from its
+    node)."""
     return run_local(setup, shards, Path(out))

@@ -1,10 +1,12 @@
-"""The driver side of `serving train` on Ray: read the rows with Ray Data, split them, run the trainer.
+"""The driver side of `serving train` on Ray: read the rows with Ray Data, split them, run the
+trainer.
 
-Data-parallel recipes (PyTorch, TensorFlow, XGBoost) run under Ray Train's trainer for their framework, the
-training split sharded across the workers (`get_dataset_shard`, equal shards, in a fixed order so that a run
-is reproducible) and the validation split given whole to each. Single-worker models (scikit-learn, and one per
-group of a `group_by` recipe) run as Ray tasks, in parallel. Checkpoints and the final model go through Ray
-Train's storage (`storage`), which must be a folder every node can reach on a multi-node cluster.
+Data-parallel recipes (PyTorch, TensorFlow, XGBoost) run under Ray Train's trainer for their
+framework, the training split sharded across the workers (`get_dataset_shard`, equal shards, in a
+fixed order so that a run is reproducible) and the validation split given whole to each.
+Single-worker models (scikit-learn, and one per group of a `group_by` recipe) run as Ray tasks, in
+parallel. Checkpoints and the final model go through Ray Train's storage (`storage`), which must be
+a folder every node can reach on a multi-node cluster.
 """
 
 from __future__ import annotations
@@ -36,23 +38,34 @@ def train(
     num_cpus: int | None = None,
     verbose: bool = False,
 ) -> TrainingRun:
-    """`serving train`: one run of `recipe` on Ray (embedded unless `address`), published under `store`
-    (`training.runner.run` with this module as its Ray); `verbose`: Ray's own output on the console too."""
+    """`serving train`: one run of `recipe` on Ray (embedded unless `address`), published under
+    `store` (`training.runner.run` with this module as its Ray); `verbose`: Ray's own output on the
+    console too."""
     import sys
 
     return run(recipe, sys.modules[__name__], store, address, resume, profile, num_cpus, verbose)
 
 
-__all__ = ["fit_data_parallel", "fit_per_model", "ray_for_training", "read_rows", "split_rows", "train"]
+__all__ = [
+    "fit_data_parallel",
+    "fit_per_model",
+    "ray_for_training",
+    "read_rows",
+    "split_rows",
+    "train",
+]
 
 
 @contextmanager
 def ray_for_training(
-    address: str | None, num_cpus: int | None = None, progress_file: str | None = None, verbose: bool = False
+    address: str | None,
+    num_cpus: int | None = None,
+    progress_file: str | None = None,
+    verbose: bool = False,
 ) -> Iterator[None]:
-    """The embedded local Ray, or a cluster, while the run's progress lines (`progress_file`) are printed as they
-    come. Ray's own output (its workers', Ray Train's and Ray Data's notices) reaches the console only when
-    `verbose`; it is in the session's log files either way."""
+    """The embedded local Ray, or a cluster, while the run's progress lines (`progress_file`) are
+    printed as they come. Ray's own output (its workers', Ray Train's and Ray Data's notices)
+    reaches the console only when `verbose`; it is in the session's log files either way."""
     global _state_api
     if address:
         connect_cluster(address)
@@ -72,7 +85,8 @@ def ray_for_training(
 
 @contextmanager
 def _printed(progress_file: str | None) -> Iterator[None]:
-    """Print the lines appended to `progress_file` while the block runs (polled twice a second), then the rest."""
+    """Print the lines appended to `progress_file` while the block runs (polled twice a second),
+    then the rest."""
     if progress_file is None:
         yield
         return
@@ -104,10 +118,11 @@ def _printed(progress_file: str | None) -> Iterator[None]:
         show()
 
 
-# Ray Train V2's PlacementGroupCleaner asks the State API whether the train controller lives; the embedded Ray runs
-# no dashboard to serve it, and the cleaner, unable to tell, once removed the placement group under the running
-# workers ("The actor died unexpectedly"; the run went on only through max_failures). Its job, freeing a crashed
-# controller's workers, is the embedded Ray's shutdown here; on a cluster it stays.
+# Ray Train V2's PlacementGroupCleaner asks the State API whether the train controller lives; the
+# embedded Ray runs no dashboard to serve it, and the cleaner, unable to tell, once removed the
+# placement group under the running workers ("The actor died unexpectedly"; the run went on only
+# through max_failures). Its job, freeing a crashed controller's workers, is the embedded Ray's
+# shutdown here; on a cluster it stays.
 _state_api = True
 
 
@@ -136,8 +151,11 @@ def read_rows(plan: DataPlan) -> ray.data.Dataset:
     return dataset.select_columns(columns)
 
 
-def split_rows(dataset: ray.data.Dataset, fraction: float, seed: int) -> tuple[ray.data.Dataset, ray.data.Dataset]:
-    """Training and validation splits, chosen by the seed, materialized once (every epoch reads the same rows)."""
+def split_rows(
+    dataset: ray.data.Dataset, fraction: float, seed: int
+) -> tuple[ray.data.Dataset, ray.data.Dataset]:
+    """Training and validation splits, chosen by the seed, materialized once (every epoch reads the
+    same rows)."""
     context = ray.data.DataContext.get_current()
     context.execution_options.preserve_order = True
     quiet_data()
@@ -145,8 +163,11 @@ def split_rows(dataset: ray.data.Dataset, fraction: float, seed: int) -> tuple[r
     return train.materialize(), validation.materialize()
 
 
-def fit_data_parallel(setup: ModelSetup, train: Any, validation: Any, storage: Path, run_name: str) -> Path:
-    """Run the recipe's Ray Train trainer; the folder of its final checkpoint (rank 0's model and result)."""
+def fit_data_parallel(
+    setup: ModelSetup, train: Any, validation: Any, storage: Path, run_name: str
+) -> Path:
+    """Run the recipe's Ray Train trainer; the folder of its final checkpoint (rank 0's model and
+    result)."""
     from ray.data import ExecutionOptions
 
     recipe = setup["recipe"]
@@ -155,12 +176,17 @@ def fit_data_parallel(setup: ModelSetup, train: Any, validation: Any, storage: P
     scaling = ray.train.ScalingConfig(
         num_workers=int(workers["count"]),
         use_gpu=gpus > 0,
-        resources_per_worker={"CPU": float(workers["cpus_per_worker"]), **({"GPU": gpus} if gpus else {})},
+        resources_per_worker={
+            "CPU": float(workers["cpus_per_worker"]),
+            **({"GPU": gpus} if gpus else {}),
+        },
     )
     run_config = ray.train.RunConfig(
         name=run_name,
         storage_path=str(storage),
-        failure_config=ray.train.FailureConfig(max_failures=int(recipe["training"]["max_failures"])),
+        failure_config=ray.train.FailureConfig(
+            max_failures=int(recipe["training"]["max_failures"])
+        ),
         checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2),
     )
     framework = recipe["framework"]
@@ -190,16 +216,23 @@ def fit_data_parallel(setup: ModelSetup, train: Any, validation: Any, storage: P
     )
     result = trainer.fit()
     if result.checkpoint is None:
-        raise RuntimeError(f"the {framework} trainer finished without a final model (run {run_name} in {storage})")
+        raise RuntimeError(
+            f"the {framework} trainer finished without a final model (run {run_name} in {storage})"
+        )
     return Path(result.checkpoint.path)
 
 
-def fit_per_model(jobs: dict[str, tuple[ModelSetup, Any, Any]], out: Path) -> dict[str, TrainResult]:
-    """One single-worker model per job (its setup, pandas training and validation rows), as parallel Ray tasks;
-    each writes its folder under `out` and returns its result."""
+def fit_per_model(
+    jobs: dict[str, tuple[ModelSetup, Any, Any]], out: Path
+) -> dict[str, TrainResult]:
+    """One single-worker model per job (its setup, pandas training and validation rows), as parallel
+    Ray tasks; each writes its folder under `out` and returns its result."""
     pending = {}
     for name, (setup, train, validation) in jobs.items():
         cpus = float(setup["recipe"]["workers"]["cpus_per_worker"])
-        shards = {"train": frame_shard([train], setup), "validation": frame_shard([validation], setup)}
+        shards = {
+            "train": frame_shard([train], setup),
+            "validation": frame_shard([validation], setup),
+        }
         pending[name] = model_task.options(num_cpus=cpus).remote(setup, shards, str(out / name))
     return {name: ray.get(ref) for name, ref in pending.items()}

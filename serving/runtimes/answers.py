@@ -16,7 +16,9 @@ from serving.runtimes.context import InvocationContext
 __all__ = ["answer_chunks", "is_stream", "normalize"]
 
 
-def answer_chunks(result: Any, accept: str, context: InvocationContext) -> tuple[Iterator[bytes], str]:
+def answer_chunks(
+    result: Any, accept: str, context: InvocationContext
+) -> tuple[Iterator[bytes], str]:
     """A hook's result as the chunks of its answer (one, unless it is a stream) and their content
     type."""
     if is_stream(result):
@@ -29,7 +31,9 @@ def answer_chunks(result: Any, accept: str, context: InvocationContext) -> tuple
 def is_stream(value: Any) -> bool:
     """A generator or other one-shot iterator (not a container like a list, an array or a
     string)."""
-    return isinstance(value, Iterator) and not isinstance(value, (str, bytes, bytearray, memoryview))
+    return isinstance(value, Iterator) and not isinstance(
+        value, (str, bytes, bytearray, memoryview)
+    )
 
 
 def _chunks(parts: Iterable[tuple[bytes, str]]) -> Iterator[bytes]:
@@ -50,7 +54,11 @@ def normalize(result: Any, accept: str, context: InvocationContext) -> tuple[byt
     if isinstance(result, tuple) and len(result) == 2:
         result, content_type = result
     elif _is_response(result):
-        content_type = getattr(result, "mimetype", None) or getattr(result, "content_type", None) or content_type
+        content_type = (
+            getattr(result, "mimetype", None)
+            or getattr(result, "content_type", None)
+            or content_type
+        )
         status = getattr(result, "status_code", 200)
         if isinstance(status, int) and status != 200:
             context.set_response_status(status)

@@ -117,7 +117,12 @@ class Runtime:
         else the stack's reading of the loaded model (`model_tensors`), empty where a script's hooks
         decide (which then get JSON)."""
         body, accept = (JSON, JSON) if self.scripted else self.tensor_types
-        signature: TensorSignature = {"inputs": [], "outputs": [], "content_type": body, "accept": accept}
+        signature: TensorSignature = {
+            "inputs": [],
+            "outputs": [],
+            "content_type": body,
+            "accept": accept,
+        }
         declared = self.environment.get(TENSOR_SIGNATURE_ENV)
         if declared:
             # checked when the spec was read (config.container): `inputs`, `outputs` or both
@@ -154,7 +159,8 @@ class Runtime:
         model_dir = str(self.model_dir) if self.model_dir is not None else None
         gpus = float(self.environment.get(GPUS_ENV) or 0)
         self.load_context = InvocationContext(
-            system_properties=system_properties(model_dir, gpus, self.model_name), model_name=self.model_name
+            system_properties=system_properties(model_dir, gpus, self.model_name),
+            model_name=self.model_name,
         )
         self.load_code()
         try:
@@ -179,7 +185,9 @@ class Runtime:
         if self._code_loaded:
             return
         self._code = load_user_code(
-            self.model_dir, self.environment.get(PROGRAM_ENV), self.environment.get(SUBMIT_DIRECTORY_ENV)
+            self.model_dir,
+            self.environment.get(PROGRAM_ENV),
+            self.environment.get(SUBMIT_DIRECTORY_ENV),
         )
         self._hooks = self._code.hooks if self._code is not None else {}
         # once, not per call
@@ -257,14 +265,20 @@ class Runtime:
         if "output_fn" not in self._hooks and "output_fn" not in defaults:
             accept = self.choose_accept(accept)  # refuse a bad Accept before predicting
         if "input_fn" in self._hooks:
-            return self._run_hook("input_fn", context, toolkit.request_data(body, content_type), content_type), accept
+            return self._run_hook(
+                "input_fn", context, toolkit.request_data(body, content_type), content_type
+            ), accept
         return defaults.get("input_fn", self.input_fn)(body, content_type), accept
 
     def predict(self, data: Any, context: InvocationContext) -> Any:
         """predict_fn on decoded input (one request's, or a batch's rows)."""
-        return self._step("predict_fn", self.script_defaults() if self.scripted else {}, context, data, self.model)
+        return self._step(
+            "predict_fn", self.script_defaults() if self.scripted else {}, context, data, self.model
+        )
 
-    def encode_chunks(self, prediction: Any, accept: str, context: InvocationContext) -> tuple[Iterator[bytes], str]:
+    def encode_chunks(
+        self, prediction: Any, accept: str, context: InvocationContext
+    ) -> tuple[Iterator[bytes], str]:
         """output_fn of one request's prediction; a generator prediction streams."""
         defaults = self.script_defaults() if self.scripted else {}
         if is_stream(prediction) and "output_fn" not in self._hooks:
@@ -285,7 +299,9 @@ class Runtime:
         True`); transform_fn never (it does every step at once)."""
         if "transform_fn" in self._hooks:
             return False
-        return self._declares_batches() or not {"input_fn", "predict_fn", "output_fn"} & set(self._hooks)
+        return self._declares_batches() or not {"input_fn", "predict_fn", "output_fn"} & set(
+            self._hooks
+        )
 
     def _declares_batches(self) -> bool:
         module = self._code.module if self._code is not None else None
@@ -295,7 +311,10 @@ class Runtime:
         """Whether a user's script runs per request (any hook but loading and metrics): its code is
         then not assumed thread-safe, and the replica runs one prediction at a time unless
         SERVING_MODEL_THREADS says so."""
-        return bool(set(self._hooks) - {"model_fn", "pre_model_fn", "model_warmup_fn", "autoscaling_metrics"})
+        return bool(
+            set(self._hooks)
+            - {"model_fn", "pre_model_fn", "model_warmup_fn", "autoscaling_metrics"}
+        )
 
     def batchable(self, content_type: str | None) -> bool:
         """Whether a request of this content type goes through decode / predict / encode (a stack
@@ -309,7 +328,13 @@ class Runtime:
         a scalar)."""
         return data if _rows_of(data) is not None else None
 
-    def _step(self, hook: str, defaults: Mapping[str, Callable[..., Any]], context: InvocationContext, *args: Any):
+    def _step(
+        self,
+        hook: str,
+        defaults: Mapping[str, Callable[..., Any]],
+        context: InvocationContext,
+        *args: Any,
+    ):
         if hook in self._hooks:
             return self._run_hook(hook, context, *args)
         return defaults.get(hook, getattr(self, hook))(*args)
@@ -317,7 +342,9 @@ class Runtime:
     def _run_hook(self, hook: str, context: InvocationContext, *args: Any) -> Any:
         return call_hook(hook, self._hooks[hook], self._arity.get(hook), context, *args)
 
-    def _answer(self, result: Any, accept: str, context: InvocationContext) -> tuple[Iterator[bytes], str]:
+    def _answer(
+        self, result: Any, accept: str, context: InvocationContext
+    ) -> tuple[Iterator[bytes], str]:
         return answer_chunks(result, accept, context)
 
 
@@ -331,4 +358,11 @@ def _rows_of(data: Any) -> int | None:
     return int(shape[0]) if type(data).__module__.startswith("torch") else None
 
 
-__all__ = ["BATCH_OPT_IN", "HOOK_NAMES", "SCRIPT_HOOKS", "InvocationContext", "Runtime", "ValidationError"]
+__all__ = [
+    "BATCH_OPT_IN",
+    "HOOK_NAMES",
+    "SCRIPT_HOOKS",
+    "InvocationContext",
+    "Runtime",
+    "ValidationError",
+]

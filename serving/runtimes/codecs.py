@@ -95,7 +95,11 @@ def _check_npy(body: bytes) -> None:
     it."""
     stream = io.BytesIO(body)
     version = np.lib.format.read_magic(stream)
-    read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    read_header = (
+        np.lib.format.read_array_header_1_0
+        if version == (1, 0)
+        else np.lib.format.read_array_header_2_0
+    )
     shape, _, dtype = read_header(stream)
     if dtype.hasobject:
         raise ValueError("object arrays are not accepted (they are pickles)")
@@ -181,7 +185,9 @@ def choose_accept(accept: str | None) -> str:
             return kind
         if kind in ("*/*", "application/*"):
             return DEFAULT_ACCEPT
-    raise UnsupportedFormatError(f"unsupported Accept {accept!r}; supported: {', '.join(SUPPORTED)}")
+    raise UnsupportedFormatError(
+        f"unsupported Accept {accept!r}; supported: {', '.join(SUPPORTED)}"
+    )
 
 
 def _jsonable(value: Any) -> Any:

@@ -55,7 +55,10 @@ def batch_settings(environment: Mapping[str, str]) -> BatchSettings | None:
     if size is None:
         given = [
             name
-            for name, value in ((MAX_BATCH_DELAY_ENV, delay), (PREFERRED_BATCH_SIZES_ENV, preferred_text))
+            for name, value in (
+                (MAX_BATCH_DELAY_ENV, delay),
+                (PREFERRED_BATCH_SIZES_ENV, preferred_text),
+            )
             if value is not None
         ]
         if given:
@@ -69,13 +72,19 @@ def batch_settings(environment: Mapping[str, str]) -> BatchSettings | None:
         except ValueError:
             delay_ms = -1.0
         if not (math.isfinite(delay_ms) and 0 <= delay_ms <= 60_000):
-            raise ValueError(f"{MAX_BATCH_DELAY_ENV} must be milliseconds from 0 to 60000, got {delay!r}")
+            raise ValueError(
+                f"{MAX_BATCH_DELAY_ENV} must be milliseconds from 0 to 60000, got {delay!r}"
+            )
     preferred: tuple[int, ...] = ()
     if preferred_text:
-        preferred = tuple(sorted({_whole(PREFERRED_BATCH_SIZES_ENV, part) for part in preferred_text.split(",")}))
+        preferred = tuple(
+            sorted({_whole(PREFERRED_BATCH_SIZES_ENV, part) for part in preferred_text.split(",")})
+        )
         too_big = [size for size in preferred if size > max_batch_size]
         if too_big:
-            raise ValueError(f"{PREFERRED_BATCH_SIZES_ENV} {too_big} exceed {MAX_BATCH_SIZE_ENV} {max_batch_size}")
+            raise ValueError(
+                f"{PREFERRED_BATCH_SIZES_ENV} {too_big} exceed {MAX_BATCH_SIZE_ENV} {max_batch_size}"
+            )
     if max_batch_size == 1:
         return None  # one row per call is what an unbatched container does
     return BatchSettings(max_batch_size, delay_ms / 1000.0, preferred)
@@ -117,7 +126,9 @@ def inline_budget_s(environment: Mapping[str, str]) -> float:
     except ValueError:
         budget = -1.0
     if not (math.isfinite(budget) and 0 <= budget <= MAX_INLINE_BUDGET_MS):
-        raise ValueError(f"{INLINE_BUDGET_ENV} must be milliseconds from 0 to {MAX_INLINE_BUDGET_MS:g}, got {text!r}")
+        raise ValueError(
+            f"{INLINE_BUDGET_ENV} must be milliseconds from 0 to {MAX_INLINE_BUDGET_MS:g}, got {text!r}"
+        )
     return budget / 1000.0
 
 

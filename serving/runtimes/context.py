@@ -19,8 +19,8 @@ SERVER_NAME = "serving"
 
 
 class SystemProperties(TypedDict, total=False):
-    """`context.system_properties`, the keys MMS / TorchServe fill (all of them, or none before the runtime
-    gives a request's context its load-time ones)."""
+    """`context.system_properties`, the keys MMS / TorchServe fill (all of them, or none before the
+    runtime gives a request's context its load-time ones)."""
 
     model_dir: str | None
     gpu_id: int | None  # None on a container without a GPU
@@ -36,7 +36,8 @@ class ManifestModel(TypedDict):
 
 
 class Manifest(TypedDict):
-    """`context.manifest`: what TorchServe's MAR manifest says of the model (its name only, here)."""
+    """`context.manifest`: what TorchServe's MAR manifest says of the model (its name only,
+    here)."""
 
     model: ManifestModel
 
@@ -54,7 +55,13 @@ class Headers(dict):
         `Headers.get`, so that whoever checks a header (a hop's signature) and whoever reads it (the
         model) see the same value."""
         headers = cls()
-        dict.update(headers, [(key.decode("latin-1").lower(), value.decode("latin-1")) for key, value in reversed(raw)])
+        dict.update(
+            headers,
+            [
+                (key.decode("latin-1").lower(), value.decode("latin-1"))
+                for key, value in reversed(raw)
+            ],
+        )
         return headers
 
     def __getitem__(self, key: str) -> str:
@@ -148,7 +155,9 @@ class InvocationContext:
         return self.response_headers
 
 
-def system_properties(model_dir: str | None, gpus: float, model_name: str | None = None) -> SystemProperties:
+def system_properties(
+    model_dir: str | None, gpus: float, model_name: str | None = None
+) -> SystemProperties:
     """`context.system_properties` as MMS fills it: `gpu_id` is None on a container without a
     GPU."""
     return {

@@ -47,7 +47,8 @@ PACKAGE_PREFIX = "_serving_code_"
 
 _ids = itertools.count(1)
 _lock = threading.Lock()
-# A module's builtins: every name Python's `builtins` has, and whatever a user's code adds; open by nature.
+# A module's builtins: every name Python's `builtins` has, and whatever a user's code adds; open by
+# nature.
 Builtins = dict[str, Any]
 _packages: dict[str, Builtins] = {}  # package name -> the builtins its modules run with
 
@@ -68,7 +69,9 @@ class UserCode:
         _forget(self.package, self.folder)
 
 
-def entry_point(model_dir: Path | None, program: str | None = None, submit_directory: str | None = None) -> Path | None:
+def entry_point(
+    model_dir: Path | None, program: str | None = None, submit_directory: str | None = None
+) -> Path | None:
     """The handler script as SageMaker finds it: `SAGEMAKER_PROGRAM` (default inference.py) in
     `SAGEMAKER_SUBMIT_DIRECTORY` (default the model's `code/`). None when the default script is
     absent; a script or folder the environment names explicitly must exist."""
@@ -80,12 +83,18 @@ def entry_point(model_dir: Path | None, program: str | None = None, submit_direc
         return None
     name = program or DEFAULT_PROGRAM
     if "/" in name or name in ("", ".", ".."):
-        raise ValueError(f"SAGEMAKER_PROGRAM {name!r} must name a script in the code folder, not a path")
+        raise ValueError(
+            f"SAGEMAKER_PROGRAM {name!r} must name a script in the code folder, not a path"
+        )
     script = folder / (name if name.endswith(".py") else f"{name}.py")
     if script.is_file():
         return script
     if program or submit_directory:
-        where = f"SAGEMAKER_SUBMIT_DIRECTORY {submit_directory!r}" if submit_directory else "the model's code/"
+        where = (
+            f"SAGEMAKER_SUBMIT_DIRECTORY {submit_directory!r}"
+            if submit_directory
+            else "the model's code/"
+        )
         raise FileNotFoundError(f"SAGEMAKER_PROGRAM {name!r} not found in {where}")
     return None
 
@@ -101,7 +110,9 @@ def _submit_folder(model_dir: Path | None, submit_directory: str) -> Path:
         )
     if value == SAGEMAKER_MODEL_DIR or value.startswith(SAGEMAKER_MODEL_DIR + "/"):
         if model_dir is None:
-            raise ValueError(f"SAGEMAKER_SUBMIT_DIRECTORY {submit_directory!r} is inside a model this container lacks")
+            raise ValueError(
+                f"SAGEMAKER_SUBMIT_DIRECTORY {submit_directory!r} is inside a model this container lacks"
+            )
         return model_dir / value[len(SAGEMAKER_MODEL_DIR) :].lstrip("/")
     path = Path(value)
     if not path.is_absolute():
@@ -135,7 +146,9 @@ def load_user_code(
     except BaseException:
         _forget(package, folder)
         raise
-    hooks = {name: getattr(module, name) for name in HOOK_NAMES if callable(getattr(module, name, None))}
+    hooks = {
+        name: getattr(module, name) for name in HOOK_NAMES if callable(getattr(module, name, None))
+    }
     return UserCode(package, folder, hooks, module)
 
 
@@ -153,7 +166,9 @@ def _local_names(folder: str) -> frozenset[str]:
     suffixes = importlib.machinery.all_suffixes()
     for entry in os.scandir(folder):
         if entry.is_dir():
-            if entry.name.isidentifier() and os.path.isfile(os.path.join(entry.path, "__init__.py")):
+            if entry.name.isidentifier() and os.path.isfile(
+                os.path.join(entry.path, "__init__.py")
+            ):
                 names.add(entry.name)
             continue
         for suffix in suffixes:
@@ -204,7 +219,11 @@ class _CodeFinder:
         if namespace is None:
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is not None and spec.origin and type(spec.loader) is importlib.machinery.SourceFileLoader:
+        if (
+            spec is not None
+            and spec.origin
+            and type(spec.loader) is importlib.machinery.SourceFileLoader
+        ):
             spec.loader = _CodeLoader(fullname, spec.origin, namespace)
         return spec
 
@@ -219,7 +238,9 @@ _finder = _CodeFinder()
 def _forget(package: str, folder: str) -> None:
     with _lock:
         _packages.pop(package, None)
-        for name in [name for name in sys.modules if name == package or name.startswith(package + ".")]:
+        for name in [
+            name for name in sys.modules if name == package or name.startswith(package + ".")
+        ]:
             del sys.modules[name]
         sys.path_importer_cache.pop(folder, None)
         if not _packages and _finder in sys.meta_path:

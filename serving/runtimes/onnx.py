@@ -81,14 +81,18 @@ class OnnxRuntime(TensorRuntime):
         if gpu_share(self.environment) > 0:
             if CUDA_PROVIDER in ort.get_available_providers():
                 return [CUDA_PROVIDER, CPU_PROVIDER]
-            logger.warning("container has a GPU share but this onnxruntime has no CUDA provider: running on CPU")
+            logger.warning(
+                "container has a GPU share but this onnxruntime has no CUDA provider: running on CPU"
+            )
         return [CPU_PROVIDER]
 
     def input_specs(self, model: Any) -> list[InputSpec]:
         return [
             InputSpec(
                 node.name,
-                None if node.shape is None else tuple(d if isinstance(d, int) and d >= 0 else None for d in node.shape),
+                None
+                if node.shape is None
+                else tuple(d if isinstance(d, int) and d >= 0 else None for d in node.shape),
                 np.dtype(ELEMENT_TYPES[node.type]) if node.type in ELEMENT_TYPES else None,
             )
             for node in model.get_inputs()
@@ -99,7 +103,9 @@ class OnnxRuntime(TensorRuntime):
             v2_tensor(
                 node.name,
                 np.dtype(ELEMENT_TYPES[node.type]) if node.type in ELEMENT_TYPES else None,
-                None if node.shape is None else tuple(d if isinstance(d, int) and d >= 0 else None for d in node.shape),
+                None
+                if node.shape is None
+                else tuple(d if isinstance(d, int) and d >= 0 else None for d in node.shape),
             )
             for node in model.get_outputs()
         ]

@@ -56,7 +56,9 @@ def _is_torchscript(path: Path) -> bool:
     do not."""
     try:
         with zipfile.ZipFile(path) as archive:
-            return any(name.endswith("/constants.pkl") or "/code/" in name for name in archive.namelist())
+            return any(
+                name.endswith("/constants.pkl") or "/code/" in name for name in archive.namelist()
+            )
     except zipfile.BadZipFile:
         return False
 
@@ -86,7 +88,8 @@ class PyTorchRuntime(TensorRuntime):
         use_cuda = gpu_share(self.environment) > 0
         if use_cuda and not torch.cuda.is_available():
             logger.warning(
-                "container has a GPU share but torch %s sees no CUDA device: running on CPU", torch.__version__
+                "container has a GPU share but torch %s sees no CUDA device: running on CPU",
+                torch.__version__,
             )
             use_cuda = False
         self.device = torch.device("cuda" if use_cuda else "cpu")
@@ -174,10 +177,18 @@ class PyTorchRuntime(TensorRuntime):
         import torch
 
         array = toolkit.decode(toolkit.request_data(body, content_type), content_type)
-        if not isinstance(array, np.ndarray) or array.dtype == object or array.dtype.kind not in "fiub":
+        if (
+            not isinstance(array, np.ndarray)
+            or array.dtype == object
+            or array.dtype.kind not in "fiub"
+        ):
             # named inputs, TF Serving documents: the stack's own decoding
             return self.input_fn(body, content_type)
-        tensor = torch.FloatTensor(array) if content_type in toolkit.UTF8_TYPES else torch.from_numpy(array)
+        tensor = (
+            torch.FloatTensor(array)
+            if content_type in toolkit.UTF8_TYPES
+            else torch.from_numpy(array)
+        )
         return tensor.to(self.device or "cpu")
 
     def _container_predict(self, data: Any, model: Any) -> Any:
@@ -222,7 +233,10 @@ class PyTorchRuntime(TensorRuntime):
                 name: array.astype(float_dtype) if array.dtype.kind in "fiub" else array
                 for name, array in inputs.items()
             }
-        tensors = [torch.from_numpy(np.ascontiguousarray(array)).to(self.device or "cpu") for array in inputs.values()]
+        tensors = [
+            torch.from_numpy(np.ascontiguousarray(array)).to(self.device or "cpu")
+            for array in inputs.values()
+        ]
         try:
             with torch.inference_mode():
                 output = model(*tensors)
@@ -249,7 +263,11 @@ def _input_specs(model: Any) -> list[InputSpec]:
 
     graph = getattr(model, "graph", None)
     if isinstance(model, torch.fx.GraphModule) and graph is not None:
-        specs = [_spec_from_fake(node.name, node.meta.get("val")) for node in graph.nodes if node.op == "placeholder"]
+        specs = [
+            _spec_from_fake(node.name, node.meta.get("val"))
+            for node in graph.nodes
+            if node.op == "placeholder"
+        ]
         if specs:
             return specs
     names = _forward_names(model)

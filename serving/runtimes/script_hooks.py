@@ -12,11 +12,26 @@ from serving.runtimes.context import InvocationContext
 from serving.runtimes.handler import UserCode
 from serving.runtimes.requirements import missing_requirements
 
-__all__ = ["BATCH_OPT_IN", "SCRIPT_HOOKS", "call_hook", "check_hooks", "check_requirements", "parameter_count"]
+__all__ = [
+    "BATCH_OPT_IN",
+    "SCRIPT_HOOKS",
+    "call_hook",
+    "check_hooks",
+    "check_requirements",
+    "parameter_count",
+]
 
 # The inference toolkit's hooks, which every stack runs (the TensorFlow stack adds the TFS
 # container's).
-SCRIPT_HOOKS = ("model_fn", "input_fn", "predict_fn", "output_fn", "transform_fn", "pre_model_fn", "model_warmup_fn")
+SCRIPT_HOOKS = (
+    "model_fn",
+    "input_fn",
+    "predict_fn",
+    "output_fn",
+    "transform_fn",
+    "pre_model_fn",
+    "model_warmup_fn",
+)
 TFS_HOOKS = ("input_handler", "output_handler", "handler")
 # A script's module-level `accepts_batches = True`: its hooks take a batch of several requests'
 # rows.
@@ -34,7 +49,9 @@ def check_hooks(hooks: Iterable[str], supported: Iterable[str], stack: str) -> N
     for name in hooks:
         if name not in supported:
             why = _WHY_NOT.get(name, f"not run by the {stack} stack")
-            raise ValueError(f"the handler script defines {name}, which this container does not run ({why})")
+            raise ValueError(
+                f"the handler script defines {name}, which this container does not run ({why})"
+            )
     if "transform_fn" in hooks and {"input_fn", "predict_fn", "output_fn"} & hooks:
         raise ValueError(
             "Cannot use transform_fn implementation in conjunction with input_fn, predict_fn, "
@@ -65,7 +82,11 @@ def parameter_count(function: Callable[..., Any]) -> int | None:
 
 
 def call_hook(
-    hook: str, function: Callable[..., Any], count: int | None, context: InvocationContext, *args: Any
+    hook: str,
+    function: Callable[..., Any],
+    count: int | None,
+    context: InvocationContext,
+    *args: Any,
 ) -> Any:
     """Call a user's hook as the toolkit does: with the context when it takes one argument more
     (`count`: its `parameter_count`)."""

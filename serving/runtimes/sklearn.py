@@ -106,14 +106,21 @@ class SklearnRuntime(Runtime):
         output: TensorMetadata = {"name": "output-0", "datatype": "FP64", "shape": [-1]}
         if method == "predict" and classes is not None:
             output["datatype"] = v2_datatype(np.asarray(classes).dtype)
-        elif method in ("predict_proba", "predict_log_proba", "decision_function") and classes is not None:
-            output["shape"] = [-1, len(classes)] if len(classes) > 2 or method != "decision_function" else [-1]
+        elif (
+            method in ("predict_proba", "predict_log_proba", "decision_function")
+            and classes is not None
+        ):
+            output["shape"] = (
+                [-1, len(classes)] if len(classes) > 2 or method != "decision_function" else [-1]
+            )
         elif method == "transform":
             output["shape"] = [-1, -1]
         return {"inputs": inputs, "outputs": [output]}
 
     def _method(self, model: Any) -> str:
-        return self.environment.get(METHOD_ENV) or ("predict" if hasattr(model, "predict") else "transform")
+        return self.environment.get(METHOD_ENV) or (
+            "predict" if hasattr(model, "predict") else "transform"
+        )
 
     def predict_fn(self, data: Any, model: Any) -> Any:
         method = self._method(model)

@@ -31,7 +31,9 @@ REVIEWED_TYPES = {
 
 def operator_types(environment: Mapping[str, str]) -> set[str]:
     """The exact type names the container's Environment trusts."""
-    return {name.strip() for name in environment.get(TRUSTED_TYPES_ENV, "").split(",") if name.strip()}
+    return {
+        name.strip() for name in environment.get(TRUSTED_TYPES_ENV, "").split(",") if name.strip()
+    }
 
 
 # sklearn's array-API shims for other frameworks: `sklearn.externals.array_api_compat.<framework>`
@@ -47,7 +49,11 @@ class _SkipUnusedArrayApiShims(importlib.abc.MetaPathFinder):
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
         framework = name.removeprefix(_SHIM_PREFIX)
-        if name.startswith(_SHIM_PREFIX) and framework in _ARRAY_API_SHIMS and framework not in sys.modules:
+        if (
+            name.startswith(_SHIM_PREFIX)
+            and framework in _ARRAY_API_SHIMS
+            and framework not in sys.modules
+        ):
             raise ImportError(f"{name}: not needed to list scikit-learn's estimators", name=name)
         return None
 
@@ -101,7 +107,9 @@ def check_trees(model: Any, name: str) -> None:
 
     for obj in _objects(model):
         if isinstance(obj, Tree) and not _nodes_in_range(obj):
-            raise ValueError(f"{name}: a decision tree's node indices are out of range (corrupt or crafted file)")
+            raise ValueError(
+                f"{name}: a decision tree's node indices are out of range (corrupt or crafted file)"
+            )
         attributes = getattr(obj, "__dict__", None)
         if not isinstance(attributes, dict):
             continue
@@ -109,14 +117,19 @@ def check_trees(model: Any, name: str) -> None:
         if isinstance(tree, Tree) and attributes.get("n_features_in_") != tree.n_features:
             # The estimator checks a request's width against n_features_in_; the tree reads up to
             # n_features.
-            raise ValueError(f"{name}: a decision tree's feature count does not match its estimator's")
+            raise ValueError(
+                f"{name}: a decision tree's feature count does not match its estimator's"
+            )
         # predicts from its trees' nodes without their own checks
         if isinstance(obj, BaseGradientBoosting):
             if any(
-                getattr(stage, "tree_", None) is None or stage.tree_.n_features != obj.n_features_in_
+                getattr(stage, "tree_", None) is None
+                or stage.tree_.n_features != obj.n_features_in_
                 for stage in np.ravel(obj.estimators_)
             ):
-                raise ValueError(f"{name}: a gradient-boosting stage does not match the model's feature count")
+                raise ValueError(
+                    f"{name}: a gradient-boosting stage does not match the model's feature count"
+                )
 
 
 def _nodes_in_range(tree: Any) -> bool:

@@ -1,6 +1,7 @@
-"""A model's tensors as Open Inference metadata: what a stack reads of a loaded model (`Runtime.model_tensors`),
-what a container answers the gateway (`Runtime.tensor_signature`), and what the gateway shows a caller
-(`open_inference`). The field names are the Open Inference Protocol v2's (`$metadata_tensor`)."""
+"""A model's tensors as Open Inference metadata: what a stack reads of a loaded model
+(`Runtime.model_tensors`), what a container answers the gateway (`Runtime.tensor_signature`), and
+what the gateway shows a caller (`open_inference`). The field names are the Open Inference Protocol
+v2's (`$metadata_tensor`)."""
 
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ class ModelTensors(TypedDict):
 
 
 class TensorSignature(ModelTensors):
-    """What a container answers on its signature path: its tensors, and the content types that carry one tensor
-    to its model and back."""
+    """What a container answers on its signature path: its tensors, and the content types that carry
+    one tensor to its model and back."""
 
     content_type: str
     accept: str

@@ -59,7 +59,9 @@ def find_saved_model(model_dir: Path, nested: bool = True) -> Path | None:
                 candidates.append(found)
     if len(candidates) > 1:
         names = ", ".join(str(path.relative_to(model_dir)) for path in candidates)
-        raise ValueError(f"several SavedModels in {model_dir} ({names}); a container serves one model")
+        raise ValueError(
+            f"several SavedModels in {model_dir} ({names}); a container serves one model"
+        )
     return candidates[0] if candidates else None
 
 
@@ -99,14 +101,18 @@ class TensorFlowRuntime(TensorRuntime):
                 # a GPU share of 0 means: leave the node's GPUs alone
                 tf.config.set_visible_devices([], "GPU")
         except RuntimeError:  # only settable before TensorFlow initializes in this process
-            logger.info("TensorFlow already initialized in this process: thread and device settings unchanged")
+            logger.info(
+                "TensorFlow already initialized in this process: thread and device settings unchanged"
+            )
         super().load()
 
     def model_fn(self, model_dir: Path | None) -> Any:
         if model_dir is None:
             raise FileNotFoundError("the tensorflow stack needs ModelDataUrl")
         keras_files = (
-            [model_dir / "model.keras"] if (model_dir / "model.keras").is_file() else sorted(model_dir.glob("*.keras"))
+            [model_dir / "model.keras"]
+            if (model_dir / "model.keras").is_file()
+            else sorted(model_dir.glob("*.keras"))
         )
         if keras_files:
             # Without scikit-learn for Keras' wrappers when no script, and no other model, can use
@@ -150,7 +156,11 @@ class TensorFlowRuntime(TensorRuntime):
     def batchable(self, content_type: str | None) -> bool:
         # Only NPY without TFS handlers takes the tensor path; everything else is TF Serving's REST
         # contract.
-        return codecs.media_type(content_type) == codecs.NPY and self._tfs_hooks == (None, None, None)
+        return codecs.media_type(content_type) == codecs.NPY and self._tfs_hooks == (
+            None,
+            None,
+            None,
+        )
 
     def _answer_as_tfs(
         self, body: bytes, content_type: str | None, accept: str | None, context: InvocationContext
@@ -158,14 +168,23 @@ class TensorFlowRuntime(TensorRuntime):
         handler, input_handler, output_handler = self._tfs_hooks
         if handler is not None or input_handler is not None:
             ctx = tfs.make_context(
-                body, content_type, accept, context.custom_attributes, self.model_name, context.local_api
+                body,
+                content_type,
+                accept,
+                context.custom_attributes,
+                self.model_name,
+                context.local_api,
             )
-            return tfs.call_handler(handler or self._pipeline(input_handler, output_handler), body, ctx)
+            return tfs.call_handler(
+                handler or self._pipeline(input_handler, output_handler), body, ctx
+            )
         kind = codecs.media_type(content_type)
         if kind not in (*tfs.JSON_TYPES, codecs.CSV):
             raise tfs.unsupported_media_type(content_type)
         attributes = tfs.tfs_attributes(context.custom_attributes)
-        status, out = self.rest_call(tfs.rest_path(self.model_name, attributes), tfs.predict_body(body, kind))
+        status, out = self.rest_call(
+            tfs.rest_path(self.model_name, attributes), tfs.predict_body(body, kind)
+        )
         out, out_type = tfs.with_accept(out, accept)
         if status != 200:
             raise ContainerAnswerError(status, out, out_type)
@@ -175,7 +194,11 @@ class TensorFlowRuntime(TensorRuntime):
         # python_service._make_handler, with TF Serving in process
         def handler(data: Any, context: Any) -> Any:
             sent = tfs.posted_body(input_handler(data, context), context.rest_uri)
-            path = context.rest_uri[context.rest_uri.index("/v1/models/") :] if context.rest_uri else None
+            path = (
+                context.rest_uri[context.rest_uri.index("/v1/models/") :]
+                if context.rest_uri
+                else None
+            )
             status, out = self.rest_call(path or tfs.rest_path(self.model_name, {}), sent)
             return output_handler(tfs.response_object(status, out, context.rest_uri), context)
 
@@ -188,11 +211,15 @@ class TensorFlowRuntime(TensorRuntime):
         if match is None:
             return 404, tfs_json.error_json(f"Malformed request: POST {path}")
         name, version, method = match.groups()
-        if name != self.model_name or (version is not None and version.lstrip("0") != (self.model_version or "")):
+        if name != self.model_name or (
+            version is not None and version.lstrip("0") != (self.model_version or "")
+        ):
             wanted = f"Specific({name}, {version})" if version is not None else f"Latest({name})"
             return 404, tfs_json.error_json(f"Servable not found for request: {wanted}")
         if method != "predict":
-            return 400, tfs_json.error_json(f"the tensorflow stack serves :predict only, not :{method}")
+            return 400, tfs_json.error_json(
+                f"the tensorflow stack serves :predict only, not :{method}"
+            )
         try:
             form, payload, signature = tfs_json.parse_predict(body)
             inputs = bind_inputs(payload, self.input_specs(self.model, signature))
@@ -200,7 +227,9 @@ class TensorFlowRuntime(TensorRuntime):
             if not isinstance(outputs, dict):
                 outputs = {"output_0": outputs}
             named = {key: np.asarray(outputs[key]) for key in sorted(outputs)}
-            return 200, tfs_json.predictions_json(named) if form == tfs_json.ROW else tfs_json.outputs_json(named)
+            return 200, tfs_json.predictions_json(
+                named
+            ) if form == tfs_json.ROW else tfs_json.outputs_json(named)
         except (tfs_json.TfsRequestError, ModelInputError) as error:
             return 400, tfs_json.error_json(str(error))
         except Exception as error:  # the model itself failed
@@ -211,7 +240,9 @@ class TensorFlowRuntime(TensorRuntime):
         name = requested or self.environment.get(SIGNATURE_ENV) or DEFAULT_SIGNATURE
         signatures = getattr(model, "signatures", None) or {}
         if requested and requested not in signatures:
-            raise tfs_json.TfsRequestError(f'Serving signature name: "{requested}" not found in signature def')
+            raise tfs_json.TfsRequestError(
+                f'Serving signature name: "{requested}" not found in signature def'
+            )
         if name not in signatures:
             raise ValueError(
                 f"the SavedModel has no signature {name!r} (it has: {', '.join(signatures) or 'none'}); "
@@ -222,19 +253,31 @@ class TensorFlowRuntime(TensorRuntime):
     # --- inputs and inference ------------------------------------------------------------
     def input_specs(self, model: Any, signature: str | None = None) -> list[InputSpec]:
         if _is_keras(model):
-            return [InputSpec(_keras_name(t), tuple(t.shape), _np_dtype(t.dtype)) for t in model.inputs]
+            return [
+                InputSpec(_keras_name(t), tuple(t.shape), _np_dtype(t.dtype)) for t in model.inputs
+            ]
         _, named = self._signature(model, signature).structured_input_signature
         return [
-            InputSpec(name, tuple(spec.shape.as_list()) if spec.shape.rank is not None else None, _np_dtype(spec.dtype))
+            InputSpec(
+                name,
+                tuple(spec.shape.as_list()) if spec.shape.rank is not None else None,
+                _np_dtype(spec.dtype),
+            )
             for name, spec in named.items()
         ]
 
     def output_tensors(self, model: Any) -> list[TensorMetadata]:
         if _is_keras(model):
-            return [v2_tensor(_keras_name(t), _np_dtype(t.dtype), tuple(t.shape)) for t in model.outputs]
+            return [
+                v2_tensor(_keras_name(t), _np_dtype(t.dtype), tuple(t.shape)) for t in model.outputs
+            ]
         named = self._signature(model).structured_outputs
         return [
-            v2_tensor(name, _np_dtype(spec.dtype), tuple(spec.shape.as_list()) if spec.shape.rank is not None else None)
+            v2_tensor(
+                name,
+                _np_dtype(spec.dtype),
+                tuple(spec.shape.as_list()) if spec.shape.rank is not None else None,
+            )
             for name, spec in named.items()
         ]
 
@@ -252,7 +295,9 @@ class TensorFlowRuntime(TensorRuntime):
         except (tf.errors.InvalidArgumentError, ValueError, TypeError) as error:
             given = ", ".join(f"{name} {describe_array(array)}" for name, array in inputs.items())
             message = getattr(error, "message", None) or str(error)
-            raise ModelInputError(f"the model failed on input {given}: {_last_line(message)}") from error
+            raise ModelInputError(
+                f"the model failed on input {given}: {_last_line(message)}"
+            ) from error
         return _to_numpy(output)
 
 
@@ -273,10 +318,14 @@ def _np_dtype(dtype: Any) -> np.dtype | None:
 
 def _last_line(message: str) -> str:
     lines = [
-        line.strip() for line in message.strip().splitlines() if line.strip() and not line.strip().startswith("[[")
+        line.strip()
+        for line in message.strip().splitlines()
+        if line.strip() and not line.strip().startswith("[[")
     ]
     informative = [
-        line for line in lines if not line.startswith(("Detected at node", "<stack traces", "Graph execution"))
+        line
+        for line in lines
+        if not line.startswith(("Detected at node", "<stack traces", "Graph execution"))
     ]
     return (informative or lines or [message])[0]
 

@@ -44,7 +44,11 @@ class InputSpec:
     dtype: np.dtype | None = None
 
     def describe(self) -> str:
-        dims = "?" if self.shape is None else "[" + ", ".join("?" if d is None else str(d) for d in self.shape) + "]"
+        dims = (
+            "?"
+            if self.shape is None
+            else "[" + ", ".join("?" if d is None else str(d) for d in self.shape) + "]"
+        )
         return f"{self.name} ({self.dtype.name if self.dtype is not None else 'any dtype'} {dims})"
 
 
@@ -58,7 +62,9 @@ def cpu_threads(environment: Mapping[str, str], predictions: int = 1) -> int | N
     override = environment.get(THREADS_ENV)
     if override:
         if not override.isdigit() or int(override) < 1:
-            raise ValueError(f"{THREADS_ENV} must be a whole number of at least 1, got {override!r}")
+            raise ValueError(
+                f"{THREADS_ENV} must be a whole number of at least 1, got {override!r}"
+            )
         return int(override)
     cpus = environment.get(CPUS_ENV)
     if not cpus:
@@ -102,9 +108,13 @@ def bind_inputs(payload: Any, specs: list[InputSpec]) -> dict[str, np.ndarray]:
         missing = [spec.name for spec in specs if spec.name not in payload]
         unknown = [name for name in payload if name not in {spec.name for spec in specs}]
         if missing:
-            raise ModelInputError(f"missing input {', '.join(map(repr, missing))}; the model takes: {expected}")
+            raise ModelInputError(
+                f"missing input {', '.join(map(repr, missing))}; the model takes: {expected}"
+            )
         if unknown:
-            raise ModelInputError(f"unknown input {', '.join(map(repr, unknown))}; the model takes: {expected}")
+            raise ModelInputError(
+                f"unknown input {', '.join(map(repr, unknown))}; the model takes: {expected}"
+            )
         return {spec.name: conform(payload[spec.name], spec) for spec in specs}
     if len(specs) != 1:
         raise ModelInputError(
@@ -127,8 +137,12 @@ def conform(value: Any, spec: InputSpec) -> np.ndarray:
     rank = len(spec.shape)
     if array.ndim == rank - 1:
         array = array[np.newaxis, ...]  # one instance, as a batch of one
-    if array.ndim != rank or any(want is not None and want != got for want, got in zip(spec.shape, array.shape)):
-        raise ModelInputError(f"input {spec.name!r} has shape {list(array.shape)}; the model takes {spec.describe()}")
+    if array.ndim != rank or any(
+        want is not None and want != got for want, got in zip(spec.shape, array.shape)
+    ):
+        raise ModelInputError(
+            f"input {spec.name!r} has shape {list(array.shape)}; the model takes {spec.describe()}"
+        )
     return array
 
 
@@ -147,10 +161,14 @@ def _cast(array: np.ndarray, spec: InputSpec) -> np.ndarray:
     if text_in:
         raise ModelInputError(f"input {spec.name!r} holds text; the model takes {spec.describe()}")
     if text_wanted:
-        raise ModelInputError(f"input {spec.name!r} holds numbers; the model takes {spec.describe()}")
+        raise ModelInputError(
+            f"input {spec.name!r} holds numbers; the model takes {spec.describe()}"
+        )
     if target.kind in "iub" and array.dtype.kind == "f":
         if not np.all(np.isfinite(array)) or not np.all(array == np.round(array)):
-            raise ModelInputError(f"input {spec.name!r} holds non-integer values; the model takes {spec.describe()}")
+            raise ModelInputError(
+                f"input {spec.name!r} holds non-integer values; the model takes {spec.describe()}"
+            )
     if (
         target.kind in "iu"
         and array.size
@@ -172,7 +190,10 @@ def wrap_outputs(outputs: Any, response_key: str | None) -> Any:
         # repeats).
         rows = max((len(value) for value in outputs.values() if np.ndim(value) > 0), default=1)
         outputs = [
-            {name: value[i] if np.ndim(value) > 0 and len(value) == rows else value for name, value in outputs.items()}
+            {
+                name: value[i] if np.ndim(value) > 0 and len(value) == rows else value
+                for name, value in outputs.items()
+            }
             for i in range(rows)
         ]
     return {response_key: outputs}
@@ -238,7 +259,11 @@ class TensorRuntime(Runtime):
 
     def output_fn(self, prediction: Any, accept: str | None) -> tuple[bytes, str]:
         # CSV and NPY cannot carry TF Serving's wrapper object: send what it wraps.
-        if codecs.choose_accept(accept) != codecs.JSON and isinstance(prediction, dict) and len(prediction) == 1:
+        if (
+            codecs.choose_accept(accept) != codecs.JSON
+            and isinstance(prediction, dict)
+            and len(prediction) == 1
+        ):
             key = next(iter(prediction))
             if key in TF_SERVING_KEYS.values():
                 prediction = prediction[key]

@@ -59,7 +59,8 @@ class _KerasWrappersWithoutSklearn(importlib.abc.MetaPathFinder):
         importer = _importer(sys._getframe(1))
         if importer == KERAS_SKLEARN_WRAPPERS or importer.startswith(KERAS_SKLEARN_WRAPPERS + "."):
             raise ModuleNotFoundError(
-                f"{fullname} is not loaded for Keras' wrappers (serving.runtimes.tf_import)", name=fullname
+                f"{fullname} is not loaded for Keras' wrappers (serving.runtimes.tf_import)",
+                name=fullname,
             )
         return None
 

@@ -33,7 +33,15 @@ Context = namedtuple(
 TFS_HANDLERS = ("handler", "input_handler", "output_handler")
 # The SageMaker inference toolkit's hooks, which that container does not call: refused, never
 # ignored.
-TOOLKIT_HOOKS = ("model_fn", "input_fn", "predict_fn", "output_fn", "transform_fn", "pre_model_fn", "model_warmup_fn")
+TOOLKIT_HOOKS = (
+    "model_fn",
+    "input_fn",
+    "predict_fn",
+    "output_fn",
+    "transform_fn",
+    "pre_model_fn",
+    "model_warmup_fn",
+)
 _ATTRIBUTE = re.compile(r"(tfs-[a-z\-]+=[^,]+)")
 JSON_TYPES = (JSON, JSON_LINES, JSONS)
 
@@ -71,7 +79,12 @@ def rest_path(model_name: str, attributes: dict[str, str]) -> str:
 
 
 def make_context(
-    body: bytes, content_type: str | None, accept: str | None, custom: str | None, model_name: str, base: str | None
+    body: bytes,
+    content_type: str | None,
+    accept: str | None,
+    custom: str | None,
+    model_name: str,
+    base: str | None,
 ) -> Any:
     """tfs_utils.parse_request's context; `base` is where this process reaches its TF Serving REST
     API."""
@@ -102,7 +115,9 @@ def predict_body(body: bytes, content_type: str) -> bytes:
     elif re.search(r"[}\]]\s*[\[{]", data):
         converted = _json_lines_request(data)
     else:
-        converted = '{"instances":' + (data if re.match(r"\s*\[\s*\[", data) else "[" + data + "]") + "}"
+        converted = (
+            '{"instances":' + (data if re.match(r"\s*\[\s*\[", data) else "[" + data + "]") + "}"
+        )
     return converted.encode("utf-8", "surrogateescape")
 
 
@@ -132,7 +147,9 @@ def _csv_request(data: str) -> str:
         if not line:
             continue
         several = "," in line
-        item = '"' + line.replace('"', '\\"', 1).replace(",", '","', 1) + '"' if needs_quotes else line
+        item = (
+            '"' + line.replace('"', '\\"', 1).replace(",", '","', 1) + '"' if needs_quotes else line
+        )
         parts.append("[" + item + "]" if several else item)
         if number != len(lines) - 1:
             parts.append(",")
@@ -156,10 +173,14 @@ def with_accept(body: bytes, accept: str | None) -> tuple[bytes, str]:
 
 
 # --- with user code: python_service.py ------------------------------------------------------------
-def resolve_handlers(module: Any) -> tuple[Callable[..., Any] | None, Callable[..., Any] | None, Callable | None]:
+def resolve_handlers(
+    module: Any,
+) -> tuple[Callable[..., Any] | None, Callable[..., Any] | None, Callable | None]:
     """(handler, input_handler, output_handler) as `_import_handlers` picks them; raises what it
     refuses."""
-    defined = {name for name in TFS_HANDLERS + TOOLKIT_HOOKS if callable(getattr(module, name, None))}
+    defined = {
+        name for name in TFS_HANDLERS + TOOLKIT_HOOKS if callable(getattr(module, name, None))
+    }
     toolkit = [name for name in TOOLKIT_HOOKS if name in defined]
     if toolkit:
         raise ValueError(

@@ -83,7 +83,15 @@ def string_token(text: str | bytes) -> str:
     raw UTF-8."""
     if isinstance(text, bytes):
         text = text.decode("utf-8", "surrogateescape")
-    short = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+    short = {
+        '"': '\\"',
+        "\\": "\\\\",
+        "\b": "\\b",
+        "\f": "\\f",
+        "\n": "\\n",
+        "\r": "\\r",
+        "\t": "\\t",
+    }
     out = []
     for char in text:
         if char in short:
@@ -160,7 +168,9 @@ def predictions_json(outputs: dict[str, np.ndarray]) -> bytes:
         for name, array in outputs.items():
             if several:
                 writer.value(string_token(name))
-            _write_values(writer, array[item], name.endswith(BYTES_SUFFIX) and array.dtype.kind in "SOU")
+            _write_values(
+                writer, array[item], name.endswith(BYTES_SUFFIX) and array.dtype.kind in "SOU"
+            )
         writer.single_line = False
         if several:
             writer.end()
@@ -221,9 +231,13 @@ def parse_predict(body: bytes) -> tuple[str, Any, str | None]:
     if INSTANCES in document:
         instances = document[INSTANCES]
         if not isinstance(instances, list):
-            raise TfsRequestError(f"JSON Value: {json.dumps(document)} Excepting 'instances' to be an list/array")
+            raise TfsRequestError(
+                f"JSON Value: {json.dumps(document)} Excepting 'instances' to be an list/array"
+            )
         if not instances:
-            raise TfsRequestError(f"JSON Value: {json.dumps(document)} No values in 'instances' array")
+            raise TfsRequestError(
+                f"JSON Value: {json.dumps(document)} No values in 'instances' array"
+            )
         if all(isinstance(row, dict) and not _is_b64(row) for row in instances):
             names = list(instances[0])
             for number, row in enumerate(instances):

@@ -52,7 +52,9 @@ def request_data(body: bytes, content_type: str | None) -> bytes | str:
         try:
             return body.decode("utf-8")
         except UnicodeDecodeError as error:
-            raise codecs.ValidationError(f"request body is not valid UTF-8 {content_type}: {error}") from None
+            raise codecs.ValidationError(
+                f"request body is not valid UTF-8 {content_type}: {error}"
+            ) from None
     return body
 
 
@@ -95,7 +97,9 @@ def encode(value: Any, content_type: str) -> bytes | str:
     if content_type == NPY:
         array = np.asarray(value)
         if array.dtype == object:
-            raise codecs.ValidationError("prediction cannot be encoded as application/x-npy (mixed types)")
+            raise codecs.ValidationError(
+                "prediction cannot be encoded as application/x-npy (mixed types)"
+            )
         buffer = io.BytesIO()
         np.save(buffer, array, allow_pickle=False)
         return buffer.getvalue()

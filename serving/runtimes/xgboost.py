@@ -22,7 +22,13 @@ from typing import Any
 import numpy as np
 
 from serving.errors import ValidationError
-from serving.protocol import ALLOW_PICKLE_ENV, CSV, DEFAULT_ACCEPT_ENV, INFERENCE_ENSEMBLE_ENV, INFERENCE_OUTPUT_ENV
+from serving.protocol import (
+    ALLOW_PICKLE_ENV,
+    CSV,
+    DEFAULT_ACCEPT_ENV,
+    INFERENCE_ENSEMBLE_ENV,
+    INFERENCE_OUTPUT_ENV,
+)
 from serving.runtimes import toolkit
 from serving.runtimes import xgboost_codecs as xc
 from serving.runtimes.base import Runtime
@@ -50,10 +56,14 @@ def booster_files(model_dir: Path, ensemble: bool) -> list[Path]:
     folds = sorted(p for p in model_dir.glob(f"{MODEL_FILE}-*") if p.is_file())
     if folds:
         return folds if ensemble else folds[:1]
-    found = sorted(p for pattern in ("*.ubj", "*.json") for p in model_dir.glob(pattern) if p.is_file())
+    found = sorted(
+        p for pattern in ("*.ubj", "*.json") for p in model_dir.glob(pattern) if p.is_file()
+    )
     if found:
         return found[:1]
-    raise FileNotFoundError(f"no {MODEL_FILE} (or model.ubj, model.json, *.ubj, *.json booster) in {model_dir}")
+    raise FileNotFoundError(
+        f"no {MODEL_FILE} (or model.ubj, model.json, *.ubj, *.json booster) in {model_dir}"
+    )
 
 
 def _is_pickle(raw: bytes) -> bool:
@@ -73,7 +83,9 @@ class XGBoostRuntime(Runtime):
         self.default_accept = self.environment.get(DEFAULT_ACCEPT_ENV, CSV)
         self.objective = ""
         self.num_class = ""
-        self.selected = xc.selected_keys(self.environment[INFERENCE_OUTPUT_ENV]) if self._selectable else []
+        self.selected = (
+            xc.selected_keys(self.environment[INFERENCE_OUTPUT_ENV]) if self._selectable else []
+        )
 
     @property
     def _selectable(self) -> bool:
@@ -132,7 +144,9 @@ class XGBoostRuntime(Runtime):
         if isinstance(loaded, xgboost.XGBModel):
             loaded = loaded.get_booster()
         if not isinstance(loaded, xgboost.Booster):
-            raise TypeError(f"{path.name} unpickles to {type(loaded).__name__}, not an XGBoost Booster")
+            raise TypeError(
+                f"{path.name} unpickles to {type(loaded).__name__}, not an XGBoost Booster"
+            )
         return loaded
 
     def model_tensors(self, model: Any) -> ModelTensors:
@@ -173,7 +187,9 @@ class XGBoostRuntime(Runtime):
                     f"LIBSVM feature index {got - 1} (0-based) is beyond the model's {expected} features"
                 )
         elif got not in (expected, expected - 1):
-            raise ValidationError(f"{kind.upper()} rows have {got} features; the model takes {expected}")
+            raise ValidationError(
+                f"{kind.upper()} rows have {got} features; the model takes {expected}"
+            )
 
     # --- predict_fn -------------------------------------------------------------------------------
     def predict_fn(self, data: Any, model: Any) -> Any:
@@ -182,7 +198,9 @@ class XGBoostRuntime(Runtime):
         if not isinstance(data, xgboost.DMatrix):
             data = xgboost.DMatrix(data)  # a user's input_fn may return an array or a SciPy matrix
         if isinstance(model, list):
-            outputs = np.stack([booster.predict(data, validate_features=False) for booster in model])
+            outputs = np.stack(
+                [booster.predict(data, validate_features=False) for booster in model]
+            )
             return _vote(outputs) if self.objective in VOTED else outputs.mean(axis=0)
         if isinstance(model, xgboost.Booster):
             return model.predict(data, validate_features=False)

@@ -25,7 +25,14 @@ from serving.runtimes import codecs
 INPUT_TYPES = (CSV, LIBSVM, X_LIBSVM, JSON)
 OUTPUT_TYPES = (CSV, JSON, JSON_LINES)
 # The container's bare spellings (`get_content_type`): "csv", "libsvm".
-_KINDS = {CSV: "csv", "csv": "csv", LIBSVM: "libsvm", X_LIBSVM: "libsvm", "libsvm": "libsvm", JSON: "json"}
+_KINDS = {
+    CSV: "csv",
+    "csv": "csv",
+    LIBSVM: "libsvm",
+    X_LIBSVM: "libsvm",
+    "libsvm": "libsvm",
+    JSON: "json",
+}
 
 
 def input_kind(content_type: str | None) -> str:
@@ -38,7 +45,9 @@ def input_kind(content_type: str | None) -> str:
         part.strip().lower().split("=", 1) for part in content_type.split(";")[1:] if "=" in part
     )  # `text/csv; label_size=1` is the container's only parameter
     if kind in (CSV, "csv") and params.get("label_size", "1") != "1":
-        raise UnsupportedFormatError(f"{content_type} is not an accepted csv ContentType: label_size must be 1")
+        raise UnsupportedFormatError(
+            f"{content_type} is not an accepted csv ContentType: label_size must be 1"
+        )
     if kind in _KINDS:
         return _KINDS[kind]
     if kind == RECORDIO_PROTOBUF:
@@ -81,7 +90,9 @@ def parse_csv(body: bytes) -> np.ndarray:
                 try:
                     float(field)
                 except ValueError:
-                    raise ValidationError(f"CSV row {number}, column {column}: {field!r} is not a number") from None
+                    raise ValidationError(
+                        f"CSV row {number}, column {column}: {field!r} is not a number"
+                    ) from None
         raise
 
 
@@ -105,7 +116,9 @@ def parse_libsvm(body: bytes, dense: bool = False) -> Any:
             try:
                 column, number_value = int(index), float(value)
             except ValueError:
-                raise ValidationError(f"LIBSVM line {number}: {token!r} is not index:value") from None
+                raise ValidationError(
+                    f"LIBSVM line {number}: {token!r} is not index:value"
+                ) from None
             if column < 0:
                 raise ValidationError(f"LIBSVM line {number}: negative feature index in {token!r}")
             rows.append(number - 1)
@@ -117,7 +130,8 @@ def parse_libsvm(body: bytes, dense: bool = False) -> Any:
         cols -= 1
     width = int(cols.max()) + 1 if cols.size else 0
     matrix = scipy.sparse.csr_matrix(
-        (np.asarray(values, dtype=np.float64), (np.asarray(rows, dtype=np.int64), cols)), shape=(len(lines), width)
+        (np.asarray(values, dtype=np.float64), (np.asarray(rows, dtype=np.int64), cols)),
+        shape=(len(lines), width),
     )
     return matrix.toarray() if dense else matrix
 
@@ -130,7 +144,9 @@ def parse_json(body: bytes) -> np.ndarray:
     if isinstance(data, dict):
         key = next((k for k in ("instances", "inputs", "features") if k in data), None)
         if key is None:
-            raise ValidationError('JSON object input needs an "instances", "inputs" or "features" field')
+            raise ValidationError(
+                'JSON object input needs an "instances", "inputs" or "features" field'
+            )
         data = [data[key]] if key == "features" else data[key]
     if isinstance(data, list) and data and all(isinstance(row, dict) for row in data):
         if not all("features" in row for row in data):
@@ -139,7 +155,9 @@ def parse_json(body: bytes) -> np.ndarray:
     try:
         array = np.array(data, dtype=np.float64)
     except (ValueError, TypeError) as error:
-        raise ValidationError(f"JSON input is not a rectangular array of numbers: {error}") from None
+        raise ValidationError(
+            f"JSON input is not a rectangular array of numbers: {error}"
+        ) from None
     if array.ndim == 1:
         array = array.reshape(1, -1)
     if array.ndim != 2 or array.shape[0] == 0:
@@ -156,7 +174,9 @@ def choose_output(accept: str, default: str) -> str:
             return kind
         if kind in ("*/*", "application/*"):
             return default
-    raise UnsupportedFormatError(f"unsupported Accept {accept!r}; the xgboost stack answers: {', '.join(OUTPUT_TYPES)}")
+    raise UnsupportedFormatError(
+        f"unsupported Accept {accept!r}; the xgboost stack answers: {', '.join(OUTPUT_TYPES)}"
+    )
 
 
 def encode_scores(predictions: np.ndarray, kind: str) -> tuple[bytes, str]:
@@ -176,11 +196,25 @@ def encode_scores(predictions: np.ndarray, kind: str) -> tuple[bytes, str]:
 REGRESSION = ("reg:squarederror", "reg:logistic", "reg:gamma", "reg:absoluteerror", "reg:tweedie")
 SELECTABLE = {
     **{objective: ("predicted_score",) for objective in REGRESSION},
-    "binary:logistic": ("predicted_label", "labels", "probability", "probabilities", "raw_score", "raw_scores"),
+    "binary:logistic": (
+        "predicted_label",
+        "labels",
+        "probability",
+        "probabilities",
+        "raw_score",
+        "raw_scores",
+    ),
     "binary:logitraw": ("predicted_label", "labels", "raw_score", "raw_scores"),
     "binary:hinge": ("predicted_label", "labels", "raw_score", "raw_scores"),
     "multi:softmax": ("predicted_label", "labels", "raw_score", "raw_scores"),
-    "multi:softprob": ("predicted_label", "labels", "probability", "probabilities", "raw_score", "raw_scores"),
+    "multi:softprob": (
+        "predicted_label",
+        "labels",
+        "probability",
+        "probabilities",
+        "raw_score",
+        "raw_scores",
+    ),
 }
 
 
@@ -194,8 +228,8 @@ FIELD_ORDER = (
     "predicted_score",
 )
 
-# One prediction's selected fields, by the names SAGEMAKER_INFERENCE_OUTPUT gives (a name the objective lacks
-# is NaN): a label or score, or a list of labels, probabilities or scores.
+# One prediction's selected fields, by the names SAGEMAKER_INFERENCE_OUTPUT gives (a name the
+# objective lacks is NaN): a label or score, or a list of labels, probabilities or scores.
 SelectedRow = dict[str, int | float | list[int] | list[float]]
 
 
@@ -222,14 +256,19 @@ def _field(key: str, objective: str, raw: Any, num_class: str) -> Any:
     return raw.item()  # probability, raw_score
 
 
-def select(predictions: np.ndarray, keys: Sequence[str], objective: str, num_class: str) -> list[SelectedRow]:
+def select(
+    predictions: np.ndarray, keys: Sequence[str], objective: str, num_class: str
+) -> list[SelectedRow]:
     """Each prediction's selected fields; a field the objective does not have is NaN, as the
     container sends it."""
     # the container's order
     valid = [key for key in FIELD_ORDER if key in keys and key in SELECTABLE[objective]]
     invalid = [key for key in dict.fromkeys(keys) if key not in valid]
     return [
-        {**{key: _field(key, objective, raw, num_class) for key in valid}, **dict.fromkeys(invalid, float("nan"))}
+        {
+            **{key: _field(key, objective, raw, num_class) for key in valid},
+            **dict.fromkeys(invalid, float("nan")),
+        }
         for raw in predictions
     ]
 
@@ -241,5 +280,8 @@ def encode_selected(rows: list[SelectedRow], keys: Sequence[str], kind: str) -> 
         return json.dumps({"predictions": rows}).encode(), JSON
     if kind == JSON_LINES:
         return "".join(json.dumps(row) + "\n" for row in rows).encode(), JSON_LINES
-    lines = (",".join(f'"{row[k]}"' if isinstance(row[k], list) else str(row[k]) for k in keys) for row in rows)
+    lines = (
+        ",".join(f'"{row[k]}"' if isinstance(row[k], list) else str(row[k]) for k in keys)
+        for row in rows
+    )
     return "\n".join(lines).encode(), CSV

@@ -1,8 +1,9 @@
-"""What every SageMaker resource's operations share: the state, the deployer, this server's settings, one lock.
+"""What every SageMaker resource's operations share: the state, the deployer, this server's
+settings, one lock.
 
-The operations are grouped by resource (`models`, `endpoint_configs`, `endpoints`, and `variants` for what a
-variant is served as); each group gets this one context rather than inheriting it, so a group's module reads on
-its own and names what it uses.
+The operations are grouped by resource (`models`, `endpoint_configs`, `endpoints`, and `variants`
+for what a variant is served as); each group gets this one context rather than inheriting it, so a
+group's module reads on its own and names what it uses.
 """
 
 from __future__ import annotations
@@ -22,13 +23,15 @@ __all__ = ["ApiContext", "missing"]
 
 
 def missing(kind: str, resource_arn: str) -> ApiValidationError:
-    """SageMaker's words and code for a resource that does not exist (the endpoint_deleted waiter expects them)."""
+    """SageMaker's words and code for a resource that does not exist (the endpoint_deleted waiter
+    expects them)."""
     return ApiValidationError(f'Could not find {kind} "{resource_arn}".')
 
 
 @dataclass
 class ApiContext:
-    """The state and settings the SageMaker operations run over; `lock` serializes every operation and tick."""
+    """The state and settings the SageMaker operations run over; `lock` serializes every operation
+    and tick."""
 
     state: ApiState
     deployer: Deployer
@@ -40,7 +43,8 @@ class ApiContext:
     allow_model_requirements: bool = False  # settings.allow_model_requirements
     container_egress: bool = False  # whether settings.container_egress_ports names any
     clock: Callable[[], float] = time.time
-    sealer: Sealer = field(default_factory=lambda: Sealer(None))  # secret Environment values, sealed in the state
+    # secret Environment values, sealed in the state
+    sealer: Sealer = field(default_factory=lambda: Sealer(None))
     lock: threading.RLock = field(default_factory=threading.RLock)
 
     def arn(self, kind: str, name: str) -> str:

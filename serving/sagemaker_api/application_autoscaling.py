@@ -1,10 +1,11 @@
-"""Application Auto Scaling's operations for SageMaker variants, driving the runtime's target tracking.
+"""Application Auto Scaling's operations for SageMaker variants, driving the runtime's target
+tracking.
 
-A scalable target (`endpoint/<name>/variant/<variant>`, `sagemaker:variant:DesiredInstanceCount`) and its
-target-tracking policies become the variant's endpoint-level `AutoScaling` block — the same block a spec
-writes — and the variant's served endpoint is re-applied with it, so a policy put through boto3 is decided by
-the same engine (`autoscaling.policy`, run by Serve's controller) as one written in a spec. Scaling activities
-are the engine's, as that engine records them.
+A scalable target (`endpoint/<name>/variant/<variant>`, `sagemaker:variant:DesiredInstanceCount`)
+and its target-tracking policies become the variant's endpoint-level `AutoScaling` block — the same
+block a spec writes — and the variant's served endpoint is re-applied with it, so a policy put
+through boto3 is decided by the same engine (`autoscaling.policy`, run by Serve's controller) as one
+written in a spec. Scaling activities are the engine's, as that engine records them.
 """
 
 from __future__ import annotations
@@ -53,7 +54,10 @@ class AutoScalingApi:
         _, endpoint, _, variant_name = resource_id.split("/")
         document = self.state.endpoints.get(endpoint)
         pending = document["pending"] if document else None
-        variants = [*(document["variants"] if document else []), *(pending["variants"] if pending else [])]
+        variants = [
+            *(document["variants"] if document else []),
+            *(pending["variants"] if pending else []),
+        ]
         for variant in variants:
             if variant["VariantName"] == variant_name and document is not None:
                 return document, variant
@@ -79,13 +83,25 @@ class AutoScalingApi:
         self.state.endpoints.put(name, document)
 
     def RegisterScalableTarget(self, body: ApiJson) -> ApiJson:
-        request = parse(autoscaling_shapes.RegisterScalableTargetInput, body, "RegisterScalableTarget")
+        request = parse(
+            autoscaling_shapes.RegisterScalableTargetInput, body, "RegisterScalableTarget"
+        )
         self._variant(request.ResourceId)
         existing = self.state.scalable_targets.get(request.ResourceId)
-        low = request.MinCapacity if request.MinCapacity is not None else existing and existing["MinCapacity"]
-        high = request.MaxCapacity if request.MaxCapacity is not None else existing and existing["MaxCapacity"]
+        low = (
+            request.MinCapacity
+            if request.MinCapacity is not None
+            else existing and existing["MinCapacity"]
+        )
+        high = (
+            request.MaxCapacity
+            if request.MaxCapacity is not None
+            else existing and existing["MaxCapacity"]
+        )
         if low is None or high is None:
-            raise ApiValidationError("MinCapacity and MaxCapacity are required to register a new scalable target")
+            raise ApiValidationError(
+                "MinCapacity and MaxCapacity are required to register a new scalable target"
+            )
         if low > high:
             raise ApiValidationError(f"MinCapacity ({low}) must not exceed MaxCapacity ({high})")
         document: ScalableTargetDocument = {
@@ -120,7 +136,8 @@ class AutoScalingApi:
                 f"No scalable target registered for service namespace: sagemaker, resource ID: "
                 f"{request.ResourceId}, scalable dimension: {DIMENSION}"
             )
-        for policy in self.state.scaling_policies.all():  # as Application Auto Scaling does: its policies go too
+        # as Application Auto Scaling does: its policies go too
+        for policy in self.state.scaling_policies.all():
             if policy["ResourceId"] == request.ResourceId:
                 self.state.scaling_policies.delete(policy["key"])
         self.state.scalable_targets.delete(request.ResourceId)
@@ -147,14 +164,20 @@ class AutoScalingApi:
             }
         else:
             assert config.CustomizedMetricSpecification is not None
-            spec["CustomizedMetricSpecification"] = {"MetricName": config.CustomizedMetricSpecification.MetricName}
+            spec["CustomizedMetricSpecification"] = {
+                "MetricName": config.CustomizedMetricSpecification.MetricName
+            }
         key = f"{request.ResourceId}/{request.PolicyName}"
         others = [
-            p for p in self.state.scaling_policies.all() if p["ResourceId"] == request.ResourceId and p["key"] != key
+            p
+            for p in self.state.scaling_policies.all()
+            if p["ResourceId"] == request.ResourceId and p["key"] != key
         ]
         metric = _metric(spec)
         if any(_metric(p["spec"]) == metric for p in others):
-            raise ApiValidationError(f"variant {request.ResourceId} already has a target-tracking policy on {metric}")
+            raise ApiValidationError(
+                f"variant {request.ResourceId} already has a target-tracking policy on {metric}"
+            )
         document: ScalingPolicyDocument = {
             "key": key,
             "PolicyName": request.PolicyName,
@@ -163,7 +186,9 @@ class AutoScalingApi:
             "ResourceId": request.ResourceId,
             "ScalableDimension": DIMENSION,
             "PolicyType": "TargetTrackingScaling",
-            "TargetTrackingScalingPolicyConfiguration": config.model_dump(mode="json", exclude_none=True),
+            "TargetTrackingScalingPolicyConfiguration": config.model_dump(
+                mode="json", exclude_none=True
+            ),
             "Alarms": [],
             "CreationTime": time.time(),
             "spec": spec,
@@ -204,9 +229,12 @@ class AutoScalingApi:
                 if request.ResourceId is not None and resource != request.ResourceId:
                     continue
                 seen = set()
-                for entry in (descriptions.get(variant["Served"]) or {}).get("ScalingActivities") or []:
+                for entry in (descriptions.get(variant["Served"]) or {}).get(
+                    "ScalingActivities"
+                ) or []:
                     if (entry["Time"], entry["To"]) in seen:
-                        continue  # one activity per instance count change, whichever container recorded it
+                        # one activity per instance count change, whichever container recorded it
+                        continue
                     seen.add((entry["Time"], entry["To"]))
                     activities.append(_activity(resource, entry))
         activities.sort(key=lambda activity: activity["StartTime"], reverse=True)
@@ -226,7 +254,9 @@ def _activity(resource: str, entry: ApiJson) -> ApiJson:
     when = datetime.fromisoformat(entry["Time"].replace("Z", "+00:00")).timestamp()
     direction = "out" if entry["To"] > entry["From"] else "in"
     return {
-        "ActivityId": str(uuid.uuid5(uuid.NAMESPACE_URL, f"{resource}/{entry['Time']}/{entry['To']}")),
+        "ActivityId": str(
+            uuid.uuid5(uuid.NAMESPACE_URL, f"{resource}/{entry['Time']}/{entry['To']}")
+        ),
         "ServiceNamespace": SIGNING_SERVICE,
         "ResourceId": resource,
         "ScalableDimension": DIMENSION,

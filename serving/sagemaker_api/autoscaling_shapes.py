@@ -1,5 +1,6 @@
-"""The requests of Application Auto Scaling's operations, validated as `shapes` validates SageMaker's: only
-SageMaker variants scale here (ServiceNamespace `sagemaker`, ResourceId `endpoint/<name>/variant/<variant>`).
+"""The requests of Application Auto Scaling's operations, validated as `shapes` validates
+SageMaker's: only SageMaker variants scale here (ServiceNamespace `sagemaker`, ResourceId
+`endpoint/<name>/variant/<variant>`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from serving.sagemaker_api.shapes import Shape
 
 def _sagemaker(namespace: str) -> str:
     if namespace != SIGNING_SERVICE:
-        raise ValueError(f"this server scales SageMaker variants only (ServiceNamespace {SIGNING_SERVICE})")
+        raise ValueError(
+            f"this server scales SageMaker variants only (ServiceNamespace {SIGNING_SERVICE})"
+        )
     return namespace
 
 
@@ -29,7 +32,8 @@ class RegisterScalableTargetInput(Shape):
     ScalableDimension: Dimension
     MinCapacity: Annotated[int, Field(ge=1, le=100)] | None = None
     MaxCapacity: Annotated[int, Field(ge=1, le=100)] | None = None
-    RoleARN: Annotated[str, Field(max_length=1600)] | None = None  # accepted, shown; no role is assumed
+    # accepted, shown; no role is assumed
+    RoleARN: Annotated[str, Field(max_length=1600)] | None = None
 
 
 class TargetsInput(Shape):
@@ -63,7 +67,8 @@ class MetricDimension(Shape):
 
 class CustomizedMetricSpecificationShape(Shape):
     MetricName: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_.-]{0,127}$")]
-    Namespace: str | None = None  # accepted and shown: the metric is the one the container reports by this name
+    # accepted and shown: the metric is the one the container reports by this name
+    Namespace: str | None = None
     Dimensions: list[MetricDimension] = Field(default_factory=list)
     Statistic: Literal["Average"] = "Average"
     Unit: str | None = None
@@ -79,8 +84,12 @@ class TargetTrackingConfiguration(Shape):
 
     @model_validator(mode="after")
     def _one_metric(self) -> TargetTrackingConfiguration:
-        if (self.PredefinedMetricSpecification is None) == (self.CustomizedMetricSpecification is None):
-            raise ValueError("give exactly one of PredefinedMetricSpecification and CustomizedMetricSpecification")
+        if (self.PredefinedMetricSpecification is None) == (
+            self.CustomizedMetricSpecification is None
+        ):
+            raise ValueError(
+                "give exactly one of PredefinedMetricSpecification and CustomizedMetricSpecification"
+            )
         return self
 
 

@@ -1,12 +1,12 @@
-"""The control-plane API's state: models, endpoint configs, endpoints, scalable targets, scaling policies, and
-CloudWatch's alarms with their history.
+"""The control-plane API's state: models, endpoint configs, endpoints, scalable targets, scaling
+policies, and CloudWatch's alarms with their history.
 
 One SQLite database (stdlib `sqlite3`), one row per resource holding its JSON document, written in a
-transaction per change, so a server that stops mid-call keeps either the old document or the new one.
-`serving up` / `serving server` keep it in `~/.serving/state-<port>.db` (`--state` moves it); restarting
-the server on the same file brings every endpoint back. It says what code runs where, and holds the
-containers' Environment (secrets sealed, `sealed`): it is this user's own, readable by no one else, in a
-folder no other user can write, and opened through no symbolic link (`state_file`).
+transaction per change, so a server that stops mid-call keeps either the old document or the new
+one. `serving up` / `serving server` keep it in `~/.serving/state-<port>.db` (`--state` moves it);
+restarting the server on the same file brings every endpoint back. It says what code runs where, and
+holds the containers' Environment (secrets sealed, `sealed`): it is this user's own, readable by no
+one else, in a folder no other user can write, and opened through no symbolic link (`state_file`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,15 @@ __all__ = ["KINDS", "ApiState", "Table"]
 D = TypeVar("D")
 Row = dict[str, Any]  # one stored document, of whichever kind: its kind's Table types it
 
-KINDS = ("model", "endpoint-config", "endpoint", "scalable-target", "scaling-policy", "alarm", "alarm-history")
+KINDS = (
+    "model",
+    "endpoint-config",
+    "endpoint",
+    "scalable-target",
+    "scaling-policy",
+    "alarm",
+    "alarm-history",
+)
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS resources (
     kind TEXT NOT NULL,
@@ -64,15 +72,16 @@ class Table(Generic[D]):
 
 
 class ApiState:
-    """Resources by kind and name, and a typed table per kind; `path` None keeps them in memory (gone with the
-    process)."""
+    """Resources by kind and name, and a typed table per kind; `path` None keeps them in memory
+    (gone with the process)."""
 
     def __init__(self, path: str | Path | None) -> None:
         self.path = str(path) if path is not None else ":memory:"
         self._lock = threading.Lock()
         if path is None:
             self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        else:  # PrivateFileError naming a link or another user's file at the state path or beside it
+        # PrivateFileError naming a link or another user's file at the state path or beside it
+        else:
             self._db = connect_state(path)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
@@ -82,17 +91,22 @@ class ApiState:
         self.endpoints = Table[EndpointDocument](self, "endpoint")
         self.scalable_targets = Table[ScalableTargetDocument](self, "scalable-target")
         self.scaling_policies = Table[ScalingPolicyDocument](self, "scaling-policy")
-        self.alarms = Table[AlarmDocument](self, "alarm")  # CloudWatch's, typed where they are evaluated
+        # CloudWatch's, typed where they are evaluated
+        self.alarms = Table[AlarmDocument](self, "alarm")
         self.alarm_history = Table[AlarmHistory](self, "alarm-history")
 
     def get(self, kind: str, name: str) -> Row | None:
         with self._lock:
-            row = self._db.execute("SELECT document FROM resources WHERE kind=? AND name=?", (kind, name)).fetchone()
+            row = self._db.execute(
+                "SELECT document FROM resources WHERE kind=? AND name=?", (kind, name)
+            ).fetchone()
         return json.loads(row[0]) if row else None
 
     def all(self, kind: str) -> list[Row]:
         with self._lock:
-            rows = self._db.execute("SELECT document FROM resources WHERE kind=? ORDER BY name", (kind,)).fetchall()
+            rows = self._db.execute(
+                "SELECT document FROM resources WHERE kind=? ORDER BY name", (kind,)
+            ).fetchall()
         return [json.loads(row[0]) for row in rows]
 
     def put(self, kind: str, name: str, document: Row) -> None:
@@ -115,6 +129,7 @@ class ApiState:
 
 
 def default_state_file(port: int) -> Path:
-    """Where `serving up` / `serving server` on `port` keep the API's state unless `--state` says otherwise."""
+    """Where `serving up` / `serving server` on `port` keep the API's state unless `--state` says
+    otherwise."""
     base = os.environ.get("SERVING_STATE_DIR") or os.path.join(os.path.expanduser("~"), ".serving")
     return Path(base) / f"state-{port}.db"

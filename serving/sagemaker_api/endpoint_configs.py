@@ -1,6 +1,7 @@
-"""SageMaker's endpoint-config operations: a config names each production and shadow variant's model, instance
-type and count, and the data capture every variant shares; it only stores (checked: each model exists, each
-instance type is in this server's table). CreateEndpoint and UpdateEndpoint read it.
+"""SageMaker's endpoint-config operations: a config names each production and shadow variant's
+model, instance type and count, and the data capture every variant shares; it only stores (checked:
+each model exists, each instance type is in this server's table). CreateEndpoint and UpdateEndpoint
+read it.
 """
 
 from __future__ import annotations
@@ -71,11 +72,18 @@ class EndpointConfigs:
             }
             for d in self.context.state.endpoint_configs.all()
         ]
-        chunk, token = page(sort_and_filter(rows, request, "EndpointConfigName"), request.NextToken, request.MaxResults)
+        chunk, token = page(
+            sort_and_filter(rows, request, "EndpointConfigName"),
+            request.NextToken,
+            request.MaxResults,
+        )
         return {"EndpointConfigs": chunk, **({"NextToken": token} if token else {})}
 
     def DeleteEndpointConfig(self, body: ApiJson) -> ApiJson:
         request = shapes.parse(shapes.EndpointConfigNameInput, body, "DeleteEndpointConfig")
         if not self.context.state.endpoint_configs.delete(request.EndpointConfigName):
-            raise missing("endpoint configuration", self.context.arn("endpoint-config", request.EndpointConfigName))
+            raise missing(
+                "endpoint configuration",
+                self.context.arn("endpoint-config", request.EndpointConfigName),
+            )
         return {}

@@ -1,16 +1,19 @@
-"""An endpoint update, top to bottom: a new generation of variants comes up beside the serving fleet; once all of
-it is InService, traffic moves to it at once or in the baking steps of a DeploymentConfig; the update then
-finishes (the old fleet drains and is deleted) or rolls back (an alarm in ALARM, a timeout, a variant that failed:
-traffic goes back to the old fleet, the new one drains).
+"""An endpoint update, top to bottom: a new generation of variants comes up beside the serving
+fleet; once all of it is InService, traffic moves to it at once or in the baking steps of a
+DeploymentConfig; the update then finishes (the old fleet drains and is deleted) or rolls back (an
+alarm in ALARM, a timeout, a variant that failed: traffic goes back to the old fleet, the new one
+drains).
 
-Two layers update, and this is the upper one. An *endpoint update* moves an API endpoint between fleets of
-variants, each variant a served endpoint of its own. Each served endpoint moves between its own *container
-versions* (`control.container_versions`), which is how a new fleet comes up here: `Fleet.deploy` applies it.
+Two layers update, and this is the upper one. An *endpoint update* moves an API endpoint between
+fleets of variants, each variant a served endpoint of its own. Each served endpoint moves between
+its own *container versions* (`control.container_versions`), which is how a new fleet comes up here:
+`Fleet.deploy` applies it.
 
-Every CreateEndpoint, UpdateEndpoint, capacity change and restart starts one (`start`, `restore`); the API's
-background tick calls `advance` about twice a second until it is done. The documents are typed
-(`stored.EndpointDocument`) and stay JSON in the state database; a server that stops mid-update brings the
-update back on restart (`restore`) and its traffic shifting starts over once the new fleet is back.
+Every CreateEndpoint, UpdateEndpoint, capacity change and restart starts one (`start`, `restore`);
+the API's background tick calls `advance` about twice a second until it is done. The documents are
+typed (`stored.EndpointDocument`) and stay JSON in the state database; a server that stops
+mid-update brings the update back on restart (`restore`) and its traffic shifting starts over once
+the new fleet is back.
 """
 
 from __future__ import annotations
@@ -29,9 +32,18 @@ from serving.sagemaker_api.stored import (
 )
 from serving.sagemaker_api.translate import internal_name
 
-__all__ = ["DRAIN_S", "EndpointUpdates", "Fleet", "routes", "served_names", "share", "variant_status"]
+__all__ = [
+    "DRAIN_S",
+    "EndpointUpdates",
+    "Fleet",
+    "routes",
+    "served_names",
+    "share",
+    "variant_status",
+]
 
-DRAIN_S = 10.0  # an old fleet is deleted this long after traffic left it (requests in flight finish)
+# an old fleet is deleted this long after traffic left it (requests in flight finish)
+DRAIN_S = 10.0
 
 Step = Literal["wait", "step", "finish", "rollback"]
 
@@ -40,7 +52,8 @@ class Fleet(Protocol):
     """The served endpoints behind variants, as an update drives them."""
 
     def deploy(self, endpoint: str, variants: list[VariantRow]) -> dict[str, int]:
-        """Apply each variant's served endpoint; the deploy generation that brings each up, by served name."""
+        """Apply each variant's served endpoint; the deploy generation that brings each up, by
+        served name."""
         ...
 
     def delete(self, served: str) -> bool: ...
@@ -55,16 +68,22 @@ def next_generation(document: EndpointDocument) -> tuple[int, Callable[[str], st
 def served_names(document: EndpointDocument) -> set[str]:
     """Every served endpoint the endpoint routes to or is bringing up."""
     pending = document.get("pending")
-    return {variant["Served"] for variant in [*document["variants"], *(pending["variants"] if pending else [])]}
+    return {
+        variant["Served"]
+        for variant in [*document["variants"], *(pending["variants"] if pending else [])]
+    }
 
 
 class EndpointUpdates:
-    """Starts, advances and restores endpoint updates over `fleet`; `alarm_state(name)` reads an alarm's state."""
+    """Starts, advances and restores endpoint updates over `fleet`; `alarm_state(name)` reads an
+    alarm's state."""
 
-    def __init__(self, fleet: Fleet, clock: Callable[[], float], alarm_state: Callable[[str], str | None]) -> None:
+    def __init__(
+        self, fleet: Fleet, clock: Callable[[], float], alarm_state: Callable[[str], str | None]
+    ) -> None:
         self.fleet, self.clock, self.alarm_state = fleet, clock, alarm_state
 
-    # --- starting ----------------------------------------------------------------------------------------------
+    # --- starting ---------------------------------------------------------------------------------
     def start(
         self,
         document: EndpointDocument,
@@ -87,11 +106,14 @@ class EndpointUpdates:
         document["LastModifiedTime"] = self.clock()
 
     def restore(self, document: EndpointDocument) -> None:
-        """A restarted server: re-apply what served and what was coming up; an endpoint that served is Updating
-        until its fleet is back (a `restore` update), and traffic shifting starts over."""
+        """A restarted server: re-apply what served and what was coming up; an endpoint that served
+        is Updating until its fleet is back (a `restore` update), and traffic shifting starts
+        over."""
         pending = document.get("pending")
         if pending:
-            pending["generations"] = self.fleet.deploy(document["EndpointName"], pending["variants"])
+            pending["generations"] = self.fleet.deploy(
+                document["EndpointName"], pending["variants"]
+            )
             pending.pop("shift", None)
         if document["variants"]:
             generations = self.fleet.deploy(document["EndpointName"], document["variants"])
@@ -108,13 +130,17 @@ class EndpointUpdates:
             self.fleet.delete(retired["Served"])
         document["retired"] = []
 
-    # --- advancing ---------------------------------------------------------------------------------------------
-    def advance(self, document: EndpointDocument, descriptions: Mapping[str, Mapping[str, Any]]) -> bool:
+    # --- advancing --------------------------------------------------------------------------------
+    def advance(
+        self, document: EndpointDocument, descriptions: Mapping[str, Mapping[str, Any]]
+    ) -> bool:
         """One tick: move the update on and delete drained fleets; whether the document changed."""
         changed = self._move(document, descriptions)
         return self._drain(document) or changed
 
-    def _move(self, document: EndpointDocument, descriptions: Mapping[str, Mapping[str, Any]]) -> bool:
+    def _move(
+        self, document: EndpointDocument, descriptions: Mapping[str, Mapping[str, Any]]
+    ) -> bool:
         pending = document.get("pending")
         if not pending:
             return False
@@ -131,7 +157,8 @@ class EndpointUpdates:
         return True
 
     def _bake(self, document: EndpointDocument, pending: PendingUpdate, now: float) -> bool:
-        """A stepped update: its first step, its next one, its end, or its rollback; False while a step bakes."""
+        """A stepped update: its first step, its next one, its end, or its rollback; False while a
+        step bakes."""
         shift = pending.get("shift")
         if not shift:
             pending["shift"] = {"step": 0, "since": now}
@@ -146,10 +173,15 @@ class EndpointUpdates:
             self._finish(document, pending, now, termination=plan["termination"] if plan else 0.0)
         return action != "wait"
 
-    def _finish(self, document: EndpointDocument, pending: PendingUpdate, now: float, termination: float = 0) -> None:
-        """All traffic on the new fleet; the old one deleted DRAIN_S (plus `termination`) from now."""
+    def _finish(
+        self, document: EndpointDocument, pending: PendingUpdate, now: float, termination: float = 0
+    ) -> None:
+        """All traffic on the new fleet; the old one deleted DRAIN_S (plus `termination`) from
+        now."""
         coming = {variant["Served"] for variant in pending["variants"]}
-        leaving = [variant["Served"] for variant in document["variants"] if variant["Served"] not in coming]
+        leaving = [
+            variant["Served"] for variant in document["variants"] if variant["Served"] not in coming
+        ]
         document["retired"] = [
             *document.get("retired", []),
             *(_retired(served, now + termination) for served in leaving),
@@ -159,15 +191,22 @@ class EndpointUpdates:
         document["EndpointStatus"], document["FailureReason"] = "InService", None
         document["LastModifiedTime"] = now
 
-    def _roll_back(self, document: EndpointDocument, pending: PendingUpdate, failure: str, now: float) -> None:
-        """The update failed: the serving fleet keeps (or gets back) all traffic and the new one goes; an endpoint
-        with no serving fleet (its first, or one a restart could not bring back) is Failed."""
+    def _roll_back(
+        self, document: EndpointDocument, pending: PendingUpdate, failure: str, now: float
+    ) -> None:
+        """The update failed: the serving fleet keeps (or gets back) all traffic and the new one
+        goes; an endpoint with no serving fleet (its first, or one a restart could not bring back)
+        is Failed."""
         serving = {variant["Served"] for variant in document["variants"]}
         for variant in pending["variants"]:
             if variant["Served"] in serving:
                 continue
-            if pending.get("shift"):  # it took traffic: deleted only once the gateways route without it
-                document["retired"] = [*document.get("retired", []), _retired(variant["Served"], now)]
+            # it took traffic: deleted only once the gateways route without it
+            if pending.get("shift"):
+                document["retired"] = [
+                    *document.get("retired", []),
+                    _retired(variant["Served"], now),
+                ]
             else:
                 self.fleet.delete(variant["Served"])
         document["pending"], document["LastModifiedTime"] = None, now
@@ -175,7 +214,11 @@ class EndpointUpdates:
             document["EndpointStatus"] = "InService"
             document["FailureReason"] = f"The update failed and was rolled back: {failure}"
         else:
-            document["EndpointStatus"], document["FailureReason"], document["variants"] = "Failed", failure, []
+            document["EndpointStatus"], document["FailureReason"], document["variants"] = (
+                "Failed",
+                failure,
+                [],
+            )
 
     def _drain(self, document: EndpointDocument) -> bool:
         """Delete the retired served endpoints whose drain time is up; whether any was."""
@@ -194,7 +237,9 @@ def _retired(served: str, at: float) -> Retired:
     return {"Served": served, "At": at}
 
 
-def _fleet_state(pending: PendingUpdate, descriptions: Mapping[str, Mapping[str, Any]]) -> tuple[bool, str | None]:
+def _fleet_state(
+    pending: PendingUpdate, descriptions: Mapping[str, Mapping[str, Any]]
+) -> tuple[bool, str | None]:
     """(every new variant InService at its generation, the first failure among them)."""
     ready = True
     for variant in pending["variants"]:
@@ -211,7 +256,7 @@ def _fleet_state(pending: PendingUpdate, descriptions: Mapping[str, Mapping[str,
     return ready, None
 
 
-# --- where a stepped update stands: its traffic, its next step, its status -------------------------------------
+# --- where a stepped update stands: its traffic, its next step, its status ------------------------
 def share(pending: PendingUpdate) -> float:
     """The share of traffic on the new fleet now (0 before the first step)."""
     shift, plan = pending.get("shift"), pending.get("deployment")
@@ -219,21 +264,31 @@ def share(pending: PendingUpdate) -> float:
 
 
 def routes(serving: list[VariantRow], pending: PendingUpdate) -> tuple[VariantRoute, ...]:
-    """Both fleets' production variants, weighted so that the new one takes its step's share of the traffic
-    (shadow variants keep getting copies from the serving fleet's shadows until the update ends)."""
+    """Both fleets' production variants, weighted so that the new one takes its step's share of the
+    traffic (shadow variants keep getting copies from the serving fleet's shadows until the update
+    ends)."""
     new, coming = share(pending), [v for v in pending["variants"] if not v.get("Shadow")]
     old_total = sum(float(v["Weight"]) for v in serving) or 1.0
     new_total = sum(float(v["Weight"]) for v in coming) or 1.0
     return (
-        *(VariantRoute(v["VariantName"], v["Served"], float(v["Weight"]) / old_total * (1 - new)) for v in serving),
-        *(VariantRoute(v["VariantName"], v["Served"], float(v["Weight"]) / new_total * new) for v in coming),
+        *(
+            VariantRoute(v["VariantName"], v["Served"], float(v["Weight"]) / old_total * (1 - new))
+            for v in serving
+        ),
+        *(
+            VariantRoute(v["VariantName"], v["Served"], float(v["Weight"]) / new_total * new)
+            for v in coming
+        ),
     )
 
 
-def progress(pending: PendingUpdate, now: float, alarm_state: Callable[[str], str | None]) -> tuple[Step, str]:
+def progress(
+    pending: PendingUpdate, now: float, alarm_state: Callable[[str], str | None]
+) -> tuple[Step, str]:
     """What a stepped update does next: ("wait" | "step" | "finish" | "rollback", why)."""
     plan, shift = pending.get("deployment"), pending.get("shift")
-    assert plan is not None and shift is not None  # only a stepped update that started moving traffic bakes
+    # only a stepped update that started moving traffic bakes
+    assert plan is not None and shift is not None
     where = f"step {shift['step'] + 1} of {len(plan['steps'])}, {share(pending):.0%} of traffic on the new fleet"
     for alarm in plan["alarms"]:
         if alarm_state(alarm) == "ALARM":
@@ -242,14 +297,18 @@ def progress(pending: PendingUpdate, now: float, alarm_state: Callable[[str], st
                 f"alarm {alarm} went to ALARM during the deployment ({where}); all traffic is back on the old fleet",
             )
     if plan["timeout"] is not None and now - pending["StartedAt"] > plan["timeout"]:
-        return "rollback", f"the deployment ran past MaximumExecutionTimeoutInSeconds ({plan['timeout']} s; {where})"
+        return (
+            "rollback",
+            f"the deployment ran past MaximumExecutionTimeoutInSeconds ({plan['timeout']} s; {where})",
+        )
     if now - shift["since"] < plan["wait"]:
         return "wait", where
     return ("finish" if shift["step"] + 1 == len(plan["steps"]) else "step"), where
 
 
 def variant_status(pending: PendingUpdate) -> list[dict[str, str | float]]:
-    """A new variant's VariantStatus in DescribeEndpoint's PendingDeploymentSummary: the step it bakes in."""
+    """A new variant's VariantStatus in DescribeEndpoint's PendingDeploymentSummary: the step it
+    bakes in."""
     shift, plan = pending.get("shift"), pending.get("deployment")
     if not shift or not plan:
         return [{"Status": "Creating", "StartTime": pending["StartedAt"]}]

@@ -1,10 +1,12 @@
-"""SageMaker's endpoint operations: create, describe, list, update (blue/green), weights and capacities, delete.
+"""SageMaker's endpoint operations: create, describe, list, update (blue/green), weights and
+capacities, delete.
 
-An endpoint's document (`stored.EndpointDocument`) holds the fleet of variants that serves and, while an
-update is under way, the fleet coming up. Every operation that changes the fleet starts an endpoint update, and
-`tick` (about twice a second) advances each one: `endpoint_update` owns it from the new generation through its
-steps to finish, rollback and drain. Capacity changes and scaling policies re-apply a variant's own served
-endpoint (the container-level blue/green of `serving apply`).
+An endpoint's document (`stored.EndpointDocument`) holds the fleet of variants that serves and,
+while an update is under way, the fleet coming up. Every operation that changes the fleet starts an
+endpoint update, and `tick` (about twice a second) advances each one: `endpoint_update` owns it from
+the new generation through its steps to finish, rollback and drain. Capacity changes and scaling
+policies re-apply a variant's own served endpoint (the container-level blue/green of `serving
+apply`).
 """
 
 from __future__ import annotations
@@ -42,13 +44,14 @@ class Endpoints:
             raise missing("endpoint", self.context.arn("endpoint", name))
         return document
 
-    # Whether the last tick found nothing under way: ticks then skip their reads until a create, update or
-    # restore starts something (an idle server's gateway reads no state twice a second).
+    # Whether the last tick found nothing under way: ticks then skip their reads until a create,
+    # update or restore starts something (an idle server's gateway reads no state twice a second).
     _settled = False
 
     @property
     def updates(self) -> EndpointUpdates:
-        """The owner of every endpoint update, driving the served endpoints through this API's deployer."""
+        """The owner of every endpoint update, driving the served endpoints through this API's
+        deployer."""
         return EndpointUpdates(self.fleet, self.context.clock, self._alarm_state)
 
     def _alarm_state(self, name: str) -> str | None:
@@ -56,7 +59,12 @@ class Endpoints:
         return alarm["StateValue"] if alarm else None
 
     def _start(
-        self, document: EndpointDocument, variants: list[VariantRow], kind: UpdateKind, config: str, **plan: Any
+        self,
+        document: EndpointDocument,
+        variants: list[VariantRow],
+        kind: UpdateKind,
+        config: str,
+        **plan: Any,
     ) -> None:
         self._settled = False
         self.updates.start(document, variants, kind, config, **plan)
@@ -65,7 +73,9 @@ class Endpoints:
         request = shapes.parse(shapes.CreateEndpointInput, body, "CreateEndpoint")
         name = request.EndpointName
         if self.state.endpoints.get(name) is not None or name in self.fleet.spec_endpoints():
-            raise ApiValidationError(f'Cannot create already existing endpoint "{self.context.arn("endpoint", name)}".')
+            raise ApiValidationError(
+                f'Cannot create already existing endpoint "{self.context.arn("endpoint", name)}".'
+            )
         config = self.configs.config(request.EndpointConfigName)
         now = self.context.clock()
         document: EndpointDocument = {
@@ -83,7 +93,8 @@ class Endpoints:
         }
         document["Generation"], served = next_generation(document)
         variants = self.fleet.variants_of(config, [], retain=False, served=served)
-        if request.DeploymentConfig is not None:  # for later updates (RetainDeploymentConfig), as SageMaker keeps it
+        # for later updates (RetainDeploymentConfig), as SageMaker keeps it
+        if request.DeploymentConfig is not None:
             deployment.plan(request.DeploymentConfig, variants, self._alarm_exists)
             document["DeploymentConfig"] = request.DeploymentConfig.model_dump(exclude_unset=True)
         self.fleet.check_capacity(variants, [])
@@ -100,11 +111,16 @@ class Endpoints:
         config = self.configs.config(request.EndpointConfigName)
         generation, served = next_generation(document)
         retain = request.RetainAllVariantProperties
-        variants = self.fleet.variants_of(config, document["variants"], retain=retain, served=served)
+        variants = self.fleet.variants_of(
+            config, document["variants"], retain=retain, served=served
+        )
         names = {variant["VariantName"] for variant in variants}
         for old in document["variants"]:
             resource = f"endpoint/{document['EndpointName']}/variant/{old['VariantName']}"
-            if old["VariantName"] not in names and self.state.scalable_targets.get(resource) is not None:
+            if (
+                old["VariantName"] not in names
+                and self.state.scalable_targets.get(resource) is not None
+            ):
                 raise ApiValidationError(
                     f"the update removes variant {old['VariantName']}, which has a scalable target "
                     f"({resource}); deregister it first (as SageMaker requires)"
@@ -134,7 +150,9 @@ class Endpoints:
             )
 
     def UpdateEndpointWeightsAndCapacities(self, body: ApiJson) -> ApiJson:
-        request = shapes.parse(shapes.UpdateWeightsInput, body, "UpdateEndpointWeightsAndCapacities")
+        request = shapes.parse(
+            shapes.UpdateWeightsInput, body, "UpdateEndpointWeightsAndCapacities"
+        )
         document = self._endpoint(request.EndpointName)
         self._updatable(document)
         variants = [VariantRow(**variant) for variant in document["variants"]]
@@ -149,13 +167,21 @@ class Endpoints:
                 )
             if desired.DesiredWeight is not None:
                 variant["Weight"] = desired.DesiredWeight
-            if desired.DesiredInstanceCount is not None and desired.DesiredInstanceCount != variant["Count"]:
-                self._check_count(request.EndpointName, variant, desired.DesiredInstanceCount, index)
+            if (
+                desired.DesiredInstanceCount is not None
+                and desired.DesiredInstanceCount != variant["Count"]
+            ):
+                self._check_count(
+                    request.EndpointName, variant, desired.DesiredInstanceCount, index
+                )
                 variant["Count"] = desired.DesiredInstanceCount
                 recount.append(variant)
         if sum(float(v["Weight"]) for v in variants) <= 0:
-            raise ApiValidationError("DesiredWeightsAndCapacities: the variants' weights cannot all be 0")
-        # Weights move traffic at once; new counts re-apply those variants and finish in the background.
+            raise ApiValidationError(
+                "DesiredWeightsAndCapacities: the variants' weights cannot all be 0"
+            )
+        # Weights move traffic at once; new counts re-apply those variants and finish in the
+        # background.
         for old in document["variants"]:
             old["Weight"] = by_name[old["VariantName"]]["Weight"]
         document["LastModifiedTime"] = self.context.clock()
@@ -170,7 +196,9 @@ class Endpoints:
     def _check_count(self, endpoint: str, variant: VariantRow, count: int, index: int) -> None:
         field = f"DesiredWeightsAndCapacities[{index}].DesiredInstanceCount"
         if count < 1:
-            raise ApiValidationError(f"{field}: at least 1 instance (this runtime does not scale a variant to 0)")
+            raise ApiValidationError(
+                f"{field}: at least 1 instance (this runtime does not scale a variant to 0)"
+            )
         resource = f"endpoint/{endpoint}/variant/{variant['VariantName']}"
         target = self.state.scalable_targets.get(resource)
         if target is not None and not target["MinCapacity"] <= count <= target["MaxCapacity"]:
@@ -189,7 +217,9 @@ class Endpoints:
         document = self._endpoint(name)
         self.state.endpoints.delete(name)
         self.fleet.publish()  # no new request reaches it from here on
-        for served in sorted(served_names(document) | {r["Served"] for r in document.get("retired", [])}):
+        for served in sorted(
+            served_names(document) | {r["Served"] for r in document.get("retired", [])}
+        ):
             self.context.deployer.delete(served)
         prefix = f"endpoint/{name}/variant/"
         for policy in self.state.scaling_policies.all():
@@ -200,7 +230,7 @@ class Endpoints:
                 self.state.scalable_targets.delete(target["ResourceId"])
         return {}
 
-    # --- describing ---------------------------------------------------------------------------------
+    # --- describing -------------------------------------------------------------------------------
     def DescribeEndpoint(self, body: ApiJson) -> ApiJson:
         request = shapes.parse(shapes.EndpointNameInput, body, "DescribeEndpoint")
         document = self.state.endpoints.get(request.EndpointName)
@@ -208,7 +238,9 @@ class Endpoints:
             spec_endpoint = self.fleet.spec_endpoints().get(request.EndpointName)
             if spec_endpoint is None:
                 raise missing("endpoint", self.context.arn("endpoint", request.EndpointName))
-            return describe_spec_endpoint(spec_endpoint, self.context.arn("endpoint", request.EndpointName))
+            return describe_spec_endpoint(
+                spec_endpoint, self.context.arn("endpoint", request.EndpointName)
+            )
         descriptions, pending = self.context.deployer.descriptions(), document.get("pending")
         described: ApiJson = {
             "EndpointName": document["EndpointName"],
@@ -223,7 +255,8 @@ class Endpoints:
             described["FailureReason"] = document["FailureReason"]
         if document.get("DeploymentConfig"):
             described["LastDeploymentConfig"] = document["DeploymentConfig"]
-        variants = [*document["variants"], *(pending["variants"] if pending else [])]  # serving first, else coming
+        # serving first, else coming
+        variants = [*document["variants"], *(pending["variants"] if pending else [])]
         capture = next((v["DataCapture"] for v in variants if v.get("DataCapture")), None)
         if capture:
             described["DataCaptureConfig"] = capture_summary(capture)
@@ -238,17 +271,22 @@ class Endpoints:
     def ListEndpoints(self, body: ApiJson) -> ApiJson:
         request = shapes.parse(shapes.ListInput, body, "ListEndpoints")
         keys = ("EndpointName", "EndpointArn", "CreationTime", "LastModifiedTime", "EndpointStatus")
-        rows: list[ApiJson] = [{key: dict(d)[key] for key in keys} for d in self.state.endpoints.all()]
+        rows: list[ApiJson] = [
+            {key: dict(d)[key] for key in keys} for d in self.state.endpoints.all()
+        ]
         for description in self.fleet.spec_endpoints().values():
-            described = describe_spec_endpoint(description, self.context.arn("endpoint", description["EndpointName"]))
+            described = describe_spec_endpoint(
+                description, self.context.arn("endpoint", description["EndpointName"])
+            )
             rows.append({key: described[key] for key in keys})
         ordered = sort_and_filter(rows, request, "EndpointName", "EndpointStatus")
         chunk, token = page(ordered, request.NextToken, request.MaxResults)
         return {"Endpoints": chunk, **({"NextToken": token} if token else {})}
 
-    # --- the background step -----------------------------------------------------------------------
+    # --- the background step ----------------------------------------------------------------------
     def tick(self) -> None:
-        """Advance every endpoint update under way (`endpoint_update`), then publish the routes if any moved."""
+        """Advance every endpoint update under way (`endpoint_update`), then publish the routes if
+        any moved."""
         with self.lock:
             if self._settled:
                 return
@@ -266,24 +304,34 @@ class Endpoints:
     def served_names(self) -> set[str]:
         """The served endpoint of every variant the stored endpoints route to or are bringing up."""
         with self.lock:
-            return {served for document in self.state.endpoints.all() for served in served_names(document)}
+            return {
+                served
+                for document in self.state.endpoints.all()
+                for served in served_names(document)
+            }
 
     def restore(self) -> None:
-        """Bring back every stored endpoint (a restarted server): re-apply what served and what was coming up."""
+        """Bring back every stored endpoint (a restarted server): re-apply what served and what was
+        coming up."""
         with self.lock:
             self._settled = False
             referenced: set[str] = set()
             for document in self.state.endpoints.all():
                 try:
                     self.updates.restore(document)
-                except Exception as error:  # one bad stored endpoint must not keep every other one down
+                # one bad stored endpoint must not keep every other one down
+                except Exception as error:
                     logger.exception("could not restore endpoint %s", document["EndpointName"])
-                    reason = f"could not be restored after a restart: {type(error).__name__}: {error}"
+                    reason = (
+                        f"could not be restored after a restart: {type(error).__name__}: {error}"
+                    )
                     document["EndpointStatus"], document["FailureReason"] = "Failed", reason
                     document["variants"], document["pending"] = [], None
                 referenced |= served_names(document)
                 self.state.endpoints.put(document["EndpointName"], document)
-            for name in list(self.context.deployer.descriptions()):  # served variants no stored endpoint names (a crash
-                if VARIANT_SEPARATOR in name and name not in referenced:  # between the two steps of a delete)
+            # served variants no stored endpoint names (a crash
+            for name in list(self.context.deployer.descriptions()):
+                # between the two steps of a delete)
+                if VARIANT_SEPARATOR in name and name not in referenced:
                     self.context.deployer.delete(name)
             self.fleet.publish()

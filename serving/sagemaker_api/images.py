@@ -1,14 +1,16 @@
 """What a CreateModel `Image` and a ProductionVariant `InstanceType` mean here.
 
-Images: a stack's own name (`sklearn`, `pytorch`, ...) is that stack. A SageMaker framework or built-in
-algorithm image URI (`<account>.dkr.ecr.<region>.amazonaws.com[.cn]/<repository>[:tag|@digest]`, as the
-SageMaker Python SDK's `image_uris.retrieve` returns them) maps by its repository to the stack that
-serves the same artifacts; the tag (framework version) is not used: this runtime serves each framework at
-the version it has installed. Any other image is refused, naming it.
+Images: a stack's own name (`sklearn`, `pytorch`, ...) is that stack. A SageMaker framework or
+built-in algorithm image URI
+(`<account>.dkr.ecr.<region>.amazonaws.com[.cn]/<repository>[:tag|@digest]`, as the SageMaker Python
+SDK's `image_uris.retrieve` returns them) maps by its repository to the stack that serves the same
+artifacts; the tag (framework version) is not used: this runtime serves each framework at the
+version it has installed. Any other image is refused, naming it.
 
-Instance types: a table from the type to what one instance reserves on Ray (CPUs, memory, GPUs), shared
-by the containers of the variant's model. The default table holds the AWS figures of common types; a
-YAML or JSON file (`--instance-types`) replaces it for clusters whose nodes differ, or for a laptop.
+Instance types: a table from the type to what one instance reserves on Ray (CPUs, memory, GPUs),
+shared by the containers of the variant's model. The default table holds the AWS figures of common
+types; a YAML or JSON file (`--instance-types`) replaces it for clusters whose nodes differ, or for
+a laptop.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from serving.errors import ApiValidationError
 
 __all__ = ["DEFAULT_INSTANCE_TYPES", "InstanceType", "load_instance_types", "stack_of"]
 
-# The repositories of AWS's framework inference images and built-in algorithms, by the stack that serves them.
+# The repositories of AWS's framework inference images and built-in algorithms, by the stack that
+# serves them.
 REPOSITORY_STACKS = {
     "sagemaker-scikit-learn": "sklearn",
     "sagemaker-sklearn": "sklearn",
@@ -63,15 +66,22 @@ class InstanceType(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    Cpus: float = Field(gt=0, description="Logical Ray CPUs of one instance (its vCPUs by default).")
-    MemoryMb: int | None = Field(None, gt=0, description="Memory reserved per instance in MiB (None: not reserved).")
+    Cpus: float = Field(
+        gt=0, description="Logical Ray CPUs of one instance (its vCPUs by default)."
+    )
+    MemoryMb: int | None = Field(
+        None, gt=0, description="Memory reserved per instance in MiB (None: not reserved)."
+    )
     Gpus: float = Field(0, ge=0, description="GPUs of one instance.")
 
 
 def _table(rows: dict[str, tuple[float, int, float]]) -> dict[str, InstanceType]:
-    # Memory is listed for the record but not reserved by default: Ray's memory resource is a reservation, and a
-    # laptop would rarely fit an ml.m5.xlarge's 16 GiB beside everything else. A table file can reserve it.
-    return {name: InstanceType(Cpus=cpus, Gpus=gpus) for name, (cpus, _memory_mb, gpus) in rows.items()}
+    # Memory is listed for the record but not reserved by default: Ray's memory resource is a
+    # reservation, and a laptop would rarely fit an ml.m5.xlarge's 16 GiB beside everything else. A
+    # table file can reserve it.
+    return {
+        name: InstanceType(Cpus=cpus, Gpus=gpus) for name, (cpus, _memory_mb, gpus) in rows.items()
+    }
 
 
 # vCPUs, memory (MiB) and GPUs of common SageMaker hosting instance types, as AWS lists them.
@@ -101,20 +111,24 @@ DEFAULT_INSTANCE_TYPES: dict[str, InstanceType] = _table(
 
 
 def load_instance_types(path: str | Path | None) -> dict[str, InstanceType]:
-    """The table in `path` (YAML or JSON: `{InstanceTypes: {ml.m5.large: {Cpus: 2, MemoryMb: 8192}}}`), else
-    the default one. Raises ValueError naming the entry at fault."""
+    """The table in `path` (YAML or JSON: `{InstanceTypes: {ml.m5.large: {Cpus: 2, MemoryMb:
+    8192}}}`), else the default one. Raises ValueError naming the entry at fault."""
     if path is None:
         return dict(DEFAULT_INSTANCE_TYPES)
     path = Path(path)
     text = path.read_text()
     document: Any = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     if not isinstance(document, dict) or not isinstance(document.get("InstanceTypes"), dict):
-        raise ValueError(f"{path}: expected a mapping with InstanceTypes: {{<type>: {{Cpus, MemoryMb, Gpus}}}}")
+        raise ValueError(
+            f"{path}: expected a mapping with InstanceTypes: {{<type>: {{Cpus, MemoryMb, Gpus}}}}"
+        )
     table = {}
     for name, row in document["InstanceTypes"].items():
         try:
             table[str(name)] = InstanceType.model_validate(row)
         except PydanticValidationError as error:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors()
+            )
             raise ValueError(f"{path}: InstanceTypes.{name}: {problems}") from None
     return table

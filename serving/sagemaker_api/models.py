@@ -1,5 +1,6 @@
-"""SageMaker's model operations: CreateModel checks and stores a model (its containers as spec entries, secrets
-sealed); an endpoint config's variants each take a snapshot of it, so deleting it stops no endpoint (as on SageMaker).
+"""SageMaker's model operations: CreateModel checks and stores a model (its containers as spec
+entries, secrets sealed); an endpoint config's variants each take a snapshot of it, so deleting it
+stops no endpoint (as on SageMaker).
 """
 
 from __future__ import annotations
@@ -34,8 +35,14 @@ class Models:
                 "EnableNetworkIsolation: false asks for outbound network for the model's containers, which this "
                 "server allows none (its operator sets --container-egress-ports); leave it out, or true"
             )
-        model = check_model(request, self.context.model_roots, self.context.allow_model_requirements)
-        definitions = [request.PrimaryContainer] if request.PrimaryContainer else list(request.Containers or [])
+        model = check_model(
+            request, self.context.model_roots, self.context.allow_model_requirements
+        )
+        definitions = (
+            [request.PrimaryContainer]
+            if request.PrimaryContainer
+            else list(request.Containers or [])
+        )
         model["images"] = [definition.Image for definition in definitions if definition is not None]
         document: ModelDocument = {
             "ModelName": request.ModelName,
@@ -57,20 +64,33 @@ class Models:
     def DescribeModel(self, body: ApiJson) -> ApiJson:
         request = shapes.parse(shapes.ModelNameInput, body, "DescribeModel")
         document = self.model(request.ModelName)
-        described = masked({key: value for key, value in document["request"].items() if key != "Tags"})
-        return {**described, "ModelArn": document["ModelArn"], "CreationTime": document["CreationTime"]}
+        described = masked(
+            {key: value for key, value in document["request"].items() if key != "Tags"}
+        )
+        return {
+            **described,
+            "ModelArn": document["ModelArn"],
+            "CreationTime": document["CreationTime"],
+        }
 
     def ListModels(self, body: ApiJson) -> ApiJson:
         request = shapes.parse(shapes.ListInput, body, "ListModels")
         rows = [
-            {"ModelName": d["ModelName"], "ModelArn": d["ModelArn"], "CreationTime": d["CreationTime"]}
+            {
+                "ModelName": d["ModelName"],
+                "ModelArn": d["ModelArn"],
+                "CreationTime": d["CreationTime"],
+            }
             for d in self.context.state.models.all()
         ]
-        chunk, token = page(sort_and_filter(rows, request, "ModelName"), request.NextToken, request.MaxResults)
+        chunk, token = page(
+            sort_and_filter(rows, request, "ModelName"), request.NextToken, request.MaxResults
+        )
         return {"Models": chunk, **({"NextToken": token} if token else {})}
 
     def DeleteModel(self, body: ApiJson) -> ApiJson:
         request = shapes.parse(shapes.ModelNameInput, body, "DeleteModel")
         if not self.context.state.models.delete(request.ModelName):
             raise missing("model", self.context.arn("model", request.ModelName))
-        return {}  # as on SageMaker, endpoints already serving it keep serving (they hold their own copy)
+        # as on SageMaker, endpoints already serving it keep serving (they hold their own copy)
+        return {}

@@ -1,7 +1,7 @@
 """What the SageMaker operations share: ARNs, timestamps, paging, and the `Deployer` the API drives.
 
-No Ray and no web framework: the gateway passes in a `Deployer` (apply a spec, delete an endpoint, the
-served endpoints' descriptions, the variant routing table, the cluster's capacity).
+No Ray and no web framework: the gateway passes in a `Deployer` (apply a spec, delete an endpoint,
+the served endpoints' descriptions, the variant routing table, the cluster's capacity).
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ class Deployer(Protocol):
     """What the API needs of the runtime under it."""
 
     def apply(self, spec: EndpointSpec) -> int:
-        """Make `spec` an endpoint's desired state (blue/green when it exists); the update's generation."""
+        """Make `spec` an endpoint's desired state (blue/green when it exists); the update's
+        generation."""
         ...
 
     def delete(self, name: str) -> bool: ...
@@ -54,7 +55,8 @@ def page(items: Sequence[Any], token: str | None, limit: int) -> tuple[list[Any]
     if token:
         try:
             start = int(json.loads(base64.urlsafe_b64decode(token.encode()))["offset"])
-            if start < 0:  # a negative offset would slice from the end and page back round to the start
+            # a negative offset would slice from the end and page back round to the start
+            if start < 0:
                 raise ValueError(start)
         except (ValueError, KeyError, TypeError, binascii.Error):
             raise ApiValidationError("NextToken: not a token this server gave") from None
@@ -68,14 +70,25 @@ def page(items: Sequence[Any], token: str | None, limit: int) -> tuple[list[Any]
     return chunk, next_token
 
 
-def sort_and_filter(rows: list[ApiJson], request: Any, name_key: str, status_key: str | None = None) -> list[ApiJson]:
-    """The List* operations' filters (NameContains, times, StatusEquals) and sort (SortBy, SortOrder)."""
+def sort_and_filter(
+    rows: list[ApiJson], request: Any, name_key: str, status_key: str | None = None
+) -> list[ApiJson]:
+    """The List* operations' filters (NameContains, times, StatusEquals) and sort (SortBy,
+    SortOrder)."""
 
     def keep(row: ApiJson) -> bool:
         checks: list[Callable[[], bool]] = [
-            lambda: request.NameContains is None or request.NameContains.lower() in row[name_key].lower(),
-            lambda: request.CreationTimeBefore is None or row["CreationTime"] < request.CreationTimeBefore,
-            lambda: request.CreationTimeAfter is None or row["CreationTime"] > request.CreationTimeAfter,
+            lambda: (
+                request.NameContains is None
+                or request.NameContains.lower() in row[name_key].lower()
+            ),
+            lambda: (
+                request.CreationTimeBefore is None
+                or row["CreationTime"] < request.CreationTimeBefore
+            ),
+            lambda: (
+                request.CreationTimeAfter is None or row["CreationTime"] > request.CreationTimeAfter
+            ),
             lambda: (
                 getattr(request, "LastModifiedTimeBefore", None) is None
                 or row.get("LastModifiedTime", row["CreationTime"]) < request.LastModifiedTimeBefore
@@ -92,6 +105,12 @@ def sort_and_filter(rows: list[ApiJson], request: Any, name_key: str, status_key
         ]
         return all(check() for check in checks)
 
-    key = {"Name": name_key, "CreationTime": "CreationTime", "Status": status_key or name_key}[request.SortBy]
+    key = {"Name": name_key, "CreationTime": "CreationTime", "Status": status_key or name_key}[
+        request.SortBy
+    ]
     kept = [row for row in rows if keep(row)]
-    return sorted(kept, key=lambda row: (row.get(key) or "", row[name_key]), reverse=request.SortOrder == "Descending")
+    return sorted(
+        kept,
+        key=lambda row: (row.get(key) or "", row[name_key]),
+        reverse=request.SortOrder == "Descending",
+    )

@@ -1,14 +1,16 @@
-"""`POST /` with `X-Amz-Target`: SageMaker's, Application Auto Scaling's and CloudWatch's JSON protocols on the
-endpoint server.
+"""`POST /` with `X-Amz-Target`: SageMaker's, Application Auto Scaling's and CloudWatch's JSON
+protocols on the endpoint server.
 
-With an API identities file (`--api-identities`), every call must be signed (SigV4, scoped to the operation's
-service) or carry an identity's API key, and that identity's policies must allow the operation's IAM action on every
-resource the call names (`authorization`: an endpoint config's models too, an endpoint's config, the metric an alarm
-watches); DescribeAlarms withholds the datapoints of alarms from a caller who may not read metrics. Without one,
-calls are refused unless `--allow-anonymous-api` (a loopback server only): creating an endpoint chooses code that
-runs. A body is read only once the headers have authenticated its sender as far as they can, as for invocations.
-Every decision is an audit line (`serving.audit`); then the operation is dispatched to the control plane
-(`service.ControlApi`), which runs one at a time. Details: docs/security.md, "The control-plane API".
+With an API identities file (`--api-identities`), every call must be signed (SigV4, scoped to the
+operation's service) or carry an identity's API key, and that identity's policies must allow the
+operation's IAM action on every resource the call names (`authorization`: an endpoint config's
+models too, an endpoint's config, the metric an alarm watches); DescribeAlarms withholds the
+datapoints of alarms from a caller who may not read metrics. Without one, calls are refused unless
+`--allow-anonymous-api` (a loopback server only): creating an endpoint chooses code that runs. A
+body is read only once the headers have authenticated its sender as far as they can, as for
+invocations. Every decision is an audit line (`serving.audit`); then the operation is dispatched to
+the control plane (`service.ControlApi`), which runs one at a time. Details: docs/security.md, "The
+control-plane API".
 """
 
 from __future__ import annotations
@@ -37,9 +39,17 @@ from serving.gateway.router import raw_request
 from serving.http.bodies import read_bounded
 from serving.sagemaker_api.authorization import checks, metric_read
 
-__all__ = ["AUTOSCALING_OPERATIONS", "MAX_BODY_BYTES", "OPERATIONS", "SAGEMAKER_OPERATIONS", "Answer", "ApiRoutes"]
+__all__ = [
+    "AUTOSCALING_OPERATIONS",
+    "MAX_BODY_BYTES",
+    "OPERATIONS",
+    "SAGEMAKER_OPERATIONS",
+    "Answer",
+    "ApiRoutes",
+]
 
-Answer = tuple[int, dict[str, str], bytes]  # status, headers, body: what an operation answers, error or not
+# status, headers, body: what an operation answers, error or not
+Answer = tuple[int, dict[str, str], bytes]
 
 MAX_BODY_BYTES = 1_000_000
 SAGEMAKER_OPERATIONS = (
@@ -87,7 +97,8 @@ class ApiRoutes:
         anonymous_allowed: bool,
         budget: BodyBudget,
     ) -> None:
-        """`dispatch(prefix, operation, document)`: runs an authorized call where the control plane runs."""
+        """`dispatch(prefix, operation, document)`: runs an authorized call where the control plane
+        runs."""
         self.dispatch, self.region, self.account = dispatch, region, account
         self.anonymous_allowed = anonymous_allowed
         self.budget = budget  # the gateway's, shared with invocations
@@ -108,7 +119,9 @@ class ApiRoutes:
         prefix, _, operation = (target or "").partition(".")
         if operation in OPERATIONS.get(prefix, ()):
             return prefix, operation
-        served = " and ".join(f"{known}.<{'|'.join(operations)}>" for known, operations in OPERATIONS.items())
+        served = " and ".join(
+            f"{known}.<{'|'.join(operations)}>" for known, operations in OPERATIONS.items()
+        )
         raise UnknownApiOperationError(
             f"{protocol.AMZ_TARGET} {target!r} is not an operation of this server; it serves {served} "
             "(docs/sagemaker-api.md, docs/cloudwatch.md)"
@@ -128,7 +141,9 @@ class ApiRoutes:
             answer = _without_datapoints(answer)
         return Response(answer, status_code=status, headers=headers)
 
-    async def _authenticated_body(self, request: Request, prefix: str) -> tuple[Caller | None, bytes]:
+    async def _authenticated_body(
+        self, request: Request, prefix: str
+    ) -> tuple[Caller | None, bytes]:
         """The caller (None: anonymous) and the body, read only once the headers allow it."""
         if self.authenticators is None:
             if not self.anonymous_allowed:
@@ -149,20 +164,28 @@ class ApiRoutes:
     def _authorize_one(self, caller: Caller, action: str, resource: str) -> None:
         decision = self._decide(caller, action, resource)
         if not decision.allowed:
-            why = "an explicit deny" if decision.explicit else f"no identity-based policy allows the {action} action"
+            why = (
+                "an explicit deny"
+                if decision.explicit
+                else f"no identity-based policy allows the {action} action"
+            )
             raise AccessDeniedError(
                 f"User: {caller.principal} is not authorized to perform: {action} on resource: {resource} because {why}"
             )
 
     def _withholds_datapoints(self, caller: Caller, prefix: str, operation: str) -> bool:
-        """Whether the answer must go without alarms' datapoints: DescribeAlarms to a caller who may not read
-        metrics (GetMetricStatistics' authorization), which an alarm's state reason would show."""
+        """Whether the answer must go without alarms' datapoints: DescribeAlarms to a caller who may
+        not read metrics (GetMetricStatistics' authorization), which an alarm's state reason would
+        show."""
         if (prefix, operation) != (protocol.CLOUDWATCH_TARGET_PREFIX, "DescribeAlarms"):
             return False
-        return not self._decide(caller, *metric_read(self.region, self.account), denied="datapoints withheld").allowed
+        return not self._decide(
+            caller, *metric_read(self.region, self.account), denied="datapoints withheld"
+        ).allowed
 
     def _decide(self, caller: Caller, action: str, resource: str, denied: str = "") -> Decision:
-        """The policies' decision, as one audit line (`denied`: what a deny does, when it refuses no call)."""
+        """The policies' decision, as one audit line (`denied`: what a deny does, when it refuses no
+        call)."""
         decision = evaluate(caller.identity.policies, RequestContext(action, resource, {}))
         record = {
             "event": "api",
@@ -173,14 +196,21 @@ class ApiRoutes:
             "statement": decision.statement,
             **({"then": denied} if denied and not decision.allowed else {}),
         }
-        audit_log.log(logging.INFO if decision.allowed else logging.WARNING, json.dumps(record, separators=(",", ":")))
+        audit_log.log(
+            logging.INFO if decision.allowed else logging.WARNING,
+            json.dumps(record, separators=(",", ":")),
+        )
         return decision
 
 
 async def _read(request: Request, hold: Any = None) -> bytes:
     """The body within MAX_BODY_BYTES (and, with `hold`, within the pre-authentication budget)."""
     declared = request.headers.get("content-length")
-    return bytes(await read_bounded(request.stream(), MAX_BODY_BYTES, _too_large, declared=declared, hold=hold))
+    return bytes(
+        await read_bounded(
+            request.stream(), MAX_BODY_BYTES, _too_large, declared=declared, hold=hold
+        )
+    )
 
 
 def _too_large(size: int | None) -> ApiValidationError:

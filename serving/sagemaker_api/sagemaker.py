@@ -1,8 +1,10 @@
-"""SageMaker's operations on this runtime, assembled: one group per resource over one shared context.
+"""SageMaker's operations on this runtime, assembled: one group per resource over one shared
+context.
 
-CreateModel and CreateEndpointConfig only store (checked as far as they can be: images, model data, names).
-CreateEndpoint and UpdateEndpoint bring a fleet of variants up beside what serves, and `tick` advances each
-endpoint update until it is done (`endpoint_update`). One lock serializes every operation and tick.
+CreateModel and CreateEndpointConfig only store (checked as far as they can be: images, model data,
+names). CreateEndpoint and UpdateEndpoint bring a fleet of variants up beside what serves, and
+`tick` advances each endpoint update until it is done (`endpoint_update`). One lock serializes every
+operation and tick.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ Operation = Callable[[ApiJson], ApiJson]
 
 
 class SageMakerApi:
-    """The SageMaker operations over `state`, deploying through `deployer`, by operation name (`operations`)."""
+    """The SageMaker operations over `state`, deploying through `deployer`, by operation name
+    (`operations`)."""
 
     def __init__(
         self,
@@ -71,7 +74,8 @@ class SageMakerApi:
         }
 
     def tick(self) -> None:
-        """Advance every endpoint update under way (about twice a second, from the control plane)."""
+        """Advance every endpoint update under way (about twice a second, from the control
+        plane)."""
         self.endpoints.tick()
 
     def restore(self) -> None:

@@ -1,5 +1,6 @@
-"""The control-plane API assembled from server settings: its state and its services (`ControlApi`, run where the
-control plane runs), and the route that authenticates a call and hands it to them (`api_routes`, on every gateway).
+"""The control-plane API assembled from server settings: its state and its services (`ControlApi`,
+run where the control plane runs), and the route that authenticates a call and hands it to them
+(`api_routes`, on every gateway).
 """
 
 from __future__ import annotations
@@ -24,7 +25,12 @@ from serving.sagemaker_api.database import ApiState
 from serving.sagemaker_api.images import load_instance_types
 from serving.sagemaker_api.model_roots import check_model_roots
 from serving.sagemaker_api.resources import Deployer
-from serving.sagemaker_api.routes import AUTOSCALING_OPERATIONS, SAGEMAKER_OPERATIONS, Answer, ApiRoutes
+from serving.sagemaker_api.routes import (
+    AUTOSCALING_OPERATIONS,
+    SAGEMAKER_OPERATIONS,
+    Answer,
+    ApiRoutes,
+)
 from serving.sagemaker_api.sagemaker import SageMakerApi
 from serving.sagemaker_api.sealed import Sealer
 from serving.sagemaker_api.state_file import KEY_SUFFIX
@@ -35,7 +41,8 @@ __all__ = ["ControlApi", "api_routes", "build_api"]
 
 
 class ControlApi:
-    """The services over one state: what a call runs once its caller is authenticated and authorized."""
+    """The services over one state: what a call runs once its caller is authenticated and
+    authorized."""
 
     def __init__(self, settings: ServerSettings, deployer: Deployer) -> None:
         """Raises ModelRootError for a model root that holds what the server runs or its secrets."""
@@ -55,20 +62,29 @@ class ControlApi:
         self.autoscaling = AutoScalingApi(self.sagemaker)
         state = self.sagemaker.state
         self.cloudwatch = CloudWatchApi(
-            state.alarms, state.alarm_history, settings.region, settings.account_id, self._layout(deployer)
+            state.alarms,
+            state.alarm_history,
+            settings.region,
+            settings.account_id,
+            self._layout(deployer),
         )
         # What each service prefix runs, by operation: exactly the operations the route admits.
         self.handlers: dict[str, dict[str, Callable[[ApiJson], ApiJson]]] = {
-            protocol.SAGEMAKER_TARGET_PREFIX: {name: self.sagemaker.operations[name] for name in SAGEMAKER_OPERATIONS},
+            protocol.SAGEMAKER_TARGET_PREFIX: {
+                name: self.sagemaker.operations[name] for name in SAGEMAKER_OPERATIONS
+            },
             protocol.AUTOSCALING_TARGET_PREFIX: {
                 name: getattr(self.autoscaling, name) for name in AUTOSCALING_OPERATIONS
             },
-            protocol.CLOUDWATCH_TARGET_PREFIX: {name: getattr(self.cloudwatch, name) for name in CLOUDWATCH_OPERATIONS},
+            protocol.CLOUDWATCH_TARGET_PREFIX: {
+                name: getattr(self.cloudwatch, name) for name in CLOUDWATCH_OPERATIONS
+            },
         }
 
     @staticmethod
     def _layout(deployer: Deployer) -> Callable[[str], Served | None]:
-        """How CloudWatch names a served endpoint: its API endpoint and variant, its mode and replicas."""
+        """How CloudWatch names a served endpoint: its API endpoint and variant, its mode and
+        replicas."""
 
         def layout(served: str) -> Served | None:
             description = deployer.descriptions().get(served)
@@ -76,20 +92,26 @@ class ControlApi:
                 return None
             endpoint, variant = public_name(served)
             containers = description.get("Containers") or []
-            replicas = {c["ContainerHostname"]: int(c.get("CurrentReplicas") or 0) for c in containers}
+            replicas = {
+                c["ContainerHostname"]: int(c.get("CurrentReplicas") or 0) for c in containers
+            }
             serial = (description.get("InferenceExecutionConfig") or {}).get("Mode") == "Serial"
             return Served(endpoint, variant, serial, replicas)
 
         return layout
 
     def call(self, prefix: str, operation: str, document: ApiJson) -> Answer:
-        """Run one operation (SageMaker's one at a time; CloudWatch's beside them); its answer or its error, in the
-        wire shape."""
+        """Run one operation (SageMaker's one at a time; CloudWatch's beside them); its answer or
+        its error, in the wire shape."""
         try:
             handler = self.handlers.get(prefix, {}).get(operation)
-            if handler is None:  # the route admits only known operations; this holds if another caller does not
-                raise UnknownApiOperationError(f"{prefix}.{operation} is not an operation of this server")
-            if prefix == protocol.CLOUDWATCH_TARGET_PREFIX:  # reads of the metric store never wait on a deploy
+            # the route admits only known operations; this holds if another caller does not
+            if handler is None:
+                raise UnknownApiOperationError(
+                    f"{prefix}.{operation} is not an operation of this server"
+                )
+            # reads of the metric store never wait on a deploy
+            if prefix == protocol.CLOUDWATCH_TARGET_PREFIX:
                 answer = handler(document)
                 return 200, {"content-type": protocol.AMZ_JSON_1_0}, json.dumps(answer).encode()
             with self.sagemaker.lock:
@@ -100,20 +122,29 @@ class ControlApi:
 
 
 def api_routes(
-    settings: ServerSettings, dispatch: Callable[[str, str, ApiJson], Awaitable[Answer]], budget: BodyBudget
+    settings: ServerSettings,
+    dispatch: Callable[[str, str, ApiJson], Awaitable[Answer]],
+    budget: BodyBudget,
 ) -> list[Route]:
-    """`POST /` on a gateway: authentication and authorization here, then `dispatch` to the control plane.
-    `budget`: the gateway's pre-authentication budget, which signed API bodies share with invocations."""
+    """`POST /` on a gateway: authentication and authorization here, then `dispatch` to the control
+    plane. `budget`: the gateway's pre-authentication budget, which signed API bodies share with
+    invocations."""
     identities = load_identities(settings.api_identities) if settings.api_identities else None
     return ApiRoutes(
-        dispatch, settings.region, settings.account_id, identities, settings.api_anonymous_allowed, budget
+        dispatch,
+        settings.region,
+        settings.account_id,
+        identities,
+        settings.api_anonymous_allowed,
+        budget,
     ).routes()
 
 
 def build_api(
     settings: ServerSettings, deployer: Deployer, budget: BodyBudget | None = None
 ) -> tuple[ControlApi, list[Route]]:
-    """The API and its route in one process (tests, and anything without a separate control plane)."""
+    """The API and its route in one process (tests, and anything without a separate control
+    plane)."""
     control = ControlApi(settings, deployer)
 
     async def dispatch(prefix: str, operation: str, document: ApiJson) -> Answer:

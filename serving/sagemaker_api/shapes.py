@@ -1,9 +1,10 @@
-"""The requests of SageMaker's operations as SageMaker defines them, validated (Application Auto Scaling's:
-`autoscaling_shapes`).
+"""The requests of SageMaker's operations as SageMaker defines them, validated (Application Auto
+Scaling's: `autoscaling_shapes`).
 
-Field names are the services' own. A field SageMaker has but this runtime does not support is not a field
-here, so the request is refused with a ValidationException naming it (never silently ignored); so is a
-field neither service knows. Values are checked as the services document them (names, counts, weights).
+Field names are the services' own. A field SageMaker has but this runtime does not support is not a
+field here, so the request is refused with a ValidationException naming it (never silently ignored);
+so is a field neither service knows. Values are checked as the services document them (names,
+counts, weights).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from serving.protocol import NAME_PATTERN
 
 Name = Annotated[str, Field(pattern=NAME_PATTERN, max_length=63)]
 EnvironmentMap = dict[
-    Annotated[str, Field(pattern=r"^[a-zA-Z_][a-zA-Z0-9_]{0,1023}$")], Annotated[str, Field(max_length=1024)]
+    Annotated[str, Field(pattern=r"^[a-zA-Z_][a-zA-Z0-9_]{0,1023}$")],
+    Annotated[str, Field(max_length=1024)],
 ]
 
 
@@ -39,7 +41,8 @@ class MultiModelConfigShape(Shape):
 
 
 class ContainerDefinition(Shape):
-    """One container of a model (SageMaker's ContainerDefinition, without the fields this runtime lacks)."""
+    """One container of a model (SageMaker's ContainerDefinition, without the fields this runtime
+    lacks)."""
 
     ContainerHostname: Name | None = None
     Image: Annotated[str, Field(min_length=1, max_length=255)]
@@ -60,8 +63,8 @@ class CreateModelInput(Shape):
     InferenceExecutionConfig: InferenceExecutionConfigShape | None = None
     # Accepted and shown by DescribeModel; no role is assumed here (docs/sagemaker-api.md).
     ExecutionRoleArn: Annotated[str, Field(min_length=20, max_length=2048)] | None = None
-    # None or True: no network for the containers (the default here); False: outbound TCP to the operator's
-    # container_egress_ports, refused where there are none (docs/sagemaker-api.md)
+    # None or True: no network for the containers (the default here); False: outbound TCP to the
+    # operator's container_egress_ports, refused where there are none (docs/sagemaker-api.md)
     EnableNetworkIsolation: bool | None = None
     Tags: Annotated[list[Tag], Field(max_length=50)] = Field(default_factory=list)
 
@@ -72,7 +75,9 @@ class CreateModelInput(Shape):
         if self.Containers is not None and not self.Containers:
             raise ValueError("Containers must hold 1 to 15 containers")
         if self.InferenceExecutionConfig is not None and self.Containers is None:
-            raise ValueError("InferenceExecutionConfig applies to Containers, not to a PrimaryContainer")
+            raise ValueError(
+                "InferenceExecutionConfig applies to Containers, not to a PrimaryContainer"
+            )
         return self
 
 
@@ -94,8 +99,9 @@ class CaptureContentTypeHeaderShape(Shape):
 
 
 class DataCaptureConfigShape(Shape):
-    """SageMaker's DataCaptureConfig. Through the API the destination is S3 only, as SageMaker's own pattern says:
-    a caller may not choose a folder of the server's machine (a spec file may, docs/spec.md)."""
+    """SageMaker's DataCaptureConfig. Through the API the destination is S3 only, as SageMaker's own
+    pattern says: a caller may not choose a folder of the server's machine (a spec file may,
+    docs/spec.md)."""
 
     EnableCapture: bool = True
     InitialSamplingPercentage: Annotated[int, Field(ge=0, le=100)]
@@ -108,7 +114,9 @@ class DataCaptureConfigShape(Shape):
 class CreateEndpointConfigInput(Shape):
     EndpointConfigName: Name
     ProductionVariants: Annotated[list[ProductionVariant], Field(min_length=1, max_length=10)]
-    ShadowProductionVariants: Annotated[list[ProductionVariant], Field(min_length=1, max_length=1)] | None = None
+    ShadowProductionVariants: (
+        Annotated[list[ProductionVariant], Field(min_length=1, max_length=1)] | None
+    ) = None
     DataCaptureConfig: DataCaptureConfigShape | None = None
     Tags: Annotated[list[Tag], Field(max_length=50)] = Field(default_factory=list)
 
@@ -118,10 +126,15 @@ class CreateEndpointConfigInput(Shape):
             raise ValueError(
                 "ProductionVariants: with ShadowProductionVariants, give one production variant (as SageMaker)"
             )
-        names = [variant.VariantName for variant in [*self.ProductionVariants, *(self.ShadowProductionVariants or [])]]
+        names = [
+            variant.VariantName
+            for variant in [*self.ProductionVariants, *(self.ShadowProductionVariants or [])]
+        ]
         duplicated = sorted({name for name in names if names.count(name) > 1})
         if duplicated:
-            raise ValueError(f"ProductionVariants: VariantName {', '.join(duplicated)} is given more than once")
+            raise ValueError(
+                f"ProductionVariants: VariantName {', '.join(duplicated)} is given more than once"
+            )
         return self
 
 
@@ -211,7 +224,9 @@ class DesiredWeightAndCapacity(Shape):
 
 class UpdateWeightsInput(Shape):
     EndpointName: Name
-    DesiredWeightsAndCapacities: Annotated[list[DesiredWeightAndCapacity], Field(min_length=1, max_length=10)]
+    DesiredWeightsAndCapacities: Annotated[
+        list[DesiredWeightAndCapacity], Field(min_length=1, max_length=10)
+    ]
 
 
 class ModelNameInput(Shape):
@@ -227,7 +242,8 @@ class EndpointNameInput(Shape):
 
 
 class ListInput(Shape):
-    """The List* operations' shared paging, sorting and filtering fields (timestamps as epoch seconds)."""
+    """The List* operations' shared paging, sorting and filtering fields (timestamps as epoch
+    seconds)."""
 
     SortBy: Literal["Name", "CreationTime", "Status"] = "CreationTime"
     SortOrder: Literal["Ascending", "Descending"] = "Descending"
@@ -268,12 +284,15 @@ def parse(shape: type[S], document: Any, operation: str) -> S:
         for item in error.errors(include_url=False):
             path = field_path(item["loc"], root=operation)
             if item["type"] == "extra_forbidden":
-                lines.append(f"{path}: not supported by this runtime (docs/sagemaker-api.md lists what is)")
+                lines.append(
+                    f"{path}: not supported by this runtime (docs/sagemaker-api.md lists what is)"
+                )
             elif item["type"] == "missing":
                 lines.append(f"{path}: required")
             else:
                 lines.append(f"{path}: {item['msg'].removeprefix('Value error, ')}")
         count = len(lines)
         raise ApiValidationError(
-            f"{count} validation error{'s' if count > 1 else ''} detected in {operation}: " + "; ".join(lines)
+            f"{count} validation error{'s' if count > 1 else ''} detected in {operation}: "
+            + "; ".join(lines)
         ) from None

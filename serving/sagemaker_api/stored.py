@@ -1,10 +1,10 @@
 """The control-plane API's stored documents, typed: what each row of the state database holds.
 
-They stay JSON in SQLite (`database.ApiState`, one typed table per kind); these TypedDicts let mypy check every
-key where a document is made or read. Statuses and kinds are Literal types: the JSON holds the strings themselves.
-The parts that are SageMaker's own request shapes as a caller sent them (a CreateModel or CreateEndpointConfig
-request, a DeploymentConfig, a DataCaptureConfig) stay open JSON (`ApiJson`): `shapes` checks them on the way in
-and DescribeX returns them as they came.
+They stay JSON in SQLite (`database.ApiState`, one typed table per kind); these TypedDicts let mypy
+check every key where a document is made or read. Statuses and kinds are Literal types: the JSON
+holds the strings themselves. The parts that are SageMaker's own request shapes as a caller sent
+them (a CreateModel or CreateEndpointConfig request, a DeploymentConfig, a DataCaptureConfig) stay
+open JSON (`ApiJson`): `shapes` checks them on the way in and DescribeX returns them as they came.
 """
 
 from __future__ import annotations
@@ -30,20 +30,25 @@ __all__ = [
     "VariantRow",
 ]
 
-# SageMaker's EndpointStatus values this runtime reaches (it has no OutOfService, SystemUpdating or RollingBack:
-# a rollback here ends the update InService with the reason in FailureReason, as SageMaker's does once done).
+# SageMaker's EndpointStatus values this runtime reaches (it has no OutOfService, SystemUpdating or
+# RollingBack: a rollback here ends the update InService with the reason in FailureReason, as
+# SageMaker's does once done).
 EndpointStatus = Literal["Creating", "Updating", "InService", "Failed"]
-# What started an endpoint update: CreateEndpoint, UpdateEndpoint, UpdateEndpointWeightsAndCapacities with new
-# instance counts, or a restarted server bringing back what served.
+# What started an endpoint update: CreateEndpoint, UpdateEndpoint,
+# UpdateEndpointWeightsAndCapacities with new instance counts, or a restarted server bringing back
+# what served.
 UpdateKind = Literal["create", "update", "capacity", "restore"]
 
 
 class ModelSnapshot(TypedDict):
-    """A model as it is deployed (containers as spec entries, secrets sealed): each variant keeps its own copy."""
+    """A model as it is deployed (containers as spec entries, secrets sealed): each variant keeps
+    its own copy."""
 
     mode: Literal["Direct", "Serial"]
-    containers: list[SpecJson]  # spec container entries (config.container), as `translate` builds them
-    images: NotRequired[list[str]]  # the images as CreateModel named them (DeployedImages' SpecifiedImage)
+    # spec container entries (config.container), as `translate` builds them
+    containers: list[SpecJson]
+    # the images as CreateModel named them (DeployedImages' SpecifiedImage)
+    images: NotRequired[list[str]]
 
 
 class ModelDocument(TypedDict):
@@ -62,7 +67,8 @@ class EndpointConfigDocument(TypedDict):
 
 
 class VariantRow(TypedDict):
-    """One production or shadow variant of an endpoint's fleet: a served endpoint of its own (`Served`)."""
+    """One production or shadow variant of an endpoint's fleet: a served endpoint of its own
+    (`Served`)."""
 
     VariantName: str
     ModelName: str
@@ -71,7 +77,8 @@ class VariantRow(TypedDict):
     Weight: float
     Count: int
     DataCapture: ApiJson | None  # the config's DataCaptureConfig: every variant captures alike
-    Served: str  # the served endpoint's name: endpoint, variant and generation (`translate.internal_name`)
+    # the served endpoint's name: endpoint, variant and generation (`translate.internal_name`)
+    Served: str
     Shadow: NotRequired[bool]  # gets copies of sampled invocations, answers none
 
 
@@ -100,8 +107,10 @@ class PendingUpdate(TypedDict):
     variants: list[VariantRow]
     generations: dict[str, int]  # served endpoint -> the deploy generation that brings it up
     StartedAt: float
-    deployment: NotRequired[DeploymentPlan | None]  # steps and rollback alarms, for UpdateEndpoint only
-    shift: NotRequired[Shift | None]  # set once the new fleet is InService and traffic moves in steps
+    # steps and rollback alarms, for UpdateEndpoint only
+    deployment: NotRequired[DeploymentPlan | None]
+    # set once the new fleet is InService and traffic moves in steps
+    shift: NotRequired[Shift | None]
 
 
 class Retired(TypedDict):

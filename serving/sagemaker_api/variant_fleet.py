@@ -1,7 +1,8 @@
-"""A variant as it is served: each production or shadow variant of an endpoint is a served endpoint of its own
-(`<endpoint>@<variant>@<generation>`), built from the variant's model snapshot, instances and scaling, deployed by
-the same mechanism as `serving apply`; the gateways route an endpoint's traffic over its variants by weight.
-`VariantFleet` is the `Fleet` an endpoint update drives (`endpoint_update`).
+"""A variant as it is served: each production or shadow variant of an endpoint is a served endpoint
+of its own (`<endpoint>@<variant>@<generation>`), built from the variant's model snapshot, instances
+and scaling, deployed by the same mechanism as `serving apply`; the gateways route an endpoint's
+traffic over its variants by weight. `VariantFleet` is the `Fleet` an endpoint update drives
+(`endpoint_update`).
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ class VariantFleet:
         retain: bool,
         served: Callable[[str], str],
     ) -> list[VariantRow]:
-        """A config's variants with a snapshot of each model, each served as `served(variant name)` (`retain`:
-        same-named variants keep their current weight and instance count, RetainAllVariantProperties)."""
+        """A config's variants with a snapshot of each model, each served as `served(variant name)`
+        (`retain`: same-named variants keep their current weight and instance count,
+        RetainAllVariantProperties)."""
         kept = {variant["VariantName"]: variant for variant in current} if retain else {}
         variants: list[VariantRow] = []
         rows = [(row, False) for row in config["request"]["ProductionVariants"]]
@@ -54,7 +56,8 @@ class VariantFleet:
                     "InstanceType": row["InstanceType"],
                     "Weight": old["Weight"] if old else row.get("InitialVariantWeight", 1.0),
                     "Count": old["Count"] if old else row.get("InitialInstanceCount", 1),
-                    "DataCapture": config["request"].get("DataCaptureConfig"),  # every variant captures alike
+                    # every variant captures alike
+                    "DataCapture": config["request"].get("DataCaptureConfig"),
                 }
             )
             if shadow:
@@ -62,20 +65,29 @@ class VariantFleet:
         return variants
 
     def spec_of(self, endpoint: str, variant: VariantRow) -> EndpointSpec:
-        """The spec of one variant now: its model, instances, and its scalable target and policies if any."""
+        """The spec of one variant now: its model, instances, and its scalable target and policies
+        if any."""
         resource = f"endpoint/{endpoint}/variant/{variant['VariantName']}"
         target = self.context.state.scalable_targets.get(resource)
-        policies = [p for p in self.context.state.scaling_policies.all() if p["ResourceId"] == resource]
+        policies = [
+            p for p in self.context.state.scaling_policies.all() if p["ResourceId"] == resource
+        ]
         scaling = scaling_block(int(variant["Count"]), target, policies)
         instance = self.context.instance(variant["InstanceType"], "InstanceType")
         opened = {**variant, "Model": self.context.sealer.opened(dict(variant["Model"]))}
         spec = variant_spec(
-            endpoint, opened, instance, scaling, self.context.identities_file, self.context.allow_model_requirements
+            endpoint,
+            opened,
+            instance,
+            scaling,
+            self.context.identities_file,
+            self.context.allow_model_requirements,
         )
         return spec.model_copy(update={"EndpointName": variant["Served"]})
 
     def check_capacity(self, variants: list[VariantRow], beside: list[VariantRow]) -> None:
-        """ResourceLimitExceeded when the variants (beside those still serving) need more than the cluster has."""
+        """ResourceLimitExceeded when the variants (beside those still serving) need more than the
+        cluster has."""
         capacity = self.context.deployer.capacity()
         if not capacity:
             return
@@ -92,8 +104,9 @@ class VariantFleet:
                 )
 
     def deploy(self, endpoint: str, variants: list[VariantRow]) -> dict[str, int]:
-        """Apply every variant's spec; their generations, to recognise when each update is done. Every spec is
-        built (and checked) before the first is applied, so a refused variant deploys none."""
+        """Apply every variant's spec; their generations, to recognise when each update is done.
+        Every spec is built (and checked) before the first is applied, so a refused variant deploys
+        none."""
         specs = {v["Served"]: self.spec_of(endpoint, v) for v in variants}
         return {served: self.context.deployer.apply(spec) for served, spec in specs.items()}
 
@@ -105,10 +118,14 @@ class VariantFleet:
                 name, pending = document["EndpointName"], document.get("pending")
                 production = [v for v in document["variants"] if not v.get("Shadow")]
                 shadows = shadow_routes(document["variants"])
-                if pending and pending.get("shift"):  # an update moving traffic in steps: both fleets, by share
+                # an update moving traffic in steps: both fleets, by share
+                if pending and pending.get("shift"):
                     table[name] = Front(name, stepped_routes(production, pending), shadows)
                     continue
-                routes = tuple(VariantRoute(v["VariantName"], v["Served"], float(v["Weight"])) for v in production)
+                routes = tuple(
+                    VariantRoute(v["VariantName"], v["Served"], float(v["Weight"]))
+                    for v in production
+                )
                 table[name] = Front(name, routes, shadows)
         return table
 
@@ -129,7 +146,8 @@ class VariantFleet:
 
 
 def shadow_routes(variants: list[VariantRow]) -> tuple[ShadowRoute, ...]:
-    """The shadow variants of a set, each sampling its weight over the production variants' (at most all)."""
+    """The shadow variants of a set, each sampling its weight over the production variants' (at most
+    all)."""
     production = sum(float(v["Weight"]) for v in variants if not v.get("Shadow")) or 1.0
     return tuple(
         ShadowRoute(v["VariantName"], v["Served"], min(1.0, float(v["Weight"]) / production))

@@ -7,7 +7,7 @@ loop sees of the cluster), one loop per framework (`torch_loop`, `tf_loop`, `xgb
 and `runner` (the whole run). The Ray Train side lives in serving/ray_wing/training.py, like every
 other use of Ray.
 
-Also `torch_models` (the PyTorch model families), `torch_export` (TorchScript and ONNX exports)
-and `tf_models` (the TensorFlow family, its optimizer and SavedModel); `run_records` types what a run
+Also `torch_models` (the PyTorch model families), `torch_export` (TorchScript and ONNX exports) and
+`tf_models` (the TensorFlow family, its optimizer and SavedModel); `run_records` types what a run
 passes around and writes (the setup a loop is handed, result.json, model.json).
 """

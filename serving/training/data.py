@@ -55,7 +55,9 @@ def sklearn_frame(name: str) -> Any:
 
     loader = getattr(datasets, f"load_{name}")
     frame = loader(as_frame=True).frame
-    frame.columns = [str(c).replace(" ", "_").replace("(", "").replace(")", "") for c in frame.columns]
+    frame.columns = [
+        str(c).replace(" ", "_").replace("(", "").replace(")", "") for c in frame.columns
+    ]
     return frame
 
 
@@ -71,7 +73,9 @@ def _files(source: Path) -> tuple[str, list[Path]]:
         if not found:
             raise RecipeError(f"data.source: folder {source} holds no .csv or .parquet file")
         if len(kinds) > 1:
-            raise RecipeError(f"data.source: folder {source} mixes CSV and Parquet files; use one format")
+            raise RecipeError(
+                f"data.source: folder {source} mixes CSV and Parquet files; use one format"
+            )
         return kinds.pop(), found
     raise RecipeError(f"data.source: {source} does not exist")
 
@@ -114,7 +118,10 @@ def plan_data(data: DataSection) -> DataPlan:
         kind, files, columns = "sklearn", [], list(frame.columns)
         import pandas as pd
 
-        fingerprint = "sha256:" + hashlib.sha256(pd.util.hash_pandas_object(frame, index=False).values).hexdigest()
+        fingerprint = (
+            "sha256:"
+            + hashlib.sha256(pd.util.hash_pandas_object(frame, index=False).values).hexdigest()
+        )
         extra["dataset"] = name
     else:
         kind, files = _files(Path(data.source))
@@ -124,9 +131,13 @@ def plan_data(data: DataSection) -> DataPlan:
                 raise RecipeError(f"data.source: {other} has other columns than {files[0]}")
         fingerprint = _digest(files)
     if data.label not in columns:
-        raise RecipeError(f"data.label: no column {data.label!r} in {data.source} (columns: {_listed(columns)})")
+        raise RecipeError(
+            f"data.label: no column {data.label!r} in {data.source} (columns: {_listed(columns)})"
+        )
     if data.group_by is not None and data.group_by not in columns:
-        raise RecipeError(f"data.group_by: no column {data.group_by!r} in {data.source} (columns: {_listed(columns)})")
+        raise RecipeError(
+            f"data.group_by: no column {data.group_by!r} in {data.source} (columns: {_listed(columns)})"
+        )
     reserved = {data.label, data.group_by}
     if data.features is not None:
         missing = [c for c in data.features if c not in columns]

@@ -18,7 +18,15 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator, mo
 from serving.documents import BASE_DIR, Document, describe, document_path, folder_of
 from serving.training.run_records import Hyperparameters, RecipeRecord, Task
 
-__all__ = ["FAMILIES", "SKLEARN_ESTIMATORS", "Recipe", "RecipeError", "field_lines", "load_recipe", "parse_recipe"]
+__all__ = [
+    "FAMILIES",
+    "SKLEARN_ESTIMATORS",
+    "Recipe",
+    "RecipeError",
+    "field_lines",
+    "load_recipe",
+    "parse_recipe",
+]
 
 SKLEARN_DATASETS = ("iris", "wine", "digits", "breast_cancer")
 SKLEARN_PREFIX = "sklearn:"
@@ -63,15 +71,22 @@ class DataSection(Document):
         description="a CSV or Parquet file, or a folder of them (relative to the recipe's folder), "
         "or `sklearn:NAME` for a dataset scikit-learn ships: " + ", ".join(SKLEARN_DATASETS)
     )
-    label: str = Field("target", description="the label column (`target` for the sklearn: datasets)")
+    label: str = Field(
+        "target", description="the label column (`target` for the sklearn: datasets)"
+    )
     features: list[str] | None = Field(
-        None, description="the feature columns, in the order the model takes them (default: every other column)"
+        None,
+        description="the feature columns, in the order the model takes them (default: every other column)",
     )
     task: Task | None = Field(
-        None, description="default: classification for an integer or text label, regression for a float one"
+        None,
+        description="default: classification for an integer or text label, regression for a float one",
     )
     validation_fraction: float = Field(
-        0.2, gt=0, lt=1, description="share of the rows held out for validation, chosen with the recipe's seed"
+        0.2,
+        gt=0,
+        lt=1,
+        description="share of the rows held out for validation, chosen with the recipe's seed",
     )
     group_by: str | None = Field(
         None,
@@ -90,7 +105,9 @@ class DataSection(Document):
         if value.startswith(SKLEARN_PREFIX):
             name = value.removeprefix(SKLEARN_PREFIX)
             if name not in SKLEARN_DATASETS:
-                raise ValueError(f"unknown scikit-learn dataset {name!r}; one of {', '.join(SKLEARN_DATASETS)}")
+                raise ValueError(
+                    f"unknown scikit-learn dataset {name!r}; one of {', '.join(SKLEARN_DATASETS)}"
+                )
             return value
         return str(document_path(value, folder_of(info)))
 
@@ -99,7 +116,8 @@ class ModelSection(Document):
     """The model family and its hyperparameters."""
 
     family: str = Field(
-        description="pytorch: mlp, cnn; tensorflow: mlp; xgboost: gbtree; sklearn: " + ", ".join(SKLEARN_ESTIMATORS)
+        description="pytorch: mlp, cnn; tensorflow: mlp; xgboost: gbtree; sklearn: "
+        + ", ".join(SKLEARN_ESTIMATORS)
     )
     hyperparameters: Hyperparameters = Field(
         default_factory=dict,
@@ -114,7 +132,9 @@ class WorkersSection(Document):
 
     count: int = Field(1, ge=1, le=256, description="data-parallel workers (sklearn: 1)")
     cpus_per_worker: float = Field(1, gt=0, description="CPUs Ray reserves for each worker")
-    gpus_per_worker: float = Field(0, ge=0, description="GPUs per worker (pytorch: NCCL and mixed precision)")
+    gpus_per_worker: float = Field(
+        0, ge=0, description="GPUs per worker (pytorch: NCCL and mixed precision)"
+    )
 
 
 class TrainingSection(Document):
@@ -122,14 +142,23 @@ class TrainingSection(Document):
     checkpoints."""
 
     epochs: int = Field(10, ge=1, description="passes over the training rows")
-    max_steps: int | None = Field(None, ge=1, description="stop after this many optimizer steps (default: none)")
-    batch_size: int = Field(32, ge=1, description="rows per worker per step; the global batch is this × workers")
-    learning_rate: float = Field(0.01, gt=0, description="the rate for one worker (scaled by lr_scaling)")
+    max_steps: int | None = Field(
+        None, ge=1, description="stop after this many optimizer steps (default: none)"
+    )
+    batch_size: int = Field(
+        32, ge=1, description="rows per worker per step; the global batch is this × workers"
+    )
+    learning_rate: float = Field(
+        0.01, gt=0, description="the rate for one worker (scaled by lr_scaling)"
+    )
     lr_scaling: Literal["linear", "none"] = Field(
-        "linear", description="linear: the rate × workers, as the global batch grows (Goyal et al.; Horovod)"
+        "linear",
+        description="linear: the rate × workers, as the global batch grows (Goyal et al.; Horovod)",
     )
     warmup_epochs: float = Field(
-        1, ge=0, description="epochs over which the rate ramps linearly from the one-worker rate to the scaled one"
+        1,
+        ge=0,
+        description="epochs over which the rate ramps linearly from the one-worker rate to the scaled one",
     )
     optimizer: Literal["sgd", "adam"] = Field("sgd", description="sgd (with momentum) or adam")
     momentum: float = Field(0.9, ge=0, lt=1, description="SGD momentum")
@@ -141,7 +170,8 @@ class TrainingSection(Document):
         "(Horovod's tensor-fusion threshold)",
     )
     mixed_precision: Literal["auto", "on", "off"] = Field(
-        "auto", description="autocast to bfloat16/float16 on GPU (auto: on when the workers have GPUs)"
+        "auto",
+        description="autocast to bfloat16/float16 on GPU (auto: on when the workers have GPUs)",
     )
     checkpoint_every_steps: int = Field(
         50, ge=1, description="write a checkpoint (model, optimizer, schedule, step) every N steps"
@@ -159,7 +189,8 @@ class OutputSection(Document):
     """Where the model goes."""
 
     store: str = Field(
-        "model-store", description="the model store folder (relative to the recipe's folder; --store overrides)"
+        "model-store",
+        description="the model store folder (relative to the recipe's folder; --store overrides)",
     )
     formats: list[Literal["torchscript", "onnx"]] = Field(
         default_factory=lambda: ["torchscript", "onnx"],  # type: ignore[arg-type]
@@ -175,9 +206,14 @@ class OutputSection(Document):
 class Recipe(Document):
     """A training recipe (docs/training.md)."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$", description="the model's name: STORE/NAME/VERSION/")
+    name: str = Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$",
+        description="the model's name: STORE/NAME/VERSION/",
+    )
     framework: Framework = Field(description="pytorch, tensorflow, xgboost or sklearn")
-    seed: int = Field(0, ge=0, description="seeds the split, the initial weights and the batch order")
+    seed: int = Field(
+        0, ge=0, description="seeds the split, the initial weights and the batch order"
+    )
     data: DataSection
     model: ModelSection
     workers: WorkersSection = Field(default_factory=WorkersSection)
@@ -193,9 +229,13 @@ class Recipe(Document):
                 + ", ".join(FAMILIES[framework])
             )
         if framework == "sklearn" and self.workers.count != 1:
-            raise ValueError("workers.count: scikit-learn trains on one worker (use group_by for parallel models)")
+            raise ValueError(
+                "workers.count: scikit-learn trains on one worker (use group_by for parallel models)"
+            )
         if self.data.group_by is not None and self.workers.count != 1:
-            raise ValueError("workers.count: with data.group_by each group's model trains on one worker; set 1")
+            raise ValueError(
+                "workers.count: with data.group_by each group's model trains on one worker; set 1"
+            )
         if self.data.group_by is not None and self.data.group_by == self.data.label:
             raise ValueError("data.group_by: the label column cannot also be the group column")
         return self
@@ -214,7 +254,8 @@ def field_lines() -> list[str]:
         for name, field in model.model_fields.items():
             annotation = field.annotation
             if isinstance(annotation, type) and issubclass(annotation, Document):
-                summary = " ".join((annotation.__doc__ or "").split())  # one line, however it is wrapped
+                # one line, however it is wrapped
+                summary = " ".join((annotation.__doc__ or "").split())
                 lines.append(f"{prefix}{name}:  {summary}".rstrip())
                 walk(annotation, prefix + "  ")
                 continue
@@ -233,11 +274,15 @@ def _shown_default(field: Any) -> str:
 def parse_recipe(document: Any, base_dir: Path, where: str = "recipe") -> Recipe:
     """Validate a loaded recipe document; RecipeError names every field at fault."""
     if not isinstance(document, dict):
-        raise RecipeError(f"{where}: a recipe is a YAML mapping (name, framework, data, model, ...)")
+        raise RecipeError(
+            f"{where}: a recipe is a YAML mapping (name, framework, data, model, ...)"
+        )
     try:
         return Recipe.model_validate(document, context={BASE_DIR: str(base_dir)})
     except ValidationError as error:
-        lines = [line.removeprefix("@: ") for line in describe(error, "a training recipe", root="@")]
+        lines = [
+            line.removeprefix("@: ") for line in describe(error, "a training recipe", root="@")
+        ]
         raise RecipeError("\n".join(f"{where}: {line}" for line in lines)) from None
 
 

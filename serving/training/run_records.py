@@ -28,13 +28,15 @@ __all__ = [
     "WorkerTiming",
 ]
 
-Hyperparameters = dict[str, Any]  # the recipe's per-family settings: open, checked by each family's builder
+# the recipe's per-family settings: open, checked by each family's builder
+Hyperparameters = dict[str, Any]
 Task = Literal["classification", "regression"]
 Label = int | float | str  # a class label as the rows hold it (bool counts as int)
 # a report's or an epoch's numbers: loss, val_accuracy, lr ..., with step, epoch, round and `final`
 # (ints and True are numbers too)
 Metrics = dict[str, float]
-# one worker's totals: steps, wall, rows and each phase's seconds (data, forward, backward, sync_wait ...)
+# one worker's totals: steps, wall, rows and each phase's seconds (data, forward, backward,
+# sync_wait ...)
 WorkerTiming = dict[str, float]
 
 

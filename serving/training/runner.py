@@ -39,7 +39,12 @@ __all__ = ["TrainingRun", "run"]
 
 # What each framework's loop imports, and the serving stacks that load what it writes.
 NEEDS = {"pytorch": "torch", "tensorflow": "tensorflow", "xgboost": "xgboost", "sklearn": "sklearn"}
-STACKS = {"pytorch": ["pytorch", "onnx"], "tensorflow": ["tensorflow"], "xgboost": ["xgboost"], "sklearn": ["sklearn"]}
+STACKS = {
+    "pytorch": ["pytorch", "onnx"],
+    "tensorflow": ["tensorflow"],
+    "xgboost": ["xgboost"],
+    "sklearn": ["sklearn"],
+}
 # STORE/NAME/VERSION/checkpoint/: the final training state (state.pt) and result.json
 CHECKPOINT = "checkpoint"
 _GROUP_NAME = re.compile(r"[^A-Za-z0-9._-]+")
@@ -80,8 +85,14 @@ def run(
     plan = plan_data(recipe.data)
     framework = recipe.framework.value
     if importlib.util.find_spec(NEEDS[framework]) is None:
-        raise RecipeError(f"framework: {framework} is not installed here (pip install 'serving[{framework}]')")
-    if framework == "pytorch" and "onnx" in recipe.output.formats and importlib.util.find_spec("onnxscript") is None:
+        raise RecipeError(
+            f"framework: {framework} is not installed here (pip install 'serving[{framework}]')"
+        )
+    if (
+        framework == "pytorch"
+        and "onnx" in recipe.output.formats
+        and importlib.util.find_spec("onnxscript") is None
+    ):
         raise RecipeError(
             "output.formats: onnx export needs onnx and onnxscript (pip install 'serving[onnx]'), "
             "or list only torchscript"
@@ -100,7 +111,9 @@ def run(
     # the progress file's folder, before any worker writes it
     version.runs.mkdir(parents=True, exist_ok=True)
     started = time.time()
-    with on_ray.ray_for_training(address, num_cpus=num_cpus, progress_file=setup["progress_file"], verbose=verbose):
+    with on_ray.ray_for_training(
+        address, num_cpus=num_cpus, progress_file=setup["progress_file"], verbose=verbose
+    ):
         rows = on_ray.read_rows(plan)
         # a `group_by` recipe's models by group, else the one model's result
         groups: dict[str, TrainResult] | None = None
@@ -132,13 +145,15 @@ def run(
 
 
 def _model_setup(setup: RunSetup, recipe: Recipe, labels: np.ndarray, features: Any) -> ModelSetup:
-    """The run's setup for one model: the task and classes its training labels make, the statistics of
-    its training rows' `features` (a pandas frame)."""
+    """The run's setup for one model: the task and classes its training labels make, the statistics
+    of its training rows' `features` (a pandas frame)."""
     values = sorted({_plain(v) for v in labels}, key=lambda v: (isinstance(v, str), v))
     kind = np.asarray(labels).dtype.kind
     task: Task = recipe.data.task or ("regression" if kind == "f" else "classification")
     if task == "classification" and len(values) < 2:
-        raise RecipeError(f"data.label: {recipe.data.label!r} has one value in the training rows; nothing to learn")
+        raise RecipeError(
+            f"data.label: {recipe.data.label!r} has one value in the training rows; nothing to learn"
+        )
     classes = values if task == "classification" else None
     x = features.to_numpy(dtype=np.float64)
     return {**setup, "task": task, "classes": classes, "stats": _stats(recipe, x)}
@@ -157,13 +172,22 @@ def _stats(recipe: Recipe, x: np.ndarray) -> Stats:
 
 
 def _train_one(
-    recipe: Recipe, plan: DataPlan, run_setup: RunSetup, rows: Any, version: versions.Version, on_ray: Any
+    recipe: Recipe,
+    plan: DataPlan,
+    run_setup: RunSetup,
+    rows: Any,
+    version: versions.Version,
+    on_ray: Any,
 ) -> TrainResult:
     train, validation = on_ray.split_rows(rows, recipe.data.validation_fraction, recipe.seed)
     frame = train.to_pandas()
     if len(frame) < recipe.workers.count:
-        raise RecipeError(f"data.source: {len(frame)} training rows for {recipe.workers.count} workers")
-    setup = _model_setup(run_setup, recipe, frame[plan.label].to_numpy(), frame[list(plan.features)])
+        raise RecipeError(
+            f"data.source: {len(frame)} training rows for {recipe.workers.count} workers"
+        )
+    setup = _model_setup(
+        run_setup, recipe, frame[plan.label].to_numpy(), frame[list(plan.features)]
+    )
     folder = version.staging / CHECKPOINT
     result: TrainResult
     if recipe.framework.value == "sklearn":
@@ -180,27 +204,40 @@ def _train_one(
 
 
 def _train_groups(
-    recipe: Recipe, plan: DataPlan, setup: RunSetup, frame: Any, version: versions.Version, on_ray: Any
+    recipe: Recipe,
+    plan: DataPlan,
+    setup: RunSetup,
+    frame: Any,
+    version: versions.Version,
+    on_ray: Any,
 ) -> dict[str, TrainResult]:
     jobs: dict[str, tuple[ModelSetup, Any, Any]] = {}
     names: dict[str, object] = {}  # a group's file name: the column's value it holds
     for value, rows in sorted(frame.groupby(plan.group_by), key=lambda item: str(item[0])):
         name = _GROUP_NAME.sub("-", str(value)).strip("-.") or "group"
         if name in names:
-            raise RecipeError(f"data.group_by: groups {names[name]!r} and {value!r} both map to file name {name}")
+            raise RecipeError(
+                f"data.group_by: groups {names[name]!r} and {value!r} both map to file name {name}"
+            )
         names[name] = value
         order = np.random.default_rng(recipe.seed).permutation(len(rows))
         held = max(1, int(round(recipe.data.validation_fraction * len(rows))))
         if len(rows) - held < 2:
-            raise RecipeError(f"data.group_by: group {value!r} has {len(rows)} rows, too few to train and validate")
+            raise RecipeError(
+                f"data.group_by: group {value!r} has {len(rows)} rows, too few to train and validate"
+            )
         train, validation = rows.iloc[order[held:]], rows.iloc[order[:held]]
-        group_setup = _model_setup(setup, recipe, train[plan.label].to_numpy(), train[list(plan.features)])
+        group_setup = _model_setup(
+            setup, recipe, train[plan.label].to_numpy(), train[list(plan.features)]
+        )
         group_setup["profile_dir"] = None
         group_setup["group"] = name
         jobs[name] = (group_setup, train, validation)
     results: dict[str, TrainResult] = on_ray.fit_per_model(jobs, version.staging / "groups")
     for name in results:
-        versions.pack(version.staging / "groups" / name / "export", versions.archive_path(version, name))
+        versions.pack(
+            version.staging / "groups" / name / "export", versions.archive_path(version, name)
+        )
     shutil.rmtree(version.staging / "groups", ignore_errors=True)
     return results
 
@@ -222,7 +259,9 @@ def _record(
         "stacks": STACKS[recipe.framework.value],
         "artifact": "<group>.tar.gz per group (a MultiModel prefix)" if grouped else "model.tar.gz",
         "signature": first.get("signature"),
-        "metrics": {name: r["metrics"] for name, r in groups.items()} if groups is not None else first["metrics"],
+        "metrics": {name: r["metrics"] for name, r in groups.items()}
+        if groups is not None
+        else first["metrics"],
         "groups": sorted(groups) if groups is not None else None,
         "recipe": recipe.to_record(),
         "data": plan.record(),
@@ -246,7 +285,9 @@ def summarize(timing: list[WorkerTiming]) -> TimingSummary:
         "data_ms": round(mean("data"), 3),
         # PyTorch times forward and backward apart; TensorFlow's tape gives one `compute` (forward +
         # gradients).
-        "compute_ms": round(mean("compute") + mean("forward") + mean("backward") + mean("optimizer"), 3),
+        "compute_ms": round(
+            mean("compute") + mean("forward") + mean("backward") + mean("optimizer"), 3
+        ),
         "sync_wait_ms": round(mean("sync_wait"), 3),
         "allreduce_busy_ms": round(mean("sync_busy"), 3),
     }

@@ -70,7 +70,9 @@ def label_indices(y: np.ndarray, classes: Sequence[Label] | None) -> np.ndarray:
     try:
         return np.fromiter((lookup[_plain(v)] for v in y), dtype=np.int64, count=len(y))
     except KeyError as error:
-        raise ValueError(f"label {error.args[0]!r} of a validation row never occurs in the training rows") from None
+        raise ValueError(
+            f"label {error.args[0]!r} of a validation row never occurs in the training rows"
+        ) from None
 
 
 def _plain(value: Any) -> Any:

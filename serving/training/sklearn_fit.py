@@ -13,7 +13,13 @@ from typing import Any
 import numpy as np
 
 from serving.training.recipe import SKLEARN_ESTIMATORS
-from serving.training.run_records import Hyperparameters, Metrics, ModelSetup, Signature, WorkerTiming
+from serving.training.run_records import (
+    Hyperparameters,
+    Metrics,
+    ModelSetup,
+    Signature,
+    WorkerTiming,
+)
 from serving.training.session import WorkerSession
 
 __all__ = ["build_estimator", "train_sklearn"]
@@ -45,7 +51,9 @@ def train_sklearn(setup: ModelSetup, session: WorkerSession) -> None:
     train, validation = session.shard("train"), session.shard("validation")
     classification = setup["task"] == "classification"
     y_train = train.y if classification else train.y.astype(np.float64)
-    model = build_estimator(recipe["model"]["family"], recipe["model"]["hyperparameters"], recipe["seed"])
+    model = build_estimator(
+        recipe["model"]["family"], recipe["model"]["hyperparameters"], recipe["seed"]
+    )
     started = time.perf_counter()
     model.fit(train.x, y_train)
     wall = time.perf_counter() - started
@@ -61,7 +69,12 @@ def train_sklearn(setup: ModelSetup, session: WorkerSession) -> None:
     )
     signature: Signature = {
         "inputs": [
-            {"name": "input", "dtype": "float32", "shape": [-1, train.x.shape[1]], "columns": setup["features"]}
+            {
+                "name": "input",
+                "dtype": "float32",
+                "shape": [-1, train.x.shape[1]],
+                "columns": setup["features"],
+            }
         ],
         "outputs": [
             {
@@ -78,5 +91,7 @@ def train_sklearn(setup: ModelSetup, session: WorkerSession) -> None:
         root = Path(folder)
         (root / "export").mkdir()
         skops.io.dump(model, root / "export" / "model.skops")
-        (root / "result.json").write_text(json.dumps({"metrics": metrics, "timing": timing, "signature": signature}))
+        (root / "result.json").write_text(
+            json.dumps({"metrics": metrics, "timing": timing, "signature": signature})
+        )
         session.report({**metrics, "final": True}, root)

@@ -110,7 +110,11 @@ def _lr(recipe: RecipeRecord, world_size: int, warmup_steps: int, step: int) -> 
     (torch_loop's rule)."""
     training = recipe["training"]
     target = float(world_size) if training["lr_scaling"] == "linear" else 1.0
-    factor = target if warmup_steps <= 0 or step >= warmup_steps else 1.0 + (target - 1.0) * step / warmup_steps
+    factor = (
+        target
+        if warmup_steps <= 0 or step >= warmup_steps
+        else 1.0 + (target - 1.0) * step / warmup_steps
+    )
     return float(training["learning_rate"]) * factor
 
 
@@ -125,7 +129,10 @@ def _evaluate(model: Mlp, x: np.ndarray, y: np.ndarray, setup: ModelSetup) -> Me
     if setup["task"] == "classification":
         target = label_indices(y, setup["classes"])
         loss = float(_loss(out, tf.constant(target), True))
-        return {"val_loss": loss, "val_accuracy": float(np.mean(np.argmax(out.numpy(), axis=1) == target))}
+        return {
+            "val_loss": loss,
+            "val_accuracy": float(np.mean(np.argmax(out.numpy(), axis=1) == target)),
+        }
     return {"val_loss": float(_loss(out, tf.constant(y.astype(np.float32)), False))}
 
 
@@ -142,11 +149,15 @@ def train_tensorflow(setup: ModelSetup, session: WorkerSession) -> None:
     hyper = recipe["model"]["hyperparameters"]
     unknown = sorted(set(hyper) - ALLOWED)
     if unknown:
-        raise ValueError(f"model.hyperparameters: {', '.join(unknown)} not an mlp hyperparameter (dropout, hidden)")
+        raise ValueError(
+            f"model.hyperparameters: {', '.join(unknown)} not an mlp hyperparameter (dropout, hidden)"
+        )
 
     train, validation = session.shard("train"), session.shard("validation")
     x_train = train.x.astype(np.float32)
-    y_train = label_indices(train.y, setup["classes"]) if classification else train.y.astype(np.float32)
+    y_train = (
+        label_indices(train.y, setup["classes"]) if classification else train.y.astype(np.float32)
+    )
     x_val = validation.x.astype(np.float32)
     features = x_train.shape[1]
     with strategy.scope():
@@ -158,7 +169,9 @@ def train_tensorflow(setup: ModelSetup, session: WorkerSession) -> None:
     if training["max_steps"]:
         total_steps = min(total_steps, training["max_steps"])
     warmup = int(round(training["warmup_epochs"] * per_epoch))
-    fusion = tf.distribute.experimental.CommunicationOptions(bytes_per_pack=int(training["bucket_cap_mb"] * 2**20))
+    fusion = tf.distribute.experimental.CommunicationOptions(
+        bytes_per_pack=int(training["bucket_cap_mb"] * 2**20)
+    )
 
     @tf.function(reduce_retracing=True)
     def compute(xb: tf.Tensor, yb: tf.Tensor, seed: tf.Tensor) -> Any:
@@ -174,13 +187,17 @@ def train_tensorflow(setup: ModelSetup, session: WorkerSession) -> None:
         # tf.identity places each gradient on the replica's device, where all_reduce wants it
         def replica(grads):
             local = [tf.identity(g) for g in grads]
-            return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.MEAN, local, fusion)
+            return tf.distribute.get_replica_context().all_reduce(
+                tf.distribute.ReduceOp.MEAN, local, fusion
+            )
 
         return strategy.run(replica, args=(grads,))
 
     @tf.function
     def apply(grads: list, lr: tf.Tensor) -> None:
-        optimizer.apply(model.weights, [strategy.experimental_local_results(g)[0] for g in grads], lr)
+        optimizer.apply(
+            model.weights, [strategy.experimental_local_results(g)[0] for g in grads], lr
+        )
 
     step = 0
     resumed = session.latest_checkpoint()
@@ -191,7 +208,11 @@ def train_tensorflow(setup: ModelSetup, session: WorkerSession) -> None:
 
     timeline = Timeline(setup.get("profile_dir"), session.rank)
     timed_steps = 0
-    bar = session.progress(total_steps, f"{recipe['name']} (rank {session.rank})") if session.rank == 0 else None
+    bar = (
+        session.progress(total_steps, f"{recipe['name']} (rank {session.rank})")
+        if session.rank == 0
+        else None
+    )
     if bar is not None and step:
         bar.update(step)
     metrics: Metrics = {}
@@ -200,14 +221,18 @@ def train_tensorflow(setup: ModelSetup, session: WorkerSession) -> None:
     started = time.perf_counter()
     while step < total_steps:
         epoch, offset = divmod(step, per_epoch)
-        order = np.random.default_rng([recipe["seed"], epoch, session.rank]).permutation(len(x_train))
+        order = np.random.default_rng([recipe["seed"], epoch, session.rank]).permutation(
+            len(x_train)
+        )
         for index in range(offset, per_epoch):
             if step >= total_steps:
                 break
             with timeline.phase("data"):
                 rows = order[index * batch_size : (index + 1) * batch_size]
                 xb, yb = tf.constant(x_train[rows]), tf.constant(y_train[rows])
-                seed = tf.constant([recipe["seed"], step * session.world_size + session.rank], tf.int64)
+                seed = tf.constant(
+                    [recipe["seed"], step * session.world_size + session.rank], tf.int64
+                )
             with timeline.phase("compute"):
                 loss, grads = compute(xb, yb, seed)
                 _block(strategy, loss)
@@ -230,13 +255,21 @@ def train_tensorflow(setup: ModelSetup, session: WorkerSession) -> None:
             metrics = {"epoch": epoch + 1, "step": step, "loss": local_loss, "lr": lr}
             metrics.update(_evaluate(model, x_val, validation.y, setup))
             if session.rank == 0:
-                shown = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items())
+                shown = ", ".join(
+                    f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                    for k, v in metrics.items()
+                )
                 session.say(f"[serving train] {recipe['name']}: {shown}")
     timeline.write()
     if bar is not None:
         bar.close()
     wall = time.perf_counter() - started
-    mine: WorkerTiming = {"steps": timed_steps, "wall": wall, "rows": timed_steps * batch_size, **timeline.totals}
+    mine: WorkerTiming = {
+        "steps": timed_steps,
+        "wall": wall,
+        "rows": timed_steps * batch_size,
+        **timeline.totals,
+    }
     timing = _gather(strategy, session, mine)
     _finish(session, setup, model, optimizer, step, metrics, timing)
 
@@ -248,16 +281,23 @@ def _block(strategy: tf.distribute.Strategy, values: Any) -> None:
             local.numpy()
 
 
-def _gather(strategy: tf.distribute.Strategy, session: WorkerSession, mine: WorkerTiming) -> list[WorkerTiming]:
+def _gather(
+    strategy: tf.distribute.Strategy, session: WorkerSession, mine: WorkerTiming
+) -> list[WorkerTiming]:
     """Every rank's timing, as rows of a matrix summed across the workers (each rank fills its own
     row)."""
     table = np.zeros((session.world_size, len(TIMING_KEYS)), np.float64)
     table[session.rank] = [float(mine.get(key, 0.0)) for key in TIMING_KEYS]
-    total = lambda t: tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, tf.identity(t))
+    total = lambda t: tf.distribute.get_replica_context().all_reduce(
+        tf.distribute.ReduceOp.SUM, tf.identity(t)
+    )
     summed = strategy.run(tf.function(total), args=(tf.constant(table),))
     rows = strategy.experimental_local_results(summed)[0].numpy()
     return [
-        {key: (int(value) if key in ("steps", "rows") else float(value)) for key, value in zip(TIMING_KEYS, row)}
+        {
+            key: (int(value) if key in ("steps", "rows") else float(value))
+            for key, value in zip(TIMING_KEYS, row)
+        }
         for row in rows
     ]
 
@@ -279,7 +319,9 @@ def _restore(path: Path, model: Mlp, optimizer: Optimizer, strategy: tf.distribu
         return int(state["step"])
 
 
-def _checkpoint(session: WorkerSession, model: Mlp, optimizer: Optimizer, step: int, metrics: Metrics) -> None:
+def _checkpoint(
+    session: WorkerSession, model: Mlp, optimizer: Optimizer, step: int, metrics: Metrics
+) -> None:
     if session.rank != 0:
         session.report(metrics)
         return
@@ -305,5 +347,7 @@ def _finish(
         root = Path(folder)
         _save(root / STATE_FILE, model, optimizer, step)
         signature = export_model(model, root / "export", setup)
-        (root / "result.json").write_text(json.dumps({"metrics": metrics, "timing": timing, "signature": signature}))
+        (root / "result.json").write_text(
+            json.dumps({"metrics": metrics, "timing": timing, "signature": signature})
+        )
         session.report(final, root)

@@ -21,7 +21,9 @@ class Mlp(tf.Module):
     """Standardize → (Dense → ReLU → Dropout)* → Dense, initialised as torch.nn.Linear is
     (U(±1/√fan_in))."""
 
-    def __init__(self, features: int, outputs: int, stats: Stats, seed: int, hidden=(64, 64), dropout=0.0) -> None:
+    def __init__(
+        self, features: int, outputs: int, stats: Stats, seed: int, hidden=(64, 64), dropout=0.0
+    ) -> None:
         super().__init__(name="mlp")
         self.mean = tf.constant(np.asarray(stats["mean"], np.float32))
         self.std = tf.constant(np.asarray([s if s > 0 else 1.0 for s in stats["std"]], np.float32))
@@ -32,7 +34,12 @@ class Mlp(tf.Module):
             rng, bound = np.random.default_rng([seed, index]), 1.0 / np.sqrt(fan_in)
             kernel = rng.uniform(-bound, bound, (fan_in, fan_out)).astype(np.float32)
             bias = rng.uniform(-bound, bound, (fan_out,)).astype(np.float32)
-            self.layers.append((tf.Variable(kernel, name=f"kernel_{index}"), tf.Variable(bias, name=f"bias_{index}")))
+            self.layers.append(
+                (
+                    tf.Variable(kernel, name=f"kernel_{index}"),
+                    tf.Variable(bias, name=f"bias_{index}"),
+                )
+            )
 
     @property
     def weights(self) -> list[tf.Variable]:
@@ -46,7 +53,9 @@ class Mlp(tf.Module):
             if index < len(self.layers) - 1:
                 x = tf.nn.relu(x)
                 if seed is not None and self.dropout:
-                    x = tf.nn.experimental.stateless_dropout(x, self.dropout, seed=seed + [0, 1000003 * index])
+                    x = tf.nn.experimental.stateless_dropout(
+                        x, self.dropout, seed=seed + [0, 1000003 * index]
+                    )
         return x
 
 
@@ -58,7 +67,9 @@ class Optimizer(tf.Module):
         super().__init__(name="optimizer")
         self.kind, self.decay = training["optimizer"], float(training["weight_decay"])
         self.momentum = float(training["momentum"])
-        zeros = lambda v, n: tf.Variable(tf.zeros_like(v), trainable=False, name=f"{n}_{v.name.split(':')[0]}")
+        zeros = lambda v, n: tf.Variable(
+            tf.zeros_like(v), trainable=False, name=f"{n}_{v.name.split(':')[0]}"
+        )
         if self.kind == "adam":
             self.slots = [[zeros(v, "m") for v in weights], [zeros(v, "v") for v in weights]]
         else:
@@ -108,7 +119,14 @@ def export_model(model: Mlp, folder: Path, setup: ModelSetup) -> Signature:
     tf.saved_model.save(plain, str(folder), signatures={"serving_default": serve})
     classification = setup["task"] == "classification"
     return {
-        "inputs": [{"name": INPUT_NAME, "dtype": "float32", "shape": [-1, features], "columns": setup["features"]}],
+        "inputs": [
+            {
+                "name": INPUT_NAME,
+                "dtype": "float32",
+                "shape": [-1, features],
+                "columns": setup["features"],
+            }
+        ],
         "outputs": [
             {
                 "name": OUTPUT_NAME,

@@ -17,7 +17,9 @@ INPUT_NAME = "input"
 OUTPUT_NAME = "output"
 
 
-def export_model(model: torch.nn.Module, folder: Path, setup: ModelSetup, sample: np.ndarray) -> Signature:
+def export_model(
+    model: torch.nn.Module, folder: Path, setup: ModelSetup, sample: np.ndarray
+) -> Signature:
     """Write model.pt (TorchScript) and/or model.onnx into `folder`; returns the input/output
     signature."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -48,7 +50,12 @@ def export_model(model: torch.nn.Module, folder: Path, setup: ModelSetup, sample
     classification = setup["task"] == "classification"
     return {
         "inputs": [
-            {"name": INPUT_NAME, "dtype": "float32", "shape": [-1, int(sample.shape[1])], "columns": setup["features"]}
+            {
+                "name": INPUT_NAME,
+                "dtype": "float32",
+                "shape": [-1, int(sample.shape[1])],
+                "columns": setup["features"],
+            }
         ],
         "outputs": [
             {

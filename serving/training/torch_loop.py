@@ -79,13 +79,20 @@ def _lr_factor(recipe: RecipeRecord, world_size: int, warmup_steps: int) -> Call
 def _optimizer(recipe: RecipeRecord, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
     training = recipe["training"]
     if training["optimizer"] == "adam":
-        return torch.optim.Adam(params, lr=training["learning_rate"], weight_decay=training["weight_decay"])
+        return torch.optim.Adam(
+            params, lr=training["learning_rate"], weight_decay=training["weight_decay"]
+        )
     return torch.optim.SGD(
-        params, lr=training["learning_rate"], momentum=training["momentum"], weight_decay=training["weight_decay"]
+        params,
+        lr=training["learning_rate"],
+        momentum=training["momentum"],
+        weight_decay=training["weight_decay"],
     )
 
 
-def _evaluate(model: nn.Module, x: np.ndarray, y: np.ndarray, setup: ModelSetup, device: torch.device) -> Metrics:
+def _evaluate(
+    model: nn.Module, x: np.ndarray, y: np.ndarray, setup: ModelSetup, device: torch.device
+) -> Metrics:
     model.eval()
     with torch.no_grad():
         out = model(torch.from_numpy(x).to(device)).float().cpu()
@@ -112,11 +119,17 @@ def train_torch(setup: ModelSetup, session: WorkerSession) -> None:
 
     train, validation = session.shard("train"), session.shard("validation")
     x_train = train.x.astype(np.float32)
-    y_train = label_indices(train.y, setup["classes"]) if classification else train.y.astype(np.float32)
+    y_train = (
+        label_indices(train.y, setup["classes"]) if classification else train.y.astype(np.float32)
+    )
     x_val = validation.x.astype(np.float32)
 
     model = build_model(
-        recipe["model"]["family"], recipe["model"]["hyperparameters"], x_train.shape[1], outputs, setup["stats"]
+        recipe["model"]["family"],
+        recipe["model"]["hyperparameters"],
+        x_train.shape[1],
+        outputs,
+        setup["stats"],
     ).to(device)
     clock = SyncClock(session.world_size)
     distributed = dist.is_available() and dist.is_initialized() and session.world_size > 1
@@ -137,10 +150,20 @@ def train_torch(setup: ModelSetup, session: WorkerSession) -> None:
         total_steps = min(total_steps, training["max_steps"])
     warmup = int(round(training["warmup_epochs"] * per_epoch))
     optimizer = _optimizer(recipe, net.parameters())
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_factor(recipe, session.world_size, warmup))
-    mixed = training["mixed_precision"] == "on" or (training["mixed_precision"] == "auto" and device.type == "cuda")
-    amp_dtype = torch.bfloat16 if device.type == "cuda" and torch.cuda.is_bf16_supported() else torch.float16
-    scaler = torch.amp.GradScaler("cuda", enabled=mixed and device.type == "cuda" and amp_dtype == torch.float16)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, _lr_factor(recipe, session.world_size, warmup)
+    )
+    mixed = training["mixed_precision"] == "on" or (
+        training["mixed_precision"] == "auto" and device.type == "cuda"
+    )
+    amp_dtype = (
+        torch.bfloat16
+        if device.type == "cuda" and torch.cuda.is_bf16_supported()
+        else torch.float16
+    )
+    scaler = torch.amp.GradScaler(
+        "cuda", enabled=mixed and device.type == "cuda" and amp_dtype == torch.float16
+    )
 
     step = 0
     resumed = session.latest_checkpoint()
@@ -157,14 +180,20 @@ def train_torch(setup: ModelSetup, session: WorkerSession) -> None:
     totals: dict[str, float] = {}
     timed_steps = timed_rows = 0
     profiler = _profiler(setup, session.rank, device)
-    bar = session.progress(total_steps, f"{recipe['name']} (rank {session.rank})") if session.rank == 0 else None
+    bar = (
+        session.progress(total_steps, f"{recipe['name']} (rank {session.rank})")
+        if session.rank == 0
+        else None
+    )
     if bar is not None and step:
         bar.update(step)
     metrics: Metrics = {}
     started = time.perf_counter()
     while step < total_steps:
         epoch, offset = divmod(step, per_epoch)
-        order = np.random.default_rng([recipe["seed"], epoch, session.rank]).permutation(len(x_train))
+        order = np.random.default_rng([recipe["seed"], epoch, session.rank]).permutation(
+            len(x_train)
+        )
         batch_size = training["batch_size"]
         for index in range(offset, per_epoch):
             if step >= total_steps:
@@ -200,7 +229,9 @@ def train_torch(setup: ModelSetup, session: WorkerSession) -> None:
             if bar is not None:
                 bar.update(1)
             if step % training["checkpoint_every_steps"] == 0 and step < total_steps:
-                _checkpoint(session, model, optimizer, schedule, step, {"step": step, "epoch": epoch + 1})
+                _checkpoint(
+                    session, model, optimizer, schedule, step, {"step": step, "epoch": epoch + 1}
+                )
         if step % per_epoch == 0 or step >= total_steps:
             metrics = {
                 "epoch": epoch + 1,
@@ -210,7 +241,10 @@ def train_torch(setup: ModelSetup, session: WorkerSession) -> None:
             }
             metrics.update(_evaluate(model, x_val, validation.y, setup, device))
             if session.rank == 0:
-                shown = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items())
+                shown = ", ".join(
+                    f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                    for k, v in metrics.items()
+                )
                 session.say(f"[serving train] {setup.get('group') or recipe['name']}: {shown}")
     if profiler is not None:
         profiler.stop()
@@ -239,7 +273,9 @@ def _state(model, optimizer, schedule, step: int) -> dict:
     }
 
 
-def _checkpoint(session: WorkerSession, model, optimizer, schedule, step: int, metrics: Metrics) -> None:
+def _checkpoint(
+    session: WorkerSession, model, optimizer, schedule, step: int, metrics: Metrics
+) -> None:
     if session.rank != 0:
         session.report(metrics)
         return
@@ -258,7 +294,9 @@ def _finish(session, setup, model, optimizer, schedule, step, metrics, timing, x
         torch.save(_state(model, optimizer, schedule, step), root / STATE_FILE)
         model = model.cpu().eval()
         signature = export_model(model, root / "export", setup, x_val[:4])
-        (root / "result.json").write_text(json.dumps({"metrics": metrics, "timing": timing, "signature": signature}))
+        (root / "result.json").write_text(
+            json.dumps({"metrics": metrics, "timing": timing, "signature": signature})
+        )
         session.report(final, root)
 
 

@@ -21,7 +21,9 @@ class Standardize(nn.Module):
     def __init__(self, mean: list[float], std: list[float]) -> None:
         super().__init__()
         self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32))
-        self.register_buffer("std", torch.tensor([s if s > 0 else 1.0 for s in std], dtype=torch.float32))
+        self.register_buffer(
+            "std", torch.tensor([s if s > 0 else 1.0 for s in std], dtype=torch.float32)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return (x - self.mean) / self.std  # type: ignore[operator]
@@ -30,7 +32,9 @@ class Standardize(nn.Module):
 class MLP(nn.Module):
     """Standardize → (Linear → ReLU → Dropout)* → Linear."""
 
-    def __init__(self, features: int, outputs: int, mean, std, hidden=(64, 64), dropout: float = 0.0) -> None:
+    def __init__(
+        self, features: int, outputs: int, mean, std, hidden=(64, 64), dropout: float = 0.0
+    ) -> None:
         super().__init__()
         layers: list[nn.Module] = [Standardize(mean, std)]
         width = features
@@ -64,7 +68,9 @@ class CNN(nn.Module):
         super().__init__()
         c, h, w = (int(v) for v in image_shape)
         if c * h * w != features:
-            raise ValueError(f"data.image_shape {list(image_shape)} holds {c * h * w} values, the rows {features}")
+            raise ValueError(
+                f"data.image_shape {list(image_shape)} holds {c * h * w} values, the rows {features}"
+            )
         self.shape = (c, h, w)
         self.standardize = Standardize(mean, std)
         convs: list[nn.Module] = []
@@ -87,7 +93,9 @@ class CNN(nn.Module):
 ALLOWED = {"mlp": {"hidden", "dropout"}, "cnn": {"channels", "hidden", "dropout"}}
 
 
-def build_model(family: str, hyperparameters: Hyperparameters, features: int, outputs: int, stats: Stats) -> nn.Module:
+def build_model(
+    family: str, hyperparameters: Hyperparameters, features: int, outputs: int, stats: Stats
+) -> nn.Module:
     """The recipe's model, with standardisation from `stats` (mean, std, image_shape)."""
     unknown = sorted(set(hyperparameters) - ALLOWED[family])
     if unknown:
@@ -104,5 +112,7 @@ def build_model(family: str, hyperparameters: Hyperparameters, features: int, ou
 def _square(features: int) -> list[int]:
     side = int(round(features**0.5))
     if side * side != features:
-        raise ValueError(f"data.image_shape: {features} features are not a square image; give [c, h, w]")
+        raise ValueError(
+            f"data.image_shape: {features} features are not a square image; give [c, h, w]"
+        )
     return [1, side, side]

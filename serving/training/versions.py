@@ -62,7 +62,9 @@ def open_version(store: Path, name: str, resume: bool) -> Version:
     partial = [int(m.group(1)) for p in folder.iterdir() if (m := _PARTIAL.match(p.name))]
     if resume:
         if not partial:
-            raise RecipeError(f"--resume: no unfinished run of {name} in {store} (nothing to resume)")
+            raise RecipeError(
+                f"--resume: no unfinished run of {name} in {store} (nothing to resume)"
+            )
         version = Version(store, name, max(partial))
         return version
     number = max(numbers + partial, default=0) + 1
@@ -83,7 +85,9 @@ def pack(files: Path, archive: Path) -> None:
 
 def publish(version: Version, record: TrainingRecord) -> Path:
     """Write model.json, move the staging folder into place and point `latest` at it."""
-    (version.staging / TRAINED_MANIFEST).write_text(json.dumps(record, indent=2, default=str) + "\n")
+    (version.staging / TRAINED_MANIFEST).write_text(
+        json.dumps(record, indent=2, default=str) + "\n"
+    )
     version.staging.rename(version.final)
     link = version.store / version.name / LATEST
     temporary = link.with_name(f".{LATEST}.{os.getpid()}")

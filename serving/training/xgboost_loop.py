@@ -31,14 +31,19 @@ def booster_params(setup: ModelSetup) -> Hyperparameters:
     """The objective for the task, the seed and thread count, then the recipe's own parameters (any
     booster parameter: the result is as open as they are)."""
     recipe = setup["recipe"]
-    params: Hyperparameters = {"seed": recipe["seed"], "nthread": max(1, int(recipe["workers"]["cpus_per_worker"]))}
+    params: Hyperparameters = {
+        "seed": recipe["seed"],
+        "nthread": max(1, int(recipe["workers"]["cpus_per_worker"])),
+    }
     if setup["task"] == "regression":
         params.update(objective="reg:squarederror", eval_metric="rmse")
     elif len(setup["classes"] or []) == 2:
         params.update(objective="binary:logistic", eval_metric=["logloss", "error"])
     else:
         params.update(
-            objective="multi:softprob", num_class=len(setup["classes"] or []), eval_metric=["mlogloss", "merror"]
+            objective="multi:softprob",
+            num_class=len(setup["classes"] or []),
+            eval_metric=["mlogloss", "merror"],
         )
     params.update(recipe["model"]["hyperparameters"])
     return params
@@ -58,15 +63,23 @@ def train_xgboost(setup: ModelSetup, session: WorkerSession) -> None:
     rounds = int(recipe["training"]["boost_rounds"])
     every = int(recipe["training"]["checkpoint_every_steps"])
     train, validation = session.shard("train"), session.shard("validation")
-    dtrain = xgboost.DMatrix(train.x, label=_labels(setup, train.y), feature_names=setup["features"])
-    dval = xgboost.DMatrix(validation.x, label=_labels(setup, validation.y), feature_names=setup["features"])
+    dtrain = xgboost.DMatrix(
+        train.x, label=_labels(setup, train.y), feature_names=setup["features"]
+    )
+    dval = xgboost.DMatrix(
+        validation.x, label=_labels(setup, validation.y), feature_names=setup["features"]
+    )
     resumed = session.latest_checkpoint()
     start_from = None
     if resumed is not None:
         start_from = xgboost.Booster()
         start_from.load_model(str(resumed / MODEL_FILE))
     done = start_from.num_boosted_rounds() if start_from is not None else 0
-    bar = session.progress(rounds, f"{recipe['name']} (rank {session.rank})") if session.rank == 0 else None
+    bar = (
+        session.progress(rounds, f"{recipe['name']} (rank {session.rank})")
+        if session.rank == 0
+        else None
+    )
     if bar is not None and done:
         bar.update(done)
 
@@ -76,7 +89,9 @@ def train_xgboost(setup: ModelSetup, session: WorkerSession) -> None:
                 bar.update(1)
             boosted = model.num_boosted_rounds()
             if boosted % every == 0 and boosted < rounds:
-                metrics = {name: values[-1] for name, values in evals_log.get("validation", {}).items()}
+                metrics = {
+                    name: values[-1] for name, values in evals_log.get("validation", {}).items()
+                }
                 _report(session, model, {"round": boosted, **metrics}, final=False)
             return False
 
@@ -95,11 +110,17 @@ def train_xgboost(setup: ModelSetup, session: WorkerSession) -> None:
     wall = time.perf_counter() - started
     if bar is not None:
         bar.close()
-    metrics: Metrics = {f"val_{name}": float(values[-1]) for name, values in history.get("validation", {}).items()}
+    metrics: Metrics = {
+        f"val_{name}": float(values[-1]) for name, values in history.get("validation", {}).items()
+    }
     predicted = booster.predict(dval)
     if setup["task"] == "classification":
-        chosen = (predicted > 0.5).astype(np.int64) if predicted.ndim == 1 else predicted.argmax(axis=1)
-        metrics["val_accuracy"] = float(np.mean(chosen == label_indices(validation.y, setup["classes"])))
+        chosen = (
+            (predicted > 0.5).astype(np.int64) if predicted.ndim == 1 else predicted.argmax(axis=1)
+        )
+        metrics["val_accuracy"] = float(
+            np.mean(chosen == label_indices(validation.y, setup["classes"]))
+        )
     if session.rank == 0:
         shown = ", ".join(f"{k} {v:.4g}" for k, v in metrics.items())
         session.say(
@@ -109,10 +130,22 @@ def train_xgboost(setup: ModelSetup, session: WorkerSession) -> None:
     classes = len(setup["classes"] or [])
     result: TrainResult = {
         "metrics": metrics,
-        "timing": [{"steps": rounds - done, "wall": wall, "rows": len(train.x) * (rounds - done), "forward": wall}],
+        "timing": [
+            {
+                "steps": rounds - done,
+                "wall": wall,
+                "rows": len(train.x) * (rounds - done),
+                "forward": wall,
+            }
+        ],
         "signature": {
             "inputs": [
-                {"name": "input", "dtype": "float32", "shape": [-1, train.x.shape[1]], "columns": setup["features"]}
+                {
+                    "name": "input",
+                    "dtype": "float32",
+                    "shape": [-1, train.x.shape[1]],
+                    "columns": setup["features"],
+                }
             ],
             "outputs": [
                 {
@@ -131,7 +164,11 @@ def train_xgboost(setup: ModelSetup, session: WorkerSession) -> None:
 
 
 def _report(
-    session: WorkerSession, booster: Any, metrics: Metrics, final: bool, result: TrainResult | None = None
+    session: WorkerSession,
+    booster: Any,
+    metrics: Metrics,
+    final: bool,
+    result: TrainResult | None = None,
 ) -> None:
     if session.rank != 0:
         session.report(metrics)

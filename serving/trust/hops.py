@@ -34,7 +34,8 @@ SIGNED_HEADERS = (
 
 
 class HopAuthError(Exception):
-    """A hop that is not from the gateway (or not for this container); the message says which check failed."""
+    """A hop that is not from the gateway (or not for this container); the message says which check
+    failed."""
 
 
 def _message(method: str, path: str, stamp: str, body: bytes, headers: Mapping[str, str]) -> bytes:
@@ -45,23 +46,38 @@ def _message(method: str, path: str, stamp: str, body: bytes, headers: Mapping[s
 
 
 def sign(
-    key: bytes, method: str, path: str, body: bytes, headers: Mapping[str, str], clock: Callable[[], float] = time.time
+    key: bytes,
+    method: str,
+    path: str,
+    body: bytes,
+    headers: Mapping[str, str],
+    clock: Callable[[], float] = time.time,
 ) -> dict[str, str]:
     """The two headers to add to a hop (`headers`: what it sends, names in any case)."""
     stamp = str(int(clock()))
-    signature = hmac.new(key, _message(method, path, stamp, body, headers), hashlib.sha256).hexdigest()
+    signature = hmac.new(
+        key, _message(method, path, stamp, body, headers), hashlib.sha256
+    ).hexdigest()
     return {DATE_HEADER: stamp, SIGNATURE_HEADER: signature}
 
 
 def verify(
-    key: bytes, method: str, path: str, body: bytes, headers: Mapping[str, str], clock: Callable[[], float] = time.time
+    key: bytes,
+    method: str,
+    path: str,
+    body: bytes,
+    headers: Mapping[str, str],
+    clock: Callable[[], float] = time.time,
 ) -> None:
-    """Raise HopAuthError unless the request carries a fresh signature by `key` (`headers`: case-insensitive)."""
+    """Raise HopAuthError unless the request carries a fresh signature by `key` (`headers`:
+    case-insensitive)."""
     stamp, signature = headers.get(DATE_HEADER), headers.get(SIGNATURE_HEADER)
     if not stamp or not signature:
         raise HopAuthError("unsigned request: only the endpoint's gateway may call a container")
     if not stamp.isdigit() or abs(clock() - int(stamp)) > MAX_SKEW_S:
         raise HopAuthError("hop signature expired or from the future")
-    expected = hmac.new(key, _message(method, path, stamp, body, headers), hashlib.sha256).hexdigest()
+    expected = hmac.new(
+        key, _message(method, path, stamp, body, headers), hashlib.sha256
+    ).hexdigest()
     if not hmac.compare_digest(expected, signature):
         raise HopAuthError("hop signature does not match")

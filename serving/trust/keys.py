@@ -7,8 +7,9 @@ state, or written to disk by this project; a process either can derive a key or 
 
 - `hop_key(endpoint, container)`: the gateway signs each hop to that container's replicas with it;
   the container process verifies it (`trust.hops`). A container process knows only its own.
-- `registration_proof(endpoint, container, url, version)`: what a replica shows the registry to put its
-  data port under that container version; made by the replica's supervisor, never by the container process.
+- `registration_proof(endpoint, container, url, version)`: what a replica shows the registry to put
+  its data port under that container version; made by the replica's supervisor, never by the
+  container process.
 - `control_token()`: what the control plane (CLI, gateway, autoscaler) shows for registry writes.
 """
 
@@ -17,14 +18,23 @@ from __future__ import annotations
 import hashlib
 import hmac
 
-__all__ = ["control_token", "derive", "hop_key", "http_control_token", "registration_proof", "verify"]
+__all__ = [
+    "control_token",
+    "derive",
+    "hop_key",
+    "http_control_token",
+    "registration_proof",
+    "verify",
+]
 
 _VERSION = b"serving/v1"
 
 
 def derive(root: bytes, purpose: str, *parts: str) -> bytes:
     """A 32-byte key for `purpose` and `parts`, unambiguous whatever the parts contain."""
-    message = b"\0".join([_VERSION, purpose.encode(), *(part.encode("utf-8", "surrogatepass") for part in parts)])
+    message = b"\0".join(
+        [_VERSION, purpose.encode(), *(part.encode("utf-8", "surrogatepass") for part in parts)]
+    )
     return hmac.new(root, message, hashlib.sha256).digest()
 
 
@@ -32,7 +42,9 @@ def hop_key(root: bytes, endpoint: str, container: str) -> bytes:
     return derive(root, "hop", endpoint, container)
 
 
-def registration_proof(root: bytes, endpoint: str, container: str, url: str, version: str = "") -> str:
+def registration_proof(
+    root: bytes, endpoint: str, container: str, url: str, version: str = ""
+) -> str:
     return derive(root, "register", endpoint, container, version, url).hex()
 
 

@@ -22,11 +22,13 @@ pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 
 
-Process = tuple[int, str]  # a pid and its start time: a pid the kernel gives to another process is not the same one
+# a pid and its start time: a pid the kernel gives to another process is not the same one
+Process = tuple[int, str]
 
 
 def _stat(pid: int) -> list[str] | None:
-    """The fields of /proc/PID/stat after the command name (state first), None when the pid is gone."""
+    """The fields of /proc/PID/stat after the command name (state first), None when the pid is
+    gone."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
@@ -35,12 +37,19 @@ def _stat(pid: int) -> list[str] | None:
 
 def _descendants(pid: int) -> list[Process]:
     """Every process below `pid` now (its children, theirs, ...), from /proc."""
-    stats = {int(entry.name): _stat(int(entry.name)) for entry in Path("/proc").iterdir() if entry.name.isdigit()}
+    stats = {
+        int(entry.name): _stat(int(entry.name))
+        for entry in Path("/proc").iterdir()
+        if entry.name.isdigit()
+    }
     found: list[Process] = []
     frontier = [pid]
     while frontier:
-        frontier = [child for child, fields in stats.items() if fields and int(fields[1]) in frontier]
-        found += [(child, stats[child][19]) for child in frontier]  # field 22 of stat: the start time
+        frontier = [
+            child for child, fields in stats.items() if fields and int(fields[1]) in frontier
+        ]
+        # field 22 of stat: the start time
+        found += [(child, stats[child][19]) for child in frontier]
     return found
 
 
@@ -51,9 +60,10 @@ def _alive(process: Process) -> bool:
 
 @pytest.mark.timeout(720)
 def test_demo_trains_its_model_serves_the_endpoints_and_sample_calls_succeed():
-    """As a user runs it: `make demo`, the calls, then a stop. SIGTERM (what a service manager or `kill` sends,
-    and the one stop that works for a background job, which ignores SIGINT) stops the server and every process
-    it started: before, the demo died alone and left `serving up` and its Ray running."""
+    """As a user runs it: `make demo`, the calls, then a stop. SIGTERM (what a service manager or
+    `kill` sends, and the one stop that works for a background job, which ignores SIGINT) stops the
+    server and every process it started: before, the demo died alone and left `serving up` and its
+    Ray running."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -75,7 +85,9 @@ def test_demo_trains_its_model_serves_the_endpoints_and_sample_calls_succeed():
     try:
         deadline = time.monotonic() + 600  # includes `serving train` of the digits CNN
         while not any(line.startswith("Demo endpoints are up") for line in lines):
-            assert demo.poll() is None and time.monotonic() < deadline, "".join(lines)[-3000:] + "".join(errors)[-3000:]
+            assert demo.poll() is None and time.monotonic() < deadline, (
+                "".join(lines)[-3000:] + "".join(errors)[-3000:]
+            )
             time.sleep(0.5)
         started = _descendants(demo.pid)  # `serving up`, its Ray and every replica
         assert started
@@ -93,20 +105,30 @@ def test_demo_trains_its_model_serves_the_endpoints_and_sample_calls_succeed():
         for process in started:  # only what this test started, checked by start time
             if _alive(process):
                 os.kill(process[0], signal.SIGKILL)
-    result = subprocess.CompletedProcess(demo.args, demo.returncode, "".join(lines), "".join(errors))
+    result = subprocess.CompletedProcess(
+        demo.args, demo.returncode, "".join(lines), "".join(errors)
+    )
     assert "\nStopped.\n" in result.stdout, result.stdout[-500:]
     output = result.stdout
     assert output.count("-> 200") == 5
     assert '{"labels": ["setosa", "virginica"]}' in output
-    assert "botocore ValidationError" in output and "X-Amzn-SageMaker-Target-Container-Hostname" in output
     assert (
-        "mce-direct: InService" in output and "mce-serial: InService" in output and "mce-trained: InService" in output
+        "botocore ValidationError" in output
+        and "X-Amzn-SageMaker-Target-Container-Hostname" in output
+    )
+    assert (
+        "mce-direct: InService" in output
+        and "mce-serial: InService" in output
+        and "mce-trained: InService" in output
     )
     assert (ROOT / "model-store" / "digits-cnn" / "latest" / "model.json").is_file()
-    # Issue 42, item 8: the console reads as the project's own (Ray's chatter stays in its log files). On a fresh
-    # clone the demo trains the CNN first: then every epoch's line appears once (it appeared twice).
+    # Issue 42, item 8: the console reads as the project's own (Ray's chatter stays in its log
+    # files). On a fresh clone the demo trains the CNN first: then every epoch's line appears once
+    # (it appeared twice).
     console = output + result.stderr
-    epochs = [line for line in output.splitlines() if line.startswith("[serving train] digits-cnn: epoch")]
+    epochs = [
+        line for line in output.splitlines() if line.startswith("[serving train] digits-cnn: epoch")
+    ]
     assert len(epochs) == len(set(epochs)), epochs
     for chatter in (
         "Reporting training result",

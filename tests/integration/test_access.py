@@ -54,7 +54,10 @@ def caller(server, access_callers, principal: str):
 def invoke(client, container: str):
     body, _ = BODIES[container]
     response = client.invoke_endpoint(
-        EndpointName=ENDPOINT, TargetContainerHostname=container, ContentType="application/json", Body=json.dumps(body)
+        EndpointName=ENDPOINT,
+        TargetContainerHostname=container,
+        ContentType="application/json",
+        Body=json.dumps(body),
     )
     return json.loads(response["Body"].read())
 
@@ -87,7 +90,10 @@ def test_documented_example_per_caller_and_container(
     else:
         error = error_of(lambda: invoke(client, container))
         assert error["Code"] == "AccessDeniedException"
-        assert f"User: {principal} is not authorized to perform: sagemaker:InvokeEndpoint" in error["Message"]
+        assert (
+            f"User: {principal} is not authorized to perform: sagemaker:InvokeEndpoint"
+            in error["Message"]
+        )
         assert "arn:aws:sagemaker:us-east-1:000000000000:endpoint/it-secure" in error["Message"]
         assert f"container {container}" in error["Message"]
 
@@ -101,13 +107,19 @@ def test_bearer_api_key(server, access_callers):
         assert response.body == expected
         with pytest.raises(AccessDenied) as raised:
             batch_job.invoke(ENDPOINT, [0], target="special-labels")
-        assert (raised.value.status_code, raised.value.headers["x-amzn-errortype"]) == (403, "AccessDeniedException")
+        assert (raised.value.status_code, raised.value.headers["x-amzn-errortype"]) == (
+            403,
+            "AccessDeniedException",
+        )
     with (
         Client(server.url, api_key=f"{key}-not", retry=RetryPolicy.none()) as forger,
         pytest.raises(AccessDenied) as raised,
     ):
         forger.invoke(ENDPOINT, body, target="common-wine")
-    assert (raised.value.status_code, raised.value.body["__type"]) == (403, "UnrecognizedClientException")
+    assert (raised.value.status_code, raised.value.body["__type"]) == (
+        403,
+        "UnrecognizedClientException",
+    )
 
 
 def test_unsigned_call_is_refused(server):
@@ -120,7 +132,9 @@ def test_unsigned_call_is_refused(server):
 
 
 def test_forged_signature_is_refused(server, access_callers):
-    forged = runtime(server, access_callers["team-a"]["AccessKeyId"], "forged-secret-of-someone-else")
+    forged = runtime(
+        server, access_callers["team-a"]["AccessKeyId"], "forged-secret-of-someone-else"
+    )
     error = error_of(lambda: invoke(forged, "customIps-iris"))
     assert error["Code"] == "InvalidSignatureException"
     assert "signature we calculated does not match" in error["Message"]
@@ -128,7 +142,10 @@ def test_forged_signature_is_refused(server, access_callers):
 
 def test_unknown_access_key_is_refused(server):
     stranger = runtime(server, "AKIANOBODYKNOWSME1", "a-secret-of-a-stranger")
-    assert error_of(lambda: invoke(stranger, "customIps-iris"))["Code"] == "UnrecognizedClientException"
+    assert (
+        error_of(lambda: invoke(stranger, "customIps-iris"))["Code"]
+        == "UnrecognizedClientException"
+    )
 
 
 def test_signature_outside_the_five_minute_window_is_refused(server, access_callers, monkeypatch):
@@ -142,7 +159,9 @@ def test_signature_outside_the_five_minute_window_is_refused(server, access_call
 
 def test_wrong_region_scope_is_refused(server, access_callers):
     credentials = access_callers["team-b"]
-    client = runtime(server, credentials["AccessKeyId"], credentials["SecretAccessKey"], region="eu-west-1")
+    client = runtime(
+        server, credentials["AccessKeyId"], credentials["SecretAccessKey"], region="eu-west-1"
+    )
     error = error_of(lambda: invoke(client, "common-wine"))
     assert error["Code"] == "InvalidSignatureException" and "region" in error["Message"]
 

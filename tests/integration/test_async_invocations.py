@@ -1,8 +1,10 @@
-"""InvokeEndpointAsync with an unmodified boto3 client, inputs and answers on a local S3-compatible server.
+"""InvokeEndpointAsync with an unmodified boto3 client, inputs and answers on a local S3-compatible
+server.
 
 it-async (built below) is one `sleepy` container with an AsyncInferenceConfig: answers under
-s3://it-async/answers/, failures under s3://it-async/failures/, inputs only from s3://it-async/inputs/. Each
-answer is checked against what InvokeEndpoint returns for the same input, byte for byte.
+s3://it-async/answers/, failures under s3://it-async/failures/, inputs only from
+s3://it-async/inputs/. Each answer is checked against what InvokeEndpoint returns for the same
+input, byte for byte.
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ ENDPOINTS = {
     "it-single": endpoints.single,
 }  # what `server` deploys for this module, by builder
 
-WAIT_S = 60  # a job runs in well under a second; the bound only keeps a broken gateway from hanging the suite
+# a job runs in well under a second; the bound only keeps a broken gateway from hanging the suite
+WAIT_S = 60
 
 
 @pytest.fixture(scope="module")
@@ -150,7 +153,9 @@ def test_a_failing_model_leaves_its_error_at_the_failure_location(server, runtim
         CustomAttributes="sleep=never",  # the handler's float() fails: the model's own error
     )
     with pytest.raises(ModelError) as raised:
-        server.client.invoke("it-async", payload, content_type="application/json", custom_attributes="sleep=never")
+        server.client.invoke(
+            "it-async", payload, content_type="application/json", custom_attributes="sleep=never"
+        )
     synchronous = raised.value
     assert synchronous.status_code == 424
     failure = json.loads(_object(s3, response["FailureLocation"]))
@@ -188,7 +193,9 @@ def test_input_outside_the_allowed_prefix_is_refused(runtime, s3):
 
 def test_an_endpoint_without_async_inference_config_refuses(runtime):
     with pytest.raises(runtime.exceptions.ValidationError) as raised:
-        runtime.invoke_endpoint_async(EndpointName="it-single", InputLocation=f"s3://{ASYNC_BUCKET}/inputs/x.json")
+        runtime.invoke_endpoint_async(
+            EndpointName="it-single", InputLocation=f"s3://{ASYNC_BUCKET}/inputs/x.json"
+        )
     assert "AsyncInferenceConfig" in raised.value.response["Error"]["Message"]
 
 
@@ -211,14 +218,18 @@ def _gateway(url: str) -> psutil.Process:
     return psutil.Process(holders.pop())
 
 
-def test_requests_admitted_before_the_gateway_is_killed_are_finished_exactly_once(server, runtime, s3):
-    # Last on purpose (the gateway restarts). Issue 43: admitted (202) but unfinished requests lived only in the
-    # gateway's memory, and a killed gateway lost them without a trace. Now each is recorded in Ray's key-value
-    # store before the 202, and the gateway that takes over finishes it: one answer, written once.
+def test_requests_admitted_before_the_gateway_is_killed_are_finished_exactly_once(
+    server, runtime, s3
+):
+    # Last on purpose (the gateway restarts). Issue 43: admitted (202) but unfinished requests lived
+    # only in the gateway's memory, and a killed gateway lost them without a trace. Now each is
+    # recorded in Ray's key-value store before the 202, and the gateway that takes over finishes it:
+    # one answer, written once.
     s3.put_bucket_versioning(Bucket=ASYNC_BUCKET, VersioningConfiguration={"Status": "Enabled"})
     run = uuid.uuid4().hex[:8]
     admitted = []
-    for index in range(4):  # two run at once (MaxConcurrentInvocationsPerInstance), two wait in the queue
+    # two run at once (MaxConcurrentInvocationsPerInstance), two wait in the queue
+    for index in range(4):
         admitted.append(
             runtime.invoke_endpoint_async(
                 EndpointName="it-async",
@@ -231,9 +242,12 @@ def test_requests_admitted_before_the_gateway_is_killed_are_finished_exactly_onc
     gateway = _gateway(server.url)
     assert gateway.pid != os.getpid()
     gateway.send_signal(signal.SIGKILL)
-    deadline = time.monotonic() + 120  # the restart (seconds) and the takeover of a silent gateway's requests
+    # the restart (seconds) and the takeover of a silent gateway's requests
+    deadline = time.monotonic() + 120
     for response in admitted:
-        answer = _object(s3, response["OutputLocation"], timeout=max(deadline - time.monotonic(), 1))
+        answer = _object(
+            s3, response["OutputLocation"], timeout=max(deadline - time.monotonic(), 1)
+        )
         assert answer == b'{"slept":1.5}'
         bucket, _, key = response["OutputLocation"].removeprefix("s3://").partition("/")
         versions = s3.list_object_versions(Bucket=bucket, Prefix=key)["Versions"]

@@ -1,9 +1,9 @@
-"""Target tracking on real Ray Serve: a load step on one container of it-scale scales that container out
-(and only it), then back in once the load falls, with no failed request throughout.
+"""Target tracking on real Ray Serve: a load step on one container of it-scale scales that container
+out (and only it), then back in once the load falls, with no failed request throughout.
 
-it-scale's containers track 120 invocations per replica per minute (1..3 replicas, cooldowns 5 s out,
-10 s in; Serve gets metrics every 2 s, averaged over 10 s). 5 requests/s on `busy` is 300 per minute:
-3 replicas. Then a trickle of 0.5/s (30 per minute, 10 per replica) takes it back to 1.
+it-scale's containers track 120 invocations per replica per minute (1..3 replicas, cooldowns 5 s
+out, 10 s in; Serve gets metrics every 2 s, averaged over 10 s). 5 requests/s on `busy` is 300 per
+minute: 3 replicas. Then a trickle of 0.5/s (30 per minute, 10 per replica) takes it back to 1.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from suite.endpoints import python_container
 
 pytestmark = pytest.mark.integration
 
-# it-scale: two containers with the same short-cooldown target tracking; the autoscaling test loads one.
+# it-scale: two containers with the same short-cooldown target tracking; the autoscaling test loads
+# one.
 SCALE_TARGET_PER_MINUTE = 120
 
 
@@ -35,7 +36,8 @@ def scaled(handler_models: dict[str, Path]) -> dict:
         },
     }
     containers = [
-        python_container(name, handler_models, "echo", Resources=TINY, AutoScaling=policy) for name in ("busy", "quiet")
+        python_container(name, handler_models, "echo", Resources=TINY, AutoScaling=policy)
+        for name in ("busy", "quiet")
     ]
     return {"EndpointName": "it-scale", "Containers": containers}
 
@@ -87,7 +89,9 @@ class Load:
 
 
 def containers(server) -> dict[str, dict]:
-    return {c["ContainerHostname"]: c for c in server.client.describe_endpoint(ENDPOINT)["Containers"]}
+    return {
+        c["ContainerHostname"]: c for c in server.client.describe_endpoint(ENDPOINT)["Containers"]
+    }
 
 
 def wait_for_replicas(server, container: str, count: int, load: Load) -> float:
@@ -107,7 +111,8 @@ def test_a_load_step_scales_that_container_out_and_back_in_without_failures(serv
     assert containers(server)["busy"]["CurrentReplicas"] == 1
     with Load(server.url, "busy") as load:
         scale_out_s = wait_for_replicas(server, "busy", 3, load)
-        assert containers(server)["quiet"]["CurrentReplicas"] == 1  # only the loaded container scaled
+        # only the loaded container scaled
+        assert containers(server)["quiet"]["CurrentReplicas"] == 1
         load.interval = 2.0  # a trickle: 30 per minute in all, 10 per replica of 3
         scale_in_s = wait_for_replicas(server, "busy", 1, load)
         time.sleep(2)
@@ -120,10 +125,13 @@ def test_a_load_step_scales_that_container_out_and_back_in_without_failures(serv
     assert max(a["To"] for a in activities) == 3
     out = [a for a in activities if a["To"] > a["From"]]
     assert out and all(
-        a["MetricName"] == "SageMakerVariantInvocationsPerInstance" and a["MetricValue"] > 120 for a in out
+        a["MetricName"] == "SageMakerVariantInvocationsPerInstance" and a["MetricValue"] > 120
+        for a in out
     ), out
     assert all(a["Reason"] for a in activities)
     metrics = server.http.get("/metrics").text
     assert 'serving_desired_replicas{container="busy",endpoint="it-scale"} 1.0' in metrics
     assert 'serving_desired_replicas{container="quiet",endpoint="it-scale"} 1.0' in metrics
-    print(f"scale-out to 3 in {scale_out_s:.0f} s, back to 1 in {scale_in_s:.0f} s; {len(load.statuses)} requests")
+    print(
+        f"scale-out to 3 in {scale_out_s:.0f} s, back to 1 in {scale_in_s:.0f} s; {len(load.statuses)} requests"
+    )

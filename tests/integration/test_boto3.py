@@ -72,7 +72,9 @@ def test_validation_error_is_a_botocore_exception(runtime):
 def test_model_error_carries_the_original_status(runtime):
     with pytest.raises(runtime.exceptions.ModelError) as raised:
         runtime.invoke_endpoint(
-            EndpointName="it-serial-fail", ContentType="application/json", Body="[[5.1,3.5,1.4,0.2]]"
+            EndpointName="it-serial-fail",
+            ContentType="application/json",
+            Body="[[5.1,3.5,1.4,0.2]]",
         )
     error = raised.value.response
     assert error["Error"]["Code"] == "ModelError"

@@ -1,4 +1,5 @@
-"""serving.client against the shared endpoint server: real HTTP, real containers, real signatures."""
+"""serving.client against the shared endpoint server: real HTTP, real containers, real
+signatures."""
 
 from __future__ import annotations
 
@@ -52,16 +53,25 @@ def test_invoke_in_three_lines(server) -> None:
 
 
 def test_payload_types(client) -> None:
-    assert client.invoke("it-direct", np.array([VIRGINICA]), target="iris", accept="application/json").body == [2]
-    npy = client.invoke("it-direct", np.array([SETOSA]), target="iris", accept="application/x-npy").body
+    assert client.invoke(
+        "it-direct", np.array([VIRGINICA]), target="iris", accept="application/json"
+    ).body == [2]
+    npy = client.invoke(
+        "it-direct", np.array([SETOSA]), target="iris", accept="application/x-npy"
+    ).body
     assert isinstance(npy, np.ndarray) and npy.tolist() == [0]
     assert client.invoke("it-direct", "6.7,3.0,5.2,2.3\n", target="iris").body == [2]
-    assert client.invoke("it-direct", [VIRGINICA], target="iris", accept="text/csv").body.strip() == "2"
+    assert (
+        client.invoke("it-direct", [VIRGINICA], target="iris", accept="text/csv").body.strip()
+        == "2"
+    )
 
 
 def test_dataframe_payload(client) -> None:
     pandas = pytest.importorskip("pandas")
-    frame = pandas.DataFrame([SETOSA, VIRGINICA], columns=["sepal_l", "sepal_w", "petal_l", "petal_w"])
+    frame = pandas.DataFrame(
+        [SETOSA, VIRGINICA], columns=["sepal_l", "sepal_w", "petal_l", "petal_w"]
+    )
     assert client.invoke("it-direct", frame, target="iris").body == [0, 2]
 
 
@@ -89,7 +99,11 @@ def test_same_answer_as_boto3(server, client) -> None:
     )
     theirs, ours = boto.invoke_endpoint(**arguments), client.invoke_endpoint(**arguments)
     assert set(ours) == set(theirs)
-    assert json.loads(ours["Body"].read()) == json.loads(theirs["Body"].read()) == {"labels": ["virginica"]}
+    assert (
+        json.loads(ours["Body"].read())
+        == json.loads(theirs["Body"].read())
+        == {"labels": ["virginica"]}
+    )
     for key in ("ContentType", "InvokedProductionVariant", "CustomAttributes"):
         assert ours[key] == theirs[key]
 
@@ -110,14 +124,21 @@ def test_errors_are_typed(client) -> None:
 
 def test_throttled_requests_succeed_with_retries(server) -> None:
     """`narrow` takes one request at a time: concurrent callers get 429 and the SDK retries them."""
-    arguments = dict(target="narrow", content_type="application/json", custom_attributes="sleep=0.3")
+    arguments = dict(
+        target="narrow", content_type="application/json", custom_attributes="sleep=0.3"
+    )
     with Client(server.url, sign=False, retry=RetryPolicy.none()) as no_retry:
         with ThreadPoolExecutor(4) as pool:
             outcomes = list(pool.map(lambda _: _outcome(no_retry, arguments), range(4)))
-    assert "ModelNotReady" in outcomes, outcomes  # the limit is real: without retries some are refused
-    with Client(server.url, sign=False, retry=RetryPolicy(max_attempts=30, base_delay=0.1, max_delay=0.5)) as patient:
+    # the limit is real: without retries some are refused
+    assert "ModelNotReady" in outcomes, outcomes
+    with Client(
+        server.url, sign=False, retry=RetryPolicy(max_attempts=30, base_delay=0.1, max_delay=0.5)
+    ) as patient:
         with ThreadPoolExecutor(4) as pool:
-            results = list(pool.map(lambda _: patient.invoke("it-direct", b"{}", **arguments), range(4)))
+            results = list(
+                pool.map(lambda _: patient.invoke("it-direct", b"{}", **arguments), range(4))
+            )
     assert [r.body for r in results] == [{"slept": 0.3}] * 4
     assert sum(r.retry_attempts for r in results) > 0
 
@@ -133,7 +154,9 @@ def _outcome(client: Client, arguments: dict) -> str:
 def test_async_client_concurrent_invocations(server) -> None:
     async def main():
         async with AsyncClient(server.url, sign=False) as client:
-            calls = [client.invoke("it-direct", [row], target="iris") for row in (SETOSA, VIRGINICA) * 10]
+            calls = [
+                client.invoke("it-direct", [row], target="iris") for row in (SETOSA, VIRGINICA) * 10
+            ]
             results = await asyncio.gather(*calls)
             description = await client.describe_endpoint("it-direct")
             return [r.body for r in results], description
@@ -165,7 +188,9 @@ def test_signed_and_bearer_callers_on_the_secure_endpoint(server, access_callers
     with pytest.raises(AccessDenied) as denied:
         signed.invoke("it-secure", [0, 2], target="special-labels")
     assert denied.value.status_code == 403
-    bearer = Client(server.url, api_key=access_callers["batch-job"]["ApiKey"], retry=RetryPolicy.none())
+    bearer = Client(
+        server.url, api_key=access_callers["batch-job"]["ApiKey"], retry=RetryPolicy.none()
+    )
     assert bearer.invoke("it-secure", [SETOSA], target="customIps-iris").body == [0]
     with pytest.raises(AccessDenied):
         bearer.invoke("it-secure", [0, 2], target="special-labels")

@@ -33,7 +33,10 @@ def test_describe_in_service_endpoint(server):
 def test_failed_container_is_named_with_its_reason(server):
     description = server.client.describe_endpoint("it-broken")
     assert description["EndpointStatus"] == "Failed"
-    assert "broken" in description["FailureReason"] and "weights file is corrupt" in description["FailureReason"]
+    assert (
+        "broken" in description["FailureReason"]
+        and "weights file is corrupt" in description["FailureReason"]
+    )
     containers = {c["ContainerHostname"]: c for c in description["Containers"]}
     assert containers["broken"]["Status"] == "Failed"
     assert "weights file is corrupt" in containers["broken"]["FailureReason"]
@@ -77,16 +80,20 @@ def _own_processes() -> dict[int, tuple[int, str]]:
 
 
 def _ray_processes() -> dict[int, str]:
-    """This user's Ray worker processes (titled `ray::...`: the gateway, replicas, the Serve controller) and
-    their children (each replica's container process)."""
+    """This user's Ray worker processes (titled `ray::...`: the gateway, replicas, the Serve
+    controller) and their children (each replica's container process)."""
     processes = _own_processes()
     workers = {pid for pid, (_, title) in processes.items() if title.startswith("ray::")}
-    return {pid: title for pid, (parent, title) in processes.items() if pid in workers or parent in workers}
+    return {
+        pid: title
+        for pid, (parent, title) in processes.items()
+        if pid in workers or parent in workers
+    }
 
 
 def test_ray_workers_and_container_processes_run_at_normal_niceness(server):
-    # Ray's default (RAY_worker_niceness=15) let any ordinary process on the machine take the replicas' CPU first;
-    # the embedded server starts them at the niceness it runs at itself.
+    # Ray's default (RAY_worker_niceness=15) let any ordinary process on the machine take the
+    # replicas' CPU first; the embedded server starts them at the niceness it runs at itself.
     processes = _ray_processes()
     assert any("ServeReplica" in title for title in processes.values()), processes
     ours = os.getpriority(os.PRIO_PROCESS, 0)
@@ -96,19 +103,24 @@ def test_ray_workers_and_container_processes_run_at_normal_niceness(server):
             niceness[pid] = os.getpriority(os.PRIO_PROCESS, pid)
         except OSError:
             continue
-    assert [f"{pid} {processes[pid][:60]}: {value}" for pid, value in niceness.items() if value != ours] == []
+    assert [
+        f"{pid} {processes[pid][:60]}: {value}" for pid, value in niceness.items() if value != ours
+    ] == []
 
 
 def test_rays_log_monitor_looks_for_new_log_files_once_a_second(server):
-    # It globbed the session's log folder three times every 0.1 s (Ray's default below 1,000 files), ~0.01 core of
-    # an idle fifteen-container endpoint; the embedded Ray hands it these two variables, which it reads itself.
+    # It globbed the session's log folder three times every 0.1 s (Ray's default below 1,000 files),
+    # ~0.01 core of an idle fifteen-container endpoint; the embedded Ray hands it these two
+    # variables, which it reads itself.
     monitors = []
     for pid, (_, title) in _own_processes().items():
         if "ray/_private/log_monitor.py" not in title:
             continue
         try:
             with open(f"/proc/{pid}/environ", "rb") as handle:
-                monitors.append(dict(item.split(b"=", 1) for item in handle.read().split(b"\0") if b"=" in item))
+                monitors.append(
+                    dict(item.split(b"=", 1) for item in handle.read().split(b"\0") if b"=" in item)
+                )
         except OSError:
             continue  # gone meanwhile
     assert monitors, "no log monitor of this user's Ray found"
@@ -118,8 +130,9 @@ def test_rays_log_monitor_looks_for_new_log_files_once_a_second(server):
 
 
 def test_serve_workers_run_without_pandas(server):
-    # Serve's utilities loaded pandas (~30 MiB and a few tenths of a CPU-second per worker) only for the HTTP
-    # proxy this runtime does not run; the embedded Ray runs serving._worker_preload first in every worker.
+    # Serve's utilities loaded pandas (~30 MiB and a few tenths of a CPU-second per worker) only for
+    # the HTTP proxy this runtime does not run; the embedded Ray runs serving._worker_preload first
+    # in every worker.
     serve_workers = {
         pid: title
         for pid, title in _ray_processes().items()
@@ -138,8 +151,9 @@ def test_serve_workers_run_without_pandas(server):
 
 
 def test_a_registry_snapshot_waits_for_a_change_and_answers_at_once(server):
-    # The gateway's long poll: a snapshot call with the current version waits, and answers as soon as the state
-    # changes (here: a replica registration of an endpoint no one routes to), not at the next poll period.
+    # The gateway's long poll: a snapshot call with the current version waits, and answers as soon
+    # as the state changes (here: a replica registration of an endpoint no one routes to), not at
+    # the next poll period.
     import ray
 
     from serving import ray_wing
@@ -155,8 +169,11 @@ def test_a_registry_snapshot_waits_for_a_change_and_answers_at_once(server):
         ready, _ = ray.wait([waiting], timeout=1.0)
         if not ready:
             break
-    if ready:  # the session's other endpoints (autoscalers reporting, replicas coming and going) kept it busy
-        pytest.skip("the registry changed every second for 20 s: no quiet window to see a snapshot call wait")
+    # the session's other endpoints (autoscalers reporting, replicas coming and going) kept it busy
+    if ready:
+        pytest.skip(
+            "the registry changed every second for 20 s: no quiet window to see a snapshot call wait"
+        )
     try:
         registered_at = time.monotonic()
         assert ray.get(registry.register.remote(*key, url, proof), timeout=30) is True

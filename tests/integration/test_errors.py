@@ -24,7 +24,8 @@ JSON = "application/json"
 
 
 def raised(call, *args, **options) -> ServingClientError:
-    """The error the SDK raised for `call(*args, **options)`: the status, headers and body the server answered."""
+    """The error the SDK raised for `call(*args, **options)`: the status, headers and body the
+    server answered."""
     with pytest.raises(ServingClientError) as caught:
         call(*args, **options)
     return caught.value
@@ -41,7 +42,12 @@ def assert_error(error: ServingClientError, status: int, code: str, *fragments: 
 
 
 def test_unknown_endpoint(server):
-    assert_error(raised(server.client.invoke, "no-such-endpoint", ROW), 400, "ValidationError", "no-such-endpoint")
+    assert_error(
+        raised(server.client.invoke, "no-such-endpoint", ROW),
+        400,
+        "ValidationError",
+        "no-such-endpoint",
+    )
 
 
 def test_missing_target_header_with_several_containers(server):
@@ -55,15 +61,26 @@ def test_missing_target_header_with_several_containers(server):
 
 
 def test_unknown_target_hostname(server):
-    assert_error(raised(server.client.invoke, "it-direct", ROW, target="nosuch"), 400, "ValidationError", "nosuch")
+    assert_error(
+        raised(server.client.invoke, "it-direct", ROW, target="nosuch"),
+        400,
+        "ValidationError",
+        "nosuch",
+    )
 
 
 def test_target_header_on_serial_endpoint(server):
-    assert_error(raised(server.client.invoke, "it-serial", ROW, target="classifier"), 400, "ValidationError", "Serial")
+    assert_error(
+        raised(server.client.invoke, "it-serial", ROW, target="classifier"),
+        400,
+        "ValidationError",
+        "Serial",
+    )
 
 
 def test_unsupported_content_type_is_a_model_error_with_the_containers_415(server):
-    # SageMaker reports every non-2xx answer of a model container as ModelError, with the container's status.
+    # SageMaker reports every non-2xx answer of a model container as ModelError, with the
+    # container's status.
     body = assert_error(
         raised(server.client.invoke, "it-single", b"<xml/>", content_type="application/xml"),
         424,
@@ -117,8 +134,9 @@ def test_boto3_model_error_has_original_status_and_log_stream(server):
         error = raised.value.response
         assert error["ResponseMetadata"]["HTTPStatusCode"] == 424
         assert error["OriginalStatusCode"] == status
-        # where the container process's output goes: its replica worker's log file on the node, named without the
-        # node's folder (issue 41, finding 7g: it was the file's path on the server)
+        # where the container process's output goes: its replica worker's log file on the node,
+        # named without the node's folder (issue 41, finding 7g: it was the file's path on the
+        # server)
         stream = error["LogStreamArn"]
         assert stream.startswith(f"{kwargs['EndpointName']}/") and stream.endswith(".err"), error
         assert stream.count("/") == 2 and "/tmp" not in stream and "session" not in stream, stream
@@ -126,27 +144,41 @@ def test_boto3_model_error_has_original_status_and_log_stream(server):
 
 def test_payload_over_the_limit(server):
     big = b"[" + b"1.0," * 400_000 + b"1.0]"  # ~1.6 MB against the session's 1 MB limit
-    assert_error(raised(server.client.invoke, "it-single", big, content_type=JSON), 400, "ValidationError", "limit")
+    assert_error(
+        raised(server.client.invoke, "it-single", big, content_type=JSON),
+        400,
+        "ValidationError",
+        "limit",
+    )
     # the server keeps serving
     assert server.client.invoke("it-single", ROW).status_code == 200
 
 
 def test_model_failure_names_the_container(server):
-    body = assert_error(raised(server.client.invoke, "it-direct", ROW, target="faulty"), 424, "ModelError", "faulty")
+    body = assert_error(
+        raised(server.client.invoke, "it-direct", ROW, target="faulty"), 424, "ModelError", "faulty"
+    )
     assert body["OriginalStatusCode"] == 500
     assert "cannot score this input" in body["OriginalMessage"]
 
 
 def test_wrong_feature_count_is_a_model_error(server):
     body = assert_error(
-        raised(server.client.invoke, "it-direct", [[1.0, 2.0]], target="iris"), 424, "ModelError", "iris"
+        raised(server.client.invoke, "it-direct", [[1.0, 2.0]], target="iris"),
+        424,
+        "ModelError",
+        "iris",
     )
     assert "features" in body["OriginalMessage"]
 
 
 def test_serial_failure_names_container_and_position(server):
     body = assert_error(
-        raised(server.client.invoke, "it-serial-fail", ROW), 424, "ModelError", "faulty", "position 2 of 3"
+        raised(server.client.invoke, "it-serial-fail", ROW),
+        424,
+        "ModelError",
+        "faulty",
+        "position 2 of 3",
     )
     assert body["ContainerHostname"] == "faulty"
 
@@ -154,7 +186,12 @@ def test_serial_failure_names_container_and_position(server):
 def test_invocation_timeout(server):
     body = assert_error(
         raised(
-            server.client.invoke, "it-direct", b"{}", target="sleepy", content_type=JSON, custom_attributes="sleep=5"
+            server.client.invoke,
+            "it-direct",
+            b"{}",
+            target="sleepy",
+            content_type=JSON,
+            custom_attributes="sleep=5",
         ),
         424,
         "ModelError",
@@ -181,7 +218,12 @@ def test_backpressure_is_model_not_ready(server):
 
     time.sleep(0.5)  # let the slow request reach the replica
     rejected = raised(
-        server.client.invoke, "it-direct", b"{}", target="narrow", content_type=JSON, custom_attributes="sleep=0"
+        server.client.invoke,
+        "it-direct",
+        b"{}",
+        target="narrow",
+        content_type=JSON,
+        custom_attributes="sleep=0",
     )
     worker.join(30)
     assert_error(rejected, 429, "ModelNotReadyException", "narrow", "limit of 1")

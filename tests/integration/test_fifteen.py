@@ -1,4 +1,5 @@
-"""Fifteen containers of all five stacks on one endpoint each answer correctly; a sixteenth is refused."""
+"""Fifteen containers of all five stacks on one endpoint each answer correctly; a sixteenth is
+refused."""
 
 from __future__ import annotations
 
@@ -18,7 +19,13 @@ def test_fifteen_heterogeneous_containers_are_in_service(server, fifteen_contain
     assert description["EndpointStatus"] == "InService", description
     containers = {c["ContainerHostname"]: c for c in description["Containers"]}
     assert list(containers) == list(fifteen_containers)
-    assert {c["Image"] for c in containers.values()} == {"sklearn", "pytorch", "tensorflow", "onnx", "python"}
+    assert {c["Image"] for c in containers.values()} == {
+        "sklearn",
+        "pytorch",
+        "tensorflow",
+        "onnx",
+        "python",
+    }
     assert all(c["Status"] == "InService" for c in containers.values()), containers
 
 
@@ -51,12 +58,17 @@ def test_each_container_answers_correctly(
     assert response.status_code == 200, hostname
     got = response.body
     if image == "tensorflow" and not isinstance(expected["response"], dict):
-        got = got["predictions"]  # SageMaker's TFS container: a bare JSON list is TF Serving's "instances"
+        # SageMaker's TFS container: a bare JSON list is TF Serving's "instances"
+        got = got["predictions"]
     # The same answer the framework gave in the training process...
     assert answer_matches(got, expected["response"]), (hostname, got, expected["response"])
     if expected["classes"]:  # ...and a right one: the probe rows are one of each class
-        values = np.asarray(got.get("predictions", got.get("outputs")) if isinstance(got, dict) else got)
-        assert (values.argmax(axis=1) if values.ndim == 2 else values).tolist() == expected["classes"], hostname
+        values = np.asarray(
+            got.get("predictions", got.get("outputs")) if isinstance(got, dict) else got
+        )
+        assert (values.argmax(axis=1) if values.ndim == 2 else values).tolist() == expected[
+            "classes"
+        ], hostname
 
 
 def test_sixteenth_container_is_refused():

@@ -44,11 +44,18 @@ def working_dir_model(tmp_path_factory) -> tuple[Path, Path]:
 
 
 def _container(hetero: Path, host: str, image: str, model: str, **extra) -> dict:
-    return {"ContainerHostname": host, "Image": image, "ModelDataUrl": str(hetero / model), "Resources": TINY, **extra}
+    return {
+        "ContainerHostname": host,
+        "Image": image,
+        "ModelDataUrl": str(hetero / model),
+        "Resources": TINY,
+        **extra,
+    }
 
 
 def hetero_serial(hetero_models: Path) -> dict:
-    """scikit-learn features -> TensorFlow classifier -> Python labels (examples/hetero-serial.yaml)."""
+    """scikit-learn features -> TensorFlow classifier -> Python labels
+    (examples/hetero-serial.yaml)."""
     return {
         "EndpointName": "it-hetero-serial",
         "InferenceExecutionConfig": {"Mode": "Serial"},
@@ -61,7 +68,8 @@ def hetero_serial(hetero_models: Path) -> dict:
 
 
 def hetero_serial_onnx(hetero_models: Path) -> dict:
-    """The same chain with an ONNX classifier, handed NPY by the first container, batching concurrent requests."""
+    """The same chain with an ONNX classifier, handed NPY by the first container, batching
+    concurrent requests."""
     npy = {"SAGEMAKER_DEFAULT_INVOCATIONS_ACCEPT": "application/x-npy"}
     batching = {"MaxBatchSize": 16, "MaxDelayMs": 20}
     return {
@@ -69,7 +77,9 @@ def hetero_serial_onnx(hetero_models: Path) -> dict:
         "InferenceExecutionConfig": {"Mode": "Serial"},
         "Containers": [
             _container(hetero_models, "features", "sklearn", "hetero-features", Environment=npy),
-            _container(hetero_models, "classifier", "onnx", "hetero-onnx-features", Batching=batching),
+            _container(
+                hetero_models, "classifier", "onnx", "hetero-onnx-features", Batching=batching
+            ),
             _container(hetero_models, "labels", "python", "hetero-labels"),
         ],
     }
@@ -114,7 +124,15 @@ def runtime(server):
 
 
 @pytest.mark.parametrize(
-    "hostname", ["sklearn-iris", "pytorch-script", "pytorch-state", "tensorflow-keras", "onnx-iris", "python-rules"]
+    "hostname",
+    [
+        "sklearn-iris",
+        "pytorch-script",
+        "pytorch-state",
+        "tensorflow-keras",
+        "onnx-iris",
+        "python-rules",
+    ],
 )
 def test_direct_with_boto3_across_frameworks(runtime, hostname: str) -> None:
     response = runtime.invoke_endpoint(
@@ -147,18 +165,24 @@ def test_direct_npy_in_and_out(server) -> None:
     )
     assert response.status_code == 200
     assert response.headers["content-type"] == "application/x-npy"
-    assert np.load(io.BytesIO(response.raw), allow_pickle=False).argmax(axis=1).tolist() == [0, 1, 2]
+    assert np.load(io.BytesIO(response.raw), allow_pickle=False).argmax(axis=1).tolist() == [
+        0,
+        1,
+        2,
+    ]
 
 
 def test_tensorflow_serving_request_over_http(server) -> None:
     response = server.client.invoke(
-        "it-fifteen", {"instances": [{"features": row} for row in IRIS_ROWS]}, target="tensorflow-keras"
+        "it-fifteen",
+        {"instances": [{"features": row} for row in IRIS_ROWS]},
+        target="tensorflow-keras",
     )
     assert response.status_code == 200
     assert np.asarray(response.body["predictions"]).argmax(axis=1).tolist() == [0, 1, 2]
 
 
-# --- Serial: preprocess in scikit-learn, classify in TensorFlow or ONNX, name in Python ------------
+# --- Serial: preprocess in scikit-learn, classify in TensorFlow or ONNX, name in Python -----------
 
 
 @pytest.mark.parametrize("endpoint", ["it-hetero-serial", "it-hetero-serial-onnx"])
@@ -176,12 +200,14 @@ def test_serial_chain_across_frameworks(server, endpoint: str, content_type: str
 
 def test_serial_chain_with_boto3(runtime) -> None:
     response = runtime.invoke_endpoint(
-        EndpointName="it-hetero-serial", ContentType="application/json", Body=json.dumps(IRIS_ROWS[2:])
+        EndpointName="it-hetero-serial",
+        ContentType="application/json",
+        Body=json.dumps(IRIS_ROWS[2:]),
     )
     assert json.loads(response["Body"].read()) == {"labels": ["virginica"]}
 
 
-# --- input mismatches: 424 ModelError naming the container, the replica keeps serving --------------
+# --- input mismatches: 424 ModelError naming the container, the replica keeps serving -------------
 
 
 @pytest.mark.parametrize(
@@ -191,11 +217,17 @@ def test_serial_chain_with_boto3(runtime) -> None:
         ("onnx-iris", [[5.1, 3.5, 1.4]], "has shape [1, 3]; the model takes x (float32 [?, 4])"),
         ("pytorch-export", [[1.0, 2.0]], "the model takes x (float32 [?, 13])"),
         ("pytorch-script", [[1.0, 2.0]], "the model failed on input x float32 [1, 2]"),
-        ("tensorflow-saved", {"instances": [[1.0, 2.0, 3.0, 4.0]]}, "the model takes features (float32 [?, 3])"),
+        (
+            "tensorflow-saved",
+            {"instances": [[1.0, 2.0, 3.0, 4.0]]},
+            "the model takes features (float32 [?, 3])",
+        ),
         ("tensorflow-keras", [["a", "b", "c", "d"]], "holds text"),
     ],
 )
-def test_input_mismatch_is_a_model_error_naming_the_container(server, hostname: str, body, fragment: str) -> None:
+def test_input_mismatch_is_a_model_error_naming_the_container(
+    server, hostname: str, body, fragment: str
+) -> None:
     with pytest.raises(ModelError) as raised:
         server.client.invoke("it-fifteen", body, target=hostname)
     assert raised.value.status_code == 424, raised.value
@@ -257,8 +289,9 @@ def _batch_metrics(server) -> tuple[float, float]:
 
 
 def test_batching_container_answers_each_concurrent_caller_with_its_own_rows(server) -> None:
-    # it-hetero-serial-onnx's classifier batches (MaxBatchSize 16, MaxDelayMs 20): 24 callers at once, each with
-    # its own row mix, get exactly their own labels, and the replica reports fewer batches than requests.
+    # it-hetero-serial-onnx's classifier batches (MaxBatchSize 16, MaxDelayMs 20): 24 callers at
+    # once, each with its own row mix, get exactly their own labels, and the replica reports fewer
+    # batches than requests.
     import random
     from concurrent.futures import ThreadPoolExecutor
 
@@ -269,7 +302,9 @@ def test_batching_container_answers_each_concurrent_caller_with_its_own_rows(ser
 
     def call(mix: list[int]):
         return server.client.invoke(
-            "it-hetero-serial-onnx", json.dumps([IRIS_ROWS[i] for i in mix]), content_type="application/json"
+            "it-hetero-serial-onnx",
+            json.dumps([IRIS_ROWS[i] for i in mix]),
+            content_type="application/json",
         )
 
     with ThreadPoolExecutor(max_workers=24) as pool:
@@ -278,7 +313,8 @@ def test_batching_container_answers_each_concurrent_caller_with_its_own_rows(ser
         assert response.status_code == 200
         assert response.body == {"labels": [IRIS_NAMES[i] for i in mix]}
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # the supervisor relays the events, Ray pushes them to the node's agent
+    # the supervisor relays the events, Ray pushes them to the node's agent
+    while time.monotonic() < deadline:
         batches, seen_rows = _batch_metrics(server)
         if seen_rows - rows_before >= rows:
             break
@@ -286,4 +322,5 @@ def test_batching_container_answers_each_concurrent_caller_with_its_own_rows(ser
     time.sleep(8)  # one more relay and push: every batch of this test counted
     batches, seen_rows = _batch_metrics(server)
     assert seen_rows - rows_before >= rows, (seen_rows, rows_before, rows)
-    assert batches - batches_before < len(mixes), (batches, batches_before)  # some requests shared a batch
+    # some requests shared a batch
+    assert batches - batches_before < len(mixes), (batches, batches_before)

@@ -16,7 +16,8 @@ pytestmark = pytest.mark.integration
 
 
 def handoff(handler_models: dict[str, Path]) -> dict:
-    """it-handoff: a Serial chain whose first container answers CSV whatever it gets, the second echoes it."""
+    """it-handoff: a Serial chain whose first container answers CSV whatever it gets, the second
+    echoes it."""
     return {
         "EndpointName": "it-handoff",
         "InferenceExecutionConfig": {"Mode": "Serial"},
@@ -61,7 +62,10 @@ def test_single_container_endpoint_needs_no_target_header(server):
 def test_fixed_replica_count_serves_from_every_replica(server):
     container = server.client.describe_endpoint("it-single")["Containers"][0]
     assert container["DesiredReplicas"] == container["CurrentReplicas"] == 2
-    answers = [server.client.invoke("it-single", IRIS.data[i : i + 1].tolist()).body for i in (0, 50, 100) * 4]
+    answers = [
+        server.client.invoke("it-single", IRIS.data[i : i + 1].tolist()).body
+        for i in (0, 50, 100) * 4
+    ]
     assert answers == [[0], [1], [2]] * 4
 
 
@@ -70,7 +74,10 @@ def test_fixed_replica_count_serves_from_every_replica(server):
     [
         ("text/csv", b"5.1,3.5,1.4,0.2\n6.7,3.0,5.2,2.3\n"),
         ("application/x-npy", None),
-        ("application/json", json.dumps({"instances": [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]]}).encode()),
+        (
+            "application/json",
+            json.dumps({"instances": [[5.1, 3.5, 1.4, 0.2], [6.7, 3.0, 5.2, 2.3]]}).encode(),
+        ),
     ],
 )
 def test_content_types_are_decoded(server, content_type, body):
@@ -104,7 +111,9 @@ def test_serial_chain_runs_every_container_in_order(server):
 
 
 def test_serial_hands_off_body_and_content_type(server):
-    response = server.client.invoke("it-handoff", b"ignored", content_type="application/octet-stream")
+    response = server.client.invoke(
+        "it-handoff", b"ignored", content_type="application/octet-stream"
+    )
     assert response.status_code == 200
     received = response.body
     assert received["content_type"] == "text/csv"
@@ -112,14 +121,17 @@ def test_serial_hands_off_body_and_content_type(server):
 
 
 def test_custom_attributes_reach_the_container_and_come_back(server):
-    response = server.client.invoke("it-serial", IRIS.data[:2].tolist(), custom_attributes="trace-id=abc")
+    response = server.client.invoke(
+        "it-serial", IRIS.data[:2].tolist(), custom_attributes="trace-id=abc"
+    )
     assert response.status_code == 200
     assert response.headers["x-amzn-sagemaker-custom-attributes"] == "trace-id=abc;labelled=2"
 
 
 def test_the_gateway_reaches_a_replica_on_its_machine_over_the_unix_socket(server):
-    # hop_unix_socket is on by default: each container process accepts the gateway's hops on the Unix socket
-    # beside its data port (serving.http.local_socket), and none of them on its TCP port.
+    # hop_unix_socket is on by default: each container process accepts the gateway's hops on the
+    # Unix socket beside its data port (serving.http.local_socket), and none of them on its TCP
+    # port.
     import psutil
     import ray
 

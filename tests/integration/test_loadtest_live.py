@@ -1,6 +1,6 @@
-"""`serving loadtest` against the session's real endpoint server: the report's request count equals the
-server's own `serving_invocations_total`. The harness runs in a subprocess (Locust's gevent patching must
-not reach this process), bounded in time."""
+"""`serving loadtest` against the session's real endpoint server: the report's request count equals
+the server's own `serving_invocations_total`. The harness runs in a subprocess (Locust's gevent
+patching must not reach this process), bounded in time."""
 
 from __future__ import annotations
 
@@ -23,7 +23,16 @@ ENDPOINTS = {
 def run_loadtest(server, tmp_path: Path, *arguments: str) -> dict:
     out = tmp_path / "report"
     completed = subprocess.run(
-        [sys.executable, "-m", "serving.cli", "loadtest", *arguments, "--out", str(out), "--metrics-check"],
+        [
+            sys.executable,
+            "-m",
+            "serving.cli",
+            "loadtest",
+            *arguments,
+            "--out",
+            str(out),
+            "--metrics-check",
+        ],
         capture_output=True,
         text=True,
         timeout=180,
@@ -36,7 +45,15 @@ def run_loadtest(server, tmp_path: Path, *arguments: str) -> dict:
 
 def test_direct_run_matches_the_servers_invocation_count(server, tmp_path: Path) -> None:
     report = run_loadtest(
-        server, tmp_path, "direct", "--endpoint", f"{server.url}/endpoints/it-single", "--rate", "20", "--duration", "4"
+        server,
+        tmp_path,
+        "direct",
+        "--endpoint",
+        f"{server.url}/endpoints/it-single",
+        "--rate",
+        "20",
+        "--duration",
+        "4",
     )
     check = report["metrics_check"]
     assert check["error"] is None, check
@@ -47,7 +64,15 @@ def test_direct_run_matches_the_servers_invocation_count(server, tmp_path: Path)
 
 def test_serial_run_counts_each_request_once(server, tmp_path: Path) -> None:
     report = run_loadtest(
-        server, tmp_path, "serial", "--endpoint", f"{server.url}/endpoints/it-serial", "--users", "2", "--duration", "3"
+        server,
+        tmp_path,
+        "serial",
+        "--endpoint",
+        f"{server.url}/endpoints/it-serial",
+        "--users",
+        "2",
+        "--duration",
+        "3",
     )
     check = report["metrics_check"]
     assert check["difference"] == check["harness_answered"] > 0, check

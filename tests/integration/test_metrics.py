@@ -1,4 +1,5 @@
-"""Metrics end to end: requests to it-metrics, scraped from GET /metrics by a real Prometheus server.
+"""Metrics end to end: requests to it-metrics, scraped from GET /metrics by a real Prometheus
+server.
 
 Prometheus is Debian's `prometheus` package (`make test` installs it), started on a loopback port
 with a 3 s scrape interval and stopped by PID. The endpoint `it-metrics` is invoked by this module
@@ -50,7 +51,8 @@ ENDPOINTS = {"it-metrics": metrics}  # what `server` deploys for this module, by
 
 ENDPOINT = "it-metrics"
 ROW = [[5.1, 3.5, 1.4, 0.2]]
-# Through an LRU cache of 2: a miss, a hit, b miss, a hit, c miss (evicts b), b miss (evicts a), a miss (evicts c).
+# Through an LRU cache of 2: a miss, a hit, b miss, a hit, c miss (evicts b), b miss (evicts a), a
+# miss (evicts c).
 SEQUENCE = ["iris-0", "iris-0", "iris-1", "iris-0", "iris-2", "iris-1", "iris-0"]
 HITS, MISSES = 2, 5
 SINGLE_REQUESTS = 5
@@ -120,7 +122,10 @@ def query(prometheus: str, promql: str) -> dict[str, float]:
     """An instant query's result: {label text: value}."""
     answer = httpx.get(f"{prometheus}/api/v1/query", params={"query": promql}, timeout=5).json()
     assert answer["status"] == "success", answer
-    return {json.dumps(item["metric"], sort_keys=True): float(item["value"][1]) for item in answer["data"]["result"]}
+    return {
+        json.dumps(item["metric"], sort_keys=True): float(item["value"][1])
+        for item in answer["data"]["result"]
+    }
 
 
 def wait_for(prometheus: str, expected: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
@@ -134,7 +139,9 @@ def wait_for(prometheus: str, expected: dict[str, dict[str, float]]) -> dict[str
 
 
 def invoke(server, target: str, model: str | None = None) -> InvokeResult:
-    return server.client.invoke(ENDPOINT, ROW, target=target, model=f"{model}.tar.gz" if model else None)
+    return server.client.invoke(
+        ENDPOINT, ROW, target=target, model=f"{model}.tar.gz" if model else None
+    )
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +158,9 @@ def traffic(server) -> None:
     assert unknown.status_code == 400 and "no-such-model" in unknown.message
 
 
-def test_prometheus_sees_the_invocations_and_cache_hit_ratio_sent(server, traffic, prometheus) -> None:
+def test_prometheus_sees_the_invocations_and_cache_hit_ratio_sent(
+    server, traffic, prometheus
+) -> None:
     e = f'endpoint="{ENDPOINT}"'
     counts = {model: SEQUENCE.count(model) for model in set(SEQUENCE)}
     expected = {
@@ -172,17 +181,21 @@ def test_prometheus_sees_the_invocations_and_cache_hit_ratio_sent(server, traffi
             json.dumps({"container": "single"}): 1.0,
         },
         f"sum(serving_model_loading_time_seconds_count{{{e}}})": {"{}": MISSES},
-        f"sum(serving_model_unloading_time_seconds_count{{{e}}})": {"{}": MISSES - 2},  # 2 stay loaded
+        # 2 stay loaded
+        f"sum(serving_model_unloading_time_seconds_count{{{e}}})": {"{}": MISSES - 2},
     }
     answers = wait_for(prometheus, expected)
     targets = httpx.get(f"{prometheus}/api/v1/targets", timeout=5).json()["data"]["activeTargets"]
-    assert answers == expected, [(t["health"], t["lastError"], t["lastScrapeDuration"]) for t in targets]
+    assert answers == expected, [
+        (t["health"], t["lastError"], t["lastScrapeDuration"]) for t in targets
+    ]
 
 
 def test_latencies_are_positive_and_ordered(server, traffic, prometheus) -> None:
     families = {}
     deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:  # until the replicas' next push carries the module's requests
+    # until the replicas' next push carries the module's requests
+    while time.monotonic() < deadline:
         families = {
             s.name: s.value
             for f in text_string_to_metric_families(server.http.get("/metrics").text)
@@ -203,7 +216,8 @@ def test_latencies_are_positive_and_ordered(server, traffic, prometheus) -> None
         f'sum(serving_model_loading_wait_time_seconds_sum{{endpoint="{ENDPOINT}"}}) '
         f'- sum(serving_model_loading_time_seconds_sum{{endpoint="{ENDPOINT}"}})',
     )
-    assert list(answer.values())[0] >= 0  # a request that missed waited at least for its model's load
+    # a request that missed waited at least for its model's load
+    assert list(answer.values())[0] >= 0
 
 
 def test_refused_model_names_add_no_series(server, traffic) -> None:
@@ -216,7 +230,10 @@ def test_utilization_of_every_replica_is_reported(server, traffic) -> None:
     while time.monotonic() < deadline and len(seen) < 2:
         for family in text_string_to_metric_families(server.http.get("/metrics").text):
             for sample in family.samples:
-                if sample.name == "serving_memory_utilization_percent" and sample.labels["endpoint"] == ENDPOINT:
+                if (
+                    sample.name == "serving_memory_utilization_percent"
+                    and sample.labels["endpoint"] == ENDPOINT
+                ):
                     seen[sample.labels["container"]] = sample.value
         time.sleep(1)
     assert set(seen) == {"multi", "single"}

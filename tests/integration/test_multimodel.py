@@ -48,7 +48,10 @@ def test_folder_model_and_disabled_cache(server) -> None:
     for container in ("local", "once"):
         response = invoke(server, container, "echo-model", body=[1, 2])
         assert response.status_code == 200
-    assert invoke(server, "once", "echo-model", body=[3]).body == {"model": "echo-model", "input": [3]}
+    assert invoke(server, "once", "echo-model", body=[3]).body == {
+        "model": "echo-model",
+        "input": [3],
+    }
 
 
 @pytest.mark.parametrize(
@@ -75,4 +78,7 @@ def test_target_model_on_a_single_model_container(server) -> None:
     with pytest.raises(ValidationError) as raised:
         server.client.invoke("it-direct", ROWS, target="iris", model="iris-0.tar.gz")
     response = raised.value
-    assert response.status_code == 400 and "only valid for MultiModel containers" in response.body["message"]
+    assert (
+        response.status_code == 400
+        and "only valid for MultiModel containers" in response.body["message"]
+    )

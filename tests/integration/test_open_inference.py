@@ -1,7 +1,7 @@
-"""The Open Inference Protocol (V2) over REST, driven by Triton's own client (`tritonclient.http`): health,
-server and model metadata, infer with JSON and binary tensors on every stack, a Serial chain, a MultiModel
-container's models as versions, access policies, errors in the protocol's shape and the metrics' protocol label.
-Answers are compared with InvokeEndpoint's for the same rows."""
+"""The Open Inference Protocol (V2) over REST, driven by Triton's own client (`tritonclient.http`):
+health, server and model metadata, infer with JSON and binary tensors on every stack, a Serial
+chain, a MultiModel container's models as versions, access policies, errors in the protocol's shape
+and the metrics' protocol label. Answers are compared with InvokeEndpoint's for the same rows."""
 
 from __future__ import annotations
 
@@ -23,7 +23,9 @@ ENDPOINTS = {
     "it-secure": endpoints.secure,
 }  # what `server` deploys for this module, by builder
 
-IRIS_ROWS = np.array([[5.1, 3.5, 1.4, 0.2], [7.0, 3.2, 4.7, 1.4], [6.3, 3.3, 6.0, 2.5]], dtype=np.float32)
+IRIS_ROWS = np.array(
+    [[5.1, 3.5, 1.4, 0.2], [7.0, 3.2, 4.7, 1.4], [6.3, 3.3, 6.0, 2.5]], dtype=np.float32
+)
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +53,9 @@ def infer(
 
 def test_health_and_server_metadata(server, client) -> None:
     assert client.is_server_live()
-    # Ready exactly when /ping is (every endpoint routable): in this shared session another module's it-broken, Failed
-    # by design, may be deployed, and then both say why not. (Asked again if an endpoint changed between the two.)
+    # Ready exactly when /ping is (every endpoint routable): in this shared session another module's
+    # it-broken, Failed by design, may be deployed, and then both say why not. (Asked again if an
+    # endpoint changed between the two.)
     for _ in range(3):
         ping, ready = server.http.get("/ping"), server.http.get("/v2/health/ready")
         if ping.status_code == ready.status_code:
@@ -84,12 +87,14 @@ def test_model_metadata_and_readiness_from_the_loaded_model(client) -> None:
     metadata = client.get_model_metadata("it-direct.wine")
     assert metadata["platform"] == "sklearn" and metadata["versions"] == ["1"]
     assert metadata["inputs"] == [{"name": "input-0", "datatype": "FP64", "shape": [-1, 13]}]
-    assert metadata["outputs"] == [{"name": "output-0", "datatype": "FP64", "shape": [-1, 3]}]  # predict_proba
+    # predict_proba
+    assert metadata["outputs"] == [{"name": "output-0", "datatype": "FP64", "shape": [-1, 3]}]
     assert client.is_model_ready("it-direct.wine")
     assert not client.is_model_ready("it-direct.no-such-container")
 
 
-# Each stack of it-fifteen through Triton's client: metadata from the loaded model, the answer InvokeEndpoint gives.
+# Each stack of it-fifteen through Triton's client: metadata from the loaded model, the answer
+# InvokeEndpoint gives.
 STACKS = {
     "sklearn-iris": "sklearn",
     "pytorch-script": "pytorch",
@@ -127,16 +132,30 @@ def test_serial_chain_is_one_model(server, client) -> None:
 
 def test_int64_input_and_a_requested_output(client) -> None:
     rows = np.array([[5, 3, 1, 0], [6, 3, 6, 2]], dtype=np.int64)
-    result = infer(client, "it-direct.iris", rows, datatype="INT64", outputs=[triton.InferRequestedOutput("output-0")])
+    result = infer(
+        client,
+        "it-direct.iris",
+        rows,
+        datatype="INT64",
+        outputs=[triton.InferRequestedOutput("output-0")],
+    )
     assert result.as_numpy("output-0").tolist() == [0, 2]
     with pytest.raises(InferenceServerException, match="'scores' is not an output"):
-        infer(client, "it-direct.iris", rows, datatype="INT64", outputs=[triton.InferRequestedOutput("scores")])
+        infer(
+            client,
+            "it-direct.iris",
+            rows,
+            datatype="INT64",
+            outputs=[triton.InferRequestedOutput("scores")],
+        )
 
 
 def test_multimodel_models_are_versions(client) -> None:
     result = infer(client, "it-multi.local", IRIS_ROWS[[0, 2]], version="iris-3.tar.gz")
     assert result.as_numpy("output-0").tolist() == [0, 2]
-    with pytest.raises(InferenceServerException, match="the model version .* is required: container local"):
+    with pytest.raises(
+        InferenceServerException, match="the model version .* is required: container local"
+    ):
         infer(client, "it-multi.local", IRIS_ROWS)
 
 
@@ -144,7 +163,8 @@ def test_errors_in_the_protocols_shape_and_the_server_keeps_serving(server, clie
     bad = {"inputs": [{"name": "input-0", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3]}]}
     response = server.http.post("/v2/models/it-direct.iris/infer", json=bad)
     assert (
-        response.status_code == 400 and "inputs[0].data: 3 elements given for shape [1, 4]" in response.json()["error"]
+        response.status_code == 400
+        and "inputs[0].data: 3 elements given for shape [1, 4]" in response.json()["error"]
     )
     response = server.http.post("/v2/models/no-such-endpoint/infer", json=bad)
     assert response.status_code == 400 and "no-such-endpoint" in response.json()["error"]
@@ -157,7 +177,8 @@ def test_errors_in_the_protocols_shape_and_the_server_keeps_serving(server, clie
 
 
 def test_access_policies_decide_per_container(client, access_callers) -> None:
-    key = {"Authorization": f"Bearer {access_callers['batch-job']['ApiKey']}"}  # all-but-special.json
+    # all-but-special.json
+    key = {"Authorization": f"Bearer {access_callers['batch-job']['ApiKey']}"}
     rows = IRIS_ROWS[:1].astype(np.float64)
     assert (
         infer(client, "it-secure.common-wine", np.zeros((1, 13)), datatype="FP64", headers=key)
@@ -165,7 +186,9 @@ def test_access_policies_decide_per_container(client, access_callers) -> None:
         .size
         == 1
     )
-    with pytest.raises(InferenceServerException, match="not authorized|denied|AccessDenied") as denied:
+    with pytest.raises(
+        InferenceServerException, match="not authorized|denied|AccessDenied"
+    ) as denied:
         infer(client, "it-secure.special-labels", rows, datatype="FP64", headers=key)
     assert "403" in str(denied.value.status())
     with pytest.raises(InferenceServerException):
@@ -193,15 +216,22 @@ def test_counted_with_the_protocol_label(server, client) -> None:
     assert json.loads(server.http.get("/v2/health/live").text) == {"live": True}
 
 
-def test_repository_loads_and_unloads_a_multimodel_containers_models_in_every_replica(client) -> None:
+def test_repository_loads_and_unloads_a_multimodel_containers_models_in_every_replica(
+    client,
+) -> None:
     name = "it-multi.local.iris-7.tar.gz"  # two replicas, three models each at most
     index = {entry["name"]: entry for entry in client.get_model_repository_index()}
     assert index[name]["state"] == "UNAVAILABLE" and index[name]["reason"] == "not loaded"
-    assert "it-multi.cloud.iris-0.tar.gz" in index and not any(n.startswith("it-direct") for n in index)
+    assert "it-multi.cloud.iris-0.tar.gz" in index and not any(
+        n.startswith("it-direct") for n in index
+    )
     client.load_model(name)
-    ready = {entry["name"] for entry in client.get_model_repository_index() if entry["state"] == "READY"}
+    ready = {
+        entry["name"] for entry in client.get_model_repository_index() if entry["state"] == "READY"
+    }
     assert name in ready  # in both replicas' caches
-    result = infer(client, name, IRIS_ROWS[[0, 2]])  # the repository's name runs it too (version iris-7.tar.gz)
+    # the repository's name runs it too (version iris-7.tar.gz)
+    result = infer(client, name, IRIS_ROWS[[0, 2]])
     assert result.as_numpy("output-0").tolist() == [0, 2]
     client.unload_model(name)
     index = {entry["name"]: entry for entry in client.get_model_repository_index()}

@@ -31,8 +31,8 @@ from serving.settings import ServerSettings
 pytestmark = pytest.mark.integration
 
 
-# Replicas, the registry and the gateway are killed under load: `twin` has two replicas (one dies), `solo` one;
-# it-spare is deleted and it-update updated live.
+# Replicas, the registry and the gateway are killed under load: `twin` has two replicas (one dies),
+# `solo` one; it-spare is deleted and it-update updated live.
 def chaos(handler_models: dict[str, Path]) -> dict:
     scaled = {"MinCapacity": 2, "MaxCapacity": 2}
     return {
@@ -72,7 +72,8 @@ SETTLE_S = 120  # bound on every wait for Serve to replace or start something on
 
 
 class Load:
-    """Requests at a fixed rate from a thread pool until stopped; the status of every one, in order."""
+    """Requests at a fixed rate from a thread pool until stopped; the status of every one, in
+    order."""
 
     def __init__(self, send, rate: float = 20.0) -> None:
         self.send, self.period = send, 1.0 / rate
@@ -114,8 +115,9 @@ def _registry_snapshot(timeout: float = 30) -> dict:
 
 
 def _registry_restarted(before: dict) -> bool:
-    """Whether a new registry process answers. Until its worker has started (tens of seconds on a loaded
-    2-core machine: a CI run's first call after the kill waited 30 s unanswered) the call times out: not yet."""
+    """Whether a new registry process answers. Until its worker has started (tens of seconds on a
+    loaded 2-core machine: a CI run's first call after the kill waited 30 s unanswered) the call
+    times out: not yet."""
     try:
         return _registry_snapshot(timeout=10)["epoch"] != before["epoch"]
     except ray.exceptions.GetTimeoutError:
@@ -123,13 +125,16 @@ def _registry_restarted(before: dict) -> bool:
 
 
 def _listener(url: str) -> psutil.Process:
-    """The process serving a port. A container's data port is held by the replica that bound it and by the
-    container process it passed it to: the holder whose parent holds it too. The gateway's port has one holder."""
+    """The process serving a port. A container's data port is held by the replica that bound it and
+    by the container process it passed it to: the holder whose parent holds it too. The gateway's
+    port has one holder."""
     port = int(url.rsplit(":", 1)[1])
     holders = {
         connection.pid
         for connection in psutil.net_connections("tcp")
-        if connection.status == psutil.CONN_LISTEN and connection.laddr.port == port and connection.pid
+        if connection.status == psutil.CONN_LISTEN
+        and connection.laddr.port == port
+        and connection.pid
     }
     if not holders:
         raise AssertionError(f"nothing listens on {url}")
@@ -142,9 +147,9 @@ def _title(process: psutil.Process) -> str:
 
 
 def _replica_of(url: str) -> psutil.Process:
-    """The Serve replica (a Ray worker) that owns a container's data port, checked by its process title: a test
-    never signals a process it has not identified (a guess once killed the raylet, and the node with it, when only
-    one holder of the port was listed)."""
+    """The Serve replica (a Ray worker) that owns a container's data port, checked by its process
+    title: a test never signals a process it has not identified (a guess once killed the raylet, and
+    the node with it, when only one holder of the port was listed)."""
     process: psutil.Process | None = _listener(url)
     if process is not None and not _title(process).startswith("ray::ServeReplica:"):
         process = process.parent()
@@ -154,7 +159,8 @@ def _replica_of(url: str) -> psutil.Process:
 
 
 def _container_process(url: str) -> psutil.Process:
-    """The container process serving a data port (the model server the replica started), checked by its command."""
+    """The container process serving a data port (the model server the replica started), checked by
+    its command."""
     listener = _listener(url)
     candidates = [listener, *listener.children()]
     found = [process for process in candidates if "serving.model_server.main" in _title(process)]
@@ -172,7 +178,9 @@ def _wait(predicate, what: str, timeout: float = SETTLE_S) -> None:
     raise AssertionError(f"not {what} within {timeout} s")
 
 
-def _invoker(server, endpoint: str, target: str, body: bytes = b'{"x": 1}', headers: dict | None = None):
+def _invoker(
+    server, endpoint: str, target: str, body: bytes = b'{"x": 1}', headers: dict | None = None
+):
     client = httpx.Client(base_url=server.url, timeout=30)
 
     def send() -> int:
@@ -217,30 +225,43 @@ def test_a_replica_killed_under_load_costs_no_request(server) -> None:
     assert twin_load.failures() == Counter(), twin_load.failures()
     assert solo_load.failures() == Counter(), solo_load.failures()
     assert len(twin_load.statuses) > 40
-    _wait(lambda: server.client.describe_endpoint("it-chaos")["EndpointStatus"] == "InService", "back in service")
+    _wait(
+        lambda: server.client.describe_endpoint("it-chaos")["EndpointStatus"] == "InService",
+        "back in service",
+    )
 
 
 def test_a_container_process_killed_under_load_costs_no_request(server) -> None:
-    # Issue 41, finding 6: the supervisor held the dead process's port (connections queued in a backlog nobody
-    # accepted from) and its registration until Serve replaced the replica, so requests stalled 19 s, or failed
-    # 424 within this server's 3 s invocation timeout. Now it closes the port and leaves the routing table at once.
+    # Issue 41, finding 6: the supervisor held the dead process's port (connections queued in a
+    # backlog nobody accepted from) and its registration until Serve replaced the replica, so
+    # requests stalled 19 s, or failed 424 within this server's 3 s invocation timeout. Now it
+    # closes the port and leaves the routing table at once.
     twins = _registry_snapshot()["replicas"][("it-chaos", "twin")]
     assert len(twins) == 2
-    process = _container_process(twins[0])  # the model server only: its supervisor (the Serve replica) lives on
+    # the model server only: its supervisor (the Serve replica) lives on
+    process = _container_process(twins[0])
     with Load(_invoker(server, "it-chaos", "twin")) as twin_load:
         time.sleep(2)
         process.send_signal(signal.SIGKILL)
-        _wait(lambda: twins[0] not in _registry_snapshot()["replicas"][("it-chaos", "twin")], "deregistered")
+        _wait(
+            lambda: twins[0] not in _registry_snapshot()["replicas"][("it-chaos", "twin")],
+            "deregistered",
+        )
         _wait(lambda: len(_registry_snapshot()["replicas"][("it-chaos", "twin")]) == 2, "replaced")
         time.sleep(1)
     assert twin_load.failures() == Counter(), twin_load.failures()
     assert len(twin_load.statuses) > 40
-    _wait(lambda: server.client.describe_endpoint("it-chaos")["EndpointStatus"] == "InService", "back in service")
+    _wait(
+        lambda: server.client.describe_endpoint("it-chaos")["EndpointStatus"] == "InService",
+        "back in service",
+    )
 
 
 def test_a_request_in_flight_on_a_dying_replica_is_retried(server) -> None:
     twins = _registry_snapshot()["replicas"][("it-chaos", "twin")]
-    send = _invoker(server, "it-chaos", "twin", headers={"X-Amzn-SageMaker-Custom-Attributes": "sleep=0.8"})
+    send = _invoker(
+        server, "it-chaos", "twin", headers={"X-Amzn-SageMaker-Custom-Attributes": "sleep=0.8"}
+    )
     with ThreadPoolExecutor(2) as pool:
         futures = [pool.submit(send) for _ in range(2)]  # least in flight: one on each replica
         time.sleep(0.3)
@@ -290,20 +311,29 @@ def _update_spec(handler_models: dict[str, Path], second: str, **environment: st
     )
 
 
-def test_a_live_update_loses_no_request_and_keeps_unchanged_containers(server, handler_models) -> None:
+def test_a_live_update_loses_no_request_and_keeps_unchanged_containers(
+    server, handler_models
+) -> None:
     from serving import ray_wing
 
-    settings = ServerSettings(port=int(server.url.rsplit(":", 1)[1]), max_payload_mb=1.0, invocation_timeout_s=3.0)
+    settings = ServerSettings(
+        port=int(server.url.rsplit(":", 1)[1]), max_payload_mb=1.0, invocation_timeout_s=3.0
+    )
     before = server.client.describe_endpoint("it-update")
     first_url = _registry_snapshot()["replicas"][("it-update", "first")]
     with Load(_invoker(server, "it-update", "second")) as load:
-        generation = ray_wing.deploy_endpoint(_update_spec(handler_models, "echo", RELEASE="2"), settings)
+        generation = ray_wing.deploy_endpoint(
+            _update_spec(handler_models, "echo", RELEASE="2"), settings
+        )
         _wait(lambda: _finished(server, "it-update", generation), "updated")
         time.sleep(1)
     after = server.client.describe_endpoint("it-update")
     assert after["LastUpdate"]["Status"] == "Succeeded" and after["EndpointStatus"] == "InService"
     versions = {c["ContainerHostname"]: c["Version"] for c in after["Containers"]}
-    assert versions["second"] != {c["ContainerHostname"]: c["Version"] for c in before["Containers"]}["second"]
+    assert (
+        versions["second"]
+        != {c["ContainerHostname"]: c["Version"] for c in before["Containers"]}["second"]
+    )
     assert _registry_snapshot()["replicas"][("it-update", "first")] == first_url  # never restarted
     assert load.failures() == Counter(), load.failures()
 
@@ -311,7 +341,9 @@ def test_a_live_update_loses_no_request_and_keeps_unchanged_containers(server, h
 def test_an_update_that_cannot_start_is_rolled_back(server, handler_models) -> None:
     from serving import ray_wing
 
-    settings = ServerSettings(port=int(server.url.rsplit(":", 1)[1]), max_payload_mb=1.0, invocation_timeout_s=3.0)
+    settings = ServerSettings(
+        port=int(server.url.rsplit(":", 1)[1]), max_payload_mb=1.0, invocation_timeout_s=3.0
+    )
     serving_before = server.client.describe_endpoint("it-update")
     with Load(_invoker(server, "it-update", "second")) as load:
         generation = ray_wing.deploy_endpoint(_update_spec(handler_models, "broken"), settings)
@@ -319,8 +351,13 @@ def test_an_update_that_cannot_start_is_rolled_back(server, handler_models) -> N
     after = server.client.describe_endpoint("it-update")
     assert after["LastUpdate"]["Status"] == "Failed"
     assert after["EndpointStatus"] == "InService"
-    assert "weights file is corrupt" in after["FailureReason"] and "rolled back" in after["FailureReason"]
-    assert [c["Version"] for c in after["Containers"]] == [c["Version"] for c in serving_before["Containers"]]
+    assert (
+        "weights file is corrupt" in after["FailureReason"]
+        and "rolled back" in after["FailureReason"]
+    )
+    assert [c["Version"] for c in after["Containers"]] == [
+        c["Version"] for c in serving_before["Containers"]
+    ]
     assert load.failures() == Counter(), load.failures()
 
 
@@ -336,7 +373,8 @@ def test_deleting_one_endpoint_leaves_the_others(server) -> None:
 
 
 def test_serving_apply_and_delete_over_http(server, handler_models, tmp_path: Path) -> None:
-    # The CLI a user runs against an embedded server: a YAML spec, the control token from the environment.
+    # The CLI a user runs against an embedded server: a YAML spec, the control token from the
+    # environment.
     import subprocess
     import sys
 
@@ -346,7 +384,11 @@ def test_serving_apply_and_delete_over_http(server, handler_models, tmp_path: Pa
 
     path = tmp_path / "update.yaml"
     path.write_text(
-        yaml.safe_dump(_update_spec(handler_models, "echo", RELEASE="3").model_dump(mode="json", exclude_none=True))
+        yaml.safe_dump(
+            _update_spec(handler_models, "echo", RELEASE="3").model_dump(
+                mode="json", exclude_none=True
+            )
+        )
     )
     environment = {**os.environ, "SERVING_CONTROL_TOKEN": ray_wing.http_control_token()}
     cli = [sys.executable, "-m", "serving.cli"]
@@ -382,10 +424,12 @@ def test_the_gateway_killed_under_load_comes_back_and_retrying_clients_lose_noth
     import boto3
     from botocore.config import Config
 
-    local = threading.local()  # a client per thread: boto3's retry quota is per client, as for separate callers
-    # Standard mode backs off from 50 ms on connection errors (botocore 1.44: rand x 0.05 s x 2^i, at most 20 s),
-    # so 10 attempts may all fall inside the restart window (~5-7 s here; a fresh clone's run lost one call that
-    # way); 15 attempts span tens of seconds, which is what a caller riding out a gateway restart needs.
+    # a client per thread: boto3's retry quota is per client, as for separate callers
+    local = threading.local()
+    # Standard mode backs off from 50 ms on connection errors (botocore 1.44: rand x 0.05 s x 2^i,
+    # at most 20 s), so 10 attempts may all fall inside the restart window (~5-7 s here; a fresh
+    # clone's run lost one call that way); 15 attempts span tens of seconds, which is what a caller
+    # riding out a gateway restart needs.
 
     def send() -> int:
         if not hasattr(local, "runtime"):
@@ -398,7 +442,10 @@ def test_the_gateway_killed_under_load_comes_back_and_retrying_clients_lose_noth
                 config=Config(retries={"mode": "standard", "max_attempts": 15}, connect_timeout=5),
             )
         response = local.runtime.invoke_endpoint(
-            EndpointName="it-chaos", TargetContainerHostname="solo", ContentType="application/json", Body=b'{"x": 1}'
+            EndpointName="it-chaos",
+            TargetContainerHostname="solo",
+            ContentType="application/json",
+            Body=b'{"x": 1}',
         )
         return response["ResponseMetadata"]["HTTPStatusCode"]
 

@@ -1,4 +1,5 @@
-"""InvokeEndpointWithResponseStream with an unmodified boto3 client against real Ray Serve endpoints."""
+"""InvokeEndpointWithResponseStream with an unmodified boto3 client against real Ray Serve
+endpoints."""
 
 from __future__ import annotations
 
@@ -65,7 +66,8 @@ def test_a_generator_streams_parts_as_it_makes_them(runtime):
         arrivals.append(time.time())
         chunks.append(json.loads(event["PayloadPart"]["Bytes"]))
     assert [chunk["index"] for chunk in chunks] == [0, 1, 2, 3]
-    # the first part reached boto3 before the generator made its last one: nothing buffered the whole answer
+    # the first part reached boto3 before the generator made its last one: nothing buffered the
+    # whole answer
     assert arrivals[0] < chunks[-1]["made"] - GAP_S, (arrivals, chunks)
 
 
@@ -77,7 +79,9 @@ def test_a_non_streaming_container_answers_with_one_part(runtime):
 
 def test_serial_chain_streams_the_last_containers_answer(runtime):
     response = stream(runtime, "it-serial", [[5.1, 3.5, 1.4, 0.2]], Accept="application/json")
-    assert json.loads(b"".join(event["PayloadPart"]["Bytes"] for event in response["Body"])) == {"labels": ["setosa"]}
+    assert json.loads(b"".join(event["PayloadPart"]["Bytes"] for event in response["Body"])) == {
+        "labels": ["setosa"]
+    }
 
 
 def test_a_generator_raising_midway_is_a_model_stream_error(runtime):

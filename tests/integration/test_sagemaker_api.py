@@ -1,17 +1,20 @@
-"""A SageMaker user's deployment code, unchanged, against `serving server` (real Ray Serve, real HTTP).
+"""A SageMaker user's deployment code, unchanged, against `serving server` (real Ray Serve, real
+HTTP).
 
-The boto3 `sagemaker`, `sagemaker-runtime` and `application-autoscaling` clients are pointed at the server
-with `endpoint_url=`; everything else is written as AWS's own walkthroughs write it: create_model ->
-create_endpoint_config -> create_endpoint -> the `endpoint_in_service` waiter -> invoke_endpoint (with and
-without TargetContainerHostname) -> register_scalable_target -> put_scaling_policy ->
-describe_scaling_activities -> update_endpoint under load -> delete_endpoint -> the `endpoint_deleted`
-waiter. Load for the update is counted with plain HTTP (no SDK retries), so a single failed call shows.
+The boto3 `sagemaker`, `sagemaker-runtime` and `application-autoscaling` clients are pointed at the
+server with `endpoint_url=`; everything else is written as AWS's own walkthroughs write it:
+create_model -> create_endpoint_config -> create_endpoint -> the `endpoint_in_service` waiter ->
+invoke_endpoint (with and without TargetContainerHostname) -> register_scalable_target ->
+put_scaling_policy -> describe_scaling_activities -> update_endpoint under load -> delete_endpoint
+-> the `endpoint_deleted` waiter. Load for the update is counted with plain HTTP (no SDK retries),
+so a single failed call shows.
 
-The servers are this module's own `serving` processes (own_ray: they run before the session's Ray starts,
-see tests/suite/services.py; beside a session server of ~60 replicas the walkthrough's took the node past Ray's memory
-threshold), each stopped with SIGINT by its PID and waited for, bounded. The first test restarts one on the
-same state file: every endpoint, config, model and scaling policy comes back, beside an endpoint from a spec
-given to `serving up`, which DescribeEndpoint and ListEndpoints show too.
+The servers are this module's own `serving` processes (own_ray: they run before the session's Ray
+starts, see tests/suite/services.py; beside a session server of ~60 replicas the walkthrough's took
+the node past Ray's memory threshold), each stopped with SIGINT by its PID and waited for, bounded.
+The first test restarts one on the same state file: every endpoint, config, model and scaling policy
+comes back, beside an endpoint from a spec given to `serving up`, which DescribeEndpoint and
+ListEndpoints show too.
 """
 
 from __future__ import annotations
@@ -57,10 +60,16 @@ class Served:
     """One `serving` process on a port: started, waited for, stopped by its PID."""
 
     def __init__(
-        self, arguments: list[str], port: int, folder: Path, log: Path, *, ready_by_ping: bool = False
+        self,
+        arguments: list[str],
+        port: int,
+        folder: Path,
+        log: Path,
+        *,
+        ready_by_ping: bool = False,
     ) -> None:
-        """`ready_by_ping`: started once GET /ping first answers 200, polled as a load balancer would (else once
-        the console says so)."""
+        """`ready_by_ping`: started once GET /ping first answers 200, polled as a load balancer
+        would (else once the console says so)."""
         self.url = f"http://127.0.0.1:{port}"
         self.log = log
         environment = {**os.environ, "SERVING_STATE_DIR": str(folder)}
@@ -87,7 +96,9 @@ class Served:
             else:
                 time.sleep(1)
         self.stop()
-        raise AssertionError(f"serving did not start within {START_TIMEOUT_S} s: {log.read_text()[-3000:]}")
+        raise AssertionError(
+            f"serving did not start within {START_TIMEOUT_S} s: {log.read_text()[-3000:]}"
+        )
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -95,7 +106,8 @@ class Served:
             try:
                 self.process.wait(timeout=90)
             except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)  # the group this test started, by its leader's PID
+                # the group this test started, by its leader's PID
+                os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait(timeout=30)
 
     def clients(self):
@@ -106,10 +118,15 @@ class Served:
             aws_secret_access_key="x",
             config=Config(retries={"max_attempts": 1}),
         )
-        return (boto3.client("sagemaker", **options), boto3.client("application-autoscaling", **options))
+        return (
+            boto3.client("sagemaker", **options),
+            boto3.client("application-autoscaling", **options),
+        )
 
 
-def test_endpoints_configs_and_policies_survive_a_restart(tmp_path, handler_models, api_instance_types):
+def test_endpoints_configs_and_policies_survive_a_restart(
+    tmp_path, handler_models, api_instance_types
+):
     state = tmp_path / "state.db"
     port = _free_port()
     flags = [
@@ -143,7 +160,8 @@ def test_endpoints_configs_and_policies_survive_a_restart(tmp_path, handler_mode
     try:
         sm, autoscaling = first.clients()
         sm.create_model(
-            ModelName="kept", PrimaryContainer={"Image": "python", "ModelDataUrl": str(handler_models["echo"])}
+            ModelName="kept",
+            PrimaryContainer={"Image": "python", "ModelDataUrl": str(handler_models["echo"])},
         )
         sm.create_endpoint_config(
             EndpointConfigName="kept",
@@ -173,7 +191,9 @@ def test_endpoints_configs_and_policies_survive_a_restart(tmp_path, handler_mode
             PolicyType="TargetTrackingScaling",
             TargetTrackingScalingPolicyConfiguration={
                 "TargetValue": 100.0,
-                "PredefinedMetricSpecification": {"PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"},
+                "PredefinedMetricSpecification": {
+                    "PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"
+                },
             },
         )
     finally:
@@ -181,11 +201,13 @@ def test_endpoints_configs_and_policies_survive_a_restart(tmp_path, handler_mode
     assert first.process.returncode == 0, first.log.read_text()[-3000:]
     assert oct(state.stat().st_mode & 0o777) == "0o600"
 
-    # Started again on the same state, this time by `serving up` with a spec of its own beside it, and taken into
-    # service the way a load balancer or a Kubernetes readiness probe does: at the first 200 from GET /ping.
-    # Issue 43: /ping answered 200 before the spec's endpoint was deployed and before the API had restored its
-    # own, and the first calls got "not found".
-    second = Served(["up", str(spec), *flags], port, tmp_path, tmp_path / "second.log", ready_by_ping=True)
+    # Started again on the same state, this time by `serving up` with a spec of its own beside it,
+    # and taken into service the way a load balancer or a Kubernetes readiness probe does: at the
+    # first 200 from GET /ping. Issue 43: /ping answered 200 before the spec's endpoint was deployed
+    # and before the API had restored its own, and the first calls got "not found".
+    second = Served(
+        ["up", str(spec), *flags], port, tmp_path, tmp_path / "second.log", ready_by_ping=True
+    )
     try:
         sm, autoscaling = second.clients()
         for name in ("kept", "from-spec"):
@@ -195,16 +217,28 @@ def test_endpoints_configs_and_policies_survive_a_restart(tmp_path, handler_mode
                 headers={"Content-Type": "application/json"},
                 timeout=30,
             )
-            assert answer.status_code == 200, f"{name}, right after the first 200 from /ping: {answer.text}"
+            assert answer.status_code == 200, (
+                f"{name}, right after the first 200 from /ping: {answer.text}"
+            )
             assert json.loads(json.loads(answer.content)["body"]) == {"back": True}
         sm.get_waiter("endpoint_in_service").wait(EndpointName="kept", WaiterConfig=WAIT)
         assert [m["ModelName"] for m in sm.list_models()["Models"]] == ["kept"]
-        assert sm.describe_endpoint_config(EndpointConfigName="kept")["ProductionVariants"][0]["ModelName"] == "kept"
-        policies = autoscaling.describe_scaling_policies(ServiceNamespace="sagemaker", ResourceId=resource)
+        assert (
+            sm.describe_endpoint_config(EndpointConfigName="kept")["ProductionVariants"][0][
+                "ModelName"
+            ]
+            == "kept"
+        )
+        policies = autoscaling.describe_scaling_policies(
+            ServiceNamespace="sagemaker", ResourceId=resource
+        )
         assert [p["PolicyName"] for p in policies["ScalingPolicies"]] == ["kept-policy"]
         listed = {e["EndpointName"]: e["EndpointStatus"] for e in sm.list_endpoints()["Endpoints"]}
         assert listed == {"kept": "InService", "from-spec": "InService"}
-        assert sm.describe_endpoint(EndpointName="from-spec")["ProductionVariants"][0]["VariantName"] == "AllTraffic"
+        assert (
+            sm.describe_endpoint(EndpointName="from-spec")["ProductionVariants"][0]["VariantName"]
+            == "AllTraffic"
+        )
         sm.delete_endpoint(EndpointName="kept")
         sm.get_waiter("endpoint_deleted").wait(EndpointName="kept", WaiterConfig=WAIT)
     finally:
@@ -214,7 +248,8 @@ def test_endpoints_configs_and_policies_survive_a_restart(tmp_path, handler_mode
 @pytest.fixture(scope="module")
 def api_server(tmp_path_factory, api_instance_types):
     """`serving server` of this module's own: models from this session's folders."""
-    folder = Path(tempfile.mkdtemp(prefix="api-server-"))  # outside the model root: a root may not hold the state
+    # outside the model root: a root may not hold the state
+    folder = Path(tempfile.mkdtemp(prefix="api-server-"))
     served = Served(
         [
             "server",
@@ -252,11 +287,20 @@ def clients(api_server):
 
 
 class Load:
-    """InvokeEndpoint at a steady pace on a thread, over plain HTTP: every answer's status kept (and, with
-    `ping`, every GET /ping answer that was not 200, as a load balancer's health check would see it)."""
+    """InvokeEndpoint at a steady pace on a thread, over plain HTTP: every answer's status kept
+    (and, with `ping`, every GET /ping answer that was not 200, as a load balancer's health check
+    would see it)."""
 
-    def __init__(self, url: str, endpoint: str, headers: dict[str, str], body: str, ping: bool = False) -> None:
-        self.url, self.endpoint, self.headers, self.body, self.ping = url, endpoint, headers, body, ping
+    def __init__(
+        self, url: str, endpoint: str, headers: dict[str, str], body: str, ping: bool = False
+    ) -> None:
+        self.url, self.endpoint, self.headers, self.body, self.ping = (
+            url,
+            endpoint,
+            headers,
+            body,
+            ping,
+        )
         self.statuses: list[int] = []
         self.failures: list[str] = []
         self.pings = 0
@@ -310,7 +354,11 @@ def test_two_container_direct_walkthrough(api_server, clients, demo_models):
         ModelName="api-iris-wine",
         ExecutionRoleArn="arn:aws:iam::000000000000:role/SageMakerRole",
         Containers=[
-            {"ContainerHostname": "iris", "Image": SKLEARN_IMAGE, "ModelDataUrl": str(demo_models / "iris-classifier")},
+            {
+                "ContainerHostname": "iris",
+                "Image": SKLEARN_IMAGE,
+                "ModelDataUrl": str(demo_models / "iris-classifier"),
+            },
             {
                 "ContainerHostname": "wine",
                 "Image": "sklearn",
@@ -332,17 +380,29 @@ def test_two_container_direct_walkthrough(api_server, clients, demo_models):
             }
         ],
     )
-    arn = sm.create_endpoint(EndpointName="api-direct", EndpointConfigName="api-direct-1")["EndpointArn"]
+    arn = sm.create_endpoint(EndpointName="api-direct", EndpointConfigName="api-direct-1")[
+        "EndpointArn"
+    ]
     assert arn == "arn:aws:sagemaker:us-east-1:000000000000:endpoint/api-direct"
     assert sm.describe_endpoint(EndpointName="api-direct")["EndpointStatus"] == "Creating"
     sm.get_waiter("endpoint_in_service").wait(EndpointName="api-direct", WaiterConfig=WAIT)
     described = sm.describe_endpoint(EndpointName="api-direct")
     variant = described["ProductionVariants"][0]
-    assert (variant["VariantName"], variant["CurrentInstanceCount"], variant["CurrentWeight"]) == ("AllTraffic", 1, 1.0)
-    assert variant["DeployedImages"][0] == {"SpecifiedImage": SKLEARN_IMAGE, "ResolvedImage": "sklearn"}
+    assert (variant["VariantName"], variant["CurrentInstanceCount"], variant["CurrentWeight"]) == (
+        "AllTraffic",
+        1,
+        1.0,
+    )
+    assert variant["DeployedImages"][0] == {
+        "SpecifiedImage": SKLEARN_IMAGE,
+        "ResolvedImage": "sklearn",
+    }
 
     answer = runtime.invoke_endpoint(
-        EndpointName="api-direct", TargetContainerHostname="iris", ContentType="application/json", Body=ROW
+        EndpointName="api-direct",
+        TargetContainerHostname="iris",
+        ContentType="application/json",
+        Body=ROW,
     )
     assert json.loads(answer["Body"].read()) == [2]
     assert answer["InvokedProductionVariant"] == "AllTraffic"
@@ -369,23 +429,27 @@ def test_two_container_direct_walkthrough(api_server, clients, demo_models):
         PolicyType="TargetTrackingScaling",
         TargetTrackingScalingPolicyConfiguration={
             "TargetValue": 2.0,
-            "PredefinedMetricSpecification": {"PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"},
+            "PredefinedMetricSpecification": {
+                "PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"
+            },
             "ScaleOutCooldown": 0,
             "ScaleInCooldown": 600,
         },
     )
     assert policy["PolicyARN"].endswith(":policyName/invocations")
     assert (
-        autoscaling.describe_scaling_policies(ServiceNamespace="sagemaker", ResourceId=resource)["ScalingPolicies"][0][
-            "TargetTrackingScalingPolicyConfiguration"
-        ]["TargetValue"]
+        autoscaling.describe_scaling_policies(ServiceNamespace="sagemaker", ResourceId=resource)[
+            "ScalingPolicies"
+        ][0]["TargetTrackingScalingPolicyConfiguration"]["TargetValue"]
         == 2.0
     )
-    with Load(api_server.url, "api-direct", {"X-Amzn-SageMaker-Target-Container-Hostname": "iris"}, ROW) as load:
+    with Load(
+        api_server.url, "api-direct", {"X-Amzn-SageMaker-Target-Container-Hostname": "iris"}, ROW
+    ) as load:
         activities = _until(
-            lambda: autoscaling.describe_scaling_activities(ServiceNamespace="sagemaker", ResourceId=resource)[
-                "ScalingActivities"
-            ],
+            lambda: autoscaling.describe_scaling_activities(
+                ServiceNamespace="sagemaker", ResourceId=resource
+            )["ScalingActivities"],
             180,
             "a scale-out activity",
         )
@@ -393,7 +457,10 @@ def test_two_container_direct_walkthrough(api_server, clients, demo_models):
         assert "desired instance count to 2" in activities[0]["Description"]
         _until(
             lambda: (
-                sm.describe_endpoint(EndpointName="api-direct")["ProductionVariants"][0]["CurrentInstanceCount"] == 2
+                sm.describe_endpoint(EndpointName="api-direct")["ProductionVariants"][0][
+                    "CurrentInstanceCount"
+                ]
+                == 2
             ),
             120,
             "the second instance",
@@ -413,7 +480,11 @@ def test_two_container_direct_walkthrough(api_server, clients, demo_models):
         ],
     )
     with Load(
-        api_server.url, "api-direct", {"X-Amzn-SageMaker-Target-Container-Hostname": "iris"}, ROW, ping=True
+        api_server.url,
+        "api-direct",
+        {"X-Amzn-SageMaker-Target-Container-Hostname": "iris"},
+        ROW,
+        ping=True,
     ) as load:
         time.sleep(1)
         sm.update_endpoint(EndpointName="api-direct", EndpointConfigName="api-direct-2")
@@ -422,7 +493,8 @@ def test_two_container_direct_walkthrough(api_server, clients, demo_models):
         time.sleep(12)  # past the old generation's drain and deletion
     assert len(load.statuses) > 50, len(load.statuses)
     assert not load.failures, load.failures[:5]
-    assert load.pings > 50 and not load.unhealthy, load.unhealthy[:5]  # the standby generation is not counted
+    # the standby generation is not counted
+    assert load.pings > 50 and not load.unhealthy, load.unhealthy[:5]
     described = sm.describe_endpoint(EndpointName="api-direct")
     assert described["EndpointConfigName"] == "api-direct-2"
     assert described["ProductionVariants"][0]["CurrentInstanceCount"] >= 1
@@ -432,11 +504,16 @@ def test_two_container_direct_walkthrough(api_server, clients, demo_models):
     sm.get_waiter("endpoint_deleted").wait(EndpointName="api-direct", WaiterConfig=WAIT)
     with pytest.raises(ClientError) as gone:
         runtime.invoke_endpoint(
-            EndpointName="api-direct", TargetContainerHostname="iris", ContentType="application/json", Body=ROW
+            EndpointName="api-direct",
+            TargetContainerHostname="iris",
+            ContentType="application/json",
+            Body=ROW,
         )
     assert gone.value.response["Error"]["Code"] == "ValidationError"
     assert (
-        autoscaling.describe_scalable_targets(ServiceNamespace="sagemaker", ResourceIds=[resource])["ScalableTargets"]
+        autoscaling.describe_scalable_targets(ServiceNamespace="sagemaker", ResourceIds=[resource])[
+            "ScalableTargets"
+        ]
         == []
     )
     sm.delete_endpoint_config(EndpointConfigName="api-direct-1")
@@ -459,8 +536,16 @@ def test_four_container_serial_pipeline(api_server, clients, demo_models, handle
                 "Image": "sklearn",
                 "ModelDataUrl": str(demo_models / "iris-on-features"),
             },
-            {"ContainerHostname": "labels", "Image": "python", "ModelDataUrl": str(demo_models / "iris-labels.tar.gz")},
-            {"ContainerHostname": "echo", "Image": "python", "ModelDataUrl": str(handler_models["echo"])},
+            {
+                "ContainerHostname": "labels",
+                "Image": "python",
+                "ModelDataUrl": str(demo_models / "iris-labels.tar.gz"),
+            },
+            {
+                "ContainerHostname": "echo",
+                "Image": "python",
+                "ModelDataUrl": str(handler_models["echo"]),
+            },
         ],
         InferenceExecutionConfig={"Mode": "Serial"},
     )
@@ -479,9 +564,12 @@ def test_four_container_serial_pipeline(api_server, clients, demo_models, handle
     try:
         sm.get_waiter("endpoint_in_service").wait(EndpointName="api-pipeline", WaiterConfig=WAIT)
         answer = runtime.invoke_endpoint(
-            EndpointName="api-pipeline", ContentType="text/csv", Body="5.1,3.5,1.4,0.2\n6.7,3.0,5.2,2.3\n"
+            EndpointName="api-pipeline",
+            ContentType="text/csv",
+            Body="5.1,3.5,1.4,0.2\n6.7,3.0,5.2,2.3\n",
         )
-        echoed = json.loads(answer["Body"].read())  # the fourth container echoes what the third answered
+        # the fourth container echoes what the third answered
+        echoed = json.loads(answer["Body"].read())
         assert json.loads(echoed["body"]) == {"labels": ["setosa", "virginica"]}
         with pytest.raises(ClientError) as refused:  # a Serial endpoint takes no target container
             runtime.invoke_endpoint(
@@ -491,7 +579,10 @@ def test_four_container_serial_pipeline(api_server, clients, demo_models, handle
                 Body="5.1,3.5,1.4,0.2\n",
             )
         assert "Serial" in refused.value.response["Error"]["Message"]
-        listed = {e["EndpointName"]: e["EndpointStatus"] for e in sm.list_endpoints(MaxResults=100)["Endpoints"]}
+        listed = {
+            e["EndpointName"]: e["EndpointStatus"]
+            for e in sm.list_endpoints(MaxResults=100)["Endpoints"]
+        }
         assert listed["api-pipeline"] == "InService"
     finally:
         sm.delete_endpoint(EndpointName="api-pipeline")
@@ -501,7 +592,8 @@ def test_four_container_serial_pipeline(api_server, clients, demo_models, handle
 def test_variant_weights_split_traffic_and_target_variant_pins(api_server, clients, handler_models):
     sm, runtime, _ = clients
     sm.create_model(
-        ModelName="api-echo", PrimaryContainer={"Image": "python", "ModelDataUrl": str(handler_models["echo"])}
+        ModelName="api-echo",
+        PrimaryContainer={"Image": "python", "ModelDataUrl": str(handler_models["echo"])},
     )
     sm.create_endpoint_config(
         EndpointConfigName="api-ab",
@@ -541,20 +633,30 @@ def test_variant_weights_split_traffic_and_target_variant_pins(api_server, clien
                 return seen
 
             seen = variants(calls)
-            # 3:1 -> 75 % blue; the binomial standard deviation over 400 calls is 2.2 %: allow 3 of them.
+            # 3:1 -> 75 % blue; the binomial standard deviation over 400 calls is 2.2 %: allow 3 of
+            # them.
             assert abs(seen["blue"] / calls - 0.75) < 0.066, seen
-            assert variants(20, {"X-Amzn-SageMaker-Target-Variant": "green"}) == Counter({"green": 20})
+            assert variants(20, {"X-Amzn-SageMaker-Target-Variant": "green"}) == Counter(
+                {"green": 20}
+            )
             sm.update_endpoint_weights_and_capacities(
-                EndpointName="api-ab", DesiredWeightsAndCapacities=[{"VariantName": "blue", "DesiredWeight": 0.0}]
+                EndpointName="api-ab",
+                DesiredWeightsAndCapacities=[{"VariantName": "blue", "DesiredWeight": 0.0}],
             )
             assert variants(30) == Counter({"green": 30})  # weights move traffic at once
         pinned = runtime.invoke_endpoint(
-            EndpointName="api-ab", TargetVariant="blue", ContentType="application/json", Body=b'{"x": 1}'
+            EndpointName="api-ab",
+            TargetVariant="blue",
+            ContentType="application/json",
+            Body=b'{"x": 1}',
         )
         assert pinned["InvokedProductionVariant"] == "blue"
         with pytest.raises(ClientError) as unknown:
             runtime.invoke_endpoint(
-                EndpointName="api-ab", TargetVariant="red", ContentType="application/json", Body=b'{"x": 1}'
+                EndpointName="api-ab",
+                TargetVariant="red",
+                ContentType="application/json",
+                Body=b'{"x": 1}',
             )
         assert "blue, green" in unknown.value.response["Error"]["Message"]
         weights = {
@@ -579,13 +681,18 @@ def test_unsupported_fields_are_refused_by_name(clients, demo_models):
     with pytest.raises(ClientError) as refused:
         sm.create_model(
             ModelName="api-refused",
-            PrimaryContainer={"Image": "sklearn", "ModelDataUrl": str(demo_models / "iris-classifier")},
+            PrimaryContainer={
+                "Image": "sklearn",
+                "ModelDataUrl": str(demo_models / "iris-classifier"),
+            },
             VpcConfig={"SecurityGroupIds": ["sg-12345678"], "Subnets": ["subnet-12345678"]},
         )
     assert refused.value.response["Error"]["Code"] == "ValidationException"
     assert "VpcConfig" in refused.value.response["Error"]["Message"]
     with pytest.raises(ClientError) as outside:
-        sm.create_model(ModelName="api-outside", PrimaryContainer={"Image": "sklearn", "ModelDataUrl": "/etc"})
+        sm.create_model(
+            ModelName="api-outside", PrimaryContainer={"Image": "sklearn", "ModelDataUrl": "/etc"}
+        )
     assert "model roots" in outside.value.response["Error"]["Message"]
     with pytest.raises(ClientError) as image:
         sm.create_model(
@@ -599,8 +706,9 @@ def test_unsupported_fields_are_refused_by_name(clients, demo_models):
 
 
 def test_single_model_data_from_an_s3_model_tar_gz(api_server, clients, s3_models):
-    # SageMaker users' artifacts: one model.tar.gz object in S3 (here moto's server on loopback). The replica's
-    # supervisor fetches it before the container starts, with the container's AWS settings when it has them.
+    # SageMaker users' artifacts: one model.tar.gz object in S3 (here moto's server on loopback).
+    # The replica's supervisor fetches it before the container starts, with the container's AWS
+    # settings when it has them.
     sm, runtime, _ = clients
     sm.create_model(
         ModelName="api-s3",
@@ -629,15 +737,17 @@ def test_single_model_data_from_an_s3_model_tar_gz(api_server, clients, s3_model
     sm.create_endpoint(EndpointName="api-s3", EndpointConfigName="api-s3")
     try:
         sm.get_waiter("endpoint_in_service").wait(EndpointName="api-s3", WaiterConfig=WAIT)
-        answer = runtime.invoke_endpoint(EndpointName="api-s3", ContentType="application/json", Body=ROW)
+        answer = runtime.invoke_endpoint(
+            EndpointName="api-s3", ContentType="application/json", Body=ROW
+        )
         assert json.loads(answer["Body"].read()) == [2]
     finally:
         sm.delete_endpoint(EndpointName="api-s3")
 
 
 def test_a_failed_update_rolls_back_and_keeps_serving(api_server, clients, handler_models):
-    # As SageMaker does: the new config's model cannot load, so the endpoint stays on the old one, InService,
-    # with the failure in DescribeEndpoint; nothing sent meanwhile fails.
+    # As SageMaker does: the new config's model cannot load, so the endpoint stays on the old one,
+    # InService, with the failure in DescribeEndpoint; nothing sent meanwhile fails.
     sm, _, _ = clients
     for name in ("echo", "broken"):
         sm.create_model(
@@ -669,15 +779,21 @@ def test_a_failed_update_rolls_back_and_keeps_serving(api_server, clients, handl
             )
         assert described["EndpointStatus"] == "InService", described
         assert described["EndpointConfigName"] == "api-echo-config"
-        assert "rolled back" in described["FailureReason"] and "weights file is corrupt" in described["FailureReason"]
+        assert (
+            "rolled back" in described["FailureReason"]
+            and "weights file is corrupt" in described["FailureReason"]
+        )
         assert len(load.statuses) > 20 and not load.failures, load.failures[:5]
     finally:
         sm.delete_endpoint(EndpointName="api-rollback")
 
 
-def test_cloudwatch_counts_every_call_and_an_alarm_fires_on_model_errors(api_server, clients, handler_models):
-    # Issue 45, item 1: an unmodified boto3 `cloudwatch` client reads SageMaker's metrics of an API endpoint and
-    # alarms on them; the metric store is fed by the control plane's sampler from the gateway's real counters.
+def test_cloudwatch_counts_every_call_and_an_alarm_fires_on_model_errors(
+    api_server, clients, handler_models
+):
+    # Issue 45, item 1: an unmodified boto3 `cloudwatch` client reads SageMaker's metrics of an API
+    # endpoint and alarms on them; the metric store is fed by the control plane's sampler from the
+    # gateway's real counters.
     sm, runtime, _ = clients
     cw = boto3.client(
         "cloudwatch",
@@ -691,7 +807,11 @@ def test_cloudwatch_counts_every_call_and_an_alarm_fires_on_model_errors(api_ser
         ModelName="api-cw-model",
         InferenceExecutionConfig={"Mode": "Direct"},
         Containers=[
-            {"ContainerHostname": name, "Image": "python", "ModelDataUrl": str(handler_models[name])}
+            {
+                "ContainerHostname": name,
+                "Image": "python",
+                "ModelDataUrl": str(handler_models[name]),
+            }
             for name in ("echo", "faulty")
         ],
     )
@@ -707,7 +827,10 @@ def test_cloudwatch_counts_every_call_and_an_alarm_fires_on_model_errors(api_ser
         ],
     )
     sm.create_endpoint(EndpointName="api-cw", EndpointConfigName="api-cw-config")
-    variant = [{"Name": "EndpointName", "Value": "api-cw"}, {"Name": "VariantName", "Value": "Blue"}]
+    variant = [
+        {"Name": "EndpointName", "Value": "api-cw"},
+        {"Name": "VariantName", "Value": "Blue"},
+    ]
     try:
         sm.get_waiter("endpoint_in_service").wait(EndpointName="api-cw", WaiterConfig=WAIT)
         cw.put_metric_alarm(
@@ -725,7 +848,10 @@ def test_cloudwatch_counts_every_call_and_an_alarm_fires_on_model_errors(api_ser
         started = time.time()
         for _ in range(30):
             runtime.invoke_endpoint(
-                EndpointName="api-cw", TargetContainerHostname="echo", ContentType="application/json", Body='{"x": 1}'
+                EndpointName="api-cw",
+                TargetContainerHostname="echo",
+                ContentType="application/json",
+                Body='{"x": 1}',
             )
         for _ in range(3):  # ModelError to the caller; a 5XX of the model to SageMaker's metrics
             with pytest.raises(ClientError, match="ModelError"):
@@ -748,10 +874,17 @@ def test_cloudwatch_counts_every_call_and_an_alarm_fires_on_model_errors(api_ser
             )["Datapoints"]
             return sum(point[statistic] for point in points)
 
-        # The gateway publishes its counters every 5 s and the sampler reads them every 10 s: bounded waits.
-        _until(lambda: total("Invocations", variant) == 33, 60, "Invocations to sum to the 33 calls sent")
+        # The gateway publishes its counters every 5 s and the sampler reads them every 10 s:
+        # bounded waits.
+        _until(
+            lambda: total("Invocations", variant) == 33,
+            60,
+            "Invocations to sum to the 33 calls sent",
+        )
         faulty = [*variant, {"Name": "ContainerName", "Value": "faulty"}]
-        assert total("Invocation5XXErrors", faulty) == 3 and total("Invocation4XXErrors", variant) == 0
+        assert (
+            total("Invocation5XXErrors", faulty) == 3 and total("Invocation4XXErrors", variant) == 0
+        )
         assert total("Invocations", [*variant, {"Name": "ContainerName", "Value": "echo"}]) == 30
         history = lambda: [
             item["HistorySummary"]
@@ -759,12 +892,23 @@ def test_cloudwatch_counts_every_call_and_an_alarm_fires_on_model_errors(api_ser
                 AlarmName="api-cw-5xx", HistoryItemType="StateUpdate"
             )["AlarmHistoryItems"]
         ]
-        # From OK, or straight from INSUFFICIENT_DATA if its first evaluation already saw the errors.
-        _until(lambda: any(item.endswith(" to ALARM") for item in history()), 60, "the 5XX alarm to fire")
-        latency = _until(lambda: total("ModelLatency", variant, "SampleCount"), 60, "ModelLatency datapoints")
+        # From OK, or straight from INSUFFICIENT_DATA if its first evaluation already saw the
+        # errors.
+        _until(
+            lambda: any(item.endswith(" to ALARM") for item in history()),
+            60,
+            "the 5XX alarm to fire",
+        )
+        latency = _until(
+            lambda: total("ModelLatency", variant, "SampleCount"), 60, "ModelLatency datapoints"
+        )
         assert latency >= 30
-        listed = cw.list_metrics(Namespace="AWS/SageMaker", Dimensions=[{"Name": "EndpointName", "Value": "api-cw"}])
-        assert {"Invocations", "Invocation5XXErrors", "ModelLatency"} <= {m["MetricName"] for m in listed["Metrics"]}
+        listed = cw.list_metrics(
+            Namespace="AWS/SageMaker", Dimensions=[{"Name": "EndpointName", "Value": "api-cw"}]
+        )
+        assert {"Invocations", "Invocation5XXErrors", "ModelLatency"} <= {
+            m["MetricName"] for m in listed["Metrics"]
+        }
         assert total("Invocations", variant) == 33  # sampled again since: nothing counted twice
     finally:
         cw.delete_alarms(AlarmNames=["api-cw-5xx"])
@@ -774,9 +918,10 @@ def test_cloudwatch_counts_every_call_and_an_alarm_fires_on_model_errors(api_ser
 def test_a_canary_that_fails_is_rolled_back_by_its_alarm_and_a_linear_update_loses_nothing(
     api_server, clients, handler_models
 ):
-    # Issue 45, item 2, as a SageMaker pipeline runs it: a CANARY update whose new model raises on every call is
-    # rolled back by an Invocation5XXErrors alarm, only the canary's share of calls failing; then a LINEAR update
-    # of a healthy model completes step by step under load with no failed call.
+    # Issue 45, item 2, as a SageMaker pipeline runs it: a CANARY update whose new model raises on
+    # every call is rolled back by an Invocation5XXErrors alarm, only the canary's share of calls
+    # failing; then a LINEAR update of a healthy model completes step by step under load with no
+    # failed call.
     sm, _, _ = clients
     cw = boto3.client(
         "cloudwatch",
@@ -788,9 +933,14 @@ def test_a_canary_that_fails_is_rolled_back_by_its_alarm_and_a_linear_update_los
     )
     for model, handler in (("api-good", "echo"), ("api-bad", "faulty")):
         sm.create_model(
-            ModelName=model, PrimaryContainer={"Image": "python", "ModelDataUrl": str(handler_models[handler])}
+            ModelName=model,
+            PrimaryContainer={"Image": "python", "ModelDataUrl": str(handler_models[handler])},
         )
-    for config, model in (("api-good-1", "api-good"), ("api-bad-1", "api-bad"), ("api-good-2", "api-good")):
+    for config, model in (
+        ("api-good-1", "api-good"),
+        ("api-bad-1", "api-bad"),
+        ("api-good-2", "api-good"),
+    ):
         sm.create_endpoint_config(
             EndpointConfigName=config,
             ProductionVariants=[
@@ -831,7 +981,9 @@ def test_a_canary_that_fails_is_rolled_back_by_its_alarm_and_a_linear_update_los
             "AutoRollbackConfiguration": {"Alarms": [{"AlarmName": "api-canary-5xx"}]},
         }
         with Load(api_server.url, "api-canary", {}, '{"x": 1}') as load:
-            sm.update_endpoint(EndpointName="api-canary", EndpointConfigName="api-bad-1", DeploymentConfig=canary)
+            sm.update_endpoint(
+                EndpointName="api-canary", EndpointConfigName="api-bad-1", DeploymentConfig=canary
+            )
             described = _until(
                 lambda: (lambda d: d if d["EndpointStatus"] != "Updating" else None)(
                     sm.describe_endpoint(EndpointName="api-canary")
@@ -841,15 +993,22 @@ def test_a_canary_that_fails_is_rolled_back_by_its_alarm_and_a_linear_update_los
             )
             rolled_back_at = len(load.statuses)
             time.sleep(2)
-        assert described["EndpointStatus"] == "InService" and described["EndpointConfigName"] == "api-good-1"
-        assert "alarm api-canary-5xx went to ALARM" in described["FailureReason"], described["FailureReason"]
+        assert (
+            described["EndpointStatus"] == "InService"
+            and described["EndpointConfigName"] == "api-good-1"
+        )
+        assert "alarm api-canary-5xx went to ALARM" in described["FailureReason"], described[
+            "FailureReason"
+        ]
         failed = [index for index, status in enumerate(load.statuses) if status != 200]
         assert failed and {load.statuses[index] for index in failed} == {424}, [
             failure for failure in load.failures if not failure.startswith("424")
         ][:3]
-        during = load.statuses[failed[0] : failed[-1] + 1]  # the canary's window: it took about 20% of the calls
+        # the canary's window: it took about 20% of the calls
+        during = load.statuses[failed[0] : failed[-1] + 1]
         assert len(failed) / len(during) < 0.45, (len(failed), len(during))
-        assert all(status == 200 for status in load.statuses[rolled_back_at:])  # all back on the old fleet
+        # all back on the old fleet
+        assert all(status == 200 for status in load.statuses[rolled_back_at:])
 
         linear = {
             "BlueGreenUpdatePolicy": {
@@ -862,12 +1021,19 @@ def test_a_canary_that_fails_is_rolled_back_by_its_alarm_and_a_linear_update_los
         }
         steps = set()
         with Load(api_server.url, "api-canary", {}, '{"x": 1}') as load:
-            sm.update_endpoint(EndpointName="api-canary", EndpointConfigName="api-good-2", DeploymentConfig=linear)
+            sm.update_endpoint(
+                EndpointName="api-canary", EndpointConfigName="api-good-2", DeploymentConfig=linear
+            )
 
             def finished():
                 described = sm.describe_endpoint(EndpointName="api-canary")
-                for variant in (described.get("PendingDeploymentSummary") or {}).get("ProductionVariants", []):
-                    steps.update(status.get("StatusMessage", "") for status in variant.get("VariantStatus", []))
+                for variant in (described.get("PendingDeploymentSummary") or {}).get(
+                    "ProductionVariants", []
+                ):
+                    steps.update(
+                        status.get("StatusMessage", "")
+                        for status in variant.get("VariantStatus", [])
+                    )
                 return described if described["EndpointStatus"] != "Updating" else None
 
             described = _until(finished, 240, "the linear update to finish")
@@ -882,10 +1048,13 @@ def test_a_canary_that_fails_is_rolled_back_by_its_alarm_and_a_linear_update_los
         sm.delete_endpoint(EndpointName="api-canary")
 
 
-def test_a_shadow_gets_its_sampled_copies_and_its_failures_cost_callers_nothing(api_server, clients, handler_models):
-    # Issue 45, item 3: a shadow variant whose model raises on every call gets about its weight's share of copies,
-    # off the callers' path; every caller is answered by production; the shadow's failures are counted as its own.
-    # Then the shadow's (fixed) model is promoted by an UpdateEndpoint.
+def test_a_shadow_gets_its_sampled_copies_and_its_failures_cost_callers_nothing(
+    api_server, clients, handler_models
+):
+    # Issue 45, item 3: a shadow variant whose model raises on every call gets about its weight's
+    # share of copies, off the callers' path; every caller is answered by production; the shadow's
+    # failures are counted as its own. Then the shadow's (fixed) model is promoted by an
+    # UpdateEndpoint.
     sm, runtime, _ = clients
     cw = boto3.client(
         "cloudwatch",
@@ -897,12 +1066,18 @@ def test_a_shadow_gets_its_sampled_copies_and_its_failures_cost_callers_nothing(
     )
     for model, handler in (("api-live", "echo"), ("api-shadow-bad", "faulty")):
         sm.create_model(
-            ModelName=model, PrimaryContainer={"Image": "python", "ModelDataUrl": str(handler_models[handler])}
+            ModelName=model,
+            PrimaryContainer={"Image": "python", "ModelDataUrl": str(handler_models[handler])},
         )
     sm.create_endpoint_config(
         EndpointConfigName="api-shadowed",
         ProductionVariants=[
-            {"VariantName": "Live", "ModelName": "api-live", "InitialInstanceCount": 1, "InstanceType": "ml.m5.large"}
+            {
+                "VariantName": "Live",
+                "ModelName": "api-live",
+                "InitialInstanceCount": 1,
+                "InstanceType": "ml.m5.large",
+            }
         ],
         ShadowProductionVariants=[
             {
@@ -947,16 +1122,24 @@ def test_a_shadow_gets_its_sampled_copies_and_its_failures_cost_callers_nothing(
             counted = {
                 line.split('outcome="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
                 for line in text.splitlines()
-                if line.startswith("serving_shadow_copies_total") and 'endpoint="api-shadow"' in line
+                if line.startswith("serving_shadow_copies_total")
+                and 'endpoint="api-shadow"' in line
             }
             shadow = total("Invocations", "Shadow")
-            done = total("Invocations", "Live") == calls and shadow and shadow == total("Invocation5XXErrors", "Shadow")
+            done = (
+                total("Invocations", "Live") == calls
+                and shadow
+                and shadow == total("Invocation5XXErrors", "Shadow")
+            )
             return (counted, shadow) if done and sum(counted.values()) == shadow else None
 
         counted, shadow = _until(copies_counted, 90, "the shadow's copies to be counted")
-        assert abs(shadow - calls * 0.5) <= 3 * (calls * 0.25) ** 0.5, shadow  # 50% +- 3 standard deviations
+        # 50% +- 3 standard deviations
+        assert abs(shadow - calls * 0.5) <= 3 * (calls * 0.25) ** 0.5, shadow
         assert counted == {"failed": shadow}  # each one the shadow's failure, none dropped
-        assert total("Invocation5XXErrors", "Live") == 0 and total("Invocation4XXErrors", "Live") == 0
+        assert (
+            total("Invocation5XXErrors", "Live") == 0 and total("Invocation4XXErrors", "Live") == 0
+        )
 
         sm.create_model(
             ModelName="api-shadow-fixed",
@@ -976,15 +1159,22 @@ def test_a_shadow_gets_its_sampled_copies_and_its_failures_cost_callers_nothing(
         sm.update_endpoint(EndpointName="api-shadow", EndpointConfigName="api-promoted")
         sm.get_waiter("endpoint_in_service").wait(EndpointName="api-shadow", WaiterConfig=WAIT)
         described = sm.describe_endpoint(EndpointName="api-shadow")
-        assert described["EndpointConfigName"] == "api-promoted" and "ShadowProductionVariants" not in described
-        answer = runtime.invoke_endpoint(EndpointName="api-shadow", ContentType="application/json", Body='{"n": 1}')
-        assert json.loads(answer["Body"].read())["body"] == '{"n": 1}'  # the promoted model, which answers
+        assert (
+            described["EndpointConfigName"] == "api-promoted"
+            and "ShadowProductionVariants" not in described
+        )
+        answer = runtime.invoke_endpoint(
+            EndpointName="api-shadow", ContentType="application/json", Body='{"n": 1}'
+        )
+        # the promoted model, which answers
+        assert json.loads(answer["Body"].read())["body"] == '{"n": 1}'
     finally:
         sm.delete_endpoint(EndpointName="api-shadow")
 
 
 def _control_plane(server: Served) -> psutil.Process:
-    """The control plane's replica: a Ray worker of this module's own server titled after its Serve application."""
+    """The control plane's replica: a Ray worker of this module's own server titled after its Serve
+    application."""
     found = [
         p
         for p in psutil.Process(server.process.pid).children(recursive=True)
@@ -994,13 +1184,17 @@ def _control_plane(server: Served) -> psutil.Process:
     return found[0]
 
 
-def test_the_control_plane_killed_under_load_interrupts_no_invocation(api_server, clients, handler_models):
-    # Issue 43: the SageMaker API, its state and its update step ran inside the gateway, on the data path. They
-    # now run in a Serve replica of their own: killing it costs no invocation, and once Serve has replaced it the
-    # API answers with every endpoint as it was (restored from its state file).
+def test_the_control_plane_killed_under_load_interrupts_no_invocation(
+    api_server, clients, handler_models
+):
+    # Issue 43: the SageMaker API, its state and its update step ran inside the gateway, on the data
+    # path. They now run in a Serve replica of their own: killing it costs no invocation, and once
+    # Serve has replaced it the API answers with every endpoint as it was (restored from its state
+    # file).
     sm, _, _ = clients
     sm.create_model(
-        ModelName="api-kept-model", PrimaryContainer={"Image": "python", "ModelDataUrl": str(handler_models["echo"])}
+        ModelName="api-kept-model",
+        PrimaryContainer={"Image": "python", "ModelDataUrl": str(handler_models["echo"])},
     )
     sm.create_endpoint_config(
         EndpointConfigName="api-kept-config",
@@ -1020,8 +1214,9 @@ def test_the_control_plane_killed_under_load_interrupts_no_invocation(api_server
         with Load(api_server.url, "api-kept", {}, '{"x": 1}') as load:
             time.sleep(1)
             control.send_signal(signal.SIGKILL)
-            # An API call made at once, by a client with botocore's default retries, succeeds: it waits in the
-            # gateway for the new replica (at most 60 s), or botocore retries what failed.
+            # An API call made at once, by a client with botocore's default retries, succeeds: it
+            # waits in the gateway for the new replica (at most 60 s), or botocore retries what
+            # failed.
             patient = boto3.client(
                 "sagemaker",
                 endpoint_url=api_server.url,
@@ -1029,8 +1224,14 @@ def test_the_control_plane_killed_under_load_interrupts_no_invocation(api_server
                 aws_access_key_id="x",
                 aws_secret_access_key="x",
             )
-            assert patient.describe_endpoint(EndpointName="api-kept")["EndpointStatus"] == "InService"
-            _until(lambda: (_listed(sm) or {}).get("api-kept") == "InService", 120, "the API to answer again")
+            assert (
+                patient.describe_endpoint(EndpointName="api-kept")["EndpointStatus"] == "InService"
+            )
+            _until(
+                lambda: (_listed(sm) or {}).get("api-kept") == "InService",
+                120,
+                "the API to answer again",
+            )
             time.sleep(1)
         assert len(load.statuses) > 10 and not load.failures, load.failures[:5]
         assert _control_plane(api_server).pid != control.pid

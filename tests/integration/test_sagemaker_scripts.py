@@ -18,7 +18,8 @@ from suite.endpoint_server import TINY
 
 pytestmark = pytest.mark.integration
 
-# Scripts written the way AWS's examples write them, for it-sagemaker (tests/integration/test_sagemaker_scripts.py).
+# Scripts written the way AWS's examples write them, for it-sagemaker
+# (tests/integration/test_sagemaker_scripts.py).
 SKLEARN_MODEL_FN_ONLY = '''
 import os
 
@@ -55,7 +56,8 @@ def transform_fn(model, request_body, request_content_type, response_content_typ
 
 @pytest.fixture(scope="session")
 def sagemaker_script_models(demo_models, tmp_path_factory) -> dict[str, Path]:
-    """Model folders with SageMaker-style scripts: a scikit-learn model_fn, a SAGEMAKER_PROGRAM with transform_fn."""
+    """Model folders with SageMaker-style scripts: a scikit-learn model_fn, a SAGEMAKER_PROGRAM with
+    transform_fn."""
     import shutil
 
     root = tmp_path_factory.mktemp("sagemaker-scripts")
@@ -119,7 +121,9 @@ def iris_estimator(sagemaker_script_models):
     return load(path, trusted=get_untrusted_types(file=path))
 
 
-def test_sklearn_script_with_model_fn_only_answers_the_containers_json_bytes(runtime, iris_estimator):
+def test_sklearn_script_with_model_fn_only_answers_the_containers_json_bytes(
+    runtime, iris_estimator
+):
     response = runtime.invoke_endpoint(
         EndpointName="it-sagemaker",
         TargetContainerHostname="sk-script",
@@ -127,8 +131,11 @@ def test_sklearn_script_with_model_fn_only_answers_the_containers_json_bytes(run
         Accept="application/json",
         Body=json.dumps(ROWS),
     )
-    # sagemaker-scikit-learn-container: np.array(json).astype(float32) -> predict -> json.dumps(default=tolist)
-    expected = json.dumps(iris_estimator.predict(np.array(ROWS).astype(np.float32)), default=np.ndarray.tolist)
+    # sagemaker-scikit-learn-container: np.array(json).astype(float32) -> predict ->
+    # json.dumps(default=tolist)
+    expected = json.dumps(
+        iris_estimator.predict(np.array(ROWS).astype(np.float32)), default=np.ndarray.tolist
+    )
     assert response["Body"].read() == expected.encode()
     assert response["ContentType"] == "application/json"
 
@@ -143,7 +150,9 @@ def test_sklearn_script_answers_csv_with_np_savetxt(runtime, iris_estimator):
         Body=body,
     )
     stream = io.StringIO()
-    np.savetxt(stream, iris_estimator.predict(np.array(ROWS, dtype=np.float32)), delimiter=",", fmt="%s")
+    np.savetxt(
+        stream, iris_estimator.predict(np.array(ROWS, dtype=np.float32)), delimiter=",", fmt="%s"
+    )
     assert response["Body"].read() == stream.getvalue().encode()
     assert response["ContentType"] == "text/csv"
 
@@ -159,7 +168,10 @@ def test_an_unsupported_content_type_is_a_model_error_with_the_containers_415(ru
     error = raised.value.response
     assert error["ResponseMetadata"]["HTTPStatusCode"] == 424
     assert error["OriginalStatusCode"] == 415
-    assert "Content type application/x-image is not supported by this framework" in error["OriginalMessage"]
+    assert (
+        "Content type application/x-image is not supported by this framework"
+        in error["OriginalMessage"]
+    )
 
 
 def test_sagemaker_program_with_transform_fn_and_a_context(runtime):
@@ -205,7 +217,9 @@ def test_pytorch_state_dict_with_model_fn_answers_the_toolkits_bytes(runtime, he
     sys.modules["tabular_net_reference"] = module
     spec.loader.exec_module(module)
     model = module.TabularNet(features=4, classes=3)
-    model.load_state_dict(torch.load(hetero_models / "hetero-iris-state" / "model.pth", weights_only=True))
+    model.load_state_dict(
+        torch.load(hetero_models / "hetero-iris-state" / "model.pth", weights_only=True)
+    )
     model.eval()
     with torch.no_grad():  # the PyTorch toolkit: FloatTensor(json) -> model -> tolist -> json.dumps
         expected = json.dumps(model(torch.FloatTensor(ROWS)).detach().cpu().numpy().tolist())

@@ -1,10 +1,10 @@
 """SageMaker TensorFlow Serving container scripts, as AWS's examples write them, on a real endpoint.
 
-it-tfs (built below) holds two tensorflow containers on TF Serving's half_plus_three
-(0.5 * x + 3): `io` with input_handler/output_handler, `posting` with a handler that posts to
-`context.rest_uri` with `requests` from inside its sandboxed container process (so loopback TCP to the
-data port works under Landlock and seccomp). Invoked with unmodified boto3; the expected bytes are TF
-Serving's own answer, which output_handler returns as `response.content`.
+it-tfs (built below) holds two tensorflow containers on TF Serving's half_plus_three (0.5 * x + 3):
+`io` with input_handler/output_handler, `posting` with a handler that posts to `context.rest_uri`
+with `requests` from inside its sandboxed container process (so loopback TCP to the data port works
+under Landlock and seccomp). Invoked with unmodified boto3; the expected bytes are TF Serving's own
+answer, which output_handler returns as `response.content`.
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from suite.endpoint_server import TINY
 
 pytestmark = pytest.mark.integration
 
-# it-tfs (tests/integration/test_sagemaker_tfs.py): SageMaker TensorFlow Serving container scripts in the style
-# of AWS's examples, on TF Serving's half_plus_three: `io` (input_handler turning CSV into "instances",
-# output_handler returning response.content) and `posting` (handler posting to context.rest_uri with requests).
+# it-tfs (tests/integration/test_sagemaker_tfs.py): SageMaker TensorFlow Serving container scripts
+# in the style of AWS's examples, on TF Serving's half_plus_three: `io` (input_handler turning CSV
+# into "instances", output_handler returning response.content) and `posting` (handler posting to
+# context.rest_uri with requests).
 TFS_PROCESS = """
 import json
 import requests
@@ -52,7 +53,8 @@ TFS_SCRIPTS = {
 
 @pytest.fixture(scope="session")
 def tfs_models(tmp_path_factory) -> dict[str, Path]:
-    """Two copies of a half_plus_three SavedModel (SageMaker's <model>/<version>/ layout), one per script."""
+    """Two copies of a half_plus_three SavedModel (SageMaker's <model>/<version>/ layout), one per
+    script."""
     from tests.unit.test_tfs_shapes import save_half_plus_three
 
     root = tmp_path_factory.mktemp("tfs")
@@ -68,7 +70,12 @@ def tfs(tfs_models: dict[str, Path]) -> dict:
     return {
         "EndpointName": "it-tfs",
         "Containers": [
-            {"ContainerHostname": name, "Image": "tensorflow", "ModelDataUrl": str(folder), "Resources": TINY}
+            {
+                "ContainerHostname": name,
+                "Image": "tensorflow",
+                "ModelDataUrl": str(folder),
+                "Resources": TINY,
+            }
             for name, folder in tfs_models.items()
         ],
     }
@@ -117,7 +124,9 @@ def test_json_passes_through_to_tf_serving(runtime, container: str) -> None:
 
 
 @pytest.mark.parametrize("container", ["io", "posting"])
-def test_a_handler_failure_is_a_model_error_with_the_containers_answer(runtime, container: str) -> None:
+def test_a_handler_failure_is_a_model_error_with_the_containers_answer(
+    runtime, container: str
+) -> None:
     with pytest.raises(runtime.exceptions.ModelError) as raised:
         runtime.invoke_endpoint(
             EndpointName="it-tfs",

@@ -1,5 +1,6 @@
-"""`serving train`, for real: example recipes trained on Ray Train (own embedded Ray, in a subprocess, as a user
-runs it), their artifacts served by an endpoint server, a killed run resumed to the same weights."""
+"""`serving train`, for real: example recipes trained on Ray Train (own embedded Ray, in a
+subprocess, as a user runs it), their artifacts served by an endpoint server, a killed run resumed
+to the same weights."""
 
 from __future__ import annotations
 
@@ -19,9 +20,9 @@ from suite.endpoint_server import EndpointServer
 from serving.config.spec import parse_spec
 from serving.settings import ServerSettings
 
-# Each test may pay for trainings of a minute each (the module's store: six), on 2 CPUs.
-# Slow: `make test-slow` runs it; `make test` covers a 2-worker training through the README demo.
-# func_only: the store's trainings (bounded by TRAIN_TIMEOUT_S each) and the endpoint server's start (bounded by
+# Each test may pay for trainings of a minute each (the module's store: six), on 2 CPUs. Slow: `make
+# test-slow` runs it; `make test` covers a 2-worker training through the README demo. func_only: the
+# store's trainings (bounded by TRAIN_TIMEOUT_S each) and the endpoint server's start (bounded by
 # READY_TIMEOUT_S) are set-up, not the test's own 900 s.
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900, func_only=True)]
 
@@ -35,7 +36,16 @@ TRAIN_TIMEOUT_S = 360
 
 def _train(recipe: str, store: Path, *extra: str) -> subprocess.CompletedProcess:
     done = subprocess.run(
-        [sys.executable, "-m", "serving.cli", "train", str(RECIPES / recipe), "--store", str(store), *extra],
+        [
+            sys.executable,
+            "-m",
+            "serving.cli",
+            "train",
+            str(RECIPES / recipe),
+            "--store",
+            str(store),
+            *extra,
+        ],
         capture_output=True,
         text=True,
         timeout=TRAIN_TIMEOUT_S,
@@ -50,7 +60,8 @@ def _record(store: Path, name: str) -> dict:
 
 @pytest.fixture(scope="session")
 def store(tmp_path_factory) -> Path:
-    """Every example recipe but the TensorFlow one's twin, trained once for the module (about a minute each)."""
+    """Every example recipe but the TensorFlow one's twin, trained once for the module (about a
+    minute each)."""
     root = tmp_path_factory.mktemp("model-store")
     for recipe in (
         "digits-cnn.yaml",
@@ -65,28 +76,43 @@ def store(tmp_path_factory) -> Path:
 
 
 @pytest.mark.own_ray
-def test_two_workers_train_the_digits_cnn_and_the_tabular_mlp_to_their_accuracies(store: Path) -> None:
+def test_two_workers_train_the_digits_cnn_and_the_tabular_mlp_to_their_accuracies(
+    store: Path,
+) -> None:
     digits, mlp = _record(store, "digits-cnn"), _record(store, "cancer-mlp")
     assert digits["workers"] == mlp["workers"] == 2
     assert digits["metrics"]["val_accuracy"] >= 0.93  # 360 held-out digits; ~0.96 measured
     assert mlp["metrics"]["val_accuracy"] >= 0.93  # 114 held-out tumours; ~0.98 measured
     assert digits["signature"]["inputs"][0]["shape"] == [-1, 64]
     assert digits["signature"]["classes"] == list(range(10))
-    assert digits["data"]["fingerprint"].startswith("sha256:") and digits["recipe"]["framework"] == "pytorch"
-    assert digits["timing"]["per_step"]["compute_ms"] > 0 and digits["timing"]["per_step"]["allreduce_busy_ms"] > 0
+    assert (
+        digits["data"]["fingerprint"].startswith("sha256:")
+        and digits["recipe"]["framework"] == "pytorch"
+    )
+    assert (
+        digits["timing"]["per_step"]["compute_ms"] > 0
+        and digits["timing"]["per_step"]["allreduce_busy_ms"] > 0
+    )
     assert os.readlink(store / "digits-cnn" / "latest") == str(digits["version"])
 
 
 def _in_memory_digits(store: Path) -> tuple[np.ndarray, np.ndarray]:
-    """The trained weights (the run's final state) in the recipe's model, and what it answers on 40 digits."""
+    """The trained weights (the run's final state) in the recipe's model, and what it answers on 40
+    digits."""
     import torch
 
     from serving.training.data import sklearn_frame
     from serving.training.torch_models import build_model
 
     record = _record(store, "digits-cnn")
-    state = torch.load(store / "digits-cnn" / "latest" / "checkpoint" / "state.pt", weights_only=True)
-    stats = {"mean": [0.0] * 64, "std": [1.0] * 64, "image_shape": record["recipe"]["data"]["image_shape"]}
+    state = torch.load(
+        store / "digits-cnn" / "latest" / "checkpoint" / "state.pt", weights_only=True
+    )
+    stats = {
+        "mean": [0.0] * 64,
+        "std": [1.0] * 64,
+        "image_shape": record["recipe"]["data"]["image_shape"],
+    }
     model = build_model("cnn", record["recipe"]["model"]["hyperparameters"], 64, 10, stats)
     model.load_state_dict(state["model"])
     model.eval()
@@ -97,8 +123,8 @@ def _in_memory_digits(store: Path) -> tuple[np.ndarray, np.ndarray]:
 
 @pytest.fixture
 def endpoint_server(server) -> Iterator[EndpointServer]:
-    """Where the trained artifacts are served: the session's endpoint server, which deploys nothing for this
-    module (ENDPOINTS is empty): the test deploys it-trained itself."""
+    """Where the trained artifacts are served: the session's endpoint server, which deploys nothing
+    for this module (ENDPOINTS is empty): the test deploys it-trained itself."""
     yield server
 
 
@@ -120,7 +146,12 @@ def test_the_served_artifacts_answer_what_the_trained_model_predicts(
                     "ModelDataUrl": str(latest),
                     "Resources": TINY,
                 },
-                {"ContainerHostname": "onnx", "Image": "onnx", "ModelDataUrl": str(latest), "Resources": TINY},
+                {
+                    "ContainerHostname": "onnx",
+                    "Image": "onnx",
+                    "ModelDataUrl": str(latest),
+                    "Resources": TINY,
+                },
                 {
                     "ContainerHostname": "customers",
                     "Image": "sklearn",
@@ -131,7 +162,9 @@ def test_the_served_artifacts_answer_what_the_trained_model_predicts(
             ],
         }
     )
-    settings = ServerSettings(port=int(server.url.rsplit(":", 1)[1]), max_payload_mb=1.0, invocation_timeout_s=3.0)
+    settings = ServerSettings(
+        port=int(server.url.rsplit(":", 1)[1]), max_payload_mb=1.0, invocation_timeout_s=3.0
+    )
     ray_wing.deploy_endpoint(spec, settings)
     deadline = time.monotonic() + 300
     while server.client.describe_endpoint("it-trained").get("EndpointStatus") != "InService":
@@ -146,8 +179,9 @@ def test_the_served_artifacts_answer_what_the_trained_model_predicts(
         answer = server.client.invoke("it-trained", rows.tolist(), target=target)
         assert answer.status_code == 200
         served = np.asarray(answer.body, dtype=np.float32)
-        # Same weights, other kernels and thread counts (the replica runs on its CPU share, ONNX Runtime on its
-        # own): sums in another order, so equal to float32 rounding, and the same digit for every row.
+        # Same weights, other kernels and thread counts (the replica runs on its CPU share, ONNX
+        # Runtime on its own): sums in another order, so equal to float32 rounding, and the same
+        # digit for every row.
         np.testing.assert_allclose(served, expected, rtol=1e-4, atol=1e-4)
         assert (served.argmax(axis=1) == expected.argmax(axis=1)).all()
 
@@ -168,24 +202,33 @@ def test_the_served_artifacts_answer_what_the_trained_model_predicts(
 
 
 def test_the_sklearn_tensorflow_and_xgboost_artifacts_load_in_their_stacks(store: Path) -> None:
-    # Loaded from STORE/NAME/latest by each stack's runtime as a container process loads it (materialize, then
-    # load), here in the test process: beside a session server of ~60 replicas (as the suite once had), three more
-    # framework replicas took the node past Ray's memory threshold (its OOM killer then took the Serve controller).
-    # They answer as the model read back from the archive does (scikit-learn: the same labels; XGBoost: the same
-    # probabilities) or, for the TensorFlow MLP, classify the wine rows as well as model.json says it did.
+    # Loaded from STORE/NAME/latest by each stack's runtime as a container process loads it
+    # (materialize, then load), here in the test process: beside a session server of ~60 replicas
+    # (as the suite once had), three more framework replicas took the node past Ray's memory
+    # threshold (its OOM killer then took the Serve controller). They answer as the model read back
+    # from the archive does (scikit-learn: the same labels; XGBoost: the same probabilities) or, for
+    # the TensorFlow MLP, classify the wine rows as well as model.json says it did.
     _check_sklearn(store)
     _check_tensorflow(store)
     _check_xgboost(store)
 
 
-def _invoke(stack: str, model_data: Path, body, content_type: str = "application/json", accept: str | None = None):
+def _invoke(
+    stack: str,
+    model_data: Path,
+    body,
+    content_type: str = "application/json",
+    accept: str | None = None,
+):
     from serving.models.artifacts import materialize
     from serving.runtimes import InvocationContext, runtime_for
 
     runtime = runtime_for(stack, materialize(str(model_data)), {})
     runtime.load()
     data = body if isinstance(body, str) else json.dumps(body)
-    answer, _ = runtime.invoke(data.encode(), content_type, accept or content_type, InvocationContext())
+    answer, _ = runtime.invoke(
+        data.encode(), content_type, accept or content_type, InvocationContext()
+    )
     return answer.decode()
 
 
@@ -210,18 +253,25 @@ def _check_sklearn(store: Path) -> None:
         path = _unpacked(store, "iris-sklearn", Path(tmp)) / "model.skops"
         model = skops.io.load(path, trusted=skops.io.get_untrusted_types(file=path))
         expected = model.predict(rows).tolist()
-    assert json.loads(_invoke("sklearn", store / "iris-sklearn" / "latest", rows.tolist())) == expected
+    assert (
+        json.loads(_invoke("sklearn", store / "iris-sklearn" / "latest", rows.tolist())) == expected
+    )
 
 
 def _check_tensorflow(store: Path) -> None:
     from serving.training.data import sklearn_frame
 
     frame = sklearn_frame("wine")
-    rows, labels = frame.drop(columns="target").to_numpy(dtype=np.float32), frame["target"].to_numpy()
+    rows, labels = (
+        frame.drop(columns="target").to_numpy(dtype=np.float32),
+        frame["target"].to_numpy(),
+    )
     answer = _invoke("tensorflow", store / "wine-tf" / "latest", {"instances": rows.tolist()})
     scores = np.asarray(json.loads(answer)["predictions"])
     assert scores.shape == (len(rows), 3)
-    assert (scores.argmax(axis=1) == labels).mean() >= 0.9, "the served SavedModel does not classify wine"
+    assert (scores.argmax(axis=1) == labels).mean() >= 0.9, (
+        "the served SavedModel does not classify wine"
+    )
     assert _record(store, "wine-tf")["metrics"]["val_accuracy"] >= 0.9
 
 
@@ -245,7 +295,9 @@ def _check_xgboost(store: Path) -> None:
 
 
 @pytest.mark.own_ray
-def test_a_killed_run_resumes_from_its_checkpoint_to_the_weights_of_an_uninterrupted_run(store, tmp_path) -> None:
+def test_a_killed_run_resumes_from_its_checkpoint_to_the_weights_of_an_uninterrupted_run(
+    store, tmp_path
+) -> None:
     import torch
 
     interrupted = tmp_path / "interrupted"
@@ -260,30 +312,45 @@ def test_a_killed_run_resumes_from_its_checkpoint_to_the_weights_of_an_uninterru
     ]
     log = tmp_path / "interrupted.log"
     with log.open("w") as output:
-        run = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
+        run = subprocess.Popen(
+            command, stdout=output, stderr=subprocess.STDOUT, start_new_session=True
+        )
     try:
         deadline = time.monotonic() + 420
         while not _checkpointed(interrupted):
-            assert run.poll() is None, "the run ended before its first checkpoint:\n" + log.read_text()[-3000:]
-            assert time.monotonic() < deadline, "no checkpoint within 420 s:\n" + log.read_text()[-3000:]
+            assert run.poll() is None, (
+                "the run ended before its first checkpoint:\n" + log.read_text()[-3000:]
+            )
+            assert time.monotonic() < deadline, (
+                "no checkpoint within 420 s:\n" + log.read_text()[-3000:]
+            )
             time.sleep(0.2)
     finally:
-        os.killpg(run.pid, signal.SIGKILL)  # the run and the Ray it started: its own session, started here
+        # the run and the Ray it started: its own session, started here
+        os.killpg(run.pid, signal.SIGKILL)
         run.wait(timeout=30)
-    assert not (interrupted / "cancer-mlp" / "1").exists() and (interrupted / "cancer-mlp" / ".1.partial").is_dir()
+    assert (
+        not (interrupted / "cancer-mlp" / "1").exists()
+        and (interrupted / "cancer-mlp" / ".1.partial").is_dir()
+    )
 
     resumed = _train("tabular-mlp.yaml", interrupted, "--resume")
     step = int((resumed.stdout + resumed.stderr).split("resumed from step ")[1].split()[0])
     assert 0 < step < 60 * 15, step  # from a mid-run checkpoint, not the end
-    final = torch.load(interrupted / "cancer-mlp" / "latest" / "checkpoint" / "state.pt", weights_only=True)
-    reference = torch.load(store / "cancer-mlp" / "latest" / "checkpoint" / "state.pt", weights_only=True)
+    final = torch.load(
+        interrupted / "cancer-mlp" / "latest" / "checkpoint" / "state.pt", weights_only=True
+    )
+    reference = torch.load(
+        store / "cancer-mlp" / "latest" / "checkpoint" / "state.pt", weights_only=True
+    )
     assert final["step"] == reference["step"] == 60 * 15
     for name, tensor in reference["model"].items():
         assert torch.equal(final["model"][name], tensor), name
 
 
 def _checkpointed(store: Path) -> bool:
-    """Ray Train has registered a checkpoint of the run (its snapshot is written after the folder is complete)."""
+    """Ray Train has registered a checkpoint of the run (its snapshot is written after the folder is
+    complete)."""
     return bool(list((store / ".ray-train").glob("*/checkpoint_manager_snapshot.json")))
 
 
@@ -294,7 +361,9 @@ def _workers_of(session_id: int) -> list[int]:
     found = []
     for process in psutil.process_iter(["pid", "cmdline"]):
         try:
-            if os.getsid(process.pid) == session_id and "RayTrainWorker" in " ".join(process.info["cmdline"] or []):
+            if os.getsid(process.pid) == session_id and "RayTrainWorker" in " ".join(
+                process.info["cmdline"] or []
+            ):
                 found.append(process.pid)
         except (ProcessLookupError, PermissionError, psutil.Error):
             continue
@@ -303,8 +372,9 @@ def _workers_of(session_id: int) -> list[int]:
 
 @pytest.mark.own_ray
 def test_a_worker_killed_mid_run_is_replaced_and_the_run_finishes(tmp_path) -> None:
-    # training.max_failures: 1 lets Ray Train start a new worker group, which resumes from the last checkpoint.
-    # Forty epochs of the digits CNN (~900 steps, a checkpoint every 20) leave time to kill a worker mid-run.
+    # training.max_failures: 1 lets Ray Train start a new worker group, which resumes from the last
+    # checkpoint. Forty epochs of the digits CNN (~900 steps, a checkpoint every 20) leave time to
+    # kill a worker mid-run.
     import yaml
 
     recipe = yaml.safe_load((RECIPES / "digits-cnn.yaml").read_text())
@@ -323,8 +393,12 @@ def test_a_worker_killed_mid_run_is_replaced_and_the_run_finishes(tmp_path) -> N
     try:
         deadline = time.monotonic() + 420
         while not _checkpointed(out):
-            assert run.poll() is None, "the run ended before its first checkpoint:\n" + log.read_text()[-3000:]
-            assert time.monotonic() < deadline, "no checkpoint within 420 s:\n" + log.read_text()[-3000:]
+            assert run.poll() is None, (
+                "the run ended before its first checkpoint:\n" + log.read_text()[-3000:]
+            )
+            assert time.monotonic() < deadline, (
+                "no checkpoint within 420 s:\n" + log.read_text()[-3000:]
+            )
             time.sleep(0.2)
         workers = _workers_of(run.pid)
         assert len(workers) == 2, workers

@@ -1,6 +1,6 @@
-"""What the multinode-session tests share: free ports, bounded waits, stopping what they started (by PID), and
-finding which gateway process accepted a connection (gateways share a port through SO_REUSEPORT), and the
-echo model both modules serve."""
+"""What the multinode-session tests share: free ports, bounded waits, stopping what they started (by
+PID), and finding which gateway process accepted a connection (gateways share a port through
+SO_REUSEPORT), and the echo model both modules serve."""
 
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ def output_fn(prediction, accept):
 
 
 def echo_model(root: Path) -> Path:
-    """A `python` container's model folder whose handler answers with its process ID and the request."""
+    """A `python` container's model folder whose handler answers with its process ID and the
+    request."""
     model = root / "echo"
     (model / "code").mkdir(parents=True)
     (model / "code" / "inference.py").write_text(ECHO)
@@ -66,7 +67,8 @@ def stop(process: subprocess.Popen, grace: float = 30) -> None:
             with contextlib.suppress(psutil.NoSuchProcess):
                 children = psutil.Process(process.pid).children(recursive=True)
             for child in children:
-                with contextlib.suppress(psutil.NoSuchProcess):  # it may exit between the listing and the kill
+                # it may exit between the listing and the kill
+                with contextlib.suppress(psutil.NoSuchProcess):
                     child.kill()
             process.kill()
             process.wait(10)
@@ -82,7 +84,8 @@ def listeners(port: int) -> set[int]:
 
 
 def accepting_pid(client: socket.socket, port: int) -> int:
-    """The process that accepted this client's connection to `port`: the gateway the kernel chose."""
+    """The process that accepted this client's connection to `port`: the gateway the kernel
+    chose."""
     local = client.getsockname()[1]
     for _ in range(50):  # accepted by the server's loop a moment after connect() returns
         for c in psutil.net_connections("tcp"):

@@ -1,10 +1,10 @@
 """`serving up --gateways-per-node 2` on an embedded Ray: two gateway processes share the port.
 
-Issue 43: a load balancer or a client that polls `GET /ping` from the moment `serving up` starts may call at
-the first 200, on a connection either gateway accepts; and a gateway SIGKILLed under a steady load of boto3
-clients (botocore's default retry configuration) costs no call, since the other gateway keeps the port. Runs in
-the multinode session (`make test`), since it starts a Ray of its own; every process here is this test's own,
-stopped by its PID.
+Issue 43: a load balancer or a client that polls `GET /ping` from the moment `serving up` starts may
+call at the first 200, on a connection either gateway accepts; and a gateway SIGKILLed under a
+steady load of boto3 clients (botocore's default retry configuration) costs no call, since the other
+gateway keeps the port. Runs in the multinode session (`make test`), since it starts a Ray of its
+own; every process here is this test's own, stopped by its PID.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ CONTAINERS = {"gw-direct": ("first", "second"), "gw-serial": ("head", "tail")}
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    """`serving up` with both specs; yields its port and when the first GET /ping answered 200, after which
-    every container of every spec was called at once (the calls' statuses)."""
+    """`serving up` with both specs; yields its port and when the first GET /ping answered 200,
+    after which every container of every spec was called at once (the calls' statuses)."""
     root = tmp_path_factory.mktemp("gateways")
     model = echo_model(root)
     specs = []
@@ -44,20 +44,37 @@ def server(tmp_path_factory):
             json.dumps(
                 {
                     "EndpointName": name,
-                    "InferenceExecutionConfig": {"Mode": "Serial" if name == "gw-serial" else "Direct"},
+                    "InferenceExecutionConfig": {
+                        "Mode": "Serial" if name == "gw-serial" else "Direct"
+                    },
                     "Containers": [
-                        {"ContainerHostname": host, "Image": "python", "ModelDataUrl": str(model)} for host in hosts
+                        {"ContainerHostname": host, "Image": "python", "ModelDataUrl": str(model)}
+                        for host in hosts
                     ],
                 }
             )
         )
         specs.append(str(spec))
     port = free_port()
-    environment = {**os.environ, "SERVING_STATE_DIR": str(root / "state"), "RAY_USAGE_STATS_ENABLED": "0"}
+    environment = {
+        **os.environ,
+        "SERVING_STATE_DIR": str(root / "state"),
+        "RAY_USAGE_STATS_ENABLED": "0",
+    }
     environment.pop("RAY_ADDRESS", None)
     log = open(root / "serving-up.log", "w")
     process = subprocess.Popen(
-        [str(BIN / "serving"), "up", *specs, "--port", str(port), "--gateways-per-node", "2", "--wait-timeout", "300"],
+        [
+            str(BIN / "serving"),
+            "up",
+            *specs,
+            "--port",
+            str(port),
+            "--gateways-per-node",
+            "2",
+            "--wait-timeout",
+            "300",
+        ],
         env=environment,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -66,7 +83,10 @@ def server(tmp_path_factory):
     try:
         url = f"http://127.0.0.1:{port}"
         wait_for(
-            lambda: httpx.get(f"{url}/ping", timeout=5).status_code == 200, "GET /ping 200", timeout=300, every=0.05
+            lambda: httpx.get(f"{url}/ping", timeout=5).status_code == 200,
+            "GET /ping 200",
+            timeout=300,
+            every=0.05,
         )
         yield url, port, _first_calls(url)
     finally:
@@ -76,7 +96,8 @@ def server(tmp_path_factory):
 
 
 def _first_calls(url: str) -> Counter:
-    """Every container of every endpoint, each on 8 fresh connections (so both gateways take some)."""
+    """Every container of every endpoint, each on 8 fresh connections (so both gateways take
+    some)."""
 
     def call(target: tuple[str, str | None]) -> int | str:
         name, host = target
@@ -137,7 +158,12 @@ def test_a_gateway_killed_under_boto3_load_costs_no_call(server) -> None:
     try:
         time.sleep(2)
         os.kill(victim, signal.SIGKILL)  # one of this test's own server's gateways
-        took = wait_for(lambda: len(listeners(port) - {victim}) == 2, "the gateway replaced", timeout=120, every=0.2)
+        took = wait_for(
+            lambda: len(listeners(port) - {victim}) == 2,
+            "the gateway replaced",
+            timeout=120,
+            every=0.2,
+        )
         print(f"a new gateway listened {took:.1f} s after the kill")
         time.sleep(2)
     finally:

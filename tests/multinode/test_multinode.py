@@ -1,13 +1,15 @@
-"""Two Ray nodes on this machine (`ray start` processes, token authentication on) and `serving up --address`.
+"""Two Ray nodes on this machine (`ray start` processes, token authentication on) and `serving up
+--address`.
 
-The head node (custom resource `node-a`) runs the registry and one container; the worker node (`node-b`, an
-address of its own: 127.0.0.2) another; a third container has one replica on each node (`spread`, one slot per
-node); each node runs a gateway, both on the one port (SO_REUSEPORT). The test invokes every container, reads
-both nodes' metrics through `GET /metrics`, checks that a call is answered on the node it entered, kills the
-head's gateway under load, has a third node join and leave, kills a replica on the worker node and then the
-worker node itself, each under load, counting the caller's failures. Every process here was started by this
-test, and is stopped by its PID. Runs in its own pytest session (`make test` runs it after the others): it
-starts a Ray cluster of its own."""
+The head node (custom resource `node-a`) runs the registry and one container; the worker node
+(`node-b`, an address of its own: 127.0.0.2) another; a third container has one replica on each node
+(`spread`, one slot per node); each node runs a gateway, both on the one port (SO_REUSEPORT). The
+test invokes every container, reads both nodes' metrics through `GET /metrics`, checks that a call
+is answered on the node it entered, kills the head's gateway under load, has a third node join and
+leave, kills a replica on the worker node and then the worker node itself, each under load, counting
+the caller's failures. Every process here was started by this test, and is stopped by its PID. Runs
+in its own pytest session (`make test` runs it after the others): it starts a Ray cluster of its
+own."""
 
 from __future__ import annotations
 
@@ -146,7 +148,8 @@ def cluster(tmp_path_factory) -> Iterator[tuple[Cluster, str, subprocess.Popen]]
             "head up",
             timeout=120,
         )
-        # A node address of its own, as every node of a real cluster has: locality is by address (issue 43).
+        # A node address of its own, as every node of a real cluster has: locality is by address
+        # (issue 43).
         worker = cluster.start_node(
             f"--address={cluster.address}",
             "--node-ip-address=127.0.0.2",
@@ -156,13 +159,19 @@ def cluster(tmp_path_factory) -> Iterator[tuple[Cluster, str, subprocess.Popen]]
         cluster.up(spec)
         url = f"http://127.0.0.1:{cluster.port}"
         wait_for(
-            lambda: httpx.get(f"{url}/endpoints/mn", timeout=5).json()["EndpointStatus"] == "InService",
+            lambda: (
+                httpx.get(f"{url}/endpoints/mn", timeout=5).json()["EndpointStatus"] == "InService"
+            ),
             "InService",
             timeout=300,
         )
         yield cluster, url, worker
     finally:
-        print((root / "serving-up.log").read_text()[-3000:] if (root / "serving-up.log").exists() else "")
+        print(
+            (root / "serving-up.log").read_text()[-3000:]
+            if (root / "serving-up.log").exists()
+            else ""
+        )
         cluster.stop()
         assert head.poll() is not None
 
@@ -177,7 +186,8 @@ def _invoke(url: str, container: str) -> httpx.Response:
 
 
 def _serve_replicas(cluster: Cluster) -> dict[str, list[dict]]:
-    """Serve's replicas of every application with the node each runs on, read as a driver of the cluster."""
+    """Serve's replicas of every application with the node each runs on, read as a driver of the
+    cluster."""
     code = (
         "import json, ray; from ray.serve.context import _get_global_client; ray.init(address=%r, namespace='serving');"
         "d = _get_global_client().get_serve_details(); nodes = {n['NodeID']: n['Resources'] for n in ray.nodes()};"
@@ -186,7 +196,11 @@ def _serve_replicas(cluster: Cluster) -> dict[str, list[dict]]:
         " for app, a in d['applications'].items()}))"
     ) % cluster.address
     done = subprocess.run(
-        [sys.executable, "-c", code], env=cluster.environment, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", code],
+        env=cluster.environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -194,12 +208,18 @@ def _serve_replicas(cluster: Cluster) -> dict[str, list[dict]]:
 
 def _replicas(url: str, cluster: Cluster) -> dict[str, list[dict]]:
     """Serve's replicas of each container of `mn`, with their nodes."""
-    return {app.split(".")[1]: replicas for app, replicas in _serve_replicas(cluster).items() if app.startswith("mn.")}
+    return {
+        app.split(".")[1]: replicas
+        for app, replicas in _serve_replicas(cluster).items()
+        if app.startswith("mn.")
+    }
 
 
 def _gateways(cluster: Cluster) -> list[str]:
     """The node of each running gateway."""
-    return sorted(r["node"][0] for r in _serve_replicas(cluster)["serving-gateway"] if r["state"] == "RUNNING")
+    return sorted(
+        r["node"][0] for r in _serve_replicas(cluster)["serving-gateway"] if r["state"] == "RUNNING"
+    )
 
 
 class Load:
@@ -212,16 +232,19 @@ class Load:
         def run() -> None:
             with httpx.Client(timeout=30) as client:
                 while self.running:
-                    # A broken connection is retried up to twice, after 0.1 s and 0.2 s, as SDKs retry (botocore: 4
-                    # times, backing off): a killed gateway's listening socket lives on while the kernel tears the
-                    # process down, and resets what it accepted meanwhile, so an immediate retry can be reset too.
+                    # A broken connection is retried up to twice, after 0.1 s and 0.2 s, as SDKs
+                    # retry (botocore: 4 times, backing off): a killed gateway's listening socket
+                    # lives on while the kernel tears the process down, and resets what it accepted
+                    # meanwhile, so an immediate retry can be reset too.
                     for attempt in range(3):
                         try:
                             self.statuses.append(
                                 client.post(
                                     f"{self.url}/endpoints/mn/invocations",
                                     json={"x": 1},
-                                    headers={"X-Amzn-SageMaker-Target-Container-Hostname": self.container},
+                                    headers={
+                                        "X-Amzn-SageMaker-Target-Container-Hostname": self.container
+                                    },
                                 ).status_code
                             )
                             break
@@ -253,19 +276,22 @@ def test_containers_are_placed_on_both_nodes_and_all_answer(cluster) -> None:
     assert sorted(r["node"][0] for r in placement["spread"]) == ["node-a", "node-b"]
     for container in ("on-head", "on-worker", "spread"):
         assert _invoke(url, container).status_code == 200
-    # Issue 43: a gateway on every node (this machine's two nodes share the port through SO_REUSEPORT).
+    # Issue 43: a gateway on every node (this machine's two nodes share the port through
+    # SO_REUSEPORT).
     assert _gateways(cluster[0]) == ["node-a", "node-b"]
 
 
 def test_every_nodes_gateway_serves_the_grpc_port(cluster) -> None:
-    # Issue 46: the Open Inference gRPC service on --grpc-port of every gateway, shared like the HTTP port.
+    # Issue 46: the Open Inference gRPC service on --grpc-port of every gateway, shared like the
+    # HTTP port.
     import numpy as np
     import tritonclient.grpc as triton
 
     c, _, _ = cluster
     assert listeners(c.grpc_port) == set(_gateway_pids(c)), "a gRPC listener in each node's gateway"
     pids = set()
-    for _ in range(6):  # fresh connections: the kernel spreads them over the gateways sharing the port
+    # fresh connections: the kernel spreads them over the gateways sharing the port
+    for _ in range(6):
         client = triton.InferenceServerClient(f"127.0.0.1:{c.grpc_port}")
         try:
             tensor = triton.InferInput("x", [1, 2], "FP32")
@@ -290,7 +316,8 @@ def test_metrics_come_from_both_nodes(cluster) -> None:
             container
             for container in ("on-head", "on-worker")
             if any(
-                line.startswith("serving_model_latency_seconds_count") and f'container="{container}"' in line
+                line.startswith("serving_model_latency_seconds_count")
+                and f'container="{container}"' in line
                 for line in text.splitlines()
             )
         }
@@ -301,12 +328,16 @@ def test_metrics_come_from_both_nodes(cluster) -> None:
 
 def _gateway_pids(cluster: Cluster) -> dict[int, str]:
     """Each running gateway's PID, with its node."""
-    return {r["pid"]: r["node"][0] for r in _serve_replicas(cluster)["serving-gateway"] if r["state"] == "RUNNING"}
+    return {
+        r["pid"]: r["node"][0]
+        for r in _serve_replicas(cluster)["serving-gateway"]
+        if r["state"] == "RUNNING"
+    }
 
 
 def _enter(cluster: Cluster, container: str) -> tuple[int, int]:
-    """One call on a fresh connection: the gateway process that accepted it, and the container process that
-    answered (the echo's PID)."""
+    """One call on a fresh connection: the gateway process that accepted it, and the container
+    process that answered (the echo's PID)."""
     connection = http.client.HTTPConnection("127.0.0.1", cluster.port, timeout=30)
     try:
         connection.connect()
@@ -315,7 +346,10 @@ def _enter(cluster: Cluster, container: str) -> tuple[int, int]:
             "POST",
             "/endpoints/mn/invocations",
             body=b'{"x": 1}',
-            headers={"Content-Type": "application/json", "X-Amzn-SageMaker-Target-Container-Hostname": container},
+            headers={
+                "Content-Type": "application/json",
+                "X-Amzn-SageMaker-Target-Container-Hostname": container,
+            },
         )
         answer = connection.getresponse()
         assert answer.status == 200, answer.read()
@@ -325,8 +359,9 @@ def _enter(cluster: Cluster, container: str) -> tuple[int, int]:
 
 
 def test_a_request_entering_a_node_is_answered_on_that_node(cluster) -> None:
-    # Issue 43 item 3: `spread` has a replica on each node, so a call that enters through a node's gateway is
-    # answered by the replica on that node (the container process's parent), never crossing to the other.
+    # Issue 43 item 3: `spread` has a replica on each node, so a call that enters through a node's
+    # gateway is answered by the replica on that node (the container process's parent), never
+    # crossing to the other.
     replicas = _serve_replicas(cluster[0])
     node_of = {r["pid"]: r["node"][0] for rs in replicas.values() for r in rs if r["node"]}
     paths: Counter = Counter()
@@ -339,16 +374,22 @@ def test_a_request_entering_a_node_is_answered_on_that_node(cluster) -> None:
 
 
 def test_the_head_gateway_killed_under_load_costs_no_request(cluster) -> None:
-    # Issue 43: the worker node's gateway keeps serving the shared port; a caller that retries a broken
-    # connection once (as SDKs do) loses nothing, and Serve puts a new gateway back on the head node.
+    # Issue 43: the worker node's gateway keeps serving the shared port; a caller that retries a
+    # broken connection once (as SDKs do) loses nothing, and Serve puts a new gateway back on the
+    # head node.
     c, url, _ = cluster
     before = _gateway_pids(c)
     head = next(pid for pid, node in before.items() if node == "node-a")
     worker = next(pid for pid, node in before.items() if node == "node-b")
     with Load(url, "spread") as load, Load(url, "on-worker") as worker_load:
         time.sleep(2)
-        os.kill(head, signal.SIGKILL)  # the head node's gateway: a Serve replica of this test's own cluster
-        wait_for(lambda: len(listeners(c.port) - {head}) == 2, "a new gateway on the head node", timeout=120)
+        # the head node's gateway: a Serve replica of this test's own cluster
+        os.kill(head, signal.SIGKILL)
+        wait_for(
+            lambda: len(listeners(c.port) - {head}) == 2,
+            "a new gateway on the head node",
+            timeout=120,
+        )
         time.sleep(3)
     assert load.failures() == Counter() and worker_load.failures() == Counter(), (
         load.failures(),
@@ -360,22 +401,31 @@ def test_the_head_gateway_killed_under_load_costs_no_request(cluster) -> None:
 
 
 def test_a_node_that_joins_gets_a_gateway_that_serves(cluster) -> None:
-    # Issue 43 item 1: nobody acts; the gateway policy sees one more live node and Serve starts its gateway,
-    # which reads the routing table before it listens (so its first connection is served), within 30 s.
+    # Issue 43 item 1: nobody acts; the gateway policy sees one more live node and Serve starts its
+    # gateway, which reads the routing table before it listens (so its first connection is served),
+    # within 30 s.
     c, _, _ = cluster
     before = listeners(c.port)
     joining = c.start_node(
-        f"--address={c.address}", "--node-ip-address=127.0.0.3", "--num-cpus=1", '--resources={"node-c": 10}'
+        f"--address={c.address}",
+        "--node-ip-address=127.0.0.3",
+        "--num-cpus=1",
+        '--resources={"node-c": 10}',
     )
     try:
         wait_for(
-            lambda: any(p.name() == "raylet" for p in psutil.Process(joining.pid).children(recursive=True)),
+            lambda: any(
+                p.name() == "raylet" for p in psutil.Process(joining.pid).children(recursive=True)
+            ),
             "the node's raylet up",
             timeout=120,
             every=0.2,
         )
         took = wait_for(
-            lambda: len(listeners(c.port) - before) == 1, "a gateway on the new node", timeout=120, every=0.2
+            lambda: len(listeners(c.port) - before) == 1,
+            "a gateway on the new node",
+            timeout=120,
+            every=0.2,
         )
         print(f"the new node's gateway listened {took:.1f} s after its raylet started")
         (new,) = listeners(c.port) - before
@@ -386,20 +436,25 @@ def test_a_node_that_joins_gets_a_gateway_that_serves(cluster) -> None:
     finally:
         stop(joining)
     wait_for(
-        lambda: sorted(_gateway_pids(c).values()) == ["node-a", "node-b"], "the left node's gateway gone", timeout=120
+        lambda: sorted(_gateway_pids(c).values()) == ["node-a", "node-b"],
+        "the left node's gateway gone",
+        timeout=120,
     )
 
 
 def test_a_replica_killed_on_the_worker_node_costs_no_request(cluster) -> None:
     _, url, _ = cluster
-    worker_replica = next(r for r in _replicas(url, cluster[0])["spread"] if r["node"] == ["node-b"])
+    worker_replica = next(
+        r for r in _replicas(url, cluster[0])["spread"] if r["node"] == ["node-b"]
+    )
     with Load(url, "spread") as load:
         time.sleep(2)
         os.kill(worker_replica["pid"], signal.SIGKILL)  # a Serve replica of this test's own cluster
         wait_for(
             lambda: (
                 sum(r["state"] == "RUNNING" for r in _replicas(url, cluster[0])["spread"]) == 2
-                and worker_replica["pid"] not in [r["pid"] for r in _replicas(url, cluster[0])["spread"]]
+                and worker_replica["pid"]
+                not in [r["pid"] for r in _replicas(url, cluster[0])["spread"]]
             ),
             "replaced",
             timeout=180,
@@ -413,14 +468,25 @@ def test_the_worker_node_killed_under_load_costs_no_request(cluster) -> None:
     _, url, worker = cluster
     with Load(url, "spread") as load, Load(url, "on-head") as head_load:
         time.sleep(2)
-        for process in [*psutil.Process(worker.pid).children(recursive=True), psutil.Process(worker.pid)]:
-            process.kill()  # the node dies at once: raylet, its workers, our replicas and container processes
+        for process in [
+            *psutil.Process(worker.pid).children(recursive=True),
+            psutil.Process(worker.pid),
+        ]:
+            # the node dies at once: raylet, its workers, our replicas and container processes
+            process.kill()
         time.sleep(20)  # past the registry's 15 s expiry of replicas nobody hears from
     assert load.failures() == Counter(), load.failures()
     assert head_load.failures() == Counter(), head_load.failures()
-    wait_for(lambda: _gateways(cluster[0]) == ["node-a"], "the lost node's gateway gone, the head's kept", timeout=60)
+    wait_for(
+        lambda: _gateways(cluster[0]) == ["node-a"],
+        "the lost node's gateway gone, the head's kept",
+        timeout=60,
+    )
     description = httpx.get(f"{url}/endpoints/mn", timeout=10).json()
-    states = {c["ContainerHostname"]: (c["Status"], c["CurrentReplicas"]) for c in description["Containers"]}
+    states = {
+        c["ContainerHostname"]: (c["Status"], c["CurrentReplicas"])
+        for c in description["Containers"]
+    }
     assert states["spread"] == ("Updating", 1) and states["on-head"] == ("InService", 1)
     assert states["on-worker"][1] == 0  # nowhere to run until a node with node-b comes back: 429s
     assert _invoke(url, "on-worker").status_code == 429

@@ -1,4 +1,5 @@
-"""Fixtures of the security tests: an identities file and gateways on loopback ports (see sec_harness)."""
+"""Fixtures of the security tests: an identities file and gateways on loopback ports (see
+sec_harness)."""
 
 from __future__ import annotations
 
@@ -35,8 +36,8 @@ def table(echo_url: str) -> dict[tuple[str, str], list[str]]:
 
 @pytest.fixture
 def no_ray(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`serving.ray_wing` replaced by a trap: a command that should refuse before starting Ray fails the test if it
-    goes on to it."""
+    """`serving.ray_wing` replaced by a trap: a command that should refuse before starting Ray fails
+    the test if it goes on to it."""
 
     def went_on(name: str):
         if name.startswith("__"):

@@ -1,9 +1,10 @@
 """Helpers of the security tests: a real gateway on 127.0.0.1, raw-socket clients, SigV4 signing.
 
-The gateway is what `serving.ray_wing.gateway.Gateway` runs, without Ray: a Router's routes in Starlette behind the
-invocation hot path (`serving_app`), served by a BackgroundServer whose limits come from the same ServerSettings.
-Containers are tiny ASGI apps on their own loopback ports. Run as a script, this module starts such a gateway in a
-process of its own (so that its memory can be measured alone), prints its URL and serves until its stdin closes.
+The gateway is what `serving.ray_wing.gateway.Gateway` runs, without Ray: a Router's routes in
+Starlette behind the invocation hot path (`serving_app`), served by a BackgroundServer whose limits
+come from the same ServerSettings. Containers are tiny ASGI apps on their own loopback ports. Run as
+a script, this module starts such a gateway in a process of its own (so that its memory can be
+measured alone), prints its URL and serves until its stdin closes.
 """
 
 from __future__ import annotations
@@ -43,17 +44,21 @@ REGION = "us-east-1"
 TARGET_MODEL = "X-Amzn-SageMaker-Target-Model"
 ALLOW_ALL = {
     "Version": "2012-10-17",
-    "Statement": [{"Sid": "All", "Effect": "Allow", "Action": "sagemaker:InvokeEndpoint", "Resource": "*"}],
+    "Statement": [
+        {"Sid": "All", "Effect": "Allow", "Action": "sagemaker:InvokeEndpoint", "Resource": "*"}
+    ],
 }
 
 
 def write_identities(folder: Path) -> Path:
-    """An identities file with a SigV4 caller and a bearer caller allowed everything, and a bearer caller
-    allowed nothing here."""
+    """An identities file with a SigV4 caller and a bearer caller allowed everything, and a bearer
+    caller allowed nothing here."""
     (folder / "allow-all.json").write_text(json.dumps(ALLOW_ALL))
     elsewhere = {
         **ALLOW_ALL,
-        "Statement": [{**ALLOW_ALL["Statement"][0], "Resource": "arn:aws:sagemaker:*:*:endpoint/elsewhere"}],
+        "Statement": [
+            {**ALLOW_ALL["Statement"][0], "Resource": "arn:aws:sagemaker:*:*:endpoint/elsewhere"}
+        ],
     }
     (folder / "allow-elsewhere.json").write_text(json.dumps(elsewhere))
     (folder / "identities.yaml").write_text(
@@ -66,8 +71,16 @@ def write_identities(folder: Path) -> Path:
                         "SecretAccessKey": SECRET,
                         "PolicyDocuments": ["allow-all.json"],
                     },
-                    {"Principal": "bearer", "ApiKey": API_KEY, "PolicyDocuments": ["allow-all.json"]},
-                    {"Principal": "denied", "ApiKey": DENIED_KEY, "PolicyDocuments": ["allow-elsewhere.json"]},
+                    {
+                        "Principal": "bearer",
+                        "ApiKey": API_KEY,
+                        "PolicyDocuments": ["allow-all.json"],
+                    },
+                    {
+                        "Principal": "denied",
+                        "ApiKey": DENIED_KEY,
+                        "PolicyDocuments": ["allow-elsewhere.json"],
+                    },
                 ]
             }
         )
@@ -86,12 +99,19 @@ async def echo_container(scope: dict, receive: Any, send: Any) -> None:
     while more:
         message = await receive()
         body, more = body + message.get("body", b""), message.get("more_body", False)
-    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-type", b"application/json")],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
 def sleepy_container(seconds: float):
-    """A container data port that answers only after `seconds` (longer than an invocation timeout)."""
+    """A container data port that answers only after `seconds` (longer than an invocation
+    timeout)."""
 
     async def app(scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -105,8 +125,11 @@ def sleepy_container(seconds: float):
 
 
 def routes(identities: Path, settings: ServerSettings) -> list[EndpointRoute]:
-    """`secure` (AccessControl), `open` (anonymous) and `mm` (anonymous, MultiModel), one container each."""
-    access = EndpointAccess(load_identities(identities), region=settings.region, account_id=settings.account_id)
+    """`secure` (AccessControl), `open` (anonymous) and `mm` (anonymous, MultiModel), one container
+    each."""
+    access = EndpointAccess(
+        load_identities(identities), region=settings.region, account_id=settings.account_id
+    )
     return [
         EndpointRoute("secure", "Direct", ("echo",), access=access),
         EndpointRoute("open", "Direct", ("echo",)),
@@ -126,8 +149,11 @@ class Stack:
         assert server.wait_started(), "server did not start"
         return server.url
 
-    def gateway(self, identities: Path, table: dict[tuple[str, str], list[str]], **settings: Any) -> str:
-        """A gateway as serving.ray_wing.gateway builds it, with `settings` (ServerSettings fields) for its router and server."""
+    def gateway(
+        self, identities: Path, table: dict[tuple[str, str], list[str]], **settings: Any
+    ) -> str:
+        """A gateway as serving.ray_wing.gateway builds it, with `settings` (ServerSettings fields)
+        for its router and server."""
         server_settings = ServerSettings(**settings)
         app, _ = gateway_app(identities, table, server_settings)
         return self.serve(app, HttpLimits.from_settings(server_settings))
@@ -157,7 +183,7 @@ def gateway_app(
     return serving_app(router.routes(), lifespan=lifespan, hot=router.hot_route()), router
 
 
-# --- raw HTTP over loopback ---------------------------------------------------------------------------
+# --- raw HTTP over loopback -----------------------------------------------------------------------
 
 
 def connect(url: str, timeout: float = 10.0) -> socket.socket:
@@ -180,7 +206,8 @@ class Answer:
 
     @property
     def code(self) -> str | None:
-        """The `__type` of an error in the documented shape (and its x-amzn-ErrorType header agrees)."""
+        """The `__type` of an error in the documented shape (and its x-amzn-ErrorType header
+        agrees)."""
         document = json.loads(self.body)
         assert self.headers.get("x-amzn-errortype") == document["__type"], (self.headers, document)
         return document["__type"]
@@ -200,8 +227,8 @@ def read_answer(sock: socket.socket, timeout: float = 10.0) -> Answer:
 
 
 def wait_closed(sock: socket.socket, timeout: float) -> float | None:
-    """Seconds until the server closes `sock` (EOF or reset), reading and dropping anything it sends; None if it
-    is still open after `timeout`."""
+    """Seconds until the server closes `sock` (EOF or reset), reading and dropping anything it
+    sends; None if it is still open after `timeout`."""
     started = time.monotonic()
     sock.settimeout(0.05)
     while time.monotonic() - started < timeout:
@@ -216,11 +243,20 @@ def wait_closed(sock: socket.socket, timeout: float) -> float | None:
 
 
 def sigv4_headers(
-    url: str, path: str, body: bytes, key_id: str = KEY_ID, secret: str = SECRET, extra: dict[str, str] | None = None
+    url: str,
+    path: str,
+    body: bytes,
+    key_id: str = KEY_ID,
+    secret: str = SECRET,
+    extra: dict[str, str] | None = None,
 ) -> list[tuple[str, str]]:
-    """The headers boto3 would send for this request, signed with botocore's own SigV4 (Host left out)."""
+    """The headers boto3 would send for this request, signed with botocore's own SigV4 (Host left
+    out)."""
     request = AWSRequest(
-        method="POST", url=url + path, data=body, headers={"Content-Type": "application/json", **(extra or {})}
+        method="POST",
+        url=url + path,
+        data=body,
+        headers={"Content-Type": "application/json", **(extra or {})},
     )
     SigV4Auth(Credentials(key_id, secret), "sagemaker", REGION).add_auth(request)
     return [(name, value) for name, value in request.headers.items()]
@@ -236,13 +272,17 @@ def vm_rss(pid: int) -> int:
 
 
 def main() -> None:
-    """Child-process gateway: argv[1] is JSON {"identities": path, "settings": {...}}; prints the URL."""
+    """Child-process gateway: argv[1] is JSON {"identities": path, "settings": {...}}; prints the
+    URL."""
     config = json.loads(sys.argv[1])
     settings = ServerSettings(**config["settings"])
-    with socket.socket() as probe:  # a port nothing listens on: no request of the memory test reaches a container
+    # a port nothing listens on: no request of the memory test reaches a container
+    with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{probe.getsockname()[1]}"
-    app, _ = gateway_app(Path(config["identities"]), {("secure", "echo"): [dead], ("open", "echo"): [dead]}, settings)
+    app, _ = gateway_app(
+        Path(config["identities"]), {("secure", "echo"): [dead], ("open", "echo"): [dead]}, settings
+    )
     stack = Stack()
     print(stack.serve(app, HttpLimits.from_settings(settings)), flush=True)
     sys.stdin.read()

@@ -1,12 +1,15 @@
-"""What hostile model code tries against the node's network: every socket the kernel offers, at every port it is told.
+"""What hostile model code tries against the node's network: every socket the kernel offers, at
+every port it is told.
 
-This file is model code: a container's `code/inference.py` (test_sec_sandbox) and part of the hostile tenant of the
-shared server (tests/suite/handlers.py). A request `{"sockets": {"listen": [[host, port], ...], "connect": [...],
-"unix": [path, ...], "window_s": s}}` makes it create a socket of every family (1-45), type and protocol it can;
-with each Internet one, bind the listen ports (with SO_REUSEPORT, on the address, the wildcard and, for IPv6, the
-mapped address) and listen, and connect to the connect ports; with a Unix one, connect to the paths. It answers
-what it created, bound and connected, and keeps whatever it bound accepting and receiving for `window_s` seconds
-(the test sends traffic meant for the gateway meanwhile); `{"collect": true}` then answers how much it got.
+This file is model code: a container's `code/inference.py` (test_sec_sandbox) and part of the
+hostile tenant of the shared server (tests/suite/handlers.py). A request `{"sockets": {"listen":
+[[host, port], ...], "connect": [...], "unix": [path, ...], "window_s": s}}` makes it create a
+socket of every family (1-45), type and protocol it can; with each Internet one, bind the listen
+ports (with SO_REUSEPORT, on the address, the wildcard and, for IPv6, the mapped address) and
+listen, and connect to the connect ports; with a Unix one, connect to the paths. It answers what it
+created, bound and connected, and keeps whatever it bound accepting and receiving for `window_s`
+seconds (the test sends traffic meant for the gateway meanwhile); `{"collect": true}` then answers
+how much it got.
 """
 
 import json
@@ -16,7 +19,8 @@ import threading
 import time
 
 _TYPES = (socket.SOCK_STREAM, socket.SOCK_DGRAM, socket.SOCK_RAW, socket.SOCK_SEQPACKET)
-# 0, ICMP, TCP, UDP, ICMPv6, SCTP, UDP-Lite, raw, MPTCP, and ETH_P_ALL for packet sockets (network byte order)
+# 0, ICMP, TCP, UDP, ICMPv6, SCTP, UDP-Lite, raw, MPTCP, and ETH_P_ALL for packet sockets (network
+# byte order)
 _PROTOCOLS = (0, 1, 6, 17, 58, 132, 136, 255, 262, 768)
 _INET = (socket.AF_INET, socket.AF_INET6)
 _CONNECTED = (socket.SOCK_STREAM, socket.SOCK_SEQPACKET)
@@ -50,7 +54,8 @@ def _connect(family, kind, protocol, address):
 
 
 def _receive(listeners, window_s):
-    """Accept and read whatever reaches what it bound; answer like a gateway would, to count as a theft."""
+    """Accept and read whatever reaches what it bound; answer like a gateway would, to count as a
+    theft."""
     deadline = time.monotonic() + window_s
     while listeners and time.monotonic() < deadline:
         ready, _, _ = select.select(listeners, [], [], 0.1)
@@ -58,7 +63,9 @@ def _receive(listeners, window_s):
             try:
                 if listener.type in _CONNECTED:
                     connection, _ = listener.accept()
-                    connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\ntenant")
+                    connection.sendall(
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\ntenant"
+                    )
                     connection.close()
                 else:
                     listener.recvfrom(65536)
@@ -106,7 +113,9 @@ def sockets_probe(request):
                         except OSError:
                             pass
     _GOT.update(received=0, done=False)
-    threading.Thread(target=_receive, args=(listeners, request.get("window_s", 5)), daemon=True).start()
+    threading.Thread(
+        target=_receive, args=(listeners, request.get("window_s", 5)), daemon=True
+    ).start()
     return {"created": created, "bound": bound, "connected": connected}
 
 

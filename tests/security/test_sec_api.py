@@ -1,9 +1,10 @@
 """The control-plane API (`POST /`) against a hostile caller (issue 41, findings 4 and 7c).
 
-Before the fix the API read up to 1 MB of every request before looking at its credentials: 1,000 unauthenticated
-connections from the network added 882 MB to the gateway at peak. Now the headers authenticate first (an unknown
-key is refused before a byte of the body is read) and a signed body waits for its signature within the gateway's one
-pre-authentication budget, as invocations do. Malformed bodies are the caller's 400s, never 500s.
+Before the fix the API read up to 1 MB of every request before looking at its credentials: 1,000
+unauthenticated connections from the network added 882 MB to the gateway at peak. Now the headers
+authenticate first (an unknown key is refused before a byte of the body is read) and a signed body
+waits for its signature within the gateway's one pre-authentication budget, as invocations do.
+Malformed bodies are the caller's 400s, never 500s.
 """
 
 from __future__ import annotations
@@ -30,7 +31,10 @@ BUDGET_MB = 8
 def signed_harness(tmp_path: Path):
     (tmp_path / "all.json").write_text(
         json.dumps(
-            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sagemaker:*", "Resource": "*"}]}
+            {
+                "Version": "2012-10-17",
+                "Statement": [{"Effect": "Allow", "Action": "sagemaker:*", "Resource": "*"}],
+            }
         )
     )
     (tmp_path / "identities.yaml").write_text(
@@ -48,14 +52,18 @@ def signed_harness(tmp_path: Path):
         )
     )
     harness = Harness(
-        tmp_path, api_identities=str(tmp_path / "identities.yaml"), preauth_body_budget_mb=BUDGET_MB, max_payload_mb=1
+        tmp_path,
+        api_identities=str(tmp_path / "identities.yaml"),
+        preauth_body_budget_mb=BUDGET_MB,
+        max_payload_mb=1,
     )
     yield harness
     harness.stop()
 
 
 def _head(url: str, key: str, length: int) -> bytes:
-    """A ListModels request's line and headers, signed (SigV4 in form, with a made-up signature) by `key`."""
+    """A ListModels request's line and headers, signed (SigV4 in form, with a made-up signature) by
+    `key`."""
     host = url.removeprefix("http://")
     now = datetime.now(UTC)
     stamp, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
@@ -86,13 +94,17 @@ def _status(connection: socket.socket, wait: float) -> int | None:
 
 def test_an_unknown_key_is_refused_before_the_body_is_read(signed_harness: Harness) -> None:
     with _connect(signed_harness.url) as connection:
-        connection.sendall(_head(signed_harness.url, "AKIAUNKNOWNCALLER001", BODY))  # and no body at all
+        # and no body at all
+        connection.sendall(_head(signed_harness.url, "AKIAUNKNOWNCALLER001", BODY))
         assert _status(connection, wait=5) == 403  # before: the API waited for the megabyte first
 
 
-def test_signed_bodies_wait_for_their_signature_within_the_preauth_budget(signed_harness: Harness) -> None:
-    # Each connection sends a known key's headers and all but the last byte of a 1 MB body, so each body is held
-    # while its signature cannot be checked yet. The budget holds 8 of them; the rest are refused at once (429).
+def test_signed_bodies_wait_for_their_signature_within_the_preauth_budget(
+    signed_harness: Harness,
+) -> None:
+    # Each connection sends a known key's headers and all but the last byte of a 1 MB body, so each
+    # body is held while its signature cannot be checked yet. The budget holds 8 of them; the rest
+    # are refused at once (429).
     me = psutil.Process()
     before = me.memory_info().rss
     connections, refused_early = [], 0
@@ -124,7 +136,10 @@ def test_deeply_nested_json_is_a_validation_error(tmp_path: Path) -> None:
         answer = httpx.post(
             harness.url + "/",
             content=deep,
-            headers={"X-Amz-Target": "SageMaker.ListModels", "Content-Type": "application/x-amz-json-1.1"},
+            headers={
+                "X-Amz-Target": "SageMaker.ListModels",
+                "Content-Type": "application/x-amz-json-1.1",
+            },
             timeout=30,
         )
         assert answer.status_code == 400, answer.text  # before: 500 (RecursionError)
@@ -145,11 +160,13 @@ def test_an_uncompressed_tar_named_tar_gz_is_a_validation_error(tmp_path: Path) 
             tar.addfile(info, io.BytesIO(payload))
         message = refused(
             lambda: harness.sm.create_model(
-                ModelName="plain", PrimaryContainer={"Image": "python", "ModelDataUrl": str(archive)}
+                ModelName="plain",
+                PrimaryContainer={"Image": "python", "ModelDataUrl": str(archive)},
             ),
             "ValidationException",
             "plain.tar.gz",
         )
-        assert "not a readable gzip-compressed tar archive" in message  # before: 500 InternalFailure
+        # before: 500 InternalFailure
+        assert "not a readable gzip-compressed tar archive" in message
     finally:
         harness.stop()

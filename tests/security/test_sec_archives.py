@@ -54,7 +54,8 @@ def special(name: str, kind: bytes, linkname: str = "") -> Member:
 
 
 def realpath_chain(dest_len: int, climb: int) -> list[Member]:
-    """CPython's CVE-2025-4517 reproducer: `escape` really points `climb` folders above the destination."""
+    """CPython's CVE-2025-4517 reproducer: `escape` really points `climb` folders above the
+    destination."""
     steps = "abcdefghijklmnop"
     component = "d" * ((os.pathconf("/", "PC_PATH_MAX") - dest_len) // (len(steps) + 1))
     members, path = [], ""
@@ -71,17 +72,30 @@ def realpath_chain(dest_len: int, climb: int) -> list[Member]:
 
 
 def hostile(tmp: Path, dest_len: int, climb: int) -> dict[str, list[Member]]:
-    """Archives that try to write `tmp/evil` or overwrite `tmp/secret`; `climb` folders lead from the destination to tmp."""
+    """Archives that try to write `tmp/evil` or overwrite `tmp/secret`; `climb` folders lead from
+    the destination to tmp."""
     up = "/".join([".."] * climb)
     chain = realpath_chain(dest_len, climb)
     return {
         "realpath chain, file through it": chain + [regular("escape/evil")],
         "realpath chain, hardlink through it": chain
         + [special("flag", tarfile.LNKTYPE, "escape/secret"), regular("flag", b"overwritten")],
-        "hardlink to outside": [special("flag", tarfile.LNKTYPE, f"{up}/secret"), regular("flag", b"overwritten")],
-        "absolute hardlink": [special("flag", tarfile.LNKTYPE, f"{tmp}/secret"), regular("flag", b"overwritten")],
-        "symlink then file through it": [special("code", tarfile.SYMTYPE, up), regular("code/evil")],
-        "absolute symlink then file": [special("code", tarfile.SYMTYPE, str(tmp)), regular("code/evil")],
+        "hardlink to outside": [
+            special("flag", tarfile.LNKTYPE, f"{up}/secret"),
+            regular("flag", b"overwritten"),
+        ],
+        "absolute hardlink": [
+            special("flag", tarfile.LNKTYPE, f"{tmp}/secret"),
+            regular("flag", b"overwritten"),
+        ],
+        "symlink then file through it": [
+            special("code", tarfile.SYMTYPE, up),
+            regular("code/evil"),
+        ],
+        "absolute symlink then file": [
+            special("code", tarfile.SYMTYPE, str(tmp)),
+            regular("code/evil"),
+        ],
         # Lexically inside (a/b/c/up/../../.. is a), really `climb` folders above the destination.
         "symlink to a symlink": [
             folder("a/b/c"),
@@ -110,13 +124,16 @@ def write_archive(path: Path, members: list[Member]) -> Path:
 
 
 def snapshot(root: Path, skip: Path) -> dict[str, bytes | None]:
-    """Every path under root (links not followed) with a regular file's content, except under `skip`."""
+    """Every path under root (links not followed) with a regular file's content, except under
+    `skip`."""
     found: dict[str, bytes | None] = {}
     for folder_, dirs, files in os.walk(root):
         dirs[:] = [d for d in dirs if Path(folder_, d) != skip]
         for name in dirs + files:
             path = Path(folder_, name)
-            found[str(path.relative_to(root))] = path.read_bytes() if path.is_file() and not path.is_symlink() else None
+            found[str(path.relative_to(root))] = (
+                path.read_bytes() if path.is_file() and not path.is_symlink() else None
+            )
     return found
 
 
@@ -135,7 +152,9 @@ def tmp(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_materialize_refuses_and_writes_nothing_outside(tmp: Path, monkeypatch: pytest.MonkeyPatch, case: str) -> None:
+def test_materialize_refuses_and_writes_nothing_outside(
+    tmp: Path, monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
     cache = tmp / "work" / "cache"
     cache.parent.mkdir()  # materialize creates the cache itself, and its parents
     monkeypatch.setenv("SERVING_MODEL_CACHE_DIR", str(cache))
@@ -167,7 +186,9 @@ def test_extract_archive_refuses_and_writes_nothing_outside(tmp: Path, case: str
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_multimodel_store_refuses_naming_the_model_without_server_paths(tmp: Path, case: str) -> None:
+def test_multimodel_store_refuses_naming_the_model_without_server_paths(
+    tmp: Path, case: str
+) -> None:
     cache = tmp / "cache"
     # ModelStore extracts into cache/.staging-<8>/model.<8>: two folders below tmp.
     dest_len = len(str(cache)) + 1 + len(".staging-") + 8 + 1 + len("model.") + 8 + 1
@@ -196,10 +217,17 @@ def test_multimodel_store_refuses_naming_the_model_without_server_paths(tmp: Pat
         (special("null", tarfile.CHRTYPE), "character device"),
     ],
 )
-def test_links_and_special_files_are_refused_even_pointing_inside(tmp: Path, member: Member, kind: str) -> None:
-    # Models need none of these; refusing them outright does not depend on tarfile's filter being right.
-    archive = write_archive(tmp / "model.tar.gz", [folder("weights"), regular("weights/v1.skops", b"w"), member])
-    with pytest.raises(ArtifactError, match=f"is a {kind}; a model archive may hold only regular files and folders"):
+def test_links_and_special_files_are_refused_even_pointing_inside(
+    tmp: Path, member: Member, kind: str
+) -> None:
+    # Models need none of these; refusing them outright does not depend on tarfile's filter being
+    # right.
+    archive = write_archive(
+        tmp / "model.tar.gz", [folder("weights"), regular("weights/v1.skops", b"w"), member]
+    )
+    with pytest.raises(
+        ArtifactError, match=f"is a {kind}; a model archive may hold only regular files and folders"
+    ):
         extract_archive(archive, tmp / "out" / "model")
     assert not (tmp / "out" / "model").exists()
 
@@ -213,7 +241,8 @@ def test_modes_are_normalised_by_the_data_filter(tmp: Path) -> None:
     archive = write_archive(tmp / "model.tar.gz", [setuid])
     out = extract_archive(archive, tmp / "out" / "model")
     mode = (out / "tool").stat().st_mode
-    assert not mode & 0o7000 and not mode & 0o022  # no setuid/setgid/sticky, not group/other writable
+    # no setuid/setgid/sticky, not group/other writable
+    assert not mode & 0o7000 and not mode & 0o022
 
 
 def test_a_plain_model_archive_still_extracts(tmp: Path) -> None:
@@ -232,7 +261,8 @@ def test_a_plain_model_archive_still_extracts(tmp: Path) -> None:
 
 
 def looping_archive(path: Path) -> Path:
-    """A tar whose second header has a negative size, sending the reader back to itself (CVE-2025-8194)."""
+    """A tar whose second header has a negative size, sending the reader back to itself
+    (CVE-2025-8194)."""
     import gzip
 
     buffer = io.BytesIO()
@@ -243,7 +273,8 @@ def looping_archive(path: Path) -> Path:
         tar.offset += len(header)
     data = bytearray(buffer.getvalue())
     second = 1024  # header, one data block, then this header; after it, -512 leads back to it
-    data[second + 124 : second + 136] = b"\xff" + ((-512) % 256**11).to_bytes(11, "big")  # GNU base-256 size
+    # GNU base-256 size
+    data[second + 124 : second + 136] = b"\xff" + ((-512) % 256**11).to_bytes(11, "big")
     data[second + 148 : second + 156] = b" " * 8
     data[second + 148 : second + 156] = b"%06o\0 " % sum(data[second : second + 512])
     path.write_bytes(gzip.compress(bytes(data)))
@@ -252,14 +283,17 @@ def looping_archive(path: Path) -> Path:
 
 @pytest.mark.timeout(5)
 def test_an_archive_whose_headers_loop_is_refused_not_read_forever(tmp: Path) -> None:
-    # Before 3.11.14 / 3.12.12 / 3.13.6, tarfile itself reads such an archive forever (getmembers never returns).
+    # Before 3.11.14 / 3.12.12 / 3.13.6, tarfile itself reads such an archive forever (getmembers
+    # never returns).
     archive = looping_archive(tmp / "model.tar.gz")
     with pytest.raises(ArtifactError, match="negative size"):
         extract_archive(archive, tmp / "out" / "model")
     assert not (tmp / "out" / "model").exists()
 
 
-def test_a_refused_archive_reaches_the_multimodel_caller_as_a_400(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_refused_archive_reaches_the_multimodel_caller_as_a_400(
+    tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import asyncio
     import tempfile
 
@@ -267,16 +301,22 @@ def test_a_refused_archive_reaches_the_multimodel_caller_as_a_400(tmp: Path, mon
     from serving.runtimes import InvocationContext
 
     (tmp / "system-tmp").mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp / "system-tmp"))  # the replica's cache goes in there
+    # the replica's cache goes in there
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp / "system-tmp"))
     (tmp / "store").mkdir()
     handler = MultiModelHandler("python", str(tmp / "store"), {}, hostname="mm")
-    # Extraction happens in tmp/system-tmp/serving-models-mm-XXXXXXXX/.staging-XXXXXXXX/model.XXXXXXXX.
+    # Extraction happens in
+    # tmp/system-tmp/serving-models-mm-XXXXXXXX/.staging-XXXXXXXX/model.XXXXXXXX.
     dest_len = len(str(handler.cache_dir)) + 1 + len(".staging-") + 8 + 1 + len("model.") + 8 + 1
-    write_archive(tmp / "store" / "evil.tar.gz", hostile(tmp, dest_len, 4)["realpath chain, file through it"])
+    write_archive(
+        tmp / "store" / "evil.tar.gz", hostile(tmp, dest_len, 4)["realpath chain, file through it"]
+    )
 
     async def scenario() -> ValidationError:
         with pytest.raises(ValidationError) as caught:
-            await handler.ainvoke(b"[1]", "application/json", None, InvocationContext(target_model="evil.tar.gz"))
+            await handler.ainvoke(
+                b"[1]", "application/json", None, InvocationContext(target_model="evil.tar.gz")
+            )
         return caught.value
 
     try:
@@ -284,5 +324,9 @@ def test_a_refused_archive_reaches_the_multimodel_caller_as_a_400(tmp: Path, mon
     finally:
         handler.close()
     assert error.status == 400 and "model 'evil.tar.gz' cannot be used" in error.message
-    assert "symbolic link" in error.message and str(tmp) not in error.message and "/tmp/" not in error.message
+    assert (
+        "symbolic link" in error.message
+        and str(tmp) not in error.message
+        and "/tmp/" not in error.message
+    )
     assert not (tmp / "evil").exists() and (tmp / "secret").read_bytes() == SECRET

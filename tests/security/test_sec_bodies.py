@@ -1,4 +1,5 @@
-"""Malformed request bodies are the caller's 400 ValidationError, decoded cheaply, never a 500 with internals.
+"""Malformed request bodies are the caller's 400 ValidationError, decoded cheaply, never a 500 with
+internals.
 
 Each body is checked at the codec and through real runtimes (a skops scikit-learn model and a Python
 handler), as the container calls them; messages must not carry this machine's paths or tracebacks.
@@ -34,7 +35,9 @@ def npy(array: np.ndarray, allow_pickle: bool = False) -> bytes:
 def npy_declaring(shape: tuple, descr: str = "<f8", payload: bytes = b"\0" * 64) -> bytes:
     """An NPY header declaring `shape` of `descr`, followed by far fewer bytes than that."""
     buffer = io.BytesIO()
-    np.lib.format.write_array_header_1_0(buffer, {"descr": descr, "fortran_order": False, "shape": shape})
+    np.lib.format.write_array_header_1_0(
+        buffer, {"descr": descr, "fortran_order": False, "shape": shape}
+    )
     return buffer.getvalue() + payload
 
 
@@ -76,7 +79,9 @@ def assert_clean(error: ValidationError, *machine_paths: str) -> None:
 def sklearn_model(tmp_path_factory: pytest.TempPathFactory):
     folder = tmp_path_factory.mktemp("iris")
     iris = load_iris()
-    skops.io.dump(LogisticRegression(max_iter=500).fit(iris.data, iris.target), folder / "model.skops")
+    skops.io.dump(
+        LogisticRegression(max_iter=500).fit(iris.data, iris.target), folder / "model.skops"
+    )
     runtime = runtime_for("sklearn", folder, {})
     runtime.load()
     return runtime, folder
@@ -86,7 +91,9 @@ def sklearn_model(tmp_path_factory: pytest.TempPathFactory):
 def python_handler(tmp_path_factory: pytest.TempPathFactory):
     folder = tmp_path_factory.mktemp("handler")
     (folder / "code").mkdir()
-    (folder / "code" / "inference.py").write_text("def predict_fn(data, model):\n    return [len(data)]\n")
+    (folder / "code" / "inference.py").write_text(
+        "def predict_fn(data, model):\n    return [len(data)]\n"
+    )
     runtime = runtime_for("python", folder, {})
     runtime.load()
     return runtime, folder
@@ -98,15 +105,20 @@ def test_malformed_body_is_a_clean_validation_error_at_the_codec(case: str) -> N
     started = time.process_time()
     with pytest.raises(ValidationError) as caught:
         codecs.decode(body, content_type)
-    assert time.process_time() - started < 2.0  # refused cheaply: no allocation of what the header declares
+    # refused cheaply: no allocation of what the header declares
+    assert time.process_time() - started < 2.0
     assert content_type in caught.value.message
     assert_clean(caught.value)
 
 
 @pytest.mark.parametrize("stack", ["sklearn", "python"])
 @pytest.mark.parametrize("case", list(MALFORMED))
-def test_malformed_body_is_a_clean_validation_error_through_a_runtime(request, stack: str, case: str) -> None:
-    runtime, folder = request.getfixturevalue(f"{stack}_model" if stack == "sklearn" else "python_handler")
+def test_malformed_body_is_a_clean_validation_error_through_a_runtime(
+    request, stack: str, case: str
+) -> None:
+    runtime, folder = request.getfixturevalue(
+        f"{stack}_model" if stack == "sklearn" else "python_handler"
+    )
     body, content_type = MALFORMED[case]
     with pytest.raises(ValidationError) as caught:
         runtime.invoke(body, content_type, None, InvocationContext())
@@ -114,7 +126,9 @@ def test_malformed_body_is_a_clean_validation_error_through_a_runtime(request, s
 
 
 @pytest.mark.parametrize("case", list(TEXT))
-def test_text_for_a_numeric_scikit_learn_model_is_a_validation_error(sklearn_model, case: str) -> None:
+def test_text_for_a_numeric_scikit_learn_model_is_a_validation_error(
+    sklearn_model, case: str
+) -> None:
     runtime, folder = sklearn_model
     body, content_type = TEXT[case]
     with pytest.raises(ValidationError, match="holds text") as caught:
@@ -126,7 +140,9 @@ def test_text_still_reaches_a_scikit_learn_model_that_takes_it(tmp_path: Path) -
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import OneHotEncoder
 
-    model = make_pipeline(OneHotEncoder(), LogisticRegression()).fit([["red"], ["blue"], ["red"]], [1, 0, 1])
+    model = make_pipeline(OneHotEncoder(), LogisticRegression()).fit(
+        [["red"], ["blue"], ["red"]], [1, 0, 1]
+    )
     skops.io.dump(model, tmp_path / "model.skops")
     runtime = runtime_for("sklearn", tmp_path, {})
     runtime.load()
@@ -165,9 +181,15 @@ def test_a_well_formed_npy_still_decodes_exactly() -> None:
 
 def test_failure_message_drops_paths_and_tracebacks(tmp_path: Path) -> None:
     # What the container sends for an unexpected failure (the caller sees it as OriginalMessage).
-    error = FileNotFoundError(2, "No such file or directory", str(tmp_path / "model" / "weights.bin"))
+    error = FileNotFoundError(
+        2, "No such file or directory", str(tmp_path / "model" / "weights.bin")
+    )
     message = failure_message(error)
-    assert message.startswith("FileNotFoundError: ") and str(tmp_path) not in message and "weights.bin" not in message
+    assert (
+        message.startswith("FileNotFoundError: ")
+        and str(tmp_path) not in message
+        and "weights.bin" not in message
+    )
     torch_like = RuntimeError(
         "The following operation failed in the TorchScript interpreter.\n"
         "Traceback of TorchScript (most recent call last):\n"
@@ -184,7 +206,8 @@ def test_failure_message_drops_paths_and_tracebacks(tmp_path: Path) -> None:
 
 
 def test_a_failing_model_reports_no_path_of_the_server(tmp_path: Path) -> None:
-    # The container's catch-all answer for a model that raised: the error's type and text, paths removed.
+    # The container's catch-all answer for a model that raised: the error's type and text, paths
+    # removed.
     from starlette.testclient import TestClient
 
     from serving.model_server.app import build_container_app
@@ -197,7 +220,13 @@ def test_a_failing_model_reports_no_path_of_the_server(tmp_path: Path) -> None:
     runtime = runtime_for("python", tmp_path, {})
     runtime.load()
     with TestClient(build_container_app(runtime, "leaky")) as client:
-        response = client.post("/invocations", content=b"[1]", headers={"content-type": "application/json"})
+        response = client.post(
+            "/invocations", content=b"[1]", headers={"content-type": "application/json"}
+        )
     assert response.status_code == 500
     message = response.json()["message"]
-    assert message.startswith("FileNotFoundError") and "/srv/secret" not in message and str(tmp_path) not in message
+    assert (
+        message.startswith("FileNotFoundError")
+        and "/srv/secret" not in message
+        and str(tmp_path) not in message
+    )

@@ -1,8 +1,9 @@
 """Captured requests and answers on disk, readable by other users (issue 56, finding 6c).
 
-Data-capture records and the folders made for them were created under the umask (0644 / 0755 under the usual 022),
-so any user of the machine could read callers' requests and answers. Now files are 0600 and the folders the
-gateway makes 0700, whatever the umask. Unit-level: a real CaptureWriter writing to a real folder.
+Data-capture records and the folders made for them were created under the umask (0644 / 0755 under
+the usual 022), so any user of the machine could read callers' requests and answers. Now files are
+0600 and the folders the gateway makes 0700, whatever the umask. Unit-level: a real CaptureWriter
+writing to a real folder.
 """
 
 from __future__ import annotations

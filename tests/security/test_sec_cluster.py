@@ -1,4 +1,5 @@
-"""`serving up --address` refuses a Ray cluster that lets anyone in, and the probe behind it tells them apart.
+"""`serving up --address` refuses a Ray cluster that lets anyone in, and the probe behind it tells
+them apart.
 
 A Ray started here without authentication (RAY_AUTH_MODE=disabled, what today's `main` ran for its
 embedded server) is the unsafe cluster; one with a token is the safe one. Each runs in a child
@@ -32,7 +33,12 @@ ray.shutdown()
 
 
 def _ray(mode: str, tmp_path: Path) -> Iterator[str]:
-    environment = {**os.environ, "RAY_AUTH_MODE": mode, "RAY_AUTH_TOKEN": "9" * 64, "HOME": str(tmp_path)}
+    environment = {
+        **os.environ,
+        "RAY_AUTH_MODE": mode,
+        "RAY_AUTH_TOKEN": "9" * 64,
+        "HOME": str(tmp_path),
+    }
     environment.pop("RAY_AUTH_TOKEN_PATH", None)
     if mode == "disabled":
         environment.pop("RAY_AUTH_TOKEN")
@@ -67,7 +73,9 @@ def token_cluster(tmp_path_factory) -> Iterator[str]:
     yield from _ray("token", tmp_path_factory.mktemp("token-ray"))
 
 
-def test_the_probe_tells_open_from_authenticated_clusters(open_cluster: str, token_cluster: str) -> None:
+def test_the_probe_tells_open_from_authenticated_clusters(
+    open_cluster: str, token_cluster: str
+) -> None:
     assert cluster_accepts_anyone(open_cluster)
     assert not cluster_accepts_anyone(token_cluster)
 

@@ -25,7 +25,8 @@ ENDPOINTS = {
 }  # what `server` deploys for this module, by builder
 
 BODY = b"[[5.1, 3.5, 1.4, 0.2]]"
-JSON = {"content-type": "application/json", "accept": "*/*"}  # what httpx sends: all of it is signed
+# what httpx sends: all of it is signed
+JSON = {"content-type": "application/json", "accept": "*/*"}
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +37,9 @@ def replicas(server) -> dict[tuple[str, str], list[str]]:
 
 
 def _post(url: str, body: bytes = BODY, headers: dict | None = None) -> httpx.Response:
-    return httpx.post(url + "/invocations", content=body, headers={**JSON, **(headers or {})}, timeout=10)
+    return httpx.post(
+        url + "/invocations", content=body, headers={**JSON, **(headers or {})}, timeout=10
+    )
 
 
 def test_data_ports_listen_on_loopback_in_embedded_mode(replicas) -> None:
@@ -45,7 +48,8 @@ def test_data_ports_listen_on_loopback_in_embedded_mode(replicas) -> None:
 
 
 def test_unsigned_calls_are_refused_with_403(server, replicas) -> None:
-    live = {key: urls for key, urls in replicas.items() if urls}  # it-broken's failed container has none
+    # it-broken's failed container has none
+    live = {key: urls for key, urls in replicas.items() if urls}
     every = {
         (name, c["ContainerHostname"])
         for name in ENDPOINTS
@@ -76,8 +80,10 @@ def test_a_signed_hop_cannot_be_altered_or_replayed_late(replicas) -> None:
     key = keys.hop_key(root_secret(), "it-secure", "customIps-iris")
     url = replicas[("it-secure", "customIps-iris")][0]
     signed = hops.sign(key, "POST", "/invocations", BODY, JSON)
-    assert _post(url, headers=signed).json() == [0]  # the real key works: the refusals below are the checks
-    assert _post(url, body=b"[[6.7, 3.0, 5.2, 2.3]]", headers=signed).status_code == 403  # another body
+    # the real key works: the refusals below are the checks
+    assert _post(url, headers=signed).json() == [0]
+    # another body
+    assert _post(url, body=b"[[6.7, 3.0, 5.2, 2.3]]", headers=signed).status_code == 403
     retargeted = {**signed, protocol.TARGET_MODEL: "other.tar.gz"}
     assert _post(url, headers=retargeted).status_code == 403  # a header the container acts on
     stale = hops.sign(key, "POST", "/invocations", BODY, JSON, clock=lambda: time.time() - 600)
@@ -88,7 +94,8 @@ def test_refused_hops_are_counted(server, replicas) -> None:
     url = replicas[("it-direct", "iris")][0]
     for _ in range(3):
         assert _post(url).status_code == 403
-    deadline = time.monotonic() + 60  # the supervisor relays counts every 2 s; Ray exports every 5 s
+    # the supervisor relays counts every 2 s; Ray exports every 5 s
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         text = server.http.get("/metrics").text
         counted = [

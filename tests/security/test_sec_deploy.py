@@ -1,4 +1,5 @@
-"""The cluster manifests in deploy/ keep Ray's authentication on and its dashboard off the network."""
+"""The cluster manifests in deploy/ keep Ray's authentication on and its dashboard off the
+network."""
 
 from __future__ import annotations
 
@@ -15,7 +16,10 @@ def _documents(path: Path) -> list[dict]:
 
 def _env(containers: list[dict]) -> list[dict[str, object]]:
     return [
-        {item["name"]: item.get("value", item.get("valueFrom")) for item in container.get("env", [])}
+        {
+            item["name"]: item.get("value", item.get("valueFrom"))
+            for item in container.get("env", [])
+        }
         for container in containers
     ]
 
@@ -25,11 +29,15 @@ def test_kuberay_pods_and_job_use_token_authentication() -> None:
     cluster = next(d for d in documents if d["kind"] == "RayCluster")["spec"]
     job = next(d for d in documents if d["kind"] == "Job")["spec"]["template"]["spec"]
     groups = [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]
-    environments = [env for group in groups for env in _env(group["template"]["spec"]["containers"])]
+    environments = [
+        env for group in groups for env in _env(group["template"]["spec"]["containers"])
+    ]
     environments += _env(job["containers"])
     for env in environments:
         assert env.get("RAY_AUTH_MODE") == "token"
-        assert isinstance(env.get("RAY_AUTH_TOKEN"), dict), "the token comes from a Secret, never inline"
+        assert isinstance(env.get("RAY_AUTH_TOKEN"), dict), (
+            "the token comes from a Secret, never inline"
+        )
     head = cluster["headGroupSpec"]["rayStartParams"]
     assert head.get("dashboard-host", "127.0.0.1") in ("127.0.0.1", "localhost")
 

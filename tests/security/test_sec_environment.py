@@ -1,9 +1,10 @@
 """A container's `Environment` chooses no code that runs outside the sandbox (issue 41, finding 1).
 
-Before the fix a container's `Environment` was its process's environment from `exec` on, and the sandbox came later,
-from Python: `LD_PRELOAD` naming a caller's shared object ran it unconfined, as the server's user (it read Ray's
-token). Now such variables are refused when a spec or a CreateModel call is validated, never reach a container
-process, and the process is confined before anything its environment chooses can run (`model_server.launcher`).
+Before the fix a container's `Environment` was its process's environment from `exec` on, and the
+sandbox came later, from Python: `LD_PRELOAD` naming a caller's shared object ran it unconfined, as
+the server's user (it read Ray's token). Now such variables are refused when a spec or a CreateModel
+call is validated, never reach a container process, and the process is confined before anything its
+environment chooses can run (`model_server.launcher`).
 """
 
 from __future__ import annotations
@@ -37,7 +38,10 @@ def _shared_object(folder: Path, marker: Path) -> Path | None:
         return None
     source, library = folder / "hostile.c", folder / "hostile.so"
     source.write_text(PRELOAD_SOURCE)
-    subprocess.run([compiler, "-shared", "-fPIC", f'-DMARKER="{marker}"', "-o", str(library), str(source)], check=True)
+    subprocess.run(
+        [compiler, "-shared", "-fPIC", f'-DMARKER="{marker}"', "-o", str(library), str(source)],
+        check=True,
+    )
     return library
 
 
@@ -47,8 +51,8 @@ def _environ(pid: int) -> dict[str, str]:
 
 
 def test_a_preloaded_library_never_reaches_the_container_process(tmp_path: Path) -> None:
-    # Straight to the supervisor, past validation (as an older state file could): the variable is dropped, and the
-    # process is confined before its environment applies.
+    # Straight to the supervisor, past validation (as an older state file could): the variable is
+    # dropped, and the process is confined before its environment applies.
     outside = tmp_path / "outside"
     outside.mkdir()
     marker = outside / "marker"
@@ -80,14 +84,19 @@ def test_a_preloaded_library_never_reaches_the_container_process(tmp_path: Path)
     finally:
         process.stop()
     assert not marker.exists(), marker.read_text()
-    assert not {"LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONSTARTUP", "GCONV_PATH"} & set(seen), sorted(seen)
+    assert not {"LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONSTARTUP", "GCONV_PATH"} & set(seen), sorted(
+        seen
+    )
     assert seen["FEATURE_FLAG"] == "kept"  # the rest of the container's Environment still applies
 
 
-@pytest.mark.skipif(sandbox.landlock_abi() == 0, reason="this kernel has no Landlock: no filesystem sandbox")
+@pytest.mark.skipif(
+    sandbox.landlock_abi() == 0, reason="this kernel has no Landlock: no filesystem sandbox"
+)
 def test_what_the_environment_makes_the_loader_run_runs_confined(tmp_path: Path) -> None:
-    # The launcher's order, on its own: a process confined first and then exec'd with LD_PRELOAD runs the library
-    # inside the sandbox, so a variable missing from STARTUP_VARIABLES reopens nothing.
+    # The launcher's order, on its own: a process confined first and then exec'd with LD_PRELOAD
+    # runs the library inside the sandbox, so a variable missing from STARTUP_VARIABLES reopens
+    # nothing.
     outside = tmp_path / "outside"
     outside.mkdir()
     marker = outside / "marker"
@@ -125,14 +134,22 @@ def test_what_the_environment_makes_the_loader_run_runs_confined(tmp_path: Path)
         "GLIBC_TUNABLES",
     ],
 )
-def test_a_spec_setting_a_startup_variable_is_refused_naming_it(variable: str, tmp_path: Path) -> None:
+def test_a_spec_setting_a_startup_variable_is_refused_naming_it(
+    variable: str, tmp_path: Path
+) -> None:
     document = {
         "EndpointName": "e",
         "Containers": [
-            {"ContainerHostname": "c", "Image": "python", "Environment": {variable: str(tmp_path), "SAFE": "1"}}
+            {
+                "ContainerHostname": "c",
+                "Image": "python",
+                "Environment": {variable: str(tmp_path), "SAFE": "1"},
+            }
         ],
     }
-    with pytest.raises(SpecError, match=rf"Containers\[0\]\.Environment: {variable} may not be set"):
+    with pytest.raises(
+        SpecError, match=rf"Containers\[0\]\.Environment: {variable} may not be set"
+    ):
         parse_spec(document)
 
 
@@ -141,7 +158,13 @@ def test_harmless_python_variables_pass() -> None:
     parse_spec(
         {
             "EndpointName": "e",
-            "Containers": [{"ContainerHostname": "c", "Image": "python", "Environment": {"PYTHONUNBUFFERED": "TRUE"}}],
+            "Containers": [
+                {
+                    "ContainerHostname": "c",
+                    "Image": "python",
+                    "Environment": {"PYTHONUNBUFFERED": "TRUE"},
+                }
+            ],
         }
     )
 
@@ -151,7 +174,9 @@ def test_create_model_with_a_startup_variable_is_refused_naming_it(tmp_path: Pat
     try:
         environment = {"LD_PRELOAD": "/tmp/hostile.so", "MODEL_FLAG": "x"}
         refused(
-            lambda: harness.model("m1", Environment=environment), "ValidationException", "LD_PRELOAD may not be set"
+            lambda: harness.model("m1", Environment=environment),
+            "ValidationException",
+            "LD_PRELOAD may not be set",
         )
         assert harness.sm.list_models()["Models"] == []
     finally:

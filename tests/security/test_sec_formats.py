@@ -31,7 +31,9 @@ ROWS = [[5.1, 3.5, 1.4, 0.2], [6.3, 3.3, 6.0, 2.5]]
 
 
 def invoke(runtime, body) -> object:
-    out, _ = runtime.invoke(json.dumps(body).encode(), "application/json", None, InvocationContext())
+    out, _ = runtime.invoke(
+        json.dumps(body).encode(), "application/json", None, InvocationContext()
+    )
     return json.loads(out)
 
 
@@ -48,14 +50,16 @@ def rewrite_zip(path: Path, edit) -> None:
 
 
 def gadget_skops(folder: Path, gadget: str) -> Path:
-    """A model.skops: a pipeline flattening the request rows, then calling `gadget` on them (FunctionTransformer).
+    """A model.skops: a pipeline flattening the request rows, then calling `gadget` on them
+    (FunctionTransformer).
 
-    Saved with a harmless function in the gadget's place, then the file's schema is edited to name the gadget:
-    skops stores a function as its module and name only.
+    Saved with a harmless function in the gadget's place, then the file's schema is edited to name
+    the gadget: skops stores a function as its module and name only.
     """
     shell = {"shell": True} if gadget.endswith("check_output") else None
     pipeline = make_pipeline(
-        FunctionTransformer(column_or_1d), FunctionTransformer(subprocess.check_output, kw_args=shell)
+        FunctionTransformer(column_or_1d),
+        FunctionTransformer(subprocess.check_output, kw_args=shell),
     )
     folder.mkdir(parents=True, exist_ok=True)
     skops.io.dump(pipeline, folder / "model.skops")
@@ -82,7 +86,12 @@ def gadget_skops(folder: Path, gadget: str) -> Path:
     return folder
 
 
-GADGETS = ["sklearn.utils._testing.check_output", "subprocess.check_output", "os.system", "builtins.eval"]
+GADGETS = [
+    "sklearn.utils._testing.check_output",
+    "subprocess.check_output",
+    "os.system",
+    "builtins.eval",
+]
 
 
 @pytest.mark.parametrize("gadget", GADGETS)
@@ -108,14 +117,17 @@ def test_skops_function_gadget_is_refused_at_load_and_never_runs(
     assert refusal is not None, "the load was allowed"
     message = str(refusal)
     assert gadget in message and "SERVING_SKOPS_TRUSTED_TYPES" in message
-    assert "sklearn.utils.validation.column_or_1d" in message  # no function is trusted by default, sklearn's neither
+    # no function is trusted by default, sklearn's neither
+    assert "sklearn.utils.validation.column_or_1d" in message
     assert not marker.exists()
 
 
 def test_an_operator_may_trust_an_exact_function(tmp_path: Path) -> None:
     folder = tmp_path / "model"
     folder.mkdir()
-    model = make_pipeline(FunctionTransformer(np.log1p), StandardScaler(), LogisticRegression(max_iter=1000))
+    model = make_pipeline(
+        FunctionTransformer(np.log1p), StandardScaler(), LogisticRegression(max_iter=1000)
+    )
     iris = load_iris()
     skops.io.dump(model.fit(iris.data, iris.target), folder / "model.skops")
     assert (
@@ -140,10 +152,18 @@ def runtime_loaded(image: str, folder: Path, environment: dict):
 def _fitted():
     iris, wine = load_iris(), load_wine()
     return {
-        "random forest": RandomForestClassifier(n_estimators=5, random_state=0).fit(wine.data, wine.target),
-        "gradient boosting": GradientBoostingClassifier(n_estimators=5, random_state=0).fit(iris.data, iris.target),
-        "decision tree": DecisionTreeClassifier(max_leaf_nodes=6, random_state=0).fit(iris.data, iris.target),
-        "pipeline": make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)).fit(iris.data, iris.target),
+        "random forest": RandomForestClassifier(n_estimators=5, random_state=0).fit(
+            wine.data, wine.target
+        ),
+        "gradient boosting": GradientBoostingClassifier(n_estimators=5, random_state=0).fit(
+            iris.data, iris.target
+        ),
+        "decision tree": DecisionTreeClassifier(max_leaf_nodes=6, random_state=0).fit(
+            iris.data, iris.target
+        ),
+        "pipeline": make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)).fit(
+            iris.data, iris.target
+        ),
     }
 
 
@@ -152,7 +172,10 @@ def test_plain_scikit_learn_models_load_without_any_trust_listed(tmp_path: Path,
     model = _fitted()[name]
     skops.io.dump(model, tmp_path / "model.skops")
     rows = load_wine().data[:3] if name == "random forest" else np.array(ROWS)
-    assert invoke(runtime_loaded("sklearn", tmp_path, {}), rows.tolist()) == model.predict(rows).tolist()
+    assert (
+        invoke(runtime_loaded("sklearn", tmp_path, {}), rows.tolist())
+        == model.predict(rows).tolist()
+    )
 
 
 def test_the_demo_models_load_without_any_trust_listed(demo_models: Path) -> None:
@@ -178,12 +201,18 @@ def _edit_tree_nodes(path: Path, change) -> None:
 
 
 @pytest.mark.parametrize(
-    ("field", "value"), [("left_child", 10**6), ("right_child", 0), ("feature", 10**6), ("feature", -5)]
+    ("field", "value"),
+    [("left_child", 10**6), ("right_child", 0), ("feature", 10**6), ("feature", -5)],
 )
-def test_a_tree_with_out_of_range_nodes_is_refused_before_it_predicts(tmp_path: Path, field: str, value: int) -> None:
-    # scikit-learn follows these indices in C without bounds checks: predicting would read out of bounds.
+def test_a_tree_with_out_of_range_nodes_is_refused_before_it_predicts(
+    tmp_path: Path, field: str, value: int
+) -> None:
+    # scikit-learn follows these indices in C without bounds checks: predicting would read out of
+    # bounds.
     iris = load_iris()
-    skops.io.dump(DecisionTreeClassifier(random_state=0).fit(iris.data, iris.target), tmp_path / "model.skops")
+    skops.io.dump(
+        DecisionTreeClassifier(random_state=0).fit(iris.data, iris.target), tmp_path / "model.skops"
+    )
 
     def corrupt(nodes: np.ndarray) -> None:
         nodes[field][0] = value  # the root is a split node
@@ -198,13 +227,15 @@ def test_a_tree_wider_than_its_estimator_is_refused(tmp_path: Path) -> None:
     model = DecisionTreeClassifier(random_state=0).fit(iris.data, iris.target)
     skops.io.dump(model, tmp_path / "model.skops")
 
-    def narrow(member: str, data: bytes) -> bytes:  # the estimator checks requests for 1 feature; its tree reads 4
+    # the estimator checks requests for 1 feature; its tree reads 4
+    def narrow(member: str, data: bytes) -> bytes:
         if member != "schema.json":
             return data
         schema = json.loads(data)
         attributes = schema["content"]["content"]
         assert attributes["n_features_in_"]["content"] == "4"
-        # skops stores equal ints once and refers to them by __id__: a fresh id detaches the tree's own count.
+        # skops stores equal ints once and refers to them by __id__: a fresh id detaches the tree's
+        # own count.
         attributes["n_features_in_"].update(content="1", __id__=1)
         return json.dumps(schema).encode()
 
@@ -228,12 +259,15 @@ class _WritesMarker:
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory: pytest.TempPathFactory):
-    """A legit torch.export program (Linear + softmax, dynamic batch) in model.pt2, and the module it came from."""
+    """A legit torch.export program (Linear + softmax, dynamic batch) in model.pt2, and the module
+    it came from."""
     import torch
 
     torch.manual_seed(0)
     module = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Softmax(dim=-1)).eval()
-    program = torch.export.export(module, (torch.randn(2, 4),), dynamic_shapes=({0: torch.export.Dim("batch")},))
+    program = torch.export.export(
+        module, (torch.randn(2, 4),), dynamic_shapes=({0: torch.export.Dim("batch")},)
+    )
     folder = tmp_path_factory.mktemp("export")
     torch.export.save(program, str(folder / "model.pt2"))
     return folder, module
@@ -250,13 +284,16 @@ def hostile_pt2(exported_folder: Path, target: Path, marker: Path, how: str) -> 
     def edit(member: str, data: bytes) -> bytes:
         if how == "pickle" and member.endswith("/sample_inputs/model.pt"):
             buffer = io.BytesIO()
-            torch.save(_WritesMarker(marker), buffer)  # torch tries weights_only, then falls back to full unpickling
+            # torch tries weights_only, then falls back to full unpickling
+            torch.save(_WritesMarker(marker), buffer)
             return buffer.getvalue()
         if how == "shape expression" and member.endswith("/models/model.json"):
             # torch.export.load hands every symbolic size to sympy.sympify, which evaluates Python.
             code = f"__import__('pathlib').Path({str(marker)!r}).write_text('sympify ran')"
             doc, count = re.subn(
-                r'"expr_str": "(?:[^"\\]|\\.)*"', lambda _: json.dumps({"expr_str": code})[1:-1], data.decode()
+                r'"expr_str": "(?:[^"\\]|\\.)*"',
+                lambda _: json.dumps({"expr_str": code})[1:-1],
+                data.decode(),
             )
             assert count
             return doc.encode()
@@ -267,7 +304,9 @@ def hostile_pt2(exported_folder: Path, target: Path, marker: Path, how: str) -> 
 
 
 @pytest.mark.parametrize("how", ["pickle", "shape expression"])
-def test_hostile_pt2_is_refused_without_the_opt_in_and_never_runs(exported, tmp_path: Path, how: str) -> None:
+def test_hostile_pt2_is_refused_without_the_opt_in_and_never_runs(
+    exported, tmp_path: Path, how: str
+) -> None:
     marker = tmp_path / "gadget-ran"
     folder = hostile_pt2(exported[0], tmp_path / "model", marker, how)
     refusal = None

@@ -1,9 +1,10 @@
 """Slow clients, oversized heads and too many connections against a real gateway (finding 4).
 
-Each limit is checked with raw sockets on 127.0.0.1: the refusal comes in the documented error shape where an
-HTTP answer is still possible, the connection is cut within the configured time, and the server serves a
-normal request afterwards. The timeouts here are small (about a second) so that the tests are quick; the
-bounds on cut-off times are generous (two seconds of slack) because the machine may be busy.
+Each limit is checked with raw sockets on 127.0.0.1: the refusal comes in the documented error shape
+where an HTTP answer is still possible, the connection is cut within the configured time, and the
+server serves a normal request afterwards. The timeouts here are small (about a second) so that the
+tests are quick; the bounds on cut-off times are generous (two seconds of slack) because the machine
+may be busy.
 """
 
 from __future__ import annotations
@@ -25,14 +26,21 @@ SLACK = 2.0
 @pytest.fixture(scope="module")
 def url(stack: Stack, identities: Path, table) -> str:
     return stack.gateway(
-        identities, table, header_timeout_s=HEADER_TIMEOUT, body_idle_timeout_s=BODY_IDLE, body_timeout_s=BODY_TOTAL
+        identities,
+        table,
+        header_timeout_s=HEADER_TIMEOUT,
+        body_idle_timeout_s=BODY_IDLE,
+        body_timeout_s=BODY_TOTAL,
     )
 
 
 def serves(url: str) -> bool:
     """A normal request gets its normal answer."""
     response = httpx.post(
-        url + OPEN, content=b'{"still": "serving"}', headers={"content-type": "application/json"}, timeout=10
+        url + OPEN,
+        content=b'{"still": "serving"}',
+        headers={"content-type": "application/json"},
+        timeout=10,
     )
     return response.status_code == 200 and response.json() == {"still": "serving"}
 
@@ -53,7 +61,7 @@ def trickle(sock: socket.socket, data: bytes, every: float) -> threading.Thread:
     return thread
 
 
-# --- slow clients -----------------------------------------------------------------------------------
+# --- slow clients ---------------------------------------------------------------------------------
 
 
 def test_a_connection_that_sends_nothing_is_closed(url: str) -> None:
@@ -81,7 +89,10 @@ def test_headers_trickled_byte_by_byte_are_cut_off(url: str) -> None:
 def test_a_stalled_body_is_cut_off(url: str) -> None:
     with connect(url) as sock:
         sock.sendall(
-            request_head(url, OPEN, [("Content-Type", "application/json"), ("Content-Length", "1000")]) + b"[1,"
+            request_head(
+                url, OPEN, [("Content-Type", "application/json"), ("Content-Length", "1000")]
+            )
+            + b"[1,"
         )
         started = time.monotonic()
         answer = read_answer(sock, timeout=BODY_IDLE + SLACK)
@@ -92,11 +103,18 @@ def test_a_stalled_body_is_cut_off(url: str) -> None:
     assert serves(url)
 
 
-def test_a_body_trickled_faster_than_the_idle_timeout_is_cut_off_at_the_body_deadline(url: str) -> None:
+def test_a_body_trickled_faster_than_the_idle_timeout_is_cut_off_at_the_body_deadline(
+    url: str,
+) -> None:
     with connect(url) as sock:
-        sock.sendall(request_head(url, OPEN, [("Content-Type", "application/json"), ("Content-Length", "1000")]))
+        sock.sendall(
+            request_head(
+                url, OPEN, [("Content-Type", "application/json"), ("Content-Length", "1000")]
+            )
+        )
         started = time.monotonic()
-        trickle(sock, b"1" * 1000, every=BODY_IDLE / 4)  # never idle for long, but 1000 bytes take 250 s
+        # never idle for long, but 1000 bytes take 250 s
+        trickle(sock, b"1" * 1000, every=BODY_IDLE / 4)
         answer = read_answer(sock, timeout=BODY_TOTAL + SLACK)
         elapsed = time.monotonic() - started
         assert (answer.status, answer.code) == (408, "RequestTimeout")
@@ -106,8 +124,9 @@ def test_a_body_trickled_faster_than_the_idle_timeout_is_cut_off_at_the_body_dea
 
 
 def test_idle_keep_alive_connections_are_not_cut_by_the_header_timeout(url: str) -> None:
-    # Between requests a connection is governed by the keep-alive timeout (75 s), as the gateway's pooled
-    # connections to container data ports are: the header clock starts with the next request's first byte.
+    # Between requests a connection is governed by the keep-alive timeout (75 s), as the gateway's
+    # pooled connections to container data ports are: the header clock starts with the next
+    # request's first byte.
     body = b'{"again": 1}'
     with httpx.Client(base_url=url, timeout=10) as client:
         assert client.post(OPEN, content=body).status_code == 200
@@ -118,13 +137,19 @@ def test_idle_keep_alive_connections_are_not_cut_by_the_header_timeout(url: str)
     assert response.json() == {"again": 1}
 
 
-# --- oversized heads -----------------------------------------------------------------------------------
+# --- oversized heads ------------------------------------------------------------------------------
 
 
-def send_head(url: str, headers: list[tuple[str, str]], body: bytes = b"{}") -> tuple[int, str | None, str]:
-    """Status, error code and message of a request with these headers (sent on a thread: the server may
-    answer and close before it has all of them)."""
-    head = request_head(url, OPEN, [("Content-Type", "application/json"), ("Content-Length", str(len(body))), *headers])
+def send_head(
+    url: str, headers: list[tuple[str, str]], body: bytes = b"{}"
+) -> tuple[int, str | None, str]:
+    """Status, error code and message of a request with these headers (sent on a thread: the server
+    may answer and close before it has all of them)."""
+    head = request_head(
+        url,
+        OPEN,
+        [("Content-Type", "application/json"), ("Content-Length", str(len(body))), *headers],
+    )
     with connect(url) as sock:
         threading.Thread(target=lambda: _send_quietly(sock, head + body), daemon=True).start()
         answer = read_answer(sock, timeout=10)
@@ -165,7 +190,7 @@ def test_the_header_limits_are_exact(url: str) -> None:
     assert serves(url)
 
 
-# --- too many connections -----------------------------------------------------------------------------
+# --- too many connections -------------------------------------------------------------------------
 
 
 def test_connections_beyond_the_limit_are_closed(stack: Stack, identities: Path, table) -> None:

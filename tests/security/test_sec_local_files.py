@@ -1,13 +1,16 @@
-"""Another user of the machine, and what the server keeps on disk (issue 41, findings 7a, 7b and 7e).
+"""Another user of the machine, and what the server keeps on disk (issue 41, findings 7a, 7b and
+7e).
 
-- 7a: the state file and the control token were opened with O_TRUNC, following links, in whatever folder
-  SERVING_STATE_DIR named: a file another user created there first was reused, so the token went into a file that
-  user could read. Now the folder must be one no other user can write, and the file this user's own.
-- 7b: the API's state held callers' Environment secrets in clear, and DescribeModel returned them, while the docs
-  said the file held none. Now secret values are sealed, and described as a mask.
+- 7a: the state file and the control token were opened with O_TRUNC, following links, in whatever
+  folder SERVING_STATE_DIR named: a file another user created there first was reused, so the token
+  went into a file that user could read. Now the folder must be one no other user can write, and the
+  file this user's own.
+- 7b: the API's state held callers' Environment secrets in clear, and DescribeModel returned them,
+  while the docs said the file held none. Now secret values are sealed, and described as a mask.
 - 7e: `serving apply --url` sent the local control token to whatever host the URL named.
 
-The other user is played by uid 65534 (nobody): these tests chown files to it, so they need root, as CI has.
+The other user is played by uid 65534 (nobody): these tests chown files to it, so they need root, as
+CI has.
 """
 
 from __future__ import annotations
@@ -28,7 +31,9 @@ from serving.sagemaker_api.sealed import MASK
 from tests.unit.sagemaker_harness import Harness
 
 OTHER_UID = 65534
-as_root = pytest.mark.skipif(os.getuid() != 0, reason="plays another user by chown, which needs root")
+as_root = pytest.mark.skipif(
+    os.getuid() != 0, reason="plays another user by chown, which needs root"
+)
 
 
 @as_root
@@ -47,7 +52,8 @@ def test_a_token_file_another_user_created_first_is_refused(tmp_path: Path) -> N
     theirs = private / "state.db"
     theirs.write_text("")
     os.chown(theirs, OTHER_UID, OTHER_UID)
-    with pytest.raises(PrivateFileError, match="another user"):  # even in a private folder (root put it there)
+    # even in a private folder (root put it there)
+    with pytest.raises(PrivateFileError, match="another user"):
         open_private(theirs, os.O_RDWR | os.O_CREAT)
     (private / "link").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(PrivateFileError):
@@ -55,7 +61,9 @@ def test_a_token_file_another_user_created_first_is_refused(tmp_path: Path) -> N
     assert not (tmp_path / "elsewhere").exists()
 
 
-def test_serving_server_refuses_a_state_folder_others_can_write(tmp_path: Path, monkeypatch, capsys, no_ray) -> None:
+def test_serving_server_refuses_a_state_folder_others_can_write(
+    tmp_path: Path, monkeypatch, capsys, no_ray
+) -> None:
     monkeypatch.setenv("SERVING_STATE_DIR", str(tmp_path / "private"))
     shared = tmp_path / "shared"
     shared.mkdir()
@@ -66,14 +74,21 @@ def test_serving_server_refuses_a_state_folder_others_can_write(tmp_path: Path, 
     assert "can be written by other users" in capsys.readouterr().err
 
 
-def test_the_state_keeps_environment_secrets_sealed_and_describes_them_masked(tmp_path: Path) -> None:
+def test_the_state_keeps_environment_secrets_sealed_and_describes_them_masked(
+    tmp_path: Path,
+) -> None:
     state = tmp_path / "state" / "api.db"
     secret = "wJalrXUtnFEMI-not-a-real-secret-but-secret-enough"
     harness = Harness(tmp_path, state_file=str(state))
     try:
-        harness.model("m1", image="python", Environment={"AWS_SECRET_ACCESS_KEY": secret, "MODEL_FLAG": "plain"})
+        harness.model(
+            "m1",
+            image="python",
+            Environment={"AWS_SECRET_ACCESS_KEY": secret, "MODEL_FLAG": "plain"},
+        )
         described = harness.sm.describe_model(ModelName="m1")["PrimaryContainer"]["Environment"]
-        assert described == {"AWS_SECRET_ACCESS_KEY": MASK, "MODEL_FLAG": "plain"}  # before: the secret itself
+        # before: the secret itself
+        assert described == {"AWS_SECRET_ACCESS_KEY": MASK, "MODEL_FLAG": "plain"}
         harness.config("c1", ("A", "m1"))
         harness.sm.create_endpoint(EndpointName="e1", EndpointConfigName="c1")
         # The container still gets the value: the spec applied carries it in clear.
@@ -89,7 +104,10 @@ def test_the_state_keeps_environment_secrets_sealed_and_describes_them_masked(tm
     again = Harness(tmp_path, state_file=str(state))
     try:
         again.api.restore()
-        assert again.deployer.spec("e1@A@1")["Containers"][0]["Environment"]["AWS_SECRET_ACCESS_KEY"] == secret
+        assert (
+            again.deployer.spec("e1@A@1")["Containers"][0]["Environment"]["AWS_SECRET_ACCESS_KEY"]
+            == secret
+        )
     finally:
         again.stop()
 
@@ -103,7 +121,9 @@ def _own_address() -> str | None:
     return None
 
 
-def test_serving_apply_sends_the_local_token_to_no_other_host(tmp_path: Path, monkeypatch, capsys) -> None:
+def test_serving_apply_sends_the_local_token_to_no_other_host(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
     address = _own_address()
     if address is None:
         pytest.skip("this machine has no address but loopback")
@@ -138,7 +158,13 @@ def test_serving_apply_sends_the_local_token_to_no_other_host(tmp_path: Path, mo
         yaml.safe_dump(
             {
                 "EndpointName": "e",
-                "Containers": [{"ContainerHostname": "a", "Image": "python", "ModelDataUrl": str(tmp_path / "model")}],
+                "Containers": [
+                    {
+                        "ContainerHostname": "a",
+                        "Image": "python",
+                        "ModelDataUrl": str(tmp_path / "model"),
+                    }
+                ],
             }
         )
     )

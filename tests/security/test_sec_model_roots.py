@@ -1,11 +1,13 @@
 """No caller widens a sandbox onto code the server runs (issue 41, finding 2).
 
-Before the fix an API caller could set SERVING_SANDBOX_WRITE to any path inside a model root, the model root was the
-working directory by default (often a checkout holding `serving/`), and Ray workers imported `serving` from the
-driver's working directory: a sandboxed container rewrote `serving/model_server/supervisor.py` and the next replica
-ran it as the server's user. Now API callers cannot widen a sandbox (test_sagemaker_translate.py), no model root is
-implicit, a root that holds the package, the Python environment, the state or identities is refused, no container
-may write code the server runs, and Ray workers do not import from the driver's directory (test_sec_ray.py).
+Before the fix an API caller could set SERVING_SANDBOX_WRITE to any path inside a model root, the
+model root was the working directory by default (often a checkout holding `serving/`), and Ray
+workers imported `serving` from the driver's working directory: a sandboxed container rewrote
+`serving/model_server/supervisor.py` and the next replica ran it as the server's user. Now API
+callers cannot widen a sandbox (test_sagemaker_translate.py), no model root is implicit, a root that
+holds the package, the Python environment, the state or identities is refused, no container may
+write code the server runs, and Ray workers do not import from the driver's directory
+(test_sec_ray.py).
 """
 
 from __future__ import annotations
@@ -39,10 +41,16 @@ def test_a_model_root_holding_the_servers_code_is_refused(root: Path) -> None:
 def test_a_model_root_holding_the_state_or_identities_is_refused(tmp_path: Path) -> None:
     (tmp_path / "models").mkdir()
     with pytest.raises(ModelRootError, match="state.db"):
-        check_model_roots(ServerSettings(model_roots=str(tmp_path), state_file=str(tmp_path / "state.db")))
+        check_model_roots(
+            ServerSettings(model_roots=str(tmp_path), state_file=str(tmp_path / "state.db"))
+        )
     with pytest.raises(ModelRootError, match="identities.yaml"):
-        check_model_roots(ServerSettings(model_roots=str(tmp_path)), (str(tmp_path / "identities.yaml"),))
-    check_model_roots(ServerSettings(model_roots=str(tmp_path / "models"), state_file=str(tmp_path / "state.db")))
+        check_model_roots(
+            ServerSettings(model_roots=str(tmp_path)), (str(tmp_path / "identities.yaml"),)
+        )
+    check_model_roots(
+        ServerSettings(model_roots=str(tmp_path / "models"), state_file=str(tmp_path / "state.db"))
+    )
 
 
 def test_no_model_root_is_implicit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -60,7 +68,9 @@ def test_no_model_root_is_implicit(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert _settings(argparse.Namespace(**flags), None).model_roots == ""
 
 
-def test_serving_server_refuses_a_root_holding_its_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_serving_server_refuses_a_root_holding_its_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from serving.cli import main
 
     monkeypatch.setenv("SERVING_STATE_DIR", str(tmp_path))
@@ -68,9 +78,12 @@ def test_serving_server_refuses_a_root_holding_its_code(tmp_path: Path, monkeypa
 
 
 def test_a_container_may_not_write_the_servers_code(tmp_path: Path) -> None:
-    # The operator's own spec, or a state file of an older version: refused where the sandbox is built.
+    # The operator's own spec, or a state file of an older version: refused where the sandbox is
+    # built.
     (tmp_path / "code").mkdir()
-    (tmp_path / "code" / "inference.py").write_text("def predict_fn(data, model):\n    return data\n")
+    (tmp_path / "code" / "inference.py").write_text(
+        "def predict_fn(data, model):\n    return data\n"
+    )
     for target in (PACKAGE / "model_server", Path(sys.prefix)):
         process = ContainerProcess(
             ContainerConfig(

@@ -36,7 +36,8 @@ def write_model(folder: Path, value: str) -> Path:
         "code/helper.py": f"VALUE = {value!r}\n",
         "code/lazy_helper.py": f"VALUE = {value + '-lazy'!r}\n",
         "code/shared/__init__.py": "",
-        "code/shared/values.py": "from helper import VALUE as _V\nCOLOUR = _V + '-colour'\n",  # sibling import, nested
+        # sibling import, nested
+        "code/shared/values.py": "from helper import VALUE as _V\nCOLOUR = _V + '-colour'\n",
         "labels.json": "[]",
     }
     for name, text in files.items():
@@ -70,7 +71,9 @@ def test_each_model_imports_its_own_helpers_and_nothing_leaks(prefix: Path) -> N
     async def ask(model: str) -> dict:
         import json
 
-        out, _ = await handler.ainvoke(b"[1]", "application/json", None, InvocationContext(target_model=model))
+        out, _ = await handler.ainvoke(
+            b"[1]", "application/json", None, InvocationContext(target_model=model)
+        )
         return json.loads(out)
 
     async def scenario() -> list[dict]:
@@ -81,7 +84,9 @@ def test_each_model_imports_its_own_helpers_and_nothing_leaks(prefix: Path) -> N
             assert name not in sys.modules, f"{name} was imported process-wide"
         loaded = code_modules(prefix)
         packages = {name.split(".")[0] for name in loaded}
-        assert len(packages) == 2 and all(name.startswith("_serving_code_") for name in packages), loaded
+        assert len(packages) == 2 and all(name.startswith("_serving_code_") for name in packages), (
+            loaded
+        )
         await handler.cache.unload_all()
         return answers
 
@@ -105,7 +110,9 @@ def test_eviction_forgets_the_evicted_models_modules(prefix: Path) -> None:
 
     async def scenario() -> None:
         for model in ("alpha", "beta"):  # beta's load evicts alpha
-            await handler.ainvoke(b"[1]", "application/json", None, InvocationContext(target_model=model))
+            await handler.ainvoke(
+                b"[1]", "application/json", None, InvocationContext(target_model=model)
+            )
         assert handler.cache.loaded_models() == ["beta"]
         assert code_modules(prefix / "alpha") == {}
         assert code_modules(prefix / "beta")
@@ -119,7 +126,9 @@ def test_eviction_forgets_the_evicted_models_modules(prefix: Path) -> None:
 
 def test_a_failed_load_leaves_no_modules(tmp_path: Path) -> None:
     folder = write_model(tmp_path / "m", "A")
-    (folder / "code" / "inference.py").write_text("import helper\nraise RuntimeError('broken model')\n")
+    (folder / "code" / "inference.py").write_text(
+        "import helper\nraise RuntimeError('broken model')\n"
+    )
     path_before = list(sys.path)
     with pytest.raises(RuntimeError, match="broken model"):
         runtime_for("python", folder, {}).load()
@@ -135,7 +144,8 @@ def test_single_model_sibling_imports_work_and_stay_private(tmp_path: Path) -> N
     runtime.load()
     out, _ = runtime.invoke(b"[1]", "application/json", None, InvocationContext())
     assert json.loads(out)["lazy"] == "S-lazy"
-    # Before, code/ was on sys.path: any later import of this name, anywhere in the process, got the model's file.
+    # Before, code/ was on sys.path: any later import of this name, anywhere in the process, got the
+    # model's file.
     with pytest.raises(ModuleNotFoundError):
         __import__("serving_sec_probe")
 

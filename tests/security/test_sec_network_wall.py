@@ -1,12 +1,14 @@
-"""The wall between tenant code and the node's network, tried with every socket the kernel offers (no Ray).
+"""The wall between tenant code and the node's network, tried with every socket the kernel offers
+(no Ray).
 
-An audit found that a container process, walled off by Landlock's TCP rules, opened an MPTCP socket (which
-Landlock does not cover), joined the gateway's SO_REUSEPORT group and was handed other callers' connections.
-Here a real container process (`ContainerProcess`) runs `tenant_probe.py` as its model code: it creates every
-socket it can (families 1-45, every type, TCP, MPTCP, SCTP, UDP, UDP-Lite, ICMP, raw, packet ...), binds the
-ports of stand-in gateway listeners (bound with SO_REUSEPORT, as the gateways bind theirs), and connects to them
-and to another container's data port and Unix socket. Meanwhile the test makes calls to the gateway's ports and
-counts who answers. Nothing may connect, nothing stream-like may bind, and every call must be the gateway's.
+An audit found that a container process, walled off by Landlock's TCP rules, opened an MPTCP socket
+(which Landlock does not cover), joined the gateway's SO_REUSEPORT group and was handed other
+callers' connections. Here a real container process (`ContainerProcess`) runs `tenant_probe.py` as
+its model code: it creates every socket it can (families 1-45, every type, TCP, MPTCP, SCTP, UDP,
+UDP-Lite, ICMP, raw, packet ...), binds the ports of stand-in gateway listeners (bound with
+SO_REUSEPORT, as the gateways bind theirs), and connects to them and to another container's data
+port and Unix socket. Meanwhile the test makes calls to the gateway's ports and counts who answers.
+Nothing may connect, nothing stream-like may bind, and every call must be the gateway's.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ from serving.trust import hops
 KEY = b"w" * 32
 PROBE = Path(__file__).with_name("tenant_probe.py")
 ROOT = Path(__file__).resolve().parents[2]
-# What the seccomp filter lets a container create: Internet TCP and UDP, by number or by 0 (family/type/protocol).
+# What the seccomp filter lets a container create: Internet TCP and UDP, by number or by 0
+# (family/type/protocol).
 ALLOWED = {
     f"{family}/{kind}/{protocol}"
     for family in (2, 10)
@@ -45,7 +48,8 @@ ALLOWED = {
 
 
 class StandInGateway:
-    """Listeners on loopback bound as the gateways bind theirs (SO_REUSEPORT), answering every connection."""
+    """Listeners on loopback bound as the gateways bind theirs (SO_REUSEPORT), answering every
+    connection."""
 
     def __init__(self, count: int = 2) -> None:
         self.listeners = []
@@ -67,10 +71,13 @@ class StandInGateway:
             except OSError:
                 return
             with connection:
-                connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\nConnection: close\r\n\r\ngateway")
+                connection.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\nConnection: close\r\n\r\ngateway"
+                )
 
     def calls(self, per_port: int = 20, datagrams: bool = True) -> Counter:
-        """Fresh connections to every port (the kernel spreads them over the port's group): who answered each."""
+        """Fresh connections to every port (the kernel spreads them over the port's group): who
+        answered each."""
         origins: Counter = Counter()
         for port in self.ports:
             for _ in range(per_port):
@@ -102,7 +109,13 @@ def _start(tmp_path_factory, name: str, **config) -> ContainerProcess:
     shutil.copy(PROBE, model / "code" / "inference.py")
     process = ContainerProcess(
         ContainerConfig(
-            endpoint="e", hostname=name, image="python", model_data=str(model), environment={}, hop_key=KEY, **config
+            endpoint="e",
+            hostname=name,
+            image="python",
+            model_data=str(model),
+            environment={},
+            hop_key=KEY,
+            **config,
         ),
         "127.0.0.1",
     )
@@ -122,7 +135,9 @@ def _ask(container: ContainerProcess, request: dict) -> dict:
     body = json.dumps(request).encode()
     headers = {"content-type": "application/json", "accept": "*/*"}
     headers.update(hops.sign(KEY, "POST", "/invocations", body, headers))
-    response = httpx.post(container.url + "/invocations", content=body, headers=headers, timeout=120)
+    response = httpx.post(
+        container.url + "/invocations", content=body, headers=headers, timeout=120
+    )
     assert response.status_code == 200, response.text
     return response.json()
 
@@ -137,7 +152,9 @@ def _targets(gateway: StandInGateway, neighbour: ContainerProcess, window_s: flo
     }
 
 
-def _check(found: dict, received: int, origins: Counter, gateway: StandInGateway, udp: bool) -> None:
+def _check(
+    found: dict, received: int, origins: Counter, gateway: StandInGateway, udp: bool
+) -> None:
     assert set(found["created"]) <= ALLOWED, sorted(set(found["created"]) - ALLOWED)
     stream_like = [entry for entry in found["bound"] if entry.split("/")[1] in ("1", "5")]
     assert not stream_like, stream_like
@@ -147,14 +164,18 @@ def _check(found: dict, received: int, origins: Counter, gateway: StandInGateway
 
 
 @pytest.mark.parametrize("network", ["isolated", "egress"])
-def test_no_socket_of_any_protocol_reaches_or_joins_the_gateway(tmp_path_factory, gateway, neighbour, network) -> None:
-    with socket.socket() as elsewhere:  # the operator's egress port: a listener that is not the gateway's
+def test_no_socket_of_any_protocol_reaches_or_joins_the_gateway(
+    tmp_path_factory, gateway, neighbour, network
+) -> None:
+    # the operator's egress port: a listener that is not the gateway's
+    with socket.socket() as elsewhere:
         elsewhere.bind(("127.0.0.1", 0))
         config = {"egress_ports": (elsewhere.getsockname()[1],)} if network == "egress" else {}
         tenant = _start(tmp_path_factory, f"tenant-{network}", **config)
     try:
         found = _ask(tenant, {"sockets": _targets(gateway, neighbour, window_s=6)})
-        # In the node's network (egress) a tenant may bind a UDP port: no gateway listens on UDP, so send none there.
+        # In the node's network (egress) a tenant may bind a UDP port: no gateway listens on UDP, so
+        # send none there.
         origins = gateway.calls(datagrams=network == "isolated")
         received = _wait_collect(tenant)
         assert tenant.report["network"] == ("host" if network == "egress" else "network")
@@ -183,7 +204,13 @@ def test_an_egress_container_reaches_its_egress_port_only(tmp_path_factory, gate
         tenant = _start(tmp_path_factory, "egress-reach", egress_ports=(port,))
         try:
             found = _ask(
-                tenant, {"sockets": {"connect": [["127.0.0.1", port], ["127.0.0.1", gateway.ports[0]]], "window_s": 0}}
+                tenant,
+                {
+                    "sockets": {
+                        "connect": [["127.0.0.1", port], ["127.0.0.1", gateway.ports[0]]],
+                        "window_s": 0,
+                    }
+                },
             )
         finally:
             tenant.stop()
@@ -213,15 +240,17 @@ print(tenant_probe._GOT["received"], flush=True)
     reason="needs root (to drop to another user), setpriv and a system Python",
 )
 def test_a_non_root_server_walls_containers_off_with_a_user_namespace(gateway, neighbour) -> None:
-    """As an ordinary user (nobody), where the distribution allows unprivileged user namespaces, the sandbox makes
-    a user namespace to hold the network one. The project's virtualenv lies under /root here, which that user
-    cannot enter: the sandbox (standard library only) and the probe run from a world-readable copy, in the
-    system's Python."""
+    """As an ordinary user (nobody), where the distribution allows unprivileged user namespaces, the
+    sandbox makes a user namespace to hold the network one. The project's virtualenv lies under
+    /root here, which that user cannot enter: the sandbox (standard library only) and the probe run
+    from a world-readable copy, in the system's Python."""
     if netns.unavailable() is not None:
         pytest.skip("this kernel gives no network namespaces")
     copy = Path(tempfile.mkdtemp(prefix="serving-nonroot-"))
     try:
-        shutil.copytree(ROOT / "serving", copy / "serving", ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(
+            ROOT / "serving", copy / "serving", ignore=shutil.ignore_patterns("__pycache__")
+        )
         (copy / "probe").mkdir()
         shutil.copy(PROBE, copy / "probe" / "tenant_probe.py")
         for folder, _, files in os.walk(copy):
@@ -267,8 +296,9 @@ def test_a_non_root_server_walls_containers_off_with_a_user_namespace(gateway, n
 
 
 def test_without_a_namespace_the_container_is_refused_unless_the_operator_says(monkeypatch) -> None:
-    """Where the kernel cannot make a namespace, the sandbox fails (the container does not start) unless the
-    policy falls back, by the operator's --shared-container-network, to the node's network and its rules."""
+    """Where the kernel cannot make a namespace, the sandbox fails (the container does not start)
+    unless the policy falls back, by the operator's --shared-container-network, to the node's
+    network and its rules."""
     script = (
         "import sys; sys.path.insert(0, sys.argv[1])\n"
         "from serving.model_server import netns, sandbox\n"
@@ -280,13 +310,22 @@ def test_without_a_namespace_the_container_is_refused_unless_the_operator_says(m
         "except sandbox.SandboxError as error:\n"
         "    print('refused:', error)\n"
     )
-    refused = subprocess.run([sys.executable, "-c", script, str(ROOT), "0"], capture_output=True, text=True, timeout=60)
-    assert refused.stdout.startswith("refused: no network namespace"), refused.stdout + refused.stderr
-    shared = subprocess.run([sys.executable, "-c", script, str(ROOT), "1"], capture_output=True, text=True, timeout=60)
+    refused = subprocess.run(
+        [sys.executable, "-c", script, str(ROOT), "0"], capture_output=True, text=True, timeout=60
+    )
+    assert refused.stdout.startswith("refused: no network namespace"), (
+        refused.stdout + refused.stderr
+    )
+    shared = subprocess.run(
+        [sys.executable, "-c", script, str(ROOT), "1"], capture_output=True, text=True, timeout=60
+    )
     if sandbox.landlock_abi() >= 4:
-        assert shared.stdout.strip() == "host []", shared.stdout + shared.stderr  # no TCP port at all
+        # no TCP port at all
+        assert shared.stdout.strip() == "host []", shared.stdout + shared.stderr
     else:
-        assert shared.stdout.startswith("refused: in the node's network"), shared.stdout + shared.stderr
+        assert shared.stdout.startswith("refused: in the node's network"), (
+            shared.stdout + shared.stderr
+        )
 
 
 def test_the_scratch_root_is_private() -> None:

@@ -1,8 +1,8 @@
 """Unauthenticated uploads cost the gateway their headers, not their bodies (finding 4).
 
-A real gateway on 127.0.0.1 (Router + Starlette in a BackgroundServer), driven with raw sockets so that a
-test can send headers and hold the body back: a refusal that arrives then was decided before the body was
-read. The memory tests run the gateway in a child process and read its VmRSS.
+A real gateway on 127.0.0.1 (Router + Starlette in a BackgroundServer), driven with raw sockets so
+that a test can send headers and hold the body back: a refusal that arrives then was decided before
+the body was read. The memory tests run the gateway in a child process and read its VmRSS.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from sec_harness import (
 
 ROOT = Path(__file__).resolve().parents[2]
 PATH = "/endpoints/secure/invocations"
-PAYLOAD = 6_000_000  # the default payload limit: the largest body an unauthenticated caller could make us read
+# the default payload limit: the largest body an unauthenticated caller could make us read
+PAYLOAD = 6_000_000
 JSON = ("Content-Type", "application/json")
 
 
@@ -44,7 +45,11 @@ def unauthenticated(url: str, scheme: str, length: int) -> list[tuple[str, str]]
         return base
     if scheme == "bearer-wrong-key":
         return [*base, ("Authorization", "Bearer not-the-key-of-anyone-at-all")]
-    signed = dict(sigv4_headers(url, PATH, b"x" * 16, key_id="AKIANOBODYKNOWN00", secret="whatever-secret-value"))
+    signed = dict(
+        sigv4_headers(
+            url, PATH, b"x" * 16, key_id="AKIANOBODYKNOWN00", secret="whatever-secret-value"
+        )
+    )
     if scheme == "sigv4-known-key-other-region":
         signed = dict(sigv4_headers(url, PATH, b"x" * 16))
         signed["Authorization"] = signed["Authorization"].replace("/us-east-1/", "/eu-west-1/")
@@ -72,7 +77,8 @@ def url(stack: Stack, identities: Path, table) -> str:
 
 @pytest.mark.parametrize("scheme", list(EXPECTED))
 def test_refused_from_the_headers_alone(url: str, scheme: str) -> None:
-    # Headers declaring a 6 MB body, and not one byte of it: the answer can only come from the headers.
+    # Headers declaring a 6 MB body, and not one byte of it: the answer can only come from the
+    # headers.
     with connect(url) as sock:
         sock.sendall(request_head(url, PATH, unauthenticated(url, scheme, PAYLOAD)))
         answer = read_answer(sock, timeout=5)
@@ -103,8 +109,8 @@ def test_refused_while_the_client_is_still_sending(url: str) -> None:
 
 
 def test_bearer_callers_are_authorized_before_their_body_is_read(url: str) -> None:
-    # A known key is checked in full from the headers, and so are its policies: a caller not allowed to run
-    # the container is refused before its body is read ...
+    # A known key is checked in full from the headers, and so are its policies: a caller not allowed
+    # to run the container is refused before its body is read ...
     with connect(url) as sock:
         head = [JSON, ("Content-Length", str(PAYLOAD)), ("Authorization", f"Bearer {DENIED_KEY}")]
         sock.sendall(request_head(url, PATH, head))
@@ -129,18 +135,21 @@ def test_bearer_callers_are_authorized_before_their_body_is_read(url: str) -> No
         assert (answer.status, answer.body) == (200, body)
 
 
-# --- a SigV4 signature needs the body: what a known key id can make us hold is bounded -------------
+# --- a SigV4 signature needs the body: what a known key id can make us hold is bounded ------------
 
 
-def signed_head(url: str, length: int, secret: str = "not-the-secret-of-signer") -> list[tuple[str, str]]:
-    """Headers of a signed upload with the known key id and a wrong secret: it passes every check before the
-    body, so the gateway must read `length` bytes before it can refuse the signature."""
+def signed_head(
+    url: str, length: int, secret: str = "not-the-secret-of-signer"
+) -> list[tuple[str, str]]:
+    """Headers of a signed upload with the known key id and a wrong secret: it passes every check
+    before the body, so the gateway must read `length` bytes before it can refuse the signature."""
     signed = sigv4_headers(url, PATH, b"0" * length, secret=secret)
     return [("Content-Length", str(length)), ("Expect", "100-continue"), *signed]
 
 
 def test_signed_bodies_are_read_within_a_byte_budget(stack: Stack, identities: Path, table) -> None:
-    # Budget 2 MB, payload limit 1 MB: two unverified bodies at a time; the third is refused at once.
+    # Budget 2 MB, payload limit 1 MB: two unverified bodies at a time; the third is refused at
+    # once.
     url = stack.gateway(identities, table, max_payload_mb=1, preauth_body_budget_mb=2)
     length = 1_000_000
     first, second, third = connect(url), connect(url), connect(url)
@@ -166,7 +175,10 @@ def test_signed_bodies_are_read_within_a_byte_budget(stack: Stack, identities: P
         body = b'{"signed": true}'
         with connect(url) as good:
             good.sendall(
-                request_head(url, PATH, [("Content-Length", str(len(body))), *sigv4_headers(url, PATH, body)]) + body
+                request_head(
+                    url, PATH, [("Content-Length", str(len(body))), *sigv4_headers(url, PATH, body)]
+                )
+                + body
             )
             answer = read_answer(good)
             assert (answer.status, answer.body) == (200, body)
@@ -175,7 +187,7 @@ def test_signed_bodies_are_read_within_a_byte_budget(stack: Stack, identities: P
             sock.close()
 
 
-# --- memory of the gateway process under unauthenticated load -----------------------------------------
+# --- memory of the gateway process under unauthenticated load -------------------------------------
 
 
 @pytest.fixture
@@ -213,10 +225,12 @@ def child(identities: Path) -> Iterator[tuple[subprocess.Popen, str]]:
             process.kill()
 
 
-def upload(url: str, headers: list[tuple[str, str]], length: int, together: threading.Barrier) -> int | str:
-    """Send the headers and all but the last byte of a `length`-byte body, wait for the other uploads to get as
-    far (so that every body the server accepted is held at once), then the last byte; the status of the
-    answer, or why there was none."""
+def upload(
+    url: str, headers: list[tuple[str, str]], length: int, together: threading.Barrier
+) -> int | str:
+    """Send the headers and all but the last byte of a `length`-byte body, wait for the other
+    uploads to get as far (so that every body the server accepted is held at once), then the last
+    byte; the status of the answer, or why there was none."""
     piece = b"y" * 262144
     with connect(url, timeout=60) as sock:
         sock.sendall(request_head(url, PATH, headers))
@@ -265,7 +279,8 @@ def settle(pid: int, ceiling: int, seconds: float = 15.0) -> int:
 
 MiB = 1 << 20
 CONNECTIONS = 100
-READ_AHEAD = 32 * MiB  # what uvicorn may read of CONNECTIONS requests before the app has looked at them
+# what uvicorn may read of CONNECTIONS requests before the app has looked at them
+READ_AHEAD = 32 * MiB
 
 
 def burst(url: str, heads: list[list[tuple[str, str]]], length: int) -> list[int | str]:
@@ -275,7 +290,8 @@ def burst(url: str, heads: list[list[tuple[str, str]]], length: int) -> list[int
 
 
 def warm_up(url: str) -> None:
-    # One of each kind of request first, so that the baseline includes the code paths' own allocations.
+    # One of each kind of request first, so that the baseline includes the code paths' own
+    # allocations.
     burst(url, [unauthenticated(url, scheme, 1000) for scheme in EXPECTED] * 4, 1000)
     burst(url, [signed_head(url, 1000)] * 4, 1000)
 
@@ -295,8 +311,9 @@ def test_memory_of_unauthenticated_uploads(child) -> None:
         f"peak +{(peak - baseline) / MiB:.1f} MiB, after +{(after - baseline) / MiB:.1f} MiB; answers {sorted(set(map(str, statuses)))}"
     )
     assert all(status == 403 for status in statuses), statuses
-    # Each connection costs at most what uvicorn reads ahead of the app before it is refused: 64 KiB, plus
-    # one socket read of up to 256 KiB; 100 of them fit in 32 MiB. Without the pre-body check: ~570 MiB.
+    # Each connection costs at most what uvicorn reads ahead of the app before it is refused: 64
+    # KiB, plus one socket read of up to 256 KiB; 100 of them fit in 32 MiB. Without the pre-body
+    # check: ~570 MiB.
     assert peak - baseline < READ_AHEAD
     assert after - baseline < 16 * MiB
 
@@ -306,7 +323,8 @@ def test_memory_of_signed_uploads_that_fail_verification(child) -> None:
     warm_up(url)
     baseline = vm_rss(process.pid)
     heads = [signed_head(url, PAYLOAD) for _ in range(CONNECTIONS)]
-    heads = [[h for h in head if h[0] != "Expect"] for head in heads]  # as boto3 sends them: body right away
+    # as boto3 sends them: body right away
+    heads = [[h for h in head if h[0] != "Expect"] for head in heads]
     peak = Peak(process.pid)
     statuses = burst(url, heads, PAYLOAD)
     peak = peak.stop()
@@ -317,7 +335,7 @@ def test_memory_of_signed_uploads_that_fail_verification(child) -> None:
         f"answers {[(s, statuses.count(s)) for s in sorted(set(statuses), key=str)]}"
     )
     assert set(statuses) <= {403, 429}, statuses
-    # At most the budget (64 MB by default) of bodies is held at once, plus uvicorn's read-ahead of the
-    # connections being refused, as above. Without the budget: ~570 MiB.
+    # At most the budget (64 MB by default) of bodies is held at once, plus uvicorn's read-ahead of
+    # the connections being refused, as above. Without the budget: ~570 MiB.
     assert peak - baseline < 64_000_000 + READ_AHEAD
     assert after - baseline < 16 * MiB

@@ -1,9 +1,10 @@
 """Local paths described to anyone (issue 56, finding 6c').
 
-The anonymous `GET /endpoints/{name}` showed a local DataCaptureConfig destination, and failure reasons that quote
-an exception name local files: the server's paths, to anyone who reaches the port. Now the gateway describes each
-local path as `.../<its last name>`; `s3://` locations stay whole. Unit-level: the gateway's real state fed a
-registry snapshot, and its real routes on Starlette; no Ray.
+The anonymous `GET /endpoints/{name}` showed a local DataCaptureConfig destination, and failure
+reasons that quote an exception name local files: the server's paths, to anyone who reaches the
+port. Now the gateway describes each local path as `.../<its last name>`; `s3://` locations stay
+whole. Unit-level: the gateway's real state fed a registry snapshot, and its real routes on
+Starlette; no Ray.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from serving.settings import ServerSettings
 
 
 def _snapshot(name: str, destination: str, message: str) -> dict:
-    """A registry snapshot of one endpoint whose container failed with `message` (as Serve reports it)."""
+    """A registry snapshot of one endpoint whose container failed with `message` (as Serve reports
+    it)."""
     row = {
         "ContainerHostname": "english",
         "Image": "sklearn",
@@ -31,7 +33,11 @@ def _snapshot(name: str, destination: str, message: str) -> dict:
         "Version": "v1",
     }
     capture = DataCaptureConfig.model_validate(
-        {"InitialSamplingPercentage": 20, "DestinationS3Uri": destination, "CaptureOptions": [{"CaptureMode": "Input"}]}
+        {
+            "InitialSamplingPercentage": 20,
+            "DestinationS3Uri": destination,
+            "CaptureOptions": [{"CaptureMode": "Input"}],
+        }
     ).model_dump(mode="json")
     record = {
         "name": name,
@@ -86,15 +92,21 @@ def test_an_anonymous_description_shows_no_local_path(tmp_path: Path) -> None:
         answer = client.get("/endpoints/local")
     assert answer.status_code == 200
     described = answer.json()
-    assert str(destination) not in answer.text and str(tmp_path) not in answer.text  # before: the destination
-    assert model not in answer.text and "/home/alice" not in answer.text  # before: the failure named the file
+    # before: the destination
+    assert str(destination) not in answer.text and str(tmp_path) not in answer.text
+    # before: the failure named the file
+    assert model not in answer.text and "/home/alice" not in answer.text
     assert described["DataCaptureConfig"]["DestinationS3Uri"] == ".../capture"
-    assert "'.../model.joblib'" in described["Containers"][0]["LastFailureReason"]  # which file, not where
+    # which file, not where
+    assert "'.../model.joblib'" in described["Containers"][0]["LastFailureReason"]
     assert "'.../model.joblib'" in described["LastUpdate"]["FailureReason"]
-    assert described["DataCaptureConfig"]["CaptureStatus"] == "Started"  # the rest of the summary stays
+    # the rest of the summary stays
+    assert described["DataCaptureConfig"]["CaptureStatus"] == "Started"
     assert described["DataCaptureConfig"]["CurrentSamplingPercentage"] == 20
-    assert "FileNotFoundError" in described["Containers"][0]["LastFailureReason"]  # the reason, less the path
-    assert state.invocations.endpoints["local"].data_capture.folder == destination  # still captured there
+    # the reason, less the path
+    assert "FileNotFoundError" in described["Containers"][0]["LastFailureReason"]
+    # still captured there
+    assert state.invocations.endpoints["local"].data_capture.folder == destination
 
 
 def test_an_s3_destination_is_not_a_local_path_and_stays_described(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""The embedded Ray refuses strangers: our listeners bind loopback, Ray's own ports demand its token.
+"""The embedded Ray refuses strangers: our listeners bind loopback, Ray's own ports demand its
+token.
 
 Ray resolves a loopback node address to the machine's own and listens on every interface, so the
 attacker here is a network peer on this machine's non-loopback address. Before the fix the
@@ -26,7 +27,8 @@ pytestmark = pytest.mark.integration
 
 ENDPOINTS = {"it-single": endpoints.single}  # what `server` deploys for this module, by builder
 
-# A method of each of Ray's gRPC services: answered without a token, each would hand out cluster state.
+# A method of each of Ray's gRPC services: answered without a token, each would hand out cluster
+# state.
 GRPC_METHODS = (
     "/ray.rpc.InternalKVGcsService/InternalKVGet",
     "/ray.rpc.NodeInfoGcsService/GetAllNodeInfo",
@@ -97,11 +99,20 @@ def test_no_ray_port_runs_a_job_for_a_stranger(server, node_ip, tmp_path: Path) 
         for path in ("/api/job_agent/jobs/", "/api/jobs/"):
             try:
                 response = httpx.post(
-                    f"http://{host}:{port}{path}", content=job, timeout=10, headers={"content-type": "application/json"}
+                    f"http://{host}:{port}{path}",
+                    content=job,
+                    timeout=10,
+                    headers={"content-type": "application/json"},
                 )
             except httpx.HTTPError:
                 continue
-            assert response.status_code >= 400, (name, port, path, response.status_code, response.text[:200])
+            assert response.status_code >= 400, (
+                name,
+                port,
+                path,
+                response.status_code,
+                response.text[:200],
+            )
     time.sleep(2)
     assert not marker.exists()
 
@@ -146,9 +157,12 @@ def test_a_driver_without_the_token_cannot_join(server) -> None:
 
 
 def test_workers_do_not_import_from_the_drivers_working_directory(server) -> None:
-    # Issue 41, finding 2: Ray put the driver's working directory first on every worker's sys.path, so a `serving/`
-    # folder written there (the default model root was that directory) became the code the next replica ran.
+    # Issue 41, finding 2: Ray put the driver's working directory first on every worker's sys.path,
+    # so a `serving/` folder written there (the default model root was that directory) became the
+    # code the next replica ran.
     import os
 
-    paths = ray.get(ray.remote(lambda: __import__("sys").path).options(num_cpus=0).remote(), timeout=60)
+    paths = ray.get(
+        ray.remote(lambda: __import__("sys").path).options(num_cpus=0).remote(), timeout=60
+    )
     assert os.getcwd() not in paths, paths[:5]

@@ -64,7 +64,8 @@ needs_landlock = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def gateway_port() -> Iterator[int]:
-    """A listening port standing for the endpoint server's, which container processes may not connect to."""
+    """A listening port standing for the endpoint server's, which container processes may not
+    connect to."""
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen(8)
@@ -94,7 +95,8 @@ def container(tmp_path_factory, gateway_port: int) -> Iterator[ContainerProcess]
 
 def attempt(container: ContainerProcess, what: str, target: object = None) -> dict:
     body = json.dumps({"what": what, "target": target}).encode()
-    headers = {"content-type": "application/json", "accept": "*/*"}  # every header httpx sends is signed
+    # every header httpx sends is signed
+    headers = {"content-type": "application/json", "accept": "*/*"}
     headers.update(hops.sign(KEY, "POST", "/invocations", body, headers))
     response = httpx.post(container.url + "/invocations", content=body, headers=headers, timeout=30)
     assert response.status_code == 200, response.text
@@ -124,7 +126,8 @@ def test_writes_only_to_its_scratch(container, tmp_path: Path) -> None:
     assert attempt(container, "write", str(tmp_path / "marker"))["result"].startswith("REFUSED")
     assert not (tmp_path / "marker").exists()
     assert attempt(container, "scratch")["result"].startswith("ALLOWED")
-    assert attempt(container, "model")["result"].startswith("ALLOWED")  # its own model stays readable
+    # its own model stays readable
+    assert attempt(container, "model")["result"].startswith("ALLOWED")
 
 
 def test_no_unix_sockets_and_no_listening(container) -> None:
@@ -135,14 +138,18 @@ def test_no_unix_sockets_and_no_listening(container) -> None:
 
 def test_it_reaches_its_own_port_and_nothing_else(container, gateway_port: int) -> None:
     refused = attempt(container, "connect", gateway_port)["result"]
-    assert refused.startswith("REFUSED"), refused  # its own network namespace (and Landlock: EACCES)
-    own_port = int(container.url.rsplit(":", 1)[1])  # where a tensorflow handler's context.rest_uri points
-    assert attempt(container, "connect", own_port)["result"].startswith("ALLOWED")  # its namespace's loopback
+    # its own network namespace (and Landlock: EACCES)
+    assert refused.startswith("REFUSED"), refused
+    # where a tensorflow handler's context.rest_uri points
+    own_port = int(container.url.rsplit(":", 1)[1])
+    # its namespace's loopback
+    assert attempt(container, "connect", own_port)["result"].startswith("ALLOWED")
 
 
 @needs_landlock
 def test_other_processes_are_out_of_reach(container) -> None:
-    supervisor = os.getpid()  # the process that started it: its environment holds what the tenant must not see
+    # the process that started it: its environment holds what the tenant must not see
+    supervisor = os.getpid()
     assert attempt(container, "environ", supervisor)["result"].startswith("REFUSED")
     if sandbox.landlock_abi() >= 6:
         assert attempt(container, "signal", supervisor)["result"].startswith("REFUSED")
@@ -151,8 +158,11 @@ def test_other_processes_are_out_of_reach(container) -> None:
 def test_the_environment_is_the_containers_own(container, monkeypatch) -> None:
     names = attempt(container, "scratch")["environment"]
     assert "SERVING_CPUS" in names
-    assert not [name for name in names if name.startswith(("RAY_", "AWS_")) or "TOKEN" in name], names
-    assert "OMP_WAIT_POLICY" in names  # OpenMP pools sleep instead of spinning (docs/benchmarks/bench_batching.md)
+    assert not [name for name in names if name.startswith(("RAY_", "AWS_")) or "TOKEN" in name], (
+        names
+    )
+    # OpenMP pools sleep instead of spinning (docs/benchmarks/bench_batching.md)
+    assert "OMP_WAIT_POLICY" in names
 
 
 def test_a_model_that_fails_to_load_reports_why(tmp_path: Path) -> None:
@@ -162,7 +172,12 @@ def test_a_model_that_fails_to_load_reports_why(tmp_path: Path) -> None:
     )
     process = ContainerProcess(
         ContainerConfig(
-            endpoint="e", hostname="broken", image="python", model_data=str(tmp_path), environment={}, hop_key=KEY
+            endpoint="e",
+            hostname="broken",
+            image="python",
+            model_data=str(tmp_path),
+            environment={},
+            hop_key=KEY,
         ),
         "127.0.0.1",
     )
@@ -173,8 +188,8 @@ def test_a_model_that_fails_to_load_reports_why(tmp_path: Path) -> None:
 
 @needs_landlock
 def test_an_archive_unpacks_inside_the_sandbox(tmp_path: Path) -> None:
-    # The archive is extracted by the confined process into its own scratch folder: a shared cache that
-    # one tenant could write would let it replace another container's model.
+    # The archive is extracted by the confined process into its own scratch folder: a shared cache
+    # that one tenant could write would let it replace another container's model.
     source = tmp_path / "src"
     (source / "code").mkdir(parents=True)
     (source / "code" / "inference.py").write_text(
@@ -186,7 +201,12 @@ def test_an_archive_unpacks_inside_the_sandbox(tmp_path: Path) -> None:
         tar.add(source, arcname=".")
     process = ContainerProcess(
         ContainerConfig(
-            endpoint="e", hostname="archived", image="python", model_data=str(archive), environment={}, hop_key=KEY
+            endpoint="e",
+            hostname="archived",
+            image="python",
+            model_data=str(archive),
+            environment={},
+            hop_key=KEY,
         ),
         "127.0.0.1",
     )
@@ -194,7 +214,9 @@ def test_an_archive_unpacks_inside_the_sandbox(tmp_path: Path) -> None:
         process.start(timeout=60)
         body, headers = b"{}", {"content-type": "application/json", "accept": "*/*"}
         headers.update(hops.sign(KEY, "POST", "/invocations", body, headers))
-        answer = httpx.post(process.url + "/invocations", content=body, headers=headers, timeout=30).json()
+        answer = httpx.post(
+            process.url + "/invocations", content=body, headers=headers, timeout=30
+        ).json()
         assert answer["model_dir"].startswith(answer["tmp"])
     finally:
         process.stop()
@@ -226,12 +248,19 @@ def test_the_unix_socket_beside_the_data_port_is_private_and_still_signed(contai
         answer = _signed_post(client, json.dumps({"what": "scratch"}).encode())
         assert answer.status_code == 200 and answer.json()["result"].startswith("ALLOWED")
         unsigned = client.post(
-            "http://data-port/invocations", content=b"{}", headers={"content-type": "application/json"}
+            "http://data-port/invocations",
+            content=b"{}",
+            headers={"content-type": "application/json"},
         )
         assert unsigned.status_code == 403  # the socket is no way around the hop's signature
         other_key = {"content-type": "application/json", "accept": "*/*"}
         other_key.update(hops.sign(b"x" * 32, "POST", "/invocations", b"{}", other_key))
-        assert client.post("http://data-port/invocations", content=b"{}", headers=other_key).status_code == 403
+        assert (
+            client.post(
+                "http://data-port/invocations", content=b"{}", headers=other_key
+            ).status_code
+            == 403
+        )
 
 
 @needs_landlock
@@ -239,15 +268,23 @@ def test_tenant_code_cannot_reach_the_socket_folder(container) -> None:
     folder = local_socket.folder()
     assert folder is not None
     assert attempt(container, "list", folder)["result"].startswith("REFUSED")
-    assert attempt(container, "unix")["result"].startswith("REFUSED")  # nor open a Unix socket to connect with
+    # nor open a Unix socket to connect with
+    assert attempt(container, "unix")["result"].startswith("REFUSED")
 
 
 def test_stopping_a_container_removes_its_unix_socket(tmp_path: Path) -> None:
     (tmp_path / "code").mkdir()
-    (tmp_path / "code" / "inference.py").write_text("def predict_fn(data, model):\n    return data\n")
+    (tmp_path / "code" / "inference.py").write_text(
+        "def predict_fn(data, model):\n    return data\n"
+    )
     process = ContainerProcess(
         ContainerConfig(
-            endpoint="e", hostname="short-lived", image="python", model_data=str(tmp_path), environment={}, hop_key=KEY
+            endpoint="e",
+            hostname="short-lived",
+            image="python",
+            model_data=str(tmp_path),
+            environment={},
+            hop_key=KEY,
         ),
         "127.0.0.1",
     )
@@ -275,8 +312,9 @@ time.sleep(600)
 
 
 def test_a_killed_supervisors_scratch_folder_is_reclaimed(tmp_path: Path) -> None:
-    """A SIGKILLed supervisor cannot remove its container's scratch folder, and the container process may empty it
-    but not remove it: the next supervisor to start (and the server's clean stop) does."""
+    """A SIGKILLed supervisor cannot remove its container's scratch folder, and the container
+    process may empty it but not remove it: the next supervisor to start (and the server's clean
+    stop) does."""
     import signal
     import subprocess
     import sys
@@ -285,7 +323,9 @@ def test_a_killed_supervisors_scratch_folder_is_reclaimed(tmp_path: Path) -> Non
     import psutil
 
     (tmp_path / "code").mkdir()
-    (tmp_path / "code" / "inference.py").write_text("def predict_fn(data, model):\n    return data\n")
+    (tmp_path / "code" / "inference.py").write_text(
+        "def predict_fn(data, model):\n    return data\n"
+    )
     supervisor = subprocess.Popen(
         [sys.executable, "-c", KILLED_SUPERVISOR, str(tmp_path)], stdout=subprocess.PIPE, text=True
     )
@@ -300,7 +340,12 @@ def test_a_killed_supervisors_scratch_folder_is_reclaimed(tmp_path: Path) -> Non
     assert os.path.isdir(started["scratch"])  # what the old code left behind, for good
     successor = ContainerProcess(
         ContainerConfig(
-            endpoint="e", hostname="next", image="python", model_data=str(tmp_path), environment={}, hop_key=KEY
+            endpoint="e",
+            hostname="next",
+            image="python",
+            model_data=str(tmp_path),
+            environment={},
+            hop_key=KEY,
         ),
         "127.0.0.1",
     )

@@ -1,10 +1,11 @@
 """Links in the server's state folder (issue 56, finding 6a).
 
-The API's state was opened as `Path(path).resolve()`, so a link planted at the state path was followed, and sqlite
-then opened the path by name again, with its `-wal` / `-shm` / `-journal` files beside it by name. Now the state
-path, those siblings and the sealing key `.key` are refused when they are links, naming the link, and the link's
-target is left alone; `serving server` refuses to start on one, and `serving apply` reads no control token through
-one. Unit-level: a real ApiState and the real CLI (Ray trapped, never started).
+The API's state was opened as `Path(path).resolve()`, so a link planted at the state path was
+followed, and sqlite then opened the path by name again, with its `-wal` / `-shm` / `-journal` files
+beside it by name. Now the state path, those siblings and the sealing key `.key` are refused when
+they are links, naming the link, and the link's target is left alone; `serving server` refuses to
+start on one, and `serving apply` reads no control token through one. Unit-level: a real ApiState
+and the real CLI (Ray trapped, never started).
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ def test_a_link_at_the_state_path_or_beside_it_is_refused_and_its_target_untouch
         before.st_mtime_ns,
         stat.S_IMODE(before.st_mode),
     )
-    assert sorted(p.name for p in elsewhere.iterdir()) == ["precious.db"]  # no -wal / -shm beside the target
+    # no -wal / -shm beside the target
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["precious.db"]
     assert link.is_symlink()
 
 
@@ -76,11 +78,16 @@ def test_serving_server_refuses_a_state_path_or_key_that_is_a_link(
         main(["server", "--port", "18097", "--state", str(state_dir / "state.db")])
     assert exited.value.code == 2
     error = capsys.readouterr().err
-    assert "refusing to start" in error and f"{state_dir / 'state.db'}{planted} is a symbolic link" in error
+    assert (
+        "refusing to start" in error
+        and f"{state_dir / 'state.db'}{planted} is a symbolic link" in error
+    )
     assert not (elsewhere / "theirs").exists()
 
 
-def test_serving_apply_reads_no_control_token_through_a_link(tmp_path: Path, monkeypatch, capsys) -> None:
+def test_serving_apply_reads_no_control_token_through_a_link(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(4)
@@ -98,13 +105,16 @@ def test_serving_apply_reads_no_control_token_through_a_link(tmp_path: Path, mon
             main(["delete", "anything", "--url", f"http://127.0.0.1:{port}"])
         assert exited.value.code == 2
         assert "is a symbolic link" in capsys.readouterr().err
-        with pytest.raises(TimeoutError):  # nothing was sent: not the file the link names, not anything
+        # nothing was sent: not the file the link names, not anything
+        with pytest.raises(TimeoutError):
             listener.accept()[0].close()
     finally:
         listener.close()
 
 
-def test_a_link_put_in_place_between_the_check_and_sqlites_open_is_caught(tmp_path: Path, monkeypatch) -> None:
+def test_a_link_put_in_place_between_the_check_and_sqlites_open_is_caught(
+    tmp_path: Path, monkeypatch
+) -> None:
     import serving.sagemaker_api.state_file as state_file
 
     state_dir, elsewhere = _private(tmp_path / "state"), _private(tmp_path / "elsewhere")

@@ -56,7 +56,9 @@ def test_a_folder_holding_only_its_handler_is_a_model(tmp_path: Path) -> None:
     # The python stack's usual model: code/inference.py and nothing else.
     root = tmp_path / "prefix"
     (root / "echo" / "code").mkdir(parents=True)
-    (root / "echo" / "code" / "inference.py").write_text("def predict_fn(data, model):\n    return data\n")
+    (root / "echo" / "code" / "inference.py").write_text(
+        "def predict_fn(data, model):\n    return data\n"
+    )
     store = ModelStore(str(root), tmp_path / "cache")
     store.check("echo")
     with pytest.raises(ValidationError, match="model 'echo/code' is inside model 'echo'"):
@@ -71,7 +73,9 @@ def test_multimodel_refuses_the_folder_through_the_handler(tmp_path: Path) -> No
 
     async def scenario() -> None:
         with pytest.raises(ValidationError, match="model 'secret'"):
-            await handler.ainvoke(b"[1]", "application/json", None, InvocationContext(target_model="secret"))
+            await handler.ainvoke(
+                b"[1]", "application/json", None, InvocationContext(target_model="secret")
+            )
         assert handler.cache.loaded_models() == []
 
     try:
@@ -80,19 +84,25 @@ def test_multimodel_refuses_the_folder_through_the_handler(tmp_path: Path) -> No
         handler.close()
 
 
-def test_multimodel_tensorflow_does_not_descend_into_a_sub_model(hetero_models: Path, tmp_path: Path) -> None:
-    # secret/ holds a file of its own, so the store takes it as a model; its SavedModel sits in a model folder
-    # below it (secret/inner/1/), which a SingleModel container would descend into. A MultiModel folder
-    # TargetModel is exactly its folder: no SavedModel at its top or in a version folder, so no model.
+def test_multimodel_tensorflow_does_not_descend_into_a_sub_model(
+    hetero_models: Path, tmp_path: Path
+) -> None:
+    # secret/ holds a file of its own, so the store takes it as a model; its SavedModel sits in a
+    # model folder below it (secret/inner/1/), which a SingleModel container would descend into. A
+    # MultiModel folder TargetModel is exactly its folder: no SavedModel at its top or in a version
+    # folder, so no model.
     root = tmp_path / "prefix"
     shutil.copytree(hetero_models / "hetero-tf-features" / "1", root / "secret" / "inner" / "1")
     (root / "secret" / "README").write_text("notes")
     handler = MultiModelHandler("tensorflow", str(root), {}, hostname="mm")
 
     async def scenario() -> None:
-        # the model failed to load: its own error (ModelError 500 for the caller), not a platform refusal
+        # the model failed to load: its own error (ModelError 500 for the caller), not a platform
+        # refusal
         with pytest.raises(ContainerError, match="FileNotFoundError: no SavedModel") as raised:
-            await handler.ainvoke(b"[[1, 2, 3]]", "application/json", None, InvocationContext(target_model="secret"))
+            await handler.ainvoke(
+                b"[[1, 2, 3]]", "application/json", None, InvocationContext(target_model="secret")
+            )
         assert raised.value.status == 500 and isinstance(raised.value.__cause__, FileNotFoundError)
         assert handler.cache.loaded_models() == []
 
@@ -100,5 +110,6 @@ def test_multimodel_tensorflow_does_not_descend_into_a_sub_model(hetero_models: 
         asyncio.run(scenario())
     finally:
         handler.close()
-    single = runtime_for("tensorflow", root / "secret", {})  # SingleModel keeps SageMaker's <model>/<version>/ layout
+    # SingleModel keeps SageMaker's <model>/<version>/ layout
+    single = runtime_for("tensorflow", root / "secret", {})
     single.load()

@@ -1,4 +1,5 @@
-"""A hostile tenant: a model's own code (it-hostile/tenant) attacks the gateway, its neighbour and the cluster.
+"""A hostile tenant: a model's own code (it-hostile/tenant) attacks the gateway, its neighbour and
+the cluster.
 
 The tenant's `code/inference.py` (tests/suite/handlers.py, HANDLERS["hostile"]) tries what the
 request tells it: read secrets (the identities file, Ray's token, another model), list Ray's object
@@ -26,14 +27,20 @@ from serving.client import AccessDenied
 
 pytestmark = pytest.mark.integration
 
-# The hostile tenant's Environment (tests/security): a variable that must reach its container process only.
+# The hostile tenant's Environment (tests/security): a variable that must reach its container
+# process only.
 TENANT_CANARY = "SERVING_TENANT_CANARY"
 
 
 def hostile(handler_models: dict[str, Path]) -> dict:
-    """it-hostile: a tenant's model that attacks its neighbour, the gateway and the cluster, beside a victim."""
+    """it-hostile: a tenant's model that attacks its neighbour, the gateway and the cluster, beside
+    a victim."""
     tenant = python_container(
-        "tenant", handler_models, "hostile", Resources=TINY, Environment={TENANT_CANARY: "set-by-the-tenant"}
+        "tenant",
+        handler_models,
+        "hostile",
+        Resources=TINY,
+        Environment={TENANT_CANARY: "set-by-the-tenant"},
     )
     return {
         "EndpointName": "it-hostile",
@@ -41,7 +48,8 @@ def hostile(handler_models: dict[str, Path]) -> dict:
     }
 
 
-ENDPOINTS = {"it-hostile": hostile, "it-secure": endpoints.secure}  # what `server` deploys for this module, by builder
+# what `server` deploys for this module, by builder
+ENDPOINTS = {"it-hostile": hostile, "it-secure": endpoints.secure}
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,7 +57,11 @@ ROOT = Path(__file__).resolve().parents[2]
 def _gateway_pid(url: str) -> int:
     port = int(url.rsplit(":", 1)[1])
     for connection in psutil.net_connections("tcp"):
-        if connection.status == psutil.CONN_LISTEN and connection.laddr.port == port and connection.pid:
+        if (
+            connection.status == psutil.CONN_LISTEN
+            and connection.laddr.port == port
+            and connection.pid
+        ):
             return connection.pid
     raise AssertionError(f"no process listens on {url}")
 
@@ -66,7 +78,8 @@ def report(server, identities_file, demo_models, tmp_path_factory) -> dict[str, 
     token_files = [os.environ.get("RAY_AUTH_TOKEN_PATH"), str(Path.home() / ".ray" / "auth_token")]
     session = Path(ray._private.worker.global_worker.node.get_session_dir_path())
     outside = tmp_path_factory.mktemp("outside-the-sandbox")
-    Path("/tmp/serving-tenant-marker").unlink(missing_ok=True)  # a run of an older, unconfined version may have left it
+    # a run of an older, unconfined version may have left it
+    Path("/tmp/serving-tenant-marker").unlink(missing_ok=True)
     targets = {
         "read": [
             str(identities_file),
@@ -77,7 +90,10 @@ def report(server, identities_file, demo_models, tmp_path_factory) -> dict[str, 
         "list": ["/dev/shm", str(session), "/tmp", str(Path.home())],
         "write": [str(outside / "marker"), "/tmp/serving-tenant-marker"],
         "post": [
-            url + "/invocations" for key, urls in replicas.items() for url in urls if key != ("it-hostile", "tenant")
+            url + "/invocations"
+            for key, urls in replicas.items()
+            for url in urls
+            if key != ("it-hostile", "tenant")
         ][:4],
         "api": [server.url + "/"],
         "delete": [server.url + "/endpoints/it-secure"],
@@ -89,7 +105,8 @@ def report(server, identities_file, demo_models, tmp_path_factory) -> dict[str, 
     assert response.status_code == 200
     found = response.body
     assert not (outside / "marker").exists() and not Path("/tmp/serving-tenant-marker").exists()
-    deadline = time.monotonic() + 180  # the tenant's Ray driver attempt runs in its background: collect it
+    # the tenant's Ray driver attempt runs in its background: collect it
+    deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         cluster = server.client.invoke("it-hostile", {"collect": True}, target="tenant").body
         if "ray driver" in cluster:
@@ -104,14 +121,19 @@ def _attempts(report: dict[str, str], prefix: str) -> dict[str, str]:
     return attempts
 
 
-@pytest.mark.parametrize("kind", ["read ", "list ", "write ", "unix ", "signal ", "environ ", "memory "])
+@pytest.mark.parametrize(
+    "kind", ["read ", "list ", "write ", "unix ", "signal ", "environ ", "memory "]
+)
 def test_the_tenant_reaches_nothing_outside_its_sandbox(report: dict[str, str], kind: str) -> None:
-    allowed = {key: value for key, value in _attempts(report, kind).items() if value.startswith("ALLOWED")}
+    allowed = {
+        key: value for key, value in _attempts(report, kind).items() if value.startswith("ALLOWED")
+    }
     assert not allowed, allowed
 
 
 def test_the_tenant_cannot_call_other_containers(report: dict[str, str]) -> None:
-    # Not even to be refused by their hop signature check (403): no connection leaves its network namespace.
+    # Not even to be refused by their hop signature check (403): no connection leaves its network
+    # namespace.
     for key, value in _attempts(report, "post ").items():
         assert value.startswith("REFUSED: URLError"), (key, value)
 
@@ -122,41 +144,52 @@ def test_the_tenant_cannot_join_the_cluster_or_read_its_store(report: dict[str, 
 
 
 def test_the_tenant_holds_no_ray_credentials(report: dict[str, str]) -> None:
-    leaked = [name for name in report["environment"] if name.startswith(("RAY_", "AWS_")) or "TOKEN" in name]
+    leaked = [
+        name
+        for name in report["environment"]
+        if name.startswith(("RAY_", "AWS_")) or "TOKEN" in name
+    ]
     assert not leaked, leaked
 
 
 def test_the_tenants_environment_is_its_container_process_only(report: dict[str, str]) -> None:
-    """Its Environment is its container process's, never its Ray worker's (which holds Ray's credentials): once,
-    PYTHONPATH there ran the tenant's sitecustomize.py in the worker. (Variables that choose code as a process
-    starts are now refused by name: test_sec_environment.py.)"""
+    """Its Environment is its container process's, never its Ray worker's (which holds Ray's
+    credentials): once, PYTHONPATH there ran the tenant's sitecustomize.py in the worker. (Variables
+    that choose code as a process starts are now refused by name: test_sec_environment.py.)"""
     assert TENANT_CANARY in report["environment"]  # the variable did reach the container process
     supervisor = Path(f"/proc/{report['supervisor']}/environ").read_bytes()
     assert TENANT_CANARY.encode() not in supervisor
 
 
 def test_the_tenant_cannot_reach_the_control_plane(report: dict[str, str], server) -> None:
-    # Container processes have a network namespace of their own (and Landlock allows them no TCP port but their
-    # own): neither the SageMaker API nor `serving delete`'s control route answers them, whatever they hold.
+    # Container processes have a network namespace of their own (and Landlock allows them no TCP
+    # port but their own): neither the SageMaker API nor `serving delete`'s control route answers
+    # them, whatever they hold.
     for key, value in {**_attempts(report, "api "), **_attempts(report, "delete ")}.items():
         assert value.startswith("REFUSED: URLError") and "Permission denied" in value, (key, value)
-    assert server.client.describe_endpoint("it-secure")["EndpointStatus"] == "InService"  # not deleted
+    # not deleted
+    assert server.client.describe_endpoint("it-secure")["EndpointStatus"] == "InService"
 
 
 def test_registry_writes_need_the_control_plane_capability(server) -> None:
-    # A process that reaches the registry without the capability (here: the test driver, with a guessed
-    # token) can neither rewrite an endpoint, nor delete one, nor register a replica of someone else's.
+    # A process that reaches the registry without the capability (here: the test driver, with a
+    # guessed token) can neither rewrite an endpoint, nor delete one, nor register a replica of
+    # someone else's.
     from serving import ray_wing
 
     registry = ray_wing.registry_handle()
     before = ray.get(registry.snapshot.remote(-1), timeout=30)
-    forged = {**before["endpoints"]["it-secure"], "access": None}  # the attack: drop it-secure's AccessControl
+    # the attack: drop it-secure's AccessControl
+    forged = {**before["endpoints"]["it-secure"], "access": None}
     assert ray.get(registry.put_endpoint.remote("0" * 64, forged), timeout=30) is False
     assert ray.get(registry.delete_endpoint.remote("", "it-secure"), timeout=30) is False
     version = before["endpoints"]["it-secure"]["containers"][0]["Version"]
     assert (
         ray.get(
-            registry.register.remote("it-secure", "customIps-iris", version, "http://127.0.0.1:9", "0" * 64), timeout=30
+            registry.register.remote(
+                "it-secure", "customIps-iris", version, "http://127.0.0.1:9", "0" * 64
+            ),
+            timeout=30,
         )
         is False
     )
@@ -173,12 +206,15 @@ def test_registry_writes_need_the_control_plane_capability(server) -> None:
 
 
 def test_no_secret_travels_through_ray(server, access_callers) -> None:
-    # What the registry (actor state, object store) holds names the identities file; no secret, no digest.
+    # What the registry (actor state, object store) holds names the identities file; no secret, no
+    # digest.
     import hashlib
 
     snapshot = repr(
         ray.get(
-            __import__("serving.ray_wing", fromlist=["registry_handle"]).registry_handle().snapshot.remote(-1),
+            __import__("serving.ray_wing", fromlist=["registry_handle"])
+            .registry_handle()
+            .snapshot.remote(-1),
             timeout=30,
         )
     )
@@ -191,11 +227,12 @@ def test_no_secret_travels_through_ray(server, access_callers) -> None:
 
 
 def test_the_tenant_cannot_join_or_reach_any_listener_of_the_node(server, access_callers) -> None:
-    """Issue 56: with an MPTCP socket (which Landlock's TCP rules do not cover) the tenant once joined the gateway's
-    SO_REUSEPORT group and answered 18 of 40 calls made to another, access-controlled endpoint, reading their keys.
-    Now it tries every socket the kernel offers (tests/security/tenant_probe.py) on the gateway's HTTP and gRPC
-    ports, and connects to them, to Ray's GCS and to another container's data port and Unix socket, while callers
-    of it-secure keep calling: every call is answered by it-secure, and the tenant bound, reached and got nothing."""
+    """Issue 56: with an MPTCP socket (which Landlock's TCP rules do not cover) the tenant once
+    joined the gateway's SO_REUSEPORT group and answered 18 of 40 calls made to another,
+    access-controlled endpoint, reading their keys. Now it tries every socket the kernel offers
+    (tests/security/tenant_probe.py) on the gateway's HTTP and gRPC ports, and connects to them, to
+    Ray's GCS and to another container's data port and Unix socket, while callers of it-secure keep
+    calling: every call is answered by it-secure, and the tenant bound, reached and got nothing."""
     import httpx
 
     gateway_port = int(server.url.rsplit(":", 1)[1])
@@ -230,12 +267,17 @@ def test_the_tenant_cannot_join_or_reach_any_listener_of_the_node(server, access
                     "X-Amzn-SageMaker-Target-Container-Hostname": "customIps-iris",
                 },
             )
-            origins.append((answer.status_code, answer.headers.get("x-Amzn-Invoked-Production-Variant")))
+            origins.append(
+                (answer.status_code, answer.headers.get("x-Amzn-Invoked-Production-Variant"))
+            )
     deadline = time.monotonic() + 60
-    while not (got := server.client.invoke("it-hostile", {"collect_sockets": True}, target="tenant").body)["done"]:
+    while not (
+        got := server.client.invoke("it-hostile", {"collect_sockets": True}, target="tenant").body
+    )["done"]:
         assert time.monotonic() < deadline, "the tenant's listeners did not finish"
         time.sleep(0.5)
-    assert all(status == 200 and variant for status, variant in origins), origins  # each answered by it-secure
+    # each answered by it-secure
+    assert all(status == 200 and variant for status, variant in origins), origins
     assert got["received"] == 0, got
     assert not found["connected"], found["connected"]
     stream_like = [entry for entry in found["bound"] if entry.split("/")[1] in ("1", "5")]
@@ -243,8 +285,9 @@ def test_the_tenant_cannot_join_or_reach_any_listener_of_the_node(server, access
 
 
 def test_the_embedded_gateways_ports_admit_no_second_listener(server) -> None:
-    """One gateway on one machine binds its ports without SO_REUSEPORT: not even a process of the server's own
-    user, in its own network namespace, can join them (before: any such process setting SO_REUSEPORT could)."""
+    """One gateway on one machine binds its ports without SO_REUSEPORT: not even a process of the
+    server's own user, in its own network namespace, can join them (before: any such process setting
+    SO_REUSEPORT could)."""
     import socket
 
     for port in (int(server.url.rsplit(":", 1)[1]), int(server.grpc_target.rsplit(":", 1)[1])):

@@ -1,9 +1,11 @@
-"""A tensorflow container's TF Serving route (`context.rest_uri`) is no standing capability (issue 41, finding 5).
+"""A tensorflow container's TF Serving route (`context.rest_uri`) is no standing capability (issue
+41, finding 5).
 
-Before the fix the route took one token per process, and a handler's failure was answered and logged as
-`{"error": str(e)}`: `requests`' HTTPError names the URL, token included, Ray writes its logs world-readable, and a
-local user who read the token called the protected container's model with no credentials. Now the URL carries a
-nonce valid only while its invocation runs, and answers and log lines leave the URL out.
+Before the fix the route took one token per process, and a handler's failure was answered and logged
+as `{"error": str(e)}`: `requests`' HTTPError names the URL, token included, Ray writes its logs
+world-readable, and a local user who read the token called the protected container's model with no
+credentials. Now the URL carries a nonce valid only while its invocation runs, and answers and log
+lines leave the URL out.
 
 A real container process serves a real SavedModel with a SageMaker TFS-style handler.
 """
@@ -47,11 +49,17 @@ def container(tmp_path_factory) -> Iterator[ContainerProcess]:
     (model / "code" / "inference.py").write_text(HANDLER)
     process = ContainerProcess(
         ContainerConfig(
-            endpoint="e", hostname="tfs", image="tensorflow", model_data=str(model), environment={}, hop_key=KEY
+            endpoint="e",
+            hostname="tfs",
+            image="tensorflow",
+            model_data=str(model),
+            environment={},
+            hop_key=KEY,
         ),
         "127.0.0.1",
     )
-    log = model.parent / "container.log"  # the process's stderr, as a replica's is its Ray worker's log file
+    # the process's stderr, as a replica's is its Ray worker's log file
+    log = model.parent / "container.log"
     saved = os.dup(2)
     with open(log, "wb") as out:
         os.dup2(out.fileno(), 2)
@@ -92,5 +100,7 @@ def test_a_failing_handler_leaks_no_url_in_its_answer_or_log(container) -> None:
 def test_a_url_that_got_out_is_dead_once_its_invocation_ends(container) -> None:
     leaked = invoke(container, {"show": True}).json()["rest_uri"]
     assert LOCAL_TFS_PATH in leaked
-    late = httpx.post(leaked, content=json.dumps({"instances": [1.0]}), timeout=30)  # a local user, no credentials
-    assert late.status_code == 404, late.text  # before: 200, the model ran for anyone holding the token
+    # a local user, no credentials
+    late = httpx.post(leaked, content=json.dumps({"instances": [1.0]}), timeout=30)
+    # before: 200, the model ran for anyone holding the token
+    assert late.status_code == 404, late.text

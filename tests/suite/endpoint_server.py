@@ -1,12 +1,14 @@
-"""One embedded Ray and endpoint server per test session, and in it the endpoints each test module uses.
+"""One embedded Ray and endpoint server per test session, and in it the endpoints each test module
+uses.
 
-The integration and security tiers share one Ray and one gateway, started when a test first asks for them, with no
-endpoints. A module that uses endpoints names them in `ENDPOINTS`, a mapping of endpoint name to the function that
-builds its spec (its parameters name the session fixtures it is built from: `suite.endpoints` for the shared ones,
-the module itself for its own), and asks for the `server` fixture, which deploys those not running yet, waits for
-them (bounded) and, after the last module that names one has run, deletes it: a module deploys no more than it
-uses, an endpoint is built once however many modules share it, and an endpoint that fails to start fails the
-modules that name it only. Every wait is bounded; everything is torn down at the end of the session.
+The integration and security tiers share one Ray and one gateway, started when a test first asks for
+them, with no endpoints. A module that uses endpoints names them in `ENDPOINTS`, a mapping of
+endpoint name to the function that builds its spec (its parameters name the session fixtures it is
+built from: `suite.endpoints` for the shared ones, the module itself for its own), and asks for the
+`server` fixture, which deploys those not running yet, waits for them (bounded) and, after the last
+module that names one has run, deletes it: a module deploys no more than it uses, an endpoint is
+built once however many modules share it, and an endpoint that fails to start fails the modules that
+name it only. Every wait is bounded; everything is torn down at the end of the session.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from suite.services import AWS_TEST_ENVIRONMENT
 
 _LAST_USER = pytest.StashKey[dict]()
 
-READY_TIMEOUT_S = 1500  # one module's endpoints (at most ~25 replicas, it-fifteen's TensorFlow and PyTorch ones
+# one module's endpoints (at most ~25 replicas, it-fifteen's TensorFlow and PyTorch ones
+READY_TIMEOUT_S = 1500
 
 # The session's Ray has 2 logical CPUs and every other replica reserves 0.05 of them: the
 # containers added after it-fifteen reserve less, so that all replicas can be placed.
@@ -36,7 +39,8 @@ Builder = Callable[..., dict]
 
 
 def fails_to_start(builder: Builder) -> Builder:
-    """Mark an endpoint whose start is meant to fail: it settles Failed, and modules that name it still run."""
+    """Mark an endpoint whose start is meant to fail: it settles Failed, and modules that name it
+    still run."""
     builder.fails_to_start = True  # type: ignore[attr-defined]
     return builder
 
@@ -44,17 +48,26 @@ def fails_to_start(builder: Builder) -> Builder:
 @pytest.hookimpl(trylast=True)  # after -m / -k have deselected what will not run
 def pytest_collection_modifyitems(config, items):
     # A module's set-up (training, Ray, its endpoints) is bounded by READY_TIMEOUT_S, not by the
-    # per-test timeout of whichever test happens to request it first: that one times its own body only.
+    # per-test timeout of whichever test happens to request it first: that one times its own body
+    # only.
     for item in items:
         if item.get_closest_marker("integration") and not item.get_closest_marker("timeout"):
-            item.add_marker(pytest.mark.timeout(float(item.config.getini("timeout") or 300), func_only=True))
-    # Tests that start an embedded Ray of their own (`serving train` runs) go right after the demo's, before the
-    # session's Ray starts: two Rays at once on 2 cores start slowly, and beside a module's replicas, too slowly.
+            item.add_marker(
+                pytest.mark.timeout(float(item.config.getini("timeout") or 300), func_only=True)
+            )
+    # Tests that start an embedded Ray of their own (`serving train` runs) go right after the
+    # demo's, before the session's Ray starts: two Rays at once on 2 cores start slowly, and beside
+    # a module's replicas, too slowly.
     first = [item for item in items if item.get_closest_marker("e2e")]
-    own_ray = [item for item in items if item.get_closest_marker("own_ray") and not item.get_closest_marker("e2e")]
+    own_ray = [
+        item
+        for item in items
+        if item.get_closest_marker("own_ray") and not item.get_closest_marker("e2e")
+    ]
     chosen = {id(item) for item in first + own_ray}
     items[:] = first + own_ray + [item for item in items if id(item) not in chosen]
-    last_user = {}  # endpoint -> the module that uses it last, in the order the tests run: it deletes it
+    # endpoint -> the module that uses it last, in the order the tests run: it deletes it
+    last_user = {}
     for item in items:
         for name in getattr(item.module, "ENDPOINTS", ()):
             last_user[name] = item.nodeid.split("::")[0]
@@ -63,10 +76,10 @@ def pytest_collection_modifyitems(config, items):
 
 @dataclass(frozen=True)
 class EndpointServer:
-    """The running endpoint server as the tests reach it: `client`, the SDK's Client (what a user calls: answers and
-    the errors they raise, one attempt each, unsigned); `http`, plain HTTP for what a client would not send (other
-    routes, malformed requests, a status code as it comes); its URL, its gRPC port's address and the CA that signed
-    it."""
+    """The running endpoint server as the tests reach it: `client`, the SDK's Client (what a user
+    calls: answers and the errors they raise, one attempt each, unsigned); `http`, plain HTTP for
+    what a client would not send (other routes, malformed requests, a status code as it comes); its
+    URL, its gRPC port's address and the CA that signed it."""
 
     url: str
     client: Client
@@ -76,7 +89,8 @@ class EndpointServer:
 
 
 def self_signed_certificate(folder: Path) -> tuple[Path, Path]:
-    """A certificate for 127.0.0.1 and localhost, and its key (PEM files): the session's gRPC port serves TLS."""
+    """A certificate for 127.0.0.1 and localhost, and its key (PEM files): the session's gRPC port
+    serves TLS."""
     import datetime
 
     from cryptography import x509
@@ -87,7 +101,10 @@ def self_signed_certificate(folder: Path) -> tuple[Path, Path]:
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
     now = datetime.datetime.now(datetime.UTC)
-    names = [x509.DNSName("localhost"), x509.IPAddress(__import__("ipaddress").ip_address("127.0.0.1"))]
+    names = [
+        x509.DNSName("localhost"),
+        x509.IPAddress(__import__("ipaddress").ip_address("127.0.0.1")),
+    ]
     certificate = (
         x509.CertificateBuilder()
         .subject_name(name)
@@ -103,7 +120,11 @@ def self_signed_certificate(folder: Path) -> tuple[Path, Path]:
     cert, key_file = folder / "grpc-cert.pem", folder / "grpc-key.pem"
     cert.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
     key_file.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
     )
     key_file.chmod(0o600)
     return cert, key_file
@@ -111,8 +132,8 @@ def self_signed_certificate(folder: Path) -> tuple[Path, Path]:
 
 @pytest.fixture(scope="session")
 def ray_server(tmp_path_factory):
-    """Embedded Ray and the endpoint server, with no endpoints (the modules' `server` fixtures deploy them); its
-    gRPC port serves TLS with a certificate of this session's."""
+    """Embedded Ray and the endpoint server, with no endpoints (the modules' `server` fixtures
+    deploy them); its gRPC port serves TLS with a certificate of this session's."""
     from serving.ray_wing import EmbeddedServer
 
     cert, key = self_signed_certificate(tmp_path_factory.mktemp("grpc-tls"))
@@ -124,12 +145,14 @@ def ray_server(tmp_path_factory):
         grpc_tls_cert=str(cert),
         grpc_tls_key=str(key),
     )
-    # The gateway reads and writes it-async's objects with its own credentials: those of the environment
-    # Ray starts with (the local S3 server accepts any).
+    # The gateway reads and writes it-async's objects with its own credentials: those of the
+    # environment Ray starts with (the local S3 server accepts any).
     with pytest.MonkeyPatch.context() as environment:
         for key, value in AWS_TEST_ENVIRONMENT.items():
             environment.setenv(key, value)
-        with EmbeddedServer([], settings, num_cpus=2, wait=False, ready_timeout_s=READY_TIMEOUT_S) as embedded:
+        with EmbeddedServer(
+            [], settings, num_cpus=2, wait=False, ready_timeout_s=READY_TIMEOUT_S
+        ) as embedded:
             embedded.running = set()  # catalogue endpoints deployed now
             embedded.grpc_ca = cert
             yield embedded
@@ -144,18 +167,24 @@ def _small(specs: list[dict]) -> list[dict]:
 
 
 def _built(request, name: str, builder: Builder) -> dict:
-    """`builder`'s spec for endpoint `name`, from the fixtures its parameters name (the module's or the session's)."""
+    """`builder`'s spec for endpoint `name`, from the fixtures its parameters name (the module's or
+    the session's)."""
     document = builder(
-        **{parameter: request.getfixturevalue(parameter) for parameter in inspect.signature(builder).parameters}
+        **{
+            parameter: request.getfixturevalue(parameter)
+            for parameter in inspect.signature(builder).parameters
+        }
     )
-    assert document["EndpointName"] == name, f"ENDPOINTS names {name!r}, its builder makes {document['EndpointName']!r}"
+    assert document["EndpointName"] == name, (
+        f"ENDPOINTS names {name!r}, its builder makes {document['EndpointName']!r}"
+    )
     return document
 
 
 @pytest.fixture(scope="module")
 def server(request, ray_server):
-    """The endpoint server with the endpoints this module names in ENDPOINTS, InService (or, if its builder
-    `fails_to_start`, Failed)."""
+    """The endpoint server with the endpoints this module names in ENDPOINTS, InService (or, if its
+    builder `fails_to_start`, Failed)."""
     wanted: dict[str, Builder] | None = getattr(request.module, "ENDPOINTS", None)
     if not isinstance(wanted, dict):
         pytest.fail(
@@ -171,7 +200,8 @@ def server(request, ray_server):
         expected = {name for name in new if getattr(wanted[name], "fails_to_start", False)}
         problems = readiness.pending + [name for name in readiness.failed if name not in expected]
         if problems:
-            for name in new:  # a failed start fails this module only: the next ones start without it
+            # a failed start fails this module only: the next ones start without it
+            for name in new:
                 ray_server.delete(name)
                 ray_server.running.discard(name)
             pytest.fail(f"endpoints not ready after {READY_TIMEOUT_S} s: {readiness.explain()}")
@@ -180,10 +210,17 @@ def server(request, ray_server):
         httpx.Client(base_url=ray_server.url, timeout=30) as http,
     ):
         yield EndpointServer(
-            ray_server.url, client, http, f"127.0.0.1:{ray_server.settings.grpc_port}", ray_server.grpc_ca
+            ray_server.url,
+            client,
+            http,
+            f"127.0.0.1:{ray_server.settings.grpc_port}",
+            ray_server.grpc_ca,
         )
     module = request.node.nodeid
     for name in wanted:
-        if request.config.stash[_LAST_USER].get(name, module) == module and name in ray_server.running:
+        if (
+            request.config.stash[_LAST_USER].get(name, module) == module
+            and name in ray_server.running
+        ):
             ray_server.delete(name)
             ray_server.running.discard(name)

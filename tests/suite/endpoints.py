@@ -1,6 +1,7 @@
-"""The endpoints several test modules share, one builder each: a function whose parameters name the session
-fixtures it is built from, returning its spec document. A module names the ones it uses in ENDPOINTS (endpoint
-name -> builder); an endpoint only one module uses is built in that module instead."""
+"""The endpoints several test modules share, one builder each: a function whose parameters name the
+session fixtures it is built from, returning its spec document. A module names the ones it uses in
+ENDPOINTS (endpoint name -> builder); an endpoint only one module uses is built in that module
+instead."""
 
 from __future__ import annotations
 
@@ -14,17 +15,27 @@ from suite.services import AWS_TEST_ENVIRONMENT, S3_BUCKET
 
 def python_container(host: str, handlers: dict[str, Path], handler: str, **extra) -> dict:
     """A container of the Python stack serving one of `suite.handlers.HANDLERS`."""
-    return {"ContainerHostname": host, "Image": "python", "ModelDataUrl": str(handlers[handler]), **extra}
+    return {
+        "ContainerHostname": host,
+        "Image": "python",
+        "ModelDataUrl": str(handlers[handler]),
+        **extra,
+    }
 
 
 def sklearn_container(host: str, demo: Path, model: str, **extra) -> dict:
     """A container of the scikit-learn stack serving one of the demo's models."""
-    return {"ContainerHostname": host, "Image": "sklearn", "ModelDataUrl": str(demo / model), **extra}
+    return {
+        "ContainerHostname": host,
+        "Image": "sklearn",
+        "ModelDataUrl": str(demo / model),
+        **extra,
+    }
 
 
 def direct(demo_models: Path, handler_models: dict[str, Path]) -> dict:
-    """it-direct: six containers of two stacks, Direct; `faulty` always fails, `sleepy` sleeps as asked,
-    `narrow` takes one request at a time."""
+    """it-direct: six containers of two stacks, Direct; `faulty` always fails, `sleepy` sleeps as
+    asked, `narrow` takes one request at a time."""
     sk = lambda host, model, **extra: sklearn_container(host, demo_models, model, **extra)
     py = lambda host, handler, **extra: python_container(host, handler_models, handler, **extra)
     return {
@@ -32,7 +43,11 @@ def direct(demo_models: Path, handler_models: dict[str, Path]) -> dict:
         "Containers": [
             sk("iris", "iris-classifier"),
             sk("wine", "wine-classifier", Environment={"SERVING_SKLEARN_METHOD": "predict_proba"}),
-            {"ContainerHostname": "labels", "Image": "python", "ModelDataUrl": str(demo_models / "iris-labels.tar.gz")},
+            {
+                "ContainerHostname": "labels",
+                "Image": "python",
+                "ModelDataUrl": str(demo_models / "iris-labels.tar.gz"),
+            },
             py("faulty", "faulty"),
             py("sleepy", "sleepy"),
             py("narrow", "sleepy", Environment={"SERVING_MAX_CONCURRENCY": "1"}),
@@ -42,7 +57,9 @@ def direct(demo_models: Path, handler_models: dict[str, Path]) -> dict:
 
 def single(demo_models: Path) -> dict:
     """it-single: one iris container on two replicas."""
-    only = sklearn_container("only", demo_models, "iris-classifier", AutoScaling={"MinCapacity": 2, "MaxCapacity": 2})
+    only = sklearn_container(
+        "only", demo_models, "iris-classifier", AutoScaling={"MinCapacity": 2, "MaxCapacity": 2}
+    )
     return {"EndpointName": "it-single", "Containers": [only]}
 
 
@@ -54,13 +71,18 @@ def serial(demo_models: Path) -> dict:
         "Containers": [
             sklearn_container("preprocess", demo_models, "iris-preprocess"),
             sklearn_container("classifier", demo_models, "iris-on-features"),
-            {"ContainerHostname": "labels", "Image": "python", "ModelDataUrl": str(demo_models / "iris-labels.tar.gz")},
+            {
+                "ContainerHostname": "labels",
+                "Image": "python",
+                "ModelDataUrl": str(demo_models / "iris-labels.tar.gz"),
+            },
         ],
     }
 
 
 def serial_fail(demo_models: Path, handler_models: dict[str, Path]) -> dict:
-    """it-serial-fail: a Serial chain whose second container always fails (the third is never reached)."""
+    """it-serial-fail: a Serial chain whose second container always fails (the third is never
+    reached)."""
     return {
         "EndpointName": "it-serial-fail",
         "InferenceExecutionConfig": {"Mode": "Serial"},
@@ -83,7 +105,8 @@ def broken(handler_models: dict[str, Path]) -> dict:
 
 
 def secure(demo_models: Path, identities_file: Path) -> dict:
-    """it-secure: Direct, three containers named after the documented example, with AccessControl."""
+    """it-secure: Direct, three containers named after the documented example, with
+    AccessControl."""
     return {
         "EndpointName": "it-secure",
         "AccessControl": {"IdentitiesFile": str(identities_file)},
@@ -108,8 +131,9 @@ def secure(demo_models: Path, identities_file: Path) -> dict:
 
 
 def v2_output_matches(container: str, got, invoked) -> bool:
-    """Whether an it-fifteen container's V2 output tensor says what its InvokeEndpoint answer says: python-rules'
-    labels as a BYTES tensor, tensorflow-keras' TF Serving `{"predictions": ...}`, the others the same numbers."""
+    """Whether an it-fifteen container's V2 output tensor says what its InvokeEndpoint answer says:
+    python-rules' labels as a BYTES tensor, tensorflow-keras' TF Serving `{"predictions": ...}`, the
+    others the same numbers."""
     import numpy as np
 
     if container == "python-rules":
@@ -132,7 +156,8 @@ FIFTEEN = {
     "sklearn-iris": ("sklearn", "hetero-iris-sklearn", {}),
     "sklearn-wine": ("sklearn", "hetero-wine-sklearn", {"SERVING_SKLEARN_METHOD": "predict_proba"}),
     "pytorch-script": ("pytorch", "hetero-iris-torchscript", {}),
-    "pytorch-export": ("pytorch", "hetero-wine-export", {"SERVING_ALLOW_PICKLE": "true"}),  # a .pt2 runs code
+    # a .pt2 runs code
+    "pytorch-export": ("pytorch", "hetero-wine-export", {"SERVING_ALLOW_PICKLE": "true"}),
     "pytorch-state": ("pytorch", "hetero-iris-state", {}),
     "tensorflow-saved": ("tensorflow", "hetero-tf-features", {}),
     "tensorflow-keras": ("tensorflow", "hetero-tf-iris", {}),
@@ -168,8 +193,9 @@ def fifteen(hetero_models: Path) -> dict:
 
 
 def multi(multi_model_prefix: Path, s3_models: str) -> dict:
-    """it-multi: MultiModel containers. `local` serves a folder of models through a cache of 3 on two replicas;
-    `cloud` the same models from the session's S3 server; `once` loads a model for each request (no cache)."""
+    """it-multi: MultiModel containers. `local` serves a folder of models through a cache of 3 on
+    two replicas; `cloud` the same models from the session's S3 server; `once` loads a model for
+    each request (no cache)."""
     return {
         "EndpointName": "it-multi",
         "Containers": [

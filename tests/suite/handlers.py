@@ -1,5 +1,5 @@
-"""The handler scripts the Ray tiers serve (`code/inference.py` of a Python-stack model), one folder each, made once
-per session: `handler_models[name]` is the model folder of `HANDLERS[name]`."""
+"""The handler scripts the Ray tiers serve (`code/inference.py` of a Python-stack model), one folder
+each, made once per session: `handler_models[name]` is the model folder of `HANDLERS[name]`."""
 
 from __future__ import annotations
 
@@ -25,8 +25,9 @@ def predict_fn(data, model, context):
     time.sleep(seconds)
     return {"slept": seconds}
 """,
-    # InvokeEndpointWithResponseStream: output_fn returns a generator of JSON lines, each stamped with when it was
-    # made; {"count": N, "gap": S, "fail": K} makes N chunks S seconds apart and raises before chunk K.
+    # InvokeEndpointWithResponseStream: output_fn returns a generator of JSON lines, each stamped
+    # with when it was made; {"count": N, "gap": S, "fail": K} makes N chunks S seconds apart and
+    # raises before chunk K.
     "streamer": """
 import json, time
 

@@ -1,5 +1,6 @@
-"""The models the tests serve, for every tier: the demos trained from scikit-learn's bundled datasets and a
-MultiModel prefix of them. Each is made once per session, when a test first asks for it."""
+"""The models the tests serve, for every tier: the demos trained from scikit-learn's bundled
+datasets and a MultiModel prefix of them. Each is made once per session, when a test first asks for
+it."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ def demo_models(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def hetero_models(tmp_path_factory) -> Path:
-    """The heterogeneous demo's models (sklearn, PyTorch, TensorFlow, ONNX, Python), trained once per session.
+    """The heterogeneous demo's models (sklearn, PyTorch, TensorFlow, ONNX, Python), trained once
+    per session.
 
     `expected.json` in the folder holds each model's sample request and the answer it must give.
     """
@@ -40,18 +42,20 @@ def hetero_models(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def hetero_expected(hetero_models) -> dict:
-    """Per model folder of `hetero_models`: {"request", "response", "classes"} (see examples/train_hetero.py)."""
+    """Per model folder of `hetero_models`: {"request", "response", "classes"} (see
+    examples/train_hetero.py)."""
     return json.loads((hetero_models / "expected.json").read_text())
 
 
-# it-multi's models: a MultiModel prefix of twelve archives (its `local` container caches 3 of them).
+# it-multi's models: a MultiModel prefix of twelve archives (its `local` container caches 3 of
+# them).
 MULTI_MODELS = 12
 
 
 @pytest.fixture(scope="session")
 def multi_model_prefix(demo_models, tmp_path_factory) -> Path:
-    """A MultiModel prefix: iris-0.tar.gz ... (the demo's iris classifier, as SageMaker archives) and
-    echo-model/ (a Python model that answers with its own name)."""
+    """A MultiModel prefix: iris-0.tar.gz ... (the demo's iris classifier, as SageMaker archives)
+    and echo-model/ (a Python model that answers with its own name)."""
     import tarfile
 
     root = tmp_path_factory.mktemp("multi-model-prefix")

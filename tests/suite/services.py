@@ -1,6 +1,6 @@
-"""What the Ray tiers' endpoints reach beside their models, made once per session: the S3-compatible server (moto,
-on loopback) holding a copy of the MultiModel prefix, it-secure's identities file and callers, and the instance
-types of endpoints created through the SageMaker API."""
+"""What the Ray tiers' endpoints reach beside their models, made once per session: the S3-compatible
+server (moto, on loopback) holding a copy of the MultiModel prefix, it-secure's identities file and
+callers, and the instance types of endpoints created through the SageMaker API."""
 
 from __future__ import annotations
 
@@ -26,7 +26,10 @@ ACCESS_CALLERS = {
         "SecretAccessKey": "team-b-integration-secret",
         "PolicyDocuments": ["all-but-special.json"],
     },
-    "batch-job": {"ApiKey": "batch-job-integration-api-key", "PolicyDocuments": ["all-but-special.json"]},
+    "batch-job": {
+        "ApiKey": "batch-job-integration-api-key",
+        "PolicyDocuments": ["all-but-special.json"],
+    },
 }
 
 
@@ -41,7 +44,11 @@ def identities_file(tmp_path_factory) -> Path:
     """it-secure's identities file, attaching the example policies shipped in policies/."""
     policies = ROOT / "policies"
     entries = [
-        {"Principal": name, **fields, "PolicyDocuments": [str(policies / p) for p in fields["PolicyDocuments"]]}
+        {
+            "Principal": name,
+            **fields,
+            "PolicyDocuments": [str(policies / p) for p in fields["PolicyDocuments"]],
+        }
         for name, fields in ACCESS_CALLERS.items()
     ]
     path = tmp_path_factory.mktemp("access") / "identities.yaml"
@@ -49,9 +56,9 @@ def identities_file(tmp_path_factory) -> Path:
     return path
 
 
-# InstanceType -> what one instance reserves, for endpoints created through the SageMaker API in tests
-# (tests/integration/test_sagemaker_api.py, whose servers are its own: beside a session server of ~60 replicas,
-# a walkthrough's replicas took the node past Ray's memory threshold).
+# InstanceType -> what one instance reserves, for endpoints created through the SageMaker API in
+# tests (tests/integration/test_sagemaker_api.py, whose servers are its own: beside a session server
+# of ~60 replicas, a walkthrough's replicas took the node past Ray's memory threshold).
 API_INSTANCE_TYPES = {"ml.m5.large": {"Cpus": 0.02}, "ml.c5.large": {"Cpus": 0.04}}
 
 
@@ -74,7 +81,8 @@ AWS_TEST_ENVIRONMENT = {
 @pytest.fixture(scope="session")
 def s3_models(multi_model_prefix) -> str:
     """An S3-compatible server on loopback (moto: no cloud is reachable from the tests) holding the
-    prefix's models under s3://it-models/team-a/; returns its URL. Stopped at the end of the session."""
+    prefix's models under s3://it-models/team-a/; returns its URL. Stopped at the end of the
+    session."""
     import logging
 
     import boto3
@@ -96,7 +104,11 @@ def s3_models(multi_model_prefix) -> str:
         s3.create_bucket(Bucket=S3_BUCKET)
         for path in sorted(multi_model_prefix.rglob("*")):
             if path.is_file():
-                s3.upload_file(str(path), S3_BUCKET, f"team-a/{path.relative_to(multi_model_prefix).as_posix()}")
+                s3.upload_file(
+                    str(path),
+                    S3_BUCKET,
+                    f"team-a/{path.relative_to(multi_model_prefix).as_posix()}",
+                )
         yield url
     finally:
         server.stop()

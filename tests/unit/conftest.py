@@ -63,7 +63,9 @@ def iris() -> Iris:
 @pytest.fixture(scope="session")
 def iris_classifier(iris: Iris, tmp_path_factory: pytest.TempPathFactory) -> SavedModel:
     """StandardScaler + LogisticRegression on the four iris features."""
-    model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)).fit(iris.data, iris.target)
+    model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)).fit(
+        iris.data, iris.target
+    )
     return SavedModel(_save_skops(model, tmp_path_factory.mktemp("iris-classifier")), model)
 
 
@@ -75,9 +77,13 @@ def iris_scaler(iris: Iris, tmp_path_factory: pytest.TempPathFactory) -> SavedMo
 
 
 @pytest.fixture(scope="session")
-def iris_on_scaled(iris: Iris, iris_scaler: SavedModel, tmp_path_factory: pytest.TempPathFactory) -> SavedModel:
+def iris_on_scaled(
+    iris: Iris, iris_scaler: SavedModel, tmp_path_factory: pytest.TempPathFactory
+) -> SavedModel:
     """LogisticRegression trained on the scaler's output: the second step of a pipeline."""
-    model = LogisticRegression(max_iter=1000).fit(iris_scaler.estimator.transform(iris.data), iris.target)
+    model = LogisticRegression(max_iter=1000).fit(
+        iris_scaler.estimator.transform(iris.data), iris.target
+    )
     return SavedModel(_save_skops(model, tmp_path_factory.mktemp("iris-on-scaled")), model)
 
 
@@ -108,7 +114,9 @@ def handler_dir(tmp_path: Path) -> Callable[..., Path]:
 def loaded() -> Callable[..., Runtime]:
     """Build a runtime for an Image and load it, as a container replica does."""
 
-    def load(image: str, model_dir: Path | None, environment: Mapping[str, str] | None = None) -> Runtime:
+    def load(
+        image: str, model_dir: Path | None, environment: Mapping[str, str] | None = None
+    ) -> Runtime:
         runtime = runtime_for(image, model_dir, environment or {})
         runtime.load()
         return runtime

@@ -2,9 +2,10 @@
 test_sagemaker_autoscaling_api.py.
 
 The Deployer (what the API drives: apply a spec, delete a served endpoint, the served endpoints'
-descriptions, the variant routing table, the cluster's capacity) is faked in memory because those tests
-are about the protocol layer: a test says when a served variant is InService or Failed and calls
-`api.tick()` itself. Real Ray Serve under the same API runs in tests/integration/test_sagemaker_api.py.
+descriptions, the variant routing table, the cluster's capacity) is faked in memory because those
+tests are about the protocol layer: a test says when a served variant is InService or Failed and
+calls `api.tick()` itself. Real Ray Serve under the same API runs in
+tests/integration/test_sagemaker_api.py.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ DIMENSION = "sagemaker:variant:DesiredInstanceCount"
 
 
 class FakeDeployer:
-    """The runtime under the API, in memory (see the module docstring): what was applied, deleted, routed."""
+    """The runtime under the API, in memory (see the module docstring): what was applied, deleted,
+    routed."""
 
     def __init__(self, cpus: float = 8.0) -> None:
         self.applied: list[EndpointSpec] = []
@@ -102,7 +104,8 @@ class FakeDeployer:
 
 
 class Clock:
-    """The API's clock: real time to start with, a little later at each reading, moved on by `advance`."""
+    """The API's clock: real time to start with, a little later at each reading, moved on by
+    `advance`."""
 
     def __init__(self) -> None:
         self.now = time.time()
@@ -147,15 +150,27 @@ class Harness:
 
     def model(self, name: str = "m1", image: str = "sklearn", **container: Any) -> None:
         self.sm.create_model(
-            ModelName=name, PrimaryContainer={"Image": image, "ModelDataUrl": str(self.models / "iris"), **container}
+            ModelName=name,
+            PrimaryContainer={
+                "Image": image,
+                "ModelDataUrl": str(self.models / "iris"),
+                **container,
+            },
         )
 
-    def config(self, name: str, *variants: tuple[str, str], instance: str = "ml.m5.large", count: int = 1) -> None:
+    def config(
+        self, name: str, *variants: tuple[str, str], instance: str = "ml.m5.large", count: int = 1
+    ) -> None:
         """An endpoint config of (variant, model) pairs, each variant weighted 1."""
         self.sm.create_endpoint_config(
             EndpointConfigName=name,
             ProductionVariants=[
-                {"VariantName": v, "ModelName": m, "InstanceType": instance, "InitialInstanceCount": count}
+                {
+                    "VariantName": v,
+                    "ModelName": m,
+                    "InstanceType": instance,
+                    "InitialInstanceCount": count,
+                }
                 for v, m in variants
             ],
         )
@@ -163,8 +178,11 @@ class Harness:
     def status(self, endpoint: str) -> str:
         return self.sm.describe_endpoint(EndpointName=endpoint)["EndpointStatus"]
 
-    def in_service(self, endpoint: str = "e1", config: str = "c1", variants: tuple[str, ...] = ("A",)) -> None:
-        """Model m1, `config` with `variants` of it, endpoint `endpoint` created and brought InService."""
+    def in_service(
+        self, endpoint: str = "e1", config: str = "c1", variants: tuple[str, ...] = ("A",)
+    ) -> None:
+        """Model m1, `config` with `variants` of it, endpoint `endpoint` created and brought
+        InService."""
         if not self.sm.list_models(NameContains="m1")["Models"]:
             self.model("m1")
         self.config(config, *((v, "m1") for v in variants))

@@ -1,4 +1,5 @@
-"""serving.access (identities, sigv4): identities files, and requests signed by real boto3 / botocore verified as they arrive."""
+"""serving.access (identities, sigv4): identities files, and requests signed by real boto3 /
+botocore verified as they arrive."""
 
 from __future__ import annotations
 
@@ -82,14 +83,22 @@ def wire(prepared) -> RawRequest:
         headers.append((name, value.decode() if isinstance(value, bytes) else str(value)))
     body = prepared.body or b""
     return RawRequest(
-        prepared.method, url.path, url.query, tuple(headers), body if isinstance(body, bytes) else body.encode()
+        prepared.method,
+        url.path,
+        url.query,
+        tuple(headers),
+        body if isinstance(body, bytes) else body.encode(),
     )
 
 
 def signed_by_botocore(
-    service: str = "sagemaker", region: str = "us-east-1", headers: dict[str, str] | None = None, body: bytes = b"[1]"
+    service: str = "sagemaker",
+    region: str = "us-east-1",
+    headers: dict[str, str] | None = None,
+    body: bytes = b"[1]",
 ) -> RawRequest:
-    """A request signed by botocore's SigV4Auth directly (for scopes boto3's runtime client never uses)."""
+    """A request signed by botocore's SigV4Auth directly (for scopes boto3's runtime client never
+    uses)."""
     request = AWSRequest(
         "POST",
         f"{URL}/endpoints/mce-secure/invocations",
@@ -112,7 +121,9 @@ def header(request: RawRequest, name: str) -> str:
     return request.values(name)[0]
 
 
-def write_identities(folder: Path, identities: list[dict], policies: dict[str, dict] | None = None) -> Path:
+def write_identities(
+    folder: Path, identities: list[dict], policies: dict[str, dict] | None = None
+) -> Path:
     for name, document in (policies or {}).items():
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_text(json.dumps(document))
@@ -125,7 +136,9 @@ def write_identities(folder: Path, identities: list[dict], policies: dict[str, d
 def identities(tmp_path_factory: pytest.TempPathFactory) -> Identities:
     folder = tmp_path_factory.mktemp("identities")
     (folder / "secrets").mkdir()
-    (folder / "all-but-special.json").write_text((ROOT / "policies" / "all-but-special.json").read_text())
+    (folder / "all-but-special.json").write_text(
+        (ROOT / "policies" / "all-but-special.json").read_text()
+    )
     path = write_identities(
         folder / "secrets",
         [  # one absolute and one relative policy path
@@ -141,7 +154,11 @@ def identities(tmp_path_factory: pytest.TempPathFactory) -> Identities:
                 "SecretAccessKey": SECRET_B,
                 "PolicyDocuments": ["../all-but-special.json"],
             },
-            {"Principal": "batch-job", "ApiKey": API_KEY, "PolicyDocuments": ["../all-but-special.json"]},
+            {
+                "Principal": "batch-job",
+                "ApiKey": API_KEY,
+                "PolicyDocuments": ["../all-but-special.json"],
+            },
         ],
     )
     return load_identities(path)
@@ -155,7 +172,9 @@ def authenticate(identities: Identities) -> Callable[..., object]:
     return run
 
 
-def refused(authenticate, request: RawRequest, error: type[ServingError], fragment: str, **kwargs) -> ServingError:
+def refused(
+    authenticate, request: RawRequest, error: type[ServingError], fragment: str, **kwargs
+) -> ServingError:
     with pytest.raises(error) as raised:
         authenticate(request, **kwargs)
     assert raised.value.status == 403
@@ -177,14 +196,17 @@ def test_request_without_target_or_body(authenticate) -> None:
 
 
 def test_unsigned_extra_headers_are_allowed(authenticate) -> None:
-    # As in AWS: headers outside SignedHeaders (a proxy's X-Forwarded-For, ...) do not break the signature.
+    # As in AWS: headers outside SignedHeaders (a proxy's X-Forwarded-For, ...) do not break the
+    # signature.
     request = with_header(boto3_request(), "X-Forwarded-For", "10.0.0.1")
     assert authenticate(request).principal == "team-a"
 
 
 def test_signed_payload_hash_header_is_accepted_when_it_matches(authenticate) -> None:
     body = b'{"a": 1}'
-    request = signed_by_botocore(headers={"X-Amz-Content-SHA256": hashlib.sha256(body).hexdigest()}, body=body)
+    request = signed_by_botocore(
+        headers={"X-Amz-Content-SHA256": hashlib.sha256(body).hexdigest()}, body=body
+    )
     assert "x-amz-content-sha256" in header(request, "authorization")
     assert authenticate(request).principal == "team-a"
 
@@ -224,12 +246,19 @@ def test_unknown_access_key(authenticate) -> None:
 
 def test_tampered_body(authenticate) -> None:
     request = boto3_request(body=b"[[5.1, 3.5, 1.4, 0.2]]")
-    refused(authenticate, replace(request, body=b"[[9.9, 3.5, 1.4, 0.2]]"), InvalidSignatureError, "does not match")
+    refused(
+        authenticate,
+        replace(request, body=b"[[9.9, 3.5, 1.4, 0.2]]"),
+        InvalidSignatureError,
+        "does not match",
+    )
 
 
 def test_tampered_signed_header(authenticate) -> None:
     request = with_header(
-        boto3_request(target="customIps-iris"), "X-Amzn-SageMaker-Target-Container-Hostname", "special-labels"
+        boto3_request(target="customIps-iris"),
+        "X-Amzn-SageMaker-Target-Container-Hostname",
+        "special-labels",
     )
     refused(authenticate, request, InvalidSignatureError, "does not match")
 
@@ -237,19 +266,27 @@ def test_tampered_signed_header(authenticate) -> None:
 def test_tampered_path(authenticate) -> None:
     request = boto3_request(endpoint="mce-secure")
     refused(
-        authenticate, replace(request, path="/endpoints/mce-other/invocations"), InvalidSignatureError, "does not match"
+        authenticate,
+        replace(request, path="/endpoints/mce-other/invocations"),
+        InvalidSignatureError,
+        "does not match",
     )
 
 
 def test_tampered_query_and_method(authenticate) -> None:
     request = boto3_request()
-    refused(authenticate, replace(request, query="debug=1"), InvalidSignatureError, "does not match")
+    refused(
+        authenticate, replace(request, query="debug=1"), InvalidSignatureError, "does not match"
+    )
     refused(authenticate, replace(request, method="PUT"), InvalidSignatureError, "does not match")
 
 
 def test_target_header_added_without_signing_it(authenticate) -> None:
-    # A request signed without a target, replayed with one: the target must be covered by the signature.
-    request = with_header(boto3_request(target=None), "X-Amzn-SageMaker-Target-Container-Hostname", "special-labels")
+    # A request signed without a target, replayed with one: the target must be covered by the
+    # signature.
+    request = with_header(
+        boto3_request(target=None), "X-Amzn-SageMaker-Target-Container-Hostname", "special-labels"
+    )
     refused(authenticate, request, InvalidSignatureError, "must be signed")
 
 
@@ -259,8 +296,12 @@ def test_signed_header_removed(authenticate) -> None:
 
 
 def test_payload_hash_header_that_does_not_match_the_body(authenticate) -> None:
-    request = signed_by_botocore(headers={"X-Amz-Content-SHA256": hashlib.sha256(b"[1]").hexdigest()}, body=b"[1]")
-    refused(authenticate, replace(request, body=b"[2]"), InvalidSignatureError, "x-amz-content-sha256")
+    request = signed_by_botocore(
+        headers={"X-Amz-Content-SHA256": hashlib.sha256(b"[1]").hexdigest()}, body=b"[1]"
+    )
+    refused(
+        authenticate, replace(request, body=b"[2]"), InvalidSignatureError, "x-amz-content-sha256"
+    )
     unsigned = signed_by_botocore(headers={"X-Amz-Content-SHA256": "UNSIGNED-PAYLOAD"})
     refused(authenticate, unsigned, InvalidSignatureError, "x-amz-content-sha256")
 
@@ -268,7 +309,11 @@ def test_payload_hash_header_that_does_not_match_the_body(authenticate) -> None:
 def test_expired_signature(authenticate) -> None:
     request = boto3_request()
     refused(
-        authenticate, request, InvalidSignatureError, "Signature expired", clock=lambda: time.time() + MAX_SKEW_S + 60
+        authenticate,
+        request,
+        InvalidSignatureError,
+        "Signature expired",
+        clock=lambda: time.time() + MAX_SKEW_S + 60,
     )
 
 
@@ -324,7 +369,10 @@ def test_wrong_region_scope(authenticate) -> None:
 
 def test_wrong_service_scope(authenticate) -> None:
     refused(
-        authenticate, signed_by_botocore(service="execute-api"), InvalidSignatureError, "correct service: 'sagemaker'"
+        authenticate,
+        signed_by_botocore(service="execute-api"),
+        InvalidSignatureError,
+        "correct service: 'sagemaker'",
     )
 
 
@@ -362,7 +410,9 @@ def test_malformed_authorization_headers(authenticate) -> None:
 
 def test_missing_authentication(authenticate) -> None:
     request = with_header(boto3_request(), "Authorization", None)
-    error = refused(authenticate, request, MissingAuthenticationTokenError, "Missing Authentication Token")
+    error = refused(
+        authenticate, request, MissingAuthenticationTokenError, "Missing Authentication Token"
+    )
     assert error.code == "MissingAuthenticationTokenException"
 
 
@@ -372,7 +422,9 @@ def test_other_schemes_are_not_credentials(authenticate) -> None:
 
 
 def bearer(token: str) -> RawRequest:
-    return RawRequest("POST", "/endpoints/mce-secure/invocations", "", (("authorization", token),), b"[1]")
+    return RawRequest(
+        "POST", "/endpoints/mce-secure/invocations", "", (("authorization", token),), b"[1]"
+    )
 
 
 def test_bearer_key(authenticate) -> None:
@@ -395,18 +447,22 @@ def test_wrong_bearer_keys(authenticate) -> None:
 
 
 def test_errors_never_echo_secrets(authenticate) -> None:
-    for request in (boto3_request(KEY_A, "wrong-secret-wrong-secret"), bearer("Bearer guessed-key-guessed-key")):
+    for request in (
+        boto3_request(KEY_A, "wrong-secret-wrong-secret"),
+        bearer("Bearer guessed-key-guessed-key"),
+    ):
         with pytest.raises(ServingError) as raised:
             authenticate(request)
         text = str(raised.value.body())
         assert "wrong-secret" not in text and "guessed-key" not in text and SECRET_A not in text
 
 
-# --- the identities file ---------------------------------------------------------------------------
+# --- the identities file --------------------------------------------------------------------------
 
 
 def test_identities_keep_secrets_out_of_reprs_and_references(identities: Identities) -> None:
-    # What travels through Ray's registry is a reference to the file, never a secret or a digest of one.
+    # What travels through Ray's registry is a reference to the file, never a secret or a digest of
+    # one.
     text = repr(identities) + repr(identities.identities)
     assert SECRET_A not in text and API_KEY not in text
     reference = identities.reference()
@@ -422,10 +478,13 @@ def test_identities_keep_secrets_out_of_reprs_and_references(identities: Identit
 def test_a_reference_refuses_a_file_changed_after_deploy(tmp_path: Path) -> None:
     policy = tmp_path / "policy.json"
     policy.write_text((ROOT / "policies" / "all-but-special.json").read_text())
-    path = write_identities(tmp_path, [{"Principal": "p", "ApiKey": API_KEY, "PolicyDocuments": ["policy.json"]}])
+    path = write_identities(
+        tmp_path, [{"Principal": "p", "ApiKey": API_KEY, "PolicyDocuments": ["policy.json"]}]
+    )
     reference = load_identities(path).reference()
     assert load_reference(reference).by_api_key(API_KEY) is not None
-    policy.write_text((ROOT / "policies" / "customips-and-common.json").read_text())  # a policy changed
+    # a policy changed
+    policy.write_text((ROOT / "policies" / "customips-and-common.json").read_text())
     with pytest.raises(IdentitiesError, match="changed after the endpoint was deployed"):
         load_reference(reference)
 
@@ -440,7 +499,11 @@ GOOD_POLICY = {"Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}
 SECRET = "s" * 20
 
 INVALID_IDENTITIES = [
-    ("no credentials", [{"Principal": "p", "PolicyDocuments": ["ok.json"]}], "Identities[0]: give AccessKeyId"),
+    (
+        "no credentials",
+        [{"Principal": "p", "PolicyDocuments": ["ok.json"]}],
+        "Identities[0]: give AccessKeyId",
+    ),
     (
         "key without secret",
         [{"Principal": "p", "AccessKeyId": KEY_A, "PolicyDocuments": ["ok.json"]}],
@@ -448,7 +511,14 @@ INVALID_IDENTITIES = [
     ),
     (
         "short secret",
-        [{"Principal": "p", "AccessKeyId": KEY_A, "SecretAccessKey": "short", "PolicyDocuments": ["ok.json"]}],
+        [
+            {
+                "Principal": "p",
+                "AccessKeyId": KEY_A,
+                "SecretAccessKey": "short",
+                "PolicyDocuments": ["ok.json"],
+            }
+        ],
         "Identities[0].SecretAccessKey: must be at least 16 characters",
     ),
     (
@@ -458,10 +528,21 @@ INVALID_IDENTITIES = [
     ),
     (
         "bad key id",
-        [{"Principal": "p", "AccessKeyId": "AK", "SecretAccessKey": SECRET, "PolicyDocuments": ["ok.json"]}],
+        [
+            {
+                "Principal": "p",
+                "AccessKeyId": "AK",
+                "SecretAccessKey": SECRET,
+                "PolicyDocuments": ["ok.json"],
+            }
+        ],
         "Identities[0].AccessKeyId",
     ),
-    ("no policies", [{"Principal": "p", "ApiKey": SECRET, "PolicyDocuments": []}], "Identities[0].PolicyDocuments"),
+    (
+        "no policies",
+        [{"Principal": "p", "ApiKey": SECRET, "PolicyDocuments": []}],
+        "Identities[0].PolicyDocuments",
+    ),
     (
         "unknown field",
         [{"Principal": "p", "ApiKey": SECRET, "PolicyDocuments": ["ok.json"], "Role": "admin"}],
@@ -497,10 +578,17 @@ INVALID_IDENTITIES = [
 
 
 @pytest.mark.parametrize(
-    ("entries", "fragment"), [c[1:] for c in INVALID_IDENTITIES], ids=[c[0] for c in INVALID_IDENTITIES]
+    ("entries", "fragment"),
+    [c[1:] for c in INVALID_IDENTITIES],
+    ids=[c[0] for c in INVALID_IDENTITIES],
 )
 def test_invalid_identities_are_refused(tmp_path: Path, entries: list[dict], fragment: str) -> None:
-    bad = {"Statement": [GOOD_POLICY["Statement"][0], {"Effect": "Permit", "Action": "*", "Resource": "*"}]}
+    bad = {
+        "Statement": [
+            GOOD_POLICY["Statement"][0],
+            {"Effect": "Permit", "Action": "*", "Resource": "*"},
+        ]
+    }
     path = write_identities(tmp_path, entries, {"ok.json": GOOD_POLICY, "bad.json": bad})
     with pytest.raises(IdentitiesError) as raised:
         load_identities(path)

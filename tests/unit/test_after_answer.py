@@ -1,8 +1,8 @@
 """serving.gateway.after_answer: one runner for what a gateway does after the caller has its answer.
 
-Each kind is bounded on its own (a kind at its bound drops, the others still run), every task's end is counted
-once by kind and outcome, a failing task stops nothing else, and one close cancels every kind (the last registered
-first), waits its grace for the handlers and runs its closer.
+Each kind is bounded on its own (a kind at its bound drops, the others still run), every task's end
+is counted once by kind and outcome, a failing task stops nothing else, and one close cancels every
+kind (the last registered first), waits its grace for the handlers and runs its closer.
 """
 
 from __future__ import annotations
@@ -18,7 +18,11 @@ def counts(kind: str) -> dict[str, float]:
 
 
 def moved(before: dict[str, float], kind: str) -> dict[str, float]:
-    return {outcome: value - before[outcome] for outcome, value in counts(kind).items() if value != before[outcome]}
+    return {
+        outcome: value - before[outcome]
+        for outcome, value in counts(kind).items()
+        if value != before[outcome]
+    }
 
 
 def test_each_kind_has_its_own_bound_and_every_end_is_counted_once() -> None:
@@ -37,7 +41,8 @@ def test_each_kind_has_its_own_bound_and_every_end_is_counted_once() -> None:
         started = [runner.submit("t-copies", slow) for _ in range(4)]
         assert [task is not None for task in started] == [True, True, False, False]
         assert runner.running("t-copies") == 2
-        jobs = [runner.submit("t-jobs", slow) for _ in range(5)]  # no bound of its own: none dropped
+        # no bound of its own: none dropped
+        jobs = [runner.submit("t-jobs", slow) for _ in range(5)]
         assert all(jobs) and runner.running("t-jobs") == 5
         assert runner.submit("t-jobs", broken) is not None
         release.set()
@@ -74,7 +79,12 @@ def test_close_cancels_each_kind_last_registered_first_and_runs_its_closer() -> 
         assert moved(before, "t-first") == {"cancelled": 1}
         return events
 
-    assert asyncio.run(scenario()) == ["cancelled t-second", "closed t-second", "cancelled t-first", "closed t-first"]
+    assert asyncio.run(scenario()) == [
+        "cancelled t-second",
+        "closed t-second",
+        "cancelled t-first",
+        "closed t-first",
+    ]
 
 
 def test_close_waits_a_kinds_grace_and_no_longer() -> None:
@@ -104,7 +114,9 @@ def test_close_waits_a_kinds_grace_and_no_longer() -> None:
     assert 0.15 <= waited < 2.0
 
 
-def test_a_failing_task_stops_nothing_and_a_kind_at_its_bound_takes_a_task_again_as_one_ends() -> None:
+def test_a_failing_task_stops_nothing_and_a_kind_at_its_bound_takes_a_task_again_as_one_ends() -> (
+    None
+):
     async def scenario() -> list[bool]:
         runner = AfterAnswer()
         runner.register("t-writer", 1)
@@ -114,8 +126,11 @@ def test_a_failing_task_stops_nothing_and_a_kind_at_its_bound_takes_a_task_again
         async def broken() -> None:
             raise RuntimeError("a bug of ours")
 
-        async def hands_over() -> None:  # what runs next on the loop sees this task ended: its kind has room again
-            asyncio.get_running_loop().call_soon(lambda: again.append(runner.submit("t-writer", ok) is not None))
+        # what runs next on the loop sees this task ended: its kind has room again
+        async def hands_over() -> None:
+            asyncio.get_running_loop().call_soon(
+                lambda: again.append(runner.submit("t-writer", ok) is not None)
+            )
 
         async def ok() -> None:
             await asyncio.sleep(0)
@@ -123,7 +138,8 @@ def test_a_failing_task_stops_nothing_and_a_kind_at_its_bound_takes_a_task_again
         first = runner.submit("t-writer", broken)
         assert first is not None and runner.submit("t-writer", ok) is None  # at its bound: dropped
         await asyncio.gather(first, return_exceptions=True)
-        second = runner.submit("t-writer", hands_over)  # the failure stopped nothing: the kind runs the next
+        # the failure stopped nothing: the kind runs the next
+        second = runner.submit("t-writer", hands_over)
         assert second is not None
         await second
         await asyncio.sleep(0.05)

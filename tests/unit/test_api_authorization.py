@@ -1,6 +1,8 @@
-"""serving.sagemaker_api.authorization: the (action, ARN) pairs each control-plane call is authorized on (issue 56).
+"""serving.sagemaker_api.authorization: the (action, ARN) pairs each control-plane call is
+authorized on (issue 56).
 
-The routes that evaluate them against two principals' policies, over boto3: tests/security/test_sec_api_resources.py.
+The routes that evaluate them against two principals' policies, over boto3:
+tests/security/test_sec_api_resources.py.
 """
 
 from __future__ import annotations
@@ -14,7 +16,11 @@ from serving.sagemaker_api.authorization import checks
 from serving.sagemaker_api.routes import OPERATIONS
 
 SM, CW = "arn:aws:sagemaker:us-east-1:000000000000", "arn:aws:cloudwatch:us-east-1:000000000000"
-ROLLBACK = {"AutoRollbackConfiguration": {"Alarms": [{"AlarmName": "Rollback-1"}, {"AlarmName": "rollback-2"}]}}
+ROLLBACK = {
+    "AutoRollbackConfiguration": {
+        "Alarms": [{"AlarmName": "Rollback-1"}, {"AlarmName": "rollback-2"}]
+    }
+}
 READ = ("cloudwatch:GetMetricStatistics", f"{CW}:*")
 
 
@@ -42,15 +48,21 @@ def test_an_endpoint_config_is_authorized_on_itself_and_each_model_it_serves() -
 
 
 @pytest.mark.parametrize("operation", ["CreateEndpoint", "UpdateEndpoint"])
-def test_an_endpoint_is_authorized_on_itself_its_config_and_its_rollback_alarms(operation: str) -> None:
+def test_an_endpoint_is_authorized_on_itself_its_config_and_its_rollback_alarms(
+    operation: str,
+) -> None:
     action = f"sagemaker:{operation}"
-    assert _sagemaker(operation, EndpointName="e", EndpointConfigName="c", DeploymentConfig=ROLLBACK) == [
+    assert _sagemaker(
+        operation, EndpointName="e", EndpointConfigName="c", DeploymentConfig=ROLLBACK
+    ) == [
         (action, f"{SM}:endpoint/e"),
         (action, f"{SM}:endpoint-config/c"),
         ("cloudwatch:DescribeAlarms", f"{CW}:alarm:Rollback-1"),
         ("cloudwatch:DescribeAlarms", f"{CW}:alarm:rollback-2"),
     ]
-    assert _sagemaker(operation, EndpointName="e", EndpointConfigName="c", RetainAllVariantProperties=True) == [
+    assert _sagemaker(
+        operation, EndpointName="e", EndpointConfigName="c", RetainAllVariantProperties=True
+    ) == [
         (action, f"{SM}:endpoint/e"),
         (action, f"{SM}:endpoint-config/c"),
     ]
@@ -58,11 +70,15 @@ def test_an_endpoint_is_authorized_on_itself_its_config_and_its_rollback_alarms(
 
 def test_a_name_that_is_not_a_string_stands_for_every_resource() -> None:
     # Validation refuses these requests later; until then nothing they name may escape a check.
-    assert _sagemaker("CreateEndpointConfig", EndpointConfigName="c", ProductionVariants=[{"ModelName": 7}, "x"]) == [
+    assert _sagemaker(
+        "CreateEndpointConfig", EndpointConfigName="c", ProductionVariants=[{"ModelName": 7}, "x"]
+    ) == [
         ("sagemaker:CreateEndpointConfig", f"{SM}:endpoint-config/c"),
         ("sagemaker:CreateEndpointConfig", f"{SM}:*"),
     ]
-    assert _sagemaker("CreateEndpoint", EndpointName=["e"]) == [("sagemaker:CreateEndpoint", f"{SM}:*")]
+    assert _sagemaker("CreateEndpoint", EndpointName=["e"]) == [
+        ("sagemaker:CreateEndpoint", f"{SM}:*")
+    ]
     assert _sagemaker(
         "UpdateEndpoint",
         EndpointName="e",
@@ -82,24 +98,39 @@ def test_every_other_sagemaker_operation_names_one_resource_or_lists() -> None:
         if operation.startswith("List"):
             assert found == [(f"sagemaker:{operation}", f"{SM}:*")]
         elif operation not in ("CreateEndpoint", "UpdateEndpoint"):
-            kind = next(kind for kind in ("EndpointConfig", "Endpoint", "Model") if kind in operation)
-            resource = {"EndpointConfig": "endpoint-config/c", "Endpoint": "endpoint/e", "Model": "model/m"}[kind]
+            kind = next(
+                kind for kind in ("EndpointConfig", "Endpoint", "Model") if kind in operation
+            )
+            resource = {
+                "EndpointConfig": "endpoint-config/c",
+                "Endpoint": "endpoint/e",
+                "Model": "model/m",
+            }[kind]
             assert found == [(f"sagemaker:{operation}", f"{SM}:{resource}")], operation
 
 
 def test_alarms_need_to_read_the_metric_they_watch() -> None:
     cloudwatch = protocol.CLOUDWATCH_TARGET_PREFIX
     assert _checks(
-        cloudwatch, "PutMetricAlarm", AlarmName="a", Dimensions=[{"Name": "EndpointName", "Value": "x"}]
+        cloudwatch,
+        "PutMetricAlarm",
+        AlarmName="a",
+        Dimensions=[{"Name": "EndpointName", "Value": "x"}],
     ) == [("cloudwatch:PutMetricAlarm", f"{CW}:alarm:a"), READ]
     assert _checks(cloudwatch, "DescribeAlarms", AlarmNames=["a", "b"]) == [
         ("cloudwatch:DescribeAlarms", f"{CW}:alarm:a"),
         ("cloudwatch:DescribeAlarms", f"{CW}:alarm:b"),
     ]
-    assert _checks(cloudwatch, "DescribeAlarms", AlarmNamePrefix="a") == [("cloudwatch:DescribeAlarms", f"{CW}:*")]
-    assert _checks(cloudwatch, "SetAlarmState", AlarmName="a") == [("cloudwatch:SetAlarmState", f"{CW}:alarm:a")]
+    assert _checks(cloudwatch, "DescribeAlarms", AlarmNamePrefix="a") == [
+        ("cloudwatch:DescribeAlarms", f"{CW}:*")
+    ]
+    assert _checks(cloudwatch, "SetAlarmState", AlarmName="a") == [
+        ("cloudwatch:SetAlarmState", f"{CW}:alarm:a")
+    ]
     for operation in ("GetMetricStatistics", "GetMetricData", "ListMetrics"):
-        assert _checks(cloudwatch, operation, AlarmName="ignored") == [(f"cloudwatch:{operation}", f"{CW}:*")]
+        assert _checks(cloudwatch, operation, AlarmName="ignored") == [
+            (f"cloudwatch:{operation}", f"{CW}:*")
+        ]
 
 
 def test_scaling_is_authorized_on_the_variants_endpoint() -> None:

@@ -1,8 +1,10 @@
-"""serving.gateway.async_invocations without Ray: the queue bound, RequestTTLSeconds, the failure object.
+"""serving.gateway.async_invocations without Ray: the queue bound, RequestTTLSeconds, the failure
+object.
 
-The invocation pipeline is replaced by a stand-in whose `run` waits for the test to release it (the real
-pipeline is exercised end to end in tests/integration/test_async_invocations.py); S3 is moto's
-ThreadedMotoServer, a real HTTP server on loopback speaking the S3 API, since no cloud is reachable here.
+The invocation pipeline is replaced by a stand-in whose `run` waits for the test to release it (the
+real pipeline is exercised end to end in tests/integration/test_async_invocations.py); S3 is moto's
+ThreadedMotoServer, a real HTTP server on loopback speaking the S3 API, since no cloud is reachable
+here.
 """
 
 from __future__ import annotations
@@ -38,7 +40,11 @@ def s3():
     host, port = server.get_host_and_port()
     url = f"http://{host}:{port}"
     client = boto3.client(
-        "s3", endpoint_url=url, region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing"
+        "s3",
+        endpoint_url=url,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
     )
     client.create_bucket(Bucket="jobs")
     client.put_object(Bucket="jobs", Key="in/x.json", Body=b"[1, 2]")
@@ -51,7 +57,8 @@ class Pipeline:
 
     def __init__(self, route: EndpointRoute, fail: bool = False) -> None:
         self.route, self.fail = route, fail
-        self.endpoints = {route.name: route}  # the routing table a gateway that takes a job over reads
+        # the routing table a gateway that takes a job over reads
+        self.endpoints = {route.name: route}
         self.release = threading.Event()
         self.actions: list[str | None] = []
         self.ran: list[tuple[bytes, dict]] = []
@@ -76,7 +83,9 @@ class Pipeline:
         return InvocationResult(b"answer to " + bytes(body), "application/json")
 
 
-def serve(pipeline: Pipeline, s3, clock=time.monotonic, **settings) -> tuple[TestClient, AsyncInvocations]:
+def serve(
+    pipeline: Pipeline, s3, clock=time.monotonic, **settings
+) -> tuple[TestClient, AsyncInvocations]:
     handler = AsyncInvocations(
         ServerSettings(**settings),
         pipeline,
@@ -129,7 +138,11 @@ def test_a_job_reads_its_input_and_writes_its_answer(s3) -> None:
         assert read(s3, "out/job-1.out") == b"answer to [1, 2]"
     assert pipeline.actions == [ACTION_INVOKE_ASYNC]
     body, headers = pipeline.ran[0]
-    assert headers == {"content-type": "application/json", "accept": "text/csv", protocol.INFERENCE_ID: "job-1"}
+    assert headers == {
+        "content-type": "application/json",
+        "accept": "text/csv",
+        protocol.INFERENCE_ID: "job-1",
+    }
 
 
 def test_a_full_queue_answers_429_and_frees_up(s3) -> None:
@@ -137,7 +150,8 @@ def test_a_full_queue_answers_429_and_frees_up(s3) -> None:
     client, handler = serve(pipeline, s3, async_max_queued=1)
     with client:
         ask = lambda: client.post(
-            "/endpoints/e/async-invocations", headers={protocol.INPUT_LOCATION: "s3://jobs/in/x.json"}
+            "/endpoints/e/async-invocations",
+            headers={protocol.INPUT_LOCATION: "s3://jobs/in/x.json"},
         )
         assert [ask().status_code for _ in range(2)] == [202, 202]  # one running, one waiting
         refused = ask()
@@ -163,7 +177,9 @@ def test_an_expired_request_is_failed_without_running(s3) -> None:
         pipeline.release.set()
         assert read(s3, f"out/{first}.out") == b"answer to [1, 2]"  # it was running: it finishes
         failure = json.loads(read(s3, f"failed/{second}-error.out"))
-    assert failure["__type"] == "ServiceUnavailable" and "RequestTTLSeconds (60)" in failure["message"]
+    assert (
+        failure["__type"] == "ServiceUnavailable" and "RequestTTLSeconds (60)" in failure["message"]
+    )
     assert len(pipeline.ran) == 1
 
 
@@ -173,7 +189,8 @@ def test_a_model_failure_is_written_as_the_error_document(s3) -> None:
     client, _ = serve(pipeline, s3)
     with client:
         inference_id = client.post(
-            "/endpoints/e/async-invocations", headers={protocol.INPUT_LOCATION: "s3://jobs/in/x.json"}
+            "/endpoints/e/async-invocations",
+            headers={protocol.INPUT_LOCATION: "s3://jobs/in/x.json"},
         ).json()["InferenceId"]
         assert str(uuid.UUID(inference_id)) == inference_id
         failure = json.loads(read(s3, f"failed/{inference_id}-error.out"))
@@ -194,15 +211,27 @@ def test_a_model_failure_is_written_as_the_error_document(s3) -> None:
         ({protocol.INPUT_LOCATION: "s3://jobs/in/../out/job-1.out"}, "'..'"),
         ({protocol.INPUT_LOCATION: "s3://jobs/in"}, "S3InputPath"),
         ({protocol.INPUT_LOCATION: "https://jobs.s3.amazonaws.com/in/x.json"}, "s3://"),
-        ({protocol.INPUT_LOCATION: "s3://jobs/in/x.json", protocol.INFERENCE_ID: "../x"}, "segments"),
-        ({protocol.INPUT_LOCATION: "s3://jobs/in/x.json", protocol.REQUEST_TTL: "59"}, "RequestTTLSeconds"),
+        (
+            {protocol.INPUT_LOCATION: "s3://jobs/in/x.json", protocol.INFERENCE_ID: "../x"},
+            "segments",
+        ),
+        (
+            {protocol.INPUT_LOCATION: "s3://jobs/in/x.json", protocol.REQUEST_TTL: "59"},
+            "RequestTTLSeconds",
+        ),
         (
             {protocol.INPUT_LOCATION: "s3://jobs/in/x.json", protocol.INVOCATION_TIMEOUT: "3601"},
             "InvocationTimeoutSeconds",
         ),
-        ({protocol.INPUT_LOCATION: "s3://jobs/in/x.json", protocol.OUTPUT_FILENAME: "a..b"}, "Filename"),
         (
-            {protocol.INPUT_LOCATION: "s3://jobs/in/x.json", protocol.OUTPUT_PATH_EXTENSION: "a/../b"},
+            {protocol.INPUT_LOCATION: "s3://jobs/in/x.json", protocol.OUTPUT_FILENAME: "a..b"},
+            "Filename",
+        ),
+        (
+            {
+                protocol.INPUT_LOCATION: "s3://jobs/in/x.json",
+                protocol.OUTPUT_PATH_EXTENSION: "a/../b",
+            },
             "S3OutputPathExtension",
         ),
     ],
@@ -221,7 +250,8 @@ def test_an_endpoint_without_the_config_is_refused(s3) -> None:
     client, _ = serve(Pipeline(EndpointRoute("plain", "Direct", ("only",))), s3)
     with client:
         response = client.post(
-            "/endpoints/plain/async-invocations", headers={protocol.INPUT_LOCATION: "s3://jobs/in/x.json"}
+            "/endpoints/plain/async-invocations",
+            headers={protocol.INPUT_LOCATION: "s3://jobs/in/x.json"},
         )
     assert response.status_code == 400
     assert "Endpoint plain has no AsyncInferenceConfig" in response.json()["message"]
@@ -249,11 +279,13 @@ def test_a_stopping_gateway_fails_its_unfinished_requests_where_callers_look(s3)
     client, handler = serve(pipeline, s3)
     with client:
         ask = lambda: client.post(
-            "/endpoints/e/async-invocations", headers={protocol.INPUT_LOCATION: "s3://jobs/in/x.json"}
+            "/endpoints/e/async-invocations",
+            headers={protocol.INPUT_LOCATION: "s3://jobs/in/x.json"},
         ).json()["InferenceId"]
         running, waiting = ask(), ask()
         client.portal.call(handler.after.close)  # what the gateway's lifespan does when it stops
-        pipeline.release.set()  # (the stand-in's thread, which cancelling its coroutine cannot stop)
+        # (the stand-in's thread, which cancelling its coroutine cannot stop)
+        pipeline.release.set()
     for inference_id in (running, waiting):
         failure = json.loads(read(s3, f"failed/{inference_id}-error.out"))
         assert failure["__type"] == "ServiceUnavailable" and "submit it again" in failure["message"]
@@ -287,11 +319,18 @@ def test_a_job_is_recorded_before_the_202_and_forgotten_once_answered(s3) -> Non
     with client:
         response = client.post(
             "/endpoints/e/async-invocations",
-            headers={protocol.INPUT_LOCATION: "s3://jobs/in/x.json", protocol.INFERENCE_ID: "journaled"},
+            headers={
+                protocol.INPUT_LOCATION: "s3://jobs/in/x.json",
+                protocol.INFERENCE_ID: "journaled",
+            },
         )
         assert response.status_code == 202
-        [entry] = store.values()  # recorded before the answer: the job is still waiting for its release
-        assert entry["inference_id"] == "journaled" and entry["output"] == ["jobs", "out/journaled.out"]
+        # recorded before the answer: the job is still waiting for its release
+        [entry] = store.values()
+        assert entry["inference_id"] == "journaled" and entry["output"] == [
+            "jobs",
+            "out/journaled.out",
+        ]
         pipeline.release.set()
         assert read(s3, "out/journaled.out") == b"answer to [1, 2]"
         deadline = time.monotonic() + WAIT_S
@@ -301,20 +340,26 @@ def test_a_job_is_recorded_before_the_202_and_forgotten_once_answered(s3) -> Non
 
 
 def test_another_gateway_finishes_a_silent_gateways_job_once(s3) -> None:
-    # The first gateway admits a job and dies before running it (its task never runs here); the second takes it
-    # over from the journal and writes its answer. A job whose answer was written before its gateway died is
-    # only forgotten, not run again.
+    # The first gateway admits a job and dies before running it (its task never runs here); the
+    # second takes it over from the journal and writes its answer. A job whose answer was written
+    # before its gateway died is only forgotten, not run again.
     store = {}
     silent = MemoryJournal(store, "dead")
     first = Pipeline(route())
     _, dead = serve(first, s3)
     admission = Admission(first.route, first.route.containers, None, None)
     job = job_from_request(
-        admission, {protocol.INPUT_LOCATION: "s3://jobs/in/x.json", protocol.INFERENCE_ID: "orphan"}, b"", dead.clock()
+        admission,
+        {protocol.INPUT_LOCATION: "s3://jobs/in/x.json", protocol.INFERENCE_ID: "orphan"},
+        b"",
+        dead.clock(),
     )
     silent.record(job.key, job.entry())
     done = job_from_request(
-        admission, {protocol.INPUT_LOCATION: "s3://jobs/in/x.json", protocol.INFERENCE_ID: "done"}, b"", dead.clock()
+        admission,
+        {protocol.INPUT_LOCATION: "s3://jobs/in/x.json", protocol.INFERENCE_ID: "done"},
+        b"",
+        dead.clock(),
     )
     silent.record(done.key, done.entry())
     s3.put_object(Bucket="jobs", Key="out/done.out", Body=b"written before the gateway died")

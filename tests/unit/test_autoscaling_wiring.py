@@ -1,5 +1,6 @@
-"""serving.ray_wing.autoscaler: the Serve policy object fed by Serve-shaped contexts (no Ray: a context is
-what Serve's controller passes, built here as a plain object; the registry report is captured)."""
+"""serving.ray_wing.autoscaler: the Serve policy object fed by Serve-shaped contexts (no Ray: a
+context is what Serve's controller passes, built here as a plain object; the registry report is
+captured)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,9 @@ class Recording(ContainerAutoscaler):
         )
 
 
-def context(per_replica_rates: list[float], target: int, *, name: str = "busy", running: int | None = None):
+def context(
+    per_replica_rates: list[float], target: int, *, name: str = "busy", running: int | None = None
+):
     replicas = [f"r{i}" for i in range(len(per_replica_rates))]
     running_ids = replicas[: len(replicas) if running is None else running]
     return SimpleNamespace(
@@ -49,7 +52,9 @@ def context(per_replica_rates: list[float], target: int, *, name: str = "busy", 
 
 
 def test_metric_is_summed_over_running_replicas_and_shared_by_the_target_count() -> None:
-    values, totals = per_replica({RATE: {"a": 120.0, "b": 60.0, "gone": 999.0}}, ["a", "b"], 3, [RATE, "other"])
+    values, totals = per_replica(
+        {RATE: {"a": 120.0, "b": 60.0, "gone": 999.0}}, ["a", "b"], 3, [RATE, "other"]
+    )
     assert totals == {RATE: 180.0}
     assert values == {RATE: 60.0, "other": None}
 
@@ -58,7 +63,8 @@ def test_a_load_step_scales_out_once_and_the_pending_replicas_are_counted() -> N
     scaler = Recording("ep", "busy", 1, 4, [POLICY], ["serving-registry", "serving"])
     desired, state = scaler(context([180.0], 1))  # 180/min on one replica, target 60: 3 replicas
     assert (desired, state) == (3, {"serve": "state"})
-    # Next tick: Serve's target is 3 while two replicas still start; the same load is no reason for more.
+    # Next tick: Serve's target is 3 while two replicas still start; the same load is no reason for
+    # more.
     assert scaler(context([180.0], 3, running=1))[0] == 3
     assert [r[2]["To"] for r in scaler.reports if r[2]] == [3]
 
@@ -94,7 +100,11 @@ def test_spec_becomes_a_serve_autoscaling_config_without_serves_own_delays(level
     scaling = {
         "MinCapacity": 1,
         "MaxCapacity": 3,
-        "TargetTrackingScalingPolicyConfiguration": {"TargetValue": 70, "ScaleOutCooldown": 5, "ScaleInCooldown": 20},
+        "TargetTrackingScalingPolicyConfiguration": {
+            "TargetValue": 70,
+            "ScaleOutCooldown": 5,
+            "ScaleInCooldown": 20,
+        },
     }
     container = {"ContainerHostname": "c", "Image": "python"}
     document = (

@@ -1,11 +1,11 @@
-"""Every HTTP server this runtime starts (the gateway, a container's data port) sees its real TCP peer, and
-wakes once a second while idle.
+"""Every HTTP server this runtime starts (the gateway, a container's data port) sees its real TCP
+peer, and wakes once a second while idle.
 
 uvicorn's default trusts `X-Forwarded-For`/`X-Forwarded-Proto` from 127.0.0.1 (or from whatever
-`FORWARDED_ALLOW_IPS` in the environment names, `*` included) and rewrites the request's client and scheme from
-them. No proxy we set up stands in front of our servers, so a peer could only use them to claim an address it
-does not have (`tfs_rest`'s same-host rule). A real BackgroundServer on loopback, a real client; fails on a
-server with uvicorn's defaults.
+`FORWARDED_ALLOW_IPS` in the environment names, `*` included) and rewrites the request's client and
+scheme from them. No proxy we set up stands in front of our servers, so a peer could only use them
+to claim an address it does not have (`tfs_rest`'s same-host rule). A real BackgroundServer on
+loopback, a real client; fails on a server with uvicorn's defaults.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ async def peer(request: Request) -> JSONResponse:
 @pytest.fixture(params=["default", "forwarded-allow-all"])
 def server(request, monkeypatch):
     if request.param == "forwarded-allow-all":
-        monkeypatch.setenv("FORWARDED_ALLOW_IPS", "*")  # an operator's environment must not turn the trust on
+        # an operator's environment must not turn the trust on
+        monkeypatch.setenv("FORWARDED_ALLOW_IPS", "*")
     running = BackgroundServer(Starlette(routes=[Route("/peer", peer)]))
     assert running.wait_started(10)
     yield running
@@ -38,7 +39,11 @@ def server(request, monkeypatch):
 
 
 def test_forwarded_headers_do_not_change_the_peer_or_the_scheme(server: BackgroundServer) -> None:
-    spoofed = {"X-Forwarded-For": "203.0.113.7", "X-Forwarded-Proto": "https", "Forwarded": "for=203.0.113.7"}
+    spoofed = {
+        "X-Forwarded-For": "203.0.113.7",
+        "X-Forwarded-Proto": "https",
+        "Forwarded": "for=203.0.113.7",
+    }
     answer = httpx.get(server.url + "/peer", headers=spoofed, timeout=10)
     assert answer.json() == {"host": "127.0.0.1", "scheme": "http"}
 
@@ -49,7 +54,8 @@ def test_answers_do_not_name_the_server_software(server: BackgroundServer) -> No
 
 
 def test_an_idle_server_wakes_once_a_second_and_stops_at_once(monkeypatch) -> None:
-    # uvicorn's own main loop wakes every 0.1 s; every container process and the gateway run one of these
+    # uvicorn's own main loop wakes every 0.1 s; every container process and the gateway run one of
+    # these
     import serving.http.server as server_module
 
     ticks: list[int] = []

@@ -1,7 +1,9 @@
-"""Dynamic batching and the model thread pool of a container's data port (`model_server.batching`, `app`).
+"""Dynamic batching and the model thread pool of a container's data port (`model_server.batching`,
+`app`).
 
-Driven over httpx's ASGI transport (the app in this event loop), with real models: the iris classifier of
-conftest (scikit-learn, skops) and a TorchScript layer trained on nothing but saved as the pytorch stack loads it.
+Driven over httpx's ASGI transport (the app in this event loop), with real models: the iris
+classifier of conftest (scikit-learn, skops) and a TorchScript layer trained on nothing but saved as
+the pytorch stack loads it.
 """
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ def torch_linear(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def counting(runtime: Runtime) -> list[int]:
-    """Record the rows of every predict call of `runtime` (an instance attribute shadows the method)."""
+    """Record the rows of every predict call of `runtime` (an instance attribute shadows the
+    method)."""
     sizes: list[int] = []
     predict = runtime.predict
 
@@ -58,25 +61,36 @@ def counting(runtime: Runtime) -> list[int]:
     return sizes
 
 
-async def post_all(app: ContainerApp, requests: list[tuple[bytes, str]], accept: str = JSON) -> list[httpx.Response]:
+async def post_all(
+    app: ContainerApp, requests: list[tuple[bytes, str]], accept: str = JSON
+) -> list[httpx.Response]:
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://container") as client:
         return await asyncio.gather(
             *(
-                client.post("/invocations", content=body, headers={"content-type": kind, "accept": accept})
+                client.post(
+                    "/invocations", content=body, headers={"content-type": kind, "accept": accept}
+                )
                 for body, kind in requests
             )
         )
 
 
 def answer(response: httpx.Response) -> Any:
-    return response.status_code, (json.loads(response.content) if response.status_code == 200 else None)
+    return response.status_code, (
+        json.loads(response.content) if response.status_code == 200 else None
+    )
 
 
 def close(got: Any, want: Any) -> bool:
-    """The same JSON answer, numbers to float32 precision (a batched matrix product may round differently)."""
+    """The same JSON answer, numbers to float32 precision (a batched matrix product may round
+    differently)."""
     if isinstance(want, dict):
-        return isinstance(got, dict) and got.keys() == want.keys() and all(close(got[k], want[k]) for k in want)
+        return (
+            isinstance(got, dict)
+            and got.keys() == want.keys()
+            and all(close(got[k], want[k]) for k in want)
+        )
     got, want = np.asarray(got), np.asarray(want)
     if want.dtype.kind not in "fiu":
         return got.shape == want.shape and bool(np.all(got == want))
@@ -109,7 +123,9 @@ def test_a_full_batch_runs_without_waiting_for_the_delay(loaded, iris_classifier
     sizes = counting(runtime)
     app = build_container_app(runtime, "iris", batching=BatchSettings(4, max_delay_s=30.0))
     started = time.monotonic()
-    responses = asyncio.run(post_all(app, [(json.dumps(iris.data[i].tolist()).encode(), JSON) for i in range(4)]))
+    responses = asyncio.run(
+        post_all(app, [(json.dumps(iris.data[i].tolist()).encode(), JSON) for i in range(4)])
+    )
     assert [r.status_code for r in responses] == [200] * 4
     assert time.monotonic() - started < 10  # far below the 30 s delay: the batch was full
     assert sizes == [4]
@@ -122,14 +138,19 @@ def test_a_lone_request_waits_at_most_the_delay(loaded, iris_classifier, iris) -
     (response,) = asyncio.run(post_all(app, [(json.dumps(iris.data[0].tolist()).encode(), JSON)]))
     elapsed = time.monotonic() - started
     assert response.status_code == 200
-    assert 0.15 <= elapsed < 0.2 + 3  # it waited for company, then ran: delay plus model time, generously
+    # it waited for company, then ran: delay plus model time, generously
+    assert 0.15 <= elapsed < 0.2 + 3
 
 
 def test_preferred_sizes_cut_the_batch(loaded, handler_dir) -> None:
     runtime = loaded("python", handler_dir(SUMS))
     sizes = counting(runtime)
-    app = build_container_app(runtime, "sums", batching=BatchSettings(8, max_delay_s=0.3, preferred=(4,)))
-    responses = asyncio.run(post_all(app, [(json.dumps([[i, 1.0]]).encode(), JSON) for i in range(6)]))
+    app = build_container_app(
+        runtime, "sums", batching=BatchSettings(8, max_delay_s=0.3, preferred=(4,))
+    )
+    responses = asyncio.run(
+        post_all(app, [(json.dumps([[i, 1.0]]).encode(), JSON) for i in range(6)])
+    )
     assert [json.loads(r.content) for r in responses] == [[i + 1.0] for i in range(6)]
     assert sizes == [4, 2]
 
@@ -168,12 +189,19 @@ SLOW_SUMS = """
 """
 
 
-def test_requests_arriving_while_the_model_computes_go_together_into_the_next_batch(loaded, handler_dir) -> None:
-    # MaxDelayMs 0 waits for nobody, yet under load batches form: the queue fills while every thread is busy.
+def test_requests_arriving_while_the_model_computes_go_together_into_the_next_batch(
+    loaded, handler_dir
+) -> None:
+    # MaxDelayMs 0 waits for nobody, yet under load batches form: the queue fills while every thread
+    # is busy.
     runtime = loaded("python", handler_dir(SLOW_SUMS))
     sizes = counting(runtime)
-    app = build_container_app(runtime, "sums", threads=1, batching=BatchSettings(16, max_delay_s=0.0))
-    responses = asyncio.run(post_all(app, [(json.dumps([[i, 1.0]]).encode(), JSON) for i in range(6)]))
+    app = build_container_app(
+        runtime, "sums", threads=1, batching=BatchSettings(16, max_delay_s=0.0)
+    )
+    responses = asyncio.run(
+        post_all(app, [(json.dumps([[i, 1.0]]).encode(), JSON) for i in range(6)])
+    )
     assert [json.loads(r.content) for r in responses] == [[i + 1.0] for i in range(6)]
     assert sum(sizes) == 6 and len(sizes) <= 3 and max(sizes) >= 3, sizes
 
@@ -191,7 +219,11 @@ def test_a_failing_request_in_a_batch_fails_alone(loaded, handler_dir) -> None:
         200,
     ]  # the container's own status; the gateway answers ModelError
     assert "negative rows are refused" in responses[1].text
-    assert [json.loads(r.content) for r in (responses[0], responses[2], responses[3])] == [[3.0], [7.0, 11.0], [15.0]]
+    assert [json.loads(r.content) for r in (responses[0], responses[2], responses[3])] == [
+        [3.0],
+        [7.0, 11.0],
+        [15.0],
+    ]
     assert sizes[0] == 5 and sorted(sizes[1:]) == [1, 1, 1, 2]  # the batch, then each request alone
 
 
@@ -205,9 +237,11 @@ def test_a_request_that_fails_to_decode_fails_alone(loaded, iris_classifier, iri
     assert sizes == [4]
 
 
-def test_small_bodies_decode_on_the_loop_large_ones_and_scripts_on_threads(loaded, iris_classifier, iris) -> None:
-    # A small body the stack's own decoder reads skips the hand-off to a decode thread; a large one (or a user's
-    # input_fn, which may block) never runs on the event loop.
+def test_small_bodies_decode_on_the_loop_large_ones_and_scripts_on_threads(
+    loaded, iris_classifier, iris
+) -> None:
+    # A small body the stack's own decoder reads skips the hand-off to a decode thread; a large one
+    # (or a user's input_fn, which may block) never runs on the event loop.
     import threading
 
     from serving.model_server.batching import INLINE_DECODE_BYTES
@@ -217,7 +251,9 @@ def test_small_bodies_decode_on_the_loop_large_ones_and_scripts_on_threads(loade
     decode = runtime.decode
 
     def recorded(*args: Any) -> Any:
-        threads.append("loop" if threading.current_thread() is threading.main_thread() else "worker")
+        threads.append(
+            "loop" if threading.current_thread() is threading.main_thread() else "worker"
+        )
         return decode(*args)
 
     runtime.decode = recorded  # type: ignore[method-assign]
@@ -236,7 +272,9 @@ def test_a_python_container_batches_only_when_it_says_so(loaded, handler_dir) ->
     runtime = loaded("python", handler_dir(SUMS.replace("accepts_batches = True", "")))
     sizes = counting(runtime)
     app = build_container_app(runtime, "sums", batching=BatchSettings(16, max_delay_s=0.3))
-    responses = asyncio.run(post_all(app, [(json.dumps([[i, 1.0]]).encode(), JSON) for i in range(3)]))
+    responses = asyncio.run(
+        post_all(app, [(json.dumps([[i, 1.0]]).encode(), JSON) for i in range(3)])
+    )
     assert [r.status_code for r in responses] == [200] * 3
     assert sizes == [1, 1, 1]
 
@@ -245,12 +283,20 @@ def test_batches_are_reported_as_metric_events(loaded, iris_classifier, iris) ->
     runtime = loaded("sklearn", iris_classifier.path)
     events = EventLog()
     app = build_container_app(
-        runtime, "iris", events=events, model_latency=events.model_latency, batching=BatchSettings(8, max_delay_s=0.2)
+        runtime,
+        "iris",
+        events=events,
+        model_latency=events.model_latency,
+        batching=BatchSettings(8, max_delay_s=0.2),
     )
 
     async def run() -> httpx.Response:
-        await post_all(app, [(json.dumps(iris.data[i : i + 2].tolist()).encode(), JSON) for i in range(3)])
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://container") as client:
+        await post_all(
+            app, [(json.dumps(iris.data[i : i + 2].tolist()).encode(), JSON) for i in range(3)]
+        )
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://container"
+        ) as client:
             return await client.get("/_serving/stats")
 
     drained = asyncio.run(run()).json()["events"]
@@ -289,7 +335,7 @@ def test_predictions_run_on_a_bounded_pool(loaded, handler_dir, threads: int) ->
     assert most == threads
 
 
-# --- the property: whatever the mix, each caller gets exactly its own rows' predictions --------------------------
+# --- the property: whatever the mix, each caller gets exactly its own rows' predictions -----------
 def _request(stack: str, rows: int, kind: str, seed: int) -> tuple[bytes, str]:
     data = np.random.default_rng(seed).uniform(0, 8, size=(rows, 4)).round(2)
     if kind == "json":
@@ -310,7 +356,9 @@ def _request(stack: str, rows: int, kind: str, seed: int) -> tuple[bytes, str]:
 MIXES = st.lists(
     st.tuples(
         st.integers(1, 5),
-        st.sampled_from(["json", "json", "csv", "npy32", "npy64", "narrow", "instances", "unknown"]),
+        st.sampled_from(
+            ["json", "json", "csv", "npy32", "npy64", "narrow", "instances", "unknown"]
+        ),
         st.integers(0, 2**16),
     ),
     min_size=1,
@@ -320,13 +368,19 @@ MIXES = st.lists(
 
 @pytest.mark.frameworks
 @pytest.mark.parametrize("stack", ["sklearn", "pytorch"])
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(mix=MIXES, max_batch=st.integers(2, 12))
-def test_each_caller_gets_its_own_rows(stack, loaded, iris_classifier, torch_linear, mix, max_batch) -> None:
+def test_each_caller_gets_its_own_rows(
+    stack, loaded, iris_classifier, torch_linear, mix, max_batch
+) -> None:
     runtime = loaded(stack, iris_classifier.path if stack == "sklearn" else torch_linear)
     requests = [_request(stack, rows, kind, seed) for rows, kind, seed in mix]
     expected = [alone(runtime, body, kind) for body, kind in requests]
-    app = build_container_app(runtime, stack, threads=2, batching=BatchSettings(max_batch, max_delay_s=0.02))
+    app = build_container_app(
+        runtime, stack, threads=2, batching=BatchSettings(max_batch, max_delay_s=0.02)
+    )
     responses = asyncio.run(post_all(app, requests))
     for (status, want), response in zip(expected, responses):
         got_status, got = answer(response)
@@ -336,14 +390,17 @@ def test_each_caller_gets_its_own_rows(stack, loaded, iris_classifier, torch_lin
 
 
 def test_every_metric_event_has_a_replica_metric() -> None:
-    # The supervisor replays each drained event as a ReplicaMetrics method (read without importing Ray).
+    # The supervisor replays each drained event as a ReplicaMetrics method (read without importing
+    # Ray).
     import ast
 
     from serving.model_server.events import EVENTS
 
     source = Path(__file__).resolve().parents[2] / "serving" / "ray_wing" / "replica_metrics.py"
     (cls,) = [
-        n for n in ast.parse(source.read_text()).body if isinstance(n, ast.ClassDef) and n.name == "ReplicaMetrics"
+        n
+        for n in ast.parse(source.read_text()).body
+        if isinstance(n, ast.ClassDef) and n.name == "ReplicaMetrics"
     ]
     methods = {node.name for node in cls.body if isinstance(node, ast.FunctionDef)}
     assert {"batch_size", "queue_delay"} <= EVENTS <= methods
@@ -353,14 +410,18 @@ def test_every_metric_event_has_a_replica_metric() -> None:
     ("folder", "stack", "merged"),
     [
         ("hetero-iris-torchscript", "pytorch", True),
-        ("hetero-iris-state", "pytorch", True),  # a script's model_fn only: the toolkit's tensors merge
+        # a script's model_fn only: the toolkit's tensors merge
+        ("hetero-iris-state", "pytorch", True),
         ("hetero-onnx-iris", "onnx", True),
         ("hetero-onnx-two", "onnx", False),  # two named inputs: a plain array is refused, alone
-        ("hetero-tf-iris", "tensorflow", True),  # NPY takes the tensor path; JSON is TF Serving's, alone
+        # NPY takes the tensor path; JSON is TF Serving's, alone
+        ("hetero-tf-iris", "tensorflow", True),
     ],
 )
 @pytest.mark.frameworks
-def test_the_framework_stacks_batch_their_own_steps(hetero_models, loaded, folder, stack, merged) -> None:
+def test_the_framework_stacks_batch_their_own_steps(
+    hetero_models, loaded, folder, stack, merged
+) -> None:
     runtime = loaded(stack, hetero_models / folder)
     sizes = counting(runtime)
     rows = np.random.default_rng(7).uniform(0.1, 7.9, size=(6, 4)).astype(np.float32)
@@ -372,7 +433,9 @@ def test_the_framework_stacks_batch_their_own_steps(hetero_models, loaded, folde
     ]
     expected = [alone(runtime, body, kind) for body, kind in requests]
     sizes.clear()
-    app = build_container_app(runtime, stack, threads=2, batching=BatchSettings(16, max_delay_s=0.3))
+    app = build_container_app(
+        runtime, stack, threads=2, batching=BatchSettings(16, max_delay_s=0.3)
+    )
     responses = asyncio.run(post_all(app, requests))
     for (status, want), response in zip(expected, responses):
         assert response.status_code == (200 if status == 200 else 500), response.text
@@ -392,19 +455,25 @@ def test_xgboost_requests_run_alone_and_answer_as_without_batching(tmp_path) -> 
     runtime.load()
     sizes = counting(runtime)
     requests = [
-        ("\n".join(",".join(map(str, row)) for row in x[i : i + n]).encode(), "text/csv") for i, n in ((0, 1), (5, 3))
+        ("\n".join(",".join(map(str, row)) for row in x[i : i + n]).encode(), "text/csv")
+        for i, n in ((0, 1), (5, 3))
     ]
     expected = [alone(runtime, body, kind) for body, kind in requests]
     sizes.clear()
-    app = build_container_app(runtime, "xgb", threads=2, batching=BatchSettings(16, max_delay_s=0.2))
+    app = build_container_app(
+        runtime, "xgb", threads=2, batching=BatchSettings(16, max_delay_s=0.2)
+    )
     responses = asyncio.run(post_all(app, requests))
     assert [answer(r) for r in responses] == expected
     assert len(sizes) == 2
 
 
 @pytest.mark.frameworks
-def test_a_script_with_request_hooks_is_not_assumed_thread_safe(loaded, handler_dir, torch_linear) -> None:
-    # What the container process passes as `scripted` to model_threads (serving/model_server/main.py).
+def test_a_script_with_request_hooks_is_not_assumed_thread_safe(
+    loaded, handler_dir, torch_linear
+) -> None:
+    # What the container process passes as `scripted` to model_threads
+    # (serving/model_server/main.py).
     assert not loaded("pytorch", torch_linear).runs_request_hooks()
     loader = """
         import torch

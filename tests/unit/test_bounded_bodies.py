@@ -1,4 +1,5 @@
-"""The one bounded body reader (serving/http/bodies.py) and the four routes that read bodies through it."""
+"""The one bounded body reader (serving/http/bodies.py) and the four routes that read bodies through
+it."""
 
 from __future__ import annotations
 
@@ -35,8 +36,12 @@ async def _chunks(*parts: bytes, read: list[int] | None = None) -> AsyncIterator
         yield part
 
 
-def _read(*parts: bytes, limit: int, declared: str | None = None, hold: Ledger | None = None, read=None) -> bytearray:
-    return asyncio.run(read_bounded(_chunks(*parts, read=read), limit, TooLarge, declared=declared, hold=hold))
+def _read(
+    *parts: bytes, limit: int, declared: str | None = None, hold: Ledger | None = None, read=None
+) -> bytearray:
+    return asyncio.run(
+        read_bounded(_chunks(*parts, read=read), limit, TooLarge, declared=declared, hold=hold)
+    )
 
 
 def test_a_body_within_the_limit_is_read_whole_in_one_buffer() -> None:
@@ -87,7 +92,8 @@ def test_a_declared_length_that_is_no_number_is_ignored_and_the_body_counted(dec
 
 
 def test_every_route_that_reads_a_body_reads_it_through_the_one_reader() -> None:
-    """Invocations, the API, `serving apply`'s spec route and Open Inference's index: no reader of their own."""
+    """Invocations, the API, `serving apply`'s spec route and Open Inference's index: no reader of
+    their own."""
     import inspect
 
     from serving.gateway import control_routes, invocation

@@ -1,4 +1,5 @@
-"""serving.cli: what `serving up` refuses or warns about before Ray starts, and `validate` with identities."""
+"""serving.cli: what `serving up` refuses or warns about before Ray starts, and `validate` with
+identities."""
 
 from __future__ import annotations
 
@@ -40,10 +41,16 @@ def specs(tmp_path: Path) -> dict[str, Path]:
         )
     )
     containers = [{"ContainerHostname": "a", "Image": "python", "ModelDataUrl": "model"}]
-    (tmp_path / "open.yaml").write_text(yaml.safe_dump({"EndpointName": "open", "Containers": containers}))
+    (tmp_path / "open.yaml").write_text(
+        yaml.safe_dump({"EndpointName": "open", "Containers": containers})
+    )
     (tmp_path / "secure.yaml").write_text(
         yaml.safe_dump(
-            {"EndpointName": "secure", "Containers": containers, "AccessControl": {"IdentitiesFile": "identities.yaml"}}
+            {
+                "EndpointName": "secure",
+                "Containers": containers,
+                "AccessControl": {"IdentitiesFile": "identities.yaml"},
+            }
         )
     )
     return {
@@ -62,7 +69,9 @@ def no_ray(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("serving.ray_wing", trap, raising=False)
 
 
-def test_non_loopback_host_without_access_control_exits_2(specs, no_ray, capsys: pytest.CaptureFixture[str]) -> None:
+def test_non_loopback_host_without_access_control_exits_2(
+    specs, no_ray, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as exited:
         main(["up", str(specs["open"]), str(specs["secure"]), "--host", "0.0.0.0"])
     assert exited.value.code == 2
@@ -81,13 +90,17 @@ def test_non_loopback_host_without_access_control_exits_2(specs, no_ray, capsys:
         ("10.1.2.3", True, "ANYONE who can reach 10.1.2.3"),
     ],
 )
-def test_anonymous_endpoints_are_announced_loudly(specs, host: str, allow: bool, fragment: str) -> None:
+def test_anonymous_endpoints_are_announced_loudly(
+    specs, host: str, allow: bool, fragment: str
+) -> None:
     warning = check_anonymous([load_spec(specs["open"]), load_spec(specs["secure"])], host, allow)
     assert "WARNING: no authentication for open:" in warning and fragment in warning
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "10.1.2.3", "example.com", "::"])
-def test_non_loopback_hosts_are_refused(specs, host: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_non_loopback_hosts_are_refused(
+    specs, host: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as exited:
         check_anonymous([load_spec(specs["open"])], host, False)
     assert exited.value.code == 2
@@ -95,10 +108,17 @@ def test_non_loopback_hosts_are_refused(specs, host: str, capsys: pytest.Capture
 
 def test_no_warning_when_every_endpoint_has_access_control(specs) -> None:
     assert check_anonymous([load_spec(specs["secure"])], "0.0.0.0", False) is None
-    assert check_anonymous([load_spec(specs["open"], identities_file=specs["identities"])], "0.0.0.0", False) is None
+    assert (
+        check_anonymous(
+            [load_spec(specs["open"], identities_file=specs["identities"])], "0.0.0.0", False
+        )
+        is None
+    )
 
 
-def test_identities_flag_secures_every_spec(specs, no_ray, capsys: pytest.CaptureFixture[str]) -> None:
+def test_identities_flag_secures_every_spec(
+    specs, no_ray, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["validate", str(specs["open"]), "--identities", str(specs["identities"])]) == 0
     assert "AccessControl: 2 identities (team-a, batch)" in capsys.readouterr().out
 
@@ -113,7 +133,8 @@ def test_validate_reports_a_bad_policy(specs, capsys: pytest.CaptureFixture[str]
     error = capsys.readouterr().err
     assert "secure.yaml: INVALID" in error
     assert (
-        "Identities[0].PolicyDocuments[0] (policy.json): Statement[0]: exactly one of Resource or NotResource" in error
+        "Identities[0].PolicyDocuments[0] (policy.json): Statement[0]: exactly one of Resource or NotResource"
+        in error
     )
 
 
@@ -125,8 +146,11 @@ def test_example_calls_for_a_secured_endpoint_show_placeholders_never_secrets(sp
     assert SECRET not in text and API_KEY not in text
 
 
-def test_api_settings_flags_override_environment_which_overrides_cli_defaults(tmp_path: Path, monkeypatch) -> None:
-    """SERVING_MODEL_ROOTS / SERVING_STATE_FILE hold unless a flag names them (the CLI's defaults used to win)."""
+def test_api_settings_flags_override_environment_which_overrides_cli_defaults(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """SERVING_MODEL_ROOTS / SERVING_STATE_FILE hold unless a flag names them (the CLI's defaults
+    used to win)."""
     import argparse
 
     from serving.cli.up import _settings
@@ -154,7 +178,8 @@ def test_api_settings_flags_override_environment_which_overrides_cli_defaults(tm
     monkeypatch.delenv("SERVING_STATE_FILE")
     monkeypatch.chdir(tmp_path)
     defaults = settings(port=18099)
-    assert defaults.model_roots == ""  # no implicit root from the working directory (issue 41, finding 2)
+    # no implicit root from the working directory (issue 41, finding 2)
+    assert defaults.model_roots == ""
     assert defaults.state_file.endswith("state-18099.db")
 
 
@@ -172,11 +197,14 @@ def test_a_model_whose_requirements_would_install_packages_exits_2_before_ray(
     assert status == 2
     error = capsys.readouterr().err
     assert "refusing to deploy: open: Containers[a].ModelDataUrl" in error
-    assert "surely-not-installed-pkg==1.0" in error and "SERVING_ALLOW_MODEL_REQUIREMENTS=1" in error
+    assert (
+        "surely-not-installed-pkg==1.0" in error and "SERVING_ALLOW_MODEL_REQUIREMENTS=1" in error
+    )
 
 
 def test_example_calls_use_each_models_own_input_where_its_model_json_says(tmp_path: Path) -> None:
-    # Issue 42, item 8: the digits CNN was shown an iris row. `serving train` writes model.json beside every model.
+    # Issue 42, item 8: the digits CNN was shown an iris row. `serving train` writes model.json
+    # beside every model.
     from serving.config.spec import parse_spec
 
     digits, other = tmp_path / "digits", tmp_path / "other"

@@ -174,7 +174,13 @@ def test_invoke_endpoint_matches_boto3s_shape() -> None:
         TargetContainerHostname="iris",
         CustomAttributes="a=1",
     )
-    assert set(response) == {"Body", "ContentType", "InvokedProductionVariant", "CustomAttributes", "ResponseMetadata"}
+    assert set(response) == {
+        "Body",
+        "ContentType",
+        "InvokedProductionVariant",
+        "CustomAttributes",
+        "ResponseMetadata",
+    }
     assert json.loads(response["Body"].read()) == [2]
     assert response["ResponseMetadata"]["HTTPStatusCode"] == 200
     assert script.requests[0].headers["x-amzn-sagemaker-target-container-hostname"] == "iris"
@@ -190,19 +196,43 @@ def test_invoke_endpoint_matches_boto3s_shape() -> None:
 @pytest.mark.parametrize(
     ("answer", "exception", "code"),
     [
-        (httpx.Response(400, json={"__type": "ValidationError", "message": "bad"}), ValidationError, "ValidationError"),
+        (
+            httpx.Response(400, json={"__type": "ValidationError", "message": "bad"}),
+            ValidationError,
+            "ValidationError",
+        ),
         (
             httpx.Response(403, json={"__type": "AccessDeniedException", "message": "no"}),
             AccessDenied,
             "AccessDeniedException",
         ),
-        (httpx.Response(403, json={"__type": "UnrecognizedClientException", "message": "?"}), UnrecognizedClient, None),
-        (httpx.Response(403, json={"__type": "InvalidSignatureException", "message": "sig"}), InvalidSignature, None),
-        (httpx.Response(503, json={"__type": "ServiceUnavailable", "message": "down"}), ServiceUnavailable, None),
-        (httpx.Response(500, json={"__type": "InternalFailure", "message": "bug"}), InternalFailure, None),
+        (
+            httpx.Response(403, json={"__type": "UnrecognizedClientException", "message": "?"}),
+            UnrecognizedClient,
+            None,
+        ),
+        (
+            httpx.Response(403, json={"__type": "InvalidSignatureException", "message": "sig"}),
+            InvalidSignature,
+            None,
+        ),
+        (
+            httpx.Response(503, json={"__type": "ServiceUnavailable", "message": "down"}),
+            ServiceUnavailable,
+            None,
+        ),
+        (
+            httpx.Response(500, json={"__type": "InternalFailure", "message": "bug"}),
+            InternalFailure,
+            None,
+        ),
         (httpx.Response(500, text="<html>proxy</html>"), InternalFailure, None),
         (httpx.Response(418, text="teapot"), UnknownServerError, None),
-        (httpx.Response(400, headers={"x-amzn-ErrorType": "ValidationError"}, content=b""), ValidationError, None),
+        (
+            httpx.Response(400, headers={"x-amzn-ErrorType": "ValidationError"}, content=b""),
+            ValidationError,
+            None,
+        ),
     ],
 )
 def test_each_error_code_has_its_exception(answer, exception, code) -> None:
@@ -217,7 +247,10 @@ def test_each_error_code_has_its_exception(answer, exception, code) -> None:
 def test_model_error_carries_the_original_status_and_container() -> None:
     answer = error_answer(
         ServerModelError(
-            "container iris failed", container="iris", original_status=500, original_message="ValueError: nope"
+            "container iris failed",
+            container="iris",
+            original_status=500,
+            original_message="ValueError: nope",
         )
     )
     with pytest.raises(ModelError) as raised:
@@ -245,20 +278,26 @@ def test_throttling_is_retried_until_it_succeeds() -> None:
 def test_retries_are_bounded_and_the_last_error_raised() -> None:
     script = Script(error_answer(ModelNotReadyError("busy")))
     with pytest.raises(ModelNotReady) as raised:
-        client(script, retry=RetryPolicy(max_attempts=3, base_delay=0, max_delay=0)).invoke("e", [1])
+        client(script, retry=RetryPolicy(max_attempts=3, base_delay=0, max_delay=0)).invoke(
+            "e", [1]
+        )
     assert len(script.requests) == 3 and raised.value.retry_attempts == 2
 
 
 @pytest.mark.parametrize("status", [400, 403, 404, 413, 424])
 def test_client_errors_are_never_retried(status: int) -> None:
-    script = Script(httpx.Response(status, json={"__type": "ValidationError", "message": "x"}), ok())
+    script = Script(
+        httpx.Response(status, json={"__type": "ValidationError", "message": "x"}), ok()
+    )
     with pytest.raises(ServingClientError):
         client(script).invoke("e", [1])
     assert len(script.requests) == 1
 
 
 def test_retries_off() -> None:
-    script = Script(httpx.Response(503, json={"__type": "ServiceUnavailable", "message": "x"}), ok())
+    script = Script(
+        httpx.Response(503, json={"__type": "ServiceUnavailable", "message": "x"}), ok()
+    )
     with pytest.raises(ServiceUnavailable):
         client(script, retry=RetryPolicy.none()).invoke("e", [1])
     assert len(script.requests) == 1
@@ -296,7 +335,9 @@ def test_waits_between_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     slept: list[float] = []
     monkeypatch.setattr("serving.client._clients.time.sleep", slept.append)
     busy = httpx.Response(
-        429, headers={"Retry-After": "0.25"}, json={"__type": "ModelNotReadyException", "message": "x"}
+        429,
+        headers={"Retry-After": "0.25"},
+        json={"__type": "ModelNotReadyException", "message": "x"},
     )
     client(Script(busy, ok()), retry=RetryPolicy(base_delay=0.01, max_delay=1.0)).invoke("e", [1])
     assert slept == [pytest.approx(0.25)]
@@ -310,11 +351,17 @@ def test_async_client_behaves_the_same() -> None:
     script = Script(busy, ok([5]))
 
     async def main():
-        async with AsyncClient(URL, transport=httpx.MockTransport(script), retry=NO_SLEEP, sign=False) as async_client:
+        async with AsyncClient(
+            URL, transport=httpx.MockTransport(script), retry=NO_SLEEP, sign=False
+        ) as async_client:
             result = await async_client.invoke("e", np.ones((1, 4)), target="iris")
-            boto = await async_client.invoke_endpoint(EndpointName="e", Body="1,2", ContentType="text/csv")
+            boto = await async_client.invoke_endpoint(
+                EndpointName="e", Body="1,2", ContentType="text/csv"
+            )
             with pytest.raises(ValidationError):
-                script.answers = [httpx.Response(400, json={"__type": "ValidationError", "message": "m"})]
+                script.answers = [
+                    httpx.Response(400, json={"__type": "ValidationError", "message": "m"})
+                ]
                 await async_client.invoke("e", [1])
             return result, boto
 
@@ -329,14 +376,24 @@ def test_async_client_behaves_the_same() -> None:
 
 def test_wait_until_in_service_follows_the_status(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("serving.client._clients.time.sleep", lambda s: None)
-    not_found = httpx.Response(400, json={"__type": "ValidationError", "message": "Could not find endpoint e."})
+    not_found = httpx.Response(
+        400, json={"__type": "ValidationError", "message": "Could not find endpoint e."}
+    )
     creating = httpx.Response(200, json={"EndpointName": "e", "EndpointStatus": "Creating"})
     ready = httpx.Response(200, json={"EndpointName": "e", "EndpointStatus": "InService"})
     script = Script(not_found, creating, ready)
-    assert client(script).wait_until_in_service("e", timeout=10, poll_interval=0.01)["EndpointStatus"] == "InService"
+    assert (
+        client(script).wait_until_in_service("e", timeout=10, poll_interval=0.01)["EndpointStatus"]
+        == "InService"
+    )
     assert [r.url.path for r in script.requests] == ["/endpoints/e"] * 3
     failed = httpx.Response(
-        200, json={"EndpointName": "e", "EndpointStatus": "Failed", "FailureReason": "container x: boom"}
+        200,
+        json={
+            "EndpointName": "e",
+            "EndpointStatus": "Failed",
+            "FailureReason": "container x: boom",
+        },
     )
     with pytest.raises(WaiterError, match="boom") as raised:
         client(Script(failed)).wait_until_in_service("e", timeout=10, poll_interval=0.01)
@@ -350,14 +407,22 @@ def test_wait_until_in_service_times_out() -> None:
 
 
 def test_list_and_describe() -> None:
-    script = Script(httpx.Response(200, json={"Endpoints": [{"EndpointName": "e", "EndpointStatus": "InService"}]}))
+    script = Script(
+        httpx.Response(
+            200, json={"Endpoints": [{"EndpointName": "e", "EndpointStatus": "InService"}]}
+        )
+    )
     assert client(script).list_endpoints() == [{"EndpointName": "e", "EndpointStatus": "InService"}]
     assert script.requests[0].url.path == "/endpoints"
 
 
 # --- credentials ----------------------------------------------------------------------------
 
-KEY_ID, SECRET, API_KEY = "AKIACLIENTTEST0001", "client-test-secret-0001", "client-test-api-key-0001"
+KEY_ID, SECRET, API_KEY = (
+    "AKIACLIENTTEST0001",
+    "client-test-secret-0001",
+    "client-test-api-key-0001",
+)
 
 
 @pytest.fixture
@@ -367,7 +432,9 @@ def verifier(tmp_path: Path):
         json.dumps(
             {
                 "Version": "2012-10-17",
-                "Statement": [{"Effect": "Allow", "Action": "sagemaker:InvokeEndpoint", "Resource": "*"}],
+                "Statement": [
+                    {"Effect": "Allow", "Action": "sagemaker:InvokeEndpoint", "Resource": "*"}
+                ],
             }
         )
     )
@@ -446,9 +513,12 @@ def test_bearer_key(verifier) -> None:
     assert bearer.invoke("mce-secure", [1]).body == {"principal": "sdk", "how": "bearer"}
     assert API_KEY not in repr(bearer)
     with pytest.raises(UnrecognizedClient):
-        Client(URL, transport=httpx.MockTransport(verifier), api_key="unknown-key-0000000", retry=NO_SLEEP).invoke(
-            "e", [1]
-        )
+        Client(
+            URL,
+            transport=httpx.MockTransport(verifier),
+            api_key="unknown-key-0000000",
+            retry=NO_SLEEP,
+        ).invoke("e", [1])
 
 
 def test_credentials_resolution(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -474,7 +544,11 @@ def test_credentials_resolution(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
     monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
     auto = resolve()
-    assert isinstance(auto, SigV4) and auto.region == "eu-west-1" and auto.credentials.access_key == KEY_ID
+    assert (
+        isinstance(auto, SigV4)
+        and auto.region == "eu-west-1"
+        and auto.credentials.access_key == KEY_ID
+    )
     assert isinstance(resolve(sign=False), Anonymous)
     with pytest.raises(ValueError, match="not both"):
         resolve(api_key=API_KEY, aws_access_key_id=KEY_ID, aws_secret_access_key=SECRET)

@@ -1,8 +1,9 @@
-"""CloudWatch's API over the runtime's metrics (issue 45, item 1): real boto3 `cloudwatch` clients against the
-control-plane API on a loopback server (`sagemaker_harness`), fed with metric families that prometheus_client
-writes and parses as `GET /metrics` does. What is faked: the Deployer (as in every API unit test) and the time
-at which the sampler records an interval (a test calls `observe` itself rather than waiting 10 s per interval).
-The sampler fed by a real server's `/metrics` runs in tests/integration/test_cloudwatch.py.
+"""CloudWatch's API over the runtime's metrics (issue 45, item 1): real boto3 `cloudwatch` clients
+against the control-plane API on a loopback server (`sagemaker_harness`), fed with metric families
+that prometheus_client writes and parses as `GET /metrics` does. What is faked: the Deployer (as in
+every API unit test) and the time at which the sampler records an interval (a test calls `observe`
+itself rather than waiting 10 s per interval). The sampler fed by a real server's `/metrics` runs in
+tests/integration/test_cloudwatch.py.
 """
 
 from __future__ import annotations
@@ -25,18 +26,24 @@ from tests.unit.sagemaker_harness import KEY, READER_KEY, READER_SECRET, SECRET,
 
 NS = "AWS/SageMaker"
 REPLICA_SIDE = {"serving_model_latency_seconds", "serving_cpu_utilization_percent"}
-START = 1_800_000_000.0  # a RESOLUTION_S boundary, far from the harness's real clock on purpose: no wall-time race
+# a RESOLUTION_S boundary, far from the harness's real clock on purpose: no wall-time race
+START = 1_800_000_000.0
 
 
 class Metrics:
-    """The families `GET /metrics` merges, written by prometheus_client as the gateway and replicas write them."""
+    """The families `GET /metrics` merges, written by prometheus_client as the gateway and replicas
+    write them."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         labels = ("endpoint", "container", "model")
         self.calls = Counter("serving_invocations", "", labels, registry=self.registry)
-        self.errors_4xx = Counter("serving_invocation_4xx_errors", "", labels, registry=self.registry)
-        self.errors_5xx = Counter("serving_invocation_5xx_errors", "", labels, registry=self.registry)
+        self.errors_4xx = Counter(
+            "serving_invocation_4xx_errors", "", labels, registry=self.registry
+        )
+        self.errors_5xx = Counter(
+            "serving_invocation_5xx_errors", "", labels, registry=self.registry
+        )
         self.latency = Histogram(
             "serving_model_latency_seconds",
             "",
@@ -45,7 +52,10 @@ class Metrics:
             registry=self.registry,
         )
         self.cpu = Gauge(
-            "serving_cpu_utilization_percent", "", ("endpoint", "container", "replica"), registry=self.registry
+            "serving_cpu_utilization_percent",
+            "",
+            ("endpoint", "container", "replica"),
+            registry=self.registry,
         )
 
     def families(self) -> list[Any]:
@@ -65,17 +75,26 @@ class World:
         self.harness.deployer.served[name] = {
             "EndpointName": name,
             "InferenceExecutionConfig": {"Mode": mode},
-            "Containers": [{"ContainerHostname": c, "CurrentReplicas": replicas} for c in containers],
+            "Containers": [
+                {"ContainerHostname": c, "CurrentReplicas": replicas} for c in containers
+            ],
         }
 
     def tick(self, nodes: bool = True) -> bool:
-        """One RESOLUTION_S interval ends: the sampler reads the metrics and the alarms are evaluated. Without
-        `nodes`, the replica-side families are not read this time (as an idle control plane skips the agents)."""
+        """One RESOLUTION_S interval ends: the sampler reads the metrics and the alarms are
+        evaluated. Without `nodes`, the replica-side families are not read this time (as an idle
+        control plane skips the agents)."""
         self.at += 10
         families = [f for f in self.metrics.families() if nodes or f.name not in REPLICA_SIDE]
         return self.api.observe(families, self.at + 0.2)
 
-    def stats(self, metric: str, statistics: tuple[str, ...] = ("Sum",), period: int = 60, **dimensions: str) -> list:
+    def stats(
+        self,
+        metric: str,
+        statistics: tuple[str, ...] = ("Sum",),
+        period: int = 60,
+        **dimensions: str,
+    ) -> list:
         answer = self.cw.get_metric_statistics(
             Namespace=NS,
             MetricName=metric,
@@ -104,39 +123,58 @@ def test_invocations_sum_to_the_calls_counted_per_variant_and_container(world: W
     world.metrics.calls.labels("e1@A@1", "only", "").inc(7)
     world.metrics.calls.labels("mce", "first", "").inc(3)
     world.metrics.calls.labels("mce", "second", "").inc(4)
-    world.metrics.calls.labels("mce", "", "").inc(1)  # named no container: the endpoint's, no container's
+    # named no container: the endpoint's, no container's
+    world.metrics.calls.labels("mce", "", "").inc(1)
     for container in ("a", "b"):  # a Serial request counts once per container of the chain
         world.metrics.calls.labels("chain", container, "").inc(5)
     world.tick()
     world.metrics.calls.labels("e1@A@1", "only", "").inc(2)
     world.tick()
-    assert [p["Sum"] for p in world.stats("Invocations", EndpointName="e1", VariantName="A")] == [9.0]
-    ten_s = world.stats("Invocations", ("Sum", "SampleCount"), period=10, EndpointName="e1", VariantName="A")
+    assert [p["Sum"] for p in world.stats("Invocations", EndpointName="e1", VariantName="A")] == [
+        9.0
+    ]
+    ten_s = world.stats(
+        "Invocations", ("Sum", "SampleCount"), period=10, EndpointName="e1", VariantName="A"
+    )
     assert [(p["Sum"], p["SampleCount"]) for p in ten_s] == [(7.0, 7.0), (2.0, 2.0)]
     assert ten_s[1]["Timestamp"].timestamp() - ten_s[0]["Timestamp"].timestamp() == 10
     assert world.stats("Invocations", EndpointName="mce", VariantName="AllTraffic")[0]["Sum"] == 8.0
-    per_container = world.stats("Invocations", EndpointName="mce", VariantName="AllTraffic", ContainerName="second")
+    per_container = world.stats(
+        "Invocations", EndpointName="mce", VariantName="AllTraffic", ContainerName="second"
+    )
     assert per_container[0]["Sum"] == 4.0
-    assert world.stats("Invocations", EndpointName="chain", VariantName="AllTraffic")[0]["Sum"] == 5.0
+    assert (
+        world.stats("Invocations", EndpointName="chain", VariantName="AllTraffic")[0]["Sum"] == 5.0
+    )
     # One container: no ContainerName series, as SageMaker has none for a single-container endpoint.
-    assert world.stats("Invocations", EndpointName="e1", VariantName="A", ContainerName="only") == []
+    assert (
+        world.stats("Invocations", EndpointName="e1", VariantName="A", ContainerName="only") == []
+    )
     listed = world.cw.list_metrics(
-        Namespace=NS, MetricName="Invocations", Dimensions=[{"Name": "EndpointName", "Value": "mce"}]
+        Namespace=NS,
+        MetricName="Invocations",
+        Dimensions=[{"Name": "EndpointName", "Value": "mce"}],
     )["Metrics"]
     assert sorted(len(metric["Dimensions"]) for metric in listed) == [2, 3, 3]
 
 
-def test_error_averages_are_error_rates_and_a_restarted_counter_is_not_negative(world: World) -> None:
+def test_error_averages_are_error_rates_and_a_restarted_counter_is_not_negative(
+    world: World,
+) -> None:
     world.serve("e1@A@1", "only")
     world.metrics.calls.labels("e1@A@1", "only", "").inc(8)
     world.metrics.errors_5xx.labels("e1@A@1", "only", "").inc(2)
     world.tick()
-    point = world.stats("Invocation5XXErrors", ("Sum", "Average", "SampleCount"), EndpointName="e1", VariantName="A")[0]
+    point = world.stats(
+        "Invocation5XXErrors", ("Sum", "Average", "SampleCount"), EndpointName="e1", VariantName="A"
+    )[0]
     assert (point["Sum"], point["Average"], point["SampleCount"]) == (2.0, 0.25, 8.0)
     world.metrics = Metrics()  # a gateway restarted: its counters start again from 0
     world.metrics.calls.labels("e1@A@1", "only", "").inc(3)
     world.tick()
-    assert [p["Sum"] for p in world.stats("Invocations", period=10, EndpointName="e1", VariantName="A")] == [8, 3]
+    assert [
+        p["Sum"] for p in world.stats("Invocations", period=10, EndpointName="e1", VariantName="A")
+    ] == [8, 3]
 
 
 def test_model_latency_is_in_microseconds_with_percentiles_from_the_buckets(world: World) -> None:
@@ -175,9 +213,13 @@ def test_replica_metrics_read_less_often_are_counted_once_when_read(world: World
         assert world.tick(nodes=False) is True
     world.tick()
     world.tick()  # read again with nothing new: nothing counted twice
-    counts = world.stats("ModelLatency", ("SampleCount",), period=10, EndpointName="e1", VariantName="A")
+    counts = world.stats(
+        "ModelLatency", ("SampleCount",), period=10, EndpointName="e1", VariantName="A"
+    )
     assert [point["SampleCount"] for point in counts] == [4.0, 6.0]
-    assert [p["Sum"] for p in world.stats("Invocations", period=10, EndpointName="e1", VariantName="A")] == [2, 2, 2]
+    assert [
+        p["Sum"] for p in world.stats("Invocations", period=10, EndpointName="e1", VariantName="A")
+    ] == [2, 2, 2]
 
 
 def test_utilization_is_filed_where_sagemaker_files_it(world: World) -> None:
@@ -192,7 +234,10 @@ def test_utilization_is_filed_where_sagemaker_files_it(world: World) -> None:
             StartTime=START,
             EndTime=world.at,
             Period=10,
-            Dimensions=[{"Name": "EndpointName", "Value": "e1"}, {"Name": "VariantName", "Value": "A"}],
+            Dimensions=[
+                {"Name": "EndpointName", "Value": "e1"},
+                {"Name": "VariantName", "Value": "A"},
+            ],
             Statistics=["Average", "Maximum"],
         )["Datapoints"][0]
         assert (point["Average"], point["Maximum"], point["Unit"]) == (60.0, 90.0, "Percent")
@@ -211,7 +256,11 @@ def test_get_metric_data_answers_several_queries(world: World) -> None:
             {
                 "Id": "calls",
                 "MetricStat": {
-                    "Metric": {"Namespace": NS, "MetricName": "Invocations", "Dimensions": dimensions},
+                    "Metric": {
+                        "Namespace": NS,
+                        "MetricName": "Invocations",
+                        "Dimensions": dimensions,
+                    },
                     "Period": 60,
                     "Stat": "Sum",
                 },
@@ -220,7 +269,11 @@ def test_get_metric_data_answers_several_queries(world: World) -> None:
                 "Id": "rate",
                 "Label": "4xx rate",
                 "MetricStat": {
-                    "Metric": {"Namespace": NS, "MetricName": "Invocation4XXErrors", "Dimensions": dimensions},
+                    "Metric": {
+                        "Namespace": NS,
+                        "MetricName": "Invocation4XXErrors",
+                        "Dimensions": dimensions,
+                    },
                     "Period": 60,
                     "Stat": "Average",
                 },
@@ -258,7 +311,10 @@ def test_an_alarm_goes_to_alarm_and_back_with_its_history(world: World) -> None:
         world.tick()
         first = state()
     assert first["StateValue"] == "ALARM", first["StateReason"]
-    assert "2 out of the last 3 datapoints" in first["StateReason"] and "greater than" in first["StateReason"]
+    assert (
+        "2 out of the last 3 datapoints" in first["StateReason"]
+        and "greater than" in first["StateReason"]
+    )
     assert json.loads(first["StateReasonData"])["recentDatapoints"] == [1.0, 1.0]
     assert first["AlarmActions"] == ["arn:aws:sns:us-east-1:000000000000:pager"]
     for _ in range(2):  # healthy calls push the errors out of the window
@@ -276,7 +332,9 @@ def test_an_alarm_goes_to_alarm_and_back_with_its_history(world: World) -> None:
         "Alarm updated from OK to ALARM",
         "Alarm updated from ALARM to OK",
     ]
-    world.cw.set_alarm_state(AlarmName="e1-5xx", StateValue="ALARM", StateReason="testing the pager")
+    world.cw.set_alarm_state(
+        AlarmName="e1-5xx", StateValue="ALARM", StateReason="testing the pager"
+    )
     assert (state()["StateValue"], state()["StateReason"]) == ("ALARM", "testing the pager")
     world.tick()  # the next evaluation puts it back, as CloudWatch's does
     assert state()["StateValue"] == "OK"
@@ -337,14 +395,20 @@ def test_what_cloudwatch_would_refuse_is_refused_naming_the_field(world: World) 
         "InvalidParameterValue",
         "Invocationz",
     )
-    refused(lambda: world.cw.put_metric_alarm(**{**alarm, "Period": 45}), "InvalidParameterValue", "Period 45")
+    refused(
+        lambda: world.cw.put_metric_alarm(**{**alarm, "Period": 45}),
+        "InvalidParameterValue",
+        "Period 45",
+    )
     refused(
         lambda: world.cw.put_metric_alarm(**{**alarm, "Period": 3600, "EvaluationPeriods": 4}),
         "InvalidParameterValue",
         "EvaluationPeriods 4",
     )
     refused(
-        lambda: world.cw.put_metric_alarm(**{**alarm, "EvaluationPeriods": 1, "DatapointsToAlarm": 2}),
+        lambda: world.cw.put_metric_alarm(
+            **{**alarm, "EvaluationPeriods": 1, "DatapointsToAlarm": 2}
+        ),
         "InvalidParameterValue",
         "DatapointsToAlarm",
     )
@@ -354,7 +418,9 @@ def test_what_cloudwatch_would_refuse_is_refused_naming_the_field(world: World) 
         "exactly one of Statistic and ExtendedStatistic",
     )
     refused(
-        lambda: world.cw.put_metric_alarm(**{**alarm, "ComparisonOperator": "LessThanLowerThreshold"}),
+        lambda: world.cw.put_metric_alarm(
+            **{**alarm, "ComparisonOperator": "LessThanLowerThreshold"}
+        ),
         "InvalidParameterValue",
         "ComparisonOperator",
     )
@@ -365,7 +431,9 @@ def test_what_cloudwatch_would_refuse_is_refused_naming_the_field(world: World) 
     )
     refused(
         lambda: world.cw.get_metric_data(
-            StartTime=START, EndTime=START + 60, MetricDataQueries=[{"Id": "m", "Expression": "SUM(METRICS())"}]
+            StartTime=START,
+            EndTime=START + 60,
+            MetricDataQueries=[{"Id": "m", "Expression": "SUM(METRICS())"}],
         ),
         "InvalidParameterValue",
         "Expression is not supported",
@@ -383,18 +451,27 @@ def test_what_cloudwatch_would_refuse_is_refused_naming_the_field(world: World) 
         "8640 datapoints",
         "limit of 1440",
     )
-    refused(lambda: world.cw.list_metrics(Namespace="Custom/Thing"), "InvalidParameterValue", "Custom/Thing")
+    refused(
+        lambda: world.cw.list_metrics(Namespace="Custom/Thing"),
+        "InvalidParameterValue",
+        "Custom/Thing",
+    )
     refused(lambda: world.cw.describe_alarms(NextToken="forged"), "InvalidNextToken")
     world.cw.put_metric_alarm(**alarm)
     refused(
-        lambda: world.cw.set_alarm_state(AlarmName="a", StateValue="OK", StateReason="r", StateReasonData="{x"),
+        lambda: world.cw.set_alarm_state(
+            AlarmName="a", StateValue="OK", StateReason="r", StateReasonData="{x"
+        ),
         "InvalidFormat",
         "StateReasonData must be JSON",
     )
     world.cw.delete_alarms(AlarmNames=["a"])
-    # PutMetricData is not an operation here: metrics of one's own are out of scope, refused by name.
+    # PutMetricData is not an operation here: metrics of one's own are out of scope, refused by
+    # name.
     refused(
-        lambda: world.cw.put_metric_data(Namespace="Mine", MetricData=[{"MetricName": "x", "Value": 1}]),
+        lambda: world.cw.put_metric_data(
+            Namespace="Mine", MetricData=[{"MetricName": "x", "Value": 1}]
+        ),
         "UnknownOperationException",
         "PutMetricData",
     )
@@ -413,15 +490,23 @@ def test_signed_calls_need_cloudwatch_actions_on_the_alarm(tmp_path: Path) -> No
                         "Action": ["cloudwatch:PutMetricAlarm", "cloudwatch:Describe*"],
                         "Resource": "arn:aws:cloudwatch:*:*:alarm:team-*",
                     },
-                    # An alarm reads its metric, so putting one needs this too (tests/security/test_sec_api_resources.py).
-                    {"Effect": "Allow", "Action": "cloudwatch:GetMetricStatistics", "Resource": "*"},
+                    # An alarm reads its metric, so putting one needs this too
+                    # (tests/security/test_sec_api_resources.py).
+                    {
+                        "Effect": "Allow",
+                        "Action": "cloudwatch:GetMetricStatistics",
+                        "Resource": "*",
+                    },
                 ],
             }
         )
     )
     (tmp_path / "sagemaker.json").write_text(
         json.dumps(
-            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sagemaker:*", "Resource": "*"}]}
+            {
+                "Version": "2012-10-17",
+                "Statement": [{"Effect": "Allow", "Action": "sagemaker:*", "Resource": "*"}],
+            }
         )
     )
     (tmp_path / "identities.yaml").write_text(
@@ -463,14 +548,26 @@ def test_signed_calls_need_cloudwatch_actions_on_the_alarm(tmp_path: Path) -> No
             "cloudwatch:PutMetricAlarm",
             "arn:aws:cloudwatch:us-east-1:000000000000:alarm:other",
         )
-        assert [a["AlarmName"] for a in cw.describe_alarms(AlarmNames=["team-a"])["MetricAlarms"]] == ["team-a"]
-        refused(lambda: cw.delete_alarms(AlarmNames=["team-a"]), "AccessDeniedException", "cloudwatch:DeleteAlarms")
+        assert [
+            a["AlarmName"] for a in cw.describe_alarms(AlarmNames=["team-a"])["MetricAlarms"]
+        ] == ["team-a"]
+        refused(
+            lambda: cw.delete_alarms(AlarmNames=["team-a"]),
+            "AccessDeniedException",
+            "cloudwatch:DeleteAlarms",
+        )
         query = {
             "Id": "q",
-            "MetricStat": {"Metric": {"Namespace": NS, "MetricName": "Invocations"}, "Period": 60, "Stat": "Sum"},
+            "MetricStat": {
+                "Metric": {"Namespace": NS, "MetricName": "Invocations"},
+                "Period": 60,
+                "Stat": "Sum",
+            },
         }
         refused(
-            lambda: cw.get_metric_data(StartTime=START, EndTime=START + 60, MetricDataQueries=[query]),
+            lambda: cw.get_metric_data(
+                StartTime=START, EndTime=START + 60, MetricDataQueries=[query]
+            ),
             "AccessDeniedException",
             "cloudwatch:GetMetricData",
             "arn:aws:cloudwatch:us-east-1:000000000000:*",
@@ -478,7 +575,9 @@ def test_signed_calls_need_cloudwatch_actions_on_the_alarm(tmp_path: Path) -> No
         reader = harness.client("cloudwatch", READER_KEY, READER_SECRET)
         refused(lambda: reader.describe_alarms(AlarmNames=["team-a"]), "AccessDeniedException")
         refused(
-            lambda: harness.client("cloudwatch", KEY, "not-the-secret-of-ops-at-all").describe_alarms(),
+            lambda: harness.client(
+                "cloudwatch", KEY, "not-the-secret-of-ops-at-all"
+            ).describe_alarms(),
             "InvalidSignatureException",
         )
     finally:

@@ -44,7 +44,11 @@ def test_media_type(content_type: str | None, expected: str) -> None:
         (b"[1.5, 2, 3]", "application/json; charset=utf-8", [1.5, 2, 3]),
         ('["caf\u00e9"]'.encode(), "application/json", ["caf\u00e9"]),
         (b"1,2,3\n4,5,6\n", "text/csv", np.array([[1, 2, 3], [4, 5, 6]], dtype=np.float64)),
-        (b"1,2\r\n\r\n3,4\r\n", "text/csv; charset=utf-8", np.array([[1, 2], [3, 4]], dtype=np.float64)),
+        (
+            b"1,2\r\n\r\n3,4\r\n",
+            "text/csv; charset=utf-8",
+            np.array([[1, 2], [3, 4]], dtype=np.float64),
+        ),
         (b"0.5, -2e3", "TEXT/CSV", np.array([[0.5, -2000.0]])),
         (
             npy(np.arange(6, dtype=np.int32).reshape(2, 3)),
@@ -86,7 +90,11 @@ def test_decode(body: bytes, content_type: str, expected: Any) -> None:
         (b"", "application/x-npy", "application/x-npy"),
         (b"not an array", "application/x-npy", "application/x-npy"),
         (npy(np.arange(10.0))[:-8], "application/x-npy", "application/x-npy"),
-        (npy(np.array([{"a": 1}, None], dtype=object), allow_pickle=True), "application/x-npy", "application/x-npy"),
+        (
+            npy(np.array([{"a": 1}, None], dtype=object), allow_pickle=True),
+            "application/x-npy",
+            "application/x-npy",
+        ),
         (b"1,2", "text/plain", "'text/plain'"),
         (b"1,2", "application/octet-stream", "'application/octet-stream'"),
         (b"1,2", None, "(none)"),
@@ -115,7 +123,8 @@ def test_decode_refuses_with_a_validation_error_naming_the_type(
     with pytest.raises(ValidationError) as caught:
         codecs.decode(body, content_type)
     assert named in caught.value.message
-    # a container answers a malformed body with 400, an unsupported content type with 415 (the toolkits' codes)
+    # a container answers a malformed body with 400, an unsupported content type with 415 (the
+    # toolkits' codes)
     expected = 415 if named.startswith("'") or named == "(none)" else 400
     assert caught.value.status == expected and caught.value.code == "ValidationError"
 
@@ -181,7 +190,12 @@ def test_encode_csv(value: Any, expected: bytes) -> None:
 
 @pytest.mark.parametrize(
     "array",
-    [np.array([[1.5, -2.0], [3.0, 4.25]]), np.arange(5, dtype=np.int16), np.array(["a", "bc"]), np.array(True)],
+    [
+        np.array([[1.5, -2.0], [3.0, 4.25]]),
+        np.arange(5, dtype=np.int16),
+        np.array(["a", "bc"]),
+        np.array(True),
+    ],
     ids=["float 2-d", "int16", "unicode", "0-d bool"],
 )
 def test_npy_round_trip(array: np.ndarray) -> None:
@@ -230,7 +244,8 @@ def test_encode_refuses_unsupported_accept() -> None:
         ("APPLICATION/X-NPY", "application/x-npy"),
         ("image/png, text/csv", "text/csv"),
         ("text/csv, application/json", "text/csv"),
-        ("application/json;q=0.9, text/csv", "application/json"),  # first supported entry wins; q is not weighed
+        # first supported entry wins; q is not weighed
+        ("application/json;q=0.9, text/csv", "application/json"),
         ("text/html, */*", "application/json"),
         ("image/png,application/x-npy;q=0.5", "application/x-npy"),
     ],
@@ -246,8 +261,8 @@ def test_unsupported_accept_is_a_validation_error(accept: str) -> None:
     assert repr(accept) in caught.value.message
 
 
-# NPY headers are read with a pattern (NumPy's reader evaluates them with literal_eval, 100 µs a request): the same
-# arrays, and the same refusals, as np.load.
+# NPY headers are read with a pattern (NumPy's reader evaluates them with literal_eval, 100 µs a
+# request): the same arrays, and the same refusals, as np.load.
 def _npy_with_header(header: str, data: bytes) -> bytes:
     header += " " * (63 - (10 + len(header)) % 64) + "\n"
     return b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode() + data
@@ -278,13 +293,20 @@ def test_fast_npy_reads_what_np_load_reads(array: np.ndarray) -> None:
 @pytest.mark.parametrize(
     "body, words",
     [
-        (_npy_with_header("{'descr': '|O', 'fortran_order': False, 'shape': (1,), }", b"\0" * 8), "object arrays"),
         (
-            _npy_with_header("{'descr': '<f8', 'fortran_order': False, 'shape': (2, 2), }", b"\0" * 24),
+            _npy_with_header("{'descr': '|O', 'fortran_order': False, 'shape': (1,), }", b"\0" * 8),
+            "object arrays",
+        ),
+        (
+            _npy_with_header(
+                "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 2), }", b"\0" * 24
+            ),
             "declares 32 bytes",
         ),
         (
-            _npy_with_header("{'descr': '<f8', 'fortran_order': False, 'shape': (1000000000, 1000000000), }", b""),
+            _npy_with_header(
+                "{'descr': '<f8', 'fortran_order': False, 'shape': (1000000000, 1000000000), }", b""
+            ),
             "declares",
         ),
     ],

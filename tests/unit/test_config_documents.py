@@ -1,4 +1,5 @@
-"""serving.documents: what the spec, identities and policy documents share, and what loading a spec costs."""
+"""serving.documents: what the spec, identities and policy documents share, and what loading a spec
+costs."""
 
 from __future__ import annotations
 
@@ -55,12 +56,19 @@ def test_every_line_of_a_message_carries_its_path() -> None:
 def test_a_problem_with_the_whole_document_is_named_by_the_root() -> None:
     assert problems({}, root="(spec)") == ["Items: Field required"]
     assert field_path(()) == "(document)" and field_path((), "(spec)") == "(spec)"
-    assert field_path(("Statement", 1, "function-after[_x(), S]", "Effect")) == "Statement[1].Effect"
+    assert (
+        field_path(("Statement", 1, "function-after[_x(), S]", "Effect")) == "Statement[1].Effect"
+    )
 
 
 def test_a_rewrite_replaces_pydantic_s_message_but_never_the_unknown_field_one() -> None:
-    lines = problems({"Items": [{"Name": 5, "Extra": 1}]}, rewrite=lambda item: f"{item['type']} here")
-    assert lines == ["Items[0].Name: string_type here", "Items[0].Extra: unknown field (not part of a test document)"]
+    lines = problems(
+        {"Items": [{"Name": 5, "Extra": 1}]}, rewrite=lambda item: f"{item['type']} here"
+    )
+    assert lines == [
+        "Items[0].Name: string_type here",
+        "Items[0].Extra: unknown field (not part of a test document)",
+    ]
 
 
 def test_documents_are_frozen() -> None:
@@ -75,7 +83,9 @@ def test_a_path_in_a_document_is_relative_to_its_folder_with_home_expanded(tmp_p
     assert document_path("models/a", None) == Path("models/a")
 
 
-def test_identities_follow_the_same_path_rule(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_identities_follow_the_same_path_rule(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     home, folder = tmp_path / "home", tmp_path / "config"
     home.mkdir(), folder.mkdir()
     monkeypatch.setenv("HOME", str(home))
@@ -84,7 +94,15 @@ def test_identities_follow_the_same_path_rule(tmp_path: Path, monkeypatch: pytes
     (folder / "team.json").write_text(policy)
     (folder / "identities.yaml").write_text(
         yaml.safe_dump(
-            {"Identities": [{"Principal": "p", "ApiKey": "k" * 20, "PolicyDocuments": ["~/mine.json", "team.json"]}]}
+            {
+                "Identities": [
+                    {
+                        "Principal": "p",
+                        "ApiKey": "k" * 20,
+                        "PolicyDocuments": ["~/mine.json", "team.json"],
+                    }
+                ]
+            }
         )
     )
     loaded = load_identities(folder / "identities.yaml")
@@ -92,7 +110,8 @@ def test_identities_follow_the_same_path_rule(tmp_path: Path, monkeypatch: pytes
 
 
 # Validating a spec (`serving validate`, the control routes) must not pay for the request path:
-# botocore's signer is needed only to verify a signature, NumPy and the frameworks only in a replica.
+# botocore's signer is needed only to verify a signature, NumPy and the frameworks only in a
+# replica.
 HEAVY = (
     "botocore.auth",
     "botocore.awsrequest",
@@ -111,10 +130,20 @@ print(json.dumps(sorted({name for name in heavy for m in sys.modules if m == nam
 
 
 def heavy_modules_after(code: str, *arguments: str) -> list[str]:
-    """Which of HEAVY a fresh interpreter (this session has long since imported them all) holds after `code`."""
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    """Which of HEAVY a fresh interpreter (this session has long since imported them all) holds
+    after `code`."""
+    environment = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
     done = subprocess.run(
-        [sys.executable, "-c", "import json, sys\n" + code + LIST_HEAVY, *arguments, ",".join(HEAVY)],
+        [
+            sys.executable,
+            "-c",
+            "import json, sys\n" + code + LIST_HEAVY,
+            *arguments,
+            ",".join(HEAVY),
+        ],
         cwd=ROOT,
         env=environment,
         capture_output=True,
@@ -125,7 +154,9 @@ def heavy_modules_after(code: str, *arguments: str) -> list[str]:
     return json.loads(done.stdout)
 
 
-def test_loading_a_spec_with_access_control_imports_no_signer_and_no_framework(tmp_path: Path) -> None:
+def test_loading_a_spec_with_access_control_imports_no_signer_and_no_framework(
+    tmp_path: Path,
+) -> None:
     (tmp_path / "model").mkdir()
     spec = tmp_path / "endpoint.yaml"
     spec.write_text(

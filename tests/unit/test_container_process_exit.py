@@ -1,9 +1,10 @@
 """A container process that dies on its own gives its port up at once (issue 41, finding 6).
 
-The supervisor bound the data port and holds it: before the fix a killed container process left it listening,
-so the kernel queued new connections in a backlog nobody accepted from, and they waited until Serve replaced the
-whole replica. Now the supervisor watches its child, closes the port and its Unix socket when it exits (a
-connection is then refused, which the gateway retries elsewhere at once) and tells the replica (`on_exit`).
+The supervisor bound the data port and holds it: before the fix a killed container process left it
+listening, so the kernel queued new connections in a backlog nobody accepted from, and they waited
+until Serve replaced the whole replica. Now the supervisor watches its child, closes the port and
+its Unix socket when it exits (a connection is then refused, which the gateway retries elsewhere at
+once) and tells the replica (`on_exit`).
 """
 
 from __future__ import annotations
@@ -22,10 +23,17 @@ from serving.model_server.supervisor import ContainerProcess
 
 def test_a_killed_container_process_closes_its_port_and_says_so(tmp_path: Path) -> None:
     (tmp_path / "code").mkdir()
-    (tmp_path / "code" / "inference.py").write_text("def predict_fn(data, model):\n    return data\n")
+    (tmp_path / "code" / "inference.py").write_text(
+        "def predict_fn(data, model):\n    return data\n"
+    )
     process = ContainerProcess(
         ContainerConfig(
-            endpoint="e", hostname="doomed", image="python", model_data=str(tmp_path), environment={}, hop_key=b"d" * 32
+            endpoint="e",
+            hostname="doomed",
+            image="python",
+            model_data=str(tmp_path),
+            environment={},
+            hop_key=b"d" * 32,
         ),
         "127.0.0.1",
     )
@@ -47,10 +55,17 @@ def test_a_killed_container_process_closes_its_port_and_says_so(tmp_path: Path) 
 
 def test_a_stopped_container_process_does_not_report_an_exit(tmp_path: Path) -> None:
     (tmp_path / "code").mkdir()
-    (tmp_path / "code" / "inference.py").write_text("def predict_fn(data, model):\n    return data\n")
+    (tmp_path / "code" / "inference.py").write_text(
+        "def predict_fn(data, model):\n    return data\n"
+    )
     process = ContainerProcess(
         ContainerConfig(
-            endpoint="e", hostname="calm", image="python", model_data=str(tmp_path), environment={}, hop_key=b"c" * 32
+            endpoint="e",
+            hostname="calm",
+            image="python",
+            model_data=str(tmp_path),
+            environment={},
+            hop_key=b"c" * 32,
         ),
         "127.0.0.1",
     )
@@ -60,8 +75,11 @@ def test_a_stopped_container_process_does_not_report_an_exit(tmp_path: Path) -> 
     assert exited == []
 
 
-def test_a_container_process_whose_supervisor_died_empties_its_scratch_folder(tmp_path: Path) -> None:
-    # Issue 41, finding 7d: a killed supervisor could not remove the scratch folder, which kept the unpacked model.
+def test_a_container_process_whose_supervisor_died_empties_its_scratch_folder(
+    tmp_path: Path,
+) -> None:
+    # Issue 41, finding 7d: a killed supervisor could not remove the scratch folder, which kept the
+    # unpacked model.
     import tarfile
 
     source = tmp_path / "source"
@@ -73,7 +91,12 @@ def test_a_container_process_whose_supervisor_died_empties_its_scratch_folder(tm
         tar.add(source, arcname=".")
     process = ContainerProcess(
         ContainerConfig(
-            endpoint="e", hostname="orphan", image="python", model_data=str(archive), environment={}, hop_key=b"o" * 32
+            endpoint="e",
+            hostname="orphan",
+            image="python",
+            model_data=str(archive),
+            environment={},
+            hop_key=b"o" * 32,
         ),
         "127.0.0.1",
     )

@@ -1,8 +1,9 @@
-"""What a container process imports to serve: its data port's server and app, without the server settings.
+"""What a container process imports to serve: its data port's server and app, without the server
+settings.
 
-Each container process pays for its imports at start, fifteen times over in examples/fifteen.yaml; the HTTP
-limits' defaults used to come from `ServerSettings`, which loaded pydantic-settings (~0.13 CPU-seconds and
-~10 MiB per process) for six numbers (docs/benchmarks/bench_idle.md).
+Each container process pays for its imports at start, fifteen times over in examples/fifteen.yaml;
+the HTTP limits' defaults used to come from `ServerSettings`, which loaded pydantic-settings (~0.13
+CPU-seconds and ~10 MiB per process) for six numbers (docs/benchmarks/bench_idle.md).
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ print(" ".join(name for name in ("serving.settings", "pydantic_settings", "pydan
 
 
 def test_a_container_process_serves_without_loading_the_settings() -> None:
-    done = subprocess.run([sys.executable, "-I", "-c", _PROBE, str(ROOT)], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", _PROBE, str(ROOT)], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "", f"a container process imports {done.stdout.strip()}"
 

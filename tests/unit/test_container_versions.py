@@ -1,5 +1,5 @@
-"""serving.control.container_versions: desired endpoints to running ones, blue/green per container, reverted on
-failure, as pure steps."""
+"""serving.control.container_versions: desired endpoints to running ones, blue/green per container,
+reverted on failure, as pure steps."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ def record(**versions: str) -> dict:
         "name": "ep",
         "mode": "Direct",
         "containers": [
-            {"ContainerHostname": host, "DesiredReplicas": 2, "Version": version} for host, version in versions.items()
+            {"ContainerHostname": host, "DesiredReplicas": 2, "Version": version}
+            for host, version in versions.items()
         ],
         "plans": {host: {"image": "sklearn", "v": version} for host, version in versions.items()},
     }
@@ -36,7 +37,9 @@ def live(**counts: int) -> dict[tuple[str, str, str], int]:
 
 
 def creating() -> EndpointState:
-    return EndpointState("ep", record(a="v1", b="v1"), None, {"Status": "InProgress", "StartedAt": 0.0})
+    return EndpointState(
+        "ep", record(a="v1", b="v1"), None, {"Status": "InProgress", "StartedAt": 0.0}
+    )
 
 
 def test_names_and_versions() -> None:
@@ -47,28 +50,58 @@ def test_names_and_versions() -> None:
     assert plan_version({"gpus": 0, "cpus": [1]}) == plan_version({"gpus": 0.0, "cpus": [1.0]})
 
 
-def test_a_new_endpoint_deploys_every_container_and_becomes_active_when_all_are_registered() -> None:
+def test_a_new_endpoint_deploys_every_container_and_becomes_active_when_all_are_registered() -> (
+    None
+):
     state = creating()
     actions = step(state, {}, {}, now=1.0, timeout_s=TIMEOUT, deployed=set())
     assert [a.app for a in actions if isinstance(a, Deploy)] == ["ep.a.v1", "ep.b.v1"]
     deployed = {"ep.a.v1", "ep.b.v1"}
-    assert step(state, {}, {}, now=2.0, timeout_s=TIMEOUT, deployed=deployed) == []  # no second deploy
-    step(state, running(*deployed), live(a__v1=2, b__v1=1), now=3.0, timeout_s=TIMEOUT, deployed=deployed)
-    assert state.active is None and state.update["Status"] == "InProgress"  # b has 1 of its 2 replicas
-    step(state, running(*deployed), live(a__v1=2, b__v1=2), now=4.0, timeout_s=TIMEOUT, deployed=deployed)
+    # no second deploy
+    assert step(state, {}, {}, now=2.0, timeout_s=TIMEOUT, deployed=deployed) == []
+    step(
+        state,
+        running(*deployed),
+        live(a__v1=2, b__v1=1),
+        now=3.0,
+        timeout_s=TIMEOUT,
+        deployed=deployed,
+    )
+    # b has 1 of its 2 replicas
+    assert state.active is None and state.update["Status"] == "InProgress"
+    step(
+        state,
+        running(*deployed),
+        live(a__v1=2, b__v1=2),
+        now=4.0,
+        timeout_s=TIMEOUT,
+        deployed=deployed,
+    )
     assert state.active == state.desired and state.update["Status"] == "Succeeded"
 
 
 def test_an_update_starts_only_changed_containers_and_switches_at_once() -> None:
     state = EndpointState(
-        "ep", record(a="v2", b="v1"), record(a="v1", b="v1"), {"Status": "InProgress", "StartedAt": 0.0}
+        "ep",
+        record(a="v2", b="v1"),
+        record(a="v1", b="v1"),
+        {"Status": "InProgress", "StartedAt": 0.0},
     )
     statuses = running("ep.a.v1", "ep.b.v1")
-    actions = step(state, statuses, live(a__v1=2, b__v1=2), now=1.0, timeout_s=TIMEOUT, deployed=set())
+    actions = step(
+        state, statuses, live(a__v1=2, b__v1=2), now=1.0, timeout_s=TIMEOUT, deployed=set()
+    )
     assert actions == [Deploy("ep.a.v2", "ep", "a", "v2", {"image": "sklearn", "v": "v2"})]
     assert state.routing() == record(a="v1", b="v1")  # the old version keeps all traffic meanwhile
     statuses = running("ep.a.v1", "ep.b.v1", "ep.a.v2")
-    actions = step(state, statuses, live(a__v1=2, b__v1=2, a__v2=2), now=2.0, timeout_s=TIMEOUT, deployed={"ep.a.v2"})
+    actions = step(
+        state,
+        statuses,
+        live(a__v1=2, b__v1=2, a__v2=2),
+        now=2.0,
+        timeout_s=TIMEOUT,
+        deployed={"ep.a.v2"},
+    )
     assert state.routing() == record(a="v2", b="v1") and state.update["Status"] == "Succeeded"
     assert actions == [Delete("ep.a.v1")]  # b's replicas were never touched
 
@@ -81,7 +114,12 @@ def test_a_version_that_fails_to_deploy_is_rolled_back() -> None:
         "ep.a.v2": {
             "status": "DEPLOY_FAILED",
             "message": "",
-            "deployments": {"a": {"status": "DEPLOY_FAILED", "message": "Traceback ...\nValueError: corrupt weights"}},
+            "deployments": {
+                "a": {
+                    "status": "DEPLOY_FAILED",
+                    "message": "Traceback ...\nValueError: corrupt weights",
+                }
+            },
         },
     }
     actions = step(state, statuses, live(a__v1=2), now=5.0, timeout_s=TIMEOUT, deployed={"ep.a.v2"})
@@ -91,14 +129,31 @@ def test_a_version_that_fails_to_deploy_is_rolled_back() -> None:
         state.update["Status"] == "Failed"
         and state.update["FailureReason"] == "container a: ValueError: corrupt weights"
     )
-    assert step(state, running("ep.a.v1"), live(a__v1=2), now=6.0, timeout_s=TIMEOUT, deployed=set()) == []
+    assert (
+        step(state, running("ep.a.v1"), live(a__v1=2), now=6.0, timeout_s=TIMEOUT, deployed=set())
+        == []
+    )
 
 
 def test_a_version_that_is_not_ready_in_time_is_rolled_back() -> None:
-    state = EndpointState("ep", record(a="v2"), record(a="v1"), {"Status": "InProgress", "StartedAt": 0.0})
+    state = EndpointState(
+        "ep", record(a="v2"), record(a="v1"), {"Status": "InProgress", "StartedAt": 0.0}
+    )
     statuses = running("ep.a.v1", "ep.a.v2")
-    assert step(state, statuses, live(a__v1=2, a__v2=1), now=50.0, timeout_s=TIMEOUT, deployed={"ep.a.v2"}) == []
-    actions = step(state, statuses, live(a__v1=2, a__v2=1), now=101.0, timeout_s=TIMEOUT, deployed={"ep.a.v2"})
+    assert (
+        step(
+            state,
+            statuses,
+            live(a__v1=2, a__v2=1),
+            now=50.0,
+            timeout_s=TIMEOUT,
+            deployed={"ep.a.v2"},
+        )
+        == []
+    )
+    actions = step(
+        state, statuses, live(a__v1=2, a__v2=1), now=101.0, timeout_s=TIMEOUT, deployed={"ep.a.v2"}
+    )
     assert actions == [Delete("ep.a.v2")]
     assert state.update["FailureReason"] == "container a did not become ready within 100 s"
 
@@ -109,17 +164,30 @@ def test_a_first_deployment_that_fails_leaves_a_failed_endpoint() -> None:
         "ep.a.v1": {"status": "DEPLOY_FAILED", "message": "ValueError: bad", "deployments": {}},
         **running("ep.b.v1"),
     }
-    actions = step(state, statuses, live(b__v1=2), now=1.0, timeout_s=TIMEOUT, deployed={"ep.a.v1", "ep.b.v1"})
-    assert actions == [] and state.failed and state.update["FailureReason"] == "container a: ValueError: bad"
+    actions = step(
+        state, statuses, live(b__v1=2), now=1.0, timeout_s=TIMEOUT, deployed={"ep.a.v1", "ep.b.v1"}
+    )
+    assert (
+        actions == []
+        and state.failed
+        and state.update["FailureReason"] == "container a: ValueError: bad"
+    )
 
 
 def test_containers_added_and_removed_and_leftovers() -> None:
     state = EndpointState(
-        "ep", record(a="v1", c="v1"), record(a="v1", b="v1"), {"Status": "InProgress", "StartedAt": 0.0}
+        "ep",
+        record(a="v1", c="v1"),
+        record(a="v1", b="v1"),
+        {"Status": "InProgress", "StartedAt": 0.0},
     )
     statuses = running("ep.a.v1", "ep.b.v1", "ep.a.v0")  # v0: a leftover of an interrupted update
-    actions = step(state, statuses, live(a__v1=2, b__v1=2), now=1.0, timeout_s=TIMEOUT, deployed=set())
-    assert Delete("ep.a.v0") in actions and [a.app for a in actions if isinstance(a, Deploy)] == ["ep.c.v1"]
+    actions = step(
+        state, statuses, live(a__v1=2, b__v1=2), now=1.0, timeout_s=TIMEOUT, deployed=set()
+    )
+    assert Delete("ep.a.v0") in actions and [a.app for a in actions if isinstance(a, Deploy)] == [
+        "ep.c.v1"
+    ]
     actions = step(
         state,
         running("ep.a.v1", "ep.b.v1", "ep.c.v1"),
@@ -137,11 +205,18 @@ def test_state_round_trips_as_plain_data() -> None:
 
 
 def test_a_snapshot_routes_with_the_active_versions_while_new_ones_come_up() -> None:
-    active = {**record(a="v1", b="v1"), "limits": {}, "not_idempotent": [], "access": None, "async_inference": None}
+    active = {
+        **record(a="v1", b="v1"),
+        "limits": {},
+        "not_idempotent": [],
+        "access": None,
+        "async_inference": None,
+    }
     desired = {**active, **record(a="v2", b="v1")}
     state = EndpointState("ep", desired, active, {"Status": "InProgress", "StartedAt": 0.0})
     snapshot = state.snapshot()
-    assert [c["Version"] for c in snapshot["containers"]] == ["v1", "v1"]  # the active record routes
+    # the active record routes
+    assert [c["Version"] for c in snapshot["containers"]] == ["v1", "v1"]
     assert snapshot["desired_versions"] == {"a": "v2", "b": "v1"} and snapshot["in_service"]
     assert not snapshot["failed"] and snapshot["update"]["Status"] == "InProgress"
     replicas = {
@@ -152,4 +227,7 @@ def test_a_snapshot_routes_with_the_active_versions_while_new_ones_come_up() -> 
     }
     from serving.control.container_versions import routed_replicas
 
-    assert routed_replicas({"ep": state}, replicas) == {("ep", "a"): ["http://a-old"], ("ep", "b"): ["http://b"]}
+    assert routed_replicas({"ep": state}, replicas) == {
+        ("ep", "a"): ["http://a-old"],
+        ("ep", "b"): ["http://b"],
+    }

@@ -1,7 +1,9 @@
-"""serving.sagemaker_api.service.ControlApi.call: the control plane runs only the operations the route admits.
+"""serving.sagemaker_api.service.ControlApi.call: the control plane runs only the operations the
+route admits.
 
-The gateway's route refuses an unknown X-Amz-Target first; this is the control plane's own check, so that a name
-reaching it some other way (a bug, a future caller) cannot run a method that is no operation (`tick`, `restore`).
+The gateway's route refuses an unknown X-Amz-Target first; this is the control plane's own check, so
+that a name reaching it some other way (a bug, a future caller) cannot run a method that is no
+operation (`tick`, `restore`).
 """
 
 from __future__ import annotations
@@ -23,13 +25,18 @@ def harness(tmp_path: Path):
     running.stop()
 
 
-@pytest.mark.parametrize("name", ["tick", "restore", "served_names", "__init__", "lock", "operations"])
+@pytest.mark.parametrize(
+    "name", ["tick", "restore", "served_names", "__init__", "lock", "operations"]
+)
 def test_a_method_that_is_no_operation_is_refused(harness: Harness, name: str, monkeypatch) -> None:
     ran = []
     monkeypatch.setattr(harness.control.sagemaker, "tick", lambda: ran.append("tick"))
     for prefix in (protocol.SAGEMAKER_TARGET_PREFIX, protocol.AUTOSCALING_TARGET_PREFIX):
         status, _, body = harness.control.call(prefix, name, {})
-        assert (status, json.loads(body)["__type"]) == (400, "UnknownOperationException"), (prefix, name)
+        assert (status, json.loads(body)["__type"]) == (400, "UnknownOperationException"), (
+            prefix,
+            name,
+        )
     assert ran == []
 
 

@@ -1,4 +1,5 @@
-"""serving.gateway.control_routes: who may change endpoints over HTTP, and what a bad spec gets back."""
+"""serving.gateway.control_routes: who may change endpoints over HTTP, and what a bad spec gets
+back."""
 
 from __future__ import annotations
 
@@ -30,7 +31,9 @@ def routes(calls) -> ControlRoutes:
         calls["delete"].append(name)
         return name == "known"
 
-    return ControlRoutes(TOKEN, apply=apply, delete=delete, describe=lambda name: {} if name == "known" else None)
+    return ControlRoutes(
+        TOKEN, apply=apply, delete=delete, describe=lambda name: {} if name == "known" else None
+    )
 
 
 def send(
@@ -40,7 +43,11 @@ def send(
         transport = httpx.ASGITransport(app=serving_app(routes.routes()))
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         async with httpx.AsyncClient(transport=transport, base_url="http://serving.test") as client:
-            content = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+            content = (
+                None
+                if body is None
+                else (body if isinstance(body, bytes) else json.dumps(body).encode())
+            )
             return await client.request(method, path, content=content, headers=headers)
 
     return asyncio.run(request())
@@ -54,10 +61,14 @@ def spec(name: str, model: Path) -> dict:
 
 
 @pytest.mark.parametrize(
-    ("token", "code"), [(None, "MissingAuthenticationTokenException"), ("x" * 64, "AccessDeniedException")]
+    ("token", "code"),
+    [(None, "MissingAuthenticationTokenException"), ("x" * 64, "AccessDeniedException")],
 )
 def test_changes_need_the_control_token(routes, calls, tmp_path: Path, token, code: str) -> None:
-    for method, path, body in (("PUT", "/endpoints/new", spec("new", tmp_path)), ("DELETE", "/endpoints/known", None)):
+    for method, path, body in (
+        ("PUT", "/endpoints/new", spec("new", tmp_path)),
+        ("DELETE", "/endpoints/known", None),
+    ):
         response = send(routes, method, path, body, token=token)
         assert response.status_code == 403 and response.json()["__type"] == code
     assert calls == {"apply": [], "delete": []}
@@ -68,7 +79,10 @@ def test_a_valid_spec_is_applied(routes, calls, tmp_path: Path) -> None:
     assert response.status_code == 200
     assert response.json() == {"EndpointName": "new", "EndpointStatus": "Creating", "Generation": 7}
     assert [s.EndpointName for s in calls["apply"]] == ["new"]
-    assert send(routes, "PUT", "/endpoints/known", spec("known", tmp_path)).json()["EndpointStatus"] == "Updating"
+    assert (
+        send(routes, "PUT", "/endpoints/known", spec("known", tmp_path)).json()["EndpointStatus"]
+        == "Updating"
+    )
 
 
 @pytest.mark.parametrize(
@@ -76,7 +90,13 @@ def test_a_valid_spec_is_applied(routes, calls, tmp_path: Path) -> None:
     [
         (b"{not json", "invalid JSON"),
         ({"EndpointName": "new", "Containers": []}, "invalid spec"),
-        ({"EndpointName": "other", "Containers": [{"ContainerHostname": "c", "Image": "python"}]}, "is not 'new'"),
+        (
+            {
+                "EndpointName": "other",
+                "Containers": [{"ContainerHostname": "c", "Image": "python"}],
+            },
+            "is not 'new'",
+        ),
     ],
 )
 def test_a_bad_spec_is_a_400_naming_the_problem(routes, calls, body, fragment: str) -> None:
@@ -86,13 +106,20 @@ def test_a_bad_spec_is_a_400_naming_the_problem(routes, calls, body, fragment: s
 
 
 def test_delete(routes, calls) -> None:
-    assert send(routes, "DELETE", "/endpoints/known").json() == {"EndpointName": "known", "EndpointStatus": "Deleting"}
+    assert send(routes, "DELETE", "/endpoints/known").json() == {
+        "EndpointName": "known",
+        "EndpointStatus": "Deleting",
+    }
     response = send(routes, "DELETE", "/endpoints/unknown")
-    assert response.status_code == 400 and response.json()["message"] == "Could not find endpoint unknown."
+    assert (
+        response.status_code == 400
+        and response.json()["message"] == "Could not find endpoint unknown."
+    )
 
 
 def test_a_spec_its_plan_refuses_is_a_400_naming_the_container(tmp_path: Path) -> None:
-    # The real plan (control.plans) as `apply`: a model whose code/requirements.txt would install a package
+    # The real plan (control.plans) as `apply`: a model whose code/requirements.txt would install a
+    # package
     from serving.control.plans import endpoint_record
     from serving.settings import ServerSettings
 

@@ -1,4 +1,5 @@
-"""serving.control.status: endpoint descriptions and status from hand-made Ray Serve status snapshots."""
+"""serving.control.status: endpoint descriptions and status from hand-made Ray Serve status
+snapshots."""
 
 from __future__ import annotations
 
@@ -62,12 +63,18 @@ def app(status: str, message: str = "", **deployments: dict[str, Any]) -> dict[s
     return {"status": status, "message": message, "deployments": deployments}
 
 
-def apps(name: str = "mce-demo", version: str = "v1", **deployments: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def apps(
+    name: str = "mce-demo", version: str = "v1", **deployments: dict[str, Any]
+) -> dict[str, dict[str, Any]]:
     """Serve statuses: one application per container version, as the registry deploys them."""
-    return {f"{name}.{host}.{version}": app(d["status"], **{host: d}) for host, d in deployments.items()}
+    return {
+        f"{name}.{host}.{version}": app(d["status"], **{host: d}) for host, d in deployments.items()
+    }
 
 
-def registered(name: str = "mce-demo", version: str = "v1", **counts: int) -> dict[tuple[str, str, str], int]:
+def registered(
+    name: str = "mce-demo", version: str = "v1", **counts: int
+) -> dict[tuple[str, str, str], int]:
     return {(name, host, version): count for host, count in counts.items()}
 
 
@@ -92,7 +99,10 @@ def registered(name: str = "mce-demo", version: str = "v1", **counts: int) -> di
             "  continued explanation without the magic words\n",
             "RuntimeError: the python stack needs code/inference.py defining predict_fn",
         ),
-        ("Deploying app 'mce-demo' failed.\n\nReplica gave up after 3 attempts\n", "Replica gave up after 3 attempts"),
+        (
+            "Deploying app 'mce-demo' failed.\n\nReplica gave up after 3 attempts\n",
+            "Replica gave up after 3 attempts",
+        ),
         (
             'RuntimeError: Traceback (most recent call last):\n  File "x.py", line 3\nValueError: weights are corrupt\n',
             "ValueError: weights are corrupt",
@@ -129,7 +139,8 @@ def test_short_reason_is_bounded() -> None:
         (False, {}, {}, "Creating", ["Creating", "Creating"]),
         (False, {"english": 2}, {}, "Creating", ["InService", "Creating"]),
         (True, {"english": 2, "labels": 2}, {}, "InService", ["InService", "InService"]),
-        # One replica of two died: Serve replaces it; the container still serves, the endpoint is Updating.
+        # One replica of two died: Serve replaces it; the container still serves, the endpoint is
+        # Updating.
         (
             True,
             {"english": 1, "labels": 2},
@@ -137,7 +148,8 @@ def test_short_reason_is_bounded() -> None:
             "Updating",
             ["Updating", "InService"],
         ),
-        # Every replica of one container is gone: it is unavailable (429s) until Serve brings one back.
+        # Every replica of one container is gone: it is unavailable (429s) until Serve brings one
+        # back.
         (True, {"labels": 2}, {"english": {"STARTING": 2}}, "Updating", ["Updating", "InService"]),
     ],
     ids=["creating", "half created", "in service", "a replica died", "all replicas of one died"],
@@ -145,7 +157,8 @@ def test_short_reason_is_bounded() -> None:
 def test_health_comes_from_registered_replicas(
     in_service: bool, live: dict, states: dict, endpoint_status: str, container_statuses: list[str]
 ) -> None:
-    # Serve calls a deployment whose replica died UNHEALTHY: that must never make the endpoint Failed.
+    # Serve calls a deployment whose replica died UNHEALTHY: that must never make the endpoint
+    # Failed.
     statuses = apps(
         **{
             host: deployment("UNHEALTHY" if host in states else "HEALTHY", **states.get(host, {}))
@@ -153,20 +166,32 @@ def test_health_comes_from_registered_replicas(
         }
     )
     description = describe(
-        record("english", "labels", in_service=in_service), statuses, registered(**live), in_service=in_service
+        record("english", "labels", in_service=in_service),
+        statuses,
+        registered(**live),
+        in_service=in_service,
     )
     assert description["EndpointStatus"] == endpoint_status
     assert description["FailureReason"] is None
     assert [c["Status"] for c in description["Containers"]] == container_statuses
-    assert [c["CurrentReplicas"] for c in description["Containers"]] == [live.get("english", 0), live.get("labels", 0)]
-    assert all(c["DesiredReplicas"] == 2 and c["Image"] == "sklearn" for c in description["Containers"])
+    assert [c["CurrentReplicas"] for c in description["Containers"]] == [
+        live.get("english", 0),
+        live.get("labels", 0),
+    ]
+    assert all(
+        c["DesiredReplicas"] == 2 and c["Image"] == "sklearn" for c in description["Containers"]
+    )
     assert all("FailureReason" not in c for c in description["Containers"])
 
 
 def test_replica_counts_by_state_and_the_last_failure_are_shown() -> None:
     statuses = apps(
         english=deployment(
-            "UNHEALTHY", message="RuntimeError: container process exited (-9)", RUNNING=1, STARTING=1, STOPPING=1
+            "UNHEALTHY",
+            message="RuntimeError: container process exited (-9)",
+            RUNNING=1,
+            STARTING=1,
+            STOPPING=1,
         )
     )
     description = describe(record("english"), statuses, registered(english=1), in_service=True)
@@ -177,8 +202,13 @@ def test_replica_counts_by_state_and_the_last_failure_are_shown() -> None:
 
 
 def test_a_first_deployment_that_fails_makes_the_endpoint_failed() -> None:
-    statuses = apps(english=deployment("DEPLOY_FAILED", message=TRACEBACK), labels=deployment("HEALTHY", 2))
-    update = {"Status": "Failed", "FailureReason": "container english: PermissionError: refusing to unpickle"}
+    statuses = apps(
+        english=deployment("DEPLOY_FAILED", message=TRACEBACK), labels=deployment("HEALTHY", 2)
+    )
+    update = {
+        "Status": "Failed",
+        "FailureReason": "container english: PermissionError: refusing to unpickle",
+    }
     description = describe(
         record("english", "labels", mode="Serial", in_service=False, failed=True, update=update),
         statuses,
@@ -187,7 +217,8 @@ def test_a_first_deployment_that_fails_makes_the_endpoint_failed() -> None:
     )
     assert description["EndpointStatus"] == "Failed"
     reason = "PermissionError: refusing to unpickle model.joblib: pickle runs arbitrary code. Save the model with skops"
-    assert description["FailureReason"] == f"container english: {reason}"  # Serve's message now, in full
+    # Serve's message now, in full
+    assert description["FailureReason"] == f"container english: {reason}"
     english, labels = description["Containers"]
     assert english["Status"] == "Failed" and english["FailureReason"] == reason
     assert labels["Status"] == "InService" and "FailureReason" not in labels
@@ -196,12 +227,17 @@ def test_a_first_deployment_that_fails_makes_the_endpoint_failed() -> None:
 
 def test_an_update_in_progress_and_a_rolled_back_one() -> None:
     statuses = apps(english=deployment("HEALTHY", 2))
-    rolling = record("english", update={"Status": "InProgress", "StartedAt": 1.0}, desired={"english": "v2"})
+    rolling = record(
+        "english", update={"Status": "InProgress", "StartedAt": 1.0}, desired={"english": "v2"}
+    )
     description = describe(rolling, statuses, registered(english=2), in_service=True)
     assert description["EndpointStatus"] == "Updating"
     assert description["Containers"][0]["Status"] == "Updating"
     assert description["Containers"][0]["PendingVersion"] == "v2"
-    failed = record("english", update={"Status": "Failed", "FailureReason": "container english: did not become ready"})
+    failed = record(
+        "english",
+        update={"Status": "Failed", "FailureReason": "container english: did not become ready"},
+    )
     description = describe(failed, statuses, registered(english=2), in_service=True)
     assert description["EndpointStatus"] == "InService"  # still serving the previous version
     assert description["FailureReason"] == (
@@ -213,7 +249,9 @@ def test_an_update_in_progress_and_a_rolled_back_one() -> None:
 def test_description_does_not_share_the_records_lists() -> None:
     endpoint = record("english")
     endpoint.scaling_activities.append({"ContainerHostname": "english", "From": 1, "To": 2})
-    description = describe(endpoint, apps(english=deployment("HEALTHY", 2)), registered(english=2), in_service=True)
+    description = describe(
+        endpoint, apps(english=deployment("HEALTHY", 2)), registered(english=2), in_service=True
+    )
     description["ScalingActivities"].clear()
     description["Containers"][0]["Image"] = "changed"
     assert endpoint.scaling_activities == [{"ContainerHostname": "english", "From": 1, "To": 2}]
@@ -226,11 +264,17 @@ def test_description_does_not_share_the_records_lists() -> None:
 @pytest.fixture
 def board() -> StatusBoard:
     board = StatusBoard()
-    board.records = {"mce-demo": record("english"), "other": record("solo", name="other", in_service=False)}
+    board.records = {
+        "mce-demo": record("english"),
+        "other": record("solo", name="other", in_service=False),
+    }
     return board
 
 
-STATUSES = {**apps(english=deployment("HEALTHY", 2)), **apps("other", solo=deployment("HEALTHY", 2))}
+STATUSES = {
+    **apps(english=deployment("HEALTHY", 2)),
+    **apps("other", solo=deployment("HEALTHY", 2)),
+}
 BOTH = {**registered(english=2), **registered("other", solo=2)}
 
 
@@ -291,7 +335,10 @@ def test_ping_follows_routability(board: StatusBoard) -> None:
     board.refresh(STATUSES, registered(english=2))
     response = get(board, "/ping")
     assert response.status_code == 503
-    assert response.json() == {"__type": "ServiceUnavailable", "message": "endpoint other is Creating"}
+    assert response.json() == {
+        "__type": "ServiceUnavailable",
+        "message": "endpoint other is Creating",
+    }
     board.records["other"].in_service = True
     board.refresh(STATUSES, BOTH)
     assert get(board, "/ping").status_code == 200
@@ -317,11 +364,15 @@ def test_describe_unknown_endpoint(board: StatusBoard) -> None:
     response = get(board, "/endpoints/nope")
     assert response.status_code == 400
     assert response.headers["x-amzn-ErrorType"] == "ValidationError"
-    assert response.json() == {"__type": "ValidationError", "message": "Could not find endpoint nope."}
+    assert response.json() == {
+        "__type": "ValidationError",
+        "message": "Could not find endpoint nope.",
+    }
 
 
 def test_applications_from_serve_details() -> None:
-    """The controller's instance details (Ray's REST schema, trimmed) -> the snapshot `describe` reads."""
+    """The controller's instance details (Ray's REST schema, trimmed) -> the snapshot `describe`
+    reads."""
     details = {
         "proxy_location": "Disabled",
         "applications": {
@@ -336,15 +387,22 @@ def test_applications_from_serve_details() -> None:
                         "status": "HEALTHY",
                         "status_trigger": "CONFIG_UPDATE_COMPLETED",
                         "message": "",
-                        "replicas": [{"replica_id": "a", "state": "RUNNING"}, {"replica_id": "b", "state": "RUNNING"}],
+                        "replicas": [
+                            {"replica_id": "a", "state": "RUNNING"},
+                            {"replica_id": "b", "state": "RUNNING"},
+                        ],
                     },
                     "german": {
                         "name": "german",
                         "status": "UPDATING",
                         "message": "starting",
-                        "replicas": [{"replica_id": "c", "state": "STARTING"}, {"replica_id": "d", "state": "RUNNING"}],
+                        "replicas": [
+                            {"replica_id": "c", "state": "STARTING"},
+                            {"replica_id": "d", "state": "RUNNING"},
+                        ],
                     },
-                    "french": {"name": "french", "status": "UPDATING"},  # no replicas yet, no message
+                    # no replicas yet, no message
+                    "french": {"name": "french", "status": "UPDATING"},
                 },
             },
             "empty": {"status": "NOT_STARTED", "message": None},
@@ -357,7 +415,11 @@ def test_applications_from_serve_details() -> None:
             "message": "",
             "deployments": {
                 "english": {"status": "HEALTHY", "message": "", "replicas": {"RUNNING": 2}},
-                "german": {"status": "UPDATING", "message": "starting", "replicas": {"STARTING": 1, "RUNNING": 1}},
+                "german": {
+                    "status": "UPDATING",
+                    "message": "starting",
+                    "replicas": {"STARTING": 1, "RUNNING": 1},
+                },
                 "french": {"status": "UPDATING", "message": "", "replicas": {}},
             },
         },
@@ -367,15 +429,21 @@ def test_applications_from_serve_details() -> None:
 
 
 def test_standby_generation_of_an_api_endpoint_does_not_fail_ping() -> None:
-    """An UpdateEndpoint's new generation coming up beside the fronted one: GET /ping stays 200 (was 503)."""
+    """An UpdateEndpoint's new generation coming up beside the fronted one: GET /ping stays 200 (was
+    503)."""
     old, new = "api@AllTraffic@1", "api@AllTraffic@2"
     board = StatusBoard()
     board.records[old] = record("solo", name=old)
     board.records[new] = record("solo", name=new, in_service=False)
-    statuses = {**apps(old, solo=deployment("HEALTHY", 1)), **apps(new, solo=deployment("UPDATING"))}
+    statuses = {
+        **apps(old, solo=deployment("HEALTHY", 1)),
+        **apps(new, solo=deployment("UPDATING")),
+    }
     board.refresh(statuses, registered(old, solo=1))
-    assert board.unroutable() == [f"endpoint {new} is Creating"]  # no front yet: the first create counts
+    # no front yet: the first create counts
+    assert board.unroutable() == [f"endpoint {new} is Creating"]
     board.fronted = {"api": frozenset({old})}
     assert board.healthy()
-    board.fronted = {"api": frozenset({new})}  # traffic moved before the new one is ready would be unhealthy
+    # traffic moved before the new one is ready would be unhealthy
+    board.fronted = {"api": frozenset({new})}
     assert board.unroutable() == [f"endpoint {new} is Creating"]

@@ -1,6 +1,6 @@
-"""Every relative link in the docs resolves: the file (or folder) exists, and a `#anchor` into a markdown file of this
-repository names one of its headings, by GitHub's slug rules. Moving a section to another page cannot leave a dead
-link behind."""
+"""Every relative link in the docs resolves: the file (or folder) exists, and a `#anchor` into a
+markdown file of this repository names one of its headings, by GitHub's slug rules. Moving a section
+to another page cannot leave a dead link behind."""
 
 from __future__ import annotations
 
@@ -36,15 +36,18 @@ def prose(text: str) -> str:
 
 
 def slug(heading: str) -> str:
-    """GitHub's anchor for a heading: its rendered text, lower case, without punctuation, spaces as hyphens."""
+    """GitHub's anchor for a heading: its rendered text, lower case, without punctuation, spaces as
+    hyphens."""
     text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link reads as its text
     text = re.sub(r"<[^>]+>", "", text).replace("`", "")
-    text = re.sub(r"(\*+|(?<!\w)_+|_+(?!\w))", "", text)  # emphasis markers, not snake_case's underscores
+    # emphasis markers, not snake_case's underscores
+    text = re.sub(r"(\*+|(?<!\w)_+|_+(?!\w))", "", text)
     return re.sub(r"[^\w\- ]", "", text.strip().lower()).replace(" ", "-")
 
 
 def anchors(page: Path) -> set[str]:
-    """Every anchor GitHub gives `page`: one per heading (repeats numbered -1, -2, ...) and any HTML anchors."""
+    """Every anchor GitHub gives `page`: one per heading (repeats numbered -1, -2, ...) and any HTML
+    anchors."""
     text = page.read_text(encoding="utf-8")
     found: set[str] = set(HTML_ANCHOR.findall(text))
     seen: dict[str, int] = {}
@@ -78,14 +81,19 @@ def broken(page: Path) -> list[str]:
 
 
 def test_slug_follows_github() -> None:
-    assert slug("Process priority: Ray's worker niceness") == "process-priority-rays-worker-niceness"
+    assert (
+        slug("Process priority: Ray's worker niceness") == "process-priority-rays-worker-niceness"
+    )
     assert slug("Consolidation: one 15-container endpoint vs fifteen endpoints") == (
         "consolidation-one-15-container-endpoint-vs-fifteen-endpoints"
     )
     assert slug("Inside the replicas (py-spy)") == "inside-the-replicas-py-spy"
     assert slug("`hop_unix_socket` and the *floor*") == "hop_unix_socket-and-the-floor"
     assert slug("bench_one_write") == "bench_one_write"
-    assert slug("Serve replica start: the runtime_env's cost") == "serve-replica-start-the-runtime_envs-cost"
+    assert (
+        slug("Serve replica start: the runtime_env's cost")
+        == "serve-replica-start-the-runtime_envs-cost"
+    )
 
 
 def test_pages_are_found() -> None:

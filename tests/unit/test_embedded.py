@@ -1,5 +1,6 @@
-"""serving.ray_wing.embedded without Ray: what entering and leaving start and stop (Ray's calls replaced by
-recorders), and when a wait calls the server ready (the gateway's HTTP answered by a mock transport)."""
+"""serving.ray_wing.embedded without Ray: what entering and leaving start and stop (Ray's calls
+replaced by recorders), and when a wait calls the server ready (the gateway's HTTP answered by a
+mock transport)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,12 @@ SPEC = parse_spec(
     {
         "EndpointName": "ep",
         "Containers": [
-            {"ContainerHostname": "a", "Image": "python", "Mode": "MultiModel", "ModelDataUrl": "s3://bucket/prefix/"}
+            {
+                "ContainerHostname": "a",
+                "Image": "python",
+                "Mode": "MultiModel",
+                "ModelDataUrl": "s3://bucket/prefix/",
+            }
         ],
     }
 )
@@ -45,7 +51,9 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
     monkeypatch.setattr(
         embedded,
         "deploy_endpoint",
-        lambda spec, settings: made.append(("deploy", spec.EndpointName, settings.port, settings.container_host)) or 1,
+        lambda spec, settings: (
+            made.append(("deploy", spec.EndpointName, settings.port, settings.container_host)) or 1
+        ),
     )
     monkeypatch.setattr(embedded, "delete_endpoint", record("delete", True))
     monkeypatch.setattr(embedded, "shutdown", record("shutdown"))
@@ -60,15 +68,19 @@ def test_embedded_ray_is_started_and_shut_down(calls) -> None:
         assert server.names == ["ep"]
     names = [call[0] for call in calls]
     assert names == ["start_local_ray", "expect", "start_gateway", "deploy", "shutdown"]
-    assert calls[1] == ("expect", "ep")  # before the gateway: its first 200 on /ping then means "ep" routes
-    assert calls[3] == ("deploy", "ep", 43210, "127.0.0.1")  # one machine: data ports stay on loopback
+    # before the gateway: its first 200 on /ping then means "ep" routes
+    assert calls[1] == ("expect", "ep")
+    # one machine: data ports stay on loopback
+    assert calls[3] == ("deploy", "ep", 43210, "127.0.0.1")
 
 
 def test_a_joined_cluster_loses_only_this_servers_endpoints(calls) -> None:
     with EmbeddedServer(
         [SPEC], ServerSettings(container_host="node"), address="ray://head:10001", wait=False
     ) as server:
-        server.deploy(parse_spec({**SPEC.model_dump(mode="json", exclude_none=True), "EndpointName": "other"}))
+        server.deploy(
+            parse_spec({**SPEC.model_dump(mode="json", exclude_none=True), "EndpointName": "other"})
+        )
     assert [call[0] for call in calls] == [
         "connect_cluster",
         "expect",
@@ -87,7 +99,9 @@ def test_a_joined_cluster_loses_only_this_servers_endpoints(calls) -> None:
 def test_keep_endpoints_only_disconnects(calls) -> None:
     with EmbeddedServer([SPEC], address="auto", keep_endpoints=True, wait=False):
         pass
-    assert [call[0] for call in calls][-1] == "disconnect" and "delete" not in [call[0] for call in calls]
+    assert [call[0] for call in calls][-1] == "disconnect" and "delete" not in [
+        call[0] for call in calls
+    ]
 
 
 def test_a_failed_start_stops_what_was_started(calls, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -101,15 +115,20 @@ def test_a_failed_start_stops_what_was_started(calls, monkeypatch: pytest.Monkey
     assert [call[0] for call in calls] == ["start_local_ray", "expect", "shutdown"]
 
 
-def _gateway(states: dict[str, dict], ping: int = 200, others: tuple[str, ...] = ()) -> httpx.Client:
-    """A client whose gateway describes `states` (name -> status, replicas) and answers /ping with `ping`."""
+def _gateway(
+    states: dict[str, dict], ping: int = 200, others: tuple[str, ...] = ()
+) -> httpx.Client:
+    """A client whose gateway describes `states` (name -> status, replicas) and answers /ping with
+    `ping`."""
 
     def handle(request: httpx.Request) -> httpx.Response:
         path = request.url.path
         if path == "/ping":
             return httpx.Response(ping, text="" if ping == 200 else "endpoint x is Creating")
         if path == "/endpoints":
-            return httpx.Response(200, json={"Endpoints": [{"EndpointName": n} for n in [*states, *others]]})
+            return httpx.Response(
+                200, json={"Endpoints": [{"EndpointName": n} for n in [*states, *others]]}
+            )
         name = path.rsplit("/", 1)[1]
         if name not in states:
             return httpx.Response(400, json={"__type": "ValidationError"})
@@ -135,9 +154,11 @@ def _gateway(states: dict[str, dict], ping: int = 200, others: tuple[str, ...] =
         ({}, 200, (), False, False),  # the gateway does not know it yet
         ({"ep": {"status": "Creating"}}, 503, (), False, False),
         ({"ep": {"status": "InService"}}, 200, (), True, True),
-        ({"ep": {"status": "InService"}}, 503, (), False, True),  # /ping disagrees: not routable yet
+        # /ping disagrees: not routable yet
+        ({"ep": {"status": "InService"}}, 503, (), False, True),
         ({"ep": {"status": "InService", "replicas": 0}}, 200, (), False, True),
-        ({"ep": {"status": "InService"}}, 503, ("someone-elses",), True, True),  # /ping speaks for endpoints not ours
+        # /ping speaks for endpoints not ours
+        ({"ep": {"status": "InService"}}, 503, ("someone-elses",), True, True),
         ({"ep": {"status": "Failed"}}, 503, (), False, True),
     ],
 )
@@ -150,7 +171,9 @@ def test_readiness_is_the_gateways_view(states, ping, others, ready, settled) ->
 def test_wait_ready_is_bounded_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
     server = EmbeddedServer([SPEC], ready_timeout_s=0.3)
     server._deployed, server.url = ["ep"], "http://gateway"
-    monkeypatch.setattr(embedded.httpx, "Client", lambda **_: _gateway({"ep": {"status": "Creating"}}, 503))
+    monkeypatch.setattr(
+        embedded.httpx, "Client", lambda **_: _gateway({"ep": {"status": "Creating"}}, 503)
+    )
     readiness = server.wait_ready(interval=0.05)
     assert readiness.pending == ["ep"] and not readiness.ready
     assert "ep: Creating" in str(EndpointsNotReady(readiness))

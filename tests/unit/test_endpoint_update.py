@@ -1,8 +1,10 @@
-"""serving.sagemaker_api.endpoint_update: an endpoint update read top to bottom over typed documents.
+"""serving.sagemaker_api.endpoint_update: an endpoint update read top to bottom over typed
+documents.
 
-The fleet here records what the update asks of it and the test plays Serve's part (which served endpoint is
-InService at which generation): the module is a pure state machine over `EndpointDocument`s, and the API tests
-(test_sagemaker_control_plane.py, test_deployment_config.py) drive the same code through boto3.
+The fleet here records what the update asks of it and the test plays Serve's part (which served
+endpoint is InService at which generation): the module is a pure state machine over
+`EndpointDocument`s, and the API tests (test_sagemaker_control_plane.py, test_deployment_config.py)
+drive the same code through boto3.
 """
 
 from __future__ import annotations
@@ -12,7 +14,12 @@ from typing import Any
 import pytest
 
 from serving.sagemaker_api import endpoint_update
-from serving.sagemaker_api.endpoint_update import EndpointUpdates, next_generation, routes, served_names
+from serving.sagemaker_api.endpoint_update import (
+    EndpointUpdates,
+    next_generation,
+    routes,
+    served_names,
+)
 from serving.sagemaker_api.stored import DeploymentPlan, EndpointDocument, VariantRow
 
 
@@ -33,7 +40,8 @@ class RecordingFleet:
         return True
 
     def described(self, *names: str, failed: str | None = None) -> dict[str, Any]:
-        """Serve's view: `names` InService at their latest generation (`failed`: that one's update Failed)."""
+        """Serve's view: `names` InService at their latest generation (`failed`: that one's update
+        Failed)."""
         return {
             name: {
                 "EndpointStatus": "Failed" if name == failed else "InService",
@@ -89,7 +97,13 @@ def _fleet_of(document: EndpointDocument, *names: str, count: int = 2) -> list[V
     ]
 
 
-CANARY: DeploymentPlan = {"steps": [0.5, 1.0], "wait": 60.0, "termination": 0.0, "timeout": None, "alarms": ["5xx"]}
+CANARY: DeploymentPlan = {
+    "steps": [0.5, 1.0],
+    "wait": 60.0,
+    "termination": 0.0,
+    "timeout": None,
+    "alarms": ["5xx"],
+}
 
 
 @pytest.fixture
@@ -111,7 +125,8 @@ def test_a_create_serves_only_once_its_whole_fleet_is_in_service(world) -> None:
     document = _document()
     variants = _fleet_of(document, "A", "B")
     updates.start(document, variants, "create", "c1")
-    assert not updates.advance(document, fleet.described(variants[0]["Served"]))  # B not up yet: nothing moves
+    # B not up yet: nothing moves
+    assert not updates.advance(document, fleet.described(variants[0]["Served"]))
     assert document["variants"] == [] and document["pending"] is not None
     assert updates.advance(document, fleet.described(*(v["Served"] for v in variants)))
     assert document["EndpointStatus"] == "InService" and document["pending"] is None
@@ -161,7 +176,9 @@ def test_an_alarm_rolls_a_stepped_update_back_and_drains_the_new_fleet(world) ->
     assert document["EndpointStatus"] == "InService" and document["EndpointConfigName"] == "c1"
     assert "alarm 5xx went to ALARM" in (document["FailureReason"] or "")
     # It took traffic: deleted only after the drain, once gateways route without it.
-    assert fleet.deleted == [] and document.get("retired") == [{"Served": new[0]["Served"], "At": clock.now}]
+    assert fleet.deleted == [] and document.get("retired") == [
+        {"Served": new[0]["Served"], "At": clock.now}
+    ]
 
 
 def test_a_failed_variant_rolls_back_at_once_and_a_first_fleet_fails(world) -> None:
@@ -170,7 +187,9 @@ def test_a_failed_variant_rolls_back_at_once_and_a_first_fleet_fails(world) -> N
     first = _fleet_of(document, "A")
     updates.start(document, first, "create", "c1")
     assert updates.advance(document, fleet.described(first[0]["Served"], failed=first[0]["Served"]))
-    assert document["EndpointStatus"] == "Failed" and "the image would not start" in (document["FailureReason"] or "")
+    assert document["EndpointStatus"] == "Failed" and "the image would not start" in (
+        document["FailureReason"] or ""
+    )
     assert fleet.deleted == [first[0]["Served"]]
 
 
@@ -187,8 +206,16 @@ def test_a_restart_mid_update_brings_both_fleets_back_and_starts_shifting_over(w
     restarted.restore(document)
     pending = document["pending"]
     assert pending is not None and "shift" not in pending  # traffic shifting starts over
-    assert pending["generations"] == {new[0]["Served"]: 2} and fleet.generations[old[0]["Served"]] == 2
-    stale = {new[0]["Served"]: {"EndpointStatus": "InService", "LastUpdate": {"Generation": 1, "Status": "Succeeded"}}}
-    assert not restarted.advance(document, stale)  # an answer from before the restart does not count
+    assert (
+        pending["generations"] == {new[0]["Served"]: 2} and fleet.generations[old[0]["Served"]] == 2
+    )
+    stale = {
+        new[0]["Served"]: {
+            "EndpointStatus": "InService",
+            "LastUpdate": {"Generation": 1, "Status": "Succeeded"},
+        }
+    }
+    # an answer from before the restart does not count
+    assert not restarted.advance(document, stale)
     assert restarted.advance(document, fleet.described(old[0]["Served"], new[0]["Served"]))
     assert pending.get("shift") == {"step": 0, "since": clock.now}

@@ -1,8 +1,9 @@
-"""The one entry frame (serving/gateway/entry.py): each outcome of an invocation counted once, whatever the way in.
+"""The one entry frame (serving/gateway/entry.py): each outcome of an invocation counted once,
+whatever the way in.
 
-The counts are read from the process's real metrics registry, before and after, as test_router_metrics does; the
-transports' own use of the frame is covered over real HTTP and gRPC by test_router_metrics and the Open Inference
-tests.
+The counts are read from the process's real metrics registry, before and after, as
+test_router_metrics does; the transports' own use of the frame is covered over real HTTP and gRPC by
+test_router_metrics and the Open Inference tests.
 """
 
 from __future__ import annotations
@@ -27,7 +28,10 @@ def counts() -> dict[str, float]:
     }
     found = {key: REGISTRY.get_sample_value(name, LABELS) or 0.0 for key, name in names.items()}
     found["aborts"] = (
-        REGISTRY.get_sample_value("serving_invocation_client_aborts_total", {"endpoint": "frame-test"}) or 0.0
+        REGISTRY.get_sample_value(
+            "serving_invocation_client_aborts_total", {"endpoint": "frame-test"}
+        )
+        or 0.0
     )
     return found
 
@@ -61,17 +65,26 @@ def test_an_answer_is_counted_once_as_200() -> None:
 
 
 @pytest.mark.parametrize(
-    ("error", "kind"), [(ValidationError("bad header"), "4xx"), (ModelNotReadyError("no replica"), "4xx")]
+    ("error", "kind"),
+    [(ValidationError("bad header"), "4xx"), (ModelNotReadyError("no replica"), "4xx")],
 )
-def test_a_serving_error_is_the_outcome_and_counted_under_its_status(error: ServingError, kind: str) -> None:
+def test_a_serving_error_is_the_outcome_and_counted_under_its_status(
+    error: ServingError, kind: str
+) -> None:
     async def fail(frame) -> None:
         raise error
 
     frame, delta = run(fail)
     assert frame.error is error
-    # no traceback kept: it would hold the work's frames, and a request body with them, past the answer
+    # no traceback kept: it would hold the work's frames, and a request body with them, past the
+    # answer
     assert error.__traceback__ is None
-    assert delta == {"invocations": 1, "4xx": 1 if kind == "4xx" else 0, "5xx": 1 if kind == "5xx" else 0, "aborts": 0}
+    assert delta == {
+        "invocations": 1,
+        "4xx": 1 if kind == "4xx" else 0,
+        "5xx": 1 if kind == "5xx" else 0,
+        "aborts": 0,
+    }
 
 
 def test_a_bug_is_logged_and_becomes_an_internal_failure(caplog) -> None:
@@ -81,7 +94,9 @@ def test_a_bug_is_logged_and_becomes_an_internal_failure(caplog) -> None:
     with caplog.at_level(logging.ERROR, logger="serving.router"):
         frame, delta = run(bug)
     assert (
-        frame.error is not None and frame.error.status == 500 and "internal failure in the test" in frame.error.message
+        frame.error is not None
+        and frame.error.status == 500
+        and "internal failure in the test" in frame.error.message
     )
     assert delta == {"invocations": 1, "4xx": 0, "5xx": 1, "aborts": 0}
     assert "an invocation failed inside the test" in caplog.text
@@ -107,7 +122,10 @@ def test_an_abort_can_be_raised_on_as_a_cancelled_grpc_call_must_be() -> None:
     before = counts()
     with pytest.raises(asyncio.CancelledError):
         run(cancelled, aborts=(asyncio.CancelledError,), reraise_abort=True)
-    assert counts()["aborts"] - before["aborts"] == 1 and counts()["invocations"] == before["invocations"]
+    assert (
+        counts()["aborts"] - before["aborts"] == 1
+        and counts()["invocations"] == before["invocations"]
+    )
 
 
 def test_a_deferred_count_is_made_once_by_whoever_ends_the_answer() -> None:

@@ -1,4 +1,5 @@
-"""The event-stream encoder, checked with botocore's own parser and the sagemaker-runtime service model."""
+"""The event-stream encoder, checked with botocore's own parser and the sagemaker-runtime service
+model."""
 
 from __future__ import annotations
 
@@ -35,7 +36,9 @@ def boto_events(data: bytes) -> EventStream:
     """The stream as boto3's invoke_endpoint_with_response_stream hands it to a caller."""
     model = botocore.session.get_session().get_service_model("sagemaker-runtime")
     shape = model.operation_model("InvokeEndpointWithResponseStream").output_shape.members["Body"]
-    return EventStream(_Raw(data), shape, EventStreamJSONParser(), "InvokeEndpointWithResponseStream")
+    return EventStream(
+        _Raw(data), shape, EventStreamJSONParser(), "InvokeEndpointWithResponseStream"
+    )
 
 
 def test_a_payload_part_round_trips_through_botocores_parser() -> None:
@@ -50,7 +53,11 @@ def test_a_payload_part_round_trips_through_botocores_parser() -> None:
 
 def test_boto3_reads_parts_then_raises_the_model_stream_error() -> None:
     data = b"".join(
-        [*eventstream.payload_parts(b"one"), *eventstream.payload_parts(b""), *eventstream.payload_parts(b"two")]
+        [
+            *eventstream.payload_parts(b"one"),
+            *eventstream.payload_parts(b""),
+            *eventstream.payload_parts(b"two"),
+        ]
     )
     data += eventstream.model_stream_error("ModelError", "container c: ValueError: bad token")
     events = iter(boto_events(data))
@@ -73,7 +80,9 @@ def test_internal_stream_failure_is_botocores_too() -> None:
     assert raised.value.response["Error"]["Code"] == "InternalStreamFailure"
 
 
-def test_a_large_payload_is_split_into_parts_botocore_accepts(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_large_payload_is_split_into_parts_botocore_accepts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr(eventstream, "MAX_PAYLOAD_LENGTH", 4)
     parts = eventstream.payload_parts(b"0123456789")
     assert [message.payload for message in parse(b"".join(parts))] == [b"0123", b"4567", b"89"]

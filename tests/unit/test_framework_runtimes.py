@@ -30,7 +30,8 @@ from serving.runtimes.tensors import (
     wrap_outputs,
 )
 
-pytestmark = pytest.mark.frameworks  # imports torch, TensorFlow, ONNX Runtime or XGBoost: not in `make test-unit`
+# imports torch, TensorFlow, ONNX Runtime or XGBoost: not in `make test-unit`
+pytestmark = pytest.mark.frameworks
 
 STACK_OF = {
     "hetero-features": "sklearn",
@@ -53,12 +54,14 @@ ENVIRONMENT = {
     "hetero-wine-sklearn": {"SERVING_SKLEARN_METHOD": "predict_proba"},
     "hetero-wine-export": {"SERVING_ALLOW_PICKLE": "true"},
 }  # a .pt2 runs code while loading
-IRIS_ROWS = [[5.1, 3.5, 1.4, 0.2], [7.0, 3.2, 4.7, 1.4], [6.3, 3.3, 6.0, 2.5]]  # setosa, versicolor, virginica
+# setosa, versicolor, virginica
+IRIS_ROWS = [[5.1, 3.5, 1.4, 0.2], [7.0, 3.2, 4.7, 1.4], [6.3, 3.3, 6.0, 2.5]]
 
 
 def unwrap(got: Any) -> Any:
-    """The tensor of a TF Serving answer (the tensorflow stack always answers `{"predictions": ...}` to
-    JSON and CSV, as SageMaker's TensorFlow Serving container does; tests/unit/test_tfs_shapes.py)."""
+    """The tensor of a TF Serving answer (the tensorflow stack always answers `{"predictions": ...}`
+    to JSON and CSV, as SageMaker's TensorFlow Serving container does;
+    tests/unit/test_tfs_shapes.py)."""
     return got.get("predictions", got.get("outputs")) if isinstance(got, dict) else got
 
 
@@ -68,7 +71,9 @@ def npy(array: Any) -> bytes:
     return buffer.getvalue()
 
 
-def invoke(runtime: Runtime, body: Any, content_type: str = "application/json", accept: str | None = None) -> Any:
+def invoke(
+    runtime: Runtime, body: Any, content_type: str = "application/json", accept: str | None = None
+) -> Any:
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
     out, out_type = runtime.invoke(raw, content_type, accept, InvocationContext())
     if out_type == "application/json":
@@ -80,7 +85,8 @@ def invoke(runtime: Runtime, body: Any, content_type: str = "application/json", 
 
 @pytest.fixture(scope="module")
 def model(hetero_models: Path) -> Callable[..., Runtime]:
-    """A loaded runtime for one of the demo's model folders (cached: loading TensorFlow models takes a while)."""
+    """A loaded runtime for one of the demo's model folders (cached: loading TensorFlow models takes
+    a while)."""
     cache: dict[tuple, Runtime] = {}
 
     def load(name: str, environment: dict[str, str] | None = None) -> Runtime:
@@ -107,7 +113,9 @@ def copy_model(hetero_models: Path, name: str, target: Path) -> Path:
 
 
 @pytest.mark.parametrize("name", sorted(STACK_OF))
-def test_each_model_answers_as_trained(model, hetero_expected: dict, answer_matches, name: str) -> None:
+def test_each_model_answers_as_trained(
+    model, hetero_expected: dict, answer_matches, name: str
+) -> None:
     expected = hetero_expected[name]
     got = invoke(model(name), expected["request"])
     if STACK_OF[name] == "tensorflow" and not isinstance(expected["response"], dict):
@@ -116,10 +124,14 @@ def test_each_model_answers_as_trained(model, hetero_expected: dict, answer_matc
     if expected["classes"]:  # and the model is right, not only consistent: one probe row per class
         values = got.get("predictions", got.get("outputs")) if isinstance(got, dict) else got
         values = np.asarray(values)
-        assert (values.argmax(axis=1) if values.ndim == 2 else values).tolist() == expected["classes"]
+        assert (values.argmax(axis=1) if values.ndim == 2 else values).tolist() == expected[
+            "classes"
+        ]
 
 
-@pytest.mark.parametrize("name", ["hetero-iris-torchscript", "hetero-iris-state", "hetero-tf-iris", "hetero-onnx-iris"])
+@pytest.mark.parametrize(
+    "name", ["hetero-iris-torchscript", "hetero-iris-state", "hetero-tf-iris", "hetero-onnx-iris"]
+)
 @pytest.mark.parametrize(
     ("body", "content_type"),
     [
@@ -130,7 +142,9 @@ def test_each_model_answers_as_trained(model, hetero_expected: dict, answer_matc
     ],
     ids=["json", "csv", "npy float64", "npy float32"],
 )
-def test_iris_models_read_every_content_type(model, name: str, body: bytes, content_type: str) -> None:
+def test_iris_models_read_every_content_type(
+    model, name: str, body: bytes, content_type: str
+) -> None:
     probabilities = np.asarray(unwrap(invoke(model(name), body, content_type)))
     assert probabilities.shape == (3, 3)
     np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
@@ -138,18 +152,32 @@ def test_iris_models_read_every_content_type(model, name: str, body: bytes, cont
 
 
 @pytest.mark.parametrize(
-    "name", ["hetero-iris-torchscript", "hetero-iris-state", "hetero-tf-iris", "hetero-onnx-iris", "hetero-onnx-two"]
+    "name",
+    [
+        "hetero-iris-torchscript",
+        "hetero-iris-state",
+        "hetero-tf-iris",
+        "hetero-onnx-iris",
+        "hetero-onnx-two",
+    ],
 )
 def test_whole_numbers_reach_float_models(model, name: str) -> None:
     rows = [[5, 3, 1, 0], [6, 3, 6, 3]]  # JSON integers decode as int64; these models take float32
-    body = {"sepal": [r[:2] for r in rows], "petal": [r[2:] for r in rows]} if name == "hetero-onnx-two" else rows
+    body = (
+        {"sepal": [r[:2] for r in rows], "petal": [r[2:] for r in rows]}
+        if name == "hetero-onnx-two"
+        else rows
+    )
     got = invoke(model(name), body)
     probabilities = np.asarray(got["predictions"] if isinstance(got, dict) else got)
     assert probabilities.argmax(axis=1).tolist() == [0, 2]
 
 
-# Not tensorflow: SageMaker's TensorFlow Serving container answers JSON whatever the Accept (test_tfs_shapes.py).
-@pytest.mark.parametrize("name", ["hetero-iris-torchscript", "hetero-onnx-iris", "hetero-wine-export"])
+# Not tensorflow: SageMaker's TensorFlow Serving container answers JSON whatever the Accept
+# (test_tfs_shapes.py).
+@pytest.mark.parametrize(
+    "name", ["hetero-iris-torchscript", "hetero-onnx-iris", "hetero-wine-export"]
+)
 @pytest.mark.parametrize("accept", ["text/csv", "application/x-npy"])
 def test_answers_in_the_accepted_type(model, hetero_expected: dict, name: str, accept: str) -> None:
     request = hetero_expected[name]["request"]
@@ -162,16 +190,27 @@ def test_answers_in_the_accepted_type(model, hetero_expected: dict, name: str, a
 REQUEST_SHAPES = {
     "instances": (lambda rows: {"instances": rows}, "predictions"),
     "inputs": (lambda rows: {"inputs": rows}, "outputs"),
-    "plain array": (lambda rows: rows, "predictions"),  # the container sends it to TF Serving as "instances"
-    "instances by input name": (lambda rows: {"instances": [{"features": row} for row in rows]}, "predictions"),
+    # the container sends it to TF Serving as "instances"
+    "plain array": (lambda rows: rows, "predictions"),
+    "instances by input name": (
+        lambda rows: {"instances": [{"features": row} for row in rows]},
+        "predictions",
+    ),
     "inputs by input name": (lambda rows: {"inputs": {"features": rows}}, "outputs"),
-    "instances one per line": (lambda rows: "\n".join(json.dumps({"features": row}) for row in rows), "predictions"),
+    "instances one per line": (
+        lambda rows: "\n".join(json.dumps({"features": row}) for row in rows),
+        "predictions",
+    ),
 }
 
 
 @pytest.mark.parametrize("shape", list(REQUEST_SHAPES))
-@pytest.mark.parametrize("name", ["hetero-tf-iris", "hetero-tf-features"], ids=["keras", "savedmodel"])
-def test_tensorflow_serving_request_shapes(model, hetero_expected: dict, name: str, shape: str) -> None:
+@pytest.mark.parametrize(
+    "name", ["hetero-tf-iris", "hetero-tf-features"], ids=["keras", "savedmodel"]
+)
+def test_tensorflow_serving_request_shapes(
+    model, hetero_expected: dict, name: str, shape: str
+) -> None:
     rows = IRIS_ROWS if name == "hetero-tf-iris" else hetero_expected[name]["request"]
     build, key = REQUEST_SHAPES[shape]
     request = build(rows)
@@ -182,7 +221,9 @@ def test_tensorflow_serving_request_shapes(model, hetero_expected: dict, name: s
     assert np.asarray(got).argmax(axis=1).tolist() == [0, 1, 2]
 
 
-@pytest.mark.parametrize("name", ["hetero-wine-export", "hetero-tf-features", "hetero-onnx-iris", "hetero-tf-iris"])
+@pytest.mark.parametrize(
+    "name", ["hetero-wine-export", "hetero-tf-features", "hetero-onnx-iris", "hetero-tf-iris"]
+)
 def test_a_single_instance_gets_a_batch_axis(model, hetero_expected: dict, name: str) -> None:
     request = hetero_expected[name]["request"]
     rows = request["instances"] if isinstance(request, dict) else request
@@ -203,7 +244,10 @@ def test_a_single_instance_gets_a_batch_axis(model, hetero_expected: dict, name:
         (
             "hetero-iris-torchscript",
             [[1, 2, 3]],
-            ["the model failed on input x float32 [1, 3]", "size of tensor a (3) must match the size of tensor b (4)"],
+            [
+                "the model failed on input x float32 [1, 3]",
+                "size of tensor a (3) must match the size of tensor b (4)",
+            ],
         ),
         (
             "hetero-iris-state",
@@ -213,8 +257,16 @@ def test_a_single_instance_gets_a_batch_axis(model, hetero_expected: dict, name:
         ("hetero-onnx-iris", [[[1.0, 2.0, 3.0, 4.0]]], ["has shape [1, 1, 4]"]),
         ("hetero-onnx-iris", [["a", "b", "c", "d"]], ["holds text", "x (float32 [?, 4])"]),
         ("hetero-tf-iris", [[1.0, [2.0], 3.0, 4.0]], ["not a rectangular array"]),
-        ("hetero-onnx-two", {"sepal": [[5.1, 3.5]]}, ["missing input 'petal'", "sepal (float32 [?, 2])"]),
-        ("hetero-onnx-two", {"sepal": [[5.1, 3.5]], "petal": [[1.4, 0.2]], "stem": [[1]]}, ["unknown input 'stem'"]),
+        (
+            "hetero-onnx-two",
+            {"sepal": [[5.1, 3.5]]},
+            ["missing input 'petal'", "sepal (float32 [?, 2])"],
+        ),
+        (
+            "hetero-onnx-two",
+            {"sepal": [[5.1, 3.5]], "petal": [[1.4, 0.2]], "stem": [[1]]},
+            ["unknown input 'stem'"],
+        ),
         ("hetero-onnx-two", IRIS_ROWS, ["takes 2 inputs", "JSON object keyed by input name"]),
         ("hetero-tf-wine.tar.gz", {"inputs": {"wine": [[1.0] * 13]}}, ["missing input 'features'"]),
         (
@@ -240,7 +292,9 @@ def test_a_single_instance_gets_a_batch_axis(model, hetero_expected: dict, name:
         "instances differ",
     ],
 )
-def test_input_mismatch_says_what_the_model_takes(model, name: str, body: Any, fragments: list[str]) -> None:
+def test_input_mismatch_says_what_the_model_takes(
+    model, name: str, body: Any, fragments: list[str]
+) -> None:
     # tensorflow: TF Serving's 400 {"error": ...}, which the router reports as 424 ModelError too.
     with pytest.raises((ModelInputError, ContainerAnswerError)) as caught:
         invoke(model(name), body)
@@ -281,7 +335,9 @@ def onnx_int_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
         [helper.make_tensor("axes", TensorProto.INT64, [1], [1])],
     )
     folder = tmp_path_factory.mktemp("onnx-int")
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), folder / "model.onnx")
+    onnx.save(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), folder / "model.onnx"
+    )
     return folder
 
 
@@ -298,7 +354,8 @@ def test_onnx_refuses_fractions_for_an_integer_input(loaded, onnx_int_model: Pat
 
 @pytest.fixture(scope="module")
 def tf_module_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A plain tf.Module SavedModel (not Keras) with two named inputs of different dtypes and two outputs."""
+    """A plain tf.Module SavedModel (not Keras) with two named inputs of different dtypes and two
+    outputs."""
     import tensorflow as tf
 
     class Scorer(tf.Module):
@@ -316,7 +373,9 @@ def tf_module_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     scorer = Scorer()
     folder = tmp_path_factory.mktemp("tf-module")
-    tf.saved_model.save(scorer, str(folder), signatures={"serving_default": scorer.serve, "other": scorer.serve})
+    tf.saved_model.save(
+        scorer, str(folder), signatures={"serving_default": scorer.serve, "other": scorer.serve}
+    )
     return folder
 
 
@@ -330,7 +389,9 @@ def test_savedmodel_with_named_inputs_and_outputs(loaded, tf_module_model: Path)
 
 def test_savedmodel_signature_by_environment(loaded, tf_module_model: Path) -> None:
     runtime = loaded("tensorflow", tf_module_model, {"SERVING_TF_SIGNATURE": "other"})
-    assert invoke(runtime, {"inputs": {"values": [[1.0, 2.0]], "offset": [0]}})["outputs"]["total"] == [3.0]
+    assert invoke(runtime, {"inputs": {"values": [[1.0, 2.0]], "offset": [0]}})["outputs"][
+        "total"
+    ] == [3.0]
     with pytest.raises(ValueError, match="no signature 'missing' \\(it has: .*serving_default"):
         loaded("tensorflow", tf_module_model, {"SERVING_TF_SIGNATURE": "missing"})
 
@@ -363,7 +424,9 @@ def test_savedmodel_layouts(
             tar.add(tmp_path / "staging" / "model", arcname="model")
         model_dir = materialize(str(tmp_path / "model.tar.gz"))
     expected = hetero_expected["hetero-tf-features"]
-    assert answer_matches(unwrap(invoke(loaded("tensorflow", model_dir), expected["request"])), expected["response"])
+    assert answer_matches(
+        unwrap(invoke(loaded("tensorflow", model_dir), expected["request"])), expected["response"]
+    )
 
 
 def test_several_savedmodels_are_refused(hetero_models: Path, tmp_path: Path) -> None:
@@ -422,7 +485,9 @@ def test_export_is_preferred_over_weights(
     assert answer_matches(got, expected["response"])
 
 
-def test_export_without_the_opt_in_is_refused_not_skipped(hetero_models: Path, tmp_path: Path) -> None:
+def test_export_without_the_opt_in_is_refused_not_skipped(
+    hetero_models: Path, tmp_path: Path
+) -> None:
     folder = copy_model(hetero_models, "hetero-wine-export", tmp_path / "m")
     shutil.copy(hetero_models / "hetero-iris-torchscript" / "model.pt", folder / "model.pt")
     with pytest.raises(PermissionError, match="refusing to load model.pt2.*SERVING_ALLOW_PICKLE"):
@@ -453,7 +518,8 @@ def predict_fn(data, model):
 """
 
 
-# Not tensorflow: it takes SageMaker TensorFlow Serving's handlers and refuses these (test_tfs_handlers.py).
+# Not tensorflow: it takes SageMaker TensorFlow Serving's handlers and refuses these
+# (test_tfs_handlers.py).
 @pytest.mark.parametrize("name", ["hetero-iris-torchscript", "hetero-onnx-iris"])
 @pytest.mark.parametrize(
     ("hook", "body", "expected"),
@@ -479,7 +545,8 @@ def test_hooks_override_the_defaults(
 
 def test_user_model_fn_replaces_loading(hetero_models: Path, loaded, tmp_path: Path) -> None:
     folder = copy_model(hetero_models, "hetero-onnx-features", tmp_path / "m")
-    (folder / "model.onnx").rename(folder / "weights.bin")  # only the user's model_fn knows this name
+    # only the user's model_fn knows this name
+    (folder / "model.onnx").rename(folder / "weights.bin")
     (folder / "code").mkdir()
     (folder / "code" / "inference.py").write_text(
         "import os, onnxruntime\n"
@@ -519,7 +586,8 @@ def test_threads_follow_the_cpu_share(environment: dict[str, str], threads: int 
 def test_concurrent_predictions_share_the_cpus(
     environment: dict[str, str], predictions: int, threads: int | None
 ) -> None:
-    # Model threads times intra-op threads stay within the reservation (an explicit SERVING_NUM_THREADS wins).
+    # Model threads times intra-op threads stay within the reservation (an explicit
+    # SERVING_NUM_THREADS wins).
     assert cpu_threads(environment, predictions) == threads
 
 
@@ -535,11 +603,14 @@ def test_onnx_session_uses_the_cpu_share(hetero_models: Path) -> None:
     assert runtime.model.get_providers() == ["CPUExecutionProvider"]
 
 
-@pytest.mark.parametrize("stack,name", [("onnx", "hetero-onnx-iris"), ("pytorch", "hetero-iris-torchscript")])
+@pytest.mark.parametrize(
+    "stack,name", [("onnx", "hetero-onnx-iris"), ("pytorch", "hetero-iris-torchscript")]
+)
 def test_gpu_share_without_cuda_falls_back_to_cpu(
     hetero_models: Path, caplog: pytest.LogCaptureFixture, stack: str, name: str
 ) -> None:
-    # The CUDA path itself needs a GPU machine: here only the decision and the fallback are exercised.
+    # The CUDA path itself needs a GPU machine: here only the decision and the fallback are
+    # exercised.
     runtime = runtime_for(stack, hetero_models / name, {"SERVING_CPUS": "1", "SERVING_GPUS": "1"})
     with caplog.at_level(logging.WARNING):
         runtime.load()
@@ -550,14 +621,19 @@ def test_gpu_share_without_cuda_falls_back_to_cpu(
 @pytest.mark.parametrize(
     ("gpus", "available", "chosen"),
     [
-        ("1", ["CUDAExecutionProvider", "CPUExecutionProvider"], ["CUDAExecutionProvider", "CPUExecutionProvider"]),
+        (
+            "1",
+            ["CUDAExecutionProvider", "CPUExecutionProvider"],
+            ["CUDAExecutionProvider", "CPUExecutionProvider"],
+        ),
         ("0", ["CUDAExecutionProvider", "CPUExecutionProvider"], ["CPUExecutionProvider"]),
         ("1", ["CPUExecutionProvider"], ["CPUExecutionProvider"]),
     ],
 )
 def test_onnx_provider_choice(gpus: str, available: list[str], chosen: list[str]) -> None:
-    # A stand-in for onnxruntime's provider list: no onnxruntime build with CUDA can be installed here
-    # (CUDA itself ran on a GPU machine: python -m loadtests.bench_gpu, docs/benchmarks/bench_gpu.md).
+    # A stand-in for onnxruntime's provider list: no onnxruntime build with CUDA can be installed
+    # here (CUDA itself ran on a GPU machine: python -m loadtests.bench_gpu,
+    # docs/benchmarks/bench_gpu.md).
     class FakeOrt:
         @staticmethod
         def get_available_providers() -> list[str]:
@@ -575,12 +651,14 @@ def test_onnx_threads_sleep_between_calls(hetero_models: Path) -> None:
     assert options.intra_op_num_threads == 1  # 4 model threads (it releases the GIL), one core each
 
 
-@pytest.mark.parametrize(("script", "torch_threads"), [(None, 1), (OWN_PREDICT, 2)], ids=["no script", "predict_fn"])
+@pytest.mark.parametrize(
+    ("script", "torch_threads"), [(None, 1), (OWN_PREDICT, 2)], ids=["no script", "predict_fn"]
+)
 def test_pytorch_intra_op_threads_follow_the_model_threads(
     hetero_models: Path, tmp_path: Path, script: str | None, torch_threads: int
 ) -> None:
-    # Cpus 2: two model threads of one intra-op thread each; a script's predict_fn (not assumed thread-safe) runs
-    # one prediction at a time, which then gets both cores.
+    # Cpus 2: two model threads of one intra-op thread each; a script's predict_fn (not assumed
+    # thread-safe) runs one prediction at a time, which then gets both cores.
     import torch
 
     folder = copy_model(hetero_models, "hetero-iris-torchscript", tmp_path / "m")
@@ -602,7 +680,9 @@ def test_pytorch_sets_threads_from_the_cpu_share(hetero_models: Path) -> None:
 
     before = torch.get_num_threads()
     try:
-        runtime_for("pytorch", hetero_models / "hetero-iris-torchscript", {"SERVING_CPUS": "1"}).load()
+        runtime_for(
+            "pytorch", hetero_models / "hetero-iris-torchscript", {"SERVING_CPUS": "1"}
+        ).load()
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)

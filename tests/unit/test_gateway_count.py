@@ -1,6 +1,6 @@
-"""serving.ray_wing.gateway_count: the gateway deployment follows the live nodes (issue 43). Ray's node list is
-replaced by a counter the test moves, and Serve's policy context by the two fields the policy reads; the policy
-itself runs in Serve's controller in the multinode tests."""
+"""serving.ray_wing.gateway_count: the gateway deployment follows the live nodes (issue 43). Ray's
+node list is replaced by a counter the test moves, and Serve's policy context by the two fields the
+policy reads; the policy itself runs in Serve's controller in the multinode tests."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from serving.ray_wing import gateway_count
 from serving.ray_wing.gateway_count import GatewayCount, autoscaling_config
 
 
-def test_per_node_gateways_follow_nodes_that_join_and_leave(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_per_node_gateways_follow_nodes_that_join_and_leave(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     nodes = [1]
     monkeypatch.setattr(gateway_count, "live_nodes", lambda: nodes[0])
     clock = [0.0]

@@ -1,4 +1,5 @@
-"""`serving._gc.freeze_startup_objects`: what start-up built is left out of later collections, its garbage is not."""
+"""`serving._gc.freeze_startup_objects`: what start-up built is left out of later collections, its
+garbage is not."""
 
 from __future__ import annotations
 
@@ -61,7 +62,8 @@ def _generations_collected(work) -> list[int]:
 
 
 def _grow_the_old_generation() -> list:
-    """Enough long-lived objects to make a full collection due (the oldest generation grows by more than a quarter)."""
+    """Enough long-lived objects to make a full collection due (the oldest generation grows by more
+    than a quarter)."""
     kept = []
     for _ in range(max(200_000, len(gc.get_objects()) // 2)):
         kept.append([])
@@ -69,12 +71,14 @@ def _grow_the_old_generation() -> list:
 
 
 def test_full_collections_wait_for_the_freeze_once_deferred() -> None:
-    """A container process defers full collections while it imports its framework; young ones go on, and the
-    freeze collects what start-up left and puts the thresholds back."""
+    """A container process defers full collections while it imports its framework; young ones go on,
+    and the freeze collects what start-up left and puts the thresholds back."""
     from serving._gc import defer_collections, freeze_startup_objects
 
     before = gc.get_threshold()
-    assert 2 in _generations_collected(_grow_the_old_generation), "the control: growth like this makes one due"
+    assert 2 in _generations_collected(_grow_the_old_generation), (
+        "the control: growth like this makes one due"
+    )
     try:
         defer_collections()
         young = _cycles(5 * before[0])
@@ -83,7 +87,9 @@ def test_full_collections_wait_for_the_freeze_once_deferred() -> None:
         old_ref = weakref.ref(old)
         gc.collect()  # `old` survives into the oldest generation, then dies there
         del old
-        assert 2 not in _generations_collected(_grow_the_old_generation), "a full collection ran while deferred"
+        assert 2 not in _generations_collected(_grow_the_old_generation), (
+            "a full collection ran while deferred"
+        )
         assert old_ref() is not None
         freeze_startup_objects()
         assert old_ref() is None, "start-up garbage in the oldest generation outlived the freeze"

@@ -1,4 +1,5 @@
-"""The SageMaker handler contract, with scripts written the way AWS's toolkits and examples write them.
+"""The SageMaker handler contract, with scripts written the way AWS's toolkits and examples write
+them.
 
 Each expectation is what the toolkit's source does (sagemaker-inference-toolkit `transformer.py`,
 `decoder.py`/`encoder.py`; the PyTorch toolkit's `default_pytorch_inference_handler.py`; the
@@ -38,7 +39,7 @@ def invoke(
     return runtime.invoke(body, content_type, accept, context or InvocationContext.for_request({}))
 
 
-# --- transform_fn -----------------------------------------------------------------------------------------
+# --- transform_fn ---------------------------------------------------------------------------------
 
 
 def test_transform_fn_does_the_whole_request(handler_dir, loaded) -> None:
@@ -70,11 +71,13 @@ def test_transform_fn_with_input_fn_is_refused_as_the_toolkit_refuses_it(handler
             return body
         """
     )
-    with pytest.raises(ValueError, match="Cannot use transform_fn implementation in conjunction with input_fn"):
+    with pytest.raises(
+        ValueError, match="Cannot use transform_fn implementation in conjunction with input_fn"
+    ):
         runtime_for("python", folder, {}).load()
 
 
-# --- the context: by parameter count, whatever its name --------------------------------------------------
+# --- the context: by parameter count, whatever its name -------------------------------------------
 
 
 def test_any_hook_with_one_more_parameter_gets_the_context(handler_dir, loaded) -> None:
@@ -98,7 +101,9 @@ def test_any_hook_with_one_more_parameter_gets_the_context(handler_dir, loaded) 
         """
         ),
     )
-    context = InvocationContext.for_request({"x-amzn-sagemaker-custom-attributes": "a=1", "accept": "application/json"})
+    context = InvocationContext.for_request(
+        {"x-amzn-sagemaker-custom-attributes": "a=1", "accept": "application/json"}
+    )
     out, content_type = invoke(runtime, b'{"x": 1}', accept="application/json", context=context)
     assert json.loads(out) == {
         "body": '{"x": 1}',
@@ -135,7 +140,7 @@ def test_pre_model_fn_and_model_warmup_fn_run_around_model_fn(handler_dir, loade
     assert json.loads(invoke(runtime, b"[0]")[0]) == ["pre", "model", "warmup"]
 
 
-# --- input_fn's body: str for exactly the toolkit's UTF-8 types -------------------------------------------
+# --- input_fn's body: str for exactly the toolkit's UTF-8 types -----------------------------------
 
 
 @pytest.mark.parametrize(
@@ -148,7 +153,9 @@ def test_pre_model_fn_and_model_warmup_fn_run_around_model_fn(handler_dir, loade
         ("application/x-npy", "bytes"),
     ],
 )
-def test_input_fn_gets_str_or_bytes_as_the_toolkit_hands_it(handler_dir, loaded, content_type: str, kind: str) -> None:
+def test_input_fn_gets_str_or_bytes_as_the_toolkit_hands_it(
+    handler_dir, loaded, content_type: str, kind: str
+) -> None:
     runtime = loaded(
         "python",
         handler_dir(
@@ -165,7 +172,7 @@ def test_input_fn_gets_str_or_bytes_as_the_toolkit_hands_it(handler_dir, loaded,
     assert invoke(runtime, b"[1]", content_type)[0] == kind.encode()
 
 
-# --- what output_fn may return -----------------------------------------------------------------------------
+# --- what output_fn may return --------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -174,8 +181,10 @@ def test_input_fn_gets_str_or_bytes_as_the_toolkit_hands_it(handler_dir, loaded,
         ("b'raw'", b"raw", "text/csv"),
         ("'text'", b"text", "text/csv"),
         ("('a,b', 'text/plain')", b"a,b", "text/plain"),
-        ("np.array([[1.5, 2.0]])", b"1.5,2.0\n", "text/csv"),  # encoded for the Accept (np.savetxt fmt=%s)
-        ("Response('x,y', mimetype='text/x-custom')", b"x,y", "text/x-custom"),  # Flask / worker.Response
+        # encoded for the Accept (np.savetxt fmt=%s)
+        ("np.array([[1.5, 2.0]])", b"1.5,2.0\n", "text/csv"),
+        # Flask / worker.Response
+        ("Response('x,y', mimetype='text/x-custom')", b"x,y", "text/x-custom"),
     ],
 )
 def test_output_fn_results_the_model_servers_accept(
@@ -215,7 +224,7 @@ def test_a_response_object_status_is_the_answer_status(handler_dir, loaded) -> N
     assert context.response_status == 418
 
 
-# --- streaming ---------------------------------------------------------------------------------------------
+# --- streaming ------------------------------------------------------------------------------------
 
 
 def test_a_generator_predict_fn_answers_in_chunks(handler_dir, loaded) -> None:
@@ -236,10 +245,12 @@ def test_a_generator_predict_fn_answers_in_chunks(handler_dir, loaded) -> None:
     assert content_type == "application/json"
 
 
-# --- SAGEMAKER_PROGRAM / SAGEMAKER_SUBMIT_DIRECTORY --------------------------------------------------------
+# --- SAGEMAKER_PROGRAM / SAGEMAKER_SUBMIT_DIRECTORY -----------------------------------------------
 
 
-def test_the_program_named_by_the_environment_runs_with_its_sibling_modules(handler_dir, loaded) -> None:
+def test_the_program_named_by_the_environment_runs_with_its_sibling_modules(
+    handler_dir, loaded
+) -> None:
     folder = handler_dir(
         "raise RuntimeError('inference.py must not be imported')\n",
         {
@@ -263,30 +274,43 @@ def test_a_shared_submit_directory_serves_bare_models(tmp_path: Path, loaded) ->
         model = tmp_path / f"model-{weight}"
         model.mkdir()
         (model / "weight.txt").write_text(weight)
-        assert json.loads(invoke(loaded("python", model, environment), b"[0]")[0]) == {"weight": weight, "data": [0]}
+        assert json.loads(invoke(loaded("python", model, environment), b"[0]")[0]) == {
+            "weight": weight,
+            "data": [0],
+        }
 
 
 @pytest.mark.parametrize(
     ("environment", "message"),
     [
         ({"SAGEMAKER_PROGRAM": "missing.py"}, "SAGEMAKER_PROGRAM 'missing.py' not found"),
-        ({"SAGEMAKER_SUBMIT_DIRECTORY": "s3://bucket/sourcedir.tar.gz"}, "only a local folder is supported"),
+        (
+            {"SAGEMAKER_SUBMIT_DIRECTORY": "s3://bucket/sourcedir.tar.gz"},
+            "only a local folder is supported",
+        ),
         ({"SAGEMAKER_PROGRAM": "../escape.py"}, "must name a script in the code folder"),
     ],
 )
-def test_an_entry_point_the_environment_names_must_exist(handler_dir, environment: dict, message: str) -> None:
-    runtime = runtime_for("python", handler_dir("def predict_fn(data, model):\n    return data\n"), environment)
+def test_an_entry_point_the_environment_names_must_exist(
+    handler_dir, environment: dict, message: str
+) -> None:
+    runtime = runtime_for(
+        "python", handler_dir("def predict_fn(data, model):\n    return data\n"), environment
+    )
     with pytest.raises((FileNotFoundError, ValueError), match=message):
         runtime.load()
 
 
-# --- hooks of other containers are refused, naming them ----------------------------------------------------
+# --- hooks of other containers are refused, naming them -------------------------------------------
 
 
 @pytest.mark.parametrize(
-    ("stack", "hook"), [("python", "input_handler"), ("sklearn", "handler"), ("python", "execution_parameters_fn")]
+    ("stack", "hook"),
+    [("python", "input_handler"), ("sklearn", "handler"), ("python", "execution_parameters_fn")],
 )
-def test_a_hook_this_stack_does_not_run_is_refused_at_load(handler_dir, stack: str, hook: str) -> None:
+def test_a_hook_this_stack_does_not_run_is_refused_at_load(
+    handler_dir, stack: str, hook: str
+) -> None:
     folder = handler_dir(
         f"def {hook}(data, context):\n    return data\ndef predict_fn(data, model):\n    return data\n"
     )
@@ -294,7 +318,7 @@ def test_a_hook_this_stack_does_not_run_is_refused_at_load(handler_dir, stack: s
         runtime_for(stack, folder, {}).load()
 
 
-# --- requirements.txt --------------------------------------------------------------------------------------
+# --- requirements.txt -----------------------------------------------------------------------------
 
 
 def test_requirements_the_environment_lacks_are_refused_at_load(handler_dir) -> None:
@@ -308,7 +332,8 @@ def test_requirements_the_environment_lacks_are_refused_at_load(handler_dir) -> 
 
 def test_a_local_models_requirements_go_into_its_runtime_env(handler_dir, tmp_path: Path) -> None:
     folder = handler_dir(
-        "def predict_fn(data, model):\n    return data\n", {"code/requirements.txt": "tinypkg==0.1  # pinned\n\n"}
+        "def predict_fn(data, model):\n    return data\n",
+        {"code/requirements.txt": "tinypkg==0.1  # pinned\n\n"},
     )
     archive = tmp_path / "model.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:
@@ -324,7 +349,10 @@ def test_a_local_models_requirements_go_into_its_runtime_env(handler_dir, tmp_pa
             "RuntimeEnvironment": {"Pip": ["other==2"]},
         }
     )
-    assert ray_runtime_env(spec, allow_model_requirements=True)["pip"]["packages"] == ["other==2", "tinypkg==0.1"]
+    assert ray_runtime_env(spec, allow_model_requirements=True)["pip"]["packages"] == [
+        "other==2",
+        "tinypkg==0.1",
+    ]
 
 
 def test_pip_options_in_requirements_are_refused(handler_dir) -> None:
@@ -333,7 +361,7 @@ def test_pip_options_in_requirements_are_refused(handler_dir) -> None:
         model_requirements(str(folder))
 
 
-# --- the framework containers' default steps, byte for byte -------------------------------------------------
+# --- the framework containers' default steps, byte for byte ---------------------------------------
 
 
 def test_sklearn_script_with_only_model_fn_answers_as_the_sklearn_container(
@@ -349,9 +377,11 @@ def test_sklearn_script_with_only_model_fn_answers_as_the_sklearn_container(
     )
     save_skops(iris_classifier.estimator, folder)
     runtime = loaded("sklearn", folder)
-    # The container: np.array(json.loads(body)).astype(float32) -> model.predict -> json.dumps(default=tolist).
+    # The container: np.array(json.loads(body)).astype(float32) -> model.predict ->
+    # json.dumps(default=tolist).
     expected = json.dumps(
-        iris_classifier.estimator.predict(np.array(ROWS).astype(np.float32)), default=np.ndarray.tolist
+        iris_classifier.estimator.predict(np.array(ROWS).astype(np.float32)),
+        default=np.ndarray.tolist,
     )
     assert invoke(runtime, json.dumps(ROWS).encode(), accept="application/json") == (
         expected.encode(),
@@ -359,8 +389,16 @@ def test_sklearn_script_with_only_model_fn_answers_as_the_sklearn_container(
     )
     csv_body = "\n".join(",".join(map(str, row)) for row in ROWS).encode()
     stream = io.StringIO()
-    np.savetxt(stream, iris_classifier.estimator.predict(np.array(ROWS, dtype=np.float32)), delimiter=",", fmt="%s")
-    assert invoke(runtime, csv_body, "text/csv", "text/csv") == (stream.getvalue().encode(), "text/csv")
+    np.savetxt(
+        stream,
+        iris_classifier.estimator.predict(np.array(ROWS, dtype=np.float32)),
+        delimiter=",",
+        fmt="%s",
+    )
+    assert invoke(runtime, csv_body, "text/csv", "text/csv") == (
+        stream.getvalue().encode(),
+        "text/csv",
+    )
 
 
 @pytest.mark.frameworks

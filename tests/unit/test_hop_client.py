@@ -1,8 +1,10 @@
-"""The gateway's lean HTTP/1.1 hop client (`serving.gateway.hop_client`) against a scripted loopback server.
+"""The gateway's lean HTTP/1.1 hop client (`serving.gateway.hop_client`) against a scripted loopback
+server.
 
-The server is a real asyncio TCP server on 127.0.0.1 whose answer to each request the test chooses (a normal
-answer, a close before or during the answer, bytes that are not HTTP, silence), and which records what arrived
-and on how many connections. The transport's retry rules rest on telling these cases apart.
+The server is a real asyncio TCP server on 127.0.0.1 whose answer to each request the test chooses
+(a normal answer, a close before or during the answer, bytes that are not HTTP, silence), and which
+records what arrived and on how many connections. The transport's retry rules rest on telling these
+cases apart.
 """
 
 from __future__ import annotations
@@ -17,13 +19,16 @@ from serving.gateway.hop_client import HopClient, HopLost, HopRefused
 
 OK = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nx-extra: 1\r\ncontent-length: 5\r\n\r\n[1,2]"
 
-Behaviour = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[bool]]  # False: close the connection
+# False: close the connection
+Behaviour = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[bool]]
 
 
 async def read_request(reader: asyncio.StreamReader) -> bytes:
     head = await reader.readuntil(b"\r\n\r\n")
     length = next(
-        int(line.split(b":", 1)[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
     )
     return head + await reader.readexactly(length)
 
@@ -94,8 +99,15 @@ def test_sequential_hops_share_one_connection_and_read_the_whole_answer() -> Non
         async with Scripted([answer()]) as server:
             client = HopClient()
             for _ in range(3):
-                got = await client.post("127.0.0.1", server.port, "/invocations", b"[[1]]", {"accept": "a/b"}, 5)
-                assert (got.status, got.body, got.headers["content-type"], got.headers["x-extra"]) == (
+                got = await client.post(
+                    "127.0.0.1", server.port, "/invocations", b"[[1]]", {"accept": "a/b"}, 5
+                )
+                assert (
+                    got.status,
+                    got.body,
+                    got.headers["content-type"],
+                    got.headers["x-extra"],
+                ) == (
                     200,
                     b"[1,2]",
                     "application/json",
@@ -124,14 +136,17 @@ def test_a_refused_connection_is_told_apart() -> None:
     [(close_at_once, False), (close_mid_answer, True), (answer(b"SMTP ready\r\n\r\n"), True)],
     ids=["closed before any answer", "closed mid-answer", "not HTTP"],
 )
-def test_a_broken_hop_says_whether_the_answer_had_begun(behaviour: Behaviour, answered: bool) -> None:
+def test_a_broken_hop_says_whether_the_answer_had_begun(
+    behaviour: Behaviour, answered: bool
+) -> None:
     async def scenario() -> None:
         async with Scripted([behaviour, answer()]) as server:
             client = HopClient()
             with pytest.raises(HopLost) as lost:
                 await client.post("127.0.0.1", server.port, "/invocations", b"x", {}, 5)
             assert lost.value.answered is answered
-            got = await client.post("127.0.0.1", server.port, "/invocations", b"x", {}, 5)  # a fresh connection
+            # a fresh connection
+            got = await client.post("127.0.0.1", server.port, "/invocations", b"x", {}, 5)
             assert got.status == 200 and server.connections == 2
             client.close()
 
@@ -145,7 +160,8 @@ def test_a_timed_out_connection_is_never_reused() -> None:
             with pytest.raises(TimeoutError):
                 await client.post("127.0.0.1", server.port, "/invocations", b"x", {}, 0.2)
             got = await client.post("127.0.0.1", server.port, "/invocations", b"x", {}, 5)
-            assert (got.status, got.body) == (200, b"[1,2]")  # not the late answer to the first request
+            # not the late answer to the first request
+            assert (got.status, got.body) == (200, b"[1,2]")
             assert server.connections == 2
             client.close()
 
@@ -164,7 +180,9 @@ def test_connection_close_and_a_closed_idle_connection_open_a_new_one() -> None:
             client = HopClient()
             statuses = []
             for _ in range(3):
-                statuses.append((await client.post("127.0.0.1", server.port, "/", b"x", {}, 5)).status)
+                statuses.append(
+                    (await client.post("127.0.0.1", server.port, "/", b"x", {}, 5)).status
+                )
                 await asyncio.sleep(0.2)  # the close reaches the client before its next request
             assert statuses == [200, 200, 200]
             assert server.connections == 3
@@ -178,7 +196,8 @@ def test_header_values_keep_their_bytes_and_line_breaks_are_refused() -> None:
         async with Scripted([answer()]) as server:
             client = HopClient()
             await client.post("127.0.0.1", server.port, "/", b"x", {"x-attributes": "caf\xe9"}, 5)
-            assert b"\r\nx-attributes: caf\xe9\r\n" in server.requests[0]  # one byte, as Starlette decoded it
+            # one byte, as Starlette decoded it
+            assert b"\r\nx-attributes: caf\xe9\r\n" in server.requests[0]
             for bad in ({"x-a": "1\r\nx-admin: true"}, {"x-a\nb": "1"}):
                 with pytest.raises(ValueError, match="line break"):
                     await client.post("127.0.0.1", server.port, "/", b"x", bad, 5)

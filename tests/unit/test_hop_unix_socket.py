@@ -1,8 +1,10 @@
-"""Hops over the Unix socket beside a data port (`serving.http.local_socket`, `HopClient(unix_sockets=True)`).
+"""Hops over the Unix socket beside a data port (`serving.http.local_socket`,
+`HopClient(unix_sockets=True)`).
 
-A real `BackgroundServer` serves one app on a TCP listener and on the Unix socket `local_socket.listen` made
-for that TCP address, as a container process does; the app records whether each request came over TCP (a
-client address) or the Unix socket (none). The socket folder is a private temporary folder per test.
+A real `BackgroundServer` serves one app on a TCP listener and on the Unix socket
+`local_socket.listen` made for that TCP address, as a container process does; the app records
+whether each request came over TCP (a client address) or the Unix socket (none). The socket folder
+is a private temporary folder per test.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ def private_tmp(monkeypatch) -> Iterator[str]:
 
 
 class DataPort:
-    """A BackgroundServer on TCP and on its Unix socket; `peers` lists each request's client (None: Unix)."""
+    """A BackgroundServer on TCP and on its Unix socket; `peers` lists each request's client (None:
+    Unix)."""
 
     def __init__(self, unix: bool = True) -> None:
         self.peers: list[str | None] = []
@@ -72,7 +75,10 @@ def port() -> Iterator[DataPort]:
 
 def post(client: HopClient, port: int, times: int = 1) -> list[bytes]:
     async def run() -> list[bytes]:
-        answers = [(await client.post("127.0.0.1", port, "/invocations", b"[1]", {}, 5)).body for _ in range(times)]
+        answers = [
+            (await client.post("127.0.0.1", port, "/invocations", b"[1]", {}, 5)).body
+            for _ in range(times)
+        ]
         client.close()
         return answers
 
@@ -107,7 +113,8 @@ def test_no_socket_there_means_tcp() -> None:
 
 def test_a_socket_left_by_a_dead_replica_falls_back_to_tcp() -> None:
     server = DataPort(unix=False)
-    stale = local_socket.listen("127.0.0.1", server.port)  # bound, then its process died: the file stays
+    # bound, then its process died: the file stays
+    stale = local_socket.listen("127.0.0.1", server.port)
     assert stale is not None
     path = stale.getsockname()
     stale.close()
@@ -158,7 +165,8 @@ def test_a_path_too_long_for_a_unix_socket_is_not_used(monkeypatch, private_tmp:
 
 
 def test_a_new_replica_sweeps_sockets_that_replicas_killed_left_behind(private_tmp: str) -> None:
-    # A replica killed with SIGKILL cannot remove its socket; the next replica to start on this machine does.
+    # A replica killed with SIGKILL cannot remove its socket; the next replica to start on this
+    # machine does.
     def left_behind(port: int, age_s: float) -> str:
         listener = local_socket.listen("127.0.0.1", port)
         assert listener is not None

@@ -1,4 +1,5 @@
-"""Hop signatures (serving.trust.hops) and the keys they use (serving.trust.keys): what a container accepts."""
+"""Hop signatures (serving.trust.hops) and the keys they use (serving.trust.keys): what a container
+accepts."""
 
 from __future__ import annotations
 
@@ -17,14 +18,19 @@ def test_keys_differ_per_container_endpoint_and_root() -> None:
     assert len(key) == 32
     assert key != keys.hop_key(ROOT, "e", "d") and key != keys.hop_key(ROOT, "f", "c")
     assert key != keys.hop_key(b"s" * 32, "e", "c")
-    assert keys.hop_key(ROOT, "e\0c", "") != keys.hop_key(ROOT, "e", "\0c")  # parts cannot run together
+    # parts cannot run together
+    assert keys.hop_key(ROOT, "e\0c", "") != keys.hop_key(ROOT, "e", "\0c")
     assert keys.control_token(ROOT) != keys.registration_proof(ROOT, "e", "c", "http://x")
 
 
 def test_verify_compares_tokens_of_any_type() -> None:
     token = keys.control_token(ROOT)
     assert keys.verify(token, token)
-    assert not keys.verify(token, token[:-1] + "0") and not keys.verify(token, None) and not keys.verify(token, 7)
+    assert (
+        not keys.verify(token, token[:-1] + "0")
+        and not keys.verify(token, None)
+        and not keys.verify(token, 7)
+    )
 
 
 def test_a_signed_hop_verifies_with_any_header_case() -> None:
@@ -49,7 +55,10 @@ def test_any_change_to_a_signed_hop_is_refused(change, reason: str) -> None:
     key = keys.hop_key(ROOT, "e", "c")
     signed = {
         name.lower(): value
-        for name, value in {**HEADERS, **hops.sign(key, "POST", "/invocations", BODY, HEADERS)}.items()
+        for name, value in {
+            **HEADERS,
+            **hops.sign(key, "POST", "/invocations", BODY, HEADERS),
+        }.items()
     }
     headers, body = change(signed, BODY)
     with pytest.raises(hops.HopAuthError, match=reason):
@@ -59,15 +68,21 @@ def test_any_change_to_a_signed_hop_is_refused(change, reason: str) -> None:
 def test_old_and_future_signatures_are_refused() -> None:
     key = keys.hop_key(ROOT, "e", "c")
     for skew in (-hops.MAX_SKEW_S - 5, hops.MAX_SKEW_S + 5):
-        signed = hops.sign(key, "POST", "/invocations", BODY, HEADERS, clock=lambda: 1_000_000 + skew)
+        signed = hops.sign(
+            key, "POST", "/invocations", BODY, HEADERS, clock=lambda: 1_000_000 + skew
+        )
         with pytest.raises(hops.HopAuthError, match="expired"):
-            hops.verify(key, "POST", "/invocations", BODY, {**HEADERS, **signed}, clock=lambda: 1_000_000)
+            hops.verify(
+                key, "POST", "/invocations", BODY, {**HEADERS, **signed}, clock=lambda: 1_000_000
+            )
 
 
 def test_another_containers_key_is_refused() -> None:
     signed = hops.sign(keys.hop_key(ROOT, "e", "c"), "POST", "/invocations", BODY, HEADERS)
     with pytest.raises(hops.HopAuthError, match="does not match"):
-        hops.verify(keys.hop_key(ROOT, "e", "d"), "POST", "/invocations", BODY, {**HEADERS, **signed})
+        hops.verify(
+            keys.hop_key(ROOT, "e", "d"), "POST", "/invocations", BODY, {**HEADERS, **signed}
+        )
 
 
 ECHO_HANDLER = """
@@ -86,7 +101,8 @@ def output_fn(prediction, accept):
 
 
 def echo_container(tmp_path, environment: dict | None = None):
-    """A started data port serving ECHO_HANDLER as container "echo" of endpoint "e", with that container's hop key."""
+    """A started data port serving ECHO_HANDLER as container "echo" of endpoint "e", with that
+    container's hop key."""
     from serving.http.server import BackgroundServer
     from serving.model_server.app import build_container_app
     from serving.runtimes import runtime_for
@@ -96,15 +112,18 @@ def echo_container(tmp_path, environment: dict | None = None):
     runtime = runtime_for("python", tmp_path, environment or {})
     runtime.load()
     server = BackgroundServer(
-        build_container_app(runtime, "echo", hop_key=keys.hop_key(ROOT, "e", "echo")), "127.0.0.1", 0
+        build_container_app(runtime, "echo", hop_key=keys.hop_key(ROOT, "e", "echo")),
+        "127.0.0.1",
+        0,
     )
     assert server.wait_started()
     return server
 
 
 def test_the_transport_signs_what_the_container_verifies(tmp_path) -> None:
-    # Real HTTP on loopback: a container that knows its key answers the transport's hops, whatever headers
-    # the caller left out (the defaults aiohttp used to add are signed too), and refuses an unsigned request.
+    # Real HTTP on loopback: a container that knows its key answers the transport's hops, whatever
+    # headers the caller left out (the defaults aiohttp used to add are signed too), and refuses an
+    # unsigned request.
     import asyncio
 
     import httpx
@@ -115,7 +134,8 @@ def test_the_transport_signs_what_the_container_verifies(tmp_path) -> None:
 
     async def hops() -> list:
         transport = ContainerTransport(
-            default_limit=4, hop_key=lambda endpoint, container: keys.hop_key(ROOT, endpoint, container)
+            default_limit=4,
+            hop_key=lambda endpoint, container: keys.hop_key(ROOT, endpoint, container),
         )
         await transport.start()
         transport.update({("e", "echo"): [server.url]})
@@ -126,8 +146,8 @@ def test_the_transport_signs_what_the_container_verifies(tmp_path) -> None:
                     {},
                     {"content-type": "text/plain"},
                     {"accept": "application/json"},
-                    # a non-ASCII value, as Starlette hands the gateway the caller's bytes (latin-1):
-                    # the container must read the very string that was signed
+                    # a non-ASCII value, as Starlette hands the gateway the caller's bytes
+                    # (latin-1): the container must read the very string that was signed
                     {protocol.CUSTOM_ATTRIBUTES: "caf\xe9"},
                 )
             ]
@@ -149,13 +169,15 @@ def test_the_transport_signs_what_the_container_verifies(tmp_path) -> None:
 
 
 def test_a_repeated_header_cannot_slip_an_unsigned_value_past_the_signature(tmp_path) -> None:
-    # A captured hop with a second Content-Type (or TargetModel, ...) put in front of the signed one: the signature
-    # was checked over one of the two and the model was handed the other, so a hop could be re-aimed unnoticed.
-    # Whatever the container does with a repeated header, the model must see only the value that was signed.
+    # A captured hop with a second Content-Type (or TargetModel, ...) put in front of the signed
+    # one: the signature was checked over one of the two and the model was handed the other, so a
+    # hop could be re-aimed unnoticed. Whatever the container does with a repeated header, the model
+    # must see only the value that was signed.
     import httpx
 
     server = echo_container(tmp_path)
-    signed = {"content-type": "text/plain", "accept": "application/json"}  # httpx would add an unsigned Accept
+    # httpx would add an unsigned Accept
+    signed = {"content-type": "text/plain", "accept": "application/json"}
     signed |= hops.sign(keys.hop_key(ROOT, "e", "echo"), "POST", "/invocations", b"hello", signed)
     rest = [(name, value) for name, value in signed.items() if name != "content-type"]
     try:
@@ -166,13 +188,16 @@ def test_a_repeated_header_cannot_slip_an_unsigned_value_past_the_signature(tmp_
                 [("content-type", "text/plain"), ("content-type", "text/csv"), *rest],
             ):
                 answer = client.post("/invocations", content=b"hello", headers=headers)
-                assert answer.status_code == 403 or answer.json()["content_type"] == "text/plain", answer.text
+                assert answer.status_code == 403 or answer.json()["content_type"] == "text/plain", (
+                    answer.text
+                )
     finally:
         server.stop()
 
 
 def test_a_containers_tensor_signature_is_read_by_signed_hops_only(tmp_path) -> None:
-    # Open Inference metadata: the gateway reads a container's signature with a signed GET; anyone else gets 403.
+    # Open Inference metadata: the gateway reads a container's signature with a signed GET; anyone
+    # else gets 403.
     import asyncio
     import json
 
@@ -185,7 +210,8 @@ def test_a_containers_tensor_signature_is_read_by_signed_hops_only(tmp_path) -> 
 
     async def read(root: bytes):
         transport = ContainerTransport(
-            default_limit=4, hop_key=lambda endpoint, container: keys.hop_key(root, endpoint, container)
+            default_limit=4,
+            hop_key=lambda endpoint, container: keys.hop_key(root, endpoint, container),
         )
         await transport.start()
         transport.update({("e", "echo"): [server.url]})
@@ -210,7 +236,8 @@ def test_a_containers_tensor_signature_is_read_by_signed_hops_only(tmp_path) -> 
 
 
 def test_a_multimodel_containers_repository_answers_signed_hops_only(tmp_path) -> None:
-    # The V2 repository extension: list, load and unload reach a container's cache by signed hops; anyone else 403.
+    # The V2 repository extension: list, load and unload reach a container's cache by signed hops;
+    # anyone else 403.
     import asyncio
     import json
 
@@ -225,13 +252,16 @@ def test_a_multimodel_containers_repository_answers_signed_hops_only(tmp_path) -
     (tmp_path / "echo" / "code" / "inference.py").write_text(ECHO_HANDLER)
     handler = MultiModelHandler("python", str(tmp_path), {}, hostname="mm")
     server = BackgroundServer(
-        build_container_app(None, "mm", models=handler, hop_key=keys.hop_key(ROOT, "e", "mm")), "127.0.0.1", 0
+        build_container_app(None, "mm", models=handler, hop_key=keys.hop_key(ROOT, "e", "mm")),
+        "127.0.0.1",
+        0,
     )
     assert server.wait_started()
 
     async def call(root: bytes, method: str, path: str, body: bytes = b""):
         transport = ContainerTransport(
-            default_limit=4, hop_key=lambda endpoint, container: keys.hop_key(root, endpoint, container)
+            default_limit=4,
+            hop_key=lambda endpoint, container: keys.hop_key(root, endpoint, container),
         )
         await transport.start()
         transport.update({("e", "mm"): [server.url]})
@@ -243,12 +273,20 @@ def test_a_multimodel_containers_repository_answers_signed_hops_only(tmp_path) -
 
     load = json.dumps({"model": "echo"}).encode()
     try:
-        assert asyncio.run(call(ROOT, "POST", protocol.REPOSITORY_PATH + "/load", load)).status == 200
+        assert (
+            asyncio.run(call(ROOT, "POST", protocol.REPOSITORY_PATH + "/load", load)).status == 200
+        )
         listed = asyncio.run(call(ROOT, "GET", protocol.REPOSITORY_PATH))
         assert json.loads(listed.body) == {"available": ["echo"], "loaded": ["echo"]}
-        assert asyncio.run(call(b"s" * 32, "POST", protocol.REPOSITORY_PATH + "/unload", load)).status == 403
+        assert (
+            asyncio.run(call(b"s" * 32, "POST", protocol.REPOSITORY_PATH + "/unload", load)).status
+            == 403
+        )
         assert httpx.get(server.url + protocol.REPOSITORY_PATH).status_code == 403  # unsigned
-        assert httpx.post(server.url + protocol.REPOSITORY_PATH + "/unload", content=load).status_code == 403
+        assert (
+            httpx.post(server.url + protocol.REPOSITORY_PATH + "/unload", content=load).status_code
+            == 403
+        )
         assert handler.cache.loaded_models() == ["echo"]  # nothing unsigned got through
     finally:
         server.stop()

@@ -1,5 +1,6 @@
-"""The invocation route served ahead of Starlette's middleware (`serving.http.hot_path`) answers exactly as the
-same app without it: successes, every kind of error, other methods and other routes."""
+"""The invocation route served ahead of Starlette's middleware (`serving.http.hot_path`) answers
+exactly as the same app without it: successes, every kind of error, other methods and other
+routes."""
 
 from __future__ import annotations
 
@@ -26,7 +27,10 @@ async def invoke(request: Request) -> Response:
         raise ValidationError(f"endpoint {request.path_params['name']}: bad input")
     if body == b"bug":
         raise Bug("a bug of ours")
-    return Response(b"answer for " + request.path_params["name"].encode() + b": " + body, headers={"x-seen": "1"})
+    return Response(
+        b"answer for " + request.path_params["name"].encode() + b": " + body,
+        headers={"x-seen": "1"},
+    )
 
 
 async def other(request: Request) -> Response:
@@ -37,11 +41,15 @@ def _apps():
     hot = Route("/endpoints/{name}/invocations", invoke, methods=["POST"])
     routes = [Route("/endpoints/{name}/other", other, methods=["POST"])]
     with_hot = serving_app(routes, hot=hot)
-    without = serving_app([Route("/endpoints/{name}/invocations", invoke, methods=["POST"]), *routes])
+    without = serving_app(
+        [Route("/endpoints/{name}/invocations", invoke, methods=["POST"]), *routes]
+    )
     return with_hot, without
 
 
-async def _call(app, method: str, path: str, body: bytes = b"") -> tuple[int, dict[str, str], bytes]:
+async def _call(
+    app, method: str, path: str, body: bytes = b""
+) -> tuple[int, dict[str, str], bytes]:
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
         response = await client.request(method, path, content=body)
@@ -63,13 +71,20 @@ CASES = [
 def test_the_hot_path_answers_as_the_app_does(method: str, path: str, body: bytes) -> None:
     with_hot, without = _apps()
     assert isinstance(with_hot, HotPath)
-    assert asyncio.run(_call(with_hot, method, path, body)) == asyncio.run(_call(without, method, path, body))
+    assert asyncio.run(_call(with_hot, method, path, body)) == asyncio.run(
+        _call(without, method, path, body)
+    )
 
 
 def test_what_the_hot_path_answers() -> None:
     with_hot, _ = _apps()
-    assert asyncio.run(_call(with_hot, "POST", "/endpoints/e1/invocations", b"rows"))[2] == b"answer for e1: rows"
-    status, headers, body = asyncio.run(_call(with_hot, "POST", "/endpoints/e1/invocations", b"bad"))
+    assert (
+        asyncio.run(_call(with_hot, "POST", "/endpoints/e1/invocations", b"rows"))[2]
+        == b"answer for e1: rows"
+    )
+    status, headers, body = asyncio.run(
+        _call(with_hot, "POST", "/endpoints/e1/invocations", b"bad")
+    )
     assert status == 400 and b"ValidationError" in body and b"endpoint e1: bad input" in body
     status, _, body = asyncio.run(_call(with_hot, "POST", "/endpoints/e1/invocations", b"bug"))
     assert status == 500 and b"InternalFailure" in body and b"a bug of ours" not in body

@@ -1,7 +1,9 @@
-"""Fast predictions run on the container process's event loop (`model_server.inline`, `predictors.Inline`).
+"""Fast predictions run on the container process's event loop (`model_server.inline`,
+`predictors.Inline`).
 
-Real sklearn and python-stack runtimes behind the container app, driven over httpx's ASGI transport (the app
-runs in this test's event loop, on the main thread, so "on the loop" is "on the main thread").
+Real sklearn and python-stack runtimes behind the container app, driven over httpx's ASGI transport
+(the app runs in this test's event loop, on the main thread, so "on the loop" is "on the main
+thread").
 """
 
 from __future__ import annotations
@@ -22,14 +24,15 @@ from serving.runtimes import InvocationContext, Runtime
 from serving.runtimes.concurrency import inline_budget_s
 
 JSON = "application/json"
-BUDGET_S = 0.05  # generous: a 1-row iris prediction takes well under 1 ms, even on a busy CI machine
+# generous: a 1-row iris prediction takes well under 1 ms, even on a busy CI machine
+BUDGET_S = 0.05
 
 
 def where_predictions_run(
     runtime: Runtime, delays: list[float] | None = None, sleeps: list[float] | None = None
 ) -> list[str]:
-    """Record, per predict call, whether it ran on the main thread (the loop); `delays` are spent computing and
-    `sleeps` waiting (as on I/O), one per call."""
+    """Record, per predict call, whether it ran on the main thread (the loop); `delays` are spent
+    computing and `sleeps` waiting (as on I/O), one per call."""
     places: list[str] = []
     predict = runtime.predict
 
@@ -39,7 +42,8 @@ def where_predictions_run(
             time.sleep(sleeps.pop(0))
         if delays:
             until = time.thread_time() + delays.pop(0)
-            while time.thread_time() < until:  # CPU, not a sleep: the gate counts a prediction's CPU time
+            # CPU, not a sleep: the gate counts a prediction's CPU time
+            while time.thread_time() < until:
                 pass
         return predict(data, context)
 
@@ -51,7 +55,9 @@ async def post_one_by_one(app: ContainerApp, bodies: list[bytes]) -> list[httpx.
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://container") as client:
         return [
-            await client.post("/invocations", content=body, headers={"content-type": JSON, "accept": JSON})
+            await client.post(
+                "/invocations", content=body, headers={"content-type": JSON, "accept": JSON}
+            )
             for body in bodies
         ]
 
@@ -65,7 +71,8 @@ def test_the_gate_opens_after_a_streak_of_fast_predictions_and_closes_at_a_slow_
     assert gate.open
     gate.record(0.0021, 0.0)  # over the budget of CPU, on the loop
     assert not gate.open
-    assert gate.required == 3  # computing slowly is not waiting: the next opening needs the usual streak
+    # computing slowly is not waiting: the next opening needs the usual streak
+    assert gate.required == 3
     for _ in range(3):
         gate.record(0.001)
     assert gate.open
@@ -81,14 +88,16 @@ def test_waiting_on_the_loop_doubles_the_streak_and_good_runs_on_the_loop_halve_
     gate = InlineGate(0.002, streak=3)
     for _ in range(3):
         gate.record(0.001)
-    gate.record(0.0005, 0.0021)  # on the loop: past the budget neither running nor waiting for a core
+    # on the loop: past the budget neither running nor waiting for a core
+    gate.record(0.0005, 0.0021)
     assert not gate.open and gate.required == 6
     for _ in range(5):
         gate.record(0.001)
     assert not gate.open
     gate.record(0.001)
     assert gate.open
-    for _ in range(5):  # good runs on the loop: the gate stays open, and after `required` of them halves it
+    # good runs on the loop: the gate stays open, and after `required` of them halves it
+    for _ in range(5):
         gate.record(0.001, 0.0)
         assert gate.open and gate.required == 6
     gate.record(0.001, 0.0)
@@ -108,7 +117,8 @@ def test_the_run_queue_clock_reads_this_threads_wait_for_a_core(tmp_path) -> Non
         pass
     assert 0.0 <= first <= clock()
     values: list[float] = []
-    other = threading.Thread(target=lambda: values.append(clock()))  # its own file: another thread's count
+    # its own file: another thread's count
+    other = threading.Thread(target=lambda: values.append(clock()))
     other.start()
     other.join()
     assert values and values[0] >= 0.0
@@ -118,9 +128,12 @@ def test_the_run_queue_clock_reads_this_threads_wait_for_a_core(tmp_path) -> Non
     assert RunQueueClock(str(garbled))() == 0.0
 
 
-def test_a_fast_model_moves_onto_the_loop_and_a_slow_prediction_moves_it_back(loaded, iris_classifier, iris) -> None:
+def test_a_fast_model_moves_onto_the_loop_and_a_slow_prediction_moves_it_back(
+    loaded, iris_classifier, iris
+) -> None:
     runtime = loaded("sklearn", iris_classifier.path)
-    # Call STREAK + 2 is slow: it ran on the loop (the gate was open), and closes the gate behind it.
+    # Call STREAK + 2 is slow: it ran on the loop (the gate was open), and closes the gate behind
+    # it.
     delays = [0.0] * (STREAK + 1) + [BUDGET_S * 2] + [0.0] * (STREAK + 2)  # spent computing
     places = where_predictions_run(runtime, delays)
     app = build_container_app(runtime, "iris", inline_budget_s=BUDGET_S)
@@ -129,7 +142,9 @@ def test_a_fast_model_moves_onto_the_loop_and_a_slow_prediction_moves_it_back(lo
     assert {response.status_code for response in responses} == {200}
     want = json.loads(responses[0].content)
     assert all(json.loads(response.content) == want for response in responses)
-    assert places == (["thread"] * STREAK + ["loop", "loop"] + ["thread"] * STREAK + ["loop", "loop"]), (
+    assert places == (
+        ["thread"] * STREAK + ["loop", "loop"] + ["thread"] * STREAK + ["loop", "loop"]
+    ), (
         "fast predictions run on the loop after a streak; a slow one sends the next STREAK back to a thread"
     )
     assert app.inline is not None and app.inline.inline == 4
@@ -140,7 +155,8 @@ def test_a_failure_counts_like_an_answer(loaded, iris_classifier, iris) -> None:
     places = where_predictions_run(runtime)
     app = build_container_app(runtime, "iris", inline_budget_s=BUDGET_S)
     good = json.dumps(iris.data[:1].tolist()).encode()
-    narrow = json.dumps(iris.data[:1, :3].tolist()).encode()  # the model raises on 3 features (a ModelError, 500)
+    # the model raises on 3 features (a ModelError, 500)
+    narrow = json.dumps(iris.data[:1, :3].tolist()).encode()
     bodies = [good] * STREAK + [narrow, good]
     responses = asyncio.run(post_one_by_one(app, bodies))
     assert [response.status_code for response in responses] == [200] * STREAK + [500, 200]
@@ -166,7 +182,10 @@ def test_what_never_runs_on_the_loop(loaded, iris_classifier, iris, handler_dir)
     )
     cases = {
         "budget 0": (sklearn, build_container_app(sklearn, "a", inline_budget_s=0.0)),
-        "two model threads": (sklearn, build_container_app(sklearn, "b", threads=2, inline_budget_s=BUDGET_S)),
+        "two model threads": (
+            sklearn,
+            build_container_app(sklearn, "b", threads=2, inline_budget_s=BUDGET_S),
+        ),
     }
     for name, (runtime, app) in cases.items():
         places = where_predictions_run(runtime)
@@ -181,9 +200,11 @@ def test_what_never_runs_on_the_loop(loaded, iris_classifier, iris, handler_dir)
     assert {tuple(json.loads(response.content)) for response in answers} == {("thread",)}
 
 
-def test_no_prediction_runs_on_the_loop_while_one_runs_on_a_thread(loaded, iris_classifier, iris) -> None:
-    # The model-thread bound (1) holds across both places: with the gate open but the thread busy, a request
-    # waits for the thread instead of computing beside it on the loop.
+def test_no_prediction_runs_on_the_loop_while_one_runs_on_a_thread(
+    loaded, iris_classifier, iris
+) -> None:
+    # The model-thread bound (1) holds across both places: with the gate open but the thread busy, a
+    # request waits for the thread instead of computing beside it on the loop.
     runtime = loaded("sklearn", iris_classifier.path)
     app = build_container_app(runtime, "iris", inline_budget_s=BUDGET_S)
     assert app.inline is not None
@@ -210,7 +231,8 @@ def test_no_prediction_runs_on_the_loop_while_one_runs_on_a_thread(loaded, iris_
         limiter = app.predictor.limiter()
         assert limiter is not None
         busy = threading.Event()
-        await limiter.acquire_on_behalf_of(busy)  # a prediction on the thread, as far as the app can tell
+        # a prediction on the thread, as far as the app can tell
+        await limiter.acquire_on_behalf_of(busy)
         request = asyncio.ensure_future(post_one_by_one(app, [body]))
         await asyncio.sleep(0.1)
         assert not request.done(), "the request ran beside the busy model thread"
@@ -224,7 +246,11 @@ def test_no_prediction_runs_on_the_loop_while_one_runs_on_a_thread(loaded, iris_
 
 @pytest.mark.parametrize(
     ("environment", "seconds"),
-    [({}, 0.005), ({"SERVING_INLINE_BUDGET_MS": "0"}, 0.0), ({"SERVING_INLINE_BUDGET_MS": "12.5"}, 0.0125)],
+    [
+        ({}, 0.005),
+        ({"SERVING_INLINE_BUDGET_MS": "0"}, 0.0),
+        ({"SERVING_INLINE_BUDGET_MS": "12.5"}, 0.0125),
+    ],
 )
 def test_the_budget_setting(environment: dict[str, str], seconds: float) -> None:
     assert inline_budget_s(environment) == pytest.approx(seconds)
@@ -236,9 +262,12 @@ def test_a_bad_budget_is_refused_naming_the_variable(value: str) -> None:
         inline_budget_s({"SERVING_INLINE_BUDGET_MS": value})
 
 
-def test_a_model_that_waits_is_tried_on_the_loop_ever_more_rarely(loaded, iris_classifier, iris) -> None:
-    # Sleeping stands for I/O: little CPU, much wall time. On its thread that is not judged (the GIL's waits look
-    # the same); on the loop it is, and each time it is caught the next try needs twice the streak.
+def test_a_model_that_waits_is_tried_on_the_loop_ever_more_rarely(
+    loaded, iris_classifier, iris
+) -> None:
+    # Sleeping stands for I/O: little CPU, much wall time. On its thread that is not judged (the
+    # GIL's waits look the same); on the loop it is, and each time it is caught the next try needs
+    # twice the streak.
     runtime = loaded("sklearn", iris_classifier.path)
     calls = STREAK + 1 + 2 * STREAK + 1 + 2
     places = where_predictions_run(runtime, sleeps=[BUDGET_S * 2] * calls)
@@ -246,13 +275,19 @@ def test_a_model_that_waits_is_tried_on_the_loop_ever_more_rarely(loaded, iris_c
     body = json.dumps(iris.data[:1].tolist()).encode()
     responses = asyncio.run(post_one_by_one(app, [body] * calls))
     assert {response.status_code for response in responses} == {200}
-    assert places == ["thread"] * STREAK + ["loop"] + ["thread"] * (2 * STREAK) + ["loop"] + ["thread"] * 2
+    assert (
+        places
+        == ["thread"] * STREAK + ["loop"] + ["thread"] * (2 * STREAK) + ["loop"] + ["thread"] * 2
+    )
     assert app.inline is not None and app.inline.required == 4 * STREAK
 
 
-def test_requests_queued_behind_a_threads_prediction_run_on_the_loop_in_turn(loaded, iris_classifier, iris) -> None:
-    # Under steady load some request always waits for the model's token; once the gate is open the waiting ones
-    # run on the loop, one at a time, instead of all going back to the thread because the token was busy.
+def test_requests_queued_behind_a_threads_prediction_run_on_the_loop_in_turn(
+    loaded, iris_classifier, iris
+) -> None:
+    # Under steady load some request always waits for the model's token; once the gate is open the
+    # waiting ones run on the loop, one at a time, instead of all going back to the thread because
+    # the token was busy.
     runtime = loaded("sklearn", iris_classifier.path)
     app = build_container_app(runtime, "iris", inline_budget_s=BUDGET_S)
     body = json.dumps(iris.data[:1].tolist()).encode()
@@ -264,7 +299,8 @@ def test_requests_queued_behind_a_threads_prediction_run_on_the_loop_in_turn(loa
         limiter = app.predictor.limiter()  # the first STREAK predictions ran on the thread
         assert limiter is not None
         busy = threading.Event()
-        await limiter.acquire_on_behalf_of(busy)  # a prediction on the thread, as far as the app can tell
+        # a prediction on the thread, as far as the app can tell
+        await limiter.acquire_on_behalf_of(busy)
         waiting = [asyncio.ensure_future(post_one_by_one(app, [body])) for _ in range(5)]
         await asyncio.sleep(0.1)
         assert not any(request.done() for request in waiting)
@@ -278,9 +314,12 @@ def test_requests_queued_behind_a_threads_prediction_run_on_the_loop_in_turn(loa
     assert app.predictor.limiter().borrowed_tokens == 0
 
 
-def test_a_garbage_collection_inside_a_prediction_does_not_close_the_gate(loaded, iris_classifier, iris) -> None:
-    # A collection runs in whichever thread's allocation triggers it and stalls the loop wherever it runs; a
-    # prediction that happened to trigger one (here: of 300k cycles made before the request, ~70 ms) is not slow.
+def test_a_garbage_collection_inside_a_prediction_does_not_close_the_gate(
+    loaded, iris_classifier, iris
+) -> None:
+    # A collection runs in whichever thread's allocation triggers it and stalls the loop wherever it
+    # runs; a prediction that happened to trigger one (here: of 300k cycles made before the request,
+    # ~70 ms) is not slow.
     runtime = loaded("sklearn", iris_classifier.path)
     places = where_predictions_run(runtime)
     predict = runtime.predict

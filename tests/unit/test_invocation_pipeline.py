@@ -1,9 +1,9 @@
 """serving.gateway.invocation: the InvokeEndpoint steps without a web framework or a network.
 
-The pipeline is driven directly with plain values (a case-insensitive header mapping and an async body).
-Its one collaborator, the transport, is replaced by a recorder of hops here (a stand-in, on purpose: the
-real transport is exercised over loopback HTTP in test_router.py and the integration suite); this file
-checks the order of the steps and what each hop receives.
+The pipeline is driven directly with plain values (a case-insensitive header mapping and an async
+body). Its one collaborator, the transport, is replaced by a recorder of hops here (a stand-in, on
+purpose: the real transport is exercised over loopback HTTP in test_router.py and the integration
+suite); this file checks the order of the steps and what each hop receives.
 """
 
 from __future__ import annotations
@@ -26,12 +26,15 @@ from serving.gateway.admission import EndpointRoute, InvocationRequest
 from serving.gateway.invocation import Invocations
 from serving.gateway.transport import HopResponse
 from serving.metrics.invocations import InvocationTrace
-from serving.runtimes.context import Headers  # case-insensitive, as any server adapter passes headers
+
+# case-insensitive, as any server adapter passes headers
+from serving.runtimes.context import Headers
 from serving.settings import ServerSettings
 
 
 class RecordingTransport:
-    """Answers each hop from `answers` (container -> status, body, content type) and records what it got."""
+    """Answers each hop from `answers` (container -> status, body, content type) and records what it
+    got."""
 
     def __init__(self, answers: dict[str, tuple[int, bytes, str]]) -> None:
         self.answers = answers
@@ -60,7 +63,10 @@ def request(endpoint: str, body: bytes = b"[1]", **headers: str) -> InvocationRe
 
     head = RawRequest("POST", f"/endpoints/{endpoint}/invocations", "", tuple(headers.items()), b"")
     return InvocationRequest(
-        endpoint, Headers({k.replace("_", "-"): v for k, v in headers.items()}), chunks, lambda: head
+        endpoint,
+        Headers({k.replace("_", "-"): v for k, v in headers.items()}),
+        chunks,
+        lambda: head,
     )
 
 
@@ -88,11 +94,16 @@ ANSWERS = {
 def test_serial_chain_feeds_each_answer_to_the_next_and_accept_only_to_the_last() -> None:
     transport = RecordingTransport(ANSWERS)
     result = run(
-        pipeline(transport, SERIAL), request("chain", b"[[1, 2]]", content_type="text/csv", accept="text/plain")
+        pipeline(transport, SERIAL),
+        request("chain", b"[[1, 2]]", content_type="text/csv", accept="text/plain"),
     )
     assert [hop[0] for hop in transport.hops] == ["scale", "predict", "label"]
     assert [hop[1] for hop in transport.hops] == [b"[[1, 2]]", b"scaled", b"[2]"]
-    assert [hop[2]["content-type"] for hop in transport.hops] == ["text/csv", "application/x-npy", "application/json"]
+    assert [hop[2]["content-type"] for hop in transport.hops] == [
+        "text/csv",
+        "application/x-npy",
+        "application/json",
+    ]
     assert ["accept" in hop[2] for hop in transport.hops] == [False, False, True]
     assert (result.body, result.content_type) == (b"virginica", "text/plain")
     assert result.headers[protocol.INVOKED_VARIANT] == protocol.DEFAULT_VARIANT
@@ -124,7 +135,9 @@ def test_refusals_come_before_any_hop() -> None:
         run(invocations, request("one", **{protocol.TARGET_MODEL: "a.tar.gz"}))
     with pytest.raises(ValidationError, match="payload exceeds the limit of"):
         run(
-            pipeline(transport, EndpointRoute("one", "Direct", ("iris",)), max_payload_mb=4 / 2**20),
+            pipeline(
+                transport, EndpointRoute("one", "Direct", ("iris",)), max_payload_mb=4 / 2**20
+            ),
             request("one", b"[1, 2, 3]"),
         )
     assert transport.hops == []
@@ -152,4 +165,5 @@ def test_a_container_error_names_the_container_and_its_position() -> None:
         run(pipeline(transport, SERIAL), request("chain"))
     assert "container predict (position 2 of 3)" in raised.value.message
     assert raised.value.container == "predict" and raised.value.original_status == 500
-    assert [hop[0] for hop in transport.hops] == ["scale", "predict"]  # the chain stops at the failure
+    # the chain stops at the failure
+    assert [hop[0] for hop in transport.hops] == ["scale", "predict"]

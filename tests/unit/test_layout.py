@@ -1,4 +1,5 @@
-"""The package map holds: only the Ray wing imports Ray, the model server never reaches the cluster, no module is huge."""
+"""The package map holds: only the Ray wing imports Ray, the model server never reaches the cluster,
+no module is huge."""
 
 from __future__ import annotations
 
@@ -41,8 +42,15 @@ def test_only_the_ray_wing_imports_ray(path: Path) -> None:
     ids=lambda path: str(path.relative_to(SERVING)),
 )
 def test_the_model_server_side_reaches_no_control_plane(path: Path) -> None:
-    # What runs in the sandboxed container process must need nothing of the gateway, the control plane or Ray.
-    forbidden = ("serving.ray_wing", "serving.gateway", "serving.control", "serving.access", "serving.cli")
+    # What runs in the sandboxed container process must need nothing of the gateway, the control
+    # plane or Ray.
+    forbidden = (
+        "serving.ray_wing",
+        "serving.gateway",
+        "serving.control",
+        "serving.access",
+        "serving.cli",
+    )
     uses = sorted(name for name in imported(path) if name.startswith(forbidden))
     assert not uses, f"{path.relative_to(SERVING)} imports {uses}"
 
@@ -55,10 +63,15 @@ def test_no_module_is_over_400_lines(path: Path) -> None:
 
 
 def _wire_facts() -> dict[str, str]:
-    """Every string value serving.protocol defines (header names, media types, codes, paths, variables)."""
+    """Every string value serving.protocol defines (header names, media types, codes, paths,
+    variables)."""
     from serving import protocol
 
-    facts = {name: value for name, value in vars(protocol).items() if isinstance(value, str) and name.isupper()}
+    facts = {
+        name: value
+        for name, value in vars(protocol).items()
+        if isinstance(value, str) and name.isupper()
+    }
     facts.update(
         {
             f"ErrorCode.{name}": value
@@ -70,13 +83,16 @@ def _wire_facts() -> dict[str, str]:
 
 
 @pytest.mark.parametrize(
-    "path", [p for p in MODULES if p.name != "protocol.py"], ids=lambda path: str(path.relative_to(SERVING))
+    "path",
+    [p for p in MODULES if p.name != "protocol.py"],
+    ids=lambda path: str(path.relative_to(SERVING)),
 )
 def test_no_wire_fact_is_written_twice(path: Path) -> None:
-    # A header name, media type, error code or container variable is defined once, in serving/protocol.py:
-    # a second spelling drifts (it did: the SDK and the server each had their own error-type header).
-    # Document field names that double as error fields ("ContainerHostname") are the spec's, not wire facts.
-    # "serving" (the Ray namespace) is also the package's and the command's name.
+    # A header name, media type, error code or container variable is defined once, in
+    # serving/protocol.py: a second spelling drifts (it did: the SDK and the server each had their
+    # own error-type header). Document field names that double as error fields ("ContainerHostname")
+    # are the spec's, not wire facts. "serving" (the Ray namespace) is also the package's and the
+    # command's name.
     facts = {
         value.lower(): name
         for name, value in _wire_facts().items()
@@ -88,10 +104,16 @@ def test_no_wire_fact_is_written_twice(path: Path) -> None:
     exported = {
         id(node)
         for assign in ast.walk(tree)
-        if isinstance(assign, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in assign.targets)
+        if isinstance(assign, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "__all__" for t in assign.targets)
         for node in ast.walk(assign.value)
     }  # __all__ lists names of classes, not codes
-    pieces = {id(node) for joined in ast.walk(tree) if isinstance(joined, ast.JoinedStr) for node in joined.values}
+    pieces = {
+        id(node)
+        for joined in ast.walk(tree)
+        if isinstance(joined, ast.JoinedStr)
+        for node in joined.values
+    }
     copies = []
     for node in ast.walk(tree):
         if (
@@ -101,12 +123,15 @@ def test_no_wire_fact_is_written_twice(path: Path) -> None:
             and id(node) not in exported
             and id(node) not in pieces
         ):
-            copies.append(f"line {node.lineno}: {node.value!r} (protocol.{facts[node.value.lower()]})")
+            copies.append(
+                f"line {node.lineno}: {node.value!r} (protocol.{facts[node.value.lower()]})"
+            )
     assert not copies, f"{path.relative_to(SERVING)} spells wire facts itself: {copies}"
 
 
-# The layer order, top first: a package imports only packages of layers below its own (at any depth, lazy imports
-# included), so that no arrow runs back up and no two packages need each other. docs/architecture.md draws it.
+# The layer order, top first: a package imports only packages of layers below its own (at any depth,
+# lazy imports included), so that no arrow runs back up and no two packages need each other.
+# docs/architecture.md draws it.
 LAYERS = (
     ("__init__", "cli"),  # serving/__init__.py: the public surface, loaded by name on first use
     ("ray_wing",),
@@ -118,7 +143,16 @@ LAYERS = (
     ("models", "settings"),
     ("access", "http", "loadtest", "runtimes"),
     ("client", "errors", "s3", "trust"),
-    ("_gc", "_malloc", "_worker_preload", "autoscaling", "documents", "metrics", "private_files", "protocol"),
+    (
+        "_gc",
+        "_malloc",
+        "_worker_preload",
+        "autoscaling",
+        "documents",
+        "metrics",
+        "private_files",
+        "protocol",
+    ),
 )
 LAYER_OF = {name: depth for depth, names in enumerate(LAYERS) for name in names}
 
@@ -138,8 +172,8 @@ def test_every_package_has_a_layer() -> None:
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda path: str(path.relative_to(SERVING)))
 def test_imports_follow_the_layer_order(path: Path) -> None:
-    # Issue 42: control <-> ray_wing, training <-> ray_wing, config <-> access and settings <-> http were cycles
-    # that no test guarded. A new upward import fails here, naming the layers.
+    # Issue 42: control <-> ray_wing, training <-> ray_wing, config <-> access and settings <-> http
+    # were cycles that no test guarded. A new upward import fails here, naming the layers.
     own = _unit(path)
     upward = sorted(
         {
@@ -157,8 +191,8 @@ def test_imports_follow_the_layer_order(path: Path) -> None:
     )
 
 
-# One file name, one concept (issue 42): a module named as another package's is that module's concept, seen from
-# the other side, and says so here.
+# One file name, one concept (issue 42): a module named as another package's is that module's
+# concept, seen from the other side, and says so here.
 SAME_CONCEPT = {
     "streaming.py": "InvokeEndpointWithResponseStream: the gateway relays the stream a container process makes",
     "requirements.py": "a model's code/requirements.txt: read at deploy time (control), checked at load (runtimes)",
@@ -170,8 +204,12 @@ def test_no_two_modules_share_a_name_unless_they_are_one_concept() -> None:
     for path in MODULES:
         if path.name not in ("__init__.py", "__main__.py"):
             names.setdefault(path.name, []).append(str(path.relative_to(SERVING)))
-    shared = {name: paths for name, paths in names.items() if len(paths) > 1 and name not in SAME_CONCEPT}
-    assert not shared, f"rename one of each, or say in SAME_CONCEPT why they are one concept: {shared}"
+    shared = {
+        name: paths for name, paths in names.items() if len(paths) > 1 and name not in SAME_CONCEPT
+    }
+    assert not shared, (
+        f"rename one of each, or say in SAME_CONCEPT why they are one concept: {shared}"
+    )
 
 
 def test_the_package_declares_its_public_surface() -> None:
@@ -184,11 +222,17 @@ def test_the_package_declares_its_public_surface() -> None:
         assert getattr(importlib.import_module("serving"), name) is not None, name
 
 
-@pytest.mark.parametrize("package", sorted(p.parent for p in SERVING.glob("*/__init__.py")), ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "package", sorted(p.parent for p in SERVING.glob("*/__init__.py")), ids=lambda p: p.name
+)
 def test_each_package_docstring_names_its_modules(package: Path) -> None:
-    # Issue 42: module lists lived in three places and drifted (docs/architecture.md missed 14 modules); now they
-    # live in each package's docstring only, and this keeps them whole.
+    # Issue 42: module lists lived in three places and drifted (docs/architecture.md missed 14
+    # modules); now they live in each package's docstring only, and this keeps them whole.
     doc = ast.get_docstring(ast.parse((package / "__init__.py").read_text())) or ""
-    modules = sorted(path.stem for path in package.glob("*.py") if path.stem not in ("__init__", "__main__"))
+    modules = sorted(
+        path.stem for path in package.glob("*.py") if path.stem not in ("__init__", "__main__")
+    )
     missing = [module for module in modules if f"`{module}`" not in doc]
-    assert not missing, f"serving/{package.name}/__init__.py names no {missing}: say in a few words what each owns"
+    assert not missing, (
+        f"serving/{package.name}/__init__.py names no {missing}: say in a few words what each owns"
+    )

@@ -38,7 +38,9 @@ SERIAL = {
 
 
 def parse(*argv: str) -> argparse.Namespace:
-    return build_parser().parse_args(["loadtest", *argv, "--endpoint", "http://127.0.0.1:8080/endpoints/ep"])
+    return build_parser().parse_args(
+        ["loadtest", *argv, "--endpoint", "http://127.0.0.1:8080/endpoints/ep"]
+    )
 
 
 def plan(*argv: str, description=DESCRIPTION) -> options.Plan:
@@ -69,7 +71,9 @@ def test_zipf_popularity_is_normalized_ranked_and_seeded() -> None:
     names = scenarios.model_names(10, "customer-{i}.tar.gz")
     assert names[0] == "customer-0.tar.gz" and names[-1] == "customer-9.tar.gz"
     zipf = scenarios.Zipf(names, 1.1, "customers")
-    draw = lambda seed: [zipf.target(0.0, r).model for r in [random.Random(seed)] for _ in range(5000)]  # noqa: E731
+    draw = lambda seed: [
+        zipf.target(0.0, r).model for r in [random.Random(seed)] for _ in range(5000)
+    ]  # noqa: E731
     assert draw(7) == draw(7) != draw(8)
     counts = Counter(draw(7))
     assert counts["customer-0.tar.gz"] / 5000 == pytest.approx(weights[0], abs=0.03)
@@ -92,7 +96,14 @@ def test_shift_moves_traffic_linearly_between_25_and_75_percent() -> None:
 
 def test_step_levels_hold_then_ramp() -> None:
     levels = [10, 50, 10]
-    assert [scenarios.step_level(t, levels, 60) for t in (0, 59.9, 60, 119, 120, 500)] == [10, 10, 50, 50, 10, 10]
+    assert [scenarios.step_level(t, levels, 60) for t in (0, 59.9, 60, 119, 120, 500)] == [
+        10,
+        10,
+        50,
+        50,
+        10,
+        10,
+    ]
     assert scenarios.step_level(30, levels, 60, ramp=True) == pytest.approx(30)
     assert scenarios.step_level(90, levels, 60, ramp=True) == pytest.approx(30)
     assert scenarios.step_level(130, levels, 60, ramp=True) == 10  # the last level holds
@@ -107,7 +118,9 @@ def test_open_loop_schedule_has_exactly_the_planned_count() -> None:
     shape = lambda t: scenarios.step_level(t, [10, 50, 0, 10], 1.0)  # noqa: E731
     stepped = list(scenarios.arrival_times(shape, 4.0))
     assert len(stepped) == 70 and not [t for t in stepped if 2.0 + 1e-6 < t < 3.0 - 1e-6]
-    ramp = list(scenarios.arrival_times(lambda t: scenarios.step_level(t, [0, 100], 10.0, ramp=True), 10.0))
+    ramp = list(
+        scenarios.arrival_times(lambda t: scenarios.step_level(t, [0, 100], 10.0, ramp=True), 10.0)
+    )
     assert len(ramp) == 500  # the area under the ramp
     poisson = list(scenarios.arrival_times(lambda t: 100, 60.0, random.Random(5)))
     assert len(poisson) == pytest.approx(6000, rel=0.05)
@@ -119,7 +132,10 @@ def test_open_loop_schedule_has_exactly_the_planned_count() -> None:
 
 def test_endpoint_and_baseline_urls() -> None:
     assert options.parse_endpoint_url("http://h:1/endpoints/ep") == ("http://h:1", "ep")
-    assert options.parse_endpoint_url("https://h/prefix/endpoints/ep/invocations") == ("https://h/prefix", "ep")
+    assert options.parse_endpoint_url("https://h/prefix/endpoints/ep/invocations") == (
+        "https://h/prefix",
+        "ep",
+    )
     for bad in ("http://h:1/", "h:1/endpoints/ep", "http://h/endpoints/bad_name"):
         with pytest.raises(OptionError) as caught:
             options.parse_endpoint_url(bad)
@@ -133,8 +149,14 @@ def test_direct_defaults_to_every_container_with_sdk_requests() -> None:
     assert not p.open_loop and p.level == 10 and p.duration == 30
     assert p.scenario.weights == {"iris": 1.0, "wine": 1.0, "customers": 1.0}
     prepared = p.requests[scenarios.Target("wine")]
-    assert prepared.path == "/endpoints/ep/invocations" and prepared.body == b"[[5.1, 3.5, 1.4, 0.2]]"
-    assert prepared.headers == {"Content-Type": "application/json", TARGET_CONTAINER: "wine", "Accept": "*/*"}
+    assert (
+        prepared.path == "/endpoints/ep/invocations" and prepared.body == b"[[5.1, 3.5, 1.4, 0.2]]"
+    )
+    assert prepared.headers == {
+        "Content-Type": "application/json",
+        TARGET_CONTAINER: "wine",
+        "Accept": "*/*",
+    }
 
 
 def test_weights_rate_and_payloads(tmp_path) -> None:
@@ -196,8 +218,17 @@ def test_serial_step_and_zipf_plans() -> None:
     with pytest.raises(OptionError):
         plan("direct", description=SERIAL)
     step = plan("step", "--steps", "10,50,10", "--step-seconds", "60", description=SERIAL)
-    assert step.open_loop and step.duration == 180 and step.peak_level == 50 and step.level_at(61) == 50
-    assert step.parameters()["rate"] is None and step.parameters()["scenario"]["levels"] == [10, 50, 10]
+    assert (
+        step.open_loop
+        and step.duration == 180
+        and step.peak_level == 50
+        and step.level_at(61) == 50
+    )
+    assert step.parameters()["rate"] is None and step.parameters()["scenario"]["levels"] == [
+        10,
+        50,
+        10,
+    ]
     assert "steps 10,50,10 req/s" in report.summary_table(
         report.build_report("step", step.parameters(), RunResult("main", 1.0, 2.0), step.duration)
     )
@@ -209,7 +240,10 @@ def test_serial_step_and_zipf_plans() -> None:
     headers = zipf.requests[scenarios.Target("customers", "customer-2.tar.gz")].headers
     assert headers[TARGET_MODEL] == "customer-2.tar.gz" and headers[TARGET_CONTAINER] == "customers"
     single = plan("zipf", "--models", "2", description={"Containers": [{"ContainerHostname": "m"}]})
-    assert single.scenario.container is None and TARGET_CONTAINER not in next(iter(single.requests.values())).headers
+    assert (
+        single.scenario.container is None
+        and TARGET_CONTAINER not in next(iter(single.requests.values())).headers
+    )
     assert json.dumps(zipf.parameters())  # the report can hold it
 
 
@@ -238,7 +272,9 @@ def test_replica_counts_and_invocation_metric() -> None:
 
 
 def synthetic() -> RunResult:
-    result = RunResult("main", started_at=1_700_000_000.0, ended_at=1_700_000_004.0, levels=[10, 10, 20, 20])
+    result = RunResult(
+        "main", started_at=1_700_000_000.0, ended_at=1_700_000_004.0, levels=[10, 10, 20, 20]
+    )
     for i in range(100):  # 1..100 ms, spread over 4 seconds
         result.add(i * 0.04, float(i + 1), "iris" if i % 2 else "wine", None, 200, None)
     result.add(0.5, 1.0, "iris", None, 429, "ModelNotReadyException")
@@ -250,7 +286,9 @@ def synthetic() -> RunResult:
 
 
 def test_report_totals_latency_series_and_replicas() -> None:
-    built = report.build_report("direct", {"load_mode": "open", "rate": 10, "endpoint_url": "u"}, synthetic(), 4.0)
+    built = report.build_report(
+        "direct", {"load_mode": "open", "rate": 10, "endpoint_url": "u"}, synthetic(), 4.0
+    )
     totals = built["totals"]
     assert totals == {
         "requests": 102,
@@ -262,19 +300,35 @@ def test_report_totals_latency_series_and_replicas() -> None:
         "failures_by_status": {"429": 1, "no answer": 1},
         "failures_by_code": {"ModelNotReadyException": 1, "ConnectionRefusedError": 1},
     }
-    assert built["latency_ms"] == {"p50": 50.0, "p90": 90.0, "p99": 99.0, "max": 100.0, "mean": 50.5}
+    assert built["latency_ms"] == {
+        "p50": 50.0,
+        "p90": 90.0,
+        "p99": 99.0,
+        "max": 100.0,
+        "mean": 50.5,
+    }
     assert built["throughput_rps"] == {"requests": 25.5, "ok": 25.0, "window_s": 4.0}
-    assert built["per_target"]["iris"]["requests"] == 51 and built["per_target"]["iris"]["dropped"] == 1
+    assert (
+        built["per_target"]["iris"]["requests"] == 51
+        and built["per_target"]["iris"]["dropped"] == 1
+    )
     series = built["timeseries"]
-    assert [row["requests"] for row in series] == [26, 25, 25, 26] and [row["level"] for row in series] == [
+    assert [row["requests"] for row in series] == [26, 25, 25, 26] and [
+        row["level"] for row in series
+    ] == [
         10,
         10,
         20,
         20,
     ]
-    assert series[0]["errors_by_code"] == {"ModelNotReadyException": 1} and series[2]["dropped"] == 1
+    assert (
+        series[0]["errors_by_code"] == {"ModelNotReadyException": 1} and series[2]["dropped"] == 1
+    )
     assert series[0]["p50"] == 13.0  # ok latencies 1..25 in the first second
-    assert built["replicas"]["containers"] == {"iris": [[0.0, 1], [2.0, 2]], "wine": [[0.0, 1], [2.0, 1]]}
+    assert built["replicas"]["containers"] == {
+        "iris": [[0.0, 1], [2.0, 2]],
+        "wine": [[0.0, 1], [2.0, 1]],
+    }
     assert built["generator"]["lag_ms"]["p99"] == 0.1 and built["generator"]["warning"] is None
     assert built["start"].startswith("2023-11-14T22:13:20")
     json.dumps(built, allow_nan=False)
@@ -303,16 +357,26 @@ def test_report_baseline_ratios_and_metrics_check() -> None:
 
 def test_empty_run_and_late_generator() -> None:
     empty = RunResult("main", started_at=1.0, ended_at=2.0, levels=[5.0])
-    built = report.build_report("serial", {"load_mode": "open", "rate": 5, "endpoint_url": "u"}, empty, 1.0)
+    built = report.build_report(
+        "serial", {"load_mode": "open", "rate": 5, "endpoint_url": "u"}, empty, 1.0
+    )
     assert built["latency_ms"]["p50"] is None and built["timeseries"][0]["requests"] == 0
-    assert report.percentiles([]) == {"p50": None, "p90": None, "p99": None, "max": None, "mean": None}
+    assert report.percentiles([]) == {
+        "p50": None,
+        "p90": None,
+        "p99": None,
+        "max": None,
+        "mean": None,
+    }
     late = synthetic()
     late.lag_ms = [30.0] * 10
     assert "late" in report.summarize(late, 4.0)["generator"]["warning"]
 
 
 def test_html_report_is_self_contained(tmp_path) -> None:
-    built = report.build_report("direct", {"load_mode": "open", "rate": 10, "endpoint_url": "u"}, synthetic(), 4.0)
+    built = report.build_report(
+        "direct", {"load_mode": "open", "rate": 10, "endpoint_url": "u"}, synthetic(), 4.0
+    )
     paths = report.write_report(built, tmp_path)
     assert json.loads(paths[0].read_text())["totals"]["requests"] == 102
     page = paths[1].read_text()

@@ -27,8 +27,8 @@ REPO = Path(__file__).resolve().parents[2]
 # "sleepy" 300 ms (counting how many it holds at once); "busy" answers every other request with
 # ModelNotReadyException 429, as an overloaded replica does. Replicas of "a" grow by one per
 # describe call, so the poll is visible. A request with an Authorization header is checked by the
-# server's own verifier (serving.access.sigv4) against one identity: SigV4 keys AKIDLOADTEST/secret, API key
-# "lt-key"; one without is let through (an endpoint without AccessControl).
+# server's own verifier (serving.access.sigv4) against one identity: SigV4 keys AKIDLOADTEST/secret,
+# API key "lt-key"; one without is let through (an endpoint without AccessControl).
 FAKE_SERVER = textwrap.dedent("""
     import asyncio, hashlib, json, socket, sys
     from collections import Counter
@@ -120,14 +120,19 @@ FAKE_SERVER = textwrap.dedent("""
 
 def _with_repo_path() -> dict[str, str]:
     """This environment, with the repository importable by a script run from a temporary folder."""
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
 
 
 @pytest.fixture(scope="module")
 def fake_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     script = tmp_path_factory.mktemp("fake") / "fake_server.py"
     script.write_text(FAKE_SERVER)
-    process = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=_with_repo_path())
+    process = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=_with_repo_path()
+    )
     try:
         port = int(process.stdout.readline())
         yield f"http://127.0.0.1:{port}"
@@ -147,7 +152,8 @@ def total_invocations(base_url: str) -> int:
 
 def loadtest(*args: str, timeout: float = 240, **variables: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SERVING_API_KEY"))}
-    env["AWS_SHARED_CREDENTIALS_FILE"] = env["AWS_CONFIG_FILE"] = os.devnull  # no ambient credentials: anonymous
+    # no ambient credentials: anonymous
+    env["AWS_SHARED_CREDENTIALS_FILE"] = env["AWS_CONFIG_FILE"] = os.devnull
     env.update(variables)
     return subprocess.run(
         [sys.executable, "-m", "serving.cli", "loadtest", *args],
@@ -190,8 +196,12 @@ def test_open_loop_direct_counts_match_the_server(fake_server: str, tmp_path: Pa
     assert totals["failures_by_code"].get("ModelNotReadyException", 0) == totals["failures"] > 0
     assert totals["failures_by_status"] == {"429": totals["failures"]}
     assert report["per_target"]["slow"]["latency_ms"]["p50"] >= 20
-    assert len(report["timeseries"]) == 3 and sum(r["requests"] for r in report["timeseries"]) == 120
-    assert report["replicas"]["containers"]["a"][-1][1] > report["replicas"]["containers"]["a"][0][1]
+    assert (
+        len(report["timeseries"]) == 3 and sum(r["requests"] for r in report["timeseries"]) == 120
+    )
+    assert (
+        report["replicas"]["containers"]["a"][-1][1] > report["replicas"]["containers"]["a"][0][1]
+    )
     check = report["metrics_check"]
     assert check["difference"] == 120 and check["matches"] is True
     assert report["baseline"]["totals"]["requests"] == 120 and report["ratios"]["p50"] is not None
@@ -202,8 +212,9 @@ def test_open_loop_direct_counts_match_the_server(fake_server: str, tmp_path: Pa
 
 
 def test_open_loop_does_not_wait_for_answers(fake_server: str, tmp_path: Path) -> None:
-    """300 ms answers at 50 requests/s: every request leaves on schedule (about 15 in flight), none is
-    skipped, and each latency counts from its intended send time. A closed loop would send 1 per 300 ms."""
+    """300 ms answers at 50 requests/s: every request leaves on schedule (about 15 in flight), none
+    is skipped, and each latency counts from its intended send time. A closed loop would send 1 per
+    300 ms."""
     before = total_invocations(fake_server)
     run = loadtest(
         "direct",
@@ -252,14 +263,20 @@ LAST_LAUNCH_SCRIPT = textwrap.dedent("""
 
 
 def test_a_request_launched_last_counts_as_in_flight_before_it_runs(tmp_path: Path) -> None:
-    """The scheduler spawns each request's greenlet and moves on; the control loop ends the run once the
-    schedule is done and nothing is in flight. A request counted only when its greenlet first ran could be
-    missed when both happened in one turn of the event loop: the run ended and the drain killed it unsent
-    (a CI run's baseline sent 119 of its 120). Here the schedule returns before its last greenlet runs."""
+    """The scheduler spawns each request's greenlet and moves on; the control loop ends the run once
+    the schedule is done and nothing is in flight. A request counted only when its greenlet first
+    ran could be missed when both happened in one turn of the event loop: the run ended and the
+    drain killed it unsent (a CI run's baseline sent 119 of its 120). Here the schedule returns
+    before its last greenlet runs."""
     script = tmp_path / "last_launch.py"
     script.write_text(LAST_LAUNCH_SCRIPT)
     run = subprocess.run(
-        [sys.executable, str(script)], cwd=REPO, env=_with_repo_path(), capture_output=True, text=True, timeout=120
+        [sys.executable, str(script)],
+        cwd=REPO,
+        env=_with_repo_path(),
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert run.returncode == 0, run.stderr
     done, launched, in_flight = run.stdout.split()
@@ -286,7 +303,8 @@ def test_open_loop_drops_beyond_max_in_flight(fake_server: str, tmp_path: Path) 
     )
     assert run.returncode == 0, run.stderr + run.stdout
     totals = json.loads((tmp_path / "bound" / "report.json").read_text())["totals"]
-    assert totals["requests"] + totals["dropped"] == 100 and totals["dropped"] >= 50  # ~5 per 300 ms get through
+    # ~5 per 300 ms get through
+    assert totals["requests"] + totals["dropped"] == 100 and totals["dropped"] >= 50
     assert total_invocations(fake_server) - before == totals["requests"]
 
 
@@ -329,7 +347,13 @@ def test_unreachable_endpoint_exits_1(tmp_path: Path) -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # nothing listens once closed
     run = loadtest(
-        "direct", "--endpoint", f"http://127.0.0.1:{port}/endpoints/x", "--duration", "1", "--out", str(tmp_path / "x")
+        "direct",
+        "--endpoint",
+        f"http://127.0.0.1:{port}/endpoints/x",
+        "--duration",
+        "1",
+        "--out",
+        str(tmp_path / "x"),
     )
     assert run.returncode == 1
     assert "not reachable" in run.stderr and not (tmp_path / "x").exists()
@@ -357,9 +381,14 @@ def test_bad_arguments_exit_2_naming_the_flag(fake_server: str, args: list[str],
         (None, "lt-key", "ok"),
     ],
 )
-def test_credentials_are_sent_as_the_sdk_sends_them(fake_server: str, tmp_path: Path, secret, api_key, status) -> None:
-    """SigV4 from the AWS environment variables (verified by the server's own code), or --api-key."""
-    variables = {"AWS_ACCESS_KEY_ID": "AKIDLOADTEST", "AWS_SECRET_ACCESS_KEY": secret} if secret else {}
+def test_credentials_are_sent_as_the_sdk_sends_them(
+    fake_server: str, tmp_path: Path, secret, api_key, status
+) -> None:
+    """SigV4 from the AWS environment variables (verified by the server's own code), or
+    --api-key."""
+    variables = (
+        {"AWS_ACCESS_KEY_ID": "AKIDLOADTEST", "AWS_SECRET_ACCESS_KEY": secret} if secret else {}
+    )
     flags = ["--api-key", api_key] if api_key else []
     run = loadtest(
         "direct",

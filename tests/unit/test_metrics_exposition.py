@@ -30,12 +30,20 @@ LATENCY_EXACT = {"gs2g7il6": 0.016473060994030675, "92hxx7tj": 0.029286496996064
 
 
 def samples(families, sample_name: str) -> dict[tuple, float]:
-    return {tuple(sorted(s.labels.items())): s.value for f in families for s in f.samples if s.name == sample_name}
+    return {
+        tuple(sorted(s.labels.items())): s.value
+        for f in families
+        for s in f.samples
+        if s.name == sample_name
+    }
 
 
 def test_only_serving_families_with_ray_labels_and_prefix_removed() -> None:
     families = serving_families_from_ray(NODE_TEXT)
-    assert sorted(f.name for f in families) == ["serving_model_cache_hit", "serving_model_latency_seconds"]
+    assert sorted(f.name for f in families) == [
+        "serving_model_cache_hit",
+        "serving_model_latency_seconds",
+    ]
     for family in families:
         for sample in family.samples:
             assert set(sample.labels) <= {"endpoint", "container", "replica", "model", "le"}, sample
@@ -49,7 +57,9 @@ def test_histogram_sums_are_the_exact_ones_not_rays_bucket_midpoints() -> None:
 
 
 def test_two_nodes_reporting_the_same_series_are_summed_once_per_family() -> None:
-    text = exposition(serving_families_from_ray(NODE_TEXT) + serving_families_from_ray(NODE_TEXT)).decode()
+    text = exposition(
+        serving_families_from_ray(NODE_TEXT) + serving_families_from_ray(NODE_TEXT)
+    ).decode()
     assert text.count("# TYPE serving_model_cache_hit_total counter") == 1
     hits = samples(text_string_to_metric_families(text), "serving_model_cache_hit_total")
     assert list(hits.values()) == [6.0]  # 3 on each "node"
@@ -87,7 +97,8 @@ def node_agent():
 def test_metrics_route_scrapes_every_node_and_survives_one_down(node_agent: str) -> None:
     registry = CollectorRegistry()
     Counter("serving_invocations", "test", ["endpoint"], registry=registry).labels("e").inc()
-    nodes = [node_agent, f"{node_agent}?node=2", "http://127.0.0.1:9/metrics"]  # the last one refuses connections
+    # the last one refuses connections
+    nodes = [node_agent, f"{node_agent}?node=2", "http://127.0.0.1:9/metrics"]
 
     async def node_urls() -> list[str]:
         return nodes
@@ -97,7 +108,9 @@ def test_metrics_route_scrapes_every_node_and_survives_one_down(node_agent: str)
 
     async def scrape() -> httpx.Response:
         try:
-            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as client:
+            async with httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app), base_url="http://gw"
+            ) as client:
                 return await client.get("/metrics")
         finally:
             await route.close()
@@ -107,7 +120,8 @@ def test_metrics_route_scrapes_every_node_and_survives_one_down(node_agent: str)
     assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
     families = list(text_string_to_metric_families(response.text))
     assert samples(families, "serving_invocations_total") == {(("endpoint", "e"),): 1.0}
-    assert list(samples(families, "serving_model_cache_hit_total").values()) == [6.0]  # two live nodes
+    # two live nodes
+    assert list(samples(families, "serving_model_cache_hit_total").values()) == [6.0]
 
 
 def test_escaped_label_values_and_help_text_survive() -> None:
@@ -120,12 +134,18 @@ def test_escaped_label_values_and_help_text_survive() -> None:
     assert family.name == "serving_x" and family.type == "counter"
     merged = merge_families([family])
     assert samples(merged, "serving_x_total") == {(("model", 'a"b\\c'), ("replica", "r")): 5.0}
-    assert list(text_string_to_metric_families(exposition([family]).decode()))[0].samples[0].labels["model"] == 'a"b\\c'
+    assert (
+        list(text_string_to_metric_families(exposition([family]).decode()))[0]
+        .samples[0]
+        .labels["model"]
+        == 'a"b\\c'
+    )
 
 
 def test_a_scrape_counts_the_asking_gateway_once_with_its_current_counters() -> None:
-    # Issue 43: the control plane merges /metrics for whichever gateway is scraped. That gateway sends its own
-    # counters, current; what it last published (up to 5 s old) must not be added on top of them.
+    # Issue 43: the control plane merges /metrics for whichever gateway is scraped. That gateway
+    # sends its own counters, current; what it last published (up to 5 s old) must not be added on
+    # top of them.
     def text(value: float) -> str:
         return f'# HELP serving_invocations_total n\n# TYPE serving_invocations_total counter\nserving_invocations_total{{endpoint="e"}} {value}\n'
 
@@ -144,4 +164,5 @@ def test_a_scrape_counts_the_asking_gateway_once_with_its_current_counters() -> 
             await route.close()
 
     families = list(text_string_to_metric_families(asyncio.run(scrape()).decode()))
-    assert samples(families, "serving_invocations_total") == {(("endpoint", "e"),): 16.0}  # 9 current + 7 other
+    # 9 current + 7 other
+    assert samples(families, "serving_invocations_total") == {(("endpoint", "e"),): 16.0}

@@ -1,4 +1,5 @@
-"""serving.models.cache: LRU order, byte bound by measured size, single-flight, pins, Disabled mode, clock."""
+"""serving.models.cache: LRU order, byte bound by measured size, single-flight, pins, Disabled mode,
+clock."""
 
 from __future__ import annotations
 
@@ -298,7 +299,12 @@ def test_unload_runs_once_when_evict_and_unload_all_race() -> None:
         await cache.unload_all()
         assert fakes.count("unload") == {"a": 1, "b": 1, "c": 1, "d": 1}
         assert fakes.count("load") == {"a": 1, "b": 1, "c": 1, "d": 1}
-        assert Counter(name for name, _ in observer.of("unloaded")) == {"a": 1, "b": 1, "c": 1, "d": 1}
+        assert Counter(name for name, _ in observer.of("unloaded")) == {
+            "a": 1,
+            "b": 1,
+            "c": 1,
+            "d": 1,
+        }
         assert cache.loaded_models() == [] and cache.total_bytes == 0
 
     asyncio.run(main())
@@ -357,7 +363,8 @@ def test_two_hundred_models_through_a_cache_of_ten() -> None:
         assert await run(everyone[-10:] * 5) == (50, 0)  # a window of 10 fits: all hits
         mixed = [f"m{(i * 7) % 13}" for i in range(300)] + [f"m{i % 11}" for i in range(50)]
         expected = reference_lru(everyone[-10:] + mixed, 10)
-        assert await run(mixed) == (expected[0], expected[1] - 10)  # the window's 10 loads came earlier
+        # the window's 10 loads came earlier
+        assert await run(mixed) == (expected[0], expected[1] - 10)
         loads, unloads = sum(fakes.count("load").values()), sum(fakes.count("unload").values())
         assert loads == len(observer.of("miss")) and unloads == loads - 10
         assert cache.loaded_count == 10
@@ -394,7 +401,9 @@ def test_times_come_from_the_injected_clock() -> None:
             clock.now += 0.25
 
         observer = Observer()
-        cache = ModelCache(load, unload, max_models=5, clock=clock, observer=observer, measure=lambda: 0)
+        cache = ModelCache(
+            load, unload, max_models=5, clock=clock, observer=observer, measure=lambda: 0
+        )
         # c: three requests share one 2.5 s load and each waited 2.5 s
         await asyncio.gather(*(use(cache, "c") for _ in range(3)))
         assert observer.of("loaded") == [("c", 2.5, 0)]
@@ -415,13 +424,18 @@ def test_real_estimators_load_from_bytes_and_predict() -> None:
     rng = np.random.default_rng(0)
     features = rng.normal(size=(60, 3))
     blobs = {
-        f"clf-{k}": pickle.dumps(LogisticRegression().fit(features, (features[:, k] > 0).astype(int))) for k in range(3)
+        f"clf-{k}": pickle.dumps(
+            LogisticRegression().fit(features, (features[:, k] > 0).astype(int))
+        )
+        for k in range(3)
     }
     unloaded: list[str] = []
 
     async def main() -> None:
         cache = ModelCache(
-            lambda name: pickle.loads(blobs[name]), lambda model: unloaded.append(type(model).__name__), max_models=2
+            lambda name: pickle.loads(blobs[name]),
+            lambda model: unloaded.append(type(model).__name__),
+            max_models=2,
         )
         for name in ("clf-0", "clf-1", "clf-0", "clf-2"):
             k = int(name[-1])

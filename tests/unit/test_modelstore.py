@@ -1,4 +1,5 @@
-"""serving.models.artifacts: directories pass through, archives unpack into the cache, crafted archives are refused."""
+"""serving.models.artifacts: directories pass through, archives unpack into the cache, crafted
+archives are refused."""
 
 from __future__ import annotations
 
@@ -75,7 +76,9 @@ def test_none_is_no_model() -> None:
 
 
 @pytest.mark.parametrize("prefix", ["", "file://"])
-def test_directory_passes_through_without_copying(tmp_path: Path, cache_dir: Path, prefix: str) -> None:
+def test_directory_passes_through_without_copying(
+    tmp_path: Path, cache_dir: Path, prefix: str
+) -> None:
     model = tmp_path / "model"
     model.mkdir()
     (model / "model.skops").write_bytes(b"x")
@@ -86,7 +89,9 @@ def test_directory_passes_through_without_copying(tmp_path: Path, cache_dir: Pat
 @pytest.mark.parametrize("suffix", [".tar.gz", ".tgz"])
 def test_archive_is_extracted_into_the_cache(tmp_path: Path, cache_dir: Path, suffix: str) -> None:
     archive = write_archive(
-        tmp_path / f"model{suffix}", regular("model.skops", b"weights"), regular("code/inference.py", b"# hooks\n")
+        tmp_path / f"model{suffix}",
+        regular("model.skops", b"weights"),
+        regular("code/inference.py", b"# hooks\n"),
     )
     folder = materialize("file://" + str(archive))
     assert folder is not None and folder.parent == cache_dir
@@ -125,7 +130,10 @@ def test_changed_archive_is_extracted_again(tmp_path: Path, cache_dir: Path) -> 
         (lambda tmp: str(tmp / "absent"), "does not exist"),
         (lambda tmp: "file://" + str(tmp / "absent.tar.gz"), "does not exist"),
         (lambda tmp: _plain_file(tmp / "weights.bin"), "neither a directory nor a .tar.gz"),
-        (lambda tmp: _plain_file(tmp / "broken.tar.gz", b"this is not gzip"), "cannot safely extract broken.tar.gz"),
+        (
+            lambda tmp: _plain_file(tmp / "broken.tar.gz", b"this is not gzip"),
+            "cannot safely extract broken.tar.gz",
+        ),
     ],
     ids=["missing dir", "missing archive", "plain file", "corrupt archive"],
 )
@@ -146,9 +154,18 @@ def _plain_file(path: Path, data: bytes = b"\0") -> str:
 MALICIOUS = [
     ("dot-dot member", lambda tmp: [regular("model.skops"), regular("../../../evil", b"pwned")]),
     ("dot-dot inside a path", lambda tmp: [regular("code/../../../../evil", b"pwned")]),
-    ("absolute path member", lambda tmp: [regular("model.skops"), regular(f"{tmp}/evil", b"pwned")]),
-    ("symlink to outside", lambda tmp: [link("escape", "../../..", tarfile.SYMTYPE), regular("escape/evil", b"pwned")]),
-    ("absolute symlink", lambda tmp: [link("escape", tmp, tarfile.SYMTYPE), regular("escape/evil", b"pwned")]),
+    (
+        "absolute path member",
+        lambda tmp: [regular("model.skops"), regular(f"{tmp}/evil", b"pwned")],
+    ),
+    (
+        "symlink to outside",
+        lambda tmp: [link("escape", "../../..", tarfile.SYMTYPE), regular("escape/evil", b"pwned")],
+    ),
+    (
+        "absolute symlink",
+        lambda tmp: [link("escape", tmp, tarfile.SYMTYPE), regular("escape/evil", b"pwned")],
+    ),
     (
         "symlink written through",
         lambda tmp: [link("code", "../../../", tarfile.SYMTYPE), regular("code/evil", b"pwned")],
@@ -159,7 +176,9 @@ MALICIOUS = [
 ]
 
 
-@pytest.mark.parametrize("members", [case[1] for case in MALICIOUS], ids=[case[0] for case in MALICIOUS])
+@pytest.mark.parametrize(
+    "members", [case[1] for case in MALICIOUS], ids=[case[0] for case in MALICIOUS]
+)
 def test_malicious_archive_is_refused_and_writes_nothing_outside(
     tmp_path: Path, cache_dir: Path, members: Callable[[str], list[Member]]
 ) -> None:
@@ -172,7 +191,9 @@ def test_malicious_archive_is_refused_and_writes_nothing_outside(
 
     assert not (tmp_path / "evil").exists()
     assert (tmp_path / "secret").read_text() == "do not link me"
-    outside = {path for path in tree(tmp_path) - before if not (tmp_path / path).is_relative_to(cache_dir)}
+    outside = {
+        path for path in tree(tmp_path) - before if not (tmp_path / path).is_relative_to(cache_dir)
+    }
     assert outside == set(), f"written outside the cache: {outside}"
     # A refused archive leaves neither a target nor a half-extracted staging folder behind.
     assert tree(cache_dir) == set()
@@ -180,12 +201,16 @@ def test_malicious_archive_is_refused_and_writes_nothing_outside(
 
 def test_absolute_member_never_lands_at_its_absolute_path(tmp_path: Path, cache_dir: Path) -> None:
     # Containment on its own, whether or not the archive is refused (see the table above).
-    archive = write_archive(tmp_path / "archives" / "model.tar.gz", regular(f"{tmp_path}/evil", b"pwned"))
+    archive = write_archive(
+        tmp_path / "archives" / "model.tar.gz", regular(f"{tmp_path}/evil", b"pwned")
+    )
     before = tree(tmp_path)
     try:
         materialize(str(archive))
     except ArtifactError:
         pass
     assert not (tmp_path / "evil").exists()
-    outside = {path for path in tree(tmp_path) - before if not (tmp_path / path).is_relative_to(cache_dir)}
+    outside = {
+        path for path in tree(tmp_path) - before if not (tmp_path / path).is_relative_to(cache_dir)
+    }
     assert outside == set()

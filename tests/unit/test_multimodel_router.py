@@ -1,5 +1,6 @@
-"""MultiModel containers end to end without Ray: router -> transport -> two replicas' data ports; and the Open
-Inference model repository extension (index, load, unload) over the same replicas' caches.
+"""MultiModel containers end to end without Ray: router -> transport -> two replicas' data ports;
+and the Open Inference model repository extension (index, load, unload) over the same replicas'
+caches.
 
 Each replica is a real ContainerApp around a MultiModelHandler (model store + LRU cache + the
 python stack) on its own loopback port; the router reaches them through a ContainerTransport
@@ -57,7 +58,8 @@ def _model_files(name: str, log: Path) -> dict[str, bytes]:
 
 @pytest.fixture(scope="module")
 def prefix(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """A model-store prefix with MODELS models (archives and folders) and one that fails to load; and the load log."""
+    """A model-store prefix with MODELS models (archives and folders) and one that fails to load;
+    and the load log."""
     root = tmp_path_factory.mktemp("prefix")
     log = root.parent / f"{root.name}-loads.log"
     for index in range(MODELS):
@@ -88,17 +90,27 @@ class Endpoint:
 
     def __init__(self, prefix: Path, **cache) -> None:
         self.servers: list[BackgroundServer] = []
-        self.handlers = [MultiModelHandler("python", str(prefix), {}, hostname="mm", **cache) for _ in range(2)]
-        urls = [self._serve(build_container_app(None, "mm", models=handler)) for handler in self.handlers]
+        self.handlers = [
+            MultiModelHandler("python", str(prefix), {}, hostname="mm", **cache) for _ in range(2)
+        ]
+        urls = [
+            self._serve(build_container_app(None, "mm", models=handler))
+            for handler in self.handlers
+        ]
         single = runtime_for("python", prefix / "model-0", {})
         single.load()
         self.transport = ContainerTransport(default_limit=64)
         self.transport.update(
-            {("ep", "mm"): urls, ("ep", "single"): [self._serve(build_container_app(single, "single"))]}
+            {
+                ("ep", "mm"): urls,
+                ("ep", "single"): [self._serve(build_container_app(single, "single"))],
+            }
         )
         self.urls = urls
         router = Router(ServerSettings(), self.transport)
-        router.endpoints = {"ep": EndpointRoute("ep", "Direct", ("mm", "single"), multi_model=frozenset({"mm"}))}
+        router.endpoints = {
+            "ep": EndpointRoute("ep", "Direct", ("mm", "single"), multi_model=frozenset({"mm"}))
+        }
 
         class _Lifespan:
             async def __aenter__(inner):
@@ -107,9 +119,14 @@ class Endpoint:
             async def __aexit__(inner, *exc):
                 await self.transport.close()
 
-        v2 = OpenInferenceRoutes(OpenInference(router.invocations, lambda: []))  # the V2 repository extension too
+        # the V2 repository extension too
+        v2 = OpenInferenceRoutes(OpenInference(router.invocations, lambda: []))
         self.url = self._serve(
-            serving_app(router.routes() + v2.routes(), lifespan=lambda app: _Lifespan(), hot=router.hot_route())
+            serving_app(
+                router.routes() + v2.routes(),
+                lifespan=lambda app: _Lifespan(),
+                hot=router.hot_route(),
+            )
         )
         self.http = httpx.Client(base_url=self.url, timeout=30)
 
@@ -123,11 +140,17 @@ class Endpoint:
         headers = {"content-type": "application/json", protocol.TARGET_CONTAINER: container}
         if model is not None:
             headers[protocol.TARGET_MODEL] = model
-        return self.http.post("/endpoints/ep/invocations", content=json.dumps(list(data)), headers=headers)
+        return self.http.post(
+            "/endpoints/ep/invocations", content=json.dumps(list(data)), headers=headers
+        )
 
     def holders(self, name: str) -> list[int]:
         """Which replicas hold model `name` loaded."""
-        return [index for index, handler in enumerate(self.handlers) if name in handler.cache.loaded_models()]
+        return [
+            index
+            for index, handler in enumerate(self.handlers)
+            if name in handler.cache.loaded_models()
+        ]
 
     def close(self) -> None:
         self.http.close()
@@ -175,7 +198,9 @@ def test_requests_for_a_model_stay_on_the_replica_that_holds_it(endpoint: Endpoi
         for _ in range(5):
             assert endpoint.invoke(target(index)).status_code == 200
     for index in range(4):
-        assert len(endpoint.holders(target(index))) == 1, f"model {index} loaded on {endpoint.holders(target(index))}"
+        assert len(endpoint.holders(target(index))) == 1, (
+            f"model {index} loaded on {endpoint.holders(target(index))}"
+        )
         home = endpoint.transport.home_of("ep", "mm", target(index))
         assert home == endpoint.urls[endpoint.holders(target(index))[0]]
 
@@ -227,9 +252,13 @@ def test_an_unknown_model_evicts_nothing(prefix) -> None:
     handler = MultiModelHandler("python", str(root), {}, hostname="mm", max_models=1)
 
     async def scenario() -> None:
-        await handler.ainvoke(b"[1]", "application/json", None, InvocationContext(target_model=target(7)))
+        await handler.ainvoke(
+            b"[1]", "application/json", None, InvocationContext(target_model=target(7))
+        )
         with pytest.raises(ValidationError, match="not found"):
-            await handler.ainvoke(b"[1]", "application/json", None, InvocationContext(target_model="no-such-model"))
+            await handler.ainvoke(
+                b"[1]", "application/json", None, InvocationContext(target_model="no-such-model")
+            )
         # refused before the cache made room for it: the loaded model is still there
         assert handler.cache.loaded_models() == [target(7)]
 
@@ -254,7 +283,9 @@ def test_the_v2_repository_loads_and_unloads_in_every_replica(endpoint: Endpoint
     assert {"state": "UNAVAILABLE", "reason": "loaded in 1 of 2 replicas"}.items() <= {
         entry["name"]: entry for entry in endpoint.http.post("/v2/repository/index").json()
     }["ep.mm.model-4"].items()
-    assert endpoint.http.post("/v2/repository/models/ep.mm.model-3.tar.gz/unload").status_code == 200
+    assert (
+        endpoint.http.post("/v2/repository/models/ep.mm.model-3.tar.gz/unload").status_code == 200
+    )
     assert endpoint.holders("model-3.tar.gz") == []
 
 
@@ -268,20 +299,25 @@ def test_the_v2_repository_loads_and_unloads_in_every_replica(endpoint: Endpoint
         ("nope.mm.model-1", 400, "Endpoint nope not found"),
     ],
 )
-def test_the_v2_repository_refuses_what_it_cannot_load(endpoint: Endpoint, model: str, status: int, words: str) -> None:
+def test_the_v2_repository_refuses_what_it_cannot_load(
+    endpoint: Endpoint, model: str, status: int, words: str
+) -> None:
     response = endpoint.http.post(f"/v2/repository/models/{model}/load")
     assert response.status_code == status and words in response.json()["error"], response.text
     assert endpoint.http.post("/v2/repository/models/ep.mm.model-1/reload").status_code == 404
 
 
 def test_an_oversized_index_request_is_refused_before_it_is_read_whole(endpoint: Endpoint) -> None:
-    # Read before any credentials are checked: refused once past its limit, not buffered to the end first.
+    # Read before any credentials are checked: refused once past its limit, not buffered to the end
+    # first.
     import socket
     from urllib.parse import urlsplit
 
     address = urlsplit(endpoint.url)
     with socket.create_connection((address.hostname, address.port), timeout=10) as client:
-        client.sendall(b"POST /v2/repository/index HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+        client.sendall(
+            b"POST /v2/repository/index HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        )
         chunk = b"x" * 32768
         for _ in range(4):  # 128 kB of a body that never ends
             client.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))

@@ -1,4 +1,5 @@
-"""serving.multimodel_store: TargetModel validation, local and S3 prefixes, the bounded disk cache, single flight."""
+"""serving.multimodel_store: TargetModel validation, local and S3 prefixes, the bounded disk cache,
+single flight."""
 
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ def s3_endpoint() -> str:
 
 @pytest.fixture
 def aws_env(monkeypatch, tmp_path):
-    """Credentials through boto3's normal chain (environment), isolated from the host's AWS config."""
+    """Credentials through boto3's normal chain (environment), isolated from the host's AWS
+    config."""
     for name in (
         "AWS_PROFILE",
         "AWS_ENDPOINT_URL",
@@ -87,14 +89,18 @@ def write(path: Path, data: bytes) -> Path:
     return path
 
 
-SAGEMAKER_MODEL = {"model.joblib": b"weights", "code/inference.py": b"def model_fn(d):\n    return d\n"}
+SAGEMAKER_MODEL = {
+    "model.joblib": b"weights",
+    "code/inference.py": b"def model_fn(d):\n    return d\n",
+}
 
 
-# --- validate_target -------------------------------------------------------------------------------
+# --- validate_target ------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
-    "target", ["customer-17.tar.gz", "team/a/model.tar.gz", "a%2F..%2Fb.tar.gz", "x" * 1024, "héllo/m.tgz"]
+    "target",
+    ["customer-17.tar.gz", "team/a/model.tar.gz", "a%2F..%2Fb.tar.gz", "x" * 1024, "héllo/m.tgz"],
 )
 def test_valid_targets_pass_unchanged(target):
     assert validate_target(target) == target
@@ -136,13 +142,15 @@ def test_fetch_validates_before_touching_the_store(tmp_path):
     assert store.cached_targets() == []
 
 
-# --- local prefixes --------------------------------------------------------------------------------
+# --- local prefixes -------------------------------------------------------------------------------
 
 
 def test_local_directory_model_is_used_as_is_without_download(tmp_path):
     write(tmp_path / "store" / "english" / "1" / "model.joblib", b"w")
     calls = []
-    store = ModelStore(str(tmp_path / "store"), tmp_path / "cache", downloaded=lambda *args: calls.append(args))
+    store = ModelStore(
+        str(tmp_path / "store"), tmp_path / "cache", downloaded=lambda *args: calls.append(args)
+    )
     path = store.fetch("english/1")
     assert path == (tmp_path / "store" / "english" / "1").resolve()
     assert calls == [("english/1", 0.0, 0)]
@@ -152,18 +160,24 @@ def test_local_directory_model_is_used_as_is_without_download(tmp_path):
 def test_local_archive_with_code_is_extracted_into_the_cache_once(tmp_path):
     archive = write(tmp_path / "store" / "customer-17.tar.gz", archive_bytes(SAGEMAKER_MODEL))
     calls = []
-    store = ModelStore(str(tmp_path / "store"), tmp_path / "cache", downloaded=lambda *args: calls.append(args))
+    store = ModelStore(
+        str(tmp_path / "store"), tmp_path / "cache", downloaded=lambda *args: calls.append(args)
+    )
     path = store.fetch("customer-17.tar.gz")
     assert path.is_relative_to(tmp_path / "cache")
     assert (path / "model.joblib").read_bytes() == b"weights"
     assert (path / "code" / "inference.py").is_file()
-    assert [(target, nbytes) for target, _, nbytes in calls] == [("customer-17.tar.gz", archive.stat().st_size)]
-    assert store.fetch("customer-17.tar.gz") == path and len(calls) == 1  # disk-cache hit: no new download
+    assert [(target, nbytes) for target, _, nbytes in calls] == [
+        ("customer-17.tar.gz", archive.stat().st_size)
+    ]
+    # disk-cache hit: no new download
+    assert store.fetch("customer-17.tar.gz") == path and len(calls) == 1
     assert store.cached_targets() == ["customer-17.tar.gz"]
     assert store.disk_bytes() >= len(b"weights")
 
     time.sleep(0.01)
-    write(archive, archive_bytes({"model.joblib": b"retrained"}))  # replaced in place: fetched again
+    # replaced in place: fetched again
+    write(archive, archive_bytes({"model.joblib": b"retrained"}))
     path = store.fetch("customer-17.tar.gz")
     assert (path / "model.joblib").read_bytes() == b"retrained" and not (path / "code").exists()
     assert len(calls) == 2
@@ -178,12 +192,15 @@ def test_file_url_prefix(tmp_path):
 
 
 def test_unknown_model_names_it_and_not_the_server_path(tmp_path):
-    # Issue 41, finding 7f: the prefix is an absolute path of the server (a spec's ModelDataUrl is resolved).
+    # Issue 41, finding 7f: the prefix is an absolute path of the server (a spec's ModelDataUrl is
+    # resolved).
     (tmp_path / "store").mkdir()
     store = ModelStore(str(tmp_path / "store"), tmp_path / "cache")
     with pytest.raises(ValidationError) as caught:
         store.fetch("customer-99.tar.gz")
-    assert "'customer-99.tar.gz' not found under the container's model store" in caught.value.message
+    assert (
+        "'customer-99.tar.gz' not found under the container's model store" in caught.value.message
+    )
     assert str(tmp_path) not in caught.value.message
 
 
@@ -203,7 +220,8 @@ def test_symlinks_leaving_the_prefix_are_refused(tmp_path):
         with pytest.raises(ValidationError, match="outside the container's model store") as caught:
             store.fetch(target)
         assert str(tmp_path) not in caught.value.message
-    assert store.fetch("inside") == (store_dir / "real").resolve()  # a link within the prefix is fine
+    # a link within the prefix is fine
+    assert store.fetch("inside") == (store_dir / "real").resolve()
     assert store.cached_targets() == []
 
 
@@ -226,7 +244,9 @@ def test_crafted_archive_is_refused_and_leaves_no_entry(tmp_path, member):
     with pytest.raises(ValidationError, match="'evil.tar.gz' cannot be used") as caught:
         store.fetch("evil.tar.gz")
     assert str(tmp_path) not in caught.value.message
-    assert not (tmp_path / "escaped.txt").exists() and not (tmp_path.parent / "escaped.txt").exists()
+    assert (
+        not (tmp_path / "escaped.txt").exists() and not (tmp_path.parent / "escaped.txt").exists()
+    )
     assert store.cached_targets() == [] and list((tmp_path / "cache").iterdir()) == []
 
 
@@ -242,7 +262,7 @@ def test_prefix_must_exist(tmp_path):
         ModelStore(str(tmp_path / "missing"), tmp_path / "cache")
 
 
-# --- the disk cache --------------------------------------------------------------------------------
+# --- the disk cache -------------------------------------------------------------------------------
 
 
 def incompressible(size: int) -> bytes:
@@ -251,7 +271,10 @@ def incompressible(size: int) -> bytes:
 
 def test_disk_bound_evicts_least_recently_used(tmp_path):
     for name in "abcd":
-        write(tmp_path / "store" / f"{name}.tar.gz", archive_bytes({"weights.bin": incompressible(100 * KB)}))
+        write(
+            tmp_path / "store" / f"{name}.tar.gz",
+            archive_bytes({"weights.bin": incompressible(100 * KB)}),
+        )
     store = ModelStore(str(tmp_path / "store"), tmp_path / "cache", max_disk_bytes=250 * KB)
     a = store.fetch("a.tar.gz")
     store.fetch("b.tar.gz")
@@ -290,7 +313,9 @@ def test_cache_names_do_not_collide_and_leftovers_are_cleaned(tmp_path):
     assert not (cache / ".staging-crashed").exists()
     first, second = store.fetch("a/b.tar.gz"), store.fetch("a_b.tar.gz")
     assert first != second
-    assert (first / "name").read_bytes() == b"a/b.tar.gz" and (second / "name").read_bytes() == b"a_b.tar.gz"
+    assert (first / "name").read_bytes() == b"a/b.tar.gz" and (
+        second / "name"
+    ).read_bytes() == b"a_b.tar.gz"
 
 
 def test_list_models_local(tmp_path):
@@ -308,7 +333,7 @@ def test_list_models_local(tmp_path):
     assert store.list_models(limit=2) == ["a.tar.gz", "sk"]
 
 
-# --- S3 prefixes -----------------------------------------------------------------------------------
+# --- S3 prefixes ----------------------------------------------------------------------------------
 
 
 def test_s3_prefix_with_endpoint_url_and_credentials_chain(s3_endpoint, bucket, aws_env, tmp_path):
@@ -326,11 +351,18 @@ def test_s3_prefix_with_endpoint_url_and_credentials_chain(s3_endpoint, bucket, 
         downloaded=lambda *args: calls.append(args),
     )
     path = store.fetch("team/a/model.tar.gz")
-    assert (path / "model.joblib").read_bytes() == b"weights" and (path / "code" / "inference.py").is_file()
+    assert (path / "model.joblib").read_bytes() == b"weights" and (
+        path / "code" / "inference.py"
+    ).is_file()
     assert not (path.parent / "download").exists()  # the archive itself is not kept
     folder = store.fetch("sk")
-    assert (folder / "model.joblib").read_bytes() == b"dir-weights" and (folder / "code" / "inference.py").is_file()
-    assert [(target, nbytes) for target, _, nbytes in calls] == [("team/a/model.tar.gz", len(body)), ("sk", 18)]
+    assert (folder / "model.joblib").read_bytes() == b"dir-weights" and (
+        folder / "code" / "inference.py"
+    ).is_file()
+    assert [(target, nbytes) for target, _, nbytes in calls] == [
+        ("team/a/model.tar.gz", len(body)),
+        ("sk", 18),
+    ]
     assert store.list_models() == ["sk", "team/a/model.tar.gz"]
     assert store.list_models(limit=1) == ["sk"]
     with pytest.raises(ValidationError, match=rf"'nope.tar.gz' not found under s3://{bucket}/mme"):
@@ -357,7 +389,8 @@ def test_s3_object_escaping_its_folder_is_refused(s3_endpoint, bucket, tmp_path)
 
 
 def test_s3_target_must_be_a_model(s3_endpoint, bucket, tmp_path):
-    # As list_models: a folder around a model, a part of a model or a hidden folder is no TargetModel.
+    # As list_models: a folder around a model, a part of a model or a hidden folder is no
+    # TargetModel.
     client = s3_client(s3_endpoint)
     for key in (
         "secret/inner/model.joblib",
@@ -369,7 +402,9 @@ def test_s3_target_must_be_a_model(s3_endpoint, bucket, tmp_path):
         "marker/",
         "echo/code/inference.py",
     ):
-        client.put_object(Bucket=bucket, Key=key, Body=archive_bytes({"w": b"1"}) if key.endswith(".gz") else b"x")
+        client.put_object(
+            Bucket=bucket, Key=key, Body=archive_bytes({"w": b"1"}) if key.endswith(".gz") else b"x"
+        )
     client.put_object(Bucket=bucket, Key="marker/inner/model.joblib", Body=b"x")
     store = ModelStore(f"s3://{bucket}", tmp_path / "cache", s3_client=client)
     for target, why in [
@@ -384,9 +419,16 @@ def test_s3_target_must_be_a_model(s3_endpoint, bucket, tmp_path):
         with pytest.raises(ValidationError, match=why) as caught:
             store.check(target)
         assert f"model {target!r}" in caught.value.message
-    for target in ("secret/inner", "sk", "only-archives/a.tar.gz", "marker/inner", "echo"):  # echo: a handler only
+    # echo: a handler only
+    for target in ("secret/inner", "sk", "only-archives/a.tar.gz", "marker/inner", "echo"):
         store.check(target)
-    assert store.list_models() == ["echo", "marker/inner", "only-archives/a.tar.gz", "secret/inner", "sk"]
+    assert store.list_models() == [
+        "echo",
+        "marker/inner",
+        "only-archives/a.tar.gz",
+        "secret/inner",
+        "sk",
+    ]
 
 
 def test_s3_failures_name_bucket_and_key(s3_endpoint, tmp_path):
@@ -394,14 +436,18 @@ def test_s3_failures_name_bucket_and_key(s3_endpoint, tmp_path):
     store = ModelStore("s3://models-down/mme/", tmp_path / "cache", s3_client=unreachable)
     with pytest.raises(ModelStoreError, match="s3://models-down/mme/m.tar.gz"):
         store.fetch("m.tar.gz")
-    missing_bucket = ModelStore("s3://no-such-bucket-here/", tmp_path / "cache", s3_client=s3_client(s3_endpoint))
+    missing_bucket = ModelStore(
+        "s3://no-such-bucket-here/", tmp_path / "cache", s3_client=s3_client(s3_endpoint)
+    )
     with pytest.raises(ModelStoreError, match="NoSuchBucket"):
         missing_bucket.list_models()
 
 
 def test_concurrent_fetch_of_one_s3_target_downloads_once(s3_endpoint, bucket, tmp_path):
     client = s3_client(s3_endpoint)
-    client.put_object(Bucket=bucket, Key="hot.tar.gz", Body=archive_bytes({"w": incompressible(64 * KB)}))
+    client.put_object(
+        Bucket=bucket, Key="hot.tar.gz", Body=archive_bytes({"w": incompressible(64 * KB)})
+    )
     downloads = []
 
     def count_and_stall(**_):

@@ -1,7 +1,8 @@
-"""A response's head goes out with its body in one write (serving.http.one_write), through a real uvicorn server.
+"""A response's head goes out with its body in one write (serving.http.one_write), through a real
+uvicorn server.
 
-The write count is the server thread's own `syscw` (/proc/self/task/TID/io): every socket write of the server's
-event loop, and nothing of the client's, which runs on this test's thread.
+The write count is the server thread's own `syscw` (/proc/self/task/TID/io): every socket write of
+the server's event loop, and nothing of the client's, which runs on this test's thread.
 """
 
 from __future__ import annotations
@@ -43,8 +44,11 @@ async def slow_stream(request):
 
 
 async def broken(scope, receive, send):
-    """Declares a body it never sends: uvicorn closes the connection, which must still send the held head."""
-    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"10")]})
+    """Declares a body it never sends: uvicorn closes the connection, which must still send the held
+    head."""
+    await send(
+        {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"10")]}
+    )
     raise RuntimeError("the app failed after its head")
 
 
@@ -83,7 +87,9 @@ def test_each_response_is_one_write(server):
         response = connection.getresponse()
         assert response.status == 200 and response.read() == b'{"ok": 1}'
     per_response = (_writes(server) - before) / n
-    assert per_response <= 1.05, f"{per_response} socket writes per response (head and body apart: 2)"
+    assert per_response <= 1.05, (
+        f"{per_response} socket writes per response (head and body apart: 2)"
+    )
 
 
 def test_large_body_head_and_empty_responses_are_whole(server):
@@ -137,7 +143,11 @@ def test_a_head_whose_body_never_comes_is_sent_before_the_close(server):
 
 def test_pipelined_requests_get_their_own_answers_in_order(server):
     with socket.create_connection((server.host, server.port), timeout=5) as sock:
-        sock.sendall(b"HEAD /plain HTTP/1.1\r\nhost: x\r\n\r\nGET /empty HTTP/1.1\r\nhost: x\r\n\r\n" * 2)
+        sock.sendall(
+            b"HEAD /plain HTTP/1.1\r\nhost: x\r\n\r\nGET /empty HTTP/1.1\r\nhost: x\r\n\r\n" * 2
+        )
         data = _recv_until(sock, b"never", time.monotonic() + 1.5)
-    statuses = [line.split(b" ")[1] for line in data.split(b"\r\n") if line.startswith(b"HTTP/1.1 ")]
+    statuses = [
+        line.split(b" ")[1] for line in data.split(b"\r\n") if line.startswith(b"HTTP/1.1 ")
+    ]
     assert statuses == [b"200", b"204", b"200", b"204"]

@@ -1,6 +1,6 @@
-"""V2 inference requests and responses as Triton's client writes and reads them (`tritonclient.http`'s own
-request builder and result parser, no server): every datatype in JSON and binary, the container bodies they
-become, and refusals that name the field at fault."""
+"""V2 inference requests and responses as Triton's client writes and reads them
+(`tritonclient.http`'s own request builder and result parser, no server): every datatype in JSON and
+binary, the container bodies they become, and refusals that name the field at fault."""
 
 from __future__ import annotations
 
@@ -32,7 +32,9 @@ NUMERIC = {
 }
 
 
-def triton_request(arrays: dict[str, tuple[np.ndarray, str]], binary: bool, outputs=None) -> tuple[bytes, str | None]:
+def triton_request(
+    arrays: dict[str, tuple[np.ndarray, str]], binary: bool, outputs=None
+) -> tuple[bytes, str | None]:
     inputs = []
     for name, (array, datatype) in arrays.items():
         tensor = triton.InferInput(name, list(array.shape), datatype)
@@ -44,7 +46,9 @@ def triton_request(arrays: dict[str, tuple[np.ndarray, str]], binary: bool, outp
 
 def triton_result(body: bytes, headers: dict[str, str]) -> triton.InferResult:
     length = headers.get("Inference-Header-Content-Length")
-    return triton.InferResult.from_response_body(body, header_length=None if length is None else int(length))
+    return triton.InferResult.from_response_body(
+        body, header_length=None if length is None else int(length)
+    )
 
 
 @pytest.mark.parametrize("binary", [True, False], ids=["binary", "json"])
@@ -55,14 +59,18 @@ def test_every_datatype_arrives_as_sent_and_returns_as_sent(datatype: str, binar
     elif datatype == "BOOL":
         array = np.array([[True, False], [False, True]])
     else:
-        array = (np.arange(6).reshape(2, 3) * (1.5 if datatype.startswith("FP") else 1)).astype(NUMERIC[datatype])
+        array = (np.arange(6).reshape(2, 3) * (1.5 if datatype.startswith("FP") else 1)).astype(
+            NUMERIC[datatype]
+        )
     body, length = triton_request({"x": (array, datatype)}, binary)
     request = codec.parse_request(body, length)
     ((name, got),) = request.inputs
     assert name == "x" and got.shape == array.shape
     assert got.tolist() == array.tolist() and (datatype == "BYTES" or got.dtype == array.dtype)
     request.binary_output = binary
-    answer, headers = codec.encode_response("ep.c", "1", request, codec.chosen_outputs("ep.c", request, [("y", got)]))
+    answer, headers = codec.encode_response(
+        "ep.c", "1", request, codec.chosen_outputs("ep.c", request, [("y", got)])
+    )
     result = triton_result(answer, headers)
     assert result.get_output("y")["datatype"] == datatype
     returned = result.as_numpy("y")
@@ -73,7 +81,9 @@ def test_every_datatype_arrives_as_sent_and_returns_as_sent(datatype: str, binar
 
 def test_nested_json_data_and_flat_json_data_are_the_same_tensor() -> None:
     flat = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [2, 2], "data": [1, 2, 3, 4]}]}
-    nested = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [2, 2], "data": [[1, 2], [3, 4]]}]}
+    nested = {
+        "inputs": [{"name": "x", "datatype": "FP32", "shape": [2, 2], "data": [[1, 2], [3, 4]]}]
+    }
     a = codec.parse_request(json.dumps(flat).encode(), None).inputs[0][1]
     b = codec.parse_request(json.dumps(nested).encode(), None).inputs[0][1]
     assert a.dtype == np.float32 and a.tolist() == b.tolist() == [[1, 2], [3, 4]]
@@ -90,10 +100,26 @@ def test_nested_json_data_and_flat_json_data_are_the_same_tensor() -> None:
             None,
             "inputs[0].data: 3 elements given for shape [1, 4]",
         ),
-        (b'{"inputs": [{"name": "x", "datatype": "BF16", "shape": [1], "data": [1]}]}', None, "datatype 'BF16'"),
-        (b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [-1], "data": [1]}]}', None, "inputs[0].shape"),
-        (b'{"inputs": [{"name": "x", "datatype": "INT8", "shape": [1], "data": [300]}]}', None, "do not fit INT8"),
-        (b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": ["a"]}]}', None, "must be numbers"),
+        (
+            b'{"inputs": [{"name": "x", "datatype": "BF16", "shape": [1], "data": [1]}]}',
+            None,
+            "datatype 'BF16'",
+        ),
+        (
+            b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [-1], "data": [1]}]}',
+            None,
+            "inputs[0].shape",
+        ),
+        (
+            b'{"inputs": [{"name": "x", "datatype": "INT8", "shape": [1], "data": [300]}]}',
+            None,
+            "do not fit INT8",
+        ),
+        (
+            b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": ["a"]}]}',
+            None,
+            "must be numbers",
+        ),
         (b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1]}]}', None, "inputs[0]: data"),
         (
             b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [1]}, '
@@ -124,7 +150,9 @@ def test_nested_json_data_and_flat_json_data_are_the_same_tensor() -> None:
         (b"{}", "999", "Inference-Header-Content-Length"),
     ],
 )
-def test_malformed_requests_are_refused_naming_the_field(document: bytes, length: str | None, words: str) -> None:
+def test_malformed_requests_are_refused_naming_the_field(
+    document: bytes, length: str | None, words: str
+) -> None:
     if length == "4 at the end":  # the JSON, then 4 bytes of tensor data
         length = str(len(document) - 4)
     with pytest.raises(ValidationError) as refused:
@@ -138,7 +166,10 @@ def test_a_container_reads_one_tensor_as_npy_or_csv_and_several_by_name() -> Non
     body, kind = codec.container_body(one, NPY)
     assert kind == NPY and np.load(io.BytesIO(body), allow_pickle=False).tolist() == rows.tolist()
     body, kind = codec.container_body(one, CSV)
-    assert kind == CSV and np.loadtxt(io.StringIO(body.decode()), delimiter=",").tolist() == rows.tolist()
+    assert (
+        kind == CSV
+        and np.loadtxt(io.StringIO(body.decode()), delimiter=",").tolist() == rows.tolist()
+    )
     body, kind = codec.container_body(one, JSON)
     assert kind == JSON and np.asarray(json.loads(body), dtype=np.float32).tolist() == rows.tolist()
     two = codec.InferRequest([("a", rows), ("b", np.array([1, 2], dtype=np.int64))])
@@ -155,9 +186,19 @@ def test_a_container_reads_one_tensor_as_npy_or_csv_and_several_by_name() -> Non
     [
         (None, NPY, ["probabilities"], {"probabilities": [[0.25, 0.75]]}),
         (b"0.5\n0.25\n", CSV, [], {"output-0": [0.5, 0.25]}),
-        (b'{"labels": ["setosa"], "scores": [0.9]}', JSON, [], {"labels": [b"setosa"], "scores": [0.9]}),
+        (
+            b'{"labels": ["setosa"], "scores": [0.9]}',
+            JSON,
+            [],
+            {"labels": [b"setosa"], "scores": [0.9]},
+        ),
         (b'{"outputs": {"a": [1], "b": [2]}}', JSON, [], {"a": [1], "b": [2]}),
-        (b"[[1, 2], [3, 4]]", "application/json; charset=utf-8", [], {"output-0": [[1, 2], [3, 4]]}),
+        (
+            b"[[1, 2], [3, 4]]",
+            "application/json; charset=utf-8",
+            [],
+            {"output-0": [[1, 2], [3, 4]]},
+        ),
         (b'[{"score": 0.5}]', JSON, [], {"output-0": [b'[{"score": 0.5}]']}),
         (b"plain words", "text/plain", ["y"], {"y": [b"plain words"]}),
     ],
@@ -173,7 +214,8 @@ def test_a_containers_answer_becomes_named_outputs(body, content_type, names, ex
 
 def test_requested_outputs_choose_and_order_and_each_says_if_it_is_binary() -> None:
     request = codec.InferRequest(
-        [("x", np.zeros(1))], outputs=[codec.RequestedOutput("b", True), codec.RequestedOutput("a", False)]
+        [("x", np.zeros(1))],
+        outputs=[codec.RequestedOutput("b", True), codec.RequestedOutput("a", False)],
     )
     chosen = codec.chosen_outputs("ep", request, [("a", np.array([1])), ("b", np.array([2.5]))])
     answer, headers = codec.encode_response("ep", None, request, chosen)

@@ -1,6 +1,6 @@
-"""The V2 gRPC service without Ray: messages built and read by Triton's own gRPC client code (`tritonclient.grpc`,
-its own generated classes) against ours, a real plaintext listener answering real calls, and the checked-in protoc
-output against what protoc makes of the checked-in .proto."""
+"""The V2 gRPC service without Ray: messages built and read by Triton's own gRPC client code
+(`tritonclient.grpc`, its own generated classes) against ours, a real plaintext listener answering
+real calls, and the checked-in protoc output against what protoc makes of the checked-in .proto."""
 
 from __future__ import annotations
 
@@ -40,13 +40,16 @@ ARRAYS = {
 
 
 def triton_message(arrays: dict[str, tuple[np.ndarray, str]], outputs=None) -> pb.ModelInferRequest:
-    """The request Triton's gRPC client sends (raw contents), serialized by its classes and parsed by ours."""
+    """The request Triton's gRPC client sends (raw contents), serialized by its classes and parsed
+    by ours."""
     inputs = []
     for name, (array, datatype) in arrays.items():
         tensor = triton.InferInput(name, list(array.shape), datatype)
         tensor.set_data_from_numpy(array)
         inputs.append(tensor)
-    request = _get_inference_request("ep.c", inputs, "", "req-1", outputs, 0, False, False, 0, None, None)
+    request = _get_inference_request(
+        "ep.c", inputs, "", "req-1", outputs, 0, False, False, 0, None, None
+    )
     return pb.ModelInferRequest.FromString(request.SerializeToString())
 
 
@@ -55,8 +58,15 @@ def test_tritons_raw_contents_arrive_and_return_as_sent(datatype: str) -> None:
     array = ARRAYS[datatype]
     request = grpc_codec.infer_request(triton_message({"x": (array, datatype)}))
     ((name, got),) = request.inputs
-    assert name == "x" and request.id == "req-1" and got.shape == array.shape and got.tolist() == array.tolist()
-    answer = grpc_codec.infer_response("ep.c", "1", request, codec.chosen_outputs("ep.c", request, [("y", got)]))
+    assert (
+        name == "x"
+        and request.id == "req-1"
+        and got.shape == array.shape
+        and got.tolist() == array.tolist()
+    )
+    answer = grpc_codec.infer_response(
+        "ep.c", "1", request, codec.chosen_outputs("ep.c", request, [("y", got)])
+    )
     result = triton.InferResult(service_pb2.ModelInferResponse.FromString(answer))
     assert result.get_output("y").datatype == datatype and result.get_response().id == "req-1"
     assert result.as_numpy("y").tolist() == array.tolist()
@@ -83,7 +93,9 @@ def test_typed_contents_of_every_kind(datatype: str, field: str, values: list) -
     assert array.shape == (1, 2) and array.reshape(-1).tolist() == values
 
 
-def _message(datatype="FP32", shape=(1, 2), field="fp32_contents", values=(1.0, 2.0), raw=None) -> pb.ModelInferRequest:
+def _message(
+    datatype="FP32", shape=(1, 2), field="fp32_contents", values=(1.0, 2.0), raw=None
+) -> pb.ModelInferRequest:
     message = pb.ModelInferRequest(model_name="ep")
     tensor = message.inputs.add(name="x", datatype=datatype, shape=list(shape))
     if raw is None:
@@ -96,16 +108,27 @@ def _message(datatype="FP32", shape=(1, 2), field="fp32_contents", values=(1.0, 
 @pytest.mark.parametrize(
     "message, words",
     [
-        (_message(values=(1.0,)), "inputs[0].contents.fp32_contents: 1 elements given for shape [1, 2]"),
-        (_message(datatype="FP16", field="fp32_contents"), "FP16 has no typed contents: send it in raw_input_contents"),
+        (
+            _message(values=(1.0,)),
+            "inputs[0].contents.fp32_contents: 1 elements given for shape [1, 2]",
+        ),
+        (
+            _message(datatype="FP16", field="fp32_contents"),
+            "FP16 has no typed contents: send it in raw_input_contents",
+        ),
         (_message(datatype="INT8", field="int_contents", values=(300, 1)), "out of INT8's range"),
         (_message(datatype="BF16"), "datatype 'BF16' is not supported"),
         (_message(raw=[b"\0" * 8, b"\0" * 8]), "raw_input_contents: 2 values for 1 inputs"),
-        (_message(raw=[b"\0" * 4]), "raw_input_contents[0]: its binary data is 4 bytes, shape [1, 2] of FP32 needs 8"),
+        (
+            _message(raw=[b"\0" * 4]),
+            "raw_input_contents[0]: its binary data is 4 bytes, shape [1, 2] of FP32 needs 8",
+        ),
         (pb.ModelInferRequest(model_name="ep"), "inputs: at least one tensor is required"),
     ],
 )
-def test_malformed_messages_are_refused_naming_the_field(message: pb.ModelInferRequest, words: str) -> None:
+def test_malformed_messages_are_refused_naming_the_field(
+    message: pb.ModelInferRequest, words: str
+) -> None:
     with pytest.raises(ValidationError) as refused:
         grpc_codec.infer_request(message)
     assert words in refused.value.message
@@ -131,12 +154,15 @@ def test_model_metadata_reads_as_tritons() -> None:
 
 
 def test_a_plaintext_listener_answers_tritons_client_and_refuses_what_it_must() -> None:
-    """A real listener over the real pipeline with an empty endpoint table (port 0: the kernel picks one)."""
+    """A real listener over the real pipeline with an empty endpoint table (port 0: the kernel picks
+    one)."""
 
     async def scenario() -> None:
         settings = ServerSettings(port=0, grpc_port=0, max_payload_mb=0.001)
         invocations = Invocations(settings, ContainerTransport(default_limit=4))
-        service = GrpcInference(OpenInference(invocations, lambda: ["endpoint ep is not routable yet"]), settings)
+        service = GrpcInference(
+            OpenInference(invocations, lambda: ["endpoint ep is not routable yet"]), settings
+        )
         await service.start()
         assert service.server is not None and service.port
         client = triton_aio.InferenceServerClient(f"127.0.0.1:{service.port}")
@@ -175,4 +201,6 @@ def test_the_checked_in_protoc_output_is_what_the_proto_makes(tmp_path: Path) ->
     subprocess.run(command, check=True, capture_output=True, timeout=60)
     for name in ("grpc_messages_pb2.py", "grpc_messages_pb2.pyi"):
         made = (tmp_path / "serving" / "open_inference" / name).read_text()
-        assert made == (PACKAGE / name).read_text(), f"{name} is stale: regenerate it (grpc_messages.proto says how)"
+        assert made == (PACKAGE / name).read_text(), (
+            f"{name} is stale: regenerate it (grpc_messages.proto says how)"
+        )

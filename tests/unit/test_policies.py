@@ -1,4 +1,5 @@
-"""serving.access.policies: IAM-style evaluation (table-driven and property-based) and document validation."""
+"""serving.access.policies: IAM-style evaluation (table-driven and property-based) and document
+validation."""
 
 from __future__ import annotations
 
@@ -67,11 +68,29 @@ def like(*values: str, key: str = KEY_TARGET_CONTAINER, op: str = "StringLike") 
 CASES: list[tuple[str, list[dict[str, Any]], RequestContext, bool, str | None]] = [
     # --- Action / NotAction: names are case-insensitive, * and ? wildcards
     ("exact action and resource", [allow(Resource=ARN)], request(), True, "p#Statement[0]"),
-    ("allow everything", [{"Effect": "Allow", "Action": "*", "Resource": "*"}], request(), True, "p#Statement[0]"),
-    ("action in another case", [allow(Action="SAGEMAKER:invokeendpoint")], request(), True, "p#Statement[0]"),
+    (
+        "allow everything",
+        [{"Effect": "Allow", "Action": "*", "Resource": "*"}],
+        request(),
+        True,
+        "p#Statement[0]",
+    ),
+    (
+        "action in another case",
+        [allow(Action="SAGEMAKER:invokeendpoint")],
+        request(),
+        True,
+        "p#Statement[0]",
+    ),
     ("action wildcard *", [allow(Action="sagemaker:Invoke*")], request(), True, "p#Statement[0]"),
     ("service wildcard", [allow(Action="sagemaker:*")], request(), True, "p#Statement[0]"),
-    ("action wildcard ?", [allow(Action="sagemaker:InvokeEndpoin?")], request(), True, "p#Statement[0]"),
+    (
+        "action wildcard ?",
+        [allow(Action="sagemaker:InvokeEndpoin?")],
+        request(),
+        True,
+        "p#Statement[0]",
+    ),
     ("other action only", [allow(Action="sagemaker:CreateEndpoint")], request(), False, None),
     ("action prefix is not a match", [allow(Action="sagemaker:Invoke")], request(), False, None),
     (
@@ -184,7 +203,13 @@ CASES: list[tuple[str, list[dict[str, Any]], RequestContext, bool, str | None]] 
     ),
     (
         "NotResource of this endpoint",
-        [only(Effect="Allow", Action=ACTION_INVOKE, NotResource="arn:aws:sagemaker:*:*:endpoint/mce-*")],
+        [
+            only(
+                Effect="Allow",
+                Action=ACTION_INVOKE,
+                NotResource="arn:aws:sagemaker:*:*:endpoint/mce-*",
+            )
+        ],
         request(),
         False,
         None,
@@ -206,8 +231,20 @@ CASES: list[tuple[str, list[dict[str, Any]], RequestContext, bool, str | None]] 
         True,
         "p#Statement[0]",
     ),
-    ("first matching allow decides", [allow(Sid="First"), allow(Sid="Second")], request(), True, "p#First"),
-    ("no statement at all matches", [deny(Condition=like("special*"))], request("common-wine"), False, None),
+    (
+        "first matching allow decides",
+        [allow(Sid="First"), allow(Sid="Second")],
+        request(),
+        True,
+        "p#First",
+    ),
+    (
+        "no statement at all matches",
+        [deny(Condition=like("special*"))],
+        request("common-wine"),
+        False,
+        None,
+    ),
     # --- Conditions: values case-sensitive, keys case-insensitive
     (
         "StringEquals exact",
@@ -232,7 +269,11 @@ CASES: list[tuple[str, list[dict[str, Any]], RequestContext, bool, str | None]] 
     ),
     (
         "condition key in another case",
-        [allow(Condition={"StringEquals": {"SageMaker:targetcontainerhostname": "customIps-iris"}})],
+        [
+            allow(
+                Condition={"StringEquals": {"SageMaker:targetcontainerhostname": "customIps-iris"}}
+            )
+        ],
         request(),
         True,
         "p#Statement[0]",
@@ -251,7 +292,13 @@ CASES: list[tuple[str, list[dict[str, Any]], RequestContext, bool, str | None]] 
         False,
         None,
     ),
-    ("StringLike is case-sensitive", [allow(Condition=like("customips*"))], request("customIps-iris"), False, None),
+    (
+        "StringLike is case-sensitive",
+        [allow(Condition=like("customips*"))],
+        request("customIps-iris"),
+        False,
+        None,
+    ),
     (
         "StringLike ? is one character",
         [allow(Condition=like("common-win?"))],
@@ -287,7 +334,13 @@ CASES: list[tuple[str, list[dict[str, Any]], RequestContext, bool, str | None]] 
         True,
         "p#Statement[0]",
     ),
-    ("StringNotLike match", [allow(Condition=like("special*", op="StringNotLike"))], request("special-x"), False, None),
+    (
+        "StringNotLike match",
+        [allow(Condition=like("special*", op="StringNotLike"))],
+        request("special-x"),
+        False,
+        None,
+    ),
     (
         "StringNotEquals lists are all excluded",
         [allow(Condition=like("a", "customIps-iris", op="StringNotEquals"))],
@@ -303,7 +356,13 @@ CASES: list[tuple[str, list[dict[str, Any]], RequestContext, bool, str | None]] 
         False,
         None,
     ),
-    ("missing key fails StringLike", [allow(Condition=like("*", key=KEY_TARGET_MODEL))], request(), False, None),
+    (
+        "missing key fails StringLike",
+        [allow(Condition=like("*", key=KEY_TARGET_MODEL))],
+        request(),
+        False,
+        None,
+    ),
     (
         "missing key passes StringNotEquals",
         [allow(Condition=like("m.tar.gz", key=KEY_TARGET_MODEL, op="StringNotEquals"))],
@@ -370,14 +429,26 @@ CASES: list[tuple[str, list[dict[str, Any]], RequestContext, bool, str | None]] 
     # --- several keys and operators are ANDed, several values ORed
     (
         "two keys both hold",
-        [allow(Condition={"StringLike": {KEY_TARGET_CONTAINER: "customIps*", KEY_TARGET_MODEL: "m*"}})],
+        [
+            allow(
+                Condition={
+                    "StringLike": {KEY_TARGET_CONTAINER: "customIps*", KEY_TARGET_MODEL: "m*"}
+                }
+            )
+        ],
         request(model="m1"),
         True,
         "p#Statement[0]",
     ),
     (
         "two keys, one fails",
-        [allow(Condition={"StringLike": {KEY_TARGET_CONTAINER: "customIps*", KEY_TARGET_MODEL: "m*"}})],
+        [
+            allow(
+                Condition={
+                    "StringLike": {KEY_TARGET_CONTAINER: "customIps*", KEY_TARGET_MODEL: "m*"}
+                }
+            )
+        ],
         request(model="x1"),
         False,
         None,
@@ -413,7 +484,9 @@ def test_evaluation(
 
 def test_deny_in_another_document_wins() -> None:
     permissive = parse_policy({"Statement": [allow()]}, "allow.json")
-    restrictive = parse_policy({"Statement": [deny(Sid="NoSpecial", Condition=like("special*"))]}, "deny.json")
+    restrictive = parse_policy(
+        {"Statement": [deny(Sid="NoSpecial", Condition=like("special*"))]}, "deny.json"
+    )
     for order in ([permissive, restrictive], [restrictive, permissive]):
         decision = evaluate(order, request("special-labels"))
         assert (decision.allowed, decision.statement) == (False, "deny.json#NoSpecial")
@@ -475,7 +548,11 @@ INVALID = [
         {"Statement": [allow(), allow(Effect="allow")]},
         ["Statement[1].Effect: Input should be 'Allow' or 'Deny'"],
     ),
-    ("missing Effect", {"Statement": [only(Action="*", Resource="*")]}, ["Statement[0].Effect: Field required"]),
+    (
+        "missing Effect",
+        {"Statement": [only(Action="*", Resource="*")]},
+        ["Statement[0].Effect: Field required"],
+    ),
     (
         "Action and NotAction",
         {"Statement": [allow(NotAction="sagemaker:CreateEndpoint")]},
@@ -496,7 +573,11 @@ INVALID = [
         {"Statement": [allow(Principal="*")]},
         ["Statement[0].Principal: unknown field"],
     ),
-    ("empty Action list", {"Statement": [allow(Action=[])]}, ["Statement[0].Action: List should have at least 1 item"]),
+    (
+        "empty Action list",
+        {"Statement": [allow(Action=[])]},
+        ["Statement[0].Action: List should have at least 1 item"],
+    ),
     (
         "action without a service",
         {"Statement": [allow(), allow(Action="InvokeEndpoint")]},
@@ -525,14 +606,22 @@ INVALID = [
     (
         "condition value not a string",
         {"Statement": [allow(Condition={"StringLike": {KEY_TARGET_CONTAINER: [1]}})]},
-        [f"Statement[0].Condition.StringLike.{KEY_TARGET_CONTAINER}[0]: Input should be a valid string"],
+        [
+            f"Statement[0].Condition.StringLike.{KEY_TARGET_CONTAINER}[0]: Input should be a valid string"
+        ],
     ),
-    ("duplicate Sid", {"Statement": [allow(Sid="A"), deny(Sid="A")]}, ["Statement[1].Sid 'A' duplicates Statement[0]"]),
+    (
+        "duplicate Sid",
+        {"Statement": [allow(Sid="A"), deny(Sid="A")]},
+        ["Statement[1].Sid 'A' duplicates Statement[0]"],
+    ),
     ("Sid with spaces", {"Statement": [allow(Sid="my statement")]}, ["Statement[0].Sid"]),
 ]
 
 
-@pytest.mark.parametrize(("document", "fragments"), [c[1:] for c in INVALID], ids=[c[0] for c in INVALID])
+@pytest.mark.parametrize(
+    ("document", "fragments"), [c[1:] for c in INVALID], ids=[c[0] for c in INVALID]
+)
 def test_invalid_documents_are_refused(document: Any, fragments: list[str]) -> None:
     with pytest.raises(PolicyError) as raised:
         parse_policy(document)
@@ -550,7 +639,9 @@ def test_every_problem_is_reported(tmp_path: Path) -> None:
 
 def test_duplicate_json_keys_are_refused(tmp_path: Path) -> None:
     path = tmp_path / "dup.json"
-    path.write_text('{"Statement": [{"Effect": "Deny", "Effect": "Allow", "Action": "*", "Resource": "*"}]}')
+    path.write_text(
+        '{"Statement": [{"Effect": "Deny", "Effect": "Allow", "Action": "*", "Resource": "*"}]}'
+    )
     with pytest.raises(PolicyError, match="duplicate key 'Effect'"):
         load_policy(path)
 
@@ -565,7 +656,9 @@ def test_unreadable_and_malformed_files(tmp_path: Path) -> None:
 
 def test_loaded_policy_round_trips_through_a_record() -> None:
     policy = load_policy(ROOT / "policies" / "all-but-special.json")
-    again = parse_policy(json.loads(json.dumps(policy.to_record()["Document"])), policy.to_record()["Name"])
+    again = parse_policy(
+        json.loads(json.dumps(policy.to_record()["Document"])), policy.to_record()["Name"]
+    )
     for container in ("customIps-iris", "special-labels"):
         assert evaluate([again], request(container)) == evaluate([policy], request(container))
 
@@ -592,7 +685,15 @@ CONDITIONS = st.dictionaries(
     max_size=2,
 )
 ACTIONS = st.lists(
-    st.sampled_from(["*", ACTION_INVOKE, "sagemaker:invoke*", "sagemaker:CreateEndpoint", "sagemaker:?nvokeEndpoint"]),
+    st.sampled_from(
+        [
+            "*",
+            ACTION_INVOKE,
+            "sagemaker:invoke*",
+            "sagemaker:CreateEndpoint",
+            "sagemaker:?nvokeEndpoint",
+        ]
+    ),
     min_size=1,
     max_size=2,
 )
@@ -614,8 +715,12 @@ RESOURCES = st.lists(
 @st.composite
 def statements(draw: st.DrawFn, effect: str | None = None) -> dict[str, Any]:
     statement: dict[str, Any] = {"Effect": effect or draw(st.sampled_from(["Allow", "Deny"]))}
-    statement["NotAction" if draw(st.booleans()) and draw(st.booleans()) else "Action"] = draw(ACTIONS)
-    statement["NotResource" if draw(st.booleans()) and draw(st.booleans()) else "Resource"] = draw(RESOURCES)
+    statement["NotAction" if draw(st.booleans()) and draw(st.booleans()) else "Action"] = draw(
+        ACTIONS
+    )
+    statement["NotResource" if draw(st.booleans()) and draw(st.booleans()) else "Resource"] = draw(
+        RESOURCES
+    )
     condition = draw(CONDITIONS)
     if condition:
         statement["Condition"] = condition
@@ -658,9 +763,17 @@ def test_removing_an_allow_never_allows_more(
 
 
 @PROPERTIES
-@given(statements(effect="Allow"), CONDITIONS, st.lists(statements(effect="Deny"), max_size=2), REQUESTS)
+@given(
+    statements(effect="Allow"),
+    CONDITIONS,
+    st.lists(statements(effect="Deny"), max_size=2),
+    REQUESTS,
+)
 def test_a_condition_only_narrows_an_allow(
-    statement: dict[str, Any], condition: dict[str, Any], denies: list[dict[str, Any]], context: RequestContext
+    statement: dict[str, Any],
+    condition: dict[str, Any],
+    denies: list[dict[str, Any]],
+    context: RequestContext,
 ) -> None:
     stricter = {**statement, "Condition": {**statement.get("Condition", {}), **condition}}
     if not condition or set(condition) & set(statement.get("Condition", {})):
@@ -671,7 +784,9 @@ def test_a_condition_only_narrows_an_allow(
 
 @PROPERTIES
 @given(st.lists(statements(), min_size=1, max_size=5), st.randoms(use_true_random=False), REQUESTS)
-def test_statement_order_does_not_matter(statement_list: list[dict[str, Any]], random, context: RequestContext) -> None:
+def test_statement_order_does_not_matter(
+    statement_list: list[dict[str, Any]], random, context: RequestContext
+) -> None:
     shuffled = list(statement_list)
     random.shuffle(shuffled)
     assert allowed(statement_list, context) == allowed(shuffled, context)
@@ -679,8 +794,12 @@ def test_statement_order_does_not_matter(statement_list: list[dict[str, Any]], r
 
 @PROPERTIES
 @given(st.lists(statements(), max_size=4), REQUESTS)
-def test_deny_everything_denies_everything(statement_list: list[dict[str, Any]], context: RequestContext) -> None:
-    assert not allowed(statement_list + [{"Effect": "Deny", "Action": "*", "Resource": "*"}], context)
+def test_deny_everything_denies_everything(
+    statement_list: list[dict[str, Any]], context: RequestContext
+) -> None:
+    assert not allowed(
+        statement_list + [{"Effect": "Deny", "Action": "*", "Resource": "*"}], context
+    )
 
 
 @PROPERTIES

@@ -1,6 +1,6 @@
-"""A streamed answer takes the predictor's path (serving/model_server/predictors.py): the same limiter and timing as
-a whole answer, whichever strategy the container runs, MultiModel included; and so it does through the data port
-(`build_container_app`, as the container process builds it)."""
+"""A streamed answer takes the predictor's path (serving/model_server/predictors.py): the same
+limiter and timing as a whole answer, whichever strategy the container runs, MultiModel included;
+and so it does through the data port (`build_container_app`, as the container process builds it)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,9 @@ from serving.models.multimodel import MultiModelHandler
 from serving.runtimes import InvocationContext, runtime_for
 from serving.runtimes.concurrency import BatchSettings
 
-# A whole answer echoes its document; {"stream": true} streams two chunks (each JSON, as the default output_fn
-# encodes it), the second once the test sets the model's "go" (so the stream stays open as long as the test needs).
+# A whole answer echoes its document; {"stream": true} streams two chunks (each JSON, as the default
+# output_fn encodes it), the second once the test sets the model's "go" (so the stream stays open as
+# long as the test needs).
 GATED_HANDLER = """
 import json, threading
 
@@ -60,7 +61,8 @@ def output_fn(prediction, accept):
 
 
 class Model:
-    """Stands for a runtime: `invoke` answers at once, `invoke_chunks` yields two chunks (or fails first)."""
+    """Stands for a runtime: `invoke` answers at once, `invoke_chunks` yields two chunks (or fails
+    first)."""
 
     def __init__(self, fail: bool = False) -> None:
         self.fail = fail
@@ -84,7 +86,9 @@ def test_a_stream_holds_a_model_thread_until_it_ends() -> None:
     async def main() -> None:
         stream = await threaded.stream(b"{}", "application/json", None, InvocationContext())
         assert list(stream.chunks) == [b"a", b"b"] and stream.content_type == "text/plain"
-        waiting = asyncio.create_task(threaded.predict(b"{}", "application/json", None, InvocationContext()))
+        waiting = asyncio.create_task(
+            threaded.predict(b"{}", "application/json", None, InvocationContext())
+        )
         await asyncio.sleep(0.2)
         assert not waiting.done()  # the one model thread is the stream's until it ends
         assert latencies == []  # timed to its end, not to its first chunk
@@ -133,18 +137,24 @@ def test_a_multi_model_container_streams_its_whole_answer_as_one_part() -> None:
         return await predictors.MultiModel(Models()).stream(b"{}", None, None, context)  # type: ignore[arg-type]
 
     stream = asyncio.run(main())
-    assert list(stream.chunks) == [b"answer of m1.tar.gz"] and stream.content_type == "application/json"
+    assert (
+        list(stream.chunks) == [b"answer of m1.tar.gz"]
+        and stream.content_type == "application/json"
+    )
     stream.end()
 
 
 def test_a_batched_container_streams_unmerged_on_its_model_thread() -> None:
     batched = predictors.choose(Model(), threads=1, batching=BatchSettings(4, max_delay_s=0.01))
-    assert isinstance(batched, predictors.Batched) and isinstance(batched.alone, predictors.Threaded)
+    assert isinstance(batched, predictors.Batched) and isinstance(
+        batched.alone, predictors.Threaded
+    )
 
     async def main() -> None:
         stream = await batched.stream(b"{}", "application/json", None, InvocationContext())
         assert list(stream.chunks) == [b"a", b"b"]
-        assert batched.alone.limiter().borrowed_tokens == 1  # the token batches and lone requests run under
+        # the token batches and lone requests run under
+        assert batched.alone.limiter().borrowed_tokens == 1
         stream.end()
         assert batched.alone.limiter().borrowed_tokens == 0
 
@@ -179,14 +189,17 @@ def hop(document: dict, stream: bool, **headers: str) -> dict:
 
 
 def settle(app: ContainerApp) -> None:
-    """Wait for the data port to finish with the requests it answered (a stream's end runs after its last byte)."""
+    """Wait for the data port to finish with the requests it answered (a stream's end runs after its
+    last byte)."""
     deadline = time.monotonic() + 10
     while app.in_flight and time.monotonic() < deadline:
         time.sleep(0.01)
     assert app.in_flight == 0
 
 
-def test_through_the_data_port_a_stream_holds_the_model_thread_a_whole_answer_waits_for(tmp_path: Path) -> None:
+def test_through_the_data_port_a_stream_holds_the_model_thread_a_whole_answer_waits_for(
+    tmp_path: Path,
+) -> None:
     (tmp_path / "code").mkdir()
     (tmp_path / "code" / "inference.py").write_text(GATED_HANDLER)
     runtime = runtime_for("python", tmp_path, {})
@@ -200,7 +213,9 @@ def test_through_the_data_port_a_stream_holds_the_model_thread_a_whole_answer_wa
             assert streamed.status_code == 200
             parts = payloads(streamed.iter_raw())
             assert json.loads(next(parts)) == "first"  # the stream is open, its model thread held
-            whole = pool.submit(client.post, protocol.INVOCATIONS_PATH, **hop({"row": 1}, stream=False))
+            whole = pool.submit(
+                client.post, protocol.INVOCATIONS_PATH, **hop({"row": 1}, stream=False)
+            )
             time.sleep(0.3)
             assert not whole.done()  # the one model thread is the stream's until its last chunk
             assert app.predictor.limiter().borrowed_tokens == 1
@@ -211,29 +226,41 @@ def test_through_the_data_port_a_stream_holds_the_model_thread_a_whole_answer_wa
         assert answer.status_code == 200 and answer.json() == {"row": 1}
         settle(app)
     assert app.predictor.limiter().borrowed_tokens == 0
-    assert len(latencies) == 2 and latencies[0] >= 0.3  # the stream's (its wait included), then the answer's
+    # the stream's (its wait included), then the answer's
+    assert len(latencies) == 2 and latencies[0] >= 0.3
     assert app.invocations == 2
 
 
-def test_through_the_data_port_a_multimodel_stream_is_its_models_timed_answer(tmp_path: Path) -> None:
+def test_through_the_data_port_a_multimodel_stream_is_its_models_timed_answer(
+    tmp_path: Path,
+) -> None:
     (tmp_path / "echo" / "code").mkdir(parents=True)
     (tmp_path / "echo" / "code" / "inference.py").write_text(ECHO_HANDLER)
     latencies: list[float] = []
-    handler = MultiModelHandler("python", str(tmp_path), {}, hostname="mm", model_latency=latencies.append)
+    handler = MultiModelHandler(
+        "python", str(tmp_path), {}, hostname="mm", model_latency=latencies.append
+    )
     app = build_container_app(None, "mm", models=handler)
     assert isinstance(app.predictor, predictors.MultiModel)
     target = {protocol.TARGET_MODEL: "echo"}
     try:
         with serve(app) as url, httpx.Client(base_url=url) as client:
-            with client.stream("POST", protocol.INVOCATIONS_PATH, **hop({"row": 1}, True, **target)) as streamed:
+            with client.stream(
+                "POST", protocol.INVOCATIONS_PATH, **hop({"row": 1}, True, **target)
+            ) as streamed:
                 assert streamed.status_code == 200
                 assert streamed.headers[protocol.MODEL_RESOLVED] == "true"
-                assert [json.loads(part) for part in payloads(streamed.iter_raw())] == [{"echo": {"row": 1}}]
+                assert [json.loads(part) for part in payloads(streamed.iter_raw())] == [
+                    {"echo": {"row": 1}}
+                ]
             whole = client.post(protocol.INVOCATIONS_PATH, **hop({"row": 1}, False, **target))
             assert whole.status_code == 200 and whole.json() == {"echo": {"row": 1}}
-            unknown = client.post(protocol.INVOCATIONS_PATH, **hop({}, True, **{protocol.TARGET_MODEL: "none"}))
+            unknown = client.post(
+                protocol.INVOCATIONS_PATH, **hop({}, True, **{protocol.TARGET_MODEL: "none"})
+            )
             assert unknown.status_code == 400 and unknown.headers[protocol.PLATFORM_ERROR] == "true"
             settle(app)
-        assert len(latencies) == 2  # the stream's model time and the whole answer's, each without the load
+        # the stream's model time and the whole answer's, each without the load
+        assert len(latencies) == 2
     finally:
         handler.close()

@@ -1,6 +1,7 @@
-"""`serving.ray_wing` exports its names lazily: each is the object its module defines, however the package's
-submodules were imported before, and a container replica's worker does not import the gateway with replica.py.
-Each check runs in a fresh interpreter, since this test process may have imported any of the modules already."""
+"""`serving.ray_wing` exports its names lazily: each is the object its module defines, however the
+package's submodules were imported before, and a container replica's worker does not import the
+gateway with replica.py. Each check runs in a fresh interpreter, since this test process may have
+imported any of the modules already."""
 
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ print(json.dumps({
 
 
 def _run(code: str) -> str:
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
     return done.stdout.strip().splitlines()[-1]
 
 

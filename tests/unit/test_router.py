@@ -136,17 +136,24 @@ def containers(
 ) -> dict[str, str]:
     """Hostname -> data-port URL of the shared containers."""
     labels_dir = write_handler(
-        tmp_path_factory.mktemp("labels"), LABELS_HANDLER, {"labels.json": json.dumps(iris.target_names)}
+        tmp_path_factory.mktemp("labels"),
+        LABELS_HANDLER,
+        {"labels.json": json.dumps(iris.target_names)},
     )
     runtimes = {
         "iris": load("sklearn", iris_classifier.path),
         # The pipeline's first step emits CSV (SageMaker's variable), which the next step reads.
-        "scaler": load("sklearn", iris_scaler.path, {"SAGEMAKER_DEFAULT_INVOCATIONS_ACCEPT": "text/csv"}),
+        "scaler": load(
+            "sklearn", iris_scaler.path, {"SAGEMAKER_DEFAULT_INVOCATIONS_ACCEPT": "text/csv"}
+        ),
         "classifier": load("sklearn", iris_on_scaled.path),
         "labels": load("python", labels_dir),
         "boom": load("python", write_handler(tmp_path_factory.mktemp("boom"), FAILING_HANDLER)),
     }
-    return {name: module_servers.serve(build_container_app(runtime, name)) for name, runtime in runtimes.items()}
+    return {
+        name: module_servers.serve(build_container_app(runtime, name))
+        for name, runtime in runtimes.items()
+    }
 
 
 def dead_url() -> str:
@@ -164,7 +171,12 @@ def endpoints() -> list[EndpointRoute]:
         EndpointRoute("pipeline-boom", "Serial", ("scaler", "boom", "labels")),
         EndpointRoute("named", "Serial", ("iris", "labels")),
         EndpointRoute("no-replicas", "Direct", ("iris",)),
-        EndpointRoute("failed", "Direct", ("iris",), failure="container iris: FileNotFoundError: no model.skops"),
+        EndpointRoute(
+            "failed",
+            "Direct",
+            ("iris",),
+            failure="container iris: FileNotFoundError: no model.skops",
+        ),
     ]
 
 
@@ -185,7 +197,8 @@ def start_router(
     default_limit: int = DEFAULT_MAX_CONCURRENCY,
     **settings: Any,
 ) -> tuple[str, ContainerTransport]:
-    """Serve a Router (its routes mounted in Starlette, as the gateway does); returns its URL and transport."""
+    """Serve a Router (its routes mounted in Starlette, as the gateway does); returns its URL and
+    transport."""
     transport = ContainerTransport(default_limit=default_limit)
     router = Router(ServerSettings(**settings), transport)
     router.endpoints = {route.name: route for route in routes}
@@ -199,7 +212,9 @@ def start_router(
         finally:
             await transport.close()
 
-    return servers.serve(serving_app(router.routes(), lifespan=lifespan, hot=router.hot_route())), transport
+    return servers.serve(
+        serving_app(router.routes(), lifespan=lifespan, hot=router.hot_route())
+    ), transport
 
 
 @pytest.fixture(scope="module")
@@ -215,7 +230,8 @@ RouterFactory = Callable[..., tuple[httpx.Client, ContainerTransport]]
 
 @pytest.fixture
 def make_router(servers: Servers) -> Iterator[RouterFactory]:
-    """A router of the test's own (settings, limits, replicas): a client for it and its transport."""
+    """A router of the test's own (settings, limits, replicas): a client for it and its
+    transport."""
     clients: list[httpx.Client] = []
 
     def make(*args: Any, **kwargs: Any) -> tuple[httpx.Client, ContainerTransport]:
@@ -232,10 +248,14 @@ def invoke(
     client: httpx.Client, endpoint: str, body: Any = ROWS, headers: dict[str, str] | None = None
 ) -> httpx.Response:
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
-    return client.post(f"/endpoints/{endpoint}/invocations", content=content, headers={**JSON, **(headers or {})})
+    return client.post(
+        f"/endpoints/{endpoint}/invocations", content=content, headers={**JSON, **(headers or {})}
+    )
 
 
-def assert_error(response: httpx.Response, status: int, code: str, *fragments: str) -> dict[str, Any]:
+def assert_error(
+    response: httpx.Response, status: int, code: str, *fragments: str
+) -> dict[str, Any]:
     assert response.status_code == status, response.text
     assert response.headers["x-amzn-ErrorType"] == code
     body = response.json()
@@ -248,7 +268,9 @@ def assert_error(response: httpx.Response, status: int, code: str, *fragments: s
 # --- success paths ---------------------------------------------------------------------
 
 
-def test_direct_routes_by_hostname_header(client: httpx.Client, iris_classifier: SavedModel) -> None:
+def test_direct_routes_by_hostname_header(
+    client: httpx.Client, iris_classifier: SavedModel
+) -> None:
     response = invoke(client, "direct", headers={protocol.TARGET_CONTAINER: "iris"})
     assert response.status_code == 200, response.text
     assert response.headers["content-type"] == "application/json"
@@ -260,7 +282,9 @@ def test_direct_routes_by_hostname_header(client: httpx.Client, iris_classifier:
     assert response.json()["labels"] == ["virginica", "setosa", "versicolor"]
 
 
-def test_single_container_needs_no_header(client: httpx.Client, iris_classifier: SavedModel) -> None:
+def test_single_container_needs_no_header(
+    client: httpx.Client, iris_classifier: SavedModel
+) -> None:
     response = invoke(client, "single")
     assert response.status_code == 200, response.text
     assert response.json() == iris_classifier.estimator.predict(np.array(ROWS)).tolist()
@@ -290,7 +314,9 @@ def test_serial_chain_hands_off_body_and_content_type(
     assert response.headers["x-Amzn-Invoked-Production-Variant"] == "AllTraffic"
 
 
-def test_serial_accept_is_for_the_last_container(client: httpx.Client, iris: Iris, iris_classifier: SavedModel) -> None:
+def test_serial_accept_is_for_the_last_container(
+    client: httpx.Client, iris: Iris, iris_classifier: SavedModel
+) -> None:
     # labels reads JSON only: had iris been asked for CSV, the chain would fail at labels.
     response = invoke(client, "named", headers={"accept": "text/csv"})
     assert response.status_code == 200, response.text
@@ -300,15 +326,25 @@ def test_serial_accept_is_for_the_last_container(client: httpx.Client, iris: Iri
 
 def test_inference_id_reaches_the_container(client: httpx.Client) -> None:
     response = invoke(
-        client, "direct", [1], headers={protocol.TARGET_CONTAINER: "labels", protocol.INFERENCE_ID: "req-123"}
+        client,
+        "direct",
+        [1],
+        headers={protocol.TARGET_CONTAINER: "labels", protocol.INFERENCE_ID: "req-123"},
     )
     assert response.status_code == 200, response.text
-    assert response.json() == {"labels": ["versicolor"], "received": "application/json", "inference_id": "req-123"}
+    assert response.json() == {
+        "labels": ["versicolor"],
+        "received": "application/json",
+        "inference_id": "req-123",
+    }
 
 
 def test_custom_attributes_round_trip(client: httpx.Client) -> None:
     response = invoke(
-        client, "direct", [0, 1], headers={protocol.TARGET_CONTAINER: "labels", protocol.CUSTOM_ATTRIBUTES: "trace=42"}
+        client,
+        "direct",
+        [0, 1],
+        headers={protocol.TARGET_CONTAINER: "labels", protocol.CUSTOM_ATTRIBUTES: "trace=42"},
     )
     assert response.status_code == 200, response.text
     assert response.headers["X-Amzn-SageMaker-Custom-Attributes"] == "trace=42;labelled=2"
@@ -333,7 +369,9 @@ def test_all_traffic_variant_is_accepted(client: httpx.Client) -> None:
     assert response.status_code == 200, response.text
 
 
-def test_refused_replica_is_dropped_and_another_answers(make_router: RouterFactory, containers: dict[str, str]) -> None:
+def test_refused_replica_is_dropped_and_another_answers(
+    make_router: RouterFactory, containers: dict[str, str]
+) -> None:
     route = EndpointRoute("single", "Direct", ("iris",))
     client, _ = make_router([route], {("single", "iris"): [dead_url(), containers["iris"]]})
     for _ in range(3):  # whichever replica comes first, every request is answered
@@ -341,7 +379,9 @@ def test_refused_replica_is_dropped_and_another_answers(make_router: RouterFacto
         assert response.status_code == 200, response.text
 
 
-def test_payload_at_the_limit_is_accepted(make_router: RouterFactory, containers: dict[str, str]) -> None:
+def test_payload_at_the_limit_is_accepted(
+    make_router: RouterFactory, containers: dict[str, str]
+) -> None:
     client, _ = make_router(endpoints(), table(containers), max_payload_mb=0.001)  # 1000 bytes
     body = json.dumps(ROWS).encode().ljust(1000)
     response = invoke(client, "single", body)
@@ -392,9 +432,30 @@ ROUTER_ERRORS = [
         "ValidationError",
         ["Serial"],
     ),
-    ("other variant", "single", {protocol.TARGET_VARIANT: "Blue"}, 400, "ValidationError", ["'Blue'", "AllTraffic"]),
-    ("target model", "single", {protocol.TARGET_MODEL: "m.tar.gz"}, 400, "ValidationError", ["MultiModel"]),
-    ("inference id too long", "single", {protocol.INFERENCE_ID: "i" * 65}, 400, "ValidationError", ["1-64"]),
+    (
+        "other variant",
+        "single",
+        {protocol.TARGET_VARIANT: "Blue"},
+        400,
+        "ValidationError",
+        ["'Blue'", "AllTraffic"],
+    ),
+    (
+        "target model",
+        "single",
+        {protocol.TARGET_MODEL: "m.tar.gz"},
+        400,
+        "ValidationError",
+        ["MultiModel"],
+    ),
+    (
+        "inference id too long",
+        "single",
+        {protocol.INFERENCE_ID: "i" * 65},
+        400,
+        "ValidationError",
+        ["1-64"],
+    ),
     ("empty inference id", "single", {protocol.INFERENCE_ID: ""}, 400, "ValidationError", ["1-64"]),
     (
         "custom attributes too long",
@@ -405,7 +466,14 @@ ROUTER_ERRORS = [
         ["1024"],
     ),
     ("no replicas", "no-replicas", {}, 429, "ModelNotReadyException", ["iris", "no ready replica"]),
-    ("failed endpoint", "failed", {}, 503, "ServiceUnavailable", ["is Failed", "FileNotFoundError"]),
+    (
+        "failed endpoint",
+        "failed",
+        {},
+        503,
+        "ServiceUnavailable",
+        ["is Failed", "FileNotFoundError"],
+    ),
 ]
 
 
@@ -415,14 +483,21 @@ ROUTER_ERRORS = [
     ids=[case[0] for case in ROUTER_ERRORS],
 )
 def test_router_errors(
-    client: httpx.Client, endpoint: str, headers: dict[str, str], status: int, code: str, fragments: list[str]
+    client: httpx.Client,
+    endpoint: str,
+    headers: dict[str, str],
+    status: int,
+    code: str,
+    fragments: list[str],
 ) -> None:
     assert_error(invoke(client, endpoint, headers=headers), status, code, *fragments)
 
 
 def test_refused_only_replica_is_not_ready_and_reported_dropped(make_router: RouterFactory) -> None:
     dead = dead_url()
-    client, transport = make_router([EndpointRoute("single", "Direct", ("iris",))], {("single", "iris"): [dead]})
+    client, transport = make_router(
+        [EndpointRoute("single", "Direct", ("iris",))], {("single", "iris"): [dead]}
+    )
     assert_error(invoke(client, "single"), 429, "ModelNotReadyException", "no ready replica")
     assert transport.replica_count("single", "iris") == 0
     assert transport.take_dropped() == [dead]  # for the gateway to tell the registry
@@ -432,10 +507,14 @@ def test_refused_only_replica_is_not_ready_and_reported_dropped(make_router: Rou
 def test_payload_over_the_limit(make_router: RouterFactory, containers: dict[str, str]) -> None:
     client, _ = make_router(endpoints(), table(containers), max_payload_mb=0.001)  # 1000 bytes
     body = json.dumps(ROWS).encode().ljust(1001)
-    assert_error(invoke(client, "single", body), 400, "ValidationError", "exceeds the limit of 1000 bytes")
+    assert_error(
+        invoke(client, "single", body), 400, "ValidationError", "exceeds the limit of 1000 bytes"
+    )
 
 
-def test_streamed_payload_over_the_limit(make_router: RouterFactory, containers: dict[str, str]) -> None:
+def test_streamed_payload_over_the_limit(
+    make_router: RouterFactory, containers: dict[str, str]
+) -> None:
     client, _ = make_router(endpoints(), table(containers), max_payload_mb=0.001)
 
     def chunks() -> Iterator[bytes]:  # no Content-Length: the router must count as it reads
@@ -463,13 +542,17 @@ def test_container_failure_is_a_model_error(client: httpx.Client) -> None:
 
 
 def test_serial_failure_names_container_and_position(client: httpx.Client) -> None:
-    body = assert_error(invoke(client, "pipeline-boom"), 424, "ModelError", "container boom (position 2 of 3)")
+    body = assert_error(
+        invoke(client, "pipeline-boom"), 424, "ModelError", "container boom (position 2 of 3)"
+    )
     assert body["OriginalStatusCode"] == 500
     assert "RuntimeError: boom: the model exploded" == body["OriginalMessage"]
 
 
 def test_wrong_feature_count_is_a_model_error(client: httpx.Client) -> None:
-    body = assert_error(invoke(client, "single", [[1.0, 2.0, 3.0]]), 424, "ModelError", "container iris")
+    body = assert_error(
+        invoke(client, "single", [[1.0, 2.0, 3.0]]), 424, "ModelError", "container iris"
+    )
     assert body["OriginalStatusCode"] == 500
     assert "features" in body["OriginalMessage"]
 
@@ -485,7 +568,8 @@ def test_wrong_feature_count_is_a_model_error(client: httpx.Client) -> None:
 def test_unsupported_format_is_a_model_error_with_the_containers_415(
     client: httpx.Client, headers: dict[str, str], fragment: str
 ) -> None:
-    # SageMaker reports every non-2xx answer of a model container as ModelError; the toolkits answer 415 here.
+    # SageMaker reports every non-2xx answer of a model container as ModelError; the toolkits answer
+    # 415 here.
     body = assert_error(
         invoke(client, "single", headers=headers),
         424,
@@ -512,7 +596,9 @@ def test_serial_bad_payload_is_a_model_error_naming_the_position(client: httpx.C
 
 
 @pytest.fixture
-def gated(servers: Servers, tmp_path: Path) -> Iterator[Callable[[], tuple[str, dict[str, threading.Event]]]]:
+def gated(
+    servers: Servers, tmp_path: Path
+) -> Iterator[Callable[[], tuple[str, dict[str, threading.Event]]]]:
     """Start a container whose predict_fn blocks until released; released at teardown."""
     gates: list[dict[str, threading.Event]] = []
 
@@ -529,7 +615,9 @@ def gated(servers: Servers, tmp_path: Path) -> Iterator[Callable[[], tuple[str, 
 def test_invocation_timeout_is_a_model_error(make_router: RouterFactory, gated) -> None:
     url, gate = gated()
     client, _ = make_router(
-        [EndpointRoute("slow", "Direct", ("gated",))], {("slow", "gated"): [url]}, invocation_timeout_s=0.5
+        [EndpointRoute("slow", "Direct", ("gated",))],
+        {("slow", "gated"): [url]},
+        invocation_timeout_s=0.5,
     )
     try:
         response = invoke(client, "slow")
@@ -546,13 +634,20 @@ def test_invocation_timeout_is_a_model_error(make_router: RouterFactory, gated) 
     [{"limits": {("busy", "gated"): 1}}, {"limits": {("busy", "other"): 5}, "default_limit": 1}],
     ids=["container limit", "default limit"],
 )
-def test_concurrency_limit_sheds_the_request_over_it(make_router: RouterFactory, gated, limits: dict[str, Any]) -> None:
+def test_concurrency_limit_sheds_the_request_over_it(
+    make_router: RouterFactory, gated, limits: dict[str, Any]
+) -> None:
     # One request holds the only slot of a replica limited to one; the next gets 429 at
     # once instead of queueing behind it, and the slot is free again afterwards.
     url, gate = gated()
     route = EndpointRoute("busy", "Direct", ("gated",))
-    client, _ = make_router([route], {("busy", "gated"): [url]}, invocation_timeout_s=3 * SAFETY_WAIT_S, **limits)
-    with httpx.Client(base_url=client.base_url, timeout=60) as other, ThreadPoolExecutor(max_workers=1) as pool:
+    client, _ = make_router(
+        [route], {("busy", "gated"): [url]}, invocation_timeout_s=3 * SAFETY_WAIT_S, **limits
+    )
+    with (
+        httpx.Client(base_url=client.base_url, timeout=60) as other,
+        ThreadPoolExecutor(max_workers=1) as pool,
+    ):
         first = pool.submit(invoke, client, "busy", [1])
         try:
             assert gate["entered"].wait(SAFETY_WAIT_S), "the first request never reached the model"
@@ -560,14 +655,17 @@ def test_concurrency_limit_sheds_the_request_over_it(make_router: RouterFactory,
         finally:
             gate["release"].set()
         assert first.result().status_code == 200
-        assert_error(second, 429, "ModelNotReadyException", "container gated", "limit of 1 concurrent")
+        assert_error(
+            second, 429, "ModelNotReadyException", "container gated", "limit of 1 concurrent"
+        )
         third = invoke(other, "busy", [3])
     assert third.status_code == 200, third.text
     assert third.json() == [3]
 
 
 class HangUp:
-    """A TCP peer that reads a request and closes the connection without answering (or after `answer`)."""
+    """A TCP peer that reads a request and closes the connection without answering (or after
+    `answer`)."""
 
     def __init__(self, answer: bytes = b"") -> None:
         self.answer = answer
@@ -624,7 +722,9 @@ def test_a_container_that_is_not_idempotent_is_never_sent_a_request_twice(
 ) -> None:
     route = EndpointRoute("flaky", "Direct", ("iris",))
     client, transport = make_router([route], {("flaky", "iris"): [hang_up.url, containers["iris"]]})
-    transport.update({("flaky", "iris"): [hang_up.url, containers["iris"]]}, not_idempotent={("flaky", "iris")})
+    transport.update(
+        {("flaky", "iris"): [hang_up.url, containers["iris"]]}, not_idempotent={("flaky", "iris")}
+    )
     lost = None
     for _ in range(10):  # until a request lands on the peer that hangs up
         response = invoke(client, "flaky")
@@ -641,7 +741,9 @@ def test_a_connection_lost_after_the_answer_began_is_not_retried(
     make_router: RouterFactory, containers: dict[str, str]
 ) -> None:
     # The container was answering: whatever it did, it must not run again on another replica.
-    peer = HangUp(answer=b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n[0")
+    peer = HangUp(
+        answer=b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n[0"
+    )
     try:
         route = EndpointRoute("flaky", "Direct", ("iris",))
         client, _ = make_router([route], {("flaky", "iris"): [peer.url, containers["iris"]]})

@@ -1,4 +1,5 @@
-"""Access control in the router, over loopback HTTP without Ray: real boto3 clients, real containers.
+"""Access control in the router, over loopback HTTP without Ray: real boto3 clients, real
+containers.
 
 Each container is a ContainerApp on its own data port, counting the invocations it
 serves, so the tests can tell that a refused request never reached any container.
@@ -67,7 +68,9 @@ def identities_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
                         "Effect": "Allow",
                         "Action": "sagemaker:InvokeEndpoint",
                         "Resource": "*",
-                        "Condition": {"StringLike": {"sagemaker:TargetContainerHostname": "common*"}},
+                        "Condition": {
+                            "StringLike": {"sagemaker:TargetContainerHostname": "common*"}
+                        },
                     }
                 ],
             }
@@ -79,10 +82,17 @@ def identities_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "team-c": "common-only.json",
     }
     entries = [
-        {"Principal": name, "AccessKeyId": key, "SecretAccessKey": secret, "PolicyDocuments": [policies[name]]}
+        {
+            "Principal": name,
+            "AccessKeyId": key,
+            "SecretAccessKey": secret,
+            "PolicyDocuments": [policies[name]],
+        }
         for name, (key, secret) in CREDENTIALS.items()
     ]
-    entries.append({"Principal": "batch-job", "ApiKey": API_KEY, "PolicyDocuments": [policies["team-b"]]})
+    entries.append(
+        {"Principal": "batch-job", "ApiKey": API_KEY, "PolicyDocuments": [policies["team-b"]]}
+    )
     (folder / "identities.yaml").write_text(yaml.safe_dump({"Identities": entries}))
     return folder / "identities.yaml"
 
@@ -100,7 +110,10 @@ class Stack:
         return server.url
 
     def router(
-        self, settings: ServerSettings, routes: list[EndpointRoute], table: dict[tuple[str, str], list[str]]
+        self,
+        settings: ServerSettings,
+        routes: list[EndpointRoute],
+        table: dict[tuple[str, str], list[str]],
     ) -> str:
         transport = ContainerTransport(default_limit=8)
         router = Router(settings, transport)
@@ -130,12 +143,17 @@ def stack() -> Iterator[Stack]:
 
 
 @pytest.fixture(scope="module")
-def containers(stack: Stack, iris_classifier, tmp_path_factory: pytest.TempPathFactory) -> dict[str, ContainerApp]:
+def containers(
+    stack: Stack, iris_classifier, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, ContainerApp]:
     echo_dir = tmp_path_factory.mktemp("echo")
     (echo_dir / "code").mkdir()
     (echo_dir / "code" / "inference.py").write_text(ECHO_HANDLER)
     apps = {}
-    for name, image, model in (("iris", "sklearn", iris_classifier.path), ("echo", "python", echo_dir)):
+    for name, image, model in (
+        ("iris", "sklearn", iris_classifier.path),
+        ("echo", "python", echo_dir),
+    ):
         runtime = runtime_for(image, model, {})
         runtime.load()
         apps[name] = build_container_app(runtime, name)
@@ -148,22 +166,39 @@ def calls(containers: dict[str, ContainerApp]) -> int:
 
 # Endpoint -> (mode, {hostname: which container app serves it})
 ENDPOINTS = {
-    "mce-secure": ("Direct", {"customIps-iris": "iris", "common-iris": "iris", "special-echo": "echo"}),
+    "mce-secure": (
+        "Direct",
+        {"customIps-iris": "iris", "common-iris": "iris", "special-echo": "echo"},
+    ),
     "chain-ok": ("Serial", {"customIps-echo": "echo", "common-echo": "echo"}),
-    "chain-special": ("Serial", {"common-echo": "echo", "special-echo": "echo", "customIps-echo": "echo"}),
+    "chain-special": (
+        "Serial",
+        {"common-echo": "echo", "special-echo": "echo", "customIps-echo": "echo"},
+    ),
     "only-special": ("Direct", {"special-echo": "echo"}),
 }
 
 
-def start(stack: Stack, containers: dict[str, ContainerApp], identities_file: Path, **settings: Any) -> str:
+def start(
+    stack: Stack, containers: dict[str, ContainerApp], identities_file: Path, **settings: Any
+) -> str:
     urls = {name: stack.serve(app) for name, app in containers.items()}
     server_settings = ServerSettings(**settings)
     access = EndpointAccess(
-        load_identities(identities_file), region=server_settings.region, account_id=server_settings.account_id
+        load_identities(identities_file),
+        region=server_settings.region,
+        account_id=server_settings.account_id,
     )
-    routes = [EndpointRoute(name, mode, tuple(hosts), access=access) for name, (mode, hosts) in ENDPOINTS.items()]
+    routes = [
+        EndpointRoute(name, mode, tuple(hosts), access=access)
+        for name, (mode, hosts) in ENDPOINTS.items()
+    ]
     routes.append(EndpointRoute("open", "Direct", ("iris",)))  # no AccessControl
-    table = {(name, host): [urls[app]] for name, (_, hosts) in ENDPOINTS.items() for host, app in hosts.items()}
+    table = {
+        (name, host): [urls[app]]
+        for name, (_, hosts) in ENDPOINTS.items()
+        for host, app in hosts.items()
+    }
     table[("open", "iris")] = [urls["iris"]]
     return stack.router(server_settings, routes, table)
 
@@ -174,7 +209,11 @@ def url(stack: Stack, containers: dict[str, ContainerApp], identities_file: Path
 
 
 def client(
-    url: str, principal: str | None = None, key: str | None = None, secret: str | None = None, region: str = "us-east-1"
+    url: str,
+    principal: str | None = None,
+    key: str | None = None,
+    secret: str | None = None,
+    region: str = "us-east-1",
 ):
     if principal is not None:
         key, secret = CREDENTIALS[principal]
@@ -189,7 +228,11 @@ def client(
 
 
 def invoke(runtime, endpoint: str, target: str | None = None, body: Any = ROW) -> Any:
-    arguments = {"EndpointName": endpoint, "ContentType": "application/json", "Body": json.dumps(body)}
+    arguments = {
+        "EndpointName": endpoint,
+        "ContentType": "application/json",
+        "Body": json.dumps(body),
+    }
     if target is not None:
         arguments["TargetContainerHostname"] = target
     return json.loads(runtime.invoke_endpoint(**arguments)["Body"].read())
@@ -208,7 +251,10 @@ def refused(runtime, endpoint: str, target: str | None, code: str, *fragments: s
 
 def decisions(endpoint: str, decision: str) -> float:
     return (
-        REGISTRY.get_sample_value("serving_access_decisions_total", {"endpoint": endpoint, "decision": decision}) or 0.0
+        REGISTRY.get_sample_value(
+            "serving_access_decisions_total", {"endpoint": endpoint, "decision": decision}
+        )
+        or 0.0
     )
 
 
@@ -229,7 +275,9 @@ def decisions(endpoint: str, decision: str) -> float:
         ("team-c", "special-echo", False),
     ],
 )
-def test_direct_invocation_per_caller(url: str, containers, principal: str, target: str, allowed: bool) -> None:
+def test_direct_invocation_per_caller(
+    url: str, containers, principal: str, target: str, allowed: bool
+) -> None:
     runtime = client(url, principal)
     before = calls(containers)
     if allowed:
@@ -251,11 +299,14 @@ def test_direct_invocation_per_caller(url: str, containers, principal: str, targ
 
 
 def test_invoke_endpoint_async_needs_its_own_action(url: str, containers) -> None:
-    # team-b's policy allows sagemaker:InvokeEndpoint on every endpoint, and nothing else: as in IAM, that does
-    # not allow InvokeEndpointAsync. The signature (boto3's, over an empty body) verifies: the refusal is the policy's.
+    # team-b's policy allows sagemaker:InvokeEndpoint on every endpoint, and nothing else: as in
+    # IAM, that does not allow InvokeEndpointAsync. The signature (boto3's, over an empty body)
+    # verifies: the refusal is the policy's.
     before = calls(containers)
     with pytest.raises(botocore.exceptions.ClientError) as raised:
-        client(url, "team-b").invoke_endpoint_async(EndpointName="chain-ok", InputLocation="s3://bucket-a/in/x.json")
+        client(url, "team-b").invoke_endpoint_async(
+            EndpointName="chain-ok", InputLocation="s3://bucket-a/in/x.json"
+        )
     error = raised.value.response["Error"]
     assert error["Code"] == "AccessDeniedException"
     assert "not authorized to perform: sagemaker:InvokeEndpointAsync" in error["Message"]
@@ -263,15 +314,31 @@ def test_invoke_endpoint_async_needs_its_own_action(url: str, containers) -> Non
 
 
 def test_explicit_and_implicit_denials_say_which(url: str) -> None:
-    refused(client(url, "team-b"), "mce-secure", "special-echo", "AccessDeniedException", "explicit deny")
     refused(
-        client(url, "team-a"), "mce-secure", "special-echo", "AccessDeniedException", "no identity-based policy allows"
+        client(url, "team-b"),
+        "mce-secure",
+        "special-echo",
+        "AccessDeniedException",
+        "explicit deny",
+    )
+    refused(
+        client(url, "team-a"),
+        "mce-secure",
+        "special-echo",
+        "AccessDeniedException",
+        "no identity-based policy allows",
     )
 
 
 def test_the_only_container_is_authorized_without_a_target_header(url: str, containers) -> None:
     before = calls(containers)
-    refused(client(url, "team-b"), "only-special", None, "AccessDeniedException", "container special-echo")
+    refused(
+        client(url, "team-b"),
+        "only-special",
+        None,
+        "AccessDeniedException",
+        "container special-echo",
+    )
     assert calls(containers) == before
 
 
@@ -279,23 +346,42 @@ def test_serial_chain_needs_every_container(url: str, containers) -> None:
     before = calls(containers)
     assert invoke(client(url, "team-a"), "chain-ok", body={"x": 1}) == {"x": 1}
     assert calls(containers) == before + 2
-    # common-echo is allowed, special-echo is not: nothing in the chain runs, the denial names special-echo.
-    refused(client(url, "team-a"), "chain-special", None, "AccessDeniedException", "container special-echo")
-    refused(client(url, "team-b"), "chain-special", None, "AccessDeniedException", "container special-echo")
+    # common-echo is allowed, special-echo is not: nothing in the chain runs, the denial names
+    # special-echo.
+    refused(
+        client(url, "team-a"),
+        "chain-special",
+        None,
+        "AccessDeniedException",
+        "container special-echo",
+    )
+    refused(
+        client(url, "team-b"),
+        "chain-special",
+        None,
+        "AccessDeniedException",
+        "container special-echo",
+    )
     # team-c may run common* only: the first refused container is the first of the chain.
-    refused(client(url, "team-c"), "chain-ok", None, "AccessDeniedException", "container customIps-echo")
+    refused(
+        client(url, "team-c"), "chain-ok", None, "AccessDeniedException", "container customIps-echo"
+    )
     assert calls(containers) == before + 2
 
 
 def test_bearer_api_key(url: str) -> None:
     headers = {"Content-Type": "application/json", "Authorization": f"Bearer {API_KEY}"}
     response = httpx.post(
-        f"{url}/endpoints/mce-secure/invocations", json=ROW, headers={**headers, TARGET: "common-iris"}
+        f"{url}/endpoints/mce-secure/invocations",
+        json=ROW,
+        headers={**headers, TARGET: "common-iris"},
     )
     assert response.status_code == 200, response.text
     assert response.json() == [0]
     response = httpx.post(
-        f"{url}/endpoints/mce-secure/invocations", json=ROW, headers={**headers, TARGET: "special-echo"}
+        f"{url}/endpoints/mce-secure/invocations",
+        json=ROW,
+        headers={**headers, TARGET: "special-echo"},
     )
     assert response.status_code == 403
     assert response.headers["x-amzn-ErrorType"] == "AccessDeniedException"
@@ -307,12 +393,14 @@ def test_bearer_api_key(url: str) -> None:
     assert (response.status_code, response.json()["__type"]) == (403, "UnrecognizedClientException")
 
 
-# --- authentication failures, in the wire shape botocore reads -------------------------------------
+# --- authentication failures, in the wire shape botocore reads ------------------------------------
 
 
 def test_unsigned_request(url: str, containers) -> None:
     before = calls(containers)
-    response = httpx.post(f"{url}/endpoints/mce-secure/invocations", json=ROW, headers={TARGET: "common-iris"})
+    response = httpx.post(
+        f"{url}/endpoints/mce-secure/invocations", json=ROW, headers={TARGET: "common-iris"}
+    )
     assert response.status_code == 403
     assert response.headers["x-amzn-ErrorType"] == "MissingAuthenticationTokenException"
     assert response.json()["__type"] == "MissingAuthenticationTokenException"
@@ -321,8 +409,13 @@ def test_unsigned_request(url: str, containers) -> None:
 
 def test_authentication_comes_before_request_checks(url: str) -> None:
     # An unauthenticated caller learns nothing about the endpoint's containers or header rules.
-    response = httpx.post(f"{url}/endpoints/mce-secure/invocations", json=ROW, headers={TARGET: "no-such-container"})
-    assert (response.status_code, response.json()["__type"]) == (403, "MissingAuthenticationTokenException")
+    response = httpx.post(
+        f"{url}/endpoints/mce-secure/invocations", json=ROW, headers={TARGET: "no-such-container"}
+    )
+    assert (response.status_code, response.json()["__type"]) == (
+        403,
+        "MissingAuthenticationTokenException",
+    )
     # An authenticated one gets the usual validation errors.
     with pytest.raises(botocore.exceptions.ClientError) as raised:
         invoke(client(url, "team-a"), "mce-secure", "no-such-container")
@@ -345,7 +438,11 @@ def test_forged_and_unknown_credentials(url: str) -> None:
         "UnrecognizedClientException",
     )
     refused(
-        client(url, "team-a", region="eu-west-1"), "mce-secure", "common-iris", "InvalidSignatureException", "region"
+        client(url, "team-a", region="eu-west-1"),
+        "mce-secure",
+        "common-iris",
+        "InvalidSignatureException",
+        "region",
     )
 
 
@@ -354,13 +451,16 @@ def test_anonymous_endpoint_on_loopback(url: str) -> None:
     assert response.status_code == 200, response.text
 
 
-def test_anonymous_endpoint_off_loopback_needs_allow_anonymous(stack: Stack, containers, identities_file: Path) -> None:
+def test_anonymous_endpoint_off_loopback_needs_allow_anonymous(
+    stack: Stack, containers, identities_file: Path
+) -> None:
     # The router is told it binds 0.0.0.0 (the test server itself stays on loopback).
     exposed = start(stack, containers, identities_file, host="0.0.0.0")
     response = httpx.post(f"{exposed}/endpoints/open/invocations", json=ROW)
     assert (response.status_code, response.json()["__type"]) == (403, "AccessDeniedException")
     assert "--allow-anonymous" in response.json()["message"]
-    assert invoke(client(exposed, "team-a"), "mce-secure", "common-iris") == [0]  # AccessControl endpoints still work
+    # AccessControl endpoints still work
+    assert invoke(client(exposed, "team-a"), "mce-secure", "common-iris") == [0]
     allowed = start(stack, containers, identities_file, host="0.0.0.0", allow_anonymous=True)
     assert httpx.post(f"{allowed}/endpoints/open/invocations", json=ROW).status_code == 200
 
@@ -373,7 +473,12 @@ def test_every_decision_is_audited_and_counted(url: str, caplog: pytest.LogCaptu
     caplog.set_level(logging.INFO, logger=AUDIT_LOGGER)
     invoke(client(url, "team-b"), "mce-secure", "common-iris")
     refused(client(url, "team-b"), "mce-secure", "special-echo", "AccessDeniedException")
-    refused(client(url, "team-b", region="eu-west-1"), "mce-secure", "special-echo", "InvalidSignatureException")
+    refused(
+        client(url, "team-b", region="eu-west-1"),
+        "mce-secure",
+        "special-echo",
+        "InvalidSignatureException",
+    )
 
     lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == AUDIT_LOGGER]
     allow, deny, unauthenticated = lines[-3:]
@@ -419,4 +524,7 @@ def test_audit_lines_reach_a_stream_in_a_process_without_logging_setup(url: str)
         audit.handlers[:], audit.propagate = saved[:2]
         audit.setLevel(saved[2])
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
-    assert [(line["principal"], line["decision"]) for line in lines] == [("team-a", "allow"), ("team-a", "deny")]
+    assert [(line["principal"], line["decision"]) for line in lines] == [
+        ("team-a", "allow"),
+        ("team-a", "deny"),
+    ]

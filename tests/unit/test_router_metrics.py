@@ -1,4 +1,5 @@
-"""The router's metrics (serving.metrics.invocations) counted over real HTTP: router + containers on loopback ports.
+"""The router's metrics (serving.metrics.invocations) counted over real HTTP: router + containers on
+loopback ports.
 
 Counters live in one process-wide registry, so each test reads them before and after its own
 requests and checks the exact difference.
@@ -37,7 +38,10 @@ class Deltas:
         self.before = [value(name, **labels) for name, labels in samples]
 
     def now(self) -> list[float]:
-        return [value(name, **labels) - before for (name, labels), before in zip(self.samples, self.before)]
+        return [
+            value(name, **labels) - before
+            for (name, labels), before in zip(self.samples, self.before)
+        ]
 
 
 def inv(endpoint: str, container: str, model: str = "") -> tuple[str, dict[str, str]]:
@@ -96,7 +100,9 @@ def test_direct_invocations_and_latencies_are_counted_exactly(router: httpx.Clie
     assert container_time > 0 and overhead_time > 0
 
 
-def test_serial_counts_every_container_and_the_models_error_on_the_one_at_fault(router: httpx.Client) -> None:
+def test_serial_counts_every_container_and_the_models_error_on_the_one_at_fault(
+    router: httpx.Client,
+) -> None:
     deltas = Deltas(
         inv("pipeline-boom", "scaler"),
         inv("pipeline-boom", "boom"),
@@ -111,14 +117,17 @@ def test_serial_counts_every_container_and_the_models_error_on_the_one_at_fault(
     )
     response = invoke(router, "pipeline-boom")
     assert response.status_code == 424
-    # The caller gets ModelError (424); the error counts by the status the model answered (500), as SageMaker's
-    # Invocation4XXErrors / Invocation5XXErrors count "the model returned a 4xx / 5xx response".
+    # The caller gets ModelError (424); the error counts by the status the model answered (500), as
+    # SageMaker's Invocation4XXErrors / Invocation5XXErrors count "the model returned a 4xx / 5xx
+    # response".
     assert response.json()["OriginalStatusCode"] == 500
     assert deltas.now() == [1, 1, 1, 0, 0, 1, 1, 1, 0, 1]
 
 
 def test_requests_refused_before_a_container_count_on_no_container(router: httpx.Client) -> None:
-    deltas = Deltas(inv("direct", ""), err("4xx", "direct", ""), inv("failed", ""), err("5xx", "failed", ""))
+    deltas = Deltas(
+        inv("direct", ""), err("4xx", "direct", ""), inv("failed", ""), err("5xx", "failed", "")
+    )
     assert invoke(router, "direct").status_code == 400  # three containers, none named
     assert invoke(router, "failed", "iris").status_code == 503
     assert deltas.now() == [1, 1, 1, 1]
@@ -126,13 +135,20 @@ def test_requests_refused_before_a_container_count_on_no_container(router: httpx
 
 def test_unknown_endpoints_add_no_series(router: httpx.Client) -> None:
     assert invoke(router, "no-such-endpoint", "iris").status_code == 400
-    names = {sample.labels.get("endpoint") for family in REGISTRY.collect() for sample in family.samples}
+    names = {
+        sample.labels.get("endpoint") for family in REGISTRY.collect() for sample in family.samples
+    }
     assert "no-such-endpoint" not in names
 
 
-@pytest.mark.parametrize("status, confirmed", [(200, True), (424, True), (424, False), (400, False), (503, False)])
-def test_a_target_model_is_a_label_only_once_a_container_answered_for_it(status: int, confirmed: bool) -> None:
-    # An unknown, refused or timed-out TargetModel must not become a series: callers choose those names.
+@pytest.mark.parametrize(
+    "status, confirmed", [(200, True), (424, True), (424, False), (400, False), (503, False)]
+)
+def test_a_target_model_is_a_label_only_once_a_container_answered_for_it(
+    status: int, confirmed: bool
+) -> None:
+    # An unknown, refused or timed-out TargetModel must not become a series: callers choose those
+    # names.
     name = f"model-{status}-{confirmed}.tar.gz"
     trace = InvocationTrace(
         endpoint="mm",
@@ -145,28 +161,40 @@ def test_a_target_model_is_a_label_only_once_a_container_answered_for_it(status:
     )
     labelled = confirmed
     before = value(
-        "serving_invocations_total", endpoint="mm", container="multi", model=name, protocol="sagemaker-runtime"
+        "serving_invocations_total",
+        endpoint="mm",
+        container="multi",
+        model=name,
+        protocol="sagemaker-runtime",
     )
     record_invocation(trace, status, 0.02)
     after = value(
-        "serving_invocations_total", endpoint="mm", container="multi", model=name, protocol="sagemaker-runtime"
+        "serving_invocations_total",
+        endpoint="mm",
+        container="multi",
+        model=name,
+        protocol="sagemaker-runtime",
     )
     assert after - before == (1 if labelled else 0)
 
 
 def test_overhead_is_the_request_time_less_its_hops() -> None:
-    trace = InvocationTrace(endpoint="timing", mode="Serial", chain=("a", "b"), hops=[("a", 0.25), ("b", 0.5)])
+    trace = InvocationTrace(
+        endpoint="timing", mode="Serial", chain=("a", "b"), hops=[("a", 0.25), ("b", 0.5)]
+    )
     before = value("serving_overhead_latency_seconds_sum", endpoint="timing", container="")
     record_invocation(trace, 200, 1.0)
-    assert value("serving_overhead_latency_seconds_sum", endpoint="timing", container="") - before == pytest.approx(
-        0.25
-    )
+    assert value(
+        "serving_overhead_latency_seconds_sum", endpoint="timing", container=""
+    ) - before == pytest.approx(0.25)
 
 
 def test_replica_counts_are_read_at_scrape_time() -> None:
     counts = {("e", "a"): 2}
     family = next(iter(ReplicaCountCollector(lambda: counts).collect()))
-    assert [(s.labels, s.value) for s in family.samples] == [({"endpoint": "e", "container": "a"}, 2)]
+    assert [(s.labels, s.value) for s in family.samples] == [
+        ({"endpoint": "e", "container": "a"}, 2)
+    ]
     counts[("e", "a")] = 0
     family = next(iter(ReplicaCountCollector(lambda: counts).collect()))
     assert family.samples[0].value == 0
@@ -180,16 +208,26 @@ def test_latency_buckets_span_milliseconds_to_minutes() -> None:
 def test_registry_text_is_valid_prometheus() -> None:
     from prometheus_client import generate_latest
 
-    names = {family.name for family in text_string_to_metric_families(generate_latest(REGISTRY).decode())}
-    assert {"serving_invocations", "serving_container_latency_seconds", "serving_overhead_latency_seconds"} <= names
+    names = {
+        family.name for family in text_string_to_metric_families(generate_latest(REGISTRY).decode())
+    }
+    assert {
+        "serving_invocations",
+        "serving_container_latency_seconds",
+        "serving_overhead_latency_seconds",
+    } <= names
 
 
 def test_a_model_error_counts_by_its_models_status_and_a_timeout_as_the_servers_failure() -> None:
     from serving.gateway.failures import timed_out
     from serving.gateway.transport import HopResponse
 
-    raised = container_failure("e", "c", 1, 1, HopResponse(500, b'{"message": "boom"}', "application/json", None))
-    refused = container_failure("e", "c", 1, 1, HopResponse(415, b"unsupported", "text/plain", None))
+    raised = container_failure(
+        "e", "c", 1, 1, HopResponse(500, b'{"message": "boom"}', "application/json", None)
+    )
+    refused = container_failure(
+        "e", "c", 1, 1, HopResponse(415, b"unsupported", "text/plain", None)
+    )
     late = timed_out("c", 3.0)
     assert (raised.status, raised.counted_status) == (424, 500)
     assert (refused.status, refused.counted_status) == (424, 415)

@@ -1,4 +1,5 @@
-"""serving.control.runtime_env: a container's spec as its replicas' Ray runtime_env and environment."""
+"""serving.control.runtime_env: a container's spec as its replicas' Ray runtime_env and
+environment."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ from serving.control.runtime_env import ray_runtime_env, replica_environment
 
 
 def container(base_dir: Path | None = None, **fields: Any):
-    document = {"EndpointName": "env", "Containers": [{"ContainerHostname": "c", "Image": "onnx", **fields}]}
+    document = {
+        "EndpointName": "env",
+        "Containers": [{"ContainerHostname": "c", "Image": "onnx", **fields}],
+    }
     return parse_spec(document, base_dir=base_dir).Containers[0]
 
 
@@ -23,7 +27,8 @@ def test_all_six_stacks_are_known_images() -> None:
 def test_environment_and_resource_share_go_to_the_container_process_not_to_ray() -> None:
     spec = container(Environment={"A": "1"}, Resources={"Cpus": 0.25, "Gpus": 1})
     assert replica_environment(spec) == {"A": "1", "SERVING_CPUS": "0.25", "SERVING_GPUS": "1"}
-    assert ray_runtime_env(spec) == {}  # no env_vars: the Ray worker starts without the extra Python, and unexposed
+    # no env_vars: the Ray worker starts without the extra Python, and unexposed
+    assert ray_runtime_env(spec) == {}
 
 
 def test_the_reservation_wins_over_environment() -> None:
@@ -55,8 +60,16 @@ def test_empty_runtime_environment_adds_nothing() -> None:
             "requirement specifiers only",
         ),
         ({"Pip": [""]}, "Containers[0].RuntimeEnvironment.Pip[0]", "at least 1 character"),
-        ({"WorkingDir": "missing"}, "Containers[0].RuntimeEnvironment.WorkingDir", "existing directory or .zip"),
-        ({"WorkingDir": "notes.txt"}, "Containers[0].RuntimeEnvironment.WorkingDir", "existing directory or .zip"),
+        (
+            {"WorkingDir": "missing"},
+            "Containers[0].RuntimeEnvironment.WorkingDir",
+            "existing directory or .zip",
+        ),
+        (
+            {"WorkingDir": "notes.txt"},
+            "Containers[0].RuntimeEnvironment.WorkingDir",
+            "existing directory or .zip",
+        ),
         ({"Conda": "env.yaml"}, "Containers[0].RuntimeEnvironment.Conda", "unknown field"),
     ],
 )
@@ -75,7 +88,8 @@ def test_oci_image_reference_is_refused_with_a_pointer() -> None:
         container(Image="123456789012.dkr.ecr.us-east-1.amazonaws.com/serving-onnx:0.1.0")
 
 
-# --- a model's code/requirements.txt: installed outside the sandbox, so only where the operator allows it --------
+# --- a model's code/requirements.txt: installed outside the sandbox, so only where the operator
+# allows it --------
 
 
 def requirements_model(tmp_path: Path, text: str) -> Path:
@@ -92,7 +106,8 @@ def test_requirements_that_would_install_a_package_are_refused_by_default(tmp_pa
         ray_runtime_env(spec)
     message = str(caught.value)
     assert message.startswith("Containers[c].ModelDataUrl:")
-    assert "surely-not-installed-pkg==1.0" in message and "numpy" not in message  # numpy needs no install
+    # numpy needs no install
+    assert "surely-not-installed-pkg==1.0" in message and "numpy" not in message
     assert "SERVING_ALLOW_MODEL_REQUIREMENTS" in message and "RuntimeEnvironment.Pip" in message
 
 
@@ -104,7 +119,9 @@ def test_the_plan_of_every_deploy_holds_the_same_rule(tmp_path: Path) -> None:
     spec = parse_spec(
         {
             "EndpointName": "env",
-            "Containers": [{"ContainerHostname": "c", "Image": "python", "ModelDataUrl": str(folder)}],
+            "Containers": [
+                {"ContainerHostname": "c", "Image": "python", "ModelDataUrl": str(folder)}
+            ],
         }
     )
     with pytest.raises(SpecError, match="surely-not-installed-pkg"):
@@ -115,24 +132,34 @@ def test_the_plan_of_every_deploy_holds_the_same_rule(tmp_path: Path) -> None:
 
 
 def test_allowed_requirements_install_only_what_is_missing(tmp_path: Path) -> None:
-    folder = requirements_model(tmp_path, "numpy>=1\nsurely-not-installed-pkg==1.0\nhttps://example.com/pkg.whl\n")
+    folder = requirements_model(
+        tmp_path, "numpy>=1\nsurely-not-installed-pkg==1.0\nhttps://example.com/pkg.whl\n"
+    )
     env = ray_runtime_env(container(ModelDataUrl=str(folder)), allow_model_requirements=True)
     # a URL names no project to look up, so it counts as an install
-    assert env["pip"]["packages"] == ["surely-not-installed-pkg==1.0", "https://example.com/pkg.whl"]
+    assert env["pip"]["packages"] == [
+        "surely-not-installed-pkg==1.0",
+        "https://example.com/pkg.whl",
+    ]
 
 
 def test_requirements_this_python_satisfies_need_no_runtime_env(tmp_path: Path) -> None:
     folder = requirements_model(tmp_path, "numpy>=1\npackaging\n")
-    assert ray_runtime_env(container(ModelDataUrl=str(folder))) == {}  # no virtualenv copied for a no-op install
+    # no virtualenv copied for a no-op install
+    assert ray_runtime_env(container(ModelDataUrl=str(folder))) == {}
 
 
 def test_requirements_the_spec_lists_in_pip_are_vouched_for(tmp_path: Path) -> None:
     folder = requirements_model(tmp_path, "surely-not-installed-pkg==1.0\n")
-    spec = container(ModelDataUrl=str(folder), RuntimeEnvironment={"Pip": ["surely-not-installed-pkg==1.0"]})
+    spec = container(
+        ModelDataUrl=str(folder), RuntimeEnvironment={"Pip": ["surely-not-installed-pkg==1.0"]}
+    )
     assert ray_runtime_env(spec)["pip"]["packages"] == ["surely-not-installed-pkg==1.0"]
 
 
 def test_a_pip_option_in_requirements_names_the_container(tmp_path: Path) -> None:
     folder = requirements_model(tmp_path, "--index-url http://evil.example/simple\n")
-    with pytest.raises(SpecError, match=r"^Containers\[c\].ModelDataUrl: code/requirements.txt: .* is a pip option"):
+    with pytest.raises(
+        SpecError, match=r"^Containers\[c\].ModelDataUrl: code/requirements.txt: .* is a pip option"
+    ):
         ray_runtime_env(container(ModelDataUrl=str(folder)), allow_model_requirements=True)

@@ -81,24 +81,32 @@ def test_sklearn_single_row_is_one_sample(iris_classifier: SavedModel, loaded) -
         ("text/csv", lambda body: np.loadtxt(io.StringIO(body.decode()), delimiter=",", ndmin=1)),
         ("application/x-npy", lambda body: np.load(io.BytesIO(body), allow_pickle=False)),
         ("*/*", lambda body: np.array(json.loads(body))),
-        ("image/png, text/csv", lambda body: np.loadtxt(io.StringIO(body.decode()), delimiter=",", ndmin=1)),
+        (
+            "image/png, text/csv",
+            lambda body: np.loadtxt(io.StringIO(body.decode()), delimiter=",", ndmin=1),
+        ),
     ],
 )
 def test_sklearn_answers_in_the_accepted_type(
     iris_classifier: SavedModel, loaded, accept: str, decode: Callable
 ) -> None:
-    out, out_type = invoke(loaded("sklearn", iris_classifier.path), json.dumps(ROWS).encode(), accept=accept)
+    out, out_type = invoke(
+        loaded("sklearn", iris_classifier.path), json.dumps(ROWS).encode(), accept=accept
+    )
     assert out_type in accept or accept == "*/*"
     np.testing.assert_array_equal(decode(out), iris_classifier.estimator.predict(np.array(ROWS)))
 
 
 def test_default_accept_comes_from_the_sagemaker_variable(iris_scaler: SavedModel, loaded) -> None:
-    runtime = loaded("sklearn", iris_scaler.path, {"SAGEMAKER_DEFAULT_INVOCATIONS_ACCEPT": "text/csv"})
+    runtime = loaded(
+        "sklearn", iris_scaler.path, {"SAGEMAKER_DEFAULT_INVOCATIONS_ACCEPT": "text/csv"}
+    )
     for accept in (None, "*/*"):
         out, out_type = invoke(runtime, json.dumps(ROWS).encode(), accept=accept)
         assert out_type == "text/csv"
         np.testing.assert_allclose(
-            np.loadtxt(io.StringIO(out.decode()), delimiter=","), iris_scaler.estimator.transform(ROWS)
+            np.loadtxt(io.StringIO(out.decode()), delimiter=","),
+            iris_scaler.estimator.transform(ROWS),
         )
     _, out_type = invoke(runtime, json.dumps(ROWS).encode(), accept="application/json")
     assert out_type == "application/json"  # an explicit Accept still wins
@@ -110,7 +118,9 @@ def test_predict_proba_by_environment(iris_classifier: SavedModel, loaded) -> No
     probabilities = np.array(json.loads(out))
     assert probabilities.shape == (3, 3)
     np.testing.assert_allclose(probabilities.sum(axis=1), 1.0)
-    np.testing.assert_allclose(probabilities, iris_classifier.estimator.predict_proba(np.array(ROWS)))
+    np.testing.assert_allclose(
+        probabilities, iris_classifier.estimator.predict_proba(np.array(ROWS))
+    )
 
 
 def test_missing_method_is_named(iris_scaler: SavedModel, loaded) -> None:
@@ -121,17 +131,23 @@ def test_missing_method_is_named(iris_scaler: SavedModel, loaded) -> None:
 
 def test_transformer_uses_transform(iris_scaler: SavedModel, loaded) -> None:
     out, _ = invoke(loaded("sklearn", iris_scaler.path), json.dumps(ROWS).encode())
-    np.testing.assert_allclose(np.array(json.loads(out)), iris_scaler.estimator.transform(np.array(ROWS)))
+    np.testing.assert_allclose(
+        np.array(json.loads(out)), iris_scaler.estimator.transform(np.array(ROWS))
+    )
 
 
-def test_any_skops_file_name_is_found(save_skops, iris_classifier: SavedModel, loaded, tmp_path: Path) -> None:
+def test_any_skops_file_name_is_found(
+    save_skops, iris_classifier: SavedModel, loaded, tmp_path: Path
+) -> None:
     save_skops(iris_classifier.estimator, tmp_path, "iris-v3.skops")
     out, _ = invoke(loaded("sklearn", tmp_path), json.dumps(ROWS).encode())
     assert json.loads(out) == iris_classifier.estimator.predict(np.array(ROWS)).tolist()
 
 
 @pytest.fixture(scope="module")
-def joblib_model(iris_classifier: SavedModel, tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
+def joblib_model(
+    iris_classifier: SavedModel, tmp_path_factory: pytest.TempPathFactory
+) -> SimpleNamespace:
     folder = tmp_path_factory.mktemp("joblib-model")
     joblib.dump(iris_classifier.estimator, folder / "model.joblib")
     return SimpleNamespace(path=folder, estimator=iris_classifier.estimator)
@@ -139,7 +155,9 @@ def joblib_model(iris_classifier: SavedModel, tmp_path_factory: pytest.TempPathF
 
 @pytest.mark.parametrize("allow", [None, "", "false", "0", "no"])
 def test_joblib_is_refused_without_opt_in(joblib_model: SimpleNamespace, allow: str | None) -> None:
-    runtime = runtime_for("sklearn", joblib_model.path, {} if allow is None else {"SERVING_ALLOW_PICKLE": allow})
+    runtime = runtime_for(
+        "sklearn", joblib_model.path, {} if allow is None else {"SERVING_ALLOW_PICKLE": allow}
+    )
     with pytest.raises(PermissionError, match="SERVING_ALLOW_PICKLE") as caught:
         runtime.load()
     assert "model.joblib" in str(caught.value)
@@ -152,14 +170,18 @@ def test_joblib_loads_with_opt_in(joblib_model: SimpleNamespace, loaded, allow: 
     assert json.loads(out) == joblib_model.estimator.predict(np.array(ROWS)).tolist()
 
 
-def test_skops_prefers_skops_over_pickle(save_skops, iris_classifier: SavedModel, loaded, tmp_path: Path) -> None:
+def test_skops_prefers_skops_over_pickle(
+    save_skops, iris_classifier: SavedModel, loaded, tmp_path: Path
+) -> None:
     save_skops(iris_classifier.estimator, tmp_path)
     (tmp_path / "model.joblib").write_bytes(b"never unpickled")
     out, _ = invoke(loaded("sklearn", tmp_path), json.dumps(ROWS).encode())
     assert json.loads(out) == iris_classifier.estimator.predict(np.array(ROWS)).tolist()
 
 
-def test_skops_with_untrusted_types_needs_them_listed(save_skops, iris: Iris, loaded, tmp_path: Path) -> None:
+def test_skops_with_untrusted_types_needs_them_listed(
+    save_skops, iris: Iris, loaded, tmp_path: Path
+) -> None:
     model = make_pipeline(FunctionTransformer(operator.neg), LogisticRegression(max_iter=1000)).fit(
         iris.data, iris.target
     )
@@ -167,7 +189,9 @@ def test_skops_with_untrusted_types_needs_them_listed(save_skops, iris: Iris, lo
     with pytest.raises(PermissionError, match="_operator.neg") as caught:
         loaded("sklearn", tmp_path)
     assert "SERVING_SKOPS_TRUSTED_TYPES" in str(caught.value)
-    runtime = loaded("sklearn", tmp_path, {"SERVING_SKOPS_TRUSTED_TYPES": "numpy.float64, _operator.neg"})
+    runtime = loaded(
+        "sklearn", tmp_path, {"SERVING_SKOPS_TRUSTED_TYPES": "numpy.float64, _operator.neg"}
+    )
     out, _ = invoke(runtime, json.dumps(ROWS).encode())
     assert json.loads(out) == model.predict(np.array(ROWS)).tolist()
 
@@ -197,10 +221,22 @@ def test_wrong_feature_count_is_a_model_error(iris_classifier: SavedModel, loade
         (b"[[1, 2, 3, 4]", "application/json", None, "not valid application/json"),
         (b"[[1, 2, 3, 4]]", "application/json", "image/png", "unsupported Accept 'image/png'"),
     ],
-    ids=["object without instances", "ragged", "object cell", "unsupported type", "bad json", "bad accept"],
+    ids=[
+        "object without instances",
+        "ragged",
+        "object cell",
+        "unsupported type",
+        "bad json",
+        "bad accept",
+    ],
 )
 def test_sklearn_bad_input_is_a_validation_error(
-    iris_classifier: SavedModel, loaded, body: bytes, content_type: str, accept: str | None, fragment: str
+    iris_classifier: SavedModel,
+    loaded,
+    body: bytes,
+    content_type: str,
+    accept: str | None,
+    fragment: str,
 ) -> None:
     runtime = loaded("sklearn", iris_classifier.path)
     with pytest.raises(ValidationError) as caught:
@@ -365,7 +401,9 @@ def test_handler_imports_its_own_helper_module(handler_dir, loaded) -> None:
         def predict_fn(data, model):
             return double(data)
         """,
-        {"code/iris_helper_for_runtime_test.py": "def double(values):\n    return [2 * v for v in values]\n"},
+        {
+            "code/iris_helper_for_runtime_test.py": "def double(values):\n    return [2 * v for v in values]\n"
+        },
     )
     out, _ = invoke(loaded("python", folder), b"[1, 4]")
     assert json.loads(out) == [2, 8]
@@ -387,7 +425,9 @@ def test_python_without_predict_fn_is_refused_at_load(handler_dir, source: str) 
 
 
 def test_handler_with_a_syntax_error_fails_at_load(handler_dir) -> None:
-    runtime = runtime_for("python", handler_dir("def predict_fn(data, model)\n    return data\n"), {})
+    runtime = runtime_for(
+        "python", handler_dir("def predict_fn(data, model)\n    return data\n"), {}
+    )
     with pytest.raises(SyntaxError):
         runtime.load()
 
@@ -403,7 +443,9 @@ def test_unknown_type_without_user_input_fn_is_a_validation_error(handler_dir, l
         invoke(runtime, b"\x00\x01", "application/x-custom")
 
 
-def test_output_fn_returning_a_dict_is_json_as_the_model_servers_send_it(handler_dir, loaded) -> None:
+def test_output_fn_returning_a_dict_is_json_as_the_model_servers_send_it(
+    handler_dir, loaded
+) -> None:
     # MMS and TorchServe answer a non-bytes, non-str hook result with json.dumps(value, indent=2).
     runtime = loaded(
         "python",
@@ -416,7 +458,10 @@ def test_output_fn_returning_a_dict_is_json_as_the_model_servers_send_it(handler
         """
         ),
     )
-    assert invoke(runtime, b"[1]") == (json.dumps({"echo": [1]}, indent=2).encode(), "application/json")
+    assert invoke(runtime, b"[1]") == (
+        json.dumps({"echo": [1]}, indent=2).encode(),
+        "application/json",
+    )
 
 
 def test_output_fn_returning_something_else_is_refused(handler_dir, loaded) -> None:
@@ -437,7 +482,8 @@ def test_output_fn_returning_something_else_is_refused(handler_dir, loaded) -> N
 
 def test_user_predict_fn_error_propagates(handler_dir, loaded) -> None:
     runtime = loaded(
-        "python", handler_dir("def predict_fn(data, model):\n    raise ZeroDivisionError('model blew up')\n")
+        "python",
+        handler_dir("def predict_fn(data, model):\n    raise ZeroDivisionError('model blew up')\n"),
     )
     with pytest.raises(ZeroDivisionError, match="model blew up"):
         invoke(runtime, b"[1]")

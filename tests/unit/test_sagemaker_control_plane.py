@@ -1,11 +1,13 @@
-"""The control-plane API (serving.sagemaker_api) through the real boto3 `sagemaker` client over real HTTP.
+"""The control-plane API (serving.sagemaker_api) through the real boto3 `sagemaker` client over real
+HTTP.
 
-The API runs in this process on a loopback BackgroundServer, as the gateway mounts it, and is driven by
-unmodified boto3/botocore. The one thing faked is the `Deployer` under it (`sagemaker_harness.FakeDeployer`,
-in memory) because these tests are about the protocol layer (shapes, validation, ARNs, paging, blue/green
-bookkeeping, routing tables, authentication, stored state): a test says when a served variant is InService or
-Failed, and calls `api.tick()` itself instead of the gateway's 0.5 s loop. Real Ray Serve under the same API
-runs in tests/integration/test_sagemaker_api.py. Application Auto Scaling's operations and
+The API runs in this process on a loopback BackgroundServer, as the gateway mounts it, and is driven
+by unmodified boto3/botocore. The one thing faked is the `Deployer` under it
+(`sagemaker_harness.FakeDeployer`, in memory) because these tests are about the protocol layer
+(shapes, validation, ARNs, paging, blue/green bookkeeping, routing tables, authentication, stored
+state): a test says when a served variant is InService or Failed, and calls `api.tick()` itself
+instead of the gateway's 0.5 s loop. Real Ray Serve under the same API runs in
+tests/integration/test_sagemaker_api.py. Application Auto Scaling's operations and
 UpdateEndpointWeightsAndCapacities are in test_sagemaker_autoscaling_api.py.
 """
 
@@ -61,11 +63,14 @@ def harness(tmp_path: Path) -> Iterator[Harness]:
     running.stop()
 
 
-# --- models and endpoint configs --------------------------------------------------------------------
+# --- models and endpoint configs ------------------------------------------------------------------
 def test_models_and_configs_are_created_described_listed_and_deleted(harness: Harness) -> None:
     sm = harness.sm
-    arn = sm.create_model(ModelName="Iris-1", PrimaryContainer={"Image": "sklearn", "ModelDataUrl": "iris"})["ModelArn"]
-    assert arn == "arn:aws:sagemaker:us-east-1:000000000000:model/iris-1"  # lower-cased, as SageMaker writes it
+    arn = sm.create_model(
+        ModelName="Iris-1", PrimaryContainer={"Image": "sklearn", "ModelDataUrl": "iris"}
+    )["ModelArn"]
+    # lower-cased, as SageMaker writes it
+    assert arn == "arn:aws:sagemaker:us-east-1:000000000000:model/iris-1"
     described = sm.describe_model(ModelName="Iris-1")
     assert described["ModelArn"] == arn and described["PrimaryContainer"]["Image"] == "sklearn"
     assert isinstance(described["CreationTime"], datetime.datetime)
@@ -74,30 +79,57 @@ def test_models_and_configs_are_created_described_listed_and_deleted(harness: Ha
 
     config_arn = sm.create_endpoint_config(
         EndpointConfigName="cfg",
-        ProductionVariants=[{"VariantName": "A", "ModelName": "Iris-1", "InstanceType": "ml.m5.large"}],
+        ProductionVariants=[
+            {"VariantName": "A", "ModelName": "Iris-1", "InstanceType": "ml.m5.large"}
+        ],
     )["EndpointConfigArn"]
     assert config_arn == "arn:aws:sagemaker:us-east-1:000000000000:endpoint-config/cfg"
     config = sm.describe_endpoint_config(EndpointConfigName="cfg")
     assert config["ProductionVariants"][0]["InitialInstanceCount"] == 1
     assert config["ProductionVariants"][0]["InitialVariantWeight"] == 1.0
     assert isinstance(config["CreationTime"], datetime.datetime)
-    assert [c["EndpointConfigName"] for c in sm.list_endpoint_configs()["EndpointConfigs"]] == ["cfg"]
+    assert [c["EndpointConfigName"] for c in sm.list_endpoint_configs()["EndpointConfigs"]] == [
+        "cfg"
+    ]
 
     sm.delete_endpoint_config(EndpointConfigName="cfg")
     sm.delete_model(ModelName="Iris-1")
     assert sm.list_models()["Models"] == [] and sm.list_endpoint_configs()["EndpointConfigs"] == []
-    refused(lambda: sm.describe_model(ModelName="Iris-1"), "ValidationException", "Could not find model", arn)
-    refused(lambda: sm.describe_endpoint_config(EndpointConfigName="cfg"), "ValidationException", "Could not find")
-    refused(lambda: sm.describe_endpoint(EndpointName="nothing"), "ValidationException", "Could not find endpoint")
+    refused(
+        lambda: sm.describe_model(ModelName="Iris-1"),
+        "ValidationException",
+        "Could not find model",
+        arn,
+    )
+    refused(
+        lambda: sm.describe_endpoint_config(EndpointConfigName="cfg"),
+        "ValidationException",
+        "Could not find",
+    )
+    refused(
+        lambda: sm.describe_endpoint(EndpointName="nothing"),
+        "ValidationException",
+        "Could not find endpoint",
+    )
     refused(lambda: sm.delete_model(ModelName="Iris-1"), "ValidationException", "Could not find")
 
 
-def test_a_name_taken_is_refused_and_a_config_needs_its_model_and_a_known_instance_type(harness: Harness) -> None:
+def test_a_name_taken_is_refused_and_a_config_needs_its_model_and_a_known_instance_type(
+    harness: Harness,
+) -> None:
     harness.model("m1")
-    refused(lambda: harness.model("m1"), "ValidationException", "Cannot create already existing model")
+    refused(
+        lambda: harness.model("m1"), "ValidationException", "Cannot create already existing model"
+    )
     harness.config("c1", ("A", "m1"))
-    refused(lambda: harness.config("c1", ("A", "m1")), "ValidationException", "already existing endpoint configuration")
-    refused(lambda: harness.config("c2", ("A", "absent")), "ValidationException", "Could not find model")
+    refused(
+        lambda: harness.config("c1", ("A", "m1")),
+        "ValidationException",
+        "already existing endpoint configuration",
+    )
+    refused(
+        lambda: harness.config("c2", ("A", "absent")), "ValidationException", "Could not find model"
+    )
     refused(
         lambda: harness.config("c3", ("A", "m1"), instance="ml.x99.huge"),
         "ValidationException",
@@ -107,21 +139,29 @@ def test_a_name_taken_is_refused_and_a_config_needs_its_model_and_a_known_instan
     refused(
         lambda: harness.sm.create_endpoint_config(
             EndpointConfigName="twice",
-            ProductionVariants=[{"VariantName": "A", "ModelName": "m1", "InstanceType": "ml.m5.large"}] * 2,
+            ProductionVariants=[
+                {"VariantName": "A", "ModelName": "m1", "InstanceType": "ml.m5.large"}
+            ]
+            * 2,
         ),
         "ValidationException",
         "VariantName A is given more than once",
     )
 
 
-def test_list_pages_with_max_results_and_next_token_and_refuses_a_forged_token(harness: Harness) -> None:
+def test_list_pages_with_max_results_and_next_token_and_refuses_a_forged_token(
+    harness: Harness,
+) -> None:
     names = [f"model-{index:02d}" for index in range(12)]
     for name in names:
         harness.model(name)
     seen, token, pages = [], None, 0
     while True:
         answer = harness.sm.list_models(
-            MaxResults=5, SortBy="Name", SortOrder="Ascending", **({"NextToken": token} if token else {})
+            MaxResults=5,
+            SortBy="Name",
+            SortOrder="Ascending",
+            **({"NextToken": token} if token else {}),
         )
         seen += [m["ModelName"] for m in answer["Models"]]
         pages += 1
@@ -142,14 +182,24 @@ def test_list_pages_with_max_results_and_next_token_and_refuses_a_forged_token(h
     for token in forged:
         refused(lambda: harness.sm.list_models(NextToken=token), "ValidationException", "NextToken")
     # Past the end (the list shrank between pages): an empty last page, not an error.
-    assert harness.sm.list_models(NextToken=base64.urlsafe_b64encode(b'{"offset": 1000}').decode())["Models"] == []
+    assert (
+        harness.sm.list_models(NextToken=base64.urlsafe_b64encode(b'{"offset": 1000}').decode())[
+            "Models"
+        ]
+        == []
+    )
 
 
 def test_list_sorts_and_filters(harness: Harness) -> None:
     for name in ("beta", "Alpha-iris", "gamma-IRIS", "delta"):
         harness.model(name)
     listed = harness.sm.list_models
-    assert [m["ModelName"] for m in listed()["Models"]] == ["delta", "gamma-IRIS", "Alpha-iris", "beta"]
+    assert [m["ModelName"] for m in listed()["Models"]] == [
+        "delta",
+        "gamma-IRIS",
+        "Alpha-iris",
+        "beta",
+    ]
     assert [m["ModelName"] for m in listed(SortOrder="Ascending")["Models"]] == [
         "beta",
         "Alpha-iris",
@@ -169,11 +219,13 @@ def test_list_sorts_and_filters(harness: Harness) -> None:
     refused(lambda: listed(SortBy="Size"), "ValidationException", "SortBy")
 
 
-# --- what the shapes refuse ------------------------------------------------------------------------------
+# --- what the shapes refuse -----------------------------------------------------------------------
 VARIANT = {"VariantName": "A", "ModelName": "m1", "InstanceType": "ml.m5.large"}
 CONTAINER = {"Image": "sklearn"}
 BLUE_GREEN = {
-    "BlueGreenUpdatePolicy": {"TrafficRoutingConfiguration": {"Type": "ALL_AT_ONCE", "WaitIntervalInSeconds": 0}}
+    "BlueGreenUpdatePolicy": {
+        "TrafficRoutingConfiguration": {"Type": "ALL_AT_ONCE", "WaitIntervalInSeconds": 0}
+    }
 }
 UNSUPPORTED = [
     (
@@ -187,7 +239,10 @@ UNSUPPORTED = [
     ),
     (
         "create_model",
-        {"ModelName": "m", "PrimaryContainer": {**CONTAINER, "ImageConfig": {"RepositoryAccessMode": "Platform"}}},
+        {
+            "ModelName": "m",
+            "PrimaryContainer": {**CONTAINER, "ImageConfig": {"RepositoryAccessMode": "Platform"}},
+        },
         "PrimaryContainer.ImageConfig",
     ),
     (
@@ -197,7 +252,11 @@ UNSUPPORTED = [
             "PrimaryContainer": {
                 **CONTAINER,
                 "ModelDataSource": {
-                    "S3DataSource": {"S3Uri": "s3://bucket/model/", "S3DataType": "S3Prefix", "CompressionType": "None"}
+                    "S3DataSource": {
+                        "S3Uri": "s3://bucket/model/",
+                        "S3DataType": "S3Prefix",
+                        "CompressionType": "None",
+                    }
                 },
             },
         },
@@ -225,7 +284,9 @@ UNSUPPORTED = [
         "create_endpoint_config",
         {
             "EndpointConfigName": "c",
-            "ProductionVariants": [{**VARIANT, "ServerlessConfig": {"MemorySizeInMB": 2048, "MaxConcurrency": 5}}],
+            "ProductionVariants": [
+                {**VARIANT, "ServerlessConfig": {"MemorySizeInMB": 2048, "MaxConcurrency": 5}}
+            ],
         },
         "ProductionVariants[0].ServerlessConfig",
     ),
@@ -253,11 +314,17 @@ UNSUPPORTED = [
 ]
 
 
-@pytest.mark.parametrize(("operation", "params", "field"), UNSUPPORTED, ids=[f"{c[0]}-{c[2]}" for c in UNSUPPORTED])
-def test_every_unsupported_field_is_refused_by_name(harness: Harness, operation: str, params: dict, field: str) -> None:
+@pytest.mark.parametrize(
+    ("operation", "params", "field"), UNSUPPORTED, ids=[f"{c[0]}-{c[2]}" for c in UNSUPPORTED]
+)
+def test_every_unsupported_field_is_refused_by_name(
+    harness: Harness, operation: str, params: dict, field: str
+) -> None:
     if operation == "create_endpoint_config":
         harness.model("m1")
-    message = refused(lambda: getattr(harness.sm, operation)(**params), "ValidationException", f"{field}: ")
+    message = refused(
+        lambda: getattr(harness.sm, operation)(**params), "ValidationException", f"{field}: "
+    )
     assert "not supported by this runtime" in message or "Input should be False" in message
     assert [m["ModelName"] for m in harness.api.state.all("model")] == (
         ["m1"] if operation == "create_endpoint_config" else []
@@ -274,14 +341,21 @@ CAPTURE = {
 
 def test_data_capture_reaches_every_variant_spec_and_describe_endpoint(harness: Harness) -> None:
     harness.model("m1")
-    harness.sm.create_endpoint_config(EndpointConfigName="c", ProductionVariants=[VARIANT], DataCaptureConfig=CAPTURE)
+    harness.sm.create_endpoint_config(
+        EndpointConfigName="c", ProductionVariants=[VARIANT], DataCaptureConfig=CAPTURE
+    )
     assert (
-        harness.sm.describe_endpoint_config(EndpointConfigName="c")["DataCaptureConfig"]["DestinationS3Uri"]
+        harness.sm.describe_endpoint_config(EndpointConfigName="c")["DataCaptureConfig"][
+            "DestinationS3Uri"
+        ]
         == "s3://bucket/capture"
     )
     harness.sm.create_endpoint(EndpointName="e", EndpointConfigName="c")
     (spec,) = harness.deployer.applied
-    assert spec.DataCaptureConfig is not None and spec.DataCaptureConfig.InitialSamplingPercentage == 10
+    assert (
+        spec.DataCaptureConfig is not None
+        and spec.DataCaptureConfig.InitialSamplingPercentage == 10
+    )
     summary = harness.sm.describe_endpoint(EndpointName="e")["DataCaptureConfig"]
     assert summary == {
         "EnableCapture": True,
@@ -294,9 +368,15 @@ def test_data_capture_reaches_every_variant_spec_and_describe_endpoint(harness: 
 @pytest.mark.parametrize(
     ("capture", "field"),
     [
-        ({**CAPTURE, "DestinationS3Uri": "/var/lib/anything"}, "DataCaptureConfig.DestinationS3Uri"),
+        (
+            {**CAPTURE, "DestinationS3Uri": "/var/lib/anything"},
+            "DataCaptureConfig.DestinationS3Uri",
+        ),
         ({**CAPTURE, "DestinationS3Uri": "file:///etc"}, "DataCaptureConfig.DestinationS3Uri"),
-        ({**CAPTURE, "InitialSamplingPercentage": 101}, "DataCaptureConfig.InitialSamplingPercentage"),
+        (
+            {**CAPTURE, "InitialSamplingPercentage": 101},
+            "DataCaptureConfig.InitialSamplingPercentage",
+        ),
         (
             {**CAPTURE, "CaptureOptions": [{"CaptureMode": "Everything"}]},
             "DataCaptureConfig.CaptureOptions[0].CaptureMode",
@@ -326,12 +406,19 @@ def raw(url: str, target: str, body: bytes | dict, **headers: str) -> httpx.Resp
 
 def test_fields_botocore_would_not_send_are_refused_too(harness: Harness) -> None:
     answer = raw(
-        harness.url, "SageMaker.CreateModel", {"ModelName": "m", "PrimaryContainer": CONTAINER, "Colour": "red"}
+        harness.url,
+        "SageMaker.CreateModel",
+        {"ModelName": "m", "PrimaryContainer": CONTAINER, "Colour": "red"},
     )
     assert answer.status_code == 400
-    assert answer.json()["__type"] == "ValidationException" and "Colour: not supported" in answer.json()["message"]
+    assert (
+        answer.json()["__type"] == "ValidationException"
+        and "Colour: not supported" in answer.json()["message"]
+    )
     answer = raw(
-        harness.url, "SageMaker.CreateModel", {"ModelName": "m", "PrimaryContainer": CONTAINER, "Containers": []}
+        harness.url,
+        "SageMaker.CreateModel",
+        {"ModelName": "m", "PrimaryContainer": CONTAINER, "Containers": []},
     )
     assert "exactly one of PrimaryContainer and Containers" in answer.json()["message"]
     answer = raw(harness.url, "SageMaker.CreateModel", b"{not json")
@@ -342,33 +429,45 @@ def test_fields_botocore_would_not_send_are_refused_too(harness: Harness) -> Non
 
 
 def test_an_unknown_operation_is_refused(harness: Harness) -> None:
-    refused(harness.sm.list_training_jobs, "UnknownOperationException", "SageMaker.ListTrainingJobs")
+    refused(
+        harness.sm.list_training_jobs, "UnknownOperationException", "SageMaker.ListTrainingJobs"
+    )
     answer = raw(harness.url, "DynamoDB_20120810.ListTables", {})
     assert (answer.status_code, answer.json()["__type"]) == (400, "UnknownOperationException")
     answer = httpx.post(harness.url, content=b"{}")
     assert answer.json()["__type"] == "UnknownOperationException"
 
 
-# --- images, model data, the spec a variant becomes -----------------------------------------------------
+# --- images, model data, the spec a variant becomes -----------------------------------------------
 IMAGES = [
     ("sklearn", "sklearn"),
     ("xgboost", "xgboost"),
-    ("683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-scikit-learn:1.2-1-cpu-py3", "sklearn"),
+    (
+        "683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-scikit-learn:1.2-1-cpu-py3",
+        "sklearn",
+    ),
     ("763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-inference:2.1.0-cpu-py310", "pytorch"),
     ("763104351884.dkr.ecr.eu-west-1.amazonaws.com/tensorflow-inference:2.13-cpu", "tensorflow"),
     ("683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-xgboost:1.7-1", "xgboost"),
-    ("727897471807.dkr.ecr.cn-north-1.amazonaws.com.cn/pytorch-inference@sha256:" + "0" * 64, "pytorch"),
+    (
+        "727897471807.dkr.ecr.cn-north-1.amazonaws.com.cn/pytorch-inference@sha256:" + "0" * 64,
+        "pytorch",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("image", "stack"), IMAGES)
-def test_an_image_maps_to_the_stack_serving_its_artifacts(harness: Harness, image: str, stack: str) -> None:
+def test_an_image_maps_to_the_stack_serving_its_artifacts(
+    harness: Harness, image: str, stack: str
+) -> None:
     harness.model("m1", image=image)
     harness.config("c1", ("A", "m1"))
     harness.sm.create_endpoint(EndpointName="e1", EndpointConfigName="c1")
     assert harness.deployer.spec("e1@A@1")["Containers"][0]["Image"] == stack
     pending = harness.sm.describe_endpoint(EndpointName="e1")["PendingDeploymentSummary"]
-    assert pending["ProductionVariants"][0]["DeployedImages"] == [{"SpecifiedImage": image, "ResolvedImage": stack}]
+    assert pending["ProductionVariants"][0]["DeployedImages"] == [
+        {"SpecifiedImage": image, "ResolvedImage": stack}
+    ]
 
 
 @pytest.mark.parametrize(
@@ -380,18 +479,27 @@ def test_an_image_maps_to_the_stack_serving_its_artifacts(harness: Harness, imag
     ],
 )
 def test_an_unknown_image_is_refused_naming_the_field(harness: Harness, image: str) -> None:
-    refused(lambda: harness.model("m1", image=image), "ValidationException", "PrimaryContainer.Image", "not served")
     refused(
-        lambda: harness.sm.create_model(ModelName="m2", Containers=[{"Image": "sklearn"}, {"Image": image}]),
+        lambda: harness.model("m1", image=image),
+        "ValidationException",
+        "PrimaryContainer.Image",
+        "not served",
+    )
+    refused(
+        lambda: harness.sm.create_model(
+            ModelName="m2", Containers=[{"Image": "sklearn"}, {"Image": image}]
+        ),
         "ValidationException",
         "Containers[1].Image",
     )
     assert harness.sm.list_models()["Models"] == []
 
 
-def test_network_isolation_is_the_default_and_egress_the_operators_to_allow(harness: Harness, tmp_path: Path) -> None:
-    # SageMaker's default is false (network on); here a container has no network unless the operator names
-    # egress ports and the model asks for them.
+def test_network_isolation_is_the_default_and_egress_the_operators_to_allow(
+    harness: Harness, tmp_path: Path
+) -> None:
+    # SageMaker's default is false (network on); here a container has no network unless the operator
+    # names egress ports and the model asks for them.
     def model(api: Harness, name: str, isolated: bool) -> None:
         api.sm.create_model(
             ModelName=name,
@@ -430,8 +538,9 @@ def test_model_data_must_lie_inside_the_model_roots(harness: Harness, tmp_path: 
             "outside the model roots",
         )
     harness.model("relative", ModelDataUrl="iris")
-    # A MultiModel prefix is read by the container's supervisor (its process has no network), with the server's
-    # credentials unless the container brings its own: held to the s3:// roots as a SingleModel's archive is.
+    # A MultiModel prefix is read by the container's supervisor (its process has no network), with
+    # the server's credentials unless the container brings its own: held to the s3:// roots as a
+    # SingleModel's archive is.
     refused(
         lambda: harness.model("s3", ModelDataUrl="s3://bucket/models/", Mode="MultiModel"),
         "ValidationException",
@@ -442,13 +551,21 @@ def test_model_data_must_lie_inside_the_model_roots(harness: Harness, tmp_path: 
     harness.model("s3", ModelDataUrl="s3://bucket/models/", Mode="MultiModel", Environment=own_keys)
     harness.config("c1", ("A", "relative"), ("B", "s3"))
     harness.sm.create_endpoint(EndpointName="e1", EndpointConfigName="c1")
-    assert harness.deployer.spec("e1@A@1")["Containers"][0]["ModelDataUrl"] == str((harness.models / "iris").resolve())
+    assert harness.deployer.spec("e1@A@1")["Containers"][0]["ModelDataUrl"] == str(
+        (harness.models / "iris").resolve()
+    )
     assert harness.deployer.spec("e1@B@1")["Containers"][0]["ModelDataUrl"] == "s3://bucket/models/"
 
 
 def test_a_multi_model_primary_container_is_served_direct(harness: Harness) -> None:
-    # SageMaker's multi-model endpoint: a PrimaryContainer with Mode MultiModel and no InferenceExecutionConfig.
-    harness.model("mme", ModelDataUrl="iris", Mode="MultiModel", MultiModelConfig={"ModelCacheSetting": "Disabled"})
+    # SageMaker's multi-model endpoint: a PrimaryContainer with Mode MultiModel and no
+    # InferenceExecutionConfig.
+    harness.model(
+        "mme",
+        ModelDataUrl="iris",
+        Mode="MultiModel",
+        MultiModelConfig={"ModelCacheSetting": "Disabled"},
+    )
     harness.config("c1", ("A", "mme"))
     harness.sm.create_endpoint(EndpointName="e1", EndpointConfigName="c1")
     spec = harness.deployer.spec("e1@A@1")
@@ -458,7 +575,10 @@ def test_a_multi_model_primary_container_is_served_direct(harness: Harness) -> N
     refused(
         lambda: harness.sm.create_model(
             ModelName="chain",
-            Containers=[{"Image": "sklearn", "Mode": "MultiModel", "ModelDataUrl": "iris"}, {"Image": "python"}],
+            Containers=[
+                {"Image": "sklearn", "Mode": "MultiModel", "ModelDataUrl": "iris"},
+                {"Image": "python"},
+            ],
         ),
         "ValidationException",
         "Serial endpoint",
@@ -478,8 +598,18 @@ def test_each_variant_becomes_a_spec_of_its_own(harness: Harness) -> None:
     harness.sm.create_endpoint_config(
         EndpointConfigName="c1",
         ProductionVariants=[
-            {"VariantName": "Pair", "ModelName": "pair", "InstanceType": "ml.m5.xlarge", "InitialInstanceCount": 2},
-            {"VariantName": "One", "ModelName": "single", "InstanceType": "ml.t2.medium", "InitialVariantWeight": 3},
+            {
+                "VariantName": "Pair",
+                "ModelName": "pair",
+                "InstanceType": "ml.m5.xlarge",
+                "InitialInstanceCount": 2,
+            },
+            {
+                "VariantName": "One",
+                "ModelName": "single",
+                "InstanceType": "ml.t2.medium",
+                "InitialVariantWeight": 3,
+            },
         ],
     )
     harness.deployer.cpus = 16.0
@@ -487,7 +617,8 @@ def test_each_variant_becomes_a_spec_of_its_own(harness: Harness) -> None:
     pair, one = harness.deployer.spec("e1@Pair@1"), harness.deployer.spec("e1@One@1")
     assert pair["InferenceExecutionConfig"] == {"Mode": "Direct"}
     assert [c["ContainerHostname"] for c in pair["Containers"]] == ["first", "second"]
-    assert [c["Resources"]["Cpus"] for c in pair["Containers"]] == [2.0, 2.0]  # ml.m5.xlarge's 4 CPUs, shared
+    # ml.m5.xlarge's 4 CPUs, shared
+    assert [c["Resources"]["Cpus"] for c in pair["Containers"]] == [2.0, 2.0]
     assert pair["AutoScaling"] == {"MinCapacity": 2, "MaxCapacity": 2}
     assert one["Containers"][0]["ContainerHostname"] == "primary"
     assert one["Containers"][0]["Resources"]["Cpus"] == 2.0 and one["AutoScaling"] == {
@@ -506,8 +637,10 @@ def test_each_variant_becomes_a_spec_of_its_own(harness: Harness) -> None:
     )
 
 
-# --- endpoints: create, update (blue/green), delete -----------------------------------------------------
-def test_create_goes_in_service_when_its_variants_do_and_publishes_their_weights(harness: Harness) -> None:
+# --- endpoints: create, update (blue/green), delete -----------------------------------------------
+def test_create_goes_in_service_when_its_variants_do_and_publishes_their_weights(
+    harness: Harness,
+) -> None:
     harness.model("m1")
     harness.sm.create_endpoint_config(
         EndpointConfigName="c1",
@@ -532,9 +665,12 @@ def test_create_goes_in_service_when_its_variants_do_and_publishes_their_weights
     harness.deployer.ready("e1@B@1")
     harness.api.tick()
     described = harness.sm.describe_endpoint(EndpointName="e1")
-    assert described["EndpointStatus"] == "InService" and "PendingDeploymentSummary" not in described
+    assert (
+        described["EndpointStatus"] == "InService" and "PendingDeploymentSummary" not in described
+    )
     assert [
-        (v["VariantName"], v["CurrentWeight"], v["CurrentInstanceCount"]) for v in described["ProductionVariants"]
+        (v["VariantName"], v["CurrentWeight"], v["CurrentInstanceCount"])
+        for v in described["ProductionVariants"]
     ] == [("A", 3.0, 1), ("B", 1.0, 1)]
     assert harness.deployer.routes("e1") == [("A", "e1@A@1", 3.0), ("B", "e1@B@1", 1.0)]
     listed = harness.sm.list_endpoints(StatusEquals="InService")["Endpoints"]
@@ -595,8 +731,11 @@ def test_an_update_moves_traffic_only_when_the_whole_new_set_is_in_service(
     harness.sm.update_endpoint(EndpointName="e1", EndpointConfigName="c2")
     described = harness.sm.describe_endpoint(EndpointName="e1")
     assert described["EndpointStatus"] == "Updating" and described["EndpointConfigName"] == "c1"
-    assert [v["VariantName"] for v in described["PendingDeploymentSummary"]["ProductionVariants"]] == ["A", "B"]
-    assert [s.EndpointName for s in harness.deployer.applied] == ["e1@A@1", "e1@A@2", "e1@B@2"]  # beside the old
+    assert [
+        v["VariantName"] for v in described["PendingDeploymentSummary"]["ProductionVariants"]
+    ] == ["A", "B"]
+    # beside the old
+    assert [s.EndpointName for s in harness.deployer.applied] == ["e1@A@1", "e1@A@2", "e1@B@2"]
     refused(
         lambda: harness.sm.update_endpoint(EndpointName="e1", EndpointConfigName="c1"),
         "ValidationException",
@@ -604,7 +743,9 @@ def test_an_update_moves_traffic_only_when_the_whole_new_set_is_in_service(
     )
     harness.deployer.ready("e1@A@2")
     harness.api.tick()
-    assert harness.status("e1") == "Updating" and harness.deployer.routes("e1") == [("A", "e1@A@1", 1.0)]
+    assert harness.status("e1") == "Updating" and harness.deployer.routes("e1") == [
+        ("A", "e1@A@1", 1.0)
+    ]
     harness.deployer.ready("e1@B@2")
     harness.api.tick()
     described = harness.sm.describe_endpoint(EndpointName="e1")
@@ -628,19 +769,31 @@ def test_a_failed_update_rolls_back_to_the_set_serving(harness: Harness) -> None
     harness.api.tick()
     described = harness.sm.describe_endpoint(EndpointName="e1")
     assert (described["EndpointStatus"], described["EndpointConfigName"]) == ("InService", "c1")
-    assert "rolled back" in described["FailureReason"] and "out of memory" in described["FailureReason"]
+    assert (
+        "rolled back" in described["FailureReason"]
+        and "out of memory" in described["FailureReason"]
+    )
     assert harness.deployer.routes("e1") == [("A", "e1@A@1", 1.0)]
     assert sorted(harness.deployer.deleted) == ["e1@A@2", "e1@B@2"]
-    harness.sm.update_endpoint(EndpointName="e1", EndpointConfigName="c2")  # may be tried again: generation 3
+    # may be tried again: generation 3
+    harness.sm.update_endpoint(EndpointName="e1", EndpointConfigName="c2")
     assert {s.EndpointName for s in harness.deployer.applied[-2:]} == {"e1@A@3", "e1@B@3"}
 
 
 def test_delete_endpoint_and_the_endpoint_deleted_waiter(harness: Harness) -> None:
     harness.in_service("e1", "c1", ("A", "B"))
     harness.sm.delete_endpoint(EndpointName="e1")
-    assert sorted(harness.deployer.deleted) == ["e1@A@1", "e1@B@1"] and harness.deployer.fronts == {}
-    harness.sm.get_waiter("endpoint_deleted").wait(EndpointName="e1", WaiterConfig={"Delay": 1, "MaxAttempts": 2})
-    refused(lambda: harness.sm.delete_endpoint(EndpointName="e1"), "ValidationException", "Could not find endpoint")
+    assert (
+        sorted(harness.deployer.deleted) == ["e1@A@1", "e1@B@1"] and harness.deployer.fronts == {}
+    )
+    harness.sm.get_waiter("endpoint_deleted").wait(
+        EndpointName="e1", WaiterConfig={"Delay": 1, "MaxAttempts": 2}
+    )
+    refused(
+        lambda: harness.sm.delete_endpoint(EndpointName="e1"),
+        "ValidationException",
+        "Could not find endpoint",
+    )
     assert harness.sm.list_endpoints()["Endpoints"] == []
 
 
@@ -654,7 +807,8 @@ def test_variants_needing_more_than_the_cluster_has_are_refused(harness: Harness
         "has 8",
     )
     assert harness.sm.list_endpoints()["Endpoints"] == []
-    harness.config("c1", ("A", "m1"), instance="ml.m5.xlarge", count=2)  # 2 × 4 CPUs: fits, not twice
+    # 2 × 4 CPUs: fits, not twice
+    harness.config("c1", ("A", "m1"), instance="ml.m5.xlarge", count=2)
     harness.sm.create_endpoint(EndpointName="e1", EndpointConfigName="c1")
     harness.deployer.ready("e1@A@1")
     harness.api.tick()
@@ -667,7 +821,7 @@ def test_variants_needing_more_than_the_cluster_has_are_refused(harness: Harness
     assert [s.EndpointName for s in harness.deployer.applied] == ["e1@A@1"]
 
 
-# --- authentication -------------------------------------------------------------------------------------
+# --- authentication -------------------------------------------------------------------------------
 @pytest.fixture
 def identities(tmp_path: Path) -> Path:
     (tmp_path / "builder.json").write_text(
@@ -727,7 +881,9 @@ def identities(tmp_path: Path) -> Path:
     return tmp_path / "identities.yaml"
 
 
-def test_signed_calls_are_authorized_by_the_identitys_policies(tmp_path: Path, identities: Path) -> None:
+def test_signed_calls_are_authorized_by_the_identitys_policies(
+    tmp_path: Path, identities: Path
+) -> None:
     harness = Harness(tmp_path, api_identities=str(identities))
     try:
         harness.model("m1")
@@ -743,32 +899,49 @@ def test_signed_calls_are_authorized_by_the_identitys_policies(tmp_path: Path, i
         refused(harness.sm.list_models, "AccessDeniedException", "sagemaker:ListModels")
         reader = harness.client(key=READER_KEY, secret=READER_SECRET)
         assert reader.describe_model(ModelName="m1")["ModelName"] == "m1"
-        refused(lambda: reader.describe_model(ModelName="secret-model"), "AccessDeniedException", "explicit deny")
-        refused(lambda: reader.create_model(ModelName="m3", PrimaryContainer=CONTAINER), "AccessDeniedException")
+        refused(
+            lambda: reader.describe_model(ModelName="secret-model"),
+            "AccessDeniedException",
+            "explicit deny",
+        )
+        refused(
+            lambda: reader.create_model(ModelName="m3", PrimaryContainer=CONTAINER),
+            "AccessDeniedException",
+        )
         # Application Auto Scaling's client signs for its own service; the same key verifies there.
         scaling = harness.client("application-autoscaling")
-        assert scaling.describe_scalable_targets(ServiceNamespace="sagemaker")["ScalableTargets"] == []
+        assert (
+            scaling.describe_scalable_targets(ServiceNamespace="sagemaker")["ScalableTargets"] == []
+        )
         refused(
-            lambda: harness.client("application-autoscaling", READER_KEY, READER_SECRET).describe_scalable_targets(
-                ServiceNamespace="sagemaker"
-            ),
+            lambda: harness.client(
+                "application-autoscaling", READER_KEY, READER_SECRET
+            ).describe_scalable_targets(ServiceNamespace="sagemaker"),
             "AccessDeniedException",
             "application-autoscaling:DescribeScalableTargets",
         )
-        # A signed request botocore would not have sent (a field it does not know): authorized, then refused.
-        body = json.dumps({"ModelName": "m9", "PrimaryContainer": CONTAINER, "Colour": "red"}).encode()
+        # A signed request botocore would not have sent (a field it does not know): authorized, then
+        # refused.
+        body = json.dumps(
+            {"ModelName": "m9", "PrimaryContainer": CONTAINER, "Colour": "red"}
+        ).encode()
         request = AWSRequest(
             "POST",
             harness.url + "/",
             data=body,
-            headers={protocol.AMZ_TARGET: "SageMaker.CreateModel", "Content-Type": protocol.AMZ_JSON},
+            headers={
+                protocol.AMZ_TARGET: "SageMaker.CreateModel",
+                "Content-Type": protocol.AMZ_JSON,
+            },
         )
         SigV4Auth(Credentials(KEY, SECRET), "sagemaker", "us-east-1").add_auth(request)
         answer = httpx.post(request.url, content=body, headers=dict(request.headers.items()))
         assert (answer.status_code, answer.json()["__type"]) == (400, "ValidationException")
         assert "Colour: not supported" in answer.json()["message"]
         # The endpoints the API creates carry the same identities file as their AccessControl.
-        harness.api.operations["CreateEndpointConfig"]({"EndpointConfigName": "c1", "ProductionVariants": [VARIANT]})
+        harness.api.operations["CreateEndpointConfig"](
+            {"EndpointConfigName": "c1", "ProductionVariants": [VARIANT]}
+        )
         harness.api.operations["CreateEndpoint"]({"EndpointName": "e1", "EndpointConfigName": "c1"})
         assert harness.deployer.spec("e1@A@1")["AccessControl"]["IdentitiesFile"] == str(identities)
     finally:
@@ -779,7 +952,9 @@ def test_unsigned_forged_and_unknown_callers_are_refused(tmp_path: Path, identit
     harness = Harness(tmp_path, api_identities=str(identities))
     try:
         refused(
-            lambda: harness.client(secret="not-the-builders-secret-at-all").describe_model(ModelName="m1"),
+            lambda: harness.client(secret="not-the-builders-secret-at-all").describe_model(
+                ModelName="m1"
+            ),
             "InvalidSignatureException",
         )
         refused(
@@ -792,8 +967,13 @@ def test_unsigned_forged_and_unknown_callers_are_refused(tmp_path: Path, identit
             lambda: harness.client(key="AKIANOBODYKNOWSTHIS1").describe_model(ModelName="m1"),
             "UnrecognizedClientException",
         )
-        answer = raw(harness.url, "SageMaker.CreateModel", {"ModelName": "m", "PrimaryContainer": CONTAINER})
-        assert (answer.status_code, answer.json()["__type"]) == (403, "MissingAuthenticationTokenException")
+        answer = raw(
+            harness.url, "SageMaker.CreateModel", {"ModelName": "m", "PrimaryContainer": CONTAINER}
+        )
+        assert (answer.status_code, answer.json()["__type"]) == (
+            403,
+            "MissingAuthenticationTokenException",
+        )
         answer = raw(
             harness.url,
             "SageMaker.CreateModel",
@@ -810,23 +990,33 @@ def test_unsigned_forged_and_unknown_callers_are_refused(tmp_path: Path, identit
             Authorization=f"Bearer {API_KEY}",
         )
         assert answer.status_code == 200 and answer.json()["ModelArn"].endswith(":model/m")
-        answer = raw(harness.url, "SageMaker.DeleteModel", {"ModelName": "m"}, Authorization=f"Bearer {API_KEY}")
+        answer = raw(
+            harness.url,
+            "SageMaker.DeleteModel",
+            {"ModelName": "m"},
+            Authorization=f"Bearer {API_KEY}",
+        )
         assert (answer.status_code, answer.json()["__type"]) == (403, "AccessDeniedException")
     finally:
         harness.stop()
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])
-def test_a_server_without_identities_refuses_every_call_unless_told_otherwise(tmp_path: Path, host: str) -> None:
-    # Issue 41, finding 3: anonymous on loopback by default let any local process, tenant code included, create,
-    # replace and delete every team's endpoints. Now only `--allow-anonymous-api` (loopback only) opens it.
-    # Bound to 127.0.0.1 here either way, but configured as a server on `host` would be: that is what decides.
+def test_a_server_without_identities_refuses_every_call_unless_told_otherwise(
+    tmp_path: Path, host: str
+) -> None:
+    # Issue 41, finding 3: anonymous on loopback by default let any local process, tenant code
+    # included, create, replace and delete every team's endpoints. Now only `--allow-anonymous-api`
+    # (loopback only) opens it. Bound to 127.0.0.1 here either way, but configured as a server on
+    # `host` would be: that is what decides.
     harness = Harness(tmp_path, host=host, allow_anonymous_api=False)
     try:
         refused(harness.sm.list_models, "AccessDeniedException", "no anonymous calls")
         refused(lambda: harness.model("m1"), "AccessDeniedException")
         refused(
-            lambda: harness.client("application-autoscaling").describe_scalable_targets(ServiceNamespace="sagemaker"),
+            lambda: harness.client("application-autoscaling").describe_scalable_targets(
+                ServiceNamespace="sagemaker"
+            ),
             "AccessDeniedException",
         )
         assert harness.api.state.all("model") == []
@@ -841,15 +1031,18 @@ def test_anonymous_calls_are_for_a_loopback_server_only(tmp_path: Path) -> None:
         ServerSettings(allow_anonymous_api=True, api_identities=str(tmp_path / "identities.yaml"))
 
 
-# --- stored state ------------------------------------------------------------------------------------------
-def test_a_second_server_over_the_same_state_file_brings_every_endpoint_back(tmp_path: Path) -> None:
+# --- stored state ---------------------------------------------------------------------------------
+def test_a_second_server_over_the_same_state_file_brings_every_endpoint_back(
+    tmp_path: Path,
+) -> None:
     state_file = tmp_path / "state" / "api.db"
     first = Harness(tmp_path, state_file=str(state_file))
     try:
         first.in_service("e1", "c1", ("A", "B"))
         first.model("m2")
         first.config("c2", ("A", "m2"))
-        first.sm.update_endpoint(EndpointName="e1", EndpointConfigName="c2")  # under way when the server stops
+        # under way when the server stops
+        first.sm.update_endpoint(EndpointName="e1", EndpointConfigName="c2")
     finally:
         first.stop()
     assert stat.S_IMODE(state_file.stat().st_mode) == 0o600
@@ -857,11 +1050,20 @@ def test_a_second_server_over_the_same_state_file_brings_every_endpoint_back(tmp
     second = Harness(tmp_path, state_file=str(state_file))
     try:
         assert sorted(m["ModelName"] for m in second.sm.list_models()["Models"]) == ["m1", "m2"]
-        assert second.sm.describe_endpoint_config(EndpointConfigName="c2")["ProductionVariants"][0]["ModelName"] == "m2"
+        assert (
+            second.sm.describe_endpoint_config(EndpointConfigName="c2")["ProductionVariants"][0][
+                "ModelName"
+            ]
+            == "m2"
+        )
         assert second.status("e1") == "Updating"
         assert second.deployer.applied == []
         second.api.restore()
-        assert sorted(s.EndpointName for s in second.deployer.applied) == ["e1@A@1", "e1@A@2", "e1@B@1"]
+        assert sorted(s.EndpointName for s in second.deployer.applied) == [
+            "e1@A@1",
+            "e1@A@2",
+            "e1@B@1",
+        ]
         assert second.deployer.routes("e1") == [("A", "e1@A@1", 1.0), ("B", "e1@B@1", 1.0)]
         second.deployer.ready("e1@A@1", "e1@B@1", "e1@A@2")
         second.api.tick()
@@ -881,7 +1083,9 @@ def test_a_restored_endpoint_is_updating_until_its_variants_are_back(tmp_path: P
     try:
         second.api.restore()
         assert [s.EndpointName for s in second.deployer.applied] == ["e1@A@1"]
-        assert second.status("e1") == "Updating" and second.deployer.routes("e1") == [("A", "e1@A@1", 1.0)]
+        assert second.status("e1") == "Updating" and second.deployer.routes("e1") == [
+            ("A", "e1@A@1", 1.0)
+        ]
         second.deployer.ready("e1@A@1")
         second.api.tick()
         assert second.status("e1") == "InService" and second.deployer.deleted == []
@@ -890,8 +1094,9 @@ def test_a_restored_endpoint_is_updating_until_its_variants_are_back(tmp_path: P
 
 
 def test_an_endpoint_that_cannot_be_restored_fails_alone(tmp_path: Path) -> None:
-    """A stored endpoint whose spec no longer applies is Failed with the reason; the others come back (one bad
-    document used to raise out of restore, which the server retried forever with no endpoint restored)."""
+    """A stored endpoint whose spec no longer applies is Failed with the reason; the others come
+    back (one bad document used to raise out of restore, which the server retried forever with no
+    endpoint restored)."""
     state_file = tmp_path / "api.db"
     first = Harness(tmp_path, state_file=str(state_file))
     first.in_service("e1", "c1", ("A",))
@@ -910,10 +1115,15 @@ def test_an_endpoint_that_cannot_be_restored_fails_alone(tmp_path: Path) -> None
         assert [s.EndpointName for s in second.deployer.applied] == ["e2@A@1"]
         described = second.sm.describe_endpoint(EndpointName="e1")
         assert described["EndpointStatus"] == "Failed"
-        assert "could not be restored" in described["FailureReason"] and "Resources.Gpus" in described["FailureReason"]
+        assert (
+            "could not be restored" in described["FailureReason"]
+            and "Resources.Gpus" in described["FailureReason"]
+        )
         second.deployer.ready("e2@A@1")
         second.api.tick()
-        assert second.status("e2") == "InService" and second.deployer.routes("e2") == [("A", "e2@A@1", 1.0)]
+        assert second.status("e2") == "InService" and second.deployer.routes("e2") == [
+            ("A", "e2@A@1", 1.0)
+        ]
         second.sm.delete_endpoint(EndpointName="e1")  # a Failed endpoint can still be deleted
         assert "e1" not in [e["EndpointName"] for e in second.sm.list_endpoints()["Endpoints"]]
     finally:
@@ -921,7 +1131,8 @@ def test_an_endpoint_that_cannot_be_restored_fails_alone(tmp_path: Path) -> None
 
 
 def test_ticks_read_nothing_once_nothing_is_under_way(harness: Harness, monkeypatch) -> None:
-    """An idle server's background step does no work; an update wakes it (it read the state twice a second)."""
+    """An idle server's background step does no work; an update wakes it (it read the state twice a
+    second)."""
     harness.in_service("e1", "c1", ("A",))
     harness.api.tick()  # nothing pending or draining now
     reads = []
@@ -940,7 +1151,7 @@ def test_ticks_read_nothing_once_nothing_is_under_way(harness: Harness, monkeypa
     assert harness.deployer.routes("e1") == [("A", "e1@A@2", 1.0)]
 
 
-# --- routing an API endpoint's invocations ----------------------------------------------------------------
+# --- routing an API endpoint's invocations --------------------------------------------------------
 FRONT = Front("e1", (VariantRoute("A", "e1@A@1", 3.0), VariantRoute("B", "e1@B@1", 1.0)))
 
 
@@ -970,7 +1181,9 @@ def admit(invocations: Invocations, endpoint: str, **headers: str) -> Any:
 
 def test_invocations_reach_a_variant_only_through_its_api_endpoint() -> None:
     invocations = Invocations(ServerSettings(), ContainerTransport(default_limit=1))
-    invocations.endpoints = {name: EndpointRoute(name, "Direct", ("primary",)) for name in ("e1@A@1", "e1@B@1")}
+    invocations.endpoints = {
+        name: EndpointRoute(name, "Direct", ("primary",)) for name in ("e1@A@1", "e1@B@1")
+    }
     invocations.fronts = {"e1": FRONT}
     with pytest.raises(ValidationError, match="Endpoint e1@A@1 not found"):
         admit(invocations, "e1@A@1")
@@ -981,7 +1194,8 @@ def test_invocations_reach_a_variant_only_through_its_api_endpoint() -> None:
 
 
 def test_a_model_whose_requirements_would_install_packages_is_refused(harness: Harness) -> None:
-    # Ray would install them outside the container's sandbox, with Ray's credentials (docs/security.md)
+    # Ray would install them outside the container's sandbox, with Ray's credentials
+    # (docs/security.md)
     code = harness.models / "needs" / "code"
     code.mkdir(parents=True)
     (code / "requirements.txt").write_text("surely-not-installed-pkg==1.0\n")
@@ -994,16 +1208,20 @@ def test_a_model_whose_requirements_would_install_packages_is_refused(harness: H
     )
     (harness.models / "plain").mkdir()
     harness.model("ok", ModelDataUrl="plain")
-    harness.model("m2", ModelDataUrl="iris")  # a model whose folder gains the file after CreateModel ...
+    # a model whose folder gains the file after CreateModel ...
+    harness.model("m2", ModelDataUrl="iris")
     (harness.models / "iris" / "code").mkdir()
-    (harness.models / "iris" / "code" / "requirements.txt").write_text("surely-not-installed-pkg==1.0\n")
+    (harness.models / "iris" / "code" / "requirements.txt").write_text(
+        "surely-not-installed-pkg==1.0\n"
+    )
     harness.config("c1", ("A", "ok"), ("B", "m2"))
     refused(
         lambda: harness.sm.create_endpoint(EndpointName="e1", EndpointConfigName="c1"),
         "ValidationException",
         "surely-not-installed-pkg==1.0",
     )
-    assert harness.deployer.applied == []  # ... is refused when deployed, before any variant is applied
+    # ... is refused when deployed, before any variant is applied
+    assert harness.deployer.applied == []
 
 
 def test_model_requirements_are_installed_where_the_operator_allows_it(tmp_path: Path) -> None:

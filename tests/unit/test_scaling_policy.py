@@ -41,11 +41,14 @@ def scaler(
     *policies: TargetTracking, lo: int = 1, hi: int = 10, **kwargs: Any
 ) -> tuple[TargetTrackingScaler, FakeClock]:
     clock = FakeClock()
-    return TargetTrackingScaler(policies or (TargetTracking(INV, 70),), lo, hi, clock=clock, **kwargs), clock
+    return TargetTrackingScaler(
+        policies or (TargetTracking(INV, 70),), lo, hi, clock=clock, **kwargs
+    ), clock
 
 
 def run_trace(subject: TargetTrackingScaler, clock: FakeClock, steps: list[tuple]) -> None:
-    """Steps are (time, current, metrics, expected desired, reason fragment); a bare number is the INV metric."""
+    """Steps are (time, current, metrics, expected desired, reason fragment); a bare number is the
+    INV metric."""
     for at, current, metrics, expected, fragment in steps:
         clock.now = at
         if not isinstance(metrics, dict):
@@ -64,11 +67,13 @@ def run_trace(subject: TargetTrackingScaler, clock: FakeClock, steps: list[tuple
         (2, 70, 70, 1, 10, 2),  # on target
         (4, 700, 70, 1, 100, 40),  # proportional: one step to 40, not +1
         (2, 700, 70, 1, 5, 5),  # capped at MaxCapacity
-        (4, 20, 70, 1, 10, 2),  # scale in to ceil(80 / 70) = 2: predicted 40 <= 70, while 1 would be 80
+        # scale in to ceil(80 / 70) = 2: predicted 40 <= 70, while 1 would be 80
+        (4, 20, 70, 1, 10, 2),
         (4, 35, 70, 1, 10, 2),  # predicted exactly the target is allowed
         (10, 0, 70, 1, 10, 1),  # no load: down to MinCapacity in one step
         (10, 0, 70, 3, 10, 3),
-        (20, 64, 70, 1, 20, 20),  # ceil(18.3) = 19 < 20 but 64 >= 63 (70 * 0.9): inside the tolerance band
+        # ceil(18.3) = 19 < 20 but 64 >= 63 (70 * 0.9): inside the tolerance band
+        (20, 64, 70, 1, 20, 20),
         (20, 62, 70, 1, 20, 18),  # 62 < 63: scale in to ceil(17.7) = 18
         (3, 0.1, 0.1, 1, 10, 3),  # 3 * 0.1 / 0.1 = 3.0000000000000004 in floats: no phantom replica
         (0, 5, 10, 0, 5, 1),  # from zero the metric is one replica's load: ceil(5 / 10)
@@ -76,7 +81,9 @@ def run_trace(subject: TargetTrackingScaler, clock: FakeClock, steps: list[tuple
         (0, 0, 70, 0, 5, 0),
     ],
 )
-def test_one_decision(current: int, metric: float, target: float, lo: int, hi: int, expected: int) -> None:
+def test_one_decision(
+    current: int, metric: float, target: float, lo: int, hi: int, expected: int
+) -> None:
     subject, _ = scaler(TargetTracking(INV, target), lo=lo, hi=hi)
     assert subject.decide(current, {INV: metric}).desired == expected
 
@@ -140,19 +147,32 @@ TRACES = {
         (300, 2, 10, 1, "scale in"),  # the cooldown has fully passed
         (400, 1, 0, 1, "at MinCapacity"),
     ],
-    # At 20 replicas every value below 70 asks for fewer (66 → ceil(18.9) = 19); the band 63..70 holds.
+    # At 20 replicas every value below 70 asks for fewer (66 → ceil(18.9) = 19); the band 63..70
+    # holds.
     "oscillation inside the tolerance band never flaps": [
         (0, 20, 66, 20, "within tolerance"),
         (60, 20, 69.9, 20, ""),
         (120, 20, 63.5, 20, ""),
         (180, 20, 70, 20, ""),
         (240, 20, 64, 20, ""),
-        (300, 20, 63, 20, "within tolerance: SageMakerVariantInvocationsPerInstance 63.0 vs target 70.0"),
+        (
+            300,
+            20,
+            63,
+            20,
+            "within tolerance: SageMakerVariantInvocationsPerInstance 63.0 vs target 70.0",
+        ),
         (360, 20, 62.9, 18, "scale in"),  # leaving the band: ceil(17.97) = 18
     ],
     "spike during ScaleOutCooldown: blocked unless larger than the last scale-out": [
         (0, 2, 140, 4, "scale out"),
-        (60, 2, 140, 2, "blocked by ScaleOutCooldown (240 s left; the last scale-out already set 4 replicas)"),
+        (
+            60,
+            2,
+            140,
+            2,
+            "blocked by ScaleOutCooldown (240 s left; the last scale-out already set 4 replicas)",
+        ),
         (90, 3, 90, 3, "blocked by ScaleOutCooldown"),  # ceil(3.86) = 4: already on its way
         (120, 2, 210, 6, "scale out"),  # ceil(6) = 6 > 4: larger, so at once
         (150, 4, 100, 4, "blocked by ScaleOutCooldown (270 s left"),  # ceil(5.7) = 6, not above 6
@@ -194,7 +214,8 @@ def test_bounds_are_enforced_whatever_the_cooldowns_say() -> None:
         clock,
         [
             (0, 5, 10, 2, "scale in"),  # wants ceil(50 / 70) = 1: held at MinCapacity 2
-            (10, 7, 10, 5, "7 replicas outside MinCapacity..MaxCapacity 2..5 → 5 replicas"),  # in ScaleInCooldown
+            # in ScaleInCooldown
+            (10, 7, 10, 5, "7 replicas outside MinCapacity..MaxCapacity 2..5 → 5 replicas"),
             (20, 1, None, 2, "outside MinCapacity..MaxCapacity"),  # no data, still corrected
             (30, 0, 100, 2, "outside"),  # in ScaleOutCooldown (last set 2): still corrected
             (
@@ -227,17 +248,37 @@ def test_disable_scale_in() -> None:
 def test_multiple_policies_largest_wins_and_scale_in_needs_all() -> None:
     subject, clock = scaler(TargetTracking(INV, 70), TargetTracking(CPU_UTILIZATION, 50), hi=10)
     steps = [
-        (0, 2, {INV: 140, CPU_UTILIZATION: 20}, 4, "scale out: SageMakerVariantInvocationsPerInstance"),
+        (
+            0,
+            2,
+            {INV: 140, CPU_UTILIZATION: 20},
+            4,
+            "scale out: SageMakerVariantInvocationsPerInstance",
+        ),
         (60, 4, {INV: 35, CPU_UTILIZATION: 60}, 5, "scale out: CPUUtilization 60.0 > target 50.0"),
-        (400, 5, {INV: 20, CPU_UTILIZATION: 48}, 5, "within tolerance: CPUUtilization"),  # INV alone wants 2
-        (460, 5, {INV: 20, CPU_UTILIZATION: 30}, 3, "scale in: CPUUtilization"),  # both agree: the larger, 3
-        (800, 3, {INV: 10, CPU_UTILIZATION: None}, 3, "no data for CPUUtilization"),  # silence holds scale-in
-        (860, 3, {INV: 140, CPU_UTILIZATION: None}, 6, "scale out: SageMakerVariantInvocationsPerInstance"),
+        # INV alone wants 2
+        (400, 5, {INV: 20, CPU_UTILIZATION: 48}, 5, "within tolerance: CPUUtilization"),
+        # both agree: the larger, 3
+        (460, 5, {INV: 20, CPU_UTILIZATION: 30}, 3, "scale in: CPUUtilization"),
+        # silence holds scale-in
+        (800, 3, {INV: 10, CPU_UTILIZATION: None}, 3, "no data for CPUUtilization"),
+        (
+            860,
+            3,
+            {INV: 140, CPU_UTILIZATION: None},
+            6,
+            "scale out: SageMakerVariantInvocationsPerInstance",
+        ),
     ]
     run_trace(subject, clock, steps)
     clock.now = 900
     decision = subject.decide(6, {INV: 70, CPU_UTILIZATION: 100})
-    assert (decision.desired, decision.metric, decision.metric_value, decision.target) == (10, CPU_UTILIZATION, 100, 50)
+    assert (decision.desired, decision.metric, decision.metric_value, decision.target) == (
+        10,
+        CPU_UTILIZATION,
+        100,
+        50,
+    )
 
 
 def test_each_policy_keeps_its_own_cooldowns() -> None:
@@ -251,7 +292,13 @@ def test_each_policy_keeps_its_own_cooldowns() -> None:
         clock,
         [
             (0, 8, {INV: 10, CONCURRENT_REQUESTS_PER_REPLICA: 1}, 2, "scale in"),
-            (60, 2, {INV: 10, CONCURRENT_REQUESTS_PER_REPLICA: 1}, 2, "blocked by ScaleInCooldown (540 s left)"),
+            (
+                60,
+                2,
+                {INV: 10, CONCURRENT_REQUESTS_PER_REPLICA: 1},
+                2,
+                "blocked by ScaleInCooldown (540 s left)",
+            ),
         ],
     )
 
@@ -277,7 +324,11 @@ def test_spec_metric_types_all_map_to_a_predefined_metric() -> None:
 
 def test_aws_default_cooldowns() -> None:
     policy = TargetTracking(INV, 70)
-    assert (policy.scale_out_cooldown_s, policy.scale_in_cooldown_s, policy.disable_scale_in) == (300, 300, False)
+    assert (policy.scale_out_cooldown_s, policy.scale_in_cooldown_s, policy.disable_scale_in) == (
+        300,
+        300,
+        False,
+    )
 
 
 @pytest.mark.parametrize(
@@ -293,8 +344,14 @@ def test_aws_default_cooldowns() -> None:
         (lambda: TargetTrackingScaler([TargetTracking(INV, 70)], 4, 3), "min_capacity"),
         (lambda: TargetTrackingScaler([TargetTracking(INV, 70)], 1, 2.5), "max_capacity"),
         (lambda: TargetTrackingScaler([], 1, 3), "policies"),
-        (lambda: TargetTrackingScaler([TargetTracking(INV, 70), TargetTracking(INV, 50)], 1, 3), "policies"),
-        (lambda: TargetTrackingScaler([TargetTracking(INV, 70)], 1, 3, scale_in_tolerance=1), "scale_in_tolerance"),
+        (
+            lambda: TargetTrackingScaler([TargetTracking(INV, 70), TargetTracking(INV, 50)], 1, 3),
+            "policies",
+        ),
+        (
+            lambda: TargetTrackingScaler([TargetTracking(INV, 70)], 1, 3, scale_in_tolerance=1),
+            "scale_in_tolerance",
+        ),
         (lambda: scaler()[0].decide(-1, {INV: 1}), "current"),
         (lambda: scaler()[0].decide(2, {INV: -3}), "metrics"),
         (lambda: scaler()[0].decide(2, {INV: math.inf}), "metrics"),

@@ -1,7 +1,7 @@
 """A SingleModel container's model data as SageMaker users have it: one `model.tar.gz` object in S3.
 
-The S3 side is moto's server on loopback (no cloud is reachable from the tests); the download, the archive
-checks and the unpacking are the container's real code (`models.artifacts.materialize`).
+The S3 side is moto's server on loopback (no cloud is reachable from the tests); the download, the
+archive checks and the unpacking are the container's real code (`models.artifacts.materialize`).
 """
 
 from __future__ import annotations
@@ -55,10 +55,15 @@ def _archive(files: dict[str, bytes]) -> bytes:
 
 
 def test_a_model_tar_gz_in_s3_is_downloaded_and_unpacked_once_per_version(s3):
-    s3.put_object(Bucket=BUCKET, Key="iris/model.tar.gz", Body=_archive({"model.txt": b"v1", "code/inference.py": b""}))
+    s3.put_object(
+        Bucket=BUCKET,
+        Key="iris/model.tar.gz",
+        Body=_archive({"model.txt": b"v1", "code/inference.py": b""}),
+    )
     folder = materialize(f"s3://{BUCKET}/iris/model.tar.gz")
     assert (folder / "model.txt").read_bytes() == b"v1"
-    assert materialize(f"s3://{BUCKET}/iris/model.tar.gz") == folder  # the same object: no second download
+    # the same object: no second download
+    assert materialize(f"s3://{BUCKET}/iris/model.tar.gz") == folder
     s3.put_object(Bucket=BUCKET, Key="iris/model.tar.gz", Body=_archive({"model.txt": b"v2"}))
     assert (materialize(f"s3://{BUCKET}/iris/model.tar.gz") / "model.txt").read_bytes() == b"v2"
 
@@ -76,7 +81,11 @@ def test_the_spec_takes_an_s3_object_for_single_model_and_a_prefix_only_for_mult
         {
             "EndpointName": "e",
             "Containers": [
-                {"ContainerHostname": "c", "Image": "sklearn", "ModelDataUrl": "s3://bucket/iris/model.tar.gz"}
+                {
+                    "ContainerHostname": "c",
+                    "Image": "sklearn",
+                    "ModelDataUrl": "s3://bucket/iris/model.tar.gz",
+                }
             ],
         }
     )
@@ -85,6 +94,12 @@ def test_the_spec_takes_an_s3_object_for_single_model_and_a_prefix_only_for_mult
         parse_spec(
             {
                 "EndpointName": "e",
-                "Containers": [{"ContainerHostname": "c", "Image": "sklearn", "ModelDataUrl": "s3://bucket/iris/"}],
+                "Containers": [
+                    {
+                        "ContainerHostname": "c",
+                        "Image": "sklearn",
+                        "ModelDataUrl": "s3://bucket/iris/",
+                    }
+                ],
             }
         )

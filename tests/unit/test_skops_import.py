@@ -1,8 +1,10 @@
-"""Loading a `.skops` file imports skops without PyTorch, and skops trusts exactly the types it would otherwise.
+"""Loading a `.skops` file imports skops without PyTorch, and skops trusts exactly the types it
+would otherwise.
 
-skops' first import lists scikit-learn's estimators by walking every sklearn subpackage; the walk used to import
-`sklearn.externals.array_api_compat.torch`, and with it all of PyTorch, in every scikit-learn container process.
-Each check runs in a fresh interpreter, since this test process may have imported torch or skops already.
+skops' first import lists scikit-learn's estimators by walking every sklearn subpackage; the walk
+used to import `sklearn.externals.array_api_compat.torch`, and with it all of PyTorch, in every
+scikit-learn container process. Each check runs in a fresh interpreter, since this test process may
+have imported torch or skops already.
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.frameworks  # imports torch, TensorFlow, ONNX Runtime or XGBoost: not in `make test-unit`
+# imports torch, TensorFlow, ONNX Runtime or XGBoost: not in `make test-unit`
+pytestmark = pytest.mark.frameworks
 
 pytest.importorskip("skops")
-pytest.importorskip("torch")  # the shim is only costly where torch is installed, as it is with the pytorch extra
+# the shim is only costly where torch is installed, as it is with the pytorch extra
+pytest.importorskip("torch")
 
 _PROBE = """
 import json, sys
@@ -30,19 +34,27 @@ _PLAIN = "import skops.io"
 
 def _probe(how: str) -> dict:
     done = subprocess.run(
-        [sys.executable, "-c", _PROBE.format(how=how)], capture_output=True, text=True, timeout=120, check=True
+        [sys.executable, "-c", _PROBE.format(how=how)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
     )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def test_skops_imports_without_torch_and_trusts_the_same_estimators() -> None:
     ours, plain = _probe(_OURS), _probe(_PLAIN)
-    assert plain["torch"], "a plain `import skops.io` no longer imports torch: this workaround can go"
+    assert plain["torch"], (
+        "a plain `import skops.io` no longer imports torch: this workaround can go"
+    )
     assert not ours["torch"]
     assert len(ours["names"]) > 100
     assert ours["names"] == plain["names"]
 
 
 def test_the_torch_shim_still_imports_afterwards() -> None:
-    how = _OURS + "\nimport sklearn.externals.array_api_compat.torch as shim; assert shim is not None"
+    how = (
+        _OURS + "\nimport sklearn.externals.array_api_compat.torch as shim; assert shim is not None"
+    )
     assert _probe(how)["torch"]  # refused only while skops was first imported

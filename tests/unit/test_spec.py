@@ -82,7 +82,9 @@ Containers:
 
 def test_json_serial_spec(spec_dir: Path) -> None:
     document = endpoint(
-        container("preprocess", Image="sklearn", ModelDataUrl=str(spec_dir / "models" / "english" / "1")),
+        container(
+            "preprocess", Image="sklearn", ModelDataUrl=str(spec_dir / "models" / "english" / "1")
+        ),
         container("labels"),
         InferenceExecutionConfig={"Mode": "Serial"},
     )
@@ -105,7 +107,9 @@ def test_defaults_of_a_minimal_spec() -> None:
 
 def test_fifteen_containers_and_a_63_character_name_are_accepted() -> None:
     name = "a" * 63
-    spec = parse_spec(endpoint(*(container(f"c{i}") for i in range(MAX_CONTAINERS)), EndpointName=name))
+    spec = parse_spec(
+        endpoint(*(container(f"c{i}") for i in range(MAX_CONTAINERS)), EndpointName=name)
+    )
     assert len(spec.Containers) == MAX_CONTAINERS
     assert spec.EndpointName == name
 
@@ -113,13 +117,20 @@ def test_fifteen_containers_and_a_63_character_name_are_accepted() -> None:
 @pytest.mark.parametrize(
     ("environment", "limit"), [({}, DEFAULT_MAX_CONCURRENCY), ({"SERVING_MAX_CONCURRENCY": "8"}, 8)]
 )
-def test_max_concurrency_comes_from_the_environment(environment: dict[str, str], limit: int) -> None:
-    assert parse_spec(endpoint(container(Environment=environment))).Containers[0].max_concurrency == limit
+def test_max_concurrency_comes_from_the_environment(
+    environment: dict[str, str], limit: int
+) -> None:
+    assert (
+        parse_spec(endpoint(container(Environment=environment))).Containers[0].max_concurrency
+        == limit
+    )
 
 
 def test_parse_spec_resolves_relative_paths_against_base_dir(spec_dir: Path) -> None:
     spec = parse_spec(endpoint(container(ModelDataUrl="models/english/1")), base_dir=spec_dir)
-    assert Path(spec.Containers[0].ModelDataUrl) == (spec_dir / "models" / "english" / "1").resolve()
+    assert (
+        Path(spec.Containers[0].ModelDataUrl) == (spec_dir / "models" / "english" / "1").resolve()
+    )
 
 
 # --- rejected specs -------------------------------------------------------------------
@@ -127,17 +138,42 @@ def test_parse_spec_resolves_relative_paths_against_base_dir(spec_dir: Path) -> 
 # in a folder holding models/english/1, models/model.tar.gz and models/weights.bin.
 REJECTED = [
     ("no containers", endpoint(Containers=[]), "Containers", "at least 1"),
-    ("16 containers", endpoint(*(container(f"c{i}") for i in range(16))), "Containers", "at most 15 containers"),
+    (
+        "16 containers",
+        endpoint(*(container(f"c{i}") for i in range(16))),
+        "Containers",
+        "at most 15 containers",
+    ),
     (
         "duplicate hostnames",
         endpoint(container("a"), container("b"), container("a")),
         "Containers[2].ContainerHostname",
         "duplicates Containers[0]",
     ),
-    ("hostname with underscore", endpoint(container("bad_name")), "Containers[0].ContainerHostname", "1-63 letters"),
-    ("hostname starting with hyphen", endpoint(container("-abc")), "Containers[0].ContainerHostname", "1-63 letters"),
-    ("hostname ending with hyphen", endpoint(container("abc-")), "Containers[0].ContainerHostname", "1-63 letters"),
-    ("hostname of 64 characters", endpoint(container("a" * 64)), "Containers[0].ContainerHostname", "63"),
+    (
+        "hostname with underscore",
+        endpoint(container("bad_name")),
+        "Containers[0].ContainerHostname",
+        "1-63 letters",
+    ),
+    (
+        "hostname starting with hyphen",
+        endpoint(container("-abc")),
+        "Containers[0].ContainerHostname",
+        "1-63 letters",
+    ),
+    (
+        "hostname ending with hyphen",
+        endpoint(container("abc-")),
+        "Containers[0].ContainerHostname",
+        "1-63 letters",
+    ),
+    (
+        "hostname of 64 characters",
+        endpoint(container("a" * 64)),
+        "Containers[0].ContainerHostname",
+        "63",
+    ),
     (
         "hostname of 82 characters made of hyphens",
         endpoint(container("a" + "-" * 80 + "b")),
@@ -145,7 +181,12 @@ REJECTED = [
         "63",
     ),
     ("empty hostname", endpoint(container("")), "Containers[0].ContainerHostname", "1-63 letters"),
-    ("endpoint name with a space", endpoint(EndpointName="mce demo"), "EndpointName", "1-63 letters"),
+    (
+        "endpoint name with a space",
+        endpoint(EndpointName="mce demo"),
+        "EndpointName",
+        "1-63 letters",
+    ),
     ("endpoint name of 64 characters", endpoint(EndpointName="e" * 64), "EndpointName", "63"),
     (
         "endpoint name of 82 characters made of hyphens",
@@ -153,18 +194,38 @@ REJECTED = [
         "EndpointName",
         "63",
     ),
-    ("reserved endpoint name", endpoint(EndpointName="serving-gateway"), "EndpointName", "reserved"),
+    (
+        "reserved endpoint name",
+        endpoint(EndpointName="serving-gateway"),
+        "EndpointName",
+        "reserved",
+    ),
     ("missing endpoint name", {"Containers": [container()]}, "EndpointName", "required"),
     ("unknown top-level field", endpoint(Bogus=1), "Bogus", "unknown field"),
-    ("unknown container field", endpoint(container(Bogus="x")), "Containers[0].Bogus", "unknown field"),
+    (
+        "unknown container field",
+        endpoint(container(Bogus="x")),
+        "Containers[0].Bogus",
+        "unknown field",
+    ),
     (
         "unknown field nested in a container",
         endpoint(container("a"), container("b", Resources={"Cpus": 1, "Bogus": 2})),
         "Containers[1].Resources.Bogus",
         "unknown field",
     ),
-    ("unknown Image", endpoint(container(Image="caffe")), "Containers[0].Image", "unknown Image 'caffe'"),
-    ("missing Image", endpoint({"ContainerHostname": "english"}), "Containers[0].Image", "required"),
+    (
+        "unknown Image",
+        endpoint(container(Image="caffe")),
+        "Containers[0].Image",
+        "unknown Image 'caffe'",
+    ),
+    (
+        "missing Image",
+        endpoint({"ContainerHostname": "english"}),
+        "Containers[0].Image",
+        "required",
+    ),
     (
         "missing model directory",
         endpoint(container(ModelDataUrl="models/french/1")),
@@ -215,7 +276,13 @@ REJECTED = [
     ),
     (
         "bad ModelCacheSetting",
-        endpoint(container(Mode="MultiModel", ModelDataUrl="models", MultiModelConfig={"ModelCacheSetting": "Off"})),
+        endpoint(
+            container(
+                Mode="MultiModel",
+                ModelDataUrl="models",
+                MultiModelConfig={"ModelCacheSetting": "Off"},
+            )
+        ),
         "Containers[0].MultiModelConfig.ModelCacheSetting",
         "'Enabled' or 'Disabled'",
     ),
@@ -270,7 +337,10 @@ REJECTED = [
             container(
                 AutoScaling={
                     "MaxCapacity": 2,
-                    "TargetTrackingScalingPolicyConfiguration": [{"TargetValue": 5}, {"TargetValue": 9}],
+                    "TargetTrackingScalingPolicyConfiguration": [
+                        {"TargetValue": 5},
+                        {"TargetValue": 9},
+                    ],
                 }
             )
         ),
@@ -288,11 +358,18 @@ REJECTED = [
     ),
     (
         "zero TargetValue",
-        endpoint(container(AutoScaling={"TargetTrackingScalingPolicyConfiguration": {"TargetValue": 0}})),
+        endpoint(
+            container(AutoScaling={"TargetTrackingScalingPolicyConfiguration": {"TargetValue": 0}})
+        ),
         "Containers[0].AutoScaling.TargetTrackingScalingPolicyConfiguration.TargetValue",
         "greater than 0",
     ),
-    ("bad container Mode", endpoint(container(Mode="Dual")), "Containers[0].Mode", "'SingleModel' or 'MultiModel'"),
+    (
+        "bad container Mode",
+        endpoint(container(Mode="Dual")),
+        "Containers[0].Mode",
+        "'SingleModel' or 'MultiModel'",
+    ),
     (
         "bad execution Mode",
         endpoint(InferenceExecutionConfig={"Mode": "Parallel"}),
@@ -311,7 +388,12 @@ REJECTED = [
         "AccessControl.Identities",
         "unknown field",
     ),
-    ("zero Cpus", endpoint(container(Resources={"Cpus": 0})), "Containers[0].Resources.Cpus", "greater than 0"),
+    (
+        "zero Cpus",
+        endpoint(container(Resources={"Cpus": 0})),
+        "Containers[0].Resources.Cpus",
+        "greater than 0",
+    ),
     (
         "Environment key with a hyphen",
         endpoint(container(Environment={"BAD-KEY": "x"})),
@@ -347,9 +429,13 @@ def _names(path: str, field: str) -> bool:
 
 
 @pytest.mark.parametrize(
-    ("document", "field", "reason"), [case[1:] for case in REJECTED], ids=[case[0] for case in REJECTED]
+    ("document", "field", "reason"),
+    [case[1:] for case in REJECTED],
+    ids=[case[0] for case in REJECTED],
 )
-def test_rejected_spec_names_field_and_reason(spec_dir: Path, document: Any, field: str, reason: str) -> None:
+def test_rejected_spec_names_field_and_reason(
+    spec_dir: Path, document: Any, field: str, reason: str
+) -> None:
     with pytest.raises(SpecError) as caught:
         load_spec(write_yaml(spec_dir, document))
     message = str(caught.value)
@@ -375,7 +461,12 @@ def test_every_field_at_fault_is_named() -> None:
     with pytest.raises(SpecError) as caught:
         parse_spec(document)
     fields = {line.split(":", 1)[0] for line in str(caught.value).splitlines()}
-    assert {"EndpointName", "Containers[0].Image", "Containers[1].ContainerHostname", "Containers[1].Bogus"} <= fields
+    assert {
+        "EndpointName",
+        "Containers[0].Image",
+        "Containers[1].ContainerHostname",
+        "Containers[1].Bogus",
+    } <= fields
 
 
 @pytest.mark.parametrize(
@@ -412,7 +503,11 @@ def test_fixed_replica_count_is_accepted():
         {
             "EndpointName": "e",
             "Containers": [
-                {"ContainerHostname": "c", "Image": "python", "AutoScaling": {"MinCapacity": 3, "MaxCapacity": 3}}
+                {
+                    "ContainerHostname": "c",
+                    "Image": "python",
+                    "AutoScaling": {"MinCapacity": 3, "MaxCapacity": 3},
+                }
             ],
         }
     )
@@ -422,10 +517,15 @@ def test_fixed_replica_count_is_accepted():
 # --- AccessControl ---------------------------------------------------------------------------
 
 ROOT = Path(__file__).resolve().parents[2]
-ALLOW_ALL = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+ALLOW_ALL = {
+    "Version": "2012-10-17",
+    "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}],
+}
 
 
-def write_identities(folder: Path, policy: dict[str, Any] = ALLOW_ALL, name: str = "identities.yaml") -> Path:
+def write_identities(
+    folder: Path, policy: dict[str, Any] = ALLOW_ALL, name: str = "identities.yaml"
+) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "policy.json").write_text(json.dumps(policy))
     identities = {
@@ -441,17 +541,22 @@ def write_identities(folder: Path, policy: dict[str, Any] = ALLOW_ALL, name: str
     return write_yaml(folder, identities, name)
 
 
-def test_access_control_is_loaded_relative_to_the_spec(spec_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_access_control_is_loaded_relative_to_the_spec(
+    spec_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir("/")
     write_identities(spec_dir / "secrets")
     path = write_yaml(
         spec_dir,
         endpoint(
-            container(ModelDataUrl="models/english/1"), AccessControl={"IdentitiesFile": "secrets/identities.yaml"}
+            container(ModelDataUrl="models/english/1"),
+            AccessControl={"IdentitiesFile": "secrets/identities.yaml"},
         ),
     )
     spec = load_spec(path)
-    assert spec.AccessControl.IdentitiesFile == str((spec_dir / "secrets" / "identities.yaml").resolve())
+    assert spec.AccessControl.IdentitiesFile == str(
+        (spec_dir / "secrets" / "identities.yaml").resolve()
+    )
     identity = spec.AccessControl.identities.by_access_key_id("AKIASPECTEST00001")
     assert identity.principal == "team-a" and [p.name for p in identity.policies] == ["policy.json"]
 
@@ -465,7 +570,9 @@ def test_identities_inside_a_model_directory_are_refused(spec_dir: Path) -> None
             AccessControl={"IdentitiesFile": "models/english/1/identities.yaml"},
         ),
     )
-    with pytest.raises(SpecError, match=r"AccessControl.IdentitiesFile lies inside Containers\[0\].ModelDataUrl"):
+    with pytest.raises(
+        SpecError, match=r"AccessControl.IdentitiesFile lies inside Containers\[0\].ModelDataUrl"
+    ):
         load_spec(path)
 
 
@@ -488,10 +595,14 @@ def test_bad_policy_is_reported_with_statement_and_field(spec_dir: Path) -> None
     )
 
 
-def test_identities_file_argument_replaces_the_spec(spec_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_identities_file_argument_replaces_the_spec(
+    spec_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     other = write_identities(tmp_path_factory.mktemp("elsewhere"))
     path = write_yaml(spec_dir, endpoint(AccessControl={"IdentitiesFile": "missing.yaml"}))
-    assert load_spec(path, identities_file=other).AccessControl.IdentitiesFile == str(other.resolve())
+    assert load_spec(path, identities_file=other).AccessControl.IdentitiesFile == str(
+        other.resolve()
+    )
     plain = write_yaml(spec_dir, endpoint(), "plain.yaml")
     assert load_spec(plain).AccessControl is None
     assert load_spec(plain, identities_file=other).AccessControl is not None
@@ -509,14 +620,27 @@ def test_the_secure_example_validates(demo_models: Path, tmp_path: Path) -> None
         (tmp_path / name).write_text((ROOT / name).read_text())
     (tmp_path / "examples" / "models").symlink_to(demo_models)
     spec = load_spec(tmp_path / "examples" / "secure.yaml")
-    assert [c.ContainerHostname for c in spec.Containers] == ["customIps-iris", "common-wine", "special-labels"]
-    assert [i.principal for i in spec.AccessControl.identities.identities] == ["team-a", "team-b", "batch-job"]
+    assert [c.ContainerHostname for c in spec.Containers] == [
+        "customIps-iris",
+        "common-wine",
+        "special-labels",
+    ]
+    assert [i.principal for i in spec.AccessControl.identities.identities] == [
+        "team-a",
+        "team-b",
+        "batch-job",
+    ]
 
 
 def test_multi_model_containers_are_accepted(spec_dir: Path) -> None:
     spec = parse_spec(
         endpoint(
-            container("local", Mode="MultiModel", ModelDataUrl="models", Environment={"SERVING_MAX_MODELS": "5"}),
+            container(
+                "local",
+                Mode="MultiModel",
+                ModelDataUrl="models",
+                Environment={"SERVING_MAX_MODELS": "5"},
+            ),
             container(
                 "cloud",
                 Mode="MultiModel",
@@ -534,18 +658,27 @@ def test_multi_model_containers_are_accepted(spec_dir: Path) -> None:
 
 
 def test_custom_resources_place_replicas_and_ray_names_are_refused() -> None:
-    spec = parse_spec(endpoint(container(Resources={"Cpus": 1, "Custom": {"gpu-node": 1, "zone:a": 0.5}})))
+    spec = parse_spec(
+        endpoint(container(Resources={"Cpus": 1, "Custom": {"gpu-node": 1, "zone:a": 0.5}}))
+    )
     assert spec.Containers[0].Resources.Custom == {"gpu-node": 1, "zone:a": 0.5}
-    with pytest.raises(SpecError, match=r"Containers\[0\]\.Resources\.Custom.*CPU, node:head: use Cpus"):
+    with pytest.raises(
+        SpecError, match=r"Containers\[0\]\.Resources\.Custom.*CPU, node:head: use Cpus"
+    ):
         parse_spec(endpoint(container(Resources={"Custom": {"CPU": 1, "node:head": 1}})))
     with pytest.raises(SpecError, match=r"Containers\[0\]\.Resources\.Custom"):
         parse_spec(endpoint(container(Resources={"Custom": {"gpu-node": 0}})))
 
 
-@pytest.mark.parametrize(("value", "idempotent"), [(None, True), ("true", True), ("false", False), ("0", False)])
+@pytest.mark.parametrize(
+    ("value", "idempotent"), [(None, True), ("true", True), ("false", False), ("0", False)]
+)
 def test_idempotent_comes_from_the_environment(value: str | None, idempotent: bool) -> None:
     environment = {} if value is None else {"SERVING_IDEMPOTENT": value}
-    assert parse_spec(endpoint(container(Environment=environment))).Containers[0].idempotent is idempotent
+    assert (
+        parse_spec(endpoint(container(Environment=environment))).Containers[0].idempotent
+        is idempotent
+    )
     with pytest.raises(SpecError, match="SERVING_IDEMPOTENT must be true or false"):
         parse_spec(endpoint(container(Environment={"SERVING_IDEMPOTENT": "maybe"})))
 
@@ -559,12 +692,16 @@ def test_idempotent_comes_from_the_environment(value: str | None, idempotent: bo
             '{"inputs": [{"name": "x", "datatype": "FLOAT", "shape": [1]}]}',
             "inputs[0]: a name and one of the datatypes",
         ),
-        ('{"outputs": [{"name": "y", "datatype": "FP32", "shape": [-2]}]}', "outputs[0]: shape must be"),
+        (
+            '{"outputs": [{"name": "y", "datatype": "FP32", "shape": [-2]}]}',
+            "outputs[0]: shape must be",
+        ),
         ('{"inputs": {"name": "x"}}', "inputs[0]"),
     ],
 )
 def test_a_tensor_signature_declaration_must_be_one(declared: str, words: str) -> None:
-    # Open Inference metadata shows it as it is: refused when the spec is read, naming the variable and the tensor.
+    # Open Inference metadata shows it as it is: refused when the spec is read, naming the variable
+    # and the tensor.
     with pytest.raises(SpecError, match="SERVING_TENSOR_SIGNATURE") as refused:
         parse_spec(endpoint(container(Environment={"SERVING_TENSOR_SIGNATURE": declared})))
     assert words in str(refused.value)

@@ -1,4 +1,5 @@
-"""AsyncInferenceConfig in the endpoint spec: SageMaker's fields, what is refused, and the input prefix rule."""
+"""AsyncInferenceConfig in the endpoint spec: SageMaker's fields, what is refused, and the input
+prefix rule."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ def spec(config: dict[str, Any] | None = None, **fields: Any) -> dict[str, Any]:
     document = {
         "EndpointName": "async-demo",
         "Containers": [{"ContainerHostname": "only", "Image": "python"}],
-        "AsyncInferenceConfig": {"OutputConfig": OUTPUT, "InputConfig": INPUT} if config is None else config,
+        "AsyncInferenceConfig": {"OutputConfig": OUTPUT, "InputConfig": INPUT}
+        if config is None
+        else config,
     }
     return {**document, **fields}
 
@@ -35,7 +38,8 @@ def test_sagemaker_fields_and_defaults() -> None:
     assert config.ClientConfig.MaxConcurrentInvocationsPerInstance == DEFAULT_ASYNC_CONCURRENCY
     assert config.OutputConfig.output.uri == "s3://bucket-a/async/answers"
     assert config.OutputConfig.output.child("id.out").uri == "s3://bucket-a/async/answers/id.out"
-    assert config.OutputConfig.failure.uri == config.OutputConfig.output.uri  # failures land somewhere
+    # failures land somewhere
+    assert config.OutputConfig.failure.uri == config.OutputConfig.output.uri
     assert config.S3EndpointUrl is None
     assert parse_spec(spec(AsyncInferenceConfig=None)).AsyncInferenceConfig is None
 
@@ -49,7 +53,11 @@ def test_a_serial_endpoint_may_serve_it() -> None:
 @pytest.mark.parametrize(
     ("output", "field", "reason"),
     [
-        ({**OUTPUT, "NotificationConfig": {"SuccessTopic": "arn:aws:sns:us-east-1:1:t"}}, "NotificationConfig", "SNS"),
+        (
+            {**OUTPUT, "NotificationConfig": {"SuccessTopic": "arn:aws:sns:us-east-1:1:t"}},
+            "NotificationConfig",
+            "SNS",
+        ),
         ({**OUTPUT, "KmsKeyId": "alias/mine"}, "KmsKeyId", "not supported"),
         ({"S3OutputPath": "https://bucket-a.s3.amazonaws.com/x"}, "S3OutputPath", "s3://"),
         ({"S3OutputPath": "s3://A_B/x"}, "S3OutputPath", "bucket"),
@@ -57,9 +65,15 @@ def test_a_serial_endpoint_may_serve_it() -> None:
         ({**OUTPUT, "SuccessTopic": "x"}, "SuccessTopic", "unknown field"),
     ],
 )
-def test_unsupported_or_malformed_output_fields_are_named(output: dict, field: str, reason: str) -> None:
+def test_unsupported_or_malformed_output_fields_are_named(
+    output: dict, field: str, reason: str
+) -> None:
     message = refused(spec({"OutputConfig": output, "InputConfig": INPUT}))
-    line = next(line for line in message.splitlines() if f"AsyncInferenceConfig.OutputConfig.{field}" in line)
+    line = next(
+        line
+        for line in message.splitlines()
+        if f"AsyncInferenceConfig.OutputConfig.{field}" in line
+    )
     assert reason in line, line
 
 
@@ -69,7 +83,9 @@ def test_the_input_prefix_is_required_and_says_why() -> None:
     assert "own credentials" in message
 
 
-@pytest.mark.parametrize("inputs", ["s3://bucket-a/", "s3://bucket-a/async/", "s3://bucket-a/async/answers/old/"])
+@pytest.mark.parametrize(
+    "inputs", ["s3://bucket-a/", "s3://bucket-a/async/", "s3://bucket-a/async/answers/old/"]
+)
 def test_inputs_may_not_overlap_answers(inputs: str) -> None:
     message = refused(spec({"OutputConfig": OUTPUT, "InputConfig": {"S3InputPath": inputs}}))
     assert "overlaps OutputConfig.S3OutputPath" in message
@@ -77,7 +93,9 @@ def test_inputs_may_not_overlap_answers(inputs: str) -> None:
 
 def test_inputs_may_not_overlap_failures() -> None:
     output = {**OUTPUT, "S3FailurePath": "s3://bucket-a/async/inputs/failed/"}
-    assert "overlaps OutputConfig.S3FailurePath" in refused(spec({"OutputConfig": output, "InputConfig": INPUT}))
+    assert "overlaps OutputConfig.S3FailurePath" in refused(
+        spec({"OutputConfig": output, "InputConfig": INPUT})
+    )
 
 
 def test_concurrency_is_bounded_as_sagemaker_bounds_it() -> None:
@@ -96,7 +114,14 @@ def test_a_direct_endpoint_of_several_containers_is_refused() -> None:
 
 
 def test_a_multimodel_container_is_refused() -> None:
-    containers = [{"ContainerHostname": "many", "Image": "python", "Mode": "MultiModel", "ModelDataUrl": "s3://m/p/"}]
+    containers = [
+        {
+            "ContainerHostname": "many",
+            "Image": "python",
+            "Mode": "MultiModel",
+            "ModelDataUrl": "s3://m/p/",
+        }
+    ]
     assert "cannot name a TargetModel" in refused(spec(Containers=containers))
 
 

@@ -1,5 +1,5 @@
-"""InvokeEndpointWithResponseStream through a real router and real container apps over loopback HTTP (no Ray),
-read with botocore's event-stream parser; and how container errors reach the caller."""
+"""InvokeEndpointWithResponseStream through a real router and real container apps over loopback HTTP
+(no Ray), read with botocore's event-stream parser; and how container errors reach the caller."""
 
 from __future__ import annotations
 
@@ -15,7 +15,12 @@ from botocore.eventstream import EventStreamBuffer
 from test_router import ROWS, Servers, load, start_router, write_handler
 
 from serving import protocol
-from serving.errors import ContainerError, ModelNotReadyError, UnsupportedFormatError, ValidationError
+from serving.errors import (
+    ContainerError,
+    ModelNotReadyError,
+    UnsupportedFormatError,
+    ValidationError,
+)
 from serving.gateway.admission import EndpointRoute
 from serving.gateway.failures import container_failure
 from serving.gateway.transport import HopResponse
@@ -27,8 +32,8 @@ if TYPE_CHECKING:
 STREAM_PATH = "/endpoints/{}/invocations-response-stream"
 GAP_S = 0.3
 
-# output_fn returns a generator: each chunk carries the time it was made. "fail=N" raises after N chunks,
-# "forever" never ends (until the caller leaves: its `finally` tells the test).
+# output_fn returns a generator: each chunk carries the time it was made. "fail=N" raises after N
+# chunks, "forever" never ends (until the caller leaves: its `finally` tells the test).
 STREAMING_HANDLER = """
 import json, threading, time
 
@@ -80,11 +85,14 @@ def streaming(
 ) -> Iterator[tuple[httpx.Client, dict]]:
     servers = Servers()
     streamer = load("python", write_handler(tmp_path_factory.mktemp("streamer"), STREAMING_HANDLER))
-    streamer._hooks["output_fn"].__globals__["MODEL"] = streamer.model  # the generator's view of its model
+    # the generator's view of its model
+    streamer._hooks["output_fn"].__globals__["MODEL"] = streamer.model
     runtimes = {
         "streamer": streamer,
         "iris": load("sklearn", iris_classifier.path),
-        "toolkit": load("python", write_handler(tmp_path_factory.mktemp("toolkit"), TOOLKIT_ERROR_HANDLER)),
+        "toolkit": load(
+            "python", write_handler(tmp_path_factory.mktemp("toolkit"), TOOLKIT_ERROR_HANDLER)
+        ),
     }
     urls = {
         name: servers.serve(build_container_app(runtime, name, log_stream="/var/log/" + name))
@@ -113,8 +121,14 @@ def events(response: httpx.Response) -> Iterator[tuple[float, Any]]:
             yield time.time(), (kind, message.payload)
 
 
-def stream(client: httpx.Client, endpoint: str, document: Any, **headers: str) -> tuple[httpx.Response, list]:
-    headers = {"content-type": "application/json", protocol.STREAM_ACCEPT: "application/jsonlines", **headers}
+def stream(
+    client: httpx.Client, endpoint: str, document: Any, **headers: str
+) -> tuple[httpx.Response, list]:
+    headers = {
+        "content-type": "application/json",
+        protocol.STREAM_ACCEPT: "application/jsonlines",
+        **headers,
+    }
     with client.stream(
         "POST", STREAM_PATH.format(endpoint), content=json.dumps(document).encode(), headers=headers
     ) as response:
@@ -134,8 +148,9 @@ def test_parts_arrive_as_the_generator_makes_them(streaming) -> None:
     assert [kind for _, (kind, _) in received] == ["PayloadPart"] * 3
     chunks = [json.loads(payload) for _, (_, payload) in received]
     assert [chunk["index"] for chunk in chunks] == [0, 1, 2]
-    # the first part arrived before the last one was made: nothing waits for the generator to finish (a buffered
-    # answer would arrive after it; the margin of two gaps keeps a starved CI machine from failing it falsely)
+    # the first part arrived before the last one was made: nothing waits for the generator to finish
+    # (a buffered answer would arrive after it; the margin of two gaps keeps a starved CI machine
+    # from failing it falsely)
     first_arrival, last_made = received[0][0], chunks[-1]["made"]
     assert first_arrival < last_made, (first_arrival, last_made)
 
@@ -150,7 +165,8 @@ def test_a_non_streaming_container_answers_with_one_part(streaming) -> None:
 
 def test_serial_earlier_answers_are_whole_and_the_last_container_streams(streaming) -> None:
     client, _ = streaming
-    response, received = stream(client, "chain", ROWS)  # iris answers [0, 2, 1] whole; streamer streams it
+    # iris answers [0, 2, 1] whole; streamer streams it
+    response, received = stream(client, "chain", ROWS)
     assert response.status_code == 200, response.text
     assert [json.loads(payload)["item"] for _, (_, payload) in received] == [0, 2, 1]
 
@@ -209,33 +225,43 @@ def test_a_caller_that_leaves_stops_the_generator(streaming) -> None:
         ("X-Amzn-SageMaker-Session-Id", "SessionId"),
     ],
 )
-def test_unsupported_stream_parameters_are_refused_by_name(streaming, header: str, parameter: str) -> None:
+def test_unsupported_stream_parameters_are_refused_by_name(
+    streaming, header: str, parameter: str
+) -> None:
     client, _ = streaming
     response, _ = stream(client, "stream", {"count": 1}, **{header: "x"})
     assert response.status_code == 400
-    assert response.json()["__type"] == "ValidationError" and parameter in response.json()["message"]
+    assert (
+        response.json()["__type"] == "ValidationError" and parameter in response.json()["message"]
+    )
 
 
-# --- container errors, as SageMaker reports them ---------------------------------------------------------
+# --- container errors, as SageMaker reports them --------------------------------------------------
 
 
 def test_a_toolkit_style_error_keeps_its_status_code(streaming) -> None:
     client, _ = streaming
     response = client.post(
-        "/endpoints/toolkit/invocations", content=b"[[1.0]]", headers={"content-type": "application/json"}
+        "/endpoints/toolkit/invocations",
+        content=b"[[1.0]]",
+        headers={"content-type": "application/json"},
     )
     body = response.json()
     assert response.status_code == 424 and body["__type"] == "ModelError"
     assert body["OriginalStatusCode"] == 403
     assert body["OriginalMessage"] == "this caller may not see this row"
     assert body["LogStreamArn"] == "/var/log/toolkit"
-    assert body["message"].startswith('Received client error (403) from container toolkit with message "this caller')
+    assert body["message"].startswith(
+        'Received client error (403) from container toolkit with message "this caller'
+    )
 
 
 def test_a_model_raising_a_validation_error_cannot_pass_for_the_platform(streaming) -> None:
     client, _ = streaming
     response = client.post(
-        "/endpoints/toolkit/invocations", content=b'[["validation"]]', headers={"content-type": "application/json"}
+        "/endpoints/toolkit/invocations",
+        content=b'[["validation"]]',
+        headers={"content-type": "application/json"},
     )
     assert response.status_code == 424 and response.json()["OriginalStatusCode"] == 400
 
@@ -249,17 +275,29 @@ def test_a_model_raising_a_validation_error_cannot_pass_for_the_platform(streami
     ],
 )
 def test_only_marked_platform_answers_pass_through(platform: bool, code: str, status: int) -> None:
-    body = json.dumps({"__type": "ValidationError" if status != 429 else code, "message": "model m not found"}).encode()
+    body = json.dumps(
+        {"__type": "ValidationError" if status != 429 else code, "message": "model m not found"}
+    ).encode()
     answer = HopResponse(
-        400 if status != 429 else 429, body, "application/json", None, platform=platform, log_stream="/l"
+        400 if status != 429 else 429,
+        body,
+        "application/json",
+        None,
+        platform=platform,
+        log_stream="/l",
     )
     error = container_failure("e", "c", 1, 1, answer)
     assert (error.code, error.status) == (code, status)
 
 
 def test_a_plain_text_error_answer_is_the_original_message() -> None:
-    error = container_failure("e", "c", 1, 1, HopResponse(503, b"upstream overloaded", "text/plain", None))
-    assert error.body()["OriginalMessage"] == "upstream overloaded" and "LogStreamArn" not in error.body()
+    error = container_failure(
+        "e", "c", 1, 1, HopResponse(503, b"upstream overloaded", "text/plain", None)
+    )
+    assert (
+        error.body()["OriginalMessage"] == "upstream overloaded"
+        and "LogStreamArn" not in error.body()
+    )
     assert error.message.startswith("Received server error (503) from container c")
 
 
@@ -271,16 +309,26 @@ class _Toolkit(Exception):
 @pytest.mark.parametrize(
     ("raised", "status", "message"),
     [
-        (UnsupportedFormatError("unsupported content type 'a/b'"), 415, "unsupported content type 'a/b'"),
+        (
+            UnsupportedFormatError("unsupported content type 'a/b'"),
+            415,
+            "unsupported content type 'a/b'",
+        ),
         (ValidationError("not valid JSON"), 400, "not valid JSON"),
         (ModelNotReadyError("still loading"), 429, "still loading"),
         (_Toolkit(418, "teapot"), 418, "teapot"),
         (_Toolkit(200, "not an error status"), 500, "_Toolkit: "),
         (_Toolkit("500", "a string"), 500, "_Toolkit: "),
-        (RuntimeError("failed reading /home/me/model.bin"), 500, "RuntimeError: failed reading <path>"),
+        (
+            RuntimeError("failed reading /home/me/model.bin"),
+            500,
+            "RuntimeError: failed reading <path>",
+        ),
     ],
 )
-def test_container_error_statuses_follow_the_toolkits(raised: Exception, status: int, message: str) -> None:
+def test_container_error_statuses_follow_the_toolkits(
+    raised: Exception, status: int, message: str
+) -> None:
     error = ContainerError.of(raised)
     assert error.status == status and error.code == "ModelError"
     assert error.message.startswith(message)
@@ -289,9 +337,12 @@ def test_container_error_statuses_follow_the_toolkits(raised: Exception, status:
 def test_the_hop_stream_header_is_signed() -> None:
     from serving.trust import hops
 
-    signed = hops.sign(b"k" * 32, "POST", "/invocations", b"{}", {protocol.HOP_STREAM_HEADER: "true"})
+    signed = hops.sign(
+        b"k" * 32, "POST", "/invocations", b"{}", {protocol.HOP_STREAM_HEADER: "true"}
+    )
     with pytest.raises(hops.HopAuthError):
-        hops.verify(b"k" * 32, "POST", "/invocations", b"{}", {**signed})  # the stream header removed
+        # the stream header removed
+        hops.verify(b"k" * 32, "POST", "/invocations", b"{}", {**signed})
 
 
 def test_unknown_operations_are_sagemaker_shaped() -> None:
@@ -303,5 +354,8 @@ def test_unknown_operations_are_sagemaker_shaped() -> None:
         response = httpx.post(url + "/endpoints/e/async-invocations", content=b"{}")
     finally:
         servers.stop()
-    assert response.status_code == 404 and response.headers["x-amzn-errortype"] == "UnknownOperationException"
+    assert (
+        response.status_code == 404
+        and response.headers["x-amzn-errortype"] == "UnknownOperationException"
+    )
     assert "InvokeEndpointAsync" in response.json()["message"]

@@ -1,9 +1,11 @@
-"""A TensorFlow container serving a SavedModel imports TensorFlow without Keras; Keras models still load.
+"""A TensorFlow container serving a SavedModel imports TensorFlow without Keras; Keras models still
+load.
 
-TensorFlow's own `__init__` imports Keras 3 whole (and Keras imports scikit-learn): ~2 s of CPU in every
-TensorFlow container process, for models that never call it (`serving.runtimes.tf_import`). Each check runs
-in a fresh interpreter, since this test process has imported TensorFlow and Keras already. A `.keras` model alone in
-its container process, with no script, loads Keras without the scikit-learn its wrappers import.
+TensorFlow's own `__init__` imports Keras 3 whole (and Keras imports scikit-learn): ~2 s of CPU in
+every TensorFlow container process, for models that never call it (`serving.runtimes.tf_import`).
+Each check runs in a fresh interpreter, since this test process has imported TensorFlow and Keras
+already. A `.keras` model alone in its container process, with no script, loads Keras without the
+scikit-learn its wrappers import.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.frameworks  # imports torch, TensorFlow, ONNX Runtime or XGBoost: not in `make test-unit`
+# imports torch, TensorFlow, ONNX Runtime or XGBoost: not in `make test-unit`
+pytestmark = pytest.mark.frameworks
 
 pytest.importorskip("tensorflow")
 pytest.importorskip("keras")
@@ -39,7 +42,11 @@ result = {{"answer": json.loads(out)}}
 
 def _probe(how: str) -> dict:
     done = subprocess.run(
-        [sys.executable, "-c", _PROBE.format(how=how)], capture_output=True, text=True, timeout=180, check=False
+        [sys.executable, "-c", _PROBE.format(how=how)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -58,14 +65,16 @@ def test_a_savedmodel_is_served_without_keras(
     expected = hetero_expected[name]
     got = _probe(_serve(materialize(str(hetero_models / name)), expected["request"]))
     answer = got["answer"]
-    if not isinstance(expected["response"], dict):  # a bare list was TF Serving's "instances": it answers so
+    # a bare list was TF Serving's "instances": it answers so
+    if not isinstance(expected["response"], dict):
         answer = answer["predictions"]
     assert answer_matches(answer, expected["response"])
     assert not got["keras"] and not got["sklearn"]
 
 
 def test_plain_tensorflow_still_imports_keras() -> None:
-    """The reason for the workaround: when this fails, TensorFlow no longer loads Keras itself and it can go."""
+    """The reason for the workaround: when this fails, TensorFlow no longer loads Keras itself and
+    it can go."""
     assert _probe("import tensorflow\nresult = {}")["keras"]
 
 
@@ -83,7 +92,8 @@ def test_a_keras_model_loads_and_keras_imports_whole_afterwards(
     assert got["keras"] and got["adam"] == "Adam" and got["optimizers"] == "module"
 
 
-# Used after the model answered: Keras' wrappers behave as without scikit-learn, everyone else imports it as usual.
+# Used after the model answered: Keras' wrappers behave as without scikit-learn, everyone else
+# imports it as usual.
 _AFTERWARDS = """
 result["sklearn_with_model"] = "sklearn" in sys.modules
 import keras
@@ -107,13 +117,21 @@ def output_handler(response, context):
 
 
 @pytest.mark.parametrize(
-    ("alone", "script", "trimmed"), [(True, False, True), (False, False, False), (True, True, False)]
+    ("alone", "script", "trimmed"),
+    [(True, False, True), (False, False, False), (True, True, False)],
 )
 def test_a_lone_keras_model_without_a_script_loads_keras_without_sklearn(
-    hetero_models: Path, hetero_expected: dict, answer_matches, tmp_path: Path, alone: bool, script: bool, trimmed: bool
+    hetero_models: Path,
+    hetero_expected: dict,
+    answer_matches,
+    tmp_path: Path,
+    alone: bool,
+    script: bool,
+    trimmed: bool,
 ) -> None:
-    """Alone in its process (a container process without MultiModel) and with no script, a `.keras` model loads
-    Keras without scikit-learn; with a script, or beside other models (MultiModel), Keras' wrappers keep it."""
+    """Alone in its process (a container process without MultiModel) and with no script, a `.keras`
+    model loads Keras without scikit-learn; with a script, or beside other models (MultiModel),
+    Keras' wrappers keep it."""
     expected = hetero_expected["hetero-tf-iris"]
     model = tmp_path / "model"
     shutil.copytree(hetero_models / "hetero-tf-iris", model)

@@ -1,8 +1,10 @@
-"""`code/inference.py` on the tensorflow stack: SageMaker TensorFlow Serving container's handler contract.
+"""`code/inference.py` on the tensorflow stack: SageMaker TensorFlow Serving container's handler
+contract.
 
-Scripts are those of the container's own tests (test/resources/examples/test1, test2): input_handler /
-output_handler, and handler posting to `context.rest_uri` with `requests`, served by a real ContainerApp
-on loopback so that the post reaches the model through the data port's token-guarded REST route.
+Scripts are those of the container's own tests (test/resources/examples/test1, test2): input_handler
+/ output_handler, and handler posting to `context.rest_uri` with `requests`, served by a real
+ContainerApp on loopback so that the post reaches the model through the data port's token-guarded
+REST route.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from serving.runtimes import runtime_for
 from serving.runtimes.concurrency import BatchSettings
 from tests.unit.test_tfs_shapes import save_half_plus_three
 
-pytestmark = pytest.mark.frameworks  # imports torch, TensorFlow, ONNX Runtime or XGBoost: not in `make test-unit`
+# imports torch, TensorFlow, ONNX Runtime or XGBoost: not in `make test-unit`
+pytestmark = pytest.mark.frameworks
 
 PROCESS = """
 import json
@@ -84,19 +87,27 @@ def serve(model_folder: Path, tmp_path: Path):
         server.stop()
 
 
-def post(url: str, body: str, content_type: str, accept: str | None = "application/json") -> requests.Response:
+def post(
+    url: str, body: str, content_type: str, accept: str | None = "application/json"
+) -> requests.Response:
     headers = {"Content-Type": content_type, **({"Accept": accept} if accept else {})}
     return requests.post(url + "/invocations", data=body, headers=headers, timeout=30)
 
 
-@pytest.mark.parametrize("script", [INPUT_OUTPUT, HANDLER], ids=["input_handler+output_handler", "handler"])
+@pytest.mark.parametrize(
+    "script", [INPUT_OUTPUT, HANDLER], ids=["input_handler+output_handler", "handler"]
+)
 def test_container_examples_answer_as_documented(serve, script: str) -> None:
     url = serve(script)
     csv = post(url, "1.0,2.0,5.0", "text/csv")
-    assert (csv.status_code, csv.content) == (200, b'{\n    "predictions": [3.5, 4.0, 5.5\n    ]\n}')
+    assert (csv.status_code, csv.content) == (
+        200,
+        b'{\n    "predictions": [3.5, 4.0, 5.5\n    ]\n}',
+    )
     assert csv.headers["content-type"] == "application/json"
     assert post(url, '{"instances": [1.0]}', "application/json").json() == {"predictions": [3.5]}
-    # TF Serving's 400 reaches output_handler, whose ValueError is the container's 500 {"error": str(e)}.
+    # TF Serving's 400 reaches output_handler, whose ValueError is the container's 500 {"error":
+    # str(e)}.
     failed = post(url, '{"instances": ["a"]}', "application/json")
     assert failed.status_code == 500 and json.loads(failed.json()["error"])["error"]
     refused = post(url, "x", "text/plain")
@@ -117,8 +128,12 @@ def test_handlers_calling_back_work_with_model_threads_and_batching(serve) -> No
 
 def test_context_carries_the_containers_fields(serve) -> None:
     url = serve(CONTEXT)
-    headers = {"Content-Type": "text/csv", "X-Amzn-SageMaker-Custom-Attributes": "tfs-model-version=123,x=1"}
-    got = requests.post(url + "/invocations", data="1,2", headers=headers, timeout=30).json()  # Accept: */*
+    headers = {
+        "Content-Type": "text/csv",
+        "X-Amzn-SageMaker-Custom-Attributes": "tfs-model-version=123,x=1",
+    }
+    # Accept: */*
+    got = requests.post(url + "/invocations", data="1,2", headers=headers, timeout=30).json()
     assert got == {
         "model_name": None,
         "model_version": "123",
@@ -150,12 +165,17 @@ def test_rest_route_needs_the_token(serve) -> None:
     ("script", "named"),
     [
         ("def input_fn(body, content_type):\n    return body\n", "input_fn"),
-        ("def model_fn(model_dir):\n    return None\ndef handler(d, c):\n    return b'', 'x'\n", "model_fn"),
+        (
+            "def model_fn(model_dir):\n    return None\ndef handler(d, c):\n    return b'', 'x'\n",
+            "model_fn",
+        ),
         ("def input_handler(data, context):\n    return data.read()\n", "output_handler"),
         ("import os\n", "defines no handler"),
     ],
 )
-def test_unsupported_hooks_are_refused_at_load(model_folder: Path, tmp_path: Path, script: str, named: str) -> None:
+def test_unsupported_hooks_are_refused_at_load(
+    model_folder: Path, tmp_path: Path, script: str, named: str
+) -> None:
     (tmp_path / "code").mkdir()
     (tmp_path / "half_plus_three").symlink_to(model_folder / "half_plus_three")
     (tmp_path / "code" / "inference.py").write_text(script)
@@ -163,7 +183,9 @@ def test_unsupported_hooks_are_refused_at_load(model_folder: Path, tmp_path: Pat
         runtime_for("tensorflow", tmp_path, {}).load()
 
 
-def test_handler_wins_over_input_and_output_handlers(serve, caplog: pytest.LogCaptureFixture) -> None:
+def test_handler_wins_over_input_and_output_handlers(
+    serve, caplog: pytest.LogCaptureFixture
+) -> None:
     script = (
         HANDLER
         + "def input_handler(d, c):\n    raise AssertionError\n"

@@ -1,9 +1,9 @@
 """The tensorflow stack without user code answers as SageMaker's TensorFlow Serving container does.
 
 Expected bytes are those the container's own tests document (sagemaker-tensorflow-serving-container,
-test/integration/local/test_container.py, on TF Serving's half_plus_three): `{"predictions": ...}` from
-TF Serving's pretty printer, its newlines removed when the Accept names a JSON type. The model here is
-a real SavedModel computing the same function (0.5 * x + 3, input of any shape).
+test/integration/local/test_container.py, on TF Serving's half_plus_three): `{"predictions": ...}`
+from TF Serving's pretty printer, its newlines removed when the Accept names a JSON type. The model
+here is a real SavedModel computing the same function (0.5 * x + 3, input of any shape).
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from serving.errors import ContainerAnswerError
 from serving.runtimes import InvocationContext, Runtime, runtime_for
 from serving.runtimes.tfs_json import decimal_token, outputs_json, predictions_json
 
-pytestmark = pytest.mark.frameworks  # imports torch, TensorFlow, ONNX Runtime or XGBoost: not in `make test-unit`
+# imports torch, TensorFlow, ONNX Runtime or XGBoost: not in `make test-unit`
+pytestmark = pytest.mark.frameworks
 
 JSON, JSONL, CSV = "application/json", "application/jsonlines", "text/csv"
 
@@ -32,7 +33,11 @@ def save_half_plus_three(folder: Path) -> Path:
             return {"y": 0.5 * x + 3.0}
 
     module = HalfPlusThree()
-    tf.saved_model.save(module, str(folder / "half_plus_three" / "123"), signatures={"serving_default": module.serve})
+    tf.saved_model.save(
+        module,
+        str(folder / "half_plus_three" / "123"),
+        signatures={"serving_default": module.serve},
+    )
     return folder
 
 
@@ -44,7 +49,11 @@ def half_plus_three(tmp_path_factory: pytest.TempPathFactory) -> Runtime:
 
 
 def answer(
-    runtime: Runtime, body: str, content_type: str = JSON, accept: str | None = JSON, attributes: str | None = None
+    runtime: Runtime,
+    body: str,
+    content_type: str = JSON,
+    accept: str | None = JSON,
+    attributes: str | None = None,
 ) -> tuple[int, bytes, str]:
     try:
         out, out_type = runtime.invoke(
@@ -63,8 +72,16 @@ DOCUMENTED = {
         JSON,
         {"predictions": [[3.5, 4.0, 5.5], [3.5, 4.0, 5.5]]},
     ),
-    "jsons as json": ("[1.0, 2.0, 5.0]\n[1.0, 2.0, 5.0]", JSON, {"predictions": [[3.5, 4.0, 5.5], [3.5, 4.0, 5.5]]}),
-    "jsonlines": ("[1.0, 2.0, 5.0]\n[1.0, 2.0, 5.0]", JSONL, {"predictions": [[3.5, 4.0, 5.5], [3.5, 4.0, 5.5]]}),
+    "jsons as json": (
+        "[1.0, 2.0, 5.0]\n[1.0, 2.0, 5.0]",
+        JSON,
+        {"predictions": [[3.5, 4.0, 5.5], [3.5, 4.0, 5.5]]},
+    ),
+    "jsonlines": (
+        "[1.0, 2.0, 5.0]\n[1.0, 2.0, 5.0]",
+        JSONL,
+        {"predictions": [[3.5, 4.0, 5.5], [3.5, 4.0, 5.5]]},
+    ),
     "jsons": (
         "[1.0, 2.0, 5.0]\n[1.0, 2.0, 5.0]",
         "application/jsons",
@@ -84,7 +101,11 @@ DOCUMENTED = {
     "csv": ("1.0", CSV, {"predictions": [3.5]}),
     "csv zero": ("0.0", CSV, {"predictions": [3.0]}),
     "csv one row": ("0.0,2.0,5.0", CSV, {"predictions": [[3.0, 4.0, 5.5]]}),
-    "csv two rows": ("1.0,2.0,5.0\n1.0,2.0,5.0", CSV, {"predictions": [[3.5, 4.0, 5.5], [3.5, 4.0, 5.5]]}),
+    "csv two rows": (
+        "1.0,2.0,5.0\n1.0,2.0,5.0",
+        CSV,
+        {"predictions": [[3.5, 4.0, 5.5], [3.5, 4.0, 5.5]]},
+    ),
     "csv three instances": ("1.0\n2.0\n5.0", CSV, {"predictions": [3.5, 4.0, 5.5]}),
 }
 
@@ -100,7 +121,11 @@ def test_documented_shapes(half_plus_three: Runtime, case: str) -> None:
 def test_exact_bytes_with_a_json_accept(half_plus_three: Runtime) -> None:
     # test_predict_with_jsonlines / test_predict_with_multiple_accept_types
     body = '{"instances": [1.0, 2.0, 5.0]}'
-    assert answer(half_plus_three, body, accept=JSONL) == (200, b'{    "predictions": [3.5, 4.0, 5.5    ]}', JSONL)
+    assert answer(half_plus_three, body, accept=JSONL) == (
+        200,
+        b'{    "predictions": [3.5, 4.0, 5.5    ]}',
+        JSONL,
+    )
     assert answer(half_plus_three, body, accept="application/json, application/jsonlines") == (
         200,
         b'{    "predictions": [3.5, 4.0, 5.5    ]}',
@@ -110,8 +135,16 @@ def test_exact_bytes_with_a_json_accept(half_plus_three: Runtime) -> None:
 
 def test_without_a_json_accept_tf_servings_newlines_stay(half_plus_three: Runtime) -> None:
     expected = b'{\n    "predictions": [[3.5, 4.0, 5.5], [3.5, 4.0, 5.5]\n    ]\n}'
-    assert answer(half_plus_three, "1.0,2.0,5.0\n1.0,2.0,5.0", CSV, accept=None) == (200, expected, JSON)
-    assert answer(half_plus_three, "1.0,2.0,5.0\n1.0,2.0,5.0", CSV, accept="text/csv") == (200, expected, JSON)
+    assert answer(half_plus_three, "1.0,2.0,5.0\n1.0,2.0,5.0", CSV, accept=None) == (
+        200,
+        expected,
+        JSON,
+    )
+    assert answer(half_plus_three, "1.0,2.0,5.0\n1.0,2.0,5.0", CSV, accept="text/csv") == (
+        200,
+        expected,
+        JSON,
+    )
 
 
 def test_columnar_request_gets_outputs(half_plus_three: Runtime) -> None:
@@ -128,12 +161,21 @@ def test_tf_serving_errors_keep_their_status_and_shape(half_plus_three: Runtime)
     assert status == 400 and out.startswith(b'{\n    "error": "JSON Parse error: ')
     status, out, _ = answer(half_plus_three, '{"instances": ["]["]}')
     assert status == 400 and "error" in json.loads(out)
-    assert answer(half_plus_three, "x", "text/plain") == (415, b'{"error": "Unsupported Media Type: text/plain"}', JSON)
+    assert answer(half_plus_three, "x", "text/plain") == (
+        415,
+        b'{"error": "Unsupported Media Type: text/plain"}',
+        JSON,
+    )
 
 
 def test_custom_attributes_name_the_servable(half_plus_three: Runtime) -> None:
     body = '{"instances": [1.0]}'
-    assert answer(half_plus_three, body, attributes="tfs-model-name=half_plus_three,tfs-model-version=123")[0] == 200
+    assert (
+        answer(
+            half_plus_three, body, attributes="tfs-model-name=half_plus_three,tfs-model-version=123"
+        )[0]
+        == 200
+    )
     assert answer(half_plus_three, body, attributes="tfs-model-name=other") == (
         404,
         b'{    "error": "Servable not found for request: Latest(other)"}',
@@ -148,7 +190,9 @@ def test_npy_keeps_the_tensor_codec_path(half_plus_three: Runtime) -> None:
 
     buffer = io.BytesIO()
     np.save(buffer, np.array([1.0, 2.0], dtype=np.float32))
-    out, out_type = half_plus_three.invoke(buffer.getvalue(), "application/x-npy", JSON, InvocationContext())
+    out, out_type = half_plus_three.invoke(
+        buffer.getvalue(), "application/x-npy", JSON, InvocationContext()
+    )
     assert json.loads(out) == [3.5, 4.0]
 
 
@@ -172,7 +216,10 @@ def test_float_formatting_is_tf_servings(value: float, single: bool, text: str) 
 
 
 def test_several_outputs_in_row_and_columnar_format() -> None:
-    outputs = {"ids": np.array([1, 2]), "scores": np.array([[0.5, 0.25], [1.0, 2.0]], dtype=np.float32)}
+    outputs = {
+        "ids": np.array([1, 2]),
+        "scores": np.array([[0.5, 0.25], [1.0, 2.0]], dtype=np.float32),
+    }
     assert predictions_json(outputs) == (
         b'{\n    "predictions": [\n        {\n            "ids": 1,\n            "scores": [0.5, 0.25]\n        },\n'
         b'        {\n            "ids": 2,\n            "scores": [1.0, 2.0]\n        }\n    ]\n}'

@@ -1,5 +1,6 @@
-"""The trainer without Ray: recipes and their refusals, data checks, the PyTorch loop on one in-process worker,
-its exported artifacts loaded by the serving stacks, resumption, and the model store's layout."""
+"""The trainer without Ray: recipes and their refusals, data checks, the PyTorch loop on one
+in-process worker, its exported artifacts loaded by the serving stacks, resumption, and the model
+store's layout."""
 
 from __future__ import annotations
 
@@ -24,7 +25,12 @@ def _recipe(**changes) -> dict:
         "seed": 3,
         "data": {"source": "sklearn:iris"},
         "model": {"family": "mlp", "hyperparameters": {"hidden": [16]}},
-        "training": {"epochs": 60, "batch_size": 16, "learning_rate": 0.05, "checkpoint_every_steps": 20},
+        "training": {
+            "epochs": 60,
+            "batch_size": 16,
+            "learning_rate": 0.05,
+            "checkpoint_every_steps": 20,
+        },
     }
     for key, value in changes.items():
         section, _, field = key.partition("__")
@@ -45,14 +51,27 @@ def test_every_example_recipe_is_valid_and_its_data_checks_out(path: Path) -> No
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"training__batch_size": 0}, "training.batch_size: Input should be greater than or equal to 1"),
-        ({"training__bogus": 1}, "training.bogus: unknown field"),
-        ({"model": {"family": "rnn"}}, "model.family: 'rnn' is not a pytorch family; one of mlp, cnn"),
         (
-            {"framework": "sklearn", "model": {"family": "logistic_regression"}, "workers": {"count": 2}},
+            {"training__batch_size": 0},
+            "training.batch_size: Input should be greater than or equal to 1",
+        ),
+        ({"training__bogus": 1}, "training.bogus: unknown field"),
+        (
+            {"model": {"family": "rnn"}},
+            "model.family: 'rnn' is not a pytorch family; one of mlp, cnn",
+        ),
+        (
+            {
+                "framework": "sklearn",
+                "model": {"family": "logistic_regression"},
+                "workers": {"count": 2},
+            },
             "workers.count: scikit-learn trains on one worker",
         ),
-        ({"data": {"source": "sklearn:digitz"}}, "data.source: unknown scikit-learn dataset 'digitz'"),
+        (
+            {"data": {"source": "sklearn:digitz"}},
+            "data.source: unknown scikit-learn dataset 'digitz'",
+        ),
         ({"name": "../escape"}, "name: String should match pattern"),
     ],
 )
@@ -65,26 +84,39 @@ def test_a_bad_recipe_is_refused_naming_the_field(changes: dict, message: str) -
 def test_data_problems_are_refused_before_anything_starts(tmp_path: Path) -> None:
     table = tmp_path / "table.csv"
     table.write_text("a,b,label\n1,2,0\n3,4,1\n")
-    with pytest.raises(RecipeError, match=r"data.label: no column 'y' in .*table.csv \(columns: a, b, label\)"):
+    with pytest.raises(
+        RecipeError, match=r"data.label: no column 'y' in .*table.csv \(columns: a, b, label\)"
+    ):
         plan_data(parse_recipe(_recipe(data={"source": "table.csv", "label": "y"}), tmp_path).data)
     with pytest.raises(RecipeError, match="data.source: .*missing.csv does not exist"):
         plan_data(parse_recipe(_recipe(data={"source": "missing.csv"}), tmp_path).data)
     broken = tmp_path / "broken.parquet"
     broken.write_bytes(b"\x00not parquet at all" * 10)
     with pytest.raises(RecipeError, match=r"data.source: cannot read .*broken.parquet as PARQUET"):
-        plan_data(parse_recipe(_recipe(data={"source": "broken.parquet", "label": "label"}), tmp_path).data)
+        plan_data(
+            parse_recipe(
+                _recipe(data={"source": "broken.parquet", "label": "label"}), tmp_path
+            ).data
+        )
     with pytest.raises(RecipeError, match="data.group_by: no column 'customer'"):
         plan_data(
             parse_recipe(
-                _recipe(data={"source": "table.csv", "label": "label", "group_by": "customer"}, workers={"count": 1}),
+                _recipe(
+                    data={"source": "table.csv", "label": "label", "group_by": "customer"},
+                    workers={"count": 1},
+                ),
                 tmp_path,
             ).data
         )
-    plan = plan_data(parse_recipe(_recipe(data={"source": "table.csv", "label": "label"}), tmp_path).data)
+    plan = plan_data(
+        parse_recipe(_recipe(data={"source": "table.csv", "label": "label"}), tmp_path).data
+    )
     assert plan.features == ("a", "b")
     table.write_text("a,b,label\n1,2,0\n3,4,0\n")
     assert (
-        plan_data(parse_recipe(_recipe(data={"source": "table.csv", "label": "label"}), tmp_path).data).fingerprint
+        plan_data(
+            parse_recipe(_recipe(data={"source": "table.csv", "label": "label"}), tmp_path).data
+        ).fingerprint
         != plan.fingerprint
     )
 
@@ -93,7 +125,9 @@ def test_serving_train_refuses_a_bad_recipe_with_status_2(tmp_path: Path, capsys
     from serving.cli import main
 
     path = tmp_path / "bad.yaml"
-    path.write_text("name: x\nframework: pytorch\ndata: {source: sklearn:iris, label: species}\nmodel: {family: mlp}\n")
+    path.write_text(
+        "name: x\nframework: pytorch\ndata: {source: sklearn:iris, label: species}\nmodel: {family: mlp}\n"
+    )
     assert main(["train", str(path)]) == 2
     error = capsys.readouterr().err
     assert "INVALID" in error and "data.label: no column 'species' in sklearn:iris" in error
@@ -117,7 +151,9 @@ def _iris_setup(recipe_document: dict) -> tuple[dict, dict[str, Shard]]:
     }
     shards = {
         "train": Shard(x, train["target"].to_numpy()),
-        "validation": Shard(validation[features].to_numpy(dtype=np.float32), validation["target"].to_numpy()),
+        "validation": Shard(
+            validation[features].to_numpy(dtype=np.float32), validation["target"].to_numpy()
+        ),
     }
     return setup, shards
 
@@ -146,26 +182,37 @@ def test_the_pytorch_loop_trains_and_its_exports_serve_what_it_predicts(tmp_path
         runtime = runtime_for(stack, final / "export", {})
         runtime.load()
         body, _ = runtime.invoke(
-            json.dumps(rows.tolist()).encode(), "application/json", "application/json", InvocationContext()
+            json.dumps(rows.tolist()).encode(),
+            "application/json",
+            "application/json",
+            InvocationContext(),
         )
-        np.testing.assert_allclose(np.asarray(json.loads(body), dtype=np.float32), expected, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(
+            np.asarray(json.loads(body), dtype=np.float32), expected, rtol=1e-4, atol=1e-5
+        )
 
 
 @pytest.mark.frameworks
-def test_a_run_resumed_from_a_checkpoint_ends_with_the_uninterrupted_weights(tmp_path: Path) -> None:
+def test_a_run_resumed_from_a_checkpoint_ends_with_the_uninterrupted_weights(
+    tmp_path: Path,
+) -> None:
     import torch
 
     from serving.training.torch_loop import train_torch
 
-    setup, shards = _iris_setup(_recipe(training={"epochs": 4, "batch_size": 16, "checkpoint_every_steps": 7}))
+    setup, shards = _iris_setup(
+        _recipe(training={"epochs": 4, "batch_size": 16, "checkpoint_every_steps": 7})
+    )
     setup["recipe"]["output"]["formats"] = ["torchscript"]
     whole = LocalSession(shards, checkpoint_root=tmp_path / "whole")
     (tmp_path / "whole").mkdir()
     train_torch(setup, whole)
-    # Resume from the second mid-run checkpoint (step 14, inside epoch 2: the loop must skip that epoch's first
-    # batches in the same order), as Ray Train hands it to a restarted worker.
+    # Resume from the second mid-run checkpoint (step 14, inside epoch 2: the loop must skip that
+    # epoch's first batches in the same order), as Ray Train hands it to a restarted worker.
     (tmp_path / "resumed").mkdir()
-    resumed = LocalSession(shards, checkpoint_root=tmp_path / "resumed", checkpoints=[whole.checkpoints[1]])
+    resumed = LocalSession(
+        shards, checkpoint_root=tmp_path / "resumed", checkpoints=[whole.checkpoints[1]]
+    )
     train_torch(setup, resumed)
     assert torch.load(whole.checkpoints[1] / "state.pt", weights_only=True)["step"] == 14
     expected = torch.load(whole.latest_checkpoint() / "state.pt", weights_only=True)
@@ -199,7 +246,8 @@ def test_versions_publish_atomically_and_latest_is_a_model_data_url(tmp_path: Pa
     versions.publish(first, {"name": "m"})
     assert os.readlink(tmp_path / "m" / "latest") == "1"
     with tarfile.open(tmp_path / "m" / "1" / "model.tar.gz") as tar:
-        assert tar.getnames() == ["model.onnx"]  # the files at the root, as SageMaker packs model.tar.gz
+        # the files at the root, as SageMaker packs model.tar.gz
+        assert tar.getnames() == ["model.onnx"]
     extracted = materialize(str(tmp_path / "m" / "latest"))
     assert (extracted / "model.onnx").read_bytes() == b"onnx"
 
@@ -214,7 +262,10 @@ def test_versions_publish_atomically_and_latest_is_a_model_data_url(tmp_path: Pa
 def test_an_sklearn_recipe_names_an_unknown_hyperparameter() -> None:
     from serving.training.sklearn_fit import build_estimator
 
-    with pytest.raises(ValueError, match="model.hyperparameters: max_iterations not an argument of LogisticRegression"):
+    with pytest.raises(
+        ValueError,
+        match="model.hyperparameters: max_iterations not an argument of LogisticRegression",
+    ):
         build_estimator("logistic_regression", {"max_iterations": 5}, 0)
 
 
@@ -222,7 +273,9 @@ def test_docs_list_every_recipe_field_as_the_help_does() -> None:
     from serving.training.recipe import field_lines
 
     docs = (Path(__file__).resolve().parents[2] / "docs" / "training.md").read_text()
-    assert "\n".join(field_lines()) in docs, "docs/training.md's field list is stale: paste `field_lines()`"
+    assert "\n".join(field_lines()) in docs, (
+        "docs/training.md's field list is stale: paste `field_lines()`"
+    )
 
 
 @pytest.mark.frameworks
@@ -244,7 +297,12 @@ def test_parquet_files_and_folders_are_planned_like_csv(tmp_path: Path) -> None:
     frame.iloc[:100].to_parquet(tmp_path / "parts" / "a.parquet")
     frame.iloc[100:].to_parquet(tmp_path / "parts" / "b.parquet")
     plan = plan_data(parse_recipe(_recipe(data={"source": "parts"}), tmp_path).data)
-    assert plan.kind == "parquet" and len(plan.files) == 2 and plan.label == "target" and len(plan.features) == 13
+    assert (
+        plan.kind == "parquet"
+        and len(plan.files) == 2
+        and plan.label == "target"
+        and len(plan.features) == 13
+    )
     (tmp_path / "parts" / "c.csv").write_text("a\n1\n")
     with pytest.raises(RecipeError, match="mixes CSV and Parquet"):
         plan_data(parse_recipe(_recipe(data={"source": "parts"}), tmp_path).data)
@@ -268,14 +326,26 @@ def test_the_typed_records_have_the_keys_model_json_is_written_with(path: Path) 
 def test_the_timing_summary_keeps_its_keys_and_rounding() -> None:
     from serving.training.runner import summarize
 
-    worker = {"steps": 4, "wall": 0.2, "rows": 64, "data": 0.001, "compute": 0.01, "sync_wait": 0.002}
+    worker = {
+        "steps": 4,
+        "wall": 0.2,
+        "rows": 64,
+        "data": 0.001,
+        "compute": 0.01,
+        "sync_wait": 0.002,
+    }
     summary = summarize([worker, {**worker, "wall": 0.3, "sync_busy": 0.004}])
     assert json.dumps(summary) == json.dumps(
         {
             "steps": 4,
             "samples_per_s": 128 / 0.3,
             "step_ms": 75.0,
-            "per_step": {"data_ms": 0.25, "compute_ms": 2.5, "sync_wait_ms": 0.5, "allreduce_busy_ms": 0.5},
+            "per_step": {
+                "data_ms": 0.25,
+                "compute_ms": 2.5,
+                "sync_wait_ms": 0.5,
+                "allreduce_busy_ms": 0.5,
+            },
             "forward_ms": 0.0,
             "backward_ms": 0.0,
             "optimizer_ms": 0.0,

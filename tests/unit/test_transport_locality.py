@@ -1,8 +1,9 @@
-"""Locality-aware routing (issue 43): a gateway prefers its own node's replicas while they have capacity, and spills
-over to other nodes by least outstanding requests.
+"""Locality-aware routing (issue 43): a gateway prefers its own node's replicas while they have
+capacity, and spills over to other nodes by least outstanding requests.
 
-Real `ContainerTransport`, real HTTP over loopback: a replica on 127.0.0.1 stands for one on the gateway's node, one
-on 127.0.0.2 (also loopback on Linux) for one on another node. Each answers after a delay, so requests overlap.
+Real `ContainerTransport`, real HTTP over loopback: a replica on 127.0.0.1 stands for one on the
+gateway's node, one on 127.0.0.2 (also loopback on Linux) for one on another node. Each answers
+after a delay, so requests overlap.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ DELAY_S = 0.05
 
 
 class SlowReplica:
-    """An HTTP/1.1 server answering every request after DELAY_S, counting requests and the most it held at once."""
+    """An HTTP/1.1 server answering every request after DELAY_S, counting requests and the most it
+    held at once."""
 
     def __init__(self, host: str) -> None:
         self.host, self.served, self.now, self.most = host, 0, 0, 0
@@ -46,7 +48,9 @@ class SlowReplica:
                 await asyncio.sleep(DELAY_S)
                 self.now -= 1
                 self.served += 1
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n[]")
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n[]"
+                )
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             writer.close()
@@ -62,7 +66,9 @@ async def _route(calls: int, concurrency: int) -> tuple[SlowReplica, SlowReplica
 
     async def call() -> None:
         async with gate:
-            answer = await transport.send("e", "c", b"{}", {"content-type": "application/json"}, timeout=10)
+            answer = await transport.send(
+                "e", "c", b"{}", {"content-type": "application/json"}, timeout=10
+            )
             assert answer.status == 200
 
     try:
@@ -81,8 +87,8 @@ def test_one_at_a_time_every_call_stays_on_the_node() -> None:
 
 
 def test_under_load_the_excess_spills_to_the_other_node_by_least_outstanding() -> None:
-    # All traffic enters through this node (the uneven case the docs describe): the local replica takes at most
-    # LOCAL_SLACK more requests in flight than the remote one, and the rest go there.
+    # All traffic enters through this node (the uneven case the docs describe): the local replica
+    # takes at most LOCAL_SLACK more requests in flight than the remote one, and the rest go there.
     local, remote = asyncio.run(_route(calls=120, concurrency=12))
     assert local.served + remote.served == 120
     assert remote.served > 0 and local.served > remote.served

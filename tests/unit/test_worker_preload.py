@@ -1,6 +1,8 @@
-"""serving._worker_preload: Serve's utilities load without pandas in a Ray worker; everyone else still gets pandas.
+"""serving._worker_preload: Serve's utilities load without pandas in a Ray worker; everyone else
+still gets pandas.
 
-Each case runs in a fresh interpreter, as a Ray worker runs the module first (RAY_preload_python_modules).
+Each case runs in a fresh interpreter, as a Ray worker runs the module first
+(RAY_preload_python_modules).
 """
 
 from __future__ import annotations
@@ -28,18 +30,23 @@ print(serve_had_pandas, loaded_with_serve, "ServeWithoutPandas" in finders, int(
 
 def _probe(mode: str) -> list[str]:
     done = subprocess.run(
-        [sys.executable, "-I", "-c", _PROBE, str(ROOT), mode], capture_output=True, text=True, timeout=120
+        [sys.executable, "-I", "-c", _PROBE, str(ROOT), mode],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
     return done.stdout.split()
 
 
 def test_serve_loads_without_pandas_and_pandas_still_loads_for_others() -> None:
-    assert _probe("preload") == ["False", "False", "False", "3"]  # the finder stepped aside after Serve's import
+    # the finder stepped aside after Serve's import
+    assert _probe("preload") == ["False", "False", "False", "3"]
 
 
 def test_without_the_preload_serve_loads_pandas() -> None:
-    # The control: what the preload changes (if Ray stops importing pandas there, the module can go).
+    # The control: what the preload changes (if Ray stops importing pandas there, the module can
+    # go).
     assert _probe("plain") == ["True", "True", "False", "3"]
 
 
@@ -49,6 +56,8 @@ def test_install_leaves_a_process_that_already_has_pandas_alone() -> None:
         "import ray.serve._private.utils as u; print(u.pd is pandas, len([f for f in sys.meta_path "
         "if type(f).__name__ == 'ServeWithoutPandas']))"
     )
-    done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "0"]
