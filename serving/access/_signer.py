@@ -1,7 +1,7 @@
 """botocore's Signature V4 signer, as the verifier uses it: the signature a request should carry.
 
-Kept apart from `sigv4` so that importing the authenticator's types (and loading identities or a spec)
-never imports botocore; `sigv4.Authenticator` imports this module when it is made.
+Kept apart from `sigv4` so that importing the authenticator's types (and loading identities or a
+spec) never imports botocore; `sigv4.Authenticator` imports this module when it is made.
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ from botocore.credentials import Credentials
 class _Verifier(SigV4Auth):
     """botocore's signer, told to use exactly the headers the caller listed in SignedHeaders."""
 
-    def __init__(self, credentials: Credentials, service: str, region: str, signed: Sequence[str]) -> None:
+    def __init__(
+        self, credentials: Credentials, service: str, region: str, signed: Sequence[str]
+    ) -> None:
         super().__init__(credentials, service, region)
         self._signed = frozenset(signed)
 
@@ -43,7 +45,8 @@ def expected_signature(
     signed: Sequence[str],
     amz_date: str,
 ) -> str:
-    """The signature of a request as it arrived (raw path and query, headers in order), signed at `amz_date`."""
+    """The signature of a request as it arrived (raw path and query, headers in order), signed at
+    `amz_date`."""
     # Only the path and query of the URL enter the canonical request; the scheme is http so that
     # botocore hashes the payload (it always signs payloads over plain HTTP, as boto3 does).
     url = f"http://signed.invalid{path}" + (f"?{query}" if query else "")

@@ -35,7 +35,8 @@ AUDIT_LOGGER = "serving.audit"
 audit_log = logging.getLogger(AUDIT_LOGGER)
 
 
-# One audit line's fields: the decision's facts, which differ by event (authenticate, authorize); open.
+# One audit line's fields: the decision's facts, which differ by event (authenticate, authorize);
+# open.
 AuditRecord = dict[str, Any]
 
 
@@ -45,7 +46,8 @@ def _audit(level: int, record: AuditRecord) -> None:
 
 
 def configure_audit_log(stream: IO[str] | None = None) -> None:
-    """Write audit lines, one JSON object each, to `stream` (stderr) unless the logger already has a handler.
+    """Write audit lines, one JSON object each, to `stream` (stderr) unless the logger already has a
+    handler.
 
     Called in the gateway process, whose root logger has no handler (INFO lines would be dropped).
     """
@@ -53,7 +55,8 @@ def configure_audit_log(stream: IO[str] | None = None) -> None:
         handler = logging.StreamHandler(stream or sys.stderr)
         handler.setFormatter(logging.Formatter("%(message)s"))
         audit_log.addHandler(handler)
-        audit_log.propagate = False  # the lines are complete as they are; no second copy via the root logger
+        # the lines are complete as they are; no second copy via the root logger
+        audit_log.propagate = False
     audit_log.setLevel(logging.INFO)
 
 
@@ -61,7 +64,12 @@ class EndpointAccess:
     """The identities of one endpoint and the ARN its policies are matched against."""
 
     def __init__(
-        self, identities: Identities, *, region: str, account_id: str, clock: Callable[[], float] = time.time
+        self,
+        identities: Identities,
+        *,
+        region: str,
+        account_id: str,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.identities = identities
         self.region = region
@@ -69,16 +77,21 @@ class EndpointAccess:
         self.authenticator = Authenticator(identities, region, clock)
 
     @classmethod
-    def from_reference(cls, reference: AccessReference, *, region: str, account_id: str) -> EndpointAccess:
-        """Load the identities file the registry names (`Identities.reference`), as validated at deploy."""
+    def from_reference(
+        cls, reference: AccessReference, *, region: str, account_id: str
+    ) -> EndpointAccess:
+        """Load the identities file the registry names (`Identities.reference`), as validated at
+        deploy."""
         return cls(load_reference(reference), region=region, account_id=account_id)
 
     def authenticate(self, endpoint: str, request: RawRequest) -> Caller:
-        """The caller, or the AWS authentication error (audited and counted as `unauthenticated`)."""
+        """The caller, or the AWS authentication error (audited and counted as
+        `unauthenticated`)."""
         return self.verify(endpoint, self.claim(endpoint, request), request)
 
     def claim(self, endpoint: str, request: RawRequest) -> Claim:
-        """What the headers prove, before the body is read (failures audited and counted as for `authenticate`)."""
+        """What the headers prove, before the body is read (failures audited and counted as for
+        `authenticate`)."""
         return self._audited(endpoint, self.authenticator.claim, request)
 
     def verify(self, endpoint: str, claim: Claim, request: RawRequest) -> Caller:
@@ -86,18 +99,27 @@ class EndpointAccess:
         return self._audited(endpoint, self.authenticator.verify, claim, request)
 
     def known_caller(self, request: RawRequest) -> Caller | None:
-        """The caller when this endpoint's identities know the request's credentials (a SigV4 request's body in
-        `request`), else None. Not audited: a listing asks every endpoint, and most know no given caller."""
+        """The caller when this endpoint's identities know the request's credentials (a SigV4
+        request's body in `request`), else None. Not audited: a listing asks every endpoint, and
+        most know no given caller."""
         try:
             return self.authenticator.verify(self.authenticator.claim(request), request)
         except ServingError:
             return None
 
-    def permits(self, endpoint: str, caller: Caller, container: str, model: str | None = None) -> bool:
-        """Whether the caller may invoke `container` (`model`): what a listing shows, so not audited either."""
-        keys = {KEY_TARGET_CONTAINER: container, **({KEY_TARGET_MODEL: model} if model is not None else {})}
+    def permits(
+        self, endpoint: str, caller: Caller, container: str, model: str | None = None
+    ) -> bool:
+        """Whether the caller may invoke `container` (`model`): what a listing shows, so not audited
+        either."""
+        keys = {
+            KEY_TARGET_CONTAINER: container,
+            **({KEY_TARGET_MODEL: model} if model is not None else {}),
+        }
         resource = endpoint_arn(self.region, self.account_id, endpoint)
-        return evaluate(caller.identity.policies, RequestContext(ACTION_INVOKE, resource, keys)).allowed
+        return evaluate(
+            caller.identity.policies, RequestContext(ACTION_INVOKE, resource, keys)
+        ).allowed
 
     def _audited(self, endpoint: str, check: Callable[..., Any], *args: Any) -> Any:
         try:
@@ -125,7 +147,8 @@ class EndpointAccess:
         model: str | None = None,
         action: str = ACTION_INVOKE,
     ) -> None:
-        """Allow only if the caller's policies allow `action` for every container; else AccessDeniedException."""
+        """Allow only if the caller's policies allow `action` for every container; else
+        AccessDeniedException."""
         resource = endpoint_arn(self.region, self.account_id, endpoint)
         record: AuditRecord = {
             "event": "authorize",
@@ -148,14 +171,21 @@ class EndpointAccess:
                 ACCESS_DECISIONS.labels(endpoint, "deny").inc()
                 _audit(
                     logging.WARNING,
-                    {**record, "decision": "deny", "denied_container": container, "statements": statements},
+                    {
+                        **record,
+                        "decision": "deny",
+                        "denied_container": container,
+                        "statements": statements,
+                    },
                 )
                 why = (
                     "an explicit deny in an identity-based policy"
                     if decision.explicit
                     else f"no identity-based policy allows the {action} action"
                 )
-                target = f"container {container}" + (f", model {model}" if model is not None else "")
+                target = f"container {container}" + (
+                    f", model {model}" if model is not None else ""
+                )
                 raise AccessDeniedError(
                     f"User: {caller.principal} is not authorized to perform: {action} on resource: {resource} "
                     f"({target}) because {why}"

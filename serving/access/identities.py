@@ -1,4 +1,5 @@
-"""The identities file: who may call, with which credentials and policies (secrets stay in the file)."""
+"""The identities file: who may call, with which credentials and policies (secrets stay in the
+file)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from serving.documents import Document, describe, document_path
 
 
 class AccessReference(TypedDict):
-    """Where a gateway finds an endpoint's identities: the file and the fingerprint validated at deploy (no secret)."""
+    """Where a gateway finds an endpoint's identities: the file and the fingerprint validated at
+    deploy (no secret)."""
 
     IdentitiesFile: str
     Fingerprint: str
@@ -32,11 +34,14 @@ class IdentityEntry(Document):
     """One caller: a principal name, its credentials and the policy documents attached to it."""
 
     Principal: str = Field(pattern=r"^[\w+=,.@-]{1,64}$", description="Name shown in audit logs.")
-    AccessKeyId: str | None = Field(None, pattern=r"^\w{16,128}$", description="Key id of a SigV4 caller (boto3).")
+    AccessKeyId: str | None = Field(
+        None, pattern=r"^\w{16,128}$", description="Key id of a SigV4 caller (boto3)."
+    )
     SecretAccessKey: SecretStr | None = Field(None, description="Secret of that key id.")
     ApiKey: SecretStr | None = Field(None, description="Bearer key of a caller that cannot sign.")
     PolicyDocuments: list[str] = Field(
-        min_length=1, description="Policy JSON files, relative to the identities file (`~` expanded)."
+        min_length=1,
+        description="Policy JSON files, relative to the identities file (`~` expanded).",
     )
 
     @field_validator("SecretAccessKey", "ApiKey")
@@ -71,7 +76,9 @@ class IdentitiesDocument(Document):
                 if value is None:
                     continue
                 if value in seen:  # never repeat a secret in the message
-                    raise ValueError(f"Identities[{index}].{attribute} duplicates Identities[{seen[value]}]")
+                    raise ValueError(
+                        f"Identities[{index}].{attribute} duplicates Identities[{seen[value]}]"
+                    )
                 seen[value] = index
         return self
 
@@ -94,27 +101,35 @@ class Identity:
 class Identities:
     """Every identity of an identities file, looked up by access key id or bearer key."""
 
-    def __init__(self, identities: Sequence[Identity], source: str = "", fingerprint: str = "") -> None:
+    def __init__(
+        self, identities: Sequence[Identity], source: str = "", fingerprint: str = ""
+    ) -> None:
         self.identities = tuple(identities)
         self.source = source
-        self.fingerprint = fingerprint  # SHA-256 over the file and every policy it attaches, as read
+        # SHA-256 over the file and every policy it attaches, as read
+        self.fingerprint = fingerprint
         self._by_key_id = {i.access_key_id: i for i in self.identities if i.access_key_id}
 
     def by_access_key_id(self, key_id: str) -> Identity | None:
         return self._by_key_id.get(key_id)
 
     def by_api_key(self, api_key: str) -> Identity | None:
-        """The identity holding this bearer key; every stored digest is compared, in constant time."""
+        """The identity holding this bearer key; every stored digest is compared, in constant
+        time."""
         presented, found = _digest(api_key), None
         for identity in self.identities:
-            if identity.api_key_sha256 is not None and hmac.compare_digest(presented, identity.api_key_sha256):
+            if identity.api_key_sha256 is not None and hmac.compare_digest(
+                presented, identity.api_key_sha256
+            ):
                 found = identity
         return found
 
     def reference(self) -> AccessReference:
-        """Where the gateway loads these identities itself: the file, and a fingerprint of what was validated.
+        """Where the gateway loads these identities itself: the file, and a fingerprint of what was
+        validated.
 
-        Never the identities themselves: secrets stay in the file, out of Ray's object store and actor state.
+        Never the identities themselves: secrets stay in the file, out of Ray's object store and
+        actor state.
         """
         return {"IdentitiesFile": self.source, "Fingerprint": self.fingerprint}
 
@@ -123,7 +138,8 @@ class Identities:
 
 
 def load_identities(path: str | Path) -> Identities:
-    """Read an identities file and every policy it attaches; raises IdentitiesError naming what is wrong."""
+    """Read an identities file and every policy it attaches; raises IdentitiesError naming what is
+    wrong."""
     path = Path(path)
     try:
         raw = path.read_bytes()
@@ -147,11 +163,15 @@ def load_identities(path: str | Path) -> Identities:
             try:
                 if location not in policies:
                     policies[location] = load_policy(location, name=Path(reference).name)
-                    fingerprint.update(b"\0" + str(location).encode() + b"\0" + _read_quietly(location))
+                    fingerprint.update(
+                        b"\0" + str(location).encode() + b"\0" + _read_quietly(location)
+                    )
                 attached.append(policies[location])
             except PolicyError as error:
                 for line in str(error).splitlines():
-                    problems.append(f"Identities[{index}].PolicyDocuments[{position}] ({reference}): {line}")
+                    problems.append(
+                        f"Identities[{index}].PolicyDocuments[{position}] ({reference}): {line}"
+                    )
         secret, api_key = entry.SecretAccessKey, entry.ApiKey
         identities.append(
             Identity(
@@ -168,7 +188,8 @@ def load_identities(path: str | Path) -> Identities:
 
 
 def load_reference(reference: AccessReference) -> Identities:
-    """Load identities the control plane validated (`Identities.reference`); refuse a file that changed since."""
+    """Load identities the control plane validated (`Identities.reference`); refuse a file that
+    changed since."""
     identities = load_identities(reference["IdentitiesFile"])
     if not hmac.compare_digest(identities.fingerprint, reference["Fingerprint"]):
         raise IdentitiesError(

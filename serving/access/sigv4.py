@@ -156,14 +156,18 @@ class Authenticator:
                 "or send 'Authorization: Bearer <ApiKey>'.",
             )
         if len(values) > 1:
-            raise _fail(InvalidSignatureError, "The request carries more than one Authorization header.")
+            raise _fail(
+                InvalidSignatureError, "The request carries more than one Authorization header."
+            )
         scheme, _, rest = values[0].strip().partition(" ")
         if scheme == ALGORITHM:
             return self._sigv4_claim(request, rest)
         if scheme.lower() == "bearer" and rest.strip():
             identity = self.identities.by_api_key(rest.strip())
             if identity is None:
-                raise _fail(UnrecognizedClientError, "The API key included in the request is invalid.")
+                raise _fail(
+                    UnrecognizedClientError, "The API key included in the request is invalid."
+                )
             return Claim(identity, "bearer")
         raise _fail(
             MissingAuthenticationTokenError,
@@ -203,7 +207,11 @@ class Authenticator:
         key_id, scope_date, region, service, terminator = scope
         identity = self.identities.by_access_key_id(key_id)
         if identity is None or identity.secret_access_key is None:
-            raise _fail(UnrecognizedClientError, "The security token included in the request is invalid.", key_id)
+            raise _fail(
+                UnrecognizedClientError,
+                "The security token included in the request is invalid.",
+                key_id,
+            )
         if region != self.region:
             raise _fail(
                 InvalidSignatureError,
@@ -212,7 +220,9 @@ class Authenticator:
             )
         if service != self.service:
             raise _fail(
-                InvalidSignatureError, f"Credential should be scoped to correct service: '{self.service}'.", key_id
+                InvalidSignatureError,
+                f"Credential should be scoped to correct service: '{self.service}'.",
+                key_id,
             )
         if terminator != "aws4_request":
             raise _fail(
@@ -224,11 +234,17 @@ class Authenticator:
         signed = [name.strip().lower() for name in parts["SignedHeaders"].split(";")]
         for required in ("host", "x-amz-date"):
             if required not in signed:
-                raise _fail(InvalidSignatureError, f"SignedHeaders must include '{required}'.", key_id)
+                raise _fail(
+                    InvalidSignatureError, f"SignedHeaders must include '{required}'.", key_id
+                )
         present = {name.lower() for name, _ in request.headers}
         for name in signed:
             if name not in present:
-                raise _fail(InvalidSignatureError, f"Signed header '{name}' is missing from the request.", key_id)
+                raise _fail(
+                    InvalidSignatureError,
+                    f"Signed header '{name}' is missing from the request.",
+                    key_id,
+                )
         for name in _MUST_BE_SIGNED:
             if name in present and name not in signed:
                 raise _fail(InvalidSignatureError, f"Header '{name}' must be signed.", key_id)
@@ -241,7 +257,9 @@ class Authenticator:
         signed_at = _amz_datetime(amz_date)
         if signed_at is None:
             raise _fail(
-                InvalidSignatureError, f"X-Amz-Date '{amz_date}' is not in the form YYYYMMDD'T'HHMMSS'Z'.", key_id
+                InvalidSignatureError,
+                f"X-Amz-Date '{amz_date}' is not in the form YYYYMMDD'T'HHMMSS'Z'.",
+                key_id,
             )
         if scope_date != amz_date[:8]:
             raise _fail(
@@ -266,8 +284,12 @@ class Authenticator:
                 key_id,
             )
 
-    def _signature(self, request: RawRequest, identity: Identity, signed: Sequence[str], amz_date: str) -> str:
-        assert identity.access_key_id and identity.secret_access_key  # found by its access key id: a SigV4 identity
+    def _signature(
+        self, request: RawRequest, identity: Identity, signed: Sequence[str], amz_date: str
+    ) -> str:
+        assert (
+            identity.access_key_id and identity.secret_access_key
+        )  # found by its access key id: a SigV4 identity
         return self._expected_signature(
             request.method,
             request.path,
