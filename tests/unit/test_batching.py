@@ -109,7 +109,9 @@ def alone(runtime: Runtime, body: bytes, kind: str, accept: str = JSON) -> tuple
 def test_concurrent_requests_share_one_predict_call(loaded, iris_classifier, iris) -> None:
     runtime = loaded("sklearn", iris_classifier.path)
     sizes = counting(runtime)
-    app = build_container_app(runtime, "iris", batching=BatchSettings(64, max_delay_s=0.5))
+    # The batch is cut when its 10 rows are in, not when a delay runs out: on a loaded machine the
+    # four arrivals may be further apart than any short delay.
+    app = build_container_app(runtime, "iris", batching=BatchSettings(10, max_delay_s=30.0))
     rows = [iris.data[i : i + n] for i, n in ((0, 1), (50, 3), (100, 2), (10, 4))]
     responses = asyncio.run(post_all(app, [(json.dumps(r.tolist()).encode(), JSON) for r in rows]))
     assert [r.status_code for r in responses] == [200] * 4
@@ -146,13 +148,13 @@ def test_preferred_sizes_cut_the_batch(loaded, handler_dir) -> None:
     runtime = loaded("python", handler_dir(SUMS))
     sizes = counting(runtime)
     app = build_container_app(
-        runtime, "sums", batching=BatchSettings(8, max_delay_s=0.3, preferred=(4,))
+        runtime, "sums", batching=BatchSettings(8, max_delay_s=30.0, preferred=(4,))
     )
     responses = asyncio.run(
-        post_all(app, [(json.dumps([[i, 1.0]]).encode(), JSON) for i in range(6)])
+        post_all(app, [(json.dumps([[i, 1.0]]).encode(), JSON) for i in range(8)])
     )
-    assert [json.loads(r.content) for r in responses] == [[i + 1.0] for i in range(6)]
-    assert sizes == [4, 2]
+    assert [json.loads(r.content) for r in responses] == [[i + 1.0] for i in range(8)]
+    assert sizes == [4, 4]  # cut at the preferred size each time, long before the delay
 
 
 SUMS = """
@@ -209,7 +211,7 @@ def test_requests_arriving_while_the_model_computes_go_together_into_the_next_ba
 def test_a_failing_request_in_a_batch_fails_alone(loaded, handler_dir) -> None:
     runtime = loaded("python", handler_dir(SUMS))
     sizes = counting(runtime)
-    app = build_container_app(runtime, "sums", batching=BatchSettings(16, max_delay_s=0.3))
+    app = build_container_app(runtime, "sums", batching=BatchSettings(5, max_delay_s=30.0))
     bodies = [[[1.0, 2.0]], [[-1.0, 0.0]], [[3.0, 4.0], [5.0, 6.0]], [[7.0, 8.0]]]
     responses = asyncio.run(post_all(app, [(json.dumps(b).encode(), JSON) for b in bodies]))
     assert [r.status_code for r in responses] == [
@@ -230,7 +232,7 @@ def test_a_failing_request_in_a_batch_fails_alone(loaded, handler_dir) -> None:
 def test_a_request_that_fails_to_decode_fails_alone(loaded, iris_classifier, iris) -> None:
     runtime = loaded("sklearn", iris_classifier.path)
     sizes = counting(runtime)
-    app = build_container_app(runtime, "iris", batching=BatchSettings(16, max_delay_s=0.3))
+    app = build_container_app(runtime, "iris", batching=BatchSettings(4, max_delay_s=30.0))
     good = json.dumps(iris.data[:2].tolist()).encode()
     responses = asyncio.run(post_all(app, [(good, JSON), (b"[[1, 2", JSON), (good, JSON)]))
     assert [r.status_code for r in responses] == [200, 400, 200]
@@ -287,7 +289,7 @@ def test_batches_are_reported_as_metric_events(loaded, iris_classifier, iris) ->
         "iris",
         events=events,
         model_latency=events.model_latency,
-        batching=BatchSettings(8, max_delay_s=0.2),
+        batching=BatchSettings(6, max_delay_s=30.0),  # cut when its 6 rows are in
     )
 
     async def run() -> httpx.Response:
@@ -433,9 +435,8 @@ def test_the_framework_stacks_batch_their_own_steps(
     ]
     expected = [alone(runtime, body, kind) for body, kind in requests]
     sizes.clear()
-    app = build_container_app(
-        runtime, stack, threads=2, batching=BatchSettings(16, max_delay_s=0.3)
-    )
+    # the NPY rows (6) fill a batch at once; the JSON request waits out the delay alone
+    app = build_container_app(runtime, stack, threads=2, batching=BatchSettings(6, max_delay_s=1.0))
     responses = asyncio.run(post_all(app, requests))
     for (status, want), response in zip(expected, responses):
         assert response.status_code == (200 if status == 200 else 500), response.text
