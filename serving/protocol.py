@@ -116,6 +116,10 @@ OCTET_STREAM = "application/octet-stream"
 # JSON documents one per line, as SageMaker's TensorFlow Serving container reads them (both
 # spellings).
 JSON_LINES, JSONS = "application/jsonlines", "application/jsons"
+EVENT_STREAM = "text/event-stream"  # server-sent events: TGI's token stream, OpenAI's stream
+# What the gateway's OpenAI-compatible routes send a generating container (the huggingface stack).
+OPENAI_CHAT = "application/vnd.serving.openai.chat+json"
+OPENAI_COMPLETIONS = "application/vnd.serving.openai.completions+json"
 # Sparse rows (`label idx:value ...`), both spellings, as SageMaker's XGBoost container reads them.
 LIBSVM, X_LIBSVM = "text/libsvm", "text/x-libsvm"
 # SageMaker's RecordIO-wrapped protobuf `Record`s (the XGBoost stack refuses it: 415,
@@ -291,6 +295,13 @@ TF_SIGNATURE_ENV = "SERVING_TF_SIGNATURE"  # the SavedModel signature to call
 # JSON {"inputs": [...], "outputs": [...]} ({"name", "datatype", "shape"} each): what Open Inference
 # metadata says of a model whose stack cannot (a python container, a script) or says it otherwise
 TENSOR_SIGNATURE_ENV = "SERVING_TENSOR_SIGNATURE"
+# The huggingface stack: the Hugging Face toolkit's names, and the generation's bounds.
+HF_TASK_ENV = "HF_TASK"  # the pipeline's task (else the config's architecture decides)
+HF_MODEL_ID_ENV = "HF_MODEL_ID"  # a local folder only: no hub access
+HF_TRUST_REMOTE_CODE_ENV = "HF_TRUST_REMOTE_CODE"  # "true": run a model folder's own Python
+HF_MAX_NEW_TOKENS_ENV = "SERVING_HF_MAX_NEW_TOKENS"  # the most tokens a request may ask for
+HF_CONTINUOUS_BATCHING_ENV = "SERVING_HF_CONTINUOUS_BATCHING"  # "false": each request alone
+HF_MAX_BATCH_ENV = "SERVING_HF_MAX_BATCH"  # requests decoding together (streams held open)
 SKOPS_TRUSTED_TYPES_ENV = "SERVING_SKOPS_TRUSTED_TYPES"  # comma-separated exact type names
 SANDBOX_READ_ENV = "SERVING_SANDBOX_READ"  # os.pathsep-separated paths the container may also read
 # ... and write (both: a spec's author only, never an API caller)

@@ -69,3 +69,10 @@ def multi_model_prefix(demo_models, tmp_path_factory) -> Path:
         "def predict_fn(data, model):\n    return {'model': model, 'input': data}\n"
     )
     return root
+
+
+@pytest.fixture(scope="session")
+def transformers_models(tmp_path_factory) -> dict[str, Path]:
+    """A tiny causal LM (`tiny-lm`) and text classifier (`tiny-classifier`), made once per session
+    from a tokenizer trained on local text (`examples/train_transformers.py`)."""
+    return _example("train_transformers").train(tmp_path_factory.mktemp("transformers-models"))
