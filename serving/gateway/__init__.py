@@ -11,7 +11,8 @@ runs after an answer: shadow copies, capture writes, async jobs), `transport` an
 to replica data ports), `replica_choice` (which replica), `hop_answers` (what comes back),
 `failures` (what a caller is told of a container's failure), `state` (a registry snapshot in, the
 request path's tables out), `public_descriptions` (descriptions less the machine's paths),
-`async_invocations` (InvokeEndpointAsync) and `async_jobs` (its jobs and their journal), `streaming`
+`async_invocations` (InvokeEndpointAsync), `openai_routes` (the OpenAI-compatible
+`/v1/chat/completions` and `/v1/completions`, over the same pipeline) and `async_jobs` (its jobs and their journal), `streaming`
 (a response stream relayed), `capture` (DataCaptureConfig's sampled records, written off the
 caller's path), `body_budget` (bodies held before their sender is verified), `control_routes`
 (`serving apply` / `delete` over HTTP).

@@ -193,7 +193,7 @@ class Invocations:
     ) -> bytes:
         """The request's body: as authentication read it, else read now within the payload limit."""
         return (
-            admission.body if admission.body is not None else await self._read_body(request, trace)
+            admission.body if admission.body is not None else await self.read_body(request, trace)
         )
 
     async def run(
@@ -257,10 +257,10 @@ class Invocations:
             return None, endpoint.access.verify(name, claim, raw)
         # the signature covers the payload: hold it until verified
         with self.preauth_budget.hold() as hold:
-            body = await self._read_body(request, trace, hold)
+            body = await self.read_body(request, trace, hold)
             return body, endpoint.access.verify(name, claim, replace(raw, body=body))
 
-    async def _read_body(
+    async def read_body(
         self, request: InvocationRequest, trace: InvocationTrace, hold: Hold | None = None
     ) -> bytes:
         """The whole body within the payload limit (and, with `hold`, within the pre-authentication

@@ -24,13 +24,13 @@ from serving.gateway.admission import EndpointRoute, InvocationRequest, Invocati
 from serving.gateway.async_invocations import AsyncInvocations
 from serving.gateway.entry import invocation_frame
 from serving.gateway.invocation import Invocations
-from serving.gateway.streaming import relay
+from serving.gateway.streaming import EVENT_STREAM, Framing, relay
 from serving.gateway.transport import ContainerTransport
 from serving.http.responses import error_response
 from serving.metrics.invocations import InvocationTrace
 from serving.settings import ServerSettings
 
-__all__ = ["EndpointRoute", "Router"]
+__all__ = ["EndpointRoute", "Router", "streamed_response"]
 
 
 class Router:
@@ -100,7 +100,7 @@ class Router:
         async with invocation_frame(trace, "the endpoint router", (ClientDisconnect,)) as frame:
             result = await self.invocations.invoke(invocation, trace, stream=stream)
             if result.chunks is not None:
-                return _streamed(result, trace, frame.defer())
+                return streamed_response(result, trace, frame.defer())
             # The container's Content-Type exactly as it set it (media_type= would add ";
             # charset=utf-8" to text/*).
             response = Response(
@@ -120,11 +120,14 @@ class Router:
         return response
 
 
-def _streamed(
-    result: InvocationResult, trace: InvocationTrace, count: Callable[[int], None]
+def streamed_response(
+    result: InvocationResult,
+    trace: InvocationTrace,
+    count: Callable[[int], None],
+    framing: Framing = EVENT_STREAM,
 ) -> Response:
-    """The event-stream response; the invocation is counted once (`count`), when the stream ends
-    however it ends."""
+    """The streamed response (SageMaker's event stream unless `framing` says otherwise); the
+    invocation is counted once (`count`), when the stream ends however it ends."""
     hop = result.chunks
     assert hop is not None
     first_part = time.perf_counter()
@@ -145,7 +148,7 @@ def _streamed(
 
     container = trace.chain[-1]
     return StreamingResponse(
-        relay(hop, container, finished),
+        relay(hop, container, finished, framing),
         headers=result.headers,
         media_type=result.content_type,
         background=BackgroundTask(finished, 200),

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 
 from botocore.eventstream import EventStreamBuffer, ParserError
 
@@ -35,11 +36,29 @@ logger = logging.getLogger("serving.router")
 STREAMED, MODEL_FAILED, INTERNAL_FAILED = 200, 424, 500
 
 
+@dataclass(frozen=True)
+class Framing:
+    """How the caller's stream frames a container's bytes and the errors that end it."""
+
+    payload: Callable[[bytes], list[bytes]]
+    model_error: Callable[[str, str], bytes]  # (code, message)
+    internal_failure: Callable[[str], bytes]
+
+
+# InvokeEndpointWithResponseStream's: SageMaker's event stream
+EVENT_STREAM = Framing(
+    eventstream.payload_parts, eventstream.model_stream_error, eventstream.internal_stream_failure
+)
+
+
 async def relay(
-    hop: HopStream, container: str, finished: Callable[[int], None]
+    hop: HopStream,
+    container: str,
+    finished: Callable[[int], None],
+    framing: Framing = EVENT_STREAM,
 ) -> AsyncIterator[bytes]:
-    """The caller's event stream; `finished(status)` is called once when it ends (see the module's
-    list)."""
+    """The caller's stream in `framing`; `finished(status)` is called once when it ends (see the
+    module's list)."""
     status = STREAMED
     try:
         buffer = EventStreamBuffer()
@@ -48,45 +67,43 @@ async def relay(
             for message in buffer:
                 headers = message.headers
                 if headers.get(":event-type") == protocol.STREAM_PAYLOAD_EVENT:
-                    for part in eventstream.payload_parts(message.payload):
+                    for part in framing.payload(message.payload):
                         yield part
                     continue
                 if headers.get(":exception-type") == protocol.STREAM_MODEL_ERROR_EVENT:
                     status = MODEL_FAILED
-                    yield _model_error(container, message.payload)
+                    yield _model_error(framing, container, message.payload)
                 else:
                     status = INTERNAL_FAILED
-                    yield eventstream.internal_stream_failure(
+                    yield framing.internal_failure(
                         f"container {container} sent an unexpected event"
                     )
                 return
     except TimeoutError:
         status = MODEL_FAILED
-        yield eventstream.model_stream_error(
+        yield framing.model_error(
             protocol.STREAM_TIMEOUT_CODE,
             f"Your model {container} did not complete sending the inference response in the allotted time.",
         )
     except StreamBroken as error:
         status = MODEL_FAILED
-        yield eventstream.model_stream_error(
+        yield framing.model_error(
             protocol.STREAM_BROKEN_CODE,
             f"The connection to container {container} was closed or reset: {error}",
         )
     except ParserError:
         status = INTERNAL_FAILED
-        yield eventstream.internal_stream_failure(
-            f"container {container} sent a malformed event stream"
-        )
+        yield framing.internal_failure(f"container {container} sent a malformed event stream")
     except Exception:  # a bug of ours: say so in the stream's documented shape
         logger.exception("response stream of container %s failed inside the router", container)
         status = INTERNAL_FAILED
-        yield eventstream.internal_stream_failure("internal failure in the endpoint router")
+        yield framing.internal_failure("internal failure in the endpoint router")
     finally:
         hop.close()
         finished(status)
 
 
-def _model_error(container: str, payload: bytes) -> bytes:
+def _model_error(framing: Framing, container: str, payload: bytes) -> bytes:
     """The container's ModelStreamError, naming the container (its fields kept)."""
     try:
         document = json.loads(payload)
@@ -95,6 +112,4 @@ def _model_error(container: str, payload: bytes) -> bytes:
     if not isinstance(document, dict):
         document = {}
     code = str(document.get(protocol.STREAM_ERROR_CODE) or protocol.ErrorCode.MODEL_ERROR)
-    return eventstream.model_stream_error(
-        code, f"container {container}: {document.get('Message', '')}"
-    )
+    return framing.model_error(code, f"container {container}: {document.get('Message', '')}")

@@ -57,7 +57,7 @@ ACCESS_DECISIONS = Counter(
 INVOCATIONS = Counter(
     "serving_invocations",
     "InvokeEndpoint requests, counted once per container they were addressed to (Serial: each container of "
-    "the chain); model is the TargetModel of MultiModel containers; protocol: sagemaker-runtime, v2-rest or v2-grpc "
+    "the chain); model is the TargetModel of MultiModel containers; protocol: sagemaker-runtime, v2-rest, v2-grpc or openai "
     "(Open Inference).",
     labelnames=("endpoint", "container", "model", "protocol"),
     registry=REGISTRY,
@@ -101,6 +101,7 @@ OVERHEAD_LATENCY = Histogram(
 # The invocation metrics' `protocol` label: how a request arrived (the SageMaker Runtime API, Open
 # Inference's REST or gRPC)
 RUNTIME_API_LABEL, V2_REST_LABEL, V2_GRPC_LABEL = "sagemaker-runtime", "v2-rest", "v2-grpc"
+OPENAI_LABEL = "openai"  # the OpenAI-compatible routes (`gateway.openai_routes`)
 
 
 @dataclass

@@ -25,6 +25,7 @@ from serving.control.status import StatusBoard
 from serving.documents import ApiJson
 from serving.errors import ServiceUnavailableError
 from serving.gateway.control_routes import ControlRoutes
+from serving.gateway.openai_routes import OpenAIRoutes
 from serving.gateway.router import Router
 from serving.gateway.state import GatewayState
 from serving.gateway.transport import ContainerTransport
@@ -129,7 +130,8 @@ class Gateway:
             + self.router.routes()
             + [Route("/metrics", self._metrics)]
             + api
-            + v2.routes(),
+            + v2.routes()
+            + OpenAIRoutes(self.router.invocations).routes(),
             lifespan=self._lifespan,
             hot=[self.router.hot_route(), *v2.hot_routes()],
         )
