@@ -28,6 +28,8 @@ EVENTS = frozenset(
         "downloaded",
         "batch_size",
         "queue_delay",
+        "time_to_first_token",
+        "output_tokens",
     }
 )
 
@@ -74,6 +76,14 @@ class EventLog(CacheObserver):
     def queue_delay(self, seconds: float) -> None:
         """How long one batched request waited, from its decode to its batch's start."""
         self._add("queue_delay", seconds)
+
+    def time_to_first_token(self, seconds: float) -> None:
+        """A generating request's time from its arrival at the model to its first new token."""
+        self._add("time_to_first_token", seconds)
+
+    def output_tokens(self, count: int, seconds: float) -> None:
+        """A generating request's new tokens, and the time from its first token to its last."""
+        self._add("output_tokens", count, seconds)
 
     def drain(self) -> list[tuple[Any, ...]]:
         """Every event since the last drain, oldest first."""

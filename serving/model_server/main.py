@@ -143,6 +143,7 @@ def _serve(config: dict):
     else:
         runtime = runtime_for(config["image"], materialize(config["model_data"]), environment)
         runtime.only_model_in_process = True
+        runtime.events = events  # a generating stack reports its tokens' timing
         runtime.load()
         # how this container runs its model, chosen once: threads, inline, batching
         app = build_container_app(

@@ -128,6 +128,19 @@ class ReplicaMetrics(CacheObserver):
             "serving_batch_queue_delay_seconds",
             "Time a batched request waited in its container's batch queue, from its decode to its batch's start.",
         )
+        self._first_token = _Timing(
+            "serving_time_to_first_token_seconds",
+            "A generating container's time from a request reaching its model to the first new token.",
+        )
+        self._per_token = _Timing(
+            "serving_time_per_output_token_seconds",
+            "A generating request's mean time per new token after its first (1 / its tokens per second).",
+        )
+        self._output_tokens = ray_metrics.Counter(
+            "serving_output_tokens",
+            "New tokens a generating container made (rate(): its tokens per second).",
+            tag_keys=_REPLICA,
+        )
         self._stop = threading.Event()
         # Re-set every period: Ray's agent evicts a gauge not refreshed within two export intervals
         # (a loaded-model count set once vanished from the scrape after a few seconds).
@@ -141,6 +154,15 @@ class ReplicaMetrics(CacheObserver):
 
     def queue_delay(self, seconds: float) -> None:
         self._queue_delay.observe(seconds, tags=self.tags)
+
+    def time_to_first_token(self, seconds: float) -> None:
+        self._first_token.observe(seconds, tags=self.tags)
+
+    def output_tokens(self, count: int, seconds: float) -> None:
+        if count > 0:
+            self._output_tokens.inc(count, tags=self.tags)
+        if count > 1:
+            self._per_token.observe(seconds / (count - 1), tags=self.tags)
 
     def refused_hops(self, count: int) -> None:
         if count > 0:

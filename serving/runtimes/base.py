@@ -68,6 +68,9 @@ class Runtime:
     # MultiModel): a stack may then leave out imports that only another model or a script could use
     # (tensorflow: Keras' sklearn wrappers).
     only_model_in_process = False
+    # Where a stack reports events of its own (`model_server.events.EventLog`), set by the container
+    # process: the huggingface stack's time to first token and tokens per second.
+    events: Any = None
     # How an Open Inference request's one numeric tensor reaches the stack's own handlers, and the
     # Accept it answers
     tensor_types = (NPY, f"{NPY}, {JSON}")

@@ -185,7 +185,7 @@ class HuggingFaceRuntime(Runtime):
     def generator(self) -> TextGenerator:
         if self._generator is None:
             self._generator = TextGenerator(
-                self.model.model, self.model.tokenizer, self.environment
+                self.model.model, self.model.tokenizer, self.environment, self.events
             )
         return self._generator
 

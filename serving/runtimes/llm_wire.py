@@ -67,7 +67,7 @@ def tgi_events(tokens: Tokens, completion: Completion, tokenizer: Any) -> Iterat
             if done:
                 return
     # the model stopped without saying why (a cancelled batch): end the stream as TGI would
-    completion.finish_reason = "eos_token"
+    completion.finish("eos_token")
     yield _event(
         {
             "index": index + 1,
@@ -107,7 +107,7 @@ def run_to_end(tokens: Tokens, completion: Completion) -> None:
             completion.add(token)
             if completion.finish_reason is not None:
                 return
-    completion.finish_reason = "eos_token"
+    completion.finish("eos_token")
 
 
 def openai_whole(kind: str, model: str, tokens: Tokens, completion: Completion) -> bytes:
@@ -172,7 +172,7 @@ def openai_events(
             if done:
                 break
         else:
-            completion.finish_reason = "eos_token"
+            completion.finish("eos_token")
     rest = completion.visible()[given:]
     if rest:
         yield chunk(rest, None)

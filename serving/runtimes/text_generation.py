@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import queue
 import threading
+import time
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -111,6 +112,9 @@ class Completion:
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     eos: tuple[int, ...] = ()
     seed: int | None = None
+    events: Any = None  # time_to_first_token / output_tokens reported here (an EventLog)
+    started: float = field(default_factory=time.perf_counter)
+    first_token_at: float | None = None
     tokens: list[int] = field(default_factory=list)
     text: str = ""  # the text given out so far (never a partial UTF-8 character)
     finish_reason: str | None = None  # "length", "eos_token" or "stop_sequence" (TGI's names)
@@ -119,10 +123,14 @@ class Completion:
         """Take a new token: the text it adds (empty while a character is incomplete); sets the
         finish reason when it is the last."""
         self.tokens.append(token)
+        if self.first_token_at is None:
+            self.first_token_at = time.perf_counter()
+            if self.events is not None:
+                self.events.time_to_first_token(self.first_token_at - self.started)
         if token in self.eos:
-            self.finish_reason = "eos_token"
+            self.finish("eos_token")
         elif len(self.tokens) >= self.max_new_tokens:
-            self.finish_reason = "length"
+            self.finish("length")
         full = self.tokenizer.decode(self.tokens, skip_special_tokens=True)
         if full.endswith("\ufffd") and self.finish_reason is None:
             return ""  # a byte-level token that ends mid-character: wait for the rest
@@ -130,10 +138,21 @@ class Completion:
             at = full.find(stop, max(0, len(self.text) - len(stop)))
             if at >= 0:  # TGI keeps the stop sequence in its text; OpenAI cuts it (`visible`)
                 full = full[: at + len(stop)]
-                self.finish_reason = "stop_sequence"
+                if self.finish_reason is None:
+                    self.finish("stop_sequence")
+                else:  # it was the last token anyway: the stop sequence is the reason
+                    self.finish_reason = "stop_sequence"
                 break
         added, self.text = full[len(self.text) :], full
         return added
+
+    def finish(self, reason: str) -> None:
+        """The request ended (once): its reason, and its tokens' timing reported."""
+        if self.finish_reason is not None:
+            return
+        self.finish_reason = reason
+        if self.events is not None and self.first_token_at is not None:
+            self.events.output_tokens(len(self.tokens), time.perf_counter() - self.first_token_at)
 
     def visible(self) -> str:
         """The text without a stop sequence it ended on (OpenAI's rule)."""
@@ -153,8 +172,11 @@ class Completion:
 class TextGenerator:
     """A causal LM's new tokens for each request: batched continuously where the request allows."""
 
-    def __init__(self, model: Any, tokenizer: Any, environment: Mapping[str, str]) -> None:
+    def __init__(
+        self, model: Any, tokenizer: Any, environment: Mapping[str, str], events: Any = None
+    ) -> None:
         self.model = model
+        self.events = events
         self.tokenizer = tokenizer
         self.eos = _eos_ids(model, tokenizer)
         self.max_batch = _whole(environment, MAX_BATCH_ENV, DEFAULT_MAX_BATCH)
@@ -177,6 +199,7 @@ class TextGenerator:
             settings.max_new_tokens,
             tuple(self.eos),
             settings.seed,
+            self.events,
         )
 
     # --- the two paths ----------------------------------------------------------------------------

@@ -39,6 +39,8 @@ REPOSITORY_STACKS = {
     "sagemaker-tensorflow-serving": "tensorflow",
     "sagemaker-xgboost": "xgboost",
     "xgboost": "xgboost",  # the built-in algorithm's older repository
+    "huggingface-pytorch-inference": "huggingface",  # the Hugging Face inference toolkit's DLC
+    "huggingface-pytorch-tgi-inference": "huggingface",  # the LLM container (TGI)
 }
 _ECR = re.compile(
     r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/"

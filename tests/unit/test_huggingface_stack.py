@@ -240,6 +240,25 @@ def test_concurrent_streams_each_get_their_own_text(lm) -> None:
     assert lm.generator().joined_batch == joined + len(requests)  # not one at a time
 
 
+def test_time_to_first_token_and_tokens_are_metric_events(models) -> None:
+    from serving.model_server.events import EventLog
+
+    runtime = HuggingFaceRuntime(models["tiny-lm"], {})
+    runtime.events = EventLog()  # as the container process sets it
+    runtime.load()
+    try:
+        app = build_container_app(runtime, "lm", threads=runtime.prediction_threads())
+        body = {"model": "e.lm", "prompt": "hello", "max_tokens": 5, "stream": True}
+        run(app, (body, COMPLETIONS), (body, COMPLETIONS))
+        drained = runtime.events.drain()
+    finally:
+        runtime.unload()
+    first = [event for event in drained if event[0] == "time_to_first_token"]
+    tokens = [event for event in drained if event[0] == "output_tokens"]
+    assert len(first) == 2 and all(0 < event[1] < 60 for event in first)
+    assert [event[1] for event in tokens] == [5, 5] and all(event[2] > 0 for event in tokens)
+
+
 def test_a_model_that_does_not_generate_refuses_openai_requests(models, loaded) -> None:
     runtime = loaded("huggingface", models["tiny-classifier"])
     request = {"model": "e.clf", "prompt": "hi", "max_tokens": 2}

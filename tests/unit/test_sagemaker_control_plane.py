@@ -450,6 +450,16 @@ IMAGES = [
     ("763104351884.dkr.ecr.eu-west-1.amazonaws.com/tensorflow-inference:2.13-cpu", "tensorflow"),
     ("683313688378.dkr.ecr.us-east-1.amazonaws.com/sagemaker-xgboost:1.7-1", "xgboost"),
     (
+        "763104351884.dkr.ecr.us-east-1.amazonaws.com/huggingface-pytorch-inference:"
+        "2.1.0-transformers4.37.0-cpu-py310-ubuntu22.04",
+        "huggingface",
+    ),
+    (
+        "763104351884.dkr.ecr.us-east-1.amazonaws.com/huggingface-pytorch-tgi-inference:"
+        "2.4.0-tgi3.0.1-gpu-py311-cu124-ubuntu22.04",
+        "huggingface",
+    ),
+    (
         "727897471807.dkr.ecr.cn-north-1.amazonaws.com.cn/pytorch-inference@sha256:" + "0" * 64,
         "pytorch",
     ),
