@@ -366,6 +366,8 @@ PROGRAM_ENV = "SAGEMAKER_PROGRAM"  # SageMaker's: the handler script (default in
 # SageMaker's: the folder holding it (default <model>/code)
 SUBMIT_DIRECTORY_ENV = "SAGEMAKER_SUBMIT_DIRECTORY"
 TFS_MODEL_NAME_ENV = "SAGEMAKER_TFS_DEFAULT_MODEL_NAME"
+# SageMaker TFS container's: seconds its handlers wait for TF Serving (`context.timeout`)
+TFS_WAIT_TIME_ENV = "SAGEMAKER_TFS_WAIT_TIME_SECONDS"
 # SageMaker XGBoost container's: the fields of each answer (predicted_label, probability,
 # probabilities, ...).
 INFERENCE_OUTPUT_ENV = "SAGEMAKER_INFERENCE_OUTPUT"

@@ -21,7 +21,7 @@ from serving.models.cache_limits import CacheLimits
 from serving.protocol import MODEL_CACHE_DIR_ENV, SUBMIT_DIRECTORY_ENV
 from serving.protocol import SANDBOX_READ_ENV as EXTRA_READ_ENV
 from serving.protocol import SANDBOX_WRITE_ENV as EXTRA_WRITE_ENV
-from serving.runtimes.handler import SAGEMAKER_MODEL_DIR
+from serving.runtimes.sourcedir import SAGEMAKER_MODEL_DIR
 
 __all__ = [
     "SANDBOX_MODES",

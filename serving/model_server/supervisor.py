@@ -9,7 +9,8 @@ needs, with a private scratch folder as HOME and TMPDIR, and nothing else of the
 Ray address or token, no AWS variables of the host). Its sandbox gives it a network namespace of its
 own (unless the operator let it reach out: `egress_ports`), lets it read the Python install, this
 package, the system's libraries and its own model, and write only its scratch folder (see `sandbox`
-for the rest). A MultiModel container's S3 calls are made here for it (`models.s3_broker`). No Ray
+for the rest). A MultiModel container's S3 calls are made here for it (`models.s3_broker`), and an
+`s3://` SAGEMAKER_SUBMIT_DIRECTORY is fetched and unpacked here before the process starts. No Ray
 here.
 """
 
@@ -45,7 +46,7 @@ from serving.model_server.container_config import (
     sandbox_paths,
 )
 from serving.models.s3_broker import S3Broker
-from serving.protocol import STATS_PATH
+from serving.protocol import STATS_PATH, SUBMIT_DIRECTORY_ENV
 from serving.trust import hops
 
 logger = logging.getLogger("serving.container_process")
@@ -116,6 +117,20 @@ class ContainerProcess:
         except (ArtifactError, ModelStoreError) as error:
             raise ContainerStartError(f"cannot fetch the model: {error}") from None
 
+    def _fetch_submit_directory(self, url: str) -> dict[str, str]:
+        """The container's environment with its `s3://` SAGEMAKER_SUBMIT_DIRECTORY fetched and
+        unpacked here (its process has no network), named by the folder it unpacked to."""
+        from serving.models.artifacts import ArtifactError
+        from serving.models.sources import fetch_submit_directory
+
+        try:
+            folder = fetch_submit_directory(
+                url, Path(self.scratch) / "submit-directory", s3.client_for(self.config.environment)
+            )
+        except ArtifactError as error:
+            raise ContainerStartError(f"container {self.config.hostname}: {error}") from None
+        return {**self.config.environment, SUBMIT_DIRECTORY_ENV: str(folder)}
+
     @property
     def pid(self) -> int | None:
         return self.process.pid if self.process is not None else None
@@ -135,6 +150,11 @@ class ContainerProcess:
             self.config = replace(
                 self.config, model_data=str(self._fetch_model(self.config.model_data or ""))
             )
+        if self.config.environment.get(SUBMIT_DIRECTORY_ENV, "").startswith("s3://"):
+            environment = self._fetch_submit_directory(
+                self.config.environment[SUBMIT_DIRECTORY_ENV]
+            )
+            self.config = replace(self.config, environment=environment)
         status_r, status_w = os.pipe()
         lifeline_r, self._lifeline_w = os.pipe()
         os.set_inheritable(self._lifeline_w, False)

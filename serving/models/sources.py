@@ -25,6 +25,8 @@ from serving.models.targets import (
     shown_prefix,
     validate_target,
 )
+from serving.protocol import SUBMIT_DIRECTORY_ENV
+from serving.runtimes import sourcedir
 
 _NOT_FOUND_CODES = frozenset({"404", "NoSuchKey", "NotFound"})
 
@@ -102,16 +104,22 @@ class _LocalSource:
                     yield PurePosixPath(Path(path).relative_to(self.real_root)).as_posix()
 
 
-def fetch_archive(url: str, cache_root: Path, client: Any = None) -> Path:
-    """A SingleModel's `s3://bucket/key.tar.gz`, downloaded and unpacked under `cache_root` (a
-    folder per object version: its ETag), with the S3 client of `s3_client` (credentials and
-    endpoint from the container's environment). Raises ArtifactError / ModelStoreError saying which
-    object and why."""
+def fetch_archive(
+    url: str,
+    cache_root: Path,
+    client: Any = None,
+    what: str = "model data",
+    max_bytes: int | None = None,
+) -> Path:
+    """A SingleModel's `s3://bucket/key.tar.gz` (`what`), downloaded and unpacked under
+    `cache_root` (a folder per object version: its ETag; at most `max_bytes` unpacked), with the S3
+    client of `s3.client_for` (credentials and endpoint from the container's environment). Raises
+    ArtifactError / ModelStoreError saying which object and why."""
     bucket, _, key = url.removeprefix("s3://").partition("/")
     source = _S3Source(f"s3://{bucket}/", None, client)
     head = source._call("read", key, source.client.head_object, Bucket=bucket, Key=key)
     if head is None:
-        raise ArtifactError(f"model data {url} does not exist")
+        raise ArtifactError(f"{what} {url} does not exist")
     version = hashlib.sha256(
         f"{url}|{head.get('ETag')}|{head.get('ContentLength')}".encode()
     ).hexdigest()[:16]
@@ -121,9 +129,27 @@ def fetch_archive(url: str, cache_root: Path, client: Any = None) -> Path:
     download = cache_root / f"{version}.download" / PurePosixPath(key).name
     try:
         source._download(key, download)
-        return extract_archive(download, target)
+        return extract_archive(download, target, max_bytes)
     finally:
         shutil.rmtree(download.parent, ignore_errors=True)
+
+
+def fetch_submit_directory(url: str, cache_root: Path, client: Any = None) -> Path:
+    """SAGEMAKER_SUBMIT_DIRECTORY's `s3://.../sourcedir.tar.gz`, downloaded and unpacked by its
+    supervisor as a model's archive is, within `sourcedir.MAX_BYTES`: the folder its container
+    process then loads the script from. ArtifactError naming the variable, the object and why."""
+    try:
+        s3.parse_s3_uri(url, SUBMIT_DIRECTORY_ENV)
+        return fetch_archive(url, cache_root, client, "object", sourcedir.MAX_BYTES)
+    except ValueError as error:  # a bad URI, or ArtifactError
+        message = str(error)
+    except ModelStoreError as error:
+        message = error.message
+    raise ArtifactError(
+        message
+        if message.startswith(SUBMIT_DIRECTORY_ENV)
+        else f"{SUBMIT_DIRECTORY_ENV} {url!r}: {message}"
+    )
 
 
 class _S3Source:

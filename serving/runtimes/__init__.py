@@ -6,7 +6,8 @@ replica pays only for the framework it serves. The interface itself (`Runtime`,
 stack names (`STACKS`, which the spec validates `Image` against) cost nothing.
 
 Modules: `base` (the `Runtime` interface), `answers` (what a hook returns, made into an answer),
-`handler` (loading `code/inference.py`), `script_hooks` (its hooks checked and called), `context`
+`handler` (loading `code/inference.py`), `sourcedir` (where it lies: SAGEMAKER_SUBMIT_DIRECTORY, a
+folder or a `sourcedir.tar.gz` unpacked), `script_hooks` (its hooks checked and called), `context`
 (the handler context), `toolkit` (what AWS's toolkits do with an unscripted step), `codecs` and
 `tensors` (bodies and shapes), `tensor_metadata` (a model's tensors as Open Inference metadata),
 `concurrency` (threads and batching settings), `requirements` (a script's requirements checked at

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from serving.runtimes.sourcedir import CodeFolder, code_folder
+
 # Every hook any SageMaker serving container looks for; each stack says which of them it runs
 # (`Runtime`).
 HOOK_NAMES = (
@@ -39,10 +41,7 @@ HOOK_NAMES = (
     "execution_parameters_fn",  # the scikit-learn container's, for batch transform
     "autoscaling_metrics",  # ours: custom metrics for target tracking (docs/autoscaling.md)
 )
-CODE_FOLDER = "code"
 DEFAULT_PROGRAM = "inference.py"
-# where SageMaker unpacks the model; a submit directory below it is ours
-SAGEMAKER_MODEL_DIR = "/opt/ml/model"
 PACKAGE_PREFIX = "_serving_code_"
 
 _ids = itertools.count(1)
@@ -62,31 +61,31 @@ class UserCode:
     hooks: dict[str, Callable[..., Any]]
     # the imported handler module, for stacks that read other names from it (tensorflow)
     module: Any = None
+    # where it came from: a folder, or a sourcedir.tar.gz unpacked for this load
+    source: CodeFolder | None = None
 
     def unload(self) -> None:
-        """Forget the package's modules (the model is gone; its functions keep working if still
-        referenced)."""
+        """Forget the package's modules and delete what was unpacked for them (the model is gone;
+        its functions keep working if still referenced)."""
         _forget(self.package, self.folder)
+        if self.source is not None:
+            self.source.remove()
 
 
 def entry_point(
-    model_dir: Path | None, program: str | None = None, submit_directory: str | None = None
+    folder: CodeFolder | None, program: str | None = None, submit_directory: str | None = None
 ) -> Path | None:
     """The handler script as SageMaker finds it: `SAGEMAKER_PROGRAM` (default inference.py) in
-    `SAGEMAKER_SUBMIT_DIRECTORY` (default the model's `code/`). None when the default script is
-    absent; a script or folder the environment names explicitly must exist."""
-    if submit_directory:
-        folder = _submit_folder(model_dir, submit_directory)
-    elif model_dir is not None:
-        folder = model_dir / CODE_FOLDER
-    else:
+    the code folder (`sourcedir.code_folder`). None when the default script is absent; a script or
+    folder the environment names explicitly must exist."""
+    if folder is None:
         return None
     name = program or DEFAULT_PROGRAM
     if "/" in name or name in ("", ".", ".."):
         raise ValueError(
             f"SAGEMAKER_PROGRAM {name!r} must name a script in the code folder, not a path"
         )
-    script = folder / (name if name.endswith(".py") else f"{name}.py")
+    script = folder.path / (name if name.endswith(".py") else f"{name}.py")
     if script.is_file():
         return script
     if program or submit_directory:
@@ -99,57 +98,41 @@ def entry_point(
     return None
 
 
-def _submit_folder(model_dir: Path | None, submit_directory: str) -> Path:
-    """SAGEMAKER_SUBMIT_DIRECTORY as a local folder: SageMaker's /opt/ml/model/... maps to the
-    model's folder."""
-    value = submit_directory.removeprefix("file://")
-    if "://" in value or value.endswith((".tar.gz", ".tgz", ".zip")):
-        raise ValueError(
-            f"SAGEMAKER_SUBMIT_DIRECTORY {submit_directory!r}: only a local folder is supported (package the "
-            f"code as code/ in the model archive, or name a folder every node can read)"
-        )
-    if value == SAGEMAKER_MODEL_DIR or value.startswith(SAGEMAKER_MODEL_DIR + "/"):
-        if model_dir is None:
-            raise ValueError(
-                f"SAGEMAKER_SUBMIT_DIRECTORY {submit_directory!r} is inside a model this container lacks"
-            )
-        return model_dir / value[len(SAGEMAKER_MODEL_DIR) :].lstrip("/")
-    path = Path(value)
-    if not path.is_absolute():
-        if model_dir is None:
-            raise ValueError(
-                f"SAGEMAKER_SUBMIT_DIRECTORY {submit_directory!r} is relative to a model this container lacks"
-            )
-        path = model_dir / path
-    return path
-
-
 def load_user_code(
     model_dir: Path | None, program: str | None = None, submit_directory: str | None = None
 ) -> UserCode | None:
     """Import the handler script (`entry_point`) as a module of a private package made of its
-    folder; None when there is none."""
-    path = entry_point(model_dir, program, submit_directory)
+    folder; None when there is none. A `sourcedir.tar.gz` is unpacked for this load, and removed
+    when it unloads (or fails)."""
+    folder = code_folder(model_dir, submit_directory)
+    try:
+        path = entry_point(folder, program, submit_directory)
+    except BaseException:
+        if folder is not None:
+            folder.remove()
+        raise
     if path is None:
         return None
-    folder = str(path.parent.resolve())
+    assert folder is not None
+    resolved = str(path.parent.resolve())
     package = f"{PACKAGE_PREFIX}{next(_ids)}"
     spec = importlib.machinery.ModuleSpec(package, None, is_package=True)
-    spec.submodule_search_locations = [folder]
+    spec.submodule_search_locations = [resolved]
     with _lock:
-        _packages[package] = _builtins_for(package, _local_names(folder))
+        _packages[package] = _builtins_for(package, _local_names(resolved))
         sys.modules[package] = importlib.util.module_from_spec(spec)
         if _finder not in sys.meta_path:
             sys.meta_path.insert(0, _finder)
     try:
         module = importlib.import_module(f"{package}.{path.stem}")
     except BaseException:
-        _forget(package, folder)
+        _forget(package, resolved)
+        folder.remove()
         raise
     hooks = {
         name: getattr(module, name) for name in HOOK_NAMES if callable(getattr(module, name, None))
     }
-    return UserCode(package, folder, hooks, module)
+    return UserCode(package, resolved, hooks, module, folder)
 
 
 # How `import helper` in a model's code finds that model's helper: Python looks `__import__` up in

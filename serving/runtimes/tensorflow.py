@@ -83,12 +83,14 @@ class TensorFlowRuntime(TensorRuntime):
     model_name = "model"
     model_version: str | None = None
     _tfs_hooks: tuple[Any, Any, Any] = (None, None, None)
+    _tfs_timeout = tfs.DEFAULT_WAIT_TIME_S
 
     @classmethod
     def import_frameworks(cls) -> None:
         import_tensorflow()
 
     def load(self) -> None:
+        self._tfs_timeout = tfs.wait_time(self.environment)  # refused before anything loads
         tf = import_tensorflow()  # Keras only if the model or the script needs it
 
         self.load_code()  # its hooks decide the model threads, hence the intra-op threads of each
@@ -174,6 +176,7 @@ class TensorFlowRuntime(TensorRuntime):
                 context.custom_attributes,
                 self.model_name,
                 context.local_api,
+                self._tfs_timeout,
             )
             return tfs.call_handler(
                 handler or self._pipeline(input_handler, output_handler), body, ctx

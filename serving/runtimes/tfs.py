@@ -5,7 +5,9 @@ Mirrors `sagemaker-tensorflow-serving-container`: without `code/inference.py`, i
 and passes TF Serving's answer back (newlines removed when the Accept names a JSON type). With one,
 its `python_service.py` calls `handler(data, context)`, or `input_handler` → TF Serving →
 `output_handler`, where `data` is the request stream and `context` the namedtuple built by
-`tfs_utils.parse_request`.
+`tfs_utils.parse_request`; as the TF Serving DLC's current `python_service.py`, it carries `timeout`
+(SAGEMAKER_TFS_WAIT_TIME_SECONDS, default 55 for its one TF Serving instance), which the container's
+handlers, and scripts written for it, post to `context.rest_uri` with.
 """
 
 from __future__ import annotations
@@ -15,20 +17,23 @@ import json
 import logging
 import re
 from collections import namedtuple
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from serving.errors import ContainerAnswerError, without_capabilities
-from serving.protocol import CSV, JSON, JSON_LINES, JSONS
+from serving.protocol import CSV, JSON, JSON_LINES, JSONS, TFS_WAIT_TIME_ENV
 
 logger = logging.getLogger("serving.runtimes.tfs")
 
-# tfs_utils.Context, field for field.
+# tfs_utils.Context, field for field (the DLC's, aws/deep-learning-containers, which added `timeout`).
 Context = namedtuple(
     "Context",
     "model_name, model_version, method, rest_uri, grpc_port, channel, "
-    "custom_attributes, request_content_type, accept_header, content_length",
+    "custom_attributes, request_content_type, accept_header, content_length, timeout",
 )
+# python_service.py's SAGEMAKER_TFS_WAIT_TIME_SECONDS default: 55 // SAGEMAKER_TFS_INSTANCE_COUNT, one
+# instance here
+DEFAULT_WAIT_TIME_S = 55
 # What SageMaker's TFS container reads from `code/inference.py`.
 TFS_HANDLERS = ("handler", "input_handler", "output_handler")
 # The SageMaker inference toolkit's hooks, which that container does not call: refused, never
@@ -78,6 +83,17 @@ def rest_path(model_name: str, attributes: dict[str, str]) -> str:
     return path + ":" + attributes.get("tfs-method", "predict")
 
 
+def wait_time(environment: Mapping[str, str]) -> int:
+    """`context.timeout`: SAGEMAKER_TFS_WAIT_TIME_SECONDS, whole seconds (ValueError naming it for
+    anything else)."""
+    value = environment.get(TFS_WAIT_TIME_ENV) or str(DEFAULT_WAIT_TIME_S)
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(
+            f"{TFS_WAIT_TIME_ENV} must be a whole number of seconds >= 1, not {value!r}"
+        )
+    return int(value)
+
+
 def make_context(
     body: bytes,
     content_type: str | None,
@@ -85,9 +101,10 @@ def make_context(
     custom: str | None,
     model_name: str,
     base: str | None,
+    timeout: int = DEFAULT_WAIT_TIME_S,
 ) -> Any:
     """tfs_utils.parse_request's context; `base` is where this process reaches its TF Serving REST
-    API."""
+    API, `timeout` its handlers' wait for it (`wait_time`)."""
     attributes = tfs_attributes(custom)
     return Context(
         attributes.get("tfs-model-name"),
@@ -100,6 +117,7 @@ def make_context(
         content_type or JSON,
         accept or JSON,
         len(body),
+        timeout,
     )
 
 
@@ -269,5 +287,6 @@ __all__ = [
     "response_object",
     "tfs_attributes",
     "unsupported_media_type",
+    "wait_time",
     "with_accept",
 ]

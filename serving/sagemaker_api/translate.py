@@ -26,7 +26,7 @@ from serving.protocol import (
     SUBMIT_DIRECTORY_ENV,
     VARIANT_SEPARATOR,
 )
-from serving.runtimes.handler import SAGEMAKER_MODEL_DIR
+from serving.runtimes.sourcedir import SAGEMAKER_MODEL_DIR
 from serving.sagemaker_api.images import InstanceType, stack_of
 from serving.sagemaker_api.shapes import ContainerDefinition, CreateModelInput
 
@@ -92,11 +92,16 @@ def _check_environment(environment: Mapping[str, str], where: str, roots: Sequen
                 f"{where}.Environment.{variable}: a container's sandbox is widened only by the operator, in an "
                 "endpoint spec (serving up / serving apply), never through the API"
             )
-    # A shared script folder (SageMaker's own variable) is read only, and held to the model roots as
-    # ModelDataUrl.
+    # A shared script folder or sourcedir.tar.gz (SageMaker's own variable) is read only, and held
+    # to the model roots as ModelDataUrl: a local one to the local roots, an s3:// one (fetched by
+    # the supervisor, with the server's credentials unless the container brings its own) to the
+    # s3:// roots.
     path = environment.get(SUBMIT_DIRECTORY_ENV, "").removeprefix("file://")
-    if os.path.isabs(path) and not path.startswith(SAGEMAKER_MODEL_DIR):
-        _inside_roots(path, f"{where}.Environment.{SUBMIT_DIRECTORY_ENV}", roots)
+    field = f"{where}.Environment.{SUBMIT_DIRECTORY_ENV}"
+    if path.startswith("s3://"):
+        _s3_inside_roots(path, field, environment, roots)
+    elif os.path.isabs(path) and not path.startswith(SAGEMAKER_MODEL_DIR):
+        _inside_roots(path, field, roots)
 
 
 def _container(
@@ -131,7 +136,15 @@ def _model_data(definition: ContainerDefinition, field: str, roots: Sequence[str
         return _inside_roots(
             url.removeprefix("file://"), field, [r for r in roots if not r.startswith("s3://")]
         )
-    if "AWS_ACCESS_KEY_ID" in definition.Environment:
+    return _s3_inside_roots(url, field, definition.Environment, roots)
+
+
+def _s3_inside_roots(
+    url: str, field: str, environment: Mapping[str, str], roots: Sequence[str]
+) -> str:
+    """`url`, if the container reads it with its own AWS credentials or it lies under an s3://
+    root; else a ValidationException."""
+    if "AWS_ACCESS_KEY_ID" in environment:
         # read with the container's own credentials (by its supervisor: models.s3_broker)
         return url
     s3_roots = [

@@ -226,7 +226,7 @@ def test_links_and_special_files_are_refused_even_pointing_inside(
         tmp / "model.tar.gz", [folder("weights"), regular("weights/v1.skops", b"w"), member]
     )
     with pytest.raises(
-        ArtifactError, match=f"is a {kind}; a model archive may hold only regular files and folders"
+        ArtifactError, match=f"is a {kind}; an archive may hold only regular files and folders"
     ):
         extract_archive(archive, tmp / "out" / "model")
     assert not (tmp / "out" / "model").exists()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 import textwrap
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -122,6 +122,20 @@ def loaded() -> Callable[..., Runtime]:
         return runtime
 
     return load
+
+
+@pytest.fixture(scope="session")
+def s3_url() -> Iterator[str]:
+    """moto's S3 server on a loopback port (no cloud is reachable from the tests): a real HTTP
+    server speaking the S3 API, so boto3 goes through its whole stack. Tests use buckets of their
+    own."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
 
 
 @pytest.fixture(autouse=True)

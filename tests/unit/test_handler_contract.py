@@ -286,7 +286,7 @@ def test_a_shared_submit_directory_serves_bare_models(tmp_path: Path, loaded) ->
         ({"SAGEMAKER_PROGRAM": "missing.py"}, "SAGEMAKER_PROGRAM 'missing.py' not found"),
         (
             {"SAGEMAKER_SUBMIT_DIRECTORY": "s3://bucket/sourcedir.tar.gz"},
-            "only a local folder is supported",
+            "fetched by the container's supervisor before its process starts",
         ),
         ({"SAGEMAKER_PROGRAM": "../escape.py"}, "must name a script in the code folder"),
     ],

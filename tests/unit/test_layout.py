@@ -147,6 +147,7 @@ LAYERS = (
         "_gc",
         "_malloc",
         "_worker_preload",
+        "archives",
         "autoscaling",
         "documents",
         "metrics",

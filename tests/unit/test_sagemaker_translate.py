@@ -4,7 +4,8 @@ model roots.
 A spec's container Environment can widen its sandbox (SERVING_SANDBOX_READ / SERVING_SANDBOX_WRITE)
 and name a shared script folder (SAGEMAKER_SUBMIT_DIRECTORY), which the supervisor then lets it
 read. Through the control-plane API those settings come from a caller, not the operator: the first
-two are refused, the folder must lie in a model root.
+two are refused, the folder (or `sourcedir.tar.gz`) must lie in a model root, an `s3://` one under an
+s3:// root unless the container brings its own credentials.
 """
 
 from __future__ import annotations
@@ -113,3 +114,25 @@ def test_an_s3_object_read_with_the_servers_credentials_must_be_under_an_s3_root
         _s3_request({"AWS_ACCESS_KEY_ID": "A", "AWS_SECRET_ACCESS_KEY": "B"}), [str(roots / "root")]
     )
     assert own["containers"][0]["ModelDataUrl"] == "s3://private/secrets/model.tar.gz"
+
+
+def test_an_s3_sourcedir_read_with_the_servers_credentials_must_be_under_an_s3_root(roots):
+    # The supervisor fetches and unpacks an s3:// SAGEMAKER_SUBMIT_DIRECTORY as it does model data:
+    # with the server's credentials unless the container brings its own, so under the same rule.
+    variable = "SAGEMAKER_SUBMIT_DIRECTORY"
+    secret = {variable: "s3://private/secrets/sourcedir.tar.gz"}
+    with pytest.raises(ApiValidationError) as refused:
+        check_model(request(roots, secret), [str(roots / "root"), "s3://models/team"])
+    assert f"PrimaryContainer.Environment.{variable}" in refused.value.message
+    assert "s3:// model roots (s3://models/team/)" in refused.value.message
+    kept = {variable: "s3://models/team/job/sourcedir.tar.gz"}
+    model = check_model(request(roots, kept), [str(roots / "root"), "s3://models/team"])
+    assert model["containers"][0]["Environment"] == kept
+    own = {**secret, "AWS_ACCESS_KEY_ID": "A", "AWS_SECRET_ACCESS_KEY": "B"}
+    check_model(request(roots, own), [str(roots / "root")])
+    # a local sourcedir.tar.gz is held to the model roots as a folder is
+    with pytest.raises(ApiValidationError):
+        check_model(
+            request(roots, {variable: str(roots / "outside" / "sourcedir.tar.gz")}),
+            [str(roots / "root")],
+        )

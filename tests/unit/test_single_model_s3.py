@@ -1,7 +1,8 @@
 """A SingleModel container's model data as SageMaker users have it: one `model.tar.gz` object in S3.
 
-The S3 side is moto's server on loopback (no cloud is reachable from the tests); the download, the
-archive checks and the unpacking are the container's real code (`models.artifacts.materialize`).
+The S3 side is moto's server on loopback (`s3_url` in conftest: no cloud is reachable from the
+tests); the download, the archive checks and the unpacking are the container's real code
+(`models.artifacts.materialize`).
 """
 
 from __future__ import annotations
@@ -16,17 +17,6 @@ from serving.config.spec import SpecError, parse_spec
 from serving.models.artifacts import ArtifactError, materialize
 
 BUCKET = "models"
-
-
-@pytest.fixture(scope="module")
-def s3_url():
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
 
 
 @pytest.fixture

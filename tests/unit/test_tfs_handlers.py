@@ -59,6 +59,14 @@ def handler(data, context):
 import json
 """
 GRPC = "def handler(data, context):\n    return 'localhost:{}'.format(context.grpc_port), 'text/plain'\n"
+# What the TF Serving DLC's python_service.py does now, in its default handler and around
+# input_handler / output_handler: post with `timeout=context.timeout` (SAGEMAKER_TFS_WAIT_TIME_SECONDS).
+TIMEOUT = """
+import requests
+def handler(data, context):
+    response = requests.post(context.rest_uri, data=data.read().decode('utf-8'), timeout=context.timeout)
+    return response.content, context.accept_header + '; timeout=' + str(context.timeout)
+"""
 
 
 @pytest.fixture(scope="module")
@@ -70,12 +78,12 @@ def model_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def serve(model_folder: Path, tmp_path: Path):
     servers: list[BackgroundServer] = []
 
-    def start(script: str, **app_settings: Any) -> str:
+    def start(script: str, environment: dict[str, str] | None = None, **app_settings: Any) -> str:
         folder = tmp_path / f"m{len(servers)}"
         (folder / "code").mkdir(parents=True)
         (folder / "half_plus_three").symlink_to(model_folder / "half_plus_three")
         (folder / "code" / "inference.py").write_text(script)
-        runtime = runtime_for("tensorflow", folder, {})
+        runtime = runtime_for("tensorflow", folder, environment or {})
         runtime.load()
         server = BackgroundServer(build_container_app(runtime, "tfs", **app_settings))
         assert server.wait_started()
@@ -142,9 +150,25 @@ def test_context_carries_the_containers_fields(serve) -> None:
         "request_content_type": "text/csv",
         "accept_header": "*/*",
         "content_length": 3,
+        "timeout": 55,  # SAGEMAKER_TFS_WAIT_TIME_SECONDS' default, for one TF Serving instance
         "data": "1,2",
         "rest_uri_tail": ["versions", "123:predict"],
     }
+
+
+def test_context_timeout_is_the_containers_wait_time(serve) -> None:
+    # The DLC's tfs_utils.Context gained `timeout`, and its handlers post with it; a script written
+    # for it failed here with AttributeError.
+    for environment, seconds in (({}, 55), ({"SAGEMAKER_TFS_WAIT_TIME_SECONDS": "7"}, 7)):
+        answer = post(serve(TIMEOUT, environment), '{"instances": [1.0]}', "application/json")
+        assert answer.status_code == 200, answer.text
+        assert answer.json() == {"predictions": [3.5]}
+        assert answer.headers["content-type"] == f"application/json; timeout={seconds}"
+
+
+def test_a_wait_time_that_is_not_a_number_of_seconds_is_refused_at_load(serve) -> None:
+    with pytest.raises(ValueError, match="SAGEMAKER_TFS_WAIT_TIME_SECONDS"):
+        serve(TIMEOUT, {"SAGEMAKER_TFS_WAIT_TIME_SECONDS": "soon"})
 
 
 def test_grpc_is_refused_with_a_clear_message(serve) -> None:
