@@ -116,7 +116,7 @@ OCTET_STREAM = "application/octet-stream"
 # JSON documents one per line, as SageMaker's TensorFlow Serving container reads them (both
 # spellings).
 JSON_LINES, JSONS = "application/jsonlines", "application/jsons"
-EVENT_STREAM = "text/event-stream"  # server-sent events: TGI's token stream, OpenAI's stream
+SERVER_SENT_EVENTS = "text/event-stream"  # server-sent events: TGI's token stream, OpenAI's stream
 # What the gateway's OpenAI-compatible routes send a generating container (the huggingface stack).
 OPENAI_CHAT = "application/vnd.serving.openai.chat+json"
 OPENAI_COMPLETIONS = "application/vnd.serving.openai.completions+json"

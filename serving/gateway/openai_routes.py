@@ -38,7 +38,7 @@ __all__ = ["OpenAIRoutes"]
 CHAT, COMPLETIONS, EVENT_STREAM = (
     protocol.OPENAI_CHAT,
     protocol.OPENAI_COMPLETIONS,
-    protocol.EVENT_STREAM,
+    protocol.SERVER_SENT_EVENTS,
 )
 
 

@@ -34,7 +34,7 @@ __all__ = [
 
 CHAT, COMPLETIONS = protocol.OPENAI_CHAT, protocol.OPENAI_COMPLETIONS
 OPENAI_TYPES = (CHAT, COMPLETIONS)
-EVENT_STREAM = protocol.EVENT_STREAM
+EVENT_STREAM = protocol.SERVER_SENT_EVENTS
 
 
 def _event(document: Any, space: bool = True) -> bytes:

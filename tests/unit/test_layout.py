@@ -237,3 +237,19 @@ def test_each_package_docstring_names_its_modules(package: Path) -> None:
     assert not missing, (
         f"serving/{package.name}/__init__.py names no {missing}: say in a few words what each owns"
     )
+
+
+def test_the_protocol_names_each_fact_once() -> None:
+    # A second `NAME = ...` in protocol.py silently replaces the first for every importer (a media
+    # type redefined there once turned InvokeEndpointWithResponseStream's into server-sent events).
+    tree = ast.parse((SERVING / "protocol.py").read_text())
+    names = [
+        target.id
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        for assigned in node.targets
+        for target in (assigned.elts if isinstance(assigned, ast.Tuple) else [assigned])
+        if isinstance(target, ast.Name)
+    ]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    assert not twice, f"serving/protocol.py assigns {twice} more than once"
