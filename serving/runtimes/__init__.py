@@ -11,7 +11,7 @@ Modules: `base` (the `Runtime` interface), `answers` (what a hook returns, made 
 `tensors` (bodies and shapes), `tensor_metadata` (a model's tensors as Open Inference metadata),
 `concurrency` (threads and batching settings), `requirements` (a script's requirements checked at
 load), one per stack (`sklearn`, `pytorch`, `tensorflow`, `onnx`,
-`xgboost`, `python`), `skops_trust`, `tf_import`, `tfs` and `tfs_json` (SageMaker's TF Serving
+`xgboost`, `lightgbm`, `python`), `skops_trust`, `tf_import`, `tfs` and `tfs_json` (SageMaker's TF Serving
 contract), `xgboost_codecs` (SageMaker's XGBoost bodies).
 """
 
@@ -31,6 +31,7 @@ STACK_CLASSES = {
     "tensorflow": "serving.runtimes.tensorflow:TensorFlowRuntime",
     "onnx": "serving.runtimes.onnx:OnnxRuntime",
     "xgboost": "serving.runtimes.xgboost:XGBoostRuntime",
+    "lightgbm": "serving.runtimes.lightgbm:LightGBMRuntime",
     "python": "serving.runtimes.python:PythonRuntime",
 }
 
