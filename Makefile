@@ -33,7 +33,7 @@ test-slow: install
 
 test-all: test test-slow
 
-# Fast feedback: the unit tests that need no Ray and load no framework (torch, TensorFlow, ONNX Runtime, XGBoost).
+# Fast feedback: the unit tests that need no Ray and load no framework (torch, TensorFlow, ONNX Runtime, XGBoost, LightGBM).
 test-unit: install
 	$(BIN)/python -m pytest tests/unit -m 'not frameworks and not slow and not multinode' -n 2
 

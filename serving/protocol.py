@@ -291,6 +291,8 @@ PREFERRED_BATCH_SIZES_ENV = "SERVING_PREFERRED_BATCH_SIZES"
 ALLOW_PICKLE_ENV = "SERVING_ALLOW_PICKLE"  # "true": load formats that run code when loaded
 # predict | predict_proba | transform | decision_function
 SKLEARN_METHOD_ENV = "SERVING_SKLEARN_METHOD"
+# probability (default: the objective's output, as Booster.predict) | raw (raw_score=True)
+LIGHTGBM_OUTPUT_ENV = "SERVING_LIGHTGBM_OUTPUT"
 TF_SIGNATURE_ENV = "SERVING_TF_SIGNATURE"  # the SavedModel signature to call
 # JSON {"inputs": [...], "outputs": [...]} ({"name", "datatype", "shape"} each): what Open Inference
 # metadata says of a model whose stack cannot (a python container, a script) or says it otherwise

@@ -2,7 +2,7 @@
 
 Ray Train starts one of these entry functions per worker (`torch_worker` inside TorchTrainer's
 process group, `tensorflow_worker` with TF_CONFIG set, `xgboost_worker` inside XGBoost's
-collective); each wraps Ray Train's calls in a `RaySession` and runs the framework's loop from
+collective, `lightgbm_worker` with the network LightGBMTrainer set up); each wraps Ray Train's calls in a `RaySession` and runs the framework's loop from
 serving/training/, which knows nothing of Ray. `model_task` trains one model in one Ray task
 (scikit-learn, and each group of a MultiModel recipe).
 """
@@ -24,7 +24,14 @@ from ray.experimental import tqdm_ray
 from serving.training.run_records import ModelSetup, RunSetup, TrainResult
 from serving.training.session import LocalSession, Progress, Shard, say
 
-__all__ = ["RaySession", "model_task", "tensorflow_worker", "torch_worker", "xgboost_worker"]
+__all__ = [
+    "RaySession",
+    "lightgbm_worker",
+    "model_task",
+    "tensorflow_worker",
+    "torch_worker",
+    "xgboost_worker",
+]
 
 
 class RaySession:
@@ -110,10 +117,19 @@ def xgboost_worker(setup: ModelSetup) -> None:
     train_xgboost(setup, RaySession(setup))
 
 
+def lightgbm_worker(setup: ModelSetup) -> None:
+    from ray.train.lightgbm import get_network_params
+
+    from serving.training.lightgbm_loop import train_lightgbm
+
+    train_lightgbm(setup, RaySession(setup), network=get_network_params())
+
+
 LOOPS = {
     "pytorch": "serving.training.torch_loop:train_torch",
     "tensorflow": "serving.training.tf_loop:train_tensorflow",
     "xgboost": "serving.training.xgboost_loop:train_xgboost",
+    "lightgbm": "serving.training.lightgbm_loop:train_lightgbm",
     "sklearn": "serving.training.sklearn_fit:train_sklearn",
 }
 

@@ -1,7 +1,7 @@
 """The driver side of `serving train` on Ray: read the rows with Ray Data, split them, run the
 trainer.
 
-Data-parallel recipes (PyTorch, TensorFlow, XGBoost) run under Ray Train's trainer for their
+Data-parallel recipes (PyTorch, TensorFlow, XGBoost, LightGBM) run under Ray Train's trainer for their
 framework, the training split sharded across the workers (`get_dataset_shard`, equal shards, in a
 fixed order so that a run is reproducible) and the validation split given whole to each.
 Single-worker models (scikit-learn, and one per group of a `group_by` recipe) run as Ray tasks, in
@@ -200,6 +200,10 @@ def fit_data_parallel(
         from ray.train.tensorflow import TensorflowTrainer as trainer_class
 
         from serving.ray_wing.train_session import tensorflow_worker as worker
+    elif framework == "lightgbm":
+        from ray.train.lightgbm import LightGBMTrainer as trainer_class
+
+        from serving.ray_wing.train_session import lightgbm_worker as worker
     else:
         from ray.train.xgboost import XGBoostTrainer as trainer_class
 

@@ -12,7 +12,7 @@ folder or a `sourcedir.tar.gz` unpacked), `script_hooks` (its hooks checked and 
 `tensors` (bodies and shapes), `tensor_metadata` (a model's tensors as Open Inference metadata),
 `concurrency` (threads and batching settings), `requirements` (a script's requirements checked at
 load), one per stack (`sklearn`, `pytorch`, `tensorflow`, `onnx`,
-`xgboost`, `python`, `huggingface`), `text_generation` and `llm_wire` (a causal LM's tokens, and
+`xgboost`, `lightgbm`, `python`, `huggingface`), `text_generation` and `llm_wire` (a causal LM's tokens, and
 the TGI and OpenAI events they go out in), `skops_trust`, `tf_import`, `tfs` and `tfs_json` (SageMaker's TF Serving
 contract), `xgboost_codecs` (SageMaker's XGBoost bodies).
 """
@@ -33,6 +33,7 @@ STACK_CLASSES = {
     "tensorflow": "serving.runtimes.tensorflow:TensorFlowRuntime",
     "onnx": "serving.runtimes.onnx:OnnxRuntime",
     "xgboost": "serving.runtimes.xgboost:XGBoostRuntime",
+    "lightgbm": "serving.runtimes.lightgbm:LightGBMRuntime",
     "python": "serving.runtimes.python:PythonRuntime",
     "huggingface": "serving.runtimes.huggingface:HuggingFaceRuntime",
 }

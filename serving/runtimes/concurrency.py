@@ -24,7 +24,7 @@ from serving.protocol import (
 # Stacks whose predictions release the GIL inside the framework (C++/CUDA kernels), so that
 # predictions on several threads of one process run at once. scikit-learn mostly holds it (NumPy
 # glue, Python loops); the python stack runs the user's own code, which may not be thread-safe.
-GIL_RELEASING = frozenset({"pytorch", "onnx", "tensorflow", "xgboost"})
+GIL_RELEASING = frozenset({"pytorch", "onnx", "tensorflow", "xgboost", "lightgbm"})
 MAX_THREADS = 1024
 
 

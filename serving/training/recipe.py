@@ -48,6 +48,7 @@ FAMILIES = {
     "pytorch": ("mlp", "cnn"),
     "tensorflow": ("mlp",),
     "xgboost": ("gbtree",),
+    "lightgbm": ("gbdt",),
     "sklearn": tuple(SKLEARN_ESTIMATORS),
 }
 
@@ -56,6 +57,7 @@ class Framework(str, Enum):
     pytorch = "pytorch"
     tensorflow = "tensorflow"
     xgboost = "xgboost"
+    lightgbm = "lightgbm"
     sklearn = "sklearn"
 
 
@@ -116,13 +118,14 @@ class ModelSection(Document):
     """The model family and its hyperparameters."""
 
     family: str = Field(
-        description="pytorch: mlp, cnn; tensorflow: mlp; xgboost: gbtree; sklearn: "
+        description="pytorch: mlp, cnn; tensorflow: mlp; xgboost: gbtree; lightgbm: gbdt; sklearn: "
         + ", ".join(SKLEARN_ESTIMATORS)
     )
     hyperparameters: Hyperparameters = Field(
         default_factory=dict,
         description="the family's own: mlp `hidden` (list of widths), `dropout`; cnn `channels` (list), "
-        "`hidden`, `dropout`; gbtree any XGBoost booster parameter (`max_depth`, `eta`, ...); an sklearn "
+        "`hidden`, `dropout`; gbtree any XGBoost booster parameter (`max_depth`, `eta`, ...); gbdt any "
+        "LightGBM parameter (`num_leaves`, `learning_rate`, ...); an sklearn "
         "estimator's constructor arguments",
     )
 
@@ -182,7 +185,7 @@ class TrainingSection(Document):
         description="times Ray Train replaces a failed worker group and resumes from the last "
         "checkpoint (-1: without limit)",
     )
-    boost_rounds: int = Field(50, ge=1, description="xgboost: boosting rounds")
+    boost_rounds: int = Field(50, ge=1, description="xgboost, lightgbm: boosting rounds")
 
 
 class OutputSection(Document):
@@ -210,7 +213,7 @@ class Recipe(Document):
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$",
         description="the model's name: STORE/NAME/VERSION/",
     )
-    framework: Framework = Field(description="pytorch, tensorflow, xgboost or sklearn")
+    framework: Framework = Field(description="pytorch, tensorflow, xgboost, lightgbm or sklearn")
     seed: int = Field(
         0, ge=0, description="seeds the split, the initial weights and the batch order"
     )

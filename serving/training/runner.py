@@ -38,11 +38,18 @@ from serving.training.run_records import (
 __all__ = ["TrainingRun", "run"]
 
 # What each framework's loop imports, and the serving stacks that load what it writes.
-NEEDS = {"pytorch": "torch", "tensorflow": "tensorflow", "xgboost": "xgboost", "sklearn": "sklearn"}
+NEEDS = {
+    "pytorch": "torch",
+    "tensorflow": "tensorflow",
+    "xgboost": "xgboost",
+    "lightgbm": "lightgbm",
+    "sklearn": "sklearn",
+}
 STACKS = {
     "pytorch": ["pytorch", "onnx"],
     "tensorflow": ["tensorflow"],
     "xgboost": ["xgboost"],
+    "lightgbm": ["lightgbm"],
     "sklearn": ["sklearn"],
 }
 # STORE/NAME/VERSION/checkpoint/: the final training state (state.pt) and result.json

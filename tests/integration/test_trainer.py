@@ -70,6 +70,7 @@ def store(tmp_path_factory) -> Path:
         "iris-sklearn.yaml",
         "wine-tensorflow.yaml",
         "cancer-xgboost.yaml",
+        "cancer-lightgbm.yaml",
     ):
         _train(recipe, root)
     return root
@@ -201,7 +202,9 @@ def test_the_served_artifacts_answer_what_the_trained_model_predicts(
     ray_wing.delete_endpoint("it-trained")
 
 
-def test_the_sklearn_tensorflow_and_xgboost_artifacts_load_in_their_stacks(store: Path) -> None:
+def test_the_sklearn_tensorflow_xgboost_and_lightgbm_artifacts_load_in_their_stacks(
+    store: Path,
+) -> None:
     # Loaded from STORE/NAME/latest by each stack's runtime as a container process loads it
     # (materialize, then load), here in the test process: beside a session server of ~60 replicas
     # (as the suite once had), three more framework replicas took the node past Ray's memory
@@ -211,6 +214,7 @@ def test_the_sklearn_tensorflow_and_xgboost_artifacts_load_in_their_stacks(store
     _check_sklearn(store)
     _check_tensorflow(store)
     _check_xgboost(store)
+    _check_lightgbm(store)
 
 
 def _invoke(
@@ -292,6 +296,23 @@ def _check_xgboost(store: Path) -> None:
     served = np.asarray([float(line) for line in answer.split()], dtype=np.float32)
     np.testing.assert_allclose(served, expected, rtol=1e-6)
     assert _record(store, "cancer-xgboost")["metrics"]["val_accuracy"] >= 0.93
+
+
+def _check_lightgbm(store: Path) -> None:
+    import tempfile
+
+    import lightgbm
+
+    from serving.training.data import sklearn_frame
+
+    # trained by two workers' data-parallel learner; served as `Booster.predict` answers
+    rows = sklearn_frame("breast_cancer").drop(columns="target").to_numpy()[:20]
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = _unpacked(store, "cancer-lightgbm", Path(tmp))
+        expected = lightgbm.Booster(model_file=str(folder / "model.txt")).predict(rows)
+    answer = _invoke("lightgbm", store / "cancer-lightgbm" / "latest", rows.tolist())
+    assert json.loads(answer) == expected.tolist()
+    assert _record(store, "cancer-lightgbm")["metrics"]["val_accuracy"] >= 0.93
 
 
 @pytest.mark.own_ray

@@ -27,6 +27,7 @@ def test_every_stack_is_a_known_image() -> None:
         "tensorflow",
         "onnx",
         "xgboost",
+        "lightgbm",
         "python",
         "huggingface",
     }
