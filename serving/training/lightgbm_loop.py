@@ -170,6 +170,14 @@ def train_lightgbm(
     _report(session, booster, {**metrics, "final": True}, final=True, result=result)
 
 
+def _without_addresses(model: str) -> str:
+    """The text model less its `[machines: ip:port,...]` parameter line: the training workers'
+    addresses are nothing a model needs, and an artifact travels further than the cluster."""
+    return "".join(
+        line for line in model.splitlines(keepends=True) if not line.startswith("[machines: ")
+    )
+
+
 def _report(
     session: WorkerSession,
     booster: Any,
@@ -182,7 +190,7 @@ def _report(
         return
     with tempfile.TemporaryDirectory(prefix="serving-lgb-") as folder:
         root = Path(folder)
-        saved = booster.model_to_string()
+        saved = _without_addresses(booster.model_to_string())
         (root / MODEL_FILE).write_text(saved)
         if final:
             (root / "export").mkdir()
