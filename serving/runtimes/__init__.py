@@ -11,8 +11,10 @@ Modules: `base` (the `Runtime` interface), `answers` (what a hook returns, made 
 `tensors` (bodies and shapes), `tensor_metadata` (a model's tensors as Open Inference metadata),
 `concurrency` (threads and batching settings), `requirements` (a script's requirements checked at
 load), one per stack (`sklearn`, `pytorch`, `tensorflow`, `onnx`,
-`xgboost`, `python`), `skops_trust`, `tf_import`, `tfs` and `tfs_json` (SageMaker's TF Serving
-contract), `xgboost_codecs` (SageMaker's XGBoost bodies).
+`xgboost`, `python`, `mlflow_pyfunc`), `skops_trust`, `tf_import`, `tfs` and `tfs_json` (SageMaker's TF Serving
+contract), `xgboost_codecs` (SageMaker's XGBoost bodies), `mlflow_artifacts` (an MLflow model
+directory loaded, and which flavors may load untrusted) and `mlflow_scoring` (MLflow's scoring
+protocol).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ STACK_CLASSES = {
     "onnx": "serving.runtimes.onnx:OnnxRuntime",
     "xgboost": "serving.runtimes.xgboost:XGBoostRuntime",
     "python": "serving.runtimes.python:PythonRuntime",
+    "mlflow": "serving.runtimes.mlflow_pyfunc:MLflowRuntime",
 }
 
 

@@ -20,8 +20,16 @@ def container(base_dir: Path | None = None, **fields: Any):
     return parse_spec(document, base_dir=base_dir).Containers[0]
 
 
-def test_all_six_stacks_are_known_images() -> None:
-    assert set(KNOWN_IMAGES) == {"sklearn", "pytorch", "tensorflow", "onnx", "xgboost", "python"}
+def test_every_stack_is_a_known_image() -> None:
+    assert set(KNOWN_IMAGES) == {
+        "sklearn",
+        "pytorch",
+        "tensorflow",
+        "onnx",
+        "xgboost",
+        "python",
+        "mlflow",
+    }
 
 
 def test_environment_and_resource_share_go_to_the_container_process_not_to_ray() -> None:
