@@ -45,6 +45,13 @@ STACKS = {
     "xgboost": ["xgboost"],
     "sklearn": ["sklearn"],
 }
+
+
+def stacks_of(recipe: Recipe) -> list[str]:
+    """The serving stacks that load what the recipe writes."""
+    return STACKS[recipe.framework.value] + (["mlflow"] if recipe.output.mlflow else [])
+
+
 # STORE/NAME/VERSION/checkpoint/: the final training state (state.pt) and result.json
 CHECKPOINT = "checkpoint"
 _GROUP_NAME = re.compile(r"[^A-Za-z0-9._-]+")
@@ -97,6 +104,10 @@ def run(
             "output.formats: onnx export needs onnx and onnxscript (pip install 'serving[onnx]'), "
             "or list only torchscript"
         )
+    if recipe.output.mlflow and importlib.util.find_spec("mlflow") is None:
+        raise RecipeError(
+            "output.mlflow: the MLflow copy needs mlflow (pip install 'serving[mlflow]')"
+        )
     root = Path(store) if store is not None else Path(recipe.output.store)
     version = versions.open_version(root, recipe.name, resume)
     setup: RunSetup = {
@@ -140,7 +151,7 @@ def run(
         workers=recipe.workers.count,
         timing=summarize(first.get("timing") or []),
         groups=names,
-        stacks=STACKS[framework],
+        stacks=stacks_of(recipe),
     )
 
 
@@ -256,7 +267,7 @@ def _record(
         "name": recipe.name,
         "version": version.number,
         "framework": recipe.framework.value,
-        "stacks": STACKS[recipe.framework.value],
+        "stacks": stacks_of(recipe),
         "artifact": "<group>.tar.gz per group (a MultiModel prefix)" if grouped else "model.tar.gz",
         "signature": first.get("signature"),
         "metrics": {name: r["metrics"] for name, r in groups.items()}
