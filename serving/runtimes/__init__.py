@@ -12,9 +12,11 @@ folder or a `sourcedir.tar.gz` unpacked), `script_hooks` (its hooks checked and 
 `tensors` (bodies and shapes), `tensor_metadata` (a model's tensors as Open Inference metadata),
 `concurrency` (threads and batching settings), `requirements` (a script's requirements checked at
 load), one per stack (`sklearn`, `pytorch`, `tensorflow`, `onnx`,
-`xgboost`, `lightgbm`, `python`, `huggingface`), `text_generation` and `llm_wire` (a causal LM's tokens, and
-the TGI and OpenAI events they go out in), `skops_trust`, `tf_import`, `tfs` and `tfs_json` (SageMaker's TF Serving
-contract), `xgboost_codecs` (SageMaker's XGBoost bodies).
+`xgboost`, `lightgbm`, `python`, `huggingface`, `mlflow_pyfunc`), `text_generation` and `llm_wire` (a causal
+LM's tokens, and the TGI and OpenAI events they go out in), `skops_trust`, `tf_import`, `tfs` and `tfs_json`
+(SageMaker's TF Serving contract), `xgboost_codecs` (SageMaker's XGBoost bodies), `mlflow_artifacts` (an
+MLflow model directory loaded, and which flavors may load untrusted) and `mlflow_scoring` (MLflow's scoring
+protocol).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ STACK_CLASSES = {
     "xgboost": "serving.runtimes.xgboost:XGBoostRuntime",
     "lightgbm": "serving.runtimes.lightgbm:LightGBMRuntime",
     "python": "serving.runtimes.python:PythonRuntime",
+    "mlflow": "serving.runtimes.mlflow_pyfunc:MLflowRuntime",
     "huggingface": "serving.runtimes.huggingface:HuggingFaceRuntime",
 }
 

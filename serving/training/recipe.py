@@ -199,6 +199,10 @@ class OutputSection(Document):
         default_factory=lambda: ["torchscript", "onnx"],  # type: ignore[arg-type]
         description="pytorch: the formats written into model.tar.gz (TorchScript model.pt, ONNX model.onnx)",
     )
+    mlflow: bool = Field(
+        False,
+        description="sklearn: also write the model as an MLflow model (skops) in model.tar.gz's mlflow/ (Image: mlflow)",
+    )
 
     @field_validator("store")
     @classmethod
@@ -230,6 +234,10 @@ class Recipe(Document):
             raise ValueError(
                 f"model.family: {self.model.family!r} is not a {framework} family; one of "
                 + ", ".join(FAMILIES[framework])
+            )
+        if self.output.mlflow and framework != "sklearn":
+            raise ValueError(
+                f"output.mlflow: only sklearn recipes write an MLflow copy (this one is {framework})"
             )
         if framework == "sklearn" and self.workers.count != 1:
             raise ValueError(

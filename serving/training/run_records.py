@@ -81,6 +81,7 @@ class TrainingRecordSection(TypedDict):
 class OutputRecord(TypedDict):
     store: str
     formats: list[Literal["torchscript", "onnx"]]
+    mlflow: bool
 
 
 class RecipeRecord(TypedDict):

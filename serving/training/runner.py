@@ -52,6 +52,13 @@ STACKS = {
     "lightgbm": ["lightgbm"],
     "sklearn": ["sklearn"],
 }
+
+
+def stacks_of(recipe: Recipe) -> list[str]:
+    """The serving stacks that load what the recipe writes."""
+    return STACKS[recipe.framework.value] + (["mlflow"] if recipe.output.mlflow else [])
+
+
 # STORE/NAME/VERSION/checkpoint/: the final training state (state.pt) and result.json
 CHECKPOINT = "checkpoint"
 _GROUP_NAME = re.compile(r"[^A-Za-z0-9._-]+")
@@ -104,6 +111,10 @@ def run(
             "output.formats: onnx export needs onnx and onnxscript (pip install 'serving[onnx]'), "
             "or list only torchscript"
         )
+    if recipe.output.mlflow and importlib.util.find_spec("mlflow") is None:
+        raise RecipeError(
+            "output.mlflow: the MLflow copy needs mlflow (pip install 'serving[mlflow]')"
+        )
     root = Path(store) if store is not None else Path(recipe.output.store)
     version = versions.open_version(root, recipe.name, resume)
     setup: RunSetup = {
@@ -147,7 +158,7 @@ def run(
         workers=recipe.workers.count,
         timing=summarize(first.get("timing") or []),
         groups=names,
-        stacks=STACKS[framework],
+        stacks=stacks_of(recipe),
     )
 
 
@@ -263,7 +274,7 @@ def _record(
         "name": recipe.name,
         "version": version.number,
         "framework": recipe.framework.value,
-        "stacks": STACKS[recipe.framework.value],
+        "stacks": stacks_of(recipe),
         "artifact": "<group>.tar.gz per group (a MultiModel prefix)" if grouped else "model.tar.gz",
         "signature": first.get("signature"),
         "metrics": {name: r["metrics"] for name, r in groups.items()}

@@ -22,7 +22,9 @@ from serving.training.run_records import (
 )
 from serving.training.session import WorkerSession
 
-__all__ = ["build_estimator", "train_sklearn"]
+__all__ = ["MLFLOW_FOLDER", "build_estimator", "save_mlflow", "train_sklearn"]
+
+MLFLOW_FOLDER = "mlflow"  # in model.tar.gz: the `mlflow` stack finds MLmodel in its one subfolder
 
 
 def build_estimator(family: str, hyperparameters: Hyperparameters, seed: int) -> Any:
@@ -91,7 +93,30 @@ def train_sklearn(setup: ModelSetup, session: WorkerSession) -> None:
         root = Path(folder)
         (root / "export").mkdir()
         skops.io.dump(model, root / "export" / "model.skops")
+        if recipe["output"].get("mlflow"):
+            save_mlflow(model, root / "export" / MLFLOW_FOLDER, setup["features"], validation.x)
         (root / "result.json").write_text(
             json.dumps({"metrics": metrics, "timing": timing, "signature": signature})
         )
         session.report({**metrics, "final": True}, root)
+
+
+def save_mlflow(model: Any, folder: Path, features: list[str], rows: np.ndarray) -> None:
+    """The fitted pipeline as an MLflow model (mlflow.sklearn, skops): a signature of one double
+    column per feature, inferred from `rows` and their predictions."""
+    import mlflow.sklearn
+    import pandas as pd
+    import sklearn
+    import skops
+    from mlflow.models import infer_signature
+
+    # doubles: JSON numbers are float64, which mlflow will not narrow to a float32 column
+    frame = pd.DataFrame(np.asarray(rows, dtype=np.float64), columns=features)
+    mlflow.sklearn.save_model(
+        model,
+        str(folder),
+        serialization_format="skops",
+        signature=infer_signature(frame, model.predict(frame)),
+        # named, not inferred (mlflow would load the model in a subprocess to find them)
+        pip_requirements=[f"scikit-learn=={sklearn.__version__}", f"skops=={skops.__version__}"],
+    )

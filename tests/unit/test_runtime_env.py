@@ -30,6 +30,7 @@ def test_every_stack_is_a_known_image() -> None:
         "lightgbm",
         "python",
         "huggingface",
+        "mlflow",
     }
 
 

@@ -76,6 +76,8 @@ def test_every_example_recipe_is_valid_and_its_data_checks_out(path: Path) -> No
         (
             {"framework": "lightgbm", "model": {"family": "gbtree"}},
             "model.family: 'gbtree' is not a lightgbm family; one of gbdt",
+            {"output__mlflow": True},
+            "output.mlflow: only sklearn recipes write an MLflow copy (this one is pytorch)",
         ),
     ],
 )
@@ -406,3 +408,43 @@ def test_the_timing_summary_keeps_its_keys_and_rounding() -> None:
         }
     )
     assert summarize([]) == {}
+
+
+@pytest.mark.frameworks
+def test_an_sklearn_recipe_writes_an_mlflow_copy_that_the_mlflow_stack_serves(
+    tmp_path: Path,
+) -> None:
+    """`output.mlflow`: model.tar.gz's mlflow/ folder, served by `Image: mlflow` from the export
+    folder as by the sklearn stack, both answering what the fitted pipeline predicts."""
+    import skops.io
+
+    from serving.runtimes import InvocationContext, runtime_for
+    from serving.training.sklearn_fit import MLFLOW_FOLDER, train_sklearn
+
+    recipe = _recipe(
+        framework="sklearn",
+        model={"family": "logistic_regression"},
+        training={},
+        output={"mlflow": True},
+    )
+    setup, shards = _iris_setup(recipe)
+    session = LocalSession(shards, checkpoint_root=tmp_path)
+    train_sklearn(setup, session)
+    export = session.latest_checkpoint() / "export"
+    assert (export / MLFLOW_FOLDER / "MLmodel").is_file() and (export / "model.skops").is_file()
+    pipeline = skops.io.load(
+        export / "model.skops", trusted=skops.io.get_untrusted_types(file=export / "model.skops")
+    )
+    rows = shards["validation"].x
+    records = [dict(zip(setup["features"], map(float, row), strict=True)) for row in rows]
+    runtime = runtime_for("mlflow", export, {})
+    runtime.load()
+    body, _ = runtime.invoke(
+        json.dumps({"dataframe_records": records}).encode(),
+        "application/json",
+        "application/json",
+        InvocationContext(),
+    )
+    assert json.loads(body) == {"predictions": pipeline.predict(rows.astype(np.float64)).tolist()}
+    names = [tensor["name"] for tensor in runtime.tensor_signature()["inputs"]]
+    assert names == setup["features"]
