@@ -76,6 +76,8 @@ def test_every_example_recipe_is_valid_and_its_data_checks_out(path: Path) -> No
         (
             {"framework": "lightgbm", "model": {"family": "gbtree"}},
             "model.family: 'gbtree' is not a lightgbm family; one of gbdt",
+        ),
+        (
             {"output__mlflow": True},
             "output.mlflow: only sklearn recipes write an MLflow copy (this one is pytorch)",
         ),
