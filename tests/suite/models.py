@@ -76,3 +76,10 @@ def transformers_models(tmp_path_factory) -> dict[str, Path]:
     """A tiny causal LM (`tiny-lm`) and text classifier (`tiny-classifier`), made once per session
     from a tokenizer trained on local text (`examples/train_transformers.py`)."""
     return _example("train_transformers").train(tmp_path_factory.mktemp("transformers-models"))
+
+
+@pytest.fixture(scope="session")
+def side_by_side_models(tmp_path_factory) -> dict[str, Path]:
+    """`examples/side-by-side.yaml`'s models (MLflow, LightGBM, transformers, skops), each saved by
+    its own tool, made once per session (`examples/train_side_by_side.py`)."""
+    return _example("train_side_by_side").train(tmp_path_factory.mktemp("side-by-side"))
