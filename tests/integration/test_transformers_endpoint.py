@@ -146,6 +146,25 @@ def test_the_openai_client_gets_the_greedy_text_streamed_and_whole(client, tool)
     )
 
 
+def test_eight_concurrent_openai_streams_each_get_their_own_text(client, tool) -> None:
+    # Through the gateway and the container's continuous batch: each caller's text is what greedy
+    # generation gives its prompt alone.
+    from concurrent.futures import ThreadPoolExecutor
+
+    prompts = ["hello world", "the quick brown", "a model serves", "user: hello"] * 2
+
+    def streamed(prompt: str) -> str:
+        stream = client.completions.create(
+            model=f"{ENDPOINT}.common-lm", prompt=prompt, max_tokens=16, temperature=0, stream=True
+        )
+        return "".join(chunk.choices[0].text for chunk in stream if chunk.choices)
+
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        texts = list(pool.map(streamed, prompts))
+    for prompt, text in zip(prompts, texts):
+        assert text == greedy(tool, tool["tokenizer"](prompt)["input_ids"], 16), prompt
+
+
 def test_a_policy_that_excludes_the_container_refuses_its_openai_route(client) -> None:
     with pytest.raises(openai.PermissionDeniedError) as refused:
         client.completions.create(model=f"{ENDPOINT}.special-lm", prompt="hi", max_tokens=2)

@@ -170,6 +170,37 @@ def test_a_tgi_stream_yields_the_greedy_text_token_by_token(lm) -> None:
     assert got[-1]["details"] == {"finish_reason": "length", "generated_tokens": 12, "seed": None}
 
 
+def test_a_seeded_sampled_stream_matches_generates_sampling(lm) -> None:
+    # Sampling runs alone through `generate`, seeded as the request asks: the same text as the tool
+    # sampling with the same seed, and again on a second request.
+    import torch
+
+    app = build_container_app(lm, "lm", threads=lm.prediction_threads())
+    parameters = {
+        "max_new_tokens": 10,
+        "do_sample": True,
+        "temperature": 0.8,
+        "top_k": 20,
+        "seed": 7,
+    }
+    body = {"inputs": "hello world", "parameters": parameters, "stream": True}
+    first, second = run(app, (body, JSON)), run(app, (body, JSON))
+    texts = [events(response)[-1]["generated_text"] for (response,) in (first, second)]
+    ids = torch.tensor([list(lm.model.tokenizer("hello world")["input_ids"])])
+    torch.manual_seed(7)
+    out = lm.model.model.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=10,
+        do_sample=True,
+        temperature=0.8,
+        top_k=20,
+    )
+    want = lm.model.tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
+    assert texts == [want, want]
+    assert events(first[0])[-1]["details"]["seed"] == 7
+
+
 def test_stop_sequences_and_bad_parameters(lm) -> None:
     app = build_container_app(lm, "lm", threads=lm.prediction_threads())
     prompt = list(lm.model.tokenizer("hello world")["input_ids"])
