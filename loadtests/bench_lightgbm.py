@@ -26,8 +26,6 @@ import json
 import logging
 import os
 import shutil
-import statistics
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -35,11 +33,11 @@ from typing import Any
 
 import numpy as np
 
-from loadtests.bench_open_inference import lua_bytes
+from loadtests.harness import versus
 from loadtests.harness.cpu import CpuMeter
 from loadtests.harness.peers import MLSERVER_MODEL, MLSERVER_VERSION, start_mlserver
-from loadtests.harness.processes import BenchError, Processes, http, log
-from loadtests.harness.proctree import gateway_and_container, process_cpu_seconds
+from loadtests.harness.processes import BenchError, Processes, log
+from loadtests.harness.proctree import gateway_and_container
 from loadtests.harness.results import ROOT, run_line, run_meta, write_results, write_section
 from loadtests.harness.wrk import Wrk, ensure_wrk
 
@@ -58,36 +56,19 @@ def ensure_venv(venv: Path) -> Path:
     """MLServer with its LightGBM runtime, in `venv` (created on first use); its `mlserver`."""
     import lightgbm
 
-    binary = venv / "bin" / "mlserver"
-    if binary.exists():
-        return binary
-    log(
-        f"creating {venv} with mlserver-lightgbm {MLSERVER_VERSION} (first run only; needs PyPI) ..."
+    return versus.ensure_venv(
+        venv,
+        [
+            f"mlserver=={MLSERVER_VERSION}",
+            f"mlserver-lightgbm=={MLSERVER_VERSION}",
+            f"lightgbm=={lightgbm.__version__}",
+            "uvloop<0.22",  # as harness/peers: MLServer 1.7.1's workers fail to start on 0.22
+        ],
     )
-    python3 = shutil.which("python3")
-    requirements = [
-        f"mlserver=={MLSERVER_VERSION}",
-        f"mlserver-lightgbm=={MLSERVER_VERSION}",
-        f"lightgbm=={lightgbm.__version__}",
-        "uvloop<0.22",  # as harness/peers: MLServer 1.7.1's workers fail to start on 0.22
-    ]
-    try:
-        subprocess.run([python3 or "python3", "-m", "venv", str(venv)], check=True, timeout=300)
-        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", *requirements], check=True)
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as error:
-        raise BenchError(f"could not prepare {venv}: {error}; delete it and run again") from None
-    return binary
 
 
 def versions(venv: Path) -> dict[str, str]:
-    code = (
-        "import importlib.metadata as m, json; print(json.dumps({n: m.version(n) for n in "
-        "('mlserver', 'mlserver-lightgbm', 'lightgbm', 'numpy')}))"
-    )
-    done = subprocess.run(
-        [str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, timeout=60
-    )
-    return json.loads(done.stdout) if done.returncode == 0 else {"error": done.stderr[-300:]}
+    return versus.venv_versions(venv, ("mlserver", "mlserver-lightgbm", "lightgbm", "numpy"))
 
 
 def train(work: Path) -> tuple[Any, np.ndarray, dict[str, Path]]:
@@ -112,16 +93,6 @@ def v2_body(rows: np.ndarray) -> str:
     return json.dumps({"inputs": [{**tensor, "data": rows.reshape(-1).tolist()}]})
 
 
-def check_answer(case: str, url: str, body: str, expected: np.ndarray) -> None:
-    status, answer = http("POST", url, body.encode(), {"Content-Type": "application/json"})[:2]
-    if status != 200:
-        raise BenchError(f"{case}: {status} {answer[:300]!r}")
-    decoded = json.loads(answer)
-    got = decoded["outputs"][0]["data"] if isinstance(decoded, dict) else decoded
-    if not np.array_equal(np.asarray(got, dtype=np.float64).reshape(-1), expected.reshape(-1)):
-        raise BenchError(f"{case}: the answer is not Booster.predict's: {answer[:300]!r}")
-
-
 def docs_section(result: dict[str, Any]) -> str:
     meta = result["meta"]
     mlserver = result["mlserver_versions"]
@@ -134,15 +105,8 @@ def docs_section(result: dict[str, Any]) -> str:
         "as installed and with our container's OpenMP settings (`OMP_NUM_THREADS=1`, `OMP_WAIT_POLICY=PASSIVE`), "
         "the baseline of the ratios. Every server's answer was checked against `Booster.predict` first.",
         "",
-        "| rows per request | system, protocol | p50 ms (c1) | req/s (c32) | server CPU µs/request (c32) | "
-        "CPU vs MLServer, 1 thread | req/s vs MLServer, 1 thread |",
-        "|---|---|---|---|---|---|---|",
+        *versus.table(result["rows"], "MLServer, 1 thread"),
     ]
-    for row in result["rows"]:
-        lines.append(
-            f"| {row['rows']} | {row['case']} | {row['p50_ms']:.3f} | {row['rps']:,.0f} | {row['cpu_us']:.0f} | "
-            f"{row['cpu_ratio']:.2f}× | {row['rps_ratio']:.2f}× |"
-        )
     lines += ["", run_line(meta, RESULTS)]
     return "\n".join(lines)
 
@@ -227,79 +191,31 @@ def main() -> None:
     tuned_v2 = f"{tuned_url}/v2/models/{MLSERVER_MODEL}/infer"
     ours_v2 = f"{server.url}/v2/models/{ENDPOINT}/infer"
     invoke = f"{server.url}/endpoints/{ENDPOINT}/invocations"
-    # (rows per request, case) -> (url, body, whose processes)
-    cases: dict[tuple[int, str], tuple[str, str, str]] = {}
-    for count in (1, 32):
-        rows = x[:count]
-        expected = booster.predict(rows)
-        for case, url, body, whose in (
-            (DEFAULT, theirs_v2, v2_body(rows), "mlserver"),
-            (BASE, tuned_v2, v2_body(rows), "tuned"),
-            ("serving, V2 JSON", ours_v2, v2_body(rows), "ours"),
-            ("serving, InvokeEndpoint JSON", invoke, json.dumps(rows.tolist()), "ours"),
-        ):
-            check_answer(case, url, body, expected)
-            cases[(count, case)] = (url, body, whose)
-    runs: dict[tuple[int, str], list[dict[str, float]]] = {key: [] for key in cases}
+    cases: dict[versus.Key, versus.Case] = {}
     try:
+        for count in (1, 32):
+            rows = x[:count]
+            expected = booster.predict(rows)
+            for case, url, body, whose in (
+                (DEFAULT, theirs_v2, v2_body(rows), "mlserver"),
+                (BASE, tuned_v2, v2_body(rows), "tuned"),
+                ("serving, V2 JSON", ours_v2, v2_body(rows), "ours"),
+                ("serving, InvokeEndpoint JSON", invoke, json.dumps(rows.tolist()), "ours"),
+            ):
+                versus.check_answer(case, url, body, expected, "Booster.predict")
+                cases[(count, case)] = versus.Case(url, body, whose)
         pids = {
             "ours": gateway_and_container(ENDPOINT),
             "mlserver": {"mlserver": mlserver.pid},
             "tuned": {"mlserver": tuned.pid},
         }
         wrk = Wrk(ensure_wrk(), work, CpuMeter(), timeout_s=30.0)
-        scripts = {}
-        for key, (url, body, _) in cases.items():
-            path = wrk._script("POST", "", {"Content-Type": "application/json"})
-            path.write_text(
-                path.read_text().replace('wrk.body = ""', f"wrk.body = {lua_bytes(body)}", 1)
-            )
-            scripts[key] = path
-            warm, _ = wrk._run(path, url, 8, 2)
-            if warm["status"] or not warm["requests"]:
-                raise BenchError(f"{key}: {warm['status']} error answers while warming up")
-        for round_ in range(args.rounds):
-            for key, (url, _, whose) in cases.items():
-                c1, _ = wrk._run(scripts[key], url, 1, args.seconds)
-                before = {name: process_cpu_seconds(pid) for name, pid in pids[whose].items()}
-                c32, _ = wrk._run(scripts[key], url, 32, args.seconds)
-                used = sum(
-                    process_cpu_seconds(pid) - before[name] for name, pid in pids[whose].items()
-                )
-                if any(run[k] for run in (c1, c32) for k in ("status", "timeout", "connect")):
-                    raise BenchError(f"{key}: errors under load")
-                row = {
-                    "p50_ms": c1["p50"] / 1000,
-                    "rps": c32["requests"] / (c32["duration_us"] / 1e6),
-                    "cpu_us": used / c32["requests"] * 1e6,
-                }
-                runs[key].append(row)
-                log(
-                    f"round {round_ + 1} {key[0]:>2} rows {key[1]:<30} p50 {row['p50_ms']:.3f} ms  "
-                    f"{row['rps']:6.0f} req/s  {row['cpu_us']:.0f} µs CPU/request"
-                )
+        runs = versus.interleaved(wrk, cases, pids, args.rounds, args.seconds)
     finally:
         server.__exit__(None, None, None)
         processes.stop(mlserver)
         processes.stop(tuned)
-
-    def ratio(key: tuple[int, str], field: str) -> float:
-        pairs = zip(runs[key], runs[(key[0], BASE)], strict=True)
-        return round(statistics.median(s[field] / b[field] for s, b in pairs), 3)
-
-    rows_out = [
-        {
-            "rows": key[0],
-            "case": key[1],
-            **{
-                field: round(statistics.median(s[field] for s in samples), 3)
-                for field in ("p50_ms", "rps", "cpu_us")
-            },
-            "cpu_ratio": ratio(key, "cpu_us"),
-            "rps_ratio": ratio(key, "rps"),
-        }
-        for key, samples in runs.items()
-    ]
+    rows_out = versus.summary(runs, lambda key: (key[0], BASE))
     meta["seconds"] = round(time.monotonic() - started, 1)
     result = {
         "meta": meta,

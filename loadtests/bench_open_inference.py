@@ -41,7 +41,7 @@ from loadtests.harness.peers import ensure_mlserver, mlserver_versions, start_ml
 from loadtests.harness.processes import BenchError, Processes, free_port, log
 from loadtests.harness.proctree import gateway_and_container, process_cpu_seconds
 from loadtests.harness.results import ROOT, run_line, run_meta, write_results, write_section
-from loadtests.harness.wrk import Wrk, ensure_wrk
+from loadtests.harness.wrk import Wrk, ensure_wrk, lua_bytes
 
 DOCS = ROOT / "docs" / "benchmarks" / "bench_open_inference.md"
 RESULTS = ROOT / "loadtests" / "results" / "bench_open_inference.json"
@@ -97,16 +97,6 @@ def grpc_message(rows: np.ndarray, model: str, name: str = "input-0") -> bytes:
     request.inputs.add(name=name, datatype="FP32", shape=list(rows.shape))
     request.raw_input_contents.append(np.ascontiguousarray(rows, dtype="<f4").tobytes())
     return request.SerializeToString()
-
-
-def lua_bytes(text: str) -> str:
-    """`text` (bytes as latin-1) as a Lua string literal: printable ASCII as is, every other byte as
-    \\ddd."""
-    out = []
-    for char in text:
-        code = ord(char)
-        out.append(char if 32 <= code < 127 and char not in '"\\' else f"\\{code:03d}")
-    return '"' + "".join(out) + '"'
 
 
 def timed_posts(url: str, body: bytes, headers: dict[str, str], count: int) -> list[float]:

@@ -5,6 +5,8 @@
 - `servers`: our endpoint server for a benchmark (serving.ray_wing.EmbeddedServer), in this process
   or a child
 - `peers`: what ours is compared with: the floor, the floor behind a proxy, and MLServer
+- `versus`: a stack against a peer's runtime for the same model: answers checked, wrk cases
+  interleaved over rounds, CPU per request, medians and ratios
 - `floor_server`, `proxy_floor`, `hop_client`: processes the benchmarks start (`python -m
   loadtests.harness.NAME`): the floor, the cheapest proxy in front of it, one router hop timed alone
 - `models`: models trained from scikit-learn's bundled data (iris pipeline, the demo's, the fifteen

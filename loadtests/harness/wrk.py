@@ -46,6 +46,16 @@ def _lua_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
+def lua_bytes(text: str) -> str:
+    """`text` (bytes as latin-1) as a Lua string literal: printable ASCII as is, every other byte as
+    \\ddd."""
+    out = []
+    for char in text:
+        code = ord(char)
+        out.append(char if 32 <= code < 127 and char not in '"\\' else f"\\{code:03d}")
+    return '"' + "".join(out) + '"'
+
+
 def ensure_wrk() -> str:
     path = shutil.which("wrk")
     if path:
