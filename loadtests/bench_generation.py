@@ -30,6 +30,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPLETIONS = "application/vnd.serving.openai.completions+json"
+EVENT_STREAM_TYPE = "application/vnd.amazon.eventstream"
+# what the gateway sends a container for InvokeEndpointWithResponseStream: its answer streams
+HOP_STREAM = {"x-serving-hop-stream": "true"}
 PROMPTS = ["hello world", "the quick brown", "a model serves", "user: hello", "fox jumps", "good"]
 ACCELERATE = ROOT / ".bench" / "transformers-serve"  # `transformers serve`'s one missing package
 
@@ -92,7 +95,9 @@ def servers(model: Path) -> list[tuple[str, list[str], str, dict[str, str]]]:
     ]
     theirs = [sys.executable, "-m", "transformers.cli.transformers", "serve", str(model)]
     theirs += ["--host", "127.0.0.1", "--port", "{port}", "--device", "cpu"]
-    ours_headers = {"content-type": COMPLETIONS}
+    # the container's streaming answer, as the gateway asks for it on a streamed call (the
+    # gateway's own hop and relay are left out, as they are for transformers serve)
+    ours_headers = {"content-type": COMPLETIONS, **HOP_STREAM}
     json_headers = {"content-type": "application/json"}
     return [
         ("ours, batching on", [*ours, "true"], "/invocations", ours_headers),
@@ -127,7 +132,7 @@ async def one_stream(
         "POST", url, content=json.dumps(body), headers=server.headers
     ) as response:
         response.raise_for_status()
-        async for line in response.aiter_lines():
+        async for line in _lines(response):
             if not line.startswith("data: {"):
                 continue
             event = json.loads(line[6:])
@@ -138,6 +143,25 @@ async def one_stream(
             if event.get("usage"):
                 tokens = event["usage"]["completion_tokens"]
     return (first if first is not None else time.perf_counter() - started), tokens or chunks
+
+
+async def _lines(response: Any) -> Any:
+    """The server-sent event lines of a response, out of SageMaker's event stream when the
+    container streams in it (a streaming hop's answer), as they arrive."""
+    if not response.headers.get("content-type", "").startswith(EVENT_STREAM_TYPE):
+        async for line in response.aiter_lines():
+            yield line
+        return
+    from botocore.eventstream import EventStreamBuffer
+
+    buffer, pending = EventStreamBuffer(), b""
+    async for data in response.aiter_raw():
+        buffer.add_data(data)
+        for message in buffer:
+            pending += message.payload
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                yield line.decode()
 
 
 async def wait_ready(client: Any, server: Server, deadline_s: float = 180) -> None:
