@@ -12,6 +12,9 @@ TARGET_VARIANT = "X-Amzn-SageMaker-Target-Variant"
 CUSTOM_ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
 INFERENCE_ID = "X-Amzn-SageMaker-Inference-Id"
 INVOKED_VARIANT = "x-Amzn-Invoked-Production-Variant"
+# Set on an invocation's answer while tracing is on (`serving.tracing`): the 32 hex digits of its
+# OpenTelemetry trace id, to find the trace (and the log lines) of one request.
+TRACE_ID = "X-Serving-Trace-Id"
 # SageMaker's name for the one production variant of an endpoint.
 DEFAULT_VARIANT = "AllTraffic"
 # Custom attributes are limited to 1024 visible ASCII characters by SageMaker.

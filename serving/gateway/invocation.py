@@ -45,6 +45,7 @@ from serving.gateway.variants import Front, ShadowRoute
 from serving.http.bodies import read_bounded
 from serving.metrics.invocations import InvocationTrace
 from serving.settings import ServerSettings
+from serving.tracing import spans as tracing
 
 _FORWARDED = (
     "content-type",
@@ -130,6 +131,7 @@ class Invocations:
                 endpoint.multi_model,
             )
             chain = trace.chain = chain_of(endpoint, headers, public)
+            trace.variant = shadow.name
             copy = Admission(endpoint, chain, admission.target_model, None, shadow.name)
             result = await self.run(copy, body, headers, trace)
             capture = admission.endpoint.data_capture
@@ -174,16 +176,19 @@ class Invocations:
             endpoint.mode,
             endpoint.multi_model,
         )
-        body, caller = await self._authenticate(endpoint, request, trace, name)
+        trace.variant = variant
+        with tracing.step("authenticate"):
+            body, caller = await self._authenticate(endpoint, request, trace, name)
         if endpoint.failure is not None:
             raise ServiceUnavailableError(f"Endpoint {name} is Failed: {endpoint.failure}")
         chain = trace.chain = chain_of(endpoint, headers, name)
         if caller is not None:
             assert endpoint.access is not None
             permission = {"action": action} if action is not None else {}
-            endpoint.access.authorize(
-                name, caller, chain, headers.get(protocol.TARGET_MODEL), **permission
-            )
+            with tracing.step("authorize"):
+                endpoint.access.authorize(
+                    name, caller, chain, headers.get(protocol.TARGET_MODEL), **permission
+                )
         check_headers(headers, stream, variant_checked=front is not None)
         target_model = trace.model = target_model_of(endpoint, chain, headers, name)
         return Admission(endpoint, chain, target_model, body, variant, shadow)
@@ -307,36 +312,40 @@ class Invocations:
             trace.failed_container = container  # until it answers well
             if remaining <= 0:
                 raise timed_out(container, timeout)
-            sent = time.perf_counter()
-            # only the last container streams; its stream outlasts the deadline, which bounds its
-            # first byte
-            last_streams = stream and position == len(chain)
-            hop = self.transport.send(
-                endpoint.name,
-                container,
-                body,
-                hop_headers,
-                remaining,
-                affinity=affinity if container in endpoint.multi_model else None,
-                stream=last_streams,
-                stream_timeout=self.settings.stream_timeout_s if last_streams else None,
-            )
-            try:
-                # aiohttp's own timeout is the stream's: the deadline bounds its first byte here
-                if last_streams:
-                    # not wait_for: no task of its own per hop
-                    async with asyncio.timeout(remaining):
+            with tracing.hop(container, position):
+                sent = time.perf_counter()
+                # only the last container streams; its stream outlasts the deadline, which bounds its
+                # first byte
+                last_streams = stream and position == len(chain)
+                hop = self.transport.send(
+                    endpoint.name,
+                    container,
+                    body,
+                    hop_headers,
+                    remaining,
+                    affinity=affinity if container in endpoint.multi_model else None,
+                    stream=last_streams,
+                    stream_timeout=self.settings.stream_timeout_s if last_streams else None,
+                )
+                try:
+                    # aiohttp's own timeout is the stream's: the deadline bounds its first byte here
+                    if last_streams:
+                        # not wait_for: no task of its own per hop
+                        async with asyncio.timeout(remaining):
+                            response = await hop
+                    else:  # the transport keeps to `remaining` itself
                         response = await hop
-                else:  # the transport keeps to `remaining` itself
-                    response = await hop
-            except TimeoutError:
+                except TimeoutError:
+                    trace.hops.append((container, time.perf_counter() - sent))
+                    raise timed_out(container, timeout) from None
                 trace.hops.append((container, time.perf_counter() - sent))
-                raise timed_out(container, timeout) from None
-            trace.hops.append((container, time.perf_counter() - sent))
-            if container in endpoint.multi_model and _answered_for_model(response):
-                trace.model_confirmed = True
-            if response.status >= 400:
-                raise container_failure(endpoint.name, container, position, len(chain), response)
+                tracing.annotate(tracing.STATUS, response.status)
+                if container in endpoint.multi_model and _answered_for_model(response):
+                    trace.model_confirmed = True
+                if response.status >= 400:
+                    raise container_failure(
+                        endpoint.name, container, position, len(chain), response
+                    )
             trace.failed_container = None
             attributes = response.custom_attributes or attributes
             body = response.body

@@ -27,6 +27,7 @@ from serving.errors import ModelNotReadyError
 from serving.gateway.hop_answers import HopResponse, HopStream, StreamBroken, lost_connection
 from serving.gateway.hop_client import HopClient, HopLost, HopRefused
 from serving.gateway.replica_choice import LOCAL_SLACK, ModelHomes, Replica, choose
+from serving.tracing import spans as tracing
 from serving.trust import hops
 
 # the answers and the replica are also importable from here, where they were first
@@ -176,6 +177,7 @@ class ContainerTransport:
                 )
             )
         retries_left = 0 if key in self._no_retry else 1
+        tries = 0
         broken: Replica | None = None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
@@ -192,59 +194,68 @@ class ContainerTransport:
                     "concurrent requests; retry shortly"
                 )
             replica.in_flight += 1
-            answered, held = False, False
-            try:
-                if not stream:
-                    answer = await self._post(replica, body, headers, deadline - loop.time())
-                else:
-                    response = await self._session.post(
-                        replica.invocations_url,
-                        data=body,
-                        headers=headers,
-                        timeout=aiohttp.ClientTimeout(total=stream_timeout),
-                    )
-                    answered = True
-                    streaming = response.status < 400
-                    try:
-                        answer = HopResponse(
-                            status=response.status,
-                            body=b"" if streaming else await response.read(),
-                            content_type=response.headers.get(
-                                protocol.STREAM_CONTENT_TYPE if streaming else "content-type"
-                            ),
-                            custom_attributes=response.headers.get(protocol.CUSTOM_ATTRIBUTES),
-                            model_resolved=response.headers.get(protocol.MODEL_RESOLVED) == "true",
-                            platform=response.headers.get(protocol.PLATFORM_ERROR) == "true",
-                            log_stream=response.headers.get(protocol.LOG_STREAM),
-                            chunks=HopStream(response, replica) if streaming else None,
+            tries += 1
+            with tracing.attempt(replica.url, tries):
+                answered, held = False, False
+                try:
+                    if not stream:
+                        answer = await self._post(replica, body, headers, deadline - loop.time())
+                    else:
+                        response = await self._session.post(
+                            replica.invocations_url,
+                            data=body,
+                            headers=headers,
+                            timeout=aiohttp.ClientTimeout(total=stream_timeout),
                         )
-                        # the stream releases the replica and the connection when it ends
-                        held = streaming
-                    finally:
-                        if not held:
-                            response.release()
-                if home_key is not None and answer.status < 400:  # it holds the model now
-                    self._homes.remember(home_key, replica.url)
-                return answer
-            except (aiohttp.ClientConnectorError, HopRefused):
-                # Refused: the replica is gone. Forget it until the registry says otherwise.
-                if replica in replicas:
-                    replicas.remove(replica)
-                    self._dropped.append(replica.url)
-            except TimeoutError:
-                raise  # the router reports the invocation timeout
-            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, HopLost) as error:
-                # Closed or reset before any answer: the replica died or dropped an idle connection.
-                if answered or retries_left == 0 or (isinstance(error, HopLost) and error.answered):
+                        answered = True
+                        streaming = response.status < 400
+                        try:
+                            answer = HopResponse(
+                                status=response.status,
+                                body=b"" if streaming else await response.read(),
+                                content_type=response.headers.get(
+                                    protocol.STREAM_CONTENT_TYPE if streaming else "content-type"
+                                ),
+                                custom_attributes=response.headers.get(protocol.CUSTOM_ATTRIBUTES),
+                                model_resolved=response.headers.get(protocol.MODEL_RESOLVED)
+                                == "true",
+                                platform=response.headers.get(protocol.PLATFORM_ERROR) == "true",
+                                log_stream=response.headers.get(protocol.LOG_STREAM),
+                                chunks=HopStream(response, replica) if streaming else None,
+                            )
+                            # the stream releases the replica and the connection when it ends
+                            held = streaming
+                        finally:
+                            if not held:
+                                response.release()
+                    if home_key is not None and answer.status < 400:  # it holds the model now
+                        self._homes.remember(home_key, replica.url)
+                    return answer
+                except (aiohttp.ClientConnectorError, HopRefused):
+                    # Refused: the replica is gone. Forget it until the registry says otherwise.
+                    tracing.annotate(tracing.OUTCOME, "refused")
+                    if replica in replicas:
+                        replicas.remove(replica)
+                        self._dropped.append(replica.url)
+                except TimeoutError:
+                    raise  # the router reports the invocation timeout
+                except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, HopLost) as error:
+                    # Closed or reset before any answer: the replica died or dropped an idle connection.
+                    if (
+                        answered
+                        or retries_left == 0
+                        or (isinstance(error, HopLost) and error.answered)
+                    ):
+                        raise lost_connection(container, error) from None
+                    tracing.annotate(tracing.OUTCOME, "lost")
+                    retries_left -= 1
+                    broken = replica
+                except aiohttp.ClientError as error:
+                    # The answer was under way: never retry it, report the container as failed.
                     raise lost_connection(container, error) from None
-                retries_left -= 1
-                broken = replica
-            except aiohttp.ClientError as error:
-                # The answer was under way: never retry it, report the container as failed.
-                raise lost_connection(container, error) from None
-            finally:
-                if not held:
-                    replica.in_flight -= 1
+                finally:
+                    if not held:
+                        replica.in_flight -= 1
         raise ModelNotReadyError(
             f"container {container} of endpoint {endpoint} has no ready replica; retry shortly"
         )
