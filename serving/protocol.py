@@ -255,6 +255,11 @@ HOP_DATE_HEADER = "x-serving-hop-date"
 HOP_SIGNATURE_HEADER = "x-serving-hop-signature"
 # "true": answer with an event stream of the model's chunks (signed)
 HOP_STREAM_HEADER = "x-serving-hop-stream"
+# W3C Trace Context: the caller's to the gateway; the gateway's hop span to a container (signed)
+TRACEPARENT = "traceparent"
+TRACESTATE = "tracestate"
+# A traced hop's answer: the container's steps with their times (`tracing.hop_steps`)
+HOP_STEPS_HEADER = "x-serving-hop-steps"
 
 # --- Ray: names the control plane's plans and the Ray wing share ----------------------------------
 RAY_NAMESPACE = "serving"  # this project's actors and applications

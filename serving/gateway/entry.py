@@ -87,12 +87,14 @@ async def invocation_frame(
     *,
     carrier: Mapping[str, str] | None = None,
     operation: str = "invocation",
+    link: Mapping[str, str] | None = None,
 ) -> AsyncIterator[Frame]:
     """Run an invocation's work in its frame: `aborts` are the exceptions that mean the caller left
     (re-raised with `reraise_abort`, as a cancelled gRPC call must be); `where` names the failing
-    part in an internal failure. With tracing on, `operation` names its root span and `carrier`
-    (the request's headers) may hold the caller's trace context."""
-    frame = Frame(trace, tracing.begin(operation, carrier))
+    part in an internal failure. With tracing on, `operation` names its root span, `carrier`
+    (the request's headers) may hold the caller's trace context, and `link` the context of the
+    span that set this work off (a shadow copy's caller, an async run's admission)."""
+    frame = Frame(trace, tracing.begin(operation, carrier, link))
     try:
         yield frame
     # the caller's doing, not a failure of ours: counted as an abort, never as an invocation

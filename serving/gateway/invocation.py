@@ -47,6 +47,7 @@ from serving.metrics.invocations import InvocationTrace
 from serving.settings import ServerSettings
 from serving.tracing import spans as tracing
 
+SHADOW_OPERATION = "ShadowCopy"  # a shadow variant's copy: its own trace, linked to the caller's
 _FORWARDED = (
     "content-type",
     "accept",
@@ -102,8 +103,9 @@ class Invocations:
             )
         shadow = admission.shadow
         if shadow is not None and result.chunks is None:
+            link = tracing.current_carrier()  # the copy's own trace links to this invocation's
             copy = lambda: self._copy_to_shadow(
-                request.endpoint, shadow, admission, body, request.headers
+                request.endpoint, shadow, admission, body, request.headers, link
             )  # noqa: E731
             self.shadows.start(request.endpoint, shadow.name, copy)
         return result
@@ -115,11 +117,14 @@ class Invocations:
         admission: Admission,
         body: bytes,
         headers: Mapping[str, str],
+        link: Mapping[str, str] | None = None,
     ) -> bool:
         """One copy on the shadow variant, counted in its own metrics; its answer is only
         captured."""
         trace = InvocationTrace()
-        async with invocation_frame(trace, f"shadow variant {shadow.name}") as frame:
+        async with invocation_frame(
+            trace, f"shadow variant {shadow.name}", operation=SHADOW_OPERATION, link=link
+        ) as frame:
             endpoint = self.endpoints.get(shadow.endpoint)
             if endpoint is None:
                 raise ServiceUnavailableError(

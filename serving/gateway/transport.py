@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections.abc import Callable, Mapping
 
 import aiohttp
@@ -27,6 +28,7 @@ from serving.errors import ModelNotReadyError
 from serving.gateway.hop_answers import HopResponse, HopStream, StreamBroken, lost_connection
 from serving.gateway.hop_client import HopClient, HopLost, HopRefused
 from serving.gateway.replica_choice import LOCAL_SLACK, ModelHomes, Replica, choose
+from serving.tracing import hop_steps
 from serving.tracing import spans as tracing
 from serving.trust import hops
 
@@ -166,6 +168,10 @@ class ContainerTransport:
         headers = _with_defaults(headers)
         if stream:
             headers[protocol.HOP_STREAM_HEADER] = "true"
+        # Traced: the hop span's context, signed, so the container times its steps and logs the id.
+        traced = tracing.current_carrier()
+        if traced is not None:
+            headers[protocol.TRACEPARENT] = traced[protocol.TRACEPARENT]
         if self._hop_key is not None:
             headers.update(
                 hops.sign(
@@ -199,7 +205,9 @@ class ContainerTransport:
                 answered, held = False, False
                 try:
                     if not stream:
-                        answer = await self._post(replica, body, headers, deadline - loop.time())
+                        answer = await self._post(
+                            replica, body, headers, deadline - loop.time(), traced is not None
+                        )
                     else:
                         response = await self._session.post(
                             replica.invocations_url,
@@ -325,13 +333,21 @@ class ContainerTransport:
             raise lost_connection(container, error) from None
 
     async def _post(
-        self, replica: Replica, body: bytes, headers: dict[str, str], timeout: float
+        self,
+        replica: Replica,
+        body: bytes,
+        headers: dict[str, str],
+        timeout: float,
+        traced: bool = False,
     ) -> HopResponse:
         host, port = replica.address
+        sent_ns = time.time_ns() if traced else 0
         answer = await self._client.post(
             host, port, protocol.INVOCATIONS_PATH, body, headers, timeout
         )
         got = answer.headers
+        if traced:  # the container's steps, as child spans of this attempt
+            _record_steps(got.get(protocol.HOP_STEPS_HEADER), sent_ns)
         return HopResponse(
             status=answer.status,
             body=answer.body,
@@ -341,3 +357,13 @@ class ContainerTransport:
             platform=got.get(protocol.PLATFORM_ERROR.lower()) == "true",
             log_stream=got.get(protocol.LOG_STREAM.lower()),
         )
+
+
+def _record_steps(header: str | None, sent_ns: int) -> None:
+    """The container's steps of a traced hop (`tracing.hop_steps`), within this attempt's time."""
+    if not header:
+        return
+    steps, batch = hop_steps.parse(header, sent_ns, time.time_ns())
+    for name, start, end in steps:
+        attributes = {tracing.BATCH_SIZE: batch} if name == "predict" and batch else {}
+        tracing.record(name, start, end, attributes)

@@ -14,6 +14,7 @@ runtime's own, never the process-global one, so no other library in the process 
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from contextlib import AbstractContextManager as ContextManager
@@ -34,6 +35,7 @@ from serving.tracing import spans
 __all__ = ["InvocationSpan", "Tracing", "exporters_from_environment"]
 
 _SCOPE = "serving"
+_LOGGERS = "serving"  # this runtime's loggers: their lines inside a trace carry its id
 _DEFAULT_SERVICE = "serving"
 # OTEL_TRACES_EXPORTER's `otlp`, by OTLP protocol: the SDK entry point of each exporter package
 _OTLP = {"http/protobuf": "otlp_proto_http", "grpc": "otlp_proto_grpc"}
@@ -117,12 +119,25 @@ class InvocationSpan:
 
 
 class Tracing:
-    """This process's tracer, its provider and the W3C propagator."""
+    """This process's tracer, its provider and the W3C propagator; while on, every log line of a
+    `serving.*` logger written inside a trace ends with ` [trace_id=<32 hex>]` (and carries
+    `record.trace_id`), so a slow call's lines are found from its response header."""
 
     def __init__(self, provider: TracerProvider) -> None:
         self.provider = provider
         self.tracer = provider.get_tracer(_SCOPE)
         self.propagator = TraceContextTextMapPropagator()
+        self._plain_records = logging.getLogRecordFactory()
+        logging.setLogRecordFactory(self._log_record)
+
+    def _log_record(self, *args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = self._plain_records(*args, **kwargs)
+        if record.name.startswith(_LOGGERS) and record.name not in spans.OWN_TRACE_FIELD:
+            trace_id = self.current_trace_id()
+            if trace_id is not None:
+                record.trace_id = trace_id
+                record.msg = f"{record.msg} [trace_id={trace_id}]"
+        return record
 
     @classmethod
     def from_environment(cls, exporter: SpanExporter | None = None) -> Tracing:
@@ -136,12 +151,21 @@ class Tracing:
                 provider.add_span_processor(BatchSpanProcessor(configured))
         return cls(provider)
 
-    def begin(self, operation: str, carrier: Mapping[str, str] | None) -> InvocationSpan:
+    def begin(
+        self,
+        operation: str,
+        carrier: Mapping[str, str] | None,
+        link: Mapping[str, str] | None = None,
+    ) -> InvocationSpan:
         # An empty context, not the task's, when the caller sent none: work started from inside an
-        # invocation (a shadow copy, an async run) is a trace of its own, not a child of the
-        # request that happened to start it.
+        # invocation (a shadow copy, an async run) is a trace of its own, linked to the request
+        # that started it, not its child.
         parent = self.propagator.extract(carrier) if carrier is not None else otel_context.Context()
-        span = self.tracer.start_span(operation, context=parent, kind=SpanKind.SERVER)
+        links = None
+        if link is not None:
+            linked = trace.get_current_span(self.propagator.extract(link)).get_span_context()
+            links = [trace.Link(linked)] if linked.is_valid else None
+        span = self.tracer.start_span(operation, context=parent, kind=SpanKind.SERVER, links=links)
         if carrier is not None and span.is_recording():
             inference_id = carrier.get(protocol.INFERENCE_ID)
             if inference_id:
@@ -152,8 +176,25 @@ class Tracing:
     def step(self, name: str, attributes: Mapping[str, Any] | None) -> ContextManager[trace.Span]:
         return self.tracer.start_as_current_span(name, attributes=attributes)
 
+    def current_carrier(self) -> dict[str, str] | None:
+        if not trace.get_current_span().is_recording():
+            return None
+        carrier: dict[str, str] = {}
+        self.propagator.inject(carrier)
+        return carrier
+
+    def current_trace_id(self) -> str | None:
+        context = trace.get_current_span().get_span_context()
+        return format(context.trace_id, "032x") if context.is_valid else None
+
+    def record(self, name: str, start_ns: int, end_ns: int, attributes: Mapping[str, Any]) -> None:
+        span = self.tracer.start_span(name, attributes=attributes, start_time=start_ns)
+        span.end(end_time=end_ns)
+
     def annotate(self, key: str, value: str | int) -> None:
         trace.get_current_span().set_attribute(key, value)
 
     def shut_down(self) -> None:
+        if logging.getLogRecordFactory() == self._log_record:
+            logging.setLogRecordFactory(self._plain_records)
         self.provider.shutdown()

@@ -36,9 +36,12 @@ __all__ = [
     "attempt",
     "begin",
     "configure",
+    "current_carrier",
+    "current_trace_id",
     "enabled",
     "enabled_by",
     "hop",
+    "record",
     "shut_down",
     "step",
 ]
@@ -57,6 +60,11 @@ POSITION = "serving.hop.position"  # 1-based place of the hop in its chain
 REPLICA = "serving.replica"  # the replica's data-port URL
 ATTEMPT = "serving.attempt"  # 1, 2, ...: each replica tried for the hop (refused, or retried)
 OUTCOME = "serving.attempt.outcome"  # an attempt that got no answer: refused, or lost
+BATCH_SIZE = "serving.batch.size"  # requests merged into the model call that answered this one
+
+# Loggers whose lines carry the trace id in a field of their own (JSON lines: the audit log), not
+# appended to the message by `otel_sdk`.
+OWN_TRACE_FIELD: set[str] = set()
 
 # Set by `configure` only (start-up), read by every call below: None while tracing is off.
 _active: Tracing | None = None
@@ -104,12 +112,39 @@ def enabled() -> bool:
     return _active is not None
 
 
-def begin(operation: str, carrier: Mapping[str, str] | None = None) -> InvocationSpan | None:
+def begin(
+    operation: str,
+    carrier: Mapping[str, str] | None = None,
+    link: Mapping[str, str] | None = None,
+) -> InvocationSpan | None:
     """An invocation's root span, current until its `leave`, ended by its `end`; joined to the
-    caller's `traceparent`/`tracestate` in `carrier` (request headers), else a new trace. None when
-    tracing is off."""
+    caller's `traceparent`/`tracestate` in `carrier` (request headers), else a new trace, linked to
+    the span whose context `link` holds (a shadow copy's caller, an async run's admission). None
+    when tracing is off."""
     active = _active
-    return None if active is None else active.begin(operation, carrier)
+    return None if active is None else active.begin(operation, carrier, link)
+
+
+def current_carrier() -> dict[str, str] | None:
+    """The current span's W3C context as headers (`traceparent`, `tracestate`): what a hop sends
+    its container, what a shadow copy or an async run links to. None when off or when no span is
+    recording."""
+    active = _active
+    return None if active is None else active.current_carrier()
+
+
+def current_trace_id() -> str | None:
+    """The current span's trace id (32 hex), for log lines; None when off or outside a trace."""
+    active = _active
+    return None if active is None else active.current_trace_id()
+
+
+def record(name: str, start_ns: int, end_ns: int, attributes: Mapping[str, Any]) -> None:
+    """A finished child span of the current one, with times measured elsewhere (a container's
+    steps, reported with its answer)."""
+    active = _active
+    if active is not None:
+        active.record(name, start_ns, end_ns, attributes)
 
 
 def step(name: str) -> ContextManager[Any]:

@@ -142,6 +142,13 @@ def test_a_serial_chain_is_one_trace_joined_to_the_caller(
         assert attempt.attributes is not None
         assert attempt.attributes[spans.REPLICA] == containers[container]
         assert attempt.attributes[spans.ATTEMPT] == 1
+        # the container's own steps, reported on its answer, inside the attempt and in order
+        steps_in = children(attempt, finished)
+        assert [span.name for span in steps_in][-3:] == ["decode", "predict", "encode"]
+        for earlier, later in zip(steps_in, steps_in[1:], strict=False):
+            assert earlier.end_time <= later.start_time  # type: ignore[operator]
+        assert attempt.start_time <= steps_in[0].start_time  # type: ignore[operator]
+        assert steps_in[-1].end_time <= attempt.end_time  # type: ignore[operator]
         # each hop lies inside the invocation, after the one before it
         assert root.start_time <= hop.start_time <= hop.end_time <= root.end_time  # type: ignore[operator]
     assert all(
