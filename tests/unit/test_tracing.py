@@ -10,6 +10,7 @@ integration tier's (TRACING_NOTES.md).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
 import subprocess
@@ -37,7 +38,7 @@ from test_router import (  # noqa: F401  (fixtures)
 )
 
 from serving import protocol
-from serving.access.decision import EndpointAccess
+from serving.access.decision import AUDIT_LOGGER, EndpointAccess, configure_audit_log
 from serving.access.identities import load_identities
 from serving.gateway.router import EndpointRoute
 from serving.settings import ServerSettings
@@ -235,6 +236,7 @@ def test_an_endpoint_with_access_control_traces_authorize(
     make_router: RouterFactory,  # noqa: F811
     containers: dict[str, str],  # noqa: F811
     tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     (tmp_path / "all.json").write_text(
         json.dumps(
@@ -267,11 +269,44 @@ def test_an_endpoint_with_access_control_traces_authorize(
         "hop iris",
     ]
     exported.clear()
-    assert invoke(router, "guarded", headers={"authorization": "Bearer wrong"}).status_code == 403
+    configure_audit_log()  # as the gateway does: its lines keep the id in a field
+    audit = logging.getLogger(AUDIT_LOGGER)
+    audit.addHandler(caplog.handler)  # it does not propagate to the root's
+    try:
+        refused = invoke(router, "guarded", headers={"authorization": "Bearer wrong"})
+    finally:
+        audit.removeHandler(caplog.handler)
+    assert refused.status_code == 403
     finished = exported.get_finished_spans()
     (authenticate,) = children(the_root(finished), finished)
     assert authenticate.name == "authenticate"
     assert authenticate.status.status_code == StatusCode.ERROR
+    # the audit line of the refusal names the trace, as a field of its JSON
+    (line,) = [record for record in caplog.records if record.name == AUDIT_LOGGER]
+    assert json.loads(line.getMessage())["trace_id"] == refused.headers[protocol.TRACE_ID]
+
+
+def test_log_lines_written_inside_a_trace_carry_its_id(
+    exported: InMemorySpanExporter, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A `serving.*` line inside an invocation ends with its trace id; other loggers' lines and
+    lines outside a trace are left as they are."""
+    logger, other = logging.getLogger("serving.router"), logging.getLogger("botocore.probe")
+    span = spans.begin("probe")
+    assert span is not None
+    with caplog.at_level(logging.INFO):
+        logger.info("slow hop to %s", "classifier")
+        other.info("not ours")
+        span.leave()
+        logger.info("outside")
+        span.end(200, {})
+        spans.shut_down()
+        logger.info("after")  # off again: the factory is gone
+    inside, foreign, outside, after = caplog.records
+    assert inside.getMessage() == f"slow hop to classifier [trace_id={span.trace_id}]"
+    assert inside.trace_id == span.trace_id  # type: ignore[attr-defined]
+    assert foreign.getMessage() == "not ours" and outside.getMessage() == "outside"
+    assert after.getMessage() == "after"
 
 
 def test_the_sampler_is_the_sdks_reading_of_the_environment(
@@ -357,3 +392,29 @@ def test_with_tracing_off_opentelemetry_is_never_imported() -> None:
     )
     assert probe.returncode == 0, probe.stderr
     assert probe.stdout.strip() == "[]"
+
+
+def test_work_set_off_by_an_invocation_is_a_trace_of_its_own_linked_to_it(
+    exported: InMemorySpanExporter,
+) -> None:
+    """A shadow copy (and an async run) begins a new trace, linked to the span that set it off:
+    not a child, whose time would be counted in its caller's."""
+    import asyncio
+
+    from serving.gateway.entry import invocation_frame
+    from serving.metrics.invocations import InvocationTrace
+
+    async def caller_then_copy() -> None:
+        async with invocation_frame(InvocationTrace(), "caller", operation="InvokeEndpoint"):
+            link = spans.current_carrier()
+        assert link is not None and protocol.TRACEPARENT in link
+        async with invocation_frame(InvocationTrace(), "copy", operation="ShadowCopy", link=link):
+            pass
+
+    asyncio.run(caller_then_copy())
+    named = by_name(exported.get_finished_spans())
+    (caller,), (copy,) = named["InvokeEndpoint"], named["ShadowCopy"]
+    assert copy.context.trace_id != caller.context.trace_id and copy.parent is None
+    (link,) = copy.links
+    assert link.context.span_id == caller.context.span_id
+    assert link.context.trace_id == caller.context.trace_id
