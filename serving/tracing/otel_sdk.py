@@ -14,6 +14,7 @@ runtime's own, never the process-global one, so no other library in the process 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Mapping
@@ -35,6 +36,7 @@ from serving.tracing import spans
 __all__ = ["InvocationSpan", "Tracing", "exporters_from_environment"]
 
 _SCOPE = "serving"
+_UNSAMPLED: ContextManager[None] = contextlib.nullcontext()
 _LOGGERS = "serving"  # this runtime's loggers: their lines inside a trace carry its id
 _DEFAULT_SERVICE = "serving"
 # OTEL_TRACES_EXPORTER's `otlp`, by OTLP protocol: the SDK entry point of each exporter package
@@ -173,7 +175,10 @@ class Tracing:
         token = otel_context.attach(trace.set_span_in_context(span, parent))
         return InvocationSpan(span, token)
 
-    def step(self, name: str, attributes: Mapping[str, Any] | None) -> ContextManager[trace.Span]:
+    def step(self, name: str, attributes: Mapping[str, Any] | None) -> ContextManager[Any]:
+        # An invocation not sampled makes no child spans: one context read instead of a span each.
+        if not trace.get_current_span().is_recording():
+            return _UNSAMPLED
         return self.tracer.start_as_current_span(name, attributes=attributes)
 
     def current_carrier(self) -> dict[str, str] | None:
