@@ -201,10 +201,12 @@ class Invocations:
     async def body_of(
         self, request: InvocationRequest, admission: Admission, trace: InvocationTrace
     ) -> bytes:
-        """The request's body: as authentication read it, else read now within the payload limit."""
-        return (
-            admission.body if admission.body is not None else await self.read_body(request, trace)
-        )
+        """The request's body: as authentication read it, else read now within the payload limit (a
+        span of its own: a slow upload is the caller's time, not the containers')."""
+        if admission.body is not None:
+            return admission.body
+        with tracing.step("read body"):
+            return await self.read_body(request, trace)
 
     async def run(
         self,

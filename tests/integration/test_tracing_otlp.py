@@ -73,8 +73,10 @@ def test_a_serial_chain_is_one_trace_at_the_collector(server, otlp_receiver: Rec
     assert otlp_receiver.authorizations == {COLLECTOR_TOKEN}
 
     steps = children(root, spans)
-    assert [span.name for span in steps] == ["authenticate"] + [f"hop {c}" for c in CHAIN]
-    for hop, container in zip(steps[1:], CHAIN, strict=True):
+    assert [span.name for span in steps] == ["authenticate", "read body"] + [
+        f"hop {c}" for c in CHAIN
+    ]
+    for hop, container in zip(steps[2:], CHAIN, strict=True):
         assert hop.attributes["serving.container"] == container
         (attempt,) = children(hop, spans)
         assert attempt.attributes["serving.replica"].startswith("http")

@@ -128,12 +128,13 @@ def test_a_serial_chain_is_one_trace_joined_to_the_caller(
     steps = children(root, finished)
     assert [span.name for span in steps] == [
         "authenticate",
+        "read body",
         "hop scaler",
         "hop classifier",
         "hop labels",
     ]
     for position, (hop, container) in enumerate(
-        zip(steps[1:], ("scaler", "classifier", "labels"), strict=True), start=1
+        zip(steps[2:], ("scaler", "classifier", "labels"), strict=True), start=1
     ):
         assert hop.attributes is not None
         assert hop.attributes[spans.CONTAINER] == container
@@ -266,6 +267,7 @@ def test_an_endpoint_with_access_control_traces_authorize(
     assert [span.name for span in children(the_root(finished), finished)] == [
         "authenticate",
         "authorize",
+        "read body",
         "hop iris",
     ]
     exported.clear()
