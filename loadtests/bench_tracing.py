@@ -151,7 +151,7 @@ def off_path_ns(calls: int = 200_000) -> dict[str, float]:
         "begin": timed(lambda: spans.begin("InvokeEndpoint", headers)),
         "step (with)": timed(with_step),
         "hop (with)": timed(lambda: spans.hop("iris", 1).__enter__()),
-        "attempt (with)": timed(lambda: spans.attempt("http://x", 1).__enter__()),
+        "attempt (with)": timed(lambda: spans.attempt("http://x", 1, "10.0.0.1", True).__enter__()),
         "annotate": timed(lambda: spans.annotate(spans.STATUS, 200)),
         "current_carrier": timed(spans.current_carrier),
         "container: traceparent check": timed(lambda: "traceparent" in headers),

@@ -201,7 +201,7 @@ class ContainerTransport:
                 )
             replica.in_flight += 1
             tries += 1
-            with tracing.attempt(replica.url, tries):
+            with tracing.attempt(replica.url, tries, replica.address[0], replica.local):
                 answered, held = False, False
                 try:
                     if not stream:

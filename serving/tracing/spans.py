@@ -58,6 +58,8 @@ ERROR_CODE = "serving.error_code"
 INFERENCE_ID = "serving.inference_id"
 POSITION = "serving.hop.position"  # 1-based place of the hop in its chain
 REPLICA = "serving.replica"  # the replica's data-port URL
+NODE = "serving.node"  # the address of the node the replica runs on
+LOCAL = "serving.replica.local"  # on the gateway's own node (locality routing)
 ATTEMPT = "serving.attempt"  # 1, 2, ...: each replica tried for the hop (refused, or retried)
 OUTCOME = "serving.attempt.outcome"  # an attempt that got no answer: refused, or lost
 BATCH_SIZE = "serving.batch.size"  # requests merged into the model call that answered this one
@@ -162,12 +164,14 @@ def hop(container: str, position: int) -> ContextManager[Any]:
     return active.step(f"hop {container}", {CONTAINER: container, POSITION: position})
 
 
-def attempt(replica: str, number: int) -> ContextManager[Any]:
-    """A child span of a hop around one try on one replica (`number` 2: the retry elsewhere)."""
+def attempt(replica: str, number: int, node: str, local: bool) -> ContextManager[Any]:
+    """A child span of a hop around one try on one replica (`number` 2: the retry elsewhere), on
+    `node` (its address), `local` when on the gateway's own node."""
     active = _active
     if active is None:
         return _OFF
-    return active.step("attempt", {REPLICA: replica, ATTEMPT: number})
+    attributes = {REPLICA: replica, ATTEMPT: number, NODE: node, LOCAL: local}
+    return active.step("attempt", attributes)
 
 
 def annotate(key: str, value: str | int) -> None:

@@ -144,6 +144,7 @@ def test_a_serial_chain_is_one_trace_joined_to_the_caller(
         assert attempt.attributes is not None
         assert attempt.attributes[spans.REPLICA] == containers[container]
         assert attempt.attributes[spans.ATTEMPT] == 1
+        assert attempt.attributes[spans.NODE] == "127.0.0.1"
         # the container's own steps, reported on its answer, inside the attempt and in order
         steps_in = children(attempt, finished)
         assert [span.name for span in steps_in][-3:] == ["decode", "predict", "encode"]
