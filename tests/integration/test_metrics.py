@@ -305,9 +305,9 @@ def test_every_dashboard_query_returns_series_of_the_endpoint(server, traffic, p
         ]
         for path in dashboards.DASHBOARDS:
             document = dashboards.load(path)
-            values = resolved[path.name] = dashboards.resolve_variables(
-                prometheus, document, ENDPOINT, window_s
-            )
+            values, wrong = dashboards.resolve_variables(prometheus, document, ENDPOINT, window_s)
+            resolved[path.name] = values
+            problems += [f"{path.name}: {problem}" for problem in wrong]
             for query in dashboards.queries(path):
                 unknown = dashboards.undeclared(query.expr, families) - set(NOT_EXPORTED_HERE)
                 if unknown:

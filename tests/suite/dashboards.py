@@ -127,10 +127,12 @@ def _get(prometheus: str, path: str, params: Mapping[str, Any]) -> Any:
 
 def resolve_variables(
     prometheus: str, dashboard: Mapping[str, Any], endpoint: str, window_s: float
-) -> dict[str, list[str]]:
-    """Each query variable's values as Grafana would list them; `endpoint` picks `endpoint` (which
-    must be listed), every other variable takes all its values."""
+) -> tuple[dict[str, list[str]], list[str]]:
+    """Each query variable's values as Grafana would list them, `endpoint` picking `endpoint` and
+    every other variable taking all it lists; and what is wrong (`endpoint` not listed, a variable
+    listing nothing)."""
     values: dict[str, list[str]] = {}
+    problems = []
     now = time.time()
     for variable in query_variables(dashboard):
         selector, label = label_values(variable["query"])
@@ -140,12 +142,14 @@ def resolve_variables(
             {"match[]": interpolate(selector, values, {}), "start": now - window_s, "end": now},
         )
         if variable["name"] == "endpoint":
-            assert endpoint in listed, f"$endpoint lists {listed}, not {endpoint}"
+            if endpoint not in listed:
+                problems.append(f"$endpoint lists {listed}, not {endpoint}")
             values["endpoint"] = [endpoint]
         else:
-            assert listed, f"${variable['name']} lists nothing for endpoint {endpoint}"
+            if not listed:
+                problems.append(f"${variable['name']} lists nothing for endpoint {endpoint}")
             values[variable["name"]] = sorted(listed)
-    return values
+    return values, problems
 
 
 def run(
