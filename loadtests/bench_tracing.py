@@ -162,7 +162,7 @@ def off_path_ns(calls: int = 200_000) -> dict[str, float]:
 # calls per request of a Direct endpoint of one container, tracing off (gateway and container)
 CALLS_PER_REQUEST = {
     "begin": 1,
-    "step (with)": 1,  # authenticate (authorize only with AccessControl)
+    "step (with)": 2,  # authenticate, read body (authorize only with AccessControl)
     "hop (with)": 1,
     "attempt (with)": 1,
     "annotate": 1,
