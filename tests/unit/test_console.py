@@ -284,3 +284,66 @@ def test_the_overview_and_an_endpoint_show_variants_containers_alarms_and_series
     container = next(c for (kind, v, host), c in charts.items() if kind == "container" and v == "A")
     assert container["Series"]["InvocationsPerSecond"][-2] == 3.0
     assert set(charts[("variant", "B", None)]["Series"]["InvocationsPerSecond"]) == {None}
+
+
+def test_an_update_shows_its_canary_step_its_coming_fleet_and_its_rollback(
+    harness: Harness,
+) -> None:
+    harness.model("m1")
+    harness.model("m2")
+    harness.config("c1", ("A", "m1"), count=2)
+    harness.config("c2", ("A", "m2"), count=2)
+    harness.sm.create_endpoint(EndpointName="e1", EndpointConfigName="c1")
+    harness.deployer.ready("e1@A@1")
+    harness.api.tick()
+    # watched by the rollback only: no dimension names the endpoint
+    harness.client("cloudwatch").put_metric_alarm(
+        AlarmName="canary-guard",
+        Namespace=protocol.SAGEMAKER_NAMESPACE,
+        MetricName="Invocation5XXErrors",
+        Statistic="Sum",
+        Period=10,
+        EvaluationPeriods=1,
+        Threshold=0,
+        ComparisonOperator="GreaterThanThreshold",
+        Dimensions=[{"Name": "VariantName", "Value": "A"}],
+    )
+    routing = {
+        "Type": "CANARY",
+        "CanarySize": {"Type": "INSTANCE_COUNT", "Value": 1},
+        "WaitIntervalInSeconds": 600,
+    }
+    harness.sm.update_endpoint(
+        EndpointName="e1",
+        EndpointConfigName="c2",
+        DeploymentConfig={
+            "BlueGreenUpdatePolicy": {"TrafficRoutingConfiguration": routing},
+            "AutoRollbackConfiguration": {"Alarms": [{"AlarmName": "canary-guard"}]},
+        },
+    )
+    harness.deployer.ready("e1@A@2")
+    harness.api.tick()
+
+    detail = endpoint_detail(harness.control, harness.deployer.descriptions(), "e1")
+    assert detail is not None
+    assert [(f["Served"], f["Fleet"]) for f in detail["Fleets"]] == [
+        ("e1@A@1", "serving"),
+        ("e1@A@2", "coming"),
+    ]
+    (new,) = detail["Endpoint"]["PendingDeploymentSummary"]["ProductionVariants"]
+    assert new["VariantStatus"][0]["Status"] == "Baking"
+    assert (
+        new["VariantStatus"][0]["StatusMessage"] == "step 1 of 2: 50% of traffic on the new fleet"
+    )
+    assert [a["AlarmName"] for a in detail["Alarms"]] == ["canary-guard"]
+    row = overview(harness.control, harness.deployer.descriptions())["Endpoints"][0]
+    assert row["Updating"] and row["EndpointStatus"] == "Updating"
+
+    harness.control.cloudwatch.SetAlarmState(
+        {"AlarmName": "canary-guard", "StateValue": "ALARM", "StateReason": "5XX while baking"}
+    )
+    harness.api.tick()
+    after = endpoint_detail(harness.control, harness.deployer.descriptions(), "e1")
+    assert after is not None and "PendingDeploymentSummary" not in after["Endpoint"]
+    assert "canary-guard" in after["Endpoint"]["FailureReason"]
+    assert after["Alarms"][0]["StateValue"] == "ALARM"
