@@ -5,13 +5,17 @@ shows in the containers' table as it happens.
 
 it-console: two Python echo containers; `busy` tracks 60 invocations per replica per minute (1..2
 replicas, 5 s scale-out cooldown) and the test sends it about 4 a second, so it scales out to 2.
-The session's server binds loopback without API identities: the browser signs in anonymously (the
-refusals are tests/unit/test_console.py's). `SERVING_CONSOLE_SCREENSHOTS=DIR` saves the pages' images
+The session's server binds loopback without API identities: the browser signs in anonymously. HTTP
+Basic with an API identity's key is signed in by the same browser on a console of its own (no Ray:
+the real routes and access decision over the real control-plane API of tests/unit/sagemaker_harness);
+the other refusals are tests/unit/test_console.py's. `SERVING_CONSOLE_SCREENSHOTS=DIR` saves the pages' images
 there (docs/images/console-*.png were made so).
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import shutil
 import threading
@@ -21,10 +25,20 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
+from playwright.sync_api import Error as PlaywrightError
+from playwright.sync_api import sync_playwright
 from suite.endpoint_server import TINY
 from suite.endpoints import python_container
 
 from serving import protocol
+from serving.access.identities import load_identities
+from serving.console.access import ConsoleAccess
+from serving.console.overview import overview
+from serving.console.page import ConsoleRoutes
+from serving.http.responses import serving_app
+from serving.http.server import BackgroundServer
+from tests.unit.sagemaker_harness import Harness
 
 pytestmark = pytest.mark.integration
 
@@ -102,8 +116,6 @@ def browser() -> Iterator[Any]:
             "chromium is missing: `make test` installs Debian's chromium package (apt-get install "
             "chromium); set SERVING_SKIP_CHROMIUM=1 to skip this test"
         )
-    from playwright.sync_api import sync_playwright
-
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(
             executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"]
@@ -181,3 +193,66 @@ def test_the_console_draws_live_charts_and_a_scale_out_without_errors(server, br
         assert any("style-src" in v for v in watched.violations())
     finally:
         watched.context.close()
+
+
+OPERATOR_KEY = "operator-key-for-the-console-browser"
+
+
+def test_a_browser_signs_in_with_http_basic_and_an_api_identity_key(browser, tmp_path) -> None:
+    policy = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Action": ["sagemaker:List*", "sagemaker:Describe*", "cloudwatch:*"],
+                "Resource": "*",
+            }
+        ],
+    }
+    (tmp_path / "ops.json").write_text(json.dumps(policy))
+    identities = tmp_path / "api-identities.yaml"
+    entry = {"Principal": "operator", "ApiKey": OPERATOR_KEY, "PolicyDocuments": ["ops.json"]}
+    identities.write_text(yaml.safe_dump({"Identities": [entry]}))
+    harness = Harness(tmp_path / "api")
+    harness.in_service("signed-in", "c1", ("A",))
+    access = ConsoleAccess(load_identities(identities), "127.0.0.1", "us-east-1", "000000000000")
+
+    async def read(endpoint: str | None) -> Any:
+        return await asyncio.to_thread(overview, harness.control, harness.deployer.descriptions())
+
+    console = BackgroundServer(serving_app(ConsoleRoutes(access, read).routes()), "127.0.0.1", 0)
+    assert console.wait_started()
+    contexts = []
+    try:
+        anonymous = browser.new_context()
+        wrong = browser.new_context(http_credentials={"username": "operator", "password": "x" * 20})
+        operator = browser.new_context(
+            http_credentials={"username": "operator", "password": OPERATOR_KEY}
+        )
+        contexts += [anonymous, wrong, operator]
+        url = f"{console.url}{protocol.CONSOLE_PATH}"
+        challenge = httpx.get(url, timeout=10)
+        assert challenge.status_code == 401
+        assert challenge.headers[protocol.AUTHENTICATE_HEADER] == protocol.CONSOLE_CHALLENGE
+        # no key, or one the server does not know: challenged (again); headless Chromium shows the
+        # 401 or gives up on the credentials it has, never the console
+        for refused in (anonymous, wrong):
+            try:
+                answer = refused.new_page().goto(url)
+            except PlaywrightError as error:
+                assert "ERR_INVALID_AUTH_CREDENTIALS" in str(error)
+            else:
+                assert answer is not None and answer.status == 401
+        page = operator.new_page()
+        errors: list[str] = []
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        answer = page.goto(url)
+        assert answer is not None and answer.status == 200
+        # the page's own fetch of the JSON carries the browser's Basic credentials
+        page.locator("a[href='#/endpoints/signed-in']").wait_for(timeout=15_000)
+        assert errors == [], errors
+    finally:
+        for context in contexts:
+            context.close()
+        console.stop()
+        harness.stop()
