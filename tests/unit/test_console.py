@@ -198,6 +198,10 @@ def test_every_answer_carries_the_strict_policy_and_only_known_assets_exist() ->
     page = answers[0].text
     assert "<style" not in page and " style=" not in page and "http" not in page
     assert all(tag.count("src=") == 1 for tag in page.split("<script")[1:])
+    # data reaches the page as text only: no markup built from it
+    script = answers[1].text
+    assert "textContent" in script
+    assert not any(sink in script for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML"))
 
 
 # --- what it shows --------------------------------------------------------------------------------
