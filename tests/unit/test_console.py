@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -351,3 +353,42 @@ def test_an_update_shows_its_canary_step_its_coming_fleet_and_its_rollback(
     assert after is not None and "PendingDeploymentSummary" not in after["Endpoint"]
     assert "canary-guard" in after["Endpoint"]["FailureReason"]
     assert after["Alarms"][0]["StateValue"] == "ALARM"
+
+
+# A container process that cannot start, under its supervisor, in a fresh interpreter whose stderr
+# is a file (as a replica worker's is): what its ContainerStartError says.
+_START_PROBE = r"""
+import json, sys
+from serving.model_server.container_config import ContainerConfig, ContainerStartError
+from serving.model_server.supervisor import ContainerProcess
+config = ContainerConfig(endpoint="ep", hostname="broken", image="python", model_data=sys.argv[1],
+                         environment={}, hop_key=b"k" * 32)
+process = ContainerProcess(config, "127.0.0.1")
+try:
+    process.start(timeout=120)
+    print(json.dumps({"started": True}))
+except ContainerStartError as error:
+    print(json.dumps({"error": str(error)}))
+finally:
+    process.stop()
+"""
+
+
+def test_a_container_that_cannot_start_names_its_log_stream(tmp_path: Path) -> None:
+    # the console shows a container's last failure, and with it where to read the rest
+    model = tmp_path / "model"
+    (model / "code").mkdir(parents=True)
+    (model / "code" / "inference.py").write_text('raise RuntimeError("this model cannot load")\n')
+    log = tmp_path / "worker-1234.err"
+    with log.open("w") as stderr:
+        done = subprocess.run(
+            [sys.executable, "-c", _START_PROBE, str(model)],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            timeout=180,
+            cwd=Path(__file__).resolve().parents[2],
+        )
+    assert done.returncode == 0, log.read_text()[-2000:]
+    error = json.loads(done.stdout.strip().splitlines()[-1])["error"]
+    assert error.endswith("; its output: ep/broken/worker-1234.err"), error
