@@ -51,9 +51,7 @@ def overview(
                     for v in described.get("ProductionVariants", [])
                 ],
                 "Shadows": len(described.get("ShadowProductionVariants", [])),
-                "DataCapture": bool(
-                    (described.get("DataCaptureConfig") or {}).get("EnableCapture")
-                ),
+                "DataCapture": bool(_capture(described, fleets, descriptions).get("EnableCapture")),
                 "Updating": "PendingDeploymentSummary" in described,
                 "Containers": len(containers),
                 "ReplicasRunning": sum(int(c.get("CurrentReplicas") or 0) for c in containers),
@@ -98,7 +96,11 @@ def endpoint_detail(
     store = api.cloudwatch.store
     times = axis(store.latest)
     fleets, charts = [], []
-    for fleet in _fleets(api, name):
+    served = _fleets(api, name)
+    capture = _capture(described, served, descriptions)
+    if capture:
+        described["DataCaptureConfig"] = capture
+    for fleet in served:
         description = descriptions.get(fleet["Served"]) or {}
         containers = description.get("Containers") or []
         variant = (("EndpointName", name), ("VariantName", fleet["VariantName"]))
@@ -186,6 +188,17 @@ def _fleets(api: ControlApi, name: str) -> list[dict[str, Any]]:
         )
         for fleet, v in fleets
     ]
+
+
+def _capture(
+    described: ApiJson, fleets: list[dict[str, Any]], descriptions: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The endpoint's DataCaptureConfig summary: DescribeEndpoint's, else (an endpoint from a spec)
+    its served endpoint's."""
+    found = described.get("DataCaptureConfig")
+    for fleet in fleets:
+        found = found or (descriptions.get(fleet["Served"]) or {}).get("DataCaptureConfig")
+    return dict(found or {})
 
 
 def _alarms(

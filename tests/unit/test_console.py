@@ -257,7 +257,24 @@ def test_the_overview_and_an_endpoint_show_variants_containers_alarms_and_series
         )
     _record(harness, minute + 60, variant, Invocations=Stat(5, 5, 1, 1))
 
+    # an endpoint from a spec, capturing: DescribeEndpoint does not say so, its description does
+    capture = {"EnableCapture": True, "CaptureStatus": "Started", "CurrentSamplingPercentage": 20}
+    harness.deployer.served["s1"] = {
+        "EndpointName": "s1",
+        "EndpointStatus": "InService",
+        "LastUpdate": {"Generation": 1, "Status": "Succeeded", "StartedAt": 1.0},
+        "Containers": [{"ContainerHostname": "only", "Image": "python", "CurrentReplicas": 1}],
+        "DataCaptureConfig": capture,
+    }
     summary = overview(harness.control, harness.deployer.descriptions(), now=5.0)
+    spec_row = summary["Endpoints"].pop()
+    assert (spec_row["EndpointName"], spec_row["DataCapture"], spec_row["Containers"]) == (
+        "s1",
+        True,
+        1,
+    )
+    spec_detail = endpoint_detail(harness.control, harness.deployer.descriptions(), "s1")
+    assert spec_detail is not None and spec_detail["Endpoint"]["DataCaptureConfig"] == capture
     detail = endpoint_detail(harness.control, harness.deployer.descriptions(), "e1")
     assert endpoint_detail(harness.control, {}, "nope") is None
 
