@@ -12,6 +12,9 @@ TARGET_VARIANT = "X-Amzn-SageMaker-Target-Variant"
 CUSTOM_ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
 INFERENCE_ID = "X-Amzn-SageMaker-Inference-Id"
 INVOKED_VARIANT = "x-Amzn-Invoked-Production-Variant"
+# Set on an invocation's answer while tracing is on (`serving.tracing`): the 32 hex digits of its
+# OpenTelemetry trace id, to find the trace (and the log lines) of one request.
+TRACE_ID = "X-Serving-Trace-Id"
 # SageMaker's name for the one production variant of an endpoint.
 DEFAULT_VARIANT = "AllTraffic"
 # Custom attributes are limited to 1024 visible ASCII characters by SageMaker.
@@ -234,21 +237,15 @@ API_SIGNING_SERVICES = {
 # Each service's IAM action prefix (`<prefix>:<Operation>`), where it differs from its signing name.
 API_IAM_PREFIXES = {**API_SIGNING_SERVICES, CLOUDWATCH_TARGET_PREFIX: CLOUDWATCH_IAM_PREFIX}
 
-# --- the operator console (docs/console.md): its page, assets, JSON; its answers' headers ------------
+# --- the operator console (docs/console.md; its Content-Security-Policy: console/page.py) -----------
 CONSOLE_PATH, CONSOLE_ASSET_PATH = "/console", "/console/assets/{name}"
 CONSOLE_OVERVIEW_PATH = "/console/api/overview"
 CONSOLE_ENDPOINT_PATH = "/console/api/endpoints/{name}"
 HTML, JAVASCRIPT, STYLESHEET = "text/html; charset=utf-8", "text/javascript", "text/css"
-# nothing from outside the server, no inline script or style, no framing
 CONTENT_SECURITY_POLICY_HEADER = "content-security-policy"
-CONSOLE_CONTENT_SECURITY_POLICY = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-    "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
-)
 CONTENT_TYPE_OPTIONS_HEADER, NO_SNIFF = "x-content-type-options", "nosniff"
 REFERRER_POLICY_HEADER, NO_REFERRER = "referrer-policy", "no-referrer"
 CACHE_CONTROL_HEADER, NO_STORE = "cache-control", "no-store"
-# HTTP Basic: the browser asks for a user name (any) and a password (an API identity's ApiKey)
 AUTHENTICATE_HEADER, BASIC_SCHEME = "www-authenticate", "basic"
 CONSOLE_CHALLENGE = 'Basic realm="serving console", charset="UTF-8"'
 
@@ -270,6 +267,11 @@ HOP_DATE_HEADER = "x-serving-hop-date"
 HOP_SIGNATURE_HEADER = "x-serving-hop-signature"
 # "true": answer with an event stream of the model's chunks (signed)
 HOP_STREAM_HEADER = "x-serving-hop-stream"
+# W3C Trace Context: the caller's to the gateway; the gateway's hop span to a container (signed)
+TRACEPARENT = "traceparent"
+TRACESTATE = "tracestate"
+# A traced hop's answer: the container's steps with their times (`tracing.hop_steps`)
+HOP_STEPS_HEADER = "x-serving-hop-steps"
 
 # --- Ray: names the control plane's plans and the Ray wing share ----------------------------------
 RAY_NAMESPACE = "serving"  # this project's actors and applications

@@ -13,7 +13,13 @@ pytest_plugins = ["suite.models"]
 # server and the endpoints several modules share. pytest reads `pytest_plugins` in this conftest
 # only, so they load here too, but only when a run names a path outside tests/unit: the unit tier
 # starts without them.
-RAY_TIER_PLUGINS = ["suite.handlers", "suite.services", "suite.endpoint_server", "suite.endpoints"]
+RAY_TIER_PLUGINS = [
+    "suite.handlers",
+    "suite.services",
+    "suite.otlp",
+    "suite.endpoint_server",
+    "suite.endpoints",
+]
 
 ROOT = Path(__file__).resolve().parent.parent
 UNIT = ROOT / "tests" / "unit"

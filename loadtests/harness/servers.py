@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 # A child process serving specs on its own embedded Ray: prints its URL, stops when stdin closes.
@@ -29,10 +31,17 @@ with EmbeddedServer(specs, ServerSettings(port=0, **options["settings"]), num_cp
 
 @contextlib.contextmanager
 def embedded_endpoint(
-    *specs: dict[str, Any], num_cpus: int = 2, ready_timeout_s: float = 300.0, **settings: Any
+    *specs: dict[str, Any],
+    num_cpus: int = 2,
+    ready_timeout_s: float = 300.0,
+    environment: dict[str, str] | None = None,
+    source: Path | None = None,
+    **settings: Any,
 ) -> Iterator[str]:
     """The endpoint server's base URL while `specs` are served by a child process; it all stops when
-    the block ends. `settings`: ServerSettings fields (e.g. `gateways_per_node`)."""
+    the block ends. `settings`: ServerSettings fields (e.g. `gateways_per_node`); `environment`:
+    variables added to the child's (and so to its Ray's); `source`: another checkout of this
+    repository to run instead of the installed one (a baseline commit's worktree)."""
     options = json.dumps(
         {
             "specs": list(specs),
@@ -41,11 +50,16 @@ def embedded_endpoint(
             "settings": settings,
         }
     )
+    child_environment = {**os.environ, **(environment or {})}
+    if source is not None:
+        child_environment["PYTHONPATH"] = str(source)
     server = subprocess.Popen(
         [sys.executable, "-c", CHILD_SCRIPT, options],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
+        env=child_environment,
+        cwd=source,
     )
     try:
         # the child exits (and this reads "") if it cannot get ready

@@ -28,6 +28,7 @@ from serving.access.policies import (
 from serving.access.sigv4 import Authenticator, Caller, Claim, RawRequest
 from serving.errors import AccessDeniedError, ServingError
 from serving.metrics.invocations import ACCESS_DECISIONS
+from serving.tracing import spans as tracing
 
 __all__ = ["AUDIT_LOGGER", "EndpointAccess", "configure_audit_log"]
 
@@ -42,6 +43,9 @@ AuditRecord = dict[str, Any]
 
 def _audit(level: int, record: AuditRecord) -> None:
     stamp = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    trace_id = tracing.current_trace_id()  # None unless tracing is on
+    if trace_id is not None:
+        record = {**record, "trace_id": trace_id}
     audit_log.log(level, json.dumps({"time": stamp, **record}, separators=(",", ":")))
 
 
@@ -58,6 +62,7 @@ def configure_audit_log(stream: IO[str] | None = None) -> None:
         # the lines are complete as they are; no second copy via the root logger
         audit_log.propagate = False
     audit_log.setLevel(logging.INFO)
+    tracing.OWN_TRACE_FIELD.add(AUDIT_LOGGER)  # its JSON lines say `trace_id` as a field
 
 
 class EndpointAccess:

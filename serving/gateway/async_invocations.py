@@ -55,8 +55,12 @@ from serving.http.responses import error_response
 from serving.metrics.invocations import InvocationTrace
 from serving.s3 import Clients, S3Location
 from serving.settings import ServerSettings
+from serving.tracing import spans as tracing
 
 __all__ = ["AsyncInvocations"]
+
+ASYNC_OPERATION = protocol.RUNTIME_OPERATIONS["async-invocations"]
+ASYNC_RUN_OPERATION = f"{ASYNC_OPERATION} run"  # its own trace, linked to the admission's
 
 logger = logging.getLogger("serving.gateway.async")
 
@@ -99,10 +103,17 @@ class AsyncInvocations:
         invocation = InvocationRequest(
             request.path_params["name"], request.headers, request.stream, lambda: self.head(request)
         )
-        async with invocation_frame(trace, "InvokeEndpointAsync", (ClientDisconnect,)) as frame:
+        async with invocation_frame(
+            trace,
+            "InvokeEndpointAsync",
+            (ClientDisconnect,),
+            carrier=request.headers,
+            operation=ASYNC_OPERATION,
+        ) as frame:
             admission = await self.invocations.admit(invocation, trace, action=ACTION_INVOKE_ASYNC)
             body = await self.invocations.body_of(invocation, admission, trace)
             job = job_from_request(admission, request.headers, body, self.clock())
+            job.link = tracing.current_carrier()  # its run's trace links to this one
             lane = self._reserve(job)
             try:
                 await self._record(job)
@@ -117,16 +128,19 @@ class AsyncInvocations:
             response = error_response(frame.error)
             if not trace.body_read:
                 response.headers["connection"] = "close"
-            return response
-        return Response(
-            json.dumps({"InferenceId": job.inference_id}).encode(),
-            status_code=202,
-            media_type=protocol.JSON,
-            headers={
-                protocol.OUTPUT_LOCATION: job.output.uri,
-                protocol.FAILURE_LOCATION: job.failure.uri,
-            },
-        )
+        else:
+            response = Response(
+                json.dumps({"InferenceId": job.inference_id}).encode(),
+                status_code=202,
+                media_type=protocol.JSON,
+                headers={
+                    protocol.OUTPUT_LOCATION: job.output.uri,
+                    protocol.FAILURE_LOCATION: job.failure.uri,
+                },
+            )
+        if frame.span is not None:
+            response.headers[protocol.TRACE_ID] = frame.span.trace_id
+        return response
 
     # --- admission --------------------------------------------------------------------------------
     def _reserve(self, job: Job, bounded: bool = True) -> Lane:
@@ -253,7 +267,9 @@ class AsyncInvocations:
         trace.multi_model, trace.body_read = endpoint.multi_model, True
         client = self._client(job.config.S3EndpointUrl)
         result = None
-        async with invocation_frame(trace, "an async invocation's run") as frame:
+        async with invocation_frame(
+            trace, "an async invocation's run", operation=ASYNC_RUN_OPERATION, link=job.link
+        ) as frame:
             waited = self.clock() - job.admitted
             if waited > job.ttl:
                 raise ServiceUnavailableError(

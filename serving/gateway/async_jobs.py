@@ -77,6 +77,9 @@ class Job:
     timeout: float  # InvocationTimeoutSeconds
     key: str = field(default_factory=lambda: uuid.uuid4().hex)  # its journal entry
     admitted_at: float = field(default_factory=time.time)  # wall-clock time of its admission
+    # the admission's trace context (tracing on): the run's trace links to it; not journaled, so a
+    # run another gateway takes over starts unlinked
+    link: dict[str, str] | None = None
 
     def entry(self) -> JobEntry:
         """What the journal keeps: enough for another gateway to run it (JSON)."""

@@ -45,7 +45,9 @@ from serving.gateway.variants import Front, ShadowRoute
 from serving.http.bodies import read_bounded
 from serving.metrics.invocations import InvocationTrace
 from serving.settings import ServerSettings
+from serving.tracing import spans as tracing
 
+SHADOW_OPERATION = "ShadowCopy"  # a shadow variant's copy: its own trace, linked to the caller's
 _FORWARDED = (
     "content-type",
     "accept",
@@ -101,8 +103,9 @@ class Invocations:
             )
         shadow = admission.shadow
         if shadow is not None and result.chunks is None:
+            link = tracing.current_carrier()  # the copy's own trace links to this invocation's
             copy = lambda: self._copy_to_shadow(
-                request.endpoint, shadow, admission, body, request.headers
+                request.endpoint, shadow, admission, body, request.headers, link
             )  # noqa: E731
             self.shadows.start(request.endpoint, shadow.name, copy)
         return result
@@ -114,11 +117,14 @@ class Invocations:
         admission: Admission,
         body: bytes,
         headers: Mapping[str, str],
+        link: Mapping[str, str] | None = None,
     ) -> bool:
         """One copy on the shadow variant, counted in its own metrics; its answer is only
         captured."""
         trace = InvocationTrace()
-        async with invocation_frame(trace, f"shadow variant {shadow.name}") as frame:
+        async with invocation_frame(
+            trace, f"shadow variant {shadow.name}", operation=SHADOW_OPERATION, link=link
+        ) as frame:
             endpoint = self.endpoints.get(shadow.endpoint)
             if endpoint is None:
                 raise ServiceUnavailableError(
@@ -130,6 +136,7 @@ class Invocations:
                 endpoint.multi_model,
             )
             chain = trace.chain = chain_of(endpoint, headers, public)
+            trace.variant = shadow.name
             copy = Admission(endpoint, chain, admission.target_model, None, shadow.name)
             result = await self.run(copy, body, headers, trace)
             capture = admission.endpoint.data_capture
@@ -174,16 +181,19 @@ class Invocations:
             endpoint.mode,
             endpoint.multi_model,
         )
-        body, caller = await self._authenticate(endpoint, request, trace, name)
+        trace.variant = variant
+        with tracing.step("authenticate"):
+            body, caller = await self._authenticate(endpoint, request, trace, name)
         if endpoint.failure is not None:
             raise ServiceUnavailableError(f"Endpoint {name} is Failed: {endpoint.failure}")
         chain = trace.chain = chain_of(endpoint, headers, name)
         if caller is not None:
             assert endpoint.access is not None
             permission = {"action": action} if action is not None else {}
-            endpoint.access.authorize(
-                name, caller, chain, headers.get(protocol.TARGET_MODEL), **permission
-            )
+            with tracing.step("authorize"):
+                endpoint.access.authorize(
+                    name, caller, chain, headers.get(protocol.TARGET_MODEL), **permission
+                )
         check_headers(headers, stream, variant_checked=front is not None)
         target_model = trace.model = target_model_of(endpoint, chain, headers, name)
         return Admission(endpoint, chain, target_model, body, variant, shadow)
@@ -191,10 +201,12 @@ class Invocations:
     async def body_of(
         self, request: InvocationRequest, admission: Admission, trace: InvocationTrace
     ) -> bytes:
-        """The request's body: as authentication read it, else read now within the payload limit."""
-        return (
-            admission.body if admission.body is not None else await self.read_body(request, trace)
-        )
+        """The request's body: as authentication read it, else read now within the payload limit (a
+        span of its own: a slow upload is the caller's time, not the containers')."""
+        if admission.body is not None:
+            return admission.body
+        with tracing.step("read body"):
+            return await self.read_body(request, trace)
 
     async def run(
         self,
@@ -307,36 +319,40 @@ class Invocations:
             trace.failed_container = container  # until it answers well
             if remaining <= 0:
                 raise timed_out(container, timeout)
-            sent = time.perf_counter()
-            # only the last container streams; its stream outlasts the deadline, which bounds its
-            # first byte
-            last_streams = stream and position == len(chain)
-            hop = self.transport.send(
-                endpoint.name,
-                container,
-                body,
-                hop_headers,
-                remaining,
-                affinity=affinity if container in endpoint.multi_model else None,
-                stream=last_streams,
-                stream_timeout=self.settings.stream_timeout_s if last_streams else None,
-            )
-            try:
-                # aiohttp's own timeout is the stream's: the deadline bounds its first byte here
-                if last_streams:
-                    # not wait_for: no task of its own per hop
-                    async with asyncio.timeout(remaining):
+            with tracing.hop(container, position):
+                sent = time.perf_counter()
+                # only the last container streams; its stream outlasts the deadline, which bounds its
+                # first byte
+                last_streams = stream and position == len(chain)
+                hop = self.transport.send(
+                    endpoint.name,
+                    container,
+                    body,
+                    hop_headers,
+                    remaining,
+                    affinity=affinity if container in endpoint.multi_model else None,
+                    stream=last_streams,
+                    stream_timeout=self.settings.stream_timeout_s if last_streams else None,
+                )
+                try:
+                    # aiohttp's own timeout is the stream's: the deadline bounds its first byte here
+                    if last_streams:
+                        # not wait_for: no task of its own per hop
+                        async with asyncio.timeout(remaining):
+                            response = await hop
+                    else:  # the transport keeps to `remaining` itself
                         response = await hop
-                else:  # the transport keeps to `remaining` itself
-                    response = await hop
-            except TimeoutError:
+                except TimeoutError:
+                    trace.hops.append((container, time.perf_counter() - sent))
+                    raise timed_out(container, timeout) from None
                 trace.hops.append((container, time.perf_counter() - sent))
-                raise timed_out(container, timeout) from None
-            trace.hops.append((container, time.perf_counter() - sent))
-            if container in endpoint.multi_model and _answered_for_model(response):
-                trace.model_confirmed = True
-            if response.status >= 400:
-                raise container_failure(endpoint.name, container, position, len(chain), response)
+                tracing.annotate(tracing.STATUS, response.status)
+                if container in endpoint.multi_model and _answered_for_model(response):
+                    trace.model_confirmed = True
+                if response.status >= 400:
+                    raise container_failure(
+                        endpoint.name, container, position, len(chain), response
+                    )
             trace.failed_container = None
             attributes = response.custom_attributes or attributes
             body = response.body

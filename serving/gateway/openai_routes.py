@@ -40,6 +40,8 @@ CHAT, COMPLETIONS, EVENT_STREAM = (
     protocol.OPENAI_COMPLETIONS,
     protocol.SERVER_SENT_EVENTS,
 )
+# the root span's name, by the request's kind (OpenAI's own names for the two calls)
+_OPERATIONS = {CHAT: "ChatCompletions", COMPLETIONS: "Completions"}
 
 
 def _error_document(message: str, kind: str, code: str | None) -> bytes:
@@ -93,7 +95,13 @@ class OpenAIRoutes:
     async def _answer(self, request: Request, kind: str) -> Response:
         trace = InvocationTrace(protocol=OPENAI_LABEL)
         response = Response(status_code=499)  # the caller left: nobody is there to read it
-        async with invocation_frame(trace, "the OpenAI route", (ClientDisconnect,)) as frame:
+        async with invocation_frame(
+            trace,
+            "the OpenAI route",
+            (ClientDisconnect,),
+            carrier=request.headers,
+            operation=_OPERATIONS[kind],
+        ) as frame:
             head = InvocationRequest(
                 "", request.headers, request.stream, lambda: raw_request(request)
             )
@@ -110,11 +118,16 @@ class OpenAIRoutes:
                 )
                 result = await self.invocations.invoke(invocation, trace, stream=stream)
             if result.chunks is not None:
-                result = replace(result, content_type=EVENT_STREAM, headers={})
+                trace_header = (
+                    {} if frame.span is None else {protocol.TRACE_ID: frame.span.trace_id}
+                )
+                result = replace(result, content_type=EVENT_STREAM, headers=trace_header)
                 return streamed_response(result, trace, frame.defer(), SERVER_SENT_EVENTS)
             response = Response(result.body, media_type=result.content_type)
         if frame.error is not None:
-            return error_response(frame.error)
+            response = error_response(frame.error)
+        if frame.span is not None:
+            response.headers[protocol.TRACE_ID] = frame.span.trace_id
         return response
 
 

@@ -18,6 +18,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from serving import protocol
 from serving._malloc import keep_large_blocks_in_mmap
 from serving.access.sigv4 import RawRequest
 from serving.gateway.admission import EndpointRoute, InvocationRequest, InvocationResult
@@ -31,6 +32,10 @@ from serving.metrics.invocations import InvocationTrace
 from serving.settings import ServerSettings
 
 __all__ = ["EndpointRoute", "Router", "streamed_response"]
+
+# the root span's name: SageMaker Runtime's operation
+_OPERATION = protocol.RUNTIME_OPERATIONS["invocations"]
+_STREAM_OPERATION = protocol.RUNTIME_OPERATIONS["invocations-response-stream"]
 
 
 class Router:
@@ -97,9 +102,17 @@ class Router:
             lambda: raw_request(request),
         )
         response: Response | None = None
-        async with invocation_frame(trace, "the endpoint router", (ClientDisconnect,)) as frame:
+        async with invocation_frame(
+            trace,
+            "the endpoint router",
+            (ClientDisconnect,),
+            carrier=request.headers,
+            operation=_STREAM_OPERATION if stream else _OPERATION,
+        ) as frame:
             result = await self.invocations.invoke(invocation, trace, stream=stream)
             if result.chunks is not None:
+                if frame.span is not None:
+                    result.headers[protocol.TRACE_ID] = frame.span.trace_id
                 return streamed_response(result, trace, frame.defer())
             # The container's Content-Type exactly as it set it (media_type= would add ";
             # charset=utf-8" to text/*).
@@ -113,6 +126,8 @@ class Router:
         if frame.error is not None:
             response = error_response(frame.error)
         assert response is not None
+        if frame.span is not None:
+            response.headers[protocol.TRACE_ID] = frame.span.trace_id
         if not trace.body_read:
             # Refused before its body was read: close rather than read (and drop) what anyone may
             # send.

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections.abc import Callable, Mapping
 
 import aiohttp
@@ -27,6 +28,8 @@ from serving.errors import ModelNotReadyError
 from serving.gateway.hop_answers import HopResponse, HopStream, StreamBroken, lost_connection
 from serving.gateway.hop_client import HopClient, HopLost, HopRefused
 from serving.gateway.replica_choice import LOCAL_SLACK, ModelHomes, Replica, choose
+from serving.tracing import hop_steps
+from serving.tracing import spans as tracing
 from serving.trust import hops
 
 # the answers and the replica are also importable from here, where they were first
@@ -165,6 +168,10 @@ class ContainerTransport:
         headers = _with_defaults(headers)
         if stream:
             headers[protocol.HOP_STREAM_HEADER] = "true"
+        # Traced: the hop span's context, signed, so the container times its steps and logs the id.
+        traced = tracing.current_carrier()
+        if traced is not None:
+            headers[protocol.TRACEPARENT] = traced[protocol.TRACEPARENT]
         if self._hop_key is not None:
             headers.update(
                 hops.sign(
@@ -176,6 +183,7 @@ class ContainerTransport:
                 )
             )
         retries_left = 0 if key in self._no_retry else 1
+        tries = 0
         broken: Replica | None = None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
@@ -192,59 +200,70 @@ class ContainerTransport:
                     "concurrent requests; retry shortly"
                 )
             replica.in_flight += 1
-            answered, held = False, False
-            try:
-                if not stream:
-                    answer = await self._post(replica, body, headers, deadline - loop.time())
-                else:
-                    response = await self._session.post(
-                        replica.invocations_url,
-                        data=body,
-                        headers=headers,
-                        timeout=aiohttp.ClientTimeout(total=stream_timeout),
-                    )
-                    answered = True
-                    streaming = response.status < 400
-                    try:
-                        answer = HopResponse(
-                            status=response.status,
-                            body=b"" if streaming else await response.read(),
-                            content_type=response.headers.get(
-                                protocol.STREAM_CONTENT_TYPE if streaming else "content-type"
-                            ),
-                            custom_attributes=response.headers.get(protocol.CUSTOM_ATTRIBUTES),
-                            model_resolved=response.headers.get(protocol.MODEL_RESOLVED) == "true",
-                            platform=response.headers.get(protocol.PLATFORM_ERROR) == "true",
-                            log_stream=response.headers.get(protocol.LOG_STREAM),
-                            chunks=HopStream(response, replica) if streaming else None,
+            tries += 1
+            with tracing.attempt(replica.url, tries, replica.address[0], replica.local):
+                answered, held = False, False
+                try:
+                    if not stream:
+                        answer = await self._post(
+                            replica, body, headers, deadline - loop.time(), traced is not None
                         )
-                        # the stream releases the replica and the connection when it ends
-                        held = streaming
-                    finally:
-                        if not held:
-                            response.release()
-                if home_key is not None and answer.status < 400:  # it holds the model now
-                    self._homes.remember(home_key, replica.url)
-                return answer
-            except (aiohttp.ClientConnectorError, HopRefused):
-                # Refused: the replica is gone. Forget it until the registry says otherwise.
-                if replica in replicas:
-                    replicas.remove(replica)
-                    self._dropped.append(replica.url)
-            except TimeoutError:
-                raise  # the router reports the invocation timeout
-            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, HopLost) as error:
-                # Closed or reset before any answer: the replica died or dropped an idle connection.
-                if answered or retries_left == 0 or (isinstance(error, HopLost) and error.answered):
+                    else:
+                        response = await self._session.post(
+                            replica.invocations_url,
+                            data=body,
+                            headers=headers,
+                            timeout=aiohttp.ClientTimeout(total=stream_timeout),
+                        )
+                        answered = True
+                        streaming = response.status < 400
+                        try:
+                            answer = HopResponse(
+                                status=response.status,
+                                body=b"" if streaming else await response.read(),
+                                content_type=response.headers.get(
+                                    protocol.STREAM_CONTENT_TYPE if streaming else "content-type"
+                                ),
+                                custom_attributes=response.headers.get(protocol.CUSTOM_ATTRIBUTES),
+                                model_resolved=response.headers.get(protocol.MODEL_RESOLVED)
+                                == "true",
+                                platform=response.headers.get(protocol.PLATFORM_ERROR) == "true",
+                                log_stream=response.headers.get(protocol.LOG_STREAM),
+                                chunks=HopStream(response, replica) if streaming else None,
+                            )
+                            # the stream releases the replica and the connection when it ends
+                            held = streaming
+                        finally:
+                            if not held:
+                                response.release()
+                    if home_key is not None and answer.status < 400:  # it holds the model now
+                        self._homes.remember(home_key, replica.url)
+                    return answer
+                except (aiohttp.ClientConnectorError, HopRefused):
+                    # Refused: the replica is gone. Forget it until the registry says otherwise.
+                    tracing.annotate(tracing.OUTCOME, "refused")
+                    if replica in replicas:
+                        replicas.remove(replica)
+                        self._dropped.append(replica.url)
+                except TimeoutError:
+                    raise  # the router reports the invocation timeout
+                except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, HopLost) as error:
+                    # Closed or reset before any answer: the replica died or dropped an idle connection.
+                    if (
+                        answered
+                        or retries_left == 0
+                        or (isinstance(error, HopLost) and error.answered)
+                    ):
+                        raise lost_connection(container, error) from None
+                    tracing.annotate(tracing.OUTCOME, "lost")
+                    retries_left -= 1
+                    broken = replica
+                except aiohttp.ClientError as error:
+                    # The answer was under way: never retry it, report the container as failed.
                     raise lost_connection(container, error) from None
-                retries_left -= 1
-                broken = replica
-            except aiohttp.ClientError as error:
-                # The answer was under way: never retry it, report the container as failed.
-                raise lost_connection(container, error) from None
-            finally:
-                if not held:
-                    replica.in_flight -= 1
+                finally:
+                    if not held:
+                        replica.in_flight -= 1
         raise ModelNotReadyError(
             f"container {container} of endpoint {endpoint} has no ready replica; retry shortly"
         )
@@ -314,13 +333,21 @@ class ContainerTransport:
             raise lost_connection(container, error) from None
 
     async def _post(
-        self, replica: Replica, body: bytes, headers: dict[str, str], timeout: float
+        self,
+        replica: Replica,
+        body: bytes,
+        headers: dict[str, str],
+        timeout: float,
+        traced: bool = False,
     ) -> HopResponse:
         host, port = replica.address
+        sent_ns = time.time_ns() if traced else 0
         answer = await self._client.post(
             host, port, protocol.INVOCATIONS_PATH, body, headers, timeout
         )
         got = answer.headers
+        if traced:  # the container's steps, as child spans of this attempt
+            _record_steps(got.get(protocol.HOP_STEPS_HEADER), sent_ns)
         return HopResponse(
             status=answer.status,
             body=answer.body,
@@ -330,3 +357,13 @@ class ContainerTransport:
             platform=got.get(protocol.PLATFORM_ERROR.lower()) == "true",
             log_stream=got.get(protocol.LOG_STREAM.lower()),
         )
+
+
+def _record_steps(header: str | None, sent_ns: int) -> None:
+    """The container's steps of a traced hop (`tracing.hop_steps`), within this attempt's time."""
+    if not header:
+        return
+    steps, batch = hop_steps.parse(header, sent_ns, time.time_ns())
+    for name, start, end in steps:
+        attributes = {tracing.BATCH_SIZE: batch} if name == "predict" and batch else {}
+        tracing.record(name, start, end, attributes)

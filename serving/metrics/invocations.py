@@ -113,6 +113,7 @@ class InvocationTrace:
     mode: str = "Direct"
     chain: tuple[str, ...] = ()
     model: str | None = None  # TargetModel, once checked
+    variant: str | None = None  # the production (or shadow) variant that runs it, once picked
     # a MultiModel container answered for `model`: only then is it a label value
     model_confirmed: bool = False
     multi_model: frozenset[str] = frozenset()

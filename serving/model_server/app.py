@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -39,6 +40,7 @@ from serving.models.multimodel import MultiModelHandler
 from serving.runtimes import InvocationContext, Runtime
 from serving.runtimes.concurrency import BatchSettings
 from serving.runtimes.context import Headers
+from serving.tracing import hop_steps
 from serving.trust import hops
 
 logger = logging.getLogger("serving.container")
@@ -244,6 +246,7 @@ class ContainerApp:
             context.custom_attributes = headers.get(protocol.CUSTOM_ATTRIBUTES)
             context.target_model = headers.get(protocol.TARGET_MODEL)
             context.inference_id = headers.get(protocol.INFERENCE_ID)
+            arrived = _traced(context, headers)
             if headers.get(protocol.HOP_STREAM_HEADER) == "true":
                 response = await self._stream(request, body, headers, context)
                 streaming = True  # in flight until the stream ends
@@ -258,6 +261,8 @@ class ContainerApp:
             response_headers = {**context.response_headers, "content-type": content_type}
             if context.response_custom_attributes:
                 response_headers[protocol.CUSTOM_ATTRIBUTES] = context.response_custom_attributes
+            if context.steps is not None:
+                response_headers[protocol.HOP_STEPS_HEADER] = _steps(context, arrived)
             return _resolved(
                 Response(out, status_code=context.response_status, headers=response_headers),
                 context,
@@ -322,12 +327,38 @@ class ContainerApp:
             response.headers[protocol.PLATFORM_ERROR] = "true"
         else:
             if not isinstance(error, ServingError):  # the model failed: report it, keep serving
-                logger.exception("container %s: invocation failed", self.hostname)
+                logger.exception(
+                    "container %s: invocation failed%s", self.hostname, _trace_note(context)
+                )
             # no paths of this machine, no traceback
             response = error_response(ContainerError.of(error))
         if self.log_stream:
             response.headers[protocol.LOG_STREAM] = self.log_stream
         return _resolved(response, context)
+
+
+def _traced(context: InvocationContext, headers: Headers) -> int:
+    """With a traced hop (a `traceparent` the gateway signed), time this request's steps; returns
+    when it arrived (ns), 0 untraced."""
+    if protocol.TRACEPARENT not in headers:
+        return 0
+    context.steps = []
+    return time.time_ns()
+
+
+def _steps(context: InvocationContext, arrived: int) -> str:
+    """The steps header: a wait for the model (a thread, the loop) before its first step, then the
+    steps themselves (a batch's wait is among them)."""
+    steps = context.steps or []
+    if steps and not any(name == "queue" for name, _, _ in steps) and steps[0][1] > arrived:
+        steps.insert(0, ("queue", arrived, steps[0][1]))
+    return hop_steps.render(steps, context.batch_size)
+
+
+def _trace_note(context: InvocationContext) -> str:
+    """` (trace <id>)` for a traced hop's log line, so that the line is found from the trace."""
+    traceparent = context.headers.get(protocol.TRACEPARENT) or ""
+    return f" (trace {traceparent[3:35]})" if len(traceparent) >= 35 else ""
 
 
 def build_container_app(

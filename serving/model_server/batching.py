@@ -250,13 +250,18 @@ class Batcher:
     def _decode(
         self, body: bytes, content_type: str | None, accept: str | None, context: InvocationContext
     ):
-        started = time.perf_counter()
+        started, started_ns = time.perf_counter(), time.time_ns()
         data, chosen = self.runtime.decode(body, content_type, accept, context)
+        context.step("decode", started_ns)
         return data, chosen, self.runtime.batch_rows(data), time.perf_counter() - started
 
     def _alone(self, data: Any, accept: str, context: InvocationContext, spent_s: float) -> Answer:
-        started = time.perf_counter()
-        answer = self.runtime.encode(self.runtime.predict(data, context), accept, context)
+        started, started_ns = time.perf_counter(), time.time_ns()
+        prediction = self.runtime.predict(data, context)
+        context.step("predict", started_ns)
+        encoding = time.time_ns()
+        answer = self.runtime.encode(prediction, accept, context)
+        context.step("encode", encoding)
         self._latency(spent_s + time.perf_counter() - started)
         return answer
 
@@ -266,9 +271,10 @@ class Batcher:
             self.observer.batch_size(sum(request.count for request in batch))
             for request in batch:
                 self.observer.queue_delay(started - request.arrived)
+        _traced_wait(batch)
         if len(batch) == 1:
             return [self._guarded(partial(self._request_alone, batch[0]))]
-        clock = time.perf_counter()
+        clock, clock_ns = time.perf_counter(), time.time_ns()
         try:
             # The batch's predict_fn sees the first request's context (documented: per-request state
             # belongs in input_fn / output_fn).
@@ -284,6 +290,9 @@ class Batcher:
             )
             return [self._guarded(partial(self._request_alone, request)) for request in batch]
         predict_s = time.perf_counter() - clock
+        for request in batch:
+            request.context.step("predict", clock_ns)
+            request.context.batch_size = len(batch)
         return [
             self._guarded(partial(self._encode, request, part, predict_s))
             for request, part in zip(batch, parts)
@@ -293,8 +302,9 @@ class Batcher:
         return self._alone(request.data, request.accept, request.context, request.decode_s)
 
     def _encode(self, request: _Request, part: Any, predict_s: float) -> Answer:
-        started = time.perf_counter()
+        started, started_ns = time.perf_counter(), time.time_ns()
         answer = self.runtime.encode(part, request.accept, request.context)
+        request.context.step("encode", started_ns)
         self._latency(request.decode_s + predict_s + time.perf_counter() - started)
         return answer
 
@@ -308,6 +318,14 @@ class Batcher:
             return call()
         except Exception as error:
             return error
+
+
+def _traced_wait(batch: list[_Request]) -> None:
+    """A traced request's wait for its batch: from its decode's end until the batch runs."""
+    for request in batch:
+        steps = request.context.steps
+        if steps:
+            request.context.step("queue", steps[-1][2])
 
 
 __all__ = ["BatchObserver", "Batcher", "UnsplittableError", "batch_key", "merge", "split"]

@@ -12,10 +12,13 @@ docs/spec.md, `Batching`.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
 import os
 import threading
 import time
+from collections.abc import Iterator
 
 STREAK = 8  # fast predictions in a row before one runs on the loop
 MAX_STREAK = 1024  # the most a model that was caught waiting must wait for its next try on the loop
@@ -76,6 +79,20 @@ class GcClock:
 
 
 GC_CLOCK = GcClock()  # one per process, as gc.callbacks is
+
+
+@contextlib.contextmanager
+def loop_hidden() -> Iterator[None]:
+    """Run a prediction on the loop as if on a thread of its own: a handler that calls
+    `asyncio.run` (an async client, say) works there as it does on the worker thread and in AWS's
+    toolkits, whose handlers run in no event loop. Only the running-loop marker asyncio keeps for
+    this thread is lifted, and put back however the call ends."""
+    running = asyncio.events._get_running_loop()
+    asyncio.events._set_running_loop(None)
+    try:
+        yield
+    finally:
+        asyncio.events._set_running_loop(running)
 
 
 class InlineGate:

@@ -30,7 +30,7 @@ from anyio import CapacityLimiter
 
 from serving.model_server.batching import Batcher
 from serving.model_server.events import EventLog
-from serving.model_server.inline import GC_CLOCK, InlineGate, RunQueueClock
+from serving.model_server.inline import GC_CLOCK, InlineGate, RunQueueClock, loop_hidden
 from serving.models.multimodel import MultiModelHandler
 from serving.runtimes import InvocationContext, Runtime
 from serving.runtimes.concurrency import BatchSettings
@@ -180,7 +180,11 @@ class Inline(Threaded):
         started, computed, collected = time.perf_counter(), time.thread_time(), GC_CLOCK()
         queued = self._run_queue() if on_loop else 0.0
         try:
-            answer = call()
+            if on_loop:
+                with loop_hidden():
+                    answer = call()
+            else:
+                answer = call()
         finally:  # a slow failure closes the gate as a slow answer does
             cpu = time.thread_time() - computed
             waited = time.perf_counter() - started - cpu if on_loop else None
@@ -249,15 +253,16 @@ def choose(
     events: EventLog | None = None,
 ) -> Predictor:
     """The strategy for a SingleModel `runtime` (or MultiModel `models`): batching when asked for;
-    on the event loop only for a model that runs one prediction at a time anyway, with no user hooks
-    per request (they may block, or call asyncio themselves) and no handler calling back into this
-    server; else threads."""
+    on the event loop only for a model that runs one prediction at a time anyway and no handler
+    calling back into this server; else threads. A user's request hooks run on the loop as the
+    stack's own steps do: the gate sends one that blocks back to the thread, and the loop is hidden
+    from one that runs asyncio itself (`inline.loop_hidden`)."""
     if models is not None:
         return MultiModel(models)
     assert runtime is not None, "give a runtime (SingleModel) or models (MultiModel)"
     calls_back = hasattr(runtime, "rest_call")  # the tensorflow stack's context.rest_uri
     alone: Threaded
-    if threads == 1 and inline_budget_s > 0 and not calls_back and not runtime.runs_request_hooks():
+    if threads == 1 and inline_budget_s > 0 and not calls_back:
         alone = Inline(runtime, inline_budget_s, model_latency)
     else:
         alone = Threaded(runtime, threads, model_latency)

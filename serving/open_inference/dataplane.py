@@ -48,6 +48,9 @@ def _version() -> str:
         return "0"
 
 
+V2_OPERATION = "ModelInfer"  # an inference's root span, over REST and gRPC alike
+
+
 @dataclass(frozen=True)
 class ModelCall:
     """A call naming a model: the name and version, and the request as its transport received it."""

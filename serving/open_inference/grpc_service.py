@@ -28,7 +28,7 @@ from serving.gateway.entry import invocation_frame
 from serving.metrics.invocations import V2_GRPC_LABEL, InvocationTrace
 from serving.open_inference import grpc_codec
 from serving.open_inference import grpc_messages_pb2 as pb
-from serving.open_inference.dataplane import ModelCall, OpenInference
+from serving.open_inference.dataplane import V2_OPERATION, ModelCall, OpenInference
 from serving.settings import ServerSettings
 
 STOP_GRACE_S = 5.0  # calls in flight when the gateway stops may finish within this
@@ -178,7 +178,12 @@ class GrpcInference:
         # a cancelled call (by its client, or its deadline) is counted as an abort and cancelled on
         aborts = (asyncio.CancelledError,)
         async with invocation_frame(
-            trace, "the Open Inference gRPC service", aborts, reraise_abort=True
+            trace,
+            "the Open Inference gRPC service",
+            aborts,
+            reraise_abort=True,
+            carrier=dict(context.invocation_metadata() or ()),
+            operation=V2_OPERATION,
         ) as frame:
             message = grpc_codec.parse(pb.ModelInferRequest, raw)
             call = _call(message.model_name, message.model_version, raw, context, "ModelInfer")
@@ -188,6 +193,8 @@ class GrpcInference:
             response = grpc_codec.infer_response(
                 answer.model, answer.version, answer.request, answer.outputs
             )
+        if frame.span is not None:  # also on an error's status
+            context.set_trailing_metadata(((protocol.TRACE_ID.lower(), frame.span.trace_id),))
         if frame.error is not None:
             raise frame.error  # to the method's wire (`_grpc_errors`)
         return response

@@ -30,7 +30,7 @@ from serving.http.bodies import read_bounded
 from serving.http.responses import json_response
 from serving.metrics.invocations import V2_REST_LABEL, InvocationTrace
 from serving.open_inference import codec
-from serving.open_inference.dataplane import ModelCall, OpenInference
+from serving.open_inference.dataplane import V2_OPERATION, ModelCall, OpenInference
 
 _MODEL, _VERSIONED = "/v2/models/{model}", "/v2/models/{model}/versions/{version}"
 INDEX_BODY_LIMIT = 65536  # a repository index request is `{"ready": true}`
@@ -121,7 +121,11 @@ class OpenInferenceRoutes:
         length = request.headers.get(protocol.V2_HEADER_LENGTH)
         response = Response(status_code=499)  # the caller left: nobody is there to read it
         async with invocation_frame(
-            trace, "the Open Inference route", (ClientDisconnect,)
+            trace,
+            "the Open Inference route",
+            (ClientDisconnect,),
+            carrier=request.headers,
+            operation=V2_OPERATION,
         ) as frame:
             answer = await self.v2.infer(
                 _call(request), trace, lambda body: codec.parse_request(body, length)
@@ -130,7 +134,11 @@ class OpenInferenceRoutes:
                 answer.model, answer.version, answer.request, answer.outputs
             )
             response = Response(body, headers=headers)
-        return _error(frame.error) if frame.error is not None else response
+        if frame.error is not None:
+            response = _error(frame.error)
+        if frame.span is not None:
+            response.headers[protocol.TRACE_ID] = frame.span.trace_id
+        return response
 
     # --- the model repository extension -----------------------------------------------------------
     @_v2_errors

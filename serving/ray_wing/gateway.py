@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
 import uuid
 from collections.abc import AsyncIterator
@@ -21,6 +22,7 @@ from starlette.routing import Route
 from serving._gc import freeze_startup_objects
 from serving.access.decision import configure_audit_log
 from serving.access.identities import load_identities
+from serving.autoscaling.config import ServeOptions
 from serving.config.spec import DEFAULT_MAX_CONCURRENCY
 from serving.console.access import ConsoleAccess
 from serving.console.overview import ConsoleJson
@@ -61,6 +63,7 @@ from serving.ray_wing.registry import registry_handle
 from serving.sagemaker_api.routes import Answer
 from serving.sagemaker_api.service import api_routes
 from serving.settings import ServerSettings, SettingsJson
+from serving.tracing import spans as tracing
 from serving.trust import keys
 
 logger = logging.getLogger("serving.ray_wing.gateway")
@@ -76,6 +79,9 @@ class Gateway:
         "Listeners")."""
         self.settings = ServerSettings(**settings)
         configure_audit_log()  # access decisions: JSON lines on this replica's stderr
+        # on when the OTEL_* variables `serving up` passed ask for traces; a missing exporter fails
+        # the start, naming its package
+        tracing.configure()
         self.registry = registry_handle()
         self._control = control_token()
         root = root_secret()
@@ -200,6 +206,7 @@ class Gateway:
         registry, the after-the-answer tasks (async requests write failure objects, shadow copies
         are cancelled, captured invocations written), the transport."""
         async with contextlib.AsyncExitStack() as stack:
+            stack.callback(tracing.shut_down)  # last: what the rest traced is exported
             await self.transport.start()
             stack.push_async_callback(self.transport.close)
             stack.push_async_callback(self.router.invocations.after_answer.close)
@@ -344,7 +351,7 @@ def start_gateway(settings: ServerSettings, exclusive: bool = False) -> ServerSe
         max_replicas_per_node=per_node,
         max_ongoing_requests=8,
         health_check_period_s=5,
-        ray_actor_options={"num_cpus": 0},
+        ray_actor_options={"num_cpus": 0, **_tracing_environment()},
     )
     try:
         # One gateway on one machine (the embedded server's default) binds its ports for itself
@@ -358,6 +365,14 @@ def start_gateway(settings: ServerSettings, exclusive: bool = False) -> ServerSe
             f"could not start the endpoint server on {settings.host}:{settings.port}: {error}"
         ) from None
     return settings
+
+
+def _tracing_environment() -> ServeOptions:
+    """The `OTEL_*` variables of the process running `serving up`, for the gateways wherever they
+    run (docs/tracing.md); nothing when it has none, so an untraced server's gateways start in
+    Ray's plain workers."""
+    variables = {name: value for name, value in os.environ.items() if name.startswith("OTEL_")}
+    return {"runtime_env": {"env_vars": variables}} if variables else {}
 
 
 def gateway_url(settings: ServerSettings) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
+import time
 from collections.abc import Callable, Iterator, Mapping
 from functools import partial
 from pathlib import Path
@@ -244,10 +245,23 @@ class Runtime:
         if "transform_fn" in self._hooks:
             accept = self._request_accept(accept, context)
             data = toolkit.request_data(body, content_type)
+            started = time.time_ns()
             result = self._run_hook("transform_fn", context, self.model, data, content_type, accept)
+            context.step("transform", started)
             return self._answer(result, accept, context)
+        if context.steps is None:
+            data, accept = self.decode(body, content_type, accept, context)
+            return self.encode_chunks(self.predict(data, context), accept, context)
+        started = time.time_ns()  # a traced hop: each step's time, for the gateway's spans
         data, accept = self.decode(body, content_type, accept, context)
-        return self.encode_chunks(self.predict(data, context), accept, context)
+        context.step("decode", started)
+        started = time.time_ns()
+        prediction = self.predict(data, context)
+        context.step("predict", started)
+        started = time.time_ns()
+        answer = self.encode_chunks(prediction, accept, context)
+        context.step("encode", started)
+        return answer
 
     # --- the steps one at a time (dynamic batching merges what `decode` gives, then splits the
     # prediction) ---

@@ -11,6 +11,7 @@ the same methods (request index 0: one request per call here), plus this runtime
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
@@ -113,6 +114,15 @@ class InvocationContext:
     response_phrase: str = ""
     response_content_type: str | None = None
     response_headers: dict[str, str] = field(default_factory=dict)
+    # A traced hop's steps (name, start and end in ns since the epoch): None unless the gateway
+    # asked (a signed `traceparent`), so an untraced request times nothing.
+    steps: list[tuple[str, int, int]] | None = None
+    batch_size: int | None = None  # requests whose rows went into the model call that answered
+
+    def step(self, name: str, started_ns: int) -> None:
+        """Note a traced step that began at `started_ns` and ends now."""
+        if self.steps is not None:
+            self.steps.append((name, started_ns, time.time_ns()))
 
     @classmethod
     def for_request(cls, headers: Mapping[str, str], **fields: Any) -> InvocationContext:

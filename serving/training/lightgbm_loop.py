@@ -10,24 +10,21 @@ loads.
 
 from __future__ import annotations
 
-import json
 import re
-import tempfile
 import time
 from collections.abc import Mapping
-from pathlib import Path
+from functools import partial
 from typing import Any
 
 import numpy as np
 
-from serving.training.run_records import Hyperparameters, Metrics, ModelSetup, TrainResult
-from serving.training.session import WorkerSession, label_indices
+from serving.training import boosted_trees
+from serving.training.run_records import Hyperparameters, ModelSetup
+from serving.training.session import WorkerSession
 
 __all__ = ["MODEL_FILE", "lightgbm_params", "train_lightgbm"]
 
 MODEL_FILE = "model.txt"
-# lightgbm.record_evaluation's log: each evaluation set's metrics, a float per round
-EvalsLog = dict[str, dict[str, list[float]]]
 _NAME = re.compile(r"[^A-Za-z0-9_]+")
 
 
@@ -59,12 +56,6 @@ def lightgbm_params(setup: ModelSetup, network: Mapping[str, Any] | None = None)
     return params
 
 
-def _labels(setup: ModelSetup, y: np.ndarray) -> np.ndarray:
-    if setup["task"] == "classification":
-        return label_indices(y, setup["classes"]).astype(np.float32)
-    return y.astype(np.float32)
-
-
 def train_lightgbm(
     setup: ModelSetup, session: WorkerSession, network: Mapping[str, Any] | None = None
 ) -> None:
@@ -79,21 +70,17 @@ def train_lightgbm(
     names = [_NAME.sub("_", name) for name in setup["features"]]
     params = lightgbm_params(setup, network)
     dtrain = lightgbm.Dataset(
-        train.x, label=_labels(setup, train.y), feature_name=names, free_raw_data=False
+        train.x, label=boosted_trees.labels(setup, train.y), feature_name=names, free_raw_data=False
     )
-    dval = lightgbm.Dataset(validation.x, label=_labels(setup, validation.y), reference=dtrain)
+    dval = lightgbm.Dataset(
+        validation.x, label=boosted_trees.labels(setup, validation.y), reference=dtrain
+    )
     resumed = session.latest_checkpoint()
     start_from = None
     if resumed is not None:
         start_from = lightgbm.Booster(model_file=str(resumed / MODEL_FILE))
     done = start_from.current_iteration() if start_from is not None else 0
-    bar = (
-        session.progress(rounds, f"{recipe['name']} (rank {session.rank})")
-        if session.rank == 0
-        else None
-    )
-    if bar is not None and done:
-        bar.update(done)
+    bar = boosted_trees.progress(setup, session, rounds, done)
 
     def checkpoints(env: Any) -> None:
         if bar is not None:
@@ -101,9 +88,15 @@ def train_lightgbm(
         boosted = env.iteration + 1  # counts the resumed rounds too
         if boosted % every == 0 and boosted < rounds:
             metrics = {name: value for _, name, value, *_ in env.evaluation_result_list}
-            _report(session, env.model, {"round": boosted, **metrics}, final=False)
+            boosted_trees.report(
+                session,
+                MODEL_FILE,
+                partial(_saved, env.model),
+                {"round": boosted, **metrics},
+                False,
+            )
 
-    history: EvalsLog = {}
+    history: boosted_trees.EvalsLog = {}
     started = time.perf_counter()
     booster = lightgbm.train(
         params,
@@ -117,57 +110,23 @@ def train_lightgbm(
     wall = time.perf_counter() - started
     if bar is not None:
         bar.close()
-    metrics: Metrics = {
-        f"val_{name}": float(values[-1]) for name, values in history.get("validation", {}).items()
-    }
-    predicted = np.asarray(booster.predict(validation.x))
-    if setup["task"] == "classification":
-        chosen = (
-            (predicted > 0.5).astype(np.int64) if predicted.ndim == 1 else predicted.argmax(axis=1)
-        )
-        metrics["val_accuracy"] = float(
-            np.mean(chosen == label_indices(validation.y, setup["classes"]))
-        )
-    if session.rank == 0:
-        shown = ", ".join(f"{k} {v:.4g}" for k, v in metrics.items())
-        session.say(
-            f"[serving train] {setup.get('group') or recipe['name']}: {booster.current_iteration()} rounds, {shown}"
-        )
-    classification = setup["task"] == "classification"
-    classes = len(setup["classes"] or [])
-    result: TrainResult = {
-        "metrics": metrics,
-        "timing": [
-            {
-                "steps": rounds - done,
-                "wall": wall,
-                "rows": len(train.x) * (rounds - done),
-                "forward": wall,
-            }
-        ],
-        "signature": {
-            "inputs": [
-                {
-                    "name": "input",
-                    "dtype": "float64",
-                    "shape": [-1, train.x.shape[1]],
-                    "columns": setup["features"],
-                }
-            ],
-            "outputs": [
-                {
-                    "name": "output",
-                    "dtype": "float64",
-                    "shape": [-1, classes] if classification and classes > 2 else [-1],
-                    "meaning": "class probabilities (of classes[1] for two classes)"
-                    if classification
-                    else "the predicted value",
-                }
-            ],
-            "classes": setup["classes"],
-        },
-    }
-    _report(session, booster, {**metrics, "final": True}, final=True, result=result)
+    boosted_trees.finish(
+        setup,
+        session,
+        history=history,
+        predicted=np.asarray(booster.predict(validation.x)),
+        boosted=booster.current_iteration(),
+        span=(rounds, done, wall),
+        shards=(train, validation),
+        dtype="float64",
+        model_file=MODEL_FILE,
+        saved=partial(_saved, booster),
+    )
+
+
+def _saved(booster: Any) -> bytes:
+    """The text model, less the training workers' addresses."""
+    return _without_addresses(booster.model_to_string()).encode()
 
 
 def _without_addresses(model: str) -> str:
@@ -176,24 +135,3 @@ def _without_addresses(model: str) -> str:
     return "".join(
         line for line in model.splitlines(keepends=True) if not line.startswith("[machines: ")
     )
-
-
-def _report(
-    session: WorkerSession,
-    booster: Any,
-    metrics: Metrics,
-    final: bool,
-    result: TrainResult | None = None,
-) -> None:
-    if session.rank != 0:
-        session.report(metrics)
-        return
-    with tempfile.TemporaryDirectory(prefix="serving-lgb-") as folder:
-        root = Path(folder)
-        saved = _without_addresses(booster.model_to_string())
-        (root / MODEL_FILE).write_text(saved)
-        if final:
-            (root / "export").mkdir()
-            (root / "export" / MODEL_FILE).write_text(saved)
-            (root / "result.json").write_text(json.dumps(result))
-        session.report(metrics, root)

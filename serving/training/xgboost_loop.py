@@ -9,22 +9,17 @@ booster is saved as SageMaker's built-in XGBoost algorithm names it, `xgboost-mo
 
 from __future__ import annotations
 
-import json
-import tempfile
 import time
-from pathlib import Path
+from functools import partial
 from typing import Any
 
-import numpy as np
-
-from serving.training.run_records import Hyperparameters, Metrics, ModelSetup, TrainResult
-from serving.training.session import WorkerSession, label_indices
+from serving.training import boosted_trees
+from serving.training.run_records import Hyperparameters, ModelSetup
+from serving.training.session import WorkerSession
 
 __all__ = ["MODEL_FILE", "booster_params", "train_xgboost"]
 
 MODEL_FILE = "xgboost-model"
-# xgboost.train's evals_result: each evaluation set's metrics, a float per round
-EvalsLog = dict[str, dict[str, list[float]]]
 
 
 def booster_params(setup: ModelSetup) -> Hyperparameters:
@@ -49,12 +44,6 @@ def booster_params(setup: ModelSetup) -> Hyperparameters:
     return params
 
 
-def _labels(setup: ModelSetup, y: np.ndarray) -> np.ndarray:
-    if setup["task"] == "classification":
-        return label_indices(y, setup["classes"]).astype(np.float32)
-    return y.astype(np.float32)
-
-
 def train_xgboost(setup: ModelSetup, session: WorkerSession) -> None:
     """One worker's part; rank 0 reports the final booster and the validation metrics."""
     import xgboost
@@ -64,10 +53,12 @@ def train_xgboost(setup: ModelSetup, session: WorkerSession) -> None:
     every = int(recipe["training"]["checkpoint_every_steps"])
     train, validation = session.shard("train"), session.shard("validation")
     dtrain = xgboost.DMatrix(
-        train.x, label=_labels(setup, train.y), feature_names=setup["features"]
+        train.x, label=boosted_trees.labels(setup, train.y), feature_names=setup["features"]
     )
     dval = xgboost.DMatrix(
-        validation.x, label=_labels(setup, validation.y), feature_names=setup["features"]
+        validation.x,
+        label=boosted_trees.labels(setup, validation.y),
+        feature_names=setup["features"],
     )
     resumed = session.latest_checkpoint()
     start_from = None
@@ -75,13 +66,7 @@ def train_xgboost(setup: ModelSetup, session: WorkerSession) -> None:
         start_from = xgboost.Booster()
         start_from.load_model(str(resumed / MODEL_FILE))
     done = start_from.num_boosted_rounds() if start_from is not None else 0
-    bar = (
-        session.progress(rounds, f"{recipe['name']} (rank {session.rank})")
-        if session.rank == 0
-        else None
-    )
-    if bar is not None and done:
-        bar.update(done)
+    bar = boosted_trees.progress(setup, session, rounds, done)
 
     class Checkpoints(xgboost.callback.TrainingCallback):
         def after_iteration(self, model: Any, epoch: int, evals_log: dict) -> bool:
@@ -92,10 +77,16 @@ def train_xgboost(setup: ModelSetup, session: WorkerSession) -> None:
                 metrics = {
                     name: values[-1] for name, values in evals_log.get("validation", {}).items()
                 }
-                _report(session, model, {"round": boosted, **metrics}, final=False)
+                boosted_trees.report(
+                    session,
+                    MODEL_FILE,
+                    partial(_saved, model),
+                    {"round": boosted, **metrics},
+                    False,
+                )
             return False
 
-    history: EvalsLog = {}
+    history: boosted_trees.EvalsLog = {}
     started = time.perf_counter()
     booster = xgboost.train(
         booster_params(setup),
@@ -110,76 +101,20 @@ def train_xgboost(setup: ModelSetup, session: WorkerSession) -> None:
     wall = time.perf_counter() - started
     if bar is not None:
         bar.close()
-    metrics: Metrics = {
-        f"val_{name}": float(values[-1]) for name, values in history.get("validation", {}).items()
-    }
-    predicted = booster.predict(dval)
-    if setup["task"] == "classification":
-        chosen = (
-            (predicted > 0.5).astype(np.int64) if predicted.ndim == 1 else predicted.argmax(axis=1)
-        )
-        metrics["val_accuracy"] = float(
-            np.mean(chosen == label_indices(validation.y, setup["classes"]))
-        )
-    if session.rank == 0:
-        shown = ", ".join(f"{k} {v:.4g}" for k, v in metrics.items())
-        session.say(
-            f"[serving train] {setup.get('group') or recipe['name']}: {booster.num_boosted_rounds()} rounds, {shown}"
-        )
-    classification = setup["task"] == "classification"
-    classes = len(setup["classes"] or [])
-    result: TrainResult = {
-        "metrics": metrics,
-        "timing": [
-            {
-                "steps": rounds - done,
-                "wall": wall,
-                "rows": len(train.x) * (rounds - done),
-                "forward": wall,
-            }
-        ],
-        "signature": {
-            "inputs": [
-                {
-                    "name": "input",
-                    "dtype": "float32",
-                    "shape": [-1, train.x.shape[1]],
-                    "columns": setup["features"],
-                }
-            ],
-            "outputs": [
-                {
-                    "name": "output",
-                    "dtype": "float32",
-                    "shape": [-1, classes] if classification and classes > 2 else [-1],
-                    "meaning": "class probabilities (of classes[1] for two classes)"
-                    if classification
-                    else "the predicted value",
-                }
-            ],
-            "classes": setup["classes"],
-        },
-    }
-    _report(session, booster, {**metrics, "final": True}, final=True, result=result)
+    boosted_trees.finish(
+        setup,
+        session,
+        history=history,
+        predicted=booster.predict(dval),
+        boosted=booster.num_boosted_rounds(),
+        span=(rounds, done, wall),
+        shards=(train, validation),
+        dtype="float32",
+        model_file=MODEL_FILE,
+        saved=partial(_saved, booster),
+    )
 
 
-def _report(
-    session: WorkerSession,
-    booster: Any,
-    metrics: Metrics,
-    final: bool,
-    result: TrainResult | None = None,
-) -> None:
-    if session.rank != 0:
-        session.report(metrics)
-        return
-    with tempfile.TemporaryDirectory(prefix="serving-xgb-") as folder:
-        root = Path(folder)
-        # XGBoost's JSON model: the file name has no extension
-        saved = bytes(booster.save_raw(raw_format="json"))
-        (root / MODEL_FILE).write_bytes(saved)
-        if final:
-            (root / "export").mkdir()
-            (root / "export" / MODEL_FILE).write_bytes(saved)
-            (root / "result.json").write_text(json.dumps(result))
-        session.report(metrics, root)
+def _saved(booster: Any) -> bytes:
+    """XGBoost's JSON model (the file name has no extension)."""
+    return bytes(booster.save_raw(raw_format="json"))

@@ -30,6 +30,7 @@ SIGNED_HEADERS = (
     protocol.CUSTOM_ATTRIBUTES.lower(),
     protocol.INFERENCE_ID.lower(),
     protocol.HOP_STREAM_HEADER,  # a captured hop cannot be turned into a stream or back
+    protocol.TRACEPARENT,  # a container trusts (and logs) only the trace context the gateway sent
 )
 
 

@@ -35,7 +35,7 @@ from serving import protocol
 from serving.access.identities import load_identities
 from serving.console.access import ConsoleAccess
 from serving.console.overview import overview
-from serving.console.page import ConsoleRoutes
+from serving.console.page import CONTENT_SECURITY_POLICY, ConsoleRoutes
 from serving.http.responses import serving_app
 from serving.http.server import BackgroundServer
 from tests.unit.sagemaker_harness import Harness
@@ -158,7 +158,7 @@ def test_the_console_draws_live_charts_and_a_scale_out_without_errors(server, br
             answer = page.goto(f"{server.url}{protocol.CONSOLE_PATH}")
             assert answer is not None and answer.status == 200
             policy = answer.headers[protocol.CONTENT_SECURITY_POLICY_HEADER]
-            assert policy == protocol.CONSOLE_CONTENT_SECURITY_POLICY
+            assert policy == CONTENT_SECURITY_POLICY
             link = page.locator(f"a[href='#/endpoints/{ENDPOINT}']")
             link.wait_for(timeout=30_000)
             row = page.locator("#overview tr", has=link)

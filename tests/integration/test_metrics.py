@@ -4,7 +4,8 @@ server.
 Prometheus is Debian's `prometheus` package (`make test` installs it), started on a loopback port
 with a 3 s scrape interval and stopped by PID. The endpoint `it-metrics` is invoked by this module
 only: one MultiModel replica with a cache of 2 models, and one SingleModel container, so every
-count below follows from the requests sent.
+count below follows from the requests sent. The same Prometheus, with deploy/prometheus/alerts.yml
+loaded, runs every query of deploy/grafana's dashboards (deploy/monitoring.md).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from suite import dashboards
 from suite.endpoint_server import TINY
 from suite.endpoints import sklearn_container
 
@@ -57,6 +59,23 @@ SEQUENCE = ["iris-0", "iris-0", "iris-1", "iris-0", "iris-2", "iris-1", "iris-0"
 HITS, MISSES = 2, 5
 SINGLE_REQUESTS = 5
 WAIT_S = 90  # replicas push their metrics every 5 s, Prometheus scrapes every 3 s
+SCRAPE_S = 3
+ALERTS = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "alerts.yml"
+# A rule that fires for it-metrics at once: the dashboards' alerts panel must show it.
+DASHBOARD_TEST_RULES = {
+    "groups": [
+        {
+            "name": "dashboard-test",
+            "rules": [
+                {
+                    "alert": "DashboardTestAlwaysFiring",
+                    "expr": f'max by (endpoint, container) (serving_replicas{{endpoint="{ENDPOINT}"}}) > 0',
+                    "labels": {"severity": "info"},
+                }
+            ],
+        }
+    ]
+}
 
 
 def _free_port() -> int:
@@ -78,8 +97,11 @@ def prometheus(server, tmp_path_factory) -> Iterator[str]:
         )
     root = tmp_path_factory.mktemp("prometheus")
     target = server.url.removeprefix("http://")
+    (root / "rules.yml").write_text(json.dumps(DASHBOARD_TEST_RULES))
     config = {
-        "global": {"scrape_interval": "3s", "scrape_timeout": "3s"},
+        "global": {"scrape_interval": "3s", "scrape_timeout": "3s", "evaluation_interval": "3s"},
+        # deploy/'s alerting rules, so that the dashboards' alerts panel reads what Prometheus has
+        "rule_files": [str(ALERTS), str(root / "rules.yml")],
         "scrape_configs": [{"job_name": "serving", "static_configs": [{"targets": [target]}]}],
     }
     (root / "prometheus.yml").write_text(json.dumps(config))  # JSON is YAML
@@ -238,3 +260,70 @@ def test_utilization_of_every_replica_is_reported(server, traffic) -> None:
         time.sleep(1)
     assert set(seen) == {"multi", "single"}
     assert all(0 < value < 100 for value in seen.values())
+
+
+# Dashboard queries that return no series for it-metrics, and why: (dashboard, panel, refId) -> reason.
+# Each still runs (Prometheus must accept it) and names only metric families /metrics declares.
+NO_SERIES_HERE = {
+    ("serving-dashboard.json", "Access decisions per second", "A"): (
+        "it-metrics has no AccessControl: serving_access_decisions_total counts only endpoints with one"
+    ),
+    ("serving-dashboard.json", "4XX and 5XX errors per second by variant", "B"): (
+        "it-metrics answers no 5XX, and a 5XX series exists only from an endpoint's first 5XX on"
+    ),
+    ("serving-dashboard.json", "GPU utilization per container (avg over replicas)", "A"): (
+        "it-metrics' replicas have no GPU"
+    ),
+}
+# Families not even declared on /metrics here, and why.
+NOT_EXPORTED_HERE = {
+    "serving_gpu_utilization_percent": "only replicas that have a GPU export it (Ray's metrics)",
+}
+
+
+def test_every_dashboard_query_returns_series_of_the_endpoint(server, traffic, prometheus) -> None:
+    """Every query of deploy/grafana's dashboards, its variables resolved against Prometheus and
+    interpolated as Grafana does (tests/suite/dashboards.py), returns it-metrics' series: a panel
+    reading a metric or label that /metrics does not have fails."""
+    window_s = 60.0
+    deadline = time.monotonic() + WAIT_S
+    while True:  # until the rate windows hold two scrapes and the test rule has fired
+        problems, resolved = [], {}
+        families = dashboards.scraped_metric_families(prometheus)
+        problems += [
+            f"{name} is declared now: out of NOT_EXPORTED_HERE"
+            for name in NOT_EXPORTED_HERE
+            if name in families
+        ]
+        # the alerts panel shows what alerts.yml's rules find: each must evaluate
+        groups = httpx.get(f"{prometheus}/api/v1/rules", timeout=5).json()["data"]["groups"]
+        problems += [
+            f"rule {rule['name']}: {rule['health']} {rule.get('lastError', '')}"
+            for group in groups
+            for rule in group["rules"]
+            if rule["health"] != "ok"
+        ]
+        for path in dashboards.DASHBOARDS:
+            document = dashboards.load(path)
+            values, wrong = dashboards.resolve_variables(prometheus, document, ENDPOINT, window_s)
+            resolved[path.name] = values
+            problems += [f"{path.name}: {problem}" for problem in wrong]
+            for query in dashboards.queries(path):
+                unknown = dashboards.undeclared(query.expr, families) - set(NOT_EXPORTED_HERE)
+                if unknown:
+                    problems.append(f"{query}: /metrics has no {sorted(unknown)}")
+                series = dashboards.run(prometheus, query, values, SCRAPE_S, window_s)
+                ours = [s for s in series if s["metric"].get("endpoint", ENDPOINT) == ENDPOINT]
+                if (query.dashboard, query.panel, query.ref) in NO_SERIES_HERE:
+                    if ours:
+                        problems.append(f"{query} has series now: take it out of NO_SERIES_HERE")
+                elif not ours or len(ours) != len(series):
+                    problems.append(
+                        f"{query}: {len(ours)} of {len(series)} series are {ENDPOINT}'s"
+                    )
+        if not problems or time.monotonic() > deadline:
+            break
+        time.sleep(SCRAPE_S)
+    assert not problems, "\n".join(problems)
+    for values in resolved.values():
+        assert values.get("container") == ["multi", "single"], values

@@ -355,3 +355,31 @@ def test_a_killed_supervisors_scratch_folder_is_reclaimed(tmp_path: Path) -> Non
     finally:
         successor.stop()
     assert not os.path.exists(successor.scratch)
+
+
+@needs_landlock
+def test_hf_model_id_cannot_load_a_folder_outside_the_sandbox(
+    tmp_path: Path, transformers_models: dict[str, Path]
+) -> None:
+    """`HF_MODEL_ID` names a local folder (there is no hub here): a spec could point it at another
+    tenant's model. The confined process cannot read it; the container fails to start saying so,
+    and the model next door is never loaded."""
+    import shutil
+
+    mine, theirs = tmp_path / "mine", tmp_path / "theirs"
+    shutil.copytree(transformers_models["tiny-classifier"], mine)
+    shutil.copytree(transformers_models["tiny-classifier"], theirs)
+    process = ContainerProcess(
+        ContainerConfig(
+            endpoint="e",
+            hostname="next-door",
+            image="huggingface",
+            model_data=str(mine),
+            environment={"HF_MODEL_ID": str(theirs)},
+            hop_key=KEY,
+        ),
+        "127.0.0.1",
+    )
+    with pytest.raises(ContainerStartError, match="Permission denied|PermissionError"):
+        process.start(timeout=120)
+    process.stop()

@@ -24,6 +24,7 @@ import pytest
 from serving.client import Client, RetryPolicy
 from serving.config.spec import parse_spec
 from serving.settings import ServerSettings
+from suite.otlp import tracing_environment
 from suite.services import AWS_TEST_ENVIRONMENT
 
 _LAST_USER = pytest.StashKey[dict]()
@@ -131,9 +132,10 @@ def self_signed_certificate(folder: Path) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="session")
-def ray_server(tmp_path_factory):
+def ray_server(tmp_path_factory, otlp_receiver):
     """Embedded Ray and the endpoint server, with no endpoints (the modules' `server` fixtures
-    deploy them); its gRPC port serves TLS with a certificate of this session's."""
+    deploy them); its gRPC port serves TLS with a certificate of this session's; it traces to the
+    session's OTLP receiver (`suite.otlp`)."""
     from serving.ray_wing import EmbeddedServer
 
     cert, key = self_signed_certificate(tmp_path_factory.mktemp("grpc-tls"))
@@ -148,7 +150,7 @@ def ray_server(tmp_path_factory):
     # The gateway reads and writes it-async's objects with its own credentials: those of the
     # environment Ray starts with (the local S3 server accepts any).
     with pytest.MonkeyPatch.context() as environment:
-        for key, value in AWS_TEST_ENVIRONMENT.items():
+        for key, value in {**AWS_TEST_ENVIRONMENT, **tracing_environment(otlp_receiver)}.items():
             environment.setenv(key, value)
         with EmbeddedServer(
             [], settings, num_cpus=2, wait=False, ready_timeout_s=READY_TIMEOUT_S

@@ -24,7 +24,7 @@ from serving.access.identities import load_identities
 from serving.cloudwatch.statistics import Stat
 from serving.console.access import ConsoleAccess
 from serving.console.overview import endpoint_detail, overview
-from serving.console.page import ASSETS, ConsoleRoutes
+from serving.console.page import ASSETS, CONTENT_SECURITY_POLICY, ConsoleRoutes
 from serving.console.series import PERIOD_S, axis
 from serving.http.responses import serving_app
 from tests.unit.sagemaker_harness import Harness
@@ -191,9 +191,7 @@ def test_every_answer_carries_the_strict_policy_and_only_known_assets_exist() ->
         missing = client.get("/console/assets/..%2Fpage.py")
     for answer in answers:
         assert answer.status_code == 200
-        assert answer.headers[protocol.CONTENT_SECURITY_POLICY_HEADER] == (
-            protocol.CONSOLE_CONTENT_SECURITY_POLICY
-        )
+        assert answer.headers[protocol.CONTENT_SECURITY_POLICY_HEADER] == (CONTENT_SECURITY_POLICY)
         assert answer.headers[protocol.CONTENT_TYPE_OPTIONS_HEADER] == protocol.NO_SNIFF
     assert missing.status_code in (400, 404)
     # the page loads nothing from elsewhere and runs no inline script or style

@@ -163,23 +163,9 @@ def test_a_failure_counts_like_an_answer(loaded, iris_classifier, iris) -> None:
     assert places[-2:] == ["loop", "loop"]  # the fast failure kept the gate open
 
 
-def test_what_never_runs_on_the_loop(loaded, iris_classifier, iris, handler_dir) -> None:
+def test_what_never_runs_on_the_loop(loaded, iris_classifier, iris) -> None:
     body = json.dumps(iris.data[:1].tolist()).encode()
     sklearn = loaded("sklearn", iris_classifier.path)
-    scripted = loaded(
-        "python",
-        handler_dir(
-            """
-            import threading
-
-            def model_fn(model_dir):
-                return None
-
-            def predict_fn(data, model):
-                return ["loop" if threading.current_thread() is threading.main_thread() else "thread"]
-            """
-        ),
-    )
     cases = {
         "budget 0": (sklearn, build_container_app(sklearn, "a", inline_budget_s=0.0)),
         "two model threads": (
@@ -193,11 +179,50 @@ def test_what_never_runs_on_the_loop(loaded, iris_classifier, iris, handler_dir)
         assert app.inline is None, name
         assert set(places) == {"thread"}, name
         del runtime.predict  # the recording wrapper
-    # A user's request hooks may block or run asyncio themselves: always on a thread.
+
+
+HOOKS = """
+import asyncio
+import threading
+import time
+
+def model_fn(model_dir):
+    return None
+
+def input_fn(body, content_type):
+    return body if isinstance(body, str) else body.decode()
+
+def predict_fn(data, model):
+    place = "loop" if threading.current_thread() is threading.main_thread() else "thread"
+    if data == "async":  # an async client driven from a sync hook, as AWS's toolkits allow
+        async def fetch():
+            await asyncio.sleep(0)
+            return "ran"
+        return [place, asyncio.run(fetch())]
+    if data == "block":
+        time.sleep(%(block_s)r)
+    return [place]
+
+def output_fn(prediction, accept):
+    return ",".join(prediction)
+"""
+
+
+def test_request_hooks_run_on_the_loop_as_the_stacks_steps_do(loaded, handler_dir) -> None:
+    """A script's input_fn / predict_fn / output_fn take the stack's path: on the loop once fast
+    (no thread hand-off per call), back to the thread when one blocks, and a hook that runs asyncio
+    itself works on the loop as on a thread."""
+    scripted = loaded("python", handler_dir(HOOKS % {"block_s": BUDGET_S * 3}))
     app = build_container_app(scripted, "s", inline_budget_s=BUDGET_S)
-    assert app.inline is None
-    answers = asyncio.run(post_one_by_one(app, [b"[1]"] * (STREAK + 3)))
-    assert {tuple(json.loads(response.content)) for response in answers} == {("thread",)}
+    assert app.inline is not None
+    bodies = [b"fast"] * (STREAK + 2) + [b"async", b"block"] + [b"fast"] * 2
+    answers = [response.text for response in asyncio.run(post_one_by_one(app, bodies))]
+    assert answers == (
+        ["thread"] * STREAK
+        + ["loop", "loop"]
+        + ["loop,ran", "loop"]  # asyncio.run inside a hook, on the loop
+        + ["thread", "thread"]  # the hook that waited closed the gate
+    )
 
 
 def test_no_prediction_runs_on_the_loop_while_one_runs_on_a_thread(

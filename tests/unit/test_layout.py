@@ -143,7 +143,7 @@ LAYERS = (
     ("model_server", "training"),
     ("models", "settings"),
     ("access", "http", "loadtest", "runtimes"),
-    ("client", "errors", "s3", "trust"),
+    ("client", "errors", "s3", "trust", "tracing"),
     (
         "_gc",
         "_malloc",

@@ -251,6 +251,57 @@ def test_the_lightgbm_loop_trains_and_its_model_txt_serves_what_it_predicts(
 
 
 @pytest.mark.frameworks
+def test_the_xgboost_loop_trains_resumes_and_its_model_serves_what_it_predicts(
+    tmp_path: Path,
+) -> None:
+    """As the LightGBM loop's test: both end through `training.boosted_trees`."""
+    xgboost = pytest.importorskip("xgboost")
+    from serving.runtimes import InvocationContext, runtime_for
+    from serving.training.xgboost_loop import MODEL_FILE, train_xgboost
+
+    setup, shards = _iris_setup(
+        _recipe(
+            framework="xgboost",
+            model={"family": "gbtree", "hyperparameters": {"max_depth": 3}},
+            training={"boost_rounds": 20, "checkpoint_every_steps": 8},
+        )
+    )
+    session = LocalSession(shards, checkpoint_root=tmp_path / "whole")
+    (tmp_path / "whole").mkdir()
+    train_xgboost(setup, session)
+    final = session.latest_checkpoint()
+    result = json.loads((final / "result.json").read_text())
+    assert result["metrics"]["val_accuracy"] >= 0.85 and session.reports[-1]["final"] is True
+    assert [report.get("round") for report in session.reports[:-1]] == [8, 16]
+    assert result["signature"]["inputs"][0]["dtype"] == "float32"
+    booster = xgboost.Booster()
+    booster.load_model(str(final / "export" / MODEL_FILE))
+    assert booster.num_boosted_rounds() == 20
+    rows = shards["validation"].x
+    runtime = runtime_for("xgboost", final / "export", {})
+    runtime.load()
+    body, _ = runtime.invoke(
+        json.dumps(rows.tolist()).encode(),
+        "application/json",
+        "application/json",
+        InvocationContext(),
+    )
+    want = booster.predict(
+        xgboost.DMatrix(rows.astype(np.float32), feature_names=setup["features"])
+    )
+    # SageMaker's XGBoost answer: {"predictions": [{"score": [...]}, ...]}
+    scores = [row["score"] for row in json.loads(body)["predictions"]]
+    np.testing.assert_allclose(np.asarray(scores), want, rtol=1e-5)
+    (tmp_path / "resumed").mkdir()
+    resumed = LocalSession(
+        shards, checkpoint_root=tmp_path / "resumed", checkpoints=[session.checkpoints[1]]
+    )
+    train_xgboost(setup, resumed)
+    again = json.loads((resumed.latest_checkpoint() / "result.json").read_text())
+    assert again["timing"][0]["steps"] == 4
+
+
+@pytest.mark.frameworks
 def test_a_run_resumed_from_a_checkpoint_ends_with_the_uninterrupted_weights(
     tmp_path: Path,
 ) -> None:
