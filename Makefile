@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: install demo test test-slow test-all test-unit test-frameworks lint prometheus
+.PHONY: install demo test test-slow test-all test-unit test-frameworks lint prometheus chromium
 
 $(BIN)/serving: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +21,7 @@ demo: install
 # one embedded Ray (one process), then the two-node cluster.
 TIERS := tests/unit tests/security tests/integration tests/e2e
 
-test: install lint prometheus
+test: install lint prometheus chromium
 	$(BIN)/python -m pytest tests/unit -n 2
 	$(BIN)/python -m pytest tests/security tests/integration tests/e2e --durations=15
 	$(BIN)/python -m pytest -m multinode tests/multinode
@@ -52,3 +52,8 @@ prometheus:
 		|| { apt-get update >/dev/null && apt-get install -y --no-install-recommends prometheus >/dev/null; } \
 		|| echo "could not install prometheus (apt-get): tests/integration/test_metrics.py will fail"
 
+# The console's browser test drives a real headless Chromium (Debian's package) with Playwright.
+chromium:
+	@command -v chromium >/dev/null || apt-get install -y --no-install-recommends chromium >/dev/null \
+		|| { apt-get update >/dev/null && apt-get install -y --no-install-recommends chromium >/dev/null; } \
+		|| echo "could not install chromium (apt-get): tests/integration/test_console.py will fail"

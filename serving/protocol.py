@@ -237,6 +237,18 @@ API_SIGNING_SERVICES = {
 # Each service's IAM action prefix (`<prefix>:<Operation>`), where it differs from its signing name.
 API_IAM_PREFIXES = {**API_SIGNING_SERVICES, CLOUDWATCH_TARGET_PREFIX: CLOUDWATCH_IAM_PREFIX}
 
+# --- the operator console (docs/console.md; its Content-Security-Policy: console/page.py) -----------
+CONSOLE_PATH, CONSOLE_ASSET_PATH = "/console", "/console/assets/{name}"
+CONSOLE_OVERVIEW_PATH = "/console/api/overview"
+CONSOLE_ENDPOINT_PATH = "/console/api/endpoints/{name}"
+HTML, JAVASCRIPT, STYLESHEET = "text/html; charset=utf-8", "text/javascript", "text/css"
+CONTENT_SECURITY_POLICY_HEADER = "content-security-policy"
+CONTENT_TYPE_OPTIONS_HEADER, NO_SNIFF = "x-content-type-options", "nosniff"
+REFERRER_POLICY_HEADER, NO_REFERRER = "referrer-policy", "no-referrer"
+CACHE_CONTROL_HEADER, NO_STORE = "cache-control", "no-store"
+AUTHENTICATE_HEADER, BASIC_SCHEME = "www-authenticate", "basic"
+CONSOLE_CHALLENGE = 'Basic realm="serving console", charset="UTF-8"'
+
 # --- gateway -> container hops (SageMaker's model-container contract, signed) ---------------------
 INVOCATIONS_PATH = "/invocations"
 PING_PATH = "/ping"

@@ -240,11 +240,12 @@ class ContainerProcess:
             )
             raise ContainerStartError(
                 f"container {self.config.hostname}: its process exited ({code}) before serving"
+                + self._output()
             )
         self.report = json.loads(line)
         if "error" in self.report:
             self.process.wait(timeout=10)
-            raise ContainerStartError(self.report["error"])
+            raise ContainerStartError(self.report["error"] + self._output())
         if not self.report.get("landlock_abi") and self.config.sandbox != "off":
             logger.warning(
                 "container %s runs WITHOUT a filesystem sandbox (Landlock unavailable on this kernel): "
@@ -303,6 +304,12 @@ class ContainerProcess:
             return json.loads(body)
         finally:
             connection.close()
+
+    def _output(self) -> str:
+        """Where its output went, for a start failure's message (the console and the endpoint's
+        failure reason show it): its log stream, if it has one."""
+        stream = log_stream(self.config.endpoint, self.config.hostname)
+        return f"; its output: {stream}" if stream else ""
 
     def stop(self, grace_s: float = 15.0) -> None:
         """Ask the process to finish its requests and exit; kill it after `grace_s`; remove its

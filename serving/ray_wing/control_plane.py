@@ -23,6 +23,7 @@ import ray
 from ray import serve
 
 from serving.cloudwatch.datapoints import RESOLUTION_S
+from serving.console.overview import ConsoleJson, endpoint_detail, overview
 from serving.control.records import ApiRouting
 from serving.control.status import StatusBoard
 from serving.documents import ApiJson
@@ -79,6 +80,14 @@ class ControlPlane:
     async def call(self, prefix: str, operation: str, document: ApiJson) -> Answer:
         """One authorized API call (a gateway authenticated and authorized it)."""
         return await asyncio.to_thread(self.api.call, prefix, operation, document)
+
+    async def console(self, endpoint: str | None) -> ConsoleJson | None:
+        """The operator console's data (the gateway authorized its viewer): every endpoint (None),
+        or one endpoint whole (None: no such endpoint), in one call."""
+        descriptions = self.board.descriptions
+        if endpoint is None:
+            return await asyncio.to_thread(overview, self.api, descriptions)
+        return await asyncio.to_thread(endpoint_detail, self.api, descriptions, endpoint)
 
     async def scrape(self, local: bytes, gateway: str) -> bytes:
         """`GET /metrics` of the gateway `gateway`: its own series (`local`, current) with every

@@ -21,8 +21,12 @@ from starlette.routing import Route
 
 from serving._gc import freeze_startup_objects
 from serving.access.decision import configure_audit_log
+from serving.access.identities import load_identities
 from serving.autoscaling.config import ServeOptions
 from serving.config.spec import DEFAULT_MAX_CONCURRENCY
+from serving.console.access import ConsoleAccess
+from serving.console.overview import ConsoleJson
+from serving.console.page import ConsoleRoutes
 from serving.control.status import StatusBoard
 from serving.documents import ApiJson
 from serving.errors import ServiceUnavailableError
@@ -137,7 +141,8 @@ class Gateway:
             + [Route("/metrics", self._metrics)]
             + api
             + v2.routes()
-            + OpenAIRoutes(self.router.invocations).routes(),
+            + OpenAIRoutes(self.router.invocations).routes()
+            + self._console().routes(),
             lifespan=self._lifespan,
             hot=[self.router.hot_route(), *v2.hot_routes()],
         )
@@ -151,6 +156,23 @@ class Gateway:
         if not self.server.wait_started():
             raise RuntimeError(f"endpoint server did not start on {self.server.url}")
         freeze_startup_objects()
+
+    def _console(self) -> ConsoleRoutes:
+        """`GET /console`: its viewers are the API's identities (anonymous on loopback without
+        them); its data, one control-plane call per refresh."""
+        settings = self.settings
+        identities = load_identities(settings.api_identities) if settings.api_identities else None
+        access = ConsoleAccess(identities, settings.host, settings.region, settings.account_id)
+        return ConsoleRoutes(access, self._read_console)
+
+    async def _read_console(self, endpoint: str | None) -> ConsoleJson | None:
+        call = self._control_plane_handle().console.remote(endpoint)
+        try:
+            return await asyncio.wait_for(call, METRICS_TIMEOUT_S)
+        except TimeoutError:
+            raise ServiceUnavailableError(
+                f"the control plane did not answer the console within {METRICS_TIMEOUT_S:.0f} s; retry shortly"
+            ) from None
 
     def _read_first_snapshot(self) -> None:
         """Read the routing table before listening: the gateways of a node share the port, and the

@@ -111,6 +111,7 @@ def sort_and_filter(
     kept = [row for row in rows if keep(row)]
     return sorted(
         kept,
-        key=lambda row: (row.get(key) or "", row[name_key]),
+        # a CreationTime of 0.0 (a spec endpoint not yet applied) sorts as a time, not as ""
+        key=lambda row: (row[key] if row.get(key) is not None else "", row[name_key]),
         reverse=request.SortOrder == "Descending",
     )

@@ -135,6 +135,7 @@ def test_no_wire_fact_is_written_twice(path: Path) -> None:
 LAYERS = (
     ("__init__", "cli"),  # serving/__init__.py: the public surface, loaded by name on first use
     ("ray_wing",),
+    ("console",),
     ("sagemaker_api", "open_inference"),
     ("gateway", "cloudwatch"),
     ("control",),
