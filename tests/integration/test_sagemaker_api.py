@@ -19,6 +19,7 @@ ListEndpoints show too.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -30,7 +31,9 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import boto3
 import httpx
@@ -48,6 +51,7 @@ ROW = json.dumps([[6.7, 3.0, 5.2, 2.3]])
 
 SERVING = [sys.executable, "-c", "import sys; from serving.cli import main; sys.exit(main())"]
 START_TIMEOUT_S = 180
+CHROMIUM = "/usr/bin/chromium"
 
 
 def _free_port() -> int:
@@ -915,6 +919,35 @@ def test_cloudwatch_counts_every_call_and_an_alarm_fires_on_model_errors(
         sm.delete_endpoint(EndpointName="api-cw")
 
 
+class ConsolePage:
+    """The operator console open in a real headless Chromium, its console errors kept."""
+
+    def __init__(self, page: Any) -> None:
+        self.page = page
+        self.errors: list[str] = []
+        page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda error: self.errors.append(str(error)))
+
+
+@contextlib.contextmanager
+def console_page(url: str) -> Iterator[ConsolePage]:
+    """`url` in Debian's chromium (`make test` installs it), driven by Playwright; this module's
+    server binds loopback with an anonymous API, so the console needs no sign-in."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"]
+        )
+        try:
+            watched = ConsolePage(browser.new_page())
+            answer = watched.page.goto(url)
+            assert answer is not None and answer.status == 200, answer
+            yield watched
+        finally:
+            browser.close()
+
+
 def test_a_canary_that_fails_is_rolled_back_by_its_alarm_and_a_linear_update_loses_nothing(
     api_server, clients, handler_models
 ):
@@ -980,10 +1013,18 @@ def test_a_canary_that_fails_is_rolled_back_by_its_alarm_and_a_linear_update_los
             },
             "AutoRollbackConfiguration": {"Alarms": [{"AlarmName": "api-canary-5xx"}]},
         }
-        with Load(api_server.url, "api-canary", {}, '{"x": 1}') as load:
+        with (
+            Load(api_server.url, "api-canary", {}, '{"x": 1}') as load,
+            console_page(f"{api_server.url}/console#/endpoints/api-canary") as console,
+        ):
             sm.update_endpoint(
                 EndpointName="api-canary", EndpointConfigName="api-bad-1", DeploymentConfig=canary
             )
+            # the operator console shows the canary's step as it bakes (the page reads every 5 s)
+            console.page.locator("#update", has_text="of traffic on the new fleet").wait_for(
+                timeout=120_000
+            )
+            canary_step = console.page.locator("#update").inner_text()
             described = _until(
                 lambda: (lambda d: d if d["EndpointStatus"] != "Updating" else None)(
                     sm.describe_endpoint(EndpointName="api-canary")
@@ -992,7 +1033,13 @@ def test_a_canary_that_fails_is_rolled_back_by_its_alarm_and_a_linear_update_los
                 "the alarm to roll the canary back",
             )
             rolled_back_at = len(load.statuses)
+            # and then the rollback, with the alarm that caused it
+            console.page.locator("body", has_text="alarm api-canary-5xx went to ALARM").wait_for(
+                timeout=30_000
+            )
             time.sleep(2)
+        assert "step 1 of 2: " in canary_step and "Baking" in canary_step, canary_step
+        assert console.errors == [], console.errors
         assert (
             described["EndpointStatus"] == "InService"
             and described["EndpointConfigName"] == "api-good-1"
