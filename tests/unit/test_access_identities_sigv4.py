@@ -539,6 +539,28 @@ INVALID_IDENTITIES = [
         "Identities[0].AccessKeyId",
     ),
     (
+        "key id with a trailing newline",
+        [
+            {
+                "Principal": "p",
+                "AccessKeyId": KEY_A + "\n",
+                "SecretAccessKey": SECRET,
+                "PolicyDocuments": ["ok.json"],
+            }
+        ],
+        "Identities[0].AccessKeyId",
+    ),
+    (
+        "principal with a trailing newline",
+        [{"Principal": "p\n", "ApiKey": SECRET, "PolicyDocuments": ["ok.json"]}],
+        "Identities[0].Principal",
+    ),
+    (
+        "principal with a space",
+        [{"Principal": "p q", "ApiKey": SECRET, "PolicyDocuments": ["ok.json"]}],
+        "Identities[0].Principal",
+    ),
+    (
         "no policies",
         [{"Principal": "p", "ApiKey": SECRET, "PolicyDocuments": []}],
         "Identities[0].PolicyDocuments",
@@ -602,3 +624,43 @@ def test_identities_file_that_is_not_a_mapping(tmp_path: Path) -> None:
         load_identities(tmp_path / "identities.yaml")
     with pytest.raises(IdentitiesError, match="cannot read"):
         load_identities(tmp_path / "missing.yaml")
+
+
+def test_loading_the_identities_module_costs_little_memory() -> None:
+    # Every gateway, control plane, registry and container replica imports it: pydantic's default
+    # regex engine compiled its two Unicode `\\w{..,128}` patterns into ~20 MiB per process. Each
+    # of its dependencies is imported first; the module alone is measured, in a fresh interpreter.
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys; sys.path.insert(0, sys.argv[1])\n"
+        "import hashlib, hmac, yaml, pydantic, serving.access.policies, serving.documents\n"
+        "def anonymous():\n"
+        "    for line in open('/proc/self/smaps_rollup'):\n"
+        "        if line.startswith('Anonymous:'): return int(line.split()[1]) / 1024\n"
+        "before = anonymous()\n"
+        "import serving.access.identities\n"
+        "print(anonymous() - before)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", probe, str(ROOT)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert float(done.stdout) < 4.0, f"{float(done.stdout):.1f} MiB"
+
+
+def test_a_unicode_principal_is_still_accepted(tmp_path: Path) -> None:
+    (tmp_path / "ok.json").write_text(json.dumps(GOOD_POLICY))
+    (tmp_path / "identities.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "Identities": [
+                    {"Principal": "élodie", "ApiKey": SECRET, "PolicyDocuments": ["ok.json"]}
+                ]
+            }
+        )
+    )
+    assert [i.principal for i in load_identities(tmp_path / "identities.yaml").identities] == [
+        "élodie"
+    ]
