@@ -198,6 +198,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     if refused:
         print(f"refusing to deploy: {refused}", file=sys.stderr)
         return 2
+    # As Ray's workers do (`RAY_preload_python_modules`): Serve without pandas, pyarrow on first use.
+    import serving._worker_preload  # noqa: F401
     from serving import (
         ray_wing,  # imports Ray: only once the specs and settings are known to be good
     )

@@ -129,25 +129,25 @@ def test_rays_log_monitor_looks_for_new_log_files_once_a_second(server):
         assert environment.get(b"LOG_NAME_UPDATE_INTERVAL_S") == b"1"
 
 
-def test_serve_workers_run_without_pandas(server):
+def test_serve_workers_run_without_pandas_or_pyarrow(server):
     # Serve's utilities loaded pandas (~30 MiB and a few tenths of a CPU-second per worker) only for
-    # the HTTP proxy this runtime does not run; the embedded Ray runs serving._worker_preload first
-    # in every worker.
+    # the HTTP proxy this runtime does not run, and Ray loaded pyarrow (~30 MiB) only to register
+    # Ray Data's serializers; the embedded Ray runs serving._worker_preload first in every worker.
     serve_workers = {
         pid: title
         for pid, title in _ray_processes().items()
-        if title.startswith(("ray::ServeReplica", "ray::ServeController"))
+        if title.startswith(("ray::ServeReplica", "ray::ServeController", "ray::Registry"))
     }
     assert len(serve_workers) > 2, serve_workers
-    with_pandas = []
+    loaded = []
     for pid, title in serve_workers.items():
         try:
             with open(f"/proc/{pid}/maps") as handle:
-                if "/pandas/_libs/" in handle.read():
-                    with_pandas.append(title[:60])
+                maps = handle.read()
         except OSError:
             continue  # gone meanwhile
-    assert with_pandas == []
+        loaded += [f"{title[:60]}: {name}" for name in ("pandas", "pyarrow") if f"/{name}/" in maps]
+    assert loaded == []
 
 
 def test_a_registry_snapshot_waits_for_a_change_and_answers_at_once(server):
