@@ -5,7 +5,7 @@ Modules: `cluster` (start or join Ray), `names` (Ray names the wing shares), `re
 table's actor), `reconcile` (its loop toward each endpoint's desired state), `replica_table` (its
 replicas), `gateway_readers` (what each gateway applied), `kv_store` (its state in GCS),
 `control_plane` (the SageMaker API's one place), `replica` (a container replica), `gateway` (the
-gateway replica), `gateway_count` (how many, per node), `gateway_counters` (their counters, shared),
+gateway replica), `server_start` (the control plane and gateways, started together), `gateway_count` (how many, per node), `gateway_counters` (their counters, shared),
 `async_journal` (their async requests, durable), `periodic` (their periodic tasks' one
 error-and-backoff policy), `serve_status`, `autoscaler`, `replica_metrics`, `operations` (deploy,
 delete, describe), `embedded` (the one embedded server), `training` and `train_session` (`serving
@@ -24,7 +24,6 @@ if TYPE_CHECKING:  # the same names, for type checkers and readers
         start_local_ray,
     )
     from serving.ray_wing.embedded import EmbeddedServer, EndpointsNotReady, Readiness
-    from serving.ray_wing.gateway import start_gateway
     from serving.ray_wing.operations import (
         control_token,
         delete_endpoint,
@@ -36,6 +35,7 @@ if TYPE_CHECKING:  # the same names, for type checkers and readers
         shutdown,
     )
     from serving.ray_wing.registry import registry_handle
+    from serving.ray_wing.server_start import start_gateway
 
 # `serve_status` is both a submodule and the function it exports: importing the submodule later
 # would set the package's attribute to the module, so it is bound here, eagerly (it imports only
@@ -51,7 +51,7 @@ _HOMES = {
     "EmbeddedServer": "embedded",
     "EndpointsNotReady": "embedded",
     "Readiness": "embedded",
-    "start_gateway": "gateway",
+    "start_gateway": "server_start",
     "control_token": "operations",
     "delete_endpoint": "operations",
     "deploy_endpoint": "operations",

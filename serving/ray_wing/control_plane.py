@@ -21,6 +21,7 @@ import time
 
 import ray
 from ray import serve
+from ray.serve import Application
 
 from serving.cloudwatch.datapoints import RESOLUTION_S
 from serving.console.overview import ConsoleJson, endpoint_detail, overview
@@ -30,7 +31,7 @@ from serving.documents import ApiJson
 from serving.gateway.variants import Front
 from serving.metrics.exposition import MetricsRoute
 from serving.ray_wing.gateway_counters import published
-from serving.ray_wing.names import CONTROL_APP, ON_HEAD
+from serving.ray_wing.names import ON_HEAD
 from serving.ray_wing.operations import control_token, delete_endpoint, deploy_endpoint
 from serving.ray_wing.periodic import PeriodicLoop
 from serving.ray_wing.registry import registry_handle
@@ -220,9 +221,9 @@ async def metrics_export_urls() -> list[str]:
     ]
 
 
-def start_control_plane(settings: ServerSettings) -> None:
-    """Deploy (or replace, with new settings) the control plane; raises with its reason if it cannot
-    start."""
+def control_plane_target(settings: ServerSettings) -> Application:
+    """The control plane as a bound Serve deployment (`server_start` deploys it, or replaces it
+    with new settings, beside the gateways)."""
     control = serve.deployment(ControlPlane).options(  # type: ignore[attr-defined]  # Ray's overloads
         name="control",
         num_replicas=1,
@@ -231,4 +232,4 @@ def start_control_plane(settings: ServerSettings) -> None:
         health_check_period_s=5,
         ray_actor_options={"num_cpus": 0, "resources": ON_HEAD},
     )
-    serve.run(control.bind(settings.model_dump()), name=CONTROL_APP, route_prefix=None)
+    return control.bind(settings.model_dump())

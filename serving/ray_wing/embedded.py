@@ -28,7 +28,7 @@ from serving import protocol
 from serving.config.spec import EndpointSpec
 from serving.control.records import EndpointDescription, Snapshot
 from serving.ray_wing.cluster import connect_cluster, start_local_ray, stop_local_ray
-from serving.ray_wing.gateway import gateway_url, start_gateway
+from serving.ray_wing.gateway import gateway_url
 from serving.ray_wing.operations import (
     delete_endpoint,
     deploy_endpoint,
@@ -38,6 +38,7 @@ from serving.ray_wing.operations import (
     shutdown,
 )
 from serving.ray_wing.registry import registry_handle
+from serving.ray_wing.server_start import start_gateway
 from serving.settings import ServerSettings
 
 SETTLED = ("InService", "Failed")
@@ -167,8 +168,15 @@ class EmbeddedServer:
         # Before the gateway starts: its first 200 on /ping then means these endpoints route (issue
         # 43).
         expect_endpoints([spec.EndpointName for spec in self.specs])
-        self.settings = start_gateway(self.settings, exclusive=not self.address)
+        # The endpoints are deployed while the control plane and the gateways start: every
+        # replica starts at once.
+        self.settings = start_gateway(
+            self.settings, exclusive=not self.address, meanwhile=self._deploy_specs
+        )
         self.url = gateway_url(self.settings)
+
+    def _deploy_specs(self, settings: ServerSettings) -> None:
+        self.settings = settings  # the ports resolved: the endpoints' records carry them
         for spec in self.specs:  # one call each: Serve starts their replicas a little apart
             self.deploy(spec)
 

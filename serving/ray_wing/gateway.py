@@ -1,13 +1,10 @@
-"""The gateway replica: the endpoint HTTP server on the head node, and how the control plane starts
-it."""
+"""The gateway replica: the endpoint HTTP server on every node (`server_start` starts it)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-import os
-import socket
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -22,7 +19,6 @@ from starlette.routing import Route
 from serving._gc import freeze_startup_objects
 from serving.access.decision import configure_audit_log
 from serving.access.identities import load_identities
-from serving.autoscaling.config import ServeOptions
 from serving.config.spec import DEFAULT_MAX_CONCURRENCY
 from serving.console.access import ConsoleAccess
 from serving.console.overview import ConsoleJson
@@ -47,11 +43,9 @@ from serving.open_inference.dataplane import OpenInference
 from serving.open_inference.grpc_service import GrpcInference
 from serving.open_inference.rest import OpenInferenceRoutes
 from serving.ray_wing.async_journal import HEARTBEAT_S, GcsJournal
-from serving.ray_wing.control_plane import start_control_plane
-from serving.ray_wing.gateway_count import autoscaling_config
 from serving.ray_wing.gateway_counters import PUBLISH_S as COUNTERS_PUBLISH_S
 from serving.ray_wing.gateway_counters import GatewayCounters
-from serving.ray_wing.names import CONTROL_APP, GATEWAY_APP
+from serving.ray_wing.names import CONTROL_APP
 from serving.ray_wing.operations import (
     control_token,
     delete_endpoint,
@@ -310,86 +304,9 @@ DROP_CHECK_S = 0.25  # how often replicas found unreachable are reported to the 
 
 
 # --- control-plane operations ---------------------------------------------------------
-def start_gateway(settings: ServerSettings, exclusive: bool = False) -> ServerSettings:
-    """Start Serve without its own proxy, the registry, the control plane and the gateways
-    (`gateways_per_node` on every node, sharing the port); returns the settings they serve with
-    (`gateway_url` formats this machine's).
-
-    Port 0 is resolved here (the gRPC port too), to a port free on this machine (where the head node
-    is, for the embedded server), so that a gateway that Serve restarts binds the same port again
-    and clients find it. `exclusive`: refuse a port that anything on this machine holds (gateways
-    share theirs with SO_REUSEPORT, so another server of this user would otherwise share it
-    silently); a server joining a cluster may find its own gateways there.
-    """
-    if settings.port == 0 or exclusive:
-        settings = settings.model_copy(update={"port": _free_port(settings.host, settings.port)})
-    if settings.grpc_port is not None and (settings.grpc_port == 0 or exclusive):
-        settings = settings.model_copy(
-            update={"grpc_port": _free_port(settings.host, settings.grpc_port)}
-        )
-    per_node, nodes = (
-        settings.gateways_per_node,
-        [node for node in ray.nodes() if node.get("Alive")],
-    )
-    fewest = min((int(node.get("Resources", {}).get("CPU", 0)) for node in nodes), default=0)
-    if per_node > 1 and per_node > fewest:
-        raise RuntimeError(
-            f"--gateways-per-node {per_node} is more than a node of this cluster has CPUs ({fewest}): each gateway "
-            "of a node wants a core of its own"
-        )
-    serve.start(proxy_location="Disabled")
-    registry_handle()
-    try:
-        # first: the API's state and checks, before any gateway takes a call
-        start_control_plane(settings)
-    except RuntimeError as error:
-        raise RuntimeError(f"could not start the control plane: {error}") from None
-    gateway = serve.deployment(Gateway).options(  # type: ignore[attr-defined]  # Ray's overloads
-        name="gateway",
-        # `per_node` on every live node
-        autoscaling_config=autoscaling_config(per_node, len(nodes)),
-        max_replicas_per_node=per_node,
-        max_ongoing_requests=8,
-        health_check_period_s=5,
-        ray_actor_options={"num_cpus": 0, **_tracing_environment()},
-    )
-    try:
-        # One gateway on one machine (the embedded server's default) binds its ports for itself
-        # alone.
-        share_port = not (exclusive and per_node == 1)
-        serve.run(
-            gateway.bind(settings.model_dump(), share_port), name=GATEWAY_APP, route_prefix=None
-        )
-    except RuntimeError as error:
-        raise RuntimeError(
-            f"could not start the endpoint server on {settings.host}:{settings.port}: {error}"
-        ) from None
-    return settings
-
-
-def _tracing_environment() -> ServeOptions:
-    """The `OTEL_*` variables of the process running `serving up`, for the gateways wherever they
-    run (docs/tracing.md); nothing when it has none, so an untraced server's gateways start in
-    Ray's plain workers."""
-    variables = {name: value for name, value in os.environ.items() if name.startswith("OTEL_")}
-    return {"runtime_env": {"env_vars": variables}} if variables else {}
-
-
 def gateway_url(settings: ServerSettings) -> str:
     """This machine's gateway URL, as its server formats it, made here: a call through the handle
     would start a Serve router in this process, whose long poll of the controller fails noisily when
     Serve shuts down."""
     host = f"[{settings.host}]" if ":" in settings.host else settings.host
     return f"http://{host}:{settings.port}"
-
-
-def _free_port(host: str, port: int) -> int:
-    """`port` (0: one the kernel picks) once it is known that nothing on this machine holds it."""
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
-        # as the gateway will: TIME_WAIT is no owner
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError as error:
-            raise RuntimeError(f"cannot bind {host}:{port}: {error.strerror}") from None
-        return probe.getsockname()[1]

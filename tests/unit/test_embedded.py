@@ -43,9 +43,12 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
         lambda names, expected=True: made.append(("expect" if expected else "withdraw", *names)),
     )
 
-    def start_gateway(settings, exclusive=False):
+    def start_gateway(settings, exclusive=False, meanwhile=None):
         made.append(("start_gateway", settings))
-        return settings.model_copy(update={"port": 43210})
+        settings = settings.model_copy(update={"port": 43210})
+        if meanwhile is not None:  # the endpoints deploy while the gateways start
+            meanwhile(settings)
+        return settings
 
     monkeypatch.setattr(embedded, "start_gateway", start_gateway)
     monkeypatch.setattr(
@@ -105,7 +108,7 @@ def test_keep_endpoints_only_disconnects(calls) -> None:
 
 
 def test_a_failed_start_stops_what_was_started(calls, monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(settings, exclusive=False):
+    def refuse(settings, exclusive=False, meanwhile=None):
         raise RuntimeError("could not start the endpoint server on 127.0.0.1:8080")
 
     monkeypatch.setattr(embedded, "start_gateway", refuse)

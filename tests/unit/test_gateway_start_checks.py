@@ -9,7 +9,7 @@ import socket
 
 import pytest
 
-from serving.ray_wing import gateway
+from serving.ray_wing import server_start
 from serving.settings import ServerSettings
 
 
@@ -42,22 +42,22 @@ def test_more_gateways_than_a_nodes_cpus_is_refused(monkeypatch: pytest.MonkeyPa
         {"Alive": True, "Resources": {"CPU": 2.0}},
         {"Alive": False, "Resources": {"CPU": 1.0}},
     ]
-    monkeypatch.setattr(gateway.ray, "nodes", lambda: nodes)
+    monkeypatch.setattr(server_start.ray, "nodes", lambda: nodes)
     monkeypatch.setattr(
-        gateway.serve, "start", lambda **_: pytest.fail("Serve started before the check")
+        server_start.serve, "start", lambda **_: pytest.fail("Serve started before the check")
     )
     with pytest.raises(
         RuntimeError,
         match=r"--gateways-per-node 3 is more than a node of this cluster has CPUs \(2\)",
     ):
-        gateway.start_gateway(ServerSettings(port=0, gateways_per_node=3))
+        server_start.start_gateway(ServerSettings(port=0, gateways_per_node=3))
 
 
 def test_a_port_held_on_this_machine_is_refused_before_any_gateway(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(
-        gateway.ray, "nodes", lambda: pytest.fail("asked Ray before checking the port")
+        server_start.ray, "nodes", lambda: pytest.fail("asked Ray before checking the port")
     )
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
@@ -66,12 +66,12 @@ def test_a_port_held_on_this_machine_is_refused_before_any_gateway(
         with pytest.raises(
             RuntimeError, match=f"cannot bind 127.0.0.1:{port}: Address already in use"
         ):
-            gateway.start_gateway(ServerSettings(port=port), exclusive=True)
+            server_start.start_gateway(ServerSettings(port=port), exclusive=True)
 
 
 def test_a_held_grpc_port_is_refused_too(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(
-        gateway.ray, "nodes", lambda: pytest.fail("asked Ray before checking the gRPC port")
+        server_start.ray, "nodes", lambda: pytest.fail("asked Ray before checking the gRPC port")
     )
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
@@ -80,4 +80,4 @@ def test_a_held_grpc_port_is_refused_too(monkeypatch: pytest.MonkeyPatch) -> Non
         with pytest.raises(
             RuntimeError, match=f"cannot bind 127.0.0.1:{port}: Address already in use"
         ):
-            gateway.start_gateway(ServerSettings(port=0, grpc_port=port), exclusive=True)
+            server_start.start_gateway(ServerSettings(port=0, grpc_port=port), exclusive=True)

@@ -1,0 +1,142 @@
+"""Starting a server's Serve applications: the control plane and the gateways together, with the
+caller's endpoints alongside, so that their replicas start at once rather than one after another."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable
+
+import ray
+from ray import serve
+from ray.serve import Application
+
+from serving.autoscaling.config import ServeOptions
+from serving.ray_wing.control_plane import control_plane_target
+from serving.ray_wing.gateway import Gateway
+from serving.ray_wing.gateway_count import autoscaling_config
+from serving.ray_wing.names import CONTROL_APP, GATEWAY_APP
+from serving.ray_wing.registry import registry_handle
+from serving.ray_wing.serve_status import serve_status
+from serving.settings import ServerSettings
+
+# How long the control plane and the gateways may take to run (Serve's own wait has no bound).
+START_TIMEOUT_S = 300.0
+# How often their status is read meanwhile (Serve's own wait reads it once a second).
+POLL_S = 0.1
+
+
+def start_gateway(
+    settings: ServerSettings,
+    exclusive: bool = False,
+    meanwhile: Callable[[ServerSettings], object] | None = None,
+) -> ServerSettings:
+    """Start Serve without its own proxy, the registry, the control plane and the gateways
+    (`gateways_per_node` on every node, sharing the port); returns the settings they serve with
+    (`gateway_url` formats this machine's).
+
+    Port 0 is resolved here (the gRPC port too), to a port free on this machine (where the head node
+    is, for the embedded server), so that a gateway that Serve restarts binds the same port again
+    and clients find it. `exclusive`: refuse a port that anything on this machine holds (gateways
+    share theirs with SO_REUSEPORT, so another server of this user would otherwise share it
+    silently); a server joining a cluster may find its own gateways there.
+
+    The control plane and the gateways are deployed in one call and `meanwhile(settings)` runs
+    while their replicas start (`serving up` deploys its endpoints there), so that every replica
+    starts at once; this returns once both applications run. A gateway that takes an API call
+    before the control plane runs holds it until it does (`API_CALL_TIMEOUT_S`).
+    """
+    if settings.port == 0 or exclusive:
+        settings = settings.model_copy(update={"port": _free_port(settings.host, settings.port)})
+    if settings.grpc_port is not None and (settings.grpc_port == 0 or exclusive):
+        settings = settings.model_copy(
+            update={"grpc_port": _free_port(settings.host, settings.grpc_port)}
+        )
+    per_node, nodes = (
+        settings.gateways_per_node,
+        [node for node in ray.nodes() if node.get("Alive")],
+    )
+    fewest = min((int(node.get("Resources", {}).get("CPU", 0)) for node in nodes), default=0)
+    if per_node > 1 and per_node > fewest:
+        raise RuntimeError(
+            f"--gateways-per-node {per_node} is more than a node of this cluster has CPUs ({fewest}): each gateway "
+            "of a node wants a core of its own"
+        )
+    serve.start(proxy_location="Disabled")
+    registry_handle()
+    gateway = serve.deployment(Gateway).options(  # type: ignore[attr-defined]  # Ray's overloads
+        name="gateway",
+        # `per_node` on every live node
+        autoscaling_config=autoscaling_config(per_node, len(nodes)),
+        max_replicas_per_node=per_node,
+        max_ongoing_requests=8,
+        health_check_period_s=5,
+        ray_actor_options={"num_cpus": 0, **_tracing_environment()},
+    )
+    # One gateway on one machine (the embedded server's default) binds its ports for itself alone.
+    share_port = not (exclusive and per_node == 1)
+    _deploy_without_waiting(
+        {
+            CONTROL_APP: control_plane_target(settings),
+            GATEWAY_APP: gateway.bind(settings.model_dump(), share_port),
+        }
+    )
+    if meanwhile is not None:
+        meanwhile(settings)
+    _wait_running(CONTROL_APP, "could not start the control plane")
+    _wait_running(
+        GATEWAY_APP, f"could not start the endpoint server on {settings.host}:{settings.port}"
+    )
+    return settings
+
+
+def _deploy_without_waiting(applications: dict[str, Application]) -> None:
+    """Deploy Serve applications (name -> bound deployment) in one call, without waiting."""
+    from ray.serve.api import RunTarget, _run_many  # the non-blocking form of serve.run
+
+    _run_many(
+        [
+            RunTarget(target=bound, name=name, route_prefix=None)
+            for name, bound in applications.items()
+        ],
+        wait_for_ingress_deployment_creation=False,
+        wait_for_applications_running=False,
+    )
+
+
+def _wait_running(application: str, failure: str) -> None:
+    """Wait, bounded, until a Serve application runs; raise `failure` with Serve's reason if it
+    failed to deploy or did not run in time."""
+    timeout = START_TIMEOUT_S
+    deadline = time.monotonic() + timeout
+    while True:
+        status = serve_status().get(application)
+        state = status["status"] if status else "NOT_STARTED"
+        if state == "RUNNING":
+            return
+        if state == "DEPLOY_FAILED":
+            raise RuntimeError(f"{failure}: {status['message'] if status else ''}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{failure}: still {state} after {timeout:.0f} s")
+        time.sleep(POLL_S)
+
+
+def _tracing_environment() -> ServeOptions:
+    """The `OTEL_*` variables of the process running `serving up`, for the gateways wherever they
+    run (docs/tracing.md); nothing when it has none, so an untraced server's gateways start in
+    Ray's plain workers."""
+    variables = {name: value for name, value in os.environ.items() if name.startswith("OTEL_")}
+    return {"runtime_env": {"env_vars": variables}} if variables else {}
+
+
+def _free_port(host: str, port: int) -> int:
+    """`port` (0: one the kernel picks) once it is known that nothing on this machine holds it."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        # as the gateway will: TIME_WAIT is no owner
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            raise RuntimeError(f"cannot bind {host}:{port}: {error.strerror}") from None
+        return probe.getsockname()[1]

@@ -1,0 +1,99 @@
+"""serving.ray_wing.server_start: the control plane and the gateways are deployed in one call, the
+caller's endpoints while their replicas start, and a failure of either names it with Serve's
+reason. Serve and the registry are replaced by recorders (no Ray started): what is checked is the
+order of the calls and the messages."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from serving.ray_wing import server_start
+from serving.ray_wing.names import CONTROL_APP, GATEWAY_APP
+from serving.settings import ServerSettings
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
+    made: list[tuple] = []
+    monkeypatch.setattr(
+        server_start.ray, "nodes", lambda: [{"Alive": True, "Resources": {"CPU": 2.0}}]
+    )
+    monkeypatch.setattr(server_start.serve, "start", lambda **_: made.append(("serve.start",)))
+    monkeypatch.setattr(server_start, "registry_handle", lambda: made.append(("registry",)))
+    monkeypatch.setattr(
+        server_start,
+        "_deploy_without_waiting",
+        lambda applications: made.append(("deploy", sorted(applications))),
+    )
+    monkeypatch.setattr(server_start, "POLL_S", 0.0)
+    return made
+
+
+def _statuses(monkeypatch: pytest.MonkeyPatch, made: list[tuple], *reads: dict[str, str]) -> None:
+    """Serve's statuses, one read after another (the last repeated)."""
+    sequence: Iterator[dict[str, str]] = iter(reads)
+    last: dict[str, str] = {}
+
+    def read() -> dict:
+        nonlocal last
+        last = next(sequence, last)
+        made.append(("status",))
+        return {
+            name: {"status": state, "message": f"{name} said no"} for name, state in last.items()
+        }
+
+    monkeypatch.setattr(server_start, "serve_status", read)
+
+
+def test_both_applications_start_in_one_call_with_the_endpoints_alongside(
+    calls: list[tuple], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _statuses(
+        monkeypatch,
+        calls,
+        {CONTROL_APP: "DEPLOYING", GATEWAY_APP: "DEPLOYING"},
+        {CONTROL_APP: "RUNNING", GATEWAY_APP: "DEPLOYING"},
+        {CONTROL_APP: "RUNNING", GATEWAY_APP: "RUNNING"},
+    )
+    seen: list[int] = []
+    settings = server_start.start_gateway(
+        ServerSettings(port=0),
+        exclusive=True,
+        meanwhile=lambda s: (calls.append(("endpoints",)), seen.append(s.port)),
+    )
+    names = [call[0] for call in calls]
+    assert names[:4] == ["serve.start", "registry", "deploy", "endpoints"]
+    assert calls[2] == ("deploy", sorted([CONTROL_APP, GATEWAY_APP]))
+    # the endpoints' records get the port the gateways bind (port 0 resolved before anything starts)
+    assert seen == [settings.port] and settings.port > 0
+    assert set(names[4:]) == {"status"}
+
+
+@pytest.mark.parametrize(
+    ("failing", "message"),
+    [
+        (CONTROL_APP, "could not start the control plane: serving-control said no"),
+        (GATEWAY_APP, "could not start the endpoint server on 127.0.0.1:"),
+    ],
+)
+def test_a_failed_application_is_named_with_serves_reason(
+    calls: list[tuple], monkeypatch: pytest.MonkeyPatch, failing: str, message: str
+) -> None:
+    states = {CONTROL_APP: "RUNNING", GATEWAY_APP: "RUNNING", failing: "DEPLOY_FAILED"}
+    _statuses(monkeypatch, calls, states)
+    with pytest.raises(RuntimeError, match=message) as raised:
+        server_start.start_gateway(ServerSettings(port=0))
+    assert f"{failing} said no" in str(raised.value)
+
+
+def test_an_application_that_never_runs_is_reported_in_bounded_time(
+    calls: list[tuple], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _statuses(monkeypatch, calls, {GATEWAY_APP: "DEPLOYING"})
+    monkeypatch.setattr(server_start, "START_TIMEOUT_S", 0.05)
+    with pytest.raises(
+        RuntimeError, match="could not start the control plane: still NOT_STARTED after 0 s"
+    ):
+        server_start.start_gateway(ServerSettings(port=0))
