@@ -22,15 +22,16 @@ def parent_of(pid: int) -> int | None:
     return int(stat.rsplit(")", 1)[1].split()[1])  # the field after the state; comm may hold spaces
 
 
-def process_tree() -> list[int]:
-    """This driver (what `serving up` is) and every process it started: Ray's, Serve's, the
-    replicas."""
+def process_tree(root: int | None = None) -> list[int]:
+    """This driver (what `serving up` is), or process `root`, and every process it started: Ray's,
+    Serve's, the replicas."""
     parents = {
         int(entry.name): parent_of(int(entry.name))
         for entry in Path("/proc").iterdir()
         if entry.name.isdigit()
     }
-    tree, frontier = [os.getpid()], [os.getpid()]
+    root = os.getpid() if root is None else root
+    tree, frontier = [root], [root]
     while frontier:
         children = [pid for pid, parent in parents.items() if parent in frontier]
         tree += children
