@@ -22,15 +22,16 @@ def parent_of(pid: int) -> int | None:
     return int(stat.rsplit(")", 1)[1].split()[1])  # the field after the state; comm may hold spaces
 
 
-def process_tree() -> list[int]:
-    """This driver (what `serving up` is) and every process it started: Ray's, Serve's, the
-    replicas."""
+def process_tree(root: int | None = None) -> list[int]:
+    """This driver (what `serving up` is), or process `root`, and every process it started: Ray's,
+    Serve's, the replicas."""
     parents = {
         int(entry.name): parent_of(int(entry.name))
         for entry in Path("/proc").iterdir()
         if entry.name.isdigit()
     }
-    tree, frontier = [os.getpid()], [os.getpid()]
+    root = os.getpid() if root is None else root
+    tree, frontier = [root], [root]
     while frontier:
         children = [pid for pid, parent in parents.items() if parent in frontier]
         tree += children
@@ -39,7 +40,8 @@ def process_tree() -> list[int]:
 
 
 def smaps(pid: int) -> dict[str, int] | None:
-    """PSS, USS (private pages) and RSS of a process, in bytes, from /proc/PID/smaps_rollup."""
+    """PSS, USS (private pages), shared pages and RSS of a process, in bytes, from
+    /proc/PID/smaps_rollup."""
     try:
         text = Path(f"/proc/{pid}/smaps_rollup").read_text()
     except OSError:
@@ -53,6 +55,7 @@ def smaps(pid: int) -> dict[str, int] | None:
         "pss": kib.get("Pss", 0) * 1024,
         "rss": kib.get("Rss", 0) * 1024,
         "uss": (kib.get("Private_Clean", 0) + kib.get("Private_Dirty", 0)) * 1024,
+        "shared": (kib.get("Shared_Clean", 0) + kib.get("Shared_Dirty", 0)) * 1024,
     }
 
 
@@ -62,10 +65,10 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
 
 
-def tree_cpu_seconds() -> float:
-    """CPU seconds (user + system) the whole tree has used so far."""
+def tree_cpu_seconds(root: int | None = None) -> float:
+    """CPU seconds (user + system) the whole tree (of `root`, else this driver) has used so far."""
     total = 0.0
-    for pid in process_tree():
+    for pid in process_tree(root):
         try:
             total += process_cpu_seconds(pid)
         except OSError:
@@ -73,12 +76,12 @@ def tree_cpu_seconds() -> float:
     return total
 
 
-def idle_cpu(window: float) -> float:
-    """Cores the whole tree uses, on average over `window` seconds (call it while no request
-    runs)."""
-    before = tree_cpu_seconds()
+def idle_cpu(window: float, root: int | None = None) -> float:
+    """Cores the whole tree (of `root`, else this driver) uses, on average over `window` seconds
+    (call it while no request runs)."""
+    before = tree_cpu_seconds(root)
     time.sleep(window)
-    return (tree_cpu_seconds() - before) / window
+    return (tree_cpu_seconds(root) - before) / window
 
 
 def listener(url: str):
