@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import select
 import shlex
 import subprocess
@@ -47,7 +48,6 @@ from loadtests.density import mlserver, report
 from loadtests.density import smaps as by_package
 from loadtests.density.imports import import_costs, outside_sharers
 from loadtests.density.loaders import bare
-from loadtests.harness.models import hetero_models
 from loadtests.harness.processes import BenchError, Processes, http, log
 from loadtests.harness.proctree import idle_cpu, process_tree, smaps
 from loadtests.harness.results import ROOT, package_versions, write_results, write_section
@@ -134,8 +134,7 @@ def run_mlserver(
     mlserver_ensure_frameworks(venv)
     mlserver.ensure_tensorflow(venv)
     expected = json.loads((models / "expected.json").read_text())
-    root = workdir / "mlserver"
-    mlserver.repository(root, containers)
+    root = workdir / "mlserver"  # built by `prepare`
     processes = Processes()
     log_file = workdir / "mlserver.log"
     started = time.monotonic()
@@ -247,6 +246,13 @@ def main() -> int:
         default=str(ROOT),
         help="SERVING_SANDBOX_READ for our containers (default: this checkout, so a git worktree works)",
     )
+    parser.add_argument(
+        "--wait-quiet",
+        type=float,
+        default=0,
+        metavar="S",
+        help="first wait up to S seconds for the 1-minute load average to drop below 1",
+    )
     parser.add_argument("--child-ours", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child_ours:
@@ -255,6 +261,9 @@ def main() -> int:
         saved = json.loads(args.render.read_text())
         _write_docs(report.docs_section(saved["results"], saved["meta"]))
         return 0
+    waited = time.monotonic()
+    while os.getloadavg()[0] >= 1.0 and time.monotonic() - waited < args.wait_quiet:
+        time.sleep(10)
     scenarios = [s for s in args.scenarios.split(",") if s]
     if set(scenarios) - set(report.SCENARIOS):
         parser.error(f"scenarios are {', '.join(report.SCENARIOS)}")
@@ -271,10 +280,22 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-density-") as tmp:
         workdir = Path(tmp)
         models = workdir / "models"
-        log("training the fifteen models ...")
-        hetero_models(models)
+        log("training the fifteen models, building MLServer's repository ...")
+        spec = workdir / "containers.json"
+        spec.write_text(json.dumps(_containers(models)))
+        with (workdir / "prepare.log").open("wb") as out:
+            subprocess.run(
+                [sys.executable, "-m", "loadtests.density.prepare", str(models), str(spec)]
+                + [str(workdir / "mlserver")],
+                cwd=ROOT,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                check=True,
+                timeout=600,
+            )
         for scenario in scenarios:
             log(f"scenario {scenario} ...")
+            load_before = os.getloadavg()[0]
             containers = _containers(models)
             if scenario == "floor":
                 results[scenario] = run_floor(models, containers, workdir)
@@ -282,6 +303,7 @@ def main() -> int:
                 results[scenario] = run_mlserver(models, containers, workdir, args.mlserver_venv)
             else:
                 results[scenario] = run_ours(models, containers, workdir, args.sandbox_read)
+            results[scenario]["load"] = [load_before, os.getloadavg()[0]]
             row = report.row(scenario, results[scenario])
             log(
                 f"  {row['answered']}/15 answering, start-up {row['startup_s']:.1f} s, "

@@ -12,14 +12,23 @@ from pathlib import Path
 
 from loadtests.harness.results import ROOT
 
+# name -> (our stack whose container process it is compared with, or None; the import)
 IMPORTS = {
-    "python (nothing imported)": "pass",
-    "numpy": "import numpy",
-    # as our sklearn stack imports skops: without the PyTorch that its estimator walk would import
-    "sklearn": "from serving.runtimes.skops_trust import _import_skops; _import_skops()",
-    "pytorch": "import torch",
-    "tensorflow": "import tensorflow, keras",
-    "onnx": "import numpy, onnxruntime",
+    "nothing": (None, "pass"),
+    "numpy": ("python", "import numpy"),
+    # as our sklearn stack imports skops: without the PyTorch its estimator walk would import
+    "sklearn, skops.io": (
+        "sklearn",
+        "from serving.runtimes.skops_trust import _import_skops; _import_skops()",
+    ),
+    "torch": ("pytorch", "import torch"),
+    # as our tensorflow stack imports it for a SavedModel: without Keras
+    "tensorflow": (
+        "tensorflow",
+        "from serving.runtimes.tf_import import import_tensorflow; import_tensorflow()",
+    ),
+    "tensorflow, keras": (None, "import tensorflow, keras"),
+    "onnxruntime": ("onnx", "import numpy, onnxruntime"),
 }
 MEASURE = (
     "import json, os; from loadtests.density import smaps; g = smaps.read(os.getpid()); "
@@ -31,9 +40,9 @@ FRAMEWORK_LIBS = ("libtorch_cpu.so", "libtensorflow_framework.so", "onnxruntime_
 
 
 def import_costs() -> dict[str, dict[str, int]]:
-    """{stack: {"pss", "private", "shared", "heap"}} in bytes, of a fresh `python -c "import ..."`."""
+    """{name: {"pss", "private", "shared", "heap"}} in bytes, of a fresh `python -c "import ..."`."""
     costs = {}
-    for stack, statement in IMPORTS.items():
+    for name, (_, statement) in IMPORTS.items():
         done = subprocess.run(
             [sys.executable, "-c", f"{statement}\n{MEASURE}"],
             cwd=ROOT,
@@ -43,19 +52,28 @@ def import_costs() -> dict[str, dict[str, int]]:
             env={"TF_CPP_MIN_LOG_LEVEL": "2", "PATH": "/usr/bin:/bin"},
         )
         if done.returncode == 0:
-            costs[stack] = json.loads(done.stdout.strip().splitlines()[-1])
+            costs[name] = json.loads(done.stdout.strip().splitlines()[-1])
     return costs
 
 
+def _maps(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return ""
+
+
 def outside_sharers(tree: list[int]) -> int:
-    """Processes not in `tree` that map one of the frameworks' main libraries."""
-    count, inside = 0, set(tree)
+    """Processes not in `tree` that map one of the frameworks' main library files the tree maps."""
+    files = {
+        line.split(None, 5)[5]
+        for pid in tree
+        for line in _maps(pid).splitlines()
+        if any(lib in line for lib in FRAMEWORK_LIBS) and len(line.split(None, 5)) > 5
+    }
+    inside, count = set(tree), 0
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) in inside:
-            continue
-        try:
-            maps = (entry / "maps").read_text()
-        except OSError:
-            continue
-        count += any(lib in maps for lib in FRAMEWORK_LIBS)
+        if entry.name.isdigit() and int(entry.name) not in inside:
+            maps = _maps(int(entry.name))
+            count += bool(files) and any(file in maps for file in files)
     return count

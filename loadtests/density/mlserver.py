@@ -16,8 +16,6 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from loadtests.density.loaders import bare
 from loadtests.harness.peers import mlserver_settings
 from loadtests.harness.processes import Processes, free_port
@@ -61,18 +59,31 @@ def repository(root: Path, containers: list[dict[str, Any]]) -> None:
         (folder / "model-settings.json").write_text(json.dumps(settings))
 
 
+def _shape(value: Any) -> list[int]:
+    if not isinstance(value, list):
+        return []
+    return [len(value), *(_shape(value[0]) if value else [])]
+
+
+def _flat(value: Any) -> list[Any]:
+    return [v for item in value for v in _flat(item)] if isinstance(value, list) else [value]
+
+
+def _reshape(flat: list[Any], shape: list[int]) -> Any:
+    if len(shape) <= 1:
+        return list(flat)
+    step = len(flat) // shape[0]
+    return [_reshape(flat[i * step : (i + 1) * step], shape[1:]) for i in range(shape[0])]
+
+
+# Plain lists, not NumPy: the benchmark's own process maps no framework's files (`prepare`).
 def _tensor(name: str, rows: Any, stack: str) -> dict[str, Any]:
-    array = np.asarray(rows)
-    if array.dtype.kind == "f":
+    flat = _flat(rows)
+    if any(isinstance(v, float) for v in flat):
         datatype = "FP32" if stack in FLOAT32_STACKS else "FP64"
     else:
         datatype = "INT64"
-    return {
-        "name": name,
-        "shape": list(array.shape),
-        "datatype": datatype,
-        "data": array.ravel().tolist(),
-    }
+    return {"name": name, "shape": _shape(rows), "datatype": datatype, "data": flat}
 
 
 def v2_request(container: dict[str, Any], request: Any) -> dict[str, Any]:
@@ -93,11 +104,14 @@ def v2_answer(response: dict[str, Any], want: Any) -> Any:
     """A V2 response's first output, shaped as the expected answer `want` (MLServer gives a 1-D
     answer a trailing axis)."""
     output = response["outputs"][0]
+    data = _flat(output["data"])
     if output["datatype"] == "BYTES":
-        return list(output["data"])
-    array = np.asarray(output["data"])
-    want = np.asarray(bare(want))
-    return (array.reshape(want.shape) if array.size == want.size else array).tolist()
+        return data
+    shape = _shape(bare(want))
+    size = 1
+    for length in shape:
+        size *= length
+    return _reshape(data, shape) if size == len(data) else _reshape(data, output["shape"])
 
 
 def start(binary: Path, root: Path, log_file: Path, processes: Processes) -> tuple[Any, str]:

@@ -54,6 +54,7 @@ def per_container(stacks: dict[str, str]) -> dict[str, Any]:
         )
         if stack not in packages:
             packages[stack] = {
+                "hostname": hostname,
                 "worker": by_package.read(pid),
                 "container": by_package.read(children[0]),
             }

@@ -20,8 +20,10 @@ MIB = 2**20
 
 def row(scenario: str, result: dict[str, Any]) -> dict[str, Any]:
     """The comparable numbers of one scenario's result."""
+    load = " → ".join(f"{x:.2f}" for x in result.get("load", [])) or "–"
     if scenario == "ours":
         return {
+            "load": load,
             "pss_mb": result["memory"]["total_pss"] / MIB,
             "idle_cpu_cores": result["idle_cpu_cores"],
             "startup_s": result["total_startup_s"],
@@ -29,6 +31,7 @@ def row(scenario: str, result: dict[str, Any]) -> dict[str, Any]:
             "processes": sum(len(g) for g in result["memory"]["groups"].values()),
         }
     return {
+        "load": load,
         "pss_mb": result["total_pss"] / MIB,
         "idle_cpu_cores": result["idle_cpu_cores"],
         "startup_s": result["startup_s"],
@@ -46,8 +49,8 @@ def results_table(results: dict[str, Any]) -> list[str]:
     floor = rows.get("floor")
     lines = [
         "| | processes | models answering | start-up (start → all answered) | PSS | idle CPU (cores) "
-        "| PSS ÷ floor | idle ÷ floor | start-up ÷ floor |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| PSS ÷ floor | idle ÷ floor | start-up ÷ floor | load avg before → after |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for scenario, r in rows.items():
         ratios = (
@@ -57,7 +60,9 @@ def results_table(results: dict[str, Any]) -> list[str]:
         )
         lines.append(
             f"| {LABELS[scenario]} | {r['processes']} | {r['answered']}/15 | {r['startup_s']:.1f} s "
-            f"| {r['pss_mb']:,.0f} MiB | {r['idle_cpu_cores']:.3f} | " + " | ".join(ratios) + " |"
+            f"| {r['pss_mb']:,.0f} MiB | {r['idle_cpu_cores']:.3f} | "
+            + " | ".join(ratios)
+            + f" | {r['load']} |"
         )
     if "ours" in rows and "mlserver" in rows:
         ours, peer = rows["ours"], rows["mlserver"]
@@ -83,7 +88,7 @@ def _mean(rows: list[dict[str, Any]], part: str, key: str) -> float:
     return sum(r[part][key] for r in rows) / len(rows) / MIB
 
 
-def per_container(ours: dict[str, Any]) -> list[str]:
+def per_container(ours: dict[str, Any], floor_mb: float | None = None) -> list[str]:
     """Mean per container of each stack: the Ray worker (replica + supervisor) and the container
     process, PSS and its private (USS) and shared pages; then where ours' total goes."""
     rows = ours["extra"]["containers"]
@@ -113,6 +118,13 @@ def per_container(ours: dict[str, Any]) -> list[str]:
         f"processes, Serve controller, registry, gateway, idle workers) {system:,.0f} MiB "
         f"({system / total:.0%}).",
     ]
+    if floor_mb:
+        lines[-1] += (
+            f" Against the floor's {floor_mb:,.0f} MiB: the container processes alone hold "
+            f"{containers / floor_mb:.1f}× it (each imports its framework again and keeps its own "
+            f"heap), and the Ray workers and everything else add {workers + system:,.0f} MiB that the "
+            "floor does not have at all."
+        )
     return lines
 
 
@@ -148,17 +160,31 @@ def by_package(results: dict[str, Any]) -> list[str]:
     return lines
 
 
-def imports(costs: dict[str, dict[str, int]]) -> list[str]:
+def imports(costs: dict[str, dict[str, int]], packages: dict[str, Any]) -> list[str]:
     """A fresh `python -c "import ..."` per framework: what each container process of the stack
-    pays again before its model."""
+    pays again before its model; next to it, that stack's container process (`packages`: ours)."""
+    from loadtests.density.imports import IMPORTS
+    from loadtests.density.smaps import HEAP
+
     lines = [
-        "| imported in a fresh Python | PSS | private | of which heap and anonymous |",
-        "|---|---|---|---|",
+        "| imported in a fresh Python | PSS | private | heap and anonymous "
+        "| ours' container process of that stack: PSS | its heap and anonymous |",
+        "|---|---|---|---|---|---|",
     ]
     for name, cost in costs.items():
+        stack = IMPORTS.get(name, (None, ""))[0]
+        ours = packages.get(stack, {}).get("container") if stack else None
+        mine = (
+            [
+                f"{packages[stack].get('hostname', stack)}: {_total(ours)}",
+                f"{ours.get(HEAP, {}).get('pss', 0) / MIB:.0f} MiB",
+            ]
+            if ours
+            else ["–", "–"]
+        )
         lines.append(
             f"| {name} | {cost['pss'] / MIB:.0f} MiB | {cost['private'] / MIB:.0f} MiB "
-            f"| {cost['heap'] / MIB:.0f} MiB |"
+            f"| {cost['heap'] / MIB:.0f} MiB | " + " | ".join(mine) + " |"
         )
     return lines
 
@@ -230,7 +256,10 @@ def docs_section(results: dict[str, Any], meta: dict[str, Any]) -> str:
             " (Private_Clean + Private_Dirty), shared is Shared_Clean + Shared_Dirty (resident pages"
             " other processes also map), from `/proc/PID/smaps_rollup`.",
             "",
-            *per_container(results["ours"]),
+            *per_container(
+                results["ours"],
+                row("floor", results["floor"])["pss_mb"] if "floor" in results else None,
+            ),
             "",
         ]
     lines += [
@@ -252,7 +281,9 @@ def docs_section(results: dict[str, Any], meta: dict[str, Any]) -> str:
             " process of a stack pays again before its model (scikit-learn: `skops.io` imported as our"
             " sklearn stack does, without PyTorch).",
             "",
-            *imports(results["imports"]),
+            *imports(
+                results["imports"], results.get("ours", {}).get("extra", {}).get("packages", {})
+            ),
             "",
         ]
     lines += [

@@ -94,5 +94,5 @@ def test_report_states_ratios_against_the_floor():
         "versions": {"python": "3.11"},
     }
     section = report.docs_section(results, meta)
-    assert "| 1,200 MiB | 0.002 | 1.5× | 2.0× | 1.5× |" in section
+    assert "| 1,200 MiB | 0.002 | 1.5× | 2.0× | 1.5× | – |" in section
     assert "floor 0, mlserver 0" in section
