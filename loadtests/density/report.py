@@ -138,7 +138,7 @@ def _packages(groups: dict[str, dict[str, int]] | None, count: int = 5) -> str:
 
 
 def _total(groups: dict[str, dict[str, int]] | None) -> str:
-    return f"{sum(v['pss'] for v in groups.values()) / MIB:.0f} MiB" if groups else "–"
+    return f"{sum(v['pss'] for v in groups.values()) / MIB:,.0f} MiB" if groups else "–"
 
 
 def by_package(results: dict[str, Any]) -> list[str]:
@@ -278,8 +278,10 @@ def docs_section(results: dict[str, Any], meta: dict[str, Any]) -> str:
             "### What importing a framework costs",
             "",
             'A fresh `python -c "import ..."` per framework, nothing loaded: what each container'
-            " process of a stack pays again before its model (scikit-learn: `skops.io` imported as our"
-            " sklearn stack does, without PyTorch).",
+            " process of a stack pays again before its model (`skops.io` and `tensorflow` imported as"
+            " our stacks import them: without PyTorch, and without Keras for a SavedModel; the floor"
+            " and MLServer import both whole). Next to it, the container process of that stack"
+            " measured above (its model loaded, its server running).",
             "",
             *imports(
                 results["imports"], results.get("ours", {}).get("extra", {}).get("packages", {})
