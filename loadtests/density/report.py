@@ -222,7 +222,7 @@ loading each artifact as the floor does); and ours, the consolidated endpoint of
 [bench_consolidation](bench_consolidation.md). Start-up is from starting the first process to every model
 having answered its sample request correctly; memory is PSS (shared pages split between the processes
 sharing them) over that process and every process it started; idle CPU is what they use over 30 s with no
-requests. Every framework runs one intra-op thread, OpenMP not spinning, in all three.
+requests. PyTorch, TensorFlow and ONNX Runtime run one intra-op thread in all three, OpenMP not spinning.
 """
 
 
