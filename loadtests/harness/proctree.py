@@ -40,7 +40,8 @@ def process_tree(root: int | None = None) -> list[int]:
 
 
 def smaps(pid: int) -> dict[str, int] | None:
-    """PSS, USS (private pages) and RSS of a process, in bytes, from /proc/PID/smaps_rollup."""
+    """PSS, USS (private pages), shared pages and RSS of a process, in bytes, from
+    /proc/PID/smaps_rollup."""
     try:
         text = Path(f"/proc/{pid}/smaps_rollup").read_text()
     except OSError:
@@ -54,6 +55,7 @@ def smaps(pid: int) -> dict[str, int] | None:
         "pss": kib.get("Pss", 0) * 1024,
         "rss": kib.get("Rss", 0) * 1024,
         "uss": (kib.get("Private_Clean", 0) + kib.get("Private_Dirty", 0)) * 1024,
+        "shared": (kib.get("Shared_Clean", 0) + kib.get("Shared_Dirty", 0)) * 1024,
     }
 
 
@@ -63,10 +65,10 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
 
 
-def tree_cpu_seconds() -> float:
-    """CPU seconds (user + system) the whole tree has used so far."""
+def tree_cpu_seconds(root: int | None = None) -> float:
+    """CPU seconds (user + system) the whole tree (of `root`, else this driver) has used so far."""
     total = 0.0
-    for pid in process_tree():
+    for pid in process_tree(root):
         try:
             total += process_cpu_seconds(pid)
         except OSError:
@@ -74,12 +76,12 @@ def tree_cpu_seconds() -> float:
     return total
 
 
-def idle_cpu(window: float) -> float:
-    """Cores the whole tree uses, on average over `window` seconds (call it while no request
-    runs)."""
-    before = tree_cpu_seconds()
+def idle_cpu(window: float, root: int | None = None) -> float:
+    """Cores the whole tree (of `root`, else this driver) uses, on average over `window` seconds
+    (call it while no request runs)."""
+    before = tree_cpu_seconds(root)
     time.sleep(window)
-    return (tree_cpu_seconds() - before) / window
+    return (tree_cpu_seconds(root) - before) / window
 
 
 def listener(url: str):

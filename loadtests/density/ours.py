@@ -1,0 +1,65 @@
+"""Ours, per container: what the replica's Ray worker (the Serve replica, which is also the
+container's supervisor: `model_server.supervisor.ContainerProcess` runs in it) and the container
+process it started hold. Runs in bench_consolidation's scenario child, the Ray driver, after its
+idle window."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from loadtests.density import smaps as by_package
+from loadtests.density.imports import outside_sharers
+from loadtests.harness.proctree import process_tree, smaps
+
+
+def _title(pid: int) -> str:
+    try:
+        return (
+            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        )
+    except OSError:
+        return ""
+
+
+def _sum(infos: list[dict[str, int]]) -> dict[str, int]:
+    keys = ("pss", "uss", "shared", "rss")
+    return {key: sum(info[key] for info in infos) for key in keys}
+
+
+def per_container(stacks: dict[str, str]) -> dict[str, Any]:
+    """One row per container replica: its Ray worker's and its container process's PSS, USS and
+    shared pages; and, for the first replica of each stack, both processes' memory by package."""
+    rows, packages = [], {}
+    for pid in process_tree():
+        title = _title(pid)
+        if "ServeReplica:" not in title or "ServeReplica:serving-gateway" in title:
+            continue
+        # ray::ServeReplica:<endpoint>.<container>.<version>:<container>
+        hostname = title.split("ServeReplica:", 1)[1].split()[0].rsplit(":", 1)[-1]
+        stack = stacks.get(hostname, "unknown")
+        worker = smaps(pid)
+        children = process_tree(pid)[1:]  # the container process (the launcher exec'd into it)
+        infos = [info for info in map(smaps, children) if info]
+        if worker is None or not infos:
+            continue
+        rows.append(
+            {
+                "hostname": hostname,
+                "stack": stack,
+                "worker": worker,
+                "container": _sum(infos),
+                "container_processes": len(infos),
+            }
+        )
+        if stack not in packages:
+            packages[stack] = {
+                "hostname": hostname,
+                "worker": by_package.read(pid),
+                "container": by_package.read(children[0]),
+            }
+    return {
+        "containers": rows,
+        "packages": packages,
+        "outside_sharers": outside_sharers(process_tree()),
+    }
