@@ -296,7 +296,13 @@ class Load:
     would see it)."""
 
     def __init__(
-        self, url: str, endpoint: str, headers: dict[str, str], body: str, ping: bool = False
+        self,
+        url: str,
+        endpoint: str,
+        headers: dict[str, str],
+        body: str,
+        ping: bool = False,
+        paused: bool = False,
     ) -> None:
         self.url, self.endpoint, self.headers, self.body, self.ping = (
             url,
@@ -310,7 +316,13 @@ class Load:
         self.pings = 0
         self.unhealthy: list[str] = []
         self._stop = threading.Event()
+        self._going = threading.Event()  # `paused`: no call until `resume`
+        if not paused:
+            self._going.set()
         self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def resume(self) -> None:
+        self._going.set()
 
     def __enter__(self) -> Load:
         self._thread.start()
@@ -318,9 +330,11 @@ class Load:
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
+        self._going.set()
         self._thread.join(timeout=30)
 
     def _run(self) -> None:
+        self._going.wait()
         with httpx.Client(base_url=self.url, timeout=30) as client:
             while not self._stop.is_set():
                 try:
@@ -1014,17 +1028,18 @@ def test_a_canary_that_fails_is_rolled_back_by_its_alarm_and_a_linear_update_los
             "AutoRollbackConfiguration": {"Alarms": [{"AlarmName": "api-canary-5xx"}]},
         }
         with (
-            Load(api_server.url, "api-canary", {}, '{"x": 1}') as load,
+            # paused until the console has shown the bake: without calls the canary fails none
+            # and its alarm cannot end the bake before the page (read every 5 s) shows it
+            Load(api_server.url, "api-canary", {}, '{"x": 1}', paused=True) as load,
             console_page(f"{api_server.url}/console#/endpoints/api-canary") as console,
         ):
             sm.update_endpoint(
                 EndpointName="api-canary", EndpointConfigName="api-bad-1", DeploymentConfig=canary
             )
-            # the operator console shows the canary's step as it bakes (the page reads every 5 s)
-            console.page.locator("#update", has_text="of traffic on the new fleet").wait_for(
-                timeout=120_000
-            )
+            # the operator console shows the canary's step as it bakes
+            console.page.locator("#update", has_text="Baking").wait_for(timeout=120_000)
             canary_step = console.page.locator("#update").inner_text()
+            load.resume()
             described = _until(
                 lambda: (lambda d: d if d["EndpointStatus"] != "Updating" else None)(
                     sm.describe_endpoint(EndpointName="api-canary")
