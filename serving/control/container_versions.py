@@ -8,7 +8,7 @@ is a served endpoint whose containers move here. `serving apply` drives this lay
 Every container version runs as its own Serve application, `<endpoint>.<container>.<version>`, where
 the version is a digest of everything its replicas are built from (its *plan*). An endpoint has an
 **active** record, the one the gateway routes with, and a **desired** one, the last spec applied.
-While they differ, the registry calls `step` about once a second:
+While they differ, the registry calls `step` about once a second, and as soon as a replica registers:
 
 - each container version of the desired record that has no application yet is deployed, beside the
   active version, which keeps serving (unchanged containers keep their application and replicas);

@@ -54,7 +54,8 @@ class Reconciler:
         threading.Thread(target=self._loop, name="reconcile", daemon=True).start()
 
     def wake(self) -> None:
-        """A put or delete: read Serve's statuses now, not after the idle period."""
+        """A put, a delete or a new replica: read Serve's statuses and advance now, not after the
+        period."""
         self._wake.set()
 
     def _loop(self) -> None:

@@ -55,8 +55,8 @@ class Registry:
     one after `serving up` restarts on a cluster) carries on where the last stopped: same endpoints,
     same routing table (replicas re-register every HEARTBEAT_S and one not heard from for
     REPLICA_TTL_S leaves it), updates in progress resumed. A background loop reads Serve's statuses
-    every STATUS_POLL_S and advances each endpoint toward its desired record (`container_versions`).
-    Writes need the control plane's token; a registration needs the proof made for that very
+    every STATUS_POLL_S (and at once on a put, a delete or a new replica) and advances each endpoint
+    toward its desired record (`container_versions`). Writes need the control plane's token; a registration needs the proof made for that very
     container, version and URL (`keys`). Anything else is refused, logged and counted. Nothing here
     is secret: snapshots may be read by anyone who can reach the cluster.
     """
@@ -293,8 +293,11 @@ class Registry:
             )
             return False
         with self._lock:
-            if self._replicas.heard(url, key):
+            new = self._replicas.heard(url, key)
+            if new:
                 self._bump()
+        if new:  # an update waiting for this replica moves its traffic now, not at the next read
+            self._reconciler.wake()
         return True
 
     def deregister(self, url: str, proof: str | None = None, token: str | None = None) -> bool:
