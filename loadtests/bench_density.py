@@ -49,7 +49,7 @@ from loadtests.density import smaps as by_package
 from loadtests.density.imports import import_costs, outside_sharers
 from loadtests.density.loaders import bare
 from loadtests.harness.processes import BenchError, Processes, http, log
-from loadtests.harness.proctree import idle_cpu, process_tree, smaps
+from loadtests.harness.proctree import idle_cpu, process_tree, smaps, title
 from loadtests.harness.results import ROOT, package_versions, write_results, write_section
 from loadtests.harness.stats import answers_match
 
@@ -60,14 +60,6 @@ PAGE = ROOT / "docs" / "benchmarks" / "bench_density.md"
 RESULTS = ROOT / "loadtests" / "results" / "bench_density.json"
 
 
-def _title(pid: int) -> str:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return "gone"
-    return raw.replace(b"\0", b" ").decode(errors="replace").strip()[:120]
-
-
 def _measure(root: int) -> dict[str, Any]:
     """Memory of `root`'s process tree (each process, and the largest one by package), then its
     idle CPU."""
@@ -75,7 +67,7 @@ def _measure(root: int) -> dict[str, Any]:
     for pid in process_tree(root):
         info = smaps(pid)
         if info is not None:
-            processes.append({"pid": pid, "title": _title(pid), **info})
+            processes.append({"pid": pid, "title": title(pid)[:120] or "gone", **info})
     largest = max(processes, key=lambda p: p["pss"])
     packages = by_package.read(largest["pid"])
     return {

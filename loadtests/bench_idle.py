@@ -43,7 +43,7 @@ from typing import Any
 
 from loadtests.bench_consolidation import _check_answers, _containers
 from loadtests.harness.models import hetero_models
-from loadtests.harness.proctree import parent_of, process_cpu_seconds, process_tree, smaps
+from loadtests.harness.proctree import parent_of, process_cpu_seconds, process_tree, smaps, title
 from loadtests.harness.results import (
     ROOT,
     machine_facts,
@@ -71,37 +71,24 @@ TARGET_IDLE_CORES, TARGET_STARTUP_S = 0.05, 30.0
 
 
 # --- measurements, inside the scenario's child process --------------------------------------------
-def _title(pid: int) -> str:
-    try:
-        return (
-            Path(f"/proc/{pid}/cmdline")
-            .read_bytes()
-            .replace(b"\0", b" ")
-            .decode(errors="replace")
-            .strip()
-        )
-    except OSError:
-        return ""
-
-
 def role(pid: int) -> str:
     """What a process of the tree is; a container process counts as its replica's container."""
     if pid == os.getpid():
         return "driver"
-    title = _title(pid)
-    if "ServeReplica:serving-gateway" in title:
+    command = title(pid)
+    if "ServeReplica:serving-gateway" in command:
         return "gateway"
-    if "ServeReplica:" in title:
+    if "ServeReplica:" in command:
         return "replicas"
-    if "ServeController" in title:
+    if "ServeController" in command:
         return "serve-controller"
-    if "ray::Registry" in title:
+    if "ray::Registry" in command:
         return "registry"
     parent = parent_of(pid)
     if (
         parent is not None
-        and "ServeReplica:" in _title(parent)
-        and "serving-gateway" not in _title(parent)
+        and "ServeReplica:" in title(parent)
+        and "serving-gateway" not in title(parent)
     ):
         return "container processes"
     return "ray system"

@@ -35,15 +35,21 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from loadtests.bench_consolidation import _containers
 from loadtests.harness.models import hetero_models, iris_models
 from loadtests.harness.processes import free_port, http, log
-from loadtests.harness.proctree import parent_of, process_cpu_seconds, process_tree, smaps
-from loadtests.harness.results import ROOT, run_line, run_meta, write_results, write_section
+from loadtests.harness.proctree import parent_of, process_cpu_seconds, process_tree, smaps, title
+from loadtests.harness.results import (
+    ROOT,
+    run_line,
+    run_meta,
+    worktree,
+    write_results,
+    write_section,
+)
 from loadtests.harness.stats import answers_match
 
 # a container's sample call: hostname, body, content type, the expected answer (None: any 200)
@@ -58,38 +64,12 @@ FIRST_ANSWER_TIMEOUT_S = 600.0
 TARGETS = {"one": (0.08, 8.0, 0.8), "fifteen": (0.10, 15.0, 0.5)}
 
 
-@contextlib.contextmanager
-def worktree(revision: str) -> Iterator[Path]:
-    folder = Path(tempfile.mkdtemp(prefix="bench-server-up-base-"))
-    subprocess.run(
-        ["git", "worktree", "add", "--detach", str(folder), revision],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-    )
-    try:
-        yield folder
-    finally:
-        subprocess.run(
-            ["git", "worktree", "remove", "--force", str(folder)], cwd=ROOT, capture_output=True
-        )
-
-
-def _title(pid: int) -> str:
-    try:
-        return (
-            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        )
-    except OSError:
-        return ""
-
-
 def role(pid: int, driver: int) -> str:
     """What a process of the server's tree is (a container process counts apart from its
     replica)."""
     if pid == driver:
         return "serving up"
-    title = _title(pid)
+    command = title(pid)
     for marker, name in (
         ("ServeReplica:serving-gateway", "gateway"),
         ("ServeReplica:serving-control", "control plane"),
@@ -97,10 +77,10 @@ def role(pid: int, driver: int) -> str:
         ("ServeController", "serve controller"),
         ("ray::Registry", "registry"),
     ):
-        if marker in title:
+        if marker in command:
             return name
     parent = parent_of(pid)
-    if parent is not None and "ServeReplica:" in _title(parent):
+    if parent is not None and "ServeReplica:" in title(parent):
         return "container process"
     return "ray system"
 

@@ -41,7 +41,14 @@ from typing import Any
 from loadtests.harness.cpu import CpuMeter
 from loadtests.harness.models import iris_models
 from loadtests.harness.processes import log
-from loadtests.harness.results import ROOT, run_line, run_meta, write_results, write_section
+from loadtests.harness.results import (
+    ROOT,
+    run_line,
+    run_meta,
+    worktree,
+    write_results,
+    write_section,
+)
 from loadtests.harness.servers import embedded_endpoint
 from loadtests.harness.wrk import Wrk, ensure_wrk
 
@@ -67,23 +74,6 @@ def baseline_commit() -> str:
     if not added:
         raise SystemExit("no commit adds serving/tracing/spans.py: pass --baseline")
     return f"{added[-1]}^"
-
-
-@contextlib.contextmanager
-def worktree(commit: str) -> Iterator[Path]:
-    folder = Path(tempfile.mkdtemp(prefix="bench-tracing-base-"))
-    subprocess.run(
-        ["git", "worktree", "add", "--detach", str(folder), commit],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-    )
-    try:
-        yield folder
-    finally:
-        subprocess.run(
-            ["git", "worktree", "remove", "--force", str(folder)], cwd=ROOT, capture_output=True
-        )
 
 
 @contextlib.contextmanager

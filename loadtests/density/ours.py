@@ -5,21 +5,11 @@ idle window."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from loadtests.density import smaps as by_package
 from loadtests.density.imports import outside_sharers
-from loadtests.harness.proctree import process_tree, smaps
-
-
-def _title(pid: int) -> str:
-    try:
-        return (
-            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        )
-    except OSError:
-        return ""
+from loadtests.harness.proctree import process_tree, smaps, title
 
 
 def _sum(infos: list[dict[str, int]]) -> dict[str, int]:
@@ -32,11 +22,11 @@ def per_container(stacks: dict[str, str]) -> dict[str, Any]:
     shared pages; and, for the first replica of each stack, both processes' memory by package."""
     rows, packages = [], {}
     for pid in process_tree():
-        title = _title(pid)
-        if "ServeReplica:" not in title or "ServeReplica:serving-gateway" in title:
+        command = title(pid)
+        if "ServeReplica:" not in command or "ServeReplica:serving-gateway" in command:
             continue
         # ray::ServeReplica:<endpoint>.<container>.<version>:<container>
-        hostname = title.split("ServeReplica:", 1)[1].split()[0].rsplit(":", 1)[-1]
+        hostname = command.split("ServeReplica:", 1)[1].split()[0].rsplit(":", 1)[-1]
         stack = stacks.get(hostname, "unknown")
         worker = smaps(pid)
         children = process_tree(pid)[1:]  # the container process (the launcher exec'd into it)

@@ -39,6 +39,15 @@ def process_tree(root: int | None = None) -> list[int]:
     return tree
 
 
+def title(pid: int) -> str:
+    """A process's command line, its arguments joined by spaces ("" once it is gone)."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return ""
+    return raw.replace(b"\0", b" ").decode(errors="replace").strip()
+
+
 def smaps(pid: int) -> dict[str, int] | None:
     """PSS, USS (private pages), shared pages and RSS of a process, in bytes, from
     /proc/PID/smaps_rollup."""

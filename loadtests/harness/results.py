@@ -13,10 +13,31 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+@contextlib.contextmanager
+def worktree(revision: str) -> Iterator[Path]:
+    """A detached git worktree of `revision` in a temporary folder, removed afterwards (a
+    baseline's tree, run with the same interpreter and packages)."""
+    folder = Path(tempfile.mkdtemp(prefix="bench-baseline-"))
+    subprocess.run(
+        ["git", "worktree", "add", "--detach", str(folder), revision],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+    try:
+        yield folder
+    finally:
+        subprocess.run(
+            ["git", "worktree", "remove", "--force", str(folder)], cwd=ROOT, capture_output=True
+        )
 
 
 def write_section(path: Path, name: str, text: str, title: str | None = None) -> None:
