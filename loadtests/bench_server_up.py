@@ -41,7 +41,14 @@ from typing import Any
 from loadtests.bench_consolidation import _containers
 from loadtests.harness.models import hetero_models, iris_models
 from loadtests.harness.processes import free_port, http, log
-from loadtests.harness.proctree import parent_of, process_cpu_seconds, process_tree, smaps, title
+from loadtests.harness.proctree import (
+    is_template,
+    parent_of,
+    process_cpu_seconds,
+    process_tree,
+    smaps,
+    title,
+)
 from loadtests.harness.results import (
     ROOT,
     run_line,
@@ -79,6 +86,8 @@ def role(pid: int, driver: int) -> str:
     ):
         if marker in command:
             return name
+    if is_template(pid):
+        return "container templates"
     parent = parent_of(pid)
     if parent is not None and "ServeReplica:" in title(parent):
         return "container process"

@@ -101,6 +101,12 @@ class ServerSettings(BaseSettings):
         "not root and the host allows no unprivileged user namespaces), run it in the node's network, walled off "
         "by Landlock's TCP rules and seccomp only (docs/security.md), instead of refusing to start it.",
     )
+    fork_templates: bool = Field(
+        True,
+        description="Fork a container process from a per-machine template of its stack, which imported the "
+        "framework once, where it may be (docs/security.md, 'Forked from its stack's template'); false: every "
+        "container process starts as a fresh interpreter.",
+    )
     allow_model_requirements: bool = Field(
         False,
         description="Install what a local model's code/requirements.txt lists and this Python lacks, as SageMaker "

@@ -9,7 +9,7 @@ from typing import Any
 
 from loadtests.density import smaps as by_package
 from loadtests.density.imports import outside_sharers
-from loadtests.harness.proctree import process_tree, smaps, title
+from loadtests.harness.proctree import is_template, process_tree, smaps, title
 
 
 def _sum(infos: list[dict[str, int]]) -> dict[str, int]:
@@ -29,7 +29,9 @@ def per_container(stacks: dict[str, str]) -> dict[str, Any]:
         hostname = command.split("ServeReplica:", 1)[1].split()[0].rsplit(":", 1)[-1]
         stack = stacks.get(hostname, "unknown")
         worker = smaps(pid)
-        children = process_tree(pid)[1:]  # the container process (the launcher exec'd into it)
+        # the container process (the launcher exec'd into it, or forked from its stack's template;
+        # a template its replica happened to start is counted apart)
+        children = [child for child in process_tree(pid)[1:] if not is_template(child)]
         infos = [info for info in map(smaps, children) if info]
         if worker is None or not infos:
             continue
@@ -52,4 +54,6 @@ def per_container(stacks: dict[str, str]) -> dict[str, Any]:
         "containers": rows,
         "packages": packages,
         "outside_sharers": outside_sharers(process_tree()),
+        # the stack templates the container processes were forked from (none when started fresh)
+        "templates": [info for info in map(smaps, filter(is_template, process_tree())) if info],
     }

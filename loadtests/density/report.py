@@ -107,13 +107,22 @@ def per_container(ours: dict[str, Any], floor_mb: float | None = None) -> list[s
         lines.append(f"| {stack} | {len(mine)} | {cells} | {worker[0] + container[0]:.0f} MiB |")
     workers = sum(r["worker"]["pss"] for r in rows) / MIB
     containers = sum(r["container"]["pss"] for r in rows) / MIB
+    found = ours["extra"].get("templates", [])
+    templates = sum(info["pss"] for info in found) / MIB
     total = ours["memory"]["total_pss"] / MIB
-    system = total - workers - containers
+    system = total - workers - containers - templates
     lines += [
         "",
         f"Where ours' {total:,.0f} MiB go: the {len(rows)} Ray workers (Serve replica and supervisor) "
         f"{workers:,.0f} MiB ({workers / total:.0%}), the {len(rows)} container processes "
-        f"{containers:,.0f} MiB ({containers / total:.0%}), everything else (the driver, Ray's own "
+        f"{containers:,.0f} MiB ({containers / total:.0%}), "
+        + (
+            f"the {len(found)} stack templates they were forked from {templates:,.0f} MiB "
+            f"({templates / total:.0%}), "
+            if found
+            else ""
+        )
+        + "everything else (the driver, Ray's own "
         "processes, the Serve controller, the registry, the gateway and control-plane replicas, idle "
         f"workers) {system:,.0f} MiB "
         f"({system / total:.0%}).",

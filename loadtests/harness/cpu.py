@@ -9,6 +9,7 @@ role, for peers this run started), by Ray's process titles for this run's Ray, o
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 
@@ -18,8 +19,20 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 OTHER = "other processes (not started by this run)"
 
 
+# A container process forked from its stack's template names the supervisor it serves in its title.
+FORKED_FOR = re.compile(r"for supervisor (\d+)\)$")
+
+
+def logical_parent(ppid: int, cmdline: str) -> int:
+    """A process's parent, where a container process forked from its stack's template
+    (`serving/model_server/fork_template.py`) counts as its supervisor's child, as a fresh one is."""
+    forked = FORKED_FOR.search(cmdline)
+    return int(forked[1]) if forked else ppid
+
+
 def read_procs() -> dict[int, tuple[str, int, int, str, int]]:
-    """pid -> (comm, ppid, cpu ticks, cmdline, start time in ticks after boot) for every process."""
+    """pid -> (comm, ppid, cpu ticks, cmdline, start time in ticks after boot) for every process
+    (the ppid a `logical_parent`)."""
     table = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -36,7 +49,7 @@ def read_procs() -> dict[int, tuple[str, int, int, str, int]]:
         fields = stat[close + 2 :].split()
         table[int(entry)] = (
             comm,
-            int(fields[1]),
+            logical_parent(int(fields[1]), cmdline),
             int(fields[11]) + int(fields[12]),
             cmdline,
             int(fields[19]),
@@ -92,6 +105,8 @@ class CpuMeter:
         if cmdline.startswith("ray::ServeReplica:"):
             name = _replica_name(cmdline)
             return "gateway replica" if name is None else f"{name}: Ray replica (supervisor)"
+        if "serving.model_server.fork_template" in cmdline:
+            return "container templates (one per stack)"
         parent = table.get(table[pid][1])
         if parent is not None and parent[3].startswith("ray::ServeReplica:"):
             # the replica's child: the container's own process (its model)

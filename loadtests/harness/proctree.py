@@ -7,36 +7,48 @@ import os
 import time
 from pathlib import Path
 
-from loadtests.harness.cpu import read_procs
+from loadtests.harness.cpu import logical_parent, read_procs
 from loadtests.harness.processes import BenchError
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def parent_of(pid: int) -> int | None:
-    """The parent pid, or None when the process is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[1])  # the field after the state; comm may hold spaces
+    """The parent pid, or None when the process is gone. A container process forked from its
+    stack's template (`serving/model_server/fork_template.py`) counts as its supervisor's child, as
+    a fresh one is."""
+    parent = _real_parent(pid)
+    return None if parent is None else logical_parent(parent, title(pid))
+
+
+def is_template(pid: int) -> bool:
+    """Whether a process is a stack's template, from which container processes are forked."""
+    return "serving.model_server.fork_template" in title(pid)
 
 
 def process_tree(root: int | None = None) -> list[int]:
     """This driver (what `serving up` is), or process `root`, and every process it started: Ray's,
-    Serve's, the replicas."""
-    parents = {
-        int(entry.name): parent_of(int(entry.name))
-        for entry in Path("/proc").iterdir()
-        if entry.name.isdigit()
-    }
+    Serve's, the replicas, and the stack templates its container processes were forked from (which
+    are nobody's children)."""
+    pids = [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()]
+    parents = {pid: parent_of(pid) for pid in pids}
     root = os.getpid() if root is None else root
     tree, frontier = [root], [root]
     while frontier:
         children = [pid for pid, parent in parents.items() if parent in frontier]
         tree += children
         frontier = children
-    return tree
+    templates = {_real_parent(pid) for pid in tree} - set(tree)
+    return tree + sorted(pid for pid in templates if pid is not None and is_template(pid))
+
+
+def _real_parent(pid: int) -> int | None:
+    """The kernel's parent pid (the field after the state; comm may hold spaces)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])
 
 
 def title(pid: int) -> str:

@@ -139,6 +139,8 @@ def _settings(args: argparse.Namespace, address: str | None) -> ServerSettings:
         overrides["container_egress_ports"] = _ports(args.container_egress_ports)
     if getattr(args, "shared_container_network", False):
         overrides["shared_container_network"] = True
+    if getattr(args, "no_fork_templates", False):
+        overrides["fork_templates"] = False
     if address and "SERVING_CONTAINER_HOST" not in os.environ:
         overrides["container_host"] = "node"  # replicas on other nodes must be reachable
     elif not address and os.environ.get("SERVING_CONTAINER_HOST", "127.0.0.1") != "127.0.0.1":

@@ -139,6 +139,12 @@ def _container_arguments(parser) -> None:
         "(default: none, and such a container is refused; SERVING_CONTAINER_EGRESS_PORTS)",
     )
     parser.add_argument(
+        "--no-fork-templates",
+        action="store_true",
+        help="start every container process as a fresh interpreter, never forked from its stack's template "
+        "(SERVING_FORK_TEMPLATES=false; docs/security.md)",
+    )
+    parser.add_argument(
         "--shared-container-network",
         action="store_true",
         help="where no network namespace can be made for a container process (not root, and no unprivileged user "

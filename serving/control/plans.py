@@ -58,6 +58,7 @@ def container_plan(
         "sandbox": settings.sandbox,
         "egress_ports": egress_ports(container, settings),
         "shared_network": settings.shared_container_network,
+        "fork_template": settings.fork_templates,
         "working_dir": container.RuntimeEnvironment.WorkingDir
         if container.RuntimeEnvironment
         else None,

@@ -69,6 +69,8 @@ class ContainerPlan(TypedDict):
     egress_ports: list[int]
     # where no network namespace can be made: the node's network under its rules
     shared_network: bool
+    # may be forked from its stack's template (a plan stored before templates has none: they may)
+    fork_template: NotRequired[bool]
     working_dir: str | None
     gpus: float
     # Ray actor options of each replica (CPUs, GPUs, memory, runtime_env)

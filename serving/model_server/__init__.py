@@ -3,7 +3,9 @@ data port app (`app`, with `streaming` for a streamed answer), its sandbox (`san
 supervisor side that starts and watches it (`supervisor`) and its metric events (`events`). No Ray:
 the process must hold no cluster credentials.
 
-Modules: `launcher` (confine, then `exec` the model server), `main` (the model server's entry),
+Modules: `launcher` (confine, then `exec` the model server), `fork_template` (a stack's framework
+imported once per machine, container processes forked from it), `forked` (the supervisor's side of
+a forked one), `main` (the model server's entry),
 `app` (the data port), `predictors` (how a request's prediction runs, chosen once), `batching` and
 `inline` (two of those ways), `streaming` (a streamed answer), `tfs_rest` (the tensorflow stack's
 `context.rest_uri`), `sandbox` (its network namespace, Landlock, seccomp, no privileges), `netns`

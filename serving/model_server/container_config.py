@@ -33,6 +33,7 @@ __all__ = [
     "describe_sandbox",
     "launcher_environment",
     "sandbox_paths",
+    "template_environment",
 ]
 
 logger = logging.getLogger("serving.container_process")
@@ -75,6 +76,8 @@ class ContainerConfig:
     egress_ports: tuple[int, ...] = ()  # opted in: the node's network, TCP out to these ports only
     # where no network namespace can be made: the node's network, under its rules
     shared_network: bool = False
+    # may be forked from its stack's template (`forked`); else a fresh interpreter
+    fork_template: bool = True
 
 
 def _local_model_path(model_data: str | None) -> str | None:
@@ -136,6 +139,14 @@ def sandbox_paths(config: ContainerConfig, scratch: str) -> dict[str, list[str]]
     return {"read": read, "write": write, "devices": devices}
 
 
+# joblib's process pools need POSIX semaphores in /dev/shm, which the sandbox keeps from it: say so up
+# front rather than have it warn on every import (scikit-learn then predicts in one process).
+# OpenMP's threads (PyTorch's intra-op pool, XGBoost, scikit-learn) sleep when out of work instead of
+# spinning for it: a spinning pool takes the cores the replica's other requests and the node's other
+# containers need. Both are read as the framework is imported: a stack's template starts with them.
+_DEFAULTS = {"JOBLIB_MULTIPROCESSING": "0", "OMP_WAIT_POLICY": "PASSIVE"}
+
+
 def launcher_environment() -> dict[str, str]:
     """The environment the container process starts in: the supervisor's allowlisted variables,
     nothing of the container's (the launcher confines the process before the container's environment
@@ -159,21 +170,21 @@ def child_environment(config: ContainerConfig, scratch: str) -> dict[str, str]:
             config.hostname,
             refused,
         )
-    # joblib's process pools need POSIX semaphores in /dev/shm, which the sandbox keeps from it: say
-    # so up front rather than have it warn on every import (scikit-learn then predicts in one
-    # process). OpenMP's threads (PyTorch's intra-op pool, XGBoost, scikit-learn) sleep when out of
-    # work instead of spinning for it: a spinning pool takes the cores the replica's other requests
-    # and the node's other containers need.
-    defaults = {"JOBLIB_MULTIPROCESSING": "0", "OMP_WAIT_POLICY": "PASSIVE"}
     return {
         **launcher_environment(),
-        **defaults,
+        **_DEFAULTS,
         **{key: value for key, value in config.environment.items() if key not in refused},
         "HOME": scratch,
         "TMPDIR": scratch,
         MODEL_CACHE_DIR_ENV: os.path.join(scratch, "models"),
         "PYTHONUNBUFFERED": "1",
     }
+
+
+def template_environment(home: str) -> dict[str, str]:
+    """The environment a stack's template starts in (`fork_template`): the launcher's and the
+    container defaults, with `home` (its own folder) as HOME and TMPDIR; nothing a caller chose."""
+    return {**launcher_environment(), **_DEFAULTS, "HOME": home, "TMPDIR": home}
 
 
 class StartReport(TypedDict, total=False):

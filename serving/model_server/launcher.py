@@ -8,7 +8,9 @@ server's environment from its stdin, applies the sandbox (`sandbox.apply`, while
 one thread: its own network namespace first), and `exec`s the model server with that environment.
 The namespace, Landlock, seccomp and no-new-privileges outlive `exec`, so whatever the environment
 makes the loader or the interpreter do happens inside the sandbox. The model server gets its
-configuration, with what the sandbox applied, on a new stdin (a memfd). The standard library only.
+configuration, with what the sandbox applied, on a new stdin (a memfd). A container process forked
+from its stack's template (`fork_template`) runs the same `confine`, then the model server without
+the `exec`. The standard library only.
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ from serving.model_server import sandbox
 MAIN = "import runpy, sys; sys.path.insert(0, sys.argv[1]); runpy.run_module('serving.model_server.main', run_name='__main__')"
 
 
-def main() -> int:
-    config = json.loads(sys.stdin.buffer.read())
+def confine(config: dict) -> tuple[dict, dict[str, str]] | None:
+    """Apply the sandbox the launcher's document names (while this process has one thread); returns
+    the model server's configuration, with what the sandbox applied, and its environment. None when
+    the sandbox failed, after telling the supervisor why on the status pipe."""
     policy = config.pop("sandbox")
     environment = config.pop("process_environment")
     report = sandbox.SandboxReport()
@@ -45,7 +49,7 @@ def main() -> int:
         except sandbox.SandboxError as error:
             with os.fdopen(config["status_fd"], "w") as status:
                 status.write(json.dumps({"error": f"sandbox: {error}"}) + "\n")
-            return 2
+            return None
     config["sandbox_report"] = {
         "landlock_abi": report.landlock_abi,
         "seccomp": report.seccomp,
@@ -57,6 +61,15 @@ def main() -> int:
     if report.loopback_fd is not None:
         config["loopback_fd"] = report.loopback_fd
         config["data_url"] = f"http://127.0.0.1:{policy['own_port']}"
+    return config, environment
+
+
+def main() -> int:
+    confined = confine(json.loads(sys.stdin.buffer.read()))
+    if confined is None:
+        return 2
+    config, environment = confined
+    config.pop("cwd", None)  # the supervisor started it there
     if hasattr(os, "memfd_create"):  # Linux: a file in memory only, never on disk
         stdin = os.memfd_create("serving-container-config")
     else:  # macOS and the like (no sandbox there): an unlinked temporary file

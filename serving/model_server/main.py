@@ -3,7 +3,8 @@ Ray.
 
 Started by a container replica's supervisor (`supervisor.ContainerProcess`) through `launcher`,
 which confines the process (`sandbox`) and then `exec`s this module, so that this runs confined from
-its first instruction. Its configuration comes on stdin, its sockets and pipes as inherited file
+its first instruction; or forked from its stack's template (`fork_template`), confined by the same
+steps before this runs. Its configuration comes on stdin, its sockets and pipes as inherited file
 descriptors: the listening data-port socket (and its Unix socket, where the supervisor made one; and
 the launcher's listener on the same port number in the loopback of the process's own network
 namespace, where it calls itself), a status pipe (it writes one JSON line: ready, or the error that
@@ -62,13 +63,16 @@ def _report(fd: int, document: dict) -> None:
         status.write(json.dumps(document) + "\n")
 
 
-def main() -> int:
+def main(config: dict | None = None) -> int:
+    """Serve until told to stop. `config`: the launcher's, when this process was forked from its
+    stack's template (`fork_template`) rather than started by `exec` (then it is read from stdin)."""
     defer_collections()  # until the model is loaded and serving (freeze_startup_objects)
     # what logging's last resort did (warnings and worse, on stderr), redacted
     handler = logging.StreamHandler()
     handler.setFormatter(_WithoutCapabilities("%(message)s"))
     logging.getLogger().addHandler(handler)
-    config = json.loads(sys.stdin.read())
+    if config is None:
+        config = json.loads(sys.stdin.read())
     sys.stdin.close()
     status_fd = config["status_fd"]
     sys.path.extend(path for path in config["sys_path"] if path not in sys.path)

@@ -2,8 +2,9 @@
 
 The supervisor binds the data port (loopback, or the node's address on a cluster), and a Unix socket
 for the same port for a gateway on this machine (`http.local_socket`), and hands both listening
-sockets to the child, which may bind nothing itself. The child starts as `launcher`, in an
-environment of the supervisor's allowlist only, confines itself and `exec`s the model server with
+sockets to the child, which may bind nothing itself. The child is forked from its stack's template
+(`forked`) where it may be, or starts fresh as `launcher`; either way it starts in an
+environment of the supervisor's allowlist only, confines itself and runs the model server with
 the container's environment: its `Environment` (less `protocol.STARTUP_VARIABLES`) plus what Python
 needs, with a private scratch folder as HOME and TMPDIR, and nothing else of the supervisor's (no
 Ray address or token, no AWS variables of the host). Its sandbox gives it a network namespace of its
@@ -34,7 +35,7 @@ from pathlib import Path
 
 from serving import s3
 from serving.http import local_socket
-from serving.model_server import scratch
+from serving.model_server import forked, scratch
 from serving.model_server.container_config import (
     SANDBOX_MODES,
     ContainerConfig,
@@ -97,7 +98,7 @@ class ContainerProcess:
             self.unix_listener.getsockname() if self.unix_listener is not None else None
         )
         self.scratch = scratch.make(config.hostname)
-        self.process: subprocess.Popen | None = None
+        self.process: subprocess.Popen | forked.ForkedProcess | None = None
         self.report: StartReport = {}
         self._lifeline_w: int | None = None
         # held by whoever closes the listeners: the watcher or `stop`
@@ -194,40 +195,23 @@ class ContainerProcess:
             "sys_path": [p for p in sys.path if p],
             "log_stream": log_stream(self.config.endpoint, self.config.hostname),
         }
+        fds = [
+            self.listener.fileno(),
+            *([self.unix_listener.fileno()] if self.unix_listener is not None else []),
+            status_w,
+            lifeline_r,
+            *(broker.child_fds if broker is not None else ()),
+        ]
+        cwd = self.config.working_dir or self.scratch
         try:
-            self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-I",
-                    "-S",
-                    "-B",
-                    "-c",
-                    _LAUNCH,
-                    str(Path(__file__).resolve().parents[2]),
-                ],
-                stdin=subprocess.PIPE,
-                pass_fds=(
-                    self.listener.fileno(),
-                    *([self.unix_listener.fileno()] if self.unix_listener is not None else []),
-                    status_w,
-                    lifeline_r,
-                    *(broker.child_fds if broker is not None else ()),
-                ),
-                env=launcher_environment(),
-                cwd=self.config.working_dir or self.scratch,
+            self.process = forked.start(self.config, {**document, "cwd": cwd}, fds) or self._launch(
+                document, fds, cwd
             )
         finally:
             os.close(status_w)
             os.close(lifeline_r)
             if broker is not None:
                 broker.start()
-        assert self.process.stdin is not None
-        try:
-            # on stdin: never in argv or the environment
-            self.process.stdin.write(json.dumps(document).encode())
-            self.process.stdin.close()
-        except BrokenPipeError:  # it exited first: the status pipe says why
-            pass
         try:
             line = _read_line(status_r, timeout)
         finally:
@@ -266,6 +250,32 @@ class ContainerProcess:
             target=self._watch, args=(on_exit,), name="container-watch", daemon=True
         ).start()
         return self.report
+
+    def _launch(self, document: dict, fds: list[int], cwd: str) -> subprocess.Popen:
+        """A fresh container process: the launcher, with the document on its stdin."""
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-I",
+                "-S",
+                "-B",
+                "-c",
+                _LAUNCH,
+                str(Path(__file__).resolve().parents[2]),
+            ],
+            stdin=subprocess.PIPE,
+            pass_fds=fds,
+            env=launcher_environment(),
+            cwd=cwd,
+        )
+        assert process.stdin is not None
+        try:
+            # on stdin: never in argv or the environment
+            process.stdin.write(json.dumps(document).encode())
+            process.stdin.close()
+        except BrokenPipeError:  # it exited first: the status pipe says why
+            pass
+        return process
 
     def _watch(self, on_exit: Callable[[int], None] | None) -> None:
         assert self.process is not None

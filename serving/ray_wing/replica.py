@@ -58,6 +58,7 @@ class ContainerReplica:
         autoscaled: bool = False,
         egress_ports: tuple[int, ...] = (),
         shared_network: bool = False,
+        fork_template: bool = True,
     ) -> None:
         root = cluster_secret()
         self._autoscaled = (
@@ -81,6 +82,7 @@ class ContainerReplica:
                 gpus=gpus,
                 egress_ports=tuple(egress_ports),
                 shared_network=shared_network,
+                fork_template=fork_template,
             ),
             host,
         )
@@ -232,6 +234,7 @@ def deploy_container(action: Deploy) -> None:
         gpus=plan["gpus"],
         egress_ports=plan["egress_ports"],
         shared_network=plan["shared_network"],
+        fork_template=plan.get("fork_template", True),
         autoscaled="autoscaling_config" in plan["count"],
     )
     _run_many(

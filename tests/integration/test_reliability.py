@@ -9,6 +9,7 @@ table for good, and there was no way to update a running endpoint.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -124,22 +125,34 @@ def _registry_restarted(before: dict) -> bool:
         return False
 
 
-def _listener(url: str) -> psutil.Process:
-    """The process serving a port. A container's data port is held by the replica that bound it and
-    by the container process it passed it to: the holder whose parent holds it too. The gateway's
-    port has one holder."""
+def _holders(url: str) -> list[psutil.Process]:
+    """The processes holding a port's listening socket. A container's data port is held by the
+    replica that bound it and by the container process it passed it to (its child, or a child of
+    its stack's template). The gateway's port has one holder."""
     port = int(url.rsplit(":", 1)[1])
-    holders = {
-        connection.pid
-        for connection in psutil.net_connections("tcp")
-        if connection.status == psutil.CONN_LISTEN
-        and connection.laddr.port == port
-        and connection.pid
-    }
+    # psutil names one process per socket: every holder is found by the socket's inode
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # LISTEN
+                inodes.add(f"socket:[{fields[9]}]")
+    holders = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if any(os.readlink(fd) in inodes for fd in (entry / "fd").iterdir()):
+                    holders.add(int(entry.name))
     if not holders:
         raise AssertionError(f"nothing listens on {url}")
-    children = [pid for pid in holders if psutil.Process(pid).ppid() in holders]
-    return psutil.Process(children[0] if children else holders.pop())
+    return [psutil.Process(pid) for pid in sorted(holders)]
+
+
+def _listener(url: str) -> psutil.Process:
+    """The process serving a port: a container's process, else its only holder."""
+    holders = _holders(url)
+    containers = [p for p in holders if "serving.model_server.main" in _title(p)]
+    return containers[0] if containers else holders[0]
 
 
 def _title(process: psutil.Process) -> str:
@@ -150,22 +163,18 @@ def _replica_of(url: str) -> psutil.Process:
     """The Serve replica (a Ray worker) that owns a container's data port, checked by its process
     title: a test never signals a process it has not identified (a guess once killed the raylet, and
     the node with it, when only one holder of the port was listed)."""
-    process: psutil.Process | None = _listener(url)
-    if process is not None and not _title(process).startswith("ray::ServeReplica:"):
-        process = process.parent()
-    if process is None or not _title(process).startswith("ray::ServeReplica:"):
-        raise AssertionError(f"no Serve replica owns {url} (found {process})")
-    return process
+    replicas = [p for p in _holders(url) if _title(p).startswith("ray::ServeReplica:")]
+    if len(replicas) != 1:
+        raise AssertionError(f"no one Serve replica owns {url} (found {replicas})")
+    return replicas[0]
 
 
 def _container_process(url: str) -> psutil.Process:
     """The container process serving a data port (the model server the replica started), checked by
     its command."""
-    listener = _listener(url)
-    candidates = [listener, *listener.children()]
-    found = [process for process in candidates if "serving.model_server.main" in _title(process)]
+    found = [p for p in _holders(url) if "serving.model_server.main" in _title(p)]
     if not found:
-        raise AssertionError(f"no container process serves {url} (holders: {candidates})")
+        raise AssertionError(f"no container process serves {url} (holders: {_holders(url)})")
     return found[0]
 
 

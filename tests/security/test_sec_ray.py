@@ -10,6 +10,7 @@ a shell command, and a driver joined through the GCS and read the registry.
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -41,9 +42,20 @@ LOOPBACK = ("127.0.0.1", "::1")
 
 
 def _session_processes() -> list[psutil.Process]:
-    """This test session's Ray: the driver (this process) and everything it started."""
+    """This test session's Ray: the driver (this process) and everything it started, with the
+    container processes forked for its replicas from their stack's template (whose titles name
+    their supervisor)."""
     me = psutil.Process()
-    return [me, *me.children(recursive=True)]
+    family = [me, *me.children(recursive=True)]
+    pids = {process.pid for process in family}
+    for process in psutil.process_iter():
+        try:
+            forked = re.search(r"for supervisor (\d+)\)$", " ".join(process.cmdline()).strip())
+        except psutil.Error:
+            continue
+        if forked and int(forked[1]) in pids:
+            family.append(process)
+    return family
 
 
 def _listeners() -> list[tuple[str, int, str]]:
