@@ -51,13 +51,16 @@ __all__ = ["LINGER_S", "MAX_FDS", "STACK_IMPORTS", "TITLE"]
 # model server. A stack not named here starts every container fresh.
 STACK_IMPORTS = {
     "python": (),
-    "sklearn": ("sklearn", "sklearn.base", "joblib", "skops.io"),
+    "sklearn": ("sklearn", "joblib"),
     "xgboost": ("xgboost",),
     "lightgbm": ("lightgbm",),
     "onnx": ("onnxruntime",),
     "pytorch": ("torch",),
     "tensorflow": ("tensorflow",),
 }
+# Imports a stack makes through a function of its own, as its containers make them (skops.io without
+# PyTorch: `skops_trust.import_skops`).
+_STACK_CALLS = {"sklearn": ("serving.runtimes.skops_trust", "import_skops")}
 _SERVER_IMPORTS = (
     "numpy",
     "serving.model_server.main",
@@ -81,6 +84,9 @@ def _imports(stack: str) -> None:
     for name in (*_SERVER_IMPORTS, *STACK_IMPORTS[stack]):
         importlib.import_module(name)
     importlib.import_module(STACK_CLASSES[stack].split(":")[0])
+    if stack in _STACK_CALLS:
+        module, function = _STACK_CALLS[stack]
+        getattr(importlib.import_module(module), function)()
 
 
 def _targets(message: bytes, fds: list[int]) -> list[int]:

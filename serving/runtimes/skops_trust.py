@@ -58,7 +58,7 @@ class _SkipUnusedArrayApiShims(importlib.abc.MetaPathFinder):
         return None
 
 
-def _import_skops() -> Any:
+def import_skops() -> Any:
     """`skops.io`, imported without PyTorch.
 
     skops lists scikit-learn's estimators when first imported (`all_estimators()`), and that walk
@@ -83,7 +83,7 @@ def _import_skops() -> Any:
 def load_skops(path: Path, environment: Mapping[str, str]) -> Any:
     """The object in a `.skops` file, or PermissionError naming every type it would build that is
     not trusted."""
-    skops_io = _import_skops()
+    skops_io = import_skops()
 
     trusted = REVIEWED_TYPES | operator_types(environment)
     refused = [name for name in skops_io.get_untrusted_types(file=path) if name not in trusted]

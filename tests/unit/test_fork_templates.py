@@ -2,7 +2,7 @@
 isolation property a fresh one has.
 
 Real container processes behind real supervisors (`ContainerProcess`), real templates, the real
-sandbox: a hostile tenant script (its marker in its source and in its Environment) pollutes the
+sandbox: a hostile tenant script (its marker in its source, its archive and its Environment) pollutes the
 framework it shares pages with, and probes its sibling and its template. The template must hold
 nothing of it, a sibling forked afterwards must see none of it, and each child must have its own
 environment and its own random state.
@@ -16,6 +16,7 @@ import os
 import signal
 import socket
 import subprocess
+import tarfile
 import threading
 import uuid
 from collections.abc import Iterator
@@ -77,11 +78,25 @@ def output_fn(prediction, accept):
 
 
 def _container(
-    folder: Path, hostname: str, environment: dict[str, str], marker: str, image: str = "python"
+    folder: Path,
+    hostname: str,
+    environment: dict[str, str],
+    marker: str,
+    image: str = "python",
+    archive: bool = False,
 ) -> ContainerProcess:
+    """A container serving the probe; `archive`: as a model.tar.gz (its member names carry the
+    marker too), which the container process unpacks."""
     model = folder / hostname
     (model / "code").mkdir(parents=True)
     (model / "code" / "inference.py").write_text(PROBE.replace("MARKER_VALUE", marker))
+    if archive:
+        (model / f"{marker}.txt").write_text(marker)
+        packed = folder / f"{hostname}.tar.gz"
+        with tarfile.open(packed, "w:gz") as tar:
+            for path in sorted(model.rglob("*")):
+                tar.add(path, arcname=str(path.relative_to(model)), recursive=False)
+        model = packed
     return ContainerProcess(
         ContainerConfig(
             endpoint="e",
@@ -131,9 +146,10 @@ def _memory_holds(pid: int, needle: bytes) -> bool:
 
 @pytest.fixture
 def pair(tmp_path: Path) -> Iterator[tuple[ContainerProcess, ContainerProcess, str]]:
-    """Two containers of one stack, forked from one template; the first one's tenant is hostile."""
+    """Two containers of one stack, forked from one template; the first one's tenant is hostile (its
+    Environment and its archive carry a marker)."""
     marker = f"hostile-{uuid.uuid4().hex}"
-    first = _container(tmp_path, "first", {"SERVING_HOSTILE": marker}, marker)
+    first = _container(tmp_path, "first", {"SERVING_HOSTILE": marker}, marker, archive=True)
     second = _container(tmp_path, "second", {"SERVING_OTHER": "1"}, "benign")
     try:
         first.start(timeout=60)

@@ -28,7 +28,7 @@ import json, sys
 from skops.io._trusted_types import SKLEARN_ESTIMATOR_TYPE_NAMES
 print(json.dumps({{"torch": "torch" in sys.modules, "names": sorted(SKLEARN_ESTIMATOR_TYPE_NAMES)}}))
 """
-_OURS = "from serving.runtimes.skops_trust import _import_skops; _import_skops()"
+_OURS = "from serving.runtimes.skops_trust import import_skops; import_skops()"
 _PLAIN = "import skops.io"
 
 
