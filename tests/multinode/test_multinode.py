@@ -16,6 +16,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -358,16 +359,27 @@ def _enter(cluster: Cluster, container: str) -> tuple[int, int]:
         connection.close()
 
 
+def _supervisor_of(container: int, replicas: dict[int, str]) -> int:
+    """The replica whose container process `container` is: its parent, or, for one forked from its
+    stack's template (whichever node started that), the supervisor its title names."""
+    forked = re.search(
+        r"for supervisor (\d+)\)$", " ".join(psutil.Process(container).cmdline()).strip()
+    )
+    if forked:
+        return int(forked[1])
+    return next(p.pid for p in psutil.Process(container).parents() if p.pid in replicas)
+
+
 def test_a_request_entering_a_node_is_answered_on_that_node(cluster) -> None:
     # Issue 43 item 3: `spread` has a replica on each node, so a call that enters through a node's
-    # gateway is answered by the replica on that node (the container process's parent), never
+    # gateway is answered by the replica on that node (the container process's supervisor), never
     # crossing to the other.
     replicas = _serve_replicas(cluster[0])
     node_of = {r["pid"]: r["node"][0] for rs in replicas.values() for r in rs if r["node"]}
     paths: Counter = Counter()
     for _ in range(30):
         gateway, container = _enter(cluster[0], "spread")
-        replica = next(p.pid for p in psutil.Process(container).parents() if p.pid in node_of)
+        replica = _supervisor_of(container, node_of)
         paths[(node_of[gateway], node_of[replica])] += 1
     print(f"entered -> answered on: {dict(paths)}")
     assert set(paths) == {("node-a", "node-a"), ("node-b", "node-b")}, paths
