@@ -9,25 +9,21 @@ role, for peers this run started), by Ray's process titles for this run's Ray, o
 from __future__ import annotations
 
 import os
-import re
 import time
 from pathlib import Path
 
 from loadtests.harness.processes import log
+from serving.model_server.fork_template import supervisor_named
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 OTHER = "other processes (not started by this run)"
 
 
-# A container process forked from its stack's template names the supervisor it serves in its title.
-FORKED_FOR = re.compile(r"for supervisor (\d+)\)$")
-
-
 def logical_parent(ppid: int, cmdline: str) -> int:
     """A process's parent, where a container process forked from its stack's template
     (`serving/model_server/fork_template.py`) counts as its supervisor's child, as a fresh one is."""
-    forked = FORKED_FOR.search(cmdline)
-    return int(forked[1]) if forked else ppid
+    supervisor = supervisor_named(cmdline)
+    return ppid if supervisor is None else supervisor
 
 
 def read_procs() -> dict[int, tuple[str, int, int, str, int]]:

@@ -33,6 +33,7 @@ import fcntl
 import importlib
 import json
 import os
+import re
 import select
 import signal
 import socket
@@ -45,7 +46,7 @@ from typing import Any
 
 import setproctitle
 
-__all__ = ["LINGER_S", "MAX_FDS", "STACK_IMPORTS", "TITLE"]
+__all__ = ["LINGER_S", "MAX_FDS", "STACK_IMPORTS", "TITLE", "supervisor_named"]
 
 # What a container of each stack imports as it loads, whatever its model: the framework, and the
 # model server. A stack not named here starts every container fresh.
@@ -73,8 +74,10 @@ _SERVER_IMPORTS = (
 # Seconds a template with no client and no child waits for one before it exits.
 LINGER_S = 30.0
 MAX_FDS = 32  # descriptors one request may carry
-# A forked container process's title begins with what a fresh one's command line holds.
+# A forked container process's title begins with what a fresh one's command line holds, and ends
+# naming the supervisor it serves (`supervisor_named` reads it back).
 TITLE = "serving.model_server.main"
+_SUPERVISOR = re.compile(r" for supervisor (\d+)\)$")
 _REQUEST_BYTES = 4096
 
 
@@ -102,6 +105,12 @@ def _targets(message: bytes, fds: list[int]) -> list[int]:
     ):
         raise ValueError("a request names one distinct number under 1024 per descriptor")
     return targets
+
+
+def supervisor_named(title: str) -> int | None:
+    """The supervisor a forked container process's title (its command line) names, or None."""
+    found = _SUPERVISOR.search(title.strip())
+    return int(found[1]) if found else None
 
 
 def _place(fds: list[int], targets: list[int]) -> None:

@@ -40,7 +40,6 @@ _NEUTRAL_PREFIXES = ("SAGEMAKER_", "SERVING_", "AWS_")
 _TEMPLATE = "import runpy, sys; sys.path.insert(0, sys.argv.pop(1)); runpy.run_module('serving.model_server.fork_template', run_name='__main__')"
 _START_TIMEOUT_S = 120.0  # a template imports its framework: TensorFlow takes seconds
 _ANSWER_TIMEOUT_S = 30.0
-_started: list[subprocess.Popen] = []  # templates this process started, reaped when they exit
 
 
 def forkable(config: ContainerConfig) -> str | None:
@@ -108,8 +107,7 @@ def _template(stack: str) -> socket.socket | None:
             )
         finally:
             os.close(ready_w)
-        _started.append(process)
-        threading.Thread(target=process.wait, name="template-reaper", daemon=True).start()
+        process.wait(timeout=30)  # it forks the template at once and exits: nothing left to reap
         with os.fdopen(ready_r) as ready:
             readable, _, _ = select.select([ready], [], [], _START_TIMEOUT_S)
             line = ready.readline().strip() if readable else "did not start in time"
@@ -119,8 +117,6 @@ def _template(stack: str) -> socket.socket | None:
             )
             if line.startswith(("unforkable", "unavailable")):
                 verdict.write_text(line + "\n")
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
             return None
         return _connect(path)
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import re
 import secrets
 import signal
 import subprocess
@@ -30,6 +29,8 @@ import httpx
 import psutil
 import pytest
 from processes import accepting_pid, echo_model, free_port, listeners, stop, wait_for
+
+from serving.model_server.fork_template import supervisor_named
 
 pytestmark = pytest.mark.multinode
 
@@ -362,11 +363,9 @@ def _enter(cluster: Cluster, container: str) -> tuple[int, int]:
 def _supervisor_of(container: int, replicas: dict[int, str]) -> int:
     """The replica whose container process `container` is: its parent, or, for one forked from its
     stack's template (whichever node started that), the supervisor its title names."""
-    forked = re.search(
-        r"for supervisor (\d+)\)$", " ".join(psutil.Process(container).cmdline()).strip()
-    )
-    if forked:
-        return int(forked[1])
+    supervisor = supervisor_named(" ".join(psutil.Process(container).cmdline()))
+    if supervisor is not None:
+        return supervisor
     return next(p.pid for p in psutil.Process(container).parents() if p.pid in replicas)
 
 

@@ -10,7 +10,6 @@ a shell command, and a driver joined through the GCS and read the registry.
 from __future__ import annotations
 
 import json
-import re
 import socket
 import subprocess
 import sys
@@ -23,6 +22,8 @@ import psutil
 import pytest
 import ray
 from suite import endpoints
+
+from serving.model_server.fork_template import supervisor_named
 
 pytestmark = pytest.mark.integration
 
@@ -50,10 +51,10 @@ def _session_processes() -> list[psutil.Process]:
     pids = {process.pid for process in family}
     for process in psutil.process_iter():
         try:
-            forked = re.search(r"for supervisor (\d+)\)$", " ".join(process.cmdline()).strip())
+            supervisor = supervisor_named(" ".join(process.cmdline()))
         except psutil.Error:
             continue
-        if forked and int(forked[1]) in pids:
+        if supervisor in pids:
             family.append(process)
     return family
 
