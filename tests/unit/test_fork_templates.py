@@ -18,6 +18,7 @@ import socket
 import subprocess
 import tarfile
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -275,3 +276,23 @@ def test_an_idle_template_exits_after_its_linger(tmp_path: Path) -> None:
     client.close()
     assert done.wait(10.0)
     listener.close()
+
+
+def test_a_killed_template_takes_no_container_with_it(tmp_path: Path) -> None:
+    first = _container(tmp_path, "first", {}, "benign")
+    second = _container(tmp_path, "second", {}, "benign")
+    try:
+        first.start(timeout=60)
+        template = _invoke(first, {})["ppid"]
+        os.kill(template, signal.SIGKILL)  # started by this test's supervisor
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{template}").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _invoke(first, {})["pid"] == first.pid  # its child serves on
+        second.start(timeout=60)  # from a new template
+        assert isinstance(second.process, forked.ForkedProcess)
+        assert _invoke(second, {})["ppid"] not in (template, os.getpid())
+    finally:
+        first.stop()
+        second.stop()
+    assert first.process is not None and first.process.returncode == -1  # its status died with it
