@@ -10,7 +10,8 @@ a forked one), `main` (the model server's entry),
 `inline` (two of those ways), `streaming` (a streamed answer), `tfs_rest` (the tensorflow stack's
 `context.rest_uri`), `sandbox` (its network namespace, Landlock, seccomp, no privileges), `netns`
 (the network namespace), `seccomp` (the socket allowlist), `supervisor` (the replica's side: start,
-watch, stop), `container_config` (what a process is given: its config, paths and environment),
+watch, stop), `restart_budget` (how often a dead process is started again in place),
+`container_config` (what a process is given: its config, paths and environment),
 `scratch` (scratch folders, reclaimed when their supervisor dies), `events` (metric events for the
 supervisor).
 """

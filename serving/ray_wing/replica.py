@@ -15,6 +15,7 @@ from serving.control.container_versions import (
 )
 from serving.model_server.container_config import ContainerConfig, ContainerStats, describe_sandbox
 from serving.model_server.events import replay
+from serving.model_server.restart_budget import RestartBudget
 from serving.model_server.supervisor import ContainerProcess
 from serving.models.cache_limits import CacheLimits
 from serving.ray_wing.cluster import (
@@ -34,6 +35,12 @@ STATS_POLL_S = (
 # container's process is not woken every 2 s for counters that did not move. Not for an autoscaled container,
 # whose autoscaler must see a burst's first invocations within STATS_POLL_S.
 STATS_IDLE_POLL_S = 8.0
+# A container process started again in place must serve within this (its model loads again).
+RESTART_TIMEOUT_S = 120.0
+
+
+def _no_counters() -> ContainerStats:
+    return {"invocations": 0, "in_flight": 0, "refused": 0, "inline": 0, "custom": {}}
 
 
 # --- container replicas ---------------------------------------------------------------
@@ -67,26 +74,28 @@ class ContainerReplica:
         self.metrics = ReplicaMetrics(
             endpoint, hostname, serve.get_replica_context().replica_id.unique_id
         )
-        host = ray.util.get_node_ip_address() if bind_host == "node" else bind_host
-        self.process = ContainerProcess(
-            ContainerConfig(
-                endpoint=endpoint,
-                hostname=hostname,
-                image=image,
-                model_data=model_data,
-                environment=environment,
-                hop_key=keys.hop_key(root, endpoint, hostname),
-                multi_model=multi_model,
-                sandbox=sandbox,
-                working_dir=working_dir,
-                gpus=gpus,
-                egress_ports=tuple(egress_ports),
-                shared_network=shared_network,
-                fork_template=fork_template,
-            ),
-            host,
+        self._host = ray.util.get_node_ip_address() if bind_host == "node" else bind_host
+        self._config = ContainerConfig(
+            endpoint=endpoint,
+            hostname=hostname,
+            image=image,
+            model_data=model_data,
+            environment=environment,
+            hop_key=keys.hop_key(root, endpoint, hostname),
+            multi_model=multi_model,
+            sandbox=sandbox,
+            working_dir=working_dir,
+            gpus=gpus,
+            egress_ports=tuple(egress_ports),
+            shared_network=shared_network,
+            fork_template=fork_template,
         )
-        self._exited = threading.Event()  # its process exited on its own: no more heartbeats
+        self._root, self._version = root, version
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()  # the process and its registration change together
+        self._restarts = RestartBudget()
+        self._failed: str | None = None  # why the next health check fails
+        self.process = ContainerProcess(self._config, self._host)
         try:
             # A failure here marks the container (and endpoint) Failed with its error; an exit later, `_on_exit`.
             report = self.process.start(on_exit=self._on_exit)
@@ -101,47 +110,84 @@ class ContainerReplica:
             self.process.pid,
             describe_sandbox(report),
         )
-        self._counters: ContainerStats = {
-            "invocations": 0,
-            "in_flight": 0,
-            "refused": 0,
-            "inline": 0,
-            "custom": {},
-        }
+        self._counters: ContainerStats = _no_counters()
         self.metrics.start_utilization(pids=lambda: [self.process.pid], environment=environment)
         self.stats = AutoscalingStats(
             self._read_counters, pids=lambda: [self.process.pid], environment=environment
         )
         self.registry = existing_registry()
-        url = self.process.url
-        self._registration = (
-            endpoint,
-            hostname,
-            version,
-            url,
-            keys.registration_proof(root, endpoint, hostname, url, version),
-        )
+        self._registration = self._registration_of(self.process.url)
         if not ray.get(self.registry.register.remote(*self._registration), timeout=30):
             raise RuntimeError(f"container {hostname}: the registry refused its registration")
-        self._stopping = threading.Event()
         threading.Thread(target=self._heartbeat, name="registry-heartbeat", daemon=True).start()
         threading.Thread(target=self._relay_stats, name="container-stats", daemon=True).start()
         freeze_startup_objects()
 
+    def _registration_of(self, url: str) -> tuple[str, str, str, str, str]:
+        """What this replica tells the registry for its process's data port `url`."""
+        endpoint, hostname = self._config.endpoint, self._config.hostname
+        proof = keys.registration_proof(self._root, endpoint, hostname, url, self._version)
+        return endpoint, hostname, self._version, url, proof
+
     def _heartbeat(self) -> None:
         while not self._stopping.wait(HEARTBEAT_S):
-            if self._exited.is_set():
-                return
-            self.registry.register.remote(*self._registration)
+            if self._failed is None and self.process.alive:
+                self.registry.register.remote(*self._registration)
 
     def _on_exit(self, code: int) -> None:
-        """The container process died (its data port is closed already): leave the routing table now, so the
-        gateway sends nothing more here, and fail the next health check, so Serve replaces this replica."""
-        self._exited.set()
+        """The container process died on its own (its data port is closed already): leave the routing
+        table now, so the gateway sends nothing more here; then start it again in place while the
+        restart budget lasts, else fail the next health check, so that Serve replaces this replica."""
         registration = getattr(self, "_registration", None)
-        if registration is not None:  # None: it died before this replica registered it
-            url, proof = registration[3:]
-            self.registry.deregister.remote(url, proof)
+        if registration is None:  # it died before this replica registered it: the constructor fails
+            self._failed = f"container process exited ({code})"
+            return
+        try:
+            self.registry.deregister.remote(*registration[3:])
+        except Exception:  # the registry drops an unrenewed registration anyway
+            logger.exception("could not deregister %s", registration[3])
+        if self._stopping.is_set():
+            return
+        if not self._restarts.take():
+            self._failed = (
+                f"container process exited ({code}) after {self._restarts.restarts} restarts "
+                f"within {self._restarts.window_s:g} s"
+            )
+            return
+        try:
+            self._restart(code)
+        except Exception as error:
+            logger.error(
+                "container %s could not be started again: %s", self._config.hostname, error
+            )
+            self._failed = f"container process exited ({code}) and could not start again: {error}"
+
+    def _restart(self, code: int) -> None:
+        """Start the container process again in this replica: forked from its stack's template, that
+        is its model load and little else, where a new replica would first start a Ray worker."""
+        logger.warning(
+            "container %s/%s: its process exited (%s); starting it again in place",
+            self._config.endpoint,
+            self._config.hostname,
+            code,
+        )
+        self.process.stop(grace_s=0)  # its lifeline and scratch folder
+        process = ContainerProcess(self._config, self._host)
+        try:
+            process.start(timeout=RESTART_TIMEOUT_S, on_exit=self._on_exit)
+        except Exception:
+            process.stop(grace_s=0)
+            raise
+        registration = self._registration_of(process.url)
+        with self._lock:
+            if self._stopping.is_set():  # Serve stopped this replica meanwhile
+                process.stop(grace_s=0)
+                return
+            self.process, self._registration = process, registration
+            self._counters = _no_counters()  # the new process counts from zero
+        if not ray.get(self.registry.register.remote(*registration), timeout=30):
+            raise RuntimeError("the registry refused its registration")
+        logger.info("container %s serves %s again", self._config.hostname, process.url)
 
     def _relay_stats(self) -> None:
         """Fetch the container process's counters and record its metric events (it has no Ray to do it)."""
@@ -176,11 +222,8 @@ class ContainerReplica:
         return counters["invocations"], counters["in_flight"], counters["custom"]
 
     def check_health(self) -> None:
-        if not self.process.alive:
-            exit_code = (
-                self.process.process.returncode if self.process.process is not None else None
-            )
-            raise RuntimeError(f"container process exited ({exit_code})")
+        if self._failed is not None:
+            raise RuntimeError(self._failed)
 
     def record_autoscaling_stats(self) -> dict[str, float]:
         """What this replica's autoscaler tracks (Serve calls it, pushes it to the controller, averages it)."""
@@ -194,16 +237,18 @@ class ContainerReplica:
         stopping = getattr(self, "_stopping", None)
         if stopping is None:  # the constructor failed: it stopped its process already
             return
-        stopping.set()
+        with self._lock:  # a restart in progress sees this and stops what it started
+            stopping.set()
+            process, registration = self.process, self._registration
         self.metrics.stop()
         try:
-            url, proof = self._registration[3:]
+            url, proof = registration[3:]
             ray.get(self.registry.deregister.remote(url, proof), timeout=5)
             time.sleep(0.5)
         except Exception:  # the registry may already be gone at cluster shutdown
             pass
         self._fetch_stats()  # the last events
-        self.process.stop()
+        process.stop()
 
 
 def deploy_container(action: Deploy) -> None:

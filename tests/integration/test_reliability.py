@@ -249,6 +249,7 @@ def test_a_container_process_killed_under_load_costs_no_request(server) -> None:
     assert len(twins) == 2
     # the model server only: its supervisor (the Serve replica) lives on
     process = _container_process(twins[0])
+    supervisor = _replica_of(twins[0])
     with Load(_invoker(server, "it-chaos", "twin")) as twin_load:
         time.sleep(2)
         process.send_signal(signal.SIGKILL)
@@ -260,10 +261,39 @@ def test_a_container_process_killed_under_load_costs_no_request(server) -> None:
         time.sleep(1)
     assert twin_load.failures() == Counter(), twin_load.failures()
     assert len(twin_load.statuses) > 40
+    # Started again in place (issue 60, item 5): the same supervisor serves a new process on a new
+    # port, without waiting for Serve to replace the replica.
+    (new,) = set(_registry_snapshot()["replicas"][("it-chaos", "twin")]) - set(twins)
+    assert _replica_of(new).pid == supervisor.pid
+    assert _container_process(new).pid != process.pid
     _wait(
         lambda: server.client.describe_endpoint("it-chaos")["EndpointStatus"] == "InService",
         "back in service",
     )
+
+
+def test_a_container_process_that_keeps_dying_leaves_its_replica_to_serve(server) -> None:
+    # A crash loop is bounded: after its restart budget, the replica fails its health check and
+    # Serve replaces it (a new supervisor), as before in-place restarts.
+    from serving.model_server.restart_budget import RESTARTS
+
+    url = _registry_snapshot()["replicas"][("it-chaos", "twin")][0]
+    supervisor = _replica_of(url).pid
+    for kills in range(1, RESTARTS + 2):
+        before = set(_registry_snapshot()["replicas"][("it-chaos", "twin")])
+        _container_process(url).send_signal(signal.SIGKILL)
+        _wait(
+            lambda: (
+                len(now := set(_registry_snapshot()["replicas"][("it-chaos", "twin")])) == 2
+                and url not in now
+            ),
+            "replaced",
+        )
+        (url,) = set(_registry_snapshot()["replicas"][("it-chaos", "twin")]) - before
+        if _replica_of(url).pid != supervisor:
+            break
+    else:
+        raise AssertionError(f"the replica was never replaced after {kills} kills")
 
 
 def test_a_request_in_flight_on_a_dying_replica_is_retried(server) -> None:
