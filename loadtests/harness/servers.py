@@ -62,8 +62,11 @@ def embedded_endpoint(
         cwd=source,
     )
     try:
-        # the child exits (and this reads "") if it cannot get ready
+        # the child exits (and this reads "") if it cannot get ready; Ray may forward a worker's
+        # output line to the child's stdout first
         url = server.stdout.readline().strip()
+        while url and not url.startswith("http"):
+            url = server.stdout.readline().strip()
         if not url.startswith("http"):
             names = ", ".join(spec["EndpointName"] for spec in specs)
             raise RuntimeError(
