@@ -187,6 +187,7 @@ class ContainerReplica:
             self._counters = _no_counters()  # the new process counts from zero
         if not ray.get(self.registry.register.remote(*registration), timeout=30):
             raise RuntimeError("the registry refused its registration")
+        self.metrics.restarted()
         logger.info("container %s serves %s again", self._config.hostname, process.url)
 
     def _relay_stats(self) -> None:

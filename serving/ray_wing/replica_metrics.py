@@ -114,6 +114,11 @@ class ReplicaMetrics(CacheObserver):
             "Requests a container's data port refused: not signed by the gateway for it.",
             tag_keys=_REPLICA,
         )
+        self._restarts = ray_metrics.Counter(
+            "serving_container_restarts",
+            "Times a replica's supervisor started its container process again after it exited.",
+            tag_keys=_REPLICA,
+        )
         self._gpu = ray_metrics.Gauge(
             "serving_gpu_utilization_percent",
             "Utilization of the GPUs assigned to the replica.",
@@ -163,6 +168,9 @@ class ReplicaMetrics(CacheObserver):
             self._output_tokens.inc(count, tags=self.tags)
         if count > 1:
             self._per_token.observe(seconds / (count - 1), tags=self.tags)
+
+    def restarted(self) -> None:
+        self._restarts.inc(1, tags=self.tags)
 
     def refused_hops(self, count: int) -> None:
         if count > 0:

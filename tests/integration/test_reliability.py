@@ -266,6 +266,17 @@ def test_a_container_process_killed_under_load_costs_no_request(server) -> None:
     (new,) = set(_registry_snapshot()["replicas"][("it-chaos", "twin")]) - set(twins)
     assert _replica_of(new).pid == supervisor.pid
     assert _container_process(new).pid != process.pid
+    # ... and counted for the operator (the supervisor's counter, exported by Ray every 5 s)
+    _wait(
+        lambda: any(
+            line.startswith("serving_container_restarts_total")
+            and 'container="twin"' in line
+            and float(line.rsplit(" ", 1)[1]) >= 1
+            for line in server.http.get("/metrics").text.splitlines()
+        ),
+        "counted in serving_container_restarts_total",
+        timeout=60,
+    )
     _wait(
         lambda: server.client.describe_endpoint("it-chaos")["EndpointStatus"] == "InService",
         "back in service",
