@@ -137,12 +137,11 @@ def _holders(url: str) -> list[psutil.Process]:
             fields = line.split()
             if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # LISTEN
                 inodes.add(f"socket:[{fields[9]}]")
-    holders = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                if any(os.readlink(fd) in inodes for fd in (entry / "fd").iterdir()):
-                    holders.add(int(entry.name))
+    holders = {
+        int(entry.name)
+        for entry in Path("/proc").iterdir()
+        if entry.name.isdigit() and inodes & _open_files(entry)
+    }
     if not holders:
         raise AssertionError(f"nothing listens on {url}")
     return [psutil.Process(pid) for pid in sorted(holders)]
@@ -155,6 +154,20 @@ def _listener(url: str) -> psutil.Process:
     return containers[0] if containers else holders[0]
 
 
+def _open_files(process: Path) -> set[str]:
+    """What a process's descriptors point to, read one by one: a descriptor closed while they are
+    listed is skipped, not the process (a busy Ray worker opens and closes them all the time)."""
+    try:
+        descriptors = list((process / "fd").iterdir())
+    except OSError:
+        return set()
+    found = set()
+    for descriptor in descriptors:
+        with contextlib.suppress(OSError):
+            found.add(os.readlink(descriptor))
+    return found
+
+
 def _title(process: psutil.Process) -> str:
     return " ".join(process.cmdline())
 
@@ -163,10 +176,16 @@ def _replica_of(url: str) -> psutil.Process:
     """The Serve replica (a Ray worker) that owns a container's data port, checked by its process
     title: a test never signals a process it has not identified (a guess once killed the raylet, and
     the node with it, when only one holder of the port was listed)."""
-    replicas = [p for p in _holders(url) if _title(p).startswith("ray::ServeReplica:")]
-    if len(replicas) != 1:
-        raise AssertionError(f"no one Serve replica owns {url} (found {replicas})")
-    return replicas[0]
+    deadline = time.monotonic() + 10  # a replica that just registered may still be naming itself
+    while True:
+        holders = _holders(url)
+        replicas = [p for p in holders if _title(p).startswith("ray::ServeReplica:")]
+        if len(replicas) == 1:
+            return replicas[0]
+        if time.monotonic() > deadline:
+            titles = [(p.pid, _title(p)[:80]) for p in holders]
+            raise AssertionError(f"no one Serve replica owns {url} (holders: {titles})")
+        time.sleep(0.2)
 
 
 def _container_process(url: str) -> psutil.Process:
