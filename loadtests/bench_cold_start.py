@@ -36,6 +36,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from loadtests.bench_container_start import containers
 from loadtests.harness.cpu import read_procs
 from loadtests.harness.models import hetero_models
@@ -219,16 +221,10 @@ def time_death(url: str, container: dict[str, Any], death: str) -> dict[str, Any
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
-    started = Path(f"/proc/{new_supervisor}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    boot = next(
-        float(line.split()[1])
-        for line in Path("/proc/stat").read_text().splitlines()
-        if line.startswith("btime")
-    )
-    since_kill = boot + int(started) / os.sysconf("SC_CLK_TCK") - killed_wall
+    # when the (new) supervisor's process started, after the kill (psutil: boot time + 10 ms ticks)
+    since_kill = psutil.Process(new_supervisor).create_time() - killed_wall
     return {
         "seconds": seconds,
-        # when the (new) supervisor's process started, after the kill (10 ms ticks)
         "supervisor_started_s": since_kill if new_supervisor != supervisor else None,
         "old_process_gone_s": gone_s,
         "in_place": new_supervisor == supervisor,
