@@ -120,6 +120,12 @@ class ServerSettings(BaseSettings):
         "beside the replica's data port (a folder only this user may enter) instead of TCP; streamed answers and "
         "replicas on other nodes use TCP either way.",
     )
+    locality_routing: bool = Field(
+        True,
+        description="Prefer a container's replica on the gateway's own node while it is not much busier than the "
+        "least busy elsewhere (docs/reliability.md, 'Multi-node'); false: every hop goes to the least busy replica "
+        "wherever it runs.",
+    )
     registry_poll_s: float = Field(
         0.1,
         gt=0,

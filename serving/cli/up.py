@@ -141,6 +141,8 @@ def _settings(args: argparse.Namespace, address: str | None) -> ServerSettings:
         overrides["shared_container_network"] = True
     if getattr(args, "no_fork_templates", False):
         overrides["fork_templates"] = False
+    if getattr(args, "no_locality_routing", False):
+        overrides["locality_routing"] = False
     if address and "SERVING_CONTAINER_HOST" not in os.environ:
         overrides["container_host"] = "node"  # replicas on other nodes must be reachable
     elif not address and os.environ.get("SERVING_CONTAINER_HOST", "127.0.0.1") != "127.0.0.1":

@@ -145,6 +145,12 @@ def _container_arguments(parser) -> None:
         "(SERVING_FORK_TEMPLATES=false; docs/security.md)",
     )
     parser.add_argument(
+        "--no-locality-routing",
+        action="store_true",
+        help="send every hop to the least busy replica wherever it runs, not first to one on the gateway's own node "
+        "(SERVING_LOCALITY_ROUTING=false; docs/reliability.md)",
+    )
+    parser.add_argument(
         "--shared-container-network",
         action="store_true",
         help="where no network namespace can be made for a container process (not root, and no unprivileged user "

@@ -9,7 +9,15 @@ from dataclasses import dataclass, field
 
 from serving import protocol
 
-__all__ = ["LOCAL_SLACK", "MAX_HOMES", "SPILL_IN_FLIGHT", "ModelHomes", "Replica", "choose"]
+__all__ = [
+    "LOCAL_SLACK",
+    "MAX_HOMES",
+    "SPILL_IN_FLIGHT",
+    "ModelHomes",
+    "Replica",
+    "choose",
+    "local_hosts",
+]
 
 
 @dataclass
@@ -38,6 +46,12 @@ SPILL_IN_FLIGHT = 2
 # replicas, by least outstanding requests.
 LOCAL_SLACK = 2
 MAX_HOMES = 100_000  # remembered (container, model) -> replica pairs, least recently used dropped
+
+
+def local_hosts(locality_routing: bool, node_ip: str) -> frozenset[str]:
+    """The addresses whose replicas a gateway on the node `node_ip` prefers (`choose`'s
+    `local_first`): this node's, or none when the operator turned locality routing off."""
+    return frozenset({node_ip, "127.0.0.1", "localhost"}) if locality_routing else frozenset()
 
 
 def choose(

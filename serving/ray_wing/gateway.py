@@ -28,6 +28,7 @@ from serving.documents import ApiJson
 from serving.errors import ServiceUnavailableError
 from serving.gateway.control_routes import ControlRoutes
 from serving.gateway.openai_routes import OpenAIRoutes
+from serving.gateway.replica_choice import local_hosts
 from serving.gateway.router import Router
 from serving.gateway.state import GatewayState
 from serving.gateway.transport import ContainerTransport
@@ -91,7 +92,7 @@ class Gateway:
             default_limit=DEFAULT_MAX_CONCURRENCY,
             hop_key=hop_key,
             unix_sockets=self.settings.hop_unix_socket,
-            local_hosts=frozenset({ray.util.get_node_ip_address(), "127.0.0.1", "localhost"}),
+            local_hosts=local_hosts(self.settings.locality_routing, ray.util.get_node_ip_address()),
         )
         self.router = Router(self.settings, self.transport)
         self._control_plane: Any = None  # the control plane's handle, made on first use

@@ -13,6 +13,9 @@ from collections import Counter
 
 import pytest
 
+from serving.cli import build_parser
+from serving.cli.up import _settings
+from serving.gateway.replica_choice import local_hosts
 from serving.gateway.transport import LOCAL_SLACK, ContainerTransport
 
 DELAY_S = 0.05
@@ -56,10 +59,15 @@ class SlowReplica:
             writer.close()
 
 
-async def _route(calls: int, concurrency: int) -> tuple[SlowReplica, SlowReplica]:
+async def _route(
+    calls: int, concurrency: int, locality_routing: bool = True
+) -> tuple[SlowReplica, SlowReplica]:
     local, remote = SlowReplica("127.0.0.1"), SlowReplica("127.0.0.2")
     urls = [await local.start(), await remote.start()]
-    transport = ContainerTransport(default_limit=64, local_hosts=frozenset({"127.0.0.1"}))
+    # the gateway's node is 127.0.0.1, as `ray_wing.gateway` builds it
+    transport = ContainerTransport(
+        default_limit=64, local_hosts=local_hosts(locality_routing, "127.0.0.1")
+    )
     await transport.start()
     transport.update({("e", "c"): urls})
     gate = asyncio.Semaphore(concurrency)
@@ -114,3 +122,22 @@ def test_without_node_addresses_routing_is_least_outstanding_over_all(concurrenc
 
     served = asyncio.run(route())
     assert sum(served) == 40 and min(served) >= 10, served  # both used: no node is preferred
+
+
+def test_with_locality_routing_off_calls_spread_over_both_nodes() -> None:
+    # Issue 61 item 3: the operator's switch. One call at a time, which locality keeps on the node
+    # (above), now goes to every node's replica in turn.
+    args = build_parser().parse_args(["up", "spec.yaml", "--no-locality-routing"])
+    settings = _settings(args, None)
+    assert settings.locality_routing is False
+    local, remote = asyncio.run(_route(calls=20, concurrency=1, locality_routing=False))
+    assert local.served + remote.served == 20 and min(local.served, remote.served) >= 5, (
+        local.served,
+        remote.served,
+    )
+
+
+def test_locality_routing_is_on_unless_turned_off() -> None:
+    assert _settings(build_parser().parse_args(["up", "spec.yaml"]), None).locality_routing
+    assert local_hosts(True, "10.0.0.5") == {"10.0.0.5", "127.0.0.1", "localhost"}
+    assert local_hosts(False, "10.0.0.5") == frozenset()
