@@ -9,6 +9,7 @@ import time
 # `applied_everywhere` (its long poll asks at least every REGISTRY_WAIT_S, 10 s).
 READER_SILENT_S = 25.0
 READER_FORGOTTEN_S = 3600.0  # and after this long it is dropped from the table
+SWEEP_S = 60.0
 
 
 class GatewayReaders:
@@ -17,11 +18,17 @@ class GatewayReaders:
 
     def __init__(self) -> None:
         self._table: dict[str, tuple[int, str | None, float]] = {}
+        self._swept = time.monotonic()
 
     def asked(self, reader: str, since: int, epoch: str | None) -> None:
-        """A snapshot call: `reader` has applied version `since` of the registry process `epoch`."""
+        """A snapshot call: `reader` has applied version `since` of the registry process `epoch`.
+        Forgotten readers are swept out at most every SWEEP_S: every gateway asks after every change,
+        so a sweep per call would cost the registry gateways² per change."""
         now = time.monotonic()
         self._table[reader] = (since, epoch, now)
+        if now - self._swept < SWEEP_S:
+            return
+        self._swept = now
         for gone in [
             r for r, (_, _, when) in self._table.items() if now - when > READER_FORGOTTEN_S
         ]:

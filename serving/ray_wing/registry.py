@@ -84,6 +84,8 @@ class Registry:
         self._lock = threading.RLock()
         # notified on every new version (snapshots wait on it)
         self._changed = threading.Condition(self._lock)
+        # the last snapshot built, by (version, refused): what every gateway's long poll returns
+        self._built: tuple[tuple[int, int], Snapshot] | None = None
         self._store = KvStore()
         self._replicas = ReplicaTable(self._store, self.root_secret)
         self._restore()
@@ -333,10 +335,17 @@ class Registry:
                 if remaining <= 0:
                     return None
                 self._changed.wait(remaining)
+            return self._current_snapshot()
+
+    def _current_snapshot(self) -> Snapshot:
+        """This version's snapshot, built once however many gateways ask for it (call with the lock
+        held): every state change bumps the version, and `refused` counts without one."""
+        key = (self.version, self.refused)
+        if self._built is None or self._built[0] != key:
             registered = Counter(self._replicas.by_url.values())
             endpoints = {name: state.snapshot() for name, state in self.states.items()}
             table = container_versions.routed_replicas(self.states, self._replicas.by_url)
-            return {
+            snapshot: Snapshot = {
                 "version": self.version,
                 "epoch": self.epoch,
                 "endpoints": endpoints,
@@ -353,6 +362,8 @@ class Registry:
                     for name, s in self.scaling.items()
                 },
             }
+            self._built = (key, snapshot)
+        return self._built[1]
 
 
 def registry_handle():
