@@ -37,9 +37,12 @@ class SimulatedCluster:
         cpus: float | None = None,
         node_cpus: int = 1,
         machine: Machine | None = None,
+        resources: dict[str, float] | None = None,
     ) -> None:
+        """`resources`: custom resources every host's node offers besides `host-N` and `slot`."""
         self.machine = machine or Machine()
         self.node_cpus = node_cpus
+        self.resources = resources or {}
         self.environment = {
             **os.environ,
             "RAY_AUTH_MODE": "token",
@@ -75,7 +78,7 @@ class SimulatedCluster:
         since on 2 cores a raylet starting beside another can miss Ray's start-up deadline (it is then
         started again, up to `attempts` times)."""
         host = self.machine.hosts.get(index) or self.machine.add_host(index)
-        resources = json.dumps({f"host-{index}": 10, "slot": 1})
+        resources = json.dumps({f"host-{index}": 10, "slot": 1, **self.resources})
         where = (
             ["--head", f"--port={GCS_PORT}", "--include-dashboard=false"]
             if index == 1
@@ -129,15 +132,16 @@ class SimulatedCluster:
         out, err = process.communicate(timeout=timeout)
         return subprocess.CompletedProcess(command, process.returncode, out, err)
 
-    def up(self, spec: Path, *arguments: str) -> subprocess.Popen:
-        """`serving up SPEC --address <head>` on the head host, its gateways on every host's address."""
+    def up(self, spec: Path | list[Path], *arguments: str) -> subprocess.Popen:
+        """`serving up SPEC... --address <head>` on the head host, its gateways on every host's address."""
+        specs = [str(path) for path in (spec if isinstance(spec, list) else [spec])]
         log = open(self.machine.folder / "serving-up.log", "w")
         self.driver = self.machine.start(
             self.head,
             [
                 str(BIN / "serving"),
                 "up",
-                str(spec),
+                *specs,
                 "--address",
                 self.address,
                 "--host",

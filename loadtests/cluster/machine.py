@@ -31,7 +31,8 @@ from pathlib import Path
 
 SUBNET = "10.77.0"
 LOAD_ADDRESS = f"{SUBNET}.2"
-PERIOD_US = 100_000  # the CFS period a quota is a share of
+PERIOD_US = 100_000  # the CFS period a host's quota is a share of
+CAP_PERIOD_US = 100_000  # ... and a single process's (10 ms periods cost a throttled gateway ~1.8x its CPU per call)
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 KILL_ROUNDS = 50  # SIGKILL sweeps of a cgroup before giving up on it (each 0.1 s apart)
 
@@ -103,11 +104,19 @@ class Host:
     tmp: Path
     processes: list[subprocess.Popen] = field(default_factory=list)
 
+    @property
+    def leaf(self) -> Path:
+        """Where its processes start: a child of the host's cgroup, so that the host's quota covers them
+        and, on cgroup v2 (no processes beside child cgroups), a process can get a cap of its own."""
+        return self.cgroup / "procs"
+
     def pids(self) -> set[int]:
-        """Every process now in this host's cgroup."""
-        with contextlib.suppress(OSError):
-            return {int(line) for line in (self.cgroup / "cgroup.procs").read_text().split()}
-        return set()
+        """Every process now in this host's cgroups."""
+        found: set[int] = set()
+        for procs in self.cgroup.rglob("cgroup.procs") if self.cgroup.exists() else ():
+            with contextlib.suppress(OSError):
+                found |= {int(line) for line in procs.read_text().split()}
+        return found
 
 
 class Machine:
@@ -150,6 +159,9 @@ class Machine:
         _run("ip", "-n", namespace, "link", "set", "lo", "up")
         cgroup = self.cgroup / namespace.removeprefix(f"{self.tag}-")
         cgroup.mkdir()
+        if self.version == 2:
+            (cgroup / "cgroup.subtree_control").write_text("+cpu")
+        (cgroup / "procs").mkdir()
         tmp = self.folder / namespace.removeprefix(f"{self.tag}-")
         tmp.mkdir()
         return Host(index, namespace, address, cgroup, tmp)
@@ -163,16 +175,29 @@ class Machine:
         self.set_quota(host, cpus)
         return host
 
-    def set_quota(self, host: Host, cpus: float | None, cgroup: Path | None = None) -> None:
-        """Cap `host` (or one of its sub-cgroups) at `cpus` cores; None lifts the cap."""
+    def set_quota(
+        self, host: Host, cpus: float | None, cgroup: Path | None = None, period_us: int = PERIOD_US
+    ) -> None:
+        """Cap `host` (or one of its sub-cgroups) at `cpus` cores of every `period_us`; None lifts the
+        cap. A short period spreads a small quota evenly (a 0.1-core cap over 100 ms runs 10 ms, then
+        waits 90)."""
         where = cgroup or host.cgroup
         if self.version == 1:
-            quota = -1 if cpus is None else int(cpus * PERIOD_US)
-            (where / "cpu.cfs_period_us").write_text(str(PERIOD_US))
+            quota = -1 if cpus is None else int(cpus * period_us)
+            (where / "cpu.cfs_period_us").write_text(str(period_us))
             (where / "cpu.cfs_quota_us").write_text(str(quota))
         else:
-            quota_text = "max" if cpus is None else str(int(cpus * PERIOD_US))
-            (where / "cpu.max").write_text(f"{quota_text} {PERIOD_US}")
+            quota_text = "max" if cpus is None else str(int(cpus * period_us))
+            (where / "cpu.max").write_text(f"{quota_text} {period_us}")
+
+    def cap_process(self, host: Host, pid: int, cpus: float) -> Path:
+        """Move process `pid` of `host` (every thread of it) into a cgroup of its own under the host's,
+        capped at `cpus` cores; what it starts afterwards is capped with it."""
+        cgroup = host.cgroup / f"p{pid}"
+        cgroup.mkdir(exist_ok=True)
+        self.set_quota(host, cpus, cgroup, period_us=CAP_PERIOD_US)
+        (cgroup / "cgroup.procs").write_text(str(pid))
+        return cgroup
 
     def start(
         self,
@@ -183,7 +208,7 @@ class Machine:
     ) -> subprocess.Popen:
         """`command` inside `host`: its network namespace, its cgroup (joined before the command runs,
         so that everything it starts is counted and killed with the host) and its TMPDIR."""
-        procs = host.cgroup / "cgroup.procs"
+        procs = host.leaf / "cgroup.procs"
         wrapper = [
             "sh",
             "-c",
