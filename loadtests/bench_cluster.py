@@ -39,6 +39,7 @@ from typing import Any
 
 from loadtests.cluster import machine as sim
 from loadtests.cluster.cluster import SimulatedCluster
+from loadtests.cluster.echo import echo_container, echo_model
 from loadtests.cluster.registry_fanout import Fanout
 from loadtests.cluster.traffic import cpu_seconds, invoke_script, scratch, wrk
 from loadtests.harness.results import ROOT, run_line, run_meta, write_results, write_section
@@ -46,18 +47,6 @@ from loadtests.harness.results import ROOT, run_line, run_meta, write_results, w
 RESULTS = ROOT / "loadtests" / "results" / "bench_cluster.json"
 DOCS = ROOT / "docs" / "benchmarks" / "bench_cluster.md"
 TITLE = "# bench_cluster: the scale-out on a simulated cluster"
-ECHO = """
-import json, os
-
-def input_fn(body, content_type):
-    return json.loads(body)
-
-def predict_fn(data, model):
-    return {"pid": os.getpid(), "input": data}
-
-def output_fn(prediction, accept):
-    return json.dumps(prediction), "application/json"
-"""
 PARTS = ("gateways", "locality", "registry")
 SLOTS = (
     "slot-d",
@@ -65,23 +54,6 @@ SLOTS = (
     "slot-2",
     "slot-3",
 )  # one replica of each container per host (locality)
-
-
-def _model(folder: Path) -> Path:
-    model = folder / "echo"
-    (model / "code").mkdir(parents=True, exist_ok=True)
-    (model / "code" / "inference.py").write_text(ECHO)
-    return model
-
-
-def _container(model: Path, name: str, custom: dict[str, float], replicas: int) -> dict[str, Any]:
-    return {
-        "ContainerHostname": name,
-        "Image": "python",
-        "ModelDataUrl": str(model),
-        "Resources": {"Cpus": 0.1, "Custom": custom},
-        "AutoScaling": {"MinCapacity": replicas, "MaxCapacity": replicas},
-    }
 
 
 def _machine_busy() -> tuple[int, int]:
@@ -96,12 +68,12 @@ def gateways(
 ) -> dict[str, Any]:
     """Calls/s through 1-4 capped gateways on hosts of their own (item 2)."""
     spec = folder / "gateways.json"
-    model = _model(folder)
+    model = echo_model(folder)
     spec.write_text(
         json.dumps(
             {
                 "EndpointName": "echo",
-                "Containers": [_container(model, "echo", {"host-1": 1}, 2)],
+                "Containers": [echo_container(model, "echo", {"host-1": 1}, 2)],
             }
         )
     )
@@ -111,7 +83,7 @@ def gateways(
         found["in_service_s"] = cluster.wait_in_service("echo")
         capped = {}
         for index in range(2, 6):
-            cluster._wait(
+            cluster.wait_until(
                 lambda index=index: bool(cluster.gateway_pids(index)), f"host {index}'s gateway"
             )
             (pid,) = cluster.gateway_pids(index)
@@ -159,11 +131,11 @@ def gateways(
 
 def locality(folder: Path, seconds: float, on: bool) -> dict[str, Any]:
     """Direct and a 3-container Serial chain across two hosts, locality routing on or off (item 3)."""
-    model = _model(folder)
+    model = echo_model(folder)
     direct, chain = folder / "direct.json", folder / "chain.json"
     direct.write_text(
         json.dumps(
-            {"EndpointName": "direct", "Containers": [_container(model, "d", {"slot-d": 1}, 2)]}
+            {"EndpointName": "direct", "Containers": [echo_container(model, "d", {"slot-d": 1}, 2)]}
         )
     )
     chain.write_text(
@@ -171,7 +143,9 @@ def locality(folder: Path, seconds: float, on: bool) -> dict[str, Any]:
             {
                 "EndpointName": "chain",
                 "InferenceExecutionConfig": {"Mode": "Serial"},
-                "Containers": [_container(model, f"c{i}", {f"slot-{i}": 1}, 2) for i in (1, 2, 3)],
+                "Containers": [
+                    echo_container(model, f"c{i}", {f"slot-{i}": 1}, 2) for i in (1, 2, 3)
+                ],
             }
         )
     )

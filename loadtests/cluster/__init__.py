@@ -6,6 +6,9 @@ quota, each running a Ray node and its gateways (issue 61).
   them behind.
 - `cluster`: Ray and `serving up` on those hosts: a head, workers that join and leave, the gateways'
   addresses a load generator spreads its connections over.
+- `echo`: the model the tests and benchmarks serve (it answers with its process ID: which host answered).
+- `balanced_load`, `traffic`: callers behind a balancer, wrk per host, CPU from /proc.
+- `registry_readers`, `registry_fanout`: simulated gateways long-polling the real registry.
 
 Root (or CAP_NET_ADMIN and CAP_SYS_ADMIN) is needed; `machine.preflight()` names what is missing.
 """

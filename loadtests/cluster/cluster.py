@@ -107,7 +107,7 @@ class SimulatedCluster:
                 return "Ray runtime started." in log_path.read_text()
 
             try:
-                self._wait(started, f"host {index}'s Ray node up", every=0.2)
+                self.wait_until(started, f"host {index}'s Ray node up", every=0.2)
                 break
             except RuntimeError:
                 if attempt == attempts - 1:
@@ -241,9 +241,9 @@ class SimulatedCluster:
             answer = self.probe("GET", f"{self.url(index)}/endpoints/{endpoint}")
             return answer["status"] == 200 and answer["body"].get("EndpointStatus") == "InService"
 
-        return self._wait(in_service, f"{endpoint} InService", timeout)
+        return self.wait_until(in_service, f"{endpoint} InService", timeout)
 
-    def _wait(
+    def wait_until(
         self, predicate, what: str, timeout: float = START_TIMEOUT_S, every: float = 1.0
     ) -> float:
         started = time.monotonic()

@@ -284,27 +284,3 @@ class Machine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def leftovers(tag: str) -> dict[str, list[str]]:
-    """What a simulation tagged `tag` left on this machine: namespaces, cgroups, veths in the root
-    namespace, processes in its cgroups. All empty after `Machine.close()`."""
-    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30)
-    namespaces = [
-        line.split()[0] for line in listed.stdout.splitlines() if line.startswith(f"{tag}-")
-    ]
-    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, timeout=30)
-    veths = [
-        line.split(":")[1].strip().split("@")[0]
-        for line in links.stdout.splitlines()
-        if line.split(":")[1].strip().startswith(tag)
-    ]
-    cgroups, processes = [], []
-    for base in (CGROUP_ROOT / "cpu", CGROUP_ROOT):
-        folder = base / f"serving-sim-{tag}"
-        if folder.exists():
-            cgroups.append(str(folder))
-            for procs in folder.rglob("cgroup.procs"):
-                with contextlib.suppress(OSError):
-                    processes += procs.read_text().split()
-    return {"namespaces": namespaces, "cgroups": cgroups, "veths": veths, "processes": processes}

@@ -45,7 +45,12 @@ def _fifteen() -> Any:
     from serving.config.spec import parse_spec
 
     document = yaml.safe_load((ROOT / "examples" / "fifteen.yaml").read_text())
-    base = Path(tempfile.mkdtemp(prefix="fifteen-"))
+    with tempfile.TemporaryDirectory(prefix="fifteen-") as folder:
+        return parse_spec(document, _stand_ins(document, Path(folder)))
+
+
+def _stand_ins(document: dict[str, Any], base: Path) -> Path:
+    """Empty folders (and an empty archive) where the spec's models would be, under `base`."""
     for container in document["Containers"]:
         path = base / container["ModelDataUrl"]
         if path.suffix == ".gz":  # an empty archive
@@ -54,7 +59,7 @@ def _fifteen() -> Any:
                 pass
         else:
             path.mkdir(parents=True, exist_ok=True)
-    return parse_spec(document, base)
+    return base
 
 
 class Fanout:

@@ -1,6 +1,6 @@
 """What the multinode-session tests share: free ports, bounded waits, stopping what they started (by
 PID), and finding which gateway process accepted a connection (gateways share a port through
-SO_REUSEPORT), and the echo model both modules serve."""
+SO_REUSEPORT); the echo model they serve is `loadtests.cluster.echo`'s."""
 
 from __future__ import annotations
 
@@ -9,32 +9,13 @@ import signal
 import socket
 import subprocess
 import time
-from pathlib import Path
 
 import httpx
 import psutil
 
-ECHO = """
-import json, os
+from loadtests.cluster.echo import echo_model
 
-def input_fn(body, content_type):
-    return json.loads(body)
-
-def predict_fn(data, model):
-    return {"pid": os.getpid(), "input": data}
-
-def output_fn(prediction, accept):
-    return json.dumps(prediction), "application/json"
-"""
-
-
-def echo_model(root: Path) -> Path:
-    """A `python` container's model folder whose handler answers with its process ID and the
-    request."""
-    model = root / "echo"
-    (model / "code").mkdir(parents=True)
-    (model / "code" / "inference.py").write_text(ECHO)
-    return model
+__all__ = ["accepting_pid", "echo_model", "free_port", "listeners", "stop", "wait_for"]
 
 
 def free_port() -> int:

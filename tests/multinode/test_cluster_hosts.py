@@ -12,6 +12,7 @@ its cgroup. Runs in the multinode session (`make test`): it starts a Ray cluster
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import time
@@ -21,10 +22,10 @@ from pathlib import Path
 
 import psutil
 import pytest
-from processes import echo_model
 
 from loadtests.cluster import machine as sim
 from loadtests.cluster.cluster import SimulatedCluster
+from loadtests.cluster.echo import echo_container, echo_model
 
 pytestmark = pytest.mark.multinode
 
@@ -56,13 +57,7 @@ class Simulation:
         self.cluster = SimulatedCluster(hosts=3)
         self.seen: set[int] = set()
         model = echo_model(root)
-        container = lambda name, custom, replicas=1: {
-            "ContainerHostname": name,
-            "Image": "python",
-            "ModelDataUrl": str(model),
-            "Resources": {"Cpus": 0.1, "Custom": custom},
-            "AutoScaling": {"MinCapacity": replicas, "MaxCapacity": replicas},
-        }
+        container = functools.partial(echo_container, model)
         spec = root / "spec.json"
         spec.write_text(
             json.dumps(
@@ -184,7 +179,7 @@ def test_a_host_that_joins_serves_within_30_s(simulation) -> None:
     def pings() -> bool:
         return cluster.probe("GET", f"{cluster.url(4)}/ping")["status"] == 200
 
-    took = cluster._wait(pings, "host 4's gateway answering", timeout=120, every=0.5)
+    took = cluster.wait_until(pings, "host 4's gateway answering", timeout=120, every=0.5)
     print(f"host 4: its Ray node up in {raylet_up:.1f} s, its gateway answering {took:.1f} s later")
     assert took < 30
     answer = simulation.invoke(4, "on-2")

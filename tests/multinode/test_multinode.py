@@ -13,6 +13,7 @@ own."""
 
 from __future__ import annotations
 
+import functools
 import http.client
 import json
 import os
@@ -30,6 +31,7 @@ import psutil
 import pytest
 from processes import accepting_pid, echo_model, free_port, listeners, stop, wait_for
 
+from loadtests.cluster.echo import echo_container
 from serving.model_server.fork_template import supervisor_named
 
 pytestmark = pytest.mark.multinode
@@ -108,13 +110,7 @@ def _node_ip() -> str:
 def cluster(tmp_path_factory) -> Iterator[tuple[Cluster, str, subprocess.Popen]]:
     root = tmp_path_factory.mktemp("multinode")
     model = echo_model(root)
-    container = lambda name, custom, replicas=1: {
-        "ContainerHostname": name,
-        "Image": "python",
-        "ModelDataUrl": str(model),
-        "Resources": {"Cpus": 0.1, "Custom": custom},
-        "AutoScaling": {"MinCapacity": replicas, "MaxCapacity": replicas},
-    }
+    container = functools.partial(echo_container, model)
     spec = root / "spec.json"
     spec.write_text(
         json.dumps(
