@@ -177,15 +177,17 @@ def locality(folder: Path, seconds: float, on: bool) -> dict[str, Any]:
     return found
 
 
-def registry(sizes: list[int], changes: int) -> dict[str, Any]:
-    """The registry's fan-out at each number of simulated gateways (item 5)."""
+def registry(sizes: list[int], changes: int, paths: list[str]) -> dict[str, Any]:
+    """The registry's fan-out at each number of simulated gateways (item 5), over each path: its snapshot
+    feed and Ray's long poll, in alternating order from one size to the next."""
     fanout = Fanout()
     try:
         steps = []
-        for readers in sizes:
-            step = fanout.measure(readers, changes)
-            print(json.dumps(step), flush=True)
-            steps.append(step)
+        for number, readers in enumerate(sizes):
+            for path in paths if number % 2 == 0 else paths[::-1]:
+                step = fanout.measure(readers, changes, path == "feed")
+                print(json.dumps(step), flush=True)
+                steps.append(step)
         return {"steps": steps}
     finally:
         fanout.close()
@@ -196,18 +198,28 @@ def render_registry(saved: dict[str, Any]) -> str:
     lines = [
         f"One change a second ({steps[0]['changes']} changes), a snapshot of {steps[0]['snapshot_bytes']:,} "
         "bytes pickled (the fifteen-container endpoint's record); times from the change to each reader's "
-        "arrival. Apply: a sample of readers applied each snapshot to a real `GatewayState`.",
+        "arrival. Apply: a sample of readers applied each snapshot to a real `GatewayState`. Path: the "
+        "readers' long polls over the registry's snapshot feed (the default) or through Ray (`--no-registry-feed`, "
+        "the design before the feed); ÷ feed: the registry's CPU per change against the feed's at the same size.",
         "",
-        "| gateways | applied everywhere p50 s | p99 s | one reader p50 s | p99 s | registry cores (changing) | "
-        "registry ms per change | registry cores idle | GCS cores (changing) | KV writes/s | apply ms |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| gateways | path | applied everywhere p50 s | p99 s | one reader p50 s | p99 s | registry cores (changing) | "
+        "registry ms per change | ÷ feed | registry cores idle | GCS cores (changing) | KV writes/s | apply ms |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for step in steps:
+    feed = {
+        step["readers"]: step["registry_cpu_ms_per_change"]
+        for step in steps
+        if step.get("path", "ray") == "feed"
+    }
+    for step in sorted(steps, key=lambda step: (step["readers"], step.get("path", "ray"))):
         apply = f"{step['apply_ms_p50']:.2f}" if step["apply_ms_p50"] is not None else "-"
+        base = feed.get(step["readers"])
+        ratio = f"{step['registry_cpu_ms_per_change'] / base:.1f}×" if base else "-"
         lines.append(
-            f"| {step['readers']:,} | {step['everywhere_p50_s']:.3f} | {step['everywhere_p99_s']:.3f} | "
+            f"| {step['readers']:,} | {step.get('path', 'ray')} | {step['everywhere_p50_s']:.3f} | "
+            f"{step['everywhere_p99_s']:.3f} | "
             f"{step['each_p50_s']:.3f} | {step['each_p99_s']:.3f} | {step['registry_cores_changing']:.3f} | "
-            f"{step['registry_cpu_ms_per_change']:.1f} | {step['registry_cores_idle']:.3f} | "
+            f"{step['registry_cpu_ms_per_change']:.1f} | {ratio} | {step['registry_cores_idle']:.3f} | "
             f"{step['gcs_cores_changing']:.3f} | {step['kv_writes_per_s']:.0f} | {apply} |"
         )
     return "\n".join(lines)
@@ -262,6 +274,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="of the gateways part")
     parser.add_argument("--readers", default="10,100,400,1000", help="registry part: sizes")
     parser.add_argument("--changes", type=int, default=20, help="registry part: per size")
+    parser.add_argument(
+        "--registry-paths",
+        default="feed,ray",
+        help="registry part: the snapshot feed, Ray's long poll",
+    )
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
     sim.preflight()
@@ -282,7 +299,7 @@ def main() -> None:
             }
         if "registry" in parts:
             sizes = [int(size) for size in args.readers.split(",")]
-            saved["registry"] = registry(sizes, args.changes)
+            saved["registry"] = registry(sizes, args.changes, args.registry_paths.split(","))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     saved["seconds"] = time.monotonic() - started

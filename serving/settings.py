@@ -126,6 +126,12 @@ class ServerSettings(BaseSettings):
         "least busy elsewhere (docs/reliability.md, 'Multi-node'); false: every hop goes to the least busy replica "
         "wherever it runs.",
     )
+    registry_feed: bool = Field(
+        True,
+        description="Gateways long-poll the registry's snapshots over its signed HTTP feed, which costs the registry a "
+        "fraction of a Ray call per gateway (docs/architecture.md, 'The registry's snapshot feed'); false: every "
+        "gateway long-polls through Ray, as before the feed.",
+    )
     registry_poll_s: float = Field(
         0.1,
         gt=0,

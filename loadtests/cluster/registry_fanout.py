@@ -1,5 +1,6 @@
 """The control plane at a hundred nodes: the real registry actor, N simulated gateways long-polling it
-(`registry_readers`, several processes), one change a second.
+(`registry_readers`, several processes), one change a second; the gateways' long polls over the registry's
+snapshot feed (`control.snapshot_feed`, the default) or through Ray (`--no-registry-feed`, the design before it).
 
 The change is the control plane's publish of the API's routing (`publish_api`, what an `UpdateEndpoint`'s
 step does), over a registry that holds the fifteen containers of `examples/fifteen.yaml` as an endpoint
@@ -76,8 +77,12 @@ class Fanout:
         from serving.ray_wing.operations import control_token
         from serving.settings import ServerSettings
 
-        ray.init(
-            num_cpus=2, include_dashboard=False, namespace="serving", logging_level=logging.ERROR
+        ray.init(  # a fresh local Ray, whatever /tmp/ray/ray_current_cluster names
+            address="local",
+            num_cpus=2,
+            include_dashboard=False,
+            namespace="serving",
+            logging_level=logging.ERROR,
         )
         self.ray = ray
         self.address = ray.get_runtime_context().gcs_address
@@ -96,7 +101,8 @@ class Fanout:
         snapshot = ray.get(self.registry.snapshot.remote(-1), timeout=60)
         self.snapshot_bytes: int = len(pickle.dumps(snapshot))
 
-    def measure(self, readers: int, changes: int) -> dict[str, Any]:
+    def measure(self, readers: int, changes: int, feed: bool) -> dict[str, Any]:
+        self.ray.get(self.registry.open_feed.remote(self.token, "127.0.0.1" if feed else None))
         processes = min(READER_PROCESSES, readers)
         warm_s = 10.0 + readers / 50
         seconds = warm_s + changes + IDLE_S + 5
@@ -156,6 +162,7 @@ class Fanout:
                 everywhere.append(max(times) - at)
                 each.extend(t - at for t in times)
         applies = [t for part in found for t in part["applies"]]
+        paths = {path: sum(part["paths"][path] for part in found) for path in ("feed", "ray")}
         writes = sum(part["writes"] for part in found)
         with contextlib.suppress(OSError):
             for out in outs:
@@ -163,6 +170,8 @@ class Fanout:
             folder.rmdir()
         return {
             "readers": readers,
+            "path": "feed" if feed else "ray",
+            "polls_by_path": paths,  # what the readers' long polls actually went through
             "changes": len(made),
             "missed_arrivals": missing,  # a reader that skipped a version (it got a later one)
             "everywhere_p50_s": statistics.median(everywhere),

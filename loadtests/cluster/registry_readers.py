@@ -3,8 +3,9 @@ the registry and Ray's key-value store, many to a process.
 
     python -m loadtests.cluster.registry_readers --address GCS --count N --first I --seconds S --out FILE
 
-Each reader long-polls `snapshot` exactly as `ray_wing.gateway` does (its version, `REGISTRY_WAIT_S`, the
-registry's epoch, a reader name of its own), notes when each version arrived, and, one reader in
+Each reader long-polls the registry exactly as `ray_wing.gateway` does, through a `RegistryFollower` of its own
+(the registry's snapshot feed when it has one, each reader over its own connection, else a Ray call per poll),
+notes when each version arrived, and, one reader in
 `APPLY_EVERY`, applies it to a real `GatewayState` (its tables, access, descriptions) as a gateway does,
 timing that. It also writes what a gateway writes to the GCS key-value store: the async journal's heartbeat
 every `async_journal.HEARTBEAT_S` and its counters' exposition every `gateway_counters.PUBLISH_S`. Every
@@ -34,20 +35,29 @@ async def reader(
     arrivals: dict[int, list[float]],
     applies: list[float],
     apply: bool,
+    paths: dict[str, int],
 ) -> None:
     from serving.control.status import StatusBoard
     from serving.gateway.invocation import Invocations
     from serving.gateway.state import GatewayState
     from serving.gateway.transport import ContainerTransport
     from serving.ray_wing.gateway import REGISTRY_WAIT_S
+    from serving.ray_wing.operations import root_secret
+    from serving.ray_wing.registry_follower import RegistryFollower
     from serving.settings import ServerSettings
 
     settings = ServerSettings()
     transport = ContainerTransport(default_limit=8)
     state = GatewayState(settings, Invocations(settings, transport), transport, StatusBoard())
+    follower = RegistryFollower(registry, name, root_secret())
+    first = registry.snapshot.remote(
+        -1, 0.0, None, name
+    )  # as a gateway's first read, before it listens
+    follower.learn(await asyncio.wrap_future(first.future()))
     while time.monotonic() < until:
-        call = registry.snapshot.remote(state.version, REGISTRY_WAIT_S, state.epoch, name)
-        snapshot = await asyncio.wrap_future(call.future())
+        asked = follower.via_feed
+        snapshot = await follower.next(state.version, state.epoch, REGISTRY_WAIT_S)
+        paths["feed" if follower.via_feed > asked else "ray"] += 1
         if snapshot is None:
             continue
         arrivals.setdefault(snapshot["version"], []).append(time.time())
@@ -57,6 +67,7 @@ async def reader(
             applies.append(time.perf_counter() - started)
         else:
             state.version, state.epoch = snapshot["version"], snapshot["epoch"]
+    follower.close()
 
 
 async def writer(names: list[str], until: float, writes: list[int]) -> None:
@@ -99,10 +110,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     arrivals: dict[int, list[float]] = {}
     applies: list[float] = []
     writes = [0]
+    paths = {"feed": 0, "ray": 0}
     names = [f"sim-gateway-{args.first + i}" for i in range(args.count)]
     await asyncio.gather(
         *(
-            reader(name, registry, until, arrivals, applies, (args.first + i) % APPLY_EVERY == 0)
+            reader(
+                name, registry, until, arrivals, applies, (args.first + i) % APPLY_EVERY == 0, paths
+            )
             for i, name in enumerate(names)
         ),
         writer(names, until, writes),
@@ -112,7 +126,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     token = control_token()
     for name in names:  # as a gateway stopping cleanly
         registry.leave.remote(token, name)
-    return {"arrivals": arrivals, "applies": applies, "writes": writes[0], "readers": len(names)}
+    return {
+        "arrivals": arrivals,
+        "applies": applies,
+        "writes": writes[0],
+        "readers": len(names),
+        "paths": paths,
+    }
 
 
 def main() -> None:

@@ -143,6 +143,8 @@ def _settings(args: argparse.Namespace, address: str | None) -> ServerSettings:
         overrides["fork_templates"] = False
     if getattr(args, "no_locality_routing", False):
         overrides["locality_routing"] = False
+    if getattr(args, "no_registry_feed", False):
+        overrides["registry_feed"] = False
     if address and "SERVING_CONTAINER_HOST" not in os.environ:
         overrides["container_host"] = "node"  # replicas on other nodes must be reachable
     elif not address and os.environ.get("SERVING_CONTAINER_HOST", "127.0.0.1") != "127.0.0.1":

@@ -151,6 +151,12 @@ def _container_arguments(parser) -> None:
         "(SERVING_LOCALITY_ROUTING=false; docs/reliability.md)",
     )
     parser.add_argument(
+        "--no-registry-feed",
+        action="store_true",
+        help="gateways long-poll the registry through Ray, not over its HTTP snapshot feed (SERVING_REGISTRY_FEED=false; "
+        "docs/architecture.md)",
+    )
+    parser.add_argument(
         "--shared-container-network",
         action="store_true",
         help="where no network namespace can be made for a container process (not root, and no unprivileged user "

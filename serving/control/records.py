@@ -230,3 +230,5 @@ class Snapshot(TypedDict):
     # None until the control-plane API has restored its endpoints and published
     api: ApiRouting | None
     scaling: dict[str, ScalingRecord]
+    # the registry's snapshot feed (`control.snapshot_feed`), once open: where gateways long-poll
+    feed: NotRequired[str | None]

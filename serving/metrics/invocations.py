@@ -81,6 +81,13 @@ CLIENT_ABORTS = Counter(
     labelnames=("endpoint",),
     registry=REGISTRY,
 )
+REGISTRY_POLLS = Counter(
+    "serving_registry_polls",
+    "A gateway's long polls of the registry by the way they went: feed (its signed HTTP snapshot feed), ray (a Ray "
+    "call: no feed, or the feed failed lately) or feed_failed (the feed could not be used; Ray was asked instead).",
+    labelnames=("path",),
+    registry=REGISTRY,
+)
 CONTAINER_LATENCY = Histogram(
     "serving_container_latency_seconds",
     "One hop to a container as the router sees it: the network both ways plus the container's own time.",

@@ -55,6 +55,7 @@ from serving.ray_wing.operations import (
 )
 from serving.ray_wing.periodic import every
 from serving.ray_wing.registry import registry_handle
+from serving.ray_wing.registry_follower import RegistryFollower
 from serving.sagemaker_api.routes import Answer
 from serving.sagemaker_api.service import api_routes
 from serving.settings import ServerSettings, SettingsJson
@@ -103,6 +104,7 @@ class Gateway:
         self.board = StatusBoard()
         # how the registry knows what this gateway has applied
         self.reader = f"gateway:{uuid.uuid4().hex}"
+        self.follower = RegistryFollower(self.registry, self.reader, root)
         # its own counters, for the other gateways' scrapes
         self.counters = GatewayCounters(self.reader)
         self.state = GatewayState(
@@ -176,7 +178,9 @@ class Gateway:
         Bounded: past it, 503s until the poll."""
         try:
             call = self.registry.snapshot.remote(-1, 0.0, None, self.reader)
-            self.state.offer(ray.get(call, timeout=FIRST_SNAPSHOT_S))
+            snapshot = ray.get(call, timeout=FIRST_SNAPSHOT_S)
+            self.follower.learn(snapshot)
+            self.state.offer(snapshot)
         # the registry restarting: the poll catches up, and the router answers 503
         except Exception as error:
             logger.warning(
@@ -204,6 +208,7 @@ class Gateway:
             stack.callback(tracing.shut_down)  # last: what the rest traced is exported
             await self.transport.start()
             stack.push_async_callback(self.transport.close)
+            stack.callback(self.follower.close)
             stack.push_async_callback(self.router.invocations.after_answer.close)
             stack.push_async_callback(self._leave_registry)
             tasks = [
@@ -228,10 +233,8 @@ class Gateway:
         """Keep the router's tables current: a long poll that the registry answers as soon as its
         state changes (at most every `registry_poll_s`), so an idle server makes one call per
         REGISTRY_WAIT_S, not four a second."""
-        call = self.registry.snapshot.remote(
-            self.state.version, REGISTRY_WAIT_S, self.state.epoch, self.reader
-        )
-        self.state.offer(await asyncio.wrap_future(call.future()))
+        snapshot = await self.follower.next(self.state.version, self.state.epoch, REGISTRY_WAIT_S)
+        self.state.offer(snapshot)
 
     async def _drop_unreachable(self) -> None:
         """Have the registry forget replicas the transport found refusing connections (a local check

@@ -28,6 +28,7 @@ from serving.ray_wing.gateway_readers import GatewayReaders
 from serving.ray_wing.kv_store import KvStore
 from serving.ray_wing.names import ON_HEAD, REGISTRY_NAME
 from serving.ray_wing.reconcile import Reconciler
+from serving.ray_wing.registry_feed import RegistryFeed
 from serving.ray_wing.replica_table import ReplicaTable
 from serving.trust import keys
 
@@ -49,16 +50,15 @@ _KV_ENDPOINT, _KV_SCALING, _KV_AWAITED, _KV_API = b"endpoint/", b"scaling/", b"a
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1, concurrency_groups={"snapshots": 64})  # type: ignore[call-overload]
 class Registry:
     """The control plane's state and reconciler: endpoints (desired and active), live replicas,
-    statuses.
-
-    Every change is written through to Ray's GCS key-value store, so a restarted registry (or a new
-    one after `serving up` restarts on a cluster) carries on where the last stopped: same endpoints,
-    same routing table (replicas re-register every HEARTBEAT_S and one not heard from for
+    statuses. Every change is written through to Ray's GCS key-value store, so a restarted registry
+    (or a new one after `serving up` restarts on a cluster) carries on where the last stopped: same
+    endpoints, same routing table (replicas re-register every HEARTBEAT_S; one silent for
     REPLICA_TTL_S leaves it), updates in progress resumed. A background loop reads Serve's statuses
     every STATUS_POLL_S (and at once on a put, a delete or a new replica) and advances each endpoint
-    toward its desired record (`container_versions`). Writes need the control plane's token; a registration needs the proof made for that very
-    container, version and URL (`keys`). Anything else is refused, logged and counted. Nothing here
-    is secret: snapshots may be read by anyone who can reach the cluster.
+    toward its desired record (`container_versions`). Writes need the control plane's token; a
+    registration needs the proof made for that very container, version and URL (`keys`). Anything
+    else is refused, logged and counted. Snapshots hold nothing secret, but only holders of Ray's
+    token read them (through Ray, or the feed's signed requests).
     """
 
     def __init__(self) -> None:
@@ -68,14 +68,12 @@ class Registry:
         self.states: dict[str, EndpointState] = {}
         # Serve application statuses (control.StatusBoard reads)
         self.statuses: dict[str, AppStatus] = {}
-        # Autoscaled containers: endpoint -> {"containers": {hostname: state}, "activities": [...]},
-        # the activities newest first
+        # endpoint -> {"containers": {hostname: scaler state}, "activities": [newest first]}
         self.scaling: dict[str, ScalingRecord] = {}
         # Endpoints a server was started with and has not deployed yet: no gateway is ready while
         # one is missing.
         self.awaited: set[str] = set()
-        # The control-plane API's routing: API endpoints' variants (fronts) and the served endpoints
-        # behind them.
+        # the control-plane API's routing: its endpoints' variants and the served endpoints behind
         self.api: ApiRouting | None = None
         self.readers = GatewayReaders()
         self.refused = 0
@@ -88,6 +86,10 @@ class Registry:
         self._built: tuple[tuple[int, int], Snapshot] | None = None
         self._store = KvStore()
         self._replicas = ReplicaTable(self._store, self.root_secret)
+        # the gateways' long poll over HTTP, once `open_feed` says where (Ray's `snapshot` otherwise)
+        self.feed = RegistryFeed(
+            self.root_secret, self._feed_current, self.readers.asked, self._store
+        )
         self._restore()
         self._reconciler = Reconciler(self)
         self._reconciler.start()
@@ -98,6 +100,7 @@ class Registry:
         self.scaling = self._store.load(_KV_SCALING)
         self.awaited = set(self._store.load(_KV_AWAITED))
         self.api = self._store.load(_KV_API).get("routing")
+        self.feed.reopen()
         if self.states:
             logger.info(
                 "registry restored %d endpoints and %d replicas",
@@ -110,6 +113,7 @@ class Registry:
         one."""
         self.version += 1
         self._changed.notify_all()
+        self.feed.changed()
 
     def _observe(self, statuses: dict[str, AppStatus]) -> None:
         """Serve's latest application statuses (the reconcile loop's read)."""
@@ -198,6 +202,20 @@ class Registry:
         with self._lock:
             self.readers.left(reader)
         return True
+
+    def open_feed(self, token: str, host: str | None) -> str | None:
+        """Serve snapshots over HTTP on `host` (`registry_feed`), or no longer (None); its URL, which
+        every snapshot now names, or None (gateways use Ray)."""
+        if not self._allowed(token, "open_feed"):
+            return None
+        url = self.feed.open(host)
+        with self._lock:
+            self._bump()
+        return url
+
+    def _feed_current(self) -> tuple[object, Snapshot]:
+        with self._lock:
+            return (self.version, self.refused), self._current_snapshot()
 
     def stop_reconciling(self, token: str) -> bool:
         """The embedded server is stopping and deletes every application itself: deploy nothing
@@ -355,6 +373,7 @@ class Registry:
                 "refused": self.refused,
                 "awaited": sorted(self.awaited),
                 "api": self.api,
+                "feed": self.feed.url,
                 "scaling": {
                     name: ScalingRecord(
                         containers=dict(s["containers"]), activities=list(s["activities"])

@@ -17,6 +17,7 @@ from serving.ray_wing.control_plane import control_plane_target
 from serving.ray_wing.gateway import Gateway
 from serving.ray_wing.gateway_count import autoscaling_config
 from serving.ray_wing.names import CONTROL_APP, GATEWAY_APP
+from serving.ray_wing.operations import control_token
 from serving.ray_wing.registry import registry_handle
 from serving.ray_wing.serve_status import serve_status
 from serving.settings import ServerSettings
@@ -64,7 +65,7 @@ def start_gateway(
             "of a node wants a core of its own"
         )
     serve.start(proxy_location="Disabled")
-    registry_handle()
+    _start_registry(feed_host(settings))
     gateway = serve.deployment(Gateway).options(  # type: ignore[attr-defined]  # Ray's overloads
         name="gateway",
         # `per_node` on every live node
@@ -89,6 +90,17 @@ def start_gateway(
         GATEWAY_APP, f"could not start the endpoint server on {settings.host}:{settings.port}"
     )
     return settings
+
+
+def feed_host(settings: ServerSettings) -> str | None:
+    """Where the registry's snapshot feed binds: where data ports do (loopback for the embedded server,
+    the node's address on a cluster), or nowhere (`--no-registry-feed`)."""
+    return settings.container_host if settings.registry_feed else None
+
+
+def _start_registry(feed: str | None) -> None:
+    """The registry, started (or found) with its snapshot feed open on `feed`, or closed."""
+    ray.get(registry_handle().open_feed.remote(control_token(), feed), timeout=60)
 
 
 def _deploy_without_waiting(applications: dict[str, Application]) -> None:

@@ -11,6 +11,7 @@ state, or written to disk by this project; a process either can derive a key or 
   its data port under that container version; made by the replica's supervisor, never by the
   container process.
 - `control_token()`: what the control plane (CLI, gateway, autoscaler) shows for registry writes.
+- `feed_key()`: signs the registry's snapshot feed, both ways (`control.snapshot_feed`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import hmac
 __all__ = [
     "control_token",
     "derive",
+    "feed_key",
     "hop_key",
     "http_control_token",
     "registration_proof",
@@ -50,6 +52,10 @@ def registration_proof(
 
 def control_token(root: bytes) -> str:
     return derive(root, "control").hex()
+
+
+def feed_key(root: bytes) -> bytes:
+    return derive(root, "registry-feed")
 
 
 def http_control_token(root: bytes) -> str:

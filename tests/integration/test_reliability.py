@@ -340,16 +340,33 @@ def test_a_request_in_flight_on_a_dying_replica_is_retried(server) -> None:
     _wait(lambda: len(_registry_snapshot()["replicas"][("it-chaos", "twin")]) == 2, "replaced")
 
 
+def _feed_polls(server) -> float:
+    """The gateways' long polls answered by the registry's snapshot feed (not by Ray), so far."""
+    lines = server.http.get("/metrics").text.splitlines()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in lines
+        if line.startswith("serving_registry_polls_total{") and 'path="feed"' in line
+    )
+
+
 def test_a_registry_restart_keeps_every_endpoint_routable(server) -> None:
     from serving import ray_wing
 
     before = _registry_snapshot()
+    # the gateways follow the registry over its feed, on loopback for this embedded server
+    assert before["feed"] is not None and before["feed"].startswith("http://127.0.0.1:")
+    _wait(lambda: _feed_polls(server) > 0, "following the feed")
     with Load(_invoker(server, "it-chaos", "solo")) as load:
         time.sleep(1)
         ray.kill(ray_wing.registry_handle(), no_restart=False)
         _wait(lambda: _registry_restarted(before), "restarted")
         time.sleep(3)
     after = _registry_snapshot()
+    # the restarted registry opened its feed again, and the gateways found it
+    assert after["feed"] is not None and after["feed"].startswith("http://127.0.0.1:")
+    polls = _feed_polls(server)
+    _wait(lambda: _feed_polls(server) > polls, "following the reopened feed")
     assert set(after["endpoints"]) == set(before["endpoints"])
     assert after["replicas"][("it-chaos", "solo")] == before["replicas"][("it-chaos", "solo")]
     assert load.failures() == Counter(), load.failures()

@@ -4,8 +4,9 @@ its gateway, `serving up --address` on the first, callers in a load namespace of
 The echo model answers with its process ID, so each test sees which host answered a call: the host whose
 cgroup holds that process. Checked here: the simulator itself (every host's gateway answers from the load
 namespace; a call entering one host is answered on another over the bridge; tear-down leaves no namespace,
-cgroup, veth or process); locality across hosts; a worker host killed whole under load from retrying
-callers; a host that joins. Every process is started by this module inside the simulation and killed by
+cgroup, veth or process); locality across hosts; every host's gateways on the registry's snapshot feed; the
+head host's gateway killed, and a worker host killed whole, under load from retrying callers; a host that
+joins. Every process is started by this module inside the simulation and killed by
 its cgroup. Runs in the multinode session (`make test`): it starts a Ray cluster of its own. Needs root
 (namespaces, cgroups): elsewhere it is skipped with the capability that is missing.
 """
@@ -108,8 +109,16 @@ def simulation(tmp_path_factory) -> Iterator[Simulation]:
 
 def test_every_hosts_gateway_answers_from_the_load_namespace(simulation) -> None:
     for index in (1, 2, 3):
-        answer = simulation.cluster.probe("GET", f"{simulation.cluster.url(index)}/ping")
-        assert answer["status"] == 200, (index, answer)
+        answers = []
+
+        def routable(index: int = index) -> bool:
+            # 503 while another gateway has not read the latest change yet: a change can land just
+            # after InService (Serve's statuses settling), and /ping answers for every gateway
+            answers.append(simulation.cluster.probe("GET", f"{simulation.cluster.url(index)}/ping"))
+            return answers[-1]["status"] == 200
+
+        simulation.cluster.wait_until(routable, f"host {index} routable", timeout=30, every=0.5)
+        assert all(answer["status"] in (200, 503) for answer in answers), (index, answers)
         assert simulation.cluster.gateway_pids(index), f"no gateway process on host {index}"
 
 
@@ -141,6 +150,56 @@ def _description(simulation: Simulation) -> dict:
 def _replicas(simulation: Simulation, container: str) -> int:
     containers = _description(simulation)["Containers"]
     return next(c["CurrentReplicas"] for c in containers if c["ContainerHostname"] == container)
+
+
+def _registry_polls(simulation: Simulation) -> dict[str, float]:
+    """Every gateway's long polls of the registry so far, by path (one scrape merges the cluster's)."""
+    answer = simulation.cluster.probe("GET", f"{simulation.cluster.url(2)}/metrics")
+    assert answer["status"] == 200, answer
+    polls: Counter[str] = Counter()
+    for line in str(answer["body"]).splitlines():
+        if line.startswith("serving_registry_polls_total{"):
+            path = line.split('path="', 1)[1].split('"', 1)[0]
+            polls[path] += float(line.rsplit(" ", 1)[1])
+    return dict(polls)
+
+
+def test_every_hosts_gateways_follow_the_registry_over_its_feed(simulation) -> None:
+    # Issue 61 item 5: the registry's snapshot feed listens on the head host's address; the gateways
+    # of the other hosts reach it over the bridge (a failed feed poll would count as feed_failed).
+    polls = _registry_polls(simulation)
+    assert polls.get("feed", 0) >= 3 and polls.get("feed_failed", 0) == 0, polls
+
+
+def test_the_head_hosts_gateway_killed_under_load_costs_no_call(simulation, tmp_path) -> None:
+    # Issue 61 item 4: callers behind the balancer retry a broken connection on another host; Serve
+    # puts a new gateway back on the head host, which serves again.
+    cluster = simulation.cluster
+    (gateway,) = cluster.gateway_pids(1)
+    stop = tmp_path / "stop"
+    load = cluster.load(ENDPOINT, "spread", 120, [1, 2, 3], stop)
+    try:
+        time.sleep(3)
+        simulation.seen.add(gateway)
+        psutil.Process(gateway).kill()
+        killed = time.monotonic()
+
+        def replaced() -> bool:
+            return bool(cluster.gateway_pids(1) - {gateway}) and (
+                cluster.probe("GET", f"{cluster.url(1)}/ping")["status"] == 200
+            )
+
+        back = cluster.wait_until(replaced, "a new gateway on host 1", timeout=120, every=1.0)
+        time.sleep(3)  # calls enter host 1 again
+    finally:
+        stop.touch()
+        report = json.loads(load.communicate(timeout=60)[0])
+    print(
+        f"host 1's gateway back {back:.1f} s after the kill ({time.monotonic() - killed:.1f}): {report}"
+    )
+    assert set(report["outcomes"]) == {"200"}, report
+    assert report["outcomes"]["200"] > 50
+    assert sum(n for attempt, n in report["attempts"].items() if attempt != "1") >= 1, report
 
 
 def test_a_worker_host_killed_whole_under_load_costs_no_call(simulation, tmp_path) -> None:

@@ -21,7 +21,9 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
         server_start.ray, "nodes", lambda: [{"Alive": True, "Resources": {"CPU": 2.0}}]
     )
     monkeypatch.setattr(server_start.serve, "start", lambda **_: made.append(("serve.start",)))
-    monkeypatch.setattr(server_start, "registry_handle", lambda: made.append(("registry",)))
+    monkeypatch.setattr(
+        server_start, "_start_registry", lambda feed: made.append(("registry", feed))
+    )
     monkeypatch.setattr(
         server_start,
         "_deploy_without_waiting",
@@ -65,6 +67,7 @@ def test_both_applications_start_in_one_call_with_the_endpoints_alongside(
     )
     names = [call[0] for call in calls]
     assert names[:4] == ["serve.start", "registry", "deploy", "endpoints"]
+    assert calls[1] == ("registry", "127.0.0.1")  # its snapshot feed where the data ports bind
     assert calls[2] == ("deploy", sorted([CONTROL_APP, GATEWAY_APP]))
     # the endpoints' records get the port the gateways bind (port 0 resolved before anything starts)
     assert seen == [settings.port] and settings.port > 0
@@ -97,3 +100,8 @@ def test_an_application_that_never_runs_is_reported_in_bounded_time(
         RuntimeError, match="could not start the control plane: still NOT_STARTED after 0 s"
     ):
         server_start.start_gateway(ServerSettings(port=0))
+
+
+def test_the_registry_feed_binds_where_data_ports_do_or_nowhere() -> None:
+    assert server_start.feed_host(ServerSettings(container_host="node")) == "node"
+    assert server_start.feed_host(ServerSettings(registry_feed=False)) is None
