@@ -1,6 +1,6 @@
 """The scale-out on a simulated cluster (`loadtests/cluster/`): routing capacity per gateway, and locality.
 
-    .venv/bin/python -m loadtests.bench_cluster [--parts gateways,locality,registry] [--seconds 10] [--write-docs]
+    .venv/bin/python -m loadtests.bench_cluster [--parts gateways,per_node,locality,registry] [--seconds 10] [--write-docs]
 
 Needs root (network namespaces, cgroups) and wrk. Every host is a network namespace on a bridge with a
 Ray node; calls come from wrk processes in a namespace of their own, one per gateway address, as a
@@ -13,6 +13,9 @@ balancer spreads connections over hosts. The model is the echo (`python` stack, 
   of those gateways at once (`--connections` each); every added gateway should add about what the first
   one routes. Reported: calls/s, each step's gain over the first gateway's calls/s, the gateways' CPU
   (against their cap), the echo's container processes' CPU (their headroom) and the machine's busy cores.
+- **per_node** (issue 61 item 2, one host): two hosts; host 2 runs G gateways sharing its port
+  (`--gateways-per-node G`, G = 1-4, a cluster started for each), each process capped at `--gateway-cpus`;
+  `--connections` per gateway to host 2's address, which the kernel spreads over the gateways' sockets.
 - **locality** (issue 61 item 3): two hosts, uncapped, a Direct container with a replica on each host and
   a 3-container Serial chain with a replica of each container on each host; calls enter both hosts
   evenly. Measured with locality routing on, then with `--no-locality-routing`, each on a cluster of its
@@ -47,7 +50,7 @@ from loadtests.harness.results import ROOT, run_line, run_meta, write_results, w
 RESULTS = ROOT / "loadtests" / "results" / "bench_cluster.json"
 DOCS = ROOT / "docs" / "benchmarks" / "bench_cluster.md"
 TITLE = "# bench_cluster: the scale-out on a simulated cluster"
-PARTS = ("gateways", "locality", "registry")
+PARTS = ("gateways", "per_node", "locality", "registry")
 SLOTS = (
     "slot-d",
     "slot-1",
@@ -126,6 +129,55 @@ def gateways(
             }
             for count, steps in runs.items()
         ]
+    return found
+
+
+def gateways_per_node(
+    folder: Path, seconds: float, connections: int, gateway_cpus: float, counts: list[int]
+) -> dict[str, Any]:
+    """Calls/s through G capped gateways sharing one host's port (`--gateways-per-node G`), a cluster
+    of its own for each G (item 2, one host)."""
+    spec = folder / "per-node.json"
+    model = echo_model(folder)
+    spec.write_text(
+        json.dumps(
+            {
+                "EndpointName": "echo",
+                "Containers": [echo_container(model, "echo", {"host-1": 1}, 2)],
+            }
+        )
+    )
+    script = invoke_script(folder, "echo", "echo")
+    path = "/endpoints/echo/invocations"
+    found: dict[str, Any] = {"gateway_cpus": gateway_cpus, "connections": connections, "steps": []}
+    for count in counts:
+        # every node gets G gateways, and a node needs a CPU per gateway: 4 declared per host
+        with SimulatedCluster(hosts=2, node_cpus=max(counts)) as cluster:
+            cluster.up(spec, "--gateways-per-node", str(count))
+            cluster.wait_in_service("echo")
+            cluster.wait_until(
+                lambda: len(cluster.gateway_pids(2)) == count, f"host 2's {count} gateways"
+            )
+            pids = sorted(cluster.gateway_pids(2))
+            for pid in pids:
+                cluster.machine.cap_process(cluster.machine.hosts[2], pid, gateway_cpus)
+            wrk(cluster, [2], script, path, 2, connections * count)  # warm every gateway's pools
+            before = cpu_seconds(pids), [cpu_seconds([pid]) for pid in pids]
+            traffic = wrk(cluster, [2], script, path, seconds, connections * count)
+            each = [(cpu_seconds([pid]) - b) / traffic.seconds for pid, b in zip(pids, before[1])]
+            step = {
+                "gateways": count,
+                "rps": traffic.rps,
+                "p50_ms": traffic.p50_ms,
+                "p99_ms": traffic.p99_ms,
+                "failures": traffic.failures,
+                "gateway_cores": (cpu_seconds(pids) - before[0]) / traffic.seconds,
+                "least_busy_gateway_cores": min(
+                    each
+                ),  # the kernel's spread over the port's sockets
+            }
+            found["steps"].append(step)
+            print("per node", json.dumps(step), flush=True)
     return found
 
 
@@ -248,6 +300,27 @@ def render_gateways(saved: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def render_per_node(saved: dict[str, Any]) -> str:
+    part = saved["per_node"]
+    first = part["steps"][0]["rps"]
+    lines = [
+        f"One host's gateways sharing its port (`--gateways-per-node G`, a cluster started for each G), each "
+        f"process capped at {part['gateway_cpus']} of a core, {part['connections']} connections per gateway to "
+        "the host's address, spread over the gateways by the kernel (`SO_REUSEPORT`); the echo's replicas on the "
+        "head host. One run per G.",
+        "",
+        "| gateways on the host | calls/s | × one gateway | gateways' cores | least busy gateway's cores | p50 ms | p99 ms | failed |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for step in part["steps"]:
+        lines.append(
+            f"| {step['gateways']} | {step['rps']:,.0f} | {step['rps'] / first:.2f}× | "
+            f"{step['gateway_cores']:.2f} | {step['least_busy_gateway_cores']:.2f} | {step['p50_ms']:.2f} | "
+            f"{step['p99_ms']:.2f} | {step['failures']:.0f} |"
+        )
+    return "\n".join(lines)
+
+
 def render_locality(saved: dict[str, Any]) -> str:
     on, off = saved["locality"]["on"], saved["locality"]["off"]
     lines = [
@@ -292,6 +365,10 @@ def main() -> None:
             saved["gateways"] = gateways(
                 folder, args.seconds, args.connections, args.gateway_cpus, args.rounds
             )
+        if "per_node" in parts:
+            saved["per_node"] = gateways_per_node(
+                folder, args.seconds, args.connections, args.gateway_cpus, [1, 2, 3, 4]
+            )
         if "locality" in parts:
             saved["locality"] = {
                 "on": locality(folder, args.seconds, True),
@@ -304,15 +381,15 @@ def main() -> None:
         shutil.rmtree(folder, ignore_errors=True)
     saved["seconds"] = time.monotonic() - started
     # each part keeps its own run's facts: the parts not run this time keep theirs
-    merged = {
-        part: earlier[part] for part in ("gateways", "locality", "registry") if part in earlier
-    }
+    merged = {part: earlier[part] for part in PARTS if part in earlier}
     for part in parts:
         merged[part] = {**saved[part], "run": {k: v for k, v in saved.items() if k not in PARTS}}
     write_results(RESULTS, merged)
     sections = {}
     if "gateways" in saved:
         sections["bench_cluster_gateways"] = render_gateways(saved)
+    if "per_node" in saved:
+        sections["bench_cluster_per_node"] = render_per_node(saved)
     if "locality" in saved:
         sections["bench_cluster_locality"] = render_locality(saved)
     if "registry" in saved:

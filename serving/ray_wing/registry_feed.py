@@ -13,9 +13,8 @@ from collections.abc import Callable
 
 import ray
 
-from serving.control import snapshot_feed
 from serving.control.records import Snapshot
-from serving.http.server import BackgroundServer, HttpLimits
+from serving.control.snapshot_feed import FeedServer
 from serving.ray_wing.kv_store import KvStore
 from serving.trust import keys
 
@@ -25,7 +24,7 @@ _KV_FEED = b"feed/"
 
 
 class RegistryFeed:
-    """The feed's uvicorn server inside the registry's process, once open."""
+    """The feed's server inside the registry's process, once open."""
 
     def __init__(
         self,
@@ -35,8 +34,8 @@ class RegistryFeed:
         store: KvStore,
     ) -> None:
         self._store = store
-        self.app = snapshot_feed.SnapshotFeed(keys.feed_key(root), current, asked)
-        self._server: BackgroundServer | None = None
+        self._key, self._current, self._asked = keys.feed_key(root), current, asked
+        self._server: FeedServer | None = None
         self.url: str | None = None  # what the snapshots name: where gateways reach it
 
     def reopen(self) -> None:
@@ -63,17 +62,11 @@ class RegistryFeed:
         node = ray.util.get_node_ip_address()
         address = node if host == "node" else host
         try:
-            server = BackgroundServer(
-                self.app, address, 0, HttpLimits(max_connections=snapshot_feed.MAX_CONNECTIONS)
-            )
+            server = FeedServer(self._key, self._current, self._asked, address)
         except OSError as error:
             logger.warning(
                 "the snapshot feed cannot bind %s (%s): gateways use Ray", address, error
             )
-            return None
-        if not server.wait_started():
-            logger.warning("the snapshot feed did not start on %s: gateways use Ray", server.url)
-            server.stop()
             return None
         self._server = server
         # bound to every interface: the node's own address is the one other nodes reach
@@ -86,7 +79,8 @@ class RegistryFeed:
         return self.url
 
     def changed(self) -> None:
-        self.app.changed()
+        if self._server is not None:
+            self._server.changed()
 
     def close(self) -> None:
         """Stop serving (waiting requests end; their gateways ask Ray next)."""

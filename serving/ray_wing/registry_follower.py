@@ -16,7 +16,6 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
-from serving import protocol
 from serving.control import snapshot_feed
 from serving.control.records import Snapshot
 from serving.gateway.hop_client import HopClient, HopLost, HopRefused
@@ -84,19 +83,22 @@ class RegistryFollower:
         parts = urlsplit(url)
         if parts.hostname is None or parts.port is None:
             raise FeedUnusable(f"not a feed address: {url!r}")
-        body, signature = snapshot_feed.ask(self._key, self.reader, since, epoch, wait_s)
-        headers = {snapshot_feed.SIGNATURE_HEADER: signature, "content-type": protocol.JSON}
+        headers = snapshot_feed.ask(self._key, self.reader, since, epoch, wait_s)
         try:
             answer = await self._client.post(
                 parts.hostname,
                 parts.port,
                 snapshot_feed.FEED_PATH,
-                body,
+                b"",
                 headers,
                 min(wait_s, snapshot_feed.MAX_WAIT_S) + FEED_GRACE_S,
             )
-        except (HopRefused, HopLost, OSError, TimeoutError) as error:  # refused, reset, not HTTP
-            raise FeedUnusable(f"{type(error).__name__}: {error}") from None
+        except HopRefused:
+            raise FeedUnusable("connection refused") from None
+        except (HopLost, OSError):  # reset, closed, or not HTTP
+            raise FeedUnusable("the connection broke") from None
+        except TimeoutError:
+            raise FeedUnusable("no answer in time") from None
         if answer.status == 204:
             return None
         if answer.status != 200:

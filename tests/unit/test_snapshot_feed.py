@@ -1,13 +1,14 @@
 """The registry's snapshot feed (`control.snapshot_feed`) and a gateway's follower of it
-(`ray_wing.registry_follower`): a real uvicorn server on loopback, the gateway's real HTTP client.
-The registry is a plain object here (its state, and a Ray long poll that records being used): the Ray
-tier runs the feed inside the real registry (tests/integration/test_registry_feed.py)."""
+(`ray_wing.registry_follower`): the feed's real server on loopback, the gateway's real HTTP client,
+raw sockets for what a client should not send. The registry is a plain object here (its state, and a
+Ray long poll that records being used); the Ray tier runs the feed inside the real registry
+(`test_a_registry_restart_keeps_every_endpoint_routable`), the multinode tier across hosts."""
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import json
+import contextlib
 import pickle
 import socket
 import threading
@@ -18,9 +19,8 @@ from typing import Any
 import pytest
 
 from serving.control import snapshot_feed
-from serving.control.snapshot_feed import FEED_PATH, SIGNATURE_HEADER, SnapshotFeed
+from serving.control.snapshot_feed import ASK_HEADER, FEED_PATH, SIGNATURE_HEADER, FeedServer
 from serving.gateway.hop_client import HopClient
-from serving.http.server import BackgroundServer
 from serving.ray_wing import registry_follower
 from serving.ray_wing.registry_follower import RegistryFollower
 from serving.trust import keys
@@ -37,7 +37,8 @@ class FakeRegistry:
         self.asked: list[tuple[str, int, str | None]] = []
         self.ray_calls = 0
         self.lock = threading.Lock()
-        self.feed = SnapshotFeed(keys.feed_key(ROOT), self.current, self.note)
+        self.feed = FeedServer(keys.feed_key(ROOT), self.current, self.note, "127.0.0.1")
+        self.feed_url = f"http://127.0.0.1:{self.feed.port}"
         self.snapshot = self  # `registry.snapshot.remote(...)`
 
     def current(self) -> tuple[object, dict[str, Any]]:
@@ -71,13 +72,10 @@ class FakeRegistry:
 @pytest.fixture
 def registry() -> Iterator[FakeRegistry]:
     registry = FakeRegistry()
-    server = BackgroundServer(registry.feed)
-    assert server.wait_started()
-    registry.feed_url = server.url
     try:
         yield registry
     finally:
-        server.stop()
+        registry.feed.stop()
 
 
 def follower(registry: FakeRegistry, root: bytes = ROOT) -> RegistryFollower:
@@ -130,32 +128,90 @@ def post(url: str, body: bytes, headers: dict[str, str]) -> Any:
     return asyncio.run(main())
 
 
+def _signed(value: str) -> dict[str, str]:
+    return {
+        ASK_HEADER: value,
+        SIGNATURE_HEADER: snapshot_feed._mac(keys.feed_key(ROOT), value.encode()),
+    }
+
+
 @pytest.mark.parametrize(
-    "case", ["unsigned", "other key", "stale", "altered", "not json", "too large"]
+    "case", ["unsigned", "other key", "stale", "altered", "malformed", "too large", "no ask"]
 )
 def test_a_request_without_the_feed_key_is_refused_before_anything_is_noted(registry, case) -> None:
-    body, signature = snapshot_feed.ask(keys.feed_key(ROOT), "gateway:x", 0, None, 0.0)
-    headers = {SIGNATURE_HEADER: signature}
+    headers = snapshot_feed.ask(keys.feed_key(ROOT), "gateway:x", 0, None, 0.0)
     if case == "unsigned":
-        headers = {}
+        del headers[SIGNATURE_HEADER]
     elif case == "other key":
-        body, headers[SIGNATURE_HEADER] = snapshot_feed.ask(b"k" * 32, "gateway:x", 0, None, 0.0)
+        headers = snapshot_feed.ask(b"k" * 32, "gateway:x", 0, None, 0.0)
     elif case == "stale":
-        fields = json.loads(body)
-        fields["date"] -= snapshot_feed.CLOCK_SKEW_S + 5
-        body = json.dumps(fields).encode()
-        headers[SIGNATURE_HEADER] = snapshot_feed._mac(keys.feed_key(ROOT), body)
+        headers = _signed(f"gateway:x 0 - 0.000 {time.time() - snapshot_feed.CLOCK_SKEW_S - 5:.3f}")
     elif case == "altered":
-        body = body.replace(b'"since": 0', b'"since": 9')
-    elif case == "not json":
-        body = b"nonsense"
-        headers[SIGNATURE_HEADER] = snapshot_feed._mac(keys.feed_key(ROOT), body)
+        headers[ASK_HEADER] = headers[ASK_HEADER].replace("gateway:x 0", "gateway:x 9")
+    elif case == "malformed":
+        headers = _signed(f"gateway:x zero - 0.000 {time.time():.3f}")
     elif case == "too large":
-        body = body[:-1] + b', "pad": "' + b"x" * snapshot_feed.MAX_ASK_BYTES + b'"}'
-        headers[SIGNATURE_HEADER] = snapshot_feed._mac(keys.feed_key(ROOT), body)
-    answer = post(registry.feed_url, body, headers)
+        headers = _signed(f"{'g' * snapshot_feed.MAX_ASK_BYTES} 0 - 0.000 {time.time():.3f}")
+    elif case == "no ask":
+        del headers[ASK_HEADER]
+    answer = post(registry.feed_url, b"", headers)
     assert answer.status == 403 and SIGNATURE_HEADER not in answer.headers
     assert registry.asked == [] and registry.feed.refused == 1
+
+
+def _raw(port: int, data: bytes, wait_s: float = 3.0) -> bytes:
+    """What the feed answers `data` on a fresh connection before it closes (or `wait_s` passes)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=wait_s) as connection:
+        connection.sendall(data)
+        received = b""
+        with contextlib.suppress(TimeoutError):
+            while chunk := connection.recv(65536):
+                received += chunk
+        return received
+
+
+def _request(headers: dict[str, str], path: str = FEED_PATH, extra: bytes = b"") -> bytes:
+    lines = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+    return f"POST {path} HTTP/1.1\r\nhost: feed\r\n{lines}".encode() + extra + b"\r\n"
+
+
+@pytest.mark.parametrize("case", ["other path", "a body", "pipelined", "not http", "huge head"])
+def test_a_request_the_feed_does_not_serve_closes_the_connection(registry, case) -> None:
+    ask = snapshot_feed.ask(keys.feed_key(ROOT), "gateway:x", 1, "e1", 5.0)  # would wait
+    data = {
+        "other path": _request(ask, "/elsewhere"),
+        "a body": _request(ask, extra=b"content-length: 4\r\n") + b"body",
+        "pipelined": _request(ask) + _request(ask),
+        "not http": b"\x16\x03\x01 hello\r\n\r\n",
+        "huge head": _request({"x-pad": "p" * snapshot_feed.MAX_HEAD_BYTES, **ask}),
+    }[case]
+    started = time.monotonic()
+    answer = _raw(registry.feed.port, data)
+    assert time.monotonic() - started < 2.5  # closed, not held until the wait ends
+    assert b"200 OK" not in answer and b"204" not in answer
+    if case == "other path":
+        assert answer.startswith(b"HTTP/1.1 404")
+    assert not registry.feed.waiting
+
+
+def test_a_connection_that_sends_no_request_is_closed(registry, monkeypatch) -> None:
+    monkeypatch.setattr(snapshot_feed, "HEAD_TIMEOUT_S", 0.5)
+    started = time.monotonic()
+    assert _raw(registry.feed.port, b"", wait_s=10.0) == b""
+    assert time.monotonic() - started < 3.0
+
+
+def test_connections_past_the_cap_are_closed_at_once(registry) -> None:
+    registry.feed.max_connections = 2
+    held = [socket.create_connection(("127.0.0.1", registry.feed.port)) for _ in range(2)]
+    try:
+        time.sleep(0.2)
+        started = time.monotonic()
+        assert _raw(registry.feed.port, b"", wait_s=5.0) == b""
+        assert time.monotonic() - started < 2.0
+    finally:
+        for connection in held:
+            connection.close()
 
 
 class Planted:
