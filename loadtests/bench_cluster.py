@@ -33,15 +33,19 @@ with its own run line.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import shutil
+import signal
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from loadtests.cluster import machine as sim
-from loadtests.cluster.cluster import SimulatedCluster
+from loadtests.cluster.cluster import HTTP_PORT, SimulatedCluster
 from loadtests.cluster.echo import echo_container, echo_model
 from loadtests.cluster.registry_fanout import Fanout
 from loadtests.cluster.traffic import cpu_seconds, invoke_script, scratch, wrk
@@ -57,6 +61,30 @@ SLOTS = (
     "slot-2",
     "slot-3",
 )  # one replica of each container per host (locality)
+
+
+def _listens(pid: int, port: int) -> bool:
+    """Whether process `pid` holds a socket listening on TCP `port`, read in its own network namespace
+    (`/proc/PID/net/tcp`: psutil reads the caller's)."""
+    try:
+        table = Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    owned = set()
+    for fd in fds:
+        with contextlib.suppress(OSError):  # closed meanwhile
+            owned.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+    for line in table:
+        fields = line.split()
+        local, state, inode = fields[1], fields[3], fields[9]
+        if (
+            state == "0A"
+            and int(local.rsplit(":", 1)[1], 16) == port
+            and f"socket:[{inode}]" in owned
+        ):
+            return True
+    return False
 
 
 def _machine_busy() -> tuple[int, int]:
@@ -155,9 +183,12 @@ def gateways_per_node(
         with SimulatedCluster(hosts=2, node_cpus=max(counts)) as cluster:
             cluster.up(spec, "--gateways-per-node", str(count))
             cluster.wait_in_service("echo")
-            cluster.wait_until(
-                lambda: len(cluster.gateway_pids(2)) == count, f"host 2's {count} gateways"
-            )
+
+            def listening() -> bool:  # a gateway reads its first table before it listens
+                pids = cluster.gateway_pids(2)
+                return len(pids) == count and all(_listens(pid, HTTP_PORT) for pid in pids)
+
+            cluster.wait_until(listening, f"host 2's {count} gateways listening")
             pids = sorted(cluster.gateway_pids(2))
             for pid in pids:
                 cluster.machine.cap_process(cluster.machine.hosts[2], pid, gateway_cpus)
@@ -309,12 +340,15 @@ def render_per_node(saved: dict[str, Any]) -> str:
         "the host's address, spread over the gateways by the kernel (`SO_REUSEPORT`); the echo's replicas on the "
         "head host. One run per G.",
         "",
-        "| gateways on the host | calls/s | × one gateway | gateways' cores | least busy gateway's cores | p50 ms | p99 ms | failed |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| gateways on the host | calls/s | × one gateway | per gateway, × one | last gateway added | gateways' cores | least busy gateway's cores | p50 ms | p99 ms | failed |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    previous = 0.0
     for step in part["steps"]:
+        gain, previous = (step["rps"] - previous) / first, step["rps"]
         lines.append(
             f"| {step['gateways']} | {step['rps']:,.0f} | {step['rps'] / first:.2f}× | "
+            f"{step['rps'] / first / step['gateways']:.2f}× | {gain:.2f}× | "
             f"{step['gateway_cores']:.2f} | {step['least_busy_gateway_cores']:.2f} | {step['p50_ms']:.2f} | "
             f"{step['p99_ms']:.2f} | {step['failures']:.0f} |"
         )
@@ -354,6 +388,8 @@ def main() -> None:
     )
     parser.add_argument("--write-docs", action="store_true")
     args = parser.parse_args()
+    # stopped (a timeout, a CI's kill): unwind, so the simulated hosts are torn down
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     sim.preflight()
     parts = args.parts.split(",")
     saved = run_meta(__file__, parts=parts, seconds_each=args.seconds)
