@@ -94,20 +94,19 @@ def _machine_busy() -> tuple[int, int]:
     return sum(fields) - idle, sum(fields)
 
 
+def _echo_on_head(folder: Path, name: str) -> Path:
+    """A spec file: the echo endpoint, its two replicas on the head host (host 1)."""
+    spec = folder / name
+    container = echo_container(echo_model(folder), "echo", {"host-1": 1}, 2)
+    spec.write_text(json.dumps({"EndpointName": "echo", "Containers": [container]}))
+    return spec
+
+
 def gateways(
     folder: Path, seconds: float, connections: int, gateway_cpus: float, rounds: int
 ) -> dict[str, Any]:
     """Calls/s through 1-4 capped gateways on hosts of their own (item 2)."""
-    spec = folder / "gateways.json"
-    model = echo_model(folder)
-    spec.write_text(
-        json.dumps(
-            {
-                "EndpointName": "echo",
-                "Containers": [echo_container(model, "echo", {"host-1": 1}, 2)],
-            }
-        )
-    )
+    spec = _echo_on_head(folder, "gateways.json")
     found: dict[str, Any] = {"gateway_cpus": gateway_cpus, "connections": connections, "steps": []}
     with SimulatedCluster(hosts=5, node_cpus=2) as cluster:
         cluster.up(spec)
@@ -165,16 +164,7 @@ def gateways_per_node(
 ) -> dict[str, Any]:
     """Calls/s through G capped gateways sharing one host's port (`--gateways-per-node G`), a cluster
     of its own for each G (item 2, one host)."""
-    spec = folder / "per-node.json"
-    model = echo_model(folder)
-    spec.write_text(
-        json.dumps(
-            {
-                "EndpointName": "echo",
-                "Containers": [echo_container(model, "echo", {"host-1": 1}, 2)],
-            }
-        )
-    )
+    spec = _echo_on_head(folder, "per-node.json")
     script = invoke_script(folder, "echo", "echo")
     path = "/endpoints/echo/invocations"
     found: dict[str, Any] = {"gateway_cpus": gateway_cpus, "connections": connections, "steps": []}

@@ -173,6 +173,7 @@ class FeedServer:
 
     def _sweep(self) -> None:
         """Answer 204 to the waits that ran out; close connections that sent no request in time."""
+        self._loop.call_later(SWEEP_S, self._sweep)  # first: nothing below can stop the next sweep
         now = time.monotonic()
         for connection, (_, _, deadline) in list(self.waiting.items()):
             if now >= deadline:
@@ -181,7 +182,6 @@ class FeedServer:
         for connection in list(self.connections):
             if connection not in self.waiting and now - connection.since > HEAD_TIMEOUT_S:
                 connection.close()
-        self._loop.call_later(SWEEP_S, self._sweep)
 
     def request(self, connection: _Connection, ask: bytes | None, signature: bytes | None) -> None:
         """A whole request from `connection`: refused, answered at once, or held until a change."""
