@@ -81,6 +81,7 @@ def role(pid: int, driver: int) -> str:
         ("ServeReplica:serving-gateway", "gateway"),
         ("ServeReplica:serving-control", "control plane"),
         ("ServeReplica:", "container replica"),
+        ("ray::ContainerHost", "container host"),
         ("ServeController", "serve controller"),
         ("ray::Registry", "registry"),
     ):
@@ -89,7 +90,9 @@ def role(pid: int, driver: int) -> str:
     if is_template(pid):
         return "container templates"
     parent = parent_of(pid)
-    if parent is not None and "ServeReplica:" in title(parent):
+    if parent is not None and (
+        "ServeReplica:" in title(parent) or "ray::ContainerHost" in title(parent)
+    ):
         return "container process"
     return "ray system"
 

@@ -107,6 +107,12 @@ class ServerSettings(BaseSettings):
         "framework once, where it may be (docs/security.md, 'Forked from its stack's template'); false: every "
         "container process starts as a fresh interpreter.",
     )
+    node_hosts: bool = Field(
+        True,
+        description="Supervise the replicas of a container with a fixed replica count, no GPU and no RuntimeEnvironment "
+        "from one container host per node (docs/architecture.md, 'Container hosts') instead of a Ray worker (Serve "
+        "replica) each; false: every container replica is a Serve replica of its own.",
+    )
     allow_model_requirements: bool = Field(
         False,
         description="Install what a local model's code/requirements.txt lists and this Python lacks, as SageMaker "

@@ -17,12 +17,52 @@ def _sum(infos: list[dict[str, int]]) -> dict[str, int]:
     return {key: sum(info[key] for info in infos) for key in keys}
 
 
+def _hosted_rows(
+    host: int, stacks: dict[str, str], rows: list[dict[str, Any]], packages: dict[str, Any]
+) -> None:
+    """A container host's replicas: each container process, and an equal share of the host (the
+    one Ray worker that supervises them all)."""
+    children = [child for child in process_tree(host)[1:] if not is_template(child)]
+    found = []
+    for child in children:
+        command = title(child)
+        if not command.startswith("serving.model_server.main "):
+            continue
+        info = smaps(child)
+        if info:
+            found.append((child, command.split()[1].partition("/")[2], info))
+    worker = smaps(host)
+    if worker is None or not found:
+        return
+    share = {key: value // len(found) for key, value in worker.items()}
+    for child, hostname, info in found:
+        stack = stacks.get(hostname, "unknown")
+        rows.append(
+            {
+                "hostname": hostname,
+                "stack": stack,
+                "worker": share,
+                "container": _sum([info]),
+                "container_processes": 1,
+            }
+        )
+        if stack not in packages:
+            packages[stack] = {
+                "hostname": hostname,
+                "worker": by_package.read(host),
+                "container": by_package.read(child),
+            }
+
+
 def per_container(stacks: dict[str, str]) -> dict[str, Any]:
     """One row per container replica: its Ray worker's and its container process's PSS, USS and
     shared pages; and, for the first replica of each stack, both processes' memory by package."""
     rows, packages = [], {}
     for pid in process_tree():
         command = title(pid)
+        if command.startswith("ray::ContainerHost"):
+            _hosted_rows(pid, stacks, rows, packages)
+            continue
         if "ServeReplica:" not in command or "ServeReplica:serving-gateway" in command:
             continue
         # ray::ServeReplica:<endpoint>.<container>.<version>:<container>

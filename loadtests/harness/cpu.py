@@ -68,6 +68,19 @@ def _replica_name(title: str) -> str | None:
     return None if app_name == "serving-gateway" else f"container {deployment} ({app_name})"
 
 
+def _hosted_name(cmdline: str, table: dict[int, tuple[str, int, int, str, int]]) -> str | None:
+    """ "container HOSTNAME (ENDPOINT.HOSTNAME.hosted)" for a container process forked for a
+    container host (its title names it); None for any other."""
+    marker = "serving.model_server.main "
+    if not cmdline.startswith(marker) or "for supervisor " not in cmdline:
+        return None
+    supervisor = int(cmdline.rsplit("for supervisor ", 1)[1].rstrip(")").split()[0])
+    if not table.get(supervisor, ("", 0, 0, "", 0))[3].startswith("ray::ContainerHost"):
+        return None
+    endpoint, _, hostname = cmdline[len(marker) :].split()[0].partition("/")
+    return f"container {hostname} ({endpoint}.{hostname}.hosted)"
+
+
 class CpuMeter:
     """CPU seconds per process group over a window: which process the time went to."""
 
@@ -103,6 +116,11 @@ class CpuMeter:
             return "gateway replica" if name is None else f"{name}: Ray replica (supervisor)"
         if "serving.model_server.fork_template" in cmdline:
             return "container templates (one per stack)"
+        hosted = _hosted_name(cmdline, table)
+        if hosted is not None:
+            return hosted
+        if cmdline.startswith("ray::ContainerHost"):
+            return "container host (supervisor of the node's hosted containers)"
         parent = table.get(table[pid][1])
         if parent is not None and parent[3].startswith("ray::ServeReplica:"):
             # the replica's child: the container's own process (its model)

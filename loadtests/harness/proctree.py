@@ -128,8 +128,9 @@ def gateway_and_container(endpoint: str) -> dict[str, int]:
     for pid, (_, parent, _, cmdline, _) in table.items():
         if cmdline.startswith("ray::ServeReplica:serving-gateway"):
             found["gateway"] = pid
-        elif "serving.model_server.main" in cmdline and table.get(parent, ("",) * 4)[3].startswith(
-            f"ray::ServeReplica:{endpoint}."
+        elif "serving.model_server.main" in cmdline and (
+            f"serving.model_server.main {endpoint}/" in cmdline  # its title, wherever supervised
+            or table.get(parent, ("",) * 4)[3].startswith(f"ray::ServeReplica:{endpoint}.")
         ):
             found["container"] = pid
     if set(found) != {"gateway", "container"}:

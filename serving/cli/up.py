@@ -141,6 +141,8 @@ def _settings(args: argparse.Namespace, address: str | None) -> ServerSettings:
         overrides["shared_container_network"] = True
     if getattr(args, "no_fork_templates", False):
         overrides["fork_templates"] = False
+    if getattr(args, "no_node_hosts", False):
+        overrides["node_hosts"] = False
     if getattr(args, "no_locality_routing", False):
         overrides["locality_routing"] = False
     if getattr(args, "no_registry_feed", False):

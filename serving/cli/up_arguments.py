@@ -145,6 +145,12 @@ def _container_arguments(parser) -> None:
         "(SERVING_FORK_TEMPLATES=false; docs/security.md)",
     )
     parser.add_argument(
+        "--no-node-hosts",
+        action="store_true",
+        help="give every container replica a Ray worker (Serve replica) of its own, not a place in its node's "
+        "container host (SERVING_NODE_HOSTS=false; docs/architecture.md)",
+    )
+    parser.add_argument(
         "--no-locality-routing",
         action="store_true",
         help="send every hop to the least busy replica wherever it runs, not first to one on the gateway's own node "

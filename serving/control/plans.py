@@ -49,7 +49,7 @@ def container_plan(
         }
     else:
         count = {"num_replicas": spec.replicas_of(container)}
-    return {
+    plan: ContainerPlan = {
         "image": container.Image,
         "model_data": container.ModelDataUrl,
         "environment": replica_environment(container),
@@ -66,6 +66,11 @@ def container_plan(
         "actor_options": actor_options,
         "count": count,
     }
+    # A fixed count, no GPU, this Python: its node's container host can supervise it (a GPU share and
+    # a runtime_env are a Ray worker's; Serve's autoscaler scales Serve replicas).
+    if settings.node_hosts and not runtime_env and not resources.Gpus and "num_replicas" in count:
+        plan["hosting"] = "node"
+    return plan
 
 
 def egress_ports(container: ContainerSpec, settings: ServerSettings) -> list[int]:

@@ -71,6 +71,8 @@ class ContainerPlan(TypedDict):
     shared_network: bool
     # may be forked from its stack's template (a plan stored before templates has none: they may)
     fork_template: NotRequired[bool]
+    # "node": its replicas live in their nodes' container hosts (absent: each is a Serve replica)
+    hosting: NotRequired[str]
     working_dir: str | None
     gpus: float
     # Ray actor options of each replica (CPUs, GPUs, memory, runtime_env)

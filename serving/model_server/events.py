@@ -14,7 +14,9 @@ from typing import Any
 
 from serving.models.cache import CacheObserver
 
-__all__ = ["EVENTS", "EventLog", "replay"]
+__all__ = ["DRAIN_MOST", "EVENTS", "EventLog", "replay"]
+
+DRAIN_MOST = 5_000  # events in one stats answer (its supervisor asks again at once for more)
 
 # The methods an event may name: ReplicaMetrics implements each.
 EVENTS = frozenset(
@@ -85,10 +87,11 @@ class EventLog(CacheObserver):
         """A generating request's new tokens, and the time from its first token to its last."""
         self._add("output_tokens", count, seconds)
 
-    def drain(self) -> list[tuple[Any, ...]]:
-        """Every event since the last drain, oldest first."""
-        drained = []
-        while self._events:
+    def drain(self, most: int = DRAIN_MOST) -> list[tuple[Any, ...]]:
+        """The oldest `most` events since the last drain, oldest first (the rest wait for the next:
+        one stats answer stays bounded, `supervisor.MAX_STATS_BYTES`)."""
+        drained: list[tuple[Any, ...]] = []
+        while self._events and len(drained) < most:
             drained.append(self._events.popleft())
         return drained
 

@@ -58,6 +58,12 @@ logger = logging.getLogger("serving.container_process")
 _LAUNCH = "import runpy, sys; sys.path.insert(0, sys.argv[1]); runpy.run_module('serving.model_server.launcher', run_name='__main__')"
 
 
+# the most a container process's counters and metric events may take: one answer carries at most
+# `events.DRAIN_MOST` events, each under 6.2 KB of JSON (a model name is at most 1,024 characters,
+# each at most 6 bytes escaped)
+MAX_STATS_BYTES = 64 * 1024 * 1024
+
+
 def log_stream(endpoint: str, hostname: str) -> str | None:
     """Where a container process's output goes, as a caller may be told it (the LogStreamArn of the
     container's errors): `<endpoint>/<hostname>/<file>`, the file behind the stderr it inherits from
@@ -308,7 +314,11 @@ class ContainerProcess:
             headers = hops.sign(self.config.hop_key, "GET", STATS_PATH, b"", {})
             connection.request("GET", STATS_PATH, headers=headers)
             response = connection.getresponse()
-            body = response.read()
+            # the container process runs tenant code: its answer is read to a bound, so that it
+            # cannot grow the supervisor, which may serve other containers (`container_host`)
+            body = response.read(MAX_STATS_BYTES + 1)
+            if len(body) > MAX_STATS_BYTES:
+                raise RuntimeError(f"stats answer over {MAX_STATS_BYTES} bytes")
             if response.status != 200:
                 raise RuntimeError(f"stats answered {response.status}: {body[:200]!r}")
             return json.loads(body)

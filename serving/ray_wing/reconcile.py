@@ -1,5 +1,6 @@
-"""The registry's reconcile loop: it reads Serve's statuses and deploys or deletes the applications
-that each endpoint's next step calls for (the steps themselves: `control.container_versions`)."""
+"""The registry's reconcile loop: it reads Serve's statuses and those of the versions on container
+hosts (`node_hosting`), and deploys or deletes the applications that each endpoint's next step calls
+for (the steps themselves: `control.container_versions`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from typing import Protocol
 from ray import serve
 
 from serving.control.container_versions import Delete, Deploy
+from serving.control.hosted_apps import hosted
 from serving.control.records import AppStatus
+from serving.ray_wing.node_hosting import NodeHosting
 from serving.ray_wing.replica import deploy_container
 from serving.ray_wing.serve_status import ServeNotRunning, serve_status
 
@@ -49,6 +52,7 @@ class Reconciler:
         # applications deployed by this process (their status may lag)
         self._deployed: set[str] = set()
         self.stopping = False  # the embedded server is stopping: deploy and delete nothing more
+        self.hosting = NodeHosting()
 
     def start(self) -> None:
         threading.Thread(target=self._loop, name="reconcile", daemon=True).start()
@@ -64,13 +68,20 @@ class Reconciler:
             try:
                 before = self._registry.version
                 statuses = serve_status()
+                moving = False if self.stopping else self.hosting.tick()
+                statuses.update(self.hosting.statuses())
                 self._registry._observe(statuses)
                 acted = (
                     False
                     if self.stopping
                     else self._apply(self._registry._advance(statuses, self._deployed))
                 )
-                busy = acted or self._registry.version != before or self._registry._updating()
+                busy = (
+                    acted
+                    or moving
+                    or self._registry.version != before
+                    or self._registry._updating()
+                )
                 quiet = 0 if busy else quiet + 1
             except ServeNotRunning:
                 quiet = 0  # the control plane starts Serve before it deploys anything
@@ -79,15 +90,26 @@ class Reconciler:
             self._wake.wait(STATUS_IDLE_POLL_S if quiet >= QUIET_POLLS else STATUS_POLL_S)
             self._wake.clear()
 
+    def stop(self) -> None:
+        """The embedded server stops: deploy nothing again, and drain the hosted replicas, in the
+        background while the caller deletes Serve's applications (the replicas' deregistrations
+        need this registry free)."""
+        self.stopping = True
+        threading.Thread(target=self.hosting.stop_all, name="stop-hosted", daemon=True).start()
+
     def _apply(self, actions: list[Deploy | Delete]) -> bool:
         """Deploy or delete each application; whether there was anything to do."""
         for action in actions:
             try:
                 if isinstance(action, Deploy):
-                    deploy_container(action)
+                    if hosted(action.plan):
+                        self.hosting.deploy(action)
+                    else:
+                        deploy_container(action)
                     self._deployed.add(action.app)
                 else:
-                    serve.delete(action.app, _blocking=False)
+                    if not self.hosting.delete(action.app):
+                        serve.delete(action.app, _blocking=False)
                     self._deployed.discard(action.app)
             except Exception:
                 logger.exception("could not %s", action)

@@ -218,11 +218,11 @@ class Registry:
             return (self.version, self.refused), self._current_snapshot()
 
     def stop_reconciling(self, token: str) -> bool:
-        """The embedded server is stopping and deletes every application itself: deploy nothing
-        again."""
+        """The embedded server is stopping and deletes every Serve application itself: deploy nothing
+        again (hosted replicas drain on their hosts)."""
         if not self._allowed(token, "stop_reconciling"):
             return False
-        self._reconciler.stopping = True
+        self._reconciler.stop()
         return True
 
     def expect(self, token: str, names: list[str], expected: bool = True) -> bool:

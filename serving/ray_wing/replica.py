@@ -1,20 +1,23 @@
-"""A container replica: the Serve replica that supervises one model-server process and speaks for it to Ray."""
+"""A container replica: the supervisor of one model-server process, which speaks for it to Ray; run as a
+Serve replica of its own (`ContainerReplica`) or as one of many in its node's container host
+(`container_host`)."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
+from typing import Any
 
 import ray
 from ray import serve
 
 from serving._gc import freeze_startup_objects
-from serving.control.container_versions import (
-    Deploy,
-)
+from serving.control.container_versions import Deploy
+from serving.control.hosted_apps import MAX_START_FAILURES
+from serving.control.records import ContainerPlan
 from serving.model_server.container_config import ContainerConfig, ContainerStats, describe_sandbox
-from serving.model_server.events import replay
+from serving.model_server.events import DRAIN_MOST, replay
 from serving.model_server.restart_budget import RestartBudget
 from serving.model_server.supervisor import ContainerProcess
 from serving.models.cache_limits import CacheLimits
@@ -35,6 +38,10 @@ STATS_POLL_S = (
 # container's process is not woken every 2 s for counters that did not move. Not for an autoscaled container,
 # whose autoscaler must see a burst's first invocations within STATS_POLL_S.
 STATS_IDLE_POLL_S = 8.0
+# ... and this soon after an answer that held all it may (`events.DRAIN_MOST`): at most 10,000 metric
+# events a second are replayed for one container, so that a container process (tenant code) cannot
+# make its supervisor, which may serve other containers, spend more than a bounded share of a core.
+STATS_MORE_S = 0.5
 # A container process started again in place must serve within this (its model loads again).
 RESTART_TIMEOUT_S = 120.0
 
@@ -44,13 +51,18 @@ def _no_counters() -> ContainerStats:
 
 
 # --- container replicas ---------------------------------------------------------------
-class ContainerReplica:
-    """A Serve replica that supervises one container process (`container_main`): the process loads the
-    model and serves its data port in a sandbox, with no Ray; this replica registers the port, reports
-    the process's metrics and autoscaling stats, and stops it when Serve stops the replica."""
+class SupervisedContainer:
+    """Supervises one container process (`container_main`): the process loads the model and serves
+    its data port in a sandbox, with no Ray; this object registers the port, reports the process's
+    metrics, starts it again in place when it dies, and stops it when told to (`stop`).
+
+    `replica`: the replica's id in metrics; `own_usage`: whether this process's own CPU and memory
+    count as the replica's (a Serve replica's worker serves one container; a node's container host
+    serves many, and its own usage is nobody's)."""
 
     def __init__(
         self,
+        replica: str,
         endpoint: str,
         hostname: str,
         version: str,
@@ -66,14 +78,13 @@ class ContainerReplica:
         egress_ports: tuple[int, ...] = (),
         shared_network: bool = False,
         fork_template: bool = True,
+        own_usage: bool = True,
     ) -> None:
         root = cluster_secret()
         self._autoscaled = (
             autoscaled  # its autoscaler reads the counters: fetch them at the usual pace
         )
-        self.metrics = ReplicaMetrics(
-            endpoint, hostname, serve.get_replica_context().replica_id.unique_id
-        )
+        self.metrics = ReplicaMetrics(endpoint, hostname, replica)
         self._host = ray.util.get_node_ip_address() if bind_host == "node" else bind_host
         self._config = ContainerConfig(
             endpoint=endpoint,
@@ -111,7 +122,10 @@ class ContainerReplica:
             describe_sandbox(report),
         )
         self._counters: ContainerStats = _no_counters()
-        self.metrics.start_utilization(pids=lambda: [self.process.pid], environment=environment)
+        self._more_events = False
+        self.metrics.start_utilization(
+            pids=lambda: [self.process.pid], environment=environment, own=own_usage
+        )
         self.stats = AutoscalingStats(
             self._read_counters, pids=lambda: [self.process.pid], environment=environment
         )
@@ -196,6 +210,8 @@ class ContainerReplica:
         while not self._stopping.wait(period):
             moved = self._fetch_stats() or self._autoscaled
             period = STATS_POLL_S if moved else min(period * 2, STATS_IDLE_POLL_S)
+            if self._more_events:  # the last answer was full: fetch the rest soon
+                period = STATS_MORE_S
 
     def _fetch_stats(self) -> bool:
         """Record what the container process reports; whether anything moved since the last fetch."""
@@ -206,6 +222,7 @@ class ContainerReplica:
                 logger.warning("container stats unavailable: %s", error)
             return True  # keep looking at the usual pace
         events = stats.pop("events", [])
+        self._more_events = len(events) >= DRAIN_MOST
         replay(events, self.metrics)
         self.metrics.refused_hops(stats["refused"] - self._counters["refused"])
         before = self._counters
@@ -222,23 +239,21 @@ class ContainerReplica:
         counters = self._counters
         return counters["invocations"], counters["in_flight"], counters["custom"]
 
-    def check_health(self) -> None:
-        if self._failed is not None:
-            raise RuntimeError(self._failed)
-
-    def record_autoscaling_stats(self) -> dict[str, float]:
-        """What this replica's autoscaler tracks (Serve calls it, pushes it to the controller, averages it)."""
-        return self.stats.sample()
-
     def data_port(self) -> str:
         return self.process.url
 
-    def __del__(self) -> None:
-        # Leave the routing table first, give the router a poll to notice, then drain.
+    def failure(self) -> str | None:
+        """Why this replica no longer serves (its process exited past the restart budget), or None."""
+        return self._failed
+
+    def stop(self) -> None:
+        """Leave the routing table first, give the router a poll to notice, then drain."""
         stopping = getattr(self, "_stopping", None)
         if stopping is None:  # the constructor failed: it stopped its process already
             return
         with self._lock:  # a restart in progress sees this and stops what it started
+            if stopping.is_set():
+                return
             stopping.set()
             process, registration = self.process, self._registration
         self.metrics.stop()
@@ -250,6 +265,48 @@ class ContainerReplica:
             pass
         self._fetch_stats()  # the last events
         process.stop()
+
+
+class ContainerReplica(SupervisedContainer):
+    """A Serve replica that supervises one container process: Serve starts, health-checks, scales and
+    stops it (its own Ray worker per replica)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(serve.get_replica_context().replica_id.unique_id, *args, **kwargs)
+
+    def check_health(self) -> None:
+        if self._failed is not None:
+            raise RuntimeError(self._failed)
+
+    def record_autoscaling_stats(self) -> dict[str, float]:
+        """What this replica's autoscaler tracks (Serve calls it, pushes it to the controller, averages it)."""
+        return self.stats.sample()
+
+    def __del__(self) -> None:
+        self.stop()
+
+
+def replica_arguments(
+    endpoint: str, container: str, version: str, plan: ContainerPlan
+) -> dict[str, Any]:
+    """A `SupervisedContainer`'s arguments (but its replica id) for one replica of a plan."""
+    return {
+        "endpoint": endpoint,
+        "hostname": container,
+        "version": version,
+        "image": plan["image"],
+        "model_data": plan["model_data"],
+        "environment": plan["environment"],
+        "bind_host": plan["bind_host"],
+        "multi_model": plan["multi_model"],
+        "sandbox": plan["sandbox"],
+        "working_dir": plan["working_dir"],
+        "gpus": plan["gpus"],
+        "egress_ports": tuple(plan["egress_ports"]),
+        "shared_network": plan["shared_network"],
+        "fork_template": plan.get("fork_template", True),
+        "autoscaled": "autoscaling_config" in plan["count"],
+    }
 
 
 def deploy_container(action: Deploy) -> None:
@@ -264,24 +321,11 @@ def deploy_container(action: Deploy) -> None:
         max_ongoing_requests=8,
         health_check_period_s=5,
         graceful_shutdown_timeout_s=20,
-        max_constructor_retry_count=3,  # a model that fails to load fails again: report it soon
+        # a model that fails to load fails again: report it soon
+        max_constructor_retry_count=MAX_START_FAILURES,
     )
     bound = deployment.bind(
-        action.endpoint,
-        action.container,
-        action.version,
-        plan["image"],
-        plan["model_data"],
-        plan["environment"],
-        plan["bind_host"],
-        multi_model=plan["multi_model"],
-        sandbox=plan["sandbox"],
-        working_dir=plan["working_dir"],
-        gpus=plan["gpus"],
-        egress_ports=plan["egress_ports"],
-        shared_network=plan["shared_network"],
-        fork_template=plan.get("fork_template", True),
-        autoscaled="autoscaling_config" in plan["count"],
+        **replica_arguments(action.endpoint, action.container, action.version, plan)
     )
     _run_many(
         [RunTarget(target=bound, name=action.app, route_prefix=None)],

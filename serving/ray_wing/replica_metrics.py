@@ -25,6 +25,8 @@ from serving.protocol import GPUS_ENV, MEMORY_ENV
 logger = logging.getLogger("serving.replica_metrics")
 
 UTILIZATION_PERIOD_S = 5.0
+MAX_MODEL_LABELS = 10_000  # distinct `model` label values per replica; past them, OTHER_MODELS
+OTHER_MODELS = "(other)"
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 _REPLICA = ("endpoint", "container", "replica")
@@ -53,6 +55,24 @@ class _Timing:
         self._histogram.observe(seconds, tags=tags)
         if seconds > 0:  # Ray's counters refuse non-positive increments
             self._sum.inc(seconds, tags=tags)
+
+
+class ModelLabels:
+    """The `model` label's values of one replica, at most MAX_MODEL_LABELS: the names come from its
+    container process, which runs tenant code and could report endless made-up names, each a series
+    held by its supervisor (which may serve other containers) and the node's metrics agent."""
+
+    def __init__(self, most: int = MAX_MODEL_LABELS) -> None:
+        self._seen: set[str] = set()
+        self._most = most
+
+    def label(self, name: str) -> str:
+        if name in self._seen:
+            return name
+        if len(self._seen) >= self._most:
+            return OTHER_MODELS
+        self._seen.add(name)
+        return name
 
 
 class ReplicaMetrics(CacheObserver):
@@ -146,6 +166,7 @@ class ReplicaMetrics(CacheObserver):
             "New tokens a generating container made (rate(): its tokens per second).",
             tag_keys=_REPLICA,
         )
+        self._models = ModelLabels()
         self._stop = threading.Event()
         # Re-set every period: Ray's agent evicts a gauge not refreshed within two export intervals
         # (a loaded-model count set once vanished from the scrape after a few seconds).
@@ -178,12 +199,12 @@ class ReplicaMetrics(CacheObserver):
 
     # -- the model cache's events (modelcache.CacheObserver) and the store's downloads -------------
     def hit(self, name: str) -> None:
-        self._cache_hit.inc(1, tags={**self.tags, "model": name})
+        self._cache_hit.inc(1, tags={**self.tags, "model": self._models.label(name)})
 
     def waited(self, name: str, seconds: float) -> None:
         # A miss is counted once its model loaded: a name that fails to load (unknown, broken) must
         # not become a label value, or any caller could add series without bound.
-        self._cache_miss.inc(1, tags={**self.tags, "model": name})
+        self._cache_miss.inc(1, tags={**self.tags, "model": self._models.label(name)})
         self._loading_wait.observe(seconds, tags=self.tags)
 
     def loaded(self, name: str, seconds: float, nbytes: int) -> None:
@@ -210,13 +231,14 @@ class ReplicaMetrics(CacheObserver):
         period_s: float = UTILIZATION_PERIOD_S,
         pids: Callable[[], list[int | None]] = lambda: [],
         environment: Mapping[str, str] | None = None,
+        own: bool = True,
     ) -> None:
-        """Sample CPU, memory (and GPU) every `period_s` on a daemon thread: this process's plus
-        those of `pids()` (the replica's container process). `environment`: the container's (its
+        """Sample CPU, memory (and GPU) every `period_s` on a daemon thread: this process's (`own`)
+        plus those of `pids()` (the replica's container process). `environment`: the container's (its
         memory and GPU share)."""
         threading.Thread(
             target=self._sample_forever,
-            args=(period_s, pids, environment or {}),
+            args=(period_s, pids, environment or {}, own),
             name="utilization",
             daemon=True,
         ).start()
@@ -225,9 +247,13 @@ class ReplicaMetrics(CacheObserver):
         self._stop.set()
 
     def _sample_forever(
-        self, period_s: float, pids: Callable[[], list[int | None]], environment: Mapping[str, str]
+        self,
+        period_s: float,
+        pids: Callable[[], list[int | None]],
+        environment: Mapping[str, str],
+        own: bool,
     ) -> None:
-        processes = ReplicaProcesses(pids)
+        processes = ReplicaProcesses(pids, own)
         limit = memory_limit_bytes(environment)
         gpus = _gpu_reader() if float(environment.get(GPUS_ENV) or 0) > 0 else None
         while not self._stop.wait(period_s):
@@ -243,20 +269,23 @@ class ReplicaMetrics(CacheObserver):
 
 
 class ReplicaProcesses:
-    """CPU (100 = one core) and resident memory of a replica: its supervisor plus its container
-    process."""
+    """CPU (100 = one core) and resident memory of a replica: its container process, plus its
+    supervisor where that serves this replica alone (`own`)."""
 
-    def __init__(self, pids: Callable[[], list[int | None]]) -> None:
+    def __init__(self, pids: Callable[[], list[int | None]], own: bool = True) -> None:
         import psutil
 
         self._psutil = psutil
         self._pids = pids
         self._processes: dict[int, Any] = {}
-        self._own = psutil.Process()
-        self._own.cpu_percent(None)  # the first call only starts the interval
+        self._own = psutil.Process() if own else None
+        if self._own is not None:
+            self._own.cpu_percent(None)  # the first call only starts the interval
 
     def sample(self) -> tuple[float, int]:
-        cpu, rss = self._own.cpu_percent(None), self._own.memory_info().rss
+        cpu, rss = 0.0, 0
+        if self._own is not None:
+            cpu, rss = self._own.cpu_percent(None), self._own.memory_info().rss
         for pid in self._pids():
             if pid is None:
                 continue

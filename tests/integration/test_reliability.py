@@ -9,7 +9,6 @@ table for good, and there was no way to update a running endpoint.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import threading
@@ -19,12 +18,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
-import psutil
 import pytest
 import ray
 from suite import endpoints
 from suite.endpoint_server import TINY
 from suite.endpoints import python_container
+from suite.load import Load, invoker
+from suite.processes import container_process, listener, supervisor_of
 
 from serving.config.spec import parse_spec
 from serving.settings import ServerSettings
@@ -35,7 +35,19 @@ pytestmark = pytest.mark.integration
 # Replicas, the registry and the gateway are killed under load: `twin` has two replicas (one dies),
 # `solo` one; it-spare is deleted and it-update updated live.
 def chaos(handler_models: dict[str, Path]) -> dict:
-    scaled = {"MinCapacity": 2, "MaxCapacity": 2}
+    # Target tracking that never scales out under these loads: `twin` keeps a Serve replica (a Ray
+    # worker) per replica, whose death these tests cause; a hosted container's replicas live in their
+    # node's container host instead (tests/integration/test_container_hosts.py).
+    scaled = {
+        "MinCapacity": 2,
+        "MaxCapacity": 3,
+        "TargetTrackingScalingPolicyConfiguration": {
+            "TargetValue": 1_000_000,
+            "PredefinedMetricSpecification": {
+                "PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"
+            },
+        },
+    }
     return {
         "EndpointName": "it-chaos",
         "Containers": [
@@ -72,43 +84,6 @@ ENDPOINTS = {
 SETTLE_S = 120  # bound on every wait for Serve to replace or start something on this 2-core machine
 
 
-class Load:
-    """Requests at a fixed rate from a thread pool until stopped; the status of every one, in
-    order."""
-
-    def __init__(self, send, rate: float = 20.0) -> None:
-        self.send, self.period = send, 1.0 / rate
-        self.statuses: list[int | str] = []
-        self._stop = threading.Event()
-        self._pool = ThreadPoolExecutor(16)
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _one(self) -> None:
-        try:
-            self.statuses.append(self.send())
-        except Exception as error:  # a connection error, or what boto3 raised after its retries
-            self.statuses.append(type(error).__name__)
-
-    def _run(self) -> None:
-        next_at = time.monotonic()
-        while not self._stop.is_set():
-            self._pool.submit(self._one)
-            next_at += self.period
-            time.sleep(max(next_at - time.monotonic(), 0))
-
-    def __enter__(self) -> Load:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join(10)
-        self._pool.shutdown(wait=True)
-
-    def failures(self) -> Counter:
-        return Counter(status for status in self.statuses if status != 200)
-
-
 def _registry_snapshot(timeout: float = 30) -> dict:
     from serving import ray_wing
 
@@ -125,78 +100,6 @@ def _registry_restarted(before: dict) -> bool:
         return False
 
 
-def _holders(url: str) -> list[psutil.Process]:
-    """The processes holding a port's listening socket. A container's data port is held by the
-    replica that bound it and by the container process it passed it to (its child, or a child of
-    its stack's template). The gateway's port has one holder."""
-    port = int(url.rsplit(":", 1)[1])
-    # psutil names one process per socket: every holder is found by the socket's inode
-    inodes = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            fields = line.split()
-            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # LISTEN
-                inodes.add(f"socket:[{fields[9]}]")
-    holders = {
-        int(entry.name)
-        for entry in Path("/proc").iterdir()
-        if entry.name.isdigit() and inodes & _open_files(entry)
-    }
-    if not holders:
-        raise AssertionError(f"nothing listens on {url}")
-    return [psutil.Process(pid) for pid in sorted(holders)]
-
-
-def _listener(url: str) -> psutil.Process:
-    """The process serving a port: a container's process, else its only holder."""
-    holders = _holders(url)
-    containers = [p for p in holders if "serving.model_server.main" in _title(p)]
-    return containers[0] if containers else holders[0]
-
-
-def _open_files(process: Path) -> set[str]:
-    """What a process's descriptors point to, read one by one: a descriptor closed while they are
-    listed is skipped, not the process (a busy Ray worker opens and closes them all the time)."""
-    try:
-        descriptors = list((process / "fd").iterdir())
-    except OSError:
-        return set()
-    found = set()
-    for descriptor in descriptors:
-        with contextlib.suppress(OSError):
-            found.add(os.readlink(descriptor))
-    return found
-
-
-def _title(process: psutil.Process) -> str:
-    return " ".join(process.cmdline())
-
-
-def _replica_of(url: str) -> psutil.Process:
-    """The Serve replica (a Ray worker) that owns a container's data port, checked by its process
-    title: a test never signals a process it has not identified (a guess once killed the raylet, and
-    the node with it, when only one holder of the port was listed)."""
-    deadline = time.monotonic() + 10  # a replica that just registered may still be naming itself
-    while True:
-        holders = _holders(url)
-        replicas = [p for p in holders if _title(p).startswith("ray::ServeReplica:")]
-        if len(replicas) == 1:
-            return replicas[0]
-        if time.monotonic() > deadline:
-            titles = [(p.pid, _title(p)[:80]) for p in holders]
-            raise AssertionError(f"no one Serve replica owns {url} (holders: {titles})")
-        time.sleep(0.2)
-
-
-def _container_process(url: str) -> psutil.Process:
-    """The container process serving a data port (the model server the replica started), checked by
-    its command."""
-    found = [p for p in _holders(url) if "serving.model_server.main" in _title(p)]
-    if not found:
-        raise AssertionError(f"no container process serves {url} (holders: {_holders(url)})")
-    return found[0]
-
-
 def _wait(predicate, what: str, timeout: float = SETTLE_S) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -204,25 +107,6 @@ def _wait(predicate, what: str, timeout: float = SETTLE_S) -> None:
             return
         time.sleep(0.5)
     raise AssertionError(f"not {what} within {timeout} s")
-
-
-def _invoker(
-    server, endpoint: str, target: str, body: bytes = b'{"x": 1}', headers: dict | None = None
-):
-    client = httpx.Client(base_url=server.url, timeout=30)
-
-    def send() -> int:
-        return client.post(
-            f"/endpoints/{endpoint}/invocations",
-            content=body,
-            headers={
-                "Content-Type": "application/json",
-                "X-Amzn-SageMaker-Target-Container-Hostname": target,
-                **(headers or {}),
-            },
-        ).status_code
-
-    return send
 
 
 def test_ping_is_200_only_when_every_endpoint_is_routable(server) -> None:
@@ -234,10 +118,10 @@ def test_ping_is_200_only_when_every_endpoint_is_routable(server) -> None:
 def test_a_replica_killed_under_load_costs_no_request(server) -> None:
     twins = _registry_snapshot()["replicas"][("it-chaos", "twin")]
     assert len(twins) == 2
-    supervisor = _replica_of(twins[0])  # the Serve replica (a Ray worker) that owns the data port
+    supervisor = supervisor_of(twins[0])  # the Serve replica (a Ray worker) that owns the data port
     with (
-        Load(_invoker(server, "it-chaos", "twin")) as twin_load,
-        Load(_invoker(server, "it-chaos", "solo")) as solo_load,
+        Load(invoker(server, "it-chaos", "twin")) as twin_load,
+        Load(invoker(server, "it-chaos", "solo")) as solo_load,
     ):
         time.sleep(2)
         supervisor.send_signal(signal.SIGKILL)
@@ -267,9 +151,9 @@ def test_a_container_process_killed_under_load_costs_no_request(server) -> None:
     twins = _registry_snapshot()["replicas"][("it-chaos", "twin")]
     assert len(twins) == 2
     # the model server only: its supervisor (the Serve replica) lives on
-    process = _container_process(twins[0])
-    supervisor = _replica_of(twins[0])
-    with Load(_invoker(server, "it-chaos", "twin")) as twin_load:
+    process = container_process(twins[0])
+    supervisor = supervisor_of(twins[0])
+    with Load(invoker(server, "it-chaos", "twin")) as twin_load:
         time.sleep(2)
         process.send_signal(signal.SIGKILL)
         _wait(
@@ -283,8 +167,8 @@ def test_a_container_process_killed_under_load_costs_no_request(server) -> None:
     # Started again in place (issue 60, item 5): the same supervisor serves a new process on a new
     # port, without waiting for Serve to replace the replica.
     (new,) = set(_registry_snapshot()["replicas"][("it-chaos", "twin")]) - set(twins)
-    assert _replica_of(new).pid == supervisor.pid
-    assert _container_process(new).pid != process.pid
+    assert supervisor_of(new).pid == supervisor.pid
+    assert container_process(new).pid != process.pid
     # ... and counted for the operator (the supervisor's counter, exported by Ray every 5 s)
     _wait(
         lambda: any(
@@ -308,10 +192,10 @@ def test_a_container_process_that_keeps_dying_leaves_its_replica_to_serve(server
     from serving.model_server.restart_budget import RESTARTS
 
     url = _registry_snapshot()["replicas"][("it-chaos", "twin")][0]
-    supervisor = _replica_of(url).pid
+    supervisor = supervisor_of(url).pid
     for kills in range(1, RESTARTS + 2):
         before = set(_registry_snapshot()["replicas"][("it-chaos", "twin")])
-        _container_process(url).send_signal(signal.SIGKILL)
+        container_process(url).send_signal(signal.SIGKILL)
         _wait(
             lambda: (
                 len(now := set(_registry_snapshot()["replicas"][("it-chaos", "twin")])) == 2
@@ -320,7 +204,7 @@ def test_a_container_process_that_keeps_dying_leaves_its_replica_to_serve(server
             "replaced",
         )
         (url,) = set(_registry_snapshot()["replicas"][("it-chaos", "twin")]) - before
-        if _replica_of(url).pid != supervisor:
+        if supervisor_of(url).pid != supervisor:
             break
     else:
         raise AssertionError(f"the replica was never replaced after {kills} kills")
@@ -328,13 +212,13 @@ def test_a_container_process_that_keeps_dying_leaves_its_replica_to_serve(server
 
 def test_a_request_in_flight_on_a_dying_replica_is_retried(server) -> None:
     twins = _registry_snapshot()["replicas"][("it-chaos", "twin")]
-    send = _invoker(
+    send = invoker(
         server, "it-chaos", "twin", headers={"X-Amzn-SageMaker-Custom-Attributes": "sleep=0.8"}
     )
     with ThreadPoolExecutor(2) as pool:
         futures = [pool.submit(send) for _ in range(2)]  # least in flight: one on each replica
         time.sleep(0.3)
-        _container_process(twins[1]).send_signal(signal.SIGKILL)  # mid-request
+        container_process(twins[1]).send_signal(signal.SIGKILL)  # mid-request
         statuses = [future.result() for future in futures]
     assert statuses == [200, 200]
     _wait(lambda: len(_registry_snapshot()["replicas"][("it-chaos", "twin")]) == 2, "replaced")
@@ -357,7 +241,7 @@ def test_a_registry_restart_keeps_every_endpoint_routable(server) -> None:
     # the gateways follow the registry over its feed, on loopback for this embedded server
     assert before["feed"] is not None and before["feed"].startswith("http://127.0.0.1:")
     _wait(lambda: _feed_polls(server) > 0, "following the feed")
-    with Load(_invoker(server, "it-chaos", "solo")) as load:
+    with Load(invoker(server, "it-chaos", "solo")) as load:
         time.sleep(1)
         ray.kill(ray_wing.registry_handle(), no_restart=False)
         _wait(lambda: _registry_restarted(before), "restarted")
@@ -407,7 +291,7 @@ def test_a_live_update_loses_no_request_and_keeps_unchanged_containers(
     )
     before = server.client.describe_endpoint("it-update")
     first_url = _registry_snapshot()["replicas"][("it-update", "first")]
-    with Load(_invoker(server, "it-update", "second")) as load:
+    with Load(invoker(server, "it-update", "second")) as load:
         generation = ray_wing.deploy_endpoint(
             _update_spec(handler_models, "echo", RELEASE="2"), settings
         )
@@ -431,7 +315,7 @@ def test_an_update_that_cannot_start_is_rolled_back(server, handler_models) -> N
         port=int(server.url.rsplit(":", 1)[1]), max_payload_mb=1.0, invocation_timeout_s=3.0
     )
     serving_before = server.client.describe_endpoint("it-update")
-    with Load(_invoker(server, "it-update", "second")) as load:
+    with Load(invoker(server, "it-update", "second")) as load:
         generation = ray_wing.deploy_endpoint(_update_spec(handler_models, "broken"), settings)
         _wait(lambda: _finished(server, "it-update", generation), "decided", timeout=300)
     after = server.client.describe_endpoint("it-update")
@@ -450,7 +334,7 @@ def test_an_update_that_cannot_start_is_rolled_back(server, handler_models) -> N
 def test_deleting_one_endpoint_leaves_the_others(server) -> None:
     from serving import ray_wing
 
-    with Load(_invoker(server, "it-chaos", "solo")) as load:
+    with Load(invoker(server, "it-chaos", "solo")) as load:
         assert ray_wing.delete_endpoint("it-spare") is True
     assert server.http.get("/endpoints/it-spare").status_code == 400
     assert not [name for name in ray_wing.serve_status() if name.startswith("it-spare.")]
@@ -535,7 +419,7 @@ def test_the_gateway_killed_under_load_comes_back_and_retrying_clients_lose_noth
         )
         return response["ResponseMetadata"]["HTTPStatusCode"]
 
-    gateway = _listener(server.url)
+    gateway = listener(server.url)
     assert gateway.pid != os.getpid()
     with Load(send, rate=10) as load:
         time.sleep(1)
@@ -545,7 +429,7 @@ def test_the_gateway_killed_under_load_comes_back_and_retrying_clients_lose_noth
         print(f"gateway answered again {time.monotonic() - killed:.1f} s after it was killed")
         time.sleep(2)
     assert load.failures() == Counter(), load.failures()
-    assert _listener(server.url).pid != gateway.pid
+    assert listener(server.url).pid != gateway.pid
 
 
 def _finished(server, name: str, generation: int) -> bool:

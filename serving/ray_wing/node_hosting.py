@@ -1,0 +1,286 @@
+"""The registry's side of container hosts: it places each replica of a hosted container version
+(`control.hosted_apps`) with a Ray placement group that reserves the replica's resources, starts it
+on the container host of the node that group landed on (`container_host`), and watches it: a replica
+whose process failed past its restart budget, or whose host died, is started again; a node lost
+takes its placement groups elsewhere (Ray reschedules them) and its replicas follow.
+
+Runs in the registry's reconcile thread (`reconcile`), which calls `tick` every status poll. What it
+runs is kept in Ray's key-value store and on the hosts, so a restarted registry adopts the replicas
+still running instead of starting them twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+import ray
+from ray.util.placement_group import (
+    PlacementGroup,
+    get_placement_group,
+    placement_group,
+    placement_group_table,
+    remove_placement_group,
+)
+
+from serving.control.container_versions import Deploy
+from serving.control.hosted_apps import HostedApp, Slot, slot_of
+from serving.control.records import AppStatus
+from serving.ray_wing.container_host import HOST_PREFIX, host_on
+from serving.ray_wing.kv_store import KvStore
+from serving.ray_wing.names import NAMESPACE
+from serving.ray_wing.replica import replica_arguments
+
+logger = logging.getLogger("serving.ray_wing.node_hosting")
+
+_KV_HOSTED = b"hosted/"
+HEALTH_S = (
+    5.0  # how often each host is asked for its replicas' health (Serve's health-check period)
+)
+CALL_TIMEOUT_S = 10.0
+STOP_ALL_TIMEOUT_S = 20.0
+
+
+def _bundle(actor_options: dict[str, Any]) -> dict[str, float]:
+    """The resources one replica reserves, as a placement group bundle (what Serve would reserve for
+    its actor)."""
+    bundle = {"CPU": float(actor_options.get("num_cpus") or 0)}
+    if actor_options.get("memory"):
+        bundle["memory"] = float(actor_options["memory"])
+    bundle.update({name: float(v) for name, v in (actor_options.get("resources") or {}).items()})
+    return {name: value for name, value in bundle.items() if value > 0}
+
+
+def _error(error: BaseException) -> str:
+    return str(getattr(error, "cause", None) or error)
+
+
+class NodeHosting:
+    """Hosted container versions by application name; every method is called with its lock held by
+    the caller's thread alone (`reconcile`), but `stop_all` may come from another."""
+
+    def __init__(self, store: KvStore | None = None) -> None:
+        self._store = store or KvStore()
+        self._lock = threading.RLock()
+        self._apps: dict[str, HostedApp] = {}
+        self._groups: dict[tuple[str, int], PlacementGroup] = {}
+        self._starts: dict[Any, tuple[str, Slot, str]] = {}  # object ref -> (app, slot, replica)
+        self._hosts: dict[str, Any] = {}  # node id -> its host's handle
+        self._checked = 0.0
+        self._recovered = False
+
+    # --- what the reconcile loop calls ---------------------------------------------------------
+    def deploy(self, action: Deploy) -> None:
+        with self._lock:
+            if action.app in self._apps:
+                return
+            hosted = HostedApp.of(
+                action.app, action.endpoint, action.container, action.version, action.plan
+            )
+            self._apps[action.app] = hosted
+            self._store.put(_KV_HOSTED, action.app, hosted.to_dict())
+            for slot in hosted.slots:
+                self._group(hosted, slot)
+        self.tick()
+
+    def delete(self, app: str) -> bool:
+        """Stop a hosted version's replicas (each drains on its host) and free its reservations;
+        False for an application it does not run."""
+        with self._lock:
+            hosted = self._apps.pop(app, None)
+            if hosted is None:
+                return False
+            self._store.delete(_KV_HOSTED, app)
+            stops = [self._stop(slot) for slot in hosted.slots]
+            for slot in hosted.slots:
+                group = self._groups.pop((app, slot.index), None)
+                if group is not None:
+                    remove_placement_group(group)
+        logger.info("hosted %s: %d replicas stopping", app, sum(stop is not None for stop in stops))
+        return True
+
+    def statuses(self) -> dict[str, AppStatus]:
+        with self._lock:
+            return {app: hosted.status() for app, hosted in self._apps.items()}
+
+    def stop_all(self) -> None:
+        """The server stops: drain every hosted replica, bounded."""
+        with self._lock:
+            stops = [
+                ref
+                for hosted in list(self._apps.values())
+                for ref in [self._stop(slot) for slot in hosted.slots]
+                if ref is not None
+            ]
+            self._apps.clear()
+        try:
+            ray.wait(stops, num_returns=len(stops), timeout=STOP_ALL_TIMEOUT_S)
+        except Exception:
+            logger.exception("stopping the hosted replicas")
+
+    def tick(self) -> bool:
+        """Advance every slot: starts that finished, groups that were placed, health; whether
+        anything is still in motion (the reconcile loop then polls at its busy pace)."""
+        with self._lock:
+            if not self._recovered:
+                self._recovered = True
+                self._recover()
+            self._finished_starts()
+            for hosted in self._apps.values():
+                if hosted.failure is not None:
+                    continue
+                for slot in hosted.slots:
+                    if slot.state == "PLACING":
+                        self._start(hosted, slot)
+            if time.monotonic() - self._checked >= HEALTH_S:
+                self._checked = time.monotonic()
+                self._check_health()
+            return not all(hosted.settled for hosted in self._apps.values())
+
+    # --- placing and starting --------------------------------------------------------------------
+    def _group(self, hosted: HostedApp, slot: Slot) -> PlacementGroup:
+        key = (hosted.app, slot.index)
+        group = self._groups.get(key)
+        if group is None:
+            name = f"{HOST_PREFIX}{hosted.app}#{slot.index}"
+            try:
+                group = get_placement_group(name)
+            except ValueError:
+                group = placement_group(
+                    [_bundle(hosted.plan["actor_options"])],
+                    strategy="PACK",
+                    name=name,
+                    lifetime="detached",
+                )
+            self._groups[key] = group
+        return group
+
+    def _start(self, hosted: HostedApp, slot: Slot) -> None:
+        table = placement_group_table(self._group(hosted, slot))
+        if table.get("state") != "CREATED":
+            return  # not placed yet (no node has the resources free), or being rescheduled
+        node = table["bundles_to_node_id"][0]
+        replica = slot.new_replica(node)
+        ref = self._host(node).start.remote(
+            replica,
+            hosted.app,
+            replica_arguments(hosted.endpoint, hosted.container, hosted.version, hosted.plan),
+        )
+        self._starts[ref] = (hosted.app, slot, replica)
+
+    def _finished_starts(self) -> None:
+        if not self._starts:
+            return
+        done, _ = ray.wait(list(self._starts), num_returns=len(self._starts), timeout=0)
+        for ref in done:
+            app, slot, replica = self._starts.pop(ref)
+            hosted = self._apps.get(app)
+            if hosted is None or slot.replica != replica:
+                continue  # deleted, or replaced, meanwhile
+            try:
+                ray.get(ref)
+            except Exception as error:
+                logger.warning(
+                    "hosted %s: replica %s did not start: %s", app, replica, _error(error)
+                )
+                if isinstance(error, ray.exceptions.RayActorError):
+                    self._hosts.pop(slot.node or "", None)
+                    slot.lost()
+                else:
+                    hosted.start_failed(slot, _error(error))
+                continue
+            slot.state = "RUNNING"
+
+    def _host(self, node: str):
+        host = self._hosts.get(node)
+        if host is None:
+            host = self._hosts[node] = host_on(node)
+        return host
+
+    def _stop(self, slot: Slot):
+        """Stop a slot's replica on its host (it drains there); the call's ref, or None."""
+        replica, node = slot.replica, slot.node
+        slot.lost()
+        if replica is None or node is None:
+            return None
+        try:
+            return self._host(node).stop.remote(replica)
+        except Exception:
+            logger.exception("could not stop %s", replica)
+            return None
+
+    # --- health ------------------------------------------------------------------------------------
+    def _check_health(self) -> None:
+        """Ask each host that holds a running replica for its replicas; start again what it lost."""
+        by_node: dict[str, list[tuple[HostedApp, Slot]]] = {}
+        for hosted in self._apps.values():
+            for slot in hosted.slots:
+                if slot.state == "RUNNING" and slot.node is not None:
+                    by_node.setdefault(slot.node, []).append((hosted, slot))
+        reports = {node: self._host(node).report.remote() for node in by_node}
+        for node, ref in reports.items():
+            try:
+                report = ray.get(ref, timeout=CALL_TIMEOUT_S)
+            except ray.exceptions.RayActorError:
+                logger.warning(
+                    "the container host of node %s died; placing its replicas again", node
+                )
+                self._hosts.pop(node, None)
+                report = {}
+            except Exception:
+                logger.exception("no report from the container host of node %s", node)
+                continue
+            for hosted, slot in by_node[node]:
+                app, failure = report.get(slot.replica or "", (None, "gone from its host"))
+                if failure is not None:
+                    logger.warning(
+                        "hosted %s: replica %s failed (%s); starting it again",
+                        hosted.app,
+                        slot.replica,
+                        failure,
+                    )
+                    self._stop(slot)  # leaves it PLACING: the next tick starts a new one
+
+    # --- a restarted registry ---------------------------------------------------------------------
+    def _recover(self) -> None:
+        """Adopt the hosted versions and replicas a previous registry process left running."""
+        stored = self._store.load(_KV_HOSTED)
+        for app, data in stored.items():
+            hosted = HostedApp.of(
+                app, data["endpoint"], data["container"], data["version"], data["plan"]
+            )
+            self._apps[app] = hosted
+            for slot in hosted.slots:
+                self._group(hosted, slot)
+        if not stored:
+            return
+        hosts = [
+            entry["name"]
+            for entry in ray.util.list_named_actors(all_namespaces=True)
+            if entry.get("namespace") == NAMESPACE and entry["name"].startswith(HOST_PREFIX)
+        ]
+        for name in hosts:
+            node = name[len(HOST_PREFIX) :]
+            try:
+                report = ray.get(self._host(node).report.remote(), timeout=CALL_TIMEOUT_S)
+            except Exception:
+                logger.exception("no report from %s", name)
+                continue
+            for replica, (app, failure) in report.items():
+                owner, index = self._apps.get(app), slot_of(replica)
+                place = (
+                    owner.slots[index]
+                    if owner is not None and index is not None and index < len(owner.slots)
+                    else None
+                )
+                if place is None or place.replica is not None or failure is not None:
+                    self._host(node).stop.remote(replica)  # not wanted any more, or twice
+                    continue
+                place.state, place.node, place.replica = "RUNNING", node, replica
+        logger.info(
+            "registry adopted %d hosted versions, %d replicas running",
+            len(self._apps),
+            sum(s.state == "RUNNING" for h in self._apps.values() for s in h.slots),
+        )

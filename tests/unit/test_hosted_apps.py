@@ -1,0 +1,123 @@
+"""Container versions on container hosts (`control.hosted_apps`): which plans are hosted, each
+slot's life, and the status a version shows, which must read as a Serve application's would
+(`container_versions.step` and `status.StatusBoard` read both)."""
+
+from __future__ import annotations
+
+from serving.config.spec import parse_spec
+from serving.control.container_versions import DEPLOY_FAILED, EndpointState, step
+from serving.control.hosted_apps import MAX_START_FAILURES, HostedApp, hosted, slot_of
+from serving.control.plans import endpoint_record
+from serving.control.status import EndpointRecord, StatusBoard
+from serving.settings import ServerSettings
+
+
+def _record(settings: ServerSettings, **container):
+    spec = parse_spec(
+        {
+            "EndpointName": "e",
+            "Containers": [{"ContainerHostname": "c", "Image": "python", **container}],
+        }
+    )
+    return endpoint_record(spec, settings)
+
+
+def _app(count: int = 2) -> HostedApp:
+    record = _record(ServerSettings(), AutoScaling={"MinCapacity": count, "MaxCapacity": count})
+    version = record["containers"][0]["Version"]
+    return HostedApp.of(f"e.c.{version}", "e", "c", version, record["plans"]["c"])
+
+
+def test_a_fixed_count_without_gpu_or_python_environment_is_hosted():
+    assert hosted(_record(ServerSettings())["plans"]["c"])
+
+
+def test_the_setting_off_autoscaling_a_gpu_or_a_runtime_env_keep_a_serve_replica_each():
+    assert not hosted(_record(ServerSettings(node_hosts=False))["plans"]["c"])
+    assert not hosted(_record(ServerSettings(), Resources={"Gpus": 1})["plans"]["c"])
+    assert not hosted(_record(ServerSettings(), RuntimeEnvironment={"Pip": ["six"]})["plans"]["c"])
+    autoscaled = _record(
+        ServerSettings(),
+        AutoScaling={
+            "MinCapacity": 1,
+            "MaxCapacity": 3,
+            "TargetTrackingScalingPolicyConfiguration": {
+                "PredefinedMetricSpecification": {
+                    "PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"
+                },
+                "TargetValue": 10,
+            },
+        },
+    )
+    assert not hosted(autoscaled["plans"]["c"])
+
+
+def test_the_setting_off_leaves_the_plan_and_so_the_version_as_before():
+    plan = _record(ServerSettings(node_hosts=False))["plans"]["c"]
+    assert "hosting" not in plan  # a stored plan of an earlier server keeps its version
+
+
+def test_a_version_deploys_running_and_shows_it_as_serve_would():
+    app = _app(2)
+    assert app.status()["status"] == "DEPLOYING"
+    assert app.status()["deployments"]["c"]["replicas"] == {"STARTING": 2}
+    for slot in app.slots:
+        replica = slot.new_replica("node-1")
+        assert slot_of(replica) == slot.index
+        slot.state = "RUNNING"
+    status = app.status()
+    assert status["status"] == "RUNNING" and status["deployments"]["c"]["status"] == "HEALTHY"
+    assert status["deployments"]["c"]["replicas"] == {"RUNNING": 2}
+    assert app.settled
+
+
+def test_a_new_replica_never_reuses_an_id():
+    slot = _app(1).slots[0]
+    first = slot.new_replica("n")
+    slot.lost()
+    assert slot.new_replica("n") != first
+
+
+def test_starts_that_keep_failing_fail_the_version_with_the_reason():
+    app = _app(1)
+    slot = app.slots[0]
+    for attempt in range(MAX_START_FAILURES):
+        assert app.failure is None
+        slot.new_replica("n")
+        app.start_failed(slot, "ModelError: no model.joblib")
+    status = app.status()
+    assert status["status"] == DEPLOY_FAILED
+    assert "no model.joblib" in status["message"] and "container c" in status["message"]
+    assert app.settled  # nothing more is started
+
+
+def test_failures_do_not_fail_a_version_that_serves():
+    app = _app(2)
+    app.slots[0].new_replica("n")
+    app.slots[0].state = "RUNNING"
+    for _ in range(MAX_START_FAILURES + 1):
+        app.slots[1].new_replica("n")
+        app.start_failed(app.slots[1], "boom")
+    assert app.failure is None and app.status()["status"] == "DEPLOYING"
+
+
+def test_a_failed_version_steps_and_describes_as_a_failed_serve_application_does():
+    record = _record(ServerSettings())
+    version = record["containers"][0]["Version"]
+    app = HostedApp.of(f"e.c.{version}", "e", "c", version, record["plans"]["c"])
+    state = EndpointState("e", record, update={"Status": "InProgress", "StartedAt": 0.0})
+    slot = app.slots[0]
+    for _ in range(MAX_START_FAILURES):
+        slot.new_replica("n")
+        app.start_failed(slot, "ModelError: it does not load")
+    statuses = {app.app: app.status()}
+    step(state, statuses, {}, 1.0, 900.0, {app.app})
+    assert state.update["Status"] == "Failed"
+    assert "it does not load" in state.update["FailureReason"]
+    snapshot = {"endpoints": {"e": state.snapshot()}, "statuses": statuses, "registered": {}}
+    board = StatusBoard()
+    board.records = {"e": EndpointRecord.from_snapshot(snapshot["endpoints"]["e"])}
+    board.refresh(statuses, {})
+    description = board.descriptions["e"]
+    assert description["EndpointStatus"] == "Failed"
+    assert "it does not load" in description["FailureReason"]
