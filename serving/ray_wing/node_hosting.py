@@ -40,6 +40,7 @@ HEALTH_S = (
     5.0  # how often each host is asked for its replicas' health (Serve's health-check period)
 )
 CALL_TIMEOUT_S = 10.0
+PLACE_WAIT_S = 0.2  # how long a deploy waits for its placement groups before the next poll retries
 STOP_ALL_TIMEOUT_S = 20.0
 
 
@@ -81,8 +82,9 @@ class NodeHosting:
             )
             self._apps[action.app] = hosted
             self._store.put(_KV_HOSTED, action.app, hosted.to_dict())
-            for slot in hosted.slots:
-                self._group(hosted, slot)
+            groups = [self._group(hosted, slot) for slot in hosted.slots]
+        # placed in milliseconds where there is room: start now rather than at the next poll
+        ray.wait([g.ready() for g in groups], num_returns=len(groups), timeout=PLACE_WAIT_S)
         self.tick()
 
     def delete(self, app: str) -> bool:

@@ -13,6 +13,7 @@ from ray import serve
 from ray.serve import Application
 
 from serving.autoscaling.config import ServeOptions
+from serving.ray_wing.container_host import host_on
 from serving.ray_wing.control_plane import control_plane_target
 from serving.ray_wing.gateway import Gateway
 from serving.ray_wing.gateway_count import autoscaling_config
@@ -66,6 +67,8 @@ def start_gateway(
         )
     serve.start(proxy_location="Disabled")
     _start_registry(feed_host(settings))
+    if settings.node_hosts:
+        _start_container_host()
     gateway = serve.deployment(Gateway).options(  # type: ignore[attr-defined]  # Ray's overloads
         name="gateway",
         # `per_node` on every live node
@@ -101,6 +104,12 @@ def feed_host(settings: ServerSettings) -> str | None:
 def _start_registry(feed: str | None) -> None:
     """The registry, started (or found) with its snapshot feed open on `feed`, or closed."""
     ray.get(registry_handle().open_feed.remote(control_token(), feed), timeout=60)
+
+
+def _start_container_host() -> None:
+    """This node's container host, started with the rest rather than at the first deploy, whose
+    replicas would otherwise wait for its Ray worker too (`container_host`)."""
+    host_on(ray.get_runtime_context().get_node_id())
 
 
 def _deploy_without_waiting(applications: dict[str, Application]) -> None:

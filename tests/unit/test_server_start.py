@@ -24,6 +24,7 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
     monkeypatch.setattr(
         server_start, "_start_registry", lambda feed: made.append(("registry", feed))
     )
+    monkeypatch.setattr(server_start, "_start_container_host", lambda: made.append(("host",)))
     monkeypatch.setattr(
         server_start,
         "_deploy_without_waiting",
@@ -66,12 +67,13 @@ def test_both_applications_start_in_one_call_with_the_endpoints_alongside(
         meanwhile=lambda s: (calls.append(("endpoints",)), seen.append(s.port)),
     )
     names = [call[0] for call in calls]
-    assert names[:4] == ["serve.start", "registry", "deploy", "endpoints"]
+    # this node's container host starts beside them, before any endpoint is deployed
+    assert names[:5] == ["serve.start", "registry", "host", "deploy", "endpoints"]
     assert calls[1] == ("registry", "127.0.0.1")  # its snapshot feed where the data ports bind
-    assert calls[2] == ("deploy", sorted([CONTROL_APP, GATEWAY_APP]))
+    assert calls[3] == ("deploy", sorted([CONTROL_APP, GATEWAY_APP]))
     # the endpoints' records get the port the gateways bind (port 0 resolved before anything starts)
     assert seen == [settings.port] and settings.port > 0
-    assert set(names[4:]) == {"status"}
+    assert set(names[5:]) == {"status"}
 
 
 @pytest.mark.parametrize(
