@@ -179,7 +179,8 @@ def measure(
             if not waiting:
                 break
             if server.poll() is not None or time.monotonic() - started > FIRST_ANSWER_TIMEOUT_S:
-                raise RuntimeError(f"`serving up` from {tree} did not answer; see {work}")
+                output = (work / f"up-{port}.log").read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"`serving up` from {tree} did not answer; it said:\n{output}")
             time.sleep(0.05)
         first_answer = time.monotonic() - started
         startup_cpu = _by_role(server.pid, process_cpu_seconds)
