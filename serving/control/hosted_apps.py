@@ -12,18 +12,28 @@ from __future__ import annotations
 import secrets
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal, TypedDict
 
 from serving.control.container_versions import DEPLOY_FAILED
 from serving.control.records import AppStatus, ContainerPlan
 
-__all__ = ["MAX_START_FAILURES", "HostedApp", "Slot", "hosted", "slot_of"]
+__all__ = ["MAX_START_FAILURES", "HostedApp", "Slot", "StoredHostedApp", "hosted", "slot_of"]
 
 # starts that failed, none serving, before the version is DEPLOY_FAILED (Serve's
 # max_constructor_retry_count for a container replica)
 MAX_START_FAILURES = 3
 
 SlotState = Literal["PLACING", "STARTING", "RUNNING"]
+
+
+class StoredHostedApp(TypedDict):
+    """A hosted version as the registry keeps it in Ray's key-value store (a restarted registry
+    adopts its replicas from it)."""
+
+    endpoint: str
+    container: str
+    version: str
+    plan: ContainerPlan
 
 
 def hosted(plan: ContainerPlan) -> bool:
@@ -77,7 +87,7 @@ class HostedApp:
         count = int(plan["count"]["num_replicas"])
         return cls(app, endpoint, container, version, plan, [Slot(i) for i in range(count)])
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> StoredHostedApp:
         return {
             "endpoint": self.endpoint,
             "container": self.container,

@@ -26,7 +26,7 @@ from ray.util.placement_group import (
 )
 
 from serving.control.container_versions import Deploy
-from serving.control.hosted_apps import HostedApp, Slot, slot_of
+from serving.control.hosted_apps import HostedApp, Slot, StoredHostedApp, slot_of
 from serving.control.records import AppStatus
 from serving.ray_wing.container_host import HOST_PREFIX, host_on
 from serving.ray_wing.kv_store import KvStore
@@ -59,8 +59,8 @@ def _error(error: BaseException) -> str:
 
 
 class NodeHosting:
-    """Hosted container versions by application name; every method is called with its lock held by
-    the caller's thread alone (`reconcile`), but `stop_all` may come from another."""
+    """Hosted container versions by application name. The reconcile thread calls everything;
+    `stop_all` comes from another thread, so every method takes the lock."""
 
     def __init__(self, store: KvStore | None = None) -> None:
         self._store = store or KvStore()
@@ -248,7 +248,7 @@ class NodeHosting:
     # --- a restarted registry ---------------------------------------------------------------------
     def _recover(self) -> None:
         """Adopt the hosted versions and replicas a previous registry process left running."""
-        stored = self._store.load(_KV_HOSTED)
+        stored: dict[str, StoredHostedApp] = self._store.load(_KV_HOSTED)
         for app, data in stored.items():
             hosted = HostedApp.of(
                 app, data["endpoint"], data["container"], data["version"], data["plan"]

@@ -15,7 +15,7 @@ import pytest
 import ray
 from suite.endpoint_server import TINY
 from suite.endpoints import python_container
-from suite.load import Load, invoker
+from suite.load import Load, invoker, settle
 from suite.processes import (
     CONTAINER_HOST,
     SERVE_REPLICA,
@@ -58,12 +58,7 @@ def _replicas(container: str) -> list[str]:
 
 
 def _wait(predicate, what: str, timeout: float = SETTLE_S) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"not {what} within {timeout} s")
+    settle(predicate, what, timeout)
 
 
 def _host_report() -> dict:

@@ -23,7 +23,7 @@ import ray
 from suite import endpoints
 from suite.endpoint_server import TINY
 from suite.endpoints import python_container
-from suite.load import Load, invoker
+from suite.load import Load, invoker, settle
 from suite.processes import container_process, listener, supervisor_of
 
 from serving.config.spec import parse_spec
@@ -101,12 +101,7 @@ def _registry_restarted(before: dict) -> bool:
 
 
 def _wait(predicate, what: str, timeout: float = SETTLE_S) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"not {what} within {timeout} s")
+    settle(predicate, what, timeout)
 
 
 def test_ping_is_200_only_when_every_endpoint_is_routable(server) -> None:

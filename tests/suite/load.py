@@ -65,3 +65,13 @@ def invoker(
         ).status_code
 
     return send
+
+
+def settle(predicate, what: str, timeout: float) -> None:
+    """Wait, bounded, until `predicate()` holds (polled every 0.5 s); else fail naming `what`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"not {what} within {timeout} s")
