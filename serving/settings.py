@@ -109,9 +109,9 @@ class ServerSettings(BaseSettings):
     )
     node_hosts: bool = Field(
         True,
-        description="Supervise the replicas of a container with a fixed replica count, no GPU and no RuntimeEnvironment "
-        "from one container host per node (docs/architecture.md, 'Container hosts') instead of a Ray worker (Serve "
-        "replica) each; false: every container replica is a Serve replica of its own.",
+        description="Supervise the replicas of a container with no GPU and no RuntimeEnvironment from one container "
+        "host per node, its target tracking run by the registry (docs/architecture.md, 'Container hosts'), instead "
+        "of a Ray worker (Serve replica) each; false: every container replica is a Serve replica of its own.",
     )
     allow_model_requirements: bool = Field(
         False,

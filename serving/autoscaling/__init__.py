@@ -1,4 +1,6 @@
 """Target tracking as SageMaker's Application Auto Scaling does it: the pure decision core
-(`policy`) and the configuration a container's Serve deployment gets (`config`). The policy object
-Serve's controller runs lives in the Ray wing (`serving.ray_wing.autoscaler`).
+(`policy`), the configuration a container's Serve deployment gets (`config`), and the look-back
+averages of replicas Serve does not run (`windows`). The policy object Serve's controller, or the
+registry for a container host's replicas, runs lives in the Ray wing
+(`serving.ray_wing.autoscaler`, `serving.ray_wing.hosted_scaling`).
 """

@@ -12,7 +12,7 @@ from __future__ import annotations
 import secrets
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Literal, TypedDict
+from typing import Literal, NotRequired, TypedDict
 
 from serving.control.container_versions import DEPLOY_FAILED
 from serving.control.records import AppStatus, ContainerPlan
@@ -34,6 +34,7 @@ class StoredHostedApp(TypedDict):
     container: str
     version: str
     plan: ContainerPlan
+    replicas: NotRequired[int]  # its slots now (an autoscaled version's count moves)
 
 
 def hosted(plan: ContainerPlan) -> bool:
@@ -82,10 +83,25 @@ class HostedApp:
 
     @classmethod
     def of(
-        cls, app: str, endpoint: str, container: str, version: str, plan: ContainerPlan
+        cls,
+        app: str,
+        endpoint: str,
+        container: str,
+        version: str,
+        plan: ContainerPlan,
+        replicas: int | None = None,
     ) -> HostedApp:
-        count = int(plan["count"]["num_replicas"])
-        return cls(app, endpoint, container, version, plan, [Slot(i) for i in range(count)])
+        """A version with `replicas` slots, by default its plan's fixed count or its autoscaling's
+        initial count."""
+        count = plan["count"]
+        if replicas is None:
+            scaling = count.get("autoscaling_config")
+            replicas = int(scaling["initial_replicas"] if scaling else count["num_replicas"])
+        return cls(app, endpoint, container, version, plan, [Slot(i) for i in range(replicas)])
+
+    @property
+    def autoscaled(self) -> bool:
+        return "autoscaling_config" in self.plan["count"]
 
     def to_dict(self) -> StoredHostedApp:
         return {
@@ -93,7 +109,16 @@ class HostedApp:
             "container": self.container,
             "version": self.version,
             "plan": self.plan,
+            "replicas": len(self.slots),
         }
+
+    def resize(self, replicas: int) -> list[Slot]:
+        """Its autoscaler's new count: slots added to place, or the last slots taken off (returned,
+        for their replicas to be stopped). Slot i stays slot i, so replica ids name their slot."""
+        removed = self.slots[replicas:]
+        del self.slots[replicas:]
+        self.slots += [Slot(i) for i in range(len(self.slots), replicas)]
+        return removed
 
     def start_failed(self, slot: Slot, error: str) -> None:
         """A start raised: try again, unless MAX_START_FAILURES starts failed and none serves."""

@@ -66,9 +66,9 @@ def container_plan(
         "actor_options": actor_options,
         "count": count,
     }
-    # A fixed count, no GPU, this Python: its node's container host can supervise it (a GPU share and
-    # a runtime_env are a Ray worker's; Serve's autoscaler scales Serve replicas).
-    if settings.node_hosts and not runtime_env and not resources.Gpus and "num_replicas" in count:
+    # No GPU, this Python: its node's container host can supervise it (a GPU share and a runtime_env
+    # are a Ray worker's).
+    if settings.node_hosts and not runtime_env and not resources.Gpus:
         plan["hosting"] = "node"
     return plan
 
@@ -91,6 +91,11 @@ def endpoint_record(spec: EndpointSpec, settings: ServerSettings) -> RegistryRec
     """The registry's record of a spec: what the router and descriptions need, and each container's
     plan."""
     plans = {c.ContainerHostname: container_plan(spec, c, settings) for c in spec.Containers}
+    # An endpoint-level policy decides for all its containers in one process: Serve's controller
+    # unless every one of them is hosted (then the registry).
+    if spec.AutoScaling is not None and not all("hosting" in plan for plan in plans.values()):
+        for plan in plans.values():
+            plan.pop("hosting", None)
     return {
         "name": spec.EndpointName,
         "mode": spec.mode.value,

@@ -79,6 +79,13 @@ class ContainerHost:
             entries = list(self._replicas.items())
         return {replica: (app, container.failure()) for replica, (app, container) in entries}
 
+    def autoscaling_stats(self, replicas: list[str]) -> dict[str, dict[str, float]]:
+        """What each of these replicas' autoscaler tracks, since the previous call (the registry's
+        `hosted_scaling` calls every METRICS_INTERVAL_S, as Serve calls `record_autoscaling_stats`)."""
+        with self._lock:
+            wanted = [(r, self._replicas[r][1]) for r in replicas if r in self._replicas]
+        return {replica: container.stats.sample() for replica, container in wanted}
+
     def pid(self) -> int:
         """This host's process (tests and benchmarks look at it)."""
         return os.getpid()

@@ -4,9 +4,10 @@ on the container host of the node that group landed on (`container_host`), and w
 whose process failed past its restart budget, or whose host died, is started again; a node lost
 takes its placement groups elsewhere (Ray reschedules them) and its replicas follow.
 
-Runs in the registry's reconcile thread (`reconcile`), which calls `tick` every status poll. What it
-runs is kept in Ray's key-value store and on the hosts, so a restarted registry adopts the replicas
-still running instead of starting them twice.
+Runs in the registry's reconcile thread (`reconcile`), which calls `tick` every status poll, and its
+scaling thread (`hosted_scaling`), which resizes autoscaled versions. What it runs is kept in Ray's
+key-value store and on the hosts, so a restarted registry adopts the replicas still running instead
+of starting them twice.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import ray
@@ -29,6 +32,7 @@ from serving.control.container_versions import Deploy
 from serving.control.hosted_apps import HostedApp, Slot, StoredHostedApp, slot_of
 from serving.control.records import AppStatus
 from serving.ray_wing.container_host import HOST_PREFIX, host_on
+from serving.ray_wing.hosted_scaling import HostedScaling
 from serving.ray_wing.kv_store import KvStore
 from serving.ray_wing.names import NAMESPACE
 from serving.ray_wing.replica import replica_arguments
@@ -58,12 +62,28 @@ def _error(error: BaseException) -> str:
     return str(getattr(error, "cause", None) or error)
 
 
-class NodeHosting:
-    """Hosted container versions by application name. The reconcile thread calls everything;
-    `stop_all` comes from another thread, so every method takes the lock."""
+@dataclass(frozen=True)
+class ScaledApp:
+    """An autoscaled hosted version as its autoscaler sees it: its slot count and running replicas."""
 
-    def __init__(self, store: KvStore | None = None) -> None:
+    app: str
+    container: str
+    target: int
+    running: dict[str, str]  # replica -> node
+    policy_kwargs: dict[str, Any]
+
+
+class NodeHosting:
+    """Hosted container versions by application name. The reconcile thread calls most; the scaling
+    thread `autoscaled` and `resize`, and `stop_all` comes from a third, so every method takes the
+    lock. `wake`: tell the reconcile loop that something moved."""
+
+    def __init__(
+        self, store: KvStore | None = None, wake: Callable[[], None] = lambda: None
+    ) -> None:
         self._store = store or KvStore()
+        self._wake = wake
+        self.scaling = HostedScaling(self)
         self._lock = threading.RLock()
         self._apps: dict[str, HostedApp] = {}
         self._groups: dict[tuple[str, int], PlacementGroup] = {}
@@ -83,9 +103,52 @@ class NodeHosting:
             self._apps[action.app] = hosted
             self._store.put(_KV_HOSTED, action.app, hosted.to_dict())
             groups = [self._group(hosted, slot) for slot in hosted.slots]
-        # placed in milliseconds where there is room: start now rather than at the next poll
-        ray.wait([g.ready() for g in groups], num_returns=len(groups), timeout=PLACE_WAIT_S)
+            if hosted.autoscaled:
+                self.scaling.ensure_running()
+        self._start_placed(groups)
+
+    def _start_placed(self, groups: list[PlacementGroup]) -> None:
+        """Placed in milliseconds where there is room: start now rather than at the next poll."""
+        if groups:
+            ray.wait([g.ready() for g in groups], num_returns=len(groups), timeout=PLACE_WAIT_S)
         self.tick()
+
+    def autoscaled(self) -> list[ScaledApp]:
+        """The autoscaled versions serving (not failed), for the scaling thread."""
+        with self._lock:
+            return [
+                ScaledApp(
+                    app,
+                    hosted.container,
+                    len(hosted.slots),
+                    {
+                        s.replica: s.node
+                        for s in hosted.slots
+                        if s.state == "RUNNING" and s.replica and s.node
+                    },
+                    hosted.plan["count"]["autoscaling_config"]["policy"]["policy_kwargs"],
+                )
+                for app, hosted in self._apps.items()
+                if hosted.autoscaled and hosted.failure is None
+            ]
+
+    def resize(self, app: str, replicas: int) -> None:
+        """An autoscaler's decision: place and start the slots added, stop those taken off."""
+        with self._lock:
+            hosted = self._apps.get(app)
+            if hosted is None or self.scaling.stopped.is_set():
+                return
+            before = len(hosted.slots)
+            for slot in hosted.resize(replicas):
+                self._stop(slot)
+                group = self._groups.pop((app, slot.index), None)
+                if group is not None:
+                    remove_placement_group(group)
+            self._store.put(_KV_HOSTED, app, hosted.to_dict())
+            groups = [self._group(hosted, slot) for slot in hosted.slots[before:]]
+        logger.info("hosted %s: %d -> %d replicas", app, before, replicas)
+        self._start_placed(groups)
+        self._wake()
 
     def delete(self, app: str) -> bool:
         """Stop a hosted version's replicas (each drains on its host) and free its reservations;
@@ -109,6 +172,7 @@ class NodeHosting:
 
     def stop_all(self) -> None:
         """The server stops: drain every hosted replica, bounded."""
+        self.scaling.stopped.set()
         with self._lock:
             stops = [
                 ref
@@ -165,7 +229,7 @@ class NodeHosting:
             return  # not placed yet (no node has the resources free), or being rescheduled
         node = table["bundles_to_node_id"][0]
         replica = slot.new_replica(node)
-        ref = self._host(node).start.remote(
+        ref = self.host(node).start.remote(
             replica,
             hosted.app,
             replica_arguments(hosted.endpoint, hosted.container, hosted.version, hosted.plan),
@@ -195,11 +259,13 @@ class NodeHosting:
                 continue
             slot.state = "RUNNING"
 
-    def _host(self, node: str):
-        host = self._hosts.get(node)
-        if host is None:
-            host = self._hosts[node] = host_on(node)
-        return host
+    def host(self, node: str):
+        """The container host of a node (started there if need be)."""
+        with self._lock:
+            host = self._hosts.get(node)
+            if host is None:
+                host = self._hosts[node] = host_on(node)
+            return host
 
     def _stop(self, slot: Slot):
         """Stop a slot's replica on its host (it drains there); the call's ref, or None."""
@@ -208,7 +274,7 @@ class NodeHosting:
         if replica is None or node is None:
             return None
         try:
-            return self._host(node).stop.remote(replica)
+            return self.host(node).stop.remote(replica)
         except Exception:
             logger.exception("could not stop %s", replica)
             return None
@@ -221,7 +287,7 @@ class NodeHosting:
             for slot in hosted.slots:
                 if slot.state == "RUNNING" and slot.node is not None:
                     by_node.setdefault(slot.node, []).append((hosted, slot))
-        reports = {node: self._host(node).report.remote() for node in by_node}
+        reports = {node: self.host(node).report.remote() for node in by_node}
         for node, ref in reports.items():
             try:
                 report = ray.get(ref, timeout=CALL_TIMEOUT_S)
@@ -251,9 +317,16 @@ class NodeHosting:
         stored: dict[str, StoredHostedApp] = self._store.load(_KV_HOSTED)
         for app, data in stored.items():
             hosted = HostedApp.of(
-                app, data["endpoint"], data["container"], data["version"], data["plan"]
+                app,
+                data["endpoint"],
+                data["container"],
+                data["version"],
+                data["plan"],
+                data.get("replicas"),
             )
             self._apps[app] = hosted
+            if hosted.autoscaled:
+                self.scaling.ensure_running()
             for slot in hosted.slots:
                 self._group(hosted, slot)
         if not stored:
@@ -266,7 +339,7 @@ class NodeHosting:
         for name in hosts:
             node = name[len(HOST_PREFIX) :]
             try:
-                report = ray.get(self._host(node).report.remote(), timeout=CALL_TIMEOUT_S)
+                report = ray.get(self.host(node).report.remote(), timeout=CALL_TIMEOUT_S)
             except Exception:
                 logger.exception("no report from %s", name)
                 continue
@@ -278,7 +351,7 @@ class NodeHosting:
                     else None
                 )
                 if place is None or place.replica is not None or failure is not None:
-                    self._host(node).stop.remote(replica)  # not wanted any more, or twice
+                    self.host(node).stop.remote(replica)  # not wanted any more, or twice
                     continue
                 place.state, place.node, place.replica = "RUNNING", node, replica
         logger.info(

@@ -52,7 +52,7 @@ class Reconciler:
         # applications deployed by this process (their status may lag)
         self._deployed: set[str] = set()
         self.stopping = False  # the embedded server is stopping: deploy and delete nothing more
-        self.hosting = NodeHosting()
+        self.hosting = NodeHosting(wake=self.wake)
 
     def start(self) -> None:
         threading.Thread(target=self._loop, name="reconcile", daemon=True).start()

@@ -13,9 +13,12 @@ import time
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
+import ray
 from suite.endpoint_server import TINY
 from suite.endpoints import python_container
+from suite.processes import CONTAINER_HOST, SERVE_REPLICA, supervisor_of, title
 
 pytestmark = pytest.mark.integration
 
@@ -107,12 +110,27 @@ def wait_for_replicas(server, container: str, count: int, load: Load) -> float:
     )
 
 
+def registered(container: str) -> list[str]:
+    """The data ports of a container's replicas in the registry's routing table."""
+    from serving import ray_wing
+
+    snapshot = ray.get(ray_wing.registry_handle().snapshot.remote(-1), timeout=30)
+    return snapshot["replicas"].get((ENDPOINT, container), [])
+
+
 def test_a_load_step_scales_that_container_out_and_back_in_without_failures(server) -> None:
     assert containers(server)["busy"]["CurrentReplicas"] == 1
     with Load(server.url, "busy") as load:
         scale_out_s = wait_for_replicas(server, "busy", 3, load)
         # only the loaded container scaled
         assert containers(server)["quiet"]["CurrentReplicas"] == 1
+        # ... on its node's container host, by the registry's target tracking: no Serve replica
+        urls = registered("busy")
+        assert len(urls) == 3
+        assert all(title(supervisor_of(url)).startswith(CONTAINER_HOST) for url in urls)
+        assert not [
+            p.pid for p in psutil.process_iter() if title(p).startswith(SERVE_REPLICA + ENDPOINT)
+        ]
         load.interval = 2.0  # a trickle: 30 per minute in all, 10 per replica of 3
         scale_in_s = wait_for_replicas(server, "busy", 1, load)
         time.sleep(2)

@@ -34,24 +34,23 @@ pytestmark = pytest.mark.integration
 
 # Replicas, the registry and the gateway are killed under load: `twin` has two replicas (one dies),
 # `solo` one; it-spare is deleted and it-update updated live.
-def chaos(handler_models: dict[str, Path]) -> dict:
-    # Target tracking that never scales out under these loads: `twin` keeps a Serve replica (a Ray
-    # worker) per replica, whose death these tests cause; a hosted container's replicas live in their
-    # node's container host instead (tests/integration/test_container_hosts.py).
-    scaled = {
-        "MinCapacity": 2,
-        "MaxCapacity": 3,
-        "TargetTrackingScalingPolicyConfiguration": {
-            "TargetValue": 1_000_000,
-            "PredefinedMetricSpecification": {
-                "PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"
-            },
-        },
-    }
+def chaos(handler_models: dict[str, Path], tmp_path_factory) -> dict:
+    # `twin` keeps a Serve replica (a Ray worker) per replica, whose death these tests cause: a
+    # RuntimeEnvironment belongs to a Ray worker, so such a container is never hosted (an empty
+    # working directory changes nothing else). A hosted container's replicas live in their node's
+    # container host instead (tests/integration/test_container_hosts.py).
+    working_dir = tmp_path_factory.mktemp("twin-working-dir")
     return {
         "EndpointName": "it-chaos",
         "Containers": [
-            python_container("twin", handler_models, "sleepy", Resources=TINY, AutoScaling=scaled),
+            python_container(
+                "twin",
+                handler_models,
+                "sleepy",
+                Resources=TINY,
+                AutoScaling={"MinCapacity": 2, "MaxCapacity": 2},
+                RuntimeEnvironment={"WorkingDir": str(working_dir)},
+            ),
             python_container("solo", handler_models, "echo", Resources=TINY),
         ],
     }

@@ -32,24 +32,63 @@ def test_a_fixed_count_without_gpu_or_python_environment_is_hosted():
     assert hosted(_record(ServerSettings())["plans"]["c"])
 
 
-def test_the_setting_off_autoscaling_a_gpu_or_a_runtime_env_keep_a_serve_replica_each():
+_TRACKING = {
+    "MinCapacity": 1,
+    "MaxCapacity": 3,
+    "TargetTrackingScalingPolicyConfiguration": {
+        "PredefinedMetricSpecification": {
+            "PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"
+        },
+        "TargetValue": 10,
+    },
+}
+
+
+def test_the_setting_off_a_gpu_or_a_runtime_env_keep_a_serve_replica_each():
     assert not hosted(_record(ServerSettings(node_hosts=False))["plans"]["c"])
     assert not hosted(_record(ServerSettings(), Resources={"Gpus": 1})["plans"]["c"])
     assert not hosted(_record(ServerSettings(), RuntimeEnvironment={"Pip": ["six"]})["plans"]["c"])
-    autoscaled = _record(
-        ServerSettings(),
-        AutoScaling={
-            "MinCapacity": 1,
-            "MaxCapacity": 3,
-            "TargetTrackingScalingPolicyConfiguration": {
-                "PredefinedMetricSpecification": {
-                    "PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"
-                },
-                "TargetValue": 10,
-            },
-        },
-    )
-    assert not hosted(autoscaled["plans"]["c"])
+
+
+def test_an_autoscaled_container_is_hosted_and_starts_at_its_minimum():
+    plan = _record(ServerSettings(), AutoScaling=_TRACKING)["plans"]["c"]
+    assert hosted(plan)
+    app = HostedApp.of("e.c.v", "e", "c", "v", plan)
+    assert app.autoscaled and len(app.slots) == 1
+    # a restarted registry takes the count it had reached, not the minimum
+    assert len(HostedApp.of("e.c.v", "e", "c", "v", plan, app.to_dict()["replicas"] + 1).slots) == 2
+
+
+def test_an_endpoint_level_policy_is_hosted_only_if_every_container_is():
+    def endpoint(*gpus: float) -> dict:
+        spec = parse_spec(
+            {
+                "EndpointName": "e",
+                "AutoScaling": _TRACKING,
+                "Containers": [
+                    {"ContainerHostname": f"c{i}", "Image": "python", "Resources": {"Gpus": g}}
+                    for i, g in enumerate(gpus)
+                ],
+            }
+        )
+        return endpoint_record(spec, ServerSettings())["plans"]
+
+    assert all(hosted(plan) for plan in endpoint(0, 0).values())
+    # one container needs a Serve replica: the policy runs in Serve's controller, for all of them
+    assert not any(hosted(plan) for plan in endpoint(0, 1).values())
+
+
+def test_resizing_adds_slots_after_the_last_and_takes_the_last_off():
+    app = _app(2)
+    for slot in app.slots:
+        slot.new_replica("n")
+        slot.state = "RUNNING"
+    assert app.resize(4) == [] and [s.index for s in app.slots] == [0, 1, 2, 3]
+    assert [s.state for s in app.slots[2:]] == ["PLACING", "PLACING"]
+    assert app.status()["status"] == "DEPLOYING"  # the new ones are starting
+    removed = app.resize(1)
+    assert [s.index for s in removed] == [1, 2, 3] and len(app.slots) == 1
+    assert app.status()["deployments"]["c"]["replicas"] == {"RUNNING": 1}
 
 
 def test_the_setting_off_leaves_the_plan_and_so_the_version_as_before():
