@@ -1,22 +1,31 @@
-"""A replica's cold start, per stack: from a death to the container answering again.
+"""A replica's cold start, per stack: from a death, or target tracking's decision, to the
+container answering.
 
     .venv/bin/python -m loadtests.bench_cold_start [--rounds 2] [--write-docs]
 
 One endpoint `coldstart`, one container per stack (python, scikit-learn, ONNX, XGBoost, PyTorch,
 TensorFlow: examples/fifteen.yaml's models and an XGBoost booster trained here), one replica each,
-served by `serving` on a fresh embedded Ray in a child process, twice: with stack templates (the
-default) and without (`fork_templates` off: every container process a fresh interpreter), the two
-servers alternating round by round. For each container, two deaths, each timed from the `SIGKILL`
-to the first answer through the gateway (an invocation every 10 ms until one answers 200; with one
-replica, nothing else can answer):
+served by `serving` on a fresh embedded Ray in a child process, twice, the two servers alternating
+round by round: with container hosts (the default: the node's host supervises every replica) and
+without (`node_hosts` off: each replica a Serve replica, its own Ray worker); stack templates on in
+both. For each container, each timed from the `SIGKILL` to the first answer through the gateway (an
+invocation every 10 ms until one answers 200; with one replica, nothing else can answer):
 
 - `container process killed`: the model server alone dies; its supervisor starts it again in place
   (`serving.model_server.restart_budget`);
-- `replica killed`: the replica's supervisor (its Ray worker) dies; Serve's controller starts a new
-  replica, as it does when the autoscaler raises the count, plus the time Ray takes to see the death.
+- `replica killed` (Serve replicas only): the replica's supervisor (its Ray worker) dies; Serve's
+  controller starts a new replica, plus the time Ray takes to see the death. A container host
+  supervises every replica of its node, so killing it is a node's loss, not a replica's
+  (tests/integration/test_container_hosts.py).
 
-The bench signals only processes it identified as this endpoint's (a container process whose
-logical parent is a Serve replica of `coldstart`, or that replica), by PID.
+Then each container's twin (`NAME-scaled`) is taken from 1 to 2 replicas by target tracking under a
+trickle of requests: seconds from its autoscaler's decision (the time of its scaling activity, taken
+to the millisecond where the policy runs: the registry for hosts, Serve's controller for Serve
+replicas) to the bench seeing the new replica registered (`CurrentReplicas` 2 in the gateway's
+`GET /endpoints/coldstart`, read every 20 ms: the gateway routes to it from then on).
+
+The bench signals only processes it identified as this endpoint's (a container process titled
+`coldstart/HOSTNAME`, forked for a Serve replica of `coldstart` or for a container host), by PID.
 """
 
 from __future__ import annotations
@@ -43,6 +52,7 @@ from loadtests.harness.cpu import read_procs
 from loadtests.harness.models import hetero_models
 from loadtests.harness.results import ROOT, run_line, run_meta, write_results, write_section
 from loadtests.harness.servers import embedded_endpoint
+from serving.client import Client, RetryPolicy
 
 RESULTS = ROOT / "loadtests" / "results" / "bench_cold_start.json"
 DOCS = ROOT / "docs" / "benchmarks" / "bench_cold_start.md"
@@ -56,7 +66,10 @@ CHOSEN = (
     "tensorflow-saved",
 )
 DEATHS = ("container process killed", "replica killed")
-SERVERS = {"templates": True, "no templates": False}
+SERVERS = {"hosts": True, "serve replicas": False}  # node_hosts
+# what a death of each kind needs: a replica's own supervisor to kill
+DEATHS_OF = {"hosts": ("container process killed",), "serve replicas": DEATHS}
+POLL_S = 0.02
 # Each container has a twin that target tracking scales from 1 to 2 replicas under a trickle of
 # requests (invocations per minute per replica; requests per second).
 SCALED_TARGET, SCALED_RATE = 30, 5.0
@@ -153,15 +166,22 @@ def spec(chosen: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def processes_of(hostname: str) -> tuple[int, int]:
-    """(supervisor, container process) of `hostname`'s one replica: the container process is the
-    model server whose logical parent is a Serve replica of this endpoint's application for it."""
+    """(supervisor, container process) of `hostname`'s one replica: the model server titled
+    `coldstart/HOSTNAME` whose logical parent is a Serve replica of this endpoint's application for
+    it, or a container host."""
     table = read_procs()
-    prefix = f"ray::ServeReplica:{ENDPOINT}.{hostname}."
+    serve_replica = f"ray::ServeReplica:{ENDPOINT}.{hostname}."
+
+    def ours(cmdline: str, parent: int) -> bool:
+        supervisor = table.get(parent, ("", 0, 0, ""))[3]
+        if cmdline.startswith(f"serving.model_server.main {ENDPOINT}/{hostname} "):  # forked
+            return supervisor.startswith((serve_replica, "ray::ContainerHost"))
+        # a fresh interpreter (its stack's template was not ready) names no container: its
+        # Serve replica does
+        return "serving.model_server.main" in cmdline and supervisor.startswith(serve_replica)
+
     found = [
-        (parent, pid)
-        for pid, (_, parent, _, cmdline, _) in table.items()
-        if "serving.model_server.main" in cmdline
-        and table.get(parent, ("", 0, 0, ""))[3].startswith(prefix)
+        (parent, pid) for pid, (_, parent, _, cmdline, _) in table.items() if ours(cmdline, parent)
     ]
     if len(found) != 1:
         raise RuntimeError(f"expected one replica of {hostname}, found {found}")
@@ -232,153 +252,114 @@ def time_death(url: str, container: dict[str, Any], death: str) -> dict[str, Any
     }
 
 
-def _serve_log(folder: Path, pattern: str, text: str, after: dt.datetime) -> dt.datetime | None:
-    """The time of the first line at or after `after` that contains `text`, in Serve's log files
-    `pattern` under `folder` ("INFO 2026-11-29 14:40:38,270 ..."); None if there is none yet."""
-    found = []
-    for path in folder.glob(pattern):
-        for line in path.read_text(errors="replace").splitlines():
-            if text in line:
-                when = dt.datetime.strptime(" ".join(line.split()[1:3]), "%Y-%m-%d %H:%M:%S,%f")
-                if when >= after:
-                    found.append(when)
-    return min(found) if found else None
-
-
 def time_scale_out(url: str, container: dict[str, Any]) -> dict[str, Any]:
-    """Invoke `container`'s scaled twin until target tracking adds its second replica; from Serve's logs: the
-    controller adding it (the autoscaler's decision applied), its worker starting our constructor,
-    and the constructor done (the container process serving and registered)."""
-    logs = Path("/tmp/ray/session_latest/logs/serve").resolve()
-    began = dt.datetime.now()
+    """Invoke `container`'s scaled twin until target tracking has added its second replica; seconds
+    from the decision (its scaling activity's time, taken where the autoscaler runs) to the bench
+    seeing the new replica registered."""
     name = scaled(container)
     target = {**container, "hostname": name}
-    deployment = f"Deployment(name='{name}', app='{ENDPOINT}.{name}."
     clock = time.perf_counter()
-    while True:
-        if time.perf_counter() - clock > BOUND_S:
-            raise RuntimeError(f"{name} did not scale out within {BOUND_S:g} s")
-        answers(url, target)
-        time.sleep(1 / SCALED_RATE)
-        decided = _serve_log(logs, "controller_*.log", f"Adding 1 replica to {deployment}", began)
-        if decided is None:
-            continue
-        pattern = f"replica_{ENDPOINT}.{name}.*.log"
-        ready = _serve_log(logs, pattern, "Finished initializing replica.", decided)
-        if ready is not None:
-            break
-    started = _serve_log(logs, pattern, "Started initializing replica.", decided)
-    assert started is not None
-    return {
-        "worker_up_s": (started - decided).total_seconds(),
-        "seconds": (ready - decided).total_seconds(),
-    }
+    next_call = 0.0
+    with Client(url, sign=False, retry=RetryPolicy.none(), timeout=10) as client:
+        while True:
+            now = time.perf_counter()
+            if now - clock > BOUND_S:
+                raise RuntimeError(f"{name} did not scale out within {BOUND_S:g} s")
+            if now >= next_call:  # the trickle
+                answers(url, target)
+                next_call = now + 1 / SCALED_RATE
+            described = client.describe_endpoint(ENDPOINT)
+            seen = time.time()
+            (twin,) = [c for c in described["Containers"] if c["ContainerHostname"] == name]
+            if twin["CurrentReplicas"] >= 2:
+                (out,) = [
+                    a
+                    for a in described["ScalingActivities"]
+                    if a["ContainerHostname"] == name and a["To"] == 2
+                ]
+                decided = dt.datetime.fromisoformat(out["Time"].replace("Z", "+00:00"))
+                return {"seconds": seen - decided.timestamp()}
+            time.sleep(POLL_S)
 
 
-def run_server(chosen: list[dict[str, Any]], templates: bool) -> dict[str, dict[str, Any]]:
+def run_server(chosen: list[dict[str, Any]], hosts: bool) -> dict[str, dict[str, Any]]:
+    server = "hosts" if hosts else "serve replicas"
     timings: dict[str, dict[str, Any]] = {}
-    with embedded_endpoint(spec(chosen), fork_templates=templates) as url:
+    with embedded_endpoint(spec(chosen), node_hosts=hosts) as url:
         for container in chosen:
             timings[container["hostname"]] = {}
-            for death in DEATHS:
+            for death in DEATHS_OF[server]:
                 timings[container["hostname"]][death] = time_death(url, container, death)
                 print(
-                    f"{'templates' if templates else 'no templates'}: {container['hostname']}: "
+                    f"{server}: {container['hostname']}: "
                     f"{death}: {timings[container['hostname']][death]['seconds']:.2f} s",
                     flush=True,
                 )
             scale_out = timings[container["hostname"]]["scale-out"] = time_scale_out(url, container)
-            print(f"{container['hostname']}: scale-out: {scale_out}", flush=True)
+            print(f"{server}: {container['hostname']}: scale-out: {scale_out}", flush=True)
     return timings
 
 
-def _median(saved: dict[str, Any], server: str, hostname: str, death: str) -> float:
-    return statistics.median(run[hostname][death]["seconds"] for run in saved["runs"][server])
+def _median(saved: dict[str, Any], server: str, hostname: str, what: str) -> float:
+    return statistics.median(run[hostname][what]["seconds"] for run in saved["runs"][server])
 
 
 def _replica_killed_parts(saved: dict[str, Any]) -> list[str]:
-    """A killed replica's time in two parts: until its new Ray worker's process started (Serve
+    """A killed Serve replica's time in two parts: until its new Ray worker's process started (Serve
     noticing the death; below zero where Ray handed it an idle worker it had started before), then
     until the container answers."""
-    lines = [
-        "A killed replica's time, in two parts (median, range, over every container and round):",
-        "",
+    kills = [
+        run[hostname]["replica killed"]
+        for run in saved["runs"]["serve replicas"]
+        for hostname in CHOSEN
+        if run[hostname]["replica killed"]["supervisor_started_s"] is not None
     ]
-    for server in SERVERS:
-        kills = [
-            run[hostname]["replica killed"]
-            for run in saved["runs"][server]
-            for hostname in CHOSEN
-            if run[hostname]["replica killed"]["supervisor_started_s"] is not None
-        ]
-        noticed = [kill["supervisor_started_s"] for kill in kills]
-        started = [kill["seconds"] - kill["supervisor_started_s"] for kill in kills]
-        lines.append(
-            f"- {server}: until the new replica's worker process started "
-            f"{statistics.median(noticed):.2f} s ({min(noticed):.2f}–{max(noticed):.2f}), then to "
-            f"the first answer {statistics.median(started):.2f} s ({min(started):.2f}–{max(started):.2f})."
-        )
-    return lines
+    noticed = [kill["supervisor_started_s"] for kill in kills]
+    started = [kill["seconds"] - kill["supervisor_started_s"] for kill in kills]
+    return [
+        "A killed Serve replica's time, in two parts (median, range, over every container and round): "
+        f"until the new replica's worker process started {statistics.median(noticed):.2f} s "
+        f"({min(noticed):.2f}–{max(noticed):.2f}), then to the first answer "
+        f"{statistics.median(started):.2f} s ({min(started):.2f}–{max(started):.2f}).",
+    ]
 
 
 def docs_section(saved: dict[str, Any]) -> str:
     lines = [
         "## Replica cold start, per stack",
         "",
-        "Seconds from a `SIGKILL` to the container's first answer through the gateway, one replica per "
-        f"container, median of {saved['rounds']} rounds (`loadtests/bench_cold_start.py` has the method). "
-        "*Container process killed*: its supervisor starts it again in place. *Replica killed*: Serve "
-        "starts a new replica (a Ray worker, its supervisor, then the container process), as for a "
-        "scale-out. Ratio: templates against no templates, same run.",
+        "Seconds, median of "
+        f"{saved['rounds']} rounds (`loadtests/bench_cold_start.py` has the method), with container "
+        "hosts (the default) and with a Serve replica per container replica (`node_hosts` off), stack "
+        "templates on in both; ratio: hosts against Serve replicas, same run. *Scale-out*: from target "
+        "tracking's decision to the new replica registered. *Process killed*: from the `SIGKILL` of "
+        "the container process to its first answer (its supervisor starts it again in place). "
+        "*Replica killed*: the Serve replica's worker killed; Serve starts a new one.",
         "",
-        "| container | stack | process killed, templates | no templates | ratio "
-        "| replica killed, templates | no templates | ratio |",
+        "| container | stack | scale-out, hosts | Serve replicas | ratio "
+        "| process killed, hosts | Serve replicas | replica killed, Serve replicas |",
         "|---|---|---|---|---|---|---|---|",
     ]
     stacks = saved["stacks"]
     for hostname in CHOSEN:
-        cells = []
-        for death in DEATHS:
-            forked = _median(saved, "templates", hostname, death)
-            fresh = _median(saved, "no templates", hostname, death)
-            cells.append(f"{forked:.2f} | {fresh:.2f} | {forked / fresh:.2f}")
-        lines.append(f"| {hostname} | {stacks[hostname]} | " + " | ".join(cells) + " |")
+        out_hosts = _median(saved, "hosts", hostname, "scale-out")
+        out_serve = _median(saved, "serve replicas", hostname, "scale-out")
+        lines.append(
+            f"| {hostname} | {stacks[hostname]} | {out_hosts:.2f} | {out_serve:.2f} | "
+            f"{out_hosts / out_serve:.2f} | "
+            f"{_median(saved, 'hosts', hostname, 'container process killed'):.2f} | "
+            f"{_median(saved, 'serve replicas', hostname, 'container process killed'):.2f} | "
+            f"{_median(saved, 'serve replicas', hostname, 'replica killed'):.2f} |"
+        )
     in_place = all(
         run[hostname]["container process killed"]["in_place"]
         for runs in saved["runs"].values()
         for run in runs
         for hostname in CHOSEN
     )
-    lines += ["", *_replica_killed_parts(saved)]
     lines += [
         "",
-        "## Scale-out: target tracking's second replica",
-        "",
-        "Each container above has a twin (`NAME-scaled`) that target tracking takes from 1 to 2 replicas "
-        f"under {SCALED_RATE:g} requests/s. Seconds from Serve's controller adding the replica (its log "
-        "line: the autoscaler's decision applied) to the new replica's Ray worker starting our "
-        "constructor (*worker up*), and to the constructor done: the container process serving and "
-        "registered (*serving*), from Serve's own logs; median of the rounds.",
-        "",
-        "| container | stack | worker up, templates | serving, templates | worker up, no templates "
-        "| serving, no templates | ratio (serving) |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for hostname in CHOSEN:
-        row = {
-            (server, key): statistics.median(
-                run[hostname]["scale-out"][key] for run in saved["runs"][server]
-            )
-            for server in SERVERS
-            for key in ("worker_up_s", "seconds")
-        }
-        lines.append(
-            f"| {hostname} | {stacks[hostname]} | {row['templates', 'worker_up_s']:.2f} | "
-            f"{row['templates', 'seconds']:.2f} | {row['no templates', 'worker_up_s']:.2f} | "
-            f"{row['no templates', 'seconds']:.2f} | "
-            f"{row['templates', 'seconds'] / row['no templates', 'seconds']:.2f} |"
-        )
-    lines += [
+        *_replica_killed_parts(saved),
         "",
         "Every container process killed was started again by the same supervisor: "
         f"{'yes' if in_place else 'NO'}.",

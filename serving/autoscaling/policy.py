@@ -306,7 +306,7 @@ class ScalingActivity(TypedDict):
     """One capacity change, as an endpoint's description lists it
     (DescribeScalingActivities-style)."""
 
-    Time: str  # ISO 8601, UTC
+    Time: str  # ISO 8601, UTC, to the millisecond (as AWS times an activity)
     ContainerHostname: str
     From: int
     To: int
@@ -339,7 +339,7 @@ def activity(
         )
     when = (
         datetime.fromtimestamp(wall_clock(), UTC)
-        .isoformat(timespec="seconds")
+        .isoformat(timespec="milliseconds")
         .replace("+00:00", "Z")
     )
     return {

@@ -109,8 +109,8 @@ def test_worked_example_decision_and_activity() -> None:
         scale_in_cooldown_left_s=0.0,
     )
     assert decision.changed
-    assert activity(decision, "iris", wall_clock=lambda: 1714564800.0) == {
-        "Time": "2024-05-01T12:00:00Z",
+    assert activity(decision, "iris", wall_clock=lambda: 1714564800.25) == {
+        "Time": "2024-05-01T12:00:00.250Z",
         "ContainerHostname": "iris",
         "From": 2,
         "To": 4,
