@@ -4,8 +4,24 @@ sampled by the registry). Pure: the clock is the caller's."""
 
 from __future__ import annotations
 
+import math
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any
+
+
+def tracked(sample: Mapping[str, Any], names: Collection[str]) -> dict[str, float]:
+    """The finite numbers of a replica's sample that its policies track, nothing else: a sample
+    carries the model's own `autoscaling_metrics`, which tenant code chooses (any names, any
+    values, as many as it likes), and it travels to the registry, which every container shares."""
+    return {
+        name: float(value)
+        for name, value in sample.items()
+        if name in names
+        and isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+    }
 
 
 class MetricWindows:

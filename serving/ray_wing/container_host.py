@@ -17,6 +17,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from serving.autoscaling.windows import tracked
 from serving.ray_wing.names import NAMESPACE
 from serving.ray_wing.replica import SupervisedContainer
 
@@ -79,12 +80,16 @@ class ContainerHost:
             entries = list(self._replicas.items())
         return {replica: (app, container.failure()) for replica, (app, container) in entries}
 
-    def autoscaling_stats(self, replicas: list[str]) -> dict[str, dict[str, float]]:
-        """What each of these replicas' autoscaler tracks, since the previous call (the registry's
-        `hosted_scaling` calls every METRICS_INTERVAL_S, as Serve calls `record_autoscaling_stats`)."""
+    def autoscaling_stats(self, replicas: dict[str, list[str]]) -> dict[str, dict[str, float]]:
+        """Each replica's values of the metrics its autoscaler tracks (replica -> names), since the
+        previous call (the registry's `hosted_scaling` calls every METRICS_INTERVAL_S, as Serve
+        calls `record_autoscaling_stats`); only those names, only finite numbers."""
         with self._lock:
             wanted = [(r, self._replicas[r][1]) for r in replicas if r in self._replicas]
-        return {replica: container.stats.sample() for replica, container in wanted}
+        return {
+            replica: tracked(container.stats.sample(), replicas[replica])
+            for replica, container in wanted
+        }
 
     def pid(self) -> int:
         """This host's process (tests and benchmarks look at it)."""

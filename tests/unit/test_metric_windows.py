@@ -3,7 +3,7 @@ as Serve's controller averages a Serve replica's pushed stats."""
 
 from __future__ import annotations
 
-from serving.autoscaling.windows import MetricWindows
+from serving.autoscaling.windows import MetricWindows, tracked
 
 
 def test_each_metric_is_averaged_per_replica_over_the_window_only():
@@ -27,3 +27,22 @@ def test_only_the_replicas_asked_for_count_and_forgotten_ones_are_gone():
     assert windows.averages(["a"], now=1) == {"rpm": {"a": 1.0}}
     windows.keep(["a"])
     assert windows.averages(["a", "old"], now=1) == {"rpm": {"a": 1.0}}
+
+
+def test_a_sample_reaches_the_registry_with_the_tracked_finite_numbers_only():
+    # the model's autoscaling_metrics are tenant code's: names, values and their number its choice
+    hostile = {
+        "SageMakerVariantInvocationsPerInstance": 120,
+        "queue_depth": float("nan"),
+        "CPUUtilization": "99",
+        "MemoryUtilization": True,
+        **{f"junk{i}": 1.0 for i in range(10_000)},
+    }
+    tracked_names = [
+        "SageMakerVariantInvocationsPerInstance",
+        "queue_depth",
+        "CPUUtilization",
+        "MemoryUtilization",
+    ]
+    assert tracked(hostile, tracked_names) == {"SageMakerVariantInvocationsPerInstance": 120.0}
+    assert tracked({"queue_depth": 3}, tracked_names) == {"queue_depth": 3.0}
