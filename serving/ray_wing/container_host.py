@@ -17,7 +17,6 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from serving.autoscaling.windows import tracked
 from serving.ray_wing.names import NAMESPACE
 from serving.ray_wing.replica import SupervisedContainer
 
@@ -80,16 +79,12 @@ class ContainerHost:
             entries = list(self._replicas.items())
         return {replica: (app, container.failure()) for replica, (app, container) in entries}
 
-    def autoscaling_stats(self, replicas: dict[str, list[str]]) -> dict[str, dict[str, float]]:
-        """Each replica's values of the metrics its autoscaler tracks (replica -> names), since the
-        previous call (the registry's `hosted_scaling` calls every METRICS_INTERVAL_S, as Serve
-        calls `record_autoscaling_stats`); only those names, only finite numbers."""
+    def autoscaling_stats(self, replicas: list[str]) -> dict[str, dict[str, float]]:
+        """What each of these replicas' autoscaler tracks, since the previous call (the registry's
+        `hosted_scaling` calls every METRICS_INTERVAL_S, as Serve calls `record_autoscaling_stats`)."""
         with self._lock:
             wanted = [(r, self._replicas[r][1]) for r in replicas if r in self._replicas]
-        return {
-            replica: tracked(container.stats.sample(), replicas[replica])
-            for replica, container in wanted
-        }
+        return {replica: container.autoscaling_sample() for replica, container in wanted}
 
     def pid(self) -> int:
         """This host's process (tests and benchmarks look at it)."""

@@ -66,11 +66,10 @@ class HostedScaling:
         """Sample every running replica of the autoscaled versions, decide each version's count."""
         apps = self._hosting.autoscaled()
         self._autoscalers = {app.app: self._autoscaler(app) for app in apps}
-        by_node: dict[str, dict[str, list[str]]] = {}  # node -> replica -> metrics tracked
+        by_node: dict[str, list[str]] = {}
         for app in apps:
-            names = self._autoscalers[app.app].names
             for replica, node in app.running.items():
-                by_node.setdefault(node, {})[replica] = names
+                by_node.setdefault(node, []).append(replica)
         refs = {
             node: self._hosting.host(node).autoscaling_stats.remote(replicas)
             for node, replicas in by_node.items()

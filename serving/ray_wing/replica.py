@@ -13,6 +13,7 @@ import ray
 from ray import serve
 
 from serving._gc import freeze_startup_objects
+from serving.autoscaling.windows import tracked
 from serving.control.container_versions import Deploy
 from serving.control.hosted_apps import MAX_START_FAILURES
 from serving.control.records import ContainerPlan
@@ -74,16 +75,15 @@ class SupervisedContainer:
         sandbox: str = "auto",
         working_dir: str | None = None,
         gpus: float = 0.0,
-        autoscaled: bool = False,
+        tracked_metrics: tuple[str, ...] = (),
         egress_ports: tuple[int, ...] = (),
         shared_network: bool = False,
         fork_template: bool = True,
         own_usage: bool = True,
     ) -> None:
         root = cluster_secret()
-        self._autoscaled = (
-            autoscaled  # its autoscaler reads the counters: fetch them at the usual pace
-        )
+        # what its autoscaler tracks, if it has one (it reads the counters: fetch them at the usual pace)
+        self._tracked = tuple(tracked_metrics)
         self.metrics = ReplicaMetrics(endpoint, hostname, replica)
         self._host = ray.util.get_node_ip_address() if bind_host == "node" else bind_host
         self._config = ContainerConfig(
@@ -208,7 +208,7 @@ class SupervisedContainer:
         """Fetch the container process's counters and record its metric events (it has no Ray to do it)."""
         period = STATS_POLL_S
         while not self._stopping.wait(period):
-            moved = self._fetch_stats() or self._autoscaled
+            moved = self._fetch_stats() or bool(self._tracked)
             period = STATS_POLL_S if moved else min(period * 2, STATS_IDLE_POLL_S)
             if self._more_events:  # the last answer was full: fetch the rest soon
                 period = STATS_MORE_S
@@ -238,6 +238,12 @@ class SupervisedContainer:
     def _read_counters(self) -> tuple[int, int, dict[str, float]]:
         counters = self._counters
         return counters["invocations"], counters["in_flight"], counters["custom"]
+
+    def autoscaling_sample(self) -> dict[str, float]:
+        """What its autoscaler tracks, since the previous call, and nothing else: the sample carries
+        the model's own `autoscaling_metrics` (tenant code's names and values), and it goes to a
+        process every container shares (Serve's controller, or the registry for a hosted one)."""
+        return tracked(self.stats.sample(), self._tracked)
 
     def data_port(self) -> str:
         return self.process.url
@@ -280,10 +286,19 @@ class ContainerReplica(SupervisedContainer):
 
     def record_autoscaling_stats(self) -> dict[str, float]:
         """What this replica's autoscaler tracks (Serve calls it, pushes it to the controller, averages it)."""
-        return self.stats.sample()
+        return self.autoscaling_sample()
 
     def __del__(self) -> None:
         self.stop()
+
+
+def tracked_metrics(plan: ContainerPlan) -> tuple[str, ...]:
+    """The metrics an autoscaled plan's policies track; () for a fixed count."""
+    scaling = plan["count"].get("autoscaling_config")
+    if not scaling:
+        return ()
+    policies = scaling["policy"]["policy_kwargs"]["policies"]
+    return tuple(dict.fromkeys(policy["metric"] for policy in policies))
 
 
 def replica_arguments(
@@ -305,7 +320,7 @@ def replica_arguments(
         "egress_ports": tuple(plan["egress_ports"]),
         "shared_network": plan["shared_network"],
         "fork_template": plan.get("fork_template", True),
-        "autoscaled": "autoscaling_config" in plan["count"],
+        "tracked_metrics": tracked_metrics(plan),
     }
 
 

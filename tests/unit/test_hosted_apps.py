@@ -160,3 +160,11 @@ def test_a_failed_version_steps_and_describes_as_a_failed_serve_application_does
     description = board.descriptions["e"]
     assert description["EndpointStatus"] == "Failed"
     assert "it does not load" in description["FailureReason"]
+
+
+def test_a_replica_tracks_the_metrics_of_its_policies_only():
+    from serving.ray_wing.replica import tracked_metrics
+
+    plan = _record(ServerSettings(), AutoScaling=_TRACKING)["plans"]["c"]
+    assert tracked_metrics(plan) == ("SageMakerVariantInvocationsPerInstance",)
+    assert tracked_metrics(_app(2).plan) == ()  # a fixed count tracks nothing
