@@ -135,7 +135,10 @@ def test_a_load_step_scales_that_container_out_and_back_in_without_failures(serv
         scale_in_s = wait_for_replicas(server, "busy", 1, load)
         time.sleep(2)
     assert load.failures == [], load.failures[:5]
-    assert len(load.statuses) > 50 and set(load.statuses) == {200}
+    # the load ran throughout: 5/s until three replicas served (metrics every 2 s: seconds at the
+    # least), then the trickle until one. How many in all depends on how fast replicas start: a
+    # hosted one serves in a fraction of a second (50 in 26 s, where Serve replicas took longer).
+    assert len(load.statuses) >= 25 and set(load.statuses) == {200}
     description = server.client.describe_endpoint(ENDPOINT)
     activities = description["ScalingActivities"]  # newest first
     assert {a["ContainerHostname"] for a in activities} == {"busy"}, activities
