@@ -1,5 +1,5 @@
-"""Ours, per container: what the replica's Ray worker (the Serve replica, which is also the
-container's supervisor: `model_server.supervisor.ContainerProcess` runs in it) and the container
+"""Ours, per container: what its supervisor's Ray worker (a Serve replica of its own, or a share of
+its node's container host: `model_server.supervisor.ContainerProcess` runs in it) and the container
 process it started hold. Runs in bench_consolidation's scenario child, the Ray driver, after its
 idle window."""
 
@@ -49,6 +49,7 @@ def _hosted_rows(
         if stack not in packages:
             packages[stack] = {
                 "hostname": hostname,
+                "hosted": True,
                 "worker": by_package.read(host),
                 "container": by_package.read(child),
             }

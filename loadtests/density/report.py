@@ -1,5 +1,5 @@
 """bench_density's report: the floor, MLServer and ours side by side with ratios against the floor,
-ours per container (Ray worker vs container process; shared vs private pages), and memory by
+ours per container (supervisor vs container process; shared vs private pages), and memory by
 package."""
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def per_container(ours: dict[str, Any], floor_mb: float | None = None) -> list[s
     process, PSS and its private (USS) and shared pages; then where ours' total goes."""
     rows = ours["extra"]["containers"]
     lines = [
-        "| stack | containers | Ray worker PSS | its private | its shared | container process PSS "
+        "| stack | containers | supervisor PSS | its private | its shared | container process PSS "
         "| its private | its shared | both, PSS |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
@@ -113,7 +113,8 @@ def per_container(ours: dict[str, Any], floor_mb: float | None = None) -> list[s
     system = total - workers - containers - templates
     lines += [
         "",
-        f"Where ours' {total:,.0f} MiB go: the {len(rows)} Ray workers (Serve replica and supervisor) "
+        f"Where ours' {total:,.0f} MiB go: the {len(rows)} containers' supervisors (Ray workers: "
+        "a Serve replica each, or their shares of a container host) "
         f"{workers:,.0f} MiB ({workers / total:.0%}), the {len(rows)} container processes "
         f"{containers:,.0f} MiB ({containers / total:.0%}), "
         + (
@@ -131,7 +132,7 @@ def per_container(ours: dict[str, Any], floor_mb: float | None = None) -> list[s
         lines[-1] += (
             f" Against the floor's {floor_mb:,.0f} MiB: the container processes alone hold "
             f"{containers / floor_mb:.1f}× it (each imports its framework again and keeps its own "
-            f"heap), and the Ray workers and everything else add {workers + system:,.0f} MiB that the "
+            f"heap), and the supervisors and everything else add {workers + system:,.0f} MiB that the "
             "floor does not have at all."
         )
     return lines
@@ -162,9 +163,11 @@ def by_package(results: dict[str, Any]) -> list[str]:
             lines.append(f"| {label} | {_total(groups)} | {_packages(groups)} |")
     packages = results.get("ours", {}).get("extra", {}).get("packages", {})
     for stack in STACKS:
-        for part, label in (("worker", "Ray worker"), ("container", "container process")):
+        for part, label in (("worker", "supervisor"), ("container", "container process")):
             if stack in packages:
                 groups = packages[stack][part]
+                if part == "worker" and packages[stack].get("hosted"):
+                    label = "supervisor (the whole container host)"
                 lines.append(f"| ours, {stack}: {label} | {_total(groups)} | {_packages(groups)} |")
     return lines
 
@@ -259,9 +262,11 @@ def docs_section(results: dict[str, Any], meta: dict[str, Any]) -> str:
         lines += [
             "### Ours, per container",
             "",
-            "Mean per container of each stack. A container is two processes: the replica's Ray worker,"
-            " which is also its supervisor (`serving/model_server/supervisor.py` runs in it), and the"
-            " container process it started (`serving/model_server/main.py`, sandboxed). Private is USS"
+            "Mean per container of each stack. A container is two processes: its supervisor, a Ray"
+            " worker (`serving/model_server/supervisor.py` runs in it): a Serve replica of its own, or"
+            " its node's container host, which supervises every hosted container and is counted here"
+            " as an equal share per container; and the container process it started"
+            " (`serving/model_server/main.py`, sandboxed). Private is USS"
             " (Private_Clean + Private_Dirty), shared is Shared_Clean + Shared_Dirty (resident pages"
             " other processes also map), from `/proc/PID/smaps_rollup`.",
             "",
