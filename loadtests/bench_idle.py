@@ -60,6 +60,8 @@ RAY_DEFAULTS = {
     "RAY_preload_python_modules": "",
     "RAY_LOG_MONITOR_MANY_FILES_THRESHOLD": "1000",
     "LOG_NAME_UPDATE_INTERVAL_S": "0.5",
+    "RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "0.1",
+    "RAY_USAGE_STATS_ENABLED": "1",
 }
 SETTINGS = {"ours": {}, "ray-defaults": RAY_DEFAULTS}
 SCENARIOS = {"one": 1, "fifteen": 15}
