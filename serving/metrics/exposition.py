@@ -205,6 +205,7 @@ class MetricsRoute:
         self._node_urls = node_urls  # the metrics export URL of every live Ray node
         self._peers = peers  # each gateway's published counters (Prometheus text), by gateway
         self._peer_families: dict[str, list[Metric]] = {}
+        self._peer_parsed: dict[str, tuple[str, list[Metric]]] = {}  # gateway -> (text, families)
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._wait_s, self._max_age_s = wait_s, max_age_s
         self._nodes: tuple[float, list[str]] = (float("-inf"), [])
@@ -281,14 +282,22 @@ class MetricsRoute:
             self._refresh = None
 
     async def _refresh_peers(self) -> None:
+        """Read the gateways' published counters; a text unchanged since the last read (an idle
+        gateway's) keeps its parsed families instead of being parsed again."""
         if self._peers is not None:
             peer_texts = await self._peers()
-            self._peer_families = await asyncio.to_thread(
+            known = self._peer_parsed
+            self._peer_parsed = await asyncio.to_thread(
                 lambda: {
-                    gateway: list(text_string_to_metric_families(text))
+                    gateway: known[gateway]
+                    if gateway in known and known[gateway][0] == text
+                    else (text, list(text_string_to_metric_families(text)))
                     for gateway, text in peer_texts.items()
                 }
             )
+            self._peer_families = {
+                gateway: families for gateway, (_, families) in self._peer_parsed.items()
+            }
 
     async def _urls(self) -> list[str]:
         fetched_at, urls = self._nodes

@@ -166,3 +166,42 @@ def test_a_scrape_counts_the_asking_gateway_once_with_its_current_counters() -> 
     families = list(text_string_to_metric_families(asyncio.run(scrape()).decode()))
     # 9 current + 7 other
     assert samples(families, "serving_invocations_total") == {(("endpoint", "e"),): 16.0}
+
+
+def test_the_gateways_counters_are_parsed_again_only_when_they_change() -> None:
+    # An idle gateway republishes the same text every few seconds; the control plane's sampler read
+    # and parsed it each time (a measurable share of an idle server's CPU).
+    def text(value: float) -> str:
+        return f'# HELP serving_invocations_total n\n# TYPE serving_invocations_total counter\nserving_invocations_total{{endpoint="e"}} {value}\n'
+
+    async def no_nodes() -> list[str]:
+        return []
+
+    current = {"a": text(1), "b": text(2)}
+
+    async def published() -> dict[str, str]:
+        return dict(current)
+
+    route = MetricsRoute([], no_nodes, peers=published)
+
+    async def reads() -> list[tuple[dict[str, list], float]]:
+        seen = []
+        try:
+            for change in ({}, {}, {"b": text(5)}, {"a": None}):
+                for gateway, value in change.items():
+                    if value is None:
+                        del current[gateway]
+                    else:
+                        current[gateway] = value
+                families = await route.merged(nodes=False)
+                total = samples(families, "serving_invocations_total")[(("endpoint", "e"),)]
+                seen.append((dict(route._peer_families), total))
+        finally:
+            await route.close()
+        return seen
+
+    (first, one), (second, three), (changed, six), (left, five) = asyncio.run(reads())
+    assert (one, three, six, five) == (3.0, 3.0, 6.0, 5.0)
+    assert second["a"] is first["a"] and second["b"] is first["b"]  # unchanged: not parsed again
+    assert changed["a"] is first["a"] and changed["b"] is not first["b"]
+    assert set(left) == {"b"}
