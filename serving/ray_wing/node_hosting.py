@@ -2,7 +2,8 @@
 (`control.hosted_apps`) with a Ray placement group that reserves the replica's resources, starts it
 on the container host of the node that group landed on (`container_host`), and watches it: a replica
 whose process failed past its restart budget, or whose host died, is started again; a node lost
-takes its placement groups elsewhere (Ray reschedules them) and its replicas follow.
+takes its placement groups elsewhere (Ray reschedules them) and its replicas follow. A replica taken
+off (scale-in, delete) keeps its reservation until it has drained.
 
 Runs in the registry's reconcile thread (`reconcile`), which calls `tick` every status poll, and its
 scaling thread (`hosted_scaling`), which resizes autoscaled versions. What it runs is kept in Ray's
@@ -46,6 +47,9 @@ HEALTH_S = (
 CALL_TIMEOUT_S = 10.0
 PLACE_WAIT_S = 0.2  # how long a deploy waits for its placement groups before the next poll retries
 STOP_ALL_TIMEOUT_S = 20.0
+# A replica taken off keeps its reservation until it has drained, as a Serve replica's actor holds its
+# resources until it exits; a host that does not answer by then is not waited for.
+RELEASE_WAIT_S = STOP_ALL_TIMEOUT_S + CALL_TIMEOUT_S
 
 
 def _bundle(actor_options: dict[str, Any]) -> dict[str, float]:
@@ -89,6 +93,8 @@ class NodeHosting:
         self._groups: dict[tuple[str, int], PlacementGroup] = {}
         self._starts: dict[Any, tuple[str, Slot, str]] = {}  # object ref -> (app, slot, replica)
         self._hosts: dict[str, Any] = {}  # node id -> its host's handle
+        # reservations of replicas taken off: (their stop's ref or None, the group, since when)
+        self._releasing: list[tuple[Any, PlacementGroup, float]] = []
         self._checked = 0.0
         self._recovered = False
 
@@ -140,10 +146,7 @@ class NodeHosting:
                 return
             before = len(hosted.slots)
             for slot in hosted.resize(replicas):
-                self._stop(slot)
-                group = self._groups.pop((app, slot.index), None)
-                if group is not None:
-                    remove_placement_group(group)
+                self._release(self._stop(slot), self._groups.pop((app, slot.index), None))
             self._store.put(_KV_HOSTED, app, hosted.to_dict())
             groups = [self._group(hosted, slot) for slot in hosted.slots[before:]]
         logger.info("hosted %s: %d -> %d replicas", app, before, replicas)
@@ -159,10 +162,8 @@ class NodeHosting:
                 return False
             self._store.delete(_KV_HOSTED, app)
             stops = [self._stop(slot) for slot in hosted.slots]
-            for slot in hosted.slots:
-                group = self._groups.pop((app, slot.index), None)
-                if group is not None:
-                    remove_placement_group(group)
+            for slot, stop in zip(hosted.slots, stops):
+                self._release(stop, self._groups.pop((app, slot.index), None))
         logger.info("hosted %s: %d replicas stopping", app, sum(stop is not None for stop in stops))
         return True
 
@@ -203,7 +204,31 @@ class NodeHosting:
             if time.monotonic() - self._checked >= HEALTH_S:
                 self._checked = time.monotonic()
                 self._check_health()
-            return not all(hosted.settled for hosted in self._apps.values())
+            releasing = self._released()
+            return releasing or not all(hosted.settled for hosted in self._apps.values())
+
+    def _release(self, stop: Any, group: PlacementGroup | None) -> None:
+        """Free a taken-off replica's reservation once its stop (`stop`'s ref: it drains) is done."""
+        if group is not None:
+            self._releasing.append((stop, group, time.monotonic()))
+        self._released()
+
+    def _released(self) -> bool:
+        """Free the reservations whose replicas stopped (or were waited for RELEASE_WAIT_S); whether
+        any is still held."""
+        refs = [stop for stop, _, _ in self._releasing if stop is not None]
+        done = set(ray.wait(refs, num_returns=len(refs), timeout=0)[0]) if refs else set()
+        held = []
+        for stop, group, since in self._releasing:
+            if stop is None or stop in done or time.monotonic() - since > RELEASE_WAIT_S:
+                try:
+                    remove_placement_group(group)
+                except Exception:  # gone already (a node lost with it): nothing left to free
+                    logger.exception("could not remove placement group %s", group.id)
+            else:
+                held.append((stop, group, since))
+        self._releasing = held
+        return bool(held)
 
     # --- placing and starting --------------------------------------------------------------------
     def _group(self, hosted: HostedApp, slot: Slot) -> PlacementGroup:

@@ -1,0 +1,107 @@
+"""A hosted replica taken off (scale-in, delete) keeps its placement group until it has drained, as
+a Serve replica's actor holds its resources until it exits: otherwise a new replica could be placed
+on CPUs the draining one still uses. Ray is replaced here by fakes (placement groups, the host's
+`stop` call and `ray.wait`); the registry's real use runs in `tests/integration/test_autoscaling.py`."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+import pytest
+
+from serving.config.spec import parse_spec
+from serving.control.hosted_apps import HostedApp
+from serving.control.plans import endpoint_record
+from serving.ray_wing import node_hosting
+from serving.ray_wing.node_hosting import RELEASE_WAIT_S, NodeHosting
+from serving.settings import ServerSettings
+
+
+@dataclass(eq=False)
+class _Ref:
+    replica: str
+    done: bool = False
+
+
+@dataclass
+class _Host:
+    stops: list[_Ref] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.stop = SimpleNamespace(remote=self._stop)
+
+    def _stop(self, replica: str) -> _Ref:
+        self.stops.append(_Ref(replica))
+        return self.stops[-1]
+
+
+class _Store:
+    def put(self, *_) -> None: ...
+
+    def delete(self, *_) -> None: ...
+
+    def load(self, _) -> dict:
+        return {}
+
+
+@pytest.fixture
+def hosting(monkeypatch: pytest.MonkeyPatch):
+    removed: list[str] = []
+    clock = [1000.0]
+    monkeypatch.setattr(node_hosting, "remove_placement_group", lambda g: removed.append(g.id))
+    monkeypatch.setattr(
+        node_hosting.ray,
+        "wait",
+        lambda refs, num_returns, timeout: (
+            [r for r in refs if r.done],
+            [r for r in refs if not r.done],
+        ),
+    )
+    monkeypatch.setattr(node_hosting.time, "monotonic", lambda: clock[0])
+    spec = parse_spec(
+        {
+            "EndpointName": "e",
+            "Containers": [
+                {
+                    "ContainerHostname": "c",
+                    "Image": "python",
+                    "AutoScaling": {"MinCapacity": 3, "MaxCapacity": 3},
+                }
+            ],
+        }
+    )
+    record = endpoint_record(spec, ServerSettings())
+    version = record["containers"][0]["Version"]
+    app = HostedApp.of(f"e.c.{version}", "e", "c", version, record["plans"]["c"])
+    hosting = NodeHosting(store=_Store())  # type: ignore[arg-type]
+    host = _Host()
+    hosting._hosts["node-1"] = host
+    hosting._recovered, hosting._checked = True, time.monotonic()
+    hosting._apps[app.app] = app
+    for slot in app.slots:
+        slot.state, slot.node, slot.replica = "RUNNING", "node-1", f"r{slot.index}"
+        hosting._groups[(app.app, slot.index)] = SimpleNamespace(id=f"group-{slot.index}")
+    return SimpleNamespace(it=hosting, app=app.app, host=host, removed=removed, clock=clock)
+
+
+def test_scale_in_frees_a_reservation_only_once_its_replica_has_drained(hosting) -> None:
+    hosting.it.resize(hosting.app, 1)
+    stops = {ref.replica: ref for ref in hosting.host.stops}
+    assert set(stops) == {"r1", "r2"}
+    assert hosting.removed == []  # both still draining
+    stops["r2"].done = True
+    assert hosting.it.tick()  # r1's reservation still held: the loop keeps polling
+    assert hosting.removed == ["group-2"]
+    stops["r1"].done = True
+    hosting.it.tick()
+    assert hosting.removed == ["group-2", "group-1"]
+
+
+def test_a_host_that_never_answers_the_stop_is_not_waited_for_past_the_bound(hosting) -> None:
+    assert hosting.it.delete(hosting.app)
+    assert len(hosting.host.stops) == 3 and hosting.removed == []
+    hosting.clock[0] += RELEASE_WAIT_S + 1
+    hosting.it.tick()
+    assert sorted(hosting.removed) == ["group-0", "group-1", "group-2"]
