@@ -7,7 +7,7 @@ replicas), `gateway_readers` (what each gateway applied), `kv_store` (its state 
 `registry_feed` (its snapshot feed's server), `registry_follower` (a gateway's long poll of it),
 `control_plane` (the SageMaker API's one place), `replica` (a container replica's supervisor, and
 its Serve replica), `container_host` (one node's supervisor of many), `node_hosting` (the registry
-placing and watching them), `hosted_scaling` (the registry's target tracking for them), `gateway` (the
+placing and watching them), `slot_reservations` (their resources, as placement groups), `hosted_scaling` (the registry's target tracking for them), `gateway` (the
 gateway replica), `server_start` (the control plane and gateways, started together), `gateway_count` (how many, per node), `gateway_counters` (their counters, shared),
 `async_journal` (their async requests, durable), `periodic` (their periodic tasks' one
 error-and-backoff policy), `serve_status`, `autoscaler`, `replica_metrics`, `operations` (deploy,

@@ -21,13 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import ray
-from ray.util.placement_group import (
-    PlacementGroup,
-    get_placement_group,
-    placement_group,
-    placement_group_table,
-    remove_placement_group,
-)
+from ray.util.placement_group import PlacementGroup, placement_group_table
 
 from serving.control.container_versions import Deploy
 from serving.control.hosted_apps import HostedApp, Slot, StoredHostedApp, slot_of
@@ -37,6 +31,7 @@ from serving.ray_wing.hosted_scaling import HostedScaling
 from serving.ray_wing.kv_store import KvStore
 from serving.ray_wing.names import NAMESPACE
 from serving.ray_wing.replica import replica_arguments
+from serving.ray_wing.slot_reservations import SlotReservations, group_name
 
 logger = logging.getLogger("serving.ray_wing.node_hosting")
 
@@ -47,19 +42,6 @@ HEALTH_S = (
 CALL_TIMEOUT_S = 10.0
 PLACE_WAIT_S = 0.2  # how long a deploy waits for its placement groups before the next poll retries
 STOP_ALL_TIMEOUT_S = 20.0
-# A replica taken off keeps its reservation until it has drained, as a Serve replica's actor holds its
-# resources until it exits; a host that does not answer by then is not waited for.
-RELEASE_WAIT_S = STOP_ALL_TIMEOUT_S + CALL_TIMEOUT_S
-
-
-def _bundle(actor_options: dict[str, Any]) -> dict[str, float]:
-    """The resources one replica reserves, as a placement group bundle (what Serve would reserve for
-    its actor)."""
-    bundle = {"CPU": float(actor_options.get("num_cpus") or 0)}
-    if actor_options.get("memory"):
-        bundle["memory"] = float(actor_options["memory"])
-    bundle.update({name: float(v) for name, v in (actor_options.get("resources") or {}).items()})
-    return {name: value for name, value in bundle.items() if value > 0}
 
 
 def _error(error: BaseException) -> str:
@@ -90,11 +72,9 @@ class NodeHosting:
         self.scaling = HostedScaling(self)
         self._lock = threading.RLock()
         self._apps: dict[str, HostedApp] = {}
-        self._groups: dict[tuple[str, int], PlacementGroup] = {}
+        self._reservations = SlotReservations()
         self._starts: dict[Any, tuple[str, Slot, str]] = {}  # object ref -> (app, slot, replica)
         self._hosts: dict[str, Any] = {}  # node id -> its host's handle
-        # reservations of replicas taken off: (their stop's ref or None, the group, since when)
-        self._releasing: list[tuple[Any, PlacementGroup, float]] = []
         self._checked = 0.0
         self._recovered = False
 
@@ -146,7 +126,7 @@ class NodeHosting:
                 return
             before = len(hosted.slots)
             for slot in hosted.resize(replicas):
-                self._release(self._stop(slot), self._groups.pop((app, slot.index), None))
+                self._reservations.release(app, slot.index, self._stop(slot))
             self._store.put(_KV_HOSTED, app, hosted.to_dict())
             groups = [self._group(hosted, slot) for slot in hosted.slots[before:]]
         logger.info("hosted %s: %d -> %d replicas", app, before, replicas)
@@ -163,7 +143,7 @@ class NodeHosting:
             self._store.delete(_KV_HOSTED, app)
             stops = [self._stop(slot) for slot in hosted.slots]
             for slot, stop in zip(hosted.slots, stops):
-                self._release(stop, self._groups.pop((app, slot.index), None))
+                self._reservations.release(app, slot.index, stop)
         logger.info("hosted %s: %d replicas stopping", app, sum(stop is not None for stop in stops))
         return True
 
@@ -204,49 +184,12 @@ class NodeHosting:
             if time.monotonic() - self._checked >= HEALTH_S:
                 self._checked = time.monotonic()
                 self._check_health()
-            releasing = self._released()
+            releasing = self._reservations.released()
             return releasing or not all(hosted.settled for hosted in self._apps.values())
-
-    def _release(self, stop: Any, group: PlacementGroup | None) -> None:
-        """Free a taken-off replica's reservation once its stop (`stop`'s ref: it drains) is done."""
-        if group is not None:
-            self._releasing.append((stop, group, time.monotonic()))
-        self._released()
-
-    def _released(self) -> bool:
-        """Free the reservations whose replicas stopped (or were waited for RELEASE_WAIT_S); whether
-        any is still held."""
-        refs = [stop for stop, _, _ in self._releasing if stop is not None]
-        done = set(ray.wait(refs, num_returns=len(refs), timeout=0)[0]) if refs else set()
-        held = []
-        for stop, group, since in self._releasing:
-            if stop is None or stop in done or time.monotonic() - since > RELEASE_WAIT_S:
-                try:
-                    remove_placement_group(group)
-                except Exception:  # gone already (a node lost with it): nothing left to free
-                    logger.exception("could not remove placement group %s", group.id)
-            else:
-                held.append((stop, group, since))
-        self._releasing = held
-        return bool(held)
 
     # --- placing and starting --------------------------------------------------------------------
     def _group(self, hosted: HostedApp, slot: Slot) -> PlacementGroup:
-        key = (hosted.app, slot.index)
-        group = self._groups.get(key)
-        if group is None:
-            name = f"{HOST_PREFIX}{hosted.app}#{slot.index}"
-            try:
-                group = get_placement_group(name)
-            except ValueError:
-                group = placement_group(
-                    [_bundle(hosted.plan["actor_options"])],
-                    strategy="PACK",
-                    name=name,
-                    lifetime="detached",
-                )
-            self._groups[key] = group
-        return group
+        return self._reservations.of(hosted.app, slot.index, hosted.plan["actor_options"])
 
     def _start(self, hosted: HostedApp, slot: Slot) -> None:
         table = placement_group_table(self._group(hosted, slot))
@@ -354,8 +297,19 @@ class NodeHosting:
                 self.scaling.ensure_running()
             for slot in hosted.slots:
                 self._group(hosted, slot)
-        if not stored:
-            return
+        stops = self._adopt_replicas() if stored else {}
+        wanted = {(app, slot.index) for app, hosted in self._apps.items() for slot in hosted.slots}
+        self._reservations.release_orphans(wanted, stops)
+        logger.info(
+            "registry adopted %d hosted versions, %d replicas running",
+            len(self._apps),
+            sum(s.state == "RUNNING" for h in self._apps.values() for s in h.slots),
+        )
+
+    def _adopt_replicas(self) -> dict[str, Any]:
+        """Take the replicas the hosts run into their slots; stop those no slot wants. Returns the
+        stops' refs by their slot's group name."""
+        stops: dict[str, Any] = {}
         hosts = [
             entry["name"]
             for entry in ray.util.list_named_actors(all_namespaces=True)
@@ -376,11 +330,9 @@ class NodeHosting:
                     else None
                 )
                 if place is None or place.replica is not None or failure is not None:
-                    self.host(node).stop.remote(replica)  # not wanted any more, or twice
+                    stop = self.host(node).stop.remote(replica)  # not wanted any more, or twice
+                    if place is None and index is not None:
+                        stops[group_name(app, index)] = stop
                     continue
                 place.state, place.node, place.replica = "RUNNING", node, replica
-        logger.info(
-            "registry adopted %d hosted versions, %d replicas running",
-            len(self._apps),
-            sum(s.state == "RUNNING" for h in self._apps.values() for s in h.slots),
-        )
+        return stops

@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 import ray
+from ray.util.placement_group import placement_group, placement_group_table
 from suite import endpoints
 from suite.endpoint_server import TINY
 from suite.endpoints import python_container
@@ -27,6 +28,7 @@ from suite.load import Load, invoker, settle
 from suite.processes import container_process, listener, supervisor_of
 
 from serving.config.spec import parse_spec
+from serving.ray_wing.slot_reservations import group_name
 from serving.settings import ServerSettings
 
 pytestmark = pytest.mark.integration
@@ -235,11 +237,18 @@ def test_a_registry_restart_keeps_every_endpoint_routable(server) -> None:
     # the gateways follow the registry over its feed, on loopback for this embedded server
     assert before["feed"] is not None and before["feed"].startswith("http://127.0.0.1:")
     _wait(lambda: _feed_polls(server) > 0, "following the feed")
+    # a hosted slot's reservation the dying registry still held for a drain, of a version it had
+    # deleted: detached, it outlives the registry, and only the next one can free it
+    orphan = placement_group(
+        [{"CPU": 0.01}], name=group_name("it-gone.solo.v0", 0), lifetime="detached"
+    )
+    ray.get(orphan.ready(), timeout=30)
     with Load(invoker(server, "it-chaos", "solo")) as load:
         time.sleep(1)
         ray.kill(ray_wing.registry_handle(), no_restart=False)
         _wait(lambda: _registry_restarted(before), "restarted")
         time.sleep(3)
+    _wait(lambda: placement_group_table(orphan)["state"] == "REMOVED", "the orphan freed")
     after = _registry_snapshot()
     # the restarted registry opened its feed again, and the gateways found it
     assert after["feed"] is not None and after["feed"].startswith("http://127.0.0.1:")

@@ -1,7 +1,8 @@
 """A hosted replica taken off (scale-in, delete) keeps its placement group until it has drained, as
 a Serve replica's actor holds its resources until it exits: otherwise a new replica could be placed
-on CPUs the draining one still uses. Ray is replaced here by fakes (placement groups, the host's
-`stop` call and `ray.wait`); the registry's real use runs in `tests/integration/test_autoscaling.py`."""
+on CPUs the draining one still uses; and a restarted registry frees the groups its predecessor was
+still holding for drains. Ray is replaced here by fakes (placement groups, the host's `stop` call
+and `ray.wait`); the registry's real use runs in `tests/integration/test_autoscaling.py`."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ import pytest
 from serving.config.spec import parse_spec
 from serving.control.hosted_apps import HostedApp
 from serving.control.plans import endpoint_record
-from serving.ray_wing import node_hosting
-from serving.ray_wing.node_hosting import RELEASE_WAIT_S, NodeHosting
+from serving.ray_wing import slot_reservations
+from serving.ray_wing.node_hosting import NodeHosting
+from serving.ray_wing.slot_reservations import RELEASE_WAIT_S, SlotReservations, group_name
 from serving.settings import ServerSettings
 
 
@@ -50,16 +52,16 @@ class _Store:
 def hosting(monkeypatch: pytest.MonkeyPatch):
     removed: list[str] = []
     clock = [1000.0]
-    monkeypatch.setattr(node_hosting, "remove_placement_group", lambda g: removed.append(g.id))
+    monkeypatch.setattr(slot_reservations, "remove_placement_group", lambda g: removed.append(g.id))
     monkeypatch.setattr(
-        node_hosting.ray,
+        slot_reservations.ray,
         "wait",
         lambda refs, num_returns, timeout: (
             [r for r in refs if r.done],
             [r for r in refs if not r.done],
         ),
     )
-    monkeypatch.setattr(node_hosting.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(slot_reservations.time, "monotonic", lambda: clock[0])
     spec = parse_spec(
         {
             "EndpointName": "e",
@@ -82,7 +84,9 @@ def hosting(monkeypatch: pytest.MonkeyPatch):
     hosting._apps[app.app] = app
     for slot in app.slots:
         slot.state, slot.node, slot.replica = "RUNNING", "node-1", f"r{slot.index}"
-        hosting._groups[(app.app, slot.index)] = SimpleNamespace(id=f"group-{slot.index}")
+        hosting._reservations._groups[(app.app, slot.index)] = SimpleNamespace(
+            id=f"group-{slot.index}"
+        )
     return SimpleNamespace(it=hosting, app=app.app, host=host, removed=removed, clock=clock)
 
 
@@ -105,3 +109,28 @@ def test_a_host_that_never_answers_the_stop_is_not_waited_for_past_the_bound(hos
     hosting.clock[0] += RELEASE_WAIT_S + 1
     hosting.it.tick()
     assert sorted(hosting.removed) == ["group-0", "group-1", "group-2"]
+
+
+def test_a_new_registry_frees_the_groups_no_stored_slot_owns(
+    hosting, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The previous registry process took slot 2 of app "old" off (its replica still drains) and
+    # deleted app "gone" outright; both groups are detached and outlive it.
+    table = {
+        "1": {"name": group_name("old", 1), "state": "CREATED"},
+        "2": {"name": group_name("old", 2), "state": "CREATED"},
+        "3": {"name": group_name("gone", 0), "state": "CREATED"},
+        "4": {"name": group_name("gone", 1), "state": "REMOVED"},
+        "5": {"name": "someone-else's", "state": "CREATED"},
+    }
+    monkeypatch.setattr(slot_reservations, "placement_group_table", lambda: table)
+    monkeypatch.setattr(
+        slot_reservations, "get_placement_group", lambda name: SimpleNamespace(id=name)
+    )
+    draining = hosting.host._stop("old-r2")
+    reservations = SlotReservations()
+    reservations.release_orphans({("old", 0), ("old", 1)}, {group_name("old", 2): draining})
+    assert hosting.removed == [group_name("gone", 0)]  # no replica left to drain
+    draining.done = True
+    assert not reservations.released()
+    assert hosting.removed == [group_name("gone", 0), group_name("old", 2)]
