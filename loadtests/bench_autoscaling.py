@@ -244,8 +244,9 @@ def render(result: dict[str, Any]) -> str:
             row("per container", c, "container"),
             row("endpoint level", e, "endpoint"),
             "",
-            f"Both runs start with one `heavy` replica below its load: for the first ~15 s (replicas report every 2 s, "
-            "Serve averages over 10 s, then a replica starts) requests queue in both, which is the whole-run p99. "
+            f"Both runs start with one `heavy` replica below its load: for the first seconds (the registry samples "
+            "the hosted replicas every 2 s and averages over 10 s, as Serve's controller does, then a replica starts: "
+            "a fork and a model load) requests queue in both, which is the whole-run p99. "
             f"After {SETTLE_S:g} s the per-container run has scaled `heavy` out and its one-second p99 stays within a few times the model's own "
             "50 ms; the endpoint-level run keeps one replica while `heavy` carries more than it can serve.",
             "",
