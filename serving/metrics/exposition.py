@@ -204,7 +204,6 @@ class MetricsRoute:
         self.collectors = list(collectors)  # anything with collect()
         self._node_urls = node_urls  # the metrics export URL of every live Ray node
         self._peers = peers  # each gateway's published counters (Prometheus text), by gateway
-        self._peer_families: dict[str, list[Metric]] = {}
         self._peer_parsed: dict[str, tuple[str, list[Metric]]] = {}  # gateway -> (text, families)
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._wait_s, self._max_age_s = wait_s, max_age_s
@@ -295,9 +294,11 @@ class MetricsRoute:
                     for gateway, text in peer_texts.items()
                 }
             )
-            self._peer_families = {
-                gateway: families for gateway, (_, families) in self._peer_parsed.items()
-            }
+
+    @property
+    def _peer_families(self) -> dict[str, list[Metric]]:
+        """Each gateway's last published families."""
+        return {gateway: families for gateway, (_, families) in self._peer_parsed.items()}
 
     async def _urls(self) -> list[str]:
         fetched_at, urls = self._nodes
