@@ -21,6 +21,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from serving import protocol
 
@@ -42,8 +43,8 @@ EMBEDDED_RAY_ENVIRONMENT = {
     # Every worker runs this first: Serve's utilities then skip pandas, which they load only for the HTTP proxy
     # this runtime does not run (~30 MiB and a few tenths of a CPU-second per Serve worker; serving/_worker_preload.py).
     "RAY_preload_python_modules": "serving._worker_preload",
-    # Ray's log monitor looked for new worker log files with three globs of the session's log folder every 0.1 s
-    # (while it holds under 1,000 files): once a second is soon enough for a new worker's first lines.
+    # Ray's log monitor (started only when workers' output is shown: `_lean_head`) looked for new worker log files
+    # with three globs of the session's log folder every 0.1 s (under 1,000 files): once a second is soon enough.
     "RAY_LOG_MONITOR_MANY_FILES_THRESHOLD": "0",
     "LOG_NAME_UPDATE_INTERVAL_S": "1",
     # The Serve controller reconciled every 0.1 s, asking the GCS for the cluster's nodes each time, the largest
@@ -93,16 +94,17 @@ def start_local_ray(num_cpus: int | None = None, log_to_driver: bool | None = No
         os.environ.get("SERVING_RAY_LOGS", "0") != "1"
     ):  # Serve's notices in this process ("Started Serve", ...)
         logging.getLogger("ray.serve").setLevel(logging.WARNING)
-    with _driver_directory():
+    logging_to_driver = (
+        os.environ.get("SERVING_RAY_LOGS", "0") == "1" if log_to_driver is None else log_to_driver
+    )
+    with _driver_directory(), _lean_head(logging_to_driver):
         ray.init(
             address="local",
             include_dashboard=False,
             num_cpus=num_cpus,
             namespace=NAMESPACE,
             # Workers' output reaches this console only when asked (the trainer's progress bars and metrics do).
-            log_to_driver=os.environ.get("SERVING_RAY_LOGS", "0") == "1"
-            if log_to_driver is None
-            else log_to_driver,
+            log_to_driver=logging_to_driver,
             configure_logging=False,
             # replicas' metrics reach GET /metrics within this period (Ray's default: 10 s)
             _system_config={"metrics_report_interval_ms": METRICS_REPORT_INTERVAL_MS},
@@ -149,6 +151,55 @@ def connect_cluster(address: str, allow_unauthenticated: bool = False) -> None:
         _use_token_auth()
     with _driver_directory():
         ray.init(address=address, namespace=NAMESPACE)
+
+
+# Head-node processes `ray.init` starts that the embedded server never uses (docs/benchmarks/bench_server_up.md):
+# the dashboard head (with `include_dashboard=False` it runs only Ray's usage-stats reporter, which this runtime
+# turns off, and `ray.init` waits for it to come up), the autoscaler monitor (a machine's Ray has no nodes to add)
+# and, unless workers' output is shown here, the log monitor (which only forwards that output). Each is a Python
+# process of ~50-80 MiB, the first two with a Prometheus port on every interface.
+_UNUSED_MONITOR, _LOG_FORWARDER = "start_monitor", "start_log_monitor"
+# Where the dashboard head would have registered, for the node agent's event reporter, which otherwise asks for it
+# once a second forever and logs a traceback each time: an address that refuses at once (a Ray event, which is
+# rare, is then logged by the agent as not reported; nothing here reads Ray's events).
+NO_DASHBOARD = b"http://127.0.0.1:0"
+
+
+@contextlib.contextmanager
+def _lean_head(logging_to_driver: bool) -> Iterator[None]:
+    """While `ray.init` starts the embedded head node, start neither the dashboard head nor the autoscaler
+    monitor, nor the log monitor unless `logging_to_driver`: Ray's `RayParams` has switches for the two monitors
+    but `ray.init` passes none, and none for the dashboard head."""
+    from ray._private.node import Node
+
+    replaced = {"start_api_server": _register_no_dashboard, _UNUSED_MONITOR: _not_started}
+    if not logging_to_driver:
+        replaced[_LOG_FORWARDER] = _not_started
+    originals = {name: getattr(Node, name) for name in replaced}
+    for name, replacement in replaced.items():
+        setattr(Node, name, replacement)
+    try:
+        yield
+    finally:
+        for name, original in originals.items():
+            setattr(Node, name, original)
+
+
+def _not_started(node: Any, **_: object) -> None:
+    """In place of a `Node.start_*` method that `_lean_head` skips."""
+
+
+def _register_no_dashboard(node: Any, **_: object) -> None:
+    """In place of `Node.start_api_server`: register `NO_DASHBOARD` as the dashboard head does its address,
+    before the node's agent starts."""
+    from ray._private import ray_constants
+
+    node.get_gcs_client().internal_kv_put(
+        ray_constants.DASHBOARD_ADDRESS.encode(),
+        NO_DASHBOARD,
+        True,
+        ray_constants.KV_NAMESPACE_DASHBOARD,
+    )
 
 
 @contextlib.contextmanager
