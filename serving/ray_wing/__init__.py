@@ -40,13 +40,10 @@ if TYPE_CHECKING:  # the same names, for type checkers and readers
     from serving.ray_wing.registry import registry_handle
     from serving.ray_wing.server_start import start_gateway
 
-# `serve_status` is both a submodule and the function it exports: importing the submodule later
-# would set the package's attribute to the module, so it is bound here, eagerly (it imports only
-# `ray.serve`).
-from serving.ray_wing.serve_status import ServeNotRunning, serve_status
-
-# Every other name loads its module on first use (PEP 562): a replica's worker process imports
-# `serving.ray_wing.replica` alone, not the gateway, the registry and the embedded server with it.
+# Every name loads its module on first use (PEP 562): a replica's worker process imports
+# `serving.ray_wing.replica` alone, not the gateway, the registry and the embedded server with it,
+# and a container host imports no `ray.serve` (~45 MiB). `serve_status` is not exported: it is also
+# a submodule, whose import would replace the package's attribute; import it from there.
 _HOMES = {
     "UnauthenticatedClusterError": "cluster",
     "connect_cluster": "cluster",
@@ -78,7 +75,6 @@ __all__ = [
     "EmbeddedServer",
     "EndpointsNotReady",
     "Readiness",
-    "ServeNotRunning",
     "UnauthenticatedClusterError",
     "connect_cluster",
     "control_token",
@@ -89,7 +85,6 @@ __all__ = [
     "http_control_token",
     "registry_handle",
     "root_secret",
-    "serve_status",
     "shutdown",
     "start_gateway",
     "start_local_ray",

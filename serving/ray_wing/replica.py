@@ -10,7 +10,6 @@ import time
 from typing import Any
 
 import ray
-from ray import serve
 
 from serving._gc import freeze_startup_objects
 from serving.autoscaling.windows import tracked
@@ -278,6 +277,8 @@ class ContainerReplica(SupervisedContainer):
     stops it (its own Ray worker per replica)."""
 
     def __init__(self, *args, **kwargs) -> None:
+        from ray import serve  # here, not above: a container host supervises without Serve
+
         super().__init__(serve.get_replica_context().replica_id.unique_id, *args, **kwargs)
 
     def check_health(self) -> None:
@@ -326,6 +327,7 @@ def replica_arguments(
 
 def deploy_container(action: Deploy) -> None:
     """Start one container version as its own Serve application, without waiting (the registry watches it)."""
+    from ray import serve
     from ray.serve.api import RunTarget, _run_many  # the non-blocking form of serve.run
 
     plan = action.plan

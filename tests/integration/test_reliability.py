@@ -336,11 +336,12 @@ def test_an_update_that_cannot_start_is_rolled_back(server, handler_models) -> N
 
 def test_deleting_one_endpoint_leaves_the_others(server) -> None:
     from serving import ray_wing
+    from serving.ray_wing.serve_status import serve_status
 
     with Load(invoker(server, "it-chaos", "solo")) as load:
         assert ray_wing.delete_endpoint("it-spare") is True
     assert server.http.get("/endpoints/it-spare").status_code == 400
-    assert not [name for name in ray_wing.serve_status() if name.startswith("it-spare.")]
+    assert not [name for name in serve_status() if name.startswith("it-spare.")]
     assert load.failures() == Counter()
     assert ray_wing.delete_endpoint("it-spare") is False  # already gone
 
