@@ -27,7 +27,6 @@ from serving.ray_wing.cluster import NAMESPACE, cluster_secret
 from serving.ray_wing.gateway_readers import GatewayReaders
 from serving.ray_wing.kv_store import KvStore
 from serving.ray_wing.names import ON_HEAD, REGISTRY_NAME
-from serving.ray_wing.reconcile import Reconciler
 from serving.ray_wing.registry_feed import RegistryFeed
 from serving.ray_wing.replica_table import ReplicaTable
 from serving.trust import keys
@@ -91,6 +90,10 @@ class Registry:
             self.root_secret, self._feed_current, self.readers.asked, self._store
         )
         self._restore()
+        # here, not above: whoever holds a handle imports this module (Ray loads the actor's class),
+        # and the loop brings Serve, which a container host does not otherwise import
+        from serving.ray_wing.reconcile import Reconciler
+
         self._reconciler = Reconciler(self)
         self._reconciler.start()
 

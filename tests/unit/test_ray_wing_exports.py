@@ -43,11 +43,13 @@ def test_a_replica_imports_neither_the_gateway_nor_the_embedded_server() -> None
 
 def test_a_container_host_imports_no_serve() -> None:
     # A container host supervises its node's container processes without Serve: `ray.serve` (with
-    # FastAPI and Starlette, ~45 MiB of a worker's heap) came in with the package's eager import of
-    # `serve_status` and replica.py's top-level `from ray import serve`.
+    # FastAPI, ~30 MiB of a host's PSS) came in with the package's eager import of `serve_status`,
+    # replica.py's top-level `from ray import serve`, and the registry's module, which Ray imports in
+    # every process that takes a handle to the registry (it loads the actor's class), with its
+    # reconcile loop.
     code = (
         "import sys, serving._worker_preload as preload; preload.install(); "
-        "import serving.ray_wing.container_host; "
+        "import serving.ray_wing.container_host, serving.ray_wing.registry; "
         "print(sorted(m for m in ('ray.serve', 'fastapi', 'starlette') if m in sys.modules))"
     )
     assert _run(code) == "[]"
