@@ -5,7 +5,8 @@ Modules: `cluster` (start or join Ray), `names` (Ray names the wing shares), `re
 table's actor), `reconcile` (its loop toward each endpoint's desired state), `replica_table` (its
 replicas), `gateway_readers` (what each gateway applied), `kv_store` (its state in GCS),
 `registry_feed` (its snapshot feed's server), `registry_follower` (a gateway's long poll of it),
-`control_plane` (the SageMaker API's one place), `replica` (a container replica's supervisor, and
+`control_plane` (the SageMaker API's one place), `control_seat` (its place in the registry's
+process), `replica` (a container replica's supervisor, and
 its Serve replica), `container_host` (one node's supervisor of many), `node_hosting` (the registry
 placing and watching them), `slot_reservations` (their resources, as placement groups), `hosted_scaling` (the registry's target tracking for them), `gateway` (the
 gateway replica), `server_start` (the control plane and gateways, started together), `gateway_count` (how many, per node), `gateway_counters` (their counters, shared),

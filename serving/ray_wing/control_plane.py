@@ -1,16 +1,17 @@
-"""The control plane's one restartable place: the SageMaker, Application Auto Scaling and CloudWatch
-APIs, their state and their update step, the cluster's `GET /metrics` merge and CloudWatch's
-sampler, as a Serve application of one replica on the head node (`serving-control`).
+"""The control plane: the SageMaker, Application Auto Scaling and CloudWatch APIs, their state and
+their update step, the cluster's `GET /metrics` merge and CloudWatch's sampler, run in the registry's
+process on the head node (`control_seat` seats it there; it was a Serve application of its own, a
+Ray worker of ~110 MiB beside the registry it reads and writes).
 
-Every gateway authenticates an API call and hands it here (`call`); losing a gateway loses none of
-this, and losing this replica interrupts no invocation (Serve starts another, which restores the
-API's endpoints from its state file). What it reports is what every gateway routes with: it takes in
-a registry snapshot, and publishes the API's routing, only once every live gateway has applied it
-(`Registry.applied_everywhere`).
+Every gateway authenticates an API call and hands it here through the registry's handle (`call`);
+losing a gateway loses none of this, and losing the registry's process interrupts no invocation (Ray
+restarts it, and the control plane with it, which restores the API's endpoints from its state file).
+What it reports is what every gateway routes with: it takes in a registry snapshot, and publishes
+the API's routing, only once every live gateway has applied it (`Registry.applied_everywhere`).
 
 Its periodic work is three named tasks under `periodic`'s one policy (a failure logged, then a
 back-off), on a loop of their own: following the registry, the API's step (restore, then creates and
-updates) and CloudWatch's sampler.
+updates) and CloudWatch's sampler. The `/metrics` merge runs on that loop too.
 """
 
 from __future__ import annotations
@@ -18,10 +19,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import Any
 
 import ray
-from ray import serve
-from ray.serve import Application
 
 from serving.cloudwatch.datapoints import RESOLUTION_S
 from serving.console.overview import ConsoleJson, endpoint_detail, overview
@@ -31,10 +31,8 @@ from serving.documents import ApiJson
 from serving.gateway.variants import Front
 from serving.metrics.exposition import MetricsRoute
 from serving.ray_wing.gateway_counters import published
-from serving.ray_wing.names import ON_HEAD
 from serving.ray_wing.operations import control_token, delete_endpoint, deploy_endpoint
 from serving.ray_wing.periodic import PeriodicLoop
-from serving.ray_wing.registry import registry_handle
 from serving.sagemaker_api.routes import Answer
 from serving.sagemaker_api.service import ControlApi
 from serving.settings import ServerSettings, SettingsJson
@@ -52,14 +50,15 @@ IDLE_NODES_S = (
 APPLIED_WAIT_S = (
     5.0  # the longest it waits for every gateway to apply a version (a gateway may have just died)
 )
+SCRAPE_TIMEOUT_S = 10.0  # Prometheus's default scrape timeout
 
 
 class ControlPlane:
-    """A Serve replica running the control-plane API over the registry."""
+    """The control-plane API over the registry whose process runs it (`registry`: its handle)."""
 
-    def __init__(self, settings: SettingsJson) -> None:
+    def __init__(self, settings: SettingsJson, registry: Any) -> None:
         self.settings = ServerSettings(**settings)
-        self.registry = registry_handle()
+        self.registry = registry
         self.token = control_token()
         self.board = StatusBoard()
         self.version, self.epoch = -1, None
@@ -78,33 +77,32 @@ class ControlPlane:
             },
         )
 
-    async def call(self, prefix: str, operation: str, document: ApiJson) -> Answer:
+    def call(self, prefix: str, operation: str, document: ApiJson) -> Answer:
         """One authorized API call (a gateway authenticated and authorized it)."""
-        return await asyncio.to_thread(self.api.call, prefix, operation, document)
+        return self.api.call(prefix, operation, document)
 
-    async def console(self, endpoint: str | None) -> ConsoleJson | None:
+    def console(self, endpoint: str | None) -> ConsoleJson | None:
         """The operator console's data (the gateway authorized its viewer): every endpoint (None),
         or one endpoint whole (None: no such endpoint), in one call."""
         descriptions = self.board.descriptions
         if endpoint is None:
-            return await asyncio.to_thread(overview, self.api, descriptions)
-        return await asyncio.to_thread(endpoint_detail, self.api, descriptions, endpoint)
+            return overview(self.api, descriptions)
+        return endpoint_detail(self.api, descriptions, endpoint)
 
-    async def scrape(self, local: bytes, gateway: str) -> bytes:
+    def scrape(self, local: bytes, gateway: str) -> bytes:
         """`GET /metrics` of the gateway `gateway`: its own series (`local`, current) with every
         node's replica metrics and every other gateway's published counters, merged here rather than
-        on the data path."""
-        return await self.metrics.scrape(local, skip=gateway)
+        on the data path (on the periodic loop, which owns the scrapes' HTTP session)."""
+        merged = self.periodic.submit(self.metrics.scrape(local, skip=gateway))
+        return merged.result(SCRAPE_TIMEOUT_S)
 
-    def check_health(self) -> None:
-        stopped = self.periodic.stopped()
-        if stopped:
-            raise RuntimeError(f"the control plane's periodic tasks stopped: {', '.join(stopped)}")
+    def stopped(self) -> list[str]:
+        """Its periodic tasks that no longer run (`control_seat` then starts it afresh)."""
+        return self.periodic.stopped()
 
-    def __del__(self) -> None:
-        """Serve stops this replica: its periodic tasks end first."""
-        if hasattr(self, "periodic"):
-            self.periodic.close()
+    def close(self) -> None:
+        """Replaced or stopped: its periodic tasks end first."""
+        self.periodic.close()
 
     def wait_applied(self, version: int) -> None:
         """Wait, bounded, until every live gateway routes with `version` of the registry."""
@@ -148,8 +146,7 @@ class _Sampler:
 
     def __init__(self, control: ControlPlane) -> None:
         self.control = control
-        # Its own: an aiohttp session belongs to one event loop, and the scrapes run on the
-        # replica's.
+        # Its own, though on the same loop as the gateways' scrapes: each keeps its peers' parse.
         self.source = MetricsRoute(
             [], metrics_export_urls, peers=lambda: asyncio.to_thread(published)
         )
@@ -219,17 +216,3 @@ async def metrics_export_urls() -> list[str]:
         for node in nodes
         if node.get("Alive") and node.get("MetricsExportPort")
     ]
-
-
-def control_plane_target(settings: ServerSettings) -> Application:
-    """The control plane as a bound Serve deployment (`server_start` deploys it, or replaces it
-    with new settings, beside the gateways)."""
-    control = serve.deployment(ControlPlane).options(  # type: ignore[attr-defined]  # Ray's overloads
-        name="control",
-        num_replicas=1,
-        # calls queue in the replica, behind the API's one lock, not in each gateway
-        max_ongoing_requests=64,
-        health_check_period_s=5,
-        ray_actor_options={"num_cpus": 0, "resources": ON_HEAD},
-    )
-    return control.bind(settings.model_dump())

@@ -11,7 +11,6 @@ from typing import Any
 
 import ray
 from prometheus_client import generate_latest
-from ray import serve
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -46,7 +45,6 @@ from serving.open_inference.rest import OpenInferenceRoutes
 from serving.ray_wing.async_journal import HEARTBEAT_S, GcsJournal
 from serving.ray_wing.gateway_counters import PUBLISH_S as COUNTERS_PUBLISH_S
 from serving.ray_wing.gateway_counters import GatewayCounters
-from serving.ray_wing.names import CONTROL_APP
 from serving.ray_wing.operations import (
     control_token,
     delete_endpoint,
@@ -96,7 +94,6 @@ class Gateway:
             local_hosts=local_hosts(self.settings.locality_routing, ray.util.get_node_ip_address()),
         )
         self.router = Router(self.settings, self.transport)
-        self._control_plane: Any = None  # the control plane's handle, made on first use
         # this gateway process's unfinished async requests
         self.journal = GcsJournal(owner=uuid.uuid4().hex)
         self.journal.beat()
@@ -163,7 +160,7 @@ class Gateway:
         return ConsoleRoutes(access, self._read_console)
 
     async def _read_console(self, endpoint: str | None) -> ConsoleJson | None:
-        call = self._control_plane_handle().console.remote(endpoint)
+        call = self.registry.console.remote(self._control, endpoint)
         try:
             return await asyncio.wait_for(call, METRICS_TIMEOUT_S)
         except TimeoutError:
@@ -252,11 +249,6 @@ class Gateway:
     async def _publish_counters(self) -> None:
         await asyncio.to_thread(lambda: self.counters.publish(generate_latest(REGISTRY)))
 
-    def _control_plane_handle(self) -> Any:
-        if self._control_plane is None:
-            self._control_plane = serve.get_app_handle(CONTROL_APP)
-        return self._control_plane
-
     async def _metrics(self, request: Request) -> Response:
         """`GET /metrics`: this gateway's own series, current, merged by the control plane with
         every node's and every other gateway's (what Prometheus scrapes from any gateway is the
@@ -268,7 +260,7 @@ class Gateway:
         )
         try:
             body = await asyncio.wait_for(
-                self._control_plane_handle().scrape.remote(local, self.reader), METRICS_TIMEOUT_S
+                self.registry.scrape.remote(self._control, local, self.reader), METRICS_TIMEOUT_S
             )
         except TimeoutError:
             raise ServiceUnavailableError(
@@ -277,8 +269,9 @@ class Gateway:
         return Response(body, media_type=CONTENT_TYPE)
 
     async def _dispatch_api(self, prefix: str, operation: str, document: ApiJson) -> Answer:
-        """An authorized API call, run by the control plane (`control_plane`), bounded in time."""
-        call = self._control_plane_handle().call.remote(prefix, operation, document)
+        """An authorized API call, run by the control plane (`control_plane`, in the registry's
+        process), bounded in time."""
+        call = self.registry.api_call.remote(self._control, prefix, operation, document)
         try:
             return await asyncio.wait_for(call, API_CALL_TIMEOUT_S)
         except TimeoutError:

@@ -7,7 +7,6 @@ from serving.protocol import RAY_NAMESPACE as NAMESPACE
 from serving.protocol import REGISTRY_ACTOR as REGISTRY_NAME
 
 GATEWAY_APP = "serving-gateway"
-CONTROL_APP = "serving-control"  # the control-plane API (`control_plane`)
 
 
 # Control-plane actors live on the head node, which outlives worker nodes.

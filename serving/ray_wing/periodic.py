@@ -2,10 +2,9 @@
 step, logs a failure with the task's name and keeps going, waiting at least `BACKOFF_S` after one (a
 registry or GCS that is restarting is not hammered), and stops when it is cancelled.
 
-The gateway runs its tasks on its server's event loop (`every`); the control plane, whose replica
-loop hands the API's calls to a thread pool they can fill while they wait for the API's lock, runs
-its own on a loop of their own (`PeriodicLoop`), so that reading the registry never waits for a
-thread behind them.
+The gateway runs its tasks on its server's event loop (`every`); the control plane, whose API calls
+arrive on the registry's threads and wait there for the API's lock, runs its own on a loop of their
+own (`PeriodicLoop`), so that reading the registry never waits for a thread behind them.
 """
 
 from __future__ import annotations
@@ -14,7 +13,8 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import TypeVar
 
 __all__ = ["BACKOFF_S", "PeriodicLoop", "every"]
 
@@ -23,6 +23,7 @@ logger = logging.getLogger("serving.periodic")
 BACKOFF_S = 1.0
 
 Step = Callable[[], Awaitable[object]]
+T = TypeVar("T")
 
 
 def every(name: str, step: Step, interval_s: float) -> asyncio.Task[None]:
@@ -56,6 +57,10 @@ class PeriodicLoop:
             return [every(task, step, interval_s) for task, (step, interval_s) in steps.items()]
 
         self.tasks = asyncio.run_coroutine_threadsafe(start(), self._loop).result()
+
+    def submit(self, coroutine: Coroutine[object, object, T]) -> concurrent.futures.Future[T]:
+        """Run `coroutine` on this loop (what must share its tasks' loop, as an HTTP session does)."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
 
     def stopped(self) -> list[str]:
         """The tasks that no longer run (all of them once the loop's thread has ended): a health

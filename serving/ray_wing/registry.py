@@ -1,5 +1,5 @@
-"""The registry actor: the control plane's state, kept in Ray's GCS key-value store, and the
-long poll that hands it to every gateway (its reconcile loop: `reconcile`)."""
+"""The registry actor: the control plane's state, kept in Ray's GCS key-value store, the long poll
+that hands it to every gateway (its reconcile loop: `reconcile`), and the control plane itself."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from serving.control.records import (
     VersionsUpdate,
 )
 from serving.ray_wing.cluster import NAMESPACE, cluster_secret
+from serving.ray_wing.control_seat import CONTROL_CALLS, ControlSeat
 from serving.ray_wing.gateway_readers import GatewayReaders
 from serving.ray_wing.kv_store import KvStore
 from serving.ray_wing.names import ON_HEAD, REGISTRY_NAME
@@ -40,14 +41,15 @@ UPDATE_TIMEOUT_S = 900.0  # a new version not ready within this long is rolled b
 # the longest a snapshot call waits for a change (the gateway's long poll)
 SNAPSHOT_MAX_WAIT_S = 30.0
 
-
 _KV_ENDPOINT, _KV_SCALING, _KV_AWAITED, _KV_API = b"endpoint/", b"scaling/", b"awaited/", b"api/"
 
-
 # Snapshots run in a group of their own: a gateway's long poll waits there without holding up
-# registrations. (Ray's stubs lack concurrency_groups.)
-@ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1, concurrency_groups={"snapshots": 64})  # type: ignore[call-overload]
-class Registry:
+# registrations; so do the control plane's calls (`control_seat`). (Ray's stubs lack them.)
+_GROUPS = {"snapshots": 64, "control": CONTROL_CALLS}
+
+
+@ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1, concurrency_groups=_GROUPS)  # type: ignore[call-overload]
+class Registry(ControlSeat):
     """The control plane's state and reconciler: endpoints (desired and active), live replicas,
     statuses. Every change is written through to Ray's GCS key-value store, so a restarted registry
     (or a new one after `serving up` restarts on a cluster) carries on where the last stopped: same
@@ -90,12 +92,12 @@ class Registry:
             self.root_secret, self._feed_current, self.readers.asked, self._store
         )
         self._restore()
-        # here, not above: whoever holds a handle imports this module (Ray loads the actor's class),
-        # and the loop brings Serve, which a container host does not otherwise import
+        # here: a handle's holder (a container host) imports this module, and the loop brings Serve
         from serving.ray_wing.reconcile import Reconciler
 
         self._reconciler = Reconciler(self)
         self._reconciler.start()
+        self._seat_control()
 
     def _restore(self) -> None:
         for name, data in self._store.load(_KV_ENDPOINT).items():

@@ -1,5 +1,5 @@
-"""Starting a server's Serve applications: the control plane and the gateways together, with the
-caller's endpoints alongside, so that their replicas start at once rather than one after another."""
+"""Starting a server: the registry with the control plane in it, the gateways (a Serve application)
+and the caller's endpoints alongside, so that they start at once rather than one after another."""
 
 from __future__ import annotations
 
@@ -14,10 +14,9 @@ from ray.serve import Application
 
 from serving.autoscaling.config import ServeOptions
 from serving.ray_wing.container_host import host_on
-from serving.ray_wing.control_plane import control_plane_target
 from serving.ray_wing.gateway import Gateway
 from serving.ray_wing.gateway_count import autoscaling_config
-from serving.ray_wing.names import CONTROL_APP, GATEWAY_APP
+from serving.ray_wing.names import GATEWAY_APP
 from serving.ray_wing.operations import control_token
 from serving.ray_wing.registry import registry_handle
 from serving.ray_wing.serve_status import serve_status
@@ -34,9 +33,9 @@ def start_gateway(
     exclusive: bool = False,
     meanwhile: Callable[[ServerSettings], object] | None = None,
 ) -> ServerSettings:
-    """Start Serve without its own proxy, the registry, the control plane and the gateways
-    (`gateways_per_node` on every node, sharing the port); returns the settings they serve with
-    (`gateway_url` formats this machine's).
+    """Start Serve without its own proxy, the registry with the control plane in it, and the
+    gateways (`gateways_per_node` on every node, sharing the port); returns the settings they serve
+    with (`gateway_url` formats this machine's).
 
     Port 0 is resolved here (the gRPC port too), to a port free on this machine (where the head node
     is, for the embedded server), so that a gateway that Serve restarts binds the same port again
@@ -44,10 +43,11 @@ def start_gateway(
     share theirs with SO_REUSEPORT, so another server of this user would otherwise share it
     silently); a server joining a cluster may find its own gateways there.
 
-    The control plane and the gateways are deployed in one call and `meanwhile(settings)` runs
-    while their replicas start (`serving up` deploys its endpoints there), so that every replica
-    starts at once; this returns once both applications run. A gateway that takes an API call
-    before the control plane runs holds it until it does (`API_CALL_TIMEOUT_S`).
+    The control plane starts in the registry's process while the gateways deploy, and
+    `meanwhile(settings)` runs while their replicas start (`serving up` deploys its endpoints
+    there), so that everything starts at once; this returns once the control plane and the gateways
+    run. A gateway that takes an API call before the control plane runs holds it until it does
+    (`API_CALL_TIMEOUT_S`).
     """
     if settings.port == 0 or exclusive:
         settings = settings.model_copy(update={"port": _free_port(settings.host, settings.port)})
@@ -67,6 +67,7 @@ def start_gateway(
         )
     serve.start(proxy_location="Disabled")
     _start_registry(feed_host(settings))
+    control = registry_handle().start_control.remote(control_token(), settings.model_dump())
     if settings.node_hosts:
         _start_container_host()
     gateway = serve.deployment(Gateway).options(  # type: ignore[attr-defined]  # Ray's overloads
@@ -80,15 +81,10 @@ def start_gateway(
     )
     # One gateway on one machine (the embedded server's default) binds its ports for itself alone.
     share_port = not (exclusive and per_node == 1)
-    _deploy_without_waiting(
-        {
-            CONTROL_APP: control_plane_target(settings),
-            GATEWAY_APP: gateway.bind(settings.model_dump(), share_port),
-        }
-    )
+    _deploy_without_waiting({GATEWAY_APP: gateway.bind(settings.model_dump(), share_port)})
     if meanwhile is not None:
         meanwhile(settings)
-    _wait_running(CONTROL_APP, "could not start the control plane")
+    _wait_control(control)
     _wait_running(
         GATEWAY_APP, f"could not start the endpoint server on {settings.host}:{settings.port}"
     )
@@ -124,6 +120,23 @@ def _deploy_without_waiting(applications: dict[str, Application]) -> None:
         wait_for_ingress_deployment_creation=False,
         wait_for_applications_running=False,
     )
+
+
+def _wait_control(started: ray.ObjectRef) -> None:
+    """Wait, bounded, until the registry runs the control plane; raise with its reason if it could
+    not start (`control_seat`)."""
+    try:
+        allowed = ray.get(started, timeout=START_TIMEOUT_S)
+    except ray.exceptions.GetTimeoutError:
+        raise RuntimeError(
+            f"could not start the control plane: not running after {START_TIMEOUT_S:.0f} s"
+        ) from None
+    except ray.exceptions.RayTaskError as error:
+        raise RuntimeError(f"could not start the control plane: {error.cause}") from None
+    if not allowed:
+        raise RuntimeError(
+            "could not start the control plane: the registry refused this process's token"
+        )
 
 
 def _wait_running(application: str, failure: str) -> None:

@@ -1235,12 +1235,11 @@ def test_a_shadow_gets_its_sampled_copies_and_its_failures_cost_callers_nothing(
 
 
 def _control_plane(server: Served) -> psutil.Process:
-    """The control plane's replica: a Ray worker of this module's own server titled after its Serve
-    application."""
+    """The control plane's process: the registry's Ray worker of this module's own server."""
     found = [
         p
         for p in psutil.Process(server.process.pid).children(recursive=True)
-        if "ServeReplica:serving-control" in " ".join(p.cmdline())
+        if " ".join(p.cmdline()).startswith("ray::Registry")
     ]
     assert len(found) == 1, found
     return found[0]
@@ -1250,9 +1249,9 @@ def test_the_control_plane_killed_under_load_interrupts_no_invocation(
     api_server, clients, handler_models
 ):
     # Issue 43: the SageMaker API, its state and its update step ran inside the gateway, on the data
-    # path. They now run in a Serve replica of their own: killing it costs no invocation, and once
-    # Serve has replaced it the API answers with every endpoint as it was (restored from its state
-    # file).
+    # path. They now run in the registry's process (a Serve replica of their own until issue 60):
+    # killing it costs no invocation, and once Ray has restarted it the API answers with every
+    # endpoint as it was (restored from its state file).
     sm, _, _ = clients
     sm.create_model(
         ModelName="api-kept-model",
@@ -1277,8 +1276,8 @@ def test_the_control_plane_killed_under_load_interrupts_no_invocation(
             time.sleep(1)
             control.send_signal(signal.SIGKILL)
             # An API call made at once, by a client with botocore's default retries, succeeds: it
-            # waits in the gateway for the new replica (at most 60 s), or botocore retries what
-            # failed.
+            # waits in the gateway for the restarted process (at most 60 s), or botocore retries
+            # what failed.
             patient = boto3.client(
                 "sagemaker",
                 endpoint_url=api_server.url,

@@ -297,3 +297,23 @@ def test_the_embedded_gateways_ports_admit_no_second_listener(server) -> None:
             intruder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             with pytest.raises(OSError):
                 intruder.bind(("127.0.0.1", port))
+
+
+def test_the_control_planes_calls_need_the_capability(server) -> None:
+    # The control plane runs in the registry's process: a caller without the control token can
+    # neither make an API call there (here: delete an endpoint), nor read the console's data, nor
+    # start it again with settings of its own. Until issue 60 it was a Serve application whose
+    # `call` any holder of Ray's token reached through a Serve handle.
+    from serving import protocol, ray_wing
+
+    registry = ray_wing.registry_handle()
+    guessed = "0" * 64
+    call = registry.api_call.remote(
+        guessed, protocol.SAGEMAKER_TARGET_PREFIX, "DeleteEndpoint", {"EndpointName": "it-secure"}
+    )
+    with pytest.raises(ray.exceptions.RayTaskError, match="refused api_call"):
+        ray.get(call, timeout=30)
+    with pytest.raises(ray.exceptions.RayTaskError, match="refused console"):
+        ray.get(registry.console.remote(guessed, None), timeout=30)
+    assert ray.get(registry.start_control.remote(guessed, {"port": 1}), timeout=30) is False
+    assert server.client.describe_endpoint("it-secure")["EndpointStatus"] == "InService"
