@@ -133,7 +133,7 @@ def per_container(ours: dict[str, Any], floor_mb: float | None = None) -> list[s
             else ""
         )
         + "everything else (the driver, Ray's own "
-        "processes, the Serve controller, the registry, the gateway and control-plane replicas, idle "
+        "processes, the Serve controller, the registry with the control plane, the gateway replica, idle "
         f"workers) {system:,.0f} MiB "
         f"({system / total:.0%}).",
     ]
