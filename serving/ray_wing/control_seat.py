@@ -47,7 +47,7 @@ class ControlSeat:
         settings = self._store.load(_KV_CONTROL).get("settings")
         if settings is not None:
             threading.Thread(
-                target=self._start_control_plane,
+                target=self._restart_control_plane,
                 args=(settings,),
                 name="control-start",
                 daemon=True,
@@ -80,6 +80,8 @@ class ControlSeat:
         return self._running_control(token, "scrape").scrape(local, gateway)
 
     def _start_control_plane(self, settings: dict[str, Any]) -> None:
+        """Start the control plane with `settings` unless it runs with them; one that cannot start
+        raises, and the one running (if any) goes on."""
         from serving.ray_wing.control_plane import ControlPlane
 
         with self._control_lock:
@@ -90,11 +92,20 @@ class ControlSeat:
                 and not current.stopped()
             ):
                 return
+            self._control_plane = ControlPlane(settings, self._own_handle())
             if current is not None:
                 current.close()
-                self._control_plane = None
-            self._control_plane = ControlPlane(settings, ray.get_runtime_context().current_actor)
             self._control_ready.set()
+
+    def _restart_control_plane(self, settings: dict[str, Any]) -> None:
+        try:
+            self._start_control_plane(settings)
+        except Exception:
+            logger.exception("the control plane did not start again with its stored settings")
+
+    def _own_handle(self) -> Any:
+        """This actor's handle, which the control plane calls the registry through."""
+        return ray.get_runtime_context().current_actor
 
     def _running_control(self, token: str, what: str) -> Any:
         """The running control plane, started afresh if its periodic tasks stopped; waits, bounded,
