@@ -221,10 +221,11 @@ _finder = _CodeFinder()
 def _forget(package: str, folder: str) -> None:
     with _lock:
         _packages.pop(package, None)
+        # a copy of the names first: another thread's import may add to sys.modules meanwhile
         for name in [
-            name for name in sys.modules if name == package or name.startswith(package + ".")
+            name for name in list(sys.modules) if name == package or name.startswith(package + ".")
         ]:
-            del sys.modules[name]
+            sys.modules.pop(name, None)
         sys.path_importer_cache.pop(folder, None)
         if not _packages and _finder in sys.meta_path:
             sys.meta_path.remove(_finder)
