@@ -12,11 +12,18 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 
 from serving.ray_wing.kv_store import KvStore
+
+if TYPE_CHECKING:  # the control plane's modules load on `start_control` only
+    from serving.console.overview import ConsoleJson
+    from serving.documents import ApiJson
+    from serving.ray_wing.control_plane import ControlPlane
+    from serving.sagemaker_api.routes import Answer
+    from serving.settings import SettingsJson
 
 logger = logging.getLogger("serving.ray_wing.registry")
 
@@ -41,7 +48,7 @@ class ControlSeat:
 
     def _seat_control(self) -> None:
         """At the registry's start: start the control plane again if `serving up` had started it."""
-        self._control_plane: Any = None
+        self._control_plane: ControlPlane | None = None
         self._control_lock = threading.Lock()
         self._control_ready = threading.Event()
         settings = self._store.load(_KV_CONTROL).get("settings")
@@ -54,7 +61,7 @@ class ControlSeat:
             ).start()
 
     @ray.method(concurrency_group="control")
-    def start_control(self, token: str, settings: dict[str, Any]) -> bool:
+    def start_control(self, token: str, settings: SettingsJson) -> bool:
         """Run the control plane with `settings` (`serving up`), replacing one with other settings;
         whether allowed. A control plane that cannot start raises its reason (a model root that
         holds the server's secrets, say) and nothing is stored."""
@@ -65,12 +72,12 @@ class ControlSeat:
         return True
 
     @ray.method(concurrency_group="control")
-    def api_call(self, token: str, prefix: str, operation: str, document: Any) -> Any:
+    def api_call(self, token: str, prefix: str, operation: str, document: ApiJson) -> Answer:
         """One API call that a gateway authenticated and authorized (`ControlPlane.call`)."""
         return self._running_control(token, "api_call").call(prefix, operation, document)
 
     @ray.method(concurrency_group="control")
-    def console(self, token: str, endpoint: str | None) -> Any:
+    def console(self, token: str, endpoint: str | None) -> ConsoleJson | None:
         """The operator console's data (`ControlPlane.console`)."""
         return self._running_control(token, "console").console(endpoint)
 
@@ -79,7 +86,7 @@ class ControlSeat:
         """A gateway's `GET /metrics`, merged (`ControlPlane.scrape`)."""
         return self._running_control(token, "scrape").scrape(local, gateway)
 
-    def _start_control_plane(self, settings: dict[str, Any]) -> None:
+    def _start_control_plane(self, settings: SettingsJson) -> None:
         """Start the control plane with `settings` unless it runs with them; one that cannot start
         raises, and the one running (if any) goes on."""
         from serving.ray_wing.control_plane import ControlPlane
@@ -97,7 +104,7 @@ class ControlSeat:
                 current.close()
             self._control_ready.set()
 
-    def _restart_control_plane(self, settings: dict[str, Any]) -> None:
+    def _restart_control_plane(self, settings: SettingsJson) -> None:
         try:
             self._start_control_plane(settings)
         except Exception:
@@ -107,14 +114,14 @@ class ControlSeat:
         """This actor's handle, which the control plane calls the registry through."""
         return ray.get_runtime_context().current_actor
 
-    def _running_control(self, token: str, what: str) -> Any:
+    def _running_control(self, token: str, what: str) -> ControlPlane:
         """The running control plane, started afresh if its periodic tasks stopped; waits, bounded,
         for `serving up` to start one."""
         if not self._allowed(token, what):
             raise PermissionError(f"the registry refused {what} without the control plane's token")
-        if not self._control_ready.wait(READY_WAIT_S):
+        plane = self._control_plane if self._control_ready.wait(READY_WAIT_S) else None
+        if plane is None:
             raise ControlNotRunning("no control plane runs: `serving up` has not started it")
-        plane = self._control_plane
         stopped = plane.stopped()
         if stopped:
             logger.error(
@@ -122,4 +129,5 @@ class ControlSeat:
                 ", ".join(stopped),
             )
             self._start_control_plane(plane.settings.model_dump())
-        return self._control_plane
+            plane = self._control_plane or plane
+        return plane
