@@ -36,18 +36,8 @@ from serving.cloudwatch.datapoints import (
 from serving.cloudwatch.sampler import Dimensions, Key, Sampler, Served
 from serving.documents import ApiJson
 
-__all__ = ["OPERATIONS", "CloudWatchApi"]
+__all__ = ["CloudWatchApi"]
 
-OPERATIONS = (
-    "PutMetricAlarm",
-    "DescribeAlarms",
-    "DeleteAlarms",
-    "SetAlarmState",
-    "DescribeAlarmHistory",
-    "GetMetricStatistics",
-    "GetMetricData",
-    "ListMetrics",
-)
 MAX_ALARMS = 1000
 HISTORY_KEPT = 100  # history items kept per alarm
 D = TypeVar("D")

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from serving.console.series import axis, series
 from serving.documents import ApiJson
 from serving.errors import ApiValidationError
 from serving.protocol import DEFAULT_VARIANT
-from serving.sagemaker_api.service import ControlApi
+
+if TYPE_CHECKING:  # the gateway imports this module; the API itself runs in the control plane
+    from serving.sagemaker_api.service import ControlApi
 
 __all__ = ["ConsoleJson", "endpoint_detail", "overview", "visible"]
 

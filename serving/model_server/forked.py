@@ -24,13 +24,14 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from serving.model_server.container_config import ContainerConfig, template_environment
 from serving.model_server.fork_template import MAX_FDS, STACK_IMPORTS
 from serving.private_files import private_folder
 
-__all__ = ["ForkedProcess", "forkable", "start"]
+__all__ = ["ForkedProcess", "forkable", "stacks_to_warm", "start", "warm"]
 
 logger = logging.getLogger("serving.container_process")
 
@@ -46,16 +47,40 @@ def forkable(config: ContainerConfig) -> str | None:
     """Why `config`'s process must start fresh, or None if it may be forked from a template."""
     if not config.fork_template:
         return "fork_templates is off"
-    if config.image not in STACK_IMPORTS:
-        return f"no template for the {config.image} stack"
-    if config.gpus > 0:
+    return _unforkable(config.image, config.environment, config.gpus)
+
+
+def _unforkable(image: str, environment: Mapping[str, str], gpus: float) -> str | None:
+    if image not in STACK_IMPORTS:
+        return f"no template for the {image} stack"
+    if gpus > 0:
         return "a GPU container"
-    named = sorted(name for name in config.environment if not name.startswith(_NEUTRAL_PREFIXES))
+    named = sorted(name for name in environment if not name.startswith(_NEUTRAL_PREFIXES))
     if named:
         return f"its Environment names {', '.join(named[:3])}"
     if not hasattr(os, "pidfd_open") or not sys.platform.startswith("linux"):
         return "no pidfd on this system"
     return None
+
+
+def stacks_to_warm(containers: Iterable[tuple[str, Mapping[str, str], float]]) -> list[str]:
+    """The stacks whose templates these containers (image, environment, GPUs) would fork from."""
+    return sorted(
+        {image for image, env, gpus in containers if _unforkable(image, env, gpus) is None}
+    )
+
+
+def warm(stack: str) -> bool:
+    """Start this machine's template for `stack` ahead of its first container (a server that is
+    starting knows its containers' stacks before they are placed); whether one runs. Unused, it
+    exits after `fork_template.LINGER_S`."""
+    if stack not in STACK_IMPORTS:
+        return False
+    connection = _template(stack)
+    if connection is None:
+        return False
+    connection.close()
+    return True
 
 
 def _folder() -> Path:

@@ -58,6 +58,14 @@ EMBEDDED_RAY_ENVIRONMENT = {
 _ROOT_KV_KEY = b"serving-root-secret"  # only used by a cluster that runs without authentication
 
 _token_dir: str | None = None
+_quiet_serve = False
+
+
+def quiet_serve_notices() -> None:
+    """Keep Serve's notices off the console of the embedded server's process (unless
+    SERVING_RAY_LOGS=1); again after Serve is imported, which sets its logger's level itself."""
+    if _quiet_serve:
+        logging.getLogger("ray.serve").setLevel(logging.WARNING)
 
 
 class UnauthenticatedClusterError(RuntimeError):
@@ -90,10 +98,10 @@ def start_local_ray(num_cpus: int | None = None, log_to_driver: bool | None = No
         value,
     ) in EMBEDDED_RAY_ENVIRONMENT.items():  # read by the raylet ray.init starts, and its workers
         os.environ.setdefault(name, value)
-    if (
-        os.environ.get("SERVING_RAY_LOGS", "0") != "1"
-    ):  # Serve's notices in this process ("Started Serve", ...)
-        logging.getLogger("ray.serve").setLevel(logging.WARNING)
+    global _quiet_serve
+    # Serve's notices in this process ("Started Serve", ...), from here and once Serve is imported
+    _quiet_serve = os.environ.get("SERVING_RAY_LOGS", "0") != "1"
+    quiet_serve_notices()
     logging_to_driver = (
         os.environ.get("SERVING_RAY_LOGS", "0") == "1" if log_to_driver is None else log_to_driver
     )

@@ -17,6 +17,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from serving.model_server import forked
 from serving.ray_wing.names import NAMESPACE
 from serving.ray_wing.replica import SupervisedContainer
 
@@ -59,6 +60,16 @@ class ContainerHost:
             container.stop()
             raise RuntimeError(f"replica {replica} was stopped while it started")
         return container.data_port()
+
+    def warm(self, stack: str) -> bool:
+        """Start this machine's template for `stack` now, while the server that will place its
+        containers here is still starting (`forked.warm`); whether one runs. A stack name only, from
+        a fixed set: nothing else a caller chose reaches the template."""
+        try:
+            return forked.warm(stack)
+        except Exception:  # a container starting later starts the template itself, or fresh
+            logger.exception("could not start the %s template ahead of its containers", stack)
+            return False
 
     def stop(self, replica: str) -> bool:
         """Deregister and drain one replica (a start in progress is stopped once it returns);

@@ -27,8 +27,8 @@ import ray
 from serving import protocol
 from serving.config.spec import EndpointSpec
 from serving.control.records import EndpointDescription, Snapshot
+from serving.model_server import forked
 from serving.ray_wing.cluster import connect_cluster, start_local_ray, stop_local_ray
-from serving.ray_wing.gateway import gateway_url
 from serving.ray_wing.operations import (
     delete_endpoint,
     deploy_endpoint,
@@ -38,7 +38,7 @@ from serving.ray_wing.operations import (
     shutdown,
 )
 from serving.ray_wing.registry import registry_handle
-from serving.ray_wing.server_start import start_gateway
+from serving.ray_wing.server_start import gateway_url, start_gateway
 from serving.settings import ServerSettings
 
 SETTLED = ("InService", "Failed")
@@ -165,15 +165,27 @@ class EmbeddedServer:
             self._ray = "embedded"
         if self._after_ray_start is not None:
             self._after_ray_start()
-        # Before the gateway starts: its first 200 on /ping then means these endpoints route (issue
-        # 43).
-        expect_endpoints([spec.EndpointName for spec in self.specs])
         # The endpoints are deployed while the control plane and the gateways start: every
-        # replica starts at once.
+        # replica starts at once. They are expected before any gateway starts: its first 200 on
+        # /ping then means these endpoints route (issue 43).
         self.settings = start_gateway(
-            self.settings, exclusive=not self.address, meanwhile=self._deploy_specs
+            self.settings,
+            exclusive=not self.address,
+            meanwhile=self._deploy_specs,
+            expected=[spec.EndpointName for spec in self.specs],
+            stacks=self._stacks(),
         )
         self.url = gateway_url(self.settings)
+
+    def _stacks(self) -> list[str]:
+        """The stacks whose templates this server's first containers will fork from."""
+        if not self.settings.fork_templates:
+            return []
+        return forked.stacks_to_warm(
+            (container.Image, container.Environment, container.Resources.Gpus)
+            for spec in self.specs
+            for container in spec.Containers
+        )
 
     def _deploy_specs(self, settings: ServerSettings) -> None:
         self.settings = settings  # the ports resolved: the endpoints' records carry them

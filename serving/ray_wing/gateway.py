@@ -54,8 +54,7 @@ from serving.ray_wing.operations import (
 from serving.ray_wing.periodic import every
 from serving.ray_wing.registry import registry_handle
 from serving.ray_wing.registry_follower import RegistryFollower
-from serving.sagemaker_api.routes import Answer
-from serving.sagemaker_api.service import api_routes
+from serving.sagemaker_api.routes import Answer, api_routes
 from serving.settings import ServerSettings, SettingsJson
 from serving.tracing import spans as tracing
 from serving.trust import keys
@@ -298,12 +297,3 @@ API_CALL_TIMEOUT_S = 60.0
 # a registry snapshot call waits this long for a change before answering "none"
 REGISTRY_WAIT_S = 10.0
 DROP_CHECK_S = 0.25  # how often replicas found unreachable are reported to the registry
-
-
-# --- control-plane operations ---------------------------------------------------------
-def gateway_url(settings: ServerSettings) -> str:
-    """This machine's gateway URL, as its server formats it, made here: a call through the handle
-    would start a Serve router in this process, whose long poll of the controller fails noisily when
-    Serve shuts down."""
-    host = f"[{settings.host}]" if ":" in settings.host else settings.host
-    return f"http://{host}:{settings.port}"

@@ -6,7 +6,6 @@ import time
 from functools import lru_cache
 
 import ray
-from ray import serve
 
 from serving.config.spec import EndpointSpec
 from serving.control.container_versions import (
@@ -111,6 +110,8 @@ def shutdown(timeout: float = 30.0) -> None:
             pass  # never started
         deadline = time.monotonic() + timeout
         apps = list(serve_status())
+        from ray import serve  # here: the process that starts a server imports Serve once Ray runs
+
         for app in apps:
             serve.delete(app, _blocking=False)
         while apps and time.monotonic() < deadline:

@@ -6,32 +6,40 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import ray
-from ray import serve
-from ray.serve import Application
 
 from serving.autoscaling.config import ServeOptions
+from serving.ray_wing.cluster import quiet_serve_notices
 from serving.ray_wing.container_host import host_on
-from serving.ray_wing.gateway import Gateway
 from serving.ray_wing.gateway_count import autoscaling_config
 from serving.ray_wing.names import GATEWAY_APP
-from serving.ray_wing.operations import control_token
+from serving.ray_wing.operations import control_token, expect_endpoints
 from serving.ray_wing.registry import registry_handle
 from serving.ray_wing.serve_status import serve_status
 from serving.settings import ServerSettings
+
+if TYPE_CHECKING:
+    from ray.serve import Application
 
 # How long the control plane and the gateways may take to run (Serve's own wait has no bound).
 START_TIMEOUT_S = 300.0
 # How often their status is read meanwhile (Serve's own wait reads it once a second).
 POLL_S = 0.1
+# The gateway's class, which Serve imports in each gateway's process: by its path, so that the
+# process starting the server does not import it (the gateway's routes, console and codecs: ~0.5
+# CPU-seconds before Ray starts, docs/benchmarks/bench_server_up.md).
+GATEWAY_CLASS = "serving.ray_wing.gateway.Gateway"
 
 
 def start_gateway(
     settings: ServerSettings,
     exclusive: bool = False,
     meanwhile: Callable[[ServerSettings], object] | None = None,
+    expected: Sequence[str] = (),
+    stacks: Sequence[str] = (),
 ) -> ServerSettings:
     """Start Serve without its own proxy, the registry with the control plane in it, and the
     gateways (`gateways_per_node` on every node, sharing the port); returns the settings they serve
@@ -43,7 +51,11 @@ def start_gateway(
     share theirs with SO_REUSEPORT, so another server of this user would otherwise share it
     silently); a server joining a cluster may find its own gateways there.
 
-    The control plane starts in the registry's process while the gateways deploy, and
+    The registry's and this node's container host's Ray workers start while Serve's controller
+    does, and the host starts the templates of `stacks` (those its first containers fork from)
+    meanwhile. The endpoints `expected` are made known to the registry before any gateway starts:
+    a gateway's first 200 on /ping then means they route. The control plane starts in the
+    registry's process while the gateways deploy, and
     `meanwhile(settings)` runs while their replicas start (`serving up` deploys its endpoints
     there), so that everything starts at once; this returns once the control plane and the gateways
     run. A gateway that takes an API call before the control plane runs holds it until it does
@@ -65,13 +77,17 @@ def start_gateway(
             f"--gateways-per-node {per_node} is more than a node of this cluster has CPUs ({fewest}): each gateway "
             "of a node wants a core of its own"
         )
-    serve.start(proxy_location="Disabled")
-    _start_registry(feed_host(settings))
-    control = registry_handle().start_control.remote(control_token(), settings.model_dump())
+    registry = registry_handle()  # its worker starts now, beside the controller's and the host's
     if settings.node_hosts:
-        _start_container_host()
-    gateway = serve.deployment(Gateway).options(  # type: ignore[attr-defined]  # Ray's overloads
-        name="gateway",
+        _start_container_host(stacks)
+    _start_serve()  # Serve's controller; imported only now, while those workers start
+    _start_registry(feed_host(settings))
+    expect_endpoints(list(expected))
+    control = registry.start_control.remote(control_token(), settings.model_dump())
+    from ray import serve
+
+    # Serve's replica takes a class's path (its ReplicaConfig does); its decorator's type says a class
+    gateway = serve.deployment(name="gateway")(GATEWAY_CLASS).options(  # type: ignore[arg-type]
         # `per_node` on every live node
         autoscaling_config=autoscaling_config(per_node, len(nodes)),
         max_replicas_per_node=per_node,
@@ -97,15 +113,26 @@ def feed_host(settings: ServerSettings) -> str | None:
     return settings.container_host if settings.registry_feed else None
 
 
+def _start_serve() -> None:
+    """Serve's controller, without Serve's own proxy (the gateways take its place)."""
+    from ray import serve
+
+    quiet_serve_notices()
+    serve.start(proxy_location="Disabled")
+
+
 def _start_registry(feed: str | None) -> None:
     """The registry, started (or found) with its snapshot feed open on `feed`, or closed."""
     ray.get(registry_handle().open_feed.remote(control_token(), feed), timeout=60)
 
 
-def _start_container_host() -> None:
+def _start_container_host(stacks: Sequence[str]) -> None:
     """This node's container host, started with the rest rather than at the first deploy, whose
-    replicas would otherwise wait for its Ray worker too (`container_host`)."""
-    host_on(ray.get_runtime_context().get_node_id())
+    replicas would otherwise wait for its Ray worker too (`container_host`), and the templates of
+    `stacks` started in it, each on a thread of its own (a framework's import takes seconds)."""
+    host = host_on(ray.get_runtime_context().get_node_id())
+    for stack in stacks:
+        host.warm.remote(stack)
 
 
 def _deploy_without_waiting(applications: dict[str, Application]) -> None:
@@ -174,3 +201,11 @@ def _free_port(host: str, port: int) -> int:
         except OSError as error:
             raise RuntimeError(f"cannot bind {host}:{port}: {error.strerror}") from None
         return probe.getsockname()[1]
+
+
+def gateway_url(settings: ServerSettings) -> str:
+    """This machine's gateway URL, as its server formats it, made here: a call through the handle
+    would start a Serve router in this process, whose long poll of the controller fails noisily when
+    Serve shuts down."""
+    host = f"[{settings.host}]" if ":" in settings.host else settings.host
+    return f"http://{host}:{settings.port}"

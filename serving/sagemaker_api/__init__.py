@@ -4,8 +4,8 @@ Auto Scaling's, and CloudWatch's (the `cloudwatch` package), on the JSON protoco
 the spec (`config`), access control, the gateway's variant table and the error types; never Ray (the
 Ray wing passes in a `Deployer`) nor the model server.
 
-Modules: `routes` (`POST /`: authentication, IAM actions, audit), `service` (assembled from
-settings, each operation by name), `shapes` and `autoscaling_shapes` (requests, validated),
+Modules: `routes` (`POST /` on every gateway: authentication, IAM actions, audit; the operations it
+admits), `service` (assembled from settings where the control plane runs, each operation by name), `shapes` and `autoscaling_shapes` (requests, validated),
 `sagemaker` (SageMaker's operations assembled), one module per resource over one `api_context`:
 `models`, `endpoint_configs`, `endpoints`, and `variant_fleet` (each variant as a served endpoint,
 and the routes over them); `endpoint_update` (an update from its new generation through its steps to

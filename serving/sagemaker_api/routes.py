@@ -19,7 +19,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -27,11 +27,10 @@ from starlette.routing import Route
 
 from serving import protocol
 from serving.access.decision import AUDIT_LOGGER
-from serving.access.identities import Identities
+from serving.access.identities import Identities, load_identities
 from serving.access.policies import Decision, RequestContext, evaluate
 from serving.access.sigv4 import Authenticator, Caller
 from serving.cloudwatch.alarms import withheld
-from serving.cloudwatch.api import OPERATIONS as CLOUDWATCH_OPERATIONS
 from serving.documents import ApiJson
 from serving.errors import AccessDeniedError, ApiValidationError, UnknownApiOperationError
 from serving.gateway.body_budget import BodyBudget
@@ -39,13 +38,18 @@ from serving.gateway.router import raw_request
 from serving.http.bodies import read_bounded
 from serving.sagemaker_api.authorization import checks, metric_read
 
+if TYPE_CHECKING:
+    from serving.settings import ServerSettings
+
 __all__ = [
     "AUTOSCALING_OPERATIONS",
+    "CLOUDWATCH_OPERATIONS",
     "MAX_BODY_BYTES",
     "OPERATIONS",
     "SAGEMAKER_OPERATIONS",
     "Answer",
     "ApiRoutes",
+    "api_routes",
 ]
 
 # status, headers, body: what an operation answers, error or not
@@ -76,6 +80,16 @@ AUTOSCALING_OPERATIONS = (
     "DescribeScalingPolicies",
     "DeleteScalingPolicy",
     "DescribeScalingActivities",
+)
+CLOUDWATCH_OPERATIONS = (
+    "PutMetricAlarm",
+    "DescribeAlarms",
+    "DeleteAlarms",
+    "SetAlarmState",
+    "DescribeAlarmHistory",
+    "GetMetricStatistics",
+    "GetMetricData",
+    "ListMetrics",
 )
 OPERATIONS = {
     protocol.SAGEMAKER_TARGET_PREFIX: SAGEMAKER_OPERATIONS,
@@ -235,3 +249,22 @@ def _without_datapoints(answer: bytes) -> bytes:
     document = json.loads(answer)
     document["MetricAlarms"] = [withheld(alarm) for alarm in document.get("MetricAlarms", [])]
     return json.dumps(document).encode()
+
+
+def api_routes(
+    settings: ServerSettings,
+    dispatch: Callable[[str, str, ApiJson], Awaitable[Answer]],
+    budget: BodyBudget,
+) -> list[Route]:
+    """`POST /` on a gateway: authentication and authorization here, then `dispatch` to the control
+    plane. `budget`: the gateway's pre-authentication budget, which signed API bodies share with
+    invocations."""
+    identities = load_identities(settings.api_identities) if settings.api_identities else None
+    return ApiRoutes(
+        dispatch,
+        settings.region,
+        settings.account_id,
+        identities,
+        settings.api_anonymous_allowed,
+        budget,
+    ).routes()

@@ -1,6 +1,6 @@
 """The control-plane API assembled from server settings: its state and its services (`ControlApi`,
-run where the control plane runs), and the route that authenticates a call and hands it to them
-(`api_routes`, on every gateway).
+run where the control plane runs), and both in one process for tests (`build_api`). The route that
+authenticates a call and hands it to them runs on every gateway (`routes.api_routes`).
 """
 
 from __future__ import annotations
@@ -8,13 +8,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 from starlette.routing import Route
 
 from serving import protocol
-from serving.access.identities import load_identities
-from serving.cloudwatch.api import OPERATIONS as CLOUDWATCH_OPERATIONS
 from serving.cloudwatch.api import CloudWatchApi
 from serving.cloudwatch.sampler import Served
 from serving.documents import ApiJson
@@ -27,9 +25,10 @@ from serving.sagemaker_api.model_roots import check_model_roots
 from serving.sagemaker_api.resources import Deployer
 from serving.sagemaker_api.routes import (
     AUTOSCALING_OPERATIONS,
+    CLOUDWATCH_OPERATIONS,
     SAGEMAKER_OPERATIONS,
     Answer,
-    ApiRoutes,
+    api_routes,
 )
 from serving.sagemaker_api.sagemaker import SageMakerApi
 from serving.sagemaker_api.sealed import Sealer
@@ -37,7 +36,7 @@ from serving.sagemaker_api.state_file import KEY_SUFFIX
 from serving.sagemaker_api.translate import public_name
 from serving.settings import ServerSettings
 
-__all__ = ["ControlApi", "api_routes", "build_api"]
+__all__ = ["ControlApi", "build_api"]
 
 
 class ControlApi:
@@ -119,25 +118,6 @@ class ControlApi:
         except ServingError as error:
             return wire_error(error)
         return 200, {"content-type": protocol.AMZ_JSON}, json.dumps(answer).encode()
-
-
-def api_routes(
-    settings: ServerSettings,
-    dispatch: Callable[[str, str, ApiJson], Awaitable[Answer]],
-    budget: BodyBudget,
-) -> list[Route]:
-    """`POST /` on a gateway: authentication and authorization here, then `dispatch` to the control
-    plane. `budget`: the gateway's pre-authentication budget, which signed API bodies share with
-    invocations."""
-    identities = load_identities(settings.api_identities) if settings.api_identities else None
-    return ApiRoutes(
-        dispatch,
-        settings.region,
-        settings.account_id,
-        identities,
-        settings.api_anonymous_allowed,
-        budget,
-    ).routes()
 
 
 def build_api(

@@ -43,8 +43,8 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
         lambda names, expected=True: made.append(("expect" if expected else "withdraw", *names)),
     )
 
-    def start_gateway(settings, exclusive=False, meanwhile=None):
-        made.append(("start_gateway", settings))
+    def start_gateway(settings, exclusive=False, meanwhile=None, expected=(), stacks=()):
+        made.append(("start_gateway", settings, list(expected), list(stacks)))
         settings = settings.model_copy(update={"port": 43210})
         if meanwhile is not None:  # the endpoints deploy while the gateways start
             meanwhile(settings)
@@ -70,11 +70,19 @@ def test_embedded_ray_is_started_and_shut_down(calls) -> None:
         assert server.url == "http://127.0.0.1:43210" and server.settings.port == 43210
         assert server.names == ["ep"]
     names = [call[0] for call in calls]
-    assert names == ["start_local_ray", "expect", "start_gateway", "deploy", "shutdown"]
-    # before the gateway: its first 200 on /ping then means "ep" routes
-    assert calls[1] == ("expect", "ep")
+    assert names == ["start_local_ray", "start_gateway", "deploy", "shutdown"]
+    # expected before any gateway starts (`server_start`): its first 200 on /ping then means "ep"
+    # routes; and the template its container forks from starts with the server
+    assert calls[1][2:] == (["ep"], ["python"])
     # one machine: data ports stay on loopback
-    assert calls[3] == ("deploy", "ep", 43210, "127.0.0.1")
+    assert calls[2] == ("deploy", "ep", 43210, "127.0.0.1")
+
+
+def test_no_template_is_started_ahead_when_templates_are_off(calls) -> None:
+    settings = ServerSettings(port=0, fork_templates=False)
+    with EmbeddedServer([SPEC], settings, wait=False):
+        pass
+    assert calls[1][0] == "start_gateway" and calls[1][3] == []
 
 
 def test_a_joined_cluster_loses_only_this_servers_endpoints(calls) -> None:
@@ -86,7 +94,6 @@ def test_a_joined_cluster_loses_only_this_servers_endpoints(calls) -> None:
         )
     assert [call[0] for call in calls] == [
         "connect_cluster",
-        "expect",
         "start_gateway",
         "deploy",
         "deploy",
@@ -96,7 +103,7 @@ def test_a_joined_cluster_loses_only_this_servers_endpoints(calls) -> None:
         "disconnect",
     ]
     assert [call[1] for call in calls if call[0] == "delete"] == ["ep", "other"]
-    assert calls[3][3] == "node"
+    assert calls[2][3] == "node"
 
 
 def test_keep_endpoints_only_disconnects(calls) -> None:
@@ -108,14 +115,14 @@ def test_keep_endpoints_only_disconnects(calls) -> None:
 
 
 def test_a_failed_start_stops_what_was_started(calls, monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(settings, exclusive=False, meanwhile=None):
+    def refuse(settings, exclusive=False, meanwhile=None, expected=(), stacks=()):
         raise RuntimeError("could not start the endpoint server on 127.0.0.1:8080")
 
     monkeypatch.setattr(embedded, "start_gateway", refuse)
     with pytest.raises(RuntimeError, match="could not start"):
         with EmbeddedServer([SPEC]):
             pytest.fail("entered")
-    assert [call[0] for call in calls] == ["start_local_ray", "expect", "shutdown"]
+    assert [call[0] for call in calls] == ["start_local_ray", "shutdown"]
 
 
 def _gateway(

@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import socket
+import struct
 import subprocess
 import tarfile
 import threading
@@ -296,3 +297,39 @@ def test_a_killed_template_takes_no_container_with_it(tmp_path: Path) -> None:
         first.stop()
         second.stop()
     assert first.process is not None and first.process.returncode == -1  # its status died with it
+
+
+def test_a_template_started_ahead_is_the_one_its_first_container_forks_from(
+    tmp_path: Path,
+) -> None:
+    # `serving up` has its node's container host start its specs' stacks' templates while the rest
+    # of the server starts (`ContainerHost.warm`)
+    assert forked.warm("python")
+    connection = forked._connect(forked._socket_path("python"))  # noqa: SLF001
+    assert connection is not None
+    with connection:
+        template = struct.unpack(
+            "3i", connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+        )[0]
+    process = _container(tmp_path, "warmed", {}, "benign")
+    try:
+        process.start(timeout=60)
+        assert isinstance(process.process, forked.ForkedProcess)
+        assert _invoke(process, {})["ppid"] == template
+    finally:
+        process.stop()
+
+
+def test_only_a_stack_a_container_would_fork_from_is_started_ahead() -> None:
+    # a stack's name is all that crosses, and only the names STACK_IMPORTS knows start anything
+    assert not forked.warm("../python")
+    assert not forked.warm("custom")
+    containers = [
+        ("sklearn", {}, 0.0),
+        ("python", {"SERVING_MODEL_THREADS": "2", "AWS_REGION": "eu-west-1"}, 0.0),
+        ("pytorch", {}, 1.0),  # a GPU container starts fresh
+        ("onnx", {"OMP_NUM_THREADS": "1"}, 0.0),  # a variable a framework reads as it is imported
+        ("custom", {}, 0.0),  # no template for it
+        ("sklearn", {"SAGEMAKER_PROGRAM": "inference.py"}, 0.0),
+    ]
+    assert forked.stacks_to_warm(containers) == ["python", "sklearn"]

@@ -53,3 +53,38 @@ def test_a_container_host_imports_no_serve() -> None:
         "print(sorted(m for m in ('ray.serve', 'fastapi', 'starlette') if m in sys.modules))"
     )
     assert _run(code) == "[]"
+
+
+def test_the_process_starting_a_server_imports_neither_serve_nor_the_gateway_before_ray() -> None:
+    # `serving up` imports these before it starts Ray, and nothing else starts meanwhile: Serve
+    # (~0.9 CPU-seconds) waits until Ray's workers are starting, and the gateway's class, deployed
+    # by its path (`server_start.GATEWAY_CLASS`), is imported only in the gateways' processes.
+    code = (
+        "import sys, serving._worker_preload, serving.cli.up, serving.ray_wing.embedded; "
+        "print(sorted(m for m in ('ray.serve', 'serving.ray_wing.gateway', 'serving.console.overview')"
+        " if m in sys.modules))"
+    )
+    assert _run(code) == "[]"
+
+
+def test_the_gateway_is_deployed_by_the_path_of_its_class() -> None:
+    # loaded as each gateway's Serve replica loads it
+    code = (
+        "from ray.serve._private.replica import _load_deployment_def_from_import_path as load; "
+        "from serving.ray_wing.server_start import GATEWAY_CLASS; "
+        "print(load(GATEWAY_CLASS).__module__, load(GATEWAY_CLASS).__qualname__)"
+    )
+    assert _run(code) == "serving.ray_wing.gateway Gateway"
+
+
+def test_a_gateway_imports_none_of_the_control_planes_services() -> None:
+    # The gateway authenticates an API call and hands it to the control plane in the registry's
+    # process; the services themselves (SageMaker's, Application Auto Scaling's, CloudWatch's, their
+    # state) are the control plane's.
+    code = (
+        "import sys, serving._worker_preload, serving.ray_wing.gateway; "
+        "print(sorted(m for m in ('serving.sagemaker_api.service', 'serving.sagemaker_api.sagemaker',"
+        " 'serving.sagemaker_api.application_autoscaling', 'serving.sagemaker_api.database',"
+        " 'serving.cloudwatch.api') if m in sys.modules))"
+    )
+    assert _run(code) == "[]"

@@ -1,6 +1,6 @@
-"""serving.ray_wing.server_start: the control plane starts in the registry while the gateways
-deploy, the caller's endpoints while their replicas start, and a failure of either names it with its
-reason. Serve and the registry are replaced by recorders (no Ray started): what is checked is the
+"""serving.ray_wing.server_start: the registry's and the container host's workers start while
+Serve's controller does, the control plane starts in the registry while the gateways deploy, the
+caller's endpoints while their replicas start, and a failure of either names it with its reason. Serve and the registry are replaced by recorders (no Ray started): what is checked is the
 order of the calls and the messages."""
 
 from __future__ import annotations
@@ -32,12 +32,19 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
     monkeypatch.setattr(
         server_start.ray, "nodes", lambda: [{"Alive": True, "Resources": {"CPU": 2.0}}]
     )
-    monkeypatch.setattr(server_start.serve, "start", lambda **_: made.append(("serve.start",)))
+    monkeypatch.setattr(server_start, "_start_serve", lambda: made.append(("serve.start",)))
     monkeypatch.setattr(
         server_start, "_start_registry", lambda feed: made.append(("registry", feed))
     )
-    monkeypatch.setattr(server_start, "_start_container_host", lambda: made.append(("host",)))
-    monkeypatch.setattr(server_start, "registry_handle", lambda: _Registry(made))
+    monkeypatch.setattr(
+        server_start, "_start_container_host", lambda stacks: made.append(("host", stacks))
+    )
+    monkeypatch.setattr(
+        server_start, "registry_handle", lambda: made.append(("handle",)) or _Registry(made)
+    )
+    monkeypatch.setattr(
+        server_start, "expect_endpoints", lambda names: made.append(("expect", names))
+    )
     monkeypatch.setattr(server_start, "control_token", lambda: "the control token")
     monkeypatch.setattr(
         server_start, "_wait_control", lambda started: made.append(("control", started))
@@ -82,27 +89,34 @@ def test_both_applications_start_in_one_call_with_the_endpoints_alongside(
         ServerSettings(port=0),
         exclusive=True,
         meanwhile=lambda s: (calls.append(("endpoints",)), seen.append(s.port)),
+        expected=["one", "two"],
+        stacks=["sklearn"],
     )
     names = [call[0] for call in calls]
-    # the control plane and this node's container host start beside the gateways, before any
-    # endpoint is deployed; the control plane is waited for once the endpoints are
-    assert names[:7] == [
+    # the registry's and this node's container host's workers start (the host starting the stacks'
+    # templates) while Serve's controller does; the endpoints are expected before any gateway
+    # deploys; the control plane is waited for once the endpoints are deployed
+    assert names[:9] == [
+        "handle",
+        "host",
         "serve.start",
         "registry",
+        "expect",
         "start_control",
-        "host",
         "deploy",
         "endpoints",
         "control",
     ]
-    assert calls[1] == ("registry", "127.0.0.1")  # its snapshot feed where the data ports bind
-    assert calls[2][1] == "the control token"
-    assert calls[2][2]["port"] == settings.port  # the settings the gateways serve with
-    assert calls[4] == ("deploy", [GATEWAY_APP])
-    assert calls[6] == ("control", "started")
+    assert calls[1] == ("host", ["sklearn"])
+    assert calls[3] == ("registry", "127.0.0.1")  # its snapshot feed where the data ports bind
+    assert calls[4] == ("expect", ["one", "two"])
+    assert calls[5][1] == "the control token"
+    assert calls[5][2]["port"] == settings.port  # the settings the gateways serve with
+    assert calls[6] == ("deploy", [GATEWAY_APP])
+    assert calls[8] == ("control", "started")
     # the endpoints' records get the port the gateways bind (port 0 resolved before anything starts)
     assert seen == [settings.port] and settings.port > 0
-    assert set(names[7:]) == {"status"}
+    assert set(names[9:]) == {"status"}
 
 
 def test_a_failed_gateway_is_named_with_serves_reason(
