@@ -178,13 +178,15 @@ class EmbeddedServer:
         self.url = gateway_url(self.settings)
 
     def _stacks(self) -> list[str]:
-        """The stacks whose templates this server's first containers will fork from."""
+        """The stacks whose templates this server's first containers will fork from (a container
+        with a `RuntimeEnvironment` runs in Ray's environment for it, whose template is its own)."""
         if not self.settings.fork_templates:
             return []
         return forked.stacks_to_warm(
             (container.Image, container.Environment, container.Resources.Gpus)
             for spec in self.specs
             for container in spec.Containers
+            if container.RuntimeEnvironment is None
         )
 
     def _deploy_specs(self, settings: ServerSettings) -> None:

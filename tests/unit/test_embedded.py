@@ -85,6 +85,16 @@ def test_no_template_is_started_ahead_when_templates_are_off(calls) -> None:
     assert calls[1][0] == "start_gateway" and calls[1][3] == []
 
 
+def test_a_container_in_a_runtime_environment_starts_no_template_ahead(calls) -> None:
+    # its supervisor runs in Ray's environment for it: another interpreter, another template
+    container = {**SPEC.Containers[0].model_dump(mode="json", exclude_none=True)}
+    container["RuntimeEnvironment"] = {"Pip": ["tqdm"]}
+    spec = parse_spec({"EndpointName": "env", "Containers": [container]})
+    with EmbeddedServer([spec], ServerSettings(port=0), wait=False):
+        pass
+    assert calls[1][0] == "start_gateway" and calls[1][3] == []
+
+
 def test_a_joined_cluster_loses_only_this_servers_endpoints(calls) -> None:
     with EmbeddedServer(
         [SPEC], ServerSettings(container_host="node"), address="ray://head:10001", wait=False
