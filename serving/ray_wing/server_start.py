@@ -29,8 +29,8 @@ START_TIMEOUT_S = 300.0
 # How often their status is read meanwhile (Serve's own wait reads it once a second).
 POLL_S = 0.1
 # The gateway's class, which Serve imports in each gateway's process: by its path, so that the
-# process starting the server does not import it (the gateway's routes, console and codecs: ~0.5
-# CPU-seconds before Ray starts, docs/benchmarks/bench_server_up.md).
+# process starting the server does not import it (the gateway's routes, console and codecs) before
+# Ray starts (docs/benchmarks/bench_server_up.md).
 GATEWAY_CLASS = "serving.ray_wing.gateway.Gateway"
 
 
