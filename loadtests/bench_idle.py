@@ -78,7 +78,7 @@ def role(pid: int) -> str:
     if pid == os.getpid():
         return "driver"
     command = title(pid)
-    if "ServeReplica:serving-gateway" in command:
+    if "ray::NodeGateway" in command:
         return "gateway"
     if "ServeReplica:" in command:
         return "replicas"
@@ -87,11 +87,7 @@ def role(pid: int) -> str:
     if "ray::Registry" in command:
         return "registry"
     parent = parent_of(pid)
-    if (
-        parent is not None
-        and "ServeReplica:" in title(parent)
-        and "serving-gateway" not in title(parent)
-    ):
+    if parent is not None and "ServeReplica:" in title(parent):
         return "container processes"
     return "ray system"
 

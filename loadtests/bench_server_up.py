@@ -78,7 +78,7 @@ def role(pid: int, driver: int) -> str:
         return "serving up"
     command = title(pid)
     for marker, name in (
-        ("ServeReplica:serving-gateway", "gateway"),
+        ("ray::NodeGateway", "gateway"),
         ("ServeReplica:serving-control", "control plane"),
         ("ServeReplica:", "container replica"),
         ("ray::ContainerHost", "container host"),

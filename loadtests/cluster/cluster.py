@@ -219,14 +219,14 @@ class SimulatedCluster:
         )
 
     def gateway_pids(self, index: int) -> set[int]:
-        """Host `index`'s gateway processes (Serve replicas of `serving-gateway`, by their titles)."""
+        """Host `index`'s gateway processes (`ray::NodeGateway` actors, by their titles)."""
         found = set()
         for pid in self.machine.hosts[index].pids():
             try:
                 title = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
             except OSError:
                 continue
-            if b"serving-gateway" in title:
+            if title.startswith(b"ray::NodeGateway"):
                 found.add(pid)
         return found
 

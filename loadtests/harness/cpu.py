@@ -61,11 +61,11 @@ def _machine_ticks() -> tuple[int, int, int]:
     return sum(values), values[3] + values[4], values[7] if len(values) > 7 else 0
 
 
-def _replica_name(title: str) -> str | None:
-    """ "container DEPLOYMENT (APP)" for a Serve replica's process title; None for the gateway's."""
+def _replica_name(title: str) -> str:
+    """ "container DEPLOYMENT (APP)" for a Serve replica's process title."""
     app_name, _, deployment = title.split()[0][len("ray::ServeReplica:") :].partition(":")
     deployment = deployment.split(".")[0]  # the title shows the method running: "iris.check_health"
-    return None if app_name == "serving-gateway" else f"container {deployment} ({app_name})"
+    return f"container {deployment} ({app_name})"
 
 
 def _hosted_name(cmdline: str, table: dict[int, tuple[str, int, int, str, int]]) -> str | None:
@@ -111,9 +111,10 @@ class CpuMeter:
             return "other processes (not started by this run)"
         if comm == "wrk":
             return "wrk (load generator)"
+        if cmdline.startswith("ray::NodeGateway"):
+            return "gateway replica"
         if cmdline.startswith("ray::ServeReplica:"):
-            name = _replica_name(cmdline)
-            return "gateway replica" if name is None else f"{name}: Ray replica (supervisor)"
+            return f"{_replica_name(cmdline)}: Ray replica (supervisor)"
         if "serving.model_server.fork_template" in cmdline:
             return "container templates (one per stack)"
         hosted = _hosted_name(cmdline, table)
@@ -124,9 +125,7 @@ class CpuMeter:
         parent = table.get(table[pid][1])
         if parent is not None and parent[3].startswith("ray::ServeReplica:"):
             # the replica's child: the container's own process (its model)
-            name = _replica_name(parent[3])
-            if name is not None:
-                return name
+            return _replica_name(parent[3])
         if cmdline.startswith("ray::ServeController"):
             return "ray: serve controller"
         return "ray: other processes (gcs, raylet, registry, idle workers, ...)"

@@ -188,10 +188,13 @@ def router_hop(url: str, body: str, seconds: float, headers: dict[str, str]) -> 
 def time_serve_status(calls: int = 7) -> dict[str, float]:
     """What the registry's status poll pays once per second: serving.ray_wing.serve_status() (the
     controller's instance details, parsed by hand), and for comparison Serve's public status API,
-    which the gateway itself used to call (and which then held the gateway's GIL)."""
-    from ray import serve
+    which the gateway itself used to call (and which then held the gateway's GIL). Nothing when no
+    container Serve runs has started Serve's controller (hosted containers need none)."""
+    from serving.ray_wing.serve_status import serve_running, serve_status
 
-    from serving.ray_wing.serve_status import serve_status
+    if not serve_running():
+        return {}
+    from ray import serve
 
     def timed(function) -> tuple[float, float]:
         walls, cpus = [], []

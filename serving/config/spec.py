@@ -99,7 +99,7 @@ __all__ = [
 ]
 
 MAX_CONTAINERS = 15
-RESERVED_NAME = "serving-gateway"  # the Ray Serve application of the endpoint server
+RESERVED_NAME = "serving-gateway"  # what the endpoint server's gateways are named after
 
 
 class SpecError(ValueError):

@@ -6,10 +6,12 @@ table's actor), `reconcile` (its loop toward each endpoint's desired state), `re
 replicas), `gateway_readers` (what each gateway applied), `kv_store` (its state in GCS),
 `registry_feed` (its snapshot feed's server), `registry_follower` (a gateway's long poll of it),
 `control_plane` (the SageMaker API's one place), `control_seat` (its place in the registry's
-process), `replica` (a container replica's supervisor, and
-its Serve replica), `container_host` (one node's supervisor of many), `node_hosting` (the registry
-placing and watching them), `slot_reservations` (their resources, as placement groups), `hosted_scaling` (the registry's target tracking for them), `gateway` (the
-gateway replica), `server_start` (the control plane and gateways, started together), `gateway_count` (how many, per node), `gateway_counters` (their counters, shared),
+process), `replica` (a container replica's supervisor, and its Serve replica, for a container Serve
+runs), `container_host` (one node's supervisor of many), `node_hosting` (the registry placing and
+watching them), `slot_reservations` (their resources, as placement groups), `hosted_scaling` (the
+registry's target tracking for them), `gateway` (the endpoint HTTP server), `gateway_fleet` (the
+gateways on every node, kept by the registry), `server_start` (the control plane and gateways,
+started together), `gateway_counters` (their counters, shared),
 `async_journal` (their async requests, durable), `periodic` (their periodic tasks' one
 error-and-backoff policy), `serve_status`, `autoscaler`, `replica_metrics`, `operations` (deploy,
 delete, describe), `embedded` (the one embedded server), `training` and `train_session` (`serving

@@ -1,13 +1,9 @@
-"""Names every part of the Ray wing agrees on: the registry's, the gateway's, the head node's
-resource."""
+"""Names every part of the Ray wing agrees on: the registry's, the head node's resource."""
 
 from __future__ import annotations
 
 from serving.protocol import RAY_NAMESPACE as NAMESPACE
 from serving.protocol import REGISTRY_ACTOR as REGISTRY_NAME
-
-GATEWAY_APP = "serving-gateway"
-
 
 # Control-plane actors live on the head node, which outlives worker nodes.
 ON_HEAD = {"node:__internal_head__": 0.001}

@@ -18,6 +18,7 @@ from serving.ray_wing.cluster import (
     cluster_secret,
     stop_local_ray,
 )
+from serving.ray_wing.gateway_fleet import stop_gateways
 from serving.ray_wing.names import existing_registry
 from serving.ray_wing.registry import registry_handle
 from serving.ray_wing.serve_status import (
@@ -94,23 +95,25 @@ def delete_endpoint(name: str, timeout: float = 60.0, wait: bool = True) -> bool
 
 
 def shutdown(timeout: float = 30.0) -> None:
-    """Stop every endpoint and the gateway gracefully, then the embedded Ray (never used on a shared
-    cluster).
+    """Stop every endpoint and the gateways gracefully, then the embedded Ray (never used on a
+    shared cluster).
 
-    Not `serve.shutdown()`: its controller kills itself while the driver's call to it is still open,
+    Once the registry has stopped reconciling (it would deploy them again) and keeping the gateways
+    (it would start them again), the gateways drain and stop, and Serve's applications, if a
+    container Serve runs started its controller, are deleted (their replicas drain). Not
+    `serve.shutdown()`: its controller kills itself while the driver's call to it is still open,
     and Ray prints "Task ServeController.graceful_shutdown failed ... will be retried" on the
-    console of every clean stop. Deleting the applications does what it did for them (replicas
-    drain, the gateway's lifespan ends), once the registry has stopped reconciling (it would deploy
-    them again); stopping Ray then ends the rest, no call to any of it open.
+    console of every clean stop. Stopping Ray then ends the rest, no call to any of it open.
     """
     try:
         try:
             ray.get(existing_registry().stop_reconciling.remote(control_token()), timeout=30)
         except ValueError:
             pass  # never started
+        stop_gateways()
         deadline = time.monotonic() + timeout
         apps = list(serve_status())
-        from ray import serve  # here: the process that starts a server imports Serve once Ray runs
+        from ray import serve  # here: only a server whose containers Serve runs gets here
 
         for app in apps:
             serve.delete(app, _blocking=False)
@@ -135,5 +138,5 @@ def describe_endpoints() -> dict[str, EndpointDescription]:
 
 
 def disconnect() -> None:
-    """Leave a cluster, its Serve applications running."""
+    """Leave a cluster, its gateways and endpoints running."""
     ray.shutdown()

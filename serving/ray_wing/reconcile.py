@@ -1,14 +1,13 @@
-"""The registry's reconcile loop: it reads Serve's statuses and those of the versions on container
-hosts (`node_hosting`), and deploys or deletes the applications that each endpoint's next step calls
-for (the steps themselves: `control.container_versions`)."""
+"""The registry's reconcile loop: it reads the statuses of the versions on container hosts
+(`node_hosting`) and, once a container Serve runs has started its controller, Serve's, and deploys
+or deletes the applications that each endpoint's next step calls for (the steps themselves:
+`control.container_versions`)."""
 
 from __future__ import annotations
 
 import logging
 import threading
 from typing import Protocol
-
-from ray import serve
 
 from serving.control.container_versions import Delete, Deploy
 from serving.control.hosted_apps import hosted
@@ -67,7 +66,10 @@ class Reconciler:
         while True:
             try:
                 before = self._registry.version
-                statuses = serve_status()
+                try:
+                    statuses = serve_status()
+                except ServeNotRunning:  # no container Serve runs has started it
+                    statuses = {}
                 moving = False if self.stopping else self.hosting.tick()
                 statuses.update(self.hosting.statuses())
                 self._registry._observe(statuses)
@@ -83,8 +85,6 @@ class Reconciler:
                     or self._registry._updating()
                 )
                 quiet = 0 if busy else quiet + 1
-            except ServeNotRunning:
-                quiet = 0  # the control plane starts Serve before it deploys anything
             except Exception:
                 logger.exception("status poll or reconcile failed")
             self._wake.wait(STATUS_IDLE_POLL_S if quiet >= QUIET_POLLS else STATUS_POLL_S)
@@ -109,6 +109,8 @@ class Reconciler:
                     self._deployed.add(action.app)
                 else:
                     if not self.hosting.delete(action.app):
+                        from ray import serve  # only Serve's applications reach here
+
                         serve.delete(action.app, _blocking=False)
                     self._deployed.discard(action.app)
             except Exception:

@@ -25,6 +25,7 @@ from serving.control.records import (
 )
 from serving.ray_wing.cluster import NAMESPACE, cluster_secret
 from serving.ray_wing.control_seat import CONTROL_CALLS, ControlSeat
+from serving.ray_wing.gateway_fleet import GatewayKeeping
 from serving.ray_wing.gateway_readers import GatewayReaders
 from serving.ray_wing.kv_store import KvStore
 from serving.ray_wing.names import ON_HEAD, REGISTRY_NAME
@@ -49,26 +50,24 @@ _GROUPS = {"snapshots": 64, "control": CONTROL_CALLS}
 
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1, concurrency_groups=_GROUPS)  # type: ignore[call-overload]
-class Registry(ControlSeat):
+class Registry(ControlSeat, GatewayKeeping):
     """The control plane's state and reconciler: endpoints (desired and active), live replicas,
-    statuses. Every change is written through to Ray's GCS key-value store, so a restarted registry
-    (or a new one after `serving up` restarts on a cluster) carries on where the last stopped: same
-    endpoints, same routing table (replicas re-register every HEARTBEAT_S; one silent for
-    REPLICA_TTL_S leaves it), updates in progress resumed. A background loop reads Serve's statuses
-    every STATUS_POLL_S (and at once on a put, a delete or a new replica) and advances each endpoint
-    toward its desired record (`container_versions`). Writes need the control plane's token; a
-    registration needs the proof made for that very container, version and URL (`keys`). Anything
-    else is refused, logged and counted. Snapshots hold nothing secret, but only holders of Ray's
-    token read them (through Ray, or the feed's signed requests).
-    """
+    statuses; it keeps the gateways too (`gateway_fleet`). Every change is written through to Ray's
+    GCS key-value store, so a restarted registry (or a new one after `serving up` restarts on a
+    cluster) carries on where the last stopped: same endpoints, same routing table (replicas
+    re-register every HEARTBEAT_S; one silent for REPLICA_TTL_S leaves it), updates in progress
+    resumed. A background loop reads the replicas' statuses every STATUS_POLL_S (and at once on a
+    put, a delete or a new replica) and advances each endpoint toward its desired record
+    (`container_versions`). Writes need the control plane's token; a registration needs the proof
+    made for that very container, version and URL (`keys`); anything else is refused, logged and
+    counted. Snapshots hold nothing secret, but only holders of Ray's token read them."""
 
     def __init__(self) -> None:
         self.version = 0
         # a new registry process: the gateway knows its table was rebuilt
         self.epoch = secrets.token_hex(6)
         self.states: dict[str, EndpointState] = {}
-        # Serve application statuses (control.StatusBoard reads)
-        self.statuses: dict[str, AppStatus] = {}
+        self.statuses: dict[str, AppStatus] = {}  # each version's (control.StatusBoard reads)
         # endpoint -> {"containers": {hostname: scaler state}, "activities": [newest first]}
         self.scaling: dict[str, ScalingRecord] = {}
         # Endpoints a server was started with and has not deployed yet: no gateway is ready while
@@ -92,12 +91,12 @@ class Registry(ControlSeat):
             self.root_secret, self._feed_current, self.readers.asked, self._store
         )
         self._restore()
-        # here: a handle's holder (a container host) imports this module, and the loop brings Serve
-        from serving.ray_wing.reconcile import Reconciler
+        from serving.ray_wing.reconcile import Reconciler  # here: a handle's holder imports us
 
         self._reconciler = Reconciler(self)
         self._reconciler.start()
         self._seat_control()
+        self._keep_gateways()
 
     def _restore(self) -> None:
         for name, data in self._store.load(_KV_ENDPOINT).items():
@@ -121,7 +120,7 @@ class Registry(ControlSeat):
         self.feed.changed()
 
     def _observe(self, statuses: dict[str, AppStatus]) -> None:
-        """Serve's latest application statuses (the reconcile loop's read)."""
+        """The versions' latest statuses (the reconcile loop's read)."""
         with self._lock:
             if statuses != self.statuses:
                 self.statuses = statuses
@@ -134,7 +133,7 @@ class Registry(ControlSeat):
             return any(s.update.get("Status") == "InProgress" for s in self.states.values())
 
     def _advance(self, statuses: dict[str, AppStatus], deployed: set[str]) -> list[Deploy | Delete]:
-        """Step every endpoint toward its desired record, written through; the Serve applications to
+        """Step every endpoint toward its desired record, written through; the applications to
         deploy or delete for it (`deployed`: those this process deployed, whose status may lag)."""
         actions: list[Deploy | Delete] = []
         with self._lock:
@@ -224,10 +223,11 @@ class Registry(ControlSeat):
 
     def stop_reconciling(self, token: str) -> bool:
         """The embedded server is stopping and deletes every Serve application itself: deploy nothing
-        again (hosted replicas drain on their hosts)."""
+        again (hosted replicas drain on their hosts) and start no gateway."""
         if not self._allowed(token, "stop_reconciling"):
             return False
         self._reconciler.stop()
+        self._gateways.stop()
         return True
 
     def expect(self, token: str, names: list[str], expected: bool = True) -> bool:

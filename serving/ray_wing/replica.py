@@ -326,10 +326,13 @@ def replica_arguments(
 
 
 def deploy_container(action: Deploy) -> None:
-    """Start one container version as its own Serve application, without waiting (the registry watches it)."""
+    """Start one container version as its own Serve application, without waiting (the registry watches it).
+    Serve's controller starts with the first (`gateway_fleet`), without Serve's own proxy."""
     from ray import serve
     from ray.serve.api import RunTarget, _run_many  # the non-blocking form of serve.run
 
+    if not _serve_started:
+        _start_serve()
     plan = action.plan
     deployment = serve.deployment(ContainerReplica).options(  # type: ignore[attr-defined]  # Ray's overloads
         name=action.container,
@@ -349,3 +352,16 @@ def deploy_container(action: Deploy) -> None:
         wait_for_ingress_deployment_creation=False,
         wait_for_applications_running=False,
     )
+
+
+_serve_started = False
+
+
+def _start_serve() -> None:
+    """Serve's controller (or the one running), without Serve's proxy: `_run_many` would start one
+    on every node, on port 8000 of every interface."""
+    from ray import serve
+
+    global _serve_started
+    serve.start(proxy_location="Disabled")
+    _serve_started = True

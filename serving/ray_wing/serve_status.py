@@ -42,12 +42,33 @@ class ServeNotRunning(RuntimeError):
     """Serve's controller is not up (yet): nothing to read, nothing to reconcile."""
 
 
+# Serve's controller actor, by its name and namespace (`ray.serve._private.constants`, named here so
+# that asking whether it runs imports no Serve).
+SERVE_CONTROLLER = ("SERVE_CONTROLLER_ACTOR", "serve")
+
+
+def serve_running() -> bool:
+    """Whether Serve's controller runs in this cluster (it starts with the first container Serve
+    runs: `replica.deploy_container`)."""
+    import ray
+
+    name, namespace = SERVE_CONTROLLER
+    try:
+        ray.get_actor(name, namespace=namespace)
+    except ValueError:
+        return False
+    return True
+
+
 def serve_status() -> dict[str, AppStatus]:
-    """Serve's application statuses as plain dicts (what control.StatusBoard reads).
+    """Serve's application statuses as plain dicts (what control.StatusBoard reads); raises
+    `ServeNotRunning` if its controller does not run.
 
     Reads the controller's instance details (the documented REST schema) directly:
     `serve.status()` builds the same from them through pydantic at ~100 times the CPU.
     """
+    if not serve_running():
+        raise ServeNotRunning()
     from ray.serve.context import _get_global_client
 
     client = _get_global_client(raise_if_no_controller_running=False)

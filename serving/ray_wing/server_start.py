@@ -1,37 +1,24 @@
-"""Starting a server: the registry with the control plane in it, the gateways (a Serve application)
-and the caller's endpoints alongside, so that they start at once rather than one after another."""
+"""Starting a server: the registry with the control plane in it, the gateways (plain Ray actors
+that the registry keeps on every node: `gateway_fleet`) and the caller's endpoints alongside, so
+that they start at once rather than one after another. No Serve: its controller starts only for a
+container Serve runs."""
 
 from __future__ import annotations
 
 import os
 import socket
-import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 import ray
 
-from serving.autoscaling.config import ServeOptions
-from serving.ray_wing.cluster import quiet_serve_notices
 from serving.ray_wing.container_host import host_on
-from serving.ray_wing.gateway_count import autoscaling_config
-from serving.ray_wing.names import GATEWAY_APP
+from serving.ray_wing.gateway_fleet import GatewayPlan, wait_serving
 from serving.ray_wing.operations import control_token, expect_endpoints
 from serving.ray_wing.registry import registry_handle
-from serving.ray_wing.serve_status import serve_status
 from serving.settings import ServerSettings
 
-if TYPE_CHECKING:
-    from ray.serve import Application
-
-# How long the control plane and the gateways may take to run (Serve's own wait has no bound).
+# How long the control plane and the gateways may take to run.
 START_TIMEOUT_S = 300.0
-# How often their status is read meanwhile (Serve's own wait reads it once a second).
-POLL_S = 0.1
-# The gateway's class, which Serve imports in each gateway's process: by its path, so that the
-# process starting the server does not import it (the gateway's routes, console and codecs) before
-# Ray starts (docs/benchmarks/bench_server_up.md).
-GATEWAY_CLASS = "serving.ray_wing.gateway.Gateway"
 
 
 def start_gateway(
@@ -41,25 +28,24 @@ def start_gateway(
     expected: Sequence[str] = (),
     stacks: Sequence[str] = (),
 ) -> ServerSettings:
-    """Start Serve without its own proxy, the registry with the control plane in it, and the
-    gateways (`gateways_per_node` on every node, sharing the port); returns the settings they serve
-    with (`gateway_url` formats this machine's).
+    """Start the registry with the control plane in it, and the gateways (`gateways_per_node` on
+    every node, sharing the port, kept there by the registry); returns the settings they serve with
+    (`gateway_url` formats this machine's).
 
     Port 0 is resolved here (the gRPC port too), to a port free on this machine (where the head node
-    is, for the embedded server), so that a gateway that Serve restarts binds the same port again
+    is, for the embedded server), so that a gateway that Ray restarts binds the same port again
     and clients find it. `exclusive`: refuse a port that anything on this machine holds (gateways
     share theirs with SO_REUSEPORT, so another server of this user would otherwise share it
     silently); a server joining a cluster may find its own gateways there.
 
-    The registry's and this node's container host's Ray workers start while Serve's controller
-    does, and the host starts the templates of `stacks` (those its first containers fork from)
-    meanwhile. The endpoints `expected` are made known to the registry before any gateway starts:
-    a gateway's first 200 on /ping then means they route. The control plane starts in the
-    registry's process while the gateways deploy, and
-    `meanwhile(settings)` runs while their replicas start (`serving up` deploys its endpoints
-    there), so that everything starts at once; this returns once the control plane and the gateways
-    run. A gateway that takes an API call before the control plane runs holds it until it does
-    (`API_CALL_TIMEOUT_S`).
+    The registry's and this node's container host's Ray workers start together, and the host starts
+    the templates of `stacks` (those its first containers fork from) meanwhile. The endpoints
+    `expected` are made known to the registry before any gateway starts: a gateway's first 200 on
+    /ping then means they route. The control plane starts in the registry's process while the
+    gateways start, and `meanwhile(settings)` runs while they do (`serving up` deploys its
+    endpoints there), so that everything starts at once; this returns once the control plane and
+    the gateways run. A gateway that takes an API call before the control plane runs holds it until
+    it does (`API_CALL_TIMEOUT_S`).
     """
     if settings.port == 0 or exclusive:
         settings = settings.model_copy(update={"port": _free_port(settings.host, settings.port)})
@@ -77,33 +63,33 @@ def start_gateway(
             f"--gateways-per-node {per_node} is more than a node of this cluster has CPUs ({fewest}): each gateway "
             "of a node wants a core of its own"
         )
-    registry = registry_handle()  # its worker starts now, beside the controller's and the host's
+    registry = registry_handle()  # its worker starts now, beside the host's
     if settings.node_hosts:
         _start_container_host(stacks)
-    _start_serve()  # Serve's controller; imported only now, while those workers start
     _start_registry(feed_host(settings))
     expect_endpoints(list(expected))
     control = registry.start_control.remote(control_token(), settings.model_dump())
-    from ray import serve
-
-    # Serve's replica takes a class's path (its ReplicaConfig does); its decorator's type says a class
-    gateway = serve.deployment(name="gateway")(GATEWAY_CLASS).options(  # type: ignore[arg-type]
-        # `per_node` on every live node
-        autoscaling_config=autoscaling_config(per_node, len(nodes)),
-        max_replicas_per_node=per_node,
-        max_ongoing_requests=8,
-        health_check_period_s=5,
-        ray_actor_options={"num_cpus": 0, **_tracing_environment()},
-    )
     # One gateway on one machine (the embedded server's default) binds its ports for itself alone.
     share_port = not (exclusive and per_node == 1)
-    _deploy_without_waiting({GATEWAY_APP: gateway.bind(settings.model_dump(), share_port)})
+    plan: GatewayPlan = {
+        "settings": settings.model_dump(),
+        "share_port": share_port,
+        "env": _tracing_environment(),
+    }
+    gateways = ray.get(registry.keep_gateways.remote(control_token(), plan), timeout=60)
+    if gateways is None:
+        raise RuntimeError(
+            "could not start the gateways: the registry refused this process's token"
+        )
     if meanwhile is not None:
         meanwhile(settings)
     _wait_control(control)
-    _wait_running(
-        GATEWAY_APP, f"could not start the endpoint server on {settings.host}:{settings.port}"
-    )
+    try:
+        wait_serving(gateways, START_TIMEOUT_S)
+    except RuntimeError as error:
+        raise RuntimeError(
+            f"could not start the endpoint server on {settings.host}:{settings.port}: {error}"
+        ) from None
     return settings
 
 
@@ -111,14 +97,6 @@ def feed_host(settings: ServerSettings) -> str | None:
     """Where the registry's snapshot feed binds: where data ports do (loopback for the embedded server,
     the node's address on a cluster), or nowhere (`--no-registry-feed`)."""
     return settings.container_host if settings.registry_feed else None
-
-
-def _start_serve() -> None:
-    """Serve's controller, without Serve's own proxy (the gateways take its place)."""
-    from ray import serve
-
-    quiet_serve_notices()
-    serve.start(proxy_location="Disabled")
 
 
 def _start_registry(feed: str | None) -> None:
@@ -133,20 +111,6 @@ def _start_container_host(stacks: Sequence[str]) -> None:
     host = host_on(ray.get_runtime_context().get_node_id())
     for stack in stacks:
         host.warm.remote(stack)
-
-
-def _deploy_without_waiting(applications: dict[str, Application]) -> None:
-    """Deploy Serve applications (name -> bound deployment) in one call, without waiting."""
-    from ray.serve.api import RunTarget, _run_many  # the non-blocking form of serve.run
-
-    _run_many(
-        [
-            RunTarget(target=bound, name=name, route_prefix=None)
-            for name, bound in applications.items()
-        ],
-        wait_for_ingress_deployment_creation=False,
-        wait_for_applications_running=False,
-    )
 
 
 def _wait_control(started: ray.ObjectRef) -> None:
@@ -166,29 +130,11 @@ def _wait_control(started: ray.ObjectRef) -> None:
         )
 
 
-def _wait_running(application: str, failure: str) -> None:
-    """Wait, bounded, until a Serve application runs; raise `failure` with Serve's reason if it
-    failed to deploy or did not run in time."""
-    timeout = START_TIMEOUT_S
-    deadline = time.monotonic() + timeout
-    while True:
-        status = serve_status().get(application)
-        state = status["status"] if status else "NOT_STARTED"
-        if state == "RUNNING":
-            return
-        if state == "DEPLOY_FAILED":
-            raise RuntimeError(f"{failure}: {status['message'] if status else ''}")
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{failure}: still {state} after {timeout:.0f} s")
-        time.sleep(POLL_S)
-
-
-def _tracing_environment() -> ServeOptions:
+def _tracing_environment() -> dict[str, str]:
     """The `OTEL_*` variables of the process running `serving up`, for the gateways wherever they
-    run (docs/tracing.md); nothing when it has none, so an untraced server's gateways start in
-    Ray's plain workers."""
-    variables = {name: value for name, value in os.environ.items() if name.startswith("OTEL_")}
-    return {"runtime_env": {"env_vars": variables}} if variables else {}
+    run (docs/tracing.md); none when it has none, so an untraced server's gateways start in Ray's
+    plain workers."""
+    return {name: value for name, value in os.environ.items() if name.startswith("OTEL_")}
 
 
 def _free_port(host: str, port: int) -> int:
@@ -204,8 +150,7 @@ def _free_port(host: str, port: int) -> int:
 
 
 def gateway_url(settings: ServerSettings) -> str:
-    """This machine's gateway URL, as its server formats it, made here: a call through the handle
-    would start a Serve router in this process, whose long poll of the controller fails noisily when
-    Serve shuts down."""
+    """This machine's gateway URL, as its server formats it (made here, without a call to a
+    gateway)."""
     host = f"[{settings.host}]" if ":" in settings.host else settings.host
     return f"http://{host}:{settings.port}"

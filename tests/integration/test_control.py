@@ -95,7 +95,7 @@ def test_ray_workers_and_container_processes_run_at_normal_niceness(server):
     # Ray's default (RAY_worker_niceness=15) let any ordinary process on the machine take the
     # replicas' CPU first; the embedded server starts them at the niceness it runs at itself.
     processes = _ray_processes()
-    assert any("ServeReplica" in title for title in processes.values()), processes
+    assert any(title.startswith("ray::NodeGateway") for title in processes.values()), processes
     ours = os.getpriority(os.PRIO_PROCESS, 0)
     niceness = {}
     for pid, title in processes.items():
@@ -139,7 +139,15 @@ def test_serve_workers_run_without_pandas_or_pyarrow(server):
     serve_workers = {
         pid: title
         for pid, title in _ray_processes().items()
-        if title.startswith(("ray::ServeReplica", "ray::ServeController", "ray::Registry"))
+        if title.startswith(
+            (
+                "ray::ServeReplica",
+                "ray::ServeController",
+                "ray::Registry",
+                "ray::NodeGateway",
+                "ray::ContainerHost",
+            )
+        )
     }
     assert len(serve_workers) > 2, serve_workers
     loaded = []

@@ -185,16 +185,25 @@ def _invoke(url: str, container: str) -> httpx.Response:
 
 def _serve_replicas(cluster: Cluster) -> dict[str, list[dict]]:
     """Every application's replicas with the node each runs on, read as a driver of the cluster:
-    Serve's, and those of the versions on container hosts (`pid`: the supervisor's process, a Serve
-    replica or the node's container host)."""
+    Serve's (if a container Serve runs started its controller), those of the versions on container
+    hosts (`pid`: the supervisor's process, a Serve replica or the node's container host), and the
+    gateways, as "serving-gateway" (those that answer)."""
     code = (
-        "import json, ray; from ray.serve.context import _get_global_client; ray.init(address=%r, namespace='serving');"
-        "d = _get_global_client().get_serve_details(); nodes = {n['NodeID']: n['Resources'] for n in ray.nodes()};"
+        "import json, ray; from serving.ray_wing.serve_status import serve_running; ray.init(address=%r, namespace='serving');"
+        "nodes = {n['NodeID']: n['Resources'] for n in ray.nodes()};"
         "label = lambda node: sorted(k for k in nodes.get(node, {}) if k.startswith('node-'));"
-        "out = {app: [{'node': label(r.get('node_id')),"
+        "out = {};"
+        "\nif serve_running():"
+        "\n  from ray.serve.context import _get_global_client; d = _get_global_client().get_serve_details()"
+        "\n  out = {app: [{'node': label(r.get('node_id')),"
         " 'pid': r.get('pid'), 'state': r.get('state')} for dep in a['deployments'].values() for r in dep['replicas']]"
-        " for app, a in d['applications'].items()};"
-        "hosts = [e for e in ray.util.list_named_actors(all_namespaces=True) if e['name'].startswith('serving-container-host:')];"
+        " for app, a in d['applications'].items()}"
+        "\nout['serving-gateway'] = []"
+        "\nfor name in [n for n in ray.util.list_named_actors() if n.startswith('serving-gateway:')]:"
+        "\n  try: node, pid = ray.get(ray.get_actor(name).where.remote(), timeout=30)"
+        "\n  except Exception: continue"
+        "\n  out['serving-gateway'].append({'node': label(node), 'pid': pid, 'state': 'RUNNING'})"
+        "\nhosts = [e for e in ray.util.list_named_actors(all_namespaces=True) if e['name'].startswith('serving-container-host:')];"
         "\nfor e in hosts:"
         "\n  h = ray.get_actor(e['name'], namespace=e['namespace'])"
         "\n  try: pid, report = ray.get([h.pid.remote(), h.report.remote()], timeout=30)"
@@ -393,15 +402,15 @@ def test_a_request_entering_a_node_is_answered_on_that_node(cluster) -> None:
 
 def test_the_head_gateway_killed_under_load_costs_no_request(cluster) -> None:
     # Issue 43: the worker node's gateway keeps serving the shared port; a caller that retries a
-    # broken connection once (as SDKs do) loses nothing, and Serve puts a new gateway back on the
-    # head node.
+    # broken connection once (as SDKs do) loses nothing, and Ray starts the head node's gateway
+    # again there.
     c, url, _ = cluster
     before = _gateway_pids(c)
     head = next(pid for pid, node in before.items() if node == "node-a")
     worker = next(pid for pid, node in before.items() if node == "node-b")
     with Load(url, "spread") as load, Load(url, "on-worker") as worker_load:
         time.sleep(2)
-        # the head node's gateway: a Serve replica of this test's own cluster
+        # the head node's gateway: an actor of this test's own cluster
         os.kill(head, signal.SIGKILL)
         wait_for(
             lambda: len(listeners(c.port) - {head}) == 2,
@@ -419,9 +428,9 @@ def test_the_head_gateway_killed_under_load_costs_no_request(cluster) -> None:
 
 
 def test_a_node_that_joins_gets_a_gateway_that_serves(cluster) -> None:
-    # Issue 43 item 1: nobody acts; the gateway policy sees one more live node and Serve starts its
-    # gateway, which reads the routing table before it listens (so its first connection is served),
-    # within 30 s.
+    # Issue 43 item 1: nobody acts; the registry's gateway keeper sees one more live node and starts
+    # its gateway, which reads the routing table before it listens (so its first connection is
+    # served), within 30 s.
     c, _, _ = cluster
     before = listeners(c.port)
     joining = c.start_node(

@@ -44,7 +44,7 @@ def test_more_gateways_than_a_nodes_cpus_is_refused(monkeypatch: pytest.MonkeyPa
     ]
     monkeypatch.setattr(server_start.ray, "nodes", lambda: nodes)
     monkeypatch.setattr(
-        server_start, "_start_serve", lambda: pytest.fail("Serve started before the check")
+        server_start, "_start_container_host", lambda stacks: pytest.fail("host started first")
     )
     monkeypatch.setattr(
         server_start, "registry_handle", lambda: pytest.fail("registry started before the check")

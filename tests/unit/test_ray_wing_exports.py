@@ -55,26 +55,38 @@ def test_a_container_host_imports_no_serve() -> None:
     assert _run(code) == "[]"
 
 
-def test_the_process_starting_a_server_imports_neither_serve_nor_the_gateway_before_ray() -> None:
-    # `serving up` imports these before it starts Ray, and nothing else starts meanwhile: Serve
-    # (~0.9 CPU-seconds) waits until Ray's workers are starting, and the gateway's class, deployed
-    # by its path (`server_start.GATEWAY_CLASS`), is imported only in the gateways' processes.
+def test_the_process_starting_a_server_imports_neither_serve_nor_the_gateway() -> None:
+    # `serving up` starts Ray, the registry and the gateways without Serve (~0.9 CPU-seconds): the
+    # gateway's class loads only in the gateways' processes (`gateway_fleet.NodeGateway`).
     code = (
-        "import sys, serving._worker_preload, serving.cli.up, serving.ray_wing.embedded; "
+        "import sys, serving._worker_preload, serving.cli.up, serving.ray_wing.embedded, "
+        "serving.ray_wing.server_start, serving.ray_wing.operations; "
         "print(sorted(m for m in ('ray.serve', 'serving.ray_wing.gateway', 'serving.console.overview')"
         " if m in sys.modules))"
     )
     assert _run(code) == "[]"
 
 
-def test_the_gateway_is_deployed_by_the_path_of_its_class() -> None:
-    # loaded as each gateway's Serve replica loads it
+def test_the_registry_imports_neither_serve_nor_the_gateway() -> None:
+    # The registry starts the gateways and runs the control plane and the reconcile loop; Serve
+    # loads there only once a container Serve runs is deployed (`replica.deploy_container`).
     code = (
-        "from ray.serve._private.replica import _load_deployment_def_from_import_path as load; "
-        "from serving.ray_wing.server_start import GATEWAY_CLASS; "
-        "print(load(GATEWAY_CLASS).__module__, load(GATEWAY_CLASS).__qualname__)"
+        "import sys, serving._worker_preload as preload; preload.install(); "
+        "import serving.ray_wing.registry, serving.ray_wing.reconcile, serving.ray_wing.control_plane, "
+        "serving.ray_wing.gateway_fleet; "
+        "print(sorted(m for m in ('ray.serve', 'serving.ray_wing.gateway') if m in sys.modules))"
     )
-    assert _run(code) == "serving.ray_wing.gateway Gateway"
+    assert _run(code) == "[]"
+
+
+def test_serves_controller_is_looked_up_by_serves_own_name() -> None:
+    # `serve_status.serve_running` names it without importing Serve
+    code = (
+        "from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE; "
+        "from serving.ray_wing.serve_status import SERVE_CONTROLLER; "
+        "print(SERVE_CONTROLLER == (SERVE_CONTROLLER_NAME, SERVE_NAMESPACE))"
+    )
+    assert _run(code) == "True"
 
 
 def test_a_gateway_imports_none_of_the_control_planes_services() -> None:
