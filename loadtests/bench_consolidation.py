@@ -87,7 +87,7 @@ def _role(pid: int, stacks: dict[str, str]) -> str:
         )
     except OSError:
         return "gone"
-    if "ray::NodeGateway" in title:
+    if "ray::NodeGateway" in title or "ServeReplica:serving-gateway" in title:
         return "gateway"
     if "ServeReplica:" in title:  # ray::ServeReplica:<endpoint>.<container>.<version>:<container>
         deployment = title.split("ServeReplica:", 1)[1].split()[0].rsplit(":", 1)[-1]

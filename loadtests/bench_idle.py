@@ -78,7 +78,7 @@ def role(pid: int) -> str:
     if pid == os.getpid():
         return "driver"
     command = title(pid)
-    if "ray::NodeGateway" in command:
+    if "ray::NodeGateway" in command or "ServeReplica:serving-gateway" in command:
         return "gateway"
     if "ServeReplica:" in command:
         return "replicas"

@@ -79,6 +79,7 @@ def role(pid: int, driver: int) -> str:
     command = title(pid)
     for marker, name in (
         ("ray::NodeGateway", "gateway"),
+        ("ServeReplica:serving-gateway", "gateway"),  # a baseline's, before 2026-12-01
         ("ServeReplica:serving-control", "control plane"),
         ("ServeReplica:", "container replica"),
         ("ray::ContainerHost", "container host"),

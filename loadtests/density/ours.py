@@ -64,7 +64,7 @@ def per_container(stacks: dict[str, str]) -> dict[str, Any]:
         if command.startswith("ray::ContainerHost"):
             _hosted_rows(pid, stacks, rows, packages)
             continue
-        if "ServeReplica:" not in command:
+        if "ServeReplica:" not in command or "ServeReplica:serving-gateway" in command:
             continue
         # ray::ServeReplica:<endpoint>.<container>.<version>:<container>
         hostname = command.split("ServeReplica:", 1)[1].split()[0].rsplit(":", 1)[-1]

@@ -111,7 +111,7 @@ class CpuMeter:
             return "other processes (not started by this run)"
         if comm == "wrk":
             return "wrk (load generator)"
-        if cmdline.startswith("ray::NodeGateway"):
+        if cmdline.startswith(("ray::NodeGateway", "ray::ServeReplica:serving-gateway")):
             return "gateway replica"
         if cmdline.startswith("ray::ServeReplica:"):
             return f"{_replica_name(cmdline)}: Ray replica (supervisor)"

@@ -126,7 +126,7 @@ def gateway_and_container(endpoint: str) -> dict[str, int]:
     table = read_procs()
     found: dict[str, int] = {}
     for pid, (_, parent, _, cmdline, _) in table.items():
-        if cmdline.startswith("ray::NodeGateway"):
+        if cmdline.startswith(("ray::NodeGateway", "ray::ServeReplica:serving-gateway")):
             found["gateway"] = pid
         elif "serving.model_server.main" in cmdline and (
             f"serving.model_server.main {endpoint}/" in cmdline  # its title, wherever supervised
