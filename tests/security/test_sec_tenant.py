@@ -316,4 +316,7 @@ def test_the_control_planes_calls_need_the_capability(server) -> None:
     with pytest.raises(ray.exceptions.RayTaskError, match="refused console"):
         ray.get(registry.console.remote(guessed, None), timeout=30)
     assert ray.get(registry.start_control.remote(guessed, {"port": 1}), timeout=30) is False
+    # nor have the registry start gateways of its own (on a port of its choosing, say)
+    plan = {"settings": {"port": 1}, "share_port": True, "env": {}}
+    assert ray.get(registry.keep_gateways.remote(guessed, plan), timeout=30) is None
     assert server.client.describe_endpoint("it-secure")["EndpointStatus"] == "InService"
