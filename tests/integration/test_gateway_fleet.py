@@ -1,5 +1,5 @@
-"""serving.ray_wing.gateway_fleet: the gateways are plain Ray actors that the registry keeps, with no
-Serve controller running. On the session's server: a gateway that cannot bind names its reason, and
+"""serving.ray_wing.gateway_fleet: the gateways are plain Ray actors that the registry keeps, not
+Serve replicas. On the session's server: a gateway that cannot bind names its reason, and
 one whose HTTP server stops is restarted by the registry's health check (a killed one, by Ray:
 test_reliability). A node that joins gets its gateway: tests/multinode."""
 
@@ -11,10 +11,11 @@ import time
 import httpx
 import pytest
 import ray
+from suite.processes import holders
 
 from serving.ray_wing import gateway_fleet
 from serving.ray_wing.names import NAMESPACE
-from serving.ray_wing.serve_status import serve_running
+from serving.ray_wing.serve_status import serve_running, serve_status
 
 ENDPOINTS: dict = {}  # none: the session's server alone
 
@@ -39,10 +40,14 @@ def _serves(url: str) -> bool:
         return False
 
 
-def test_no_serve_controller_runs_for_the_gateways(server) -> None:
+def test_the_gateway_is_a_plain_actor_not_a_serve_replica(server) -> None:
     names = gateway_fleet.gateway_names()
     assert len(names) == 1, names  # one node, one gateway
-    assert not serve_running()
+    (holder,) = holders(server.url)
+    assert holder.cmdline()[0].startswith("ray::NodeGateway"), holder.cmdline()
+    # Serve runs only once a container it runs (a RuntimeEnvironment's, in other modules) started it
+    if serve_running():
+        assert not [name for name in serve_status() if name.startswith("serving-gateway")]
 
 
 def test_a_gateway_that_cannot_bind_names_its_reason(server, ray_server) -> None:
