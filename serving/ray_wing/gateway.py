@@ -1,4 +1,4 @@
-"""The gateway replica: the endpoint HTTP server on every node (`server_start` starts it)."""
+"""The gateway: the endpoint HTTP server on every node, in a `gateway_fleet.NodeGateway` actor."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ logger = logging.getLogger("serving.ray_wing.gateway")
 
 # --- gateway ------------------------------------------------------------------------
 class Gateway:
-    """A Serve replica running the endpoint HTTP server: router plus control routes."""
+    """The endpoint HTTP server: router plus control routes (`gateway_fleet.NodeGateway` runs it)."""
 
     def __init__(self, settings: SettingsJson, share_port: bool = True) -> None:
         """`share_port`: bind the ports with SO_REUSEPORT, for the other gateways of this node or

@@ -164,12 +164,16 @@ class GatewayKeeper:
     def _loop(self) -> None:
         while not self._stopped.wait(CHECK_S):
             try:
-                with self._lock:
-                    self._ensure()
-                    handles = dict(self._handles)
-                self._check(handles)
+                self.step()
             except Exception:
                 logger.exception("keeping the gateways failed")
+
+    def step(self) -> None:
+        """One look: start what is missing, then check every gateway's health."""
+        with self._lock:
+            self._ensure()
+            handles = dict(self._handles)
+        self._check(handles)
 
     def _ensure(self) -> list[str]:
         """Start the plan's gateways missing on live nodes (lock held); all of their names."""
