@@ -133,7 +133,8 @@ def per_container(ours: dict[str, Any], floor_mb: float | None = None) -> list[s
             else ""
         )
         + "everything else (the driver, Ray's own "
-        "processes, the Serve controller, the registry with the control plane, the gateway replica, idle "
+        "processes, the registry with the control plane, the gateway, the Serve controller where a "
+        "container Serve runs started it, idle "
         f"workers) {system:,.0f} MiB "
         f"({system / total:.0%}).",
     ]
