@@ -37,6 +37,8 @@ class ContainerHost:
         self._replicas: dict[str, tuple[str, SupervisedContainer]] = {}  # id -> (app, supervisor)
         self._starting: set[str] = set()
         self._cancelled: set[str] = set()  # stopped while starting
+        # what its replicas' registrations name: should this host die, the registry forgets them
+        self._name = HOST_PREFIX + ray.get_runtime_context().get_node_id()
 
     def start(self, replica: str, app: str, arguments: dict[str, Any]) -> str:
         """Start one container replica (its process loads the model, then registers); its data
@@ -47,7 +49,9 @@ class ContainerHost:
             self._starting.add(replica)
         container = None
         try:
-            container = SupervisedContainer(replica, **arguments, own_usage=False)
+            container = SupervisedContainer(
+                replica, **arguments, own_usage=False, holder=self._name
+            )
         finally:
             with self._lock:
                 self._starting.discard(replica)

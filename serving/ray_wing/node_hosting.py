@@ -62,13 +62,18 @@ class ScaledApp:
 class NodeHosting:
     """Hosted container versions by application name. The reconcile thread calls most; the scaling
     thread `autoscaled` and `resize`, and `stop_all` comes from a third, so every method takes the
-    lock. `wake`: tell the reconcile loop that something moved."""
+    lock. `wake`: tell the reconcile loop that something moved; `forget`: take the replicas a dead
+    container host held (by its name) out of the routing table (called without the lock)."""
 
     def __init__(
-        self, store: KvStore | None = None, wake: Callable[[], None] = lambda: None
+        self,
+        store: KvStore | None = None,
+        wake: Callable[[], None] = lambda: None,
+        forget: Callable[[str], None] = lambda host: None,
     ) -> None:
         self._store = store or KvStore()
-        self._wake = wake
+        self._wake, self._forget = wake, forget
+        self._dead: list[str] = []  # container hosts found dead, for `forget`
         self.scaling = HostedScaling(self)
         self._lock = threading.RLock()
         self._apps: dict[str, HostedApp] = {}
@@ -185,7 +190,11 @@ class NodeHosting:
                 self._checked = time.monotonic()
                 self._check_health()
             releasing = self._reservations.released()
-            return releasing or not all(hosted.settled for hosted in self._apps.values())
+            moving = releasing or not all(hosted.settled for hosted in self._apps.values())
+            dead, self._dead = self._dead, []
+        for host in dead:  # before their slots start again (the next tick): never counted twice
+            self._forget(host)
+        return moving
 
     # --- placing and starting --------------------------------------------------------------------
     def _group(self, hosted: HostedApp, slot: Slot) -> PlacementGroup:
@@ -264,6 +273,7 @@ class NodeHosting:
                     "the container host of node %s died; placing its replicas again", node
                 )
                 self._hosts.pop(node, None)
+                self._dead.append(HOST_PREFIX + node)
                 report = {}
             except Exception:
                 logger.exception("no report from the container host of node %s", node)

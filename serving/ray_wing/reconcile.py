@@ -36,6 +36,8 @@ class Reconciled(Protocol):
 
     def _updating(self) -> bool: ...
 
+    def _forget_held(self, holder: str) -> None: ...
+
     def _advance(
         self, statuses: dict[str, AppStatus], deployed: set[str]
     ) -> list[Deploy | Delete]: ...
@@ -51,7 +53,7 @@ class Reconciler:
         # applications deployed by this process (their status may lag)
         self._deployed: set[str] = set()
         self.stopping = False  # the embedded server is stopping: deploy and delete nothing more
-        self.hosting = NodeHosting(wake=self.wake)
+        self.hosting = NodeHosting(wake=self.wake, forget=registry._forget_held)
 
     def start(self) -> None:
         threading.Thread(target=self._loop, name="reconcile", daemon=True).start()

@@ -106,11 +106,8 @@ class Registry(ControlSeat, GatewayKeeping):
         self.api = self._store.load(_KV_API).get("routing")
         self.feed.reopen()
         if self.states:
-            logger.info(
-                "registry restored %d endpoints and %d replicas",
-                len(self.states),
-                len(self._replicas.by_url),
-            )
+            counts = len(self.states), len(self._replicas.by_url)
+            logger.info("registry restored %d endpoints and %d replicas", *counts)
 
     def _bump(self) -> None:
         """A new version of the state (call with the lock held): wake the snapshots waiting for
@@ -304,21 +301,18 @@ class Registry(ControlSeat, GatewayKeeping):
         self._reconciler.wake()
         return True
 
-    def register(self, endpoint: str, container: str, version: str, url: str, proof: str) -> bool:
+    def register(
+        self, endpoint: str, container: str, version: str, url: str, proof: str, holder: str = ""
+    ) -> bool:
         """Put a replica's data port under (endpoint, container, version): only with the proof made
-        for exactly that."""
+        for exactly that. `holder`: the container host supervising it, if hosted."""
         key = (endpoint, container, version)
         if not self._replicas.proven(key, url, proof):
             self.refused += 1
-            logger.warning(
-                "registry: refused to register %s for %s/%s without its proof",
-                url,
-                endpoint,
-                container,
-            )
+            logger.warning("registry: refused to register %s as %s without its proof", url, key)
             return False
         with self._lock:
-            new = self._replicas.heard(url, key)
+            new = self._replicas.heard(url, key, holder or None)
             if new:
                 self._bump()
         if new:  # an update waiting for this replica moves its traffic now, not at the next read
@@ -335,6 +329,12 @@ class Registry(ControlSeat, GatewayKeeping):
             if self._replicas.forget(url):
                 self._bump()
         return True
+
+    def _forget_held(self, holder: str) -> None:
+        """A container host died: its replicas leave now, not at REPLICA_TTL_S beside successors."""
+        with self._lock:
+            if self._replicas.forget_held(holder):
+                self._bump()
 
     def _expire(self) -> None:
         if self._replicas.expire():

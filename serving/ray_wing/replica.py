@@ -79,8 +79,10 @@ class SupervisedContainer:
         shared_network: bool = False,
         fork_template: bool = True,
         own_usage: bool = True,
+        holder: str = "",
     ) -> None:
         root = cluster_secret()
+        self._holder = holder  # the container host supervising it, if hosted (it dies with it)
         # what its autoscaler tracks, if it has one (it reads the counters: fetch them at the usual pace)
         self._tracked = tuple(tracked_metrics)
         self.metrics = ReplicaMetrics(endpoint, hostname, replica)
@@ -136,16 +138,19 @@ class SupervisedContainer:
         threading.Thread(target=self._relay_stats, name="container-stats", daemon=True).start()
         freeze_startup_objects()
 
-    def _registration_of(self, url: str) -> tuple[str, str, str, str, str]:
+    def _registration_of(self, url: str) -> tuple[str, str, str, str, str, str]:
         """What this replica tells the registry for its process's data port `url`."""
         endpoint, hostname = self._config.endpoint, self._config.hostname
         proof = keys.registration_proof(self._root, endpoint, hostname, url, self._version)
-        return endpoint, hostname, self._version, url, proof
+        return endpoint, hostname, self._version, url, proof, self._holder
 
     def _heartbeat(self) -> None:
         while not self._stopping.wait(HEARTBEAT_S):
-            if self._failed is None and self.process.alive:
-                self.registry.register.remote(*self._registration)
+            # under the lock `_on_exit` deregisters with: a beat sent for a process that has just
+            # died goes before its deregistration, never after it (which would put it back)
+            with self._lock:
+                if self._failed is None and self.process.alive:
+                    self.registry.register.remote(*self._registration)
 
     def _on_exit(self, code: int) -> None:
         """The container process died on its own (its data port is closed already): leave the routing
@@ -156,7 +161,8 @@ class SupervisedContainer:
             self._failed = f"container process exited ({code})"
             return
         try:
-            self.registry.deregister.remote(*registration[3:])
+            with self._lock:
+                self.registry.deregister.remote(*registration[3:5])
         except Exception:  # the registry drops an unrenewed registration anyway
             logger.exception("could not deregister %s", registration[3])
         if self._stopping.is_set():
@@ -263,7 +269,7 @@ class SupervisedContainer:
             process, registration = self.process, self._registration
         self.metrics.stop()
         try:
-            url, proof = registration[3:]
+            url, proof = registration[3:5]
             ray.get(self.registry.deregister.remote(url, proof), timeout=5)
             time.sleep(0.5)
         except Exception:  # the registry may already be gone at cluster shutdown

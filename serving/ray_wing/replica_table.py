@@ -20,11 +20,16 @@ class ReplicaTable:
         self._store = store
         self._root_secret = root_secret
         self.by_url: dict[str, tuple[str, str, str]] = {}  # url -> (endpoint, container, version)
+        # url -> the container host that supervises it (`container_host.HOST_PREFIX` + node), for a
+        # hosted replica: they die together
+        self.holders: dict[str, str] = {}
         self._seen: dict[str, float] = {}  # url -> last heartbeat (monotonic)
         now = time.monotonic()
-        for url, key in store.load(_KV_REPLICA).items():
+        for url, stored in store.load(_KV_REPLICA).items():
             # heartbeats confirm them, or they expire
-            self.by_url[url], self._seen[url] = tuple(key), now
+            self.by_url[url], self._seen[url] = tuple(stored[:3]), now
+            if len(stored) > 3 and stored[3]:
+                self.holders[url] = stored[3]
 
     def proven(self, key: tuple[str, str, str], url: str, proof: object) -> bool:
         """Whether `proof` is the one made for exactly this replica (`keys.registration_proof`)."""
@@ -38,22 +43,35 @@ class ReplicaTable:
         key = self.by_url.get(url)
         return key is not None and self.proven(key, url, proof)
 
-    def heard(self, url: str, key: tuple[str, str, str]) -> bool:
-        """A registration or heartbeat; whether the table changed."""
+    def heard(self, url: str, key: tuple[str, str, str], holder: str | None = None) -> bool:
+        """A registration or heartbeat (`holder`: its container host, if hosted); whether the table
+        changed."""
         self._seen[url] = time.monotonic()
-        if self.by_url.get(url) == key:
+        if self.by_url.get(url) == key and self.holders.get(url) == holder:
             return False
         self.by_url[url] = key
-        self._store.put(_KV_REPLICA, url, list(key))
+        if holder:
+            self.holders[url] = holder
+        else:
+            self.holders.pop(url, None)
+        self._store.put(_KV_REPLICA, url, [*key, holder])
         return True
 
     def forget(self, url: str) -> bool:
         """Remove a replica; whether it was there."""
         self._seen.pop(url, None)
+        self.holders.pop(url, None)
         if self.by_url.pop(url, None) is None:
             return False
         self._store.delete(_KV_REPLICA, url)
         return True
+
+    def forget_held(self, holder: str) -> bool:
+        """Remove every replica a container host supervised (it died, and they with it); whether
+        there was any."""
+        return [
+            self.forget(url) for url, held in list(self.holders.items()) if held == holder
+        ] != []
 
     def forget_endpoint(self, name: str) -> bool:
         """Remove every replica of an endpoint; whether there was any."""

@@ -1,12 +1,15 @@
 """A hosted replica taken off (scale-in, delete) keeps its placement group until it has drained, as
 a Serve replica's actor holds its resources until it exits: otherwise a new replica could be placed
-on CPUs the draining one still uses; and a restarted registry frees the groups its predecessor was
-still holding for drains. Ray is replaced here by fakes (placement groups, the host's `stop` call
-and `ray.wait`); the registry's real use runs in `tests/integration/test_autoscaling.py`."""
+on CPUs the draining one still uses; a restarted registry frees the groups its predecessor was
+still holding for drains; and the replicas of a host that died leave the routing table before their
+successors start. Ray is replaced here by fakes (placement groups, the host's calls and `ray.wait`);
+the registry's real use runs in `tests/integration/test_autoscaling.py` and
+`test_container_hosts.py`."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -15,8 +18,9 @@ import pytest
 from serving.config.spec import parse_spec
 from serving.control.hosted_apps import HostedApp
 from serving.control.plans import endpoint_record
-from serving.ray_wing import slot_reservations
-from serving.ray_wing.node_hosting import NodeHosting
+from serving.ray_wing import node_hosting, slot_reservations
+from serving.ray_wing.container_host import HOST_PREFIX
+from serving.ray_wing.node_hosting import HEALTH_S, NodeHosting
 from serving.ray_wing.slot_reservations import RELEASE_WAIT_S, SlotReservations, group_name
 from serving.settings import ServerSettings
 
@@ -30,13 +34,26 @@ class _Ref:
 @dataclass
 class _Host:
     stops: list[_Ref] = field(default_factory=list)
+    running: dict[str, tuple] = field(default_factory=dict)  # what `report` answers
+    dead: bool = False
 
     def __post_init__(self) -> None:
         self.stop = SimpleNamespace(remote=self._stop)
+        self.report = SimpleNamespace(remote=self._report)
 
     def _stop(self, replica: str) -> _Ref:
         self.stops.append(_Ref(replica))
         return self.stops[-1]
+
+    def _report(self) -> Callable[[], dict]:
+        """The call's ref: what `ray.get` of it does (the test's `ray.get` calls it)."""
+
+        def answer() -> dict:
+            if self.dead:
+                raise node_hosting.ray.exceptions.RayActorError()
+            return self.running
+
+        return answer
 
 
 class _Store:
@@ -77,7 +94,8 @@ def hosting(monkeypatch: pytest.MonkeyPatch):
     record = endpoint_record(spec, ServerSettings())
     version = record["containers"][0]["Version"]
     app = HostedApp.of(f"e.c.{version}", "e", "c", version, record["plans"]["c"])
-    hosting = NodeHosting(store=_Store())  # type: ignore[arg-type]
+    forgotten: list[str] = []
+    hosting = NodeHosting(store=_Store(), forget=forgotten.append)  # type: ignore[arg-type]
     host = _Host()
     hosting._hosts["node-1"] = host
     hosting._recovered, hosting._checked = True, time.monotonic()
@@ -87,7 +105,9 @@ def hosting(monkeypatch: pytest.MonkeyPatch):
         hosting._reservations._groups[(app.app, slot.index)] = SimpleNamespace(
             id=f"group-{slot.index}"
         )
-    return SimpleNamespace(it=hosting, app=app.app, host=host, removed=removed, clock=clock)
+    return SimpleNamespace(
+        it=hosting, app=app.app, host=host, removed=removed, clock=clock, forgotten=forgotten
+    )
 
 
 def test_scale_in_frees_a_reservation_only_once_its_replica_has_drained(hosting) -> None:
@@ -134,3 +154,23 @@ def test_a_new_registry_frees_the_groups_no_stored_slot_owns(
     draining.done = True
     assert not reservations.released()
     assert hosting.removed == [group_name("gone", 0), group_name("old", 2)]
+
+
+def test_a_dead_hosts_replicas_leave_the_routing_table_before_they_start_again(
+    hosting, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The host's report raises as a dead actor's does; its stand-in (a new host on that node, which
+    # knows none of the replicas) is the same fake.
+    monkeypatch.setattr(node_hosting.ray, "get", lambda ref, timeout=None: ref())
+    monkeypatch.setattr(node_hosting, "host_on", lambda node: hosting.host)
+    hosting.host.running = {f"r{i}": (hosting.app, None) for i in range(3)}
+    hosting.it._checked -= HEALTH_S
+    hosting.it.tick()
+    assert hosting.forgotten == [] and hosting.host.stops == []
+    hosting.host.dead = True
+    hosting.it._checked -= HEALTH_S
+    hosting.it.tick()
+    # forgotten by the host's name, which every registration it made carries
+    assert hosting.forgotten == [HOST_PREFIX + "node-1"]
+    slots = hosting.it._apps[hosting.app].slots
+    assert [(s.state, s.replica) for s in slots] == [("PLACING", None)] * 3
