@@ -17,7 +17,7 @@ class _Table:
     def proven(self, key, url: str, proof: str) -> bool:
         return proof == "proof"
 
-    def heard(self, url: str, key) -> bool:
+    def heard(self, url: str, key, holder: str | None = None) -> bool:
         new = url not in self.known
         self.known.add(url)
         return new
