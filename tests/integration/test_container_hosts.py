@@ -172,7 +172,8 @@ def test_the_host_killed_takes_its_replicas_and_the_registry_starts_them_again(
     most = Counter()  # the most replicas each container was counted with meanwhile
 
     def started_again() -> bool:
-        most.update({c: n - most[c] for c, n in _registered().items() if n > most[c]})
+        for container, count in _registered().items():
+            most[container] = max(most[container], count)
         return (
             len(_replicas("pair")) == 2
             and len(_replicas("single")) == 1
