@@ -8,7 +8,7 @@ Modules: `plans` (a spec as the registry's record and each container's plan), `c
 (blue/green steps toward a desired record, one container version at a time), `runtime_env` (a
 container's process environment and Ray runtime_env), `requirements` (a model's
 code/requirements.txt at deploy time), `status` (descriptions and /ping), `records` (the plan and
-the registry's record, typed for mypy), `snapshot_feed` (the registry's snapshots to every gateway over
-signed HTTP), `hosted_apps` (a version's replicas on their nodes' container hosts: slots and
-status).
+the registry's record, typed for mypy), `snapshots` (the registry's state as the one snapshot every
+gateway reads), `snapshot_feed` (the registry's snapshots to every gateway over signed HTTP),
+`hosted_apps` (a version's replicas on their nodes' container hosts: slots and status).
 """

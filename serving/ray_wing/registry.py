@@ -1,5 +1,6 @@
 """The registry actor: the control plane's state, kept in Ray's GCS key-value store, the long poll
-that hands it to every gateway (its reconcile loop: `reconcile`), and the control plane itself."""
+that hands it to every gateway (its reconcile loop: `reconcile`; the snapshot it hands out:
+`control.snapshots`), and the control plane itself."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from collections import Counter
 import ray
 
 from serving.autoscaling.policy import ScalerState, ScalingActivity
-from serving.control import container_versions
 from serving.control.container_versions import Delete, Deploy, EndpointState, parse_app_name, step
 from serving.control.records import (
     ApiRouting,
@@ -23,6 +23,7 @@ from serving.control.records import (
     Snapshot,
     VersionsUpdate,
 )
+from serving.control.snapshots import snapshot_of
 from serving.ray_wing.cluster import NAMESPACE, cluster_secret
 from serving.ray_wing.control_seat import CONTROL_CALLS, ControlSeat
 from serving.ray_wing.gateway_fleet import GatewayKeeping
@@ -365,27 +366,18 @@ class Registry(ControlSeat, GatewayKeeping):
         held): every state change bumps the version, and `refused` counts without one."""
         key = (self.version, self.refused)
         if self._built is None or self._built[0] != key:
-            registered = Counter(self._replicas.by_url.values())
-            endpoints = {name: state.snapshot() for name, state in self.states.items()}
-            table = container_versions.routed_replicas(self.states, self._replicas.by_url)
-            snapshot: Snapshot = {
-                "version": self.version,
-                "epoch": self.epoch,
-                "endpoints": endpoints,
-                "replicas": table,
-                "registered": dict(registered),
-                "statuses": self.statuses,
-                "refused": self.refused,
-                "awaited": sorted(self.awaited),
-                "api": self.api,
-                "feed": self.feed.url,
-                "scaling": {
-                    name: ScalingRecord(
-                        containers=dict(s["containers"]), activities=list(s["activities"])
-                    )
-                    for name, s in self.scaling.items()
-                },
-            }
+            snapshot = snapshot_of(
+                version=self.version,
+                epoch=self.epoch,
+                states=self.states,
+                replicas=self._replicas.by_url,
+                statuses=self.statuses,
+                refused=self.refused,
+                awaited=self.awaited,
+                api=self.api,
+                feed=self.feed.url,
+                scaling=self.scaling,
+            )
             self._built = (key, snapshot)
         return self._built[1]
 

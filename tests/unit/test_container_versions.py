@@ -231,3 +231,37 @@ def test_a_snapshot_routes_with_the_active_versions_while_new_ones_come_up() -> 
         ("ep", "a"): ["http://a-old"],
         ("ep", "b"): ["http://b"],
     }
+
+
+def test_the_registry_snapshot_counts_replicas_and_copies_scaling_records() -> None:
+    from serving.control.snapshots import snapshot_of
+
+    active = {
+        **record(a="v1"),
+        "limits": {},
+        "not_idempotent": [],
+        "access": None,
+        "async_inference": None,
+    }
+    state = EndpointState("ep", active, active, {"Status": "Succeeded", "StartedAt": 0.0})
+    scaling = {"ep": {"containers": {"a": {"desired": 1}}, "activities": [{"id": "1"}]}}
+    replicas = {"http://a1": ("ep", "a", "v1"), "http://a2": ("ep", "a", "v1")}
+    snapshot = snapshot_of(
+        version=3,
+        epoch="e",
+        states={"ep": state},
+        replicas=replicas,
+        statuses={},
+        refused=0,
+        awaited={"z", "y"},
+        api=None,
+        feed=None,
+        scaling=scaling,  # type: ignore[arg-type]
+    )
+    assert snapshot["registered"] == {("ep", "a", "v1"): 2} and snapshot["awaited"] == ["y", "z"]
+    assert snapshot["replicas"] == {("ep", "a"): ["http://a1", "http://a2"]}
+    # a gateway's snapshot does not change when the registry records another activity
+    scaling["ep"]["activities"].append({"id": "2"})
+    scaling["ep"]["containers"]["b"] = {"desired": 1}
+    assert snapshot["scaling"]["ep"]["activities"] == [{"id": "1"}]
+    assert list(snapshot["scaling"]["ep"]["containers"]) == ["a"]
