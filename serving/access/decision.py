@@ -27,7 +27,7 @@ from serving.access.policies import (
 )
 from serving.access.sigv4 import Authenticator, Caller, Claim, RawRequest
 from serving.errors import AccessDeniedError, ServingError
-from serving.metrics.invocations import ACCESS_DECISIONS
+from serving.metrics.invocations import record_access
 from serving.tracing import spans as tracing
 
 __all__ = ["AUDIT_LOGGER", "EndpointAccess", "configure_audit_log"]
@@ -130,7 +130,7 @@ class EndpointAccess:
         try:
             return check(*args)
         except ServingError as error:
-            ACCESS_DECISIONS.labels(endpoint, "unauthenticated").inc()
+            record_access(endpoint, "unauthenticated")
             _audit(
                 logging.WARNING,
                 {
@@ -173,7 +173,7 @@ class EndpointAccess:
             decision = evaluate(caller.identity.policies, RequestContext(action, resource, keys))
             statements[container] = decision.statement
             if not decision.allowed:
-                ACCESS_DECISIONS.labels(endpoint, "deny").inc()
+                record_access(endpoint, "deny")
                 _audit(
                     logging.WARNING,
                     {
@@ -195,5 +195,5 @@ class EndpointAccess:
                     f"User: {caller.principal} is not authorized to perform: {action} on resource: {resource} "
                     f"({target}) because {why}"
                 )
-        ACCESS_DECISIONS.labels(endpoint, "allow").inc()
+        record_access(endpoint, "allow")
         _audit(logging.INFO, {**record, "decision": "allow", "statements": statements})

@@ -21,8 +21,10 @@ __all__ = [
     "DesiredReplicasCollector",
     "InvocationTrace",
     "ReplicaCountCollector",
+    "record_access",
     "record_client_abort",
     "record_invocation",
+    "series_moves",
 ]
 
 # Milliseconds to minutes: a 0.3 ms hop and a 90 s cold load of a large model both land in a bucket.
@@ -47,6 +49,19 @@ LATENCY_BUCKETS = (
 )
 
 REGISTRY = CollectorRegistry(auto_describe=True)
+# How many times this process's request series (everything below but the registry polls, which move on
+# their own every long poll) have moved: a gateway generates its exposition again for the other gateways
+# only once this changed (`ray_wing.gateway_counters`), since generating it is what an idle one paid.
+_moves = [0]
+
+
+def series_moves() -> int:
+    return _moves[0]
+
+
+def _moved() -> None:
+    _moves[0] += 1
+
 
 ACCESS_DECISIONS = Counter(
     "serving_access_decisions",  # exposed as serving_access_decisions_total
@@ -153,6 +168,7 @@ def record_invocation(trace: InvocationTrace, status: int, seconds: float) -> No
     endpoint = trace.endpoint
     if endpoint is None:
         return
+    _moved()
     containers = trace.chain or ("",)  # "" when the request never resolved to a container
     # A TargetModel becomes a label value only once a container answered for it: a name that was
     # refused (unknown, malformed) or never answered (timed out) would otherwise let any caller add
@@ -177,7 +193,14 @@ def record_client_abort(trace: InvocationTrace) -> None:
     """Count a request whose client went away before its body arrived (a no-op for unknown
     endpoints)."""
     if trace.endpoint is not None:
+        _moved()
         CLIENT_ABORTS.labels(trace.endpoint).inc()
+
+
+def record_access(endpoint: str, decision: str) -> None:
+    """Count one access decision on an endpoint with AccessControl (`ACCESS_DECISIONS`)."""
+    _moved()
+    _child(ACCESS_DECISIONS, endpoint, decision).inc()
 
 
 class _PerContainerGauge:

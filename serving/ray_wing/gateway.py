@@ -38,6 +38,7 @@ from serving.metrics.invocations import (
     REGISTRY,
     DesiredReplicasCollector,
     ReplicaCountCollector,
+    series_moves,
 )
 from serving.open_inference.dataplane import OpenInference
 from serving.open_inference.grpc_service import GrpcInference
@@ -246,7 +247,8 @@ class Gateway:
             await self.router.async_invocations.take_over()
 
     async def _publish_counters(self) -> None:
-        await asyncio.to_thread(lambda: self.counters.publish(generate_latest(REGISTRY)))
+        moves = series_moves()
+        await asyncio.to_thread(self.counters.publish, moves, lambda: generate_latest(REGISTRY))
 
     async def _metrics(self, request: Request) -> Response:
         """`GET /metrics`: this gateway's own series, current, merged by the control plane with

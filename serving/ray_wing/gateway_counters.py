@@ -2,16 +2,19 @@
 so that the control plane's merge for a `GET /metrics` of any gateway counts the requests of every
 gateway.
 
-A gateway publishes its registry's exposition every PUBLISH_S, so a scrape sees the other gateways'
-counters up to PUBLISH_S old (the scraped gateway sends its own, current); an unchanged exposition
-(an idle gateway's) is written again only every HEARTBEAT_S, as a sign of life. A gateway silent for
-STALE_S has stopped: its counters leave the sum, as a restarted gateway's always have.
+A gateway publishes its registry's exposition within PUBLISH_S of a request moving its series, so a
+scrape sees the other gateways' request counters up to PUBLISH_S old (the scraped gateway sends its
+own, current); with no request, the exposition is generated again only every REFRESH_S (the registry
+polls, which move on their own, catch up then), and the last one is written again every HEARTBEAT_S,
+as a sign of life. A gateway silent for STALE_S has stopped: its counters leave the sum, as a
+restarted gateway's always have.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 
 from ray.experimental import internal_kv
 
@@ -19,6 +22,7 @@ from serving.ray_wing.names import NAMESPACE
 
 PUBLISH_S = 5.0
 HEARTBEAT_S = 10.0
+REFRESH_S = 60.0
 STALE_S = 30.0
 _PREFIX = b"gateway-metrics/"
 
@@ -28,15 +32,26 @@ class GatewayCounters:
 
     def __init__(self, gateway: str) -> None:
         self.key = _PREFIX + gateway.encode()
-        self._last: tuple[bytes, float] = (b"", float("-inf"))  # what was written, when (monotonic)
+        self._text, self._written = b"", float("-inf")  # what was written last, when (monotonic)
+        self._moves, self._generated = -1, float("-inf")  # the series' moves it showed, when
 
-    def publish(self, exposition: bytes) -> None:
-        text, written = self._last
-        if exposition == text and time.monotonic() - written < HEARTBEAT_S:
-            return
-        value = json.dumps({"at": time.time(), "text": exposition.decode()}).encode()
+    def publish(self, moves: int, exposition: Callable[[], bytes]) -> None:
+        """`moves`: the request series' moves so far (`invocations.series_moves`), read before
+        `exposition` is called, which generates the registry's text only when it is due."""
+        now = time.monotonic()
+        if moves != self._moves or now - self._generated >= REFRESH_S:
+            self._moves, self._generated = moves, now
+            text = exposition()
+            if text != self._text:
+                self._write(text, now)
+                return
+        if now - self._written >= HEARTBEAT_S:
+            self._write(self._text, now)
+
+    def _write(self, text: bytes, now: float) -> None:
+        value = json.dumps({"at": time.time(), "text": text.decode()}).encode()
         internal_kv._internal_kv_put(self.key, value, namespace=NAMESPACE)
-        self._last = (exposition, time.monotonic())
+        self._text, self._written = text, now
 
 
 def published() -> dict[str, str]:
