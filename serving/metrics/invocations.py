@@ -168,7 +168,6 @@ def record_invocation(trace: InvocationTrace, status: int, seconds: float) -> No
     endpoint = trace.endpoint
     if endpoint is None:
         return
-    _moved()
     containers = trace.chain or ("",)  # "" when the request never resolved to a container
     # A TargetModel becomes a label value only once a container answered for it: a name that was
     # refused (unknown, malformed) or never answered (timed out) would otherwise let any caller add
@@ -187,20 +186,21 @@ def record_invocation(trace: InvocationTrace, status: int, seconds: float) -> No
         spent += hop_seconds
     overhead_container = trace.chain[0] if trace.mode != "Serial" and len(trace.chain) == 1 else ""
     _child(OVERHEAD_LATENCY, endpoint, overhead_container).observe(max(seconds - spent, 0.0))
+    _moved()  # after the series moved: a reader of the count never generates before them
 
 
 def record_client_abort(trace: InvocationTrace) -> None:
     """Count a request whose client went away before its body arrived (a no-op for unknown
     endpoints)."""
     if trace.endpoint is not None:
-        _moved()
         CLIENT_ABORTS.labels(trace.endpoint).inc()
+        _moved()
 
 
 def record_access(endpoint: str, decision: str) -> None:
     """Count one access decision on an endpoint with AccessControl (`ACCESS_DECISIONS`)."""
-    _moved()
     _child(ACCESS_DECISIONS, endpoint, decision).inc()
+    _moved()
 
 
 class _PerContainerGauge:
