@@ -28,6 +28,17 @@ def record(**versions: str) -> dict:
     }
 
 
+def routable(**versions: str) -> dict:
+    """A record as the registry stores an active one: with what a gateway routes by."""
+    return {
+        **record(**versions),
+        "limits": {},
+        "not_idempotent": [],
+        "access": None,
+        "async_inference": None,
+    }
+
+
 def running(*apps: str) -> dict[str, dict]:
     return {app: {"status": "RUNNING", "deployments": {}} for app in apps}
 
@@ -205,13 +216,7 @@ def test_state_round_trips_as_plain_data() -> None:
 
 
 def test_a_snapshot_routes_with_the_active_versions_while_new_ones_come_up() -> None:
-    active = {
-        **record(a="v1", b="v1"),
-        "limits": {},
-        "not_idempotent": [],
-        "access": None,
-        "async_inference": None,
-    }
+    active = routable(a="v1", b="v1")
     desired = {**active, **record(a="v2", b="v1")}
     state = EndpointState("ep", desired, active, {"Status": "InProgress", "StartedAt": 0.0})
     snapshot = state.snapshot()
@@ -236,13 +241,7 @@ def test_a_snapshot_routes_with_the_active_versions_while_new_ones_come_up() -> 
 def test_the_registry_snapshot_counts_replicas_and_copies_scaling_records() -> None:
     from serving.control.snapshots import snapshot_of
 
-    active = {
-        **record(a="v1"),
-        "limits": {},
-        "not_idempotent": [],
-        "access": None,
-        "async_inference": None,
-    }
+    active = routable(a="v1")
     state = EndpointState("ep", active, active, {"Status": "Succeeded", "StartedAt": 0.0})
     scaling = {"ep": {"containers": {"a": {"desired": 1}}, "activities": [{"id": "1"}]}}
     replicas = {"http://a1": ("ep", "a", "v1"), "http://a2": ("ep", "a", "v1")}
