@@ -10,8 +10,10 @@ container process (`container_main`) ever sees.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import hashlib
+import importlib.util
 import logging
 import os
 import secrets
@@ -177,7 +179,9 @@ NO_DASHBOARD = b"http://127.0.0.1:0"
 def _lean_head(logging_to_driver: bool) -> Iterator[None]:
     """While `ray.init` starts the embedded head node, start neither the dashboard head nor the autoscaler
     monitor, nor the log monitor unless `logging_to_driver`: Ray's `RayParams` has switches for the two monitors
-    but `ray.init` passes none, and none for the dashboard head."""
+    but `ray.init` passes none, and none for the dashboard head. And learn whether the node agent's dependencies
+    are installed without importing them here (`dashboard_dependency_error`)."""
+    from ray._private import utils
     from ray._private.node import Node
 
     replaced = {"start_api_server": _register_no_dashboard, _UNUSED_MONITOR: _not_started}
@@ -186,11 +190,51 @@ def _lean_head(logging_to_driver: bool) -> Iterator[None]:
     originals = {name: getattr(Node, name) for name in replaced}
     for name, replacement in replaced.items():
         setattr(Node, name, replacement)
+    ray_check = utils.get_dashboard_dependency_error
+    utils.get_dashboard_dependency_error = dashboard_dependency_error
     try:
         yield
     finally:
+        utils.get_dashboard_dependency_error = ray_check
         for name, original in originals.items():
             setattr(Node, name, original)
+
+
+def dashboard_dependency_error() -> ImportError | None:
+    """Ray's `get_dashboard_dependency_error`, answered by the import system's finders: whether each module that
+    `ray.dashboard.optional_deps` imports can be found (None: all can; the node agent then runs in full, as it
+    must to export metrics). Ray's own check imports them all (aiohttp, grpc, OpenTelemetry, ...) into the process
+    starting the node, which uses none of them, on the way from the GCS's start to the raylet's."""
+    import ray.dashboard
+
+    source = Path(ray.dashboard.__file__).with_name("optional_deps.py").read_text()
+    for statement in ast.parse(source).body:
+        if isinstance(statement, ast.Import):
+            names = [alias.name for alias in statement.names]
+        elif isinstance(statement, ast.ImportFrom) and statement.module and not statement.level:
+            names = [statement.module]
+        else:
+            continue
+        for name in names:
+            if not _findable(name):
+                return ModuleNotFoundError(f"No module named '{name}'", name=name)
+    return None
+
+
+def _findable(name: str) -> bool:
+    """Whether `name` can be imported, importing at most namespace packages to find out: a submodule of a
+    regular package (`aiohttp.web`) is taken to come with it."""
+    parts = name.split(".")
+    for depth in range(1, len(parts) + 1):
+        try:
+            spec = importlib.util.find_spec(".".join(parts[:depth]))
+        except (ImportError, ValueError):
+            return False
+        if spec is None:
+            return False
+        if spec.origin not in (None, "namespace"):
+            return True  # a regular package or module: what is below it ships with it
+    return True
 
 
 def _not_started(node: Any, **_: object) -> None:

@@ -119,6 +119,29 @@ def test_the_embedded_ray_starts_no_head_process_it_never_uses(server):
         "autoscaler/_private/monitor.py",
         "_private/log_monitor.py",
     )
+    processes, ours = _own_processes(), _started_here()
+    started = [
+        processes[pid][1][:120] for pid in ours if any(part in processes[pid][1] for part in unused)
+    ]
+    assert started == []
+
+
+def test_the_node_agent_runs_in_full(server):
+    # The process starting Ray no longer imports the agent's dependencies to learn whether they
+    # are installed (`cluster.dashboard_dependency_error`); a wrong answer would have the raylet
+    # start the agent `--minimal`, without the metrics export GET /metrics relies on. The raylet's
+    # command line carries the agent's.
+    processes = _own_processes()
+    raylets = [
+        processes[pid][1] for pid in _started_here() if "raylet/raylet " in processes[pid][1]
+    ]
+    assert len(raylets) == 1, raylets
+    assert "dashboard/agent.py" in raylets[0]
+    assert "--minimal" not in raylets[0].split()
+
+
+def _started_here() -> set[int]:
+    """This test process and its descendants (the session's embedded Ray among them)."""
     processes = _own_processes()
     ours, grew = {os.getpid()}, True
     while grew:
@@ -126,10 +149,7 @@ def test_the_embedded_ray_starts_no_head_process_it_never_uses(server):
         ours |= children
         grew = bool(children)
     assert any("gcs_server" in processes[pid][1] for pid in ours), "no Ray of this test process"
-    started = [
-        processes[pid][1][:120] for pid in ours if any(part in processes[pid][1] for part in unused)
-    ]
-    assert started == []
+    return ours
 
 
 def test_serve_workers_run_without_pandas_or_pyarrow(server):
