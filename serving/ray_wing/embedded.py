@@ -19,9 +19,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
-import httpx
 import ray
 
 from serving import protocol
@@ -40,6 +39,9 @@ from serving.ray_wing.operations import (
 from serving.ray_wing.registry import registry_handle
 from serving.ray_wing.server_start import gateway_url, start_gateway
 from serving.settings import ServerSettings
+
+if TYPE_CHECKING:
+    import httpx
 
 SETTLED = ("InService", "Failed")
 
@@ -257,6 +259,8 @@ class EmbeddedServer:
         """Wait (at most `timeout`, default `ready_timeout_s`) until the endpoints (default: all
         deployed here) are settled and, unless one failed, routable; returns what was seen last,
         ready or not."""
+        import httpx  # here, not before Ray starts: `serving up` is one core's work until then
+
         wanted = list(self._deployed if names is None else names)
         deadline = time.monotonic() + (self.ready_timeout_s if timeout is None else timeout)
         with httpx.Client(base_url=self.url, timeout=10) as client:
@@ -269,6 +273,8 @@ class EmbeddedServer:
                 time.sleep(interval)
 
     def _look(self, client: httpx.Client, names: list[str]) -> Readiness:
+        import httpx
+
         try:
             descriptions = {}
             for name in names:

@@ -191,9 +191,7 @@ def test_readiness_is_the_gateways_view(states, ping, others, ready, settled) ->
 def test_wait_ready_is_bounded_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
     server = EmbeddedServer([SPEC], ready_timeout_s=0.3)
     server._deployed, server.url = ["ep"], "http://gateway"
-    monkeypatch.setattr(
-        embedded.httpx, "Client", lambda **_: _gateway({"ep": {"status": "Creating"}}, 503)
-    )
+    monkeypatch.setattr(httpx, "Client", lambda **_: _gateway({"ep": {"status": "Creating"}}, 503))
     readiness = server.wait_ready(interval=0.05)
     assert readiness.pending == ["ep"] and not readiness.ready
     assert "ep: Creating" in str(EndpointsNotReady(readiness))
