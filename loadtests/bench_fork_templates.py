@@ -22,11 +22,9 @@ bench started are stopped (SIGTERM, by PID) before each fresh and each cold run.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
 import json
 import os
-import signal
 import statistics
 import sys
 import tempfile
@@ -37,7 +35,7 @@ from typing import Any
 
 from loadtests.bench_container_start import containers
 from loadtests.harness.models import hetero_models
-from loadtests.harness.proctree import is_template, smaps, title
+from loadtests.harness.proctree import smaps, stop_templates, templates_of
 from loadtests.harness.results import (
     ROOT,
     command_line,
@@ -59,26 +57,6 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _templates() -> list[int]:
-    """The templates of this tree that run now."""
-    return [
-        int(entry.name)
-        for entry in Path("/proc").iterdir()
-        if entry.name.isdigit()
-        and is_template(int(entry.name))
-        and str(ROOT) in title(int(entry.name))
-    ]
-
-
-def _stop_templates() -> None:
-    for pid in _templates():
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 30
-    while _templates() and time.monotonic() < deadline:
-        time.sleep(0.1)
-
-
 def _answer(process, request: Any) -> int:
     from serving.trust import hops
 
@@ -97,7 +75,7 @@ def run_mode(mode: str, chosen: list[dict[str, Any]]) -> dict[str, Any]:
     from serving.model_server.supervisor import ContainerProcess
 
     if mode != "forked, warm":
-        _stop_templates()
+        stop_templates(ROOT)
     started, rows = [], {}
     wall = time.perf_counter()
     try:
@@ -125,7 +103,7 @@ def run_mode(mode: str, chosen: list[dict[str, Any]]) -> dict[str, Any]:
         for container, process in zip(chosen, started, strict=True):
             assert _answer(process, container["request"]) == 200, container["hostname"]
         time.sleep(2)  # what start-up left settles before memory is read
-        templates = _templates()
+        templates = templates_of(ROOT)
         pss = {p.config.hostname: (smaps(p.pid) or {"pss": 0})["pss"] / MIB for p in started}
         template_pss = sum((smaps(pid) or {"pss": 0})["pss"] for pid in templates) / MIB
         template_cpu = sum(_cpu_s(pid) for pid in templates)
@@ -239,7 +217,7 @@ def main() -> int:
                     runs[mode].append(result)
                     print(mode, f"{result['wall_s']:.1f} s", flush=True)
         finally:
-            _stop_templates()
+            stop_templates(ROOT)
     saved = {
         "started": started,
         "seconds": time.perf_counter() - clock,

@@ -20,7 +20,11 @@ measures:
 and the docs table gives the median of the rounds, with this tree's over the baseline's. Targets
 (issue 60), one container: idle <= 0.08 cores, first answer <= 8 s, PSS <= 0.8x the baseline's;
 fifteen: idle <= 0.10 cores, all answering <= 15 s, PSS <= 0.5x. Each server is
-stopped with SIGINT (SIGKILL of its process group after 60 s). Run it on a quiet machine (`uptime`).
+stopped with SIGINT (SIGKILL of its process group after 60 s). Every run starts cold: the stack
+templates of its tree's code are stopped before it and after it (a server started within
+`fork_template.LINGER_S` of another of the same code would find its frameworks imported; the rounds
+alternate, so without this a tree's second run in a row started warm). Run it on a quiet machine
+(`uptime`).
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from loadtests.harness.proctree import (
     process_cpu_seconds,
     process_tree,
     smaps,
+    stop_templates,
     title,
 )
 from loadtests.harness.results import (
@@ -163,6 +168,7 @@ def measure(
     spec.write_text(json.dumps({"EndpointName": ENDPOINT, "Containers": containers}))
     command = [sys.executable, "-m", "serving.cli", "up", str(spec), "--port", str(port)]
     command += ["--allow-anonymous", "--state", str(work / f"state-{port}.db")]
+    stop_templates(tree)  # cold: no framework already imported by an earlier run's template
     started = time.monotonic()
     server = subprocess.Popen(
         command,
@@ -200,6 +206,7 @@ def measure(
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait(30)
+        stop_templates(tree)
     idle = {name: (after[name] - before.get(name, 0.0)) / elapsed for name in after}
     return {
         "first_answer_s": first_answer,

@@ -3,7 +3,9 @@ time, and which process listens on a URL's port."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -24,6 +26,30 @@ def parent_of(pid: int) -> int | None:
 def is_template(pid: int) -> bool:
     """Whether a process is a stack's template, from which container processes are forked."""
     return "serving.model_server.fork_template" in title(pid)
+
+
+def templates_of(code: Path) -> list[int]:
+    """The stack templates running now whose code is the checkout at `code` (a template's command
+    line names it: one runs per stack and per code)."""
+    return [
+        int(entry.name)
+        for entry in Path("/proc").iterdir()
+        if entry.name.isdigit()
+        and is_template(int(entry.name))
+        and f" {code} " in f" {title(int(entry.name))} "
+    ]
+
+
+def stop_templates(code: Path, timeout: float = 30.0) -> None:
+    """Stop the templates of `code` (a server of that checkout started them; unused, they would
+    linger `fork_template.LINGER_S` and the next server of that checkout would start warm), and
+    wait, bounded, until they are gone."""
+    for pid in templates_of(code):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while templates_of(code) and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 def process_tree(root: int | None = None) -> list[int]:
