@@ -53,6 +53,23 @@ def _descendants(pid: int) -> list[Process]:
     return found
 
 
+def _templates_since(start: str) -> list[str]:
+    """The stacks of this checkout's stack templates started since `start` (a start time from
+    /proc), one entry per template."""
+    stacks = []
+    for entry in Path("/proc").iterdir():
+        fields = _stat(int(entry.name)) if entry.name.isdigit() else None
+        if fields is None or int(fields[19]) < int(start):
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if "serving.model_server.fork_template" in " ".join(argv) and str(ROOT) in argv:
+            stacks.append(argv[argv.index(str(ROOT)) + 1])
+    return stacks
+
+
 def _alive(process: Process) -> bool:
     fields = _stat(process[0])
     return fields is not None and fields[0] != "Z" and fields[19] == process[1]
@@ -91,6 +108,11 @@ def test_demo_trains_its_model_serves_the_endpoints_and_sample_calls_succeed():
             time.sleep(0.5)
         started = _descendants(demo.pid)  # `serving up`, its Ray and every replica
         assert started
+        # `serving up` starts its specs' stack templates before Ray, for its node's container
+        # host to fork from: one per stack, not a second one the host starts in an environment
+        # of its own
+        templates = _templates_since(_stat(demo.pid)[19])
+        assert templates and len(templates) == len(set(templates)), templates
         demo.send_signal(signal.SIGTERM)
         assert demo.wait(120) == 0, "".join(errors)[-3000:]
         for reader in readers:
