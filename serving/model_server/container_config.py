@@ -12,7 +12,6 @@ import logging
 import os
 import site
 import sys
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict
@@ -148,13 +147,13 @@ def sandbox_paths(config: ContainerConfig, scratch: str) -> dict[str, list[str]]
 _DEFAULTS = {"JOBLIB_MULTIPROCESSING": "0", "OMP_WAIT_POLICY": "PASSIVE"}
 
 
-def launcher_environment(supervisor: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment the container process starts in: the supervisor's allowlisted variables
-    (`supervisor`: its environment, this process's by default), nothing of the container's (the
-    launcher confines the process before the container's environment applies)."""
+def launcher_environment() -> dict[str, str]:
+    """The environment the container process starts in: the supervisor's allowlisted variables,
+    nothing of the container's (the launcher confines the process before the container's environment
+    applies)."""
     return {
         key: value
-        for key, value in (os.environ if supervisor is None else supervisor).items()
+        for key, value in os.environ.items()
         if key in _PASSED_ENV or key.startswith(_PASSED_PREFIXES)
     }
 
@@ -182,11 +181,10 @@ def child_environment(config: ContainerConfig, scratch: str) -> dict[str, str]:
     }
 
 
-def template_environment(home: str, supervisor: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment a stack's template starts in (`fork_template`): the launcher's (for
-    `supervisor`'s environment) and the container defaults, with `home` (its own folder) as HOME
-    and TMPDIR; nothing a caller chose."""
-    return {**launcher_environment(supervisor), **_DEFAULTS, "HOME": home, "TMPDIR": home}
+def template_environment(home: str) -> dict[str, str]:
+    """The environment a stack's template starts in (`fork_template`): the launcher's and the
+    container defaults, with `home` (its own folder) as HOME and TMPDIR; nothing a caller chose."""
+    return {**launcher_environment(), **_DEFAULTS, "HOME": home, "TMPDIR": home}
 
 
 class StartReport(TypedDict, total=False):

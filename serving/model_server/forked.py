@@ -70,14 +70,13 @@ def stacks_to_warm(containers: Iterable[tuple[str, Mapping[str, str], float]]) -
     )
 
 
-def warm(stack: str, supervisor: Mapping[str, str] | None = None) -> bool:
+def warm(stack: str) -> bool:
     """Start this machine's template for `stack` ahead of its first container (a server that is
-    starting knows its containers' stacks before they are placed); whether one runs. `supervisor`:
-    the environment of the supervisors that will fork from it, when they are not this process (the
-    template's is made from theirs). Unused, it exits after `fork_template.LINGER_S`."""
+    starting knows its containers' stacks before they are placed); whether one runs. Unused, it
+    exits after `fork_template.LINGER_S`."""
     if stack not in STACK_IMPORTS:
         return False
-    connection = _template(stack, supervisor)
+    connection = _template(stack)
     if connection is None:
         return False
     connection.close()
@@ -88,11 +87,11 @@ def _folder() -> Path:
     return private_folder(Path(tempfile.gettempdir()) / f"serving-templates-{os.getuid()}")
 
 
-def _socket_path(stack: str, supervisor: Mapping[str, str] | None = None) -> Path:
+def _socket_path(stack: str) -> Path:
     """One template per stack and per code: the interpreter, the `serving` package and the
     environment it starts in (not this process's `sys.path`, which a child extends itself)."""
     root = str(Path(__file__).resolve().parents[2])
-    environment = template_environment(str(_folder()), supervisor)
+    environment = template_environment(str(_folder()))
     key = json.dumps([sys.executable, root, sorted(environment.items())])
     return _folder() / f"{stack}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.sock"
 
@@ -107,10 +106,10 @@ def _connect(path: Path) -> socket.socket | None:
     return connection
 
 
-def _template(stack: str, supervisor: Mapping[str, str] | None = None) -> socket.socket | None:
+def _template(stack: str) -> socket.socket | None:
     """A connection to this machine's template for `stack`, started if none runs; None if there
     can be none (the reason is logged once, and kept beside the socket)."""
-    path = _socket_path(stack, supervisor)
+    path = _socket_path(stack)
     verdict = path.with_suffix(".unavailable")
     if verdict.exists():
         return None
@@ -127,7 +126,7 @@ def _template(stack: str, supervisor: Mapping[str, str] | None = None) -> socket
                 [sys.executable, "-I", "-B", "-c", _TEMPLATE, root, stack, str(path), str(ready_w)],
                 stdin=subprocess.DEVNULL,
                 pass_fds=(ready_w,),
-                env=template_environment(str(path.parent), supervisor),
+                env=template_environment(str(path.parent)),
                 cwd=str(path.parent),
                 start_new_session=True,  # not in the replica's process group: others fork from it
             )

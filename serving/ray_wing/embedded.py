@@ -16,8 +16,6 @@ leaving the gateway and everything else running, as `serving up --address` alway
 
 from __future__ import annotations
 
-import os
-import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -99,19 +97,6 @@ class Readiness:
         return "endpoints not ready: " + "; ".join(parts) if parts else "ready"
 
 
-def warm_templates(stacks: Iterable[str]) -> None:
-    """Start this machine's templates for `stacks`, each on a thread of its own, returning at once
-    (`forked.warm` waits for a framework's import; a template that cannot start is logged there,
-    and its containers start fresh). They are the ones the node's container host forks from: Ray
-    gives that actor of no CPUs OMP_NUM_THREADS=1 unless this process has a value, and the
-    template's environment is made from its supervisor's."""
-    host = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    for stack in stacks:
-        threading.Thread(
-            target=forked.warm, args=(stack, host), name=f"warm-{stack}", daemon=True
-        ).start()
-
-
 class EmbeddedServer:
     """Ray, the endpoint server and `specs`, running while the `with` block runs.
 
@@ -174,9 +159,6 @@ class EmbeddedServer:
             connect_cluster(self.address, allow_unauthenticated=self._allow_unauthenticated)
             self._ray = "joined"
         else:
-            # This machine runs the containers: their templates import their frameworks while Ray
-            # starts, on the cores Ray's start leaves idle (the host's `warm` then finds them).
-            warm_templates(self._stacks())
             try:
                 start_local_ray(num_cpus=self._num_cpus)
             except BaseException:

@@ -108,9 +108,8 @@ def test_demo_trains_its_model_serves_the_endpoints_and_sample_calls_succeed():
             time.sleep(0.5)
         started = _descendants(demo.pid)  # `serving up`, its Ray and every replica
         assert started
-        # `serving up` starts its specs' stack templates before Ray, for its node's container
-        # host to fork from: one per stack, not a second one the host starts in an environment
-        # of its own
+        # one template per stack: every container process of a stack forks from the one its
+        # node's container host started ahead (`ContainerHost.warm`)
         templates = _templates_since(_stat(demo.pid)[19])
         assert templates and len(templates) == len(set(templates)), templates
         demo.send_signal(signal.SIGTERM)

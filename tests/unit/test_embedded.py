@@ -52,9 +52,6 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
 
     monkeypatch.setattr(embedded, "start_gateway", start_gateway)
     monkeypatch.setattr(
-        embedded, "warm_templates", lambda stacks: made.append(("warm_templates", list(stacks)))
-    )
-    monkeypatch.setattr(
         embedded,
         "deploy_endpoint",
         lambda spec, settings: (
@@ -73,22 +70,19 @@ def test_embedded_ray_is_started_and_shut_down(calls) -> None:
         assert server.url == "http://127.0.0.1:43210" and server.settings.port == 43210
         assert server.names == ["ep"]
     names = [call[0] for call in calls]
-    assert names == ["warm_templates", "start_local_ray", "start_gateway", "deploy", "shutdown"]
-    # the template its container forks from starts before Ray does, and the host is told of it
-    assert calls[0] == ("warm_templates", ["python"])
+    assert names == ["start_local_ray", "start_gateway", "deploy", "shutdown"]
     # expected before any gateway starts (`server_start`): its first 200 on /ping then means "ep"
-    # routes
-    assert calls[2][2:] == (["ep"], ["python"])
+    # routes; and the template its container forks from starts with the server
+    assert calls[1][2:] == (["ep"], ["python"])
     # one machine: data ports stay on loopback
-    assert calls[3] == ("deploy", "ep", 43210, "127.0.0.1")
+    assert calls[2] == ("deploy", "ep", 43210, "127.0.0.1")
 
 
 def test_no_template_is_started_ahead_when_templates_are_off(calls) -> None:
     settings = ServerSettings(port=0, fork_templates=False)
     with EmbeddedServer([SPEC], settings, wait=False):
         pass
-    assert calls[0] == ("warm_templates", [])
-    assert calls[2][0] == "start_gateway" and calls[2][3] == []
+    assert calls[1][0] == "start_gateway" and calls[1][3] == []
 
 
 def test_a_container_in_a_runtime_environment_starts_no_template_ahead(calls) -> None:
@@ -98,8 +92,7 @@ def test_a_container_in_a_runtime_environment_starts_no_template_ahead(calls) ->
     spec = parse_spec({"EndpointName": "env", "Containers": [container]})
     with EmbeddedServer([spec], ServerSettings(port=0), wait=False):
         pass
-    assert calls[0] == ("warm_templates", [])
-    assert calls[2][0] == "start_gateway" and calls[2][3] == []
+    assert calls[1][0] == "start_gateway" and calls[1][3] == []
 
 
 def test_a_joined_cluster_loses_only_this_servers_endpoints(calls) -> None:
@@ -139,8 +132,7 @@ def test_a_failed_start_stops_what_was_started(calls, monkeypatch: pytest.Monkey
     with pytest.raises(RuntimeError, match="could not start"):
         with EmbeddedServer([SPEC]):
             pytest.fail("entered")
-    # a template started ahead is left to exit on its own, unused (`fork_template.LINGER_S`)
-    assert [call[0] for call in calls] == ["warm_templates", "start_local_ray", "shutdown"]
+    assert [call[0] for call in calls] == ["start_local_ray", "shutdown"]
 
 
 def _gateway(
