@@ -16,14 +16,16 @@ import logging
 import os
 import threading
 import time
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from serving.ray_wing.kv_store import KvStore
 from serving.ray_wing.names import NAMESPACE
-from serving.settings import SettingsJson
+
+if TYPE_CHECKING:  # a type only: every process with a registry handle imports this module
+    from serving.settings import SettingsJson
 
 logger = logging.getLogger("serving.ray_wing.gateways")
 
