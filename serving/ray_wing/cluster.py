@@ -56,6 +56,11 @@ EMBEDDED_RAY_ENVIRONMENT = {
     # Ray reports usage statistics (cluster shape, libraries used) to its authors unless told not to: a server
     # does not phone home on its operator's behalf.
     "RAY_USAGE_STATS_ENABLED": "0",
+    # The raylet connects to its object store, which it has just started on a thread of its own, and on a busy
+    # machine sometimes before the store listens: it tried again after 1 s, with the whole node's start waiting
+    # (docs/benchmarks/bench_server_up.md). Every 0.1 s instead, as many times more: the same 10 s bound.
+    "RAY_raylet_client_connect_timeout_milliseconds": "100",
+    "RAY_raylet_client_num_connect_attempts": "100",
 }
 _ROOT_KV_KEY = b"serving-root-secret"  # only used by a cluster that runs without authentication
 
