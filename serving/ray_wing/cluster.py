@@ -212,8 +212,17 @@ def dashboard_dependency_error() -> ImportError | None:
     starting the node, which uses none of them, on the way from the GCS's start to the raylet's."""
     import ray.dashboard
 
-    source = Path(ray.dashboard.__file__).with_name("optional_deps.py").read_text()
-    for statement in ast.parse(source).body:
+    try:
+        statements = ast.parse(
+            Path(ray.dashboard.__file__).with_name("optional_deps.py").read_text()
+        ).body
+    except (OSError, SyntaxError):  # another Ray's layout: its own check, which imports them
+        try:
+            import ray.dashboard.optional_deps  # noqa: F401
+        except ImportError as error:
+            return error
+        return None
+    for statement in statements:
         if isinstance(statement, ast.Import):
             names = [alias.name for alias in statement.names]
         elif isinstance(statement, ast.ImportFrom) and statement.module and not statement.level:

@@ -58,3 +58,11 @@ def test_a_missing_dependency_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
 )
 def test_findable(name: str, findable: bool) -> None:
     assert cluster._findable(name) is findable
+
+
+def test_without_the_list_the_check_is_rays_own(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    # a Ray whose dashboard package has no optional_deps.py to read: Ray's own check, importing
+    import ray.dashboard
+
+    monkeypatch.setattr(ray.dashboard, "__file__", str(tmp_path / "__init__.py"))
+    assert cluster.dashboard_dependency_error() is None
