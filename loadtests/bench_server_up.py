@@ -23,8 +23,8 @@ fifteen: idle <= 0.10 cores, all answering <= 15 s, PSS <= 0.5x. Each server is
 stopped with SIGINT (SIGKILL of its process group after 60 s). Every run starts cold: the stack
 templates of its tree's code are stopped before it and after it (a server started within
 `fork_template.LINGER_S` of another of the same code would find its frameworks imported; the rounds
-alternate, so without this a tree's second run in a row started warm). Run it on a quiet machine
-(`uptime`).
+alternate, so without this a tree's second run in a row started warm; it also stops those of any
+other server of the same checkout, so run none beside it). Run it on a quiet machine (`uptime`).
 """
 
 from __future__ import annotations
