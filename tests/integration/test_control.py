@@ -119,7 +119,8 @@ def test_the_embedded_ray_starts_no_head_process_it_never_uses(server):
         "autoscaler/_private/monitor.py",
         "_private/log_monitor.py",
     )
-    processes, ours = _own_processes(), _started_here()
+    processes = _own_processes()
+    ours = _started_here(processes)
     started = [
         processes[pid][1][:120] for pid in ours if any(part in processes[pid][1] for part in unused)
     ]
@@ -133,16 +134,18 @@ def test_the_node_agent_runs_in_full(server):
     # command line carries the agent's.
     processes = _own_processes()
     raylets = [
-        processes[pid][1] for pid in _started_here() if "raylet/raylet " in processes[pid][1]
+        processes[pid][1]
+        for pid in _started_here(processes)
+        if "raylet/raylet " in processes[pid][1]
     ]
     assert len(raylets) == 1, raylets
     assert "dashboard/agent.py" in raylets[0]
     assert "--minimal" not in raylets[0].split()
 
 
-def _started_here() -> set[int]:
-    """This test process and its descendants (the session's embedded Ray among them)."""
-    processes = _own_processes()
+def _started_here(processes: dict[int, tuple[int, str]]) -> set[int]:
+    """This test process and its descendants among `processes` (the session's embedded Ray among
+    them)."""
     ours, grew = {os.getpid()}, True
     while grew:
         children = {pid for pid, (parent, _) in processes.items() if parent in ours} - ours
