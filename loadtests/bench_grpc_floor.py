@@ -36,7 +36,7 @@ RESULTS = ROOT / "loadtests" / "results" / "bench_grpc_floor.json"
 DOCS = ROOT / "docs" / "benchmarks" / "bench_open_inference.md"
 SERVICE = "inference.GRPCInferenceService"
 PAYLOAD = b"x" * 200
-SERVERS = ("grpc-aio-uvloop", "grpc-aio-asyncio", "grpc-threads", "http1")
+SERVERS = ("serving-grpc", "grpc-aio-uvloop", "grpc-aio-asyncio", "grpc-threads", "http1")
 LOADS = {"1x32": (1, 32), "16x1": (16, 1)}  # connections x calls in flight on each
 
 
@@ -70,6 +70,23 @@ def serve(kind: str) -> None:
         print(listener.getsockname()[1], flush=True)
         until_stdin_closes()
         server.stop()
+        return
+
+    if kind == "serving-grpc":
+        import uvloop
+
+        from serving.http.grpc_server import GrpcCall, GrpcLimits, GrpcServer
+
+        async def echo_ours(raw: bytes, call: GrpcCall) -> bytes:
+            return raw
+
+        async def run_ours() -> None:
+            server = GrpcServer(SERVICE, {"ModelInfer": echo_ours}, GrpcLimits())
+            print(await server.start("127.0.0.1", 0), flush=True)
+            await asyncio.get_running_loop().run_in_executor(None, until_stdin_closes)
+            await server.stop(0)
+
+        uvloop.run(run_ours())
         return
 
     import grpc

@@ -13,18 +13,23 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
-from pathlib import Path
-from typing import Any, NoReturn
-
-import grpc
-from grpc import aio
+from typing import Any
 
 from serving import protocol
 from serving.access.sigv4 import RawRequest
 from serving.errors import ModelNotReadyError, ServingError, ValidationError
 from serving.gateway.entry import invocation_frame
+from serving.http.grpc_server import (
+    GrpcAbort,
+    GrpcCall,
+    GrpcLimits,
+    GrpcServer,
+    Handler,
+    StatusCode,
+)
 from serving.metrics.invocations import V2_GRPC_LABEL, InvocationTrace
 from serving.open_inference import grpc_codec
 from serving.open_inference import grpc_messages_pb2 as pb
@@ -35,24 +40,23 @@ STOP_GRACE_S = 5.0  # calls in flight when the gateway stops may finish within t
 
 # The gRPC status of each HTTP status InvokeEndpoint answers (anything else: INTERNAL)
 _STATUS = {
-    400: grpc.StatusCode.INVALID_ARGUMENT,
-    401: grpc.StatusCode.UNAUTHENTICATED,
-    403: grpc.StatusCode.PERMISSION_DENIED,
-    404: grpc.StatusCode.NOT_FOUND,
-    408: grpc.StatusCode.DEADLINE_EXCEEDED,
-    413: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    429: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    503: grpc.StatusCode.UNAVAILABLE,
-    504: grpc.StatusCode.DEADLINE_EXCEEDED,
+    400: StatusCode.INVALID_ARGUMENT,
+    401: StatusCode.UNAUTHENTICATED,
+    403: StatusCode.PERMISSION_DENIED,
+    404: StatusCode.NOT_FOUND,
+    408: StatusCode.DEADLINE_EXCEEDED,
+    413: StatusCode.RESOURCE_EXHAUSTED,
+    429: StatusCode.RESOURCE_EXHAUSTED,
+    503: StatusCode.UNAVAILABLE,
+    504: StatusCode.DEADLINE_EXCEEDED,
 }
-Handler = Callable[[bytes, aio.ServicerContext], Awaitable[bytes]]
 
 
-def grpc_status(error: ServingError) -> grpc.StatusCode:
-    return _STATUS.get(error.status, grpc.StatusCode.INTERNAL)
+def grpc_status(error: ServingError) -> StatusCode:
+    return _STATUS.get(error.status, StatusCode.INTERNAL)
 
 
-Method = Callable[[Any, bytes, aio.ServicerContext], Awaitable[bytes]]
+Method = Callable[[Any, bytes, GrpcCall], Awaitable[bytes]]
 
 
 def _grpc_errors(method: Method) -> Method:
@@ -60,11 +64,11 @@ def _grpc_errors(method: Method) -> Method:
     (`grpc_status`): the one place every method maps an error to its wire."""
 
     @functools.wraps(method)
-    async def call(service: Any, raw: bytes, context: aio.ServicerContext) -> bytes:
+    async def call(service: Any, raw: bytes, context: GrpcCall) -> bytes:
         try:
             return await method(service, raw, context)
         except ServingError as error:
-            await _abort(context, error)
+            raise GrpcAbort(grpc_status(error), error.message) from error
 
     return call
 
@@ -79,11 +83,11 @@ class GrpcInference:
         self.settings = settings
         # SO_REUSEPORT: the port is shared with the node's other gateways
         self.share_port = share_port
-        self.server: aio.Server | None = None
+        self.server: GrpcServer | None = None
         self.port = 0  # the port bound, once started (grpc_port 0: the kernel's choice)
 
-    def handler(self) -> grpc.GenericRpcHandler:
-        methods: dict[str, Handler] = {
+    def methods(self) -> dict[str, Handler]:
+        return {
             "ServerLive": self.server_live,
             "ServerReady": self.server_ready,
             "ServerMetadata": self.server_metadata,
@@ -94,55 +98,47 @@ class GrpcInference:
             "RepositoryModelLoad": self.repository_load,
             "RepositoryModelUnload": self.repository_unload,
         }
-        return grpc.method_handlers_generic_handler(
-            protocol.V2_GRPC_SERVICE,
-            {name: grpc.unary_unary_rpc_method_handler(method) for name, method in methods.items()},
-        )
 
     async def start(self) -> None:
         """Listen on the settings' host and gRPC port (TLS when a certificate is given), in the
         running loop."""
         settings = self.settings
-        server = aio.server(
-            options=[
-                # as the HTTP port: with the node's other gateways
-                ("grpc.so_reuseport", int(self.share_port)),
-                # a message is the payload
-                ("grpc.max_receive_message_length", settings.max_payload_bytes),
-                ("grpc.max_metadata_size", settings.max_header_bytes),
-                ("grpc.max_concurrent_streams", settings.grpc_max_concurrent_rpcs),
-            ],
-            maximum_concurrent_rpcs=settings.grpc_max_concurrent_rpcs,
+        limits = GrpcLimits(
+            max_calls=settings.grpc_max_concurrent_rpcs,
+            max_message=settings.max_payload_bytes,  # a message is the payload
+            max_header_bytes=settings.max_header_bytes,
+            max_streams=settings.grpc_max_concurrent_rpcs,
+            max_connections=settings.max_connections,
         )
-        server.add_generic_rpc_handlers((self.handler(),))
-        host = f"[{settings.host}]" if ":" in settings.host else settings.host
-        address = f"{host}:{settings.grpc_port}"
+        tls = None
         if settings.grpc_tls_cert is not None and settings.grpc_tls_key is not None:
-            pair = (
-                Path(settings.grpc_tls_key).read_bytes(),
-                Path(settings.grpc_tls_cert).read_bytes(),
+            tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            tls.load_cert_chain(settings.grpc_tls_cert, settings.grpc_tls_key)
+        server = GrpcServer(protocol.V2_GRPC_SERVICE, self.methods(), limits)
+        try:
+            # as the HTTP port: shared with the node's other gateways
+            port = await server.start(
+                settings.host, settings.grpc_port or 0, reuse_port=self.share_port, tls=tls
             )
-            bound = server.add_secure_port(address, grpc.ssl_server_credentials([pair]))
-        else:
-            bound = server.add_insecure_port(address)
-        if not bound:
-            raise RuntimeError(f"the gRPC listener could not bind {address}")
-        await server.start()
-        self.server, self.port = server, bound
+        except OSError as error:
+            raise RuntimeError(
+                f"the gRPC listener could not bind {settings.host}:{settings.grpc_port}: {error}"
+            ) from error
+        self.server, self.port = server, port
 
     async def stop(self) -> None:
         if self.server is not None:
             await self.server.stop(STOP_GRACE_S)
 
     # --- server -----------------------------------------------------------------------------------
-    async def server_live(self, raw: bytes, context: aio.ServicerContext) -> bytes:
+    async def server_live(self, raw: bytes, context: GrpcCall) -> bytes:
         return pb.ServerLiveResponse(live=True).SerializeToString()
 
-    async def server_ready(self, raw: bytes, context: aio.ServicerContext) -> bytes:
+    async def server_ready(self, raw: bytes, context: GrpcCall) -> bytes:
         """Ready as GET /ping is: every endpoint this gateway must serve is routable from it."""
         return pb.ServerReadyResponse(ready=not self.v2.unroutable()).SerializeToString()
 
-    async def server_metadata(self, raw: bytes, context: aio.ServicerContext) -> bytes:
+    async def server_metadata(self, raw: bytes, context: GrpcCall) -> bytes:
         server = self.v2.server
         return pb.ServerMetadataResponse(
             name=server["name"], version=server["version"], extensions=server["extensions"]
@@ -150,7 +146,7 @@ class GrpcInference:
 
     # --- one model --------------------------------------------------------------------------------
     @_grpc_errors
-    async def model_ready(self, raw: bytes, context: aio.ServicerContext) -> bytes:
+    async def model_ready(self, raw: bytes, context: GrpcCall) -> bytes:
         """Ready, or not (no replica, or no such model: Triton's answer); a caller refused is
         refused."""
         try:
@@ -164,7 +160,7 @@ class GrpcInference:
         return pb.ModelReadyResponse(ready=ready).SerializeToString()
 
     @_grpc_errors
-    async def model_metadata(self, raw: bytes, context: aio.ServicerContext) -> bytes:
+    async def model_metadata(self, raw: bytes, context: GrpcCall) -> bytes:
         message = grpc_codec.parse(pb.ModelMetadataRequest, raw)
         document = await self.v2.model_metadata(
             _call(message.name, message.version, raw, context, "ModelMetadata")
@@ -172,7 +168,7 @@ class GrpcInference:
         return grpc_codec.metadata_response(document)
 
     @_grpc_errors
-    async def model_infer(self, raw: bytes, context: aio.ServicerContext) -> bytes:
+    async def model_infer(self, raw: bytes, context: GrpcCall) -> bytes:
         trace = InvocationTrace(protocol=V2_GRPC_LABEL)
         response = b""
         # a cancelled call (by its client, or its deadline) is counted as an abort and cancelled on
@@ -182,7 +178,7 @@ class GrpcInference:
             "the Open Inference gRPC service",
             aborts,
             reraise_abort=True,
-            carrier=dict(context.invocation_metadata() or ()),
+            carrier={k: v for k, v in context.metadata if isinstance(v, str)},
             operation=V2_OPERATION,
         ) as frame:
             message = grpc_codec.parse(pb.ModelInferRequest, raw)
@@ -201,7 +197,7 @@ class GrpcInference:
 
     # --- the model repository extension -----------------------------------------------------------
     @_grpc_errors
-    async def repository_index(self, raw: bytes, context: aio.ServicerContext) -> bytes:
+    async def repository_index(self, raw: bytes, context: GrpcCall) -> bytes:
         """The MultiModel containers' models the caller may invoke (`repository_name` is not read:
         one here)."""
         message = grpc_codec.parse(pb.RepositoryIndexRequest, raw)
@@ -212,24 +208,24 @@ class GrpcInference:
         return pb.RepositoryIndexResponse(models=index).SerializeToString()
 
     @_grpc_errors
-    async def repository_load(self, raw: bytes, context: aio.ServicerContext) -> bytes:
+    async def repository_load(self, raw: bytes, context: GrpcCall) -> bytes:
         await self._repository_change(raw, context, "load", "RepositoryModelLoad")
         return pb.RepositoryModelLoadResponse().SerializeToString()
 
     @_grpc_errors
-    async def repository_unload(self, raw: bytes, context: aio.ServicerContext) -> bytes:
+    async def repository_unload(self, raw: bytes, context: GrpcCall) -> bytes:
         await self._repository_change(raw, context, "unload", "RepositoryModelUnload")
         return pb.RepositoryModelUnloadResponse().SerializeToString()
 
     async def _repository_change(
-        self, raw: bytes, context: aio.ServicerContext, action: str, method: str
+        self, raw: bytes, context: GrpcCall, action: str, method: str
     ) -> None:
         # Unload's fields are the same
         message = grpc_codec.parse(pb.RepositoryModelLoadRequest, raw)
         await self.v2.repository_change(_call(message.model_name, "", raw, context, method), action)
 
 
-def _head(context: aio.ServicerContext, method: str) -> RawRequest:
+def _head(context: GrpcCall, method: str) -> RawRequest:
     """A call as signed: POST to its method's path, with its metadata as headers (`-bin` keys' bytes
     left out)."""
     metadata: Any = context.invocation_metadata() or ()
@@ -237,9 +233,7 @@ def _head(context: aio.ServicerContext, method: str) -> RawRequest:
     return RawRequest("POST", f"/{protocol.V2_GRPC_SERVICE}/{method}", "", headers, b"")
 
 
-def _call(
-    model: str, version: str, raw: bytes, context: aio.ServicerContext, method: str
-) -> ModelCall:
+def _call(model: str, version: str, raw: bytes, context: GrpcCall, method: str) -> ModelCall:
     """A call naming `model`: its message is its body, its metadata and method path what a signature
     covers."""
 
@@ -247,8 +241,3 @@ def _call(
         yield raw
 
     return ModelCall(model, version or None, str(len(raw)), body, lambda: _head(context, method))
-
-
-async def _abort(context: aio.ServicerContext, error: ServingError) -> NoReturn:
-    await context.abort(grpc_status(error), error.message)
-    raise AssertionError("unreachable: abort raises")  # pragma: no cover
