@@ -65,9 +65,14 @@ class Connection(asyncio.Protocol):
             self.go_away()
 
     def data_received(self, data: bytes) -> None:
-        self.buffer += data
         try:
-            self._frames()
+            if self.buffer:
+                self.buffer += data
+                del self.buffer[: self._frames(memoryview(self.buffer))]
+            else:  # the usual case: frames read from `data` itself, a partial one kept
+                view = memoryview(data)
+                if (used := self._frames(view)) < len(data):
+                    self.buffer += view[used:]
         except h2.ConnectionError_ as error:
             log.debug("gRPC connection closed: %s", error)
             self._write(h2.goaway(self.last_stream, error.code, str(error)))
@@ -101,33 +106,37 @@ class Connection(asyncio.Protocol):
             self.transport.close()
 
     # --- frames in --------------------------------------------------------------------------------
-    def _frames(self) -> None:
-        buffer, at = self.buffer, 0
+    def _frames(self, view: memoryview) -> int:
+        """Handle the whole frames in `view`: the bytes they took. No frame's handler keeps a slice
+        of `view` (DATA's payload is copied into its call's message)."""
+        at, end = 0, len(view)
         if not self.preface:
-            if not buffer.startswith(h2.PREFACE[: len(buffer)]):
+            if view[: len(h2.PREFACE)] != h2.PREFACE[:end]:
                 raise h2.ConnectionError_(h2.PROTOCOL_ERROR, "not HTTP/2's connection preface")
-            if len(buffer) < len(h2.PREFACE):
-                return
+            if end < len(h2.PREFACE):
+                return 0
             self.preface, at = True, len(h2.PREFACE)
-        end = len(buffer)
         while end - at >= 9 and self.transport is not None and not self.transport.is_closing():
-            length = int.from_bytes(buffer[at : at + 3], "big")
+            length = int.from_bytes(view[at : at + 3], "big")
             if length > h2.DEFAULT_FRAME_SIZE:  # the largest we advertise (the default)
                 raise h2.ConnectionError_(h2.FRAME_SIZE_ERROR, f"a frame of {length} bytes")
             if end - at - 9 < length:
                 break
-            kind, flags = buffer[at + 3], buffer[at + 4]
-            stream = int.from_bytes(buffer[at + 5 : at + 9], "big") & 0x7FFFFFFF
-            payload = bytes(buffer[at + 9 : at + 9 + length])
+            kind, flags = view[at + 3], view[at + 4]
+            stream = int.from_bytes(view[at + 5 : at + 9], "big") & 0x7FFFFFFF
+            payload = view[at + 9 : at + 9 + length]
             at += 9 + length
-            self._frame(kind, flags, stream, payload)
-        del buffer[:at]
+            if kind == h2.DATA and self.continuing is None:
+                self._data(flags, stream, payload)
+            else:
+                self._frame(kind, flags, stream, bytes(payload))
+        return at
 
     def _frame(self, kind: int, flags: int, stream: int, payload: bytes) -> None:
         if self.continuing is not None and kind != h2.CONTINUATION:
             raise h2.ConnectionError_(h2.PROTOCOL_ERROR, "a header block was interrupted")
         if kind == h2.DATA:
-            self._data(flags, stream, payload)
+            self._data(flags, stream, memoryview(payload))
         elif kind == h2.HEADERS:
             self._headers(flags, stream, payload)
         elif kind == h2.CONTINUATION:
@@ -226,7 +235,7 @@ class Connection(asyncio.Protocol):
             return (StatusCode.RESOURCE_EXHAUSTED, "Concurrent RPC limit exceeded!", ())
         return None
 
-    def _data(self, flags: int, stream: int, payload: bytes) -> None:
+    def _data(self, flags: int, stream: int, payload: memoryview) -> None:
         if stream == 0:
             raise h2.ConnectionError_(h2.PROTOCOL_ERROR, "DATA on stream 0")
         self.recv_window -= len(payload)  # padding counts (§6.9.1)
@@ -266,7 +275,8 @@ class Connection(asyncio.Protocol):
         elif body[0]:
             self._abort(state, StatusCode.INTERNAL, "a compressed message without grpc-encoding")
         else:
-            state.task = asyncio.get_running_loop().create_task(self._run(state, bytes(body[5:])))
+            message = bytes(memoryview(body)[5:])
+            state.task = asyncio.get_running_loop().create_task(self._run(state, message))
 
     def _window_update(self, stream: int, payload: bytes) -> None:
         if len(payload) != 4:
@@ -320,7 +330,7 @@ class Connection(asyncio.Protocol):
     # --- calls ------------------------------------------------------------------------------------
     async def _run(self, state: Stream, message: bytes) -> None:
         try:
-            answer = await state.handler(message, state.call)
+            self._answer(state, await state.handler(message, state.call))
         except GrpcAbort as abort:
             self._abort(state, abort.code, abort.message)
         except asyncio.CancelledError:
@@ -328,8 +338,6 @@ class Connection(asyncio.Protocol):
         except Exception as error:
             log.exception("gRPC method %s failed", state.call.method)
             self._abort(state, StatusCode.UNKNOWN, f"Exception calling application: {error}")
-        else:
-            self._answer(state, answer)
         finally:
             self._release(state)
 
@@ -341,6 +349,10 @@ class Connection(asyncio.Protocol):
     def _write(self, data: bytes) -> None:
         if self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
+
+    def _write_all(self, parts: list[bytes | memoryview]) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.writelines(parts)  # one writev on uvloop, the message not copied
 
     def _abort(self, state: Stream, code: int, message: str) -> None:
         """End a call with `code` unless it already has an answer; its task, if any, is cancelled."""
@@ -355,14 +367,14 @@ class Connection(asyncio.Protocol):
             return
         trailing = trailers(StatusCode.OK, "", state.call.trailing)
         out, finished = self.outbox.answer(state, message, trailing, ANSWER_HEADERS)
-        self._write(out)
+        self._write_all(out)
         if finished:
             self._forget(state)  # after the write: forgetting the last stream may close
 
     def _unblock(self) -> None:
         out, finished = self.outbox.unblock()
         if out:
-            self._write(out)
+            self._write_all(out)
         for state in finished:
             self._forget(state)
 

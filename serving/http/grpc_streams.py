@@ -16,7 +16,7 @@ class Stream:
 
     __slots__ = (
         "id", "handler", "call", "body", "recv_window", "send_window",
-        "remote_closed", "task", "timer", "counted", "done", "pending", "trailers",
+        "remote_closed", "task", "timer", "counted", "done", "pending", "left", "trailers",
     )  # fmt: skip
 
     def __init__(self, stream: int, handler: Handler, call: GrpcCall, send_window: int) -> None:
@@ -31,7 +31,8 @@ class Stream:
         self.timer: asyncio.TimerHandle | None = None
         self.counted = True  # holds one of the server's `max_calls`
         self.done = False  # answered, reset or abandoned: nothing more is written for it
-        self.pending = memoryview(b"")  # the answer's DATA not yet sent (flow control)
+        self.pending: list[memoryview] = []  # the answer's DATA not yet sent (flow control)
+        self.left = 0  # bytes in `pending`
         self.trailers = b""
 
 
@@ -46,38 +47,51 @@ class Outbox:
 
     def answer(
         self, state: Stream, message: bytes, trailers: bytes, headers: bytes
-    ) -> tuple[bytes, bool]:
-        """The frames to write now for an answer, and whether they end the call."""
-        state.pending = memoryview(b"\x00" + len(message).to_bytes(4, "big") + message)
+    ) -> tuple[list[bytes | memoryview], bool]:
+        """The buffers to write now for an answer (the message not copied), and whether they end
+        the call."""
+        state.pending = [memoryview(b"\x00" + len(message).to_bytes(4, "big")), memoryview(message)]
+        state.left = 5 + len(message)
         state.trailers = trailers
-        out = [h2.frame(h2.HEADERS, h2.END_HEADERS, state.id, headers)]
+        out: list[bytes | memoryview] = [h2.frame(h2.HEADERS, h2.END_HEADERS, state.id, headers)]
         finished = self.flush(state, out)
-        return b"".join(out), finished
+        return out, finished
 
-    def unblock(self) -> tuple[bytes, list[Stream]]:
+    def unblock(self) -> tuple[list[bytes | memoryview], list[Stream]]:
         """What the windows now let out, and the calls it ends."""
-        out: list[bytes] = []
+        out: list[bytes | memoryview] = []
         finished = [state for state in list(self.blocked.values()) if self.flush(state, out)]
-        return b"".join(out), finished
+        return out, finished
 
-    def flush(self, state: Stream, out: list[bytes]) -> bool:
+    def flush(self, state: Stream, out: list[bytes | memoryview]) -> bool:
         """Add to `out` what of the answer the windows allow, and its trailers once all is sent:
         whether it was."""
-        pending = state.pending
-        while pending:
-            size = min(len(pending), state.send_window, self.window, self.frame_size)
+        while state.left:
+            size = min(state.left, state.send_window, self.window, self.frame_size)
             if size <= 0:
                 self.blocked[state.id] = state
-                state.pending = pending
                 return False
-            out.append(h2.frame(h2.DATA, 0, state.id, bytes(pending[:size])))
-            pending = pending[size:]
+            out.append(h2.frame_header(h2.DATA, 0, state.id, size))
+            _take(state.pending, size, out)
+            state.left -= size
             state.send_window -= size
             self.window -= size
-        state.pending = pending
         self.blocked.pop(state.id, None)
         out.append(h2.frame(h2.HEADERS, h2.END_STREAM | h2.END_HEADERS, state.id, state.trailers))
         if not state.remote_closed:
             out.append(h2.rst_stream(state.id, h2.NO_ERROR))
         state.done = True
         return True
+
+
+def _take(parts: list[memoryview], size: int, out: list[bytes | memoryview]) -> None:
+    """Move the first `size` bytes of `parts` to `out`, as slices."""
+    while size:
+        part = parts[0]
+        if len(part) <= size:
+            out.append(parts.pop(0))
+            size -= len(part)
+        else:
+            out.append(part[:size])
+            parts[0] = part[size:]
+            size = 0

@@ -54,9 +54,11 @@ class ConnectionError_(Exception):
 
 def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
     """One frame: its 9-byte header, then `payload`."""
-    return (
-        len(payload).to_bytes(3, "big") + bytes((kind, flags)) + stream.to_bytes(4, "big") + payload
-    )
+    return frame_header(kind, flags, stream, len(payload)) + payload
+
+
+def frame_header(kind: int, flags: int, stream: int, length: int) -> bytes:
+    return length.to_bytes(3, "big") + bytes((kind, flags)) + stream.to_bytes(4, "big")
 
 
 def settings(pairs: dict[int, int]) -> bytes:
@@ -163,7 +165,10 @@ class HeaderBlocks(Generic[Head]):
         return head
 
 
-def unpad(flags: int, payload: bytes) -> bytes:
+Payload = TypeVar("Payload", bytes, memoryview)
+
+
+def unpad(flags: int, payload: Payload) -> Payload:
     """A DATA or HEADERS payload without its padding (§6.1)."""
     if not flags & PADDED:
         return payload
