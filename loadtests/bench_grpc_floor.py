@@ -2,11 +2,12 @@
 
     .venv/bin/python -m loadtests.bench_grpc_floor [--rounds 3] [--seconds 5] [--write-docs]
 
-Open Inference gRPC through a gateway costs more per call than MLServer's gRPC, where V2 REST costs less
+Open Inference gRPC through a gateway cost more per call than MLServer's gRPC, where V2 REST cost less
 (`bench_open_inference`). This bench asks how much of that is the transport library itself: the same
-200-byte echo served by grpcio's asyncio server (on uvloop, as in the gateway, and on asyncio's own
-loop), by grpcio's thread-pool server, and, for the REST door, by the HTTP/1.1 server our gateway and
-data ports run (`serving.http.server.BackgroundServer`: uvicorn, httptools, uvloop). Each server is a
+200-byte echo served by the gateway's own gRPC server (`serving.http.grpc_server` on uvloop, what the
+gateway runs since grpcio's server was found to be that cost), by grpcio's asyncio server (on
+uvloop, and on asyncio's own loop), by grpcio's thread-pool server, and, for the REST door, by the
+HTTP/1.1 server our gateway and data ports run (`serving.http.server.BackgroundServer`: uvicorn, httptools, uvloop). Each server is a
 process of its own with one handler that returns its input; the load comes from C clients, so that the
 client's own CPU is small and stays out of the figure: `h2load` (Debian's `nghttp2-client`) for gRPC,
 sending a framed gRPC message with gRPC's headers, `wrk` for HTTP. Two loads: 32 calls in flight on one
