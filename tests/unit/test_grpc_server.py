@@ -77,12 +77,21 @@ def test_statuses_unknown_methods_and_failures_are_grpc_answers() -> None:
     async def crash(raw: bytes, call: GrpcCall) -> bytes:
         raise ValueError("boom")
 
+    async def no_bytes(raw: bytes, call: GrpcCall) -> bytes:
+        return None  # type: ignore[return-value]  # an answer that cannot be written
+
     async def scenario() -> None:
-        async with serving({"Refuse": refuse, "Crash": crash, "Echo": echo}) as server:
+        handlers = {"Refuse": refuse, "Crash": crash, "NoBytes": no_bytes, "Echo": echo}
+        async with serving(handlers) as server:
             async with aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:  # type: ignore[attr-defined]
                 for name, code, details in (
                     ("Refuse", grpc.StatusCode.PERMISSION_DENIED, "caller k may not — 100% sure"),
                     ("Crash", grpc.StatusCode.UNKNOWN, "Exception calling application: boom"),
+                    (
+                        "NoBytes",
+                        grpc.StatusCode.UNKNOWN,
+                        "Exception calling application: object of type 'NoneType' has no len()",
+                    ),
                     ("Nope", grpc.StatusCode.UNIMPLEMENTED, f"Method not found: /{SERVICE}/Nope"),
                 ):
                     with pytest.raises(aio.AioRpcError) as error:
