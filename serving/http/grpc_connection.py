@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from serving.http import h2
 from serving.http.grpc_calls import GrpcAbort, GrpcCall, StatusCode
-from serving.http.grpc_heads import ANSWER_HEADERS, RequestHead, read_head, status_answer, trailers
+from serving.http.grpc_heads import ANSWER_HEADERS, read_head, refusal, status_answer, trailers
 from serving.http.grpc_streams import STREAM_WINDOW, Outbox, Stream
 
 if TYPE_CHECKING:
@@ -206,13 +206,13 @@ class Connection(asyncio.Protocol):
         if self.going_away or len(self.streams) >= self.limits.max_streams:
             self._write(h2.rst_stream(stream, h2.REFUSED_STREAM))  # the client may retry it
             return
-        refusal = self._refusal(head)
-        if refusal is not None:
-            status, message, extra = refusal
+        handler = self.server.handler(head.path)
+        full = self.server.calls >= self.limits.max_calls
+        if (refused := refusal(head, handler is not None, full)) is not None:
+            status, message, extra = refused
             self._write(status_answer(stream, status, message, extra, flags & h2.END_STREAM))
             return
-        handler = self.server.handler(head.path)
-        assert handler is not None  # `_refusal` answered UNIMPLEMENTED otherwise
+        assert handler is not None  # `refusal` answered UNIMPLEMENTED otherwise
         call = GrpcCall(head.path[len(self.server.prefix) :], head.metadata)
         state = Stream(stream, handler, call, self.outbox.initial_window)
         self.streams[stream] = state
@@ -221,19 +221,6 @@ class Connection(asyncio.Protocol):
             state.timer = asyncio.get_running_loop().call_later(head.timeout, self._deadline, state)
         if flags & h2.END_STREAM:
             self._request_ends(state)
-
-    def _refusal(self, head: RequestHead) -> tuple[int, str, tuple[tuple[str, str], ...]] | None:
-        """A call answered before its message is read: its status, message and extra trailers."""
-        if head.method != b"POST" or not head.content_type.startswith(b"application/grpc"):
-            return (-1, "", ())  # not a gRPC call: HTTP 415, as grpcio's servers answer
-        if self.server.handler(head.path) is None:
-            return (StatusCode.UNIMPLEMENTED, f"Method not found: {head.path}", ())
-        if head.encoding not in (None, b"identity"):
-            accept = (("grpc-accept-encoding", "identity"),)
-            return (StatusCode.UNIMPLEMENTED, "only identity messages are accepted", accept)
-        if self.server.calls >= self.limits.max_calls:
-            return (StatusCode.RESOURCE_EXHAUSTED, "Concurrent RPC limit exceeded!", ())
-        return None
 
     def _data(self, flags: int, stream: int, payload: memoryview) -> None:
         if stream == 0:

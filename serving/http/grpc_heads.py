@@ -1,5 +1,6 @@
-"""What a gRPC call's request headers say (`read_head`, as grpcio's servers read them) and the header
-blocks that answer it (gRPC over HTTP/2: grpc/doc/PROTOCOL-HTTP2.md)."""
+"""What a gRPC call's request headers say (`read_head`, as grpcio's servers read them), whether they
+refuse the call before its message is read (`refusal`), and the header blocks that answer it (gRPC
+over HTTP/2: grpc/doc/PROTOCOL-HTTP2.md)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import base64
 from dataclasses import dataclass
 
 from serving.http import h2
+from serving.http.grpc_calls import StatusCode
 
 MESSAGE_LIMIT = 4096  # bytes of a status's message sent (grpc-message)
 _TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
@@ -48,6 +50,24 @@ def read_head(fields: h2.Fields) -> RequestHead:
                 (key, _binary(value) if key.endswith("-bin") else value.decode("latin-1"))
             )
     return RequestHead(method, path, content_type, timeout, encoding, tuple(metadata))
+
+
+def refusal(
+    head: RequestHead, known: bool, full: bool
+) -> tuple[int, str, tuple[tuple[str, str], ...]] | None:
+    """How a call is answered before its message is read, if it is (its status, message and extra
+    trailers; status -1: HTTP 415): `known`, whether its method is served; `full`, whether the
+    server runs as many calls as it may."""
+    if head.method != b"POST" or not head.content_type.startswith(b"application/grpc"):
+        return (-1, "", ())  # not a gRPC call: HTTP 415, as grpcio's servers answer
+    if not known:
+        return (StatusCode.UNIMPLEMENTED, f"Method not found: {head.path}", ())
+    if head.encoding not in (None, b"identity"):
+        accept = (("grpc-accept-encoding", "identity"),)
+        return (StatusCode.UNIMPLEMENTED, "only identity messages are accepted", accept)
+    if full:
+        return (StatusCode.RESOURCE_EXHAUSTED, "Concurrent RPC limit exceeded!", ())
+    return None
 
 
 def _timeout(value: bytes) -> float | None:
