@@ -73,7 +73,7 @@ class Connection(asyncio.Protocol):
                 view = memoryview(data)
                 if (used := self._frames(view)) < len(data):
                     self.buffer += view[used:]
-        except h2.ConnectionError_ as error:
+        except h2.PeerError as error:
             log.debug("gRPC connection closed: %s", error)
             self._write(h2.goaway(self.last_stream, error.code, str(error)))
             self.close()
@@ -112,14 +112,14 @@ class Connection(asyncio.Protocol):
         at, end = 0, len(view)
         if not self.preface:
             if view[: len(h2.PREFACE)] != h2.PREFACE[:end]:
-                raise h2.ConnectionError_(h2.PROTOCOL_ERROR, "not HTTP/2's connection preface")
+                raise h2.PeerError(h2.PROTOCOL_ERROR, "not HTTP/2's connection preface")
             if end < len(h2.PREFACE):
                 return 0
             self.preface, at = True, len(h2.PREFACE)
         while end - at >= 9 and self.transport is not None and not self.transport.is_closing():
             length = int.from_bytes(view[at : at + 3], "big")
             if length > h2.DEFAULT_FRAME_SIZE:  # the largest we advertise (the default)
-                raise h2.ConnectionError_(h2.FRAME_SIZE_ERROR, f"a frame of {length} bytes")
+                raise h2.PeerError(h2.FRAME_SIZE_ERROR, f"a frame of {length} bytes")
             if end - at - 9 < length:
                 break
             kind, flags = view[at + 3], view[at + 4]
@@ -134,10 +134,8 @@ class Connection(asyncio.Protocol):
 
     def _frame(self, kind: int, flags: int, stream: int, payload: bytes) -> None:
         if self.continuing is not None and kind != h2.CONTINUATION:
-            raise h2.ConnectionError_(h2.PROTOCOL_ERROR, "a header block was interrupted")
-        if kind == h2.DATA:
-            self._data(flags, stream, memoryview(payload))
-        elif kind == h2.HEADERS:
+            raise h2.PeerError(h2.PROTOCOL_ERROR, "a header block was interrupted")
+        if kind == h2.HEADERS:  # DATA never comes here: `_frames` hands it to `_data`
             self._headers(flags, stream, payload)
         elif kind == h2.CONTINUATION:
             self._continuation(flags, stream, payload)
@@ -147,27 +145,27 @@ class Connection(asyncio.Protocol):
             self._settings(flags, stream, payload)
         elif kind == h2.PING:
             if stream != 0 or len(payload) != 8:
-                raise h2.ConnectionError_(h2.PROTOCOL_ERROR, "a malformed PING frame")
+                raise h2.PeerError(h2.PROTOCOL_ERROR, "a malformed PING frame")
             if not flags & h2.ACK:
                 self._write(h2.frame(h2.PING, h2.ACK, 0, payload))
         elif kind == h2.RST_STREAM:
             self._reset(stream, payload)
         elif kind == h2.GOAWAY:
             if stream != 0:
-                raise h2.ConnectionError_(h2.PROTOCOL_ERROR, "a GOAWAY frame off stream 0")
+                raise h2.PeerError(h2.PROTOCOL_ERROR, "a GOAWAY frame off stream 0")
             self.going_away = True
             if not self.streams:
                 self.close()
         elif kind == h2.PRIORITY:
             if stream == 0:
-                raise h2.ConnectionError_(h2.PROTOCOL_ERROR, "a PRIORITY frame on stream 0")
+                raise h2.PeerError(h2.PROTOCOL_ERROR, "a PRIORITY frame on stream 0")
         elif kind == h2.PUSH_PROMISE:
-            raise h2.ConnectionError_(h2.PROTOCOL_ERROR, "a client sent PUSH_PROMISE")
+            raise h2.PeerError(h2.PROTOCOL_ERROR, "a client sent PUSH_PROMISE")
         # any other type is an extension's: ignored (RFC 9113 §5.5)
 
     def _headers(self, flags: int, stream: int, payload: bytes) -> None:
         if stream == 0 or stream % 2 == 0:
-            raise h2.ConnectionError_(h2.PROTOCOL_ERROR, f"HEADERS on stream {stream}")
+            raise h2.PeerError(h2.PROTOCOL_ERROR, f"HEADERS on stream {stream}")
         payload = h2.unpad(flags, payload)
         if flags & h2.PRIORITY_FLAG:
             payload = payload[5:]
@@ -179,7 +177,7 @@ class Connection(asyncio.Protocol):
 
     def _continuation(self, flags: int, stream: int, payload: bytes) -> None:
         if self.continuing is None or self.continuing[0] != stream:
-            raise h2.ConnectionError_(h2.PROTOCOL_ERROR, "CONTINUATION without its HEADERS")
+            raise h2.PeerError(h2.PROTOCOL_ERROR, "CONTINUATION without its HEADERS")
         block = self.continuing[2]
         block += payload
         self._check_block(block)
@@ -190,7 +188,7 @@ class Connection(asyncio.Protocol):
 
     def _check_block(self, block: bytearray) -> None:
         if len(block) > self.block_limit:  # the CONTINUATION flood
-            raise h2.ConnectionError_(h2.ENHANCE_YOUR_CALM, "a header block over the limit")
+            raise h2.PeerError(h2.ENHANCE_YOUR_CALM, "a header block over the limit")
 
     def _request_head(self, flags: int, stream: int, block: bytes) -> None:
         head = self.blocks.decode(block)  # always: the table must stay in step with the peer's
@@ -224,17 +222,17 @@ class Connection(asyncio.Protocol):
 
     def _data(self, flags: int, stream: int, payload: memoryview) -> None:
         if stream == 0:
-            raise h2.ConnectionError_(h2.PROTOCOL_ERROR, "DATA on stream 0")
+            raise h2.PeerError(h2.PROTOCOL_ERROR, "DATA on stream 0")
         self.recv_window -= len(payload)  # padding counts (§6.9.1)
         if self.recv_window < 0:
-            raise h2.ConnectionError_(h2.FLOW_CONTROL_ERROR, "DATA past the connection's window")
+            raise h2.PeerError(h2.FLOW_CONTROL_ERROR, "DATA past the connection's window")
         if self.recv_window < CONNECTION_WINDOW // 2:
             self._write(h2.window_update(0, CONNECTION_WINDOW - self.recv_window))
             self.recv_window = CONNECTION_WINDOW
         state = self.streams.get(stream)
         if state is None:
             if stream > self.last_stream:
-                raise h2.ConnectionError_(h2.PROTOCOL_ERROR, f"DATA on idle stream {stream}")
+                raise h2.PeerError(h2.PROTOCOL_ERROR, f"DATA on idle stream {stream}")
             return  # a stream already answered or reset: its late frames are ignored (§5.1)
         if state.remote_closed:
             self._end(state, h2.STREAM_CLOSED)
@@ -267,12 +265,12 @@ class Connection(asyncio.Protocol):
 
     def _window_update(self, stream: int, payload: bytes) -> None:
         if len(payload) != 4:
-            raise h2.ConnectionError_(h2.FRAME_SIZE_ERROR, "a WINDOW_UPDATE frame not 4 bytes")
+            raise h2.PeerError(h2.FRAME_SIZE_ERROR, "a WINDOW_UPDATE frame not 4 bytes")
         increment = int.from_bytes(payload, "big") & 0x7FFFFFFF
         if stream == 0:
             self.outbox.window += increment
             if increment == 0 or self.outbox.window > h2.MAX_WINDOW:
-                raise h2.ConnectionError_(h2.FLOW_CONTROL_ERROR, "a bad connection window update")
+                raise h2.PeerError(h2.FLOW_CONTROL_ERROR, "a bad connection window update")
         else:
             if (state := self.streams.get(stream)) is None:
                 return
@@ -284,26 +282,26 @@ class Connection(asyncio.Protocol):
 
     def _settings(self, flags: int, stream: int, payload: bytes) -> None:
         if stream != 0:
-            raise h2.ConnectionError_(h2.PROTOCOL_ERROR, "a SETTINGS frame off stream 0")
+            raise h2.PeerError(h2.PROTOCOL_ERROR, "a SETTINGS frame off stream 0")
         if flags & h2.ACK:
             return
         for key, value in h2.parse_settings(payload):
             if key == h2.INITIAL_WINDOW_SIZE:
                 if value > h2.MAX_WINDOW:
-                    raise h2.ConnectionError_(h2.FLOW_CONTROL_ERROR, "an initial window too large")
+                    raise h2.PeerError(h2.FLOW_CONTROL_ERROR, "an initial window too large")
                 delta, self.outbox.initial_window = value - self.outbox.initial_window, value
                 for state in self.streams.values():
                     state.send_window += delta
             elif key == h2.MAX_FRAME_SIZE:
                 if not h2.DEFAULT_FRAME_SIZE <= value <= h2.MAX_FRAME_SIZE_LIMIT:
-                    raise h2.ConnectionError_(h2.PROTOCOL_ERROR, f"a max frame size of {value}")
+                    raise h2.PeerError(h2.PROTOCOL_ERROR, f"a max frame size of {value}")
                 self.outbox.frame_size = value
         self._write(h2.frame(h2.SETTINGS, h2.ACK, 0))
         self._unblock()
 
     def _reset(self, stream: int, payload: bytes) -> None:
         if stream == 0 or len(payload) != 4:
-            raise h2.ConnectionError_(h2.PROTOCOL_ERROR, "a malformed RST_STREAM frame")
+            raise h2.PeerError(h2.PROTOCOL_ERROR, "a malformed RST_STREAM frame")
         if (state := self.streams.get(stream)) is None:
             return
         now = asyncio.get_running_loop().time()
@@ -312,7 +310,7 @@ class Connection(asyncio.Protocol):
         self.resets += 1
         self._abandon(state)
         if self.resets > RESETS_PER_SECOND:
-            raise h2.ConnectionError_(h2.ENHANCE_YOUR_CALM, "too many streams reset")
+            raise h2.PeerError(h2.ENHANCE_YOUR_CALM, "too many streams reset")
 
     # --- calls ------------------------------------------------------------------------------------
     async def _run(self, state: Stream, message: bytes) -> None:

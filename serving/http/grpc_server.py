@@ -2,7 +2,7 @@
 
 grpcio's own server spends most of a small call's CPU in its native core and poller, about three times
 what the HTTP/1.1 door costs (docs/benchmarks/bench_open_inference.md). A unary call is one request
-message and one answer, so this server speaks only that part of HTTP/2 (`_connection`) and hands each
+message and one answer, so this server speaks only that part of HTTP/2 (`grpc_connection`) and hands each
 call's message and metadata to an `async` handler, which answers bytes or raises `GrpcAbort`.
 
 What it enforces (each bounded before a call's message is held): calls at once across connections

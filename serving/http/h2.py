@@ -44,7 +44,7 @@ MAX_WINDOW: Final = 2**31 - 1
 MAX_FRAME_SIZE_LIMIT: Final = 2**24 - 1
 
 
-class ConnectionError_(Exception):
+class PeerError(Exception):
     """The peer broke the protocol: the connection ends with GOAWAY carrying `code`."""
 
     def __init__(self, code: int, reason: str) -> None:
@@ -70,7 +70,7 @@ def settings(pairs: dict[int, int]) -> bytes:
 
 def parse_settings(payload: bytes) -> list[tuple[int, int]]:
     if len(payload) % 6:
-        raise ConnectionError_(FRAME_SIZE_ERROR, "a SETTINGS frame's length is not a multiple of 6")
+        raise PeerError(FRAME_SIZE_ERROR, "a SETTINGS frame's length is not a multiple of 6")
     return [
         (
             int.from_bytes(payload[at : at + 2], "big"),
@@ -144,7 +144,7 @@ class HeaderBlocks(Generic[Head]):
         self.cache: dict[bytes, Head] = {}
 
     def decode(self, block: bytes) -> Head:
-        """The block as `read` reads its fields, or ConnectionError_ for a block hpack cannot decode
+        """The block as `read` reads its fields, or PeerError for a block hpack cannot decode
         (the table state is then lost, RFC 7541 §4.3) or one over the header list's limit."""
         known = self.cache.get(block)
         if known is not None:
@@ -152,11 +152,9 @@ class HeaderBlocks(Generic[Head]):
         try:
             fields = self.decoder.decode(block, raw=True)
         except hpack.OversizedHeaderListError as error:
-            raise ConnectionError_(ENHANCE_YOUR_CALM, f"header list too large: {error}") from error
+            raise PeerError(ENHANCE_YOUR_CALM, f"header list too large: {error}") from error
         except hpack.HPACKError as error:
-            raise ConnectionError_(
-                COMPRESSION_ERROR, f"undecodable header block: {error}"
-            ) from error
+            raise PeerError(COMPRESSION_ERROR, f"undecodable header block: {error}") from error
         head = self.read(tuple(fields))
         if block.translate(None, _INDEXED):
             self.cache.clear()
@@ -173,5 +171,5 @@ def unpad(flags: int, payload: Payload) -> Payload:
     if not flags & PADDED:
         return payload
     if not payload or payload[0] >= len(payload):
-        raise ConnectionError_(PROTOCOL_ERROR, "padding longer than its frame")
+        raise PeerError(PROTOCOL_ERROR, "padding longer than its frame")
     return payload[1 : len(payload) - payload[0]]
